@@ -1,0 +1,5 @@
+"""CLI of agents (not written yet)."""
+
+
+def register(subparsers):
+    return None

@@ -1,0 +1,53 @@
+# Sourced by bin/cosample and bin/test: make sure system tools and the virtual environment
+# exist, then leave $VENV pointing at it. Idempotent and quiet when nothing is missing.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${COSAMPLE_VENV:-$ROOT/.venv}
+PYTHON=${PYTHON:-python3}
+
+# Debian packages: solvers, Open vSwitch, iperf3 and the network tools the tests use.
+need_system() {
+    local missing=()
+    command -v glpsol >/dev/null || missing+=(glpk-utils)
+    [ "${1:-}" = full ] || { printf '%s\n' "${missing[@]}"; return; }
+    command -v ovs-vswitchd >/dev/null || missing+=(openvswitch-switch)
+    command -v iperf3 >/dev/null || missing+=(iperf3)
+    command -v ethtool >/dev/null || missing+=(ethtool)
+    command -v tc >/dev/null || missing+=(iproute2)
+    command -v ip >/dev/null || missing+=(iproute2)
+    printf '%s\n' "${missing[@]}"
+}
+
+install_system() {
+    local missing
+    missing=$(need_system "${1:-}" | sort -u | tr '\n' ' ')
+    [ -n "${missing// }" ] || return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "bootstrap: not root, cannot install Debian packages: $missing (tests needing them skip)" >&2
+        return 0
+    fi
+    echo "bootstrap: installing Debian packages: $missing" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    # shellcheck disable=SC2086
+    apt-get install -y -q --no-install-recommends $missing >/dev/null
+}
+
+install_python() {
+    local extras=$1 stamp
+    if ! "$PYTHON" -m venv --help >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+        apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null
+    fi
+    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    stamp="$VENV/.cosample-$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$extras"
+    [ -f "$stamp" ] && return 0
+    echo "bootstrap: installing cosample and its Python dependencies into $VENV" >&2
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
+           "$VENV/bin/python" -m pip install -e "$ROOT[$extras]"; } >"$VENV/install.log" 2>&1; then
+        tail -n 30 "$VENV/install.log" >&2
+        echo "bootstrap: pip install failed; full log in $VENV/install.log" >&2
+        exit 1
+    fi
+    rm -f "$VENV"/.cosample-*
+    touch "$stamp"
+}

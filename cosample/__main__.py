@@ -1,0 +1,3 @@
+from cosample.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""The ``cosample`` command: one entry point, one sub-command family per component.
+
+Each component contributes a module with ``register(subparsers)`` that adds its sub-commands
+and sets ``func`` (called with the parsed namespace, returns an exit code). Those modules keep
+their imports light so that ``cosample --help`` stays fast; heavy imports live in the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from cosample import __version__
+from cosample.errors import CosampleError
+
+#: Modules that add sub-commands, in the order they appear in ``--help``.
+COMMAND_MODULES = (
+    "cosample.planner.cli",
+    "cosample.costmodel.cli",
+    "cosample.agents.cli",
+    "cosample.experiments.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser; separate from ``main`` so tests can inspect parsing."""
+    parser = argparse.ArgumentParser(
+        prog="cosample",
+        description="Collaborative sFlow sampling: measure costs, plan, apply to OVS.",
+    )
+    parser.add_argument("--version", action="version", version=f"cosample {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a component not yet installed contributes no commands
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one sub-command; expected failures print one line on stderr and exit 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CosampleError as exc:
+        print(f"cosample: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cosample: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,98 @@
+"""Network namespaces and veth links that remember what they created and remove only that.
+
+A ``Lab`` is a ledger: every namespace and host-side link it creates is recorded, and
+``teardown`` deletes exactly those, in reverse order, tolerating ones already gone. Use it as a
+context manager so errors and Ctrl-C clean up too. Needs root (``ip netns``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cosample.lab.run import CommandError, require, run
+
+
+def netns_available() -> str | None:
+    """None when namespaces can be created here, else the reason they cannot."""
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    for program, package in (("ip", "iproute2"), ("ethtool", "ethtool"), ("tc", "iproute2")):
+        try:
+            require(program, package)
+        except CommandError as exc:
+            return str(exc)
+    return None
+
+
+def disable_tx_offload(interface: str, namespace: str | None = None) -> None:
+    """TCP through the userspace datapath fails with veth tx checksum offload on (DESIGN.md 4)."""
+    prefix = ["ip", "netns", "exec", namespace] if namespace else []
+    run([*prefix, "ethtool", "-K", interface, "tx", "off"])
+
+
+@dataclass
+class Lab:
+    """Creates namespaces and veth pairs with a common name prefix, and removes them again."""
+
+    prefix: str = "cs"
+    namespaces: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+
+    def namespace(self, name: str) -> str:
+        """Create namespace ``prefix+name`` with loopback up; returns its full name."""
+        full = f"{self.prefix}{name}"
+        run(["ip", "netns", "add", full])
+        self.namespaces.append(full)
+        run(["ip", "-n", full, "link", "set", "lo", "up"])
+        return full
+
+    def veth(self, host_end: str, namespace: str | None = None, peer: str = "eth0",
+             address: str | None = None) -> str:
+        """A veth pair: ``host_end`` stays in the root namespace, ``peer`` goes into ``namespace``.
+
+        Both ends come up with tx checksum offload off; ``address`` (CIDR) goes on the peer.
+        Returns the host end's name.
+        """
+        if len(host_end) > 15:
+            raise CommandError(f"interface name {host_end!r} is longer than 15 characters")
+        argv = ["ip", "link", "add", host_end, "type", "veth", "peer", "name", peer]
+        if namespace:
+            argv += ["netns", namespace]
+        run(argv)
+        self.links.append(host_end)
+        ns = ["-n", namespace] if namespace else []
+        run(["ip", *ns, "link", "set", peer, "up"])
+        run(["ip", "link", "set", host_end, "up"])
+        disable_tx_offload(host_end)
+        disable_tx_offload(peer, namespace)
+        if address:
+            run(["ip", *ns, "addr", "add", address, "dev", peer])
+        return host_end
+
+    def exec_argv(self, namespace: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside ``namespace``."""
+        return ["ip", "netns", "exec", namespace, *argv]
+
+    def teardown(self) -> list[str]:
+        """Delete what this lab created; returns the problems met (empty when all went)."""
+        problems = []
+        for link in reversed(self.links):
+            if run(["ip", "link", "show", link], check=False).returncode == 0:
+                result = run(["ip", "link", "del", link], check=False)
+                if result.returncode != 0:
+                    problems.append(f"link {link}: {result.stderr.strip()}")
+        for namespace in reversed(self.namespaces):
+            result = run(["ip", "netns", "del", namespace], check=False)
+            if result.returncode != 0 and "No such file" not in result.stderr:
+                problems.append(f"namespace {namespace}: {result.stderr.strip()}")
+        self.links.clear()
+        self.namespaces.clear()
+        return problems
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.teardown()

@@ -1,0 +1,5 @@
+"""CLI of costmodel (not written yet)."""
+
+
+def register(subparsers):
+    return None

@@ -1,0 +1,5 @@
+"""CLI of experiments (not written yet)."""
+
+
+def register(subparsers):
+    return None
