@@ -96,7 +96,17 @@ class OvsInstance:
         self._kill("ovs-vswitchd.pid")
 
     def stop(self) -> None:
-        """Stop both daemons (vswitchd first); safe to call twice."""
+        """Delete this instance's bridges, then stop both daemons; safe to call twice.
+
+        Bridges go first because the userspace datapath leaves a tap device per bridge in the
+        root namespace when ovs-vswitchd dies with the bridge still configured.
+        """
+        if self.db_socket.exists():
+            try:
+                for bridge in self.vsctl("list-br").split():
+                    self.vsctl("--if-exists", "del-br", bridge)
+            except CommandError:
+                pass  # daemons already gone or wedged: stopping them is what matters
         self.stop_vswitchd()
         self.stop_ovsdb()
 
