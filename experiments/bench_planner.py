@@ -1,0 +1,258 @@
+"""Planner scaling benchmark: exact solver vs the reduced and full LP (GLPK, HiGHS), one run.
+
+For n = 10, 20, 50, 100, ... every solver plans the same random data centre (sparse traffic:
+each server sends to itself and to a few random peers; capacities spread loads from light to
+nearly full, so there are both receivers and senders). A solver stops growing n once its next
+size is predicted to take longer than ``--max-seconds``. The table gives times, LP variable
+counts and each objective's relative difference from the exact solver's; the run prints whether
+all objectives agree (relative 1e-6) and how many times faster the exact solver is than the full
+LP with GLPK at n = 200. Times are the best of a few repeats for fast solves (like ``timeit``).
+
+    python -m cosample.experiments.bench_planner [--max-seconds 60] [--quick] [--csv FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cosample.experiments.errors import ExperimentError
+from cosample.planner.datacentre import DataCentre
+
+#: (solver, LP backend) pairs, in the order they run at each n.
+SOLVERS = (("exact", None), ("reduced", "highs"), ("reduced", "glpk"), ("full", "highs"),
+           ("full", "glpk"))
+SIZES = tuple(int(m * 10 ** e) for e in range(1, 7) for m in (1, 2, 5)) + (10 ** 7,)
+QUICK_SIZES = (10, 20, 50)
+AGREEMENT = 1e-6
+REFERENCE_N = 200
+COLUMNS = ("solver_label", "solver", "lp_backend", "servers", "traffic_entries", "variables",
+           "seconds", "repeats", "collected_pps", "relative_difference", "agrees")
+
+
+def label(solver: str, lp_backend: str | None) -> str:
+    return solver if lp_backend is None else f"{solver} LP ({lp_backend})"
+
+
+def random_datacentre(servers: int, seed: int = 0, peers: int = 3, alpha: float = 1.54,
+                      beta: float = 0.46) -> DataCentre:
+    """A feasible data centre with sparse traffic: own traffic plus ``peers`` random flows each.
+
+    Capacities are set from each server's forwarding load and a utilisation drawn uniformly in
+    [0.2, 0.98], so some servers can sample everything (receivers) and others cannot (senders).
+    """
+    rng = np.random.default_rng(seed)
+    source = np.repeat(np.arange(servers), peers + 1)
+    destination = source.copy()
+    if servers > 1:
+        others = rng.integers(0, servers - 1, size=(servers, peers))
+        others += others >= np.arange(servers)[:, None]  # skip self: uniform over the others
+        destination.reshape(servers, peers + 1)[:, 1:] = others
+    volume = rng.lognormal(mean=9.0, sigma=1.0, size=source.size)
+    volume.reshape(servers, peers + 1)[:, 0] *= 4.0  # most traffic stays on its server
+    forwarding = (np.bincount(source, weights=volume, minlength=servers)
+                  + np.bincount(destination[source != destination],
+                                weights=volume[source != destination], minlength=servers))
+    capacity = forwarding / rng.uniform(0.2, 0.98, size=servers)
+    return DataCentre.from_arrays(capacity, alpha, beta, source, destination, volume,
+                                  names=[f"s{i}" for i in range(servers)], name=f"bench-{servers}")
+
+
+@dataclass(frozen=True)
+class Timing:
+    seconds: float
+    repeats: int
+    collected_pps: float
+    variables: int
+
+
+def time_solver(dc: DataCentre, solver: str, lp_backend: str | None,
+                min_total_s: float = 1.0, max_repeats: int = 5) -> Timing:
+    """Best wall-clock time of ``solve`` over repeats, repeating only while runs are short."""
+    from cosample.planner import solve
+
+    best, repeats, total = math.inf, 0, 0.0
+    while repeats < max_repeats and (repeats == 0 or total < min_total_s):
+        started = time.perf_counter()
+        solution = solve(dc, solver=solver, lp_backend=lp_backend or "highs")
+        elapsed = time.perf_counter() - started
+        best, repeats, total = min(best, elapsed), repeats + 1, total + elapsed
+    return Timing(best, repeats, float(solution.collected_pps), int(solution.variables))
+
+
+def predicted_seconds(history: list[tuple[int, float]], next_n: int) -> float:
+    """Extrapolate from the last two sizes (power law), assuming n^2 with a single point."""
+    (n1, t1), = history[-1:]
+    exponent = 2.0
+    if len(history) >= 2:
+        n0, t0 = history[-2]
+        if t0 > 0 and t1 > 0:
+            exponent = max(1.0, math.log(t1 / t0) / math.log(n1 / n0))
+    return t1 * (next_n / n1) ** exponent
+
+
+def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_seconds: float,
+        max_lp_variables: int, seed: int = 0, log=None) -> pd.DataFrame:
+    """Measure every solver on growing instances; returns the tidy table (``COLUMNS``)."""
+    from cosample.planner.lp import backend_available
+
+    active = []
+    for solver, lp_backend in solvers:
+        reason = backend_available(lp_backend) if lp_backend else None
+        if reason and log:
+            log(f"skipping {label(solver, lp_backend)}: {reason}")
+        if not reason:
+            active.append((solver, lp_backend))
+    history: dict[tuple[str, str | None], list[tuple[int, float]]] = {key: [] for key in active}
+    rows = []
+    for position, n in enumerate(sizes):
+        if not active:
+            break
+        dc = random_datacentre(n, seed=seed)
+        exact_pps = None
+        for key in list(active):
+            solver, lp_backend = key
+            if solver != "exact" and _lp_variables(dc, solver) > max_lp_variables:
+                active.remove(key)
+                continue
+            timing = time_solver(dc, solver, lp_backend)
+            if solver == "exact":
+                exact_pps = timing.collected_pps
+            difference = (abs(timing.collected_pps - exact_pps) / max(abs(exact_pps), 1e-300)
+                          if exact_pps is not None else math.nan)
+            rows.append({"solver_label": label(solver, lp_backend), "solver": solver,
+                         "lp_backend": lp_backend or "", "servers": n,
+                         "traffic_entries": int(dc.traffic_pps.size),
+                         "variables": timing.variables, "seconds": timing.seconds,
+                         "repeats": timing.repeats, "collected_pps": timing.collected_pps,
+                         "relative_difference": difference,
+                         "agrees": bool(difference <= AGREEMENT)})
+            if log:
+                log(f"n={n:>8} {label(solver, lp_backend):<20} {timing.seconds:10.4g} s "
+                    f"{timing.variables:>9} variables")
+            history[key].append((n, timing.seconds))
+            following = sizes[position + 1] if position + 1 < len(sizes) else None
+            if following and predicted_seconds(history[key], following) > max_seconds:
+                active.remove(key)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _lp_variables(dc: DataCentre, solver: str) -> int:
+    """Variables the LP would have (same rule as planner.lp), to skip sizes that exhaust memory."""
+    own, spare = dc.own_pps, dc.spare_pps
+    senders = own > 0
+    if solver == "full":
+        return int(senders.sum()) * dc.size
+    receivers = spare - dc.alpha * own >= 0
+    senders &= ~receivers
+    return int(senders.sum()) * (int(receivers.sum()) + 1)
+
+
+def speedup(table: pd.DataFrame, n: int, slow: str = "full LP (glpk)", fast: str = "exact") -> float:
+    """How many times faster ``fast`` ran than ``slow`` at ``n`` (NaN if either is missing)."""
+    at = table[table["servers"] == n].set_index("solver_label")["seconds"]
+    if slow not in at or fast not in at:
+        return math.nan
+    return float(at[slow] / at[fast])
+
+
+def wide_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Seconds per solver (columns) and n (rows), for reading and for docs."""
+    return table.pivot_table(index="servers", columns="solver_label", values="seconds",
+                             sort=False)[list(dict.fromkeys(table["solver_label"]))]
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The measured table as Markdown: time and variables per solver and n."""
+    lines = ["| n | solver | variables | seconds | collected pps | rel. diff vs exact |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for row in table.itertuples():
+        lines.append(f"| {row.servers:,} | {row.solver_label} | {row.variables:,} | "
+                     f"{row.seconds:.3g} | {row.collected_pps:.6g} | {row.relative_difference:.1e} |")
+    return "\n".join(lines)
+
+
+def report(table: pd.DataFrame, out=print) -> bool:
+    """Print the wide table, the agreement check and the headline ratios; True if all agree."""
+    with pd.option_context("display.width", 160, "display.float_format", "{:.4g}".format):
+        out("planning time (s) by n and solver:")
+        out(wide_table(table).to_string())
+    worst = table["relative_difference"].max()
+    agree = bool(table["agrees"].all())
+    out(f"objectives agree with the exact solver (relative {AGREEMENT:g}): "
+        f"{'yes' if agree else 'NO'} (worst relative difference {worst:.2e} over {len(table)} solves)")
+    compared = sorted(set(table.loc[table["solver_label"] == "full LP (glpk)", "servers"])
+                      & set(table.loc[table["solver"] == "exact", "servers"]))
+    if compared:
+        n = REFERENCE_N if REFERENCE_N in compared else compared[-1]
+        out(f"exact vs full LP (glpk) at n={n}: {speedup(table, n):,.0f} times faster")
+    exact = table[table["solver"] == "exact"]
+    if not exact.empty:
+        biggest = exact.loc[exact["servers"].idxmax()]
+        out(f"exact solver at n={int(biggest['servers']):,} "
+            f"({int(biggest['traffic_entries']):,} traffic entries): {biggest['seconds']:.3f} s")
+    return agree
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m cosample.experiments.bench_planner",
+                                     description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-seconds", type=float, default=60.0,
+                        help="stop growing n for a solver once its next size would take longer "
+                             "than this (default 60)")
+    parser.add_argument("--max-servers", type=int, default=10 ** 6,
+                        help="largest n to try (default 1000000)")
+    parser.add_argument("--max-lp-variables", type=int, default=400_000,
+                        help="skip LPs with more variables (memory guard, default 400000)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"tiny run for tests: n in {QUICK_SIZES}, no timing claims")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--csv", type=Path, default=None, help="write the tidy table here")
+
+
+def benchmark(args: argparse.Namespace, out=print) -> tuple[pd.DataFrame, bool]:
+    """Run with parsed options: measure, print, optionally write the CSV."""
+    from cosample.experiments.files import write_csv
+
+    if args.max_seconds <= 0:
+        raise ExperimentError(f"--max-seconds must be > 0, got {args.max_seconds}")
+    sizes = QUICK_SIZES if args.quick else tuple(n for n in SIZES if n <= args.max_servers)
+    if not sizes:
+        raise ExperimentError(f"--max-servers {args.max_servers}: smaller than the smallest size 10")
+    table = run(sizes, SOLVERS, args.max_seconds, args.max_lp_variables, seed=args.seed,
+                log=lambda line: out(line))
+    agree = report(table, out=out)
+    if args.csv is not None:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        write_csv(table, args.csv)
+        out(f"wrote {args.csv}")
+    return table, agree
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from cosample.errors import CosampleError
+
+    args = build_parser().parse_args(argv)
+    try:
+        _, agree = benchmark(args, out=lambda line: print(line, flush=True))
+    except CosampleError as exc:
+        print(f"bench_planner: error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if agree else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

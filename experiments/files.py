@@ -1,0 +1,78 @@
+"""Write results atomically: a reader never sees half a CSV or half a PNG.
+
+Every writer renders into a temporary file in the destination directory and renames it over the
+target with ``os.replace`` (atomic on POSIX within one file system).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+
+from cosample.experiments.errors import ExperimentError
+
+
+def output_dir(path: str | Path) -> Path:
+    """Create ``path`` (and parents) if needed; a clear error if it cannot be a directory."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExperimentError(f"--out {path}: cannot create output directory: {exc.strerror}") from exc
+    return path
+
+
+def write_atomic(path: str | Path, write: Callable[[IO[Any]], None], binary: bool = False) -> Path:
+    """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb" if binary else "w") as stream:
+            write(stream)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_csv(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Tidy CSV without the index; missing values (e.g. infeasible gains) are empty fields."""
+    return write_atomic(path, lambda stream: frame.to_csv(stream, index=False, float_format="%.10g"))
+
+
+def write_json(document: Any, path: str | Path) -> Path:
+    return write_atomic(path, lambda stream: stream.write(json.dumps(document, indent=2, sort_keys=True) + "\n"))
+
+
+def save_figure(figure: Any, path: str | Path, dpi: int = 110) -> Path:
+    """Save a matplotlib figure as PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        return write_atomic(path, lambda stream: figure.savefig(stream, format="png", dpi=dpi,
+                                                                bbox_inches="tight"), binary=True)
+    finally:
+        plt.close(figure)
+
+
+def read_csv(path: str | Path, required: tuple[str, ...]) -> pd.DataFrame:
+    """Read a tidy CSV and check it has the ``required`` columns."""
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ExperimentError(f"{path}: no such file") from None
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ExperimentError(f"{path}: cannot read as CSV: {exc}") from exc
+    missing = [column for column in required if column not in frame.columns]
+    if missing:
+        raise ExperimentError(f"{path}: missing column(s) {', '.join(missing)} "
+                              f"(found: {', '.join(map(str, frame.columns))})")
+    return frame
