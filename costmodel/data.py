@@ -1,0 +1,134 @@
+"""Tidy measurement tables: one row per measurement, read, validated and written through pandas.
+
+Required columns: ``mechanism`` (e.g. ``sflow``, ``mirror``), ``rate`` (the sampled or mirrored
+fraction, 0..1) and ``throughput_pps`` (packets delivered to the receiver per second). Any other
+column (trial, protocol, duration, bits/s, CPU, copies) is kept as it is. Files are written
+atomically: a temporary file in the same directory, then ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cosample.costmodel.errors import DataError
+
+REQUIRED_COLUMNS = ("mechanism", "rate", "throughput_pps")
+#: Columns the harness writes, in this order (a CSV may hold a subset beyond the required ones).
+HARNESS_COLUMNS = (
+    "mechanism", "rate", "throughput_pps", "rate_requested", "protocol", "packet_bytes", "trial",
+    "order", "duration_s", "sent_pps", "copies_pps", "iperf_pps", "bits_per_second",
+    "cpu_sender_pct", "cpu_receiver_pct", "lost_percent",
+)
+
+
+def read_measurements(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read and validate a measurements CSV; errors name the file, column and line."""
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: empty file; expected a CSV with columns "
+                        f"{', '.join(REQUIRED_COLUMNS)}") from None
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read as CSV: {exc}") from None
+    return validate_measurements(frame, source=str(path), first_line=2)
+
+
+def validate_measurements(frame: pd.DataFrame, source: str = "measurements",
+                          first_line: int | None = None) -> pd.DataFrame:
+    """A clean copy of ``frame`` or one ``DataError`` naming what is wrong and where.
+
+    ``first_line`` is the file line of the first data row (2 for a CSV with a header), so
+    messages can point at a line; without it they name the row position.
+    """
+    if not isinstance(frame, pd.DataFrame):
+        raise DataError(f"{source}: expected a pandas DataFrame, got {type(frame).__name__}")
+    missing = [column for column in REQUIRED_COLUMNS if column not in frame.columns]
+    if missing:
+        raise DataError(f"{source}: missing column {missing[0]!r} "
+                        f"(required: {', '.join(REQUIRED_COLUMNS)}; found: "
+                        f"{', '.join(map(str, frame.columns)) or 'none'})")
+    if frame.empty:
+        raise DataError(f"{source}: no measurements (the table has a header but no rows)")
+    frame = frame.reset_index(drop=True).copy()
+
+    def where(position: int) -> str:
+        return f"line {position + first_line}" if first_line is not None else f"row {position}"
+
+    mechanisms = frame["mechanism"]
+    bad = mechanisms.isna() | (mechanisms.astype(str).str.strip() == "")
+    if bad.any():
+        raise DataError(f"{source}: {where(int(np.argmax(bad)))}: mechanism is empty")
+    frame["mechanism"] = mechanisms.astype(str).str.strip()
+
+    for column in ("rate", "throughput_pps"):
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = values.isna() | ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
+        if bad.any():
+            position = int(np.argmax(bad))
+            raise DataError(f"{source}: {where(position)}: {column} must be a finite number, "
+                            f"got {frame[column].iloc[position]!r}")
+        frame[column] = values.astype(float)
+    rate = frame["rate"]
+    for bad, need in (((rate < 0), ">= 0"), ((rate > 1), "<= 1")):
+        if bad.any():
+            position = int(np.argmax(bad))
+            raise DataError(f"{source}: {where(position)}: rate must be {need} (a fraction of "
+                            f"packets), got {rate.iloc[position]!r}")
+    bad = frame["throughput_pps"] <= 0
+    if bad.any():
+        position = int(np.argmax(bad))
+        raise DataError(f"{source}: {where(position)}: throughput_pps must be > 0, got "
+                        f"{frame['throughput_pps'].iloc[position]!r} (a run that moved no "
+                        f"packets is a failed run: drop it)")
+    return frame
+
+
+def write_measurements(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Validate and write ``frame`` as CSV, harness columns first, atomically."""
+    frame = validate_measurements(frame, source=str(path))
+    ordered = [c for c in HARNESS_COLUMNS if c in frame.columns]
+    ordered += [c for c in frame.columns if c not in ordered]
+    buffer = io.StringIO()
+    frame[ordered].to_csv(buffer, index=False, float_format="%.6g")
+    return atomic_write_text(path, buffer.getvalue())
+
+
+def write_json(document: Any, path: str | os.PathLike[str]) -> Path:
+    """Write a JSON document (finite numbers only) atomically, with a trailing newline."""
+    text = json.dumps(document, indent=2, sort_keys=False, allow_nan=False)
+    return atomic_write_text(path, text + "\n")
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot write: {exc.strerror}") from None
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def finite_or_none(value: float) -> float | None:
+    """JSON-safe number: NaN and infinities become None."""
+    return float(value) if value is not None and math.isfinite(value) else None

@@ -1,0 +1,301 @@
+"""Fit the cost law ``T(s) = T0 / (1 + a*s)`` per mechanism, with uncertainty and warnings.
+
+``CostModelFit`` follows scikit-learn's conventions: ``__init__`` only stores settings, ``fit``
+validates the tidy table and returns ``self``, learned values end in ``_``. The outcome is an
+immutable ``Calibration`` (one ``MechanismFit`` per mechanism) with a text report and a JSON-safe
+summary whose top-level ``alpha`` (sflow), ``beta`` (mirror) and ``capacity_pps`` the planner reads.
+
+Uncertainty: standard errors from the least-squares covariance, confidence intervals from a
+residual bootstrap (refit on fitted values plus resampled, leverage-free rescaled residuals),
+so they stay usable with one measurement per rate.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings as _warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import OptimizeWarning, least_squares
+
+from cosample.costmodel.data import finite_or_none, validate_measurements
+from cosample.costmodel.errors import FitError
+from cosample.costmodel.model import PAPER_COEFFICIENTS, throughput
+
+MODEL = "T(s) = T0 / (1 + a*s)"
+#: Which mechanism gives the planner's alpha and beta.
+ROLE_OF_MECHANISM = {"sflow": "alpha", "mirror": "beta"}
+MIN_POINTS = 3
+#: ``a`` stays above -1 so that T(s) is finite on [0, 1].
+LOWER_BOUND_A = -0.999
+
+
+@dataclass(frozen=True)
+class MechanismFit:
+    """The law fitted to one mechanism's measurements."""
+
+    mechanism: str
+    coefficient: float
+    coefficient_se: float
+    coefficient_ci: tuple[float, float]
+    capacity_pps: float
+    capacity_se: float
+    capacity_ci: tuple[float, float]
+    r_squared: float
+    residual_sd: float
+    n_points: int
+    rates: tuple[float, ...]
+    warnings: tuple[str, ...] = ()
+
+    def predict(self, rate: np.ndarray | float) -> np.ndarray:
+        return throughput(rate, self.capacity_pps, self.coefficient)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "coefficient": finite_or_none(self.coefficient),
+            "coefficient_se": finite_or_none(self.coefficient_se),
+            "coefficient_ci": [finite_or_none(x) for x in self.coefficient_ci],
+            "capacity_pps": finite_or_none(self.capacity_pps),
+            "capacity_se": finite_or_none(self.capacity_se),
+            "capacity_ci": [finite_or_none(x) for x in self.capacity_ci],
+            "r_squared": finite_or_none(self.r_squared),
+            "residual_sd_pps": finite_or_none(self.residual_sd),
+            "n_points": self.n_points,
+            "rates": list(self.rates),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted coefficients of one server; ``to_dict`` is the calibration JSON."""
+
+    fits: Mapping[str, MechanismFit]
+    confidence: float
+    n_bootstrap: int
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fits", MappingProxyType(dict(self.fits)))
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+
+    @property
+    def alpha(self) -> float | None:
+        return self.fits["sflow"].coefficient if "sflow" in self.fits else None
+
+    @property
+    def beta(self) -> float | None:
+        return self.fits["mirror"].coefficient if "mirror" in self.fits else None
+
+    @property
+    def capacity_pps(self) -> float:
+        """Inverse-variance weighted mean of the mechanisms' T0 (plain mean without SEs)."""
+        values = np.array([f.capacity_pps for f in self.fits.values()])
+        se = np.array([f.capacity_se for f in self.fits.values()])
+        if np.all(np.isfinite(se) & (se > 0)):
+            weights = 1.0 / se**2
+            return float(np.sum(weights * values) / np.sum(weights))
+        return float(np.mean(values))
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(f"{name}: {w}" for name, fit in self.fits.items() for w in fit.warnings)
+
+    def to_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = {}
+        for mechanism, role in ROLE_OF_MECHANISM.items():
+            if mechanism in self.fits:
+                document[role] = finite_or_none(self.fits[mechanism].coefficient)
+        document["capacity_pps"] = finite_or_none(self.capacity_pps)
+        document.update({
+            "model": MODEL,
+            "confidence": self.confidence,
+            "ci_method": f"residual bootstrap, {self.n_bootstrap} resamples, percentile",
+            "mechanisms": {name: fit.to_dict() for name, fit in self.fits.items()},
+            "warnings": list(self.warnings),
+            "paper": dict(PAPER_COEFFICIENTS),
+        })
+        if self.metadata:
+            document["metadata"] = dict(self.metadata)
+        return document
+
+    def report(self) -> str:
+        level = f"{self.confidence:.0%}"
+        lines = [f"cost model {MODEL}, {level} CI by residual bootstrap ({self.n_bootstrap})",
+                 f"{'mechanism':<12} {'a':>8} {'SE':>7} {level + ' CI':>19} {'paper':>6} "
+                 f"{'T0 (pps)':>11} {'R^2':>6} {'n':>4}"]
+        for name, fit in self.fits.items():
+            low, high = fit.coefficient_ci
+            paper = PAPER_COEFFICIENTS.get(name)
+            lines.append(f"{name:<12} {fit.coefficient:>8.3f} {fit.coefficient_se:>7.3f} "
+                         f"[{low:>7.3f}, {high:>7.3f}] {paper if paper is not None else '-':>6} "
+                         f"{fit.capacity_pps:>11,.0f} {fit.r_squared:>6.3f} {fit.n_points:>4}")
+        roles = ", ".join(f"{role} = {self.fits[m].coefficient:.3f}"
+                          for m, role in ROLE_OF_MECHANISM.items() if m in self.fits)
+        lines.append(f"capacity_pps = {self.capacity_pps:,.0f}" + (f", {roles}" if roles else ""))
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+class CostModelFit:
+    """Estimator of the cost law per mechanism.
+
+    Parameters: ``confidence`` of the intervals, ``n_bootstrap`` resamples, ``random_state``
+    seeding the bootstrap, ``min_r_squared`` below which a fit is flagged.
+    """
+
+    def __init__(self, confidence: float = 0.95, n_bootstrap: int = 1000, random_state: int = 0,
+                 min_r_squared: float = 0.9) -> None:
+        self.confidence = confidence
+        self.n_bootstrap = n_bootstrap
+        self.random_state = random_state
+        self.min_r_squared = min_r_squared
+
+    def fit(self, data: pd.DataFrame, metadata: Mapping[str, Any] | None = None) -> "CostModelFit":
+        """Fit every mechanism in ``data`` (tidy: mechanism, rate, throughput_pps); returns self."""
+        if not 0 < self.confidence < 1:
+            raise FitError(f"confidence must be in (0, 1), got {self.confidence!r}")
+        if not isinstance(self.n_bootstrap, int) or self.n_bootstrap < 50:
+            raise FitError(f"n_bootstrap must be an integer >= 50, got {self.n_bootstrap!r}")
+        frame = validate_measurements(data)
+        if "protocol" in frame.columns and frame["protocol"].nunique() > 1:
+            raise FitError(f"data mix protocols {', '.join(sorted(map(str, frame['protocol'].unique())))}: "
+                           f"capacities differ, so fit one protocol at a time (--protocol)")
+        rng = np.random.default_rng(self.random_state)
+        fits = {}
+        for mechanism, group in frame.groupby("mechanism", sort=True):
+            fits[mechanism] = self._fit_one(str(mechanism), group["rate"].to_numpy(),
+                                            group["throughput_pps"].to_numpy(), rng)
+        self.results_ = fits
+        self.calibration_ = Calibration(fits, self.confidence, self.n_bootstrap, metadata or {})
+        self.alpha_ = self.calibration_.alpha
+        self.beta_ = self.calibration_.beta
+        self.capacity_pps_ = self.calibration_.capacity_pps
+        return self
+
+    def predict(self, mechanism: str, rate: np.ndarray | float) -> np.ndarray:
+        if not hasattr(self, "results_"):
+            raise FitError("this CostModelFit is not fitted yet: call fit(data) first")
+        if mechanism not in self.results_:
+            raise FitError(f"no fit for mechanism {mechanism!r} (have {', '.join(self.results_)})")
+        return self.results_[mechanism].predict(rate)
+
+    # one mechanism -----------------------------------------------------------------------
+    def _fit_one(self, mechanism: str, rate: np.ndarray, pps: np.ndarray,
+                 rng: np.random.Generator) -> MechanismFit:
+        distinct = np.unique(rate)
+        if len(rate) < MIN_POINTS or len(distinct) < 2:
+            raise FitError(f"mechanism {mechanism!r}: {len(rate)} measurement(s) at "
+                           f"{len(distinct)} distinct rate(s); the fit needs at least {MIN_POINTS} "
+                           f"measurements at 2 or more rates")
+        scale = float(np.mean(pps))
+        y = pps / scale
+        params, jacobian, residuals = _least_squares(rate, y, _start(rate, y))
+        dof = len(rate) - 2
+        sigma2 = float(residuals @ residuals) / dof if dof > 0 else math.nan
+        try:
+            covariance = np.linalg.inv(jacobian.T @ jacobian) * sigma2
+            se = np.sqrt(np.diag(covariance))
+        except np.linalg.LinAlgError:
+            se = np.array([math.nan, math.nan])
+        boot = self._bootstrap(rate, y, params, residuals, rng)
+        tail = (1 - self.confidence) / 2 * 100
+        ci = np.percentile(boot, [tail, 100 - tail], axis=0) if len(boot) else np.full((2, 2), np.nan)
+        total = float(np.sum((y - y.mean()) ** 2))
+        r_squared = 1 - float(residuals @ residuals) / total if total > 0 else math.nan
+        capacity, coefficient = params[0] * scale, params[1]
+        notes = _diagnose(rate, pps, capacity, coefficient, (ci[0, 1], ci[1, 1]), r_squared,
+                          math.sqrt(sigma2) * scale if dof > 0 else math.nan,
+                          self.min_r_squared, self.confidence,
+                          failed=self.n_bootstrap - len(boot), total=self.n_bootstrap)
+        return MechanismFit(
+            mechanism=mechanism, coefficient=float(coefficient), coefficient_se=float(se[1]),
+            coefficient_ci=(float(ci[0, 1]), float(ci[1, 1])), capacity_pps=float(capacity),
+            capacity_se=float(se[0] * scale),
+            capacity_ci=(float(ci[0, 0] * scale), float(ci[1, 0] * scale)),
+            r_squared=float(r_squared),
+            residual_sd=math.sqrt(sigma2) * scale if dof > 0 else math.nan,
+            n_points=int(len(rate)), rates=tuple(float(r) for r in distinct), warnings=tuple(notes))
+
+    def _bootstrap(self, rate: np.ndarray, y: np.ndarray, params: np.ndarray,
+                   residuals: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        n = len(rate)
+        fitted = y - residuals
+        centred = (residuals - residuals.mean()) * math.sqrt(n / max(n - 2, 1))
+        draws = []
+        for _ in range(self.n_bootstrap):
+            sample = fitted + rng.choice(centred, size=n, replace=True)
+            try:
+                estimate, _, _ = _least_squares(rate, sample, params)
+            except FitError:
+                continue
+            draws.append(estimate)
+        return np.array(draws).reshape(-1, 2)
+
+
+def _start(rate: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Start values from the linearised law ``1/T = 1/T0 + (a/T0) s``."""
+    slope, intercept = np.polyfit(rate, 1.0 / y, 1)
+    if intercept > 0:
+        return np.array([1.0 / intercept, max(slope / intercept, LOWER_BOUND_A / 2)])
+    return np.array([float(np.max(y)), 0.0])
+
+
+def _least_squares(rate: np.ndarray, y: np.ndarray,
+                   start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Levenberg-Marquardt with the analytic Jacobian; ``a`` must end above -1."""
+    def residual(p: np.ndarray) -> np.ndarray:
+        return y - p[0] / (1.0 + p[1] * rate)
+
+    def jacobian(p: np.ndarray) -> np.ndarray:
+        denominator = 1.0 + p[1] * rate
+        return np.column_stack((-1.0 / denominator, p[0] * rate / denominator**2))
+
+    start = np.clip(start, [1e-9, LOWER_BOUND_A / 2], [np.inf, np.inf])
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore", OptimizeWarning)
+        _warnings.simplefilter("ignore", RuntimeWarning)
+        result = least_squares(residual, start, jac=jacobian, method="lm")
+    if not result.success or not np.all(np.isfinite(result.x)) or result.x[1] <= LOWER_BOUND_A \
+            or result.x[0] <= 0:
+        raise FitError(f"least squares did not converge to T0 > 0, a > -1: {result.message}")
+    return result.x, jacobian(result.x), residual(result.x)
+
+
+def _diagnose(rate: np.ndarray, pps: np.ndarray, capacity: float, coefficient: float,
+              coefficient_ci: tuple[float, float], r_squared: float, residual_sd: float,
+              min_r_squared: float, confidence: float, failed: int, total: int) -> list[str]:
+    """Plain-language warnings when the data do not support the law."""
+    notes = []
+    if not math.isfinite(r_squared) or r_squared < min_r_squared:
+        notes.append(f"R^2 = {r_squared:.3f} < {min_r_squared:g}: the law explains little of the "
+                     f"variation (noise large beside the effect; run longer or repeat more)")
+    low, high = coefficient_ci
+    if math.isfinite(low) and low <= 0 <= high:
+        notes.append(f"a is not distinguishable from 0 at {confidence:.0%} "
+                     f"(CI [{low:.3f}, {high:.3f}]): no measurable cost")
+    if coefficient < 0:
+        notes.append(f"a = {coefficient:.3f} < 0: throughput rises with the rate; the data show "
+                     f"no cost")
+    means = pd.Series(pps).groupby(rate).agg(["mean", "count", "var"])
+    # pure error (spread of repeats at one rate) when there are repeats, else the residual sd
+    repeat_dof = float((means["count"] - 1).sum())
+    noise_sd = (math.sqrt(float(((means["count"] - 1) * means["var"].fillna(0)).sum()) / repeat_dof)
+                if repeat_dof > 0 else residual_sd)
+    if len(means) < 3:
+        notes.append(f"only {len(means)} distinct rates: the shape of the curve is not checked")
+    elif math.isfinite(noise_sd) and noise_sd > 0:
+        for (r0, m0), (r1, m1) in zip(means.iterrows(), list(means.iterrows())[1:]):
+            rise = m1["mean"] - m0["mean"]
+            allowance = 2 * noise_sd * math.sqrt(1 / m0["count"] + 1 / m1["count"])
+            if rise > allowance:
+                notes.append(f"non-monotone: mean throughput rises by {rise:,.0f} pps from rate "
+                             f"{r0:g} to {r1:g} (more than 2 standard errors)")
+    if failed > total // 10:
+        notes.append(f"{failed} of {total} bootstrap refits failed; the interval is unreliable")
+    return notes
