@@ -1,0 +1,80 @@
+"""The human view of a plan: one table row per server and a summary (rendered with rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+MAX_ROWS = 60
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _pps(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def plan_table(plan: dict[str, Any]) -> Table:
+    """Per server: traffic, load, role, local rate and N, mirrors, receptions, capacity use."""
+    table = Table(title=f"cosample plan for {plan['datacentre']} "
+                        f"(solver {plan['solver']['name']}, version {plan['version']})")
+    for heading, justify in (("server", "left"), ("own pps", "right"), ("fwd load", "right"),
+                             ("role", "left"), ("local rate", "right"), ("sFlow 1-in-N", "right"),
+                             ("mirrors to", "left"), ("receives", "right"), ("capacity use", "right")):
+        table.add_column(heading, justify=justify)
+    hosts = plan["hosts"]
+    names = list(hosts)
+    if len(names) > MAX_ROWS:  # the busiest first: those are the ones worth reading
+        names = sorted(names, key=lambda n: -hosts[n]["capacity_use"])[:MAX_ROWS]
+    for name in names:
+        host = hosts[name]
+        capacity = host["capacity_pps"]
+        mirrors = ", ".join(f"{m['to']} {_pct(m['rate'])}" for m in host["mirrors"]) or "-"
+        received = sum(r["pps"] for r in host["receives"])
+        table.add_row(
+            name, _pps(host["own_pps"]),
+            _pct(host["forwarding_pps"] / capacity) if capacity else "-",
+            host["role"], _pct(host["local_rate"]), str(host["sflow_sampling"] or "off"),
+            mirrors, _pps(received) if received else "-", _pct(host["capacity_use"]),
+        )
+    if len(hosts) > len(names):
+        table.caption = f"{len(names)} busiest of {len(hosts)} servers shown"
+    return table
+
+
+def summary_lines(plan: dict[str, Any]) -> list[str]:
+    summary = plan["summary"]
+    return [
+        f"collected  {summary['collected_pps']:,.0f} pps of {summary['own_pps_total']:,.0f} "
+        f"({_pct(summary['coverage'])} coverage); after 1-in-N rounding "
+        f"{summary['collected_applied_pps']:,.0f} pps",
+        f"baseline   {summary['noncollab_pps']:,.0f} pps without collaboration; "
+        f"gain {_pct(summary['gain'])}",
+        f"mirrors    {summary['mirror_pairs']} pairs, {summary['senders']} senders, "
+        f"{summary['receivers']} receivers; max capacity use {_pct(summary['max_capacity_use'])}",
+        f"solver     {plan['solver']['name']}"
+        + (f" ({plan['solver']['lp_backend']})" if plan["solver"]["lp_backend"] else "")
+        + f" in {plan['solver']['seconds'] * 1e3:.2f} ms; plan {plan['plan_id'][:12]}, "
+        f"expires {plan['expires']}",
+    ]
+
+
+def default_console() -> Console:
+    """A console as wide as the terminal, or 132 columns when output is not a terminal."""
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=132)
+
+
+def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
+    console = console or default_console()
+    console.print(plan_table(plan))
+    for line in summary_lines(plan):
+        console.print(line, highlight=False)
