@@ -203,24 +203,12 @@ def report(table: pd.DataFrame, out=print) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from cosample.experiments.cli import add_benchmark_arguments
+
     parser = argparse.ArgumentParser(prog="python -m cosample.experiments.bench_planner",
                                      description=__doc__.splitlines()[0])
-    add_arguments(parser)
+    add_benchmark_arguments(parser)
     return parser
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-seconds", type=float, default=60.0,
-                        help="stop growing n for a solver once its next size would take longer "
-                             "than this (default 60)")
-    parser.add_argument("--max-servers", type=int, default=10 ** 6,
-                        help="largest n to try (default 1000000)")
-    parser.add_argument("--max-lp-variables", type=int, default=400_000,
-                        help="skip LPs with more variables (memory guard, default 400000)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"tiny run for tests: n in {QUICK_SIZES}, no timing claims")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--csv", type=Path, default=None, help="write the tidy table here")
 
 
 def benchmark(args: argparse.Namespace, out=print) -> tuple[pd.DataFrame, bool]:

@@ -1,5 +1,213 @@
-"""CLI of experiments (not written yet)."""
+"""``cosample experiment heatmap|sensitivity|costcurves|scaling``: reproduce and show the results.
+
+Parsing lives here with light imports; each handler imports what it needs, computes a tidy
+table, writes it as CSV beside a PNG figure under ``--out`` (default ``out/``) and prints the
+headline numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_OUT = Path("out")
 
 
-def register(subparsers):
-    return None
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "experiment", help="reproduce the paper's figures and benchmarks",
+        description="Reproduce the paper's gain heatmap, cost curves and planner scaling.")
+    commands = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT")
+    commands.required = True
+
+    heatmap = commands.add_parser("heatmap", help="gain of collaborative sampling (paper Fig. 3)")
+    _heatmap_options(heatmap, grid="100")
+    heatmap.add_argument("--servers", type=int, default=10, help="number of servers n (default 10)")
+    heatmap.add_argument("--cross-fraction", type=float, default=0.0,
+                         help="fraction of each server's traffic sent to the other servers "
+                              "(default 0: the paper's setup, traffic stays inside each server)")
+    heatmap.add_argument("--name", default="heatmap", help="file stem of the outputs (default heatmap)")
+    heatmap.set_defaults(func=run_heatmap)
+
+    sensitivity = commands.add_parser("sensitivity", help="the heatmap for other n, coefficients "
+                                                          "and crossing traffic, side by side")
+    _heatmap_options(sensitivity, grid="30")
+    sensitivity.add_argument("--servers", type=int, default=10, help="n of the base case (default 10)")
+    sensitivity.add_argument("--other-servers", type=_int_list, default=(3, 30, 100),
+                             help="other n, comma-separated (default 3,30,100)")
+    sensitivity.add_argument("--cross-fractions", type=_float_list, default=(0.2, 0.5),
+                             help="crossing fractions, comma-separated (default 0.2,0.5)")
+    sensitivity.add_argument("--name", default="sensitivity", help="file stem (default sensitivity)")
+    sensitivity.set_defaults(func=run_sensitivity)
+
+    costcurves = commands.add_parser("costcurves", help="throughput vs rate per mechanism, fitted")
+    source = costcurves.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", type=Path, help="tidy measurements CSV (mechanism, rate, throughput_pps)")
+    source.add_argument("--synthetic", action="store_true",
+                        help="generate measurements from the paper's coefficients (with noise) instead")
+    costcurves.add_argument("--protocol", default=None,
+                            help="use only measurements of this protocol (e.g. udp)")
+    costcurves.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    costcurves.add_argument("--name", default="costcurves", help="file stem (default costcurves)")
+    costcurves.set_defaults(func=run_costcurves)
+
+    scaling = commands.add_parser("scaling", help="planner time vs n per solver, log-log")
+    scaling.add_argument("--from-csv", type=Path, default=None,
+                         help="plot a table written by bench_planner instead of measuring again")
+    add_benchmark_arguments(scaling)
+    scaling.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    scaling.add_argument("--name", default="planner_scaling", help="file stem (default planner_scaling)")
+    scaling.set_defaults(func=run_scaling)
+
+
+def add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the planner benchmark, shared by ``experiment scaling`` and ``bench_planner``."""
+    parser.add_argument("--max-seconds", type=float, default=60.0,
+                        help="stop growing n for a solver once its next size is predicted to take "
+                             "longer than this (default 60)")
+    parser.add_argument("--max-servers", type=int, default=10 ** 6,
+                        help="largest n to try (default 1000000)")
+    parser.add_argument("--max-lp-variables", type=int, default=400_000,
+                        help="skip LPs with more variables, a memory guard (default 400000)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny run for tests (n = 10, 20, 50); its times mean nothing")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random data centres")
+    parser.add_argument("--csv", type=Path, default=None, help="write the tidy table here")
+
+
+def _heatmap_options(parser: argparse.ArgumentParser, grid: str) -> None:
+    parser.add_argument("--alpha", type=float, default=None,
+                        help="cost of sampling a packet locally (default: paper's 1.54, or --calibration)")
+    parser.add_argument("--beta", type=float, default=None,
+                        help="cost of mirroring a packet (default: paper's 0.46, or --calibration)")
+    parser.add_argument("--calibration", type=Path, default=None,
+                        help="take alpha and beta from this `cosample fit` JSON (flags still win)")
+    parser.add_argument("--grid", default=grid,
+                        help=f"N or PxL points evenly in (0, 1] for p and load (default {grid})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="output directory (default out/)")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _coefficients(args: argparse.Namespace) -> tuple[float, float]:
+    """Heatmap: alpha and beta from --calibration if given, else the paper's; flags win."""
+    from cosample.experiments.files import read_calibration
+    from cosample.experiments.heatmap import PAPER_ALPHA, PAPER_BETA
+
+    alpha, beta = PAPER_ALPHA, PAPER_BETA
+    if args.calibration is not None:
+        found = read_calibration(args.calibration)
+        alpha, beta = found["alpha"], found["beta"]
+    return (args.alpha if args.alpha is not None else alpha,
+            args.beta if args.beta is not None else beta)
+
+
+def _base_and_calibrated(args: argparse.Namespace) -> tuple[float, float, tuple | None]:
+    """Sensitivity: the base case uses --alpha/--beta (paper's by default); --calibration adds one."""
+    from cosample.experiments.files import read_calibration
+    from cosample.experiments.heatmap import PAPER_ALPHA, PAPER_BETA
+
+    alpha = args.alpha if args.alpha is not None else PAPER_ALPHA
+    beta = args.beta if args.beta is not None else PAPER_BETA
+    calibrated = None
+    if args.calibration is not None:
+        found = read_calibration(args.calibration)
+        calibrated = ("calibrated", found["alpha"], found["beta"])
+    return alpha, beta, calibrated
+
+
+def run_heatmap(args: argparse.Namespace) -> int:
+    from cosample.experiments import plots
+    from cosample.experiments.files import output_dir, write_csv
+    from cosample.experiments.heatmap import HeatmapSetup, gain_grid, parse_grid, summarise
+
+    alpha, beta = _coefficients(args)
+    setup = HeatmapSetup(servers=args.servers, alpha=alpha, beta=beta,
+                         cross_fraction=args.cross_fraction)
+    p_values, load_values = parse_grid(args.grid)
+    out = output_dir(args.out)
+    frame = gain_grid(setup, p_values, load_values)
+    csv = write_csv(frame, out / f"{args.name}.csv")
+    title = f"n={setup.servers}, alpha={alpha:.3g}, beta={beta:.3g}"
+    if setup.cross_fraction:
+        title += f", {setup.cross_fraction:.0%} of traffic crosses servers"
+    png = plots.gain_heatmap(frame, out / f"{args.name}.png", title=title)
+    print(f"{title}: {summarise(frame).report()}")
+    print(f"wrote {csv} and {png}")
+    return 0
+
+
+def run_sensitivity(args: argparse.Namespace) -> int:
+    from cosample.experiments import plots, sensitivity
+    from cosample.experiments.files import output_dir, write_csv
+    from cosample.experiments.heatmap import HeatmapSetup, parse_grid
+
+    alpha, beta, calibrated = _base_and_calibrated(args)
+    base = HeatmapSetup(servers=args.servers, alpha=alpha, beta=beta)
+    chosen = sensitivity.scenarios(base, servers=args.other_servers,
+                                   cross_fractions=args.cross_fractions, calibrated=calibrated)
+    p_values, load_values = parse_grid(args.grid)
+    out = output_dir(args.out)
+    frame = sensitivity.run(chosen, p_values, load_values)
+    table = sensitivity.summary(frame)
+    csv = write_csv(frame, out / f"{args.name}.csv")
+    summary_csv = write_csv(table, out / f"{args.name}_summary.csv")
+    png = plots.gain_panels({title: cells for title, cells in frame.groupby("scenario", sort=False)},
+                            out / f"{args.name}.png")
+    with_percent = table.assign(**{c: (table[c] * 100).round(1) for c in ("max_gain", "mean_gain",
+                                                                           "median_gain")})
+    print(with_percent[["scenario", "feasible_cells", "max_gain", "mean_gain", "median_gain"]]
+          .rename(columns={"max_gain": "max %", "mean_gain": "mean %", "median_gain": "median %"})
+          .to_string(index=False))
+    if calibrated is not None:
+        print(f"calibrated coefficients from {args.calibration}")
+    print(f"wrote {csv}, {summary_csv} and {png}")
+    return 0
+
+
+def run_costcurves(args: argparse.Namespace) -> int:
+    from cosample.experiments import costcurves, plots
+    from cosample.experiments.files import output_dir, write_csv
+
+    out = output_dir(args.out)
+    measurements = (costcurves.synthetic_measurements() if args.synthetic
+                    else costcurves.read_measurements(args.data, protocol=args.protocol))
+    result = costcurves.fit_curves(measurements)
+    curves_csv = write_csv(result.curves, out / f"{args.name}.csv")
+    table_csv = write_csv(result.coefficients, out / f"{args.name}_coefficients.csv")
+    title = ("synthetic measurements from the paper's coefficients" if args.synthetic
+             else f"measured: {args.data}" + (f" ({args.protocol})" if args.protocol else ""))
+    png = plots.cost_curves(measurements, result.curves, out / f"{args.name}.png", title=title)
+    print(costcurves.report(result.coefficients))
+    print(f"wrote {curves_csv}, {table_csv} and {png}")
+    return 0
+
+
+def run_scaling(args: argparse.Namespace) -> int:
+    from cosample.experiments import bench_planner, plots
+    from cosample.experiments.files import output_dir, read_csv
+
+    out = output_dir(args.out)
+    if args.from_csv is not None:
+        table = read_csv(args.from_csv, required=bench_planner.COLUMNS)
+        agree = bench_planner.report(table)
+    else:
+        if args.csv is None:
+            args.csv = out / f"{args.name}.csv"
+        table, agree = bench_planner.benchmark(args)
+    png = plots.planner_scaling(table, out / f"{args.name}.png")
+    print(f"wrote {png}")
+    return 0 if agree else 1

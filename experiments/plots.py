@@ -72,14 +72,15 @@ def gain_panels(frames: Mapping[str, pd.DataFrame], path: str | Path, columns: i
     return save_figure(figure, path)
 
 
-def cost_curves(measurements: pd.DataFrame, curves: pd.DataFrame, path: str | Path) -> Path:
+def cost_curves(measurements: pd.DataFrame, curves: pd.DataFrame, path: str | Path,
+                title: str | None = None) -> Path:
     """Throughput vs rate per mechanism: measured points, fitted curve, paper's curve (dashed).
 
     ``measurements``: mechanism, rate, throughput_pps. ``curves``: mechanism, rate,
     fitted_pps, paper_pps (paper_pps may be NaN for mechanisms the paper did not measure).
     """
     mechanisms = list(dict.fromkeys(curves["mechanism"]))
-    columns = min(3, len(mechanisms)) or 1
+    columns = 2 if len(mechanisms) in (2, 4) else min(3, len(mechanisms)) or 1
     rows = -(-len(mechanisms) // columns) or 1
     figure, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False,
                                 constrained_layout=True)
@@ -98,6 +99,8 @@ def cost_curves(measurements: pd.DataFrame, curves: pd.DataFrame, path: str | Pa
         axes.legend(fontsize=7)
     for axes in list(grid.flat)[len(mechanisms):]:
         axes.set_visible(False)
+    if title:
+        figure.suptitle(title, fontsize=10)
     return save_figure(figure, path)
 
 
