@@ -4,13 +4,17 @@ Nothing here touches the system; ``build.py`` realises a ``Topology`` and ``traf
 its ``flows``. Layout (prefix ``ct``, server ``S``, VM ``V``):
 
 - server S is a network namespace ``ctSh`` running its own ovs-vswitchd (userspace datapath)
-  with an integration bridge ``ctbrS`` (VM ports, sFlow, the agents' mirror ports) patched to a
-  tunnel bridge ``ctbtS`` whose only other port is a kernel VXLAN device ``ctvxS``: packets from
-  other servers enter through the tunnel bridge, which has no sFlow, so a server samples only
-  what its own VMs send, as the model assumes (the source samples);
-- the underlay is a Linux bridge ``ctbr0`` in the root namespace; server S reaches it through a
-  veth ``ctuS`` (root end) / ``ctSul`` (server end, 172.29.77.S, the server's tunnel IP); the
-  bridge itself holds 172.29.77.254, where the sFlow collector listens;
+  with an integration bridge ``ctbrS`` (VM ports, sFlow, the agents' mirror tunnel ports)
+  patched to a tunnel bridge ``ctbtS`` whose only other port is a kernel VXLAN device ``ctvxS``
+  (UDP 8472): packets from other VMs enter through the tunnel bridge, which has no sFlow, so a
+  server samples only what its own VMs send, as the model assumes (the source samples);
+- the server's uplink follows OVS's "br-phy" pattern for the userspace datapath: a bridge
+  ``ctbpS`` holds the server end ``ctSul`` of the underlay veth, and its internal port ``ctbpS``
+  holds the tunnel IP 172.29.77.S. Encapsulated packets therefore enter OVS, which terminates
+  its own VXLAN ports (the agents' receivers, UDP 4789) natively; everything else (the data
+  VXLAN, sFlow datagrams) goes up to the kernel through the internal port;
+- the underlay is a Linux bridge ``ctbr0`` in the root namespace joined by each server's veth
+  root end ``ctuS``; the bridge holds 172.29.77.254, where the sFlow collector listens;
 - VM V of server S is a namespace ``ctSvV`` whose ``eth0`` (10.77.S.V/16) is a veth to the
   server's port ``ctSvV``; all VMs share one layer-2 segment across the VXLAN.
 
@@ -38,7 +42,7 @@ VM_NET = "10.77"
 VM_PREFIXLEN = 16
 VM_MTU = 1400
 VXLAN_VNI = 7700
-VXLAN_PORT = 4789
+VXLAN_PORT = 8472  # the data plane's; 4789 is left to the agents' mirror tunnels
 MAX_SERVERS = 200
 MAX_VMS = 200
 MAX_IFNAME = 15
@@ -100,6 +104,11 @@ class Server:
         return f"{self.prefix}br{self.index}"
 
     @property
+    def phy_bridge(self) -> str:
+        """The uplink bridge; its internal port of the same name holds ``tunnel_ip``."""
+        return f"{self.prefix}bp{self.index}"
+
+    @property
     def tunnel_bridge(self) -> str:
         return f"{self.prefix}bt{self.index}"
 
@@ -123,7 +132,7 @@ class Server:
 
     @property
     def underlay_port(self) -> str:
-        """Server-namespace end of the underlay veth, holding ``tunnel_ip``."""
+        """Server-namespace end of the underlay veth, a port of ``phy_bridge``."""
         return f"{self.prefix}{self.index}ul"
 
     @property
@@ -184,7 +193,7 @@ class Topology:
         """Every interface name the testbed creates (all must fit in 15 characters)."""
         names = [self.underlay_bridge]
         for server in self.servers:
-            names += [server.bridge, server.tunnel_bridge, server.patch_int, server.patch_tun,
+            names += [server.bridge, server.phy_bridge, server.tunnel_bridge, server.patch_int, server.patch_tun,
                       server.vxlan, server.underlay_root, server.underlay_port, server.namespace]
             names += [vm.port for vm in server.vms]
         return names
