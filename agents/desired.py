@@ -1,0 +1,123 @@
+"""What a host must look like, from its part of a plan (pure): ``desired_state`` and ``safe_state``.
+
+The safe state is what an agent falls back to when it has no valid, unexpired plan: local sFlow
+at the conservative ``safe_sampling`` rate (1-in-4096 by default), no mirrors, no receiver
+tunnels. It never loads a server beyond sampling a small fraction of its own traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cosample.agents.config import AgentConfig
+from cosample.agents.errors import PlanError
+from cosample.agents.plan import HostPlan, Plan, parse_hostport
+from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, DesiredState, MirrorTarget,
+                                   SflowSettings, TunnelPort, pair_vni, short_hash)
+from cosample.lab.tcmirror import chain_thresholds
+
+DEFAULT_BRIDGE = "br-int"
+
+
+def desired_state(plan: Plan, config: AgentConfig) -> DesiredState:
+    """The state ``plan`` asks of ``config.host``; a ``PlanError`` if the host cannot realise it."""
+    host = plan.hosts.get(config.host)
+    if host is None:
+        raise PlanError(f"hosts: no entry for this host {config.host!r} "
+                        f"(the plan has {len(plan.hosts)} hosts)")
+    sflow = None
+    if host.sflow_sampling is not None:
+        sflow = _sflow_settings(plan.sflow, config, host.sflow_sampling)
+    return DesiredState(
+        bridge=config.bridge or host.bridge or DEFAULT_BRIDGE,
+        sflow=sflow,
+        mirrors=_mirror_targets(plan, host, config),
+        receivers=_tunnel_ports(plan, host, config),
+        vm_ports=config.vm_ports if config.vm_ports is not None else host.vm_ports,
+        mode="plan", plan_version=plan.version)
+
+
+def safe_state(config: AgentConfig, plan: Plan | None = None) -> DesiredState:
+    """The documented fallback: local sFlow 1-in-``safe_sampling``, no mirrors, no receivers.
+
+    The collector comes from the last plan seen (even expired) or the config; with neither,
+    there is nowhere to send samples and the safe state has no sFlow either.
+    """
+    sflow_doc: Mapping[str, Any] = plan.sflow if plan is not None else {}
+    host = plan.hosts.get(config.host) if plan is not None else None
+    sflow = None
+    if sflow_doc.get("collector") or config.collector:
+        sflow = _sflow_settings(sflow_doc, config, config.safe_sampling)
+    return DesiredState(
+        bridge=config.bridge or (host.bridge if host else None) or DEFAULT_BRIDGE,
+        sflow=sflow, mode="safe", plan_version=plan.version if plan is not None else None,
+        vm_ports=config.vm_ports if config.vm_ports is not None else (host.vm_ports if host else None))
+
+
+def mirror_device_name(config: AgentConfig, peer: str) -> str:
+    return f"{config.mirror_device_prefix}-{short_hash(peer)}"
+
+
+def tunnel_port_name(config: AgentConfig, peer: str) -> str:
+    return f"{config.tunnel_port_prefix}-{short_hash(peer)}"
+
+
+# pieces ------------------------------------------------------------------------------------
+def _sflow_settings(sflow_doc: Mapping[str, Any], config: AgentConfig,
+                    sampling: int) -> SflowSettings:
+    target = sflow_doc.get("collector") or config.collector
+    if not target:
+        raise PlanError("sflow.collector: missing in the plan and in the agent config "
+                        "(set 'collector' in the config)")
+    parse_hostport(target, "sflow.collector")
+    return SflowSettings(
+        target=target, sampling=sampling,
+        agent=sflow_doc.get("agent") or config.sflow_agent,
+        header_bytes=int(sflow_doc.get("header_bytes", config.header_bytes)),
+        polling_s=int(sflow_doc.get("polling_s", config.polling_s)))
+
+
+def _tunnel_ip(plan: Plan, name: str, why: str) -> str:
+    ip = plan.hosts[name].tunnel_ip
+    if ip is None:
+        raise PlanError(f"hosts.{name}.tunnel_ip: required because {why}")
+    return ip
+
+
+def _mirror_targets(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[MirrorTarget, ...]:
+    if not host.mirrors:
+        return ()
+    if len(host.mirrors) > PRIO_COUNT:
+        raise PlanError(f"hosts.{host.name}.mirrors: {len(host.mirrors)} targets, at most "
+                        f"{PRIO_COUNT} supported")
+    local_ip = _tunnel_ip(plan, host.name, f"{host.name} mirrors traffic")
+    probabilities = chain_thresholds([m.rate for m in host.mirrors])
+    targets = tuple(
+        MirrorTarget(peer=m.peer, rate=m.rate, probability=q, prio=PRIO_BASE + k,
+                     device=mirror_device_name(config, m.peer),
+                     remote_ip=_tunnel_ip(plan, m.peer, f"{host.name} mirrors to it"),
+                     vni=pair_vni(host.name, m.peer), local_ip=local_ip,
+                     dstport=config.vxlan_port)
+        for k, (m, q) in enumerate(zip(host.mirrors, probabilities)))
+    _distinct(host.name, "mirror device names", [t.device for t in targets])
+    _distinct(host.name, "mirror VXLAN keys", [t.vni for t in targets])
+    return targets
+
+
+def _tunnel_ports(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[TunnelPort, ...]:
+    if not host.receives:
+        return ()
+    local_ip = _tunnel_ip(plan, host.name, f"{host.name} receives mirrored traffic")
+    ports = tuple(
+        TunnelPort(peer=r.peer, name=tunnel_port_name(config, r.peer),
+                   remote_ip=_tunnel_ip(plan, r.peer, f"it mirrors to {host.name}"),
+                   key=pair_vni(r.peer, host.name), local_ip=local_ip, dstport=config.vxlan_port)
+        for r in host.receives)
+    _distinct(host.name, "tunnel port names", [p.name for p in ports])
+    return ports
+
+
+def _distinct(host: str, what: str, values: list) -> None:
+    if len(set(values)) != len(values):
+        raise PlanError(f"hosts.{host}: {what} collide ({values}); rename a peer host")

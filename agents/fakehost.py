@@ -1,0 +1,141 @@
+"""An in-memory host with the same two methods as ``host.LinuxOvsHost``: ``observe`` and ``apply``.
+
+For unit tests of the reconcile loop (like faucet's fake OpenFlow table). It models the facts
+the real host has and the agent must cope with: flows vanish when ovs-vswitchd restarts, tc
+filters vanish when an interface is re-created, a re-created mirror device leaves filters
+pointing at nothing, foreign objects exist. Every ``apply`` counts as one write.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from cosample.agents import commands as c
+from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, ObservedDevice, ObservedFilter,
+                                   ObservedFlow, ObservedLink, ObservedPort, ObservedSflow,
+                                   ObservedState)
+from cosample.lab.tcmirror import bpf_random_bytecode
+
+
+@dataclass
+class FakeLink:
+    clsact: bool = False
+    filters: dict[int, ObservedFilter] = field(default_factory=dict)  # prio -> filter
+
+
+class FakeHost:
+    """A bridge with ports, an sFlow row, flows; Linux links with tc filters; VXLAN devices."""
+
+    def __init__(self, bridge: str = "br-int", vm_ports: Iterable[str] = ("vm1", "vm2"),
+                 bridge_exists: bool = True) -> None:
+        self.bridge = bridge
+        self.bridge_exists = bridge_exists
+        self.sflow: ObservedSflow | None = None
+        self.ports: dict[str, ObservedPort] = {
+            name: ObservedPort(name, "", next_ofport, owned=False)
+            for next_ofport, name in enumerate(vm_ports, start=1)}
+        self.flows: dict[int, ObservedFlow] = {}
+        self.links: dict[str, FakeLink] = {name: FakeLink() for name in vm_ports}
+        self.devices: dict[str, ObservedDevice] = {}
+        self.writes = 0
+        self.applied: list[c.Command] = []
+        self._uuids = (f"uuid-{k}" for k in itertools.count(1))
+
+    # the host interface ---------------------------------------------------------------------
+    def observe(self, bridge: str, links: Iterable[str] = ()) -> ObservedState:
+        if not self.bridge_exists or bridge != self.bridge:
+            return ObservedState(bridge=bridge, bridge_exists=False)
+        names = {p.name for p in self.ports.values() if not p.owned} | set(links)
+        observed_links = {
+            name: ObservedLink(name, link.clsact, tuple(
+                f for prio, f in sorted(link.filters.items())
+                if PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT))
+            for name, link in self.links.items() if name in names}
+        return ObservedState(bridge=bridge, bridge_exists=True, sflow=self.sflow,
+                             ports=tuple(self.ports.values()),
+                             flows=tuple(self.flows.values()), links=observed_links,
+                             devices=tuple(self.devices.values()))
+
+    def apply(self, command: c.Command) -> None:
+        self.writes += 1
+        self.applied.append(command)
+        handler = getattr(self, f"_apply_{type(command).__name__}")
+        handler(command)
+
+    # simulated events -----------------------------------------------------------------------
+    def restart_vswitchd(self) -> None:
+        """OpenFlow flows are not in OVSDB: they are gone after a restart."""
+        self.flows.clear()
+
+    def recreate_link(self, name: str) -> None:
+        """An interface deleted and added again has no qdisc and no filters."""
+        self.links[name] = FakeLink()
+
+    def add_foreign_sflow(self) -> None:
+        self.sflow = ObservedSflow("foreign-uuid", owned=False,
+                                   settings=c.SflowSettings("192.0.2.9:6343", 1))
+
+    # command handlers -----------------------------------------------------------------------
+    def _apply_SetSflow(self, command: c.SetSflow) -> None:
+        uuid = command.uuid or next(self._uuids)
+        self.sflow = ObservedSflow(uuid, owned=True, settings=command.settings)
+
+    def _apply_RemoveSflow(self, command: c.RemoveSflow) -> None:
+        if self.sflow is not None and self.sflow.uuid == command.uuid:
+            self.sflow = None
+
+    def _apply_AddTunnelPort(self, command: c.AddTunnelPort) -> None:
+        if command.name not in self.ports:
+            taken = {p.ofport for p in self.ports.values()}
+            ofport = command.ofport if command.ofport not in taken else max(taken) + 1
+            self.ports[command.name] = ObservedPort(command.name, "vxlan", ofport, owned=True,
+                                                    options=dict(command.options),
+                                                    peer=command.peer)
+
+    def _apply_RemoveTunnelPort(self, command: c.RemoveTunnelPort) -> None:
+        port = self.ports.get(command.name)
+        if port is not None and port.owned:
+            del self.ports[command.name]
+
+    def _apply_AddDropFlow(self, command: c.AddDropFlow) -> None:
+        self.flows[command.cookie] = ObservedFlow(command.cookie, command.in_port,
+                                                  command.priority, "drop")
+
+    def _apply_RemoveDropFlow(self, command: c.RemoveDropFlow) -> None:
+        self.flows.pop(command.cookie, None)
+
+    def _apply_AddMirrorDevice(self, command: c.AddMirrorDevice) -> None:
+        if command.replace or command.name not in self.devices:
+            self._drop_device(command.name)
+        self.devices[command.name] = ObservedDevice(command.name, command.remote_ip,
+                                                    command.vni, command.local_ip,
+                                                    command.dstport, up=True)
+
+    def _apply_RemoveMirrorDevice(self, command: c.RemoveMirrorDevice) -> None:
+        self._drop_device(command.name)
+
+    def _apply_AddClsact(self, command: c.AddClsact) -> None:
+        self.links[command.device].clsact = True
+
+    def _apply_SetMirrorFilter(self, command: c.SetMirrorFilter) -> None:
+        link = self.links[command.device]
+        if not link.clsact:
+            raise RuntimeError(f"no clsact on {command.device}")  # as tc would fail
+        if command.target not in self.devices:
+            raise RuntimeError(f"no device {command.target}")
+        link.filters[command.prio] = ObservedFilter(
+            command.prio, bpf_random_bytecode(command.probability), command.target)
+
+    def _apply_RemoveMirrorFilter(self, command: c.RemoveMirrorFilter) -> None:
+        link = self.links.get(command.device)
+        if link is not None:
+            link.filters.pop(command.prio, None)
+
+    def _drop_device(self, name: str) -> None:
+        if self.devices.pop(name, None) is not None:
+            for link in self.links.values():
+                for prio, f in list(link.filters.items()):
+                    if f.target == name:
+                        link.filters[prio] = replace(f, target=None)

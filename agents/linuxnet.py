@@ -1,0 +1,140 @@
+"""The Linux side of a real host: mirror VXLAN devices (``ip``) and tc mirror filters (``tc``).
+
+Mirror devices are the agent's own when their ``ifalias`` starts with ``cosample-owner=agent``
+or, should a run have died between ``ip link add`` and tagging, when their name carries the
+agent's device prefix and no alias. tc filters are the agent's own by priority
+(``PRIO_BASE`` .. ``+PRIO_COUNT`` on a VM port's ingress hook); they are written with
+``tc filter replace`` at a fixed prio/handle, so writing twice is harmless. The ``clsact`` qdisc
+is shared infrastructure: added when missing, never removed (that would drop others' filters).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from cosample.agents import commands as c
+from cosample.agents.errors import HostError
+from cosample.agents.state import (ALIAS_PREFIX, FILTER_HANDLE, PRIO_BASE, PRIO_COUNT,
+                                   ObservedDevice, ObservedFilter, ObservedLink)
+from cosample.lab.run import CommandError, run
+from cosample.lab.tcmirror import clsact_add_argv, filter_delete_argv, mirror_filter_argv
+
+
+class LinuxSide:
+    """``ip``/``tc`` in the agent's network namespace."""
+
+    def __init__(self, device_prefix: str, timeout_s: float = 10.0) -> None:
+        self.device_prefix = device_prefix
+        self.timeout_s = timeout_s
+
+    # observe ----------------------------------------------------------------------------------
+    def links(self, names: Iterable[str]) -> dict[str, ObservedLink]:
+        """The given interfaces that exist, with their clsact state and the agent's filters."""
+        present = {link["ifname"] for link in self._json(["ip", "-j", "link", "show"])}
+        out = {}
+        for name in sorted(set(names) & present):
+            qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", name], missing_ok=True)
+            clsact = any(q.get("kind") == "clsact" for q in qdiscs)
+            filters = self._filters(name) if clsact else ()
+            out[name] = ObservedLink(name, clsact, filters)
+        return out
+
+    def devices(self) -> tuple[ObservedDevice, ...]:
+        """The agent's mirror VXLAN devices."""
+        found = []
+        for link in self._json(["ip", "-j", "-d", "link", "show", "type", "vxlan"]):
+            name, alias = link["ifname"], link.get("ifalias", "")
+            if not (alias.startswith(ALIAS_PREFIX) or
+                    (not alias and name.startswith(f"{self.device_prefix}-"))):
+                continue
+            data = link.get("linkinfo", {}).get("info_data", {})
+            found.append(ObservedDevice(
+                name=name, remote_ip=data.get("remote"), vni=data.get("id"),
+                local_ip=data.get("local"), dstport=data.get("port"),
+                up="UP" in link.get("flags", [])))
+        return tuple(sorted(found, key=lambda d: d.name))
+
+    # apply ------------------------------------------------------------------------------------
+    def apply(self, command: c.Command) -> None:
+        if isinstance(command, c.AddMirrorDevice):
+            exists = self._exists(command.name)
+            if exists and command.replace:
+                self._run(["ip", "link", "del", command.name])
+                exists = False
+            if not exists:
+                argv = ["ip", "link", "add", command.name, "type", "vxlan", "id", command.vni,
+                        "remote", command.remote_ip, "dstport", command.dstport]
+                if command.local_ip:
+                    argv += ["local", command.local_ip]
+                self._run(argv)
+            self._run(["ip", "link", "set", command.name, "alias",
+                       f"{ALIAS_PREFIX} peer={command.peer}", "up"])
+        elif isinstance(command, c.RemoveMirrorDevice):
+            if self._exists(command.name):
+                self._run(["ip", "link", "del", command.name])
+        elif isinstance(command, c.AddClsact):
+            qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", command.device])
+            if not any(q.get("kind") == "clsact" for q in qdiscs):
+                self._run(clsact_add_argv(command.device))
+        elif isinstance(command, c.SetMirrorFilter):
+            self._run(mirror_filter_argv(command.device, command.target, command.probability,
+                                         prio=command.prio, handle=FILTER_HANDLE))
+        elif isinstance(command, c.RemoveMirrorFilter):
+            result = run(filter_delete_argv(command.device, prio=command.prio,
+                                            handle=FILTER_HANDLE),
+                         timeout=self.timeout_s, check=False)
+            if result.returncode != 0 and "not found" not in result.stderr + result.stdout \
+                    and "Cannot find device" not in result.stderr:
+                raise HostError(f"tc: removing filter prio {command.prio} on {command.device}: "
+                                f"{result.stderr.strip()}")
+        else:
+            raise HostError(f"Linux side cannot apply {command!r}")
+
+    # helpers ----------------------------------------------------------------------------------
+    def _filters(self, name: str) -> tuple[ObservedFilter, ...]:
+        found = []
+        for entry in self._json(["tc", "-j", "filter", "show", "dev", name, "ingress"],
+                                missing_ok=True):
+            prio, options = entry.get("pref"), entry.get("options")
+            if options is None or not PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT:
+                continue
+            found.append(ObservedFilter(prio, _bytecode(options), _mirred_target(options)))
+        return tuple(sorted(found, key=lambda f: f.prio))
+
+    def _exists(self, name: str) -> bool:
+        return run(["ip", "link", "show", "dev", name], timeout=self.timeout_s,
+                   check=False).returncode == 0
+
+    def _run(self, argv: list) -> str:
+        try:
+            return run(argv, timeout=self.timeout_s).stdout
+        except CommandError as exc:
+            raise HostError(str(exc)) from None
+
+    def _json(self, argv: list[str], missing_ok: bool = False) -> list[dict[str, Any]]:
+        result = run(argv, timeout=self.timeout_s, check=False)
+        if result.returncode != 0:
+            if missing_ok:
+                return []  # the interface went away between two reads
+            raise HostError(f"{' '.join(argv)}: {result.stderr.strip()}")
+        text = result.stdout.strip()
+        return json.loads(text) if text else []
+
+
+def _bytecode(options: dict[str, Any]) -> str:
+    """The ``tc`` bytecode string of a bpf filter, as ``bpf_random_bytecode`` writes it."""
+    code = options.get("bytecode", {})
+    insns = code.get("insns", [])
+    parts = [str(code.get("length", len(insns)))]
+    parts += [f"{i['code']} {i['jt']} {i['jf']} {i['k']}" for i in insns]
+    return ",".join(parts)
+
+
+def _mirred_target(options: dict[str, Any]) -> str | None:
+    for action in options.get("actions", []):
+        if action.get("kind") == "mirred":
+            target = action.get("to_dev")
+            return None if target in (None, "*") else target
+    return None

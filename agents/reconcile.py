@@ -1,0 +1,190 @@
+"""Desired vs observed state -> the ordered commands that close the gap (pure, like faucet's valves).
+
+Order matters for safety: every command that lowers load (removals, lower mirror
+probabilities, sparser sFlow) comes before any command that raises it. Within a receiver tunnel,
+the drop flow exists before the port and outlives it, so mirrored packets never reach the
+bridge's normal forwarding. Only objects marked as the agent's own are changed or removed;
+anything else in the way is reported by ``find_problems`` and left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cosample.agents.commands import (AddClsact, AddDropFlow, AddMirrorDevice, AddTunnelPort,
+                                      Command, RemoveDropFlow, RemoveMirrorDevice,
+                                      RemoveMirrorFilter, RemoveSflow, RemoveTunnelPort,
+                                      SetMirrorFilter, SetSflow)
+from cosample.agents.state import (DROP_FLOW_PRIORITY, OFPORT_BASE, OFPORT_COUNT, DesiredState,
+                                   MirrorTarget, ObservedDevice, ObservedState, drop_cookie)
+from cosample.lab.tcmirror import TcMirrorError, bpf_random_bytecode, match_probability
+
+VM_PORT_TYPES = ("", "system")
+
+
+def reconcile(desired: DesiredState, observed: ObservedState) -> list[Command]:
+    """Commands that turn ``observed`` into ``desired``: decreases first, then increases."""
+    if not observed.bridge_exists:
+        return []  # never create a production bridge; find_problems reports it
+    decrease: list[Command] = []
+    increase: list[Command] = []
+    recreated = _devices(desired, observed, decrease, increase)
+    _filters(desired, observed, recreated, decrease, increase)
+    _tunnels(desired, observed, decrease, increase)
+    _sflow(desired, observed, decrease, increase)
+    return _ordered(decrease, _DECREASE_ORDER) + _ordered(increase, _INCREASE_ORDER)
+
+
+def vm_ports(desired: DesiredState, observed: ObservedState) -> tuple[str, ...]:
+    """The ports whose ingress is mirrored: as configured, else the bridge's non-owned system ports."""
+    if desired.vm_ports is not None:
+        return tuple(desired.vm_ports)
+    return tuple(sorted(p.name for p in observed.ports
+                        if not p.owned and p.type in VM_PORT_TYPES and p.name != observed.bridge))
+
+
+def find_problems(desired: DesiredState, observed: ObservedState) -> list[str]:
+    """What the agent will not fix by itself and reports instead (status file, metrics)."""
+    if not observed.bridge_exists:
+        return [f"bridge {observed.bridge} does not exist; the agent never creates bridges"]
+    problems = []
+    if observed.sflow is not None and not observed.sflow.owned:
+        problems.append(f"bridge {observed.bridge} has a foreign sFlow row "
+                        f"{observed.sflow.uuid}; left alone, local sampling not managed")
+    if desired.mirrors:
+        ports = vm_ports(desired, observed)
+        if not ports:
+            problems.append("no VM ports to mirror from (set vm_ports in the plan or config)")
+        problems += [f"VM port {name} has no Linux interface; its traffic is not mirrored"
+                     for name in ports if name not in observed.links]
+    for port in observed.ports:
+        if not port.owned and port.name in {t.name for t in desired.receivers}:
+            problems.append(f"port {port.name} exists but is not ours; tunnel from "
+                            f"{port.peer or 'its peer'} not set up")
+    return problems
+
+
+# pieces ------------------------------------------------------------------------------------
+def _devices(desired: DesiredState, observed: ObservedState, decrease: list, increase: list
+             ) -> set[str]:
+    """Mirror VXLAN devices; returns the names (re)created, whose filters must be re-set."""
+    have = {d.name: d for d in observed.devices}
+    want = {t.device: t for t in desired.mirrors}
+    decrease += [RemoveMirrorDevice(name) for name in sorted(set(have) - set(want))]
+    recreated = set()
+    for name, target in want.items():
+        device = have.get(name)
+        if device is not None and _same_device(device, target):
+            if not device.up:
+                increase.append(_add_device(target, replace=False))
+            continue
+        increase.append(_add_device(target, replace=device is not None))
+        recreated.add(name)
+    return recreated
+
+
+def _same_device(device: ObservedDevice, target: MirrorTarget) -> bool:
+    return (device.remote_ip, device.vni, device.local_ip, device.dstport) == (
+        target.remote_ip, target.vni, target.local_ip, target.dstport)
+
+
+def _add_device(target: MirrorTarget, replace: bool) -> AddMirrorDevice:
+    return AddMirrorDevice(name=target.device, peer=target.peer, remote_ip=target.remote_ip,
+                           vni=target.vni, local_ip=target.local_ip, dstport=target.dstport,
+                           replace=replace)
+
+
+def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str],
+             decrease: list, increase: list) -> None:
+    ports = set(vm_ports(desired, observed))
+    want = {t.prio: t for t in desired.mirrors}
+    for name, link in sorted(observed.links.items()):
+        wanted_here = want if name in ports else {}
+        have = {f.prio: f for f in link.filters}
+        decrease += [RemoveMirrorFilter(name, prio) for prio in sorted(set(have) - set(wanted_here))]
+        if wanted_here and not link.clsact:
+            increase.append(AddClsact(name))
+        for prio, target in sorted(wanted_here.items()):
+            current = have.get(prio)
+            command = SetMirrorFilter(name, prio, target.probability, target.device)
+            if current is None or current.target != target.device or target.device in recreated:
+                increase.append(command)
+            elif current.bytecode != bpf_random_bytecode(target.probability):
+                lower = _probability(current.bytecode) > target.probability
+                (decrease if lower else increase).append(command)
+
+
+def _probability(bytecode: str) -> float:
+    try:
+        return match_probability(bytecode)
+    except TcMirrorError:
+        return 1.0  # unknown program in our prio range: treat as the highest, replace it first
+
+
+def _tunnels(desired: DesiredState, observed: ObservedState, decrease: list, increase: list
+             ) -> None:
+    owned = {p.name: p for p in observed.ports if p.owned}
+    foreign = {p.name for p in observed.ports if not p.owned}
+    used = {p.ofport for p in observed.ports if p.ofport}
+    free = (n for n in range(OFPORT_BASE, OFPORT_BASE + OFPORT_COUNT) if n not in used)
+    wanted_flows: dict[int, int] = {}
+    for port in desired.receivers:
+        if port.name in foreign:
+            continue
+        current = owned.get(port.name)
+        options = tuple(sorted(port.options().items()))
+        if current is not None and current.ofport and current.ofport > 0:
+            ofport = current.ofport
+            if tuple(sorted(current.options.items())) == options and current.peer == port.peer:
+                wanted_flows[drop_cookie(ofport)] = ofport
+                continue
+            decrease.append(RemoveTunnelPort(desired.bridge, port.name))
+        elif current is not None:
+            decrease.append(RemoveTunnelPort(desired.bridge, port.name))  # ofport failed: redo
+            ofport = next(free)
+        else:
+            ofport = next(free)
+        wanted_flows[drop_cookie(ofport)] = ofport
+        increase.append(AddTunnelPort(desired.bridge, port.name, port.peer, options, ofport))
+    wanted_names = {p.name for p in desired.receivers}
+    decrease += [RemoveTunnelPort(desired.bridge, name)
+                 for name in sorted(set(owned) - wanted_names)]
+    have_flows = {f.cookie: f for f in observed.flows}
+    for cookie, flow in sorted(have_flows.items()):
+        if cookie not in wanted_flows or (flow.in_port, flow.priority, flow.actions) != (
+                wanted_flows[cookie], DROP_FLOW_PRIORITY, "drop"):
+            decrease.append(RemoveDropFlow(desired.bridge, cookie))
+    for cookie, ofport in sorted(wanted_flows.items()):
+        flow = have_flows.get(cookie)
+        if flow is None or (flow.in_port, flow.priority, flow.actions) != (
+                ofport, DROP_FLOW_PRIORITY, "drop"):
+            increase.append(AddDropFlow(desired.bridge, cookie, ofport, DROP_FLOW_PRIORITY))
+
+
+def _sflow(desired: DesiredState, observed: ObservedState, decrease: list, increase: list
+           ) -> None:
+    current = observed.sflow
+    if current is not None and not current.owned:
+        return  # foreign row: reported, never touched
+    if desired.sflow is None:
+        if current is not None:
+            decrease.append(RemoveSflow(desired.bridge, current.uuid))
+        return
+    if current is None:
+        increase.append(SetSflow(desired.bridge, desired.sflow))
+    elif current.settings != desired.sflow:
+        command = SetSflow(desired.bridge, desired.sflow, current.uuid)
+        sparser = desired.sflow.sampling >= current.settings.sampling
+        (decrease if sparser else increase).append(command)
+
+
+_DECREASE_ORDER = (RemoveMirrorFilter, SetMirrorFilter, RemoveMirrorDevice, RemoveTunnelPort,
+                   RemoveDropFlow, RemoveSflow, SetSflow)
+_INCREASE_ORDER = (AddMirrorDevice, AddDropFlow, AddTunnelPort, AddClsact, SetMirrorFilter,
+                   SetSflow)
+
+
+def _ordered(commands: Iterable[Command], order: tuple[type, ...]) -> list[Command]:
+    """Stable sort by command kind in ``order``."""
+    rank = {kind: k for k, kind in enumerate(order)}
+    return sorted(commands, key=lambda command: rank[type(command)])
