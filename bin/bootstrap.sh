@@ -9,6 +9,7 @@ PYTHON=${PYTHON:-python3}
 need_system() {
     local missing=()
     command -v glpsol >/dev/null || missing+=(glpk-utils)
+    command -v cbc >/dev/null || missing+=(coinor-cbc)
     [ "${1:-}" = full ] || { printf '%s\n' "${missing[@]}"; return; }
     command -v ovs-vswitchd >/dev/null || missing+=(openvswitch-switch)
     command -v iperf3 >/dev/null || missing+=(iperf3)

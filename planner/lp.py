@@ -23,7 +23,7 @@ from cosample.planner.solution import Solution
 BACKENDS = {
     "glpk": ("GLPK_CMD", "install the Debian package glpk-utils (glpsol)"),
     "highs": ("HiGHS", "pip install highspy"),
-    "cbc": ("PULP_CBC_CMD", "PuLP's bundled CBC is missing; reinstall pulp"),
+    "cbc": ("COIN_CMD", "install the Debian package coinor-cbc (cbc)"),
 }
 
 
@@ -52,10 +52,31 @@ def backend_available(name: str) -> str | None:
 
 def solve_lp(dc: DataCentre, reduced: bool = True, lp_backend: str = "highs",
              time_limit: float | None = None) -> Solution:
-    """Build and solve the LP; a non-optimal status raises ``SolverError`` with the status."""
+    """Build and solve the LP; a non-optimal status raises ``SolverError`` with the status.
+
+    The solution is returned in canonical form (see ``canonical``): receivers sample all their
+    own traffic, senders mirror only to receivers, pairs drawn to keep tunnels few. The full LP
+    is degenerate; when its optimum is not canonical, the plan comes from the reduced LP (the
+    full LP restricted to canonical solutions, with the same optimum), while ``collected_pps``
+    stays the full LP's objective.
+    """
     started = time.perf_counter()
     dc.check_feasible()
     solver = backend(lp_backend, time_limit)
+    objective, values, variables = _solve(dc, reduced, solver, lp_backend)
+    shape = canonical(dc, values)
+    if shape is None:
+        _, values, _ = _solve(dc, True, solver, lp_backend)
+        shape = canonical(dc, values)
+    local, src, dst, pps = shape
+    return Solution("reduced" if reduced else "full", objective, local, src, dst, pps,
+                    seconds=time.perf_counter() - started, variables=variables,
+                    lp_backend=lp_backend)
+
+
+def _solve(dc: DataCentre, reduced: bool, solver: pulp.LpSolver, lp_backend: str
+           ) -> tuple[float, dict[tuple[int, int], float], int]:
+    """(objective, {(i, k): pps of i's traffic sampled at k}, number of variables)."""
     own, spare, alpha, beta = dc.own_pps, dc.spare_pps, dc.alpha, dc.beta
     senders_mask = own > 0
     if reduced:
@@ -65,66 +86,71 @@ def solve_lp(dc: DataCentre, reduced: bool = True, lp_backend: str = "highs",
         receivers_mask = np.ones(dc.size, dtype=bool)
     senders = np.flatnonzero(senders_mask).tolist()
     receivers = np.flatnonzero(receivers_mask).tolist()
+    fixed = np.flatnonzero(receivers_mask & (own > 0)).tolist() if reduced else []
 
     problem = pulp.LpProblem("collaborative_sampling", pulp.LpMaximize)
     share: dict[tuple[int, int], pulp.LpVariable] = {}
     for i in senders:
         for k in [i] + [k for k in receivers if k != i]:
-            share[i, k] = pulp.LpVariable(f"s_{i}_{k}", lowBound=0, upBound=1)
-    fixed = [k for k in receivers if reduced]  # receivers sample all their own in the reduced LP
+            share[i, k] = problem.add_variable(f"s_{i}_{k}", lowBound=0, upBound=1)
     problem += pulp.lpSum(own[i] * var for (i, _), var in share.items()) + float(own[fixed].sum())
 
     incoming: dict[int, list] = {k: [] for k in range(dc.size)}
     own_cost: dict[int, list] = {i: [] for i in senders}
+    outgoing: dict[int, list] = {i: [] for i in senders}
     for (i, k), var in share.items():
+        outgoing[i].append(var)
         if k == i:
             own_cost[i].append(alpha[i] * own[i] * var)
         else:
             own_cost[i].append(beta[i] * own[i] * var)
             incoming[k].append((alpha[k] + beta[k]) * own[i] * var)
     for i in senders:
-        problem += pulp.lpSum(share[i, k] for k in [i] + [k for k in receivers if k != i]) <= 1, \
-            f"share_{i}"
+        problem += pulp.lpSum(outgoing[i]) <= 1, f"share_{i}"
     for k in range(dc.size):
         load = incoming[k] + own_cost.get(k, [])
-        if not load:
-            continue
-        fixed_cost = float(alpha[k] * own[k]) if reduced and receivers_mask[k] else 0.0
-        problem += pulp.lpSum(load) + fixed_cost <= float(spare[k]), f"capacity_{k}"
+        if load:
+            fixed_cost = float(alpha[k] * own[k]) if k in fixed else 0.0
+            problem += pulp.lpSum(load) + fixed_cost <= float(spare[k]), f"capacity_{k}"
 
+    values = {(k, k): float(own[k]) for k in fixed}
     if not share:  # nothing to decide: every server with traffic samples all of it
-        status = pulp.LpStatusOptimal
-    else:
-        try:
-            status = problem.solve(solver)
-        except pulp.PulpSolverError as exc:
-            raise SolverError(f"LP backend {lp_backend!r} failed: {exc}") from exc
+        return float(own[fixed].sum()), values, 0
+    try:
+        status = problem.solve(solver)
+    except pulp.PulpSolverError as exc:
+        raise SolverError(f"LP backend {lp_backend!r} failed: {exc}") from exc
     if pulp.LpStatus[status] != "Optimal":
         raise SolverError(f"LP backend {lp_backend!r} returned status {pulp.LpStatus[status]!r}, "
                           "not Optimal")
-    local, offload = np.zeros(dc.size), np.zeros(dc.size)
     for (i, k), var in share.items():
         value = min(max(var.value() or 0.0, 0.0), 1.0) * own[i]
-        if k == i:
-            local[i] = value
-        else:
-            offload[i] += value
-    local, src, dst, pps = canonical(dc, local, offload)
-    return Solution("reduced" if reduced else "full", float(pulp.value(problem.objective) or 0.0),
-                    local, src, dst, pps, seconds=time.perf_counter() - started,
-                    variables=len(share), lp_backend=lp_backend)
+        if value > 0:
+            values[i, k] = value
+    return float(pulp.value(problem.objective) or 0.0), values, len(share)
 
 
-def canonical(dc: DataCentre, local: np.ndarray, offload: np.ndarray):
-    """The LP optimum in the form agents can apply, with the same collected volume.
+def canonical(dc: DataCentre, values: dict[tuple[int, int], float]):
+    """(local, src, dst, pps) of an LP solution agents can apply, or None if it has none.
 
-    The full LP is degenerate: a receiver may mirror its own traffic to another receiver at no
-    loss. Per-bridge sFlow cannot realise that (a receiver samples 1-in-1 so that every mirrored
-    packet it takes is sampled), and the reduction rule shows an optimum exists where receivers
-    sample all their own traffic. So receivers keep everything local, senders keep the LP's
-    local share and total offload, and offloads are re-paired with receivers' room.
+    Per-bridge sFlow can realise a solution only when receivers sample all their own traffic
+    (1-in-1, so every mirrored packet they take is sampled too) and senders never receive. The
+    reduction rule shows such an optimum exists. A degenerate LP optimum may instead have
+    receivers mirror their own traffic or senders relay capacity; receivers' own mirroring is
+    folded back locally when the senders' offloads still fit the receivers' room, else None.
     """
     parts = split(dc)
+    local, offload = np.zeros(dc.size), np.zeros(dc.size)
+    for (i, k), value in values.items():
+        if k == i:
+            local[i] += value
+        else:
+            if not parts.receiver[k]:
+                return None  # a sender receives: not realisable per bridge
+            offload[i] += value
     local = np.where(parts.receiver, dc.own_pps, local)
     offload = np.where(parts.receiver, 0.0, offload)
-    return (local, *pair_offloads(offload, parts.room_pps))
+    room = parts.room_pps
+    if offload.sum() > room.sum() * (1 + 1e-9) + 1e-9:
+        return None
+    return (local, *pair_offloads(offload, room))

@@ -1,0 +1,35 @@
+"""One LP suite, run once per backend; a backend missing here is skipped with the reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from cosample.planner import SolverError, solve
+from cosample.planner.commands import example_datacentre
+from cosample.planner.lp import backend_available
+
+BACKENDS = ["glpk", "highs", "cbc"]
+
+
+@pytest.fixture(params=BACKENDS)
+def lp_backend(request):
+    reason = backend_available(request.param)
+    if reason:
+        pytest.skip(reason)
+    return request.param
+
+
+@pytest.mark.parametrize("formulation", ["full", "reduced"])
+def test_backend_reaches_the_exact_optimum_on_the_example(lp_backend, formulation):
+    dc = example_datacentre()
+    lp = solve(dc, formulation, lp_backend=lp_backend)
+    assert lp.lp_backend == lp_backend
+    assert lp.collected_pps == pytest.approx(solve(dc).collected_pps, rel=1e-6)
+    n, senders = dc.size, 3
+    expected = n * n if formulation == "full" else senders * (n - senders) + senders
+    assert lp.variables == expected
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(SolverError, match="unknown LP backend 'gurobi'"):
+        solve(example_datacentre(), "full", lp_backend="gurobi")

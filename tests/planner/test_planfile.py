@@ -1,0 +1,70 @@
+"""The plan file is canonical: same input, same content; sFlow rounding never overshoots."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from cosample.planner import solve
+from cosample.planner.commands import example_datacentre
+from cosample.planner.planfile import build_plan, canonical_json, plan_id, write_plan
+from cosample.planner.realise import sampling_interval
+
+MOMENT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def strip_timing(plan):
+    return {**plan, "solver": {**plan["solver"], "seconds": 0}}
+
+
+def test_same_input_same_bytes():
+    dc = example_datacentre()
+    first = build_plan(dc, solve(dc), created=MOMENT)
+    second = build_plan(example_datacentre(), solve(dc), created=MOMENT)
+    assert canonical_json(strip_timing(first)) == canonical_json(strip_timing(second))
+    assert first["plan_id"] == plan_id(first)
+
+
+def test_version_time_and_expiry():
+    dc = example_datacentre()
+    plan = build_plan(dc, solve(dc), created=MOMENT, valid_for=timedelta(minutes=30))
+    assert plan["version"] == int(MOMENT.timestamp())
+    assert (plan["created"], plan["expires"]) == ("2026-01-02T03:04:05Z", "2026-01-02T03:34:05Z")
+    assert build_plan(dc, solve(dc), created=MOMENT, version=7)["version"] == 7
+
+
+def test_different_solution_different_id():
+    dc = example_datacentre()
+    assert build_plan(dc, solve(dc))["plan_id"] != build_plan(dc, solve(dc, "noncollab"))["plan_id"]
+
+
+@pytest.mark.parametrize("rate,interval", [(1.0, 1), (0.5, 2), (0.25, 4), (0.2499, 5),
+                                           (0.25 * (1 - 1e-12), 4), (0.0, 0), (1e-6, 1000000)])
+def test_sampling_interval(rate, interval):
+    assert sampling_interval(np.array([rate]))[0] == interval
+
+
+def test_rounding_frees_capacity_that_mirrors_take_back():
+    dc = example_datacentre()
+    plan = build_plan(dc, solve(dc))
+    summary = plan["summary"]
+    rounding_loss = sum(
+        host["own_pps"] * (host["local_rate"] - 1 / host["sflow_sampling"])
+        for host in plan["hosts"].values() if host["sflow_sampling"])
+    assert rounding_loss > 0  # the example has a sender whose rate is not 1/N
+    recovered = summary["collected_applied_pps"] - (summary["collected_pps"] - rounding_loss)
+    assert recovered >= 0
+    assert summary["collected_applied_pps"] <= summary["collected_pps"] + 1e-6
+
+
+def test_write_is_atomic_and_canonical(tmp_path):
+    dc = example_datacentre()
+    plan = build_plan(dc, solve(dc))
+    path = tmp_path / "plan.json"
+    write_plan(plan, path)
+    assert path.read_text() == canonical_json(plan)
+    assert json.loads(path.read_text()) == plan
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
