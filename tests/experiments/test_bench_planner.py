@@ -1,0 +1,80 @@
+"""The planner benchmark in its tiny --quick mode: structure and agreement, never timings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cosample.experiments import bench_planner
+from cosample.experiments.bench_planner import (
+    COLUMNS, QUICK_SIZES, SOLVERS, label, predicted_seconds, random_datacentre, speedup)
+from cosample.planner.lp import backend_available
+
+
+def test_random_datacentre_is_feasible_sparse_and_mixed():
+    dc = random_datacentre(500, seed=1)
+    dc.check_feasible()
+    assert dc.traffic_pps.size == 500 * 4
+    assert (dc.traffic_src != dc.traffic_dst).sum() == 500 * 3
+    receivers = dc.spare_pps >= dc.alpha * dc.own_pps
+    assert 0.1 < receivers.mean() < 0.9
+    again = random_datacentre(500, seed=1)
+    assert np.array_equal(again.traffic_pps, dc.traffic_pps)
+
+
+def test_prediction_follows_the_last_two_points():
+    assert predicted_seconds([(10, 1.0), (20, 4.0)], 40) == pytest.approx(16.0)
+    assert predicted_seconds([(10, 2.0)], 20) == pytest.approx(8.0)  # n^2 with one point
+    assert predicted_seconds([(10, 2.0), (20, 1.0)], 40) == pytest.approx(2.0)  # at least linear
+
+
+def test_quick_run_table_and_report(tmp_path, capsys):
+    csv = tmp_path / "scaling.csv"
+    assert bench_planner.main(["--quick", "--csv", str(csv)]) == 0
+    printed = capsys.readouterr().out
+    table = pd.read_csv(csv, keep_default_na=False)
+    assert list(table.columns) == list(COLUMNS)
+    available = [label(s, b) for s, b in SOLVERS if b is None or backend_available(b) is None]
+    assert "exact" in available and "full LP (glpk)" in available
+    assert set(table["solver_label"]) == set(available)
+    for n in QUICK_SIZES:
+        rows = table[table["servers"] == n]
+        assert sorted(rows["solver_label"]) == sorted(available)
+        exact = rows[rows["solver"] == "exact"].iloc[0]
+        assert exact["variables"] == 0
+        assert (rows["collected_pps"] - exact["collected_pps"]).abs().max() \
+            <= 1e-6 * exact["collected_pps"]
+        full = rows[rows["solver"] == "full"]["variables"]
+        reduced = rows[rows["solver"] == "reduced"]["variables"]
+        assert (full > reduced.max()).all() and (reduced > 0).all()
+    assert table["agrees"].astype(str).eq("True").all()
+    assert "objectives agree with the exact solver (relative 1e-06): yes" in printed
+    ratio = speedup(table, 50)
+    assert f"exact vs full LP (glpk) at n=50: {ratio:,.0f} times faster" in printed
+
+
+def test_disagreement_is_reported_and_fails(monkeypatch, capsys):
+    table = bench_planner.run((10,), (("exact", None), ("full", "highs")), 60.0, 10 ** 6)
+    table.loc[1, "collected_pps"] *= 1 + 1e-5
+    assert bench_planner.report(table, out=print) is False
+    assert "objectives agree with the exact solver (relative 1e-06): NO" in capsys.readouterr().out
+
+
+def test_runs_as_a_module():
+    result = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_planner", "--quick"],
+                            capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "planning time (s) by n and solver" in result.stdout
+    assert ": yes" in result.stdout
+
+
+def test_bad_option_is_one_error():
+    result = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_planner",
+                             "--max-seconds", "-1"], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "bench_planner: error: --max-seconds must be > 0, got -1.0"
