@@ -1,5 +1,193 @@
-"""CLI of costmodel (not written yet)."""
+"""``cosample fit`` and ``cosample calibrate``: parsing here, work in the handlers (lazy imports)."""
+
+from __future__ import annotations
+
+import argparse
+
+RATES_DEFAULT = "0,0.2,0.4,0.6,0.8,1"
 
 
-def register(subparsers):
-    return None
+def register(subparsers: argparse._SubParsersAction) -> None:
+    fit = subparsers.add_parser(
+        "fit", help="fit the cost law T(s)=T0/(1+a*s) to measurements",
+        description="Fit throughput-vs-rate measurements (tidy CSV: mechanism, rate, "
+                    "throughput_pps) per mechanism; print the fit, optionally write the "
+                    "calibration JSON (alpha = sflow, beta = mirror, capacity_pps).")
+    fit.add_argument("data", help="measurements CSV")
+    fit.add_argument("-o", "--output", help="write the calibration JSON here")
+    fit.add_argument("--figure", help="write a throughput-vs-rate figure (PNG/SVG/PDF)")
+    fit.add_argument("--protocol", help="use only rows of this protocol (when the CSV mixes them)")
+    _fit_options(fit)
+    fit.set_defaults(func=_fit)
+
+    cal = subparsers.add_parser(
+        "calibrate", help="measure sampling/mirroring costs with iperf3 through real OVS",
+        description="Run iperf3 between two endpoints on an OVS bridge at a grid of sFlow "
+                    "sampling and tc mirror rates (random order, repeated, after a warm-up), "
+                    "write the tidy CSV and the fitted calibration JSON. --testbed builds "
+                    "everything on this host (root) and removes it afterwards; otherwise name "
+                    "the existing bridge, ports and endpoints.")
+    cal.add_argument("-d", "--data", default="calibration.csv", help="measurements CSV to write")
+    cal.add_argument("-o", "--output", default="calibration.json", help="calibration JSON to write")
+    cal.add_argument("--figure", help="also write a throughput-vs-rate figure")
+    cal.add_argument("--mechanisms", default="sflow,mirror", type=_names, help="comma list")
+    cal.add_argument("--rates", default=RATES_DEFAULT, type=_floats, help="comma list in [0, 1]")
+    cal.add_argument("--repetitions", type=int, default=2)
+    cal.add_argument("--duration", type=float, default=3.0, help="seconds per iperf3 run")
+    cal.add_argument("--protocol", choices=("udp", "tcp"), default="udp")
+    cal.add_argument("--packet-bytes", type=int, default=64, help="UDP payload bytes")
+    cal.add_argument("--bandwidth", default="0", help="iperf3 -b for UDP (0 = flat out)")
+    cal.add_argument("--warmup", type=float, default=2.0, help="seconds of unrecorded load first")
+    cal.add_argument("--settle", type=float, default=0.5, help="seconds after each change")
+    cal.add_argument("--seed", type=int, default=0, help="seed of the trial order")
+    cal.add_argument("--port", type=int, default=5271, help="iperf3 port")
+    cal.add_argument("--no-progress", action="store_true", help="no progress bar")
+    where = cal.add_argument_group("where: a one-host testbed, or existing endpoints")
+    where.add_argument("--testbed", action="store_true",
+                       help="build namespaces, veths and a private OVS (userspace datapath) here")
+    where.add_argument("--prefix", default="cc", help="testbed name prefix for namespaces, links, bridge")
+    where.add_argument("--ovsdb", help="existing OVS: OVSDB remote (default: the system's)")
+    where.add_argument("--bridge", help="existing OVS bridge")
+    where.add_argument("--sender-port", help="OVS port of the sending VM")
+    where.add_argument("--receiver-port", help="OVS port of the receiving VM")
+    where.add_argument("--receiver-ip", help="address of the receiving VM")
+    where.add_argument("--mirror-target", help="device that mirrored copies leave by")
+    where.add_argument("--sender-exec", default="", help='prefix to run iperf3 on the sender, e.g. "ssh root@vm1"')
+    where.add_argument("--receiver-exec", default="", help="prefix to run iperf3 on the receiver")
+    _fit_options(cal)
+    cal.set_defaults(func=_calibrate)
+
+
+def _fit_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--confidence", type=float, default=0.95, help="CI level")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument("--fit-seed", type=int, default=0, help="bootstrap seed")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _estimator(args: argparse.Namespace):
+    from cosample.costmodel.fit import CostModelFit
+
+    return CostModelFit(confidence=args.confidence, n_bootstrap=args.bootstrap,
+                        random_state=args.fit_seed)
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cosample.costmodel.data import read_measurements, write_json
+    from cosample.costmodel.errors import DataError
+
+    data = read_measurements(args.data)
+    if args.protocol:
+        if "protocol" not in data.columns:
+            raise DataError(f"{args.data}: --protocol given but the CSV has no protocol column")
+        data = data[data["protocol"] == args.protocol]
+        if data.empty:
+            raise DataError(f"{args.data}: no rows with protocol {args.protocol!r}")
+    metadata = {"data": Path(args.data).name, "rows": int(len(data))}
+    if "protocol" in data.columns:
+        metadata["protocol"] = str(data["protocol"].iloc[0])
+    calibration = _estimator(args).fit(data, metadata=metadata).calibration_
+    print(calibration.report())
+    if args.output:
+        write_json(calibration.to_dict(), args.output)
+        print(f"wrote {args.output}")
+    if args.figure:
+        from cosample.costmodel.figure import plot_calibration
+
+        plot_calibration(data, calibration, args.figure, title=f"{args.data}")
+        print(f"wrote {args.figure}")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import signal
+    import sys
+
+    from cosample.costmodel.harness import CalibrationSettings
+
+    settings = CalibrationSettings(
+        mechanisms=args.mechanisms, rates=args.rates, repetitions=args.repetitions,
+        duration_s=args.duration, protocol=args.protocol, packet_bytes=args.packet_bytes,
+        bandwidth=args.bandwidth, warmup_s=args.warmup, settle_s=args.settle, seed=args.seed,
+        port=args.port)
+    endpoints_given = any(getattr(args, k) for k in ("bridge", "sender_port", "receiver_port",
+                                                     "receiver_ip", "mirror_target"))
+    from cosample.costmodel.errors import HarnessError
+
+    if args.testbed == endpoints_given:
+        raise HarnessError("choose where to calibrate: --testbed, or an existing bridge with "
+                           "--bridge --sender-port --receiver-port --receiver-ip --mirror-target")
+    print(f"calibrating {', '.join(settings.mechanisms)} at rates "
+          f"{', '.join(f'{r:g}' for r in settings.rates)}, {settings.repetitions} repetition(s) "
+          f"x {settings.duration_s:g} s, {settings.protocol}; about {settings.estimated_s:.0f} s",
+          file=sys.stderr)
+
+    def terminate(signum, frame):  # SIGTERM cleans up like Ctrl-C
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        data, metadata = _measure(args, settings)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return _write_results(args, settings, data, metadata)
+
+
+def _measure(args: argparse.Namespace, settings):
+    from cosample.costmodel.harness import run_calibration
+    from cosample.costmodel.testbed import OneHostTestbed, SystemOvs, existing_endpoints
+
+    if args.testbed:
+        with OneHostTestbed(args.prefix) as testbed:
+            data = run_calibration(testbed.endpoints, testbed.ovs, settings, not args.no_progress)
+        return data, {"mode": "one-host testbed", "datapath": "netdev (userspace)"}
+    endpoints = existing_endpoints(args.bridge, args.sender_port, args.receiver_port,
+                                   args.receiver_ip, args.mirror_target, args.sender_exec,
+                                   args.receiver_exec)
+    ovs = SystemOvs(args.ovsdb)
+    datapath = ovs.vsctl("get", "bridge", endpoints.bridge, "datapath_type").strip() or "system"
+    data = run_calibration(endpoints, ovs, settings, not args.no_progress)
+    return data, {"mode": "existing endpoints", "bridge": endpoints.bridge, "datapath": datapath}
+
+
+def _write_results(args: argparse.Namespace, settings, data, metadata: dict) -> int:
+    import datetime
+    import os
+    import platform
+    from pathlib import Path
+
+    from cosample.costmodel.data import write_json, write_measurements
+
+    write_measurements(data, args.data)
+    print(f"wrote {args.data} ({len(data)} measurements)")
+    metadata.update({
+        "data": Path(args.data).name, "protocol": settings.protocol,
+        "packet_bytes": settings.packet_bytes if settings.protocol == "udp" else None,
+        "rates": list(settings.rates), "repetitions": settings.repetitions,
+        "duration_s": settings.duration_s, "seed": settings.seed,
+        "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    })
+    calibration = _estimator(args).fit(data, metadata=metadata).calibration_
+    print(calibration.report())
+    write_json(calibration.to_dict(), args.output)
+    print(f"wrote {args.output}")
+    if args.figure:
+        from cosample.costmodel.figure import plot_calibration
+
+        plot_calibration(data, calibration, args.figure,
+                         title=f"{settings.protocol} calibration, {metadata['mode']}")
+        print(f"wrote {args.figure}")
+    return 0

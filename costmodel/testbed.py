@@ -1,0 +1,154 @@
+"""Where calibration traffic flows: a one-host testbed we build, or endpoints that already exist.
+
+``OneHostTestbed`` builds, on this host, a private OVS (userspace datapath) with bridge
+``<prefix>br0``, and network namespaces standing in for two VMs and a collector:
+
+    <prefix>A (sender, eth0 .1) -- <prefix>va --+-- <prefix>br0 --+-- <prefix>vb -- <prefix>B (receiver, .2)
+                                                 \\ tc mirror (not on the bridge)
+                                                  `--> <prefix>vc -- <prefix>C (mirror sink)
+
+veth tx offloads are off (DESIGN.md section 4). It removes exactly what it created, in reverse,
+when the ``with`` block ends — normally, on error or on Ctrl-C. ``ExistingEndpoints`` describes
+a real server's OVS and VMs from the command line and creates nothing but the mechanisms.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cosample.costmodel.errors import HarnessError
+from cosample.lab.netns import Lab, netns_available
+from cosample.lab.ovs import OvsInstance, ovs_available
+from cosample.lab.run import CommandError, run
+
+SUBNET = "10.99.0"
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Everything the harness needs to push traffic and count it; no effects of its own."""
+
+    bridge: str
+    sender_port: str            # OVS port of the sender (host end of its link)
+    receiver_port: str          # OVS port of the receiver
+    receiver_ip: str
+    mirror_target: str          # device mirrored copies leave by
+    sender_exec: tuple[str, ...] = ()     # argv prefix that runs a command on the sender
+    receiver_exec: tuple[str, ...] = ()   # ... on the receiver
+
+
+class SystemOvs:
+    """``ovs-vsctl``/``ovs-ofctl`` against an existing OVS (default sockets or ``--db``)."""
+
+    def __init__(self, remote: str | None = None, timeout: float = 10.0) -> None:
+        self.remote = remote
+        self.timeout = timeout
+
+    def vsctl(self, *args: str) -> str:
+        db = [f"--db={self.remote}"] if self.remote else []
+        return run(["ovs-vsctl", *db, f"--timeout={int(self.timeout)}", *args],
+                   timeout=self.timeout + 2).stdout
+
+    def ofctl(self, *args: str) -> str:
+        return run(["ovs-ofctl", *args], timeout=self.timeout).stdout
+
+
+def testbed_unavailable() -> str | None:
+    """None when a one-host testbed can be built here, else why not."""
+    reason = ovs_available() or netns_available()
+    if reason:
+        return reason
+    for program in ("iperf3",):
+        try:
+            run([program, "--version"], timeout=5)
+        except CommandError:
+            return f"{program} not installed (Debian package {program!r})"
+    return None
+
+
+class OneHostTestbed:
+    """Build the sketch above on enter, remove it on exit; ``endpoints`` and ``ovs`` inside."""
+
+    def __init__(self, prefix: str = "cc", directory: str | Path | None = None) -> None:
+        if not prefix.isalnum() or len(prefix) > 10:
+            raise HarnessError(f"testbed prefix {prefix!r}: use 1-10 letters or digits "
+                               f"(interface names are limited to 15 characters)")
+        self.prefix = prefix
+        self.directory = Path(directory) if directory else None
+        self.ovs: OvsInstance | None = None
+        self.lab = Lab(prefix)
+        self.endpoints: Endpoints | None = None
+
+    def __enter__(self) -> "OneHostTestbed":
+        reason = testbed_unavailable()
+        if reason:
+            raise HarnessError(f"cannot build the one-host testbed: {reason}")
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        p, lab = self.prefix, self.lab
+        directory = self.directory or Path(tempfile.mkdtemp(prefix=f"cosample-{p}-ovs-"))
+        self.ovs = OvsInstance(directory, dummy=False).start()
+        bridge = f"{p}br0"
+        self.ovs.vsctl("--may-exist", "add-br", bridge, "--", "set", "bridge", bridge,
+                       "datapath_type=netdev", "external_ids:cosample=costmodel")
+        sender, receiver, sink = lab.namespace("A"), lab.namespace("B"), lab.namespace("C")
+        links = {}
+        for role, letter, namespace, host in (("sender", "a", sender, 1),
+                                              ("receiver", "b", receiver, 2), ("sink", "c", sink, 3)):
+            links[role] = lab.veth(f"{p}v{letter}", namespace, address=f"{SUBNET}.{host}/24")
+        for role in ("sender", "receiver"):
+            self.ovs.vsctl("--may-exist", "add-port", bridge, links[role], "--", "set",
+                           "interface", links[role], "external_ids:cosample=costmodel")
+        self.endpoints = Endpoints(
+            bridge=bridge, sender_port=links["sender"], receiver_port=links["receiver"],
+            receiver_ip=f"{SUBNET}.2", mirror_target=links["sink"],
+            sender_exec=("ip", "netns", "exec", sender),
+            receiver_exec=("ip", "netns", "exec", receiver))
+
+    def close(self) -> list[str]:
+        """Remove what was built (bridge and daemons, then links and namespaces)."""
+        problems = []
+        if self.ovs is not None:
+            try:
+                self.ovs.stop()
+            except CommandError as exc:
+                problems.append(f"OVS: {exc}")
+            self.ovs = None
+        problems += self.lab.teardown()
+        return problems
+
+
+def existing_endpoints(bridge: str, sender_port: str, receiver_port: str, receiver_ip: str,
+                       mirror_target: str, sender_exec: str = "",
+                       receiver_exec: str = "") -> Endpoints:
+    """Endpoints on a real server, from command-line strings (exec prefixes split like a shell
+    would, but never run through one: e.g. ``"ssh root@vm1"`` or ``"ip netns exec vm1"``)."""
+    def split(text: str | None) -> tuple[str, ...]:
+        return tuple(shlex.split(text)) if text else ()
+
+    for name, value in (("bridge", bridge), ("sender port", sender_port),
+                        ("receiver port", receiver_port), ("receiver IP", receiver_ip),
+                        ("mirror target", mirror_target)):
+        if not value:
+            raise HarnessError(f"existing endpoints: {name} is required")
+    return Endpoints(bridge=bridge, sender_port=sender_port, receiver_port=receiver_port,
+                     receiver_ip=receiver_ip, mirror_target=mirror_target,
+                     sender_exec=split(sender_exec), receiver_exec=split(receiver_exec))
+
+
+def exec_argv(prefix: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """``argv`` run through an endpoint's prefix (none: on this host)."""
+    return [*prefix, *argv]
