@@ -35,11 +35,18 @@ def write_atomic(path: str | Path, write: Callable[[IO[Any]], None], binary: boo
     try:
         with os.fdopen(handle, "wb" if binary else "w") as stream:
             write(stream)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; results are for reading
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_csv(frame: pd.DataFrame, path: str | Path) -> Path:
