@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="generate measurements from the paper's coefficients (with noise) instead")
     costcurves.add_argument("--protocol", default=None,
                             help="use only measurements of this protocol (e.g. udp)")
-    costcurves.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    _output_options(costcurves)
     costcurves.add_argument("--name", default="costcurves", help="file stem (default costcurves)")
     costcurves.set_defaults(func=run_costcurves)
 
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--from-csv", type=Path, default=None,
                          help="plot a table written by bench_planner instead of measuring again")
     add_benchmark_arguments(scaling)
-    scaling.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    _output_options(scaling)
     scaling.add_argument("--name", default="planner_scaling", help="file stem (default planner_scaling)")
     scaling.set_defaults(func=run_scaling)
 
@@ -84,8 +84,20 @@ def _heatmap_options(parser: argparse.ArgumentParser, grid: str) -> None:
                         help="take alpha and beta from this `cosample fit` JSON (flags still win)")
     parser.add_argument("--grid", default=grid,
                         help=f"N or PxL points evenly in (0, 1] for p and load (default {grid})")
+    _output_options(parser)
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="output directory (default out/)")
+                        help="directory for the CSV tables (default out/)")
+    parser.add_argument("--figures", type=Path, default=None,
+                        help="directory for the PNG figure (default: same as --out)")
+
+
+def _figures(args: argparse.Namespace) -> Path:
+    from cosample.experiments.files import output_dir
+
+    return output_dir(args.figures if args.figures is not None else args.out)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -144,7 +156,7 @@ def run_heatmap(args: argparse.Namespace) -> int:
     title = f"n={setup.servers}, alpha={alpha:.3g}, beta={beta:.3g}"
     if setup.cross_fraction:
         title += f", {setup.cross_fraction:.0%} of traffic crosses servers"
-    png = plots.gain_heatmap(frame, out / f"{args.name}.png", title=title)
+    png = plots.gain_heatmap(frame, _figures(args) / f"{args.name}.png", title=title)
     print(f"{title}: {summarise(frame).report()}")
     print(f"wrote {csv} and {png}")
     return 0
@@ -166,7 +178,7 @@ def run_sensitivity(args: argparse.Namespace) -> int:
     csv = write_csv(frame, out / f"{args.name}.csv")
     summary_csv = write_csv(table, out / f"{args.name}_summary.csv")
     png = plots.gain_panels({title: cells for title, cells in frame.groupby("scenario", sort=False)},
-                            out / f"{args.name}.png")
+                            _figures(args) / f"{args.name}.png")
     with_percent = table.assign(**{c: (table[c] * 100).round(1) for c in ("max_gain", "mean_gain",
                                                                            "median_gain")})
     print(with_percent[["scenario", "feasible_cells", "max_gain", "mean_gain", "median_gain"]]
@@ -190,7 +202,8 @@ def run_costcurves(args: argparse.Namespace) -> int:
     table_csv = write_csv(result.coefficients, out / f"{args.name}_coefficients.csv")
     title = ("synthetic measurements from the paper's coefficients" if args.synthetic
              else f"measured: {args.data}" + (f" ({args.protocol})" if args.protocol else ""))
-    png = plots.cost_curves(measurements, result.curves, out / f"{args.name}.png", title=title)
+    png = plots.cost_curves(measurements, result.curves, _figures(args) / f"{args.name}.png",
+                            title=title)
     print(costcurves.report(result.coefficients))
     print(f"wrote {curves_csv}, {table_csv} and {png}")
     return 0
@@ -208,6 +221,6 @@ def run_scaling(args: argparse.Namespace) -> int:
         if args.csv is None:
             args.csv = out / f"{args.name}.csv"
         table, agree = bench_planner.benchmark(args)
-    png = plots.planner_scaling(table, out / f"{args.name}.png")
+    png = plots.planner_scaling(table, _figures(args) / f"{args.name}.png")
     print(f"wrote {png}")
     return 0 if agree else 1

@@ -22,12 +22,12 @@ def test_parsing_defaults():
 
 def test_heatmap_writes_tidy_csv_and_figure(tmp_path, capsys, real_png):
     code = main(["experiment", "heatmap", "--servers", "4", "--grid", "12x10", "--out",
-                 str(tmp_path)])
+                 str(tmp_path / "data"), "--figures", str(tmp_path / "figures")])
     assert code == 0
-    frame = pd.read_csv(tmp_path / "heatmap.csv")
+    frame = pd.read_csv(tmp_path / "data" / "heatmap.csv")
     assert {"p", "load", "gain", "feasible"} <= set(frame.columns) and len(frame) == 120
     assert frame.loc[~frame["feasible"], "gain"].isna().all()  # empty fields in the CSV
-    real_png(tmp_path / "heatmap.png")
+    real_png(tmp_path / "figures" / "heatmap.png")
     printed = capsys.readouterr().out
     best = frame["gain"].max()
     assert f"max gain {best:.1%}" in printed and f"mean gain {frame['gain'].mean():.1%}" in printed
