@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cosample.files import write_text_atomic
 from cosample.planner.baseline import noncollab_pps
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
@@ -72,16 +71,7 @@ def canonical_json(document: Any) -> str:
 
 def write_plan(plan: dict[str, Any], path: str | Path) -> None:
     """Write atomically: a reader sees the old plan or the new one, never half of it."""
-    path = Path(path)
-    text = canonical_json(plan)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, canonical_json(plan))
 
 
 def _summary(dc: DataCentre, solution: Solution, applied: Realised, baseline: float,

@@ -1,0 +1,41 @@
+"""Write files atomically: a reader sees the old file or the new one, never half of either.
+
+Every writer renders into a temporary file in the destination directory and renames it over the
+target with ``os.replace`` (atomic on POSIX within one file system). Used for plans, calibration
+results, measurement tables, figures, agent status and testbed state alike.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+
+def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[Any]], object],
+                 binary: bool = False) -> Path:
+    """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb" if binary else "w") as stream:
+            write(stream)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; results are for reading
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """``write_atomic`` for a string."""
+    return write_atomic(path, lambda stream: stream.write(text))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
