@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "cosample.costmodel.cli",
     "cosample.agents.cli",
     "cosample.experiments.cli",
+    "cosample.experiments.testbed.cli",
 )
 
 

@@ -1,0 +1,168 @@
+"""``cosample testbed up|run|down``: the emulated data centre from the command line.
+
+Parsing only; the work is in ``build``, ``experiment`` and ``report`` (imported in handlers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_STATE_DIR = "/tmp/cosample-testbed"
+PAPER_ALPHA, PAPER_BETA = 1.54, 0.46
+SOLVERS = ("exact", "reduced", "full")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    testbed = subparsers.add_parser(
+        "testbed", help="emulated data centre: validate plans end to end",
+        description="An emulated data centre on this machine (root): servers are network "
+                    "namespaces with their own userspace OVS, VMs are namespaces, servers are "
+                    "joined by VXLAN; see docs/testbed.md.")
+    actions = testbed.add_subparsers(dest="testbed_command", metavar="ACTION")
+    actions.required = True
+
+    up = actions.add_parser("up", help="build the emulated data centre")
+    _state_dir(up)
+    up.add_argument("--config", metavar="FILE",
+                    help="testbed configuration (JSON/YAML: servers, flows); default: a skewed "
+                         "one generated from the options below")
+    up.add_argument("--prefix", default="ct",
+                    help="prefix of every namespace, interface and bridge (default: ct)")
+    up.add_argument("--servers", type=int, default=3, help="servers (default 3)")
+    up.add_argument("--vms", type=int, default=2, help="VMs per server (default 2)")
+    up.add_argument("--top-pps", type=float, default=2400.0,
+                    help="traffic offered by the busiest server, pps (default 2400)")
+    up.add_argument("--skew", type=float, default=0.5,
+                    help="server k offers top-pps * skew^(k-1) (default 0.5)")
+    up.add_argument("--capacity-pps", type=float, default=3000.0,
+                    help="emulated capacity of every server, pps (default 3000)")
+    up.set_defaults(func=_up)
+
+    run = actions.add_parser("run", help="measure baseline, non-collaborative and collaborative plans")
+    _state_dir(run)
+    run.add_argument("-o", "--out", default="testbed-results", metavar="DIR",
+                     help="where results.csv, report.md, summary.json, plans go (default "
+                          "testbed-results)")
+    run.add_argument("--duration", type=float, default=10.0, metavar="SECONDS",
+                     help="traffic time per phase (default 10)")
+    run.add_argument("--alpha", type=float, default=None,
+                     help=f"sampling cost coefficient (default {PAPER_ALPHA}, the paper's)")
+    run.add_argument("--beta", type=float, default=None,
+                     help=f"mirroring cost coefficient (default {PAPER_BETA}, the paper's)")
+    run.add_argument("--calibration", metavar="FILE",
+                     help="take alpha, beta (and capacity_pps) from a `cosample fit` JSON instead")
+    run.add_argument("--capacity-pps", type=float, default=None,
+                     help="override every server's emulated capacity, pps")
+    run.add_argument("--solver", choices=SOLVERS, default="exact",
+                     help="planner solver for the collaborative plan (default exact)")
+    run.add_argument("--keep-up", action="store_true",
+                     help="on failure, leave the testbed up for inspection (default: tear down)")
+    run.set_defaults(func=_run)
+
+    down = actions.add_parser("down", help="remove everything the testbed created")
+    _state_dir(down)
+    down.set_defaults(func=_down)
+
+
+def _state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
+                        help=f"where the testbed keeps its ledger and OVS instances "
+                             f"(default {DEFAULT_STATE_DIR})")
+
+
+def _up(args: argparse.Namespace) -> int:
+    from cosample.experiments.testbed import build, topology
+
+    if args.config:
+        config = _read_config(args.config)
+    else:
+        config = topology.skewed_config(args.servers, args.vms, args.top_pps, args.skew,
+                                        args.capacity_pps)
+    testbed = build.up(config, args.state_dir, args.prefix)
+    servers = testbed.topology.servers
+    print(f"testbed up: {len(servers)} servers, {len(testbed.topology.vms)} VMs, "
+          f"{len(testbed.topology.flows)} flows; state in {args.state_dir}")
+    return 0
+
+
+def _read_config(path: str) -> dict:
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from cosample.experiments.testbed.errors import TestbedError
+    from cosample.experiments.testbed.topology import load_config
+
+    load_config(path)  # validates and names the bad field
+    text = Path(path).read_text()
+    document = yaml.safe_load(text) if path.endswith((".yaml", ".yml")) else json.loads(text)
+    if not isinstance(document, dict):
+        raise TestbedError(f"{path}: expected a mapping")
+    return document
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cosample.experiments.files import output_dir
+    from cosample.experiments.testbed import build, experiment, plans, report
+    from cosample.experiments.testbed.errors import TestbedError
+
+    coefficients = _coefficients(args, plans, TestbedError)
+    if args.duration <= 0:
+        raise TestbedError(f"--duration: must be > 0, got {args.duration:g}")
+    testbed = build.Testbed.load(args.state_dir)
+    out = output_dir(Path(args.out))
+    settings = experiment.RunSettings(coefficients, args.duration, args.solver)
+    try:
+        result = experiment.run_experiment(testbed, settings, out)
+    except BaseException:
+        if not args.keep_up:
+            problems = build.down(args.state_dir)
+            print("testbed torn down after the failure" + (f" (problems: {problems})" if problems else ""),
+                  file=sys.stderr)
+        raise
+    frame = report.tidy_rows(result, testbed.topology)
+    totals = report.summary(frame, result)
+    command = "cosample testbed run " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["testbed", "run"] \
+        else "cosample testbed run"
+    text = report.markdown(frame, totals, result, command.strip())
+    paths = report.write(out, frame, totals, text)
+    print(text)
+    print(f"results: {paths['csv']}, {paths['report']}, {paths['summary']}")
+    return 0
+
+
+def _coefficients(args: argparse.Namespace, plans, error):
+    if args.calibration:
+        if args.alpha is not None or args.beta is not None:
+            raise error("--calibration and --alpha/--beta exclude each other")
+        coefficients = plans.Coefficients.from_calibration(args.calibration)
+    else:
+        alpha = PAPER_ALPHA if args.alpha is None else args.alpha
+        beta = PAPER_BETA if args.beta is None else args.beta
+        for name, value in (("--alpha", alpha), ("--beta", beta)):
+            if not value > 0:
+                raise error(f"{name}: must be > 0, got {value:g}")
+        source = "paper's coefficients" if args.alpha is None and args.beta is None else "given"
+        coefficients = plans.Coefficients(alpha, beta, None, source)
+    if args.capacity_pps is not None:
+        if not args.capacity_pps > 0:
+            raise error(f"--capacity-pps: must be > 0, got {args.capacity_pps:g}")
+        coefficients = plans.Coefficients(coefficients.alpha, coefficients.beta,
+                                          args.capacity_pps, coefficients.source)
+    return coefficients
+
+
+def _down(args: argparse.Namespace) -> int:
+    from cosample.experiments.testbed import build
+
+    problems = build.down(args.state_dir)
+    if problems:
+        for problem in problems:
+            print(f"cosample: testbed down: {problem}", file=sys.stderr)
+        return 1
+    print(f"testbed down: removed everything recorded in {args.state_dir}")
+    return 0

@@ -1,0 +1,161 @@
+"""Turn an experiment's measurements into a tidy table (one row per phase and server) and a report.
+
+Rates are packets per second of *traffic time* (``duration_s``). "Collected" packets of a server
+are the sampled packets whose source VM lives on it, wherever they were sampled (locally, or at
+a receiver after mirroring): the paper's collected volume. The expected count is the planned
+rate after 1-in-N rounding applied to the packets the server's VMs actually sent (its VM ports'
+datapath counters), with a binomial tolerance (``measure.binomial_tolerance``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cosample.experiments.testbed import measure, plans
+from cosample.experiments.testbed.experiment import ExperimentResult, PhaseMeasurement
+
+DEGRADED_THROUGHPUT = 0.98  # below this fraction of baseline throughput a server has degraded
+DEGRADED_LOSS = 0.01  # ... or with this much more packet loss than in the baseline
+
+
+def tidy_rows(result: ExperimentResult, topology) -> pd.DataFrame:
+    """One row per (phase, server)."""
+    baseline = result.phases["baseline"]
+    alpha, beta = result.settings.coefficients.alpha, result.settings.coefficients.beta
+    duration = result.settings.duration_s
+    known = set(topology.interface_names()) | {"lo", "ovs-netdev"}
+    rows = []
+    for phase, measurement in result.phases.items():
+        for server in topology.servers:
+            rows.append(_row(phase, measurement, baseline, server, known, alpha, beta, duration))
+    return pd.DataFrame(rows)
+
+
+def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, known: set[str],
+         alpha: float, beta: float, duration: float) -> dict[str, Any]:
+    name = server.name
+    host = (m.plan or {}).get("hosts", {}).get(name, {})
+    local_rate, mirror_rate = plans.applied_rate(host) if host else (0.0, 0.0)
+    datapath, kernel = m.datapath.get(name, {}), m.kernel.get(name, {})
+    vm_packets = sum(datapath.get(vm.port, measure.PortCounters()).rx_packets for vm in server.vms)
+    inbound = datapath.get(server.vxlan, measure.PortCounters()).rx_packets
+    mirror_tx = sum(c.tx_packets for dev, c in kernel.items() if dev not in known)
+    mirror_rx = sum(c.rx_packets for port, c in datapath.items() if port not in known)
+    probability = local_rate + mirror_rate
+    expected = vm_packets * probability
+    collected = m.samples.collected(name)
+    tolerance = measure.binomial_tolerance(vm_packets, probability)
+    own = [f for f in m.flows if f.flow.src.server == server.index]
+    base_own = [f for f in baseline.flows if f.flow.src.server == server.index]
+    throughput = sum(f.received_pps for f in own)
+    base_throughput = sum(f.received_pps for f in base_own)
+    loss = _loss(own)
+    ratio = throughput / base_throughput if base_throughput else float("nan")
+    local_samples, others = m.samples.local(name), m.samples.received_by(name)
+    model_load = (vm_packets + inbound + alpha * local_samples + beta * mirror_tx
+                  + (alpha + beta) * others) / duration
+    capacity = float(host.get("capacity_pps", server.capacity_pps))
+    return {
+        "phase": phase, "server": name, "role": host.get("role", "none"),
+        "capacity_pps": capacity,
+        "planned_own_pps": host.get("own_pps", float("nan")),
+        "own_pps": vm_packets / duration, "forwarding_pps": (vm_packets + inbound) / duration,
+        "sflow_sampling": host.get("sflow_sampling"), "local_rate": local_rate,
+        "mirror_rate": mirror_rate,
+        "planned_collected_pps": float(host.get("own_pps", 0.0)) * probability,
+        "expected_collected_pps": expected / duration,
+        "collected_pps": collected / duration,
+        "vm_packets": vm_packets, "expected_samples": round(expected, 1),
+        "collected_samples": collected, "local_samples": local_samples,
+        "mirrored_samples": m.samples.mirrored(name), "tolerance_samples": round(tolerance, 1),
+        "within_tolerance": abs(collected - expected) <= tolerance,
+        "mirror_tx_packets": mirror_tx, "mirror_rx_packets": mirror_rx,
+        "samples_of_other_servers": others,
+        "vswitchd_cpu_s": round(m.cpu_seconds.get(name, float("nan")), 3),
+        "model_load_pps": model_load, "model_capacity_use": model_load / capacity if capacity else float("nan"),
+        "throughput_pps": throughput, "baseline_throughput_pps": base_throughput,
+        "throughput_ratio": ratio, "loss_fraction": loss,
+        "degraded": bool(phase != "baseline" and (ratio < DEGRADED_THROUGHPUT
+                                                  or loss > _loss(base_own) + DEGRADED_LOSS)),
+    }
+
+
+def _loss(results) -> float:
+    sent = sum(r.sent_packets for r in results)
+    return sum(r.lost_packets for r in results) / sent if sent else 0.0
+
+
+def summary(frame: pd.DataFrame, result: ExperimentResult) -> dict[str, Any]:
+    """Per-phase totals and the collaborative gain, planned and measured."""
+    out: dict[str, Any] = {"phases": {}}
+    for phase, group in frame.groupby("phase", sort=False):
+        plan = result.phases[phase].plan
+        out["phases"][phase] = {
+            "planned_collected_pps": plan["summary"]["collected_applied_pps"] if plan else 0.0,
+            "expected_collected_pps": float(group["expected_collected_pps"].sum()),
+            "collected_pps": float(group["collected_pps"].sum()),
+            "servers_within_tolerance": int(group["within_tolerance"].sum()),
+            "servers": int(len(group)),
+            "throughput_ratio_min": float(group["throughput_ratio"].min()),
+            "degraded_servers": sorted(group.loc[group["degraded"], "server"]),
+            "unattributed_samples": result.phases[phase].samples.unattributed,
+        }
+    phases = out["phases"]
+    if "collab" in phases and "noncollab" in phases:
+        planned = phases["noncollab"]["planned_collected_pps"]
+        measured = phases["noncollab"]["collected_pps"]
+        out["planned_gain"] = phases["collab"]["planned_collected_pps"] / planned - 1 if planned else None
+        out["measured_gain"] = phases["collab"]["collected_pps"] / measured - 1 if measured else None
+    return out
+
+
+def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResult,
+             command: str = "cosample testbed run") -> str:
+    """A short human report."""
+    settings = result.settings
+    coefficients = settings.coefficients
+    lines = [
+        "# Emulated data centre: collaborative vs non-collaborative sampling", "",
+        f"Measured by `{command}`: {frame['server'].nunique()} servers, "
+        f"{len(result.phases['baseline'].flows)} iperf3 UDP flows, {settings.duration_s:g} s per "
+        f"phase; alpha={coefficients.alpha:g}, beta={coefficients.beta:g} ({coefficients.source}); "
+        f"solver {settings.solver}.", "",
+        "| phase | planned collected pps | expected (measured traffic x applied rates) | "
+        "measured collected pps | servers within tolerance | min throughput ratio | degraded |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for phase, row in totals["phases"].items():
+        lines.append(f"| {phase} | {row['planned_collected_pps']:.0f} | "
+                     f"{row['expected_collected_pps']:.0f} | {row['collected_pps']:.0f} | "
+                     f"{row['servers_within_tolerance']}/{row['servers']} | "
+                     f"{row['throughput_ratio_min']:.3f} | "
+                     f"{', '.join(row['degraded_servers']) or 'none'} |")
+    if totals.get("measured_gain") is not None:
+        lines += ["", f"Collaborative gain: planned {totals['planned_gain']:+.1%}, "
+                      f"measured {totals['measured_gain']:+.1%}."]
+    lines += ["", "Per server (rates in pps of traffic time):", "",
+              "| phase | server | role | own | 1-in-N | mirror share | planned | expected | "
+              "measured | local samples | mirrored samples | mirror tx | vswitchd CPU s | "
+              "throughput ratio | loss |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in frame.itertuples():
+        lines.append(
+            f"| {row.phase} | {row.server} | {row.role} | {row.own_pps:.0f} | "
+            f"{'' if pd.isna(row.sflow_sampling) else int(row.sflow_sampling)} | "
+            f"{row.mirror_rate:.3f} | {row.planned_collected_pps:.0f} | "
+            f"{row.expected_collected_pps:.0f} | {row.collected_pps:.0f} | {row.local_samples} | "
+            f"{row.mirrored_samples} | {row.mirror_tx_packets} | {row.vswitchd_cpu_s:.2f} | "
+            f"{row.throughput_ratio:.3f} | {row.loss_fraction:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(out_dir: Path, frame: pd.DataFrame, totals: dict[str, Any], text: str) -> dict[str, Path]:
+    """``results.csv``, ``summary.json`` and ``report.md`` in ``out_dir``, each written atomically."""
+    from cosample.experiments.files import write_atomic, write_csv, write_json
+
+    return {"csv": write_csv(frame, out_dir / "results.csv"),
+            "summary": write_json(totals, out_dir / "summary.json"),
+            "report": write_atomic(out_dir / "report.md", lambda stream: stream.write(text))}
