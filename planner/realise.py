@@ -19,6 +19,8 @@ from cosample.planner.solution import Solution
 
 #: LP solvers return rates a few ulps below a round 1/N; this much relative slack maps them to N.
 RATE_TOLERANCE = 1e-9
+#: sFlow's sampling rate is a 32-bit field; a rate below 1/MAX_INTERVAL is no sampling at all.
+MAX_INTERVAL = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,12 @@ class Realised:
 
 
 def sampling_interval(rate: np.ndarray) -> np.ndarray:
-    """Smallest integer N with 1/N <= rate (within RATE_TOLERANCE); 0 where rate is 0."""
+    """Smallest integer N with 1/N <= rate (within RATE_TOLERANCE); 0 (off) where none fits."""
     rate = np.clip(rate, 0.0, 1.0)
     with np.errstate(divide="ignore"):
         interval = np.ceil((1.0 - RATE_TOLERANCE) / rate)
-    interval[rate <= 0] = 0
-    return np.maximum(interval, 0).astype(np.int64)
+    interval[(rate <= 0) | (interval > MAX_INTERVAL)] = 0
+    return interval.astype(np.int64)
 
 
 def predicted_load(dc: DataCentre, local_pps: np.ndarray, mirror_src: np.ndarray,
