@@ -1,5 +1,231 @@
-"""CLI of agents (not written yet)."""
+"""``cosample agent ...``: run, apply once, dry-run, status, remove, check-config, validate,
+keygen, sign, transition. Imports stay light; the work happens in the handlers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
-def register(subparsers):
-    return None
+def duration(text: str) -> float:
+    """``30s``, ``2m``, ``1h``, ``500ms`` or plain seconds -> seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 30s, 2m, 1h)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def register(subparsers) -> None:
+    agent = subparsers.add_parser("agent", help="apply this host's part of a plan to OVS",
+                                  description="Per-host agent: turn a plan into OVS state.")
+    commands = agent.add_subparsers(dest="agent_command", metavar="ACTION")
+    commands.required = True
+
+    run = commands.add_parser("run", help="fetch and apply the plan on schedule (daemon)")
+    _host_options(run)
+    run.add_argument("--cycles", type=int, help="stop after this many cycles (testing)")
+    run.set_defaults(func=_run)
+
+    apply = commands.add_parser("apply", help="fetch and apply the plan once")
+    _host_options(apply)
+    apply.add_argument("--once", action="store_true", help="one cycle (the default for apply)")
+    apply.add_argument("--dry-run", action="store_true",
+                       help="print the commands that would run; change nothing, write nothing")
+    apply.set_defaults(func=_apply)
+
+    remove = commands.add_parser("remove", help="remove everything the agent owns on this host")
+    _host_options(remove)
+    remove.set_defaults(func=_remove)
+
+    check = commands.add_parser("check-config", help="print the normalised configuration")
+    _host_options(check)
+    check.set_defaults(func=_check_config)
+
+    status = commands.add_parser("status", help="print the last cycle's status")
+    status.add_argument("--config", help="agent config file (TOML or YAML)")
+    status.add_argument("--state-dir", help="the agent's state directory")
+    status.set_defaults(func=_status)
+
+    validate = commands.add_parser("validate", help="check a plan file (and signature)")
+    validate.add_argument("plan", help="plan file, plan set, or http(s) URL")
+    validate.add_argument("--host", help="also check that this host can realise its part")
+    validate.add_argument("--public-key", help="verify PLAN.sig with this ed25519 public key")
+    validate.set_defaults(func=_validate)
+
+    keygen = commands.add_parser("keygen", help="create an ed25519 key pair for signing plans")
+    keygen.add_argument("private_key")
+    keygen.add_argument("public_key")
+    keygen.set_defaults(func=_keygen)
+
+    sign = commands.add_parser("sign", help="write PLAN.sig (detached ed25519 signature)")
+    sign.add_argument("plan")
+    sign.add_argument("--key", required=True, help="private key file from keygen")
+    sign.set_defaults(func=_sign)
+
+    trans = commands.add_parser("transition",
+                                help="two-phase plan set from OLD to NEW (decreases first)")
+    trans.add_argument("old")
+    trans.add_argument("new")
+    trans.add_argument("--settle", type=duration, default=120.0,
+                       help="wait between the phases (default 120s; > interval + jitter)")
+    trans.add_argument("-o", "--output", required=True, help="plan set file to write")
+    trans.set_defaults(func=_transition)
+
+
+def _host_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="agent config file (TOML, or YAML by extension)")
+    parser.add_argument("--host", help="this host's name in the plan")
+    parser.add_argument("--plan", help="plan file path or http(s) URL")
+    parser.add_argument("--interval", type=duration, dest="interval_s",
+                        help="time between cycles (default 30s)")
+    parser.add_argument("--jitter", type=duration, dest="jitter_s",
+                        help="random extra wait up to this (default 5s)")
+    parser.add_argument("--ovsdb", help="OVSDB remote (default unix:/var/run/openvswitch/db.sock)")
+    parser.add_argument("--ovs-rundir", help="folder of BRIDGE.mgmt (default: the socket's)")
+    parser.add_argument("--bridge", help="bridge (default: from the plan, else br-int)")
+    parser.add_argument("--vm-port", action="append", dest="vm_ports",
+                        help="a VM port to mirror from (repeat; default: from the plan, else "
+                             "all non-tunnel ports of the bridge)")
+    parser.add_argument("--collector", help="sFlow collector HOST:PORT if the plan has none")
+    parser.add_argument("--state-dir", help="status, metrics, last good plan")
+    parser.add_argument("--public-key", help="require plans signed by this ed25519 key")
+    parser.add_argument("--timeout", type=duration, dest="timeout_s",
+                        help="timeout of every external call (default 10s)")
+    parser.add_argument("--metrics-port", type=int, help="serve metrics on 127.0.0.1:PORT")
+
+
+_OPTION_KEYS = ("host", "plan", "interval_s", "jitter_s", "ovsdb", "ovs_rundir", "bridge",
+                "vm_ports", "collector", "state_dir", "public_key", "timeout_s", "metrics_port")
+
+
+def _config(args):
+    from cosample.agents.config import load_config
+    return load_config(args.config, {key: getattr(args, key, None) for key in _OPTION_KEYS})
+
+
+def _print_report(report) -> None:
+    for line in report.commands:
+        print(line)
+    summary = (f"{report.result}: {report.reason}; {len(report.commands)} command(s)"
+               f"{' would run' if report.result == 'dry-run' else ' applied'}")
+    print(summary)
+    for problem in report.problems:
+        print(f"problem: {problem}", file=sys.stderr)
+    for error in report.errors:
+        print(f"error: {error}", file=sys.stderr)
+
+
+def _exit_code(report) -> int:
+    return 0 if report.result in ("ok", "dry-run") else 1
+
+
+def _apply(args) -> int:
+    from cosample.agents.runner import Agent
+    report = Agent(_config(args)).cycle(dry_run=args.dry_run)
+    _print_report(report)
+    return _exit_code(report)
+
+
+def _remove(args) -> int:
+    from cosample.agents.runner import Agent
+    report = Agent(_config(args)).remove()
+    _print_report(report)
+    return _exit_code(report)
+
+
+def _run(args) -> int:
+    import logging
+    import signal
+    import threading
+
+    from cosample.agents.report import serve_metrics
+    from cosample.agents.runner import Agent
+    config = _config(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    agent = Agent(config)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    if config.metrics_port:
+        serve_metrics(agent.metrics, config.metrics_port)
+    agent.run(stop, max_cycles=args.cycles)
+    return 0
+
+
+def _check_config(args) -> int:
+    print(json.dumps(_config(args).as_dict(), indent=2, sort_keys=True))
+    return 0
+
+
+def _status(args) -> int:
+    from cosample.agents.config import AgentConfig, load_config
+    from cosample.agents.errors import AgentError
+    from cosample.agents.report import read_status
+    if args.state_dir:
+        state_dir = args.state_dir
+    elif args.config:
+        state_dir = load_config(args.config, {"host": "-"}).state_dir
+    else:
+        state_dir = AgentConfig(host="-").state_dir
+    status = read_status(state_dir)
+    if status is None:
+        raise AgentError(f"{state_dir}: no status yet; has the agent run?")
+    print(json.dumps(status, indent=2, sort_keys=True))
+    return 0 if status.get("result") == "ok" else 1
+
+
+def _validate(args) -> int:
+    from cosample.agents.config import make_config
+    from cosample.agents.desired import desired_state
+    from cosample.agents.plan import format_time, parse_document
+    from cosample.agents.signing import verify
+    from cosample.agents.source import fetch
+    fetched = fetch(args.plan, with_signature=args.public_key is not None)
+    if args.public_key:
+        verify(fetched.data, fetched.signature, args.public_key)
+    for plan in parse_document(fetched.data):
+        if args.host:
+            desired_state(plan, make_config({"host": args.host}))
+        when = f", not before {format_time(plan.not_before)}" if plan.not_before else ""
+        print(f"plan version {plan.version} ({len(plan.hosts)} hosts, expires "
+              f"{format_time(plan.expires)}{when}): valid")
+    return 0
+
+
+def _keygen(args) -> int:
+    from cosample.agents.signing import generate_keypair
+    generate_keypair(args.private_key, args.public_key)
+    print(f"wrote {args.private_key} (keep secret) and {args.public_key}")
+    return 0
+
+
+def _sign(args) -> int:
+    from cosample.agents.signing import sign_file
+    print(f"wrote {sign_file(args.plan, args.key)}")
+    return 0
+
+
+def _transition(args) -> int:
+    from cosample.agents.errors import AgentError
+    from cosample.agents.plan import parse_plan
+    from cosample.agents.runner import utcnow
+    from cosample.agents.signing import write_atomic
+    from cosample.agents.transition import transition
+    plans = []
+    for path in (args.old, args.new):
+        try:
+            with open(path, "rb") as handle:
+                plans.append(parse_plan(handle.read()))
+        except OSError as exc:
+            raise AgentError(f"{path}: cannot read ({exc.strerror})") from None
+    document = transition(plans[0], plans[1], utcnow(), args.settle)
+    write_atomic(args.output, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode())
+    print(f"wrote {args.output}: phase 1 version {document['plans'][0]['version']} now, "
+          f"phase 2 version {document['plans'][1]['version']} not before "
+          f"{document['plans'][1]['not_before']}")
+    return 0

@@ -127,6 +127,16 @@ class AddClsact(Command):
 
 
 @dataclass(frozen=True)
+class RemoveClsact(Command):
+    """Remove a clsact qdisc the agent added once nothing but the agent used it."""
+
+    device: str
+
+    def describe(self) -> str:
+        return f"remove clsact qdisc from {self.device}"
+
+
+@dataclass(frozen=True)
 class SetMirrorFilter(Command):
     """``tc filter replace`` on ``device`` ingress at ``prio``: mirror with ``probability`` to ``target``."""
 

@@ -125,6 +125,10 @@ def _check(key: str, value: Any, where: str) -> Any:
             raise bad("a non-empty string")
         if key in _PREFIXES and not (value.isalnum() and 2 <= len(value) <= 6):
             raise bad("2-6 letters or digits")
+        if key == "collector":
+            host, _, port = value.rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise bad("'HOST:PORT'")
         if key == "bridge" and not _is_ifname(value):
             raise bad("an interface name (1-15 characters)")
         return value

@@ -22,6 +22,8 @@ from cosample.lab.tcmirror import bpf_random_bytecode
 @dataclass
 class FakeLink:
     clsact: bool = False
+    clsact_owned: bool = False
+    foreign_filters: int = 0
     filters: dict[int, ObservedFilter] = field(default_factory=dict)  # prio -> filter
 
 
@@ -51,7 +53,8 @@ class FakeHost:
         observed_links = {
             name: ObservedLink(name, link.clsact, tuple(
                 f for prio, f in sorted(link.filters.items())
-                if PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT))
+                if PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT),
+                clsact_owned=link.clsact_owned, foreign_filters=link.foreign_filters)
             for name, link in self.links.items() if name in names}
         return ObservedState(bridge=bridge, bridge_exists=True, sflow=self.sflow,
                              ports=tuple(self.ports.values()),
@@ -71,7 +74,8 @@ class FakeHost:
 
     def recreate_link(self, name: str) -> None:
         """An interface deleted and added again has no qdisc and no filters."""
-        self.links[name] = FakeLink()
+        owned = self.links[name].clsact_owned  # the ledger remembers; harmless when stale
+        self.links[name] = FakeLink(clsact_owned=owned)
 
     def add_foreign_sflow(self) -> None:
         self.sflow = ObservedSflow("foreign-uuid", owned=False,
@@ -117,7 +121,15 @@ class FakeHost:
         self._drop_device(command.name)
 
     def _apply_AddClsact(self, command: c.AddClsact) -> None:
-        self.links[command.device].clsact = True
+        link = self.links[command.device]
+        if not link.clsact:
+            link.clsact = link.clsact_owned = True
+
+    def _apply_RemoveClsact(self, command: c.RemoveClsact) -> None:
+        link = self.links[command.device]
+        link.clsact = link.clsact_owned = False
+        link.filters.clear()
+        link.foreign_filters = 0
 
     def _apply_SetMirrorFilter(self, command: c.SetMirrorFilter) -> None:
         link = self.links[command.device]

@@ -7,6 +7,7 @@ returns an ``ObservedState`` and ``apply`` performs one ``Command``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from cosample.agents import commands as c
 from cosample.agents.config import AgentConfig
@@ -15,8 +16,9 @@ from cosample.agents.ovsdb import OvsdbSide
 from cosample.agents.reconcile import VM_PORT_TYPES
 from cosample.agents.state import ObservedState
 
-_LINUX_COMMANDS = (c.AddMirrorDevice, c.RemoveMirrorDevice, c.AddClsact, c.SetMirrorFilter,
-                   c.RemoveMirrorFilter)
+_LINUX_COMMANDS = (c.AddMirrorDevice, c.RemoveMirrorDevice, c.AddClsact, c.RemoveClsact,
+                   c.SetMirrorFilter, c.RemoveMirrorFilter)
+CLSACT_LEDGER = "clsact-owned.json"
 
 
 class LinuxOvsHost:
@@ -24,7 +26,8 @@ class LinuxOvsHost:
 
     def __init__(self, config: AgentConfig) -> None:
         self.ovs = OvsdbSide(config.ovsdb, config.rundir, config.timeout_s)
-        self.linux = LinuxSide(config.mirror_device_prefix, config.timeout_s)
+        self.linux = LinuxSide(config.mirror_device_prefix,
+                               Path(config.state_dir) / CLSACT_LEDGER, config.timeout_s)
         self.writes = 0
 
     def observe(self, bridge: str, links: Iterable[str] = ()) -> ObservedState:

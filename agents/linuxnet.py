@@ -4,41 +4,49 @@ Mirror devices are the agent's own when their ``ifalias`` starts with ``cosample
 or, should a run have died between ``ip link add`` and tagging, when their name carries the
 agent's device prefix and no alias. tc filters are the agent's own by priority
 (``PRIO_BASE`` .. ``+PRIO_COUNT`` on a VM port's ingress hook); they are written with
-``tc filter replace`` at a fixed prio/handle, so writing twice is harmless. The ``clsact`` qdisc
-is shared infrastructure: added when missing, never removed (that would drop others' filters).
+``tc filter replace`` at a fixed prio/handle, so writing twice is harmless. A ``clsact`` qdisc
+has no tag of its own: the agent notes in a ledger file (state dir) the interfaces where it added
+one, written before the qdisc is added, and removes only those, and only when no filter of
+anyone else remains on them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from cosample.agents import commands as c
 from cosample.agents.errors import HostError
+from cosample.agents.signing import write_atomic
 from cosample.agents.state import (ALIAS_PREFIX, FILTER_HANDLE, PRIO_BASE, PRIO_COUNT,
                                    ObservedDevice, ObservedFilter, ObservedLink)
 from cosample.lab.run import CommandError, run
-from cosample.lab.tcmirror import clsact_add_argv, filter_delete_argv, mirror_filter_argv
+from cosample.lab.tcmirror import (clsact_add_argv, clsact_delete_argv, filter_delete_argv,
+                                   mirror_filter_argv)
 
 
 class LinuxSide:
     """``ip``/``tc`` in the agent's network namespace."""
 
-    def __init__(self, device_prefix: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, device_prefix: str, ledger: str | Path, timeout_s: float = 10.0) -> None:
         self.device_prefix = device_prefix
+        self.ledger = Path(ledger)
         self.timeout_s = timeout_s
 
     # observe ----------------------------------------------------------------------------------
     def links(self, names: Iterable[str]) -> dict[str, ObservedLink]:
         """The given interfaces that exist, with their clsact state and the agent's filters."""
         present = {link["ifname"] for link in self._json(["ip", "-j", "link", "show"])}
+        owned = self._owned_clsacts()
         out = {}
         for name in sorted(set(names) & present):
             qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", name], missing_ok=True)
             clsact = any(q.get("kind") == "clsact" for q in qdiscs)
-            filters = self._filters(name) if clsact else ()
-            out[name] = ObservedLink(name, clsact, filters)
+            filters, foreign = self._filters(name) if clsact else ((), 0)
+            out[name] = ObservedLink(name, clsact, filters, clsact_owned=name in owned,
+                                     foreign_filters=foreign)
         return out
 
     def devices(self) -> tuple[ObservedDevice, ...]:
@@ -77,7 +85,17 @@ class LinuxSide:
         elif isinstance(command, c.AddClsact):
             qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", command.device])
             if not any(q.get("kind") == "clsact" for q in qdiscs):
+                self._write_ledger(self._owned_clsacts() | {command.device})
                 self._run(clsact_add_argv(command.device))
+        elif isinstance(command, c.RemoveClsact):
+            if command.device in self._owned_clsacts():
+                result = run(clsact_delete_argv(command.device), timeout=self.timeout_s,
+                             check=False)
+                if result.returncode != 0 and "Cannot find" not in result.stderr \
+                        and "Invalid handle" not in result.stderr:
+                    raise HostError(f"tc: removing clsact from {command.device}: "
+                                    f"{result.stderr.strip()}")
+                self._write_ledger(self._owned_clsacts() - {command.device})
         elif isinstance(command, c.SetMirrorFilter):
             self._run(mirror_filter_argv(command.device, command.target, command.probability,
                                          prio=command.prio, handle=FILTER_HANDLE))
@@ -93,15 +111,31 @@ class LinuxSide:
             raise HostError(f"Linux side cannot apply {command!r}")
 
     # helpers ----------------------------------------------------------------------------------
-    def _filters(self, name: str) -> tuple[ObservedFilter, ...]:
-        found = []
-        for entry in self._json(["tc", "-j", "filter", "show", "dev", name, "ingress"],
-                                missing_ok=True):
-            prio, options = entry.get("pref"), entry.get("options")
-            if options is None or not PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT:
-                continue
-            found.append(ObservedFilter(prio, _bytecode(options), _mirred_target(options)))
-        return tuple(sorted(found, key=lambda f: f.prio))
+    def _filters(self, name: str) -> tuple[tuple[ObservedFilter, ...], int]:
+        """The agent's filters on the ingress hook, and how many others there are (both hooks)."""
+        found, foreign = [], 0
+        for hook in ("ingress", "egress"):
+            for entry in self._json(["tc", "-j", "filter", "show", "dev", name, hook],
+                                    missing_ok=True):
+                prio, options = entry.get("pref"), entry.get("options")
+                if options is None:
+                    continue  # the per-prio header line tc prints before the filter itself
+                if hook == "ingress" and PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT:
+                    found.append(ObservedFilter(prio, _bytecode(options), _mirred_target(options)))
+                else:
+                    foreign += 1
+        return tuple(sorted(found, key=lambda f: f.prio)), foreign
+
+    def _owned_clsacts(self) -> set[str]:
+        try:
+            return set(json.loads(self.ledger.read_text()))
+        except FileNotFoundError:
+            return set()
+        except (OSError, ValueError) as exc:
+            raise HostError(f"{self.ledger}: unreadable clsact ledger ({exc})") from None
+
+    def _write_ledger(self, names: set[str]) -> None:
+        write_atomic(self.ledger, (json.dumps(sorted(names)) + "\n").encode())
 
     def _exists(self, name: str) -> bool:
         return run(["ip", "link", "show", "dev", name], timeout=self.timeout_s,

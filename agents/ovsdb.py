@@ -31,7 +31,7 @@ class OvsdbSide:
         """(bridge exists, its sFlow row, its ports) in one snapshot."""
         tables = self._lists(("Bridge", "_uuid,name,ports,sflow"),
                              ("Port", "_uuid,name,interfaces,external_ids"),
-                             ("Interface", "_uuid,name,type,ofport,options,external_ids"),
+                             ("Interface", "_uuid,name,type,ofport,ofport_request,options,external_ids"),
                              ("sFlow", "_uuid,agent,external_ids,header,polling,sampling,targets"))
         bridges = [row for row in tables[0] if row["name"] == bridge]
         if not bridges:
@@ -48,7 +48,10 @@ class OvsdbSide:
             if iface is None:
                 continue
             ids = iface["external_ids"]
+            # Before ovs-vswitchd assigns the port (or while it is down), trust the request.
             ofport = iface["ofport"] if isinstance(iface["ofport"], int) else None
+            if (ofport is None or ofport < 1) and isinstance(iface["ofport_request"], int):
+                ofport = iface["ofport_request"]
             ports.append(ObservedPort(
                 name=port["name"], type=iface["type"], ofport=ofport,
                 owned=ids.get(OWNER_KEY) == OWNER_VALUE

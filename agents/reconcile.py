@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cosample.agents.commands import (AddClsact, AddDropFlow, AddMirrorDevice, AddTunnelPort,
-                                      Command, RemoveDropFlow, RemoveMirrorDevice,
+                                      Command, RemoveClsact, RemoveDropFlow, RemoveMirrorDevice,
                                       RemoveMirrorFilter, RemoveSflow, RemoveTunnelPort,
                                       SetMirrorFilter, SetSflow)
 from cosample.agents.state import (DROP_FLOW_PRIORITY, OFPORT_BASE, OFPORT_COUNT, DesiredState,
@@ -104,6 +104,8 @@ def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str]
         decrease += [RemoveMirrorFilter(name, prio) for prio in sorted(set(have) - set(wanted_here))]
         if wanted_here and not link.clsact:
             increase.append(AddClsact(name))
+        if not wanted_here and link.clsact and link.clsact_owned and not link.foreign_filters:
+            decrease.append(RemoveClsact(name))
         for prio, target in sorted(wanted_here.items()):
             current = have.get(prio)
             command = SetMirrorFilter(name, prio, target.probability, target.device)
@@ -139,10 +141,9 @@ def _tunnels(desired: DesiredState, observed: ObservedState, decrease: list, inc
                 wanted_flows[drop_cookie(ofport)] = ofport
                 continue
             decrease.append(RemoveTunnelPort(desired.bridge, port.name))
-        elif current is not None:
-            decrease.append(RemoveTunnelPort(desired.bridge, port.name))  # ofport failed: redo
-            ofport = next(free)
         else:
+            if current is not None:  # no usable port number: recreate it with one
+                decrease.append(RemoveTunnelPort(desired.bridge, port.name))
             ofport = next(free)
         wanted_flows[drop_cookie(ofport)] = ofport
         increase.append(AddTunnelPort(desired.bridge, port.name, port.peer, options, ofport))
@@ -178,8 +179,8 @@ def _sflow(desired: DesiredState, observed: ObservedState, decrease: list, incre
         (decrease if sparser else increase).append(command)
 
 
-_DECREASE_ORDER = (RemoveMirrorFilter, SetMirrorFilter, RemoveMirrorDevice, RemoveTunnelPort,
-                   RemoveDropFlow, RemoveSflow, SetSflow)
+_DECREASE_ORDER = (RemoveMirrorFilter, SetMirrorFilter, RemoveClsact, RemoveMirrorDevice,
+                   RemoveTunnelPort, RemoveDropFlow, RemoveSflow, SetSflow)
 _INCREASE_ORDER = (AddMirrorDevice, AddDropFlow, AddTunnelPort, AddClsact, SetMirrorFilter,
                    SetSflow)
 

@@ -134,6 +134,8 @@ class ObservedLink:
     name: str
     clsact: bool
     filters: tuple[ObservedFilter, ...] = ()
+    clsact_owned: bool = False  # the agent added the clsact qdisc (its ledger says so)
+    foreign_filters: int = 0  # filters of others on either hook
 
 
 @dataclass(frozen=True)

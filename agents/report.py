@@ -1,0 +1,124 @@
+"""What an agent tells operators: a JSON status file and Prometheus metrics.
+
+Both are written atomically into the state directory after every cycle: ``status.json`` and
+``metrics.prom`` (node-exporter textfile-collector format). ``serve_metrics`` optionally exposes
+the same registry over HTTP on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import start_http_server
+
+from cosample.agents.signing import write_atomic
+from cosample.agents.state import DesiredState
+
+STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """One cycle: what ran, what changed, what is wrong."""
+
+    host: str
+    time: str
+    result: str  # ok | diverged | error | dry-run
+    mode: str  # plan | safe
+    reason: str
+    plan_version: int | None = None
+    plan_id: str | None = None
+    plan_expires: str | None = None
+    pending_version: int | None = None
+    commands: tuple[str, ...] = ()
+    remaining: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    desired: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in self.__dict__.items()}
+
+
+def summarise(desired: DesiredState | None) -> dict[str, Any]:
+    """The desired state in a few JSON-safe fields."""
+    if desired is None:
+        return {}
+    return {"bridge": desired.bridge,
+            "sflow_sampling": desired.sflow.sampling if desired.sflow else None,
+            "collector": desired.sflow.target if desired.sflow else None,
+            "mirrors": {t.peer: t.rate for t in desired.mirrors},
+            "receives_from": [p.peer for p in desired.receivers]}
+
+
+class Metrics:
+    """The agent's Prometheus metrics in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.plan_version = Gauge("cosample_agent_plan_version", "Version of the running plan "
+                                  "(-1: none)", registry=r)
+        self.safe_state = Gauge("cosample_agent_safe_state", "1 when in the safe fallback state",
+                                registry=r)
+        self.last_success = Gauge("cosample_agent_last_apply_success",
+                                  "1 if the last cycle converged", registry=r)
+        self.last_time = Gauge("cosample_agent_last_apply_timestamp_seconds",
+                               "Unix time of the last cycle", registry=r)
+        self.sampling = Gauge("cosample_agent_sflow_sampling_n",
+                              "Configured sFlow 1-in-N (0: none)", registry=r)
+        self.mirror_rate = Gauge("cosample_agent_mirror_rate",
+                                 "Planned mirrored share of own traffic", ["target"], registry=r)
+        self.receivers = Gauge("cosample_agent_receiver_tunnels", "Receiver tunnel ports wanted",
+                               registry=r)
+        self.commands = Counter("cosample_agent_commands_applied", "Commands applied",
+                                registry=r)
+        self.errors = Counter("cosample_agent_errors", "Errors by kind", ["kind"], registry=r)
+        self.problems = Gauge("cosample_agent_problems", "Problems reported and left alone",
+                              registry=r)
+
+    def record(self, report: CycleReport, desired: DesiredState | None, unix_time: float,
+               error_kinds: list[str]) -> None:
+        self.plan_version.set(report.plan_version if report.plan_version is not None else -1)
+        self.safe_state.set(1 if report.mode == "safe" else 0)
+        self.last_success.set(1 if report.result == "ok" else 0)
+        self.last_time.set(unix_time)
+        self.sampling.set(desired.sflow.sampling if desired and desired.sflow else 0)
+        self.mirror_rate.clear()
+        for target in desired.mirrors if desired else ():
+            self.mirror_rate.labels(target=target.peer).set(target.rate)
+        self.receivers.set(len(desired.receivers) if desired else 0)
+        if report.result != "dry-run":
+            self.commands.inc(len(report.commands))
+        for kind in error_kinds:
+            self.errors.labels(kind=kind).inc()
+        self.problems.set(len(report.problems))
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def write_reports(state_dir: str | Path, report: CycleReport, metrics: Metrics) -> None:
+    """``status.json`` and ``metrics.prom`` in ``state_dir``, each replaced atomically."""
+    state_dir = Path(state_dir)
+    write_atomic(state_dir / STATUS_FILE,
+                 (json.dumps(report.as_dict(), indent=2, sort_keys=True) + "\n").encode())
+    write_atomic(state_dir / METRICS_FILE, metrics.text())
+
+
+def read_status(state_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(state_dir) / STATUS_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def serve_metrics(metrics: Metrics, port: int) -> None:
+    """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread)."""
+    start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
