@@ -1,0 +1,96 @@
+"""``cosample fit`` and ``cosample calibrate`` through ``cosample.cli.main``, and the planner
+reading the calibration JSON that ``fit -o`` writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cosample.cli import build_parser, main
+from cosample.costmodel.data import write_measurements
+from cosample.costmodel.model import simulate
+from cosample.planner.datacentre import DataCentre
+
+
+@pytest.fixture
+def measurements(tmp_path):
+    data = simulate({"sflow": 0.6, "mirror": 0.2}, 80_000, noise=0.01, seed=5)
+    return write_measurements(data.assign(protocol="udp"), tmp_path / "m.csv")
+
+
+def test_parsing_is_separate_from_main():
+    args = build_parser().parse_args(["fit", "m.csv", "-o", "c.json", "--bootstrap", "200"])
+    assert (args.data, args.output, args.bootstrap) == ("m.csv", "c.json", 200)
+    args = build_parser().parse_args(["calibrate", "--testbed", "--rates", "0,0.5,1",
+                                      "--mechanisms", "mirror", "--protocol", "tcp"])
+    assert args.rates == (0.0, 0.5, 1.0) and args.mechanisms == ("mirror",) and args.testbed
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["calibrate", "--rates", "0,x"])
+
+
+def test_fit_prints_and_writes_calibration_and_figure(measurements, tmp_path, capsys):
+    out, figure = tmp_path / "c.json", tmp_path / "fit.png"
+    assert main(["fit", str(measurements), "-o", str(out), "--figure", str(figure),
+                 "--bootstrap", "200", "--protocol", "udp"]) == 0
+    printed = capsys.readouterr().out
+    assert "sflow" in printed and "mirror" in printed and "capacity_pps" in printed
+    document = json.loads(out.read_text())
+    assert document["alpha"] == pytest.approx(0.6, abs=0.05)
+    assert document["beta"] == pytest.approx(0.2, abs=0.05)
+    assert document["capacity_pps"] == pytest.approx(80_000, rel=0.02)
+    for name in ("sflow", "mirror"):
+        entry = document["mechanisms"][name]
+        assert entry["coefficient_ci"][0] < entry["coefficient"] < entry["coefficient_ci"][1]
+        assert entry["r_squared"] > 0.9
+    assert document["metadata"]["protocol"] == "udp"
+    assert figure.stat().st_size > 20_000 and figure.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_planner_loads_our_calibration(measurements, tmp_path):
+    assert main(["fit", str(measurements), "-o", str(tmp_path / "server1.json"),
+                 "--bootstrap", "100"]) == 0
+    calibration = json.loads((tmp_path / "server1.json").read_text())
+    description = {"cost": {"alpha": 1.54, "beta": 0.46},
+                   "servers": [{"name": "s1", "calibration": "server1.json"},
+                               {"name": "s2", "capacity_pps": 1000}],
+                   "traffic_pps": {"s1": {"s2": 100}}}
+    (tmp_path / "dc.json").write_text(json.dumps(description))
+    dc = DataCentre.load(tmp_path / "dc.json")
+    assert dc.alpha[0] == calibration["alpha"] and dc.beta[0] == calibration["beta"]
+    assert dc.capacity_pps[0] == calibration["capacity_pps"]
+    assert (dc.alpha[1], dc.beta[1]) == (1.54, 0.46)  # no calibration: the defaults
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "empty file"),
+    ("mechanism,rate\nsflow,0.5\n", "missing column 'throughput_pps'"),
+    ("mechanism,rate,throughput_pps\nsflow,-0.2,100\n", "line 2: rate must be >= 0"),
+    ("mechanism,rate,throughput_pps\nsflow,0.5,100\n", "at least 3 measurements"),
+])
+def test_fit_bad_data_exits_2_and_writes_nothing(tmp_path, capsys, content, message):
+    (tmp_path / "bad.csv").write_text(content)
+    out = tmp_path / "c.json"
+    assert main(["fit", str(tmp_path / "bad.csv"), "-o", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_fit_protocol_filter_errors(measurements, capsys):
+    assert main(["fit", str(measurements), "--protocol", "tcp"]) == 2
+    assert "no rows with protocol 'tcp'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["calibrate"], "choose where to calibrate"),
+    (["calibrate", "--testbed", "--bridge", "br0"], "choose where to calibrate"),
+    (["calibrate", "--testbed", "--rates", "0.5"], "at least 2 distinct rates"),
+    (["calibrate", "--testbed", "--mechanisms", "sflow,gre"], "choose from sflow, mirror"),
+    (["calibrate", "--testbed", "--prefix", "much-too-long-prefix"], "testbed prefix"),
+    (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "receiver port is required"),
+])
+def test_calibrate_refuses_bad_requests_before_touching_anything(tmp_path, capsys, argv, message):
+    out = tmp_path / "c.json"
+    assert main([*argv, "-d", str(tmp_path / "m.csv"), "-o", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "m.csv").exists()

@@ -1,0 +1,121 @@
+"""The calibration grid and one trial's bookkeeping, with fakes for OVS, tc and iperf3.
+
+The real thing runs in test_integration.py (root): same Calibrator, real OVS and iperf3.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cosample.costmodel.errors import HarnessError
+from cosample.costmodel.harness import CalibrationSettings, Calibrator, parse_port_stats, plan_trials
+from cosample.costmodel.iperf import IperfResult
+
+DUMP_PORTS = """OFPST_PORT reply (xid=0x4): 1 ports
+  port  2: rx pkts=24, bytes=2007, drop=0, errs=0, frame=0, over=0, crc=0
+           tx pkts=451491, bytes=47857523, drop=0, errs=0, coll=0
+"""
+
+
+def test_plan_covers_every_cell_once_in_seeded_random_order():
+    settings = CalibrationSettings(rates=(0, 0.5, 1), repetitions=2, seed=3)
+    trials = plan_trials(settings)
+    cells = {(t.mechanism, t.rate, t.repetition) for t in trials}
+    assert len(trials) == len(cells) == 2 * 3 * 2
+    assert [t.order for t in trials] == list(range(12))
+    assert trials == plan_trials(settings)
+    assert [(t.mechanism, t.rate) for t in trials] != sorted((t.mechanism, t.rate) for t in trials)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mechanisms": ("sflow", "gre")}, "choose from"),
+    ({"rates": (0.5,)}, "at least 2 distinct"),
+    ({"rates": (0, 1.5)}, "in \\[0, 1\\]"),
+    ({"repetitions": 0}, "repetitions"),
+    ({"duration_s": 0.2}, "duration"),
+    ({"protocol": "icmp"}, "protocol"),
+])
+def test_settings_are_strict(kwargs, message):
+    with pytest.raises(HarnessError, match=message):
+        CalibrationSettings(**kwargs)
+
+
+def test_parse_port_stats():
+    assert parse_port_stats(DUMP_PORTS) == (24, 451491)
+    with pytest.raises(HarnessError, match="port statistics"):
+        parse_port_stats("OFPST_PORT reply: 0 ports")
+
+
+class FakeMechanism:
+    def __init__(self, name, log):
+        self.name, self.log, self.rate = name, log, 0.0
+
+    def set_rate(self, rate):
+        self.rate = rate
+        self.log.append((self.name, rate))
+        return round(rate, 1)
+
+    def clear(self):
+        self.log.append((self.name, "clear"))
+
+
+class FakeSwitch:
+    """Counters that advance while the fake client 'runs': 1000 pps in, 800 pps out."""
+
+    def __init__(self):
+        self.rx = self.tx = self.copies = 0
+
+    def port_stats(self, port):
+        return (self.rx, 0) if port == "in" else (0, self.tx)
+
+    def client(self, argv, duration):
+        self.rx += int(1000 * duration)
+        self.tx += int(800 * duration)
+        self.copies += int(100 * duration)
+        return IperfResult("udp", duration, 1e6, packets=1000, lost_packets=200)
+
+
+def _calibrator(log, switch, **settings):
+    settings = CalibrationSettings(rates=(0, 0.3), repetitions=1, duration_s=2, warmup_s=1,
+                                   settle_s=0, **settings)
+    mechanisms = {m: FakeMechanism(m, log) for m in settings.mechanisms}
+    return Calibrator(settings, mechanisms, switch.port_stats,
+                      {"sflow": lambda: switch.copies}, switch.client, "10.0.0.2", "in", "out")
+
+
+def test_trials_produce_tidy_rows_with_one_mechanism_active():
+    log, switch = [], FakeSwitch()
+    data = _calibrator(log, switch).run(show_progress=False)
+    assert len(data) == 4 and set(data["mechanism"]) == {"sflow", "mirror"}
+    assert data["throughput_pps"].tolist() == [800.0] * 4
+    assert data["sent_pps"].tolist() == [1000.0] * 4
+    assert data["iperf_pps"].tolist() == [400.0] * 4  # (1000 - 200) datagrams / 2 s
+    assert set(data["rate"]) == {0.0, 0.3}
+    sflow = data[data["mechanism"] == "sflow"]
+    assert sflow["copies_pps"].tolist() == [100.0, 100.0]
+    assert (data[data["mechanism"] == "mirror"]["copies_pps"] == 0).all()  # no counter given
+    # before each trial, every mechanism but the trial's is set to 0
+    for trial in data.itertuples():
+        start = 2 + 2 * trial.order
+        settings = dict(log[start:start + 2])
+        other = "mirror" if trial.mechanism == "sflow" else "sflow"
+        assert settings[trial.mechanism] == trial.rate_requested and settings[other] == 0.0
+    assert log[-2:] == [("sflow", "clear"), ("mirror", "clear")]
+
+
+def test_mechanisms_are_cleared_when_a_run_fails():
+    log, switch = [], FakeSwitch()
+    calls = []
+
+    def failing_client(argv, duration):
+        calls.append(argv)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return switch.client(argv, duration)
+
+    calibrator = _calibrator(log, switch)
+    calibrator.client = failing_client
+    with pytest.raises(KeyboardInterrupt):
+        calibrator.run(show_progress=False)
+    assert log[-2:] == [("sflow", "clear"), ("mirror", "clear")]
+    assert len(calibrator.rows) == 1  # warm-up, one trial, then the interruption
