@@ -1,0 +1,177 @@
+"""The agent loop against the in-memory host: plan files on disk, a controllable clock."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+
+from cosample.agents.fakehost import FakeHost
+from cosample.agents.report import read_status
+from cosample.agents.runner import LAST_GOOD_FILE, Agent
+from cosample.agents.signing import generate_keypair, sign_file
+
+
+class Clock:
+    def __init__(self, start):
+        self.now = start
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def setup(tmp_path, config_for, now):
+    plan_path = tmp_path / "plan.json"
+
+    def make(**overrides):
+        config = config_for("s1", plan=str(plan_path), **overrides)
+        return Agent(config, FakeHost(), clock=clock), config
+
+    clock = Clock(now)
+    return plan_path, make, clock
+
+
+def test_cycle_applies_reports_and_remembers(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, config = make()
+    report = agent.cycle()
+    assert report.result == "ok" and report.plan_version == 100 and report.commands
+    assert agent.host.sflow.settings.sampling == 10
+    status = read_status(config.state_dir)
+    assert status["result"] == "ok" and status["desired"]["mirrors"] == {"s2": 0.2, "s3": 0.3}
+    metrics = (agent.state_dir / "metrics.prom").read_text()
+    assert "cosample_agent_plan_version 100.0" in metrics
+    assert 'cosample_agent_mirror_rate{target="s3"} 0.3' in metrics
+    assert "cosample_agent_sflow_sampling_n 10.0" in metrics
+    assert json.loads((agent.state_dir / LAST_GOOD_FILE).read_text())["version"] == 100
+    writes = agent.host.writes
+    assert agent.cycle().commands == () and agent.host.writes == writes
+
+
+def test_bad_plan_keeps_the_last_good_one(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, _ = make()
+    agent.cycle()
+    bad = make_plan(version=101)
+    bad["hosts"]["s1"]["local_rate"] = 7
+    plan_path.write_bytes(to_bytes(bad))
+    writes = agent.host.writes
+    report = agent.cycle()
+    assert report.plan_version == 100 and "hosts.s1.local_rate" in report.errors[0]
+    assert agent.host.writes == writes
+    assert 'cosample_agent_errors_total{kind="plan"} 1.0' in agent.metrics.text().decode()
+
+
+def test_rollback_refused_even_after_restart(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan(version=100)))
+    make()[0].cycle()
+    plan_path.write_bytes(to_bytes(make_plan(version=99, sampling=20)))
+    agent, _ = make()  # a restarted agent: new process, same state dir
+    report = agent.cycle()
+    assert report.plan_version == 100 and "rollback" in report.errors[0]
+    assert agent.host.sflow.settings.sampling == 10
+
+
+def test_expiry_falls_back_to_safe_state(setup, make_plan, to_bytes):
+    plan_path, make, clock = setup
+    plan_path.write_bytes(to_bytes(make_plan(hours=1)))
+    agent, config = make()
+    agent.cycle()
+    assert agent.host.devices
+    clock.now += timedelta(hours=2)
+    report = agent.cycle()
+    assert report.mode == "safe" and report.plan_version is None
+    assert agent.host.sflow.settings.sampling == config.safe_sampling
+    assert agent.host.devices == {} and not any(p.owned for p in agent.host.ports.values())
+    assert "cosample_agent_safe_state 1.0" in agent.metrics.text().decode()
+
+
+def test_unreachable_plan_keeps_running_plan(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, _ = make()
+    agent.cycle()
+    plan_path.unlink()
+    report = agent.cycle()
+    assert report.plan_version == 100 and "not found" in report.errors[0]
+
+
+def test_signature_required_when_a_key_is_configured(setup, tmp_path, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    generate_keypair(tmp_path / "k", tmp_path / "k.pub")
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, _ = make(public_key=str(tmp_path / "k.pub"))
+    report = agent.cycle()
+    assert report.mode == "safe" and "missing" in report.errors[0]
+    sign_file(plan_path, tmp_path / "k")
+    assert agent.cycle().plan_version == 100
+    plan_path.write_bytes(to_bytes(make_plan(version=101, sampling=20)))  # stale signature
+    report = agent.cycle()
+    assert report.plan_version == 100 and "does not verify" in report.errors[0]
+
+
+def test_dry_run_changes_and_writes_nothing(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, config = make()
+    report = agent.cycle(dry_run=True)
+    assert report.result == "dry-run" and any("sFlow" in line for line in report.commands)
+    assert agent.host.writes == 0 and read_status(config.state_dir) is None
+    assert not (agent.state_dir / LAST_GOOD_FILE).exists()
+
+
+def test_two_phase_plan_set_applies_phase_two_after_not_before(setup, make_plan, now):
+    plan_path, make, clock = setup
+    phase2 = make_plan(version=201, sampling=5, local_rate=0.2)
+    phase2["not_before"] = (now + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plan_path.write_text(json.dumps({"format": "cosample.planset", "format_version": 1,
+                                     "plans": [make_plan(version=200), phase2]}))
+    agent, _ = make()
+    report = agent.cycle()
+    assert report.plan_version == 200 and report.pending_version == 201
+    clock.now += timedelta(minutes=3)
+    assert agent.cycle().plan_version == 201 and agent.host.sflow.settings.sampling == 5
+
+
+def test_remove_leaves_nothing_owned(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, _ = make()
+    agent.cycle()
+    report = agent.remove()
+    assert report.result == "ok"
+    host = agent.host
+    assert host.sflow is None and host.devices == {} and host.flows == {}
+    assert all(not link.filters and not link.clsact for link in host.links.values())
+
+
+def test_missing_bridge_is_reported_not_created(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, _ = make()
+    agent.host.bridge_exists = False
+    report = agent.cycle()
+    assert report.result == "degraded" and "does not exist" in report.problems[0]
+    assert agent.host.writes == 0
+
+
+def test_run_loop_survives_a_failing_host_and_stops(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, _ = make(interval_s=0.01)
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("a bug")
+
+    agent.host.observe = broken
+    agent.run(threading.Event(), max_cycles=3)
+    assert len(calls) == 3
+    assert 'cosample_agent_errors_total{kind="internal"} 3.0' in agent.metrics.text().decode()

@@ -1,0 +1,58 @@
+"""Ed25519 detached signatures: keygen, sign, verify, and every way verification must fail."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+import pytest
+
+from cosample.agents.errors import AgentError, SignatureError
+from cosample.agents.signing import generate_keypair, sign_bytes, sign_file, verify
+
+
+@pytest.fixture
+def keys(tmp_path):
+    generate_keypair(tmp_path / "plan.key", tmp_path / "plan.pub")
+    return tmp_path / "plan.key", tmp_path / "plan.pub"
+
+
+def test_sign_then_verify(tmp_path, keys):
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(b'{"a": 1}\n')
+    signature = sign_file(plan, keys[0])
+    assert signature.name == "plan.json.sig"
+    verify(plan.read_bytes(), signature.read_bytes(), keys[1])
+    assert os.stat(keys[0]).st_mode & 0o777 == 0o600
+
+
+def test_tampered_plan_or_wrong_key_fails(tmp_path, keys):
+    signature = sign_bytes(b"plan", keys[0])
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify(b"plan!", signature, keys[1])
+    generate_keypair(tmp_path / "other.key", tmp_path / "other.pub")
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify(b"plan", signature, tmp_path / "other.pub")
+
+
+def test_missing_or_garbled_signature_fails(keys):
+    with pytest.raises(SignatureError, match="missing"):
+        verify(b"plan", None, keys[1])
+    with pytest.raises(SignatureError, match="base64"):
+        verify(b"plan", b"%%%", keys[1])
+
+
+def test_raw_base64_public_key_accepted(tmp_path, keys):
+    from cryptography.hazmat.primitives import serialization
+    public = serialization.load_pem_public_key(keys[1].read_bytes())
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    (tmp_path / "raw.pub").write_bytes(base64.b64encode(raw))
+    verify(b"plan", sign_bytes(b"plan", keys[0]), tmp_path / "raw.pub")
+
+
+def test_keygen_refuses_to_overwrite_and_bad_keys_are_named(tmp_path, keys):
+    with pytest.raises(AgentError, match="refusing to overwrite"):
+        generate_keypair(keys[0], tmp_path / "new.pub")
+    (tmp_path / "junk.pub").write_text("-----BEGIN PUBLIC KEY-----\njunk\n")
+    with pytest.raises(AgentError, match="junk.pub"):
+        verify(b"x", sign_bytes(b"x", keys[0]), tmp_path / "junk.pub")
