@@ -14,13 +14,13 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cosample.experiments.testbed.errors import TestbedError
+from cosample.files import write_text_atomic
 from cosample.experiments.testbed.topology import (
     UNDERLAY_PREFIXLEN, VM_MTU, VM_PREFIXLEN, VXLAN_PORT,
     VXLAN_VNI, Server, Topology, from_config,
@@ -72,7 +72,7 @@ class Ledger:
     def save(self) -> None:
         document = {"prefix": self.prefix, "config": self.config, "namespaces": self.namespaces,
                     "links": self.links, "ovs": self.ovs, "complete": self.complete}
-        _write_atomic(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+        write_text_atomic(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, state_dir: str | Path) -> "Ledger":
@@ -307,15 +307,3 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (OSError, IndexError):
         return True
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

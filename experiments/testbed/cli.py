@@ -126,13 +126,23 @@ def _run(args: argparse.Namespace) -> int:
         raise
     frame = report.tidy_rows(result, testbed.topology)
     totals = report.summary(frame, result)
-    command = "cosample testbed run " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["testbed", "run"] \
-        else "cosample testbed run"
-    text = report.markdown(frame, totals, result, command.strip())
+    text = report.markdown(frame, totals, result, _command(args))
     paths = report.write(out, frame, totals, text)
     print(text)
     print(f"results: {paths['csv']}, {paths['report']}, {paths['summary']}")
     return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run (for the report)."""
+    parts = ["cosample testbed run", f"--duration {args.duration:g}", f"--solver {args.solver}"]
+    if args.calibration:
+        parts.append(f"--calibration {args.calibration}")
+    for flag, value in (("--alpha", args.alpha), ("--beta", args.beta),
+                        ("--capacity-pps", args.capacity_pps)):
+        if value is not None:
+            parts.append(f"{flag} {value:g}")
+    return " ".join(parts)
 
 
 def _coefficients(args: argparse.Namespace, plans, error):

@@ -268,6 +268,7 @@ def skewed_config(servers: int = 3, vms: int = 2, top_pps: float = 2400.0, skew:
 
     Each server sends ``1 - remote_share`` of its traffic between its own VMs and the rest to a
     VM on the next server (round robin), so the busiest server must mirror to sample much.
+    Flows under 1 pps are left out.
     """
     if servers < 1 or vms < 2:
         raise TestbedError("skewed config needs at least 1 server and 2 VMs per server")
@@ -281,7 +282,7 @@ def skewed_config(servers: int = 3, vms: int = 2, top_pps: float = 2400.0, skew:
             flows.append({"src": f"s{k}v2", "dst": f"s{nxt}v1",
                           "pps": round(offered - local, 1)})
     return {"servers": [{"capacity_pps": capacity_pps, "vms": vms} for _ in range(servers)],
-            "flows": flows, "packet_bytes": packet_bytes}
+            "flows": [flow for flow in flows if flow["pps"] >= 1], "packet_bytes": packet_bytes}
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:

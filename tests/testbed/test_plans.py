@@ -1,0 +1,51 @@
+"""The testbed's data-centre description goes through the real planner and its plan writer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cosample.experiments.testbed.errors import TestbedError
+from cosample.experiments.testbed.plans import (Coefficients, applied_rate, description, load_plan,
+                                                make_plans)
+from cosample.experiments.testbed.topology import from_config, skewed_config
+
+
+def test_description_plans_collaboratively_and_not(tmp_path):
+    topology = from_config(skewed_config(servers=3, skew=0.5, capacity_pps=3000))
+    document = description(topology, topology.traffic_matrix(), Coefficients(1.54, 0.46),
+                           "172.29.77.254:6343")
+    assert document["servers"][0] == {"name": "s1", "capacity_pps": 3000.0,
+                                      "tunnel_ip": "172.29.77.1", "bridge": "ctbr1",
+                                      "vm_ports": ["ct1v1", "ct1v2"]}
+    paths = make_plans(document, tmp_path, version=100)
+    collab, noncollab = load_plan(paths["collab"]), load_plan(paths["noncollab"])
+    assert (noncollab["version"], collab["version"]) == (100, 101)
+    assert all(not host["mirrors"] for host in noncollab["hosts"].values())
+    assert collab["hosts"]["s1"]["role"] == "sender" and collab["hosts"]["s1"]["mirrors"]
+    assert collab["hosts"]["s3"]["role"] == "receiver"
+    assert collab["summary"]["collected_applied_pps"] > noncollab["summary"]["collected_applied_pps"]
+    local, mirrored = applied_rate(collab["hosts"]["s1"])
+    assert local == pytest.approx(1 / collab["hosts"]["s1"]["sflow_sampling"])
+    assert mirrored == pytest.approx(sum(m["rate"] for m in collab["hosts"]["s1"]["mirrors"]))
+    assert applied_rate({"sflow_sampling": None, "mirrors": []}) == (0.0, 0.0)
+
+
+def test_capacity_override_applies_to_every_server():
+    topology = from_config(skewed_config(servers=2))
+    document = description(topology, {}, Coefficients(1.5, 0.5, capacity_pps=99.0), "1.2.3.4:1")
+    assert {s["capacity_pps"] for s in document["servers"]} == {99.0}
+    assert document["traffic_pps"] == {}
+
+
+def test_calibration_file(tmp_path):
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"alpha": 0.2, "beta": 0.1, "capacity_pps": 5e4, "r2": 0.9}))
+    assert Coefficients.from_calibration(path) == Coefficients(0.2, 0.1, 5e4, str(path))
+    path.write_text(json.dumps({"alpha": 0.2}))
+    with pytest.raises(TestbedError, match="beta: expected a positive number"):
+        Coefficients.from_calibration(path)
+    path.write_text("[")
+    with pytest.raises(TestbedError, match="not valid JSON"):
+        Coefficients.from_calibration(path)
