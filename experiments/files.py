@@ -87,9 +87,13 @@ def read_calibration(path: str | Path) -> dict[str, float]:
         value = document.get(key)
         if value is None and key == "capacity_pps":
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-                or value == float("inf"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+                or value in (float("inf"), float("-inf")):
             raise ExperimentError(f"{path}: {key}: expected a finite number > 0, got {value!r}")
+        if value <= 0:
+            raise ExperimentError(f"{path}: {key} = {value:.4g}: the planner needs a cost > 0, and "
+                                  f"this calibration measured none (see its warnings); "
+                                  f"re-measure, or pass --alpha/--beta")
         found[key] = float(value)
     return found
 
