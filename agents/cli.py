@@ -109,8 +109,9 @@ def _config(args):
 
 
 def _print_report(report) -> None:
-    for line in report.commands:
-        print(line)
+    if report.result == "dry-run":
+        for line in report.commands:
+            print(line)
     summary = (f"{report.result}: {report.reason}; {len(report.commands)} command(s)"
                f"{' would run' if report.result == 'dry-run' else ' applied'}")
     print(summary)
@@ -120,20 +121,25 @@ def _print_report(report) -> None:
         print(f"error: {error}", file=sys.stderr)
 
 
+def _print_now(line: str) -> None:
+    """Each applied command as it happens (a killed run still shows how far it got)."""
+    print(line, flush=True)
+
+
 def _exit_code(report) -> int:
     return 0 if report.result in ("ok", "dry-run") else 1
 
 
 def _apply(args) -> int:
     from cosample.agents.runner import Agent
-    report = Agent(_config(args)).cycle(dry_run=args.dry_run)
+    report = Agent(_config(args), on_command=_print_now).cycle(dry_run=args.dry_run)
     _print_report(report)
     return _exit_code(report)
 
 
 def _remove(args) -> int:
     from cosample.agents.runner import Agent
-    report = Agent(_config(args)).remove()
+    report = Agent(_config(args), on_command=_print_now).remove()
     _print_report(report)
     return _exit_code(report)
 

@@ -40,7 +40,8 @@ class Agent:
     """One host's agent. ``host`` is a ``LinuxOvsHost`` (default) or a ``FakeHost``."""
 
     def __init__(self, config: AgentConfig, host=None, *, clock: Callable[[], datetime] = utcnow,
-                 fetcher: Callable = fetch, metrics: Metrics | None = None) -> None:
+                 fetcher: Callable = fetch, metrics: Metrics | None = None,
+                 on_command: Callable[[str], None] | None = None) -> None:
         if host is None:
             from cosample.agents.host import LinuxOvsHost
             host = LinuxOvsHost(config)
@@ -49,6 +50,7 @@ class Agent:
         self.clock = clock
         self.fetcher = fetcher
         self.metrics = metrics or Metrics()
+        self.on_command = on_command  # told of each command right after it was applied
         self.state_dir = Path(config.state_dir)
         self.running: Plan | None = self._load_last_good()
 
@@ -153,6 +155,8 @@ class Agent:
                     log.info("apply: %s", command.describe())
                     self.host.apply(command)
                     applied.append(command.describe())
+                    if self.on_command is not None:
+                        self.on_command(applied[-1])
                 after = self.host.observe(desired.bridge, desired.vm_ports or ())
                 remaining = [command.describe() for command in reconcile(desired, after)]
                 problems = find_problems(desired, after)

@@ -1,0 +1,302 @@
+"""The agent against a real ovsdb-server + ``ovs-vswitchd --enable-dummy`` and real ip/tc.
+
+VM ports are veth pairs in the root namespace (named ``caV*``), so tc filters and VXLAN
+devices are real; that part needs root and is skipped otherwise. Nothing here sends packets:
+test_dataplane does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cosample.agents.desired import desired_state
+from cosample.agents.host import LinuxOvsHost
+from cosample.agents.plan import plan_from_dict
+from cosample.agents.reconcile import reconcile
+from cosample.agents.runner import Agent
+from cosample.cli import main
+from cosample.lab.netns import netns_available
+from cosample.lab.ovs import OvsInstance, ovs_available
+from cosample.lab.run import run
+
+pytestmark = pytest.mark.ovs
+BRIDGE, VM_PORTS, DEVICE_PREFIX = "cabr1", ("caV1", "caV2"), "cam"
+
+
+def _delete_links(names):
+    for name in names:
+        run(["ip", "link", "del", name], check=False)
+
+
+def _our_vxlan_devices():
+    links = json.loads(run(["ip", "-j", "link", "show", "type", "vxlan"]).stdout or "[]")
+    return [link["ifname"] for link in links if link["ifname"].startswith(f"{DEVICE_PREFIX}-")]
+
+
+@pytest.fixture
+def root_links():
+    reason = netns_available()
+    if reason:
+        pytest.skip(f"mirrors need real interfaces for tc: {reason}")
+    _delete_links(VM_PORTS)
+    for name in VM_PORTS:
+        run(["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"])
+        run(["ip", "link", "set", name, "up"])
+    yield VM_PORTS
+    _delete_links(VM_PORTS)
+    _delete_links(_our_vxlan_devices())
+
+
+@pytest.fixture
+def sandbox(tmp_path, root_links, make_plan, to_bytes):
+    """(ovs, config path, plan path, write_plan) with bridge cabr1 holding the VM ports."""
+    reason = ovs_available()
+    if reason:
+        pytest.skip(reason)
+    with OvsInstance(tmp_path / "ovs", dummy=True) as ovs:
+        ovs.vsctl("add-br", BRIDGE, "--", "set", "Bridge", BRIDGE, "datapath_type=dummy")
+        for name in VM_PORTS:
+            ovs.vsctl("add-port", BRIDGE, name)
+        plan_path = tmp_path / "plan.json"
+        config_path = tmp_path / "agent.toml"
+        config_path.write_text(
+            f'host = "s1"\nplan = "{plan_path}"\novsdb = "{ovs.remote}"\nbridge = "{BRIDGE}"\n'
+            f'state_dir = "{tmp_path / "state"}"\nmirror_device_prefix = "{DEVICE_PREFIX}"\n'
+            f'tunnel_port_prefix = "car"\ntimeout_s = 3\njitter_s = 0\n')
+
+        def write_plan(document):
+            plan_path.write_bytes(to_bytes(document))
+        yield ovs, config_path, plan_path, write_plan
+
+
+def agent(config_path, **overrides) -> Agent:
+    from cosample.agents.config import load_config
+    return Agent(load_config(str(config_path), overrides))
+
+
+def fingerprint(a: Agent):
+    """Everything the agent could have touched, without UUIDs and port numbers."""
+    observed = a.host.observe(BRIDGE, VM_PORTS)
+    names = {p.ofport: p.name for p in observed.ports}
+    return (observed.sflow.settings if observed.sflow else None,
+            observed.sflow.owned if observed.sflow else None,
+            sorted((p.name, p.type, p.owned, tuple(sorted(p.options.items())), p.peer)
+                   for p in observed.ports),
+            sorted((names.get(f.in_port), f.priority, f.actions) for f in observed.flows),
+            observed.links, observed.devices)
+
+
+def receiver_plan(make_plan, version):
+    """s1 becomes a receiver of s2's traffic (the other plan has s1 as the sender)."""
+    doc = make_plan(version=version, sender_mirrors=())
+    doc["hosts"]["s2"].update(role="sender", local_rate=0.25, sflow_sampling=4,
+                              mirrors=[{"to": "s1", "rate": 0.5}])
+    doc["hosts"]["s1"].update(role="receiver", local_rate=1.0, sflow_sampling=1, mirrors=[],
+                              receives=[{"from": "s2", "rate": 0.5, "pps": 1.0}])
+    return doc
+
+
+def test_converges_to_the_plan_as_seen_by_the_tools_themselves(sandbox, make_plan):
+    ovs, config, _, write_plan = sandbox
+    write_plan(make_plan())
+    report = agent(config).cycle()
+    assert report.result == "ok", report
+    sflow = json.loads(ovs.vsctl("--format=json", "--columns=sampling,targets,external_ids",
+                                 "list", "sFlow"))["data"]
+    assert sflow == [[10, "127.0.0.1:6343", ["map", [["cosample-owner", "agent"]]]]]
+    filters = json.loads(run(["tc", "-j", "filter", "show", "dev", "caV1", "ingress"]).stdout)
+    mirred = [f["options"]["actions"][0]["to_dev"] for f in filters if "options" in f]
+    assert len(mirred) == 2 and all(name.startswith("cam-") for name in mirred)
+    devices = json.loads(run(["ip", "-j", "-d", "link", "show", mirred[0]]).stdout)[0]
+    assert devices["linkinfo"]["info_data"]["remote"] == "10.0.0.2"
+    assert devices["ifalias"].startswith("cosample-owner=agent")
+
+
+def test_second_run_writes_nothing(sandbox, make_plan):
+    ovs, config, _, write_plan = sandbox
+    write_plan(make_plan())
+    agent(config).cycle()
+    uuid = ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip()
+    again = agent(config)
+    report = again.cycle()
+    assert report.result == "ok" and report.commands == () and again.host.writes == 0
+    assert ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip() == uuid
+
+
+def test_a_b_a_equals_fresh_a(sandbox, make_plan):
+    _, config, _, write_plan = sandbox
+    write_plan(make_plan(version=1))
+    a = agent(config)
+    a.cycle()
+    fresh = fingerprint(a)
+    write_plan(receiver_plan(make_plan, 2))
+    assert a.cycle().result == "ok"
+    assert fingerprint(a) != fresh
+    write_plan(make_plan(version=3))
+    assert a.cycle().result == "ok"
+    assert fingerprint(a) == fresh
+
+
+def test_killed_at_a_random_step_then_converges_without_orphans(sandbox, make_plan, tmp_path):
+    """SIGKILL the agent right after its k-th command (k random), then let the next run repair."""
+    _, config, _, write_plan = sandbox
+    rng = random.Random(2026)
+    write_plan(receiver_plan(make_plan, 1))
+    reference = agent(config)
+    reference.cycle()
+    expected_b = fingerprint(reference)
+    full = len(reconcile(desired_state(plan_from_dict(make_plan()), reference.config),
+                         reference.host.observe(BRIDGE, VM_PORTS)))
+    assert full >= 8
+    for trial in range(3):
+        version = 10 + 2 * trial
+        write_plan(make_plan(version=version))  # s1 turns sender: many commands to die among
+        steps = rng.randint(1, full - 2)
+        process = subprocess.Popen([sys.executable, "-m", "cosample", "agent", "apply", "--once",
+                                    "--config", str(config)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for _ in range(steps):
+            assert process.stdout.readline()  # one line per applied command
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        process.stdout.close()
+        half_done = agent(config)
+        assert reconcile(desired_state(plan_from_dict(make_plan()), half_done.config),
+                         half_done.host.observe(BRIDGE, VM_PORTS))  # really killed half-way
+        write_plan(receiver_plan(make_plan, version + 1))
+        assert half_done.cycle().result == "ok"
+        assert fingerprint(half_done) == expected_b
+
+
+def test_survives_ovsdb_and_vswitchd_restarts(sandbox, make_plan):
+    ovs, config, _, write_plan = sandbox
+    write_plan(receiver_plan(make_plan, 1))
+    a = agent(config)
+    a.cycle()
+    expected = fingerprint(a)
+    ovs.stop_ovsdb()
+    report = a.cycle()
+    assert report.result == "error" and "ovsdb-server" in report.errors[-1]
+    ovs.start_ovsdb()
+    assert a.cycle().result == "ok" and fingerprint(a) == expected
+    ovs.stop_vswitchd()
+    ovs.start_vswitchd()
+    report = a.cycle()  # the drop flow was lost with ovs-vswitchd and is put back
+    assert report.result == "ok" and any("actions=drop" in line for line in report.commands)
+    assert fingerprint(a) == expected
+
+
+def test_bad_plans_are_rejected_before_any_write(sandbox, make_plan, to_bytes, tmp_path):
+    ovs, config, plan_path, write_plan = sandbox
+    write_plan(make_plan(version=1))
+    agent(config).cycle()
+    before = ovs.vsctl("show"), run(["tc", "filter", "show", "dev", "caV1", "ingress"]).stdout
+
+    def rate_too_high(doc):
+        doc["hosts"]["s1"]["mirrors"][0]["rate"] = 1.5
+
+    def unmatched_pair(doc):
+        doc["hosts"]["s2"]["receives"] = []
+
+    def no_tunnel_ip(doc):
+        del doc["hosts"]["s3"]["tunnel_ip"]
+
+    def host_missing(doc):
+        del doc["hosts"]["s1"]
+
+    def expired(doc):
+        doc["created"], doc["expires"] = "2020-01-01T00:00:00Z", "2020-01-02T00:00:00Z"
+
+    for mutate in (rate_too_high, unmatched_pair, no_tunnel_ip, host_missing, expired):
+        doc = make_plan(version=5)
+        mutate(doc)
+        write_plan(doc)
+        a = agent(config)
+        report = a.cycle()
+        assert report.plan_version == 1 and report.errors, mutate.__name__
+        assert a.host.writes == 0, mutate.__name__
+    plan_path.write_bytes(b"{ not json")
+    a = agent(config)
+    assert "not valid UTF-8 JSON" in a.cycle().errors[0] and a.host.writes == 0
+    after = ovs.vsctl("show"), run(["tc", "filter", "show", "dev", "caV1", "ingress"]).stdout
+    assert after == before
+
+
+def test_missing_bridge_is_reported_never_created(sandbox, make_plan):
+    ovs, config, _, write_plan = sandbox
+    write_plan(make_plan())
+    a = agent(config, bridge="canobr")
+    report = a.cycle()
+    assert report.result == "degraded" and "canobr does not exist" in report.problems[0]
+    assert "canobr" not in ovs.vsctl("list-br").split() and a.host.writes == 0
+
+
+def test_foreign_objects_are_left_alone_and_remove_takes_only_ours(sandbox, make_plan):
+    ovs, config, _, write_plan = sandbox
+    ovs.vsctl("--", "--id=@s", "create", "sFlow", 'targets="192.0.2.1:6343"', "sampling=7",
+              "--", "set", "Bridge", BRIDGE, "sflow=@s")
+    ovs.vsctl("add-port", BRIDGE, "cafore", "--", "set", "Interface", "cafore", "type=vxlan",
+              "options:remote_ip=192.0.2.7")
+    ovs.ofctl("add-flow", f"unix:{ovs.directory}/{BRIDGE}.mgmt", "priority=5,actions=NORMAL")
+    write_plan(receiver_plan(make_plan, 1))
+    report = agent(config).cycle()
+    assert report.result == "degraded" and "foreign sFlow" in report.problems[0]
+    assert ovs.vsctl("get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(),
+                     "sampling").strip() == "7"
+    assert main(["agent", "remove", "--config", str(config)]) == 1  # degraded: foreign sFlow
+    assert "cafore" in ovs.vsctl("list-ports", BRIDGE).split()
+    assert not any(p.startswith("car-") for p in ovs.vsctl("list-ports", BRIDGE).split())
+    flows = ovs.ofctl("dump-flows", f"unix:{ovs.directory}/{BRIDGE}.mgmt")
+    assert "priority=5" in flows and "0xc05a" not in flows
+
+
+def test_cli_paths_against_real_ovs(sandbox, make_plan, capsys):
+    ovs, config, _, write_plan = sandbox
+    write_plan(make_plan())
+    assert main(["agent", "apply", "--dry-run", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "create sFlow on cabr1: 1-in-10" in out and "would run" in out
+    assert ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip() == "[]"
+    assert main(["agent", "run", "--cycles", "1", "--config", str(config)]) == 0
+    assert main(["agent", "status", "--config", str(config)]) == 0
+    assert json.loads(capsys.readouterr().out)["plan_version"] == 100
+    assert main(["agent", "apply", "--once", "--config", str(config)]) == 0
+    assert "0 command(s) applied" in capsys.readouterr().out
+    assert main(["agent", "remove", "--config", str(config)]) == 0
+    assert ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip() == "[]"
+    assert _our_vxlan_devices() == []
+    assert run(["tc", "qdisc", "show", "dev", "caV1"]).stdout.count("clsact") == 0
+
+
+def test_real_host_matches_the_fake_on_the_same_plan(sandbox, make_plan):
+    """The fake used by the unit tests says what the real host says, command for command."""
+    from cosample.agents.fakehost import FakeHost
+    _, config, _, write_plan = sandbox
+    write_plan(make_plan())
+    real = agent(config)
+    desired = desired_state(plan_from_dict(make_plan()), real.config)
+    fake = FakeHost(bridge=BRIDGE, vm_ports=VM_PORTS)
+    fake.ports[BRIDGE] = fake.ports.pop(VM_PORTS[0]).__class__(BRIDGE, "internal", 65534, False)
+    fake.ports.update({n: fake.ports.get(n) or type(fake.ports[BRIDGE])(n, "", i + 1, False)
+                       for i, n in enumerate(VM_PORTS)})
+    real_commands = reconcile(desired, real.host.observe(BRIDGE, VM_PORTS))
+    fake_commands = reconcile(desired, fake.observe(BRIDGE, VM_PORTS))
+    assert real_commands == fake_commands
+    for command in real_commands:
+        real.host.apply(command)
+        fake.apply(command)
+    assert reconcile(desired, real.host.observe(BRIDGE, VM_PORTS)) == []
+    assert reconcile(desired, fake.observe(BRIDGE, VM_PORTS)) == []
+
+
+def test_linux_host_class_is_the_default(sandbox):
+    _, config, _, _ = sandbox
+    assert isinstance(agent(config).host, LinuxOvsHost)
