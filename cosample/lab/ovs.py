@@ -122,6 +122,21 @@ class OvsInstance:
         return run(["ovs-vsctl", f"--db={self.remote}", f"--timeout={int(self.timeout)}", *args],
                    timeout=timeout or self.timeout + 2).stdout
 
+    def wait_for_ports(self, *ports: str, timeout: float = 10.0) -> None:
+        """Block until ovs-vswitchd has given every port an OpenFlow port number."""
+        deadline = time.monotonic() + timeout
+        pending = list(ports)
+        while pending:
+            numbers = [self.vsctl("--if-exists", "get", "Interface", port, "ofport").strip()
+                       for port in pending]
+            pending = [port for port, number in zip(pending, numbers)
+                       if not number.lstrip("-").isdigit() or int(number) <= 0]
+            if pending and time.monotonic() > deadline:
+                raise CommandError(f"ovs-vswitchd did not attach {', '.join(pending)} within "
+                                   f"{timeout:g} s; see {self._path('ovs-vswitchd.log')}")
+            if pending:
+                time.sleep(0.1)
+
     def appctl(self, *args: str) -> str:
         """``ovs-appctl`` to this instance's ovs-vswitchd; returns stdout."""
         return run(["ovs-appctl", "-t", self._path("ovs-vswitchd.ctl"), *args],

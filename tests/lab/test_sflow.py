@@ -67,13 +67,16 @@ def test_real_ovs_sflow_reaches_collector(tmp_path, dataplane):
         ovs.vsctl("--", "--id=@s", "create", "sflow", "agent=127.0.0.1",
                   f'targets="{collector.target}"', "sampling=1", "header=128", "polling=0",
                   "--", "set", "bridge", "cslbr", "sflow=@s")
-        time.sleep(1)
+        ovs.wait_for_ports("cslva", "cslvb")
         server = subprocess.Popen(lab.exec_argv(b, ["iperf3", "-s", "-1", "-p", "5351"]),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            time.sleep(0.5)
-            run(lab.exec_argv(a, ["iperf3", "-c", "10.251.0.2", "-p", "5351", "-u", "-l", "64",
-                                  "-b", "2M", "-t", "1"]), timeout=20)
+            client = ["iperf3", "-c", "10.251.0.2", "-p", "5351", "-u", "-l", "64", "-b", "2M",
+                      "-t", "1"]
+            for attempt in range(5):  # the server and ARP through the new bridge take a moment
+                time.sleep(0.5)
+                if run(lab.exec_argv(a, client), timeout=20, check=False).returncode == 0:
+                    break
         finally:
             server.kill()
             server.wait(timeout=5)
