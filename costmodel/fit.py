@@ -50,6 +50,7 @@ class MechanismFit:
     residual_sd: float
     n_points: int
     rates: tuple[float, ...]
+    n_blocks: int = 1
     warnings: tuple[str, ...] = ()
 
     def predict(self, rate: np.ndarray | float) -> np.ndarray:
@@ -66,6 +67,7 @@ class MechanismFit:
             "r_squared": finite_or_none(self.r_squared),
             "residual_sd_pps": finite_or_none(self.residual_sd),
             "n_points": self.n_points,
+            "n_blocks": self.n_blocks,
             "rates": list(self.rates),
             "warnings": list(self.warnings),
         }
@@ -146,11 +148,15 @@ class CostModelFit:
     """Estimator of the cost law per mechanism.
 
     Parameters: ``confidence`` of the intervals, ``n_bootstrap`` resamples, ``random_state``
-    seeding the bootstrap, ``min_r_squared`` below which a fit is flagged.
+    seeding the bootstrap, ``min_r_squared`` below which a fit is flagged, ``blocks``: give
+    each block of measurements (``block`` column: e.g. one iperf3 run alternating rate 0 and
+    rate s) its own capacity, so slow drift of the host's load cancels out of ``a``
+    (None: when the column exists).
     """
 
     def __init__(self, confidence: float = 0.95, n_bootstrap: int = 1000, random_state: int = 0,
-                 min_r_squared: float = 0.9) -> None:
+                 min_r_squared: float = 0.9, blocks: bool | None = None) -> None:
+        self.blocks = blocks
         self.confidence = confidence
         self.n_bootstrap = n_bootstrap
         self.random_state = random_state
@@ -168,9 +174,14 @@ class CostModelFit:
                            f"capacities differ, so fit one protocol at a time (--protocol)")
         rng = np.random.default_rng(self.random_state)
         fits = {}
+        use_blocks = self.blocks if self.blocks is not None else "block" in frame.columns
+        if use_blocks and "block" not in frame.columns:
+            raise FitError("blocks=True but the data have no 'block' column")
         for mechanism, group in frame.groupby("mechanism", sort=True):
+            block = (pd.factorize(group["block"])[0] if use_blocks
+                     else np.zeros(len(group), dtype=np.int64))
             fits[mechanism] = self._fit_one(str(mechanism), group["rate"].to_numpy(),
-                                            group["throughput_pps"].to_numpy(), rng)
+                                            group["throughput_pps"].to_numpy(), block, rng)
         self.results_ = fits
         self.calibration_ = Calibration(fits, self.confidence, self.n_bootstrap, metadata or {})
         self.alpha_ = self.calibration_.alpha
@@ -186,89 +197,106 @@ class CostModelFit:
         return self.results_[mechanism].predict(rate)
 
     # one mechanism -----------------------------------------------------------------------
-    def _fit_one(self, mechanism: str, rate: np.ndarray, pps: np.ndarray,
+    def _fit_one(self, mechanism: str, rate: np.ndarray, pps: np.ndarray, block: np.ndarray,
                  rng: np.random.Generator) -> MechanismFit:
         distinct = np.unique(rate)
-        if len(rate) < MIN_POINTS or len(distinct) < 2:
+        n_blocks = int(block.max()) + 1
+        if len(rate) < MIN_POINTS or len(distinct) < 2 or len(rate) <= n_blocks + 1:
             raise FitError(f"mechanism {mechanism!r}: {len(rate)} measurement(s) at "
-                           f"{len(distinct)} distinct rate(s); the fit needs at least {MIN_POINTS} "
-                           f"measurements at 2 or more rates")
+                           f"{len(distinct)} distinct rate(s) in {n_blocks} block(s); the fit "
+                           f"needs at least {MIN_POINTS} measurements at 2 or more rates, and "
+                           f"more measurements than blocks + 1")
         scale = float(np.mean(pps))
         y = pps / scale
-        params, jacobian, residuals = _least_squares(rate, y, _start(rate, y))
-        dof = len(rate) - 2
-        sigma2 = float(residuals @ residuals) / dof if dof > 0 else math.nan
+        params, jacobian, residuals = _least_squares(rate, y, block, _start(rate, y, block))
+        dof = len(rate) - len(params)
+        sigma2 = float(residuals @ residuals) / dof
         try:
             covariance = np.linalg.inv(jacobian.T @ jacobian) * sigma2
-            se = np.sqrt(np.diag(covariance))
         except np.linalg.LinAlgError:
-            se = np.array([math.nan, math.nan])
-        boot = self._bootstrap(rate, y, params, residuals, rng)
+            covariance = np.full((len(params), len(params)), np.nan)
+        coefficient_se = math.sqrt(covariance[0, 0]) if covariance[0, 0] >= 0 else math.nan
+        capacity_se = math.sqrt(max(covariance[1:, 1:].sum(), 0.0)) / n_blocks * scale
+        boot = self._bootstrap(rate, y, block, params, residuals, rng)
         tail = (1 - self.confidence) / 2 * 100
-        ci = np.percentile(boot, [tail, 100 - tail], axis=0) if len(boot) else np.full((2, 2), np.nan)
-        total = float(np.sum((y - y.mean()) ** 2))
+        ci = (np.percentile(boot, [tail, 100 - tail], axis=0) if len(boot)
+              else np.full((2, 2), np.nan))
+        # R^2 of the law within blocks: how much of the variation not due to drift it explains
+        block_means = np.bincount(block, weights=y) / np.bincount(block)
+        total = float(np.sum((y - block_means[block]) ** 2))
         r_squared = 1 - float(residuals @ residuals) / total if total > 0 else math.nan
-        capacity, coefficient = params[0] * scale, params[1]
-        notes = _diagnose(rate, pps, capacity, coefficient, (ci[0, 1], ci[1, 1]), r_squared,
-                          math.sqrt(sigma2) * scale if dof > 0 else math.nan,
-                          self.min_r_squared, self.confidence,
+        coefficient, capacities = float(params[0]), params[1:] * scale
+        capacity = float(np.mean(capacities))
+        residual_sd = math.sqrt(sigma2) * scale
+        adjusted = pps * capacity / capacities[block]  # block drift removed, for the shape checks
+        notes = _diagnose(rate, adjusted, coefficient, (ci[0, 0], ci[1, 0]), r_squared,
+                          residual_sd, self.min_r_squared, self.confidence,
                           failed=self.n_bootstrap - len(boot), total=self.n_bootstrap)
         return MechanismFit(
-            mechanism=mechanism, coefficient=float(coefficient), coefficient_se=float(se[1]),
-            coefficient_ci=(float(ci[0, 1]), float(ci[1, 1])), capacity_pps=float(capacity),
-            capacity_se=float(se[0] * scale),
-            capacity_ci=(float(ci[0, 0] * scale), float(ci[1, 0] * scale)),
-            r_squared=float(r_squared),
-            residual_sd=math.sqrt(sigma2) * scale if dof > 0 else math.nan,
-            n_points=int(len(rate)), rates=tuple(float(r) for r in distinct), warnings=tuple(notes))
+            mechanism=mechanism, coefficient=coefficient, coefficient_se=coefficient_se,
+            coefficient_ci=(float(ci[0, 0]), float(ci[1, 0])), capacity_pps=capacity,
+            capacity_se=capacity_se,
+            capacity_ci=(float(ci[0, 1] * scale), float(ci[1, 1] * scale)),
+            r_squared=float(r_squared), residual_sd=residual_sd, n_points=int(len(rate)),
+            rates=tuple(float(r) for r in distinct), n_blocks=n_blocks, warnings=tuple(notes))
 
-    def _bootstrap(self, rate: np.ndarray, y: np.ndarray, params: np.ndarray,
+    def _bootstrap(self, rate: np.ndarray, y: np.ndarray, block: np.ndarray, params: np.ndarray,
                    residuals: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """(a, mean capacity) refitted on fitted values plus resampled rescaled residuals."""
         n = len(rate)
         fitted = y - residuals
-        centred = (residuals - residuals.mean()) * math.sqrt(n / max(n - 2, 1))
+        centred = (residuals - residuals.mean()) * math.sqrt(n / max(n - len(params), 1))
         draws = []
         for _ in range(self.n_bootstrap):
             sample = fitted + rng.choice(centred, size=n, replace=True)
             try:
-                estimate, _, _ = _least_squares(rate, sample, params)
+                estimate, _, _ = _least_squares(rate, sample, block, params)
             except FitError:
                 continue
-            draws.append(estimate)
+            draws.append((estimate[0], float(np.mean(estimate[1:]))))
         return np.array(draws).reshape(-1, 2)
 
 
-def _start(rate: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Start values from the linearised law ``1/T = 1/T0 + (a/T0) s``."""
+def _start(rate: np.ndarray, y: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """Start values: ``a`` from the linearised law ``1/T = 1/T0 + (a/T0) s``, then each
+    block's capacity from its mean."""
     slope, intercept = np.polyfit(rate, 1.0 / y, 1)
-    if intercept > 0:
-        return np.array([1.0 / intercept, max(slope / intercept, LOWER_BOUND_A / 2)])
-    return np.array([float(np.max(y)), 0.0])
+    a = max(slope / intercept, LOWER_BOUND_A / 2) if intercept > 0 else 0.0
+    undone = y * (1.0 + a * rate)
+    capacities = np.bincount(block, weights=undone) / np.bincount(block)
+    return np.concatenate(([a], capacities))
 
 
-def _least_squares(rate: np.ndarray, y: np.ndarray,
+def _least_squares(rate: np.ndarray, y: np.ndarray, block: np.ndarray,
                    start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Levenberg-Marquardt with the analytic Jacobian; ``a`` must end above -1."""
+    """Levenberg-Marquardt with the analytic Jacobian for ``y = T0[block] / (1 + a*rate)``;
+    parameters ``[a, T0_0, ..., T0_{B-1}]``; ``a`` must end above -1 and every T0 above 0."""
+    rows = np.arange(len(rate))
+
     def residual(p: np.ndarray) -> np.ndarray:
-        return y - p[0] / (1.0 + p[1] * rate)
+        return y - p[1:][block] / (1.0 + p[0] * rate)
 
     def jacobian(p: np.ndarray) -> np.ndarray:
-        denominator = 1.0 + p[1] * rate
-        return np.column_stack((-1.0 / denominator, p[0] * rate / denominator**2))
+        denominator = 1.0 + p[0] * rate
+        matrix = np.zeros((len(rate), len(p)))
+        matrix[:, 0] = p[1:][block] * rate / denominator**2
+        matrix[rows, 1 + block] = -1.0 / denominator
+        return matrix
 
-    start = np.clip(start, [1e-9, LOWER_BOUND_A / 2], [np.inf, np.inf])
+    start = np.array(start, dtype=float)
+    start[0] = max(start[0], LOWER_BOUND_A / 2)
+    start[1:] = np.maximum(start[1:], 1e-9)
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore", OptimizeWarning)
         _warnings.simplefilter("ignore", RuntimeWarning)
         result = least_squares(residual, start, jac=jacobian, method="lm")
-    if not result.success or not np.all(np.isfinite(result.x)) or result.x[1] <= LOWER_BOUND_A \
-            or result.x[0] <= 0:
+    if not result.success or not np.all(np.isfinite(result.x)) or result.x[0] <= LOWER_BOUND_A \
+            or np.any(result.x[1:] <= 0):
         raise FitError(f"least squares did not converge to T0 > 0, a > -1: {result.message}")
     return result.x, jacobian(result.x), residual(result.x)
 
 
-def _diagnose(rate: np.ndarray, pps: np.ndarray, capacity: float, coefficient: float,
-              coefficient_ci: tuple[float, float], r_squared: float, residual_sd: float,
+def _diagnose(rate: np.ndarray, pps: np.ndarray, coefficient: float, coefficient_ci: tuple[float, float], r_squared: float, residual_sd: float,
               min_r_squared: float, confidence: float, failed: int, total: int) -> list[str]:
     """Plain-language warnings when the data do not support the law."""
     notes = []

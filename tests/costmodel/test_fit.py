@@ -153,3 +153,31 @@ def test_failed_write_leaves_nothing_behind(tmp_path):
         write_measurements(data, tmp_path / "m.csv")
     assert list(tmp_path.iterdir()) == []
     assert validate_measurements(simulate({"x": 0.1}, 1e3, seed=1))["mechanism"].iloc[0] == "x"
+
+
+def _drifting(truth, blocks=12, seed=0):
+    """Each block (one run alternating rate 0 and rate s) sees its own capacity: slow drift of
+    the host's background load, the dominant noise on a shared machine."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for block in range(blocks):
+        capacity = 1e5 * rng.uniform(0.4, 1.6)
+        rate = [0.25, 0.5, 1.0][block % 3]
+        for phase, s in enumerate([0.0, rate, 0.0, rate]):
+            rows.append({"mechanism": "sflow", "rate": s, "block": block, "phase": phase,
+                         "throughput_pps": throughput(s, capacity, truth) * (1 + 0.01 * rng.standard_normal())})
+    return pd.DataFrame(rows)
+
+
+def test_blocks_cancel_drift_that_swamps_a_plain_fit():
+    data = _drifting(0.3, seed=11)
+    blocked = CostModelFit(n_bootstrap=200).fit(data).results_["sflow"]  # block column: used
+    assert blocked.n_blocks == 12 and blocked.coefficient == pytest.approx(0.3, abs=0.03)
+    assert blocked.coefficient_ci[0] < 0.3 < blocked.coefficient_ci[1]
+    assert blocked.r_squared > 0.9 and not blocked.warnings
+    plain = CostModelFit(n_bootstrap=200, blocks=False).fit(data).results_["sflow"]
+    assert plain.n_blocks == 1 and plain.r_squared < 0.5
+    assert plain.coefficient_ci[1] - plain.coefficient_ci[0] > 5 * (
+        blocked.coefficient_ci[1] - blocked.coefficient_ci[0])
+    with pytest.raises(FitError, match="no 'block' column"):
+        CostModelFit(blocks=True).fit(data.drop(columns="block"))
