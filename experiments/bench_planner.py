@@ -6,7 +6,8 @@ nearly full, so there are both receivers and senders). A solver stops growing n 
 size is predicted to take longer than ``--max-seconds``. The table gives times, LP variable
 counts and each objective's relative difference from the exact solver's; the run prints whether
 all objectives agree (relative 1e-6) and how many times faster the exact solver is than the full
-LP with GLPK at n = 200. Times are the best of a few repeats for fast solves (like ``timeit``).
+LP with GLPK at n = 200. Times are the best of a few repeats for fast solves (like ``timeit``);
+the 1-minute load average beside each row says how busy the (shared) machine was.
 
     python -m cosample.experiments.bench_planner [--max-seconds 60] [--quick] [--csv FILE]
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +37,7 @@ QUICK_SIZES = (10, 20, 50)
 AGREEMENT = 1e-6
 REFERENCE_N = 200
 COLUMNS = ("solver_label", "solver", "lp_backend", "servers", "traffic_entries", "variables",
-           "seconds", "repeats", "collected_pps", "relative_difference", "agrees")
+           "seconds", "repeats", "load_average", "collected_pps", "relative_difference", "agrees")
 
 
 def label(solver: str, lp_backend: str | None) -> str:
@@ -75,7 +77,7 @@ class Timing:
 
 
 def time_solver(dc: DataCentre, solver: str, lp_backend: str | None,
-                min_total_s: float = 1.0, max_repeats: int = 5) -> Timing:
+                min_total_s: float = 2.0, max_repeats: int = 5) -> Timing:
     """Best wall-clock time of ``solve`` over repeats, repeating only while runs are short."""
     from cosample.planner import solve
 
@@ -127,7 +129,8 @@ def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_sec
                          "lp_backend": lp_backend or "", "servers": n,
                          "traffic_entries": int(dc.traffic_pps.size),
                          "variables": timing.variables, "seconds": timing.seconds,
-                         "repeats": timing.repeats, "collected_pps": timing.collected_pps})
+                         "repeats": timing.repeats, "load_average": os.getloadavg()[0],
+                         "collected_pps": timing.collected_pps})
             if log:
                 log(f"n={n:>8} {label(solver, lp_backend):<20} {timing.seconds:10.4g} s "
                     f"{timing.variables:>9} variables")
@@ -173,12 +176,23 @@ def wide_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """The measured table as Markdown: time and variables per solver and n."""
-    lines = ["| n | solver | variables | seconds | collected pps | rel. diff vs exact |",
-             "|---:|---|---:|---:|---:|---:|"]
-    for row in table.itertuples():
-        lines.append(f"| {row.servers:,} | {row.solver_label} | {row.variables:,} | "
-                     f"{row.seconds:.3g} | {row.collected_pps:.6g} | {row.relative_difference:.1e} |")
+    """Seconds (and LP variables) per n and solver as a Markdown table, for docs."""
+    labels = list(dict.fromkeys(table["solver_label"]))
+    lines = ["| n | " + " | ".join(labels) + " | load avg |",
+             "|---:|" + "---:|" * len(labels) + "---:|"]
+    for n, rows in table.groupby("servers", sort=True):
+        by_label = rows.set_index("solver_label")
+        cells = []
+        for name in labels:
+            if name not in by_label.index:
+                cells.append("")
+                continue
+            row = by_label.loc[name]
+            cell = f"{row['seconds']:.3g} s"
+            if row["variables"]:
+                cell += f" ({int(row['variables']):,} var.)"
+            cells.append(cell)
+        lines.append(f"| {int(n):,} | " + " | ".join(cells) + f" | {rows['load_average'].max():.1f} |")
     return "\n".join(lines)
 
 
@@ -201,7 +215,8 @@ def report(table: pd.DataFrame, out=print) -> bool:
     if not exact.empty:
         biggest = exact.loc[exact["servers"].idxmax()]
         out(f"exact solver at n={int(biggest['servers']):,} "
-            f"({int(biggest['traffic_entries']):,} traffic entries): {biggest['seconds']:.3f} s")
+            f"({int(biggest['traffic_entries']):,} traffic entries): {biggest['seconds']:.3f} s "
+            f"(load average {biggest['load_average']:.1f} on {os.cpu_count()} CPUs)")
     return agree
 
 
@@ -226,6 +241,8 @@ def benchmark(args: argparse.Namespace, out=print) -> tuple[pd.DataFrame, bool]:
     table = run(sizes, SOLVERS, args.max_seconds, args.max_lp_variables, seed=args.seed,
                 log=lambda line: out(line))
     agree = report(table, out=out)
+    if getattr(args, "markdown", False):
+        out(markdown(table))
     if args.csv is not None:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         write_csv(table, args.csv)

@@ -73,6 +73,7 @@ def add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tiny run for tests (n = 10, 20, 50); its times mean nothing")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random data centres")
     parser.add_argument("--csv", type=Path, default=None, help="write the tidy table here")
+    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
 
 
 def _heatmap_options(parser: argparse.ArgumentParser, grid: str) -> None:
@@ -217,6 +218,8 @@ def run_scaling(args: argparse.Namespace) -> int:
     if args.from_csv is not None:
         table = read_csv(args.from_csv, required=bench_planner.COLUMNS)
         agree = bench_planner.report(table)
+        if args.markdown:
+            print(bench_planner.markdown(table))
     else:
         if args.csv is None:
             args.csv = out / f"{args.name}.csv"

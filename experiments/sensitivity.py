@@ -31,7 +31,7 @@ def scenarios(base: HeatmapSetup, servers: Sequence[int] = (5, 20, 50),
             text += f", {setup.cross_fraction:.0%} crosses"
         return f"{what}: {text}" if what else text
 
-    chosen = [Scenario(describe(base, "paper"), base)]
+    chosen = [Scenario(describe(base, "base"), base)]
     chosen += [Scenario(describe(replace(base, servers=n)), replace(base, servers=n))
                for n in servers if n != base.servers]
     chosen += [Scenario(describe(replace(base, cross_fraction=x)), replace(base, cross_fraction=x))

@@ -89,8 +89,10 @@ def test_scaling_quick_then_from_csv(tmp_path, capsys, real_png):
     (tmp_path / "planner_scaling.png").unlink()
     capsys.readouterr()
     assert main(["experiment", "scaling", "--from-csv", str(tmp_path / "planner_scaling.csv"),
-                 "--out", str(tmp_path)]) == 0
-    assert "objectives agree" in capsys.readouterr().out
+                 "--markdown", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "objectives agree" in printed
+    assert "| n | exact | reduced LP (highs) |" in printed and "| 50 | " in printed
     real_png(tmp_path / "planner_scaling.png")
 
 
