@@ -1,22 +1,22 @@
-"""Real packets through a plan applied by the agent: sFlow and mirror rates as planned, no packet twice.
+"""Real packets through a plan applied by real agents: planned sFlow and mirror rates, no packet twice.
 
-Host s1 is the network namespace ``caDs1``: its own userspace ovs-vswitchd (one userspace
-datapath per namespace) with bridge ``cabr2``, and the agent, run as ``cosample agent apply``
-inside it like on a real host. Two VM namespaces hang off the bridge; two receiver namespaces
-(s2, s3) are reached over veth links and terminate the mirror tunnels in a kernel VXLAN device;
-the sFlow collector listens in the root namespace::
+Every host is a network namespace with its own userspace ovs-vswitchd (one userspace datapath
+per namespace) and its own agent, run as ``cosample agent apply`` inside it as on a real host:
 
-    caD1 (VM1 10.213.0.1) --caDh1--+                  +--caDu2 10.213.2.1 -- caDr2 (s2 10.213.2.2, vx)
-                                   cabr2 (sFlow 1-in-8)
-    caD2 (VM2 10.213.0.2) --caDh2--+  tc on caDh* ingress -> VXLAN devices to s2 and s3
-                                                      +--caDu3 10.213.3.1 -- caDr3 (s3 10.213.3.2, vx)
-    root: collector 10.213.9.1 --caDc/caDcp-- 10.213.9.2 (s1's sFlow agent address)
+    caD1 (VM1 10.213.0.1) --caDh1--+ caDs1: host s1, bridge cabr2, sFlow 1-in-8,
+    caD2 (VM2 10.213.0.2) --caDh2--+   tc on caDh* ingress -> VXLAN devices toward s2 and s3
+        caDs1 caDu2 10.213.2.1 --- eth0 in caDr2: host s2, br-phy cabp2 (10.213.2.2), bridge
+                                   cabr3 with the agent's VXLAN port + drop flow, sFlow 1-in-1
+        caDs1 caDu3 10.213.3.1 --- eth0 in caDr3 (10.213.3.2): a kernel VXLAN device ``vx``
+                                   and a sniffer that records each mirrored packet's id
+    root: collectors 10.213.9.1 (for s1, via caDc) and 10.213.8.1 (for s2, via caDc2)
 
-VM1 sends K UDP packets, each carrying a unique id, to VM2. The collector counts sFlow samples
-of them; a sniffer in each receiver namespace records the ids arriving through its tunnel.
-Tolerance: every count within 5 binomial standard deviations of K * planned share (a false
-alarm about once in 1.7 million runs per count); ids at s2 and s3 are disjoint and never
-repeated. Needs root (namespaces, userspace OVS); about 15 s.
+VM1 sends K UDP packets to VM2, each carrying a unique id. Checked: s1's sFlow samples ~ K/8;
+s2's sFlow samples of mirrored packets ~ K * 0.2 (s2 samples all it receives, and its drop flow
+keeps the packets out of its bridge); ids reaching s3 ~ K * 0.3; the ids sampled at s2 and
+received at s3 are disjoint and never repeated. Tolerance: each count within 5 binomial
+standard deviations of K * planned share (a false alarm about once in 1.7 million runs per
+count). Needs root (namespaces, userspace OVS); about 20 s.
 """
 
 from __future__ import annotations
@@ -68,15 +68,14 @@ while True:
     frame = sock.recv(2048)
     if len(frame) < 42 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
         continue
-    ihl = (frame[14] & 15) * 4
-    udp = 14 + ihl
+    udp = 14 + (frame[14] & 15) * 4
     if struct.unpack_from("!H", frame, udp + 2)[0] == port:
         ids.append(struct.unpack_from("!Q", frame, udp + 8)[0])
 print(json.dumps(ids), flush=True)
 """
 
 
-def plan_for_dataplane(collector: str) -> dict:
+def dataplane_plan() -> dict:
     def host(role, ip, **extra):
         doc = {"role": role, "local_rate": 1.0, "sflow_sampling": 1, "mirrors": [],
                "receives": [], "tunnel_ip": ip}
@@ -86,7 +85,7 @@ def plan_for_dataplane(collector: str) -> dict:
         "s1": host("sender", "10.213.2.1", local_rate=1 / SAMPLING, sflow_sampling=SAMPLING,
                    mirrors=[{"to": to, "rate": rate} for to, rate in sorted(SHARES.items())],
                    bridge="cabr2", vm_ports=["caDh1", "caDh2"]),
-        "s2": host("receiver", "10.213.2.2",
+        "s2": host("receiver", "10.213.2.2", bridge="cabr3",
                    receives=[{"from": "s1", "rate": SHARES["s2"], "pps": 1.0}]),
         "s3": host("receiver", "10.213.3.2",
                    receives=[{"from": "s1", "rate": SHARES["s3"], "pps": 1.0}]),
@@ -95,17 +94,17 @@ def plan_for_dataplane(collector: str) -> dict:
     stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
     return {"format": "cosample.plan", "format_version": 1, "version": 1,
             "created": stamp(now - 60), "expires": stamp(now + 3600), "plan_id": "dataplane",
-            "sflow": {"collector": collector, "agent": "10.213.9.2", "polling_s": 0},
-            "hosts": hosts}
+            "sflow": {"polling_s": 0}, "hosts": hosts}
 
 
-def udp_dst(frame: bytes) -> int | None:
-    """UDP destination port of an Ethernet/IPv4/UDP frame header (as sFlow reports it)."""
-    if len(frame) < 38:
+def udp_payload_id(frame: bytes) -> int | None:
+    """The test id of an Ethernet/IPv4/UDP frame to PORT (from an sFlow header), else None."""
+    if len(frame) < 42 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
         return None
-    offset = 14 + (frame[14] & 15) * 4
-    return int.from_bytes(frame[offset + 2:offset + 4], "big") if len(frame) >= offset + 4 \
-        else None
+    udp = 14 + (frame[14] & 15) * 4
+    if len(frame) < udp + 16 or int.from_bytes(frame[udp + 2:udp + 4], "big") != PORT:
+        return None
+    return int.from_bytes(frame[udp + 8:udp + 16], "big")
 
 
 def within(observed: int, trials: int, p: float) -> bool:
@@ -148,6 +147,18 @@ def veth_between(host_ns: str, host_end: str, other_ns: str, address: str | None
         disable_tx_offload(name, ns)
 
 
+def collector_link(lab: Lab, root_end: str, ns: str, net: str) -> None:
+    lab.veth(root_end, ns, peer="col", address=f"{net}.2/24")
+    run(["ip", "addr", "add", f"{net}.1/24", "dev", root_end])
+
+
+def write_config(path, host: str, plan, ovs, state, collector, agent_ip) -> str:
+    path.write_text(f'host = "{host}"\nplan = "{plan}"\novsdb = "{ovs.remote}"\n'
+                    f'state_dir = "{state}"\ncollector = "{collector.target}"\n'
+                    f'sflow_agent = "{agent_ip}"\n')
+    return str(path)
+
+
 def agent_cli(lab: Lab, host_ns: str, *args: str) -> str:
     result = run(lab.exec_argv(host_ns, [sys.executable, "-m", "cosample", "agent", *args]),
                  timeout=60, check=False)
@@ -156,61 +167,71 @@ def agent_cli(lab: Lab, host_ns: str, *args: str) -> str:
 
 
 def test_planned_rates_on_real_traffic(lab, tmp_path):
-    host = lab.namespace("Ds1")
+    s1, s2, s3 = lab.namespace("Ds1"), lab.namespace("Dr2"), lab.namespace("Dr3")
     for vm in (1, 2):
-        veth_between(host, f"caDh{vm}", lab.namespace(f"D{vm}"), address=f"10.213.0.{vm}/24")
-    receivers = {}
-    for k, name in ((2, "s2"), (3, "s3")):
-        ns = lab.namespace(f"Dr{k}")
-        veth_between(host, f"caDu{k}", ns, address=f"10.213.{k}.2/24",
-                     host_address=f"10.213.{k}.1/24")
-        run(["ip", "-n", ns, "route", "add", "default", "via", f"10.213.{k}.1"])
-        run(["ip", "-n", ns, "link", "add", "vx", "type", "vxlan", "id", pair_vni("s1", name),
-             "dstport", "4789", "local", f"10.213.{k}.2"])
-        run(["ip", "-n", ns, "link", "set", "vx", "up"])
-        receivers[name] = ns
-    lab.veth("caDc", host, peer="caDcp", address="10.213.9.2/24")
-    run(["ip", "addr", "add", "10.213.9.1/24", "dev", "caDc"])
-    with NamespacedOvs(tmp_path / "ovs", host) as ovs, \
-            SflowCollector(host="10.213.9.1") as collector:
-        ovs.vsctl("add-br", "cabr2", "--", "set", "Bridge", "cabr2", "datapath_type=netdev")
+        veth_between(s1, f"caDh{vm}", lab.namespace(f"D{vm}"), address=f"10.213.0.{vm}/24")
+    veth_between(s1, "caDu2", s2, host_address="10.213.2.1/24")  # s2's eth0 goes into OVS
+    veth_between(s1, "caDu3", s3, address="10.213.3.2/24", host_address="10.213.3.1/24")
+    run(["ip", "-n", s3, "route", "add", "default", "via", "10.213.3.1"])
+    run(["ip", "-n", s3, "link", "add", "vx", "type", "vxlan", "id", pair_vni("s1", "s3"),
+         "dstport", "4789", "local", "10.213.3.2"])
+    run(["ip", "-n", s3, "link", "set", "vx", "up"])
+    collector_link(lab, "caDc", s1, "10.213.9")
+    collector_link(lab, "caDc2", s2, "10.213.8")
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(dataplane_plan()))
+    with NamespacedOvs(tmp_path / "ovs1", s1) as ovs1, NamespacedOvs(tmp_path / "ovs2", s2) as ovs2, \
+            SflowCollector(host="10.213.9.1") as sflow1, SflowCollector(host="10.213.8.1") as sflow2:
+        ovs1.vsctl("add-br", "cabr2", "--", "set", "Bridge", "cabr2", "datapath_type=netdev")
         for vm in (1, 2):
-            ovs.vsctl("add-port", "cabr2", f"caDh{vm}")
-        ovs.wait_for_ports("caDh1", "caDh2")
-        plan_path, config_path = tmp_path / "plan.json", tmp_path / "agent.toml"
-        plan_path.write_text(json.dumps(plan_for_dataplane(collector.target)))
-        config_path.write_text(f'host = "s1"\nplan = "{plan_path}"\novsdb = "{ovs.remote}"\n'
-                               f'state_dir = "{tmp_path / "state"}"\n')
+            ovs1.vsctl("add-port", "cabr2", f"caDh{vm}")
+        # s2: OVS's br-phy pattern, so that OVS itself terminates the mirror tunnel
+        ovs2.vsctl("add-br", "cabp2", "--", "set", "Bridge", "cabp2", "datapath_type=netdev")
+        ovs2.vsctl("add-port", "cabp2", "eth0")
+        ovs2.vsctl("add-br", "cabr3", "--", "set", "Bridge", "cabr3", "datapath_type=netdev")
+        run(["ip", "-n", s2, "addr", "add", "10.213.2.2/24", "dev", "cabp2"])
+        run(["ip", "-n", s2, "link", "set", "cabp2", "up"])
+        ovs1.wait_for_ports("caDh1", "caDh2")
+        ovs2.wait_for_ports("eth0")
+        configs = {
+            s2: write_config(tmp_path / "s2.toml", "s2", plan_path, ovs2, tmp_path / "state2",
+                             sflow2, "10.213.8.2"),
+            s1: write_config(tmp_path / "s1.toml", "s1", plan_path, ovs1, tmp_path / "state1",
+                             sflow1, "10.213.9.2"),
+        }
         try:
-            output = agent_cli(lab, host, "apply", "--once", "--config", str(config_path))
-            assert "ok: plan version 1" in output
-            assert "0 command(s)" in agent_cli(lab, host, "apply", "--config", str(config_path))
+            for ns, config in configs.items():  # the receiver first
+                assert "ok: plan version 1" in agent_cli(lab, ns, "apply", "--once",
+                                                         "--config", config)
+                assert "0 command(s)" in agent_cli(lab, ns, "apply", "--config", config)
             run(lab.exec_argv("caD1", [sys.executable, "-c", SENDER, "10.213.0.2",
                                        str(PORT + 1), "20", "100"]), timeout=30)  # ARP warm-up
-            sniffers = {name: subprocess.Popen(
-                lab.exec_argv(ns, [sys.executable, "-c", SNIFFER, "vx", str(PORT)]),
+            time.sleep(1.0)
+            sniffer = subprocess.Popen(
+                lab.exec_argv(s3, [sys.executable, "-c", SNIFFER, "vx", str(PORT)]),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                for name, ns in receivers.items()}
-            for sniffer in sniffers.values():
-                assert sniffer.stdout.readline().strip() == "ready"
-            collector.clear()
+            assert sniffer.stdout.readline().strip() == "ready"
+            sflow1.clear()
+            sflow2.clear()
             run(lab.exec_argv("caD1", [sys.executable, "-c", SENDER, "10.213.0.2", str(PORT),
                                        str(PACKETS), str(PPS)]), timeout=60)
             time.sleep(1.5)  # sFlow datagrams are batched; let the last ones arrive
-            ids = {name: json.loads(sniffer.communicate("stop\n", timeout=20)[0])
-                   for name, sniffer in sniffers.items()}
+            at_s3 = json.loads(sniffer.communicate("stop\n", timeout=20)[0])
+            dropped = ovs2.ofctl("dump-flows", "unix:" + str(ovs2.directory / "cabr3.mgmt"),
+                                 "cookie=0xc05a000000000000/0xffff000000000000")
         finally:
-            agent_cli(lab, host, "remove", "--config", str(config_path))
-    samples = [s for s in collector.snapshot()
-               if s.src_ip == "10.213.0.1" and s.ip_protocol == 17 and udp_dst(s.header) == PORT]
-    counts = {name: len(got) for name, got in ids.items()}
-    print(f"\n{PACKETS} packets: sFlow samples {len(samples)} (planned {PACKETS / SAMPLING:.0f}), "
-          f"mirrored {counts} (planned "
-          f"{ {name: PACKETS * share for name, share in SHARES.items()} })")
-    assert all(s.sampling_rate == SAMPLING for s in samples)
-    assert within(len(samples), PACKETS, 1 / SAMPLING)
-    for name, share in SHARES.items():
-        assert within(counts[name], PACKETS, share), (name, counts[name])
-        assert len(set(ids[name])) == len(ids[name])  # no packet twice through one tunnel
-    assert not set(ids["s2"]) & set(ids["s3"])  # exclusive shares: no packet to both targets
-    assert sum(counts.values()) <= PACKETS
+            for ns, config in configs.items():
+                agent_cli(lab, ns, "remove", "--config", config)
+    local = [i for s in sflow1.snapshot() if (i := udp_payload_id(s.header)) is not None]
+    at_s2 = [i for s in sflow2.snapshot() if (i := udp_payload_id(s.header)) is not None]
+    print(f"\n{PACKETS} packets sent; s1 sFlow samples {len(local)} (planned "
+          f"{PACKETS / SAMPLING:.0f}); s2 sampled {len(at_s2)} mirrored (planned "
+          f"{PACKETS * SHARES['s2']:.0f}); s3 received {len(at_s3)} (planned "
+          f"{PACKETS * SHARES['s3']:.0f}); in both: {len(set(at_s2) & set(at_s3))}")
+    assert within(len(local), PACKETS, 1 / SAMPLING)
+    assert within(len(at_s2), PACKETS, SHARES["s2"])
+    assert within(len(at_s3), PACKETS, SHARES["s3"])
+    assert len(set(at_s2)) == len(at_s2) and len(set(at_s3)) == len(at_s3)
+    assert not set(at_s2) & set(at_s3)  # exclusive shares: no packet mirrored twice
+    n_packets = int(dropped.split("n_packets=")[1].split(",")[0])
+    assert n_packets >= len(at_s2)  # s2's drop flow took every mirrored packet it sampled
