@@ -33,12 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("--mechanisms", default="sflow,mirror", type=_names, help="comma list")
     cal.add_argument("--rates", default=RATES_DEFAULT, type=_floats, help="comma list in [0, 1]")
     cal.add_argument("--repetitions", type=int, default=2)
-    cal.add_argument("--duration", type=float, default=3.0, help="seconds per iperf3 run")
+    cal.add_argument("--duration", type=float, default=6.0, help="seconds per iperf3 run")
     cal.add_argument("--protocol", choices=("udp", "tcp"), default="udp")
     cal.add_argument("--packet-bytes", type=int, default=64, help="UDP payload bytes")
     cal.add_argument("--bandwidth", default="0", help="iperf3 -b for UDP (0 = flat out)")
     cal.add_argument("--warmup", type=float, default=2.0, help="seconds of unrecorded load first")
-    cal.add_argument("--settle", type=float, default=0.5, help="seconds after each change")
+    cal.add_argument("--design", choices=("paired", "independent"), default="paired",
+                     help="paired: each run alternates rate 0 and rate s (drift cancels); "
+                          "independent: one rate per run")
+    cal.add_argument("--phases", type=int, default=4, help="paired: phases per run (even)")
+    cal.add_argument("--guard", type=float, default=0.3, help="paired: seconds skipped after a change")
+    cal.add_argument("--settle", type=float, default=0.5, help="independent: seconds after a change")
     cal.add_argument("--seed", type=int, default=0, help="seed of the trial order")
     cal.add_argument("--port", type=int, default=5271, help="iperf3 port")
     cal.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -121,7 +126,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         mechanisms=args.mechanisms, rates=args.rates, repetitions=args.repetitions,
         duration_s=args.duration, protocol=args.protocol, packet_bytes=args.packet_bytes,
         bandwidth=args.bandwidth, warmup_s=args.warmup, settle_s=args.settle, seed=args.seed,
-        port=args.port)
+        port=args.port, design=args.design, phases=args.phases, guard_s=args.guard)
     endpoints_given = any(getattr(args, k) for k in ("bridge", "sender_port", "receiver_port",
                                                      "receiver_ip", "mirror_target"))
     from cosample.costmodel.errors import HarnessError
@@ -176,7 +181,8 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict) -> 
         "data": Path(args.data).name, "protocol": settings.protocol,
         "packet_bytes": settings.packet_bytes if settings.protocol == "udp" else None,
         "rates": list(settings.rates), "repetitions": settings.repetitions,
-        "duration_s": settings.duration_s, "seed": settings.seed,
+        "duration_s": settings.duration_s, "seed": settings.seed, "design": settings.design,
+        "phases": settings.phases if settings.design == "paired" else None,
         "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     })

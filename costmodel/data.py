@@ -25,7 +25,7 @@ REQUIRED_COLUMNS = ("mechanism", "rate", "throughput_pps")
 #: Columns the harness writes, in this order (a CSV may hold a subset beyond the required ones).
 HARNESS_COLUMNS = (
     "mechanism", "rate", "throughput_pps", "rate_requested", "protocol", "packet_bytes", "trial",
-    "order", "duration_s", "sent_pps", "copies_pps", "iperf_pps", "bits_per_second",
+    "order", "block", "phase", "duration_s", "sent_pps", "copies_pps", "iperf_pps", "bits_per_second",
     "cpu_sender_pct", "cpu_receiver_pct", "lost_percent",
 )
 

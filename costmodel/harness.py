@@ -1,16 +1,23 @@
 """Run a calibration: a grid of rates per mechanism, repeated, in random order, through iperf3.
 
-For each trial the harness sets the trial's mechanism to its rate (every other mechanism off),
-lets OVS settle, reads counters, runs one iperf3 client, reads counters again and records one
-tidy row. What the columns mean:
+Two designs:
+
+- ``paired`` (default): each trial is one iperf3 run whose load alternates between rate 0 and the
+  trial's rate in ``phases`` equal phases (which comes first is a seeded coin toss); after each
+  change the harness waits ``guard_s``, then counts. Every phase is a row, the run is a ``block``,
+  and the fit gives each block its own capacity, so the slow drift of a shared host's load
+  cancels out of the coefficient.
+- ``independent``: each trial sets the rate, settles, and counts over one whole run; one row.
+
+What the columns mean:
 
 - ``throughput_pps``: packets OVS delivered to the receiver's port per second (OpenFlow port
-  statistics of the receiver's port, ``tx pkts``), over iperf3's measured duration;
+  statistics of the receiver's port, ``tx pkts``) over the counted interval;
 - ``sent_pps``: packets OVS took in from the sender's port (``rx pkts``) per second;
-- ``copies_pps``: sampled (sFlow samples at the collector) or mirrored (``tx_packets`` of the
-  mirror target) copies per second — ``copies_pps / sent_pps`` checks the configured rate;
-- ``iperf_pps`` (UDP): datagrams the iperf3 server received per second; ``bits_per_second``,
-  CPU and loss as iperf3 reports them.
+- ``copies_pps``: sampled (sFlow samples at the collector) or mirrored (``tx_packets`` plus
+  ``tx_dropped`` of the mirror target) copies per second, a check of the configured rate;
+- ``iperf_pps`` (UDP, independent design): datagrams the iperf3 server received per second;
+  ``bits_per_second``, CPU and loss as iperf3 reports them for the whole run.
 """
 
 from __future__ import annotations
@@ -22,14 +29,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.iperf import DEFAULT_PORT, PROTOCOLS, IperfResult, client_argv, run_client
+from cosample.costmodel.iperf import DEFAULT_PORT, PROTOCOLS, IperfResult, client_argv
 from cosample.costmodel.mechanisms import Mechanism
 
 MECHANISMS = ("sflow", "mirror")
+DESIGNS = ("paired", "independent")
+#: Seconds of load before the first paired phase (connection set-up, ARP, slow start).
+LEAD_IN_S = 0.5
 _PORT_STATS = re.compile(r"rx pkts=(\d+).*?tx pkts=(\d+)", re.S)
 
 
@@ -40,7 +51,7 @@ class CalibrationSettings:
     mechanisms: tuple[str, ...] = MECHANISMS
     rates: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     repetitions: int = 2
-    duration_s: float = 3.0
+    duration_s: float = 6.0
     protocol: str = "udp"
     packet_bytes: int = 64
     bandwidth: str = "0"
@@ -48,8 +59,21 @@ class CalibrationSettings:
     settle_s: float = 0.5
     seed: int = 0
     port: int = DEFAULT_PORT
+    design: str = "paired"
+    phases: int = 4
+    guard_s: float = 0.3
 
     def __post_init__(self) -> None:
+        if self.design not in DESIGNS:
+            raise HarnessError(f"design must be one of {', '.join(DESIGNS)}, got {self.design!r}")
+        if self.design == "paired":
+            if not isinstance(self.phases, int) or self.phases < 2 or self.phases % 2:
+                raise HarnessError(f"phases must be an even integer >= 2, got {self.phases!r}")
+            if not any(r > 0 for r in self.rates if isinstance(r, (int, float))):
+                raise HarnessError("rates: the paired design needs a rate > 0 (0 is in every run)")
+            if self.duration_s / self.phases < self.guard_s + 0.5:
+                raise HarnessError(f"duration {self.duration_s:g} s is too short for "
+                                   f"{self.phases} phases of at least {self.guard_s + 0.5:g} s")
         unknown = [m for m in self.mechanisms if m not in MECHANISMS]
         if not self.mechanisms or unknown:
             raise HarnessError(f"mechanisms: choose from {', '.join(MECHANISMS)}, got "
@@ -59,7 +83,7 @@ class CalibrationSettings:
         bad = [r for r in self.rates if not (isinstance(r, (int, float)) and 0 <= r <= 1)]
         if bad:
             raise HarnessError(f"rates: each must be in [0, 1], got {bad[0]!r}")
-        if len(set(self.rates)) < 2:
+        if self.design == "independent" and len(set(self.rates)) < 2:
             raise HarnessError("rates: need at least 2 distinct rates to fit the law (3+ to check it)")
         if not isinstance(self.repetitions, int) or self.repetitions < 1:
             raise HarnessError(f"repetitions must be an integer >= 1, got {self.repetitions!r}")
@@ -76,10 +100,17 @@ class CalibrationSettings:
                            bandwidth=self.bandwidth)
 
     @property
+    def trial_rates(self) -> tuple[float, ...]:
+        """Rates with a trial of their own (paired runs hold rate 0 in every trial)."""
+        rates = tuple(dict.fromkeys(float(r) for r in self.rates))
+        return tuple(r for r in rates if r > 0) if self.design == "paired" else rates
+
+    @property
     def estimated_s(self) -> float:
         """Rough wall time: trials x (duration + overheads) plus the warm-up."""
-        trials = len(self.mechanisms) * len(self.rates) * self.repetitions
-        return self.warmup_s + trials * (self.duration_s + self.settle_s + 1.0)
+        trials = len(self.mechanisms) * len(self.trial_rates) * self.repetitions
+        overhead = LEAD_IN_S + 1.0 if self.design == "paired" else self.settle_s + 1.0
+        return self.warmup_s + trials * (self.duration_s + overhead)
 
 
 @dataclass(frozen=True)
@@ -91,8 +122,8 @@ class Trial:
 
 
 def plan_trials(settings: CalibrationSettings) -> list[Trial]:
-    """Every (mechanism, rate, repetition) once, shuffled with the settings' seed."""
-    cells = [(m, float(r), k) for m in settings.mechanisms for r in settings.rates
+    """Every (mechanism, trial rate, repetition) once, shuffled with the settings' seed."""
+    cells = [(m, r, k) for m in settings.mechanisms for r in settings.trial_rates
              for k in range(settings.repetitions)]
     random.Random(settings.seed).shuffle(cells)
     return [Trial(order, m, r, k) for order, (m, r, k) in enumerate(cells)]
@@ -107,11 +138,15 @@ def parse_port_stats(text: str) -> tuple[int, int]:
 
 
 def device_tx_packets(device: str) -> int:
-    """Kernel ``tx_packets`` of a device in this namespace (copies leaving by a mirror target)."""
-    try:
-        return int(Path(f"/sys/class/net/{device}/statistics/tx_packets").read_text())
-    except (OSError, ValueError) as exc:
-        raise HarnessError(f"cannot read tx_packets of {device}: {exc}") from None
+    """Copies sent out of a device in this namespace: kernel ``tx_packets + tx_dropped`` (a
+    copy the far end had no room for was still made, and still cost the sender)."""
+    total = 0
+    for counter in ("tx_packets", "tx_dropped"):
+        try:
+            total += int(Path(f"/sys/class/net/{device}/statistics/{counter}").read_text())
+        except (OSError, ValueError) as exc:
+            raise HarnessError(f"cannot read {counter} of {device}: {exc}") from None
+    return total
 
 
 @dataclass
@@ -119,17 +154,19 @@ class Calibrator:
     """Runs ``plan_trials`` against real endpoints; effects come in as callables and objects.
 
     ``port_stats(port) -> (rx, tx)``, ``copies[mechanism]() -> count so far``, ``client(argv,
-    duration) -> IperfResult``; the CLI wires them to ovs-ofctl, the collector and iperf3.
+    duration) -> run`` starting a load whose ``run.wait()`` gives an ``IperfResult`` (and
+    ``run.stop()`` aborts it); the CLI wires them to ovs-ofctl, the collector and iperf3.
     """
 
     settings: CalibrationSettings
     mechanisms: Mapping[str, Mechanism]
     port_stats: Callable[[str], tuple[int, int]]
     copies: Mapping[str, Callable[[], int]]
-    client: Callable[[Sequence[str], float], IperfResult]
+    client: Callable[[Sequence[str], float], Any]
     server_ip: str
     sender_port: str
     receiver_port: str
+    clock: Callable[[], float] = time.monotonic
     rows: list[dict] = field(default_factory=list)
 
     def run(self, show_progress: bool = True) -> pd.DataFrame:
@@ -138,6 +175,7 @@ class Calibrator:
                                    TimeRemainingColumn)
 
         trials = plan_trials(self.settings)
+        measure = self.measure_paired if self.settings.design == "paired" else self.measure
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeRemainingColumn())
         try:
@@ -145,16 +183,18 @@ class Calibrator:
                 task = progress.add_task("warm-up", total=len(trials))
                 self._set_active(None, 0.0)
                 if self.settings.warmup_s >= 1:
-                    self.client(self.settings.client_argv(self.server_ip, self.settings.warmup_s),
-                                self.settings.warmup_s)
+                    self._load(self.settings.warmup_s).wait()
                 for trial in trials:
                     progress.update(task, description=f"{trial.mechanism:<6} rate {trial.rate:.2f}")
-                    self.rows.append(self.measure(trial))
+                    self.rows.extend(measure(trial))
                     progress.advance(task)
         finally:
             for mechanism in self.mechanisms.values():
                 mechanism.clear()
         return pd.DataFrame(self.rows)
+
+    def _load(self, duration_s: float) -> Any:
+        return self.client(self.settings.client_argv(self.server_ip, duration_s), duration_s)
 
     def _set_active(self, active: str | None, rate: float) -> float:
         effective = 0.0
@@ -164,37 +204,87 @@ class Calibrator:
                 effective = configured
         return effective
 
-    def measure(self, trial: Trial) -> dict:
-        """One trial: configure, settle, count, load, count; one tidy row."""
+    def _counters(self, mechanism: str) -> tuple[float, int, int, int]:
+        rx, _ = self.port_stats(self.sender_port)
+        _, tx = self.port_stats(self.receiver_port)
+        return self.clock(), rx, tx, self.copies.get(mechanism, lambda: 0)()
+
+    def _row(self, trial: Trial, rate: float, effective: float, before: tuple, after: tuple,
+             result: IperfResult | None, seconds: float | None = None, **extra: Any) -> dict:
         s = self.settings
-        effective = self._set_active(trial.mechanism, trial.rate)
-        time.sleep(s.settle_s)
-        count_copies = self.copies.get(trial.mechanism, lambda: 0)
-        rx0, _ = self.port_stats(self.sender_port)
-        _, tx0 = self.port_stats(self.receiver_port)
-        copies0 = count_copies()
-        result = self.client(s.client_argv(self.server_ip), s.duration_s)
-        time.sleep(0.2)  # let the last packets and sFlow datagrams land
-        rx1, _ = self.port_stats(self.sender_port)
-        _, tx1 = self.port_stats(self.receiver_port)
-        copies1 = count_copies()
-        seconds = result.seconds if result.seconds > 0 else s.duration_s
+        seconds = seconds or after[0] - before[0]
+        if seconds <= 0:
+            raise HarnessError("counters were read twice at the same instant")
         return {
             "mechanism": trial.mechanism, "rate": effective,
-            "throughput_pps": (tx1 - tx0) / seconds, "rate_requested": trial.rate,
-            "protocol": s.protocol, "packet_bytes": s.packet_bytes if s.protocol == "udp" else math.nan,
-            "trial": trial.repetition, "order": trial.order, "duration_s": seconds,
-            "sent_pps": (rx1 - rx0) / seconds, "copies_pps": (copies1 - copies0) / seconds,
-            "iperf_pps": result.received_pps, "bits_per_second": result.bits_per_second,
-            "cpu_sender_pct": result.cpu_sender_pct, "cpu_receiver_pct": result.cpu_receiver_pct,
-            "lost_percent": result.lost_percent,
+            "throughput_pps": (after[2] - before[2]) / seconds, "rate_requested": rate,
+            "protocol": s.protocol,
+            "packet_bytes": s.packet_bytes if s.protocol == "udp" else math.nan,
+            "trial": trial.repetition, "order": trial.order, **extra, "duration_s": seconds,
+            "sent_pps": (after[1] - before[1]) / seconds,
+            "copies_pps": (after[3] - before[3]) / seconds,
+            "iperf_pps": result.received_pps if result and "phase" not in extra else math.nan,
+            "bits_per_second": result.bits_per_second if result else math.nan,
+            "cpu_sender_pct": result.cpu_sender_pct if result else math.nan,
+            "cpu_receiver_pct": result.cpu_receiver_pct if result else math.nan,
+            "lost_percent": result.lost_percent if result else math.nan,
         }
 
+    def measure(self, trial: Trial) -> list[dict]:
+        """Independent design: configure, settle, count, one whole run, count; one row."""
+        effective = self._set_active(trial.mechanism, trial.rate)
+        time.sleep(self.settings.settle_s)
+        before = self._counters(trial.mechanism)
+        result = self._load(self.settings.duration_s).wait()
+        time.sleep(0.2)  # let the last packets and sFlow datagrams land
+        after = self._counters(trial.mechanism)
+        seconds = result.seconds if result.seconds > 0 else self.settings.duration_s
+        return [self._row(trial, trial.rate, effective, before, after, result, seconds)]
 
-def iperf_client(exec_prefix: Sequence[str], protocol: str) -> Callable[[Sequence[str], float], IperfResult]:
-    """The ``client`` callable for ``Calibrator``: iperf3 run through an endpoint's prefix."""
-    def client(argv: Sequence[str], duration_s: float) -> IperfResult:
-        return run_client(exec_prefix, argv, protocol, duration_s)
+    def measure_paired(self, trial: Trial) -> list[dict]:
+        """Paired design: one run alternating rate 0 and the trial's rate (order by coin);
+        each phase skips ``guard_s`` after the change, then counts. One row per phase, all
+        in one block, so the fit compares them under the same background load."""
+        s = self.settings
+        first = random.Random(s.seed * 100_003 + trial.order).random() < 0.5
+        schedule = [trial.rate if (k % 2 == 0) == first else 0.0 for k in range(s.phases)]
+        phase_s = (s.duration_s - LEAD_IN_S) / s.phases
+        rows = []
+        self._set_active(None, 0.0)
+        load = self._load(s.duration_s + 0.5)
+        try:
+            start = self.clock() + LEAD_IN_S
+            for k, rate in enumerate(schedule):
+                _sleep_until(self.clock, start + k * phase_s)
+                effective = self._set_active(trial.mechanism, rate)
+                _sleep_until(self.clock, self.clock() + s.guard_s)
+                before = self._counters(trial.mechanism)
+                _sleep_until(self.clock, start + (k + 1) * phase_s)
+                after = self._counters(trial.mechanism)
+                rows.append(self._row(trial, rate, effective, before, after, None,
+                                      block=trial.order, phase=k))
+            result = load.wait()
+        finally:
+            load.stop()
+        for row in rows:  # the run's own totals, for reference
+            row.update(bits_per_second=result.bits_per_second, lost_percent=result.lost_percent,
+                       cpu_sender_pct=result.cpu_sender_pct,
+                       cpu_receiver_pct=result.cpu_receiver_pct)
+        return rows
+
+
+def _sleep_until(clock: Callable[[], float], deadline: float) -> None:
+    remaining = deadline - clock()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
+def iperf_client(exec_prefix: Sequence[str], protocol: str) -> Callable[[Sequence[str], float], Any]:
+    """The ``client`` callable for ``Calibrator``: iperf3 started through an endpoint's prefix."""
+    from cosample.costmodel.iperf import IperfClient
+
+    def client(argv: Sequence[str], duration_s: float) -> IperfClient:
+        return IperfClient(exec_prefix, argv, protocol, duration_s)
     return client
 
 

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cosample.costmodel.errors import HarnessError
-from cosample.lab.run import run
 
 PROTOCOLS = ("tcp", "udp")
 DEFAULT_PORT = 5271
@@ -95,17 +94,49 @@ def parse_client_json(text: str, protocol: str) -> IperfResult:
         raise HarnessError(f"iperf3 JSON lacks the {protocol} summary ({exc})") from None
 
 
+class IperfClient:
+    """One client run started in the background (so the harness can act while load flows);
+    ``wait`` collects the result or kills the run after its timeout."""
+
+    def __init__(self, exec_prefix: Sequence[str], argv: Sequence[str], protocol: str,
+                 duration_s: float) -> None:
+        self.argv = [str(part) for part in (*exec_prefix, *argv)]
+        self.protocol, self.timeout = protocol, duration_s + MARGIN_S
+        try:
+            self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True)
+        except FileNotFoundError as exc:
+            raise HarnessError(f"cannot start iperf3 client: {exc}") from None
+
+    def wait(self) -> IperfResult:
+        try:
+            stdout, stderr = self.process.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.communicate(timeout=5)
+            raise HarnessError(f"{' '.join(self.argv)}: no result within {self.timeout:g} s") from None
+        return parse_client_json(stdout or stderr, self.protocol)
+
+    def stop(self) -> None:
+        """Kill the run if it is still going (on error or Ctrl-C)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate(timeout=5)
+
+
 def run_client(exec_prefix: Sequence[str], argv: Sequence[str], protocol: str,
                duration_s: float, retries: int = 3) -> IperfResult:
-    """Run a client (through an endpoint's prefix); retry while the server is busy."""
+    """Run a client (through an endpoint's prefix) to the end; retry while the server is busy."""
     for attempt in range(retries + 1):
-        result = run([*exec_prefix, *argv], timeout=duration_s + MARGIN_S, check=False)
+        client = IperfClient(exec_prefix, argv, protocol, duration_s)
         try:
-            return parse_client_json(result.stdout or result.stderr, protocol)
+            return client.wait()
         except HarnessError as exc:
             if "busy" not in str(exc) or attempt == retries:
                 raise
             time.sleep(1.0)
+        finally:
+            client.stop()
     raise AssertionError("unreachable")
 
 

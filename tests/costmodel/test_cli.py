@@ -84,7 +84,8 @@ def test_fit_protocol_filter_errors(measurements, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["calibrate"], "choose where to calibrate"),
     (["calibrate", "--testbed", "--bridge", "br0"], "choose where to calibrate"),
-    (["calibrate", "--testbed", "--rates", "0.5"], "at least 2 distinct rates"),
+    (["calibrate", "--testbed", "--rates", "0"], "needs a rate > 0"),
+    (["calibrate", "--testbed", "--rates", "0.5", "--design", "independent"], "at least 2 distinct"),
     (["calibrate", "--testbed", "--mechanisms", "sflow,gre"], "choose from sflow, mirror"),
     (["calibrate", "--testbed", "--prefix", "much-too-long-prefix"], "testbed prefix"),
     (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "receiver port is required"),

@@ -18,7 +18,7 @@ DUMP_PORTS = """OFPST_PORT reply (xid=0x4): 1 ports
 
 
 def test_plan_covers_every_cell_once_in_seeded_random_order():
-    settings = CalibrationSettings(rates=(0, 0.5, 1), repetitions=2, seed=3)
+    settings = CalibrationSettings(rates=(0, 0.5, 1), repetitions=2, seed=3, design="independent")
     trials = plan_trials(settings)
     cells = {(t.mechanism, t.rate, t.repetition) for t in trials}
     assert len(trials) == len(cells) == 2 * 3 * 2
@@ -29,11 +29,15 @@ def test_plan_covers_every_cell_once_in_seeded_random_order():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"mechanisms": ("sflow", "gre")}, "choose from"),
-    ({"rates": (0.5,)}, "at least 2 distinct"),
+    ({"rates": (0.5,), "design": "independent"}, "at least 2 distinct"),
     ({"rates": (0, 1.5)}, "in \\[0, 1\\]"),
     ({"repetitions": 0}, "repetitions"),
     ({"duration_s": 0.2}, "duration"),
     ({"protocol": "icmp"}, "protocol"),
+    ({"design": "latin"}, "design"),
+    ({"phases": 3}, "even integer"),
+    ({"rates": (0.0, 0.0)}, "needs a rate > 0"),
+    ({"duration_s": 2, "phases": 8}, "too short"),
 ])
 def test_settings_are_strict(kwargs, message):
     with pytest.raises(HarnessError, match=message):
@@ -59,6 +63,17 @@ class FakeMechanism:
         self.log.append((self.name, "clear"))
 
 
+class FakeRun:
+    def __init__(self, result):
+        self.result, self.stopped = result, False
+
+    def wait(self):
+        return self.result
+
+    def stop(self):
+        self.stopped = True
+
+
 class FakeSwitch:
     """Counters that advance while the fake client 'runs': 1000 pps in, 800 pps out."""
 
@@ -72,12 +87,12 @@ class FakeSwitch:
         self.rx += int(1000 * duration)
         self.tx += int(800 * duration)
         self.copies += int(100 * duration)
-        return IperfResult("udp", duration, 1e6, packets=1000, lost_packets=200)
+        return FakeRun(IperfResult("udp", duration, 1e6, packets=1000, lost_packets=200))
 
 
 def _calibrator(log, switch, **settings):
     settings = CalibrationSettings(rates=(0, 0.3), repetitions=1, duration_s=2, warmup_s=1,
-                                   settle_s=0, **settings)
+                                   settle_s=0, design="independent", **settings)
     mechanisms = {m: FakeMechanism(m, log) for m in settings.mechanisms}
     return Calibrator(settings, mechanisms, switch.port_stats,
                       {"sflow": lambda: switch.copies}, switch.client, "10.0.0.2", "in", "out")
@@ -113,9 +128,79 @@ def test_mechanisms_are_cleared_when_a_run_fails():
             raise KeyboardInterrupt
         return switch.client(argv, duration)
 
+
     calibrator = _calibrator(log, switch)
     calibrator.client = failing_client
     with pytest.raises(KeyboardInterrupt):
         calibrator.run(show_progress=False)
     assert log[-2:] == [("sflow", "clear"), ("mirror", "clear")]
     assert len(calibrator.rows) == 1  # warm-up, one trial, then the interruption
+
+
+def test_paired_plan_keeps_rate_zero_inside_every_run():
+    settings = CalibrationSettings(rates=(0, 0.5, 1), repetitions=2, seed=3)
+    assert settings.trial_rates == (0.5, 1.0)
+    assert {t.rate for t in plan_trials(settings)} == {0.5, 1.0} and len(plan_trials(settings)) == 8
+    with pytest.raises(HarnessError, match="needs a rate > 0"):
+        CalibrationSettings(rates=(0,), repetitions=1)
+
+
+class ClockedSwitch:
+    """A fake switch on a fake clock that forwards T0/(1 + a*s) pps, s being the rate the
+    active mechanism is set to: the paired harness must recover a from it."""
+
+    def __init__(self, capacity, coefficients):
+        self.now, self.capacity, self.coefficients = 0.0, capacity, coefficients
+        self.rates = {m: 0.0 for m in coefficients}
+        self.tx = self.rx = 0.0
+
+    def clock(self):
+        return self.now
+
+    def advance(self, seconds):
+        cost = sum(self.coefficients[m] * r for m, r in self.rates.items())
+        self.tx += self.capacity / (1 + cost) * seconds
+        self.rx += self.capacity * seconds
+        self.now += seconds
+
+    def port_stats(self, port):
+        return (int(self.rx), 0) if port == "in" else (0, int(self.tx))
+
+
+def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
+    from cosample.costmodel import harness
+    from cosample.costmodel.fit import CostModelFit
+
+    switch = ClockedSwitch(50_000, {"sflow": 0.8, "mirror": 0.25})
+    monkeypatch.setattr(harness.time, "sleep", switch.advance)
+
+    class Mechanism:
+        def __init__(self, name):
+            self.name = name
+
+        def set_rate(self, rate):
+            switch.rates[self.name] = rate
+            return rate
+
+        def clear(self):
+            switch.rates[self.name] = 0.0
+
+    settings = CalibrationSettings(rates=(0, 0.5, 1), repetitions=2, duration_s=4.5, warmup_s=0,
+                                   phases=4, guard_s=0.3)
+    runs = []
+
+    def client(argv, duration):
+        runs.append(FakeRun(IperfResult("udp", duration, 1e6, packets=10, lost_packets=0)))
+        return runs[-1]
+
+    calibrator = Calibrator(settings, {m: Mechanism(m) for m in switch.rates}, switch.port_stats,
+                            {}, client, "10.0.0.2", "in", "out", clock=switch.clock)
+    data = calibrator.run(show_progress=False)
+    assert len(data) == 2 * 2 * 2 * 4 and data["block"].nunique() == 8
+    assert (data.groupby("block")["rate"].apply(lambda r: sorted(set(r))[0]) == 0).all()
+    assert data["duration_s"].to_numpy() == pytest.approx(1.0 - 0.3)
+    assert all(run.stopped for run in runs)
+    model = CostModelFit(n_bootstrap=100).fit(data)
+    assert model.results_["sflow"].coefficient == pytest.approx(0.8, abs=0.01)
+    assert model.results_["mirror"].coefficient == pytest.approx(0.25, abs=0.01)
+    assert model.capacity_pps_ == pytest.approx(50_000, rel=0.01)
