@@ -57,7 +57,7 @@ class SystemOvs:
         return run(["ovs-ofctl", *args], timeout=self.timeout).stdout
 
 
-def testbed_unavailable() -> str | None:
+def one_host_testbed_unavailable() -> str | None:
     """None when a one-host testbed can be built here, else why not."""
     reason = ovs_available() or netns_available()
     if reason:
@@ -84,7 +84,7 @@ class OneHostTestbed:
         self.endpoints: Endpoints | None = None
 
     def __enter__(self) -> "OneHostTestbed":
-        reason = testbed_unavailable()
+        reason = one_host_testbed_unavailable()
         if reason:
             raise HarnessError(f"cannot build the one-host testbed: {reason}")
         try:

@@ -16,10 +16,10 @@ import pytest
 
 from cosample.cli import main
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.testbed import OneHostTestbed, testbed_unavailable
+from cosample.costmodel.testbed import OneHostTestbed, one_host_testbed_unavailable
 from cosample.lab.run import run
 
-REASON = testbed_unavailable()
+REASON = one_host_testbed_unavailable()
 pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
               pytest.mark.skipif(REASON is not None, reason=f"real calibration: {REASON}")]
 PREFIX = "ccI"
