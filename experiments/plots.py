@@ -110,8 +110,9 @@ def planner_scaling(table: pd.DataFrame, path: str | Path) -> Path:
     for label, rows in table.groupby("solver_label", sort=False):
         rows = rows.sort_values("servers")
         axes.loglog(rows["servers"], rows["seconds"], "o-", ms=4, label=label)
+    axes.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     axes.set_xlabel("servers n")
-    axes.set_ylabel("planning time (s)")
+    axes.set_ylabel("planning time (s), best of up to 5 runs")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8)
     return save_figure(figure, path)
