@@ -1,5 +1,10 @@
-"""Throughput against rate per mechanism: the measurements, their means, the fitted law, and
-the paper's coefficient drawn through the same capacity for comparison. Saved with the Agg backend."""
+"""Relative throughput against rate per mechanism: the measurements, their means, the fitted
+law and the paper's coefficient. Saved with the Agg backend, atomically.
+
+With paired data (a ``block`` column holding rate-0 phases) each measurement is divided by the
+mean rate-0 throughput of its own run, which removes the drift the fit also removes; otherwise
+by the fitted capacity. Either way the curves are ``1 / (1 + a*s)``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,15 @@ import pandas as pd
 
 from cosample.costmodel.fit import Calibration
 from cosample.costmodel.model import PAPER_COEFFICIENTS, throughput
+
+
+def relative_throughput(rows: pd.DataFrame, capacity_pps: float) -> pd.Series:
+    """Each row's throughput over its run's rate-0 mean (paired data) or over ``capacity_pps``."""
+    if "block" in rows.columns:
+        baseline = rows[rows["rate"] == 0].groupby("block")["throughput_pps"].mean()
+        if rows["block"].isin(baseline.index).all():
+            return rows["throughput_pps"] / rows["block"].map(baseline)
+    return rows["throughput_pps"] / capacity_pps
 
 
 def plot_calibration(data: pd.DataFrame, calibration: Calibration, path: str | os.PathLike[str],
@@ -29,24 +43,28 @@ def plot_calibration(data: pd.DataFrame, calibration: Calibration, path: str | o
     for axis, name in zip(axes[0], names):
         fit = calibration.fits[name]
         rows = data[data["mechanism"] == name]
-        axis.scatter(rows["rate"], rows["throughput_pps"] / 1e3, s=14, alpha=0.5,
-                     color="tab:gray", label="trials")
-        means = rows.groupby("rate")["throughput_pps"].agg(["mean", "std"])
-        axis.errorbar(means.index, means["mean"] / 1e3, yerr=means["std"].fillna(0) / 1e3,
-                      fmt="o", color="black", capsize=3, label="mean ± sd")
+        relative = relative_throughput(rows, fit.capacity_pps)
+        axis.scatter(rows["rate"], relative, s=12, alpha=0.45, color="tab:gray", label="measurements")
+        means = relative.groupby(rows["rate"]).agg(["mean", "sem"])
+        axis.errorbar(means.index, means["mean"], yerr=1.96 * means["sem"].fillna(0), fmt="o",
+                      color="black", capsize=3, label="mean ± 95% CI")
         low, high = fit.coefficient_ci
-        axis.plot(grid, fit.predict(grid) / 1e3, color="tab:blue",
+        axis.plot(grid, throughput(grid, 1.0, fit.coefficient), color="tab:blue",
                   label=f"fit a={fit.coefficient:.2f} [{low:.2f}, {high:.2f}]")
+        axis.fill_between(grid, throughput(grid, 1.0, high), throughput(grid, 1.0, low),
+                          color="tab:blue", alpha=0.15, linewidth=0)
         if name in PAPER_COEFFICIENTS:
-            axis.plot(grid, throughput(grid, fit.capacity_pps, PAPER_COEFFICIENTS[name]) / 1e3,
-                      "--", color="tab:red", label=f"paper a={PAPER_COEFFICIENTS[name]}")
-        axis.set_title(f"{name} (R²={fit.r_squared:.2f}, n={fit.n_points})")
-        axis.set_xlabel("rate s (fraction sampled/mirrored)")
+            axis.plot(grid, throughput(grid, 1.0, PAPER_COEFFICIENTS[name]), "--",
+                      color="tab:red", label=f"paper a={PAPER_COEFFICIENTS[name]}")
+        axis.axhline(1.0, color="black", linewidth=0.5)
+        axis.set_title(f"{name}: R²={fit.r_squared:.2f}, n={fit.n_points}, "
+                       f"T0≈{fit.capacity_pps / 1e3:,.0f} kpps", fontsize=9)
+        axis.set_xlabel("rate s (fraction sampled / mirrored)")
         axis.set_xlim(-0.03, 1.03)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7, loc="lower left")
-    axes[0][0].set_ylabel("throughput (kpps delivered)")
-    axes[0][0].set_ylim(bottom=0)
+    axes[0][0].set_ylabel("throughput / throughput at s=0")
+    axes[0][0].set_ylim(0, max(1.6, float(axes[0][0].get_ylim()[1])))
     if title:
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()
