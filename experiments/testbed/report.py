@@ -74,6 +74,7 @@ def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, kn
         "within_tolerance": abs(collected - expected) <= tolerance,
         "mirror_tx_packets": mirror_tx, "mirror_rx_packets": mirror_rx,
         "samples_of_other_servers": others,
+        "samples_lost_in_transit": m.samples.lost_in_transit.get(name, 0),
         "vswitchd_cpu_s": round(m.cpu_seconds.get(name, float("nan")), 3),
         "model_load_pps": model_load, "model_capacity_use": model_load / capacity if capacity else float("nan"),
         "throughput_pps": throughput, "baseline_throughput_pps": base_throughput,
@@ -102,6 +103,7 @@ def summary(frame: pd.DataFrame, result: ExperimentResult) -> dict[str, Any]:
             "throughput_ratio_min": float(group["throughput_ratio"].min()),
             "degraded_servers": sorted(group.loc[group["degraded"], "server"]),
             "unattributed_samples": result.phases[phase].samples.unattributed,
+            "samples_lost_in_transit": int(group["samples_lost_in_transit"].sum()),
         }
     phases = out["phases"]
     if "collab" in phases and "noncollab" in phases:
@@ -124,13 +126,15 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
         f"phase; alpha={coefficients.alpha:g}, beta={coefficients.beta:g} ({coefficients.source}); "
         f"solver {settings.solver}.", "",
         "| phase | planned collected pps | expected (measured traffic x applied rates) | "
-        "measured collected pps | servers within tolerance | min throughput ratio | degraded |",
-        "|---|---|---|---|---|---|---|",
+        "measured collected pps | servers within tolerance | samples lost OVS->collector | "
+        "min throughput ratio | degraded |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for phase, row in totals["phases"].items():
         lines.append(f"| {phase} | {row['planned_collected_pps']:.0f} | "
                      f"{row['expected_collected_pps']:.0f} | {row['collected_pps']:.0f} | "
                      f"{row['servers_within_tolerance']}/{row['servers']} | "
+                     f"{row['samples_lost_in_transit']} | "
                      f"{row['throughput_ratio_min']:.3f} | "
                      f"{', '.join(row['degraded_servers']) or 'none'} |")
     if totals.get("measured_gain") is not None:

@@ -72,3 +72,13 @@ def test_binomial_tolerance_grows_like_the_standard_deviation():
     assert binomial_tolerance(10_000, 0.5, sigmas=4, slack=0) == pytest.approx(4 * 50 + 2)
     assert binomial_tolerance(10_000, 1.0, sigmas=4, slack=0) == pytest.approx(2)
     assert binomial_tolerance(10_000, 0.1) > binomial_tolerance(100, 0.1)
+
+
+def test_sequence_gaps_count_samples_lost_on_the_way():
+    from cosample.experiments.testbed.measure import sequence_gaps
+    assert sequence_gaps([5, 6, 7]) == 0
+    assert sequence_gaps([7, 5, 9, 9]) == 2
+    assert sequence_gaps([]) == 0
+    samples = [FlowSample("172.29.77.1", seq, 1, 1, 0, 3, 4, src_ip="10.77.1.1") for seq in (1, 2, 5)]
+    counts = count_samples(samples, {"10.77.1.1": "s1"}, {"172.29.77.1": "s1"})
+    assert counts.lost_in_transit == {"s1": 2}
