@@ -182,9 +182,9 @@ def run_sensitivity(args: argparse.Namespace) -> int:
                             _figures(args) / f"{args.name}.png")
     with_percent = table.assign(**{c: (table[c] * 100).round(1) for c in ("max_gain", "mean_gain",
                                                                            "median_gain")})
-    print(with_percent[["scenario", "feasible_cells", "max_gain", "mean_gain", "median_gain"]]
-          .rename(columns={"max_gain": "max %", "mean_gain": "mean %", "median_gain": "median %"})
-          .to_string(index=False))
+    columns = ["scenario", "feasible_cells", "gain_cells", "max_gain", "mean_gain", "median_gain"]
+    print(with_percent[columns].rename(columns={"max_gain": "max %", "mean_gain": "mean %",
+                                                     "median_gain": "median %"}).to_string(index=False))
     if calibrated is not None:
         print(f"calibrated coefficients from {args.calibration}")
     print(f"wrote {csv}, {summary_csv} and {png}")

@@ -146,6 +146,7 @@ class GainSummary:
 
     cells: int
     feasible_cells: int
+    gain_cells: int           # feasible and not every server full: the gain is defined
     max_gain: float
     mean_gain: float
     median_gain: float
@@ -153,20 +154,21 @@ class GainSummary:
     load_at_max: float
 
     def report(self) -> str:
-        if self.feasible_cells == 0:
-            return f"no feasible cell among {self.cells}"
+        if self.gain_cells == 0:
+            return f"no cell with a defined gain among {self.cells} (all infeasible or all servers full)"
         return (f"max gain {self.max_gain:.1%} (p={self.p_at_max:g}, load={self.load_at_max:g}); "
-                f"mean gain {self.mean_gain:.1%}, median {self.median_gain:.1%} over "
-                f"{self.feasible_cells} feasible of {self.cells} cells")
+                f"mean gain {self.mean_gain:.1%}, median {self.median_gain:.1%} over the "
+                f"{self.gain_cells} cells with a gain ({self.feasible_cells} feasible of {self.cells})")
 
 
 def summarise(frame: pd.DataFrame) -> GainSummary:
     """Max, mean and median gain over the cells where it is defined, and where the max is."""
     defined = frame.dropna(subset=["gain"])
+    feasible = int(frame["feasible"].sum())
     if defined.empty:
-        return GainSummary(len(frame), 0, np.nan, np.nan, np.nan, np.nan, np.nan)
+        return GainSummary(len(frame), feasible, 0, np.nan, np.nan, np.nan, np.nan, np.nan)
     best = defined.loc[defined["gain"].idxmax()]
-    return GainSummary(cells=len(frame), feasible_cells=len(defined),
+    return GainSummary(cells=len(frame), feasible_cells=feasible, gain_cells=len(defined),
                        max_gain=float(best["gain"]), mean_gain=float(defined["gain"].mean()),
                        median_gain=float(defined["gain"].median()),
                        p_at_max=float(best["p"]), load_at_max=float(best["load"]))

@@ -61,6 +61,7 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                      "alpha": float(first["alpha"]), "beta": float(first["beta"]),
                      "cross_fraction": float(first["cross_fraction"]),
                      "cells": numbers.cells, "feasible_cells": numbers.feasible_cells,
+                     "gain_cells": numbers.gain_cells,
                      "max_gain": numbers.max_gain, "mean_gain": numbers.mean_gain,
                      "median_gain": numbers.median_gain, "p_at_max": numbers.p_at_max,
                      "load_at_max": numbers.load_at_max})

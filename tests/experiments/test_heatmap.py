@@ -79,13 +79,15 @@ def test_cross_traffic_spreads_evenly_and_keeps_the_volume():
 def test_every_server_exactly_full_has_no_gain_but_is_feasible():
     row = gain_cell(HeatmapSetup(servers=10), 1.0, 1.0)
     assert row["feasible"] and np.isnan(row["gain"])
+    numbers = summarise(gain_grid(HeatmapSetup(servers=10), [1.0], [0.5, 1.0]))
+    assert (numbers.cells, numbers.feasible_cells, numbers.gain_cells) == (2, 2, 1)
 
 
 def test_summary_over_defined_cells():
     frame = gain_grid(HeatmapSetup(servers=3), *parse_grid("10"))
     numbers = summarise(frame)
     defined = frame["gain"].dropna()
-    assert numbers.feasible_cells == len(defined)
+    assert numbers.gain_cells == len(defined) and numbers.feasible_cells == frame["feasible"].sum()
     assert numbers.max_gain == defined.max() and numbers.mean_gain == pytest.approx(defined.mean())
     assert frame.loc[frame["gain"].idxmax(), "p"] == numbers.p_at_max
     assert "max gain" in numbers.report()
