@@ -57,9 +57,10 @@ class FakeHost:
                 clsact_owned=link.clsact_owned, foreign_filters=link.foreign_filters)
             for name, link in self.links.items() if name in names}
         return ObservedState(bridge=bridge, bridge_exists=True, sflow=self.sflow,
-                             ports=tuple(self.ports.values()),
-                             flows=tuple(self.flows.values()), links=observed_links,
-                             devices=tuple(self.devices.values()))
+                             ports=tuple(sorted(self.ports.values(), key=lambda p: p.name)),
+                             flows=tuple(f for _, f in sorted(self.flows.items())),
+                             links=observed_links,
+                             devices=tuple(sorted(self.devices.values(), key=lambda d: d.name)))
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1

@@ -1,7 +1,8 @@
 """Desired vs observed state -> the ordered commands that close the gap (pure, like faucet's valves).
 
-Order matters for safety: every command that lowers load (removals, lower mirror
-probabilities, sparser sFlow) comes before any command that raises it. Within a receiver tunnel,
+Order matters for safety: every command that lowers load (removals, sparser sFlow) comes
+before any command that raises it, and a mirror chain is changed so that no target's share ever
+exceeds the larger of its old and new share. Within a receiver tunnel,
 the drop flow exists before the port and outlives it, so mirrored packets never reach the
 bridge's normal forwarding. Only objects marked as the agent's own are changed or removed;
 anything else in the way is reported by ``find_problems`` and left alone.
@@ -16,8 +17,9 @@ from cosample.agents.commands import (AddClsact, AddDropFlow, AddMirrorDevice, A
                                       RemoveMirrorFilter, RemoveSflow, RemoveTunnelPort,
                                       SetMirrorFilter, SetSflow)
 from cosample.agents.state import (DROP_FLOW_PRIORITY, OFPORT_BASE, OFPORT_COUNT, DesiredState,
-                                   MirrorTarget, ObservedDevice, ObservedState, drop_cookie)
-from cosample.lab.tcmirror import TcMirrorError, bpf_random_bytecode, match_probability
+                                   MirrorTarget, ObservedDevice, ObservedFilter, ObservedState,
+                                   drop_cookie)
+from cosample.lab.tcmirror import bpf_random_bytecode
 
 VM_PORT_TYPES = ("", "system")
 
@@ -96,31 +98,38 @@ def _add_device(target: MirrorTarget, replace: bool) -> AddMirrorDevice:
 
 def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str],
              decrease: list, increase: list) -> None:
+    """The filter chain on each VM port, changed so that no target's share ever overshoots.
+
+    Target k's share is ``q_k * prod_{j<k} (1 - q_j)``: changing an early filter moves every
+    later share. So from the first filter that must change, the chain is taken down from its
+    end (each removal lowers only the removed filter's own share) and rebuilt from its start
+    (each addition sets that target to its new share exactly, later ones still absent).
+    """
     ports = set(vm_ports(desired, observed))
     want = {t.prio: t for t in desired.mirrors}
     for name, link in sorted(observed.links.items()):
         wanted_here = want if name in ports else {}
         have = {f.prio: f for f in link.filters}
-        decrease += [RemoveMirrorFilter(name, prio) for prio in sorted(set(have) - set(wanted_here))]
+        changed = [prio for prio in set(have) | set(wanted_here)
+                   if prio not in wanted_here or not _same_filter(have.get(prio),
+                                                                   wanted_here[prio], recreated)]
         if wanted_here and not link.clsact:
             increase.append(AddClsact(name))
         if not wanted_here and link.clsact and link.clsact_owned and not link.foreign_filters:
-            decrease.append(RemoveClsact(name))
-        for prio, target in sorted(wanted_here.items()):
-            current = have.get(prio)
-            command = SetMirrorFilter(name, prio, target.probability, target.device)
-            if current is None or current.target != target.device or target.device in recreated:
-                increase.append(command)
-            elif current.bytecode != bpf_random_bytecode(target.probability):
-                lower = _probability(current.bytecode) > target.probability
-                (decrease if lower else increase).append(command)
+            decrease.append(RemoveClsact(name))  # after its filters: see _DECREASE_ORDER
+        if changed:
+            first = min(changed)
+            decrease += [RemoveMirrorFilter(name, prio)
+                         for prio in sorted((p for p in have if p >= first), reverse=True)]
+            increase += [SetMirrorFilter(name, prio, target.probability, target.device)
+                         for prio, target in sorted(wanted_here.items()) if prio >= first]
 
 
-def _probability(bytecode: str) -> float:
-    try:
-        return match_probability(bytecode)
-    except TcMirrorError:
-        return 1.0  # unknown program in our prio range: treat as the highest, replace it first
+def _same_filter(current: ObservedFilter | None, target: MirrorTarget, recreated: set[str]
+                 ) -> bool:
+    return (current is not None and current.target == target.device
+            and target.device not in recreated
+            and current.bytecode == bpf_random_bytecode(target.probability))
 
 
 def _tunnels(desired: DesiredState, observed: ObservedState, decrease: list, increase: list
@@ -179,7 +188,7 @@ def _sflow(desired: DesiredState, observed: ObservedState, decrease: list, incre
         (decrease if sparser else increase).append(command)
 
 
-_DECREASE_ORDER = (RemoveMirrorFilter, SetMirrorFilter, RemoveClsact, RemoveMirrorDevice,
+_DECREASE_ORDER = (RemoveMirrorFilter, RemoveClsact, RemoveMirrorDevice,
                    RemoveTunnelPort, RemoveDropFlow, RemoveSflow, SetSflow)
 _INCREASE_ORDER = (AddMirrorDevice, AddDropFlow, AddTunnelPort, AddClsact, SetMirrorFilter,
                    SetSflow)

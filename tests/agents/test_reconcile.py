@@ -125,6 +125,19 @@ def test_a_then_b_then_a_equals_fresh_a(a, b, host):
     assert fingerprint(moved) == fingerprint(fresh)
 
 
+def target_shares(host: FakeHost) -> dict[tuple[str, str], float]:
+    """Effective mirrored share per (VM port, target device) as the chain is configured now."""
+    shares = {}
+    for port, link in host.links.items():
+        left = 1.0
+        for f in sorted(link.filters.values(), key=lambda f: f.prio):
+            q = match_probability(f.bytecode)
+            if f.target is not None:
+                shares[port, f.target] = shares.get((port, f.target), 0.0) + left * q
+            left *= 1 - q
+    return shares
+
+
 def load(host: FakeHost) -> tuple[float, float]:
     """(sFlow rate, largest mirrored share over VM ports) as the host is configured now."""
     sflow = 1.0 / host.sflow.settings.sampling if host.sflow else 0.0
@@ -151,11 +164,15 @@ def test_decreases_come_before_increases(a, b, host):
     fake = FakeHost()
     converge(fake, desired_state(a, CONFIG[host]))
     commands = reconcile(desired_state(b, CONFIG[host]), fake.observe("br-int"))
-    loads = [load(fake)]
+    loads, shares = [load(fake)], [target_shares(fake)]
     for command in commands:
         fake.apply(command)
         loads.append(load(fake))
+        shares.append(target_shares(fake))
     assert valley([x[0] for x in loads]) and valley([x[1] for x in loads])
+    for key in set().union(*shares):  # no target ever gets more than its old or new share
+        bound = max(shares[0].get(key, 0.0), shares[-1].get(key, 0.0))
+        assert all(step.get(key, 0.0) <= bound + 1e-12 for step in shares), key
     removals = [isinstance(x, DECREASES) for x in commands]
     additions = [type(x).__name__.startswith("Add") for x in commands]
     assert not any(removals[i] and any(additions[:i]) for i in range(len(commands)))
