@@ -119,6 +119,7 @@ def read_status(state_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def serve_metrics(metrics: Metrics, port: int) -> None:
-    """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread)."""
-    start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
+def serve_metrics(metrics: Metrics, port: int):
+    """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread); returns the server."""
+    server, _thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
+    return server

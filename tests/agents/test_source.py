@@ -1,0 +1,60 @@
+"""Plan fetching over HTTP and from files, and metrics over HTTP, against real local servers."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import urllib.request
+
+import pytest
+
+from cosample.agents.errors import AgentError
+from cosample.agents.report import Metrics, serve_metrics
+from cosample.agents.source import fetch
+
+
+@pytest.fixture
+def http_dir(tmp_path):
+    """A static HTTP server on 127.0.0.1 serving tmp_path; yields (folder, base URL)."""
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(  # noqa: E731
+        *a, directory=str(tmp_path), **k)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_fetch_over_http_with_and_without_signature(http_dir):
+    folder, base = http_dir
+    (folder / "plan.json").write_bytes(b"{}")
+    fetched = fetch(f"{base}/plan.json", with_signature=True)
+    assert fetched.data == b"{}" and fetched.signature is None
+    (folder / "plan.json.sig").write_bytes(b"c2ln\n")
+    assert fetch(f"{base}/plan.json", with_signature=True).signature == b"c2ln\n"
+    with pytest.raises(AgentError, match="not found"):
+        fetch(f"{base}/missing.json")
+
+
+def test_fetch_errors_name_the_location(tmp_path):
+    with pytest.raises(AgentError, match="cannot fetch"):
+        fetch("http://127.0.0.1:9/plan.json", timeout_s=2)  # discard port: refused
+    with pytest.raises(AgentError, match="unsupported scheme 'ftp'"):
+        fetch("ftp://example.org/plan.json")
+    (tmp_path / "plan.json").write_bytes(b"x")
+    assert fetch(f"file://{tmp_path / 'plan.json'}").data == b"x"
+    assert fetch(str(tmp_path / "plan.json")).data == b"x"
+
+
+def test_metrics_served_on_loopback():
+    metrics = Metrics()
+    metrics.plan_version.set(42)
+    server = serve_metrics(metrics, 0)
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            assert b"cosample_agent_plan_version 42.0" in response.read()
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.shutdown()
