@@ -300,3 +300,30 @@ def test_real_host_matches_the_fake_on_the_same_plan(sandbox, make_plan):
 def test_linux_host_class_is_the_default(sandbox):
     _, config, _, _ = sandbox
     assert isinstance(agent(config).host, LinuxOvsHost)
+
+
+def test_daemon_cycles_on_schedule_and_stops_on_sigterm(sandbox, make_plan, tmp_path):
+    ovs, config, _, write_plan = sandbox
+    write_plan(make_plan())
+    status = tmp_path / "state" / "status.json"
+    process = subprocess.Popen([sys.executable, "-m", "cosample", "agent", "run", "--config",
+                                str(config), "--interval", "200ms", "--jitter", "100ms"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert json.loads(status.read_text())["result"] == "ok"
+        first = status.stat().st_mtime_ns
+        while status.stat().st_mtime_ns == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status.stat().st_mtime_ns != first  # a later cycle rewrote the status
+        write_plan(make_plan(version=101, sampling=20))
+        while time.monotonic() < deadline and \
+                json.loads(status.read_text()).get("plan_version") != 101:
+            time.sleep(0.1)
+        assert ovs.vsctl("get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(),
+                         "sampling").strip() == "20"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0, process.stderr.read()[-2000:]
