@@ -192,7 +192,7 @@ def run_sensitivity(args: argparse.Namespace) -> int:
 
 
 def run_costcurves(args: argparse.Namespace) -> int:
-    from cosample.experiments import costcurves, plots
+    from cosample.experiments import costcurves
     from cosample.experiments.files import output_dir, write_csv
 
     out = output_dir(args.out)
@@ -203,8 +203,7 @@ def run_costcurves(args: argparse.Namespace) -> int:
     table_csv = write_csv(result.coefficients, out / f"{args.name}_coefficients.csv")
     title = ("synthetic measurements from the paper's coefficients" if args.synthetic
              else f"measured: {args.data}" + (f" ({args.protocol})" if args.protocol else ""))
-    png = plots.cost_curves(measurements, result.curves, _figures(args) / f"{args.name}.png",
-                            title=title)
+    png = costcurves.figure(measurements, result, _figures(args) / f"{args.name}.png", title=title)
     print(costcurves.report(result.coefficients))
     print(f"wrote {curves_csv}, {table_csv} and {png}")
     return 0

@@ -1,8 +1,10 @@
 """Throughput vs sampling (or mirroring) rate per mechanism: measurements, fitted law, paper's law.
 
 Fits ``T(s) = T0 / (1 + a*s)`` per mechanism with the cost model's estimator
-(``cosample.costmodel.fit.CostModelFit``) and tabulates, beside each fitted curve, the curve the
-paper's coefficient would give with the same ``T0``: how far this machine is from the paper.
+(``cosample.costmodel.fit.CostModelFit``; per-run capacities when the data have a ``block``
+column) and tabulates, beside each fitted curve, the curve the paper's coefficient gives with the
+same ``T0``: how far this machine is from the paper. The figure is the cost model's own
+(``cosample.costmodel.figure.plot_calibration``), so ``cosample fit --figure`` and this agree.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,10 +48,12 @@ def read_measurements(path: str | Path, protocol: str | None = None) -> pd.DataF
 
 @dataclass(frozen=True)
 class CurveFit:
-    """Fitted coefficients (one row per mechanism) and curves (one row per mechanism and rate)."""
+    """Fitted coefficients (one row per mechanism), curves (one row per mechanism and rate) and
+    the cost model's ``Calibration`` they come from."""
 
     coefficients: pd.DataFrame
     curves: pd.DataFrame
+    calibration: Any
 
 
 def fit_curves(measurements: pd.DataFrame, n_bootstrap: int = 300, seed: int = 0) -> CurveFit:
@@ -65,11 +70,21 @@ def fit_curves(measurements: pd.DataFrame, n_bootstrap: int = 300, seed: int = 0
                      "paper_coefficient": paper, "capacity_pps": fit.capacity_pps,
                      "r_squared": fit.r_squared, "points": fit.n_points,
                      "warnings": "; ".join(fit.warnings)})
+        fitted = throughput(rates, 1.0, fit.coefficient)
+        by_paper = throughput(rates, 1.0, paper) if math.isfinite(paper) else np.full_like(rates, np.nan)
         curves.append(pd.DataFrame({
-            "mechanism": mechanism, "rate": rates, "fitted_pps": fit.predict(rates),
-            "paper_pps": throughput(rates, fit.capacity_pps, paper) if math.isfinite(paper)
-            else np.nan}))
-    return CurveFit(pd.DataFrame(rows), pd.concat(curves, ignore_index=True))
+            "mechanism": mechanism, "rate": rates, "fitted_relative": fitted,
+            "paper_relative": by_paper, "fitted_pps": fitted * fit.capacity_pps,
+            "paper_pps": by_paper * fit.capacity_pps}))
+    return CurveFit(pd.DataFrame(rows), pd.concat(curves, ignore_index=True), calibration)
+
+
+def figure(measurements: pd.DataFrame, result: CurveFit, path: str | Path,
+           title: str | None = None) -> Path:
+    """The cost model's calibration figure: relative throughput, fit with its band, paper's law."""
+    from cosample.costmodel.figure import plot_calibration
+
+    return plot_calibration(measurements, result.calibration, path, title=title)
 
 
 def report(coefficients: pd.DataFrame) -> str:

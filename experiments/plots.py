@@ -1,5 +1,7 @@
 """Figures for the experiments, drawn with matplotlib's Agg backend and saved as PNG files.
 
+(The cost curves use the cost model's own figure, ``cosample.costmodel.figure``.)
+
 Each function takes tidy DataFrames (the same ones written as CSV) and a path, draws one
 figure and saves it atomically; none of them computes results.
 """
@@ -69,38 +71,6 @@ def gain_panels(frames: Mapping[str, pd.DataFrame], path: str | Path, columns: i
         axes.set_visible(False)
     if mesh is not None:
         figure.colorbar(mesh, ax=grid, label="gain (%)", shrink=0.8)
-    return save_figure(figure, path)
-
-
-def cost_curves(measurements: pd.DataFrame, curves: pd.DataFrame, path: str | Path,
-                title: str | None = None) -> Path:
-    """Throughput vs rate per mechanism: measured points, fitted curve, paper's curve (dashed).
-
-    ``measurements``: mechanism, rate, throughput_pps. ``curves``: mechanism, rate,
-    fitted_pps, paper_pps (paper_pps may be NaN for mechanisms the paper did not measure).
-    """
-    mechanisms = list(dict.fromkeys(curves["mechanism"]))
-    columns = 2 if len(mechanisms) in (2, 4) else min(3, len(mechanisms)) or 1
-    rows = -(-len(mechanisms) // columns) or 1
-    figure, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False,
-                                constrained_layout=True)
-    for axes, mechanism in zip(grid.flat, mechanisms):
-        points = measurements[measurements["mechanism"] == mechanism]
-        curve = curves[curves["mechanism"] == mechanism].sort_values("rate")
-        axes.plot(points["rate"], points["throughput_pps"] / 1e3, "o", ms=3.5, alpha=0.6,
-                  label="measured")
-        axes.plot(curve["rate"], curve["fitted_pps"] / 1e3, "-", label="fit T0/(1+a s)")
-        if curve["paper_pps"].notna().any():
-            axes.plot(curve["rate"], curve["paper_pps"] / 1e3, "--", label="paper's a, same T0")
-        axes.set_title(mechanism, fontsize=10)
-        axes.set_xlabel("sampling / mirroring rate s")
-        axes.set_ylabel("throughput (kpps)")
-        axes.set_ylim(bottom=0)
-        axes.legend(fontsize=7)
-    for axes in list(grid.flat)[len(mechanisms):]:
-        axes.set_visible(False)
-    if title:
-        figure.suptitle(title, fontsize=10)
     return save_figure(figure, path)
 
 
