@@ -217,7 +217,7 @@ def report(table: pd.DataFrame, out=print) -> bool:
     if not exact.empty:
         biggest = exact.loc[exact["servers"].idxmax()]
         out(f"exact solver at n={int(biggest['servers']):,} "
-            f"({int(biggest['traffic_entries']):,} traffic entries): {biggest['seconds']:.3f} s "
+            f"({int(biggest['traffic_entries']):,} traffic entries): {biggest['seconds']:.3g} s "
             f"(load average {biggest['load_average']:.1f} on {os.cpu_count()} CPUs)")
     return agree
 
