@@ -37,11 +37,12 @@ class LinuxSide:
 
     # observe ----------------------------------------------------------------------------------
     def links(self, names: Iterable[str]) -> dict[str, ObservedLink]:
-        """The given interfaces that exist, with their clsact state and the agent's filters."""
+        """The given interfaces, and those where the agent added clsact, that exist: their
+        clsact state and the agent's filters (so filters on a former VM port are found too)."""
         present = {link["ifname"] for link in self._json(["ip", "-j", "link", "show"])}
         owned = self._owned_clsacts()
         out = {}
-        for name in sorted(set(names) & present):
+        for name in sorted((set(names) | owned) & present):
             qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", name], missing_ok=True)
             clsact = any(q.get("kind") == "clsact" for q in qdiscs)
             filters, foreign = self._filters(name) if clsact else ((), 0)

@@ -327,3 +327,15 @@ def test_daemon_cycles_on_schedule_and_stops_on_sigterm(sandbox, make_plan, tmp_
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0, process.stderr.read()[-2000:]
+
+
+def test_filters_on_a_former_vm_port_are_found_and_removed(sandbox, make_plan):
+    """A port that left the bridge keeps no mirror: the clsact ledger leads the agent to it."""
+    ovs, config, _, write_plan = sandbox
+    write_plan(make_plan())
+    assert agent(config).cycle().result == "ok"
+    ovs.vsctl("del-port", BRIDGE, "caV2")  # no longer a VM port of the bridge
+    report = agent(config).cycle()
+    assert "remove filter caV2 ingress prio 49152" in report.commands
+    assert "remove clsact qdisc from caV2" in report.commands
+    assert "clsact" not in run(["tc", "qdisc", "show", "dev", "caV2"]).stdout
