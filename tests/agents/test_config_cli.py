@@ -99,3 +99,15 @@ def test_cli_status(tmp_path, capsys):
     (tmp_path / "status.json").write_text(json.dumps({"result": "ok", "host": "s1"}))
     assert main(["agent", "status", "--state-dir", str(tmp_path)]) == 0
     assert json.loads(capsys.readouterr().out)["host"] == "s1"
+
+
+def test_the_documented_config_example_loads(tmp_path):
+    """docs/agents.md's TOML example is a valid configuration."""
+    from pathlib import Path
+    text = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "agent.toml"
+    path.write_text(example)
+    config = load_config(str(path), {})
+    assert config.host == "s1" and config.public_key == "/etc/cosample/plan.pub"
+    assert config.safe_sampling == 4096 and config.metrics_port is None
