@@ -1,7 +1,8 @@
 """Tidy measurement tables: one row per measurement, read, validated and written through pandas.
 
 Required columns: ``mechanism`` (e.g. ``sflow``, ``mirror``), ``rate`` (the sampled or mirrored
-fraction, 0..1) and ``throughput_pps`` (packets delivered to the receiver per second). Any other
+fraction, 0..1) and ``throughput_pps`` (packets delivered to the receiver per second, >= 0: a
+stall that forwarded nothing is a measurement too). Any other
 column (trial, protocol, duration, bits/s, CPU, copies) is kept as it is. Files are written
 atomically: a temporary file in the same directory, then ``os.replace``.
 """
@@ -86,12 +87,11 @@ def validate_measurements(frame: pd.DataFrame, source: str = "measurements",
             position = int(np.argmax(bad))
             raise DataError(f"{source}: {where(position)}: rate must be {need} (a fraction of "
                             f"packets), got {rate.iloc[position]!r}")
-    bad = frame["throughput_pps"] <= 0
+    bad = frame["throughput_pps"] < 0
     if bad.any():
         position = int(np.argmax(bad))
-        raise DataError(f"{source}: {where(position)}: throughput_pps must be > 0, got "
-                        f"{frame['throughput_pps'].iloc[position]!r} (a run that moved no "
-                        f"packets is a failed run: drop it)")
+        raise DataError(f"{source}: {where(position)}: throughput_pps must be >= 0, got "
+                        f"{frame['throughput_pps'].iloc[position]:g}")
     return frame
 
 

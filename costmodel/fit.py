@@ -207,6 +207,9 @@ class CostModelFit:
                            f"needs at least {MIN_POINTS} measurements at 2 or more rates, and "
                            f"more measurements than blocks + 1")
         scale = float(np.mean(pps))
+        if scale <= 0:
+            raise FitError(f"mechanism {mechanism!r}: every measurement is 0 pps; nothing was "
+                           f"forwarded, so there is no throughput to model")
         y = pps / scale
         params, jacobian, residuals = _least_squares(rate, y, block, _start(rate, y, block))
         dof = len(rate) - len(params)
@@ -260,7 +263,9 @@ class CostModelFit:
 def _start(rate: np.ndarray, y: np.ndarray, block: np.ndarray) -> np.ndarray:
     """Start values: ``a`` from the linearised law ``1/T = 1/T0 + (a/T0) s``, then each
     block's capacity from its mean."""
-    slope, intercept = np.polyfit(rate, 1.0 / y, 1)
+    positive = y > 0  # a stall (0 pps) is data for the fit, not for the linearisation
+    slope, intercept = (np.polyfit(rate[positive], 1.0 / y[positive], 1)
+                        if len(np.unique(rate[positive])) >= 2 else (0.0, 0.0))
     a = max(slope / intercept, LOWER_BOUND_A / 2) if intercept > 0 else 0.0
     undone = y * (1.0 + a * rate)
     capacities = np.bincount(block, weights=undone) / np.bincount(block)

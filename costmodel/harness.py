@@ -3,8 +3,8 @@
 Two designs:
 
 - ``paired`` (default): each trial is one iperf3 run whose load alternates between rate 0 and the
-  trial's rate in ``phases`` equal phases (which comes first is a seeded coin toss); after each
-  change the harness waits ``guard_s``, then counts. Every phase is a row, the run is a ``block``,
+  trial's rate in ``phases`` equal phases, from the moment packets reach the receiver (which
+  comes first is a seeded coin toss); after each change the harness waits ``guard_s``, then counts. Every phase is a row, the run is a ``block``,
   and the fit gives each block its own capacity, so the slow drift of a shared host's load
   cancels out of the coefficient.
 - ``independent``: each trial sets the rate, settles, and counts over one whole run; one row.
@@ -39,8 +39,10 @@ from cosample.costmodel.mechanisms import Mechanism
 
 MECHANISMS = ("sflow", "mirror")
 DESIGNS = ("paired", "independent")
-#: Seconds of load before the first paired phase (connection set-up, ARP, slow start).
-LEAD_IN_S = 0.5
+#: Paired runs: seconds of load kept beyond the phases (iperf3 starts before packets flow).
+TAIL_S = 1.5
+#: Paired runs: how long to wait for the first packet to reach the receiver.
+FIRST_PACKET_TIMEOUT_S = 5.0
 _PORT_STATS = re.compile(r"rx pkts=(\d+).*?tx pkts=(\d+)", re.S)
 
 
@@ -71,9 +73,9 @@ class CalibrationSettings:
                 raise HarnessError(f"phases must be an even integer >= 2, got {self.phases!r}")
             if not any(r > 0 for r in self.rates if isinstance(r, (int, float))):
                 raise HarnessError("rates: the paired design needs a rate > 0 (0 is in every run)")
-            if self.duration_s / self.phases < self.guard_s + 0.5:
+            if self.duration_s / self.phases < self.guard_s + 0.3:
                 raise HarnessError(f"duration {self.duration_s:g} s is too short for "
-                                   f"{self.phases} phases of at least {self.guard_s + 0.5:g} s")
+                                   f"{self.phases} phases of at least {self.guard_s + 0.3:g} s")
         unknown = [m for m in self.mechanisms if m not in MECHANISMS]
         if not self.mechanisms or unknown:
             raise HarnessError(f"mechanisms: choose from {', '.join(MECHANISMS)}, got "
@@ -109,7 +111,7 @@ class CalibrationSettings:
     def estimated_s(self) -> float:
         """Rough wall time: trials x (duration + overheads) plus the warm-up."""
         trials = len(self.mechanisms) * len(self.trial_rates) * self.repetitions
-        overhead = LEAD_IN_S + 1.0 if self.design == "paired" else self.settle_s + 1.0
+        overhead = TAIL_S + 1.0 if self.design == "paired" else self.settle_s + 1.0
         return self.warmup_s + trials * (self.duration_s + overhead)
 
 
@@ -230,6 +232,18 @@ class Calibrator:
             "lost_percent": result.lost_percent if result else math.nan,
         }
 
+    def _first_packet(self) -> float:
+        """When load started reaching the receiver (polled), so phases cover a flowing load."""
+        deadline = self.clock() + FIRST_PACKET_TIMEOUT_S
+        _, initial = self.port_stats(self.receiver_port)
+        while self.clock() < deadline:
+            time.sleep(0.05)
+            if self.port_stats(self.receiver_port)[1] > initial + 10:
+                return self.clock()
+        raise HarnessError(f"no packets reached the receiver's port {self.receiver_port} within "
+                           f"{FIRST_PACKET_TIMEOUT_S:g} s of starting iperf3; is the receiver "
+                           f"reachable from the sender?")
+
     def measure(self, trial: Trial) -> list[dict]:
         """Independent design: configure, settle, count, one whole run, count; one row."""
         effective = self._set_active(trial.mechanism, trial.rate)
@@ -248,12 +262,12 @@ class Calibrator:
         s = self.settings
         first = random.Random(s.seed * 100_003 + trial.order).random() < 0.5
         schedule = [trial.rate if (k % 2 == 0) == first else 0.0 for k in range(s.phases)]
-        phase_s = (s.duration_s - LEAD_IN_S) / s.phases
+        phase_s = s.duration_s / s.phases
         rows = []
         self._set_active(None, 0.0)
-        load = self._load(s.duration_s + 0.5)
+        load = self._load(s.duration_s + TAIL_S)
         try:
-            start = self.clock() + LEAD_IN_S
+            start = self._first_packet()
             for k, rate in enumerate(schedule):
                 _sleep_until(self.clock, start + k * phase_s)
                 effective = self._set_active(trial.mechanism, rate)

@@ -95,3 +95,16 @@ def test_calibrate_refuses_bad_requests_before_touching_anything(tmp_path, capsy
     assert main([*argv, "-d", str(tmp_path / "m.csv"), "-o", str(out)]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "m.csv").exists()
+
+
+def test_fit_uses_blocks_unless_told_not_to(tmp_path, capsys):
+    data = simulate({"sflow": 0.5}, 1e5, rates=(0, 1), repetitions=6, noise=0.01, seed=2)
+    data["block"] = data["trial"]
+    data["throughput_pps"] *= 1 + data["block"] * 0.2  # each run at its own capacity
+    path = write_measurements(data, tmp_path / "m.csv")
+    for extra, blocks in (([], 6), (["--ignore-blocks"], 1)):
+        out = tmp_path / f"c{blocks}.json"
+        assert main(["fit", str(path), "-o", str(out), "--bootstrap", "100", *extra]) == 0
+        entry = json.loads(out.read_text())["mechanisms"]["sflow"]
+        assert entry["n_blocks"] == blocks
+    assert json.loads((tmp_path / "c6.json").read_text())["alpha"] == pytest.approx(0.5, abs=0.03)

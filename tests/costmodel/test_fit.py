@@ -107,12 +107,20 @@ def test_predict_before_fit_is_a_clear_error():
     (pd.DataFrame({"mechanism": ["sflow"], "rate": [1.5], "throughput_pps": [1.0]}), "rate must be <= 1"),
     (pd.DataFrame({"mechanism": ["sflow"], "throughput_pps": [1.0]}), "missing column 'rate'"),
     (pd.DataFrame({"mechanism": ["sflow"], "rate": ["x"], "throughput_pps": [1.0]}), "finite number"),
-    (pd.DataFrame({"mechanism": ["sflow"], "rate": [0.1], "throughput_pps": [0.0]}), "throughput_pps must be > 0"),
+    (pd.DataFrame({"mechanism": ["sflow"], "rate": [0.1], "throughput_pps": [-1.0]}), "throughput_pps must be >= 0"),
     (pd.DataFrame({"mechanism": [""], "rate": [0.1], "throughput_pps": [1.0]}), "mechanism is empty"),
 ])
 def test_bad_data_is_rejected(frame, message):
     with pytest.raises(DataError, match=message):
         CostModelFit().fit(frame)
+
+
+def test_a_stall_is_data_but_all_zeros_is_an_error():
+    data = simulate({"sflow": 0.5}, 1e5, repetitions=3, noise=0.01, seed=1)
+    data.loc[5, "throughput_pps"] = 0.0
+    assert CostModelFit(n_bootstrap=100).fit(data).results_["sflow"].coefficient > 0
+    with pytest.raises(FitError, match="every measurement is 0 pps"):
+        CostModelFit().fit(data.assign(throughput_pps=0.0))
 
 
 def test_too_few_points_is_a_fit_error():

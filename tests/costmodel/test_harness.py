@@ -198,7 +198,7 @@ def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
     data = calibrator.run(show_progress=False)
     assert len(data) == 2 * 2 * 2 * 4 and data["block"].nunique() == 8
     assert (data.groupby("block")["rate"].apply(lambda r: sorted(set(r))[0]) == 0).all()
-    assert data["duration_s"].to_numpy() == pytest.approx(1.0 - 0.3)
+    assert data["duration_s"].to_numpy() == pytest.approx(4.5 / 4 - 0.3)
     assert all(run.stopped for run in runs)
     model = CostModelFit(n_bootstrap=100).fit(data)
     assert model.results_["sflow"].coefficient == pytest.approx(0.8, abs=0.01)

@@ -1,0 +1,52 @@
+"""The examples in docs/costmodel.md load, and the committed real calibration refits to the
+committed JSON (same data, same seed: same numbers)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cosample.costmodel.data import read_measurements
+from cosample.costmodel.fit import CostModelFit
+from cosample.planner.datacentre import DataCentre
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+PAGE = (DOCS / "costmodel.md").read_text()
+
+
+def block(language: str) -> str:
+    match = re.search(rf"```{language}\n(.*?)```", PAGE, re.S)
+    assert match, f"no {language} example in docs/costmodel.md"
+    return match.group(1)
+
+
+def test_csv_example_fits(tmp_path):
+    (tmp_path / "m.csv").write_text(block("csv"))
+    model = CostModelFit(n_bootstrap=100).fit(read_measurements(tmp_path / "m.csv"))
+    assert model.alpha_ == pytest.approx(1.54, abs=0.02)
+    assert model.beta_ == pytest.approx(0.46, abs=0.02)
+
+
+def test_json_example_drives_the_planner(tmp_path):
+    (tmp_path / "server.json").write_text(block("json"))
+    description = {"cost": {"alpha": 1.0, "beta": 0.5},
+                   "servers": [{"name": "s1", "calibration": "server.json"}]}
+    (tmp_path / "dc.json").write_text(json.dumps(description))
+    dc = DataCentre.load(tmp_path / "dc.json")
+    assert (dc.alpha[0], dc.beta[0], dc.capacity_pps[0]) == (1.52, 0.46, 99840.0)
+
+
+@pytest.mark.parametrize("name", ["calibration-udp64", "calibration-tcp"])
+def test_committed_calibration_is_reproducible(name):
+    csv, saved = DOCS / "data" / f"{name}.csv", DOCS / "data" / f"{name}.json"
+    if not csv.exists():
+        pytest.skip(f"{csv.name} not committed")
+    document = json.loads(saved.read_text())
+    refit = CostModelFit().fit(read_measurements(csv)).calibration_.to_dict()
+    for mechanism, entry in document["mechanisms"].items():
+        assert refit["mechanisms"][mechanism]["coefficient"] == pytest.approx(entry["coefficient"])
+        assert refit["mechanisms"][mechanism]["coefficient_ci"] == pytest.approx(entry["coefficient_ci"])
+    assert (DOCS / "figures" / f"{name}.png").stat().st_size > 20_000
