@@ -149,7 +149,9 @@ class Agent:
             if dry_run:
                 applied = [command.describe() for command in commands]
             else:
-                if adopt is not None and adopt is not self.running:
+                if adopt is not None and (self.running is None or (
+                        adopt.version, adopt.plan_id) != (self.running.version,
+                                                          self.running.plan_id)):
                     self._adopt(adopt)
                 for command in commands:
                     log.info("apply: %s", command.describe())

@@ -49,7 +49,9 @@ def test_cycle_applies_reports_and_remembers(setup, make_plan, to_bytes):
     assert "cosample_agent_sflow_sampling_n 10.0" in metrics
     assert json.loads((agent.state_dir / LAST_GOOD_FILE).read_text())["version"] == 100
     writes = agent.host.writes
+    remembered = (agent.state_dir / LAST_GOOD_FILE).stat().st_mtime_ns
     assert agent.cycle().commands == () and agent.host.writes == writes
+    assert (agent.state_dir / LAST_GOOD_FILE).stat().st_mtime_ns == remembered
 
 
 def test_bad_plan_keeps_the_last_good_one(setup, make_plan, to_bytes):
