@@ -105,9 +105,6 @@ class Testbed:
     def ovs(self, server: Server) -> ServerOvs:
         return ServerOvs(self.state_dir / f"ovs-{server.name}", server.namespace)
 
-    def in_namespace(self, namespace: str, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", namespace, *argv]
-
     @classmethod
     def load(cls, state_dir: str | Path) -> "Testbed":
         ledger = Ledger.load(state_dir)
@@ -118,9 +115,9 @@ class Testbed:
 
 def requirements() -> str | None:
     """None when a testbed can be built here, else why not."""
-    for program in ("iperf3", "bridge"):
+    for program, package in (("iperf3", "iperf3"), ("bridge", "iproute2"), ("ss", "iproute2")):
         if shutil.which(program) is None:
-            return f"{program} not found; install the Debian package {'iperf3' if program == 'iperf3' else 'iproute2'!r}"
+            return f"{program} not found; install the Debian package {package!r}"
     return netns_available() or ovs_available()
 
 

@@ -75,32 +75,15 @@ def _up(args: argparse.Namespace) -> int:
     from cosample.experiments.testbed import build, topology
 
     if args.config:
-        config = _read_config(args.config)
+        config = topology.read_config(args.config)
+        topology.from_config(config, args.prefix, where=args.config)  # errors name the file
     else:
         config = topology.skewed_config(args.servers, args.vms, args.top_pps, args.skew,
                                         args.capacity_pps)
     testbed = build.up(config, args.state_dir, args.prefix)
-    servers = testbed.topology.servers
-    print(f"testbed up: {len(servers)} servers, {len(testbed.topology.vms)} VMs, "
+    print(f"testbed up: {len(testbed.topology.servers)} servers, {len(testbed.topology.vms)} VMs, "
           f"{len(testbed.topology.flows)} flows; state in {args.state_dir}")
     return 0
-
-
-def _read_config(path: str) -> dict:
-    import json
-    from pathlib import Path
-
-    import yaml
-
-    from cosample.experiments.testbed.errors import TestbedError
-    from cosample.experiments.testbed.topology import load_config
-
-    load_config(path)  # validates and names the bad field
-    text = Path(path).read_text()
-    document = yaml.safe_load(text) if path.endswith((".yaml", ".yml")) else json.loads(text)
-    if not isinstance(document, dict):
-        raise TestbedError(f"{path}: expected a mapping")
-    return document
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -248,17 +248,21 @@ def from_config(config: Any, prefix: str = "ct", where: str = "testbed config") 
     return topology
 
 
-def load_config(path: str | Path, prefix: str = "ct") -> Topology:
-    """Read a JSON or YAML testbed configuration."""
+def read_config(path: str | Path) -> Any:
+    """The parsed JSON or YAML document of a testbed configuration file (not yet validated)."""
     path = Path(path)
     try:
         text = path.read_text()
-        document = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
     except OSError as exc:
         raise TestbedError(f"{path}: cannot read testbed config: {exc.strerror}") from exc
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise TestbedError(f"{path}: not valid JSON/YAML: {exc}") from exc
-    return from_config(document, prefix, where=str(path))
+
+
+def load_config(path: str | Path, prefix: str = "ct") -> Topology:
+    """Read and validate a JSON or YAML testbed configuration."""
+    return from_config(read_config(path), prefix, where=str(path))
 
 
 def skewed_config(servers: int = 3, vms: int = 2, top_pps: float = 2400.0, skew: float = 0.25,
