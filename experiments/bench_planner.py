@@ -103,8 +103,10 @@ def predicted_seconds(history: list[tuple[int, float]], next_n: int) -> float:
 
 
 def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_seconds: float,
-        max_lp_variables: int, seed: int = 0, log=None) -> pd.DataFrame:
-    """Measure every solver on growing instances; returns the tidy table (``COLUMNS``)."""
+        max_lp_variables: int, seed: int = 0, log=None, repeat: bool = True) -> pd.DataFrame:
+    """Measure every solver on growing instances; returns the tidy table (``COLUMNS``).
+
+    ``repeat=False`` solves each instance once (for tests: checks results, not speed)."""
     from cosample.planner.lp import backend_available
 
     active = []
@@ -126,7 +128,8 @@ def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_sec
                 active.remove(key)
                 continue
             # the exact solver is cheap enough to always take the best of three
-            timing = time_solver(dc, solver, lp_backend, min_repeats=3 if solver == "exact" else 1)
+            timing = (time_solver(dc, solver, lp_backend, min_repeats=3 if solver == "exact" else 1)
+                      if repeat else time_solver(dc, solver, lp_backend, min_total_s=0.0))
             rows.append({"solver_label": label(solver, lp_backend), "solver": solver,
                          "lp_backend": lp_backend or "", "servers": n,
                          "traffic_entries": int(dc.traffic_pps.size),
@@ -241,7 +244,7 @@ def benchmark(args: argparse.Namespace, out=print) -> tuple[pd.DataFrame, bool]:
     if not sizes:
         raise ExperimentError(f"--max-servers {args.max_servers}: smaller than the smallest size 10")
     table = run(sizes, SOLVERS, args.max_seconds, args.max_lp_variables, seed=args.seed,
-                log=lambda line: out(line))
+                log=lambda line: out(line), repeat=not args.quick)
     agree = report(table, out=out)
     if getattr(args, "markdown", False):
         out(markdown(table))
