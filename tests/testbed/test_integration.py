@@ -99,3 +99,19 @@ def test_up_refuses_names_already_in_use(testbed_machine, tmp_path):
         assert _leftovers() == [topology.servers[1].namespace]  # ours untouched, nothing added
     finally:
         subprocess.run(["ip", "netns", "del", topology.servers[1].namespace], timeout=10)
+
+
+def test_a_failure_during_run_tears_the_testbed_down(testbed_machine, tmp_path, monkeypatch, capsys):
+    from cosample.experiments.testbed import apply
+    from cosample.experiments.testbed.errors import TestbedError
+
+    def refuse(*args, **kwargs):
+        raise TestbedError("injected agent failure")
+
+    state = tmp_path / "state"
+    assert main(["testbed", "up", "--prefix", PREFIX, "--servers", "2", "--state-dir", str(state)]) == 0
+    monkeypatch.setattr(apply, "apply_plan", refuse)
+    assert main(["testbed", "run", "--state-dir", str(state), "--duration", "1",
+                 "-o", str(tmp_path / "out")]) == 2
+    assert "injected agent failure" in capsys.readouterr().err
+    assert not _leftovers() and not state.exists()
