@@ -49,3 +49,20 @@ def test_calibration_file(tmp_path):
     path.write_text("[")
     with pytest.raises(TestbedError, match="not valid JSON"):
         Coefficients.from_calibration(path)
+
+
+def test_reads_what_cosample_fit_writes(tmp_path):
+    """The calibration file of the cost model's own `cosample fit`, on data with a known answer."""
+    from cosample.cli import main
+
+    rows = ["mechanism,rate,throughput_pps"]
+    for mechanism, cost in (("sflow", 0.3), ("mirror", 0.1)):
+        for rate in (0.0, 0.25, 0.5, 1.0):
+            rows += [f"{mechanism},{rate},{50000 / (1 + cost * rate) * factor:.3f}"
+                     for factor in (0.999, 1.001)]
+    (tmp_path / "cal.csv").write_text("\n".join(rows) + "\n")
+    assert main(["fit", str(tmp_path / "cal.csv"), "-o", str(tmp_path / "cal.json")]) == 0
+    coefficients = Coefficients.from_calibration(tmp_path / "cal.json")
+    assert coefficients.alpha == pytest.approx(0.3, rel=0.05)
+    assert coefficients.beta == pytest.approx(0.1, rel=0.1)
+    assert coefficients.capacity_pps == pytest.approx(50000, rel=0.01)
