@@ -6,6 +6,8 @@ Parsing only; the work is in ``build``, ``experiment`` and ``report`` (imported 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 
 DEFAULT_STATE_DIR = "/tmp/cosample-testbed"
@@ -65,6 +67,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.set_defaults(func=_down)
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt while building or running, so the cleanup runs too."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _state_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
                         help=f"where the testbed keeps its ledger and OVS instances "
@@ -80,7 +99,8 @@ def _up(args: argparse.Namespace) -> int:
     else:
         config = topology.skewed_config(args.servers, args.vms, args.top_pps, args.skew,
                                         args.capacity_pps)
-    testbed = build.up(config, args.state_dir, args.prefix)
+    with _sigterm_as_interrupt():
+        testbed = build.up(config, args.state_dir, args.prefix)
     print(f"testbed up: {len(testbed.topology.servers)} servers, {len(testbed.topology.vms)} VMs, "
           f"{len(testbed.topology.flows)} flows; state in {args.state_dir}")
     return 0
@@ -100,7 +120,8 @@ def _run(args: argparse.Namespace) -> int:
     out = output_dir(Path(args.out))
     settings = experiment.RunSettings(coefficients, args.duration, args.solver)
     try:
-        result = experiment.run_experiment(testbed, settings, out)
+        with _sigterm_as_interrupt():
+            result = experiment.run_experiment(testbed, settings, out)
     except BaseException:
         if not args.keep_up:
             problems = build.down(args.state_dir)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -114,4 +115,30 @@ def test_a_failure_during_run_tears_the_testbed_down(testbed_machine, tmp_path, 
     assert main(["testbed", "run", "--state-dir", str(state), "--duration", "1",
                  "-o", str(tmp_path / "out")]) == 2
     assert "injected agent failure" in capsys.readouterr().err
+    assert not _leftovers() and not state.exists()
+
+
+def test_sigterm_during_run_removes_everything(testbed_machine, tmp_path):
+    import os
+    import signal
+
+    state = tmp_path / "state"
+    assert main(["testbed", "up", "--prefix", PREFIX, "--servers", "2", "--state-dir", str(state)]) == 0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cosample", "testbed", "run", "--state-dir", str(state),
+         "--duration", "30", "-o", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        first = process.stdout.readline()  # "baseline: ..." once traffic is about to start
+        assert first.startswith("baseline"), first + process.stderr.read()
+        time.sleep(2)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+            main(["testbed", "down", "--state-dir", str(state)])
+    assert process.returncode == 130
     assert not _leftovers() and not state.exists()
