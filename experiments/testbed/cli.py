@@ -133,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
     text = report.markdown(frame, totals, result, _command(args))
     paths = report.write(out, frame, totals, text)
     print(text)
-    print(f"results: {paths['csv']}, {paths['report']}, {paths['summary']}")
+    print("results: " + ", ".join(str(path) for path in paths.values()))
     return 0
 
 

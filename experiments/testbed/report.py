@@ -156,10 +156,37 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
     return "\n".join(lines) + "\n"
 
 
+def figure(frame: pd.DataFrame):
+    """Planned, expected and measured collected pps per server, one panel per sampling phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    phases = [p for p in ("noncollab", "collab") if p in set(frame["phase"])]
+    fig, axes = plt.subplots(1, len(phases), figsize=(4.5 * len(phases), 3.4), sharey=True,
+                             squeeze=False)
+    for axis, phase in zip(axes[0], phases):
+        rows = frame[frame["phase"] == phase]
+        x = np.arange(len(rows))
+        for offset, column, label in ((-0.27, "planned_collected_pps", "planned"),
+                                      (0.0, "expected_collected_pps", "expected (measured traffic)"),
+                                      (0.27, "collected_pps", "measured (sFlow samples)")):
+            axis.bar(x + offset, rows[column], width=0.27, label=label)
+        axis.set_xticks(x, [f"{s}\n{r}" for s, r in zip(rows["server"], rows["role"])])
+        axis.set_title(f"{phase}: {rows['collected_pps'].sum():.0f} pps collected")
+    axes[0][0].set_ylabel("collected packets/s by source server")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def write(out_dir: Path, frame: pd.DataFrame, totals: dict[str, Any], text: str) -> dict[str, Path]:
-    """``results.csv``, ``summary.json`` and ``report.md`` in ``out_dir``, each written atomically."""
-    from cosample.experiments.files import write_atomic, write_csv, write_json
+    """``results.csv``, ``summary.json``, ``report.md`` and ``collected.png``, each atomically."""
+    from cosample.experiments.files import save_figure, write_atomic, write_csv, write_json
 
     return {"csv": write_csv(frame, out_dir / "results.csv"),
             "summary": write_json(totals, out_dir / "summary.json"),
-            "report": write_atomic(out_dir / "report.md", lambda stream: stream.write(text))}
+            "report": write_atomic(out_dir / "report.md", lambda stream: stream.write(text)),
+            "figure": save_figure(figure(frame), out_dir / "collected.png")}

@@ -73,6 +73,7 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
         assert abs(row["mirrored_samples"] - row["mirror_tx_packets"]) <= 0.05 * row["mirror_tx_packets"] + 5
     report = (out / "report.md").read_text()
     assert "Collaborative gain" in report and (out / "plan-collab.json").exists()
+    assert (out / "collected.png").stat().st_size > 10_000
 
 
 def test_a_failure_while_building_removes_everything(testbed_machine, tmp_path, monkeypatch):
