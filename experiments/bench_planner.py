@@ -250,7 +250,7 @@ def benchmark(args: argparse.Namespace, out=print) -> tuple[pd.DataFrame, bool]:
         out(markdown(table))
     if args.csv is not None:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
-        write_csv(table, args.csv)
+        write_csv(table, args.csv, float_format=None)  # objectives are compared to 1e-6
         out(f"wrote {args.csv}")
     return table, agree
 

@@ -49,9 +49,12 @@ def _umask() -> int:
     return mask
 
 
-def write_csv(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Tidy CSV without the index; missing values (e.g. infeasible gains) are empty fields."""
-    return write_atomic(path, lambda stream: frame.to_csv(stream, index=False, float_format="%.10g"))
+def write_csv(frame: pd.DataFrame, path: str | Path, float_format: str | None = "%.10g") -> Path:
+    """Tidy CSV without the index; missing values (e.g. infeasible gains) are empty fields.
+
+    ``float_format=None`` keeps every digit (for values compared at high precision)."""
+    return write_atomic(path, lambda stream: frame.to_csv(stream, index=False,
+                                                          float_format=float_format))
 
 
 def write_json(document: Any, path: str | Path) -> Path:
