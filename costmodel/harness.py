@@ -207,9 +207,13 @@ class Calibrator:
         return effective
 
     def _counters(self, mechanism: str) -> tuple[float, int, int, int]:
+        """(time, sender rx, receiver tx, copies); the receiver's count, which is the
+        measurement, is stamped with the middle of its own read (a subprocess under load)."""
         rx, _ = self.port_stats(self.sender_port)
+        before = self.clock()
         _, tx = self.port_stats(self.receiver_port)
-        return self.clock(), rx, tx, self.copies.get(mechanism, lambda: 0)()
+        stamp = (before + self.clock()) / 2
+        return stamp, rx, tx, self.copies.get(mechanism, lambda: 0)()
 
     def _row(self, trial: Trial, rate: float, effective: float, before: tuple, after: tuple,
              result: IperfResult | None, seconds: float | None = None, **extra: Any) -> dict:

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
 
 import pandas as pd
 import pytest
@@ -25,9 +29,10 @@ pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
 PREFIX = "ccI"
 
 
-def leftovers() -> list[str]:
+def leftovers(prefix: str = PREFIX) -> list[str]:
+    """Namespaces and links with our prefix still present (ours only: the prefix is ours)."""
     names = run(["ip", "netns", "list"]).stdout.split() + run(["ip", "-o", "link"]).stdout.split()
-    return [name for name in names if name.rstrip(":").split("@")[0].startswith(PREFIX)]
+    return [name for name in names if name.rstrip(":").split("@")[0].startswith(prefix)]
 
 
 def test_short_real_calibration(tmp_path):
@@ -68,3 +73,28 @@ def test_testbed_removes_what_it_built_on_error():
             assert f"{PREFIX}va" in testbed.ovs.vsctl("list-ports", f"{PREFIX}br0")
             raise HarnessError("boom")
     assert leftovers() == []
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_calibration_cleans_up_and_writes_nothing(tmp_path, signal_number):
+    prefix = "ccJ"
+    data, output = tmp_path / "m.csv", tmp_path / "c.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cosample", "calibrate", "--testbed", "--prefix", prefix,
+         "--rates", "0,1", "--repetitions", "5", "--duration", "4", "--warmup", "0",
+         "--no-progress", "-d", str(data), "-o", str(output)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and f"{prefix}vb" not in run(["ip", "-o", "link"]).stdout:
+            time.sleep(0.2)
+        time.sleep(3)  # inside the first runs
+        process.send_signal(signal_number)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert leftovers(prefix) == [] and not data.exists() and not output.exists()
