@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,16 @@ class SampleCounts:
     unattributed: int  # not IPv4 between testbed VMs (ARP, unknown agent, ...)
     #: per sampling server: samples OVS numbered but the collector never got (sequence gaps)
     lost_in_transit: Mapping[str, int] = field(default_factory=dict)
+    #: per source server: samples of the same packet beyond the first (iperf3 packet numbers)
+    duplicates: Mapping[str, int] = field(default_factory=dict)
+    #: per source server: packets sampled both by their own server and at a receiver
+    local_and_mirrored: Mapping[str, int] = field(default_factory=dict)
+    #: per source server: packets sampled at two or more receivers (mirrored twice)
+    mirrored_twice: Mapping[str, int] = field(default_factory=dict)
+
+    def distinct(self, source: str) -> int:
+        """Different packets of ``source`` collected: ``collected`` less repeated samples."""
+        return self.collected(source) - self.duplicates.get(source, 0)
 
     def collected(self, source: str) -> int:
         """Packets of ``source`` that reached an sFlow agent anywhere (its collected volume)."""
@@ -125,19 +136,50 @@ def count_samples(samples: Iterable[FlowSample], server_of_ip: Mapping[str, str]
     pairs: Counter[tuple[str, str]] = Counter()
     unattributed = 0
     sequences: dict[str, list[int]] = {}
+    samplers_of_packet: dict[tuple, list[str]] = {}
     for sample in samples:
         sequences.setdefault(sample.agent, []).append(sample.sequence)
         source = server_of_ip.get(sample.src_ip or "")
         sampler = server_of_agent.get(sample.agent)
         if source is None or sampler is None:
             unattributed += 1
-        else:
-            pairs[(source, sampler)] += 1
+            continue
+        pairs[(source, sampler)] += 1
+        key = packet_key(sample)
+        if key is not None:
+            samplers_of_packet.setdefault((source, key), []).append(sampler)
     lost: Counter[str] = Counter()
     for agent, numbers in sequences.items():
         if agent in server_of_agent:
             lost[server_of_agent[agent]] += sequence_gaps(numbers)
-    return SampleCounts(dict(pairs), unattributed, dict(lost))
+    duplicates: Counter[str] = Counter()
+    both: Counter[str] = Counter()
+    twice: Counter[str] = Counter()
+    for (source, _), samplers in samplers_of_packet.items():
+        duplicates[source] += len(samplers) - 1
+        receivers = [by for by in samplers if by != source]
+        both[source] += bool(receivers) and source in samplers
+        twice[source] += len(set(receivers)) > 1
+    return SampleCounts(dict(pairs), unattributed, dict(lost), dict(duplicates), dict(both),
+                        dict(twice))
+
+
+def packet_key(sample: FlowSample) -> tuple | None:
+    """Identity of a sampled iperf3 UDP datagram: addresses, ports and iperf3's packet number.
+
+    iperf3 starts each UDP payload with 32-bit seconds, microseconds and packet count (network
+    byte order), all inside the 128 sampled header bytes; None for anything else.
+    """
+    header = sample.header
+    if sample.ip_protocol != 17 or len(header) < 34:
+        return None
+    offset = 14 + (4 if header[12:14] == b"\x81\x00" else 0)
+    udp = offset + (header[offset] & 0x0F) * 4
+    if len(header) < udp + 8 + 12:
+        return None
+    source_port, destination_port = struct.unpack_from("!HH", header, udp)
+    number = struct.unpack_from("!I", header, udp + 8 + 8)[0]
+    return (sample.src_ip, sample.dst_ip, source_port, destination_port, number)
 
 
 def sequence_gaps(numbers: Iterable[int]) -> int:

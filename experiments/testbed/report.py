@@ -46,6 +46,10 @@ def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, kn
     mirror_rx = sum(c.rx_packets for port, c in datapath.items() if port not in known)
     probability = local_rate + mirror_rate
     expected = vm_packets * probability
+    # local sFlow and the tc mirrors draw independently: a packet can be sampled by both
+    distinct_probability = local_rate + mirror_rate - local_rate * mirror_rate
+    expected_distinct = vm_packets * distinct_probability
+    distinct = m.samples.distinct(name)
     collected = m.samples.collected(name)
     tolerance = measure.binomial_tolerance(vm_packets, probability)
     own = [f for f in m.flows if f.flow.src.server == server.index]
@@ -72,6 +76,12 @@ def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, kn
         "collected_samples": collected, "local_samples": local_samples,
         "mirrored_samples": m.samples.mirrored(name), "tolerance_samples": round(tolerance, 1),
         "within_tolerance": abs(collected - expected) <= tolerance,
+        "expected_distinct_samples": round(expected_distinct, 1), "distinct_samples": distinct,
+        "distinct_collected_pps": distinct / duration,
+        "distinct_within_tolerance": abs(distinct - expected_distinct)
+        <= measure.binomial_tolerance(vm_packets, distinct_probability),
+        "local_and_mirrored_packets": m.samples.local_and_mirrored.get(name, 0),
+        "mirrored_twice_packets": m.samples.mirrored_twice.get(name, 0),
         "mirror_tx_packets": mirror_tx, "mirror_rx_packets": mirror_rx,
         "samples_of_other_servers": others,
         "samples_lost_in_transit": m.samples.lost_in_transit.get(name, 0),
@@ -98,6 +108,8 @@ def summary(frame: pd.DataFrame, result: ExperimentResult) -> dict[str, Any]:
             "planned_collected_pps": plan["summary"]["collected_applied_pps"] if plan else 0.0,
             "expected_collected_pps": float(group["expected_collected_pps"].sum()),
             "collected_pps": float(group["collected_pps"].sum()),
+            "distinct_collected_pps": float(group["distinct_collected_pps"].sum()),
+            "mirrored_twice_packets": int(group["mirrored_twice_packets"].sum()),
             "servers_within_tolerance": int(group["within_tolerance"].sum()),
             "servers": int(len(group)),
             "throughput_ratio_min": float(group["throughput_ratio"].min()),
@@ -111,6 +123,9 @@ def summary(frame: pd.DataFrame, result: ExperimentResult) -> dict[str, Any]:
         measured = phases["noncollab"]["collected_pps"]
         out["planned_gain"] = phases["collab"]["planned_collected_pps"] / planned - 1 if planned else None
         out["measured_gain"] = phases["collab"]["collected_pps"] / measured - 1 if measured else None
+        distinct = phases["noncollab"]["distinct_collected_pps"]
+        out["distinct_gain"] = (phases["collab"]["distinct_collected_pps"] / distinct - 1
+                                if distinct else None)
     return out
 
 
@@ -126,31 +141,35 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
         f"phase; alpha={coefficients.alpha:g}, beta={coefficients.beta:g} ({coefficients.source}); "
         f"solver {settings.solver}.", "",
         "| phase | planned collected pps | expected (measured traffic x applied rates) | "
-        "measured collected pps | servers within tolerance | samples lost OVS->collector | "
-        "min throughput ratio | degraded |",
-        "|---|---|---|---|---|---|---|---|",
+        "measured collected pps | servers within tolerance | distinct packets pps | "
+        "mirrored twice | samples lost OVS->collector | min throughput ratio | degraded |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for phase, row in totals["phases"].items():
         lines.append(f"| {phase} | {row['planned_collected_pps']:.0f} | "
                      f"{row['expected_collected_pps']:.0f} | {row['collected_pps']:.0f} | "
                      f"{row['servers_within_tolerance']}/{row['servers']} | "
+                     f"{row['distinct_collected_pps']:.0f} | {row['mirrored_twice_packets']} | "
                      f"{row['samples_lost_in_transit']} | "
                      f"{row['throughput_ratio_min']:.3f} | "
                      f"{', '.join(row['degraded_servers']) or 'none'} |")
     if totals.get("measured_gain") is not None:
         lines += ["", f"Collaborative gain: planned {totals['planned_gain']:+.1%}, "
-                      f"measured {totals['measured_gain']:+.1%}."]
+                      f"measured {totals['measured_gain']:+.1%} in samples, "
+                      f"{totals['distinct_gain']:+.1%} in distinct packets (a packet both "
+                      f"sampled locally and mirrored counts once)."]
     lines += ["", "Per server (rates in pps of traffic time):", "",
               "| phase | server | role | own | 1-in-N | mirror share | planned | expected | "
-              "measured | local samples | mirrored samples | mirror tx | vswitchd CPU s | "
-              "throughput ratio | loss |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "measured | distinct | local samples | mirrored samples | mirror tx | "
+              "vswitchd CPU s | throughput ratio | loss |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in frame.itertuples():
         lines.append(
             f"| {row.phase} | {row.server} | {row.role} | {row.own_pps:.0f} | "
             f"{'' if pd.isna(row.sflow_sampling) else int(row.sflow_sampling)} | "
             f"{row.mirror_rate:.3f} | {row.planned_collected_pps:.0f} | "
-            f"{row.expected_collected_pps:.0f} | {row.collected_pps:.0f} | {row.local_samples} | "
+            f"{row.expected_collected_pps:.0f} | {row.collected_pps:.0f} | "
+            f"{row.distinct_collected_pps:.0f} | {row.local_samples} | "
             f"{row.mirrored_samples} | {row.mirror_tx_packets} | {row.vswitchd_cpu_s:.2f} | "
             f"{row.throughput_ratio:.3f} | {row.loss_fraction:.4f} |")
     return "\n".join(lines) + "\n"

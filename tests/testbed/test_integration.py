@@ -62,7 +62,10 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
         rows = by_phase[phase]
         assert rows["within_tolerance"].all(), rows[["expected_samples", "collected_samples",
                                                      "tolerance_samples"]]
+        assert rows["distinct_within_tolerance"].all()  # local sFlow and mirrors independent
+        assert (rows["mirrored_twice_packets"] == 0).all()  # mirror shares exclusive
     collab, noncollab = by_phase["collab"], by_phase["noncollab"]
+    assert (noncollab["distinct_samples"] == noncollab["collected_samples"]).all()
     assert collab["collected_pps"].sum() > noncollab["collected_pps"].sum()
     assert (noncollab["mirrored_samples"] == 0).all()
     senders = collab[collab["mirror_rate"] > 0]

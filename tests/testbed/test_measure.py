@@ -82,3 +82,27 @@ def test_sequence_gaps_count_samples_lost_on_the_way():
     samples = [FlowSample("172.29.77.1", seq, 1, 1, 0, 3, 4, src_ip="10.77.1.1") for seq in (1, 2, 5)]
     counts = count_samples(samples, {"10.77.1.1": "s1"}, {"172.29.77.1": "s1"})
     assert counts.lost_in_transit == {"s1": 2}
+
+
+def _iperf3_sample(agent: str, number: int) -> FlowSample:
+    """A sample whose header is Ethernet + IPv4 + UDP + iperf3's (sec, usec, packet number)."""
+    import struct
+    ethernet = bytes(12) + b"\x08\x00"
+    ip = bytes([0x45]) + bytes(8) + bytes([17]) + bytes(2) + bytes([10, 77, 1, 1, 10, 77, 2, 1])
+    udp = struct.pack("!HHHH", 40000, 5201, 20, 0)
+    payload = struct.pack("!III", 1, 2, number)
+    return FlowSample(agent, number, 1, 1, 0, 1, 2, src_ip="10.77.1.1", dst_ip="10.77.2.1",
+                      ip_protocol=17, header=ethernet + ip + udp + payload)
+
+
+def test_packets_sampled_twice_are_recognised_by_their_iperf3_number():
+    from cosample.experiments.testbed.measure import packet_key
+    assert packet_key(_iperf3_sample("a", 7)) == ("10.77.1.1", "10.77.2.1", 40000, 5201, 7)
+    assert packet_key(_sample("a", "10.77.1.1")) is None  # no header: not an iperf3 datagram
+    agents = {"172.29.77.1": "s1", "172.29.77.2": "s2", "172.29.77.3": "s3"}
+    samples = [_iperf3_sample("172.29.77.1", n) for n in (1, 2, 3)]       # s1 samples its own
+    samples += [_iperf3_sample("172.29.77.2", n) for n in (3, 4, 5)]      # 3 also mirrored to s2
+    samples += [_iperf3_sample("172.29.77.3", n) for n in (5, 6)]         # 5 mirrored to s3 too
+    counts = count_samples(samples, {"10.77.1.1": "s1", "10.77.2.1": "s2"}, agents)
+    assert counts.collected("s1") == 8 and counts.distinct("s1") == 6
+    assert counts.local_and_mirrored == {"s1": 1} and counts.mirrored_twice == {"s1": 1}
