@@ -11,6 +11,7 @@ that). ``remove`` asks each agent to delete everything it owns.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,13 +37,33 @@ def agent_state_dir(testbed, server) -> Path:
 
 
 def apply_plan(testbed, plan_path: Path, plan: Mapping[str, Any]) -> dict[str, str]:
-    """Apply ``plan_path`` on every server; returns each agent's output. Fails on the first error."""
+    """Apply ``plan_path`` on every server; returns each agent's output. Fails on the first error.
+
+    An agent that rejects a plan keeps its last good one (or its safe state) and still exits
+    0, so each agent's ``status.json`` must then show this plan's version in ``plan`` mode.
+    """
     outputs = {}
     for server in _ordered(testbed.topology.servers, plan):
         agent_state_dir(testbed, server).mkdir(parents=True, exist_ok=True)
         argv = agent_argv(testbed, server, "apply", "--once", "--plan", str(plan_path))
         outputs[server.name] = _run_agent(server.name, argv)
+        check_applied(server.name, agent_state_dir(testbed, server) / "status.json",
+                      int(plan["version"]))
     return outputs
+
+
+def check_applied(name: str, status_path: Path, version: int) -> None:
+    """A ``TestbedError`` unless the agent's status says it runs plan ``version`` without errors."""
+    try:
+        status = json.loads(status_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TestbedError(f"agent of {name}: no readable status at {status_path}: {exc}") from exc
+    errors = status.get("errors") or []
+    if status.get("mode") != "plan" or status.get("plan_version") != version or errors:
+        detail = "; ".join(map(str, errors)) or status.get("reason", "no reason given")
+        raise TestbedError(f"agent of {name} did not apply plan version {version} "
+                           f"(mode {status.get('mode')!r}, version {status.get('plan_version')!r}): "
+                           f"{detail}")
 
 
 def remove_all(testbed) -> dict[str, str]:
