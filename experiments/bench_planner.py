@@ -206,7 +206,12 @@ def report(table: pd.DataFrame, out=print) -> bool:
     table = with_agreement(table[list(COLUMNS[:-2])])
     with pd.option_context("display.width", 160, "display.float_format", "{:.4g}".format):
         out("planning time (s) by n and solver:")
-        out(wide_table(table).to_string())
+        seconds = wide_table(table)
+        out(seconds.to_string())
+        if "exact" in seconds.columns and len(seconds.columns) > 1:
+            out("times slower than the exact solver:")
+            ratios = seconds.drop(columns="exact").div(seconds["exact"], axis=0).dropna(how="all")
+            out(ratios.to_string(float_format="{:,.0f}".format))
     worst = table["relative_difference"].max()
     agree = bool(table["agrees"].all())
     out(f"objectives agree with the exact solver (relative {AGREEMENT:g}): "
