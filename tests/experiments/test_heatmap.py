@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.experiments.errors import ExperimentError
 from cosample.experiments.heatmap import (
@@ -125,3 +127,21 @@ def test_sensitivity_scenarios_and_summary():
     assert list(table["scenario"]) == [s.title for s in chosen]
     assert (table["cells"] == 25).all()
     assert table.loc[0, "max_gain"] == pytest.approx(summarise(frame[frame.scenario == chosen[0].title]).max_gain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(servers=st.integers(1, 12), alpha=st.floats(0.05, 3.0), beta=st.floats(0.01, 3.0),
+       cross=st.sampled_from([0.0, 0.1, 0.5, 1.0]), p=st.floats(0.01, 1.0),
+       load=st.floats(0.01, 1.0))
+def test_gain_is_between_zero_and_alpha_over_beta(servers, alpha, beta, cross, p, load):
+    """Collaboration never loses, and no sender gains more than sampling at beta instead of alpha."""
+    if servers == 1:
+        cross = 0.0
+    row = gain_cell(HeatmapSetup(servers=servers, alpha=alpha, beta=beta, cross_fraction=cross),
+                    p, load)
+    if not row["feasible"] or np.isnan(row["gain"]):
+        return
+    assert row["gain"] >= -1e-9
+    assert row["gain"] <= max(alpha / beta - 1, 0.0) + 1e-9
+    if beta >= alpha or servers == 1:
+        assert abs(row["gain"]) < 1e-9
