@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="generate measurements from the paper's coefficients (with noise) instead")
     costcurves.add_argument("--protocol", default=None,
                             help="use only measurements of this protocol (e.g. udp)")
+    costcurves.add_argument("--bootstrap", type=int, default=1000,
+                            help="bootstrap resamples for the 95%% intervals (default 1000, as "
+                                 "`cosample fit`)")
     _output_options(costcurves)
     costcurves.add_argument("--name", default="costcurves", help="file stem (default costcurves)")
     costcurves.set_defaults(func=run_costcurves)
@@ -198,7 +201,7 @@ def run_costcurves(args: argparse.Namespace) -> int:
     out = output_dir(args.out)
     measurements = (costcurves.synthetic_measurements() if args.synthetic
                     else costcurves.read_measurements(args.data, protocol=args.protocol))
-    result = costcurves.fit_curves(measurements)
+    result = costcurves.fit_curves(measurements, n_bootstrap=args.bootstrap)
     curves_csv = write_csv(result.curves, out / f"{args.name}.csv")
     table_csv = write_csv(result.coefficients, out / f"{args.name}_coefficients.csv")
     title = ("synthetic measurements from the paper's coefficients" if args.synthetic

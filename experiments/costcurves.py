@@ -56,7 +56,7 @@ class CurveFit:
     calibration: Any
 
 
-def fit_curves(measurements: pd.DataFrame, n_bootstrap: int = 300, seed: int = 0) -> CurveFit:
+def fit_curves(measurements: pd.DataFrame, n_bootstrap: int = 1000, seed: int = 0) -> CurveFit:
     """Fit every mechanism and sample the fitted and paper curves on a fine grid of rates."""
     from cosample.costmodel.fit import CostModelFit
 

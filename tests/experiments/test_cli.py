@@ -62,7 +62,8 @@ def test_sensitivity_panels(tmp_path, capsys, real_png):
 def test_costcurves_from_measurements(tmp_path, capsys, real_png):
     data = tmp_path / "measurements.csv"
     simulate({"sflow": 1.54, "mirror": 0.46}, 50_000, repetitions=2, seed=3).to_csv(data, index=False)
-    assert main(["experiment", "costcurves", "--data", str(data), "--out", str(tmp_path)]) == 0
+    assert main(["experiment", "costcurves", "--data", str(data), "--bootstrap", "100",
+                 "--out", str(tmp_path)]) == 0
     coefficients = pd.read_csv(tmp_path / "costcurves_coefficients.csv").set_index("mechanism")
     for mechanism in ("sflow", "mirror"):
         row = coefficients.loc[mechanism]
@@ -75,7 +76,8 @@ def test_costcurves_from_measurements(tmp_path, capsys, real_png):
 
 
 def test_costcurves_synthetic(tmp_path, real_png):
-    assert main(["experiment", "costcurves", "--synthetic", "--out", str(tmp_path)]) == 0
+    assert main(["experiment", "costcurves", "--synthetic", "--bootstrap", "100",
+                 "--out", str(tmp_path)]) == 0
     coefficients = pd.read_csv(tmp_path / "costcurves_coefficients.csv")
     assert set(coefficients["mechanism"]) == set(PAPER_COEFFICIENTS)
     real_png(tmp_path / "costcurves.png")
