@@ -49,23 +49,26 @@ class Lab:
         return full
 
     def veth(self, host_end: str, namespace: str | None = None, peer: str = "eth0",
-             address: str | None = None) -> str:
-        """A veth pair: ``host_end`` stays in the root namespace, ``peer`` goes into ``namespace``.
+             address: str | None = None, host_namespace: str | None = None) -> str:
+        """A veth pair: ``host_end`` in ``host_namespace`` (default: the root namespace, e.g. for
+        a switch), ``peer`` in ``namespace`` (e.g. a VM).
 
         Both ends come up with tx checksum offload off; ``address`` (CIDR) goes on the peer.
-        Returns the host end's name.
+        Returns the host end's name. A link inside a namespace of ours goes with the namespace.
         """
         if len(host_end) > 15:
             raise CommandError(f"interface name {host_end!r} is longer than 15 characters")
-        argv = ["ip", "link", "add", host_end, "type", "veth", "peer", "name", peer]
+        host_ns = ["-n", host_namespace] if host_namespace else []
+        argv = ["ip", *host_ns, "link", "add", host_end, "type", "veth", "peer", "name", peer]
         if namespace:
             argv += ["netns", namespace]
         run(argv)
-        self.links.append(host_end)
+        if not host_namespace:
+            self.links.append(host_end)
         ns = ["-n", namespace] if namespace else []
         run(["ip", *ns, "link", "set", peer, "up"])
-        run(["ip", "link", "set", host_end, "up"])
-        disable_tx_offload(host_end)
+        run(["ip", *host_ns, "link", "set", host_end, "up"])
+        disable_tx_offload(host_end, host_namespace)
         disable_tx_offload(peer, namespace)
         if address:
             run(["ip", *ns, "addr", "add", address, "dev", peer])

@@ -4,6 +4,8 @@ Two flavours, as checked in DESIGN.md section 4:
 - ``dummy=True``: ``--enable-dummy=override --disable-system``; no root, no kernel features,
   for OVSDB-level tests of the agents;
 - ``dummy=False``: the userspace (netdev) datapath, real packets through veth ports; needs root.
+  Only one such instance fits in a network namespace (each creates a tap named ``ovs-netdev``),
+  so ``namespace=`` runs ovs-vswitchd inside a namespace of ours; its ports then live there.
 
 The instance never touches the system's OVS: its sockets, database and logs live in ``directory``,
 and ``stop`` kills only the PIDs from its own pidfiles.
@@ -41,10 +43,11 @@ class OvsInstance:
     """A private OVS; use as a context manager, or call ``start``/``stop``."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, *, dummy: bool = True,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, namespace: str | None = None) -> None:
         self.directory = Path(directory or tempfile.mkdtemp(prefix="cosample-ovs-"))
         self.dummy = dummy
         self.timeout = timeout
+        self.namespace = namespace
 
     # paths -------------------------------------------------------------------------------
     @property
@@ -87,6 +90,8 @@ class OvsInstance:
                 f"--log-file={self._path('ovs-vswitchd.log')}", "--detach", "--disable-system"]
         if self.dummy:
             argv.insert(2, "--enable-dummy=override")
+        if self.namespace:  # the userspace datapath's taps (ovs-netdev, one per bridge) live there
+            argv = ["ip", "netns", "exec", self.namespace, *argv]
         run(argv, timeout=self.timeout, env=self._env())
 
     def stop_ovsdb(self) -> None:

@@ -33,24 +33,14 @@ STATE_FILE = "testbed.json"
 TAG = "cosample-testbed"
 
 
-class ServerOvs(OvsInstance):
+def server_ovs(directory: str | os.PathLike[str], namespace: str) -> OvsInstance:
     """A private OVS whose ovs-vswitchd runs inside the server's network namespace.
 
     The userspace datapath creates a tap per bridge (and ``ovs-netdev``) in the namespace it
     runs in, so one namespace per server keeps several instances from colliding, and gives each
     server its own routing table for its tunnels and sFlow agent address.
     """
-
-    def __init__(self, directory: str | os.PathLike[str], namespace: str) -> None:
-        super().__init__(directory, dummy=False, timeout=15.0)
-        self.namespace = namespace
-
-    def start_vswitchd(self) -> None:
-        run(["ip", "netns", "exec", self.namespace, "ovs-vswitchd", self.remote,
-             f"--pidfile={self._path('ovs-vswitchd.pid')}",
-             f"--unixctl={self._path('ovs-vswitchd.ctl')}",
-             f"--log-file={self._path('ovs-vswitchd.log')}", "--detach", "--disable-system"],
-            timeout=self.timeout, env=self._env())
+    return OvsInstance(directory, dummy=False, timeout=15.0, namespace=namespace)
 
 
 @dataclass
@@ -102,8 +92,8 @@ class Testbed:
     def state_dir(self) -> Path:
         return self.ledger.state_dir
 
-    def ovs(self, server: Server) -> ServerOvs:
-        return ServerOvs(self.state_dir / f"ovs-{server.name}", server.namespace)
+    def ovs(self, server: Server) -> OvsInstance:
+        return server_ovs(self.state_dir / f"ovs-{server.name}", server.namespace)
 
     @classmethod
     def load(cls, state_dir: str | Path) -> "Testbed":
@@ -234,7 +224,7 @@ def down(state_dir: str | Path) -> list[str]:
     problems: list[str] = []
     for server_name, namespace in ledger.ovs.items():
         try:
-            ServerOvs(state_dir / f"ovs-{server_name}", namespace).stop()
+            server_ovs(state_dir / f"ovs-{server_name}", namespace).stop()
         except (CommandError, OSError) as exc:
             problems.append(f"OVS of {server_name}: {exc}")
     for namespace in ledger.namespaces:

@@ -14,7 +14,6 @@ Results stay raw here (``PhaseMeasurement``); ``report.py`` turns them into rows
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,16 +105,13 @@ def run_experiment(testbed, settings: RunSettings, out_dir: Path,
 
 
 def _collector(host: str) -> SflowCollector:
-    """The lab's collector with a 32 MiB receive buffer (SO_RCVBUFFORCE, root).
+    """The lab's collector with a 32 MiB receive buffer.
 
     With the default ~208 KiB buffer a collector thread that waits for the CPU on this shared
     machine loses datagrams at a few thousand samples per second (seen as gaps in OVS's sample
     sequence numbers); the larger buffer rides out the bursts.
     """
-    collector = SflowCollector(host, 0)
-    collector._socket.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33),
-                                 RECEIVE_BUFFER_BYTES)
-    return collector
+    return SflowCollector(host, 0, receive_buffer=RECEIVE_BUFFER_BYTES)
 
 
 def _measure(testbed, collector: SflowCollector, phase: str, plan: dict[str, Any] | None,

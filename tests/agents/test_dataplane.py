@@ -111,21 +111,6 @@ def within(observed: int, trials: int, p: float) -> bool:
     return abs(observed - trials * p) <= TOLERANCE_SD * math.sqrt(trials * p * (1 - p))
 
 
-class NamespacedOvs(OvsInstance):
-    """A private OVS whose ovs-vswitchd (and so its userspace datapath) lives in ``namespace``."""
-
-    def __init__(self, directory, namespace: str) -> None:
-        super().__init__(directory, dummy=False)
-        self.namespace = namespace
-
-    def start_vswitchd(self) -> None:
-        run(["ip", "netns", "exec", self.namespace, "ovs-vswitchd", self.remote,
-             f"--pidfile={self._path('ovs-vswitchd.pid')}",
-             f"--unixctl={self._path('ovs-vswitchd.ctl')}",
-             f"--log-file={self._path('ovs-vswitchd.log')}", "--detach", "--disable-system"],
-            timeout=self.timeout, env=self._env())
-
-
 @pytest.fixture
 def lab():
     reason = ovs_available() or netns_available()
@@ -180,7 +165,8 @@ def test_planned_rates_on_real_traffic(lab, tmp_path):
     collector_link(lab, "caDc2", s2, "10.213.8")
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(json.dumps(dataplane_plan()))
-    with NamespacedOvs(tmp_path / "ovs1", s1) as ovs1, NamespacedOvs(tmp_path / "ovs2", s2) as ovs2, \
+    with OvsInstance(tmp_path / "ovs1", dummy=False, namespace=s1) as ovs1, \
+            OvsInstance(tmp_path / "ovs2", dummy=False, namespace=s2) as ovs2, \
             SflowCollector(host="10.213.9.1") as sflow1, SflowCollector(host="10.213.8.1") as sflow2:
         ovs1.vsctl("add-br", "cabr2", "--", "set", "Bridge", "cabr2", "datapath_type=netdev")
         for vm in (1, 2):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 import subprocess
 import time
@@ -47,6 +48,19 @@ def test_parses_flow_sample_addresses_and_rate():
     assert sample.src_mac == "02:00:00:00:00:01" and sample.input_port == 2
 
 
+def test_counting_collector_reads_only_headers():
+    frame = _ipv4_frame(bytes([10, 1, 0, 1]), bytes([10, 1, 0, 2]))
+    with SflowCollector(decode=False, receive_buffer=1 << 20) as collector, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        for datagram in (_datagram([_flow_sample(4, frame)] * 3), _datagram([]), b"junk"):
+            sender.sendto(datagram, (collector.host, collector.port))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and collector.datagrams + collector.malformed < 3:
+            time.sleep(0.05)
+    assert (collector.sample_count, collector.datagrams, collector.malformed) == (3, 2, 1)
+    assert collector.samples == []
+
+
 @pytest.mark.parametrize("data", [b"", b"\0\0\0\4" + b"\0" * 24,
                                   _datagram([_flow_sample(1, _ipv4_frame(b"\1" * 4, b"\2" * 4))])[:-5]])
 def test_malformed_datagrams_raise(data):
@@ -57,14 +71,26 @@ def test_malformed_datagrams_raise(data):
 @pytest.mark.root
 def test_real_ovs_sflow_reaches_collector(tmp_path, dataplane):
     """Real OVS (netdev datapath) samples 1-in-1 UDP between two namespaces; we decode them."""
-    with SflowCollector() as collector, OvsInstance(tmp_path / "ovs", dummy=False) as ovs, \
-            Lab(prefix="csl") as lab:
+    with Lab(prefix="csl") as lab:
+        switch, a, b = lab.namespace("sw"), lab.namespace("a"), lab.namespace("b")
+        lab.veth("cslva", a, address="10.251.0.1/24", host_namespace=switch)
+        lab.veth("cslvb", b, address="10.251.0.2/24", host_namespace=switch)
+        # the switch reaches our collector over a link of its own: 10.251.1.2 -> 10.251.1.1
+        lab.veth("cslvc", switch, peer="cslc", address="10.251.1.2/24")
+        run(["ip", "addr", "add", "10.251.1.1/24", "dev", "cslvc"])
+        with OvsInstance(tmp_path / "ovs", dummy=False, namespace=switch) as ovs:
+            counts, collector = _sample_real_traffic(lab, ovs, a, b)
+    assert counts["10.251.0.1"] > 100
+    assert collector.malformed == 0
+    assert collector.sample_count == len(collector.samples)
+
+
+def _sample_real_traffic(lab, ovs, a, b):
+    """1 s of 64-byte UDP a -> b through an sFlow 1-in-1 bridge; samples counted by source IP."""
+    with SflowCollector(host="10.251.1.1") as collector:
         ovs.vsctl("add-br", "cslbr", "--", "set", "bridge", "cslbr", "datapath_type=netdev")
-        a, b = lab.namespace("a"), lab.namespace("b")
-        lab.veth("cslva", a, address="10.251.0.1/24")
-        lab.veth("cslvb", b, address="10.251.0.2/24")
         ovs.vsctl("add-port", "cslbr", "cslva", "--", "add-port", "cslbr", "cslvb")
-        ovs.vsctl("--", "--id=@s", "create", "sflow", "agent=127.0.0.1",
+        ovs.vsctl("--", "--id=@s", "create", "sflow", "agent=10.251.1.2",
                   f'targets="{collector.target}"', "sampling=1", "header=128", "polling=0",
                   "--", "set", "bridge", "cslbr", "sflow=@s")
         ovs.wait_for_ports("cslva", "cslvb")
@@ -83,6 +109,4 @@ def test_real_ovs_sflow_reaches_collector(tmp_path, dataplane):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not collector.count_by(lambda s: s.src_ip)["10.251.0.1"]:
             time.sleep(0.2)
-        counts = collector.count_by(lambda s: s.src_ip)
-    assert counts["10.251.0.1"] > 100
-    assert collector.malformed == 0
+    return collector.count_by(lambda s: s.src_ip), collector
