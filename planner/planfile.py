@@ -84,6 +84,7 @@ def _summary(dc: DataCentre, solution: Solution, applied: Realised, baseline: fl
         "own_pps_total": _num(total),
         "collected_pps": _num(collected),
         "collected_applied_pps": _num(applied.collected_pps),
+        "collected_distinct_pps": _num(applied.distinct_pps),
         "noncollab_pps": _num(baseline),
         "gain": _num(gain),
         "coverage": _num(collected / total if total > 0 else 1.0),

@@ -6,6 +6,11 @@ down is not simply lost: the sender mirrors the coverage it lost, ``(r - 1/N) * 
 pairs it already has (no new tunnels), as far as those receivers have room left. Mirroring costs
 the sender beta < alpha, so its own constraint still holds. What cannot be placed is reported as
 headroom. Pure functions over arrays.
+
+A bridge's sFlow and the tc mirror chain pick packets independently, so a sender that samples a
+share l locally and mirrors m collects ``l + m - l*m`` distinct packets, not ``l + m`` (measured
+on the testbed, docs/testbed.md). ``distinct_pps`` predicts that; the LP, like the paper, counts
+``l + m``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Realised:
     mirror_pps: np.ndarray       # after the top-up
     load_pps: np.ndarray
     collected_pps: float
+    distinct_pps: float          # expected distinct packets when sFlow and mirrors pick independently
 
 
 def sampling_interval(rate: np.ndarray) -> np.ndarray:
@@ -67,6 +73,7 @@ def realise(dc: DataCentre, solution: Solution, receivers: np.ndarray) -> Realis
         rate = np.where(own > 0, solution.local_pps / own, 0.0)
     received = solution.received_pps
     rate = np.where(receivers & ((own > 0) | (received > 0)), 1.0, np.clip(rate, 0.0, 1.0))
+    rate = np.where(rate * MAX_INTERVAL < 1.0, 0.0, rate)  # below sFlow's range: exactly off
     interval = sampling_interval(rate)
     with np.errstate(divide="ignore"):
         local_pps = np.where(interval > 0, own / np.maximum(interval, 1), 0.0)
@@ -83,5 +90,9 @@ def realise(dc: DataCentre, solution: Solution, receivers: np.ndarray) -> Realis
             scale = np.where(demand > 0, np.minimum(1.0, room / demand), 0.0)
         mirror_pps = mirror_pps + wanted * scale[dst]
     load = predicted_load(dc, local_pps, src, dst, mirror_pps)
+    mirrored = np.bincount(src, weights=mirror_pps, minlength=dc.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        overlap = np.where(own > 0, local_pps * mirrored / own, 0.0)
     return Realised(rate, interval, local_pps, src, dst, mirror_pps, load,
-                    float(local_pps.sum() + mirror_pps.sum()))
+                    float(local_pps.sum() + mirror_pps.sum()),
+                    float((local_pps + mirrored - overlap).sum()))

@@ -55,7 +55,8 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
     return [
         f"collected  {summary['collected_pps']:,.0f} pps of {summary['own_pps_total']:,.0f} "
         f"({_pct(summary['coverage'])} coverage); after 1-in-N rounding "
-        f"{summary['collected_applied_pps']:,.0f} pps",
+        f"{summary['collected_applied_pps']:,.0f} pps, of which "
+        f"{summary['collected_distinct_pps']:,.0f} distinct (local sFlow and mirrors overlap)",
         f"baseline   {summary['noncollab_pps']:,.0f} pps without collaboration; "
         f"gain {_pct(summary['gain'])}",
         f"mirrors    {summary['mirror_pairs']} pairs, {summary['senders']} senders, "

@@ -69,3 +69,15 @@ def test_write_is_atomic_and_canonical(tmp_path):
     assert path.read_text() == canonical_json(plan)
     assert json.loads(path.read_text()) == plan
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_distinct_packets_account_for_independent_sflow_and_mirrors():
+    dc = example_datacentre()
+    plan = build_plan(dc, solve(dc))
+    expected = 0.0
+    for host in plan["hosts"].values():
+        local = 1 / host["sflow_sampling"] if host["sflow_sampling"] else 0.0
+        mirrored = sum(m["rate"] for m in host["mirrors"])
+        expected += host["own_pps"] * (local + mirrored - local * mirrored)
+    assert plan["summary"]["collected_distinct_pps"] == pytest.approx(expected, rel=1e-9)
+    assert plan["summary"]["collected_distinct_pps"] < plan["summary"]["collected_applied_pps"]

@@ -55,7 +55,11 @@ def test_plans_meet_capacity_and_rates_are_fractions(dc, solver):
         assert all(0 < rate <= 1 for rate in shares)
         assert applied + sum(shares) <= 1 + 1e-9, name
         assert host["load_pps"] <= host["capacity_pps"] * (1 + 1e-7) + 1e-6, name
-    assert plan["summary"]["collected_applied_pps"] <= solution.collected_pps * (1 + 1e-9) + 1e-6
+    summary = plan["summary"]
+    assert summary["collected_applied_pps"] <= solution.collected_pps * (1 + 1e-9) + 1e-6
+    assert summary["collected_distinct_pps"] <= summary["collected_applied_pps"] * (1 + 1e-9) + 1e-6
+    for host in plan["hosts"].values():  # a rate too small for sFlow is written as exactly 0
+        assert (host["sflow_sampling"] is None) == (host["local_rate"] == 0)
 
 
 @SETTINGS
