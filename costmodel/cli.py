@@ -175,10 +175,11 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict) -> 
     import platform
     from pathlib import Path
 
-    from cosample.costmodel.data import write_json, write_measurements
+    from cosample.costmodel.data import read_measurements, write_json, write_measurements
 
     write_measurements(data, args.data)
     print(f"wrote {args.data} ({len(data)} measurements)")
+    data = read_measurements(args.data)  # fit what was written: `cosample fit` reproduces it
     metadata.update({
         "data": Path(args.data).name, "protocol": settings.protocol,
         "packet_bytes": settings.packet_bytes if settings.protocol == "udp" else None,

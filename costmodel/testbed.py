@@ -53,8 +53,15 @@ class SystemOvs:
         return run(["ovs-vsctl", *db, f"--timeout={int(self.timeout)}", *args],
                    timeout=self.timeout + 2).stdout
 
-    def ofctl(self, *args: str) -> str:
-        return run(["ovs-ofctl", *args], timeout=self.timeout).stdout
+    def ofctl(self, command: str, bridge: str, *args: str) -> str:
+        """``ovs-ofctl COMMAND BRIDGE ...``; with a ``unix:`` OVSDB remote, the bridge's
+        management socket beside it is used (that is where ovs-vswitchd puts it)."""
+        target = bridge
+        if self.remote and self.remote.startswith("unix:"):
+            socket = Path(self.remote[len("unix:"):]).parent / f"{bridge}.mgmt"
+            if socket.exists():
+                target = f"unix:{socket}"
+        return run(["ovs-ofctl", command, target, *args], timeout=self.timeout).stdout
 
 
 def one_host_testbed_unavailable() -> str | None:

@@ -47,6 +47,8 @@ def test_committed_calibration_is_reproducible(name):
     document = json.loads(saved.read_text())
     refit = CostModelFit().fit(read_measurements(csv)).calibration_.to_dict()
     for mechanism, entry in document["mechanisms"].items():
-        assert refit["mechanisms"][mechanism]["coefficient"] == pytest.approx(entry["coefficient"])
-        assert refit["mechanisms"][mechanism]["coefficient_ci"] == pytest.approx(entry["coefficient_ci"])
+        # the CSV holds 6 significant digits; the JSON was fitted on the unrounded values
+        again = refit["mechanisms"][mechanism]
+        assert again["coefficient"] == pytest.approx(entry["coefficient"], rel=1e-4, abs=1e-4)
+        assert again["coefficient_ci"] == pytest.approx(entry["coefficient_ci"], rel=1e-3, abs=1e-3)
     assert (DOCS / "figures" / f"{name}.png").stat().st_size > 20_000

@@ -98,3 +98,28 @@ def test_interrupted_calibration_cleans_up_and_writes_nothing(tmp_path, signal_n
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr
     assert leftovers(prefix) == [] and not data.exists() and not output.exists()
+
+
+def test_existing_endpoints_mode_touches_only_its_mechanisms(tmp_path):
+    """A bridge and 'VMs' built beforehand stand in for a real server: calibrate drives them
+    through --ovsdb, port names and exec prefixes, and leaves them as it found them."""
+    data, output = tmp_path / "m.csv", tmp_path / "c.json"
+    with OneHostTestbed("ccK") as testbed:
+        e = testbed.endpoints
+        code = main(["calibrate", "--ovsdb", testbed.ovs.remote, "--bridge", e.bridge,
+                     "--sender-port", e.sender_port, "--receiver-port", e.receiver_port,
+                     "--receiver-ip", e.receiver_ip, "--mirror-target", e.mirror_target,
+                     "--sender-exec", " ".join(e.sender_exec),
+                     "--receiver-exec", " ".join(e.receiver_exec),
+                     "--rates", "0,0.5,1", "--repetitions", "1", "--duration", "2",
+                     "--phases", "2", "--warmup", "0", "--bootstrap", "100", "--no-progress",
+                     "-d", str(data), "-o", str(output)])
+        assert code == 0
+        assert testbed.ovs.vsctl("get", "bridge", e.bridge, "sflow").strip() == "[]"
+        assert "clsact" not in run(["tc", "qdisc", "show", "dev", e.sender_port]).stdout
+        assert set(testbed.ovs.vsctl("list-ports", e.bridge).split()) == {e.sender_port,
+                                                                           e.receiver_port}
+    frame = pd.read_csv(data)
+    assert len(frame) == 8 and (frame["throughput_pps"] > 0).all()
+    metadata = json.loads(output.read_text())["metadata"]
+    assert metadata["mode"] == "existing endpoints" and metadata["datapath"] == "netdev"
