@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     sensitivity = commands.add_parser("sensitivity", help="the heatmap for other n, coefficients "
                                                           "and crossing traffic, side by side")
-    _heatmap_options(sensitivity, grid="30")
+    _heatmap_options(sensitivity, grid="30", many_calibrations=True)
     sensitivity.add_argument("--servers", type=int, default=10, help="n of the base case (default 10)")
     sensitivity.add_argument("--other-servers", type=_int_list, default=(3, 30, 100),
                              help="other n, comma-separated (default 3,30,100)")
@@ -79,13 +79,18 @@ def add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
 
 
-def _heatmap_options(parser: argparse.ArgumentParser, grid: str) -> None:
+def _heatmap_options(parser: argparse.ArgumentParser, grid: str, many_calibrations: bool = False) -> None:
     parser.add_argument("--alpha", type=float, default=None,
                         help="cost of sampling a packet locally (default: paper's 1.54, or --calibration)")
     parser.add_argument("--beta", type=float, default=None,
                         help="cost of mirroring a packet (default: paper's 0.46, or --calibration)")
-    parser.add_argument("--calibration", type=Path, default=None,
-                        help="take alpha and beta from this `cosample fit` JSON (flags still win)")
+    if many_calibrations:
+        parser.add_argument("--calibration", type=Path, action="append", default=[],
+                            help="add a scenario with alpha and beta from this `cosample fit` "
+                                 "JSON (repeatable)")
+    else:
+        parser.add_argument("--calibration", type=Path, default=None,
+                            help="take alpha and beta from this `cosample fit` JSON (flags still win)")
     parser.add_argument("--grid", default=grid,
                         help=f"N or PxL points evenly in (0, 1] for p and load (default {grid})")
     _output_options(parser)
@@ -131,17 +136,18 @@ def _coefficients(args: argparse.Namespace) -> tuple[float, float]:
             args.beta if args.beta is not None else beta)
 
 
-def _base_and_calibrated(args: argparse.Namespace) -> tuple[float, float, tuple | None]:
-    """Sensitivity: the base case uses --alpha/--beta (paper's by default); --calibration adds one."""
+def _base_and_calibrated(args: argparse.Namespace) -> tuple[float, float, list]:
+    """Sensitivity: the base case uses --alpha/--beta (paper's by default); each --calibration
+    adds a scenario named after its file."""
     from cosample.experiments.files import read_calibration
     from cosample.experiments.heatmap import PAPER_ALPHA, PAPER_BETA
 
     alpha = args.alpha if args.alpha is not None else PAPER_ALPHA
     beta = args.beta if args.beta is not None else PAPER_BETA
-    calibrated = None
-    if args.calibration is not None:
-        found = read_calibration(args.calibration)
-        calibrated = ("calibrated", found["alpha"], found["beta"])
+    calibrated = []
+    for path in args.calibration:
+        found = read_calibration(path)
+        calibrated.append((path.stem, found["alpha"], found["beta"]))
     return alpha, beta, calibrated
 
 
@@ -188,8 +194,8 @@ def run_sensitivity(args: argparse.Namespace) -> int:
     columns = ["scenario", "feasible_cells", "gain_cells", "max_gain", "mean_gain", "median_gain"]
     print(with_percent[columns].rename(columns={"max_gain": "max %", "mean_gain": "mean %",
                                                      "median_gain": "median %"}).to_string(index=False))
-    if calibrated is not None:
-        print(f"calibrated coefficients from {args.calibration}")
+    for path in args.calibration:
+        print(f"calibrated coefficients from {path}")
     print(f"wrote {csv}, {summary_csv} and {png}")
     return 0
 

@@ -23,8 +23,8 @@ class Scenario:
 
 def scenarios(base: HeatmapSetup, servers: Sequence[int] = (5, 20, 50),
               cross_fractions: Sequence[float] = (0.2, 0.5),
-              calibrated: tuple[str, float, float] | None = None) -> list[Scenario]:
-    """The base case, then other n, then crossing traffic, then calibrated (name, alpha, beta)."""
+              calibrated: Sequence[tuple[str, float, float]] = ()) -> list[Scenario]:
+    """The base case, then other n, then crossing traffic, then each calibration (name, alpha, beta)."""
     def describe(setup: HeatmapSetup, what: str = "") -> str:
         text = f"n={setup.servers}, a={setup.alpha:.3g}, b={setup.beta:.3g}"
         if setup.cross_fraction:
@@ -36,8 +36,7 @@ def scenarios(base: HeatmapSetup, servers: Sequence[int] = (5, 20, 50),
                for n in servers if n != base.servers]
     chosen += [Scenario(describe(replace(base, cross_fraction=x)), replace(base, cross_fraction=x))
                for x in cross_fractions if x != base.cross_fraction]
-    if calibrated is not None:
-        name, alpha, beta = calibrated
+    for name, alpha, beta in calibrated:
         setup = replace(base, alpha=alpha, beta=beta)
         chosen.append(Scenario(describe(setup, name), setup))
     return chosen

@@ -45,18 +45,20 @@ def test_heatmap_takes_coefficients_from_a_calibration(tmp_path, capsys):
 
 
 def test_sensitivity_panels(tmp_path, capsys, real_png):
-    calibration = tmp_path / "calibration.json"
-    calibration.write_text(json.dumps({"alpha": 0.17, "beta": 0.05}))
+    first, second = tmp_path / "server-a.json", tmp_path / "server-b.json"
+    first.write_text(json.dumps({"alpha": 0.17, "beta": 0.05}))
+    second.write_text(json.dumps({"alpha": 0.3, "beta": 0.1, "capacity_pps": 5e4}))
     code = main(["experiment", "sensitivity", "--grid", "6", "--servers", "4", "--other-servers",
-                 "2", "--cross-fractions", "0.5", "--calibration", str(calibration),
-                 "--out", str(tmp_path)])
+                 "2", "--cross-fractions", "0.5", "--calibration", str(first), "--calibration",
+                 str(second), "--out", str(tmp_path)])
     assert code == 0
     frame = pd.read_csv(tmp_path / "sensitivity.csv")
     table = pd.read_csv(tmp_path / "sensitivity_summary.csv")
-    assert frame["scenario"].nunique() == 4 and len(table) == 4
-    assert table.iloc[-1]["alpha"] == 0.17 and table.iloc[0]["alpha"] == 1.54
+    assert frame["scenario"].nunique() == 5 and len(table) == 5
+    assert list(table["alpha"]) == [1.54, 1.54, 1.54, 0.17, 0.3]
+    assert table.iloc[3]["scenario"].startswith("server-a:")
     real_png(tmp_path / "sensitivity.png")
-    assert "calibrated" in capsys.readouterr().out
+    assert f"calibrated coefficients from {second}" in capsys.readouterr().out
 
 
 def test_costcurves_from_measurements(tmp_path, capsys, real_png):

@@ -119,7 +119,7 @@ def test_bad_p_or_load_names_it():
 
 def test_sensitivity_scenarios_and_summary():
     base = HeatmapSetup(servers=4)
-    chosen = scenarios(base, servers=(2, 4, 8), cross_fractions=(0.5,), calibrated=("cal", 0.3, 0.2))
+    chosen = scenarios(base, servers=(2, 4, 8), cross_fractions=(0.5,), calibrated=[("cal", 0.3, 0.2)])
     assert [s.setup.servers for s in chosen] == [4, 2, 8, 4, 4]
     assert chosen[-1].setup.alpha == 0.3 and chosen[3].setup.cross_fraction == 0.5
     frame = run(chosen, *parse_grid("5"))
