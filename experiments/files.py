@@ -57,6 +57,11 @@ def write_csv(frame: pd.DataFrame, path: str | Path, float_format: str | None = 
                                                           float_format=float_format))
 
 
+def write_json(document: Any, path: str | Path) -> Path:
+    """Indented, key-sorted JSON with a trailing newline."""
+    return write_atomic(path, lambda stream: stream.write(json.dumps(document, indent=2, sort_keys=True) + "\n"))
+
+
 def save_figure(figure: Any, path: str | Path, dpi: int = 110) -> Path:
     """Save a matplotlib figure as PNG and close it."""
     import matplotlib.pyplot as plt
