@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("-d", "--data", default="calibration.csv", help="measurements CSV to write")
     cal.add_argument("-o", "--output", default="calibration.json", help="calibration JSON to write")
     cal.add_argument("--figure", help="also write a throughput-vs-rate figure")
-    cal.add_argument("--mechanisms", default="sflow,mirror", type=_names, help="comma list")
+    cal.add_argument("--mechanisms", default="sflow,mirror", type=_names,
+                     help="comma list of sflow, mirror, mirror_vxlan")
     cal.add_argument("--rates", default=RATES_DEFAULT, type=_floats, help="comma list in [0, 1]")
     cal.add_argument("--repetitions", type=int, default=2)
     cal.add_argument("--duration", type=float, default=6.0, help="seconds per iperf3 run")
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--receiver-port", help="OVS port of the receiving VM")
     where.add_argument("--receiver-ip", help="address of the receiving VM")
     where.add_argument("--mirror-target", help="device that mirrored copies leave by")
+    where.add_argument("--tunnel-target", help="VXLAN device for the mirror_vxlan mechanism")
     where.add_argument("--sender-exec", default="", help='prefix to run iperf3 on the sender, e.g. "ssh root@vm1"')
     where.add_argument("--receiver-exec", default="", help="prefix to run iperf3 on the receiver")
     _fit_options(cal)
@@ -157,12 +159,12 @@ def _measure(args: argparse.Namespace, settings):
     from cosample.costmodel.testbed import OneHostTestbed, SystemOvs, existing_endpoints
 
     if args.testbed:
-        with OneHostTestbed(args.prefix) as testbed:
+        with OneHostTestbed(args.prefix, tunnel="mirror_vxlan" in settings.mechanisms) as testbed:
             data = run_calibration(testbed.endpoints, testbed.ovs, settings, not args.no_progress)
         return data, {"mode": "one-host testbed", "datapath": "netdev (userspace)"}
     endpoints = existing_endpoints(args.bridge, args.sender_port, args.receiver_port,
                                    args.receiver_ip, args.mirror_target, args.sender_exec,
-                                   args.receiver_exec)
+                                   args.receiver_exec, args.tunnel_target)
     ovs = SystemOvs(args.ovsdb)
     datapath = ovs.vsctl("get", "bridge", endpoints.bridge, "datapath_type").strip() or "system"
     data = run_calibration(endpoints, ovs, settings, not args.no_progress)

@@ -37,7 +37,7 @@ from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.iperf import DEFAULT_PORT, PROTOCOLS, IperfResult, client_argv
 from cosample.costmodel.mechanisms import Mechanism
 
-MECHANISMS = ("sflow", "mirror")
+MECHANISMS = ("sflow", "mirror", "mirror_vxlan")
 DESIGNS = ("paired", "independent")
 #: Paired runs: seconds of load kept beyond the phases (iperf3 starts before packets flow).
 TAIL_S = 1.5
@@ -50,7 +50,7 @@ _PORT_STATS = re.compile(r"rx pkts=(\d+).*?tx pkts=(\d+)", re.S)
 class CalibrationSettings:
     """What to measure; checked on construction so a bad grid fails before anything is built."""
 
-    mechanisms: tuple[str, ...] = MECHANISMS
+    mechanisms: tuple[str, ...] = ("sflow", "mirror")
     rates: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     repetitions: int = 2
     duration_s: float = 6.0
@@ -317,7 +317,7 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings,
 
     from cosample.costmodel.collector import SampleCounter
     from cosample.costmodel.iperf import IperfServer
-    from cosample.costmodel.mechanisms import SflowSampling, TcMirror
+    from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
 
     with ExitStack() as stack:
         mechanisms: dict[str, Mechanism] = {}
@@ -329,6 +329,14 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings,
         if "mirror" in settings.mechanisms:
             mechanisms["mirror"] = TcMirror(endpoints.sender_port, endpoints.mirror_target)
             copies["mirror"] = lambda: device_tx_packets(endpoints.mirror_target)
+        if "mirror_vxlan" in settings.mechanisms:
+            tunnel = endpoints.tunnel_target
+            if not tunnel:
+                raise HarnessError("mirror_vxlan needs a VXLAN device to mirror into "
+                                   "(--tunnel-target, or --testbed which builds one)")
+            mechanisms["mirror_vxlan"] = TcMirror(endpoints.sender_port, tunnel,
+                                                  prio=MIRROR_PRIO + 1, name="mirror_vxlan")
+            copies["mirror_vxlan"] = lambda: device_tx_packets(tunnel)
         stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
 
         def port_stats(port: str) -> tuple[int, int]:

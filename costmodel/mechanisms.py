@@ -5,7 +5,8 @@
   is refused, never overwritten.
 - ``mirror``: a per-packet probabilistic copy of the sender's port to a target device with a tc
   classic-BPF random classifier plus ``mirred`` (``cosample.lab.tcmirror``) at an owned
-  prio/handle; ``clsact`` is removed only if we added it.
+  prio/handle; ``clsact`` is removed only if we added it. ``mirror_vxlan`` is the same into a
+  VXLAN device (what the agents deploy toward a receiving server), at the next prio.
 
 ``set_rate`` returns the rate actually configured (1/N for sFlow, T/2^32 for the mirror), which
 the harness records. Argument builders are pure; the classes are the thin layer that runs them.
@@ -115,8 +116,9 @@ class TcMirror:
     name = "mirror"
 
     def __init__(self, device: str, target: str, prio: int = MIRROR_PRIO,
-                 handle: int = MIRROR_HANDLE, timeout: float = 10.0) -> None:
+                 handle: int = MIRROR_HANDLE, timeout: float = 10.0, name: str = "mirror") -> None:
         self.device, self.target, self.prio, self.handle = device, target, prio, handle
+        self.name = name
         self.timeout = timeout
         self.created_clsact = False
         self.installed = False

@@ -6,6 +6,7 @@
     <prefix>A (sender, eth0 .1) -- <prefix>va --+-- <prefix>br0 --+-- <prefix>vb -- <prefix>B (receiver, .2)
                                                  \\ tc mirror (not on the bridge)
                                                   `--> <prefix>vc -- <prefix>C (mirror sink)
+                                                  `--> <prefix>vx (VXLAN over <prefix>vc to C; with tunnel=True)
 
 veth tx offloads are off (DESIGN.md section 4). It removes exactly what it created, in reverse,
 when the ``with`` block ends — normally, on error or on Ctrl-C. ``ExistingEndpoints`` describes
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import shlex
 import tempfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from cosample.lab.ovs import OvsInstance, ovs_available
 from cosample.lab.run import CommandError, run
 
 SUBNET = "10.99.0"
+TUNNEL_VNI, TUNNEL_PORT = 4242, 48000
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Endpoints:
     mirror_target: str          # device mirrored copies leave by
     sender_exec: tuple[str, ...] = ()     # argv prefix that runs a command on the sender
     receiver_exec: tuple[str, ...] = ()   # ... on the receiver
+    tunnel_target: str | None = None      # a VXLAN device for mirror_vxlan, if any
 
 
 class SystemOvs:
@@ -80,11 +84,13 @@ def one_host_testbed_unavailable() -> str | None:
 class OneHostTestbed:
     """Build the sketch above on enter, remove it on exit; ``endpoints`` and ``ovs`` inside."""
 
-    def __init__(self, prefix: str = "cc", directory: str | Path | None = None) -> None:
+    def __init__(self, prefix: str = "cc", directory: str | Path | None = None,
+                 tunnel: bool = False) -> None:
         if not prefix.isalnum() or len(prefix) > 10:
             raise HarnessError(f"testbed prefix {prefix!r}: use 1-10 letters or digits "
                                f"(interface names are limited to 15 characters)")
         self.prefix = prefix
+        self.tunnel = tunnel
         self.directory = Path(directory) if directory else None
         self.ovs: OvsInstance | None = None
         self.lab = Lab(prefix)
@@ -119,11 +125,31 @@ class OneHostTestbed:
         for role in ("sender", "receiver"):
             self.ovs.vsctl("--may-exist", "add-port", bridge, links[role], "--", "set",
                            "interface", links[role], "external_ids:cosample=costmodel")
+        tunnel = self._tunnel(links["sink"], sink) if self.tunnel else None
         self.endpoints = Endpoints(
             bridge=bridge, sender_port=links["sender"], receiver_port=links["receiver"],
-            receiver_ip=f"{SUBNET}.2", mirror_target=links["sink"],
+            receiver_ip=f"{SUBNET}.2", mirror_target=links["sink"], tunnel_target=tunnel,
             sender_exec=("ip", "netns", "exec", sender),
             receiver_exec=("ip", "netns", "exec", receiver))
+
+    def _tunnel(self, underlay: str, sink: str) -> str:
+        """A VXLAN device toward the sink, as the agents build toward a receiving server; the
+        sink decapsulates. Link-local underlay addresses and an unusual UDP port, both derived
+        from the prefix, keep it apart from other tunnels in the root namespace."""
+        octet = 20 + zlib.crc32(self.prefix.encode()) % 200
+        local, remote = f"169.254.{octet}.1", f"169.254.{octet}.2"
+        vni, port = str(TUNNEL_VNI), str(TUNNEL_PORT + octet)
+        run(["ip", "addr", "add", f"{local}/30", "dev", underlay])
+        run(["ip", "-n", sink, "addr", "add", f"{remote}/30", "dev", "eth0"])
+        device = f"{self.prefix}vx"
+        run(["ip", "link", "add", device, "type", "vxlan", "id", vni, "local", local,
+             "remote", remote, "dstport", port, "dev", underlay])
+        self.lab.links.append(device)  # the ledger removes it first
+        run(["ip", "link", "set", device, "up"])
+        run(["ip", "-n", sink, "link", "add", "vx0", "type", "vxlan", "id", vni, "local", remote,
+             "remote", local, "dstport", port, "dev", "eth0"])
+        run(["ip", "-n", sink, "link", "set", "vx0", "up"])
+        return device
 
     def close(self) -> list[str]:
         """Remove what was built (bridge and daemons, then links and namespaces)."""
@@ -140,7 +166,7 @@ class OneHostTestbed:
 
 def existing_endpoints(bridge: str, sender_port: str, receiver_port: str, receiver_ip: str,
                        mirror_target: str, sender_exec: str = "",
-                       receiver_exec: str = "") -> Endpoints:
+                       receiver_exec: str = "", tunnel_target: str | None = None) -> Endpoints:
     """Endpoints on a real server, from command-line strings (exec prefixes split like a shell
     would, but never run through one: e.g. ``"ssh root@vm1"`` or ``"ip netns exec vm1"``)."""
     def split(text: str | None) -> tuple[str, ...]:
@@ -153,7 +179,8 @@ def existing_endpoints(bridge: str, sender_port: str, receiver_port: str, receiv
             raise HarnessError(f"existing endpoints: {name} is required")
     return Endpoints(bridge=bridge, sender_port=sender_port, receiver_port=receiver_port,
                      receiver_ip=receiver_ip, mirror_target=mirror_target,
-                     sender_exec=split(sender_exec), receiver_exec=split(receiver_exec))
+                     sender_exec=split(sender_exec), receiver_exec=split(receiver_exec),
+                     tunnel_target=tunnel_target or None)
 
 
 def exec_argv(prefix: Sequence[str], argv: Sequence[str]) -> list[str]:

@@ -86,7 +86,7 @@ def test_fit_protocol_filter_errors(measurements, capsys):
     (["calibrate", "--testbed", "--bridge", "br0"], "choose where to calibrate"),
     (["calibrate", "--testbed", "--rates", "0"], "needs a rate > 0"),
     (["calibrate", "--testbed", "--rates", "0.5", "--design", "independent"], "at least 2 distinct"),
-    (["calibrate", "--testbed", "--mechanisms", "sflow,gre"], "choose from sflow, mirror"),
+    (["calibrate", "--testbed", "--mechanisms", "sflow,gre"], "choose from sflow, mirror, mirror_vxlan"),
     (["calibrate", "--testbed", "--prefix", "much-too-long-prefix"], "testbed prefix"),
     (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "receiver port is required"),
 ])

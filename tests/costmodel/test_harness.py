@@ -204,3 +204,13 @@ def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
     assert model.results_["sflow"].coefficient == pytest.approx(0.8, abs=0.01)
     assert model.results_["mirror"].coefficient == pytest.approx(0.25, abs=0.01)
     assert model.capacity_pps_ == pytest.approx(50_000, rel=0.01)
+
+
+def test_mirror_vxlan_needs_a_tunnel_device():
+    from cosample.costmodel.harness import run_calibration
+    from cosample.costmodel.testbed import existing_endpoints
+
+    endpoints = existing_endpoints("br0", "p1", "p2", "10.0.0.2", "m0")
+    settings = CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(1.0,), repetitions=1)
+    with pytest.raises(HarnessError, match="mirror_vxlan needs a VXLAN device"):
+        run_calibration(endpoints, ovs=None, settings=settings, show_progress=False)

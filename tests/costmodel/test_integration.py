@@ -38,18 +38,18 @@ def leftovers(prefix: str = PREFIX) -> list[str]:
 def test_short_real_calibration(tmp_path):
     data, output, figure = tmp_path / "m.csv", tmp_path / "c.json", tmp_path / "c.png"
     code = main(["calibrate", "--testbed", "--prefix", PREFIX, "--protocol", "udp",
-                 "--rates", "0,0.5,1", "--repetitions", "1", "--duration", "4", "--phases", "4",
+                 "--mechanisms", "sflow,mirror,mirror_vxlan", "--rates", "0,0.5,1", "--repetitions", "1", "--duration", "4", "--phases", "4",
                  "--warmup", "1", "--bootstrap", "200", "--no-progress",
                  "-d", str(data), "-o", str(output), "--figure", str(figure)])
     assert code == 0
     assert leftovers() == []
     frame = pd.read_csv(data)
-    # paired design: 2 mechanisms x 2 rates x 1 repetition runs, 4 phases each, half at rate 0
-    assert len(frame) == 16 and set(frame["mechanism"]) == {"sflow", "mirror"}
-    assert frame["block"].nunique() == 4 and (frame["rate"] == 0).sum() == 8
+    # paired design: 3 mechanisms x 2 rates x 1 repetition runs, 4 phases each, half at rate 0
+    assert len(frame) == 24 and set(frame["mechanism"]) == {"sflow", "mirror", "mirror_vxlan"}
+    assert frame["block"].nunique() == 6 and (frame["rate"] == 0).sum() == 12
     assert (frame["throughput_pps"] > 1000).all() and (frame["sent_pps"] > 1000).all()
     # the configured fraction is what the mechanisms really copied (generous: short, noisy runs)
-    mirror = frame[frame["mechanism"] == "mirror"]
+    mirror = frame[frame["mechanism"].isin(["mirror", "mirror_vxlan"])]
     observed = mirror["copies_pps"] / mirror["sent_pps"]
     assert observed.to_numpy() == pytest.approx(mirror["rate"].to_numpy(), abs=0.15)
     sflow = frame[(frame["mechanism"] == "sflow") & (frame["rate"] > 0)]
