@@ -1,21 +1,20 @@
-"""Write results atomically: a reader never sees half a CSV or half a PNG.
-
-Every writer renders into a temporary file in the destination directory and renames it over the
-target with ``os.replace`` (atomic on POSIX within one file system).
+"""Experiment results in and out: tidy CSVs, JSON, PNG figures (written atomically through
+``cosample.files.write_atomic``, so a reader never sees half a file), calibration files read back.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pandas as pd
 
 from cosample.experiments.errors import ExperimentError
+from cosample.files import write_atomic
+
+__all__ = ["output_dir", "read_calibration", "read_csv", "save_figure", "write_atomic",
+           "write_csv", "write_json"]
 
 
 def output_dir(path: str | Path) -> Path:
@@ -24,29 +23,8 @@ def output_dir(path: str | Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ExperimentError(f"--out {path}: cannot create output directory: {exc.strerror}") from exc
+        raise ExperimentError(f"{path}: cannot create output directory: {exc.strerror}") from exc
     return path
-
-
-def write_atomic(path: str | Path, write: Callable[[IO[Any]], None], binary: bool = False) -> Path:
-    """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb" if binary else "w") as stream:
-            write(stream)
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; results are for reading
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_csv(frame: pd.DataFrame, path: str | Path, float_format: str | None = "%.10g") -> Path:
