@@ -92,7 +92,7 @@ def time_solver(dc: DataCentre, solver: str, lp_backend: str | None, min_total_s
 
 def predicted_seconds(history: list[tuple[int, float]], next_n: int) -> float:
     """Extrapolate from the last two sizes (power law), assuming n^2 with a single point."""
-    (n1, t1), = history[-1:]
+    n1, t1 = history[-1]
     exponent = 2.0
     if len(history) >= 2:
         n0, t0 = history[-2]
