@@ -80,14 +80,15 @@ def forwarding_pps(matrix: np.ndarray) -> np.ndarray:
 def datacentre(setup: HeatmapSetup, p: float, load: float) -> DataCentre | None:
     """The cell's data centre, or None when some server's forwarding load exceeds C."""
     matrix = traffic_matrix(setup, p, load)
-    forwarding = forwarding_pps(matrix)
-    capacity = setup.capacity_pps
-    if forwarding.max() > capacity * (1.0 + LOAD_TOLERANCE):
+    capacity = np.full(setup.servers, setup.capacity_pps)
+    if forwarding_pps(matrix).max() > setup.capacity_pps * (1.0 + LOAD_TOLERANCE):
         return None
-    # A load of exactly C can come out a few ulp above it: scale the matrix onto the boundary.
-    if forwarding.max() > capacity:
-        matrix *= capacity / forwarding.max()
-    return DataCentre.from_matrix(np.full(setup.servers, capacity), setup.alpha, setup.beta, matrix)
+    dc = DataCentre.from_matrix(capacity, setup.alpha, setup.beta, matrix)
+    # A load of exactly C can come out a few ulp above it: such a server is exactly full.
+    if (dc.forwarding_pps > capacity).any():
+        dc = DataCentre.from_matrix(np.maximum(capacity, dc.forwarding_pps), setup.alpha,
+                                    setup.beta, matrix)
+    return dc
 
 
 def gain_cell(setup: HeatmapSetup, p: float, load: float) -> dict[str, float | bool]:
