@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cosample.experiments import heatmap
 from cosample.experiments.errors import ExperimentError
 from cosample.experiments.heatmap import (
     COLUMNS, HeatmapSetup, datacentre, gain_cell, gain_grid, geometric_shares, parse_grid,
@@ -145,3 +146,15 @@ def test_gain_is_between_zero_and_alpha_over_beta(servers, alpha, beta, cross, p
     assert row["gain"] <= max(alpha / beta - 1, 0.0) + 1e-9
     if beta >= alpha or servers == 1:
         assert abs(row["gain"]) < 1e-9
+
+
+@pytest.mark.parametrize("servers, cross", [(3, 0.0), (7, 0.0), (10, 0.3)])
+def test_cells_exactly_on_the_frontier_are_feasible(servers, cross):
+    """Rounding must not turn 'exactly full' into 'infeasible' or into an error in the planner."""
+    setup = HeatmapSetup(servers=servers, cross_fraction=cross)
+    for p in np.linspace(0.05, 1.0, 39):
+        forwarding = heatmap.forwarding_pps(traffic_matrix(setup, p, 1.0))
+        load = setup.capacity_pps / forwarding.max()  # the busiest server exactly full
+        row = gain_cell(setup, p, load)
+        assert row["feasible"], (p, load)
+        assert row["max_server_load"] == pytest.approx(1.0)
