@@ -16,6 +16,7 @@ a real server's OVS and VMs from the command line and creates nothing but the me
 from __future__ import annotations
 
 import shlex
+import shutil
 import tempfile
 import zlib
 from collections.abc import Sequence
@@ -92,6 +93,7 @@ class OneHostTestbed:
         self.prefix = prefix
         self.tunnel = tunnel
         self.directory = Path(directory) if directory else None
+        self._made_directory = False
         self.ovs: OvsInstance | None = None
         self.lab = Lab(prefix)
         self.endpoints: Endpoints | None = None
@@ -112,8 +114,10 @@ class OneHostTestbed:
 
     def _build(self) -> None:
         p, lab = self.prefix, self.lab
-        directory = self.directory or Path(tempfile.mkdtemp(prefix=f"cosample-{p}-ovs-"))
-        self.ovs = OvsInstance(directory, dummy=False).start()
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix=f"cosample-{p}-ovs-"))
+            self._made_directory = True
+        self.ovs = OvsInstance(self.directory, dummy=False).start()
         bridge = f"{p}br0"
         self.ovs.vsctl("--may-exist", "add-br", bridge, "--", "set", "bridge", bridge,
                        "datapath_type=netdev", "external_ids:cosample=costmodel")
@@ -161,6 +165,9 @@ class OneHostTestbed:
                 problems.append(f"OVS: {exc}")
             self.ovs = None
         problems += self.lab.teardown()
+        if self._made_directory and self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)  # OVS database, sockets, logs
+            self.directory, self._made_directory = None, False
         return problems
 
 

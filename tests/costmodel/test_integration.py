@@ -68,11 +68,14 @@ def test_short_real_calibration(tmp_path):
 
 def test_testbed_removes_what_it_built_on_error():
     with pytest.raises(HarnessError, match="boom"):
-        with OneHostTestbed(PREFIX) as testbed:
+        with OneHostTestbed(PREFIX, tunnel=True) as testbed:
             assert testbed.endpoints.bridge == f"{PREFIX}br0"
             assert f"{PREFIX}va" in testbed.ovs.vsctl("list-ports", f"{PREFIX}br0")
+            assert testbed.endpoints.tunnel_target == f"{PREFIX}vx"
+            directory = testbed.directory
+            assert (directory / "conf.db").exists()
             raise HarnessError("boom")
-    assert leftovers() == []
+    assert leftovers() == [] and not directory.exists()
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
