@@ -69,6 +69,8 @@ def _fit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confidence", type=float, default=0.95, help="CI level")
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--fit-seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument("--beta-from", default="mirror",
+                        help="mechanism whose coefficient is the planner's beta (e.g. mirror_vxlan)")
     parser.add_argument("--ignore-blocks", action="store_true",
                         help="one capacity for all runs even when the data have a block column")
 
@@ -88,7 +90,8 @@ def _estimator(args: argparse.Namespace):
     from cosample.costmodel.fit import CostModelFit
 
     return CostModelFit(confidence=args.confidence, n_bootstrap=args.bootstrap,
-                        random_state=args.fit_seed, blocks=False if args.ignore_blocks else None)
+                        random_state=args.fit_seed, blocks=False if args.ignore_blocks else None,
+                        beta_from=args.beta_from)
 
 
 def _fit(args: argparse.Namespace) -> int:

@@ -81,18 +81,26 @@ class Calibration:
     confidence: float
     n_bootstrap: int
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    roles: Mapping[str, str] = field(default_factory=lambda: dict(ROLE_OF_MECHANISM))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fits", MappingProxyType(dict(self.fits)))
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+        object.__setattr__(self, "roles", MappingProxyType(dict(self.roles)))
+
+    def _role(self, role: str) -> float | None:
+        for mechanism, name in self.roles.items():
+            if name == role and mechanism in self.fits:
+                return self.fits[mechanism].coefficient
+        return None
 
     @property
     def alpha(self) -> float | None:
-        return self.fits["sflow"].coefficient if "sflow" in self.fits else None
+        return self._role("alpha")
 
     @property
     def beta(self) -> float | None:
-        return self.fits["mirror"].coefficient if "mirror" in self.fits else None
+        return self._role("beta")
 
     @property
     def capacity_pps(self) -> float:
@@ -110,7 +118,7 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         document: dict[str, Any] = {}
-        for mechanism, role in ROLE_OF_MECHANISM.items():
+        for mechanism, role in self.roles.items():
             if mechanism in self.fits:
                 document[role] = finite_or_none(self.fits[mechanism].coefficient)
         document["capacity_pps"] = finite_or_none(self.capacity_pps)
@@ -119,6 +127,7 @@ class Calibration:
             "confidence": self.confidence,
             "ci_method": f"residual bootstrap, {self.n_bootstrap} resamples, percentile",
             "mechanisms": {name: fit.to_dict() for name, fit in self.fits.items()},
+            "roles": {role: mechanism for mechanism, role in self.roles.items()},
             "warnings": list(self.warnings),
             "paper": dict(PAPER_COEFFICIENTS),
         })
@@ -138,7 +147,7 @@ class Calibration:
                          f"[{low:>7.3f}, {high:>7.3f}] {paper if paper is not None else '-':>6} "
                          f"{fit.capacity_pps:>11,.0f} {fit.r_squared:>6.3f} {fit.n_points:>4}")
         roles = ", ".join(f"{role} = {self.fits[m].coefficient:.3f}"
-                          for m, role in ROLE_OF_MECHANISM.items() if m in self.fits)
+                          for m, role in self.roles.items() if m in self.fits)
         lines.append(f"capacity_pps = {self.capacity_pps:,.0f}" + (f", {roles}" if roles else ""))
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -151,11 +160,15 @@ class CostModelFit:
     seeding the bootstrap, ``min_r_squared`` below which a fit is flagged, ``blocks``: give
     each block of measurements (``block`` column: e.g. one iperf3 run alternating rate 0 and
     rate s) its own capacity, so slow drift of the host's load cancels out of ``a``
-    (None: when the column exists).
+    (None: when the column exists); ``alpha_from``/``beta_from``: the mechanisms whose
+    coefficients become the planner's ``alpha`` and ``beta``.
     """
 
     def __init__(self, confidence: float = 0.95, n_bootstrap: int = 1000, random_state: int = 0,
-                 min_r_squared: float = 0.9, blocks: bool | None = None) -> None:
+                 min_r_squared: float = 0.9, blocks: bool | None = None,
+                 alpha_from: str = "sflow", beta_from: str = "mirror") -> None:
+        self.alpha_from = alpha_from
+        self.beta_from = beta_from
         self.blocks = blocks
         self.confidence = confidence
         self.n_bootstrap = n_bootstrap
@@ -183,7 +196,11 @@ class CostModelFit:
             fits[mechanism] = self._fit_one(str(mechanism), group["rate"].to_numpy(),
                                             group["throughput_pps"].to_numpy(), block, rng)
         self.results_ = fits
-        self.calibration_ = Calibration(fits, self.confidence, self.n_bootstrap, metadata or {})
+        if self.alpha_from == self.beta_from:
+            raise FitError(f"alpha and beta cannot both come from {self.alpha_from!r}")
+        roles = {self.alpha_from: "alpha", self.beta_from: "beta"}
+        self.calibration_ = Calibration(fits, self.confidence, self.n_bootstrap, metadata or {},
+                                        roles)
         self.alpha_ = self.calibration_.alpha
         self.beta_ = self.calibration_.beta
         self.capacity_pps_ = self.calibration_.capacity_pps

@@ -108,3 +108,17 @@ def test_fit_uses_blocks_unless_told_not_to(tmp_path, capsys):
         entry = json.loads(out.read_text())["mechanisms"]["sflow"]
         assert entry["n_blocks"] == blocks
     assert json.loads((tmp_path / "c6.json").read_text())["alpha"] == pytest.approx(0.5, abs=0.03)
+
+
+def test_beta_can_come_from_another_mechanism(tmp_path, capsys):
+    data = simulate({"sflow": 0.3, "mirror": 0.1, "mirror_vxlan": 0.5}, 1e5, noise=0.01, seed=9)
+    path = write_measurements(data, tmp_path / "m.csv")
+    out = tmp_path / "c.json"
+    assert main(["fit", str(path), "-o", str(out), "--bootstrap", "100",
+                 "--beta-from", "mirror_vxlan"]) == 0
+    document = json.loads(out.read_text())
+    assert document["beta"] == pytest.approx(0.5, abs=0.03)
+    assert document["roles"] == {"alpha": "sflow", "beta": "mirror_vxlan"}
+    assert "beta = 0.5" in capsys.readouterr().out
+    assert main(["fit", str(path), "--beta-from", "sflow"]) == 2
+    assert "cannot both come from 'sflow'" in capsys.readouterr().err
