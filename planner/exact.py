@@ -65,7 +65,11 @@ def allocate_offload(dc: DataCentre, parts: Split) -> np.ndarray:
     if parts.useful_pps[candidates].sum() <= budget:
         offload[candidates] = parts.useful_pps[candidates]
         return offload
-    gains, group = np.unique(-parts.gain[candidates], return_inverse=True)  # best gain first
+    gain = parts.gain[candidates]
+    if np.all(gain == gain[0]):  # one set of coefficients: a single group, no sort needed
+        gains, group = -gain[:1], np.zeros(candidates.size, dtype=np.int64)
+    else:
+        gains, group = np.unique(-gain, return_inverse=True)  # best gain first
     group_demand = np.bincount(group, weights=parts.useful_pps[candidates])
     demand_before = np.concatenate(([0.0], np.cumsum(group_demand)[:-1]))
     marginal = int(np.searchsorted(np.cumsum(group_demand), budget, side="right"))
@@ -92,7 +96,7 @@ def water_fill(base: np.ndarray, cap: np.ndarray, own: np.ndarray, gain: float,
     slope = own / gain
     points = np.concatenate((start, stop))
     change = np.concatenate((slope, -slope))
-    order = np.argsort(points, kind="stable")
+    order = np.argsort(points)  # ties between breakpoints do not change the result
     points, change = points[order], change[order]
     slope_after = np.cumsum(change)
     total_at = np.concatenate(([0.0], np.cumsum(slope_after[:-1] * np.diff(points))))
