@@ -13,17 +13,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from cosample.errors import CosampleError
+
+
+class FileWriteError(CosampleError):
+    """The destination cannot be written (missing folder, no permission, full disk)."""
+
 
 def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[Any]], object],
                  binary: bool = False) -> Path:
     """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``."""
     path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                             dir=path.parent)
+    except OSError as exc:
+        raise FileWriteError(f"{path}: cannot write: {exc.strerror}") from None
     try:
         with os.fdopen(handle, "wb" if binary else "w") as stream:
             write(stream)
         os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; results are for reading
         os.replace(temporary, path)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise FileWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

@@ -13,7 +13,6 @@ import io
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from cosample.costmodel.errors import DataError
+from cosample.files import write_text_atomic
 
 REQUIRED_COLUMNS = ("mechanism", "rate", "throughput_pps")
 #: Columns the harness writes, in this order (a CSV may hold a subset beyond the required ones).
@@ -102,31 +102,13 @@ def write_measurements(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Pat
     ordered += [c for c in frame.columns if c not in ordered]
     buffer = io.StringIO()
     frame[ordered].to_csv(buffer, index=False, float_format="%.6g")
-    return atomic_write_text(path, buffer.getvalue())
+    return write_text_atomic(path, buffer.getvalue())
 
 
 def write_json(document: Any, path: str | os.PathLike[str]) -> Path:
     """Write a JSON document (finite numbers only) atomically, with a trailing newline."""
     text = json.dumps(document, indent=2, sort_keys=False, allow_nan=False)
-    return atomic_write_text(path, text + "\n")
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    except OSError as exc:
-        raise DataError(f"{path}: cannot write: {exc.strerror}") from None
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, text + "\n")
 
 
 def finite_or_none(value: float) -> float | None:

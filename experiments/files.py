@@ -53,31 +53,12 @@ def save_figure(figure: Any, path: str | Path, dpi: int = 110) -> Path:
 
 def read_calibration(path: str | Path) -> dict[str, float]:
     """``alpha``, ``beta`` (and ``capacity_pps`` if present) from a ``cosample fit`` JSON file."""
-    path = Path(path)
+    from cosample.costmodel.coefficients import CalibrationFileError, read_coefficients
+
     try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ExperimentError(f"{path}: no such calibration file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExperimentError(f"{path}: cannot read calibration: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ExperimentError(f"{path}: calibration is not valid JSON: {exc}") from exc
-    if not isinstance(document, dict):
-        raise ExperimentError(f"{path}: calibration must be a JSON object with alpha and beta")
-    found = {}
-    for key in ("alpha", "beta", "capacity_pps"):
-        value = document.get(key)
-        if value is None and key == "capacity_pps":
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
-                or value in (float("inf"), float("-inf")):
-            raise ExperimentError(f"{path}: {key}: expected a finite number > 0, got {value!r}")
-        if value <= 0:
-            raise ExperimentError(f"{path}: {key} = {value:.4g}: the planner needs a cost > 0, and "
-                                  f"this calibration measured none (see its warnings); "
-                                  f"re-measure, or pass --alpha/--beta")
-        found[key] = float(value)
-    return found
+        return read_coefficients(path)
+    except CalibrationFileError as exc:
+        raise ExperimentError(str(exc)) from None
 
 
 def read_csv(path: str | Path, required: tuple[str, ...]) -> pd.DataFrame:

@@ -267,12 +267,9 @@ def _calibration(reference: Any, base_dir: Path, where: str) -> dict[str, Any]:
         return {}
     if not isinstance(reference, str):
         raise PlannerError(f"{where}: calibration: expected a file name, got {reference!r}")
-    path = base_dir / reference
+    from cosample.costmodel.coefficients import CalibrationFileError, read_coefficients
+
     try:
-        document = json.loads(path.read_text())
-    except OSError as exc:
-        raise PlannerError(f"{where}: calibration {path}: cannot read: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise PlannerError(f"{where}: calibration {path}: not valid JSON: {exc}") from exc
-    document = _mapping(document, f"{where}: calibration {path}")
-    return {key: document[key] for key in ("alpha", "beta", "capacity_pps") if key in document}
+        return read_coefficients(base_dir / reference, required=())
+    except CalibrationFileError as exc:
+        raise PlannerError(f"{where}: calibration {exc}") from None

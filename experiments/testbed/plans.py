@@ -32,29 +32,13 @@ class Coefficients:
     @classmethod
     def from_calibration(cls, path: str | Path) -> "Coefficients":
         """``alpha``, ``beta`` and ``capacity_pps`` from a ``cosample fit`` JSON file."""
-        path = Path(path)
+        from cosample.costmodel.coefficients import CalibrationFileError, read_coefficients
+
         try:
-            document = json.loads(path.read_text())
-        except OSError as exc:
-            raise TestbedError(f"--calibration {path}: cannot read: {exc.strerror}") from exc
-        except json.JSONDecodeError as exc:
-            raise TestbedError(f"--calibration {path}: not valid JSON: {exc}") from exc
-        if not isinstance(document, Mapping):
-            raise TestbedError(f"--calibration {path}: expected a JSON object")
-        values = {}
-        for key in ("alpha", "beta"):
-            value = document.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise TestbedError(f"--calibration {path}: {key}: expected a positive number, "
-                                   f"got {value!r}")
-            values[key] = float(value)
-        capacity = document.get("capacity_pps")
-        if capacity is not None and (isinstance(capacity, bool)
-                                     or not isinstance(capacity, (int, float)) or capacity <= 0):
-            raise TestbedError(f"--calibration {path}: capacity_pps: expected a positive number, "
-                               f"got {capacity!r}")
-        return cls(values["alpha"], values["beta"], None if capacity is None else float(capacity),
-                   source=str(path))
+            values = read_coefficients(path)
+        except CalibrationFileError as exc:
+            raise TestbedError(f"--calibration {exc}") from None
+        return cls(values["alpha"], values["beta"], values.get("capacity_pps"), source=str(path))
 
 
 def description(topology: Topology, traffic_pps: Mapping[str, Mapping[str, float]],

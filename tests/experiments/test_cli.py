@@ -104,7 +104,7 @@ def test_scaling_quick_then_from_csv(tmp_path, capsys, real_png):
     (["experiment", "heatmap", "--grid", "ten"], "--grid 'ten'"),
     (["experiment", "heatmap", "--servers", "0"], "servers: expected an integer >= 1"),
     (["experiment", "heatmap", "--alpha", "-1"], "alpha: must be finite and > 0"),
-    (["experiment", "heatmap", "--calibration", "missing.json"], "no such calibration file"),
+    (["experiment", "heatmap", "--calibration", "missing.json"], "cannot read calibration"),
     (["experiment", "costcurves", "--data", "missing.csv"], "missing.csv: no such file"),
     (["experiment", "scaling", "--from-csv", "missing.csv"], "missing.csv: no such file"),
     (["experiment", "scaling", "--quick", "--max-seconds", "0"], "--max-seconds must be > 0"),

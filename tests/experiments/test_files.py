@@ -50,7 +50,7 @@ def test_output_dir_that_is_a_file(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("[1, 2]", "must be a JSON object"), ("{", "not valid JSON"),
     ('{"alpha": 1.0}', "beta: expected a finite number > 0, got None"),
-    ('{"alpha": -0.04, "beta": 1}', "alpha = -0.04: the planner needs a cost > 0"),
+    ('{"alpha": -0.04, "beta": 1}', "alpha = -0.04: the planner needs a value > 0"),
     ('{"alpha": NaN, "beta": 1}', "alpha: expected a finite number > 0, got nan"),
     ('{"alpha": 1, "beta": 1, "capacity_pps": true}', "capacity_pps: expected"),
 ])
