@@ -7,17 +7,19 @@ run killed between two commands converges on the next run.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from cosample.agents.state import SflowSettings
 
 
 @dataclass(frozen=True)
-class Command:
+class Command(ABC):
     """Base of all commands; ``describe`` is the one-line form ``--dry-run`` prints."""
 
-    def describe(self) -> str:  # pragma: no cover - every subclass overrides
-        raise NotImplementedError
+    @abstractmethod
+    def describe(self) -> str:
+        """One line saying what the command changes."""
 
 
 # OVSDB: sFlow --------------------------------------------------------------------------------
