@@ -220,7 +220,7 @@ def _transition(args) -> int:
     from cosample.agents.errors import AgentError
     from cosample.agents.plan import parse_plan
     from cosample.agents.runner import utcnow
-    from cosample.agents.signing import write_atomic
+    from cosample.files import write_bytes_atomic
     from cosample.agents.transition import transition
     plans = []
     for path in (args.old, args.new):
@@ -230,7 +230,8 @@ def _transition(args) -> int:
         except OSError as exc:
             raise AgentError(f"{path}: cannot read ({exc.strerror})") from None
     document = transition(plans[0], plans[1], utcnow(), args.settle)
-    write_atomic(args.output, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode())
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    write_bytes_atomic(args.output, text.encode(), parents=True)
     print(f"wrote {args.output}: phase 1 version {document['plans'][0]['version']} now, "
           f"phase 2 version {document['plans'][1]['version']} not before "
           f"{document['plans'][1]['not_before']}")

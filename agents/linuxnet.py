@@ -19,7 +19,7 @@ from typing import Any
 
 from cosample.agents import commands as c
 from cosample.agents.errors import HostError
-from cosample.agents.signing import write_atomic
+from cosample.files import write_bytes_atomic
 from cosample.agents.state import (ALIAS_PREFIX, FILTER_HANDLE, PRIO_BASE, PRIO_COUNT,
                                    ObservedDevice, ObservedFilter, ObservedLink)
 from cosample.lab.run import CommandError, run
@@ -136,7 +136,7 @@ class LinuxSide:
             raise HostError(f"{self.ledger}: unreadable clsact ledger ({exc})") from None
 
     def _write_ledger(self, names: set[str]) -> None:
-        write_atomic(self.ledger, (json.dumps(sorted(names)) + "\n").encode())
+        write_bytes_atomic(self.ledger, (json.dumps(sorted(names)) + "\n").encode(), parents=True)
 
     def _exists(self, name: str) -> bool:
         return run(["ip", "link", "show", "dev", name], timeout=self.timeout_s,

@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import start_http_server
 
-from cosample.agents.signing import write_atomic
+from cosample.files import write_bytes_atomic
 from cosample.agents.state import DesiredState
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
@@ -106,9 +106,9 @@ class Metrics:
 def write_reports(state_dir: str | Path, report: CycleReport, metrics: Metrics) -> None:
     """``status.json`` and ``metrics.prom`` in ``state_dir``, each replaced atomically."""
     state_dir = Path(state_dir)
-    write_atomic(state_dir / STATUS_FILE,
-                 (json.dumps(report.as_dict(), indent=2, sort_keys=True) + "\n").encode())
-    write_atomic(state_dir / METRICS_FILE, metrics.text())
+    status = json.dumps(report.as_dict(), indent=2, sort_keys=True) + "\n"
+    write_bytes_atomic(state_dir / STATUS_FILE, status.encode(), parents=True)
+    write_bytes_atomic(state_dir / METRICS_FILE, metrics.text(), parents=True)
 
 
 def read_status(state_dir: str | Path) -> dict[str, Any] | None:

@@ -23,7 +23,8 @@ from cosample.agents.plan import Plan, format_time, parse_plan
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
 from cosample.agents.selection import select_plan
-from cosample.agents.signing import verify, write_atomic
+from cosample.agents.signing import verify
+from cosample.files import write_bytes_atomic
 from cosample.agents.source import fetch
 from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
@@ -189,8 +190,8 @@ class Agent:
     def _adopt(self, plan: Plan) -> None:
         """Make ``plan`` the running one and remember it across restarts (rollback floor)."""
         self.running = plan
-        write_atomic(self.state_dir / LAST_GOOD_FILE,
-                     (json.dumps(plan.raw, sort_keys=True, indent=2) + "\n").encode())
+        text = json.dumps(plan.raw, sort_keys=True, indent=2) + "\n"
+        write_bytes_atomic(self.state_dir / LAST_GOOD_FILE, text.encode(), parents=True)
 
     def _load_last_good(self) -> Plan | None:
         path = self.state_dir / LAST_GOOD_FILE

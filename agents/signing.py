@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey
                                                                Ed25519PublicKey)
 
 from cosample.agents.errors import AgentError, SignatureError
+from cosample.files import write_bytes_atomic
 
 SIGNATURE_SUFFIX = ".sig"
 
@@ -34,8 +34,8 @@ def generate_keypair(private_path: str | Path, public_path: str | Path) -> None:
                                     serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
                                                serialization.PublicFormat.SubjectPublicKeyInfo)
-    write_atomic(private_path, private_pem, mode=0o600)
-    write_atomic(public_path, public_pem, mode=0o644)
+    write_bytes_atomic(private_path, private_pem, mode=0o600, parents=True)
+    write_bytes_atomic(public_path, public_pem, mode=0o644, parents=True)
 
 
 def sign_bytes(data: bytes, private_key_path: str | Path) -> bytes:
@@ -48,7 +48,7 @@ def sign_file(plan_path: str | Path, private_key_path: str | Path) -> Path:
     """Write ``PLAN.sig`` beside ``plan_path``; returns its path."""
     plan_path = Path(plan_path)
     signature_path = plan_path.with_name(plan_path.name + SIGNATURE_SUFFIX)
-    write_atomic(signature_path, sign_bytes(plan_path.read_bytes(), private_key_path))
+    write_bytes_atomic(signature_path, sign_bytes(plan_path.read_bytes(), private_key_path))
     return signature_path
 
 
@@ -89,18 +89,3 @@ def _load(path: Path, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:
     return key
 
 
-def write_atomic(path: str | Path, data: bytes, mode: int = 0o644) -> None:
-    """Write via a temporary file in the same folder and ``os.replace``: never half-written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise

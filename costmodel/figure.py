@@ -16,6 +16,7 @@ import pandas as pd
 
 from cosample.costmodel.fit import Calibration
 from cosample.costmodel.model import PAPER_COEFFICIENTS, throughput
+from cosample.files import write_atomic
 
 
 def relative_throughput(rows: pd.DataFrame, capacity_pps: float) -> pd.Series:
@@ -68,11 +69,8 @@ def plot_calibration(data: pd.DataFrame, calibration: Calibration, path: str | o
     if title:
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()
-    temporary = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:
-        figure.savefig(temporary, dpi=120)
-        os.replace(temporary, path)
+        return write_atomic(path, lambda stream: figure.savefig(stream, format="png", dpi=120),
+                            binary=True)
     finally:
         plt.close(figure)
-        temporary.unlink(missing_ok=True)
-    return path

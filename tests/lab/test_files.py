@@ -32,3 +32,10 @@ def test_a_failing_writer_keeps_the_old_file(tmp_path):
 def test_missing_folder_is_one_clear_error(tmp_path):
     with pytest.raises(FileWriteError, match="nowhere/out.txt: cannot write: No such file"):
         write_text_atomic(tmp_path / "nowhere" / "out.txt", "x")
+
+
+def test_mode_and_parents(tmp_path):
+    path = write_atomic(tmp_path / "keys" / "private.pem", lambda stream: stream.write(b"k"),
+                        binary=True, mode=0o600, parents=True)
+    assert path.read_bytes() == b"k"
+    assert path.stat().st_mode & 0o777 == 0o600
