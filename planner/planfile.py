@@ -18,7 +18,6 @@ import numpy as np
 from cosample.files import write_text_atomic
 from cosample.planner.baseline import noncollab_pps
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.errors import PlannerError
 from cosample.planner.exact import split
 from cosample.planner.realise import Realised, realise
 from cosample.planner.solution import Solution
@@ -36,7 +35,6 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     receivers = split(dc).receiver
     applied = realise(dc, solution, receivers)
     baseline = noncollab_pps(dc)
-    collected = solution.collected_pps
     plan: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -52,8 +50,6 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     plan["version"] = int(created.timestamp()) if version is None else int(version)
     plan["created"] = _iso(created)
     plan["expires"] = _iso(created + valid_for)
-    if collected < 0:
-        raise PlannerError("solver returned a negative collected volume")
     return plan
 
 
