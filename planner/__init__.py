@@ -11,8 +11,8 @@ _EXPORTS = {
     "InfeasibleError": "cosample.planner.errors",
     "PlannerError": "cosample.planner.errors",
     "SolverError": "cosample.planner.errors",
-    "SOLVERS": "cosample.planner.solve",
-    "solve": "cosample.planner.solve",
+    "SOLVERS": "cosample.planner.solvers",
+    "solve": "cosample.planner.solvers",
     "Solution": "cosample.planner.solution",
 }
 

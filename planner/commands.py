@@ -12,7 +12,7 @@ from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner.planfile import build_plan, write_plan
 from cosample.planner.report import default_console, print_plan, summary_lines
-from cosample.planner.solve import solve
+from cosample.planner.solvers import solve
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

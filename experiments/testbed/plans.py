@@ -63,7 +63,7 @@ def make_plans(document: Mapping[str, Any], out_dir: Path, version: int,
     """Write ``plan-noncollab.json`` (version) and ``plan-collab.json`` (version + 1)."""
     from cosample.planner.datacentre import DataCentre
     from cosample.planner.planfile import build_plan, write_plan
-    from cosample.planner.solve import solve
+    from cosample.planner.solvers import solve
 
     dc = DataCentre.from_dict(document, source="testbed description")
     paths = {}
