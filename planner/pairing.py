@@ -1,13 +1,13 @@
 """Pair senders with receivers so that few mirror pairs (tunnels) carry the offloaded traffic.
 
 With a full mesh any sender may use any receiver, so only totals matter for the optimum; the
-split is ours to choose. Senders' offloads and receivers' rooms are laid end to end on one axis
-(a "north-west corner" fill): each boundary of either list starts a new pair, so there are at
-most ``senders + receivers - 1`` pairs, and a sender spills onto a second receiver only when the
-first is full. Both lists are in server order, which is canonical and needs no sort: ordering
-them by size, largest first, was tried and changed nothing but the run time (953,382 pairs
-against 953,381 on the 10^6-server benchmark instance, 0.17 s against 0.02 s). Vectorised, linear
-apart from merging two sorted runs.
+split is ours to choose. Senders sorted by offload and receivers by room, both largest first,
+are laid end to end on one axis (a "north-west corner" fill): each boundary of either list starts
+a new pair, so there are at most ``senders + receivers - 1`` pairs, a sender spills onto a second
+receiver only when the first is full, and big senders meet big receivers. The sort matters on
+skewed data centres (the embedded example needs 5 pairs sorted, 8 in server order) and costs
+about 0.15 s at 10^6 servers, where it changed the count by one pair in 953,382. Stable sorts
+keep the plan canonical. Vectorised: O((s + r) log(s + r)).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ def pair_offloads(offload_pps: np.ndarray, room_pps: np.ndarray
     receivers = np.flatnonzero(room_pps > 0)
     if senders.size == 0 or receivers.size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+    senders = senders[np.argsort(-offload_pps[senders], kind="stable")]
+    receivers = receivers[np.argsort(-room_pps[receivers], kind="stable")]
     sender_ends = np.cumsum(offload_pps[senders])
     receiver_ends = np.cumsum(room_pps[receivers])
     total = sender_ends[-1]

@@ -78,3 +78,10 @@ def test_million_servers_sparse():
     solution = solve(dc)
     assert solution.local_pps.shape == (n,)
     assert solution.collected_pps > noncollab_pps(dc)
+
+
+def test_pairing_largest_first_keeps_the_example_to_five_tunnels():
+    # In server order the example needs 8 pairs; sorting senders and receivers by size gives 5.
+    from cosample.planner.commands import example_datacentre
+
+    assert solve(example_datacentre()).mirror_pairs == 5
