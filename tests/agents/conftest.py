@@ -1,4 +1,8 @@
-"""Fixtures for the agents' tests: plan documents as dicts (plan-format.md), config, fake host."""
+"""Fixtures for the agents' tests: plan documents as dicts (plan-format.md), config, fake host.
+
+Plans are built relative to the ``now`` fixture, the current time to the second, so the suite
+passes on any day and in any time zone; nothing here names a calendar date.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +14,12 @@ import pytest
 
 from cosample.agents.config import make_config
 
-NOW = datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc)
-
-
 def _time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def plan_document(version: int = 100, *, sender_mirrors=(("s2", 0.2), ("s3", 0.3)),
-                  sampling: int = 10, local_rate: float = 0.1, created: datetime = NOW,
+                  sampling: int = 10, local_rate: float = 0.1, created: datetime,
                   hours: float = 6, collector: str = "127.0.0.1:6343",
                   vm_ports=None, bridge: str | None = "br-int") -> dict:
     """A plan with sender s1 mirroring to receivers s2 and s3, and idle s4."""
@@ -58,19 +59,23 @@ def plan_bytes(document: dict) -> bytes:
 
 
 @pytest.fixture
-def make_plan():
-    """``make_plan(**kwargs)`` -> a fresh plan dict (deep copy each time)."""
-    return lambda **kwargs: copy.deepcopy(plan_document(**kwargs))
+def now():
+    """The moment a test runs, in UTC to the second (plans are created a minute before it)."""
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+@pytest.fixture
+def make_plan(now):
+    """``make_plan(**kwargs)`` -> a fresh plan dict created a minute before ``now``."""
+    def make(**kwargs):
+        kwargs.setdefault("created", now - timedelta(minutes=1))
+        return copy.deepcopy(plan_document(**kwargs))
+    return make
 
 
 @pytest.fixture
 def to_bytes():
     return plan_bytes
-
-
-@pytest.fixture
-def now():
-    return NOW + timedelta(minutes=1)
 
 
 @pytest.fixture

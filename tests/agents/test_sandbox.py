@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -29,6 +30,25 @@ from cosample.lab.run import run
 
 pytestmark = pytest.mark.ovs
 BRIDGE, VM_PORTS, DEVICE_PREFIX = "cabr1", ("caV1", "caV2"), "cam"
+across_epochs = pytest.mark.parametrize("epoch", [timedelta(0), timedelta(days=365)],
+                                        ids=["today", "a-year-ahead"], indirect=True)
+
+
+@pytest.fixture
+def epoch(request) -> timedelta:
+    """How far the agent's clock runs ahead of the real one (0 unless a test says otherwise)."""
+    return getattr(request, "param", timedelta(0))
+
+
+@pytest.fixture
+def clock(epoch):
+    return lambda: datetime.now(timezone.utc) + epoch
+
+
+@pytest.fixture
+def now(clock):
+    """Plans in this module are created relative to the agent's clock, not the real one."""
+    return clock().replace(microsecond=0)
 
 
 def _delete_links(names):
@@ -77,9 +97,10 @@ def sandbox(tmp_path, root_links, make_plan, to_bytes):
         yield ovs, config_path, plan_path, write_plan
 
 
-def agent(config_path, **overrides) -> Agent:
+def agent(config_path, clock=None, **overrides) -> Agent:
     from cosample.agents.config import load_config
-    return Agent(load_config(str(config_path), overrides))
+    from cosample.agents.runner import utcnow
+    return Agent(load_config(str(config_path), overrides), clock=clock or utcnow)
 
 
 def fingerprint(a: Agent):
@@ -104,10 +125,11 @@ def receiver_plan(make_plan, version):
     return doc
 
 
-def test_converges_to_the_plan_as_seen_by_the_tools_themselves(sandbox, make_plan):
+@across_epochs
+def test_converges_to_the_plan_as_seen_by_the_tools_themselves(sandbox, clock, make_plan):
     ovs, config, _, write_plan = sandbox
     write_plan(make_plan())
-    report = agent(config).cycle()
+    report = agent(config, clock).cycle()
     assert report.result == "ok", report
     sflow = json.loads(ovs.vsctl("--format=json", "--columns=sampling,targets,external_ids",
                                  "list", "sFlow"))["data"]
@@ -120,21 +142,23 @@ def test_converges_to_the_plan_as_seen_by_the_tools_themselves(sandbox, make_pla
     assert devices["ifalias"].startswith("cosample-owner=agent")
 
 
-def test_second_run_writes_nothing(sandbox, make_plan):
+@across_epochs
+def test_second_run_writes_nothing(sandbox, clock, make_plan):
     ovs, config, _, write_plan = sandbox
     write_plan(make_plan())
-    agent(config).cycle()
+    agent(config, clock).cycle()
     uuid = ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip()
-    again = agent(config)
+    again = agent(config, clock)
     report = again.cycle()
     assert report.result == "ok" and report.commands == () and again.host.writes == 0
     assert ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip() == uuid
 
 
-def test_a_b_a_equals_fresh_a(sandbox, make_plan):
+@across_epochs
+def test_a_b_a_equals_fresh_a(sandbox, clock, make_plan):
     _, config, _, write_plan = sandbox
     write_plan(make_plan(version=1))
-    a = agent(config)
+    a = agent(config, clock)
     a.cycle()
     fresh = fingerprint(a)
     write_plan(receiver_plan(make_plan, 2))
@@ -176,10 +200,11 @@ def test_killed_at_a_random_step_then_converges_without_orphans(sandbox, make_pl
         assert fingerprint(half_done) == expected_b
 
 
-def test_survives_ovsdb_and_vswitchd_restarts(sandbox, make_plan):
+@across_epochs
+def test_survives_ovsdb_and_vswitchd_restarts(sandbox, clock, make_plan):
     ovs, config, _, write_plan = sandbox
     write_plan(receiver_plan(make_plan, 1))
-    a = agent(config)
+    a = agent(config, clock)
     a.cycle()
     expected = fingerprint(a)
     ovs.stop_ovsdb()
@@ -194,10 +219,11 @@ def test_survives_ovsdb_and_vswitchd_restarts(sandbox, make_plan):
     assert fingerprint(a) == expected
 
 
-def test_bad_plans_are_rejected_before_any_write(sandbox, make_plan, to_bytes, tmp_path):
+@across_epochs
+def test_bad_plans_are_rejected_before_any_write(sandbox, clock, make_plan, to_bytes, tmp_path):
     ovs, config, plan_path, write_plan = sandbox
     write_plan(make_plan(version=1))
-    agent(config).cycle()
+    agent(config, clock).cycle()
     before = ovs.vsctl("show"), run(["tc", "filter", "show", "dev", "caV1", "ingress"]).stdout
 
     def rate_too_high(doc):
@@ -219,27 +245,29 @@ def test_bad_plans_are_rejected_before_any_write(sandbox, make_plan, to_bytes, t
         doc = make_plan(version=5)
         mutate(doc)
         write_plan(doc)
-        a = agent(config)
+        a = agent(config, clock)
         report = a.cycle()
         assert report.plan_version == 1 and report.errors, mutate.__name__
         assert a.host.writes == 0, mutate.__name__
     plan_path.write_bytes(b"{ not json")
-    a = agent(config)
+    a = agent(config, clock)
     assert "not valid UTF-8 JSON" in a.cycle().errors[0] and a.host.writes == 0
     after = ovs.vsctl("show"), run(["tc", "filter", "show", "dev", "caV1", "ingress"]).stdout
     assert after == before
 
 
-def test_missing_bridge_is_reported_never_created(sandbox, make_plan):
+@across_epochs
+def test_missing_bridge_is_reported_never_created(sandbox, clock, make_plan):
     ovs, config, _, write_plan = sandbox
     write_plan(make_plan())
-    a = agent(config, bridge="canobr")
+    a = agent(config, clock, bridge="canobr")
     report = a.cycle()
     assert report.result == "degraded" and "canobr does not exist" in report.problems[0]
     assert "canobr" not in ovs.vsctl("list-br").split() and a.host.writes == 0
 
 
-def test_foreign_objects_are_left_alone_and_remove_takes_only_ours(sandbox, make_plan):
+@across_epochs
+def test_foreign_objects_are_left_alone_and_remove_takes_only_ours(sandbox, clock, make_plan):
     ovs, config, _, write_plan = sandbox
     ovs.vsctl("--", "--id=@s", "create", "sFlow", 'targets="192.0.2.1:6343"', "sampling=7",
               "--", "set", "Bridge", BRIDGE, "sflow=@s")
@@ -247,7 +275,7 @@ def test_foreign_objects_are_left_alone_and_remove_takes_only_ours(sandbox, make
               "options:remote_ip=192.0.2.7")
     ovs.ofctl("add-flow", f"unix:{ovs.directory}/{BRIDGE}.mgmt", "priority=5,actions=NORMAL")
     write_plan(receiver_plan(make_plan, 1))
-    report = agent(config).cycle()
+    report = agent(config, clock).cycle()
     assert report.result == "degraded" and "foreign sFlow" in report.problems[0]
     assert ovs.vsctl("get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(),
                      "sampling").strip() == "7"
@@ -276,12 +304,13 @@ def test_cli_paths_against_real_ovs(sandbox, make_plan, capsys):
     assert run(["tc", "qdisc", "show", "dev", "caV1"]).stdout.count("clsact") == 0
 
 
-def test_real_host_matches_the_fake_on_the_same_plan(sandbox, make_plan):
+@across_epochs
+def test_real_host_matches_the_fake_on_the_same_plan(sandbox, clock, make_plan):
     """The fake used by the unit tests says what the real host says, command for command."""
     from cosample.agents.fakehost import FakeHost
     _, config, _, write_plan = sandbox
     write_plan(make_plan())
-    real = agent(config)
+    real = agent(config, clock)
     desired = desired_state(plan_from_dict(make_plan()), real.config)
     fake = FakeHost(bridge=BRIDGE, vm_ports=VM_PORTS)
     fake.ports[BRIDGE] = fake.ports.pop(VM_PORTS[0]).__class__(BRIDGE, "internal", 65534, False)
@@ -329,13 +358,14 @@ def test_daemon_cycles_on_schedule_and_stops_on_sigterm(sandbox, make_plan, tmp_
         assert process.wait(timeout=15) == 0, process.stderr.read()[-2000:]
 
 
-def test_filters_on_a_former_vm_port_are_found_and_removed(sandbox, make_plan):
+@across_epochs
+def test_filters_on_a_former_vm_port_are_found_and_removed(sandbox, clock, make_plan):
     """A port that left the bridge keeps no mirror: the clsact ledger leads the agent to it."""
     ovs, config, _, write_plan = sandbox
     write_plan(make_plan())
-    assert agent(config).cycle().result == "ok"
+    assert agent(config, clock).cycle().result == "ok"
     ovs.vsctl("del-port", BRIDGE, "caV2")  # no longer a VM port of the bridge
-    report = agent(config).cycle()
+    report = agent(config, clock).cycle()
     assert "remove filter caV2 ingress prio 49152" in report.commands
     assert "remove clsact qdisc from caV2" in report.commands
     assert "clsact" not in run(["tc", "qdisc", "show", "dev", "caV2"]).stdout
