@@ -1,0 +1,75 @@
+"""One way to validate input: formats declared as pydantic v2 models, errors a person can act on.
+
+Every input format (data-centre description, testbed topology, plan, agent configuration,
+inventory, collector snapshot) is declared once as a model deriving from ``Strict``, and read
+through ``validate``. A pydantic ``ValidationError`` becomes the component's own error type
+carrying one line: where the input came from, the field path in the form the docs use
+(``servers[3].capacity_pps``), what is wrong, and the bad value. Why pydantic: see
+docs/dependencies.md.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from cosample.errors import CosampleError
+
+T = TypeVar("T")
+
+_value = reprlib.Repr()
+_value.maxstring, _value.maxother, _value.maxlist, _value.maxdict = 60, 60, 4, 4
+
+
+class Strict(BaseModel):
+    """Base of every input model: unknown keys are errors, nothing is coerced, results immutable.
+
+    Strict mode still accepts an integer where a float is declared (JSON has one number type) but
+    never a string for a number or a number for a boolean.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def field_path(location: Sequence[int | str]) -> str:
+    """``("servers", 3, "capacity_pps")`` -> ``servers[3].capacity_pps``."""
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(top level)"
+
+
+def describe(error: ValidationError, where: str = "") -> str:
+    """One line for the first problem (and how many more there are), prefixed by ``where``."""
+    problems = error.errors(include_url=False)
+    first = problems[0]
+    message = first["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    line = f"{field_path(first['loc'])}: {message[:1].lower()}{message[1:]}"
+    if first["type"] not in ("missing",):
+        line += f" (got {_value.repr(first.get('input'))})"
+    if len(problems) > 1:
+        line += f" [and {len(problems) - 1} more problem(s)]"
+    return f"{where}: {line}" if where else line
+
+
+@lru_cache(maxsize=None)
+def _adapter(kind: Any) -> TypeAdapter:
+    return TypeAdapter(kind)
+
+
+def validate(kind: type[T] | Any, data: Any, *, where: str = "",
+             error: type[CosampleError] = CosampleError) -> T:
+    """``data`` (parsed JSON/YAML/TOML) as an instance of ``kind``, or ``error`` with one line."""
+    try:
+        return _adapter(kind).validate_python(data)
+    except ValidationError as exc:
+        raise error(describe(exc, where)) from None

@@ -1,0 +1,57 @@
+"""The shared validation layer: one line naming where, the field path, what and the bad value."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import Field
+
+from cosample.errors import CosampleError
+from cosample.validation import Strict, field_path, validate
+
+
+class Server(Strict):
+    name: str
+    capacity_pps: float = Field(gt=0)
+    enabled: bool = True
+
+
+class Description(Strict):
+    servers: list[Server]
+
+
+class Custom(CosampleError):
+    pass
+
+
+def test_field_path_reads_like_the_docs():
+    assert field_path(("servers", 3, "capacity_pps")) == "servers[3].capacity_pps"
+    assert field_path(()) == "(top level)"
+
+
+def test_valid_input_becomes_an_immutable_model_and_ints_are_floats():
+    description = validate(Description, {"servers": [{"name": "s1", "capacity_pps": 5}]})
+    assert description.servers[0].capacity_pps == 5.0
+    with pytest.raises(Exception):
+        description.servers[0].name = "s2"
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"servers": [{"name": "s1", "capacity_pps": -1}]},
+     "dc.json: servers[0].capacity_pps: input should be greater than 0 (got -1)"),
+    ({"servers": [{"name": "s1", "capacity_pps": "9"}]},
+     "dc.json: servers[0].capacity_pps: input should be a valid number (got '9')"),
+    ({"servers": [{"name": "s1", "capacity_pps": 1, "enabled": 1}]},
+     "dc.json: servers[0].enabled: input should be a valid boolean (got 1)"),
+    ({"servers": [{"name": "s1", "capacity_pps": 1, "cap": 2}]},
+     "dc.json: servers[0].cap: extra inputs are not permitted (got 2)"),
+    ({"servers": [{"capacity_pps": 1}]}, "dc.json: servers[0].name: field required"),
+])
+def test_errors_name_file_path_problem_and_value(data, expected):
+    with pytest.raises(Custom) as caught:
+        validate(Description, data, where="dc.json", error=Custom)
+    assert str(caught.value) == expected
+
+
+def test_several_problems_are_counted_on_one_line():
+    with pytest.raises(CosampleError, match=r"servers\[0\]\.name: .* \[and 1 more problem"):
+        validate(Description, {"servers": [{"capacity_pps": -1}]})
