@@ -13,9 +13,9 @@ from __future__ import annotations
 import reprlib
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, TypeAdapter, ValidationError
 
 from cosample.errors import CosampleError
 
@@ -23,6 +23,19 @@ T = TypeVar("T")
 
 _value = reprlib.Repr()
 _value.maxstring, _value.maxother, _value.maxlist, _value.maxdict = 60, 60, 4, 4
+
+
+#: A Linux network interface name as the kernel accepts it (``dev_valid_name``): 1 to 15 bytes
+#: (IFNAMSIZ - 1), not ``.`` or ``..``, no ``/``, ``:`` or white space. Bridges, VM ports and
+#: devices the agents or the testbed create are all named by this one rule.
+def _not_dots(name: str) -> str:
+    if name in (".", ".."):
+        raise ValueError(f"{name!r} is not an interface name")
+    return name
+
+
+InterfaceName = Annotated[str, StringConstraints(min_length=1, max_length=15, pattern=r"^[^/:\s]+$"),
+                          AfterValidator(_not_dots)]
 
 
 class Strict(BaseModel):

@@ -6,7 +6,7 @@ import pytest
 from pydantic import Field
 
 from cosample.errors import CosampleError
-from cosample.validation import Strict, field_path, validate
+from cosample.validation import InterfaceName, Strict, field_path, validate
 
 
 class Server(Strict):
@@ -55,3 +55,14 @@ def test_errors_name_file_path_problem_and_value(data, expected):
 def test_several_problems_are_counted_on_one_line():
     with pytest.raises(CosampleError, match=r"servers\[0\]\.name: .* \[and 1 more problem"):
         validate(Description, {"servers": [{"capacity_pps": -1}]})
+
+
+@pytest.mark.parametrize("name", ["eth0", "br-int", "a" * 15, "veth.10", "cosm-deadbeef"])
+def test_interface_names_the_kernel_accepts(name):
+    assert validate(InterfaceName, name) == name
+
+
+@pytest.mark.parametrize("name", ["", "a" * 16, ".", "..", "a/b", "eth0:1", "a b", "a\tb", 'eth0" x'])
+def test_interface_names_the_kernel_refuses(name):
+    with pytest.raises(CosampleError):
+        validate(InterfaceName, name)
