@@ -15,7 +15,7 @@ from cosample.agents.errors import PlanError
 from cosample.agents.plan import HostPlan, Plan, parse_hostport
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, DesiredState, MirrorTarget,
                                    SflowSettings, TunnelPort, pair_vni, short_hash)
-from cosample.lab.tcmirror import chain_thresholds
+from cosample.dataplane.tcmirror import chain_thresholds
 
 DEFAULT_BRIDGE = "br-int"
 

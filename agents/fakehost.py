@@ -16,7 +16,7 @@ from cosample.agents import commands as c
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, ObservedDevice, ObservedFilter,
                                    ObservedFlow, ObservedLink, ObservedPort, ObservedSflow,
                                    ObservedState)
-from cosample.lab.tcmirror import bpf_random_bytecode
+from cosample.dataplane.tcmirror import bpf_random_bytecode
 
 
 @dataclass

@@ -22,8 +22,8 @@ from cosample.agents.errors import HostError
 from cosample.files import write_bytes_atomic
 from cosample.agents.state import (ALIAS_PREFIX, FILTER_HANDLE, PRIO_BASE, PRIO_COUNT,
                                    ObservedDevice, ObservedFilter, ObservedLink)
-from cosample.lab.run import CommandError, run
-from cosample.lab.tcmirror import (clsact_add_argv, clsact_delete_argv, filter_delete_argv,
+from cosample.dataplane.run import CommandError, run
+from cosample.dataplane.tcmirror import (clsact_add_argv, clsact_delete_argv, filter_delete_argv,
                                    mirror_filter_argv)
 
 

@@ -15,7 +15,7 @@ from cosample.agents import commands as c
 from cosample.agents.errors import HostError
 from cosample.agents.state import (COOKIE_MASK, COOKIE_TAG, OWNER_KEY, OWNER_VALUE, PEER_KEY,
                                    ObservedFlow, ObservedPort, ObservedSflow, SflowSettings)
-from cosample.lab.run import CommandError, run
+from cosample.dataplane.run import CommandError, run
 
 
 class OvsdbSide:

@@ -19,7 +19,7 @@ from cosample.agents.commands import (AddClsact, AddDropFlow, AddMirrorDevice, A
 from cosample.agents.state import (DROP_FLOW_PRIORITY, OFPORT_BASE, OFPORT_COUNT, DesiredState,
                                    MirrorTarget, ObservedDevice, ObservedFilter, ObservedState,
                                    drop_cookie)
-from cosample.lab.tcmirror import bpf_random_bytecode
+from cosample.dataplane.tcmirror import bpf_random_bytecode
 
 VM_PORT_TYPES = ("", "system")
 

@@ -4,7 +4,7 @@
   we create is tagged ``external_ids:cosample=costmodel``; a bridge whose sFlow row is not ours
   is refused, never overwritten.
 - ``mirror``: a per-packet probabilistic copy of the sender's port to a target device with a tc
-  classic-BPF random classifier plus ``mirred`` (``cosample.lab.tcmirror``) at an owned
+  classic-BPF random classifier plus ``mirred`` (``cosample.dataplane.tcmirror``) at an owned
   prio/handle; ``clsact`` is removed only if we added it. ``mirror_vxlan`` is the same into a
   VXLAN device (what the agents deploy toward a receiving server), at the next prio.
 
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from cosample.costmodel.errors import HarnessError
-from cosample.lab.run import CommandError, run
-from cosample.lab.tcmirror import (
+from cosample.dataplane.run import CommandError, run
+from cosample.dataplane.tcmirror import (
     bpf_random_bytecode, clsact_add_argv, clsact_delete_argv, filter_delete_argv,
     match_probability, mirror_filter_argv,
 )

@@ -26,7 +26,7 @@ from pathlib import Path
 from cosample.costmodel.errors import HarnessError
 from cosample.lab.netns import Lab, netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
-from cosample.lab.run import CommandError, run
+from cosample.dataplane.run import CommandError, run
 
 SUBNET = "10.99.0"
 TUNNEL_VNI, TUNNEL_PORT = 4242, 48000

@@ -1,5 +1,6 @@
-"""Shared effects for the real thing: subprocesses, private OVS instances, network namespaces.
+"""Test and experiment rigs: private OVS instances, network namespaces, a counting sFlow collector.
 
-Used by the cost-model harness, the agents' integration tests and the emulated testbed.
-Everything here creates named objects and removes exactly those, never anything else.
+Used by the cost-model harness, the tests and the emulated testbed; never by the agents on a
+production host (their runtime is ``cosample.dataplane``). Everything here creates named objects
+and removes exactly those, never anything else.
 """

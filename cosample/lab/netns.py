@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cosample.lab.run import CommandError, require, run
+from cosample.dataplane.run import CommandError, require, run
 
 
 def netns_available() -> str | None:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cosample.lab.run import CommandError, require, run
+from cosample.dataplane.run import CommandError, require, run
 
 SCHEMA_CANDIDATES = (
     Path("/usr/share/openvswitch/vswitch.ovsschema"),

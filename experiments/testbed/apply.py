@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cosample.experiments.testbed.errors import TestbedError
-from cosample.lab.run import CommandError, run
+from cosample.dataplane.run import CommandError, run
 
 AGENT_TIMEOUT_S = 60.0
 

@@ -27,7 +27,7 @@ from cosample.experiments.testbed.topology import (
 )
 from cosample.lab.netns import Lab, disable_tx_offload, netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
-from cosample.lab.run import CommandError, run
+from cosample.dataplane.run import CommandError, run
 
 STATE_FILE = "testbed.json"
 TAG = "cosample-testbed"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cosample.experiments.testbed.errors import TestbedError
-from cosample.lab.run import CommandError, run
+from cosample.dataplane.run import CommandError, run
 from cosample.lab.sflow import FlowSample
 
 _PORT_LINE = re.compile(r"^\s*port \d+: (\S+)")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.topology import Flow, Topology
-from cosample.lab.run import run
+from cosample.dataplane.run import run
 
 BASE_PORT = 5201
 START_TIMEOUT_S = 10.0

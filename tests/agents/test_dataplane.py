@@ -32,7 +32,7 @@ import pytest
 from cosample.agents.state import pair_vni
 from cosample.lab.netns import Lab, disable_tx_offload, netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
-from cosample.lab.run import run
+from cosample.dataplane.run import run
 from cosample.lab.sflow import SflowCollector
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -15,7 +15,7 @@ from cosample.agents.fakehost import FakeHost
 from cosample.agents.plan import plan_from_dict
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.state import OFPORT_BASE, ObservedPort
-from cosample.lab.tcmirror import match_probability
+from cosample.dataplane.tcmirror import match_probability
 
 HOSTS = ("h0", "h1", "h2", "h3", "h4")
 DECREASES = (c.RemoveMirrorFilter, c.RemoveMirrorDevice, c.RemoveTunnelPort, c.RemoveDropFlow,

@@ -26,7 +26,7 @@ from cosample.agents.runner import Agent
 from cosample.cli import main
 from cosample.lab.netns import netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
-from cosample.lab.run import run
+from cosample.dataplane.run import run
 
 pytestmark = pytest.mark.ovs
 BRIDGE, VM_PORTS, DEVICE_PREFIX = "cabr1", ("caV1", "caV2"), "cam"

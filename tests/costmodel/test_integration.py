@@ -21,7 +21,7 @@ import pytest
 from cosample.cli import main
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.testbed import OneHostTestbed, one_host_testbed_unavailable
-from cosample.lab.run import run
+from cosample.dataplane.run import run
 
 REASON = one_host_testbed_unavailable()
 pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,

@@ -9,7 +9,7 @@ from cosample.costmodel.mechanisms import (
     TAG, SflowSampling, TcMirror, sampling_n, sflow_clear_args, sflow_create_args,
 )
 from cosample.lab.netns import Lab, netns_available
-from cosample.lab.run import run
+from cosample.dataplane.run import run
 
 
 def test_sampling_n_is_one_in_round_inverse():

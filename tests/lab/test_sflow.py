@@ -11,7 +11,7 @@ import pytest
 
 from cosample.lab.netns import Lab
 from cosample.lab.ovs import OvsInstance
-from cosample.lab.run import run
+from cosample.dataplane.run import run
 from cosample.lab.sflow import SflowCollector, SflowError, parse_datagram
 
 

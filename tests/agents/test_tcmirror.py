@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cosample.lab.tcmirror import (
+from cosample.dataplane.tcmirror import (
     RANDOM_RANGE, TcMirrorError, bpf_random_bytecode, chain_filter_argvs, chain_thresholds,
     clsact_add_argv, filter_delete_argv, match_probability, mirror_filter_argv, random_threshold,
 )

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from cosample.lab.netns import Lab, netns_available
-from cosample.lab.run import run
-from cosample.lab.tcmirror import chain_filter_argvs, clsact_add_argv
+from cosample.dataplane.run import run
+from cosample.dataplane.tcmirror import chain_filter_argvs, clsact_add_argv
 
 REASON = netns_available()
 pytestmark = [pytest.mark.root,
