@@ -1,0 +1,107 @@
+"""The snapshot model: what the controller validates, and the merge of several instances."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from cosample.collector.errors import CollectorError
+from cosample.collector.snapshot import (Snapshot, format_time, interval, merge_snapshots,
+                                         parse_snapshot)
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def server(pps: float, local: int = 3, mirrored: int = 1) -> dict:
+    return {"packets_per_s": pps, "packets_per_s_ci95": [pps * 0.9, pps * 1.1],
+            "bytes_per_s": pps * 1000, "bytes_per_s_ci95": [pps * 900, pps * 1100],
+            "samples": local + mirrored, "samples_per_s": 1.5, "local_samples": local,
+            "mirrored_samples": mirrored, "coverage": 0.4, "last_sample": format_time(NOW)}
+
+
+def document(name: str = "c1", servers: dict | None = None, **extra) -> dict:
+    out = {"format": "cosample.snapshot", "format_version": 1, "collector": name,
+           "time": format_time(NOW), "window_s": 30.0,
+           "plan": {"version": 7, "plan_id": "ab12"},
+           "servers": servers if servers is not None else {"s1": server(100.0)},
+           "traffic_pps": None, "dropped": {"truncated": 2}}
+    out.update(extra)
+    return out
+
+
+def test_round_trip_through_json():
+    snapshot = parse_snapshot(json.dumps(document()))
+    assert snapshot.servers["s1"].packets_per_s == 100.0
+    assert snapshot.time == NOW
+    again = parse_snapshot(snapshot.to_json())
+    assert again == snapshot
+    assert json.loads(snapshot.to_json())["time"].endswith("Z")
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("servers", "s1", "packets_per_s"), -1.0, "servers.s1.packets_per_s"),
+    (("servers", "s1", "packets_per_s"), "12", "servers.s1.packets_per_s"),
+    (("servers", "s1", "packets_per_s_ci95"), [5.0, 1.0], "servers.s1.packets_per_s_ci95"),
+    (("servers", "s1", "packets_per_s_ci95"), [1.0], "servers.s1.packets_per_s_ci95"),
+    (("servers", "s1", "coverage"), 1.5, "servers.s1.coverage"),
+    (("servers", "s1", "samples"), 9, "servers.s1"),
+    (("time",), "2026-11-23T10:00:00+01:00", "time"),
+    (("format_version",), 2, "format_version"),
+    (("window_s",), 0, "window_s"),
+    (("surprise",), 1, "surprise"),
+    (("dropped", "truncated"), -1, "dropped.truncated"),
+])
+def test_bad_fields_are_named(path, value, message):
+    doc = document()
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(CollectorError) as caught:
+        parse_snapshot(doc, where="http://c1/snapshot")
+    assert str(caught.value).startswith(f"http://c1/snapshot: {message}")
+
+
+def test_not_json_is_one_error():
+    with pytest.raises(CollectorError, match="snapshot: not valid UTF-8 JSON"):
+        parse_snapshot(b"\xff{")
+
+
+def test_merge_unites_servers_and_adds_matrices_and_drops():
+    a = parse_snapshot(document("c1", {"s1": server(100.0)},
+                                traffic_pps={"s1": {"s1": 60.0, "s2": 40.0}},
+                                dropped={"truncated": 2, "unknown_agent": 1}))
+    later = format_time(NOW + timedelta(seconds=5))
+    b = parse_snapshot(document("c2", {"s2": server(50.0)}, time=later, window_s=10.0,
+                                plan={"version": 8, "plan_id": "cd34"},
+                                traffic_pps={"s2": {"s1": 50.0}, "s1": {"s2": 1.0}},
+                                dropped={"truncated": 3}))
+    merged = merge_snapshots([a, b])
+    assert set(merged.servers) == {"s1", "s2"}
+    assert merged.collector == "c1+c2"
+    assert merged.traffic_pps == {"s1": {"s1": 60.0, "s2": 41.0}, "s2": {"s1": 50.0}}
+    assert merged.dropped == {"truncated": 5, "unknown_agent": 1}
+    assert merged.time == NOW and merged.window_s == 10.0
+    assert merged.plan.version == 8
+    assert isinstance(merged, Snapshot) and parse_snapshot(merged.to_json()) == merged
+
+
+def test_merge_without_inventory_keeps_no_matrix():
+    merged = merge_snapshots([parse_snapshot(document("c1")),
+                              parse_snapshot(document("c2", {"s9": server(1.0)}))])
+    assert merged.traffic_pps is None
+
+
+def test_merge_rejects_a_server_owned_twice():
+    with pytest.raises(CollectorError, match="'s1' is in the snapshots of both 'c1' and 'c2'"):
+        merge_snapshots([parse_snapshot(document("c1")), parse_snapshot(document("c2"))])
+    with pytest.raises(CollectorError, match="no snapshots"):
+        merge_snapshots([])
+
+
+def test_interval_is_clipped_at_zero():
+    assert interval(3.0, 5.0) == [0.0, 8.0]
+    with pytest.raises(ValueError):
+        interval(float("nan"), 1.0)
