@@ -11,7 +11,7 @@ docs/dependencies.md.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Annotated, Any, TypeVar
 
@@ -59,19 +59,55 @@ def field_path(location: Sequence[int | str]) -> str:
     return path or "(top level)"
 
 
-def describe(error: ValidationError, where: str = "") -> str:
-    """One line for the first problem (and how many more there are), prefixed by ``where``."""
+def describe(error: ValidationError, where: str = "", data: Any = None) -> str:
+    """One line for the first problem (and how many more there are), prefixed by ``where``.
+
+    With ``data`` (the input), a path through a list entry that has a ``name`` also shows that
+    name, e.g. ``servers[3].capacity_pps ('web4')``: in a long list the name is what people know.
+    """
     problems = error.errors(include_url=False)
     first = problems[0]
     message = first["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
-    line = f"{field_path(first['loc'])}: {message[:1].lower()}{message[1:]}"
+    location = first["loc"]
+    name = entry_name(location, data) if data is not None else None
+    line = f"{_located(location, name)}: {message[:1].lower()}{message[1:]}"
     if first["type"] not in ("missing",):
         line += f" (got {_value.repr(first.get('input'))})"
     if len(problems) > 1:
         line += f" [and {len(problems) - 1} more problem(s)]"
     return f"{where}: {line}" if where else line
+
+
+def entry_name(location: Sequence[int | str], data: Any) -> str | None:
+    """The ``name`` of the innermost list entry on ``location`` in ``data``, if it has one."""
+    name = None
+    for part in location:
+        try:
+            data = data[part]
+        except (LookupError, TypeError):
+            break
+        if isinstance(part, int) and isinstance(data, Mapping) and isinstance(data.get("name"), str):
+            name = data["name"]
+    return name
+
+
+def _located(location: Sequence[int | str], name: str | None) -> str:
+    return field_path(location) + (f" ({_value.repr(name)})" if name else "")
+
+
+def problem(location: Sequence[int | str], what: str, value: Any = None, *, where: str = "",
+            name: str | None = None, error: type[CosampleError] = CosampleError) -> CosampleError:
+    """The error for a problem no single field's model can see (a duplicate, an unknown reference).
+
+    Same one-line form as ``describe``: ``where: field.path ('name'): what (got value)``, with
+    ``name`` the list entry's name if it has one; raise it.
+    """
+    line = f"{_located(location, name)}: {what}"
+    if value is not None:
+        line += f" (got {_value.repr(value)})"
+    return error(f"{where}: {line}" if where else line)
 
 
 @lru_cache(maxsize=None)
@@ -85,4 +121,4 @@ def validate(kind: type[T] | Any, data: Any, *, where: str = "",
     try:
         return _adapter(kind).validate_python(data)
     except ValidationError as exc:
-        raise error(describe(exc, where)) from None
+        raise error(describe(exc, where, data)) from None

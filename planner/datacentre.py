@@ -1,10 +1,12 @@
-"""The data-centre description: servers, their costs and capacities, and the traffic matrix.
+"""The data centre the planner works on: servers, their costs and capacities, and the traffic.
 
-Loaded from JSON or YAML (format in docs/formats.md) and validated strictly: unknown keys, wrong
-types, non-finite or negative numbers, duplicate names and unknown servers each raise one
-``PlannerError`` naming the field. Internally everything is numpy arrays indexed by server
-position, and traffic is a sparse list of (source, destination, pps) entries, so a million
-servers fit in memory and in the exact solver's time budget.
+A description file (JSON or YAML, format in docs/formats.md, declared in ``planner.description``)
+is validated by pydantic through ``cosample.validation``; the cross-field rules (unique names,
+traffic naming known servers, capacities from calibration files) follow here in the same
+one-line form ``file: field.path: what (got value)``, raised as ``PlannerError``. Internally
+everything is numpy arrays indexed by server position, and traffic is a sparse list of
+(source, destination, pps) entries, so a million servers fit in memory and in the exact
+solver's time budget.
 """
 
 from __future__ import annotations
@@ -20,13 +22,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from cosample.planner.description import AGENT_FIELDS, Description
 from cosample.planner.errors import InfeasibleError, PlannerError
-
-TOP_LEVEL_KEYS = {"name", "cost", "servers", "traffic_pps", "sflow"}
-SERVER_KEYS = {"name", "capacity_pps", "alpha", "beta", "calibration", "tunnel_ip", "bridge",
-               "vm_ports"}
-COST_KEYS = {"alpha", "beta"}
-SFLOW_KEYS = {"collector", "agent", "header_bytes", "polling_s"}
+from cosample.validation import problem, validate
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ class DataCentre:
             traffic_dst=np.asarray(traffic_dst, dtype=np.int64),
             traffic_pps=np.asarray(traffic_pps, dtype=float), name=name,
         )
-        dc.validate()
+        dc.check_arrays()
         return dc
 
     @classmethod
@@ -93,69 +91,76 @@ class DataCentre:
     @classmethod
     def from_dict(cls, document: Any, base_dir: str | Path = ".", source: str = "description") -> "DataCentre":
         """Validate a parsed description (see docs/formats.md) and build the arrays."""
-        where = source
-        doc = _mapping(document, where)
-        _no_unknown_keys(doc, TOP_LEVEL_KEYS, where)
-        cost = _mapping(_required(doc, "cost", where), f"{where}: cost")
-        _no_unknown_keys(cost, COST_KEYS, f"{where}: cost")
-        default_alpha = _positive(_required(cost, "alpha", f"{where}: cost"), f"{where}: cost.alpha")
-        default_beta = _positive(_required(cost, "beta", f"{where}: cost"), f"{where}: cost.beta")
+        description = validate(Description, document, where=source, error=PlannerError)
+        return cls.from_description(description, Path(base_dir), source)
 
-        servers = _required(doc, "servers", where)
-        if not isinstance(servers, list) or not servers:
-            raise PlannerError(f"{where}: servers: expected a non-empty list of servers")
-        names, capacity, alpha, beta, extras = [], [], [], [], {}
-        index: dict[str, int] = {}
+    @classmethod
+    def from_description(cls, description: Description, base_dir: Path = Path("."),
+                         source: str = "description") -> "DataCentre":
+        """Apply the cross-field rules to a validated description and build the arrays."""
+        from cosample.costmodel.coefficients import CalibrationFileError, read_coefficients
+
+        def fail(location: Sequence[int | str], what: str, value: Any = None) -> PlannerError:
+            name = names[location[1]] if location[0] == "servers" else None
+            return problem(location, what, value, where=source, name=name, error=PlannerError)
+
+        servers = description.servers
+        names = tuple(server.name for server in servers)
+        index = {name: position for position, name in enumerate(names)}
+        if len(index) != len(names):
+            first: dict[str, int] = {}
+            for position, name in enumerate(names):
+                if name in first:
+                    raise fail(("servers", position, "name"),
+                               f"duplicate server name, also servers[{first[name]}]", name)
+                first[name] = position
+        cost = description.cost
+        capacity = np.array([math.nan if s.capacity_pps is None else s.capacity_pps for s in servers])
+        alpha = np.array([cost.alpha if s.alpha is None else s.alpha for s in servers])
+        beta = np.array([cost.beta if s.beta is None else s.beta for s in servers])
         for position, server in enumerate(servers):
-            at = f"{where}: servers[{position}]"
-            server = _mapping(server, at)
-            _no_unknown_keys(server, SERVER_KEYS, at)
-            name = _required(server, "name", at)
-            if not isinstance(name, str) or not name:
-                raise PlannerError(f"{at}.name: expected a non-empty string, got {name!r}")
-            if name in index:
-                raise PlannerError(f"{at}.name: duplicate server name {name!r} "
-                                   f"(also servers[{index[name]}])")
-            index[name] = position
-            at = f"{where}: server {name!r}"
-            calibration = _calibration(server.get("calibration"), Path(base_dir), at)
-            merged = {**calibration, **{k: server[k] for k in ("capacity_pps", "alpha", "beta") if k in server}}
-            capacity.append(_non_negative(_required(merged, "capacity_pps", at), f"{at}: capacity_pps"))
-            alpha.append(_positive(merged.get("alpha", default_alpha), f"{at}: alpha"))
-            beta.append(_positive(merged.get("beta", default_beta), f"{at}: beta"))
-            names.append(name)
-            extra = {k: server[k] for k in ("tunnel_ip", "bridge", "vm_ports") if k in server}
+            if server.calibration is None:
+                continue
+            try:
+                calibrated = read_coefficients(base_dir / server.calibration, required=())
+            except CalibrationFileError as exc:
+                raise fail(("servers", position, "calibration"), str(exc)) from None
+            for key, column in (("capacity_pps", capacity), ("alpha", alpha), ("beta", beta)):
+                if getattr(server, key) is None and calibrated.get(key) is not None:
+                    column[position] = calibrated[key]
+        missing = np.flatnonzero(np.isnan(capacity))
+        if missing.size:
+            raise fail(("servers", int(missing[0]), "capacity_pps"),
+                       "field required (neither the server nor its calibration file gives it)")
+        extras = {}
+        for server in servers:
+            extra = {key: value for key in AGENT_FIELDS if (value := getattr(server, key)) is not None}
             if extra:
-                extras[name] = extra
+                extras[server.name] = extra
 
         src, dst, pps = [], [], []
-        traffic = _mapping(doc.get("traffic_pps", {}), f"{where}: traffic_pps")
-        for source_name, row in traffic.items():
-            at = f"{where}: traffic_pps.{source_name}"
+        for source_name, row in description.traffic_pps.items():
             if source_name not in index:
-                raise PlannerError(f"{at}: unknown server {source_name!r} (not in servers)")
-            for dest_name, value in _mapping(row, at).items():
+                raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name)
+            origin = index[source_name]
+            for dest_name, volume in row.items():
                 if dest_name not in index:
-                    raise PlannerError(f"{at}.{dest_name}: unknown server {dest_name!r} (not in servers)")
-                volume = _non_negative(value, f"{at}.{dest_name}")
+                    raise fail(("traffic_pps", source_name, dest_name),
+                               "unknown server, not in servers", dest_name)
                 if volume > 0:
-                    src.append(index[source_name])
+                    src.append(origin)
                     dst.append(index[dest_name])
                     pps.append(volume)
 
-        sflow = dict(_mapping(doc.get("sflow", {}), f"{where}: sflow"))
-        _no_unknown_keys(sflow, SFLOW_KEYS, f"{where}: sflow")
-        name = doc.get("name", Path(source).stem if source != "description" else "datacentre")
-        dc = cls(names=tuple(names), capacity_pps=np.array(capacity), alpha=np.array(alpha),
-                 beta=np.array(beta), traffic_src=np.array(src, dtype=np.int64),
-                 traffic_dst=np.array(dst, dtype=np.int64), traffic_pps=np.array(pps, dtype=float),
-                 name=str(name), server_extras=extras, sflow=sflow)
-        dc.validate()
-        return dc
+        name = description.name or (Path(source).stem if source != "description" else "datacentre")
+        return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
+                   traffic_src=np.array(src, dtype=np.int64), traffic_dst=np.array(dst, dtype=np.int64),
+                   traffic_pps=np.array(pps, dtype=float), name=name, server_extras=extras,
+                   sflow=description.sflow.model_dump(exclude_none=True))
 
     # checks ------------------------------------------------------------------------------
-    def validate(self) -> None:
-        """Shape and value checks shared by every constructor."""
+    def check_arrays(self) -> None:
+        """Invariants of arrays handed to ``from_arrays`` by code (files go through the models)."""
         n = len(self.names)
         if n == 0:
             raise PlannerError("data centre has no servers")
@@ -218,58 +223,3 @@ class DataCentre:
             return self.names.index(name)
         except ValueError:
             raise PlannerError(f"unknown server {name!r}") from None
-
-
-# parsing helpers --------------------------------------------------------------------------
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise PlannerError(f"{where}: expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _required(mapping: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in mapping:
-        raise PlannerError(f"{where}: missing required field {key!r}")
-    return mapping[key]
-
-
-def _no_unknown_keys(mapping: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(mapping) - allowed)
-    if unknown:
-        raise PlannerError(f"{where}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PlannerError(f"{where}: expected a number, got {value!r}")
-    if not math.isfinite(value):
-        raise PlannerError(f"{where}: must be finite, got {value!r}")
-    return float(value)
-
-
-def _non_negative(value: Any, where: str) -> float:
-    number = _number(value, where)
-    if number < 0:
-        raise PlannerError(f"{where}: must be >= 0, got {value!r}")
-    return number
-
-
-def _positive(value: Any, where: str) -> float:
-    number = _number(value, where)
-    if number <= 0:
-        raise PlannerError(f"{where}: must be > 0, got {value!r}")
-    return number
-
-
-def _calibration(reference: Any, base_dir: Path, where: str) -> dict[str, Any]:
-    """``alpha``, ``beta`` and ``capacity_pps`` from a calibration JSON (``cosample fit -o``)."""
-    if reference is None:
-        return {}
-    if not isinstance(reference, str):
-        raise PlannerError(f"{where}: calibration: expected a file name, got {reference!r}")
-    from cosample.costmodel.coefficients import CalibrationFileError, read_coefficients
-
-    try:
-        return read_coefficients(base_dir / reference, required=())
-    except CalibrationFileError as exc:
-        raise PlannerError(f"{where}: calibration {exc}") from None

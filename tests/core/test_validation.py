@@ -6,7 +6,7 @@ import pytest
 from pydantic import Field
 
 from cosample.errors import CosampleError
-from cosample.validation import InterfaceName, Strict, field_path, validate
+from cosample.validation import InterfaceName, Strict, entry_name, field_path, problem, validate
 
 
 class Server(Strict):
@@ -37,19 +37,36 @@ def test_valid_input_becomes_an_immutable_model_and_ints_are_floats():
 
 @pytest.mark.parametrize("data, expected", [
     ({"servers": [{"name": "s1", "capacity_pps": -1}]},
-     "dc.json: servers[0].capacity_pps: input should be greater than 0 (got -1)"),
+     "dc.json: servers[0].capacity_pps ('s1'): input should be greater than 0 (got -1)"),
     ({"servers": [{"name": "s1", "capacity_pps": "9"}]},
-     "dc.json: servers[0].capacity_pps: input should be a valid number (got '9')"),
+     "dc.json: servers[0].capacity_pps ('s1'): input should be a valid number (got '9')"),
     ({"servers": [{"name": "s1", "capacity_pps": 1, "enabled": 1}]},
-     "dc.json: servers[0].enabled: input should be a valid boolean (got 1)"),
+     "dc.json: servers[0].enabled ('s1'): input should be a valid boolean (got 1)"),
     ({"servers": [{"name": "s1", "capacity_pps": 1, "cap": 2}]},
-     "dc.json: servers[0].cap: extra inputs are not permitted (got 2)"),
+     "dc.json: servers[0].cap ('s1'): extra inputs are not permitted (got 2)"),
+    ({"servers": [{"name": 7, "capacity_pps": 1}]},
+     "dc.json: servers[0].name: input should be a valid string (got 7)"),
     ({"servers": [{"capacity_pps": 1}]}, "dc.json: servers[0].name: field required"),
 ])
 def test_errors_name_file_path_problem_and_value(data, expected):
     with pytest.raises(Custom) as caught:
         validate(Description, data, where="dc.json", error=Custom)
     assert str(caught.value) == expected
+
+
+def test_problem_has_the_same_form():
+    error = problem(("servers", 1, "name"), "duplicate server name, also servers[0]", "s1",
+                    where="dc.json", name="s1", error=Custom)
+    assert isinstance(error, Custom)
+    assert str(error) == "dc.json: servers[1].name ('s1'): duplicate server name, also servers[0] (got 's1')"
+    assert str(problem(("traffic_pps", "s7"), "unknown server")) == "traffic_pps.s7: unknown server"
+
+
+def test_entry_name_is_the_innermost_named_list_entry():
+    data = {"servers": [{"name": "a", "ports": [{"name": "p1"}, {"mtu": 1}]}]}
+    assert entry_name(("servers", 0, "ports", 0, "mtu"), data) == "p1"
+    assert entry_name(("servers", 0, "ports", 1, "mtu"), data) == "a"
+    assert entry_name(("servers", 3), data) is None and entry_name(("x",), None) is None
 
 
 def test_several_problems_are_counted_on_one_line():

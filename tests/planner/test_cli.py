@@ -93,38 +93,59 @@ def bad(**changes):
 
 
 BAD_INPUTS = [
-    (bad(traffic_pps={"s1": {"s9": 5}}), "traffic_pps.s1.s9: unknown server 's9'"),
-    (bad(traffic_pps={"s7": {"s1": 5}}), "traffic_pps.s7: unknown server 's7'"),
-    (bad(traffic_pps={"s1": {"s2": -5}}), "traffic_pps.s1.s2: must be >= 0"),
+    (bad(traffic_pps={"s1": {"s9": 5}}), "traffic_pps.s1.s9: unknown server, not in servers (got 's9')"),
+    (bad(traffic_pps={"s7": {"s1": 5}}), "traffic_pps.s7: unknown server, not in servers (got 's7')"),
+    (bad(traffic_pps={"s1": {"s2": -5}}),
+     "traffic_pps.s1.s2: input should be greater than or equal to 0 (got -5)"),
+    (bad(traffic_pps={"s1": []}), "traffic_pps.s1: input should be a valid dictionary (got [])"),
     ('{"cost": {"alpha": 1.54, "beta": 0.46}, "servers": [{"name": "s1", "capacity_pps": NaN}]}',
-     "server 's1': capacity_pps: must be finite"),
+     "servers[0].capacity_pps ('s1'): input should be a finite number (got nan)"),
     ('{"cost": {"alpha": Infinity, "beta": 0.46}, "servers": [{"name": "s1", "capacity_pps": 1}]}',
-     "cost.alpha: must be finite"),
-    (bad(servers__1__name="s1"), "servers[1].name: duplicate server name 's1'"),
-    (bad(cost={"alpha": 0, "beta": 0.46}), "cost.alpha: must be > 0"),
-    (bad(cost={"alpha": 1.5, "beta": -1}), "cost.beta: must be > 0"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "beta": 0}), "server 's1': beta: must be > 0"),
-    (bad(servers__0={"name": "s1", "capacity_pps": -3}), "server 's1': capacity_pps: must be >= 0"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "cpu": 4}), "unknown field 'cpu'"),
-    (bad(servers__0={"name": "s1"}), "missing required field 'capacity_pps'"),
-    (bad(servers=[]), "servers: expected a non-empty list"),
-    (bad(cost={"alpha": "1.5", "beta": 0.46}), "cost.alpha: expected a number"),
-    ("{not json", "not valid JSON"),
+     "cost.alpha: input should be a finite number (got inf)"),
+    (bad(servers__1__name="s1"),
+     "servers[1].name ('s1'): duplicate server name, also servers[0] (got 's1')"),
+    (bad(cost={"alpha": 0, "beta": 0.46}), "cost.alpha: input should be greater than 0 (got 0)"),
+    (bad(cost={"alpha": 1.5, "beta": -1}), "cost.beta: input should be greater than 0 (got -1)"),
+    (bad(cost={"alpha": 1.5}), "cost.beta: field required"),
+    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "beta": 0}),
+     "servers[0].beta ('s1'): input should be greater than 0 (got 0)"),
+    (bad(servers__0={"name": "s1", "capacity_pps": -3}),
+     "servers[0].capacity_pps ('s1'): input should be greater than or equal to 0 (got -3)"),
+    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "cpu": 4}),
+     "servers[0].cpu ('s1'): extra inputs are not permitted (got 4)"),
+    (bad(servers__0={"name": "s1"}),
+     "servers[0].capacity_pps ('s1'): field required (neither the server nor its calibration file gives it)"),
+    (bad(servers__1={"name": "s2", "capacity_pps": 1, "bridge": "br/int"}),
+     "servers[1].bridge ('s2'): string should match pattern '^[^/:\\s]+$' (got 'br/int')"),
+    (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "10.0.0.256"}),
+     "servers[1].tunnel_ip ('s2'): not an IPv4 or IPv6 address (got '10.0.0.256')"),
+    (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "2001:db8::1", "vm_ports": ["vnet0", ""]}),
+     "servers[1].vm_ports[1] ('s2'): string should have at least 1 character (got '')"),
+    (bad(servers__1={"name": "s2", "capacity_pps": 1, "calibration": "nope.json"}),
+     "servers[1].calibration ('s2'): {dir}/nope.json: cannot read calibration: No such file or directory"),
+    (bad(servers=[]), "servers: list should have at least 1 item after validation, not 0 (got [])"),
+    (bad(cost={"alpha": "1.5", "beta": 0.46}), "cost.alpha: input should be a valid number (got '1.5')"),
+    (bad(sflow={"collector": "c:6343", "polling_s": -1}),
+     "sflow.polling_s: input should be greater than or equal to 0 (got -1)"),
+    ([1, 2], "(top level): input should be a valid dictionary or instance of Description (got [1, 2])"),
+    ("{not json", "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     (bad(servers__0={"name": "s1", "capacity_pps": 350000}, servers__1={"name": "s2", "capacity_pps": 100000}),
      "infeasible data centre: forwarding load exceeds capacity on 2 server(s): s1 by 50,000 pps, "
-     "s2 by 50,000 pps"),
+     "s2 by 50,000 pps; raise their capacity_pps or move traffic away"),
 ]
 
 
 @pytest.mark.parametrize("document,message", BAD_INPUTS)
 def test_bad_input_is_one_clear_error_and_no_plan(tmp_path, capsys, document, message):
+    """One line: the file, the field path (with the server's name), what is wrong, the value."""
     output = tmp_path / "plan.json"
-    assert main(["plan", str(write(tmp_path, document)), "-o", str(output)]) == 2
+    path = write(tmp_path, document)
+    assert main(["plan", str(path), "-o", str(output)]) == 2
     err = capsys.readouterr().err
-    assert message in err
-    assert err.count("error:") == 1
+    prefix = "" if message.startswith("infeasible") else f"{path}: "
+    assert err == f"cosample: error: {prefix}{message.format(dir=tmp_path)}\n"
     assert not output.exists()
-    assert list(tmp_path.iterdir()) == [tmp_path / "dc.json"]
+    assert list(tmp_path.iterdir()) == [path]
 
 
 def test_missing_file_and_bad_duration(tmp_path, capsys):

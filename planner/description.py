@@ -1,0 +1,79 @@
+"""The data-centre description format, declared once as pydantic models (docs/formats.md).
+
+These models are the schema: types, bounds, optional fields and unknown keys are checked by
+pydantic through ``cosample.validation``. What one field alone cannot say (unique server names,
+traffic naming known servers, a capacity given by the server or its calibration file) is checked
+in ``planner.datacentre`` with the same one-line error form. To add a field, add it here, to the
+table in docs/formats.md, and, if the plan carries it, to ``planner.planfile``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from cosample.validation import InterfaceName, Strict
+
+#: A finite number >= 0 (packets per second, capacities).
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: A finite number > 0 (cost coefficients).
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+_IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)")
+
+
+def _ip_address(text: str) -> str:
+    """An IPv4 or IPv6 address as text (dotted quads matched fast: a million servers have one)."""
+    if not _IPV4.fullmatch(text):
+        try:
+            ipaddress.ip_address(text)
+        except ValueError:
+            raise ValueError("not an IPv4 or IPv6 address") from None
+    return text
+
+
+class Cost(Strict):
+    """Default coefficients, in units of forwarding one packet."""
+
+    alpha: Positive
+    beta: Positive
+
+
+class Server(Strict):
+    """One OVS server; ``capacity_pps``, ``alpha`` and ``beta`` may come from ``calibration``."""
+
+    name: Annotated[str, Field(min_length=1)]
+    capacity_pps: NonNegative | None = None
+    alpha: Positive | None = None
+    beta: Positive | None = None
+    calibration: Annotated[str, Field(min_length=1)] | None = None
+    tunnel_ip: Annotated[str, AfterValidator(_ip_address)] | None = None
+    bridge: InterfaceName | None = None
+    vm_ports: list[InterfaceName] | None = None
+
+
+#: Server fields handed through to the plan for the agents, when given.
+AGENT_FIELDS = ("tunnel_ip", "bridge", "vm_ports")
+
+
+class Sflow(Strict):
+    """Copied into the plan for the agents' sFlow rows."""
+
+    collector: Annotated[str, Field(min_length=1)] | None = None
+    agent: Annotated[str, Field(min_length=1)] | None = None
+    header_bytes: Annotated[int, Field(gt=0)] | None = None
+    polling_s: Annotated[int, Field(ge=0)] | None = None
+
+
+class Description(Strict):
+    """A whole description: ``cost``, ``servers``, ``traffic_pps[src][dst]`` and ``sflow``."""
+
+    name: Annotated[str, Field(min_length=1)] | None = None
+    cost: Cost
+    servers: Annotated[list[Server], Field(min_length=1)]
+    traffic_pps: dict[str, dict[str, NonNegative]] = {}
+    sflow: Sflow = Sflow()
