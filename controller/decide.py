@@ -1,0 +1,99 @@
+"""Whether the candidate plan is worth publishing (pure; property-tested against flapping).
+
+Re-planning every cycle is cheap; publishing is not (every agent reconfigures OVS, and a role
+change needs a two-phase transition). The candidate is published when
+
+1. **overload**: a server is predicted above ``capacity x (1 - margin)`` under the current plan
+   and the candidate brings it lower (a server that forwarding alone overloads is reported, but
+   does not cause a publication every cycle: no plan can help it);
+2. **gain**: the candidate collects more than ``min_gain`` (relative) more distinct packets than
+   the current plan, under the same measured traffic, for ``confirm_cycles`` cycles in a row;
+3. **expiry**: the current plan expires within ``expiry_cycles`` cycles;
+
+or when there is no current plan. Overload and expiry act at once; only the gain waits for
+confirmation, because only the gain can be an artefact of noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from cosample.controller.evaluate import Evaluation
+
+#: A candidate "brings a server lower" when it removes at least this share of its capacity.
+RELIEF = 0.01
+
+
+@dataclass(frozen=True)
+class Policy:
+    margin: float = 0.05
+    min_gain: float = 0.05
+    confirm_cycles: int = 2
+    expiry_cycles: float = 2.0
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What the decision looks at; every value already computed."""
+
+    now: datetime
+    interval_s: float
+    names: tuple[str, ...]
+    capacity_pps: np.ndarray
+    candidate: Evaluation
+    current: Evaluation | None = None
+    current_expires: datetime | None = None
+    same_content: bool = False
+    gain_streak: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    publish: bool
+    reasons: tuple[str, ...]
+    gain: float
+    gain_streak: int
+    overloaded: tuple[str, ...] = ()
+    unrelievable: tuple[str, ...] = ()
+
+
+def decide(situation: Situation, policy: Policy) -> Decision:
+    """Publish or not, and why (every reason that holds, most urgent first)."""
+    current, candidate = situation.current, situation.candidate
+    if current is None or situation.current_expires is None:
+        return Decision(True, ("no current plan",), 0.0, 0)
+    limit = 1.0 - policy.margin
+    over = current.use > limit
+    relieved = over & ((candidate.use <= limit) | (
+        candidate.load_pps < current.load_pps - RELIEF * situation.capacity_pps))
+    if situation.same_content:
+        relieved[:] = False
+    reasons = []
+    if relieved.any():
+        worst = int(np.argmax(np.where(relieved, current.use, -np.inf)))
+        reasons.append(f"overload: {int(relieved.sum())} server(s) predicted above "
+                       f"{limit:.0%} of capacity, worst {situation.names[worst]} at "
+                       f"{current.use[worst]:.1%} (candidate {candidate.use[worst]:.1%})")
+    gain = _gain(current.distinct_pps, candidate.distinct_pps)
+    streak = situation.gain_streak + 1 if gain > policy.min_gain and not situation.same_content \
+        else 0
+    if streak >= policy.confirm_cycles:
+        reasons.append(f"gain: the candidate collects {gain:+.1%} distinct packets "
+                       f"(threshold {policy.min_gain:.0%}, {streak} cycles in a row)")
+    left = (situation.current_expires - situation.now).total_seconds()
+    if left < policy.expiry_cycles * situation.interval_s:
+        reasons.append(f"expiry: the current plan expires in {max(left, 0.0):.0f} s "
+                       f"(< {policy.expiry_cycles:g} cycles)")
+    names = situation.names
+    return Decision(bool(reasons), tuple(reasons), gain, 0 if reasons else streak,
+                    tuple(names[i] for i in np.flatnonzero(over)),
+                    tuple(names[i] for i in np.flatnonzero(over & ~relieved)))
+
+
+def _gain(current_pps: float, candidate_pps: float) -> float:
+    if current_pps > 0:
+        return candidate_pps / current_pps - 1.0
+    return float("inf") if candidate_pps > 0 else 0.0

@@ -1,0 +1,115 @@
+"""What a plan does under a given traffic matrix: each server's load and the distinct packets.
+
+The controller judges the running plan and the candidate by the same function, under the same
+(smoothed, measured) traffic. A plan's *applied* shares are what the data plane does
+(docs/formats.md): ``local_rate`` (``1/sflow_sampling``) and ``mirrors[].rate``, fractions of
+the sender's own traffic ``U``. Load, in forwarding-packet units as the planner counts it:
+``F + alpha * l * U + beta * m * U + (alpha + beta) * received``; distinct packets collected per
+sender: ``U * (l + m - l * m)``, because sFlow and the mirror chain draw independently. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PlanShares:
+    """A plan's applied shares as arrays in inventory order."""
+
+    version: int
+    plan_id: str
+    local_rate: np.ndarray
+    mirror_src: np.ndarray
+    mirror_dst: np.ndarray
+    mirror_rate: np.ndarray
+    role: np.ndarray  # 0 idle, 1 receiver, 2 sender, -1 not in the plan
+
+
+ROLE_CODES = {"idle": 0, "receiver": 1, "sender": 2}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A plan under a traffic matrix."""
+
+    load_pps: np.ndarray
+    use: np.ndarray            # load / capacity (inf where capacity is 0 and load > 0)
+    distinct_pps: float
+
+    def worst(self, names: tuple[str, ...]) -> tuple[str, float]:
+        i = int(np.argmax(self.use))
+        return names[i], float(self.use[i])
+
+
+def shares(plan: Mapping[str, Any], index: Mapping[str, int]) -> PlanShares:
+    """The applied shares of a plan document; hosts outside ``index`` are ignored."""
+    n = len(index)
+    local = np.zeros(n)
+    role = np.full(n, -1, dtype=np.int8)
+    src: list[int] = []
+    dst: list[int] = []
+    rate: list[float] = []
+    for name, host in plan["hosts"].items():
+        i = index.get(name)
+        if i is None:
+            continue
+        sampling = host.get("sflow_sampling")
+        local[i] = 1.0 / sampling if sampling else 0.0
+        role[i] = ROLE_CODES.get(host.get("role"), -1)
+        for mirror in host.get("mirrors", ()):
+            k = index.get(mirror["to"])
+            if k is not None:
+                src.append(i)
+                dst.append(k)
+                rate.append(float(mirror["rate"]))
+    return PlanShares(int(plan["version"]), str(plan["plan_id"]), local,
+                      np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
+                      np.asarray(rate, dtype=float), role)
+
+
+def evaluate(plan: PlanShares, own_pps: np.ndarray, forwarding_pps: np.ndarray,
+             capacity_pps: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> Evaluation:
+    """Loads and distinct packets of ``plan`` when servers send ``own_pps``."""
+    n = own_pps.size
+    mirrored = plan.mirror_rate * own_pps[plan.mirror_src]
+    out = np.bincount(plan.mirror_src, weights=mirrored, minlength=n)
+    received = np.bincount(plan.mirror_dst, weights=mirrored, minlength=n)
+    sampled = plan.local_rate * own_pps
+    load = forwarding_pps + alpha * sampled + beta * out + (alpha + beta) * received
+    with np.errstate(divide="ignore", invalid="ignore"):
+        use = np.where(capacity_pps > 0, load / capacity_pps, np.where(load > 0, np.inf, 0.0))
+        share = np.where(own_pps > 0, out / own_pps, 0.0)
+    distinct = own_pps * (plan.local_rate + share - plan.local_rate * share)
+    return Evaluation(load, use, float(distinct.sum()))
+
+
+def needs_two_phases(old: PlanShares, new: PlanShares) -> bool:
+    """Whether applying ``new`` over ``old`` host by host, in any order, can overload a server.
+
+    A server's load is increasing in its own local rate, its own mirror shares and the shares
+    mirrored to it. Hosts apply their part at different moments, so any mixture of old and new
+    components occurs on the way; a mixture exceeds both the old and the new load only if some
+    component affecting that server rises while another falls (e.g. it receives more before it
+    has dropped its own sampling). Then the agents' two-phase transition (decreases first) is
+    needed; otherwise one phase is safe.
+    """
+    n = old.local_rate.size
+    rises = np.zeros(n, dtype=bool)
+    falls = np.zeros(n, dtype=bool)
+    rises |= new.local_rate > old.local_rate
+    falls |= new.local_rate < old.local_rate
+    old_pairs = dict(zip(zip(old.mirror_src.tolist(), old.mirror_dst.tolist()),
+                         old.mirror_rate.tolist()))
+    new_pairs = dict(zip(zip(new.mirror_src.tolist(), new.mirror_dst.tolist()),
+                         new.mirror_rate.tolist()))
+    for pair in old_pairs.keys() | new_pairs.keys():
+        before, after = old_pairs.get(pair, 0.0), new_pairs.get(pair, 0.0)
+        if after != before:
+            marks = rises if after > before else falls
+            marks[list(pair)] = True
+    return bool(np.any(rises & falls))

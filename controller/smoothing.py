@@ -1,0 +1,78 @@
+"""An exponentially weighted moving average of the traffic matrix, with a stated time constant.
+
+Each new measurement moves the smoothed matrix by ``w = 1 - exp(-dt / tau)`` of the difference,
+``dt`` being the time since the previous measurement, so the filter's memory is ``tau`` seconds
+whatever the cycle length (and a late cycle weighs more, as it should). With ``dt = tau / 3``
+(30 s cycles, tau 90 s) ``w = 0.28``; i.i.d. noise of standard deviation sigma leaves
+``sigma * sqrt(w / (2 - w)) = 0.41 sigma``, and a step change is 95 % through after ``3 tau``.
+Rows of servers missing from a measurement are held, not decayed: silence is not idleness.
+Pure: the state is an immutable value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from cosample.controller.estimate import Measurement
+
+#: Entries that decay below this many packets/s are dropped, so the matrix stays sparse.
+FLOOR_PPS = 1e-3
+
+
+@dataclass(frozen=True)
+class Smoothed:
+    """The smoothed traffic matrix (sparse, sorted by ``src * n + dst``) and its bookkeeping."""
+
+    time: datetime
+    n: int
+    keys: np.ndarray
+    pps: np.ndarray
+    seen: np.ndarray  # bool per server: measured at least once
+
+    @property
+    def src(self) -> np.ndarray:
+        return self.keys // self.n
+
+    @property
+    def dst(self) -> np.ndarray:
+        return self.keys % self.n
+
+
+def weight(dt_s: float, tau_s: float) -> float:
+    """How far one measurement ``dt_s`` after the previous one moves the average."""
+    if tau_s <= 0:
+        return 1.0
+    return 1.0 - math.exp(-max(dt_s, 0.0) / tau_s)
+
+
+def update(previous: Smoothed | None, measurement: Measurement, tau_s: float) -> Smoothed:
+    """The average after ``measurement`` (the measurement itself when there is no history)."""
+    n = measurement.measured.size
+    new_keys = measurement.traffic_src.astype(np.int64) * n + measurement.traffic_dst
+    if previous is None or previous.n != n:
+        return Smoothed(measurement.time, n, new_keys, measurement.traffic_pps.copy(),
+                        measurement.measured.copy())
+    dt = (measurement.time - previous.time).total_seconds()
+    if dt <= 0:  # the same (or an older) snapshot again: nothing new to learn
+        return previous
+    w = weight(dt, tau_s)
+    keys = np.union1d(previous.keys, new_keys)
+    old = _aligned(keys, previous.keys, previous.pps)
+    new = _aligned(keys, new_keys, measurement.traffic_pps)
+    held = ~measurement.measured[keys // n]
+    pps = np.where(held, old, old + w * (new - old))
+    keep = pps > FLOOR_PPS
+    return Smoothed(measurement.time, n, keys[keep], pps[keep],
+                    previous.seen | measurement.measured)
+
+
+def _aligned(keys: np.ndarray, subset: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` (indexed by sorted ``subset``) spread onto sorted ``keys``; 0 elsewhere."""
+    out = np.zeros(keys.size)
+    if subset.size:
+        out[np.searchsorted(keys, subset)] = values
+    return out
