@@ -10,8 +10,10 @@ change needs a two-phase transition). The candidate is published when
    the current plan, under the same measured traffic, for ``confirm_cycles`` cycles in a row;
 3. **expiry**: the current plan expires within ``expiry_cycles`` cycles;
 
-or when there is no current plan. Overload and expiry act at once; only the gain waits for
-confirmation, because only the gain can be an artefact of noise.
+or, when there is no current plan, as soon as the traffic estimate is warm (``warm``: it has
+averaged ``tau`` seconds of snapshots; the agents stay in their safe state meanwhile). Overload
+and expiry act at once; only the gain waits for confirmation and a warm estimate, because only
+the gain can be an artefact of noise.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ RELIEF = 0.01
 @dataclass(frozen=True)
 class Policy:
     margin: float = 0.05
-    min_gain: float = 0.05
-    confirm_cycles: int = 2
+    min_gain: float = 0.10
+    confirm_cycles: int = 3
     expiry_cycles: float = 2.0
 
 
@@ -48,6 +50,7 @@ class Situation:
     current_expires: datetime | None = None
     same_content: bool = False
     gain_streak: int = 0
+    warm: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ def decide(situation: Situation, policy: Policy) -> Decision:
     """Publish or not, and why (every reason that holds, most urgent first)."""
     current, candidate = situation.current, situation.candidate
     if current is None or situation.current_expires is None:
+        if not situation.warm:
+            return Decision(False, (), 0.0, 0)
         return Decision(True, ("no current plan",), 0.0, 0)
     limit = 1.0 - policy.margin
     over = current.use > limit
@@ -78,8 +83,8 @@ def decide(situation: Situation, policy: Policy) -> Decision:
                        f"{limit:.0%} of capacity, worst {situation.names[worst]} at "
                        f"{current.use[worst]:.1%} (candidate {candidate.use[worst]:.1%})")
     gain = _gain(current.distinct_pps, candidate.distinct_pps)
-    streak = situation.gain_streak + 1 if gain > policy.min_gain and not situation.same_content \
-        else 0
+    streak = situation.gain_streak + 1 if (gain > policy.min_gain and situation.warm
+                                           and not situation.same_content) else 0
     if streak >= policy.confirm_cycles:
         reasons.append(f"gain: the candidate collects {gain:+.1%} distinct packets "
                        f"(threshold {policy.min_gain:.0%}, {streak} cycles in a row)")

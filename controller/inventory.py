@@ -56,7 +56,7 @@ class Server(Coefficients):
     server_class: Name | None = Field(default=None, alias="class")
     bridge: InterfaceName | None = None
     tunnel_ip: IpAddress | None = None
-    vm_ports: tuple[InterfaceName, ...] | None = None
+    vm_ports: list[InterfaceName] | None = None
 
 
 class Sflow(Strict):

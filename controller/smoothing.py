@@ -5,7 +5,10 @@ Each new measurement moves the smoothed matrix by ``w = 1 - exp(-dt / tau)`` of 
 whatever the cycle length (and a late cycle weighs more, as it should). With ``dt = tau / 3``
 (30 s cycles, tau 90 s) ``w = 0.28``; i.i.d. noise of standard deviation sigma leaves
 ``sigma * sqrt(w / (2 - w)) = 0.41 sigma``, and a step change is 95 % through after ``3 tau``.
-Rows of servers missing from a measurement are held, not decayed: silence is not idleness.
+Until ``tau`` is filled the weight is ``max(w, 1/k)`` for the k-th measurement, i.e. a plain
+running mean, so the first estimate is not one raw snapshot that the EWMA would then take
+``tau`` to forget. Rows of servers missing from a measurement are held, not decayed: silence is
+not idleness.
 Pure: the state is an immutable value.
 """
 
@@ -32,6 +35,7 @@ class Smoothed:
     keys: np.ndarray
     pps: np.ndarray
     seen: np.ndarray  # bool per server: measured at least once
+    count: int = 1    # measurements averaged so far
 
     @property
     def src(self) -> np.ndarray:
@@ -55,11 +59,11 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float) ->
     new_keys = measurement.traffic_src.astype(np.int64) * n + measurement.traffic_dst
     if previous is None or previous.n != n:
         return Smoothed(measurement.time, n, new_keys, measurement.traffic_pps.copy(),
-                        measurement.measured.copy())
+                        measurement.measured.copy(), 1)
     dt = (measurement.time - previous.time).total_seconds()
     if dt <= 0:  # the same (or an older) snapshot again: nothing new to learn
         return previous
-    w = weight(dt, tau_s)
+    w = max(weight(dt, tau_s), 1.0 / (previous.count + 1))
     keys = np.union1d(previous.keys, new_keys)
     old = _aligned(keys, previous.keys, previous.pps)
     new = _aligned(keys, new_keys, measurement.traffic_pps)
@@ -67,7 +71,7 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float) ->
     pps = np.where(held, old, old + w * (new - old))
     keep = pps > FLOOR_PPS
     return Smoothed(measurement.time, n, keys[keep], pps[keep],
-                    previous.seen | measurement.measured)
+                    previous.seen | measurement.measured, previous.count + 1)
 
 
 def _aligned(keys: np.ndarray, subset: np.ndarray, values: np.ndarray) -> np.ndarray:

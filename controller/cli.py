@@ -1,0 +1,176 @@
+"""``cosample controller run|check|status``: parsing here, the loop in ``loop``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from cosample.agents.cli import duration
+
+    controller = subparsers.add_parser(
+        "controller", help="closed loop: measure, re-plan, publish signed plans",
+        description="Read the collectors' snapshots every interval, re-plan, and publish a new "
+                    "signed plan only when it matters; see docs/controller.md.")
+    actions = controller.add_subparsers(dest="controller_command", metavar="ACTION")
+    actions.required = True
+
+    run = actions.add_parser("run", help="the controller daemon")
+    run.add_argument("--inventory", required=True, metavar="FILE",
+                     help="servers, bridges, tunnels, VM ports, capacities, calibrations")
+    run.add_argument("--collector", required=True, action="append", metavar="URL",
+                     help="a collector's base URL or /snapshot URL, or a snapshot file; repeat "
+                          "for several collectors (each owning a set of agents)")
+    run.add_argument("--interval", type=duration, default=30.0, metavar="DURATION",
+                     help="cycle length (default 30s)")
+    where = run.add_mutually_exclusive_group(required=True)
+    where.add_argument("--serve", metavar="HOST:PORT",
+                       help="serve plan.json(.sig), /status and /metrics over HTTP")
+    where.add_argument("--publish", metavar="DIR",
+                       help="write plan.json and plan.json.sig atomically into DIR")
+    signing = run.add_mutually_exclusive_group(required=True)
+    signing.add_argument("--key", metavar="PRIVATE.pem", help="ed25519 key that signs plans")
+    signing.add_argument("--insecure-unsigned", action="store_true",
+                         help="publish unsigned plans (agents must opt out of signatures too)")
+    run.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
+                     help=f"versions, plan in force, status (default {DEFAULT_STATE_DIR})")
+    run.add_argument("--tau", type=duration, default=None, metavar="DURATION",
+                     help="EWMA time constant of the traffic (default 3 intervals)")
+    run.add_argument("--margin", type=float, default=0.05,
+                     help="publish when a server is predicted above capacity x (1 - margin) "
+                          "(default 0.05)")
+    run.add_argument("--plan-margin", type=float, default=0.15,
+                     help="plan to capacity x (1 - plan-margin); must exceed --margin "
+                          "(default 0.15)")
+    run.add_argument("--min-gain", type=float, default=0.10,
+                     help="publish when the new plan collects this much more (default 0.10)")
+    run.add_argument("--confirm", type=int, default=3, metavar="CYCLES",
+                     help="cycles in a row the gain must hold (default 3)")
+    run.add_argument("--valid-for", type=duration, default=3600.0, metavar="DURATION",
+                     help="plan validity; agents fall back to their safe state after it (1h)")
+    run.add_argument("--settle", type=duration, default=120.0, metavar="DURATION",
+                     help="two-phase transitions: wait between phases; above the agents' "
+                          "interval + jitter + apply time (default 120s)")
+    run.add_argument("--max-age", type=duration, default=None, metavar="DURATION",
+                     help="a snapshot older than this is stale (default 3 intervals)")
+    run.add_argument("--timeout", type=duration, default=10.0, metavar="DURATION",
+                     help="total timeout of each snapshot fetch (default 10s)")
+    run.add_argument("--cycles", type=int, default=None, metavar="N",
+                     help="stop after N cycles (default: run until SIGTERM/SIGINT)")
+    run.set_defaults(func=_run)
+
+    check = actions.add_parser("check", help="validate an inventory, print it normalised")
+    check.add_argument("--inventory", required=True, metavar="FILE")
+    check.set_defaults(func=_check)
+
+    status = actions.add_parser("status", help="print the last cycle's status.json")
+    status.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR")
+    status.set_defaults(func=_status)
+
+
+def settings_from(args: argparse.Namespace):
+    """The loop's settings from parsed options; one ``ControllerError`` for a bad value."""
+    from cosample.controller.decide import Policy
+    from cosample.controller.errors import ControllerError
+    from cosample.controller.loop import Settings
+    from cosample.controller.source import snapshot_url
+
+    if not 0 <= args.margin < 1:
+        raise ControllerError(f"--margin: expected a fraction in [0, 1), got {args.margin:g}")
+    if not args.margin < args.plan_margin < 1:
+        raise ControllerError(f"--plan-margin: expected a fraction above --margin "
+                              f"({args.margin:g}) and below 1, got {args.plan_margin:g}")
+    if args.min_gain < 0:
+        raise ControllerError(f"--min-gain: expected >= 0, got {args.min_gain:g}")
+    if args.confirm < 1:
+        raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
+    for flag, value in (("--interval", args.interval), ("--valid-for", args.valid_for),
+                        ("--timeout", args.timeout)):
+        if value <= 0:
+            raise ControllerError(f"{flag}: expected a positive duration, got {value:g} s")
+    if args.valid_for <= 2 * args.interval + args.settle:
+        raise ControllerError(f"--valid-for: {args.valid_for:g} s must exceed two intervals plus "
+                              f"--settle ({2 * args.interval + args.settle:g} s)")
+    return Settings(
+        collectors=tuple(snapshot_url(url) for url in args.collector),
+        interval_s=args.interval,
+        tau_s=args.tau if args.tau is not None else 3 * args.interval,
+        max_age_s=args.max_age, valid_for_s=args.valid_for, plan_margin=args.plan_margin,
+        settle_s=args.settle,
+        policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),
+        key=args.key, timeout_s=args.timeout)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from cosample.agents.plan import parse_hostport
+    from cosample.agents.signing import sign_bytes
+    from cosample.controller.inventory import load_inventory
+    from cosample.controller.loop import Controller
+    from cosample.controller.publish import DirectoryTarget, HttpTarget
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = settings_from(args)
+    inventory = load_inventory(args.inventory)
+    if args.key:
+        sign_bytes(b"", args.key)  # a bad key is an error now, not at the first publish
+    else:
+        print("cosample: warning: publishing UNSIGNED plans (--insecure-unsigned): anyone who "
+              "can write the plan location controls every host's mirrors", file=sys.stderr)
+    controller = None
+    if args.serve:
+        host, port = parse_hostport(args.serve, "--serve")
+        holder: dict = {}
+        target = HttpTarget(host, port, lambda: holder["c"].last_status.as_dict()
+                            if holder["c"].last_status else {},
+                            lambda: holder["c"].metrics.exposition())
+    else:
+        target = DirectoryTarget(args.publish)
+    try:
+        controller = Controller(inventory, settings, target, args.state_dir)
+        if args.serve:
+            holder["c"] = controller
+        print(f"controller: {inventory.size} servers, publishing to {target.describe()}",
+              file=sys.stderr)
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            controller.run(stop, max_cycles=args.cycles)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if args.serve:
+            target.close()
+    return 0 if controller and controller.last_status and \
+        controller.last_status.result in ("published", "kept") else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    from cosample.controller.inventory import load_inventory
+
+    print(json.dumps(load_inventory(args.inventory).describe(), indent=2, sort_keys=True))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cosample.controller.errors import ControllerError
+    from cosample.controller.report import STATUS_FILE
+
+    path = Path(args.state_dir) / STATUS_FILE
+    try:
+        status = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ControllerError(f"{path}: no readable status ({exc})") from None
+    print(json.dumps(status, indent=2, sort_keys=True))
+    return 0 if status.get("result") in ("published", "kept") else 1

@@ -1,0 +1,236 @@
+"""The controller loop: read, estimate, smooth, re-plan, decide, publish, report.
+
+``Controller.cycle`` is one pass and never raises for bad input: a collector that is down,
+stale or inconsistent with the inventory leaves the plan in force untouched and says so
+(``status.json``, metrics). ``Controller.run`` repeats it every ``interval_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from cosample.controller import decide as decisions
+from cosample.controller.errors import ControllerError, SnapshotError
+from cosample.controller.estimate import measure
+from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
+from cosample.controller.inventory import Inventory
+from cosample.controller.publish import render
+from cosample.controller.replan import replan
+from cosample.controller.report import CycleStatus, Metrics, write_reports
+from cosample.controller.smoothing import Smoothed, update
+from cosample.controller.source import Reading, read_collectors
+from cosample.controller.store import Store, next_version
+from cosample.errors import CosampleError
+
+log = logging.getLogger("cosample.controller")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that tunes the loop (command-line options)."""
+
+    collectors: tuple[str, ...]
+    interval_s: float = 30.0
+    tau_s: float = 90.0
+    max_age_s: float | None = None   # default: 3 intervals
+    valid_for_s: float = 3600.0
+    plan_margin: float = 0.15
+    settle_s: float = 120.0
+    policy: decisions.Policy = decisions.Policy()
+    key: str | None = None
+    timeout_s: float = 10.0
+    solver: str = "exact"
+
+    @property
+    def snapshot_max_age_s(self) -> float:
+        return self.max_age_s if self.max_age_s is not None else 3 * self.interval_s
+
+
+class Controller:
+    """One controller. ``target`` has ``publish(rendered)``; ``reader`` is ``read_collectors``."""
+
+    def __init__(self, inventory: Inventory, settings: Settings, target: Any, state_dir: str | Path,
+                 *, clock: Callable[[], datetime] = utcnow,
+                 reader: Callable[..., Reading] = read_collectors,
+                 metrics: Metrics | None = None) -> None:
+        self.inventory, self.settings, self.target = inventory, settings, target
+        self.store = Store(Path(state_dir))
+        self.clock, self.reader = clock, reader
+        self.metrics = metrics or Metrics()
+        self.smoothed: Smoothed | None = None
+        self.gain_streak = 0
+        self.current: dict[str, Any] | None = self.store.current_plan()
+        self.current_shares: PlanShares | None = (
+            shares(self.current, inventory.index) if self.current else None)
+        self.last_status: CycleStatus | None = None
+        if self.current is not None:
+            self.metrics.plan_version.set(self.store.last_version() or -1)
+
+    # one pass -----------------------------------------------------------------------------------
+    def cycle(self) -> CycleStatus:
+        started = time.perf_counter()
+        now = self.clock()
+        try:
+            status = self._cycle(now)
+        except CosampleError as exc:  # inconsistent input, a failed write: nothing published
+            log.warning("%s", exc)
+            self.metrics.errors.labels(kind=type(exc).__name__).inc()
+            status = self._base(now, "error", problems=(str(exc),))
+        status = replace(status, cycle_seconds=round(time.perf_counter() - started, 6))
+        self.last_status = status
+        self.metrics.record(status, now.timestamp())
+        write_reports(self.store.directory, status, self.metrics)
+        return status
+
+    def run(self, stop: threading.Event, max_cycles: int | None = None) -> None:
+        """Cycle every ``interval_s`` until ``stop`` is set; never dies on a failed pass."""
+        done = 0
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                self.cycle()
+            except Exception:  # noqa: BLE001 - a daemon survives its own bugs and reports them
+                log.exception("controller cycle failed")
+                self.metrics.errors.labels(kind="internal").inc()
+            done += 1
+            if max_cycles is not None and done >= max_cycles:
+                break
+            stop.wait(max(0.0, self.settings.interval_s - (time.monotonic() - began)))
+
+    # pieces -------------------------------------------------------------------------------------
+    def _cycle(self, now: datetime) -> CycleStatus:
+        timings: dict[str, float] = {}
+        mark = time.perf_counter()
+        reading = self.reader(self.settings.collectors, now, self.settings.snapshot_max_age_s,
+                              self.settings.timeout_s)
+        timings["read"] = _lap(mark)
+        if reading.snapshot is None:
+            return self._base(now, "stale", reading=reading,
+                              reasons=("no fresh snapshot: keeping the plan in force",))
+        mark = time.perf_counter()
+        measurement = measure(reading.snapshot, self.inventory,
+                              source="+".join(self.settings.collectors))
+        smoothed = update(self.smoothed, measurement, self.settings.tau_s)
+        timings["estimate"] = _lap(mark)
+        mark = time.perf_counter()
+        candidate = replan(self.inventory, smoothed, now,
+                           timedelta(seconds=self.settings.valid_for_s),
+                           self.settings.plan_margin, self.settings.solver)
+        timings["plan"] = _lap(mark)
+        mark = time.perf_counter()
+        inv = self.inventory
+        judged = evaluate(candidate.shares, candidate.own_pps, candidate.forwarding_pps,
+                          inv.capacity_pps, inv.alpha, inv.beta)
+        current_eval = None
+        if self.current_shares is not None:
+            current_eval = evaluate(self.current_shares, candidate.own_pps,
+                                    candidate.forwarding_pps, inv.capacity_pps, inv.alpha,
+                                    inv.beta)
+        situation = decisions.Situation(
+            now=now, interval_s=self.settings.interval_s, names=inv.names,
+            capacity_pps=inv.capacity_pps, candidate=judged, current=current_eval,
+            current_expires=_expires(self.current),
+            same_content=self.current is not None
+            and self.current.get("plan_id") == candidate.document["plan_id"],
+            gain_streak=self.gain_streak,
+            warm=smoothed.count * self.settings.interval_s >= self.settings.tau_s)
+        decision = decisions.decide(situation, self.settings.policy)
+        if self.current is None and not situation.warm:
+            decision = replace(decision, reasons=(
+                f"warming up: {smoothed.count} snapshot(s) averaged, publishing after "
+                f"{self.settings.tau_s:g} s of them",))
+        timings["decide"] = _lap(mark)
+        self.smoothed = smoothed  # only a cycle that got this far learns from its snapshot
+        self.gain_streak = decision.gain_streak
+        published: tuple[int, ...] = ()
+        two_phase = False
+        if decision.publish:
+            mark = time.perf_counter()
+            published, two_phase = self._publish(candidate.document, now)
+            timings["publish"] = _lap(mark)
+        worst = current_eval if current_eval is not None else judged
+        return self._base(
+            now, "published" if published else "kept", reading=reading,
+            reasons=decision.reasons, published=published, two_phase=two_phase,
+            gain=decision.gain if current_eval is not None else None,
+            gain_streak=decision.gain_streak,
+            predicted_max_use=float(worst.use.max()) if worst.use.size else 0.0,
+            over_limit=decision.overloaded,
+            unrelievable=decision.unrelievable + candidate.saturated,
+            unmeasured=len(candidate.unmeasured),
+            counter_servers=int(measurement.from_counters.sum()),
+            disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
+                                 "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}
+                                for d in measurement.disagreements),
+            timings=timings)
+
+    def _publish(self, plan: dict[str, Any], now: datetime) -> tuple[tuple[int, ...], bool]:
+        version = next_version(self.store.last_version(), now)
+        previous = self.current
+        if previous is not None and _expires(previous) is not None and _expires(previous) > now:
+            candidate = shares(dict(plan, version=version), self.inventory.index)
+            if not needs_two_phases(self.current_shares, candidate):
+                previous = None
+        else:
+            previous = None
+        rendered = render(plan, version, self.settings.key, previous, now,
+                          self.settings.settle_s)
+        self.target.publish(rendered)
+        self.store.record(rendered.versions[-1], rendered.final, now)
+        self.current = rendered.final
+        self.current_shares = shares(rendered.final, self.inventory.index)
+        log.info("published version(s) %s", rendered.versions)
+        return rendered.versions, previous is not None
+
+    def _base(self, now: datetime, result: str, reading: Reading | None = None,
+              **fields: Any) -> CycleStatus:
+        plan = self.current
+        snapshot = reading.snapshot if reading is not None else None
+        expires = _expires(plan)
+        if expires is not None:
+            self.metrics.plan_expires.set(expires.timestamp())
+        return CycleStatus(
+            time=_iso(now), result=result,
+            plan_version=int(plan["version"]) if plan else None,
+            plan_id=plan.get("plan_id") if plan else None,
+            plan_expires=plan.get("expires") if plan else None,
+            snapshot_time=_iso(snapshot.time) if snapshot is not None else None,
+            snapshot_age_s=round((now - snapshot.time).total_seconds(), 3)
+            if snapshot is not None else None,
+            collectors_up=reading.collectors_up if reading else 0,
+            collectors=reading.collectors if reading else len(self.settings.collectors),
+            problems=tuple(fields.pop("problems", ())) + (reading.problems if reading else ()),
+            **{key: value for key, value in fields.items() if key != "published"},
+            published_versions=fields.get("published", ()))
+
+
+def _expires(plan: dict[str, Any] | None) -> datetime | None:
+    if not plan or not isinstance(plan.get("expires"), str):
+        return None
+    try:
+        return datetime.fromisoformat(plan["expires"].replace("Z", "+00:00"))
+    except ValueError:
+        raise ControllerError(f"plan in force: expires: not a UTC time: {plan['expires']!r}") \
+            from None
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _lap(mark: float) -> float:
+    return round(time.perf_counter() - mark, 6)
+
+
+__all__ = ["Controller", "Settings", "SnapshotError"]

@@ -1,0 +1,159 @@
+"""Publishing a plan: render, sign, and hand the bytes to a target the agents read.
+
+Two targets: ``DirectoryTarget`` writes ``plan.json`` and ``plan.json.sig`` atomically into a
+folder that any web server, shared file system or object-store sync serves; ``HttpTarget``
+serves them itself with ``ETag``/``If-None-Match`` (a 304 costs no body), next to ``/status``
+and ``/metrics``. When a plan change makes some server's load rise while another component
+falls, the document is the agents' two-phase plan set (``cosample.agents.transition``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
+from cosample.files import write_bytes_atomic
+from cosample.planner.planfile import canonical_json
+
+PLAN_NAME = "plan.json"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The bytes agents fetch, their signature (or None) and the versions they carry."""
+
+    data: bytes
+    signature: bytes | None
+    versions: tuple[int, ...]
+    final: dict[str, Any]  # the plan the fleet ends up running
+
+    @property
+    def etag(self) -> str:
+        return '"' + hashlib.sha256(self.data).hexdigest()[:32] + '"'
+
+
+def render(plan: dict[str, Any], version: int, key: str | None,
+           previous: dict[str, Any] | None = None, now: datetime | None = None,
+           settle_s: float = 120.0) -> Rendered:
+    """``plan`` as version ``version``; with ``previous``, as a two-phase plan set from it."""
+    plan = dict(plan, version=version)
+    if previous is None:
+        data = canonical_json(plan).encode()
+        versions, final = (version,), plan
+    else:
+        from cosample.agents.plan import plan_from_dict
+        from cosample.agents.transition import transition
+
+        document = transition(plan_from_dict(previous), plan_from_dict(plan), now, settle_s)
+        data = canonical_json(document).encode()
+        versions = tuple(int(p["version"]) for p in document["plans"])
+        final = document["plans"][-1]
+    signature = sign_bytes(data, key) if key else None
+    return Rendered(data, signature, versions, final)
+
+
+class DirectoryTarget:
+    """``DIR/plan.json`` and ``DIR/plan.json.sig``, each replaced atomically (0644)."""
+
+    def __init__(self, directory: str | Path, name: str = PLAN_NAME) -> None:
+        self.path = Path(directory) / name
+
+    def publish(self, rendered: Rendered) -> None:
+        write_bytes_atomic(self.path, rendered.data, mode=0o644, parents=True)
+        signature = self.path.with_name(self.path.name + SIGNATURE_SUFFIX)
+        if rendered.signature is not None:
+            write_bytes_atomic(signature, rendered.signature, mode=0o644)
+        else:
+            signature.unlink(missing_ok=True)
+
+    def describe(self) -> str:
+        return str(self.path)
+
+
+class HttpTarget:
+    """A small threaded HTTP server: the plan, its signature, status and metrics."""
+
+    def __init__(self, host: str, port: int, status: Callable[[], dict[str, Any]],
+                 metrics: Callable[[], bytes], name: str = PLAN_NAME) -> None:
+        self.name = name
+        self._current: Rendered | None = None
+        self._status, self._metrics = status, metrics
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "cosample-controller"
+
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+                target._serve(self)
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                target._serve(self, body=False)
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="controller-http",
+                                       daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.server.server_address[:2]
+
+    def publish(self, rendered: Rendered) -> None:
+        self._current = rendered  # one reference swap: readers see the old pair or the new
+
+    def describe(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}/{self.name}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _serve(self, request: BaseHTTPRequestHandler, body: bool = True) -> None:
+        path = request.path.split("?", 1)[0]
+        current = self._current
+        etag = None
+        if path == "/" + self.name and current is not None:
+            payload, kind, etag = current.data, "application/json", current.etag
+        elif path == "/" + self.name + SIGNATURE_SUFFIX and current is not None \
+                and current.signature is not None:
+            payload, kind, etag = current.signature, "text/plain", current.etag[:-1] + '-sig"'
+        elif path == "/status":
+            payload, kind = (json.dumps(self._status(), indent=2, sort_keys=True) + "\n").encode(), \
+                "application/json"
+        elif path == "/metrics":
+            payload, kind = self._metrics(), "text/plain; version=0.0.4"
+        else:
+            request.send_error(404, "no such document (plan not published yet?)")
+            return
+        if etag is not None and (_tags(request.headers.get("If-None-Match")) & {etag, "*"}):
+            request.send_response(304)
+            request.send_header("ETag", etag)
+            request.end_headers()
+            return
+        request.send_response(200)
+        request.send_header("Content-Type", kind)
+        request.send_header("Content-Length", str(len(payload)))
+        request.send_header("Cache-Control", "no-cache")
+        if etag is not None:
+            request.send_header("ETag", etag)
+        request.end_headers()
+        if body:
+            request.wfile.write(payload)
+
+
+def _tags(header: str | None) -> set[str]:
+    if not header:
+        return set()
+    return {tag.strip().removeprefix("W/") for tag in header.split(",")}

@@ -1,0 +1,82 @@
+"""What must survive a controller restart: the last version published and the plan in force.
+
+The state directory is created 0700 and its files are written 0600 (atomically): it holds
+``state.json`` (last version, plan_id, time) and ``current-plan.json`` (the plan the agents
+converge to, for judging it after a restart and for the next two-phase transition). Versions
+are ``max(previous + 1, now in Unix seconds)``: strictly increasing across restarts, and never
+far ahead of the plan's ``created`` time, which agents bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cosample.controller.errors import ControllerError
+from cosample.files import write_bytes_atomic
+
+STATE_FILE, PLAN_FILE = "state.json", "current-plan.json"
+DIR_MODE, FILE_MODE = 0o700, 0o600
+
+
+def next_version(previous: int | None, now: datetime) -> int:
+    """Strictly above ``previous`` and at least the current Unix second."""
+    floor = int(now.timestamp())
+    return floor if previous is None else max(previous + 1, floor)
+
+
+@dataclass
+class Store:
+    """The controller's state directory."""
+
+    directory: Path
+
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory)
+        try:
+            self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            os.chmod(self.directory, DIR_MODE)
+        except OSError as exc:
+            raise ControllerError(f"{self.directory}: cannot use as state directory "
+                                  f"({exc.strerror})") from None
+
+    def last_version(self) -> int | None:
+        state = self._read(STATE_FILE)
+        if state is None:
+            return None
+        version = state.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ControllerError(f"{self.directory / STATE_FILE}: version: expected a "
+                                  f"non-negative integer, got {version!r}; fix or remove the "
+                                  "file (the next version is then the current Unix time)")
+        return version
+
+    def current_plan(self) -> dict[str, Any] | None:
+        return self._read(PLAN_FILE)
+
+    def record(self, version: int, plan: dict[str, Any], published: datetime) -> None:
+        """Remember a publication: the plan first, then the version that vouches for it."""
+        self._write(PLAN_FILE, plan)
+        self._write(STATE_FILE, {"version": version, "plan_id": plan["plan_id"],
+                                 "published": published.isoformat()})
+
+    def _read(self, name: str) -> dict[str, Any] | None:
+        path = self.directory / name
+        try:
+            document = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ControllerError(f"{path}: unreadable controller state ({exc}); fix or remove "
+                                  "it") from None
+        if not isinstance(document, dict):
+            raise ControllerError(f"{path}: expected a JSON object")
+        return document
+
+    def _write(self, name: str, document: dict[str, Any]) -> None:
+        data = (json.dumps(document, sort_keys=True, indent=2) + "\n").encode()
+        write_bytes_atomic(self.directory / name, data, mode=FILE_MODE)

@@ -1,0 +1,95 @@
+"""Snapshots to a traffic matrix: counters win for totals, samples give the structure."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from cosample.collector.snapshot import parse_snapshot
+from cosample.controller.errors import SnapshotError
+from cosample.controller.estimate import measure
+from cosample.controller.inventory import inventory_from_dict
+from cosample.controller.smoothing import update, weight
+from controller_helpers import inventory_doc, snapshot_doc
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+INVENTORY = inventory_from_dict(inventory_doc([5000, 5000, 5000]))
+
+
+def snap(traffic, **kwargs):
+    return parse_snapshot(json.dumps(snapshot_doc(kwargs.pop("time", NOW), traffic, **kwargs)))
+
+
+def dense(m, n=3):
+    out = np.zeros((n, n))
+    out[m.traffic_src, m.traffic_dst] = m.traffic_pps
+    return out
+
+
+def test_samples_alone_give_the_matrix():
+    m = measure(snap({"s1": {"s1": 100, "s2": 300}, "s3": {"s1": 50}}), INVENTORY)
+    assert dense(m).tolist() == [[100, 300, 0], [0, 0, 0], [50, 0, 0]]
+    assert m.measured.tolist() == [True, True, True]
+    assert not m.from_counters.any()
+
+
+def test_counters_win_and_scale_the_sampled_row():
+    # the sampled estimate says s1 sends 400 pps; its VM ports counted 800 (lost datagrams)
+    m = measure(snap({"s1": {"s1": 100, "s2": 300}}, servers=["s1", "s2"],
+                     counters={"s1": 800}), INVENTORY)
+    assert dense(m)[0].tolist() == [200, 600, 0]
+    assert m.own_pps[0] == 800 and m.from_counters.tolist() == [True, False, False]
+    (disagreement,) = m.disagreements
+    assert disagreement.server == "s1" and disagreement.counters_pps == 800
+
+
+def test_traffic_to_unknown_destinations_stays_on_the_diagonal():
+    document = snapshot_doc(NOW, {"s1": {"s2": 100}})
+    document["servers"]["s1"]["packets_per_s"] = 250.0  # 150 pps left the data centre
+    document["servers"]["s1"]["packets_per_s_ci95"] = [240.0, 260.0]
+    m = measure(parse_snapshot(json.dumps(document)), INVENTORY)
+    assert dense(m)[0].tolist() == [150, 100, 0]
+
+
+def test_counters_below_the_mapped_rows_shrink_them():
+    m = measure(snap({"s1": {"s2": 300, "s3": 100}}, servers=["s1"], counters={"s1": 200}),
+                INVENTORY)
+    assert dense(m)[0].tolist() == [0, 150, 50]
+
+
+@pytest.mark.parametrize("traffic, servers, field", [
+    ({"s1": {"s9": 5}}, ["s1"], "traffic_pps.s1.s9"),
+    ({"s9": {"s1": 5}}, ["s1"], "traffic_pps.s9"),
+    ({"s1": {"s1": 5}}, ["s1", "s7"], "servers.s7"),
+])
+def test_servers_unknown_to_the_inventory_are_an_error(traffic, servers, field):
+    document = snapshot_doc(NOW, traffic, servers=servers)
+    document["traffic_pps"] = traffic
+    with pytest.raises(SnapshotError, match=f"c1: {field}: server .* not in the inventory"):
+        measure(parse_snapshot(json.dumps(document)), INVENTORY, source="c1")
+
+
+def test_ewma_weight_and_step_response():
+    assert weight(30, 90) == pytest.approx(1 - np.exp(-1 / 3))
+    state = update(None, measure(snap({"s1": {"s1": 1000}}), INVENTORY), tau_s=90)
+    for k in range(1, 4):  # warm-up: a running mean
+        state = update(state, measure(snap({"s1": {"s1": 1000}}, time=NOW + timedelta(seconds=30 * k)),
+                                      INVENTORY), tau_s=90)
+    assert state.pps.tolist() == [1000]
+    for k in range(4, 4 + 9):  # a step to 2000 for 3 tau: 95 % of the way
+        state = update(state, measure(snap({"s1": {"s1": 2000}}, time=NOW + timedelta(seconds=30 * k)),
+                                      INVENTORY), tau_s=90)
+    assert 1940 < state.pps[0] < 1960
+
+
+def test_silent_servers_are_held_and_old_snapshots_ignored():
+    first = update(None, measure(snap({"s1": {"s2": 1000}, "s2": {"s2": 10}}), INVENTORY), 90)
+    later = measure(snap({"s2": {"s2": 10}}, servers=["s2"], time=NOW + timedelta(seconds=30)),
+                    INVENTORY)
+    held = update(first, later, 90)
+    assert dict(zip(held.keys.tolist(), held.pps.tolist()))[1] == 1000  # s1 -> s2 held
+    assert held.seen.tolist() == [True, True, False]
+    assert update(held, later, 90) is held

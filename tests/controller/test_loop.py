@@ -1,0 +1,185 @@
+"""The controller loop against files: publish signed plans agents accept, survive restarts,
+keep the plan in force when the collector is down or inconsistent, two phases on role changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from cosample.agents.plan import parse_document
+from cosample.agents.signing import generate_keypair, verify
+from cosample.cli import main
+from cosample.controller.evaluate import evaluate, needs_two_phases, shares
+from cosample.controller.inventory import inventory_from_dict
+from cosample.controller.loop import Controller, Settings
+from cosample.controller.publish import DirectoryTarget
+from cosample.controller.replan import replan
+from cosample.controller.smoothing import update
+from cosample.controller.estimate import measure
+from cosample.collector.snapshot import parse_snapshot
+from controller_helpers import inventory_doc, snapshot_doc
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+BUSY_S1 = {"s1": {"s1": 1500, "s2": 900}, "s2": {"s2": 200}, "s3": {"s3": 100}}
+BUSY_S3 = {"s1": {"s1": 100}, "s2": {"s2": 200}, "s3": {"s3": 1500, "s2": 900}}
+
+
+@pytest.fixture
+def keys(tmp_path):
+    generate_keypair(tmp_path / "key.pem", tmp_path / "key.pub")
+    return tmp_path / "key.pem", tmp_path / "key.pub"
+
+
+class Rig:
+    """A controller reading a snapshot file we rewrite, publishing into a folder."""
+
+    def __init__(self, tmp_path, key=None, capacities=(3000, 3000, 3000), tau_s=30.0):
+        self.tmp_path, self.key = tmp_path, key
+        self.clock = NOW
+        self.snapshot = tmp_path / "snapshot.json"
+        self.publish_dir = tmp_path / "pub"
+        self.inventory = inventory_from_dict(inventory_doc(list(capacities)))
+        self.settings = Settings((str(self.snapshot),), interval_s=30, tau_s=tau_s,
+                                 key=str(key) if key else None, settle_s=60)
+        self.controller = self.start()
+
+    def start(self):
+        return Controller(self.inventory, self.settings, DirectoryTarget(self.publish_dir),
+                          self.tmp_path / "state", clock=lambda: self.clock)
+
+    def cycle(self, traffic=None, age_s=0.0):
+        if traffic is not None:
+            self.snapshot.write_text(json.dumps(snapshot_doc(
+                self.clock - timedelta(seconds=age_s), traffic, servers=["s1", "s2", "s3"])))
+        status = self.controller.cycle()
+        self.clock += timedelta(seconds=30)
+        return status
+
+    def plans(self):
+        data = (self.publish_dir / "plan.json").read_bytes()
+        return data, parse_document(data)
+
+
+def test_first_plan_is_signed_and_accepted_by_the_agents(tmp_path, keys):
+    rig = Rig(tmp_path, key=keys[0])
+    status = rig.cycle(BUSY_S1)
+    assert status.result == "published" and status.reasons == ("no current plan",)
+    data, (plan,) = rig.plans()
+    verify(data, (rig.publish_dir / "plan.json.sig").read_bytes(), keys[1])
+    assert plan.version == int(NOW.timestamp()) == status.plan_version
+    assert plan.hosts["s1"].tunnel_ip == "192.0.2.1" and plan.hosts["s1"].mirrors
+    state = tmp_path / "state"
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+    assert {stat.S_IMODE(os.stat(p).st_mode) for p in state.iterdir()} == {0o600}
+    assert main(["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key",
+                 str(keys[1])]) == 0
+
+
+def test_versions_increase_across_restarts_and_steady_load_is_kept(tmp_path):
+    rig = Rig(tmp_path)
+    first = rig.cycle(BUSY_S1)
+    for _ in range(3):
+        assert rig.cycle(BUSY_S1).result == "kept"
+    rig.controller = rig.start()  # a restart: state from the state directory
+    rig.clock = NOW  # even with the clock back at the first publication
+    assert rig.controller.current["version"] == first.plan_version
+    status = rig.cycle(BUSY_S3)
+    assert status.result == "published" and status.reasons[0].startswith("overload")
+    assert min(status.published_versions) == first.plan_version + 1
+
+
+def test_role_change_is_published_as_two_phases(tmp_path):
+    rig = Rig(tmp_path)
+    rig.cycle(BUSY_S1)
+    status = rig.cycle(BUSY_S3)
+    assert status.two_phase and len(status.published_versions) == 2
+    _, (phase1, phase2) = rig.plans()
+    assert (phase1.version, phase2.version) == status.published_versions
+    assert phase2.not_before == rig.clock - timedelta(seconds=30) + timedelta(seconds=60)
+    assert phase1.hosts["s1"].mirrors == ()  # the old mirror s1 -> s3 is gone in phase 1
+    assert status.plan_version == phase2.version
+
+
+def test_collector_down_or_stale_keeps_the_plan(tmp_path):
+    rig = Rig(tmp_path)
+    published = rig.cycle(BUSY_S1)
+    stale = rig.cycle(BUSY_S3, age_s=3600)
+    assert stale.result == "stale" and stale.plan_version == published.plan_version
+    assert "collector stale" in stale.problems[0]
+    rig.snapshot.unlink()
+    down = rig.cycle()
+    assert down.result == "stale" and "cannot read snapshot" in down.problems[0]
+    metrics = (tmp_path / "state" / "metrics.prom").read_text()
+    assert "cosample_controller_snapshot_stale 1.0" in metrics
+    assert json.loads((tmp_path / "state" / "status.json").read_text())["result"] == "stale"
+
+
+def test_inconsistent_snapshot_is_an_error_and_nothing_is_published(tmp_path):
+    rig = Rig(tmp_path)
+    rig.cycle(BUSY_S1)
+    before = (rig.publish_dir / "plan.json").read_bytes()
+    rig.snapshot.write_text(json.dumps(snapshot_doc(rig.clock, {"s1": {"s9": 5000}},
+                                                    servers=["s1"])))
+    status = rig.controller.cycle()
+    assert status.result == "error" and "s9" in status.problems[0]
+    assert (rig.publish_dir / "plan.json").read_bytes() == before
+    rig.snapshot.write_text('{"format": "cosample.snapshot"')
+    assert rig.controller.cycle().result == "stale"
+
+
+def test_evaluation_agrees_with_the_planners_prediction(tmp_path):
+    inventory = inventory_from_dict(inventory_doc([3000, 3000, 3000, 5000]))
+    traffic = {"s1": {"s1": 1500, "s2": 700}, "s2": {"s4": 300}, "s3": {"s3": 80},
+               "s4": {"s1": 600}}
+    smoothed = update(None, measure(parse_snapshot(json.dumps(snapshot_doc(NOW, traffic))),
+                                    inventory), 90)
+    candidate = replan(inventory, smoothed, NOW, timedelta(hours=1), plan_margin=0.0)
+    judged = evaluate(candidate.shares, candidate.own_pps, candidate.forwarding_pps,
+                      inventory.capacity_pps, inventory.alpha, inventory.beta)
+    summary, hosts = candidate.document["summary"], candidate.document["hosts"]
+    assert judged.distinct_pps == pytest.approx(summary["collected_distinct_pps"], rel=1e-9)
+    assert judged.load_pps == pytest.approx([hosts[n]["load_pps"] for n in inventory.names],
+                                            rel=1e-9)
+
+
+def test_two_phases_only_when_a_server_sees_rises_and_falls():
+    index = {"a": 0, "b": 1, "c": 2}
+
+    def plan(local, mirrors):
+        hosts = {name: {"role": "sender", "sflow_sampling": n, "mirrors": [
+            {"to": to, "rate": rate} for to, rate in mirrors.get(name, [])]}
+            for name, n in zip("abc", local)}
+        return shares({"version": 1, "plan_id": "x", "hosts": hosts}, index)
+
+    old = plan([2, 2, 1], {"a": [("c", 0.3)]})
+    assert not needs_two_phases(old, plan([4, 2, 1], {"a": [("c", 0.2)]}))  # all fall
+    assert not needs_two_phases(old, plan([2, 1, 1], {"a": [("c", 0.5)]}))  # all rise
+    assert needs_two_phases(old, plan([2, 2, 1], {"b": [("c", 0.3)]}))  # c: a falls, b rises
+    assert needs_two_phases(old, plan([2, 2, 2], {"a": [("c", 0.4)]}))  # c: own falls, in rises
+    assert not needs_two_phases(old, plan([1, 4, 1], {"a": [("c", 0.3)]}))  # a and b apart
+
+
+def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
+    inventory = tmp_path / "dc.json"
+    inventory.write_text(json.dumps(inventory_doc([3000, 3000, 3000])))
+    snapshot = tmp_path / "snap.json"
+    snapshot.write_text(json.dumps(snapshot_doc(datetime.now(timezone.utc), BUSY_S1)))
+    argv = ["controller", "run", "--inventory", str(inventory), "--collector", str(snapshot),
+            "--publish", str(tmp_path / "pub"), "--key", str(keys[0]), "--state-dir",
+            str(tmp_path / "state"), "--cycles", "1", "--tau", "1s"]
+    assert main(argv) == 0
+    assert (tmp_path / "pub" / "plan.json.sig").exists()
+    capsys.readouterr()
+    assert main(["controller", "status", "--state-dir", str(tmp_path / "state")]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == "published"
+    bad = argv[:-4] + ["--margin", "0.3", "--plan-margin", "0.2"]
+    assert main(bad) == 2
+    assert "--plan-margin" in capsys.readouterr().err
+    unsigned = [a for a in argv if a not in ("--key", str(keys[0]))]
+    with pytest.raises(SystemExit):
+        main(unsigned)  # neither --key nor --insecure-unsigned
