@@ -83,3 +83,13 @@ def test_check_command_prints_normalised_or_exits_2(tmp_path, capsys):
     path.write_text("{not json")
     assert main(["controller", "check", "--inventory", str(path)]) == 2
     assert f"{path}: not valid JSON" in capsys.readouterr().err
+
+
+def test_the_documented_example_loads():
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "docs" / "examples" / "inventory.yaml"
+    inventory = load_inventory(path)
+    assert inventory.names == ("s1", "s2", "s3")
+    assert inventory.capacity_pps.tolist() == [1200000, 900000, 2000000]
+    assert inventory.alpha.tolist() == [1.4, 1.4, 1.54]
