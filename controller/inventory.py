@@ -8,7 +8,6 @@ once as pydantic models (``cosample.validation``); format in docs/formats.md.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,55 +16,29 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field
 
 from cosample.controller.errors import InventoryError
-from cosample.validation import InterfaceName, Strict, validate
+from cosample.planner.description import NonNegative, Positive, Server as DescribedServer, Sflow
+from cosample.validation import Strict, problem, validate
 
 FORMAT = "cosample.inventory"
-
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s/]+$")]
-
-
-def _ip(text: str) -> str:
-    return str(ipaddress.ip_address(text))
-
-
-IpAddress = Annotated[str, AfterValidator(_ip)]
+Name = Annotated[str, Field(min_length=1)]
 
 
 class Coefficients(Strict):
-    """What a server costs: capacity and coefficients, directly or from a calibration file."""
+    """What a class of servers (or every server, ``cost``) costs: directly or by calibration."""
 
-    calibration: str | None = None
+    calibration: Name | None = None
     capacity_pps: NonNegative | None = None
     alpha: Positive | None = None
     beta: Positive | None = None
 
 
-class ServerClass(Coefficients):
-    """Coefficients shared by identical servers (one calibration per hardware class)."""
+class Server(DescribedServer):
+    """A server as the planner's description declares it, plus its class; no traffic."""
 
-
-class Server(Coefficients):
-    """One OVS server; its own fields override its class's."""
-
-    name: Name
     server_class: Name | None = Field(default=None, alias="class")
-    bridge: InterfaceName | None = None
-    tunnel_ip: IpAddress | None = None
-    vm_ports: list[InterfaceName] | None = None
-
-
-class Sflow(Strict):
-    """Copied into every plan: where the bridges send sFlow, and how."""
-
-    collector: str | None = None
-    agent: str | None = None
-    header_bytes: Annotated[int, Field(ge=0)] | None = None
-    polling_s: Annotated[int, Field(ge=0)] | None = None
 
 
 class InventoryModel(Strict):
@@ -75,28 +48,31 @@ class InventoryModel(Strict):
     format_version: Literal[1] = 1
     name: Name = "datacentre"
     cost: Coefficients | None = None
-    classes: dict[Name, ServerClass] = {}
+    classes: dict[str, Coefficients] = {}
     servers: list[Server] = Field(min_length=1)
     sflow: Sflow | None = None
 
-    @model_validator(mode="after")
-    def _consistent(self) -> "InventoryModel":
-        seen: dict[str, int] = {}
-        tunnels: dict[str, str] = {}
-        for position, server in enumerate(self.servers):
-            if server.name in seen:
-                raise ValueError(f"servers[{position}].name: duplicate server {server.name!r} "
-                                 f"(also servers[{seen[server.name]}])")
-            seen[server.name] = position
-            if server.server_class is not None and server.server_class not in self.classes:
-                raise ValueError(f"servers[{position}].class: unknown class "
-                                 f"{server.server_class!r} (classes: {sorted(self.classes)})")
-            if server.tunnel_ip is not None:
-                if server.tunnel_ip in tunnels:
-                    raise ValueError(f"servers[{position}].tunnel_ip: {server.tunnel_ip} is also "
-                                     f"{tunnels[server.tunnel_ip]!r}'s")
-                tunnels[server.tunnel_ip] = server.name
-        return self
+
+def _check_references(model: InventoryModel, source: str) -> None:
+    """What no single field can see: duplicate names and tunnels, unknown classes."""
+    seen: dict[str, int] = {}
+    tunnels: dict[str, str] = {}
+    for position, server in enumerate(model.servers):
+        if server.name in seen:
+            raise problem(("servers", position, "name"), f"duplicate server {server.name!r} "
+                          f"(also servers[{seen[server.name]}])", where=source,
+                          error=InventoryError)
+        seen[server.name] = position
+        if server.server_class is not None and server.server_class not in model.classes:
+            raise problem(("servers", position, "class"), f"unknown class "
+                          f"{server.server_class!r} (classes: {sorted(model.classes)})",
+                          where=source, name=server.name, error=InventoryError)
+        if server.tunnel_ip is not None:
+            if server.tunnel_ip in tunnels:
+                raise problem(("servers", position, "tunnel_ip"), f"{server.tunnel_ip} is also "
+                              f"{tunnels[server.tunnel_ip]!r}'s", where=source, name=server.name,
+                              error=InventoryError)
+            tunnels[server.tunnel_ip] = server.name
 
 
 @dataclass(frozen=True)
@@ -149,6 +125,7 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
                         source: str = "inventory") -> Inventory:
     """Validate a parsed inventory; calibration files are resolved relative to ``base_dir``."""
     model = validate(InventoryModel, document, where=source, error=InventoryError)
+    _check_references(model, source)
     base_dir = Path(base_dir)
     default = _resolve(model.cost, base_dir, f"{source}: cost")
     classes = {name: {**default, **_resolve(cls, base_dir, f"{source}: classes.{name}")}
@@ -157,13 +134,14 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
     capacity, alpha, beta = np.empty(n), np.empty(n), np.empty(n)
     extras: dict[str, dict[str, Any]] = {}
     for i, server in enumerate(model.servers):
-        at = f"{source}: servers[{i}] ({server.name})"
+        at = f"{source}: servers[{i}] ({server.name!r})"
         merged = {**(classes[server.server_class] if server.server_class else default),
                   **_resolve(server, base_dir, at)}
         for key, target in (("capacity_pps", capacity), ("alpha", alpha), ("beta", beta)):
             if key not in merged:
-                raise InventoryError(f"{at}.{key}: missing (give it, a calibration with it, a "
-                                     f"class or the top-level cost)")
+                raise problem(("servers", i, key), "missing (give it, a calibration with it, a "
+                              "class or the top-level cost)", where=source, name=server.name,
+                              error=InventoryError)
             target[i] = merged[key]
         extra = {key: value for key, value in (("bridge", server.bridge),
                                                 ("tunnel_ip", server.tunnel_ip),

@@ -55,7 +55,7 @@ def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float
                          traffic_src=dc.traffic_src, traffic_dst=dc.traffic_dst,
                          traffic_pps=dc.traffic_pps, name=dc.name,
                          server_extras=dc.server_extras, sflow=dc.sflow)
-    planned.validate()
+    planned.check_arrays()
     return planned, saturated, unmeasured & ~saturated
 
 

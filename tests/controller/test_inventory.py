@@ -47,15 +47,15 @@ def test_classes_and_calibrations_resolve_in_order(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["servers"].append(dict(d["servers"][0])), "servers[2].name: duplicate server 's1'"),
-    (lambda d: d["servers"][0].update({"class": "gpu"}), "servers[0].class: unknown class 'gpu'"),
-    (lambda d: d["servers"][1].update(tunnel_ip="192.0.2.1"), "servers[1].tunnel_ip: 192.0.2.1 is also 's1'"),
+    (lambda d: d["servers"][0].update({"class": "gpu"}), "servers[0].class ('s1'): unknown class 'gpu'"),
+    (lambda d: d["servers"][1].update(tunnel_ip="192.0.2.1"), "servers[1].tunnel_ip ('s2'): 192.0.2.1 is also 's1'"),
     (lambda d: d["servers"][0].update(tunnel_ip="300.1.1.1"), "servers[0].tunnel_ip"),
     (lambda d: d["servers"][0].update(capacity_pps=-1), "servers[0].capacity_pps"),
     (lambda d: d["servers"][0].update(capacity_pps="1000"), "servers[0].capacity_pps"),
     (lambda d: d["servers"][0].update(vm_ports=["a/b"]), "servers[0].vm_ports[0]"),
-    (lambda d: d["servers"][0].update(traffic_pps=5), "servers[0].traffic_pps: extra inputs"),
+    (lambda d: d["servers"][0].update(traffic_pps=5), "servers[0].traffic_pps ('s1'): extra inputs"),
     (lambda d: d.update(servers=[]), "servers: list should have at least 1 item"),
-    (lambda d: d.pop("cost"), "servers[0] (s1).alpha: missing"),
+    (lambda d: d.pop("cost"), "servers[0].alpha ('s1'): missing"),
 ])
 def test_bad_inventories_name_the_field(change, message):
     document = inventory_doc([1000, 1000])
@@ -70,7 +70,7 @@ def test_bad_calibration_names_the_server_and_file(tmp_path):
     (tmp_path / "cal.json").write_text('{"alpha": 0, "beta": 0.5}')
     document = inventory_doc([1000])
     document["servers"][0]["calibration"] = "cal.json"
-    with pytest.raises(InventoryError, match=r"servers\[0\] \(s1\)\.calibration: .*cal.json"):
+    with pytest.raises(InventoryError, match=r"servers\[0\] \('s1'\)\.calibration: .*cal.json"):
         inventory_from_dict(document, base_dir=tmp_path, source="dc.json")
 
 
