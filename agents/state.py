@@ -11,6 +11,8 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from cosample.dataplane.tunnels import pair_vni  # noqa: F401  (re-exported: agents use it here)
+
 #: ``external_ids`` key/value on every OVSDB row the agent creates.
 OWNER_KEY, OWNER_VALUE = "cosample-owner", "agent"
 #: ``external_ids`` key naming the peer host of a receiver tunnel port.
@@ -29,11 +31,6 @@ OFPORT_BASE, OFPORT_COUNT = 64000, 1000
 def short_hash(text: str) -> str:
     """8 hex digits naming a peer in an interface name (names are limited to 15 characters)."""
     return f"{zlib.crc32(text.encode()):08x}"
-
-
-def pair_vni(sender: str, receiver: str) -> int:
-    """The VXLAN key of the mirror tunnel sender -> receiver; both ends compute it alike."""
-    return 1 + zlib.crc32(f"{sender}>{receiver}".encode()) % (2**24 - 2)
 
 
 def drop_cookie(ofport: int) -> int:

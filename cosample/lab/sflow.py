@@ -1,156 +1,27 @@
-"""A minimal sFlow v5 collector: parse datagrams, keep the flow samples, count them.
+"""The lab's counting sFlow collector: keep every flow sample, count them, for tests and calibration.
 
-Enough of sFlow v5 (sflow.org/sflow_version_5.txt) to check what OVS sends: datagram header,
-flow samples (format 1) and expanded flow samples (format 3), and the raw packet header record
-(format 1) from which Ethernet and IPv4 addresses are decoded. Counter samples are counted and
-skipped. Malformed input raises ``SflowError``; the collector counts such datagrams and goes on.
+Decoding is the production decoder's (``cosample.collector.decode``); this module only adds a UDP
+thread that keeps the raw records. Malformed datagrams are counted (``malformed``) and skipped.
+The plan-aware collector that estimates per-server traffic is ``cosample.collector``.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
-import struct
 import threading
 from collections import Counter
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 
-from cosample.errors import CosampleError
+from cosample.collector.decode import (Datagram, DecodeError, FlowSample, parse_datagram,
+                                       samples_announced)
+from cosample.collector.errors import CollectorError
 
-FLOW_SAMPLE, COUNTER_SAMPLE, FLOW_SAMPLE_EXPANDED, COUNTER_SAMPLE_EXPANDED = 1, 2, 3, 4
-RAW_PACKET_HEADER = 1
-ETHERTYPE_IPV4, ETHERTYPE_VLAN = 0x0800, 0x8100
+#: The lab's name for the decoder's error (every drop has a named ``reason``).
+SflowError = DecodeError
 
-
-class SflowError(CosampleError):
-    """A datagram that is not well-formed sFlow v5."""
-
-
-@dataclass(frozen=True)
-class FlowSample:
-    """One sampled packet as the switch reported it."""
-
-    agent: str
-    sequence: int
-    sampling_rate: int
-    sample_pool: int
-    drops: int
-    input_port: int
-    output_port: int
-    frame_length: int | None = None
-    src_mac: str | None = None
-    dst_mac: str | None = None
-    src_ip: str | None = None
-    dst_ip: str | None = None
-    ip_protocol: int | None = None
-    header: bytes = b""
-
-
-@dataclass(frozen=True)
-class Datagram:
-    agent: str
-    sequence: int
-    uptime_ms: int
-    flow_samples: tuple[FlowSample, ...]
-    counter_samples: int
-
-
-class _Reader:
-    """Big-endian XDR reader over a bytes buffer with bounds checks."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data, self.offset = data, 0
-
-    def u32(self) -> int:
-        return struct.unpack_from("!I", self.take(4))[0]
-
-    def take(self, size: int) -> bytes:
-        if size < 0 or self.offset + size > len(self.data):
-            raise SflowError(f"truncated datagram: need {size} bytes at offset {self.offset}, "
-                             f"have {len(self.data) - self.offset}")
-        chunk = self.data[self.offset:self.offset + size]
-        self.offset += size
-        return chunk
-
-    def address(self) -> str:
-        kind = self.u32()
-        if kind == 1:
-            return str(ipaddress.IPv4Address(self.take(4)))
-        if kind == 2:
-            return str(ipaddress.IPv6Address(self.take(16)))
-        raise SflowError(f"unknown agent address type {kind}")
-
-
-def samples_announced(data: bytes) -> int:
-    """How many samples a datagram's header announces, without decoding them (cheap)."""
-    reader = _Reader(data)
-    version = reader.u32()
-    if version != 5:
-        raise SflowError(f"not sFlow v5 (version {version})")
-    reader.address()
-    reader.take(12)  # sub-agent id, sequence, uptime
-    return reader.u32()
-
-
-def parse_datagram(data: bytes) -> Datagram:
-    """Decode one sFlow v5 datagram."""
-    reader = _Reader(data)
-    version = reader.u32()
-    if version != 5:
-        raise SflowError(f"not sFlow v5 (version {version})")
-    agent = reader.address()
-    reader.u32()  # sub-agent id
-    sequence, uptime, count = reader.u32(), reader.u32(), reader.u32()
-    flows, counters = [], 0
-    for _ in range(count):
-        fmt, length = reader.u32(), reader.u32()
-        body = _Reader(reader.take(length))
-        kind = fmt & 0xFFF if fmt >> 12 == 0 else None
-        if kind in (FLOW_SAMPLE, FLOW_SAMPLE_EXPANDED):
-            flows.append(_flow_sample(body, agent, expanded=kind == FLOW_SAMPLE_EXPANDED))
-        elif kind in (COUNTER_SAMPLE, COUNTER_SAMPLE_EXPANDED):
-            counters += 1
-    return Datagram(agent, sequence, uptime, tuple(flows), counters)
-
-
-def _flow_sample(body: _Reader, agent: str, expanded: bool) -> FlowSample:
-    sequence = body.u32()
-    if expanded:
-        body.u32(), body.u32()  # source id type, index
-    else:
-        body.u32()  # source id
-    sampling_rate, pool, drops = body.u32(), body.u32(), body.u32()
-    if expanded:
-        body.u32(); input_port = body.u32(); body.u32(); output_port = body.u32()
-    else:
-        input_port, output_port = body.u32() & 0x3FFFFFFF, body.u32() & 0x3FFFFFFF
-    fields: dict = {}
-    for _ in range(body.u32()):
-        fmt, length = body.u32(), body.u32()
-        record = _Reader(body.take(length))
-        if fmt == RAW_PACKET_HEADER:
-            record.u32()  # header protocol (1 = Ethernet)
-            frame_length = record.u32()
-            record.u32()  # stripped
-            header = record.take(record.u32())
-            fields = {"frame_length": frame_length, "header": header, **_decode_ethernet(header)}
-    return FlowSample(agent, sequence, sampling_rate, pool, drops, input_port, output_port, **fields)
-
-
-def _decode_ethernet(header: bytes) -> dict:
-    if len(header) < 14:
-        return {}
-    out = {"dst_mac": header[0:6].hex(":"), "src_mac": header[6:12].hex(":")}
-    ethertype, offset = struct.unpack_from("!H", header, 12)[0], 14
-    if ethertype == ETHERTYPE_VLAN and len(header) >= 18:
-        ethertype, offset = struct.unpack_from("!H", header, 16)[0], 18
-    if ethertype == ETHERTYPE_IPV4 and len(header) >= offset + 20:
-        out.update(ip_protocol=header[offset + 9],
-                   src_ip=str(ipaddress.IPv4Address(header[offset + 12:offset + 16])),
-                   dst_ip=str(ipaddress.IPv4Address(header[offset + 16:offset + 20])))
-    return out
+__all__ = ["Datagram", "FlowSample", "SflowCollector", "SflowError", "parse_datagram",
+           "samples_announced"]
 
 
 class SflowCollector:
@@ -173,7 +44,7 @@ class SflowCollector:
                 self._socket.setsockopt(socket.SOL_SOCKET, option, receive_buffer)
         except OSError as exc:
             self._socket.close()
-            raise SflowError(f"sFlow collector cannot bind {host}:{port}: {exc.strerror}") from None
+            raise CollectorError(f"sFlow collector cannot bind {host}:{port}: {exc.strerror}") from None
         self._socket.settimeout(0.2)
         self.host, self.port = self._socket.getsockname()
         self.decode = decode

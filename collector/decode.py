@@ -1,0 +1,256 @@
+"""sFlow v5 decoding: datagram bytes -> typed records, nothing else.
+
+What OVS sends (sflow.org/sflow_version_5.txt, sflow_tunnels.txt): the datagram header, flow
+samples (format 1, expanded 3) with the raw packet header (record 1), the extended switch record
+(1001, skipped) and, for packets that entered through a tunnel port, the extended tunnel-ingress
+records: outer IPv4 (1024, laid out as ``sampled_ipv4``: length, protocol, source, destination,
+source port, destination port, TCP flags, ToS) and VNI (1030); counter samples (format 2,
+expanded 4) with generic interface counters (record 1). Other formats and records are skipped by
+their length. A datagram that is not well formed raises ``DecodeError`` whose ``reason`` names the
+drop counter (``truncated``, ``bad_version``, ...); nothing here keeps state.
+
+The fast path touches only the fields attribution needs; addresses of the sampled packet are
+decoded when asked for (``src_ip``, ``dst_ip``, ...).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+from cosample.collector.errors import CollectorError
+
+FLOW_SAMPLE, COUNTER_SAMPLE, FLOW_SAMPLE_EXPANDED, COUNTER_SAMPLE_EXPANDED = 1, 2, 3, 4
+RAW_PACKET_HEADER, EXTENDED_SWITCH = 1, 1001
+TUNNEL_IPV4_EGRESS, TUNNEL_IPV4_INGRESS, VNI_EGRESS, VNI_INGRESS = 1023, 1024, 1029, 1030
+GENERIC_INTERFACE_COUNTERS = 1
+ETHERTYPE_IPV4, ETHERTYPE_VLAN = 0x0800, 0x8100
+#: The largest UDP payload over IPv4; anything longer cannot have come from an sFlow agent.
+MAX_DATAGRAM_BYTES = 65507
+#: Drop reasons the decoder can give (the collector adds its own: unknown_agent, ...).
+DECODE_REASONS = ("truncated", "oversized", "bad_version", "bad_address_type", "bad_count")
+
+_U32 = struct.Struct("!I")
+_HEAD4 = struct.Struct("!II4sIIII")  # version, address type, IPv4, sub-agent, sequence, uptime, count
+_PAIR = struct.Struct("!II")
+_FLOW = struct.Struct("!IIIIIIII")  # sequence, source id, rate, pool, drops, input, output, records
+_FLOW_X = struct.Struct("!IIIIIIIIIII")  # expanded: id type, id index; in/out as format, value
+_RAW = struct.Struct("!IIII")  # header protocol, frame length, stripped, header length
+_TUNNEL = struct.Struct("!II4s4sIIII")
+_COUNTERS = struct.Struct("!III")  # sequence, source id, records
+_COUNTERS_X = struct.Struct("!IIII")
+_GENERIC = struct.Struct("!IIQIIQIIIIIIQIIIIII")
+_ntoa = socket.inet_ntoa
+
+
+class DecodeError(CollectorError):
+    """A datagram that is not well-formed sFlow v5; ``reason`` is its drop counter's name."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class FlowSample:
+    """One sampled packet as an agent reported it; ``tunnel_*``/``vni`` only for tunnel ingress."""
+
+    agent: str
+    sequence: int
+    sampling_rate: int
+    sample_pool: int
+    drops: int
+    input_port: int
+    output_port: int
+    frame_length: int = 0
+    header: bytes = b""
+    tunnel_src: str | None = None
+    tunnel_dst: str | None = None
+    vni: int | None = None
+    source_index: int = 0
+
+    @property
+    def src_mac(self) -> str | None:
+        return self.header[6:12].hex(":") if len(self.header) >= 14 else None
+
+    @property
+    def dst_mac(self) -> str | None:
+        return self.header[0:6].hex(":") if len(self.header) >= 14 else None
+
+    def _ipv4(self) -> int:
+        """Offset of the IPv4 header in ``header`` (after one optional VLAN tag), or -1."""
+        header = self.header
+        if len(header) < 34:
+            return -1
+        ethertype, offset = (header[12] << 8) | header[13], 14
+        if ethertype == ETHERTYPE_VLAN:
+            ethertype, offset = (header[16] << 8) | header[17], 18
+        return offset if ethertype == ETHERTYPE_IPV4 and len(header) >= offset + 20 else -1
+
+    @property
+    def src_ip(self) -> str | None:
+        at = self._ipv4()
+        return _ntoa(self.header[at + 12:at + 16]) if at >= 0 else None
+
+    @property
+    def dst_ip(self) -> str | None:
+        at = self._ipv4()
+        return _ntoa(self.header[at + 16:at + 20]) if at >= 0 else None
+
+    @property
+    def ip_protocol(self) -> int | None:
+        at = self._ipv4()
+        return self.header[at + 9] if at >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class InterfaceCounters:
+    """Generic interface counters of one port (OVS: ``in`` = received by the switch port)."""
+
+    agent: str
+    if_index: int
+    in_octets: int
+    in_packets: int
+    out_octets: int
+    out_packets: int
+    sequence: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Datagram:
+    agent: str
+    sub_agent: int
+    sequence: int
+    uptime_ms: int
+    flow_samples: tuple[FlowSample, ...]
+    counters: tuple[InterfaceCounters, ...] = ()
+
+    @property
+    def counter_samples(self) -> int:
+        return len(self.counters)
+
+
+def _truncated(what: str, offset: int, need: int, have: int) -> DecodeError:
+    return DecodeError("truncated", f"truncated {what}: need {need} bytes at offset {offset}, "
+                                    f"have {max(have, 0)}")
+
+
+def _header(data: bytes) -> tuple[str, int, int, int, int, int]:
+    """(agent, sub-agent, sequence, uptime, sample count, offset of the first sample)."""
+    size = len(data)
+    if size > MAX_DATAGRAM_BYTES:
+        raise DecodeError("oversized", f"datagram of {size} bytes exceeds {MAX_DATAGRAM_BYTES}")
+    if size < 8:
+        raise _truncated("datagram header", 0, 8, size)
+    version, kind = _PAIR.unpack_from(data, 0)
+    if version != 5:
+        raise DecodeError("bad_version", f"not sFlow v5 (version {version})")
+    if kind == 1:
+        if size < 28:
+            raise _truncated("datagram header", 0, 28, size)
+        _, _, raw, sub_agent, sequence, uptime, count = _HEAD4.unpack_from(data, 0)
+        agent, offset = _ntoa(raw), 28
+    elif kind == 2:
+        if size < 40:
+            raise _truncated("datagram header", 0, 40, size)
+        agent = socket.inet_ntop(socket.AF_INET6, data[8:24])
+        sub_agent, sequence, uptime, count = struct.unpack_from("!IIII", data, 24)
+        offset = 40
+    else:
+        raise DecodeError("bad_address_type", f"unknown agent address type {kind}")
+    if count * 8 > size - offset:
+        raise DecodeError("bad_count", f"{count} samples announced in {size - offset} bytes")
+    return agent, sub_agent, sequence, uptime, count, offset
+
+
+def samples_announced(data: bytes) -> int:
+    """How many samples a datagram's header announces, without decoding them (cheap)."""
+    return _header(data)[4]
+
+
+def parse_datagram(data: bytes) -> Datagram:
+    """Decode one sFlow v5 datagram, or raise ``DecodeError``."""
+    agent, sub_agent, sequence, uptime, count, offset = _header(data)
+    size = len(data)
+    flows: list[FlowSample] = []
+    counters: list[InterfaceCounters] = []
+    for _ in range(count):
+        if offset + 8 > size:
+            raise _truncated("sample", offset, 8, size - offset)
+        fmt, length = _PAIR.unpack_from(data, offset)
+        start, end = offset + 8, offset + 8 + length
+        if end > size or length & 3:
+            raise _truncated("sample", start, length, size - start)
+        if fmt in (FLOW_SAMPLE, FLOW_SAMPLE_EXPANDED):
+            flows.append(_flow_sample(data, start, end, agent, fmt == FLOW_SAMPLE_EXPANDED))
+        elif fmt in (COUNTER_SAMPLE, COUNTER_SAMPLE_EXPANDED):
+            _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
+        offset = end
+    return Datagram(agent, sub_agent, sequence, uptime, tuple(flows), tuple(counters))
+
+
+def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) -> FlowSample:
+    if expanded:
+        if start + 44 > end:
+            raise _truncated("expanded flow sample", start, 44, end - start)
+        (sequence, _, index, rate, pool, drops, _, input_port, _, output_port,
+         records) = _FLOW_X.unpack_from(data, start)
+        offset = start + 44
+    else:
+        if start + 32 > end:
+            raise _truncated("flow sample", start, 32, end - start)
+        sequence, source, rate, pool, drops, input_port, output_port, records = \
+            _FLOW.unpack_from(data, start)
+        index, input_port, output_port = source & 0xFFFFFF, input_port & 0x3FFFFFFF, \
+            output_port & 0x3FFFFFFF
+        offset = start + 32
+    sample = FlowSample(agent, sequence, rate, pool, drops, input_port, output_port,
+                        source_index=index)
+    for _ in range(records):
+        if offset + 8 > end:
+            raise _truncated("flow record", offset, 8, end - offset)
+        fmt, length = _PAIR.unpack_from(data, offset)
+        body, offset = offset + 8, offset + 8 + length
+        if offset > end:
+            raise _truncated("flow record", body, length, end - body)
+        if fmt == RAW_PACKET_HEADER:
+            if length < 16:
+                raise _truncated("raw packet header", body, 16, length)
+            _, sample.frame_length, _, header_length = _RAW.unpack_from(data, body)
+            if header_length > length - 16:
+                raise _truncated("raw packet header", body + 16, header_length, length - 16)
+            sample.header = data[body + 16:body + 16 + header_length]
+        elif fmt == TUNNEL_IPV4_INGRESS:
+            if length < 32:
+                raise _truncated("tunnel ingress record", body, 32, length)
+            _, _, src, dst, _, _, _, _ = _TUNNEL.unpack_from(data, body)
+            sample.tunnel_src, sample.tunnel_dst = _ntoa(src), _ntoa(dst)
+        elif fmt == VNI_INGRESS:
+            if length < 4:
+                raise _truncated("VNI ingress record", body, 4, length)
+            sample.vni = _U32.unpack_from(data, body)[0]
+    return sample
+
+
+def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: bool,
+                    out: list[InterfaceCounters]) -> None:
+    layout = _COUNTERS_X if expanded else _COUNTERS
+    if start + layout.size > end:
+        raise _truncated("counter sample", start, layout.size, end - start)
+    sequence, records = (lambda v: (v[0], v[-1]))(layout.unpack_from(data, start))
+    offset = start + layout.size
+    for _ in range(records):
+        if offset + 8 > end:
+            raise _truncated("counter record", offset, 8, end - offset)
+        fmt, length = _PAIR.unpack_from(data, offset)
+        body, offset = offset + 8, offset + 8 + length
+        if offset > end:
+            raise _truncated("counter record", body, length, end - body)
+        if fmt == GENERIC_INTERFACE_COUNTERS:
+            if length < _GENERIC.size:
+                raise _truncated("generic interface counters", body, _GENERIC.size, length)
+            values = _GENERIC.unpack_from(data, body)
+            out.append(InterfaceCounters(agent, if_index=values[0], in_octets=values[5],
+                                         in_packets=values[6], out_octets=values[12],
+                                         out_packets=values[13], sequence=sequence))

@@ -1,0 +1,19 @@
+"""The mirror tunnels' keys: one function every party computes them with.
+
+A sender's agent mirrors a share of its VM traffic to a receiver through a VXLAN tunnel whose
+key (VNI) is derived from the ordered pair of host names; the receiver's agent creates the
+matching tunnel port, and the collector recognises mirrored copies (and their sender) by the
+VNI that OVS reports with each sample taken on a tunnel port.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+#: VNIs are 24 bits; 0 and 2**24 - 1 are avoided.
+VNI_SPACE = 2**24 - 2
+
+
+def pair_vni(sender: str, receiver: str) -> int:
+    """The VXLAN key of the mirror tunnel sender -> receiver; both ends compute it alike."""
+    return 1 + zlib.crc32(f"{sender}>{receiver}".encode()) % VNI_SPACE
