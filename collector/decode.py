@@ -37,7 +37,6 @@ _PAIR = struct.Struct("!II")
 _FLOW = struct.Struct("!IIIIIIII")  # sequence, source id, rate, pool, drops, input, output, records
 _FLOW_X = struct.Struct("!IIIIIIIIIII")  # expanded: id type, id index; in/out as format, value
 _RAW = struct.Struct("!IIII")  # header protocol, frame length, stripped, header length
-_TUNNEL = struct.Struct("!II4s4sIIII")
 _COUNTERS = struct.Struct("!III")  # sequence, source id, records
 _COUNTERS_X = struct.Struct("!IIII")
 _GENERIC = struct.Struct("!IIQIIQIIIIIIQIIIIII")
@@ -54,7 +53,12 @@ class DecodeError(CollectorError):
 
 @dataclass(slots=True)
 class FlowSample:
-    """One sampled packet as an agent reported it; ``tunnel_*``/``vni`` only for tunnel ingress."""
+    """One sampled packet as an agent reported it.
+
+    ``outer_src``/``outer_dst`` (raw 4 bytes) and ``vni`` come from the tunnel-ingress records,
+    present only for packets that entered the bridge through a tunnel port; ``tunnel_src`` and
+    ``tunnel_dst`` give the addresses as text.
+    """
 
     agent: str
     sequence: int
@@ -65,10 +69,18 @@ class FlowSample:
     output_port: int
     frame_length: int = 0
     header: bytes = b""
-    tunnel_src: str | None = None
-    tunnel_dst: str | None = None
+    outer_src: bytes | None = None
+    outer_dst: bytes | None = None
     vni: int | None = None
     source_index: int = 0
+
+    @property
+    def tunnel_src(self) -> str | None:
+        return _ntoa(self.outer_src) if self.outer_src is not None else None
+
+    @property
+    def tunnel_dst(self) -> str | None:
+        return _ntoa(self.outer_dst) if self.outer_dst is not None else None
 
     @property
     def src_mac(self) -> str | None:
@@ -205,8 +217,7 @@ def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) 
         index, input_port, output_port = source & 0xFFFFFF, input_port & 0x3FFFFFFF, \
             output_port & 0x3FFFFFFF
         offset = start + 32
-    sample = FlowSample(agent, sequence, rate, pool, drops, input_port, output_port,
-                        source_index=index)
+    frame_length, header, outer_src, outer_dst, vni = 0, b"", None, None, None
     for _ in range(records):
         if offset + 8 > end:
             raise _truncated("flow record", offset, 8, end - offset)
@@ -217,20 +228,20 @@ def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) 
         if fmt == RAW_PACKET_HEADER:
             if length < 16:
                 raise _truncated("raw packet header", body, 16, length)
-            _, sample.frame_length, _, header_length = _RAW.unpack_from(data, body)
+            _, frame_length, _, header_length = _RAW.unpack_from(data, body)
             if header_length > length - 16:
                 raise _truncated("raw packet header", body + 16, header_length, length - 16)
-            sample.header = data[body + 16:body + 16 + header_length]
+            header = data[body + 16:body + 16 + header_length]
         elif fmt == TUNNEL_IPV4_INGRESS:
             if length < 32:
                 raise _truncated("tunnel ingress record", body, 32, length)
-            _, _, src, dst, _, _, _, _ = _TUNNEL.unpack_from(data, body)
-            sample.tunnel_src, sample.tunnel_dst = _ntoa(src), _ntoa(dst)
+            outer_src, outer_dst = data[body + 8:body + 12], data[body + 12:body + 16]
         elif fmt == VNI_INGRESS:
             if length < 4:
                 raise _truncated("VNI ingress record", body, 4, length)
-            sample.vni = _U32.unpack_from(data, body)[0]
-    return sample
+            vni = _U32.unpack_from(data, body)[0]
+    return FlowSample(agent, sequence, rate, pool, drops, input_port, output_port, frame_length,
+                      header, outer_src, outer_dst, vni, index)
 
 
 def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: bool,

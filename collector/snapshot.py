@@ -90,6 +90,10 @@ class ServerEstimate(Strict):
     coverage: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
     last_sample: UtcTime | None = None
     interfaces: dict[str, InterfaceRates] | None = None
+    #: Estimated variances of the two rates: what lets partial estimates of one server from
+    #: several instances be added exactly (the estimator is a sum over samples).
+    packets_per_s_variance: Rate | None = None
+    bytes_per_s_variance: Rate | None = None
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> "ServerEstimate":
@@ -111,6 +115,12 @@ class Snapshot(Strict):
     servers: dict[str, ServerEstimate]
     traffic_pps: dict[str, dict[str, Rate]] | None = None
     dropped: dict[str, Count] = Field(default_factory=dict)
+    #: Samples deliberately not counted, by reason (``overlay_ingress``: tenant tunnel traffic
+    #: already sampled at its sending server).
+    ignored: dict[str, Count] = Field(default_factory=dict)
+    #: sFlow agent addresses this collector heard in the window: an agent heard by two merged
+    #: instances would be counted twice.
+    agents: list[str] = Field(default_factory=list)
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, two-space indent."""
@@ -128,26 +138,31 @@ def parse_snapshot(data: bytes | str | Mapping[str, Any], where: str = "snapshot
 
 
 def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> Snapshot:
-    """One snapshot from several instances that own disjoint sets of servers.
+    """One snapshot from several instances, each receiving the datagrams of its own agents.
 
-    ``servers`` are united (a server in two snapshots is an error: two collectors claim its
-    agent); ``traffic_pps`` entries and ``dropped`` counts add up. The merge is as fresh as its
-    stalest part (``time`` is the earliest) and ``window_s`` the shortest. ``plan`` is the plan
-    all parts used; when they differ (a plan change reached the collectors at different times)
-    the newest is reported.
+    Each estimate is a sum over samples, so partial estimates add: a server known to several
+    instances (its local samples reach one, its mirrored copies another) gets the sum of their
+    rates and variances, its interval recomputed (this needs the ``*_variance`` fields); an agent
+    heard by two instances is an error (its samples would count twice). ``traffic_pps``,
+    ``dropped`` and ``ignored`` add up. The merge is as fresh as its stalest part (``time`` is
+    the earliest) and ``window_s`` the shortest; ``plan`` is the newest when parts disagree (a
+    plan change reaches the collectors at different times).
     """
     parts = list(snapshots)
     if not parts:
         raise CollectorError("merge: no snapshots to merge")
-    servers: dict[str, ServerEstimate] = {}
-    owner: dict[str, str] = {}
+    heard: dict[str, str] = {}
+    for part in parts:
+        for agent in part.agents:
+            if heard.setdefault(agent, part.collector) != part.collector:
+                raise CollectorError(f"merge: agent {agent} is heard by both {heard[agent]!r} "
+                                     f"and {part.collector!r}; each agent must report to one "
+                                     "collector")
+    owners: dict[str, list[tuple[str, ServerEstimate]]] = {}
     for part in parts:
         for server, estimate in part.servers.items():
-            if server in servers:
-                raise CollectorError(f"merge: server {server!r} is in the snapshots of both "
-                                     f"{owner[server]!r} and {part.collector!r}; each agent "
-                                     "must report to one collector")
-            servers[server], owner[server] = estimate, part.collector
+            owners.setdefault(server, []).append((part.collector, estimate))
+    servers = {server: _add(server, found) for server, found in sorted(owners.items())}
     matrices = [part.traffic_pps for part in parts if part.traffic_pps is not None]
     traffic: dict[str, dict[str, float]] | None = None
     if matrices:
@@ -157,19 +172,55 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
                 out = traffic.setdefault(src, {})
                 for dst, pps in row.items():
                     out[dst] = out.get(dst, 0.0) + pps
-    dropped: dict[str, int] = {}
-    for part in parts:
-        for reason, count in part.dropped.items():
-            dropped[reason] = dropped.get(reason, 0) + count
     plans = [part.plan for part in parts if part.plan is not None]
     return Snapshot(
         collector=name or "+".join(sorted(part.collector for part in parts)),
         time=min(part.time for part in parts),
         window_s=min(part.window_s for part in parts),
         plan=max(plans, key=lambda plan: plan.version) if plans else None,
-        servers=dict(sorted(servers.items())),
-        traffic_pps=traffic,
-        dropped=dict(sorted(dropped.items())))
+        servers=servers, traffic_pps=traffic,
+        dropped=_add_counts(part.dropped for part in parts),
+        ignored=_add_counts(part.ignored for part in parts),
+        agents=sorted(heard))
+
+
+def _add_counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for mapping in counts:
+        for reason, count in mapping.items():
+            out[reason] = out.get(reason, 0) + count
+    return dict(sorted(out.items()))
+
+
+def _add(server: str, found: list[tuple[str, ServerEstimate]]) -> ServerEstimate:
+    """The sum of partial estimates of one server (one part: itself)."""
+    if len(found) == 1:
+        return found[0][1]
+    from cosample.collector.intervals import normal_interval, packets_interval
+    parts = [estimate for _, estimate in found]
+    if any(p.packets_per_s_variance is None or p.bytes_per_s_variance is None for p in parts):
+        raise CollectorError(f"merge: server {server!r} is in the snapshots of "
+                             f"{', '.join(repr(c) for c, _ in found)} without the variances "
+                             "needed to add its estimates")
+    packets = math.fsum(p.packets_per_s for p in parts)
+    variance = math.fsum(p.packets_per_s_variance for p in parts)
+    octets = math.fsum(p.bytes_per_s for p in parts)
+    octet_variance = math.fsum(p.bytes_per_s_variance for p in parts)
+    low, high = packets_interval(packets, variance)
+    if packets == 0.0:
+        high = math.fsum(p.packets_per_s_ci95[1] for p in parts)
+    interfaces = {k: v for p in parts for k, v in (p.interfaces or {}).items()} or None
+    lasts = [p.last_sample for p in parts if p.last_sample is not None]
+    return ServerEstimate(
+        packets_per_s=packets, packets_per_s_ci95=[low, high], bytes_per_s=octets,
+        bytes_per_s_ci95=normal_interval(octets, octet_variance),
+        samples=sum(p.samples for p in parts),
+        samples_per_s=math.fsum(p.samples_per_s for p in parts),
+        local_samples=sum(p.local_samples for p in parts),
+        mirrored_samples=sum(p.mirrored_samples for p in parts),
+        coverage=max(p.coverage for p in parts), last_sample=max(lasts) if lasts else None,
+        interfaces=interfaces, packets_per_s_variance=variance,
+        bytes_per_s_variance=octet_variance)
 
 
 def interval(centre: float, half_width: float) -> list[float]:

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "cosample.planner.cli",
     "cosample.costmodel.cli",
     "cosample.agents.cli",
+    "cosample.collector.cli",
     "cosample.controller.cli",
     "cosample.experiments.cli",
     "cosample.experiments.testbed.cli",

@@ -94,11 +94,35 @@ def test_merge_without_inventory_keeps_no_matrix():
     assert merged.traffic_pps is None
 
 
-def test_merge_rejects_a_server_owned_twice():
-    with pytest.raises(CollectorError, match="'s1' is in the snapshots of both 'c1' and 'c2'"):
-        merge_snapshots([parse_snapshot(document("c1")), parse_snapshot(document("c2"))])
+def test_merge_rejects_an_agent_heard_twice():
+    with pytest.raises(CollectorError, match="agent 10.0.0.1 is heard by both 'c1' and 'c2'"):
+        merge_snapshots([parse_snapshot(document("c1", agents=["10.0.0.1"])),
+                         parse_snapshot(document("c2", {"s2": server(1.0)},
+                                                 agents=["10.0.0.2", "10.0.0.1"]))])
     with pytest.raises(CollectorError, match="no snapshots"):
         merge_snapshots([])
+
+
+def test_partial_estimates_of_one_server_add_up():
+    """s1's local samples reach c1, the copies mirrored to s2 reach c2: rates and variances add."""
+    local = dict(server(100.0, local=5, mirrored=0), packets_per_s_variance=400.0,
+                 bytes_per_s_variance=4e8)
+    mirrored = dict(server(50.0, local=0, mirrored=2), packets_per_s_variance=100.0,
+                    bytes_per_s_variance=1e8)
+    merged = merge_snapshots([parse_snapshot(document("c1", {"s1": local}, agents=["10.0.0.1"])),
+                              parse_snapshot(document("c2", {"s1": mirrored},
+                                                      agents=["10.0.0.2"]))])
+    s1 = merged.servers["s1"]
+    assert s1.packets_per_s == 150.0 and s1.packets_per_s_variance == 500.0
+    assert (s1.samples, s1.local_samples, s1.mirrored_samples) == (7, 5, 2)
+    low, high = s1.packets_per_s_ci95
+    assert low < 150.0 < high and 1.5 < (high - low) / (2 * 500.0 ** 0.5) < 2.5
+    assert merged.agents == ["10.0.0.1", "10.0.0.2"]
+
+
+def test_partial_estimates_without_variances_cannot_be_added():
+    with pytest.raises(CollectorError, match="'s1' is in the snapshots of 'c1', 'c2' without"):
+        merge_snapshots([parse_snapshot(document("c1")), parse_snapshot(document("c2"))])
 
 
 def test_interval_is_clipped_at_zero():

@@ -1,0 +1,142 @@
+"""Who sent a sampled packet, and with which probability the plan selected it (pure).
+
+Built from a validated plan (``cosample.agents.plan.Plan``) and an optional inventory:
+
+- a sample without tunnel-ingress records was taken on a VM port: it belongs to the server
+  whose agent address reported it (the host's ``tunnel_ip``, or the inventory's ``agent_ip``);
+- a sample with tunnel-ingress records whose VNI is the agents' key for a mirror pair
+  ``sender -> this receiver`` (``cosample.dataplane.tunnels.pair_vni``) is a mirrored copy and
+  belongs to the sender; its outer source address must be the sender's ``tunnel_ip``;
+- a VNI that is some other pair's mirror key is a ``stale_mirror`` (a plan the collector does not
+  run yet or any more); another VNI from a known server is tenant overlay traffic, already
+  sampled on its way in at the sending server (``overlay_ingress``, not counted); anything else
+  is an ``unknown_tunnel``. VM addresses are never used: tenants reuse them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from cosample.agents.plan import Plan
+from cosample.collector.inventory import Inventory
+from cosample.dataplane.tunnels import pair_vni
+
+LOCAL, MIRRORED = "local", "mirrored"
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """What the plan asks of one server's sampling."""
+
+    name: str
+    agent: str | None
+    sampling: int | None  # the bridge's 1-in-N, None when nothing is sampled locally
+    mirrors: Mapping[str, float]  # receiver -> share of this server's packets mirrored to it
+
+    @property
+    def local_rate(self) -> float:
+        return 1.0 / self.sampling if self.sampling else 0.0
+
+
+@dataclass(frozen=True)
+class Source:
+    """The verdict on one sample: ``server`` it belongs to and how it was taken (``kind``)."""
+
+    server: str
+    kind: str  # LOCAL or MIRRORED
+    share: float = 1.0  # mirror share of the sender's packets copied to the sampling receiver
+
+
+@dataclass
+class Attribution:
+    """Lookup tables for the fast path, built once per plan."""
+
+    plan_version: int
+    plan_id: str
+    servers: dict[str, ServerPlan]
+    server_of_agent: dict[str, str]
+    mirrors: dict[tuple[str, int], tuple[str, float, str | None]]  # (receiver agent, VNI) -> ...
+    mirror_vnis: frozenset[int]
+    known_ips: frozenset[str]
+    server_of_address: dict[str, str] = field(default_factory=dict)
+
+    def source(self, agent: str, vni: int | None, tunnel_src: str | None) -> Source | str:
+        """Where a sample from ``agent`` belongs, or the name of the reason it is not counted."""
+        server = self.server_of_agent.get(agent)
+        if server is None:
+            return "unknown_agent"
+        if vni is None and tunnel_src is None:
+            return Source(server, LOCAL)
+        mirror = self.mirrors.get((agent, vni)) if vni is not None else None
+        if mirror is not None:
+            sender, share, sender_ip = mirror
+            if sender_ip is not None and tunnel_src is not None and tunnel_src != sender_ip:
+                return "unknown_tunnel"
+            return Source(sender, MIRRORED, share)
+        if vni is not None and vni in self.mirror_vnis:
+            return "stale_mirror"
+        if tunnel_src in self.known_ips:
+            return "overlay_ingress"
+        return "unknown_tunnel"
+
+    def coverage(self, server: str, rate_of: Mapping[str, int] | None = None) -> float:
+        """Fraction of ``server``'s packets sampled somewhere: ``l + Q - l Q`` (independent draws).
+
+        ``rate_of`` gives the 1-in-N each agent reports (what OVS does now), else the plan's.
+        """
+        local, mirrored = self.rates(server, rate_of)
+        return min(1.0, local + mirrored - local * mirrored)
+
+    def rates(self, server: str, rate_of: Mapping[str, int] | None = None) -> tuple[float, float]:
+        """(local sampling probability l, mirrored-and-sampled probability Q) of a packet."""
+        plan = self.servers[server]
+        local = _probability(self._rate(plan, rate_of))
+        mirrored = math.fsum(share * _probability(self._rate(self.servers[receiver], rate_of))
+                             for receiver, share in plan.mirrors.items())
+        return local, min(mirrored, 1.0)
+
+    @staticmethod
+    def _rate(plan: ServerPlan, rate_of: Mapping[str, int] | None) -> int | None:
+        reported = rate_of.get(plan.agent) if rate_of and plan.agent else None
+        return reported or plan.sampling
+
+
+def _probability(sampling: int | None) -> float:
+    return 1.0 / sampling if sampling else 0.0
+
+
+def build(plan: Plan, inventory: Inventory | None = None, *, safe: bool = False) -> Attribution:
+    """The tables for ``plan``; agent addresses from the inventory override ``tunnel_ip``.
+
+    ``safe``: the plan expired and the agents fell back to local sampling only (no mirrors).
+    """
+    entries = inventory.servers if inventory is not None else {}
+    servers: dict[str, ServerPlan] = {}
+    for name, host in plan.hosts.items():
+        entry = entries.get(name)
+        agent = (entry.agent_ip if entry is not None and entry.agent_ip else None) \
+            or _agent_override(plan, name) or host.tunnel_ip
+        servers[name] = ServerPlan(name, agent, None if safe else host.sflow_sampling,
+                                   {} if safe else {m.peer: m.rate for m in host.mirrors})
+    server_of_agent = {s.agent: s.name for s in servers.values() if s.agent is not None}
+    mirrors: dict[tuple[str, int], tuple[str, float, str | None]] = {}
+    vnis = set()
+    for sender in servers.values():
+        for receiver, share in sender.mirrors.items():
+            vni = pair_vni(sender.name, receiver)
+            vnis.add(vni)
+            agent = servers[receiver].agent
+            if agent is not None:
+                mirrors[(agent, vni)] = (sender.name, share, plan.hosts[sender.name].tunnel_ip)
+    known = {h.tunnel_ip for h in plan.hosts.values() if h.tunnel_ip} | set(server_of_agent)
+    return Attribution(plan.version, plan.plan_id, servers, server_of_agent, mirrors,
+                       frozenset(vnis), frozenset(known),
+                       inventory.server_of_address() if inventory is not None else {})
+
+
+def _agent_override(plan: Plan, host: str) -> str | None:
+    """``hosts.<h>.agent_ip`` in the plan document: the agent address when not ``tunnel_ip``."""
+    value = plan.raw.get("hosts", {}).get(host, {}).get("agent_ip") if plan.raw else None
+    return value if isinstance(value, str) and value else None

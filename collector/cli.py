@@ -1,0 +1,138 @@
+"""``cosample collector run|replay|merge``: the plan-aware sFlow collector's commands."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "collector", help="plan-aware sFlow collector: per-server traffic from mixed sampling",
+        description="Receive sFlow from every host, attribute each sample to the server whose VM "
+                    "sent it and renormalise by the plan (docs/collector.md).")
+    commands = parser.add_subparsers(dest="collector_command", metavar="ACTION")
+    commands.required = True
+
+    run = commands.add_parser("run", help="the collector daemon")
+    run.add_argument("--plan", required=True, metavar="PATH-or-URL",
+                     help="plan (or plan set) the agents run; polled for changes")
+    run.add_argument("--listen", required=True, metavar="HOST:PORT",
+                     help="where the bridges send sFlow (the plan's sflow.collector)")
+    run.add_argument("--metrics-port", type=int, metavar="N",
+                     help="serve /metrics, /snapshot and /healthz over HTTP on this port")
+    run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
+    run.add_argument("--state-dir", type=Path, help="write snapshot.json here every export")
+    run.add_argument("--reuse-port", action="store_true",
+                     help="SO_REUSEPORT: several instances share --listen (one per core); "
+                          "merge their snapshots")
+    _common(run)
+    run.add_argument("--window", type=float, default=30.0, metavar="S",
+                     help="estimation window in seconds (default 30)")
+    run.add_argument("--export-interval", type=float, default=1.0, metavar="S",
+                     help="how often snapshot, metrics and events are refreshed (default 1)")
+    run.add_argument("--plan-interval", type=float, default=10.0, metavar="S",
+                     help="how often the plan is re-read (default 10)")
+    run.add_argument("--events", metavar="FILE",
+                     help="append events as JSON lines ('-': standard output)")
+    run.add_argument("--band", type=float, default=0.1,
+                     help="event band: relative change that is reported (default 0.1 = 10 %%)")
+    run.add_argument("--max-silence", type=float, default=300.0, metavar="S",
+                     help="report a value at least this often (default 300)")
+    run.set_defaults(func=_run)
+
+    replay = commands.add_parser("replay", help="estimate from a pcap of sFlow datagrams")
+    replay.add_argument("--plan", required=True, metavar="PATH-or-URL")
+    replay.add_argument("capture", type=Path, metavar="CAPTURE.pcap")
+    replay.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    replay.add_argument("--window", type=float, metavar="S",
+                        help="estimate over the last S seconds (default: the whole capture)")
+    _common(replay)
+    replay.set_defaults(func=_replay)
+
+    merge = commands.add_parser("merge", help="merge snapshots of several collector instances")
+    merge.add_argument("snapshots", nargs="+", type=Path, metavar="SNAPSHOT.json")
+    merge.add_argument("--name", help="collector name of the result")
+    merge.set_defaults(func=_merge)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--inventory", type=Path, metavar="FILE",
+                        help="VM addresses per server (traffic matrix) and agent addresses")
+    parser.add_argument("--name", default=socket.gethostname(),
+                        help="instance name in the snapshot (default: host name)")
+    parser.add_argument("--reexport", metavar="HOST:PORT",
+                        help="re-send normalised samples under their origin server's agent")
+
+
+def _inventory(args):
+    if args.inventory is None:
+        return None
+    from cosample.collector.inventory import read_inventory
+    return read_inventory(args.inventory)
+
+
+def _address(value: str, option: str) -> tuple[str, int]:
+    from cosample.collector.errors import CollectorError
+    from cosample.collector.reexport import parse_target
+    try:
+        return parse_target(value)
+    except CollectorError:
+        raise CollectorError(f"{option}: expected HOST:PORT, got {value!r}") from None
+
+
+def _run(args) -> int:
+    import signal
+
+    from cosample.collector.service import Service, Settings
+    settings = Settings(
+        listen=_address(args.listen, "--listen"), plan=args.plan, name=args.name,
+        metrics_port=args.metrics_port, http_host=args.http_host, state_dir=args.state_dir,
+        window_s=_positive(args.window, "--window"),
+        export_s=_positive(args.export_interval, "--export-interval"),
+        plan_interval_s=_positive(args.plan_interval, "--plan-interval"),
+        reexport=_address(args.reexport, "--reexport") if args.reexport else None,
+        events=args.events, band=args.band, max_silence_s=_positive(args.max_silence,
+                                                                    "--max-silence"),
+        reuse_port=args.reuse_port)
+    service = Service(settings, _inventory(args)).start()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: service.stop())
+    host, port = service.listen_address
+    http = f", HTTP on {service.http_address[0]}:{service.http_address[1]}" \
+        if settings.metrics_port is not None else ""
+    print(f"collector {settings.name}: sFlow on {host}:{port}{http}", file=sys.stderr, flush=True)
+    service.run()
+    return 0
+
+
+def _positive(value: float, option: str) -> float:
+    from cosample.collector.errors import CollectorError
+    if not value > 0:
+        raise CollectorError(f"{option}: must be > 0, got {value}")
+    return value
+
+
+def _replay(args) -> int:
+    from cosample.collector.replay import replay, table
+    snapshot = replay(args.plan, args.capture, inventory=_inventory(args), name=args.name,
+                      window_s=_positive(args.window, "--window") if args.window else None,
+                      reexport=_address(args.reexport, "--reexport") if args.reexport else None)
+    print(snapshot.to_json() if args.json else table(snapshot), end="")
+    return 0
+
+
+def _merge(args) -> int:
+    from cosample.collector.errors import CollectorError
+    from cosample.collector.snapshot import merge_snapshots, parse_snapshot
+    parts = []
+    for path in args.snapshots:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CollectorError(f"{path}: cannot read ({exc.strerror})") from None
+        parts.append(parse_snapshot(data, where=str(path)))
+    print(merge_snapshots(parts, name=args.name).to_json(), end="")
+    return 0

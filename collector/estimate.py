@@ -1,0 +1,320 @@
+"""The collector's state: a fast path that only updates windowed sums, a normal path that estimates.
+
+``ingest`` decodes one datagram, attributes each flow sample (``attribution``) and adds it to
+per-second buckets keyed by (origin server, reporting agent, local or mirrored, destination
+server); counter samples update per-port packet rates; every datagram or sample not counted
+increments a named reason. ``snapshot`` turns the buckets inside the window into per-server
+estimates (docs/collector.md, "Renormalisation"):
+
+- the local stream estimates the server's packets as ``L = sum 1/l`` (``l = 1/N``, the 1-in-N the
+  agent reports in each sample), the mirrored stream as ``M = sum 1/Q`` (``Q = sum_j m_j / N_j``,
+  mirror shares from the plan, receivers' rates as reported); both are unbiased;
+- they are combined by their precisions ``w = p/(1-p)``: ``X = a L + (1-a) M`` with
+  ``a = w_L / (w_L + w_M)``, variance ``a^2 L / w_L + (1-a)^2 M / w_M`` (each term additive
+  across instances); 1-in-1 streams are exact;
+- samples lost between agent and collector (sequence gaps) or dropped by the agent (``drops``)
+  scale that agent's sums by ``(received + lost) / received``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from cosample.collector.attribution import LOCAL, Attribution, Source
+from cosample.collector.decode import DecodeError, FlowSample, parse_datagram
+from cosample.collector.intervals import normal_interval, packets_interval
+from cosample.collector.snapshot import PlanRef, ServerEstimate, Snapshot
+
+#: Expected mirrored (or local) samples in a window above which none arriving means the data
+#: plane does not do what the plan says (agent in its safe state, mirror not yet set up).
+MISSING_STREAM_SAMPLES = 20.0
+_WRAP, _HALF = 1 << 32, 1 << 31
+
+Hook = Callable[[FlowSample, Source, float], None]
+
+
+class Estimator:
+    """Windowed per-server estimates from sFlow datagrams, renormalised by a plan."""
+
+    def __init__(self, attribution: Attribution | None, *, window_s: float | None = 30.0,
+                 name: str = "collector", partial: bool = False) -> None:
+        self.attribution = attribution
+        #: Another instance may hold the other stream of a server (SO_REUSEPORT workers): never
+        #: conclude that a stream the plan expects is missing.
+        self.partial = partial
+        self.window_s = window_s  # None: everything since the start (replay)
+        self.name = name
+        self.dropped: Counter[str] = Counter()
+        self.ignored: Counter[str] = Counter()
+        self.datagrams = 0
+        self.samples = 0
+        self.rate_of: dict[str, int] = {}  # agent -> the 1-in-N it reported last
+        self.on_sample: Hook | None = None  # re-export
+        self._buckets: deque[tuple[int, dict, dict]] = deque()
+        self._sequences: dict[tuple[str, int], tuple[int, int]] = {}
+        self._counters: dict[tuple[str, int], tuple[float, int, int]] = {}
+        self.interfaces: dict[str, dict[str, dict[str, float]]] = {}
+        self._last: dict[str, float] = {}
+        self._mirror_q: dict[str, float] = {}
+        self._verdicts: dict[tuple, Source | str] = {}
+        self._first: float | None = None
+        self._now: float | None = None
+
+    # fast path -----------------------------------------------------------------------------
+    def set_attribution(self, attribution: Attribution) -> None:
+        """A new plan: sums already taken keep their weights, new samples use the new plan."""
+        self.attribution = attribution
+        self._mirror_q.clear()
+        self._verdicts.clear()
+
+    def ingest(self, data: bytes, now: float) -> None:
+        """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
+        try:
+            datagram = parse_datagram(data)
+        except DecodeError as exc:
+            self.dropped[exc.reason] += 1
+            return
+        self.datagrams += 1
+        if self._first is None:
+            self._first = now
+        self._now = now if self._now is None else max(self._now, now)
+        second = int(now)
+        if not self._buckets or self._buckets[-1][0] < second:
+            self._buckets.append((second, {}, {}))
+            self._expire(second)
+        _, sums, agents = self._buckets[-1]
+        attribution, agent = self.attribution, datagram.agent
+        if attribution is None:
+            self.dropped["no_plan"] += len(datagram.flow_samples)
+            return
+        flows = datagram.flow_samples
+        received, lost = 0, self._lost(agent, flows) if flows else 0
+        server_of_address = attribution.server_of_address
+        verdicts, rate_of = self._verdicts, self.rate_of
+        last_seen, hook = self._last, self.on_sample
+        agent_rate = rate_of.get(agent)
+        for sample in flows:
+            verdict_key = (agent, sample.vni, sample.outer_src)
+            source = verdicts.get(verdict_key)
+            if source is None:
+                source = verdicts[verdict_key] = attribution.source(agent, sample.vni,
+                                                                    sample.tunnel_src)
+            if source.__class__ is str:
+                (self.ignored if source == "overlay_ingress" else self.dropped)[source] += 1
+                continue
+            rate = sample.sampling_rate
+            if rate <= 0:
+                self.dropped["bad_sampling_rate"] += 1
+                continue
+            if rate != agent_rate:
+                rate_of[agent] = agent_rate = rate
+                self._mirror_q.clear()
+            received += 1
+            server = source.server
+            if source.kind is LOCAL:
+                weight, kind = float(rate), 0
+            else:
+                weight, kind = 1.0 / self._q(server), 1
+            dst = None
+            if server_of_address:
+                dst = server_of_address.get(sample.dst_ip) or server_of_address.get(sample.dst_mac)
+            key = (server, agent, kind, dst)
+            acc = sums.get(key)
+            if acc is None:
+                acc = sums[key] = [0, 0.0, 0.0, 0.0]
+            size = sample.frame_length
+            acc[0] += 1
+            acc[1] += weight
+            acc[2] += size * weight
+            acc[3] += size * size * weight
+            if last_seen.get(server, 0.0) < now:
+                last_seen[server] = now
+            if hook is not None:
+                hook(sample, source, self.weight(server, kind, weight))
+        self.samples += len(flows)
+        if received or lost:
+            tally = agents.get(agent)
+            if tally is None:
+                tally = agents[agent] = [0, 0]
+            tally[0] += received
+            tally[1] += lost
+        for counters in datagram.counters:
+            self._interface(counters, now)
+
+    def _q(self, sender: str) -> float:
+        q = self._mirror_q.get(sender)
+        if q is None:
+            q = self._mirror_q[sender] = self.attribution.rates(sender, self.rate_of)[1] or 1.0
+        return q
+
+    def _lost(self, agent: str, flows: tuple[FlowSample, ...]) -> int:
+        """Samples the agent numbered (or dropped) but that never arrived: gaps per sampler.
+
+        OVS has one sampler per bridge and numbers its samples consecutively, so the common
+        datagram is one run: only its ends are compared with what the sampler sent before.
+        """
+        first, last = flows[0], flows[-1]
+        if first.source_index == last.source_index and \
+                (last.sequence - first.sequence) % _WRAP == len(flows) - 1:
+            runs = ((first, last),)
+        else:
+            runs = tuple((sample, sample) for sample in flows)
+        lost, sequences = 0, self._sequences
+        for head, tail in runs:
+            sampler = (agent, head.source_index)
+            previous = sequences.get(sampler)
+            sequences[sampler] = (tail.sequence, tail.drops)
+            if previous is None:
+                continue
+            gap = (head.sequence - previous[0]) % _WRAP
+            if not 0 < gap < _HALF:  # a duplicate, or the agent restarted: start again
+                continue
+            drops = (tail.drops - previous[1]) % _WRAP
+            lost += gap - 1 + (drops if drops < _HALF else 0)
+        return lost
+
+    def _interface(self, counters, now: float) -> None:
+        if self.attribution is None:
+            return
+        server = self.attribution.server_of_agent.get(counters.agent)
+        if server is None:
+            self.dropped["unknown_agent_counters"] += 1
+            return
+        key = (counters.agent, counters.if_index)
+        previous = self._counters.get(key)
+        self._counters[key] = (now, counters.in_packets, counters.out_packets)
+        if previous is None or now <= previous[0]:
+            return
+        elapsed = now - previous[0]
+        self.interfaces.setdefault(server, {})[str(counters.if_index)] = {
+            "in_pps": ((counters.in_packets - previous[1]) % _WRAP) / elapsed,
+            "out_pps": ((counters.out_packets - previous[2]) % _WRAP) / elapsed}
+
+    def _expire(self, second: int) -> None:
+        if self.window_s is None:
+            return
+        while self._buckets and self._buckets[0][0] <= second - self.window_s:
+            self._buckets.popleft()
+
+    # combination ----------------------------------------------------------------------------
+    def _precisions(self, server: str, local_seen: bool = True,
+                    mirrored_seen: bool = True) -> tuple[float, float, float, float]:
+        """(l, Q, w_L, w_M) for ``server`` at the agents' current rates."""
+        local, mirrored = self.attribution.rates(server, self.rate_of)
+        if not local_seen:
+            local = 0.0
+        if not mirrored_seen:
+            mirrored = 0.0
+        return local, mirrored, _precision(local), _precision(mirrored)
+
+    def weight(self, server: str, kind: int, stream_weight: float) -> float:
+        """A sample's weight in the combined estimate (what the re-export sends as its rate)."""
+        _, _, w_local, w_mirrored = self._precisions(server)
+        return stream_weight * _share(w_local, w_mirrored, kind)
+
+    # normal path ----------------------------------------------------------------------------
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        """Estimates over the window ending at ``now`` (default: the newest datagram's time)."""
+        now = now if now is not None else (self._now or 0.0)
+        self._expire(int(now))
+        start = self._first if self._first is not None else now
+        span = now - start if self.window_s is None else min(self.window_s, now - start)
+        window = max(span, 1.0)
+        agents: dict[str, list[int]] = {}
+        streams: dict[str, list[list[float]]] = {}  # server -> [local sums, mirrored sums]
+        matrix: dict[tuple[str, str, int], float] = {}
+        for _, sums, tallies in self._buckets:
+            for agent, (got, lost) in tallies.items():
+                tally = agents.setdefault(agent, [0, 0])
+                tally[0] += got
+                tally[1] += lost
+        loss = {agent: (got + lost) / got if got else 1.0 for agent, (got, lost) in agents.items()}
+        for _, sums, _ in self._buckets:
+            for (server, agent, kind, dst), (n, w, bw, b2w) in sums.items():
+                f = loss.get(agent, 1.0)
+                stream = streams.setdefault(server, [[0, 0.0, 0.0, 0.0], [0, 0.0, 0.0, 0.0]])[kind]
+                stream[0] += n
+                stream[1] += w * f
+                stream[2] += bw * f
+                stream[3] += b2w * f * f
+                if dst is not None:
+                    matrix[(server, dst, kind)] = matrix.get((server, dst, kind), 0.0) + w * f
+        servers, shares = {}, {}
+        plan_servers = self.attribution.servers if self.attribution is not None else {}
+        for server in sorted(set(plan_servers) | set(streams)):
+            local, mirrored = streams.get(server, [[0, 0.0, 0.0, 0.0], [0, 0.0, 0.0, 0.0]])
+            if server in plan_servers:
+                l, q, _, _ = self._precisions(server)
+                coverage = min(1.0, l + q - l * q)
+                if not self.partial:  # a stream the plan expects but that never arrives
+                    l_used = l if local[0] or mirrored[1] * l < MISSING_STREAM_SAMPLES else 0.0
+                    q_used = q if mirrored[0] or local[1] * q < MISSING_STREAM_SAMPLES else 0.0
+                else:
+                    l_used, q_used = l, q
+                w_l, w_m = _precision(l_used), _precision(q_used)
+            else:
+                l = q = w_l = w_m = coverage = 0.0
+            a = _share(w_l, w_m, 0)
+            shares[server] = a
+            packets = a * local[1] + (1 - a) * mirrored[1]
+            octets = a * local[2] + (1 - a) * mirrored[2]
+            variance = a * a * _over(local[1], w_l) + (1 - a) ** 2 * _over(mirrored[1], w_m)
+            octet_variance = a * a * _over(local[3], w_l) + (1 - a) ** 2 * _over(mirrored[3], w_m)
+            low, high = packets_interval(packets, variance, l + q)
+            blow, bhigh = normal_interval(octets, octet_variance)
+            last = self._last.get(server)
+            servers[server] = ServerEstimate(
+                packets_per_s=packets / window, packets_per_s_ci95=[low / window, high / window],
+                bytes_per_s=octets / window, bytes_per_s_ci95=[blow / window, bhigh / window],
+                samples=local[0] + mirrored[0], samples_per_s=(local[0] + mirrored[0]) / window,
+                local_samples=local[0], mirrored_samples=mirrored[0], coverage=coverage,
+                last_sample=_utc(last) if last is not None else None,
+                interfaces=self.interfaces.get(server),
+                packets_per_s_variance=variance / window ** 2,
+                bytes_per_s_variance=octet_variance / window ** 2)
+        traffic = None
+        if self.attribution is not None and self.attribution.server_of_address:
+            traffic = {}
+            for (src, dst, kind), w in sorted(matrix.items()):
+                a = shares.get(src, 1.0)
+                row = traffic.setdefault(src, {})
+                row[dst] = row.get(dst, 0.0) + (a if kind == 0 else 1 - a) * w / window
+        plan = None if self.attribution is None else PlanRef(
+            version=self.attribution.plan_version, plan_id=self.attribution.plan_id)
+        return Snapshot(collector=self.name, time=_utc(now), window_s=window, plan=plan,
+                        servers=servers, traffic_pps=traffic,
+                        dropped=dict(sorted(self.dropped.items())),
+                        ignored=dict(sorted(self.ignored.items())),
+                        agents=sorted(agents))
+
+
+def _precision(probability: float) -> float:
+    """``p / (1 - p)``: the precision (per packet) of a stream that samples with ``p``."""
+    if probability <= 0.0:
+        return 0.0
+    return math.inf if probability >= 1.0 else probability / (1.0 - probability)
+
+
+def _over(total: float, precision: float) -> float:
+    """``total / precision``: a stream's estimated variance (0 when exact or absent)."""
+    return 0.0 if precision == 0.0 or math.isinf(precision) else total / precision
+
+
+def _share(w_local: float, w_mirrored: float, kind: int) -> float:
+    """The combination weight of stream ``kind`` (0 local, 1 mirrored)."""
+    if math.isinf(w_local):
+        a = 1.0
+    elif math.isinf(w_mirrored):
+        a = 0.0
+    elif w_local + w_mirrored == 0.0:
+        a = 1.0
+    else:
+        a = w_local / (w_local + w_mirrored)
+    return a if kind == 0 else 1.0 - a
+
+
+def _utc(unix: float) -> datetime:
+    return datetime.fromtimestamp(unix, timezone.utc)

@@ -1,0 +1,81 @@
+"""The collector's address inventory: which VM addresses live on which server, and agent addresses.
+
+Optional input of the collector (``--inventory FILE``, JSON or YAML, ``format:
+cosample.addresses``; distinct from the controller's fleet inventory, which has no tenant
+addresses). With it the collector
+builds the traffic matrix ``V[src][dst]`` (the source is the server a sample is attributed to,
+the destination the server holding the packet's destination address) and knows agents whose
+sFlow address is not the server's ``tunnel_ip``. Declared once as a pydantic model.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import AfterValidator, Field
+
+from cosample.collector.errors import CollectorError
+from cosample.validation import Strict, validate
+
+INVENTORY_FORMAT = "cosample.addresses"
+
+
+def _ip(value: str) -> str:
+    return str(ipaddress.ip_address(value))
+
+
+def _mac(value: str) -> str:
+    parts = value.lower().replace("-", ":").split(":")
+    if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdef" for c in p)
+                                  for p in parts):
+        raise ValueError("expected a MAC address like 02:00:00:00:00:01")
+    return ":".join(parts)
+
+
+IpAddress = Annotated[str, AfterValidator(_ip)]
+MacAddress = Annotated[str, AfterValidator(_mac)]
+
+
+class ServerEntry(Strict):
+    """One server: its sFlow agent address (when not its tunnel IP) and its VMs' addresses."""
+
+    agent_ip: IpAddress | None = None
+    vm_addresses: list[IpAddress] = Field(default_factory=list)
+    vm_macs: list[MacAddress] = Field(default_factory=list)
+
+
+class Inventory(Strict):
+    format: Annotated[str, Field(pattern=f"^{INVENTORY_FORMAT}$")] = INVENTORY_FORMAT
+    format_version: Annotated[int, Field(ge=1, le=1)] = 1
+    servers: dict[str, ServerEntry]
+
+    def server_of_address(self) -> dict[str, str]:
+        """VM IP or MAC -> server; an address claimed by two servers is an error."""
+        out: dict[str, str] = {}
+        for name, entry in self.servers.items():
+            for address in [*entry.vm_addresses, *entry.vm_macs]:
+                if out.setdefault(address, name) != name:
+                    raise CollectorError(f"inventory: servers.{name}: address {address} is "
+                                         f"also listed under {out[address]}")
+        return out
+
+
+def read_inventory(path: str | Path) -> Inventory:
+    """Load and validate an inventory file (``.yaml``/``.yml`` as YAML, anything else JSON)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CollectorError(f"{path}: cannot read inventory ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise CollectorError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'} "
+                             f"({exc})") from None
+    inventory = validate(Inventory, data, where=str(path), error=CollectorError)
+    inventory.server_of_address()
+    return inventory

@@ -1,0 +1,99 @@
+"""Prometheus metrics of the collector, rendered from its newest snapshot and counters at scrape time.
+
+Names are ``cosample_collector_*``; per-server gauges carry a ``server`` label, the traffic matrix
+``src`` and ``dst``, drops a ``reason``. Values come from the snapshot the normal path computed
+last, so a scrape never waits for the fast path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from cosample.collector.snapshot import Snapshot
+
+
+@dataclass
+class Status:
+    """What the service counts besides the snapshot."""
+
+    datagrams: int = 0
+    samples: int = 0
+    plan_errors: int = 0
+    events: int = 0
+    reexported_samples: int = 0
+    reexport_errors: int = 0
+    receive_errors: int = 0
+
+
+class SnapshotMetrics:
+    """A prometheus_client collector over ``source()`` -> (snapshot or None, status)."""
+
+    def __init__(self, source: Callable[[], tuple[Snapshot | None, Status]]) -> None:
+        self.source = source
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot, status = self.source()
+        for name, value, text in (
+                ("datagrams", status.datagrams, "sFlow datagrams decoded"),
+                ("samples", status.samples, "flow samples decoded"),
+                ("plan_errors", status.plan_errors, "plan fetches or validations that failed "
+                                                    "(the last good plan stays)"),
+                ("events", status.events, "events exported (value left its band or silence)"),
+                ("reexported_samples", status.reexported_samples, "samples re-exported downstream"),
+                ("reexport_errors", status.reexport_errors, "re-export datagrams not sent"),
+                ("receive_errors", status.receive_errors, "socket receive errors")):
+            yield CounterMetricFamily(f"cosample_collector_{name}", text, value=value)
+        if snapshot is None:
+            return
+        for name, counts, text in (("dropped", snapshot.dropped, "datagrams or samples dropped"),
+                                   ("ignored", snapshot.ignored, "samples deliberately not counted")):
+            family = CounterMetricFamily(f"cosample_collector_{name}", f"{text}, by reason",
+                                         labels=["reason"])
+            for reason, count in counts.items():
+                family.add_metric([reason], count)
+            yield family
+        plan = GaugeMetricFamily("cosample_collector_plan_version", "version of the plan in use "
+                                 "(-1: none)", value=snapshot.plan.version if snapshot.plan else -1)
+        yield plan
+        yield GaugeMetricFamily("cosample_collector_window_seconds", "estimation window",
+                                value=snapshot.window_s)
+        gauges = {key: GaugeMetricFamily(f"cosample_collector_{key}", text, labels=["server"])
+                  for key, text in (
+                      ("packets_per_second", "estimated packets/s sent by the server's VMs"),
+                      ("packets_per_second_ci95_low", "95 % interval, low"),
+                      ("packets_per_second_ci95_high", "95 % interval, high"),
+                      ("bytes_per_second", "estimated bytes/s sent by the server's VMs"),
+                      ("samples_per_second", "samples/s attributed to the server"),
+                      ("coverage", "fraction of the server's packets the plan selects"))}
+        interfaces = GaugeMetricFamily("cosample_collector_interface_packets_per_second",
+                                       "port packet rates from sFlow counters",
+                                       labels=["server", "ifindex", "direction"])
+        for server, e in snapshot.servers.items():
+            for key, value in (("packets_per_second", e.packets_per_s),
+                               ("packets_per_second_ci95_low", e.packets_per_s_ci95[0]),
+                               ("packets_per_second_ci95_high", e.packets_per_s_ci95[1]),
+                               ("bytes_per_second", e.bytes_per_s),
+                               ("samples_per_second", e.samples_per_s),
+                               ("coverage", e.coverage)):
+                gauges[key].add_metric([server], value)
+            for index, rates in (e.interfaces or {}).items():
+                interfaces.add_metric([server, index, "in"], rates.in_pps)
+                interfaces.add_metric([server, index, "out"], rates.out_pps)
+        yield from gauges.values()
+        yield interfaces
+        if snapshot.traffic_pps is not None:
+            matrix = GaugeMetricFamily("cosample_collector_traffic_packets_per_second",
+                                       "estimated V[src][dst]", labels=["src", "dst"])
+            for src, row in snapshot.traffic_pps.items():
+                for dst, value in row.items():
+                    matrix.add_metric([src, dst], value)
+            yield matrix

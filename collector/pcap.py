@@ -1,0 +1,141 @@
+"""Read UDP payloads from a pcap capture (``tcpdump -w``): the offline input of ``replay``.
+
+Classic pcap only (micro- or nanosecond timestamps, either byte order) with Ethernet (optionally
+802.1Q-tagged), Linux cooked (SLL, SLL2), raw IP or BSD loopback link layers; IPv4 and IPv6;
+UDP on any port. Frames that are not UDP, or are IP fragments, are counted and skipped; a file
+that is not a pcap, or ends inside a record header, is one ``CollectorError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cosample.collector.errors import CollectorError
+
+_MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+          b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2 = 0, 1, 101, 12, 113, 276
+LINKS = (LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2)
+ETHERTYPE_IPV4, ETHERTYPE_IPV6, VLAN_TAGS = 0x0800, 0x86DD, (0x8100, 0x88A8)
+UDP = 17
+
+
+@dataclass
+class Capture:
+    """Where the datagrams came from, and what else the capture held."""
+
+    path: Path
+    skipped: Counter = field(default_factory=Counter)
+
+
+def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[tuple[float, bytes]]:
+    """``(unix time, UDP payload)`` for every UDP datagram in the capture, in file order."""
+    path = Path(path)
+    capture = capture if capture is not None else Capture(path)
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise CollectorError(f"{path}: cannot read capture ({exc.strerror})") from None
+    with handle:
+        head = handle.read(24)
+        if head[:4] == PCAPNG_MAGIC:
+            raise CollectorError(f"{path}: pcapng is not supported; capture with "
+                                 "'tcpdump -w FILE' (pcap) or convert with 'editcap -F pcap'")
+        if len(head) < 24 or head[:4] not in _MAGIC:
+            raise CollectorError(f"{path}: not a pcap capture (magic {head[:4].hex() or 'empty'})")
+        order, unit = _MAGIC[head[:4]]
+        link = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF
+        if link not in LINKS:
+            raise CollectorError(f"{path}: link type {link} is not supported (Ethernet, Linux "
+                                 "cooked, raw IP or loopback captures are)")
+        record = struct.Struct(order + "IIII")
+        number = 0
+        while True:
+            header = handle.read(16)
+            if not header:
+                return
+            number += 1
+            if len(header) < 16:
+                raise CollectorError(f"{path}: record {number}: truncated record header")
+            seconds, fraction, included, _ = record.unpack(header)
+            frame = handle.read(included)
+            if len(frame) < included:
+                raise CollectorError(f"{path}: record {number}: truncated ({len(frame)} of "
+                                     f"{included} bytes)")
+            payload = _udp_payload(frame, link, capture.skipped)
+            if payload is not None:
+                yield seconds + fraction * unit, payload
+
+
+def _udp_payload(frame: bytes, link: int, skipped: Counter) -> bytes | None:
+    if link == LINK_ETHERNET:
+        ethertype, offset = _u16(frame, 12), 14
+        while ethertype in VLAN_TAGS:
+            ethertype, offset = _u16(frame, offset + 2), offset + 4
+    elif link == LINK_SLL:
+        ethertype, offset = _u16(frame, 14), 16
+    elif link == LINK_SLL2:
+        ethertype, offset = _u16(frame, 0), 20
+    elif link == LINK_NULL:
+        family = int.from_bytes(frame[:4], "little") if len(frame) >= 4 else -1
+        ethertype, offset = (ETHERTYPE_IPV4 if family == 2 else ETHERTYPE_IPV6), 4
+    else:
+        version = frame[0] >> 4 if frame else 0
+        ethertype, offset = (ETHERTYPE_IPV4 if version == 4 else ETHERTYPE_IPV6), 0
+    if ethertype == ETHERTYPE_IPV4 and len(frame) >= offset + 20:
+        header_length = (frame[offset] & 0x0F) * 4
+        total = _u16(frame, offset + 2)
+        if frame[offset + 9] != UDP:
+            skipped["not_udp"] += 1
+            return None
+        if _u16(frame, offset + 6) & 0x3FFF:  # more fragments, or a fragment offset
+            skipped["ip_fragment"] += 1
+            return None
+        udp, end = offset + header_length, offset + total
+    elif ethertype == ETHERTYPE_IPV6 and len(frame) >= offset + 40:
+        if frame[offset + 6] != UDP:  # extension headers are not followed
+            skipped["not_udp"] += 1
+            return None
+        udp, end = offset + 40, offset + 40 + _u16(frame, offset + 4)
+    else:
+        skipped["not_ip"] += 1
+        return None
+    if len(frame) < udp + 8:
+        skipped["truncated_frame"] += 1
+        return None
+    length = _u16(frame, udp + 4)
+    return frame[udp + 8:min(udp + length, end, len(frame))]
+
+
+def _u16(data: bytes, offset: int) -> int:
+    return (data[offset] << 8) | data[offset + 1] if len(data) >= offset + 2 else -1
+
+
+def write_pcap(path: str | Path, datagrams: list[tuple[float, bytes]], source: str = "10.0.0.1",
+               destination: str = "10.0.0.254", port: int = 6343) -> Path:
+    """A pcap (Ethernet, IPv4, UDP) of ``(unix time, payload)``: for tests and the benchmark."""
+    import socket
+
+    from cosample.files import write_atomic
+
+    def frames():
+        for when, payload in datagrams:
+            udp = struct.pack("!HHHH", 50000, port, 8 + len(payload), 0) + payload
+            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, UDP, 0,
+                             socket.inet_aton(source), socket.inet_aton(destination))
+            frame = b"\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x08\x00" + ip + udp
+            seconds = int(when)
+            yield struct.pack("<IIII", seconds, min(999999, int((when - seconds) * 1e6)), len(frame),
+                              len(frame)) + frame
+
+    def write(stream):
+        stream.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, LINK_ETHERNET))
+        for frame in frames():
+            stream.write(frame)
+
+    return write_atomic(path, write, binary=True)
