@@ -28,6 +28,9 @@ def register(subparsers) -> None:
     run.add_argument("--reuse-port", action="store_true",
                      help="SO_REUSEPORT: several instances share --listen (one per core); "
                           "merge their snapshots")
+    run.add_argument("--partial", action="store_true",
+                     help="this instance hears only some agents (one of several, merged by the "
+                          "controller): never conclude that a stream the plan expects is missing")
     _common(run)
     run.add_argument("--window", type=float, default=30.0, metavar="S",
                      help="estimation window in seconds (default 30)")
@@ -96,7 +99,7 @@ def _run(args) -> int:
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
         events=args.events, band=args.band, max_silence_s=_positive(args.max_silence,
                                                                     "--max-silence"),
-        reuse_port=args.reuse_port)
+        reuse_port=args.reuse_port, partial=args.partial)
     service = Service(settings, _inventory(args)).start()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())

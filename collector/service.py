@@ -54,6 +54,7 @@ class Settings:
     max_silence_s: float = 300.0
     receive_buffer: int = 8 << 20
     reuse_port: bool = False
+    partial: bool = False  # this instance hears only some agents (implied by reuse_port)
 
 
 class Service:
@@ -63,12 +64,12 @@ class Service:
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.watcher = PlanWatcher(settings.plan, inventory)
         self.estimator = Estimator(None, window_s=settings.window_s, name=settings.name,
-                                   partial=settings.reuse_port)
+                                   partial=settings.reuse_port or settings.partial)
         self.status = Status()
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.reexporter: Reexporter | None = None
         self.snapshot: Snapshot | None = None
-        self._snapshot_json = b"{}"
+        self._snapshot_json = b""
         self._stop = threading.Event()
         self._socket: socket.socket | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -104,6 +105,7 @@ class Service:
             self._events = sys.stdout if self.settings.events == "-" else \
                 open(self.settings.events, "a", encoding="utf-8")
         self._poll_plan()
+        self.export(self.clock())
         return self
 
     def stop(self) -> None:
@@ -203,6 +205,9 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
+            if path == "/snapshot" and service.snapshot is None:
+                self.send_error(503, "no snapshot yet")
+                return
             if path == "/snapshot":
                 body, kind = service.snapshot_json(), "application/json"
             elif path == "/metrics":

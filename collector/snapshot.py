@@ -151,13 +151,13 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
     parts = list(snapshots)
     if not parts:
         raise CollectorError("merge: no snapshots to merge")
-    heard: dict[str, str] = {}
-    for part in parts:
+    heard: dict[str, int] = {}
+    for number, part in enumerate(parts):
         for agent in part.agents:
-            if heard.setdefault(agent, part.collector) != part.collector:
-                raise CollectorError(f"merge: agent {agent} is heard by both {heard[agent]!r} "
-                                     f"and {part.collector!r}; each agent must report to one "
-                                     "collector")
+            if heard.setdefault(agent, number) != number:
+                raise CollectorError(f"merge: agent {agent} is heard by both "
+                                     f"{parts[heard[agent]].collector!r} and {part.collector!r}; "
+                                     "each agent must report to one collector")
     owners: dict[str, list[tuple[str, ServerEstimate]]] = {}
     for part in parts:
         for server, estimate in part.servers.items():

@@ -50,10 +50,16 @@ class Stream:
 
 
 def simulate(plan: Plan, packets: Mapping[str, int], *, duration_s: float = 10.0,
-             start: float = 1.7e9, seed: int = 0, frame_bytes: int = 1000,
+             start: float | None = None, seed: int = 0, frame_bytes: int = 1000,
              destinations: Mapping[str, str] | None = None, overlay_samples: int = 0,
              counters: bool = False) -> Stream:
-    """Sample ``packets[server]`` packets per server over ``duration_s`` as the plan says."""
+    """Sample ``packets[server]`` packets per server over ``duration_s`` as the plan says.
+
+    ``start`` (Unix seconds) defaults to ``duration_s`` before now, so captures are recent.
+    """
+    if start is None:
+        import time
+        start = float(int(time.time() - duration_s - 1))
     rng = np.random.default_rng(seed)
     names = sorted(plan.hosts)
     index = {name: k for k, name in enumerate(names)}

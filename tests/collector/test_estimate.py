@@ -162,10 +162,12 @@ def test_plan_change_keeps_taken_sums_and_uses_new_shares():
         {"s1": (64, {"s2": 0.5}), "s2": (1, {}), "s3": (2, {}), "s4": (16, {})},
         version=2)).encode())
     estimator = Estimator(build(first), window_s=None)
-    for when, data in simulate(first, {"s1": 100_000}, duration_s=5, seed=1).datagrams:
+    early = simulate(first, {"s1": 100_000}, duration_s=5, seed=1)
+    first_start = early.datagrams[0][0] // 1 - 1
+    for when, data in early.datagrams:
         estimator.ingest(data, when)
     estimator.set_attribution(build(second))
-    for when, data in simulate(second, {"s1": 100_000}, duration_s=5, start=1.7e9 + 5,
+    for when, data in simulate(second, {"s1": 100_000}, duration_s=5, start=first_start + 5,
                                seed=2).datagrams:
         estimator.ingest(data, when)
     snapshot = estimator.snapshot()

@@ -1,0 +1,162 @@
+"""``collector run`` as a daemon on loopback: real UDP in, real HTTP scrapes out, plan changes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cosample.cli import build_parser
+from cosample.collector.service import Service, Settings
+from cosample.collector.snapshot import merge_snapshots, parse_snapshot
+from cosample.lab.sflowstream import simulate
+from collector_plans import FOUR, plan_document
+
+TRUTH = {"s1": 20_000, "s2": 1_000, "s3": 2_000, "s4": 8_000}
+
+
+class Running:
+    """A Service in a thread; ``send`` replays datagrams from one socket per agent."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.service = Service(settings, log=lambda line: None).start()
+        self.thread = threading.Thread(target=self.service.run, daemon=True)
+        self.thread.start()
+        self.sockets: dict[bytes, socket.socket] = {}
+
+    @property
+    def url(self) -> str:
+        host, port = self.service.http_address
+        return f"http://{host}:{port}"
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.url + path, timeout=5) as response:
+            return response.read()
+
+    def stop(self) -> None:
+        self.service.stop()
+        self.thread.join(timeout=10)
+        for sock in self.sockets.values():
+            sock.close()
+
+
+def send(datagrams, target, sockets: dict, pace_every: int = 200) -> None:
+    for k, (_, data) in enumerate(datagrams):
+        agent = data[8:12]
+        sock = sockets.get(agent)
+        if sock is None:
+            sock = sockets[agent] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.sendto(data, target)
+        if k % pace_every == 0:
+            time.sleep(0.002)  # stay within the receive buffer on a busy machine
+
+
+def wait_for(condition, timeout_s: float = 15.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def settings(plan_path, **kwargs) -> Settings:
+    values = dict(listen=("127.0.0.1", 0), plan=str(plan_path), name="c1", metrics_port=0,
+                  window_s=600.0, export_s=0.2, plan_interval_s=0.2)
+    values.update(kwargs)
+    return Settings(**values)
+
+
+def test_daemon_estimates_and_serves_snapshot_and_metrics(write_plan, four_plan, tmp_path):
+    stream = simulate(four_plan, TRUTH, duration_s=3.0, seed=6)
+    events = tmp_path / "events.jsonl"
+    running = Running(settings(write_plan(), state_dir=tmp_path / "state", events=str(events)))
+    try:
+        send(stream.datagrams, running.service.listen_address, running.sockets)
+        send([(0, b"\0\0\0\5\0\0\0\1garbage")] * 3, running.service.listen_address, {})
+        snapshot = wait_for(lambda: (s := parse_snapshot(running.get("/snapshot"))) and
+                            s.dropped.get("truncated") == 3 and
+                            sum(e.samples for e in s.servers.values()) == stream.samples and s)
+        metrics = running.get("/metrics").decode()
+        assert running.get("/healthz") == b"ok\n"
+        with pytest.raises(urllib.error.HTTPError):
+            running.get("/nothing")
+    finally:
+        running.stop()
+    for server, packets in TRUTH.items():
+        e = snapshot.servers[server]
+        assert e.samples > 0 and e.packets_per_s > 0
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    gauge = {s.labels["server"]: s.value for s in families["cosample_collector_packets_per_second"].samples}
+    assert set(gauge) == set(FOUR) and all(v > 0 for v in gauge.values())
+    dropped = {s.labels["reason"]: s.value for s in families["cosample_collector_dropped"].samples}
+    assert dropped["truncated"] == 3
+    written = parse_snapshot((tmp_path / "state" / "snapshot.json").read_bytes())
+    assert written.collector == "c1"
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    assert {line["key"] for line in lines} >= {"s1.packets_per_s", "s4.bytes_per_s"}
+
+
+def test_plan_changes_are_followed_and_bad_plans_keep_the_last_good(write_plan, tmp_path):
+    path = write_plan(version=7)
+    running = Running(settings(path))
+    try:
+        wait_for(lambda: running.service.snapshot and running.service.snapshot.plan.version == 7)
+        write_plan(version=8)
+        wait_for(lambda: running.service.snapshot.plan.version == 8)
+        path.write_text("{not json")
+        wait_for(lambda: running.service.status.plan_errors >= 2)
+        assert running.service.snapshot.plan.version == 8
+        metrics = running.get("/metrics").decode()
+        assert "cosample_collector_plan_version 8.0" in metrics
+    finally:
+        running.stop()
+
+
+def test_two_instances_owning_agent_sets_merge_to_the_truth(write_plan, four_plan):
+    """s1's local samples reach instance a, its copies mirrored to s3 reach instance b."""
+    stream = simulate(four_plan, TRUTH, duration_s=3.0, seed=8)
+    a = Running(settings(write_plan(), name="a", partial=True))
+    b = Running(settings(write_plan(), name="b", partial=True))
+    owner = {bytes([172, 29, 0, k]): (a if k <= 2 else b) for k in range(1, 5)}
+    try:
+        for instance in (a, b):
+            send([item for item in stream.datagrams if owner[item[1][8:12]] is instance],
+                 instance.service.listen_address, instance.sockets)
+        parts = [wait_for(lambda i=i: (s := parse_snapshot(i.get("/snapshot"))) and
+                          sum(e.samples for e in s.servers.values()) == sum(
+                              1 for _ in ()) + expected and s)
+                 for i, expected in ((a, _samples(stream, owner, a)), (b, _samples(stream, owner, b)))]
+    finally:
+        a.stop()
+        b.stop()
+    assert parts[0].servers["s1"].local_samples > 0 and parts[1].servers["s1"].mirrored_samples > 0
+    merged = merge_snapshots(parts)
+    for server, packets in TRUTH.items():
+        low, high = merged.servers[server].packets_per_s_ci95
+        window = min(p.window_s for p in parts)
+        assert low * window * 0.98 <= packets <= high * window * 1.02, server
+
+
+def _samples(stream, owner, instance) -> int:
+    from cosample.collector.decode import parse_datagram
+    return sum(len(parse_datagram(d).flow_samples) for _, d in stream.datagrams
+               if owner[d[8:12]] is instance)
+
+
+def test_run_command_line_parses():
+    args = build_parser().parse_args(["collector", "run", "--plan", "p.json", "--listen",
+                                      "0.0.0.0:6343", "--metrics-port", "9108", "--reuse-port"])
+    assert args.reuse_port and args.metrics_port == 9108 and args.window == 30.0
+
+
+def test_run_rejects_a_bad_listen_address(capsys):
+    from cosample.cli import main
+    assert main(["collector", "run", "--plan", "p.json", "--listen", "nowhere"]) == 2
+    assert "--listen: expected HOST:PORT" in capsys.readouterr().err
