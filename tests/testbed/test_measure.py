@@ -50,9 +50,12 @@ def test_parse_ip_link_stats_and_delta():
         parse_ip_link_stats("{")
 
 
-def _sample(agent: str, src: str | None) -> FlowSample:
-    return FlowSample(agent=agent, sequence=1, sampling_rate=1, sample_pool=1, drops=0,
-                      input_port=1, output_port=2, src_ip=src)
+def _sample(agent: str, src: str | None, sequence: int = 1) -> FlowSample:
+    """A sample of a UDP packet from ``src`` (None: a frame that is not IPv4)."""
+    from cosample.lab.sflowstream import frame
+    header = frame(src, "10.77.2.9", 100)[0][:42] if src else bytes(60)  # up to UDP, no payload
+    return FlowSample(agent=agent, sequence=sequence, sampling_rate=1, sample_pool=1, drops=0,
+                      input_port=1, output_port=2, header=header)
 
 
 def test_samples_go_to_their_source_server_wherever_they_were_taken():
@@ -79,7 +82,7 @@ def test_sequence_gaps_count_samples_lost_on_the_way():
     assert sequence_gaps([5, 6, 7]) == 0
     assert sequence_gaps([7, 5, 9, 9]) == 2
     assert sequence_gaps([]) == 0
-    samples = [FlowSample("172.29.77.1", seq, 1, 1, 0, 3, 4, src_ip="10.77.1.1") for seq in (1, 2, 5)]
+    samples = [_sample("172.29.77.1", "10.77.1.1", seq) for seq in (1, 2, 5)]
     counts = count_samples(samples, {"10.77.1.1": "s1"}, {"172.29.77.1": "s1"})
     assert counts.lost_in_transit == {"s1": 2}
 
@@ -91,8 +94,7 @@ def _iperf3_sample(agent: str, number: int) -> FlowSample:
     ip = bytes([0x45]) + bytes(8) + bytes([17]) + bytes(2) + bytes([10, 77, 1, 1, 10, 77, 2, 1])
     udp = struct.pack("!HHHH", 40000, 5201, 20, 0)
     payload = struct.pack("!III", 1, 2, number)
-    return FlowSample(agent, number, 1, 1, 0, 1, 2, src_ip="10.77.1.1", dst_ip="10.77.2.1",
-                      ip_protocol=17, header=ethernet + ip + udp + payload)
+    return FlowSample(agent, number, 1, 1, 0, 1, 2, header=ethernet + ip + udp + payload)
 
 
 def test_packets_sampled_twice_are_recognised_by_their_iperf3_number():
