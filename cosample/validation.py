@@ -10,9 +10,12 @@ docs/dependencies.md.
 
 from __future__ import annotations
 
+import json
+import os
 import reprlib
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, TypeAdapter, ValidationError
@@ -108,6 +111,37 @@ def problem(location: Sequence[int | str], what: str, value: Any = None, *, wher
     if value is not None:
         line += f" (got {_value.repr(value)})"
     return error(f"{where}: {line}" if where else line)
+
+
+#: How a document is parsed, by file extension; anything else uses the caller's default.
+FORMATS = {".json": "JSON", ".yaml": "YAML", ".yml": "YAML", ".toml": "TOML"}
+
+
+def read_document(path: str | os.PathLike[str], what: str, *, default: str = "JSON",
+                  error: type[CosampleError] = CosampleError) -> Any:
+    """The parsed JSON, YAML or TOML (by extension, else ``default``) of an input file, unvalidated.
+
+    ``what`` names the document in the error (``cannot read data-centre description``).
+    """
+    path = Path(path)
+    kind = FORMATS.get(path.suffix.lower(), default)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise error(f"{path}: cannot read {what}: {reason}") from None
+    if kind == "YAML":
+        import yaml
+        parse, failure = yaml.safe_load, yaml.YAMLError
+    elif kind == "TOML":
+        import tomllib
+        parse, failure = tomllib.loads, tomllib.TOMLDecodeError
+    else:
+        parse, failure = json.loads, json.JSONDecodeError
+    try:
+        return parse(text)
+    except failure as exc:
+        raise error(f"{path}: not valid {kind}: {exc}") from None
 
 
 @lru_cache(maxsize=None)

@@ -11,7 +11,6 @@ solver's time budget.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from cosample.planner.description import AGENT_FIELDS, Description
 from cosample.planner.errors import InfeasibleError, PlannerError
-from cosample.validation import problem, validate
+from cosample.validation import problem, read_document, validate
 
 
 @dataclass(frozen=True)
@@ -75,17 +73,7 @@ class DataCentre:
     def load(cls, path: str | Path) -> "DataCentre":
         """Read a JSON or YAML description; calibration files are resolved beside it."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise PlannerError(f"{path}: cannot read data-centre description: {exc.strerror}") from exc
-        try:
-            if path.suffix.lower() in (".yaml", ".yml"):
-                document = yaml.safe_load(text)
-            else:
-                document = json.loads(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise PlannerError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'JSON'}: {exc}") from exc
+        document = read_document(path, "data-centre description", error=PlannerError)
         return cls.from_dict(document, base_dir=path.parent, source=str(path))
 
     @classmethod

@@ -18,22 +18,22 @@ its ``flows``. Layout (prefix ``ct``, server ``S``, VM ``V``):
 - VM V of server S is a namespace ``ctSvV`` whose ``eth0`` (10.77.S.V/16) is a veth to the
   server's port ``ctSvV``; all VMs share one layer-2 segment across the VXLAN.
 
-The testbed configuration (JSON or YAML) is strict: unknown keys, wrong types and unknown VMs
-raise one ``TestbedError`` naming the field.
+The testbed configuration (JSON or YAML, docs/testbed.md) is declared once as the pydantic models
+``Config``, ``ServerConfig`` and ``FlowConfig`` and validated through ``cosample.validation``:
+unknown keys, wrong types, bounds, unknown VMs and names too long for an interface each raise one
+``TestbedError`` naming the file, the field path and the bad value.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from cosample.experiments.testbed.errors import TestbedError
+from cosample.validation import InterfaceName, Strict, problem, read_document, validate
 
 UNDERLAY_NET = "172.29.77"
 UNDERLAY_PREFIXLEN = 24
@@ -45,10 +45,44 @@ VXLAN_VNI = 7700
 VXLAN_PORT = 8472  # the data plane's; 4789 is left to the agents' mirror tunnels
 MAX_SERVERS = 200
 MAX_VMS = 200
-MAX_IFNAME = 15
-CONFIG_KEYS = {"servers", "flows", "packet_bytes"}
-SERVER_KEYS = {"capacity_pps", "vms"}
-FLOW_KEYS = {"src", "dst", "pps"}
+MAX_IFNAME = 15  # what ``cosample.validation.InterfaceName`` allows
+MIN_PACKET_BYTES = 64
+MAX_PACKET_BYTES = VM_MTU - 28  # UDP payload that fits the VM MTU with IPv4 and UDP headers
+
+#: Letters and digits starting with a letter: the start of every name the testbed creates.
+Prefix = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9]*$")]
+
+
+_INTERFACE_NAMES = TypeAdapter(list[InterfaceName])
+
+
+class Naming(Strict):
+    """What the testbed's names start with (``--prefix``), so several testbeds can coexist."""
+
+    prefix: Prefix
+
+
+class ServerConfig(Strict):
+    """An emulated server: its capacity for the planner and how many VMs it hosts."""
+
+    capacity_pps: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    vms: Annotated[int, Field(ge=1, le=MAX_VMS)] = 2
+
+
+class FlowConfig(Strict):
+    """A constant-rate UDP flow between two VMs named ``sSvV``."""
+
+    src: str
+    dst: str
+    pps: Annotated[float, Field(ge=1, allow_inf_nan=False)]
+
+
+class Config(Strict):
+    """A testbed configuration file (docs/testbed.md)."""
+
+    servers: Annotated[list[ServerConfig], Field(min_length=1, max_length=MAX_SERVERS)]
+    flows: list[FlowConfig] = []
+    packet_bytes: Annotated[int, Field(ge=MIN_PACKET_BYTES, le=MAX_PACKET_BYTES)] = 100
 
 
 @dataclass(frozen=True)
@@ -201,63 +235,37 @@ class Topology:
 
 def from_config(config: Any, prefix: str = "ct", where: str = "testbed config") -> Topology:
     """Validate a parsed configuration (see docs/testbed.md) and build the topology."""
-    if not isinstance(prefix, str) or not prefix.isalnum() or not prefix[0].isalpha():
-        raise TestbedError(f"prefix: expected letters and digits starting with a letter, got {prefix!r}")
-    doc = _mapping(config, where)
-    _no_unknown(doc, CONFIG_KEYS, where)
-    servers_doc = doc.get("servers")
-    if not isinstance(servers_doc, list) or not 1 <= len(servers_doc) <= MAX_SERVERS:
-        raise TestbedError(f"{where}: servers: expected a list of 1..{MAX_SERVERS} servers")
-    servers = []
-    for position, entry in enumerate(servers_doc):
-        at = f"{where}: servers[{position}]"
-        entry = _mapping(entry, at)
-        _no_unknown(entry, SERVER_KEYS, at)
-        capacity = _number(entry.get("capacity_pps"), f"{at}.capacity_pps", minimum=0.0)
-        count = entry.get("vms", 2)
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_VMS:
-            raise TestbedError(f"{at}.vms: expected an integer 1..{MAX_VMS}, got {count!r}")
-        index = position + 1
-        vms = tuple(Vm(index, v + 1, prefix) for v in range(count))
-        servers.append(Server(index, capacity, vms, prefix))
-    packet_bytes = doc.get("packet_bytes", 100)
-    if isinstance(packet_bytes, bool) or not isinstance(packet_bytes, int) \
-            or not 64 <= packet_bytes <= VM_MTU - 28:
-        raise TestbedError(f"{where}: packet_bytes: expected an integer 64..{VM_MTU - 28}, "
-                           f"got {packet_bytes!r}")
-    topology = Topology(prefix, tuple(servers), (), packet_bytes)
-    flows_doc = doc.get("flows", [])
-    if not isinstance(flows_doc, list):
-        raise TestbedError(f"{where}: flows: expected a list")
+    validate(Naming, {"prefix": prefix}, error=TestbedError)
+    checked = validate(Config, config, where=where, error=TestbedError)
+    servers = tuple(Server(index, entry.capacity_pps,
+                           tuple(Vm(index, v + 1, prefix) for v in range(entry.vms)), prefix)
+                    for index, entry in enumerate(checked.servers, start=1))
+    vms = {vm.name: vm for server in servers for vm in server.vms}
     flows = []
-    for position, entry in enumerate(flows_doc):
-        at = f"{where}: flows[{position}]"
-        entry = _mapping(entry, at)
-        _no_unknown(entry, FLOW_KEYS, at)
-        try:
-            src, dst = topology.vm(str(entry.get("src"))), topology.vm(str(entry.get("dst")))
-        except TestbedError as exc:
-            raise TestbedError(f"{at}: {exc}") from None
-        if src == dst:
-            raise TestbedError(f"{at}: src and dst are the same VM {src.name!r}")
-        flows.append(Flow(src, dst, _number(entry.get("pps"), f"{at}.pps", minimum=1.0)))
-    topology = Topology(prefix, tuple(servers), tuple(flows), packet_bytes)
-    too_long = [name for name in topology.interface_names() if len(name) > MAX_IFNAME]
-    if too_long:
-        raise TestbedError(f"prefix {prefix!r}: name {too_long[0]!r} exceeds {MAX_IFNAME} characters")
+    for position, entry in enumerate(checked.flows):
+        for end in ("src", "dst"):
+            if getattr(entry, end) not in vms:
+                raise problem(("flows", position, end), f"unknown VM (known: {', '.join(vms)})",
+                              getattr(entry, end), where=where, error=TestbedError)
+        if entry.src == entry.dst:
+            raise problem(("flows", position, "dst"), "the same VM as src", entry.dst,
+                          where=where, error=TestbedError)
+        flows.append(Flow(vms[entry.src], vms[entry.dst], entry.pps))
+    topology = Topology(prefix, servers, tuple(flows), checked.packet_bytes)
+    names = topology.interface_names()
+    try:
+        _INTERFACE_NAMES.validate_python(names)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        name, what = names[first["loc"][0]], first["msg"]
+        raise problem(("prefix",), f"makes the interface name {name!r} invalid: {what[:1].lower()}{what[1:]}",
+                      prefix, error=TestbedError) from None
     return topology
 
 
 def read_config(path: str | Path) -> Any:
     """The parsed JSON or YAML document of a testbed configuration file (not yet validated)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-        return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
-    except OSError as exc:
-        raise TestbedError(f"{path}: cannot read testbed config: {exc.strerror}") from exc
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise TestbedError(f"{path}: not valid JSON/YAML: {exc}") from exc
+    return read_document(path, "testbed config", error=TestbedError)
 
 
 def load_config(path: str | Path, prefix: str = "ct") -> Topology:
@@ -287,24 +295,3 @@ def skewed_config(servers: int = 3, vms: int = 2, top_pps: float = 2400.0, skew:
                           "pps": round(offered - local, 1)})
     return {"servers": [{"capacity_pps": capacity_pps, "vms": vms} for _ in range(servers)],
             "flows": [flow for flow in flows if flow["pps"] >= 1], "packet_bytes": packet_bytes}
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise TestbedError(f"{where}: expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _no_unknown(mapping: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(mapping) - allowed)
-    if unknown:
-        raise TestbedError(f"{where}: unknown field {unknown[0]!r} "
-                           f"(allowed: {', '.join(sorted(allowed))})")
-
-
-def _number(value: Any, where: str, minimum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TestbedError(f"{where}: expected a finite number, got {value!r}")
-    if value < minimum:
-        raise TestbedError(f"{where}: must be >= {minimum:g}, got {value!r}")
-    return float(value)

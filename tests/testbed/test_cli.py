@@ -45,5 +45,6 @@ def test_up_rejects_a_bad_config_file(tmp_path, capsys):
     config = tmp_path / "tb.json"
     config.write_text(json.dumps({"servers": [{"capacity_pps": 1, "disks": 2}]}))
     assert main(["testbed", "up", "--config", str(config), "--state-dir", str(tmp_path / "st")]) == 2
-    assert "unknown field 'disks'" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"cosample: error: {config}: servers[0].disks: "
+                                       "extra inputs are not permitted (got 2)\n")
     assert not (tmp_path / "st").exists()

@@ -34,29 +34,45 @@ def test_every_name_carries_the_prefix_and_fits_an_interface_name():
     assert all(name.startswith("ct") and len(name) <= MAX_IFNAME for name in names)
 
 
+ONE = {"servers": [{"capacity_pps": 1, "vms": 2}]}
+
+
 @pytest.mark.parametrize("config, message", [
-    ({"servers": []}, "servers: expected a list"),
-    ({"servers": [{"capacity_pps": 1}], "colour": 1}, "unknown field 'colour'"),
-    ({"servers": [{"capacity_pps": -1}]}, "servers[0].capacity_pps: must be >= 0"),
-    ({"servers": [{"capacity_pps": 1, "vms": 0}]}, "servers[0].vms"),
-    ({"servers": [{"capacity_pps": 1, "vms": 2}], "flows": [{"src": "s1v1", "dst": "s9v1", "pps": 5}]},
-     "flows[0]: unknown VM 's9v1'"),
-    ({"servers": [{"capacity_pps": 1, "vms": 2}], "flows": [{"src": "s1v1", "dst": "s1v1", "pps": 5}]},
-     "same VM"),
-    ({"servers": [{"capacity_pps": 1, "vms": 2}], "flows": [{"src": "s1v1", "dst": "s1v2", "pps": "x"}]},
-     "flows[0].pps: expected a finite number"),
-    ({"servers": [{"capacity_pps": 1}], "packet_bytes": 9000}, "packet_bytes"),
+    ({"servers": []}, "servers: list should have at least 1 item after validation, not 0 (got [])"),
+    ({"servers": [{"capacity_pps": 1}] * 201}, "servers: list should have at most 200 items after "
+                                               "validation, not 201 (got [{'capacity_pps': 1}, "
+                                               "{'capacity_pps': 1}, {'capacity_pps': 1}, "
+                                               "{'capacity_pps': 1}, ...])"),
+    ({"servers": [{"capacity_pps": 1}], "colour": 1}, "colour: extra inputs are not permitted (got 1)"),
+    ({"servers": [{"capacity_pps": -1}]},
+     "servers[0].capacity_pps: input should be greater than or equal to 0 (got -1)"),
+    ({"servers": [{"capacity_pps": 1, "vms": 0}]}, "servers[0].vms: input should be greater than or equal to 1 (got 0)"),
+    ({"servers": [{"capacity_pps": 1, "vms": True}]}, "servers[0].vms: input should be a valid integer (got True)"),
+    ({**ONE, "flows": [{"src": "s1v1", "dst": "s9v1", "pps": 5}]},
+     "flows[0].dst: unknown VM (known: s1v1, s1v2) (got 's9v1')"),
+    ({**ONE, "flows": [{"src": "s1v1", "dst": "s1v2", "pps": 5}, {"src": "v", "dst": "s1v2", "pps": 5}]},
+     "flows[1].src: unknown VM (known: s1v1, s1v2) (got 'v')"),
+    ({**ONE, "flows": [{"src": "s1v1", "dst": "s1v1", "pps": 5}]}, "flows[0].dst: the same VM as src (got 's1v1')"),
+    ({**ONE, "flows": [{"src": "s1v1", "dst": "s1v2", "pps": "x"}]}, "flows[0].pps: input should be a valid number (got 'x')"),
+    ({**ONE, "flows": [{"src": "s1v1", "dst": "s1v2", "pps": 0.5}]},
+     "flows[0].pps: input should be greater than or equal to 1 (got 0.5)"),
+    ({**ONE, "flows": [{"src": "s1v1", "dst": "s1v2"}]}, "flows[0].pps: field required"),
+    ({"servers": [{"capacity_pps": 1}], "packet_bytes": 9000},
+     "packet_bytes: input should be less than or equal to 1372 (got 9000)"),
+    ("servers: 3", "(top level): input should be a valid dictionary or instance of Config (got 'servers: 3')"),
 ])
 def test_bad_config_names_the_field(config, message):
     with pytest.raises(TestbedError) as info:
-        from_config(config)
-    assert message in str(info.value)
+        from_config(config, where="tb.yaml")
+    assert str(info.value) == f"tb.yaml: {message}"
 
 
 def test_prefix_must_keep_names_short_and_plain():
-    with pytest.raises(TestbedError, match="exceeds 15"):
+    with pytest.raises(TestbedError) as info:
         from_config(skewed_config(servers=2), prefix="averyverylongprefix")
-    with pytest.raises(TestbedError, match="prefix"):
+    assert str(info.value) == ("prefix: makes the interface name 'averyverylongprefixbr0' invalid: string "
+                               "should have at most 15 characters (got 'averyverylongprefix')")
+    with pytest.raises(TestbedError, match=r"prefix: string should match pattern .* \(got 'c-t'\)"):
         from_config(skewed_config(servers=2), prefix="c-t")
 
 
