@@ -6,7 +6,8 @@ import pytest
 from pydantic import Field
 
 from cosample.errors import CosampleError
-from cosample.validation import InterfaceName, Strict, entry_name, field_path, problem, validate
+from cosample.validation import (InterfaceName, Strict, entry_name, field_path, problem,
+                                 read_document, validate)
 
 
 class Server(Strict):
@@ -83,3 +84,33 @@ def test_interface_names_the_kernel_accepts(name):
 def test_interface_names_the_kernel_refuses(name):
     with pytest.raises(CosampleError):
         validate(InterfaceName, name)
+
+
+@pytest.mark.parametrize("name, text", [("d.json", '{"a": [1, 2]}'), ("d.yaml", "a: [1, 2]\n"),
+                                        ("d.yml", "a:\n  - 1\n  - 2\n"), ("d.toml", "a = [1, 2]\n"),
+                                        ("d", '{"a": [1, 2]}')])
+def test_read_document_by_extension(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    assert read_document(tmp_path / name, "thing") == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("d.json", "{", "not valid JSON: Expecting property name enclosed in double quotes"),
+    ("d.yaml", "a: [1", "not valid YAML: while parsing a flow sequence"),
+    ("d.toml", "a = ", "not valid TOML: Invalid value"),
+    ("d.conf", "{\"a\": 1}", "not valid TOML"),
+])
+def test_read_document_says_which_file_and_format_is_broken(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(Custom) as caught:
+        read_document(tmp_path / name, "thing", default="TOML" if name.endswith(".conf") else "JSON",
+                      error=Custom)
+    assert str(caught.value).startswith(f"{tmp_path / name}: {message}")
+
+
+def test_read_document_of_a_missing_or_binary_file(tmp_path):
+    with pytest.raises(CosampleError, match=r"nope.json: cannot read thing: No such file or directory$"):
+        read_document(tmp_path / "nope.json", "thing")
+    (tmp_path / "b.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(CosampleError, match=r"b.json: cannot read thing: not UTF-8 text$"):
+        read_document(tmp_path / "b.json", "thing")
