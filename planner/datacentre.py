@@ -122,28 +122,33 @@ class DataCentre:
                        "field required (neither the server nor its calibration file gives it)")
         extras = {}
         for server in servers:
-            extra = {key: value for key in AGENT_FIELDS if (value := getattr(server, key)) is not None}
+            given = server.model_fields_set.intersection(AGENT_FIELDS)
+            extra = {key: value for key in given if (value := getattr(server, key)) is not None}
             if extra:
                 extras[server.name] = extra
 
-        src, dst, pps = [], [], []
+        src: list[int] = []
+        dst: list[int | None] = []
+        pps: list[float] = []
         for source_name, row in description.traffic_pps.items():
-            if source_name not in index:
+            origin = index.get(source_name)
+            if origin is None:
                 raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name)
-            origin = index[source_name]
-            for dest_name, volume in row.items():
-                if dest_name not in index:
-                    raise fail(("traffic_pps", source_name, dest_name),
-                               "unknown server, not in servers", dest_name)
-                if volume > 0:
-                    src.append(origin)
-                    dst.append(index[dest_name])
-                    pps.append(volume)
+            targets = [index.get(dest_name) for dest_name in row]
+            if None in targets:
+                dest_name = list(row)[targets.index(None)]
+                raise fail(("traffic_pps", source_name, dest_name), "unknown server, not in servers",
+                           dest_name)
+            src.extend([origin] * len(targets))
+            dst.extend(targets)
+            pps.extend(row.values())
+        volume = np.array(pps, dtype=float)
+        carried = volume > 0
 
         name = description.name or (Path(source).stem if source != "description" else "datacentre")
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
-                   traffic_src=np.array(src, dtype=np.int64), traffic_dst=np.array(dst, dtype=np.int64),
-                   traffic_pps=np.array(pps, dtype=float), name=name, server_extras=extras,
+                   traffic_src=np.array(src, dtype=np.int64)[carried],
+                   traffic_dst=np.array(dst, dtype=np.int64)[carried], traffic_pps=volume[carried], name=name, server_extras=extras,
                    sflow=description.sflow.model_dump(exclude_none=True))
 
     # checks ------------------------------------------------------------------------------
