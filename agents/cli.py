@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def duration(text: str) -> float:
-    """``30s``, ``2m``, ``1h``, ``500ms`` or plain seconds -> seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 30s, 2m, 1h)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+from cosample.durations import duration_argument as duration
 
 
 def register(subparsers) -> None:

@@ -20,8 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cosample.agents.errors import PlanError
-
-PLAN_FORMAT, PLANSET_FORMAT, FORMAT_VERSION = "cosample.plan", "cosample.planset", 1
+from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT  # noqa: F401 - re-exported
 ROLES = ("sender", "receiver", "idle")
 #: Slack allowed on rates and sums through floating-point rounding in the planner.
 RATE_SLACK = 1e-9

@@ -65,8 +65,12 @@ def client_argv(server_ip: str, *, port: int = DEFAULT_PORT, duration_s: float =
     return argv
 
 
-def server_argv(port: int = DEFAULT_PORT) -> list[str]:
-    return ["iperf3", "-s", "-p", str(port)]
+def server_argv(port: int = DEFAULT_PORT, *, bind: str | None = None, one_off: bool = False) -> list[str]:
+    """``iperf3 -s``; ``bind`` listens on one address only, ``one_off`` serves one client and exits."""
+    argv = ["iperf3", "-s", "-p", str(port)]
+    if bind is not None:
+        argv += ["-B", bind]
+    return argv + (["-1"] if one_off else [])
 
 
 def parse_client_json(text: str, protocol: str) -> IperfResult:

@@ -13,13 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-#: Coefficients the paper measured (kernel datapath, iperf3 TCP between two KVM VMs).
-PAPER_COEFFICIENTS: Mapping[str, float] = {
-    "netlink": 0.75,        # setting 1: sampled packets only sent to user space
-    "netlink_read": 1.41,   # setting 2: and their content read
-    "sflow": 1.54,          # full sFlow: alpha
-    "mirror": 0.46,         # port mirroring to a remote server: beta
-}
+from cosample.costmodel.paper import PAPER_COEFFICIENTS  # noqa: F401 - the paper's, re-exported
 
 
 def throughput(rate: np.ndarray | float, capacity_pps: float, coefficient: float) -> np.ndarray:

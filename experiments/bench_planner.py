@@ -25,12 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
+from cosample.planner.choices import DEFAULT_LP_BACKEND, EXACT, FULL, REDUCED
 from cosample.experiments.errors import ExperimentError
 from cosample.planner.datacentre import DataCentre
 
 #: (solver, LP backend) pairs, in the order they run at each n.
-SOLVERS = (("exact", None), ("reduced", "highs"), ("reduced", "glpk"), ("full", "highs"),
-           ("full", "glpk"))
+SOLVERS = ((EXACT, None), (REDUCED, "highs"), (REDUCED, "glpk"), (FULL, "highs"), (FULL, "glpk"))
 SIZES = tuple(int(m * 10 ** e) for e in range(1, 7) for m in (1, 2, 5)) + (10 ** 7,)
 QUICK_SIZES = (10, 20, 50)
 AGREEMENT = 1e-6
@@ -43,8 +44,8 @@ def label(solver: str, lp_backend: str | None) -> str:
     return solver if lp_backend is None else f"{solver} LP ({lp_backend})"
 
 
-def random_datacentre(servers: int, seed: int = 0, peers: int = 3, alpha: float = 1.54,
-                      beta: float = 0.46) -> DataCentre:
+def random_datacentre(servers: int, seed: int = 0, peers: int = 3, alpha: float = PAPER_ALPHA,
+                      beta: float = PAPER_BETA) -> DataCentre:
     """A feasible data centre with sparse traffic: own traffic plus ``peers`` random flows each.
 
     Capacities are set from each server's forwarding load and a utilisation drawn uniformly in
@@ -84,7 +85,7 @@ def time_solver(dc: DataCentre, solver: str, lp_backend: str | None, min_total_s
     best, repeats, total = math.inf, 0, 0.0
     while repeats < max_repeats and (repeats < min_repeats or total < min_total_s):
         started = time.perf_counter()
-        solution = solve(dc, solver=solver, lp_backend=lp_backend or "highs")
+        solution = solve(dc, solver=solver, lp_backend=lp_backend or DEFAULT_LP_BACKEND)
         elapsed = time.perf_counter() - started
         best, repeats, total = min(best, elapsed), repeats + 1, total + elapsed
     return Timing(best, repeats, float(solution.collected_pps), int(solution.variables))
@@ -158,7 +159,7 @@ def _lp_variables(dc: DataCentre, solver: str) -> int:
     """Variables the LP would have (same rule as planner.lp), to skip sizes that exhaust memory."""
     own, spare = dc.own_pps, dc.spare_pps
     senders = own > 0
-    if solver == "full":
+    if solver == FULL:
         return int(senders.sum()) * dc.size
     receivers = spare - dc.alpha * own >= 0
     senders &= ~receivers

@@ -39,6 +39,7 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter
 
+from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.experiments.bench_planner import random_datacentre
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.description import Description
@@ -60,7 +61,7 @@ def description(servers: int, seed: int = 0) -> dict[str, Any]:
     for src, dst, pps in zip(dc.traffic_src.tolist(), dc.traffic_dst.tolist(), dc.traffic_pps.tolist()):
         row = traffic.setdefault(names[src], {})
         row[names[dst]] = row.get(names[dst], 0.0) + round(pps, 1)
-    return {"name": "bench", "cost": {"alpha": 1.54, "beta": 0.46},
+    return {"name": "bench", "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
             "sflow": {"collector": "192.0.2.254:6343"},
             "servers": [{"name": name, "capacity_pps": round(float(capacity) + 1, 1), "bridge": "br-int",
                          "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}

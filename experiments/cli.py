@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
+
 DEFAULT_OUT = Path("out")
 
 
@@ -81,9 +83,9 @@ def add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _heatmap_options(parser: argparse.ArgumentParser, grid: str, many_calibrations: bool = False) -> None:
     parser.add_argument("--alpha", type=float, default=None,
-                        help="cost of sampling a packet locally (default: paper's 1.54, or --calibration)")
+                        help=f"cost of sampling a packet locally (default: paper's {PAPER_ALPHA}, or --calibration)")
     parser.add_argument("--beta", type=float, default=None,
-                        help="cost of mirroring a packet (default: paper's 0.46, or --calibration)")
+                        help=f"cost of mirroring a packet (default: paper's {PAPER_BETA}, or --calibration)")
     if many_calibrations:
         parser.add_argument("--calibration", type=Path, action="append", default=[],
                             help="add a scenario with alpha and beta from this `cosample fit` "
@@ -126,7 +128,6 @@ def _float_list(text: str) -> tuple[float, ...]:
 def _coefficients(args: argparse.Namespace) -> tuple[float, float]:
     """Heatmap: alpha and beta from --calibration if given, else the paper's; flags win."""
     from cosample.experiments.files import read_calibration
-    from cosample.experiments.heatmap import PAPER_ALPHA, PAPER_BETA
 
     alpha, beta = PAPER_ALPHA, PAPER_BETA
     if args.calibration is not None:
@@ -140,7 +141,6 @@ def _base_and_calibrated(args: argparse.Namespace) -> tuple[float, float, list]:
     """Sensitivity: the base case uses --alpha/--beta (paper's by default); each --calibration
     adds a scenario named after its file."""
     from cosample.experiments.files import read_calibration
-    from cosample.experiments.heatmap import PAPER_ALPHA, PAPER_BETA
 
     alpha = args.alpha if args.alpha is not None else PAPER_ALPHA
     beta = args.beta if args.beta is not None else PAPER_BETA

@@ -15,12 +15,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.experiments.errors import ExperimentError
 from cosample.planner.datacentre import DataCentre
 
-#: Coefficients measured in the paper (full sFlow and port mirroring, kernel datapath).
-PAPER_ALPHA = 1.54
-PAPER_BETA = 0.46
 #: A server's load may exceed C by this relative amount (rounding of ``load * n * share``).
 LOAD_TOLERANCE = 1e-9
 

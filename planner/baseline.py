@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from cosample.planner.choices import NONCOLLAB
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.solution import Solution, empty_mirrors
 
@@ -25,5 +26,5 @@ def solve_noncollab(dc: DataCentre) -> Solution:
     """The baseline as a plan-able solution (no mirrors)."""
     started = time.perf_counter()
     local = local_only_pps(dc)
-    return Solution("noncollab", float(local.sum()), local, *empty_mirrors(),
+    return Solution(NONCOLLAB, float(local.sum()), local, *empty_mirrors(),
                     seconds=time.perf_counter() - started)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-SOLVER_CHOICES = ("exact", "reduced", "full")
-BACKEND_CHOICES = ("glpk", "highs", "cbc")
+from cosample.planner.choices import DEFAULT_LP_BACKEND, DEFAULT_SOLVER, LP_BACKENDS, SOLVERS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,10 +14,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "example data centre (12 servers, skewed load, the paper's coefficients).")
     plan.add_argument("file", nargs="?", metavar="FILE",
                       help="data-centre description (JSON or YAML); default: embedded example")
-    plan.add_argument("--solver", choices=SOLVER_CHOICES, default="exact",
+    plan.add_argument("--solver", choices=SOLVERS, default=DEFAULT_SOLVER,
                       help="exact closed form (default), or the paper's LP reduced or full")
-    plan.add_argument("--lp-backend", choices=BACKEND_CHOICES, default="highs",
-                      help="LP solver for --solver reduced/full (default: highs)")
+    plan.add_argument("--lp-backend", choices=tuple(LP_BACKENDS), default=DEFAULT_LP_BACKEND,
+                      help=f"LP solver for --solver reduced/full (default: {DEFAULT_LP_BACKEND})")
     plan.add_argument("--noncollab", action="store_true",
                       help="plan the non-collaborative baseline instead (no mirrors)")
     plan.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan file here")

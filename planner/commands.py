@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from datetime import timedelta
 from importlib import resources
 
+from cosample.durations import parse_duration
+from cosample.planner.choices import NONCOLLAB
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner.planfile import build_plan, write_plan
 from cosample.planner.report import default_console, print_plan, summary_lines
 from cosample.planner.solvers import solve
 
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-
-def parse_duration(text: str) -> timedelta:
-    """``90s``, ``30m``, ``6h``, ``2d`` or plain seconds; positive."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not match or float(match.group(1)) <= 0:
-        raise PlannerError(f"--valid-for: expected a positive duration like 90s, 30m, 6h, got {text!r}")
-    return timedelta(seconds=float(match.group(1)) * UNITS[match.group(2) or "s"])
+def valid_for(text: str) -> timedelta:
+    """``--valid-for``: how long agents may apply the plan (``90s``, ``30m``, ``6h``, ``2d``)."""
+    try:
+        return timedelta(seconds=parse_duration(text, positive=True))
+    except ValueError as exc:
+        raise PlannerError(f"--valid-for: {exc}") from None
 
 
 def example_datacentre() -> DataCentre:
@@ -36,11 +35,11 @@ def load_datacentre(path: str | None) -> DataCentre:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    valid_for = parse_duration(args.valid_for)
+    validity = valid_for(args.valid_for)
     dc = load_datacentre(args.file)
-    solver = "noncollab" if args.noncollab else args.solver
+    solver = NONCOLLAB if args.noncollab else args.solver
     solution = solve(dc, solver, lp_backend=args.lp_backend, time_limit=args.time_limit)
-    plan = build_plan(dc, solution, valid_for=valid_for, version=args.plan_version)
+    plan = build_plan(dc, solution, valid_for=validity, version=args.plan_version)
     if args.output:
         write_plan(plan, args.output)
     console = default_console()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cosample.planner.choices import EXACT
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.pairing import pair_offloads
 from cosample.planner.solution import Solution
@@ -129,5 +130,5 @@ def solve_exact(dc: DataCentre) -> Solution:
     local = np.clip(local, 0.0, dc.own_pps)
     src, dst, pps = pair_offloads(offload, parts.room_pps)
     collected = float(local.sum() + offload.sum())
-    return Solution("exact", collected, local, src, dst, pps,
+    return Solution(EXACT, collected, local, src, dst, pps,
                     seconds=time.perf_counter() - started)

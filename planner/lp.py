@@ -14,17 +14,14 @@ import time
 import numpy as np
 import pulp
 
+from cosample.planner.choices import DEFAULT_LP_BACKEND, FULL, LP_BACKENDS, REDUCED
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import SolverError
 from cosample.planner.exact import split
 from cosample.planner.pairing import pair_offloads
 from cosample.planner.solution import Solution
 
-BACKENDS = {
-    "glpk": ("GLPK_CMD", "install the Debian package glpk-utils (glpsol)"),
-    "highs": ("HiGHS", "pip install highspy"),
-    "cbc": ("COIN_CMD", "install the Debian package coinor-cbc (cbc)"),
-}
+BACKENDS = LP_BACKENDS
 
 
 def backend(name: str, time_limit: float | None = None) -> pulp.LpSolver:
@@ -50,7 +47,7 @@ def backend_available(name: str) -> str | None:
     return None
 
 
-def solve_lp(dc: DataCentre, reduced: bool = True, lp_backend: str = "highs",
+def solve_lp(dc: DataCentre, reduced: bool = True, lp_backend: str = DEFAULT_LP_BACKEND,
              time_limit: float | None = None) -> Solution:
     """Build and solve the LP; a non-optimal status raises ``SolverError`` with the status.
 
@@ -69,7 +66,7 @@ def solve_lp(dc: DataCentre, reduced: bool = True, lp_backend: str = "highs",
         _, values, _ = _solve(dc, True, solver, lp_backend)
         shape = canonical(dc, values)
     local, src, dst, pps = shape
-    return Solution("reduced" if reduced else "full", objective, local, src, dst, pps,
+    return Solution(REDUCED if reduced else FULL, objective, local, src, dst, pps,
                     seconds=time.perf_counter() - started, variables=variables,
                     lp_backend=lp_backend)
 

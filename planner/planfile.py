@@ -19,11 +19,10 @@ from cosample.files import write_text_atomic
 from cosample.planner.baseline import noncollab_pps
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.exact import split
+from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
 from cosample.planner.realise import Realised, realise
 from cosample.planner.solution import Solution
 
-FORMAT = "cosample.plan"
-FORMAT_VERSION = 1
 VOLATILE = ("version", "created", "expires", "plan_id")
 DEFAULT_VALIDITY = timedelta(hours=6)
 
@@ -36,7 +35,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     applied = realise(dc, solution, receivers)
     baseline = noncollab_pps(dc)
     plan: dict[str, Any] = {
-        "format": FORMAT,
+        "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
         "datacentre": dc.name,
         "sflow": dict(dc.sflow),

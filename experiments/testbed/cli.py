@@ -10,9 +10,10 @@ import contextlib
 import signal
 import sys
 
+from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
+from cosample.planner.choices import DEFAULT_SOLVER, SOLVERS
+
 DEFAULT_STATE_DIR = "/tmp/cosample-testbed"
-PAPER_ALPHA, PAPER_BETA = 1.54, 0.46
-SOLVERS = ("exact", "reduced", "full")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="take alpha, beta (and capacity_pps) from a `cosample fit` JSON instead")
     run.add_argument("--capacity-pps", type=float, default=None,
                      help="override every server's emulated capacity, pps")
-    run.add_argument("--solver", choices=SOLVERS, default="exact",
+    run.add_argument("--solver", choices=SOLVERS, default=DEFAULT_SOLVER,
                      help="planner solver for the collaborative plan (default exact)")
     run.add_argument("--keep-up", action="store_true",
                      help="on failure, leave the testbed up for inspection (default: tear down)")
@@ -114,8 +115,8 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.experiments.testbed.errors import TestbedError
 
     coefficients = _coefficients(args, plans, TestbedError)
-    if args.duration <= 0:
-        raise TestbedError(f"--duration: must be > 0, got {args.duration:g}")
+    if not args.duration >= 1:
+        raise TestbedError(f"--duration: must be >= 1 (iperf3 runs whole seconds), got {args.duration:g}")
     testbed = build.Testbed.load(args.state_dir)
     out = output_dir(Path(args.out))
     settings = experiment.RunSettings(coefficients, args.duration, args.solver)

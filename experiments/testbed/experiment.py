@@ -23,6 +23,7 @@ from typing import Any
 from cosample.experiments.testbed import apply, measure, plans, traffic
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.lab.sflow import SflowCollector
+from cosample.planner.choices import DEFAULT_SOLVER
 
 PHASES = ("baseline", "noncollab", "collab")
 RECEIVE_BUFFER_BYTES = 32 << 20
@@ -32,7 +33,7 @@ RECEIVE_BUFFER_BYTES = 32 << 20
 class RunSettings:
     coefficients: plans.Coefficients
     duration_s: float = 10.0
-    solver: str = "exact"
+    solver: str = DEFAULT_SOLVER
     settle_s: float = 1.5  # after applying a plan: OVS re-creates its sFlow agent
     flush_s: float = 2.0  # after traffic: the last sFlow datagrams are on their way
 

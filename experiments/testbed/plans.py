@@ -18,6 +18,7 @@ from typing import Any
 
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.topology import Topology
+from cosample.planner.choices import DEFAULT_SOLVER, NONCOLLAB
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def description(topology: Topology, traffic_pps: Mapping[str, Mapping[str, float
 
 
 def make_plans(document: Mapping[str, Any], out_dir: Path, version: int,
-               solver: str = "exact") -> dict[str, Path]:
+               solver: str = DEFAULT_SOLVER) -> dict[str, Path]:
     """Write ``plan-noncollab.json`` (version) and ``plan-collab.json`` (version + 1)."""
     from cosample.planner.datacentre import DataCentre
     from cosample.planner.planfile import build_plan, write_plan
@@ -67,7 +68,7 @@ def make_plans(document: Mapping[str, Any], out_dir: Path, version: int,
 
     dc = DataCentre.from_dict(document, source="testbed description")
     paths = {}
-    for offset, (phase, name) in enumerate((("noncollab", "noncollab"), ("collab", solver))):
+    for offset, (phase, name) in enumerate((("noncollab", NONCOLLAB), ("collab", solver))):
         plan = build_plan(dc, solve(dc, name), version=version + offset)
         paths[phase] = out_dir / f"plan-{phase}.json"
         write_plan(plan, paths[phase])

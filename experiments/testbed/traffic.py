@@ -1,19 +1,21 @@
 """Drive the topology's flows with iperf3: constant-rate UDP between VM namespaces, bounded in time.
 
 One iperf3 server (``--one-off``) per flow in the destination VM, one client in the source VM,
-all clients started together; every process has a deadline and is killed by its PID if it
+all clients started together; command lines and result parsing are ``costmodel.iperf``'s (the
+project's one iperf3 driver), the orchestration of many concurrent flows is this module's; every process has a deadline and is killed by its PID if it
 overstays. The result of a flow is what iperf3 itself measured: packets sent, packets lost (as
 the receiver counted them), and the received packet rate.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cosample.costmodel import iperf
+from cosample.costmodel.errors import HarnessError
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.topology import Flow, Topology
 from cosample.dataplane.run import run
@@ -45,34 +47,30 @@ class FlowResult:
         return self.lost_packets / self.sent_packets if self.sent_packets else 0.0
 
 
+def netns_exec(namespace: str) -> list[str]:
+    return ["ip", "netns", "exec", namespace]
+
+
 def client_argv(flow: Flow, port: int, duration_s: float, packet_bytes: int) -> list[str]:
-    """The iperf3 client for ``flow``: UDP datagrams of ``packet_bytes`` at ``flow.pps``."""
+    """The iperf3 client for ``flow`` in its source VM: UDP datagrams of ``packet_bytes`` at ``flow.pps``."""
     bits_per_second = max(1, round(flow.pps * packet_bytes * 8))
-    return ["ip", "netns", "exec", flow.src.namespace, "iperf3", "--client", flow.dst.ip,
-            "--port", str(port), "--udp", "--bitrate", str(bits_per_second), "--length",
-            str(packet_bytes), "--time", f"{duration_s:g}", "--json", "--connect-timeout", "3000"]
+    return netns_exec(flow.src.namespace) + iperf.client_argv(
+        flow.dst.ip, port=port, duration_s=duration_s, protocol="udp", packet_bytes=packet_bytes,
+        bandwidth=str(bits_per_second))
 
 
 def server_argv(flow: Flow, port: int) -> list[str]:
-    return ["ip", "netns", "exec", flow.dst.namespace, "iperf3", "--server", "--one-off",
-            "--port", str(port), "--bind", flow.dst.ip]
+    """A one-client iperf3 server in the destination VM, on the VM's address only."""
+    return netns_exec(flow.dst.namespace) + iperf.server_argv(port, bind=flow.dst.ip, one_off=True)
 
 
 def parse_client_json(flow: Flow, text: str) -> FlowResult:
-    """A ``FlowResult`` from iperf3's ``--json`` client output (UDP)."""
+    """A ``FlowResult`` from iperf3's JSON client output (UDP), parsed by the one iperf3 driver."""
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TestbedError(f"iperf3 {flow.src.name}->{flow.dst.name}: output is not JSON ({exc})") from exc
-    if "error" in document:
-        raise TestbedError(f"iperf3 {flow.src.name}->{flow.dst.name}: {document['error']}")
-    try:
-        total = document["end"]["sum"]
-        return FlowResult(flow, float(total["seconds"]), int(total["packets"]),
-                          max(0, int(total["lost_packets"])))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TestbedError(f"iperf3 {flow.src.name}->{flow.dst.name}: no UDP summary in output "
-                           f"({exc!r})") from exc
+        result = iperf.parse_client_json(text, "udp")
+    except HarnessError as exc:
+        raise TestbedError(f"{flow.src.name}->{flow.dst.name}: {exc}") from None
+    return FlowResult(flow, result.seconds, result.packets, max(0, result.lost_packets))
 
 
 def run_flows(topology: Topology, duration_s: float, flows: Sequence[Flow] | None = None

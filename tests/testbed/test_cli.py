@@ -29,7 +29,7 @@ def test_down_without_a_testbed_says_so(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--duration", "0"], "--duration: must be > 0"),
+    (["--duration", "0.5"], "--duration: must be >= 1 (iperf3 runs whole seconds), got 0.5"),
     (["--alpha", "-1"], "--alpha: must be > 0"),
     (["--calibration", "x.json", "--alpha", "1"], "exclude each other"),
     (["--calibration", "missing.json"], "cannot read"),

@@ -1,0 +1,34 @@
+"""Durations as people write them (``500ms``, ``90s``, ``30m``, ``6h``, ``2d``), parsed in one place.
+
+Used by ``cosample plan --valid-for`` and the agents' ``--interval``, ``--jitter``, ``--timeout``
+and ``--settle``. A plain number is seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+#: Seconds per unit.
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+EXAMPLES = "e.g. 500ms, 90s, 30m, 6h, 2d"
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
+
+
+def parse_duration(text: str, *, positive: bool = False) -> float:
+    """Seconds written in ``text`` (>= 0, or > 0 with ``positive``); ValueError saying why not."""
+    match = _DURATION.fullmatch(text)
+    if not match:
+        raise ValueError(f"expected a duration ({EXAMPLES}), got {text!r}")
+    seconds = float(match.group(1)) * UNITS[match.group(2) or "s"]
+    if positive and seconds <= 0:
+        raise ValueError(f"expected a positive duration ({EXAMPLES}), got {text!r}")
+    return seconds
+
+
+def duration_argument(text: str) -> float:
+    """``parse_duration`` as an argparse ``type``: a bad value is a usage error."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -1,0 +1,12 @@
+"""The plan file's identity, defined once: written by ``planner.planfile``, checked by the agents.
+
+Import-light (no numpy), so the agents on production hosts can import it without the solvers.
+The format is documented in docs/formats.md; a reader refuses any other name or version.
+"""
+
+#: ``format`` of a plan file (``cosample plan -o``).
+PLAN_FORMAT = "cosample.plan"
+#: ``format`` of a plan set, two plans for a two-phase change (``cosample agent transition``).
+PLANSET_FORMAT = "cosample.planset"
+#: ``format_version`` of both; raise it when a reader of the old version would misread a file.
+FORMAT_VERSION = 1
