@@ -8,7 +8,7 @@
                                                   `--> <prefix>vc -- <prefix>C (mirror sink)
                                                   `--> <prefix>vx (VXLAN over <prefix>vc to C; with tunnel=True)
 
-veth tx offloads are off (DESIGN.md section 4). It removes exactly what it created, in reverse,
+veth tx offloads are off (docs/ovs-facts.md: TCP through the userspace datapath needs it). It removes exactly what it created, in reverse,
 when the ``with`` block ends — normally, on error or on Ctrl-C. ``ExistingEndpoints`` describes
 a real server's OVS and VMs from the command line and creates nothing but the mechanisms.
 """

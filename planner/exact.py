@@ -1,6 +1,6 @@
 """The exact solver: the LP's optimum in closed form, O(n log n), per-server alpha and beta.
 
-Why it is exact (DESIGN.md section 3, generalised to per-server coefficients):
+Why it is exact (docs/planner.md, "Why the closed form is exact"; the model in docs/model.md):
 - Receivers P are the servers that can sample all their own traffic (spare >= alpha*U); only they
   take mirrors, and they sample all their own (the paper's reduction rule). Each can absorb
   ``room_k = (spare_k - alpha_k U_k) / (alpha_k + beta_k)`` pps of mirrored traffic; with a full

@@ -1,6 +1,6 @@
 """Probabilistic per-packet mirrors with stock tc: a classic-BPF random classifier plus ``mirred``.
 
-OVS has no sampled (1-in-N) mirror, so the kernel does it (DESIGN.md section 4): on a port's
+OVS has no sampled (1-in-N) mirror, so the kernel does it (docs/ovs-facts.md): on a port's
 ``clsact`` hook, a classic-BPF program loads the kernel's per-packet random number and matches
 when it is below a threshold ``T``, i.e. with probability ``T / 2^32``; the matching packet is
 copied (``mirred egress mirror``) to a target device and continues on its way.

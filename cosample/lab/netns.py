@@ -27,7 +27,7 @@ def netns_available() -> str | None:
 
 
 def disable_tx_offload(interface: str, namespace: str | None = None) -> None:
-    """TCP through the userspace datapath fails with veth tx checksum offload on (DESIGN.md 4)."""
+    """TCP through the userspace datapath fails with veth tx checksum offload on (docs/ovs-facts.md)."""
     prefix = ["ip", "netns", "exec", namespace] if namespace else []
     run([*prefix, "ethtool", "-K", interface, "tx", "off"])
 

@@ -1,6 +1,6 @@
 """A private Open vSwitch: its own ovsdb-server and ovs-vswitchd in a directory of ours.
 
-Two flavours, as checked in DESIGN.md section 4:
+Two flavours, as checked on this project's machines (docs/ovs-facts.md):
 - ``dummy=True``: ``--enable-dummy=override --disable-system``; no root, no kernel features,
   for OVSDB-level tests of the agents;
 - ``dummy=False``: the userspace (netdev) datapath, real packets through veth ports; needs root.

@@ -173,7 +173,7 @@ def _build_server(testbed: Testbed, server: Server) -> None:
               "--", "add-port", server.tunnel_bridge, server.patch_tun, "--", "set", "interface",
               server.patch_tun, "type=patch", f"options:peer={server.patch_int}")
     # The uplink's internal port is a tap made by ovs-vswitchd; kernel-made checksums must be
-    # complete before OVS forwards them (DESIGN.md 4), hence tx offload off.
+    # complete before OVS forwards them (docs/ovs-facts.md), hence tx offload off.
     _wait_for_link(ns, server.phy_bridge)
     disable_tx_offload(server.phy_bridge, ns)
     run(["ip", "-n", ns, "addr", "add", f"{server.tunnel_ip}/{UNDERLAY_PREFIXLEN}",

@@ -1,4 +1,4 @@
-"""Fixtures for the agents' tests: plan documents as dicts (plan-format.md), config, fake host.
+"""Fixtures for the agents' tests: plan documents as dicts (docs/formats.md), config, fake host.
 
 Plans are built relative to the ``now`` fixture, the current time to the second, so the suite
 passes on any day and in any time zone; nothing here names a calendar date.

@@ -14,8 +14,8 @@ from cosample.dataplane.tcmirror import (
 )
 
 
-def test_bytecode_matches_design_note():
-    # DESIGN.md section 4: 4 instructions, load random, jge T, match, no match.
+def test_bytecode_matches_the_documented_program():
+    # docs/ovs-facts.md, "Sampled mirrors with tc": load random, jge T, match, no match.
     assert bpf_random_bytecode(0.5) == "4,32 0 0 4294963256,53 1 0 2147483648,6 0 0 4294967295,6 0 0 0"
 
 
