@@ -81,17 +81,24 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
 
 def _matrix(traffic: Mapping[str, Mapping[str, float]], index: Mapping[str, int],
             source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    src, dst, pps = [], [], []
-    for source_name, row in traffic.items():
-        i = _position(index, source_name, f"{source}: traffic_pps.{source_name}")
-        for dest_name, value in row.items():
-            j = _position(index, dest_name, f"{source}: traffic_pps.{source_name}.{dest_name}")
-            if value > 0:
-                src.append(i)
-                dst.append(j)
-                pps.append(value)
-    return (np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
-            np.asarray(pps, dtype=float))
+    src: list[int] = []
+    dst: list[int] = []
+    pps: list[float] = []
+    try:
+        for source_name, row in traffic.items():
+            src.extend([index[source_name]] * len(row))
+            dst.extend([index[name] for name in row])
+            pps.extend(row.values())
+    except KeyError:
+        for source_name, row in traffic.items():  # find the name, for the message
+            _position(index, source_name, f"{source}: traffic_pps.{source_name}")
+            for dest_name in row:
+                _position(index, dest_name, f"{source}: traffic_pps.{source_name}.{dest_name}")
+        raise
+    values = np.asarray(pps, dtype=float)
+    keep = values > 0
+    return (np.asarray(src, dtype=np.int64)[keep], np.asarray(dst, dtype=np.int64)[keep],
+            values[keep])
 
 
 def _fit_rows(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, own: np.ndarray,

@@ -157,7 +157,7 @@ class Controller:
         two_phase = False
         if decision.publish:
             mark = time.perf_counter()
-            published, two_phase = self._publish(candidate.document, now)
+            published, two_phase = self._publish(candidate.document, candidate.shares, now)
             timings["publish"] = _lap(mark)
         worst = current_eval if current_eval is not None else judged
         return self._base(
@@ -175,21 +175,19 @@ class Controller:
                                 for d in measurement.disagreements),
             timings=timings)
 
-    def _publish(self, plan: dict[str, Any], now: datetime) -> tuple[tuple[int, ...], bool]:
+    def _publish(self, plan: dict[str, Any], plan_shares: PlanShares, now: datetime
+                 ) -> tuple[tuple[int, ...], bool]:
         version = next_version(self.store.last_version(), now)
-        previous = self.current
-        if previous is not None and _expires(previous) is not None and _expires(previous) > now:
-            candidate = shares(dict(plan, version=version), self.inventory.index)
-            if not needs_two_phases(self.current_shares, candidate):
-                previous = None
-        else:
-            previous = None
+        expires = _expires(self.current)
+        previous = self.current if (
+            expires is not None and expires > now and self.current_shares is not None
+            and needs_two_phases(self.current_shares, plan_shares)) else None
         rendered = render(plan, version, self.settings.key, previous, now,
                           self.settings.settle_s)
         self.target.publish(rendered)
-        self.store.record(rendered.versions[-1], rendered.final, now)
+        self.store.record(rendered.versions[-1], rendered.final["plan_id"], rendered.data, now)
         self.current = rendered.final
-        self.current_shares = shares(rendered.final, self.inventory.index)
+        self.current_shares = plan_shares  # the final plan's hosts are the candidate's
         log.info("published version(s) %s", rendered.versions)
         return rendered.versions, previous is not None
 

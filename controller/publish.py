@@ -1,4 +1,4 @@
-"""Publishing a plan: render, sign, and hand the bytes to a target the agents read.
+"""Publishing a plan: render (compact canonical JSON), sign, and hand the bytes to a target.
 
 Two targets: ``DirectoryTarget`` writes ``plan.json`` and ``plan.json.sig`` atomically into a
 folder that any web server, shared file system or object-store sync serves; ``HttpTarget``
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.files import write_bytes_atomic
-from cosample.planner.planfile import canonical_json
+
 
 PLAN_NAME = "plan.json"
 
@@ -45,18 +45,25 @@ def render(plan: dict[str, Any], version: int, key: str | None,
     """``plan`` as version ``version``; with ``previous``, as a two-phase plan set from it."""
     plan = dict(plan, version=version)
     if previous is None:
-        data = canonical_json(plan).encode()
+        data = compact_json(plan)
         versions, final = (version,), plan
     else:
         from cosample.agents.plan import plan_from_dict
         from cosample.agents.transition import transition
 
         document = transition(plan_from_dict(previous), plan_from_dict(plan), now, settle_s)
-        data = canonical_json(document).encode()
+        data = compact_json(document)
         versions = tuple(int(p["version"]) for p in document["plans"])
         final = document["plans"][-1]
     signature = sign_bytes(data, key) if key else None
     return Rendered(data, signature, versions, final)
+
+
+def compact_json(document: Any) -> bytes:
+    """Sorted keys, no white space, no NaN: deterministic like the planner's canonical form, a
+    third smaller, and written by the C encoder (``indent`` forces the pure-Python one, about
+    7x slower at 10^5 servers)."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
 class DirectoryTarget:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from cosample.collector.errors import CollectorError
 from cosample.collector.snapshot import Snapshot, merge_snapshots, parse_snapshot
 from cosample.controller.errors import SnapshotError
@@ -60,10 +62,16 @@ def read_collectors(locations: tuple[str, ...], now: datetime, max_age_s: float,
 
 
 def parse(data: bytes, location: str) -> Snapshot:
+    """Validated straight from the JSON bytes (pydantic parses them in Rust: at 10^5 servers
+    several times faster than ``json.loads`` then validation); errors as ``parse_snapshot``'s."""
     try:
-        return parse_snapshot(data, where=location)
-    except CollectorError as exc:
-        raise SnapshotError(str(exc)) from None
+        return Snapshot.model_validate_json(data)
+    except ValidationError:
+        try:
+            parse_snapshot(data, where=location)  # the project's one-line message
+        except CollectorError as exc:
+            raise SnapshotError(str(exc)) from None
+        raise SnapshotError(f"{location}: not a valid snapshot") from None
 
 
 def fetch(location: str, timeout_s: float) -> bytes:

@@ -1,8 +1,9 @@
 """What must survive a controller restart: the last version published and the plan in force.
 
 The state directory is created 0700 and its files are written 0600 (atomically): it holds
-``state.json`` (last version, plan_id, time) and ``current-plan.json`` (the plan the agents
-converge to, for judging it after a restart and for the next two-phase transition). Versions
+``state.json`` (last version, plan_id, time) and ``current-plan.json`` (the bytes last
+published: a plan, or a plan set whose last plan is the one the agents converge to; read back
+after a restart to judge it and to build the next two-phase transition). Versions
 are ``max(previous + 1, now in Unix seconds)``: strictly increasing across restarts, and never
 far ahead of the plan's ``created`` time, which agents bound.
 """
@@ -16,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cosample.agents.plan import PLANSET_FORMAT
 from cosample.controller.errors import ControllerError
 from cosample.files import write_bytes_atomic
 
@@ -56,12 +58,20 @@ class Store:
         return version
 
     def current_plan(self) -> dict[str, Any] | None:
-        return self._read(PLAN_FILE)
+        """The plan the fleet converges to (a plan set's last plan)."""
+        document = self._read(PLAN_FILE)
+        if document is not None and document.get("format") == PLANSET_FORMAT:
+            plans = document.get("plans")
+            if not isinstance(plans, list) or not plans or not isinstance(plans[-1], dict):
+                raise ControllerError(f"{self.directory / PLAN_FILE}: plans: expected a "
+                                      "non-empty list; fix or remove the file")
+            return plans[-1]
+        return document
 
-    def record(self, version: int, plan: dict[str, Any], published: datetime) -> None:
-        """Remember a publication: the plan first, then the version that vouches for it."""
-        self._write(PLAN_FILE, plan)
-        self._write(STATE_FILE, {"version": version, "plan_id": plan["plan_id"],
+    def record(self, version: int, plan_id: str, data: bytes, published: datetime) -> None:
+        """Remember a publication: the bytes first, then the version that vouches for them."""
+        write_bytes_atomic(self.directory / PLAN_FILE, data, mode=FILE_MODE)
+        self._write(STATE_FILE, {"version": version, "plan_id": plan_id,
                                  "published": published.isoformat()})
 
     def _read(self, name: str) -> dict[str, Any] | None:

@@ -1,0 +1,163 @@
+"""Controller cycle benchmark: read a snapshot, estimate, plan, decide, sign, write, at 10^4..10^6.
+
+For each size a synthetic collector snapshot is written first (every server sends to itself and
+to three random others, the planner benchmark's instance, ``bench_planner.random_datacentre``),
+then a fresh process runs two controller cycles on it, as ``cosample controller run`` would:
+
+1. the first cycle publishes (no plan in force yet): read and validate the snapshot, estimate,
+   smooth, plan with the exact solver, judge, version, sign with ed25519, write atomically;
+2. the second cycle reads a newer snapshot of the same traffic and judges the plan in force
+   against the new candidate (no publication: nothing changed).
+
+Each cycle's time is split by step (the controller's own ``timings``); peak memory is the
+process's maximum resident set size (``ru_maxrss``) with the size after imports beside it.
+One process per size, so peaks do not carry over.
+
+    python -m cosample.experiments.bench_controller [--sizes 10000 100000 1000000] [--csv FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+SIZES = (10_000, 100_000, 1_000_000)
+TARGET_SERVERS, TARGET_SECONDS = 100_000, 2.0
+
+
+def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) -> None:
+    """The planner benchmark's instance as a collector snapshot (JSON) at ``path``."""
+    from cosample.experiments.bench_planner import random_datacentre
+
+    dc = random_datacentre(servers, seed=seed)
+    own = dc.own_pps
+    stamp = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    traffic: dict[str, dict[str, float]] = {}
+    for s, d, v in zip(dc.traffic_src.tolist(), dc.traffic_dst.tolist(),
+                       dc.traffic_pps.tolist()):
+        row = traffic.setdefault(dc.names[s], {})
+        row[dc.names[d]] = row.get(dc.names[d], 0.0) + round(v, 3)
+    entries = {}
+    for i, name in enumerate(dc.names):
+        pps = round(float(own[i]), 3)
+        entries[name] = {"packets_per_s": pps, "packets_per_s_ci95": [pps * 0.97, pps * 1.03],
+                         "bytes_per_s": pps * 800, "bytes_per_s_ci95": [pps * 770, pps * 830],
+                         "samples": 300, "samples_per_s": 10.0, "local_samples": 300,
+                         "mirrored_samples": 0, "coverage": 0.5, "last_sample": stamp}
+    document = {"format": "cosample.snapshot", "format_version": 1, "collector": "bench",
+                "time": stamp, "window_s": 30.0, "plan": None, "servers": entries,
+                "traffic_pps": traffic, "dropped": {}}
+    path.write_text(json.dumps(document))
+    capacity = {"capacity": dc.capacity_pps.tolist()}
+    path.with_suffix(".capacity.json").write_text(json.dumps(capacity))
+
+
+def measure(servers: int, folder: Path) -> dict:
+    """Two cycles on the snapshot in ``folder`` (run in a process of its own)."""
+    from cosample.agents.signing import generate_keypair
+    from cosample.controller.inventory import Inventory
+    from cosample.controller.loop import Controller, Settings
+    from cosample.controller.publish import DirectoryTarget
+
+    rss_imports = _rss_mb()
+    capacity = np.asarray(json.loads((folder / "snap.capacity.json").read_text())["capacity"])
+    names = tuple(f"s{i}" for i in range(servers))
+    extras = {name: {"bridge": "br-int", "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}
+              for i, name in enumerate(names)}
+    inventory = Inventory(f"bench-{servers}", names, capacity, np.full(servers, 1.54),
+                          np.full(servers, 0.46), extras)
+    generate_keypair(folder / "key.pem", folder / "key.pub")
+    snapshot = folder / "snap.json"
+    started = datetime.fromisoformat(_snapshot_time(snapshot))
+    clock = [started]
+    settings = Settings((str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0,
+                        key=str(folder / "key.pem"))
+    controller = Controller(inventory, settings, DirectoryTarget(folder / "pub"),
+                            folder / "state", clock=lambda: clock[0])
+    rows = []
+    for cycle in (1, 2):
+        if cycle == 2:  # a newer snapshot of the same traffic
+            text = snapshot.read_text()
+            old = started.strftime("%Y-%m-%dT%H:%M:%SZ")
+            clock[0] = started + timedelta(seconds=30)
+            snapshot.write_text(text.replace(old, clock[0].strftime("%Y-%m-%dT%H:%M:%SZ")))
+        began = time.perf_counter()
+        status = controller.cycle()
+        seconds = time.perf_counter() - began
+        if status.result not in ("published", "kept"):
+            raise RuntimeError(f"cycle {cycle}: {status.result}: {status.problems}")
+        rows.append({"servers": servers, "cycle": cycle, "result": status.result,
+                     "seconds": round(seconds, 3), **{k: round(v, 3) for k, v in
+                                                      status.timings.items()}})
+    plan_bytes = (folder / "pub" / "plan.json").stat().st_size
+    for row in rows:
+        row.update(plan_mb=round(plan_bytes / 1e6, 1),
+                   snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
+                   rss_imports_mb=rss_imports, peak_rss_mb=_rss_mb(),
+                   load_average=round(os.getloadavg()[0], 1))
+    return {"rows": rows}
+
+
+def _snapshot_time(path: Path) -> str:
+    with path.open() as handle:
+        head = handle.read(400)
+    start = head.index('"time": "') + 9
+    return head[start:head.index('"', start)].replace("Z", "+00:00")
+
+
+def _rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
+    parser.add_argument("--child", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(int(args.child[0]), Path(args.child[1]))))
+        return 0
+    rows = []
+    for servers in args.sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-controller-") as folder:
+            moment = datetime.now(timezone.utc).replace(microsecond=0)
+            write_snapshot(servers, Path(folder) / "snap.json", moment)
+            done = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_controller",
+                                   "--child", str(servers), folder], capture_output=True,
+                                  text=True, timeout=1800, check=False)
+            if done.returncode != 0:
+                print(done.stderr, file=sys.stderr)
+                return 1
+            rows += json.loads(done.stdout.strip().splitlines()[-1])["rows"]
+            print(_table(rows[-2:]), flush=True)
+    if args.csv:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(args.csv, index=False)
+    at_target = [r for r in rows if r["servers"] == TARGET_SERVERS]
+    for row in at_target:
+        verdict = "meets" if row["seconds"] < TARGET_SECONDS else "misses"
+        print(f"cycle {row['cycle']} at {TARGET_SERVERS:,} servers: {row['seconds']:.2f} s, "
+              f"{verdict} the {TARGET_SECONDS:g} s goal")
+    return 0
+
+
+def _table(rows: list[dict]) -> str:
+    keys = ("servers", "cycle", "result", "seconds", "read", "estimate", "plan", "decide",
+            "publish", "plan_mb", "snapshot_mb", "rss_imports_mb", "peak_rss_mb", "load_average")
+    return "\n".join(" ".join(f"{k}={row.get(k, '-')}" for k in keys) for row in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
