@@ -11,15 +11,13 @@ sFlow address is not the server's ``tunnel_ip``. Declared once as a pydantic mod
 from __future__ import annotations
 
 import ipaddress
-import json
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import AfterValidator, Field
 
 from cosample.collector.errors import CollectorError
-from cosample.validation import Strict, validate
+from cosample.validation import Strict, read_document, validate
 
 INVENTORY_FORMAT = "cosample.addresses"
 
@@ -66,16 +64,7 @@ class Inventory(Strict):
 
 def read_inventory(path: str | Path) -> Inventory:
     """Load and validate an inventory file (``.yaml``/``.yml`` as YAML, anything else JSON)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CollectorError(f"{path}: cannot read inventory ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise CollectorError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'} "
-                             f"({exc})") from None
+    data = read_document(path, "inventory", error=CollectorError)
     inventory = validate(Inventory, data, where=str(path), error=CollectorError)
     inventory.server_of_address()
     return inventory

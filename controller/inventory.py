@@ -8,19 +8,17 @@ once as pydantic models (``cosample.validation``); format in docs/formats.md.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import Field
 
 from cosample.controller.errors import InventoryError
 from cosample.planner.description import NonNegative, Positive, Server as DescribedServer, Sflow
-from cosample.validation import Strict, problem, validate
+from cosample.validation import Strict, problem, read_document, validate
 
 FORMAT = "cosample.inventory"
 Name = Annotated[str, Field(min_length=1)]
@@ -107,17 +105,7 @@ class Inventory:
 def load_inventory(path: str | Path) -> Inventory:
     """Read, validate and resolve an inventory; one ``InventoryError`` naming the file and field."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InventoryError(f"{path}: cannot read inventory: "
-                             f"{getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        document = (yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml")
-                    else json.loads(text))
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InventoryError(f"{path}: not valid {'YAML' if path.suffix.lower() in ('.yaml', '.yml') else 'JSON'}: "
-                             f"{str(exc).splitlines()[0]}") from None
+    document = read_document(path, "inventory", error=InventoryError)
     return inventory_from_dict(document, base_dir=path.parent, source=str(path))
 
 

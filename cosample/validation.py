@@ -141,7 +141,15 @@ def read_document(path: str | os.PathLike[str], what: str, *, default: str = "JS
     try:
         return parse(text)
     except failure as exc:
-        raise error(f"{path}: not valid {kind}: {exc}") from None
+        raise error(f"{path}: not valid {kind}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: Exception) -> str:
+    """A parser's complaint on one line (PyYAML spreads it over several, position last)."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())
 
 
 @lru_cache(maxsize=None)

@@ -96,7 +96,8 @@ def test_read_document_by_extension(tmp_path, name, text):
 
 @pytest.mark.parametrize("name, text, message", [
     ("d.json", "{", "not valid JSON: Expecting property name enclosed in double quotes"),
-    ("d.yaml", "a: [1", "not valid YAML: while parsing a flow sequence"),
+    ("d.yaml", "a: [1", "not valid YAML: expected ',' or ']', but got '<stream end>' (line 1, column 6)"),
+    ("d.yml", "a: b: c", "not valid YAML: mapping values are not allowed here (line 1, column 5)"),
     ("d.toml", "a = ", "not valid TOML: Invalid value"),
     ("d.conf", "{\"a\": 1}", "not valid TOML"),
 ])
@@ -106,6 +107,7 @@ def test_read_document_says_which_file_and_format_is_broken(tmp_path, name, text
         read_document(tmp_path / name, "thing", default="TOML" if name.endswith(".conf") else "JSON",
                       error=Custom)
     assert str(caught.value).startswith(f"{tmp_path / name}: {message}")
+    assert "\n" not in str(caught.value)
 
 
 def test_read_document_of_a_missing_or_binary_file(tmp_path):
