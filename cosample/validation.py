@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import reprlib
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -24,6 +25,7 @@ from cosample.errors import CosampleError
 
 T = TypeVar("T")
 
+_MODEL_NAME = re.compile(r" or instance of \w+")
 _value = reprlib.Repr()
 _value.maxstring, _value.maxother, _value.maxlist, _value.maxdict = 60, 60, 4, 4
 
@@ -73,14 +75,15 @@ def describe(error: ValidationError, where: str = "", data: Any = None) -> str:
     message = first["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
+    message = _MODEL_NAME.sub("", message)  # "a valid dictionary or instance of Server": ours, not theirs
     location = first["loc"]
     name = entry_name(location, data) if data is not None else None
-    line = f"{_located(location, name)}: {message[:1].lower()}{message[1:]}"
+    line = _line(where, location, name, f"{message[:1].lower()}{message[1:]}")
     if first["type"] not in ("missing",):
         line += f" (got {_value.repr(first.get('input'))})"
     if len(problems) > 1:
         line += f" [and {len(problems) - 1} more problem(s)]"
-    return f"{where}: {line}" if where else line
+    return line
 
 
 def entry_name(location: Sequence[int | str], data: Any) -> str | None:
@@ -96,8 +99,11 @@ def entry_name(location: Sequence[int | str], data: Any) -> str | None:
     return name
 
 
-def _located(location: Sequence[int | str], name: str | None) -> str:
-    return field_path(location) + (f" ({_value.repr(name)})" if name else "")
+def _line(where: str, location: Sequence[int | str], name: str | None, what: str) -> str:
+    """``where: path ('name'): what``; a problem with the whole input names only ``where``."""
+    located = field_path(location) + (f" ({_value.repr(name)})" if name else "") if location else ""
+    return ": ".join(part for part in (where, located, what) if part) if where or located \
+        else f"{field_path(())}: {what}"
 
 
 def problem(location: Sequence[int | str], what: str, value: Any = None, *, where: str = "",
@@ -107,10 +113,10 @@ def problem(location: Sequence[int | str], what: str, value: Any = None, *, wher
     Same one-line form as ``describe``: ``where: field.path ('name'): what (got value)``, with
     ``name`` the list entry's name if it has one; raise it.
     """
-    line = f"{_located(location, name)}: {what}"
+    line = _line(where, location, name, what)
     if value is not None:
         line += f" (got {_value.repr(value)})"
-    return error(f"{where}: {line}" if where else line)
+    return error(line)
 
 
 #: How a document is parsed, by file extension; anything else uses the caller's default.

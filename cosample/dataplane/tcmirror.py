@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 
 from cosample.errors import CosampleError
+from cosample.validation import InterfaceName, validate
 
 #: Number of values of the kernel's 32-bit random number (``SKF_AD_RANDOM``).
 RANDOM_RANGE = 2**32
@@ -164,6 +165,5 @@ def _direction(direction: str) -> str:
 
 
 def _device(name: str) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= 15 or "/" in name or " " in name:
-        raise TcMirrorError(f"device: expected an interface name of 1-15 characters, got {name!r}")
-    return name
+    """``name`` if the kernel accepts it as an interface name (``cosample.validation.InterfaceName``)."""
+    return validate(InterfaceName, name, where="device", error=TcMirrorError)

@@ -72,8 +72,12 @@ def test_argv_builders():
     assert filter_delete_argv("ccva", prio=7)[-1] == "bpf"
     chain = chain_filter_argvs("ccva", ["t1", "t2"], [0.3, 0.35], first_prio=10)
     assert [a[a.index("prio") + 1] for a in chain] == ["10", "11"]
-    with pytest.raises(TcMirrorError, match="device"):
+    with pytest.raises(TcMirrorError) as raised:
         mirror_filter_argv("x" * 16, "t", 0.5, prio=1)
+    assert str(raised.value) == "device: string should have at most 15 characters (got 'xxxxxxxxxxxxxxxx')"
+    for refused in ("..", "eth0:1", "a b", ""):
+        with pytest.raises(TcMirrorError, match="^device: "):
+            clsact_add_argv(refused)
     with pytest.raises(TcMirrorError, match="prio"):
         mirror_filter_argv("a", "t", 0.5, prio=0)
     with pytest.raises(TcMirrorError, match="direction"):

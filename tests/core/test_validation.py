@@ -70,6 +70,18 @@ def test_entry_name_is_the_innermost_named_list_entry():
     assert entry_name(("servers", 3), data) is None and entry_name(("x",), None) is None
 
 
+def test_a_problem_with_the_whole_input_names_only_where():
+    with pytest.raises(Custom) as caught:
+        validate(Description, [1], where="dc.json", error=Custom)
+    assert str(caught.value) == "dc.json: input should be a valid dictionary (got [1])"
+    with pytest.raises(CosampleError) as caught:
+        validate(Description, None)
+    assert str(caught.value) == "(top level): input should be a valid dictionary (got None)"
+    with pytest.raises(CosampleError) as caught:
+        validate(Description, {"servers": [7]})
+    assert str(caught.value) == "servers[0]: input should be a valid dictionary (got 7)"
+
+
 def test_several_problems_are_counted_on_one_line():
     with pytest.raises(CosampleError, match=r"servers\[0\]\.name: .* \[and 1 more problem"):
         validate(Description, {"servers": [{"capacity_pps": -1}]})

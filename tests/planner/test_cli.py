@@ -127,7 +127,7 @@ BAD_INPUTS = [
     (bad(cost={"alpha": "1.5", "beta": 0.46}), "cost.alpha: input should be a valid number (got '1.5')"),
     (bad(sflow={"collector": "c:6343", "polling_s": -1}),
      "sflow.polling_s: input should be greater than or equal to 0 (got -1)"),
-    ([1, 2], "(top level): input should be a valid dictionary or instance of Description (got [1, 2])"),
+    ([1, 2], "input should be a valid dictionary (got [1, 2])"),
     ("{not json", "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     (bad(servers__0={"name": "s1", "capacity_pps": 350000}, servers__1={"name": "s2", "capacity_pps": 100000}),
      "infeasible data centre: forwarding load exceeds capacity on 2 server(s): s1 by 50,000 pps, "

@@ -59,7 +59,7 @@ ONE = {"servers": [{"capacity_pps": 1, "vms": 2}]}
     ({**ONE, "flows": [{"src": "s1v1", "dst": "s1v2"}]}, "flows[0].pps: field required"),
     ({"servers": [{"capacity_pps": 1}], "packet_bytes": 9000},
      "packet_bytes: input should be less than or equal to 1372 (got 9000)"),
-    ("servers: 3", "(top level): input should be a valid dictionary or instance of Config (got 'servers: 3')"),
+    ("servers: 3", "input should be a valid dictionary (got 'servers: 3')"),
 ])
 def test_bad_config_names_the_field(config, message):
     with pytest.raises(TestbedError) as info:
