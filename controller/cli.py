@@ -10,7 +10,7 @@ DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from cosample.agents.cli import duration
+    from cosample.durations import duration_argument as duration
 
     controller = subparsers.add_parser(
         "controller", help="closed loop: measure, re-plan, publish signed plans",

@@ -17,6 +17,7 @@ inventory.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import chain
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -55,23 +56,23 @@ class Measurement:
 def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Measurement:
     """The merged snapshot as arrays; a ``SnapshotError`` if it names servers we do not know."""
     n = inventory.size
-    index = inventory.index
+    servers = snapshot.servers
+    positions = _positions(inventory, list(servers), lambda name: f"{source}: servers.{name}")
     measured = np.zeros(n, dtype=bool)
+    measured[positions] = True
     sampled = np.zeros(n)
+    sampled[positions] = [server.packets_per_s for server in servers.values()]
     counted = np.full(n, np.nan)
     disagreements = []
-    for name, server in snapshot.servers.items():
-        i = _position(index, name, f"{source}: servers.{name}")
-        measured[i] = True
-        sampled[i] = server.packets_per_s
-        interfaces = getattr(server, "interfaces", None)
-        if interfaces:
-            counted[i] = sum(_in_pps(rates) for rates in interfaces.values())
+    for k, (name, server) in enumerate(servers.items()):
+        if server.interfaces:
+            i = positions[k]
+            counted[i] = sum(rates.in_pps for rates in server.interfaces.values())
             low, high = server.packets_per_s_ci95
             if not low <= counted[i] <= high:
                 disagreements.append(Disagreement(name, float(counted[i]), float(sampled[i]),
                                                   (float(low), float(high))))
-    src, dst, pps = _matrix(snapshot.traffic_pps or {}, index, source)
+    src, dst, pps = _matrix(snapshot.traffic_pps or {}, inventory, source)
     from_counters = ~np.isnan(counted)
     own = np.where(from_counters, counted, sampled)
     src, dst, pps = _fit_rows(src, dst, pps, own, sampled, measured, n)
@@ -79,26 +80,35 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
                        from_counters, src, dst, pps, tuple(disagreements))
 
 
-def _matrix(traffic: Mapping[str, Mapping[str, float]], index: Mapping[str, int],
+def _matrix(traffic: Mapping[str, Mapping[str, float]], inventory: Inventory,
             source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    src: list[int] = []
-    dst: list[int] = []
-    pps: list[float] = []
+    rows = list(traffic)
+    lengths = np.fromiter((len(row) for row in traffic.values()), dtype=np.int64,
+                          count=len(rows))
+    src = np.repeat(_positions(inventory, rows, lambda name: f"{source}: traffic_pps.{name}"),
+                    lengths)
+    destinations = list(chain.from_iterable(traffic.values()))
+    where = np.repeat(np.asarray(rows, dtype=object), lengths)
+    dst = _positions(inventory, destinations,
+                     lambda name, k=None: f"{source}: traffic_pps.{{row}}.{name}", rows=where)
+    pps = np.fromiter(chain.from_iterable(row.values() for row in traffic.values()),
+                      dtype=float, count=len(destinations))
+    keep = pps > 0
+    return src[keep], dst[keep], pps[keep]
+
+
+def _positions(inventory: Inventory, names: list[str], at, rows: np.ndarray | None = None
+               ) -> np.ndarray:
+    """Inventory positions of ``names``; an error naming the first unknown one."""
+    index = inventory.index
     try:
-        for source_name, row in traffic.items():
-            src.extend([index[source_name]] * len(row))
-            dst.extend([index[name] for name in row])
-            pps.extend(row.values())
+        return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
     except KeyError:
-        for source_name, row in traffic.items():  # find the name, for the message
-            _position(index, source_name, f"{source}: traffic_pps.{source_name}")
-            for dest_name in row:
-                _position(index, dest_name, f"{source}: traffic_pps.{source_name}.{dest_name}")
-        raise
-    values = np.asarray(pps, dtype=float)
-    keep = values > 0
-    return (np.asarray(src, dtype=np.int64)[keep], np.asarray(dst, dtype=np.int64)[keep],
-            values[keep])
+        k = next(k for k, name in enumerate(names) if name not in index)
+        where = at(names[k]).replace("{row}", str(rows[k])) if rows is not None else at(names[k])
+        raise SnapshotError(f"{where}: server {names[k]!r} is not in the inventory; the "
+                            f"collector and the controller disagree on the fleet (nothing "
+                            f"published)") from None
 
 
 def _fit_rows(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, own: np.ndarray,
@@ -132,18 +142,6 @@ def _combine(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, n: int
     unique, inverse = np.unique(keys, return_inverse=True)
     total = np.bincount(inverse, weights=pps, minlength=unique.size)
     return unique // n, unique % n, total
-
-
-def _position(index: Mapping[str, int], name: str, at: str) -> int:
-    try:
-        return index[name]
-    except KeyError:
-        raise SnapshotError(f"{at}: server {name!r} is not in the inventory; the collector and "
-                            f"the controller disagree on the fleet (nothing published)") from None
-
-
-def _in_pps(rates: Any) -> float:
-    return float(rates["in_pps"] if isinstance(rates, Mapping) else rates.in_pps)
 
 
 def _utc(moment: Any) -> datetime:

@@ -27,10 +27,18 @@ class PlanShares:
     mirror_src: np.ndarray
     mirror_dst: np.ndarray
     mirror_rate: np.ndarray
-    role: np.ndarray  # 0 idle, 1 receiver, 2 sender, -1 not in the plan
 
-
-ROLE_CODES = {"idle": 0, "receiver": 1, "sender": 2}
+    def same_as(self, other: "PlanShares", tolerance: float = 1e-9) -> bool:
+        """The same shares (a plan file rounds rates to 12 significant digits)."""
+        if (self.mirror_src.size != other.mirror_src.size
+                or not np.allclose(self.local_rate, other.local_rate, rtol=tolerance, atol=0)):
+            return False
+        mine = np.lexsort((self.mirror_dst, self.mirror_src))
+        theirs = np.lexsort((other.mirror_dst, other.mirror_src))
+        return (np.array_equal(self.mirror_src[mine], other.mirror_src[theirs])
+                and np.array_equal(self.mirror_dst[mine], other.mirror_dst[theirs])
+                and np.allclose(self.mirror_rate[mine], other.mirror_rate[theirs],
+                                rtol=tolerance, atol=0))
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,6 @@ def shares(plan: Mapping[str, Any], index: Mapping[str, int]) -> PlanShares:
     """The applied shares of a plan document; hosts outside ``index`` are ignored."""
     n = len(index)
     local = np.zeros(n)
-    role = np.full(n, -1, dtype=np.int8)
     src: list[int] = []
     dst: list[int] = []
     rate: list[float] = []
@@ -60,7 +67,6 @@ def shares(plan: Mapping[str, Any], index: Mapping[str, int]) -> PlanShares:
             continue
         sampling = host.get("sflow_sampling")
         local[i] = 1.0 / sampling if sampling else 0.0
-        role[i] = ROLE_CODES.get(host.get("role"), -1)
         for mirror in host.get("mirrors", ()):
             k = index.get(mirror["to"])
             if k is not None:
@@ -69,7 +75,7 @@ def shares(plan: Mapping[str, Any], index: Mapping[str, int]) -> PlanShares:
                 rate.append(float(mirror["rate"]))
     return PlanShares(int(plan["version"]), str(plan["plan_id"]), local,
                       np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
-                      np.asarray(rate, dtype=float), role)
+                      np.asarray(rate, dtype=float))
 
 
 def evaluate(plan: PlanShares, own_pps: np.ndarray, forwarding_pps: np.ndarray,

@@ -124,9 +124,8 @@ class Controller:
         smoothed = update(self.smoothed, measurement, self.settings.tau_s)
         timings["estimate"] = _lap(mark)
         mark = time.perf_counter()
-        candidate = replan(self.inventory, smoothed, now,
-                           timedelta(seconds=self.settings.valid_for_s),
-                           self.settings.plan_margin, self.settings.solver)
+        candidate = replan(self.inventory, smoothed, self.settings.plan_margin,
+                           self.settings.solver)
         timings["plan"] = _lap(mark)
         mark = time.perf_counter()
         inv = self.inventory
@@ -141,8 +140,8 @@ class Controller:
             now=now, interval_s=self.settings.interval_s, names=inv.names,
             capacity_pps=inv.capacity_pps, candidate=judged, current=current_eval,
             current_expires=_expires(self.current),
-            same_content=self.current is not None
-            and self.current.get("plan_id") == candidate.document["plan_id"],
+            same_content=self.current_shares is not None
+            and self.current_shares.same_as(candidate.shares),
             gain_streak=self.gain_streak,
             warm=smoothed.count * self.settings.interval_s >= self.settings.tau_s)
         decision = decisions.decide(situation, self.settings.policy)
@@ -157,7 +156,9 @@ class Controller:
         two_phase = False
         if decision.publish:
             mark = time.perf_counter()
-            published, two_phase = self._publish(candidate.document, candidate.shares, now)
+            document = candidate.document(now, timedelta(seconds=self.settings.valid_for_s))
+            timings["document"] = _lap(mark)
+            published, two_phase = self._publish(document, candidate.shares, now)
             timings["publish"] = _lap(mark)
         worst = current_eval if current_eval is not None else judged
         return self._base(

@@ -17,24 +17,32 @@ from typing import Any
 
 import numpy as np
 
-from cosample.controller.evaluate import PlanShares, shares
+from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
 from cosample.planner.datacentre import DataCentre
+from cosample.planner.exact import split
 from cosample.planner.planfile import build_plan
+from cosample.planner.realise import realise
+from cosample.planner.solution import Solution
 from cosample.planner.solvers import solve
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """The plan of this cycle (version 0 until published) and the traffic it was made for."""
+    """This cycle's plan as arrays; the plan document is built only if it is published."""
 
-    document: dict[str, Any]
-    shares: PlanShares
+    dc: DataCentre               # the description planned (planning capacities)
+    solution: Solution
+    shares: PlanShares           # applied shares, as the plan file will state them
     own_pps: np.ndarray
     forwarding_pps: np.ndarray
     saturated: tuple[str, ...]   # forwarding alone above the planning capacity
     unmeasured: tuple[str, ...]  # never seen in a snapshot
+
+    def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
+        """The plan file (version 0: the publisher sets it)."""
+        return build_plan(self.dc, self.solution, created=now, valid_for=valid_for, version=0)
 
 
 def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float
@@ -59,13 +67,24 @@ def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float
     return planned, saturated, unmeasured & ~saturated
 
 
-def replan(inventory: Inventory, traffic: Smoothed, now: datetime, valid_for: timedelta,
-           plan_margin: float, solver: str = "exact") -> Candidate:
-    """Plan the smoothed traffic; the document is complete but for its ``version``."""
+def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
+           solver: str = "exact") -> Candidate:
+    """Plan the smoothed traffic and state the applied shares, without writing the document."""
     dc, saturated, unmeasured = datacentre(inventory, traffic, plan_margin)
     solution = solve(dc, solver)
-    document = build_plan(dc, solution, created=now, valid_for=valid_for, version=0)
     names = inventory.names
-    return Candidate(document, shares(document, inventory.index), dc.own_pps, dc.forwarding_pps,
+    return Candidate(dc, solution, applied_shares(dc, solution), dc.own_pps, dc.forwarding_pps,
                      tuple(names[i] for i in np.flatnonzero(saturated)),
                      tuple(names[i] for i in np.flatnonzero(unmeasured)))
+
+
+def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:
+    """What the plan file will say the data plane does: sFlow's 1-in-N and the topped-up mirrors
+    (the planner's own rounding, ``realise``), as arrays."""
+    applied = realise(dc, solution, split(dc).receiver)
+    interval = applied.sflow_sampling
+    local = np.where(interval > 0, 1.0 / np.maximum(interval, 1), 0.0)
+    keep = applied.mirror_pps > 0
+    src, dst = applied.mirror_src[keep], applied.mirror_dst[keep]
+    rate = applied.mirror_pps[keep] / dc.own_pps[src]
+    return PlanShares(0, "", local, src.astype(np.int64), dst.astype(np.int64), rate)

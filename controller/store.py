@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cosample.agents.plan import PLANSET_FORMAT
+from cosample.planner.formats import PLANSET_FORMAT
 from cosample.controller.errors import ControllerError
 from cosample.files import write_bytes_atomic
 

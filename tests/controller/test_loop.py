@@ -138,13 +138,17 @@ def test_evaluation_agrees_with_the_planners_prediction(tmp_path):
                "s4": {"s1": 600}}
     smoothed = update(None, measure(parse_snapshot(json.dumps(snapshot_doc(NOW, traffic))),
                                     inventory), 90)
-    candidate = replan(inventory, smoothed, NOW, timedelta(hours=1), plan_margin=0.0)
-    judged = evaluate(candidate.shares, candidate.own_pps, candidate.forwarding_pps,
-                      inventory.capacity_pps, inventory.alpha, inventory.beta)
-    summary, hosts = candidate.document["summary"], candidate.document["hosts"]
-    assert judged.distinct_pps == pytest.approx(summary["collected_distinct_pps"], rel=1e-9)
-    assert judged.load_pps == pytest.approx([hosts[n]["load_pps"] for n in inventory.names],
-                                            rel=1e-9)
+    candidate = replan(inventory, smoothed, plan_margin=0.0)
+    document = candidate.document(NOW, timedelta(hours=1))
+    for plan in (candidate.shares, shares(document, inventory.index)):  # arrays, and the file
+        judged = evaluate(plan, candidate.own_pps, candidate.forwarding_pps,
+                          inventory.capacity_pps, inventory.alpha, inventory.beta)
+        summary, hosts = document["summary"], document["hosts"]
+        assert judged.distinct_pps == pytest.approx(summary["collected_distinct_pps"], rel=1e-9)
+        assert judged.load_pps == pytest.approx([hosts[n]["load_pps"] for n in inventory.names],
+                                                rel=1e-9)
+    assert candidate.shares.same_as(shares(document, inventory.index))
+    assert candidate.shares.mirror_src.size  # the example does mirror
 
 
 def test_two_phases_only_when_a_server_sees_rises_and_falls():
