@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cosample.controller import decide as decisions
+from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
 from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
@@ -51,6 +52,7 @@ class Settings:
     key: str | None = None
     timeout_s: float = 10.0
     solver: str = "exact"
+    bootstrap_sampling: int | None = 4096  # None: never publish a measurement plan
 
     @property
     def snapshot_max_age_s(self) -> float:
@@ -116,6 +118,14 @@ class Controller:
                               self.settings.timeout_s)
         timings["read"] = _lap(mark)
         if reading.snapshot is None:
+            if self.current is None and self.settings.bootstrap_sampling:
+                plan = measurement_plan(self.inventory, self.settings.bootstrap_sampling, now,
+                                        timedelta(seconds=self.settings.valid_for_s))
+                published, _ = self._publish(plan, shares(plan, self.inventory.index), now)
+                return self._base(now, "published", reading=reading, published=published,
+                                  reasons=("bootstrap: no plan in force and no fresh snapshot; "
+                                           "published the measurement plan (local 1-in-"
+                                           f"{self.settings.bootstrap_sampling}, no mirrors)",))
             return self._base(now, "stale", reading=reading,
                               reasons=("no fresh snapshot: keeping the plan in force",))
         mark = time.perf_counter()
@@ -132,20 +142,21 @@ class Controller:
         judged = evaluate(candidate.shares, candidate.own_pps, candidate.forwarding_pps,
                           inv.capacity_pps, inv.alpha, inv.beta)
         current_eval = None
-        if self.current_shares is not None:
+        measuring = is_measurement_plan(self.current)  # decided as if no plan were in force
+        if self.current_shares is not None and not measuring:
             current_eval = evaluate(self.current_shares, candidate.own_pps,
                                     candidate.forwarding_pps, inv.capacity_pps, inv.alpha,
                                     inv.beta)
         situation = decisions.Situation(
             now=now, interval_s=self.settings.interval_s, names=inv.names,
             capacity_pps=inv.capacity_pps, candidate=judged, current=current_eval,
-            current_expires=_expires(self.current),
+            current_expires=None if measuring else _expires(self.current),
             same_content=self.current_shares is not None
             and self.current_shares.same_as(candidate.shares),
             gain_streak=self.gain_streak,
             warm=smoothed.count * self.settings.interval_s >= self.settings.tau_s)
         decision = decisions.decide(situation, self.settings.policy)
-        if self.current is None and not situation.warm:
+        if (self.current is None or measuring) and not situation.warm:
             decision = replace(decision, reasons=(
                 f"warming up: {smoothed.count} snapshot(s) averaged, publishing after "
                 f"{self.settings.tau_s:g} s of them",))
@@ -182,6 +193,7 @@ class Controller:
         expires = _expires(self.current)
         previous = self.current if (
             expires is not None and expires > now and self.current_shares is not None
+            and not is_measurement_plan(self.current)
             and needs_two_phases(self.current_shares, plan_shares)) else None
         rendered = render(plan, version, self.settings.key, previous, now,
                           self.settings.settle_s)

@@ -187,3 +187,22 @@ def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
     unsigned = [a for a in argv if a not in ("--key", str(keys[0]))]
     with pytest.raises(SystemExit):
         main(unsigned)  # neither --key nor --insecure-unsigned
+
+
+def test_measurement_plan_first_then_the_real_plan(tmp_path, keys):
+    rig = Rig(tmp_path, key=keys[0], tau_s=60.0)
+    first = rig.cycle()  # no snapshot yet: nothing to plan from
+    assert first.result == "published" and first.reasons[0].startswith("bootstrap")
+    assert main(["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key",
+                 str(keys[1])]) == 0
+    _, (plan,) = rig.plans()
+    assert {h.sflow_sampling for h in plan.hosts.values()} == {4096}
+    assert not any(h.mirrors for h in plan.hosts.values())
+    assert rig.cycle().result == "stale"  # still nothing: the measurement plan stays
+    warming = rig.cycle(BUSY_S1)
+    assert warming.result == "kept" and warming.reasons[0].startswith("warming up")
+    real = rig.cycle(BUSY_S1)
+    assert real.result == "published" and real.reasons == ("no current plan",)
+    assert not real.two_phase and real.plan_version > first.plan_version
+    _, (plan,) = rig.plans()
+    assert plan.hosts["s1"].mirrors
