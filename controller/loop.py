@@ -169,6 +169,7 @@ class Controller:
             mark = time.perf_counter()
             document = candidate.document(now, timedelta(seconds=self.settings.valid_for_s))
             timings["document"] = _lap(mark)
+            mark = time.perf_counter()
             published, two_phase = self._publish(document, candidate.shares, now)
             timings["publish"] = _lap(mark)
         worst = current_eval if current_eval is not None else judged
