@@ -1,22 +1,31 @@
-"""The measurement plan: what the controller publishes before it has measured anything.
+"""Sampling floor and measurement plan: the controller must keep seeing every server's traffic.
 
 A plan-aware collector attributes samples with the plan in force (which server an sFlow agent
 address belongs to), so a fleet that never had a plan gives it nothing to work with, and the
 controller nothing to plan from. On its very first start, with no plan in force and no fresh
 snapshot, the controller therefore publishes a *measurement plan*: every server samples its own
-traffic 1-in-N (``--bootstrap-sampling``, default 4096, the agents' own safe rate), mirrors
+traffic 1-in-N (``--measure-sampling``, default 4096, the agents' own safe rate), mirrors
 nothing, and is named with its bridge, tunnel address and VM ports. It costs a server ``alpha/N``
 of its forwarding load, at most 0.04 % at the default. The collector then estimates every
 server's traffic (weighting each sample by the 1-in-N it carries), and the first real plan
 follows as soon as the estimate is warm. The plan says ``"bootstrap": true`` so a restarted
 controller knows it for what it is.
+
+The same floor applies to every plan: a server the planner leaves idle (no traffic measured)
+or unmeasured would otherwise get no sFlow at all, and traffic that starts there later would
+never be seen. ``with_floor`` makes every server sample at least 1-in-N; the plan's predicted
+loads then understate by at most ``alpha * U / N`` (0.04 % of forwarding at N = 4096).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
+
+from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
 from cosample.planner.planfile import plan_id
@@ -45,6 +54,23 @@ def measurement_plan(inventory: Inventory, sampling: int, now: datetime,
     plan.update(version=0, created=stamp,
                 expires=(now + valid_for).strftime("%Y-%m-%dT%H:%M:%SZ"))
     return plan
+
+
+def with_floor(plan: dict[str, Any], sampling: int) -> dict[str, Any]:
+    """``plan`` with every host sampling at least 1-in-``sampling`` (a new ``plan_id`` if changed)."""
+    changed = {name: dict(host, sflow_sampling=sampling, local_rate=1.0 / sampling)
+               for name, host in plan["hosts"].items()
+               if host.get("sflow_sampling") is None or host["sflow_sampling"] > sampling}
+    if not changed:
+        return plan
+    out = dict(plan, hosts={**plan["hosts"], **changed})
+    out["plan_id"] = plan_id(out)
+    return out
+
+
+def floor_shares(shares: PlanShares, sampling: int) -> PlanShares:
+    """The same floor on a plan's shares as arrays."""
+    return replace(shares, local_rate=np.maximum(shares.local_rate, 1.0 / sampling))
 
 
 def is_measurement_plan(plan: dict[str, Any] | None) -> bool:

@@ -59,9 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="a snapshot older than this is stale (default 3 intervals)")
     run.add_argument("--timeout", type=duration, default=10.0, metavar="DURATION",
                      help="total timeout of each snapshot fetch (default 10s)")
-    run.add_argument("--bootstrap-sampling", type=int, default=4096, metavar="N",
-                     help="with no plan in force and no snapshot, publish a measurement plan: "
-                          "local 1-in-N everywhere, no mirrors; 0: never (default 4096)")
+    run.add_argument("--measure-sampling", type=int, default=4096, metavar="N",
+                     help="every server samples at least 1-in-N, so traffic appearing anywhere "
+                          "is seen; with no plan in force and no snapshot, a measurement plan "
+                          "(1-in-N everywhere, no mirrors) is published; 0: off (default 4096)")
     run.add_argument("--cycles", type=int, default=None, metavar="N",
                      help="stop after N cycles (default: run until SIGTERM/SIGINT)")
     run.set_defaults(func=_run)
@@ -89,9 +90,9 @@ def settings_from(args: argparse.Namespace):
                               f"({args.margin:g}) and below 1, got {args.plan_margin:g}")
     if args.min_gain < 0:
         raise ControllerError(f"--min-gain: expected >= 0, got {args.min_gain:g}")
-    if args.bootstrap_sampling < 0:
-        raise ControllerError(f"--bootstrap-sampling: expected N >= 1 (or 0: off), got "
-                              f"{args.bootstrap_sampling}")
+    if args.measure_sampling < 0:
+        raise ControllerError(f"--measure-sampling: expected N >= 1 (or 0: off), got "
+                              f"{args.measure_sampling}")
     if args.confirm < 1:
         raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
     for flag, value in (("--interval", args.interval), ("--valid-for", args.valid_for),
@@ -108,7 +109,7 @@ def settings_from(args: argparse.Namespace):
         max_age_s=args.max_age, valid_for_s=args.valid_for, plan_margin=args.plan_margin,
         settle_s=args.settle,
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),
-        key=args.key, timeout_s=args.timeout, bootstrap_sampling=args.bootstrap_sampling or None)
+        key=args.key, timeout_s=args.timeout, measure_sampling=args.measure_sampling or None)
 
 
 def _run(args: argparse.Namespace) -> int:

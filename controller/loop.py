@@ -52,7 +52,7 @@ class Settings:
     key: str | None = None
     timeout_s: float = 10.0
     solver: str = "exact"
-    bootstrap_sampling: int | None = 4096  # None: never publish a measurement plan
+    measure_sampling: int | None = 4096  # sampling floor and measurement plan; None: off
 
     @property
     def snapshot_max_age_s(self) -> float:
@@ -117,15 +117,18 @@ class Controller:
         reading = self.reader(self.settings.collectors, now, self.settings.snapshot_max_age_s,
                               self.settings.timeout_s)
         timings["read"] = _lap(mark)
+        if reading.snapshot is not None and not reading.snapshot.servers:
+            reading = replace(reading, snapshot=None, problems=reading.problems + (
+                "the collectors know no server yet (no plan, or no sFlow arriving)",))
         if reading.snapshot is None:
-            if self.current is None and self.settings.bootstrap_sampling:
-                plan = measurement_plan(self.inventory, self.settings.bootstrap_sampling, now,
+            if self.current is None and self.settings.measure_sampling:
+                plan = measurement_plan(self.inventory, self.settings.measure_sampling, now,
                                         timedelta(seconds=self.settings.valid_for_s))
                 published, _ = self._publish(plan, shares(plan, self.inventory.index), now)
                 return self._base(now, "published", reading=reading, published=published,
                                   reasons=("bootstrap: no plan in force and no fresh snapshot; "
                                            "published the measurement plan (local 1-in-"
-                                           f"{self.settings.bootstrap_sampling}, no mirrors)",))
+                                           f"{self.settings.measure_sampling}, no mirrors)",))
             return self._base(now, "stale", reading=reading,
                               reasons=("no fresh snapshot: keeping the plan in force",))
         mark = time.perf_counter()
@@ -135,7 +138,7 @@ class Controller:
         timings["estimate"] = _lap(mark)
         mark = time.perf_counter()
         candidate = replan(self.inventory, smoothed, self.settings.plan_margin,
-                           self.settings.solver)
+                           self.settings.solver, self.settings.measure_sampling)
         timings["plan"] = _lap(mark)
         mark = time.perf_counter()
         inv = self.inventory

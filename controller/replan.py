@@ -4,9 +4,11 @@ The planner plans against ``capacity x (1 - plan_margin)``, a larger headroom th
 publication trigger's ``margin``: a plan that saturates a server at ``1 - plan_margin`` stays
 under the trigger at ``1 - margin`` while load grows by ``(1 - margin) / (1 - plan_margin) - 1``
 (12 % with the defaults 0.05 and 0.15), so noise of that size cannot make the controller
-publish. Two kinds of server get no sampling and no mirrors at all (their planning capacity is
-set to their forwarding load): servers that forwarding alone overloads (no plan can help them;
+publish. Two kinds of server get no mirrors and no planned sampling (their planning capacity is set to
+their forwarding load): servers that forwarding alone overloads (no plan can help them;
 reported) and servers never measured (silence is not idleness: they must not receive mirrors).
+Every server still samples at least 1-in-``floor`` (``bootstrap.with_floor``), so the
+controller keeps seeing traffic appear anywhere.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.controller.bootstrap import floor_shares, with_floor
 from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
@@ -40,9 +43,12 @@ class Candidate:
     saturated: tuple[str, ...]   # forwarding alone above the planning capacity
     unmeasured: tuple[str, ...]  # never seen in a snapshot
 
+    floor: int | None = None     # every host samples at least 1-in-floor
+
     def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
         """The plan file (version 0: the publisher sets it)."""
-        return build_plan(self.dc, self.solution, created=now, valid_for=valid_for, version=0)
+        plan = build_plan(self.dc, self.solution, created=now, valid_for=valid_for, version=0)
+        return with_floor(plan, self.floor) if self.floor else plan
 
 
 def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float
@@ -68,14 +74,17 @@ def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float
 
 
 def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
-           solver: str = "exact") -> Candidate:
+           solver: str = "exact", floor: int | None = None) -> Candidate:
     """Plan the smoothed traffic and state the applied shares, without writing the document."""
     dc, saturated, unmeasured = datacentre(inventory, traffic, plan_margin)
     solution = solve(dc, solver)
     names = inventory.names
-    return Candidate(dc, solution, applied_shares(dc, solution), dc.own_pps, dc.forwarding_pps,
+    applied = applied_shares(dc, solution)
+    if floor:
+        applied = floor_shares(applied, floor)
+    return Candidate(dc, solution, applied, dc.own_pps, dc.forwarding_pps,
                      tuple(names[i] for i in np.flatnonzero(saturated)),
-                     tuple(names[i] for i in np.flatnonzero(unmeasured)))
+                     tuple(names[i] for i in np.flatnonzero(unmeasured)), floor)
 
 
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:

@@ -206,3 +206,17 @@ def test_measurement_plan_first_then_the_real_plan(tmp_path, keys):
     assert not real.two_phase and real.plan_version > first.plan_version
     _, (plan,) = rig.plans()
     assert plan.hosts["s1"].mirrors
+
+
+def test_every_server_keeps_a_sampling_floor_and_empty_snapshots_are_no_data(tmp_path):
+    rig = Rig(tmp_path)
+    rig.snapshot.write_text(json.dumps(snapshot_doc(rig.clock, {}, servers=[])))
+    status = rig.controller.cycle()  # the collector knows no server: the measurement plan
+    assert status.reasons[0].startswith("bootstrap") and "know no server" in status.problems[0]
+    rig.clock += timedelta(seconds=30)
+    assert rig.cycle({"s1": {"s1": 500}}).result == "published"  # s2 and s3 send nothing
+    _, (plan,) = rig.plans()
+    assert plan.hosts["s2"].sflow_sampling == 4096 and plan.hosts["s3"].sflow_sampling == 4096
+    assert plan.hosts["s1"].sflow_sampling == 1
+    published = json.loads((rig.publish_dir / "plan.json").read_text())
+    assert rig.controller.current_shares.same_as(shares(published, rig.inventory.index))
