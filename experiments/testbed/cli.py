@@ -61,6 +61,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="planner solver for the collaborative plan (default exact)")
     run.add_argument("--keep-up", action="store_true",
                      help="on failure, leave the testbed up for inspection (default: tear down)")
+    run.add_argument("--scenario", choices=("plans", "shift", "steady"), default="plans",
+                     help="plans: baseline, non-collaborative and collaborative plans (default); "
+                          "shift / steady: the closed loop (agents, collector, controller) with "
+                          "traffic that shifts half-way / stays steady with +/-10 %% noise")
+    run.add_argument("--phase-seconds", type=float, default=60.0, metavar="SECONDS",
+                     help="closed loop: length of each of the two phases (default 60)")
+    run.add_argument("--startup-seconds", type=float, default=40.0, metavar="SECONDS",
+                     help="closed loop: traffic before the first phase (default 40)")
     run.set_defaults(func=_run)
 
     down = actions.add_parser("down", help="remove everything the testbed created")
@@ -115,6 +123,8 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.experiments.testbed.errors import TestbedError
 
     coefficients = _coefficients(args, plans, TestbedError)
+    if args.scenario != "plans":
+        return _closed_loop(args, coefficients)
     if not args.duration >= 1:
         raise TestbedError(f"--duration: must be >= 1 (iperf3 runs whole seconds), got {args.duration:g}")
     testbed = build.Testbed.load(args.state_dir)
@@ -135,6 +145,47 @@ def _run(args: argparse.Namespace) -> int:
     paths = report.write(out, frame, totals, text)
     print(text)
     print("results: " + ", ".join(str(path) for path in paths.values()))
+    return 0
+
+
+def _closed_loop(args: argparse.Namespace, coefficients) -> int:
+    """``--scenario shift|steady``: the closed loop; report in OUT/closedloop-SCENARIO.md."""
+    import json
+    from pathlib import Path
+
+    from cosample.experiments.files import output_dir
+    from cosample.experiments.testbed import build, closedloop, closedloop_report
+    from cosample.experiments.testbed.errors import TestbedError
+    from cosample.files import write_text_atomic
+
+    for flag, value, least in (("--phase-seconds", args.phase_seconds, 30.0),
+                               ("--startup-seconds", args.startup_seconds, 20.0)):
+        if not value >= least:
+            raise TestbedError(f"{flag}: must be >= {least:g}, got {value:g}")
+    testbed = build.Testbed.load(args.state_dir)
+    out = output_dir(Path(args.out))
+    settings = closedloop.LoopSettings(args.scenario, coefficients.alpha, coefficients.beta,
+                                       startup_s=args.startup_seconds,
+                                       phase_s=args.phase_seconds)
+    try:
+        with _sigterm_as_interrupt():
+            result = closedloop.run_closed_loop(testbed, settings, out,
+                                                coefficients.capacity_pps)
+    except BaseException:
+        if not args.keep_up:
+            problems = build.down(args.state_dir)
+            print("testbed torn down after the failure" + (f" (problems: {problems})" if problems else ""),
+                  file=sys.stderr)
+        raise
+    command = (f"cosample testbed run --scenario {args.scenario} --phase-seconds "
+               f"{args.phase_seconds:g} --startup-seconds {args.startup_seconds:g}")
+    text = closedloop_report.markdown(result, command)
+    result["rows"] = closedloop_report.phase_rows(result)
+    result["totals"] = closedloop_report.totals(result)
+    write_text_atomic(out / f"closedloop-{args.scenario}.json",
+                      json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
+    write_text_atomic(out / f"closedloop-{args.scenario}.md", text)
+    print(text)
     return 0
 
 
