@@ -1,0 +1,82 @@
+"""The closed-loop scenarios' pure parts: shifted traffic, inventories, the per-phase report."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cosample.controller.inventory import inventory_from_dict
+from cosample.experiments.testbed import closedloop, closedloop_report
+from cosample.experiments.testbed.topology import from_config, skewed_config
+
+
+def topology():
+    return from_config(skewed_config(3, 2, 2400.0, 0.5, 3000.0), "ct")
+
+
+def offered(flows):
+    out = {}
+    for flow in flows:
+        out[flow.src.server] = out.get(flow.src.server, 0.0) + flow.pps
+    return out
+
+
+def test_shift_swaps_the_busiest_and_the_quietest_server():
+    top = topology()
+    before, after = offered(top.flows), offered(closedloop.shifted(top))
+    assert before[1] > before[2] > before[3]
+    assert after[3] == before[1] and after[1] == before[3] and after[2] == before[2]
+    assert len(closedloop.shifted(top)) == len(top.flows)
+
+
+def test_noise_stays_within_the_band():
+    flows = topology().flows
+    drawn = closedloop.noisy(flows, np.random.default_rng(0), 0.1)
+    ratios = [d.pps / f.pps for d, f in zip(drawn, flows)]
+    assert all(0.9 <= r <= 1.1 for r in ratios) and len(set(ratios)) == len(ratios)
+
+
+def test_inventories_are_valid_and_carry_no_traffic():
+    top = topology()
+    settings = closedloop.LoopSettings("shift", 1.54, 0.46)
+    document = closedloop.inventory(top, settings, None)
+    inventory = inventory_from_dict(document)
+    assert inventory.names == ("s1", "s2", "s3")
+    assert inventory.extras["s2"]["tunnel_ip"] == top.servers[1].tunnel_ip
+    assert inventory.sflow["polling_s"] == 2 and "traffic_pps" not in document
+    from cosample.collector.inventory import Inventory
+    from cosample.validation import validate
+    addresses = validate(Inventory, closedloop.addresses(top))
+    assert set(addresses.servers) == {"s1", "s2", "s3"}
+
+
+def test_report_rows_from_a_timeline():
+    cycle = lambda t, result="kept", **kw: {"t": t, "result": result, **kw}  # noqa: E731
+    result = {
+        "settings": {"scenario": "shift", "interval_s": 5.0},
+        "timeline": {
+            "phases": [{"phase": "phase1", "start": 40.0, "end": 100.0, "measure_s": 15.0,
+                        "samples": {"s1": 3000, "s2": 1500}, "duplicates": {"s1": 300}},
+                       {"phase": "phase2", "start": 100.0, "end": 160.0, "measure_s": 15.0,
+                        "samples": {"s3": 3000}, "duplicates": {}}],
+            "cycles": [cycle(1, "published", reasons=["bootstrap: ..."], published_versions=[9]),
+                       cycle(30, "published", reasons=["no current plan"],
+                             published_versions=[10], distinct_planned_pps=280.0),
+                       cycle(60), cycle(105, predicted_max_use=1.2, over_limit=["s3"]),
+                       cycle(110, "published", reasons=["overload: ..."],
+                             published_versions=[11, 12], distinct_planned_pps=250.0,
+                             predicted_max_use=1.1, over_limit=["s3"]),
+                       cycle(115)],
+            "agents": [{"t": 111.0, "versions": {"s1": (12, "plan"), "s2": (11, "plan")}},
+                       {"t": 119.5, "versions": {"s1": (12, "plan"), "s2": (12, "plan")}}],
+        },
+    }
+    first, second = closedloop_report.phase_rows(result)
+    assert first["plans_published"] == 0 and first["to_converge_s"] is None
+    assert first["measured_distinct_pps"] == 280.0 and first["planned_distinct_pps"] == 280.0
+    assert second["plans_published"] == 1 and second["versions"] == [11, 12]
+    assert second["to_converge_s"] == 19.5
+    assert second["predicted_over_capacity_s"] == 10.0 and second["predicted_over_limit_s"] == 10.0
+    totals = closedloop_report.totals(result)
+    assert totals["plans_published"] == 2 and totals["measurement_plans"] == 1
+    assert "| phase2 | 60 | 1 | 19.5 | 10 | 10 | 250 | 200 |" in closedloop_report.markdown(
+        result, "cmd")
