@@ -84,18 +84,33 @@ def _host_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collector", help="sFlow collector HOST:PORT if the plan has none")
     parser.add_argument("--state-dir", help="status, metrics, last good plan")
     parser.add_argument("--public-key", help="require plans signed by this ed25519 key")
+    parser.add_argument("--insecure-unsigned", action="store_const", const=True,
+                        help="accept unsigned plans (labs only; warns on every cycle)")
     parser.add_argument("--timeout", type=duration, dest="timeout_s",
                         help="timeout of every external call (default 10s)")
     parser.add_argument("--metrics-port", type=int, help="serve metrics on 127.0.0.1:PORT")
 
 
 _OPTION_KEYS = ("host", "plan", "interval_s", "jitter_s", "ovsdb", "ovs_rundir", "bridge",
-                "vm_ports", "collector", "state_dir", "public_key", "timeout_s", "metrics_port")
+                "vm_ports", "collector", "state_dir", "public_key", "insecure_unsigned",
+                "timeout_s", "metrics_port")
 
 
-def _config(args):
+def _config(args, needs_plans: bool = False):
+    """The configuration; ``needs_plans``: refuse to start without a way to trust plans."""
     from cosample.agents.config import load_config
-    return load_config(args.config, {key: getattr(args, key, None) for key in _OPTION_KEYS})
+    from cosample.agents.errors import ConfigError
+    from cosample.agents.runner import unsigned_warning
+    config = load_config(args.config, {key: getattr(args, key, None) for key in _OPTION_KEYS})
+    if needs_plans:
+        if config.public_key is None and not config.insecure_unsigned:
+            raise ConfigError(f"{args.config or 'command line'}: public_key: required to verify "
+                              f"plans (or --insecure-unsigned / insecure_unsigned = true for a "
+                              f"lab, never production)")
+        warning = unsigned_warning(config)
+        if warning:
+            print(f"WARNING: {warning}", file=sys.stderr)
+    return config
 
 
 def _print_report(report) -> None:
@@ -117,12 +132,17 @@ def _print_now(line: str) -> None:
 
 
 def _exit_code(report) -> int:
-    return 0 if report.result in ("ok", "dry-run") else 1
+    """0: converged on the plan; 2: an input was rejected (the host kept its last good
+    state); 1: anything else (degraded, diverged, host or fetch error)."""
+    if report.result in ("ok", "dry-run"):
+        return 0
+    return 2 if report.result == "rejected" else 1
 
 
 def _apply(args) -> int:
     from cosample.agents.runner import Agent
-    report = Agent(_config(args), on_command=_print_now).cycle(dry_run=args.dry_run)
+    report = Agent(_config(args, needs_plans=True),
+                   on_command=_print_now).cycle(dry_run=args.dry_run)
     _print_report(report)
     return _exit_code(report)
 
@@ -141,7 +161,7 @@ def _run(args) -> int:
 
     from cosample.agents.report import serve_metrics
     from cosample.agents.runner import Agent
-    config = _config(args)
+    config = _config(args, needs_plans=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     agent = Agent(config)
     stop = threading.Event()
@@ -184,7 +204,7 @@ def _validate(args) -> int:
     fetched = fetch(args.plan, with_signature=args.public_key is not None)
     if args.public_key:
         verify(fetched.data, fetched.signature, args.public_key)
-    for plan in parse_document(fetched.data):
+    for plan in parse_document(fetched.data, source=args.plan):
         if args.host:
             desired_state(plan, make_config({"host": args.host}))
         when = f", not before {format_time(plan.not_before)}" if plan.not_before else ""
@@ -216,7 +236,7 @@ def _transition(args) -> int:
     for path in (args.old, args.new):
         try:
             with open(path, "rb") as handle:
-                plans.append(parse_plan(handle.read()))
+                plans.append(parse_plan(handle.read(), source=path))
         except OSError as exc:
             raise AgentError(f"{path}: cannot read ({exc.strerror})") from None
     document = transition(plans[0], plans[1], utcnow(), args.settle)

@@ -48,6 +48,16 @@ class RemoveSflow(Command):
         return f"remove sFlow from {self.bridge}"
 
 
+@dataclass(frozen=True)
+class ForgetBridge(Command):
+    """Strike ``bridge`` from the ledger: the agent owns nothing there any more."""
+
+    bridge: str
+
+    def describe(self) -> str:
+        return f"forget bridge {self.bridge} (nothing owned there)"
+
+
 # OVSDB + OpenFlow: receiver tunnels ----------------------------------------------------------
 @dataclass(frozen=True)
 class AddTunnelPort(Command):

@@ -7,12 +7,11 @@ tunnels. It never loads a server beyond sampling a small fraction of its own tra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import ipaddress
 
 from cosample.agents.config import AgentConfig
 from cosample.agents.errors import PlanError
-from cosample.agents.plan import HostPlan, Plan, parse_hostport
+from cosample.agents.plan import HostPlan, Plan, SflowSpec
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, DesiredState, MirrorTarget,
                                    SflowSettings, TunnelPort, pair_vni, short_hash)
 from cosample.dataplane.tcmirror import chain_thresholds
@@ -34,7 +33,7 @@ def desired_state(plan: Plan, config: AgentConfig) -> DesiredState:
         sflow=sflow,
         mirrors=_mirror_targets(plan, host, config),
         receivers=_tunnel_ports(plan, host, config),
-        vm_ports=config.vm_ports if config.vm_ports is not None else host.vm_ports,
+        vm_ports=_vm_ports(config, host),
         mode="plan", plan_version=plan.version)
 
 
@@ -44,15 +43,15 @@ def safe_state(config: AgentConfig, plan: Plan | None = None) -> DesiredState:
     The collector comes from the last plan seen (even expired) or the config; with neither,
     there is nowhere to send samples and the safe state has no sFlow either.
     """
-    sflow_doc: Mapping[str, Any] = plan.sflow if plan is not None else {}
+    sflow_doc = plan.sflow if plan is not None else SflowSpec()
     host = plan.hosts.get(config.host) if plan is not None else None
     sflow = None
-    if sflow_doc.get("collector") or config.collector:
+    if sflow_doc.collector or config.collector:
         sflow = _sflow_settings(sflow_doc, config, config.safe_sampling)
     return DesiredState(
         bridge=config.bridge or (host.bridge if host else None) or DEFAULT_BRIDGE,
         sflow=sflow, mode="safe", plan_version=plan.version if plan is not None else None,
-        vm_ports=config.vm_ports if config.vm_ports is not None else (host.vm_ports if host else None))
+        vm_ports=_vm_ports(config, host))
 
 
 def mirror_device_name(config: AgentConfig, peer: str) -> str:
@@ -64,24 +63,34 @@ def tunnel_port_name(config: AgentConfig, peer: str) -> str:
 
 
 # pieces ------------------------------------------------------------------------------------
-def _sflow_settings(sflow_doc: Mapping[str, Any], config: AgentConfig,
-                    sampling: int) -> SflowSettings:
-    target = sflow_doc.get("collector") or config.collector
+def _vm_ports(config: AgentConfig, host: HostPlan | None) -> tuple[str, ...] | None:
+    if config.vm_ports is not None:
+        return tuple(config.vm_ports)
+    return tuple(host.vm_ports) if host is not None and host.vm_ports is not None else None
+
+
+def _sflow_settings(sflow_doc: SflowSpec, config: AgentConfig, sampling: int) -> SflowSettings:
+    """Plan values first, the config's otherwise; both were validated for what OVS accepts."""
+    target = sflow_doc.collector or config.collector
     if not target:
         raise PlanError("sflow.collector: missing in the plan and in the agent config "
                         "(set 'collector' in the config)")
-    parse_hostport(target, "sflow.collector")
     return SflowSettings(
-        target=target, sampling=sampling,
-        agent=sflow_doc.get("agent") or config.sflow_agent,
-        header_bytes=int(sflow_doc.get("header_bytes", config.header_bytes)),
-        polling_s=int(sflow_doc.get("polling_s", config.polling_s)))
+        target=target, sampling=sampling, agent=sflow_doc.agent or config.sflow_agent,
+        header_bytes=sflow_doc.header_bytes if sflow_doc.header_bytes is not None
+        else config.header_bytes,
+        polling_s=sflow_doc.polling_s if sflow_doc.polling_s is not None else config.polling_s)
 
 
-def _tunnel_ip(plan: Plan, name: str, why: str) -> str:
+def _tunnel_ip(plan: Plan, name: str, why: str, family_of: str | None = None) -> str:
+    """Host ``name``'s tunnel address; of the same IP family as ``family_of`` when given."""
     ip = plan.hosts[name].tunnel_ip
     if ip is None:
         raise PlanError(f"hosts.{name}.tunnel_ip: required because {why}")
+    if family_of is not None and \
+            ipaddress.ip_address(ip).version != ipaddress.ip_address(family_of).version:
+        raise PlanError(f"hosts.{name}.tunnel_ip: {ip} is not of the IP family of this host's "
+                        f"tunnel address {family_of}; a tunnel needs both ends in one family")
     return ip
 
 
@@ -96,7 +105,7 @@ def _mirror_targets(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[Mi
     targets = tuple(
         MirrorTarget(peer=m.peer, rate=m.rate, probability=q, prio=PRIO_BASE + k,
                      device=mirror_device_name(config, m.peer),
-                     remote_ip=_tunnel_ip(plan, m.peer, f"{host.name} mirrors to it"),
+                     remote_ip=_tunnel_ip(plan, m.peer, f"{host.name} mirrors to it", local_ip),
                      vni=pair_vni(host.name, m.peer), local_ip=local_ip,
                      dstport=config.vxlan_port)
         for k, (m, q) in enumerate(zip(host.mirrors, probabilities)))
@@ -111,7 +120,7 @@ def _tunnel_ports(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[Tunn
     local_ip = _tunnel_ip(plan, host.name, f"{host.name} receives mirrored traffic")
     ports = tuple(
         TunnelPort(peer=r.peer, name=tunnel_port_name(config, r.peer),
-                   remote_ip=_tunnel_ip(plan, r.peer, f"it mirrors to {host.name}"),
+                   remote_ip=_tunnel_ip(plan, r.peer, f"it mirrors to {host.name}", local_ip),
                    key=pair_vni(r.peer, host.name), local_ip=local_ip, dstport=config.vxlan_port)
         for r in host.receives)
     _distinct(host.name, "tunnel port names", [p.name for p in ports])

@@ -1,9 +1,11 @@
-"""An in-memory host with the same two methods as ``host.LinuxOvsHost``: ``observe`` and ``apply``.
+"""An in-memory ``host.Host``: the same interface and error type (``HostError``) as ``LinuxOvsHost``.
 
 For unit tests of the reconcile loop (like faucet's fake OpenFlow table). It models the facts
 the real host has and the agent must cope with: flows vanish when ovs-vswitchd restarts, tc
 filters vanish when an interface is re-created, a re-created mirror device leaves filters
-pointing at nothing, foreign objects exist. Every ``apply`` counts as one write.
+pointing at nothing, foreign objects exist, a command can fail (``fail_on``). Every ``apply``
+counts as one write. One bridge only: what the agent leaves on other bridges is tested on the
+real host (test_hardening).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from cosample.agents import commands as c
+from cosample.agents.errors import HostError
+from cosample.agents.host import Host
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, ObservedDevice, ObservedFilter,
                                    ObservedFlow, ObservedLink, ObservedPort, ObservedSflow,
                                    ObservedState)
@@ -27,7 +31,7 @@ class FakeLink:
     filters: dict[int, ObservedFilter] = field(default_factory=dict)  # prio -> filter
 
 
-class FakeHost:
+class FakeHost(Host):
     """A bridge with ports, an sFlow row, flows; Linux links with tc filters; VXLAN devices."""
 
     def __init__(self, bridge: str = "br-int", vm_ports: Iterable[str] = ("vm1", "vm2"),
@@ -43,10 +47,13 @@ class FakeHost:
         self.devices: dict[str, ObservedDevice] = {}
         self.writes = 0
         self.applied: list[c.Command] = []
+        #: Command types that fail (as a host refusing them would), e.g. ``{c.AddMirrorDevice}``.
+        self.fail_on: set[type] = set()
         self._uuids = (f"uuid-{k}" for k in itertools.count(1))
 
     # the host interface ---------------------------------------------------------------------
-    def observe(self, bridge: str, links: Iterable[str] = ()) -> ObservedState:
+    def observe(self, bridge: str, links: Iterable[str] = (),
+                remotes: Iterable[str] = ()) -> ObservedState:
         if not self.bridge_exists or bridge != self.bridge:
             return ObservedState(bridge=bridge, bridge_exists=False)
         names = {p.name for p in self.ports.values() if not p.owned} | set(links)
@@ -64,9 +71,14 @@ class FakeHost:
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1
+        if type(command) in self.fail_on:
+            raise HostError(f"fake host refuses: {command.describe()}")
         self.applied.append(command)
         handler = getattr(self, f"_apply_{type(command).__name__}")
-        handler(command)
+        try:
+            handler(command)
+        except KeyError as exc:
+            raise HostError(f"{command.describe()}: no such interface {exc}") from None
 
     # simulated events -----------------------------------------------------------------------
     def restart_vswitchd(self) -> None:
@@ -135,11 +147,14 @@ class FakeHost:
     def _apply_SetMirrorFilter(self, command: c.SetMirrorFilter) -> None:
         link = self.links[command.device]
         if not link.clsact:
-            raise RuntimeError(f"no clsact on {command.device}")  # as tc would fail
+            raise HostError(f"no clsact on {command.device}")  # as tc would fail
         if command.target not in self.devices:
-            raise RuntimeError(f"no device {command.target}")
+            raise HostError(f"no device {command.target}")
         link.filters[command.prio] = ObservedFilter(
             command.prio, bpf_random_bytecode(command.probability), command.target)
+
+    def _apply_ForgetBridge(self, command: c.ForgetBridge) -> None:
+        pass  # one bridge only: nothing is ever owned elsewhere
 
     def _apply_RemoveMirrorFilter(self, command: c.RemoveMirrorFilter) -> None:
         link = self.links.get(command.device)

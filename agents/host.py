@@ -1,48 +1,79 @@
-"""The real host: OVSDB/OpenFlow (``ovsdb.OvsdbSide``) plus Linux ``ip``/``tc`` (``linuxnet.LinuxSide``).
+"""A host backend: one typed interface (``Host``), the real OVS/Linux host, and its in-memory twin.
 
-It has the two methods every host has (``fakehost.FakeHost`` is the in-memory twin): ``observe``
-returns an ``ObservedState`` and ``apply`` performs one ``Command``.
+Every backend observes the host as an ``ObservedState`` and applies one ``Command`` at a time,
+raising ``HostError`` (and nothing else) when the host refuses or cannot be reached, in the
+style of ovsdbapp's ``api.API``. ``LinuxOvsHost`` is this machine: OVSDB/OpenFlow
+(``ovsdb.OvsdbSide``) plus Linux ``ip``/``tc`` (``linuxnet.LinuxSide``), with the ledger of what
+the agent owns (``ledger.Ledger``). ``fakehost.FakeHost`` implements the same interface in memory
+for unit tests; test_sandbox checks the two agree command for command.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
 
 from cosample.agents import commands as c
 from cosample.agents.config import AgentConfig
+from cosample.agents.ledger import LEDGER_FILE, Ledger
 from cosample.agents.linuxnet import LinuxSide
 from cosample.agents.ovsdb import OvsdbSide
 from cosample.agents.reconcile import VM_PORT_TYPES
 from cosample.agents.state import ObservedState
 
+
+class Host(ABC):
+    """What the agent needs of a host. ``writes`` counts applied commands."""
+
+    writes: int = 0
+
+    @abstractmethod
+    def observe(self, bridge: str, links: Iterable[str] = (),
+                remotes: Iterable[str] = ()) -> ObservedState:
+        """The host as it is: ``bridge``, the interfaces ``links`` (VM ports), the interfaces
+        routing toward the tunnel peers ``remotes``, and everything the agent owns anywhere."""
+
+    @abstractmethod
+    def apply(self, command: c.Command) -> None:
+        """Perform one command; ``HostError`` if the host refuses it or cannot be reached."""
+
+
 _LINUX_COMMANDS = (c.AddMirrorDevice, c.RemoveMirrorDevice, c.AddClsact, c.RemoveClsact,
                    c.SetMirrorFilter, c.RemoveMirrorFilter)
-CLSACT_LEDGER = "clsact-owned.json"
+#: Commands that put something the agent owns on a bridge: the ledger names it first.
+_BRIDGE_WRITES = (c.SetSflow, c.AddTunnelPort, c.AddDropFlow)
 
 
-class LinuxOvsHost:
+class LinuxOvsHost(Host):
     """This machine's OVS (at ``config.ovsdb``) and Linux network stack."""
 
     def __init__(self, config: AgentConfig) -> None:
+        self.ledger = Ledger(Path(config.state_dir) / LEDGER_FILE)
         self.ovs = OvsdbSide(config.ovsdb, config.rundir, config.timeout_s)
-        self.linux = LinuxSide(config.mirror_device_prefix,
-                               Path(config.state_dir) / CLSACT_LEDGER, config.timeout_s)
+        self.linux = LinuxSide(config.mirror_device_prefix, self.ledger, config.timeout_s)
         self.writes = 0
 
-    def observe(self, bridge: str, links: Iterable[str] = ()) -> ObservedState:
-        exists, sflow, ports = self.ovs.observe(bridge)
+    def observe(self, bridge: str, links: Iterable[str] = (),
+                remotes: Iterable[str] = ()) -> ObservedState:
+        exists, sflow, ports, elsewhere = self.ovs.observe(bridge, self.ledger.names("bridges"))
         if not exists:
-            return ObservedState(bridge=bridge, bridge_exists=False)
+            return ObservedState(bridge=bridge, bridge_exists=False, elsewhere=elsewhere)
         names = {p.name for p in ports if not p.owned and p.type in VM_PORT_TYPES} | set(links)
         names.discard(bridge)
+        observed_links, devices, foreign, underlay = self.linux.observe(names, remotes)
         return ObservedState(bridge=bridge, bridge_exists=True, sflow=sflow, ports=ports,
-                             flows=self.ovs.flows(bridge), links=self.linux.links(names),
-                             devices=self.linux.devices())
+                             flows=self.ovs.flows(bridge), links=observed_links,
+                             devices=devices, foreign_links=foreign, underlay=underlay,
+                             elsewhere=elsewhere)
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1
-        if isinstance(command, _LINUX_COMMANDS):
+        if isinstance(command, c.ForgetBridge):
+            self.ledger.discard("bridges", command.bridge)
+        elif isinstance(command, _LINUX_COMMANDS):
             self.linux.apply(command)
         else:
+            if isinstance(command, _BRIDGE_WRITES):
+                self.ledger.add("bridges", command.bridge)  # before: a crash orphans nothing
             self.ovs.apply(command)

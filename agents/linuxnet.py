@@ -1,78 +1,109 @@
 """The Linux side of a real host: mirror VXLAN devices (``ip``) and tc mirror filters (``tc``).
 
-Mirror devices are the agent's own when their ``ifalias`` starts with ``cosample-owner=agent``
-or, should a run have died between ``ip link add`` and tagging, when their name carries the
-agent's device prefix and no alias. tc filters are the agent's own by priority
-(``PRIO_BASE`` .. ``+PRIO_COUNT`` on a VM port's ingress hook); they are written with
-``tc filter replace`` at a fixed prio/handle, so writing twice is harmless. A ``clsact`` qdisc
-has no tag of its own: the agent notes in a ledger file (state dir) the interfaces where it added
-one, written before the qdisc is added, and removes only those, and only when no filter of
-anyone else remains on them.
+Ownership is by mark or ledger (``ledger.Ledger``), never by name alone: a mirror device is the
+agent's when its ``ifalias`` starts with ``cosample-owner=agent`` or the ledger lists it (it is
+entered there before ``ip link add``, so a run killed before tagging still finds it); a tc filter
+is the agent's when it sits in the agent's prio range *and* its mirred action carries the
+agent's cookie; a ``clsact`` qdisc is the agent's when the ledger lists it (entered before it is
+added). A foreign filter inside the agent's prio range, or a foreign ``ingress`` qdisc (which
+excludes ``clsact``), makes that interface a conflict: reported, and left alone. Filters are
+written with ``tc filter replace`` at a fixed prio/handle, so writing twice is harmless.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from cosample.agents import commands as c
 from cosample.agents.errors import HostError
-from cosample.files import write_bytes_atomic
-from cosample.agents.state import (ALIAS_PREFIX, FILTER_HANDLE, PRIO_BASE, PRIO_COUNT,
-                                   ObservedDevice, ObservedFilter, ObservedLink)
+from cosample.agents.ledger import Ledger
+from cosample.agents.state import (ALIAS_PREFIX, FILTER_COOKIE, FILTER_HANDLE, PRIO_BASE,
+                                   PRIO_COUNT, ObservedDevice, ObservedFilter, ObservedLink)
 from cosample.dataplane.run import CommandError, run
 from cosample.dataplane.tcmirror import (clsact_add_argv, clsact_delete_argv, filter_delete_argv,
-                                   mirror_filter_argv)
+                                         mirror_filter_argv)
 
 
 class LinuxSide:
     """``ip``/``tc`` in the agent's network namespace."""
 
-    def __init__(self, device_prefix: str, ledger: str | Path, timeout_s: float = 10.0) -> None:
+    def __init__(self, device_prefix: str, ledger: Ledger, timeout_s: float = 10.0) -> None:
         self.device_prefix = device_prefix
-        self.ledger = Path(ledger)
+        self.ledger = ledger
         self.timeout_s = timeout_s
 
     # observe ----------------------------------------------------------------------------------
-    def links(self, names: Iterable[str]) -> dict[str, ObservedLink]:
+    def observe(self, names: Iterable[str], remotes: Iterable[str] = ()
+                ) -> tuple[dict[str, ObservedLink], tuple[ObservedDevice, ...], frozenset[str],
+                           frozenset[str]]:
+        """(links, owned devices, names of other interfaces, underlay interfaces)."""
+        present = {link["ifname"] for link in self._json(["ip", "-j", "link", "show"])}
+        devices = self.devices()
+        foreign = frozenset(present - {d.name for d in devices})
+        return self.links(names, present), devices, foreign, self.underlay(remotes)
+
+    def links(self, names: Iterable[str], present: set[str] | None = None
+              ) -> dict[str, ObservedLink]:
         """The given interfaces, and those where the agent added clsact, that exist: their
         clsact state and the agent's filters (so filters on a former VM port are found too)."""
-        present = {link["ifname"] for link in self._json(["ip", "-j", "link", "show"])}
-        owned = self._owned_clsacts()
+        if present is None:
+            present = {link["ifname"] for link in self._json(["ip", "-j", "link", "show"])}
+        owned = self.ledger.names("clsacts")
         out = {}
         for name in sorted((set(names) | owned) & present):
             qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", name], missing_ok=True)
-            clsact = any(q.get("kind") == "clsact" for q in qdiscs)
-            filters, foreign = self._filters(name) if clsact else ((), 0)
+            kinds = {q.get("kind") for q in qdiscs}
+            clsact = "clsact" in kinds
+            filters, foreign, intruders = self._filters(name) if clsact else ((), 0, 0)
+            conflict = None
+            if "ingress" in kinds:
+                conflict = "a foreign ingress qdisc is attached (it excludes clsact)"
+            elif intruders:
+                conflict = (f"{intruders} foreign tc filter(s) in the agent's prio range "
+                            f"{PRIO_BASE}..{PRIO_BASE + PRIO_COUNT - 1}")
             out[name] = ObservedLink(name, clsact, filters, clsact_owned=name in owned,
-                                     foreign_filters=foreign)
+                                     foreign_filters=foreign, conflict=conflict)
         return out
 
     def devices(self) -> tuple[ObservedDevice, ...]:
-        """The agent's mirror VXLAN devices."""
+        """The agent's mirror VXLAN devices (tagged, or created and listed in the ledger)."""
+        listed = self.ledger.names("devices")
         found = []
         for link in self._json(["ip", "-j", "-d", "link", "show", "type", "vxlan"]):
             name, alias = link["ifname"], link.get("ifalias", "")
-            if not (alias.startswith(ALIAS_PREFIX) or
-                    (not alias and name.startswith(f"{self.device_prefix}-"))):
+            if not (alias.startswith(ALIAS_PREFIX) or (not alias and name in listed)):
                 continue
             data = link.get("linkinfo", {}).get("info_data", {})
             found.append(ObservedDevice(
-                name=name, remote_ip=data.get("remote"), vni=data.get("id"),
-                local_ip=data.get("local"), dstport=data.get("port"),
-                up="UP" in link.get("flags", [])))
+                name=name, remote_ip=data.get("remote") or data.get("remote6"),
+                vni=data.get("id"), local_ip=data.get("local") or data.get("local6"),
+                dstport=data.get("port"), up="UP" in link.get("flags", [])))
         return tuple(sorted(found, key=lambda d: d.name))
 
-    # apply ------------------------------------------------------------------------------------
+    def underlay(self, remotes: Iterable[str]) -> frozenset[str]:
+        """The interfaces the kernel routes tunnel packets to ``remotes`` through."""
+        out = set()
+        for remote in sorted(set(remotes)):
+            result = run(["ip", "-j", "route", "get", remote], timeout=self.timeout_s,
+                         check=False)
+            if result.returncode == 0 and result.stdout.strip():
+                out |= {route["dev"] for route in json.loads(result.stdout) if "dev" in route}
+        return frozenset(out)
+
+# apply ------------------------------------------------------------------------------------
     def apply(self, command: c.Command) -> None:
         if isinstance(command, c.AddMirrorDevice):
             exists = self._exists(command.name)
             if exists and command.replace:
                 self._run(["ip", "link", "del", command.name])
                 exists = False
+            if exists and command.name not in self._owned_device_names():
+                raise HostError(f"interface {command.name} exists and is not the agent's; "
+                                f"left alone")
             if not exists:
+                self.ledger.add("devices", command.name)  # before it exists: never orphaned
                 argv = ["ip", "link", "add", command.name, "type", "vxlan", "id", command.vni,
                         "remote", command.remote_ip, "dstport", command.dstport]
                 if command.local_ip:
@@ -82,24 +113,28 @@ class LinuxSide:
                        f"{ALIAS_PREFIX} peer={command.peer}", "up"])
         elif isinstance(command, c.RemoveMirrorDevice):
             if self._exists(command.name):
+                if command.name not in self._owned_device_names():
+                    raise HostError(f"interface {command.name} is not the agent's; not removed")
                 self._run(["ip", "link", "del", command.name])
+            self.ledger.discard("devices", command.name)
         elif isinstance(command, c.AddClsact):
             qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", command.device])
             if not any(q.get("kind") == "clsact" for q in qdiscs):
-                self._write_ledger(self._owned_clsacts() | {command.device})
+                self.ledger.add("clsacts", command.device)  # before it exists
                 self._run(clsact_add_argv(command.device))
         elif isinstance(command, c.RemoveClsact):
-            if command.device in self._owned_clsacts():
+            if command.device in self.ledger.names("clsacts"):
                 result = run(clsact_delete_argv(command.device), timeout=self.timeout_s,
                              check=False)
                 if result.returncode != 0 and "Cannot find" not in result.stderr \
                         and "Invalid handle" not in result.stderr:
                     raise HostError(f"tc: removing clsact from {command.device}: "
                                     f"{result.stderr.strip()}")
-                self._write_ledger(self._owned_clsacts() - {command.device})
+                self.ledger.discard("clsacts", command.device)
         elif isinstance(command, c.SetMirrorFilter):
             self._run(mirror_filter_argv(command.device, command.target, command.probability,
-                                         prio=command.prio, handle=FILTER_HANDLE))
+                                         prio=command.prio, handle=FILTER_HANDLE,
+                                         cookie=FILTER_COOKIE))
         elif isinstance(command, c.RemoveMirrorFilter):
             result = run(filter_delete_argv(command.device, prio=command.prio,
                                             handle=FILTER_HANDLE),
@@ -112,31 +147,26 @@ class LinuxSide:
             raise HostError(f"Linux side cannot apply {command!r}")
 
     # helpers ----------------------------------------------------------------------------------
-    def _filters(self, name: str) -> tuple[tuple[ObservedFilter, ...], int]:
-        """The agent's filters on the ingress hook, and how many others there are (both hooks)."""
-        found, foreign = [], 0
+    def _filters(self, name: str) -> tuple[tuple[ObservedFilter, ...], int, int]:
+        """The agent's filters on the ingress hook, how many others there are (both hooks), and
+        how many of those others sit in the agent's prio range."""
+        found, foreign, intruders = [], 0, 0
         for hook in ("ingress", "egress"):
             for entry in self._json(["tc", "-j", "filter", "show", "dev", name, hook],
                                     missing_ok=True):
                 prio, options = entry.get("pref"), entry.get("options")
                 if options is None:
                     continue  # the per-prio header line tc prints before the filter itself
-                if hook == "ingress" and PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT:
+                ours_by_prio = hook == "ingress" and PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT
+                if ours_by_prio and _cookie(options) == FILTER_COOKIE:
                     found.append(ObservedFilter(prio, _bytecode(options), _mirred_target(options)))
                 else:
                     foreign += 1
-        return tuple(sorted(found, key=lambda f: f.prio)), foreign
+                    intruders += ours_by_prio
+        return tuple(sorted(found, key=lambda f: f.prio)), foreign, intruders
 
-    def _owned_clsacts(self) -> set[str]:
-        try:
-            return set(json.loads(self.ledger.read_text()))
-        except FileNotFoundError:
-            return set()
-        except (OSError, ValueError) as exc:
-            raise HostError(f"{self.ledger}: unreadable clsact ledger ({exc})") from None
-
-    def _write_ledger(self, names: set[str]) -> None:
-        write_bytes_atomic(self.ledger, (json.dumps(sorted(names)) + "\n").encode(), parents=True)
+    def _owned_device_names(self) -> set[str]:
+        return {device.name for device in self.devices()}
 
     def _exists(self, name: str) -> bool:
         return run(["ip", "link", "show", "dev", name], timeout=self.timeout_s,
@@ -165,6 +195,13 @@ def _bytecode(options: dict[str, Any]) -> str:
     parts = [str(code.get("length", len(insns)))]
     parts += [f"{i['code']} {i['jt']} {i['jf']} {i['k']}" for i in insns]
     return ",".join(parts)
+
+
+def _cookie(options: dict[str, Any]) -> str | None:
+    for action in options.get("actions", []):
+        if action.get("kind") == "mirred":
+            return action.get("cookie")
+    return None
 
 
 def _mirred_target(options: dict[str, Any]) -> str | None:

@@ -4,17 +4,24 @@ One ``ovs-vsctl`` invocation reads bridge, ports, interfaces and sFlow rows toge
 consistent snapshot); every write is one ``ovs-vsctl`` transaction with ``--may-exist`` /
 ``--if-exists``, so repeating it is harmless. Rows created here carry
 ``external_ids:cosample-owner=agent``; rows without that tag are never changed.
+
+Values reach OVSDB typed, never spliced into its syntax: every string goes through
+``ovsdb_string`` (a JSON string literal, which ``ovs-vsctl`` reads as exactly one string atom
+whatever it contains), every integer through ``int``. A collector such as
+``'127.0.0.1:1","192.0.2.66:6343'`` therefore stays one (invalid) target instead of two.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from cosample.agents import commands as c
 from cosample.agents.errors import HostError
 from cosample.agents.state import (COOKIE_MASK, COOKIE_TAG, OWNER_KEY, OWNER_VALUE, PEER_KEY,
-                                   ObservedFlow, ObservedPort, ObservedSflow, SflowSettings)
+                                   ObservedElsewhere, ObservedFlow, ObservedPort, ObservedSflow,
+                                   SflowSettings)
 from cosample.dataplane.run import CommandError, run
 
 
@@ -27,16 +34,37 @@ class OvsdbSide:
         self.timeout_s = timeout_s
 
     # observe ----------------------------------------------------------------------------------
-    def observe(self, bridge: str) -> tuple[bool, ObservedSflow | None, tuple[ObservedPort, ...]]:
-        """(bridge exists, its sFlow row, its ports) in one snapshot."""
+    def observe(self, bridge: str, others: Iterable[str] = ()
+                ) -> tuple[bool, ObservedSflow | None, tuple[ObservedPort, ...],
+                           tuple[ObservedElsewhere, ...]]:
+        """(bridge exists, its sFlow row, its ports, what the agent owns on other bridges) in
+        one snapshot. Other bridges are those in ``others`` (the ledger) and any bridge with a
+        row marked as the agent's."""
         tables = self._lists(("Bridge", "_uuid,name,ports,sflow"),
                              ("Port", "_uuid,name,interfaces,external_ids"),
                              ("Interface", "_uuid,name,type,ofport,ofport_request,options,external_ids"),
                              ("sFlow", "_uuid,agent,external_ids,header,polling,sampling,targets"))
-        bridges = [row for row in tables[0] if row["name"] == bridge]
-        if not bridges:
-            return False, None, ()
-        row = bridges[0]
+        rows = {row["name"]: row for row in tables[0]}
+        elsewhere = []
+        for name in sorted(set(rows) | set(others)):
+            if name == bridge:
+                continue
+            if name not in rows:
+                elsewhere.append(ObservedElsewhere(name))  # gone: nothing left to remove
+                continue
+            sflow, ports = self._bridge(rows[name], tables)
+            owned_ports = tuple(p.name for p in ports if p.owned)
+            owned_sflow = sflow.uuid if sflow is not None and sflow.owned else None
+            if name in others or owned_ports or owned_sflow:
+                elsewhere.append(ObservedElsewhere(name, owned_sflow, owned_ports,
+                                                   tuple(f.cookie for f in self.flows(name))))
+        if bridge not in rows:
+            return False, None, (), tuple(elsewhere)
+        sflow, ports = self._bridge(rows[bridge], tables)
+        return True, sflow, ports, tuple(elsewhere)
+
+    def _bridge(self, row: dict[str, Any], tables: list[list[dict[str, Any]]]
+                ) -> tuple[ObservedSflow | None, tuple[ObservedPort, ...]]:
         port_ids = set(_as_list(row["ports"]))
         interfaces = {i["_uuid"]: i for i in tables[2]}
         ports = []
@@ -62,7 +90,7 @@ class OvsdbSide:
         for sflow_row in tables[3]:
             if sflow_row["_uuid"] == sflow_id:
                 sflow = _sflow(sflow_row)
-        return True, sflow, tuple(sorted(ports, key=lambda p: p.name))
+        return sflow, tuple(sorted(ports, key=lambda p: p.name))
 
     def flows(self, bridge: str) -> tuple[ObservedFlow, ...]:
         """The agent's flows (cookie tag) on ``bridge``."""
@@ -72,12 +100,12 @@ class OvsdbSide:
 
     # apply ------------------------------------------------------------------------------------
     def apply(self, command: c.Command) -> None:
-        tag = f"external_ids:{OWNER_KEY}={OWNER_VALUE}"
+        tag = f"external_ids:{OWNER_KEY}={ovsdb_string(OWNER_VALUE)}"
         if isinstance(command, c.SetSflow):
             s = command.settings
-            fields = [f"targets=\"{s.target}\"", f"sampling={s.sampling}",
-                      f"header={s.header_bytes}", f"polling={s.polling_s}",
-                      f"agent={s.agent}" if s.agent else "agent=[]"]
+            fields = [f"targets={ovsdb_string(s.target)}", f"sampling={int(s.sampling)}",
+                      f"header={int(s.header_bytes)}", f"polling={int(s.polling_s)}",
+                      f"agent={ovsdb_string(s.agent)}" if s.agent else "agent=[]"]
             if command.uuid:
                 self._vsctl("set", "sFlow", command.uuid, *fields)
             else:
@@ -87,11 +115,11 @@ class OvsdbSide:
             # The bridge's sflow column refers to the row; clearing it lets OVSDB collect it.
             self._vsctl("--if-exists", "clear", "Bridge", command.bridge, "sflow")
         elif isinstance(command, c.AddTunnelPort):
-            options = [f"options:{key}={value}" for key, value in command.options]
+            options = [f"options:{key}={ovsdb_string(value)}" for key, value in command.options]
             self._vsctl("--may-exist", "add-port", command.bridge, command.name,
                         "--", "set", "Interface", command.name, "type=vxlan", *options,
-                        f"ofport_request={command.ofport}", tag,
-                        f"external_ids:{PEER_KEY}={command.peer}",
+                        f"ofport_request={int(command.ofport)}", tag,
+                        f"external_ids:{PEER_KEY}={ovsdb_string(command.peer)}",
                         "--", "set", "Port", command.name, tag)
         elif isinstance(command, c.RemoveTunnelPort):
             self._vsctl("--if-exists", "del-port", command.bridge, command.name)
@@ -136,6 +164,11 @@ class OvsdbSide:
             results.append([{name: _value(cell) for name, cell in
                              zip(document["headings"], row)} for row in document["data"]])
         return results
+
+
+def ovsdb_string(value: str) -> str:
+    """``value`` as one OVSDB string atom in ``ovs-vsctl`` syntax: a JSON string literal."""
+    return json.dumps(str(value))
 
 
 def parse_flow(line: str) -> ObservedFlow | None:

@@ -1,240 +1,296 @@
 """The validating plan reader: bytes in, an immutable ``Plan`` out, or one ``PlanError``.
 
-The format is the planner's plan file (docs/formats.md, written by ``cosample.planner.planfile``).
-The reader is strict about every field an agent acts on and names the field in its error
-(``hosts.s1.mirrors[0].rate: must be in (0, 1], got 1.5``); unknown extra keys are tolerated, as
-the format requires. Two optional top-level fields belong to the agents: ``not_before`` (do not
-apply before this UTC time; two-phase transitions) and ``signature`` (reserved; agents verify
-detached ``.sig`` files instead, see ``signing``). A *plan set* (``format: cosample.planset``)
+The format is the planner's plan file (docs/formats.md), declared here as pydantic models
+through ``cosample.validation``. The reader is strict about every field an agent acts on or
+hands to OVS and the kernel, and names the field in its error
+(``plan.json: hosts.s1.mirrors[0].rate: ... (got 1.5)``); unknown extra keys are tolerated, as
+the format requires. Host fields are the *applied* values (docs/formats.md): ``local_rate`` is
+``1/sflow_sampling`` and a host's ``mirrors[].rate`` sum to at most 1 (one exclusive tc chain);
+the continuous optimum under ``hosts.<h>.planned`` is informational. Two optional top-level
+fields belong to the agents: ``not_before`` (two-phase transitions) and ``reset`` (a signed
+reset of the rollback floor, see ``selection``). A *plan set* (``format: cosample.planset``)
 carries several plans, e.g. the two phases of a transition, in one document.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
+                      ValidationError, model_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.agents.errors import PlanError
-from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT  # noqa: F401 - re-exported
+from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
+from cosample.validation import InterfaceName, Strict, describe
+
 ROLES = ("sender", "receiver", "idle")
 #: Slack allowed on rates and sums through floating-point rounding in the planner.
 RATE_SLACK = 1e-9
+#: OVS keeps the sFlow 1-in-N in 32 bits (sFlow's ``sampling_rate``).
+MAX_SAMPLING = 2**32 - 1
+#: Bytes of each sampled packet's header sent to the collector: at least an Ethernet header, at
+#: most what fits with the sample's other fields into OVS's 1400-byte sFlow datagrams.
+HEADER_BYTES = (14, 1024)
+#: A plan's ``version`` may exceed its ``created`` time (Unix seconds) by at most this much: the
+#: controller publishes ``max(previous + 1, now)``, so a version far ahead of its creation time
+#: can only be a mistake or an attack, and would otherwise block every later plan as a rollback.
+VERSION_SKEW_S = 3600
 
 
-@dataclass(frozen=True)
-class Mirror:
-    """A share of a host's own traffic copied to ``peer`` (``to`` for mirrors, ``from`` for receives)."""
-
-    peer: str
-    rate: float
-
-
-@dataclass(frozen=True)
-class HostPlan:
-    """One host's part of the plan."""
-
-    name: str
-    role: str
-    local_rate: float
-    sflow_sampling: int | None
-    mirrors: tuple[Mirror, ...] = ()
-    receives: tuple[Mirror, ...] = ()
-    bridge: str | None = None
-    tunnel_ip: str | None = None
-    vm_ports: tuple[str, ...] | None = None
+# field types ---------------------------------------------------------------------------------
+def _utc(text: str) -> datetime:
+    try:
+        if not text.endswith("Z"):
+            raise ValueError
+        return datetime.fromisoformat(text).astimezone(timezone.utc)
+    except ValueError:
+        raise ValueError("expected a UTC time like 2026-11-22T10:00:00Z") from None
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A validated plan. ``raw`` is the parsed JSON, kept for re-writing (transitions)."""
+def _unicast(text: str) -> str:
+    """A tunnel endpoint: a unicast address a VXLAN device or OVS tunnel port can use."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError("expected an IP address") from None
+    if (address.is_multicast or address.is_unspecified or address.is_loopback
+            or address.is_link_local or address.is_reserved
+            or address == ipaddress.IPv4Address("255.255.255.255")):
+        raise ValueError("expected a unicast address that routes between hosts (not multicast, "
+                         "loopback, link-local, reserved or unspecified)")
+    return str(address)
 
-    version: int
-    created: datetime
-    expires: datetime
-    plan_id: str
-    hosts: Mapping[str, HostPlan]
-    sflow: Mapping[str, Any] = field(default_factory=dict)
-    not_before: datetime | None = None
+
+def parse_hostport(value: str) -> tuple[str, int]:
+    """``"ADDRESS:PORT"`` (IPv6 as ``[ADDRESS]:PORT``) split and checked; ValueError otherwise.
+
+    The address must be an IP literal: it goes to OVS as an sFlow target, nothing else.
+    """
+    host, colon, port = value.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        address = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        raise ValueError("expected 'ADDRESS:PORT' with an IP address ([ADDRESS] for IPv6)") \
+            from None
+    if not colon or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError("expected 'ADDRESS:PORT' with a port in 1..65535")
+    if address.version == 6 and not bracketed:
+        raise ValueError("expected an IPv6 collector as '[ADDRESS]:PORT'")
+    return str(address), int(port)
+
+
+def _collector(value: str) -> str:
+    parse_hostport(value)
+    return value
+
+
+def _sflow_agent(value: str) -> str:
+    """OVS's sFlow ``agent``: an interface name or an IP address, nothing else."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    return _interface_name(value)
+
+
+_INTERFACE_NAME: TypeAdapter = TypeAdapter(InterfaceName)
+def _interface_name(value: str) -> str:
+    try:
+        return _INTERFACE_NAME.validate_python(value)
+    except ValidationError:
+        raise ValueError("expected an interface name or an IP address") from None
+
+
+def listed(value: Any) -> Any:
+    """JSON, TOML and YAML give lists; plans and configurations keep immutable tuples."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+Rate = Annotated[float, Field(gt=0, le=1 + RATE_SLACK, allow_inf_nan=False),
+                 AfterValidator(lambda value: min(value, 1.0))]
+LocalRate = Annotated[float, Field(ge=0, le=1 + RATE_SLACK, allow_inf_nan=False),
+                      AfterValidator(lambda value: min(value, 1.0))]
+UtcTime = Annotated[str, AfterValidator(_utc)]
+TunnelIp = Annotated[str, AfterValidator(_unicast)]
+Collector = Annotated[str, AfterValidator(_collector)]
+SflowAgent = Annotated[str, Field(min_length=1), AfterValidator(_sflow_agent)]
+HostName = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class _Open(Strict):
+    """Plan models tolerate unknown keys (the format allows extensions) but type the known ones."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+# models --------------------------------------------------------------------------------------
+class Mirror(_Open):
+    """A share of a host's own traffic copied to ``to``."""
+
+    to: HostName
+    rate: Rate
+
+    @property
+    def peer(self) -> str:
+        return self.to
+
+
+class Receive(_Open):
+    """A share of another host's traffic (``from``) that this host receives and samples."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, populate_by_name=True)
+
+    sender: HostName = Field(alias="from")
+    rate: Rate
+
+    @property
+    def peer(self) -> str:
+        return self.sender
+
+
+class SflowSpec(_Open):
+    """The plan's sFlow settings; anything missing comes from the agent's configuration."""
+
+    collector: Collector | None = None
+    agent: SflowAgent | None = None
+    header_bytes: Annotated[int, Field(ge=HEADER_BYTES[0], le=HEADER_BYTES[1])] | None = None
+    polling_s: Annotated[int, Field(ge=0, le=3600)] | None = None
+
+
+class HostPlan(_Open):
+    """One host's part of the plan (applied values; ``name`` is its key under ``hosts``)."""
+
+    name: str = ""
+    role: Literal["sender", "receiver", "idle"]
+    local_rate: LocalRate
+    sflow_sampling: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] | None
+    mirrors: Annotated[tuple[Mirror, ...], BeforeValidator(listed)] = ()
+    receives: Annotated[tuple[Receive, ...], BeforeValidator(listed)] = ()
+    bridge: InterfaceName | None = None
+    tunnel_ip: TunnelIp | None = None
+    vm_ports: Annotated[tuple[InterfaceName, ...], BeforeValidator(listed)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "HostPlan":
+        if self.sflow_sampling is not None:
+            if 1.0 / self.sflow_sampling > self.local_rate * (1 + RATE_SLACK) + RATE_SLACK:
+                _fail(("sflow_sampling",), f"1-in-{self.sflow_sampling} exceeds local_rate "
+                      f"{self.local_rate:g}", self.sflow_sampling)
+        elif self.local_rate != 0.0:
+            _fail(("sflow_sampling",), f"null although local_rate is {self.local_rate:g}", None)
+        total = math.fsum(m.rate for m in self.mirrors)
+        if total > 1.0 + RATE_SLACK:
+            _fail(("mirrors",), f"applied mirror shares sum to {total:g} > 1 (one exclusive tc "
+                  f"chain mirrors a packet at most once)", [m.rate for m in self.mirrors])
+        if self.role == "idle" and self.mirrors:
+            _fail(("mirrors",), "an idle host mirrors nothing", len(self.mirrors))
+        for key, shares in (("mirrors", self.mirrors), ("receives", self.receives)):
+            peers = [share.peer for share in shares]
+            if len(set(peers)) != len(peers):
+                _fail((key,), "duplicate peers", peers)
+        if self.vm_ports is not None and len(set(self.vm_ports)) != len(self.vm_ports):
+            _fail(("vm_ports",), "duplicate interface names", self.vm_ports)
+        return self
+
+
+class Plan(_Open):
+    """A validated plan. ``raw`` is the parsed JSON, kept for re-writing (last good, transitions)."""
+
+    format: Literal[PLAN_FORMAT]
+    format_version: Literal[FORMAT_VERSION]
+    version: Annotated[int, Field(ge=0)]
+    created: UtcTime
+    expires: UtcTime
+    not_before: UtcTime | None = None
+    plan_id: Annotated[str, Field(min_length=1, max_length=128)]
     datacentre: str = ""
-    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    reset: bool = False
+    sflow: SflowSpec = SflowSpec()
+    hosts: Annotated[dict[HostName, HostPlan], Field(min_length=1)]
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_hosts(cls, data: Any) -> Any:
+        hosts = data.get("hosts") if isinstance(data, dict) else None
+        if isinstance(hosts, dict):
+            named = {key: {**doc, "name": key} if isinstance(doc, dict) else doc
+                     for key, doc in hosts.items()}
+            data = {**data, "hosts": named}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Plan":
+        created, expires = self.created, self.expires
+        if expires <= created:  # type: ignore[operator]
+            _fail(("expires",), "must be later than created", format_time(expires))
+        if self.version > created.timestamp() + VERSION_SKEW_S:  # type: ignore[attr-defined]
+            _fail(("version",), f"more than {VERSION_SKEW_S} s ahead of created (Unix time "
+                  f"{int(created.timestamp())}); a version that far ahead "  # type: ignore
+                  f"would block every later plan", self.version)
+        _check_pairs(self.hosts)
+        return self
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return self._raw
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the whole document: same version, same digest, or the version was reused."""
+        return content_digest(self._raw)
 
     def expired(self, now: datetime) -> bool:
-        return now >= self.expires
+        return now >= self.expires  # type: ignore[operator]
 
     def active(self, now: datetime) -> bool:
         """May be applied at ``now``: not before ``not_before`` and not expired."""
-        return (self.not_before is None or now >= self.not_before) and not self.expired(now)
+        return (self.not_before is None or now >= self.not_before) and not self.expired(now)  # type: ignore[operator]
 
 
-def parse_document(data: bytes) -> tuple[Plan, ...]:
+class PlanSet(_Open):
+    format: Literal[PLANSET_FORMAT]
+    format_version: Literal[FORMAT_VERSION]
+    plans: Annotated[list[dict[str, Any]], Field(min_length=1)]
+
+
+# reading -------------------------------------------------------------------------------------
+def parse_document(data: bytes, source: str = "plan") -> tuple[Plan, ...]:
     """Plans in a plan file or plan set, sorted by version; one ``PlanError`` if anything is wrong."""
-    document = _json(data)
+    document = _json(data, source)
     if isinstance(document, dict) and document.get("format") == PLANSET_FORMAT:
-        _expect(document.get("format_version") == FORMAT_VERSION, "format_version",
-                f"expected {FORMAT_VERSION}, got {document.get('format_version')!r}")
-        plans = document.get("plans")
-        _expect(isinstance(plans, list) and plans, "plans", "expected a non-empty list")
-        parsed = tuple(plan_from_dict(item, where=f"plans[{k}].") for k, item in enumerate(plans))
+        planset = _validate(PlanSet, document, source)
+        parsed = tuple(plan_from_dict(item, source, prefix=f"plans[{k}].")
+                       for k, item in enumerate(planset.plans))
         versions = [plan.version for plan in parsed]
-        _expect(len(set(versions)) == len(versions), "plans", f"duplicate versions {versions}")
+        if len(set(versions)) != len(versions):
+            raise PlanError(f"{source}: plans: duplicate versions {versions}")
         return tuple(sorted(parsed, key=lambda plan: plan.version))
-    return (plan_from_dict(document),)
+    return (plan_from_dict(document, source),)
 
 
-def parse_plan(data: bytes) -> Plan:
+def parse_plan(data: bytes, source: str = "plan") -> Plan:
     """Exactly one plan (not a plan set)."""
-    return plan_from_dict(_json(data))
+    return plan_from_dict(_json(data, source), source)
 
 
-def plan_from_dict(document: Any, where: str = "") -> Plan:
-    """Validate a parsed plan; errors name the field, prefixed by ``where``."""
-    _expect(isinstance(document, dict), where or "plan", "expected a JSON object", "")
-    fmt = document.get("format")
-    _expect(fmt == PLAN_FORMAT, "format", f"expected {PLAN_FORMAT!r}, got {fmt!r}", where)
-    _expect(document.get("format_version") == FORMAT_VERSION, "format_version",
-            f"expected {FORMAT_VERSION}, got {document.get('format_version')!r}", where)
-    version = document.get("version")
-    _expect(_is_int(version) and version >= 0, "version",
-            f"expected a non-negative integer, got {version!r}", where)
-    created = _time(document, "created", where)
-    expires = _time(document, "expires", where)
-    _expect(expires > created, "expires", "must be later than created", where)
-    not_before = _time(document, "not_before", where) if "not_before" in document else None
-    plan_id = document.get("plan_id")
-    _expect(isinstance(plan_id, str) and plan_id != "", "plan_id", "expected a string", where)
-    sflow = _sflow(document.get("sflow", {}), where)
-    hosts_doc = document.get("hosts")
-    _expect(isinstance(hosts_doc, dict) and hosts_doc, "hosts", "expected a non-empty object",
-            where)
-    hosts = {name: _host(name, value, where) for name, value in hosts_doc.items()}
-    _check_pairs(hosts, where)
-    datacentre = document.get("datacentre", "")
-    return Plan(version=version, created=created, expires=expires, plan_id=plan_id, hosts=hosts,
-                sflow=sflow, not_before=not_before,
-                datacentre=datacentre if isinstance(datacentre, str) else "", raw=document)
+def plan_from_dict(document: Any, source: str = "plan", prefix: str = "") -> Plan:
+    """Validate a parsed plan; errors name ``source`` and the field (after ``prefix``)."""
+    plan = _validate(Plan, document, source, prefix)
+    plan._raw = document
+    return plan
 
 
-# pieces ------------------------------------------------------------------------------------
-def _host(name: str, doc: Any, where: str) -> HostPlan:
-    at = f"hosts.{name}"
-    _expect(isinstance(name, str) and name != "", "hosts", f"bad host name {name!r}", where)
-    _expect(isinstance(doc, dict), at, "expected an object", where)
-    role = doc.get("role")
-    _expect(role in ROLES, f"{at}.role", f"expected one of {ROLES}, got {role!r}", where)
-    local_rate = _rate(doc.get("local_rate"), f"{at}.local_rate", where, allow_zero=True)
-    sampling = doc.get("sflow_sampling")
-    if sampling is not None:
-        _expect(_is_int(sampling) and sampling >= 1, f"{at}.sflow_sampling",
-                f"expected null or an integer >= 1, got {sampling!r}", where)
-        _expect(1.0 / sampling <= local_rate * (1 + RATE_SLACK) + RATE_SLACK,
-                f"{at}.sflow_sampling", f"1-in-{sampling} exceeds local_rate {local_rate:g}", where)
-    else:
-        _expect(local_rate == 0.0, f"{at}.sflow_sampling",
-                f"null although local_rate is {local_rate:g}", where)
-    mirrors = _shares(doc.get("mirrors", []), f"{at}.mirrors", "to", name, where)
-    receives = _shares(doc.get("receives", []), f"{at}.receives", "from", name, where)
-    total = math.fsum(m.rate for m in mirrors) + (1.0 / sampling if sampling else 0.0)
-    _expect(total <= 1.0 + RATE_SLACK, f"{at}.mirrors",
-            f"mirrors plus local sampling sum to {total:g} > 1", where)
-    _expect(role != "idle" or not mirrors, f"{at}.mirrors", "an idle host mirrors nothing", where)
-    bridge = doc.get("bridge")
-    _expect(bridge is None or _is_name(bridge), f"{at}.bridge",
-            f"expected an interface name, got {bridge!r}", where)
-    tunnel_ip = doc.get("tunnel_ip")
-    if tunnel_ip is not None:
-        try:
-            ipaddress.ip_address(tunnel_ip)
-        except (ValueError, TypeError):
-            _expect(False, f"{at}.tunnel_ip", f"expected an IP address, got {tunnel_ip!r}", where)
-    vm_ports = doc.get("vm_ports")
-    if vm_ports is not None:
-        _expect(isinstance(vm_ports, list) and all(_is_name(p) for p in vm_ports)
-                and len(set(vm_ports)) == len(vm_ports), f"{at}.vm_ports",
-                f"expected a list of distinct interface names, got {vm_ports!r}", where)
-        vm_ports = tuple(vm_ports)
-    return HostPlan(name=name, role=role, local_rate=local_rate, sflow_sampling=sampling,
-                    mirrors=mirrors, receives=receives, bridge=bridge, tunnel_ip=tunnel_ip,
-                    vm_ports=vm_ports)
-
-
-def _shares(items: Any, at: str, key: str, host: str, where: str) -> tuple[Mirror, ...]:
-    _expect(isinstance(items, list), at, f"expected a list, got {items!r}", where)
-    out = []
-    for k, item in enumerate(items):
-        _expect(isinstance(item, dict), f"{at}[{k}]", "expected an object", where)
-        peer = item.get(key)
-        _expect(isinstance(peer, str) and peer not in ("", host), f"{at}[{k}].{key}",
-                f"expected another host's name, got {peer!r}", where)
-        out.append(Mirror(peer, _rate(item.get("rate"), f"{at}[{k}].rate", where)))
-    peers = [m.peer for m in out]
-    _expect(len(set(peers)) == len(peers), at, f"duplicate peers {peers}", where)
-    return tuple(sorted(out, key=lambda m: m.peer))
-
-
-def _check_pairs(hosts: Mapping[str, HostPlan], where: str) -> None:
-    """Every mirror names a known host that lists the same share under ``receives``."""
-    for host in hosts.values():
-        for k, mirror in enumerate(host.mirrors):
-            at = f"hosts.{host.name}.mirrors[{k}].to"
-            _expect(mirror.peer in hosts, at, f"unknown host {mirror.peer!r}", where)
-            match = [r for r in hosts[mirror.peer].receives if r.peer == host.name]
-            _expect(bool(match) and abs(match[0].rate - mirror.rate) <= RATE_SLACK, at,
-                    f"{mirror.peer} does not list receives from {host.name} at rate "
-                    f"{mirror.rate:g}", where)
-        for k, receive in enumerate(host.receives):
-            at = f"hosts.{host.name}.receives[{k}].from"
-            _expect(receive.peer in hosts and any(m.peer == host.name
-                                                  for m in hosts[receive.peer].mirrors),
-                    at, f"{receive.peer!r} does not mirror to {host.name}", where)
-
-
-def _sflow(doc: Any, where: str) -> dict[str, Any]:
-    _expect(isinstance(doc, dict), "sflow", f"expected an object, got {doc!r}", where)
-    if "collector" in doc:
-        parse_hostport(doc["collector"], f"{where}sflow.collector")
-    for key in ("header_bytes", "polling_s"):
-        if key in doc:
-            _expect(_is_int(doc[key]) and doc[key] >= 0, f"sflow.{key}",
-                    f"expected a non-negative integer, got {doc[key]!r}", where)
-    if "agent" in doc:
-        _expect(isinstance(doc["agent"], str) and doc["agent"], "sflow.agent",
-                "expected an interface name or IP address", where)
-    return dict(doc)
-
-
-def parse_hostport(value: Any, at: str) -> tuple[str, int]:
-    """``"HOST:PORT"`` (IPv6 as ``[ADDR]:PORT``) split and checked."""
-    if not isinstance(value, str) or ":" not in value:
-        raise PlanError(f"{at}: expected 'HOST:PORT', got {value!r}")
-    host, _, port = value.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise PlanError(f"{at}: expected 'HOST:PORT' with a port in 1..65535, got {value!r}")
-    return host, int(port)
-
-
-def _rate(value: Any, at: str, where: str, allow_zero: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    low_ok = ok and (value >= 0 if allow_zero else value > 0)
-    _expect(low_ok and value <= 1 + RATE_SLACK, at,
-            f"must be in {'[' if allow_zero else '('}0, 1], got {value!r}", where)
-    return min(float(value), 1.0)
-
-
-def _time(document: Mapping[str, Any], key: str, where: str) -> datetime:
-    value = document.get(key)
-    try:
-        _expect(isinstance(value, str) and value.endswith("Z"), key, "", where)
-        parsed = datetime.fromisoformat(value)
-    except (PlanError, ValueError):
-        raise PlanError(f"{where}{key}: expected a UTC time like 2026-11-22T10:00:00Z, "
-                        f"got {value!r}") from None
-    return parsed.astimezone(timezone.utc)
+def content_digest(document: Any) -> str:
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def format_time(moment: datetime) -> str:
@@ -242,22 +298,47 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _json(data: bytes) -> Any:
+# pieces --------------------------------------------------------------------------------------
+def _check_pairs(hosts: dict[str, HostPlan]) -> None:
+    """Every mirror names another known host that lists the same share under ``receives``."""
+    for host in hosts.values():
+        for k, mirror in enumerate(host.mirrors):
+            loc = ("hosts", host.name, "mirrors", k, "to")
+            if mirror.peer == host.name:
+                _fail(loc, "a host cannot mirror to itself", mirror.peer)
+            if mirror.peer not in hosts:
+                _fail(loc, "unknown host", mirror.peer)
+            match = [r for r in hosts[mirror.peer].receives if r.peer == host.name]
+            if not match or abs(match[0].rate - mirror.rate) > RATE_SLACK:
+                _fail(loc, f"{mirror.peer} does not list receives from {host.name} at rate "
+                      f"{mirror.rate:g}", mirror.peer)
+        for k, receive in enumerate(host.receives):
+            loc = ("hosts", host.name, "receives", k, "from")
+            if receive.peer not in hosts or not any(
+                    m.peer == host.name for m in hosts[receive.peer].mirrors):
+                _fail(loc, f"{receive.peer!r} does not mirror to {host.name}", receive.peer)
+
+
+def _fail(loc: tuple, message: str, value: Any) -> None:
+    """Raise a pydantic error located at ``loc`` (relative to the model being validated)."""
+    error = PydanticCustomError("plan", message)
+    raise ValidationError.from_exception_data("plan", [InitErrorDetails(
+        type=error, loc=loc, input=value)])
+
+
+def _validate(kind: type, document: Any, source: str, prefix: str = "") -> Any:
+    try:
+        return kind.model_validate(document)
+    except ValidationError as exc:
+        raise PlanError(f"{source}: {prefix}{describe(exc)}") from None
+    except RecursionError:
+        raise PlanError(f"{source}: {prefix}nested too deeply") from None
+
+
+def _json(data: bytes, source: str) -> Any:
     try:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PlanError(f"plan: not valid UTF-8 JSON ({exc})") from None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_name(value: Any) -> bool:
-    return isinstance(value, str) and 1 <= len(value) <= 15 and not any(
-        c in value for c in "/ \t\n:")
-
-
-def _expect(condition: bool, at: str, problem: str, where: str = "") -> None:
-    if not condition:
-        raise PlanError(f"{where}{at}: {problem}")
+        raise PlanError(f"{source}: not valid UTF-8 JSON ({exc})") from None
+    except RecursionError:
+        raise PlanError(f"{source}: not a plan (JSON nested too deeply)") from None

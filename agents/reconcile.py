@@ -4,8 +4,12 @@ Order matters for safety: every command that lowers load (removals, sparser sFlo
 before any command that raises it, and a mirror chain is changed so that no target's share ever
 exceeds the larger of its old and new share. Within a receiver tunnel,
 the drop flow exists before the port and outlives it, so mirrored packets never reach the
-bridge's normal forwarding. Only objects marked as the agent's own are changed or removed;
-anything else in the way is reported by ``find_problems`` and left alone.
+bridge's normal forwarding. Only objects marked as the agent's own (or in its ledger) are
+changed or removed, on the plan's bridge and on any bridge it owned things on before; anything
+else in the way is a conflict: ``find_problems`` reports it per port, the agent leaves that port
+alone and configures the rest. Mirrors are all or nothing: if one target's device name is taken
+by a foreign interface, no filter is set (a missing link in a chain would raise the shares of
+the targets after it).
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cosample.agents.commands import (AddClsact, AddDropFlow, AddMirrorDevice, AddTunnelPort,
-                                      Command, RemoveClsact, RemoveDropFlow, RemoveMirrorDevice,
-                                      RemoveMirrorFilter, RemoveSflow, RemoveTunnelPort,
-                                      SetMirrorFilter, SetSflow)
+                                      Command, ForgetBridge, RemoveClsact, RemoveDropFlow,
+                                      RemoveMirrorDevice, RemoveMirrorFilter, RemoveSflow,
+                                      RemoveTunnelPort, SetMirrorFilter, SetSflow)
 from cosample.agents.state import (DROP_FLOW_PRIORITY, OFPORT_BASE, OFPORT_COUNT, DesiredState,
                                    MirrorTarget, ObservedDevice, ObservedFilter, ObservedState,
                                    drop_cookie)
@@ -26,23 +30,46 @@ VM_PORT_TYPES = ("", "system")
 
 def reconcile(desired: DesiredState, observed: ObservedState) -> list[Command]:
     """Commands that turn ``observed`` into ``desired``: decreases first, then increases."""
-    if not observed.bridge_exists:
-        return []  # never create a production bridge; find_problems reports it
+    if not observed.bridge_exists:  # never create a production bridge; find_problems says so
+        stale: list[Command] = []
+        _elsewhere(desired, observed, stale)
+        return _ordered(stale, _DECREASE_ORDER)
     decrease: list[Command] = []
     increase: list[Command] = []
-    recreated = _devices(desired, observed, decrease, increase)
-    _filters(desired, observed, recreated, decrease, increase)
+    blocked = _blocked_devices(desired, observed)
+    recreated = _devices(desired, observed, blocked, decrease, increase)
+    _filters(desired, observed, recreated, bool(blocked), decrease, increase)
     _tunnels(desired, observed, decrease, increase)
     _sflow(desired, observed, decrease, increase)
+    _elsewhere(desired, observed, decrease)
     return _ordered(decrease, _DECREASE_ORDER) + _ordered(increase, _INCREASE_ORDER)
 
 
 def vm_ports(desired: DesiredState, observed: ObservedState) -> tuple[str, ...]:
-    """The ports whose ingress is mirrored: as configured, else the bridge's non-owned system ports."""
+    """The ports whose ingress is mirrored: as configured, else the bridge's non-owned system
+    ports; never a port that is not on the bridge or that carries the tunnels' underlay."""
+    return tuple(name for name in _candidate_ports(desired, observed)
+                 if _refusal(name, observed) is None)
+
+
+def _candidate_ports(desired: DesiredState, observed: ObservedState) -> tuple[str, ...]:
     if desired.vm_ports is not None:
         return tuple(desired.vm_ports)
     return tuple(sorted(p.name for p in observed.ports
                         if not p.owned and p.type in VM_PORT_TYPES and p.name != observed.bridge))
+
+
+def _refusal(name: str, observed: ObservedState) -> str | None:
+    """Why ``name`` must not be mirrored from, or None."""
+    if name in observed.underlay:
+        return (f"VM port {name} carries the underlay route of the mirror tunnels; refused "
+                f"(mirroring it would mirror the tunnels themselves)")
+    if name not in {p.name for p in observed.ports if not p.owned}:
+        return f"VM port {name} is not a port of bridge {observed.bridge}; refused"
+    link = observed.links.get(name)
+    if link is not None and link.conflict:
+        return f"VM port {name}: {link.conflict}; left alone, its traffic is not mirrored"
+    return None
 
 
 def find_problems(desired: DesiredState, observed: ObservedState) -> list[str]:
@@ -54,11 +81,16 @@ def find_problems(desired: DesiredState, observed: ObservedState) -> list[str]:
         problems.append(f"bridge {observed.bridge} has a foreign sFlow row "
                         f"{observed.sflow.uuid}; left alone, local sampling not managed")
     if desired.mirrors:
+        candidates = _candidate_ports(desired, observed)
+        problems += [why for name in candidates if (why := _refusal(name, observed))]
         ports = vm_ports(desired, observed)
         if not ports:
             problems.append("no VM ports to mirror from (set vm_ports in the plan or config)")
         problems += [f"VM port {name} has no Linux interface; its traffic is not mirrored"
                      for name in ports if name not in observed.links]
+        problems += [f"interface {t.device} exists and is not the agent's; no mirror is set "
+                     f"up (toward {t.peer} or any other peer) until it is renamed or removed"
+                     for t in desired.mirrors if t.device in _blocked_devices(desired, observed)]
     for port in observed.ports:
         if not port.owned and port.name in {t.name for t in desired.receivers}:
             problems.append(f"port {port.name} exists but is not ours; tunnel from "
@@ -67,11 +99,16 @@ def find_problems(desired: DesiredState, observed: ObservedState) -> list[str]:
 
 
 # pieces ------------------------------------------------------------------------------------
-def _devices(desired: DesiredState, observed: ObservedState, decrease: list, increase: list
-             ) -> set[str]:
+def _blocked_devices(desired: DesiredState, observed: ObservedState) -> set[str]:
+    """Mirror device names taken by an interface that is not the agent's."""
+    return {t.device for t in desired.mirrors if t.device in observed.foreign_links}
+
+
+def _devices(desired: DesiredState, observed: ObservedState, blocked: set[str], decrease: list,
+             increase: list) -> set[str]:
     """Mirror VXLAN devices; returns the names (re)created, whose filters must be re-set."""
     have = {d.name: d for d in observed.devices}
-    want = {t.device: t for t in desired.mirrors}
+    want = {t.device: t for t in desired.mirrors if t.device not in blocked}
     decrease += [RemoveMirrorDevice(name) for name in sorted(set(have) - set(want))]
     recreated = set()
     for name, target in want.items():
@@ -97,7 +134,7 @@ def _add_device(target: MirrorTarget, replace: bool) -> AddMirrorDevice:
 
 
 def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str],
-             decrease: list, increase: list) -> None:
+             blocked: bool, decrease: list, increase: list) -> None:
     """The filter chain on each VM port, changed so that no target's share ever overshoots.
 
     Target k's share is ``q_k * prod_{j<k} (1 - q_j)``: changing an early filter moves every
@@ -106,8 +143,10 @@ def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str]
     (each addition sets that target to its new share exactly, later ones still absent).
     """
     ports = set(vm_ports(desired, observed))
-    want = {t.prio: t for t in desired.mirrors}
+    want = {} if blocked else {t.prio: t for t in desired.mirrors}
     for name, link in sorted(observed.links.items()):
+        if link.conflict:
+            continue  # someone else's qdisc or filter in the agent's range: hands off
         wanted_here = want if name in ports else {}
         have = {f.prio: f for f in link.filters}
         changed = [prio for prio in set(have) | set(wanted_here)
@@ -188,8 +227,20 @@ def _sflow(desired: DesiredState, observed: ObservedState, decrease: list, incre
         (decrease if sparser else increase).append(command)
 
 
+def _elsewhere(desired: DesiredState, observed: ObservedState, decrease: list) -> None:
+    """Everything owned on other bridges goes; then the ledger forgets those bridges."""
+    for other in observed.elsewhere:
+        if other.bridge == desired.bridge:
+            continue
+        decrease += [RemoveTunnelPort(other.bridge, name) for name in other.ports]
+        decrease += [RemoveDropFlow(other.bridge, cookie) for cookie in other.flows]
+        if other.sflow_uuid:
+            decrease.append(RemoveSflow(other.bridge, other.sflow_uuid))
+        decrease.append(ForgetBridge(other.bridge))
+
+
 _DECREASE_ORDER = (RemoveMirrorFilter, RemoveClsact, RemoveMirrorDevice,
-                   RemoveTunnelPort, RemoveDropFlow, RemoveSflow, SetSflow)
+                   RemoveTunnelPort, RemoveDropFlow, RemoveSflow, SetSflow, ForgetBridge)
 _INCREASE_ORDER = (AddMirrorDevice, AddDropFlow, AddTunnelPort, AddClsact, SetMirrorFilter,
                    SetSflow)
 

@@ -19,6 +19,7 @@ from cosample.files import write_bytes_atomic
 from cosample.agents.state import DesiredState
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
+RESULTS = ("ok", "degraded", "rejected", "diverged", "error")
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class CycleReport:
 
     host: str
     time: str
-    result: str  # ok | diverged | error | dry-run
+    result: str  # ok | degraded | rejected | diverged | error | dry-run
     mode: str  # plan | safe
     reason: str
     plan_version: int | None = None
@@ -39,6 +40,7 @@ class CycleReport:
     problems: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     desired: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {key: list(value) if isinstance(value, tuple) else value
@@ -81,6 +83,10 @@ class Metrics:
         self.errors = Counter("cosample_agent_errors", "Errors by kind", ["kind"], registry=r)
         self.problems = Gauge("cosample_agent_problems", "Problems reported and left alone",
                               registry=r)
+        self.result = Gauge("cosample_agent_last_result", "1 for the last cycle's result "
+                            "(ok, degraded, rejected, diverged, error)", ["result"], registry=r)
+        self.insecure = Gauge("cosample_agent_insecure_unsigned",
+                              "1 when plans are accepted without a signature", registry=r)
 
     def record(self, report: CycleReport, desired: DesiredState | None, unix_time: float,
                error_kinds: list[str]) -> None:
@@ -98,6 +104,9 @@ class Metrics:
         for kind in error_kinds:
             self.errors.labels(kind=kind).inc()
         self.problems.set(len(report.problems))
+        for result in RESULTS:
+            self.result.labels(result=result).set(1 if report.result == result else 0)
+        self.insecure.set(1 if report.warnings else 0)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
@@ -107,8 +116,8 @@ def write_reports(state_dir: str | Path, report: CycleReport, metrics: Metrics) 
     """``status.json`` and ``metrics.prom`` in ``state_dir``, each replaced atomically."""
     state_dir = Path(state_dir)
     status = json.dumps(report.as_dict(), indent=2, sort_keys=True) + "\n"
-    write_bytes_atomic(state_dir / STATUS_FILE, status.encode(), parents=True)
-    write_bytes_atomic(state_dir / METRICS_FILE, metrics.text(), parents=True)
+    write_bytes_atomic(state_dir / STATUS_FILE, status.encode(), mode=0o600, parents=True)
+    write_bytes_atomic(state_dir / METRICS_FILE, metrics.text(), mode=0o600, parents=True)
 
 
 def read_status(state_dir: str | Path) -> dict[str, Any] | None:

@@ -1,9 +1,16 @@
 """The agent loop: fetch, validate, select, compute the difference, apply, verify, report.
 
 ``Agent.cycle`` is one pass; ``Agent.run`` repeats it every ``interval_s`` plus a random jitter
-of up to ``jitter_s`` (so a fleet does not hit the plan server in step). Any failure in a pass
-is recorded (status file, error metric) and the next pass starts from a fresh observation, so a
+of up to ``jitter_s`` (so a fleet does not hit the plan server in step). "Last good" means
+*applied and verified*: a new plan is recorded (``last-good-plan.json``) only once its commands
+ran and a fresh observation shows the host converged. If a new plan fails on the host, the agent
+converges back to the last good plan (or the safe state), remembers the failure so it does not
+retry the same content every cycle, and reports ``rejected``. Any other failure in a pass is
+recorded (status file, error metric) and the next pass starts from a fresh observation, so a
 pass killed at any point, or an OVS restart, is repaired by the next one.
+
+Results: ``ok``; ``degraded`` (converged, problems left alone); ``rejected`` (a plan was
+refused, the host is converged on the last good one); ``diverged``; ``error``; ``dry-run``.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import logging
 import random
 import threading
+import urllib.parse
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,17 +27,21 @@ from pathlib import Path
 from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
 from cosample.agents.errors import AgentError, PlanError, SignatureError
-from cosample.agents.plan import Plan, format_time, parse_plan
+from cosample.agents.host import Host
+from cosample.agents.ledger import private_dir
+from cosample.agents.plan import Plan, format_time, parse_document, parse_plan
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
 from cosample.agents.selection import select_plan
 from cosample.agents.signing import verify
-from cosample.files import write_bytes_atomic
 from cosample.agents.source import fetch
 from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
+from cosample.files import write_bytes_atomic
 
 LAST_GOOD_FILE = "last-good-plan.json"
+#: Error kinds that mean "an input was refused" (result ``rejected`` when the host converged).
+REJECTIONS = ("plan", "signature")
 log = logging.getLogger("cosample.agents")
 
 
@@ -37,11 +49,23 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def unsigned_warning(config: AgentConfig) -> str | None:
+    """The loud warning for ``insecure_unsigned`` (worse over plain http), or None."""
+    if config.public_key is not None or not config.insecure_unsigned:
+        return None
+    scheme = urllib.parse.urlsplit(config.plan or "").scheme
+    over = " over plain http: anyone on the path can" if scheme == "http" else ": anyone who " \
+        "can write the plan location can"
+    return (f"INSECURE: plans are accepted unsigned (insecure_unsigned){over} reconfigure "
+            f"sFlow and mirrors on this host; set public_key")
+
+
 class Agent:
     """One host's agent. ``host`` is a ``LinuxOvsHost`` (default) or a ``FakeHost``."""
 
-    def __init__(self, config: AgentConfig, host=None, *, clock: Callable[[], datetime] = utcnow,
-                 fetcher: Callable = fetch, metrics: Metrics | None = None,
+    def __init__(self, config: AgentConfig, host: Host | None = None, *,
+                 clock: Callable[[], datetime] = utcnow, fetcher: Callable = fetch,
+                 metrics: Metrics | None = None,
                  on_command: Callable[[str], None] | None = None) -> None:
         if host is None:
             from cosample.agents.host import LinuxOvsHost
@@ -54,6 +78,8 @@ class Agent:
         self.on_command = on_command  # told of each command right after it was applied
         self.state_dir = Path(config.state_dir)
         self.running: Plan | None = self._load_last_good()
+        #: Plans (by content digest) that failed on this host, and why; not retried.
+        self.failed: dict[str, str] = {}
 
     # one pass -----------------------------------------------------------------------------------
     def cycle(self, dry_run: bool = False) -> CycleReport:
@@ -62,28 +88,59 @@ class Agent:
         errors: list[str] = []
         kinds: list[str] = []
         candidates = self._candidates(errors, kinds)
-        selection = select_plan(candidates, self.running, now)
+        selection = select_plan(candidates, self.running, now, self.failed)
         errors += selection.refused
         kinds += ["plan"] * len(selection.refused)
         plan, reason = selection.plan, selection.reason
-        try:
-            desired = desired_state(plan, self.config) if plan is not None else None
-        except PlanError as exc:  # the running plan no longer fits this host's config
-            errors.append(f"plan version {plan.version}: {exc}")
-            kinds.append("plan")
-            desired, plan, reason = None, None, f"safe state: {exc}"
+        desired = self._desired(plan, errors, kinds)
         if desired is None:
-            desired = safe_state(self.config, self.running)
-        return self._converge(desired, dry_run, errors, kinds, reason, plan, selection.pending,
-                              now, adopt=plan)
+            plan, reason = None, f"safe state: {errors[-1]}"
+        fallback = self._fallback()
+        if plan is None:
+            desired = fallback
+        if dry_run:
+            return self._report(desired, self._dry_run(desired, errors, kinds), errors, kinds,
+                                reason, plan, selection.pending, now, dry_run=True)
+        new = plan is not None and (self.running is None or plan.digest != self.running.digest)
+        if not new:
+            outcome = self._converge(desired, errors, kinds)
+        else:
+            tried_errors: list[str] = []
+            outcome = self._converge(desired, tried_errors, [])
+            if not outcome.failed:
+                errors += tried_errors
+                self._adopt(plan)
+            else:
+                why = outcome.failure or f"{len(outcome.remaining)} change(s) did not hold"
+                back = self._converge(fallback, errors, kinds)
+                back.commands = outcome.commands + back.commands
+                outcome = back
+                to = (f"version {self.running.version}" if self.running is not None
+                      else "the safe state")
+                if back.failed:  # the host itself is in trouble: try the plan again later
+                    errors.append(f"plan version {plan.version} could not be applied ({why}); "
+                                  f"returning to {to} failed too")
+                    kinds.append("host")
+                else:
+                    self.failed[plan.digest] = why
+                    errors.append(f"plan version {plan.version} failed on this host and was "
+                                  f"not adopted ({why}); back on {to}")
+                    kinds.append("plan")
+                plan, desired = self.running, fallback
+                reason = (f"keeping plan version {plan.version}" if plan is not None
+                          else "safe state: the new plan failed")
+        return self._report(desired, outcome, errors, kinds, reason, plan, selection.pending, now)
 
     def remove(self) -> CycleReport:
         """Remove everything the agent owns on this host (sFlow row, tunnels, flows, mirrors)."""
         host_plan = self.running.hosts.get(self.config.host) if self.running else None
         bridge = self.config.bridge or (host_plan.bridge if host_plan else None) or DEFAULT_BRIDGE
         desired = DesiredState(bridge=bridge, sflow=None, vm_ports=(), mode="removed")
-        return self._converge(desired, False, [], [], "remove all owned state", None, None,
-                              self.clock(), adopt=None)
+        errors: list[str] = []
+        kinds: list[str] = []
+        outcome = self._converge(desired, errors, kinds)
+        return self._report(desired, outcome, errors, kinds, "remove all owned state", None,
+                            None, self.clock())
 
     # loop ---------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, max_cycles: int | None = None) -> None:
@@ -102,17 +159,24 @@ class Agent:
 
     # pieces -------------------------------------------------------------------------------------
     def _candidates(self, errors: list[str], kinds: list[str]) -> tuple[Plan, ...]:
-        from cosample.agents.plan import parse_document
         if not self.config.plan:
             errors.append("no plan location configured (--plan or 'plan' in the config)")
             kinds.append("fetch")
             return ()
+        if self.config.public_key is None and not self.config.insecure_unsigned:
+            errors.append("no public_key configured: refusing unsigned plans (set public_key, "
+                          "or insecure_unsigned for a lab)")
+            kinds.append("signature")
+            return ()
+        warning = unsigned_warning(self.config)
+        if warning:
+            log.warning("%s", warning)
         try:
             fetched = self.fetcher(self.config.plan, timeout_s=self.config.timeout_s,
                                    with_signature=self.config.public_key is not None)
             if self.config.public_key is not None:
                 verify(fetched.data, fetched.signature, self.config.public_key)
-            plans = parse_document(fetched.data)
+            plans = parse_document(fetched.data, source=self.config.plan)
         except SignatureError as exc:
             errors.append(str(exc))
             kinds.append("signature")
@@ -136,54 +200,96 @@ class Agent:
                 usable.append(plan)
         return tuple(usable)
 
-    def _converge(self, desired: DesiredState, dry_run: bool, errors: list[str],
-                  kinds: list[str], reason: str, plan: Plan | None, pending: Plan | None,
-                  now: datetime, adopt: Plan | None) -> CycleReport:
-        applied: list[str] = []
-        remaining: list[str] = []
-        problems: list[str] = []
-        result = "dry-run" if dry_run else "ok"
+    def _desired(self, plan: Plan | None, errors: list[str], kinds: list[str]
+                 ) -> DesiredState | None:
+        if plan is None:
+            return None
         try:
-            observed = self.host.observe(desired.bridge, desired.vm_ports or ())
-            commands = reconcile(desired, observed)
-            problems = find_problems(desired, observed)
-            if dry_run:
-                applied = [command.describe() for command in commands]
-            else:
-                if adopt is not None and (self.running is None or (
-                        adopt.version, adopt.plan_id) != (self.running.version,
-                                                          self.running.plan_id)):
-                    self._adopt(adopt)
-                for command in commands:
-                    log.info("apply: %s", command.describe())
-                    self.host.apply(command)
-                    applied.append(command.describe())
-                    if self.on_command is not None:
-                        self.on_command(applied[-1])
-                after = self.host.observe(desired.bridge, desired.vm_ports or ())
-                remaining = [command.describe() for command in reconcile(desired, after)]
-                problems = find_problems(desired, after)
-                if remaining:
-                    result = "diverged"
-                    kinds.append("diverged")
-                elif problems:
-                    result = "degraded"
+            return desired_state(plan, self.config)
+        except PlanError as exc:  # the running plan no longer fits this host's config
+            errors.append(f"plan version {plan.version}: {exc}")
+            kinds.append("plan")
+            return None
+
+    def _fallback(self) -> DesiredState:
+        """Where a failed new plan returns to: the last good plan, else the safe state."""
+        if self.running is not None and not self.running.expired(self.clock()):
+            try:
+                return desired_state(self.running, self.config)
+            except PlanError:
+                pass
+        return safe_state(self.config, self.running)
+
+    def _dry_run(self, desired: DesiredState, errors: list[str], kinds: list[str]
+                 ) -> "_Outcome":
+        outcome = _Outcome()
+        try:
+            observed = self._observe(desired)
+            outcome.commands = [command.describe() for command in reconcile(desired, observed)]
+            outcome.problems = find_problems(desired, observed)
+        except CosampleError as exc:
+            errors.append(str(exc))
+            kinds.append("host")
+            outcome.failure = str(exc)
+        return outcome
+
+    def _converge(self, desired: DesiredState, errors: list[str], kinds: list[str],
+                  outcome: "_Outcome | None" = None) -> "_Outcome":
+        """Apply the difference, then observe again: converged, or why not."""
+        outcome = outcome or _Outcome()
+        try:
+            for command in reconcile(desired, self._observe(desired)):
+                log.info("apply: %s", command.describe())
+                self.host.apply(command)
+                outcome.commands.append(command.describe())
+                if self.on_command is not None:
+                    self.on_command(outcome.commands[-1])
+            after = self._observe(desired)
+            outcome.remaining = [command.describe() for command in reconcile(desired, after)]
+            outcome.problems = find_problems(desired, after)
+            if outcome.remaining:
+                kinds.append("diverged")
+                outcome.diverged = True
         except CosampleError as exc:  # HostError, or a command that failed
             errors.append(str(exc))
             kinds.append("host")
+            outcome.failure = str(exc)
+        return outcome
+
+    def _observe(self, desired: DesiredState):
+        remotes = [t.remote_ip for t in desired.mirrors] + [p.remote_ip for p in desired.receivers]
+        return self.host.observe(desired.bridge, desired.vm_ports or (), remotes)
+
+    def _report(self, desired: DesiredState, outcome: "_Outcome", errors: list[str],
+                kinds: list[str], reason: str, plan: Plan | None, pending: Plan | None,
+                now: datetime, dry_run: bool = False) -> CycleReport:
+        if dry_run:
+            result = "dry-run"
+        elif outcome.failure or any(kind in ("host", "fetch") for kind in kinds):
             result = "error"
+        elif outcome.diverged:
+            result = "diverged"
+        elif any(kind in REJECTIONS for kind in kinds):
+            result = "rejected"
+        elif outcome.problems:
+            result = "degraded"
+        else:
+            result = "ok"
+        warning = unsigned_warning(self.config)
         report = CycleReport(
             host=self.config.host, time=format_time(now), result=result, mode=desired.mode,
             reason=reason, plan_version=plan.version if plan else None,
             plan_id=plan.plan_id if plan else None,
             plan_expires=format_time(plan.expires) if plan else None,
             pending_version=pending.version if pending else None,
-            commands=tuple(applied), remaining=tuple(remaining), problems=tuple(problems),
-            errors=tuple(errors), desired=summarise(desired))
+            commands=tuple(outcome.commands), remaining=tuple(outcome.remaining),
+            problems=tuple(outcome.problems), errors=tuple(errors), desired=summarise(desired),
+            warnings=(warning,) if warning else ())
         for error in errors:
             log.warning("%s", error)
         if not dry_run:
             self.metrics.record(report, desired, now.timestamp(), kinds)
+            private_dir(self.state_dir)
             write_reports(self.state_dir, report, self.metrics)
         return report
 
@@ -191,14 +297,30 @@ class Agent:
         """Make ``plan`` the running one and remember it across restarts (rollback floor)."""
         self.running = plan
         text = json.dumps(plan.raw, sort_keys=True, indent=2) + "\n"
-        write_bytes_atomic(self.state_dir / LAST_GOOD_FILE, text.encode(), parents=True)
+        private_dir(self.state_dir)
+        write_bytes_atomic(self.state_dir / LAST_GOOD_FILE, text.encode(), mode=0o600)
 
     def _load_last_good(self) -> Plan | None:
         path = self.state_dir / LAST_GOOD_FILE
         try:
-            return parse_plan(path.read_bytes())
+            return parse_plan(path.read_bytes(), source=str(path))
         except FileNotFoundError:
             return None
         except (OSError, PlanError) as exc:
             log.warning("ignoring %s: %s", path, exc)
             return None
+
+
+class _Outcome:
+    """What one convergence did: commands applied, what remains, problems, failure."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+        self.remaining: list[str] = []
+        self.problems: list[str] = []
+        self.failure: str | None = None
+        self.diverged = False
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None or self.diverged

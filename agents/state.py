@@ -19,8 +19,11 @@ OWNER_KEY, OWNER_VALUE = "cosample-owner", "agent"
 PEER_KEY = "cosample-peer"
 #: Prefix of the Linux ``ifalias`` of every mirror device the agent creates.
 ALIAS_PREFIX = "cosample-owner=agent"
-#: tc filter priorities owned by the agent on a VM port's ingress hook: [PRIO_BASE, +PRIO_COUNT).
+#: tc filter priorities the agent uses on a VM port's ingress hook: [PRIO_BASE, +PRIO_COUNT).
 PRIO_BASE, PRIO_COUNT, FILTER_HANDLE = 0xC000, 256, 1
+#: The agent's mark on its tc filters: the mirred action's cookie ("cosample" in ASCII). A
+#: filter in the agent's prio range without it belongs to someone else.
+FILTER_COOKIE = "636f73616d706c65"
 #: OpenFlow cookies owned by the agent: the top 16 bits are COOKIE_TAG, the low bits the ofport.
 COOKIE_TAG, COOKIE_MASK = 0xC05A << 48, 0xFFFF << 48
 DROP_FLOW_PRIORITY = 40000
@@ -133,6 +136,7 @@ class ObservedLink:
     filters: tuple[ObservedFilter, ...] = ()
     clsact_owned: bool = False  # the agent added the clsact qdisc (its ledger says so)
     foreign_filters: int = 0  # filters of others on either hook
+    conflict: str | None = None  # why the agent must leave this interface alone
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,16 @@ class ObservedFlow:
 
 
 @dataclass(frozen=True)
+class ObservedElsewhere:
+    """What the agent owns on a bridge other than the plan's (left behind by a bridge change)."""
+
+    bridge: str
+    sflow_uuid: str | None = None  # the bridge's sFlow row, when it is the agent's
+    ports: tuple[str, ...] = ()
+    flows: tuple[int, ...] = ()  # cookies
+
+
+@dataclass(frozen=True)
 class ObservedState:
     """What the host looks like; only the agent's own objects plus what it needs to decide."""
 
@@ -166,3 +180,8 @@ class ObservedState:
     flows: tuple[ObservedFlow, ...] = ()
     links: Mapping[str, ObservedLink] = field(default_factory=dict)
     devices: tuple[ObservedDevice, ...] = ()
+    #: Interfaces that exist and are not the agent's (a mirror device name must not be one).
+    foreign_links: frozenset[str] = frozenset()
+    #: Interfaces carrying the underlay route to a tunnel peer: never VM ports.
+    underlay: frozenset[str] = frozenset()
+    elsewhere: tuple[ObservedElsewhere, ...] = ()

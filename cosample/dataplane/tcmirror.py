@@ -106,18 +106,25 @@ def clsact_delete_argv(device: str, *, netns: str | None = None) -> list[str]:
 
 def mirror_filter_argv(device: str, target: str, probability: float, *, prio: int,
                        handle: int = 1, direction: str = "ingress",
-                       netns: str | None = None) -> list[str]:
+                       netns: str | None = None, cookie: str | None = None) -> list[str]:
     """``tc filter replace`` mirroring each packet on ``device`` to ``target`` with ``probability``.
 
     ``replace`` with a fixed ``prio``/``handle`` is idempotent: re-running it updates the
     threshold in place. ``direction`` ``ingress`` on the host end of a VM's veth sees what the
-    VM sends.
+    VM sends. ``cookie`` (hex, up to 16 bytes) is stored with the mirred action and shown by
+    ``tc -j filter show``: an owner's mark on the filter.
     """
-    return [*_tc(netns), "filter", "replace", "dev", _device(device), _direction(direction),
+    argv = [*_tc(netns), "filter", "replace", "dev", _device(device), _direction(direction),
             "protocol", "all", "prio", str(_positive_int(prio, "prio")),
             "handle", str(_positive_int(handle, "handle")),
             "bpf", "bytecode", bpf_random_bytecode(probability),
             "action", "mirred", "egress", "mirror", "dev", _device(target)]
+    if cookie is not None:
+        if not (isinstance(cookie, str) and 2 <= len(cookie) <= 32 and len(cookie) % 2 == 0
+                and all(ch in "0123456789abcdef" for ch in cookie)):
+            raise TcMirrorError(f"cookie: expected 1-16 bytes in lower-case hex, got {cookie!r}")
+        argv += ["cookie", cookie]
+    return argv
 
 
 def filter_delete_argv(device: str, *, prio: int, handle: int = 1, direction: str = "ingress",

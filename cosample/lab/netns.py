@@ -32,6 +32,19 @@ def disable_tx_offload(interface: str, namespace: str | None = None) -> None:
     run([*prefix, "ethtool", "-K", interface, "tx", "off"])
 
 
+def silence_uplink(interface: str, namespace: str | None = None) -> None:
+    """Stop the kernel answering ARP on an interface that is an OVS port of a "br-phy" bridge.
+
+    The userspace datapath reads such a port with a packet socket, but the kernel still sees
+    its frames: by default Linux answers an ARP request for any of its addresses on any
+    interface, so the tunnel address on the bridge's internal port is also answered with the
+    *port's* MAC. The peer then keeps whichever reply came last; with the port's MAC, OVS does
+    not recognise the tunnel packets as its own (no ``tnl_pop``) and they are lost. ``arp off``
+    leaves the bridge's internal port as the only one answering.
+    """
+    run(["ip", *(["-n", namespace] if namespace else []), "link", "set", interface, "arp", "off"])
+
+
 @dataclass
 class Lab:
     """Creates namespaces and veth pairs with a common name prefix, and removes them again."""

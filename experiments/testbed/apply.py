@@ -29,7 +29,9 @@ def agent_argv(testbed, server, action: str, *extra: str) -> list[str]:
     return ["ip", "netns", "exec", server.namespace, sys.executable, "-m", "cosample", "agent",
             action, "--host", server.name, "--ovsdb", ovs.remote,
             "--state-dir", str(agent_state_dir(testbed, server)), "--bridge", server.bridge,
-            *[arg for vm in server.vms for arg in ("--vm-port", vm.port)], *extra]
+            *[arg for vm in server.vms for arg in ("--vm-port", vm.port)],
+            "--insecure-unsigned",  # plans are files the testbed itself wrote a moment ago
+            *extra]
 
 
 def agent_state_dir(testbed, server) -> Path:
@@ -39,8 +41,8 @@ def agent_state_dir(testbed, server) -> Path:
 def apply_plan(testbed, plan_path: Path, plan: Mapping[str, Any]) -> dict[str, str]:
     """Apply ``plan_path`` on every server; returns each agent's output. Fails on the first error.
 
-    An agent that rejects a plan keeps its last good one (or its safe state) and still exits
-    0, so each agent's ``status.json`` must then show this plan's version in ``plan`` mode.
+    An agent that rejects a plan keeps its last good one (or its safe state) and exits 2; the
+    agent's ``status.json`` must also show this plan's version in ``plan`` mode.
     """
     outputs = {}
     for server in _ordered(testbed.topology.servers, plan):

@@ -25,7 +25,7 @@ from cosample.experiments.testbed.topology import (
     UNDERLAY_PREFIXLEN, VM_MTU, VM_PREFIXLEN, VXLAN_PORT,
     VXLAN_VNI, Server, Topology, from_config,
 )
-from cosample.lab.netns import Lab, disable_tx_offload, netns_available
+from cosample.lab.netns import Lab, disable_tx_offload, netns_available, silence_uplink
 from cosample.lab.ovs import OvsInstance, ovs_available
 from cosample.dataplane.run import CommandError, run
 
@@ -159,6 +159,7 @@ def _build_server(testbed: Testbed, server: Server) -> None:
          server.underlay_port, "netns", ns])
     run(["ip", "link", "set", server.underlay_root, "master", topology.underlay_bridge, "up"])
     run(["ip", "-n", ns, "link", "set", server.underlay_port, "up"])
+    silence_uplink(server.underlay_port, ns)  # only the phy bridge answers ARP for tunnel_ip
 
     ledger.ovs[server.name] = ns
     ledger.save()

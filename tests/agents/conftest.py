@@ -82,7 +82,8 @@ def to_bytes():
 def config_for(tmp_path):
     """``config_for(host, **overrides)`` with a state dir in tmp_path."""
     def build(host: str = "s1", **overrides):
-        values = {"host": host, "state_dir": str(tmp_path / "state"), "jitter_s": 0.0}
+        values = {"host": host, "state_dir": str(tmp_path / "state"), "jitter_s": 0.0,
+                  "insecure_unsigned": True}
         values.update(overrides)
         return make_config(values)
     return build

@@ -79,8 +79,8 @@ BAD_PLANS = [
 
 
 def _overfull(doc):
-    doc["hosts"]["s1"]["mirrors"] = [{"to": "s2", "rate": 0.6}, {"to": "s3", "rate": 0.35}]
-    doc["hosts"]["s2"]["receives"][0]["rate"] = 0.6
+    doc["hosts"]["s1"]["mirrors"] = [{"to": "s2", "rate": 0.7}, {"to": "s3", "rate": 0.35}]
+    doc["hosts"]["s2"]["receives"][0]["rate"] = 0.7
     doc["hosts"]["s3"]["receives"][0]["rate"] = 0.35
 
 

@@ -90,7 +90,8 @@ def sandbox(tmp_path, root_links, make_plan, to_bytes):
         config_path.write_text(
             f'host = "s1"\nplan = "{plan_path}"\novsdb = "{ovs.remote}"\nbridge = "{BRIDGE}"\n'
             f'state_dir = "{tmp_path / "state"}"\nmirror_device_prefix = "{DEVICE_PREFIX}"\n'
-            f'tunnel_port_prefix = "car"\ntimeout_s = 3\njitter_s = 0\n')
+            f'tunnel_port_prefix = "car"\ntimeout_s = 3\njitter_s = 0\n'
+            f'insecure_unsigned = true\n')
 
         def write_plan(document):
             plan_path.write_bytes(to_bytes(document))
