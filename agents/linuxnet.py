@@ -108,7 +108,11 @@ class LinuxSide:
                         "remote", command.remote_ip, "dstport", command.dstport]
                 if command.local_ip:
                     argv += ["local", command.local_ip]
-                self._run(argv)
+                try:
+                    self._run(argv)
+                except HostError:
+                    self.ledger.discard("devices", command.name)  # it was never made
+                    raise
             self._run(["ip", "link", "set", command.name, "alias",
                        f"{ALIAS_PREFIX} peer={command.peer}", "up"])
         elif isinstance(command, c.RemoveMirrorDevice):

@@ -8,10 +8,10 @@ that already failed on this host, and the time. Rules, in order:
    ``version`` in ``plan``, this keeps any one plan from raising the rollback floor far ahead);
 2. a candidate that already failed on this host (same content) is refused: the host stays on
    its last good plan instead of failing again every cycle;
-3. a *reset* plan (``reset: true``, signed like any plan, created after the running plan) is
+3. a candidate older than the running plan is a rollback and is refused; one with the running
+   plan's version but other content is refused (a version is never reused); except
+4. a *reset* plan (``reset: true``, signed like any plan, created after the running plan),
    accepted whatever its version: the documented way out of a too-high version;
-4. a candidate older than the running plan is a rollback and is refused; one with the running
-   plan's version but other content is refused (a version is never reused);
 5. among the rest, the newest one that is active (``not_before`` reached, not expired) runs;
    newer ones still waiting for their ``not_before`` are reported as pending;
 6. without such a candidate the running plan stays, as long as it has not expired;
@@ -81,15 +81,17 @@ def _refusal(plan: Plan, running: Plan | None, now: datetime,
                 f"{CLOCK_SKEW_S} s ahead of this host's clock ({format_time(now)}); refused")
     if plan.digest in failed:
         return f"version {plan.version} failed on this host before: {failed[plan.digest]}"
-    if running is not None and plan.reset and plan.digest != running.digest:
+    older = running is not None and plan.version < running.version
+    reused = running is not None and plan.version == running.version \
+        and plan.digest != running.digest
+    if (older or reused) and plan.reset:
         if plan.created <= running.created:
             return (f"version {plan.version} is a reset created {format_time(plan.created)}, "
                     f"not after the running plan ({format_time(running.created)}); refused")
-    elif running is not None and plan.version < running.version:
+    elif older:
         return (f"version {plan.version} is older than the running version {running.version} "
                 f"(rollback refused; a signed plan with 'reset: true' resets the floor)")
-    elif running is not None and plan.version == running.version \
-            and plan.digest != running.digest:
+    elif reused:
         return (f"version {plan.version} reused with different content (plan_id "
                 f"{plan.plan_id[:12]}); a new content needs a new version")
     if plan.expired(now):

@@ -22,14 +22,12 @@ from cosample.agents.desired import desired_state
 from cosample.agents.host import LinuxOvsHost
 from cosample.agents.plan import plan_from_dict
 from cosample.agents.reconcile import reconcile
-from cosample.agents.runner import Agent
 from cosample.cli import main
-from cosample.lab.netns import netns_available
-from cosample.lab.ovs import OvsInstance, ovs_available
 from cosample.dataplane.run import run
+from agentsandbox import (BRIDGE, VM_PORTS, Agent, _our_vxlan_devices, agent,  # noqa: F401
+                          fingerprint, receiver_plan, root_links, sandbox)
 
 pytestmark = pytest.mark.ovs
-BRIDGE, VM_PORTS, DEVICE_PREFIX = "cabr1", ("caV1", "caV2"), "cam"
 across_epochs = pytest.mark.parametrize("epoch", [timedelta(0), timedelta(days=365)],
                                         ids=["today", "a-year-ahead"], indirect=True)
 
@@ -49,81 +47,6 @@ def clock(epoch):
 def now(clock):
     """Plans in this module are created relative to the agent's clock, not the real one."""
     return clock().replace(microsecond=0)
-
-
-def _delete_links(names):
-    for name in names:
-        run(["ip", "link", "del", name], check=False)
-
-
-def _our_vxlan_devices():
-    links = json.loads(run(["ip", "-j", "link", "show", "type", "vxlan"]).stdout or "[]")
-    return [link["ifname"] for link in links if link["ifname"].startswith(f"{DEVICE_PREFIX}-")]
-
-
-@pytest.fixture
-def root_links():
-    reason = netns_available()
-    if reason:
-        pytest.skip(f"mirrors need real interfaces for tc: {reason}")
-    _delete_links(VM_PORTS)
-    for name in VM_PORTS:
-        run(["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"])
-        run(["ip", "link", "set", name, "up"])
-    yield VM_PORTS
-    _delete_links(VM_PORTS)
-    _delete_links(_our_vxlan_devices())
-
-
-@pytest.fixture
-def sandbox(tmp_path, root_links, make_plan, to_bytes):
-    """(ovs, config path, plan path, write_plan) with bridge cabr1 holding the VM ports."""
-    reason = ovs_available()
-    if reason:
-        pytest.skip(reason)
-    with OvsInstance(tmp_path / "ovs", dummy=True) as ovs:
-        ovs.vsctl("add-br", BRIDGE, "--", "set", "Bridge", BRIDGE, "datapath_type=dummy")
-        for name in VM_PORTS:
-            ovs.vsctl("add-port", BRIDGE, name)
-        plan_path = tmp_path / "plan.json"
-        config_path = tmp_path / "agent.toml"
-        config_path.write_text(
-            f'host = "s1"\nplan = "{plan_path}"\novsdb = "{ovs.remote}"\nbridge = "{BRIDGE}"\n'
-            f'state_dir = "{tmp_path / "state"}"\nmirror_device_prefix = "{DEVICE_PREFIX}"\n'
-            f'tunnel_port_prefix = "car"\ntimeout_s = 3\njitter_s = 0\n'
-            f'insecure_unsigned = true\n')
-
-        def write_plan(document):
-            plan_path.write_bytes(to_bytes(document))
-        yield ovs, config_path, plan_path, write_plan
-
-
-def agent(config_path, clock=None, **overrides) -> Agent:
-    from cosample.agents.config import load_config
-    from cosample.agents.runner import utcnow
-    return Agent(load_config(str(config_path), overrides), clock=clock or utcnow)
-
-
-def fingerprint(a: Agent):
-    """Everything the agent could have touched, without UUIDs and port numbers."""
-    observed = a.host.observe(BRIDGE, VM_PORTS)
-    names = {p.ofport: p.name for p in observed.ports}
-    return (observed.sflow.settings if observed.sflow else None,
-            observed.sflow.owned if observed.sflow else None,
-            sorted((p.name, p.type, p.owned, tuple(sorted(p.options.items())), p.peer)
-                   for p in observed.ports),
-            sorted((names.get(f.in_port), f.priority, f.actions) for f in observed.flows),
-            observed.links, observed.devices)
-
-
-def receiver_plan(make_plan, version):
-    """s1 becomes a receiver of s2's traffic (the other plan has s1 as the sender)."""
-    doc = make_plan(version=version, sender_mirrors=())
-    doc["hosts"]["s2"].update(role="sender", local_rate=0.25, sflow_sampling=4,
-                              mirrors=[{"to": "s1", "rate": 0.5}])
-    doc["hosts"]["s1"].update(role="receiver", local_rate=1.0, sflow_sampling=1, mirrors=[],
-                              receives=[{"from": "s2", "rate": 0.5, "pps": 1.0}])
-    return doc
 
 
 @across_epochs
