@@ -67,11 +67,23 @@ def _unicast(text: str) -> str:
     return str(address)
 
 
-def parse_hostport(value: str) -> tuple[str, int]:
-    """``"ADDRESS:PORT"`` (IPv6 as ``[ADDRESS]:PORT``) split and checked; ValueError otherwise.
+def parse_hostport(value: str, at: str | None = None) -> tuple[str, int]:
+    """``"ADDRESS:PORT"`` (IPv6 as ``[ADDRESS]:PORT``) split and checked.
 
-    The address must be an IP literal: it goes to OVS as an sFlow target, nothing else.
+    The address must be an IP literal: it goes to OVS as an sFlow target (or to a socket),
+    nothing else. Raises ``ValueError``, or ``PlanError`` naming ``at`` when it is given.
     """
+    try:
+        return _hostport(value)
+    except ValueError as exc:
+        if at is None:
+            raise
+        raise PlanError(f"{at}: {exc}, got {value!r}") from None
+
+
+def _hostport(value: str) -> tuple[str, int]:
+    if not isinstance(value, str):
+        raise ValueError("expected 'ADDRESS:PORT'")
     host, colon, port = value.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]")
     try:
@@ -82,7 +94,7 @@ def parse_hostport(value: str) -> tuple[str, int]:
     if not colon or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ValueError("expected 'ADDRESS:PORT' with a port in 1..65535")
     if address.version == 6 and not bracketed:
-        raise ValueError("expected an IPv6 collector as '[ADDRESS]:PORT'")
+        raise ValueError("expected an IPv6 address as '[ADDRESS]:PORT'")
     return str(address), int(port)
 
 
