@@ -19,7 +19,7 @@ import ipaddress
 import json
 import math
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
                       ValidationError, model_validator)
@@ -29,7 +29,8 @@ from cosample.agents.errors import PlanError
 from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
 from cosample.validation import InterfaceName, Strict, describe
 
-ROLES = ("sender", "receiver", "idle")
+Role = Literal["sender", "receiver", "idle"]
+ROLES = get_args(Role)
 #: Slack allowed on rates and sums through floating-point rounding in the planner.
 RATE_SLACK = 1e-9
 #: OVS keeps the sFlow 1-in-N in 32 bits (sFlow's ``sampling_rate``).
@@ -180,7 +181,7 @@ class HostPlan(_Open):
     """One host's part of the plan (applied values; ``name`` is its key under ``hosts``)."""
 
     name: str = ""
-    role: Literal["sender", "receiver", "idle"]
+    role: Role
     local_rate: LocalRate
     sflow_sampling: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] | None
     mirrors: Annotated[tuple[Mirror, ...], BeforeValidator(listed)] = ()
