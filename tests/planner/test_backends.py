@@ -6,12 +6,11 @@ import pytest
 
 from cosample.planner import SolverError, solve
 from cosample.planner.commands import example_datacentre
+from cosample.planner.choices import LP_BACKENDS
 from cosample.planner.lp import backend_available
 
-BACKENDS = ["glpk", "highs", "cbc"]
 
-
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=sorted(LP_BACKENDS))
 def lp_backend(request):
     reason = backend_available(request.param)
     if reason:

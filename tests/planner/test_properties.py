@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from cosample.planner import InfeasibleError, solve
 from cosample.planner.baseline import noncollab_pps
+from cosample.planner.choices import ALL_SOLVERS
 from cosample.planner.exact import optimum_pps, split
 from cosample.planner.planfile import build_plan
 from cosample.planner.realise import predicted_load
@@ -40,7 +41,7 @@ def test_reduced_and_full_lp_agree(dc):
 
 
 @SETTINGS
-@given(datacentres(), st.sampled_from(["exact", "reduced", "full", "noncollab"]))
+@given(datacentres(), st.sampled_from(ALL_SOLVERS))
 def test_plans_meet_capacity_and_rates_are_fractions(dc, solver):
     solution = solve(dc, solver, lp_backend="highs")
     load = predicted_load(dc, solution.local_pps, solution.mirror_src, solution.mirror_dst,
