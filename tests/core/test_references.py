@@ -70,6 +70,14 @@ def anchors(markdown: Path) -> set[str]:
     return found
 
 
+def is_template(name: str) -> bool:
+    """``OUT/closedloop-SCENARIO.md``: a name with placeholders (a folder in capitals, or capitals
+    inside a lower-case name) describes files a command writes; ``DESIGN.md`` is a citation."""
+    *folders, stem = name[:-len(".md")].split("/")
+    return any(folder.isupper() for folder in folders) or (
+        stem != stem.upper() and bool(re.search(r"(?:^|[-_.])[A-Z]{2,}(?:$|[-_.])", stem)))
+
+
 def without_urls(text: str) -> str:
     return re.sub(r"\b[a-z][a-z0-9+.-]*://\S+", " ", text)
 
@@ -95,7 +103,7 @@ def broken_references(path: Path) -> list[str]:
                 problems.append(f"link to {target!r}: no heading with that anchor in {linked.name}")
     plain = without_urls(text)
     for name in set(MARKDOWN_NAME.findall(plain)):
-        if name in WRITTEN or ("/" not in name and name in MARKDOWN_ANYWHERE):
+        if name in WRITTEN or ("/" not in name and name in MARKDOWN_ANYWHERE) or is_template(name):
             continue
         if not any((base / name).exists() for base in (path.parent, ROOT, ROOT / "docs")):
             problems.append(f"cites {name!r}, which is not in the repository")
@@ -130,6 +138,8 @@ def test_the_checks_catch_what_they_should(tmp_path):
     problems = broken_references(fake)
     assert any("'DESIGN.md'" in p for p in problems)
     assert not any("collector/agent" in p for p in problems)
+    assert is_template("OUT/closedloop-SCENARIO.md") and is_template("report-NAME.md")
+    assert not is_template("DESIGN.md") and not is_template("docs/model.md")
     assert any("#nowhere" in p and "no heading" in p for p in problems)
     assert any("'gone.md'" in p and "no such file" in p for p in problems)
     assert any("'docs/absent.md'" in p for p in problems) and any("planner/absent.py" in p for p in problems)
