@@ -1,0 +1,104 @@
+"""The controller against the real collector daemon over loopback (no root needed).
+
+The collector's snapshot is what the unit tests fake; here the real ``cosample.collector``
+service receives sFlow datagrams laid out as OVS sends them for the plan the controller
+published, renormalises them, and serves ``/snapshot`` over HTTP, which the controller reads.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+
+from cosample.agents.plan import parse_plan
+from cosample.collector.service import Service, Settings as CollectorSettings
+from cosample.controller.inventory import inventory_from_dict
+from cosample.controller.loop import Controller, Settings
+from cosample.controller.publish import DirectoryTarget
+from cosample.lab.sflowstream import simulate
+from controller_helpers import inventory_doc
+
+#: Packets each server's VMs send during the stream: s1 far beyond what it can sample alone.
+TRUTH = {"s1": 24_000, "s2": 3_000, "s3": 1_500}
+DURATION_S = 3.0
+
+
+def send(datagrams, target) -> None:
+    """At the pace of the datagrams' own times (the collector's rates are per second of its
+    clock)."""
+    sockets: dict[bytes, socket.socket] = {}
+    began, first = time.monotonic(), datagrams[0][0]
+    try:
+        for moment, data in datagrams:
+            delay = (moment - first) - (time.monotonic() - began)
+            if delay > 0:
+                time.sleep(delay)
+            sock = sockets.get(data[8:12])
+            if sock is None:
+                sock = sockets[data[8:12]] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.sendto(data, target)
+    finally:
+        for sock in sockets.values():
+            sock.close()
+
+
+def wait_for(condition, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_measure_plan_publish_through_the_real_collector(tmp_path):
+    publish = tmp_path / "pub"
+    service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
+                                        name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
+                                        plan_interval_s=0.2), log=lambda line: None).start()
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    host, port = service.http_address
+    settings = Settings((f"http://{host}:{port}/snapshot",), interval_s=1.0, tau_s=1.0,
+                        max_age_s=600.0, measure_sampling=8)
+
+    def controller(capacity_pps: float) -> Controller:
+        return Controller(inventory_from_dict(inventory_doc([capacity_pps] * 3)), settings,
+                          DirectoryTarget(publish), tmp_path / "state")
+
+    try:
+        first = controller(1e6).cycle()  # the collector has no plan yet: nothing to measure
+        assert first.result == "published" and first.reasons[0].startswith("bootstrap")
+        measurement = parse_plan((publish / "plan.json").read_bytes())
+        wait_for(lambda: service.snapshot is not None and service.snapshot.plan is not None
+                 and service.snapshot.plan.version == measurement.version)
+        stream = simulate(measurement, TRUTH, duration_s=DURATION_S, seed=3)
+        send(stream.datagrams, service.listen_address)
+        wait_for(lambda: sum(e.samples for e in service.snapshot.servers.values())
+                 == stream.samples)
+        # the collector's rates are per second of its own window; capacities 1.5 times what it
+        # says s1 sends make s1 a sender that must mirror, and leave s2 and s3 room to receive
+        rate = service.snapshot.servers["s1"].packets_per_s
+        restarted = controller(1.5 * rate)  # a restart, with the measurement plan in force
+        second = restarted.cycle()
+    finally:
+        service.stop()
+        thread.join(timeout=10)
+    assert second.result == "published" and second.reasons == ("no current plan",), second
+    measured, names = restarted.smoothed, restarted.inventory.names
+    own = {name: 0.0 for name in names}
+    for key, pps in zip(measured.keys.tolist(), measured.pps.tolist()):
+        own[names[key // len(names)]] += pps
+    # 1-in-8 samples of thousands of packets: each server's share of the traffic within 15 %
+    total, truth_total = sum(own.values()), sum(TRUTH.values())
+    for name, packets in TRUTH.items():
+        share, truth = own[name] / total, packets / truth_total
+        assert abs(share - truth) < 0.15 * truth, (name, share, truth)
+    plan = parse_plan((publish / "plan.json").read_bytes())
+    assert plan.version > measurement.version
+    assert plan.hosts["s1"].mirrors and plan.hosts["s1"].role == "sender"
+    assert json.loads((tmp_path / "state" / "status.json").read_text())["collectors_up"] == 1
