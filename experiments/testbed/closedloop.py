@@ -1,7 +1,9 @@
 """``testbed run --scenario shift|steady``: the closed loop on the emulated data centre.
 
 Everything real: each server's agent runs as a daemon (``cosample agent run``) in the server's
-namespace against its private OVS, fetching signed plans over HTTP from the controller; the
+namespace against its private OVS, reading the signed plans the controller publishes into a
+folder (``--publish DIR``; TCP from a server namespace through its userspace-datapath uplink is
+not dependable here, and any web server would serve the folder the same way); the
 plan-aware collector (``cosample collector run``) receives every bridge's sFlow and re-exports
 normalised samples to the lab's counting collector (which counts distinct packets per source
 server, by iperf3 packet number); the controller (``cosample.controller``) runs in this process,
@@ -35,7 +37,7 @@ from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.topology import Flow, Topology, Vm
 
 SCENARIOS = ("shift", "steady")
-SFLOW_PORT, PLAN_PORT, SNAPSHOT_PORT = 6343, 8431, 8432
+SFLOW_PORT, SNAPSHOT_PORT = 6343, 8432
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
     from cosample.controller.decide import Policy
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller, Settings
-    from cosample.controller.publish import HttpTarget
+    from cosample.controller.publish import DirectoryTarget
     from cosample.lab.sflow import SflowCollector
 
     if settings.scenario not in SCENARIOS:
@@ -125,8 +127,12 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
         raise TestbedError(f"cannot run agents: {reason}")
     topology = testbed.topology
     work = out_dir / f"closedloop-{settings.scenario}"
-    for name in ("controller", "collector"):
+    for name in ("controller", "collector", "published"):
         (work / name).mkdir(parents=True, exist_ok=True)
+    for stale in ("plan.json", "plan.json.sig"):  # a previous run's plan must not be taken
+        (work / "published" / stale).unlink(missing_ok=True)
+    for stale in ("state.json", "current-plan.json"):
+        (work / "controller" / stale).unlink(missing_ok=True)
     (work / "inventory.json").write_text(json.dumps(inventory(topology, settings, capacity_pps),
                                                     indent=2))
     (work / "addresses.json").write_text(json.dumps(addresses(topology), indent=2))
@@ -140,12 +146,8 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
     clock = lambda: round(time.monotonic() - started, 2)  # noqa: E731
     processes: list[subprocess.Popen] = []
     stop = threading.Event()
-    status_of: dict[str, Any] = {}
-    target = HttpTarget(topology.collector_ip, PLAN_PORT,
-                        lambda: status_of["c"].last_status.as_dict()
-                        if status_of.get("c") and status_of["c"].last_status else {},
-                        lambda: status_of["c"].metrics.exposition() if status_of.get("c") else b"")
-    plan_url = target.describe()
+    target = DirectoryTarget(work / "published")
+    plan_url = str(target.path)
     try:
         with SflowCollector("127.0.0.1", 0, receive_buffer=32 << 20) as lab:
             processes.append(_collector(work, topology, plan_url, lab.target, settings))
@@ -157,7 +159,6 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
                          timeout_s=3.0, measure_sampling=settings.measure_sampling,
                          policy=Policy()),
                 target, work / "controller")
-            status_of["c"] = controller
             threads = [threading.Thread(target=_control, args=(controller, settings, stop,
                                                                timeline, clock), daemon=True),
                        threading.Thread(target=_watch_agents, args=(testbed, stop, timeline,
@@ -176,7 +177,6 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
         stop.set()
         for process in reversed(processes):
             _stop(process)
-        target.close()
         apply.remove_all(testbed)
     return {"settings": settings.__dict__, "timeline": timeline.__dict__,
             "servers": [s.name for s in topology.servers]}
