@@ -16,7 +16,7 @@ inventory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import chain
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -57,7 +57,8 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
     """The merged snapshot as arrays; a ``SnapshotError`` if it names servers we do not know."""
     n = inventory.size
     servers = snapshot.servers
-    positions = _positions(inventory, list(servers), lambda name: f"{source}: servers.{name}")
+    names = list(servers)
+    positions = _positions(inventory, names, lambda k: f"{source}: servers.{names[k]}")
     measured = np.zeros(n, dtype=bool)
     measured[positions] = True
     sampled = np.zeros(n)
@@ -85,28 +86,26 @@ def _matrix(traffic: Mapping[str, Mapping[str, float]], inventory: Inventory,
     rows = list(traffic)
     lengths = np.fromiter((len(row) for row in traffic.values()), dtype=np.int64,
                           count=len(rows))
-    src = np.repeat(_positions(inventory, rows, lambda name: f"{source}: traffic_pps.{name}"),
+    src = np.repeat(_positions(inventory, rows, lambda k: f"{source}: traffic_pps.{rows[k]}"),
                     lengths)
     destinations = list(chain.from_iterable(traffic.values()))
-    where = np.repeat(np.asarray(rows, dtype=object), lengths)
-    dst = _positions(inventory, destinations,
-                     lambda name, k=None: f"{source}: traffic_pps.{{row}}.{name}", rows=where)
+    dst = _positions(inventory, destinations, lambda k: f"{source}: traffic_pps."
+                     f"{rows[int(np.searchsorted(np.cumsum(lengths), k, side='right'))]}."
+                     f"{destinations[k]}")
     pps = np.fromiter(chain.from_iterable(row.values() for row in traffic.values()),
                       dtype=float, count=len(destinations))
     keep = pps > 0
     return src[keep], dst[keep], pps[keep]
 
 
-def _positions(inventory: Inventory, names: list[str], at, rows: np.ndarray | None = None
-               ) -> np.ndarray:
-    """Inventory positions of ``names``; an error naming the first unknown one."""
+def _positions(inventory: Inventory, names: list[str], at: Callable[[int], str]) -> np.ndarray:
+    """Inventory positions of ``names``; an error at ``at(k)`` for the first unknown one."""
     index = inventory.index
     try:
         return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
     except KeyError:
         k = next(k for k, name in enumerate(names) if name not in index)
-        where = at(names[k]).replace("{row}", str(rows[k])) if rows is not None else at(names[k])
-        raise SnapshotError(f"{where}: server {names[k]!r} is not in the inventory; the "
+        raise SnapshotError(f"{at(k)}: server {names[k]!r} is not in the inventory; the "
                             f"collector and the controller disagree on the fleet (nothing "
                             f"published)") from None
 
