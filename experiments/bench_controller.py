@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
+
 SIZES = (10_000, 100_000, 1_000_000)
 TARGET_SERVERS, TARGET_SECONDS = 100_000, 2.0
 
@@ -75,8 +77,8 @@ def measure(servers: int, folder: Path) -> dict:
     names = tuple(f"s{i}" for i in range(servers))
     extras = {name: {"bridge": "br-int", "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}
               for i, name in enumerate(names)}
-    inventory = Inventory(f"bench-{servers}", names, capacity, np.full(servers, 1.54),
-                          np.full(servers, 0.46), extras)
+    inventory = Inventory(f"bench-{servers}", names, capacity, np.full(servers, PAPER_ALPHA),
+                          np.full(servers, PAPER_BETA), extras)
     generate_keypair(folder / "key.pem", folder / "key.pub")
     snapshot = folder / "snap.json"
     started = datetime.fromisoformat(_snapshot_time(snapshot))
