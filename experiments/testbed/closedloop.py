@@ -50,7 +50,7 @@ class LoopSettings:
     startup_s: float = 40.0       # traffic before the first phase: measurement plan, first plan
     phase_s: float = 60.0         # each of the two phases
     measure_s: float = 15.0       # distinct packets counted over the end of each phase
-    chunk_s: float = 10.0         # steady: rates redrawn this often
+    chunk_s: float = 15.0         # steady: rates redrawn this often
     noise: float = 0.10
     seed: int = 0
     interval_s: float = 5.0       # controller
@@ -154,7 +154,7 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
             controller = Controller(
                 load_inventory(work / "inventory.json"),
                 Settings((f"http://127.0.0.1:{SNAPSHOT_PORT}/snapshot",),
-                         interval_s=settings.interval_s, tau_s=2 * settings.interval_s,
+                         interval_s=settings.interval_s, tau_s=3 * settings.interval_s,
                          valid_for_s=600.0, settle_s=settings.settle_s, key=str(key),
                          timeout_s=3.0, measure_sampling=settings.measure_sampling,
                          policy=Policy()),
