@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 from datetime import datetime, timedelta, timezone
 
@@ -220,3 +221,20 @@ def test_every_server_keeps_a_sampling_floor_and_empty_snapshots_are_no_data(tmp
     assert plan.hosts["s1"].sflow_sampling == 1
     published = json.loads((rig.publish_dir / "plan.json").read_text())
     assert rig.controller.current_shares.same_as(shares(published, rig.inventory.index))
+
+
+def test_cli_serve_unsigned_warns_and_publishes(tmp_path, capsys):
+    inventory = tmp_path / "dc.json"
+    inventory.write_text(json.dumps(inventory_doc([3000, 3000, 3000])))
+    snapshot = tmp_path / "snap.json"
+    snapshot.write_text(json.dumps(snapshot_doc(datetime.now(timezone.utc), BUSY_S1)))
+    with socket.socket() as probe:  # a free port for the plan server
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert main(["controller", "run", "--inventory", str(inventory), "--collector",
+                 str(snapshot), "--serve", f"127.0.0.1:{port}", "--insecure-unsigned", "--state-dir",
+                 str(tmp_path / "state"), "--cycles", "1", "--tau", "1s"]) == 0
+    err = capsys.readouterr().err
+    assert "UNSIGNED" in err and "publishing to http://127.0.0.1:" in err
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert status["result"] == "published"
