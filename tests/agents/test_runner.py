@@ -177,3 +177,36 @@ def test_run_loop_survives_a_failing_host_and_stops(setup, make_plan, to_bytes):
     agent.run(threading.Event(), max_cycles=3)
     assert len(calls) == 3
     assert 'cosample_agent_errors_total{kind="internal"} 3.0' in agent.metrics.text().decode()
+
+
+def test_plan_failing_on_the_host_is_rolled_back_and_not_retried(setup, make_plan, to_bytes):
+    """The fake twin of test_hardening's kernel refusal: last good means applied and verified."""
+    from cosample.agents import commands as c
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan(version=100, sender_mirrors=())))
+    agent, _ = make()
+    assert agent.cycle().result == "ok"
+    before = (agent.host.sflow, dict(agent.host.devices), dict(agent.host.flows))
+    remembered = (agent.state_dir / LAST_GOOD_FILE).read_bytes()
+    plan_path.write_bytes(to_bytes(make_plan(version=101, sampling=20)))
+    agent.host.fail_on = {c.AddMirrorDevice}
+    report = agent.cycle()
+    assert report.result == "rejected" and report.plan_version == 100
+    assert "plan version 101 failed on this host" in report.errors[-1]
+    assert (agent.host.sflow, dict(agent.host.devices), dict(agent.host.flows)) == before
+    assert (agent.state_dir / LAST_GOOD_FILE).read_bytes() == remembered
+    writes = agent.host.writes
+    report = agent.cycle()
+    assert report.result == "rejected" and agent.host.writes == writes
+    agent.host.fail_on = set()
+    plan_path.write_bytes(to_bytes(make_plan(version=102, sampling=20)))
+    assert agent.cycle().result == "ok" and agent.host.sflow.settings.sampling == 20
+
+
+def test_unsigned_plans_refused_unless_insecure(setup, make_plan, to_bytes):
+    plan_path, make, _ = setup
+    plan_path.write_bytes(to_bytes(make_plan()))
+    agent, _ = make(insecure_unsigned=False)
+    report = agent.cycle()
+    assert report.result == "rejected" and "no public_key configured" in report.errors[0]
+    assert agent.host.sflow is None and agent.host.writes == 0

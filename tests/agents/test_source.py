@@ -58,3 +58,32 @@ def test_metrics_served_on_loopback():
         assert server.server_address[0] == "127.0.0.1"
     finally:
         server.shutdown()
+
+
+def test_size_limit_enforced_while_reading(tmp_path):
+    """A body without Content-Length is cut at the limit, not read whole first."""
+    class Endless(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            self.send_response(200)
+            self.end_headers()
+            try:
+                for _ in range(1000):
+                    self.wfile.write(b"x" * 1024)
+            except OSError:
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(AgentError, match="larger than 4096 bytes"):
+            fetch(f"http://127.0.0.1:{server.server_address[1]}/plan.json", max_bytes=4096)
+    finally:
+        server.shutdown()
+        server.server_close()
+    (tmp_path / "big.json").write_bytes(b"y" * 5000)
+    with pytest.raises(AgentError, match="larger than 4096 bytes"):
+        fetch(str(tmp_path / "big.json"), max_bytes=4096)
