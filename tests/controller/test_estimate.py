@@ -36,14 +36,25 @@ def test_samples_alone_give_the_matrix():
     assert not m.from_counters.any()
 
 
-def test_counters_win_and_scale_the_sampled_row():
-    # the sampled estimate says s1 sends 400 pps; its VM ports counted 800 (lost datagrams)
+def test_samples_win_and_counters_are_the_cross_check():
+    # the sampled estimate says s1 sends 400 pps; its VM ports' counter rate says 800
     m = measure(snap({"s1": {"s1": 100, "s2": 300}}, servers=["s1", "s2"],
                      counters={"s1": 800}), INVENTORY)
-    assert dense(m)[0].tolist() == [200, 600, 0]
-    assert m.own_pps[0] == 800 and m.from_counters.tolist() == [True, False, False]
+    assert dense(m)[0].tolist() == [100, 300, 0]
+    assert m.own_pps[0] == 400 and not m.from_counters.any()
     (disagreement,) = m.disagreements
     assert disagreement.server == "s1" and disagreement.counters_pps == 800
+    agreeing = measure(snap({"s1": {"s1": 100, "s2": 300}}, servers=["s1"],
+                            counters={"s1": 410}), INVENTORY)
+    assert agreeing.disagreements == ()
+
+
+def test_counters_fill_in_a_server_without_samples():
+    document = snapshot_doc(NOW, {"s1": {"s2": 300}}, servers=["s1", "s3"], counters={"s3": 250})
+    document["servers"]["s3"].update(packets_per_s=0.0, packets_per_s_ci95=[0.0, 0.0])
+    m = measure(parse_snapshot(json.dumps(document)), INVENTORY)
+    assert dense(m)[2].tolist() == [0, 0, 250]
+    assert m.from_counters.tolist() == [False, False, True]
 
 
 def test_traffic_to_unknown_destinations_stays_on_the_diagonal():
@@ -54,9 +65,10 @@ def test_traffic_to_unknown_destinations_stays_on_the_diagonal():
     assert dense(m)[0].tolist() == [150, 100, 0]
 
 
-def test_counters_below_the_mapped_rows_shrink_them():
-    m = measure(snap({"s1": {"s2": 300, "s3": 100}}, servers=["s1"], counters={"s1": 200}),
-                INVENTORY)
+def test_a_total_below_the_mapped_rows_shrinks_them():
+    document = snapshot_doc(NOW, {"s1": {"s2": 300, "s3": 100}}, servers=["s1"])
+    document["servers"]["s1"].update(packets_per_s=200.0, packets_per_s_ci95=[190.0, 210.0])
+    m = measure(parse_snapshot(json.dumps(document)), INVENTORY)
     assert dense(m)[0].tolist() == [0, 150, 50]
 
 
