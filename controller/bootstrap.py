@@ -13,8 +13,9 @@ controller knows it for what it is.
 
 The same floor applies to every plan: a server the planner leaves idle (no traffic measured)
 or unmeasured would otherwise get no sFlow at all, and traffic that starts there later would
-never be seen. ``with_floor`` makes every server sample at least 1-in-N; the plan's predicted
-loads then understate by at most ``alpha * U / N`` (0.04 % of forwarding at N = 4096).
+never be seen. ``with_floor`` makes every server that would sample nothing sample 1-in-N; the
+plan's predicted loads then understate by at most ``alpha * U / N`` (0.04 % of forwarding at
+N = 4096). Servers that sample at any rate keep it: they show their traffic already.
 """
 
 from __future__ import annotations
@@ -57,10 +58,11 @@ def measurement_plan(inventory: Inventory, sampling: int, now: datetime,
 
 
 def with_floor(plan: dict[str, Any], sampling: int) -> dict[str, Any]:
-    """``plan`` with every host sampling at least 1-in-``sampling`` (a new ``plan_id`` if changed)."""
+    """``plan`` with every host that samples nothing sampling 1-in-``sampling`` (a new
+    ``plan_id`` if changed). Hosts that sample at any rate already show their traffic."""
     changed = {name: dict(host, sflow_sampling=sampling, local_rate=1.0 / sampling)
                for name, host in plan["hosts"].items()
-               if host.get("sflow_sampling") is None or host["sflow_sampling"] > sampling}
+               if host.get("sflow_sampling") is None}
     if not changed:
         return plan
     out = dict(plan, hosts={**plan["hosts"], **changed})
@@ -70,7 +72,8 @@ def with_floor(plan: dict[str, Any], sampling: int) -> dict[str, Any]:
 
 def floor_shares(shares: PlanShares, sampling: int) -> PlanShares:
     """The same floor on a plan's shares as arrays."""
-    return replace(shares, local_rate=np.maximum(shares.local_rate, 1.0 / sampling))
+    return replace(shares, local_rate=np.where(shares.local_rate > 0, shares.local_rate,
+                                               1.0 / sampling))
 
 
 def is_measurement_plan(plan: dict[str, Any] | None) -> bool:

@@ -60,8 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--timeout", type=duration, default=10.0, metavar="DURATION",
                      help="total timeout of each snapshot fetch (default 10s)")
     run.add_argument("--measure-sampling", type=int, default=4096, metavar="N",
-                     help="every server samples at least 1-in-N, so traffic appearing anywhere "
-                          "is seen; with no plan in force and no snapshot, a measurement plan "
+                     help="a server that would sample nothing samples 1-in-N, so traffic appearing "
+                          "anywhere is seen; with no plan in force and no snapshot, a measurement plan "
                           "(1-in-N everywhere, no mirrors) is published; 0: off (default 4096)")
     run.add_argument("--cycles", type=int, default=None, metavar="N",
                      help="stop after N cycles (default: run until SIGTERM/SIGINT)")

@@ -7,7 +7,7 @@ under the trigger at ``1 - margin`` while load grows by ``(1 - margin) / (1 - pl
 publish. Two kinds of server get no mirrors and no planned sampling (their planning capacity is set to
 their forwarding load): servers that forwarding alone overloads (no plan can help them;
 reported) and servers never measured (silence is not idleness: they must not receive mirrors).
-Every server still samples at least 1-in-``floor`` (``bootstrap.with_floor``), so the
+A server that would sample nothing samples 1-in-``floor`` (``bootstrap.with_floor``), so the
 controller keeps seeing traffic appear anywhere.
 """
 
@@ -43,7 +43,7 @@ class Candidate:
     saturated: tuple[str, ...]   # forwarding alone above the planning capacity
     unmeasured: tuple[str, ...]  # never seen in a snapshot
 
-    floor: int | None = None     # every host samples at least 1-in-floor
+    floor: int | None = None     # hosts sampling nothing sample 1-in-floor
 
     def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
         """The plan file (version 0: the publisher sets it)."""
