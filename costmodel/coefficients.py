@@ -52,3 +52,45 @@ def read_coefficients(path: str | os.PathLike[str],
                 "measured none (see its warnings); re-measure, or give it explicitly")
         found[key] = float(value)
     return found
+
+
+#: Mechanisms behind alpha and beta in files written before ``roles`` was recorded.
+DEFAULT_ROLES = {"alpha": "sflow", "beta": "mirror"}
+
+
+def read_intervals(path: str | os.PathLike[str]) -> dict[str, tuple[float, float]]:
+    """The calibration's confidence intervals of ``alpha``, ``beta`` and ``capacity_pps``.
+
+    alpha and beta come from the mechanisms the file's ``roles`` name (``sflow`` and ``mirror``
+    in older files); capacity's interval spans those mechanisms' capacity intervals (lowest low
+    end, highest high end). Missing or non-finite ends are left out. Call after
+    ``read_coefficients`` has accepted the file.
+    """
+    document = json.loads(Path(path).read_text())
+    mechanisms = document.get("mechanisms") if isinstance(document, dict) else None
+    if not isinstance(mechanisms, dict):
+        return {}
+    roles = document.get("roles") if isinstance(document.get("roles"), dict) else DEFAULT_ROLES
+    found: dict[str, tuple[float, float]] = {}
+    capacity: list[tuple[float, float]] = []
+    for role in ("alpha", "beta"):
+        fit = mechanisms.get(roles.get(role, DEFAULT_ROLES[role]))
+        if not isinstance(fit, dict):
+            continue
+        interval = _interval(fit.get("coefficient_ci"))
+        if interval is not None:
+            found[role] = interval
+        interval = _interval(fit.get("capacity_ci"))
+        if interval is not None:
+            capacity.append(interval)
+    if capacity:
+        found["capacity_pps"] = (min(low for low, _ in capacity), max(high for _, high in capacity))
+    return found
+
+
+def _interval(value) -> tuple[float, float] | None:
+    if (isinstance(value, list) and len(value) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                    for x in value) and value[0] <= value[1]):
+        return float(value[0]), float(value[1])
+    return None

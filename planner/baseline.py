@@ -8,23 +8,29 @@ import numpy as np
 
 from cosample.planner.choices import NONCOLLAB
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.solution import Solution, empty_mirrors
+from cosample.planner.distinct import choose
+from cosample.planner.exact import lp_bound
+from cosample.planner.problem import Problem, build_problem
+from cosample.planner.solution import Bounds, Solution, empty_mirrors
 
 
-def local_only_pps(dc: DataCentre) -> np.ndarray:
-    """min(U_i, spare_i / alpha_i) per server: sampling alone, within capacity."""
-    dc.check_feasible()
-    return np.minimum(dc.own_pps, dc.spare_pps / dc.alpha)
+def local_only_pps(problem: Problem) -> np.ndarray:
+    """min(U_i, spare_i / A_i) per server: sampling alone, within its planned capacity."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alone = np.where(problem.own_pps > 0, problem.spare_pps / problem.sample_cost, 0.0)
+    return np.minimum(problem.own_pps, alone)
 
 
 def noncollab_pps(dc: DataCentre) -> float:
-    """Total traffic collected when no server mirrors."""
-    return float(local_only_pps(dc).sum())
+    """Total traffic collected when no server mirrors, as the paper counts it (no headroom)."""
+    return float(local_only_pps(build_problem(dc, margin=0.0)).sum())
 
 
-def solve_noncollab(dc: DataCentre) -> Solution:
-    """The baseline as a plan-able solution (no mirrors)."""
+def solve_noncollab(problem: Problem) -> Solution:
+    """The baseline as a plan-able solution (no mirrors), with collaboration's bounds beside it."""
     started = time.perf_counter()
-    local = local_only_pps(dc)
-    return Solution(NONCOLLAB, float(local.sum()), local, *empty_mirrors(),
+    local = local_only_pps(problem)
+    bounds = Bounds(lp=lp_bound(problem), envelope=choose(problem).envelope,
+                    method="no collaboration", optimal=False)
+    return Solution(NONCOLLAB, local, *empty_mirrors(), problem=problem, bounds=bounds,
                     seconds=time.perf_counter() - started)

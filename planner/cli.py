@@ -20,6 +20,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help=f"LP solver for --solver reduced/full (default: {DEFAULT_LP_BACKEND})")
     plan.add_argument("--noncollab", action="store_true",
                       help="plan the non-collaborative baseline instead (no mirrors)")
+    plan.add_argument("--margin", type=float, metavar="F",
+                      help="keep this share of every server's capacity free, 0 <= F < 1 "
+                           "(overrides the description's per-server margins; default 0.1)")
+    plan.add_argument("--robust", action="store_true",
+                      help="plan with the pessimistic end of each calibration's 95%% interval "
+                           "(alpha and beta high, capacity low); the summary says what the point "
+                           "estimates would have given")
     plan.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan file here")
     plan.add_argument("--plan-version", type=int, metavar="N",
                       help="plan version (default: creation time in Unix seconds)")

@@ -8,7 +8,7 @@ from datetime import timedelta
 from importlib import resources
 
 from cosample.durations import parse_duration
-from cosample.planner.choices import NONCOLLAB
+from cosample.planner.choices import EXACT, NONCOLLAB
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner.planfile import build_plan, write_plan
@@ -38,8 +38,12 @@ def run_plan(args: argparse.Namespace) -> int:
     validity = valid_for(args.valid_for)
     dc = load_datacentre(args.file)
     solver = NONCOLLAB if args.noncollab else args.solver
-    solution = solve(dc, solver, lp_backend=args.lp_backend, time_limit=args.time_limit)
-    plan = build_plan(dc, solution, valid_for=validity, version=args.plan_version)
+    solution = solve(dc, solver, lp_backend=args.lp_backend, time_limit=args.time_limit,
+                     margin=args.margin, robust=args.robust)
+    point = solve(dc, EXACT if solver != NONCOLLAB else solver, margin=args.margin) \
+        if args.robust else None
+    plan = build_plan(dc, solution, valid_for=validity, version=args.plan_version,
+                      point_estimate=point)
     if args.output:
         write_plan(plan, args.output)
     console = default_console()

@@ -25,6 +25,11 @@ from cosample.planner.errors import InfeasibleError, PlannerError
 from cosample.validation import problem, read_document, validate
 
 
+#: Optional per-server planning inputs and their array types (``from_arrays`` keywords).
+PLANNING_ARRAYS = {"margin": float, "weight": float, "packet_bytes": float,
+                   "mirror_cap_bytes": float, "samples_inbound": bool}
+
+
 @dataclass(frozen=True)
 class DataCentre:
     """Servers and traffic as arrays. Build with ``from_arrays`` or ``load``/``from_dict``."""
@@ -39,17 +44,36 @@ class DataCentre:
     name: str = "datacentre"
     server_extras: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sflow: Mapping[str, Any] = field(default_factory=dict)
+    # optional planning inputs (None: the default for every server; see planner.problem)
+    margin: np.ndarray | None = None            # per server, NaN = the plan's default
+    weight: np.ndarray | None = None
+    packet_bytes: np.ndarray | None = None
+    mirror_cap_bytes: np.ndarray | None = None  # inf = no cap
+    samples_inbound: np.ndarray | None = None   # bool: tunnels on the sampled bridge
+    intervals: Mapping[str, np.ndarray] | None = None  # alpha/beta/capacity_pps -> (n, 2), NaN unknown
+    collector_cap_pps: float = math.inf
 
     # construction --------------------------------------------------------------------------
     @classmethod
     def from_arrays(cls, capacity_pps: Sequence[float], alpha: float | Sequence[float],
                     beta: float | Sequence[float], traffic_src: Sequence[int] = (),
                     traffic_dst: Sequence[int] = (), traffic_pps: Sequence[float] = (),
-                    names: Sequence[str] | None = None, name: str = "datacentre") -> "DataCentre":
-        """Validated data centre from arrays (for experiments, benchmarks and notebooks)."""
+                    names: Sequence[str] | None = None, name: str = "datacentre",
+                    **planning: Any) -> "DataCentre":
+        """Validated data centre from arrays (for experiments, benchmarks and notebooks).
+
+        ``planning``: optional ``margin``, ``weight``, ``packet_bytes``, ``mirror_cap_bytes``,
+        ``samples_inbound`` (scalars or per-server arrays), ``collector_cap_pps`` and
+        ``intervals`` (``{"alpha"|"beta"|"capacity_pps": (n, 2) low/high, NaN unknown}``).
+        """
         capacity = np.asarray(capacity_pps, dtype=float)
         n = capacity.shape[0]
         names = tuple(names) if names is not None else tuple(f"s{i + 1}" for i in range(n))
+        unknown = set(planning) - {*PLANNING_ARRAYS, "collector_cap_pps", "intervals"}
+        if unknown:
+            raise PlannerError(f"unknown planning input(s): {', '.join(sorted(unknown))}")
+        arrays = {key: np.broadcast_to(np.asarray(planning[key], dtype=kind), (n,)).copy()
+                  for key, kind in PLANNING_ARRAYS.items() if planning.get(key) is not None}
         dc = cls(
             names=names, capacity_pps=capacity,
             alpha=np.broadcast_to(np.asarray(alpha, dtype=float), (n,)).copy(),
@@ -57,6 +81,8 @@ class DataCentre:
             traffic_src=np.asarray(traffic_src, dtype=np.int64),
             traffic_dst=np.asarray(traffic_dst, dtype=np.int64),
             traffic_pps=np.asarray(traffic_pps, dtype=float), name=name,
+            collector_cap_pps=float(planning.get("collector_cap_pps", math.inf)),
+            intervals=_intervals(planning.get("intervals"), n), **arrays,
         )
         dc.check_arrays()
         return dc
@@ -86,7 +112,8 @@ class DataCentre:
     def from_description(cls, description: Description, base_dir: Path = Path("."),
                          source: str = "description") -> "DataCentre":
         """Apply the cross-field rules to a validated description and build the arrays."""
-        from cosample.costmodel.coefficients import CalibrationFileError, read_coefficients
+        from cosample.costmodel.coefficients import (CalibrationFileError, read_coefficients,
+                                                     read_intervals)
 
         def fail(location: Sequence[int | str], what: str, value: Any = None) -> PlannerError:
             name = names[location[1]] if location[0] == "servers" else None
@@ -106,6 +133,8 @@ class DataCentre:
         capacity = np.array([math.nan if s.capacity_pps is None else s.capacity_pps for s in servers])
         alpha = np.array([cost.alpha if s.alpha is None else s.alpha for s in servers])
         beta = np.array([cost.beta if s.beta is None else s.beta for s in servers])
+        intervals = {key: np.full((len(servers), 2), math.nan)
+                     for key in ("alpha", "beta", "capacity_pps")}
         for position, server in enumerate(servers):
             if server.calibration is None:
                 continue
@@ -113,9 +142,12 @@ class DataCentre:
                 calibrated = read_coefficients(base_dir / server.calibration, required=())
             except CalibrationFileError as exc:
                 raise fail(("servers", position, "calibration"), str(exc)) from None
+            measured = read_intervals(base_dir / server.calibration)
             for key, column in (("capacity_pps", capacity), ("alpha", alpha), ("beta", beta)):
                 if getattr(server, key) is None and calibrated.get(key) is not None:
                     column[position] = calibrated[key]
+                    if key in measured:  # an explicit value has no interval: it is what it is
+                        intervals[key][position] = measured[key]
         missing = np.flatnonzero(np.isnan(capacity))
         if missing.size:
             raise fail(("servers", int(missing[0]), "capacity_pps"),
@@ -146,10 +178,14 @@ class DataCentre:
         carried = volume > 0
 
         name = description.name or (Path(source).stem if source != "description" else "datacentre")
+        collector_cap = description.budgets.collector_samples_pps
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
                    traffic_src=np.array(src, dtype=np.int64)[carried],
-                   traffic_dst=np.array(dst, dtype=np.int64)[carried], traffic_pps=volume[carried], name=name, server_extras=extras,
-                   sflow=description.sflow.model_dump(exclude_none=True))
+                   traffic_dst=np.array(dst, dtype=np.int64)[carried], traffic_pps=volume[carried],
+                   name=name, server_extras=extras, sflow=description.sflow.model_dump(exclude_none=True),
+                   collector_cap_pps=math.inf if collector_cap is None else collector_cap,
+                   intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
+                   **_planning_arrays(servers))
 
     # checks ------------------------------------------------------------------------------
     def check_arrays(self) -> None:
@@ -181,6 +217,22 @@ class DataCentre:
             raise PlannerError(f"traffic_pps.{self.names[self.traffic_src[i]]}."
                                f"{self.names[self.traffic_dst[i]]}: must be finite and >= 0, "
                                f"got {self.traffic_pps[i]!r}")
+        for label, lowest, highest in (("margin", 0.0, 1.0), ("weight", 0.0, math.inf),
+                                       ("packet_bytes", 0.0, math.inf),
+                                       ("mirror_cap_bytes", 0.0, math.inf)):
+            values = getattr(self, label)
+            if values is None:
+                continue
+            bad = (values < lowest) | (values > highest) | np.isnan(values) & (label != "margin")
+            if label == "margin":
+                bad |= values >= 1
+            elif label in ("weight", "packet_bytes"):
+                bad |= values <= 0
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise PlannerError(f"server {self.names[i]!r}: {label} out of range, got {values[i]!r}")
+        if self.collector_cap_pps < 0 or math.isnan(self.collector_cap_pps):
+            raise PlannerError(f"collector_cap_pps must be >= 0, got {self.collector_cap_pps!r}")
 
     def check_feasible(self) -> None:
         """Raise ``InfeasibleError`` listing every server whose forwarding alone exceeds capacity."""
@@ -216,3 +268,32 @@ class DataCentre:
             return self.names.index(name)
         except ValueError:
             raise PlannerError(f"unknown server {name!r}") from None
+
+
+def _planning_arrays(servers) -> dict[str, np.ndarray]:
+    """The per-server planning fields a description gives, as arrays (absent: left out)."""
+    arrays: dict[str, np.ndarray] = {}
+    given = {
+        "margin": ([s.margin for s in servers], math.nan),
+        "weight": ([s.weight for s in servers], 1.0),
+        "packet_bytes": ([s.packet_bytes for s in servers], math.nan),
+        "mirror_cap_bytes": ([s.mirror_cap_bytes_per_s for s in servers], math.inf),
+    }
+    for key, (values, default) in given.items():
+        if any(value is not None for value in values):
+            arrays[key] = np.array([default if value is None else value for value in values])
+    if any(s.bridge_layout == "single" for s in servers):
+        arrays["samples_inbound"] = np.array([s.bridge_layout == "single" for s in servers])
+    return arrays
+
+
+def _intervals(given: Mapping[str, Any] | None, n: int) -> dict[str, np.ndarray] | None:
+    """Interval arrays (n, 2) for alpha, beta and capacity_pps; absent ones unknown (NaN)."""
+    if given is None:
+        return None
+    unknown = set(given) - {"alpha", "beta", "capacity_pps"}
+    if unknown:
+        raise PlannerError(f"intervals: unknown key(s) {', '.join(sorted(unknown))}")
+    return {key: (np.broadcast_to(np.asarray(given[key], dtype=float), (n, 2)).copy()
+                  if key in given else np.full((n, 2), math.nan))
+            for key in ("alpha", "beta", "capacity_pps")}

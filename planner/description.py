@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from cosample.validation import InterfaceName, Strict
 
@@ -21,6 +21,8 @@ from cosample.validation import InterfaceName, Strict
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 #: A finite number > 0 (cost coefficients).
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: A share of capacity kept free: 0 <= margin < 1.
+Margin = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
 
 
 _IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)")
@@ -54,6 +56,25 @@ class Server(Strict):
     tunnel_ip: Annotated[str, AfterValidator(_ip_address)] | None = None
     bridge: InterfaceName | None = None
     vm_ports: list[InterfaceName] | None = None
+    #: share of capacity kept free (default: ``cosample plan --margin``, else 0.1)
+    margin: Margin | None = None
+    #: value of one collected packet of this server's VMs (monitor some servers more), default 1
+    weight: Positive | None = None
+    #: mean size of the VMs' packets, bytes (turns the mirror cap into packets)
+    packet_bytes: Positive | None = None
+    #: most mirrored bytes/s this server may send across the fabric
+    mirror_cap_bytes_per_s: NonNegative | None = None
+    #: "patch": tunnels on another bridge (OpenStack br-int + br-tun), the sampled bridge takes
+    #: the VMs' own packets; "single": VM ports and tunnels on the sampled bridge, which then
+    #: also samples the tenant traffic arriving from other servers
+    bridge_layout: Literal["patch", "single"] = "patch"
+
+    @field_validator("mirror_cap_bytes_per_s")
+    @classmethod
+    def _cap_needs_size(cls, cap: float | None, info: ValidationInfo) -> float | None:
+        if cap is not None and info.data.get("packet_bytes") is None:
+            raise ValueError("needs packet_bytes (the mean packet size) to count mirrored packets")
+        return cap
 
 
 #: Server fields handed through to the plan for the agents, when given.
@@ -69,11 +90,19 @@ class Sflow(Strict):
     polling_s: Annotated[int, Field(ge=0)] | None = None
 
 
+class Budgets(Strict):
+    """Fleet-wide limits the operator sets."""
+
+    #: most sFlow samples/s all bridges and receivers together send to the collector
+    collector_samples_pps: NonNegative | None = None
+
+
 class Description(Strict):
-    """A whole description: ``cost``, ``servers``, ``traffic_pps[src][dst]`` and ``sflow``."""
+    """A whole description: ``cost``, ``servers``, ``traffic_pps[src][dst]``, ``sflow``, ``budgets``."""
 
     name: Annotated[str, Field(min_length=1)] | None = None
     cost: Cost
     servers: Annotated[list[Server], Field(min_length=1)]
     traffic_pps: dict[str, dict[str, NonNegative]] = {}
     sflow: Sflow = Sflow()
+    budgets: Budgets = Budgets()

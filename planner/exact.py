@@ -1,134 +1,93 @@
-"""The exact solver: the LP's optimum in closed form, O(n log n), per-server alpha and beta.
+"""The exact solver: distinct packets maximised in O(n log n), and the paper's LP bound in closed form.
 
-Why it is exact (docs/planner.md, "Why the closed form is exact"; the model in docs/model.md):
-- Receivers P are the servers that can sample all their own traffic (spare >= alpha*U); only they
-  take mirrors, and they sample all their own (the paper's reduction rule). Each can absorb
-  ``room_k = (spare_k - alpha_k U_k) / (alpha_k + beta_k)`` pps of mirrored traffic; with a full
-  mesh only the total room R matters.
-- A sender i in Q that mirrors y pps samples ``(spare_i - beta_i y) / alpha_i`` locally, so it
-  collects ``spare_i/alpha_i + g_i y`` with marginal value ``g_i = 1 - beta_i/alpha_i``, until
-  ``y*_i = min((alpha_i U_i - spare_i)/(alpha_i - beta_i), spare_i/beta_i)`` (all covered, or all
-  capacity spent on mirroring). Senders with ``g_i <= 0`` never mirror.
-- The rest is a fractional knapsack: fill R with the senders of highest g first.
+Structure (docs/planner.md, "Why the plan is exact"): a bridge has one sFlow rate, so a server
+can take mirrored packets only if it samples everything entering its bridge 1-in-1. The servers
+that can afford that (P, ``Problem.receiver``) sample all their own traffic and offer their
+leftover capacity as room, ``(spare - alpha x bridge input) / (alpha + beta)`` pps; with a full
+mesh only the total room R matters. The others (senders) share R: ``distinct.choose`` picks who
+mirrors how much, maximising distinct packets (local sFlow and mirrors overlap), exactly when
+all fit or few compete, otherwise greedily with the gap to a proven bound. Then the collector
+budget trims the plan and ``pairing.pair_offloads`` draws few sender-receiver pairs.
 
-Ties (senders with equal g competing for a scarce R) are broken by max-min coverage: the marginal
-group is water-filled so the least-covered senders rise together. Senders are then paired with
-receivers by ``pairing.pair_offloads`` to keep the number of tunnels small.
+``lp_bound`` is the paper's LP optimum (it counts ``l + m``, no overlap) with the same margin,
+costs, weights and mirror caps: a fractional knapsack over the senders' gains ``w (1 - beta/A)``,
+the reference the LPs are tested against and an upper bound on distinct packets.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
+from cosample.planner.budgets import samples_bound, trim_to_collector_cap
 from cosample.planner.choices import EXACT
 from cosample.planner.datacentre import DataCentre
+from cosample.planner.distinct import choose, senders_of
 from cosample.planner.pairing import pair_offloads
-from cosample.planner.solution import Solution
+from cosample.planner.problem import Problem, build_problem
+from cosample.planner.solution import Bounds, Solution
 
 
-@dataclass(frozen=True)
-class Split:
-    """The structure of the optimum: who receives, who sends, how much room and demand."""
+def lp_bound(problem: Problem) -> float:
+    """The paper's LP optimum (weighted ``l + m``) for ``problem``, without solving an LP.
 
-    receiver: np.ndarray      # bool per server: in P
-    room_pps: np.ndarray      # mirrored pps each receiver can absorb (0 outside P)
-    base_pps: np.ndarray      # what each sender collects alone: spare/alpha (0 outside Q)
-    gain: np.ndarray          # marginal value of offloading, 1 - beta/alpha (0 outside Q)
-    useful_pps: np.ndarray    # y*: offload beyond which a sender collects nothing more
-
-
-def split(dc: DataCentre) -> Split:
-    """Partition into receivers and senders and compute each one's terms (vectorised)."""
-    dc.check_feasible()
-    own, spare, alpha, beta = dc.own_pps, dc.spare_pps, dc.alpha, dc.beta
-    receiver = spare - alpha * own >= 0
-    sender = ~receiver
-    room = np.where(receiver, (spare - alpha * own) / (alpha + beta), 0.0)
-    gain = np.where(sender, 1.0 - beta / alpha, 0.0)
-    mirrors = sender & (gain > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        useful = np.minimum((alpha * own - spare) / (alpha - beta), spare / beta)
-    useful = np.where(mirrors, np.maximum(useful, 0.0), 0.0)
-    base = np.where(sender, spare / alpha, 0.0)
-    return Split(receiver, room, base, gain, useful)
-
-
-def allocate_offload(dc: DataCentre, parts: Split) -> np.ndarray:
-    """Offload y_i per sender: highest gain first, the marginal gain group water-filled."""
-    offload = np.zeros(dc.size)
-    budget = float(parts.room_pps.sum())
-    candidates = np.flatnonzero(parts.useful_pps > 0)
-    if candidates.size == 0 or budget <= 0:
-        return offload
-    if parts.useful_pps[candidates].sum() <= budget:
-        offload[candidates] = parts.useful_pps[candidates]
-        return offload
-    gain = parts.gain[candidates]
-    if np.all(gain == gain[0]):  # one set of coefficients: a single group, no sort needed
-        gains, group = -gain[:1], np.zeros(candidates.size, dtype=np.int64)
-    else:
-        gains, group = np.unique(-gain, return_inverse=True)  # best gain first
-    group_demand = np.bincount(group, weights=parts.useful_pps[candidates])
-    demand_before = np.concatenate(([0.0], np.cumsum(group_demand)[:-1]))
-    marginal = int(np.searchsorted(np.cumsum(group_demand), budget, side="right"))
-    full = candidates[group < marginal]
-    offload[full] = parts.useful_pps[full]
-    members = candidates[group == marginal]
-    offload[members] = water_fill(
-        parts.base_pps[members], parts.useful_pps[members], dc.own_pps[members],
-        -gains[marginal], budget - demand_before[marginal])
-    return offload
-
-
-def water_fill(base: np.ndarray, cap: np.ndarray, own: np.ndarray, gain: float,
-               budget: float) -> np.ndarray:
-    """Offloads summing to ``budget`` that maximise the minimum coverage (base + gain*y)/own.
-
-    Each sender's offload as a function of the common coverage level c is
-    ``clip((c*own - base)/gain, 0, cap)``: piecewise linear with breakpoints where it starts and
-    where it saturates, so the total is piecewise linear in c and its inverse at ``budget`` is
-    found exactly from the sorted breakpoints.
+    A sender i mirroring y pps samples ``(spare_i - beta_i y)/A_i`` locally, gaining
+    ``w_i (1 - beta_i/A_i)`` per mirrored pps until ``l + m = 1``, its capacity or its mirror cap
+    stops it; receivers collect all their own. The rest is a fractional knapsack over R.
     """
-    start = base / own
-    stop = (base + gain * cap) / own
-    slope = own / gain
-    points = np.concatenate((start, stop))
-    change = np.concatenate((slope, -slope))
-    order = np.argsort(points)  # ties between breakpoints do not change the result
-    points, change = points[order], change[order]
-    slope_after = np.cumsum(change)
-    total_at = np.concatenate(([0.0], np.cumsum(slope_after[:-1] * np.diff(points))))
-    j = int(np.searchsorted(total_at, budget, side="right")) - 1
-    level = points[j] + ((budget - total_at[j]) / slope_after[j] if slope_after[j] > 0 else 0.0)
-    offload = np.clip((level * own - base) / gain, 0.0, cap)
-    total = offload.sum()
-    if total > 0:  # remove the last ulps of drift so the receivers' room is met exactly
-        offload = np.minimum(offload * (budget / total), cap)
-    return offload
+    own, spare, cost, beta, weight = (problem.own_pps, problem.spare_pps, problem.sample_cost,
+                                      problem.beta, problem.weight)
+    receiver = problem.receiver
+    sender = ~receiver & (own > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = np.where(sender, weight * (1 - beta / cost), 0.0)
+        useful = np.minimum(np.minimum((cost * own - spare) / (cost - beta), spare / beta),
+                            problem.mirror_cap_pps)
+        base = np.where(sender, np.minimum(spare / cost, own), 0.0)
+    useful = np.where(sender & (gain > 0), np.maximum(useful, 0.0), 0.0)
+    total = float((weight * own)[receiver].sum() + (weight * base).sum())
+    room = float(problem.room_pps.sum())
+    candidates = np.flatnonzero(useful > 0)
+    if candidates.size == 0 or room <= 0:
+        return total
+    if np.all(gain[candidates] == gain[candidates[0]]):  # one set of coefficients: any order
+        order = candidates
+    else:
+        order = candidates[np.argsort(-gain[candidates], kind="stable")]
+    ends = np.cumsum(useful[order])
+    whole = int(np.searchsorted(ends, room, side="right"))
+    total += float((gain[order[:whole]] * useful[order[:whole]]).sum())
+    if whole < order.size:
+        total += float(gain[order[whole]] * (room - (ends[whole - 1] if whole else 0.0)))
+    return total
 
 
 def optimum_pps(dc: DataCentre) -> float:
-    """The LP's optimal collected volume, without building a plan (fast path for grids)."""
-    parts = split(dc)
-    demand = float(parts.useful_pps.sum())
-    budget = float(parts.room_pps.sum())
-    collected = dc.own_pps[parts.receiver].sum() + parts.base_pps.sum()
-    if demand <= budget:
-        return float(collected + (parts.gain * parts.useful_pps).sum())
-    return float(collected + (parts.gain * allocate_offload(dc, parts)).sum())
+    """The paper's LP optimum as the paper states it: no headroom, point costs (for its figures)."""
+    return lp_bound(build_problem(dc, margin=0.0))
 
 
-def solve_exact(dc: DataCentre) -> Solution:
-    """The optimal plan: local sampling, offloads, and sender-receiver pairs."""
+def solve_exact(problem: Problem) -> Solution:
+    """The plan: who samples what locally, who mirrors how much to whom, and its bounds."""
     started = time.perf_counter()
-    parts = split(dc)
-    offload = allocate_offload(dc, parts)
-    local = np.where(parts.receiver, dc.own_pps, (dc.spare_pps - dc.beta * offload) / dc.alpha)
-    local = np.clip(local, 0.0, dc.own_pps)
-    src, dst, pps = pair_offloads(offload, parts.room_pps)
-    collected = float(local.sum() + offload.sum())
-    return Solution(EXACT, collected, local, src, dst, pps,
+    senders = senders_of(problem)
+    choice = choose(problem, senders)
+    offload = choice.offload_pps
+    local = problem.own_pps.astype(float).copy()
+    local[senders.index] = senders.local_pps(offload[senders.index])
+    src, dst, pps = pair_offloads(offload, problem.room_pps)
+    method, optimal = choice.method, choice.optimal
+    if np.isfinite(problem.collector_cap_pps):
+        received = np.bincount(dst, weights=pps, minlength=problem.size)
+        trimmed_local, trimmed = trim_to_collector_cap(problem, local, offload, received)
+        if not (np.array_equal(trimmed_local, local) and np.array_equal(trimmed, offload)):
+            local, offload = trimmed_local, trimmed
+            src, dst, pps = pair_offloads(offload, problem.room_pps)
+            method, optimal = method + ", trimmed to the collector budget", False
+    bounds = Bounds(lp=min(lp_bound(problem), samples_bound(problem, problem.collector_cap_pps)),
+                    envelope=min(choice.envelope,
+                                 samples_bound(problem, problem.collector_cap_pps)),
+                    method=method, optimal=optimal)
+    return Solution(EXACT, local, src, dst, pps, problem=problem, bounds=bounds,
                     seconds=time.perf_counter() - started)

@@ -1,16 +1,18 @@
-"""From a continuous optimum to what switches can do: sFlow's 1-in-N and the capacity it frees.
+"""From a continuous plan to what switches do: sFlow's 1-in-N, the capacity it frees, what it collects.
 
 sFlow samples 1 in N packets, N an integer, so a local rate r becomes N = ceil(1/r) and the
 applied rate 1/N <= r: rounding never exceeds a capacity. The sender's capacity freed by rounding
 down is not simply lost: the sender mirrors the coverage it lost, ``(r - 1/N) * U``, through the
-pairs it already has (no new tunnels), as far as those receivers have room left. Mirroring costs
-the sender beta < alpha, so its own constraint still holds. What cannot be placed is reported as
-headroom. Pure functions over arrays.
+pairs it already has (no new tunnels), as far as those receivers have room left within their
+planned capacity. Mirroring costs the sender beta < alpha, so its own constraint still holds, and
+it adds at most the samples the rounding removed. What cannot be placed is reported as headroom.
 
-A bridge's sFlow and the tc mirror chain pick packets independently, so a sender that samples a
-share l locally and mirrors m collects ``l + m - l*m`` distinct packets, not ``l + m`` (measured
-on the testbed, docs/testbed.md). ``distinct_pps`` predicts that; the LP, like the paper, counts
-``l + m``.
+What the applied plan collects, given how the data plane draws: a bridge's sFlow and the tc
+mirror chain pick packets independently, so a sender with applied local share l and mirrored
+share m collects ``U (l + m - l m)`` distinct own packets (the overlap ``U l m`` is sampled
+twice). A bridge that also takes inbound tenant traffic samples it at its rate: those samples
+are packets of other servers' flows, new with probability ``1 - c`` (c: the source's coverage).
+Pure functions over arrays.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cosample.planner.datacentre import DataCentre
-from cosample.planner.solution import Solution
+from cosample.planner.problem import Problem
+from cosample.planner.solution import Solution, distinct_pps
 
 #: LP solvers return rates a few ulps below a round 1/N; this much relative slack maps them to N.
 RATE_TOLERANCE = 1e-9
@@ -30,17 +32,25 @@ MAX_INTERVAL = 2**32 - 1
 
 @dataclass(frozen=True)
 class Realised:
-    """Rates as they will be configured, and the load they predict per server."""
+    """Rates as they will be configured, and the load and volumes they predict per server."""
 
-    local_rate: np.ndarray       # planned (continuous) fraction sampled locally
+    planned_rate: np.ndarray     # continuous fraction sampled locally (the optimum)
+    local_rate: np.ndarray       # applied: 1/N, or 0
     sflow_sampling: np.ndarray   # N per server, 0 meaning no local sampling
-    local_pps: np.ndarray        # U / N
+    local_pps: np.ndarray        # own packets sampled locally: U / N
     mirror_src: np.ndarray
     mirror_dst: np.ndarray
     mirror_pps: np.ndarray       # after the top-up
+    planned_mirror_pps: np.ndarray  # before it (the continuous optimum)
     load_pps: np.ndarray
-    collected_pps: float
-    distinct_pps: float          # expected distinct packets when sFlow and mirrors pick independently
+    distinct_pps: np.ndarray     # distinct own packets collected per server
+    inbound_distinct_pps: float  # extra distinct packets from bridges sampling inbound traffic
+    samples_pps: float           # samples/s sent to the collector (overlap and inbound included)
+
+    @property
+    def collected_pps(self) -> float:
+        """Distinct packets collected: own traffic of every server, plus inbound extras."""
+        return float(self.distinct_pps.sum()) + self.inbound_distinct_pps
 
 
 def sampling_interval(rate: np.ndarray) -> np.ndarray:
@@ -52,47 +62,65 @@ def sampling_interval(rate: np.ndarray) -> np.ndarray:
     return interval.astype(np.int64)
 
 
-def predicted_load(dc: DataCentre, local_pps: np.ndarray, mirror_src: np.ndarray,
+def predicted_load(problem: Problem, rate: np.ndarray, mirror_src: np.ndarray,
                    mirror_dst: np.ndarray, mirror_pps: np.ndarray) -> np.ndarray:
-    """Each server's cost in pps units: forwarding + sampling + mirroring out + receiving."""
-    n = dc.size
+    """Each server's cost in pps units: forwarding + sampling its bridge + mirroring + receiving."""
+    n = problem.size
     out = np.bincount(mirror_src, weights=mirror_pps, minlength=n)
     received = np.bincount(mirror_dst, weights=mirror_pps, minlength=n)
-    return (dc.forwarding_pps + dc.alpha * local_pps + dc.beta * out
-            + (dc.alpha + dc.beta) * received)
+    return (problem.forwarding_pps + problem.alpha * rate * problem.bridge_pps
+            + problem.beta * out + (problem.alpha + problem.beta) * received)
 
 
-def realise(dc: DataCentre, solution: Solution, receivers: np.ndarray) -> Realised:
-    """Round local rates to 1-in-N and spend the freed capacity on existing mirror pairs.
+def realise(solution: Solution) -> Realised:
+    """Round local rates to 1-in-N, spend the freed capacity on existing pairs, count packets.
 
-    ``receivers`` marks the servers that sample all their own traffic (P); they sample 1-in-1 so
-    that every mirrored packet they receive is sampled too.
+    Servers that receive sample 1-in-1, so that every mirrored packet they take is sampled.
     """
-    own = dc.own_pps
+    problem = solution.problem
+    own = problem.own_pps
     with np.errstate(divide="ignore", invalid="ignore"):
-        rate = np.where(own > 0, solution.local_pps / own, 0.0)
+        planned = np.where(own > 0, solution.local_pps / own, 0.0)
+    planned = np.clip(planned, 0.0, 1.0)
     received = solution.received_pps
-    rate = np.where(receivers & ((own > 0) | (received > 0)), 1.0, np.clip(rate, 0.0, 1.0))
+    rate = np.where(received > 0, 1.0, planned)
     rate = np.where(rate * MAX_INTERVAL < 1.0, 0.0, rate)  # below sFlow's range: exactly off
+    planned = np.where(planned * MAX_INTERVAL < 1.0, 0.0, planned)
     interval = sampling_interval(rate)
-    with np.errstate(divide="ignore"):
-        local_pps = np.where(interval > 0, own / np.maximum(interval, 1), 0.0)
+    applied = np.where(interval > 0, 1.0 / np.maximum(interval, 1), 0.0)
+    local_pps = own * applied
     mirror_pps = solution.mirror_pps.astype(float).copy()
     src, dst = solution.mirror_src, solution.mirror_dst
     if mirror_pps.size:
         lost = np.maximum(solution.local_pps - local_pps, 0.0)
-        offload = np.bincount(src, weights=mirror_pps, minlength=dc.size)
-        wanted = lost[src] * mirror_pps / offload[src]
-        load = predicted_load(dc, local_pps, src, dst, mirror_pps)
-        room = np.maximum(dc.capacity_pps - load, 0.0) / (dc.alpha + dc.beta)
-        demand = np.bincount(dst, weights=wanted, minlength=dc.size)
+        offload = np.bincount(src, weights=mirror_pps, minlength=problem.size)
+        headroom = np.minimum(own - offload, problem.mirror_cap_pps - offload)  # shares, mirror cap
+        wanted = np.minimum(lost[src], headroom[src]) * mirror_pps / offload[src]
+        wanted = np.maximum(wanted, 0.0)
+        load = predicted_load(problem, applied, src, dst, mirror_pps)
+        room = np.maximum(problem.usable_pps - load, 0.0) / (problem.alpha + problem.beta)
+        demand = np.bincount(dst, weights=wanted, minlength=problem.size)
         with np.errstate(divide="ignore", invalid="ignore"):
             scale = np.where(demand > 0, np.minimum(1.0, room / demand), 0.0)
         mirror_pps = mirror_pps + wanted * scale[dst]
-    load = predicted_load(dc, local_pps, src, dst, mirror_pps)
-    mirrored = np.bincount(src, weights=mirror_pps, minlength=dc.size)
+    load = predicted_load(problem, applied, src, dst, mirror_pps)
+    mirrored = np.bincount(src, weights=mirror_pps, minlength=problem.size)
+    distinct = distinct_pps(own, local_pps, mirrored)
+    samples = float((applied * problem.bridge_pps).sum() + mirror_pps.sum())
+    return Realised(planned, applied, interval, local_pps, src, dst, mirror_pps,
+                    solution.mirror_pps.astype(float), load, distinct,
+                    _inbound_distinct(problem, applied, distinct), samples)
+
+
+def _inbound_distinct(problem: Problem, rate: np.ndarray, distinct: np.ndarray) -> float:
+    """Packets of other servers' flows that a bridge sampling its inbound traffic adds."""
+    takes_inbound = problem.bridge_pps > problem.own_pps
+    if not takes_inbound.any():
+        return 0.0
+    dc = problem.dc
+    own = problem.own_pps
     with np.errstate(divide="ignore", invalid="ignore"):
-        overlap = np.where(own > 0, local_pps * mirrored / own, 0.0)
-    return Realised(rate, interval, local_pps, src, dst, mirror_pps, load,
-                    float(local_pps.sum() + mirror_pps.sum()),
-                    float((local_pps + mirrored - overlap).sum()))
+        coverage = np.where(own > 0, distinct / own, 1.0)
+    flows = (dc.traffic_src != dc.traffic_dst) & takes_inbound[dc.traffic_dst]
+    src, dst, pps = dc.traffic_src[flows], dc.traffic_dst[flows], dc.traffic_pps[flows]
+    return float((pps * rate[dst] * (1 - coverage[src])).sum())

@@ -51,21 +51,40 @@ def plan_table(plan: dict[str, Any]) -> Table:
 
 
 def summary_lines(plan: dict[str, Any]) -> list[str]:
+    """Distinct packets first (what the fleet collects), then planned, samples and the bound."""
     summary = plan["summary"]
-    return [
-        f"collected  {summary['collected_pps']:,.0f} pps of {summary['own_pps_total']:,.0f} "
-        f"({_pct(summary['coverage'])} coverage); after 1-in-N rounding "
-        f"{summary['collected_applied_pps']:,.0f} pps, of which "
-        f"{summary['collected_distinct_pps']:,.0f} distinct (local sFlow and mirrors overlap)",
+    objective = summary["objective"]
+    assumptions = summary["assumptions"]
+    unit = "weighted pps" if objective["weighted"] else "pps"
+    proof = "proved optimal" if objective["optimal"] else f"within {_pct(objective['gap'])} of the bound"
+    lines = [
+        f"collected  {summary['collected_pps']:,.0f} distinct pps of "
+        f"{summary['own_pps_total']:,.0f} ({_pct(summary['coverage'])}) as applied "
+        f"(1-in-N, top-up); planned {summary['collected_planned_pps']:,.0f}",
+        f"samples    {summary['samples_pps']:,.0f} samples/s to the collector, "
+        f"{summary['overlap_pps']:,.0f} of them duplicates or inbound"
+        + (f" (budget {assumptions['collector_cap_pps']:,.0f})"
+           if assumptions["collector_cap_pps"] is not None else ""),
+        f"bound      objective {objective['planned']:,.0f} {unit}, {proof} "
+        f"({objective['method']}); distinct bound {objective['bound_distinct']:,.0f}, "
+        f"paper's LP (counts l + m) {objective['bound_lp']:,.0f}",
         f"baseline   {summary['noncollab_pps']:,.0f} pps without collaboration; "
         f"gain {_pct(summary['gain'])}",
         f"mirrors    {summary['mirror_pairs']} pairs, {summary['senders']} senders, "
         f"{summary['receivers']} receivers; max capacity use {_pct(summary['max_capacity_use'])}",
+        "assumed    margin " + (f"{_pct(assumptions['margin'])}" if isinstance(assumptions["margin"], float)
+                                else str(assumptions["margin"]))
+        + (", robust (95 % interval ends)" if assumptions["robust"] else ", point estimates")
+        + (f"; point estimates would collect {assumptions['point_estimate_collected_pps']:,.0f} pps"
+           if "point_estimate_collected_pps" in assumptions else ""),
+    ]
+    lines += [f"note       {note}" for note in summary["notes"]]
+    lines.append(
         f"solver     {plan['solver']['name']}"
         + (f" ({plan['solver']['lp_backend']})" if plan["solver"]["lp_backend"] else "")
         + f" in {plan['solver']['seconds'] * 1e3:.2f} ms; plan {plan['plan_id'][:12]}, "
-        f"expires {plan['expires']}",
-    ]
+        f"expires {plan['expires']}")
+    return lines
 
 
 def default_console() -> Console:

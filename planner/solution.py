@@ -3,24 +3,48 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+
+from cosample.planner.problem import Problem
+
+#: Relative tolerance under which a plan's objective equals its bound (round-off of sums).
+EXACT_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Upper bounds on the weighted distinct objective, and how the plan was found.
+
+    ``lp`` is the paper's LP optimum (it counts local and mirrored samples of a packet twice);
+    ``envelope`` the tighter distinct bound (each sender's convex value replaced by its chord),
+    both capped by the collector budget's bound. ``optimal`` says the plan is proved optimal by
+    its method (all senders fit, every vertex enumerated); otherwise it is optimal when it meets
+    ``envelope``.
+    """
+
+    lp: float
+    envelope: float
+    method: str
+    optimal: bool
 
 
 @dataclass(frozen=True)
 class Solution:
-    """A continuous optimum of the paper's LP, before rounding to sFlow's 1-in-N.
+    """A continuous plan, before rounding to sFlow's 1-in-N.
 
     ``local_pps[i]`` is the part of server i's own traffic it samples itself; mirror entry j says
     server ``mirror_src[j]`` sends ``mirror_pps[j]`` of its own traffic to ``mirror_dst[j]``.
     """
 
     solver: str
-    collected_pps: float
     local_pps: np.ndarray
     mirror_src: np.ndarray
     mirror_dst: np.ndarray
     mirror_pps: np.ndarray
+    problem: Problem
+    bounds: Bounds
     seconds: float
     variables: int = 0
     lp_backend: str | None = None
@@ -38,6 +62,39 @@ class Solution:
     @property
     def mirror_pairs(self) -> int:
         return int(np.count_nonzero(self.mirror_pps > 0))
+
+    @cached_property
+    def distinct_by_server(self) -> np.ndarray:
+        """Distinct own packets each server's traffic gets collected: ``U (l + m - l m)``."""
+        return distinct_pps(self.problem.own_pps, self.local_pps, self.offload_pps)
+
+    @property
+    def collected_pps(self) -> float:
+        """Distinct packets the continuous plan collects (own traffic, wherever sampled)."""
+        return float(self.distinct_by_server.sum())
+
+    @property
+    def objective(self) -> float:
+        """Weighted distinct packets: what the solvers maximise."""
+        return float((self.problem.weight * self.distinct_by_server).sum())
+
+    @property
+    def optimal(self) -> bool:
+        return self.bounds.optimal or self.objective >= self.bounds.envelope * (1 - EXACT_TOLERANCE)
+
+    @property
+    def gap(self) -> float:
+        """How far below the distinct bound the plan may be, relative to the bound (0: optimal)."""
+        if self.optimal or self.bounds.envelope <= 0:
+            return 0.0
+        return max(self.bounds.envelope - self.objective, 0.0) / self.bounds.envelope
+
+
+def distinct_pps(own: np.ndarray, local: np.ndarray, mirrored: np.ndarray) -> np.ndarray:
+    """Per server, distinct packets when local sFlow and mirrors draw independently."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        overlap = np.where(own > 0, local * mirrored / own, 0.0)
+    return np.minimum(local + mirrored - overlap, own)
 
 
 def empty_mirrors() -> tuple[np.ndarray, np.ndarray, np.ndarray]:

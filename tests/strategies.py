@@ -30,3 +30,27 @@ def datacentres(draw, max_servers: int = 7, feasible: bool = True, per_server_co
     else:
         alpha = draw(st.floats(0.1, 3)); beta = draw(st.floats(0.05, 3))
     return DataCentre.from_matrix(capacity, alpha, beta, matrix)
+
+
+@st.composite
+def planning_inputs(draw, max_servers: int = 6, collector_cap: bool = False):
+    """A data centre with the optional planning inputs: margins, weights, mirror caps, bridges
+    that sample inbound traffic and, with ``collector_cap``, a budget on samples."""
+    dc = draw(datacentres(max_servers=max_servers))
+    n = dc.size
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    extra = {}
+    if draw(st.booleans()):
+        extra["margin"] = rng.uniform(0, 0.3, n)
+    if draw(st.booleans()):
+        extra["weight"] = rng.choice([0.5, 1.0, 2.0, 5.0], n)
+    if draw(st.booleans()):
+        extra["packet_bytes"] = np.full(n, 500.0)
+        extra["mirror_cap_bytes"] = np.where(rng.uniform(size=n) < 0.5,
+                                             dc.own_pps * rng.uniform(0, 500, n), np.inf)
+    if draw(st.booleans()):
+        extra["samples_inbound"] = rng.uniform(size=n) < 0.5
+    if collector_cap:
+        extra["collector_cap_pps"] = float(dc.own_pps.sum() * draw(st.floats(0.05, 1.5)))
+    return DataCentre.from_arrays(dc.capacity_pps, dc.alpha, dc.beta, dc.traffic_src,
+                                  dc.traffic_dst, dc.traffic_pps, names=dc.names, **extra)

@@ -70,6 +70,7 @@ def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, kn
         "sflow_sampling": host.get("sflow_sampling"), "local_rate": local_rate,
         "mirror_rate": mirror_rate,
         "planned_collected_pps": float(host.get("own_pps", 0.0)) * probability,
+        "planned_distinct_pps": float(host.get("distinct_pps", 0.0)),
         "expected_collected_pps": expected / duration,
         "collected_pps": collected / duration,
         "vm_packets": vm_packets, "expected_samples": round(expected, 1),
@@ -105,7 +106,9 @@ def summary(frame: pd.DataFrame, result: ExperimentResult) -> dict[str, Any]:
     for phase, group in frame.groupby("phase", sort=False):
         plan = result.phases[phase].plan
         out["phases"][phase] = {
-            "planned_collected_pps": plan["summary"]["collected_applied_pps"] if plan else 0.0,
+            "planned_collected_pps": plan["summary"]["samples_pps"] if plan else 0.0,
+            "planned_distinct_pps": plan["summary"]["collected_pps"] if plan else 0.0,
+            "servers_distinct_within_tolerance": int(group["distinct_within_tolerance"].sum()),
             "expected_collected_pps": float(group["expected_collected_pps"].sum()),
             "collected_pps": float(group["collected_pps"].sum()),
             "distinct_collected_pps": float(group["distinct_collected_pps"].sum()),
@@ -126,6 +129,9 @@ def summary(frame: pd.DataFrame, result: ExperimentResult) -> dict[str, Any]:
         distinct = phases["noncollab"]["distinct_collected_pps"]
         out["distinct_gain"] = (phases["collab"]["distinct_collected_pps"] / distinct - 1
                                 if distinct else None)
+        planned = phases["noncollab"]["planned_distinct_pps"]
+        out["planned_distinct_gain"] = (phases["collab"]["planned_distinct_pps"] / planned - 1
+                                        if planned else None)
     return out
 
 
@@ -140,24 +146,28 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
         f"{len(result.phases['baseline'].flows)} iperf3 UDP flows, {settings.duration_s:g} s per "
         f"phase; alpha={coefficients.alpha:g}, beta={coefficients.beta:g} ({coefficients.source}); "
         f"solver {settings.solver}.", "",
-        "| phase | planned collected pps | expected (measured traffic x applied rates) | "
-        "measured collected pps | servers within tolerance | distinct packets pps | "
+        "| phase | planned samples pps | expected (measured traffic x applied rates) | "
+        "measured samples pps | servers within tolerance | planned distinct pps | "
+        "measured distinct pps | servers within tolerance (distinct) | "
         "mirrored twice | samples lost OVS->collector | min throughput ratio | degraded |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for phase, row in totals["phases"].items():
         lines.append(f"| {phase} | {row['planned_collected_pps']:.0f} | "
                      f"{row['expected_collected_pps']:.0f} | {row['collected_pps']:.0f} | "
                      f"{row['servers_within_tolerance']}/{row['servers']} | "
-                     f"{row['distinct_collected_pps']:.0f} | {row['mirrored_twice_packets']} | "
+                     f"{row['planned_distinct_pps']:.0f} | "
+                     f"{row['distinct_collected_pps']:.0f} | "
+                     f"{row['servers_distinct_within_tolerance']}/{row['servers']} | "
+                     f"{row['mirrored_twice_packets']} | "
                      f"{row['samples_lost_in_transit']} | "
                      f"{row['throughput_ratio_min']:.3f} | "
                      f"{', '.join(row['degraded_servers']) or 'none'} |")
     if totals.get("measured_gain") is not None:
-        lines += ["", f"Collaborative gain: planned {totals['planned_gain']:+.1%}, "
-                      f"measured {totals['measured_gain']:+.1%} in samples, "
-                      f"{totals['distinct_gain']:+.1%} in distinct packets (a packet both "
-                      f"sampled locally and mirrored counts once)."]
+        lines += ["", f"Collaborative gain in distinct packets: planned "
+                      f"{totals['planned_distinct_gain']:+.1%}, measured {totals['distinct_gain']:+.1%} "
+                      f"(a packet both sampled locally and mirrored counts once); in samples: "
+                      f"planned {totals['planned_gain']:+.1%}, measured {totals['measured_gain']:+.1%}."]
     lines += ["", "Per server (rates in pps of traffic time):", "",
               "| phase | server | role | own | 1-in-N | mirror share | planned | expected | "
               "measured | distinct | local samples | mirrored samples | mirror tx | "

@@ -127,6 +127,17 @@ BAD_INPUTS = [
     (bad(cost={"alpha": "1.5", "beta": 0.46}), "cost.alpha: input should be a valid number (got '1.5')"),
     (bad(sflow={"collector": "c:6343", "polling_s": -1}),
      "sflow.polling_s: input should be greater than or equal to 0 (got -1)"),
+    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "margin": 1}),
+     "servers[0].margin ('s1'): input should be less than 1 (got 1)"),
+    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "mirror_cap_bytes_per_s": 1e6}),
+     "servers[0].mirror_cap_bytes_per_s ('s1'): needs packet_bytes (the mean packet size) to count "
+     "mirrored packets (got 1000000.0)"),
+    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "bridge_layout": "flat"}),
+     "servers[0].bridge_layout ('s1'): input should be 'patch' or 'single' (got 'flat')"),
+    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "weight": 0}),
+     "servers[0].weight ('s1'): input should be greater than 0 (got 0)"),
+    (bad(budgets={"collector_samples_pps": -1}),
+     "budgets.collector_samples_pps: input should be greater than or equal to 0 (got -1)"),
     ([1, 2], "input should be a valid dictionary (got [1, 2])"),
     ("{not json", "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     (bad(servers__0={"name": "s1", "capacity_pps": 350000}, servers__1={"name": "s2", "capacity_pps": 100000}),
@@ -162,3 +173,82 @@ def test_calibration_file_supplies_coefficients(tmp_path):
     assert main(["plan", str(write(tmp_path, document)), "-o", str(output), "-q"]) == 0
     host = json.loads(output.read_text())["hosts"]["s1"]
     assert (host["alpha"], host["beta"], host["capacity_pps"]) == (0.3, 0.1, 5e5)
+
+
+def test_margin_flag_and_its_errors(tmp_path, capsys):
+    output = tmp_path / "plan.json"
+    assert main(["plan", "--margin", "0.2", "-o", str(output), "-q"]) == 0
+    plan = json.loads(output.read_text())
+    assert plan["summary"]["assumptions"]["margin"] == 0.2
+    assert plan["summary"]["max_capacity_use"] <= 0.8 + 1e-9
+    assert "margin 20.0%" in capsys.readouterr().out
+    assert main(["plan", "--margin", "1.5", "-o", str(tmp_path / "x.json")]) == 2
+    assert "--margin: expected a fraction in [0, 1), got 1.5" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def calibration(alpha=(1.4, 1.6), beta=(0.3, 0.6), capacity=(9e5, 1.1e6)):
+    """A calibration JSON as ``cosample fit`` writes it, with 95 % intervals."""
+    def fit(value, interval):
+        return {"coefficient": value, "coefficient_ci": list(interval),
+                "capacity_pps": 1e6, "capacity_ci": list(capacity)}
+    return {"alpha": sum(alpha) / 2, "beta": sum(beta) / 2, "capacity_pps": 1e6,
+            "mechanisms": {"sflow": fit(sum(alpha) / 2, alpha), "mirror": fit(sum(beta) / 2, beta)},
+            "roles": {"alpha": "sflow", "beta": "mirror"}}
+
+
+def test_robust_plans_with_interval_ends_and_states_the_point_estimate(tmp_path, capsys):
+    (tmp_path / "cal.json").write_text(json.dumps(calibration()))
+    document = {"cost": {"alpha": 1.54, "beta": 0.46},
+                "servers": [{"name": "s1", "calibration": "cal.json"},
+                            {"name": "s2", "calibration": "cal.json"},
+                            {"name": "s3", "capacity_pps": 1e6}],
+                "traffic_pps": {"s1": {"s1": 7e5}, "s2": {"s2": 1e5}}}
+    path = write(tmp_path, document)
+    output = tmp_path / "plan.json"
+    assert main(["plan", str(path), "--robust", "-o", str(output), "-q"]) == 0
+    printed = capsys.readouterr().out
+    plan = json.loads(output.read_text())
+    s1 = plan["hosts"]["s1"]
+    assert (s1["alpha"], s1["beta"], s1["capacity_pps"]) == (1.6, 0.6, 9e5)
+    assert plan["hosts"]["s3"]["alpha"] == 1.54  # no calibration: the point estimate, noted
+    assumptions = plan["summary"]["assumptions"]
+    assert assumptions["robust"] is True
+    point = assumptions["point_estimate_collected_pps"]
+    assert point > plan["summary"]["collected_pps"]
+    assert f"point estimates would collect {point:,.0f} pps" in printed
+    assert any("no calibration interval for 1 server(s)" in note and "s3" in note
+               for note in plan["summary"]["notes"])
+
+
+def test_a_plan_says_when_it_assumes_beta_below_alpha_that_intervals_cannot_tell(tmp_path):
+    (tmp_path / "cal.json").write_text(json.dumps(calibration(alpha=(0.1, 0.5), beta=(0.05, 0.4))))
+    document = {"cost": {"alpha": 1.54, "beta": 0.46},
+                "servers": [{"name": "s1", "calibration": "cal.json"}, {"name": "s2", "capacity_pps": 1e6}],
+                "traffic_pps": {"s1": {"s1": 9e5}}}
+    output = tmp_path / "plan.json"
+    assert main(["plan", str(write(tmp_path, document)), "-o", str(output), "-q"]) == 0
+    notes = json.loads(output.read_text())["summary"]["notes"]
+    assert any("beta < alpha although their calibration's 95 % intervals overlap" in note
+               and "s1" in note for note in notes)
+
+
+def test_budgets_weights_and_bridge_layout_from_the_description(tmp_path):
+    document = {"cost": {"alpha": 1.54, "beta": 0.46},
+                "budgets": {"collector_samples_pps": 300000},
+                "servers": [{"name": "s1", "capacity_pps": 1e6, "weight": 5, "packet_bytes": 500,
+                             "mirror_cap_bytes_per_s": 1e8, "bridge_layout": "single"},
+                            {"name": "s2", "capacity_pps": 1e6, "margin": 0.3},
+                            {"name": "s3", "capacity_pps": 1e6}],
+                "traffic_pps": {"s1": {"s1": 6e5, "s2": 1e5}, "s2": {"s2": 2e5, "s1": 5e4},
+                                "s3": {"s3": 1e5}}}
+    output = tmp_path / "plan.json"
+    assert main(["plan", str(write(tmp_path, document)), "-o", str(output), "-q"]) == 0
+    plan = json.loads(output.read_text())
+    s1 = plan["hosts"]["s1"]
+    assert s1["weight"] == 5 and s1["sampled_pps"] == 7e5 + 5e4  # own + inbound on one bridge
+    assert sum(m["rate"] for m in s1["mirrors"]) * 7e5 * 500 <= 1e8 * (1 + 1e-9)
+    assert plan["hosts"]["s2"]["margin"] == 0.3 and plan["hosts"]["s3"]["margin"] == 0.1
+    assert plan["summary"]["samples_pps"] <= 300000 * (1 + 1e-9)
+    assert plan["summary"]["assumptions"]["collector_cap_pps"] == 300000
+    assert plan["summary"]["objective"]["weighted"] is True

@@ -25,9 +25,10 @@ def test_description_plans_collaboratively_and_not(tmp_path):
     assert all(not host["mirrors"] for host in noncollab["hosts"].values())
     assert collab["hosts"]["s1"]["role"] == "sender" and collab["hosts"]["s1"]["mirrors"]
     assert collab["hosts"]["s3"]["role"] == "receiver"
-    assert collab["summary"]["collected_applied_pps"] > noncollab["summary"]["collected_applied_pps"]
+    assert collab["summary"]["collected_pps"] > noncollab["summary"]["collected_pps"]
     local, mirrored = applied_rate(collab["hosts"]["s1"])
-    assert local == pytest.approx(1 / collab["hosts"]["s1"]["sflow_sampling"])
+    sampling = collab["hosts"]["s1"]["sflow_sampling"]
+    assert local == pytest.approx(1 / sampling if sampling else 0.0)
     assert mirrored == pytest.approx(sum(m["rate"] for m in collab["hosts"]["s1"]["mirrors"]))
     assert applied_rate({"sflow_sampling": None, "mirrors": []}) == (0.0, 0.0)
 

@@ -32,8 +32,8 @@ def _phase(topology, name, plan, samples, lost_fraction=0.0):
                             {"s1": 1.0, "s2": 1.0}, DURATION + 2)
 
 
-def _plan(collected, mirrors):
-    return {"summary": {"collected_applied_pps": collected},
+def _plan(collected, mirrors, distinct=None):
+    return {"summary": {"samples_pps": collected, "collected_pps": distinct or collected},
             "hosts": {"s1": {"role": "sender", "sflow_sampling": 10, "own_pps": 2400.0,
                              "capacity_pps": 3000.0, "mirrors": mirrors},
                       "s2": {"role": "receiver", "sflow_sampling": 1, "own_pps": 1200.0,
@@ -41,7 +41,7 @@ def _plan(collected, mirrors):
 
 
 def test_rows_compare_collected_samples_with_the_applied_plan(topology, tmp_path):
-    collab = _plan(1920.0, [{"to": "s2", "rate": 0.2}])
+    collab = _plan(1920.0, [{"to": "s2", "rate": 0.2}], distinct=1872.0)
     result = ExperimentResult(
         phases={"baseline": _phase(topology, "baseline", None, SampleCounts({}, 0)),
                 "noncollab": _phase(topology, "noncollab", _plan(1440.0, []),
@@ -73,6 +73,8 @@ def test_rows_compare_collected_samples_with_the_applied_plan(topology, tmp_path
     assert totals["phases"]["collab"]["degraded_servers"] == ["s1"]
     assert totals["phases"]["collab"]["samples_lost_in_transit"] == 1000
     text = markdown(frame.reset_index(), totals, result, "cosample testbed run --duration 10")
-    assert "Collaborative gain: planned +33.3%" in text and "| collab | s1 | sender |" in text
+    assert totals["planned_distinct_gain"] == pytest.approx(1872 / 1440 - 1)
+    assert "Collaborative gain in distinct packets: planned +30.0%" in text
+    assert "in samples: planned +33.3%" in text and "| collab | s1 | sender |" in text
     paths = write(tmp_path, frame.reset_index(), totals, text)
     assert all(path.stat().st_size > 100 for path in paths.values())
