@@ -24,7 +24,6 @@ from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.exact import split
 from cosample.planner.planfile import build_plan
 from cosample.planner.realise import realise
 from cosample.planner.solution import Solution
@@ -77,7 +76,7 @@ def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
            solver: str = "exact", floor: int | None = None) -> Candidate:
     """Plan the smoothed traffic and state the applied shares, without writing the document."""
     dc, saturated, unmeasured = datacentre(inventory, traffic, plan_margin)
-    solution = solve(dc, solver)
+    solution = solve(dc, solver, margin=0.0)  # plan_margin is already in the capacities above
     names = inventory.names
     applied = applied_shares(dc, solution)
     if floor:
@@ -90,9 +89,8 @@ def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:
     """What the plan file will say the data plane does: sFlow's 1-in-N and the topped-up mirrors
     (the planner's own rounding, ``realise``), as arrays."""
-    applied = realise(dc, solution, split(dc).receiver)
-    interval = applied.sflow_sampling
-    local = np.where(interval > 0, 1.0 / np.maximum(interval, 1), 0.0)
+    applied = realise(solution)
+    local = applied.local_rate  # 1/N, or 0
     keep = applied.mirror_pps > 0
     src, dst = applied.mirror_src[keep], applied.mirror_dst[keep]
     rate = applied.mirror_pps[keep] / dc.own_pps[src]

@@ -145,7 +145,7 @@ def test_evaluation_agrees_with_the_planners_prediction(tmp_path):
         judged = evaluate(plan, candidate.own_pps, candidate.forwarding_pps,
                           inventory.capacity_pps, inventory.alpha, inventory.beta)
         summary, hosts = document["summary"], document["hosts"]
-        assert judged.distinct_pps == pytest.approx(summary["collected_distinct_pps"], rel=1e-9)
+        assert judged.distinct_pps == pytest.approx(summary["collected_pps"], rel=1e-9)
         assert judged.load_pps == pytest.approx([hosts[n]["load_pps"] for n in inventory.names],
                                                 rel=1e-9)
     assert candidate.shares.same_as(shares(document, inventory.index))
