@@ -128,7 +128,7 @@ def test_every_cited_file_is_in_the_repository(path):
 
 def test_the_checks_catch_what_they_should(tmp_path):
     doc = ROOT / "docs" / "model.md"
-    assert "why-the-closed-form-is-exact" in anchors(ROOT / "docs" / "planner.md")
+    assert "why-the-plan-is-exact" in anchors(ROOT / "docs" / "planner.md")
     assert slug("`cosample.dataplane`: what runs on production hosts") == \
         "cosampledataplane-what-runs-on-production-hosts"
     fake = tmp_path / "note.md"
