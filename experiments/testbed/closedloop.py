@@ -55,7 +55,7 @@ class LoopSettings:
     seed: int = 0
     interval_s: float = 5.0       # controller
     agent_interval_s: float = 2.0
-    window_s: float = 10.0        # collector estimation window
+    window_s: float = 15.0        # collector estimation window (iperf3 restarts leave 1-2 s gaps)
     settle_s: float = 6.0         # two-phase transitions: > agent interval + jitter + apply
     measure_sampling: int = 16    # measurement plan and floor (testbed rates are small)
     polling_s: int = 2            # sFlow counter polling: exact VM-port counters
