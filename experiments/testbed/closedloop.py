@@ -239,7 +239,7 @@ def _control(controller, settings: LoopSettings, stop: threading.Event, timeline
         entry["t"] = clock()
         current = controller.current or {}
         entry["distinct_planned_pps"] = (current.get("summary") or {}).get(
-            "collected_distinct_pps")
+            "collected_pps")
         timeline.cycles.append(entry)
         stop.wait(max(0.0, settings.interval_s - (time.monotonic() - began)))
 

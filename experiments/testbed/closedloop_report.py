@@ -8,7 +8,7 @@ Pure: reads the timeline ``closedloop.run_closed_loop`` returns.
   controller predicted some server above its capacity (load/capacity > 1) under the plan in
   force, and above the publication limit ``1 - margin``;
 - *planned distinct*: what the plan in force at the end of the phase predicted
-  (``summary.collected_distinct_pps``); *measured distinct*: distinct packets per second the
+  (``summary.collected_pps``, distinct packets after rounding); *measured distinct*: distinct packets per second the
   re-exported samples of the phase's last ``measure_s`` seconds contain (iperf3 packet numbers);
 - *plans published*: during the phase; the measurement plan of the start-up is not counted.
 """
