@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-RATES_DEFAULT = "0,0.2,0.4,0.6,0.8,1"
+#: Defaults that differ by method: the cpu method alternates fast (its noise is fast) and puts
+#: its runs where the slope is learnt best; the throughput method keeps the grid it always had.
+METHOD_DEFAULTS = {
+    "cpu": {"rates": (0.0, 0.5, 1.0), "duration": 6.0, "phases": 20, "guard": 0.05},
+    "throughput": {"rates": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "duration": 6.0, "phases": 4,
+                   "guard": 0.3},
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,17 +30,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "calibrate", help="measure sampling/mirroring costs with iperf3 through real OVS",
         description="Run iperf3 between two endpoints on an OVS bridge at a grid of sFlow "
                     "sampling and tc mirror rates (random order, repeated, after a warm-up), "
-                    "write the tidy CSV and the fitted calibration JSON. --testbed builds "
-                    "everything on this host (root) and removes it afterwards; otherwise name "
-                    "the existing bridge, ports and endpoints.")
+                    "write the tidy CSV and the fitted calibration JSON. The cpu method "
+                    "(default) offers a fixed packet rate and counts the CPU time forwarding "
+                    "costs per packet; the throughput method floods and counts packets. "
+                    "--testbed builds everything on this host (root) and removes it "
+                    "afterwards; otherwise name the existing bridge, ports and endpoints. "
+                    "--passive injects nothing: it estimates the current capacity from CPU "
+                    "statistics.")
     cal.add_argument("-d", "--data", default="calibration.csv", help="measurements CSV to write")
-    cal.add_argument("-o", "--output", default="calibration.json", help="calibration JSON to write")
+    cal.add_argument("-o", "--output", help="JSON to write (default calibration.json; "
+                                            "--passive: none)")
+    cal.add_argument("--method", choices=("cpu", "throughput"), default="cpu",
+                     help="cpu: CPU time per packet at --offered-pps; throughput: packets/s "
+                          "forwarded flat out")
+    cal.add_argument("--offered-pps", type=float, default=20_000.0,
+                     help="cpu method: the constant packet rate offered")
+    cal.add_argument("--cpu-budget", type=float,
+                     help="CPUs the capacity is stated for, T0 = budget / c0 (default: all)")
+    cal.add_argument("--target-ci", type=float,
+                     help="measure until every coefficient's 95%% CI half-width is at most this "
+                          "fraction of it (or --target-ci-abs), or --max-time runs out")
+    cal.add_argument("--target-ci-abs", type=float, default=0.02,
+                     help="absolute half-width that is always narrow enough")
+    cal.add_argument("--max-time", type=float,
+                     help="with --target-ci: seconds of measuring at most (default 120 per mechanism)")
     cal.add_argument("--figure", help="also write a throughput-vs-rate figure")
     cal.add_argument("--mechanisms", default="sflow,mirror", type=_names,
                      help="comma list of sflow, mirror, mirror_vxlan")
-    cal.add_argument("--rates", default=RATES_DEFAULT, type=_floats, help="comma list in [0, 1]")
+    cal.add_argument("--rates", type=_floats,
+                     help="comma list in [0, 1] (default: 0,0.5,1 for cpu, 0,0.2,...,1 for throughput)")
     cal.add_argument("--repetitions", type=int, default=2)
-    cal.add_argument("--duration", type=float, default=6.0, help="seconds per iperf3 run")
+    cal.add_argument("--duration", type=float, help="seconds per iperf3 run (default 6)")
     cal.add_argument("--protocol", choices=("udp", "tcp"), default="udp")
     cal.add_argument("--packet-bytes", type=int, default=64, help="UDP payload bytes")
     cal.add_argument("--bandwidth", default="0", help="iperf3 -b for UDP (0 = flat out)")
@@ -42,8 +68,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("--design", choices=("paired", "independent"), default="paired",
                      help="paired: each run alternates rate 0 and rate s (drift cancels); "
                           "independent: one rate per run")
-    cal.add_argument("--phases", type=int, default=4, help="paired: phases per run (even)")
-    cal.add_argument("--guard", type=float, default=0.3, help="paired: seconds skipped after a change")
+    cal.add_argument("--phases", type=int,
+                     help="paired: phases per run, even (default: 20 for cpu, 4 for throughput)")
+    cal.add_argument("--guard", type=float,
+                     help="paired: seconds skipped after a change (default: 0.05 cpu, 0.3 throughput)")
     cal.add_argument("--settle", type=float, default=0.5, help="independent: seconds after a change")
     cal.add_argument("--seed", type=int, default=0, help="seed of the trial order")
     cal.add_argument("--port", type=int, default=5271, help="iperf3 port")
@@ -61,6 +89,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--tunnel-target", help="VXLAN device for the mirror_vxlan mechanism")
     where.add_argument("--sender-exec", default="", help='prefix to run iperf3 on the sender, e.g. "ssh root@vm1"')
     where.add_argument("--receiver-exec", default="", help="prefix to run iperf3 on the receiver")
+    where.add_argument("--account-cgroup", action="append", default=[], metavar="PATH",
+                       help="existing server: a cgroup whose CPU time is forwarding (repeat; "
+                            "e.g. system.slice/openvswitch-switch.service and machine.slice)")
+    passive = cal.add_argument_group("passive: current capacity from CPU statistics")
+    passive.add_argument("--passive", action="store_true",
+                         help="inject nothing; estimate capacity every --interval")
+    passive.add_argument("--interval", type=float, default=5.0, help="seconds per estimate")
+    passive.add_argument("--count", type=int, default=1, help="estimates to make (0: until stopped)")
+    passive.add_argument("--ovs-ctl", help="ovs-vswitchd's control socket (default: the system's)")
+    passive.add_argument("--ovs-pidfile", default="/var/run/openvswitch/ovs-vswitchd.pid",
+                         help="ovs-vswitchd's pidfile, whose threads are forwarding")
+    passive.add_argument("--cgroup", help="the server's scope (default: the whole host)")
+    passive.add_argument("--calibration",
+                         help="cpu-method calibration JSON: its cost per packet when idle")
     _fit_options(cal)
     cal.set_defaults(func=_calibrate)
 
@@ -129,11 +171,21 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from cosample.costmodel.harness import CalibrationSettings
 
+    if args.passive:
+        from cosample.costmodel.passive_cli import watch
+
+        return watch(args)
+    args.output = args.output or "calibration.json"
+    for key, value in METHOD_DEFAULTS[args.method].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     settings = CalibrationSettings(
         mechanisms=args.mechanisms, rates=args.rates, repetitions=args.repetitions,
         duration_s=args.duration, protocol=args.protocol, packet_bytes=args.packet_bytes,
         bandwidth=args.bandwidth, warmup_s=args.warmup, settle_s=args.settle, seed=args.seed,
-        port=args.port, design=args.design, phases=args.phases, guard_s=args.guard)
+        port=args.port, design=args.design, phases=args.phases, guard_s=args.guard,
+        method=args.method, offered_pps=args.offered_pps)
+    target = _target(args, settings)
     endpoints_given = any(getattr(args, k) for k in ("bridge", "sender_port", "receiver_port",
                                                      "receiver_ip", "mirror_target"))
     from cosample.costmodel.errors import HarnessError
@@ -141,9 +193,14 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.testbed == endpoints_given:
         raise HarnessError("choose where to calibrate: --testbed, or an existing bridge with "
                            "--bridge --sender-port --receiver-port --receiver-ip --mirror-target")
-    print(f"calibrating {', '.join(settings.mechanisms)} at rates "
-          f"{', '.join(f'{r:g}' for r in settings.rates)}, {settings.repetitions} repetition(s) "
-          f"x {settings.duration_s:g} s, {settings.protocol}; about {settings.estimated_s:.0f} s",
+    load = (f"{settings.offered_pps:,.0f} pps offered" if settings.method == "cpu"
+            else "flat out")
+    runs = (f"until every CI half-width <= {target.relative:g} x a (or {target.absolute:g}), "
+            f"at most {target.max_time_s:.0f} s" if target else
+            f"{settings.repetitions} repetition(s) x {settings.duration_s:g} s; about "
+            f"{settings.estimated_s:.0f} s")
+    print(f"calibrating ({settings.method} method) {', '.join(settings.mechanisms)} at rates "
+          f"{', '.join(f'{r:g}' for r in settings.rates)}, {settings.protocol} {load}, {runs}",
           file=sys.stderr)
 
     def terminate(signum, frame):  # SIGTERM cleans up like Ctrl-C
@@ -151,30 +208,67 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        data, metadata = _measure(args, settings)
+        data, metadata = _measure(args, settings, target)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return _write_results(args, settings, data, metadata)
+    return _write_results(args, settings, data, metadata, target)
 
 
-def _measure(args: argparse.Namespace, settings):
+def _target(args: argparse.Namespace, settings):
+    """The adaptive-stopping target, or None for the fixed grid."""
+    if args.target_ci is None:
+        if args.max_time is not None:
+            from cosample.costmodel.errors import HarnessError
+
+            raise HarnessError("--max-time bounds an adaptive run: give --target-ci too")
+        return None
+    from cosample.costmodel.adaptive import Target
+
+    max_time = args.max_time if args.max_time is not None else 120.0 * len(settings.mechanisms)
+    return Target(relative=args.target_ci, absolute=args.target_ci_abs, max_time_s=max_time,
+                  confidence=args.confidence)
+
+
+def _budget(args: argparse.Namespace) -> float:
+    import os
+
+    from cosample.costmodel.errors import HarnessError
+
+    budget = args.cpu_budget if args.cpu_budget is not None else float(os.cpu_count() or 1)
+    if not 0 < budget <= 4096:
+        raise HarnessError(f"--cpu-budget must be in (0, 4096] CPUs, got {budget!r}")
+    return budget
+
+
+def _measure(args: argparse.Namespace, settings, target):
+    from cosample.costmodel.accounting import CgroupScope, ExistingScope, cgroup_path, pid_from_file
     from cosample.costmodel.harness import run_calibration
     from cosample.costmodel.testbed import OneHostTestbed, SystemOvs, existing_endpoints
 
+    budget = _budget(args)
     if args.testbed:
         with OneHostTestbed(args.prefix, tunnel="mirror_vxlan" in settings.mechanisms) as testbed:
-            data = run_calibration(testbed.endpoints, testbed.ovs, settings, not args.no_progress)
-        return data, {"mode": "one-host testbed", "datapath": "netdev (userspace)"}
+            scope = CgroupScope(f"cosample-{args.prefix}",
+                                pid_from_file(testbed.ovs.directory / "ovs-vswitchd.pid"), budget)
+            data, extra = run_calibration(testbed.endpoints, testbed.ovs, settings,
+                                          not args.no_progress, scope, target)
+        return data, {"mode": "one-host testbed", "datapath": "netdev (userspace)", **extra}
     endpoints = existing_endpoints(args.bridge, args.sender_port, args.receiver_port,
                                    args.receiver_ip, args.mirror_target, args.sender_exec,
                                    args.receiver_exec, args.tunnel_target)
     ovs = SystemOvs(args.ovsdb)
     datapath = ovs.vsctl("get", "bridge", endpoints.bridge, "datapath_type").strip() or "system"
-    data = run_calibration(endpoints, ovs, settings, not args.no_progress)
-    return data, {"mode": "existing endpoints", "bridge": endpoints.bridge, "datapath": datapath}
+    scope = None
+    if args.account_cgroup:
+        ovs_pid = pid_from_file(args.ovs_pidfile) if args.ovs_pidfile else None
+        scope = ExistingScope([cgroup_path(p) for p in args.account_cgroup], ovs_pid, budget)
+    data, extra = run_calibration(endpoints, ovs, settings, not args.no_progress, scope, target)
+    return data, {"mode": "existing endpoints", "bridge": endpoints.bridge, "datapath": datapath,
+                  **extra}
 
 
-def _write_results(args: argparse.Namespace, settings, data, metadata: dict) -> int:
+def _write_results(args: argparse.Namespace, settings, data, metadata: dict, target=None) -> int:
+    import dataclasses
     import datetime
     import os
     import platform
@@ -188,7 +282,10 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict) -> 
     metadata.update({
         "data": Path(args.data).name, "protocol": settings.protocol,
         "packet_bytes": settings.packet_bytes if settings.protocol == "udp" else None,
-        "rates": list(settings.rates), "repetitions": settings.repetitions,
+        "method": settings.method,
+        "offered_pps": settings.offered_pps if settings.method == "cpu" else None,
+        "rates": list(settings.rates),
+        "repetitions": settings.repetitions if target is None else None,
         "duration_s": settings.duration_s, "seed": settings.seed, "design": settings.design,
         "phases": settings.phases if settings.design == "paired" else None,
         "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
@@ -196,6 +293,12 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict) -> 
     })
     calibration = _estimator(args).fit(data, metadata=metadata).calibration_
     print(calibration.report())
+    if target is not None:
+        from cosample.costmodel.adaptive import target_report
+
+        met, lines = target_report(calibration, target)
+        calibration = dataclasses.replace(calibration, metadata={**metadata, "target_met": met})
+        print("\n".join(lines))
     write_json(calibration.to_dict(), args.output)
     print(f"wrote {args.output}")
     if args.figure:

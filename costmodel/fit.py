@@ -185,6 +185,9 @@ class CostModelFit:
         if "protocol" in frame.columns and frame["protocol"].nunique() > 1:
             raise FitError(f"data mix protocols {', '.join(sorted(map(str, frame['protocol'].unique())))}: "
                            f"capacities differ, so fit one protocol at a time (--protocol)")
+        if "method" in frame.columns and frame["method"].nunique() > 1:
+            raise FitError(f"data mix methods {', '.join(sorted(map(str, frame['method'].unique())))}: "
+                           f"their capacities mean different things, so fit one at a time")
         rng = np.random.default_rng(self.random_state)
         fits = {}
         use_blocks = self.blocks if self.blocks is not None else "block" in frame.columns
@@ -275,6 +278,29 @@ class CostModelFit:
                 continue
             draws.append((estimate[0], float(np.mean(estimate[1:]))))
         return np.array(draws).reshape(-1, 2)
+
+
+def quick_interval(rate: np.ndarray, pps: np.ndarray, block: np.ndarray,
+                   confidence: float = 0.95) -> tuple[float, float]:
+    """``(a, half-width)`` of the normal-theory interval from the least-squares covariance:
+    cheap enough to decide, between runs, whether to keep measuring (the reported interval is
+    the bootstrap's). ``block`` numbers the runs 0..B-1. Raises FitError when not identifiable."""
+    from scipy.stats import t as student
+
+    rate, y, block = np.asarray(rate, float), np.asarray(pps, float), np.asarray(block)
+    n_params = int(block.max()) + 2
+    if len(rate) <= n_params or len(np.unique(rate)) < 2 or np.mean(y) <= 0:
+        raise FitError(f"{len(rate)} measurements cannot identify {n_params} parameters")
+    y = y / np.mean(y)
+    params, jacobian, residuals = _least_squares(rate, y, block, _start(rate, y, block))
+    dof = len(rate) - n_params
+    sigma2 = float(residuals @ residuals) / dof
+    try:
+        variance = float(np.linalg.inv(jacobian.T @ jacobian)[0, 0]) * sigma2
+    except np.linalg.LinAlgError:
+        raise FitError("singular least-squares problem") from None
+    quantile = float(student.ppf(0.5 + confidence / 2, dof))
+    return float(params[0]), quantile * math.sqrt(max(variance, 0.0))
 
 
 def _start(rate: np.ndarray, y: np.ndarray, block: np.ndarray) -> np.ndarray:

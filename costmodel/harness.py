@@ -33,14 +33,21 @@ from typing import Any
 
 import pandas as pd
 
+from cosample.costmodel.accounting import cost_row
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.iperf import DEFAULT_PORT, PROTOCOLS, IperfResult, client_argv
 from cosample.costmodel.mechanisms import Mechanism
 
 MECHANISMS = ("sflow", "mirror", "mirror_vxlan")
 DESIGNS = ("paired", "independent")
+#: ``cpu``: CPU time per packet at a fixed offered load; ``throughput``: packets/s at saturation.
+METHODS = ("cpu", "throughput")
+#: TCP segment payload assumed to turn ``offered_pps`` into iperf3's ``-b`` (MTU 1500).
+TCP_SEGMENT_BYTES = 1448
 #: Paired runs: seconds of load kept beyond the phases (iperf3 starts before packets flow).
 TAIL_S = 1.5
+#: Paired runs: the shortest counted part of a phase, seconds.
+MIN_COUNTED_S = 0.2
 #: Paired runs: how long to wait for the first packet to reach the receiver.
 FIRST_PACKET_TIMEOUT_S = 5.0
 _PORT_STATS = re.compile(r"rx pkts=(\d+).*?tx pkts=(\d+)", re.S)
@@ -64,8 +71,15 @@ class CalibrationSettings:
     design: str = "paired"
     phases: int = 4
     guard_s: float = 0.3
+    method: str = "throughput"
+    offered_pps: float = 20_000.0
 
     def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise HarnessError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.method == "cpu":
+            if not (isinstance(self.offered_pps, (int, float)) and 100 <= self.offered_pps <= 10_000_000):
+                raise HarnessError(f"offered load must be 100..10,000,000 packets/s, got {self.offered_pps!r}")
         if self.design not in DESIGNS:
             raise HarnessError(f"design must be one of {', '.join(DESIGNS)}, got {self.design!r}")
         if self.design == "paired":
@@ -73,9 +87,10 @@ class CalibrationSettings:
                 raise HarnessError(f"phases must be an even integer >= 2, got {self.phases!r}")
             if not any(r > 0 for r in self.rates if isinstance(r, (int, float))):
                 raise HarnessError("rates: the paired design needs a rate > 0 (0 is in every run)")
-            if self.duration_s / self.phases < self.guard_s + 0.3:
+            if self.duration_s / self.phases < self.guard_s + MIN_COUNTED_S:
                 raise HarnessError(f"duration {self.duration_s:g} s is too short for "
-                                   f"{self.phases} phases of at least {self.guard_s + 0.3:g} s")
+                                   f"{self.phases} phases of at least "
+                                   f"{self.guard_s + MIN_COUNTED_S:g} s")
         unknown = [m for m in self.mechanisms if m not in MECHANISMS]
         if not self.mechanisms or unknown:
             raise HarnessError(f"mechanisms: choose from {', '.join(MECHANISMS)}, got "
@@ -99,7 +114,17 @@ class CalibrationSettings:
     def client_argv(self, server_ip: str, duration_s: float | None = None) -> list[str]:
         return client_argv(server_ip, port=self.port, duration_s=duration_s or self.duration_s,
                            protocol=self.protocol, packet_bytes=self.packet_bytes,
-                           bandwidth=self.bandwidth)
+                           bandwidth=self.load_bandwidth)
+
+    @property
+    def load_bandwidth(self) -> str:
+        """iperf3's ``-b``: flat out (or ``bandwidth``) for the throughput method; for the cpu
+        method the bits per second that make ``offered_pps`` packets (UDP datagrams or TCP
+        segments of ``TCP_SEGMENT_BYTES``)."""
+        if self.method != "cpu":
+            return self.bandwidth
+        size = self.packet_bytes if self.protocol == "udp" else TCP_SEGMENT_BYTES
+        return str(round(self.offered_pps * size * 8))
 
     @property
     def trial_rates(self) -> tuple[float, ...]:
@@ -139,6 +164,20 @@ def parse_port_stats(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def device_packets(device: str) -> tuple[int, int] | None:
+    """``(rx_packets, tx_packets)`` of a kernel device in this namespace, None if there is none.
+
+    For an OVS port backed by a kernel device these are OVS's rx/tx of the port, read in
+    microseconds rather than by a subprocess; that lets a count and a CPU snapshot be taken at
+    the same instant (ovs-ofctl takes tens of milliseconds on a loaded host)."""
+    statistics = Path(f"/sys/class/net/{device}/statistics")
+    try:
+        return (int((statistics / "rx_packets").read_text()),
+                int((statistics / "tx_packets").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 def device_tx_packets(device: str) -> int:
     """Copies sent out of a device in this namespace: kernel ``tx_packets + tx_dropped`` (a
     copy the far end had no room for was still made, and still cost the sender)."""
@@ -170,6 +209,9 @@ class Calibrator:
     receiver_port: str
     clock: Callable[[], float] = time.monotonic
     rows: list[dict] = field(default_factory=list)
+    #: CPU method: ``accounting() -> CpuSnapshot`` and the CPUs the capacity is stated for.
+    accounting: Callable[[], Any] | None = None
+    budget_cpus: float = 1.0
 
     def run(self, show_progress: bool = True) -> pd.DataFrame:
         """All trials; mechanisms are switched off at the end, also on error or Ctrl-C."""
@@ -206,14 +248,16 @@ class Calibrator:
                 effective = configured
         return effective
 
-    def _counters(self, mechanism: str) -> tuple[float, int, int, int]:
-        """(time, sender rx, receiver tx, copies); the receiver's count, which is the
-        measurement, is stamped with the middle of its own read (a subprocess under load)."""
+    def _counters(self, mechanism: str) -> tuple[float, int, int, int, Any]:
+        """(time, sender rx, receiver tx, copies, CPU snapshot or None); the receiver's count,
+        which is the measurement, is stamped with the middle of its own read (a subprocess under
+        load), and the CPU snapshot is taken just before it."""
         rx, _ = self.port_stats(self.sender_port)
         before = self.clock()
+        cpu = self.accounting() if self.accounting else None
         _, tx = self.port_stats(self.receiver_port)
         stamp = (before + self.clock()) / 2
-        return stamp, rx, tx, self.copies.get(mechanism, lambda: 0)()
+        return stamp, rx, tx, self.copies.get(mechanism, lambda: 0)(), cpu
 
     def _row(self, trial: Trial, rate: float, effective: float, before: tuple, after: tuple,
              result: IperfResult | None, seconds: float | None = None, **extra: Any) -> dict:
@@ -221,10 +265,10 @@ class Calibrator:
         seconds = seconds or after[0] - before[0]
         if seconds <= 0:
             raise HarnessError("counters were read twice at the same instant")
-        return {
-            "mechanism": trial.mechanism, "rate": effective,
-            "throughput_pps": (after[2] - before[2]) / seconds, "rate_requested": rate,
-            "protocol": s.protocol,
+        forwarded = (after[2] - before[2]) / seconds
+        row = {
+            "mechanism": trial.mechanism, "rate": effective, "throughput_pps": forwarded,
+            "method": s.method, "rate_requested": rate, "protocol": s.protocol,
             "packet_bytes": s.packet_bytes if s.protocol == "udp" else math.nan,
             "trial": trial.repetition, "order": trial.order, **extra, "duration_s": seconds,
             "sent_pps": (after[1] - before[1]) / seconds,
@@ -234,7 +278,15 @@ class Calibrator:
             "cpu_sender_pct": result.cpu_sender_pct if result else math.nan,
             "cpu_receiver_pct": result.cpu_receiver_pct if result else math.nan,
             "lost_percent": result.lost_percent if result else math.nan,
+            "forwarded_pps": forwarded,
         }
+        if after[4] is not None:  # CPU accounting: where the time went, per second
+            row.update(after[4].per_second(before[4], seconds))
+            row["budget_cpus"] = self.budget_cpus
+        if s.method == "cpu":
+            row["offered_pps"] = s.offered_pps
+            row.update(cost_row(row, forwarded, self.budget_cpus))
+        return row
 
     def _first_packet(self) -> float:
         """When load started reaching the receiver (polled), so phases cover a flowing load."""
@@ -306,12 +358,15 @@ def iperf_client(exec_prefix: Sequence[str], protocol: str) -> Callable[[Sequenc
     return client
 
 
-def run_calibration(endpoints, ovs, settings: CalibrationSettings,
-                    show_progress: bool = True) -> pd.DataFrame:
+def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress: bool = True,
+                    scope=None, target=None) -> tuple[pd.DataFrame, dict]:
     """Wire a ``Calibrator`` to real things: an sFlow counter on 127.0.0.1, the tc mirror,
     an iperf3 server on the receiver, OVS port statistics; everything stops at the end.
 
-    ``endpoints`` is a ``testbed.Endpoints``; ``ovs`` offers ``vsctl(*args)`` and ``ofctl(*args)``.
+    ``endpoints`` is a ``testbed.Endpoints``; ``ovs`` offers ``vsctl(*args)`` and ``ofctl(*args)``;
+    ``scope`` (an ``accounting.AccountingScope``) counts the CPU time of the forwarding, required
+    by the cpu method; ``target`` (an ``adaptive.Target``) measures until intervals are narrow
+    instead of a fixed grid. Returns the rows and what the run adds to the metadata.
     """
     from contextlib import ExitStack
 
@@ -319,6 +374,9 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings,
     from cosample.costmodel.iperf import IperfServer
     from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
 
+    if settings.method == "cpu" and scope is None:
+        raise HarnessError("the cpu method needs to know whose CPU time to count: use --testbed, "
+                           "or name the cgroups of ovs-vswitchd and the VMs with --account-cgroup")
     with ExitStack() as stack:
         mechanisms: dict[str, Mechanism] = {}
         copies: dict[str, Callable[[], int]] = {}
@@ -338,13 +396,40 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings,
             mechanisms["mirror_vxlan"] = TcMirror(endpoints.sender_port, tunnel,
                                                   prio=MIRROR_PRIO + 1, name="mirror_vxlan")
             copies["mirror_vxlan"] = lambda: device_tx_packets(tunnel)
-        stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
+        if scope is not None:
+            stack.enter_context(scope)
+        server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
+        client = iperf_client(endpoints.sender_exec, settings.protocol)
+        if scope is not None:
+            scope.adopt(server.process.pid)
+            client = _adopting(client, scope)
 
         def port_stats(port: str) -> tuple[int, int]:
+            local = device_packets(port)  # the port's kernel device, when it is one of ours here
+            if local is not None:
+                return local
             return parse_port_stats(ovs.ofctl("dump-ports", endpoints.bridge, port))
 
-        calibrator = Calibrator(settings, mechanisms, port_stats, copies,
-                                iperf_client(endpoints.sender_exec, settings.protocol),
+        calibrator = Calibrator(settings, mechanisms, port_stats, copies, client,
                                 endpoints.receiver_ip, endpoints.sender_port,
-                                endpoints.receiver_port)
-        return calibrator.run(show_progress)
+                                endpoints.receiver_port,
+                                accounting=scope.snapshot if scope is not None else None,
+                                budget_cpus=scope.budget_cpus if scope is not None else 1.0)
+        extra = {} if scope is None else scope.describe()
+        if target is None:
+            return calibrator.run(show_progress), extra
+        from cosample.costmodel.adaptive import AdaptiveRun
+
+        adaptive = AdaptiveRun(calibrator, target)
+        data = adaptive.run(show_progress)
+        return data, {**extra, **adaptive.summary()}
+
+
+def _adopting(client: Callable[[Sequence[str], float], Any], scope) -> Callable[[Sequence[str], float], Any]:
+    """A client whose process joins the accounting scope as soon as it starts (its first
+    packets, before the harness starts counting, are the only work outside)."""
+    def start(argv: Sequence[str], duration_s: float) -> Any:
+        run = client(argv, duration_s)
+        scope.adopt(run.process.pid)
+        return run
+    return start

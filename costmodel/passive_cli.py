@@ -1,0 +1,68 @@
+"""``cosample calibrate --passive``: estimate the current capacity every interval, print it, and
+keep the latest estimate in a JSON file (atomically) for a controller to read."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+
+from cosample.costmodel.accounting import cgroup_path, pid_from_file
+from cosample.costmodel.data import write_json
+from cosample.costmodel.errors import HarnessError
+from cosample.costmodel.passive import (
+    CapacityEstimate, PassiveMonitor, capacity_document, parse_dpctl_lookups, read_calibrated_cost,
+)
+from cosample.dataplane.run import run
+
+
+def datapath_packets(control: str | None):
+    """Reader of the datapaths' packet count through ``ovs-appctl [-t control] dpctl/show``."""
+    target = ["-t", control] if control else []
+
+    def read() -> int:
+        return parse_dpctl_lookups(run(["ovs-appctl", *target, "dpctl/show"], timeout=10).stdout)
+    return read
+
+
+def monitor_from_args(args: argparse.Namespace) -> PassiveMonitor:
+    from cosample.costmodel.cli import _budget
+
+    if not 0.2 <= args.interval <= 3600:
+        raise HarnessError(f"--interval must be 0.2 s to 1 h, got {args.interval!r}")
+    if args.count < 0:
+        raise HarnessError(f"--count must be >= 0 (0: until stopped), got {args.count!r}")
+    forwarding = [cgroup_path(path) for path in args.account_cgroup]
+    ovs_pids = () if forwarding else (pid_from_file(args.ovs_pidfile),)
+    scope = cgroup_path(args.cgroup) if args.cgroup else None
+    cost = read_calibrated_cost(args.calibration) if args.calibration else None
+    return PassiveMonitor(datapath_packets(args.ovs_ctl), ovs_pids, _budget(args),
+                          forwarding_cgroups=forwarding, scope_cgroup=scope, calibrated_cost=cost)
+
+
+def line(estimate: CapacityEstimate) -> str:
+    return (f"capacity {estimate.capacity_pps:>12,.0f} pps | forwarding "
+            f"{estimate.forwarded_pps:>10,.0f} pps at {estimate.cost_ns_per_packet:>7,.0f} ns/packet "
+            f"({estimate.cost_source}) | CPUs: busy {estimate.busy_cpus:.2f}, forwarding "
+            f"{estimate.forwarding_cpus:.2f}, available {estimate.available_cpus:.2f} "
+            f"of {estimate.budget_cpus:g}")
+
+
+def watch(args: argparse.Namespace) -> int:
+    monitor = monitor_from_args(args)
+
+    def report(estimate: CapacityEstimate) -> None:
+        print(line(estimate), flush=True)
+        if args.output:
+            date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            write_json(capacity_document(estimate, platform.node(), date), args.output)
+
+    print(f"estimating capacity every {args.interval:g} s from CPU statistics "
+          f"({'cgroup ' + args.cgroup if args.cgroup else 'whole host'}, "
+          f"{monitor.budget_cpus:g} CPUs)", file=sys.stderr)
+    try:
+        monitor.watch(args.interval, args.count, report)
+    except KeyboardInterrupt:
+        return 130
+    return 0
