@@ -46,6 +46,9 @@ METHODS = ("cpu", "throughput")
 TCP_SEGMENT_BYTES = 1448
 #: Paired runs: seconds of load kept beyond the phases (iperf3 starts before packets flow).
 TAIL_S = 1.5
+#: Paired runs: the load lasts this many times the nominal duration (phases delayed by slow
+#: reconfiguration still have load), and is stopped after the last phase.
+LOAD_SLACK = 2.0
 #: Paired runs: the shortest counted part of a phase, seconds.
 MIN_COUNTED_S = 0.2
 #: Paired runs: how long to wait for the first packet to reach the receiver.
@@ -313,33 +316,30 @@ class Calibrator:
 
     def measure_paired(self, trial: Trial) -> list[dict]:
         """Paired design: one run alternating rate 0 and the trial's rate (order by coin);
-        each phase skips ``guard_s`` after the change, then counts. One row per phase, all
-        in one block, so the fit compares them under the same background load."""
+        each phase sets the rate, skips ``guard_s``, then counts for the rest of ``phase_s``
+        (timed from the count's start, so a slow reconfiguration on a loaded host delays the
+        phase instead of shortening it). One row per phase, all in one block, so the fit
+        compares them under the same background load. The load runs long enough for delayed
+        phases and is stopped after the last one (iperf3's own totals are not recorded)."""
         s = self.settings
         first = random.Random(s.seed * 100_003 + trial.order).random() < 0.5
         schedule = [trial.rate if (k % 2 == 0) == first else 0.0 for k in range(s.phases)]
-        phase_s = s.duration_s / s.phases
+        counted_s = s.duration_s / s.phases - s.guard_s
         rows = []
         self._set_active(None, 0.0)
-        load = self._load(s.duration_s + TAIL_S)
+        load = self._load(s.duration_s * LOAD_SLACK + TAIL_S)
         try:
-            start = self._first_packet()
+            self._first_packet()
             for k, rate in enumerate(schedule):
-                _sleep_until(self.clock, start + k * phase_s)
                 effective = self._set_active(trial.mechanism, rate)
                 _sleep_until(self.clock, self.clock() + s.guard_s)
                 before = self._counters(trial.mechanism)
-                _sleep_until(self.clock, start + (k + 1) * phase_s)
+                _sleep_until(self.clock, before[0] + counted_s)
                 after = self._counters(trial.mechanism)
                 rows.append(self._row(trial, rate, effective, before, after, None,
                                       block=trial.order, phase=k))
-            result = load.wait()
         finally:
             load.stop()
-        for row in rows:  # the run's own totals, for reference
-            row.update(bits_per_second=result.bits_per_second, lost_percent=result.lost_percent,
-                       cpu_sender_pct=result.cpu_sender_pct,
-                       cpu_receiver_pct=result.cpu_receiver_pct)
         return rows
 
 
