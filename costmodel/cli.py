@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-#: Defaults that differ by method: the cpu method alternates fast (its noise is fast) and puts
-#: its runs where the slope is learnt best; the throughput method keeps the grid it always had.
+#: Defaults that differ by method: the cpu method alternates fast (its noise is fast), counts
+#: most of every run, and measures where the slope is learnt best (rates 0 and 1; add 0.5 to
+#: check the law's shape); the throughput method keeps the grid it always had.
 METHOD_DEFAULTS = {
-    "cpu": {"rates": (0.0, 0.5, 1.0), "duration": 6.0, "phases": 20, "guard": 0.05},
+    "cpu": {"rates": (0.0, 1.0), "duration": 12.0, "phases": 40, "guard": 0.05},
     "throughput": {"rates": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "duration": 6.0, "phases": 4,
                    "guard": 0.3},
 }
@@ -58,9 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("--mechanisms", default="sflow,mirror", type=_names,
                      help="comma list of sflow, mirror, mirror_vxlan")
     cal.add_argument("--rates", type=_floats,
-                     help="comma list in [0, 1] (default: 0,0.5,1 for cpu, 0,0.2,...,1 for throughput)")
+                     help="comma list in [0, 1] (default: 0,1 for cpu, 0,0.2,...,1 for throughput)")
     cal.add_argument("--repetitions", type=int, default=2)
-    cal.add_argument("--duration", type=float, help="seconds per iperf3 run (default 6)")
+    cal.add_argument("--duration", type=float,
+                     help="seconds per iperf3 run (default: 12 for cpu, 6 for throughput)")
     cal.add_argument("--protocol", choices=("udp", "tcp"), default="udp")
     cal.add_argument("--packet-bytes", type=int, default=64, help="UDP payload bytes")
     cal.add_argument("--bandwidth", default="0", help="iperf3 -b for UDP (0 = flat out)")
@@ -69,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="paired: each run alternates rate 0 and rate s (drift cancels); "
                           "independent: one rate per run")
     cal.add_argument("--phases", type=int,
-                     help="paired: phases per run, even (default: 20 for cpu, 4 for throughput)")
+                     help="paired: phases per run, even (default: 40 for cpu, 4 for throughput)")
     cal.add_argument("--guard", type=float,
                      help="paired: seconds skipped after a change (default: 0.05 cpu, 0.3 throughput)")
     cal.add_argument("--settle", type=float, default=0.5, help="independent: seconds after a change")
@@ -103,6 +105,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     passive.add_argument("--cgroup", help="the server's scope (default: the whole host)")
     passive.add_argument("--calibration",
                          help="cpu-method calibration JSON: its cost per packet when idle")
+    passive.add_argument("--hog-at", type=int,
+                         help="with --testbed: start a CPU hog in the server from this interval")
     _fit_options(cal)
     cal.set_defaults(func=_calibrate)
 

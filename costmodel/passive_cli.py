@@ -50,6 +50,8 @@ def line(estimate: CapacityEstimate) -> str:
 
 
 def watch(args: argparse.Namespace) -> int:
+    if args.testbed:
+        return _testbed(args)
     monitor = monitor_from_args(args)
 
     def report(estimate: CapacityEstimate) -> None:
@@ -65,4 +67,26 @@ def watch(args: argparse.Namespace) -> int:
         monitor.watch(args.interval, args.count, report)
     except KeyboardInterrupt:
         return 130
+    return 0
+
+
+def _testbed(args: argparse.Namespace) -> int:
+    """The one-host testbed under a constant load, a CPU hog from interval ``--hog-at``."""
+    from cosample.costmodel.cli import _budget
+    from cosample.costmodel.hogdemo import plot_hog_demo, run_hog_demo
+    from cosample.files import write_text_atomic
+
+    if args.count < 2:
+        raise HarnessError("--passive --testbed needs --count >= 2")
+    print(f"passive capacity on the one-host testbed, {args.count} intervals of "
+          f"{args.interval:g} s" + (f", CPU hog from interval {args.hog_at}" if args.hog_at else ""),
+          file=sys.stderr)
+    frame = run_hog_demo(args.prefix, args.count, args.hog_at, args.interval, _budget(args),
+                         offered_pps=args.offered_pps, port=args.port,
+                         report=lambda estimate: print(line(estimate), flush=True))
+    write_text_atomic(args.data, frame.to_csv(index=False, float_format="%.6g"))
+    print(f"wrote {args.data}")
+    if args.figure:
+        plot_hog_demo(frame, args.figure)
+        print(f"wrote {args.figure}")
     return 0

@@ -1,0 +1,82 @@
+"""CPU accounting: parsers on recorded text, readers on this host's /proc, and (root) a real
+cgroup that counts a busy child's CPU time and is removed afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cosample.costmodel.accounting import (
+    AccountingCgroup, CpuSnapshot, ExistingScope, accounting_hierarchy, cgroup_usage_ns,
+    parse_cpu_stat_v2, parse_proc_stat, parse_schedstat, thread_run_ns,
+)
+from cosample.costmodel.errors import HarnessError
+
+PROC_STAT = """cpu  70930 0 19859 74866 892 0 2971 4913 0 0
+cpu0 35000 0 9000 37000 400 0 1500 2400 0 0
+intr 123
+"""
+
+
+def test_parsers_read_recorded_text():
+    assert parse_schedstat("263400664 23580519 438\n") == 263400664
+    ticks = parse_proc_stat(PROC_STAT)
+    assert ticks["softirq"] == 2971 and ticks["steal"] == 4913
+    assert ticks["busy"] == 70930 + 19859 + 2971  # user + nice + system + irq + softirq
+    assert parse_cpu_stat_v2("usage_usec 1500\nuser_usec 1000\n") == 1_500_000
+    for parser, text in ((parse_schedstat, ""), (parse_proc_stat, "intr 1\n"),
+                         (parse_cpu_stat_v2, "user_usec 3\n")):
+        with pytest.raises(HarnessError):
+            parser(text)
+
+
+def test_snapshot_differences_are_cpus_used():
+    before = CpuSnapshot(counted=0, ovs=0, ksoftirqd=0, host_busy=0, host_softirq=0)
+    after = CpuSnapshot(counted=500_000_000, ovs=250_000_000, ksoftirqd=0,
+                        host_busy=3_000_000_000, host_softirq=100_000_000)
+    cpus = after.per_second(before, 2.0)
+    assert cpus == pytest.approx({"cpu_counted": 0.25, "cpu_ovs": 0.125, "cpu_ksoftirqd": 0.0,
+                                  "cpu_host_busy": 1.5, "cpu_host_softirq": 0.05})
+
+
+def test_thread_run_time_of_this_process_grows_and_a_missing_process_is_zero():
+    first = thread_run_ns(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    assert thread_run_ns(os.getpid()) > first
+    assert thread_run_ns(2**22 + 12345) == 0
+
+
+def test_existing_scope_names_a_cgroup_it_cannot_read(tmp_path):
+    with pytest.raises(HarnessError, match=str(tmp_path / "nowhere")):
+        ExistingScope([tmp_path / "nowhere"], None, 2.0)
+
+
+def test_cgroup_names_are_checked():
+    with pytest.raises(HarnessError, match="letters, digits"):
+        AccountingCgroup("../etc")
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating a cgroup needs root")
+def test_a_real_cgroup_counts_exactly_its_processes_and_goes_away():
+    busy = [sys.executable, "-c", "import time\nend = time.process_time() + 0.4\n"
+                                  "while time.process_time() < end: pass"]
+    with AccountingCgroup(f"cosample-test-{os.getpid()}") as cgroup:
+        path = cgroup.path
+        start = cgroup.usage_ns()
+        child = subprocess.Popen(busy)
+        cgroup.add(child.pid)
+        child.wait(timeout=30)
+        used = cgroup.usage_ns() - start
+        assert cgroup_usage_ns(path) - start == used
+        ExistingScope([path], None, 1.0)  # an existing cgroup is read, not created
+    # the child burnt 0.4 s of CPU; at most its start-up before joining is missing
+    assert 0.3e9 < used < 1.0e9
+    assert not path.exists()
+    assert path.parent == accounting_hierarchy()

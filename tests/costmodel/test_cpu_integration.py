@@ -1,0 +1,80 @@
+"""The cpu method, adaptive stopping and the passive capacity for real: a private OVS (userspace
+datapath) in namespaces, iperf3 at a fixed packet rate, a cgroup counting the forwarding.
+
+Numbers are noisy on a shared machine, so the checks are what must hold whatever the noise:
+the load was offered at the set rate and forwarded, the CPU time counted is positive and
+contains ovs-vswitchd's, the files are well-formed, a CPU hog lowers the passive capacity, and
+nothing is left behind (namespaces, links, cgroups).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from cosample.cli import main
+from cosample.costmodel.accounting import accounting_hierarchy
+from cosample.costmodel.testbed import one_host_testbed_unavailable
+from cosample.dataplane.run import run
+
+REASON = one_host_testbed_unavailable()
+pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
+              pytest.mark.skipif(REASON is not None, reason=f"real cpu calibration: {REASON}")]
+PREFIX = "ccJ"
+
+
+def leftovers(prefix: str = PREFIX) -> list[str]:
+    names = run(["ip", "netns", "list"]).stdout.split() + run(["ip", "-o", "link"]).stdout.split()
+    names = [name for name in names if name.rstrip(":").split("@")[0].startswith(prefix)]
+    cgroups = [path.name for path in accounting_hierarchy().glob(f"cosample-{prefix}*")]
+    return names + cgroups
+
+
+def test_short_adaptive_cpu_calibration(tmp_path):
+    data, output = tmp_path / "m.csv", tmp_path / "c.json"
+    code = main(["calibrate", "--testbed", "--prefix", PREFIX, "--method", "cpu",
+                 "--mechanisms", "sflow,mirror", "--rates", "0,1", "--duration", "3",
+                 "--phases", "6", "--offered-pps", "5000", "--warmup", "1",
+                 "--target-ci", "0.05", "--max-time", "25", "--bootstrap", "200",
+                 "--no-progress", "-d", str(data), "-o", str(output)])
+    assert code == 0
+    assert leftovers() == []
+    frame = pd.read_csv(data)
+    assert (frame["method"] == "cpu").all() and set(frame["mechanism"]) == {"sflow", "mirror"}
+    # the load was the offered one, and it was forwarded (generous: a shared machine)
+    assert frame["forwarded_pps"].median() == pytest.approx(5000, rel=0.2)
+    assert (frame["cost_ns_per_packet"] > 0).all()
+    assert (frame["cpu_counted"] > frame["cpu_ovs"]).all() and (frame["cpu_ovs"] > 0).all()
+    capacity = frame["budget_cpus"] * 1e9 / frame["cost_ns_per_packet"]
+    assert frame["throughput_pps"].to_numpy() == pytest.approx(capacity.to_numpy(), rel=1e-4)
+    mirror = frame[(frame["mechanism"] == "mirror") & (frame["rate"] == 1)]
+    assert (mirror["copies_pps"] / mirror["sent_pps"]).median() == pytest.approx(1, abs=0.15)
+    document = json.loads(output.read_text())
+    metadata = document["metadata"]
+    assert metadata["method"] == "cpu" and metadata["offered_pps"] == 5000
+    assert set(metadata["rounds"]) == {"sflow", "mirror"} and min(metadata["rounds"].values()) >= 1
+    assert set(metadata["target_met"]) == {"sflow", "mirror"}
+    assert "cgroup" in metadata["accounting"]
+    for entry in document["mechanisms"].values():
+        low, high = entry["coefficient_ci"]
+        assert math.isfinite(low) and low <= entry["coefficient"] <= high
+
+
+def test_a_cpu_hog_lowers_the_passive_capacity_within_one_interval(tmp_path):
+    data, figure = tmp_path / "hog.csv", tmp_path / "hog.png"
+    code = main(["calibrate", "--passive", "--testbed", "--prefix", PREFIX, "--count", "4",
+                 "--hog-at", "2", "--interval", "1.5", "--cpu-budget", "1",
+                 "--offered-pps", "5000", "-d", str(data), "--figure", str(figure)])
+    assert code == 0
+    assert leftovers() == []
+    frame = pd.read_csv(data)
+    assert frame["hog"].tolist() == [False, False, True, True]
+    before = frame[~frame["hog"]]["capacity_pps"].min()
+    first_with_hog = frame[frame["hog"]]["capacity_pps"].iloc[0]
+    assert first_with_hog < 0.75 * before
+    assert (frame["cost_source"] == "measured").all()
+    assert (frame["forwarded_pps"] > 2000).all()
+    assert figure.stat().st_size > 10_000
