@@ -25,9 +25,11 @@ from cosample.files import write_text_atomic
 REQUIRED_COLUMNS = ("mechanism", "rate", "throughput_pps")
 #: Columns the harness writes, in this order (a CSV may hold a subset beyond the required ones).
 HARNESS_COLUMNS = (
-    "mechanism", "rate", "throughput_pps", "rate_requested", "protocol", "packet_bytes", "trial",
-    "order", "block", "phase", "duration_s", "sent_pps", "copies_pps", "iperf_pps", "bits_per_second",
-    "cpu_sender_pct", "cpu_receiver_pct", "lost_percent",
+    "mechanism", "rate", "throughput_pps", "method", "rate_requested", "protocol", "packet_bytes",
+    "trial", "order", "block", "phase", "duration_s", "sent_pps", "forwarded_pps", "copies_pps",
+    "offered_pps", "cost_ns_per_packet", "budget_cpus", "cpu_counted", "cpu_ovs", "cpu_ksoftirqd",
+    "cpu_host_busy", "cpu_host_softirq", "iperf_pps", "bits_per_second", "cpu_sender_pct",
+    "cpu_receiver_pct", "lost_percent",
 )
 
 

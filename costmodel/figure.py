@@ -64,7 +64,9 @@ def plot_calibration(data: pd.DataFrame, calibration: Calibration, path: str | o
         axis.set_xlim(-0.03, 1.03)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7, loc="lower left")
-    axes[0][0].set_ylabel("throughput / throughput at s=0")
+    cpu = "method" in data.columns and (data["method"] == "cpu").all()
+    axes[0][0].set_ylabel("cost per packet at s=0 / cost per packet" if cpu
+                          else "throughput / throughput at s=0")
     axes[0][0].set_ylim(0, max(1.6, float(axes[0][0].get_ylim()[1])))
     if title:
         figure.suptitle(title, fontsize=10)

@@ -1,0 +1,91 @@
+"""Put calibrations of the two methods side by side, and say in CPU terms why they differ.
+
+``a`` is a cost *relative* to forwarding a packet, and the cost of forwarding one depends on the
+load: at a fixed, moderate offered rate every packet pays for wake-ups that a saturated switch
+amortises over large batches. So both methods can agree on the absolute cost of a sampled or
+mirrored packet, ``a * c0`` nanoseconds, and still report different ``a``. Both methods record
+the CPU time per forwarded packet (``cost_ns_per_packet`` or ``cpu_counted / forwarded_pps``),
+so this module computes ``c0`` of each method's rate-0 phases and the absolute extra cost.
+
+    python -m cosample.costmodel.compare docs/data/cpu-sflow.json docs/data/throughput-sflow.json ...
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from cosample.costmodel.data import read_measurements
+from cosample.costmodel.errors import DataError
+
+
+def rate0_cost_ns(rows: pd.DataFrame) -> float:
+    """Median CPU nanoseconds per forwarded packet over the rate-0 phases (NaN without CPU data)."""
+    zero = rows[rows["rate"] == 0]
+    if "cpu_counted" not in zero.columns or zero.empty:
+        return math.nan
+    cost = zero["cpu_counted"] / zero["forwarded_pps"].where(zero["forwarded_pps"] > 0) * 1e9
+    return float(cost.median())
+
+
+def summary_rows(paths: list[str]) -> pd.DataFrame:
+    """One row per (calibration, mechanism): estimate, interval, target, time, c0, extra cost."""
+    rows = []
+    for path in paths:
+        try:
+            document = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DataError(f"{path}: cannot read calibration: {exc}") from None
+        metadata = document.get("metadata") or {}
+        data_name = metadata.get("data")
+        if not data_name:
+            raise DataError(f"{path}: metadata.data does not name the measurements CSV")
+        data = read_measurements(Path(path).parent / data_name)
+        for mechanism, entry in document.get("mechanisms", {}).items():
+            low, high = entry["coefficient_ci"]
+            c0 = rate0_cost_ns(data[data["mechanism"] == mechanism])
+            a = entry["coefficient"]
+            rows.append({
+                "method": metadata.get("method", "throughput"), "mechanism": mechanism,
+                "a": a, "ci_low": low, "ci_high": high, "half_width": (high - low) / 2,
+                "target_met": (metadata.get("target_met") or {}).get(mechanism),
+                "seconds": (metadata.get("seconds") or {}).get(mechanism),
+                "rows": entry["n_points"], "capacity_pps": entry["capacity_pps"],
+                "c0_ns": c0, "extra_ns_per_copy": a * c0,
+                "extra_ns_ci": (low * c0, high * c0),
+            })
+    return pd.DataFrame(rows)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    lines = ["| mechanism | method | a | 95% CI | half-width | target met | seconds | c0 (ns/packet) "
+             "| a·c0 (ns per copy) |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in frame.sort_values(["mechanism", "method"]).itertuples():
+        extra_low, extra_high = row.extra_ns_ci
+        lines.append(
+            f"| {row.mechanism} | {row.method} | {row.a:.3f} | [{row.ci_low:.3f}, {row.ci_high:.3f}] "
+            f"| {row.half_width:.3f} | {'yes' if row.target_met else 'no' if row.target_met is not None else '-'} "
+            f"| {row.seconds if row.seconds is not None else '-'} | {row.c0_ns:,.0f} "
+            f"| {row.extra_ns_per_copy:,.0f} [{extra_low:,.0f}, {extra_high:,.0f}] |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    paths = sys.argv[1:] if argv is None else argv
+    if not paths:
+        print("usage: python -m cosample.costmodel.compare CALIBRATION.json ...", file=sys.stderr)
+        return 2
+    try:
+        print(markdown(summary_rows(paths)))
+    except DataError as exc:
+        print(f"compare: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
