@@ -52,7 +52,7 @@ LOAD_SLACK = 2.0
 #: Paired runs: the shortest counted part of a phase, seconds.
 MIN_COUNTED_S = 0.2
 #: Paired runs: how long to wait for the first packet to reach the receiver.
-FIRST_PACKET_TIMEOUT_S = 5.0
+FIRST_PACKET_TIMEOUT_S = 10.0
 _PORT_STATS = re.compile(r"rx pkts=(\d+).*?tx pkts=(\d+)", re.S)
 
 

@@ -34,7 +34,8 @@ def run_hog_demo(prefix: str, count: int, hog_at: int | None, interval_s: float,
     if hog_at is not None and not 1 <= hog_at < count:
         raise HarnessError(f"--hog-at must be in 1..count-1 (= {count - 1}), got {hog_at}")
     settings = CalibrationSettings(mechanisms=("sflow",), method="cpu", offered_pps=offered_pps,
-                                   duration_s=1.0, port=port, rates=(0.0, 1.0))
+                                   duration_s=1.0, phases=2, guard_s=0.0, port=port,
+                                   rates=(0.0, 1.0))
     load_s = interval_s * (count + 1) + 5
     rows, hog_processes = [], []
     with ExitStack() as stack:
