@@ -175,10 +175,17 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from cosample.costmodel.harness import CalibrationSettings
 
+    def terminate(signum, frame):  # SIGTERM cleans up like Ctrl-C
+        raise KeyboardInterrupt
+
     if args.passive:
         from cosample.costmodel.passive_cli import watch
 
-        return watch(args)
+        previous = signal.signal(signal.SIGTERM, terminate)
+        try:
+            return watch(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     args.output = args.output or "calibration.json"
     for key, value in METHOD_DEFAULTS[args.method].items():
         if getattr(args, key) is None:
@@ -197,6 +204,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.testbed == endpoints_given:
         raise HarnessError("choose where to calibrate: --testbed, or an existing bridge with "
                            "--bridge --sender-port --receiver-port --receiver-ip --mirror-target")
+    if settings.method == "cpu" and not args.testbed and not args.account_cgroup:
+        raise HarnessError("the cpu method on an existing server needs the cgroups whose CPU "
+                           "time is forwarding: --account-cgroup (e.g. system.slice/"
+                           "openvswitch-switch.service and machine.slice), or --method throughput")
     load = (f"{settings.offered_pps:,.0f} pps offered" if settings.method == "cpu"
             else "flat out")
     runs = (f"until every CI half-width <= {target.relative:g} x a (or {target.absolute:g}), "
@@ -206,9 +217,6 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"calibrating ({settings.method} method) {', '.join(settings.mechanisms)} at rates "
           f"{', '.join(f'{r:g}' for r in settings.rates)}, {settings.protocol} {load}, {runs}",
           file=sys.stderr)
-
-    def terminate(signum, frame):  # SIGTERM cleans up like Ctrl-C
-        raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:

@@ -63,10 +63,7 @@ def watch(args: argparse.Namespace) -> int:
     print(f"estimating capacity every {args.interval:g} s from CPU statistics "
           f"({'cgroup ' + args.cgroup if args.cgroup else 'whole host'}, "
           f"{monitor.budget_cpus:g} CPUs)", file=sys.stderr)
-    try:
-        monitor.watch(args.interval, args.count, report)
-    except KeyboardInterrupt:
-        return 130
+    monitor.watch(args.interval, args.count, report)  # Ctrl-C/SIGTERM: "interrupted", exit 130
     return 0
 
 

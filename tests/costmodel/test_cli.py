@@ -88,7 +88,11 @@ def test_fit_protocol_filter_errors(measurements, capsys):
     (["calibrate", "--testbed", "--rates", "0.5", "--design", "independent"], "at least 2 distinct"),
     (["calibrate", "--testbed", "--mechanisms", "sflow,gre"], "choose from sflow, mirror, mirror_vxlan"),
     (["calibrate", "--testbed", "--prefix", "much-too-long-prefix"], "testbed prefix"),
-    (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "receiver port is required"),
+    (["calibrate", "--method", "throughput", "--bridge", "br0", "--sender-port", "p1"],
+     "receiver port is required"),
+    (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "--account-cgroup"),
+    (["calibrate", "--testbed", "--duration", "4"], "too short for 40 phases"),
+    (["calibrate", "--testbed", "--target-ci", "0.1", "--max-time", "2"], "max time"),
 ])
 def test_calibrate_refuses_bad_requests_before_touching_anything(tmp_path, capsys, argv, message):
     out = tmp_path / "c.json"

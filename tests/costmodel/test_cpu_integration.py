@@ -78,3 +78,32 @@ def test_a_cpu_hog_lowers_the_passive_capacity_within_one_interval(tmp_path):
     assert (frame["cost_source"] == "measured").all()
     assert (frame["forwarded_pps"] > 2000).all()
     assert figure.stat().st_size > 10_000
+
+
+def test_interrupted_cpu_calibration_removes_its_cgroup_and_writes_nothing(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data, output = tmp_path / "m.csv", tmp_path / "c.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cosample", "calibrate", "--testbed", "--prefix", PREFIX,
+         "--method", "cpu", "--mechanisms", "mirror", "--offered-pps", "5000",
+         "--target-ci", "0.001", "--max-time", "60", "--warmup", "0", "--no-progress",
+         "-d", str(data), "-o", str(output)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        cgroup = accounting_hierarchy() / f"cosample-{PREFIX}"
+        while time.monotonic() < deadline and not cgroup.exists():
+            time.sleep(0.2)
+        time.sleep(3)  # inside the first run
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert leftovers() == [] and not data.exists() and not output.exists()

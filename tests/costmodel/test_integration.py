@@ -37,7 +37,7 @@ def leftovers(prefix: str = PREFIX) -> list[str]:
 
 def test_short_real_calibration(tmp_path):
     data, output, figure = tmp_path / "m.csv", tmp_path / "c.json", tmp_path / "c.png"
-    code = main(["calibrate", "--testbed", "--prefix", PREFIX, "--protocol", "udp",
+    code = main(["calibrate", "--testbed", "--prefix", PREFIX, "--method", "throughput", "--protocol", "udp",
                  "--mechanisms", "sflow,mirror,mirror_vxlan", "--rates", "0,0.5,1", "--repetitions", "1", "--duration", "4", "--phases", "4",
                  "--warmup", "1", "--bootstrap", "200", "--no-progress",
                  "-d", str(data), "-o", str(output), "--figure", str(figure)])
@@ -84,6 +84,7 @@ def test_interrupted_calibration_cleans_up_and_writes_nothing(tmp_path, signal_n
     data, output = tmp_path / "m.csv", tmp_path / "c.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "cosample", "calibrate", "--testbed", "--prefix", prefix,
+         "--method", "throughput",
          "--rates", "0,1", "--repetitions", "5", "--duration", "4", "--warmup", "0",
          "--no-progress", "-d", str(data), "-o", str(output)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -109,7 +110,8 @@ def test_existing_endpoints_mode_touches_only_its_mechanisms(tmp_path):
     data, output = tmp_path / "m.csv", tmp_path / "c.json"
     with OneHostTestbed("ccK") as testbed:
         e = testbed.endpoints
-        code = main(["calibrate", "--ovsdb", testbed.ovs.remote, "--bridge", e.bridge,
+        code = main(["calibrate", "--method", "throughput", "--ovsdb", testbed.ovs.remote,
+                     "--bridge", e.bridge,
                      "--sender-port", e.sender_port, "--receiver-port", e.receiver_port,
                      "--receiver-ip", e.receiver_ip, "--mirror-target", e.mirror_target,
                      "--sender-exec", " ".join(e.sender_exec),
