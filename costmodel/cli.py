@@ -254,7 +254,7 @@ def _budget(args: argparse.Namespace) -> float:
 
 def _measure(args: argparse.Namespace, settings, target):
     from cosample.costmodel.accounting import CgroupScope, ExistingScope, cgroup_path, pid_from_file
-    from cosample.costmodel.harness import run_calibration
+    from cosample.costmodel.realrun import run_calibration
     from cosample.costmodel.testbed import OneHostTestbed, SystemOvs, existing_endpoints
 
     budget = _budget(args)

@@ -1,21 +1,26 @@
 """Run a calibration: a grid of rates per mechanism, repeated, in random order, through iperf3.
 
-Two designs:
+Two methods: ``throughput`` floods (iperf3 ``-b 0``) and counts packets forwarded; ``cpu``
+offers ``offered_pps`` and counts, through ``accounting``, the CPU time the forwarding costs per
+packet (``accounting.py``). Two designs:
 
 - ``paired`` (default): each trial is one iperf3 run whose load alternates between rate 0 and the
-  trial's rate in ``phases`` equal phases, from the moment packets reach the receiver (which
-  comes first is a seeded coin toss); after each change the harness waits ``guard_s``, then counts. Every phase is a row, the run is a ``block``,
-  and the fit gives each block its own capacity, so the slow drift of a shared host's load
-  cancels out of the coefficient.
+  trial's rate in ``phases`` phases, from the moment packets reach the receiver (which comes
+  first is a seeded coin toss); after each change the harness waits ``guard_s``, then counts.
+  Every phase is a row, the run is a ``block``, and the fit gives each block its own capacity,
+  so the slow drift of a shared host's load cancels out of the coefficient.
 - ``independent``: each trial sets the rate, settles, and counts over one whole run; one row.
 
 What the columns mean:
 
-- ``throughput_pps``: packets OVS delivered to the receiver's port per second (OpenFlow port
-  statistics of the receiver's port, ``tx pkts``) over the counted interval;
-- ``sent_pps``: packets OVS took in from the sender's port (``rx pkts``) per second;
+- ``forwarded_pps``: packets OVS delivered to the receiver's port per second (the port's kernel
+  ``tx_packets`` when it is a local device, else OpenFlow port statistics) over the counted
+  interval; ``throughput_pps`` is the same for the throughput method and ``budget_cpus`` over
+  the CPU cost per packet for the cpu method (the law's ``T`` either way);
+- ``sent_pps``: packets OVS took in from the sender's port (``rx``) per second;
 - ``copies_pps``: sampled (sFlow samples at the collector) or mirrored (``tx_packets`` plus
   ``tx_dropped`` of the mirror target) copies per second, a check of the configured rate;
+- ``cpu_*``: CPUs used over the interval by source (``accounting.CpuSnapshot``);
 - ``iperf_pps`` (UDP, independent design): datagrams the iperf3 server received per second;
   ``bits_per_second``, CPU and loss as iperf3 reports them for the whole run.
 """
@@ -347,89 +352,3 @@ def _sleep_until(clock: Callable[[], float], deadline: float) -> None:
     remaining = deadline - clock()
     if remaining > 0:
         time.sleep(remaining)
-
-
-def iperf_client(exec_prefix: Sequence[str], protocol: str) -> Callable[[Sequence[str], float], Any]:
-    """The ``client`` callable for ``Calibrator``: iperf3 started through an endpoint's prefix."""
-    from cosample.costmodel.iperf import IperfClient
-
-    def client(argv: Sequence[str], duration_s: float) -> IperfClient:
-        return IperfClient(exec_prefix, argv, protocol, duration_s)
-    return client
-
-
-def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress: bool = True,
-                    scope=None, target=None) -> tuple[pd.DataFrame, dict]:
-    """Wire a ``Calibrator`` to real things: an sFlow counter on 127.0.0.1, the tc mirror,
-    an iperf3 server on the receiver, OVS port statistics; everything stops at the end.
-
-    ``endpoints`` is a ``testbed.Endpoints``; ``ovs`` offers ``vsctl(*args)`` and ``ofctl(*args)``;
-    ``scope`` (an ``accounting.AccountingScope``) counts the CPU time of the forwarding, required
-    by the cpu method; ``target`` (an ``adaptive.Target``) measures until intervals are narrow
-    instead of a fixed grid. Returns the rows and what the run adds to the metadata.
-    """
-    from contextlib import ExitStack
-
-    from cosample.lab.sflow import SflowCollector
-    from cosample.costmodel.iperf import IperfServer
-    from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
-
-    if settings.method == "cpu" and scope is None:
-        raise HarnessError("the cpu method needs to know whose CPU time to count: use --testbed, "
-                           "or name the cgroups of ovs-vswitchd and the VMs with --account-cgroup")
-    with ExitStack() as stack:
-        mechanisms: dict[str, Mechanism] = {}
-        copies: dict[str, Callable[[], int]] = {}
-        if "sflow" in settings.mechanisms:
-            # counting only: decoding every header in Python would steal the CPU being measured
-            counter = stack.enter_context(SflowCollector(decode=False, receive_buffer=4 << 20))
-            mechanisms["sflow"] = SflowSampling(ovs.vsctl, endpoints.bridge, counter.target)
-            copies["sflow"] = lambda: counter.sample_count
-        if "mirror" in settings.mechanisms:
-            mechanisms["mirror"] = TcMirror(endpoints.sender_port, endpoints.mirror_target)
-            copies["mirror"] = lambda: device_tx_packets(endpoints.mirror_target)
-        if "mirror_vxlan" in settings.mechanisms:
-            tunnel = endpoints.tunnel_target
-            if not tunnel:
-                raise HarnessError("mirror_vxlan needs a VXLAN device to mirror into "
-                                   "(--tunnel-target, or --testbed which builds one)")
-            mechanisms["mirror_vxlan"] = TcMirror(endpoints.sender_port, tunnel,
-                                                  prio=MIRROR_PRIO + 1, name="mirror_vxlan")
-            copies["mirror_vxlan"] = lambda: device_tx_packets(tunnel)
-        if scope is not None:
-            stack.enter_context(scope)
-        server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
-        client = iperf_client(endpoints.sender_exec, settings.protocol)
-        if scope is not None:
-            scope.adopt(server.process.pid)
-            client = _adopting(client, scope)
-
-        def port_stats(port: str) -> tuple[int, int]:
-            local = device_packets(port)  # the port's kernel device, when it is one of ours here
-            if local is not None:
-                return local
-            return parse_port_stats(ovs.ofctl("dump-ports", endpoints.bridge, port))
-
-        calibrator = Calibrator(settings, mechanisms, port_stats, copies, client,
-                                endpoints.receiver_ip, endpoints.sender_port,
-                                endpoints.receiver_port,
-                                accounting=scope.snapshot if scope is not None else None,
-                                budget_cpus=scope.budget_cpus if scope is not None else 1.0)
-        extra = {} if scope is None else scope.describe()
-        if target is None:
-            return calibrator.run(show_progress), extra
-        from cosample.costmodel.adaptive import AdaptiveRun
-
-        adaptive = AdaptiveRun(calibrator, target)
-        data = adaptive.run(show_progress)
-        return data, {**extra, **adaptive.summary()}
-
-
-def _adopting(client: Callable[[Sequence[str], float], Any], scope) -> Callable[[Sequence[str], float], Any]:
-    """A client whose process joins the accounting scope as soon as it starts (its first
-    packets, before the harness starts counting, are the only work outside)."""
-    def start(argv: Sequence[str], duration_s: float) -> Any:
-        run = client(argv, duration_s)
-        scope.adopt(run.process.pid)
-        return run
-    return start

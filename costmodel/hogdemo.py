@@ -20,7 +20,8 @@ import pandas as pd
 
 from cosample.costmodel.accounting import AccountingCgroup, pid_from_file
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.harness import CalibrationSettings, iperf_client
+from cosample.costmodel.harness import CalibrationSettings
+from cosample.costmodel.realrun import iperf_client
 from cosample.costmodel.passive import CapacityEstimate, PassiveMonitor, parse_dpctl_lookups
 from cosample.costmodel.testbed import OneHostTestbed
 

@@ -1,0 +1,103 @@
+"""Wire a ``Calibrator`` to real things: sFlow on the bridge with a counting collector, tc
+mirrors, an iperf3 server and client on the endpoints, port counters, and (cpu method) the
+accounting scope every iperf3 process joins. Everything started here stops at the end, also on
+error and Ctrl-C."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from cosample.costmodel.errors import HarnessError
+from cosample.costmodel.harness import (
+    CalibrationSettings, Calibrator, device_packets, device_tx_packets, parse_port_stats,
+)
+from cosample.costmodel.mechanisms import Mechanism
+
+
+def iperf_client(exec_prefix: Sequence[str], protocol: str) -> Callable[[Sequence[str], float], Any]:
+    """The ``client`` callable for ``Calibrator``: iperf3 started through an endpoint's prefix."""
+    from cosample.costmodel.iperf import IperfClient
+
+    def client(argv: Sequence[str], duration_s: float) -> IperfClient:
+        return IperfClient(exec_prefix, argv, protocol, duration_s)
+    return client
+
+
+def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress: bool = True,
+                    scope=None, target=None) -> tuple[pd.DataFrame, dict]:
+    """Wire a ``Calibrator`` to real things: an sFlow counter on 127.0.0.1, the tc mirror,
+    an iperf3 server on the receiver, OVS port statistics; everything stops at the end.
+
+    ``endpoints`` is a ``testbed.Endpoints``; ``ovs`` offers ``vsctl(*args)`` and ``ofctl(*args)``;
+    ``scope`` (an ``accounting.AccountingScope``) counts the CPU time of the forwarding, required
+    by the cpu method; ``target`` (an ``adaptive.Target``) measures until intervals are narrow
+    instead of a fixed grid. Returns the rows and what the run adds to the metadata.
+    """
+    from contextlib import ExitStack
+
+    from cosample.lab.sflow import SflowCollector
+    from cosample.costmodel.iperf import IperfServer
+    from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
+
+    if settings.method == "cpu" and scope is None:
+        raise HarnessError("the cpu method needs to know whose CPU time to count: use --testbed, "
+                           "or name the cgroups of ovs-vswitchd and the VMs with --account-cgroup")
+    with ExitStack() as stack:
+        mechanisms: dict[str, Mechanism] = {}
+        copies: dict[str, Callable[[], int]] = {}
+        if "sflow" in settings.mechanisms:
+            # counting only: decoding every header in Python would steal the CPU being measured
+            counter = stack.enter_context(SflowCollector(decode=False, receive_buffer=4 << 20))
+            mechanisms["sflow"] = SflowSampling(ovs.vsctl, endpoints.bridge, counter.target)
+            copies["sflow"] = lambda: counter.sample_count
+        if "mirror" in settings.mechanisms:
+            mechanisms["mirror"] = TcMirror(endpoints.sender_port, endpoints.mirror_target)
+            copies["mirror"] = lambda: device_tx_packets(endpoints.mirror_target)
+        if "mirror_vxlan" in settings.mechanisms:
+            tunnel = endpoints.tunnel_target
+            if not tunnel:
+                raise HarnessError("mirror_vxlan needs a VXLAN device to mirror into "
+                                   "(--tunnel-target, or --testbed which builds one)")
+            mechanisms["mirror_vxlan"] = TcMirror(endpoints.sender_port, tunnel,
+                                                  prio=MIRROR_PRIO + 1, name="mirror_vxlan")
+            copies["mirror_vxlan"] = lambda: device_tx_packets(tunnel)
+        if scope is not None:
+            stack.enter_context(scope)
+        server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
+        client = iperf_client(endpoints.sender_exec, settings.protocol)
+        if scope is not None:
+            scope.adopt(server.process.pid)
+            client = _adopting(client, scope)
+
+        def port_stats(port: str) -> tuple[int, int]:
+            local = device_packets(port)  # the port's kernel device, when it is one of ours here
+            if local is not None:
+                return local
+            return parse_port_stats(ovs.ofctl("dump-ports", endpoints.bridge, port))
+
+        calibrator = Calibrator(settings, mechanisms, port_stats, copies, client,
+                                endpoints.receiver_ip, endpoints.sender_port,
+                                endpoints.receiver_port,
+                                accounting=scope.snapshot if scope is not None else None,
+                                budget_cpus=scope.budget_cpus if scope is not None else 1.0)
+        extra = {} if scope is None else scope.describe()
+        if target is None:
+            return calibrator.run(show_progress), extra
+        from cosample.costmodel.adaptive import AdaptiveRun
+
+        adaptive = AdaptiveRun(calibrator, target)
+        data = adaptive.run(show_progress)
+        return data, {**extra, **adaptive.summary()}
+
+
+def _adopting(client: Callable[[Sequence[str], float], Any], scope) -> Callable[[Sequence[str], float], Any]:
+    """A client whose process joins the accounting scope as soon as it starts (its first
+    packets, before the harness starts counting, are the only work outside)."""
+    def start(argv: Sequence[str], duration_s: float) -> Any:
+        run = client(argv, duration_s)
+        scope.adopt(run.process.pid)
+        return run
+    return start
