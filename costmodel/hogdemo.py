@@ -4,12 +4,14 @@
 "server" cgroup around it (a CPU budget of ``--cpu-budget``) with a forwarding cgroup inside
 (ovs-vswitchd and the iperf3 ends, as the cpu method counts them), offers a constant UDP load,
 and estimates the capacity every interval; from interval ``hog_at`` on, ``hogs`` busy-looping
-processes run in the server cgroup beside the forwarding. Each estimate is a row; the hogs are
-stopped by PID at the end, and everything built is removed.
+processes run in the server cgroup beside the forwarding; from then on the cost per packet is
+the median measured before the hog (what ``--calibration`` gives a real server). Each estimate
+is a row; the hogs are stopped by PID at the end, and everything built is removed.
 """
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import time
@@ -70,8 +72,15 @@ def run_hog_demo(prefix: str, count: int, hog_at: int | None, interval_s: float,
             if report:
                 report(estimate)
             if index + 1 == hog_at:  # the next interval runs with the hogs
+                # from now on the cost per packet is the one measured without the hog, as a
+                # server's --calibration would give it (starved forwarding batches more, so
+                # its measured cost per packet falls and would hide the hog)
+                monitor.calibrated_cost = statistics.median(
+                    row["cost_ns_per_packet"] for row in rows) / 1e9
                 for _ in range(hogs):
-                    process = subprocess.Popen(HOG)
+                    # a session of its own: with autogroup scheduling a hog in ours would only
+                    # share this command's slice of the CPUs
+                    process = subprocess.Popen(HOG, start_new_session=True)
                     hog_processes.append(process)
                     server.add(process.pid)
         monitor.watch(interval_s, count, record)

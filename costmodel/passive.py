@@ -5,13 +5,16 @@ missed + lost, for the kernel and the userspace datapath alike), the CPU time of
 (ovs-vswitchd's threads, plus any ``--account-cgroup`` such as the VMs' slice), and the CPU time
 of everything in the server's scope (the whole host from ``/proc/stat``, or a ``--cgroup``).
 
-    cost per packet   c = forwarding CPU / packets           (or c0 of a cpu-method calibration
-                                                              when too few packets flowed)
+    cost per packet   c = c0 of a cpu-method calibration    (--calibration; else measured:
+                                                            forwarding CPU / packets)
     available CPUs      = budget - (busy - forwarding)       (what others leave to forwarding)
     capacity_pps        = available CPUs / c
 
 A CPU hog in the scope raises ``busy`` and so lowers the capacity in the very next interval.
-The estimate is pure (``estimate_capacity``); ``PassiveMonitor`` reads the counters.
+The calibrated cost is preferred because the measured one depends on the load: a switch starved
+of CPU forwards the same packets in larger batches, so its cost per packet *falls* when a hog
+arrives (measured here: 48 -> 27 us), which would hide the hog. The estimate is pure
+(``estimate_capacity``); ``PassiveMonitor`` reads the counters.
 """
 
 from __future__ import annotations
@@ -77,10 +80,10 @@ def estimate_capacity(packets: float, forwarding_s: float, busy_s: float, interv
         raise HarnessError(f"interval must be > 0 s, got {interval_s!r}")
     forwarded = packets / interval_s
     forwarding, busy = forwarding_s / interval_s, busy_s / interval_s
-    if forwarded >= min_pps and forwarding > 0:
-        cost, source = forwarding / forwarded, "measured"
-    elif calibrated_cost is not None:
+    if calibrated_cost is not None:
         cost, source = calibrated_cost, "calibration"
+    elif forwarded >= min_pps and forwarding > 0:
+        cost, source = forwarding / forwarded, "measured"
     else:
         raise HarnessError(f"{forwarded:,.0f} packets/s is too little traffic to measure the cost "
                            f"per packet (need {min_pps:,.0f}); give a cpu-method calibration "

@@ -41,11 +41,14 @@ def test_capacity_is_the_cpu_others_leave_over_the_cost_per_packet():
                             interval_s=5, budget_cpus=2)
     assert hog.capacity_pps == pytest.approx(0.4 / 20e-6)
     assert hog.capacity_pps < quiet.capacity_pps
-    # idle: the calibrated cost stands in; without one, a clear error
+    # a calibrated cost is preferred (also when idle); without one and idle, a clear error
     idle = estimate_capacity(packets=10, forwarding_s=0.01, busy_s=0.5, interval_s=1,
                              budget_cpus=2, calibrated_cost=10e-6)
     assert idle.cost_source == "calibration" and idle.capacity_pps == pytest.approx(
         (2 - 0.49) / 10e-6)
+    calibrated = estimate_capacity(packets=20_000 * 5, forwarding_s=0.4 * 5, busy_s=1.1 * 5,
+                                   interval_s=5, budget_cpus=2, calibrated_cost=10e-6)
+    assert calibrated.cost_source == "calibration" and calibrated.capacity_pps == pytest.approx(1.3 / 10e-6)
     with pytest.raises(HarnessError, match="too little traffic"):
         estimate_capacity(packets=10, forwarding_s=0.01, busy_s=0.5, interval_s=1, budget_cpus=2)
     # others using more than the budget leave nothing, never a negative capacity
