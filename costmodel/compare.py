@@ -7,7 +7,7 @@ mirrored packet, ``a * c0`` nanoseconds, and still report different ``a``. Both 
 the CPU time per forwarded packet (``cost_ns_per_packet`` or ``cpu_counted / forwarded_pps``),
 so this module computes ``c0`` of each method's rate-0 phases and the absolute extra cost.
 
-    python -m cosample.costmodel.compare docs/data/cpu-sflow.json docs/data/throughput-sflow.json ...
+    python -m cosample.costmodel.compare CPU-METHOD.json THROUGHPUT-METHOD.json ...
 """
 
 from __future__ import annotations
