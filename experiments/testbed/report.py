@@ -140,6 +140,7 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
     """A short human report."""
     settings = result.settings
     coefficients = settings.coefficients
+    duration = settings.duration_s
     lines = [
         "# Emulated data centre: collaborative vs non-collaborative sampling", "",
         f"Measured by `{command}`: {frame['server'].nunique()} servers, "
@@ -170,16 +171,19 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
                       f"planned {totals['planned_gain']:+.1%}, measured {totals['measured_gain']:+.1%}."]
     lines += ["", "Per server (rates in pps of traffic time):", "",
               "| phase | server | role | own | 1-in-N | mirror share | planned | expected | "
-              "measured | distinct | local samples | mirrored samples | mirror tx | "
-              "vswitchd CPU s | throughput ratio | loss |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "measured | planned distinct | expected distinct | distinct | within tolerance | "
+              "local samples | mirrored samples | mirror tx | vswitchd CPU s | throughput ratio | "
+              "loss |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in frame.itertuples():
         lines.append(
             f"| {row.phase} | {row.server} | {row.role} | {row.own_pps:.0f} | "
             f"{'' if pd.isna(row.sflow_sampling) else int(row.sflow_sampling)} | "
             f"{row.mirror_rate:.3f} | {row.planned_collected_pps:.0f} | "
             f"{row.expected_collected_pps:.0f} | {row.collected_pps:.0f} | "
-            f"{row.distinct_collected_pps:.0f} | {row.local_samples} | "
+            f"{row.planned_distinct_pps:.0f} | {row.expected_distinct_samples / duration:.0f} | "
+            f"{row.distinct_collected_pps:.0f} | "
+            f"{'yes' if row.distinct_within_tolerance else 'NO'} | {row.local_samples} | "
             f"{row.mirrored_samples} | {row.mirror_tx_packets} | {row.vswitchd_cpu_s:.2f} | "
             f"{row.throughput_ratio:.3f} | {row.loss_fraction:.4f} |")
     return "\n".join(lines) + "\n"

@@ -20,8 +20,8 @@ import time
 import pytest
 
 from cosample.dataplane.run import run
-from cosample.lab.netns import Lab, netns_available
-from cosample.lab.ovs import OvsInstance, ovs_available
+from cosample.lab.netns import Lab
+from cosample.lab.ovs import OvsInstance
 from cosample.lab.sflow import SflowCollector
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -42,10 +42,7 @@ for i in range(count):
 
 
 @pytest.fixture
-def lab():
-    reason = ovs_available() or netns_available()
-    if reason:
-        pytest.skip(f"needs root, namespaces and OVS: {reason}")
+def lab(dataplane):
     with Lab(prefix="cb") as lab:
         yield lab
 
