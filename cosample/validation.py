@@ -14,12 +14,14 @@ import json
 import os
 import re
 import reprlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (AfterValidator, BaseModel, ConfigDict, StringConstraints, TypeAdapter, ValidationError,
+                      WrapValidator)
+from pydantic_core import PydanticCustomError
 
 from cosample.errors import CosampleError
 
@@ -30,17 +32,33 @@ _value = reprlib.Repr()
 _value.maxstring, _value.maxother, _value.maxlist, _value.maxdict = 60, 60, 4, 4
 
 
-#: A Linux network interface name as the kernel accepts it (``dev_valid_name``): 1 to 15 bytes
-#: (IFNAMSIZ - 1), not ``.`` or ``..``, no ``/``, ``:`` or white space. Bridges, VM ports and
-#: devices the agents or the testbed create are all named by this one rule.
+INTERFACE_NAME_RULE = "1 to 15 bytes, no '/', ':' or white space, not '.' or '..'"
+
+
 def _not_dots(name: str) -> str:
     if name in (".", ".."):
-        raise ValueError(f"{name!r} is not an interface name")
+        raise ValueError("dots")
     return name
 
 
+def _interface_name(value: Any, checked: Callable[[Any], str]) -> str:
+    """The constraints run first (in pydantic's core); any failure becomes one plain sentence."""
+    try:
+        name = checked(value)
+    except ValidationError as exc:
+        if exc.errors()[0]["type"] == "string_type":
+            raise  # not a string at all: pydantic says so
+        raise PydanticCustomError("interface_name", f"not an interface name ({INTERFACE_NAME_RULE})") from None
+    if not name.isascii() and len(name.encode()) > 15:
+        raise PydanticCustomError("interface_name", f"not an interface name ({INTERFACE_NAME_RULE})")
+    return name
+
+
+#: A Linux network interface name as the kernel accepts it (``dev_valid_name``): 1 to 15 bytes
+#: (IFNAMSIZ - 1), not ``.`` or ``..``, no ``/``, ``:`` or white space. Bridges, VM ports and
+#: devices the agents or the testbed create are all named by this one rule.
 InterfaceName = Annotated[str, StringConstraints(min_length=1, max_length=15, pattern=r"^[^/:\s]+$"),
-                          AfterValidator(_not_dots)]
+                          AfterValidator(_not_dots), WrapValidator(_interface_name)]
 
 
 class Strict(BaseModel):

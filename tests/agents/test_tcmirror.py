@@ -74,7 +74,8 @@ def test_argv_builders():
     assert [a[a.index("prio") + 1] for a in chain] == ["10", "11"]
     with pytest.raises(TcMirrorError) as raised:
         mirror_filter_argv("x" * 16, "t", 0.5, prio=1)
-    assert str(raised.value) == "device: string should have at most 15 characters (got 'xxxxxxxxxxxxxxxx')"
+    assert str(raised.value) == ("device: not an interface name (1 to 15 bytes, no '/', ':' or white space, "
+                                 "not '.' or '..') (got 'xxxxxxxxxxxxxxxx')")
     for refused in ("..", "eth0:1", "a b", ""):
         with pytest.raises(TcMirrorError, match="^device: "):
             clsact_add_argv(refused)

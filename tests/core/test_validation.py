@@ -87,15 +87,18 @@ def test_several_problems_are_counted_on_one_line():
         validate(Description, {"servers": [{"capacity_pps": -1}]})
 
 
-@pytest.mark.parametrize("name", ["eth0", "br-int", "a" * 15, "veth.10", "cosm-deadbeef"])
+@pytest.mark.parametrize("name", ["eth0", "br-int", "a" * 15, "veth.10", "cosm-deadbeef", "é" * 7])
 def test_interface_names_the_kernel_accepts(name):
     assert validate(InterfaceName, name) == name
 
 
-@pytest.mark.parametrize("name", ["", "a" * 16, ".", "..", "a/b", "eth0:1", "a b", "a\tb", 'eth0" x'])
+@pytest.mark.parametrize("name", ["", "a" * 16, ".", "..", "a/b", "eth0:1", "a b", "a\tb", 'eth0" x',
+                                  "é" * 8])
 def test_interface_names_the_kernel_refuses(name):
-    with pytest.raises(CosampleError):
-        validate(InterfaceName, name)
+    with pytest.raises(CosampleError) as caught:
+        validate(InterfaceName, name, where="bridge")
+    assert str(caught.value) == ("bridge: not an interface name (1 to 15 bytes, no '/', ':' or white space, "
+                                 f"not '.' or '..') (got {name!r})")
 
 
 @pytest.mark.parametrize("name, text", [("d.json", '{"a": [1, 2]}'), ("d.yaml", "a: [1, 2]\n"),

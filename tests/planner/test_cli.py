@@ -116,11 +116,13 @@ BAD_INPUTS = [
     (bad(servers__0={"name": "s1"}),
      "servers[0].capacity_pps ('s1'): field required (neither the server nor its calibration file gives it)"),
     (bad(servers__1={"name": "s2", "capacity_pps": 1, "bridge": "br/int"}),
-     "servers[1].bridge ('s2'): string should match pattern '^[^/:\\s]+$' (got 'br/int')"),
+     "servers[1].bridge ('s2'): not an interface name (1 to 15 bytes, no '/', ':' or white space, "
+     "not '.' or '..') (got 'br/int')"),
     (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "10.0.0.256"}),
      "servers[1].tunnel_ip ('s2'): not an IPv4 or IPv6 address (got '10.0.0.256')"),
     (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "2001:db8::1", "vm_ports": ["vnet0", ""]}),
-     "servers[1].vm_ports[1] ('s2'): string should have at least 1 character (got '')"),
+     "servers[1].vm_ports[1] ('s2'): not an interface name (1 to 15 bytes, no '/', ':' or white space, "
+     "not '.' or '..') (got '')"),
     (bad(servers__1={"name": "s2", "capacity_pps": 1, "calibration": "nope.json"}),
      "servers[1].calibration ('s2'): {dir}/nope.json: cannot read calibration: No such file or directory"),
     (bad(servers=[]), "servers: list should have at least 1 item after validation, not 0 (got [])"),

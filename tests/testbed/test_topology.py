@@ -70,8 +70,9 @@ def test_bad_config_names_the_field(config, message):
 def test_prefix_must_keep_names_short_and_plain():
     with pytest.raises(TestbedError) as info:
         from_config(skewed_config(servers=2), prefix="averyverylongprefix")
-    assert str(info.value) == ("prefix: makes the interface name 'averyverylongprefixbr0' invalid: string "
-                               "should have at most 15 characters (got 'averyverylongprefix')")
+    assert str(info.value) == ("prefix: makes the interface name 'averyverylongprefixbr0' invalid: not an "
+                               "interface name (1 to 15 bytes, no '/', ':' or white space, not '.' or '..') "
+                               "(got 'averyverylongprefix')")
     with pytest.raises(TestbedError, match=r"prefix: string should match pattern .* \(got 'c-t'\)"):
         from_config(skewed_config(servers=2), prefix="c-t")
 
