@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.validation import InterfaceName, Strict, problem, read_document, validate
@@ -49,8 +49,14 @@ MAX_IFNAME = 15  # what ``cosample.validation.InterfaceName`` allows
 MIN_PACKET_BYTES = 64
 MAX_PACKET_BYTES = VM_MTU - 28  # UDP payload that fits the VM MTU with IPv4 and UDP headers
 
+def _prefix(text: str) -> str:
+    if not (text.isascii() and text.isalnum() and text[:1].isalpha()):
+        raise ValueError("expected letters and digits starting with a letter")
+    return text
+
+
 #: Letters and digits starting with a letter: the start of every name the testbed creates.
-Prefix = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9]*$")]
+Prefix = Annotated[str, AfterValidator(_prefix)]
 
 
 _INTERFACE_NAMES = TypeAdapter(list[InterfaceName])
