@@ -46,3 +46,15 @@ def test_measure_reports_every_loader_or_why_not(capsys):
     assert out.startswith("50 servers, best of 1 rounds")
     for loader in ("pydantic", "json.loads", "(any library)", "msgspec", "jsonschema", "hand-written"):
         assert f"| {loader} |" in out
+
+
+def test_ratios_compare_like_with_like():
+    rows = [("pydantic", "total: file -> DataCentre (fresh process)", 2.0),
+            ("pydantic", bench_validation.IN_PROCESS_TOTAL, 1.0),
+            ("hand-written", "total: file -> DataCentre (commit abc, fresh process)", 3.0),
+            ("msgspec", "total: parse and schema + cross-field rules and arrays", 0.5),
+            ("jsonschema", "not installed", None)]
+    lines = bench_validation.table(rows).splitlines()
+    assert lines[4].endswith("| 3.00 | 1.50 |")  # against pydantic's fresh-process load
+    assert lines[5].endswith("| 0.50 | 0.50 |")  # against pydantic's sum of steps
+    assert lines[6].endswith("| — | — |")
