@@ -5,7 +5,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${COSAMPLE_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
 
-# Debian packages: solvers, Open vSwitch, iperf3 and the network tools the tests use.
+# Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector) and the
+# network tools the tests use.
 need_system() {
     local missing=()
     command -v glpsol >/dev/null || missing+=(glpk-utils)
@@ -16,6 +17,7 @@ need_system() {
     command -v ethtool >/dev/null || missing+=(ethtool)
     command -v tc >/dev/null || missing+=(iproute2)
     command -v ip >/dev/null || missing+=(iproute2)
+    command -v sfacctd >/dev/null || missing+=(pmacct)
     printf '%s\n' "${missing[@]}"
 }
 
