@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable
 
@@ -35,7 +36,7 @@ class SflowCollector:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, decode: bool = True,
-                 receive_buffer: int | None = None) -> None:
+                 receive_buffer: int | None = None, keep_raw: bool = False) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self._socket.bind((host, port))
@@ -48,6 +49,9 @@ class SflowCollector:
         self._socket.settimeout(0.2)
         self.host, self.port = self._socket.getsockname()
         self.decode = decode
+        self.keep_raw = keep_raw
+        #: with ``keep_raw``: every datagram as (Unix arrival time, bytes), for the estimator
+        self.raw: list[tuple[float, bytes]] = []
         self.samples: list[FlowSample] = []
         self.sample_count = 0
         self.datagrams = 0
@@ -83,6 +87,9 @@ class SflowCollector:
                 data = self._socket.recv(65535)
             except (socket.timeout, OSError):
                 continue
+            if self.keep_raw:
+                with self._lock:
+                    self.raw.append((time.time(), data))
             try:
                 if self.decode:
                     flows = parse_datagram(data).flow_samples
@@ -98,6 +105,11 @@ class SflowCollector:
                 self.sample_count += count
                 self.samples.extend(flows)
 
+    def raw_datagrams(self) -> list[tuple[float, bytes]]:
+        """A copy of the datagrams kept so far (``keep_raw``)."""
+        with self._lock:
+            return list(self.raw)
+
     def snapshot(self) -> list[FlowSample]:
         """A copy of the samples received so far."""
         with self._lock:
@@ -106,6 +118,7 @@ class SflowCollector:
     def clear(self) -> None:
         with self._lock:
             self.samples.clear()
+            self.raw.clear()
             self.sample_count = 0
             self.datagrams = 0
             self.malformed = 0

@@ -7,7 +7,9 @@ Phases, all with the same traffic (the topology's flows, ``duration_s`` each):
 2. the data-centre description (measured traffic, emulated capacities, given or calibrated
    coefficients) is planned twice, non-collaboratively and collaboratively;
 3. ``noncollab`` and ``collab`` — each plan applied by the real agents on every server, then
-   traffic, sFlow samples and counters measured; the agents remove their state afterwards.
+   traffic, sFlow samples and counters measured; the agents remove their state afterwards. The
+   plan-aware collector's estimator (``cosample.collector``) turns each phase's datagrams into
+   per-server traffic estimates with 95 % intervals, checked against the VMs' port counters.
 
 Results stay raw here (``PhaseMeasurement``); ``report.py`` turns them into rows and prose.
 """
@@ -51,6 +53,8 @@ class PhaseMeasurement:
     cpu_seconds: dict[str, float]
     window_s: float
     agent_output: dict[str, str] = field(default_factory=dict)
+    #: the collector's estimates from this phase's datagrams (None without a plan)
+    estimates: Any = None
 
 
 @dataclass
@@ -112,7 +116,22 @@ def _collector(host: str) -> SflowCollector:
     machine loses datagrams at a few thousand samples per second (seen as gaps in OVS's sample
     sequence numbers); the larger buffer rides out the bursts.
     """
-    return SflowCollector(host, 0, receive_buffer=RECEIVE_BUFFER_BYTES)
+    return SflowCollector(host, 0, receive_buffer=RECEIVE_BUFFER_BYTES, keep_raw=True)
+
+
+def estimate(plan: dict[str, Any] | None, datagrams: list[tuple[float, bytes]]):
+    """The collector's snapshot of one phase: its datagrams through the production estimator,
+    with their arrival times (what ``cosample collector replay`` does with a capture)."""
+    if plan is None:
+        return None
+    from cosample.agents.plan import plan_from_dict
+    from cosample.collector.attribution import build
+    from cosample.collector.estimate import Estimator
+
+    estimator = Estimator(build(plan_from_dict(plan)), window_s=None, name="testbed")
+    for when, data in datagrams:
+        estimator.ingest(data, when)
+    return estimator.snapshot()
 
 
 def _measure(testbed, collector: SflowCollector, phase: str, plan: dict[str, Any] | None,
@@ -130,4 +149,5 @@ def _measure(testbed, collector: SflowCollector, phase: str, plan: dict[str, Any
                                     server_of_agent)
     return PhaseMeasurement(
         phase, plan, flows, measure.delta(after[0], before[0]), measure.delta(after[1], before[1]),
-        samples, {name: cpu_after[name] - cpu_before[name] for name in cpu_after}, window)
+        samples, {name: cpu_after[name] - cpu_before[name] for name in cpu_after}, window,
+        estimates=estimate(plan, collector.raw_datagrams()))

@@ -62,6 +62,7 @@ def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, kn
     model_load = (vm_packets + inbound + alpha * local_samples + beta * mirror_tx
                   + (alpha + beta) * others) / duration
     capacity = float(host.get("capacity_pps", server.capacity_pps))
+    estimated, low, high = _estimate(m, name)
     return {
         "phase": phase, "server": name, "role": host.get("role", "none"),
         "capacity_pps": capacity,
@@ -92,7 +93,23 @@ def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, kn
         "throughput_ratio": ratio, "loss_fraction": loss,
         "degraded": bool(phase != "baseline" and (ratio < DEGRADED_THROUGHPUT
                                                   or loss > _loss(base_own) + DEGRADED_LOSS)),
+        "estimated_packets": estimated, "estimated_packets_low": low,
+        "estimated_packets_high": high,
+        "estimate_error": estimated / vm_packets - 1 if vm_packets else float("nan"),
+        "estimate_within_interval": (low <= vm_packets <= high) if estimated == estimated
+        else float("nan"),
     }
+
+
+def _estimate(m: PhaseMeasurement, server: str) -> tuple[float, float, float]:
+    """The collector's estimate of the packets ``server``'s VMs sent in the phase, and its
+    95 % interval (NaN without a plan)."""
+    snapshot = m.estimates
+    if snapshot is None or server not in snapshot.servers:
+        return float("nan"), float("nan"), float("nan")
+    e, window = snapshot.servers[server], snapshot.window_s
+    return (e.packets_per_s * window, e.packets_per_s_ci95[0] * window,
+            e.packets_per_s_ci95[1] * window)
 
 
 def _loss(results) -> float:
@@ -119,6 +136,9 @@ def summary(frame: pd.DataFrame, result: ExperimentResult) -> dict[str, Any]:
             "degraded_servers": sorted(group.loc[group["degraded"], "server"]),
             "unattributed_samples": result.phases[phase].samples.unattributed,
             "samples_lost_in_transit": int(group["samples_lost_in_transit"].sum()),
+            "estimated_packets": float(group["estimated_packets"].sum()),
+            "vm_packets": int(group["vm_packets"].sum()),
+            "servers_estimated_within_interval": int((group["estimate_within_interval"] == True).sum()),  # noqa: E712
         }
     phases = out["phases"]
     if "collab" in phases and "noncollab" in phases:
@@ -150,8 +170,9 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
         "| phase | planned samples pps | expected (measured traffic x applied rates) | "
         "measured samples pps | servers within tolerance | planned distinct pps | "
         "measured distinct pps | servers within tolerance (distinct) | "
-        "mirrored twice | samples lost OVS->collector | min throughput ratio | degraded |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "mirrored twice | samples lost OVS->collector | min throughput ratio | degraded | "
+        "collector estimate / VM packets | estimates within 95 % interval |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for phase, row in totals["phases"].items():
         lines.append(f"| {phase} | {row['planned_collected_pps']:.0f} | "
@@ -163,7 +184,9 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
                      f"{row['mirrored_twice_packets']} | "
                      f"{row['samples_lost_in_transit']} | "
                      f"{row['throughput_ratio_min']:.3f} | "
-                     f"{', '.join(row['degraded_servers']) or 'none'} |")
+                     f"{', '.join(row['degraded_servers']) or 'none'} | "
+                     f"{_ratio(row['estimated_packets'], row['vm_packets'])} | "
+                     f"{row['servers_estimated_within_interval']}/{row['servers']} |")
     if totals.get("measured_gain") is not None:
         lines += ["", f"Collaborative gain in distinct packets: planned "
                       f"{totals['planned_distinct_gain']:+.1%}, measured {totals['distinct_gain']:+.1%} "
@@ -173,8 +196,8 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
               "| phase | server | role | own | 1-in-N | mirror share | planned | expected | "
               "measured | planned distinct | expected distinct | distinct | within tolerance | "
               "local samples | mirrored samples | mirror tx | vswitchd CPU s | throughput ratio | "
-              "loss |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "loss | VM packets | collector estimate [95 % interval] |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in frame.itertuples():
         lines.append(
             f"| {row.phase} | {row.server} | {row.role} | {row.own_pps:.0f} | "
@@ -185,8 +208,20 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
             f"{row.distinct_collected_pps:.0f} | "
             f"{'yes' if row.distinct_within_tolerance else 'NO'} | {row.local_samples} | "
             f"{row.mirrored_samples} | {row.mirror_tx_packets} | {row.vswitchd_cpu_s:.2f} | "
-            f"{row.throughput_ratio:.3f} | {row.loss_fraction:.4f} |")
+            f"{row.throughput_ratio:.3f} | {row.loss_fraction:.4f} | {row.vm_packets} | "
+            f"{_interval(row)} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(estimated: float, actual: float) -> str:
+    return f"{estimated / actual:.3f}" if actual and estimated == estimated and estimated else "-"
+
+
+def _interval(row) -> str:
+    if pd.isna(row.estimated_packets):
+        return "-"
+    return (f"{row.estimated_packets:.0f} [{row.estimated_packets_low:.0f}, "
+            f"{row.estimated_packets_high:.0f}]")
 
 
 def figure(frame: pd.DataFrame):

@@ -64,6 +64,13 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
                                                      "tolerance_samples"]]
         assert rows["distinct_within_tolerance"].all()  # local sFlow and mirrors independent
         assert (rows["mirrored_twice_packets"] == 0).all()  # mirror shares exclusive
+        # the plan-aware collector's estimates agree with what the VMs sent: within twice the
+        # 95 % half-width (about 4 sigma; the 95 % interval itself misses 1 server in 20 by
+        # design), exactly where a server samples 1-in-1 (a zero-width interval)
+        half = (rows["estimated_packets_high"] - rows["estimated_packets_low"]) / 2
+        assert ((rows["estimated_packets"] - rows["vm_packets"]).abs() <= 2 * half + 2).all(), \
+            rows[["vm_packets", "estimated_packets", "estimated_packets_low",
+                  "estimated_packets_high"]]
     collab, noncollab = by_phase["collab"], by_phase["noncollab"]
     assert (noncollab["distinct_samples"] == noncollab["collected_samples"]).all()
     assert collab["collected_pps"].sum() > noncollab["collected_pps"].sum()
