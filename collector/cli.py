@@ -28,6 +28,9 @@ def register(subparsers) -> None:
     run.add_argument("--reuse-port", action="store_true",
                      help="SO_REUSEPORT: several instances share --listen (one per core); "
                           "merge their snapshots")
+    run.add_argument("--receive-buffer", type=int, default=8 << 20, metavar="BYTES",
+                     help="socket receive buffer (default 8 MiB; forced past the sysctl limit "
+                          "as root): rides out bursts while the CPU is busy")
     run.add_argument("--partial", action="store_true",
                      help="this instance hears only some agents (one of several, merged by the "
                           "controller): never conclude that a stream the plan expects is missing")
@@ -99,7 +102,8 @@ def _run(args) -> int:
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
         events=args.events, band=args.band, max_silence_s=_positive(args.max_silence,
                                                                     "--max-silence"),
-        reuse_port=args.reuse_port, partial=args.partial)
+        reuse_port=args.reuse_port, partial=args.partial,
+        receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")))
     service = Service(settings, _inventory(args)).start()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())

@@ -53,6 +53,9 @@ class Estimator:
         self.samples = 0
         self.rate_of: dict[str, int] = {}  # agent -> the 1-in-N it reported last
         self.on_sample: Hook | None = None  # re-export
+        #: sums are kept per bucket of ``bucket_s`` seconds: a tenth of the window (memory grows
+        #: with the number of buckets, the window slides by one bucket)
+        self.bucket_s = max(1.0, window_s / 10) if window_s else 60.0
         self._buckets: deque[tuple[int, dict, dict]] = deque()
         self._sequences: dict[tuple[str, int], tuple[int, int]] = {}
         self._counters: dict[tuple[str, int], tuple[float, int, int]] = {}
@@ -81,10 +84,10 @@ class Estimator:
         if self._first is None:
             self._first = now
         self._now = now if self._now is None else max(self._now, now)
-        second = int(now)
-        if not self._buckets or self._buckets[-1][0] < second:
-            self._buckets.append((second, {}, {}))
-            self._expire(second)
+        bucket = int(now // self.bucket_s)
+        if not self._buckets or self._buckets[-1][0] < bucket:
+            self._buckets.append((bucket, {}, {}))
+            self._expire(bucket)
         _, sums, agents = self._buckets[-1]
         attribution, agent = self.attribution, datagram.agent
         if attribution is None:
@@ -193,10 +196,10 @@ class Estimator:
             "in_pps": ((counters.in_packets - previous[1]) % _WRAP) / elapsed,
             "out_pps": ((counters.out_packets - previous[2]) % _WRAP) / elapsed}
 
-    def _expire(self, second: int) -> None:
+    def _expire(self, bucket: int) -> None:
         if self.window_s is None:
             return
-        while self._buckets and self._buckets[0][0] <= second - self.window_s:
+        while self._buckets and self._buckets[0][0] <= bucket - round(self.window_s / self.bucket_s):
             self._buckets.popleft()
 
     # combination ----------------------------------------------------------------------------
@@ -219,9 +222,11 @@ class Estimator:
     def snapshot(self, now: float | None = None) -> Snapshot:
         """Estimates over the window ending at ``now`` (default: the newest datagram's time)."""
         now = now if now is not None else (self._now or 0.0)
-        self._expire(int(now))
+        self._expire(int(now // self.bucket_s))
         start = self._first if self._first is not None else now
-        span = now - start if self.window_s is None else min(self.window_s, now - start)
+        if self.window_s is not None and self._buckets:  # the window the kept buckets cover
+            start = max(start, self._buckets[0][0] * self.bucket_s)
+        span = now - start
         window = max(span, 1.0)
         agents: dict[str, list[int]] = {}
         streams: dict[str, list[list[float]]] = {}  # server -> [local sums, mirrored sums]

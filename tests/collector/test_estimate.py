@@ -151,9 +151,11 @@ def test_window_forgets_old_samples(four_plan):
     estimator = Estimator(build(four_plan), window_s=5.0)
     for k in range(20):
         estimator.ingest(datagram("172.29.0.4", k + 1, 0, [flow_sample(
-            SampleSpec(k + 1, 16, 16 * (k + 1), header, length))]), 100.0 + k)
-    e = estimator.snapshot(119.5).servers["s4"]
-    assert e.samples == 5 and e.packets_per_s == pytest.approx(5 * 16 / 5.0)
+            SampleSpec(k + 1, 16, 16 * (k + 1), header, length))]), 100.5 + k)
+    snapshot = estimator.snapshot(120.0)  # buckets of 1 s: 116..119 remain, 4 s covered
+    e = snapshot.servers["s4"]
+    assert e.samples == 4 and snapshot.window_s == 4.0
+    assert e.packets_per_s == pytest.approx(16.0)  # one sample of 1-in-16 per second
 
 
 def test_plan_change_keeps_taken_sums_and_uses_new_shares():
