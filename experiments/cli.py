@@ -64,6 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--name", default="planner_scaling", help="file stem (default planner_scaling)")
     scaling.set_defaults(func=run_scaling)
 
+    collector = commands.add_parser("collector", help="collector ingest rate beside pmacct's "
+                                                      "sfacctd, memory per server")
+    collector.add_argument("--quick", action="store_true", help="two low rates, 1 s each")
+    collector.add_argument("--seconds", type=float, default=8.0, help="seconds per rate (default 8)")
+    collector.add_argument("--csv", type=Path, default=None, help="write the tidy table here")
+    collector.set_defaults(func=run_collector_bench)
+
 
 def add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the planner benchmark, shared by ``experiment scaling`` and ``bench_planner``."""
@@ -216,6 +223,14 @@ def run_costcurves(args: argparse.Namespace) -> int:
     print(costcurves.report(result.coefficients))
     print(f"wrote {curves_csv}, {table_csv} and {png}")
     return 0
+
+
+def run_collector_bench(args: argparse.Namespace) -> int:
+    from cosample.experiments import bench_collector
+
+    argv = ["--seconds", str(args.seconds)] + (["--quick"] if args.quick else []) + \
+        (["--csv", str(args.csv)] if args.csv else [])
+    return bench_collector.main(argv)
 
 
 def run_scaling(args: argparse.Namespace) -> int:
