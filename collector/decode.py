@@ -116,6 +116,14 @@ class FlowSample:
         return self.header[at + 9] if at >= 0 else None
 
 
+def flow_record(agent: str, compact: tuple, data: bytes) -> FlowSample:
+    """The ``FlowSample`` of one tuple from ``parse_compact`` (when a stage needs the record)."""
+    (sequence, index, rate, drops, frame_length, vni, outer, head, tail, header, input_port,
+     output_port) = compact
+    return FlowSample(agent, sequence, rate, 0, drops, input_port, output_port, frame_length,
+                      header if header is not None else data[head:tail], outer, None, vni, index)
+
+
 @dataclass(frozen=True, slots=True)
 class InterfaceCounters:
     """Generic interface counters of one port (OVS: ``in`` = received by the switch port)."""
@@ -265,3 +273,69 @@ def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: boo
             out.append(InterfaceCounters(agent, if_index=values[0], in_octets=values[5],
                                          in_packets=values[6], out_octets=values[12],
                                          out_packets=values[13], sequence=sequence))
+
+
+def parse_compact(data: bytes) -> tuple[str, int, tuple[tuple, ...], tuple[InterfaceCounters, ...]]:
+    """The collector's fast path: ``(agent, sub-agent, flows, counters)`` with each flow sample as
+    a plain tuple ``(sequence, source index, sampling rate, drops, frame length, vni, outer
+    source (4 raw bytes) or None, header start, header end, header or None, input port, output
+    port)``; the header stays in ``data`` (``data[start:end]``) unless given.
+
+    Same checks and errors as ``parse_datagram``; no objects per sample, so about twice as fast.
+    """
+    agent, sub_agent, _, _, count, offset = _header(data)
+    size = len(data)
+    flows: list[tuple] = []
+    counters: list[InterfaceCounters] = []
+    unpack_pair, unpack_flow, unpack_u32 = _PAIR.unpack_from, _FLOW.unpack_from, _U32.unpack_from
+    for _ in range(count):
+        if offset + 8 > size:
+            raise _truncated("sample", offset, 8, size - offset)
+        fmt, length = unpack_pair(data, offset)
+        start, end = offset + 8, offset + 8 + length
+        if end > size or length & 3:
+            raise _truncated("sample", start, length, size - start)
+        offset = end
+        if fmt == FLOW_SAMPLE:
+            if start + 32 > end:
+                raise _truncated("flow sample", start, 32, end - start)
+            sequence, source, rate, _, drops, input_port, output_port, records = \
+                unpack_flow(data, start)
+            at = start + 32
+        elif fmt == FLOW_SAMPLE_EXPANDED:
+            sample = _flow_sample(data, start, end, agent, True)
+            flows.append((sample.sequence, sample.source_index, sample.sampling_rate,
+                          sample.drops, sample.frame_length, sample.vni, sample.outer_src, 0, 0,
+                          sample.header, sample.input_port, sample.output_port))
+            continue
+        else:
+            if fmt in (COUNTER_SAMPLE, COUNTER_SAMPLE_EXPANDED):
+                _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
+            continue
+        frame_length = head = tail = 0
+        vni = outer = None
+        for _ in range(records):
+            if at + 8 > end:
+                raise _truncated("flow record", at, 8, end - at)
+            kind, length = unpack_pair(data, at)
+            body, at = at + 8, at + 8 + length
+            if at > end:
+                raise _truncated("flow record", body, length, end - body)
+            if kind == RAW_PACKET_HEADER:
+                if length < 16:
+                    raise _truncated("raw packet header", body, 16, length)
+                _, frame_length, _, header_length = _RAW.unpack_from(data, body)
+                if header_length > length - 16:
+                    raise _truncated("raw packet header", body + 16, header_length, length - 16)
+                head, tail = body + 16, body + 16 + header_length
+            elif kind == TUNNEL_IPV4_INGRESS:
+                if length < 32:
+                    raise _truncated("tunnel ingress record", body, 32, length)
+                outer = data[body + 8:body + 12]
+            elif kind == VNI_INGRESS:
+                if length < 4:
+                    raise _truncated("VNI ingress record", body, 4, length)
+                vni = unpack_u32(data, body)[0]
+        flows.append((sequence, source & 0xFFFFFF, rate, drops, frame_length, vni, outer, head,
+                      tail, None, input_port & 0x3FFFFFFF, output_port & 0x3FFFFFFF))
+    return agent, sub_agent, tuple(flows), tuple(counters)

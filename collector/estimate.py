@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from socket import inet_ntoa as _ntoa
 from collections.abc import Callable
 from datetime import datetime, timezone
 
 from cosample.collector.attribution import LOCAL, Attribution, Source
-from cosample.collector.decode import DecodeError, FlowSample, parse_datagram
+from cosample.collector.decode import DecodeError, FlowSample, flow_record, parse_compact
 from cosample.collector.intervals import normal_interval, packets_interval
 from cosample.collector.snapshot import PlanRef, ServerEstimate, Snapshot
 
@@ -76,7 +77,7 @@ class Estimator:
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
         try:
-            datagram = parse_datagram(data)
+            agent, _, flows, counters = parse_compact(data)
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
             return
@@ -89,26 +90,27 @@ class Estimator:
             self._buckets.append((bucket, {}, {}))
             self._expire(bucket)
         _, sums, agents = self._buckets[-1]
-        attribution, agent = self.attribution, datagram.agent
+        attribution = self.attribution
         if attribution is None:
-            self.dropped["no_plan"] += len(datagram.flow_samples)
+            self.dropped["no_plan"] += len(flows)
             return
-        flows = datagram.flow_samples
+        self.samples += len(flows)
         received, lost = 0, self._lost(agent, flows) if flows else 0
         server_of_address = attribution.server_of_address
         verdicts, rate_of = self._verdicts, self.rate_of
         last_seen, hook = self._last, self.on_sample
+        need_record = hook is not None or bool(server_of_address)
         agent_rate = rate_of.get(agent)
-        for sample in flows:
-            verdict_key = (agent, sample.vni, sample.outer_src)
+        for flow in flows:
+            rate, size, vni, outer = flow[2], flow[4], flow[5], flow[6]
+            verdict_key = (agent, vni, outer)
             source = verdicts.get(verdict_key)
             if source is None:
-                source = verdicts[verdict_key] = attribution.source(agent, sample.vni,
-                                                                    sample.tunnel_src)
+                source = verdicts[verdict_key] = attribution.source(
+                    agent, vni, _ntoa(outer) if outer is not None else None)
             if source.__class__ is str:
                 (self.ignored if source == "overlay_ingress" else self.dropped)[source] += 1
                 continue
-            rate = sample.sampling_rate
             if rate <= 0:
                 self.dropped["bad_sampling_rate"] += 1
                 continue
@@ -121,14 +123,16 @@ class Estimator:
                 weight, kind = float(rate), 0
             else:
                 weight, kind = 1.0 / self._q(server), 1
-            dst = None
-            if server_of_address:
-                dst = server_of_address.get(sample.dst_ip) or server_of_address.get(sample.dst_mac)
+            dst = record = None
+            if need_record:
+                record = flow_record(agent, flow, data)
+                if server_of_address:
+                    dst = server_of_address.get(record.dst_ip) or \
+                        server_of_address.get(record.dst_mac)
             key = (server, agent, kind, dst)
             acc = sums.get(key)
             if acc is None:
                 acc = sums[key] = [0, 0.0, 0.0, 0.0]
-            size = sample.frame_length
             acc[0] += 1
             acc[1] += weight
             acc[2] += size * weight
@@ -136,16 +140,15 @@ class Estimator:
             if last_seen.get(server, 0.0) < now:
                 last_seen[server] = now
             if hook is not None:
-                hook(sample, source, self.weight(server, kind, weight))
-        self.samples += len(flows)
+                hook(record, source, self.weight(server, kind, weight))
         if received or lost:
             tally = agents.get(agent)
             if tally is None:
                 tally = agents[agent] = [0, 0]
             tally[0] += received
             tally[1] += lost
-        for counters in datagram.counters:
-            self._interface(counters, now)
+        for counter in counters:
+            self._interface(counter, now)
 
     def _q(self, sender: str) -> float:
         q = self._mirror_q.get(sender)
@@ -153,29 +156,29 @@ class Estimator:
             q = self._mirror_q[sender] = self.attribution.rates(sender, self.rate_of)[1] or 1.0
         return q
 
-    def _lost(self, agent: str, flows: tuple[FlowSample, ...]) -> int:
+    def _lost(self, agent: str, flows: tuple[tuple, ...]) -> int:
         """Samples the agent numbered (or dropped) but that never arrived: gaps per sampler.
 
         OVS has one sampler per bridge and numbers its samples consecutively, so the common
         datagram is one run: only its ends are compared with what the sampler sent before.
+        Flows are ``parse_compact`` tuples: (sequence, source index, rate, drops, ...).
         """
         first, last = flows[0], flows[-1]
-        if first.source_index == last.source_index and \
-                (last.sequence - first.sequence) % _WRAP == len(flows) - 1:
+        if first[1] == last[1] and (last[0] - first[0]) % _WRAP == len(flows) - 1:
             runs = ((first, last),)
         else:
-            runs = tuple((sample, sample) for sample in flows)
+            runs = tuple((flow, flow) for flow in flows)
         lost, sequences = 0, self._sequences
         for head, tail in runs:
-            sampler = (agent, head.source_index)
+            sampler = (agent, head[1])
             previous = sequences.get(sampler)
-            sequences[sampler] = (tail.sequence, tail.drops)
+            sequences[sampler] = (tail[0], tail[3])
             if previous is None:
                 continue
-            gap = (head.sequence - previous[0]) % _WRAP
+            gap = (head[0] - previous[0]) % _WRAP
             if not 0 < gap < _HALF:  # a duplicate, or the agent restarted: start again
                 continue
-            drops = (tail.drops - previous[1]) % _WRAP
+            drops = (tail[3] - previous[1]) % _WRAP
             lost += gap - 1 + (drops if drops < _HALF else 0)
         return lost
 

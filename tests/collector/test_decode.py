@@ -8,7 +8,7 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cosample.collector.decode import DecodeError, parse_datagram, samples_announced
+from cosample.collector.decode import DecodeError, FlowSample, parse_datagram, samples_announced
 from cosample.collector.encode import SampleSpec, counter_sample, datagram, flow_sample
 from cosample.lab.sflowstream import frame
 
@@ -150,3 +150,27 @@ def test_fuzz_a_hundred_thousand_datagrams_through_the_estimator(four_plan):
     assert sum(v for k, v in snapshot.dropped.items() if k in (
         "truncated", "bad_version", "bad_address_type", "bad_count", "oversized")) \
         + estimator.datagrams == total
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_fast_path_decoder_agrees_with_the_record_decoder(data):
+    """``parse_compact`` (the estimator's) gives the same fields and the same drop reasons."""
+    from cosample.collector.decode import flow_record, parse_compact
+    raw = bytearray(GOOD)
+    for _ in range(data.draw(st.integers(0, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    raw = bytes(raw[:data.draw(st.integers(0, len(raw)))])
+    try:
+        full = parse_datagram(raw)
+    except DecodeError as exc:
+        with pytest.raises(DecodeError) as caught:
+            parse_compact(raw)
+        assert caught.value.reason == exc.reason
+        return
+    agent, _, flows, counters = parse_compact(raw)
+    assert agent == full.agent and counters == full.counters
+    assert [flow_record(agent, f, raw) for f in flows] == [
+        FlowSample(s.agent, s.sequence, s.sampling_rate, 0, s.drops, s.input_port, s.output_port,
+                   s.frame_length, s.header, s.outer_src, None, s.vni, s.source_index)
+        for s in full.flow_samples]
