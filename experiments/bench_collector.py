@@ -7,7 +7,9 @@ them with tunnel records) is replayed over loopback at increasing rates, each fo
 ``cosample collector run`` (its samples counter read by a real scrape of ``/metrics``) and
 ``sfacctd`` (samples counted per agent without renormalisation), same stream, same pacing, same
 receive buffer, one after the other at every rate, in the same run. A collector's rate is the
-highest step it received with less than 0.1 % loss. Memory per tracked server and per tracked
+highest step it received with less than 0.1 % loss. On a shared machine that rate depends on
+the load, so each step also records the CPU seconds the collector's processes used: samples per
+CPU second is what one core sustains when it is not shared, compared side by side. Memory per tracked server and per tracked
 server pair is measured with tracemalloc on the estimator's state.
 
     python -m cosample.experiments.bench_collector [--quick] [--csv FILE]
@@ -36,8 +38,9 @@ from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
 from cosample.lab.pmacct import Sfacctd, free_udp_port, sfacctd_available
 from cosample.lab.sflowstream import simulate, vm_address
+from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
 
-RATES = (20_000, 40_000, 60_000, 80_000, 100_000, 120_000, 150_000, 200_000)
+RATES = (20_000, 40_000, 60_000, 80_000, 100_000, 120_000, 150_000, 200_000, 300_000, 400_000)
 QUICK_RATES = (5_000, 10_000)
 LOSS_LIMIT = 0.001
 RECEIVE_BUFFER = 4 << 20
@@ -62,7 +65,7 @@ def plan_document(servers: int) -> dict:
     for name, host in hosts.items():
         for mirror in host["mirrors"]:
             hosts[mirror["to"]]["receives"].append({"from": name, "rate": mirror["rate"]})
-    return {"format": "cosample.plan", "format_version": 1, "version": 1,
+    return {"format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "version": 1,
             "created": stamp(now - 3600), "expires": stamp(now + 86400),
             "plan_id": "b" * 64, "hosts": hosts}
 
@@ -142,6 +145,9 @@ class Ours:
                 last, since = now, time.monotonic()
         return last or 0
 
+    def pids(self) -> list[int]:
+        return [self.process.pid]
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=10)
@@ -161,8 +167,23 @@ class Theirs:
     def settle(self) -> int:
         return sum(self.peer.settle(quiet_s=3.0).values())
 
+    def pids(self) -> list[int]:
+        return [self.peer._process.pid, *_children(self.peer._process.pid)]
+
     def stop(self) -> None:
         self.peer.stop()
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by these processes."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 def _children(pid: int) -> list[int]:
@@ -191,19 +212,38 @@ def ingest(rates, seconds: float, servers: int, samples: int, log=print) -> pd.D
             try:
                 before = collector.settle()
                 for rate in rates:
+                    cpu = cpu_seconds(collector.pids())
                     sent = send(datagrams, counts, ("127.0.0.1", collector.port), rate, seconds)
                     after = collector.settle()
+                    cpu = cpu_seconds(collector.pids()) - cpu
                     loss = 1 - (after - before) / sent
-                    before = after
+                    received, before = after - before, after
                     rows.append({"collector": collector.name, "offered_samples_per_s": rate,
-                                 "sent_samples": sent, "received_samples": sent - round(loss * sent),
-                                 "loss": loss, "load_average": os.getloadavg()[0]})
+                                 "sent_samples": sent, "received_samples": received,
+                                 "loss": loss, "cpu_s": cpu,
+                                 "samples_per_cpu_s": received / cpu if cpu else float("nan"),
+                                 "load_average": os.getloadavg()[0]})
                     log(f"{collector.name:>20}: {rate:>7} samples/s offered, loss {loss:.4%}")
                     if loss > LOSS_LIMIT:
                         break
             finally:
                 collector.stop()
     return pd.DataFrame(rows)
+
+
+def in_process(servers: int, samples: int, repeats: int = 3) -> float:
+    """Samples per CPU second of ``Estimator.ingest`` alone (no socket), best of ``repeats``:
+    what one core does when it is not shared."""
+    document, datagrams, counts = make_stream(servers, samples, seed=1)
+    best = 0.0
+    for _ in range(repeats):
+        estimator = Estimator(build(plan_from_dict(document)), window_s=30.0)
+        now = time.time()
+        start = time.process_time()
+        for k, data in enumerate(datagrams):
+            estimator.ingest(data, now + k * 1e-4)
+        best = max(best, sum(counts) / (time.process_time() - start))
+    return best
 
 
 def memory(quick: bool = False) -> dict[str, float]:
@@ -268,12 +308,21 @@ def main(argv=None) -> int:
     best = {name: group.loc[group["loss"] < LOSS_LIMIT, "offered_samples_per_s"].max()
             for name, group in table.groupby("collector")}
     mem = memory(args.quick)
+    bound = in_process(args.servers, 5_000 if args.quick else 50_000)
     print(table.to_string(index=False))
     for name, rate in best.items():
         print(f"{name}: highest offered rate with < 0.1 % loss: {rate} samples/s")
     ours, theirs = best.get("cosample collector"), best.get("pmacct sfacctd")
     if ours and theirs:
         print(f"ratio cosample/sfacctd: {ours / theirs:.2f}")
+    print(f"in-process ingest (decode, attribute, add; no socket), best of 3: {bound:.0f} "
+          f"samples per CPU second; load average {os.getloadavg()[0]:.2f}")
+    for name, group in table.groupby("collector"):
+        ok = group[group["loss"] < LOSS_LIMIT]
+        if len(ok):
+            top = ok.loc[ok["offered_samples_per_s"].idxmax()]
+            print(f"{name}: {top['samples_per_cpu_s']:.0f} samples per CPU second at its highest "
+                  f"rate with < 0.1 % loss")
     print(f"memory: {mem['bytes_per_server']:.0f} bytes per tracked server, "
           f"{mem['bytes_per_server_pair']:.0f} bytes per tracked server pair (30 s window)")
     return 0

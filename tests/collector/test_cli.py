@@ -114,3 +114,12 @@ def test_merge_command(tmp_path, write_plan, capture, capsys):
 def _write(path, data: bytes):
     path.write_bytes(data)
     return path
+
+
+def test_documented_address_inventory_example_loads(write_plan, capture, capsys):
+    from pathlib import Path
+    example = Path(__file__).parents[2] / "docs" / "examples" / "addresses.json"
+    from cosample.collector.inventory import read_inventory
+    inventory = read_inventory(example)
+    assert inventory.servers["s1"].agent_ip == "192.0.2.1"
+    assert inventory.server_of_address()["10.0.2.1"] == "s2"
