@@ -219,7 +219,8 @@ def ingest(rates, seconds: float, servers: int, samples: int, log=print) -> pd.D
                     loss = 1 - (after - before) / sent
                     received, before = after - before, after
                     rows.append({"collector": collector.name, "offered_samples_per_s": rate,
-                                 "sent_samples": sent, "received_samples": received,
+                                 "sent_samples": sent, "sent_samples_per_s": sent / seconds,
+                                 "received_samples": received,
                                  "loss": loss, "cpu_s": cpu,
                                  "samples_per_cpu_s": received / cpu if cpu else float("nan"),
                                  "load_average": os.getloadavg()[0]})

@@ -160,3 +160,29 @@ def test_run_rejects_a_bad_listen_address(capsys):
     from cosample.cli import main
     assert main(["collector", "run", "--plan", "p.json", "--listen", "nowhere"]) == 2
     assert "--listen: expected HOST:PORT" in capsys.readouterr().err
+
+
+def test_reuse_port_instances_share_one_address_and_merge_exactly(write_plan, four_plan):
+    """SO_REUSEPORT: the kernel picks an instance per agent socket; the merge counts every sample once."""
+    stream = simulate(four_plan, TRUTH, duration_s=3.0, seed=10)
+    a = Running(settings(write_plan(), name="a", reuse_port=True))
+    port = a.service.listen_address[1]
+    b = Running(settings(write_plan(), name="b", reuse_port=True, listen=("127.0.0.1", port)))
+    try:
+        sockets: dict = {}
+        send(stream.datagrams, ("127.0.0.1", port), sockets)
+
+        def merged():
+            parts = [parse_snapshot(i.get("/snapshot")) for i in (a, b)]
+            total = sum(e.samples for p in parts for e in p.servers.values())
+            return total == stream.samples and merge_snapshots(parts)
+        result = wait_for(merged)
+        for sock in sockets.values():
+            sock.close()
+    finally:
+        a.stop()
+        b.stop()
+    assert sorted(result.agents) == [f"172.29.0.{k}" for k in range(1, 5)]
+    for server, packets in TRUTH.items():
+        low, high = result.servers[server].packets_per_s_ci95
+        assert low * result.window_s * 0.98 <= packets <= high * result.window_s * 1.02, server
