@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help=f"versions, plan in force, status (default {DEFAULT_STATE_DIR})")
     run.add_argument("--tau", type=duration, default=None, metavar="DURATION",
                      help="EWMA time constant of the traffic (default 3 intervals)")
+    run.add_argument("--rise-tau", type=duration, default=0.0, metavar="DURATION",
+                     help="time constant for rising traffic (default 0s: rises are followed at "
+                          "once, only falls are smoothed)")
     run.add_argument("--margin", type=float, default=0.05,
                      help="publish when a server is predicted above capacity x (1 - margin) "
                           "(default 0.05)")
@@ -106,6 +109,7 @@ def settings_from(args: argparse.Namespace):
         collectors=tuple(snapshot_url(url) for url in args.collector),
         interval_s=args.interval,
         tau_s=args.tau if args.tau is not None else 3 * args.interval,
+        rise_tau_s=args.rise_tau,
         max_age_s=args.max_age, valid_for_s=args.valid_for, plan_margin=args.plan_margin,
         settle_s=args.settle,
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),

@@ -44,6 +44,7 @@ class Settings:
     collectors: tuple[str, ...]
     interval_s: float = 30.0
     tau_s: float = 90.0
+    rise_tau_s: float | None = 0.0   # rises followed at once; None: as tau_s
     max_age_s: float | None = None   # default: 3 intervals
     valid_for_s: float = 3600.0
     plan_margin: float = 0.15
@@ -134,7 +135,8 @@ class Controller:
         mark = time.perf_counter()
         measurement = measure(reading.snapshot, self.inventory,
                               source="+".join(self.settings.collectors))
-        smoothed = update(self.smoothed, measurement, self.settings.tau_s)
+        smoothed = update(self.smoothed, measurement, self.settings.tau_s,
+                          self.settings.rise_tau_s)
         timings["estimate"] = _lap(mark)
         mark = time.perf_counter()
         candidate = replan(self.inventory, smoothed, self.settings.plan_margin,

@@ -5,7 +5,10 @@ Each new measurement moves the smoothed matrix by ``w = 1 - exp(-dt / tau)`` of 
 whatever the cycle length (and a late cycle weighs more, as it should). With ``dt = tau / 3``
 (30 s cycles, tau 90 s) ``w = 0.28``; i.i.d. noise of standard deviation sigma leaves
 ``sigma * sqrt(w / (2 - w)) = 0.41 sigma``, and a step change is 95 % through after ``3 tau``.
-Until ``tau`` is filled the weight is ``max(w, 1/k)`` for the k-th measurement, i.e. a plain
+Rises can be given a shorter time constant (``rise_tau``; 0 follows them at once): a server's
+load is then planned for its recent peak, so a plan made while traffic climbs is not overloaded
+one cycle later, at the price of planning for the top of the noise band. Until ``tau`` is filled
+the weight is ``max(w, 1/k)`` for the k-th measurement, i.e. a plain
 running mean, so the first estimate is not one raw snapshot that the EWMA would then take
 ``tau`` to forget. Rows of servers missing from a measurement are held, not decayed: silence is
 not idleness.
@@ -53,8 +56,13 @@ def weight(dt_s: float, tau_s: float) -> float:
     return 1.0 - math.exp(-max(dt_s, 0.0) / tau_s)
 
 
-def update(previous: Smoothed | None, measurement: Measurement, tau_s: float) -> Smoothed:
-    """The average after ``measurement`` (the measurement itself when there is no history)."""
+def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
+           rise_tau_s: float | None = None) -> Smoothed:
+    """The average after ``measurement`` (the measurement itself when there is no history).
+
+    ``rise_tau_s``: the time constant for entries that rise (``None``: ``tau_s``, a symmetric
+    average; 0: rises are taken at once and only falls are smoothed).
+    """
     n = measurement.measured.size
     new_keys = measurement.traffic_src.astype(np.int64) * n + measurement.traffic_dst
     if previous is None or previous.n != n:
@@ -64,11 +72,12 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float) ->
     if dt <= 0:  # the same (or an older) snapshot again: nothing new to learn
         return previous
     w = max(weight(dt, tau_s), 1.0 / (previous.count + 1))
+    w_rise = w if rise_tau_s is None else max(weight(dt, rise_tau_s), 1.0 / (previous.count + 1))
     keys = np.union1d(previous.keys, new_keys)
     old = _aligned(keys, previous.keys, previous.pps)
     new = _aligned(keys, new_keys, measurement.traffic_pps)
     held = ~measurement.measured[keys // n]
-    pps = np.where(held, old, old + w * (new - old))
+    pps = np.where(held, old, old + np.where(new > old, w_rise, w) * (new - old))
     keep = pps > FLOOR_PPS
     return Smoothed(measurement.time, n, keys[keep], pps[keep],
                     previous.seen | measurement.measured, previous.count + 1)

@@ -105,3 +105,17 @@ def test_silent_servers_are_held_and_old_snapshots_ignored():
     assert dict(zip(held.keys.tolist(), held.pps.tolist()))[1] == 1000  # s1 -> s2 held
     assert held.seen.tolist() == [True, True, False]
     assert update(held, later, 90) is held
+
+
+def test_rises_followed_at_once_falls_smoothed():
+    state = update(None, measure(snap({"s1": {"s1": 1000}}), INVENTORY), tau_s=90, rise_tau_s=0)
+    for k in range(1, 4):
+        state = update(state, measure(snap({"s1": {"s1": 1000}},
+                                           time=NOW + timedelta(seconds=30 * k)), INVENTORY),
+                       tau_s=90, rise_tau_s=0)
+    up = update(state, measure(snap({"s1": {"s1": 1500}}, time=NOW + timedelta(seconds=120)),
+                               INVENTORY), tau_s=90, rise_tau_s=0)
+    assert up.pps.tolist() == [1500]
+    down = update(up, measure(snap({"s1": {"s1": 1000}}, time=NOW + timedelta(seconds=150)),
+                              INVENTORY), tau_s=90, rise_tau_s=0)
+    assert down.pps[0] == pytest.approx(1500 - 500 * weight(30, 90))
