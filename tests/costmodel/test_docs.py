@@ -39,7 +39,12 @@ def test_json_example_drives_the_planner(tmp_path):
     assert (dc.alpha[0], dc.beta[0], dc.capacity_pps[0]) == (1.52, 0.46, 99840.0)
 
 
-@pytest.mark.parametrize("name", ["calibration-udp64", "calibration-tcp", "calibration-udp64-mirrors"])
+@pytest.mark.parametrize("name", [
+    "calibration-udp64", "calibration-tcp", "calibration-udp64-mirrors",
+    *(f"{method}-{mechanism}" for method in ("cpu", "throughput")
+      for mechanism in ("sflow", "mirror", "mirror_vxlan")),
+    "cpu-sflow-3rates",
+])
 def test_committed_calibration_is_reproducible(name):
     csv, saved = DOCS / "data" / f"{name}.csv", DOCS / "data" / f"{name}.json"
     if not csv.exists():
