@@ -20,6 +20,8 @@ from cosample.files import write_bytes_atomic
 
 LEDGER_FILE = "owned.json"
 KINDS = ("bridges", "devices", "clsacts")
+#: Earlier agents kept only their clsact qdiscs, in this file beside the ledger; read once.
+LEGACY_CLSACT_FILE = "clsact-owned.json"
 
 
 def private_dir(path: str | Path) -> Path:
@@ -56,7 +58,7 @@ class Ledger:
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
-            return {kind: [] for kind in KINDS}
+            return {kind: [] for kind in KINDS} | {"clsacts": self._legacy_clsacts()}
         except (OSError, ValueError) as exc:
             raise HostError(f"{self.path}: unreadable ledger of owned objects ({exc}); "
                             f"restore it or run 'cosample agent remove'") from None
@@ -64,6 +66,13 @@ class Ledger:
             raise HostError(f"{self.path}: unreadable ledger of owned objects (not an object)")
         return {kind: [str(n) for n in data.get(kind, []) if isinstance(n, str)]
                 for kind in KINDS}
+
+    def _legacy_clsacts(self) -> list[str]:
+        try:
+            names = json.loads((self.path.parent / LEGACY_CLSACT_FILE).read_text())
+        except (OSError, ValueError):
+            return []
+        return sorted(n for n in names if isinstance(n, str)) if isinstance(names, list) else []
 
     def _write(self, entries: dict[str, list[str]]) -> None:
         text = json.dumps(entries, sort_keys=True) + "\n"

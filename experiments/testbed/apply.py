@@ -30,8 +30,8 @@ def agent_argv(testbed, server, action: str, *extra: str) -> list[str]:
             action, "--host", server.name, "--ovsdb", ovs.remote,
             "--state-dir", str(agent_state_dir(testbed, server)), "--bridge", server.bridge,
             *[arg for vm in server.vms for arg in ("--vm-port", vm.port)],
-            "--insecure-unsigned",  # plans are files the testbed itself wrote a moment ago
-            *extra]
+            # unless a key is given, plans are files the testbed itself wrote a moment ago
+            *([] if "--public-key" in extra else ["--insecure-unsigned"]), *extra]
 
 
 def agent_state_dir(testbed, server) -> Path:
