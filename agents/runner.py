@@ -105,28 +105,10 @@ class Agent:
         if not new:
             outcome = self._converge(desired, errors, kinds)
         else:
-            tried_errors: list[str] = []
-            outcome = self._converge(desired, tried_errors, [])
-            if not outcome.failed:
-                errors += tried_errors
-                self._adopt(plan)
-            else:
-                why = outcome.failure or f"{len(outcome.remaining)} change(s) did not hold"
-                back = self._converge(fallback, errors, kinds)
-                back.commands = outcome.commands + back.commands
-                outcome = back
-                to = (f"version {self.running.version}" if self.running is not None
-                      else "the safe state")
-                if back.failed:  # the host itself is in trouble: try the plan again later
-                    errors.append(f"plan version {plan.version} could not be applied ({why}); "
-                                  f"returning to {to} failed too")
-                    kinds.append("host")
-                else:
-                    self.failed[plan.digest] = why
-                    errors.append(f"plan version {plan.version} failed on this host and was "
-                                  f"not adopted ({why}); back on {to}")
-                    kinds.append("plan")
-                plan, desired = self.running, fallback
+            outcome = self._try(plan, desired, fallback, errors, kinds)
+            if outcome.returned:
+                plan = self.running if fallback.mode == "plan" else None
+                desired = fallback
                 reason = (f"keeping plan version {plan.version}" if plan is not None
                           else "safe state: the new plan failed")
         return self._report(desired, outcome, errors, kinds, reason, plan, selection.pending, now)
@@ -199,6 +181,31 @@ class Agent:
             else:
                 usable.append(plan)
         return tuple(usable)
+
+    def _try(self, plan: Plan, desired: DesiredState, fallback: DesiredState,
+             errors: list[str], kinds: list[str]) -> "_Outcome":
+        """Converge to a new plan and adopt it, or converge back to ``fallback`` if it fails."""
+        tried_errors: list[str] = []
+        outcome = self._converge(desired, tried_errors, [])
+        if not outcome.failed:
+            errors += tried_errors
+            self._adopt(plan)
+            return outcome
+        why = outcome.failure or f"{len(outcome.remaining)} change(s) did not hold"
+        back = self._converge(fallback, errors, kinds)
+        back.commands = outcome.commands + back.commands
+        back.returned = True
+        to = f"version {self.running.version}" if fallback.mode == "plan" else "the safe state"
+        if back.failed:  # the host itself is in trouble: try the plan again next cycle
+            errors.append(f"plan version {plan.version} could not be applied ({why}); "
+                          f"returning to {to} failed too")
+            kinds.append("host")
+        else:
+            self.failed[plan.digest] = why
+            errors.append(f"plan version {plan.version} failed on this host and was not "
+                          f"adopted ({why}); back on {to}")
+            kinds.append("plan")
+        return back
 
     def _desired(self, plan: Plan | None, errors: list[str], kinds: list[str]
                  ) -> DesiredState | None:
@@ -320,6 +327,7 @@ class _Outcome:
         self.problems: list[str] = []
         self.failure: str | None = None
         self.diverged = False
+        self.returned = False  # converged back to the fallback after a new plan failed
 
     @property
     def failed(self) -> bool:
