@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -13,7 +14,8 @@ from cosample.planner.commands import example_datacentre
 from cosample.planner.planfile import build_plan, canonical_json, plan_id, write_plan
 from cosample.planner.realise import sampling_interval
 
-MOMENT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+# Any whole second will do; relative to now so nothing here ages (build_plan takes it explicitly).
+MOMENT = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=400)
 
 
 def strip_timing(plan):
@@ -32,7 +34,9 @@ def test_version_time_and_expiry():
     dc = example_datacentre()
     plan = build_plan(dc, solve(dc), created=MOMENT, valid_for=timedelta(minutes=30))
     assert plan["version"] == int(MOMENT.timestamp())
-    assert (plan["created"], plan["expires"]) == ("2026-01-02T03:04:05Z", "2026-01-02T03:34:05Z")
+    for field, expected in (("created", MOMENT), ("expires", MOMENT + timedelta(minutes=30))):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", plan[field])
+        assert datetime.fromisoformat(plan[field].replace("Z", "+00:00")) == expected
     assert build_plan(dc, solve(dc), created=MOMENT, version=7)["version"] == 7
 
 
