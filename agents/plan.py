@@ -27,7 +27,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.agents.errors import PlanError
 from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
-from cosample.validation import InterfaceName, Strict, describe
+from cosample.validation import InterfaceName, Strict, TunnelAddress, describe
 
 Role = Literal["sender", "receiver", "idle"]
 ROLES = get_args(Role)
@@ -52,20 +52,6 @@ def _utc(text: str) -> datetime:
         return datetime.fromisoformat(text).astimezone(timezone.utc)
     except ValueError:
         raise ValueError("expected a UTC time like 2026-11-22T10:00:00Z") from None
-
-
-def _unicast(text: str) -> str:
-    """A tunnel endpoint: a unicast address a VXLAN device or OVS tunnel port can use."""
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        raise ValueError("expected an IP address") from None
-    if (address.is_multicast or address.is_unspecified or address.is_loopback
-            or address.is_link_local or address.is_reserved
-            or address == ipaddress.IPv4Address("255.255.255.255")):
-        raise ValueError("expected a unicast address that routes between hosts (not multicast, "
-                         "loopback, link-local, reserved or unspecified)")
-    return str(address)
 
 
 def parse_hostport(value: str, at: str | None = None) -> tuple[str, int]:
@@ -131,7 +117,6 @@ Rate = Annotated[float, Field(gt=0, le=1 + RATE_SLACK, allow_inf_nan=False),
 LocalRate = Annotated[float, Field(ge=0, le=1 + RATE_SLACK, allow_inf_nan=False),
                       AfterValidator(lambda value: min(value, 1.0))]
 UtcTime = Annotated[str, AfterValidator(_utc)]
-TunnelIp = Annotated[str, AfterValidator(_unicast)]
 Collector = Annotated[str, AfterValidator(_collector)]
 SflowAgent = Annotated[str, Field(min_length=1), AfterValidator(_sflow_agent)]
 HostName = Annotated[str, Field(min_length=1, max_length=253)]
@@ -187,7 +172,7 @@ class HostPlan(_Open):
     mirrors: Annotated[tuple[Mirror, ...], BeforeValidator(listed)] = ()
     receives: Annotated[tuple[Receive, ...], BeforeValidator(listed)] = ()
     bridge: InterfaceName | None = None
-    tunnel_ip: TunnelIp | None = None
+    tunnel_ip: TunnelAddress | None = None
     vm_ports: Annotated[tuple[InterfaceName, ...], BeforeValidator(listed)] | None = None
 
     @model_validator(mode="after")

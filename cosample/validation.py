@@ -10,6 +10,7 @@ docs/dependencies.md.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -59,6 +60,33 @@ def _interface_name(value: Any, checked: Callable[[Any], str]) -> str:
 #: devices the agents or the testbed create are all named by this one rule.
 InterfaceName = Annotated[str, StringConstraints(min_length=1, max_length=15, pattern=r"^[^/:\s]+$"),
                           AfterValidator(_not_dots), WrapValidator(_interface_name)]
+
+
+#: dotted quads 1.x.x.x-223.x.x.x without leading zeros: checked without ``ipaddress`` (a million
+#: servers have one each); everything else goes through ``ipaddress``
+_PLAIN_IPV4 = re.compile(r"(?:22[0-3]|2[01]\d|1\d\d|[1-9]\d?)"
+                         r"(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}")
+
+
+def _tunnel_address(text: str) -> str:
+    """A tunnel endpoint: a unicast address a VXLAN device or OVS tunnel port can use."""
+    if _PLAIN_IPV4.fullmatch(text) and not text.startswith(("127.", "169.254.")):
+        return text
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError("expected an IP address") from None
+    if (address.is_multicast or address.is_unspecified or address.is_loopback
+            or address.is_link_local or address.is_reserved
+            or address == ipaddress.IPv4Address("255.255.255.255")):
+        raise ValueError("expected a unicast address that routes between hosts (not multicast, "
+                         "loopback, link-local, reserved or unspecified)")
+    return str(address)
+
+
+#: A server's tunnel endpoint (description, inventory, plan): one rule, so nothing the planner
+#: accepts is refused later by an agent.
+TunnelAddress = Annotated[str, AfterValidator(_tunnel_address)]
 
 
 class Strict(BaseModel):

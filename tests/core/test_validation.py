@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import Field
 
 from cosample.errors import CosampleError
-from cosample.validation import (InterfaceName, Strict, entry_name, field_path, problem,
+from cosample.validation import (InterfaceName, Strict, TunnelAddress, entry_name, field_path, problem,
                                  read_document, validate)
 
 
@@ -131,3 +135,24 @@ def test_read_document_of_a_missing_or_binary_file(tmp_path):
     (tmp_path / "b.json").write_bytes(b"\xff\xfe")
     with pytest.raises(CosampleError, match=r"b.json: cannot read thing: not UTF-8 text$"):
         read_document(tmp_path / "b.json", "thing")
+
+
+def _routable(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return not (address.is_multicast or address.is_unspecified or address.is_loopback
+                or address.is_link_local or address.is_reserved)
+
+
+@given(st.ip_addresses(v=4) | st.ip_addresses(v=6))
+def test_tunnel_addresses_fast_path_agrees_with_ipaddress(address):
+    """The dotted-quad shortcut accepts exactly what the full check accepts."""
+    if _routable(address) and str(address) != "255.255.255.255":
+        assert validate(TunnelAddress, str(address)) == str(address)
+    else:
+        with pytest.raises(CosampleError, match="expected a unicast address"):
+            validate(TunnelAddress, str(address), where="tunnel_ip")
+
+
+@pytest.mark.parametrize("text", ["10.0.0.256", "010.0.0.1", "10.0.0", "host", "1.2.3.4 "])
+def test_tunnel_addresses_that_are_not_addresses(text):
+    with pytest.raises(CosampleError, match="expected an IP address"):
+        validate(TunnelAddress, text, where="tunnel_ip")

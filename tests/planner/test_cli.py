@@ -119,7 +119,11 @@ BAD_INPUTS = [
      "servers[1].bridge ('s2'): not an interface name (1 to 15 bytes, no '/', ':' or white space, "
      "not '.' or '..') (got 'br/int')"),
     (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "10.0.0.256"}),
-     "servers[1].tunnel_ip ('s2'): not an IPv4 or IPv6 address (got '10.0.0.256')"),
+     "servers[1].tunnel_ip ('s2'): expected an IP address (got '10.0.0.256')"),
+    # the agents' rule, so the planner never plans for an endpoint an agent would refuse
+    (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "239.1.1.1"}),
+     "servers[1].tunnel_ip ('s2'): expected a unicast address that routes between hosts (not "
+     "multicast, loopback, link-local, reserved or unspecified) (got '239.1.1.1')"),
     (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "2001:db8::1", "vm_ports": ["vnet0", ""]}),
      "servers[1].vm_ports[1] ('s2'): not an interface name (1 to 15 bytes, no '/', ':' or white space, "
      "not '.' or '..') (got '')"),
