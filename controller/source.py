@@ -4,23 +4,21 @@ Several collector instances each own a disjoint set of agents; the controller me
 snapshots (``cosample.collector.snapshot.merge_snapshots``). A collector that cannot be read,
 sends an invalid snapshot or one older than ``max_age_s`` is reported and left out; its servers
 are then missing from the merge and the controller holds their last smoothed traffic. Every
-fetch has a total timeout and a size limit.
+fetch has one total deadline and a size limit (``cosample.fetch``).
 """
 
 from __future__ import annotations
 
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from pydantic import ValidationError
 
 from cosample.collector.errors import CollectorError
 from cosample.collector.snapshot import Snapshot, merge_snapshots, parse_snapshot
 from cosample.controller.errors import SnapshotError
+from cosample.fetch import FetchError, fetch_bytes
 
 MAX_BYTES = 512 * 1024 * 1024
 
@@ -75,30 +73,14 @@ def parse(data: bytes, location: str) -> Snapshot:
 
 
 def fetch(location: str, timeout_s: float) -> bytes:
-    """The bytes at ``location`` (``http(s)://``, ``file://`` or a path)."""
-    scheme = urllib.parse.urlsplit(location).scheme
-    if scheme in ("http", "https"):
-        request = urllib.request.Request(location, headers={"User-Agent": "cosample-controller",
-                                                            "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                data = response.read(MAX_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise SnapshotError(f"{location}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            raise SnapshotError(f"{location}: collector unreachable "
-                                f"({getattr(exc, 'reason', exc)})") from None
-    elif scheme in ("", "file"):
-        path = Path(urllib.parse.urlsplit(location).path if scheme == "file" else location)
-        try:
-            with path.open("rb") as handle:
-                data = handle.read(MAX_BYTES + 1)
-        except OSError as exc:
-            raise SnapshotError(f"{location}: cannot read snapshot ({exc.strerror})") from None
-    else:
-        raise SnapshotError(f"{location}: unsupported scheme {scheme!r} (use http(s) or a path)")
-    if len(data) > MAX_BYTES:
-        raise SnapshotError(f"{location}: snapshot larger than {MAX_BYTES} bytes")
+    """The bytes at ``location`` (``http(s)://``, ``file://`` or a path), within ``timeout_s``
+    in total (``cosample.fetch``: a collector trickling its answer cannot hold the controller)."""
+    try:
+        data = fetch_bytes(location, label="snapshot", timeout_s=timeout_s, max_bytes=MAX_BYTES,
+                           user_agent="cosample-controller")
+    except FetchError as exc:
+        raise SnapshotError(str(exc)) from None
+    assert data is not None
     return data
 
 
