@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cosample.costmodel.errors import HarnessError
@@ -33,10 +33,16 @@ PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq"
 # pure parsers ---------------------------------------------------------------------------------
 def parse_schedstat(text: str) -> int:
     """Nanoseconds on CPU from ``/proc/PID/task/TID/schedstat`` (run, wait, slices)."""
+    return parse_schedstat_fields(text)[0]
+
+
+def parse_schedstat_fields(text: str) -> tuple[int, int, int]:
+    """``(run ns, run-queue wait ns, timeslices)`` from ``/proc/PID/task/TID/schedstat``."""
     try:
-        return int(text.split()[0])
-    except (IndexError, ValueError):
+        run, wait, slices = (int(v) for v in text.split()[:3])
+    except ValueError:
         raise HarnessError(f"unexpected schedstat content {text[:60]!r}") from None
+    return run, wait, slices
 
 
 def parse_proc_stat(text: str) -> dict[str, int]:
@@ -64,17 +70,23 @@ def parse_cpu_stat_v2(text: str) -> int:
 # readers --------------------------------------------------------------------------------------
 def thread_run_ns(pid: int) -> int:
     """Run time of every thread of ``pid`` so far (0 when the process is gone)."""
-    total = 0
+    return thread_schedstat(pid)[0]
+
+
+def thread_schedstat(pid: int) -> tuple[int, int, int]:
+    """``(run ns, wait ns, timeslices)`` summed over the threads of ``pid`` (zeros when gone)."""
+    total = [0, 0, 0]
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0
+        return 0, 0, 0
     for tid in threads:
         try:
-            total += parse_schedstat(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text())
+            fields = parse_schedstat_fields(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text())
         except OSError:
             continue  # the thread ended between the listing and the read
-    return total
+        total = [t + f for t, f in zip(total, fields)]
+    return total[0], total[1], total[2]
 
 
 def kernel_thread_pids(prefix: str) -> list[int]:
@@ -196,11 +208,23 @@ class CpuSnapshot:
     ksoftirqd: int        # softirq work deferred to ksoftirqd (not in ``counted``)
     host_busy: int        # the whole host, all CPUs, everyone's work
     host_softirq: int     # the whole host's softirq ticks (tick-sampled)
+    #: per role (``sender``, ``receiver``: the iperf3 processes, when known) their threads'
+    #: ``(run ns, run-queue wait ns, timeslices)``; ``ovs`` too, for its wait and slices
+    roles: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def per_second(self, before: "CpuSnapshot", seconds: float) -> dict[str, float]:
-        """CPUs used over an interval (CPU-seconds per second), by source."""
-        return {f"cpu_{name}": (getattr(self, name) - getattr(before, name)) / 1e9 / seconds
-                for name in ("counted", "ovs", "ksoftirqd", "host_busy", "host_softirq")}
+        """CPUs used over an interval (CPU-seconds per second), by source; per role also the
+        CPUs' worth of time it waited to run (``wait_ROLE``) and times it ran (``slices_ROLE``,
+        per second)."""
+        values = {f"cpu_{name}": (getattr(self, name) - getattr(before, name)) / 1e9 / seconds
+                  for name in ("counted", "ovs", "ksoftirqd", "host_busy", "host_softirq")}
+        for role, (run, wait, slices) in self.roles.items():
+            run0, wait0, slices0 = before.roles.get(role, (run, wait, slices))
+            if role != "ovs":
+                values[f"cpu_{role}"] = (run - run0) / 1e9 / seconds
+            values[f"wait_{role}"] = (wait - wait0) / 1e9 / seconds
+            values[f"slices_{role}"] = (slices - slices0) / seconds
+        return values
 
 
 @dataclass
@@ -210,6 +234,8 @@ class CpuAccounting:
 
     usage: Callable[[], int]
     ovs_pids: Iterable[int] = ()
+    #: role -> PID of a process whose threads are read per snapshot (``sender``, ``receiver``)
+    role_pids: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ovs_pids = tuple(self.ovs_pids)
@@ -217,11 +243,15 @@ class CpuAccounting:
 
     def snapshot(self) -> CpuSnapshot:
         ticks = host_ticks()
+        ovs = [thread_schedstat(pid) for pid in self.ovs_pids]
+        roles = {role: thread_schedstat(pid) for role, pid in self.role_pids.items()}
+        if ovs:
+            roles["ovs"] = tuple(sum(values) for values in zip(*ovs))
         return CpuSnapshot(
-            counted=self.usage(), ovs=sum(thread_run_ns(pid) for pid in self.ovs_pids),
+            counted=self.usage(), ovs=sum(run for run, _, _ in ovs),
             ksoftirqd=sum(thread_run_ns(pid) for pid in self._ksoftirqd),
             host_busy=ticks["busy"] * 1_000_000_000 // TICKS,
-            host_softirq=ticks["softirq"] * 1_000_000_000 // TICKS)
+            host_softirq=ticks["softirq"] * 1_000_000_000 // TICKS, roles=roles)
 
 
 class CgroupScope:
@@ -246,8 +276,12 @@ class CgroupScope:
     def __exit__(self, *exc_info: object) -> None:
         self.cgroup.close()
 
-    def adopt(self, pid: int) -> None:
+    def adopt(self, pid: int, role: str | None = None) -> None:
+        """Count ``pid`` from now on; ``role`` (``sender``/``receiver``) also records its own
+        threads' time per phase (the latest process of a role replaces the earlier one)."""
         self.cgroup.add(pid)
+        if role is not None and self._accounting is not None:
+            self._accounting.role_pids[role] = pid
 
     def snapshot(self) -> CpuSnapshot:
         if self._accounting is None:
@@ -280,7 +314,7 @@ class ExistingScope:
     def __exit__(self, *exc_info: object) -> None:
         return None
 
-    def adopt(self, pid: int) -> None:
+    def adopt(self, pid: int, role: str | None = None) -> None:
         """Nothing to do: the load runs in the VMs, whose cgroups are already counted."""
 
     def usage_ns(self) -> int:

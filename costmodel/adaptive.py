@@ -2,15 +2,17 @@
 
 ``cosample calibrate --target-ci 0.1 --max-time 360`` measures in rounds: one paired run per
 trial rate of every mechanism still measuring, in a seeded random order. After each round the
-harness refits each mechanism's coefficient (the cheap covariance interval of
-``fit.quick_interval``; the final report uses the bootstrap) and retires the mechanisms whose
+harness refits each mechanism's coefficient (for the cpu method the cluster-robust interval the
+calibration reports, with the mechanism's covariate when valid, ``ancova.py``; for the throughput
+method the cheap covariance interval of ``fit.quick_interval``, the report using the bootstrap)
+and retires the mechanisms whose
 interval half-width is at most ``max(relative * |a|, absolute)``. A run that would not end
 within the budget is not started. The progress bar shows every mechanism's current estimate and
 half-width against its target.
 
 Stopping when an interval first looks narrow favours intervals that happen to look narrow; at
-least ``min_rounds`` rounds are always measured, and the final bootstrap interval, not the
-stopping one, is what the calibration reports (with whether it met the target).
+least ``min_rounds`` rounds are always measured (the cluster-robust interval needs 3 runs), and
+the final interval is what the calibration reports, with whether it met the target.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from cosample.costmodel.ancova import DEFAULT_COVARIATES, fit_with_covariate
 from cosample.costmodel.errors import FitError, HarnessError
 from cosample.costmodel.fit import quick_interval
 from cosample.costmodel.harness import TAIL_S, Calibrator, Trial
@@ -73,13 +76,20 @@ class Status:
         return f"{name} a={self.estimate:.3f}±{self.half_width:.3f} ({mark})"
 
 
-def interval_of(rows: pd.DataFrame, mechanism: str, confidence: float) -> tuple[float, float]:
-    """The quick interval of one mechanism from the rows so far (NaN/inf when not identifiable)."""
+def interval_of(rows: pd.DataFrame, mechanism: str, confidence: float,
+                covariates: Mapping[str, str | None] | None = None) -> tuple[float, float]:
+    """``(a, half-width)`` of one mechanism from the rows so far (NaN/inf when not
+    identifiable): for the cpu method the very interval the calibration reports (cluster-robust,
+    with the mechanism's covariate when valid; from 3 runs on), else the quick normal-theory one."""
     group = rows[rows["mechanism"] == mechanism]
     if group.empty:
         return math.nan, math.inf
     block = pd.factorize(group["block"])[0]
     try:
+        if "method" in group.columns and (group["method"] == "cpu").all():
+            name = (DEFAULT_COVARIATES if covariates is None else covariates).get(mechanism)
+            fit, _ = fit_with_covariate(group, block, name, confidence)
+            return fit.coefficient, (fit.ci[1] - fit.ci[0]) / 2
         return quick_interval(group["rate"].to_numpy(), group["throughput_pps"].to_numpy(),
                               block, confidence)
     except FitError:
@@ -95,6 +105,8 @@ class AdaptiveRun:
     clock: Callable[[], float] = time.monotonic
     status: dict[str, Status] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    #: mechanism -> covariate of its fit (None: ``ancova.DEFAULT_COVARIATES``)
+    covariates: Mapping[str, str | None] | None = None
 
     def run(self, show_progress: bool = True) -> pd.DataFrame:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -145,7 +157,8 @@ class AdaptiveRun:
         for mechanism in measuring:
             status = self.status[mechanism]
             status.rounds += 1
-            status.estimate, status.half_width = interval_of(rows, mechanism, self.target.confidence)
+            status.estimate, status.half_width = interval_of(rows, mechanism, self.target.confidence,
+                                                             self.covariates)
             status.done = (status.rounds >= self.target.min_rounds
                            and self.target.met(status.estimate, status.half_width))
             if not status.done:

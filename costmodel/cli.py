@@ -119,6 +119,15 @@ def _fit_options(parser: argparse.ArgumentParser) -> None:
                         help="mechanism whose coefficient is the planner's beta (e.g. mirror_vxlan)")
     parser.add_argument("--ignore-blocks", action="store_true",
                         help="one capacity for all runs even when the data have a block column")
+    parser.add_argument("--ci-method", choices=("auto", "cluster", "bootstrap"), default="auto",
+                        help="cluster: the cpu method's log-cost fit with a cluster-robust "
+                             "interval over runs; bootstrap: the residual bootstrap; auto: the "
+                             "first for cpu-method data with 3+ runs")
+    parser.add_argument("--covariate", action="append", default=[], type=_covariate,
+                        metavar="MECHANISM=NAME",
+                        help="cpu method: the per-phase covariate of a mechanism's fit, one of "
+                             "receiver, sender, ovs, non_ovs, none (repeat; default "
+                             "sflow=receiver, mirror=receiver, mirror_vxlan=none)")
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -132,12 +141,29 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _covariate(text: str) -> tuple[str, str | None]:
+    from cosample.costmodel.ancova import COVARIATES
+
+    mechanism, _, name = text.partition("=")
+    if not mechanism or name not in (*COVARIATES, "none"):
+        raise argparse.ArgumentTypeError(f"expected MECHANISM=NAME with NAME one of "
+                                         f"{', '.join(COVARIATES)}, none; got {text!r}")
+    return mechanism.strip(), None if name == "none" else name
+
+
+def _covariates(args: argparse.Namespace) -> dict[str, str | None]:
+    from cosample.costmodel.ancova import DEFAULT_COVARIATES
+
+    return {**DEFAULT_COVARIATES, **dict(args.covariate)}
+
+
 def _estimator(args: argparse.Namespace):
     from cosample.costmodel.fit import CostModelFit
 
     return CostModelFit(confidence=args.confidence, n_bootstrap=args.bootstrap,
                         random_state=args.fit_seed, blocks=False if args.ignore_blocks else None,
-                        beta_from=args.beta_from)
+                        beta_from=args.beta_from, interval=args.ci_method,
+                        covariates=_covariates(args))
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -218,12 +244,19 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"{', '.join(f'{r:g}' for r in settings.rates)}, {settings.protocol} {load}, {runs}",
           file=sys.stderr)
 
+    import datetime
+    import os
+
+    started = {"started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
         data, metadata = _measure(args, settings, target)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return _write_results(args, settings, data, metadata, target)
+    return _write_results(args, settings, data, {**started, **metadata,
+                                                 "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+                          target)
 
 
 def _target(args: argparse.Namespace, settings):
@@ -263,7 +296,7 @@ def _measure(args: argparse.Namespace, settings, target):
             scope = CgroupScope(f"cosample-{args.prefix}",
                                 pid_from_file(testbed.ovs.directory / "ovs-vswitchd.pid"), budget)
             data, extra = run_calibration(testbed.endpoints, testbed.ovs, settings,
-                                          not args.no_progress, scope, target)
+                                          not args.no_progress, scope, target, _covariates(args))
         return data, {"mode": "one-host testbed", "datapath": "netdev (userspace)", **extra}
     endpoints = existing_endpoints(args.bridge, args.sender_port, args.receiver_port,
                                    args.receiver_ip, args.mirror_target, args.sender_exec,
@@ -274,7 +307,8 @@ def _measure(args: argparse.Namespace, settings, target):
     if args.account_cgroup:
         ovs_pid = pid_from_file(args.ovs_pidfile) if args.ovs_pidfile else None
         scope = ExistingScope([cgroup_path(p) for p in args.account_cgroup], ovs_pid, budget)
-    data, extra = run_calibration(endpoints, ovs, settings, not args.no_progress, scope, target)
+    data, extra = run_calibration(endpoints, ovs, settings, not args.no_progress, scope, target,
+                                  _covariates(args))
     return data, {"mode": "existing endpoints", "bridge": endpoints.bridge, "datapath": datapath,
                   **extra}
 

@@ -28,7 +28,8 @@ HARNESS_COLUMNS = (
     "mechanism", "rate", "throughput_pps", "method", "rate_requested", "protocol", "packet_bytes",
     "trial", "order", "block", "phase", "duration_s", "sent_pps", "forwarded_pps", "copies_pps",
     "offered_pps", "cost_ns_per_packet", "budget_cpus", "cpu_counted", "cpu_ovs", "cpu_ksoftirqd",
-    "cpu_host_busy", "cpu_host_softirq", "iperf_pps", "bits_per_second", "cpu_sender_pct",
+    "cpu_host_busy", "cpu_host_softirq", "cpu_sender", "cpu_receiver", "wait_ovs", "wait_sender",
+    "wait_receiver", "slices_ovs", "slices_sender", "slices_receiver", "iperf_pps", "bits_per_second", "cpu_sender_pct",
     "cpu_receiver_pct", "lost_percent",
 )
 

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import OptimizeWarning, least_squares
 
+from cosample.costmodel.ancova import DEFAULT_COVARIATES, MIN_BLOCKS, fit_with_covariate
 from cosample.costmodel.data import finite_or_none, validate_measurements
 from cosample.costmodel.errors import FitError
 from cosample.costmodel.model import PAPER_COEFFICIENTS, throughput
@@ -52,6 +53,8 @@ class MechanismFit:
     rates: tuple[float, ...]
     n_blocks: int = 1
     warnings: tuple[str, ...] = ()
+    ci_method: str = "residual bootstrap"
+    covariate: Mapping[str, Any] | None = None  # ``ancova.CovariateCheck.to_dict()``
 
     def predict(self, rate: np.ndarray | float) -> np.ndarray:
         return throughput(rate, self.capacity_pps, self.coefficient)
@@ -70,6 +73,8 @@ class MechanismFit:
             "n_blocks": self.n_blocks,
             "rates": list(self.rates),
             "warnings": list(self.warnings),
+            "ci_method": self.ci_method,
+            "covariate": dict(self.covariate) if self.covariate else None,
         }
 
 
@@ -125,7 +130,10 @@ class Calibration:
         document.update({
             "model": MODEL,
             "confidence": self.confidence,
-            "ci_method": f"residual bootstrap, {self.n_bootstrap} resamples, percentile",
+            "ci_method": "; ".join(dict.fromkeys(
+                f"residual bootstrap, {self.n_bootstrap} resamples, percentile"
+                if f.ci_method == "residual bootstrap" else f.ci_method
+                for f in self.fits.values())),
             "mechanisms": {name: fit.to_dict() for name, fit in self.fits.items()},
             "roles": {role: mechanism for mechanism, role in self.roles.items()},
             "warnings": list(self.warnings),
@@ -137,7 +145,7 @@ class Calibration:
 
     def report(self) -> str:
         level = f"{self.confidence:.0%}"
-        lines = [f"cost model {MODEL}, {level} CI by residual bootstrap ({self.n_bootstrap})",
+        lines = [f"cost model {MODEL}, {level} CI: {self.to_dict()['ci_method']}",
                  f"{'mechanism':<12} {'a':>8} {'SE':>7} {level + ' CI':>19} {'paper':>6} "
                  f"{'T0 (pps)':>11} {'R^2':>6} {'n':>4}"]
         for name, fit in self.fits.items():
@@ -149,6 +157,8 @@ class Calibration:
         roles = ", ".join(f"{role} = {self.fits[m].coefficient:.3f}"
                           for m, role in self.roles.items() if m in self.fits)
         lines.append(f"capacity_pps = {self.capacity_pps:,.0f}" + (f", {roles}" if roles else ""))
+        lines += [f"{name}: covariate {fit.covariate['name']}: {fit.covariate['reason']}"
+                  for name, fit in self.fits.items() if fit.covariate]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -161,12 +171,19 @@ class CostModelFit:
     each block of measurements (``block`` column: e.g. one iperf3 run alternating rate 0 and
     rate s) its own capacity, so slow drift of the host's load cancels out of ``a``
     (None: when the column exists); ``alpha_from``/``beta_from``: the mechanisms whose
-    coefficients become the planner's ``alpha`` and ``beta``.
+    coefficients become the planner's ``alpha`` and ``beta``; ``interval``: ``cluster`` fits
+    cpu-method runs in logs with a per-run baseline, a covariate and a cluster-robust interval
+    (``ancova.py``), ``bootstrap`` the law in throughput with the residual bootstrap, ``auto``
+    the first for cpu-method data with 3 or more runs, else the second; ``covariates``:
+    mechanism -> covariate name or None (default ``ancova.DEFAULT_COVARIATES``).
     """
 
     def __init__(self, confidence: float = 0.95, n_bootstrap: int = 1000, random_state: int = 0,
                  min_r_squared: float = 0.9, blocks: bool | None = None,
-                 alpha_from: str = "sflow", beta_from: str = "mirror") -> None:
+                 alpha_from: str = "sflow", beta_from: str = "mirror", interval: str = "auto",
+                 covariates: Mapping[str, str | None] | None = None) -> None:
+        self.interval = interval
+        self.covariates = covariates
         self.alpha_from = alpha_from
         self.beta_from = beta_from
         self.blocks = blocks
@@ -193,9 +210,14 @@ class CostModelFit:
         use_blocks = self.blocks if self.blocks is not None else "block" in frame.columns
         if use_blocks and "block" not in frame.columns:
             raise FitError("blocks=True but the data have no 'block' column")
+        if self.interval not in ("auto", "cluster", "bootstrap"):
+            raise FitError(f"interval must be auto, cluster or bootstrap, got {self.interval!r}")
         for mechanism, group in frame.groupby("mechanism", sort=True):
             block = (pd.factorize(group["block"])[0] if use_blocks
                      else np.zeros(len(group), dtype=np.int64))
+            if self._clustered(group, use_blocks, block):
+                fits[mechanism] = self._fit_cluster(str(mechanism), group, block)
+                continue
             fits[mechanism] = self._fit_one(str(mechanism), group["rate"].to_numpy(),
                                             group["throughput_pps"].to_numpy(), block, rng)
         self.results_ = fits
@@ -217,6 +239,37 @@ class CostModelFit:
         return self.results_[mechanism].predict(rate)
 
     # one mechanism -----------------------------------------------------------------------
+    def _clustered(self, group: pd.DataFrame, use_blocks: bool, block: np.ndarray) -> bool:
+        cpu = "method" in group.columns and bool((group["method"] == "cpu").all())
+        if self.interval == "bootstrap" or (self.interval == "auto" and not cpu):
+            return False
+        enough = use_blocks and int(block.max()) + 1 >= MIN_BLOCKS
+        if self.interval == "cluster" and not enough:
+            raise FitError(f"a cluster-robust interval needs a block column and at least "
+                           f"{MIN_BLOCKS} blocks (runs)")
+        return enough
+
+    def _fit_cluster(self, mechanism: str, group: pd.DataFrame, block: np.ndarray) -> MechanismFit:
+        """The cpu method's fit: log cost, per-run baselines, a covariate when valid."""
+        covariates = DEFAULT_COVARIATES if self.covariates is None else self.covariates
+        fit, check = fit_with_covariate(group, block, covariates.get(mechanism), self.confidence)
+        rate, pps = group["rate"].to_numpy(float), group["throughput_pps"].to_numpy(float)
+        capacities = np.exp(-(fit.fitted_log - np.log1p(fit.coefficient * rate)))
+        residual_sd = fit.residual_sd * fit.capacity
+        notes = _diagnose(rate, pps * fit.capacity / capacities, fit.coefficient, fit.ci,
+                          fit.r_squared, residual_sd, self.min_r_squared, self.confidence,
+                          failed=0, total=1)
+        quantile_note = (f"cluster-robust (CR1) over {fit.n_blocks} runs, Student t "
+                         f"({fit.n_blocks - 1} dof), log cost"
+                         + (f", covariate {check.name}" if check and check.used else ""))
+        return MechanismFit(
+            mechanism=mechanism, coefficient=fit.coefficient, coefficient_se=fit.se,
+            coefficient_ci=fit.ci, capacity_pps=fit.capacity, capacity_se=fit.capacity_se,
+            capacity_ci=fit.capacity_ci, r_squared=fit.r_squared, residual_sd=residual_sd,
+            n_points=len(rate), rates=tuple(float(r) for r in np.unique(rate)),
+            n_blocks=fit.n_blocks, warnings=tuple(notes), ci_method=quantile_note,
+            covariate=check.to_dict() if check else None)
+
     def _fit_one(self, mechanism: str, rate: np.ndarray, pps: np.ndarray, block: np.ndarray,
                  rng: np.random.Generator) -> MechanismFit:
         distinct = np.unique(rate)

@@ -27,14 +27,15 @@ def iperf_client(exec_prefix: Sequence[str], protocol: str) -> Callable[[Sequenc
 
 
 def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress: bool = True,
-                    scope=None, target=None) -> tuple[pd.DataFrame, dict]:
+                    scope=None, target=None, covariates=None) -> tuple[pd.DataFrame, dict]:
     """Wire a ``Calibrator`` to real things: an sFlow counter on 127.0.0.1, the tc mirror,
     an iperf3 server on the receiver, OVS port statistics; everything stops at the end.
 
     ``endpoints`` is a ``testbed.Endpoints``; ``ovs`` offers ``vsctl(*args)`` and ``ofctl(*args)``;
     ``scope`` (an ``accounting.AccountingScope``) counts the CPU time of the forwarding, required
     by the cpu method; ``target`` (an ``adaptive.Target``) measures until intervals are narrow
-    instead of a fixed grid. Returns the rows and what the run adds to the metadata.
+    instead of a fixed grid, deciding with ``covariates`` (mechanism -> name, see ``ancova``).
+    Returns the rows and what the run adds to the metadata.
     """
     from contextlib import ExitStack
 
@@ -69,7 +70,7 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
         server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
         client = iperf_client(endpoints.sender_exec, settings.protocol)
         if scope is not None:
-            scope.adopt(server.process.pid)
+            scope.adopt(server.process.pid, "receiver")
             client = _adopting(client, scope)
 
         def port_stats(port: str) -> tuple[int, int]:
@@ -88,7 +89,7 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
             return calibrator.run(show_progress), extra
         from cosample.costmodel.adaptive import AdaptiveRun
 
-        adaptive = AdaptiveRun(calibrator, target)
+        adaptive = AdaptiveRun(calibrator, target, covariates=covariates)
         data = adaptive.run(show_progress)
         return data, {**extra, **adaptive.summary()}
 
@@ -98,6 +99,6 @@ def _adopting(client: Callable[[Sequence[str], float], Any], scope) -> Callable[
     packets, before the harness starts counting, are the only work outside)."""
     def start(argv: Sequence[str], duration_s: float) -> Any:
         run = client(argv, duration_s)
-        scope.adopt(run.process.pid)
+        scope.adopt(run.process.pid, "sender")
         return run
     return start

@@ -12,6 +12,7 @@ import pytest
 
 from cosample.costmodel.accounting import (
     AccountingCgroup, CpuSnapshot, ExistingScope, accounting_hierarchy, cgroup_usage_ns,
+    parse_schedstat_fields,
     parse_cpu_stat_v2, parse_proc_stat, parse_schedstat, thread_run_ns,
 )
 from cosample.costmodel.errors import HarnessError
@@ -80,3 +81,20 @@ def test_a_real_cgroup_counts_exactly_its_processes_and_goes_away():
     assert 0.3e9 < used < 1.0e9
     assert not path.exists()
     assert path.parent == accounting_hierarchy()
+
+
+def test_snapshot_roles_give_each_process_its_cpus_wait_and_slices():
+    before = CpuSnapshot(counted=0, ovs=0, ksoftirqd=0, host_busy=0, host_softirq=0,
+                         roles={"receiver": (1_000_000_000, 0, 10), "ovs": (0, 0, 0)})
+    after = CpuSnapshot(counted=0, ovs=400_000_000, ksoftirqd=0, host_busy=0, host_softirq=0,
+                        roles={"receiver": (1_200_000_000, 100_000_000, 210),
+                               "ovs": (400_000_000, 50_000_000, 1000), "sender": (5, 5, 5)})
+    values = after.per_second(before, 2.0)
+    assert values["cpu_receiver"] == pytest.approx(0.1) and values["wait_receiver"] == pytest.approx(0.05)
+    assert values["slices_receiver"] == pytest.approx(100) and values["slices_ovs"] == pytest.approx(500)
+    assert values["cpu_ovs"] == pytest.approx(0.2) and "cpu_ovs" in values
+    # a role seen for the first time (a new sender run) counts from itself: zero, not its lifetime
+    assert values["cpu_sender"] == 0 and values["slices_sender"] == 0
+    with pytest.raises(HarnessError):
+        parse_schedstat_fields("12 x 3")
+    assert parse_schedstat_fields("12 34 5\n") == (12, 34, 5)

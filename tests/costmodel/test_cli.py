@@ -126,3 +126,17 @@ def test_beta_can_come_from_another_mechanism(tmp_path, capsys):
     assert "beta = 0.5" in capsys.readouterr().out
     assert main(["fit", str(path), "--beta-from", "sflow"]) == 2
     assert "cannot both come from 'sflow'" in capsys.readouterr().err
+
+
+def test_fit_takes_a_covariate_per_mechanism_and_refuses_unknown_ones(tmp_path, capsys):
+    from tests.costmodel.test_ancova import synthetic
+
+    data = tmp_path / "m.csv"
+    synthetic(seed=7).to_csv(data, index=False)
+    assert main(["fit", str(data), "--covariate", "sflow=receiver", "-o", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    assert "cluster-robust" in out and "covariate receiver" in out
+    assert main(["fit", str(data), "--covariate", "sflow=none"]) == 0
+    assert "covariate receiver" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["fit", str(data), "--covariate", "sflow=vcpu"])
