@@ -13,7 +13,10 @@ change needs a two-phase transition). The candidate is published when
 or, when there is no current plan, as soon as the traffic estimate is warm (``warm``: it has
 averaged ``tau`` seconds of snapshots; the agents stay in their safe state meanwhile). Overload
 and expiry act at once; only the gain waits for confirmation and a warm estimate, because only
-the gain can be an artefact of noise.
+the gain can be an artefact of noise. The gain also waits while some server's traffic is
+``settling`` (it moved by a step less than one collector window ago, so the window still mixes
+before and after): the streak keeps counting, and the gain is published on the first settled
+cycle, on an estimate that no longer moves, instead of once mid-ramp and again at its end.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ class Situation:
     same_content: bool = False
     gain_streak: int = 0
     warm: bool = True
+    settling: tuple[str, ...] = ()  # servers whose traffic moved by a step within one window
+    #: (current, candidate) distinct packets the gain compares, when judged under other traffic
+    #: than the overload (the held peaks: a trough of noise is no gain); None: the evaluations'
+    gain_basis: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,10 +89,10 @@ def decide(situation: Situation, policy: Policy) -> Decision:
         reasons.append(f"overload: {int(relieved.sum())} server(s) predicted above "
                        f"{limit:.0%} of capacity, worst {situation.names[worst]} at "
                        f"{current.use[worst]:.1%} (candidate {candidate.use[worst]:.1%})")
-    gain = _gain(current.distinct_pps, candidate.distinct_pps)
+    gain = _gain(*(situation.gain_basis or (current.distinct_pps, candidate.distinct_pps)))
     streak = situation.gain_streak + 1 if (gain > policy.min_gain and situation.warm
                                            and not situation.same_content) else 0
-    if streak >= policy.confirm_cycles:
+    if streak >= policy.confirm_cycles and not situation.settling:
         reasons.append(f"gain: the candidate collects {gain:+.1%} distinct packets "
                        f"(threshold {policy.min_gain:.0%}, {streak} cycles in a row)")
     left = (situation.current_expires - situation.now).total_seconds()

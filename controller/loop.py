@@ -16,6 +16,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cosample.controller import decide as decisions
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
@@ -45,6 +47,8 @@ class Settings:
     interval_s: float = 30.0
     tau_s: float = 90.0
     rise_tau_s: float | None = 0.0   # rises followed at once; None: as tau_s
+    hold_s: float | None = None      # falls smaller than a step count after this; None: tau_s
+    change: float | None = 0.25      # a server's total moving this much per cycle is a step
     max_age_s: float | None = None   # default: 3 intervals
     valid_for_s: float = 3600.0
     plan_margin: float = 0.15
@@ -54,6 +58,16 @@ class Settings:
     timeout_s: float = 10.0
     solver: str = "exact"
     measure_sampling: int | None = 4096  # sampling floor and measurement plan; None: off
+
+    @property
+    def hold_seconds(self) -> float:
+        return self.hold_s if self.hold_s is not None else self.tau_s
+
+    @property
+    def warm_s(self) -> float:
+        """Seconds of snapshots before the first plan: the time constant and the hold, so the
+        first plan is made for the top of the noise seen, not for one trough of it."""
+        return max(self.tau_s, self.hold_seconds)
 
     @property
     def snapshot_max_age_s(self) -> float:
@@ -72,6 +86,7 @@ class Controller:
         self.clock, self.reader = clock, reader
         self.metrics = metrics or Metrics()
         self.smoothed: Smoothed | None = None
+        self.measurement = None  # the last cycle's (read by the testbed's timeline)
         self.gain_streak = 0
         self.current: dict[str, Any] | None = self.store.current_plan()
         self.current_shares: PlanShares | None = (
@@ -135,23 +150,34 @@ class Controller:
         mark = time.perf_counter()
         measurement = measure(reading.snapshot, self.inventory,
                               source="+".join(self.settings.collectors))
-        smoothed = update(self.smoothed, measurement, self.settings.tau_s,
-                          self.settings.rise_tau_s)
+        settings = self.settings
+        was_warm = self.smoothed is not None and \
+            self.smoothed.count * settings.interval_s >= settings.warm_s
+        smoothed = update(self.smoothed, measurement, settings.tau_s, settings.rise_tau_s,
+                          hold_s=settings.hold_seconds, change=settings.change,
+                          capacity=self.inventory.capacity_pps, detect=was_warm)
+        rising, settling = smoothed.rising(), smoothed.settling()
         timings["estimate"] = _lap(mark)
         mark = time.perf_counter()
-        candidate = replan(self.inventory, smoothed, self.settings.plan_margin,
-                           self.settings.solver, self.settings.measure_sampling)
+        candidate = replan(self.inventory, smoothed.planning(), settings.plan_margin,
+                           settings.solver, settings.measure_sampling, rising)
         timings["plan"] = _lap(mark)
         mark = time.perf_counter()
         inv = self.inventory
-        judged = evaluate(candidate.shares, candidate.own_pps, candidate.forwarding_pps,
-                          inv.capacity_pps, inv.alpha, inv.beta)
-        current_eval = None
+        # overload is judged under the present traffic, the gain under the held peaks the
+        # candidate was planned for (a trough of noise shorter than the hold is no gain)
+        own, forwarding = smoothed.loads()
+        judged = evaluate(candidate.shares, own, forwarding, inv.capacity_pps, inv.alpha,
+                          inv.beta)
+        current_eval = gain_basis = None
         measuring = is_measurement_plan(self.current)  # decided as if no plan were in force
         if self.current_shares is not None and not measuring:
-            current_eval = evaluate(self.current_shares, candidate.own_pps,
-                                    candidate.forwarding_pps, inv.capacity_pps, inv.alpha,
-                                    inv.beta)
+            current_eval = evaluate(self.current_shares, own, forwarding, inv.capacity_pps,
+                                    inv.alpha, inv.beta)
+            gain_basis = tuple(
+                evaluate(plan_shares, candidate.own_pps, candidate.forwarding_pps,
+                         inv.capacity_pps, inv.alpha, inv.beta).distinct_pps
+                for plan_shares in (self.current_shares, candidate.shares))
         situation = decisions.Situation(
             now=now, interval_s=self.settings.interval_s, names=inv.names,
             capacity_pps=inv.capacity_pps, candidate=judged, current=current_eval,
@@ -159,14 +185,17 @@ class Controller:
             same_content=self.current_shares is not None
             and self.current_shares.same_as(candidate.shares),
             gain_streak=self.gain_streak,
-            warm=smoothed.count * self.settings.interval_s >= self.settings.tau_s)
+            warm=smoothed.count * self.settings.interval_s >= self.settings.warm_s,
+            settling=tuple(inv.names[i] for i in np.flatnonzero(settling)),
+            gain_basis=gain_basis)
         decision = decisions.decide(situation, self.settings.policy)
         if (self.current is None or measuring) and not situation.warm:
             decision = replace(decision, reasons=(
                 f"warming up: {smoothed.count} snapshot(s) averaged, publishing after "
-                f"{self.settings.tau_s:g} s of them",))
+                f"{self.settings.warm_s:g} s of them",))
         timings["decide"] = _lap(mark)
         self.smoothed = smoothed  # only a cycle that got this far learns from its snapshot
+        self.measurement = measurement
         self.gain_streak = decision.gain_streak
         published: tuple[int, ...] = ()
         two_phase = False
@@ -186,7 +215,8 @@ class Controller:
             predicted_max_use=float(worst.use.max()) if worst.use.size else 0.0,
             over_limit=decision.overloaded,
             unrelievable=decision.unrelievable + candidate.saturated,
-            unmeasured=len(candidate.unmeasured),
+            unmeasured=len(candidate.unmeasured), rising=candidate.rising,
+            settling=situation.settling,
             counter_servers=int(measurement.from_counters.sum()),
             disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
                                  "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}

@@ -6,7 +6,9 @@ under the trigger at ``1 - margin`` while load grows by ``(1 - margin) / (1 - pl
 (12 % with the defaults 0.05 and 0.15), so noise of that size cannot make the controller
 publish. Two kinds of server get no mirrors and no planned sampling (their planning capacity is set to
 their forwarding load): servers that forwarding alone overloads (no plan can help them;
-reported) and servers never measured (silence is not idleness: they must not receive mirrors).
+reported), servers never measured (silence is not idleness: they must not receive mirrors) and
+servers whose traffic is rising by a step (``Smoothed.rising``: the collector's window shows
+only part of the step yet, so a budget given now would be overloaded a cycle later).
 A server that would sample nothing samples 1-in-``floor`` (``bootstrap.with_floor``), so the
 controller keeps seeing traffic appear anywhere.
 """
@@ -41,8 +43,8 @@ class Candidate:
     forwarding_pps: np.ndarray
     saturated: tuple[str, ...]   # forwarding alone above the planning capacity
     unmeasured: tuple[str, ...]  # never seen in a snapshot
-
     floor: int | None = None     # hosts sampling nothing sample 1-in-floor
+    rising: tuple[str, ...] = ()  # traffic rising by a step: no budget until it has settled
 
     def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
         """The plan file (version 0: the publisher sets it)."""
@@ -50,8 +52,8 @@ class Candidate:
         return with_floor(plan, self.floor) if self.floor else plan
 
 
-def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float
-               ) -> tuple[DataCentre, np.ndarray, np.ndarray]:
+def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,
+               rising: np.ndarray | None = None) -> tuple[DataCentre, np.ndarray, np.ndarray]:
     """The description the planner gets, and the saturated and unmeasured masks."""
     n = inventory.size
     dc = DataCentre(names=inventory.names, capacity_pps=inventory.capacity_pps,
@@ -63,7 +65,10 @@ def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float
     capacity = inventory.capacity_pps * (1.0 - plan_margin)
     saturated = forwarding > capacity
     unmeasured = ~traffic.seen if traffic.seen.size == n else np.ones(n, dtype=bool)
-    capacity = np.where(saturated | unmeasured, forwarding, capacity)
+    frozen = saturated | unmeasured
+    if rising is not None:
+        frozen |= rising
+    capacity = np.where(frozen, forwarding, capacity)
     planned = DataCentre(names=dc.names, capacity_pps=capacity, alpha=dc.alpha, beta=dc.beta,
                          traffic_src=dc.traffic_src, traffic_dst=dc.traffic_dst,
                          traffic_pps=dc.traffic_pps, name=dc.name,
@@ -73,9 +78,10 @@ def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float
 
 
 def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
-           solver: str = "exact", floor: int | None = None) -> Candidate:
+           solver: str = "exact", floor: int | None = None,
+           rising: np.ndarray | None = None) -> Candidate:
     """Plan the smoothed traffic and state the applied shares, without writing the document."""
-    dc, saturated, unmeasured = datacentre(inventory, traffic, plan_margin)
+    dc, saturated, unmeasured = datacentre(inventory, traffic, plan_margin, rising)
     solution = solve(dc, solver, margin=0.0)  # plan_margin is already in the capacities above
     names = inventory.names
     applied = applied_shares(dc, solution)
@@ -83,7 +89,9 @@ def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
         applied = floor_shares(applied, floor)
     return Candidate(dc, solution, applied, dc.own_pps, dc.forwarding_pps,
                      tuple(names[i] for i in np.flatnonzero(saturated)),
-                     tuple(names[i] for i in np.flatnonzero(unmeasured)), floor)
+                     tuple(names[i] for i in np.flatnonzero(unmeasured)), floor,
+                     tuple(names[i] for i in np.flatnonzero(rising)) if rising is not None
+                     else ())
 
 
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:

@@ -39,6 +39,8 @@ class CycleStatus:
     over_limit: tuple[str, ...] = ()
     unrelievable: tuple[str, ...] = ()
     unmeasured: int = 0
+    rising: tuple[str, ...] = ()     # no budget: traffic rising by a step within one window
+    settling: tuple[str, ...] = ()   # rose or fell by a step within one window: gains wait
     counter_servers: int = 0
     disagreements: tuple[dict[str, Any], ...] = ()
     cycle_seconds: float = 0.0
@@ -46,7 +48,8 @@ class CycleStatus:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("over_limit", "unrelievable", "disagreements", "problems"):
+        for key in ("over_limit", "unrelievable", "disagreements", "problems", "rising",
+                    "settling"):
             out[key] = list(out[key])[:LIST_LIMIT]
         out["reasons"] = list(out["reasons"])
         out["published_versions"] = list(out["published_versions"])

@@ -56,6 +56,8 @@ class LoopSettings:
     interval_s: float = 5.0       # controller
     agent_interval_s: float = 2.0
     window_s: float = 15.0        # collector estimation window (iperf3 restarts leave 1-2 s gaps)
+    hold_s: float = 30.0          # falls believed after this: the noise's time scale seen
+                                  # through the window (chunk_s + window_s)
     settle_s: float = 6.0         # two-phase transitions: > agent interval + jitter + apply
     measure_sampling: int = 128   # measurement plan and floor: 1.2 % of a server's traffic
     polling_s: int = 2            # sFlow counter polling: exact VM-port counters
@@ -155,6 +157,7 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
                 load_inventory(work / "inventory.json"),
                 Settings((f"http://127.0.0.1:{SNAPSHOT_PORT}/snapshot",),
                          interval_s=settings.interval_s, tau_s=3 * settings.interval_s,
+                         hold_s=settings.hold_s,
                          valid_for_s=600.0, settle_s=settings.settle_s, key=str(key),
                          timeout_s=3.0, measure_sampling=settings.measure_sampling,
                          policy=Policy()),
@@ -198,6 +201,7 @@ def _drive(topology: Topology, settings: LoopSettings, lab, timeline: Timeline, 
                  clock, phase)
         lab.clear()
         began = time.monotonic()
+        timeline.phases[-1]["measure_start"] = clock()
         _traffic(topology, flows, settings.measure_s, settings, rng, timeline, clock, phase)
         time.sleep(2.0)  # the last re-exported datagrams
         seconds = time.monotonic() - began
@@ -240,8 +244,27 @@ def _control(controller, settings: LoopSettings, stop: threading.Event, timeline
         current = controller.current or {}
         entry["distinct_planned_pps"] = (current.get("summary") or {}).get(
             "collected_pps")
+        entry.update(_estimates(controller))
         timeline.cycles.append(entry)
         stop.wait(max(0.0, settings.interval_s - (time.monotonic() - began)))
+
+
+def _estimates(controller) -> dict[str, Any]:
+    """Per server: the measured and the planned-for (held) traffic, and the coverage
+    ``l + m - l m`` of the plan in force (what share of its packets it collects)."""
+    names = list(controller.inventory.names)
+    out: dict[str, Any] = {}
+    if controller.measurement is not None and controller.smoothed is not None:
+        out["measured_pps"] = dict(zip(names, np.round(controller.measurement.own_pps, 1)
+                                       .tolist()))
+        out["held_pps"] = dict(zip(names, np.round(controller.smoothed.held(), 1).tolist()))
+    shares = controller.current_shares
+    if shares is not None:
+        mirrored = np.bincount(shares.mirror_src, weights=shares.mirror_rate,
+                               minlength=len(names))
+        coverage = shares.local_rate + mirrored - shares.local_rate * mirrored
+        out["coverage"] = dict(zip(names, np.round(coverage, 6).tolist()))
+    return out
 
 
 def _watch_agents(testbed, stop: threading.Event, timeline: Timeline, clock) -> None:

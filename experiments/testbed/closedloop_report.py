@@ -8,8 +8,14 @@ Pure: reads the timeline ``closedloop.run_closed_loop`` returns.
   controller predicted some server above its capacity (load/capacity > 1) under the plan in
   force, and above the publication limit ``1 - margin``;
 - *planned distinct*: what the plan in force at the end of the phase predicted
-  (``summary.collected_pps``, distinct packets after rounding); *measured distinct*: distinct packets per second the
-  re-exported samples of the phase's last ``measure_s`` seconds contain (iperf3 packet numbers);
+  (``summary.collected_pps``, distinct packets after rounding) for the traffic the controller
+  estimated; *measured distinct*: distinct packets per second of traffic the re-exported
+  samples of the phase's last ``measure_s`` seconds contain (iperf3 packet numbers);
+- *expected for the traffic sent*: the same plan's coverage (``l + m - l m`` per server) times
+  the packets iperf3 sent in those seconds: planned vs expected is the estimate's error,
+  expected vs measured the data plane's (copies or samples lost on the way);
+- *plan changed while measuring*: some agent ran another version at the end of the measured
+  seconds than at their start (the measured packets then mix two plans);
 - *plans published*: during the phase; the measurement plan of the start-up is not counted.
 """
 
@@ -32,7 +38,11 @@ def phase_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         if c.get("distinct_planned_pps") is not None), None)
         samples = sum(phase.get("samples", {}).values())
         duplicates = sum(phase.get("duplicates", {}).values())
-        measured = (samples - duplicates) / phase["measure_s"] if phase.get("measure_s") else None
+        sent, seconds = _sent(timeline, phase)
+        measured = (samples - duplicates) / seconds if seconds else None
+        coverage = next((c["coverage"] for c in reversed(before_end) if c.get("coverage")), None)
+        expected = (sum(pps * coverage.get(server, 0.0) for server, pps in sent.items())
+                    if coverage and sent else None)
         rows.append({
             "phase": phase["phase"],
             "seconds": round(end - start, 1),
@@ -46,6 +56,9 @@ def phase_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             "stale_cycles": sum(1 for c in cycles if c.get("result") in ("stale", "error")),
             "planned_distinct_pps": round(planned, 1) if planned is not None else None,
             "measured_distinct_pps": round(measured, 1) if measured is not None else None,
+            "expected_distinct_pps": round(expected, 1) if expected is not None else None,
+            "sent_pps": {k: round(v, 1) for k, v in sent.items()},
+            "plan_changed_while_measuring": _changed(timeline, phase),
             "measured_samples": samples,
         })
     return rows
@@ -55,10 +68,35 @@ def totals(result: dict[str, Any]) -> dict[str, Any]:
     cycles = result["timeline"]["cycles"]
     real = [c for c in cycles if c.get("result") == "published"
             and not str((c.get("reasons") or [""])[0]).startswith("bootstrap")]
+    first = min((p["start"] for p in result["timeline"]["phases"]), default=float("inf"))
     return {"scenario": result["settings"]["scenario"], "cycles": len(cycles),
             "plans_published": len(real),
+            "startup_plans": sum(1 for c in real if c["t"] < first),
             "measurement_plans": sum(1 for c in cycles if c.get("result") == "published") - len(real),
             "errors": sum(1 for c in cycles if c.get("result") in ("error", "internal"))}
+
+
+def _sent(timeline: dict[str, Any], phase: dict[str, Any]) -> tuple[dict[str, float], float]:
+    """Packets per second each source server sent in the measured seconds, and their length."""
+    start = phase.get("measure_start")
+    if start is None:
+        return {}, 0.0
+    flows = [f for f in timeline["flows"] if f["phase"] == phase["phase"]
+             and f["start"] >= start - 0.5]
+    seconds = max((f["seconds"] for f in flows), default=0.0)
+    sent: dict[str, float] = {}
+    for flow in flows:
+        sent[flow["src"]] = sent.get(flow["src"], 0.0) + flow["sent"] / seconds
+    return sent, seconds
+
+
+def _changed(timeline: dict[str, Any], phase: dict[str, Any]) -> bool | None:
+    start = phase.get("measure_start")
+    if start is None:
+        return None
+    seen = {tuple(sorted(a["versions"].items())) for a in timeline["agents"]
+            if start <= a["t"] <= phase["end"]}
+    return len(seen) > 1
 
 
 def _convergence(timeline: dict[str, Any], published: list[dict[str, Any]],
@@ -80,16 +118,20 @@ def markdown(result: dict[str, Any], command: str) -> str:
     total = totals(result)
     lines = [f"# Closed loop on the testbed: {total['scenario']}", "", f"    {command}", "",
              "| phase | s | plans published | to converge (s) | predicted > capacity (s) | "
-             "predicted > limit (s) | planned distinct pps | measured distinct pps |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "predicted > limit (s) | planned distinct pps | expected for traffic sent | "
+             "measured distinct pps | plan changed while measuring |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in rows:
         lines.append(f"| {row['phase']} | {row['seconds']:g} | {row['plans_published']} | "
                      f"{_cell(row['to_converge_s'])} | {row['predicted_over_capacity_s']:g} | "
                      f"{row['predicted_over_limit_s']:g} | {_cell(row['planned_distinct_pps'])} | "
-                     f"{_cell(row['measured_distinct_pps'])} |")
-    lines += ["", f"Plans published in all (after the measurement plan): "
-                  f"{total['plans_published']}; controller cycles {total['cycles']}, failed "
-                  f"{total['errors']}."]
+                     f"{_cell(row['expected_distinct_pps'])} | "
+                     f"{_cell(row['measured_distinct_pps'])} | "
+                     f"{_cell(row['plan_changed_while_measuring'])} |")
+    lines += ["", f"Measurement plans (first start, before any real plan): "
+                  f"{total['measurement_plans']}; real plans published in all: "
+                  f"{total['plans_published']} (start-up {total['startup_plans']}); controller "
+                  f"cycles {total['cycles']}, failed {total['errors']}."]
     for row in rows:
         for reason in row["reasons"]:
             lines.append(f"- {row['phase']}: {reason}")
@@ -97,4 +139,6 @@ def markdown(result: dict[str, Any], command: str) -> str:
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     return "-" if value is None else f"{value:g}"

@@ -51,32 +51,45 @@ def test_inventories_are_valid_and_carry_no_traffic():
 
 def test_report_rows_from_a_timeline():
     cycle = lambda t, result="kept", **kw: {"t": t, "result": result, **kw}  # noqa: E731
+    flow = lambda phase, start, src, sent: {"phase": phase, "start": start, "src": src,  # noqa: E731
+                                            "dst": "s2", "seconds": 15.0, "sent": sent}
     result = {
         "settings": {"scenario": "shift", "interval_s": 5.0},
         "timeline": {
-            "phases": [{"phase": "phase1", "start": 40.0, "end": 100.0, "measure_s": 15.0,
+            "phases": [{"phase": "phase1", "start": 40.0, "end": 100.0, "measure_s": 17.0,
+                        "measure_start": 83.0,
                         "samples": {"s1": 3000, "s2": 1500}, "duplicates": {"s1": 300}},
-                       {"phase": "phase2", "start": 100.0, "end": 160.0, "measure_s": 15.0,
-                        "samples": {"s3": 3000}, "duplicates": {}}],
+                       {"phase": "phase2", "start": 100.0, "end": 160.0, "measure_s": 17.0,
+                        "measure_start": 143.0, "samples": {"s3": 3000}, "duplicates": {}}],
             "cycles": [cycle(1, "published", reasons=["bootstrap: ..."], published_versions=[9]),
                        cycle(30, "published", reasons=["no current plan"],
-                             published_versions=[10], distinct_planned_pps=280.0),
+                             published_versions=[10], distinct_planned_pps=280.0,
+                             coverage={"s1": 0.1, "s2": 0.5, "s3": 0.0}),
                        cycle(60), cycle(105, predicted_max_use=1.2, over_limit=["s3"]),
                        cycle(110, "published", reasons=["overload: ..."],
                              published_versions=[11, 12], distinct_planned_pps=250.0,
-                             predicted_max_use=1.1, over_limit=["s3"]),
+                             predicted_max_use=1.1, over_limit=["s3"],
+                             coverage={"s1": 0.0, "s2": 0.0, "s3": 0.1}),
                        cycle(115)],
+            "flows": [flow("phase1", 40.0, "s1", 60000), flow("phase1", 83.1, "s1", 15000),
+                      flow("phase1", 83.1, "s2", 3000), flow("phase2", 143.1, "s3", 30000)],
             "agents": [{"t": 111.0, "versions": {"s1": (12, "plan"), "s2": (11, "plan")}},
-                       {"t": 119.5, "versions": {"s1": (12, "plan"), "s2": (12, "plan")}}],
+                       {"t": 119.5, "versions": {"s1": (12, "plan"), "s2": (12, "plan")}},
+                       {"t": 150.0, "versions": {"s1": (12, "plan"), "s2": (12, "plan")}}],
         },
     }
     first, second = closedloop_report.phase_rows(result)
     assert first["plans_published"] == 0 and first["to_converge_s"] is None
+    # distinct packets per second of traffic (15 s), not of the measuring period (17 s)
     assert first["measured_distinct_pps"] == 280.0 and first["planned_distinct_pps"] == 280.0
+    assert first["sent_pps"] == {"s1": 1000.0, "s2": 200.0}
+    assert first["expected_distinct_pps"] == 200.0  # 1000 x 0.1 + 200 x 0.5
+    assert first["plan_changed_while_measuring"] is False
     assert second["plans_published"] == 1 and second["versions"] == [11, 12]
-    assert second["to_converge_s"] == 19.5
+    assert second["to_converge_s"] == 19.5 and second["expected_distinct_pps"] == 200.0
     assert second["predicted_over_capacity_s"] == 10.0 and second["predicted_over_limit_s"] == 10.0
     totals = closedloop_report.totals(result)
     assert totals["plans_published"] == 2 and totals["measurement_plans"] == 1
-    assert "| phase2 | 60 | 1 | 19.5 | 10 | 10 | 250 | 200 |" in closedloop_report.markdown(
-        result, "cmd")
+    assert totals["startup_plans"] == 1
+    assert "| phase2 | 60 | 1 | 19.5 | 10 | 10 | 250 | 200 | 200 | no |" in \
+        closedloop_report.markdown(result, "cmd")
