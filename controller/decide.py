@@ -4,7 +4,8 @@ Re-planning every cycle is cheap; publishing is not (every agent reconfigures OV
 change needs a two-phase transition). The candidate is published when
 
 1. **overload**: a server is predicted above ``capacity x (1 - margin)`` under the current plan
-   and the candidate brings it lower (a server that forwarding alone overloads is reported, but
+   and the candidate brings it lower by at least 1 % of its capacity (a server that forwarding
+   alone overloads, or nearly, is reported, but
    does not cause a publication every cycle: no plan can help it);
 2. **gain**: the candidate collects more than ``min_gain`` (relative) more distinct packets than
    the current plan, under the same measured traffic, for ``confirm_cycles`` cycles in a row;
@@ -16,7 +17,10 @@ and expiry act at once; only the gain waits for confirmation and a warm estimate
 the gain can be an artefact of noise. The gain also waits while some server's traffic is
 ``settling`` (it moved by a step less than one collector window ago, so the window still mixes
 before and after): the streak keeps counting, and the gain is published on the first settled
-cycle, on an estimate that no longer moves, instead of once mid-ramp and again at its end.
+cycle, on an estimate that no longer moves, instead of once mid-ramp and again at its end. The
+same holds for one window after the controller's own publication (``quiet``): the collector's
+window then mixes samples taken under two plans (a mirror set up mid-window has only part of
+the window's copies), so its estimates move without the traffic moving.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import numpy as np
 
 from cosample.controller.evaluate import Evaluation
 
-#: A candidate "brings a server lower" when it removes at least this share of its capacity.
+#: A candidate "brings a server lower" when it removes at least this share of its capacity (a
+#: candidate that only nudges a server from 95.2 % to 94.9 % is churn, not relief).
 RELIEF = 0.01
 
 
@@ -55,6 +60,7 @@ class Situation:
     gain_streak: int = 0
     warm: bool = True
     settling: tuple[str, ...] = ()  # servers whose traffic moved by a step within one window
+    quiet: bool = False  # within one window of our own publication: the window mixes two plans
     #: (current, candidate) distinct packets the gain compares, when judged under other traffic
     #: than the overload (the held peaks: a trough of noise is no gain); None: the evaluations'
     gain_basis: tuple[float, float] | None = None
@@ -79,8 +85,7 @@ def decide(situation: Situation, policy: Policy) -> Decision:
         return Decision(True, ("no current plan",), 0.0, 0)
     limit = 1.0 - policy.margin
     over = current.use > limit
-    relieved = over & ((candidate.use <= limit) | (
-        candidate.load_pps < current.load_pps - RELIEF * situation.capacity_pps))
+    relieved = over & (candidate.load_pps < current.load_pps - RELIEF * situation.capacity_pps)
     if situation.same_content:
         relieved[:] = False
     reasons = []
@@ -92,7 +97,7 @@ def decide(situation: Situation, policy: Policy) -> Decision:
     gain = _gain(*(situation.gain_basis or (current.distinct_pps, candidate.distinct_pps)))
     streak = situation.gain_streak + 1 if (gain > policy.min_gain and situation.warm
                                            and not situation.same_content) else 0
-    if streak >= policy.confirm_cycles and not situation.settling:
+    if streak >= policy.confirm_cycles and not situation.settling and not situation.quiet:
         reasons.append(f"gain: the candidate collects {gain:+.1%} distinct packets "
                        f"(threshold {policy.min_gain:.0%}, {streak} cycles in a row)")
     left = (situation.current_expires - situation.now).total_seconds()

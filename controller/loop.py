@@ -87,6 +87,7 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.smoothed: Smoothed | None = None
         self.measurement = None  # the last cycle's (read by the testbed's timeline)
+        self.quiet_until: datetime | None = None  # the collector's window mixes two plans
         self.gain_streak = 0
         self.current: dict[str, Any] | None = self.store.current_plan()
         self.current_shares: PlanShares | None = (
@@ -153,9 +154,11 @@ class Controller:
         settings = self.settings
         was_warm = self.smoothed is not None and \
             self.smoothed.count * settings.interval_s >= settings.warm_s
+        quiet = self.quiet_until is not None and now < self.quiet_until
         smoothed = update(self.smoothed, measurement, settings.tau_s, settings.rise_tau_s,
                           hold_s=settings.hold_seconds, change=settings.change,
-                          capacity=self.inventory.capacity_pps, detect=was_warm)
+                          capacity=self.inventory.capacity_pps, detect=was_warm,
+                          remember=not quiet)
         rising, settling = smoothed.rising(), smoothed.settling()
         timings["estimate"] = _lap(mark)
         mark = time.perf_counter()
@@ -187,7 +190,7 @@ class Controller:
             gain_streak=self.gain_streak,
             warm=smoothed.count * self.settings.interval_s >= self.settings.warm_s,
             settling=tuple(inv.names[i] for i in np.flatnonzero(settling)),
-            gain_basis=gain_basis)
+            quiet=quiet, gain_basis=gain_basis)
         decision = decisions.decide(situation, self.settings.policy)
         if (self.current is None or measuring) and not situation.warm:
             decision = replace(decision, reasons=(
@@ -206,6 +209,9 @@ class Controller:
             mark = time.perf_counter()
             published, two_phase = self._publish(document, candidate.shares, now)
             timings["publish"] = _lap(mark)
+            # until the agents run it and the collector's window holds only its samples
+            self.quiet_until = now + timedelta(seconds=(settings.settle_s if two_phase else 0.0)
+                                               + settings.interval_s + measurement.window_s)
         worst = current_eval if current_eval is not None else judged
         return self._base(
             now, "published" if published else "kept", reading=reading,
@@ -216,7 +222,7 @@ class Controller:
             over_limit=decision.overloaded,
             unrelievable=decision.unrelievable + candidate.saturated,
             unmeasured=len(candidate.unmeasured), rising=candidate.rising,
-            settling=situation.settling,
+            settling=situation.settling, quiet=quiet,
             counter_servers=int(measurement.from_counters.sum()),
             disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
                                  "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}

@@ -41,6 +41,7 @@ class CycleStatus:
     unmeasured: int = 0
     rising: tuple[str, ...] = ()     # no budget: traffic rising by a step within one window
     settling: tuple[str, ...] = ()   # rose or fell by a step within one window: gains wait
+    quiet: bool = False              # within one window of our publication: gains wait
     counter_servers: int = 0
     disagreements: tuple[dict[str, Any], ...] = ()
     cycle_seconds: float = 0.0

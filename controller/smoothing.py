@@ -74,10 +74,10 @@ class Smoothed:
         return own, own + received
 
     def held(self) -> np.ndarray:
-        """Each server's highest smoothed total in the hold (its current total without one)."""
+        """Each server's highest smoothed total in the hold, and at least its current total."""
         if not self.history:
             return self.totals()
-        return np.max(np.stack([totals for _, totals in self.history]), axis=0)
+        return np.max(np.stack([self.totals()] + [totals for _, totals in self.history]), axis=0)
 
     def planning(self) -> "Smoothed":
         """The traffic to plan for: every row scaled up to its server's held total."""
@@ -134,7 +134,7 @@ def steps(old: np.ndarray, new: np.ndarray, measured: np.ndarray, change: float,
 def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
            rise_tau_s: float | None = None, *, hold_s: float = 0.0,
            change: float | None = None, capacity: np.ndarray | None = None,
-           detect: bool = True) -> Smoothed:
+           detect: bool = True, remember: bool = True) -> Smoothed:
     """The average after ``measurement`` (the measurement itself when there is no history).
 
     ``rise_tau_s``: the time constant for entries that rise (``None``: ``tau_s``, a symmetric
@@ -142,7 +142,8 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
     than a step count after this long (``planning``). ``change``: the relative move of a
     server's total between two measurements that is a step (``None``: no steps); ``detect``:
     look for steps in this measurement (off while the estimate warms up: the first windows are
-    short and noisy).
+    short and noisy); ``remember``: add this measurement to the hold's history (off while the
+    collector's window mixes two plans: its peaks are artefacts, not traffic).
     """
     n = measurement.measured.size
     new_keys = measurement.traffic_src.astype(np.int64) * n + measurement.traffic_dst
@@ -185,7 +186,9 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
     totals = out.totals()
     history = tuple((t, np.where(fell, totals, values)) for t, values in previous.history
                     if now - t < hold_s)  # a fall step clears the server's history
-    return replace(out, history=history + ((now, totals),))
+    if remember or not history:
+        history += ((now, totals),)
+    return replace(out, history=history)
 
 
 def _aligned(keys: np.ndarray, subset: np.ndarray, values: np.ndarray) -> np.ndarray:

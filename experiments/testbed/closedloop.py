@@ -56,8 +56,8 @@ class LoopSettings:
     interval_s: float = 5.0       # controller
     agent_interval_s: float = 2.0
     window_s: float = 15.0        # collector estimation window (iperf3 restarts leave 1-2 s gaps)
-    hold_s: float = 30.0          # falls believed after this: the noise's time scale seen
-                                  # through the window (chunk_s + window_s)
+    hold_s: float = 60.0          # falls smaller than a step believed after this: twice the
+                                  # noise's time scale seen through the window (chunk + window)
     settle_s: float = 6.0         # two-phase transitions: > agent interval + jitter + apply
     measure_sampling: int = 128   # measurement plan and floor: 1.2 % of a server's traffic
     polling_s: int = 2            # sFlow counter polling: exact VM-port counters
