@@ -43,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--rise-tau", type=duration, default=0.0, metavar="DURATION",
                      help="time constant for rising traffic (default 0s: rises are followed at "
                           "once, only falls are smoothed)")
+    run.add_argument("--hold", type=duration, default=None, metavar="DURATION",
+                     help="falls smaller than a step count only after lasting this long "
+                          "(default: --tau); the first plan waits for max(tau, hold) of snapshots")
+    run.add_argument("--change", type=float, default=0.25,
+                     help="a server's total moving this much between two cycles is a step, not "
+                          "noise (default 0.25; 0: no steps)")
     run.add_argument("--margin", type=float, default=0.05,
                      help="publish when a server is predicted above capacity x (1 - margin) "
                           "(default 0.05)")
@@ -96,6 +102,10 @@ def settings_from(args: argparse.Namespace):
     if args.measure_sampling < 0:
         raise ControllerError(f"--measure-sampling: expected N >= 1 (or 0: off), got "
                               f"{args.measure_sampling}")
+    if args.change < 0:
+        raise ControllerError(f"--change: expected a fraction >= 0, got {args.change:g}")
+    if args.hold is not None and args.hold < 0:
+        raise ControllerError(f"--hold: expected a duration >= 0, got {args.hold:g} s")
     if args.confirm < 1:
         raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
     for flag, value in (("--interval", args.interval), ("--valid-for", args.valid_for),
@@ -109,7 +119,7 @@ def settings_from(args: argparse.Namespace):
         collectors=tuple(snapshot_url(url) for url in args.collector),
         interval_s=args.interval,
         tau_s=args.tau if args.tau is not None else 3 * args.interval,
-        rise_tau_s=args.rise_tau,
+        rise_tau_s=args.rise_tau, hold_s=args.hold, change=args.change or None,
         max_age_s=args.max_age, valid_for_s=args.valid_for, plan_margin=args.plan_margin,
         settle_s=args.settle,
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),

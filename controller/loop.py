@@ -33,6 +33,9 @@ from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
 
 log = logging.getLogger("cosample.controller")
+#: A snapshot whose window is shorter than this share of the longest seen is a start-up window
+#: (the collector has run for less than its window): noisy, so the hold does not remember it.
+FULL_WINDOW = 0.9
 
 
 def utcnow() -> datetime:
@@ -88,6 +91,7 @@ class Controller:
         self.smoothed: Smoothed | None = None
         self.measurement = None  # the last cycle's (read by the testbed's timeline)
         self.quiet_until: datetime | None = None  # the collector's window mixes two plans
+        self.full_window_s = 0.0  # the longest collector window seen (shorter ones: start-up)
         self.gain_streak = 0
         self.current: dict[str, Any] | None = self.store.current_plan()
         self.current_shares: PlanShares | None = (
@@ -155,10 +159,12 @@ class Controller:
         was_warm = self.smoothed is not None and \
             self.smoothed.count * settings.interval_s >= settings.warm_s
         quiet = self.quiet_until is not None and now < self.quiet_until
+        self.full_window_s = max(self.full_window_s, measurement.window_s)
         smoothed = update(self.smoothed, measurement, settings.tau_s, settings.rise_tau_s,
                           hold_s=settings.hold_seconds, change=settings.change,
                           capacity=self.inventory.capacity_pps, detect=was_warm,
-                          remember=not quiet)
+                          remember=not quiet and
+                          measurement.window_s >= FULL_WINDOW * self.full_window_s)
         rising, settling = smoothed.rising(), smoothed.settling()
         timings["estimate"] = _lap(mark)
         mark = time.perf_counter()
@@ -209,8 +215,9 @@ class Controller:
             mark = time.perf_counter()
             published, two_phase = self._publish(document, candidate.shares, now)
             timings["publish"] = _lap(mark)
-            # until the agents run it and the collector's window holds only its samples
-            self.quiet_until = now + timedelta(seconds=(settings.settle_s if two_phase else 0.0)
+            # until the agents run it (settle bounds their fetch and apply time, once per phase)
+            # and the collector's window holds only its samples
+            self.quiet_until = now + timedelta(seconds=settings.settle_s * (2 if two_phase else 1)
                                                + settings.interval_s + measurement.window_s)
         worst = current_eval if current_eval is not None else judged
         return self._base(

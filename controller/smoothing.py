@@ -22,9 +22,10 @@ Two more things separate a change from noise (both per server, on its total ``U`
   (``rising``, ``settling``). A fall step is followed at once (the row takes the measurement),
   so the estimate does not trail a real fall by ``tau``;
 - **hold**: falls smaller than a step are only believed once they have lasted ``hold_s``: the
-  rows are scaled to each server's highest smoothed total of the last ``hold_s`` seconds
+  rows are scaled to each server's highest measured total of the last ``hold_s`` seconds
   (``planning``; a fall step clears the history). A trough of noise shorter than the hold never
   reaches a plan, so a plan made at the top of the noise band is not "improved" at the bottom.
+  (The history keeps the measured totals: the average would carry an artefact's peak on.)
 
 Pure: the state is an immutable value.
 """
@@ -60,7 +61,7 @@ class Smoothed:
     rose_at: np.ndarray | None = None  # per server: Unix time of the last rise step (-inf)
     fell_at: np.ndarray | None = None  # per server: Unix time of the last fall step (-inf)
     window_s: float = 0.0              # the collector window of the last measurement
-    history: tuple[tuple[float, np.ndarray], ...] = ()  # (time, smoothed totals) within hold
+    history: tuple[tuple[float, np.ndarray], ...] = ()  # (time, measured totals) within hold
 
     def totals(self) -> np.ndarray:
         """Each server's smoothed total (its row sum)."""
@@ -74,7 +75,7 @@ class Smoothed:
         return own, own + received
 
     def held(self) -> np.ndarray:
-        """Each server's highest smoothed total in the hold, and at least its current total."""
+        """Each server's highest measured total in the hold, and at least its smoothed one."""
         if not self.history:
             return self.totals()
         return np.max(np.stack([self.totals()] + [totals for _, totals in self.history]), axis=0)
@@ -134,16 +135,17 @@ def steps(old: np.ndarray, new: np.ndarray, measured: np.ndarray, change: float,
 def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
            rise_tau_s: float | None = None, *, hold_s: float = 0.0,
            change: float | None = None, capacity: np.ndarray | None = None,
-           detect: bool = True, remember: bool = True) -> Smoothed:
+           detect: bool | np.ndarray = True, remember: bool = True) -> Smoothed:
     """The average after ``measurement`` (the measurement itself when there is no history).
 
     ``rise_tau_s``: the time constant for entries that rise (``None``: ``tau_s``, a symmetric
     average; 0: rises are taken at once and only falls are smoothed). ``hold_s``: falls smaller
     than a step count after this long (``planning``). ``change``: the relative move of a
     server's total between two measurements that is a step (``None``: no steps); ``detect``:
-    look for steps in this measurement (off while the estimate warms up: the first windows are
-    short and noisy); ``remember``: add this measurement to the hold's history (off while the
-    collector's window mixes two plans: its peaks are artefacts, not traffic).
+    look for steps in this measurement, for every server or those marked (off while the
+    estimate warms up: the first windows are short and noisy); ``remember``: add this
+    measurement to the hold's history (off for a window shorter than the collector's full one,
+    and while its window mixes two plans: those peaks are artefacts, not traffic).
     """
     n = measurement.measured.size
     new_keys = measurement.traffic_src.astype(np.int64) * n + measurement.traffic_dst
@@ -153,15 +155,16 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
                          measurement.measured.copy(), 1, own=measurement.own_pps.copy(),
                          rose_at=np.full(n, NEVER), fell_at=np.full(n, NEVER),
                          window_s=measurement.window_s)
-        return replace(first, history=((now, first.totals()),) if hold_s > 0 else ())
+        return replace(first, history=((now, measurement.own_pps.copy()),)
+                       if hold_s > 0 and remember else ())
     dt = (measurement.time - previous.time).total_seconds()
     if dt <= 0:  # the same (or an older) snapshot again: nothing new to learn
         return previous
     own_before = previous.own if previous.own is not None else np.zeros(n)
     rose = fell = np.zeros(n, dtype=bool)
-    if change is not None and detect:
-        rose, fell = steps(own_before, measurement.own_pps, measurement.measured, change,
-                           capacity)
+    if change is not None and np.any(detect):
+        rose, fell = steps(own_before, measurement.own_pps, measurement.measured & detect,
+                           change, capacity)
     w = max(weight(dt, tau_s), 1.0 / (previous.count + 1))
     w_rise = w if rise_tau_s is None else max(weight(dt, rise_tau_s), 1.0 / (previous.count + 1))
     keys = np.union1d(previous.keys, new_keys)
@@ -183,11 +186,13 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
                    rose_at=rose_at, fell_at=fell_at, window_s=measurement.window_s)
     if hold_s <= 0:
         return out
-    totals = out.totals()
-    history = tuple((t, np.where(fell, totals, values)) for t, values in previous.history
-                    if now - t < hold_s)  # a fall step clears the server's history
-    if remember or not history:
-        history += ((now, totals),)
+    # the history holds what was measured (not the average, which carries an artefact's
+    # peak on for tau after it); a fall step clears the server's history
+    measured_totals = np.where(measurement.measured, measurement.own_pps, out.totals())
+    history = tuple((t, np.where(fell, measured_totals, values))
+                    for t, values in previous.history if now - t < hold_s)
+    if remember:
+        history += ((now, measured_totals),)
     return replace(out, history=history)
 
 

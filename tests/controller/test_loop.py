@@ -185,6 +185,8 @@ def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
     bad = argv[:-4] + ["--margin", "0.3", "--plan-margin", "0.2"]
     assert main(bad) == 2
     assert "--plan-margin" in capsys.readouterr().err
+    assert main(argv[:-4] + ["--change", "-0.5"]) == 2
+    assert "--change" in capsys.readouterr().err
     unsigned = [a for a in argv if a not in ("--key", str(keys[0]))]
     with pytest.raises(SystemExit):
         main(unsigned)  # neither --key nor --insecure-unsigned

@@ -15,17 +15,14 @@ from cosample.controller.decide import Policy, Situation, decide
 from cosample.controller.estimate import measure
 from cosample.controller.evaluate import Evaluation
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
 from cosample.controller.smoothing import steps, update
 from controller_helpers import inventory_doc, snapshot_doc
-from controller_window import chunked_noise, reader_for, swapped
+from controller_window import TESTBED, chunked_noise, swapped
+from controller_window import run as run_loop
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 CAPACITY = np.full(3, 3000.0)
 INVENTORY = inventory_from_dict(inventory_doc([3000.0] * 3))
-#: The testbed's default traffic: 2400, 1200 and 600 pps offered, the busiest at 85 %.
-TESTBED = {"s1": {"s1": 1800.0, "s2": 600.0}, "s2": {"s2": 900.0, "s3": 300.0},
-           "s3": {"s3": 450.0, "s1": 150.0}}
 totals = st.lists(st.floats(100, 2500), min_size=3, max_size=3)
 
 
@@ -105,31 +102,9 @@ def test_a_gain_waits_while_traffic_settles_and_keeps_its_streak(streak):
     assert settled.publish == (waiting.gain_streak + 1 >= 3)
 
 
-class Sink:
-    def __init__(self):
-        self.published = []
-
-    def publish(self, rendered):
-        self.published.append(rendered.versions)
-
-
-def loop(traffic, tmp_path, seed, seconds=160, **overrides):
-    """The controller every 5 s over a 15-s collector window of ``traffic`` (3 % sampling noise)."""
-    rng = np.random.default_rng(seed)
-    clock = [NOW]
-    sink = Sink()
-    options = dict(interval_s=5.0, tau_s=15.0, hold_s=60.0, settle_s=6.0, valid_for_s=600.0,
-                   measure_sampling=128)
-    options.update(overrides)
-    controller = Controller(INVENTORY, Settings(("c1",), **options), sink,
-                            tmp_path / f"state{seed}", clock=lambda: clock[0],
-                            reader=reader_for(traffic, NOW, 15.0, list(INVENTORY.names), rng,
-                                              0.03))
-    results = []
-    for k in range(1, int(seconds // 5) + 1):
-        clock[0] = NOW + timedelta(seconds=5 * k)
-        results.append((5 * k, controller.cycle()))
-    return [(t, r) for t, r in results if r.result == "published"]
+def loop(traffic, tmp_path, seed, **overrides):
+    """The controller every 5 s over a 15-s collector window (3 % sampling noise), 160 s."""
+    return run_loop(traffic, seed, tmp_path, **overrides)
 
 
 def test_a_shift_seen_through_the_window_publishes_twice(tmp_path):
@@ -140,9 +115,9 @@ def test_a_shift_seen_through_the_window_publishes_twice(tmp_path):
     traffic = lambda t: TESTBED if t < 100 else shifted  # noqa: E731
     for seed in range(5):
         published = loop(traffic, tmp_path, seed)
-        after = [(t, r.reasons[0].split(":")[0]) for t, r in published if t > 100]
+        after = [(t, reason) for t, reason in published if t > 100]
         assert [reason for _, reason in after] == ["overload", "gain"], after
-        assert after[0][0] <= 110 and 115 <= after[1][0] <= 135, after
+        assert after[0][0] <= 110 and 115 <= after[1][0] <= 145, after
     without = loop(traffic, tmp_path, 99, change=None)
     assert len([t for t, _ in without if t > 100]) >= 4
 
@@ -155,6 +130,6 @@ def test_steady_chunked_noise_publishes_the_first_plan_only(tmp_path):
     for seed in range(10):
         traffic = chunked_noise(TESTBED, np.random.default_rng(1000 + seed), 0.10, 15.0, 200.0)
         published = loop(traffic, tmp_path, seed)
-        assert published and published[0][1].reasons[0] == "no current plan"
+        assert published and published[0][1] == "no current plan"
         counts.append(len(published))
     assert max(counts) <= 2 and counts.count(1) >= 9, counts
