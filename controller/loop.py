@@ -33,8 +33,9 @@ from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
 
 log = logging.getLogger("cosample.controller")
-#: A snapshot whose window is shorter than this share of the longest seen is a start-up window
-#: (the collector has run for less than its window): noisy, so the hold does not remember it.
+#: A snapshot whose window is shorter than this share of the longest seen, or than the one
+#: before it (still growing), is a start-up window (the collector has run for less than its
+#: window): noisy, so the hold does not remember it.
 FULL_WINDOW = 0.9
 
 
@@ -163,8 +164,7 @@ class Controller:
         smoothed = update(self.smoothed, measurement, settings.tau_s, settings.rise_tau_s,
                           hold_s=settings.hold_seconds, change=settings.change,
                           capacity=self.inventory.capacity_pps, detect=was_warm,
-                          remember=not quiet and
-                          measurement.window_s >= FULL_WINDOW * self.full_window_s)
+                          remember=not quiet and self._full(measurement.window_s))
         rising, settling = smoothed.rising(), smoothed.settling()
         timings["estimate"] = _lap(mark)
         mark = time.perf_counter()
@@ -235,6 +235,11 @@ class Controller:
                                  "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}
                                 for d in measurement.disagreements),
             timings=timings)
+
+    def _full(self, window_s: float) -> bool:
+        """Whether a snapshot's window is the collector's full one (no longer growing)."""
+        before = self.smoothed.window_s if self.smoothed is not None else 0.0
+        return window_s >= FULL_WINDOW * self.full_window_s and before >= FULL_WINDOW * window_s
 
     def _publish(self, plan: dict[str, Any], plan_shares: PlanShares, now: datetime
                  ) -> tuple[tuple[int, ...], bool]:

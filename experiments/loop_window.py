@@ -117,8 +117,9 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
                    measure_sampling=128)
     options.update(overrides)
     rng = np.random.default_rng(seed)
-    controller = Controller(inventory, Settings(("c1",), **options), _Sink(),
-                            state_dir / f"state{seed}", clock=lambda: clock[0],
+    fresh = Path(tempfile.mkdtemp(prefix=f"seed{seed}-", dir=state_dir))  # no plan in force
+    controller = Controller(inventory, Settings(("c1",), **options), _Sink(), fresh,
+                            clock=lambda: clock[0],
                             reader=reader_for(traffic, start, 15.0, list(inventory.names), rng,
                                               0.03))
     out = []
