@@ -13,7 +13,8 @@ controller knows it for what it is.
 
 The same floor applies to every plan: a server the planner leaves idle (no traffic measured)
 or unmeasured would otherwise get no sFlow at all, and traffic that starts there later would
-never be seen. ``with_floor`` makes every server that would sample nothing sample 1-in-N; the
+never be seen. The planner's ``build_plan(floor=N)`` makes every server that would sample nothing
+sample 1-in-N (``floor_shares`` does the same to a plan's shares as arrays); the
 plan's predicted loads then understate by at most ``alpha * U / N`` (0.04 % of forwarding at
 N = 4096). Servers that sample at any rate keep it: they show their traffic already.
 """
@@ -55,19 +56,6 @@ def measurement_plan(inventory: Inventory, sampling: int, now: datetime,
     plan.update(version=0, created=stamp,
                 expires=(now + valid_for).strftime("%Y-%m-%dT%H:%M:%SZ"))
     return plan
-
-
-def with_floor(plan: dict[str, Any], sampling: int) -> dict[str, Any]:
-    """``plan`` with every host that samples nothing sampling 1-in-``sampling`` (a new
-    ``plan_id`` if changed). Hosts that sample at any rate already show their traffic."""
-    changed = {name: dict(host, sflow_sampling=sampling, local_rate=1.0 / sampling)
-               for name, host in plan["hosts"].items()
-               if host.get("sflow_sampling") is None}
-    if not changed:
-        return plan
-    out = dict(plan, hosts={**plan["hosts"], **changed})
-    out["plan_id"] = plan_id(out)
-    return out
 
 
 def floor_shares(shares: PlanShares, sampling: int) -> PlanShares:

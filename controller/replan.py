@@ -9,7 +9,7 @@ their forwarding load): servers that forwarding alone overloads (no plan can hel
 reported), servers never measured (silence is not idleness: they must not receive mirrors) and
 servers whose traffic is rising by a step (``Smoothed.rising``: the collector's window shows
 only part of the step yet, so a budget given now would be overloaded a cycle later).
-A server that would sample nothing samples 1-in-``floor`` (``bootstrap.with_floor``), so the
+A server that would sample nothing samples 1-in-``floor`` (``build_plan(floor=...)``), so the
 controller keeps seeing traffic appear anywhere.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from cosample.controller.bootstrap import floor_shares, with_floor
+from cosample.controller.bootstrap import floor_shares
 from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
@@ -48,8 +48,8 @@ class Candidate:
 
     def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
         """The plan file (version 0: the publisher sets it)."""
-        plan = build_plan(self.dc, self.solution, created=now, valid_for=valid_for, version=0)
-        return with_floor(plan, self.floor) if self.floor else plan
+        return build_plan(self.dc, self.solution, created=now, valid_for=valid_for, version=0,
+                          floor=self.floor)
 
 
 def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,16 @@ class CycleStatus:
     timings: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        """The fields as JSON-ready values, long lists cut first (``asdict`` deep-copied every
+        entry: 0.4 s for the 40,000 servers over the limit of a 10^5-server benchmark fleet)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in ("over_limit", "unrelievable", "disagreements", "problems", "rising",
                     "settling"):
-            out[key] = list(out[key])[:LIST_LIMIT]
+            out[key] = [dict(item) if isinstance(item, dict) else item
+                        for item in list(out[key])[:LIST_LIMIT]]
         out["reasons"] = list(out["reasons"])
         out["published_versions"] = list(out["published_versions"])
+        out["timings"] = dict(out["timings"])
         return out
 
 

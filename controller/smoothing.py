@@ -167,7 +167,7 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
                            change, capacity)
     w = max(weight(dt, tau_s), 1.0 / (previous.count + 1))
     w_rise = w if rise_tau_s is None else max(weight(dt, rise_tau_s), 1.0 / (previous.count + 1))
-    keys = np.union1d(previous.keys, new_keys)
+    keys = _union(previous.keys, new_keys)
     old = _aligned(keys, previous.keys, previous.pps)
     new = _aligned(keys, new_keys, measurement.traffic_pps)
     src = keys // n
@@ -194,6 +194,13 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
     if remember:
         history += ((now, measured_totals),)
     return replace(out, history=history)
+
+
+def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sorted union of two sorted key arrays (``np.union1d`` by one sort: numpy 2's hash-based
+    ``unique`` took 1.2 s CPU for 10^6 keys, this 0.02 s)."""
+    keys = np.sort(np.concatenate((a, b)))
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
 
 
 def _aligned(keys: np.ndarray, subset: np.ndarray, values: np.ndarray) -> np.ndarray:
