@@ -133,7 +133,8 @@ def _replay(args) -> int:
 
 def _merge(args) -> int:
     from cosample.collector.errors import CollectorError
-    from cosample.collector.snapshot import merge_snapshots, parse_snapshot
+    from cosample.collector.merge import merge_snapshots
+    from cosample.collector.snapshot import parse_snapshot
     parts = []
     for path in args.snapshots:
         try:

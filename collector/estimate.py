@@ -292,11 +292,11 @@ class Estimator:
                 row[dst] = row.get(dst, 0.0) + (a if kind == 0 else 1 - a) * w / window
         plan = None if self.attribution is None else PlanRef(
             version=self.attribution.plan_version, plan_id=self.attribution.plan_id)
-        return Snapshot(collector=self.name, time=_utc(now), window_s=window, plan=plan,
-                        servers=servers, traffic_pps=traffic,
-                        dropped=dict(sorted(self.dropped.items())),
-                        ignored=dict(sorted(self.ignored.items())),
-                        agents=sorted(agents))
+        return Snapshot.from_servers(servers, collector=self.name, time=_utc(now),
+                                     window_s=window, plan=plan, traffic_pps=traffic,
+                                     dropped=dict(sorted(self.dropped.items())),
+                                     ignored=dict(sorted(self.ignored.items())),
+                                     agents=sorted(agents))
 
 
 def _precision(probability: float) -> float:

@@ -77,7 +77,7 @@ class SnapshotMetrics:
         interfaces = GaugeMetricFamily("cosample_collector_interface_packets_per_second",
                                        "port packet rates from sFlow counters",
                                        labels=["server", "ifindex", "direction"])
-        for server, e in snapshot.servers.items():
+        for server, e in snapshot.estimates().items():
             for key, value in (("packets_per_second", e.packets_per_s),
                                ("packets_per_second_ci95_low", e.packets_per_s_ci95[0]),
                                ("packets_per_second_ci95_high", e.packets_per_s_ci95[1]),
@@ -93,7 +93,7 @@ class SnapshotMetrics:
         if snapshot.traffic_pps is not None:
             matrix = GaugeMetricFamily("cosample_collector_traffic_packets_per_second",
                                        "estimated V[src][dst]", labels=["src", "dst"])
-            for src, row in snapshot.traffic_pps.items():
+            for src, row in snapshot.traffic_pps.as_dict().items():
                 for dst, value in row.items():
                     matrix.add_metric([src, dst], value)
             yield matrix

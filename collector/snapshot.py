@@ -1,25 +1,30 @@
-"""The collector snapshot (``cosample.snapshot`` version 1): the one model writer and readers share.
+"""The collector snapshot (``cosample.snapshot`` version 2): the one model writer and readers share.
 
 The collector serves it at ``GET /snapshot`` and ``replay --json`` prints it; the controller
-validates what it reads with ``parse_snapshot`` and merges the snapshots of several collector
-instances, each owning a disjoint set of agents, with ``merge_snapshots``. Field meanings are in
-docs/collector.md ("Snapshot").
+validates what it reads with ``parse_snapshot_json`` and merges the snapshots of several
+collector instances, each owning a disjoint set of agents, with ``merge_snapshots``. Version 2
+is columnar: server names once, then one list per field (and the traffic matrix as index and
+value lists), so a 10^5-server snapshot is validated by pydantic in Rust plus a few array
+checks, not 10^5 nested objects. Field meanings are in docs/collector.md ("Snapshot").
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, model_validator
+import numpy as np
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, Field, PlainSerializer,
+                      PrivateAttr, ValidationError, model_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.collector.errors import CollectorError
-from cosample.validation import Strict, validate
+from cosample.validation import Strict, describe, field_path
 
-SNAPSHOT_FORMAT, SNAPSHOT_VERSION = "cosample.snapshot", 1
+SNAPSHOT_FORMAT, SNAPSHOT_VERSION = "cosample.snapshot", 2
 
 
 def _utc(value: Any) -> Any:
@@ -50,6 +55,8 @@ UtcTime = Annotated[datetime, BeforeValidator(_utc), AfterValidator(_aware),
                     PlainSerializer(format_time, return_type=str)]
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+ServerName = Annotated[str, Field(min_length=1)]
 
 
 def _ordered(bounds: list[float]) -> list[float]:
@@ -77,7 +84,8 @@ class InterfaceRates(Strict):
 
 
 class ServerEstimate(Strict):
-    """One server's traffic as estimated from its own and its mirrored samples."""
+    """One server's traffic as estimated from its own and its mirrored samples (one row of the
+    snapshot's ``servers`` table: what the estimator builds and ``servers[name]`` gives back)."""
 
     packets_per_s: Rate
     packets_per_s_ci95: Interval
@@ -87,7 +95,7 @@ class ServerEstimate(Strict):
     samples_per_s: Rate
     local_samples: Count
     mirrored_samples: Count
-    coverage: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    coverage: Fraction
     last_sample: UtcTime | None = None
     interfaces: dict[str, InterfaceRates] | None = None
     #: Estimated variances of the two rates: what lets partial estimates of one server from
@@ -103,17 +111,136 @@ class ServerEstimate(Strict):
         return self
 
 
+#: The table's columns of rates and counts, in the order they are written.
+RATE_COLUMNS = ("packets_per_s", "packets_per_s_ci95_low", "packets_per_s_ci95_high",
+                "bytes_per_s", "bytes_per_s_ci95_low", "bytes_per_s_ci95_high", "samples_per_s")
+COUNT_COLUMNS = ("samples", "local_samples", "mirrored_samples")
+
+
+class ServerTable(Strict):
+    """Every server's estimate as columns, row ``k`` being server ``name[k]`` (pydantic checks
+    each number in Rust; the snapshot checks lengths and the rules across columns).
+
+    Also a read-only mapping name -> ``ServerEstimate`` for code that wants one server."""
+
+    name: list[ServerName]
+    packets_per_s: list[Rate]
+    packets_per_s_ci95_low: list[Rate]
+    packets_per_s_ci95_high: list[Rate]
+    bytes_per_s: list[Rate]
+    bytes_per_s_ci95_low: list[Rate]
+    bytes_per_s_ci95_high: list[Rate]
+    samples: list[Count]
+    samples_per_s: list[Rate]
+    local_samples: list[Count]
+    mirrored_samples: list[Count]
+    coverage: list[Fraction]
+    #: Seconds between the newest sample attributed to the server and the snapshot's ``time``.
+    last_sample_age_s: list[Annotated[float, Field(allow_inf_nan=False)] | None]
+    packets_per_s_variance: list[Rate] | None = None
+    bytes_per_s_variance: list[Rate] | None = None
+    _row_of: dict[str, int] | None = PrivateAttr(default=None)
+
+    def column(self, key: str) -> np.ndarray:
+        return np.asarray(getattr(self, key), dtype=float)
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override] - a mapping of servers
+        return iter(self.name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rows()
+
+    def keys(self) -> list[str]:
+        return list(self.name)
+
+    def __getitem__(self, name: str) -> ServerEstimate:
+        return self.row(self._rows()[name])
+
+    def items(self) -> Iterator[tuple[str, ServerEstimate]]:
+        return ((name, self.row(k)) for k, name in enumerate(self.name))
+
+    def values(self) -> Iterator[ServerEstimate]:
+        return (self.row(k) for k in range(len(self.name)))
+
+    def row(self, k: int, time: datetime | None = None,
+            interfaces: dict[str, InterfaceRates] | None = None) -> ServerEstimate:
+        age = self.last_sample_age_s[k]
+        variances = (self.packets_per_s_variance, self.bytes_per_s_variance)
+        return ServerEstimate.model_construct(
+            packets_per_s=self.packets_per_s[k],
+            packets_per_s_ci95=[self.packets_per_s_ci95_low[k], self.packets_per_s_ci95_high[k]],
+            bytes_per_s=self.bytes_per_s[k],
+            bytes_per_s_ci95=[self.bytes_per_s_ci95_low[k], self.bytes_per_s_ci95_high[k]],
+            samples=self.samples[k], samples_per_s=self.samples_per_s[k],
+            local_samples=self.local_samples[k], mirrored_samples=self.mirrored_samples[k],
+            coverage=self.coverage[k],
+            last_sample=(time - timedelta(seconds=age)) if time is not None and age is not None
+            else None, interfaces=interfaces,
+            packets_per_s_variance=variances[0][k] if variances[0] is not None else None,
+            bytes_per_s_variance=variances[1][k] if variances[1] is not None else None)
+
+    def __eq__(self, other: object) -> bool:  # the fields; not the name index cached below
+        return isinstance(other, ServerTable) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _rows(self) -> dict[str, int]:
+        if self._row_of is None:
+            self._row_of = {name: k for k, name in enumerate(self.name)}
+        return self._row_of
+
+
+class InterfaceTable(Strict):
+    """Polled port rates: row ``k`` is port ``port[k]`` of server row ``server[k]``."""
+
+    server: list[Count]
+    port: list[Annotated[str, Field(min_length=1)]]
+    in_pps: list[Rate]
+    out_pps: list[Rate]
+
+
+class TrafficTable(Strict):
+    """``V[src][dst]`` as entries: ``pps[k]`` from ``names[src[k]]`` to ``names[dst[k]]``."""
+
+    names: list[ServerName]
+    src: list[Count]
+    dst: list[Count]
+    pps: list[Rate]
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        """The planner's nested form ``{src: {dst: pps}}`` (small snapshots, tests, metrics)."""
+        out: dict[str, dict[str, float]] = {}
+        for i, k, v in zip(self.src, self.dst, self.pps):
+            out.setdefault(self.names[i], {})[self.names[k]] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, matrix: Mapping[str, Mapping[str, float]]) -> "TrafficTable":
+        names = sorted(set(matrix) | {dst for row in matrix.values() for dst in row})
+        index = {name: k for k, name in enumerate(names)}
+        entries = [(index[src], index[dst], pps) for src, row in matrix.items()
+                   for dst, pps in row.items()]
+        return cls.model_validate({"names": names, "src": [e[0] for e in entries],
+                                   "dst": [e[1] for e in entries], "pps": [e[2] for e in entries]})
+
+
 class Snapshot(Strict):
-    """What one collector (or a merge of several) knows about every server it owns."""
+    """What one collector (or a merge of several) knows about every server it owns, as columns:
+    10^5 servers validate in a fraction of a second (pydantic checks every number in Rust, the
+    rules across columns are array operations)."""
 
     format: Literal["cosample.snapshot"] = SNAPSHOT_FORMAT
-    format_version: Literal[1] = SNAPSHOT_VERSION
+    format_version: Literal[2] = SNAPSHOT_VERSION
     collector: Annotated[str, Field(min_length=1)]
     time: UtcTime
     window_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     plan: PlanRef | None
-    servers: dict[str, ServerEstimate]
-    traffic_pps: dict[str, dict[str, Rate]] | None = None
+    servers: ServerTable
+    interfaces: InterfaceTable | None = None
+    traffic_pps: TrafficTable | None = None
     dropped: dict[str, Count] = Field(default_factory=dict)
     #: Samples deliberately not counted, by reason (``overlay_ingress``: tenant tunnel traffic
     #: already sampled at its sending server).
@@ -122,105 +249,154 @@ class Snapshot(Strict):
     #: instances would be counted twice.
     agents: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _consistent(self) -> "Snapshot":
+        table = self.servers
+        n = len(table.name)
+        for key in ServerTable.model_fields:
+            values = getattr(table, key)
+            if values is not None and len(values) != n:
+                _fail(("servers", key), f"{len(values)} entries for {n} servers", len(values))
+        _unique(table.name, ("servers", "name"))
+        for rate in ("packets_per_s", "bytes_per_s"):
+            low, high = table.column(f"{rate}_ci95_low"), table.column(f"{rate}_ci95_high")
+            bad = np.flatnonzero(low > high)
+            if bad.size:
+                k = int(bad[0])
+                _fail(("servers", f"{rate}_ci95_low", k), f"server {table.name[k]!r}: low bound "
+                      f"above high bound ({low[k]:g} > {high[k]:g})", low[k])
+        local, mirrored = np.asarray(table.local_samples), np.asarray(table.mirrored_samples)
+        bad = np.flatnonzero(local + mirrored != np.asarray(table.samples, dtype=np.int64))
+        if bad.size:
+            k = int(bad[0])
+            _fail(("servers", "samples", k), f"server {table.name[k]!r}: local_samples + "
+                  f"mirrored_samples ({local[k]} + {mirrored[k]}) != samples "
+                  f"({table.samples[k]})", table.samples[k])
+        if self.interfaces is not None:
+            _same_lengths(self.interfaces, "interfaces")
+            _indices(self.interfaces.server, n, ("interfaces", "server"), "servers")
+        if self.traffic_pps is not None:
+            _same_lengths(self.traffic_pps, "traffic_pps", skip="names")
+            _unique(self.traffic_pps.names, ("traffic_pps", "names"))
+            size = len(self.traffic_pps.names)
+            _indices(self.traffic_pps.src, size, ("traffic_pps", "src"), "names")
+            _indices(self.traffic_pps.dst, size, ("traffic_pps", "dst"), "names")
+        return self
+
+    def server_interfaces(self) -> dict[str, dict[str, InterfaceRates]]:
+        """Polled port rates by server name."""
+        out: dict[str, dict[str, InterfaceRates]] = {}
+        if self.interfaces is not None:
+            t = self.interfaces
+            for k, port, i, o in zip(t.server, t.port, t.in_pps, t.out_pps):
+                out.setdefault(self.servers.name[k], {})[port] = InterfaceRates(in_pps=i,
+                                                                                 out_pps=o)
+        return out
+
+    def estimates(self) -> dict[str, ServerEstimate]:
+        """Every server as a ``ServerEstimate`` (interfaces and last sample included)."""
+        ports = self.server_interfaces()
+        return {name: self.servers.row(k, self.time, ports.get(name))
+                for k, name in enumerate(self.servers.name)}
+
+    @classmethod
+    def from_servers(cls, servers: Mapping[str, ServerEstimate], *, collector: str,
+                     time: datetime, window_s: float, plan: PlanRef | None,
+                     traffic_pps: Mapping[str, Mapping[str, float]] | TrafficTable | None = None,
+                     **fields: Any) -> "Snapshot":
+        """The snapshot of per-server estimates (rows in the mapping's order)."""
+        rows = list(servers.values())
+        time = _aware(time)
+        columns: dict[str, Any] = {"name": list(servers)}
+        for key in ("packets_per_s", "bytes_per_s", "samples", "samples_per_s",
+                    "local_samples", "mirrored_samples", "coverage"):
+            columns[key] = [getattr(e, key) for e in rows]
+        for rate in ("packets_per_s", "bytes_per_s"):
+            columns[f"{rate}_ci95_low"] = [getattr(e, f"{rate}_ci95")[0] for e in rows]
+            columns[f"{rate}_ci95_high"] = [getattr(e, f"{rate}_ci95")[1] for e in rows]
+            variances = [getattr(e, f"{rate}_variance") for e in rows]
+            columns[f"{rate}_variance"] = None if None in variances else variances
+        columns["last_sample_age_s"] = [
+            max(0.0, (time - e.last_sample).total_seconds()) if e.last_sample is not None
+            else None for e in rows]
+        ports = [(k, port, rates) for k, e in enumerate(rows)
+                 for port, rates in sorted((e.interfaces or {}).items())]
+        interfaces = None if not ports else {
+            "server": [k for k, _, _ in ports], "port": [p for _, p, _ in ports],
+            "in_pps": [r.in_pps for _, _, r in ports], "out_pps": [r.out_pps for _, _, r in ports]}
+        if traffic_pps is not None and not isinstance(traffic_pps, TrafficTable):
+            traffic_pps = TrafficTable.from_dict(traffic_pps)
+        return cls.model_validate({
+            "collector": collector, "time": time, "window_s": window_s, "plan": plan,
+            "servers": columns, "interfaces": interfaces, "traffic_pps": traffic_pps, **fields})
+
     def to_json(self) -> str:
-        """Canonical JSON: sorted keys, two-space indent."""
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        """The wire form: the model's fields in declaration order, compact (columns of 10^5
+        numbers would be a line each if indented), newline-terminated."""
+        return self.model_dump_json() + "\n"
+
+
+def _fail(loc: tuple, message: str, value: Any) -> None:
+    raise ValidationError.from_exception_data("snapshot", [InitErrorDetails(
+        type=PydanticCustomError("snapshot", message), loc=loc, input=value)])
+
+
+def _same_lengths(table: BaseModel, name: str, skip: str | None = None) -> None:
+    keys = [key for key in type(table).model_fields if key != skip]
+    first = len(getattr(table, keys[0]))
+    for key in keys[1:]:
+        if len(getattr(table, key)) != first:
+            _fail((name, key), f"{len(getattr(table, key))} entries, {keys[0]} has {first}",
+                  len(getattr(table, key)))
+
+
+def _unique(names: list[str], loc: tuple) -> None:
+    if len(set(names)) != len(names):
+        seen: set[str] = set()
+        k = next(k for k, name in enumerate(names) if name in seen or seen.add(name))
+        _fail(loc + (k,), f"{names[k]!r} appears twice", names[k])
+
+
+def _indices(values: list[int], size: int, loc: tuple, what: str) -> None:
+    if values:
+        array = np.asarray(values, dtype=np.int64)
+        bad = np.flatnonzero(array >= size)
+        if bad.size:
+            k = int(bad[0])
+            _fail(loc + (k,), f"no such row in {what} ({size} rows)", values[k])
 
 
 def parse_snapshot(data: bytes | str | Mapping[str, Any], where: str = "snapshot") -> Snapshot:
-    """A validated snapshot from JSON text or a parsed object; ``CollectorError`` naming the field."""
+    """A validated snapshot from JSON text or a parsed object; ``CollectorError`` naming the
+    field (and, for a server's column, the server)."""
     if isinstance(data, (bytes, str)):
         try:
             data = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CollectorError(f"{where}: not valid UTF-8 JSON ({exc})") from None
-    return validate(Snapshot, data, where=where, error=CollectorError)
+    try:
+        return Snapshot.model_validate(data)
+    except ValidationError as exc:
+        message = describe(exc, where)
+        loc = exc.errors(include_url=False)[0]["loc"]
+        if (len(loc) == 3 and loc[0] == "servers" and isinstance(loc[2], int)
+                and isinstance(data, Mapping) and isinstance(data.get("servers"), Mapping)):
+            names = data["servers"].get("name")
+            if isinstance(names, list) and loc[2] < len(names) and loc[1] != "name" \
+                    and "server " not in message:
+                prefix = f"{where}: {field_path(loc)}" if where else field_path(loc)
+                message = message.replace(prefix, f"{prefix} (server {names[loc[2]]!r})", 1)
+        raise CollectorError(message) from None
 
 
-def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> Snapshot:
-    """One snapshot from several instances, each receiving the datagrams of its own agents.
-
-    Each estimate is a sum over samples, so partial estimates add: a server known to several
-    instances (its local samples reach one, its mirrored copies another) gets the sum of their
-    rates and variances, its interval recomputed (this needs the ``*_variance`` fields); an agent
-    heard by two instances is an error (its samples would count twice). ``traffic_pps``,
-    ``dropped`` and ``ignored`` add up. The merge is as fresh as its stalest part (``time`` is
-    the earliest) and ``window_s`` the shortest; ``plan`` is the newest when parts disagree (a
-    plan change reaches the collectors at different times).
-    """
-    parts = list(snapshots)
-    if not parts:
-        raise CollectorError("merge: no snapshots to merge")
-    heard: dict[str, int] = {}
-    for number, part in enumerate(parts):
-        for agent in part.agents:
-            if heard.setdefault(agent, number) != number:
-                raise CollectorError(f"merge: agent {agent} is heard by both "
-                                     f"{parts[heard[agent]].collector!r} and {part.collector!r}; "
-                                     "each agent must report to one collector")
-    owners: dict[str, list[tuple[str, ServerEstimate]]] = {}
-    for part in parts:
-        for server, estimate in part.servers.items():
-            owners.setdefault(server, []).append((part.collector, estimate))
-    servers = {server: _add(server, found) for server, found in sorted(owners.items())}
-    matrices = [part.traffic_pps for part in parts if part.traffic_pps is not None]
-    traffic: dict[str, dict[str, float]] | None = None
-    if matrices:
-        traffic = {}
-        for matrix in matrices:
-            for src, row in matrix.items():
-                out = traffic.setdefault(src, {})
-                for dst, pps in row.items():
-                    out[dst] = out.get(dst, 0.0) + pps
-    plans = [part.plan for part in parts if part.plan is not None]
-    return Snapshot(
-        collector=name or "+".join(sorted(part.collector for part in parts)),
-        time=min(part.time for part in parts),
-        window_s=min(part.window_s for part in parts),
-        plan=max(plans, key=lambda plan: plan.version) if plans else None,
-        servers=servers, traffic_pps=traffic,
-        dropped=_add_counts(part.dropped for part in parts),
-        ignored=_add_counts(part.ignored for part in parts),
-        agents=sorted(heard))
-
-
-def _add_counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for mapping in counts:
-        for reason, count in mapping.items():
-            out[reason] = out.get(reason, 0) + count
-    return dict(sorted(out.items()))
-
-
-def _add(server: str, found: list[tuple[str, ServerEstimate]]) -> ServerEstimate:
-    """The sum of partial estimates of one server (one part: itself)."""
-    if len(found) == 1:
-        return found[0][1]
-    from cosample.collector.intervals import normal_interval, packets_interval
-    parts = [estimate for _, estimate in found]
-    if any(p.packets_per_s_variance is None or p.bytes_per_s_variance is None for p in parts):
-        raise CollectorError(f"merge: server {server!r} is in the snapshots of "
-                             f"{', '.join(repr(c) for c, _ in found)} without the variances "
-                             "needed to add its estimates")
-    packets = math.fsum(p.packets_per_s for p in parts)
-    variance = math.fsum(p.packets_per_s_variance for p in parts)
-    octets = math.fsum(p.bytes_per_s for p in parts)
-    octet_variance = math.fsum(p.bytes_per_s_variance for p in parts)
-    low, high = packets_interval(packets, variance)
-    if packets == 0.0:
-        high = math.fsum(p.packets_per_s_ci95[1] for p in parts)
-    interfaces = {k: v for p in parts for k, v in (p.interfaces or {}).items()} or None
-    lasts = [p.last_sample for p in parts if p.last_sample is not None]
-    return ServerEstimate(
-        packets_per_s=packets, packets_per_s_ci95=[low, high], bytes_per_s=octets,
-        bytes_per_s_ci95=normal_interval(octets, octet_variance),
-        samples=sum(p.samples for p in parts),
-        samples_per_s=math.fsum(p.samples_per_s for p in parts),
-        local_samples=sum(p.local_samples for p in parts),
-        mirrored_samples=sum(p.mirrored_samples for p in parts),
-        coverage=max(p.coverage for p in parts), last_sample=max(lasts) if lasts else None,
-        interfaces=interfaces, packets_per_s_variance=variance,
-        bytes_per_s_variance=octet_variance)
+def parse_snapshot_json(data: bytes, where: str = "snapshot") -> Snapshot:
+    """``parse_snapshot`` for JSON bytes, validated straight from them in Rust (the fast path:
+    10^5 servers in a fraction of a second); on any error, ``parse_snapshot``'s message."""
+    try:
+        return Snapshot.model_validate_json(data)
+    except ValidationError:
+        parse_snapshot(data, where)
+        raise CollectorError(f"{where}: not a valid snapshot") from None
 
 
 def interval(centre: float, half_width: float) -> list[float]:

@@ -21,8 +21,7 @@ and no other server.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from itertools import chain
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -59,26 +58,32 @@ class Measurement:
 
 
 def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Measurement:
-    """The merged snapshot as arrays; a ``SnapshotError`` if it names servers we do not know."""
+    """The merged snapshot as arrays; a ``SnapshotError`` if it names servers we do not know.
+
+    The snapshot is columnar (``cosample.snapshot`` version 2), so this is array work: one
+    dictionary look-up per name, none per matrix entry."""
     n = inventory.size
-    servers = snapshot.servers
-    names = list(servers)
-    positions = _positions(inventory, names, lambda k: f"{source}: servers.{names[k]}")
+    table = snapshot.servers
+    positions = _positions(inventory, table.name, lambda k: f"{source}: servers.name[{k}]")
     measured = np.zeros(n, dtype=bool)
     measured[positions] = True
     sampled = np.zeros(n)
-    sampled[positions] = [server.packets_per_s for server in servers.values()]
+    sampled[positions] = table.column("packets_per_s")
     counted = np.full(n, np.nan)
-    disagreements = []
-    for k, (name, server) in enumerate(servers.items()):
-        if server.interfaces:
+    disagreements: list[Disagreement] = []
+    ports = snapshot.interfaces
+    if ports is not None and ports.server:
+        rows = np.asarray(ports.server, dtype=np.int64)
+        polled = np.bincount(rows, minlength=len(table.name)) > 0
+        total = np.bincount(rows, weights=np.asarray(ports.in_pps, dtype=float),
+                            minlength=len(table.name))
+        counted[positions[polled]] = total[polled]
+        low, high = table.column("packets_per_s_ci95_low"), table.column("packets_per_s_ci95_high")
+        for k in np.flatnonzero(polled & ((total < low) | (total > high))).tolist():
             i = positions[k]
-            counted[i] = sum(rates.in_pps for rates in server.interfaces.values())
-            low, high = server.packets_per_s_ci95
-            if not low <= counted[i] <= high:
-                disagreements.append(Disagreement(name, float(counted[i]), float(sampled[i]),
-                                                  (float(low), float(high))))
-    src, dst, pps = _matrix(snapshot.traffic_pps or {}, inventory, source)
+            disagreements.append(Disagreement(table.name[k], float(counted[i]),
+                                              float(sampled[i]), (float(low[k]), float(high[k]))))
+    src, dst, pps = _matrix(snapshot.traffic_pps, inventory, source)
     from_counters = ~np.isnan(counted) & (sampled <= 0)
     own = np.where(from_counters, counted, sampled)
     src, dst, pps = _fit_rows(src, dst, pps, own, sampled, measured, n)
@@ -86,19 +91,16 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
                        from_counters, src, dst, pps, tuple(disagreements))
 
 
-def _matrix(traffic: Mapping[str, Mapping[str, float]], inventory: Inventory,
-            source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rows = list(traffic)
-    lengths = np.fromiter((len(row) for row in traffic.values()), dtype=np.int64,
-                          count=len(rows))
-    src = np.repeat(_positions(inventory, rows, lambda k: f"{source}: traffic_pps.{rows[k]}"),
-                    lengths)
-    destinations = list(chain.from_iterable(traffic.values()))
-    dst = _positions(inventory, destinations, lambda k: f"{source}: traffic_pps."
-                     f"{rows[int(np.searchsorted(np.cumsum(lengths), k, side='right'))]}."
-                     f"{destinations[k]}")
-    pps = np.fromiter(chain.from_iterable(row.values() for row in traffic.values()),
-                      dtype=float, count=len(destinations))
+def _matrix(traffic: Any, inventory: Inventory, source: str
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The snapshot's matrix entries in inventory positions (none without a matrix)."""
+    if traffic is None or not traffic.pps:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0)
+    mapped = _positions(inventory, traffic.names, lambda k: f"{source}: traffic_pps.names[{k}]")
+    src = mapped[np.asarray(traffic.src, dtype=np.int64)]
+    dst = mapped[np.asarray(traffic.dst, dtype=np.int64)]
+    pps = np.asarray(traffic.pps, dtype=float)
     keep = pps > 0
     return src[keep], dst[keep], pps[keep]
 

@@ -11,7 +11,7 @@ then a fresh process runs two controller cycles on it, as ``cosample controller 
 
 Each cycle's wall-clock time is split by step (the controller's own ``timings``) and its CPU
 time is given beside it (the machine is shared: wall-clock time includes waiting); peak memory is the
-process's maximum resident set size (``ru_maxrss``) with the size after imports beside it.
+process's peak resident set (``VmHWM``) with the size after imports beside it.
 One process per size, so peaks do not carry over.
 
     python -m cosample.experiments.bench_controller [--sizes 10000 100000 1000000] [--csv FILE]
@@ -39,27 +39,31 @@ TARGET_SERVERS, TARGET_SECONDS = 100_000, 2.0
 
 
 def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) -> None:
-    """The planner benchmark's instance as a collector snapshot (JSON) at ``path``."""
+    """The planner benchmark's instance as a collector snapshot (columnar JSON) at ``path``."""
     from cosample.experiments.bench_planner import random_datacentre
 
     dc = random_datacentre(servers, seed=seed)
-    own = dc.own_pps
-    stamp = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-    traffic: dict[str, dict[str, float]] = {}
-    for s, d, v in zip(dc.traffic_src.tolist(), dc.traffic_dst.tolist(),
-                       dc.traffic_pps.tolist()):
-        row = traffic.setdefault(dc.names[s], {})
-        row[dc.names[d]] = row.get(dc.names[d], 0.0) + round(v, 3)
-    entries = {}
-    for i, name in enumerate(dc.names):
-        pps = round(float(own[i]), 3)
-        entries[name] = {"packets_per_s": pps, "packets_per_s_ci95": [pps * 0.97, pps * 1.03],
-                         "bytes_per_s": pps * 800, "bytes_per_s_ci95": [pps * 770, pps * 830],
-                         "samples": 300, "samples_per_s": 10.0, "local_samples": 300,
-                         "mirrored_samples": 0, "coverage": 0.5, "last_sample": stamp}
-    document = {"format": "cosample.snapshot", "format_version": 1, "collector": "bench",
-                "time": stamp, "window_s": 30.0, "plan": None, "servers": entries,
-                "traffic_pps": traffic, "dropped": {}}
+    own = np.round(dc.own_pps, 3)
+    n = dc.size
+    keys = dc.traffic_src.astype(np.int64) * n + dc.traffic_dst  # one entry per pair, as the
+    order = np.argsort(keys, kind="stable")                       # collector writes them
+    keys, values = keys[order], np.round(dc.traffic_pps[order], 3)
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    pps = np.add.reduceat(values, starts)
+    pairs = keys[starts]
+    table = {"name": list(dc.names), "packets_per_s": own.tolist(),
+             "packets_per_s_ci95_low": (own * 0.97).tolist(),
+             "packets_per_s_ci95_high": (own * 1.03).tolist(),
+             "bytes_per_s": (own * 800).tolist(), "bytes_per_s_ci95_low": (own * 770).tolist(),
+             "bytes_per_s_ci95_high": (own * 830).tolist(), "samples": [300] * n,
+             "samples_per_s": [10.0] * n, "local_samples": [300] * n, "mirrored_samples": [0] * n,
+             "coverage": [0.5] * n, "last_sample_age_s": [0.0] * n}
+    document = {"format": "cosample.snapshot", "format_version": 2, "collector": "bench",
+                "time": moment.strftime("%Y-%m-%dT%H:%M:%SZ"), "window_s": 30.0, "plan": None,
+                "servers": table,
+                "traffic_pps": {"names": list(dc.names), "src": (pairs // n).tolist(),
+                                "dst": (pairs % n).tolist(), "pps": pps.tolist()},
+                "dropped": {}}
     path.write_text(json.dumps(document))
     capacity = {"capacity": dc.capacity_pps.tolist()}
     path.with_suffix(".capacity.json").write_text(json.dumps(capacity))
@@ -119,6 +123,15 @@ def _snapshot_time(path: Path) -> str:
 
 
 def _rss_mb() -> float:
+    """The process's peak resident set (``VmHWM``): unlike ``ru_maxrss``, not inherited from the
+    parent that wrote the snapshot (Linux carries the peak across fork and exec)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 

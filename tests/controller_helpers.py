@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -15,8 +16,14 @@ def iso(moment: datetime) -> str:
 def snapshot_doc(time: datetime, traffic: dict[str, dict[str, float]],
                  servers: list[str] | None = None, counters: dict[str, float] | None = None,
                  window_s: float = 30.0, collector: str = "c1",
-                 relative_ci: float = 0.05) -> dict[str, Any]:
-    """A ``cosample.snapshot`` v1 document whose per-server totals are the matrix's rows."""
+                 relative_ci: float = 0.05, rows: dict[str, dict[str, Any]] | None = None,
+                 matrix: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """A ``cosample.snapshot`` document whose per-server totals are the matrix's rows, written
+    by the collector's own model (columnar, version 2). ``rows`` overrides fields of a server's
+    estimate; ``matrix`` replaces the traffic matrix written (default: ``traffic``'s rows of
+    the listed servers)."""
+    from cosample.collector.snapshot import ServerEstimate, Snapshot
+
     names = servers if servers is not None else sorted(
         set(traffic) | {d for row in traffic.values() for d in row})
     out: dict[str, Any] = {}
@@ -30,12 +37,14 @@ def snapshot_doc(time: datetime, traffic: dict[str, dict[str, float]],
         if counters and name in counters:
             entry["interfaces"] = {"7": {"in_pps": counters[name] * 0.25, "out_pps": 1.0},
                                    "8": {"in_pps": counters[name] * 0.75, "out_pps": 2.0}}
-        out[name] = entry
-    return {"format": "cosample.snapshot", "format_version": 1, "collector": collector,
-            "time": iso(time), "window_s": window_s, "plan": None, "servers": out,
-            "traffic_pps": {src: {dst: float(v) for dst, v in row.items()}
-                            for src, row in traffic.items() if src in names},
-            "dropped": {}}
+        entry.update((rows or {}).get(name, {}))
+        out[name] = ServerEstimate.model_validate(entry)
+    if matrix is None:
+        matrix = {src: {dst: float(v) for dst, v in row.items()}
+                  for src, row in traffic.items() if src in names}
+    snapshot = Snapshot.from_servers(out, collector=collector, time=time, window_s=window_s,
+                                     plan=None, traffic_pps=matrix)
+    return json.loads(snapshot.to_json())
 
 
 def inventory_doc(capacities: list[float], alpha: float = 1.54, beta: float = 0.46,

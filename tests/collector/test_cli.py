@@ -8,6 +8,7 @@ import pytest
 
 from cosample.cli import main
 from cosample.collector.pcap import write_pcap
+from cosample.collector.snapshot import Snapshot, parse_snapshot
 from cosample.lab.sflowstream import simulate
 from collector_plans import FOUR
 
@@ -26,11 +27,13 @@ def test_replay_json_has_the_documented_fields(write_plan, capture, capsys):
                  "--name", "r1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["collector"] == "r1" and out["ignored"] == {"overlay_ingress": 10}
+    table = out["servers"]  # columnar (format_version 2): one list per field, rows by name
+    assert out["format_version"] == 2
     for server, packets in TRUTH.items():
-        e = out["servers"][server]
-        low, high = e["packets_per_s_ci95"]
+        k = table["name"].index(server)
+        low, high = table["packets_per_s_ci95_low"][k], table["packets_per_s_ci95_high"][k]
         assert low * out["window_s"] * 0.999 <= packets <= high * out["window_s"] * 1.001
-        assert e["samples"] == e["local_samples"] + e["mirrored_samples"]
+        assert table["samples"][k] == table["local_samples"][k] + table["mirrored_samples"][k]
     assert out["dropped"] == {}
 
 
@@ -62,7 +65,9 @@ def test_linux_cooked_capture_with_junk_frames(tmp_path, write_plan, four_plan, 
     assert main(["collector", "replay", "--plan", str(write_plan()), str(tmp_path / "c.pcap"),
                  "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["servers"]["s4"]["packets_per_s"] * result["window_s"] == pytest.approx(1600, rel=0.3)
+    table = result["servers"]
+    pps = table["packets_per_s"][table["name"].index("s4")]
+    assert pps * result["window_s"] == pytest.approx(1600, rel=0.3)
     assert result["dropped"] == {"bad_version": 1}
 
 
@@ -99,14 +104,16 @@ def test_merge_command(tmp_path, write_plan, capture, capsys):
     for name in ("a", "b"):
         main(["collector", "replay", "--plan", str(write_plan()), str(capture[0]), "--json",
               "--name", name])
-        snapshot = json.loads(capsys.readouterr().out)
+        whole = parse_snapshot(capsys.readouterr().out)
         keep = {"a": ["s1", "s2"], "b": ["s3", "s4"]}[name]
-        snapshot["servers"] = {k: v for k, v in snapshot["servers"].items() if k in keep}
-        snapshot["agents"] = [f"172.29.0.{int(k[1])}" for k in keep]
-        paths.append(_write(tmp_path / f"{name}.json", json.dumps(snapshot).encode()))
+        part = Snapshot.from_servers(
+            {k: v for k, v in whole.estimates().items() if k in keep},
+            collector=whole.collector, time=whole.time, window_s=whole.window_s,
+            plan=whole.plan, agents=[f"172.29.0.{int(k[1])}" for k in keep])
+        paths.append(_write(tmp_path / f"{name}.json", part.to_json().encode()))
     assert main(["collector", "merge", *map(str, paths)]) == 0
     merged = json.loads(capsys.readouterr().out)
-    assert sorted(merged["servers"]) == ["s1", "s2", "s3", "s4"] and merged["collector"] == "a+b"
+    assert merged["servers"]["name"] == ["s1", "s2", "s3", "s4"] and merged["collector"] == "a+b"
     assert main(["collector", "merge", str(paths[0]), str(paths[0])]) == 2
     assert "heard by both" in capsys.readouterr().err
 

@@ -123,7 +123,7 @@ def test_traffic_matrix_from_an_inventory(four_plan):
     stream = simulate(four_plan, TRUTH, duration_s=10.0, seed=4,
                       destinations={"s1": "s4", "s4": "s1", "s2": "s2", "s3": "s1"})
     _, snapshot = run(four_plan, stream, inventory=inventory)
-    matrix = snapshot.traffic_pps
+    matrix = snapshot.traffic_pps.as_dict()
     assert set(matrix["s1"]) == {"s4"} and set(matrix["s2"]) == {"s2"}
     assert matrix["s1"]["s4"] == pytest.approx(snapshot.servers["s1"].packets_per_s)
     assert matrix["s4"]["s1"] * snapshot.window_s == pytest.approx(TRUTH["s4"], rel=0.05)
@@ -132,7 +132,7 @@ def test_traffic_matrix_from_an_inventory(four_plan):
 def test_interface_counters_become_packet_rates(four_plan):
     stream = simulate(four_plan, {"s4": 10_000}, duration_s=10.0, seed=4, counters=True)
     _, snapshot = run(four_plan, stream)
-    rates = snapshot.servers["s4"].interfaces["7"]
+    rates = snapshot.estimates()["s4"].interfaces["7"]
     assert rates.in_pps == pytest.approx(1000 * 11 / stream.duration_s, rel=0.1)
 
 

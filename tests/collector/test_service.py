@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cosample.cli import build_parser
 from cosample.collector.service import Service, Settings
-from cosample.collector.snapshot import merge_snapshots, parse_snapshot
+from cosample.collector.merge import merge_snapshots
+from cosample.collector.snapshot import parse_snapshot
 from cosample.lab.sflowstream import simulate
 from collector_plans import FOUR, plan_document
 

@@ -8,8 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cosample.collector.errors import CollectorError
-from cosample.collector.snapshot import (Snapshot, format_time, interval, merge_snapshots,
-                                         parse_snapshot)
+from cosample.collector.merge import merge_snapshots
+from cosample.collector.snapshot import (PlanRef, ServerEstimate, Snapshot, format_time,
+                                         interval, parse_snapshot, parse_snapshot_json)
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 
@@ -21,12 +22,15 @@ def server(pps: float, local: int = 3, mirrored: int = 1) -> dict:
             "mirrored_samples": mirrored, "coverage": 0.4, "last_sample": format_time(NOW)}
 
 
-def document(name: str = "c1", servers: dict | None = None, **extra) -> dict:
-    out = {"format": "cosample.snapshot", "format_version": 1, "collector": name,
-           "time": format_time(NOW), "window_s": 30.0,
-           "plan": {"version": 7, "plan_id": "ab12"},
-           "servers": servers if servers is not None else {"s1": server(100.0)},
-           "traffic_pps": None, "dropped": {"truncated": 2}}
+def document(name: str = "c1", servers: dict | None = None, traffic_pps: dict | None = None,
+             **extra) -> dict:
+    """A version-2 (columnar) snapshot document of per-server entries given as objects."""
+    servers = servers if servers is not None else {"s1": server(100.0)}
+    snapshot = Snapshot.from_servers(
+        {k: ServerEstimate.model_validate(v) for k, v in servers.items()}, collector=name,
+        time=NOW, window_s=30.0, plan=PlanRef(version=7, plan_id="ab12"),
+        traffic_pps=traffic_pps, dropped={"truncated": 2})
+    out = json.loads(snapshot.to_json())
     out.update(extra)
     return out
 
@@ -34,27 +38,49 @@ def document(name: str = "c1", servers: dict | None = None, **extra) -> dict:
 def test_round_trip_through_json():
     snapshot = parse_snapshot(json.dumps(document()))
     assert snapshot.servers["s1"].packets_per_s == 100.0
+    assert snapshot.estimates()["s1"].last_sample == NOW
     assert snapshot.time == NOW
     again = parse_snapshot(snapshot.to_json())
     assert again == snapshot
     assert json.loads(snapshot.to_json())["time"].endswith("Z")
+    assert parse_snapshot_json(snapshot.to_json().encode()) == snapshot
+
+
+def test_columns_carry_what_the_rows_said():
+    rows = {"s1": dict(server(100.0), interfaces={"7": {"in_pps": 90.0, "out_pps": 1.0}},
+                       packets_per_s_variance=4.0, bytes_per_s_variance=9.0),
+            "s2": dict(server(5.0, local=0, mirrored=2), last_sample=None,
+                       packets_per_s_variance=1.0, bytes_per_s_variance=2.0)}
+    snapshot = parse_snapshot(document(servers=rows, traffic_pps={"s1": {"s2": 3.0}}))
+    back = snapshot.estimates()
+    for name, row in rows.items():
+        assert back[name] == ServerEstimate.model_validate(row)
+    assert snapshot.traffic_pps.as_dict() == {"s1": {"s2": 3.0}}
+    assert set(snapshot.servers) == {"s1", "s2"} and "s3" not in snapshot.servers
 
 
 @pytest.mark.parametrize("path, value, message", [
-    (("servers", "s1", "packets_per_s"), -1.0, "servers.s1.packets_per_s"),
-    (("servers", "s1", "packets_per_s"), "12", "servers.s1.packets_per_s"),
-    (("servers", "s1", "packets_per_s_ci95"), [5.0, 1.0], "servers.s1.packets_per_s_ci95"),
-    (("servers", "s1", "packets_per_s_ci95"), [1.0], "servers.s1.packets_per_s_ci95"),
-    (("servers", "s1", "coverage"), 1.5, "servers.s1.coverage"),
-    (("servers", "s1", "samples"), 9, "servers.s1"),
+    (("servers", "packets_per_s", 0), -1.0, "servers.packets_per_s[0] (server 's1')"),
+    (("servers", "packets_per_s", 0), "12", "servers.packets_per_s[0] (server 's1')"),
+    (("servers", "packets_per_s", 0), float("nan"), "servers.packets_per_s[0] (server 's1')"),
+    (("servers", "packets_per_s_ci95_low", 0), 500.0,
+     "servers.packets_per_s_ci95_low[0]: server 's1': low bound above high bound"),
+    (("servers", "packets_per_s"), [], "servers.packets_per_s: 0 entries for 1 servers"),
+    (("servers", "coverage", 0), 1.5, "servers.coverage[0] (server 's1')"),
+    (("servers", "samples", 0), 9, "servers.samples[0]: server 's1': local_samples + "
+                                   "mirrored_samples (3 + 1) != samples (9)"),
+    (("servers", "name"), ["s1", "s2"], "servers.packets_per_s: 1 entries for 2 servers"),
+    (("traffic_pps", "dst", 0), 5, "traffic_pps.dst[0]: no such row in names (2 rows)"),
+    (("traffic_pps", "pps"), [], "traffic_pps.pps: 0 entries, src has 1"),
+    (("traffic_pps", "names", 1), "s1", "traffic_pps.names[1]: 's1' appears twice"),
     (("time",), "2026-11-23T10:00:00+01:00", "time"),
-    (("format_version",), 2, "format_version"),
+    (("format_version",), 1, "format_version"),
     (("window_s",), 0, "window_s"),
     (("surprise",), 1, "surprise"),
     (("dropped", "truncated"), -1, "dropped.truncated"),
 ])
 def test_bad_fields_are_named(path, value, message):
-    doc = document()
+    doc = document(traffic_pps={"s1": {"s2": 3.0}})
     target = doc
     for key in path[:-1]:
         target = target[key]
@@ -62,6 +88,16 @@ def test_bad_fields_are_named(path, value, message):
     with pytest.raises(CollectorError) as caught:
         parse_snapshot(doc, where="http://c1/snapshot")
     assert str(caught.value).startswith(f"http://c1/snapshot: {message}")
+    with pytest.raises(CollectorError) as fast:  # the controller's path: straight from bytes
+        parse_snapshot_json(json.dumps(doc).encode(), where="http://c1/snapshot")
+    assert str(fast.value) == str(caught.value)
+
+
+def test_duplicate_server_names_are_named():
+    doc = document(servers={"s1": server(1.0), "s2": server(2.0)})
+    doc["servers"]["name"] = ["s1", "s1"]
+    with pytest.raises(CollectorError, match=r"^c1: servers\.name\[1\]: 's1' appears twice"):
+        parse_snapshot(doc, where="c1")
 
 
 def test_not_json_is_one_error():
@@ -81,7 +117,7 @@ def test_merge_unites_servers_and_adds_matrices_and_drops():
     merged = merge_snapshots([a, b])
     assert set(merged.servers) == {"s1", "s2"}
     assert merged.collector == "c1+c2"
-    assert merged.traffic_pps == {"s1": {"s1": 60.0, "s2": 41.0}, "s2": {"s1": 50.0}}
+    assert merged.traffic_pps.as_dict() == {"s1": {"s1": 60.0, "s2": 41.0}, "s2": {"s1": 50.0}}
     assert merged.dropped == {"truncated": 5, "unknown_agent": 1}
     assert merged.time == NOW and merged.window_s == 10.0
     assert merged.plan.version == 8
@@ -129,3 +165,12 @@ def test_interval_is_clipped_at_zero():
     assert interval(3.0, 5.0) == [0.0, 8.0]
     with pytest.raises(ValueError):
         interval(float("nan"), 1.0)
+
+
+def test_the_documented_example_is_a_valid_snapshot():
+    from pathlib import Path
+    text = (Path(__file__).parents[2] / "docs" / "collector.md").read_text()
+    example = text.split("An example (one server, no inventory):", 1)[1]
+    example = example.split("```json", 1)[1].split("```", 1)[0]
+    snapshot = parse_snapshot(example, where="docs/collector.md")
+    assert snapshot.servers["s1"].packets_per_s_ci95 == [90.0, 110.0]

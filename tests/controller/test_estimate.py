@@ -50,36 +50,34 @@ def test_samples_win_and_counters_are_the_cross_check():
 
 
 def test_counters_fill_in_a_server_without_samples():
-    document = snapshot_doc(NOW, {"s1": {"s2": 300}}, servers=["s1", "s3"], counters={"s3": 250})
-    document["servers"]["s3"].update(packets_per_s=0.0, packets_per_s_ci95=[0.0, 0.0])
+    document = snapshot_doc(NOW, {"s1": {"s2": 300}}, servers=["s1", "s3"], counters={"s3": 250},
+                            rows={"s3": {"packets_per_s": 0.0, "packets_per_s_ci95": [0.0, 0.0]}})
     m = measure(parse_snapshot(json.dumps(document)), INVENTORY)
     assert dense(m)[2].tolist() == [0, 0, 250]
     assert m.from_counters.tolist() == [False, False, True]
 
 
 def test_traffic_to_unknown_destinations_stays_on_the_diagonal():
-    document = snapshot_doc(NOW, {"s1": {"s2": 100}})
-    document["servers"]["s1"]["packets_per_s"] = 250.0  # 150 pps left the data centre
-    document["servers"]["s1"]["packets_per_s_ci95"] = [240.0, 260.0]
+    document = snapshot_doc(NOW, {"s1": {"s2": 100}}, rows={  # 150 pps left the data centre
+        "s1": {"packets_per_s": 250.0, "packets_per_s_ci95": [240.0, 260.0]}})
     m = measure(parse_snapshot(json.dumps(document)), INVENTORY)
     assert dense(m)[0].tolist() == [150, 100, 0]
 
 
 def test_a_total_below_the_mapped_rows_shrinks_them():
-    document = snapshot_doc(NOW, {"s1": {"s2": 300, "s3": 100}}, servers=["s1"])
-    document["servers"]["s1"].update(packets_per_s=200.0, packets_per_s_ci95=[190.0, 210.0])
+    document = snapshot_doc(NOW, {"s1": {"s2": 300, "s3": 100}}, servers=["s1"], rows={
+        "s1": {"packets_per_s": 200.0, "packets_per_s_ci95": [190.0, 210.0]}})
     m = measure(parse_snapshot(json.dumps(document)), INVENTORY)
     assert dense(m)[0].tolist() == [0, 150, 50]
 
 
 @pytest.mark.parametrize("traffic, servers, field", [
-    ({"s1": {"s9": 5}}, ["s1"], "traffic_pps.s1.s9"),
-    ({"s9": {"s1": 5}}, ["s1"], "traffic_pps.s9"),
-    ({"s1": {"s1": 5}}, ["s1", "s7"], "servers.s7"),
+    ({"s1": {"s9": 5}}, ["s1"], r"traffic_pps\.names\[1\]"),
+    ({"s9": {"s1": 5}}, ["s1"], r"traffic_pps\.names\[1\]"),
+    ({"s1": {"s1": 5}}, ["s1", "s7"], r"servers\.name\[1\]"),
 ])
 def test_servers_unknown_to_the_inventory_are_an_error(traffic, servers, field):
-    document = snapshot_doc(NOW, traffic, servers=servers)
-    document["traffic_pps"] = traffic
+    document = snapshot_doc(NOW, traffic, servers=servers, matrix=traffic)
     with pytest.raises(SnapshotError, match=f"c1: {field}: server .* not in the inventory"):
         measure(parse_snapshot(json.dumps(document)), INVENTORY, source="c1")
 
