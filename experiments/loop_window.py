@@ -43,19 +43,22 @@ def windowed(traffic: Callable[[float], Matrix], t: float, window: float) -> Mat
 
 
 def snapshot_document(time: datetime, traffic: Matrix, names: list[str], window: float) -> dict:
-    """A ``cosample.snapshot`` whose per-server totals are the matrix's rows."""
+    """A ``cosample.snapshot`` whose per-server totals are the matrix's rows (written by the
+    collector's own model)."""
+    from cosample.collector.snapshot import ServerEstimate, Snapshot
+
     servers = {}
     for name in names:
         pps = float(sum(traffic.get(name, {}).values()))
-        servers[name] = {"packets_per_s": pps, "packets_per_s_ci95": [pps * 0.95, pps * 1.05],
-                         "bytes_per_s": pps * 1000, "bytes_per_s_ci95": [pps * 900, pps * 1100],
-                         "samples": 100, "samples_per_s": 100 / window, "local_samples": 100,
-                         "mirrored_samples": 0, "coverage": 0.5}
-    return {"format": "cosample.snapshot", "format_version": 1, "collector": "c1",
-            "time": time.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "window_s": window, "plan": None, "servers": servers,
-            "traffic_pps": {src: dict(row) for src, row in traffic.items() if src in names},
-            "dropped": {}}
+        servers[name] = ServerEstimate(
+            packets_per_s=pps, packets_per_s_ci95=[pps * 0.95, pps * 1.05],
+            bytes_per_s=pps * 1000, bytes_per_s_ci95=[pps * 900, pps * 1100], samples=100,
+            samples_per_s=100 / window, local_samples=100, mirrored_samples=0, coverage=0.5)
+    snapshot = Snapshot.from_servers(
+        servers, collector="c1", time=time.astimezone(timezone.utc).replace(microsecond=0),
+        window_s=window, plan=None,
+        traffic_pps={src: dict(row) for src, row in traffic.items() if src in names})
+    return json.loads(snapshot.to_json())
 
 
 def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: float,
