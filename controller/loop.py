@@ -138,10 +138,10 @@ class Controller:
     # pieces -------------------------------------------------------------------------------------
     def _cycle(self, now: datetime) -> CycleStatus:
         timings: dict[str, float] = {}
-        mark = time.perf_counter()
+        mark = _mark()
         reading = self.reader(self.settings.collectors, now, self.settings.snapshot_max_age_s,
                               self.settings.timeout_s)
-        timings["read"] = _lap(mark)
+        _lap(timings, "read", mark)
         if reading.snapshot is not None and not reading.snapshot.servers:
             reading = replace(reading, snapshot=None, problems=reading.problems + (
                 "the collectors know no server yet (no plan, or no sFlow arriving)",))
@@ -156,7 +156,7 @@ class Controller:
                                            f"{self.settings.measure_sampling}, no mirrors)",))
             return self._base(now, "stale", reading=reading,
                               reasons=("no fresh snapshot: keeping the plan in force",))
-        mark = time.perf_counter()
+        mark = _mark()
         measurement = measure(reading.snapshot, self.inventory,
                               source="+".join(self.settings.collectors))
         settings = self.settings
@@ -169,12 +169,12 @@ class Controller:
                           capacity=self.inventory.capacity_pps, detect=was_warm,
                           remember=not quiet and self._full(measurement.window_s))
         rising, settling = smoothed.rising(), smoothed.settling()
-        timings["estimate"] = _lap(mark)
-        mark = time.perf_counter()
+        _lap(timings, "estimate", mark)
+        mark = _mark()
         candidate = replan(self.inventory, smoothed.planning(), settings.plan_margin,
                            settings.solver, settings.measure_sampling, rising)
-        timings["plan"] = _lap(mark)
-        mark = time.perf_counter()
+        _lap(timings, "plan", mark)
+        mark = _mark()
         inv = self.inventory
         # overload is judged under the present traffic, the gain under the held peaks the
         # candidate was planned for (a trough of noise shorter than the hold is no gain)
@@ -205,19 +205,19 @@ class Controller:
             decision = replace(decision, reasons=(
                 f"warming up: {smoothed.count} snapshot(s) averaged, publishing after "
                 f"{self.settings.warm_s:g} s of them",))
-        timings["decide"] = _lap(mark)
+        _lap(timings, "decide", mark)
         self.smoothed = smoothed  # only a cycle that got this far learns from its snapshot
         self.measurement = measurement
         self.gain_streak = decision.gain_streak
         published: tuple[int, ...] = ()
         two_phase = False
         if decision.publish:
-            mark = time.perf_counter()
+            mark = _mark()
             document = candidate.document(now, timedelta(seconds=self.settings.valid_for_s))
-            timings["document"] = _lap(mark)
-            mark = time.perf_counter()
+            _lap(timings, "document", mark)
+            mark = _mark()
             published, two_phase = self._publish(document, candidate.shares, now)
-            timings["publish"] = _lap(mark)
+            _lap(timings, "publish", mark)
             # until the agents run it (settle bounds their fetch and apply time, once per phase)
             # and the collector's window holds only its samples
             self.quiet_until = now + timedelta(seconds=settings.settle_s * (2 if two_phase else 1)
@@ -313,8 +313,15 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _lap(mark: float) -> float:
-    return round(time.perf_counter() - mark, 6)
+def _mark() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _lap(timings: dict[str, float], step: str, mark: tuple[float, float]) -> None:
+    """The step's wall-clock seconds, and its CPU seconds as ``<step>_cpu`` (on a shared
+    machine the wall clock also counts waiting for a core)."""
+    timings[step] = round(time.perf_counter() - mark[0], 6)
+    timings[f"{step}_cpu"] = round(time.process_time() - mark[1], 6)
 
 
 __all__ = ["Controller", "Settings", "SnapshotError"]

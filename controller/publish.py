@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.files import write_bytes_atomic
-from cosample.planner.planfile import compact_json
+from cosample.planner.planfile import compact_json, serialised_hosts
 
 
 PLAN_NAME = "plan.json"
@@ -44,9 +44,10 @@ def render(plan: dict[str, Any], version: int, key: str | None,
            previous: dict[str, Any] | None = None, now: datetime | None = None,
            settle_s: float = 120.0) -> Rendered:
     """``plan`` as version ``version``; with ``previous``, as a two-phase plan set from it."""
+    hosts_json = serialised_hosts(plan)  # a plan just built: its hosts are serialised already
     plan = dict(plan, version=version)
     if previous is None:
-        data = compact_json(plan)
+        data = compact_json(plan, hosts_json)
         versions, final = (version,), plan
     else:
         from cosample.agents.plan import plan_from_dict

@@ -9,8 +9,8 @@ then a fresh process runs two controller cycles on it, as ``cosample controller 
 2. the second cycle reads a newer snapshot of the same traffic and judges the plan in force
    against the new candidate (no publication: nothing changed).
 
-Each cycle's wall-clock time is split by step (the controller's own ``timings``) and its CPU
-time is given beside it (the machine is shared: wall-clock time includes waiting); peak memory is the
+Each cycle's wall-clock time is split by step (the controller's own ``timings``), and so is its
+CPU time (``<step>_cpu``: the machine is shared, wall-clock time includes waiting for a core); peak memory is the
 process's peak resident set (``VmHWM``) with the size after imports beside it.
 One process per size, so peaks do not carry over.
 
@@ -170,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _table(rows: list[dict]) -> str:
-    keys = ("servers", "cycle", "result", "seconds", "cpu_seconds", "read", "estimate", "plan", "decide",
-            "document", "publish", "plan_mb", "snapshot_mb", "rss_imports_mb", "peak_rss_mb", "load_average")
+    steps = ("read", "estimate", "plan", "decide", "document", "publish")
+    keys = ("servers", "cycle", "result", "seconds", "cpu_seconds", *steps,
+            *(f"{step}_cpu" for step in steps), "plan_mb", "snapshot_mb", "rss_imports_mb",
+            "peak_rss_mb", "load_average")
     return "\n".join(" ".join(f"{k}={row.get(k, '-')}" for k in keys) for row in rows)
 
 

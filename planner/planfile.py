@@ -58,6 +58,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         "summary": _summary(solution, applied, baseline, point_estimate),
         "hosts": _hosts(problem, applied, floor),
     }
+    plan = BuiltPlan(plan)
     plan["plan_id"] = plan_id(plan)
     plan["version"] = int(created.timestamp()) if version is None else int(version)
     plan["created"] = _iso(created)
@@ -65,21 +66,45 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     return plan
 
 
+class BuiltPlan(dict):
+    """A plan document fresh from ``build_plan``: it also keeps its host table serialised
+    (compact, sorted), made once for ``plan_id`` and spliced into the published bytes by
+    ``compact_json`` instead of serialising 10^5 hosts a second time. The bytes are used only
+    while ``plan["hosts"]`` is still the object they were made from; a built plan is never
+    changed in place (the controller renders it within the cycle that built it)."""
+
+    _hosts_json: tuple[Any, bytes] | None = None
+
+    def hosts_json(self) -> bytes:
+        hosts = self.get("hosts")
+        if self._hosts_json is None or self._hosts_json[0] is not hosts:
+            self._hosts_json = (hosts, orjson.dumps(hosts, option=orjson.OPT_SORT_KEYS))
+        return self._hosts_json[1]
+
+
+def serialised_hosts(plan: Any) -> bytes | None:
+    """``plan``'s host table as compact JSON if it was built by ``build_plan``, else None."""
+    return plan.hosts_json() if isinstance(plan, BuiltPlan) else None
+
+
 def plan_id(plan: dict[str, Any]) -> str:
     """SHA-256 of the plan without its volatile fields (time, version, solve time)."""
     stable = {key: value for key, value in plan.items() if key not in VOLATILE}
     stable["solver"] = {k: v for k, v in plan["solver"].items() if k != "seconds"}
-    return hashlib.sha256(compact_json(stable)).hexdigest()
+    return hashlib.sha256(compact_json(stable, serialised_hosts(plan))).hexdigest()
 
 
-def compact_json(document: Any) -> bytes:
+def compact_json(document: Any, hosts_json: bytes | None = None) -> bytes:
     """Sorted keys, no white space: the bytes agents fetch and ``plan_id`` hashes.
 
     Written by orjson (Rust): 10^5 hosts, 52 MB, in about a fifth of the standard library's
     time (docs/dependencies.md). Numbers are the shortest text that reads back as the same
     double (``1e-05`` is written ``0.00001``: the same number). orjson writes NaN as null, so
     every float a plan carries is checked finite where it is made (``significant``, ``_num``).
+    ``hosts_json``: ``document["hosts"]`` already serialised (``serialised_hosts``), spliced in.
     """
+    if hosts_json is not None and isinstance(document, dict) and "hosts" in document:
+        document = {**document, "hosts": orjson.Fragment(hosts_json)}
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 

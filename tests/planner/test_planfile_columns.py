@@ -120,3 +120,19 @@ def test_significant_names_a_non_finite_value():
         significant(np.array([1.0, 2.0, np.nan]), ("s0", "s1", "s2"), "load_pps")
     with pytest.raises(PlannerError, match=r"^mirrors\.rate: not a finite number \(inf\)$"):
         significant(np.array([np.inf]), None, "mirrors.rate")
+
+
+def test_compact_bytes_splice_the_hosts_serialised_once():
+    """The published bytes equal a fresh serialisation of the whole plan, version changed."""
+    import orjson
+
+    from cosample.planner.planfile import compact_json, plan_id, serialised_hosts
+    matrix = np.array([[9e5, 1e5, 0.0], [0.0, 2e5, 3e4], [1e3, 0.0, 5e4]])
+    dc = DataCentre.from_matrix(np.array([2e6, 1.5e6, 2e6]), 1.54, 0.46, matrix)
+    plan = build_plan(dc, solve(dc), floor=64)
+    assert serialised_hosts(plan) == orjson.dumps(plan["hosts"], option=orjson.OPT_SORT_KEYS)
+    published = dict(plan, version=12)
+    assert compact_json(published, serialised_hosts(plan)) == orjson.dumps(
+        published, option=orjson.OPT_SORT_KEYS)
+    assert plan["plan_id"] == plan_id(dict(plan))  # the same id from a plain dict
+    assert serialised_hosts(dict(plan)) is None
