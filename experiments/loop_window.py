@@ -107,10 +107,11 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
     """(time, first reason) of every publication of one run of the controller every 5 s."""
     from cosample.controller.inventory import inventory_from_dict
     from cosample.controller.loop import Controller, Settings
+    from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 
     inventory = inventory_from_dict({
         "format": "cosample.inventory", "format_version": 1, "name": "loop-window",
-        "cost": {"alpha": 1.54, "beta": 0.46},
+        "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
         "servers": [{"name": f"s{k}", "capacity_pps": 3000.0, "bridge": f"br{k}",
                      "tunnel_ip": f"192.0.2.{k}", "vm_ports": [f"vm{k}a"]} for k in (1, 2, 3)],
         "sflow": {"collector": "192.0.2.100:6343"}})
