@@ -11,7 +11,8 @@ within the budget is not started. The progress bar shows every mechanism's curre
 half-width against its target.
 
 Stopping when an interval first looks narrow favours intervals that happen to look narrow; at
-least ``min_rounds`` rounds are always measured (the cluster-robust interval needs 3 runs), and
+least ``min_rounds`` rounds are always measured (for the cpu method, ``MIN_STOPPING_BLOCKS`` runs:
+the cluster-robust interval's width is itself too noisy before), and
 the final interval is what the calibration reports, with whether it met the target.
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from cosample.costmodel.ancova import DEFAULT_COVARIATES, fit_with_covariate
+from cosample.costmodel.ancova import DEFAULT_COVARIATES, MIN_STOPPING_BLOCKS, fit_with_covariate
 from cosample.costmodel.errors import FitError, HarnessError
 from cosample.costmodel.fit import quick_interval
 from cosample.costmodel.harness import TAIL_S, Calibrator, Trial
@@ -159,11 +160,19 @@ class AdaptiveRun:
             status.rounds += 1
             status.estimate, status.half_width = interval_of(rows, mechanism, self.target.confidence,
                                                              self.covariates)
-            status.done = (status.rounds >= self.target.min_rounds
+            status.done = (status.rounds >= self._min_rounds(rows)
                            and self.target.met(status.estimate, status.half_width))
             if not status.done:
                 still.append(mechanism)
         return still
+
+    def _min_rounds(self, rows: pd.DataFrame) -> int:
+        """The target's minimum, and for the cpu method enough runs per trial rate for the
+        cluster-robust interval's width to be worth deciding on (``MIN_STOPPING_BLOCKS``)."""
+        if "method" in rows.columns and (rows["method"] == "cpu").all():
+            per_round = max(len(self.calibrator.settings.trial_rates), 1)
+            return max(self.target.min_rounds, -(-MIN_STOPPING_BLOCKS // per_round))
+        return self.target.min_rounds
 
     def describe(self) -> str:
         return " | ".join(status.text(name, self.target) for name, status in self.status.items())

@@ -40,10 +40,14 @@ COVARIATES = {
     "ovs": ("cpu_ovs", None),
     "non_ovs": ("cpu_counted", "cpu_ovs"),
 }
-#: Which covariate each mechanism uses unless told otherwise (docs/costmodel.md says why).
-DEFAULT_COVARIATES: dict[str, str | None] = {"sflow": "receiver", "mirror": "receiver",
+#: Which covariate each mechanism uses unless told otherwise (docs/costmodel.md says why:
+#: sFlow makes the switch batch more, and the receiver's cost per packet falls with it).
+DEFAULT_COVARIATES: dict[str, str | None] = {"sflow": None, "mirror": "receiver",
                                              "mirror_vxlan": None}
 MIN_BLOCKS = 3
+#: Adaptive stopping decides on a cluster-robust interval only from this many runs on: with
+#: fewer, the interval's own width is too noisy, and stopping on a narrow one favours luck.
+MIN_STOPPING_BLOCKS = 6
 
 
 def covariate_values(frame: pd.DataFrame, name: str) -> np.ndarray | None:

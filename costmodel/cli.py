@@ -127,7 +127,7 @@ def _fit_options(parser: argparse.ArgumentParser) -> None:
                         metavar="MECHANISM=NAME",
                         help="cpu method: the per-phase covariate of a mechanism's fit, one of "
                              "receiver, sender, ovs, non_ovs, none (repeat; default "
-                             "sflow=receiver, mirror=receiver, mirror_vxlan=none)")
+                             "sflow=none, mirror=receiver, mirror_vxlan=none)")
 
 
 def _names(text: str) -> tuple[str, ...]:

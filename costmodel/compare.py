@@ -49,8 +49,15 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
             low, high = entry["coefficient_ci"]
             c0 = rate0_cost_ns(data[data["mechanism"] == mechanism])
             a = entry["coefficient"]
+            covariate = entry.get("covariate") or {}
+            without = covariate.get("ci_without") or [None, None]
             rows.append({
                 "method": metadata.get("method", "throughput"), "mechanism": mechanism,
+                "covariate": (covariate.get("name") if covariate.get("used") else
+                              f"none ({covariate['name']} refused)" if covariate.get("name") else "none"),
+                "half_width_without": ((without[1] - without[0]) / 2
+                                       if None not in without else math.nan),
+                "started": metadata.get("started"), "loadavg": metadata.get("loadavg_start"),
                 "a": a, "ci_low": low, "ci_high": high, "half_width": (high - low) / 2,
                 "target_met": (metadata.get("target_met") or {}).get(mechanism),
                 "seconds": (metadata.get("seconds") or {}).get(mechanism),
@@ -62,16 +69,26 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
 
 
 def markdown(frame: pd.DataFrame) -> str:
-    lines = ["| mechanism | method | a | 95% CI | half-width | target met | seconds | c0 (ns/packet) "
-             "| a·c0 (ns per copy) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| mechanism | method | started (UTC), load | covariate | a | 95% CI | half-width "
+             "(without covariate) | target met | seconds | c0 (ns/packet) | a·c0 (ns per copy) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in frame.sort_values(["mechanism", "method"]).itertuples():
         extra_low, extra_high = row.extra_ns_ci
         lines.append(
-            f"| {row.mechanism} | {row.method} | {row.a:.3f} | [{row.ci_low:.3f}, {row.ci_high:.3f}] "
-            f"| {row.half_width:.3f} | {'yes' if row.target_met else 'no' if row.target_met is not None else '-'} "
+            f"| {row.mechanism} | {row.method} | {_when(row.started, row.loadavg)} | {row.covariate} "
+            f"| {row.a:.3f} | [{row.ci_low:.3f}, {row.ci_high:.3f}] | {row.half_width:.3f}"
+            + (f" ({row.half_width_without:.3f})" if math.isfinite(row.half_width_without) else "")
+            + f" | {'yes' if row.target_met else 'no' if row.target_met is not None else '-'} "
             f"| {row.seconds if row.seconds is not None else '-'} | {row.c0_ns:,.0f} "
             f"| {row.extra_ns_per_copy:,.0f} [{extra_low:,.0f}, {extra_high:,.0f}] |")
     return "\n".join(lines)
+
+
+def _when(started: str | None, loadavg: list | None) -> str:
+    if not started:
+        return "-"
+    time = started[11:16] if len(started) >= 16 else started
+    return f"{time}, {loadavg[0]:.1f}" if loadavg else time
 
 
 def main(argv: list[str] | None = None) -> int:
