@@ -58,6 +58,8 @@ LOAD_SLACK = 2.0
 MIN_COUNTED_S = 0.2
 #: Paired runs: how long to wait for the first packet to reach the receiver.
 FIRST_PACKET_TIMEOUT_S = 10.0
+#: Paired runs: how many times a load whose client exits before its first packet is started.
+LOAD_STARTS = 3
 _PORT_STATS = re.compile(r"rx pkts=(\d+).*?tx pkts=(\d+)", re.S)
 
 
@@ -296,17 +298,40 @@ class Calibrator:
             row.update(cost_row(row, forwarded, self.budget_cpus))
         return row
 
-    def _first_packet(self) -> float:
-        """When load started reaching the receiver (polled), so phases cover a flowing load."""
+    def _first_packet(self, load: Any = None) -> float:
+        """When load started reaching the receiver (polled), so phases cover a flowing load.
+        Raises ``_LoadExited`` at once if the load's process ended without packets."""
         deadline = self.clock() + FIRST_PACKET_TIMEOUT_S
         _, initial = self.port_stats(self.receiver_port)
         while self.clock() < deadline:
             time.sleep(0.05)
             if self.port_stats(self.receiver_port)[1] > initial + 10:
                 return self.clock()
+            if _exited(load):
+                raise _LoadExited("the iperf3 client ended before any packet reached the receiver")
         raise HarnessError(f"no packets reached the receiver's port {self.receiver_port} within "
                            f"{FIRST_PACKET_TIMEOUT_S:g} s of starting iperf3; is the receiver "
                            f"reachable from the sender?")
+
+    def _flowing_load(self, duration_s: float) -> Any:
+        """Start a load and wait for its first packet. An iperf3 server still busy with the
+        previous, killed run refuses a new client at once ("the server is busy"), more often
+        on a loaded host; such a client is started again, up to ``LOAD_STARTS`` times."""
+        for attempt in range(1, LOAD_STARTS + 1):
+            load = self._load(duration_s)
+            try:
+                self._first_packet(load)
+                return load
+            except _LoadExited as exc:
+                load.stop()
+                if attempt == LOAD_STARTS:
+                    raise HarnessError(f"{exc} ({LOAD_STARTS} tries); is the iperf3 server "
+                                       f"running and the receiver reachable?") from None
+                time.sleep(1.0)
+            except BaseException:
+                load.stop()
+                raise
+        raise AssertionError("unreachable")
 
     def measure(self, trial: Trial) -> list[dict]:
         """Independent design: configure, settle, count, one whole run, count; one row."""
@@ -332,9 +357,8 @@ class Calibrator:
         counted_s = s.duration_s / s.phases - s.guard_s
         rows = []
         self._set_active(None, 0.0)
-        load = self._load(s.duration_s * LOAD_SLACK + TAIL_S)
+        load = self._flowing_load(s.duration_s * LOAD_SLACK + TAIL_S)
         try:
-            self._first_packet()
             for k, rate in enumerate(schedule):
                 effective = self._set_active(trial.mechanism, rate)
                 _sleep_until(self.clock, self.clock() + s.guard_s)
@@ -346,6 +370,16 @@ class Calibrator:
         finally:
             load.stop()
         return rows
+
+
+class _LoadExited(HarnessError):
+    """The load's process ended before its first packet reached the receiver."""
+
+
+def _exited(load: Any) -> bool:
+    """Whether a load's process has ended (False for loads without a process, e.g. fakes)."""
+    process = getattr(load, "process", None)
+    return process is not None and process.poll() is not None
 
 
 def _sleep_until(clock: Callable[[], float], deadline: float) -> None:

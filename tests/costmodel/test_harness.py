@@ -214,3 +214,48 @@ def test_mirror_vxlan_needs_a_tunnel_device():
     settings = CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(1.0,), repetitions=1)
     with pytest.raises(HarnessError, match="mirror_vxlan needs a VXLAN device"):
         run_calibration(endpoints, ovs=None, settings=settings, show_progress=False)
+
+
+def test_a_client_refused_by_a_busy_server_is_started_again(monkeypatch):
+    """iperf3's server, still busy with the previous killed run, refuses a client at once: the
+    paired harness starts the load again instead of waiting 10 s and failing the calibration."""
+    from cosample.costmodel import harness
+
+    switch = ClockedSwitch(50_000, {"sflow": 0.5})
+    monkeypatch.setattr(harness.time, "sleep", switch.advance)
+
+    class Process:
+        def __init__(self, exited):
+            self.exited = exited
+
+        def poll(self):
+            return 1 if self.exited else None
+
+    class Mechanism:
+        def set_rate(self, rate):
+            switch.rates["sflow"] = rate
+            return rate
+
+        def clear(self):
+            switch.rates["sflow"] = 0.0
+
+    runs = []
+
+    def client(argv, duration):
+        run = FakeRun(IperfResult("udp", duration, 1e6, packets=10, lost_packets=0))
+        run.process = Process(exited=len(runs) in refusing)
+        switch.capacity = 0 if run.process.exited else 50_000  # a refused client sends nothing
+        runs.append(run)
+        return run
+
+    settings = CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), repetitions=1,
+                                   duration_s=2, warmup_s=0, phases=4, guard_s=0.1)
+    refusing = {0, 1}
+    calibrator = Calibrator(settings, {"sflow": Mechanism()}, switch.port_stats, {}, client,
+                            "10.0.0.2", "in", "out", clock=switch.clock)
+    data = calibrator.run(show_progress=False)
+    assert len(runs) == 3 and len(data) == 4 and all(run.stopped for run in runs)
+    assert switch.now < 5 + 2 * 1.0 + 1  # the refusals cost a second each, not 10 s
+    refusing = {3, 4, 5}  # every start refused: one clear error after LOAD_STARTS tries
+    with pytest.raises(HarnessError, match="ended before any packet reached the receiver .3 tries."):
+        calibrator.run(show_progress=False)
