@@ -9,8 +9,12 @@
    beside the reported (cluster-robust, Student t) one.
 
     python -m experiments.costmodel_coverage docs/data/cpu-sflow.csv docs/data/cpu-mirror.csv
+    python -m experiments.costmodel_coverage --shifts docs/data/cpu-*.csv
 
-Prints one Markdown row per (file, mechanism, covariate).
+Prints one Markdown row per (file, mechanism, covariate). ``--shifts`` instead tabulates, for
+every covariate recorded, what the mechanism does to it (the validity check) and what it would
+buy: its share of the cost, the correlation of its per-phase deviations with the cost's, its
+shift per unit rate with the 95% interval, and ``a`` with and without it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from cosample.costmodel.ancova import DEFAULT_COVARIATES, fit_with_covariate
+from cosample.costmodel.ancova import DEFAULT_COVARIATES, fit_contrast, fit_with_covariate
 from cosample.costmodel.data import read_measurements
 from cosample.costmodel.errors import CostModelError
 
@@ -62,6 +66,37 @@ def cluster_bootstrap(group: pd.DataFrame, block: np.ndarray, covariate: str | N
     return float(low), float(high)
 
 
+def shifts(paths: list[str]) -> None:
+    from cosample.costmodel.ancova import COVARIATES, covariate_values  # noqa: I001
+
+    print("| data | mechanism | covariate | share of cost | corr. with cost | shift per unit rate "
+          "[95% CI] | a with it (half-width) | a without (half-width) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path in paths:
+        frame = read_measurements(path)
+        for mechanism, group in frame.groupby("mechanism"):
+            group = group.reset_index(drop=True)
+            block = pd.factorize(group["block"])[0]
+            y = -np.log(group["throughput_pps"].to_numpy(float))
+            cell = group["block"].astype(str) + "/" + group["rate"].astype(str)
+            deviation = y - pd.Series(y).groupby(cell).transform("mean").to_numpy()
+            for name, (column, minus) in COVARIATES.items():
+                x = covariate_values(group, name)
+                if x is None:
+                    continue
+                share = (group[column] - (group[minus] if minus else 0)) / group["cpu_counted"]
+                x_dev = x - pd.Series(x).groupby(cell).transform("mean").to_numpy()
+                _, check = fit_with_covariate(group, block, name)
+                forced = fit_contrast(group["rate"], group["throughput_pps"], block, x)
+                low, high = check.shift_ci
+                print(f"| {path.split('/')[-1]} | {mechanism} | {name} | {share.mean():.2f} | "
+                      f"{np.corrcoef(deviation, x_dev)[0, 1]:.2f} | {check.shift:+.3f} "
+                      f"[{low:+.3f}, {high:+.3f}]{'' if check.used else ' refused'} | "
+                      f"{forced.coefficient:.3f} ({(forced.ci[1] - forced.ci[0]) / 2:.3f}) | "
+                      f"{check.coefficient_without:.3f} "
+                      f"({(check.ci_without[1] - check.ci_without[0]) / 2:.3f}) |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="+")
@@ -70,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--covariates", default="none,default",
                         help="comma list: none, default (the mechanism's), or a covariate name")
+    parser.add_argument("--shifts", action="store_true",
+                        help="tabulate what each mechanism does to every recorded covariate")
     args = parser.parse_args(argv)
+    if args.shifts:
+        shifts(args.data)
+        return 0
     rng = np.random.default_rng(args.seed)
     print("| data | mechanism | covariate | a | reported 95% CI | cluster bootstrap 95% | "
           "placebo coverage | placebo half-width |")
