@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 fit, check = fit_with_covariate(group, block, covariate)
                 used = covariate if check and check.used else "none"
                 if covariate and not (check and check.used):
-                    used = f"none ({covariate} {check.reason.split(':')[0]})"
+                    used = f"none ({covariate} {check.reason.split(' (')[0].split(':')[0]})"
                 low, high = cluster_bootstrap(group, block, covariate if check and check.used else None,
                                               args.draws // 2, rng)
                 coverage, width, _ = placebo(group, block, covariate, args.a, args.draws, rng)

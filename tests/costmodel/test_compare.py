@@ -38,7 +38,7 @@ def test_extra_cost_per_copy_uses_each_methods_own_c0(tmp_path, capsys):
     assert frame["extra_ns_per_copy"].to_numpy() == pytest.approx([1250, 1250])
     assert main([cpu, flat]) == 0
     table = capsys.readouterr().out
-    assert "| mirror | cpu | 0.050 |" in table and "1,250" in table
+    assert "| mirror | cpu | - | none | 0.050 |" in table and "1,250" in table
 
 
 def test_rate0_cost_is_nan_without_cpu_columns_and_bad_files_are_named(tmp_path, capsys):
