@@ -91,5 +91,6 @@ def test_report_rows_from_a_timeline():
     totals = closedloop_report.totals(result)
     assert totals["plans_published"] == 2 and totals["measurement_plans"] == 1
     assert totals["startup_plans"] == 1
-    assert "| phase2 | 60 | 1 | 19.5 | 10 | 10 | 250 | 200 | 200 | no |" in \
+    assert second["to_converge_last_s"] == 19.5
+    assert "| phase2 | 60 | 1 | 19.5, 19.5 | 10 | 10 | 250 | 200 | 200 | no |" in \
         closedloop_report.markdown(result, "cmd")
