@@ -37,7 +37,8 @@ from cosample.errors import CosampleError
 log = logging.getLogger("cosample.controller")
 #: A snapshot whose window is shorter than this share of the longest seen, or than the one
 #: before it (still growing), is a start-up window (the collector has run for less than its
-#: window): noisy, so the hold does not remember it.
+#: window): noisy, so the hold does not remember it. Nor what the measurement plan's sparse
+#: 1-in-N sampling shows: the hold is for the traffic's peaks, not for sampling error.
 FULL_WINDOW = 0.9
 
 
@@ -167,7 +168,8 @@ class Controller:
         smoothed = update(self.smoothed, measurement, settings.tau_s, settings.rise_tau_s,
                           hold_s=settings.hold_seconds, change=settings.change,
                           capacity=self.inventory.capacity_pps, detect=was_warm,
-                          remember=not quiet and self._full(measurement.window_s))
+                          remember=not quiet and self._full(measurement.window_s)
+                          and not is_measurement_plan(self.current))
         rising, settling = smoothed.rising(), smoothed.settling()
         _lap(timings, "estimate", mark)
         mark = _mark()
