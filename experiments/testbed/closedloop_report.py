@@ -96,7 +96,8 @@ def _changed(timeline: dict[str, Any], phase: dict[str, Any]) -> bool | None:
     start = phase.get("measure_start")
     if start is None:
         return None
-    seen = {tuple(sorted(a["versions"].items())) for a in timeline["agents"]
+    seen = {tuple(sorted((k, tuple(v)) for k, v in a["versions"].items()))
+            for a in timeline["agents"]
             if start <= a["t"] <= phase["end"]}
     return len(seen) > 1
 
