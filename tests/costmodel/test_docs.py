@@ -43,7 +43,7 @@ def test_json_example_drives_the_planner(tmp_path):
     "calibration-udp64", "calibration-tcp", "calibration-udp64-mirrors",
     *(f"{method}-{mechanism}" for method in ("cpu", "throughput")
       for mechanism in ("sflow", "mirror", "mirror_vxlan")),
-    "cpu-sflow-3rates", "cpu-sflow-first", "cpu-pilot",
+    "cpu-sflow-3rates", "cpu-sflow-first", "cpu-pilot", "cpu-mirror_vxlan-240s",
     *(f"cpu-{mechanism}-morning" for mechanism in ("sflow", "mirror", "mirror_vxlan")),
     "throughput-mirror-morning",
 ])
