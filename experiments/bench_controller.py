@@ -36,6 +36,7 @@ from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 
 SIZES = (10_000, 100_000, 1_000_000)
 TARGET_SERVERS, TARGET_SECONDS = 100_000, 2.0
+CHECK_UP_TO = 100_000  # the agents' reader on the published plan (10^6: minutes and gigabytes)
 
 
 def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) -> None:
@@ -107,12 +108,26 @@ def measure(servers: int, folder: Path) -> dict:
                      "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3), **{k: round(v, 3) for k, v in
                                                       status.timings.items()}})
     plan_bytes = (folder / "pub" / "plan.json").stat().st_size
+    peak = _rss_mb()  # before the agents' reader below
+    accepted = _agents_accept(folder / "pub" / "plan.json") if servers <= CHECK_UP_TO else None
     for row in rows:
         row.update(plan_mb=round(plan_bytes / 1e6, 1),
                    snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
-                   rss_imports_mb=rss_imports, peak_rss_mb=_rss_mb(),
+                   rss_imports_mb=rss_imports, peak_rss_mb=peak, agents_accept=accepted,
                    load_average=round(os.getloadavg()[0], 1))
     return {"rows": rows}
+
+
+def _agents_accept(path: Path) -> bool | str:
+    """Whether the agents' own reader accepts the published plan (after the timed cycles)."""
+    from cosample.agents.plan import parse_document
+    from cosample.errors import CosampleError
+
+    try:
+        parse_document(path.read_bytes(), str(path.name))
+    except CosampleError as exc:
+        return str(exc)[:200]
+    return True
 
 
 def _snapshot_time(path: Path) -> str:
@@ -173,7 +188,7 @@ def _table(rows: list[dict]) -> str:
     steps = ("read", "estimate", "plan", "decide", "document", "publish")
     keys = ("servers", "cycle", "result", "seconds", "cpu_seconds", *steps,
             *(f"{step}_cpu" for step in steps), "plan_mb", "snapshot_mb", "rss_imports_mb",
-            "peak_rss_mb", "load_average")
+            "peak_rss_mb", "agents_accept", "load_average")
     return "\n".join(" ".join(f"{k}={row.get(k, '-')}" for k in keys) for row in rows)
 
 

@@ -245,11 +245,17 @@ def _name_rank(names: tuple[str, ...]) -> np.ndarray:
 
 
 def _grouped(owner: np.ndarray, peer_rank: np.ndarray, items: list, n: int) -> list[list]:
-    """Per owner (0..n-1), its ``items`` in peer-name order."""
+    """Per owner (0..n-1), its ``items`` in peer-name order (one slice per owner)."""
     lists: list[list] = [[] for _ in range(n)]
-    owners = owner.tolist()
-    for k in np.lexsort((peer_rank, owner)).tolist():
-        lists[owners[k]].append(items[k])
+    if not items:
+        return lists
+    order = np.lexsort((peer_rank, owner))
+    ordered = [items[k] for k in order.tolist()]
+    owners = owner[order]
+    starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
+    ends = np.append(starts[1:], len(ordered))
+    for who, start, end in zip(owners[starts].tolist(), starts.tolist(), ends.tolist()):
+        lists[who] = ordered[start:end]
     return lists
 
 

@@ -75,8 +75,9 @@ def test_columns_equal_the_per_host_writer(dc, solver):
     solution = solve(dc, solver, lp_backend="highs") if solver == "reduced" else solve(dc, solver)
     plan = build_plan(dc, solution)
     expected = reference_hosts(solution.problem, realise(solution))
-    assert plan["hosts"] == expected
-    for name, host in plan["hosts"].items():  # same types too (an int is not a float in JSON)
+    got = plan["hosts"]
+    assert got == expected
+    for name, host in got.items():  # same types too (an int is not a float in JSON)
         assert {k: type(v) for k, v in host.items()} == \
             {k: type(v) for k, v in expected[name].items()}
 
