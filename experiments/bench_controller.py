@@ -15,6 +15,7 @@ process's peak resident set (``VmHWM``) with the size after imports beside it.
 One process per size, so peaks do not carry over.
 
     python -m cosample.experiments.bench_controller [--sizes 10000 100000 1000000] [--csv FILE]
+    python -m cosample.experiments.bench_controller --two-phase 100000
 """
 
 from __future__ import annotations
@@ -73,17 +74,11 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
 def measure(servers: int, folder: Path) -> dict:
     """Two cycles on the snapshot in ``folder`` (run in a process of its own)."""
     from cosample.agents.signing import generate_keypair
-    from cosample.controller.inventory import Inventory
     from cosample.controller.loop import Controller, Settings
     from cosample.controller.publish import DirectoryTarget
 
     rss_imports = _rss_mb()
-    capacity = np.asarray(json.loads((folder / "snap.capacity.json").read_text())["capacity"])
-    names = tuple(f"s{i}" for i in range(servers))
-    extras = {name: {"bridge": "br-int", "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}
-              for i, name in enumerate(names)}
-    inventory = Inventory(f"bench-{servers}", names, capacity, np.full(servers, PAPER_ALPHA),
-                          np.full(servers, PAPER_BETA), extras)
+    inventory = _inventory(servers, folder)
     generate_keypair(folder / "key.pem", folder / "key.pub")
     snapshot = folder / "snap.json"
     started = datetime.fromisoformat(_snapshot_time(snapshot))
@@ -116,6 +111,48 @@ def measure(servers: int, folder: Path) -> dict:
                    rss_imports_mb=rss_imports, peak_rss_mb=peak, agents_accept=accepted,
                    load_average=round(os.getloadavg()[0], 1))
     return {"rows": rows}
+
+
+def two_phase(servers: int, seed: int = 1) -> dict:
+    """Time one two-phase publication (``render`` with the plan in force as ``previous``: the
+    agents' transition) between two plans of the benchmark's instance, the second planned for
+    traffic scaled by a random factor in [0.6, 1.4] per matrix entry."""
+    from dataclasses import replace
+
+    from cosample.controller.estimate import measure
+    from cosample.controller.publish import render
+    from cosample.controller.replan import replan
+    from cosample.controller.smoothing import update
+    from cosample.controller.source import parse
+
+    with tempfile.TemporaryDirectory(prefix="bench-two-phase-") as folder:
+        snapshot = Path(folder) / "snap.json"
+        moment = datetime.now(timezone.utc).replace(microsecond=0)
+        write_snapshot(servers, snapshot, moment)
+        inventory = _inventory(servers, Path(folder))
+        smoothed = update(None, measure(parse(snapshot.read_bytes(), str(snapshot)), inventory),
+                          0.0, 0.0)
+    valid = timedelta(hours=1)
+    old = render(replan(inventory, smoothed, 0.15).document(moment, valid), 100, None).final
+    rng = np.random.default_rng(seed)
+    moved = replace(smoothed, pps=smoothed.pps * rng.uniform(0.6, 1.4, smoothed.pps.size))
+    new = replan(inventory, moved, 0.15).document(moment, valid)
+    began, cpu = time.perf_counter(), time.process_time()
+    rendered = render(new, 101, None, previous=old, now=moment, settle_s=120.0)
+    return {"servers": servers, "two_phase_seconds": round(time.perf_counter() - began, 3),
+            "two_phase_cpu_seconds": round(time.process_time() - cpu, 3),
+            "plan_set_mb": round(len(rendered.data) / 1e6, 1), "versions": list(rendered.versions)}
+
+
+def _inventory(servers: int, folder: Path):
+    from cosample.controller.inventory import Inventory
+
+    capacity = np.asarray(json.loads((folder / "snap.capacity.json").read_text())["capacity"])
+    names = tuple(f"s{i}" for i in range(servers))
+    extras = {name: {"bridge": "br-int", "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}
+              for i, name in enumerate(names)}
+    return Inventory(f"bench-{servers}", names, capacity, np.full(servers, PAPER_ALPHA),
+                     np.full(servers, PAPER_BETA), extras)
 
 
 def _agents_accept(path: Path) -> bool | str:
@@ -154,8 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
+    parser.add_argument("--two-phase", type=int, metavar="SERVERS",
+                        help="time one two-phase publication at SERVERS instead")
     parser.add_argument("--child", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.two_phase:
+        print(json.dumps(two_phase(args.two_phase)))
+        return 0
     if args.child:
         print(json.dumps(measure(int(args.child[0]), Path(args.child[1]))))
         return 0
