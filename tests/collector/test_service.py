@@ -17,6 +17,7 @@ from cosample.collector.merge import merge_snapshots
 from cosample.collector.snapshot import parse_snapshot
 from cosample.lab.sflowstream import simulate
 from collector_plans import FOUR, plan_document
+from waiting import wait_for
 
 TRUTH = {"s1": 20_000, "s2": 1_000, "s3": 2_000, "s4": 8_000}
 
@@ -55,16 +56,6 @@ def send(datagrams, target, sockets: dict, pace_every: int = 200) -> None:
         sock.sendto(data, target)
         if k % pace_every == 0:
             time.sleep(0.002)  # stay within the receive buffer on a busy machine
-
-
-def wait_for(condition, timeout_s: float = 15.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def settings(plan_path, **kwargs) -> Settings:

@@ -20,6 +20,7 @@ from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
 from cosample.lab.sflowstream import simulate
 from controller_helpers import inventory_doc
+from waiting import wait_for
 
 #: Packets each server's VMs send during the stream: s1 far beyond what it can sample alone.
 TRUTH = {"s1": 24_000, "s2": 3_000, "s3": 1_500}
@@ -45,16 +46,6 @@ def send(datagrams, target) -> None:
             sock.close()
 
 
-def wait_for(condition, timeout_s: float = 20.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
-
-
 def test_measure_plan_publish_through_the_real_collector(tmp_path):
     publish = tmp_path / "pub"
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
@@ -75,11 +66,11 @@ def test_measure_plan_publish_through_the_real_collector(tmp_path):
         assert first.result == "published" and first.reasons[0].startswith("bootstrap")
         measurement = parse_plan((publish / "plan.json").read_bytes())
         wait_for(lambda: service.snapshot is not None and service.snapshot.plan is not None
-                 and service.snapshot.plan.version == measurement.version)
+                 and service.snapshot.plan.version == measurement.version, timeout_s=20.0)
         stream = simulate(measurement, TRUTH, duration_s=DURATION_S, seed=3)
         send(stream.datagrams, service.listen_address)
         wait_for(lambda: sum(e.samples for e in service.snapshot.servers.values())
-                 == stream.samples)
+                 == stream.samples, timeout_s=20.0)
         # the collector's rates are per second of its own window; capacities 1.5 times what it
         # says s1 sends make s1 a sender that must mirror, and leave s2 and s3 room to receive
         rate = service.snapshot.servers["s1"].packets_per_s

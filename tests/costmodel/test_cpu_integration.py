@@ -18,19 +18,12 @@ import pytest
 from cosample.cli import main
 from cosample.costmodel.accounting import accounting_hierarchy
 from cosample.costmodel.testbed import one_host_testbed_unavailable
-from cosample.dataplane.run import run
+from costmodel_leftovers import leftovers
 
 REASON = one_host_testbed_unavailable()
 pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
               pytest.mark.skipif(REASON is not None, reason=f"real cpu calibration: {REASON}")]
 PREFIX = "ccJ"
-
-
-def leftovers(prefix: str = PREFIX) -> list[str]:
-    names = run(["ip", "netns", "list"]).stdout.split() + run(["ip", "-o", "link"]).stdout.split()
-    names = [name for name in names if name.rstrip(":").split("@")[0].startswith(prefix)]
-    cgroups = [path.name for path in accounting_hierarchy().glob(f"cosample-{prefix}*")]
-    return names + cgroups
 
 
 def test_short_adaptive_cpu_calibration(tmp_path):
@@ -41,7 +34,7 @@ def test_short_adaptive_cpu_calibration(tmp_path):
                  "--target-ci", "0.05", "--max-time", "25", "--bootstrap", "200",
                  "--no-progress", "-d", str(data), "-o", str(output)])
     assert code == 0
-    assert leftovers() == []
+    assert leftovers(PREFIX) == []
     frame = pd.read_csv(data)
     assert (frame["method"] == "cpu").all() and set(frame["mechanism"]) == {"sflow", "mirror"}
     # the load was the offered one, and it was forwarded (generous: a shared machine)
@@ -69,7 +62,7 @@ def test_a_cpu_hog_lowers_the_passive_capacity_within_one_interval(tmp_path):
                  "--hog-at", "2", "--interval", "1.5", "--cpu-budget", "1",
                  "--offered-pps", "5000", "-d", str(data), "--figure", str(figure)])
     assert code == 0
-    assert leftovers() == []
+    assert leftovers(PREFIX) == []
     frame = pd.read_csv(data)
     assert frame["hog"].tolist() == [False, False, True, True]
     before = frame[~frame["hog"]]["capacity_pps"].min()
@@ -106,4 +99,4 @@ def test_interrupted_cpu_calibration_removes_its_cgroup_and_writes_nothing(tmp_p
             process.kill()
             process.wait()
     assert process.returncode == 130, stderr
-    assert leftovers() == [] and not data.exists() and not output.exists()
+    assert leftovers(PREFIX) == [] and not data.exists() and not output.exists()

@@ -22,17 +22,12 @@ from cosample.cli import main
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.testbed import OneHostTestbed, one_host_testbed_unavailable
 from cosample.dataplane.run import run
+from costmodel_leftovers import leftovers
 
 REASON = one_host_testbed_unavailable()
 pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
               pytest.mark.skipif(REASON is not None, reason=f"real calibration: {REASON}")]
 PREFIX = "ccI"
-
-
-def leftovers(prefix: str = PREFIX) -> list[str]:
-    """Namespaces and links with our prefix still present (ours only: the prefix is ours)."""
-    names = run(["ip", "netns", "list"]).stdout.split() + run(["ip", "-o", "link"]).stdout.split()
-    return [name for name in names if name.rstrip(":").split("@")[0].startswith(prefix)]
 
 
 def test_short_real_calibration(tmp_path):
@@ -42,7 +37,7 @@ def test_short_real_calibration(tmp_path):
                  "--warmup", "1", "--bootstrap", "200", "--no-progress",
                  "-d", str(data), "-o", str(output), "--figure", str(figure)])
     assert code == 0
-    assert leftovers() == []
+    assert leftovers(PREFIX) == []
     frame = pd.read_csv(data)
     # paired design: 3 mechanisms x 2 rates x 1 repetition runs, 4 phases each, half at rate 0
     assert len(frame) == 24 and set(frame["mechanism"]) == {"sflow", "mirror", "mirror_vxlan"}
@@ -75,7 +70,7 @@ def test_testbed_removes_what_it_built_on_error():
             directory = testbed.directory
             assert (directory / "conf.db").exists()
             raise HarnessError("boom")
-    assert leftovers() == [] and not directory.exists()
+    assert leftovers(PREFIX) == [] and not directory.exists()
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
