@@ -16,11 +16,11 @@ synchronised clocks (NTP); the agent never applies a plan before its ``not_befor
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import json
 from datetime import datetime, timedelta
 from typing import Any
+
+import orjson
 
 from cosample.agents.errors import PlanError
 from cosample.agents.plan import PLANSET_FORMAT, FORMAT_VERSION, Plan, format_time
@@ -30,24 +30,35 @@ _NOT_HASHED = ("version", "created", "expires", "not_before", "plan_id", "signat
 
 def transition(old: Plan, new: Plan, now: datetime, settle_s: float) -> dict[str, Any]:
     """The plan set document (phase 1, phase 2) taking a fleet from ``old`` to ``new``."""
-    if new.version <= old.version:
-        raise PlanError(f"version: the new plan ({new.version}) must be newer than the old "
-                        f"({old.version})")
+    return plan_set(old.raw, new.raw, old.version, new.version, new.expires, now, settle_s)
+
+
+def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_version: int,
+             new_expires: datetime, now: datetime, settle_s: float) -> dict[str, Any]:
+    """``transition`` on the plans' documents (versions and expiry given, already checked).
+
+    Nothing is deep-copied (10^5 hosts: 28 s before, docs/controller.md): phase 2 shares NEW's
+    host entries; phase 1's are shallow copies of NEW's with fresh ``mirrors``/``receives``
+    lists. The result is read-only (it is serialised, never changed)."""
+    if new_version <= old_version:
+        raise PlanError(f"version: the new plan ({new_version}) must be newer than the old "
+                        f"({old_version})")
     not_before = now + timedelta(seconds=settle_s)
-    if not_before >= new.expires:
-        raise PlanError(f"expires: the new plan expires at {format_time(new.expires)}, before "
+    if not_before >= new_expires:
+        raise PlanError(f"expires: the new plan expires at {format_time(new_expires)}, before "
                         f"the end of the {settle_s:g} s settle time")
-    phase1 = copy.deepcopy(dict(new.raw))
-    phase1["hosts"] = {name: _lower(old.raw["hosts"].get(name), doc)
-                       for name, doc in new.raw["hosts"].items()}
+    old_hosts = old["hosts"]
+    phase1 = dict(new)
+    phase1["hosts"] = {name: _lower(old_hosts.get(name), doc)
+                       for name, doc in new["hosts"].items()}
     _prune_unmatched(phase1["hosts"])
-    phase1["transition"] = {"phase": 1, "from_version": old.version, "to_version": new.version}
+    phase1["transition"] = {"phase": 1, "from_version": old_version, "to_version": new_version}
     phase1["created"] = format_time(now)
     phase1["plan_id"] = plan_id(phase1)
-    phase2 = copy.deepcopy(dict(new.raw))
-    phase2.update(version=new.version + 1, not_before=format_time(not_before),
-                  transition={"phase": 2, "from_version": old.version,
-                              "to_version": new.version})
+    phase2 = dict(new)
+    phase2.update(version=new_version + 1, not_before=format_time(not_before),
+                  transition={"phase": 2, "from_version": old_version,
+                              "to_version": new_version})
     return {"format": PLANSET_FORMAT, "format_version": FORMAT_VERSION,
             "plans": [phase1, phase2]}
 
@@ -57,42 +68,50 @@ def plan_id(document: dict[str, Any]) -> str:
     content = {key: value for key, value in document.items() if key not in _NOT_HASHED}
     if isinstance(content.get("solver"), dict):
         content["solver"] = {k: v for k, v in content["solver"].items() if k != "seconds"}
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def _lower(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """A host's phase-1 entry: the element-wise minimum of its old and new load."""
-    out = copy.deepcopy(new)
-    old = old or {"local_rate": 0.0, "sflow_sampling": None, "mirrors": [], "receives": []}
-    out["local_rate"] = min(float(old["local_rate"]), float(new["local_rate"]))
-    samplings = [n for n in (old.get("sflow_sampling"), new.get("sflow_sampling")) if n]
-    out["sflow_sampling"] = max(samplings) if out["local_rate"] > 0 and len(samplings) == 2 \
-        else None
-    if out["sflow_sampling"] is None:
-        out["local_rate"] = 0.0
-    out["mirrors"] = _min_shares(old.get("mirrors", []), new.get("mirrors", []), "to")
-    out["receives"] = _min_shares(old.get("receives", []), new.get("receives", []), "from")
+    """A host's phase-1 entry: the element-wise minimum of its old and new load (a shallow
+    copy of NEW's entry with the four fields replaced)."""
+    out = dict(new)
+    old = old or _NOTHING
+    local_rate = min(float(old["local_rate"]), float(new["local_rate"]))
+    old_n, new_n = old.get("sflow_sampling"), new.get("sflow_sampling")
+    sampling = max(old_n, new_n) if local_rate > 0 and old_n and new_n else None
+    out["local_rate"] = local_rate if sampling is not None else 0.0
+    out["sflow_sampling"] = sampling
+    out["mirrors"] = _min_shares(old.get("mirrors", ()), new.get("mirrors", ()), "to")
+    out["receives"] = _min_shares(old.get("receives", ()), new.get("receives", ()), "from")
     return out
 
 
-def _min_shares(old: list[dict], new: list[dict], key: str) -> list[dict]:
+_NOTHING: dict[str, Any] = {"local_rate": 0.0, "sflow_sampling": None, "mirrors": (),
+                            "receives": ()}
+
+
+def _min_shares(old, new, key: str) -> list[dict]:
+    if not old or not new:
+        return []
     before = {item[key]: item for item in old}
     out = []
     for item in new:
-        if item[key] in before:
+        was = before.get(item[key])
+        if was is not None:
             merged = dict(item)
-            merged["rate"] = min(float(item["rate"]), float(before[item[key]]["rate"]))
-            if "pps" in merged and "pps" in before[item[key]]:
-                merged["pps"] = min(float(item["pps"]), float(before[item[key]]["pps"]))
+            merged["rate"] = min(float(item["rate"]), float(was["rate"]))
+            if "pps" in merged and "pps" in was:
+                merged["pps"] = min(float(item["pps"]), float(was["pps"]))
             out.append(merged)
-    return sorted(out, key=lambda item: item[key])
+    return sorted(out, key=lambda item: item[key]) if len(out) > 1 else out
 
 
 def _prune_unmatched(hosts: dict[str, dict[str, Any]]) -> None:
     """Keep a mirror only if its receiver lists it too (a host missing from NEW drops out)."""
+    pairs = {(name, m["to"]) for name, host in hosts.items() for m in host["mirrors"]} & {
+        (r["from"], name) for name, host in hosts.items() for r in host["receives"]}
     for name, host in hosts.items():
-        host["mirrors"] = [m for m in host["mirrors"] if any(
-            r["from"] == name for r in hosts.get(m["to"], {}).get("receives", []))]
-        host["receives"] = [r for r in host["receives"] if any(
-            m["to"] == name for m in hosts.get(r["from"], {}).get("mirrors", []))]
+        if host["mirrors"]:
+            host["mirrors"] = [m for m in host["mirrors"] if (name, m["to"]) in pairs]
+        if host["receives"]:
+            host["receives"] = [r for r in host["receives"] if (r["from"], name) in pairs]

@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
+import orjson
+
 from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.files import write_bytes_atomic
 from cosample.planner.planfile import compact_json, serialised_hosts
@@ -50,15 +52,26 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         data = compact_json(plan, hosts_json)
         versions, final = (version,), plan
     else:
-        from cosample.agents.plan import plan_from_dict
-        from cosample.agents.transition import transition
+        from cosample.agents.plan import plan_head
+        from cosample.agents.transition import plan_set
 
-        document = transition(plan_from_dict(previous), plan_from_dict(plan), now, settle_s)
-        data = compact_json(document)
+        # Both plans come from the planner (the previous one from the controller's own store):
+        # only the fields the transition needs are validated, not 2 x 10^5 host entries.
+        old, new = plan_head(previous, "previous plan"), plan_head(plan, "new plan")
+        document = plan_set(previous, plan, old.version, new.version, new.expires, now,
+                            settle_s)
+        phases = document["plans"]  # phase 2's hosts are NEW's: splice in their bytes
+        data = compact_json({**document, "plans": [
+            phases[0], *(_spliced(p, hosts_json) for p in phases[1:])]})
         versions = tuple(int(p["version"]) for p in document["plans"])
         final = document["plans"][-1]
     signature = sign_bytes(data, key) if key else None
     return Rendered(data, signature, versions, final)
+
+
+def _spliced(plan: dict[str, Any], hosts_json: bytes | None) -> Any:
+    """``plan`` with its host table as the bytes already serialised (``orjson.Fragment``)."""
+    return plan if hosts_json is None else {**plan, "hosts": orjson.Fragment(hosts_json)}
 
 
 class DirectoryTarget:
