@@ -89,11 +89,13 @@ def _host_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=duration, dest="timeout_s",
                         help="timeout of every external call (default 10s)")
     parser.add_argument("--metrics-port", type=int, help="serve metrics on 127.0.0.1:PORT")
+    parser.add_argument("--max-plan-mib", type=int, dest="max_plan_mib",
+                        help="largest plan document fetched, MiB (default 256)")
 
 
 _OPTION_KEYS = ("host", "plan", "interval_s", "jitter_s", "ovsdb", "ovs_rundir", "bridge",
                 "vm_ports", "collector", "state_dir", "public_key", "insecure_unsigned",
-                "timeout_s", "metrics_port")
+                "timeout_s", "metrics_port", "max_plan_mib")
 
 
 def _config(args, needs_plans: bool = False):

@@ -19,6 +19,7 @@ from pydantic import BeforeValidator, Field
 
 from cosample.agents.errors import ConfigError
 from cosample.agents.plan import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
+from cosample.agents.source import DEFAULT_MAX_PLAN_MIB
 from cosample.validation import InterfaceName, Strict, validate
 
 SYSTEM_OVSDB = "unix:/var/run/openvswitch/db.sock"
@@ -55,6 +56,8 @@ class AgentConfig(Strict):
     tunnel_port_prefix: Prefix = "cosr"
     vxlan_port: Port = 4789
     timeout_s: Positive = 10.0
+    #: Largest plan document fetched (MiB; a 10^5-server two-phase plan set is about 100 MB).
+    max_plan_mib: Annotated[int, Field(ge=1, le=4096)] = DEFAULT_MAX_PLAN_MIB
     metrics_port: Port | None = None
 
     @property

@@ -155,7 +155,8 @@ class Agent:
             log.warning("%s", warning)
         try:
             fetched = self.fetcher(self.config.plan, timeout_s=self.config.timeout_s,
-                                   with_signature=self.config.public_key is not None)
+                                   with_signature=self.config.public_key is not None,
+                                   max_bytes=self.config.max_plan_mib * 1024 * 1024)
             if self.config.public_key is not None:
                 verify(fetched.data, fetched.signature, self.config.public_key)
             plans = parse_document(fetched.data, source=self.config.plan)

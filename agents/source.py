@@ -15,7 +15,10 @@ from cosample.agents.errors import AgentError
 from cosample.agents.signing import SIGNATURE_SUFFIX
 from cosample.fetch import FetchError, fetch_bytes
 
-MAX_BYTES = 64 * 1024 * 1024
+#: The agents' default limit on a fetched plan document (``max_plan_mib``): above a 10^5-server
+#: two-phase plan set (about 100 MB) with room; the controller warns when it publishes more.
+DEFAULT_MAX_PLAN_MIB = 256
+MAX_BYTES = DEFAULT_MAX_PLAN_MIB * 1024 * 1024
 
 
 @dataclass(frozen=True)

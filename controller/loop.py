@@ -26,7 +26,7 @@ from cosample.controller.errors import ControllerError, SnapshotError
 from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
 from cosample.controller.inventory import Inventory
-from cosample.controller.publish import render
+from cosample.controller.publish import oversized, render
 from cosample.controller.replan import replan
 from cosample.controller.report import CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
@@ -97,6 +97,7 @@ class Controller:
         self.quiet_until: datetime | None = None  # the collector's window mixes two plans
         self.full_window_s = 0.0  # the longest collector window seen (shorter ones: start-up)
         self.gain_streak = 0
+        self.size_problem: str | None = None  # the last published plan is above agents' limit
         self.current: dict[str, Any] | None = self.store.current_plan()
         self.current_shares: PlanShares | None = (
             shares(self.current, inventory.index) if self.current else None)
@@ -261,6 +262,9 @@ class Controller:
         self.current = rendered.final
         self.current_shares = plan_shares  # the final plan's hosts are the candidate's
         log.info("published version(s) %s", rendered.versions)
+        self.size_problem = oversized(rendered)
+        if self.size_problem:
+            log.warning("%s", self.size_problem)
         return rendered.versions, previous is not None
 
     def _base(self, now: datetime, result: str, reading: Reading | None = None,
@@ -280,7 +284,8 @@ class Controller:
             if snapshot is not None else None,
             collectors_up=reading.collectors_up if reading else 0,
             collectors=reading.collectors if reading else len(self.settings.collectors),
-            problems=tuple(fields.pop("problems", ())) + (reading.problems if reading else ()),
+            problems=tuple(fields.pop("problems", ())) + (reading.problems if reading else ())
+            + ((self.size_problem,) if self.size_problem else ()),
             **{key: value for key, value in fields.items() if key != "published"},
             published_versions=fields.get("published", ()))
 

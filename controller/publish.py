@@ -69,6 +69,18 @@ def render(plan: dict[str, Any], version: int, key: str | None,
     return Rendered(data, signature, versions, final)
 
 
+def oversized(rendered: Rendered) -> str | None:
+    """A problem if agents with the default ``max_plan_mib`` would refuse the published bytes."""
+    from cosample.agents import source
+
+    if len(rendered.data) <= source.MAX_BYTES:
+        return None
+    return (f"published plan version(s) {list(rendered.versions)}: {len(rendered.data):,} bytes, "
+            f"above the agents' default limit of {source.MAX_BYTES:,} bytes "
+            f"(max_plan_mib {source.DEFAULT_MAX_PLAN_MIB}): agents refuse it unless "
+            f"max_plan_mib is raised (docs/agents.md)")
+
+
 def _spliced(plan: dict[str, Any], hosts_json: bytes | None) -> Any:
     """``plan`` with its host table as the bytes already serialised (``orjson.Fragment``)."""
     return plan if hosts_json is None else {**plan, "hosts": orjson.Fragment(hosts_json)}

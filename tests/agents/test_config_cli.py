@@ -40,6 +40,8 @@ def test_config_file_and_flags_merge(tmp_path):
     ({"host": "s1", "mirror_device_prefix": "a-very-long"}, "mirror_device_prefix"),
     ({"host": "s1", "bridge": "x" * 16}, "bridge"),
     ({"host": "s1", "metrics_port": 70000}, "metrics_port"),
+    ({"host": "s1", "max_plan_mib": 0}, r"max_plan_mib: input should be greater than or equal to 1"),
+    ({"host": "s1", "max_plan_mib": 10**6}, "max_plan_mib: input should be less than or equal"),
     ({"host": "s1", "insecure_unsigned": "yes"}, "insecure_unsigned: input should be a valid boolean"),
     ({}, "host: field required"),
 ])

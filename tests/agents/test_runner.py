@@ -210,3 +210,16 @@ def test_unsigned_plans_refused_unless_insecure(setup, make_plan, to_bytes):
     report = agent.cycle()
     assert report.result == "rejected" and "no public_key configured" in report.errors[0]
     assert agent.host.sflow is None and agent.host.writes == 0
+
+
+def test_plan_size_limit_is_the_configured_one(setup, make_plan, to_bytes):
+    """``max_plan_mib`` bounds the fetch (default 256 MiB: a 10^5-server plan set fits)."""
+    plan_path, make, _ = setup
+    data = to_bytes(make_plan())
+    plan_path.write_bytes(data + b" " * (1024 * 1024))  # valid JSON, just above 1 MiB
+    agent, config = make()
+    assert config.max_plan_mib == 256
+    assert agent.cycle().result == "ok"
+    agent, _ = make(max_plan_mib=1)
+    report = agent.cycle()
+    assert report.result != "ok" and "1048576" in " ".join(report.problems + report.errors)

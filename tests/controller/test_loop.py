@@ -240,3 +240,18 @@ def test_cli_serve_unsigned_warns_and_publishes(tmp_path, capsys):
     assert "UNSIGNED" in err and "publishing to http://127.0.0.1:" in err
     status = json.loads((tmp_path / "state" / "status.json").read_text())
     assert status["result"] == "published"
+
+
+def test_a_plan_above_the_agents_default_limit_is_reported(tmp_path, monkeypatch, caplog):
+    """Published anyway (agents may have raised max_plan_mib), but a problem in the status."""
+    from cosample.agents import source
+
+    rig = Rig(tmp_path)
+    assert not [p for p in rig.cycle(BUSY_S1).problems if "max_plan_mib" in p]
+    monkeypatch.setattr(source, "MAX_BYTES", 100)
+    rig = Rig(tmp_path / "again")
+    status = rig.cycle(BUSY_S1)
+    assert status.result == "published"
+    [problem] = [p for p in status.problems if "max_plan_mib" in p]
+    assert f"version(s) [{status.plan_version}]" in problem and "limit of 100 bytes" in problem
+    assert problem in caplog.text
