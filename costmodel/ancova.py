@@ -17,7 +17,16 @@ power of the data: a shift smaller than its interval cannot be excluded, and wou
 Interval: phases within a run are correlated (lag-1 autocorrelation about 0.5 here) and the
 effect itself varies from run to run, so neither the least-squares covariance nor a residual
 bootstrap is honest. The runs are independent, so the interval is cluster-robust: the sandwich
-covariance summed per run (CR1: times B/(B-1)) with Student's t on B - 1 degrees of freedom.
+covariance with the scores summed per run. With the 6-20 runs of a calibration the plain
+sandwich is biased low, so by default it is the small-sample corrected one of Bell and McCaffrey
+(2002), **CR2**: each run's residuals are scaled by ``(I - H_gg)^(-1/2)`` (``H`` the hat matrix of
+the linearised fit, a pseudo-inverse because the run's own baseline makes ``I - H_gg`` singular;
+Pustejovsky and Tipton 2018), which makes the variance exactly unbiased when the phases' errors
+are independent and equal, with Student's t on the **Satterthwaite degrees of freedom** of
+that variance under the same working model (Bell-McCaffrey; Imbens and Kolesar 2016). Imbens
+and Kolesar's random-effects working model gives the same degrees of freedom here, because the
+per-run baselines absorb a run effect. The older CR1 (the sandwich times B/(B-1), t on B - 1
+dof) stays available (``small_sample="cr1"``) to refit the files it made.
 """
 
 from __future__ import annotations
@@ -48,6 +57,9 @@ MIN_BLOCKS = 3
 #: Adaptive stopping decides on a cluster-robust interval only from this many runs on: with
 #: fewer, the interval's own width is too noisy, and stopping on a narrow one favours luck.
 MIN_STOPPING_BLOCKS = 6
+#: The small-sample correction of the cluster-robust interval: ``cr2`` (Bell-McCaffrey, the
+#: default) or ``cr1`` (B/(B-1), t on B-1 dof; what calibrations before CR2 reported).
+SMALL_SAMPLE = ("cr2", "cr1")
 
 
 def covariate_values(frame: pd.DataFrame, name: str) -> np.ndarray | None:
@@ -105,14 +117,26 @@ class ContrastFit:
     n_blocks: int
     fitted_log: np.ndarray              # mu_b + log(1 + a s) per row (covariate at its run mean)
     gamma: float = math.nan
+    dof: float = math.nan               # of the Student t the interval uses
+    small_sample: str = "cr2"
+
+    def describe(self) -> str:
+        """How the interval was made, for the calibration JSON's ``ci_method``."""
+        if self.small_sample == "cr1":
+            return (f"cluster-robust (CR1) over {self.n_blocks} runs, Student t "
+                    f"({self.n_blocks - 1} dof)")
+        return (f"cluster-robust (CR2, Bell-McCaffrey) over {self.n_blocks} runs, Student t "
+                f"({self.dof:.1f} dof, Satterthwaite)")
 
 
 def fit_contrast(rate: np.ndarray, throughput: np.ndarray, block: np.ndarray,
-                 covariate: np.ndarray | None = None, confidence: float = 0.95) -> ContrastFit:
+                 covariate: np.ndarray | None = None, confidence: float = 0.95,
+                 small_sample: str = "cr2") -> ContrastFit:
     """Fit ``log T = -mu_b - log(1 + a s) - gamma (x - mean_b x)`` (``T`` = budget / cost);
     ``block`` numbers the runs 0..B-1. Raises FitError when the data cannot identify it."""
     from scipy.stats import t as student
 
+    _check_small_sample(small_sample)
     rate = np.asarray(rate, float)
     block = np.asarray(block)
     throughput = np.asarray(throughput, float)
@@ -134,17 +158,14 @@ def fit_contrast(rate: np.ndarray, throughput: np.ndarray, block: np.ndarray,
     n = len(y)
     if n <= n_blocks + k:
         raise FitError(f"{n} phases cannot identify {n_blocks + k} parameters")
-    bread = np.linalg.pinv(jacobian.T @ jacobian)
-    scores = np.zeros((n_blocks, jacobian.shape[1]))
-    np.add.at(scores, block, jacobian * residuals[:, None])
-    meat = scores.T @ scores
-    covariance = bread @ meat @ bread * n_blocks / (n_blocks - 1)
-    se = math.sqrt(max(covariance[0, 0], 0.0))
-    quantile = float(student.ppf(0.5 + confidence / 2, n_blocks - 1))
+    variance, t_dof = cluster_variance(jacobian, residuals, block, n_blocks, small_sample)
+    se = math.sqrt(variance)
+    quantile = float(student.ppf(0.5 + confidence / 2, t_dof))
     a = float(params[0])
     capacities = np.exp(-params[k:])
     capacity = float(np.mean(capacities))
     capacity_se = float(np.std(capacities, ddof=1) / math.sqrt(n_blocks))
+    runs_quantile = float(student.ppf(0.5 + confidence / 2, n_blocks - 1))  # mean of B runs
     dof = max(n - n_blocks - k, 1)
     block_means = np.bincount(block, weights=y, minlength=n_blocks) / counts
     within = float(np.sum((y - block_means[block]) ** 2))
@@ -153,17 +174,21 @@ def fit_contrast(rate: np.ndarray, throughput: np.ndarray, block: np.ndarray,
     return ContrastFit(
         coefficient=a, se=se, ci=(a - quantile * se, a + quantile * se), capacity=capacity,
         capacity_se=capacity_se,
-        capacity_ci=(capacity - quantile * capacity_se, capacity + quantile * capacity_se),
+        capacity_ci=(capacity - runs_quantile * capacity_se,
+                     capacity + runs_quantile * capacity_se),
         residual_sd=math.sqrt(ssr / dof), r_squared=1 - ssr / within if within > 0 else math.nan,
-        n_blocks=n_blocks, fitted_log=fitted, gamma=float(params[1]) if x is not None else math.nan)
+        n_blocks=n_blocks, fitted_log=fitted, gamma=float(params[1]) if x is not None else math.nan,
+        dof=t_dof, small_sample=small_sample)
 
 
 def covariate_shift(rate: np.ndarray, covariate: np.ndarray, block: np.ndarray,
-                    confidence: float = 0.95) -> tuple[float, tuple[float, float]]:
+                    confidence: float = 0.95, small_sample: str = "cr2",
+                    ) -> tuple[float, tuple[float, float]]:
     """The mechanism's effect on the covariate, ``delta`` in ``x = nu_b + delta s + u``, with
     the same cluster-robust interval as ``a``."""
     from scipy.stats import t as student
 
+    _check_small_sample(small_sample)
     rate, x, block = np.asarray(rate, float), np.asarray(covariate, float), np.asarray(block)
     n_blocks = int(block.max()) + 1
     counts = np.bincount(block, minlength=n_blocks)
@@ -174,27 +199,67 @@ def covariate_shift(rate: np.ndarray, covariate: np.ndarray, block: np.ndarray,
         raise FitError("the rate does not vary within any run")
     delta = float(s_c @ x_c) / denominator
     residuals = x_c - delta * s_c
-    per_block = np.bincount(block, weights=s_c * residuals, minlength=n_blocks)
-    se = math.sqrt(float(per_block @ per_block) * n_blocks / (n_blocks - 1)) / denominator
-    quantile = float(student.ppf(0.5 + confidence / 2, n_blocks - 1))
-    return delta, (delta - quantile * se, delta + quantile * se)
+    design = np.zeros((len(x), 1 + n_blocks))
+    design[:, 0] = rate
+    design[np.arange(len(x)), 1 + block] = 1.0
+    variance, dof = cluster_variance(design, residuals, block, n_blocks, small_sample)
+    half = float(student.ppf(0.5 + confidence / 2, dof)) * math.sqrt(variance)
+    return delta, (delta - half, delta + half)
+
+
+def cluster_variance(design: np.ndarray, residuals: np.ndarray, block: np.ndarray,
+                     n_blocks: int, small_sample: str = "cr2") -> tuple[float, float]:
+    """Cluster-robust variance of the first coefficient of a least-squares fit with Jacobian
+    ``design`` (its per-run baseline columns included) and its degrees of freedom.
+
+    ``cr1``: ``B/(B-1) sum_g (w_g' e_g)^2`` with ``w = X (X'X)^-1 c``, B - 1 dof.
+    ``cr2``: ``sum_g (w_g' A_g e_g)^2`` with ``A_g = (I - H_gg)^(+1/2)``; dof
+    ``tr(G'G)^2 / tr((G'G)^2)``, ``G``'s column g being ``(I - H)[:, g] A_g w_g`` — the
+    Satterthwaite approximation of the variance's distribution when the errors are iid."""
+    _check_small_sample(small_sample)
+    bread = np.linalg.pinv(design.T @ design)
+    weights = design @ bread[:, 0]           # the coefficient is weights' y
+    members = [np.flatnonzero(block == g) for g in range(n_blocks)]
+    if small_sample == "cr1":
+        per_block = np.array([weights[m] @ residuals[m] for m in members])
+        return float(per_block @ per_block) * n_blocks / (n_blocks - 1), float(n_blocks - 1)
+    hat = design @ bread @ design.T
+    scaled = np.zeros((len(residuals), n_blocks))   # column g: A_g w_g on run g's rows
+    variance = 0.0
+    for g, m in enumerate(members):
+        values, vectors = np.linalg.eigh(np.eye(len(m)) - hat[np.ix_(m, m)])
+        keep = values > 1e-10 * max(float(values.max()), 1e-300)
+        adjust = (vectors[:, keep] / np.sqrt(values[keep])) @ vectors[:, keep].T
+        scaled[m, g] = adjust @ weights[m]
+        variance += float(scaled[m, g] @ residuals[m]) ** 2
+    spread = scaled - hat @ scaled                  # (I - H) A w, per run
+    gram = spread.T @ spread
+    dof = float(np.trace(gram) ** 2 / np.sum(gram * gram)) if np.any(gram) else math.nan
+    return variance, dof
+
+
+def _check_small_sample(name: str) -> None:
+    if name not in SMALL_SAMPLE:
+        raise FitError(f"small-sample correction must be one of {', '.join(SMALL_SAMPLE)}, "
+                       f"got {name!r}")
 
 
 def fit_with_covariate(frame: pd.DataFrame, block: np.ndarray, name: str | None,
-                       confidence: float = 0.95) -> tuple[ContrastFit, CovariateCheck | None]:
+                       confidence: float = 0.95, small_sample: str = "cr2",
+                       ) -> tuple[ContrastFit, CovariateCheck | None]:
     """The fit with covariate ``name`` when it is recorded and the mechanism does not move it,
     else without; the check says which and why."""
     rate = frame["rate"].to_numpy(float)
     throughput = frame["throughput_pps"].to_numpy(float)
-    plain = fit_contrast(rate, throughput, block, None, confidence)
+    plain = fit_contrast(rate, throughput, block, None, confidence, small_sample)
     if name is None:
         return plain, None
     values = covariate_values(frame, name)
     if values is None:
         return plain, CovariateCheck(name, False, f"not recorded (needs {COVARIATES[name][0]} "
                                                   f"and forwarded_pps, positive in every phase)")
-    delta, (low, high) = covariate_shift(rate, values, block, confidence)
-    adjusted = fit_contrast(rate, throughput, block, values, confidence)
+    delta, (low, high) = covariate_shift(rate, values, block, confidence, small_sample)
+    adjusted = fit_contrast(rate, throughput, block, values, confidence, small_sample)
     bound = abs(adjusted.gamma) * max(abs(low), abs(high))
     common = dict(shift=delta, shift_ci=(low, high), gamma=adjusted.gamma, bias_bound=bound,
                   coefficient_without=plain.coefficient, ci_without=plain.ci)

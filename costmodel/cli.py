@@ -119,10 +119,11 @@ def _fit_options(parser: argparse.ArgumentParser) -> None:
                         help="mechanism whose coefficient is the planner's beta (e.g. mirror_vxlan)")
     parser.add_argument("--ignore-blocks", action="store_true",
                         help="one capacity for all runs even when the data have a block column")
-    parser.add_argument("--ci-method", choices=("auto", "cluster", "bootstrap"), default="auto",
+    parser.add_argument("--ci-method", type=_interval, default="auto",
                         help="cluster: the cpu method's log-cost fit with a cluster-robust "
-                             "interval over runs; bootstrap: the residual bootstrap; auto: the "
-                             "first for cpu-method data with 3+ runs")
+                             "interval over runs (CR2, Bell-McCaffrey dof; cluster-cr1: the "
+                             "older CR1, t on runs-1 dof); bootstrap: the residual bootstrap; "
+                             "auto: cluster for cpu-method data with 3+ runs")
     parser.add_argument("--covariate", action="append", default=[], type=_covariate,
                         metavar="MECHANISM=NAME",
                         help="cpu method: the per-phase covariate of a mechanism's fit, one of "
@@ -139,6 +140,14 @@ def _floats(text: str) -> tuple[float, ...]:
         return tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _interval(text: str) -> str:
+    from cosample.costmodel.fit import INTERVALS
+
+    if text not in INTERVALS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(INTERVALS)}; got {text!r}")
+    return text
 
 
 def _covariate(text: str) -> tuple[str, str | None]:

@@ -34,6 +34,9 @@ ROLE_OF_MECHANISM = {"sflow": "alpha", "mirror": "beta"}
 MIN_POINTS = 3
 #: ``a`` stays above -1 so that T(s) is finite on [0, 1].
 LOWER_BOUND_A = -0.999
+#: ``CostModelFit(interval=...)``: auto, the cpu method's cluster-robust fit (CR2; or CR1, what
+#: calibrations made before CR2 reported), or the residual bootstrap.
+INTERVALS = ("auto", "cluster", "cluster-cr1", "bootstrap")
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ class CostModelFit:
     (None: when the column exists); ``alpha_from``/``beta_from``: the mechanisms whose
     coefficients become the planner's ``alpha`` and ``beta``; ``interval``: ``cluster`` fits
     cpu-method runs in logs with a per-run baseline, a covariate and a cluster-robust interval
-    (``ancova.py``), ``bootstrap`` the law in throughput with the residual bootstrap, ``auto``
+    (``ancova.py``; CR2 with Bell-McCaffrey dof, ``cluster-cr1`` the older CR1), ``bootstrap`` the law in throughput with the residual bootstrap, ``auto``
     the first for cpu-method data with 3 or more runs, else the second; ``covariates``:
     mechanism -> covariate name or None (default ``ancova.DEFAULT_COVARIATES``).
     """
@@ -210,8 +213,8 @@ class CostModelFit:
         use_blocks = self.blocks if self.blocks is not None else "block" in frame.columns
         if use_blocks and "block" not in frame.columns:
             raise FitError("blocks=True but the data have no 'block' column")
-        if self.interval not in ("auto", "cluster", "bootstrap"):
-            raise FitError(f"interval must be auto, cluster or bootstrap, got {self.interval!r}")
+        if self.interval not in INTERVALS:
+            raise FitError(f"interval must be {', '.join(INTERVALS)}, got {self.interval!r}")
         for mechanism, group in frame.groupby("mechanism", sort=True):
             block = (pd.factorize(group["block"])[0] if use_blocks
                      else np.zeros(len(group), dtype=np.int64))
@@ -244,7 +247,7 @@ class CostModelFit:
         if self.interval == "bootstrap" or (self.interval == "auto" and not cpu):
             return False
         enough = use_blocks and int(block.max()) + 1 >= MIN_BLOCKS
-        if self.interval == "cluster" and not enough:
+        if self.interval.startswith("cluster") and not enough:
             raise FitError(f"a cluster-robust interval needs a block column and at least "
                            f"{MIN_BLOCKS} blocks (runs)")
         return enough
@@ -252,15 +255,16 @@ class CostModelFit:
     def _fit_cluster(self, mechanism: str, group: pd.DataFrame, block: np.ndarray) -> MechanismFit:
         """The cpu method's fit: log cost, per-run baselines, a covariate when valid."""
         covariates = DEFAULT_COVARIATES if self.covariates is None else self.covariates
-        fit, check = fit_with_covariate(group, block, covariates.get(mechanism), self.confidence)
+        small_sample = "cr1" if self.interval == "cluster-cr1" else "cr2"
+        fit, check = fit_with_covariate(group, block, covariates.get(mechanism), self.confidence,
+                                        small_sample)
         rate, pps = group["rate"].to_numpy(float), group["throughput_pps"].to_numpy(float)
         capacities = np.exp(-(fit.fitted_log - np.log1p(fit.coefficient * rate)))
         residual_sd = fit.residual_sd * fit.capacity
         notes = _diagnose(rate, pps * fit.capacity / capacities, fit.coefficient, fit.ci,
                           fit.r_squared, residual_sd, self.min_r_squared, self.confidence,
                           failed=0, total=1)
-        quantile_note = (f"cluster-robust (CR1) over {fit.n_blocks} runs, Student t "
-                         f"({fit.n_blocks - 1} dof), log cost"
+        quantile_note = (f"{fit.describe()}, log cost"
                          + (f", covariate {check.name}" if check and check.used else ""))
         return MechanismFit(
             mechanism=mechanism, coefficient=fit.coefficient, coefficient_se=fit.se,

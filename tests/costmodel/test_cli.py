@@ -140,3 +140,17 @@ def test_fit_takes_a_covariate_per_mechanism_and_refuses_unknown_ones(tmp_path, 
     assert "covariate receiver" not in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["fit", str(data), "--covariate", "sflow=vcpu"])
+
+
+def test_fit_chooses_the_small_sample_correction_and_refuses_unknown_ones(tmp_path, capsys):
+    from tests.costmodel.test_ancova import synthetic
+
+    data = tmp_path / "m.csv"
+    synthetic(seed=7).to_csv(data, index=False)
+    assert main(["fit", str(data)]) == 0
+    assert "CR2, Bell-McCaffrey" in capsys.readouterr().out
+    assert main(["fit", str(data), "--ci-method", "cluster-cr1"]) == 0
+    assert "(CR1) over 8 runs" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["fit", str(data), "--ci-method", "cr3"])
+    assert "expected one of auto, cluster, cluster-cr1, bootstrap" in capsys.readouterr().err

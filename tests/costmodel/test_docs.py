@@ -55,8 +55,9 @@ def test_committed_calibration_is_reproducible(name):
     entries = document["mechanisms"].values()
     # refit with the estimator that made the file: the cluster-robust fit (and its covariates)
     # for files that say so, the residual bootstrap for the older ones
-    interval = ("cluster" if any(str(e.get("ci_method", "")).startswith("cluster") for e in entries)
-                else "bootstrap")
+    methods = [str(e.get("ci_method", "")) for e in entries]
+    interval = ("cluster-cr1" if any(m.startswith("cluster-robust (CR1)") for m in methods)
+                else "cluster" if any(m.startswith("cluster") for m in methods) else "bootstrap")
     covariates = {m: (e.get("covariate") or {}).get("name") for m, e in document["mechanisms"].items()}
     refit = CostModelFit(interval=interval, covariates=covariates).fit(
         read_measurements(csv)).calibration_.to_dict()
