@@ -91,11 +91,14 @@ class Attribution:
 
     def rates(self, server: str, rate_of: Mapping[str, int] | None = None) -> tuple[float, float]:
         """(local sampling probability l, mirrored-and-sampled probability Q) of a packet."""
-        plan = self.servers[server]
-        local = _probability(self._rate(plan, rate_of))
-        mirrored = math.fsum(share * _probability(self._rate(self.servers[receiver], rate_of))
-                             for receiver, share in plan.mirrors.items())
-        return local, min(mirrored, 1.0)
+        local = _probability(self._rate(self.servers[server], rate_of))
+        return local, min(math.fsum(self.mirror_rates(server, rate_of).values()), 1.0)
+
+    def mirror_rates(self, server: str,
+                     rate_of: Mapping[str, int] | None = None) -> dict[str, float]:
+        """receiver -> ``m_j / N_j``: probability that a packet is mirrored to it and sampled."""
+        return {receiver: share * _probability(self._rate(self.servers[receiver], rate_of))
+                for receiver, share in self.servers[server].mirrors.items()}
 
     @staticmethod
     def _rate(plan: ServerPlan, rate_of: Mapping[str, int] | None) -> int | None:

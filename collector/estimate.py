@@ -9,9 +9,14 @@ estimates (docs/collector.md, "Renormalisation"):
 - the local stream estimates the server's packets as ``L = sum 1/l`` (``l = 1/N``, the 1-in-N the
   agent reports in each sample), the mirrored stream as ``M = sum 1/Q`` (``Q = sum_j m_j / N_j``,
   mirror shares from the plan, receivers' rates as reported); both are unbiased;
-- they are combined by their precisions ``w = p/(1-p)``: ``X = a L + (1-a) M`` with
-  ``a = w_L / (w_L + w_M)``, variance ``a^2 L / w_L + (1-a)^2 M / w_M`` (each term additive
-  across instances); 1-in-1 streams are exact;
+- each stream counts only over its *exposure*, the part of the window in which it ran (a plan
+  change starts and stops streams, the agents follow with a lag: ``exposure``); a stream seen
+  over a fraction ``phi`` of the window estimates the window as ``L / phi`` (``extrapolate``);
+- they are combined by their precisions ``P = phi / (1/w + 1 - phi)`` with ``w = p/(1-p)``
+  (``w`` itself over a whole window): ``X = a L/phi_L + (1-a) M/phi_M``, ``a = P_L / (P_L +
+  P_M)``, variance ``a^2 Var_L + (1-a)^2 Var_M`` (each term additive across instances); a
+  stream's variance is its samples' ``sum w(w-1)`` (Horvitz-Thompson), so rates that change
+  within the window count right; 1-in-1 streams are exact;
 - samples lost between agent and collector (sequence gaps) or dropped by the agent (``drops``)
   scale that agent's sums by ``(received + lost) / received``.
 """
@@ -26,6 +31,7 @@ from datetime import datetime, timezone
 
 from cosample.collector.attribution import LOCAL, Attribution, Source
 from cosample.collector.decode import DecodeError, FlowSample, flow_record, parse_compact
+from cosample.collector.exposure import PENDING, Streams, extrapolate, precision
 from cosample.collector.intervals import normal_interval, packets_interval
 from cosample.collector.snapshot import PlanRef, ServerEstimate, Snapshot
 
@@ -66,11 +72,16 @@ class Estimator:
         self._verdicts: dict[tuple, Source | str] = {}
         self._first: float | None = None
         self._now: float | None = None
+        self.streams = Streams(gated=not partial)
+        if attribution is not None:
+            self.streams.plan(attribution, None)
 
     # fast path -----------------------------------------------------------------------------
-    def set_attribution(self, attribution: Attribution) -> None:
-        """A new plan: sums already taken keep their weights, new samples use the new plan."""
+    def set_attribution(self, attribution: Attribution, now: float | None = None) -> None:
+        """A new plan seen at ``now`` (default: the newest datagram's time): sums already taken
+        keep their weights, new samples use the new plan, streams start and stop (``exposure``)."""
         self.attribution = attribution
+        self.streams.plan(attribution, now if now is not None else self._now)
         self._mirror_q.clear()
         self._verdicts.clear()
 
@@ -101,6 +112,7 @@ class Estimator:
         last_seen, hook = self._last, self.on_sample
         need_record = hook is not None or bool(server_of_address)
         agent_rate = rate_of.get(agent)
+        gate, starting = self.streams.gate, None
         for flow in flows:
             rate, size, vni, outer = flow[2], flow[4], flow[5], flow[6]
             verdict_key = (agent, vni, outer)
@@ -119,10 +131,22 @@ class Estimator:
                 self._mirror_q.clear()
             received += 1
             server = source.server
-            if source.kind is LOCAL:
-                weight, kind = float(rate), 0
-            else:
-                weight, kind = 1.0 / self._q(server), 1
+            kind = 0 if source.kind is LOCAL else 1
+            if gate or starting is not None:
+                stream = (server, agent, kind)
+                state = gate.get(stream) if gate else None
+                if state == PENDING:  # the agent started this stream: it runs from now on, and
+                    self.streams.start(server, agent, kind, now)  # the samples of this first
+                    self._mirror_q.pop(server, None)              # datagram were taken before
+                    starting = (starting or set()) | {stream}
+                if starting is not None and stream in starting:
+                    self.ignored["stream_start"] += 1
+                    continue
+                if state is not None:
+                    self.dropped["stale_local"] += 1
+                    continue
+            weight = float(rate) if kind == 0 else 1.0 / self._q(server)
+            variance = weight * (weight - 1.0)  # (1-p)/p^2: the sample's share of the variance
             dst = record = None
             if need_record:
                 record = flow_record(agent, flow, data)
@@ -132,11 +156,14 @@ class Estimator:
             key = (server, agent, kind, dst)
             acc = sums.get(key)
             if acc is None:
-                acc = sums[key] = [0, 0.0, 0.0, 0.0]
+                acc = sums[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0]
+            square = size * size
             acc[0] += 1
             acc[1] += weight
             acc[2] += size * weight
-            acc[3] += size * size * weight
+            acc[3] += square * weight
+            acc[4] += variance
+            acc[5] += square * variance
             if last_seen.get(server, 0.0) < now:
                 last_seen[server] = now
             if hook is not None:
@@ -151,10 +178,17 @@ class Estimator:
             self._interface(counter, now)
 
     def _q(self, sender: str) -> float:
+        """``Q`` of ``sender`` over the mirrored streams running now (pending ones do not count)."""
         q = self._mirror_q.get(sender)
         if q is None:
-            q = self._mirror_q[sender] = self.attribution.rates(sender, self.rate_of)[1] or 1.0
+            q = self._mirror_q[sender] = self._running_q(sender) or 1.0
         return q
+
+    def _running_q(self, sender: str) -> float:
+        servers, runs = self.attribution.servers, self.streams.runs
+        return min(1.0, math.fsum(
+            q for receiver, q in self.attribution.mirror_rates(sender, self.rate_of).items()
+            if runs(sender, servers[receiver].agent, 1)))
 
     def _lost(self, agent: str, flows: tuple[tuple, ...]) -> int:
         """Samples the agent numbered (or dropped) but that never arrived: gaps per sampler.
@@ -241,36 +275,49 @@ class Estimator:
                 tally[1] += lost
         loss = {agent: (got + lost) / got if got else 1.0 for agent, (got, lost) in agents.items()}
         for _, sums, _ in self._buckets:
-            for (server, agent, kind, dst), (n, w, bw, b2w) in sums.items():
-                f = loss.get(agent, 1.0)
-                stream = streams.setdefault(server, [[0, 0.0, 0.0, 0.0], [0, 0.0, 0.0, 0.0]])[kind]
+            for (server, agent, kind, dst), (n, w, bw, b2w, v, b2v) in sums.items():
+                f = loss.get(agent, 1.0)  # each received sample stands for f: weight f w
+                stream = streams.setdefault(server, [[0] + [0.0] * 5, [0] + [0.0] * 5])[kind]
                 stream[0] += n
                 stream[1] += w * f
                 stream[2] += bw * f
-                stream[3] += b2w * f * f
+                stream[3] += b2w * f
+                stream[4] += v * f * f + w * f * (f - 1)  # sum fw (fw - 1)
+                stream[5] += b2v * f * f + b2w * f * (f - 1)
                 if dst is not None:
                     matrix[(server, dst, kind)] = matrix.get((server, dst, kind), 0.0) + w * f
-        servers, shares = {}, {}
+        self.streams.forget(start)
+        servers, scales = {}, {}
         plan_servers = self.attribution.servers if self.attribution is not None else {}
+        empty = [0] + [0.0] * 5
         for server in sorted(set(plan_servers) | set(streams)):
-            local, mirrored = streams.get(server, [[0, 0.0, 0.0, 0.0], [0, 0.0, 0.0, 0.0]])
+            local, mirrored = streams.get(server, (empty, empty))
+            phi_l, phi_m = (self.streams.exposure(server, kind, start, now) / span if span > 0
+                            else 1.0 for kind in (0, 1))
             if server in plan_servers:
                 l, q, _, _ = self._precisions(server)
                 coverage = min(1.0, l + q - l * q)
+                q_now = self._running_q(server) if not self.partial else q
                 if not self.partial:  # a stream the plan expects but that never arrives
-                    l_used = l if local[0] or mirrored[1] * l < MISSING_STREAM_SAMPLES else 0.0
-                    q_used = q if mirrored[0] or local[1] * q < MISSING_STREAM_SAMPLES else 0.0
-                else:
-                    l_used, q_used = l, q
-                w_l, w_m = _precision(l_used), _precision(q_used)
+                    if not local[0] and _expected(mirrored[1], phi_m, phi_l, l):
+                        phi_l = 0.0
+                    if not mirrored[0] and _expected(local[1], phi_l, phi_m, q_now):
+                        phi_m = 0.0
             else:
-                l = q = w_l = w_m = coverage = 0.0
-            a = _share(w_l, w_m, 0)
-            shares[server] = a
-            packets = a * local[1] + (1 - a) * mirrored[1]
-            octets = a * local[2] + (1 - a) * mirrored[2]
-            variance = a * a * _over(local[1], w_l) + (1 - a) ** 2 * _over(mirrored[1], w_m)
-            octet_variance = a * a * _over(local[3], w_l) + (1 - a) ** 2 * _over(mirrored[3], w_m)
+                l = q = q_now = coverage = 0.0
+            p_l = precision(phi_l, _inverse_precision(local, l, self.partial))
+            p_m = precision(phi_m, _inverse_precision(mirrored, q_now, self.partial))
+            a = _share(p_l, p_m, 0)
+            g_l = a / phi_l if a and phi_l > 0 else 0.0  # what one counted packet weighs
+            g_m = (1 - a) / phi_m if a < 1 and phi_m > 0 else 0.0
+            scales[server] = (g_l, g_m)
+            packets = g_l * local[1] + g_m * mirrored[1]
+            octets = g_l * local[2] + g_m * mirrored[2]
+            variance = octet_variance = 0.0
+            for share, phi, sums in ((a, phi_l, local), (1 - a, phi_m, mirrored)):
+                if share and phi > 0:
+                    variance += share * share * extrapolate(sums[1], sums[4], phi)[1]
+                    octet_variance += share * share * extrapolate(sums[3], sums[5], phi)[1]
             low, high = packets_interval(packets, variance, l + q)
             blow, bhigh = normal_interval(octets, octet_variance)
             last = self._last.get(server)
@@ -287,9 +334,8 @@ class Estimator:
         if self.attribution is not None and self.attribution.server_of_address:
             traffic = {}
             for (src, dst, kind), w in sorted(matrix.items()):
-                a = shares.get(src, 1.0)
                 row = traffic.setdefault(src, {})
-                row[dst] = row.get(dst, 0.0) + (a if kind == 0 else 1 - a) * w / window
+                row[dst] = row.get(dst, 0.0) + scales.get(src, (1.0, 0.0))[kind] * w / window
         plan = None if self.attribution is None else PlanRef(
             version=self.attribution.plan_version, plan_id=self.attribution.plan_id)
         return Snapshot.from_servers(servers, collector=self.name, time=_utc(now),
@@ -306,9 +352,21 @@ def _precision(probability: float) -> float:
     return math.inf if probability >= 1.0 else probability / (1.0 - probability)
 
 
-def _over(total: float, precision: float) -> float:
-    """``total / precision``: a stream's estimated variance (0 when exact or absent)."""
-    return 0.0 if precision == 0.0 or math.isinf(precision) else total / precision
+def _inverse_precision(sums: list, probability: float, planned: bool) -> float:
+    """``(1-p)/p`` of a stream: from its samples (``sum w(w-1) / sum w``, right when rates
+    changed within the window), from the plan's ``probability`` without samples or if
+    ``planned`` (``--partial``: instances must weigh alike what only one of them sees)."""
+    if sums[1] > 0 and not planned:
+        return sums[4] / sums[1]
+    return math.inf if probability <= 0.0 else (1.0 - probability) / probability
+
+
+def _expected(other_total: float, other_phi: float, phi: float, probability: float) -> bool:
+    """Would a stream sampling with ``probability`` over ``phi`` of the window have produced at
+    least ``MISSING_STREAM_SAMPLES``, at the rate the other stream saw?"""
+    if other_phi <= 0.0 or phi <= 0.0:
+        return False
+    return other_total / other_phi * phi * probability >= MISSING_STREAM_SAMPLES
 
 
 def _share(w_local: float, w_mirrored: float, kind: int) -> float:

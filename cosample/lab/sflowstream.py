@@ -62,9 +62,32 @@ def simulate(plan: Plan, packets: Mapping[str, int], *, duration_s: float = 10.0
         start = float(int(time.time() - duration_s - 1))
     rng = np.random.default_rng(seed)
     names = sorted(plan.hosts)
-    index = {name: k for k, name in enumerate(names)}
     pending: dict[str, list[tuple[float, SampleSpec]]] = {}
     by_kind = {"local": 0, "mirrored": 0, "overlay": 0}
+    _draw(pending, by_kind, plan, packets, start, duration_s, rng, frame_bytes, destinations)
+    if overlay_samples and len(names) > 1:
+        sender, receiver = plan.hosts[names[0]], plan.hosts[names[1]]
+        header, length = frame(vm_address(0), vm_address(1, 2), frame_bytes)
+        _add(pending, receiver.tunnel_ip,
+             rng.uniform(start, start + duration_s, overlay_samples),
+             SampleSpec(0, receiver.sflow_sampling or 1, 0, header, length,
+                        tunnel_src=sender.tunnel_ip, tunnel_dst=receiver.tunnel_ip,
+                        vni=OVERLAY_VNI))
+        by_kind["overlay"] += overlay_samples
+    out: list[tuple[float, bytes]] = []
+    for agent, items in pending.items():
+        out.extend(_datagrams(agent, sorted(items, key=lambda item: item[0]), start, counters))
+    out.sort(key=lambda item: item[0])
+    return Stream(out, {n: int(packets.get(n, 0)) for n in names}, duration_s,
+                  sum(by_kind.values()), by_kind)
+
+
+def _draw(pending, by_kind, plan: Plan, packets: Mapping[str, int], start: float,
+          duration_s: float, rng, frame_bytes: int,
+          destinations: Mapping[str, str] | None) -> None:
+    """Sample each server's ``packets`` (uniform over the interval) as ``plan`` says."""
+    names = sorted(plan.hosts)
+    index = {name: k for k, name in enumerate(names)}
     for name in names:
         host, total = plan.hosts[name], int(packets.get(name, 0))
         dst_name = (destinations or {}).get(name, name)
@@ -85,21 +108,6 @@ def simulate(plan: Plan, packets: Mapping[str, int], *, duration_s: float = 10.0
                                 input_port=0, tunnel_src=host.tunnel_ip,
                                 tunnel_dst=receiver.tunnel_ip, vni=pair_vni(name, peer)))
                 by_kind["mirrored"] += int(count)
-    if overlay_samples and len(names) > 1:
-        sender, receiver = plan.hosts[names[0]], plan.hosts[names[1]]
-        header, length = frame(vm_address(0), vm_address(1, 2), frame_bytes)
-        _add(pending, receiver.tunnel_ip,
-             rng.uniform(start, start + duration_s, overlay_samples),
-             SampleSpec(0, receiver.sflow_sampling or 1, 0, header, length,
-                        tunnel_src=sender.tunnel_ip, tunnel_dst=receiver.tunnel_ip,
-                        vni=OVERLAY_VNI))
-        by_kind["overlay"] += overlay_samples
-    out: list[tuple[float, bytes]] = []
-    for agent, items in pending.items():
-        out.extend(_datagrams(agent, sorted(items, key=lambda item: item[0]), start, counters))
-    out.sort(key=lambda item: item[0])
-    return Stream(out, {n: int(packets.get(n, 0)) for n in names}, duration_s,
-                  sum(by_kind.values()), by_kind)
 
 
 def _add(pending, agent: str, times, spec: SampleSpec) -> None:
@@ -142,3 +150,28 @@ def _datagrams(agent: str, items: list[tuple[float, SampleSpec]], start: float,
                                        [counter_sample(k + 1, 7, 1000 * k * int(end - start + 1),
                                                        500 * k * int(end - start + 1))])))
     return out
+
+
+def plan_change(before: Plan, after: Plan, packets_per_s: Mapping[str, float], *,
+                change_s: float, duration_s: float, start: float, seed: int = 0,
+                frame_bytes: int = 1000) -> Stream:
+    """Steady traffic sampled under ``before`` until ``start + change_s``, then under ``after``.
+
+    ``change_s`` is when the *agents* apply the new plan (a collector sees it earlier or later).
+    Each agent packs the samples of both plans into one run of datagrams, as OVS does.
+    """
+    rng = np.random.default_rng(seed)
+    pending: dict[str, list[tuple[float, SampleSpec]]] = {}
+    by_kind = {"local": 0, "mirrored": 0, "overlay": 0}
+    for plan, begin, length in ((before, start, change_s),
+                                (after, start + change_s, duration_s - change_s)):
+        if length > 0:
+            counts = {name: int(round(rate * length)) for name, rate in packets_per_s.items()}
+            _draw(pending, by_kind, plan, counts, begin, length, rng, frame_bytes, None)
+    out: list[tuple[float, bytes]] = []
+    for agent, items in pending.items():
+        out.extend(_datagrams(agent, sorted(items, key=lambda item: item[0]), start, False))
+    out.sort(key=lambda item: item[0])
+    return Stream(out, {name: int(round(rate * duration_s))
+                        for name, rate in packets_per_s.items()}, duration_s,
+                  sum(by_kind.values()), by_kind)

@@ -1,0 +1,153 @@
+"""Which sample streams ran when (their exposure), and how streams of unequal exposure combine.
+
+A server's packets reach the collector through *streams*: its local samples (key
+``(agent, LOCAL_KIND)``) and one mirrored stream per receiver (key ``(receiver agent,
+MIRRORED_KIND)``). A plan change starts and stops streams, and the agents follow some seconds
+after the collector saw the plan (docs/collector.md, "Plan changes"):
+
+- a stream the new plan drops stops when the collector sees the plan: later mirrored copies are
+  ``stale_mirror`` (the attribution no longer knows the pair), later local samples ``stale_local``;
+- a stream the new plan adds is *pending* until its first datagram arrives: that datagram only
+  marks the moment the agent had started it (its samples of the stream were taken before and are
+  not counted, ``ignored: stream_start``), the stream runs from then on. An agent fills one
+  datagram at a time, so the later datagrams hold samples taken after that moment: for a Poisson
+  stream an unbiased rate, whatever the agents' lag;
+- streams both plans have continue.
+
+``Streams`` keeps, per (server, kind), the time spans during which at least one stream of that
+kind ran; ``exposure`` is their length inside the window. The pure functions below turn a
+stream's sums over its exposure into an estimate for the whole window (``extrapolate``) and give
+its precision (``precision``), which ``_share`` in ``estimate`` turns into combination weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cosample.collector.attribution import Attribution
+
+LOCAL_KIND, MIRRORED_KIND = 0, 1
+PENDING, STOPPED = "pending", "stopped"
+_OPEN = math.inf
+
+
+class Streams:
+    """Running, pending and stopped streams, and each server's spans per kind (pure state)."""
+
+    def __init__(self, gated: bool = True) -> None:
+        #: False (``--partial``): every planned stream runs from the moment the plan is seen, so
+        #: instances that each see part of a server's streams weigh them alike.
+        self.gated = gated
+        self.active: dict[str, set[tuple[str, int]]] = {}
+        self.gate: dict[tuple[str, str, int], str] = {}  # (server, agent, kind) -> PENDING/STOPPED
+        self.spans: dict[tuple[str, int], list[list[float]]] = {}  # [begin, end]; end inf: open
+        self._planned: dict[str, set[tuple[str, int]]] = {}
+        self._seen_plan = False
+
+    def plan(self, attribution: Attribution, at: float | None) -> None:
+        """A new plan seen at ``at`` (None: before any sample, the streams ran all along)."""
+        first, self._seen_plan = not self._seen_plan, True
+        when = -math.inf if at is None else at
+        planned = {server: _planned(attribution, server) for server in attribution.servers}
+        for server in set(planned) | set(self._planned):
+            new, old = planned.get(server, set()), self._planned.get(server, set())
+            active = self.active.setdefault(server, set())
+            for agent, kind in old - new:
+                active.discard((agent, kind))
+                self.gate.pop((server, agent, kind), None)
+                if kind == LOCAL_KIND and self.gated:
+                    self.gate[(server, agent, kind)] = STOPPED
+            for agent, kind in new - old:
+                if first or not self.gated:
+                    active.add((agent, kind))
+                    self.gate.pop((server, agent, kind), None)
+                else:
+                    self.gate[(server, agent, kind)] = PENDING
+            self._update_spans(server, when)
+        self._planned = planned
+
+    def start(self, server: str, agent: str, kind: int, at: float) -> None:
+        """The first sample of a pending stream arrived at ``at``: it runs from now on."""
+        del self.gate[(server, agent, kind)]
+        self.active.setdefault(server, set()).add((agent, kind))
+        self._update_spans(server, at)
+
+    def runs(self, server: str, agent: str, kind: int) -> bool:
+        return (agent, kind) in self.active.get(server, ())
+
+    def exposure(self, server: str, kind: int, start: float, now: float) -> float:
+        """Seconds of ``[start, now]`` during which a stream of ``kind`` of ``server`` ran."""
+        total = 0.0
+        for begin, end in self.spans.get((server, kind), ()):
+            total += max(0.0, min(end, now) - max(begin, start))
+        return total
+
+    def forget(self, before: float) -> None:
+        """Drop spans that ended before ``before`` (the window's start)."""
+        for key, spans in list(self.spans.items()):
+            kept = [span for span in spans if span[1] >= before]
+            if kept:
+                self.spans[key] = kept
+            else:
+                del self.spans[key]
+
+    def _update_spans(self, server: str, at: float) -> None:
+        active = self.active.get(server, ())
+        for kind in (LOCAL_KIND, MIRRORED_KIND):
+            running = any(k == kind for _, k in active)
+            spans = self.spans.setdefault((server, kind), [])
+            is_open = bool(spans) and spans[-1][1] == _OPEN
+            if running and not is_open:
+                spans.append([at, _OPEN])
+            elif is_open and not running:
+                spans[-1][1] = at
+            if not spans:
+                del self.spans[(server, kind)]
+
+
+def _planned(attribution: Attribution, server: str) -> set[tuple[str, int]]:
+    """The streams ``attribution`` expects of ``server``: (agent, kind) pairs.
+
+    Local sampling runs unless the plan turns it off for a server that mirrors (no 1-in-N and
+    mirrors); a server without either is in its safe state or plan-less: its agent samples at its
+    own rate.
+    """
+    plan = attribution.servers[server]
+    streams: set[tuple[str, int]] = set()
+    if plan.agent is not None and (plan.sampling is not None or not plan.mirrors):
+        streams.add((plan.agent, LOCAL_KIND))
+    for receiver, share in plan.mirrors.items():
+        agent = attribution.servers[receiver].agent if receiver in attribution.servers else None
+        if agent is not None and share > 0:
+            streams.add((agent, MIRRORED_KIND))
+    return streams
+
+
+def precision(fraction: float, inverse_precision: float) -> float:
+    """Precision (per packet of the window) of a stream seen over ``fraction`` of the window.
+
+    ``inverse_precision`` is ``(1-p)/p`` averaged over the stream's samples. Extrapolating a
+    stream's count from a fraction ``phi`` of the window to all of it (Poisson traffic at a
+    steady rate ``r``) has variance ``r W (1/w + 1 - phi) / phi``: the sampling noise of the
+    ``phi`` it saw, scaled up, plus the traffic's own noise in the part it did not see. So the
+    precision is ``phi / (1/w + 1 - phi)``: ``w`` for a stream that saw the whole window, about
+    ``phi p`` for one that saw little of it (an exact stream seen over 1 % of the window is worth
+    1 %, not everything).
+    """
+    if fraction <= 0.0:
+        return 0.0
+    denominator = inverse_precision + 1.0 - fraction
+    return math.inf if denominator <= 0.0 else fraction / denominator
+
+
+def extrapolate(total: float, variance: float, fraction: float) -> tuple[float, float]:
+    """(estimate, variance) of the window's count from a stream's sums over ``fraction`` of it.
+
+    ``total`` is the Horvitz-Thompson sum over the exposure and ``variance`` its estimated
+    variance; the estimate is ``total / phi``, its variance ``(variance + total (1 - phi)) /
+    phi^2`` (scaled-up sampling noise plus Poisson traffic in the unseen part). ``phi = 1`` gives
+    back ``(total, variance)``.
+    """
+    if fraction <= 0.0:
+        return 0.0, 0.0
+    return total / fraction, (variance + total * (1.0 - fraction)) / fraction ** 2
