@@ -11,6 +11,11 @@ Built from a validated plan (``cosample.agents.plan.Plan``) and an optional inve
   run yet or any more); another VNI from a known server is tenant overlay traffic, already
   sampled on its way in at the sending server (``overlay_ingress``, not counted); anything else
   is an ``unknown_tunnel``. VM addresses are never used: tenants reuse them.
+
+Before any plan exists (``planless``), the inventory's ``agent_ip`` of each server is all there
+is: agents without a plan run their safe state (local sFlow at their own 1-in-N, no mirrors), so
+every sample is local and is weighted by the 1-in-N its agent reports; the attribution has no
+plan version (``plan_version is None``) and the snapshot says so (``plan: null``).
 """
 
 from __future__ import annotations
@@ -53,8 +58,8 @@ class Source:
 class Attribution:
     """Lookup tables for the fast path, built once per plan."""
 
-    plan_version: int
-    plan_id: str
+    plan_version: int | None  # None: plan-less (see ``planless``)
+    plan_id: str | None
     servers: dict[str, ServerPlan]
     server_of_agent: dict[str, str]
     mirrors: dict[tuple[str, int], tuple[str, float, str | None]]  # (receiver agent, VNI) -> ...
@@ -137,6 +142,18 @@ def build(plan: Plan, inventory: Inventory | None = None, *, safe: bool = False)
     return Attribution(plan.version, plan.plan_id, servers, server_of_agent, mirrors,
                        frozenset(vnis), frozenset(known),
                        inventory.server_of_address() if inventory is not None else {})
+
+
+def planless(inventory: Inventory | None) -> Attribution | None:
+    """The safe-state attribution without a plan: each server of the inventory that has an
+    ``agent_ip`` samples locally at the rate its agent reports (no mirrors, so no tunnel
+    samples are counted); None when the inventory names no agent address."""
+    server_of_agent = inventory.server_of_agent() if inventory is not None else {}
+    if not server_of_agent:
+        return None
+    servers = {name: ServerPlan(name, agent, None, {}) for agent, name in server_of_agent.items()}
+    return Attribution(None, None, servers, server_of_agent, {}, frozenset(),
+                       frozenset(server_of_agent), inventory.server_of_address())
 
 
 def _agent_override(plan: Plan, host: str) -> str | None:

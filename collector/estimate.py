@@ -336,7 +336,7 @@ class Estimator:
             for (src, dst, kind), w in sorted(matrix.items()):
                 row = traffic.setdefault(src, {})
                 row[dst] = row.get(dst, 0.0) + scales.get(src, (1.0, 0.0))[kind] * w / window
-        plan = None if self.attribution is None else PlanRef(
+        plan = None if self.attribution is None or self.attribution.plan_id is None else PlanRef(
             version=self.attribution.plan_version, plan_id=self.attribution.plan_id)
         return Snapshot.from_servers(servers, collector=self.name, time=_utc(now),
                                      window_s=window, plan=plan, traffic_pps=traffic,

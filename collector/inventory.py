@@ -5,7 +5,9 @@ cosample.addresses``; distinct from the controller's fleet inventory, which has 
 addresses). With it the collector
 builds the traffic matrix ``V[src][dst]`` (the source is the server a sample is attributed to,
 the destination the server holding the packet's destination address) and knows agents whose
-sFlow address is not the server's ``tunnel_ip``. Declared once as a pydantic model.
+sFlow address is not the server's ``tunnel_ip``; its ``agent_ip`` entries are also what lets the
+collector attribute samples before any plan exists (``attribution.planless``). Declared once
+as a pydantic model.
 """
 
 from __future__ import annotations
@@ -61,10 +63,21 @@ class Inventory(Strict):
                                          f"also listed under {out[address]}")
         return out
 
+    def server_of_agent(self) -> dict[str, str]:
+        """sFlow agent address -> server (servers with an ``agent_ip``); an address given to two
+        servers is an error."""
+        out: dict[str, str] = {}
+        for name, entry in self.servers.items():
+            if entry.agent_ip and out.setdefault(entry.agent_ip, name) != name:
+                raise CollectorError(f"inventory: servers.{name}: agent_ip {entry.agent_ip} is "
+                                     f"also the agent of {out[entry.agent_ip]}")
+        return out
+
 
 def read_inventory(path: str | Path) -> Inventory:
     """Load and validate an inventory file (``.yaml``/``.yml`` as YAML, anything else JSON)."""
     data = read_document(path, "inventory", error=CollectorError)
     inventory = validate(Inventory, data, where=str(path), error=CollectorError)
     inventory.server_of_address()
+    inventory.server_of_agent()
     return inventory

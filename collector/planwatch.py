@@ -4,7 +4,10 @@ The collector reads plans with the agents' own reader and selection rules
 (``cosample.agents.plan``, ``cosample.agents.selection``), so both agree on which plan is in force:
 the newest active plan of the document, never a rollback. A fetch or validation failure keeps
 the last good plan (counted in ``errors``). When the running plan expires the agents fall back to
-local sampling only, and so does the attribution (no mirrors).
+local sampling only, and so does the attribution (no mirrors). Until a plan is in force (none
+published yet, or all expired before the collector started) the agents run their safe state,
+and the collector attributes by its inventory's agent addresses (``attribution.planless``:
+``planless`` is True, the snapshot's ``plan`` is null).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class PlanWatcher:
         self.location, self.inventory, self.timeout_s = location, inventory, timeout_s
         self.running: Plan | None = None
         self.safe = False
+        self.planless = False  # no plan in force yet: attributing by the inventory's agents
         self.errors = 0
         self.last_error: str | None = None
 
@@ -37,21 +41,29 @@ class PlanWatcher:
         except CosampleError as exc:
             self.errors += 1
             self.last_error = str(exc)
-            return None
+            return self._planless()
         selection = select_plan(plans, self.running, now)
         if selection.plan is None:
             if self.running is None:
                 self.errors += 1
                 self.last_error = f"plan {self.location}: no usable plan ({selection.reason})"
-                return None
+                return self._planless()
             if self.safe:
                 return None
             self.safe = True  # expired: the agents sample locally only
             return attribution.build(self.running, self.inventory, safe=True)
         if selection.plan == self.running and not self.safe:
             return None
-        self.running, self.safe = selection.plan, False
+        self.running, self.safe, self.planless = selection.plan, False, False
         return attribution.build(selection.plan, self.inventory)
+
+    def _planless(self) -> attribution.Attribution | None:
+        """The plan-less attribution, once, while no plan has been in force."""
+        if self.running is not None or self.planless:
+            return None
+        update = attribution.planless(self.inventory)
+        self.planless = update is not None
+        return update
 
 
 def load_for_replay(location: str, inventory: Inventory | None, when: datetime) -> attribution.Attribution:

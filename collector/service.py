@@ -164,7 +164,10 @@ class Service:
             self.estimator.set_attribution(update)
             if self.reexporter is not None:
                 self.reexporter.attribution = update
-            self.log(f"collector: plan version {update.plan_version} ({update.plan_id[:12]})"
+            self.log("collector: no plan yet: attributing by the inventory's agent addresses "
+                     f"({len(update.servers)} servers, local sampling at their own rates)"
+                     if update.plan_id is None else
+                     f"collector: plan version {update.plan_version} ({update.plan_id[:12]})"
                      f"{' expired: local sampling only' if self.watcher.safe else ''}")
         elif self.watcher.last_error:
             self.log(f"collector: {self.watcher.last_error}; keeping the last good plan")

@@ -70,8 +70,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="total timeout of each snapshot fetch (default 10s)")
     run.add_argument("--measure-sampling", type=int, default=4096, metavar="N",
                      help="a server that would sample nothing samples 1-in-N, so traffic appearing "
-                          "anywhere is seen; with no plan in force and no snapshot, a measurement plan "
-                          "(1-in-N everywhere, no mirrors) is published; 0: off (default 4096)")
+                          "anywhere is seen; with no plan in force and no snapshot knowing a server "
+                          "for --measure-after, a measurement plan (1-in-N everywhere, no mirrors) "
+                          "is published; 0: off (default 4096)")
+    run.add_argument("--measure-after", type=duration, default=60.0, metavar="DURATION",
+                     help="with no plan in force, wait this long for a snapshot that knows the "
+                          "servers (agents sample in their safe state; the collector attributes "
+                          "by its inventory's agent addresses) before the measurement plan "
+                          "(default 60s: two of the collector's default 30-s windows)")
     run.add_argument("--cycles", type=int, default=None, metavar="N",
                      help="stop after N cycles (default: run until SIGTERM/SIGINT)")
     run.set_defaults(func=_run)
@@ -123,7 +129,8 @@ def settings_from(args: argparse.Namespace):
         max_age_s=args.max_age, valid_for_s=args.valid_for, plan_margin=args.plan_margin,
         settle_s=args.settle,
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),
-        key=args.key, timeout_s=args.timeout, measure_sampling=args.measure_sampling or None)
+        key=args.key, timeout_s=args.timeout, measure_sampling=args.measure_sampling or None,
+        measure_after_s=args.measure_after)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -14,6 +14,9 @@ traffic matrix (who sends to whom), which counters cannot. A server whose counte
 outside its sampled 95 % interval is reported (lost datagrams, a plan the collector renormalised
 with but the agents had not applied yet, a wrong inventory, or counter jitter); a server with
 counters and no samples at all is taken from its counters, as traffic that stays on the server.
+A server listed with coverage 0 and no counters is not measured: no sampling reaches the
+collector from it (a plan-less collector lists agents it has not heard yet that way), so its
+0 pps says nothing.
 The sampled row ``V[s][*]`` is scaled to the server's total; traffic whose destination is not a
 server of the inventory (leaving the data centre) stays on the diagonal: it costs the source
 and no other server.
@@ -66,7 +69,7 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
     table = snapshot.servers
     positions = _positions(inventory, table.name, lambda k: f"{source}: servers.name[{k}]")
     measured = np.zeros(n, dtype=bool)
-    measured[positions] = True
+    measured[positions] = table.column("coverage") > 0  # else nobody samples it (yet)
     sampled = np.zeros(n)
     sampled[positions] = table.column("packets_per_s")
     counted = np.full(n, np.nan)
@@ -78,6 +81,7 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
         total = np.bincount(rows, weights=np.asarray(ports.in_pps, dtype=float),
                             minlength=len(table.name))
         counted[positions[polled]] = total[polled]
+        measured[positions[polled]] = True
         low, high = table.column("packets_per_s_ci95_low"), table.column("packets_per_s_ci95_high")
         for k in np.flatnonzero(polled & ((total < low) | (total > high))).tolist():
             i = positions[k]

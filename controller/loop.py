@@ -65,6 +65,11 @@ class Settings:
     timeout_s: float = 10.0
     solver: str = "exact"
     measure_sampling: int | None = 4096  # sampling floor and measurement plan; None: off
+    #: With no plan in force, the measurement plan is published only if no snapshot has known
+    #: a server for this long (two of the collector's default 30-s windows): agents without a
+    #: plan already sample in their safe state, and a collector that knows their addresses
+    #: estimates from that (plan-less snapshots).
+    measure_after_s: float = 60.0
 
     @property
     def hold_seconds(self) -> float:
@@ -97,6 +102,8 @@ class Controller:
         self.quiet_until: datetime | None = None  # the collector's window mixes two plans
         self.full_window_s = 0.0  # the longest collector window seen (shorter ones: start-up)
         self.gain_streak = 0
+        #: first of the cycles in a row with no plan in force and no snapshot knowing a server
+        self.waiting_since: datetime | None = None
         self.size_problem: str | None = None  # the last published plan is above agents' limit
         self.current: dict[str, Any] | None = self.store.current_plan()
         self.current_shares: PlanShares | None = (
@@ -144,24 +151,22 @@ class Controller:
         reading = self.reader(self.settings.collectors, now, self.settings.snapshot_max_age_s,
                               self.settings.timeout_s)
         _lap(timings, "read", mark)
-        if reading.snapshot is not None and not reading.snapshot.servers:
+        if reading.snapshot is not None and not knows_servers(reading.snapshot):
             reading = replace(reading, snapshot=None, problems=reading.problems + (
-                "the collectors know no server yet (no plan, or no sFlow arriving)",))
+                "the collectors know no server yet (no plan and no agent addresses, or no "
+                "sFlow arriving)",))
         if reading.snapshot is None:
-            if self.current is None and self.settings.measure_sampling:
-                plan = measurement_plan(self.inventory, self.settings.measure_sampling, now,
-                                        timedelta(seconds=self.settings.valid_for_s))
-                published, _ = self._publish(plan, shares(plan, self.inventory.index), now)
-                return self._base(now, "published", reading=reading, published=published,
-                                  reasons=("bootstrap: no plan in force and no fresh snapshot; "
-                                           "published the measurement plan (local 1-in-"
-                                           f"{self.settings.measure_sampling}, no mirrors)",))
+            if self.current is None:
+                self.waiting_since = self.waiting_since or now
+                return self._without_plan(now, reading)
             return self._base(now, "stale", reading=reading,
                               reasons=("no fresh snapshot: keeping the plan in force",))
+        self.waiting_since = None
         mark = _mark()
         measurement = measure(reading.snapshot, self.inventory,
                               source="+".join(self.settings.collectors))
         settings = self.settings
+        sparse = reading.snapshot.plan is None or is_measurement_plan(self.current)
         was_warm = self.smoothed is not None and \
             self.smoothed.count * settings.interval_s >= settings.warm_s
         quiet = self.quiet_until is not None and now < self.quiet_until
@@ -169,8 +174,7 @@ class Controller:
         smoothed = update(self.smoothed, measurement, settings.tau_s, settings.rise_tau_s,
                           hold_s=settings.hold_seconds, change=settings.change,
                           capacity=self.inventory.capacity_pps, detect=was_warm,
-                          remember=not quiet and self._full(measurement.window_s)
-                          and not is_measurement_plan(self.current))
+                          remember=not quiet and self._full(measurement.window_s) and not sparse)
         rising, settling = smoothed.rising(), smoothed.settling()
         _lap(timings, "estimate", mark)
         mark = _mark()
@@ -242,6 +246,27 @@ class Controller:
                                 for d in measurement.disagreements),
             timings=timings)
 
+    def _without_plan(self, now: datetime, reading: Reading) -> CycleStatus:
+        """No plan in force and no snapshot that knows a server: wait ``measure_after_s`` for
+        the agents' safe-state sampling to show in a plan-less snapshot, then fall back to the
+        measurement plan (``measurement_due``)."""
+        settings = self.settings
+        waited = (now - self.waiting_since).total_seconds()
+        if measurement_due(waited, settings.measure_after_s, settings.measure_sampling):
+            plan = measurement_plan(self.inventory, settings.measure_sampling, now,
+                                    timedelta(seconds=settings.valid_for_s))
+            published, _ = self._publish(plan, shares(plan, self.inventory.index), now)
+            return self._base(now, "published", reading=reading, published=published,
+                              reasons=(f"bootstrap: no plan in force and no snapshot knew a "
+                                       f"server for {waited:.0f} s; published the measurement "
+                                       f"plan (local 1-in-{settings.measure_sampling}, no "
+                                       "mirrors)",))
+        fallback = (f"; measurement plan after {settings.measure_after_s:g} s"
+                    if settings.measure_sampling else "")
+        return self._base(now, "stale", reading=reading, reasons=(
+            f"no plan in force: waiting {waited:.0f} s for a snapshot that knows the servers "
+            f"(agents sample in their safe state){fallback}",))
+
     def _full(self, window_s: float) -> bool:
         """Whether a snapshot's window is the collector's full one (no longer growing)."""
         before = self.smoothed.window_s if self.smoothed is not None else 0.0
@@ -288,6 +313,20 @@ class Controller:
             + ((self.size_problem,) if self.size_problem else ()),
             **{key: value for key, value in fields.items() if key != "published"},
             published_versions=fields.get("published", ()))
+
+
+def knows_servers(snapshot: Any) -> bool:
+    """Whether a snapshot sees any server: one sampled at some rate (coverage > 0: a plan-less
+    collector lists servers whose agents it has not heard yet with coverage 0) or polled."""
+    table = snapshot.servers
+    return bool(table.name) and (any(c > 0 for c in table.coverage)
+                                 or bool(snapshot.interfaces and snapshot.interfaces.server))
+
+
+def measurement_due(waited_s: float, bound_s: float, sampling: int | None) -> bool:
+    """Publish the measurement plan: no plan in force, none of the snapshots of the last
+    ``bound_s`` seconds knew a server, and the measurement plan is on."""
+    return bool(sampling) and waited_s >= bound_s
 
 
 def _expires(plan: dict[str, Any] | None) -> datetime | None:

@@ -42,9 +42,14 @@ def windowed(traffic: Callable[[float], Matrix], t: float, window: float) -> Mat
     return out
 
 
-def snapshot_document(time: datetime, traffic: Matrix, names: list[str], window: float) -> dict:
+#: The plan a simulated collector follows when the caller does not say which.
+SIMULATED_PLAN = {"version": 1, "plan_id": "simulated"}
+
+
+def snapshot_document(time: datetime, traffic: Matrix, names: list[str], window: float,
+                      plan: dict | None = SIMULATED_PLAN) -> dict:
     """A ``cosample.snapshot`` whose per-server totals are the matrix's rows (written by the
-    collector's own model)."""
+    collector's own model); ``plan`` None: a plan-less snapshot (no plan in force yet)."""
     from cosample.collector.snapshot import ServerEstimate, Snapshot
 
     servers = {}
@@ -56,15 +61,16 @@ def snapshot_document(time: datetime, traffic: Matrix, names: list[str], window:
             samples_per_s=100 / window, local_samples=100, mirrored_samples=0, coverage=0.5)
     snapshot = Snapshot.from_servers(
         servers, collector="c1", time=time.astimezone(timezone.utc).replace(microsecond=0),
-        window_s=window, plan=None,
+        window_s=window, plan=plan,
         traffic_pps={src: dict(row) for src, row in traffic.items() if src in names})
     return json.loads(snapshot.to_json())
 
 
 def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: float,
                names: list[str], rng: np.random.Generator | None = None,
-               sampling_noise: float = 0.0):
-    """A controller ``reader`` serving windowed snapshots of ``traffic``."""
+               sampling_noise: float = 0.0, plan_of: Callable[[], dict | None] | None = None):
+    """A controller ``reader`` serving windowed snapshots of ``traffic``; ``plan_of`` gives
+    the plan the collector follows (default: always ``SIMULATED_PLAN``)."""
     from cosample.collector.snapshot import parse_snapshot
     from cosample.controller.source import Reading
 
@@ -73,7 +79,8 @@ def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: floa
         if rng is not None and sampling_noise:
             matrix = {src: {dst: v * max(0.0, 1 + rng.normal(0, sampling_noise))
                             for dst, v in row.items()} for src, row in matrix.items()}
-        document = snapshot_document(now, matrix, names, window)
+        plan = plan_of() if plan_of is not None else SIMULATED_PLAN
+        document = snapshot_document(now, matrix, names, window, plan)
         return Reading(parse_snapshot(json.dumps(document)), (), 1, 1)
 
     return reader
@@ -122,10 +129,12 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
     options.update(overrides)
     rng = np.random.default_rng(seed)
     fresh = Path(tempfile.mkdtemp(prefix=f"seed{seed}-", dir=state_dir))  # no plan in force
+    holder: list = []  # the collector follows the controller's plans: plan-less before the first
     controller = Controller(inventory, Settings(("c1",), **options), _Sink(), fresh,
                             clock=lambda: clock[0],
                             reader=reader_for(traffic, start, 15.0, list(inventory.names), rng,
-                                              0.03))
+                                              0.03, plan_of=lambda: _ref(holder[0].current)))
+    holder.append(controller)
     out = []
     for k in range(1, int(seconds // 5) + 1):
         clock[0] = start + timedelta(seconds=5 * k)
@@ -133,6 +142,10 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
         if status.result == "published":
             out.append((5.0 * k, status.reasons[0].split(":")[0]))
     return out
+
+
+def _ref(plan: dict | None) -> dict | None:
+    return None if plan is None else {"version": plan["version"], "plan_id": plan["plan_id"]}
 
 
 VARIANTS = {"default (hold 60 s, steps)": {}, "hold 30 s": {"hold_s": 30.0},

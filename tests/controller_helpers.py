@@ -13,15 +13,21 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: The plan a simulated collector follows (the controller does not compare it with its own).
+SIMULATED_PLAN = {"version": 1, "plan_id": "simulated"}
+
+
 def snapshot_doc(time: datetime, traffic: dict[str, dict[str, float]],
                  servers: list[str] | None = None, counters: dict[str, float] | None = None,
                  window_s: float = 30.0, collector: str = "c1",
                  relative_ci: float = 0.05, rows: dict[str, dict[str, Any]] | None = None,
-                 matrix: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+                 matrix: dict[str, dict[str, float]] | None = None,
+                 plan: dict[str, Any] | None = SIMULATED_PLAN) -> dict[str, Any]:
     """A ``cosample.snapshot`` document whose per-server totals are the matrix's rows, written
     by the collector's own model (columnar, version 2). ``rows`` overrides fields of a server's
     estimate; ``matrix`` replaces the traffic matrix written (default: ``traffic``'s rows of
-    the listed servers)."""
+    the listed servers); ``plan`` is the plan the collector renormalised with (None: a
+    plan-less snapshot, made before any plan was in force)."""
     from cosample.collector.snapshot import ServerEstimate, Snapshot
 
     names = servers if servers is not None else sorted(
@@ -43,7 +49,7 @@ def snapshot_doc(time: datetime, traffic: dict[str, dict[str, float]],
         matrix = {src: {dst: float(v) for dst, v in row.items()}
                   for src, row in traffic.items() if src in names}
     snapshot = Snapshot.from_servers(out, collector=collector, time=time, window_s=window_s,
-                                     plan=None, traffic_pps=matrix)
+                                     plan=plan, traffic_pps=matrix)
     return json.loads(snapshot.to_json())
 
 

@@ -8,7 +8,11 @@ plan-aware collector (``cosample collector run``) receives every bridge's sFlow 
 normalised samples to the lab's counting collector (which counts distinct packets per source
 server, by iperf3 packet number); the controller (``cosample.controller``) runs in this process,
 reading the collector's ``/snapshot``; iperf3 drives the traffic. No traffic matrix is given to
-anyone: the controller starts with its measurement plan and learns the rest.
+anyone and no plan exists at the start: the agents sample in their safe state (local
+1-in-``measure_sampling`` to the collector named in their config), the collector attributes
+those samples by the agent addresses of its address inventory (plan-less snapshots), and the
+controller's first publication is a real plan (its measurement plan only if no snapshot knew a
+server for two collector windows).
 
 - ``shift``: the topology's flows for one phase, then the busiest and the quietest server swap
   their traffic (flows remapped between the two servers' VMs) for a second phase;
@@ -47,7 +51,7 @@ class LoopSettings:
     scenario: str
     alpha: float
     beta: float
-    startup_s: float = 40.0       # traffic before the first phase: measurement plan, first plan
+    startup_s: float = 40.0       # traffic before the first phase: safe-state sampling, first plan
     phase_s: float = 60.0         # each of the two phases
     measure_s: float = 15.0       # distinct packets counted over the end of each phase
     chunk_s: float = 15.0         # steady: rates redrawn this often
@@ -59,8 +63,15 @@ class LoopSettings:
     hold_s: float = 60.0          # falls smaller than a step believed after this: twice the
                                   # noise's time scale seen through the window (chunk + window)
     settle_s: float = 6.0         # two-phase transitions: > agent interval + jitter + apply
-    measure_sampling: int = 128   # measurement plan and floor: 1.2 % of a server's traffic
+    measure_sampling: int = 128   # agents' safe state, measurement plan and floor: 1.2 % of a
+                                  # server's traffic
     polling_s: int = 2            # sFlow counter polling: exact VM-port counters
+
+
+    @property
+    def measure_after_s(self) -> float:
+        """The measurement plan only if no snapshot knew a server for two collector windows."""
+        return 2 * self.window_s
 
 
 @dataclass
@@ -105,9 +116,11 @@ def inventory(topology: Topology, settings: LoopSettings, capacity_pps: float | 
 
 
 def addresses(topology: Topology) -> dict:
-    """The collector's address inventory: which VM addresses live on which server."""
+    """The collector's address inventory: which VM addresses live on which server, and each
+    server's sFlow agent address (OVS reports the uplink's, the tunnel address), which is what
+    attributes samples before any plan exists."""
     return {"format": "cosample.addresses", "format_version": 1,
-            "servers": {s.name: {"vm_addresses": [vm.ip for vm in s.vms],
+            "servers": {s.name: {"agent_ip": s.tunnel_ip, "vm_addresses": [vm.ip for vm in s.vms],
                                  "vm_macs": [vm.mac for vm in s.vms]}
                         for s in topology.servers}}
 
@@ -160,6 +173,7 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
                          hold_s=settings.hold_s,
                          valid_for_s=600.0, settle_s=settings.settle_s, key=str(key),
                          timeout_s=3.0, measure_sampling=settings.measure_sampling,
+                         measure_after_s=settings.measure_after_s,
                          policy=Policy()),
                 target, work / "controller")
             threads = [threading.Thread(target=_control, args=(controller, settings, stop,
@@ -168,8 +182,9 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
                                                                      clock), daemon=True)]
             for thread in threads:
                 thread.start()
+            collector = f"{topology.collector_ip}:{SFLOW_PORT}"
             for server in topology.servers:
-                processes.append(_agent(testbed, server, plan_url, public, settings))
+                processes.append(_agent(testbed, server, plan_url, public, settings, collector))
             log(f"closed loop ({settings.scenario}): controller {plan_url}, collector "
                 f"127.0.0.1:{SNAPSHOT_PORT}, {len(topology.servers)} agents")
             _drive(topology, settings, lab, timeline, clock, log)
@@ -191,7 +206,7 @@ def _drive(topology: Topology, settings: LoopSettings, lab, timeline: Timeline, 
     rng = np.random.default_rng(settings.seed)
     base = topology.flows
     second = shifted(topology) if settings.scenario == "shift" else base
-    log(f"start-up: {settings.startup_s:g} s of traffic (measurement plan, then the first plan)")
+    log(f"start-up: {settings.startup_s:g} s of traffic (agents in their safe state, then the first plan)")
     _traffic(topology, base, settings.startup_s, settings, rng, timeline, clock, "startup")
     for phase, flows in (("phase1", base), ("phase2", second)):
         timeline.phases.append({"phase": phase, "start": clock()})
@@ -294,15 +309,25 @@ def _collector(work: Path, topology: Topology, plan_url: str, reexport: str,
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _agent(testbed, server, plan_url: str, public: Path, settings: LoopSettings
-           ) -> subprocess.Popen:
+def agent_config(settings: LoopSettings, collector: str) -> dict:
+    """What an agent needs before any plan exists: where to send its safe-state samples, at
+    the testbed's rate (its small rates would give the default 1-in-4096 a few samples a
+    window), with the counter polling the plans ask for."""
+    return {"collector": collector, "safe_sampling": settings.measure_sampling,
+            "polling_s": settings.polling_s, "header_bytes": 128}
+
+
+def _agent(testbed, server, plan_url: str, public: Path, settings: LoopSettings,
+           collector: str) -> subprocess.Popen:
     state = apply.agent_state_dir(testbed, server)
     state.mkdir(parents=True, exist_ok=True)
     for stale in ("status.json", "last-good-plan.json"):
         (state / stale).unlink(missing_ok=True)
-    argv = apply.agent_argv(testbed, server, "run", "--plan", plan_url, "--interval",
-                            f"{settings.agent_interval_s:g}s", "--jitter", "0.5s",
-                            "--public-key", str(public))
+    config = state / "agent.yaml"  # JSON is YAML
+    config.write_text(json.dumps(agent_config(settings, collector), indent=2))
+    argv = apply.agent_argv(testbed, server, "run", "--config", str(config), "--plan",
+                            plan_url, "--interval", f"{settings.agent_interval_s:g}s",
+                            "--jitter", "0.5s", "--public-key", str(public))
     log = (state / "agent.log").open("w")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 

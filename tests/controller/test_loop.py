@@ -192,10 +192,16 @@ def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
         main(unsigned)  # neither --key nor --insecure-unsigned
 
 
-def test_measurement_plan_first_then_the_real_plan(tmp_path, keys):
+def test_measurement_plan_only_after_no_snapshot_knew_a_server_for_the_bound(tmp_path, keys):
     rig = Rig(tmp_path, key=keys[0], tau_s=60.0)
-    first = rig.cycle()  # no snapshot yet: nothing to plan from
+    for waited in (0, 30):  # no snapshot yet: wait for the agents' safe-state samples
+        status = rig.cycle()
+        assert status.result == "stale" and not (rig.publish_dir / "plan.json").exists()
+        assert status.reasons[0].startswith(f"no plan in force: waiting {waited} s")
+        assert "measurement plan after 60 s" in status.reasons[0]
+    first = rig.cycle()  # 60 s (measure_after_s) without a snapshot: the fallback
     assert first.result == "published" and first.reasons[0].startswith("bootstrap")
+    assert "for 60 s" in first.reasons[0]
     assert main(["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key",
                  str(keys[1])]) == 0
     _, (plan,) = rig.plans()
@@ -213,11 +219,12 @@ def test_measurement_plan_first_then_the_real_plan(tmp_path, keys):
 
 def test_every_server_keeps_a_sampling_floor_and_empty_snapshots_are_no_data(tmp_path):
     rig = Rig(tmp_path)
-    rig.snapshot.write_text(json.dumps(snapshot_doc(rig.clock, {}, servers=[])))
-    status = rig.controller.cycle()  # the collector knows no server: the measurement plan
-    assert status.reasons[0].startswith("bootstrap") and "know no server" in status.problems[0]
+    rig.snapshot.write_text(json.dumps(snapshot_doc(rig.clock, {}, servers=[], plan=None)))
+    status = rig.controller.cycle()  # the collector knows no server: wait, publish nothing
+    assert status.result == "stale" and "know no server" in status.problems[0]
     rig.clock += timedelta(seconds=30)
-    assert rig.cycle({"s1": {"s1": 500}}).result == "published"  # s2 and s3 send nothing
+    status = rig.cycle({"s1": {"s1": 500}})  # s2 and s3 send nothing
+    assert status.result == "published" and status.reasons == ("no current plan",)
     _, (plan,) = rig.plans()
     assert plan.hosts["s2"].sflow_sampling == 4096 and plan.hosts["s3"].sflow_sampling == 4096
     assert plan.hosts["s1"].sflow_sampling == 1

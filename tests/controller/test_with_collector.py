@@ -1,8 +1,9 @@
 """The controller against the real collector daemon over loopback (no root needed).
 
 The collector's snapshot is what the unit tests fake; here the real ``cosample.collector``
-service receives sFlow datagrams laid out as OVS sends them for the plan the controller
-published, renormalises them, and serves ``/snapshot`` over HTTP, which the controller reads.
+service receives sFlow datagrams laid out as OVS sends them (for the agents' safe state before
+any plan, or for the plan the controller published), renormalises them, and serves
+``/snapshot`` over HTTP, which the controller reads.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import json
 import socket
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from cosample.agents.plan import parse_plan
+from cosample.collector.inventory import Inventory
 from cosample.collector.service import Service, Settings as CollectorSettings
+from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
@@ -46,7 +49,53 @@ def send(datagrams, target) -> None:
             sock.close()
 
 
-def test_measure_plan_publish_through_the_real_collector(tmp_path):
+def test_planless_start_publishes_the_first_plan_only(tmp_path):
+    """No plan anywhere: the agents sample 1-in-8 in their safe state, the collector knows their
+    addresses from its inventory, and the first publication is the real plan."""
+    publish = tmp_path / "pub"
+    inventory = inventory_from_dict(inventory_doc([1e6] * 3))
+    addresses = Inventory.model_validate({"servers": {
+        name: {"agent_ip": f"192.0.2.{k}"} for k, name in enumerate(inventory.names, start=1)}})
+    service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
+                                        name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
+                                        plan_interval_s=0.2), addresses,
+                      log=lambda line: None).start()
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    host, port = service.http_address
+    settings = Settings((f"http://{host}:{port}/snapshot",), interval_s=1.0, tau_s=1.0,
+                        max_age_s=600.0, measure_sampling=8)
+    safe = parse_plan(json.dumps(measurement_plan(  # what safe-state agents do, as a plan
+        inventory, 8, datetime.now(timezone.utc), timedelta(hours=1)) | {"version": 1}).encode())
+
+    def controller(capacity_pps: float) -> Controller:
+        return Controller(inventory_from_dict(inventory_doc([capacity_pps] * 3)), settings,
+                          DirectoryTarget(publish), tmp_path / "state")
+
+    try:
+        waiting = controller(1e6).cycle()  # plan-less, but no agent heard yet: nothing to plan from
+        assert waiting.result == "stale" and "know no server" in waiting.problems[0]
+        stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=4)
+        send(stream.datagrams, service.listen_address)
+        wait_for(lambda: sum(e.samples for e in service.snapshot.servers.values())
+                 == stream.samples, timeout_s=20.0)
+        assert service.snapshot.plan is None  # says it is plan-less
+        # capacities 1.5 times what the collector says s1 sends: s1 must mirror (a restart)
+        restarted = controller(1.5 * service.snapshot.servers["s1"].packets_per_s)
+        first = restarted.cycle()
+    finally:
+        service.stop()
+        thread.join(timeout=10)
+    assert first.result == "published" and first.reasons == ("no current plan",), first
+    data = json.loads((publish / "plan.json").read_text())
+    assert "bootstrap" not in data and data["hosts"]["s1"]["mirrors"]
+    assert restarted.smoothed.history == ()  # sparse plan-less samples: not held
+    assert restarted.store.last_version() == first.plan_version  # the one publication
+
+
+def test_measurement_plan_fallback_through_the_real_collector(tmp_path):
+    """A collector that cannot attribute without a plan (no agent addresses): the measurement
+    plan after ``measure_after_s`` (0 here), then the real plan."""
     publish = tmp_path / "pub"
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
                                         name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
@@ -55,7 +104,7 @@ def test_measure_plan_publish_through_the_real_collector(tmp_path):
     thread.start()
     host, port = service.http_address
     settings = Settings((f"http://{host}:{port}/snapshot",), interval_s=1.0, tau_s=1.0,
-                        max_age_s=600.0, measure_sampling=8)
+                        max_age_s=600.0, measure_sampling=8, measure_after_s=0.0)
 
     def controller(capacity_pps: float) -> Controller:
         return Controller(inventory_from_dict(inventory_doc([capacity_pps] * 3)), settings,

@@ -47,6 +47,16 @@ def test_inventories_are_valid_and_carry_no_traffic():
     from cosample.validation import validate
     addresses = validate(Inventory, closedloop.addresses(top))
     assert set(addresses.servers) == {"s1", "s2", "s3"}
+    # before any plan: the collector attributes by these agent addresses ...
+    assert addresses.server_of_agent() == {s.tunnel_ip: s.name for s in top.servers}
+    # ... and the agents send their safe-state samples there, at the testbed's rate
+    from cosample.agents.config import make_config
+    from cosample.agents.desired import safe_state
+    collector = document["sflow"]["collector"]
+    config = make_config({"host": "s1", **closedloop.agent_config(settings, collector)})
+    sflow = safe_state(config).sflow
+    assert (sflow.target, sflow.sampling) == (collector, settings.measure_sampling)
+    assert settings.measure_after_s == 2 * settings.window_s
 
 
 def test_report_rows_from_a_timeline():
