@@ -70,8 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="total timeout of each snapshot fetch (default 10s)")
     run.add_argument("--measure-sampling", type=int, default=4096, metavar="N",
                      help="a server that would sample nothing samples 1-in-N, so traffic appearing "
-                          "anywhere is seen; with no plan in force and no snapshot knowing a server "
-                          "for --measure-after, a measurement plan (1-in-N everywhere, no mirrors) "
+                          "anywhere is seen; with no plan in force and no snapshot knowing a "
+                          "server for --measure-after, a measurement plan (1-in-N everywhere, no mirrors) "
                           "is published; 0: off (default 4096)")
     run.add_argument("--measure-after", type=duration, default=60.0, metavar="DURATION",
                      help="with no plan in force, wait this long for a snapshot that knows the "

@@ -3,7 +3,9 @@
 ``python -m cosample.experiments.loop_window [--seeds 30]`` runs the real controller (real
 planner, real snapshot model, no OVS) every 5 s on the testbed's traffic (2400, 1200 and 600 pps
 offered, 3000 pps servers) as a collector with a 15-s window reports it, with 3 % sampling noise
-per snapshot, and counts the publications after the first plan:
+per snapshot, and counts the publications after the first plan. The start is plan-less, as on
+the testbed: until the first plan the snapshots rest on the agents' safe-state samples (local
+1-in-128, their sampling error added) and the hold does not remember them.
 
 - ``shift``: the busiest and the quietest server swap their traffic at 100 s;
 - ``steady``: every flow redrawn within +/-10 % every 15 s;
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -68,9 +71,13 @@ def snapshot_document(time: datetime, traffic: Matrix, names: list[str], window:
 
 def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: float,
                names: list[str], rng: np.random.Generator | None = None,
-               sampling_noise: float = 0.0, plan_of: Callable[[], dict | None] | None = None):
+               sampling_noise: float = 0.0, plan_of: Callable[[], dict | None] | None = None,
+               safe_sampling: int | None = None):
     """A controller ``reader`` serving windowed snapshots of ``traffic``; ``plan_of`` gives
-    the plan the collector follows (default: always ``SIMULATED_PLAN``)."""
+    the plan the collector follows (default: always ``SIMULATED_PLAN``). A plan-less snapshot
+    rests on the agents' safe-state samples (local 1-in-``safe_sampling``): each entry of
+    ``v`` pps then also carries the sampling error of ``v * window / safe_sampling`` samples
+    (relative standard deviation ``sqrt(safe_sampling / (v * window))``)."""
     from cosample.collector.snapshot import parse_snapshot
     from cosample.controller.source import Reading
 
@@ -80,6 +87,10 @@ def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: floa
             matrix = {src: {dst: v * max(0.0, 1 + rng.normal(0, sampling_noise))
                             for dst, v in row.items()} for src, row in matrix.items()}
         plan = plan_of() if plan_of is not None else SIMULATED_PLAN
+        if plan is None and safe_sampling and rng is not None:
+            matrix = {src: {dst: v * max(0.0, 1 + rng.normal(0, math.sqrt(
+                safe_sampling / max(v * window, 1.0)))) for dst, v in row.items()}
+                for src, row in matrix.items()}
         document = snapshot_document(now, matrix, names, window, plan)
         return Reading(parse_snapshot(json.dumps(document)), (), 1, 1)
 
@@ -110,8 +121,11 @@ class _Sink:
 
 
 def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds: float = 160.0,
-        **overrides) -> list[tuple[float, str]]:
-    """(time, first reason) of every publication of one run of the controller every 5 s."""
+        planless_start: bool = True, **overrides) -> list[tuple[float, str]]:
+    """(time, first reason) of every publication of one run of the controller every 5 s.
+
+    ``planless_start``: until the first plan the snapshots are plan-less (sparse safe-state
+    samples); False: dense snapshots from the start (a collector already following a plan)."""
     from cosample.controller.inventory import inventory_from_dict
     from cosample.controller.loop import Controller, Settings
     from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
@@ -133,7 +147,9 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
     controller = Controller(inventory, Settings(("c1",), **options), _Sink(), fresh,
                             clock=lambda: clock[0],
                             reader=reader_for(traffic, start, 15.0, list(inventory.names), rng,
-                                              0.03, plan_of=lambda: _ref(holder[0].current)))
+                                              0.03, plan_of=(lambda: _ref(holder[0].current))
+                                              if planless_start else None,
+                                              safe_sampling=options["measure_sampling"]))
     holder.append(controller)
     out = []
     for k in range(1, int(seconds // 5) + 1):

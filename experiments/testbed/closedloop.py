@@ -206,7 +206,8 @@ def _drive(topology: Topology, settings: LoopSettings, lab, timeline: Timeline, 
     rng = np.random.default_rng(settings.seed)
     base = topology.flows
     second = shifted(topology) if settings.scenario == "shift" else base
-    log(f"start-up: {settings.startup_s:g} s of traffic (agents in their safe state, then the first plan)")
+    log(f"start-up: {settings.startup_s:g} s of traffic (agents in their safe state, then the "
+        "first plan)")
     _traffic(topology, base, settings.startup_s, settings, rng, timeline, clock, "startup")
     for phase, flows in (("phase1", base), ("phase2", second)):
         timeline.phases.append({"phase": phase, "start": clock()})
