@@ -7,6 +7,10 @@ import argparse
 #: Defaults that differ by method: the cpu method alternates fast (its noise is fast), counts
 #: most of every run, and measures where the slope is learnt best (rates 0 and 1; add 0.5 to
 #: check the law's shape); the throughput method keeps the grid it always had.
+#: The cpu method's runs of the VXLAN mirror are shorter unless --duration or --phases is given:
+#: its effect varies between runs more than the others', so more, shorter runs narrow its
+#: interval most (docs/costmodel.md, "Shorter runs for the VXLAN mirror").
+RUN_LENGTHS = {"cpu": (("mirror_vxlan", 4.0, 14),), "throughput": ()}
 METHOD_DEFAULTS = {
     "cpu": {"rates": (0.0, 1.0), "duration": 12.0, "phases": 40, "guard": 0.05},
     "throughput": {"rates": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "duration": 6.0, "phases": 4,
@@ -222,6 +226,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
     args.output = args.output or "calibration.json"
+    run_lengths = (RUN_LENGTHS[args.method] if args.duration is None and args.phases is None
+                   else ())
     for key, value in METHOD_DEFAULTS[args.method].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -230,7 +236,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         duration_s=args.duration, protocol=args.protocol, packet_bytes=args.packet_bytes,
         bandwidth=args.bandwidth, warmup_s=args.warmup, settle_s=args.settle, seed=args.seed,
         port=args.port, design=args.design, phases=args.phases, guard_s=args.guard,
-        method=args.method, offered_pps=args.offered_pps)
+        method=args.method, offered_pps=args.offered_pps,
+        run_lengths=tuple(r for r in run_lengths if r[0] in args.mechanisms))
     target = _target(args, settings)
     endpoints_given = any(getattr(args, k) for k in ("bridge", "sender_port", "receiver_port",
                                                      "receiver_ip", "mirror_target"))
@@ -249,9 +256,10 @@ def _calibrate(args: argparse.Namespace) -> int:
             f"at most {target.max_time_s:.0f} s" if target else
             f"{settings.repetitions} repetition(s) x {settings.duration_s:g} s; about "
             f"{settings.estimated_s:.0f} s")
+    lengths = "".join(f", {m} runs of {d:g} s / {p} phases" for m, d, p in settings.run_lengths)
     print(f"calibrating ({settings.method} method) {', '.join(settings.mechanisms)} at rates "
-          f"{', '.join(f'{r:g}' for r in settings.rates)}, {settings.protocol} {load}, {runs}",
-          file=sys.stderr)
+          f"{', '.join(f'{r:g}' for r in settings.rates)}, {settings.protocol} {load}, {runs}"
+          f"{lengths}", file=sys.stderr)
 
     import datetime
     import os
@@ -343,6 +351,8 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict, tar
         "repetitions": settings.repetitions if target is None else None,
         "duration_s": settings.duration_s, "seed": settings.seed, "design": settings.design,
         "phases": settings.phases if settings.design == "paired" else None,
+        "run_lengths": {m: list(settings.run_design(m)) for m in settings.mechanisms}
+        if settings.design == "paired" else None,
         "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     })

@@ -83,6 +83,15 @@ class CalibrationSettings:
     guard_s: float = 0.3
     method: str = "throughput"
     offered_pps: float = 20_000.0
+    #: Paired runs of some mechanisms with their own length: ``(mechanism, seconds, phases)``.
+    run_lengths: tuple[tuple[str, float, int], ...] = ()
+
+    def run_design(self, mechanism: str) -> tuple[float, int]:
+        """(seconds, phases) of one paired run of ``mechanism``."""
+        for name, seconds, phases in self.run_lengths:
+            if name == mechanism:
+                return float(seconds), int(phases)
+        return self.duration_s, self.phases
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -93,14 +102,21 @@ class CalibrationSettings:
         if self.design not in DESIGNS:
             raise HarnessError(f"design must be one of {', '.join(DESIGNS)}, got {self.design!r}")
         if self.design == "paired":
-            if not isinstance(self.phases, int) or self.phases < 2 or self.phases % 2:
-                raise HarnessError(f"phases must be an even integer >= 2, got {self.phases!r}")
             if not any(r > 0 for r in self.rates if isinstance(r, (int, float))):
                 raise HarnessError("rates: the paired design needs a rate > 0 (0 is in every run)")
-            if self.duration_s / self.phases < self.guard_s + MIN_COUNTED_S:
-                raise HarnessError(f"duration {self.duration_s:g} s is too short for "
-                                   f"{self.phases} phases of at least "
-                                   f"{self.guard_s + MIN_COUNTED_S:g} s")
+            for name, *_ in self.run_lengths:
+                if name not in MECHANISMS:
+                    raise HarnessError(f"run length for unknown mechanism {name!r}")
+            for seconds, phases in {(self.duration_s, self.phases),
+                                    *(self.run_design(m) for m in self.mechanisms)}:
+                if not isinstance(phases, int) or phases < 2 or phases % 2:
+                    raise HarnessError(f"phases must be an even integer >= 2, got {phases!r}")
+                if not seconds >= 1:
+                    raise HarnessError(f"duration must be >= 1 s (iperf3's minimum), got {seconds!r}")
+                if seconds / phases < self.guard_s + MIN_COUNTED_S:
+                    raise HarnessError(f"duration {seconds:g} s is too short for "
+                                       f"{phases} phases of at least "
+                                       f"{self.guard_s + MIN_COUNTED_S:g} s")
         unknown = [m for m in self.mechanisms if m not in MECHANISMS]
         if not self.mechanisms or unknown:
             raise HarnessError(f"mechanisms: choose from {', '.join(MECHANISMS)}, got "
@@ -145,9 +161,11 @@ class CalibrationSettings:
     @property
     def estimated_s(self) -> float:
         """Rough wall time: trials x (duration + overheads) plus the warm-up."""
-        trials = len(self.mechanisms) * len(self.trial_rates) * self.repetitions
+        per_mechanism = len(self.trial_rates) * self.repetitions
         overhead = TAIL_S + 1.0 if self.design == "paired" else self.settle_s + 1.0
-        return self.warmup_s + trials * (self.duration_s + overhead)
+        seconds = sum((self.run_design(m)[0] if self.design == "paired" else self.duration_s)
+                      for m in self.mechanisms)
+        return self.warmup_s + per_mechanism * (seconds + len(self.mechanisms) * overhead)
 
 
 @dataclass(frozen=True)
@@ -353,11 +371,12 @@ class Calibrator:
         phases and is stopped after the last one (iperf3's own totals are not recorded)."""
         s = self.settings
         first = random.Random(s.seed * 100_003 + trial.order).random() < 0.5
-        schedule = [trial.rate if (k % 2 == 0) == first else 0.0 for k in range(s.phases)]
-        counted_s = s.duration_s / s.phases - s.guard_s
+        seconds, phases = s.run_design(trial.mechanism)
+        schedule = [trial.rate if (k % 2 == 0) == first else 0.0 for k in range(phases)]
+        counted_s = seconds / phases - s.guard_s
         rows = []
         self._set_active(None, 0.0)
-        load = self._flowing_load(s.duration_s * LOAD_SLACK + TAIL_S)
+        load = self._flowing_load(seconds * LOAD_SLACK + TAIL_S)
         try:
             for k, rate in enumerate(schedule):
                 effective = self._set_active(trial.mechanism, rate)

@@ -78,7 +78,9 @@ def overhead_of(csv: Path) -> float | None:
         return None
     per_round = max(len([r for r in meta["rates"] if r > 0]), 1)
     total_runs = sum(runs.values()) * per_round
-    return sum(seconds.values()) / total_runs - float(meta["duration_s"])
+    lengths = meta.get("run_lengths") or {}
+    nominal = sum(runs[m] * per_round * float(lengths.get(m, [meta["duration_s"]])[0]) for m in runs)
+    return (sum(seconds.values()) - nominal) / total_runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         duration = float(frame.groupby("block")["duration_s"].sum().mean())
         for mechanism, group in frame.groupby("mechanism"):
             c = components(group)
-            nominal = json.loads(path.with_suffix(".json").read_text())["metadata"]["duration_s"]
+            meta = json.loads(path.with_suffix(".json").read_text())["metadata"]
+            nominal = float((meta.get("run_lengths") or {}).get(mechanism, [meta["duration_s"]])[0])
             # put the variances on a 12-s scale before pooling
             pooled_within.append(c["within_sd"] ** 2 * nominal / 12.0)
             pooled_between.append(c["between_sd"] ** 2)

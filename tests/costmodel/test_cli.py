@@ -154,3 +154,24 @@ def test_fit_chooses_the_small_sample_correction_and_refuses_unknown_ones(tmp_pa
     with pytest.raises(SystemExit):
         main(["fit", str(data), "--ci-method", "cr3"])
     assert "expected one of auto, cluster, cluster-cr1, bootstrap" in capsys.readouterr().err
+
+
+def test_the_cpu_methods_vxlan_mirror_runs_shorter_runs_unless_told(tmp_path, monkeypatch):
+    import cosample.costmodel.cli as cli
+
+    seen = []
+
+    def measure(args, settings, target):
+        seen.append(settings)
+        raise KeyboardInterrupt  # stop before anything is built or written
+
+    monkeypatch.setattr(cli, "_measure", measure)
+    base = ["calibrate", "--testbed", "--mechanisms", "sflow,mirror_vxlan", "-d",
+            str(tmp_path / "m.csv"), "-o", str(tmp_path / "c.json")]
+    for extra in ([], ["--duration", "12"], ["--method", "throughput"]):
+        assert main(base + extra) != 0  # interrupted: reported, nothing written
+    default, told, throughput = seen
+    assert default.run_design("mirror_vxlan") == (4.0, 14) and default.run_design("sflow") == (12.0, 40)
+    assert told.run_design("mirror_vxlan") == (12.0, 40) and told.run_lengths == ()
+    assert throughput.run_lengths == ()
+    assert not (tmp_path / "m.csv").exists() and not (tmp_path / "c.json").exists()

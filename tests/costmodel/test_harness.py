@@ -259,3 +259,48 @@ def test_a_client_refused_by_a_busy_server_is_started_again(monkeypatch):
     refusing = {3, 4, 5}  # every start refused: one clear error after LOAD_STARTS tries
     with pytest.raises(HarnessError, match="ended before any packet reached the receiver .3 tries."):
         calibrator.run(show_progress=False)
+
+
+def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
+    """The cpu method's VXLAN mirror runs shorter runs than the rest: each run has the phases
+    and the load duration of its own mechanism; bad lengths are refused before anything runs."""
+    from cosample.costmodel import harness
+
+    switch = ClockedSwitch(50_000, {"sflow": 0.8, "mirror_vxlan": 0.4})
+    monkeypatch.setattr(harness.time, "sleep", switch.advance)
+
+    class Mechanism:
+        def __init__(self, name):
+            self.name = name
+
+        def set_rate(self, rate):
+            switch.rates[self.name] = rate
+            return rate
+
+        def clear(self):
+            switch.rates[self.name] = 0.0
+
+    settings = CalibrationSettings(mechanisms=("sflow", "mirror_vxlan"), rates=(0, 1),
+                                   repetitions=2, duration_s=6, warmup_s=0, phases=8,
+                                   guard_s=0.1, run_lengths=(("mirror_vxlan", 2.0, 4),))
+    assert settings.run_design("mirror_vxlan") == (2.0, 4) and settings.run_design("sflow") == (6, 8)
+    durations = []
+
+    def client(argv, duration):
+        durations.append(duration)
+        return FakeRun(IperfResult("udp", duration, 1e6, packets=10, lost_packets=0))
+
+    data = Calibrator(settings, {m: Mechanism(m) for m in switch.rates}, switch.port_stats, {},
+                      client, "10.0.0.2", "in", "out", clock=switch.clock).run(show_progress=False)
+    phases = data.groupby(["mechanism", "block"])["phase"].count()
+    assert set(phases["sflow"]) == {8} and set(phases["mirror_vxlan"]) == {4}
+    assert data[data["mechanism"] == "mirror_vxlan"]["duration_s"].between(0.35, 0.45).all()
+    assert sorted(set(durations)) == sorted({2.0 * harness.LOAD_SLACK + harness.TAIL_S,
+                                            6.0 * harness.LOAD_SLACK + harness.TAIL_S})
+    with pytest.raises(HarnessError, match="phases must be an even integer"):
+        CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(0, 1), run_lengths=(("mirror_vxlan", 4.0, 3),))
+    with pytest.raises(HarnessError, match="too short"):
+        CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(0, 1), guard_s=0.3,
+                            run_lengths=(("mirror_vxlan", 1.0, 14),))
+    with pytest.raises(HarnessError, match="unknown mechanism"):
+        CalibrationSettings(run_lengths=(("netflow", 4.0, 14),))
