@@ -44,7 +44,8 @@ def test_json_example_drives_the_planner(tmp_path):
     *(f"{method}-{mechanism}" for method in ("cpu", "throughput")
       for mechanism in ("sflow", "mirror", "mirror_vxlan")),
     "cpu-sflow-3rates", "cpu-sflow-first", "cpu-pilot", "cpu-mirror_vxlan-240s",
-    "cpu-mirror_vxlan-4s-seed8", "cpu-mirror_vxlan-12s-control",
+    "cpu-mirror_vxlan-4s-seed8", "cpu-mirror_vxlan-12s-control", "cpu-sflow-1550",
+    "cpu-mirror-1550",
     *(f"cpu-mirror_vxlan-default-seed{seed}" for seed in (9, 10, 12)),
     *(f"cpu-{mechanism}-morning" for mechanism in ("sflow", "mirror", "mirror_vxlan")),
     "throughput-mirror-morning",
