@@ -285,8 +285,9 @@ class Controller:
             and needs_two_phases(self.current_shares, plan_shares)) else None
         rendered = render(plan, version, self.settings.key, previous, now,
                           self.settings.settle_s)
-        self.target.publish(rendered)
-        self.store.record(rendered.versions[-1], rendered.final["plan_id"], rendered.data, now)
+        written = self.target.publish(rendered)  # a file path, if the target wrote one
+        self.store.record(rendered.versions[-1], rendered.final["plan_id"], rendered.data, now,
+                          written if isinstance(written, Path) else None)
         self.current = rendered.final
         self.current_shares = plan_shares  # the final plan's hosts are the candidate's
         log.info("published version(s) %s", rendered.versions)

@@ -18,11 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-import orjson
-
 from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.files import write_bytes_atomic
-from cosample.planner.planfile import compact_json, serialised_hosts
+from cosample.planner.planfile import compact_json
 
 
 PLAN_NAME = "plan.json"
@@ -45,11 +43,13 @@ class Rendered:
 def render(plan: dict[str, Any], version: int, key: str | None,
            previous: dict[str, Any] | None = None, now: datetime | None = None,
            settle_s: float = 120.0) -> Rendered:
-    """``plan`` as version ``version``; with ``previous``, as a two-phase plan set from it."""
-    hosts_json = serialised_hosts(plan)  # a plan just built: its hosts are serialised already
+    """``plan`` as version ``version``; with ``previous``, as a two-phase plan set from it.
+
+    A plan from ``Candidate.document`` keeps its hosts serialised (``HostTable``): they are
+    spliced into the bytes as they are, and parsed only to build a two-phase plan set."""
     plan = dict(plan, version=version)
     if previous is None:
-        data = compact_json(plan, hosts_json)
+        data = compact_json(plan)
         versions, final = (version,), plan
     else:
         from cosample.agents.plan import plan_head
@@ -60,9 +60,7 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         old, new = plan_head(previous, "previous plan"), plan_head(plan, "new plan")
         document = plan_set(previous, plan, old.version, new.version, new.expires, now,
                             settle_s)
-        phases = document["plans"]  # phase 2's hosts are NEW's: splice in their bytes
-        data = compact_json({**document, "plans": [
-            phases[0], *(_spliced(p, hosts_json) for p in phases[1:])]})
+        data = compact_json(document)  # phase 2's hosts are NEW's HostTable: spliced in
         versions = tuple(int(p["version"]) for p in document["plans"])
         final = document["plans"][-1]
     signature = sign_bytes(data, key) if key else None
@@ -81,24 +79,21 @@ def oversized(rendered: Rendered) -> str | None:
             f"max_plan_mib is raised (docs/agents.md)")
 
 
-def _spliced(plan: dict[str, Any], hosts_json: bytes | None) -> Any:
-    """``plan`` with its host table as the bytes already serialised (``orjson.Fragment``)."""
-    return plan if hosts_json is None else {**plan, "hosts": orjson.Fragment(hosts_json)}
-
-
 class DirectoryTarget:
     """``DIR/plan.json`` and ``DIR/plan.json.sig``, each replaced atomically (0644)."""
 
     def __init__(self, directory: str | Path, name: str = PLAN_NAME) -> None:
         self.path = Path(directory) / name
 
-    def publish(self, rendered: Rendered) -> None:
+    def publish(self, rendered: Rendered) -> Path:
+        """Write the plan and its signature; returns the plan's file (the state links it)."""
         write_bytes_atomic(self.path, rendered.data, mode=0o644, parents=True)
         signature = self.path.with_name(self.path.name + SIGNATURE_SUFFIX)
         if rendered.signature is not None:
             write_bytes_atomic(signature, rendered.signature, mode=0o644)
         else:
             signature.unlink(missing_ok=True)
+        return self.path
 
     def describe(self) -> str:
         return str(self.path)
@@ -138,6 +133,7 @@ class HttpTarget:
 
     def publish(self, rendered: Rendered) -> None:
         self._current = rendered  # one reference swap: readers see the old pair or the new
+        return None  # no file: the state directory keeps its own copy
 
     def describe(self) -> str:
         host, port = self.address

@@ -47,9 +47,11 @@ class Candidate:
     rising: tuple[str, ...] = ()  # traffic rising by a step: no budget until it has settled
 
     def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
-        """The plan file (version 0: the publisher sets it)."""
+        """The plan file (version 0: the publisher sets it). Its hosts stay serialised (a
+        ``HostTable``): the controller publishes the bytes and reads entries only to build a
+        two-phase transition."""
         return build_plan(self.dc, self.solution, created=now, valid_for=valid_for, version=0,
-                          floor=self.floor)
+                          floor=self.floor, lazy_hosts=True)
 
 
 def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,

@@ -3,7 +3,12 @@
 The state directory is created 0700 and its files are written 0600 (atomically): it holds
 ``state.json`` (last version, plan_id, time) and ``current-plan.json`` (the bytes last
 published: a plan, or a plan set whose last plan is the one the agents converge to; read back
-after a restart to judge it and to build the next two-phase transition). Versions
+after a restart to judge it and to build the next two-phase transition). When the plan was
+just written to a file on the same file system (``--publish DIR``), ``current-plan.json`` is a
+hard link to that file instead of a second copy: at 10^5 servers that saves writing and
+fsyncing 52 MB per publication (docs/controller.md). The publisher only ever replaces its file
+by renaming a new one over it, so the linked bytes never change; the link keeps the published
+file's mode (0644: what every agent may fetch anyway) inside the 0700 state directory. Versions
 are ``max(previous + 1, now in Unix seconds)``: strictly increasing across restarts, and never
 far ahead of the plan's ``created`` time, which agents bound.
 """
@@ -68,11 +73,30 @@ class Store:
             return plans[-1]
         return document
 
-    def record(self, version: int, plan_id: str, data: bytes, published: datetime) -> None:
-        """Remember a publication: the bytes first, then the version that vouches for them."""
-        write_bytes_atomic(self.directory / PLAN_FILE, data, mode=FILE_MODE)
+    def record(self, version: int, plan_id: str, data: bytes, published: datetime,
+               written: Path | None = None) -> None:
+        """Remember a publication: the bytes first, then the version that vouches for them.
+        ``written``: a file just written (fsynced) with exactly ``data``, linked if possible."""
+        if written is None or not self._link(Path(written), len(data)):
+            write_bytes_atomic(self.directory / PLAN_FILE, data, mode=FILE_MODE)
         self._write(STATE_FILE, {"version": version, "plan_id": plan_id,
                                  "published": published.isoformat()})
+
+    def _link(self, source: Path, size: int) -> bool:
+        """Hard-link ``source`` as the plan file, atomically; False if it cannot be (another
+        file system, no permission, not the bytes just published)."""
+        temporary = self.directory / f".{PLAN_FILE}.link"
+        try:
+            temporary.unlink(missing_ok=True)
+            os.link(source, temporary)
+            if temporary.stat().st_size != size:
+                temporary.unlink()
+                return False
+            os.replace(temporary, self.directory / PLAN_FILE)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            return False
+        return True
 
     def _read(self, name: str) -> dict[str, Any] | None:
         path = self.directory / name

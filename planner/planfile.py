@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 import orjson
 
 from cosample.files import write_text_atomic
+from cosample.planner import hostjson
 from cosample.planner.baseline import solve_noncollab
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
@@ -31,14 +33,16 @@ DEFAULT_VALIDITY = timedelta(hours=6)
 
 def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None = None,
                valid_for: timedelta = DEFAULT_VALIDITY, version: int | None = None,
-               point_estimate: Solution | None = None, floor: int | None = None
-               ) -> dict[str, Any]:
+               point_estimate: Solution | None = None, floor: int | None = None,
+               lazy_hosts: bool = False) -> dict[str, Any]:
     """The plan document for ``solution`` (rates rounded for sFlow, loads predicted).
 
     ``point_estimate``: for a robust plan, the same plan made with the point estimates, whose
     collected volume the summary states beside the robust one. ``floor``: every host that would
     sample nothing samples 1-in-``floor`` instead (the controller's sampling floor: traffic that
     starts anywhere is seen); predicted loads and the summary are the plan's without it.
+    ``lazy_hosts``: ``plan["hosts"]`` is a ``HostTable`` (the serialised table, parsed on first
+    lookup) instead of a dict: the controller publishes the bytes and rarely reads an entry.
     """
     created = (created or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
     problem = solution.problem
@@ -47,6 +51,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     applied = realise(solution)
     baseline = (applied if solution.solver == "noncollab"
                 else realise(solve_noncollab(problem))).collected_pps  # both after 1-in-N
+    hosts = HostTable(_host_table(problem, applied, floor))  # plan_id hashes it as it is
     plan: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -56,66 +61,119 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         "solver": {"name": solution.solver, "lp_backend": solution.lp_backend,
                    "variables": solution.variables, "seconds": round(solution.seconds, 6)},
         "summary": _summary(solution, applied, baseline, point_estimate),
-        "hosts": _hosts(problem, applied, floor),
+        "hosts": hosts if lazy_hosts else hosts.parsed(),
     }
-    plan = BuiltPlan(plan)
-    plan["plan_id"] = plan_id(plan)
+    plan["plan_id"] = plan_id({**plan, "hosts": hosts})
     plan["version"] = int(created.timestamp()) if version is None else int(version)
     plan["created"] = _iso(created)
     plan["expires"] = _iso(created + valid_for)
     return plan
 
 
-class BuiltPlan(dict):
-    """A plan document fresh from ``build_plan``: it also keeps its host table serialised
-    (compact, sorted), made once for ``plan_id`` and spliced into the published bytes by
-    ``compact_json`` instead of serialising 10^5 hosts a second time. The bytes are used only
-    while ``plan["hosts"]`` is still the object they were made from; a built plan is never
-    changed in place (the controller renders it within the cycle that built it)."""
+class HostTable(Mapping):
+    """A plan's host table kept as its compact sorted JSON (``chunks``, consecutive pieces of
+    one document), read-only; parsed into dicts (orjson) the first time an entry is looked up.
+    ``compact_json`` splices the chunks into a plan's bytes; ``canonical_json`` writes the
+    parsed table."""
 
-    _hosts_json: tuple[Any, bytes] | None = None
+    __slots__ = ("chunks", "_parsed")
 
-    def hosts_json(self) -> bytes:
-        hosts = self.get("hosts")
-        if self._hosts_json is None or self._hosts_json[0] is not hosts:
-            self._hosts_json = (hosts, orjson.dumps(hosts, option=orjson.OPT_SORT_KEYS))
-        return self._hosts_json[1]
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self._parsed: dict[str, Any] | None = None
 
+    @property
+    def json(self) -> bytes:
+        return b"".join(self.chunks)
 
-def serialised_hosts(plan: Any) -> bytes | None:
-    """``plan``'s host table as compact JSON if it was built by ``build_plan``, else None."""
-    return plan.hosts_json() if isinstance(plan, BuiltPlan) else None
+    def parsed(self) -> dict[str, Any]:
+        if self._parsed is None:
+            self._parsed = orjson.loads(self.json)
+        return self._parsed
+
+    def __getitem__(self, name: str) -> Any:
+        return self.parsed()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.parsed())
+
+    def __len__(self) -> int:
+        return len(self.parsed())
+
+    def __repr__(self) -> str:
+        return f"HostTable({sum(map(len, self.chunks)):,} bytes)"
 
 
 def plan_id(plan: dict[str, Any]) -> str:
     """SHA-256 of the plan without its volatile fields (time, version, solve time)."""
     stable = {key: value for key, value in plan.items() if key not in VOLATILE}
     stable["solver"] = {k: v for k, v in plan["solver"].items() if k != "seconds"}
-    return hashlib.sha256(compact_json(stable, serialised_hosts(plan))).hexdigest()
+    digest = hashlib.sha256()
+    for piece in _pieces(stable):
+        digest.update(piece)
+    return digest.hexdigest()
 
 
-def compact_json(document: Any, hosts_json: bytes | None = None) -> bytes:
+def compact_json(document: Any) -> bytes:
     """Sorted keys, no white space: the bytes agents fetch and ``plan_id`` hashes.
 
     Written by orjson (Rust): 10^5 hosts, 52 MB, in about a fifth of the standard library's
     time (docs/dependencies.md). Numbers are the shortest text that reads back as the same
     double (``1e-05`` is written ``0.00001``: the same number). orjson writes NaN as null, so
     every float a plan carries is checked finite where it is made (``significant``, ``_num``).
-    ``hosts_json``: ``document["hosts"]`` already serialised (``serialised_hosts``), spliced in.
+    A plan's (or a plan set's plans') ``HostTable`` is spliced in as the bytes it holds.
     """
-    if hosts_json is not None and isinstance(document, dict) and "hosts" in document:
-        document = {**document, "hosts": orjson.Fragment(hosts_json)}
-    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    pieces = _pieces(document)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def _pieces(document: Any) -> list[bytes]:
+    """``compact_json(document)`` as consecutive pieces: the host tables' chunks as they are,
+    between the rest serialised once with a NUL byte where each table goes (orjson escapes
+    control characters in strings, so a raw NUL can be nothing else)."""
+    tables: list[HostTable] = []
+
+    def marked(plan: Any) -> Any:
+        if isinstance(plan, dict) and isinstance(plan.get("hosts"), HostTable):
+            tables.append(plan["hosts"])
+            return {**plan, "hosts": _MARK}
+        return plan
+
+    if isinstance(document, HostTable):
+        return list(document.chunks)
+    document = marked(document)
+    if not tables and isinstance(document, dict) and isinstance(document.get("plans"), list):
+        document = {**document, "plans": [marked(plan) for plan in document["plans"]]}
+    data = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    if not tables:
+        return [data]
+    parts = data.split(b"\x00")
+    if len(parts) != len(tables) + 1:
+        raise PlannerError("compact_json: a NUL byte outside the host tables")  # cannot happen
+    pieces = [parts[0]]
+    for table, part in zip(tables, parts[1:]):
+        pieces += [*table.chunks, part]
+    return pieces
+
+
+_MARK = orjson.Fragment(b"\x00")
 
 
 def canonical_json(document: Any) -> str:
     """Sorted keys, two-space indent, no NaN: the one serialisation of a plan."""
-    return json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    return json.dumps(document, sort_keys=True, indent=2, allow_nan=False,
+                      default=_plain) + "\n"
 
 
 def write_plan(plan: dict[str, Any], path: str | Path) -> None:
     """Write atomically: a reader sees the old plan or the new one, never half of it."""
     write_text_atomic(path, canonical_json(plan))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, HostTable):
+        return value.parsed()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _summary(solution: Solution, applied: Realised, baseline: float,
@@ -174,9 +232,10 @@ def _roles(problem, applied: Realised) -> np.ndarray:
     return np.where(nothing & ((problem.own_pps == 0) | problem.receiver), "idle", roles)
 
 
-def _hosts(problem, applied: Realised, floor: int | None = None) -> dict[str, Any]:
-    """Every host's entry, built from whole columns (10^5 hosts in a fraction of a second): the
-    numbers rounded at once (``significant``), mirror and receive lists grouped by one sort."""
+def _host_table(problem, applied: Realised, floor: int | None = None) -> list[bytes]:
+    """Every host's entry as compact sorted JSON, built from whole columns (``hostjson``: no
+    per-host dicts): the numbers rounded at once (``significant``), each column serialised
+    once, mirror and receive lists grouped by one sort."""
     dc = problem.dc
     names = dc.names
     own = problem.own_pps
@@ -189,51 +248,44 @@ def _hosts(problem, applied: Realised, floor: int | None = None) -> dict[str, An
         local = np.where(off, 1.0 / floor, local)
     with np.errstate(divide="ignore", invalid="ignore"):
         use = np.where(capacity > 0, load / capacity, 0.0)
-    column = {key: significant(values, names, key).tolist() for key, values in (
+    fields: dict[str, Any] = {key: significant(values, names, key) for key, values in (
         ("capacity_pps", capacity), ("margin", problem.margin),
         ("forwarding_pps", dc.forwarding_pps), ("own_pps", own),
         ("sampled_pps", problem.bridge_pps), ("local_rate", local),
-        ("planned_rate", applied.planned_rate), ("distinct_pps", applied.distinct_pps),
-        ("load_pps", load), ("capacity_use", use), ("headroom_pps", capacity - load),
-        ("alpha", problem.alpha), ("beta", problem.beta), ("weight", problem.weight))}
+        ("distinct_pps", applied.distinct_pps), ("load_pps", load), ("capacity_use", use),
+        ("headroom_pps", capacity - load), ("alpha", problem.alpha), ("beta", problem.beta),
+        ("weight", problem.weight))}
+    fields["sflow_sampling"] = np.where(interval > 0, interval.astype(object), None)
+    quoted = {role: hostjson.value(role) for role in ("receiver", "sender", "idle")}
+    fields["role"] = [quoted[role] for role in _roles(problem, applied).tolist()]
     rank = _name_rank(names)
     n = len(names)
+    quoted_names = hostjson.strings(names)
     src, dst, pps = applied.mirror_src, applied.mirror_dst, applied.mirror_pps
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
-    rate = significant(pps / own[src], None, "mirrors.rate").tolist()
-    amount = significant(pps, None, "receives.pps").tolist()
-    to = [names[k] for k in dst.tolist()]
-    senders = [names[i] for i in src.tolist()]
-    mirrors = _grouped(src, rank[dst], [{"to": t, "rate": r} for t, r in zip(to, rate)], n)
-    receives = _grouped(dst, rank[src], [{"from": f, "rate": r, "pps": p}
-                                         for f, r, p in zip(senders, rate, amount)], n)
+    rate = hostjson.numbers(significant(pps / own[src], None, "mirrors.rate").tolist())
+    amount = hostjson.numbers(significant(pps, None, "receives.pps").tolist())
+    to = [quoted_names[k] for k in dst.tolist()]
+    senders = [quoted_names[i] for i in src.tolist()]
+    fields["mirrors"] = hostjson.grouped(
+        src, rank[dst], hostjson.objects({"to": to, "rate": rate}, len(to)), n)
+    fields["receives"] = hostjson.grouped(
+        dst, rank[src], hostjson.objects({"from": senders, "rate": rate, "pps": amount},
+                                         len(senders)), n)
     src, dst, pps = applied.mirror_src, applied.mirror_dst, applied.planned_mirror_pps
     planned = pps > 0
     src, dst, pps = src[planned], dst[planned], pps[planned]
-    planned_rate = significant(pps / own[src], None, "planned.mirrors.rate").tolist()
-    planned_mirrors = _grouped(src, rank[dst], [{"to": names[k], "rate": r} for k, r in zip(
-        dst.tolist(), planned_rate)], n)
-    extras = dc.server_extras
-    hosts = {}
-    for (i, name), role, n, cap, margin, fwd, own_i, sampled, rate_i, planned_i, distinct, \
-            load_i, use_i, headroom, alpha, beta, weight in zip(
-                enumerate(names), _roles(problem, applied).tolist(), interval.tolist(),
-                *(column[key] for key in (
-                    "capacity_pps", "margin", "forwarding_pps", "own_pps", "sampled_pps",
-                    "local_rate", "planned_rate", "distinct_pps", "load_pps", "capacity_use",
-                    "headroom_pps", "alpha", "beta", "weight"))):
-        host = {"role": role, "capacity_pps": cap, "margin": margin, "forwarding_pps": fwd,
-                "own_pps": own_i, "sampled_pps": sampled, "local_rate": rate_i,
-                "sflow_sampling": n or None, "mirrors": mirrors[i], "receives": receives[i],
-                "planned": {"local_rate": planned_i, "mirrors": planned_mirrors[i]},
-                "distinct_pps": distinct, "load_pps": load_i, "capacity_use": use_i,
-                "headroom_pps": headroom, "alpha": alpha, "beta": beta, "weight": weight}
-        extra = extras.get(name)
-        if extra:
-            host.update(extra)
-        hosts[name] = host
-    return hosts
+    planned_rate = hostjson.numbers(
+        significant(pps / own[src], None, "planned.mirrors.rate").tolist())
+    planned_mirrors = hostjson.grouped(src, rank[dst], hostjson.objects(
+        {"to": [quoted_names[k] for k in dst.tolist()], "rate": planned_rate}, len(planned_rate)),
+        n)
+    fields["planned"] = hostjson.objects({
+        "local_rate": hostjson.numbers(
+            significant(applied.planned_rate, names, "planned_rate").tolist()),
+        "mirrors": planned_mirrors}, n)
+    return hostjson.table(names, fields, dc.server_extras)
 
 
 def _name_rank(names: tuple[str, ...]) -> np.ndarray:
@@ -242,21 +294,6 @@ def _name_rank(names: tuple[str, ...]) -> np.ndarray:
     rank = np.empty(len(names), dtype=np.int64)
     rank[order] = np.arange(len(names))
     return rank
-
-
-def _grouped(owner: np.ndarray, peer_rank: np.ndarray, items: list, n: int) -> list[list]:
-    """Per owner (0..n-1), its ``items`` in peer-name order (one slice per owner)."""
-    lists: list[list] = [[] for _ in range(n)]
-    if not items:
-        return lists
-    order = np.lexsort((peer_rank, owner))
-    ordered = [items[k] for k in order.tolist()]
-    owners = owner[order]
-    starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
-    ends = np.append(starts[1:], len(ordered))
-    for who, start, end in zip(owners[starts].tolist(), starts.tolist(), ends.tolist()):
-        lists[who] = ordered[start:end]
-    return lists
 
 
 def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,

@@ -76,7 +76,10 @@ def test_first_plan_is_signed_and_accepted_by_the_agents(tmp_path, keys):
     assert plan.hosts["s1"].tunnel_ip == "192.0.2.1" and plan.hosts["s1"].mirrors
     state = tmp_path / "state"
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
-    assert {stat.S_IMODE(os.stat(p).st_mode) for p in state.iterdir()} == {0o600}
+    assert {stat.S_IMODE(os.stat(p).st_mode) for p in state.iterdir()
+            if p.name != "current-plan.json"} == {0o600}
+    # the plan in force is the published file itself (a hard link, written once), not a copy
+    assert os.path.samefile(state / "current-plan.json", rig.publish_dir / "plan.json")
     assert main(["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key",
                  str(keys[1])]) == 0
 

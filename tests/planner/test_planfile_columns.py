@@ -1,14 +1,16 @@
 """The column-wise plan writer is the per-host one it replaced, bit for bit.
 
-``planfile._hosts`` builds 10^5 host entries from whole columns (the controller's publishing
-cycle); the reference below is the loop it replaced, one host and one ``float(f"{v:.12g}")``
-at a time. Both must give the same document on random data centres, with every planning
-option, and ``significant`` must equal the string rounding on every value, edge cases included.
+``planfile._host_table`` writes 10^5 host entries from whole columns, as bytes, without a dict
+per host (the controller's publishing cycle); the reference below is the loop it replaced, one
+host and one ``float(f"{v:.12g}")`` at a time, serialised by orjson. Both must give the same
+bytes on random data centres, with every planning option and any inventory extras, and
+``significant`` must equal the string rounding on every value, edge cases included.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +18,8 @@ from hypothesis import strategies as st
 from cosample.planner import solve
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
-from cosample.planner.planfile import _roles, build_plan, significant
+from cosample.planner import hostjson
+from cosample.planner.planfile import HostTable, _roles, build_plan, compact_json, significant
 from cosample.planner.problem import build_problem
 from cosample.planner.realise import realise
 
@@ -80,6 +83,58 @@ def test_columns_equal_the_per_host_writer(dc, solver):
     for name, host in got.items():  # same types too (an int is not a float in JSON)
         assert {k: type(v) for k, v in host.items()} == \
             {k: type(v) for k, v in expected[name].items()}
+    lazy = build_plan(dc, solution, created=plan_time(plan), lazy_hosts=True)
+    assert isinstance(lazy["hosts"], HostTable)
+    assert lazy["hosts"].json == orjson.dumps(expected, option=orjson.OPT_SORT_KEYS)
+    assert lazy["plan_id"] == plan["plan_id"]
+    assert compact_json(lazy) == compact_json(plan) == orjson.dumps(
+        {**plan, "hosts": expected}, option=orjson.OPT_SORT_KEYS)
+    assert lazy["hosts"] == expected  # parsed on first lookup
+
+
+def plan_time(plan):
+    from datetime import datetime
+
+    return datetime.fromisoformat(plan["created"].replace("Z", "+00:00"))
+
+
+NAMES = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6)
+EXTRA_KEYS = st.sampled_from(["bridge", "tunnel_ip", "vm_ports", "role", "alpha", "zz", "%s",
+                              "a\"b", "\u00e9"])
+EXTRA_VALUES = st.one_of(st.text(max_size=5), st.integers(-10, 10), st.none(),
+                         st.lists(st.text(max_size=3), max_size=3),
+                         st.dictionaries(st.sampled_from(["b", "a", ","]), st.integers(-5, 5),
+                                         max_size=3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(NAMES, min_size=0, max_size=8, unique=True), st.data())
+def test_host_table_is_orjson_of_the_dicts(names, data):
+    """Names with quotes, commas, % and any Unicode; extras on some hosts, with different key
+    sets, some named like a field (the extra wins, as ``dict.update``)."""
+    n = len(names)
+    floats = data.draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=n,
+                                max_size=n))
+    counts = data.draw(st.lists(st.one_of(st.none(), st.integers(1, 2**40)), min_size=n,
+                                max_size=n))
+    extras = {name: data.draw(st.dictionaries(EXTRA_KEYS, EXTRA_VALUES, max_size=3))
+              for name in names if data.draw(st.booleans())}
+    fields = {"alpha": hostjson.numbers(floats), "sflow_sampling": hostjson.numbers(counts),
+              "role": hostjson.strings(["sender"] * n),
+              "mirrors": hostjson.objects({"to": hostjson.strings(names), "rate":
+                                           hostjson.numbers(floats)}, n)}
+    expected = {name: {"alpha": f, "sflow_sampling": c, "role": "sender",
+                       "mirrors": {"to": name, "rate": f}, **extras.get(name, {})}
+                for name, f, c in zip(names, floats, counts)}
+    for block in (1, 2, 4096):  # written a block of hosts at a time
+        got = b"".join(hostjson.table(names, fields, extras, block=block))
+        assert got == orjson.dumps(expected, option=orjson.OPT_SORT_KEYS)
+
+
+def test_grouped_lists_follow_the_peer_order():
+    owner, peer = np.array([2, 0, 2, 2]), np.array([5, 1, 3, 4])
+    items = [b"1", b"2", b"3", b"4"]
+    assert hostjson.grouped(owner, peer, items, 4) == [b"[2]", b"[]", b"[3,4,1]", b"[]"]
 
 
 def test_floor_samples_hosts_that_sample_nothing():
@@ -123,17 +178,22 @@ def test_significant_names_a_non_finite_value():
         significant(np.array([np.inf]), None, "mirrors.rate")
 
 
-def test_compact_bytes_splice_the_hosts_serialised_once():
-    """The published bytes equal a fresh serialisation of the whole plan, version changed."""
-    import orjson
-
-    from cosample.planner.planfile import compact_json, plan_id, serialised_hosts
+def test_compact_bytes_splice_the_host_table():
+    """The published bytes, a plan's or a plan set's, equal a fresh serialisation of the whole
+    document with its host tables parsed; plan_id is the same from the parsed plan."""
+    from cosample.planner.planfile import plan_id
     matrix = np.array([[9e5, 1e5, 0.0], [0.0, 2e5, 3e4], [1e3, 0.0, 5e4]])
     dc = DataCentre.from_matrix(np.array([2e6, 1.5e6, 2e6]), 1.54, 0.46, matrix)
-    plan = build_plan(dc, solve(dc), floor=64)
-    assert serialised_hosts(plan) == orjson.dumps(plan["hosts"], option=orjson.OPT_SORT_KEYS)
+    plan = build_plan(dc, solve(dc), floor=64, lazy_hosts=True)
+    parsed = {**plan, "hosts": dict(plan["hosts"])}
     published = dict(plan, version=12)
-    assert compact_json(published, serialised_hosts(plan)) == orjson.dumps(
-        published, option=orjson.OPT_SORT_KEYS)
-    assert plan["plan_id"] == plan_id(dict(plan))  # the same id from a plain dict
-    assert serialised_hosts(dict(plan)) is None
+    assert compact_json(published) == orjson.dumps({**parsed, "version": 12},
+                                                   option=orjson.OPT_SORT_KEYS)
+    other = dict(plan, version=13, note="\u0000 and \x00 in a string")
+    document = {"format": "cosample.planset", "plans": [parsed, published, other]}
+    assert compact_json(document) == orjson.dumps(
+        {"format": "cosample.planset", "plans": [parsed, {**parsed, "version": 12},
+                                                 {**parsed, "version": 13,
+                                                  "note": "\u0000 and \x00 in a string"}]},
+        option=orjson.OPT_SORT_KEYS)
+    assert plan["plan_id"] == plan_id(parsed)
