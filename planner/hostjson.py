@@ -26,6 +26,7 @@ import orjson
 
 SORTED = orjson.OPT_SORT_KEYS
 BLOCK = 4096  # hosts per chunk of the table
+_NONE: Mapping[str, Any] = {}
 _CONSTANTS = {None: b"null", True: b"true", False: b"false"}
 
 
@@ -35,7 +36,15 @@ def numbers(values: list[Any]) -> list[bytes]:
 
 
 def strings(values: Sequence[str]) -> list[bytes]:
-    """Each string's JSON (quoted, escaped)."""
+    """Each string's JSON (quoted, escaped): all escaped at once, joined by NUL (escaped as
+    ``\\u0000``, so the result splits there unless a string holds a NUL itself)."""
+    if not values:
+        return []
+    joined = "\x00".join(values)
+    if joined.count("\x00") == len(values) - 1:
+        pieces = encode_basestring(joined)[1:-1].encode().split(b"\\u0000")
+        if len(pieces) == len(values):  # no string spelled "\u0000" out either
+            return [b'"%b"' % piece for piece in pieces]
     return [encode_basestring(value).encode() for value in values]
 
 
@@ -90,16 +99,17 @@ def table(names: Sequence[str], fields: Mapping[str, np.ndarray | list[bytes]],
     if n == 0:
         return [b"{}"]
     order = sorted(range(n), key=names.__getitem__)
-    keysets = [tuple(sorted(extras.get(names[i]) or ())) for i in order] if extras else None
+    extra = [extras.get(names[i]) or _NONE for i in order] if extras else None
     quoted = strings(names)
     chunks = []
     start = 0
     while start < n:
         end = min(start + block, n)
         keys: tuple[str, ...] = ()
-        if keysets is not None:  # a run of hosts with the same extras
-            keys = keysets[start]
-            end = next((k for k in range(start + 1, end) if keysets[k] != keys), end)
+        if extra is not None:  # a run of hosts with the same extras' keys
+            same = extra[start].keys()
+            keys = tuple(sorted(same))
+            end = next((k for k in range(start + 1, end) if extra[k].keys() != same), end)
         flat = _rows(quoted, fields, extras, names, keys, order[start:end])
         if start == 0:
             flat[0] = b"{"  # no comma before the first entry
@@ -124,7 +134,9 @@ def _rows(quoted: list[bytes], fields: Mapping[str, np.ndarray | list[bytes]],
     for k, key in enumerate(keys):
         flat[2 + 2 * k::width] = [(b":{" if k == 0 else b",") + value(key) + b":"] * count
         if key in extra_keys:
-            flat[3 + 2 * k::width] = [value(extras[names[i]][key]) for i in members]
+            values = [extras[names[i]][key] for i in members]
+            flat[3 + 2 * k::width] = strings(values) if all(
+                type(item) is str for item in values) else [value(item) for item in values]
         elif isinstance(column := fields[key], np.ndarray):
             flat[3 + 2 * k::width] = numbers(column[index].tolist())
         else:

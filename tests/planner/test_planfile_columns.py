@@ -131,6 +131,11 @@ def test_host_table_is_orjson_of_the_dicts(names, data):
         assert got == orjson.dumps(expected, option=orjson.OPT_SORT_KEYS)
 
 
+@pytest.mark.parametrize("names", [["a", "b\\u0000c", "d"], ["a\x00", "b"], ["\\", "\\u0000"], ["é", "\n"]])
+def test_strings_are_orjsons(names):
+    assert hostjson.strings(names) == [orjson.dumps(name) for name in names]
+
+
 def test_grouped_lists_follow_the_peer_order():
     owner, peer = np.array([2, 0, 2, 2]), np.array([5, 1, 3, 4])
     items = [b"1", b"2", b"3", b"4"]
