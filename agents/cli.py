@@ -45,6 +45,11 @@ def register(subparsers) -> None:
     validate.add_argument("plan", help="plan file, plan set, or http(s) URL")
     validate.add_argument("--host", help="also check that this host can realise its part")
     validate.add_argument("--public-key", help="verify PLAN.sig with this ed25519 public key")
+    validate.add_argument("--config", help="agent config file: its max_plan_mib, public_key, "
+                                           "timeout_s and host apply (options win)")
+    validate.add_argument("--max-plan-mib", type=int, dest="max_plan_mib",
+                          help="largest plan document fetched, MiB (default: the config's, "
+                               "else 256)")
     validate.set_defaults(func=_validate)
 
     keygen = commands.add_parser("keygen", help="create an ed25519 key pair for signing plans")
@@ -198,21 +203,30 @@ def _status(args) -> int:
 
 
 def _validate(args) -> int:
-    from cosample.agents.config import make_config
+    """Fetch and check a plan as an agent with the same settings would (size limit, key)."""
+    from cosample.agents.config import load_config
     from cosample.agents.desired import desired_state
     from cosample.agents.plan import format_time, parse_document
     from cosample.agents.signing import verify
     from cosample.agents.source import fetch
-    fetched = fetch(args.plan, with_signature=args.public_key is not None)
-    if args.public_key:
-        verify(fetched.data, fetched.signature, args.public_key)
+    config = load_config(args.config, {"host": args.host, "public_key": args.public_key,
+                                       "max_plan_mib": args.max_plan_mib},
+                         defaults={"host": _NO_HOST})  # host: only to check its part
+    fetched = fetch(args.plan, timeout_s=config.timeout_s,
+                    with_signature=config.public_key is not None,
+                    max_bytes=config.max_plan_mib * 1024 * 1024)
+    if config.public_key:
+        verify(fetched.data, fetched.signature, config.public_key)
     for plan in parse_document(fetched.data, source=args.plan):
-        if args.host:
-            desired_state(plan, make_config({"host": args.host}))
+        if config.host != _NO_HOST:
+            desired_state(plan, config)
         when = f", not before {format_time(plan.not_before)}" if plan.not_before else ""
         print(f"plan version {plan.version} ({len(plan.hosts)} hosts, expires "
               f"{format_time(plan.expires)}{when}): valid")
     return 0
+
+
+_NO_HOST = "\x00no host"  # not a valid host name in a plan: no host part checked
 
 
 def _keygen(args) -> int:

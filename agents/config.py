@@ -84,9 +84,11 @@ def make_config(values: Mapping[str, Any], where: str = "config") -> AgentConfig
     return validate(AgentConfig, dict(values), where=where, error=ConfigError)
 
 
-def load_config(path: str | None, overrides: Mapping[str, Any]) -> AgentConfig:
-    """File (TOML by default, YAML for .yaml/.yml) merged with non-None ``overrides``."""
-    values: dict[str, Any] = {}
+def load_config(path: str | None, overrides: Mapping[str, Any],
+                defaults: Mapping[str, Any] | None = None) -> AgentConfig:
+    """File (TOML by default, YAML for .yaml/.yml) merged with non-None ``overrides``;
+    ``defaults`` fill what neither gives."""
+    values: dict[str, Any] = dict(defaults or {})
     if path:
         values.update(_read_file(Path(path)))
     values.update({key: value for key, value in overrides.items() if value is not None})

@@ -90,6 +90,26 @@ def test_cli_keygen_sign_validate(tmp_path, capsys, make_plan, to_bytes):
     assert "no entry for this host 'nosuch'" in capsys.readouterr().err
 
 
+def test_cli_validate_honours_the_plan_size_limit(tmp_path, capsys, make_plan, to_bytes):
+    """``validate`` fetches as an agent with the same ``max_plan_mib`` would: from the option,
+    else the config file, else the default (256 MiB)."""
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(to_bytes(make_plan()) + b" " * (1024 * 1024))  # valid JSON above 1 MiB
+    assert main(["agent", "validate", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["agent", "validate", str(plan), "--max-plan-mib", "1"]) == 2
+    assert "larger than 1048576 bytes" in capsys.readouterr().err
+    config = tmp_path / "agent.toml"
+    config.write_text('host = "s1"\nmax_plan_mib = 1\n')
+    assert main(["agent", "validate", str(plan), "--config", str(config)]) == 2
+    assert "larger than 1048576 bytes" in capsys.readouterr().err
+    assert main(["agent", "validate", str(plan), "--config", str(config),
+                 "--max-plan-mib", "2"]) == 0  # the option wins
+    assert "plan version 100" in capsys.readouterr().out
+    assert main(["agent", "validate", str(plan), "--max-plan-mib", "0"]) == 2
+    assert "max_plan_mib" in capsys.readouterr().err
+
+
 def test_cli_transition_writes_a_valid_plan_set(tmp_path, capsys, make_plan, to_bytes):
     old, new, out = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "set.json"
     created = datetime.now(timezone.utc)
