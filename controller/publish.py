@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.files import write_bytes_atomic
-from cosample.planner.planfile import compact_json
+from cosample.planner.planfile import HostTable, compact_json
 
 
 PLAN_NAME = "plan.json"
@@ -58,13 +58,23 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         # Both plans come from the planner (the previous one from the controller's own store):
         # only the fields the transition needs are validated, not 2 x 10^5 host entries.
         old, new = plan_head(previous, "previous plan"), plan_head(plan, "new plan")
-        document = plan_set(previous, plan, old.version, new.version, new.expires, now,
-                            settle_s)
-        data = compact_json(document)  # phase 2's hosts are NEW's HostTable: spliced in
+        document = plan_set(_entries(previous), _entries(plan), old.version, new.version,
+                            new.expires, now, settle_s)
+        phase2 = document["plans"][-1]
+        if isinstance(plan.get("hosts"), HostTable):  # NEW's own bytes: spliced, not re-written
+            document["plans"][-1] = {**phase2, "hosts": plan["hosts"]}
+        data = compact_json(document)
         versions = tuple(int(p["version"]) for p in document["plans"])
         final = document["plans"][-1]
     signature = sign_bytes(data, key) if key else None
     return Rendered(data, signature, versions, final)
+
+
+def _entries(plan: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` with its host table as plain dicts (the transition looks up 10^5 entries: a
+    ``HostTable``'s Mapping methods would cost a Python call or three for each)."""
+    hosts = plan.get("hosts")
+    return {**plan, "hosts": hosts.parsed()} if isinstance(hosts, HostTable) else plan
 
 
 def oversized(rendered: Rendered) -> str | None:
