@@ -171,10 +171,8 @@ class Controller:
             self.smoothed.count * settings.interval_s >= settings.warm_s
         quiet = self.quiet_until is not None and now < self.quiet_until
         self.full_window_s = max(self.full_window_s, measurement.window_s)
-        # sparse samples: rises averaged like falls (taken at once, the sampling error's peaks
-        # would be planned for), and never remembered by the hold
-        smoothed = update(self.smoothed, measurement, settings.tau_s,
-                          None if sparse else settings.rise_tau_s,
+        # sparse samples (plan-less, measurement plan) are never remembered by the hold
+        smoothed = update(self.smoothed, measurement, settings.tau_s, settings.rise_tau_s,
                           hold_s=settings.hold_seconds, change=settings.change,
                           capacity=self.inventory.capacity_pps, detect=was_warm,
                           remember=not quiet and self._full(measurement.window_s) and not sparse)

@@ -137,8 +137,8 @@ def test_steady_chunked_noise_publishes_the_first_plan_only(tmp_path):
 
 def test_steady_noise_after_a_planless_start(tmp_path):
     """The same, starting plan-less: the first plan rests on sparse 1-in-128 samples (their
-    sampling error simulated), so it is made for their average; the first publication is the
-    real plan, never a measurement plan, and at most one correction follows (measured: 19 of
+    sampling error simulated, the hold not remembering them); the first publication is the
+    real plan, never a measurement plan, and at most one correction follows (measured: 17 of
     30 seeds publish once, docs/controller.md "Known limits"; here at least 5 of 10)."""
     counts = []
     for seed in range(10):
