@@ -81,7 +81,17 @@ class Estimator:
         """A new plan seen at ``now`` (default: the newest datagram's time): sums already taken
         keep their weights, new samples use the new plan, streams start and stop (``exposure``)."""
         self.attribution = attribution
-        self.streams.plan(attribution, now if now is not None else self._now)
+        latest: dict[tuple[str, str, int], float] = {}
+
+        def last(server: str, agent: str, kind: int) -> float | None:
+            """Arrival of the newest datagram of a stream in the window (one pass, on demand)."""
+            if not latest:
+                for _, sums, _ in self._buckets:
+                    for (s, a, k, _), acc in sums.items():
+                        latest[(s, a, k)] = max(latest.get((s, a, k), acc[6]), acc[6])
+            return latest.get((server, agent, kind))
+
+        self.streams.plan(attribution, now if now is not None else self._now, last)
         self._mirror_q.clear()
         self._verdicts.clear()
 
@@ -156,7 +166,7 @@ class Estimator:
             key = (server, agent, kind, dst)
             acc = sums.get(key)
             if acc is None:
-                acc = sums[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0]
+                acc = sums[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now]
             square = size * size
             acc[0] += 1
             acc[1] += weight
@@ -164,6 +174,7 @@ class Estimator:
             acc[3] += square * weight
             acc[4] += variance
             acc[5] += square * variance
+            acc[6] = now  # arrival of the stream's newest datagram (where a dropped one ends)
             if last_seen.get(server, 0.0) < now:
                 last_seen[server] = now
             if hook is not None:
@@ -275,7 +286,7 @@ class Estimator:
                 tally[1] += lost
         loss = {agent: (got + lost) / got if got else 1.0 for agent, (got, lost) in agents.items()}
         for _, sums, _ in self._buckets:
-            for (server, agent, kind, dst), (n, w, bw, b2w, v, b2v) in sums.items():
+            for (server, agent, kind, dst), (n, w, bw, b2w, v, b2v, _) in sums.items():
                 f = loss.get(agent, 1.0)  # each received sample stands for f: weight f w
                 stream = streams.setdefault(server, [[0] + [0.0] * 5, [0] + [0.0] * 5])[kind]
                 stream[0] += n

@@ -6,7 +6,10 @@ MIRRORED_KIND)``). A plan change starts and stops streams, and the agents follow
 after the collector saw the plan (docs/collector.md, "Plan changes"):
 
 - a stream the new plan drops stops when the collector sees the plan: later mirrored copies are
-  ``stale_mirror`` (the attribution no longer knows the pair), later local samples ``stale_local``;
+  ``stale_mirror`` (the attribution no longer knows the pair), later local samples
+  ``stale_local``. Its exposure ends with its last datagram before that moment: agents that
+  applied the plan *before* the collector saw it stopped the stream earlier, and the time
+  between would otherwise count as a stream that ran and saw nothing;
 - a stream the new plan adds is *pending* until its first datagram arrives: that datagram only
   marks the moment the agent had started it (its samples of the stream were taken before and are
   not counted, ``ignored: stream_start``), the stream runs from then on. An agent fills one
@@ -23,6 +26,7 @@ its precision (``precision``), which ``_share`` in ``estimate`` turns into combi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from cosample.collector.attribution import Attribution
 
@@ -44,15 +48,25 @@ class Streams:
         self._planned: dict[str, set[tuple[str, int]]] = {}
         self._seen_plan = False
 
-    def plan(self, attribution: Attribution, at: float | None) -> None:
-        """A new plan seen at ``at`` (None: before any sample, the streams ran all along)."""
+    def plan(self, attribution: Attribution, at: float | None,
+             last: Callable[[str, str, int], float | None] = lambda *_: None) -> None:
+        """A new plan seen at ``at`` (None: before any sample, the streams ran all along).
+
+        ``last(server, agent, kind)``: arrival time of the stream's newest datagram, if any.
+        """
         first, self._seen_plan = not self._seen_plan, True
         when = -math.inf if at is None else at
         planned = {server: _planned(attribution, server) for server in attribution.servers}
         for server in set(planned) | set(self._planned):
             new, old = planned.get(server, set()), self._planned.get(server, set())
             active = self.active.setdefault(server, set())
+            ends = {}
             for agent, kind in old - new:
+                arrival = last(server, agent, kind) if (agent, kind) in active else None
+                if arrival is not None and arrival < when:
+                    ends[kind] = max(ends.get(kind, -math.inf), arrival)
+                else:
+                    ends[kind] = when
                 active.discard((agent, kind))
                 self.gate.pop((server, agent, kind), None)
                 if kind == LOCAL_KIND and self.gated:
@@ -63,7 +77,7 @@ class Streams:
                     self.gate.pop((server, agent, kind), None)
                 else:
                     self.gate[(server, agent, kind)] = PENDING
-            self._update_spans(server, when)
+            self._update_spans(server, when, ends)
         self._planned = planned
 
     def start(self, server: str, agent: str, kind: int, at: float) -> None:
@@ -91,7 +105,7 @@ class Streams:
             else:
                 del self.spans[key]
 
-    def _update_spans(self, server: str, at: float) -> None:
+    def _update_spans(self, server: str, at: float, ends: dict[int, float] | None = None) -> None:
         active = self.active.get(server, ())
         for kind in (LOCAL_KIND, MIRRORED_KIND):
             running = any(k == kind for _, k in active)
@@ -100,7 +114,7 @@ class Streams:
             if running and not is_open:
                 spans.append([at, _OPEN])
             elif is_open and not running:
-                spans[-1][1] = at
+                spans[-1][1] = max(spans[-1][0], (ends or {}).get(kind, at))
             if not spans:
                 del self.spans[(server, kind)]
 
