@@ -31,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from cosample.agents.plan import parse_plan
+from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
 
 #: The last revision before the estimator knew streams' exposures.
 BASELINE = "88e1128"
@@ -45,7 +46,7 @@ def plan(hosts: dict, version: int):
     """A plan of ``hosts`` (name -> (1-in-N, {receiver: share})), valid around now."""
     now = datetime.now(timezone.utc).replace(microsecond=0)
     names = sorted(hosts)
-    document = {"format": "cosample.plan", "format_version": 1, "version": version,
+    document = {"format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "version": version,
                 "created": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "expires": (now + timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "plan_id": f"{version:064x}", "sflow": {"collector": "127.0.0.1:6343"},
