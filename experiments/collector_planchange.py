@@ -27,11 +27,10 @@ import importlib.util
 import json
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from cosample.agents.plan import parse_plan
-from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
+from cosample.lab.plans import plan_document
 
 #: The last revision before the estimator knew streams' exposures.
 BASELINE = "88e1128"
@@ -44,23 +43,7 @@ SECONDS = range(-10, 26)
 
 def plan(hosts: dict, version: int):
     """A plan of ``hosts`` (name -> (1-in-N, {receiver: share})), valid around now."""
-    now = datetime.now(timezone.utc).replace(microsecond=0)
-    names = sorted(hosts)
-    document = {"format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "version": version,
-                "created": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "expires": (now + timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "plan_id": f"{version:064x}", "sflow": {"collector": "127.0.0.1:6343"},
-                "hosts": {}}
-    for k, name in enumerate(names):
-        sampling, mirrors = hosts[name]
-        document["hosts"][name] = {
-            "role": "sender" if mirrors else "receiver", "local_rate": 1.0 / sampling,
-            "sflow_sampling": sampling,
-            "mirrors": [{"to": to, "rate": rate} for to, rate in sorted(mirrors.items())],
-            "receives": [{"from": other, "rate": hosts[other][1][name]} for other in names
-                         if name in hosts[other][1]],
-            "tunnel_ip": f"172.29.0.{k + 1}"}
-    return parse_plan(json.dumps(document).encode())
+    return parse_plan(json.dumps(plan_document(hosts, version=version)).encode())
 
 
 def load_estimator(revision: str | None):

@@ -1,0 +1,28 @@
+"""Small plan documents for the collector's tests and experiments, valid around now."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
+
+
+def plan_document(hosts: dict, *, version: int = 7, now: datetime | None = None) -> dict:
+    """``hosts``: name -> (sflow 1-in-N or None, {receiver: share}); tunnel IPs 172.29.0.k."""
+    now = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    names = sorted(hosts)
+    document = {"format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "version": version,
+                "created": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "expires": (now + timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "plan_id": f"{version:064x}", "sflow": {"collector": "127.0.0.1:6343"},
+                "hosts": {}}
+    for k, name in enumerate(names):
+        sampling, mirrors = hosts[name]
+        receives = [{"from": other, "rate": hosts[other][1][name]} for other in names
+                    if name in hosts[other][1]]
+        document["hosts"][name] = {
+            "role": "sender" if mirrors else "receiver",
+            "local_rate": 1.0 / sampling if sampling else 0.0, "sflow_sampling": sampling,
+            "mirrors": [{"to": to, "rate": rate} for to, rate in sorted(mirrors.items())],
+            "receives": receives, "tunnel_ip": f"172.29.0.{k + 1}"}
+    return document
