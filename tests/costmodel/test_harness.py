@@ -166,6 +166,23 @@ class ClockedSwitch:
     def port_stats(self, port):
         return (int(self.rx), 0) if port == "in" else (0, int(self.tx))
 
+    def mechanisms(self):
+        """One fake mechanism per coefficient, setting the rate this switch's cost reads."""
+        switch = self
+
+        class Mechanism:
+            def __init__(self, name):
+                self.name = name
+
+            def set_rate(self, rate):
+                switch.rates[self.name] = rate
+                return rate
+
+            def clear(self):
+                switch.rates[self.name] = 0.0
+
+        return {name: Mechanism(name) for name in self.rates}
+
 
 def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
     from cosample.costmodel import harness
@@ -173,17 +190,6 @@ def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
 
     switch = ClockedSwitch(50_000, {"sflow": 0.8, "mirror": 0.25})
     monkeypatch.setattr(harness.time, "sleep", switch.advance)
-
-    class Mechanism:
-        def __init__(self, name):
-            self.name = name
-
-        def set_rate(self, rate):
-            switch.rates[self.name] = rate
-            return rate
-
-        def clear(self):
-            switch.rates[self.name] = 0.0
 
     settings = CalibrationSettings(rates=(0, 0.5, 1), repetitions=2, duration_s=4.5, warmup_s=0,
                                    phases=4, guard_s=0.3)
@@ -193,7 +199,7 @@ def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
         runs.append(FakeRun(IperfResult("udp", duration, 1e6, packets=10, lost_packets=0)))
         return runs[-1]
 
-    calibrator = Calibrator(settings, {m: Mechanism(m) for m in switch.rates}, switch.port_stats,
+    calibrator = Calibrator(settings, switch.mechanisms(), switch.port_stats,
                             {}, client, "10.0.0.2", "in", "out", clock=switch.clock)
     data = calibrator.run(show_progress=False)
     assert len(data) == 2 * 2 * 2 * 4 and data["block"].nunique() == 8
@@ -231,14 +237,6 @@ def test_a_client_refused_by_a_busy_server_is_started_again(monkeypatch):
         def poll(self):
             return 1 if self.exited else None
 
-    class Mechanism:
-        def set_rate(self, rate):
-            switch.rates["sflow"] = rate
-            return rate
-
-        def clear(self):
-            switch.rates["sflow"] = 0.0
-
     runs = []
 
     def client(argv, duration):
@@ -251,7 +249,7 @@ def test_a_client_refused_by_a_busy_server_is_started_again(monkeypatch):
     settings = CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), repetitions=1,
                                    duration_s=2, warmup_s=0, phases=4, guard_s=0.1)
     refusing = {0, 1}
-    calibrator = Calibrator(settings, {"sflow": Mechanism()}, switch.port_stats, {}, client,
+    calibrator = Calibrator(settings, switch.mechanisms(), switch.port_stats, {}, client,
                             "10.0.0.2", "in", "out", clock=switch.clock)
     data = calibrator.run(show_progress=False)
     assert len(runs) == 3 and len(data) == 4 and all(run.stopped for run in runs)
@@ -269,17 +267,6 @@ def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
     switch = ClockedSwitch(50_000, {"sflow": 0.8, "mirror_vxlan": 0.4})
     monkeypatch.setattr(harness.time, "sleep", switch.advance)
 
-    class Mechanism:
-        def __init__(self, name):
-            self.name = name
-
-        def set_rate(self, rate):
-            switch.rates[self.name] = rate
-            return rate
-
-        def clear(self):
-            switch.rates[self.name] = 0.0
-
     settings = CalibrationSettings(mechanisms=("sflow", "mirror_vxlan"), rates=(0, 1),
                                    repetitions=2, duration_s=6, warmup_s=0, phases=8,
                                    guard_s=0.1, run_lengths=(("mirror_vxlan", 2.0, 4),))
@@ -290,7 +277,7 @@ def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
         durations.append(duration)
         return FakeRun(IperfResult("udp", duration, 1e6, packets=10, lost_packets=0))
 
-    data = Calibrator(settings, {m: Mechanism(m) for m in switch.rates}, switch.port_stats, {},
+    data = Calibrator(settings, switch.mechanisms(), switch.port_stats, {},
                       client, "10.0.0.2", "in", "out", clock=switch.clock).run(show_progress=False)
     phases = data.groupby(["mechanism", "block"])["phase"].count()
     assert set(phases["sflow"]) == {8} and set(phases["mirror_vxlan"]) == {4}
