@@ -93,6 +93,23 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _down_on_failure(args: argparse.Namespace):
+    """Run a scenario (SIGTERM as an interrupt); on any failure tear the testbed down unless
+    ``--keep-up``, then re-raise."""
+    from cosample.experiments.testbed import build
+
+    try:
+        with _sigterm_as_interrupt():
+            yield
+    except BaseException:
+        if not args.keep_up:
+            problems = build.down(args.state_dir)
+            print("testbed torn down after the failure" + (f" (problems: {problems})" if problems else ""),
+                  file=sys.stderr)
+        raise
+
+
 def _state_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
                         help=f"where the testbed keeps its ledger and OVS instances "
@@ -130,15 +147,8 @@ def _run(args: argparse.Namespace) -> int:
     testbed = build.Testbed.load(args.state_dir)
     out = output_dir(Path(args.out))
     settings = experiment.RunSettings(coefficients, args.duration, args.solver)
-    try:
-        with _sigterm_as_interrupt():
-            result = experiment.run_experiment(testbed, settings, out)
-    except BaseException:
-        if not args.keep_up:
-            problems = build.down(args.state_dir)
-            print("testbed torn down after the failure" + (f" (problems: {problems})" if problems else ""),
-                  file=sys.stderr)
-        raise
+    with _down_on_failure(args):
+        result = experiment.run_experiment(testbed, settings, out)
     frame = report.tidy_rows(result, testbed.topology)
     totals = report.summary(frame, result)
     text = report.markdown(frame, totals, result, _command(args))
@@ -167,16 +177,8 @@ def _closed_loop(args: argparse.Namespace, coefficients) -> int:
     settings = closedloop.LoopSettings(args.scenario, coefficients.alpha, coefficients.beta,
                                        startup_s=args.startup_seconds,
                                        phase_s=args.phase_seconds)
-    try:
-        with _sigterm_as_interrupt():
-            result = closedloop.run_closed_loop(testbed, settings, out,
-                                                coefficients.capacity_pps)
-    except BaseException:
-        if not args.keep_up:
-            problems = build.down(args.state_dir)
-            print("testbed torn down after the failure" + (f" (problems: {problems})" if problems else ""),
-                  file=sys.stderr)
-        raise
+    with _down_on_failure(args):
+        result = closedloop.run_closed_loop(testbed, settings, out, coefficients.capacity_pps)
     command = (f"cosample testbed run --scenario {args.scenario} --phase-seconds "
                f"{args.phase_seconds:g} --startup-seconds {args.startup_seconds:g}")
     text = closedloop_report.markdown(result, command)
