@@ -7,6 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
+from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -39,8 +41,12 @@ def register(subparsers) -> None:
                      help="estimation window in seconds (default 30)")
     run.add_argument("--export-interval", type=float, default=1.0, metavar="S",
                      help="how often snapshot, metrics and events are refreshed (default 1)")
-    run.add_argument("--plan-interval", type=float, default=10.0, metavar="S",
-                     help="how often the plan is re-read (default 10)")
+    run.add_argument("--plan-interval", type=float, default=PLAN_INTERVAL_S, metavar="S",
+                     help=f"how often the plan is re-read (default {PLAN_INTERVAL_S:g})")
+    run.add_argument("--plan-timeout", type=float, default=PLAN_TIMEOUT_S, metavar="S",
+                     help=f"bound on one read of the plan (default {PLAN_TIMEOUT_S:g}); the "
+                          "controller's --lead must cover interval and timeout "
+                          "(docs/collector.md, \"Plan changes\")")
     run.add_argument("--events", metavar="FILE",
                      help="append events as JSON lines ('-': standard output)")
     run.add_argument("--band", type=float, default=0.1,
@@ -99,6 +105,7 @@ def _run(args) -> int:
         window_s=_positive(args.window, "--window"),
         export_s=_positive(args.export_interval, "--export-interval"),
         plan_interval_s=_positive(args.plan_interval, "--plan-interval"),
+        plan_timeout_s=_positive(args.plan_timeout, "--plan-timeout"),
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
         events=args.events, band=args.band, max_silence_s=_positive(args.max_silence,
                                                                     "--max-silence"),

@@ -8,10 +8,19 @@ local sampling only, and so does the attribution (no mirrors). Until a plan is i
 published yet, or all expired before the collector started) the agents run their safe state,
 and the collector attributes by its inventory's agent addresses (``attribution.planless``:
 ``planless`` is True, the snapshot's ``plan`` is null).
+
+**Plans ahead of time.** The controller publishes every plan with ``not_before`` at least
+``polling.plan_lead_s`` after its publication (docs/collector.md, "Plan changes"), so this
+watcher knows a plan before any agent may apply it. It keeps the document's plans between polls and ``due``
+switches the attribution at the plan's ``not_before`` itself (and at the running plan's
+``expires``), not at the next poll: the agents apply the plan at their first poll after that
+moment, so they are never earlier than the collector. A plan first read after its
+``not_before`` (a lead shorter than this collector's polling) switches when it is read.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from cosample.agents.plan import Plan, parse_document
@@ -20,50 +29,101 @@ from cosample.agents.source import fetch
 from cosample.collector import attribution
 from cosample.collector.errors import CollectorError
 from cosample.collector.inventory import Inventory
+from cosample.collector.polling import PLAN_TIMEOUT_S
 from cosample.errors import CosampleError
 
 
+@dataclass(frozen=True)
+class Update:
+    """A new attribution and the moment it takes effect (None: now, when it was read)."""
+
+    attribution: attribution.Attribution
+    at: datetime | None = None
+
+
 class PlanWatcher:
-    """Polls ``location``; ``poll`` returns a new ``Attribution`` when the plan in force changed."""
+    """``poll`` reads ``location``; ``poll`` and ``due`` return an ``Update`` when the plan in
+    force changed."""
 
     def __init__(self, location: str, inventory: Inventory | None = None,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = PLAN_TIMEOUT_S) -> None:
         self.location, self.inventory, self.timeout_s = location, inventory, timeout_s
         self.running: Plan | None = None
         self.safe = False
         self.planless = False  # no plan in force yet: attributing by the inventory's agents
         self.errors = 0
         self.last_error: str | None = None
+        self.plans: list[Plan] = []  # the last good document's plans
+        self._wake: datetime | None = None  # when the selection among them changes next
+        self._ahead: tuple[int, str] | None = None  # (version, plan_id) known before it ran
+        self._checked: datetime | None = None  # the last time the selection was looked at
 
-    def poll(self, now: datetime) -> attribution.Attribution | None:
+    def poll(self, now: datetime) -> Update | None:
+        """Read the document; the plan in force at ``now`` among its plans (or the last good)."""
         try:
             plans = parse_document(fetch(self.location, timeout_s=self.timeout_s).data)
         except CosampleError as exc:
             self.errors += 1
             self.last_error = str(exc)
-            return self._planless()
-        selection = select_plan(plans, self.running, now)
-        if selection.plan is None:
+            return self._planless() if self.running is None else self.due(now)
+        self.plans = plans
+        return self._select(now)
+
+    def due(self, now: datetime) -> Update | None:
+        """Between polls: the switch to a known plan whose ``not_before`` came, or the fall back
+        to local sampling when the running plan expired (cheap until then: one comparison)."""
+        if self._wake is None or now < self._wake:
+            self._checked = now
+            return None
+        return self._select(now)
+
+    def _select(self, now: datetime) -> Update | None:
+        selection = select_plan(self.plans, self.running, now)
+        chosen, pending = selection.plan, selection.pending
+        checked, self._checked = self._checked, now
+        ahead, self._ahead = self._ahead, _key(pending) if pending is not None else None
+        moments = [pending.not_before] if pending is not None else []
+        if chosen is not None:
+            moments.append(chosen.expires)
+        elif self.running is not None and not self.safe:
+            moments.append(self.running.expires)
+        self._wake = min(moments, default=None)
+        if chosen is None:
             if self.running is None:
+                if pending is not None:  # the first plan, known ahead of its not_before
+                    return self._planless()
                 self.errors += 1
                 self.last_error = f"plan {self.location}: no usable plan ({selection.reason})"
                 return self._planless()
             if self.safe:
                 return None
             self.safe = True  # expired: the agents sample locally only
-            return attribution.build(self.running, self.inventory, safe=True)
-        if selection.plan == self.running and not self.safe:
+            return Update(attribution.build(self.running, self.inventory, safe=True),
+                          _since(self.running.expires, checked))
+        if chosen == self.running and not self.safe:
             return None
-        self.running, self.safe, self.planless = selection.plan, False, False
-        return attribution.build(selection.plan, self.inventory)
+        known = chosen.not_before is not None and ahead == _key(chosen)
+        self.running, self.safe, self.planless = chosen, False, False
+        return Update(attribution.build(chosen, self.inventory),
+                      _since(chosen.not_before, checked) if known else None)
 
-    def _planless(self) -> attribution.Attribution | None:
+    def _planless(self) -> Update | None:
         """The plan-less attribution, once, while no plan has been in force."""
         if self.running is not None or self.planless:
             return None
         update = attribution.planless(self.inventory)
         self.planless = update is not None
-        return update
+        return Update(update) if update is not None else None
+
+
+def _key(plan: Plan) -> tuple[int, str]:
+    return plan.version, plan.plan_id
+
+
+def _since(moment: datetime, checked: datetime | None) -> datetime | None:
+    """``moment`` if the selection was last looked at before it (nothing received since then
+    was attributed by the old plan); otherwise None: the switch happens now."""
+    return moment if checked is not None and checked < moment else None
 
 
 def load_for_replay(location: str, inventory: Inventory | None, when: datetime) -> attribution.Attribution:

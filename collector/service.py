@@ -27,7 +27,8 @@ from cosample.collector.estimate import Estimator
 from cosample.collector.events import EventDetector, snapshot_values, write_events
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
-from cosample.collector.planwatch import PlanWatcher
+from cosample.collector.planwatch import PlanWatcher, Update
+from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
 from cosample.files import write_atomic
@@ -47,7 +48,8 @@ class Settings:
     state_dir: Path | None = None
     window_s: float = 30.0
     export_s: float = 1.0
-    plan_interval_s: float = 10.0
+    plan_interval_s: float = PLAN_INTERVAL_S
+    plan_timeout_s: float = PLAN_TIMEOUT_S
     reexport: tuple[str, int] | None = None
     events: str | None = None  # path, or "-" for standard output
     band: float = 0.1
@@ -62,7 +64,7 @@ class Service:
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None):
         self.settings, self.clock = settings, clock
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.watcher = PlanWatcher(settings.plan, inventory)
+        self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s)
         self.estimator = Estimator(None, window_s=settings.window_s, name=settings.name,
                                    partial=settings.reuse_port or settings.partial)
         self.status = Status()
@@ -134,6 +136,7 @@ class Service:
                 if readable:
                     self._drain()
                 now = self.clock()
+                self._plan_due(now)
                 if now >= next_plan:
                     self._poll_plan()
                     next_plan = now + self.settings.plan_interval_s
@@ -145,6 +148,7 @@ class Service:
 
     def _drain(self) -> None:
         receive, ingest, now = self._socket.recv, self.estimator.ingest, self.clock()
+        self._plan_due(now)  # a plan whose not_before came attributes what arrives from now on
         for _ in range(BATCH):
             try:
                 data = receive(65535)
@@ -161,17 +165,27 @@ class Service:
         update = self.watcher.poll(datetime.fromtimestamp(self.clock(), timezone.utc))
         self.status.plan_errors = self.watcher.errors
         if update is not None:
-            self.estimator.set_attribution(update)
-            if self.reexporter is not None:
-                self.reexporter.attribution = update
-            self.log("collector: no plan yet: attributing by the inventory's agent addresses "
-                     f"({len(update.servers)} servers, local sampling at their own rates)"
-                     if update.plan_id is None else
-                     f"collector: plan version {update.plan_version} ({update.plan_id[:12]})"
-                     f"{' expired: local sampling only' if self.watcher.safe else ''}")
+            self._switch(update)
         elif self.watcher.last_error:
             self.log(f"collector: {self.watcher.last_error}; keeping the last good plan")
             self.watcher.last_error = None
+
+    def _plan_due(self, now: float) -> None:
+        update = self.watcher.due(datetime.fromtimestamp(now, timezone.utc))
+        if update is not None:
+            self._switch(update)
+
+    def _switch(self, update: Update) -> None:
+        new = update.attribution
+        self.estimator.set_attribution(new, update.at.timestamp() if update.at else None)
+        if self.reexporter is not None:
+            self.reexporter.attribution = new
+        at = f" from its not_before {update.at:%H:%M:%S.%f}" if update.at else ""
+        self.log("collector: no plan yet: attributing by the inventory's agent addresses "
+                 f"({len(new.servers)} servers, local sampling at their own rates)"
+                 if new.plan_id is None else
+                 f"collector: plan version {new.plan_version} ({new.plan_id[:12]}){at}"
+                 f"{' expired: local sampling only' if self.watcher.safe else ''}")
 
     def export(self, now: float) -> Snapshot:
         """The normal path: a snapshot, its events, the state file."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from cosample.agents.plan import format_time
 from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
 
 
-def plan_document(hosts: dict, *, version: int = 7, now: datetime | None = None) -> dict:
-    """``hosts``: name -> (sflow 1-in-N or None, {receiver: share}); tunnel IPs 172.29.0.k."""
+def plan_document(hosts: dict, *, version: int = 7, now: datetime | None = None,
+                  not_before: datetime | None = None) -> dict:
+    """``hosts``: name -> (sflow 1-in-N or None, {receiver: share}); tunnel IPs 172.29.0.k;
+    ``not_before``: the earliest moment agents may apply it (None: at once)."""
     now = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     names = sorted(hosts)
     document = {"format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "version": version,
@@ -16,6 +19,8 @@ def plan_document(hosts: dict, *, version: int = 7, now: datetime | None = None)
                 "expires": (now + timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "plan_id": f"{version:064x}", "sflow": {"collector": "127.0.0.1:6343"},
                 "hosts": {}}
+    if not_before is not None:
+        document["not_before"] = format_time(not_before)
     for k, name in enumerate(names):
         sampling, mirrors = hosts[name]
         receives = [{"from": other, "rate": hosts[other][1][name]} for other in names

@@ -100,12 +100,12 @@ def test_watcher_is_planless_until_a_plan_is_in_force(tmp_path):
     watcher = PlanWatcher(str(path), agents(["s1", "s2"]))
     now = datetime.now(timezone.utc)
     first = watcher.poll(now)  # nothing published yet
-    assert first is not None and first.plan_id is None and watcher.planless
+    assert first is not None and first.attribution.plan_id is None and watcher.planless
     assert watcher.errors == 1 and "plan" in watcher.last_error
     assert watcher.poll(now) is None  # still plan-less: nothing new
     path.write_text(json.dumps(plan_document({"s1": (4, {}), "s2": (8, {})}, version=9)))
     update = watcher.poll(now)
-    assert update.plan_version == 9 and not watcher.planless
+    assert update.attribution.plan_version == 9 and not watcher.planless
     path.write_text("{broken")
     assert watcher.poll(now) is None and watcher.running.version == 9  # never back to plan-less
     assert PlanWatcher(str(path), None).poll(now) is None  # no agent addresses: nothing
