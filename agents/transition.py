@@ -10,6 +10,10 @@ From the running plan OLD and the next plan NEW, ``transition`` builds a plan se
   host is at or below its NEW load once all agents applied phase 1, so raising to NEW, in any
   order, never exceeds a capacity the planner checked.
 
+A publisher that gives its collector a lead (``start``, the controller's ``not_before``: the
+collector must know a plan before any agent applies it) delays both: phase 1 from ``start``,
+phase 2 from ``start + settle``.
+
 ``settle`` must exceed the agents' interval + jitter + fetch/apply time, and hosts need
 synchronised clocks (NTP); the agent never applies a plan before its ``not_before``.
 """
@@ -34,8 +38,10 @@ def transition(old: Plan, new: Plan, now: datetime, settle_s: float) -> dict[str
 
 
 def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_version: int,
-             new_expires: datetime, now: datetime, settle_s: float) -> dict[str, Any]:
-    """``transition`` on the plans' documents (versions and expiry given, already checked).
+             new_expires: datetime, now: datetime, settle_s: float,
+             start: datetime | None = None) -> dict[str, Any]:
+    """``transition`` on the plans' documents (versions and expiry given, already checked);
+    ``start``: phase 1's ``not_before`` (None: at once).
 
     Nothing is deep-copied (10^5 hosts: 28 s before, docs/controller.md): phase 2 shares NEW's
     host entries; phase 1's are shallow copies of NEW's with fresh ``mirrors``/``receives``
@@ -43,7 +49,7 @@ def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_ver
     if new_version <= old_version:
         raise PlanError(f"version: the new plan ({new_version}) must be newer than the old "
                         f"({old_version})")
-    not_before = now + timedelta(seconds=settle_s)
+    not_before = (start or now) + timedelta(seconds=settle_s)
     if not_before >= new_expires:
         raise PlanError(f"expires: the new plan expires at {format_time(new_expires)}, before "
                         f"the end of the {settle_s:g} s settle time")
@@ -54,6 +60,8 @@ def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_ver
     _prune_unmatched(phase1["hosts"])
     phase1["transition"] = {"phase": 1, "from_version": old_version, "to_version": new_version}
     phase1["created"] = format_time(now)
+    if start is not None:
+        phase1["not_before"] = format_time(start)
     phase1["plan_id"] = plan_id(phase1)
     phase2 = dict(new)
     phase2.update(version=new_version + 1, not_before=format_time(not_before),

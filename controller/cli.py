@@ -64,6 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--settle", type=duration, default=120.0, metavar="DURATION",
                      help="two-phase transitions: wait between phases; above the agents' "
                           "interval + jitter + apply time (default 120s)")
+    run.add_argument("--lead", type=duration, default=None, metavar="DURATION",
+                     help="every plan's not_before is this long after its publication, so the "
+                          "collector knows it before any agent may apply it: at least the "
+                          "collector's --plan-interval and --plan-timeout (default: "
+                          "collector.polling.plan_lead_s of the collector's defaults, 21s); "
+                          "0: plans apply at once and the quiet after a publication also "
+                          "waits out the collector's window (docs/controller.md)")
     run.add_argument("--max-age", type=duration, default=None, metavar="DURATION",
                      help="a snapshot older than this is stale (default 3 intervals)")
     run.add_argument("--timeout", type=duration, default=10.0, metavar="DURATION",
@@ -93,6 +100,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def settings_from(args: argparse.Namespace):
     """The loop's settings from parsed options; one ``ControllerError`` for a bad value."""
+    from cosample.collector.polling import plan_lead_s
     from cosample.controller.decide import Policy
     from cosample.controller.errors import ControllerError
     from cosample.controller.loop import Settings
@@ -118,16 +126,19 @@ def settings_from(args: argparse.Namespace):
                         ("--timeout", args.timeout)):
         if value <= 0:
             raise ControllerError(f"{flag}: expected a positive duration, got {value:g} s")
-    if args.valid_for <= 2 * args.interval + args.settle:
+    lead = plan_lead_s() if args.lead is None else args.lead
+    if lead < 0:
+        raise ControllerError(f"--lead: expected a duration >= 0, got {lead:g} s")
+    if args.valid_for <= 2 * args.interval + args.settle + lead:
         raise ControllerError(f"--valid-for: {args.valid_for:g} s must exceed two intervals plus "
-                              f"--settle ({2 * args.interval + args.settle:g} s)")
+                              f"--settle and --lead ({2 * args.interval + args.settle + lead:g} s)")
     return Settings(
         collectors=tuple(snapshot_url(url) for url in args.collector),
         interval_s=args.interval,
         tau_s=args.tau if args.tau is not None else 3 * args.interval,
         rise_tau_s=args.rise_tau, hold_s=args.hold, change=args.change or None,
         max_age_s=args.max_age, valid_for_s=args.valid_for, plan_margin=args.plan_margin,
-        settle_s=args.settle,
+        settle_s=args.settle, lead_s=lead,
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),
         key=args.key, timeout_s=args.timeout, measure_sampling=args.measure_sampling or None,
         measure_after_s=args.measure_after)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.collector.polling import plan_lead_s
 from cosample.controller import decide as decisions
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
@@ -60,6 +61,10 @@ class Settings:
     valid_for_s: float = 3600.0
     plan_margin: float = 0.15
     settle_s: float = 120.0
+    #: Every plan's ``not_before`` is this long after its publication: the collector
+    #: (``collector.polling``) knows a plan before any agent may apply it. 0: at once, the
+    #: collector may learn it after the agents (the quiet then also waits out its window).
+    lead_s: float = plan_lead_s()
     policy: decisions.Policy = decisions.Policy()
     key: str | None = None
     timeout_s: float = 10.0
@@ -226,10 +231,8 @@ class Controller:
             mark = _mark()
             published, two_phase = self._publish(document, candidate.shares, now)
             _lap(timings, "publish", mark)
-            # until the agents run it (settle bounds their fetch and apply time, once per phase)
-            # and the collector's window holds only its samples
-            self.quiet_until = now + timedelta(seconds=settings.settle_s * (2 if two_phase else 1)
-                                               + settings.interval_s + measurement.window_s)
+            self.quiet_until = now + timedelta(seconds=quiet_s(settings, two_phase,
+                                                               measurement.window_s, sparse))
         worst = current_eval if current_eval is not None else judged
         return self._base(
             now, "published" if published else "kept", reading=reading,
@@ -282,7 +285,7 @@ class Controller:
             and not is_measurement_plan(self.current)
             and needs_two_phases(self.current_shares, plan_shares)) else None
         rendered = render(plan, version, self.settings.key, previous, now,
-                          self.settings.settle_s)
+                          self.settings.settle_s, self.settings.lead_s)
         written = self.target.publish(rendered)  # a file path, if the target wrote one
         self.store.record(rendered.versions[-1], rendered.final["plan_id"], rendered.data, now,
                           written if isinstance(written, Path) else None)
@@ -323,6 +326,21 @@ def knows_servers(snapshot: Any) -> bool:
     table = snapshot.servers
     return bool(table.name) and (any(c > 0 for c in table.coverage)
                                  or bool(snapshot.interfaces and snapshot.interfaces.server))
+
+
+def quiet_s(settings: Settings, two_phase: bool, window_s: float, after_sparse: bool) -> float:
+    """How long after a publication gains wait and the hold remembers nothing: until the
+    agents run the plan (its lead, then ``settle`` bounds their fetch and apply time, once per
+    phase); then also until the collector's window holds only the new plan's samples when
+
+    - there is no lead: the collector may learn the plan after the agents and misjudge a
+      dropped stream for up to a window (docs/collector.md, "Plan changes");
+    - the plan replaced sparse sampling (plan-less, measurement plan): the window still holds
+      the sparse samples, whose error the hold must not take for the traffic's peaks."""
+    agents = settings.lead_s + settings.settle_s * (2 if two_phase else 1)
+    if settings.lead_s > 0 and not after_sparse:
+        return agents
+    return agents + settings.interval_s + window_s
 
 
 def measurement_due(waited_s: float, bound_s: float, sampling: int | None) -> bool:

@@ -13,11 +13,12 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
+from cosample.agents.plan import format_time
 from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.files import write_bytes_atomic
 from cosample.planner.planfile import HostTable, compact_json
@@ -42,13 +43,17 @@ class Rendered:
 
 def render(plan: dict[str, Any], version: int, key: str | None,
            previous: dict[str, Any] | None = None, now: datetime | None = None,
-           settle_s: float = 120.0) -> Rendered:
-    """``plan`` as version ``version``; with ``previous``, as a two-phase plan set from it.
+           settle_s: float = 120.0, lead_s: float = 0.0) -> Rendered:
+    """``plan`` as version ``version``; with ``previous``, as a two-phase plan set from it;
+    ``lead_s`` > 0: agents may apply it (its first phase) only from ``release(now, lead_s)``.
 
     A plan from ``Candidate.document`` keeps its hosts serialised (``HostTable``): they are
     spliced into the bytes as they are, and parsed only to build a two-phase plan set."""
     plan = dict(plan, version=version)
+    start = release(now, lead_s) if lead_s > 0 else None
     if previous is None:
+        if start is not None:
+            plan["not_before"] = format_time(start)
         data = compact_json(plan)
         versions, final = (version,), plan
     else:
@@ -59,7 +64,7 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         # only the fields the transition needs are validated, not 2 x 10^5 host entries.
         old, new = plan_head(previous, "previous plan"), plan_head(plan, "new plan")
         document = plan_set(_entries(previous), _entries(plan), old.version, new.version,
-                            new.expires, now, settle_s)
+                            new.expires, now, settle_s, start)
         phase2 = document["plans"][-1]
         if isinstance(plan.get("hosts"), HostTable):  # NEW's own bytes: spliced, not re-written
             document["plans"][-1] = {**phase2, "hosts": plan["hosts"]}
@@ -68,6 +73,16 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         final = document["plans"][-1]
     signature = sign_bytes(data, key) if key else None
     return Rendered(data, signature, versions, final)
+
+
+def release(now: datetime, lead_s: float) -> datetime:
+    """A plan's ``not_before``: ``lead_s`` after its publication at ``now``, rounded up to the
+    whole second plans write. The lead covers the collector's polling (``collector.polling``):
+    the collector knows every plan before any agent may apply it (agents never apply a plan
+    before its ``not_before``), and switches its attribution at that moment."""
+    moment = now + timedelta(seconds=lead_s)
+    return moment if moment.microsecond == 0 else \
+        moment.replace(microsecond=0) + timedelta(seconds=1)
 
 
 def _entries(plan: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,15 @@ the testbed: until the first plan the snapshots rest on the agents' safe-state s
 - ``shift``: the busiest and the quietest server swap their traffic at 100 s;
 - ``steady``: every flow redrawn within +/-10 % every 15 s;
 
-for the default rules and with each one off (no steps, no hold). The windowed source and the
-scenarios are also what ``tests/controller/test_transitions.py`` checks.
+for the default rules and with each one off (no steps, no hold), and without the collector's
+lead (``lead_s`` 0: plans apply at once, the quiet after a publication also waits out the
+collector's window, as before the lead). Plans carry the testbed collector's lead
+(``closedloop.LEAD_S``: it polls the plan every second, reads bounded by 1 s); the simulated
+collector follows the first plan from its ``not_before``. For the shift it also prints when the
+fleet may run the final plan: seconds from the shift to the last publication's ``not_before``
+(its phase 2 for a two-phase change), or to the publication itself without a lead; agents apply
+it at their next poll after that. The windowed source and the scenarios are also what
+``tests/controller/test_transitions.py`` checks.
 """
 
 from __future__ import annotations
@@ -22,10 +29,13 @@ import math
 import tempfile
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
+
+from cosample.experiments.testbed.closedloop import LEAD_S
 
 Matrix = dict[str, dict[str, float]]
 #: The testbed's default traffic (``testbed up``): the busiest server forwards 85 % of 3000 pps.
@@ -71,9 +81,10 @@ def snapshot_document(time: datetime, traffic: Matrix, names: list[str], window:
 
 def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: float,
                names: list[str], rng: np.random.Generator | None = None,
-               sampling_noise: float = 0.0, plan_of: Callable[[], dict | None] | None = None,
+               sampling_noise: float = 0.0,
+               plan_of: Callable[[datetime], dict | None] | None = None,
                safe_sampling: int | None = None):
-    """A controller ``reader`` serving windowed snapshots of ``traffic``; ``plan_of`` gives
+    """A controller ``reader`` serving windowed snapshots of ``traffic``; ``plan_of(now)`` gives
     the plan the collector follows (default: always ``SIMULATED_PLAN``). A plan-less snapshot
     rests on the agents' safe-state samples (local 1-in-``safe_sampling``): each entry of
     ``v`` pps then also carries the sampling error of ``v * window / safe_sampling`` samples
@@ -86,7 +97,7 @@ def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: floa
         if rng is not None and sampling_noise:
             matrix = {src: {dst: v * max(0.0, 1 + rng.normal(0, sampling_noise))
                             for dst, v in row.items()} for src, row in matrix.items()}
-        plan = plan_of() if plan_of is not None else SIMULATED_PLAN
+        plan = plan_of(now) if plan_of is not None else SIMULATED_PLAN
         if plan is None and safe_sampling and rng is not None:
             matrix = {src: {dst: v * max(0.0, 1 + rng.normal(0, math.sqrt(
                 safe_sampling / max(v * window, 1.0)))) for dst, v in row.items()}
@@ -120,9 +131,18 @@ class _Sink:
         self.published.append(rendered.versions)
 
 
+@dataclass
+class Run:
+    """One run: (time, first reason) of every publication, and when the fleet may run the
+    plan in force at the end (its ``not_before``, or its publication without a lead)."""
+
+    published: list[tuple[float, str]]
+    final_from: float | None
+
+
 def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds: float = 160.0,
-        planless_start: bool = True, **overrides) -> list[tuple[float, str]]:
-    """(time, first reason) of every publication of one run of the controller every 5 s.
+        planless_start: bool = True, **overrides) -> Run:
+    """The controller every 5 s for ``seconds``.
 
     ``planless_start``: until the first plan the snapshots are plan-less (sparse safe-state
     samples); False: dense snapshots from the start (a collector already following a plan)."""
@@ -139,7 +159,7 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
     start = datetime.now(timezone.utc).replace(microsecond=0)
     clock = [start]
     options = dict(interval_s=5.0, tau_s=15.0, hold_s=60.0, settle_s=6.0, valid_for_s=600.0,
-                   measure_sampling=128)
+                   measure_sampling=128, lead_s=LEAD_S)
     options.update(overrides)
     rng = np.random.default_rng(seed)
     fresh = Path(tempfile.mkdtemp(prefix=f"seed{seed}-", dir=state_dir))  # no plan in force
@@ -147,17 +167,46 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
     controller = Controller(inventory, Settings(("c1",), **options), _Sink(), fresh,
                             clock=lambda: clock[0],
                             reader=reader_for(traffic, start, 15.0, list(inventory.names), rng,
-                                              0.03, plan_of=(lambda: _ref(holder[0].current))
+                                              0.03, plan_of=_following(holder)
                                               if planless_start else None,
                                               safe_sampling=options["measure_sampling"]))
     holder.append(controller)
-    out = []
+    out, last = [], None
     for k in range(1, int(seconds // 5) + 1):
         clock[0] = start + timedelta(seconds=5 * k)
         status = controller.cycle()
         if status.result == "published":
             out.append((5.0 * k, status.reasons[0].split(":")[0]))
-    return out
+            last = 5.0 * k
+    release = _not_before(controller.current)
+    final = None if last is None else \
+        (release - start).total_seconds() if release is not None else last
+    return Run(out, final)
+
+
+def _following(holder: list) -> Callable[[datetime], dict | None]:
+    """The plan the simulated collector follows: none until the first plan's ``not_before``
+    (it switches then, not when it reads it), the controller's latest after that."""
+    seen = []
+
+    def plan_of(now: datetime) -> dict | None:
+        plan = holder[0].current
+        if plan is None:
+            return None
+        if not seen:
+            release = _not_before(plan)  # a first plan is never a two-phase set
+            if release is not None and now < release:
+                return None
+            seen.append(True)
+        return _ref(plan)
+
+    return plan_of
+
+
+def _not_before(plan: dict | None) -> datetime | None:
+    if not plan or not plan.get("not_before"):
+        return None
+    return datetime.fromisoformat(plan["not_before"].replace("Z", "+00:00"))
 
 
 def _ref(plan: dict | None) -> dict | None:
@@ -165,7 +214,9 @@ def _ref(plan: dict | None) -> dict | None:
 
 
 VARIANTS = {"default (hold 60 s, steps)": {}, "hold 30 s": {"hold_s": 30.0},
-            "no hold": {"hold_s": 0.0}, "no steps": {"change": None}}
+            "no hold": {"hold_s": 0.0}, "no steps": {"change": None},
+            "no lead (quiet waits the window)": {"lead_s": 0.0}}
+SHIFT_S = 100.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,14 +228,21 @@ def main(argv: list[str] | None = None) -> int:
         for label, overrides in VARIANTS.items():
             for scenario in ("steady", "shift"):
                 counts: Counter[int] = Counter()
+                finals = []
                 for seed in range(args.seeds):
                     traffic = (chunked_noise(TESTBED, np.random.default_rng(1000 + seed), 0.10,
                                              15.0, 200.0) if scenario == "steady"
-                               else (lambda t: TESTBED if t < 100 else shifted))
-                    counts[len(run(traffic, seed, Path(folder), **overrides)) - 1] += 1
+                               else (lambda t: TESTBED if t < SHIFT_S else shifted))
+                    result = run(traffic, seed, Path(folder), **overrides)
+                    counts[len(result.published) - 1] += 1
+                    if result.final_from is not None:
+                        finals.append(result.final_from - SHIFT_S)
                 spread = ", ".join(f"{n} more: {c}" for n, c in sorted(counts.items()))
-                print(f"{label:28s} {scenario:7s} publications after the first plan "
-                      f"({args.seeds} seeds): {spread}", flush=True)
+                timing = (f"; final plan may run {np.mean(finals):.1f} s after the shift "
+                          f"(range {min(finals):g}-{max(finals):g})"
+                          if scenario == "shift" and finals else "")
+                print(f"{label:34s} {scenario:7s} publications after the first plan "
+                      f"({args.seeds} seeds): {spread}{timing}", flush=True)
     return 0
 
 

@@ -36,12 +36,17 @@ from typing import Any
 
 import numpy as np
 
+from cosample.collector.polling import plan_lead_s
 from cosample.experiments.testbed import apply, measure, traffic
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.topology import Flow, Topology, Vm
 
 SCENARIOS = ("shift", "steady")
 SFLOW_PORT, SNAPSHOT_PORT = 6343, 8432
+#: The collector re-reads the plan every second, each read bounded by 1 s (a local file): the
+#: controller's lead (every plan's ``not_before`` after its publication) covers that.
+PLAN_POLL_S, PLAN_READ_S = 1.0, 1.0
+LEAD_S = plan_lead_s(PLAN_POLL_S, PLAN_READ_S)
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,8 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
                 Settings((f"http://127.0.0.1:{SNAPSHOT_PORT}/snapshot",),
                          interval_s=settings.interval_s, tau_s=3 * settings.interval_s,
                          hold_s=settings.hold_s,
-                         valid_for_s=600.0, settle_s=settings.settle_s, key=str(key),
+                         valid_for_s=600.0, settle_s=settings.settle_s, lead_s=LEAD_S,
+                         key=str(key),
                          timeout_s=3.0, measure_sampling=settings.measure_sampling,
                          measure_after_s=settings.measure_after_s,
                          policy=Policy()),
@@ -303,7 +309,8 @@ def _collector(work: Path, topology: Topology, plan_url: str, reexport: str,
             "--listen", f"{topology.collector_ip}:{SFLOW_PORT}",
             "--metrics-port", str(SNAPSHOT_PORT), "--http-host", "127.0.0.1",
             "--window", f"{settings.window_s:g}", "--export-interval", "1",
-            "--plan-interval", "1", "--inventory", str(work / "addresses.json"),
+            "--plan-interval", f"{PLAN_POLL_S:g}", "--plan-timeout", f"{PLAN_READ_S:g}",
+            "--inventory", str(work / "addresses.json"),
             "--reexport", reexport, "--name", "testbed",
             "--state-dir", str(work / "collector")]
     log = (work / "collector.log").open("w")

@@ -11,14 +11,16 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from cosample.agents.plan import parse_document
 from cosample.agents.signing import generate_keypair, verify
 from cosample.cli import main
+from cosample.collector.polling import plan_lead_s
 from cosample.controller.evaluate import evaluate, needs_two_phases, shares
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
-from cosample.controller.publish import DirectoryTarget
+from cosample.controller.loop import Controller, Settings, quiet_s
+from cosample.controller.publish import DirectoryTarget, release
 from cosample.controller.replan import replan
 from cosample.controller.smoothing import update
 from cosample.controller.estimate import measure
@@ -73,6 +75,7 @@ def test_first_plan_is_signed_and_accepted_by_the_agents(tmp_path, keys):
     data, (plan,) = rig.plans()
     verify(data, (rig.publish_dir / "plan.json.sig").read_bytes(), keys[1])
     assert plan.version == int(NOW.timestamp()) == status.plan_version
+    assert plan.not_before == NOW + timedelta(seconds=plan_lead_s())  # the collector's lead
     assert plan.hosts["s1"].tunnel_ip == "192.0.2.1" and plan.hosts["s1"].mirrors
     state = tmp_path / "state"
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
@@ -104,7 +107,10 @@ def test_role_change_is_published_as_two_phases(tmp_path):
     assert status.two_phase and len(status.published_versions) == 2
     _, (phase1, phase2) = rig.plans()
     assert (phase1.version, phase2.version) == status.published_versions
-    assert phase2.not_before == rig.clock - timedelta(seconds=30) + timedelta(seconds=60)
+    # the collector's lead first (it knows phase 1 before any agent may apply it), then settle
+    published, lead = rig.clock - timedelta(seconds=30), timedelta(seconds=plan_lead_s())
+    assert phase1.not_before == published + lead
+    assert phase2.not_before == published + lead + timedelta(seconds=60)
     assert phase1.hosts["s1"].mirrors == ()  # the old mirror s1 -> s3 is gone in phase 1
     assert status.plan_version == phase2.version
 
@@ -265,3 +271,22 @@ def test_a_plan_above_the_agents_default_limit_is_reported(tmp_path, monkeypatch
     [problem] = [p for p in status.problems if "max_plan_mib" in p]
     assert f"version(s) [{status.plan_version}]" in problem and "limit of 100 bytes" in problem
     assert problem in caplog.text
+
+
+@given(offset=st.floats(0, 86400), lead=st.floats(0.001, 600))
+def test_not_before_is_the_lead_after_publication_rounded_up(offset, lead):
+    """Plans write whole seconds: rounding down would let agents apply a plan up to 1 s before
+    the lead the collector's polling needs."""
+    now = NOW + timedelta(seconds=offset)
+    moment = release(now, lead)
+    assert moment.microsecond == 0
+    assert now + timedelta(seconds=lead) <= moment < now + timedelta(seconds=lead + 1)
+
+
+def test_quiet_waits_the_window_only_without_a_lead_or_after_sparse_samples():
+    lead = Settings(("c",), interval_s=5.0, settle_s=6.0, lead_s=3.0)
+    none = Settings(("c",), interval_s=5.0, settle_s=6.0, lead_s=0.0)
+    assert quiet_s(lead, False, 15.0, False) == 3.0 + 6.0  # until the agents run it
+    assert quiet_s(lead, True, 15.0, False) == 3.0 + 2 * 6.0  # two phases
+    assert quiet_s(lead, False, 15.0, True) == 3.0 + 6.0 + 5.0 + 15.0  # sparse samples in it
+    assert quiet_s(none, False, 15.0, False) == 6.0 + 5.0 + 15.0  # the collector may be late

@@ -104,7 +104,7 @@ def test_a_gain_waits_while_traffic_settles_and_keeps_its_streak(streak):
 
 def loop(traffic, tmp_path, seed, **overrides):
     """The controller every 5 s over a 15-s collector window (3 % sampling noise), 160 s."""
-    return run_loop(traffic, seed, tmp_path, **overrides)
+    return run_loop(traffic, seed, tmp_path, **overrides).published
 
 
 def test_a_shift_seen_through_the_window_publishes_twice(tmp_path):

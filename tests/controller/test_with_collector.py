@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 from cosample.agents.plan import parse_plan
 from cosample.collector.inventory import Inventory
+from cosample.collector.polling import plan_lead_s
 from cosample.collector.service import Service, Settings as CollectorSettings
 from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
@@ -58,13 +59,13 @@ def test_planless_start_publishes_the_first_plan_only(tmp_path):
         name: {"agent_ip": f"192.0.2.{k}"} for k, name in enumerate(inventory.names, start=1)}})
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
                                         name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2), addresses,
+                                        plan_interval_s=0.2, plan_timeout_s=0.5), addresses,
                       log=lambda line: None).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     host, port = service.http_address
     settings = Settings((f"http://{host}:{port}/snapshot",), interval_s=1.0, tau_s=1.0,
-                        max_age_s=600.0, measure_sampling=8)
+                        max_age_s=600.0, measure_sampling=8, lead_s=plan_lead_s(0.2, 0.5))
     safe = parse_plan(json.dumps(measurement_plan(  # what safe-state agents do, as a plan
         inventory, 8, datetime.now(timezone.utc), timedelta(hours=1)) | {"version": 1}).encode())
 
@@ -97,14 +98,17 @@ def test_measurement_plan_fallback_through_the_real_collector(tmp_path):
     """A collector that cannot attribute without a plan (no agent addresses): the measurement
     plan after ``measure_after_s`` (0 here), then the real plan."""
     publish = tmp_path / "pub"
+    lines: list[str] = []
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
                                         name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2), log=lambda line: None).start()
+                                        plan_interval_s=0.2, plan_timeout_s=0.5),
+                      log=lines.append).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     host, port = service.http_address
     settings = Settings((f"http://{host}:{port}/snapshot",), interval_s=1.0, tau_s=1.0,
-                        max_age_s=600.0, measure_sampling=8, measure_after_s=0.0)
+                        max_age_s=600.0, measure_sampling=8, measure_after_s=0.0,
+                        lead_s=plan_lead_s(0.2, 0.5))
 
     def controller(capacity_pps: float) -> Controller:
         return Controller(inventory_from_dict(inventory_doc([capacity_pps] * 3)), settings,
@@ -116,6 +120,11 @@ def test_measurement_plan_fallback_through_the_real_collector(tmp_path):
         measurement = parse_plan((publish / "plan.json").read_bytes())
         wait_for(lambda: service.snapshot is not None and service.snapshot.plan is not None
                  and service.snapshot.plan.version == measurement.version, timeout_s=20.0)
+        # read ahead of its not_before (the lead covers the polling), switched at that moment
+        assert datetime.now(timezone.utc) >= measurement.not_before
+        assert any(f"version {measurement.version} " in line and
+                   f"from its not_before {measurement.not_before:%H:%M:%S}.000000" in line
+                   for line in lines), lines
         stream = simulate(measurement, TRUTH, duration_s=DURATION_S, seed=3)
         send(stream.datagrams, service.listen_address)
         wait_for(lambda: sum(e.samples for e in service.snapshot.servers.values())
