@@ -18,6 +18,15 @@ then the largest mean error in the transition and, per server, the share of snap
 window after the change whose 95 % interval covers the nominal rate (an exact 1-in-1 stream's
 interval covers the packets actually sent, which differ from the nominal rate by their own
 Poisson noise). ``--lag`` may be negative: agents that apply the plan before the collector sees it.
+
+The two sides also follow their plan-change protocol. *Old*: the collector switches when it reads
+the plan (at 0 s) and the agents apply it ``--lag`` s later, before it when negative (a collector
+whose poll came after the agents'). *New* (``--ahead``, the default, this tree's protocol): the
+plan carries ``not_before`` (0 s), this tree's ``PlanWatcher`` reads it from a file ``--lead`` s
+earlier (polling every second) and switches at ``not_before``; agents never apply a plan before
+its ``not_before``, so they apply at ``max(lag, 0)``: a negative lag becomes the worst case of
+agents that poll exactly at ``not_before``. ``--no-ahead``: the new side switches when it reads
+the plan as the old one does (the estimators alone compared).
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from cosample.agents.plan import parse_plan
@@ -37,7 +49,8 @@ BASELINE = "88e1128"
 RATES = {"s1": 2400.0, "s2": 1200.0, "s3": 600.0}
 MEASURE = {"s1": (128, {}), "s2": (128, {}), "s3": (128, {})}
 MIRROR = {"s1": (8, {"s3": 0.5}), "s2": (16, {}), "s3": (1, {})}
-SEEN_S, WINDOW_S, START = 40.0, 15.0, 1_000_000.0
+SEEN_S, WINDOW_S = 40.0, 15.0
+START = float(int(time.time())) - 120  # plans are valid around the real time (the watcher)
 SECONDS = range(-10, 26)
 
 
@@ -60,13 +73,20 @@ def load_estimator(revision: str | None):
     return module.Estimator
 
 
-def trace(estimator_class, before, after, seed: int, lag_s: float) -> dict[int, dict]:
-    """Per second after the change: {server: (estimate pps, low, high)}."""
+def trace(estimator_class, before, after, seed: int, lag_s: float,
+          ahead: tuple[Path, dict, dict, float] | None = None) -> dict[int, dict]:
+    """Per second after the change: {server: (estimate pps, low, high)}.
+
+    ``ahead``: (plan file, hosts before, hosts after, lead): the collector follows the plans
+    with ``PlanWatcher`` (the new plan published ``lead`` s before its ``not_before`` at the
+    change), and the agents apply it at ``max(lag, 0)``."""
     from cosample.collector.attribution import build
     from cosample.lab.sflowstream import plan_change
 
-    stream = plan_change(before, after, RATES, change_s=SEEN_S + lag_s, duration_s=SEEN_S + 30,
+    agents_s = max(lag_s, 0.0) if ahead else lag_s
+    stream = plan_change(before, after, RATES, change_s=SEEN_S + agents_s, duration_s=SEEN_S + 30,
                          start=START, seed=seed)
+    follow = _follower(*ahead) if ahead else None
     estimator = estimator_class(build(before), window_s=WINDOW_S)
     new = build(after)
     out, k, datagrams = {}, 0, stream.datagrams
@@ -74,18 +94,53 @@ def trace(estimator_class, before, after, seed: int, lag_s: float) -> dict[int, 
     for second in range(int(SEEN_S) + SECONDS.start, int(SEEN_S) + SECONDS.stop):
         now = START + second
         while k < len(datagrams) and datagrams[k][0] <= now:
-            if not seen and datagrams[k][0] >= START + SEEN_S:
+            if follow is not None:
+                follow(estimator, datagrams[k][0])
+            elif not seen and datagrams[k][0] >= START + SEEN_S:
                 _switch(estimator, new, START + SEEN_S)
                 seen = True
             estimator.ingest(datagrams[k][1], datagrams[k][0])
             k += 1
-        if not seen and now >= START + SEEN_S:
+        if follow is not None:
+            follow(estimator, now)
+        elif not seen and now >= START + SEEN_S:
             _switch(estimator, new, START + SEEN_S)
             seen = True
         snapshot = estimator.snapshot(now)
         out[second - int(SEEN_S)] = {name: (e.packets_per_s, *e.packets_per_s_ci95)
                                      for name, e in snapshot.servers.items()}
     return out
+
+
+def _follower(path: Path, before: dict, after: dict, lead_s: float):
+    """``follow(estimator, now)``: the collector's plan handling up to ``now`` (the service's
+    order: ``due`` before every datagram, a poll every second)."""
+    from cosample.collector.planwatch import PlanWatcher
+
+    def utc(unix: float) -> datetime:
+        return datetime.fromtimestamp(unix, timezone.utc)
+
+    not_before = START + SEEN_S
+    path.write_text(json.dumps(plan_document(before, version=1)))
+    watcher = PlanWatcher(str(path))
+    watcher.poll(utc(START))
+    state = {"published": False, "poll": START + 0.5}
+
+    def apply(estimator, update, now: float) -> None:
+        if update is not None:
+            _switch(estimator, update.attribution, update.at.timestamp() if update.at else now)
+
+    def follow(estimator, now: float) -> None:
+        if not state["published"] and now >= not_before - lead_s:
+            path.write_text(json.dumps(plan_document(after, version=2,
+                                                     not_before=utc(not_before))))
+            state["published"] = True
+        while state["poll"] <= now:
+            apply(estimator, watcher.poll(utc(state["poll"])), state["poll"])
+            state["poll"] += 1.0
+        apply(estimator, watcher.due(utc(now)), now)
+
+    return follow
 
 
 def _switch(estimator, attribution, at: float) -> None:
@@ -95,29 +150,38 @@ def _switch(estimator, attribution, at: float) -> None:
         estimator.set_attribution(attribution)
 
 
-def run(seeds: int, lag_s: float, baseline: str) -> dict:
+def run(seeds: int, lag_s: float, baseline: str, ahead: bool = True, lead_s: float = 3.0) -> dict:
     estimators = {"old": load_estimator(baseline), "new": load_estimator(None)}
-    plans = {"up": (plan(MEASURE, 1), plan(MIRROR, 2)), "down": (plan(MIRROR, 1), plan(MEASURE, 2))}
+    hosts = {"up": (MEASURE, MIRROR), "down": (MIRROR, MEASURE)}
     results = {}
-    for change, (before, after) in plans.items():
-        for label, estimator_class in estimators.items():
-            errors = {t: {s: 0.0 for s in RATES} for t in SECONDS}
-            covered = {s: 0 for s in RATES}
-            for seed in range(seeds):
-                for t, row in trace(estimator_class, before, after, seed, lag_s).items():
-                    for server, (pps, low, high) in row.items():
-                        truth = RATES[server]
-                        errors[t][server] += (pps / truth - 1) / seeds
-                        if 0 <= t <= WINDOW_S:
-                            covered[server] += low <= truth <= high
-            total = seeds * sum(1 for t in SECONDS if 0 <= t <= WINDOW_S)
-            results[(change, label)] = (errors, {s: n / total for s, n in covered.items()})
+    with tempfile.TemporaryDirectory() as folder:
+        for change, (first, second) in hosts.items():
+            before, after = plan(first, 1), plan(second, 2)
+            for label, estimator_class in estimators.items():
+                errors = {t: {s: 0.0 for s in RATES} for t in SECONDS}
+                covered = {s: 0 for s in RATES}
+                follow = (Path(folder) / "plan.json", first, second, lead_s) \
+                    if ahead and label == "new" else None
+                for seed in range(seeds):
+                    for t, row in trace(estimator_class, before, after, seed, lag_s,
+                                        follow).items():
+                        for server, (pps, low, high) in row.items():
+                            truth = RATES[server]
+                            errors[t][server] += (pps / truth - 1) / seeds
+                            if 0 <= t <= WINDOW_S:
+                                covered[server] += low <= truth <= high
+                total = seeds * sum(1 for t in SECONDS if 0 <= t <= WINDOW_S)
+                results[(change, label)] = (errors, {s: n / total for s, n in covered.items()})
     return results
 
 
-def report(results: dict, seeds: int, lag_s: float, baseline: str) -> str:
-    lines = [f"mean estimate/truth - 1 over {seeds} seeds; collector sees the plan at 0 s, agents "
-             f"apply it at {lag_s:g} s; window {WINDOW_S:g} s; old = {baseline}, new = working tree"]
+def report(results: dict, seeds: int, lag_s: float, baseline: str, ahead: bool = True,
+           lead_s: float = 3.0) -> str:
+    new = (f"new = working tree, plan read {lead_s:g} s ahead, switched at its not_before (0 s), "
+           f"agents at {max(lag_s, 0.0):g} s" if ahead else
+           f"new = working tree, switched when read (0 s), agents at {lag_s:g} s")
+    lines = [f"mean estimate/truth - 1 over {seeds} seeds; window {WINDOW_S:g} s; old = {baseline}, "
+             f"switched when read (0 s), agents at {lag_s:g} s; {new}"]
     for change in ("up", "down"):
         lines.append(f"\n{change}: " + ("1-in-128 everywhere -> s1 1-in-8 + 50 % mirror to s3 "
                                         "(1-in-1)" if change == "up" else "the reverse"))
@@ -169,12 +233,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lag", type=float, default=2.0,
                         help="agents' lag after the collector saw the plan, s (default 2)")
     parser.add_argument("--baseline", default=BASELINE, help=f"git revision (default {BASELINE})")
+    parser.add_argument("--ahead", action=argparse.BooleanOptionalAction, default=True,
+                        help="new side: plans ahead of time (not_before, the watcher); "
+                             "--no-ahead: switched when read, like the old side")
+    parser.add_argument("--lead", type=float, default=3.0,
+                        help="new side: the plan is published this long before its not_before "
+                             "(default 3, the testbed's)")
     parser.add_argument("--ingest-cost", action="store_true",
                         help="also time ingest, old and new side by side")
     args = parser.parse_args(argv)
     if args.ingest_cost:
         print(ingest_cost(args.baseline))
-    print(report(run(args.seeds, args.lag, args.baseline), args.seeds, args.lag, args.baseline))
+    print(report(run(args.seeds, args.lag, args.baseline, args.ahead, args.lead), args.seeds,
+                 args.lag, args.baseline, args.ahead, args.lead))
     return 0
 
 
