@@ -18,9 +18,8 @@ the gain can be an artefact of noise. The gain also waits while some server's tr
 ``settling`` (it moved by a step less than one collector window ago, so the window still mixes
 before and after): the streak keeps counting, and the gain is published on the first settled
 cycle, on an estimate that no longer moves, instead of once mid-ramp and again at its end. The
-same holds for one window after the controller's own publication (``quiet``): the collector's
-window then mixes samples taken under two plans (a mirror set up mid-window has only part of
-the window's copies), so its estimates move without the traffic moving.
+same holds after the controller's own publication until the agents run it (``quiet``,
+``loop.quiet_s``; a window more without the collector's lead, or after sparse samples).
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ class Situation:
     gain_streak: int = 0
     warm: bool = True
     settling: tuple[str, ...] = ()  # servers whose traffic moved by a step within one window
-    quiet: bool = False  # within one window of our own publication: the window mixes two plans
+    quiet: bool = False  # after our own publication, until the agents run it (``loop.quiet_s``)
     #: (current, candidate) distinct packets the gain compares, when judged under other traffic
     #: than the overload (the held peaks: a trough of noise is no gain); None: the evaluations'
     gain_basis: tuple[float, float] | None = None

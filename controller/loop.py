@@ -104,7 +104,7 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.smoothed: Smoothed | None = None
         self.measurement = None  # the last cycle's (read by the testbed's timeline)
-        self.quiet_until: datetime | None = None  # the collector's window mixes two plans
+        self.quiet_until: datetime | None = None  # after a publication (``quiet_s``)
         self.full_window_s = 0.0  # the longest collector window seen (shorter ones: start-up)
         self.gain_streak = 0
         #: first of the cycles in a row with no plan in force and no snapshot knowing a server
