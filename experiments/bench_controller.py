@@ -12,22 +12,31 @@ then a fresh process runs two controller cycles on it, as ``cosample controller 
 Each cycle's wall-clock time is split by step (the controller's own ``timings``), and so is its
 CPU time (``<step>_cpu``: the machine is shared, wall-clock time includes waiting for a core); peak memory is the
 process's peak resident set (``VmHWM``) with the size after imports beside it.
-One process per size, so peaks do not carry over.
+One process per size, so peaks do not carry over. ``--baseline REV`` runs the code of git
+revision REV (exported from git into a temporary folder) on the same snapshot, alternating with
+the working tree's ``--repeats`` times, and prints their CPU-time ratios: old and new side by
+side in one run, under the same load.
 
     python -m cosample.experiments.bench_controller [--sizes 10000 100000 1000000] [--csv FILE]
+    python -m cosample.experiments.bench_controller --sizes 100000 --baseline d8f2516 --repeats 5
     python -m cosample.experiments.bench_controller --two-phase 100000
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -36,6 +45,7 @@ import numpy as np
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 
 SIZES = (10_000, 100_000, 1_000_000)
+REPOSITORY = Path(__file__).resolve().parents[1]
 TARGET_SERVERS, TARGET_SECONDS = 100_000, 2.0
 CHECK_UP_TO = 100_000  # the agents' reader on the published plan (10^6: minutes and gigabytes)
 
@@ -105,8 +115,10 @@ def measure(servers: int, folder: Path) -> dict:
     plan_bytes = (folder / "pub" / "plan.json").stat().st_size
     peak = _rss_mb()  # before the agents' reader below
     accepted = _agents_accept(folder / "pub" / "plan.json") if servers <= CHECK_UP_TO else None
+    from cosample.planner import planfile
+
     for row in rows:
-        row.update(plan_mb=round(plan_bytes / 1e6, 1),
+        row.update(plan_mb=round(plan_bytes / 1e6, 1), code_path=planfile.__file__,
                    snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
                    rss_imports_mb=rss_imports, peak_rss_mb=peak, agents_accept=accepted,
                    load_average=round(os.getloadavg()[0], 1))
@@ -195,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also run git revision REV's code, alternating with this tree's")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per size (and code)")
     parser.add_argument("--two-phase", type=int, metavar="SERVERS",
                         help="time one two-phase publication at SERVERS instead")
     parser.add_argument("--child", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
@@ -205,24 +220,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(measure(int(args.child[0]), Path(args.child[1]))))
         return 0
-    rows = []
-    for servers in args.sizes:
-        with tempfile.TemporaryDirectory(prefix="bench-controller-") as folder:
-            moment = datetime.now(timezone.utc).replace(microsecond=0)
-            write_snapshot(servers, Path(folder) / "snap.json", moment)
-            done = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_controller",
-                                   "--child", str(servers), folder], capture_output=True,
-                                  text=True, timeout=1800, check=False)
-            if done.returncode != 0:
-                print(done.stderr, file=sys.stderr)
-                return 1
-            rows += json.loads(done.stdout.strip().splitlines()[-1])["rows"]
-            print(_table(rows[-2:]), flush=True)
+    trees = {"new": None}
+    with tempfile.TemporaryDirectory(prefix="bench-controller-baseline-") as old:
+        if args.baseline:
+            trees = {"old": baseline_tree(args.baseline, Path(old)), "new": None}
+        rows = []
+        for servers in args.sizes:
+            with tempfile.TemporaryDirectory(prefix="bench-controller-") as folder:
+                moment = datetime.now(timezone.utc).replace(microsecond=0)
+                write_snapshot(servers, Path(folder) / "snap.json", moment)
+                for repeat in range(args.repeats):
+                    for code, tree in trees.items():
+                        measured = _child(servers, Path(folder), f"{code}-{repeat}", tree)
+                        if measured is None:
+                            return 1
+                        for row in measured:
+                            row.update(code=code, repeat=repeat)
+                        rows += measured
+                        print(_table(measured), flush=True)
     if args.csv:
         import pandas as pd
 
         pd.DataFrame(rows).to_csv(args.csv, index=False)
-    at_target = [r for r in rows if r["servers"] == TARGET_SERVERS]
+    if args.baseline:
+        print(_comparison(rows, args.baseline))
+    at_target = [r for r in rows if r["servers"] == TARGET_SERVERS and r["code"] == "new"]
     for row in at_target:
         verdict = "meets" if row["seconds"] < TARGET_SECONDS else "misses"
         print(f"cycle {row['cycle']} at {TARGET_SERVERS:,} servers: {row['seconds']:.2f} s "
@@ -230,9 +252,66 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def baseline_tree(revision: str, folder: Path) -> Path:
+    """The package ``cosample`` of git revision ``revision``, laid out under ``folder`` as
+    pyproject.toml's ``package-dir`` maps it (import it with ``folder`` on ``PYTHONPATH``)."""
+    archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", revision],
+                             capture_output=True, timeout=120, check=True).stdout
+    source = folder / "source"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(source, filter="data")
+    layout = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for package, where in sorted(layout["package-dir"].items()):  # parents before children
+        target = folder.joinpath(*package.split("."))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(source / where, target_is_directory=True)
+    return folder
+
+
+def _child(servers: int, folder: Path, name: str, tree: Path | None) -> list[dict] | None:
+    """Both cycles in a fresh process and a fresh sub-folder ``name`` (no plan in force yet)
+    on the snapshot in ``folder``, with the code of ``tree`` (None: this one)."""
+    run = folder / name
+    run.mkdir()
+    for snapshot in folder.glob("snap*.json"):
+        shutil.copyfile(snapshot, run / snapshot.name)
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_controller",
+                           "--child", str(servers), str(run)], capture_output=True,
+                          text=True, timeout=1800, check=False, env=env, cwd=run)
+    if done.returncode != 0:
+        print(done.stderr, file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])["rows"]
+
+
+def _comparison(rows: list[dict], baseline: str) -> str:
+    """Per size and cycle: old and new CPU and wall seconds (median, range) and peak RSS, and
+    the ratio of the medians."""
+    lines = [f"old = {baseline}, new = this tree; median [min-max] of the runs"]
+    for servers in dict.fromkeys(r["servers"] for r in rows):
+        for cycle in (1, 2):
+            cells = []
+            medians = {}
+            for code in ("old", "new"):
+                mine = [r for r in rows if (r["servers"], r["cycle"], r["code"]) ==
+                        (servers, cycle, code)]
+                cpu = [r["cpu_seconds"] for r in mine]
+                wall = [r["seconds"] for r in mine]
+                medians[code] = statistics.median(cpu)
+                cells.append(f"{code} CPU {medians[code]:.2f} [{min(cpu):.2f}-{max(cpu):.2f}] s, "
+                             f"wall {statistics.median(wall):.2f} [{min(wall):.2f}-"
+                             f"{max(wall):.2f}] s, peak RSS {max(r['peak_rss_mb'] for r in mine):.0f} MB")
+            lines.append(f"{servers:>9,} cycle {cycle} ({mine[0]['result']}): " + "; ".join(cells)
+                         + f"; new/old CPU {medians['new'] / medians['old']:.2f}")
+    return "\n".join(lines)
+
+
 def _table(rows: list[dict]) -> str:
     steps = ("read", "estimate", "plan", "decide", "document", "publish")
-    keys = ("servers", "cycle", "result", "seconds", "cpu_seconds", *steps,
+    keys = ("code", "servers", "cycle", "result", "seconds", "cpu_seconds", *steps,
             *(f"{step}_cpu" for step in steps), "plan_mb", "snapshot_mb", "rss_imports_mb",
             "peak_rss_mb", "agents_accept", "load_average")
     return "\n".join(" ".join(f"{k}={row.get(k, '-')}" for k in keys) for row in rows)

@@ -4,22 +4,26 @@ A plan names 10^5 hosts with about twenty fields each. Building one Python dict 
 then serialising the table took about 1.1 s of a 10^5-server controller cycle (docs/results.md,
 "Controller cycle"); here every field is serialised once for all hosts (orjson writes a whole
 column of numbers at once, split at its commas) and the hosts' objects are assembled from those
-pieces by one ``bytes.join``. The bytes are exactly ``orjson.dumps(hosts, OPT_SORT_KEYS)`` of the
-per-host dicts (tests/planner/test_planfile_columns.py checks it on random data centres, extras
-included), so every reader of plans sees the same file as before.
+pieces by one ``bytes.join`` per block of hosts, text that is the same for every host of the
+block (keys, punctuation, a field with one value throughout) being one piece. The bytes are
+exactly ``orjson.dumps(hosts, OPT_SORT_KEYS)`` of the per-host dicts
+(tests/planner/test_planfile_columns.py checks it on random data centres, extras included), so
+every reader of plans sees the same file as before.
 
-Only numbers go through the split (a number's JSON has no comma); strings and the inventory's
-extras are serialised one value at a time, strings by the standard library's C string encoder
-(``json.encoder.encode_basestring``: the same bytes as orjson for every code point, checked by
-the tests): a separate ``orjson.dumps`` per small value costs a page fault each (orjson's output
-buffer), 3-15 us instead of 0.2 us.
+Only numbers go through the split (a number's JSON has no comma); strings are escaped all at
+once by the standard library's C string encoder (``json.encoder.encode_basestring``: the same
+bytes as orjson for every code point, checked by the tests) and the inventory's extras one
+value at a time: a separate ``orjson.dumps`` per small value costs a page fault each (orjson's
+output buffer), 3-15 us instead of 0.2 us. Lists of objects (a host's mirrors) are written for
+all hosts by one join, cut apart at NUL bytes, which JSON text never holds raw.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
-from typing import Any
+from operator import itemgetter
+from typing import Any, Union
 
 import numpy as np
 import orjson
@@ -28,6 +32,13 @@ SORTED = orjson.OPT_SORT_KEYS
 BLOCK = 4096  # hosts per chunk of the table
 _NONE: Mapping[str, Any] = {}
 _CONSTANTS = {None: b"null", True: b"true", False: b"false"}
+_CUT = b"\x00"  # between the arrays of ``grouped``: escaped inside any JSON string
+
+#: A column: numbers (None in an object array: null), each row's JSON, or a nested object
+#: whose fields are columns.
+Column = Union[np.ndarray, list[bytes], Mapping[str, "Column"]]
+#: Rows' text: ``bytes`` the same in every row, or one piece per row.
+Part = Union[bytes, list[bytes]]
 
 
 def numbers(values: list[Any]) -> list[bytes]:
@@ -42,9 +53,10 @@ def strings(values: Sequence[str]) -> list[bytes]:
         return []
     joined = "\x00".join(values)
     if joined.count("\x00") == len(values) - 1:
-        pieces = encode_basestring(joined)[1:-1].encode().split(b"\\u0000")
+        pieces = encode_basestring(joined).encode().replace(b"\\u0000", b'"' + _CUT + b'"'
+                                                            ).split(_CUT)
         if len(pieces) == len(values):  # no string spelled "\u0000" out either
-            return [b'"%b"' % piece for piece in pieces]
+            return pieces
     return [encode_basestring(value).encode() for value in values]
 
 
@@ -62,89 +74,127 @@ def value(item: Any) -> bytes:
     return orjson.dumps(item, option=SORTED)
 
 
-def objects(fields: Mapping[str, list[bytes]], count: int) -> list[bytes]:
-    """``count`` JSON objects, field ``key`` of object ``j`` being ``fields[key][j]``."""
-    keys = sorted(fields)
-    template = b"{" + b",".join(_key(key) + b":%b" for key in keys) + b"}"
-    if not keys:
-        return [b"{}"] * count
-    return [template % values for values in zip(*(fields[key] for key in keys))]
-
-
-def grouped(owner: np.ndarray, peer_rank: np.ndarray, items: list[bytes],
+def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, list[bytes]],
             n: int) -> list[bytes]:
-    """Per owner 0..n-1, the JSON array of its ``items`` in ``peer_rank`` order (``[]`` if none)."""
+    """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
+    object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON ``fields[key][j]``.
+
+    All arrays are written by one join and cut apart at NUL bytes put between owners."""
     lists = [b"[]"] * n
-    if not items:
+    count = len(owner)
+    if count == 0:
         return lists
     order = np.lexsort((peer_rank, owner))
-    ordered = [items[k] for k in order.tolist()]
     owners = owner[order]
-    starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
-    ends = np.append(starts[1:], len(ordered))
-    for who, start, end in zip(owners[starts].tolist(), starts.tolist(), ends.tolist()):
-        lists[who] = b"[" + b",".join(ordered[start:end]) + b"]"
+    starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
+    opening = [b"},{"] * count  # each object's, closing the one before
+    for start in starts.tolist():
+        opening[start] = b"}]" + _CUT + b"[{"
+    opening[0] = b"[{"
+    index = order.tolist()
+    parts: list[Part] = [opening]
+    for k, key in enumerate(sorted(fields)):
+        parts += [(b"," if k else b"") + value(key) + b":", list(map(fields[key].__getitem__,
+                                                                     index))]
+    arrays = (_rows(parts, count) + b"}]").split(_CUT)
+    for who, text in zip(owners[np.concatenate(([0], starts))].tolist(), arrays):
+        lists[who] = text
     return lists
 
 
-def table(names: Sequence[str], fields: Mapping[str, np.ndarray | list[bytes]],
+def table(names: Sequence[str], fields: Mapping[str, Column],
           extras: Mapping[str, Mapping[str, Any]], block: int = BLOCK) -> list[bytes]:
     """``{name: {field: value, ...}, ...}`` in sorted order, as consecutive chunks of bytes.
 
-    ``fields``: per field, a numpy array of numbers (None in an object array: null), serialised
-    here, or every host's JSON already. A host's ``extras`` are merged into its object (an extra
-    with a field's name replaces it, as ``dict.update`` would). Hosts are written ``block`` at a
-    time, so the pieces of only one block are alive at once (fresh memory costs page faults)."""
+    ``fields``: per field a ``Column`` in host order, serialised here. A host's ``extras`` are
+    merged into its object (an extra with a field's name replaces it, as ``dict.update``
+    would). Hosts are written ``block`` at a time, so the pieces of only one block are alive
+    at once (fresh memory costs page faults)."""
     n = len(names)
     if n == 0:
         return [b"{}"]
     order = sorted(range(n), key=names.__getitem__)
-    extra = [extras.get(names[i]) or _NONE for i in order] if extras else None
-    quoted = strings(names)
+    index = np.asarray(order)
+    ordered = [names[i] for i in order]
+    quoted = strings(ordered)
+    columns = {key: _reordered(column, order, index) for key, column in fields.items()}
     chunks = []
-    start = 0
-    while start < n:
-        end = min(start + block, n)
-        keys: tuple[str, ...] = ()
-        if extra is not None:  # a run of hosts with the same extras' keys
-            same = extra[start].keys()
-            keys = tuple(sorted(same))
-            end = next((k for k in range(start + 1, end) if extra[k].keys() != same), end)
-        flat = _rows(quoted, fields, extras, names, keys, order[start:end])
-        if start == 0:
-            flat[0] = b"{"  # no comma before the first entry
-        chunks.append(b"".join(flat))
-        start = end
+    for start, end, extra in _runs([extras.get(name) or _NONE for name in ordered]
+                                   if extras else None, n):
+        run = {key: (0, column) for key, column in columns.items()}
+        for key in extra[0] if extra else ():  # relative to ``start``
+            values = list(map(itemgetter(key), extra))
+            run[key] = (start, strings(values) if set(map(type, values)) == {str}
+                        else [value(item) for item in values])
+        for first in range(start, end, block):
+            last = min(first + block, end)
+            parts: list[Part] = [b",", quoted[first:last], b":"]
+            parts += _object({key: _slice(column, first - offset, last - offset)
+                              for key, (offset, column) in run.items()})
+            chunks.append(_rows(parts, last - first))
+    chunks[0] = b"{" + chunks[0][1:]  # no comma before the first entry
     chunks.append(b"}")
     return chunks
 
 
-def _rows(quoted: list[bytes], fields: Mapping[str, np.ndarray | list[bytes]],
-          extras: Mapping[str, Mapping[str, Any]], names: Sequence[str],
-          extra_keys: tuple[str, ...], members: list[int]) -> list[Any]:
-    """The pieces of ``members``' entries ``,"name":{...}``, interleaved in one flat list
-    column by column: no per-host Python work but the reordering."""
-    keys = sorted(set(fields) | set(extra_keys))
-    count = len(members)
-    width = 2 * len(keys) + 3
-    flat: list[Any] = [None] * (count * width)
-    flat[0::width] = [b","] * count
-    flat[1::width] = [quoted[i] for i in members]
-    index = np.asarray(members)
-    for k, key in enumerate(keys):
-        flat[2 + 2 * k::width] = [(b":{" if k == 0 else b",") + value(key) + b":"] * count
-        if key in extra_keys:
-            values = [extras[names[i]][key] for i in members]
-            flat[3 + 2 * k::width] = strings(values) if all(
-                type(item) is str for item in values) else [value(item) for item in values]
-        elif isinstance(column := fields[key], np.ndarray):
-            flat[3 + 2 * k::width] = numbers(column[index].tolist())
+def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
+    if isinstance(column, np.ndarray):
+        return column[index]
+    if isinstance(column, Mapping):
+        return {key: _reordered(inner, order, index) for key, inner in column.items()}
+    return list(map(column.__getitem__, order))
+
+
+def _slice(column: Column, first: int, last: int) -> Column:
+    if isinstance(column, Mapping):
+        return {key: _slice(inner, first, last) for key, inner in column.items()}
+    return column[first:last]
+
+
+def _runs(extras: list[Mapping[str, Any]] | None, n: int
+          ) -> Iterator[tuple[int, int, list[Mapping[str, Any]]]]:
+    """Runs of consecutive hosts whose extras have the same keys: (start, end, their extras)."""
+    if extras is None:
+        yield 0, n, []
+        return
+    shapes = list(map(frozenset, extras))
+    starts = [0, *(k for k in range(1, n) if shapes[k] != shapes[k - 1]), n]
+    for start, end in zip(starts, starts[1:]):
+        yield start, end, extras[start:end]
+
+
+def _object(fields: Mapping[str, Column]) -> list[Part]:
+    """The parts of one JSON object per row, its fields in sorted order."""
+    parts: list[Part] = [b"{"]
+    for k, key in enumerate(sorted(fields)):
+        parts.append((b"," if k else b"") + value(key) + b":")
+        column = fields[key]
+        parts += _object(column) if isinstance(column, Mapping) else [_pieces(column)]
+    parts.append(b"}")
+    return parts
+
+
+def _pieces(column: np.ndarray | list[bytes]) -> Part:
+    """Each row's JSON of ``column``; one ``bytes`` if it is the same in every row."""
+    if isinstance(column, np.ndarray):
+        if column.dtype == np.float64 and (column.view(np.int64) == column.view(np.int64)[0]
+                                           ).all():
+            return numbers([column[0].item()])[0]  # bit for bit one number (not 0.0 and -0.0)
+        column = numbers(column.tolist())
+    return column[0] if column.count(column[0]) == len(column) else column
+
+
+def _rows(parts: list[Part], count: int) -> bytes:
+    """``count`` rows, row ``j`` being each part's ``j``-th piece in turn (a ``bytes`` part is
+    the same in every row): interleaved in one flat list, joined once."""
+    merged: list[Part] = []
+    for part in parts:
+        if isinstance(part, bytes) and merged and isinstance(merged[-1], bytes):
+            merged[-1] += part
         else:
-            flat[3 + 2 * k::width] = [column[i] for i in members]
-    flat[width - 1::width] = [b"}"] * count
-    return flat
-
-
-def _key(key: str) -> bytes:
-    """A key's JSON, escaped for a %-template."""
-    return value(key).replace(b"%", b"%%")
+            merged.append(part)
+    width = len(merged)
+    flat: list[bytes | None] = [None] * (count * width)
+    for j, part in enumerate(merged):
+        flat[j::width] = [part] * count if isinstance(part, bytes) else part
+    return b"".join(flat)

@@ -265,26 +265,20 @@ def _host_table(problem, applied: Realised, floor: int | None = None) -> list[by
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
     rate = hostjson.numbers(significant(pps / own[src], None, "mirrors.rate").tolist())
-    amount = hostjson.numbers(significant(pps, None, "receives.pps").tolist())
-    to = [quoted_names[k] for k in dst.tolist()]
-    senders = [quoted_names[i] for i in src.tolist()]
-    fields["mirrors"] = hostjson.grouped(
-        src, rank[dst], hostjson.objects({"to": to, "rate": rate}, len(to)), n)
-    fields["receives"] = hostjson.grouped(
-        dst, rank[src], hostjson.objects({"from": senders, "rate": rate, "pps": amount},
-                                         len(senders)), n)
+    fields["mirrors"] = hostjson.grouped(src, rank[dst], {
+        "to": list(map(quoted_names.__getitem__, dst.tolist())), "rate": rate}, n)
+    fields["receives"] = hostjson.grouped(dst, rank[src], {
+        "from": list(map(quoted_names.__getitem__, src.tolist())), "rate": rate,
+        "pps": hostjson.numbers(significant(pps, None, "receives.pps").tolist())}, n)
     src, dst, pps = applied.mirror_src, applied.mirror_dst, applied.planned_mirror_pps
     planned = pps > 0
     src, dst, pps = src[planned], dst[planned], pps[planned]
-    planned_rate = hostjson.numbers(
-        significant(pps / own[src], None, "planned.mirrors.rate").tolist())
-    planned_mirrors = hostjson.grouped(src, rank[dst], hostjson.objects(
-        {"to": [quoted_names[k] for k in dst.tolist()], "rate": planned_rate}, len(planned_rate)),
-        n)
-    fields["planned"] = hostjson.objects({
-        "local_rate": hostjson.numbers(
-            significant(applied.planned_rate, names, "planned_rate").tolist()),
-        "mirrors": planned_mirrors}, n)
+    fields["planned"] = {
+        "local_rate": significant(applied.planned_rate, names, "planned_rate"),
+        "mirrors": hostjson.grouped(src, rank[dst], {
+            "to": list(map(quoted_names.__getitem__, dst.tolist())),
+            "rate": hostjson.numbers(
+                significant(pps / own[src], None, "planned.mirrors.rate").tolist())}, n)}
     return hostjson.table(names, fields, dc.server_extras)
 
 

@@ -111,21 +111,27 @@ EXTRA_VALUES = st.one_of(st.text(max_size=5), st.integers(-10, 10), st.none(),
 @given(st.lists(NAMES, min_size=0, max_size=8, unique=True), st.data())
 def test_host_table_is_orjson_of_the_dicts(names, data):
     """Names with quotes, commas, % and any Unicode; extras on some hosts, with different key
-    sets, some named like a field (the extra wins, as ``dict.update``)."""
+    sets, some named like a field (the extra wins, as ``dict.update``); numbers as arrays and
+    as JSON, a column with one value throughout (folded into the block's text: 0.0 and -0.0
+    are two values), a nested object of columns."""
     n = len(names)
     floats = data.draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=n,
                                 max_size=n))
     counts = data.draw(st.lists(st.one_of(st.none(), st.integers(1, 2**40)), min_size=n,
                                 max_size=n))
+    same = data.draw(st.lists(st.sampled_from([0.0, -0.0, 1.5]), min_size=n, max_size=n))
     extras = {name: data.draw(st.dictionaries(EXTRA_KEYS, EXTRA_VALUES, max_size=3))
               for name in names if data.draw(st.booleans())}
-    fields = {"alpha": hostjson.numbers(floats), "sflow_sampling": hostjson.numbers(counts),
+    fields = {"alpha": hostjson.numbers(floats), "beta": np.asarray(floats, dtype=float),
+              "margin": np.asarray(same, dtype=float),
+              "sflow_sampling": np.array(counts, dtype=object),
               "role": hostjson.strings(["sender"] * n),
-              "mirrors": hostjson.objects({"to": hostjson.strings(names), "rate":
-                                           hostjson.numbers(floats)}, n)}
-    expected = {name: {"alpha": f, "sflow_sampling": c, "role": "sender",
-                       "mirrors": {"to": name, "rate": f}, **extras.get(name, {})}
-                for name, f, c in zip(names, floats, counts)}
+              "mirrors": {"to": hostjson.strings(names), "rate": hostjson.numbers(floats),
+                          "inner": {"k": np.asarray(same, dtype=float)}}}
+    expected = {name: {"alpha": f, "beta": f, "margin": m, "sflow_sampling": c,
+                       "role": "sender", "mirrors": {"to": name, "rate": f, "inner": {"k": m}},
+                       **extras.get(name, {})}
+                for name, f, m, c in zip(names, floats, same, counts)}
     for block in (1, 2, 4096):  # written a block of hosts at a time
         got = b"".join(hostjson.table(names, fields, extras, block=block))
         assert got == orjson.dumps(expected, option=orjson.OPT_SORT_KEYS)
@@ -138,8 +144,12 @@ def test_strings_are_orjsons(names):
 
 def test_grouped_lists_follow_the_peer_order():
     owner, peer = np.array([2, 0, 2, 2]), np.array([5, 1, 3, 4])
-    items = [b"1", b"2", b"3", b"4"]
-    assert hostjson.grouped(owner, peer, items, 4) == [b"[2]", b"[]", b"[3,4,1]", b"[]"]
+    fields = {"to": [b'"a"', b'"b"', b'"c"', b'"d"'], "rate": [b"1", b"2", b"3", b"4"]}
+    assert hostjson.grouped(owner, peer, fields, 4) == [
+        b'[{"rate":2,"to":"b"}]', b"[]",
+        b'[{"rate":3,"to":"c"},{"rate":4,"to":"d"},{"rate":1,"to":"a"}]', b"[]"]
+    assert hostjson.grouped(owner[:0], peer[:0], {"to": [], "rate": []}, 2) == [b"[]", b"[]"]
+    assert hostjson.grouped(np.array([1]), np.array([0]), {}, 2) == [b"[]", b"[{}]"]
 
 
 def test_floor_samples_hosts_that_sample_nothing():

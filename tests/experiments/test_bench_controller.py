@@ -1,0 +1,60 @@
+"""The controller benchmark on a tiny fleet: both cycles run, and ``--baseline`` runs a git
+revision's code beside this tree's on the same snapshot (structure only, never timings)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+
+from cosample.experiments import bench_controller
+from cosample.experiments.bench_controller import REPOSITORY, baseline_tree
+
+
+def _in_git() -> bool:
+    if shutil.which("git") is None:
+        return False
+    done = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"],
+                          capture_output=True, check=False)
+    return done.returncode == 0
+
+
+needs_git = pytest.mark.skipif(not _in_git(), reason="not a git checkout")
+
+
+@needs_git
+def test_baseline_tree_lays_out_the_packages(tmp_path):
+    tree = baseline_tree("HEAD", tmp_path)
+    assert (tree / "cosample" / "planner" / "planfile.py").is_file()
+    assert (tree / "cosample" / "controller" / "loop.py").is_file()
+    assert (tree / "cosample" / "__init__.py").is_file()
+
+
+@needs_git
+def test_side_by_side_run(tmp_path, capsys):
+    csv = tmp_path / "rows.csv"
+    assert bench_controller.main(["--sizes", "300", "--baseline", "HEAD", "--repeats", "2",
+                                  "--csv", str(csv)]) == 0
+    printed = capsys.readouterr().out
+    rows = pd.read_csv(csv)
+    assert len(rows) == 2 * 2 * 2  # codes x repeats x cycles
+    assert set(rows["code"]) == {"old", "new"}
+    assert list(rows.sort_values(["code", "repeat", "cycle"])["result"]) == \
+        ["published", "kept"] * 4
+    new = rows[rows["code"] == "new"]
+    assert new["code_path"].str.startswith(str(REPOSITORY)).all()
+    old = rows[rows["code"] == "old"]
+    assert not old["code_path"].fillna("").str.startswith(str(REPOSITORY)).any()
+    assert (rows["agents_accept"] == True).all()  # noqa: E712 - a column of booleans
+    assert "old = HEAD, new = this tree" in printed
+    assert "300 cycle 1 (published)" in printed and "new/old CPU" in printed
+
+
+def test_plain_run_without_baseline(tmp_path, capsys):
+    csv = tmp_path / "rows.csv"
+    assert bench_controller.main(["--sizes", "300", "--csv", str(csv)]) == 0
+    rows = pd.read_csv(csv)
+    assert list(rows["result"]) == ["published", "kept"]
+    assert "new/old" not in capsys.readouterr().out
