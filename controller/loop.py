@@ -230,6 +230,7 @@ class Controller:
             _lap(timings, "document", mark)
             mark = _mark()
             published, two_phase = self._publish(document, candidate.shares, now)
+            self.store.record_report(candidate.report(self.current))
             _lap(timings, "publish", mark)
             self.quiet_until = now + timedelta(seconds=quiet_s(settings, two_phase,
                                                                measurement.window_s, sparse))

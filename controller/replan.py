@@ -26,7 +26,7 @@ from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.planfile import build_plan
+from cosample.planner.planfile import build_plan, host_report
 from cosample.planner.realise import realise
 from cosample.planner.solution import Solution
 from cosample.planner.solvers import solve
@@ -47,11 +47,17 @@ class Candidate:
     rising: tuple[str, ...] = ()  # traffic rising by a step: no budget until it has settled
 
     def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
-        """The plan file (version 0: the publisher sets it). Its hosts stay serialised (a
+        """The plan file (version 0: the publisher sets it), its hosts with only the fields
+        agents and collectors read (``report``: the rest). Its hosts stay serialised (a
         ``HostTable``): the controller publishes the bytes and reads entries only to build a
         two-phase transition."""
         return build_plan(self.dc, self.solution, created=now, valid_for=valid_for, version=0,
-                          floor=self.floor, lazy_hosts=True)
+                          floor=self.floor, lazy_hosts=True, report=False)
+
+    def report(self, plan: dict[str, Any]) -> bytes:
+        """The per-host report of ``plan`` (this candidate's document as published), in
+        columns: predicted loads, inputs as planned, the continuous optimum."""
+        return host_report(self.solution, plan)
 
 
 def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,

@@ -1,12 +1,14 @@
 """What must survive a controller restart: the last version published and the plan in force.
 
 The state directory is created 0700 and its files are written 0600 (atomically): it holds
-``state.json`` (last version, plan_id, time) and ``current-plan.json`` (the bytes last
+``state.json`` (last version, plan_id, time), ``current-plan.json`` (the bytes last
 published: a plan, or a plan set whose last plan is the one the agents converge to; read back
-after a restart to judge it and to build the next two-phase transition). When the plan was
+after a restart to judge it and to build the next two-phase transition) and
+``current-report.json`` (that plan's per-host report in columns: predicted loads, inputs as
+planned, the continuous optimum; for operators, read by nothing here). When the plan was
 just written to a file on the same file system (``--publish DIR``), ``current-plan.json`` is a
 hard link to that file instead of a second copy: at 10^5 servers that saves writing and
-fsyncing 52 MB per publication (docs/controller.md). The publisher only ever replaces its file
+fsyncing the plan (20 MB) per publication (docs/controller.md). The publisher only ever replaces its file
 by renaming a new one over it, so the linked bytes never change; the link keeps the published
 file's mode (0644: what every agent may fetch anyway) inside the 0700 state directory. Versions
 are ``max(previous + 1, now in Unix seconds)``: strictly increasing across restarts, and never
@@ -26,7 +28,7 @@ from cosample.planner.formats import PLANSET_FORMAT
 from cosample.controller.errors import ControllerError
 from cosample.files import write_bytes_atomic
 
-STATE_FILE, PLAN_FILE = "state.json", "current-plan.json"
+STATE_FILE, PLAN_FILE, REPORT_FILE = "state.json", "current-plan.json", "current-report.json"
 DIR_MODE, FILE_MODE = 0o700, 0o600
 
 
@@ -81,6 +83,11 @@ class Store:
             write_bytes_atomic(self.directory / PLAN_FILE, data, mode=FILE_MODE)
         self._write(STATE_FILE, {"version": version, "plan_id": plan_id,
                                  "published": published.isoformat()})
+
+    def record_report(self, data: bytes) -> None:
+        """Keep the per-host report of the plan just recorded (it names the plan's ``plan_id``
+        and version: a report left from an earlier plan after a failed write is recognisable)."""
+        write_bytes_atomic(self.directory / REPORT_FILE, data, mode=FILE_MODE)
 
     def _link(self, source: Path, size: int) -> bool:
         """Hard-link ``source`` as the plan file, atomically; False if it cannot be (another

@@ -8,5 +8,8 @@ The format is documented in docs/formats.md; a reader refuses any other name or 
 PLAN_FORMAT = "cosample.plan"
 #: ``format`` of a plan set, two plans for a two-phase change (``cosample agent transition``).
 PLANSET_FORMAT = "cosample.planset"
-#: ``format_version`` of both; raise it when a reader of the old version would misread a file.
+#: ``format`` of a plan's per-host report in columns (``planfile.host_report``: the controller's
+#: plans carry only the fields agents read).
+REPORT_FORMAT = "cosample.plan-report"
+#: ``format_version`` of all three; raise it when a reader of the old version would misread a file.
 FORMAT_VERSION = 1

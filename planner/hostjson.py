@@ -88,8 +88,9 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, list[
     owners = owner[order]
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
     opening = [b"},{"] * count  # each object's, closing the one before
+    next_array = b"}]" + _CUT + b"[{"
     for start in starts.tolist():
-        opening[start] = b"}]" + _CUT + b"[{"
+        opening[start] = next_array
     opening[0] = b"[{"
     index = order.tolist()
     parts: list[Part] = [opening]
@@ -123,9 +124,7 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
                                    if extras else None, n):
         run = {key: (0, column) for key, column in columns.items()}
         for key in extra[0] if extra else ():  # relative to ``start``
-            values = list(map(itemgetter(key), extra))
-            run[key] = (start, strings(values) if set(map(type, values)) == {str}
-                        else [value(item) for item in values])
+            run[key] = (start, _values(list(map(itemgetter(key), extra))))
         for first in range(start, end, block):
             last = min(first + block, end)
             parts: list[Part] = [b",", quoted[first:last], b":"]
@@ -153,14 +152,29 @@ def _slice(column: Column, first: int, last: int) -> Column:
 
 def _runs(extras: list[Mapping[str, Any]] | None, n: int
           ) -> Iterator[tuple[int, int, list[Mapping[str, Any]]]]:
-    """Runs of consecutive hosts whose extras have the same keys: (start, end, their extras)."""
+    """Runs of consecutive hosts whose extras have the same keys: (start, end, their extras).
+    Key sets are compared only where the keys' order changes (tuples compare faster)."""
     if extras is None:
         yield 0, n, []
         return
-    shapes = list(map(frozenset, extras))
-    starts = [0, *(k for k in range(1, n) if shapes[k] != shapes[k - 1]), n]
+    orders = list(map(tuple, extras))
+    starts = [0]
+    for k in [k for k in range(1, n) if orders[k] != orders[k - 1]]:
+        if frozenset(orders[k]) != frozenset(orders[starts[-1]]):
+            starts.append(k)
+    starts.append(n)
     for start, end in zip(starts, starts[1:]):
         yield start, end, extras[start:end]
+
+
+def _values(values: list[Any]) -> list[bytes]:
+    """Each value's JSON: strings escaped at once, one string throughout serialised once."""
+    first = values[0]
+    if type(first) is str and values.count(first) == len(values):
+        return [value(first)] * len(values)
+    if set(map(type, values)) == {str}:
+        return strings(values)
+    return [value(item) for item in values]
 
 
 def _object(fields: Mapping[str, Column]) -> list[Part]:

@@ -23,18 +23,21 @@ from cosample.planner import hostjson
 from cosample.planner.baseline import solve_noncollab
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
-from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
+from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.planner.realise import Realised, realise
 from cosample.planner.solution import Solution
 
 VOLATILE = ("version", "created", "expires", "plan_id")
+#: The host fields agents and collectors read (beside the description's extras); the others are
+#: the per-host report: the inputs as planned, the predicted cost and the continuous optimum.
+AGENT_FIELDS = ("role", "local_rate", "sflow_sampling", "mirrors", "receives")
 DEFAULT_VALIDITY = timedelta(hours=6)
 
 
 def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None = None,
                valid_for: timedelta = DEFAULT_VALIDITY, version: int | None = None,
                point_estimate: Solution | None = None, floor: int | None = None,
-               lazy_hosts: bool = False) -> dict[str, Any]:
+               lazy_hosts: bool = False, report: bool = True) -> dict[str, Any]:
     """The plan document for ``solution`` (rates rounded for sFlow, loads predicted).
 
     ``point_estimate``: for a robust plan, the same plan made with the point estimates, whose
@@ -43,6 +46,8 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     starts anywhere is seen); predicted loads and the summary are the plan's without it.
     ``lazy_hosts``: ``plan["hosts"]`` is a ``HostTable`` (the serialised table, parsed on first
     lookup) instead of a dict: the controller publishes the bytes and rarely reads an entry.
+    ``report=False``: the hosts carry only ``AGENT_FIELDS`` (and the description's extras), what
+    agents and collectors read; the rest of each entry is ``host_report``'s, in columns.
     """
     created = (created or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
     problem = solution.problem
@@ -51,7 +56,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     applied = realise(solution)
     baseline = (applied if solution.solver == "noncollab"
                 else realise(solve_noncollab(problem))).collected_pps  # both after 1-in-N
-    hosts = HostTable(_host_table(problem, applied, floor))  # plan_id hashes it as it is
+    hosts = HostTable(_host_table(problem, applied, floor, report))  # plan_id hashes it as is
     plan: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -232,32 +237,25 @@ def _roles(problem, applied: Realised) -> np.ndarray:
     return np.where(nothing & ((problem.own_pps == 0) | problem.receiver), "idle", roles)
 
 
-def _host_table(problem, applied: Realised, floor: int | None = None) -> list[bytes]:
+def _host_table(problem, applied: Realised, floor: int | None = None,
+                report: bool = True) -> list[bytes]:
     """Every host's entry as compact sorted JSON, built from whole columns (``hostjson``: no
     per-host dicts): the numbers rounded at once (``significant``), each column serialised
-    once, mirror and receive lists grouped by one sort."""
+    once, mirror and receive lists grouped by one sort. ``report``: with the report's fields."""
     dc = problem.dc
     names = dc.names
     own = problem.own_pps
-    capacity, load = problem.capacity_pps, applied.load_pps
     interval = applied.sflow_sampling.astype(np.int64)
     local = applied.local_rate
     if floor:  # hosts that would sample nothing sample 1-in-floor (their loads stay as planned)
         off = interval == 0
         interval = np.where(off, floor, interval)
         local = np.where(off, 1.0 / floor, local)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        use = np.where(capacity > 0, load / capacity, 0.0)
-    fields: dict[str, Any] = {key: significant(values, names, key) for key, values in (
-        ("capacity_pps", capacity), ("margin", problem.margin),
-        ("forwarding_pps", dc.forwarding_pps), ("own_pps", own),
-        ("sampled_pps", problem.bridge_pps), ("local_rate", local),
-        ("distinct_pps", applied.distinct_pps), ("load_pps", load), ("capacity_use", use),
-        ("headroom_pps", capacity - load), ("alpha", problem.alpha), ("beta", problem.beta),
-        ("weight", problem.weight))}
-    fields["sflow_sampling"] = np.where(interval > 0, interval.astype(object), None)
     quoted = {role: hostjson.value(role) for role in ("receiver", "sender", "idle")}
-    fields["role"] = [quoted[role] for role in _roles(problem, applied).tolist()]
+    fields: dict[str, Any] = {
+        "local_rate": significant(local, names, "local_rate"),
+        "sflow_sampling": np.where(interval > 0, interval.astype(object), None),
+        "role": [quoted[role] for role in _roles(problem, applied).tolist()]}
     rank = _name_rank(names)
     n = len(names)
     quoted_names = hostjson.strings(names)
@@ -270,16 +268,57 @@ def _host_table(problem, applied: Realised, floor: int | None = None) -> list[by
     fields["receives"] = hostjson.grouped(dst, rank[src], {
         "from": list(map(quoted_names.__getitem__, src.tolist())), "rate": rate,
         "pps": hostjson.numbers(significant(pps, None, "receives.pps").tolist())}, n)
+    if report:
+        fields.update(_report_columns(problem, applied))
+        src, dst, rate = _planned_mirrors(problem, applied)
+        fields["planned"] = {
+            "local_rate": significant(applied.planned_rate, names, "planned_rate"),
+            "mirrors": hostjson.grouped(src, rank[dst], {
+                "to": list(map(quoted_names.__getitem__, dst.tolist())),
+                "rate": hostjson.numbers(rate.tolist())}, n)}
+    return hostjson.table(names, fields, dc.server_extras)
+
+
+def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:
+    """The per-host fields a plan built with ``build_plan(report=False)`` leaves out, as
+    columns (compact JSON, sorted keys; docs/formats.md, "Plan report"): the same rounded
+    numbers its entries would carry, each field one list in the order of ``names``, and the
+    continuous optimum's mirrors as three lists of pairs. ``plan`` (its ``plan_id`` and
+    ``version``) is the plan the report belongs to."""
+    problem = solution.problem
+    applied = realise(solution)
+    names = problem.dc.names
+    src, dst, rate = _planned_mirrors(problem, applied)
+    document = {
+        "format": REPORT_FORMAT, "format_version": FORMAT_VERSION,
+        "plan_id": plan["plan_id"], "version": plan["version"], "names": list(names),
+        **_report_columns(problem, applied),
+        "planned": {"local_rate": significant(applied.planned_rate, names, "planned_rate"),
+                    "mirrors": {"from": [names[i] for i in src.tolist()],
+                                "to": [names[k] for k in dst.tolist()], "rate": rate}}}
+    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _report_columns(problem, applied: Realised) -> dict[str, np.ndarray]:
+    """The report's per-host numbers, rounded (``significant``)."""
+    dc = problem.dc
+    capacity, load = problem.capacity_pps, applied.load_pps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        use = np.where(capacity > 0, load / capacity, 0.0)
+    return {key: significant(values, dc.names, key) for key, values in (
+        ("capacity_pps", capacity), ("margin", problem.margin),
+        ("forwarding_pps", dc.forwarding_pps), ("own_pps", problem.own_pps),
+        ("sampled_pps", problem.bridge_pps), ("distinct_pps", applied.distinct_pps),
+        ("load_pps", load), ("capacity_use", use), ("headroom_pps", capacity - load),
+        ("alpha", problem.alpha), ("beta", problem.beta), ("weight", problem.weight))}
+
+
+def _planned_mirrors(problem, applied: Realised) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The continuous optimum's mirror pairs: sender, receiver and rounded rate."""
     src, dst, pps = applied.mirror_src, applied.mirror_dst, applied.planned_mirror_pps
     planned = pps > 0
     src, dst, pps = src[planned], dst[planned], pps[planned]
-    fields["planned"] = {
-        "local_rate": significant(applied.planned_rate, names, "planned_rate"),
-        "mirrors": hostjson.grouped(src, rank[dst], {
-            "to": list(map(quoted_names.__getitem__, dst.tolist())),
-            "rate": hostjson.numbers(
-                significant(pps / own[src], None, "planned.mirrors.rate").tolist())}, n)}
-    return hostjson.table(names, fields, dc.server_extras)
+    return src, dst, significant(pps / problem.own_pps[src], None, "planned.mirrors.rate")
 
 
 def _name_rank(names: tuple[str, ...]) -> np.ndarray:

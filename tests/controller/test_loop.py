@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from cosample.agents.plan import parse_document
+from cosample.planner.planfile import AGENT_FIELDS
 from cosample.agents.signing import generate_keypair, verify
 from cosample.cli import main
 from cosample.collector.polling import plan_lead_s
@@ -83,6 +84,13 @@ def test_first_plan_is_signed_and_accepted_by_the_agents(tmp_path, keys):
             if p.name != "current-plan.json"} == {0o600}
     # the plan in force is the published file itself (a hard link, written once), not a copy
     assert os.path.samefile(state / "current-plan.json", rig.publish_dir / "plan.json")
+    # the agents get their fields only; the rest of each entry is the report, in columns
+    published = json.loads(data)
+    assert {key for host in published["hosts"].values() for key in host} == \
+        set(AGENT_FIELDS) | {"bridge", "tunnel_ip", "vm_ports"}
+    report = json.loads((state / "current-report.json").read_bytes())
+    assert (report["plan_id"], report["version"]) == (plan.plan_id, plan.version)
+    assert report["names"] == ["s1", "s2", "s3"] and len(report["load_pps"]) == 3
     assert main(["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key",
                  str(keys[1])]) == 0
 
@@ -150,13 +158,14 @@ def test_evaluation_agrees_with_the_planners_prediction(tmp_path):
                                     inventory), 90)
     candidate = replan(inventory, smoothed, plan_margin=0.0)
     document = candidate.document(NOW, timedelta(hours=1))
+    report = json.loads(candidate.report(document))  # the per-host loads, in columns
+    assert report["names"] == list(inventory.names)
     for plan in (candidate.shares, shares(document, inventory.index)):  # arrays, and the file
         judged = evaluate(plan, candidate.own_pps, candidate.forwarding_pps,
                           inventory.capacity_pps, inventory.alpha, inventory.beta)
-        summary, hosts = document["summary"], document["hosts"]
-        assert judged.distinct_pps == pytest.approx(summary["collected_pps"], rel=1e-9)
-        assert judged.load_pps == pytest.approx([hosts[n]["load_pps"] for n in inventory.names],
-                                                rel=1e-9)
+        assert judged.distinct_pps == pytest.approx(document["summary"]["collected_pps"],
+                                                    rel=1e-9)
+        assert judged.load_pps == pytest.approx(report["load_pps"], rel=1e-9)
     assert candidate.shares.same_as(shares(document, inventory.index))
     assert candidate.shares.mirror_src.size  # the example does mirror
 

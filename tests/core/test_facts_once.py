@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HOMES = {
     "costmodel/paper.py": {("NUMBER", "1.54"), ("NUMBER", "0.46")},
-    "planner/formats.py": {("STRING", '"cosample.plan"'), ("STRING", '"cosample.planset"')},
+    "planner/formats.py": {("STRING", '"cosample.plan"'), ("STRING", '"cosample.planset"'),
+                           ("STRING", '"cosample.plan-report"')},
 }
 WATCHED = set().union(*HOMES.values())
 SOURCES = sorted(path for path in ROOT.rglob("*.py")

@@ -19,7 +19,9 @@ from cosample.planner import solve
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner import hostjson
-from cosample.planner.planfile import HostTable, _roles, build_plan, compact_json, significant
+from cosample.planner.formats import REPORT_FORMAT
+from cosample.planner.planfile import (
+    AGENT_FIELDS, HostTable, _roles, build_plan, compact_json, host_report, significant)
 from cosample.planner.problem import build_problem
 from cosample.planner.realise import realise
 
@@ -90,6 +92,35 @@ def test_columns_equal_the_per_host_writer(dc, solver):
     assert compact_json(lazy) == compact_json(plan) == orjson.dumps(
         {**plan, "hosts": expected}, option=orjson.OPT_SORT_KEYS)
     assert lazy["hosts"] == expected  # parsed on first lookup
+    check_lean_plan_and_report(dc, solution, plan, expected)
+
+
+def check_lean_plan_and_report(dc, solution, plan, expected):
+    """``report=False``: the entries keep the agents' fields and the extras, bit for bit, and
+    ``host_report`` holds the rest in columns, the same numbers."""
+    lean = build_plan(dc, solution, created=plan_time(plan), lazy_hosts=True, report=False)
+    agents = {name: {key: value for key, value in host.items()
+                     if key in AGENT_FIELDS or key in dc.server_extras.get(name, {})}
+              for name, host in expected.items()}
+    assert lean["hosts"].json == orjson.dumps(agents, option=orjson.OPT_SORT_KEYS)
+    assert {key: value for key, value in lean.items() if key not in ("hosts", "plan_id")} == \
+        {key: value for key, value in plan.items() if key not in ("hosts", "plan_id")}
+    report = orjson.loads(host_report(solution, lean))
+    assert (report["format"], report["plan_id"], report["version"]) == \
+        (REPORT_FORMAT, lean["plan_id"], lean["version"])
+    assert report["names"] == list(dc.names)
+    left = {key for host in expected.values() for key in host} - set(AGENT_FIELDS) - {
+        key for extra in dc.server_extras.values() for key in extra}
+    assert left == set(report) - {"format", "format_version", "plan_id", "version", "names"}
+    for key in left - {"planned"}:
+        assert report[key] == [expected[name][key] for name in dc.names]
+    planned = report["planned"]
+    assert planned["local_rate"] == [expected[name]["planned"]["local_rate"]
+                                     for name in dc.names]
+    pairs = sorted(zip(planned["mirrors"]["from"], planned["mirrors"]["to"],
+                       planned["mirrors"]["rate"]))
+    assert pairs == sorted((name, mirror["to"], mirror["rate"]) for name in dc.names
+                           for mirror in expected[name]["planned"]["mirrors"])
 
 
 def plan_time(plan):
