@@ -9,6 +9,8 @@ bytes on random data centres, with every planning option and any inventory extra
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import numpy as np
 import orjson
 import pytest
@@ -99,6 +101,8 @@ def check_lean_plan_and_report(dc, solution, plan, expected):
     """``report=False``: the entries keep the agents' fields and the extras, bit for bit, and
     ``host_report`` holds the rest in columns, the same numbers."""
     lean = build_plan(dc, solution, created=plan_time(plan), lazy_hosts=True, report=False)
+    again = build_plan(dc, solution, created=plan_time(plan) + timedelta(hours=1), report=False)
+    assert again["plan_id"] == lean["plan_id"] != plan["plan_id"]  # stable for the same input
     agents = {name: {key: value for key, value in host.items()
                      if key in AGENT_FIELDS or key in dc.server_extras.get(name, {})}
               for name, host in expected.items()}
@@ -124,8 +128,6 @@ def check_lean_plan_and_report(dc, solution, plan, expected):
 
 
 def plan_time(plan):
-    from datetime import datetime
-
     return datetime.fromisoformat(plan["created"].replace("Z", "+00:00"))
 
 
