@@ -34,6 +34,7 @@ from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, read_collectors
 from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
+from cosample.files import FileWriteError
 
 log = logging.getLogger("cosample.controller")
 #: A snapshot whose window is shorter than this share of the longest seen, or than the one
@@ -230,7 +231,7 @@ class Controller:
             _lap(timings, "document", mark)
             mark = _mark()
             published, two_phase = self._publish(document, candidate.shares, now)
-            self.store.record_report(candidate.report(self.current))
+            self._record_report(candidate)
             _lap(timings, "publish", mark)
             self.quiet_until = now + timedelta(seconds=quiet_s(settings, two_phase,
                                                                measurement.window_s, sparse))
@@ -297,6 +298,15 @@ class Controller:
         if self.size_problem:
             log.warning("%s", self.size_problem)
         return rendered.versions, previous is not None
+
+    def _record_report(self, candidate: Any) -> None:
+        """The published plan's per-host report, beside the state. It is for operators: a
+        report that cannot be written is logged and counted, the publication stands."""
+        try:
+            self.store.record_report(candidate.report(self.current))
+        except FileWriteError as exc:
+            log.warning("plan report not written: %s", exc)
+            self.metrics.errors.labels(kind="report").inc()
 
     def _base(self, now: datetime, result: str, reading: Reading | None = None,
               **fields: Any) -> CycleStatus:

@@ -95,6 +95,17 @@ def test_first_plan_is_signed_and_accepted_by_the_agents(tmp_path, keys):
                  str(keys[1])]) == 0
 
 
+def test_a_report_that_cannot_be_written_leaves_the_publication_standing(tmp_path, caplog):
+    rig = Rig(tmp_path)
+    (tmp_path / "state" / "current-report.json").mkdir(parents=True)  # cannot be replaced
+    status = rig.cycle(BUSY_S1)
+    assert status.result == "published" and status.plan_version is not None
+    _, (plan,) = rig.plans()
+    assert plan.version == status.plan_version
+    assert "plan report not written" in caplog.text
+    assert rig.controller.metrics.errors.labels(kind="report")._value.get() == 1
+
+
 def test_versions_increase_across_restarts_and_steady_load_is_kept(tmp_path):
     rig = Rig(tmp_path)
     first = rig.cycle(BUSY_S1)
