@@ -50,19 +50,23 @@ def sampling_n(rate: float) -> int | None:
 
 def sflow_create_args(bridge: str, target: str, n: int, agent: str = "127.0.0.1",
                       header_bytes: int = 128, polling_s: int = 0) -> list[str]:
-    """``ovs-vsctl`` arguments creating a tagged sFlow row and attaching it to ``bridge``."""
+    """``ovs-vsctl`` arguments creating a tagged sFlow row and attaching it to ``bridge`` in one
+    transaction; ovs-vsctl prints the new row's UUID. The bridge's ``sflow`` column holds at most
+    one row and ``add`` refuses to exceed that, so the whole transaction fails, changing nothing,
+    when the bridge already has sFlow (ours or someone else's)."""
     return ["--", "--id=@s", "create", "sflow", f"agent={agent}", f'targets="{target}"',
             f"sampling={n}", f"header={header_bytes}", f"polling={polling_s}", TAG,
-            "--", "set", "bridge", bridge, "sflow=@s"]
+            "--", "add", "bridge", bridge, "sflow", "@s"]
 
 
 def sflow_update_args(row: str, n: int) -> list[str]:
     return ["set", "sflow", row, f"sampling={n}"]
 
 
-def sflow_clear_args(bridge: str) -> list[str]:
-    """Detach sFlow from ``bridge``; the unreferenced row is garbage-collected by OVSDB."""
-    return ["clear", "bridge", bridge, "sflow"]
+def sflow_detach_args(bridge: str, row: str) -> list[str]:
+    """Detach the sFlow row ``row`` from ``bridge``, and nothing else: if the bridge's sFlow is
+    another row by now, ``remove`` leaves it. The unreferenced row is garbage-collected by OVSDB."""
+    return ["remove", "bridge", bridge, "sflow", row]
 
 
 # effects --------------------------------------------------------------------------------------
@@ -82,31 +86,39 @@ class SflowSampling:
         return None if row in ("", "[]") else row
 
     def set_rate(self, rate: float) -> float:
+        """One ``ovs-vsctl`` call per change (a calibration switches sFlow on and off every
+        phase, and each call waits for ovs-vswitchd to reconfigure)."""
         n = sampling_n(rate)
         if n is None:
             self.clear()
             return 0.0
-        if self.row is None:
-            existing = self._current_row()
-            if existing is not None:
-                tag = self.vsctl("--if-exists", "get", "sflow", existing, "external_ids:cosample")
-                if tag.strip().strip('"') != "costmodel":
-                    raise HarnessError(
-                        f"bridge {self.bridge} already has an sFlow configuration (row {existing}) "
-                        f"that cosample did not create; remove it or calibrate on another bridge")
-                self.row = existing
-        if self.row is None:
-            self.vsctl(*sflow_create_args(self.bridge, self.target, n, self.agent,
-                                          self.header_bytes))
-            self.row = self._current_row()
-        else:
+        if self.row is not None:
+            self.vsctl(*sflow_update_args(self.row, n))
+            return 1.0 / n
+        try:
+            self.row = self.vsctl(*sflow_create_args(self.bridge, self.target, n, self.agent,
+                                                     self.header_bytes)).strip()
+        except CommandError:
+            self.row = self._leftover_row()  # the bridge has sFlow: ours from before, or refused
             self.vsctl(*sflow_update_args(self.row, n))
         return 1.0 / n
 
+    def _leftover_row(self) -> str:
+        """The bridge's sFlow row if cosample created it (left by an earlier calibration);
+        anyone else's is refused, never overwritten."""
+        existing = self._current_row()
+        if existing is None:
+            raise HarnessError(f"cannot create an sFlow row on bridge {self.bridge}")
+        tag = self.vsctl("--if-exists", "get", "sflow", existing, "external_ids:cosample")
+        if tag.strip().strip('"') != "costmodel":
+            raise HarnessError(
+                f"bridge {self.bridge} already has an sFlow configuration (row {existing}) "
+                f"that cosample did not create; remove it or calibrate on another bridge")
+        return existing
+
     def clear(self) -> None:
         if self.row is not None:
-            if self._current_row() == self.row:
-                self.vsctl(*sflow_clear_args(self.bridge))
+            self.vsctl(*sflow_detach_args(self.bridge, self.row))
             self.row = None
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.mechanisms import (
-    TAG, SflowSampling, TcMirror, sampling_n, sflow_clear_args, sflow_create_args,
+    TAG, SflowSampling, TcMirror, sampling_n, sflow_create_args, sflow_detach_args,
 )
 from cosample.lab.netns import Lab, netns_available
 from cosample.dataplane.run import run
@@ -23,8 +23,9 @@ def test_sampling_n_is_one_in_round_inverse():
 
 def test_sflow_arguments_tag_what_they_create():
     args = sflow_create_args("br", "127.0.0.1:6343", 4)
-    assert TAG in args and "sampling=4" in args and args[-3:] == ["bridge", "br", "sflow=@s"]
-    assert sflow_clear_args("br") == ["clear", "bridge", "br", "sflow"]
+    assert TAG in args and "sampling=4" in args
+    assert args[-5:] == ["add", "bridge", "br", "sflow", "@s"]  # refuses a second row
+    assert sflow_detach_args("br", "u-1") == ["remove", "bridge", "br", "sflow", "u-1"]
 
 
 @pytest.mark.ovs
@@ -42,6 +43,40 @@ def test_sflow_on_a_real_ovsdb(ovs_sandbox):
     assert sflow.set_rate(0.0) == 0.0
     assert ovs.vsctl("get", "bridge", "ccm0", "sflow").strip() == "[]"
     assert ovs.vsctl("list", "sflow").strip() == ""  # garbage-collected, nothing left behind
+
+
+@pytest.mark.ovs
+def test_sflow_switches_with_one_vsctl_call_each_way(ovs_sandbox):
+    """A calibration switches sFlow every phase; each ovs-vsctl call waits for ovs-vswitchd."""
+    ovs = ovs_sandbox
+    ovs.vsctl("add-br", "ccm2", "--", "set", "bridge", "ccm2", "datapath_type=dummy")
+    calls = []
+    sflow = SflowSampling(lambda *a: calls.append(a) or ovs.vsctl(*a), "ccm2", "127.0.0.1:6343")
+    for _ in range(3):
+        calls.clear()
+        assert sflow.set_rate(1.0) == 1.0
+        assert len(calls) == 1 and ovs.vsctl("get", "bridge", "ccm2", "sflow").strip() == sflow.row
+        calls.clear()
+        assert sflow.set_rate(0.0) == 0.0
+        assert len(calls) == 1 and ovs.vsctl("get", "bridge", "ccm2", "sflow").strip() == "[]"
+    assert ovs.vsctl("list", "sflow").strip() == ""
+
+
+@pytest.mark.ovs
+def test_sflow_adopts_its_own_leftover_row_and_leaves_a_replacement(ovs_sandbox):
+    ovs = ovs_sandbox
+    ovs.vsctl("add-br", "ccm3", "--", "set", "bridge", "ccm3", "datapath_type=dummy")
+    SflowSampling(ovs.vsctl, "ccm3", "127.0.0.1:6343").set_rate(0.5)  # an interrupted run's row
+    leftover = ovs.vsctl("get", "bridge", "ccm3", "sflow").strip()
+    sflow = SflowSampling(ovs.vsctl, "ccm3", "127.0.0.1:6343")
+    assert sflow.set_rate(0.25) == 0.25 and sflow.row == leftover
+    assert ovs.vsctl("get", "sflow", leftover, "sampling").strip() == "4"
+    # someone else's sFlow replaces ours mid-run: clearing ours must leave theirs
+    ovs.vsctl("--", "--id=@s", "create", "sflow", 'targets="10.0.0.9:6343"', "sampling=64",
+              "--", "set", "bridge", "ccm3", "sflow=@s")
+    foreign = ovs.vsctl("get", "bridge", "ccm3", "sflow").strip()
+    sflow.clear()
+    assert ovs.vsctl("get", "bridge", "ccm3", "sflow").strip() == foreign
 
 
 @pytest.mark.ovs
