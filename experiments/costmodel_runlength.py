@@ -2,17 +2,23 @@
 
 The cluster-robust interval's half-width is about ``t(B-1) * sd_run / sqrt(B)``: ``sd_run`` is
 the spread of the per-run estimates, ``B`` the number of runs that fit into the budget. A run of
-``T`` seconds costs ``T + overhead`` (iperf3's start and first packet, stopping it), and its
-estimate varies by ``sd_run(T)^2 = between + within * T_ref / T``: ``between`` is the effect's own
-variation from run to run (it does not shrink with longer runs), ``within`` the phases' noise in a
-run of ``T_ref`` seconds. ``within`` is measured from the difference of each run's two halves
-(which the run's shared state cancels; phases counted as independent would understate it, since
-neighbouring phases correlate), ``between`` as the rest of the per-run variance.
+``L`` seconds in ``P`` phases costs ``L + per_run + P * per_phase`` seconds (iperf3's start,
+first packet and stop; switching the mechanism and reading the counters in every phase,
+``costmodel_toggle``) and counts ``L - P * guard`` of them; its estimate varies by
+``sd_run^2 = between + within / counted``: ``between`` is the effect's own variation from run to
+run (it does not shrink with longer runs), ``within`` the phases' noise per counted second.
+``within`` is measured from the difference of each run's two halves (which the run's shared
+state cancels; phases counted as independent would understate it, since neighbouring phases
+correlate), ``between`` as the rest of the per-run variance. ``lag1`` is the correlation of
+consecutive runs' estimates: the model treats runs as independent, and a clearly positive
+``lag1`` says the "between" part is the effect drifting with the host's state over minutes, which
+more, shorter runs do not average away as the prediction assumes.
 
-    python -m cosample.experiments.costmodel_runlength docs/data/cpu-mirror_vxlan*.csv
+    python -m cosample.experiments.costmodel_runlength docs/data/cpu-mirror_vxlan*.csv \
+        --designs 12/40,4/14,2/8 --phase-overhead 0.012
 
 prints, per data file, the components and overhead measured, and the predicted half-width for
-each run length in ``--lengths`` within ``--budget`` seconds (pooling the files given).
+each run design ``L/P`` in ``--designs`` within ``--budget`` seconds (pooling the files given).
 """
 
 from __future__ import annotations
@@ -51,19 +57,29 @@ def components(frame: pd.DataFrame) -> dict[str, float]:
     # Var(half1 - half2) = 2 w_half = 4 w_full (the run's shared effect cancels).
     within = float(np.var(diff, ddof=1) / 4)
     spread = float(np.var(full, ddof=1))
+    centred = full - full.mean()  # runs in the order they ran (blocks are numbered in order)
+    lag1 = float(centred[:-1] @ centred[1:] / (centred @ centred)) if spread > 0 else math.nan
     return {"runs": len(full), "a": float(full.mean()), "sd_run": math.sqrt(spread),
-            "within_sd": math.sqrt(within), "between_sd": math.sqrt(max(spread - within, 0.0))}
+            "within_sd": math.sqrt(within), "between_sd": math.sqrt(max(spread - within, 0.0)),
+            "lag1": lag1}
 
 
-def predicted_half_width(between: float, within: float, reference_s: float, length_s: float,
-                         overhead_s: float, budget_s: float, confidence: float = 0.95) -> tuple:
-    """``(runs, half-width)`` for runs of ``length_s`` within ``budget_s`` (variances given)."""
+def run_cost(length_s: float, phases: int, guard_s: float, per_run_s: float,
+             per_phase_s: float) -> tuple[float, float]:
+    """``(counted, wall)`` seconds of one paired run of ``length_s`` in ``phases`` phases."""
+    return length_s - phases * guard_s, length_s + per_run_s + phases * per_phase_s
+
+
+def predicted_half_width(between: float, within: float, counted_s: float, wall_s: float,
+                         budget_s: float, confidence: float = 0.95) -> tuple[int, float]:
+    """``(runs, half-width)`` for runs of ``wall_s`` seconds, ``counted_s`` of them counted,
+    within ``budget_s`` (variances given; ``within`` per counted second)."""
     from scipy.stats import t as student
 
-    runs = int(budget_s // (length_s + overhead_s))
-    if runs < 3:
+    runs = int(budget_s // wall_s)
+    if runs < 3 or counted_s <= 0:
         return runs, math.inf
-    sd = math.sqrt(between + within * reference_s / length_s)
+    sd = math.sqrt(between + within / counted_s)
     return runs, float(student.ppf(0.5 + confidence / 2, runs - 1) * sd / math.sqrt(runs))
 
 
@@ -86,37 +102,49 @@ def overhead_of(csv: Path) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="+", type=Path)
-    parser.add_argument("--lengths", default="12,9,8,6,5,4,3")
+    parser.add_argument("--designs", default="12/40,6/20,4/14,3/10,2/8,2/4,1/4",
+                        help="comma list of run length / phases")
     parser.add_argument("--budget", type=float, default=116.0,
                         help="seconds of runs (the 2-minute budget less warm-up)")
-    parser.add_argument("--overhead", type=float, help="seconds per run (default: measured)")
+    parser.add_argument("--guard", type=float, default=0.05, help="seconds skipped per phase")
+    parser.add_argument("--phase-overhead", type=float, default=0.0,
+                        help="seconds per phase beyond its length (costmodel_toggle); the rest "
+                             "of the measured overhead is per run")
+    parser.add_argument("--overhead", type=float,
+                        help="seconds per run, phases included (default: measured)")
     args = parser.parse_args(argv)
-    pooled_between, pooled_within, overheads = [], [], []
-    print("data | mechanism | run s | runs | a | sd of runs | within | between | overhead s")
+    pooled_between, pooled_within, per_run = [], [], []
+    print("data | mechanism | run s / phases | runs | a | sd of runs | within | between | "
+          "lag1 | overhead s")
     for path in args.data:
         frame = pd.read_csv(path)
-        duration = float(frame.groupby("block")["duration_s"].sum().mean())
+        counted = float(frame.groupby("block")["duration_s"].sum().mean())
+        meta = json.loads(path.with_suffix(".json").read_text())["metadata"]
         for mechanism, group in frame.groupby("mechanism"):
             c = components(group)
-            meta = json.loads(path.with_suffix(".json").read_text())["metadata"]
-            nominal = float((meta.get("run_lengths") or {}).get(mechanism, [meta["duration_s"]])[0])
-            # put the variances on a 12-s scale before pooling
-            pooled_within.append(c["within_sd"] ** 2 * nominal / 12.0)
+            nominal, phases = (meta.get("run_lengths") or {}).get(
+                mechanism, [meta["duration_s"], meta.get("phases") or 2])
+            pooled_within.append(c["within_sd"] ** 2 * counted)  # per counted second
             pooled_between.append(c["between_sd"] ** 2)
-            overhead = overhead_of(path)
+            overhead = args.overhead if args.overhead is not None else overhead_of(path)
             if overhead is not None:
-                overheads.append(overhead)
-            print(f"{path.name} | {mechanism} | {nominal:g} ({duration:.1f} counted) | {c['runs']} | "
-                  f"{c['a']:.3f} | {c['sd_run']:.3f} | {c['within_sd']:.3f} | "
-                  f"{c['between_sd']:.3f} | {'-' if overhead is None else f'{overhead:.2f}'}")
+                per_run.append(overhead - int(phases) * args.phase_overhead)
+            print(f"{path.name} | {mechanism} | {float(nominal):g} / {int(phases)} ({counted:.1f} "
+                  f"counted) | {c['runs']} | {c['a']:.3f} | {c['sd_run']:.3f} | "
+                  f"{c['within_sd']:.3f} | {c['between_sd']:.3f} | {c['lag1']:+.2f} | "
+                  f"{'-' if overhead is None else f'{overhead:.2f}'}")
     between, within = float(np.mean(pooled_between)), float(np.mean(pooled_within))
-    overhead = args.overhead if args.overhead is not None else float(np.mean(overheads or [1.0]))
-    print(f"pooled: between-run sd {math.sqrt(between):.3f}, within-run sd per 12 s "
-          f"{math.sqrt(within):.3f}, overhead {overhead:.2f} s per run")
-    print("run s | runs in budget | predicted half-width")
-    for length in (float(x) for x in args.lengths.split(",")):
-        runs, half = predicted_half_width(between, within, 12.0, length, overhead, args.budget)
-        print(f"{length:g} | {runs} | {half:.4f}")
+    run_overhead = max(float(np.mean(per_run or [1.0])), 0.0)
+    print(f"pooled: between-run sd {math.sqrt(between):.3f}, within-run sd per 10 counted s "
+          f"{math.sqrt(within / 10):.3f}, overhead {run_overhead:.2f} s per run + "
+          f"{args.phase_overhead:.3f} s per phase")
+    print("run s / phases | counted s | wall s | runs in budget | predicted half-width")
+    for design in args.designs.split(","):
+        length, phases = design.split("/")
+        counted_s, wall_s = run_cost(float(length), int(phases), args.guard, run_overhead,
+                                     args.phase_overhead)
+        runs, half = predicted_half_width(between, within, counted_s, wall_s, args.budget)
+        print(f"{design} | {counted_s:.2f} | {wall_s:.2f} | {runs} | {half:.4f}")
     return 0
 
 
