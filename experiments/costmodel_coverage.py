@@ -77,35 +77,40 @@ def cluster_bootstrap(group: pd.DataFrame, block: np.ndarray, covariate: str | N
     return float(low), float(high)
 
 
+def mechanism_groups(paths: list[str]):
+    """``(file name, mechanism, its rows numbered from 0)`` for every mechanism of every file."""
+    for path in paths:
+        frame = read_measurements(path)
+        for mechanism, group in frame.groupby("mechanism"):
+            yield path.split("/")[-1], str(mechanism), group.reset_index(drop=True)
+
+
 def shifts(paths: list[str]) -> None:
     from cosample.costmodel.ancova import COVARIATES, covariate_values  # noqa: I001
 
     print("| data | mechanism | covariate | share of cost | corr. with cost | shift per unit rate "
           "[95% CI] | a with it (half-width) | a without (half-width) |")
     print("|---|---|---|---|---|---|---|---|")
-    for path in paths:
-        frame = read_measurements(path)
-        for mechanism, group in frame.groupby("mechanism"):
-            group = group.reset_index(drop=True)
-            block = pd.factorize(group["block"])[0]
-            y = -np.log(group["throughput_pps"].to_numpy(float))
-            cell = group["block"].astype(str) + "/" + group["rate"].astype(str)
-            deviation = y - pd.Series(y).groupby(cell).transform("mean").to_numpy()
-            for name, (column, minus) in COVARIATES.items():
-                x = covariate_values(group, name)
-                if x is None:
-                    continue
-                share = (group[column] - (group[minus] if minus else 0)) / group["cpu_counted"]
-                x_dev = x - pd.Series(x).groupby(cell).transform("mean").to_numpy()
-                _, check = fit_with_covariate(group, block, name)
-                forced = fit_contrast(group["rate"], group["throughput_pps"], block, x)
-                low, high = check.shift_ci
-                print(f"| {path.split('/')[-1]} | {mechanism} | {name} | {share.mean():.2f} | "
-                      f"{np.corrcoef(deviation, x_dev)[0, 1]:.2f} | {check.shift:+.3f} "
-                      f"[{low:+.3f}, {high:+.3f}]{'' if check.used else ' refused'} | "
-                      f"{forced.coefficient:.3f} ({(forced.ci[1] - forced.ci[0]) / 2:.3f}) | "
-                      f"{check.coefficient_without:.3f} "
-                      f"({(check.ci_without[1] - check.ci_without[0]) / 2:.3f}) |")
+    for file_name, mechanism, group in mechanism_groups(paths):
+        block = pd.factorize(group["block"])[0]
+        y = -np.log(group["throughput_pps"].to_numpy(float))
+        cell = group["block"].astype(str) + "/" + group["rate"].astype(str)
+        deviation = y - pd.Series(y).groupby(cell).transform("mean").to_numpy()
+        for name, (column, minus) in COVARIATES.items():
+            x = covariate_values(group, name)
+            if x is None:
+                continue
+            share = (group[column] - (group[minus] if minus else 0)) / group["cpu_counted"]
+            x_dev = x - pd.Series(x).groupby(cell).transform("mean").to_numpy()
+            _, check = fit_with_covariate(group, block, name)
+            forced = fit_contrast(group["rate"], group["throughput_pps"], block, x)
+            low, high = check.shift_ci
+            print(f"| {file_name} | {mechanism} | {name} | {share.mean():.2f} | "
+                  f"{np.corrcoef(deviation, x_dev)[0, 1]:.2f} | {check.shift:+.3f} "
+                  f"[{low:+.3f}, {high:+.3f}]{'' if check.used else ' refused'} | "
+                  f"{forced.coefficient:.3f} ({(forced.ci[1] - forced.ci[0]) / 2:.3f}) | "
+                  f"{check.coefficient_without:.3f} "
+                  f"({(check.ci_without[1] - check.ci_without[0]) / 2:.3f}) |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,31 +132,28 @@ def main(argv: list[str] | None = None) -> int:
     print("| data | mechanism | covariate | interval | a | reported 95% CI | cluster bootstrap 95% | "
           "placebo coverage | placebo half-width |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for path in args.data:
-        frame = read_measurements(path)
-        for mechanism, group in frame.groupby("mechanism"):
-            group = group.reset_index(drop=True)
-            block = pd.factorize(group["block"])[0]
-            for choice in args.covariates.split(","):
-                covariate = (DEFAULT_COVARIATES.get(str(mechanism)) if choice == "default"
-                             else None if choice == "none" else choice)
-                if choice == "default" and covariate is None:
-                    continue
-                for kind in args.small_sample.split(","):
-                    rng = np.random.default_rng(args.seed)  # the same draws for every kind
-                    fit, check = fit_with_covariate(group, block, covariate, small_sample=kind)
-                    used = covariate if check and check.used else "none"
-                    if covariate and not (check and check.used):
-                        used = f"none ({covariate} {check.reason.split(' (')[0].split(':')[0]})"
-                    low, high = cluster_bootstrap(group, block,
-                                                  covariate if check and check.used else None,
-                                                  args.draws // 2, rng)
-                    coverage, width, _ = placebo(group, block, covariate, args.a, args.draws, rng,
-                                                 kind)
-                    dof = f"{fit.dof:.1f}" if kind == "cr2" else f"{fit.n_blocks - 1}"
-                    print(f"| {path.split('/')[-1]} | {mechanism} | {used} | {kind.upper()}, "
-                          f"{dof} dof | {fit.coefficient:.4f} | [{fit.ci[0]:.4f}, {fit.ci[1]:.4f}] "
-                          f"| [{low:.4f}, {high:.4f}] | {coverage:.1%} | {width:.4f} |", flush=True)
+    for file_name, mechanism, group in mechanism_groups(args.data):
+        block = pd.factorize(group["block"])[0]
+        for choice in args.covariates.split(","):
+            covariate = (DEFAULT_COVARIATES.get(mechanism) if choice == "default"
+                         else None if choice == "none" else choice)
+            if choice == "default" and covariate is None:
+                continue
+            for kind in args.small_sample.split(","):
+                rng = np.random.default_rng(args.seed)  # the same draws for every kind
+                fit, check = fit_with_covariate(group, block, covariate, small_sample=kind)
+                used = covariate if check and check.used else "none"
+                if covariate and not (check and check.used):
+                    used = f"none ({covariate} {check.reason.split(' (')[0].split(':')[0]})"
+                low, high = cluster_bootstrap(group, block,
+                                              covariate if check and check.used else None,
+                                              args.draws // 2, rng)
+                coverage, width, _ = placebo(group, block, covariate, args.a, args.draws, rng,
+                                             kind)
+                dof = f"{fit.dof:.1f}" if kind == "cr2" else f"{fit.n_blocks - 1}"
+                print(f"| {file_name} | {mechanism} | {used} | {kind.upper()}, "
+                      f"{dof} dof | {fit.coefficient:.4f} | [{fit.ci[0]:.4f}, {fit.ci[1]:.4f}] "
+                      f"| [{low:.4f}, {high:.4f}] | {coverage:.1%} | {width:.4f} |", flush=True)
     return 0
 
 
