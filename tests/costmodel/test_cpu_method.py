@@ -148,7 +148,10 @@ def test_target_is_relative_with_an_absolute_floor():
     assert target.allowed(0.5) == pytest.approx(0.05) and target.allowed(0.05) == 0.02
     assert target.met(0.5, 0.049) and not target.met(0.5, 0.051)
     assert not target.met(math.nan, 0.01) and not target.met(0.5, math.inf)
-    for bad in ({"relative": 0}, {"max_time_s": 1}, {"min_rounds": 0}):
+    # stopping before the budget needs a margin: an interval that just meets it is often lucky
+    assert target.early == 0.8 and target.stop_early(0.5, 0.04) and not target.stop_early(0.5, 0.045)
+    assert Target(early=1.0).stop_early(0.5, 0.049)
+    for bad in ({"relative": 0}, {"max_time_s": 1}, {"min_rounds": 0}, {"early": 0}, {"early": 1.2}):
         with pytest.raises(HarnessError):
             Target(**bad)
 
