@@ -6,9 +6,11 @@ counters twice (the accounting scope's CPU snapshot and the ports' packet counts
 timed from the count's start, so this time is spent on top of the run's nominal length: with P
 phases a run costs ``length + per_run + P * per_phase`` seconds. This builds the one-host
 testbed, offers the cpu method's load (20 kpps of 64-byte UDP) and times, per mechanism,
-``--switches`` changes each way and as many counter reads.
+``--switches`` changes each way and as many counter reads. ``--against COMMIT`` also times that
+commit's sFlow switching (its ``costmodel/mechanisms.py``, loaded from git into a temporary
+module), alternating with today's on the same bridge, so the two are compared side by side.
 
-    flock /tmp/cosample-ovs.lock python -m cosample.experiments.costmodel_toggle
+    flock /tmp/cosample-ovs.lock python -m cosample.experiments.costmodel_toggle --against 3cb3f6b
 
 Prints one Markdown row per mechanism (median and 90th percentile, milliseconds).
 """
@@ -16,9 +18,13 @@ Prints one Markdown row per mechanism (median and 90th percentile, milliseconds)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +48,20 @@ def timed(action, count: int) -> np.ndarray:
 
 def cell(ms: np.ndarray) -> str:
     return f"{np.median(ms):.1f} / {np.percentile(ms, 90):.1f}"
+
+
+def sflow_class_at(commit: str) -> type:
+    """``SflowSampling`` as ``costmodel/mechanisms.py`` had it at ``commit``."""
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "-C", str(root), "show", f"{commit}:costmodel/mechanisms.py"],
+                            capture_output=True, text=True, check=True, timeout=30).stdout
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "mechanisms_then.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location("mechanisms_then", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module.SflowSampling
 
 
 def start_and_stop(endpoints, argv: list[str], count: int, retry_s: float) -> str:
@@ -74,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--switches", type=int, default=40)
     parser.add_argument("--starts", type=int, default=20, help="iperf3 starts to time")
     parser.add_argument("--prefix", default="ccT")
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="also time this commit's sFlow switching, alternating with today's")
     parser.add_argument("--offered-pps", type=float, default=20_000.0)
     args = parser.parse_args(argv)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -82,13 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         e = testbed.endpoints
         mechanisms = {
             "sflow": SflowSampling(testbed.ovs.vsctl, e.bridge, collector.target),
+            **({f"sflow at {args.against}": sflow_class_at(args.against)(
+                testbed.ovs.vsctl, e.bridge, collector.target)} if args.against else {}),
             "mirror": TcMirror(e.sender_port, e.mirror_target),
             "mirror_vxlan": TcMirror(e.sender_port, e.tunnel_target, prio=MIRROR_PRIO + 1,
                                      name="mirror_vxlan"),
         }
         scope = CgroupScope(f"cosample-{args.prefix}",
                             pid_from_file(testbed.ovs.directory / "ovs-vswitchd.pid"), 2.0)
-        seconds = 10.0 + args.switches * 0.9
+        seconds = 10.0 + args.switches * 0.3 * (len(mechanisms) + 1)
         argv_ = client_argv(e.receiver_ip, duration_s=seconds, protocol="udp", packet_bytes=64,
                             bandwidth=str(round(args.offered_pps * 64 * 8)))
         with scope, IperfServer(e.receiver_exec) as server:
@@ -102,18 +126,21 @@ def main(argv: list[str] | None = None) -> int:
                 print("| mechanism | switch on, ms (median / 90%) | switch off | "
                       "counter read | per phase (one switch + two reads) |")
                 print("|---|---|---|---|---|")
-                for name, mechanism in mechanisms.items():
-                    on, off = [], []
-                    try:
-                        for _ in range(args.switches):
-                            on.extend(timed(lambda: mechanism.set_rate(1.0), 1))
+                on = {name: [] for name in mechanisms}
+                off = {name: [] for name in mechanisms}
+                try:
+                    for _ in range(args.switches):  # interleaved: all see the same host
+                        for name, mechanism in mechanisms.items():
+                            on[name].extend(timed(lambda: mechanism.set_rate(1.0), 1))
                             time.sleep(0.1)
-                            off.extend(timed(lambda: mechanism.set_rate(0.0), 1))
+                            off[name].extend(timed(lambda: mechanism.set_rate(0.0), 1))
                             time.sleep(0.1)
-                    finally:
+                finally:
+                    for mechanism in mechanisms.values():
                         mechanism.clear()
-                    per_phase = (np.median(on) + np.median(off)) / 2 + 2 * np.median(reads)
-                    print(f"| {name} | {cell(np.array(on))} | {cell(np.array(off))} | "
+                for name in mechanisms:
+                    per_phase = (np.median(on[name]) + np.median(off[name])) / 2 + 2 * np.median(reads)
+                    print(f"| {name} | {cell(np.array(on[name]))} | {cell(np.array(off[name]))} | "
                           f"{cell(reads)} | {per_phase:.1f} |", flush=True)
             finally:
                 load.stop()
