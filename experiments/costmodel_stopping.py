@@ -1,7 +1,7 @@
 """Does stopping as soon as the interval looks narrow enough keep the cpu method's coverage?
 
 ``cosample calibrate --target-ci`` refits after every run and stops at the first interval whose
-half-width is at most ``max(relative * |a|, absolute)``, from ``MIN_STOPPING_BLOCKS`` runs on.
+half-width is at most ``max(relative * |a|, absolute)``, from ``ancova.MIN_STOPPING_BLOCKS`` runs on.
 Stopping when an interval *looks* narrow favours intervals that are narrow by chance (an
 underestimated spread), so the reported interval may cover less than its 95%. This simulates the
 rule on this machine's real noise and counts.
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from cosample.costmodel.adaptive import Target
-from cosample.costmodel.ancova import DEFAULT_COVARIATES, MIN_STOPPING_BLOCKS, fit_with_covariate
+from cosample.costmodel.ancova import DEFAULT_COVARIATES, fit_with_covariate
 from cosample.costmodel.errors import CostModelError
 from cosample.experiments.costmodel_coverage import mechanism_groups
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-runs", type=int, help="runs in the budget (default: the data's)")
     parser.add_argument("--modes", default="placebo,runs")
-    parser.add_argument("--rules", default=f"fixed,{MIN_STOPPING_BLOCKS},10,{MIN_STOPPING_BLOCKS}:0.8",
+    parser.add_argument("--rules", default="fixed,6,12,6:0.8",
                         help="comma list: fixed, MIN or MIN:FACTOR")
     parser.add_argument("--target-ci", type=float, default=0.1)
     parser.add_argument("--target-ci-abs", type=float, default=0.02)
