@@ -171,7 +171,7 @@ def test_the_cpu_methods_vxlan_mirror_runs_shorter_runs_unless_told(tmp_path, mo
     for extra in ([], ["--duration", "12"], ["--method", "throughput"]):
         assert main(base + extra) != 0  # interrupted: reported, nothing written
     default, told, throughput = seen
-    assert default.run_design("mirror_vxlan") == (4.0, 14) and default.run_design("sflow") == (12.0, 40)
+    assert default.run_design("mirror_vxlan") == (2.0, 8) and default.run_design("sflow") == (12.0, 40)
     assert told.run_design("mirror_vxlan") == (12.0, 40) and told.run_lengths == ()
     assert throughput.run_lengths == ()
     assert not (tmp_path / "m.csv").exists() and not (tmp_path / "c.json").exists()
