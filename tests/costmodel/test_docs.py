@@ -39,7 +39,18 @@ def test_json_example_drives_the_planner(tmp_path):
     assert (dc.alpha[0], dc.beta[0], dc.capacity_pps[0]) == (1.52, 0.46, 99840.0)
 
 
+#: Calibrations of 2026-11-25 (run design side by side): data and JSON, no figures.
+WITHOUT_FIGURE = [
+    *(f"cpu-mirror_vxlan-{length}-seed{seed}" for length, seed in (
+        ("4s", 21), ("2s", 22), ("4s", 23), ("2s", 24), ("4s", 25), ("2s", 26))),
+    *(f"cpu-sflow-{design}-seed{seed}" for design, seed in (
+        ("old12s", 31), ("6s", 32), ("old12s", 35), ("6s", 36))),
+    "cpu-mirror-12s-seed33", "cpu-mirror-4s-seed34",
+]
+
+
 @pytest.mark.parametrize("name", [
+    *WITHOUT_FIGURE,
     "calibration-udp64", "calibration-tcp", "calibration-udp64-mirrors",
     *(f"{method}-{mechanism}" for method in ("cpu", "throughput")
       for mechanism in ("sflow", "mirror", "mirror_vxlan")),
@@ -69,5 +80,5 @@ def test_committed_calibration_is_reproducible(name):
         again = refit["mechanisms"][mechanism]
         assert again["coefficient"] == pytest.approx(entry["coefficient"], rel=1e-4, abs=1e-4)
         assert again["coefficient_ci"] == pytest.approx(entry["coefficient_ci"], rel=1e-3, abs=1e-3)
-    if name != "cpu-pilot":  # the covariate pilot has no figure
+    if name != "cpu-pilot" and name not in WITHOUT_FIGURE:  # the covariate pilot has no figure
         assert (DOCS / "figures" / f"{name}.png").stat().st_size > 20_000
