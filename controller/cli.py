@@ -10,6 +10,7 @@ DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from cosample.collector.polling import plan_lead_s
     from cosample.durations import duration_argument as duration
 
     controller = subparsers.add_parser(
@@ -68,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="every plan's not_before is this long after its publication, so the "
                           "collector knows it before any agent may apply it: at least the "
                           "collector's --plan-interval and --plan-timeout (default: "
-                          "collector.polling.plan_lead_s of the collector's defaults, 21s); "
+                          f"collector.polling.plan_lead_s of the collector's defaults, {plan_lead_s():g}s); "
                           "0: plans apply at once and the quiet after a publication also "
                           "waits out the collector's window (docs/controller.md)")
     run.add_argument("--max-age", type=duration, default=None, metavar="DURATION",
