@@ -42,9 +42,10 @@ def test_json_example_drives_the_planner(tmp_path):
 #: Calibrations of 2026-11-25 (run design side by side): data and JSON, no figures.
 WITHOUT_FIGURE = [
     *(f"cpu-mirror_vxlan-{length}-seed{seed}" for length, seed in (
-        ("4s", 21), ("2s", 22), ("4s", 23), ("2s", 24), ("4s", 25), ("2s", 26))),
+        ("4s", 21), ("2s", 22), ("4s", 23), ("2s", 24), ("4s", 25), ("2s", 26), ("2s", 28),
+        ("4s", 27))),
     *(f"cpu-sflow-{design}-seed{seed}" for design, seed in (
-        ("old12s", 31), ("6s", 32), ("old12s", 35), ("6s", 36))),
+        ("old12s", 31), ("6s", 32), ("old12s", 35), ("6s", 36), ("old12s", 39), ("6s", 40))),
     "cpu-mirror-12s-seed33", "cpu-mirror-4s-seed34",
 ]
 
