@@ -368,7 +368,9 @@ class Calibrator:
         (timed from the count's start, so a slow reconfiguration on a loaded host delays the
         phase instead of shortening it). One row per phase, all in one block, so the fit
         compares them under the same background load. The load runs long enough for delayed
-        phases and is stopped after the last one (iperf3's own totals are not recorded)."""
+        phases and is stopped after the last one (iperf3's own totals are not recorded); if a very
+        loaded host delays the phases past its end anyway, the run ends with the phases measured
+        under load (fewer rows in that block) instead of failing on a phase without traffic."""
         s = self.settings
         first = random.Random(s.seed * 100_003 + trial.order).random() < 0.5
         seconds, phases = s.run_design(trial.mechanism)
@@ -384,6 +386,8 @@ class Calibrator:
                 before = self._counters(trial.mechanism)
                 _sleep_until(self.clock, before[0] + counted_s)
                 after = self._counters(trial.mechanism)
+                if _exited(load):  # delayed past the load's end: this phase and the rest are
+                    break          # not under load; the run keeps the phases that were
                 rows.append(self._row(trial, rate, effective, before, after, None,
                                       block=trial.order, phase=k))
         finally:

@@ -291,3 +291,42 @@ def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
                             run_lengths=(("mirror_vxlan", 1.0, 14),))
     with pytest.raises(HarnessError, match="unknown mechanism"):
         CalibrationSettings(run_lengths=(("netflow", 4.0, 14),))
+
+
+def test_a_run_delayed_past_its_load_keeps_the_phases_measured_under_load(monkeypatch):
+    """On a very loaded host each reconfiguration can take long enough that the phases outlast
+    the load started for them: the run ends with the phases that had traffic instead of
+    failing the calibration on a phase that forwarded nothing."""
+    from cosample.costmodel import harness
+
+    switch = ClockedSwitch(50_000, {"sflow": 0.5})
+    monkeypatch.setattr(harness.time, "sleep", switch.advance)
+    slow = switch.mechanisms()["sflow"]
+    set_rate = slow.set_rate
+
+    def slow_set_rate(rate):  # each switch costs 1.5 s of the fake clock
+        switch.advance(1.5)
+        return set_rate(rate)
+
+    slow.set_rate = slow_set_rate
+
+    class Process:
+        def __init__(self, end):
+            self.end = end
+
+        def poll(self):
+            return 0 if switch.now >= self.end else None
+
+    def client(argv, duration):
+        run = FakeRun(IperfResult("udp", duration, 1e6, packets=10, lost_packets=0))
+        run.process = Process(switch.now + duration)
+        return run
+
+    settings = CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), repetitions=1,
+                                   duration_s=4, warmup_s=0, phases=8, guard_s=0.1)
+    data = Calibrator(settings, {"sflow": slow}, switch.port_stats, {}, client,
+                      "10.0.0.2", "in", "out", clock=switch.clock).run(show_progress=False)
+    load_s = 4 * harness.LOAD_SLACK + harness.TAIL_S
+    assert 2 <= len(data) < 8  # the phases that fit in the load, not all eight, and no error
+    assert (data["forwarded_pps"] > 0).all()
+    assert data["duration_s"].sum() + (1.5 + 0.1) * len(data) <= load_s + 1e-9
