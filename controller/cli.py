@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--settle", type=duration, default=120.0, metavar="DURATION",
                      help="two-phase transitions: wait between phases; above the agents' "
                           "interval + jitter + apply time (default 120s)")
-    run.add_argument("--lead", type=duration, default=None, metavar="DURATION",
+    run.add_argument("--lead", type=duration, default=plan_lead_s(), metavar="DURATION",
                      help="every plan's not_before is this long after its publication, so the "
                           "collector knows it before any agent may apply it: at least the "
                           "collector's --plan-interval and --plan-timeout (default: "
@@ -101,7 +101,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def settings_from(args: argparse.Namespace):
     """The loop's settings from parsed options; one ``ControllerError`` for a bad value."""
-    from cosample.collector.polling import plan_lead_s
     from cosample.controller.decide import Policy
     from cosample.controller.errors import ControllerError
     from cosample.controller.loop import Settings
@@ -127,7 +126,7 @@ def settings_from(args: argparse.Namespace):
                         ("--timeout", args.timeout)):
         if value <= 0:
             raise ControllerError(f"{flag}: expected a positive duration, got {value:g} s")
-    lead = plan_lead_s() if args.lead is None else args.lead
+    lead = args.lead
     if lead < 0:
         raise ControllerError(f"--lead: expected a duration >= 0, got {lead:g} s")
     if args.valid_for <= 2 * args.interval + args.settle + lead:
