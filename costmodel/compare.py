@@ -32,8 +32,26 @@ def rate0_cost_ns(rows: pd.DataFrame) -> float:
     return float(cost.median())
 
 
+def mean_host_busy(rows: pd.DataFrame) -> float:
+    """CPUs the whole host was busy, everyone's work, averaged over the phases (NaN without)."""
+    if "cpu_host_busy" not in rows.columns or rows.empty:
+        return math.nan
+    return float(rows["cpu_host_busy"].mean())
+
+
+def needed_half_width(metadata: dict, a: float) -> float:
+    """The half-width an adaptive calibration's target allowed for ``a`` (NaN: no target)."""
+    from cosample.costmodel.adaptive import Target
+
+    target = metadata.get("target_ci")
+    if not target:
+        return math.nan
+    return Target(relative=target["relative"], absolute=target["absolute"]).allowed(a)
+
+
 def summary_rows(paths: list[str]) -> pd.DataFrame:
-    """One row per (calibration, mechanism): estimate, interval, target, time, c0, extra cost."""
+    """One row per (calibration, mechanism): estimate, interval, target, time, c0, extra cost,
+    runs and how busy the host was."""
     rows = []
     for path in paths:
         try:
@@ -47,7 +65,8 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
         data = read_measurements(Path(path).parent / data_name)
         for mechanism, entry in document.get("mechanisms", {}).items():
             low, high = entry["coefficient_ci"]
-            c0 = rate0_cost_ns(data[data["mechanism"] == mechanism])
+            rows_of_mechanism = data[data["mechanism"] == mechanism]
+            c0 = rate0_cost_ns(rows_of_mechanism)
             a = entry["coefficient"]
             covariate = entry.get("covariate") or {}
             without = covariate.get("ci_without") or [None, None]
@@ -59,9 +78,12 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
                                        if None not in without else math.nan),
                 "started": metadata.get("started"), "loadavg": metadata.get("loadavg_start"),
                 "a": a, "ci_low": low, "ci_high": high, "half_width": (high - low) / 2,
+                "needed": needed_half_width(metadata, a),
                 "target_met": (metadata.get("target_met") or {}).get(mechanism),
                 "seconds": (metadata.get("seconds") or {}).get(mechanism),
-                "rows": entry["n_points"], "capacity_pps": entry["capacity_pps"],
+                "rows": entry["n_points"], "runs": entry.get("n_blocks"),
+                "capacity_pps": entry["capacity_pps"],
+                "host_busy": mean_host_busy(rows_of_mechanism),
                 "c0_ns": c0, "extra_ns_per_copy": a * c0,
                 "extra_ns_ci": (low * c0, high * c0),
             })
