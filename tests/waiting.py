@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -18,3 +19,16 @@ def wait_for(condition: Callable[[], T], timeout_s: float = 15.0) -> T:
             return value
         time.sleep(0.1)
     raise AssertionError(f"condition not met within {timeout_s:g} s")
+
+
+def interrupt(process: subprocess.Popen, signal_number: int, timeout_s: float = 60.0) -> str:
+    """Send ``signal_number`` to ``process``, wait for it to exit and return its stderr; a
+    process still running at the deadline is killed (and the test fails on its exit code)."""
+    try:
+        process.send_signal(signal_number)
+        _, stderr = process.communicate(timeout=timeout_s)
+        return stderr
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

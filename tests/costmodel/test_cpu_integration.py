@@ -19,6 +19,7 @@ from cosample.cli import main
 from cosample.costmodel.accounting import accounting_hierarchy
 from cosample.costmodel.testbed import one_host_testbed_unavailable
 from costmodel_leftovers import leftovers
+from waiting import interrupt
 
 REASON = one_host_testbed_unavailable()
 pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
@@ -92,11 +93,7 @@ def test_interrupted_cpu_calibration_removes_its_cgroup_and_writes_nothing(tmp_p
         while time.monotonic() < deadline and not cgroup.exists():
             time.sleep(0.2)
         time.sleep(3)  # inside the first run
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stderr = interrupt(process, signal.SIGTERM)
     assert process.returncode == 130, stderr
     assert leftovers(PREFIX) == [] and not data.exists() and not output.exists()

@@ -23,6 +23,7 @@ from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.testbed import OneHostTestbed, one_host_testbed_unavailable
 from cosample.dataplane.run import run
 from costmodel_leftovers import leftovers
+from waiting import interrupt
 
 REASON = one_host_testbed_unavailable()
 pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
@@ -88,12 +89,8 @@ def test_interrupted_calibration_cleans_up_and_writes_nothing(tmp_path, signal_n
         while time.monotonic() < deadline and f"{prefix}vb" not in run(["ip", "-o", "link"]).stdout:
             time.sleep(0.2)
         time.sleep(3)  # inside the first runs
-        process.send_signal(signal_number)
-        _, stderr = process.communicate(timeout=60)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stderr = interrupt(process, signal_number)
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr
     assert leftovers(prefix) == [] and not data.exists() and not output.exists()

@@ -21,6 +21,7 @@ from cosample.experiments.background import (BURSTY_BUSY_S, BURSTY_IDLE_S, Backg
                                              BackgroundLoad, bursty_schedule, work, worker_argv)
 from cosample.experiments.errors import ExperimentError
 from costmodel_leftovers import leftovers
+from waiting import interrupt, wait_for
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PREFIX = "sbt"
@@ -285,27 +286,24 @@ def test_sigterm_stops_the_calibration_and_the_background_by_pid(tmp_path):
          "--background", "hog:2", "--prefix", PREFIX, "--out-dir", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline, workers = time.monotonic() + 30, []
-        while time.monotonic() < deadline and len(workers) < 2:
-            workers = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
-                       and alive(int(pid)) and _parent(int(pid)) == process.pid]
-            time.sleep(0.2)
-        assert len(workers) == 2
+        workers = wait_for(lambda: len(found := background_workers(process.pid)) == 2 and found,
+                           timeout_s=30)
         time.sleep(4)  # into the calibration's testbed
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=90)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stderr = interrupt(process, signal.SIGTERM, timeout_s=90)
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr
     assert not any(alive(pid) for pid in workers)
     assert leftovers(PREFIX) == [] and list(tmp_path.iterdir()) == []
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+def background_workers(parent: int) -> list[int]:
+    """PIDs of the background workers ``parent`` started."""
+    def parent_of(pid: int) -> int | None:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    return [int(pid) for pid in os.listdir("/proc")
+            if pid.isdigit() and alive(int(pid)) and parent_of(int(pid)) == parent]
