@@ -109,13 +109,16 @@ class RandomEffects:
         half = stats.t.ppf(0.5 + confidence / 2, self.dof) * self.se(j)
         return self.coef[j] - half, self.coef[j] + half
 
-    def prediction_interval(self, confidence: float = 0.95) -> tuple[float, float]:
-        """Where the next study's true value falls (intercept-only models, 3+ studies)."""
-        k = self.dof + len(self.coef)
-        if len(self.coef) != 1 or k < 3:
+    def prediction_interval(self, predictors=(), confidence: float = 0.95) -> tuple[float, float]:
+        """Where the true value of a next study with these ``predictors`` falls: the fitted mean
+        +- ``t(k - p - 1) * sqrt(tau^2 + its variance)`` (NaN with fewer than ``p + 2`` studies)."""
+        if self.dof < 2:
             return math.nan, math.nan
-        half = stats.t.ppf(0.5 + confidence / 2, k - 2) * math.sqrt(self.tau2 + self.cov[0, 0])
-        return self.coef[0] - half, self.coef[0] + half
+        row = np.concatenate([[1.0], np.asarray(predictors, float)])
+        centre = float(row @ self.coef)
+        half = stats.t.ppf(0.5 + confidence / 2, self.dof - 1) * math.sqrt(
+            self.tau2 + row @ self.cov @ row)
+        return centre - half, centre + half
 
 
 def random_effects(estimates, variances, predictors=None) -> RandomEffects:
@@ -222,6 +225,30 @@ def state_row(rows: pd.DataFrame, quantity: str, state: str) -> dict[str, float]
             "explained": explained, "range": (rows[state].min(), rows[state].max())}
 
 
+def cross_day_rows(frame: pd.DataFrame, quantity: str, state: str, min_calibrations: int):
+    """The state model of one day predicting another day's calibrations, against the day's
+    pooled mean: RMS error and the share of calibrations inside each 95% prediction interval."""
+    value_column, se_column = QUANTITIES[quantity]
+    for mechanism, rows in frame.groupby("mechanism", sort=True):
+        for train_day, train in rows.groupby("day", sort=True):
+            test = rows[rows["day"] != train_day]
+            if len(train) < min_calibrations or test.empty:
+                continue
+            y, v = train[value_column].to_numpy(float), train[se_column].to_numpy(float) ** 2
+            plain = random_effects(y, v)
+            fit = random_effects(y, v, train[state].to_numpy(float))
+            actual = test[value_column].to_numpy(float)
+            by_state = np.array([fit.prediction_interval([x]) for x in test[state]])
+            low, high = plain.prediction_interval()
+            yield {"mechanism": mechanism, "train": train_day, "n_train": len(train),
+                   "test": ", ".join(sorted(test["day"].unique())), "n_test": len(test),
+                   "rms_state": float(np.sqrt(np.mean((actual - by_state.mean(axis=1)) ** 2))),
+                   "rms_plain": float(np.sqrt(np.mean((actual - plain.coef[0]) ** 2))),
+                   "inside_state": float(np.mean((by_state[:, 0] <= actual)
+                                                 & (actual <= by_state[:, 1]))),
+                   "inside_plain": float(np.mean((low <= actual) & (actual <= high)))}
+
+
 def _number(value: float, digits: int) -> str:
     return "-" if not math.isfinite(value) else f"{value:,.{digits}f}"
 
@@ -236,12 +263,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("calibrations", nargs="+", type=Path, help="calibration JSON files")
     parser.add_argument("--min-regression", type=int, default=5,
                         help="calibrations needed for a regression on the state (default 5)")
+    parser.add_argument("--min-runs", type=int, default=1,
+                        help="leave out calibrations of fewer runs (default 1: none)")
     args = parser.parse_args(argv)
     try:
         frame, skipped = calibration_rows(args.calibrations)
     except ExperimentError as exc:
         print(f"costmodel_drift: error: {exc}", file=sys.stderr)
         return 2
+    few = frame["runs"] < args.min_runs
+    skipped += [f"{r.data} {r.mechanism}: {r.runs} runs < --min-runs" for r in frame[few].itertuples()]
+    frame = frame[~few]
     print("| data | mechanism | day | started (UTC) | covariate | runs | a | half-width | se | "
           "host busy | others' work | c0 (ns) | a·c0 (ns per copy) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -281,6 +313,18 @@ def main(argv: list[str] | None = None) -> int:
                       f"{len(rows)} | {_number(r['slope'], digits)} {_pair(r['ci'], digits)} | "
                       f"{_number(r['tau'], digits)} → {_number(r['tau_res'], digits)} | "
                       f"{_number(100 * r['explained'], 0)}% |")
+    print()
+    print("| mechanism | quantity | fitted on (calibrations) | predicting (calibrations) | "
+          "RMS error, pooled mean | RMS error, host-busy model | inside 95% PI, pooled | "
+          "inside 95% PI, host busy |")
+    print("|---|---|---|---|---|---|---|---|")
+    for quantity in QUANTITIES:
+        digits = 3 if quantity == "a" else 0
+        for r in cross_day_rows(frame, quantity, "host_busy", args.min_regression):
+            print(f"| {r['mechanism']} | {quantity} | {r['train']} ({r['n_train']}) | "
+                  f"{r['test']} ({r['n_test']}) | {_number(r['rms_plain'], digits)} | "
+                  f"{_number(r['rms_state'], digits)} | {r['inside_plain']:.0%} | "
+                  f"{r['inside_state']:.0%} |")
     return 0
 
 

@@ -11,7 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cosample.experiments.costmodel_drift import calibration_rows, main, random_effects
+import pandas as pd
+
+from cosample.experiments.costmodel_drift import (calibration_rows, cross_day_rows, main,
+                                                 random_effects)
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
 
@@ -137,3 +140,28 @@ def test_prediction_needs_three_calibrations():
     assert all(map(math.isnan, fit.prediction_interval()))
     low, high = fit.interval()  # Student's t on one dof: honest, and very wide
     assert high - low > 12 * 2 * fit.se()
+
+
+def test_a_state_model_fitted_on_one_day_predicts_another():
+    """Two days with the same dependence on the host's state, busier on the second: the model
+    of either day predicts the other far better than the day's pooled mean."""
+    rng = np.random.default_rng(5)
+    frames = []
+    for day, (low, high) in (("d1", (0.5, 1.2)), ("d2", (1.3, 2.0))):
+        busy = rng.uniform(low, high, 15)
+        a = 0.6 - 0.18 * busy + rng.normal(0, 0.03, 15) + rng.normal(0, 0.005, 15)
+        frames.append(pd.DataFrame({"mechanism": "m", "day": day, "a": a, "se": 0.005,
+                                    "host_busy": busy}))
+    first, second = cross_day_rows(pd.concat(frames, ignore_index=True), "a", "host_busy", 5)
+    assert (first["train"], first["test"], first["n_test"]) == ("d1", "d2", 15)
+    for row in (first, second):
+        assert row["rms_state"] < row["rms_plain"] / 2
+        assert row["inside_state"] >= 0.8 and row["inside_plain"] < 0.5
+
+
+def test_min_runs_leaves_out_short_calibrations(capsys):
+    assert main([str(DATA / "cpu-sflow-first.json"), str(DATA / "cpu-sflow.json"),
+                 "--min-runs", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: cpu-sflow-first.json sflow: 3 runs < --min-runs" in out
+    assert "| cpu-sflow.json | sflow |" in out and "| cpu-sflow-first.json |" not in out
