@@ -48,7 +48,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
-from cosample.costmodel.compare import rate0_cost_ns
+from cosample.costmodel.compare import mean_host_busy, rate0_cost_ns
 from cosample.costmodel.data import read_measurements
 from cosample.costmodel.errors import DataError
 from cosample.experiments.errors import ExperimentError
@@ -180,7 +180,7 @@ def calibration_rows(paths: list[Path]) -> tuple[pd.DataFrame, list[str]]:
                 "started": started[11:16], "a": fit.coefficient, "half_width": (high - low) / 2,
                 "se": fit.coefficient_se,
                 "covariate": covariate.get("name") if covariate.get("used") else "none",
-                "runs": fit.n_blocks, "host_busy": float(phases["cpu_host_busy"].mean()),
+                "runs": fit.n_blocks, "host_busy": mean_host_busy(phases),
                 "others": float((phases["cpu_host_busy"] - phases["cpu_counted"]).mean()),
                 "c0_ns": c0, "extra_ns": fit.coefficient * c0, "extra_se_ns": fit.coefficient_se * c0,
             })
