@@ -3,7 +3,7 @@
 Over each interval: the packets the datapath processed (``ovs-appctl dpctl/show``: lookups hit +
 missed + lost, for the kernel and the userspace datapath alike), the CPU time of forwarding
 (ovs-vswitchd's threads, plus any ``--account-cgroup`` such as the VMs' slice), and the CPU time
-of everything in the server's scope (the whole host from ``/proc/stat``, or a ``--cgroup``).
+of everything in the server's scope (the whole host, ``accounting.host_busy_ns``, or a ``--cgroup``).
 
     cost per packet   c = c0 of a cpu-method calibration    (--calibration; else measured:
                                                             forwarding CPU / packets)
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cosample.costmodel.accounting import (
-    TICKS, cgroup_usage_ns, host_ticks, thread_run_ns,
+    cgroup_usage_ns, host_busy_ns, thread_run_ns,
 )
 from cosample.costmodel.errors import HarnessError
 
@@ -120,7 +120,7 @@ class PassiveMonitor:
         if self.scope_cgroup is not None:
             busy = cgroup_usage_ns(self.scope_cgroup)
         else:
-            busy = host_ticks()["busy"] * 1_000_000_000 // TICKS
+            busy = host_busy_ns()
         return stamp, packets, forwarding, busy
 
     def estimate(self, before: tuple, after: tuple) -> CapacityEstimate:
