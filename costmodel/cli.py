@@ -51,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "forwarded flat out")
     cal.add_argument("--offered-pps", type=float, default=20_000.0,
                      help="cpu method: the constant packet rate offered")
+    cal.add_argument("--burst", type=int, default=0,
+                     help="cpu method: offer the load in bursts of this many packets (iperf3 "
+                          "-b RATE/N; 0: iperf3's own pacing)")
     cal.add_argument("--cpu-budget", type=float,
                      help="CPUs the capacity is stated for, T0 = budget / c0 (default: all)")
     cal.add_argument("--target-ci", type=float,
@@ -237,7 +240,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         duration_s=args.duration, protocol=args.protocol, packet_bytes=args.packet_bytes,
         bandwidth=args.bandwidth, warmup_s=args.warmup, settle_s=args.settle, seed=args.seed,
         port=args.port, design=args.design, phases=args.phases, guard_s=args.guard,
-        method=args.method, offered_pps=args.offered_pps,
+        method=args.method, offered_pps=args.offered_pps, burst=args.burst,
         run_lengths=tuple(r for r in run_lengths if r[0] in args.mechanisms))
     target = _target(args, settings)
     endpoints_given = any(getattr(args, k) for k in ("bridge", "sender_port", "receiver_port",
@@ -348,6 +351,7 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict, tar
         "packet_bytes": settings.packet_bytes if settings.protocol == "udp" else None,
         "method": settings.method,
         "offered_pps": settings.offered_pps if settings.method == "cpu" else None,
+        "burst": settings.burst if settings.method == "cpu" else None,
         "rates": list(settings.rates),
         "repetitions": settings.repetitions if target is None else None,
         "duration_s": settings.duration_s, "seed": settings.seed, "design": settings.design,

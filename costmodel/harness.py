@@ -60,6 +60,8 @@ MIN_COUNTED_S = 0.2
 FIRST_PACKET_TIMEOUT_S = 10.0
 #: Paired runs: how many times a load whose client exits before its first packet is started.
 LOAD_STARTS = 3
+#: The largest burst iperf3 accepts (its ``MAX_BURST``).
+MAX_BURST = 1000
 _PORT_STATS = re.compile(r"rx pkts=(\d+).*?tx pkts=(\d+)", re.S)
 
 
@@ -83,6 +85,9 @@ class CalibrationSettings:
     guard_s: float = 0.3
     method: str = "throughput"
     offered_pps: float = 20_000.0
+    #: cpu method: packets per burst of the offered load (iperf3 ``-b RATE/N``); 0: iperf3's
+    #: own pacing (whatever its 1-ms timer finds due).
+    burst: int = 0
     #: Paired runs of some mechanisms with their own length: ``(mechanism, seconds, phases)``.
     run_lengths: tuple[tuple[str, float, int], ...] = ()
 
@@ -99,6 +104,8 @@ class CalibrationSettings:
         if self.method == "cpu":
             if not (isinstance(self.offered_pps, (int, float)) and 100 <= self.offered_pps <= 10_000_000):
                 raise HarnessError(f"offered load must be 100..10,000,000 packets/s, got {self.offered_pps!r}")
+            if not (isinstance(self.burst, int) and 0 <= self.burst <= MAX_BURST):
+                raise HarnessError(f"burst must be 0..{MAX_BURST} packets, got {self.burst!r}")
         if self.design not in DESIGNS:
             raise HarnessError(f"design must be one of {', '.join(DESIGNS)}, got {self.design!r}")
         if self.design == "paired":
@@ -146,11 +153,12 @@ class CalibrationSettings:
     def load_bandwidth(self) -> str:
         """iperf3's ``-b``: flat out (or ``bandwidth``) for the throughput method; for the cpu
         method the bits per second that make ``offered_pps`` packets (UDP datagrams or TCP
-        segments of ``TCP_SEGMENT_BYTES``)."""
+        segments of ``TCP_SEGMENT_BYTES``), sent ``burst`` at a time when given."""
         if self.method != "cpu":
             return self.bandwidth
         size = self.packet_bytes if self.protocol == "udp" else TCP_SEGMENT_BYTES
-        return str(round(self.offered_pps * size * 8))
+        bits = str(round(self.offered_pps * size * 8))
+        return f"{bits}/{self.burst}" if self.burst else bits
 
     @property
     def trial_rates(self) -> tuple[float, ...]:

@@ -31,14 +31,14 @@ def test_short_adaptive_cpu_calibration(tmp_path):
     data, output = tmp_path / "m.csv", tmp_path / "c.json"
     code = main(["calibrate", "--testbed", "--prefix", PREFIX, "--method", "cpu",
                  "--mechanisms", "sflow,mirror", "--rates", "0,1", "--duration", "3",
-                 "--phases", "6", "--offered-pps", "5000", "--warmup", "1",
+                 "--phases", "6", "--offered-pps", "5000", "--burst", "10", "--warmup", "1",
                  "--target-ci", "0.05", "--max-time", "25", "--bootstrap", "200",
                  "--no-progress", "-d", str(data), "-o", str(output)])
     assert code == 0
     assert leftovers(PREFIX) == []
     frame = pd.read_csv(data)
     assert (frame["method"] == "cpu").all() and set(frame["mechanism"]) == {"sflow", "mirror"}
-    # the load was the offered one, and it was forwarded (generous: a shared machine)
+    # the load was the offered one, in bursts, and it was forwarded (generous: a shared machine)
     assert frame["forwarded_pps"].median() == pytest.approx(5000, rel=0.2)
     assert (frame["cost_ns_per_packet"] > 0).all()
     assert (frame["cpu_counted"] > frame["cpu_ovs"]).all() and (frame["cpu_ovs"] > 0).all()
@@ -49,6 +49,7 @@ def test_short_adaptive_cpu_calibration(tmp_path):
     document = json.loads(output.read_text())
     metadata = document["metadata"]
     assert metadata["method"] == "cpu" and metadata["offered_pps"] == 5000
+    assert metadata["burst"] == 10
     assert set(metadata["rounds"]) == {"sflow", "mirror"} and min(metadata["rounds"].values()) >= 1
     assert set(metadata["target_met"]) == {"sflow", "mirror"}
     assert "cgroup" in metadata["accounting"]

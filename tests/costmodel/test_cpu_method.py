@@ -112,6 +112,11 @@ def test_cpu_method_offers_a_fixed_packet_rate():
     assert CalibrationSettings(method="throughput").load_bandwidth == "0"
     with pytest.raises(HarnessError, match="offered load"):
         CalibrationSettings(method="cpu", offered_pps=5)
+    bursts = CalibrationSettings(method="cpu", offered_pps=20_000, burst=32)
+    assert bursts.client_argv("10.0.0.2")[-2:] == ["-b", f"{20_000 * 64 * 8}/32"]
+    for bad in (-1, 1001, 2.5):
+        with pytest.raises(HarnessError, match="burst must be 0..1000"):
+            CalibrationSettings(method="cpu", burst=bad)
     with pytest.raises(HarnessError, match="method"):
         CalibrationSettings(method="guess")
 
