@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from collections.abc import Sequence
 
 from cosample import __version__
-from cosample.errors import CosampleError
+from cosample.errors import exit_status
 
 #: Modules that add sub-commands, in the order they appear in ``--help``.
 COMMAND_MODULES = (
@@ -50,11 +49,4 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one sub-command; expected failures print one line on stderr and exit 2."""
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except CosampleError as exc:
-        print(f"cosample: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("cosample: interrupted", file=sys.stderr)
-        return 130
+    return exit_status("cosample", lambda: args.func(args))

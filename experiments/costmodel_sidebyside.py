@@ -40,7 +40,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cosample.costmodel.harness import MECHANISMS
-from cosample.errors import CosampleError
+from cosample.errors import CosampleError, exit_status
 from cosample.experiments.background import Background, BackgroundLoad
 from cosample.experiments.errors import ExperimentError
 
@@ -358,19 +358,16 @@ def main(argv: list[str] | None = None) -> int:
     def terminate(signum, frame):  # SIGTERM stops like Ctrl-C
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
+    def side_by_side() -> int:
         check(args)
         rows = run(args, out=lambda line: print(line, flush=True))
-    except CosampleError as exc:
-        print(f"costmodel_sidebyside: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("costmodel_sidebyside: interrupted", file=sys.stderr)
-        return 130
+        return 1 if any(row["error"] is not None for row in rows) else 0
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        return exit_status("costmodel_sidebyside", side_by_side)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return 1 if any(row["error"] is not None for row in rows) else 0
 
 
 if __name__ == "__main__":
