@@ -1,0 +1,127 @@
+"""The cpu method's coefficients with the switch's own threads as the cost: where is the bottleneck?
+
+The cpu method states the law for a budget of CPUs that all of the forwarding work shares:
+``c = CPU time of the cgroup / packet`` (sender, receiver, ovs-vswitchd and the softirq work in
+their context) and ``T0 = budget / c0``. Flat out, the throughput method sees instead whichever
+resource saturates first. On the userspace datapath without PMD threads ovs-vswitchd forwards
+in one thread, so that thread is the bottleneck, and the law at saturation is the law of its
+cost alone: ``c_switch = CPU time of ovs-vswitchd's threads / packet`` (the ``cpu_ovs`` column
+every cpu-method row records) with a budget of one CPU. sFlow's work lands in that thread; a tc
+mirror's lands in the sender's context and not in it.
+
+This refits committed cpu-method calibrations on ``c_switch`` (same estimator, no covariate:
+the receiver is not part of that cost) beside the cgroup fit the calibration reported, and
+prints one Markdown row per calibration and mechanism, with a throughput-method calibration's
+coefficient as the reference when ``--throughput`` names one:
+
+    python -m cosample.experiments.costmodel_bottleneck docs/data/sidebyside/none/sflow-*.json \\
+        --throughput docs/data/sidebyside/throughput-sflow-s260.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from cosample.costmodel.data import read_measurements
+from cosample.costmodel.fit import CostModelFit
+from cosample.errors import exit_status
+from cosample.experiments.errors import ExperimentError
+
+#: The switch's forwarding thread: one CPU is its whole budget.
+SWITCH_BUDGET_CPUS = 1.0
+
+
+def switch_cost(data: pd.DataFrame, where: str = "data") -> pd.DataFrame:
+    """``data`` with the cost per packet of ovs-vswitchd's threads instead of the cgroup's and a
+    budget of one CPU (``throughput_pps`` follows: ``1 CPU / cost``)."""
+    if "cpu_ovs" not in data.columns:
+        raise ExperimentError(f"{where}: no cpu_ovs column (a cpu-method calibration records it)")
+    bad = data.index[~(data["cpu_ovs"] > 0)]
+    if len(bad):
+        raise ExperimentError(f"{where}: row {bad[0] + 2}: cpu_ovs must be > 0, got "
+                              f"{data.loc[bad[0], 'cpu_ovs']!r}")
+    switch = data.copy()
+    switch["cost_ns_per_packet"] = data["cpu_ovs"] * 1e9 / data["forwarded_pps"]
+    switch["budget_cpus"] = SWITCH_BUDGET_CPUS
+    switch["throughput_pps"] = SWITCH_BUDGET_CPUS * 1e9 / switch["cost_ns_per_packet"]
+    return switch
+
+
+def needed(coefficient: float, target: dict) -> float:
+    """The half-width the calibration's target asked for."""
+    return max(target.get("relative", 0.1) * abs(coefficient), target.get("absolute", 0.02))
+
+
+def rows(path: Path) -> list[dict]:
+    """One row per mechanism of the calibration at ``path``: reported (cgroup) and switch fits."""
+    try:
+        document = json.loads(path.read_text())
+        metadata = document["metadata"]
+        data = read_measurements(path.parent / metadata["data"])
+    except (OSError, KeyError, json.JSONDecodeError) as exc:
+        raise ExperimentError(f"{path}: cannot read the calibration and its data: {exc}") from None
+    if metadata.get("method") != "cpu":
+        raise ExperimentError(f"{path}: not a cpu-method calibration")
+    fit = CostModelFit(covariates={m: None for m in data["mechanism"].unique()}).fit(
+        switch_cost(data, str(path.parent / metadata["data"])))
+    target = metadata.get("target_ci") or {}
+    out = []
+    for mechanism, reported in document["mechanisms"].items():
+        switch = fit.results_[mechanism]
+        low, high = switch.coefficient_ci
+        out.append({"data": path.name, "mechanism": mechanism,
+                    "a": reported["coefficient"], "ci": tuple(reported["coefficient_ci"]),
+                    "a_switch": switch.coefficient, "ci_switch": (low, high),
+                    "half_width_switch": (high - low) / 2,
+                    "needed_switch": needed(switch.coefficient, target),
+                    "capacity_switch": switch.capacity_pps})
+    return out
+
+
+def _interval(low: float, high: float) -> str:
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("calibrations", nargs="+", type=Path, help="cpu-method calibration JSONs")
+    parser.add_argument("--throughput", type=Path,
+                        help="a throughput-method calibration JSON to compare with")
+    args = parser.parse_args(argv)
+
+    def report() -> int:
+        reference = {}
+        if args.throughput:
+            try:
+                reference = json.loads(args.throughput.read_text())["mechanisms"]
+            except (OSError, KeyError, json.JSONDecodeError) as exc:
+                raise ExperimentError(f"{args.throughput}: cannot read: {exc}") from None
+        print("| data | mechanism | a (cgroup, reported) | 95% CI | a (switch threads) | 95% CI | "
+              "half-width | needed | met | T0 switch (pps) | throughput method's a inside |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for path in args.calibrations:
+            for row in rows(path):
+                ref = reference.get(row["mechanism"])
+                inside = ("-" if ref is None else
+                          "yes" if row["ci_switch"][0] <= ref["coefficient"] <= row["ci_switch"][1]
+                          else "no")
+                met = "yes" if row["half_width_switch"] <= row["needed_switch"] + 1e-12 else "no"
+                print(f"| {row['data']} | {row['mechanism']} | {row['a']:.3f} | {_interval(*row['ci'])} "
+                      f"| {row['a_switch']:.3f} | {_interval(*row['ci_switch'])} "
+                      f"| {row['half_width_switch']:.3f} | {row['needed_switch']:.3f} | {met} "
+                      f"| {row['capacity_switch']:,.0f} | {inside} |")
+        for mechanism, ref in reference.items():
+            print(f"\nthroughput method, {mechanism}: a = {ref['coefficient']:.3f} "
+                  f"{_interval(*ref['coefficient_ci'])}, T0 = {ref['capacity_pps']:,.0f} pps")
+        return 0
+
+    return exit_status("costmodel_bottleneck", report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
