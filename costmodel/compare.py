@@ -49,20 +49,25 @@ def needed_half_width(metadata: dict, a: float) -> float:
     return Target(relative=target["relative"], absolute=target["absolute"]).allowed(a)
 
 
+def read_calibration(path: str | Path) -> tuple[dict, pd.DataFrame]:
+    """A calibration JSON and the measurements CSV its ``metadata.data`` names (beside it)."""
+    try:
+        document = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot read calibration: {exc}") from None
+    data_name = (document.get("metadata") or {}).get("data")
+    if not data_name:
+        raise DataError(f"{path}: metadata.data does not name the measurements CSV")
+    return document, read_measurements(Path(path).parent / data_name)
+
+
 def summary_rows(paths: list[str]) -> pd.DataFrame:
     """One row per (calibration, mechanism): estimate, interval, target, time, c0, extra cost,
     runs and how busy the host was."""
     rows = []
     for path in paths:
-        try:
-            document = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise DataError(f"{path}: cannot read calibration: {exc}") from None
+        document, data = read_calibration(path)
         metadata = document.get("metadata") or {}
-        data_name = metadata.get("data")
-        if not data_name:
-            raise DataError(f"{path}: metadata.data does not name the measurements CSV")
-        data = read_measurements(Path(path).parent / data_name)
         for mechanism, entry in document.get("mechanisms", {}).items():
             low, high = entry["coefficient_ci"]
             rows_of_mechanism = data[data["mechanism"] == mechanism]

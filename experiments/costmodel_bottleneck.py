@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cosample.costmodel.data import read_measurements
+from cosample.costmodel.compare import needed_half_width, read_calibration
 from cosample.costmodel.fit import CostModelFit
 from cosample.errors import exit_status
 from cosample.experiments.errors import ExperimentError
@@ -52,24 +52,14 @@ def switch_cost(data: pd.DataFrame, where: str = "data") -> pd.DataFrame:
     return switch
 
 
-def needed(coefficient: float, target: dict) -> float:
-    """The half-width the calibration's target asked for."""
-    return max(target.get("relative", 0.1) * abs(coefficient), target.get("absolute", 0.02))
-
-
 def rows(path: Path) -> list[dict]:
     """One row per mechanism of the calibration at ``path``: reported (cgroup) and switch fits."""
-    try:
-        document = json.loads(path.read_text())
-        metadata = document["metadata"]
-        data = read_measurements(path.parent / metadata["data"])
-    except (OSError, KeyError, json.JSONDecodeError) as exc:
-        raise ExperimentError(f"{path}: cannot read the calibration and its data: {exc}") from None
+    document, data = read_calibration(path)
+    metadata = document.get("metadata") or {}
     if metadata.get("method") != "cpu":
         raise ExperimentError(f"{path}: not a cpu-method calibration")
     fit = CostModelFit(covariates={m: None for m in data["mechanism"].unique()}).fit(
         switch_cost(data, str(path.parent / metadata["data"])))
-    target = metadata.get("target_ci") or {}
     out = []
     for mechanism, reported in document["mechanisms"].items():
         switch = fit.results_[mechanism]
@@ -78,7 +68,7 @@ def rows(path: Path) -> list[dict]:
                     "a": reported["coefficient"], "ci": tuple(reported["coefficient_ci"]),
                     "a_switch": switch.coefficient, "ci_switch": (low, high),
                     "half_width_switch": (high - low) / 2,
-                    "needed_switch": needed(switch.coefficient, target),
+                    "needed_switch": needed_half_width(metadata, switch.coefficient),
                     "capacity_switch": switch.capacity_pps})
     return out
 
