@@ -12,13 +12,14 @@ so this module computes ``c0`` of each method's rate-0 phases and the absolute e
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from cosample.costmodel.calibration_file import (CalibrationDocument, Metadata,
+                                                  read_calibration_file)
 from cosample.costmodel.data import read_measurements
 from cosample.costmodel.errors import DataError
 
@@ -39,26 +40,22 @@ def mean_host_busy(rows: pd.DataFrame) -> float:
     return float(rows["cpu_host_busy"].mean())
 
 
-def needed_half_width(metadata: dict, a: float) -> float:
+def needed_half_width(metadata: Metadata, a: float) -> float:
     """The half-width an adaptive calibration's target allowed for ``a`` (NaN: no target)."""
     from cosample.costmodel.adaptive import Target
 
-    target = metadata.get("target_ci")
+    target = metadata.target_ci
     if not target:
         return math.nan
     return Target(relative=target["relative"], absolute=target["absolute"]).allowed(a)
 
 
-def read_calibration(path: str | Path) -> tuple[dict, pd.DataFrame]:
+def read_calibration(path: str | Path) -> tuple[CalibrationDocument, pd.DataFrame]:
     """A calibration JSON and the measurements CSV its ``metadata.data`` names (beside it)."""
-    try:
-        document = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: cannot read calibration: {exc}") from None
-    data_name = (document.get("metadata") or {}).get("data")
-    if not data_name:
+    document = read_calibration_file(path, error=DataError)
+    if not document.metadata.data:
         raise DataError(f"{path}: metadata.data does not name the measurements CSV")
-    return document, read_measurements(Path(path).parent / data_name)
+    return document, read_measurements(Path(path).parent / document.metadata.data)
 
 
 def summary_rows(paths: list[str]) -> pd.DataFrame:
@@ -67,27 +64,27 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
     rows = []
     for path in paths:
         document, data = read_calibration(path)
-        metadata = document.get("metadata") or {}
-        for mechanism, entry in document.get("mechanisms", {}).items():
-            low, high = entry["coefficient_ci"]
+        metadata = document.metadata
+        for mechanism, entry in document.mechanisms.items():
+            low, high = entry.coefficient_ci
             rows_of_mechanism = data[data["mechanism"] == mechanism]
             c0 = rate0_cost_ns(rows_of_mechanism)
-            a = entry["coefficient"]
-            covariate = entry.get("covariate") or {}
+            a = entry.coefficient
+            covariate = entry.covariate or {}
             without = covariate.get("ci_without") or [None, None]
             rows.append({
-                "method": metadata.get("method", "throughput"), "mechanism": mechanism,
+                "method": metadata.method, "mechanism": mechanism,
                 "covariate": (covariate.get("name") if covariate.get("used") else
                               f"none ({covariate['name']} refused)" if covariate.get("name") else "none"),
                 "half_width_without": ((without[1] - without[0]) / 2
                                        if None not in without else math.nan),
-                "started": metadata.get("started"), "loadavg": metadata.get("loadavg_start"),
+                "started": metadata.started, "loadavg": metadata.loadavg_start,
                 "a": a, "ci_low": low, "ci_high": high, "half_width": (high - low) / 2,
                 "needed": needed_half_width(metadata, a),
-                "target_met": (metadata.get("target_met") or {}).get(mechanism),
-                "seconds": (metadata.get("seconds") or {}).get(mechanism),
-                "rows": entry["n_points"], "runs": entry.get("n_blocks"),
-                "capacity_pps": entry["capacity_pps"],
+                "target_met": (metadata.target_met or {}).get(mechanism),
+                "seconds": (metadata.seconds or {}).get(mechanism),
+                "rows": entry.n_points, "runs": entry.n_blocks,
+                "capacity_pps": entry.capacity_pps,
                 "host_busy": mean_host_busy(rows_of_mechanism),
                 "c0_ns": c0, "extra_ns_per_copy": a * c0,
                 "extra_ns_ci": (low * c0, high * c0),

@@ -24,13 +24,12 @@ import pandas as pd
 from scipy.optimize import OptimizeWarning, least_squares
 
 from cosample.costmodel.ancova import DEFAULT_COVARIATES, MIN_BLOCKS, fit_with_covariate
+from cosample.costmodel.calibration_file import ROLE_OF_MECHANISM
 from cosample.costmodel.data import finite_or_none, validate_measurements
 from cosample.costmodel.errors import FitError
 from cosample.costmodel.model import PAPER_COEFFICIENTS, throughput
 
 MODEL = "T(s) = T0 / (1 + a*s)"
-#: Which mechanism gives the planner's alpha and beta.
-ROLE_OF_MECHANISM = {"sflow": "alpha", "mirror": "beta"}
 MIN_POINTS = 3
 #: ``a`` stays above -1 so that T(s) is finite on [0, 1].
 LOWER_BOUND_A = -0.999

@@ -21,12 +21,12 @@ coefficient as the reference when ``--throughput`` names one:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from cosample.costmodel.calibration_file import read_calibration_file
 from cosample.costmodel.compare import needed_half_width, read_calibration
 from cosample.costmodel.fit import CostModelFit
 from cosample.errors import exit_status
@@ -55,17 +55,17 @@ def switch_cost(data: pd.DataFrame, where: str = "data") -> pd.DataFrame:
 def rows(path: Path) -> list[dict]:
     """One row per mechanism of the calibration at ``path``: reported (cgroup) and switch fits."""
     document, data = read_calibration(path)
-    metadata = document.get("metadata") or {}
-    if metadata.get("method") != "cpu":
+    metadata = document.metadata
+    if metadata.method != "cpu":
         raise ExperimentError(f"{path}: not a cpu-method calibration")
     fit = CostModelFit(covariates={m: None for m in data["mechanism"].unique()}).fit(
-        switch_cost(data, str(path.parent / metadata["data"])))
+        switch_cost(data, str(path.parent / metadata.data)))
     out = []
-    for mechanism, reported in document["mechanisms"].items():
+    for mechanism, reported in document.mechanisms.items():
         switch = fit.results_[mechanism]
         low, high = switch.coefficient_ci
         out.append({"data": path.name, "mechanism": mechanism,
-                    "a": reported["coefficient"], "ci": tuple(reported["coefficient_ci"]),
+                    "a": reported.coefficient, "ci": tuple(reported.coefficient_ci),
                     "a_switch": switch.coefficient, "ci_switch": (low, high),
                     "half_width_switch": (high - low) / 2,
                     "needed_switch": needed_half_width(metadata, switch.coefficient),
@@ -87,10 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     def report() -> int:
         reference = {}
         if args.throughput:
-            try:
-                reference = json.loads(args.throughput.read_text())["mechanisms"]
-            except (OSError, KeyError, json.JSONDecodeError) as exc:
-                raise ExperimentError(f"{args.throughput}: cannot read: {exc}") from None
+            reference = read_calibration_file(args.throughput, error=ExperimentError).mechanisms
         print("| data | mechanism | a (cgroup, reported) | 95% CI | a (switch threads) | 95% CI | "
               "half-width | needed | met | T0 switch (pps) | throughput method's a inside |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -98,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             for row in rows(path):
                 ref = reference.get(row["mechanism"])
                 inside = ("-" if ref is None else
-                          "yes" if row["ci_switch"][0] <= ref["coefficient"] <= row["ci_switch"][1]
+                          "yes" if row["ci_switch"][0] <= ref.coefficient <= row["ci_switch"][1]
                           else "no")
                 met = "yes" if row["half_width_switch"] <= row["needed_switch"] + 1e-12 else "no"
                 print(f"| {row['data']} | {row['mechanism']} | {row['a']:.3f} | {_interval(*row['ci'])} "
@@ -106,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"| {row['half_width_switch']:.3f} | {row['needed_switch']:.3f} | {met} "
                       f"| {row['capacity_switch']:,.0f} | {inside} |")
         for mechanism, ref in reference.items():
-            print(f"\nthroughput method, {mechanism}: a = {ref['coefficient']:.3f} "
-                  f"{_interval(*ref['coefficient_ci'])}, T0 = {ref['capacity_pps']:,.0f} pps")
+            print(f"\nthroughput method, {mechanism}: a = {ref.coefficient:.3f} "
+                  f"{_interval(*ref.coefficient_ci)}, T0 = {ref.capacity_pps:,.0f} pps")
         return 0
 
     return exit_status("costmodel_bottleneck", report)

@@ -45,47 +45,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
+from cosample.costmodel.calibration_file import read_calibration_file
 from cosample.costmodel.compare import mean_host_busy, rate0_cost_ns
 from cosample.costmodel.data import read_measurements
 from cosample.costmodel.errors import DataError
 from cosample.experiments.errors import ExperimentError
-from cosample.validation import read_document, validate
 
 #: The state variables a calibration's ``a`` is regressed on (column of the calibration table).
 STATES = {"host_busy": "host busy", "others": "others' work"}
 #: What is pooled: the relative coefficient and the absolute extra CPU per copy.
 QUANTITIES = {"a": ("a", "se"), "a·c0": ("extra_ns", "extra_se_ns")}
-
-
-class _Loose(BaseModel):
-    """The part of a calibration file read here; the rest of the file is left alone."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class MechanismFit(_Loose):
-    coefficient: float
-    coefficient_se: float
-    coefficient_ci: tuple[float, float]
-    n_blocks: int
-    ci_method: str | None = None
-    covariate: dict | None = None
-
-
-class Metadata(_Loose):
-    method: str = "throughput"
-    data: str
-    started: str | None = None
-    date: str | None = None
-
-
-class Calibration(_Loose):
-    mechanisms: dict[str, MechanismFit]
-    metadata: Metadata
-    ci_method: str | None = None  # files that predate the per-mechanism field
 
 
 @dataclass(frozen=True)
@@ -151,12 +122,13 @@ def calibration_rows(paths: list[Path]) -> tuple[pd.DataFrame, list[str]]:
     """One row per (calibration, mechanism) with a cluster-robust interval; and the skipped."""
     rows, skipped = [], []
     for path in paths:
-        document = validate(Calibration, read_document(path, "calibration", error=ExperimentError),
-                            where=str(path), error=ExperimentError)
+        document = read_calibration_file(path, error=ExperimentError)
         meta = document.metadata
         if meta.method != "cpu":
             skipped.append(f"{path.name}: method {meta.method}, not cpu")
             continue
+        if not meta.data:
+            raise ExperimentError(f"{path}: metadata.data does not name the measurements CSV")
         try:
             data = read_measurements(path.parent / meta.data)
         except DataError as exc:
@@ -167,12 +139,15 @@ def calibration_rows(paths: list[Path]) -> tuple[pd.DataFrame, list[str]]:
                 skipped.append(f"{path.name} {mechanism}: interval by {ci_method}, "
                                "not cluster-robust")
                 continue
+            if fit.coefficient is None or fit.coefficient_se is None or fit.interval() is None:
+                skipped.append(f"{path.name} {mechanism}: no estimate")
+                continue
             phases = data[data["mechanism"] == mechanism]
             missing = {"cpu_host_busy", "cpu_counted"} - set(phases.columns)
             if missing:
                 raise ExperimentError(f"{path.parent / meta.data}: no column {sorted(missing)[0]}")
             c0 = rate0_cost_ns(phases)
-            low, high = fit.coefficient_ci
+            low, high = fit.interval()
             started = meta.started or meta.date or ""
             covariate = fit.covariate or {}
             rows.append({

@@ -123,7 +123,7 @@ def test_bad_calibration_content_names_the_key(tmp_path, capsys):
     calibration.write_text(json.dumps({"alpha": 1.0, "beta": "high"}))
     assert main(["experiment", "heatmap", "--calibration", str(calibration), "--out",
                  str(tmp_path / "o")]) == 2
-    assert "beta: expected a finite number > 0, got 'high'" in capsys.readouterr().err
+    assert "beta: input should be a valid number (got 'high')" in capsys.readouterr().err
 
 
 def test_measurements_with_bad_column_are_refused(tmp_path, capsys):

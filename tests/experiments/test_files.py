@@ -48,11 +48,13 @@ def test_output_dir_that_is_a_file(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[1, 2]", "must be a JSON object"), ("{", "not valid JSON"),
-    ('{"alpha": 1.0}', "beta: expected a finite number > 0, got None"),
+    ("[1, 2]", "input should be a valid dictionary"), ("{", "not valid JSON"),
+    ('{"alpha": 1.0}', "beta: missing: the planner needs it"),
     ('{"alpha": -0.04, "beta": 1}', "alpha = -0.04: the planner needs a value > 0"),
-    ('{"alpha": NaN, "beta": 1}', "alpha: expected a finite number > 0, got nan"),
-    ('{"alpha": 1, "beta": 1, "capacity_pps": true}', "capacity_pps: expected"),
+    ('{"alpha": NaN, "beta": 1}', "alpha: input should be a finite number"),
+    ('{"alpha": 1, "beta": 1, "capacity_pps": true}', "capacity_pps: input should be a valid number"),
+    ('{"alpha": 1, "beta": 1, "mechanisms": {"sflow": {"coefficient": "x"}}}',
+     "mechanisms.sflow.coefficient: input should be a valid number"),
 ])
 def test_calibration_errors(tmp_path, text, message):
     path = tmp_path / "calibration.json"

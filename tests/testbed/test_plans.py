@@ -45,7 +45,7 @@ def test_calibration_file(tmp_path):
     path.write_text(json.dumps({"alpha": 0.2, "beta": 0.1, "capacity_pps": 5e4, "r2": 0.9}))
     assert Coefficients.from_calibration(path) == Coefficients(0.2, 0.1, 5e4, str(path))
     path.write_text(json.dumps({"alpha": 0.2}))
-    with pytest.raises(TestbedError, match="beta: expected a finite number > 0"):
+    with pytest.raises(TestbedError, match="beta: missing: the planner needs it"):
         Coefficients.from_calibration(path)
     path.write_text("[")
     with pytest.raises(TestbedError, match="not valid JSON"):
