@@ -11,11 +11,13 @@ mirror's lands in the sender's context and not in it.
 
 This refits committed cpu-method calibrations on ``c_switch`` (same estimator, no covariate:
 the receiver is not part of that cost) beside the cgroup fit the calibration reported, and
-prints one Markdown row per calibration and mechanism, with a throughput-method calibration's
-coefficient as the reference when ``--throughput`` names one:
+prints one Markdown row per calibration and mechanism. Throughput-method calibrations named by
+``--throughput`` (repeatable) are the references, matched by mechanism: each row says how many
+of its mechanism's throughput coefficients lie inside the cgroup interval and inside the switch
+interval:
 
-    python -m cosample.experiments.costmodel_bottleneck docs/data/sidebyside/none/sflow-*.json \\
-        --throughput docs/data/sidebyside/throughput-sflow-s260.json
+    python -m cosample.experiments.costmodel_bottleneck docs/data/methods/cpu-*.json \\
+        --throughput docs/data/methods/throughput-*.json
 """
 
 from __future__ import annotations
@@ -73,6 +75,31 @@ def rows(path: Path) -> list[dict]:
     return out
 
 
+def references(paths: list[Path]) -> dict[str, list[dict]]:
+    """Throughput-method coefficients by mechanism: ``{mechanism: [{"data", "coefficient",
+    "coefficient_ci", "capacity_pps"}, ...]}``, in the order of ``paths``."""
+    by_mechanism: dict[str, list[dict]] = {}
+    for path in paths:
+        document = read_calibration_file(path, error=ExperimentError)
+        if document.metadata.method != "throughput":
+            raise ExperimentError(f"{path}: not a throughput-method calibration "
+                                  f"(method {document.metadata.method!r})")
+        for mechanism, entry in document.mechanisms.items():
+            by_mechanism.setdefault(mechanism, []).append(
+                {"data": path.name, "coefficient": entry.coefficient,
+                 "coefficient_ci": tuple(entry.coefficient_ci),
+                 "capacity_pps": entry.capacity_pps})
+    return by_mechanism
+
+
+def inside(interval: tuple[float, float], coefficients: list[float]) -> str:
+    """How many of ``coefficients`` lie in ``interval``: ``"k of n"`` (``"-"`` for none given)."""
+    if not coefficients:
+        return "-"
+    low, high = interval
+    return f"{sum(low <= a <= high for a in coefficients)} of {len(coefficients)}"
+
+
 def _interval(low: float, high: float) -> str:
     return f"[{low:.3f}, {high:.3f}]"
 
@@ -80,31 +107,32 @@ def _interval(low: float, high: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("calibrations", nargs="+", type=Path, help="cpu-method calibration JSONs")
-    parser.add_argument("--throughput", type=Path,
-                        help="a throughput-method calibration JSON to compare with")
+    parser.add_argument("--throughput", type=Path, action="append", default=[],
+                        help="a throughput-method calibration JSON to compare with (repeatable; "
+                             "matched by mechanism)")
     args = parser.parse_args(argv)
 
     def report() -> int:
-        reference = {}
-        if args.throughput:
-            reference = read_calibration_file(args.throughput, error=ExperimentError).mechanisms
+        reference = references(args.throughput)
         print("| data | mechanism | a (cgroup, reported) | 95% CI | a (switch threads) | 95% CI | "
-              "half-width | needed | met | T0 switch (pps) | throughput method's a inside |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+              "half-width | needed | met | T0 switch (pps) | throughput a's inside (cgroup CI) "
+              "| inside (switch CI) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for path in args.calibrations:
             for row in rows(path):
-                ref = reference.get(row["mechanism"])
-                inside = ("-" if ref is None else
-                          "yes" if row["ci_switch"][0] <= ref.coefficient <= row["ci_switch"][1]
-                          else "no")
+                theirs = [ref["coefficient"] for ref in reference.get(row["mechanism"], [])]
                 met = "yes" if row["half_width_switch"] <= row["needed_switch"] + 1e-12 else "no"
-                print(f"| {row['data']} | {row['mechanism']} | {row['a']:.3f} | {_interval(*row['ci'])} "
+                print(f"| {row['data']} | {row['mechanism']} | {row['a']:.3f} "
+                      f"| {_interval(*row['ci'])} "
                       f"| {row['a_switch']:.3f} | {_interval(*row['ci_switch'])} "
                       f"| {row['half_width_switch']:.3f} | {row['needed_switch']:.3f} | {met} "
-                      f"| {row['capacity_switch']:,.0f} | {inside} |")
-        for mechanism, ref in reference.items():
-            print(f"\nthroughput method, {mechanism}: a = {ref.coefficient:.3f} "
-                  f"{_interval(*ref.coefficient_ci)}, T0 = {ref.capacity_pps:,.0f} pps")
+                      f"| {row['capacity_switch']:,.0f} | {inside(row['ci'], theirs)} "
+                      f"| {inside(row['ci_switch'], theirs)} |")
+        for mechanism, refs in reference.items():
+            for ref in refs:
+                print(f"\nthroughput method, {mechanism} ({ref['data']}): "
+                      f"a = {ref['coefficient']:.3f} {_interval(*ref['coefficient_ci'])}, "
+                      f"T0 = {ref['capacity_pps']:,.0f} pps")
         return 0
 
     return exit_status("costmodel_bottleneck", report)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from cosample.costmodel.data import read_measurements
-from cosample.experiments.costmodel_bottleneck import main, rows, switch_cost
+from cosample.experiments.costmodel_bottleneck import (inside, main, references, rows,
+                                                        switch_cost)
 from cosample.experiments.errors import ExperimentError
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "sidebyside" / "none"
@@ -46,3 +47,49 @@ def test_sflow_weighs_more_on_the_switch_than_on_the_whole_cgroup(capsys):
     assert main([str(SFLOW)]) == 0
     assert "| sflow-default-s201.json | sflow |" in capsys.readouterr().out
     assert main([str(DATA / "nothing.json")]) == 2
+
+
+THROUGHPUT = DATA.parent / "throughput-sflow-s260.json"
+
+
+def _as_mechanism(tmp_path: Path, mechanism: str, coefficient: float) -> Path:
+    """The committed throughput calibration copied under ``tmp_path`` as if of ``mechanism``."""
+    document = json.loads(THROUGHPUT.read_text())
+    entry = document["mechanisms"].pop("sflow")
+    document["mechanisms"][mechanism] = {**entry, "coefficient": coefficient}
+    (tmp_path / document["metadata"]["data"]).write_text(
+        (THROUGHPUT.parent / document["metadata"]["data"]).read_text())
+    path = tmp_path / f"throughput-{mechanism}.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_references_are_matched_by_mechanism(tmp_path):
+    mirror = _as_mechanism(tmp_path, "mirror", 0.5)
+    by_mechanism = references([THROUGHPUT, mirror, THROUGHPUT])
+    assert sorted(by_mechanism) == ["mirror", "sflow"]
+    assert [ref["coefficient"] for ref in by_mechanism["mirror"]] == [0.5]
+    assert len(by_mechanism["sflow"]) == 2
+    assert by_mechanism["sflow"][0]["data"] == THROUGHPUT.name
+
+
+def test_inside_counts_the_references_in_the_interval():
+    assert inside((0.1, 0.2), [0.05, 0.1, 0.15, 0.2, 0.3]) == "3 of 5"
+    assert inside((0.1, 0.2), []) == "-"
+
+
+def test_each_row_counts_only_its_own_mechanisms_references(tmp_path, capsys):
+    """The sFlow row is compared with the sFlow reference and not with a mirror one lying
+    inside its interval; a cpu-method calibration is refused as a reference."""
+    (row,) = rows(SFLOW)
+    mirror = _as_mechanism(tmp_path, "mirror", row["a"])
+    assert main([str(SFLOW), "--throughput", str(THROUGHPUT), "--throughput", str(mirror)]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("| sflow-default-s201.json"))
+    reference = json.loads(THROUGHPUT.read_text())["mechanisms"]["sflow"]["coefficient"]
+    low, high = row["ci_switch"]
+    expected_switch = "1 of 1" if low <= reference <= high else "0 of 1"
+    assert line.endswith(f"| 0 of 1 | {expected_switch} |")  # 0.335 is far above the cgroup's CI
+    assert "throughput method, mirror (throughput-mirror.json)" in out
+    assert main([str(SFLOW), "--throughput", str(SFLOW)]) == 2
+    assert "not a throughput-method calibration" in capsys.readouterr().err
