@@ -94,8 +94,9 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
 
 def markdown(frame: pd.DataFrame) -> str:
     lines = ["| mechanism | method | started (UTC), load | covariate | a | 95% CI | half-width "
-             "(without covariate) | target met | seconds | c0 (ns/packet) | a·c0 (ns per copy) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(without covariate) | target met | seconds | T0 (pps) | c0 (ns/packet) "
+             "| a·c0 (ns per copy) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in frame.sort_values(["mechanism", "method"]).itertuples():
         extra_low, extra_high = row.extra_ns_ci
         lines.append(
@@ -103,7 +104,8 @@ def markdown(frame: pd.DataFrame) -> str:
             f"| {row.a:.3f} | [{row.ci_low:.3f}, {row.ci_high:.3f}] | {row.half_width:.3f}"
             + (f" ({row.half_width_without:.3f})" if math.isfinite(row.half_width_without) else "")
             + f" | {'yes' if row.target_met else 'no' if row.target_met is not None else '-'} "
-            f"| {row.seconds if row.seconds is not None else '-'} | {row.c0_ns:,.0f} "
+            f"| {row.seconds if row.seconds is not None else '-'} | {row.capacity_pps:,.0f} "
+            f"| {row.c0_ns:,.0f} "
             f"| {row.extra_ns_per_copy:,.0f} [{extra_low:,.0f}, {extra_high:,.0f}] |")
     return "\n".join(lines)
 

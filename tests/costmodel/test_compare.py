@@ -39,6 +39,7 @@ def test_extra_cost_per_copy_uses_each_methods_own_c0(tmp_path, capsys):
     assert main([cpu, flat]) == 0
     table = capsys.readouterr().out
     assert "| mirror | cpu | - | none | 0.050 |" in table and "1,250" in table
+    assert "| 120.0 | 40,000 | 25,000 |" in table  # seconds, T0 = budget / c0, c0
 
 
 def test_rate0_cost_is_nan_without_cpu_columns_and_bad_files_are_named(tmp_path, capsys):
