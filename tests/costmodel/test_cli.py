@@ -91,7 +91,7 @@ def test_fit_protocol_filter_errors(measurements, capsys):
     (["calibrate", "--method", "throughput", "--bridge", "br0", "--sender-port", "p1"],
      "receiver port is required"),
     (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "--account-cgroup"),
-    (["calibrate", "--testbed", "--duration", "4"], "too short for 40 phases"),
+    (["calibrate", "--testbed", "--duration", "2"], "too short for 40 phases"),
     (["calibrate", "--testbed", "--target-ci", "0.1", "--max-time", "2"], "max time"),
 ])
 def test_calibrate_refuses_bad_requests_before_touching_anything(tmp_path, capsys, argv, message):
