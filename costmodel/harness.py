@@ -89,15 +89,16 @@ class CalibrationSettings:
     #: cpu method: packets per burst of the offered load (iperf3 ``-b RATE/N``); 0: iperf3's
     #: own pacing (whatever its 1-ms timer finds due).
     burst: int = 0
-    #: Paired runs of some mechanisms with their own length: ``(mechanism, seconds, phases)``.
-    run_lengths: tuple[tuple[str, float, int], ...] = ()
+    #: Paired runs of some mechanisms with their own design:
+    #: ``(mechanism, seconds, phases, guard seconds)``.
+    run_lengths: tuple[tuple[str, float, int, float], ...] = ()
 
-    def run_design(self, mechanism: str) -> tuple[float, int]:
-        """(seconds, phases) of one paired run of ``mechanism``."""
-        for name, seconds, phases in self.run_lengths:
+    def run_design(self, mechanism: str) -> tuple[float, int, float]:
+        """(seconds, phases, guard seconds) of one paired run of ``mechanism``."""
+        for name, seconds, phases, guard_s in self.run_lengths:
             if name == mechanism:
-                return float(seconds), int(phases)
-        return self.duration_s, self.phases
+                return float(seconds), int(phases), float(guard_s)
+        return self.duration_s, self.phases, self.guard_s
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -115,16 +116,18 @@ class CalibrationSettings:
             for name, *_ in self.run_lengths:
                 if name not in MECHANISMS:
                     raise HarnessError(f"run length for unknown mechanism {name!r}")
-            for seconds, phases in {(self.duration_s, self.phases),
-                                    *(self.run_design(m) for m in self.mechanisms)}:
+            for seconds, phases, guard_s in {(self.duration_s, self.phases, self.guard_s),
+                                             *(self.run_design(m) for m in self.mechanisms)}:
                 if not isinstance(phases, int) or phases < 2 or phases % 2:
                     raise HarnessError(f"phases must be an even integer >= 2, got {phases!r}")
                 if not seconds >= 1:
                     raise HarnessError(f"duration must be >= 1 s (iperf3's minimum), got {seconds!r}")
-                if seconds / phases < self.guard_s + MIN_COUNTED_S:
+                if not (isinstance(guard_s, (int, float)) and guard_s >= 0):
+                    raise HarnessError(f"guard must be >= 0 s, got {guard_s!r}")
+                if seconds / phases < guard_s + MIN_COUNTED_S:
                     raise HarnessError(f"duration {seconds:g} s is too short for "
                                        f"{phases} phases of at least "
-                                       f"{self.guard_s + MIN_COUNTED_S:g} s")
+                                       f"{guard_s + MIN_COUNTED_S:g} s")
         unknown = [m for m in self.mechanisms if m not in MECHANISMS]
         if not self.mechanisms or unknown:
             raise HarnessError(f"mechanisms: choose from {', '.join(MECHANISMS)}, got "
@@ -382,16 +385,16 @@ class Calibrator:
         under load (fewer rows in that block) instead of failing on a phase without traffic."""
         s = self.settings
         first = random.Random(s.seed * 100_003 + trial.order).random() < 0.5
-        seconds, phases = s.run_design(trial.mechanism)
+        seconds, phases, guard_s = s.run_design(trial.mechanism)
         schedule = [trial.rate if (k % 2 == 0) == first else 0.0 for k in range(phases)]
-        counted_s = seconds / phases - s.guard_s
+        counted_s = seconds / phases - guard_s
         rows = []
         self._set_active(None, 0.0)
         load = self._flowing_load(seconds * LOAD_SLACK + TAIL_S)
         try:
             for k, rate in enumerate(schedule):
                 effective = self._set_active(trial.mechanism, rate)
-                _sleep_until(self.clock, self.clock() + s.guard_s)
+                _sleep_until(self.clock, self.clock() + guard_s)
                 before = self._counters(trial.mechanism)
                 _sleep_until(self.clock, before[0] + counted_s)
                 after = self._counters(trial.mechanism)

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = json.loads(path.with_suffix(".json").read_text())["metadata"]
         for mechanism, group in frame.groupby("mechanism"):
             c = components(group)
-            nominal, phases = (meta.get("run_lengths") or {}).get(
+            nominal, phases, *_ = (meta.get("run_lengths") or {}).get(
                 mechanism, [meta["duration_s"], meta.get("phases") or 2])
             pooled_within.append(c["within_sd"] ** 2 * counted)  # per counted second
             pooled_between.append(c["between_sd"] ** 2)

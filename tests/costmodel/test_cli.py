@@ -168,10 +168,13 @@ def test_the_cpu_methods_vxlan_mirror_runs_shorter_runs_unless_told(tmp_path, mo
     monkeypatch.setattr(cli, "_measure", measure)
     base = ["calibrate", "--testbed", "--mechanisms", "sflow,mirror_vxlan", "-d",
             str(tmp_path / "m.csv"), "-o", str(tmp_path / "c.json")]
-    for extra in ([], ["--duration", "12"], ["--method", "throughput"]):
+    for extra in ([], ["--duration", "12"], ["--guard", "0.1"], ["--method", "throughput"]):
         assert main(base + extra) != 0  # interrupted: reported, nothing written
-    default, told, throughput = seen
-    assert default.run_design("mirror_vxlan") == (2.0, 8) and default.run_design("sflow") == (12.0, 40)
-    assert told.run_design("mirror_vxlan") == (12.0, 40) and told.run_lengths == ()
+    default, told, guarded, throughput = seen
+    assert default.run_design("mirror_vxlan") == (2.0, 8, 0.05)
+    assert default.run_design("sflow") == (12.0, 120, 0.02)
+    assert default.run_design("mirror") == (12.0, 40, 0.05)
+    assert told.run_design("mirror_vxlan") == (12.0, 40, 0.05) and told.run_lengths == ()
+    assert guarded.run_design("sflow") == (12.0, 40, 0.1) and guarded.run_lengths == ()
     assert throughput.run_lengths == ()
     assert not (tmp_path / "m.csv").exists() and not (tmp_path / "c.json").exists()

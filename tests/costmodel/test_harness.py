@@ -269,8 +269,9 @@ def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
 
     settings = CalibrationSettings(mechanisms=("sflow", "mirror_vxlan"), rates=(0, 1),
                                    repetitions=2, duration_s=6, warmup_s=0, phases=8,
-                                   guard_s=0.1, run_lengths=(("mirror_vxlan", 2.0, 4),))
-    assert settings.run_design("mirror_vxlan") == (2.0, 4) and settings.run_design("sflow") == (6, 8)
+                                   guard_s=0.1, run_lengths=(("mirror_vxlan", 2.0, 4, 0.2),))
+    assert settings.run_design("mirror_vxlan") == (2.0, 4, 0.2)
+    assert settings.run_design("sflow") == (6, 8, 0.1)
     durations = []
 
     def client(argv, duration):
@@ -281,16 +282,24 @@ def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
                       client, "10.0.0.2", "in", "out", clock=switch.clock).run(show_progress=False)
     phases = data.groupby(["mechanism", "block"])["phase"].count()
     assert set(phases["sflow"]) == {8} and set(phases["mirror_vxlan"]) == {4}
-    assert data[data["mechanism"] == "mirror_vxlan"]["duration_s"].between(0.35, 0.45).all()
+    # counted: a phase less its own guard (0.5 - 0.2 s; sflow's 0.75 - 0.1 s)
+    assert data[data["mechanism"] == "mirror_vxlan"]["duration_s"].between(0.25, 0.35).all()
+    assert data[data["mechanism"] == "sflow"]["duration_s"].between(0.6, 0.7).all()
     assert sorted(set(durations)) == sorted({2.0 * harness.LOAD_SLACK + harness.TAIL_S,
                                             6.0 * harness.LOAD_SLACK + harness.TAIL_S})
     with pytest.raises(HarnessError, match="phases must be an even integer"):
-        CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(0, 1), run_lengths=(("mirror_vxlan", 4.0, 3),))
+        CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(0, 1), run_lengths=(("mirror_vxlan", 4.0, 3, 0.05),))
     with pytest.raises(HarnessError, match="too short"):
         CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(0, 1), guard_s=0.3,
-                            run_lengths=(("mirror_vxlan", 1.0, 14),))
+                            run_lengths=(("mirror_vxlan", 1.0, 14, 0.3),))
     with pytest.raises(HarnessError, match="unknown mechanism"):
-        CalibrationSettings(run_lengths=(("netflow", 4.0, 14),))
+        CalibrationSettings(run_lengths=(("netflow", 4.0, 14, 0.05),))
+    # a run's own guard decides whether its phases are long enough, not the default's
+    CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), duration_s=12, phases=40,
+                        guard_s=0.2, run_lengths=(("sflow", 12.0, 120, 0.02),))
+    with pytest.raises(HarnessError, match="too short for 120 phases"):
+        CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), duration_s=12, phases=40,
+                            guard_s=0.05, run_lengths=(("sflow", 12.0, 120, 0.06),))
 
 
 def test_a_run_delayed_past_its_load_keeps_the_phases_measured_under_load(monkeypatch):
