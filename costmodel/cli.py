@@ -7,18 +7,17 @@ import argparse
 #: Defaults that differ by method: the cpu method alternates fast (its noise is fast), counts
 #: most of every run, and measures where the slope is learnt best (rates 0 and 1; add 0.5 to
 #: check the law's shape); the throughput method keeps the grid it always had.
-#: Two mechanisms have their own cpu-method design ``(seconds, phases, guard)`` unless
-#: --duration, --phases or --guard is given. The VXLAN mirror's effect varies between runs more
-#: than the others', so more, shorter runs narrow its interval most; 2-s runs of 8 phases
-#: reached the target sooner than 4-s runs of 14 in three of three pairs (docs/costmodel.md,
-#: "Run design from the variance components"). sFlow's phase noise is slow (neighbouring phases
-#: correlate), so 0.1-s phases pair its arms closer; 12-s runs of 120 phases with a 0.02-s guard
-#: halved its within-run noise and met the target in 3 of 3 quiet calibrations against 0 of 3
-#: (docs/costmodel.md, "Shorter phases for sFlow").
-RUN_LENGTHS = {"cpu": (("mirror_vxlan", 2.0, 8, 0.05), ("sflow", 12.0, 120, 0.02)),
-               "throughput": ()}
+#: The cpu method's phases are 0.1 s: its phase noise is slow (neighbouring phases correlate), so
+#: arms 0.1 s apart cancel more of it; 12-s runs of 120 phases with a 0.02-s guard halved sFlow's
+#: within-run noise and met the target in 3 of 3 quiet calibrations against 0 of 3 for 40
+#: phases, and were narrower for the plain mirror in 3 of 3 rounds (docs/costmodel.md, "Shorter phases").
+#: The VXLAN mirror has its own design ``(seconds, phases, guard)`` unless --duration, --phases
+#: or --guard is given: its effect varies between runs more than the others', so more, shorter
+#: runs narrow its interval most; 2-s runs of 8 phases reached the target sooner than 4-s runs
+#: of 14 in three of three pairs (docs/costmodel.md, "Run design from the variance components").
+RUN_LENGTHS = {"cpu": (("mirror_vxlan", 2.0, 8, 0.05),), "throughput": ()}
 METHOD_DEFAULTS = {
-    "cpu": {"rates": (0.0, 1.0), "duration": 12.0, "phases": 40, "guard": 0.05},
+    "cpu": {"rates": (0.0, 1.0), "duration": 12.0, "phases": 120, "guard": 0.02},
     "throughput": {"rates": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "duration": 6.0, "phases": 4,
                    "guard": 0.3},
 }
@@ -84,11 +83,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="paired: each run alternates rate 0 and rate s (drift cancels); "
                           "independent: one rate per run")
     cal.add_argument("--phases", type=int,
-                     help="paired: phases per run, even (default: 40 for cpu, sflow 120, "
-                          "mirror_vxlan 8; 4 for throughput)")
+                     help="paired: phases per run, even (default: 120 for cpu, mirror_vxlan 8; "
+                          "4 for throughput)")
     cal.add_argument("--guard", type=float,
-                     help="paired: seconds skipped after a change (default: 0.05 cpu, sflow 0.02; "
-                          "0.3 throughput)")
+                     help="paired: seconds skipped after a change (default: 0.02 cpu, mirror_vxlan "
+                          "0.05; 0.3 throughput)")
     cal.add_argument("--settle", type=float, default=0.5, help="independent: seconds after a change")
     cal.add_argument("--seed", type=int, default=0, help="seed of the trial order")
     cal.add_argument("--port", type=int, default=5271, help="iperf3 port")

@@ -91,7 +91,7 @@ def test_fit_protocol_filter_errors(measurements, capsys):
     (["calibrate", "--method", "throughput", "--bridge", "br0", "--sender-port", "p1"],
      "receiver port is required"),
     (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "--account-cgroup"),
-    (["calibrate", "--testbed", "--duration", "2"], "too short for 40 phases"),
+    (["calibrate", "--testbed", "--duration", "2"], "too short for 120 phases"),
     (["calibrate", "--testbed", "--target-ci", "0.1", "--max-time", "2"], "max time"),
 ])
 def test_calibrate_refuses_bad_requests_before_touching_anything(tmp_path, capsys, argv, message):
@@ -168,13 +168,13 @@ def test_the_cpu_methods_vxlan_mirror_runs_shorter_runs_unless_told(tmp_path, mo
     monkeypatch.setattr(cli, "_measure", measure)
     base = ["calibrate", "--testbed", "--mechanisms", "sflow,mirror_vxlan", "-d",
             str(tmp_path / "m.csv"), "-o", str(tmp_path / "c.json")]
-    for extra in ([], ["--duration", "12"], ["--guard", "0.1"], ["--method", "throughput"]):
+    for extra in ([], ["--duration", "12"], ["--guard", "0.04"], ["--method", "throughput"]):
         assert main(base + extra) != 0  # interrupted: reported, nothing written
     default, told, guarded, throughput = seen
     assert default.run_design("mirror_vxlan") == (2.0, 8, 0.05)
     assert default.run_design("sflow") == (12.0, 120, 0.02)
-    assert default.run_design("mirror") == (12.0, 40, 0.05)
-    assert told.run_design("mirror_vxlan") == (12.0, 40, 0.05) and told.run_lengths == ()
-    assert guarded.run_design("sflow") == (12.0, 40, 0.1) and guarded.run_lengths == ()
+    assert default.run_design("mirror") == (12.0, 120, 0.02)
+    assert told.run_design("mirror_vxlan") == (12.0, 120, 0.02) and told.run_lengths == ()
+    assert guarded.run_design("sflow") == (12.0, 120, 0.04) and guarded.run_lengths == ()
     assert throughput.run_lengths == ()
     assert not (tmp_path / "m.csv").exists() and not (tmp_path / "c.json").exists()
