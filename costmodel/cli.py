@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-#: Defaults that differ by method: the cpu method alternates fast (its noise is fast), counts
-#: most of every run, and measures where the slope is learnt best (rates 0 and 1; add 0.5 to
-#: check the law's shape); the throughput method keeps the grid it always had.
+#: Defaults that differ by method: the cpu method alternates fast (below), counts most of every
+#: run, and measures where the slope is learnt best (rates 0 and 1; add 0.5 to check the law's
+#: shape); the throughput method keeps the grid it always had.
 #: The cpu method's phases are 0.1 s: its phase noise is slow (neighbouring phases correlate), so
 #: arms 0.1 s apart cancel more of it; 12-s runs of 120 phases with a 0.02-s guard halved sFlow's
 #: within-run noise and met the target in 3 of 3 quiet calibrations against 0 of 3 for 40

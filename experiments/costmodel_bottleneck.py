@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cosample.costmodel.calibration_file import read_calibration_file
+from cosample.costmodel.calibration_file import MechanismEntry, read_calibration_file
 from cosample.costmodel.compare import needed_half_width, read_calibration
 from cosample.costmodel.fit import CostModelFit
 from cosample.errors import exit_status
@@ -75,20 +75,17 @@ def rows(path: Path) -> list[dict]:
     return out
 
 
-def references(paths: list[Path]) -> dict[str, list[dict]]:
-    """Throughput-method coefficients by mechanism: ``{mechanism: [{"data", "coefficient",
-    "coefficient_ci", "capacity_pps"}, ...]}``, in the order of ``paths``."""
-    by_mechanism: dict[str, list[dict]] = {}
+def references(paths: list[Path]) -> dict[str, list[tuple[str, MechanismEntry]]]:
+    """Throughput-method fits by mechanism: ``{mechanism: [(file name, fit), ...]}``, in the
+    order of ``paths``."""
+    by_mechanism: dict[str, list[tuple[str, MechanismEntry]]] = {}
     for path in paths:
         document = read_calibration_file(path, error=ExperimentError)
         if document.metadata.method != "throughput":
             raise ExperimentError(f"{path}: not a throughput-method calibration "
                                   f"(method {document.metadata.method!r})")
         for mechanism, entry in document.mechanisms.items():
-            by_mechanism.setdefault(mechanism, []).append(
-                {"data": path.name, "coefficient": entry.coefficient,
-                 "coefficient_ci": tuple(entry.coefficient_ci),
-                 "capacity_pps": entry.capacity_pps})
+            by_mechanism.setdefault(mechanism, []).append((path.name, entry))
     return by_mechanism
 
 
@@ -120,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for path in args.calibrations:
             for row in rows(path):
-                theirs = [ref["coefficient"] for ref in reference.get(row["mechanism"], [])]
+                theirs = [fit.coefficient for _, fit in reference.get(row["mechanism"], [])]
                 met = "yes" if row["half_width_switch"] <= row["needed_switch"] + 1e-12 else "no"
                 print(f"| {row['data']} | {row['mechanism']} | {row['a']:.3f} "
                       f"| {_interval(*row['ci'])} "
@@ -129,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"| {row['capacity_switch']:,.0f} | {inside(row['ci'], theirs)} "
                       f"| {inside(row['ci_switch'], theirs)} |")
         for mechanism, refs in reference.items():
-            for ref in refs:
-                print(f"\nthroughput method, {mechanism} ({ref['data']}): "
-                      f"a = {ref['coefficient']:.3f} {_interval(*ref['coefficient_ci'])}, "
-                      f"T0 = {ref['capacity_pps']:,.0f} pps")
+            for name, fit in refs:
+                print(f"\nthroughput method, {mechanism} ({name}): "
+                      f"a = {fit.coefficient:.3f} {_interval(*fit.coefficient_ci)}, "
+                      f"T0 = {fit.capacity_pps:,.0f} pps")
         return 0
 
     return exit_status("costmodel_bottleneck", report)

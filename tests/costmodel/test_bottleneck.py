@@ -68,9 +68,9 @@ def test_references_are_matched_by_mechanism(tmp_path):
     mirror = _as_mechanism(tmp_path, "mirror", 0.5)
     by_mechanism = references([THROUGHPUT, mirror, THROUGHPUT])
     assert sorted(by_mechanism) == ["mirror", "sflow"]
-    assert [ref["coefficient"] for ref in by_mechanism["mirror"]] == [0.5]
+    assert [fit.coefficient for _, fit in by_mechanism["mirror"]] == [0.5]
     assert len(by_mechanism["sflow"]) == 2
-    assert by_mechanism["sflow"][0]["data"] == THROUGHPUT.name
+    assert by_mechanism["sflow"][0][0] == THROUGHPUT.name
 
 
 def test_inside_counts_the_references_in_the_interval():
