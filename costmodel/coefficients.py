@@ -10,46 +10,52 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from cosample.costmodel.calibration_file import (CalibrationFileError, read_calibration_file)
+from cosample.costmodel.calibration_file import (CalibrationDocument, CalibrationFileError,
+                                                  read_calibration_file)
 from cosample.validation import problem
 
-__all__ = ["KEYS", "CalibrationFileError", "read_coefficients", "read_intervals"]
+__all__ = ["KEYS", "CalibrationFileError", "coefficients", "intervals", "read_coefficients"]
 
 KEYS = ("alpha", "beta", "capacity_pps")
 
 
 def read_coefficients(path: str | os.PathLike[str],
                       required: Iterable[str] = ("alpha", "beta")) -> dict[str, float]:
-    """The positive ``alpha``/``beta``/``capacity_pps`` the file holds.
+    """The positive ``alpha``/``beta``/``capacity_pps`` of the calibration file at ``path``."""
+    return coefficients(read_calibration_file(path), path, required)
+
+
+def coefficients(document: CalibrationDocument, where: str | os.PathLike[str],
+                 required: Iterable[str] = ("alpha", "beta")) -> dict[str, float]:
+    """The positive ``alpha``/``beta``/``capacity_pps`` a calibration holds.
 
     Keys in ``required`` must be there; the others are returned when present and not null
-    (``cosample fit`` writes null for a mechanism it did not measure).
+    (``cosample fit`` writes null for a mechanism it did not measure). ``where`` names the file
+    in errors.
     """
-    document = read_calibration_file(path)
     found = {}
     for key in KEYS:
         value = getattr(document, key)
         if value is None:
             if key in required:
                 raise problem((key,), "missing: the planner needs it (a finite number > 0)",
-                              where=str(path), error=CalibrationFileError)
+                              where=str(where), error=CalibrationFileError)
             continue
         if value <= 0:
             raise CalibrationFileError(
-                f"{path}: {key} = {value:.4g}: the planner needs a value > 0, and this calibration "
+                f"{where}: {key} = {value:.4g}: the planner needs a value > 0, and this calibration "
                 "measured none (see its warnings); re-measure, or give it explicitly")
         found[key] = float(value)
     return found
 
 
-def read_intervals(path: str | os.PathLike[str]) -> dict[str, tuple[float, float]]:
+def intervals(document: CalibrationDocument) -> dict[str, tuple[float, float]]:
     """The calibration's confidence intervals of ``alpha``, ``beta`` and ``capacity_pps``.
 
     alpha and beta come from the mechanisms the file's ``roles`` name (``sflow`` and ``mirror``
     in older files); capacity's interval spans those mechanisms' capacity intervals (lowest low
     end, highest high end). Missing ends leave an interval out.
     """
-    document = read_calibration_file(path)
     found: dict[str, tuple[float, float]] = {}
     capacity: list[tuple[float, float]] = []
     for role in ("alpha", "beta"):

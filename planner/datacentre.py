@@ -112,8 +112,9 @@ class DataCentre:
     def from_description(cls, description: Description, base_dir: Path = Path("."),
                          source: str = "description") -> "DataCentre":
         """Apply the cross-field rules to a validated description and build the arrays."""
-        from cosample.costmodel.coefficients import (CalibrationFileError, read_coefficients,
-                                                     read_intervals)
+        from cosample.costmodel.calibration_file import read_calibration_file
+        from cosample.costmodel.coefficients import (CalibrationFileError, coefficients,
+                                                     intervals as calibration_intervals)
 
         def fail(location: Sequence[int | str], what: str, value: Any = None) -> PlannerError:
             name = names[location[1]] if location[0] == "servers" else None
@@ -135,14 +136,19 @@ class DataCentre:
         beta = np.array([cost.beta if s.beta is None else s.beta for s in servers])
         intervals = {key: np.full((len(servers), 2), math.nan)
                      for key in ("alpha", "beta", "capacity_pps")}
+        calibrations: dict[Path, tuple[dict, dict]] = {}  # servers may share a file: read it once
         for position, server in enumerate(servers):
             if server.calibration is None:
                 continue
+            path = base_dir / server.calibration
             try:
-                calibrated = read_coefficients(base_dir / server.calibration, required=())
+                if path not in calibrations:
+                    document = read_calibration_file(path)
+                    calibrations[path] = (coefficients(document, path, required=()),
+                                          calibration_intervals(document))
             except CalibrationFileError as exc:
                 raise fail(("servers", position, "calibration"), str(exc)) from None
-            measured = read_intervals(base_dir / server.calibration)
+            calibrated, measured = calibrations[path]
             for key, column in (("capacity_pps", capacity), ("alpha", alpha), ("beta", beta)):
                 if getattr(server, key) is None and calibrated.get(key) is not None:
                     column[position] = calibrated[key]
