@@ -9,18 +9,16 @@ value; ``cosample agent check-config`` prints the normalised result.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BeforeValidator, Field
 
 from cosample.agents.errors import ConfigError
 from cosample.agents.plan import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
 from cosample.agents.source import DEFAULT_MAX_PLAN_MIB
-from cosample.validation import InterfaceName, Strict, validate
+from cosample.validation import InterfaceName, Strict, read_document, validate
 
 SYSTEM_OVSDB = "unix:/var/run/openvswitch/db.sock"
 
@@ -96,17 +94,7 @@ def load_config(path: str | None, overrides: Mapping[str, Any],
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
-        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError, RecursionError) as exc:
-        raise ConfigError(f"{path}: not valid {'YAML' if path.suffix != '.toml' else 'TOML'}: "
-                          f"{exc}") from None
+    data = read_document(path, "agent configuration", default="TOML", error=ConfigError)
     if data is None:
         return {}
     if not isinstance(data, dict):

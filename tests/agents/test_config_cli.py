@@ -57,6 +57,22 @@ def test_bad_config_file_is_named(tmp_path):
         load_config(str(path), {})
 
 
+@pytest.mark.parametrize("name, text, kind", [
+    ("agent.conf", "host = \n", "TOML"),      # no known extension: TOML, the documented default
+    ("agent.yml", "host: [s1\n", "YAML"),
+])
+def test_bad_config_names_the_format_it_was_read_as(tmp_path, name, text, kind):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"{name}: not valid {kind}"):
+        load_config(str(path), {})
+
+
+def test_unreadable_config_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="missing.toml: cannot read agent configuration"):
+        load_config(str(tmp_path / "missing.toml"), {})
+
+
 def test_durations():
     assert [duration(x) for x in ("30s", "2m", "1h", "500ms", "7")] == [30, 120, 3600, 0.5, 7]
     parser = build_parser()
