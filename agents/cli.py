@@ -206,9 +206,9 @@ def _validate(args) -> int:
     """Fetch and check a plan as an agent with the same settings would (size limit, key)."""
     from cosample.agents.config import load_config
     from cosample.agents.desired import desired_state
-    from cosample.agents.plan import format_time, parse_document
-    from cosample.agents.signing import verify
-    from cosample.agents.source import fetch
+    from cosample.plan.document import format_time, parse_document
+    from cosample.plan.signing import verify
+    from cosample.plan.source import fetch
     config = load_config(args.config, {"host": args.host, "public_key": args.public_key,
                                        "max_plan_mib": args.max_plan_mib},
                          defaults={"host": _NO_HOST})  # host: only to check its part
@@ -230,24 +230,24 @@ _NO_HOST = "\x00no host"  # not a valid host name in a plan: no host part checke
 
 
 def _keygen(args) -> int:
-    from cosample.agents.signing import generate_keypair
+    from cosample.plan.signing import generate_keypair
     generate_keypair(args.private_key, args.public_key)
     print(f"wrote {args.private_key} (keep secret) and {args.public_key}")
     return 0
 
 
 def _sign(args) -> int:
-    from cosample.agents.signing import sign_file
+    from cosample.plan.signing import sign_file
     print(f"wrote {sign_file(args.plan, args.key)}")
     return 0
 
 
 def _transition(args) -> int:
     from cosample.agents.errors import AgentError
-    from cosample.agents.plan import parse_plan
+    from cosample.plan.document import parse_plan
     from cosample.agents.runner import utcnow
     from cosample.files import write_bytes_atomic
-    from cosample.agents.transition import transition
+    from cosample.plan.transition import transition
     plans = []
     for path in (args.old, args.new):
         try:

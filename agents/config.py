@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from cosample.agents.errors import ConfigError
-from cosample.agents.plan import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
-from cosample.agents.source import DEFAULT_MAX_PLAN_MIB
+from cosample.plan.document import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
+from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
 from cosample.validation import InterfaceName, Strict, read_document, validate
 
 SYSTEM_OVSDB = "unix:/var/run/openvswitch/db.sock"

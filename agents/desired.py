@@ -10,8 +10,8 @@ from __future__ import annotations
 import ipaddress
 
 from cosample.agents.config import AgentConfig
-from cosample.agents.errors import PlanError
-from cosample.agents.plan import HostPlan, Plan, SflowSpec
+from cosample.plan.errors import PlanError
+from cosample.plan.document import HostPlan, Plan, SflowSpec
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, DesiredState, MirrorTarget,
                                    SflowSettings, TunnelPort, pair_vni, short_hash)
 from cosample.dataplane.tcmirror import chain_thresholds

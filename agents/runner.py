@@ -26,15 +26,15 @@ from pathlib import Path
 
 from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
-from cosample.agents.errors import AgentError, PlanError, SignatureError
+from cosample.plan.errors import PlanError, PlanFetchError, SignatureError, SigningKeyError
 from cosample.agents.host import Host
 from cosample.agents.ledger import private_dir
-from cosample.agents.plan import Plan, format_time, parse_document, parse_plan
+from cosample.plan.document import Plan, format_time, parse_document, parse_plan
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
-from cosample.agents.selection import select_plan
-from cosample.agents.signing import verify
-from cosample.agents.source import fetch
+from cosample.plan.selection import select_plan
+from cosample.plan.signing import verify
+from cosample.plan.source import fetch
 from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
 from cosample.files import write_bytes_atomic
@@ -168,7 +168,7 @@ class Agent:
             errors.append(str(exc))
             kinds.append("plan")
             return ()
-        except AgentError as exc:
+        except (PlanFetchError, SigningKeyError) as exc:
             errors.append(str(exc))
             kinds.append("fetch")
             return ()

@@ -1,6 +1,6 @@
 """Who sent a sampled packet, and with which probability the plan selected it (pure).
 
-Built from a validated plan (``cosample.agents.plan.Plan``) and an optional inventory:
+Built from a validated plan (``cosample.plan.document.Plan``) and an optional inventory:
 
 - a sample without tunnel-ingress records was taken on a VM port: it belongs to the server
   whose agent address reported it (the host's ``tunnel_ip``, or the inventory's ``agent_ip``);
@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cosample.agents.plan import Plan
+from cosample.plan.document import Plan
 from cosample.collector.inventory import Inventory
 from cosample.dataplane.tunnels import pair_vni
 

@@ -1,7 +1,7 @@
 """Follow the plan the agents run: fetch it (path or URL), validate it, pick the active one.
 
 The collector reads plans with the agents' own reader and selection rules
-(``cosample.agents.plan``, ``cosample.agents.selection``), so both agree on which plan is in force:
+(``cosample.plan.document``, ``cosample.plan.selection``), so both agree on which plan is in force:
 the newest active plan of the document, never a rollback. A fetch or validation failure keeps
 the last good plan (counted in ``errors``). When the running plan expires the agents fall back to
 local sampling only, and so does the attribution (no mirrors). Until a plan is in force (none
@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from cosample.agents.plan import Plan, parse_document
-from cosample.agents.selection import select_plan
-from cosample.agents.source import fetch
+from cosample.plan.document import Plan, parse_document
+from cosample.plan.selection import select_plan
+from cosample.plan.source import fetch
 from cosample.collector import attribution
 from cosample.collector.errors import CollectorError
 from cosample.collector.inventory import Inventory

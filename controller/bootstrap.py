@@ -29,7 +29,7 @@ import numpy as np
 
 from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
-from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
+from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 from cosample.planner.planfile import plan_id
 
 DEFAULT_SAMPLING = 4096

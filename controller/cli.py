@@ -149,8 +149,8 @@ def _run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from cosample.agents.plan import parse_hostport
-    from cosample.agents.signing import sign_bytes
+    from cosample.plan.document import parse_hostport
+    from cosample.plan.signing import sign_bytes
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller
     from cosample.controller.publish import DirectoryTarget, HttpTarget

@@ -4,7 +4,7 @@ Two targets: ``DirectoryTarget`` writes ``plan.json`` and ``plan.json.sig`` atom
 folder that any web server, shared file system or object-store sync serves; ``HttpTarget``
 serves them itself with ``ETag``/``If-None-Match`` (a 304 costs no body), next to ``/status``
 and ``/metrics``. When a plan change makes some server's load rise while another component
-falls, the document is the agents' two-phase plan set (``cosample.agents.transition``).
+falls, the document is the agents' two-phase plan set (``cosample.plan.transition``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-from cosample.agents.plan import format_time
-from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
+from cosample.plan.document import format_time
+from cosample.plan.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.files import write_bytes_atomic
 from cosample.planner.planfile import HostTable, compact_json
 
@@ -57,8 +57,8 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         data = compact_json(plan)
         versions, final = (version,), plan
     else:
-        from cosample.agents.plan import plan_head
-        from cosample.agents.transition import plan_set
+        from cosample.plan.document import plan_head
+        from cosample.plan.transition import plan_set
 
         # Both plans come from the planner (the previous one from the controller's own store):
         # only the fields the transition needs are validated, not 2 x 10^5 host entries.
@@ -94,7 +94,7 @@ def _entries(plan: dict[str, Any]) -> dict[str, Any]:
 
 def oversized(rendered: Rendered) -> str | None:
     """A problem if agents with the default ``max_plan_mib`` would refuse the published bytes."""
-    from cosample.agents import source
+    from cosample.plan import source
 
     if len(rendered.data) <= source.MAX_BYTES:
         return None

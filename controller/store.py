@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cosample.planner.formats import PLANSET_FORMAT
+from cosample.plan.formats import PLANSET_FORMAT
 from cosample.controller.errors import ControllerError
 from cosample.files import write_bytes_atomic
 

@@ -31,14 +31,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from cosample.agents.plan import plan_from_dict
+from cosample.plan.document import plan_from_dict
 from cosample.collector.attribution import build
 from cosample.collector.decode import parse_datagram
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
 from cosample.lab.pmacct import Sfacctd, free_udp_port, sfacctd_available
 from cosample.lab.sflowstream import simulate, vm_address
-from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
+from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 
 RATES = (20_000, 40_000, 60_000, 80_000, 100_000, 120_000, 150_000, 200_000, 300_000, 400_000)
 QUICK_RATES = (5_000, 10_000)

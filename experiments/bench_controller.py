@@ -83,7 +83,7 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
 
 def measure(servers: int, folder: Path) -> dict:
     """Two cycles on the snapshot in ``folder`` (run in a process of its own)."""
-    from cosample.agents.signing import generate_keypair
+    from cosample.plan.signing import generate_keypair
     from cosample.controller.loop import Controller, Settings
     from cosample.controller.publish import DirectoryTarget
 
@@ -173,7 +173,7 @@ def _inventory(servers: int, folder: Path):
 
 def _agents_accept(path: Path) -> bool | str:
     """Whether the agents' own reader accepts the published plan (after the timed cycles)."""
-    from cosample.agents.plan import parse_document
+    from cosample.plan.document import parse_document
     from cosample.errors import CosampleError
 
     try:

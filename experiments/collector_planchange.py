@@ -41,7 +41,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cosample.agents.plan import parse_plan
+from cosample.plan.document import parse_plan
 from cosample.lab.plans import plan_document
 
 #: The last revision before the estimator knew streams' exposures.

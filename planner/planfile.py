@@ -23,7 +23,7 @@ from cosample.planner import hostjson
 from cosample.planner.baseline import solve_noncollab
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
-from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
+from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.planner.realise import Realised, realise
 from cosample.planner.solution import Solution
 

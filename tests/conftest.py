@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
 from cosample.lab.netns import netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
+from plan_documents import plan_bytes, plan_document
 
 
 @pytest.fixture
@@ -24,3 +28,23 @@ def dataplane():
     reason = ovs_available() or netns_available()
     if reason:
         pytest.skip(reason)
+
+
+@pytest.fixture
+def now():
+    """The moment a test runs, in UTC to the second (plans are created a minute before it)."""
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+@pytest.fixture
+def make_plan(now):
+    """``make_plan(**kwargs)`` -> a fresh plan dict created a minute before ``now``."""
+    def make(**kwargs):
+        kwargs.setdefault("created", now - timedelta(minutes=1))
+        return copy.deepcopy(plan_document(**kwargs))
+    return make
+
+
+@pytest.fixture
+def to_bytes():
+    return plan_bytes

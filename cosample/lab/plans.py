@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from cosample.agents.plan import format_time
-from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT
+from cosample.plan.document import format_time
+from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 
 
 def plan_document(hosts: dict, *, version: int = 7, now: datetime | None = None,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cosample.agents.plan import Plan
+from cosample.plan.document import Plan
 from cosample.collector.encode import (DATAGRAM_BUDGET_BYTES, SampleSpec, counter_sample, datagram,
                                        flow_sample)
 from cosample.dataplane.tunnels import pair_vni

@@ -133,7 +133,7 @@ def addresses(topology: Topology) -> dict:
 def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps: float | None,
                     log=print) -> dict[str, Any]:
     """Run one scenario on an up testbed; returns the raw timeline and what the plans said."""
-    from cosample.agents.signing import generate_keypair
+    from cosample.plan.signing import generate_keypair
     from cosample.controller.decide import Policy
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller, Settings

@@ -124,7 +124,7 @@ def estimate(plan: dict[str, Any] | None, datagrams: list[tuple[float, bytes]]):
     with their arrival times (what ``cosample collector replay`` does with a capture)."""
     if plan is None:
         return None
-    from cosample.agents.plan import plan_from_dict
+    from cosample.plan.document import plan_from_dict
     from cosample.collector.attribution import build
     from cosample.collector.estimate import Estimator
 

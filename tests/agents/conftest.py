@@ -1,81 +1,12 @@
-"""Fixtures for the agents' tests: plan documents as dicts (docs/formats.md), config, fake host.
-
-Plans are built relative to the ``now`` fixture, the current time to the second, so the suite
-passes on any day and in any time zone; nothing here names a calendar date.
+"""Fixtures for the agents' tests: a config with a private state dir (plan documents and the
+``now``/``make_plan`` fixtures are in tests/conftest.py and tests/plan_documents.py).
 """
 
 from __future__ import annotations
 
-import copy
-import json
-from datetime import datetime, timedelta, timezone
-
 import pytest
 
 from cosample.agents.config import make_config
-
-def _time(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def plan_document(version: int = 100, *, sender_mirrors=(("s2", 0.2), ("s3", 0.3)),
-                  sampling: int = 10, local_rate: float = 0.1, created: datetime,
-                  hours: float = 6, collector: str = "127.0.0.1:6343",
-                  vm_ports=None, bridge: str | None = "br-int") -> dict:
-    """A plan with sender s1 mirroring to receivers s2 and s3, and idle s4."""
-    def host(role, ip, **extra):
-        doc = {"role": role, "capacity_pps": 1e6, "forwarding_pps": 5e5, "own_pps": 4e5,
-               "local_rate": 1.0, "sflow_sampling": 1, "mirrors": [], "receives": [],
-               "tunnel_ip": ip}
-        if bridge:
-            doc["bridge"] = bridge
-        doc.update(extra)
-        return doc
-
-    mirrors = [{"to": to, "rate": rate} for to, rate in sender_mirrors]
-    hosts = {
-        "s1": host("sender", "10.0.0.1", local_rate=local_rate, sflow_sampling=sampling,
-                   mirrors=mirrors),
-        "s2": host("receiver", "10.0.0.2"),
-        "s3": host("receiver", "10.0.0.3"),
-        "s4": host("idle", "10.0.0.4", local_rate=0.0, sflow_sampling=None),
-    }
-    if vm_ports is not None:
-        hosts["s1"]["vm_ports"] = list(vm_ports)
-    for to, rate in sender_mirrors:
-        hosts[to]["receives"].append({"from": "s1", "rate": rate, "pps": rate * 4e5})
-    return {
-        "format": "cosample.plan", "format_version": 1, "version": version,
-        "created": _time(created), "expires": _time(created + timedelta(hours=hours)),
-        "plan_id": "ab" * 32, "datacentre": "test",
-        "sflow": {"collector": collector, "agent": "127.0.0.1"},
-        "cost": {"alpha": 1.54, "beta": 0.46}, "summary": {}, "solver": {"name": "exact"},
-        "hosts": hosts,
-    }
-
-
-def plan_bytes(document: dict) -> bytes:
-    return json.dumps(document, sort_keys=True, indent=2).encode()
-
-
-@pytest.fixture
-def now():
-    """The moment a test runs, in UTC to the second (plans are created a minute before it)."""
-    return datetime.now(timezone.utc).replace(microsecond=0)
-
-
-@pytest.fixture
-def make_plan(now):
-    """``make_plan(**kwargs)`` -> a fresh plan dict created a minute before ``now``."""
-    def make(**kwargs):
-        kwargs.setdefault("created", now - timedelta(minutes=1))
-        return copy.deepcopy(plan_document(**kwargs))
-    return make
-
-
-@pytest.fixture
-def to_bytes():
-    return plan_bytes
 
 
 @pytest.fixture

@@ -172,7 +172,7 @@ def test_plan_failing_on_the_host_is_not_adopted_and_the_host_returns(sandbox, m
 def test_version_far_ahead_is_refused_and_a_signed_reset_recovers(sandbox, make_plan, now,
                                                                   tmp_path):
     """Item 2: versions are bounded by created; 'reset: true' lowers the floor, signed."""
-    from cosample.agents.signing import generate_keypair, sign_file
+    from cosample.plan.signing import generate_keypair, sign_file
     _, config, plan_path, write_plan = sandbox
     generate_keypair(tmp_path / "k", tmp_path / "k.pub")
     signed = lambda doc: (write_plan(doc), sign_file(plan_path, tmp_path / "k"))  # noqa: E731

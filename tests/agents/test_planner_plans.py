@@ -9,9 +9,9 @@ import pytest
 from cosample.agents.config import make_config
 from cosample.agents.desired import desired_state
 from cosample.agents.fakehost import FakeHost
-from cosample.agents.plan import parse_document, parse_plan
+from cosample.plan.document import parse_document, parse_plan
 from cosample.agents.reconcile import reconcile
-from cosample.agents.transition import transition
+from cosample.plan.transition import transition
 from cosample.cli import main
 
 pytest.importorskip("cosample.planner.planfile", reason="the planner's plan writer is missing")

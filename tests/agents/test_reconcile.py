@@ -12,7 +12,7 @@ from cosample.agents import commands as c
 from cosample.agents.config import make_config
 from cosample.agents.desired import desired_state, safe_state
 from cosample.agents.fakehost import FakeHost
-from cosample.agents.plan import plan_from_dict
+from cosample.plan.document import plan_from_dict
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.state import OFPORT_BASE, ObservedPort
 from cosample.dataplane.tcmirror import match_probability

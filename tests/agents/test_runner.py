@@ -11,7 +11,7 @@ import pytest
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.report import read_status
 from cosample.agents.runner import LAST_GOOD_FILE, Agent
-from cosample.agents.signing import generate_keypair, sign_file
+from cosample.plan.signing import generate_keypair, sign_file
 
 
 class Clock:

@@ -20,7 +20,7 @@ import pytest
 
 from cosample.agents.desired import desired_state
 from cosample.agents.host import LinuxOvsHost
-from cosample.agents.plan import plan_from_dict
+from cosample.plan.document import plan_from_dict
 from cosample.agents.reconcile import reconcile
 from cosample.cli import main
 from cosample.dataplane.run import run

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cosample.agents.plan import parse_plan
+from cosample.plan.document import parse_plan
 from collector_plans import FOUR, plan_document
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cosample.agents.plan import parse_plan
+from cosample.plan.document import parse_plan
 from cosample.collector.attribution import LOCAL, MIRRORED, Source, build
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
 from cosample.collector.estimate import Estimator

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta, timezone
 
 from hypothesis import given, settings, strategies as st
 
-from cosample.agents.plan import parse_document, parse_plan
-from cosample.agents.selection import select_plan
+from cosample.plan.document import parse_document, parse_plan
+from cosample.plan.selection import select_plan
 from cosample.collector.estimate import Estimator
 from cosample.collector.planwatch import PlanWatcher
 from cosample.collector.polling import LOOP_SLACK_S, plan_lead_s

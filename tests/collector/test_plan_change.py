@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from cosample.agents.plan import parse_plan
+from cosample.plan.document import parse_plan
 from cosample.collector.attribution import build
 from cosample.collector.estimate import Estimator
 from cosample.collector.exposure import Streams, extrapolate, precision

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from cosample.agents.plan import parse_plan
+from cosample.plan.document import parse_plan
 from cosample.collector.attribution import LOCAL, Source, planless
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator

@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-from cosample.agents.signing import generate_keypair, verify
-from cosample.agents.source import fetch
+from cosample.plan.signing import generate_keypair, verify
+from cosample.plan.source import fetch
 from cosample.controller.publish import HttpTarget, render
 
 

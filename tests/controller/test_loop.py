@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from cosample.agents.plan import parse_document
+from cosample.plan.document import parse_document
 from cosample.planner.planfile import AGENT_FIELDS
-from cosample.agents.signing import generate_keypair, verify
+from cosample.plan.signing import generate_keypair, verify
 from cosample.cli import main
 from cosample.collector.polling import plan_lead_s
 from cosample.controller.evaluate import evaluate, needs_two_phases, shares
@@ -280,7 +280,7 @@ def test_cli_serve_unsigned_warns_and_publishes(tmp_path, capsys):
 
 def test_a_plan_above_the_agents_default_limit_is_reported(tmp_path, monkeypatch, caplog):
     """Published anyway (agents may have raised max_plan_mib), but a problem in the status."""
-    from cosample.agents import source
+    from cosample.plan import source
 
     rig = Rig(tmp_path)
     assert not [p for p in rig.cycle(BUSY_S1).problems if "max_plan_mib" in p]

@@ -14,7 +14,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from cosample.agents.plan import parse_plan
+from cosample.plan.document import parse_plan
 from cosample.collector.inventory import Inventory
 from cosample.collector.polling import plan_lead_s
 from cosample.collector.service import Service, Settings as CollectorSettings

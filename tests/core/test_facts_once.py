@@ -1,7 +1,7 @@
 """Facts defined once: no source file outside their home writes them again as literals.
 
 The paper's coefficients live in ``costmodel/paper.py``, the plan format's name in
-``planner/formats.py`` (docs/architecture.md, "Facts defined once"). A copy elsewhere would drift
+``cosample/plan/formats.py`` (docs/architecture.md, "Facts defined once"). A copy elsewhere would drift
 when the home changes. Tests may spell values out (they pin behaviour); docstrings and comments
 may cite them (they are not tokens of code).
 """
@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HOMES = {
     "costmodel/paper.py": {("NUMBER", "1.54"), ("NUMBER", "0.46")},
-    "planner/formats.py": {("STRING", '"cosample.plan"'), ("STRING", '"cosample.planset"'),
+    "cosample/plan/formats.py": {("STRING", '"cosample.plan"'), ("STRING", '"cosample.planset"'),
                            ("STRING", '"cosample.plan-report"')},
 }
 WATCHED = set().union(*HOMES.values())

@@ -21,7 +21,7 @@ from cosample.planner import solve
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner import hostjson
-from cosample.planner.formats import REPORT_FORMAT
+from cosample.plan.formats import REPORT_FORMAT
 from cosample.planner.planfile import (
     AGENT_FIELDS, HostTable, _roles, build_plan, compact_json, host_report, significant)
 from cosample.planner.problem import build_problem

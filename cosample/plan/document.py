@@ -25,8 +25,8 @@ from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, Privat
                       ValidationError, model_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from cosample.agents.errors import PlanError
-from cosample.planner.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
+from cosample.plan.errors import PlanError
+from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
 from cosample.validation import InterfaceName, Strict, TunnelAddress, describe
 
 Role = Literal["sender", "receiver", "idle"]

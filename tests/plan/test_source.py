@@ -8,9 +8,9 @@ import urllib.request
 
 import pytest
 
-from cosample.agents.errors import AgentError
+from cosample.plan.errors import PlanFetchError
 from cosample.agents.report import Metrics, serve_metrics
-from cosample.agents.source import fetch
+from cosample.plan.source import fetch
 
 
 @pytest.fixture
@@ -33,14 +33,14 @@ def test_fetch_over_http_with_and_without_signature(http_dir):
     assert fetched.data == b"{}" and fetched.signature is None
     (folder / "plan.json.sig").write_bytes(b"c2ln\n")
     assert fetch(f"{base}/plan.json", with_signature=True).signature == b"c2ln\n"
-    with pytest.raises(AgentError, match="not found"):
+    with pytest.raises(PlanFetchError, match="not found"):
         fetch(f"{base}/missing.json")
 
 
 def test_fetch_errors_name_the_location(tmp_path):
-    with pytest.raises(AgentError, match="cannot fetch"):
+    with pytest.raises(PlanFetchError, match="cannot fetch"):
         fetch("http://127.0.0.1:9/plan.json", timeout_s=2)  # discard port: refused
-    with pytest.raises(AgentError, match="unsupported scheme 'ftp'"):
+    with pytest.raises(PlanFetchError, match="unsupported scheme 'ftp'"):
         fetch("ftp://example.org/plan.json")
     (tmp_path / "plan.json").write_bytes(b"x")
     assert fetch(f"file://{tmp_path / 'plan.json'}").data == b"x"
@@ -79,11 +79,11 @@ def test_size_limit_enforced_while_reading(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        with pytest.raises(AgentError, match="larger than 4096 bytes"):
+        with pytest.raises(PlanFetchError, match="larger than 4096 bytes"):
             fetch(f"http://127.0.0.1:{server.server_address[1]}/plan.json", max_bytes=4096)
     finally:
         server.shutdown()
         server.server_close()
     (tmp_path / "big.json").write_bytes(b"y" * 5000)
-    with pytest.raises(AgentError, match="larger than 4096 bytes"):
+    with pytest.raises(PlanFetchError, match="larger than 4096 bytes"):
         fetch(str(tmp_path / "big.json"), max_bytes=4096)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from cosample.agents.errors import PlanError
-from cosample.agents.plan import parse_document, parse_plan, plan_from_dict
+from cosample.plan.errors import PlanError
+from cosample.plan.document import parse_document, parse_plan, plan_from_dict
 
 
 def test_good_plan_parses_with_sorted_shares(make_plan, to_bytes):

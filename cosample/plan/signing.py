@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
                                                                Ed25519PublicKey)
 
-from cosample.agents.errors import AgentError, SignatureError
+from cosample.plan.errors import SignatureError, SigningKeyError
 from cosample.files import write_bytes_atomic
 
 SIGNATURE_SUFFIX = ".sig"
@@ -28,7 +28,7 @@ def generate_keypair(private_path: str | Path, public_path: str | Path) -> None:
     private_path, public_path = Path(private_path), Path(public_path)
     for path in (private_path, public_path):
         if path.exists():
-            raise AgentError(f"{path}: already exists; refusing to overwrite a key")
+            raise SigningKeyError(f"{path}: already exists; refusing to overwrite a key")
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption())
@@ -72,7 +72,7 @@ def _load(path: Path, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise AgentError(f"{path}: cannot read key ({exc.strerror})") from None
+        raise SigningKeyError(f"{path}: cannot read key ({exc.strerror})") from None
     try:
         if private:
             key = serialization.load_pem_private_key(data, password=None)
@@ -81,11 +81,11 @@ def _load(path: Path, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:
         else:
             key = Ed25519PublicKey.from_public_bytes(base64.b64decode(data.strip(), validate=True))
     except (ValueError, TypeError, binascii.Error) as exc:
-        raise AgentError(f"{path}: not an ed25519 {'private' if private else 'public'} key "
+        raise SigningKeyError(f"{path}: not an ed25519 {'private' if private else 'public'} key "
                          f"({exc})") from None
     expected = Ed25519PrivateKey if private else Ed25519PublicKey
     if not isinstance(key, expected):
-        raise AgentError(f"{path}: not an ed25519 key")
+        raise SigningKeyError(f"{path}: not an ed25519 key")
     return key
 
 

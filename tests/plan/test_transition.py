@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from cosample.agents.errors import PlanError
-from cosample.agents.plan import parse_document, plan_from_dict
-from cosample.agents.transition import transition
+from cosample.plan.errors import PlanError
+from cosample.plan.document import parse_document, plan_from_dict
+from cosample.plan.transition import transition
 
 
 def _old_new(make_plan):

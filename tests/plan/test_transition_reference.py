@@ -1,6 +1,6 @@
 """The two-phase plan set without deep copies is the per-host transition it replaced.
 
-``agents.transition.plan_set`` shallow-copies host entries and prunes unmatched mirror pairs by
+``plan.transition.plan_set`` shallow-copies host entries and prunes unmatched mirror pairs by
 one set intersection (10^5 hosts: 28 s -> about 1 s, docs/controller.md). The reference below
 is the code it replaced (deep copies, one host at a time); on random data centres planned twice
 (traffic moved), both give the same plan set except ``plan_id`` (now hashed from orjson's
@@ -17,9 +17,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cosample.agents.plan import FORMAT_VERSION, PLANSET_FORMAT, format_time, parse_document
-from cosample.agents.plan import plan_from_dict
-from cosample.agents.transition import plan_id, transition
+from cosample.plan.document import FORMAT_VERSION, PLANSET_FORMAT, format_time, parse_document
+from cosample.plan.document import plan_from_dict
+from cosample.plan.transition import plan_id, transition
 from cosample.controller.publish import render
 from cosample.planner import solve
 from cosample.planner.datacentre import DataCentre
@@ -29,7 +29,7 @@ from strategies import datacentres  # tests/ is on sys.path (pytest pythonpath)
 
 
 def reference(old, new, now, settle_s):
-    """agents/transition.py ``transition`` as it was (before the shallow copies)."""
+    """cosample/plan/transition.py ``transition`` as it was (before the shallow copies)."""
     not_before = now + timedelta(seconds=settle_s)
     phase1 = copy.deepcopy(dict(new.raw))
     phase1["hosts"] = {name: _lower(old.raw["hosts"].get(name), doc)

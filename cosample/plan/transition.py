@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from cosample.agents.errors import PlanError
-from cosample.agents.plan import PLANSET_FORMAT, FORMAT_VERSION, Plan, format_time
+from cosample.plan.errors import PlanError
+from cosample.plan.document import PLANSET_FORMAT, FORMAT_VERSION, Plan, format_time
 
 _NOT_HASHED = ("version", "created", "expires", "not_before", "plan_id", "signature")
 

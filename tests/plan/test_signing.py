@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from cosample.agents.errors import AgentError, SignatureError
-from cosample.agents.signing import generate_keypair, sign_bytes, sign_file, verify
+from cosample.plan.errors import SignatureError, SigningKeyError
+from cosample.plan.signing import generate_keypair, sign_bytes, sign_file, verify
 
 
 @pytest.fixture
@@ -51,8 +51,8 @@ def test_raw_base64_public_key_accepted(tmp_path, keys):
 
 
 def test_keygen_refuses_to_overwrite_and_bad_keys_are_named(tmp_path, keys):
-    with pytest.raises(AgentError, match="refusing to overwrite"):
+    with pytest.raises(SigningKeyError, match="refusing to overwrite"):
         generate_keypair(keys[0], tmp_path / "new.pub")
     (tmp_path / "junk.pub").write_text("-----BEGIN PUBLIC KEY-----\njunk\n")
-    with pytest.raises(AgentError, match="junk.pub"):
+    with pytest.raises(SigningKeyError, match="junk.pub"):
         verify(b"x", sign_bytes(b"x", keys[0]), tmp_path / "junk.pub")

@@ -3,7 +3,7 @@
 Any static file server or shared file system distributes plans. The fetching itself is
 ``cosample.fetch`` (one *total* deadline, not per read, and a size limit enforced while
 reading); here the plan and its signature share that deadline and a failure is one
-``AgentError`` naming the location.
+``PlanFetchError`` naming the location.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from cosample.agents.errors import AgentError
-from cosample.agents.signing import SIGNATURE_SUFFIX
+from cosample.plan.errors import PlanFetchError
+from cosample.plan.signing import SIGNATURE_SUFFIX
 from cosample.fetch import FetchError, fetch_bytes
 
 #: The agents' default limit on a fetched plan document (``max_plan_mib``): above a 10^5-server
@@ -45,6 +45,6 @@ def fetch(location: str, *, timeout_s: float = 10.0, with_signature: bool = Fals
                                     deadline=deadline, missing_ok=True,
                                     user_agent="cosample-agent")
     except FetchError as exc:
-        raise AgentError(str(exc)) from None
+        raise PlanFetchError(str(exc)) from None
     assert data is not None
     return Fetched(location, data, signature)

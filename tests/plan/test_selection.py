@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from cosample.agents.plan import plan_from_dict
-from cosample.agents.selection import select_plan
+from cosample.plan.document import plan_from_dict
+from cosample.plan.selection import select_plan
 
 
 def test_newest_active_plan_wins(make_plan, now):
