@@ -15,7 +15,7 @@ spread underestimated by chance), and those cover less than they claim. At least
 rounds are always measured, and for the cpu method ``MIN_STOPPING_BLOCKS`` (12) runs: on this
 machine's real noise, stopping from the sixth run on lowered the 95% interval's coverage by
 3 points on average against never stopping early, from the twelfth by 1.3, while stopping early
-as often (``experiments/costmodel_stopping.py``, docs/costmodel.md). The final interval is what
+as often (``research/costmodel_stopping.py``, docs/costmodel.md). The final interval is what
 the calibration reports, with whether it met the target.
 """
 

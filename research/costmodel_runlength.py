@@ -14,7 +14,7 @@ consecutive runs' estimates: the model treats runs as independent, and a clearly
 ``lag1`` says the "between" part is the effect drifting with the host's state over minutes, which
 more, shorter runs do not average away as the prediction assumes.
 
-    python -m cosample.experiments.costmodel_runlength docs/data/cpu-mirror_vxlan*.csv \
+    python -m research.costmodel_runlength docs/data/cpu-mirror_vxlan*.csv \
         --designs 12/40,4/14,2/8 --phase-overhead 0.012
 
 prints, per data file, the components and overhead measured, and the predicted half-width for

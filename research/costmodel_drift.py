@@ -24,7 +24,7 @@ of the rate-0 phases, taken as known: its noise is small beside ``a``'s). Only c
 whose interval is cluster-robust are used (older ones with a residual bootstrap report a
 standard error that ignores the runs, and are listed as skipped).
 
-    nice -n 19 .venv/bin/python -m cosample.experiments.costmodel_drift docs/data/cpu-*.json
+    nice -n 19 .venv/bin/python -m research.costmodel_drift docs/data/cpu-*.json
 
 Prints three Markdown tables: the calibrations, the spread per mechanism and day (and over all
 days), and the regressions on the host's state.

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from cosample.costmodel.testbed import one_host_testbed_unavailable
-from cosample.experiments import costmodel_sidebyside as sbs
-from cosample.experiments.background import (BURSTY_BUSY_S, BURSTY_IDLE_S, Background,
+from research import costmodel_sidebyside as sbs
+from research.background import (BURSTY_BUSY_S, BURSTY_IDLE_S, Background,
                                              BackgroundLoad, bursty_schedule, work, worker_argv)
 from cosample.experiments.errors import ExperimentError
 from costmodel_leftovers import leftovers
@@ -242,7 +242,7 @@ REASON = one_host_testbed_unavailable()
 def alive(pid: int) -> bool:
     """The PID is still one of our background workers (a reused PID is someone else)."""
     try:
-        return "cosample.experiments.background" in Path(f"/proc/{pid}/cmdline").read_text()
+        return "research.background" in Path(f"/proc/{pid}/cmdline").read_text()
     except OSError:
         return False
 
@@ -281,7 +281,7 @@ def test_one_real_round_of_two_designs_under_a_hog(tmp_path, capsys):
 @pytest.mark.skipif(REASON is not None, reason=f"real side-by-side run: {REASON}")
 def test_sigterm_stops_the_calibration_and_the_background_by_pid(tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "cosample.experiments.costmodel_sidebyside", "--mechanism",
+        [sys.executable, "-m", "research.costmodel_sidebyside", "--mechanism",
          "mirror", "--design", "long=--duration 3 --phases 6", "--max-time", "60",
          "--background", "hog:2", "--prefix", PREFIX, "--out-dir", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

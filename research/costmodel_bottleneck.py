@@ -16,7 +16,7 @@ prints one Markdown row per calibration and mechanism. Throughput-method calibra
 of its mechanism's throughput coefficients lie inside the cgroup interval and inside the switch
 interval:
 
-    python -m cosample.experiments.costmodel_bottleneck docs/data/methods/cpu-*.json \\
+    python -m research.costmodel_bottleneck docs/data/methods/cpu-*.json \\
         --throughput docs/data/methods/throughput-*.json
 """
 

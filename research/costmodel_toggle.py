@@ -10,7 +10,7 @@ testbed, offers the cpu method's load (20 kpps of 64-byte UDP) and times, per me
 commit's sFlow switching (its ``costmodel/mechanisms.py``, loaded from git into a temporary
 module), alternating with today's on the same bridge, so the two are compared side by side.
 
-    flock /tmp/cosample-ovs.lock python -m cosample.experiments.costmodel_toggle --against 3cb3f6b
+    flock /tmp/cosample-ovs.lock python -m research.costmodel_toggle --against 3cb3f6b
 
 Prints one Markdown row per mechanism (median and 90th percentile, milliseconds).
 """

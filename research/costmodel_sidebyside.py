@@ -6,12 +6,12 @@ design calibrates ``--mechanism`` once, in a seeded random order, all with the r
 (``--seed`` + round), so the designs of a round meet the same trial order and, with
 ``--background bursty:N``, the same load pattern. A calibration is ``cosample calibrate
 --testbed --method cpu --target-ci T --max-time S --warmup 3`` in a subprocess, with the
-background load (``experiments/background.py``) started just before it and stopped right after;
+background load (``research/background.py``) started just before it and stopped right after;
 ``--lock`` holds an exclusive lock around each calibration only, so others take turns between
 them. Every calibration prints one Markdown row as it ends (a failed one says why); a summary
 per design follows.
 
-    python -m cosample.experiments.costmodel_sidebyside --mechanism mirror_vxlan \\
+    python -m research.costmodel_sidebyside --mechanism mirror_vxlan \\
         --design "2s=--duration 2 --phases 8" --design "4s=--duration 4 --phases 14" \\
         --pairs 4 --seed 50 --background bursty:1 --lock /tmp/cosample-ovs.lock --out-dir out/sbs
 
@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cosample.costmodel.harness import MECHANISMS
 from cosample.errors import CosampleError, exit_status
-from cosample.experiments.background import Background, BackgroundLoad
+from research.background import Background, BackgroundLoad
 from cosample.experiments.errors import ExperimentError
 
 #: Seconds a calibration may take beyond ``--max-time`` (testbed, warm-up, fit, removal).
@@ -303,7 +303,7 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> list[di
 def build_parser() -> argparse.ArgumentParser:
     from cosample.experiments.cli import DEFAULT_OUT
 
-    parser = argparse.ArgumentParser(prog="python -m cosample.experiments.costmodel_sidebyside",
+    parser = argparse.ArgumentParser(prog="python -m research.costmodel_sidebyside",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--mechanism", choices=MECHANISMS, required=True)
     parser.add_argument("--design", type=Design.parse, action="append", required=True,

@@ -8,7 +8,7 @@ killed; ``BackgroundLoad`` also stops them by PID when its block ends. Each proc
 session of its own: with autogroup scheduling (on here), processes of one session share one
 slice of the CPUs, and other people's work comes from other sessions.
 
-The worker is this module: ``python -m cosample.experiments.background --seconds 300
+The worker is this module: ``python -m research.background --seconds 300
 [--bursty SEED]``.
 """
 
@@ -24,11 +24,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from research import ROOT
+
 #: Bounds of the bursty pattern's busy and idle periods, seconds.
 BURSTY_BUSY_S = (0.5, 4.0)
 BURSTY_IDLE_S = (0.5, 4.0)
 #: The worker's command, as ``ps`` shows it; tests look for it.
-WORKER = (sys.executable, "-m", "cosample.experiments.background")
+WORKER = (sys.executable, "-m", "research.background")
 
 
 class Background(BaseModel):
@@ -105,7 +107,7 @@ class BackgroundLoad:
         try:
             for index in range(self.spec.processes):
                 argv = worker_argv(self.spec, self.seed, index, self.seconds)
-                self.processes.append(subprocess.Popen(argv, start_new_session=True,
+                self.processes.append(subprocess.Popen(argv, start_new_session=True, cwd=ROOT,
                                                        stdin=subprocess.DEVNULL))
         except BaseException:
             self.stop()

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from cosample.experiments import bench_validation
+from research import bench_validation
 from cosample.planner.datacentre import DataCentre
 
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from cosample.costmodel.adaptive import Target
-from cosample.experiments.costmodel_stopping import Rule, simulate
+from research.costmodel_stopping import Rule, simulate
 
 
 def runs(count=10, phases=8, a=0.3, phase_sd=0.05, seed=3):

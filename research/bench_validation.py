@@ -21,7 +21,7 @@ ratio column compares like with like: fresh-process loads with pydantic's fresh-
 sums of steps with pydantic's sum of steps. Needs ``pip install msgspec jsonschema``
 (the ``bench`` extra); a library that is missing is reported and skipped.
 
-    python -m cosample.experiments.bench_validation [--servers 1000000] [--rounds 3] [--skip jsonschema]
+    python -m research.bench_validation [--servers 1000000] [--rounds 3] [--skip jsonschema]
 """
 
 from __future__ import annotations
@@ -47,13 +47,13 @@ from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.experiments.bench_planner import random_datacentre
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.description import Description
-from pydantic import TypeAdapter
+from research import ROOT
 
 #: The last commit whose ``planner/datacentre.py`` validated by hand.
 HANDWRITTEN_COMMIT = "1e56203b2080df9a254faf0dc37fbf20769badc2"
 LOAD_TIMEOUT_S = 1800.0
 IN_PROCESS_TOTAL = "total: parse + schema + cross-field rules and arrays"
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = ROOT
 SCHEMA = TypeAdapter(Description)
 IFNAME = r"^[^/:\s]{1,15}$"
 IPV4 = r"^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$"
@@ -231,8 +231,9 @@ def load_elsewhere(loader: str, path: Path) -> float:
     A whole load is timed in a process of its own: in this one the inputs kept for the other
     steps (gigabytes at 10^6 servers) made each load about twice as slow as on its own.
     """
-    argv = [sys.executable, "-m", "cosample.experiments.bench_validation", "--time-load", loader, str(path)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False)
+    argv = [sys.executable, "-m", "research.bench_validation", "--time-load", loader, str(path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False,
+                          cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()[-300:]}")
     return float(done.stdout.split()[-1])
@@ -266,7 +267,7 @@ def table(rows: list[tuple[str, str, float | None]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cosample.experiments.bench_validation",
+    parser = argparse.ArgumentParser(prog="python -m research.bench_validation",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--servers", type=int, default=1_000_000, help="servers in the description")
     parser.add_argument("--time-load", nargs=2, metavar=("LOADER", "FILE"), help=argparse.SUPPRESS)

@@ -23,7 +23,7 @@ see the very same draws. Coverage is the share of final intervals containing the
 ``stopped early`` the share that stopped before the last run; ``met`` the share whose final
 interval met the target.
 
-    python -m cosample.experiments.costmodel_stopping --draws 200 docs/data/cpu-sflow.csv \\
+    python -m research.costmodel_stopping --draws 200 docs/data/cpu-sflow.csv \\
         docs/data/cpu-mirror_vxlan-default-seed9.csv
 
 Prints one Markdown row per (file, mechanism, mode, rule).
@@ -41,7 +41,7 @@ import pandas as pd
 from cosample.costmodel.adaptive import Target
 from cosample.costmodel.ancova import DEFAULT_COVARIATES, fit_with_covariate
 from cosample.costmodel.errors import CostModelError
-from cosample.experiments.costmodel_coverage import mechanism_groups
+from research.costmodel_coverage import mechanism_groups
 
 
 @dataclass(frozen=True)

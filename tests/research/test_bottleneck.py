@@ -1,4 +1,4 @@
-"""The switch-thread refit of cpu-method calibrations (experiments/costmodel_bottleneck.py)."""
+"""The switch-thread refit of cpu-method calibrations (research/costmodel_bottleneck.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cosample.costmodel.data import read_measurements
-from cosample.experiments.costmodel_bottleneck import (inside, main, references, rows,
+from research.costmodel_bottleneck import (inside, main, references, rows,
                                                         switch_cost)
 from cosample.experiments.errors import ExperimentError
 

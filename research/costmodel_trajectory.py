@@ -9,7 +9,7 @@ the first ``k`` at which it was met, and the measuring time that took (``k`` run
 the calibration's ``metadata.seconds``; the runs are of equal length). Run on a calibration given
 a longer ``--max-time``, it says what a shorter budget would have reported:
 
-    python -m cosample.experiments.costmodel_trajectory docs/data/budget/*.json --at 9
+    python -m research.costmodel_trajectory docs/data/budget/*.json --at 9
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The run-by-run refit of committed calibrations (experiments/costmodel_trajectory.py)."""
+"""The run-by-run refit of committed calibrations (research/costmodel_trajectory.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from cosample.costmodel.calibration_file import read_calibration_file
 from cosample.costmodel.ancova import MIN_STOPPING_BLOCKS
-from cosample.experiments.costmodel_trajectory import main, trajectory
+from research.costmodel_trajectory import main, trajectory
 from cosample.experiments.errors import ExperimentError
 
 BUDGET = Path(__file__).resolve().parents[2] / "docs" / "data" / "budget"

@@ -1,7 +1,7 @@
 """Where a mechanism's run-to-run variation lives: per-run estimates beside per-run CPU parts
 and contention, from a cpu-method measurements CSV.
 
-    python -m cosample.experiments.costmodel_perrun docs/data/cpu-mirror_vxlan*.csv
+    python -m research.costmodel_perrun docs/data/cpu-mirror_vxlan*.csv
 
 For every file and mechanism (runs alternating rate 0 and one trial rate): the per-run effect
 ``log(c_on / c_off)`` (cost per packet of the rate-s phases over the rate-0 phases), the

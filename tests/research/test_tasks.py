@@ -1,4 +1,4 @@
-"""Where each method's CPU goes, per task (experiments/costmodel_tasks.py)."""
+"""Where each method's CPU goes, per task (research/costmodel_tasks.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cosample.costmodel.data import read_measurements
-from cosample.experiments.costmodel_tasks import breakdown, main, medians
+from research.costmodel_tasks import breakdown, main, medians
 from cosample.experiments.errors import ExperimentError
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "sidebyside"

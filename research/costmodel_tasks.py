@@ -9,7 +9,7 @@ same at 20 kpps and flat out (batching), and what else takes CPUs from the forwa
 CPU is busy (``outside`` = host busy minus counted: the calibrating process with its sFlow
 collector, other people's work).
 
-    python -m cosample.experiments.costmodel_tasks docs/data/methods/*.json
+    python -m research.costmodel_tasks docs/data/methods/*.json
 
 For each calibration and mechanism, three rows: the medians over the rate-0 phases, over the
 highest rate's phases, and the extra per copy, ``(cost at s - cost at 0) / s`` in nanoseconds per

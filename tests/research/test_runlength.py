@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cosample.experiments.costmodel_runlength import components, predicted_half_width, run_cost
+from research.costmodel_runlength import components, predicted_half_width, run_cost
 
 
 def synthetic(runs=400, phases=20, a=0.4, between=0.05, phase_sd=0.10, seed=1):

@@ -13,7 +13,7 @@ import pytest
 
 import pandas as pd
 
-from cosample.experiments.costmodel_drift import (calibration_rows, cross_day_rows, main,
+from research.costmodel_drift import (calibration_rows, cross_day_rows, main,
                                                  random_effects)
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data"

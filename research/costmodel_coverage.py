@@ -13,8 +13,8 @@
 2. **Cluster bootstrap**: runs resampled with replacement, refitted; its percentile interval
    beside the reported (cluster-robust, Student t) one.
 
-    python -m cosample.experiments.costmodel_coverage docs/data/cpu-sflow.csv docs/data/cpu-mirror.csv
-    python -m cosample.experiments.costmodel_coverage --shifts docs/data/cpu-*.csv
+    python -m research.costmodel_coverage docs/data/cpu-sflow.csv docs/data/cpu-mirror.csv
+    python -m research.costmodel_coverage --shifts docs/data/cpu-*.csv
 
 Prints one Markdown row per (file, mechanism, covariate). ``--shifts`` instead tabulates, for
 every covariate recorded, what the mechanism does to it (the validity check) and what it would
