@@ -31,6 +31,14 @@ PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq"
 
 
 # pure parsers ---------------------------------------------------------------------------------
+def cpu_budget(requested: float | None) -> float:
+    """The CPUs a server's forwarding may use: ``requested`` (``--cpu-budget``), else all of them."""
+    budget = requested if requested is not None else float(os.cpu_count() or 1)
+    if not 0 < budget <= 4096:
+        raise HarnessError(f"--cpu-budget must be in (0, 4096] CPUs, got {budget!r}")
+    return budget
+
+
 def parse_schedstat(text: str) -> int:
     """Nanoseconds on CPU from ``/proc/PID/task/TID/schedstat`` (run, wait, slices)."""
     return parse_schedstat_fields(text)[0]

@@ -303,23 +303,14 @@ def _target(args: argparse.Namespace, settings):
                   confidence=args.confidence)
 
 
-def _budget(args: argparse.Namespace) -> float:
-    import os
-
-    from cosample.costmodel.errors import HarnessError
-
-    budget = args.cpu_budget if args.cpu_budget is not None else float(os.cpu_count() or 1)
-    if not 0 < budget <= 4096:
-        raise HarnessError(f"--cpu-budget must be in (0, 4096] CPUs, got {budget!r}")
-    return budget
-
-
 def _measure(args: argparse.Namespace, settings, target):
-    from cosample.costmodel.accounting import CgroupScope, ExistingScope, cgroup_path, pid_from_file
+    from cosample.costmodel.accounting import (CgroupScope, ExistingScope, cgroup_path, cpu_budget,
+                                               pid_from_file)
     from cosample.costmodel.realrun import run_calibration
-    from cosample.costmodel.testbed import OneHostTestbed, SystemOvs, existing_endpoints
+    from cosample.costmodel.endpoints import SystemOvs, existing_endpoints
+    from cosample.lab.onehost import OneHostTestbed
 
-    budget = _budget(args)
+    budget = cpu_budget(args.cpu_budget)
     if args.testbed:
         with OneHostTestbed(args.prefix, tunnel="mirror_vxlan" in settings.mechanisms) as testbed:
             scope = CgroupScope(f"cosample-{args.prefix}",

@@ -25,7 +25,7 @@ from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.harness import CalibrationSettings
 from cosample.costmodel.realrun import iperf_client
 from cosample.costmodel.passive import CapacityEstimate, PassiveMonitor, parse_dpctl_lookups
-from cosample.costmodel.testbed import OneHostTestbed
+from cosample.lab.onehost import OneHostTestbed
 
 HOG = [sys.executable, "-c", "while True: pass"]
 

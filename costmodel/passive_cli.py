@@ -27,7 +27,7 @@ def datapath_packets(control: str | None):
 
 
 def monitor_from_args(args: argparse.Namespace) -> PassiveMonitor:
-    from cosample.costmodel.cli import _budget
+    from cosample.costmodel.accounting import cpu_budget
 
     if not 0.2 <= args.interval <= 3600:
         raise HarnessError(f"--interval must be 0.2 s to 1 h, got {args.interval!r}")
@@ -37,7 +37,7 @@ def monitor_from_args(args: argparse.Namespace) -> PassiveMonitor:
     ovs_pids = () if forwarding else (pid_from_file(args.ovs_pidfile),)
     scope = cgroup_path(args.cgroup) if args.cgroup else None
     cost = read_calibrated_cost(args.calibration) if args.calibration else None
-    return PassiveMonitor(datapath_packets(args.ovs_ctl), ovs_pids, _budget(args),
+    return PassiveMonitor(datapath_packets(args.ovs_ctl), ovs_pids, cpu_budget(args.cpu_budget),
                           forwarding_cgroups=forwarding, scope_cgroup=scope, calibrated_cost=cost)
 
 
@@ -69,7 +69,7 @@ def watch(args: argparse.Namespace) -> int:
 
 def _testbed(args: argparse.Namespace) -> int:
     """The one-host testbed under a constant load, a CPU hog from interval ``--hog-at``."""
-    from cosample.costmodel.cli import _budget
+    from cosample.costmodel.accounting import cpu_budget
     from cosample.costmodel.hogdemo import plot_hog_demo, run_hog_demo
     from cosample.files import write_text_atomic
 
@@ -78,7 +78,7 @@ def _testbed(args: argparse.Namespace) -> int:
     print(f"passive capacity on the one-host testbed, {args.count} intervals of "
           f"{args.interval:g} s" + (f", CPU hog from interval {args.hog_at}" if args.hog_at else ""),
           file=sys.stderr)
-    frame = run_hog_demo(args.prefix, args.count, args.hog_at, args.interval, _budget(args),
+    frame = run_hog_demo(args.prefix, args.count, args.hog_at, args.interval, cpu_budget(args.cpu_budget),
                          offered_pps=args.offered_pps, port=args.port,
                          report=lambda estimate: print(line(estimate), flush=True))
     write_text_atomic(args.data, frame.to_csv(index=False, float_format="%.6g"))

@@ -17,7 +17,7 @@ import pytest
 
 from cosample.cli import main
 from cosample.costmodel.accounting import accounting_hierarchy
-from cosample.costmodel.testbed import one_host_testbed_unavailable
+from cosample.lab.onehost import one_host_testbed_unavailable
 from costmodel_leftovers import leftovers
 from waiting import interrupt
 

@@ -214,7 +214,7 @@ def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
 
 def test_mirror_vxlan_needs_a_tunnel_device():
     from cosample.costmodel.realrun import run_calibration
-    from cosample.costmodel.testbed import existing_endpoints
+    from cosample.costmodel.endpoints import existing_endpoints
 
     endpoints = existing_endpoints("br0", "p1", "p2", "10.0.0.2", "m0")
     settings = CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(1.0,), repetitions=1)

@@ -20,7 +20,7 @@ import pytest
 
 from cosample.cli import main
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.testbed import OneHostTestbed, one_host_testbed_unavailable
+from cosample.lab.onehost import OneHostTestbed, one_host_testbed_unavailable
 from cosample.dataplane.run import run
 from costmodel_leftovers import leftovers
 from waiting import interrupt

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cosample.costmodel.testbed import one_host_testbed_unavailable
+from cosample.lab.onehost import one_host_testbed_unavailable
 from research import costmodel_sidebyside as sbs
 from research.background import (BURSTY_BUSY_S, BURSTY_IDLE_S, Background,
                                              BackgroundLoad, bursty_schedule, work, worker_argv)
@@ -214,9 +214,9 @@ def test_a_row_from_a_committed_calibration_agrees_with_the_docs_table():
     assert line.startswith("| 12s | 3 | 11:55 | 3.76 | none | 6 | 76.2 | 0.044 | [0.034, 0.053] "
                            "| 0.009 | 0.020 | yes | ")
     assert line.endswith(f" | {data['cpu_host_busy'].mean():.2f} | 25,573 |")
-    # the same c0 and interval as the hand-made table in docs/costmodel.md
+    # the same c0 and interval as the hand-made table in docs/notes/costmodel-journal.md
     assert re.search(r"\| mirror \| cpu \| 11:55, 3.8 \| receiver \| 0.044 \| \[0.034, 0.053\] "
-                     r"\|.*\| 25,573 \|", (DOCS / "costmodel.md").read_text())
+                     r"\|.*\| 25,573 \|", (DOCS / "notes" / "costmodel-journal.md").read_text())
     assert len(line.split("|")) == len(sbs.COLUMNS) + 2
 
 
