@@ -4,7 +4,10 @@ A connection is opened by a SYN (its sender is the client) or, picked up mid-str
 payload that begins with a request line (sender: client) or a status line (receiver: client).
 Each side's bytes go through a ``HalfStream`` into an ``HttpParser``; a request's start time
 joins a queue, and a final response takes the oldest (seeds 000/002: HTTP/1.x answers in order,
-pipelined or not). Interim 1xx responses take nothing. Memory is bounded: ``max_connections`` in
+pipelined or not). Interim 1xx responses take nothing. When the capture lost packets, TCP tells
+what order alone cannot: a response's acknowledgement number says which request bytes the server
+had received, so a response is never matched to a request sent after it was written (its own
+request was lost), and after lost responses the requests they answered leave the queue. Memory is bounded: ``max_connections`` in
 the table, ``MAX_PENDING`` requests per connection; what does not fit is counted by name.
 Closed (FIN both ways, or RST) and idle connections leave the table on ``expire``.
 """
@@ -32,9 +35,14 @@ OnRequest = Callable[[tuple, float], None]
 OnResponse = Callable[[tuple, float, int, "float | None"], None]
 
 
+def _before(seq: int, ack: int) -> bool:
+    """Whether sequence number ``seq`` comes before ``ack`` (modulo 2^32)."""
+    return 0 < ((ack - seq) & 0xFFFFFFFF) < 0x80000000
+
+
 class Connection:
     __slots__ = ("service", "pending", "streams", "last_seen", "fins", "closed", "counters",
-                 "on_request", "on_response")
+                 "on_request", "on_response", "answered")
 
     def __init__(self, service: tuple, counters: Counter, on_request: OnRequest,
                  on_response: OnResponse) -> None:
@@ -44,23 +52,42 @@ class Connection:
         self.streams = (HalfStream(HttpParser(True, self._request, counters), counters),
                         HalfStream(HttpParser(False, self._response, counters), counters))
         self.last_seen, self.fins, self.closed = 0.0, 0, False
+        self.answered: int | None = None  # acknowledgement number of the last final response
 
     def _request(self, time: float, method: bytes) -> bool:
+        start = self.streams[0].parser.start_seq
+        if self.answered is not None and _before(start, self.answered):
+            # a response already processed was written after the server had this request: its
+            # answer went by while the request waited behind a hole in the capture
+            self.counters["requests_late"] += 1
+            self.on_request(self.service, time)
+            return False
         if len(self.pending) >= MAX_PENDING:
             self.counters["pending_requests_full"] += 1
             return False
-        self.pending.append((time, method == b"HEAD"))
+        self.pending.append((time, method == b"HEAD", start))
         self.on_request(self.service, time)
         return False
 
     def _response(self, time: float, status: int) -> bool:
         if 100 <= status < 200 and status != 101:
             return True  # interim: the final response follows
-        if not self.pending:
+        parser, pending = self.streams[1].parser, self.pending
+        # the server had received this many request bytes: a request that starts at or after
+        # ``ack`` cannot be the one answered (its own request was lost from the capture)
+        ack = parser.start_ack
+        while pending and parser.lost and len(pending) > 1 and _before(pending[1][2], ack):
+            # responses were lost here: the queue's oldest requests lost their answers; answer
+            # the newest request the server had received (exact unless pipelined across a loss)
+            pending.popleft()
+            self.counters["requests_answer_lost"] += 1
+        parser.lost = False
+        self.answered = ack
+        if not pending or not _before(pending[0][2], ack):
             self.counters["responses_without_request"] += 1
             self.on_response(self.service, time, status, None)
             return False
-        requested, head = self.pending.popleft()
+        requested, head, _ = pending.popleft()
         self.on_response(self.service, time, status, max(0.0, time - requested))
         return head
 
@@ -86,7 +113,7 @@ class ConnectionTable:
         self.connections = 0
 
     def segment(self, segment: Segment, time: float) -> None:
-        src, dst, sport, dport, seq, flags, payload, wire_length = segment
+        src, dst, sport, dport, seq, flags, payload, wire_length, ack = segment
         entry = self.table.get((src, dst, sport, dport))
         if entry is None:
             entry = self._open(segment)
@@ -105,11 +132,14 @@ class ConnectionTable:
                 self.counters["segments_after_close"] += 1
             return
         stream = connection.streams[side]
+        other = connection.streams[1 - side]
+        if other.early and flags & ACK:
+            other.acknowledged(ack)
         if flags & SYN:
             stream.syn(seq)
             return
         if wire_length:
-            stream.segment(seq, payload, wire_length, time)
+            stream.segment(seq, payload, wire_length, time, ack)
         if flags & RST:
             connection.close()
         elif flags & FIN:
@@ -118,7 +148,7 @@ class ConnectionTable:
                 connection.close()
 
     def _open(self, segment: Segment) -> tuple[Connection, int] | None:
-        src, dst, sport, dport, _, flags, payload, _ = segment
+        src, dst, sport, dport, _, flags, payload, _, _ = segment
         if flags & SYN:
             client_sends = not flags & ACK
         elif payload and starts_message(payload, True):

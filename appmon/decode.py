@@ -29,7 +29,8 @@ _H = struct.Struct("!H")
 
 class Segment(NamedTuple):
     """One TCP segment: addresses as packed bytes (4 or 16), the payload captured and its length
-    on the wire (larger when the capture truncated the frame: the bytes between are unseen)."""
+    on the wire (larger when the capture truncated the frame: the bytes between are unseen), and
+    the acknowledgement number (which request bytes the sender had received)."""
 
     src: bytes
     dst: bytes
@@ -39,6 +40,7 @@ class Segment(NamedTuple):
     flags: int
     payload: bytes
     wire_length: int
+    ack: int
 
 
 def decode(frame: bytes, link: int = LINK_ETHERNET) -> Segment | str:
@@ -90,10 +92,10 @@ def decode(frame: bytes, link: int = LINK_ETHERNET) -> Segment | str:
         return "not_ip"
     if length < tcp + 20 or end < tcp + 20:
         return "truncated_header"
-    sport, dport, seq, _, data_offset, flags = _TCP.unpack_from(frame, tcp)
+    sport, dport, seq, ack, data_offset, flags = _TCP.unpack_from(frame, tcp)
     start = tcp + (data_offset >> 4) * 4
     if start < tcp + 20 or start > end:
         return "bad_header"
     if length < start:
         return "truncated_header"
-    return Segment(src, dst, sport, dport, seq, flags, frame[start:end], end - start)
+    return Segment(src, dst, sport, dport, seq, flags, frame[start:end], end - start, ack)

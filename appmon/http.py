@@ -66,22 +66,28 @@ class HttpParser:
 
     ``on_start(time, first_line_value)`` is called once per message with the method (requests)
     or the status code (responses); for a response it returns whether the message has no body
-    (the answer to a HEAD request), which only the connection knows.
+    (the answer to a HEAD request), which only the connection knows. ``start_seq``,
+    ``start_ack`` and ``lost`` tell the connection where the message began in the stream.
     """
 
     __slots__ = ("request", "on_start", "counters", "state", "buffer", "start_time",
-                 "remaining", "status", "no_body", "announced")
+                 "remaining", "status", "no_body", "announced", "start_seq", "start_ack",
+                 "position", "ack", "lost")
 
     def __init__(self, request: bool, on_start: Callable[[float, object], bool],
                  counters: Counter) -> None:
         self.request, self.on_start, self.counters = request, on_start, counters
         self.state, self.buffer, self.start_time = HUNT, b"", 0.0
         self.remaining, self.status, self.no_body, self.announced = 0, 0, False, False
+        # sequence number of the current message's first byte, the acknowledgement number its
+        # segment carried, and whether framing was lost since the last message started
+        self.start_seq = self.start_ack = self.position = self.ack = 0
+        self.lost = False
 
     def gap(self) -> None:
         """Bytes are missing here: what follows cannot be framed until a message start."""
         if self.state not in (UNTIL_CLOSE, DEAD):
-            self.state, self.buffer = HUNT, b""
+            self.state, self.buffer, self.lost = HUNT, b"", True
 
     def skippable(self, missing: int) -> bool:
         """Whether ``missing`` bytes here would all be body bytes (or unframed): losing them
@@ -108,10 +114,14 @@ class HttpParser:
     def hunting(self) -> bool:
         return self.state == HUNT
 
-    def feed(self, data: bytes, time: float, segment_start: bool = True) -> None:
+    def feed(self, data: bytes, time: float, segment_start: bool = True, seq: int = 0,
+             ack: int = 0) -> None:
         """Consume contiguous stream bytes captured at ``time`` (``segment_start``: they begin a
-        TCP segment, the only place a message start is looked for while hunting)."""
+        TCP segment, the only place a message start is looked for while hunting; ``seq``: the
+        sequence number of their first byte; ``ack``: their segment's acknowledgement)."""
+        end, self.ack = seq + len(data), ack
         while data:
+            self.position = end - len(data)
             state = self.state
             if state == HEAD:
                 data = self._head(data, time)
@@ -134,7 +144,7 @@ class HttpParser:
 
     def _head(self, data: bytes, time: float) -> bytes:
         if not self.buffer:
-            self.start_time = time
+            self.start_time, self.start_seq, self.start_ack = time, self.position, self.ack
             buffer, search = data, 0
         else:
             buffer, search = self.buffer + data, max(0, len(self.buffer) - 3)
@@ -163,7 +173,7 @@ class HttpParser:
         value = request_method(line) if self.request else status_code(line)
         if value is None:
             self.counters["bad_start_line"] += 1
-            self.state, self.buffer = HUNT, b""
+            self.state, self.buffer, self.lost = HUNT, b"", True
             return False
         self.announced, self.status = True, 0 if self.request else value
         self.no_body = bool(self.on_start(self.start_time, value))

@@ -33,7 +33,7 @@ class HalfStream:
     def __init__(self, parser: HttpParser, counters: Counter) -> None:
         self.parser, self.counters = parser, counters
         self.next_seq: int | None = None
-        self.early: dict[int, tuple[bytes, int, float]] = {}
+        self.early: dict[int, tuple[bytes, int, float, int]] = {}
         self.early_bytes = 0
 
     def syn(self, seq: int) -> None:
@@ -41,7 +41,8 @@ class HalfStream:
         if self.next_seq is None:
             self.next_seq = (seq + 1) & MASK
 
-    def segment(self, seq: int, payload: bytes, wire_length: int, time: float) -> None:
+    def segment(self, seq: int, payload: bytes, wire_length: int, time: float,
+                ack: int = 0) -> None:
         if self.next_seq is None:  # picked up mid-stream: start here, hunting
             self.next_seq = seq
         elif self.early and time - min(held[2] for held in self.early.values()) > REORDER_WAIT_S:
@@ -49,7 +50,7 @@ class HalfStream:
             self._skip_hole()
         ahead = (seq - self.next_seq) & MASK
         if ahead == 0:
-            self._deliver(seq, payload, wire_length, time)
+            self._deliver(seq, payload, wire_length, time, ack)
             if self.early:
                 self._drain()
         elif ahead >= HALF:  # starts before what was delivered: a retransmission or an overlap
@@ -59,36 +60,36 @@ class HalfStream:
                 return
             self.counters["overlapping_segments"] += 1
             self._deliver((seq + behind) & MASK, payload[behind:], wire_length - behind, time,
-                          segment_start=False)
+                          ack, segment_start=False)
             if self.early:
                 self._drain()
         else:
-            self._hold(seq, payload, wire_length, time)
+            self._hold(seq, payload, wire_length, time, ack)
 
-    def _deliver(self, seq: int, payload: bytes, wire_length: int, time: float,
+    def _deliver(self, seq: int, payload: bytes, wire_length: int, time: float, ack: int,
                  segment_start: bool = True) -> None:
         if payload:
-            self.parser.feed(payload, time, segment_start)
+            self.parser.feed(payload, time, segment_start, seq, ack)
         if wire_length > len(payload):
             self.counters["truncated_segments"] += 1
             if not self.parser.skip(wire_length - len(payload)):
                 self.counters["stream_gaps"] += 1
         self.next_seq = (seq + wire_length) & MASK
 
-    def _hold(self, seq: int, payload: bytes, wire_length: int, time: float) -> None:
+    def _hold(self, seq: int, payload: bytes, wire_length: int, time: float, ack: int) -> None:
         missing = (seq - self.next_seq) & MASK
         parser = self.parser
         if parser.skippable(missing):  # the hole is body bytes: nothing to wait for
             self.counters["body_holes_skipped"] += 1
             parser.skip(missing)
-            self._deliver(seq, payload, wire_length, time)
+            self._deliver(seq, payload, wire_length, time, ack)
             if self.early:
                 self._drain()
             return
         if parser.hunting and starts_message(payload, parser.request):
             self.counters["holes_skipped"] += 1  # framing was lost already: resync here
             self.next_seq = seq
-            self._deliver(seq, payload, wire_length, time)
+            self._deliver(seq, payload, wire_length, time, ack)
             if self.early:
                 self._drain()
             return
@@ -98,12 +99,19 @@ class HalfStream:
         if len(self.early) >= MAX_EARLY_SEGMENTS or \
                 self.early_bytes + len(payload) > MAX_EARLY_BYTES:
             self.counters["reorder_buffer_full"] += 1
-            self.early[seq] = (payload, wire_length, time)
+            self.early[seq] = (payload, wire_length, time, ack)
             self.early_bytes += len(payload)
             self._skip_hole()
             return
-        self.early[seq] = (payload, wire_length, time)
+        self.early[seq] = (payload, wire_length, time, ack)
         self.early_bytes += len(payload)
+
+    def acknowledged(self, ack: int) -> None:
+        """The other side acknowledged bytes up to ``ack``: a hole before that was delivered to
+        it, so the capture lost it for good (it does not wait for a retransmission)."""
+        while self.early and 0 < ((ack - self.next_seq) & MASK) < HALF:
+            self.counters["holes_acknowledged"] += 1
+            self._skip_hole()
 
     def flush(self) -> None:
         """The stream ended: deliver what waits behind holes, giving the holes up."""
@@ -130,11 +138,11 @@ class HalfStream:
                     break
             if ready is None:
                 return
-            payload, wire_length, time = self.early.pop(ready)
+            payload, wire_length, time, ack = self.early.pop(ready)
             self.early_bytes -= len(payload)
             behind = (next_seq - ready) & MASK
             if behind >= wire_length and wire_length:
                 self.counters["retransmitted_segments"] += 1
                 continue
             self._deliver((ready + behind) & MASK, payload[behind:], wire_length - behind, time,
-                          segment_start=behind == 0)
+                          ack, segment_start=behind == 0)

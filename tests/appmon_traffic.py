@@ -29,12 +29,12 @@ class Conversation:
         """One data segment (the next bytes of that side)."""
         if from_client:
             frame = tcp_frame(self.client, self.server, self.cport, self.port, self.cseq,
-                              PSH | ACK, data, vlan=self.vlan)
+                              PSH | ACK, data, vlan=self.vlan, ack=self.sseq)
             if advance:
                 self.cseq += len(data)
         else:
             frame = tcp_frame(self.server, self.client, self.port, self.cport, self.sseq,
-                              PSH | ACK, data, vlan=self.vlan)
+                              PSH | ACK, data, vlan=self.vlan, ack=self.cseq)
             if advance:
                 self.sseq += len(data)
         return (time, frame)

@@ -28,10 +28,6 @@ def only(windows):
     return total
 
 
-def times(c, frames_before=None):
-    return sorted(t for t in frames_before)
-
-
 def test_keep_alive_requests_match_their_responses():
     c = Conversation()
     frames = c.handshake(100.0)
@@ -168,9 +164,19 @@ def test_lost_framing_resyncs_at_the_next_message():
     stats = only(windows)
     assert (stats.requests, stats.matched) == (3, 3)
     assert stats.total_s == pytest.approx(0.3)
-    # rounds 2 and 3 wait for the next segment after REORDER_WAIT_S; the last for the end
-    assert analyser.dropped()["reorder_wait_expired"] == 2
+    # rounds 1 and 2: the client's next request acknowledges the lost bytes; round 3: the end
+    assert analyser.dropped()["holes_acknowledged"] == 2
     assert analyser.dropped()["stream_gaps"] == 3
+
+
+def test_a_hole_nobody_acknowledges_is_given_up_after_the_reorder_wait():
+    c = Conversation()
+    frames = c.handshake(1.0) + [c.send(1.0, request("/1"))]
+    c.cseq += 50  # lost, and the server's segments below acknowledge nothing new
+    frames += [c.send(1.01, request("/2")), c.send(1.5, request("/3"))]
+    analyser, windows = run(frames)
+    assert analyser.dropped()["reorder_wait_expired"] == 1
+    assert only(windows).requests == 3  # /2 waited 0.49 s, then counted once
 
 
 def test_memory_bounds_have_named_drops(monkeypatch):
@@ -226,3 +232,22 @@ def test_service_per_address_and_port():
     from cosample.appmon.windows import service_name
     assert [service_name(key) for key in window.services] == ["[2001:db8::9]:8080"]
     assert analyser.ignored()["other_port"] == 3
+
+
+def test_a_lost_response_does_not_shift_the_matching():
+    """Keep-alive, one request at a time; the capture lost response 2 and request 4: every other
+    response is matched to its own request (the acknowledgement numbers tell)."""
+    c = Conversation()
+    frames = c.handshake(1.0)
+    for i in range(6):
+        start = 1.0 + i
+        req = c.send(start, request(f"/{i}"))
+        resp = c.send(start + 0.01 * (i + 1), response(200), False)
+        frames += [f for f, lost in ((req, i == 4), (resp, i == 2)) if not lost]
+        frames.append(c.ack(start + 0.5))
+    analyser, windows = run(frames)
+    stats = only(windows)
+    assert (stats.requests, stats.responses, stats.matched) == (5, 5, 4)
+    assert stats.total_s == pytest.approx(0.01 + 0.02 + 0.04 + 0.06)
+    assert analyser.dropped()["requests_answer_lost"] == 1
+    assert analyser.dropped()["responses_without_request"] == 1
