@@ -8,7 +8,8 @@ pipelined or not). Interim 1xx responses take nothing. When the capture lost pac
 what order alone cannot: a response's acknowledgement number says which request bytes the server
 had received, so a response is never matched to a request sent after it was written (its own
 request was lost), and after lost responses the requests they answered leave the queue. Memory is bounded: ``max_connections`` in
-the table, ``MAX_PENDING`` requests per connection; what does not fit is counted by name.
+the table, ``MAX_PENDING`` requests per connection, early segments per direction and for all
+connections together (``streams.Budget``); what does not fit is counted by name.
 Closed (FIN both ways, or RST) and idle connections leave the table on ``expire``.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Callable
 
 from cosample.appmon.decode import FIN, RST, SYN, ACK, Segment
 from cosample.appmon.http import HttpParser, starts_message
-from cosample.appmon.streams import HalfStream
+from cosample.appmon.streams import Budget, HalfStream
 
 #: Requests waiting for their response on one connection.
 MAX_PENDING = 64
@@ -45,12 +46,12 @@ class Connection:
                  "on_request", "on_response", "answered")
 
     def __init__(self, service: tuple, counters: Counter, on_request: OnRequest,
-                 on_response: OnResponse) -> None:
+                 on_response: OnResponse, budget: Budget | None = None) -> None:
         self.service, self.counters = service, counters
         self.on_request, self.on_response = on_request, on_response
         self.pending: deque[tuple[float, bool]] = deque()
-        self.streams = (HalfStream(HttpParser(True, self._request, counters), counters),
-                        HalfStream(HttpParser(False, self._response, counters), counters))
+        self.streams = (HalfStream(HttpParser(True, self._request, counters), counters, budget),
+                        HalfStream(HttpParser(False, self._response, counters), counters, budget))
         self.last_seen, self.fins, self.closed = 0.0, 0, False
         self.answered: int | None = None  # acknowledgement number of the last final response
 
@@ -108,6 +109,7 @@ class ConnectionTable:
                  max_connections: int = MAX_CONNECTIONS, ports: frozenset[int] = frozenset()):
         self.counters, self.on_request, self.on_response = counters, on_request, on_response
         self.max_connections, self.ports = max_connections, ports
+        self.budget = Budget()
         # (src, dst, sport, dport) -> (connection, 0 for client->server or 1)
         self.table: dict[tuple, tuple[Connection, int]] = {}
         self.connections = 0
@@ -165,7 +167,8 @@ class ConnectionTable:
         if self.connections >= self.max_connections:
             self.counters["connection_table_full"] += 1
             return None
-        connection = Connection((server, port), self.counters, self.on_request, self.on_response)
+        connection = Connection((server, port), self.counters, self.on_request, self.on_response,
+                                self.budget)
         forward, backward = (src, dst, sport, dport), (dst, src, dport, sport)
         side = 0 if client_sends else 1
         self.table[forward] = (connection, side)

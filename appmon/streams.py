@@ -20,18 +20,30 @@ MASK, HALF = 0xFFFFFFFF, 0x80000000
 #: Early (out-of-order) segments kept per direction, and their payload bytes.
 MAX_EARLY_SEGMENTS = 32
 MAX_EARLY_BYTES = 65536
+#: Early bytes held by all connections together (the analyser's ``Budget``).
+MAX_EARLY_TOTAL = 64 << 20
 #: A hole still open this long after the first segment behind it arrived is given up: reordering
 #: on a path takes microseconds to milliseconds; a mirror that never copied the bytes, forever.
 REORDER_WAIT_S = 0.2
 
 
+class Budget:
+    """Bytes held in early segments by all streams together, and the most they may hold."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int = MAX_EARLY_TOTAL) -> None:
+        self.limit, self.used = limit, 0
+
+
 class HalfStream:
     """Ordering of one direction's bytes; ``parser`` receives them."""
 
-    __slots__ = ("parser", "next_seq", "early", "early_bytes", "counters")
+    __slots__ = ("parser", "next_seq", "early", "early_bytes", "counters", "budget")
 
-    def __init__(self, parser: HttpParser, counters: Counter) -> None:
+    def __init__(self, parser: HttpParser, counters: Counter, budget: Budget | None = None) -> None:
         self.parser, self.counters = parser, counters
+        self.budget = budget if budget is not None else Budget()
         self.next_seq: int | None = None
         self.early: dict[int, tuple[bytes, int, float, int]] = {}
         self.early_bytes = 0
@@ -96,15 +108,19 @@ class HalfStream:
         if seq in self.early:
             self.counters["retransmitted_segments"] += 1
             return
-        if len(self.early) >= MAX_EARLY_SEGMENTS or \
-                self.early_bytes + len(payload) > MAX_EARLY_BYTES:
-            self.counters["reorder_buffer_full"] += 1
-            self.early[seq] = (payload, wire_length, time, ack)
-            self.early_bytes += len(payload)
+        full = len(self.early) >= MAX_EARLY_SEGMENTS or \
+            self.early_bytes + len(payload) > MAX_EARLY_BYTES
+        if full or self.budget.used + len(payload) > self.budget.limit:
+            self.counters["reorder_buffer_full" if full else "reorder_memory_full"] += 1
+            self._keep(seq, payload, wire_length, time, ack)  # then all held go, at once
             self._skip_hole()
             return
+        self._keep(seq, payload, wire_length, time, ack)
+
+    def _keep(self, seq: int, payload: bytes, wire_length: int, time: float, ack: int) -> None:
         self.early[seq] = (payload, wire_length, time, ack)
         self.early_bytes += len(payload)
+        self.budget.used += len(payload)
 
     def acknowledged(self, ack: int) -> None:
         """The other side acknowledged bytes up to ``ack``: a hole before that was delivered to
@@ -140,6 +156,7 @@ class HalfStream:
                 return
             payload, wire_length, time, ack = self.early.pop(ready)
             self.early_bytes -= len(payload)
+            self.budget.used -= len(payload)
             behind = (next_seq - ready) & MASK
             if behind >= wire_length and wire_length:
                 self.counters["retransmitted_segments"] += 1

@@ -179,8 +179,9 @@ class WebRig:
 
     def tcpdump(self, path: Path, snaplen: int = 0) -> subprocess.Popen:
         """Start capturing the client's veth end to ``path``; stop with ``stop``."""
-        process = self._spawn(self.client, ["tcpdump", "-i", self.link, "-U", "--immediate-mode",
-                                            "-n", "-s", str(snaplen), "-w", str(path), "tcp"])
+        process = self._spawn(self.client, [
+            "tcpdump", "-i", self.link, "-U", "--immediate-mode", "-B", "65536", "-n",
+            "-s", str(snaplen), "-w", str(path), "tcp"])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # tcpdump says "listening on" once capturing
             line = process.stderr.readline().decode(errors="replace")

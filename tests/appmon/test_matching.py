@@ -198,6 +198,27 @@ def test_memory_bounds_have_named_drops(monkeypatch):
     assert dropped["reorder_buffer_full"] >= 1
     assert dropped["header_too_long"] == 1
     assert dropped["connection_table_full"] == 2  # its SYN and SYN-ACK
+    assert analyser.table.budget.used == sum(
+        stream.early_bytes for connection, side in analyser.table.table.values() if side == 0
+        for stream in connection.streams)
+
+
+def test_early_segments_of_all_connections_share_one_budget():
+    frames = []
+    for k in range(4):
+        c = Conversation(cport=41000 + k)
+        frames += c.handshake(1.0) + [c.send(1.0, request())]
+        c.cseq += 100  # a hole, then 3 early segments of 1000 bytes
+        frames += [c.send(1.0, b"x" * 1000) for _ in range(3)]
+    from cosample.appmon.analyser import Analyser
+    analyser = Analyser(10.0)
+    analyser.table.budget.limit = 7000
+    for time, frame in frames:
+        analyser.ingest(frame, time)
+    assert analyser.counters["reorder_memory_full"] == 2  # connections 3 and 4 hit the limit
+    assert analyser.table.budget.used <= 7000
+    analyser.finish()
+    assert analyser.table.budget.used == 0
 
 
 def test_reset_closes_and_late_segments_are_not_counted():
