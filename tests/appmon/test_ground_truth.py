@@ -8,7 +8,9 @@ inside one 2-s window, away from its edges, so the access log's requests fall in
 windows as the analyser's. Per window: request count and status classes exact; mean service
 time within 1 ms + 3 % and p95 within 2 ms + 5 % of the access log's ``$request_time`` (which
 nginx rounds to the millisecond and measures to the last byte sent, the analyser to the status
-line as seen on the wire; DDSketch adds at most 1 %).
+line as seen on the wire; DDSketch adds at most 1 %). Then the same traffic as a truncating
+mirror (128 bytes per frame, a second tcpdump) and a selective mirror (only segments with PSH,
+SYN or FIN, filtered from the full capture) would deliver it: every figure identical.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import time
 import numpy as np
 import pytest
 
+from cosample.appmon.decode import FIN, PSH, SYN, Segment, decode
+from cosample.appmon.pcap import frames, write_pcap
 from cosample.appmon.replay import replay
 from cosample.lab.web import SERVER_ADDRESS, WebRig, web_available
 
@@ -29,6 +33,8 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 WINDOW_S = 2.0
 #: (mean backend time in ms, error rate) per burst
 BURSTS = ((5, 0.0), (30, 0.2), (15, 0.5))
+#: Bytes a truncating mirror keeps of each frame: Ethernet, IP, TCP with options, request line.
+TRUNCATE = 128
 
 
 @pytest.fixture
@@ -66,6 +72,7 @@ def test_service_time_load_and_success_rate_match_the_access_log(rig, tmp_path):
         "--name", "live", "--duration", "60s"])
     wait_for_line(analyser, "capturing on")
     capture = rig.tcpdump(tmp_path / "web.pcap")
+    truncated = rig.tcpdump(tmp_path / "truncated.pcap", snaplen=TRUNCATE)
     burst_windows = []
     for mean_ms, error in BURSTS:
         now = time.time()
@@ -75,6 +82,7 @@ def test_service_time_load_and_success_rate_match_the_access_log(rig, tmp_path):
         rig.load(rig.url(mean_ms=mean_ms, error=error), duration_s=1.0, connections=4)
     time.sleep(max(0.0, burst_windows[-1] + WINDOW_S + 0.3 - time.time()))
     rig.stop(capture)
+    rig.stop(truncated)
     assert rig.stop(analyser) == 0
     log = by_window(rig.access_log())
     live = {json.loads(line)["window_start"]: json.loads(line)
@@ -105,3 +113,29 @@ def test_service_time_load_and_success_rate_match_the_access_log(rig, tmp_path):
             assert timing["p95"] == pytest.approx(p95, abs=0.002, rel=0.05), source
     summary = json.loads((state / "snapshot.json").read_text())
     assert summary["dropped"].get("kernel_drops", 0) == 0
+    # what a truncating mirror and a PSH-only selective mirror would copy: the same counts, the
+    # same service times (the second tcpdump's time stamps may differ by microseconds)
+    full = figures(tmp_path / "web.pcap")
+    psh_only = write_pcap(tmp_path / "psh.pcap", [
+        (when, frame) for when, frame in frames(tmp_path / "web.pcap")
+        if isinstance(segment := decode(frame), Segment) and segment.flags & (PSH | SYN | FIN)])
+    for mechanism in (tmp_path / "truncated.pcap", psh_only):
+        copied = figures(mechanism)
+        assert [counts for counts, _ in copied] == [counts for counts, _ in full], mechanism.name
+        for (_, times), (_, reference) in zip(copied, full):
+            assert len(times) == len(reference)
+            if times:  # mean: exact but for time stamps; p95: may move by one sketch bucket
+                assert times[0] == pytest.approx(reference[0], rel=1e-3, abs=2e-5)
+                assert times[1] == pytest.approx(reference[1], rel=0.021, abs=2e-5)
+
+
+def figures(capture):
+    """Per window of a replay: the counts (exact) and the service times (mean, p95)."""
+    result = []
+    for snap in replay(capture, window_s=WINDOW_S):
+        for service in snap.services:
+            counts = (snap.window_start, service.requests, service.responses, service.matched,
+                      tuple(service.status_classes.values()), service.success_rate)
+            timing = service.service_time_s
+            result.append((counts, (timing.mean, timing.p95) if timing else ()))
+    return result
