@@ -84,6 +84,11 @@ class HttpParser:
         self.start_seq = self.start_ack = self.position = self.ack = 0
         self.lost = False
 
+    def begin(self) -> None:
+        """The next byte starts a message (the stream's first byte, after its SYN)."""
+        if self.state == HUNT:
+            self.state, self.buffer, self.announced = HEAD, b"", False
+
     def gap(self) -> None:
         """Bytes are missing here: what follows cannot be framed until a message start."""
         if self.state not in (UNTIL_CLOSE, DEAD):

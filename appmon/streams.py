@@ -49,9 +49,11 @@ class HalfStream:
         self.early_bytes = 0
 
     def syn(self, seq: int) -> None:
-        """The SYN fixes the first data byte's sequence number (seq + 1)."""
+        """The SYN fixes the first data byte's sequence number (seq + 1): the first message
+        starts there, so the parser need not hunt for it (however short the first segment)."""
         if self.next_seq is None:
             self.next_seq = (seq + 1) & MASK
+            self.parser.begin()
 
     def segment(self, seq: int, payload: bytes, wire_length: int, time: float,
                 ack: int = 0) -> None:

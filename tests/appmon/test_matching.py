@@ -272,3 +272,34 @@ def test_a_lost_response_does_not_shift_the_matching():
     assert stats.total_s == pytest.approx(0.01 + 0.02 + 0.04 + 0.06)
     assert analyser.dropped()["requests_answer_lost"] == 1
     assert analyser.dropped()["responses_without_request"] == 1
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(6, 60)), min_size=1,
+                max_size=6),  # segments of 6 bytes or more: within the 32 held segments
+       st.randoms(use_true_random=False))
+def test_any_segmentation_reordering_and_duplication_counts_each_message_once(exchanges, draw):
+    """Each message cut into random segments, shuffled and partly sent twice: the same counts
+    and service times as the plain conversation."""
+    c = Conversation()
+    frames, expected = c.handshake(1.0), []
+    for index, (kind, chunked, size) in enumerate(exchanges):
+        start = 2.0 + index
+        method, body = (("GET", b""), ("POST", b"p" * 50), ("HEAD", b""))[kind]
+        answer = {0: response(200, b"r" * 90, chunked=chunked),
+                  1: b"HTTP/1.1 204 No Content\r\n\r\n",  # no body, whatever it announces
+                  2: b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n"}[kind]  # HEAD
+        for data, from_client, when in ((request(f"/{index}", method, body), True, start),
+                                         (answer, False, start + 0.001 * (index + 1))):
+            segments = c.segments(when, data, size, from_client)
+            shuffled = segments[:1] + draw.sample(segments[1:], len(segments) - 1)
+            frames += shuffled + draw.sample(segments, min(2, len(segments)))
+        expected.append(0.001 * (index + 1))
+    analyser, windows = run(frames)
+    stats = only(windows)
+    assert (stats.requests, stats.responses, stats.matched) == (len(exchanges),) * 3
+    assert stats.total_s == pytest.approx(sum(expected))
+    assert analyser.dropped() == {}
