@@ -18,7 +18,7 @@ from cosample.appmon.windows import ServiceStats, Window, Windows
 #: from the drops, which lose information the metrics would need.
 IGNORED = frozenset(("not_ip", "not_tcp", "not_tracked", "other_port", "retransmitted_segments",
                      "overlapping_segments", "segments_after_close",
-                     "truncated_segments", "body_holes_skipped"))
+                     "truncated_segments", "body_holes_skipped", "first_lines_cut"))
 
 
 class Analyser:

@@ -106,6 +106,7 @@ class HttpParser:
         """``missing`` bytes are not seen here: True if framing survives (they were body bytes),
         else the parser hunts for the next message start."""
         if not self.skippable(missing):
+            self._announce_cut()
             self.gap()
             return False
         if self.state == BODY or self.state == CHUNK_DATA:
@@ -185,6 +186,22 @@ class HttpParser:
         if self.request and value == b"CONNECT":
             self.no_body = True
         return True
+
+    def _announce_cut(self) -> None:
+        """The capture cut this message inside its first line (a truncating mirror): a method
+        followed by a space, or ``HTTP/1.x DDD``, is enough to count it and read its status."""
+        if self.state != HEAD or self.announced or not self.buffer:
+            return
+        line = self.buffer
+        if self.request:
+            space = line.find(b" ", 0, 8)
+            value = line[:space] if space > 0 and line[:space] in METHODS else None
+        else:
+            value = status_code(line[:12]) if len(line) >= 12 else None
+        if value is not None:
+            self.counters["first_lines_cut"] += 1
+            self.announced, self.status = True, 0 if self.request else value
+            self.on_start(self.start_time, value)
 
     def _frame_body(self, head: bytes) -> None:
         self.announced = False

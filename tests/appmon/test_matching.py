@@ -303,3 +303,19 @@ def test_any_segmentation_reordering_and_duplication_counts_each_message_once(ex
     assert (stats.requests, stats.responses, stats.matched) == (len(exchanges),) * 3
     assert stats.total_s == pytest.approx(sum(expected))
     assert analyser.dropped() == {}
+
+
+def test_first_lines_cut_by_a_short_snap_length_still_count():
+    """78 bytes per frame (Ethernet, IPv4, TCP with 12 bytes of options, 12 of payload): the
+    method and ``HTTP/1.1 DDD`` are enough for load, status and service time."""
+    c = Conversation()
+    frames = c.handshake(1.0)
+    for i, status in enumerate((200, 503, 404)):
+        frames += [c.send(1.0 + i, request(f"/a/long/path/{i}")),
+                   c.send(1.2 + i, response(status, b"z" * 500), False)]
+    analyser, windows = run([(t, f[:66]) for t, f in frames])  # 12 bytes of payload (no options)
+    stats = only(windows)
+    assert (stats.requests, stats.matched) == (3, 3)
+    assert stats.statuses == [0, 1, 0, 1, 1]
+    assert stats.total_s == pytest.approx(0.6)
+    assert analyser.ignored()["first_lines_cut"] == 6
