@@ -5,8 +5,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${COSAMPLE_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
 
-# Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector) and the
-# network tools the tests use.
+# Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector), nginx, wrk,
+# tcpdump and tshark (the application monitor's ground truth and peer) and the network tools
+# the tests use.
 need_system() {
     local missing=()
     command -v glpsol >/dev/null || missing+=(glpk-utils)
@@ -18,6 +19,10 @@ need_system() {
     command -v tc >/dev/null || missing+=(iproute2)
     command -v ip >/dev/null || missing+=(iproute2)
     command -v sfacctd >/dev/null || missing+=(pmacct)
+    command -v nginx >/dev/null || missing+=(nginx)
+    command -v wrk >/dev/null || missing+=(wrk)
+    command -v tcpdump >/dev/null || missing+=(tcpdump)
+    command -v tshark >/dev/null || missing+=(tshark)
     printf '%s\n' "${missing[@]}"
 }
 

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "cosample.costmodel.cli",
     "cosample.agents.cli",
     "cosample.collector.cli",
+    "cosample.appmon.cli",
     "cosample.controller.cli",
     "cosample.experiments.cli",
     "cosample.experiments.testbed.cli",

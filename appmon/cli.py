@@ -1,0 +1,98 @@
+"""``cosample appmon run|replay``: HTTP service time, load and success rate from packets."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from pathlib import Path
+
+from cosample.durations import duration_argument
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "appmon", help="application monitor: HTTP service time, load, success rate from packets",
+        description="Match HTTP/1.x requests to responses in captured packets and report, per "
+                    "service and window, load, service-time distribution, status classes and "
+                    "success rate (docs/appmon.md).")
+    commands = parser.add_subparsers(dest="appmon_command", metavar="ACTION")
+    commands.required = True
+
+    run = commands.add_parser("run", help="live analyser on an interface (AF_PACKET, root)")
+    run.add_argument("--interface", required=True, help="interface to capture (a mirror or "
+                     "tunnel endpoint, a VM's port, lo)")
+    _common(run)
+    run.add_argument("--metrics-port", type=int, metavar="N",
+                     help="serve /metrics, /snapshot and /healthz over HTTP on this port")
+    run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
+    run.add_argument("--state-dir", type=Path, help="write snapshot.json (last window) and "
+                     "append windows.jsonl here as windows close")
+    run.add_argument("--events", metavar="FILE",
+                     help="append events as JSON lines ('-': standard output)")
+    run.add_argument("--band", type=float, default=0.1,
+                     help="event band: relative change that is reported (default 0.1 = 10 %%)")
+    run.add_argument("--max-silence", type=duration_argument, default=300.0, metavar="DURATION",
+                     help="report a value at least this often (default 300s)")
+    run.add_argument("--duration", type=duration_argument, metavar="DURATION",
+                     help="stop after this long (default: until SIGTERM or SIGINT)")
+    run.set_defaults(func=_run)
+
+    replay = commands.add_parser("replay", help="the analyser on a pcap capture")
+    replay.add_argument("capture", type=Path, metavar="CAPTURE.pcap")
+    _common(replay)
+    replay.add_argument("--json", action="store_true",
+                        help="print each window's snapshot as one JSON line")
+    replay.set_defaults(func=_replay)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--window", type=duration_argument, default=10.0, metavar="DURATION",
+                        help="window width (default 10s); windows are aligned to multiples of "
+                             "it in Unix time")
+    parser.add_argument("--port", type=int, action="append", default=[], metavar="N",
+                        help="only services on this port (repeat for several; default: any "
+                             "TCP connection that speaks HTTP/1.x)")
+    parser.add_argument("--name", default=socket.gethostname(),
+                        help="analyser name in the snapshot (default: host name)")
+
+
+def _settings(args) -> tuple[float, frozenset[int]]:
+    from cosample.appmon.errors import AppmonError
+    if not args.window > 0:
+        raise AppmonError(f"--window: must be > 0, got {args.window}")
+    for port in args.port:
+        if not 0 < port < 65536:
+            raise AppmonError(f"--port: expected 1-65535, got {port}")
+    return args.window, frozenset(args.port)
+
+
+def _run(args) -> int:
+    import signal
+
+    from cosample.appmon.errors import AppmonError
+    from cosample.appmon.service import Service, Settings
+    window, ports = _settings(args)
+    if args.duration is not None and not args.duration > 0:
+        raise AppmonError(f"--duration: must be > 0, got {args.duration}")
+    settings = Settings(interface=args.interface, name=args.name, window_s=window, ports=ports,
+                        metrics_port=args.metrics_port, http_host=args.http_host,
+                        state_dir=args.state_dir, events=args.events, band=args.band,
+                        max_silence_s=args.max_silence, duration_s=args.duration)
+    service = Service(settings).start()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: service.stop())
+    http = f", HTTP on {service.http_address[0]}:{service.http_address[1]}" \
+        if settings.metrics_port is not None else ""
+    print(f"appmon {settings.name}: capturing on {settings.interface}{http}", file=sys.stderr,
+          flush=True)
+    service.run()
+    return 0
+
+
+def _replay(args) -> int:
+    from cosample.appmon.replay import replay, table
+    window, ports = _settings(args)
+    for snap in replay(args.capture, window_s=window, ports=ports, name=args.name):
+        print(snap.to_json() if args.json else table(snap), end="\n" if args.json else "")
+    return 0

@@ -1,0 +1,204 @@
+"""Connections: which side is the server, and each response matched to its request, oldest first.
+
+A connection is opened by a SYN (its sender is the client) or, picked up mid-stream, by a
+payload that begins with a request line (sender: client) or a status line (receiver: client).
+Each side's bytes go through a ``HalfStream`` into an ``HttpParser``; a request's start time
+joins a queue, and a final response takes the oldest (seeds 000/002: HTTP/1.x answers in order,
+pipelined or not). Interim 1xx responses take nothing. When the capture lost packets, TCP tells
+what order alone cannot: a response's acknowledgement number says which request bytes the server
+had received, so a response is never matched to a request sent after it was written (its own
+request was lost), and after lost responses the requests they answered leave the queue. Memory is bounded: ``max_connections`` in
+the table, ``MAX_PENDING`` requests per connection, early segments per direction and for all
+connections together (``streams.Budget``); what does not fit is counted by name.
+Closed (FIN both ways, or RST) and idle connections leave the table on ``expire``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+
+from cosample.appmon.decode import FIN, RST, SYN, ACK, Segment
+from cosample.appmon.http import HttpParser, starts_message
+from cosample.appmon.streams import Budget, HalfStream
+
+#: Requests waiting for their response on one connection.
+MAX_PENDING = 64
+#: Connections tracked at once (both directions' keys count as one).
+MAX_CONNECTIONS = 65536
+#: A connection with no packet for this long is forgotten; a closed one after CLOSED_LINGER_S
+#: (late retransmissions of a closed connection are recognised, not counted again).
+IDLE_TIMEOUT_S = 120.0
+CLOSED_LINGER_S = 5.0
+
+#: (service key, request time) and (service key, response time, status, service time or None)
+OnRequest = Callable[[tuple, float], None]
+OnResponse = Callable[[tuple, float, int, "float | None"], None]
+
+
+def _before(seq: int, ack: int) -> bool:
+    """Whether sequence number ``seq`` comes before ``ack`` (modulo 2^32)."""
+    return 0 < ((ack - seq) & 0xFFFFFFFF) < 0x80000000
+
+
+class Connection:
+    __slots__ = ("service", "pending", "streams", "last_seen", "fins", "closed", "counters",
+                 "on_request", "on_response", "answered")
+
+    def __init__(self, service: tuple, counters: Counter, on_request: OnRequest,
+                 on_response: OnResponse, budget: Budget | None = None) -> None:
+        self.service, self.counters = service, counters
+        self.on_request, self.on_response = on_request, on_response
+        self.pending: deque[tuple[float, bool]] = deque()
+        self.streams = (HalfStream(HttpParser(True, self._request, counters), counters, budget),
+                        HalfStream(HttpParser(False, self._response, counters), counters, budget))
+        self.last_seen, self.fins, self.closed = 0.0, 0, False
+        self.answered: int | None = None  # acknowledgement number of the last final response
+
+    def _request(self, time: float, method: bytes) -> bool:
+        start = self.streams[0].parser.start_seq
+        if self.answered is not None and _before(start, self.answered):
+            # a response already processed was written after the server had this request: its
+            # answer went by while the request waited behind a hole in the capture
+            self.counters["requests_late"] += 1
+            self.on_request(self.service, time)
+            return False
+        if len(self.pending) >= MAX_PENDING:
+            self.counters["pending_requests_full"] += 1
+            return False
+        self.pending.append((time, method == b"HEAD", start))
+        self.on_request(self.service, time)
+        return False
+
+    def _response(self, time: float, status: int) -> bool:
+        if 100 <= status < 200 and status != 101:
+            return True  # interim: the final response follows
+        parser, pending = self.streams[1].parser, self.pending
+        # the server had received this many request bytes: a request that starts at or after
+        # ``ack`` cannot be the one answered (its own request was lost from the capture)
+        ack = parser.start_ack
+        while pending and parser.lost and len(pending) > 1 and _before(pending[1][2], ack):
+            # responses were lost here: the queue's oldest requests lost their answers; answer
+            # the newest request the server had received (exact unless pipelined across a loss)
+            pending.popleft()
+            self.counters["requests_answer_lost"] += 1
+        parser.lost = False
+        self.answered = ack
+        if not pending or not _before(pending[0][2], ack):
+            self.counters["responses_without_request"] += 1
+            self.on_response(self.service, time, status, None)
+            return False
+        requested, head, _ = pending.popleft()
+        self.on_response(self.service, time, status, max(0.0, time - requested))
+        return head
+
+    def close(self) -> None:
+        if not self.closed:
+            for stream in self.streams:
+                stream.flush()
+            self.closed = True
+            if self.pending:
+                self.counters["requests_unanswered"] += len(self.pending)
+                self.pending.clear()
+
+
+class ConnectionTable:
+    """All tracked connections; ``segment`` is the per-packet entry point."""
+
+    def __init__(self, counters: Counter, on_request: OnRequest, on_response: OnResponse,
+                 max_connections: int = MAX_CONNECTIONS, ports: frozenset[int] = frozenset()):
+        self.counters, self.on_request, self.on_response = counters, on_request, on_response
+        self.max_connections, self.ports = max_connections, ports
+        self.budget = Budget()
+        # (src, dst, sport, dport) -> (connection, 0 for client->server or 1)
+        self.table: dict[tuple, tuple[Connection, int]] = {}
+        self.connections = 0
+
+    def segment(self, segment: Segment, time: float) -> None:
+        src, dst, sport, dport, seq, flags, payload, wire_length, ack = segment
+        entry = self.table.get((src, dst, sport, dport))
+        if entry is None:
+            entry = self._open(segment)
+            if entry is None:
+                return
+        connection, side = entry
+        if connection.closed and flags & SYN and not flags & ACK:  # the 4-tuple used anew
+            self._forget((src, dst, sport, dport) if side == 0 else (dst, src, dport, sport))
+            entry = self._open(segment)
+            if entry is None:
+                return
+            connection, side = entry
+        connection.last_seen = time
+        if connection.closed:
+            if payload:
+                self.counters["segments_after_close"] += 1
+            return
+        stream = connection.streams[side]
+        other = connection.streams[1 - side]
+        if other.early and flags & ACK:
+            other.acknowledged(ack)
+        if flags & SYN:
+            stream.syn(seq)
+            return
+        if wire_length:
+            stream.segment(seq, payload, wire_length, time, ack)
+        if flags & RST:
+            connection.close()
+        elif flags & FIN:
+            connection.fins |= 1 << side
+            if connection.fins == 3:
+                connection.close()
+
+    def _open(self, segment: Segment) -> tuple[Connection, int] | None:
+        src, dst, sport, dport, _, flags, payload, _, _ = segment
+        if flags & SYN:
+            client_sends = not flags & ACK
+        elif payload and starts_message(payload, True):
+            client_sends = True
+        elif payload and starts_message(payload, False):
+            client_sends = False
+        else:
+            self.counters["not_tracked"] += 1
+            return None
+        server, port = (dst, dport) if client_sends else (src, sport)
+        if self.ports and port not in self.ports:
+            self.counters["other_port"] += 1
+            return None
+        if self.connections >= self.max_connections:
+            self.counters["connection_table_full"] += 1
+            return None
+        connection = Connection((server, port), self.counters, self.on_request, self.on_response,
+                                self.budget)
+        forward, backward = (src, dst, sport, dport), (dst, src, dport, sport)
+        side = 0 if client_sends else 1
+        self.table[forward] = (connection, side)
+        self.table[backward] = (connection, 1 - side)
+        self.connections += 1
+        return connection, side
+
+    def expire(self, now: float, idle_s: float = IDLE_TIMEOUT_S,
+               linger_s: float = CLOSED_LINGER_S) -> int:
+        """Forget closed connections after ``linger_s`` and idle ones after ``idle_s``."""
+        stale = [key for key, (connection, side) in self.table.items()
+                 if side == 0 and now - connection.last_seen >= (
+                     linger_s if connection.closed else idle_s)]
+        for key in stale:
+            connection = self.table[key][0]
+            if not connection.closed:
+                self.counters["connections_idle"] += 1
+            self._forget(key)
+        return len(stale)
+
+    def _forget(self, key: tuple) -> None:
+        """Remove the connection whose client->server key is ``key``."""
+        connection, _ = self.table.pop(key)
+        src, dst, sport, dport = key
+        self.table.pop((dst, src, dport, sport), None)
+        connection.close()
+        self.connections -= 1
+
+    def close_all(self) -> None:
+        """End of input: requests still waiting are unanswered."""
+        for connection, side in self.table.values():
+            if side == 0:
+                connection.close()

@@ -1,0 +1,182 @@
+"""``appmon run``: the live analyser's effects around the pure one.
+
+One loop reads the packet socket in batches (the fast path: ``Analyser.ingest`` only updates
+state) and, every ``tick_s``, runs the normal path: close windows that ended, expire idle
+connections, write each closed window's snapshot (``--state-dir``), its events (a value left its
+band, seed 003) and refresh what ``/metrics`` and ``/snapshot`` serve. Nothing a frame holds can
+stop the loop. ``--duration`` makes a bounded run (tests, experiments) that ends with the last
+window flushed.
+"""
+
+from __future__ import annotations
+
+import select
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO
+
+from cosample.appmon.analyser import Analyser
+from cosample.appmon.capture import PacketSocket
+from cosample.appmon.errors import AppmonError
+from cosample.appmon.metrics import AppMetrics, State
+from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
+from cosample.collector.events import EventDetector, write_events
+from cosample.files import write_atomic
+
+#: Frames read per batch before the loop looks at its clock again.
+BATCH = 2048
+SNAPSHOT_FILE = "snapshot.json"
+WINDOWS_FILE = "windows.jsonl"
+
+
+@dataclass(frozen=True)
+class Settings:
+    interface: str
+    name: str
+    window_s: float = 10.0
+    ports: frozenset[int] = frozenset()
+    tick_s: float = 0.5
+    metrics_port: int | None = None
+    http_host: str = "127.0.0.1"
+    state_dir: Path | None = None
+    events: str | None = None  # path, or "-" for standard output
+    band: float = 0.1
+    max_silence_s: float = 300.0
+    duration_s: float | None = None
+    receive_buffer: int = 32 << 20
+
+
+class Service:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.analyser = Analyser(settings.window_s, ports=settings.ports)
+        self.detector = EventDetector(settings.band, settings.max_silence_s)
+        self.state = State()
+        self.metrics = AppMetrics(lambda: self.state)
+        self.snapshots: list[AppSnapshot] = []
+        self._stop = threading.Event()
+        self._socket: PacketSocket | None = None
+        self._http: ThreadingHTTPServer | None = None
+        self._events: IO[str] | None = None
+
+    def start(self) -> "Service":
+        self._socket = PacketSocket(self.settings.interface, self.settings.ports,
+                                    self.settings.receive_buffer)
+        if self.settings.metrics_port is not None:
+            self._http = _http_server(self, self.settings.http_host, self.settings.metrics_port)
+            threading.Thread(target=self._http.serve_forever, name="appmon-http",
+                             daemon=True).start()
+            self.http_address = self._http.server_address[:2]
+        if self.settings.events:
+            self._events = sys.stdout if self.settings.events == "-" else \
+                open(self.settings.events, "a", encoding="utf-8")
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Capture until ``stop`` (or the duration); the last window is flushed at the end."""
+        started = time.time()
+        end = started + self.settings.duration_s if self.settings.duration_s else None
+        next_tick = started + self.settings.tick_s
+        receive, ingest = self._socket.receive, self.analyser.ingest
+        try:
+            while not self._stop.is_set():
+                now = time.time()
+                if end is not None and now >= end:
+                    break
+                timeout = max(0.0, min(next_tick - now, 0.2))
+                readable, _, _ = select.select([self._socket], [], [], timeout)
+                if readable:
+                    for _ in range(BATCH):
+                        got = receive()
+                        if got is None:
+                            break
+                        ingest(got[0], got[1])
+                now = time.time()
+                if now >= next_tick:
+                    self._publish(self.analyser.tick(now), now)
+                    next_tick = now + self.settings.tick_s
+            while (got := receive()) is not None:  # what the kernel queued before the end
+                ingest(got[0], got[1])
+            self._publish(self.analyser.finish(), time.time())
+        finally:
+            self.close()
+
+    def _publish(self, windows, now: float) -> None:
+        analyser = self.analyser
+        analyser.counters["kernel_drops"] = self._socket.statistics()
+        if not analyser.counters["kernel_drops"]:
+            del analyser.counters["kernel_drops"]
+        for window in windows:
+            snap = snapshot(window, analyser=self.settings.name, frames=analyser.frames,
+                            connections=analyser.table.connections, dropped=analyser.dropped(),
+                            ignored=analyser.ignored())
+            self.snapshots.append(snap)
+            self.state.snapshot = snap
+            if self._events is not None:
+                events = self.detector.update_all(event_values(snap), now)
+                self.state.events += write_events(events, self._events)
+            if self.settings.state_dir is not None:
+                self._write(snap)
+        self.state = State(frames=analyser.frames, events=self.state.events,
+                           connections=analyser.table.connections, totals=dict(analyser.totals),
+                           counters=dict(analyser.counters), snapshot=self.state.snapshot)
+
+    def _write(self, snap: AppSnapshot) -> None:
+        directory = Path(self.settings.state_dir)
+        text = snap.to_json()
+        write_atomic(directory / SNAPSHOT_FILE, lambda stream: stream.write(text), parents=True)
+        with open(directory / WINDOWS_FILE, "a", encoding="utf-8") as stream:
+            stream.write(text + "\n")
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+        if self._socket is not None:
+            self._socket.close()
+        if self._events is not None and self._events is not sys.stdout:
+            self._events.close()
+            self._events = None
+
+
+def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            path = self.path.split("?", 1)[0]
+            snap = service.state.snapshot
+            if path == "/snapshot" and snap is None:
+                self.send_error(503, "no window closed yet")
+                return
+            if path == "/snapshot":
+                body, kind = snap.to_json().encode(), "application/json"
+            elif path == "/metrics":
+                body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
+            elif path == "/healthz":
+                body, kind = b"ok\n", "text/plain"
+            else:
+                self.send_error(404, "try /snapshot, /metrics or /healthz")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        raise AppmonError(f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})") \
+            from None
+    server.daemon_threads = True
+    return server

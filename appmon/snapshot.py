@@ -1,0 +1,106 @@
+"""The appmon snapshot (``cosample.appmon-snapshot`` version 1): one closed window, every service.
+
+Written by ``run`` (``GET /snapshot``, ``--state-dir``) and ``replay --json`` (one per line);
+read back with ``parse_snapshot``. Times are seconds; ``window_start`` is UTC in the collector's
+form. A service-time block is present only when the window matched a response to its request.
+Field meanings are in docs/appmon.md ("Snapshot").
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from cosample.appmon.errors import AppmonError
+from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, Window, service_name
+from cosample.collector.snapshot import UtcTime
+from cosample.validation import Strict, validate
+
+APP_SNAPSHOT_FORMAT, APP_SNAPSHOT_VERSION = "cosample.appmon-snapshot", 1
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class ServiceTime(Strict):
+    """Request first byte to response status line, over the window's matched responses."""
+
+    mean: Seconds
+    min: Seconds
+    max: Seconds
+    p50: Seconds
+    p95: Seconds
+    p99: Seconds
+
+
+class ServiceWindow(Strict):
+    service: Annotated[str, Field(min_length=1)]
+    requests: Count
+    requests_per_s: Seconds
+    responses: Count
+    matched: Count
+    status_classes: dict[Literal["1xx", "2xx", "3xx", "4xx", "5xx"], Count]
+    success_rate: Fraction | None
+    service_time_s: ServiceTime | None
+
+
+class AppSnapshot(Strict):
+    format: Literal["cosample.appmon-snapshot"] = APP_SNAPSHOT_FORMAT
+    version: Literal[1] = APP_SNAPSHOT_VERSION
+    analyser: Annotated[str, Field(min_length=1)]
+    window_start: UtcTime
+    window_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    frames: Count
+    connections: Count
+    services: list[ServiceWindow]
+    dropped: dict[str, Count]
+    ignored: dict[str, Count]
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+
+def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
+             dropped: dict[str, int], ignored: dict[str, int]) -> AppSnapshot:
+    """The snapshot of one closed window (counters as they stand when it closed)."""
+    services = []
+    for key, stats in sorted(window.services.items(), key=lambda item: service_name(item[0])):
+        timing = None
+        if stats.matched:
+            p50, p95, p99 = (max(0.0, stats.quantile(q)) for q in QUANTILES)
+            timing = ServiceTime(mean=stats.total_s / stats.matched, min=stats.min_s,
+                                 max=stats.max_s, p50=p50, p95=p95, p99=p99)
+        services.append(ServiceWindow(
+            service=service_name(key), requests=stats.requests,
+            requests_per_s=stats.requests / window.width_s, responses=stats.responses,
+            matched=stats.matched, status_classes=dict(zip(STATUS_CLASSES, stats.statuses)),
+            success_rate=stats.success_rate(), service_time_s=timing))
+    return AppSnapshot(analyser=analyser,
+                       window_start=datetime.fromtimestamp(window.start, timezone.utc),
+                       window_s=window.width_s, frames=frames, connections=connections,
+                       services=services, dropped=dropped, ignored=ignored)
+
+
+def parse_snapshot(text: str | bytes, where: str = "snapshot") -> AppSnapshot:
+    """A snapshot read back (JSON text), or one ``AppmonError`` naming field and value."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise AppmonError(f"{where}: not JSON ({exc})") from None
+    return validate(AppSnapshot, data, where=where, error=AppmonError)
+
+
+def event_values(snap: AppSnapshot) -> dict[str, float]:
+    """The values events watch, per service: load, success rate, mean and p95 service time."""
+    values = {}
+    for service in snap.services:
+        values[f"{service.service}.requests_per_s"] = service.requests_per_s
+        if service.success_rate is not None:
+            values[f"{service.service}.success_rate"] = service.success_rate
+        if service.service_time_s is not None:
+            values[f"{service.service}.mean_s"] = service.service_time_s.mean
+            values[f"{service.service}.p95_s"] = service.service_time_s.p95
+    return values

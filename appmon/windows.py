@@ -1,0 +1,147 @@
+"""Per-service statistics over tumbling windows: load, service time, status classes.
+
+Windows are aligned to multiples of ``window_s`` in capture time (Unix seconds), so two analysers,
+or an analyser and a server's access log, cut time the same way. A request counts in the window
+its first byte was seen in; a response (its status class and, when matched, its service time)
+in the window its status line was seen in. Service-time quantiles come from a DDSketch (1 %
+relative accuracy, mergeable across windows and analysers: docs/dependencies.md); mean, min and
+max are exact.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ipaddress
+import math
+from dataclasses import dataclass, field
+
+from ddsketch import DDSketch
+
+#: Relative accuracy of the service-time quantiles.
+SKETCH_ACCURACY = 0.01
+QUANTILES = (0.5, 0.95, 0.99)
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+#: Upper bounds (seconds) of the Prometheus service-time histogram's buckets.
+HISTOGRAM_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    5.0, 10.0)
+
+
+def service_name(key: tuple[bytes, int]) -> str:
+    """``10.0.0.2:80`` or ``[2001:db8::2]:80``."""
+    address, port = key
+    text = str(ipaddress.ip_address(address))
+    return f"[{text}]:{port}" if len(address) == 16 else f"{text}:{port}"
+
+
+@dataclass
+class ServiceStats:
+    """One service in one window (or merged windows)."""
+
+    requests: int = 0
+    responses: int = 0
+    matched: int = 0
+    statuses: list[int] = field(default_factory=lambda: [0] * 5)
+    total_s: float = 0.0
+    min_s: float = math.inf
+    max_s: float = 0.0
+    sketch: DDSketch = field(default_factory=lambda: DDSketch(SKETCH_ACCURACY))
+    #: matched service times per HISTOGRAM_BOUNDS bucket (last: above the largest bound)
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(HISTOGRAM_BOUNDS) + 1))
+
+    def response(self, status: int, service_time: float | None) -> None:
+        self.responses += 1
+        self.statuses[status // 100 - 1] += 1
+        if service_time is not None:
+            self.matched += 1
+            self.total_s += service_time
+            if service_time < self.min_s:
+                self.min_s = service_time
+            if service_time > self.max_s:
+                self.max_s = service_time
+            self.sketch.add(service_time)
+            self.buckets[bisect.bisect_left(HISTOGRAM_BOUNDS, service_time)] += 1
+
+    def merge(self, other: "ServiceStats") -> None:
+        self.requests += other.requests
+        self.responses += other.responses
+        self.matched += other.matched
+        self.statuses = [a + b for a, b in zip(self.statuses, other.statuses)]
+        self.total_s += other.total_s
+        self.min_s, self.max_s = min(self.min_s, other.min_s), max(self.max_s, other.max_s)
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets)]
+        if other.sketch.count:
+            self.sketch.merge(other.sketch)
+
+    def success_rate(self) -> float | None:
+        """Final responses with a 2xx or 3xx status over all final responses."""
+        final = self.responses - self.statuses[0]
+        return (self.statuses[1] + self.statuses[2]) / final if final else None
+
+    def quantile(self, q: float) -> float | None:
+        return self.sketch.get_quantile_value(q) if self.sketch.count else None
+
+
+@dataclass
+class Window:
+    """A closed window: start, width and each service's statistics."""
+
+    start: float
+    width_s: float
+    services: dict[tuple[bytes, int], ServiceStats]
+
+
+class Windows:
+    """The current window of every service; ``advance`` closes windows as time passes."""
+
+    def __init__(self, width_s: float) -> None:
+        if not width_s > 0:
+            raise ValueError(f"window width must be > 0, got {width_s}")
+        self.width_s = width_s
+        self.start: float | None = None
+        self.end = -math.inf
+        self.current: dict[tuple[bytes, int], ServiceStats] = {}
+        self.closed: list[Window] = []
+
+    def request(self, service: tuple, time: float) -> None:
+        if time >= self.end:
+            self.advance(time)
+        stats = self.current.get(service)
+        if stats is None:
+            stats = self.current[service] = ServiceStats()
+        stats.requests += 1
+
+    def response(self, service: tuple, time: float, status: int,
+                 service_time: float | None) -> None:
+        if time >= self.end:
+            self.advance(time)
+        stats = self.current.get(service)
+        if stats is None:
+            stats = self.current[service] = ServiceStats()
+        stats.response(status, service_time)
+
+    def advance(self, now: float) -> list[Window]:
+        """Close the current window if ``now`` is past its end; the windows closed."""
+        if now < self.end:
+            return []
+        done = []
+        if self.start is not None:
+            done.append(Window(self.start, self.width_s, self.current))
+            self.closed.append(done[-1])
+        self.start = math.floor(now / self.width_s) * self.width_s
+        self.end = self.start + self.width_s
+        # services seen before stay, with zeros: a rate that fell to nothing is a value too
+        self.current = {service: ServiceStats() for service in self.current}
+        return done
+
+    def flush(self) -> list[Window]:
+        """Close the current window however far it got (end of a capture)."""
+        if self.start is None:
+            return []
+        window = Window(self.start, self.width_s, self.current)
+        self.closed.append(window)
+        self.start, self.end, self.current = None, -math.inf, {}
+        return [window]
+
+    def take_closed(self) -> list[Window]:
+        closed, self.closed = self.closed, []
+        return closed
