@@ -23,10 +23,14 @@ import numpy as np
 from cosample.planner.budgets import samples_bound, trim_to_collector_cap
 from cosample.planner.choices import EXACT
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.distinct import choose, senders_of
+from cosample.planner.distinct import choose, continuous_envelope, senders_of
 from cosample.planner.pairing import pair_offloads
 from cosample.planner.problem import Problem, build_problem
+from cosample.planner.quantised import choose_applied
 from cosample.planner.solution import Bounds, Solution
+
+#: The solver name of the continuous optimum (not offered on the command line: not applicable).
+CONTINUOUS = "continuous"
 
 
 def lp_bound(problem: Problem) -> float:
@@ -69,7 +73,37 @@ def optimum_pps(dc: DataCentre) -> float:
 
 
 def solve_exact(problem: Problem) -> Solution:
-    """The plan: who samples what locally, who mirrors how much to whom, and its bounds."""
+    """The plan as the switches apply it: each sender's sFlow 1-in-N (or off) and mirror share
+    chosen together (``quantised.choose_applied``), receivers 1-in-1, then the collector budget
+    and the pairing. ``bounds.applied`` bounds every 1-in-N plan; ``bounds.envelope`` is the
+    continuous optimum's bound (rates any real number), above it."""
+    started = time.perf_counter()
+    chosen = choose_applied(problem)
+    senders = chosen.senders
+    offload = np.zeros(problem.size)
+    offload[senders.index] = chosen.mirrored
+    local = problem.own_pps.astype(float).copy()
+    local[senders.index] = senders.own * chosen.rate
+    src, dst, pps = pair_offloads(offload, problem.room_pps)
+    method, proved = chosen.method, chosen.optimal
+    cap = samples_bound(problem, problem.collector_cap_pps)
+    if np.isfinite(problem.collector_cap_pps):
+        received = np.bincount(dst, weights=pps, minlength=problem.size)
+        trimmed_local, trimmed = trim_to_collector_cap(problem, local, offload, received)
+        if not (np.array_equal(trimmed_local, local) and np.array_equal(trimmed, offload)):
+            local, offload = trimmed_local, trimmed
+            src, dst, pps = pair_offloads(offload, problem.room_pps)
+            method, proved = method + ", trimmed to the collector budget", False
+    bounds = Bounds(lp=min(lp_bound(problem), cap),
+                    envelope=min(max(continuous_envelope(problem), chosen.bound), cap),
+                    method=method, optimal=proved, applied=min(chosen.bound, cap))
+    return Solution(EXACT, local, src, dst, pps, problem=problem, bounds=bounds,
+                    seconds=time.perf_counter() - started)
+
+
+def solve_continuous(problem: Problem) -> Solution:
+    """The continuous optimum (local rates any real number): the bound a 1-in-N plan is
+    measured against, and what ``solve_exact`` planned before rates were integer intervals."""
     started = time.perf_counter()
     senders = senders_of(problem)
     choice = choose(problem, senders)
@@ -89,5 +123,5 @@ def solve_exact(problem: Problem) -> Solution:
                     envelope=min(choice.envelope,
                                  samples_bound(problem, problem.collector_cap_pps)),
                     method=method, optimal=optimal)
-    return Solution(EXACT, local, src, dst, pps, problem=problem, bounds=bounds,
+    return Solution(CONTINUOUS, local, src, dst, pps, problem=problem, bounds=bounds,
                     seconds=time.perf_counter() - started)
