@@ -27,8 +27,12 @@ from cosample.planner.distinct import choose, continuous_envelope, senders_of
 from cosample.planner.pairing import pair_offloads
 from cosample.planner.problem import Problem, build_problem
 from cosample.planner.quantised import choose_applied
+from cosample.planner.realise import realise
 from cosample.planner.solution import Bounds, Solution
 
+#: Above this gap to the bound, the greedy is compared with the continuous optimum rounded to
+#: 1-in-N (``realise``) and the better plan kept; below it the rounding cannot win by much.
+FALLBACK_GAP = 1e-6
 #: The solver name of the continuous optimum (not offered on the command line: not applicable).
 CONTINUOUS = "continuous"
 
@@ -87,6 +91,14 @@ def solve_exact(problem: Problem) -> Solution:
     src, dst, pps = pair_offloads(offload, problem.room_pps)
     method, proved = chosen.method, chosen.optimal
     cap = samples_bound(problem, problem.collector_cap_pps)
+    if (not proved and not np.isfinite(problem.collector_cap_pps)
+            and chosen.objective < chosen.bound * (1 - FALLBACK_GAP)):
+        rounded = realise(solve_continuous(problem))  # the greedy may miss what rounding finds
+        if float((problem.weight * rounded.distinct_pps).sum()) > chosen.objective:
+            keep = rounded.mirror_pps > 0
+            local, src, dst, pps = (rounded.local_pps, rounded.mirror_src[keep],
+                                    rounded.mirror_dst[keep], rounded.mirror_pps[keep])
+            method = "continuous optimum rounded (beat the greedy)"
     if np.isfinite(problem.collector_cap_pps):
         received = np.bincount(dst, weights=pps, minlength=problem.size)
         trimmed_local, trimmed = trim_to_collector_cap(problem, local, offload, received)
