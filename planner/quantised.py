@@ -162,44 +162,46 @@ class Hulls:
 
 
 def hulls_of(points: Points) -> Hulls:
-    """Upper concave hull from point 0 (steps with positive gain and room), column by column."""
+    """Upper concave hull from point 0 (steps with positive gain and room), column by column;
+    each step looks only at the senders that moved in the one before."""
+    k = points.mirrored[0].size
+    room, gain = np.zeros((k, 3)), np.zeros((k, 3))
+    target, key = np.full((k, 3), -1, dtype=np.int64), np.zeros((k, 3))
+    active = np.arange(k)
     y, v = points.mirrored, points.value
-    k = y[0].size
     current = np.zeros(k, dtype=np.int64)
-    cur_y, cur_v = y[0], v[0]
-    steps = []
-    for _ in range(3):
-        best, pick = np.full(k, -np.inf), np.full(k, -1, dtype=np.int64)
+    cur_y, cur_v = y[0].copy(), v[0].copy()
+    for step in range(3):
+        if active.size == 0:
+            break
+        at, at_y, at_v = current[active], cur_y[active], cur_v[active]
+        best, pick = np.full(active.size, -np.inf), np.full(active.size, -1, dtype=np.int64)
+        step_y, step_v = np.zeros(active.size), np.zeros(active.size)
         for j in (1, 2, 3):
-            dy, dv = y[j] - cur_y, v[j] - cur_v
-            ahead = (current < j) & (dy > 1e-12 * np.maximum(cur_y, 1.0)) & (dv > 0)
+            dy, dv = y[j][active] - at_y, v[j][active] - at_v
+            ahead = (at < j) & (dy > 1e-12 * np.maximum(at_y, 1.0)) & (dv > 0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 slope = np.where(ahead, dv / dy, -np.inf)
             better = ahead & (slope >= best)  # equal slopes: the farther point (fewer steps)
             best, pick = np.where(better, slope, best), np.where(better, j, pick)
-        moving = np.flatnonzero(pick >= 0)
-        if moving.size == 0:
-            break
-        to = pick[moving]
-        ys = np.choose(np.maximum(pick, 0), y)[moving]
-        vs = np.choose(np.maximum(pick, 0), v)[moving]
-        steps.append((moving, ys - cur_y[moving], vs - cur_v[moving], to, best[moving]))
-        current = np.where(pick >= 0, pick, current)
-        cur_y = np.where(pick >= 0, np.choose(np.maximum(pick, 0), y), cur_y)
-        cur_v = np.where(pick >= 0, np.choose(np.maximum(pick, 0), v), cur_v)
-    if not steps:
-        empty = np.zeros(0, dtype=np.int64)
-        return Hulls(empty, np.zeros(0), np.zeros(0), empty, empty, k, empty)
-    sender = np.concatenate([s[0] for s in steps])
-    # each step's senders are sorted: a stable sort by sender merges the runs, steps in order
-    arrange = np.argsort(sender, kind="stable") if len(steps) > 1 else np.arange(sender.size)
-    sender, room, gain, target, key = (np.concatenate([s[j] for s in steps])[arrange]
-                                       for j in range(5))
-    for _ in range(2):  # a sender's later slope never above its earlier one (round-off)
-        same = np.concatenate(([False], sender[1:] == sender[:-1]))
-        key = np.where(same, np.minimum(key, np.concatenate(([np.inf], key[:-1]))), key)
+            step_y, step_v = np.where(better, dy, step_y), np.where(better, dv, step_v)
+        moved = pick >= 0
+        active, pick, best = active[moved], pick[moved], best[moved]
+        step_y, step_v = step_y[moved], step_v[moved]
+        room[active, step], gain[active, step], target[active, step] = step_y, step_v, pick
+        # a sender's later slope never above its earlier one (round-off): sorting keeps order
+        key[active, step] = best if step == 0 else np.minimum(best, key[active, step - 1])
+        current[active] = pick
+        cur_y[active] += step_y
+        cur_v[active] += step_v
+        active = active[pick < 3]
+    real = (target >= 0).ravel()  # sender by sender, in hull order: no sort needed
+    sender = np.repeat(np.arange(k), 3)[real]
+    room, gain = room.ravel()[real], gain.ravel()[real]
+    target, key = target.ravel()[real], key.ravel()[real]
     order = np.argsort(-key, kind="stable")
-    return Hulls(sender, room, gain, target, order, k, steps[0][0])
+    first_steps = np.concatenate(([True], sender[1:] != sender[:-1])) if sender.size else real[:0]
+    return Hulls(sender, room, gain, target, order, k, sender[first_steps])
 
 
 @dataclass(frozen=True)
@@ -261,19 +263,18 @@ def _greedy(senders: Senders, points: Points, hulls: Hulls, room: float
     level = np.bincount(hulls.sender[order[:whole]], minlength=k)
     left = max(room - (float(ends[whole - 1]) if whole else 0.0), 0.0)
     first = np.searchsorted(hulls.sender, np.arange(k))  # a sender's first step
-    count = np.bincount(hulls.sender, minlength=k)
+    rest = order[whole:]  # still in slope order: first-fit needs no further sort
+    rest = rest[hulls.room[rest] <= left]
     for _ in range(FIRST_FIT_ROUNDS):
-        candidates = np.flatnonzero(level < count)
-        step = first[candidates] + level[candidates]
-        fits = hulls.room[step] <= left
-        candidates, step = candidates[fits], step[fits]
-        if candidates.size == 0:
+        # a step may be taken only after the sender's earlier ones (its level)
+        rest = rest[(rest - first[hulls.sender[rest]] >= level[hulls.sender[rest]])
+                    & (hulls.room[rest] <= left)]
+        nexts = rest[rest - first[hulls.sender[rest]] == level[hulls.sender[rest]]]
+        if nexts.size == 0:
             break
-        by_slope = np.argsort(-(hulls.gain[step] / hulls.room[step]), kind="stable")
-        candidates, step = candidates[by_slope], step[by_slope]
-        taken = np.cumsum(hulls.room[step]) <= left * (1 + 1e-12)
-        level[candidates[taken]] += 1
-        left = max(left - float(hulls.room[step[taken]].sum()), 0.0)
+        taken = nexts[np.cumsum(hulls.room[nexts]) <= left * (1 + 1e-12)]
+        level[hulls.sender[taken]] += 1
+        left = max(left - float(hulls.room[taken].sum()), 0.0)
     at = np.zeros(k, dtype=np.int64)
     reached = np.flatnonzero(level > 0)
     at[reached] = hulls.target[first[reached] + level[reached] - 1]
