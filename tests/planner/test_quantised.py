@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cosample.planner import DataCentre, solve
-from cosample.planner import quantised
+from cosample.planner import quantised, quantised_milp
 from cosample.planner.exact import solve_continuous
 from cosample.planner.lp import backend_available
 from cosample.planner.planfile import build_plan
@@ -93,6 +93,24 @@ def test_solver_equals_brute_force_over_n(dc, margin):
     # the applied plan is what the solver chose: realise changes nothing
     assert relative(weighted_applied(problem, solution), solution.objective) < 1e-9
     assert solution.bounds.applied <= solution.bounds.envelope * (1 + 1e-9)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planning_inputs(max_servers=6), st.sampled_from([0.0, 0.1]))
+def test_milp_refined_from_few_candidates_still_equals_brute_force(dc, margin):
+    # only N_min, N_c - 1, N_c and off explicit at first: the gap items must lead the MILP to
+    # every N it needs (the refinement loop), and the result must not depend on the start
+    problem = build_problem(dc, margin=margin)
+    if len(senders(problem)) > 3:
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(quantised_milp, "DENSE", 1)
+        patch.setattr(quantised_milp, "LADDER", 1)
+        sparse = quantised.choose_applied(problem)
+    dense = quantised.choose_applied(problem)
+    assert sparse.proved and relative(sparse.objective, dense.objective) < 1e-7
+    best = brute_force(problem)
+    assert sparse.objective >= best * (1 - 1e-7) - 1e-6
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -176,6 +194,19 @@ def test_many_competing_senders_take_the_greedy_with_a_small_gap():
                                          / solution.bounds.applied, abs=1e-15)
     assert solution.gap < 0.01
     assert solution.bounds.applied <= solution.bounds.envelope * (1 + 1e-12)
+
+
+def test_lp_plan_reports_what_its_own_rounding_costs():
+    dc = DataCentre.from_matrix([1e6, 1e6], 1.54, 0.46, [[600e3, 0], [0, 0]])
+    if backend_available("highs"):
+        pytest.skip(backend_available("highs"))
+    solution = solve(dc, "reduced", lp_backend="highs", margin=0.0)
+    summary = build_plan(dc, solution)["summary"]
+    rounding = summary["rounding"]
+    assert rounding["continuous_pps"] == pytest.approx(solution.collected_pps, rel=1e-9)
+    assert rounding["applied_pps"] == pytest.approx(realise(solution).distinct_pps.sum(), rel=1e-9)
+    assert rounding["cost_pps"] > 0  # its local rate is no 1/N
+    assert summary["objective"]["bound_applied"] is None
 
 
 def test_plan_says_what_rounding_costs_and_who_loses():
