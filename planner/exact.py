@@ -1,14 +1,17 @@
-"""The exact solver: distinct packets maximised in O(n log n), and the paper's LP bound in closed form.
+"""The exact solver: distinct packets as the switches apply them, and the bounds around them.
 
 Structure (docs/planner.md, "Why the plan is exact"): a bridge has one sFlow rate, so a server
 can take mirrored packets only if it samples everything entering its bridge 1-in-1. The servers
 that can afford that (P, ``Problem.receiver``) sample all their own traffic and offer their
 leftover capacity as room, ``(spare - alpha x bridge input) / (alpha + beta)`` pps; with a full
-mesh only the total room R matters. The others (senders) share R: ``distinct.choose`` picks who
-mirrors how much, maximising distinct packets (local sFlow and mirrors overlap), exactly when
-all fit or few compete, otherwise greedily with the gap to a proven bound. Then the collector
-budget trims the plan and ``pairing.pair_offloads`` draws few sender-receiver pairs.
+mesh only the total room R matters. The others (senders) share R. ``solve_exact`` chooses each
+sender's sFlow 1-in-N (or off) together with what it mirrors (``quantised.choose_applied``):
+proved optimal among the plans sFlow can apply when all fit or few compete, otherwise greedily
+with the gap to a bound over every such plan. Then the collector budget trims the plan and
+``pairing.pair_offloads`` draws few sender-receiver pairs.
 
+``solve_continuous`` is the optimum when a local share may be any real number
+(``distinct.choose``): the bound ``bounds.envelope`` and the reference of what 1-in-N costs.
 ``lp_bound`` is the paper's LP optimum (it counts ``l + m``, no overlap) with the same margin,
 costs, weights and mirror caps: a fractional knapsack over the senders' gains ``w (1 - beta/A)``,
 the reference the LPs are tested against and an upper bound on distinct packets.

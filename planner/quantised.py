@@ -87,6 +87,7 @@ def rate_of(interval: np.ndarray) -> np.ndarray:
 
 
 def senders_of(problem: Problem) -> Senders:
+    """The senders (own traffic, outside P) with N_min and N_c, vectorised."""
     index = np.flatnonzero(~problem.receiver & (problem.own_pps > 0))
     own = problem.own_pps[index]
     full = (problem.alpha * problem.bridge_pps)[index]
@@ -117,6 +118,7 @@ class Points:
 
 
 def points_of(senders: Senders) -> Points:
+    """The four candidate points of every sender (module docstring: why these four)."""
     t_min = rate_of(senders.n_min)
     below_cap = np.where(np.isfinite(senders.n_cap) & (senders.n_cap - 1 > senders.n_min),
                          senders.n_cap - 1, senders.n_min)
