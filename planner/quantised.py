@@ -147,7 +147,8 @@ class Hulls:
     def final(self) -> np.ndarray:
         """Each sender's last hull point: its best alone (ties: least room)."""
         last = np.zeros(self.size, dtype=np.int64)
-        last[self.sender] = self.target  # steps are in hull order: the last write wins
+        ends = np.concatenate((self.sender[1:] != self.sender[:-1], [True]))[:self.sender.size]
+        last[self.sender[ends]] = self.target[ends]  # steps are in hull order per sender
         return last
 
     def bound(self, room: float) -> float:
