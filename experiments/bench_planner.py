@@ -8,8 +8,12 @@ row, ``exact (budgets)``, adds weights (1, 2 or 5), a mirror cap on a third of t
 a collector budget of half the traffic. A solver stops growing n once its next size is
 predicted to take longer than ``--max-seconds``. The table gives times, LP variable counts, the
 LP objective (``l + m``: the exact solver's closed-form bound) and the distinct packets of the
-plan; the run prints whether the LP objectives agree (relative 1e-6) and how many times faster
-the exact solver is than the full LP with GLPK at n = 200. Times are the best of a few repeats
+plan as applied (sFlow 1-in-N, ``realise``) beside what the solver returned (``planned_pps``:
+the LPs' continuous plans); the run prints whether the LP objectives agree (relative 1e-6), how
+the LP plans as applied compare with the exact one, and how many times faster the exact solver
+is than the full LP with GLPK at n = 200. The exact solver's complexity: O(n log n) (one sort of
+the senders' at most 3 hull steps, one of the pairing, the closed-form bounds); the MILP it
+uses for up to 16 competing senders is bounded by its size, not by n. Times are the best of a few repeats
 for fast solves (like ``timeit``); the 1-minute load average beside each row says how busy the
 (shared) machine was.
 
@@ -43,7 +47,7 @@ AGREEMENT = 1e-6
 REFERENCE_N = 200
 COLUMNS = ("solver_label", "solver", "lp_backend", "servers", "traffic_entries", "variables",
            "seconds", "cpu_seconds", "repeats", "load_average", "lp_objective_pps", "distinct_pps",
-           "relative_difference", "agrees")
+           "planned_pps", "method", "gap", "relative_difference", "agrees")
 
 
 def label(solver: str, lp_backend: str | None) -> str:
@@ -91,7 +95,10 @@ class Timing:
     cpu_seconds: float
     repeats: int
     lp_objective_pps: float
-    distinct_pps: float
+    distinct_pps: float   # as applied (sFlow 1-in-N, ``realise``)
+    planned_pps: float    # as the solver returned it (continuous for the LPs)
+    method: str
+    gap: float            # to the plan's own bound (exact: over every 1-in-N plan)
     variables: int
 
 
@@ -110,8 +117,11 @@ def time_solver(dc: DataCentre, solver: str, lp_backend: str | None, min_total_s
         elapsed = time.perf_counter() - started
         best, repeats, total = min(best, elapsed), repeats + 1, total + elapsed
         best_cpu = min(best_cpu, time.process_time() - cpu)
-    return Timing(best, best_cpu, repeats, float(solution.bounds.lp), float(solution.collected_pps),
-                  int(solution.variables))
+    from cosample.planner.realise import realise
+
+    return Timing(best, best_cpu, repeats, float(solution.bounds.lp),
+                  float(realise(solution).collected_pps), float(solution.collected_pps),
+                  solution.bounds.method, float(solution.gap), int(solution.variables))
 
 
 def predicted_seconds(history: list[tuple[int, float]], next_n: int) -> float:
@@ -163,7 +173,8 @@ def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_sec
                          "cpu_seconds": timing.cpu_seconds,
                          "repeats": timing.repeats, "load_average": os.getloadavg()[0],
                          "lp_objective_pps": timing.lp_objective_pps,
-                         "distinct_pps": timing.distinct_pps})
+                         "distinct_pps": timing.distinct_pps, "planned_pps": timing.planned_pps,
+                         "method": timing.method, "gap": timing.gap})
             if log:
                 log(f"n={n:>8} {label(solver, lp_backend):<20} {timing.seconds:10.4g} s "
                     f"{timing.variables:>9} variables")
@@ -261,7 +272,14 @@ def report(table: pd.DataFrame, out=print) -> bool:
             out(f"{name} (margin 10 %, robust) at n={int(biggest['servers']):,} "
                 f"({int(biggest['traffic_entries']):,} traffic entries): {biggest['seconds']:.3g} s "
                 f"wall, {biggest['cpu_seconds']:.3g} s CPU "
-                f"(load average {biggest['load_average']:.1f} on {os.cpu_count()} CPUs)")
+                f"(load average {biggest['load_average']:.1f} on {os.cpu_count()} CPUs); "
+                f"{biggest['method']}, gap {biggest['gap']:.2e} to the 1-in-N bound")
+    lps = table[table["solver"] != EXACT]
+    if not lps.empty:
+        exact = table[table["solver_label"] == EXACT].set_index("servers")["distinct_pps"]
+        ratio = lps["distinct_pps"] / lps["servers"].map(exact)
+        out(f"LP plans as applied against the exact plan as applied: {ratio.min():.4f} to "
+            f"{ratio.max():.4f} of it over {len(lps)} solves")
     return agree
 
 

@@ -120,6 +120,19 @@ def choose(problem: Problem, senders: Senders | None = None) -> Choice:
     return Choice(offload, value, max(envelope, value), method)
 
 
+def continuous_envelope(problem: Problem, senders: Senders | None = None) -> float:
+    """``choose(problem).envelope`` without choosing: the continuous optimum's bound alone."""
+    senders = senders or senders_of(problem)
+    receivers = problem.receiver & (problem.own_pps > 0)
+    base = float((senders.weight * senders.distinct_pps(np.zeros(senders.index.size))).sum()
+                 + (problem.weight * problem.own_pps)[receivers].sum())
+    candidates = np.flatnonzero((senders.gain > 0) & (senders.top > 0))
+    # a fractional knapsack's value does not depend on how ties are ordered: one sort
+    order = np.argsort(-(senders.gain[candidates] / senders.top[candidates]), kind="stable")
+    return base + _envelope(senders.gain[candidates], senders.top[candidates],
+                            float(problem.room_pps.sum()), order)
+
+
 def _order(senders: Senders, candidates: np.ndarray) -> np.ndarray:
     """Candidates by value density, highest first; ties: least covered by local sampling first.
 

@@ -1,14 +1,17 @@
-"""The exact solver: distinct packets maximised in O(n log n), and the paper's LP bound in closed form.
+"""The exact solver: distinct packets as the switches apply them, and the bounds around them.
 
 Structure (docs/planner.md, "Why the plan is exact"): a bridge has one sFlow rate, so a server
 can take mirrored packets only if it samples everything entering its bridge 1-in-1. The servers
 that can afford that (P, ``Problem.receiver``) sample all their own traffic and offer their
 leftover capacity as room, ``(spare - alpha x bridge input) / (alpha + beta)`` pps; with a full
-mesh only the total room R matters. The others (senders) share R: ``distinct.choose`` picks who
-mirrors how much, maximising distinct packets (local sFlow and mirrors overlap), exactly when
-all fit or few compete, otherwise greedily with the gap to a proven bound. Then the collector
-budget trims the plan and ``pairing.pair_offloads`` draws few sender-receiver pairs.
+mesh only the total room R matters. The others (senders) share R. ``solve_exact`` chooses each
+sender's sFlow 1-in-N (or off) together with what it mirrors (``quantised.choose_applied``):
+proved optimal among the plans sFlow can apply when all fit or few compete, otherwise greedily
+with the gap to a bound over every such plan. Then the collector budget trims the plan and
+``pairing.pair_offloads`` draws few sender-receiver pairs.
 
+``solve_continuous`` is the optimum when a local share may be any real number
+(``distinct.choose``): the bound ``bounds.envelope`` and the reference of what 1-in-N costs.
 ``lp_bound`` is the paper's LP optimum (it counts ``l + m``, no overlap) with the same margin,
 costs, weights and mirror caps: a fractional knapsack over the senders' gains ``w (1 - beta/A)``,
 the reference the LPs are tested against and an upper bound on distinct packets.
@@ -23,10 +26,18 @@ import numpy as np
 from cosample.planner.budgets import samples_bound, trim_to_collector_cap
 from cosample.planner.choices import EXACT
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.distinct import choose, senders_of
+from cosample.planner.distinct import choose, continuous_envelope, senders_of
 from cosample.planner.pairing import pair_offloads
 from cosample.planner.problem import Problem, build_problem
+from cosample.planner.quantised import choose_applied
+from cosample.planner.realise import realise
 from cosample.planner.solution import Bounds, Solution
+
+#: Above this gap to the bound, the greedy is compared with the continuous optimum rounded to
+#: 1-in-N (``realise``) and the better plan kept; below it the rounding cannot win by much.
+FALLBACK_GAP = 1e-6
+#: The solver name of the continuous optimum (not offered on the command line: not applicable).
+CONTINUOUS = "continuous"
 
 
 def lp_bound(problem: Problem) -> float:
@@ -69,7 +80,45 @@ def optimum_pps(dc: DataCentre) -> float:
 
 
 def solve_exact(problem: Problem) -> Solution:
-    """The plan: who samples what locally, who mirrors how much to whom, and its bounds."""
+    """The plan as the switches apply it: each sender's sFlow 1-in-N (or off) and mirror share
+    chosen together (``quantised.choose_applied``), receivers 1-in-1, then the collector budget
+    and the pairing. ``bounds.applied`` bounds every 1-in-N plan; ``bounds.envelope`` is the
+    continuous optimum's bound (rates any real number), above it."""
+    started = time.perf_counter()
+    chosen = choose_applied(problem)
+    senders = chosen.senders
+    offload = np.zeros(problem.size)
+    offload[senders.index] = chosen.mirrored
+    local = problem.own_pps.astype(float).copy()
+    local[senders.index] = senders.own * chosen.rate
+    src, dst, pps = pair_offloads(offload, problem.room_pps)
+    method, proved = chosen.method, chosen.optimal
+    cap = samples_bound(problem, problem.collector_cap_pps)
+    if (not proved and not np.isfinite(problem.collector_cap_pps)
+            and chosen.objective < chosen.bound * (1 - FALLBACK_GAP)):
+        rounded = realise(solve_continuous(problem))  # the greedy may miss what rounding finds
+        if float((problem.weight * rounded.distinct_pps).sum()) > chosen.objective:
+            keep = rounded.mirror_pps > 0
+            local, src, dst, pps = (rounded.local_pps, rounded.mirror_src[keep],
+                                    rounded.mirror_dst[keep], rounded.mirror_pps[keep])
+            method = "continuous optimum rounded (beat the greedy)"
+    if np.isfinite(problem.collector_cap_pps):
+        received = np.bincount(dst, weights=pps, minlength=problem.size)
+        trimmed_local, trimmed = trim_to_collector_cap(problem, local, offload, received)
+        if not (np.array_equal(trimmed_local, local) and np.array_equal(trimmed, offload)):
+            local, offload = trimmed_local, trimmed
+            src, dst, pps = pair_offloads(offload, problem.room_pps)
+            method, proved = method + ", trimmed to the collector budget", False
+    bounds = Bounds(lp=min(lp_bound(problem), cap),
+                    envelope=min(max(continuous_envelope(problem), chosen.bound), cap),
+                    method=method, optimal=proved, applied=min(chosen.bound, cap))
+    return Solution(EXACT, local, src, dst, pps, problem=problem, bounds=bounds,
+                    seconds=time.perf_counter() - started)
+
+
+def solve_continuous(problem: Problem) -> Solution:
+    """The continuous optimum (local rates any real number): the bound a 1-in-N plan is
+    measured against, and what ``solve_exact`` planned before rates were integer intervals."""
     started = time.perf_counter()
     senders = senders_of(problem)
     choice = choose(problem, senders)
@@ -89,5 +138,5 @@ def solve_exact(problem: Problem) -> Solution:
                     envelope=min(choice.envelope,
                                  samples_bound(problem, problem.collector_cap_pps)),
                     method=method, optimal=optimal)
-    return Solution(EXACT, local, src, dst, pps, problem=problem, bounds=bounds,
+    return Solution(CONTINUOUS, local, src, dst, pps, problem=problem, bounds=bounds,
                     seconds=time.perf_counter() - started)

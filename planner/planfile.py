@@ -25,6 +25,7 @@ from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.planner.realise import Realised, realise
+from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
 
 VOLATILE = ("version", "created", "expires", "plan_id")
@@ -209,6 +210,7 @@ def _summary(solution: Solution, applied: Realised, baseline: float,
             "planned": _num(solution.objective),
             "bound_lp": _num(bounds.lp),
             "bound_distinct": _num(bounds.envelope),
+            "bound_applied": None if bounds.applied is None else _num(bounds.applied),
             "gap": _num(solution.gap),
             "optimal": bool(solution.optimal),
             "method": bounds.method,
@@ -219,6 +221,7 @@ def _summary(solution: Solution, applied: Realised, baseline: float,
             "collector_cap_pps": (_num(problem.collector_cap_pps)
                                   if np.isfinite(problem.collector_cap_pps) else None),
         },
+        "rounding": rounding_summary(solution, applied, _num),
         "notes": list(problem.notes),
     }
     if point_estimate is not None:

@@ -56,18 +56,23 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
     objective = summary["objective"]
     assumptions = summary["assumptions"]
     unit = "weighted pps" if objective["weighted"] else "pps"
-    proof = "proved optimal" if objective["optimal"] else f"within {_pct(objective['gap'])} of the bound"
+    proof = ("proved optimal" + (" as applied" if objective.get("bound_applied") is not None else "")
+             if objective["optimal"] else f"within {_pct(objective['gap'])} of the bound")
     lines = [
         f"collected  {summary['collected_pps']:,.0f} distinct pps of "
         f"{summary['own_pps_total']:,.0f} ({_pct(summary['coverage'])}) as applied "
-        f"(1-in-N, top-up); planned {summary['collected_planned_pps']:,.0f}",
+        f"(sFlow 1-in-N); planned {summary['collected_planned_pps']:,.0f}",
         f"samples    {summary['samples_pps']:,.0f} samples/s to the collector, "
         f"{summary['overlap_pps']:,.0f} of them duplicates or inbound"
         + (f" (budget {assumptions['collector_cap_pps']:,.0f})"
            if assumptions["collector_cap_pps"] is not None else ""),
         f"bound      objective {objective['planned']:,.0f} {unit}, {proof} "
-        f"({objective['method']}); distinct bound {objective['bound_distinct']:,.0f}, "
-        f"paper's LP (counts l + m) {objective['bound_lp']:,.0f}",
+        f"({objective['method']})"
+        + "; bounds " + (f"1-in-N {objective['bound_applied']:,.0f}, "
+                         if objective.get("bound_applied") is not None else "")
+        + f"continuous {objective['bound_distinct']:,.0f}, "
+        f"paper's LP {objective['bound_lp']:,.0f}",
+        *rounding_lines(summary.get("rounding")),
         f"baseline   {summary['noncollab_pps']:,.0f} pps without collaboration; "
         f"gain {_pct(summary['gain'])}",
         f"mirrors    {summary['mirror_pairs']} pairs, {summary['senders']} senders, "
@@ -85,6 +90,19 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
         + f" in {plan['solver']['seconds'] * 1e3:.2f} ms; plan {plan['plan_id'][:12]}, "
         f"expires {plan['expires']}")
     return lines
+
+
+def rounding_lines(rounding: dict[str, Any] | None) -> list[str]:
+    """What 1-in-N costs against the continuous optimum, and the servers that lose most."""
+    if not rounding:
+        return []
+    line = (f"rounding   1-in-N costs {rounding['cost_pps']:,.0f} pps "
+            f"({_pct(rounding['cost_share'])}) against the continuous optimum "
+            f"{rounding['continuous_pps']:,.0f}")
+    if rounding["servers"]:
+        line += "; most: " + ", ".join(f"{s['name']} -{_pps(s['loss_pps'])}"
+                                       for s in rounding["servers"])
+    return [line]
 
 
 def default_console() -> Console:

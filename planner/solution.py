@@ -19,15 +19,17 @@ class Bounds:
 
     ``lp`` is the paper's LP optimum (it counts local and mirrored samples of a packet twice);
     ``envelope`` the tighter distinct bound (each sender's convex value replaced by its chord),
-    both capped by the collector budget's bound. ``optimal`` says the plan is proved optimal by
-    its method (all senders fit, every vertex enumerated); otherwise it is optimal when it meets
-    ``envelope``.
+    both capped by the collector budget's bound: bounds on the continuous optimum (any real local
+    rate). ``applied`` (the exact solver's) bounds the plans sFlow can apply (1-in-N), below
+    ``envelope``. ``optimal`` says the plan is proved optimal by its method; otherwise it is
+    optimal when it meets ``applied`` (or ``envelope`` when there is none).
     """
 
     lp: float
     envelope: float
     method: str
     optimal: bool
+    applied: float | None = None   # bound on every plan the switches can apply (1-in-N), if known
 
 
 @dataclass(frozen=True)
@@ -79,15 +81,20 @@ class Solution:
         return float((self.problem.weight * self.distinct_by_server).sum())
 
     @property
+    def bound(self) -> float:
+        """What the plan is measured against: the applied bound when known, else the envelope."""
+        return self.bounds.envelope if self.bounds.applied is None else self.bounds.applied
+
+    @property
     def optimal(self) -> bool:
-        return self.bounds.optimal or self.objective >= self.bounds.envelope * (1 - EXACT_TOLERANCE)
+        return self.bounds.optimal or self.objective >= self.bound * (1 - EXACT_TOLERANCE)
 
     @property
     def gap(self) -> float:
-        """How far below the distinct bound the plan may be, relative to the bound (0: optimal)."""
-        if self.optimal or self.bounds.envelope <= 0:
+        """How far below its bound the plan may be, relative to the bound (0: optimal)."""
+        if self.optimal or self.bound <= 0:
             return 0.0
-        return max(self.bounds.envelope - self.objective, 0.0) / self.bounds.envelope
+        return max(self.bound - self.objective, 0.0) / self.bound
 
 
 def distinct_pps(own: np.ndarray, local: np.ndarray, mirrored: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The distinct-packet optimum against brute force on small data centres (hypothesis).
+"""The continuous distinct-packet optimum (the bound of the applied plan) against brute force.
 
 Two independent checks of ``distinct.choose``: every vertex of the offload polytope enumerated
 in plain Python (each sender mirrors nothing, all it usefully can, or what is left of the
@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cosample.planner import solve
+from cosample.planner.exact import solve_continuous
 from cosample.planner.distinct import ENUMERATE_UP_TO, choose, senders_of
 from cosample.planner.problem import build_problem
 
@@ -77,7 +77,7 @@ def relative(a: float, b: float) -> float:
 @given(planning_inputs(max_servers=6))
 def test_plan_reaches_the_vertex_optimum_and_its_bound_holds(dc):
     problem = build_problem(dc)
-    solution = solve(problem)
+    solution = solve_continuous(problem)
     optimum = brute_vertices(problem)
     assert relative(solution.objective, optimum) < 1e-9
     assert solution.optimal  # few senders: proved by enumeration or because all fit
@@ -92,7 +92,7 @@ def test_no_grid_point_beats_the_plan(dc):
     senders = np.flatnonzero(~problem.receiver & (problem.own_pps > 0))
     if senders.size > 3:
         return
-    assert solve(problem).objective >= brute_grid(problem) * (1 - 1e-9) - 1e-9
+    assert solve_continuous(problem).objective >= brute_grid(problem) * (1 - 1e-9) - 1e-9
 
 
 @settings(max_examples=40, deadline=None)
@@ -108,7 +108,7 @@ def test_greedy_stays_within_its_reported_gap(servers, seed):
     dc = DataCentre.from_arrays(capacity, 1.54, 0.46, np.arange(servers), np.arange(servers), own)
     problem = build_problem(dc)
     choice = choose(problem, senders_of(problem))
-    solution = solve(problem)
+    solution = solve_continuous(problem)
     assert choice.method == "greedy"
     assert solution.objective <= solution.bounds.envelope * (1 + 1e-12)
     assert solution.gap == 0.0 or solution.gap == (solution.bounds.envelope - solution.objective) / solution.bounds.envelope

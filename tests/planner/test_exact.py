@@ -9,7 +9,10 @@ from cosample.planner import DataCentre, solve
 from cosample.planner.baseline import noncollab_pps
 from cosample.planner.commands import example_datacentre
 from cosample.planner.pairing import pair_offloads
+from cosample.planner.exact import solve_continuous
 from cosample.planner.planfile import build_plan
+from cosample.planner.problem import build_problem
+from cosample.planner.realise import realise
 
 
 def two_servers(alpha=1.54, beta=0.46, own=600e3, receiver=1e6):
@@ -29,13 +32,24 @@ def test_two_server_optimum_by_hand():
 
 
 def test_room_short_of_the_senders_need_is_spent_with_the_local_rest():
-    # s2 takes 1M / (1.54 + 0.46) = 500k; s1 mirrors them and samples (400k - 0.46 * 500k) / 1.54
-    # locally; both draw independently, so it collects x + y - x y / U.
-    solution = solve(two_servers(), margin=0.0)
+    # s2 takes 1M / (1.54 + 0.46) = 500k; continuously s1 mirrors them and samples
+    # (400k - 0.46 * 500k) / 1.54 locally; both draw independently: x + y - x y / U.
+    problem = build_problem(two_servers(), margin=0.0)
     y = 500e3
     x = (400e3 - 0.46 * y) / 1.54
-    assert solution.collected_pps == pytest.approx(x + y - x * y / 600e3, rel=1e-12)
-    assert solution.optimal
+    continuous = solve_continuous(problem)
+    assert continuous.collected_pps == pytest.approx(x + y - x * y / 600e3, rel=1e-12)
+    assert continuous.optimal
+    # as applied: 170k left after mirroring 500k pays for 1-in-6 (924k / 6 = 154k), which beats
+    # 1-in-5 with less mirrored ((400k - 184.8k) / 0.46) and 1-in-7 with all of it
+    solution = solve(problem)
+    assert realise(solution).sflow_sampling[0] == 6
+    assert solution.offload_pps[0] == pytest.approx(y)
+    expected = 600e3 / 6 + y * 5 / 6
+    assert solution.collected_pps == pytest.approx(expected, rel=1e-12)
+    assert realise(solution).collected_pps == pytest.approx(expected, rel=1e-12)
+    assert max(600e3 / 5 + (400e3 - 924e3 / 5) / 0.46 * 4 / 5, 600e3 / 7 + y * 6 / 7) < expected
+    assert solution.optimal and solution.bounds.applied == pytest.approx(expected, rel=1e-9)
 
 
 def test_sender_that_cannot_mirror_all_mirrors_what_its_capacity_pays_for():
@@ -48,10 +62,18 @@ def test_sender_that_cannot_mirror_all_mirrors_what_its_capacity_pays_for():
     assert solution.optimal and solution.gap == 0.0
 
 
-def test_beta_not_below_alpha_means_no_mirrors():
-    solution = solve(two_servers(alpha=0.9, beta=1.2), margin=0.0)
-    assert solution.mirror_pairs == 0
-    assert solution.collected_pps == pytest.approx(400e3 / 0.9)
+def test_beta_not_below_alpha_means_no_mirrors_unless_rounding_frees_capacity():
+    problem = build_problem(two_servers(alpha=0.9, beta=1.2), margin=0.0)
+    continuous = solve_continuous(problem)
+    assert continuous.mirror_pairs == 0
+    assert continuous.collected_pps == pytest.approx(400e3 / 0.9)
+    # rate 0.74 is not 1-in-N: 1-in-2 costs 270k of the 400k spare; the 130k left mirror
+    # 130k / 1.2 pps, each new with probability 1/2; mirroring all (333k) collects less
+    solution = solve(problem)
+    assert realise(solution).sflow_sampling[0] == 2
+    assert solution.offload_pps[0] == pytest.approx(130e3 / 1.2)
+    assert solution.collected_pps == pytest.approx(300e3 + 130e3 / 1.2 / 2, rel=1e-12)
+    assert solution.collected_pps > 400e3 / 1.2
 
 
 def test_scarce_room_goes_whole_to_one_sender_not_split():
@@ -59,7 +81,7 @@ def test_scarce_room_goes_whole_to_one_sender_not_split():
     # overlaps with both senders' local sampling; the distinct optimum gives it to one.
     matrix = np.diag([900e3, 900e3, 1.0])
     dc = DataCentre.from_matrix([1e6, 1e6, 81e3], 1.5, 0.5, matrix)
-    solution = solve(dc, margin=0.0)
+    solution = solve_continuous(build_problem(dc, margin=0.0))
     room = (81e3 - 1 - 1.5) / 2.0
 
     def f(y):  # one sender's distinct pps when mirroring y: spare 100k, A = 1.5, beta = 0.5

@@ -1,0 +1,308 @@
+"""The plan the switches apply: each sender's sFlow 1-in-N (or off) chosen with its mirror share.
+
+A sender (outside P, see ``Problem.receiver``) with spare capacity S, full-rate sampling cost
+``A = alpha x bridge input`` and mirror limit ``c = min(U, mirror cap)`` that samples 1-in-N
+(``t = 1/N``, ``t = 0`` off) may mirror ``y <= y(t) = min(c, (S - A t)/beta)`` pps and collects
+``w (U t + y (1 - t))`` distinct packets (local and mirrored draws are independent). For fixed N
+this is linear in y; the fleet shares the receivers' room R. So every optimum has all senders but
+one at a *vertex* (``y = 0`` with the smallest affordable N, ``N_min``, or ``y = y(1/N)`` for some
+N), one possibly partial; the choice is a multiple-choice knapsack.
+
+The vertices ``(y(1/N), value)`` for ``N_min <= N < N_c`` lie on the continuous value curve
+``f(y) = y + (S - beta y)(U - y)/A`` (the local rate that exactly spends the capacity), which is
+convex; from ``N_c`` (the first N whose vertex reaches the mirror limit c) on, the vertices sit at
+``y = c`` with values falling in N. Hence:
+
+- alone, a sender's best is one of four points: ``N_min`` saturated, ``N_c - 1``, ``N_c`` at the
+  limit, or off (the limit of the convex curve when no cap binds);
+- the concave hull of those points and ``(0, U/N_min)`` covers every 1-in-N plan of the sender
+  (intermediate vertices lie below the chord of a convex curve, the segments below the curve):
+  a fractional knapsack over the hulls is an upper bound on every applied plan
+  (``Hulls.bound``).
+
+``choose_applied`` is exact when every sender's best fits in R (proved), solves the knapsack with
+a lazy MILP (``quantised_milp``) when few senders compete, and otherwise takes whole hull steps
+in slope order, first-fit, and the best partial sender, reporting the gap to the bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cosample.planner.problem import Problem
+from cosample.planner.realise import MAX_INTERVAL
+from cosample.planner.solution import EXACT_TOLERANCE
+
+#: Up to this many competing senders the knapsack is solved exactly (MILP), above it greedily.
+MILP_UP_TO = 16
+#: First-fit passes over the remaining hull steps after the slope-ordered prefix.
+FIRST_FIT_ROUNDS = 32
+#: Relative slack on ceil() so that A/S = 2 (computed 2.0000000000000004) gives N = 2.
+CEIL_SLACK = 1e-12
+
+
+@dataclass(frozen=True)
+class Senders:
+    """Senders' terms (positions ``index`` into the problem), vectorised; N as floats, inf = off."""
+
+    index: np.ndarray
+    own: np.ndarray       # U
+    full: np.ndarray      # A = alpha x bridge input: the cost of sampling 1-in-1
+    spare: np.ndarray     # S
+    beta: np.ndarray
+    weight: np.ndarray
+    limit: np.ndarray     # c = min(U, mirror cap)
+    n_min: np.ndarray     # smallest affordable N (inf: cannot sample locally)
+    n_cap: np.ndarray     # smallest N whose vertex reaches c (inf: none)
+
+    def most_mirrored(self, rate: np.ndarray) -> np.ndarray:
+        """y(t): what a sender sampling at ``rate`` (1/N or 0) can mirror within its capacity."""
+        return np.minimum(self.limit, np.maximum(self.spare - self.full * rate, 0.0) / self.beta)
+
+    def value(self, rate: np.ndarray, mirrored: np.ndarray) -> np.ndarray:
+        """Weighted distinct own packets: ``w (U t + y (1 - t))``."""
+        return self.weight * (self.own * rate + mirrored * (1.0 - rate))
+
+    def interval_for(self, mirrored: np.ndarray) -> np.ndarray:
+        """Smallest affordable N next to ``mirrored`` pps (inf: off, sFlow cannot go that low)."""
+        left = self.spare - self.beta * mirrored
+        with np.errstate(divide="ignore", invalid="ignore"):
+            n = np.ceil(self.full / left * (1 - CEIL_SLACK))
+        n = np.where(left > 0, np.maximum(n, self.n_min), np.inf)
+        return np.where(n > MAX_INTERVAL, np.inf, n)
+
+    def best_at(self, mirrored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rate, value) of the best plan mirroring exactly ``mirrored`` (value -inf if it cannot)."""
+        rate = rate_of(self.interval_for(mirrored))
+        feasible = mirrored <= self.most_mirrored(np.zeros_like(rate)) * (1 + 1e-12)
+        return rate, np.where(feasible, self.value(rate, mirrored), -np.inf)
+
+
+def rate_of(interval: np.ndarray) -> np.ndarray:
+    """1/N, 0 for off (inf)."""
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(interval), 1.0 / interval, 0.0)
+
+
+def senders_of(problem: Problem) -> Senders:
+    """The senders (own traffic, outside P) with N_min and N_c, vectorised."""
+    index = np.flatnonzero(~problem.receiver & (problem.own_pps > 0))
+    own = problem.own_pps[index]
+    full = (problem.alpha * problem.bridge_pps)[index]
+    spare = problem.spare_pps[index]
+    beta = problem.beta[index]
+    limit = np.minimum(own, problem.mirror_cap_pps[index])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n_min = np.where(spare > 0, np.ceil(full / spare * (1 - CEIL_SLACK)), np.inf)
+        n_min = np.where(n_min > MAX_INTERVAL, np.inf, np.maximum(n_min, 1.0))
+        room_left = spare - beta * limit
+        n_cap = np.where(room_left > 0, np.ceil(full / room_left * (1 - CEIL_SLACK)), np.inf)
+    n_cap = np.where(n_cap > MAX_INTERVAL, np.inf, np.maximum(n_cap, n_min))
+    return Senders(index, own, full, spare, beta, problem.weight[index], limit, n_min, n_cap)
+
+
+@dataclass(frozen=True)
+class Points:
+    """Per sender four candidate points, each a list of four columns sorted by mirrored pps:
+    (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off."""
+
+    rate: list[np.ndarray]
+    mirrored: list[np.ndarray]
+    value: list[np.ndarray]
+
+    def at(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rate, mirrored, value) of point ``which`` (0..3) per sender."""
+        return tuple(np.choose(which, columns) for columns in (self.rate, self.mirrored, self.value))
+
+
+def points_of(senders: Senders) -> Points:
+    """The four candidate points of every sender (module docstring: why these four)."""
+    t_min = rate_of(senders.n_min)
+    below_cap = np.where(np.isfinite(senders.n_cap) & (senders.n_cap - 1 > senders.n_min),
+                         senders.n_cap - 1, senders.n_min)
+    # N_c at the limit; off when no N reaches it or when the limit is all own traffic (same value)
+    last = np.where(senders.limit >= senders.own * (1 - 1e-12), np.inf, senders.n_cap)
+    rate = [t_min, t_min, rate_of(below_cap), rate_of(last)]
+    mirrored = [np.zeros_like(t_min)] + [senders.most_mirrored(t) for t in rate[1:]]
+    value = [senders.value(t, y) for t, y in zip(rate, mirrored)]
+    return Points(rate, mirrored, value)
+
+
+@dataclass(frozen=True)
+class Hulls:
+    """Every sender's concave hull from its point 0 as steps (room, gain, target point), listed
+    sender by sender in hull order; ``key`` is each step's slope made non-increasing within its
+    sender (round-off), the order greedy and bound take steps in (``order``, highest first)."""
+
+    sender: np.ndarray   # position among the senders
+    room: np.ndarray
+    gain: np.ndarray
+    target: np.ndarray   # point 1..3
+    order: np.ndarray    # steps by key, highest first (stable: a sender's steps stay in order)
+    size: int            # number of senders
+    competing: np.ndarray  # senders with at least one step, ascending
+
+    def final(self) -> np.ndarray:
+        """Each sender's last hull point: its best alone (ties: least room)."""
+        last = np.zeros(self.size, dtype=np.int64)
+        ends = np.concatenate((self.sender[1:] != self.sender[:-1], [True]))[:self.sender.size]
+        last[self.sender[ends]] = self.target[ends]  # steps are in hull order per sender
+        return last
+
+    def bound(self, room: float) -> float:
+        """Fractional knapsack over all steps: no 1-in-N plan gains more over the points 0."""
+        if self.order.size == 0 or room <= 0:
+            return 0.0
+        dy, dv = self.room[self.order], self.gain[self.order]
+        ends = np.cumsum(dy)
+        whole = int(np.searchsorted(ends, room, side="right"))
+        value = float(dv[:whole].sum())
+        if whole < dy.size:
+            value += float(dv[whole] * (room - (ends[whole - 1] if whole else 0.0)) / dy[whole])
+        return value
+
+
+def hulls_of(points: Points) -> Hulls:
+    """Upper concave hull from point 0 (steps with positive gain and room), column by column;
+    each step looks only at the senders that moved in the one before."""
+    k = points.mirrored[0].size
+    room, gain = np.zeros((k, 3)), np.zeros((k, 3))
+    target, key = np.full((k, 3), -1, dtype=np.int64), np.zeros((k, 3))
+    active = np.arange(k)
+    y, v = points.mirrored, points.value
+    current = np.zeros(k, dtype=np.int64)
+    cur_y, cur_v = y[0].copy(), v[0].copy()
+    for step in range(3):
+        if active.size == 0:
+            break
+        at, at_y, at_v = current[active], cur_y[active], cur_v[active]
+        best, pick = np.full(active.size, -np.inf), np.full(active.size, -1, dtype=np.int64)
+        step_y, step_v = np.zeros(active.size), np.zeros(active.size)
+        for j in (1, 2, 3):
+            dy, dv = y[j][active] - at_y, v[j][active] - at_v
+            ahead = (at < j) & (dy > 1e-12 * np.maximum(at_y, 1.0)) & (dv > 0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                slope = np.where(ahead, dv / dy, -np.inf)
+            better = ahead & (slope >= best)  # equal slopes: the farther point (fewer steps)
+            best, pick = np.where(better, slope, best), np.where(better, j, pick)
+            step_y, step_v = np.where(better, dy, step_y), np.where(better, dv, step_v)
+        moved = pick >= 0
+        active, pick, best = active[moved], pick[moved], best[moved]
+        step_y, step_v = step_y[moved], step_v[moved]
+        room[active, step], gain[active, step], target[active, step] = step_y, step_v, pick
+        # a sender's later slope never above its earlier one (round-off): sorting keeps order
+        key[active, step] = best if step == 0 else np.minimum(best, key[active, step - 1])
+        current[active] = pick
+        cur_y[active] += step_y
+        cur_v[active] += step_v
+        active = active[pick < 3]
+    real = (target >= 0).ravel()  # sender by sender, in hull order: no sort needed
+    sender = np.repeat(np.arange(k), 3)[real]
+    room, gain = room.ravel()[real], gain.ravel()[real]
+    target, key = target.ravel()[real], key.ravel()[real]
+    order = np.argsort(-key, kind="stable")
+    first_steps = np.concatenate(([True], sender[1:] != sender[:-1])) if sender.size else real[:0]
+    return Hulls(sender, room, gain, target, order, k, sender[first_steps])
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Each sender's choice (rate, mirrored pps) and the fleet's weighted objective and bound."""
+
+    senders: Senders
+    rate: np.ndarray
+    mirrored: np.ndarray
+    objective: float     # weighted distinct packets, receivers' own included
+    bound: float         # no 1-in-N plan collects more (weighted)
+    method: str          # "no room", "all fit", "MILP", "greedy"
+    proved: bool
+
+    @property
+    def optimal(self) -> bool:
+        return self.proved or self.objective >= self.bound * (1 - EXACT_TOLERANCE)
+
+
+def choose_applied(problem: Problem) -> Applied:
+    """Each sender's 1-in-N and mirrored pps maximising the weighted distinct packets as applied."""
+    senders = senders_of(problem)
+    points = points_of(senders)
+    hulls = hulls_of(points)
+    room = float(problem.room_pps.sum())
+    receivers = problem.receiver & (problem.own_pps > 0)
+    fixed = float((problem.weight * problem.own_pps)[receivers].sum())
+    base = fixed + float(points.value[0].sum())
+    bound = base + hulls.bound(room)
+    if room <= 0:  # nothing to share: every sender samples what it can afford alone
+        rate, mirrored, value = points.at(np.zeros(hulls.size, dtype=np.int64))
+        total = fixed + float(value.sum())
+        return Applied(senders, rate, mirrored, total, total, "no room", True)
+    if float(hulls.room.sum()) <= room:
+        rate, mirrored, value = points.at(hulls.final())
+        total = fixed + float(value.sum())
+        return Applied(senders, rate, mirrored, total, max(bound, total), "all fit", True)
+    competing = hulls.competing
+    if competing.size <= MILP_UP_TO:
+        from cosample.planner.quantised_milp import solve_knapsack
+        found = solve_knapsack(senders, points, competing, room)
+        if found is not None:
+            rate, mirrored, value = found
+            total = fixed + float(value.sum())
+            return Applied(senders, rate, mirrored, total, total, "MILP", True)
+    rate, mirrored, value = _greedy(senders, points, hulls, room)
+    total = fixed + float(value.sum())
+    return Applied(senders, rate, mirrored, total, max(bound, total), "greedy", False)
+
+
+def _greedy(senders: Senders, points: Points, hulls: Hulls, room: float
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Whole hull steps by slope while they fit, first-fit over the next steps, one partial."""
+    k = hulls.size
+    order = hulls.order
+    ends = np.cumsum(hulls.room[order])
+    whole = int(np.searchsorted(ends, room * (1 + 1e-12), side="right"))
+    # the prefix keeps each sender's steps in order: its level is how many it took
+    level = np.bincount(hulls.sender[order[:whole]], minlength=k)
+    left = max(room - (float(ends[whole - 1]) if whole else 0.0), 0.0)
+    first = np.searchsorted(hulls.sender, np.arange(k))  # a sender's first step
+    rest = order[whole:]  # still in slope order: first-fit needs no further sort
+    rest = rest[hulls.room[rest] <= left]
+    for _ in range(FIRST_FIT_ROUNDS):
+        # a step may be taken only after the sender's earlier ones (its level)
+        rest = rest[(rest - first[hulls.sender[rest]] >= level[hulls.sender[rest]])
+                    & (hulls.room[rest] <= left)]
+        nexts = rest[rest - first[hulls.sender[rest]] == level[hulls.sender[rest]]]
+        if nexts.size == 0:
+            break
+        taken = nexts[np.cumsum(hulls.room[nexts]) <= left * (1 + 1e-12)]
+        level[hulls.sender[taken]] += 1
+        left = max(left - float(hulls.room[taken].sum()), 0.0)
+    at = np.zeros(k, dtype=np.int64)
+    reached = np.flatnonzero(level > 0)
+    at[reached] = hulls.target[first[reached] + level[reached] - 1]
+    rate, mirrored, value = (a.copy() for a in points.at(at))
+    if left > 0 and k:
+        _partial(senders, rate, mirrored, value, left)
+    return rate, mirrored, value
+
+
+def _partial(senders: Senders, rate: np.ndarray, mirrored: np.ndarray, value: np.ndarray,
+             left: float) -> None:
+    """Give the room left to the one sender that gains most from it, in place: the best plan
+    mirroring all of ``mirrored + left``, or the vertex just below it (one N fewer, saturated)."""
+    k = rate.size
+    wider = np.minimum(mirrored + left, senders.most_mirrored(np.zeros(k)))
+    wide_rate, wide_value = senders.best_at(wider)
+    below_n = senders.interval_for(wider) - 1
+    below_n = np.where(below_n >= senders.n_min, below_n, senders.n_min)
+    below_rate = rate_of(below_n)
+    below = np.minimum(senders.most_mirrored(below_rate), wider)
+    below_value = np.where(np.isfinite(senders.n_min), senders.value(below_rate, below), -np.inf)
+    use_below = below_value > wide_value
+    new_rate = np.where(use_below, below_rate, wide_rate)
+    new_mirrored = np.where(use_below, below, wider)
+    gain = np.maximum(below_value, wide_value) - value
+    best = int(np.argmax(gain))
+    if gain[best] > 0:
+        rate[best], mirrored[best], value[best] = new_rate[best], new_mirrored[best], gain[best] + value[best]

@@ -1,0 +1,55 @@
+"""What sFlow's 1-in-N costs a plan: the continuous optimum against what the switches apply.
+
+The exact solver plans what sFlow can apply (``quantised``); the continuous optimum (any real
+local rate, ``exact.solve_continuous``) is then a bound, and the difference is what integer
+intervals cost the fleet. Per server the difference says who loses most (a server whose
+continuous rate was 0.9 samples 1-in-2 or mirrors instead). LP and baseline plans are
+continuous themselves: their cost is what ``realise`` loses rounding them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from cosample.planner.choices import EXACT
+from cosample.planner.realise import Realised
+from cosample.planner.solution import Solution
+
+#: How many of the servers that lose most the summary names.
+NAMED = 5
+
+
+def continuous_of(solution: Solution) -> Solution:
+    """The continuous plan the applied one is compared with (the same solution unless exact)."""
+    if solution.solver != EXACT:
+        return solution
+    from cosample.planner.exact import solve_continuous
+    return solve_continuous(solution.problem)
+
+
+def rounding_summary(solution: Solution, applied: Realised, number) -> dict[str, Any]:
+    """``summary.rounding``: continuous and applied distinct own packets, the cost, the losers.
+
+    ``number`` rounds a float for the plan (``planfile._num``).
+    """
+    continuous = continuous_of(solution)
+    before = continuous.distinct_by_server
+    after = applied.distinct_pps
+    loss = before - after
+    cost = float(before.sum() - after.sum())
+    total = float(before.sum())
+    named = np.argsort(-loss, kind="stable")[:NAMED]
+    named = named[loss[named] > 0]
+    names = solution.problem.names
+    return {
+        "continuous_pps": number(total),
+        "applied_pps": number(float(after.sum())),
+        "cost_pps": number(cost),
+        "cost_share": number(cost / total if total > 0 else 0.0),
+        "continuous_optimal": bool(continuous.optimal),
+        "servers": [{"name": names[i], "continuous_pps": number(before[i]),
+                     "applied_pps": number(after[i]), "loss_pps": number(loss[i])}
+                    for i in named.tolist()],
+    }
