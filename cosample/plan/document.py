@@ -6,7 +6,7 @@ hands to OVS and the kernel, and names the field in its error
 (``plan.json: hosts.s1.mirrors[0].rate: ... (got 1.5)``); unknown extra keys are tolerated, as
 the format requires. Host fields are the *applied* values (docs/formats.md): ``local_rate`` is
 ``1/sflow_sampling`` and a host's ``mirrors[].rate`` sum to at most 1 (one exclusive tc chain);
-the continuous optimum under ``hosts.<h>.planned`` is informational. Two optional top-level
+the plan as the solver left it, under ``hosts.<h>.planned``, is informational. Two optional top-level
 fields belong to the agents: ``not_before`` (two-phase transitions) and ``reset`` (a signed
 reset of the rollback floor, see ``selection``). A *plan set* (``format: cosample.planset``)
 carries several plans, e.g. the two phases of a transition, in one document.

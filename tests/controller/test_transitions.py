@@ -139,12 +139,13 @@ def test_steady_noise_after_a_planless_start(tmp_path):
     """The same, starting plan-less: the first plan rests on sparse 1-in-128 samples (their
     sampling error simulated, the hold not remembering them); the first publication is the
     real plan, never a measurement plan, and at most one correction follows (measured: 17 of
-    30 seeds publish once, docs/controller.md "Known limits"; here at least 5 of 10)."""
+    30 seeds publish once, docs/controller.md "Known limits"; here at least half of the same
+    30: ten seeds were too few for a threshold, 5 of 10 passing or failing by one seed)."""
     counts = []
-    for seed in range(10):
+    for seed in range(30):
         traffic = chunked_noise(TESTBED, np.random.default_rng(1000 + seed), 0.10, 15.0, 200.0)
         published = loop(traffic, tmp_path, seed)
         assert published[0][1] == "no current plan"
         assert not [r for _, r in published if r.startswith("bootstrap")]
         counts.append(len(published))
-    assert max(counts) <= 2 and counts.count(1) >= 5, counts
+    assert max(counts) <= 2 and counts.count(1) >= 15, counts
