@@ -74,7 +74,7 @@ class Metrics:
                                "Unix time of the last cycle", registry=r)
         self.sampling = Gauge("cosample_agent_sflow_sampling_n",
                               "Configured sFlow 1-in-N (0: none)", registry=r)
-        self.mirror_rate = Gauge("cosample_agent_mirror_rate",
+        self.mirror_rate = Gauge("cosample_agent_mirror_ratio",
                                  "Planned mirrored share of own traffic", ["target"], registry=r)
         self.receivers = Gauge("cosample_agent_receiver_tunnels", "Receiver tunnel ports wanted",
                                registry=r)

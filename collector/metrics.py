@@ -73,7 +73,7 @@ class SnapshotMetrics:
                       ("packets_per_second_ci95_high", "95 % interval, high"),
                       ("bytes_per_second", "estimated bytes/s sent by the server's VMs"),
                       ("samples_per_second", "samples/s attributed to the server"),
-                      ("coverage", "fraction of the server's packets the plan selects"))}
+                      ("coverage_ratio", "fraction of the server's packets the plan selects"))}
         interfaces = GaugeMetricFamily("cosample_collector_interface_packets_per_second",
                                        "port packet rates from sFlow counters",
                                        labels=["server", "ifindex", "direction"])
@@ -83,7 +83,7 @@ class SnapshotMetrics:
                                ("packets_per_second_ci95_high", e.packets_per_s_ci95[1]),
                                ("bytes_per_second", e.bytes_per_s),
                                ("samples_per_second", e.samples_per_s),
-                               ("coverage", e.coverage)):
+                               ("coverage_ratio", e.coverage)):
                 gauges[key].add_metric([server], value)
             for index, rates in (e.interfaces or {}).items():
                 interfaces.add_metric([server, index, "in"], rates.in_pps)

@@ -83,16 +83,16 @@ class Metrics:
                            "1 when no fresh snapshot was read this cycle", registry=r)
         self.age = Gauge("cosample_controller_snapshot_age_seconds",
                          "Age of the merged snapshot", registry=r)
-        self.max_use = Gauge("cosample_controller_predicted_max_capacity_use",
+        self.max_use = Gauge("cosample_controller_predicted_max_capacity_use_ratio",
                              "Highest load/capacity predicted for the plan in force", registry=r)
         self.over = Gauge("cosample_controller_servers_over_limit",
                           "Servers predicted above capacity x (1 - margin)", registry=r)
         self.unrelievable = Gauge("cosample_controller_servers_unrelievable",
                                   "Servers over the limit that no plan can help", registry=r)
-        self.gain = Gauge("cosample_controller_candidate_gain",
+        self.gain = Gauge("cosample_controller_candidate_gain_ratio",
                           "Relative distinct-packet gain of the candidate over the plan in force",
                           registry=r)
-        self.disagreements = Gauge("cosample_controller_counter_disagreements",
+        self.disagreements = Gauge("cosample_controller_servers_disagreeing",
                                    "Servers whose counters fall outside the sampled 95 % interval",
                                    registry=r)
         self.unmeasured = Gauge("cosample_controller_servers_unmeasured",

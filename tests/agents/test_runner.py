@@ -45,7 +45,7 @@ def test_cycle_applies_reports_and_remembers(setup, make_plan, to_bytes):
     assert status["result"] == "ok" and status["desired"]["mirrors"] == {"s2": 0.2, "s3": 0.3}
     metrics = (agent.state_dir / "metrics.prom").read_text()
     assert "cosample_agent_plan_version 100.0" in metrics
-    assert 'cosample_agent_mirror_rate{target="s3"} 0.3' in metrics
+    assert 'cosample_agent_mirror_ratio{target="s3"} 0.3' in metrics
     assert "cosample_agent_sflow_sampling_n 10.0" in metrics
     assert json.loads((agent.state_dir / LAST_GOOD_FILE).read_text())["version"] == 100
     writes = agent.host.writes
