@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,8 @@ class Metrics:
                                   "1 if the last cycle converged", registry=r)
         self.last_time = Gauge("cosample_agent_last_apply_timestamp_seconds",
                                "Unix time of the last cycle", registry=r)
+        self.plan_expires = Gauge("cosample_agent_plan_expires_timestamp_seconds",
+                                  "Unix time the running plan expires (0: no plan)", registry=r)
         self.sampling = Gauge("cosample_agent_sflow_sampling_n",
                               "Configured sFlow 1-in-N (0: none)", registry=r)
         self.mirror_rate = Gauge("cosample_agent_mirror_ratio",
@@ -94,6 +97,8 @@ class Metrics:
         self.safe_state.set(1 if report.mode == "safe" else 0)
         self.last_success.set(1 if report.result == "ok" else 0)
         self.last_time.set(unix_time)
+        self.plan_expires.set(datetime.fromisoformat(report.plan_expires).timestamp()
+                              if report.plan_expires else 0)
         self.sampling.set(desired.sflow.sampling if desired and desired.sflow else 0)
         self.mirror_rate.clear()
         for target in desired.mirrors if desired else ():

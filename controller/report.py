@@ -79,6 +79,8 @@ class Metrics:
                                   "Expiry of the plan in force", registry=r)
         self.collectors_up = Gauge("cosample_controller_collectors_up",
                                    "Collectors whose snapshot was fresh and valid", registry=r)
+        self.collectors = Gauge("cosample_controller_collectors",
+                                "Collectors the controller is configured to read", registry=r)
         self.stale = Gauge("cosample_controller_snapshot_stale",
                            "1 when no fresh snapshot was read this cycle", registry=r)
         self.age = Gauge("cosample_controller_snapshot_age_seconds",
@@ -109,6 +111,7 @@ class Metrics:
         if status.plan_version is not None:
             self.plan_version.set(status.plan_version)
         self.collectors_up.set(status.collectors_up)
+        self.collectors.set(status.collectors)
         self.stale.set(1 if status.result == "stale" else 0)
         if status.snapshot_age_s is not None:
             self.age.set(status.snapshot_age_s)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.report import read_status
@@ -47,6 +48,10 @@ def test_cycle_applies_reports_and_remembers(setup, make_plan, to_bytes):
     assert "cosample_agent_plan_version 100.0" in metrics
     assert 'cosample_agent_mirror_ratio{target="s3"} 0.3' in metrics
     assert "cosample_agent_sflow_sampling_n 10.0" in metrics
+    expires = datetime.fromisoformat(make_plan()["expires"]).timestamp()
+    assert expires == next(
+        sample.value for family in text_string_to_metric_families(metrics)
+        for sample in family.samples if sample.name == "cosample_agent_plan_expires_timestamp_seconds")
     assert json.loads((agent.state_dir / LAST_GOOD_FILE).read_text())["version"] == 100
     writes = agent.host.writes
     remembered = (agent.state_dir / LAST_GOOD_FILE).stat().st_mtime_ns
