@@ -146,6 +146,22 @@ def test_two_phase_plan_set_applies_phase_two_after_not_before(setup, make_plan,
     assert agent.cycle().plan_version == 201 and agent.host.sflow.settings.sampling == 5
 
 
+def test_first_plan_not_yet_due_keeps_the_safe_state(setup, make_plan, to_bytes, now):
+    """A fresh host whose only plan waits for its not_before (the controller's lead): the safe
+    state, the plan reported as pending, a status and metrics written (the cycle used to fail
+    with an IndexError here, leaving neither)."""
+    plan_path, make, clock = setup
+    document = make_plan(version=300)
+    document["not_before"] = (now + timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plan_path.write_bytes(to_bytes(document))
+    agent, config = make()
+    report = agent.cycle()
+    assert report.mode == "safe" and report.plan_version is None and report.pending_version == 300
+    assert read_status(config.state_dir)["pending_version"] == 300
+    clock.now += timedelta(seconds=6)
+    assert agent.cycle().plan_version == 300
+
+
 def test_remove_leaves_nothing_owned(setup, make_plan, to_bytes):
     plan_path, make, _ = setup
     plan_path.write_bytes(to_bytes(make_plan()))
