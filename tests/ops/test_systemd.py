@@ -141,7 +141,10 @@ def _run_agent_bounded(tmp_path, sender_host, capabilities: str) -> dict:
         f'host = "s1"\nplan = "{plan}"\novsdb = "{ovs.remote}"\nbridge = "{bridge}"\n'
         f'ovs_rundir = "{ovs.directory}"\nstate_dir = "{state}"\n'
         f'mirror_device_prefix = "{prefix}"\ntunnel_port_prefix = "q{prefix[1:]}"\n'
-        f'timeout_s = 5\njitter_s = 0\ninsecure_unsigned = true\n')
+        f'timeout_s = 5\njitter_s = 0\ninsecure_unsigned = true\n'
+        # a VXLAN port of its own: the agents' tests create devices for the same pair (s1, s2,
+        # so the same VNI) and the kernel refuses a second device with VNI and port in use
+        f'vxlan_port = {40000 + int(prefix[1:], 16) % 20000}\n')
     argv = ["setpriv", f"--bounding-set={capabilities}", "--inh-caps=-all", "--no-new-privs",
             "--", sys.executable, "-m", "cosample", "agent", "run", "--cycles", "1",
             "--config", str(config)]
@@ -156,7 +159,7 @@ def _run_agent_bounded(tmp_path, sender_host, capabilities: str) -> dict:
 def test_agent_converges_with_cap_net_admin_alone(tmp_path, sender_host):
     """The unit's bound: uid 0 with only CAP_NET_ADMIN, no new privileges."""
     status = _run_agent_bounded(tmp_path, sender_host, "-all,+net_admin")
-    assert status["result"] == "ok", status
+    assert status["result"] == "ok", (status["errors"], status["problems"], status["remaining"])
     assert set(status["desired"]["mirrors"]) == {"s2", "s3"}
 
 
