@@ -16,7 +16,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import start_http_server
 
+from cosample import __version__
 from cosample.files import write_bytes_atomic
+from cosample.planner.formats import FORMAT_VERSION
 from cosample.agents.state import DesiredState
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
@@ -67,6 +69,9 @@ class Metrics:
         r = self.registry
         self.plan_version = Gauge("cosample_agent_plan_version", "Version of the running plan "
                                   "(-1: none)", registry=r)
+        Gauge("cosample_agent_build_info", "1, labelled with the cosample version and the plan "
+              "format versions this agent reads", ["version", "plan_formats_read"],
+              registry=r).labels(__version__, str(FORMAT_VERSION)).set(1)
         self.safe_state = Gauge("cosample_agent_safe_state", "1 when in the safe fallback state",
                                 registry=r)
         self.last_success = Gauge("cosample_agent_last_apply_success",

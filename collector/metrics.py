@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from cosample.collector.snapshot import Snapshot
+from cosample import __version__
+from cosample.collector.snapshot import SNAPSHOT_VERSION, Snapshot
+from cosample.planner.formats import FORMAT_VERSION
 
 
 @dataclass
@@ -42,6 +44,12 @@ class SnapshotMetrics:
 
     def collect(self) -> Iterator[Metric]:
         snapshot, status = self.source()
+        build = GaugeMetricFamily("cosample_collector_build_info", "1, labelled with the cosample "
+                                  "version, the plan format versions it reads and the snapshot "
+                                  "format version it writes",
+                                  labels=["version", "plan_formats_read", "snapshot_format_written"])
+        build.add_metric([__version__, str(FORMAT_VERSION), str(SNAPSHOT_VERSION)], 1)
+        yield build
         for name, value, text in (
                 ("datagrams", status.datagrams, "sFlow datagrams decoded"),
                 ("samples", status.samples, "flow samples decoded"),

@@ -9,7 +9,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from cosample import __version__
+from cosample.collector.snapshot import SNAPSHOT_VERSION
 from cosample.files import write_bytes_atomic
+from cosample.planner.formats import FORMAT_VERSION
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
 #: Lists in the status (servers over the limit, disagreements) are cut to this many entries.
@@ -69,6 +72,10 @@ class Metrics:
         r = self.registry
         self.cycles = Counter("cosample_controller_cycles", "Controller cycles by result",
                               ["result"], registry=r)
+        Gauge("cosample_controller_build_info", "1, labelled with the cosample version, the "
+              "plan format version it writes and the snapshot format versions it reads",
+              ["version", "plan_format_written", "snapshot_formats_read"], registry=r).labels(
+            __version__, str(FORMAT_VERSION), str(SNAPSHOT_VERSION)).set(1)
         self.publications = Counter("cosample_controller_publications",
                                     "Plans published, by first reason", ["reason"], registry=r)
         self.errors = Counter("cosample_controller_errors", "Cycle failures by kind", ["kind"],

@@ -53,6 +53,21 @@ def test_promised_series_is_scraped(prometheus, series):
         assert {r["metric"]["server"] for r in found} == SERVERS
 
 
+def test_build_info_names_the_formats_each_daemon_reads_and_writes(prometheus):
+    """What a rolling upgrade checks before the controller writes a new plan format."""
+    from cosample import __version__
+    from cosample.collector.snapshot import SNAPSHOT_VERSION
+    from cosample.planner.formats import FORMAT_VERSION
+
+    labels = {r["metric"]["__name__"]: r["metric"] for r in prometheus.query('{__name__=~"cosample_.*_build_info"}')}
+    assert labels["cosample_agent_build_info"]["plan_formats_read"] == str(FORMAT_VERSION)
+    assert labels["cosample_collector_build_info"]["plan_formats_read"] == str(FORMAT_VERSION)
+    assert labels["cosample_collector_build_info"]["snapshot_format_written"] == str(SNAPSHOT_VERSION)
+    assert labels["cosample_controller_build_info"]["plan_format_written"] == str(FORMAT_VERSION)
+    assert labels["cosample_controller_build_info"]["snapshot_formats_read"] == str(SNAPSHOT_VERSION)
+    assert {metric["version"] for metric in labels.values()} == {__version__}
+
+
 def test_per_server_estimates_lie_inside_their_intervals(prometheus):
     """The collector's estimates and intervals as Prometheus stored them: one triple per server,
     low <= estimate <= high, every server sending (the simulated sFlow)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cosample.dataplane.run import run
-from cosample.lab.netns import netns_available
+from cosample.lab.netns import Lab, netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +101,9 @@ def _agents_plan_document():
 
 @pytest.fixture
 def sender_host(tmp_path):
-    """A private dummy OVS with bridge and two veth VM ports, names unique to this run."""
+    """A network namespace of its own (the agent owns every tagged VXLAN device it sees, so it
+    must not see those of agents' tests running beside it) with two veth VM ports, and a private
+    dummy-datapath OVS with a bridge holding ports of the same names; names unique to this run."""
     reason = ovs_available() or netns_available()
     if reason:
         pytest.skip(f"the agent's mirrors need real links and OVS: {reason}")
@@ -109,27 +111,21 @@ def sender_host(tmp_path):
         pytest.skip("setpriv not installed (Debian package util-linux)")
     tag = secrets.token_hex(2)
     bridge, ports, prefix = f"opbr{tag}", (f"opV{tag}a", f"opV{tag}b"), f"o{tag}"
-    for name in ports:
-        run(["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"])
-        run(["ip", "link", "set", name, "up"])
-    try:
+    with Lab(prefix=f"op{tag}") as lab:
+        namespace = lab.namespace("h")
+        for k, name in enumerate(ports):
+            lab.veth(name, namespace=namespace, peer=f"{name}p", host_namespace=namespace,
+                     address=f"10.0.0.{1 + 10 * k}/24")
         with OvsInstance(tmp_path / "ovs", dummy=True) as ovs:
             ovs.vsctl("add-br", bridge, "--", "set", "Bridge", bridge, "datapath_type=dummy")
             for name in ports:
                 ovs.vsctl("add-port", bridge, name)
-            yield ovs, bridge, ports, prefix
-    finally:
-        for name in ports:
-            run(["ip", "link", "del", name], check=False)
-        links = json.loads(run(["ip", "-j", "link", "show", "type", "vxlan"]).stdout or "[]")
-        for link in links:
-            if link["ifname"].startswith(f"{prefix}-"):
-                run(["ip", "link", "del", link["ifname"]], check=False)
+            yield ovs, bridge, ports, prefix, lab.exec_argv(namespace, [])
 
 
 def _run_agent_bounded(tmp_path, sender_host, capabilities: str) -> dict:
     from datetime import datetime, timedelta, timezone
-    ovs, bridge, ports, prefix = sender_host
+    ovs, bridge, ports, prefix, in_namespace = sender_host
     plan_document, plan_bytes = _agents_plan_document()
     created = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=1)
     plan = tmp_path / "plan.json"
@@ -141,18 +137,15 @@ def _run_agent_bounded(tmp_path, sender_host, capabilities: str) -> dict:
         f'host = "s1"\nplan = "{plan}"\novsdb = "{ovs.remote}"\nbridge = "{bridge}"\n'
         f'ovs_rundir = "{ovs.directory}"\nstate_dir = "{state}"\n'
         f'mirror_device_prefix = "{prefix}"\ntunnel_port_prefix = "q{prefix[1:]}"\n'
-        f'timeout_s = 5\njitter_s = 0\ninsecure_unsigned = true\n'
-        # a VXLAN port of its own: the agents' tests create devices for the same pair (s1, s2,
-        # so the same VNI) and the kernel refuses a second device with VNI and port in use
-        f'vxlan_port = {40000 + int(prefix[1:], 16) % 20000}\n')
-    argv = ["setpriv", f"--bounding-set={capabilities}", "--inh-caps=-all", "--no-new-privs",
+        f'timeout_s = 5\njitter_s = 0\ninsecure_unsigned = true\n')
+    argv = [*in_namespace, "setpriv", f"--bounding-set={capabilities}", "--inh-caps=-all", "--no-new-privs",
             "--", sys.executable, "-m", "cosample", "agent", "run", "--cycles", "1",
             "--config", str(config)]
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert (state / "status.json").exists(), ran.stderr[-3000:]
     status = json.loads((state / "status.json").read_text())
-    subprocess.run([sys.executable, "-m", "cosample", "agent", "remove", "--config", str(config)],
-                   capture_output=True, text=True, timeout=120)
+    subprocess.run([*in_namespace, sys.executable, "-m", "cosample", "agent", "remove",
+                    "--config", str(config)], capture_output=True, text=True, timeout=120)
     return status
 
 
