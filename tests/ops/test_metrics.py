@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ops.fleet import get
@@ -24,3 +26,21 @@ def test_promtool_check_metrics_catches_a_bad_name():
                                                 b"cosample_x_errors 1\n")
     assert result.returncode != 0 and 'counter metrics should have "_total" suffix' in \
         result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("daemon", ["agent", "collector", "controller"])
+def test_every_exposed_metric_is_documented(fleet, daemon):
+    """A metric a daemon exposes is listed in docs/operations.md's "What Prometheus collects"
+    (with *when ...* if it only appears sometimes), so the table stays the whole list."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ops.promtool import OPERATIONS
+
+    table = OPERATIONS.read_text().split("## What Prometheus collects", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(cosample_[a-z0-9_]+)", table))
+    exposed = {sample.name for family in text_string_to_metric_families(
+        get(fleet.metrics_urls()[daemon]).decode()) for sample in family.samples}
+    exposed = {name for name in exposed if not name.endswith("_created")}  # client timestamps
+    missing = sorted(exposed - listed)
+    assert missing == [], (f"{daemon} exposes {missing}, not in docs/operations.md's table "
+                           "'What Prometheus collects': add a row")

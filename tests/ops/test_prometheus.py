@@ -28,12 +28,16 @@ def promised_series() -> list[str]:
     names = []
     for line in text.splitlines():
         if line.startswith("| `cosample_") and "*when" not in line:
-            names += re.findall(r"`(cosample_[a-z_]+(?:\{[a-z_,]+\})?)`", line.split("|")[1])
+            names += re.findall(r"`(cosample_[a-z0-9_]+(?:\{[a-z_,]+\})?)`", line.split("|")[1])
     return names
 
 
 def test_the_docs_promise_series_of_every_daemon():
     names = promised_series()
+    text = OPERATIONS.read_text().split("## What Prometheus collects", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in text.splitlines()
+            if line.startswith("| `cosample_") and "*when" not in line]
+    assert len(names) == sum(row.count("`cosample_") for row in rows)  # none missed by the parser
     for daemon in ("agent", "collector", "controller"):
         assert any(name.startswith(f"cosample_{daemon}_") for name in names), daemon
 
