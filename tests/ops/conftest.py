@@ -4,11 +4,9 @@ stopped by PID at the end (tests/ops/fleet.py)."""
 from __future__ import annotations
 
 import json
-import shutil
-import time
+import socket
 import urllib.parse
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import yaml
@@ -52,7 +50,7 @@ def fleet(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("fleet")
     generate_keypair(tmp / "plan.pem", tmp / "plan.pub")
-    sflow_port, collector_port = free_port(__import__("socket").SOCK_DGRAM), free_port()
+    sflow_port, collector_port = free_port(socket.SOCK_DGRAM), free_port()
     controller_port, agent_port = free_port(), free_port()
     collector_url = f"http://127.0.0.1:{collector_port}"
     controller_url = f"http://127.0.0.1:{controller_port}"

@@ -14,11 +14,11 @@ import secrets
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from cosample.dataplane.run import run
 from cosample.lab.netns import Lab, netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
 
@@ -124,7 +124,6 @@ def sender_host(tmp_path):
 
 
 def _run_agent_bounded(tmp_path, sender_host, capabilities: str) -> dict:
-    from datetime import datetime, timedelta, timezone
     ovs, bridge, ports, prefix, in_namespace = sender_host
     plan_document, plan_bytes = _agents_plan_document()
     created = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=1)
