@@ -4,9 +4,11 @@ stopped by PID at the end (tests/ops/fleet.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import yaml
@@ -29,7 +31,14 @@ class Fleet:
     controller_url: str
     daemons: dict[str, Daemon]
     sender: Sender
+    #: the agent's metrics through deploy/systemd/cosample-agent-metrics.*, as deployed
+    #: (HOST:PORT), or None where systemd's socket tools are missing
+    agent_proxy: str | None = None
     waiting_for: list[str] = field(default_factory=list)
+
+    def agent_target(self) -> str:
+        """Where Prometheus scrapes the agent: through the proxy when there is one."""
+        return self.agent_proxy or self.agent_url.split("//", 1)[1]
 
     def metrics_urls(self) -> dict[str, str]:
         return {"agent": self.agent_url + "/metrics", "collector": self.collector_url + "/metrics",
@@ -84,9 +93,12 @@ def fleet(tmp_path_factory):
                 tmp)
             daemons["agent"] = Daemon("agent", cosample(
                 "agent", "run", "--config", str(tmp / "agent.toml")), tmp)
+            proxy = proxy_argv(agent_port)
+            if proxy:
+                daemons["agent-metrics-proxy"] = Daemon("agent-metrics-proxy", proxy, tmp)
             sender.start()
             running = Fleet(f"http://127.0.0.1:{agent_port}", collector_url, controller_url,
-                            daemons, sender)
+                            daemons, sender, proxy[1].split("=", 1)[1] if proxy else None)
             try:
                 wait_for(lambda: _settled(running), timeout_s=90)
             except AssertionError:
@@ -97,6 +109,18 @@ def fleet(tmp_path_factory):
             sender.stop()
             for daemon in daemons.values():
                 daemon.stop()
+
+
+def proxy_argv(agent_port: int) -> list[str] | None:
+    """The shipped metrics proxy's ExecStart, socket-activated by ``systemd-socket-activate`` on
+    a free port as systemd would on 9479, forwarding to the agent's port (None: tools missing)."""
+    unit = (DEPLOY / "systemd" / "cosample-agent-metrics.service").read_text()
+    exec_start = next(line.split("=", 1)[1] for line in unit.splitlines()
+                      if line.startswith("ExecStart="))
+    argv = exec_start.replace("127.0.0.1:9477", f"127.0.0.1:{agent_port}").split()
+    if shutil.which("systemd-socket-activate") is None or not Path(argv[0]).exists():
+        return None
+    return ["systemd-socket-activate", f"--listen=127.0.0.1:{free_port()}", *argv]
 
 
 def _settled(fleet: Fleet) -> bool:
@@ -144,10 +168,11 @@ def prometheus(fleet, tmp_path_factory):
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config["rule_files"] = [str(RULES)]
-    targets = {"cosample-agent": fleet.agent_url, "cosample-collector": fleet.collector_url,
-               "cosample-controller": fleet.controller_url}
+    targets = {"cosample-agent": fleet.agent_target(),
+               "cosample-collector": fleet.collector_url.split("//", 1)[1],
+               "cosample-controller": fleet.controller_url.split("//", 1)[1]}
     for job in config["scrape_configs"]:
-        job["static_configs"] = [{"targets": [targets[job["job_name"]].split("//", 1)[1]]}]
+        job["static_configs"] = [{"targets": [targets[job["job_name"]]]}]
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     daemon = Daemon("prometheus", [

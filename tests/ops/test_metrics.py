@@ -44,3 +44,13 @@ def test_every_exposed_metric_is_documented(fleet, daemon):
     missing = sorted(exposed - listed)
     assert missing == [], (f"{daemon} exposes {missing}, not in docs/operations.md's table "
                            "'What Prometheus collects': add a row")
+
+
+def test_agent_metrics_reach_a_remote_scraper_through_the_shipped_proxy(fleet):
+    """deploy/systemd/cosample-agent-metrics.{socket,service}: the agent serves 127.0.0.1 only;
+    the proxy (systemd-socket-proxyd, socket-activated as the unit does) answers with its
+    metrics (the Prometheus of test_prometheus scrapes the agent this way)."""
+    if fleet.agent_proxy is None:
+        pytest.skip("systemd-socket-activate or systemd-socket-proxyd missing (Debian systemd)")
+    through = get(f"http://{fleet.agent_proxy}/metrics")
+    assert b"cosample_agent_build_info" in through and b"cosample_agent_plan_version" in through

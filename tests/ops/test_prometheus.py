@@ -42,9 +42,12 @@ def test_the_docs_promise_series_of_every_daemon():
         assert any(name.startswith(f"cosample_{daemon}_") for name in names), daemon
 
 
-def test_prometheus_scrapes_every_daemon(prometheus):
-    jobs = {r["metric"]["job"]: r["value"][1] for r in prometheus.query('up{job=~"cosample-.*"}')}
+def test_prometheus_scrapes_every_daemon(prometheus, fleet):
+    up = prometheus.query('up{job=~"cosample-.*"}')
+    jobs = {r["metric"]["job"]: r["value"][1] for r in up}
     assert jobs == {"cosample-agent": "1", "cosample-collector": "1", "cosample-controller": "1"}
+    [agent] = [r["metric"]["instance"] for r in up if r["metric"]["job"] == "cosample-agent"]
+    assert agent == fleet.agent_target()  # through the metrics proxy where it runs
 
 
 @pytest.mark.parametrize("series", promised_series())
