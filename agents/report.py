@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import start_http_server
 
+from cosample import __version__
 from cosample.files import write_bytes_atomic
+from cosample.plan.formats import FORMAT_VERSION
 from cosample.agents.state import DesiredState
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
@@ -66,15 +69,20 @@ class Metrics:
         r = self.registry
         self.plan_version = Gauge("cosample_agent_plan_version", "Version of the running plan "
                                   "(-1: none)", registry=r)
+        Gauge("cosample_agent_build_info", "1, labelled with the cosample version and the plan "
+              "format versions this agent reads", ["version", "plan_formats_read"],
+              registry=r).labels(__version__, str(FORMAT_VERSION)).set(1)
         self.safe_state = Gauge("cosample_agent_safe_state", "1 when in the safe fallback state",
                                 registry=r)
         self.last_success = Gauge("cosample_agent_last_apply_success",
                                   "1 if the last cycle converged", registry=r)
         self.last_time = Gauge("cosample_agent_last_apply_timestamp_seconds",
                                "Unix time of the last cycle", registry=r)
+        self.plan_expires = Gauge("cosample_agent_plan_expires_timestamp_seconds",
+                                  "Unix time the running plan expires (0: no plan)", registry=r)
         self.sampling = Gauge("cosample_agent_sflow_sampling_n",
                               "Configured sFlow 1-in-N (0: none)", registry=r)
-        self.mirror_rate = Gauge("cosample_agent_mirror_rate",
+        self.mirror_rate = Gauge("cosample_agent_mirror_ratio",
                                  "Planned mirrored share of own traffic", ["target"], registry=r)
         self.receivers = Gauge("cosample_agent_receiver_tunnels", "Receiver tunnel ports wanted",
                                registry=r)
@@ -94,6 +102,8 @@ class Metrics:
         self.safe_state.set(1 if report.mode == "safe" else 0)
         self.last_success.set(1 if report.result == "ok" else 0)
         self.last_time.set(unix_time)
+        self.plan_expires.set(datetime.fromisoformat(report.plan_expires).timestamp()
+                              if report.plan_expires else 0)
         self.sampling.set(desired.sflow.sampling if desired and desired.sflow else 0)
         self.mirror_rate.clear()
         for target in desired.mirrors if desired else ():

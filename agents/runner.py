@@ -93,7 +93,7 @@ class Agent:
         kinds += ["plan"] * len(selection.refused)
         plan, reason = selection.plan, selection.reason
         desired = self._desired(plan, errors, kinds)
-        if desired is None:
+        if plan is not None and desired is None:
             plan, reason = None, f"safe state: {errors[-1]}"
         fallback = self._fallback()
         if plan is None:

@@ -6,8 +6,8 @@ VENV=${COSAMPLE_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
 
 # Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector), nginx, wrk,
-# tcpdump and tshark (the application monitor's ground truth and peer) and the network tools
-# the tests use.
+# tcpdump and tshark (the application monitor's ground truth and peer), Prometheus (promtool
+# and the server, for the operations tests) and the network tools the tests use.
 need_system() {
     local missing=()
     command -v glpsol >/dev/null || missing+=(glpk-utils)
@@ -23,6 +23,7 @@ need_system() {
     command -v wrk >/dev/null || missing+=(wrk)
     command -v tcpdump >/dev/null || missing+=(tcpdump)
     command -v tshark >/dev/null || missing+=(tshark)
+    command -v promtool >/dev/null || missing+=(prometheus)
     printf '%s\n' "${missing[@]}"
 }
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from cosample.collector.snapshot import Snapshot
+from cosample import __version__
+from cosample.collector.snapshot import SNAPSHOT_VERSION, Snapshot
+from cosample.plan.formats import FORMAT_VERSION
 
 
 @dataclass
@@ -42,6 +44,12 @@ class SnapshotMetrics:
 
     def collect(self) -> Iterator[Metric]:
         snapshot, status = self.source()
+        build = GaugeMetricFamily("cosample_collector_build_info", "1, labelled with the cosample "
+                                  "version, the plan format versions it reads and the snapshot "
+                                  "format version it writes",
+                                  labels=["version", "plan_formats_read", "snapshot_format_written"])
+        build.add_metric([__version__, str(FORMAT_VERSION), str(SNAPSHOT_VERSION)], 1)
+        yield build
         for name, value, text in (
                 ("datagrams", status.datagrams, "sFlow datagrams decoded"),
                 ("samples", status.samples, "flow samples decoded"),
@@ -73,7 +81,7 @@ class SnapshotMetrics:
                       ("packets_per_second_ci95_high", "95 % interval, high"),
                       ("bytes_per_second", "estimated bytes/s sent by the server's VMs"),
                       ("samples_per_second", "samples/s attributed to the server"),
-                      ("coverage", "fraction of the server's packets the plan selects"))}
+                      ("coverage_ratio", "fraction of the server's packets the plan selects"))}
         interfaces = GaugeMetricFamily("cosample_collector_interface_packets_per_second",
                                        "port packet rates from sFlow counters",
                                        labels=["server", "ifindex", "direction"])
@@ -83,7 +91,7 @@ class SnapshotMetrics:
                                ("packets_per_second_ci95_high", e.packets_per_s_ci95[1]),
                                ("bytes_per_second", e.bytes_per_s),
                                ("samples_per_second", e.samples_per_s),
-                               ("coverage", e.coverage)):
+                               ("coverage_ratio", e.coverage)):
                 gauges[key].add_metric([server], value)
             for index, rates in (e.interfaces or {}).items():
                 interfaces.add_metric([server, index, "in"], rates.in_pps)

@@ -9,7 +9,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from cosample import __version__
+from cosample.collector.snapshot import SNAPSHOT_VERSION
 from cosample.files import write_bytes_atomic
+from cosample.plan.formats import FORMAT_VERSION
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
 #: Lists in the status (servers over the limit, disagreements) are cut to this many entries.
@@ -69,6 +72,10 @@ class Metrics:
         r = self.registry
         self.cycles = Counter("cosample_controller_cycles", "Controller cycles by result",
                               ["result"], registry=r)
+        Gauge("cosample_controller_build_info", "1, labelled with the cosample version, the "
+              "plan format version it writes and the snapshot format versions it reads",
+              ["version", "plan_format_written", "snapshot_formats_read"], registry=r).labels(
+            __version__, str(FORMAT_VERSION), str(SNAPSHOT_VERSION)).set(1)
         self.publications = Counter("cosample_controller_publications",
                                     "Plans published, by first reason", ["reason"], registry=r)
         self.errors = Counter("cosample_controller_errors", "Cycle failures by kind", ["kind"],
@@ -79,20 +86,22 @@ class Metrics:
                                   "Expiry of the plan in force", registry=r)
         self.collectors_up = Gauge("cosample_controller_collectors_up",
                                    "Collectors whose snapshot was fresh and valid", registry=r)
+        self.collectors = Gauge("cosample_controller_collectors",
+                                "Collectors the controller is configured to read", registry=r)
         self.stale = Gauge("cosample_controller_snapshot_stale",
                            "1 when no fresh snapshot was read this cycle", registry=r)
         self.age = Gauge("cosample_controller_snapshot_age_seconds",
                          "Age of the merged snapshot", registry=r)
-        self.max_use = Gauge("cosample_controller_predicted_max_capacity_use",
+        self.max_use = Gauge("cosample_controller_predicted_max_capacity_use_ratio",
                              "Highest load/capacity predicted for the plan in force", registry=r)
         self.over = Gauge("cosample_controller_servers_over_limit",
                           "Servers predicted above capacity x (1 - margin)", registry=r)
         self.unrelievable = Gauge("cosample_controller_servers_unrelievable",
                                   "Servers over the limit that no plan can help", registry=r)
-        self.gain = Gauge("cosample_controller_candidate_gain",
+        self.gain = Gauge("cosample_controller_candidate_gain_ratio",
                           "Relative distinct-packet gain of the candidate over the plan in force",
                           registry=r)
-        self.disagreements = Gauge("cosample_controller_counter_disagreements",
+        self.disagreements = Gauge("cosample_controller_servers_disagreeing",
                                    "Servers whose counters fall outside the sampled 95 % interval",
                                    registry=r)
         self.unmeasured = Gauge("cosample_controller_servers_unmeasured",
@@ -109,6 +118,7 @@ class Metrics:
         if status.plan_version is not None:
             self.plan_version.set(status.plan_version)
         self.collectors_up.set(status.collectors_up)
+        self.collectors.set(status.collectors)
         self.stale.set(1 if status.result == "stale" else 0)
         if status.snapshot_age_s is not None:
             self.age.set(status.snapshot_age_s)

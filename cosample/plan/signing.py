@@ -2,14 +2,17 @@
 
 The signature covers the exact bytes of the plan file (or plan set) as served, so nothing has to
 be canonicalised: an agent configured with ``public_key`` fetches ``PLAN`` and ``PLAN.sig`` and
-refuses the plan unless the signature verifies. Keys are PEM files (private: PKCS#8, mode 0600;
-public: SubjectPublicKeyInfo); a public key may also be given as 32 raw bytes in base64.
+refuses the plan unless the signature verifies with one of the keys in that file (read at every
+verification, so a new key needs no restart). Keys are PEM files (private: PKCS#8, mode 0600;
+public: SubjectPublicKeyInfo, several one after another); a public key may also be given as 32
+raw bytes in base64, one a line.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -21,6 +24,7 @@ from cosample.plan.errors import SignatureError, SigningKeyError
 from cosample.files import write_bytes_atomic
 
 SIGNATURE_SUFFIX = ".sig"
+_PEM_BLOCK = re.compile(rb"-----BEGIN [A-Z ]+-----.*?-----END [A-Z ]+-----\s*", re.S)
 
 
 def generate_keypair(private_path: str | Path, public_path: str | Path) -> None:
@@ -60,19 +64,47 @@ def verify(data: bytes, signature: bytes | None, public_key_path: str | Path) ->
         raw = base64.b64decode(signature.strip(), validate=True)
     except (binascii.Error, ValueError):
         raise SignatureError("plan signature: not base64") from None
-    key = _load(Path(public_key_path), private=False)
-    try:
-        key.verify(raw, data)
-    except InvalidSignature:
-        raise SignatureError(f"plan signature: does not verify with {public_key_path}; "
-                             f"refusing the plan") from None
+    keys = public_keys(Path(public_key_path))
+    for key in keys:
+        try:
+            key.verify(raw, data)
+            return
+        except InvalidSignature:
+            continue
+    which = "" if len(keys) == 1 else f"any of the {len(keys)} keys in "
+    raise SignatureError(f"plan signature: does not verify with {which}{public_key_path}; "
+                         f"refusing the plan")
+
+
+def public_keys(path: Path) -> list[Ed25519PublicKey]:
+    """Every key of a public key file: PEM blocks one after another, or raw keys in base64 one a
+    line. Several keys let a rotation of the signing key overlap (docs/operations.md)."""
+    data = _read(path)
+    if data.lstrip().startswith(b"-----"):
+        blocks = _PEM_BLOCK.findall(data)
+        if not blocks:
+            blocks = [data]  # no whole block: the parser says what is wrong
+        elif _PEM_BLOCK.sub(b"", data).strip():
+            raise SigningKeyError(f"{path}: not an ed25519 public key (text outside its PEM blocks)")
+    else:
+        blocks = [line for line in data.splitlines() if line.strip()]
+    if not blocks:
+        raise SigningKeyError(f"{path}: no public key in the file")
+    return [_parse(path, block, private=False) for block in blocks]
 
 
 def _load(path: Path, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:
+    return _parse(path, _read(path), private)
+
+
+def _read(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise SigningKeyError(f"{path}: cannot read key ({exc.strerror})") from None
+
+
+def _parse(path: Path, data: bytes, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:
     try:
         if private:
             key = serialization.load_pem_private_key(data, password=None)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.report import read_status
@@ -45,8 +46,12 @@ def test_cycle_applies_reports_and_remembers(setup, make_plan, to_bytes):
     assert status["result"] == "ok" and status["desired"]["mirrors"] == {"s2": 0.2, "s3": 0.3}
     metrics = (agent.state_dir / "metrics.prom").read_text()
     assert "cosample_agent_plan_version 100.0" in metrics
-    assert 'cosample_agent_mirror_rate{target="s3"} 0.3' in metrics
+    assert 'cosample_agent_mirror_ratio{target="s3"} 0.3' in metrics
     assert "cosample_agent_sflow_sampling_n 10.0" in metrics
+    expires = datetime.fromisoformat(make_plan()["expires"]).timestamp()
+    assert expires == next(
+        sample.value for family in text_string_to_metric_families(metrics)
+        for sample in family.samples if sample.name == "cosample_agent_plan_expires_timestamp_seconds")
     assert json.loads((agent.state_dir / LAST_GOOD_FILE).read_text())["version"] == 100
     writes = agent.host.writes
     remembered = (agent.state_dir / LAST_GOOD_FILE).stat().st_mtime_ns
@@ -139,6 +144,22 @@ def test_two_phase_plan_set_applies_phase_two_after_not_before(setup, make_plan,
     assert report.plan_version == 200 and report.pending_version == 201
     clock.now += timedelta(minutes=3)
     assert agent.cycle().plan_version == 201 and agent.host.sflow.settings.sampling == 5
+
+
+def test_first_plan_not_yet_due_keeps_the_safe_state(setup, make_plan, to_bytes, now):
+    """A fresh host whose only plan waits for its not_before (the controller's lead): the safe
+    state, the plan reported as pending, a status and metrics written (the cycle used to fail
+    with an IndexError here, leaving neither)."""
+    plan_path, make, clock = setup
+    document = make_plan(version=300)
+    document["not_before"] = (now + timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plan_path.write_bytes(to_bytes(document))
+    agent, config = make()
+    report = agent.cycle()
+    assert report.mode == "safe" and report.plan_version is None and report.pending_version == 300
+    assert read_status(config.state_dir)["pending_version"] == 300
+    clock.now += timedelta(seconds=6)
+    assert agent.cycle().plan_version == 300
 
 
 def test_remove_leaves_nothing_owned(setup, make_plan, to_bytes):

@@ -145,6 +145,8 @@ def test_collector_down_or_stale_keeps_the_plan(tmp_path):
     assert down.result == "stale" and "not found" in down.problems[0]
     metrics = (tmp_path / "state" / "metrics.prom").read_text()
     assert "cosample_controller_snapshot_stale 1.0" in metrics
+    assert "cosample_controller_collectors_up 0.0" in metrics
+    assert "cosample_controller_collectors 1.0" in metrics
     assert json.loads((tmp_path / "state" / "status.json").read_text())["result"] == "stale"
 
 

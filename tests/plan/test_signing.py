@@ -56,3 +56,35 @@ def test_keygen_refuses_to_overwrite_and_bad_keys_are_named(tmp_path, keys):
     (tmp_path / "junk.pub").write_text("-----BEGIN PUBLIC KEY-----\njunk\n")
     with pytest.raises(SigningKeyError, match="junk.pub"):
         verify(b"x", sign_bytes(b"x", keys[0]), tmp_path / "junk.pub")
+
+
+def test_a_key_file_with_several_keys_accepts_a_signature_by_any(tmp_path, keys):
+    """Rotation overlaps: the agents' file holds the old and the new key while the controller
+    switches (docs/operations.md, "Rotating the plan-signing key")."""
+    generate_keypair(tmp_path / "new.key", tmp_path / "new.pub")
+    both = tmp_path / "both.pub"
+    both.write_bytes(keys[1].read_bytes() + (tmp_path / "new.pub").read_bytes())
+    verify(b"plan", sign_bytes(b"plan", keys[0]), both)
+    verify(b"plan", sign_bytes(b"plan", tmp_path / "new.key"), both)
+    generate_keypair(tmp_path / "third.key", tmp_path / "third.pub")
+    with pytest.raises(SignatureError, match="any of the 2 keys in"):
+        verify(b"plan", sign_bytes(b"plan", tmp_path / "third.key"), both)
+
+
+def test_raw_keys_one_a_line_and_bad_key_files_are_named(tmp_path, keys):
+    from cryptography.hazmat.primitives import serialization
+    lines = []
+    for name in ("plan", "new"):
+        if name == "new":
+            generate_keypair(tmp_path / "new.key", tmp_path / "new.pub")
+        public = serialization.load_pem_public_key((tmp_path / f"{name}.pub").read_bytes())
+        lines.append(base64.b64encode(public.public_bytes(serialization.Encoding.Raw,
+                                                          serialization.PublicFormat.Raw)))
+    (tmp_path / "raw.pub").write_bytes(b"\n".join(lines) + b"\n")
+    verify(b"plan", sign_bytes(b"plan", tmp_path / "new.key"), tmp_path / "raw.pub")
+    (tmp_path / "empty.pub").write_bytes(b"\n")
+    with pytest.raises(SigningKeyError, match="empty.pub: no public key"):
+        verify(b"x", sign_bytes(b"x", keys[0]), tmp_path / "empty.pub")
+    (tmp_path / "tail.pub").write_bytes(keys[1].read_bytes() + b"trailing junk\n")
+    with pytest.raises(SigningKeyError, match="tail.pub: not an ed25519 public key"):
+        verify(b"x", sign_bytes(b"x", keys[0]), tmp_path / "tail.pub")
