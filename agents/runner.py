@@ -34,7 +34,7 @@ from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
 from cosample.agents.selection import select_plan
 from cosample.agents.signing import verify
-from cosample.agents.source import fetch
+from cosample.agents.source import Fetched, fetch
 from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
 from cosample.files import write_bytes_atomic
@@ -80,6 +80,10 @@ class Agent:
         self.running: Plan | None = self._load_last_good()
         #: Plans (by content digest) that failed on this host, and why; not retried.
         self.failed: dict[str, str] = {}
+        #: The last plan document fetched (its tag makes the next poll conditional) and, once
+        #: it parsed, the plans in it: an unchanged document (HTTP 304) is not parsed again.
+        self.fetched: Fetched | None = None
+        self.parsed: tuple[bytes, tuple[Plan, ...]] | None = None
 
     # one pass -----------------------------------------------------------------------------------
     def cycle(self, dry_run: bool = False) -> CycleReport:
@@ -156,10 +160,18 @@ class Agent:
         try:
             fetched = self.fetcher(self.config.plan, timeout_s=self.config.timeout_s,
                                    with_signature=self.config.public_key is not None,
-                                   max_bytes=self.config.max_plan_mib * 1024 * 1024)
-            if self.config.public_key is not None:
+                                   max_bytes=self.config.max_plan_mib * 1024 * 1024,
+                                   previous=self.fetched)
+            self.fetched = fetched
+            self.metrics.plan_fetches.labels(
+                result="unchanged" if fetched.unchanged else "downloaded").inc()
+            if self.config.public_key is not None:  # every poll: the signature may have changed
                 verify(fetched.data, fetched.signature, self.config.public_key)
-            plans = parse_document(fetched.data, source=self.config.plan)
+            if self.parsed is not None and self.parsed[0] is fetched.data:
+                plans = self.parsed[1]
+            else:
+                plans = parse_document(fetched.data, source=self.config.plan)
+                self.parsed = (fetched.data, plans)
         except SignatureError as exc:
             errors.append(str(exc))
             kinds.append("signature")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 import urllib.request
 
 import pytest
 
 from cosample.agents.errors import AgentError
 from cosample.agents.report import Metrics, serve_metrics
-from cosample.agents.source import fetch
+from cosample.agents.source import Fetched, fetch
+from agentsandbox import root_links, sandbox  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -87,3 +89,126 @@ def test_size_limit_enforced_while_reading(tmp_path):
     (tmp_path / "big.json").write_bytes(b"y" * 5000)
     with pytest.raises(AgentError, match="larger than 4096 bytes"):
         fetch(str(tmp_path / "big.json"), max_bytes=4096)
+
+
+# --- total deadline on the signature, conditional polls (issues 30 and 25) -------------------
+
+class _SlowSignature(http.server.BaseHTTPRequestHandler):
+    """``/plan.json`` at once, ``/plan.json.sig`` one byte every 0.1 s (10 s in all)."""
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        slow = self.path.endswith(".sig")
+        body = b"c2ln" * 25 if slow else b"{}"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            for byte in body:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                if slow:
+                    time.sleep(0.1)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def test_trickled_signature_is_under_the_plans_deadline():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowSignature)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/plan.json"
+        assert fetch(url, timeout_s=5).data == b"{}"
+        with pytest.raises(AgentError, match=r"plan\.json\.sig: not fetched within the 1 s "
+                                             r"deadline"):
+            fetch(url, timeout_s=1, with_signature=True)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def plan_server():
+    from cosample.controller.publish import HttpTarget
+    target = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
+    yield target
+    target.close()
+
+
+def test_unchanged_plan_costs_a_304_with_the_previous_bytes(plan_server, tmp_path):
+    from cosample.agents.signing import generate_keypair
+    from cosample.controller.publish import render
+
+    generate_keypair(tmp_path / "k", tmp_path / "k.pub")
+    plan = {"format": "cosample.plan", "format_version": 1, "plan_id": "p",
+            "created": "2030-01-01T00:00:00Z", "expires": "2030-01-01T01:00:00Z", "hosts": {}}
+    plan_server.publish(render(plan, 7, str(tmp_path / "k")))
+    url = plan_server.describe()
+    first = fetch(url, with_signature=True)
+    assert not first.unchanged and first.etag and first.signature
+    again = fetch(url, with_signature=True, previous=first)
+    assert again.unchanged and again.data is first.data and again.signature == first.signature
+    plan_server.publish(render(dict(plan, plan_id="q"), 8, str(tmp_path / "k")))
+    changed = fetch(url, with_signature=True, previous=again)
+    assert not changed.unchanged and b'"q"' in changed.data and changed.etag != first.etag
+    # a tag from another location is never sent there
+    assert not fetch(url, previous=Fetched("elsewhere", b"x", None, changed.etag)).unchanged
+
+
+@pytest.mark.ovs
+def test_agent_polls_cost_a_304_and_every_check_still_holds(sandbox, make_plan, to_bytes,
+                                                            plan_server, tmp_path):
+    """A real agent on a real OVS polling the controller's HTTP target: an unchanged plan is a
+    304 (no body, no parse), and still the signature is verified on every poll, the rollback
+    floor holds and the plan expires."""
+    from datetime import timedelta
+
+    from agentsandbox import agent
+    from cosample.agents.signing import generate_keypair, sign_bytes
+    from cosample.agents.runner import utcnow
+    from cosample.controller.publish import Rendered
+
+    ovs, config, _, _ = sandbox
+    key, public = tmp_path / "k", tmp_path / "k.pub"
+    generate_keypair(key, public)
+
+    def publish(document, signature=None):
+        data = to_bytes(document)
+        plan_server.publish(Rendered(data, signature or sign_bytes(data, key),
+                                     (document["version"],), document))
+
+    def polls():
+        fetches = a.metrics.plan_fetches
+        return (fetches.labels(result="downloaded")._value.get(),
+                fetches.labels(result="unchanged")._value.get())
+
+    good = make_plan(version=100)
+    publish(good)
+    clock = [utcnow()]
+    a = agent(config, clock=lambda: clock[0], plan=plan_server.describe(),
+              public_key=str(public), insecure_unsigned=False)
+    assert a.cycle().result == "ok"
+    state = ovs.vsctl("list", "sFlow")
+    for _ in range(2):
+        assert a.cycle().result == "ok"
+    assert polls() == (1, 2) and ovs.vsctl("list", "sFlow") == state
+
+    publish(good, signature=sign_bytes(b"another plan", key))  # same bytes, wrong signature
+    report = a.cycle()
+    assert polls() == (1, 3)  # the plan itself was not downloaded again ...
+    assert report.result == "rejected" and "does not verify" in report.errors[0]  # ... yet checked
+    assert report.plan_version == 100 and ovs.vsctl("list", "sFlow") == state
+
+    publish(make_plan(version=99, sampling=64, local_rate=1 / 64))
+    report = a.cycle()
+    assert polls() == (2, 3) and report.result == "rejected"
+    assert "rollback refused" in report.errors[0] and ovs.vsctl("list", "sFlow") == state
+
+    publish(good)
+    assert a.cycle().result == "ok" and polls() == (3, 3)
+    clock[0] = clock[0] + timedelta(hours=7)  # past the plan's expiry (6 h)
+    report = a.cycle()
+    assert polls() == (3, 4) and report.mode == "safe" and "expired" in report.reason
