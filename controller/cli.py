@@ -86,6 +86,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "servers (agents sample in their safe state; the collector attributes "
                           "by its inventory's agent addresses) before the measurement plan "
                           "(default 60s: two of the collector's default 30-s windows)")
+    run.add_argument("--implausible-slack", type=float, default=0.25, metavar="FRACTION",
+                     help="an estimate above capacity x (1 + this) is refused as evidence: no "
+                          "server forwards more than its capacity (default 0.25)")
+    run.add_argument("--jump", type=float, default=4.0, metavar="FACTOR",
+                     help="a server's estimate rising above FACTOR x its last accepted one (and "
+                          "by a quarter of its capacity) waits for a second, disjoint collector "
+                          "window before a plan follows it (default 4; 0: off)")
     run.add_argument("--cycles", type=int, default=None, metavar="N",
                      help="stop after N cycles (default: run until SIGTERM/SIGINT)")
     run.set_defaults(func=_run)
@@ -120,6 +127,11 @@ def settings_from(args: argparse.Namespace):
         raise ControllerError(f"--change: expected a fraction >= 0, got {args.change:g}")
     if args.hold is not None and args.hold < 0:
         raise ControllerError(f"--hold: expected a duration >= 0, got {args.hold:g} s")
+    if not args.implausible_slack >= 0:
+        raise ControllerError(f"--implausible-slack: expected a fraction >= 0, got "
+                              f"{args.implausible_slack:g}")
+    if args.jump != 0 and not args.jump > 1:
+        raise ControllerError(f"--jump: expected a factor above 1 (or 0: off), got {args.jump:g}")
     if args.confirm < 1:
         raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
     for flag, value in (("--interval", args.interval), ("--valid-for", args.valid_for),
@@ -141,7 +153,8 @@ def settings_from(args: argparse.Namespace):
         settle_s=args.settle, lead_s=lead,
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),
         key=args.key, timeout_s=args.timeout, measure_sampling=args.measure_sampling or None,
-        measure_after_s=args.measure_after)
+        measure_after_s=args.measure_after, implausible_slack=args.implausible_slack,
+        jump_factor=args.jump or None)
 
 
 def _run(args: argparse.Namespace) -> int:

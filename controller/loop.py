@@ -27,9 +27,11 @@ from cosample.controller.errors import ControllerError, SnapshotError
 from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
 from cosample.controller.inventory import Inventory
+from cosample.controller.plausibility import (JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen,
+                                              vet)
 from cosample.controller.publish import oversized, render
 from cosample.controller.replan import replan
-from cosample.controller.report import CycleStatus, Metrics, write_reports
+from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, read_collectors
 from cosample.controller.store import Store, next_version
@@ -76,6 +78,12 @@ class Settings:
     #: plan already sample in their safe state, and a collector that knows their addresses
     #: estimates from that (plan-less snapshots).
     measure_after_s: float = 60.0
+    #: An estimate above capacity x (1 + slack) is refused (``plausibility``).
+    implausible_slack: float = SLACK
+    #: A rise to more than this many times the last accepted estimate (and by more than
+    #: ``jump_of_capacity`` of the capacity) waits for a second, disjoint window; None: off.
+    jump_factor: float | None = JUMP_FACTOR
+    jump_of_capacity: float = JUMP_OF_CAPACITY
 
     @property
     def hold_seconds(self) -> float:
@@ -104,6 +112,7 @@ class Controller:
         self.clock, self.reader = clock, reader
         self.metrics = metrics or Metrics()
         self.smoothed: Smoothed | None = None
+        self.screen: Screen | None = None  # the plausibility checks' memory
         self.measurement = None  # the last cycle's (read by the testbed's timeline)
         self.quiet_until: datetime | None = None  # after a publication (``quiet_s``)
         self.full_window_s = 0.0  # the longest collector window seen (shorter ones: start-up)
@@ -169,9 +178,15 @@ class Controller:
                               reasons=("no fresh snapshot: keeping the plan in force",))
         self.waiting_since = None
         mark = _mark()
-        measurement = measure(reading.snapshot, self.inventory,
-                              source="+".join(self.settings.collectors))
         settings = self.settings
+        measurement = measure(reading.snapshot, self.inventory,
+                              source="+".join(settings.collectors))
+        vetted = vet(measurement, self.screen, self.inventory.names,
+                     self.inventory.capacity_pps, settings.implausible_slack,
+                     settings.jump_factor, settings.jump_of_capacity)
+        measurement = vetted.measurement
+        for refusal in vetted.refusals[:LIST_LIMIT]:
+            log.warning("estimate refused: %s", refusal.describe())
         sparse = reading.snapshot.plan is None or is_measurement_plan(self.current)
         was_warm = self.smoothed is not None and \
             self.smoothed.count * settings.interval_s >= settings.warm_s
@@ -221,6 +236,7 @@ class Controller:
                 f"{self.settings.warm_s:g} s of them",))
         _lap(timings, "decide", mark)
         self.smoothed = smoothed  # only a cycle that got this far learns from its snapshot
+        self.screen = vetted.screen
         self.measurement = measurement
         self.gain_streak = decision.gain_streak
         published: tuple[int, ...] = ()
@@ -247,6 +263,9 @@ class Controller:
             unmeasured=len(candidate.unmeasured), rising=candidate.rising,
             settling=situation.settling, quiet=quiet,
             counter_servers=int(measurement.from_counters.sum()),
+            refused=tuple({"server": r.server, "reason": r.reason, "pps": r.pps,
+                           "bound_pps": r.bound_pps} for r in vetted.refusals),
+            problems=tuple(f"estimate refused: {r.describe()}" for r in vetted.refusals),
             disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
                                  "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}
                                 for d in measurement.disagreements),
