@@ -37,6 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     signing.add_argument("--key", metavar="PRIVATE.pem", help="ed25519 key that signs plans")
     signing.add_argument("--insecure-unsigned", action="store_true",
                          help="publish unsigned plans (agents must opt out of signatures too)")
+    trust = run.add_mutually_exclusive_group(required=True)
+    trust.add_argument("--collector-key", action="append", metavar="PUBLIC.pem",
+                       help="a collector's public key: snapshots count only when signed by one "
+                            "of these (collector run --snapshot-key); repeat for several")
+    trust.add_argument("--insecure-unsigned-snapshots", action="store_true",
+                       help="plan from unsigned snapshots: anyone who can answer for a "
+                            "collector URL steers the plans (labs only)")
     run.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
                      help=f"versions, plan in force, status (default {DEFAULT_STATE_DIR})")
     run.add_argument("--tau", type=duration, default=None, metavar="DURATION",
@@ -154,7 +161,7 @@ def settings_from(args: argparse.Namespace):
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),
         key=args.key, timeout_s=args.timeout, measure_sampling=args.measure_sampling or None,
         measure_after_s=args.measure_after, implausible_slack=args.implausible_slack,
-        jump_factor=args.jump or None)
+        jump_factor=args.jump or None, collector_keys=tuple(args.collector_key or ()))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -164,6 +171,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from cosample.agents.plan import parse_hostport
     from cosample.agents.signing import sign_bytes
+    from cosample.collector.authenticity import key_permission_warning
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller
     from cosample.controller.publish import DirectoryTarget, HttpTarget
@@ -173,9 +181,16 @@ def _run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     if args.key:
         sign_bytes(b"", args.key)  # a bad key is an error now, not at the first publish
+        warning = key_permission_warning(args.key)
+        if warning:
+            print(f"cosample: {warning}", file=sys.stderr)
     else:
         print("cosample: warning: publishing UNSIGNED plans (--insecure-unsigned): anyone who "
               "can write the plan location controls every host's mirrors", file=sys.stderr)
+    if args.insecure_unsigned_snapshots:
+        print("cosample: warning: planning from UNSIGNED snapshots "
+              "(--insecure-unsigned-snapshots): anyone who can answer for a collector URL "
+              "steers the plans", file=sys.stderr)
     controller = None
     if args.serve:
         host, port = parse_hostport(args.serve, "--serve")

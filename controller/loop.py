@@ -33,7 +33,7 @@ from cosample.controller.publish import oversized, render
 from cosample.controller.replan import replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
-from cosample.controller.source import Reading, read_collectors
+from cosample.controller.source import Reading, SnapshotReader
 from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
 from cosample.files import FileWriteError
@@ -84,6 +84,9 @@ class Settings:
     #: ``jump_of_capacity`` of the capacity) waits for a second, disjoint window; None: off.
     jump_factor: float | None = JUMP_FACTOR
     jump_of_capacity: float = JUMP_OF_CAPACITY
+    #: The collectors' public keys: a snapshot counts only if one verifies its signature
+    #: (``source.SnapshotReader``); empty: snapshots are not authenticated.
+    collector_keys: tuple[str, ...] = ()
 
     @property
     def hold_seconds(self) -> float:
@@ -105,11 +108,13 @@ class Controller:
 
     def __init__(self, inventory: Inventory, settings: Settings, target: Any, state_dir: str | Path,
                  *, clock: Callable[[], datetime] = utcnow,
-                 reader: Callable[..., Reading] = read_collectors,
+                 reader: Callable[..., Reading] | None = None,
                  metrics: Metrics | None = None) -> None:
         self.inventory, self.settings, self.target = inventory, settings, target
         self.store = Store(Path(state_dir))
-        self.clock, self.reader = clock, reader
+        self.clock = clock
+        #: default: the collectors' snapshots, verified with ``collector_keys``
+        self.reader = reader or SnapshotReader(settings.collector_keys)
         self.metrics = metrics or Metrics()
         self.smoothed: Smoothed | None = None
         self.screen: Screen | None = None  # the plausibility checks' memory

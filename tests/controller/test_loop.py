@@ -207,7 +207,8 @@ def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
     snapshot.write_text(json.dumps(snapshot_doc(datetime.now(timezone.utc), BUSY_S1)))
     argv = ["controller", "run", "--inventory", str(inventory), "--collector", str(snapshot),
             "--publish", str(tmp_path / "pub"), "--key", str(keys[0]), "--state-dir",
-            str(tmp_path / "state"), "--cycles", "1", "--tau", "1s"]
+            str(tmp_path / "state"), "--insecure-unsigned-snapshots", "--cycles", "1", "--tau",
+            "1s"]
     assert main(argv) == 0
     assert (tmp_path / "pub" / "plan.json.sig").exists()
     capsys.readouterr()
@@ -273,7 +274,8 @@ def test_cli_serve_unsigned_warns_and_publishes(tmp_path, capsys):
         port = probe.getsockname()[1]
     assert main(["controller", "run", "--inventory", str(inventory), "--collector",
                  str(snapshot), "--serve", f"127.0.0.1:{port}", "--insecure-unsigned", "--state-dir",
-                 str(tmp_path / "state"), "--cycles", "1", "--tau", "1s"]) == 0
+                 str(tmp_path / "state"), "--insecure-unsigned-snapshots", "--cycles", "1",
+                 "--tau", "1s"]) == 0
     err = capsys.readouterr().err
     assert "UNSIGNED" in err and "publishing to http://127.0.0.1:" in err
     status = json.loads((tmp_path / "state" / "status.json").read_text())
