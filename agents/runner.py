@@ -19,6 +19,7 @@ import json
 import logging
 import random
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -28,7 +29,7 @@ from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
 from cosample.agents.errors import AgentError, PlanError, SignatureError
 from cosample.agents.host import Host
-from cosample.agents.ledger import private_dir
+from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.agents.plan import Plan, format_time, parse_document, parse_plan
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
@@ -77,6 +78,7 @@ class Agent:
         self.metrics = metrics or Metrics()
         self.on_command = on_command  # told of each command right after it was applied
         self.state_dir = Path(config.state_dir)
+        self._clean_state_dir()
         self.running: Plan | None = self._load_last_good()
         #: Plans (by content digest) that failed on this host, and why; not retried.
         self.failed: dict[str, str] = {}
@@ -311,7 +313,14 @@ class Agent:
             self.metrics.record(report, desired, now.timestamp(), kinds)
             private_dir(self.state_dir)
             write_reports(self.state_dir, report, self.metrics)
+            self._clean_state_dir()
         return report
+
+    def _clean_state_dir(self) -> None:
+        """Temporary files killed writes left (ledger, last good plan, status), at start and
+        after every cycle that wrote (so one left by a kill goes within a minute)."""
+        for name in remove_stale_temporaries(self.state_dir, time.time()):
+            log.info("removed %s, left in %s by an interrupted write", name, self.state_dir)
 
     def _adopt(self, plan: Plan) -> None:
         """Make ``plan`` the running one and remember it across restarts (rollback floor)."""

@@ -29,7 +29,8 @@ from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases,
 from cosample.controller.inventory import Inventory
 from cosample.controller.plausibility import (JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen,
                                               vet)
-from cosample.controller.publish import oversized, render
+from cosample.agents.signing import sign_bytes
+from cosample.controller.publish import Rendered, oversized, render
 from cosample.controller.replan import replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
@@ -131,6 +132,20 @@ class Controller:
         self.last_status: CycleStatus | None = None
         if self.current is not None:
             self.metrics.plan_version.set(self.store.last_version() or -1)
+            self._restore()
+
+    def _restore(self) -> None:
+        """A target that serves from memory (``--serve``) serves the last publication again at
+        once after a restart, signed anew with the key, instead of 404 until the next one."""
+        restore = getattr(self.target, "restore", None)
+        data = self.store.published_bytes() if restore is not None else None
+        if data is None:
+            return
+        key = self.settings.key
+        restore(Rendered(data, sign_bytes(data, key) if key else None,
+                         (self.store.last_version() or int(self.current["version"]),),
+                         self.current))
+        log.info("serving the last publication again (version %s)", self.current["version"])
 
     # one pass -----------------------------------------------------------------------------------
     def cycle(self) -> CycleStatus:

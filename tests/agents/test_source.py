@@ -212,3 +212,29 @@ def test_agent_polls_cost_a_304_and_every_check_still_holds(sandbox, make_plan, 
     clock[0] = clock[0] + timedelta(hours=7)  # past the plan's expiry (6 h)
     report = a.cycle()
     assert polls() == (3, 4) and report.mode == "safe" and "expired" in report.reason
+
+
+@pytest.mark.ovs
+def test_temporary_files_killed_writes_left_are_removed(sandbox, make_plan):
+    """Issue 30 item 7: ``.owned.json.*.tmp`` after kills. Old leftovers go at start (and after
+    each cycle); a fresh one may be a write in progress beside us (``apply --once``): kept."""
+    import os
+
+    from agentsandbox import agent
+
+    ovs, config, _, write_plan = sandbox
+    write_plan(make_plan(version=100))
+    state = config.parent / "state"
+    state.mkdir(mode=0o700, exist_ok=True)
+    old = [state / ".owned.json.k1ll3d.tmp", state / ".last-good-plan.json.x.tmp",
+           state / ".status.json.y.tmp"]
+    for path in old:
+        path.write_text("{")
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    fresh = state / ".owned.json.inflight.tmp"
+    fresh.write_text("{")
+    a = agent(config)
+    assert not any(path.exists() for path in old) and fresh.exists()
+    os.utime(fresh, (time.time() - 120, time.time() - 120))  # now it is a leftover too
+    assert a.cycle().result == "ok"
+    assert sorted(p.name for p in state.glob(".*")) == []
