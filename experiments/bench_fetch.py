@@ -12,7 +12,12 @@ Two measurements, side by side in one run on loopback:
    measured when importable (``PYTHONPATH`` pointing at them is enough: the project does not
    depend on them).
 
-    python -m cosample.experiments.bench_fetch --rounds 500 --trickle-bytes 40
+3. an agent's poll of a signed ``--plan-hosts``-host plan served by the controller's own HTTP
+   target, through a byte-counting relay: bytes received and CPU seconds (fetch, verify,
+   parse) of a first poll and of an unchanged poll (``If-None-Match``: 304, signature fetched
+   and verified, the parsed plans reused), side by side.
+
+    python -m cosample.experiments.bench_fetch --rounds 500 --trickle-bytes 40 --plan-hosts 10000
 """
 
 from __future__ import annotations
@@ -112,10 +117,83 @@ def _prompt(clients: dict, url: str, rounds: int) -> dict[str, float]:
     return {name: total / rounds for name, total in spent.items()}
 
 
+class _Relay:
+    """A TCP relay to ``target`` that counts the bytes it passes back to the client."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target, self.down = target, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if count:
+                    self.down += len(chunk)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def _agent_polls(hosts: int) -> None:
+    """Bytes and CPU of a first and an unchanged poll, as the agent's cycle does them."""
+    from cosample.agents.plan import parse_document
+    from cosample.agents.signing import generate_keypair, verify
+    from cosample.agents.source import fetch as agent_fetch
+    from cosample.controller.publish import HttpTarget, render
+
+    with tempfile.TemporaryDirectory() as folder:
+        key, public = Path(folder) / "k", Path(folder) / "k.pub"
+        generate_keypair(key, public)
+        plan = {"format": "cosample.plan", "format_version": 1, "plan_id": "p" * 64,
+                "created": "2030-01-01T00:00:00Z", "expires": "2030-01-01T01:00:00Z",
+                "hosts": {f"h{k}": {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}
+                          for k in range(hosts)}}
+        target = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
+        try:
+            rendered = render(plan, 1, str(key))
+            target.publish(rendered)
+            relay = _Relay(target.address)
+            url = f"http://127.0.0.1:{relay.port}/plan.json"
+            previous, parsed = None, None
+            for label in ("first poll", "unchanged poll"):
+                before_bytes, began = relay.down, time.process_time()
+                fetched = agent_fetch(url, timeout_s=30, with_signature=True, previous=previous)
+                verify(fetched.data, fetched.signature, public)
+                if parsed is None or parsed[0] is not fetched.data:
+                    parsed = (fetched.data, parse_document(fetched.data))
+                cpu = time.process_time() - began
+                time.sleep(0.2)  # the relay's threads finish counting
+                print(f"  {label:15s} {relay.down - before_bytes:>10,} bytes received, "
+                      f"{cpu * 1e3:8.1f} ms CPU (fetch, verify, parse)")
+                previous = fetched
+            print(f"  plan: {len(rendered.data):,} bytes, {hosts:,} hosts")
+        finally:
+            target.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--trickle-bytes", type=int, default=40)
+    parser.add_argument("--plan-hosts", type=int, default=10_000)
     args = parser.parse_args(argv)
     clients = _clients()
     with tempfile.TemporaryDirectory() as folder, socket.socket() as probe:
@@ -150,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.shutdown()
         server.server_close()
+    print(f"an agent's polls of a signed {args.plan_hosts:,}-host plan (controller --serve):")
+    _agent_polls(args.plan_hosts)
     return 0
 
 
