@@ -158,11 +158,12 @@ def _agent_polls(hosts: int) -> None:
     from cosample.agents.signing import generate_keypair, verify
     from cosample.agents.source import fetch as agent_fetch
     from cosample.controller.publish import HttpTarget, render
+    from cosample.planner.formats import PLAN_FORMAT
 
     with tempfile.TemporaryDirectory() as folder:
         key, public = Path(folder) / "k", Path(folder) / "k.pub"
         generate_keypair(key, public)
-        plan = {"format": "cosample.plan", "format_version": 1, "plan_id": "p" * 64,
+        plan = {"format": PLAN_FORMAT, "format_version": 1, "plan_id": "p" * 64,
                 "created": "2030-01-01T00:00:00Z", "expires": "2030-01-01T01:00:00Z",
                 "hosts": {f"h{k}": {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}
                           for k in range(hosts)}}
