@@ -214,6 +214,10 @@ class Service:
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
 
+    def signed_snapshot(self) -> tuple[bytes, str | None]:
+        """The snapshot's bytes and their signature (None: no ``snapshot_key``), one pair."""
+        return self._signed
+
 
 def _receive_buffer(sock: socket.socket, size: int) -> None:
     """Enlarge the receive buffer (past the sysctl limit as root): bursts outlast a busy CPU."""
@@ -233,7 +237,7 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
                 return
             signature = None
             if path == "/snapshot":
-                (body, signature), kind = service._signed, "application/json"
+                (body, signature), kind = service.signed_snapshot(), "application/json"
             elif path == "/metrics":
                 body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
             elif path == "/healthz":

@@ -238,3 +238,23 @@ def test_temporary_files_killed_writes_left_are_removed(sandbox, make_plan):
     os.utime(fresh, (time.time() - 120, time.time() - 120))  # now it is a leftover too
     assert a.cycle().result == "ok"
     assert sorted(p.name for p in state.glob(".*")) == []
+
+
+@pytest.mark.ovs
+def test_trickled_headers_cannot_hold_the_agent(sandbox, make_plan, capsys):
+    """Issue 30 item 2 on a real OVS: headers one byte every 0.1 s (30 s of them) against a
+    1-s timeout; the cycle ends at the deadline and the host keeps its plan."""
+    from cosample.cli import main
+    from trickle import Trickler
+
+    ovs, config, _, write_plan = sandbox
+    write_plan(make_plan(version=100))
+    assert main(["agent", "apply", "--once", "--config", str(config)]) == 0
+    before = ovs.vsctl("list", "sFlow")
+    slow = b"X-Padding: " + b"a" * 300 + b"\r\nContent-Length: 2\r\n\r\n{}"
+    with Trickler(b"HTTP/1.1 200 OK\r\n", slow, 0.1) as server:
+        code = main(["agent", "apply", "--once", "--config", str(config), "--plan",
+                     server.url + "/plan.json", "--timeout", "1s"])
+    assert code == 1
+    assert "plan.json: not fetched within the 1 s deadline" in capsys.readouterr().err
+    assert ovs.vsctl("list", "sFlow") == before
