@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
-import stat
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -69,18 +67,6 @@ class Verifier:
         names = ", ".join(str(p) for p in self.paths)
         raise CollectorError(f"{where}: snapshot signature does not verify with {names}; "
                              "refused")
-
-
-def key_permission_warning(path: str | Path) -> str | None:
-    """A warning if a private key is readable or writable by group or others, naming the fix."""
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        return None  # loading it reports the problem
-    if not mode & 0o077:
-        return None
-    return (f"warning: private key {path} has mode {mode:04o}: group or others can read or "
-            f"change it; fix with: chmod 600 {path}")
 
 
 def _load(path: Path, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:

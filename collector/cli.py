@@ -116,7 +116,7 @@ def _run(args) -> int:
         receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")),
         snapshot_key=args.snapshot_key)
     if args.snapshot_key:
-        from cosample.collector.authenticity import key_permission_warning
+        from cosample.agents.signing import key_permission_warning
         warning = key_permission_warning(args.snapshot_key)
         if warning:
             print(f"cosample: {warning}", file=sys.stderr)

@@ -170,8 +170,7 @@ def _run(args: argparse.Namespace) -> int:
     import threading
 
     from cosample.agents.plan import parse_hostport
-    from cosample.agents.signing import sign_bytes
-    from cosample.collector.authenticity import key_permission_warning
+    from cosample.agents.signing import key_permission_warning, sign_bytes
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller
     from cosample.controller.publish import DirectoryTarget, HttpTarget

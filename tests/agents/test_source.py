@@ -258,3 +258,19 @@ def test_trickled_headers_cannot_hold_the_agent(sandbox, make_plan, capsys):
     assert code == 1
     assert "plan.json: not fetched within the 1 s deadline" in capsys.readouterr().err
     assert ovs.vsctl("list", "sFlow") == before
+
+
+def test_signing_with_a_key_others_can_read_warns_with_the_fix(tmp_path, capsys):
+    import os
+
+    from cosample.agents.signing import generate_keypair
+    from cosample.cli import main
+
+    generate_keypair(tmp_path / "k", tmp_path / "k.pub")
+    (tmp_path / "plan.json").write_bytes(b"{}")
+    assert main(["agent", "sign", str(tmp_path / "plan.json"), "--key", str(tmp_path / "k")]) == 0
+    assert "chmod" not in capsys.readouterr().err
+    os.chmod(tmp_path / "k", 0o666)  # the key
+    assert main(["agent", "sign", str(tmp_path / "plan.json"), "--key", str(tmp_path / "k")]) == 0
+    err = capsys.readouterr().err
+    assert "mode 0666" in err and f"fix with: chmod 600 {tmp_path / 'k'}" in err

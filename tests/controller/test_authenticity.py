@@ -19,7 +19,8 @@ import pytest
 
 from cosample.agents.signing import generate_keypair
 from cosample.cli import main
-from cosample.collector.authenticity import HEADER, Signer, key_permission_warning
+from cosample.agents.signing import key_permission_warning
+from cosample.collector.authenticity import HEADER, Signer
 from cosample.collector.service import Service, Settings as CollectorSettings
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
