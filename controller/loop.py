@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.agents.signing import sign_bytes
 from cosample.collector.polling import plan_lead_s
 from cosample.controller import decide as decisions
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
@@ -29,7 +30,6 @@ from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases,
 from cosample.controller.inventory import Inventory
 from cosample.controller.plausibility import (JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen,
                                               vet)
-from cosample.agents.signing import sign_bytes
 from cosample.controller.publish import Rendered, oversized, render
 from cosample.controller.replan import replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
@@ -105,7 +105,8 @@ class Settings:
 
 
 class Controller:
-    """One controller. ``target`` has ``publish(rendered)``; ``reader`` is ``read_collectors``."""
+    """One controller. ``target`` has ``publish(rendered)`` (and may have ``restore``);
+    ``reader`` has ``read_collectors``' signature (default: a ``SnapshotReader``)."""
 
     def __init__(self, inventory: Inventory, settings: Settings, target: Any, state_dir: str | Path,
                  *, clock: Callable[[], datetime] = utcnow,

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from cosample.agents.plan import format_time
 from cosample.agents.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.controller.httpserver import BoundedHTTPServer
-from cosample.files import write_bytes_atomic
+from cosample.files import FileWriteError, write_bytes_atomic
 from cosample.planner.planfile import HostTable, compact_json
 
 
@@ -136,11 +136,15 @@ class DirectoryTarget:
         if rendered.signature is not None:
             write_bytes_atomic(folder / (self.name + SIGNATURE_SUFFIX), rendered.signature,
                                mode=0o644)
-        _fsync_dir(folder)
-        _symlink_atomic(self.directory / CURRENT_LINK, Path(VERSIONS_DIR) / folder.name)
-        for link in (self.name, self.name + SIGNATURE_SUFFIX):
-            _ensure_link(self.directory / link, Path(CURRENT_LINK) / link)
-        _fsync_dir(self.directory)
+        try:
+            _fsync_dir(folder)
+            _symlink_atomic(self.directory / CURRENT_LINK, Path(VERSIONS_DIR) / folder.name)
+            for link in (self.name, self.name + SIGNATURE_SUFFIX):
+                _ensure_link(self.directory / link, Path(CURRENT_LINK) / link)
+            _fsync_dir(self.directory)
+        except OSError as exc:
+            raise FileWriteError(f"{self.directory}: cannot publish version "
+                                 f"{folder.name}: {exc.strerror or exc}") from None
         self._clean(keep=2)
         return plan
 
