@@ -123,3 +123,18 @@ def test_workers_end_after_a_deadline():
         for worker in workers:
             worker.join(5)
         assert not any(worker.is_alive() for worker in workers)
+
+
+def test_the_benchmark_runs_and_tells_the_clients_apart(capsys):
+    """``experiments/bench_fetch`` at a small size: the deadline held only by ours, and an
+    unchanged poll far smaller than the plan."""
+    from cosample.experiments import bench_fetch
+
+    assert bench_fetch.main(["--rounds", "3", "--trickle-bytes", "15", "--plan-hosts", "200"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if "returned after" in line}
+    assert "(FetchError)" in lines["cosample.fetch"]
+    assert "(answer read)" in lines["http.client"]
+    first, unchanged = (int(line.split()[2].replace(",", "")) for line in out.splitlines()
+                        if line.strip().startswith(("first poll", "unchanged poll")))
+    assert unchanged < 1000 < first
