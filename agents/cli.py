@@ -237,7 +237,10 @@ def _keygen(args) -> int:
 
 
 def _sign(args) -> int:
-    from cosample.plan.signing import sign_file
+    from cosample.plan.signing import key_permission_warning, sign_file
+    warning = key_permission_warning(args.key)
+    if warning:
+        print(f"cosample: {warning}", file=sys.stderr)
     print(f"wrote {sign_file(args.plan, args.key)}")
     return 0
 

@@ -33,6 +33,26 @@ def private_dir(path: str | Path) -> Path:
     return path
 
 
+#: A temporary file of an atomic write (``cosample.files``: ``.NAME.XXXX.tmp``) older than this
+#: was left by a killed run: a write in progress lasts milliseconds (and ``agent apply --once``
+#: may write beside a running daemon, so fresh ones are left alone).
+STALE_TEMPORARY_S = 60.0
+
+
+def remove_stale_temporaries(directory: str | Path, now: float,
+                             older_than_s: float = STALE_TEMPORARY_S) -> list[str]:
+    """Remove what killed atomic writes left in the state directory; returns the names."""
+    removed = []
+    for path in Path(directory).glob(".*.tmp"):
+        try:
+            if now - path.lstat().st_mtime > older_than_s:
+                path.unlink()
+                removed.append(path.name)
+        except OSError:
+            continue
+    return removed
+
+
 class Ledger:
     """Names of owned things by kind, persisted atomically on every change."""
 

@@ -89,6 +89,9 @@ class Metrics:
         self.commands = Counter("cosample_agent_commands_applied", "Commands applied",
                                 registry=r)
         self.errors = Counter("cosample_agent_errors", "Errors by kind", ["kind"], registry=r)
+        self.plan_fetches = Counter("cosample_agent_plan_fetches", "Plan polls by result: "
+                                    "downloaded, or unchanged (HTTP 304 / same file: no body)",
+                                    ["result"], registry=r)
         self.problems = Gauge("cosample_agent_problems", "Problems reported and left alone",
                               registry=r)
         self.result = Gauge("cosample_agent_last_result", "1 for the last cycle's result "

@@ -19,6 +19,7 @@ import json
 import logging
 import random
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -28,13 +29,13 @@ from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
 from cosample.plan.errors import PlanError, PlanFetchError, SignatureError, SigningKeyError
 from cosample.agents.host import Host
-from cosample.agents.ledger import private_dir
+from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.plan.document import Plan, format_time, parse_document, parse_plan
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
 from cosample.plan.selection import select_plan
 from cosample.plan.signing import verify
-from cosample.plan.source import fetch
+from cosample.plan.source import Fetched, fetch
 from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
 from cosample.files import write_bytes_atomic
@@ -77,9 +78,14 @@ class Agent:
         self.metrics = metrics or Metrics()
         self.on_command = on_command  # told of each command right after it was applied
         self.state_dir = Path(config.state_dir)
+        self._clean_state_dir()
         self.running: Plan | None = self._load_last_good()
         #: Plans (by content digest) that failed on this host, and why; not retried.
         self.failed: dict[str, str] = {}
+        #: The last plan document fetched (its tag makes the next poll conditional) and, once
+        #: it parsed, the plans in it: an unchanged document (HTTP 304) is not parsed again.
+        self.fetched: Fetched | None = None
+        self.parsed: tuple[bytes, tuple[Plan, ...]] | None = None
 
     # one pass -----------------------------------------------------------------------------------
     def cycle(self, dry_run: bool = False) -> CycleReport:
@@ -156,10 +162,18 @@ class Agent:
         try:
             fetched = self.fetcher(self.config.plan, timeout_s=self.config.timeout_s,
                                    with_signature=self.config.public_key is not None,
-                                   max_bytes=self.config.max_plan_mib * 1024 * 1024)
-            if self.config.public_key is not None:
+                                   max_bytes=self.config.max_plan_mib * 1024 * 1024,
+                                   previous=self.fetched)
+            self.fetched = fetched
+            self.metrics.plan_fetches.labels(
+                result="unchanged" if fetched.unchanged else "downloaded").inc()
+            if self.config.public_key is not None:  # every poll: the signature may have changed
                 verify(fetched.data, fetched.signature, self.config.public_key)
-            plans = parse_document(fetched.data, source=self.config.plan)
+            if self.parsed is not None and self.parsed[0] is fetched.data:
+                plans = self.parsed[1]
+            else:
+                plans = parse_document(fetched.data, source=self.config.plan)
+                self.parsed = (fetched.data, plans)
         except SignatureError as exc:
             errors.append(str(exc))
             kinds.append("signature")
@@ -299,7 +313,14 @@ class Agent:
             self.metrics.record(report, desired, now.timestamp(), kinds)
             private_dir(self.state_dir)
             write_reports(self.state_dir, report, self.metrics)
+            self._clean_state_dir()
         return report
+
+    def _clean_state_dir(self) -> None:
+        """Temporary files killed writes left (ledger, last good plan, status), at start and
+        after every cycle that wrote (so one left by a kill goes within a minute)."""
+        for name in remove_stale_temporaries(self.state_dir, time.time()):
+            log.info("removed %s, left in %s by an interrupted write", name, self.state_dir)
 
     def _adopt(self, plan: Plan) -> None:
         """Make ``plan`` the running one and remember it across restarts (rollback floor)."""

@@ -27,6 +27,9 @@ def register(subparsers) -> None:
                      help="serve /metrics, /snapshot and /healthz over HTTP on this port")
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
     run.add_argument("--state-dir", type=Path, help="write snapshot.json here every export")
+    run.add_argument("--snapshot-key", metavar="PRIVATE.pem",
+                     help="ed25519 key signing every /snapshot served (header "
+                          "X-Cosample-Signature; the controller's --collector-key verifies it)")
     run.add_argument("--reuse-port", action="store_true",
                      help="SO_REUSEPORT: several instances share --listen (one per core); "
                           "merge their snapshots")
@@ -110,7 +113,13 @@ def _run(args) -> int:
         events=args.events, band=args.band, max_silence_s=_positive(args.max_silence,
                                                                     "--max-silence"),
         reuse_port=args.reuse_port, partial=args.partial,
-        receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")))
+        receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")),
+        snapshot_key=args.snapshot_key)
+    if args.snapshot_key:
+        from cosample.plan.signing import key_permission_warning
+        warning = key_permission_warning(args.snapshot_key)
+        if warning:
+            print(f"cosample: {warning}", file=sys.stderr)
     service = Service(settings, _inventory(args)).start()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())

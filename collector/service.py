@@ -24,6 +24,7 @@ from typing import IO
 
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
+from cosample.collector.authenticity import HEADER, Signer
 from cosample.collector.events import EventDetector, snapshot_values, write_events
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
@@ -57,6 +58,7 @@ class Settings:
     receive_buffer: int = 8 << 20
     reuse_port: bool = False
     partial: bool = False  # this instance hears only some agents (implied by reuse_port)
+    snapshot_key: str | None = None  # signs /snapshot (``authenticity``); None: unsigned
 
 
 class Service:
@@ -72,6 +74,8 @@ class Service:
         self.reexporter: Reexporter | None = None
         self.snapshot: Snapshot | None = None
         self._snapshot_json = b""
+        self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
+        self._signed: tuple[bytes, str | None] = (b"", None)  # one reference: body, signature
         self._stop = threading.Event()
         self._socket: socket.socket | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -192,6 +196,8 @@ class Service:
         snapshot = self.estimator.snapshot(now)
         self.snapshot = snapshot
         self._snapshot_json = snapshot.to_json().encode()
+        self._signed = (self._snapshot_json,
+                        self._signer.sign(self._snapshot_json) if self._signer else None)
         self.status.datagrams, self.status.samples = self.estimator.datagrams, self.estimator.samples
         if self.reexporter is not None:
             self.status.reexported_samples = self.reexporter.sent_samples
@@ -207,6 +213,10 @@ class Service:
 
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
+
+    def signed_snapshot(self) -> tuple[bytes, str | None]:
+        """The snapshot's bytes and their signature (None: no ``snapshot_key``), one pair."""
+        return self._signed
 
 
 def _receive_buffer(sock: socket.socket, size: int) -> None:
@@ -225,8 +235,9 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             if path == "/snapshot" and service.snapshot is None:
                 self.send_error(503, "no snapshot yet")
                 return
+            signature = None
             if path == "/snapshot":
-                body, kind = service.snapshot_json(), "application/json"
+                (body, signature), kind = service.signed_snapshot(), "application/json"
             elif path == "/metrics":
                 body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
             elif path == "/healthz":
@@ -237,6 +248,8 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             self.send_response(200)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
+            if signature is not None:
+                self.send_header(HEADER, signature)
             self.end_headers()
             self.wfile.write(body)
 

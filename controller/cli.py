@@ -37,6 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     signing.add_argument("--key", metavar="PRIVATE.pem", help="ed25519 key that signs plans")
     signing.add_argument("--insecure-unsigned", action="store_true",
                          help="publish unsigned plans (agents must opt out of signatures too)")
+    trust = run.add_mutually_exclusive_group(required=True)
+    trust.add_argument("--collector-key", action="append", metavar="PUBLIC.pem",
+                       help="a collector's public key: snapshots count only when signed by one "
+                            "of these (collector run --snapshot-key); repeat for several")
+    trust.add_argument("--insecure-unsigned-snapshots", action="store_true",
+                       help="plan from unsigned snapshots: anyone who can answer for a "
+                            "collector URL steers the plans (labs only)")
     run.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
                      help=f"versions, plan in force, status (default {DEFAULT_STATE_DIR})")
     run.add_argument("--tau", type=duration, default=None, metavar="DURATION",
@@ -86,6 +93,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "servers (agents sample in their safe state; the collector attributes "
                           "by its inventory's agent addresses) before the measurement plan "
                           "(default 60s: two of the collector's default 30-s windows)")
+    run.add_argument("--implausible-slack", type=float, default=0.25, metavar="FRACTION",
+                     help="an estimate above capacity x (1 + this) is refused as evidence: no "
+                          "server forwards more than its capacity (default 0.25)")
+    run.add_argument("--jump", type=float, default=4.0, metavar="FACTOR",
+                     help="a server's estimate rising above FACTOR x its last accepted one (and "
+                          "by a quarter of its capacity) waits for a second, disjoint collector "
+                          "window before a plan follows it (default 4; 0: off)")
     run.add_argument("--cycles", type=int, default=None, metavar="N",
                      help="stop after N cycles (default: run until SIGTERM/SIGINT)")
     run.set_defaults(func=_run)
@@ -120,6 +134,11 @@ def settings_from(args: argparse.Namespace):
         raise ControllerError(f"--change: expected a fraction >= 0, got {args.change:g}")
     if args.hold is not None and args.hold < 0:
         raise ControllerError(f"--hold: expected a duration >= 0, got {args.hold:g} s")
+    if not args.implausible_slack >= 0:
+        raise ControllerError(f"--implausible-slack: expected a fraction >= 0, got "
+                              f"{args.implausible_slack:g}")
+    if args.jump != 0 and not args.jump > 1:
+        raise ControllerError(f"--jump: expected a factor above 1 (or 0: off), got {args.jump:g}")
     if args.confirm < 1:
         raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
     for flag, value in (("--interval", args.interval), ("--valid-for", args.valid_for),
@@ -141,7 +160,8 @@ def settings_from(args: argparse.Namespace):
         settle_s=args.settle, lead_s=lead,
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),
         key=args.key, timeout_s=args.timeout, measure_sampling=args.measure_sampling or None,
-        measure_after_s=args.measure_after)
+        measure_after_s=args.measure_after, implausible_slack=args.implausible_slack,
+        jump_factor=args.jump or None, collector_keys=tuple(args.collector_key or ()))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -150,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
     import threading
 
     from cosample.plan.document import parse_hostport
-    from cosample.plan.signing import sign_bytes
+    from cosample.plan.signing import key_permission_warning, sign_bytes
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller
     from cosample.controller.publish import DirectoryTarget, HttpTarget
@@ -160,9 +180,16 @@ def _run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     if args.key:
         sign_bytes(b"", args.key)  # a bad key is an error now, not at the first publish
+        warning = key_permission_warning(args.key)
+        if warning:
+            print(f"cosample: {warning}", file=sys.stderr)
     else:
         print("cosample: warning: publishing UNSIGNED plans (--insecure-unsigned): anyone who "
               "can write the plan location controls every host's mirrors", file=sys.stderr)
+    if args.insecure_unsigned_snapshots:
+        print("cosample: warning: planning from UNSIGNED snapshots "
+              "(--insecure-unsigned-snapshots): anyone who can answer for a collector URL "
+              "steers the plans", file=sys.stderr)
     controller = None
     if args.serve:
         host, port = parse_hostport(args.serve, "--serve")

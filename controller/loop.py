@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.plan.signing import sign_bytes
 from cosample.collector.polling import plan_lead_s
 from cosample.controller import decide as decisions
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
@@ -27,11 +28,13 @@ from cosample.controller.errors import ControllerError, SnapshotError
 from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
 from cosample.controller.inventory import Inventory
-from cosample.controller.publish import oversized, render
+from cosample.controller.plausibility import (JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen,
+                                              vet)
+from cosample.controller.publish import Rendered, oversized, render
 from cosample.controller.replan import replan
-from cosample.controller.report import CycleStatus, Metrics, write_reports
+from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
-from cosample.controller.source import Reading, read_collectors
+from cosample.controller.source import Reading, SnapshotReader
 from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
 from cosample.files import FileWriteError
@@ -76,6 +79,15 @@ class Settings:
     #: plan already sample in their safe state, and a collector that knows their addresses
     #: estimates from that (plan-less snapshots).
     measure_after_s: float = 60.0
+    #: An estimate above capacity x (1 + slack) is refused (``plausibility``).
+    implausible_slack: float = SLACK
+    #: A rise to more than this many times the last accepted estimate (and by more than
+    #: ``jump_of_capacity`` of the capacity) waits for a second, disjoint window; None: off.
+    jump_factor: float | None = JUMP_FACTOR
+    jump_of_capacity: float = JUMP_OF_CAPACITY
+    #: The collectors' public keys: a snapshot counts only if one verifies its signature
+    #: (``source.SnapshotReader``); empty: snapshots are not authenticated.
+    collector_keys: tuple[str, ...] = ()
 
     @property
     def hold_seconds(self) -> float:
@@ -93,17 +105,21 @@ class Settings:
 
 
 class Controller:
-    """One controller. ``target`` has ``publish(rendered)``; ``reader`` is ``read_collectors``."""
+    """One controller. ``target`` has ``publish(rendered)`` (and may have ``restore``);
+    ``reader`` has ``read_collectors``' signature (default: a ``SnapshotReader``)."""
 
     def __init__(self, inventory: Inventory, settings: Settings, target: Any, state_dir: str | Path,
                  *, clock: Callable[[], datetime] = utcnow,
-                 reader: Callable[..., Reading] = read_collectors,
+                 reader: Callable[..., Reading] | None = None,
                  metrics: Metrics | None = None) -> None:
         self.inventory, self.settings, self.target = inventory, settings, target
         self.store = Store(Path(state_dir))
-        self.clock, self.reader = clock, reader
+        self.clock = clock
+        #: default: the collectors' snapshots, verified with ``collector_keys``
+        self.reader = reader or SnapshotReader(settings.collector_keys)
         self.metrics = metrics or Metrics()
         self.smoothed: Smoothed | None = None
+        self.screen: Screen | None = None  # the plausibility checks' memory
         self.measurement = None  # the last cycle's (read by the testbed's timeline)
         self.quiet_until: datetime | None = None  # after a publication (``quiet_s``)
         self.full_window_s = 0.0  # the longest collector window seen (shorter ones: start-up)
@@ -117,6 +133,20 @@ class Controller:
         self.last_status: CycleStatus | None = None
         if self.current is not None:
             self.metrics.plan_version.set(self.store.last_version() or -1)
+            self._restore()
+
+    def _restore(self) -> None:
+        """A target that serves from memory (``--serve``) serves the last publication again at
+        once after a restart, signed anew with the key, instead of 404 until the next one."""
+        restore = getattr(self.target, "restore", None)
+        data = self.store.published_bytes() if restore is not None else None
+        if data is None:
+            return
+        key = self.settings.key
+        restore(Rendered(data, sign_bytes(data, key) if key else None,
+                         (self.store.last_version() or int(self.current["version"]),),
+                         self.current))
+        log.info("serving the last publication again (version %s)", self.current["version"])
 
     # one pass -----------------------------------------------------------------------------------
     def cycle(self) -> CycleStatus:
@@ -169,9 +199,15 @@ class Controller:
                               reasons=("no fresh snapshot: keeping the plan in force",))
         self.waiting_since = None
         mark = _mark()
-        measurement = measure(reading.snapshot, self.inventory,
-                              source="+".join(self.settings.collectors))
         settings = self.settings
+        measurement = measure(reading.snapshot, self.inventory,
+                              source="+".join(settings.collectors))
+        vetted = vet(measurement, self.screen, self.inventory.names,
+                     self.inventory.capacity_pps, settings.implausible_slack,
+                     settings.jump_factor, settings.jump_of_capacity)
+        measurement = vetted.measurement
+        for refusal in vetted.refusals[:LIST_LIMIT]:
+            log.warning("estimate refused: %s", refusal.describe())
         sparse = reading.snapshot.plan is None or is_measurement_plan(self.current)
         was_warm = self.smoothed is not None and \
             self.smoothed.count * settings.interval_s >= settings.warm_s
@@ -221,6 +257,7 @@ class Controller:
                 f"{self.settings.warm_s:g} s of them",))
         _lap(timings, "decide", mark)
         self.smoothed = smoothed  # only a cycle that got this far learns from its snapshot
+        self.screen = vetted.screen
         self.measurement = measurement
         self.gain_streak = decision.gain_streak
         published: tuple[int, ...] = ()
@@ -247,6 +284,9 @@ class Controller:
             unmeasured=len(candidate.unmeasured), rising=candidate.rising,
             settling=situation.settling, quiet=quiet,
             counter_servers=int(measurement.from_counters.sum()),
+            refused=tuple({"server": r.server, "reason": r.reason, "pps": r.pps,
+                           "bound_pps": r.bound_pps} for r in vetted.refusals),
+            problems=tuple(f"estimate refused: {r.describe()}" for r in vetted.refusals),
             disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
                                  "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}
                                 for d in measurement.disagreements),

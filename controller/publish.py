@@ -11,20 +11,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
 from cosample.plan.document import format_time
 from cosample.plan.signing import SIGNATURE_SUFFIX, sign_bytes
-from cosample.files import write_bytes_atomic
+from cosample.controller.httpserver import BoundedHTTPServer
+from cosample.files import FileWriteError, write_bytes_atomic
 from cosample.planner.planfile import HostTable, compact_json
 
 
 PLAN_NAME = "plan.json"
+#: ``DirectoryTarget``'s layout: one folder per publication, and the pointer to the current one.
+VERSIONS_DIR, CURRENT_LINK = "versions", "current"
 
 
 @dataclass(frozen=True)
@@ -105,30 +109,79 @@ def oversized(rendered: Rendered) -> str | None:
 
 
 class DirectoryTarget:
-    """``DIR/plan.json`` and ``DIR/plan.json.sig``, each replaced atomically (0644)."""
+    """A folder any web server or shared file system serves: each publication is a folder of its
+    own, ``versions/V/`` holding ``plan.json`` and ``plan.json.sig``, written and synced first;
+    then the pointer ``current`` (a symbolic link to ``versions/V``) is replaced by one rename.
+    ``DIR/plan.json`` and ``DIR/plan.json.sig`` are fixed links through ``current``, so every
+    resolution of them sees one publication's pair: a kill at any moment leaves the old pair or
+    the new one, never a plan beside another plan's signature. (An agent's two reads can still
+    straddle a publication; it then refuses the pair and reads again next cycle.) The folder of
+    the publication before the current one is kept for readers still on it; older ones, and
+    what a killed run left (temporary files, a folder the pointer never reached), are removed."""
 
     def __init__(self, directory: str | Path, name: str = PLAN_NAME) -> None:
-        self.path = Path(directory) / name
+        self.directory = Path(directory)
+        self.name = name
+        self.path = self.directory / name
+        self.versions = self.directory / VERSIONS_DIR
+        if self.directory.is_dir():
+            self._clean(keep=2)
 
     def publish(self, rendered: Rendered) -> Path:
-        """Write the plan and its signature; returns the plan's file (the state links it)."""
-        write_bytes_atomic(self.path, rendered.data, mode=0o644, parents=True)
-        signature = self.path.with_name(self.path.name + SIGNATURE_SUFFIX)
+        """Write the pair, swing the pointer; returns the plan's file (the state links it)."""
+        folder = self.versions / str(rendered.versions[-1])
+        if folder.exists():  # left by a run killed before its pointer moved
+            _remove_tree(folder)
+        plan = write_bytes_atomic(folder / self.name, rendered.data, mode=0o644, parents=True)
         if rendered.signature is not None:
-            write_bytes_atomic(signature, rendered.signature, mode=0o644)
-        else:
-            signature.unlink(missing_ok=True)
-        return self.path
+            write_bytes_atomic(folder / (self.name + SIGNATURE_SUFFIX), rendered.signature,
+                               mode=0o644)
+        try:
+            _fsync_dir(folder)
+            _symlink_atomic(self.directory / CURRENT_LINK, Path(VERSIONS_DIR) / folder.name)
+            for link in (self.name, self.name + SIGNATURE_SUFFIX):
+                _ensure_link(self.directory / link, Path(CURRENT_LINK) / link)
+            _fsync_dir(self.directory)
+        except OSError as exc:
+            raise FileWriteError(f"{self.directory}: cannot publish version "
+                                 f"{folder.name}: {exc.strerror or exc}") from None
+        self._clean(keep=2)
+        return plan
 
     def describe(self) -> str:
         return str(self.path)
+
+    def _clean(self, keep: int) -> None:
+        """Temporary files of killed writes; version folders but the current one and the
+        ``keep - 1`` before it (a folder newer than the pointer never got published)."""
+        for leftover in self.directory.glob(".*.tmp"):
+            _unlink_quietly(leftover)
+        try:
+            current = os.readlink(self.directory / CURRENT_LINK)
+        except OSError:
+            current = None
+        current_version = _version_of(Path(current).name) if current else None
+        folders = sorted((f for f in self.versions.glob("*") if _version_of(f.name) is not None),
+                         key=lambda f: _version_of(f.name)) if self.versions.is_dir() else []
+        kept = 0
+        for folder in reversed(folders):
+            version = _version_of(folder.name)
+            if current_version is not None and version > current_version:
+                _remove_tree(folder)
+            elif kept < keep and current_version is not None:
+                kept += 1
+                for leftover in folder.glob(".*.tmp"):
+                    _unlink_quietly(leftover)
+            else:
+                _remove_tree(folder)
 
 
 class HttpTarget:
     """A small threaded HTTP server: the plan, its signature, status and metrics."""
 
     def __init__(self, host: str, port: int, status: Callable[[], dict[str, Any]],
-                 metrics: Callable[[], bytes], name: str = PLAN_NAME) -> None:
+                 metrics: Callable[[], bytes], name: str = PLAN_NAME, **limits: Any) -> None:
+        """``limits``: ``BoundedHTTPServer``'s (connections, idle timeout, request deadline)."""
         self.name = name
         self._current: Rendered | None = None
         self._status, self._metrics = status, metrics
@@ -146,8 +199,7 @@ class HttpTarget:
             def log_message(self, *args: Any) -> None:
                 return
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        self.server = BoundedHTTPServer((host, port), Handler, **limits)
         self.thread = threading.Thread(target=self.server.serve_forever, name="controller-http",
                                        daemon=True)
         self.thread.start()
@@ -159,6 +211,11 @@ class HttpTarget:
     def publish(self, rendered: Rendered) -> None:
         self._current = rendered  # one reference swap: readers see the old pair or the new
         return None  # no file: the state directory keeps its own copy
+
+    def restore(self, rendered: Rendered) -> None:
+        """After a restart: serve the last publication (from the state directory) at once."""
+        if self._current is None:
+            self._current = rendered
 
     def describe(self) -> str:
         host, port = self.address
@@ -181,7 +238,7 @@ class HttpTarget:
             payload, kind = (json.dumps(self._status(), indent=2, sort_keys=True) + "\n").encode(), \
                 "application/json"
         elif path == "/metrics":
-            payload, kind = self._metrics(), "text/plain; version=0.0.4"
+            payload, kind = self._metrics() + self._http_metrics(), "text/plain; version=0.0.4"
         else:
             request.send_error(404, "no such document (plan not published yet?)")
             return
@@ -201,7 +258,74 @@ class HttpTarget:
             request.wfile.write(payload)
 
 
+    def _http_metrics(self) -> bytes:
+        """The server's own counts, in the exposition format (``httpserver.Counts``)."""
+        counts = self.server.counts
+        lines = [
+            "# HELP cosample_controller_http_connections Connections open to the plan server",
+            "# TYPE cosample_controller_http_connections gauge",
+            f"cosample_controller_http_connections {counts.open}",
+            "# HELP cosample_controller_http_evicted_total Connections shut down to make room "
+            "(idle: waiting for a request; slow: a request past its deadline)",
+            "# TYPE cosample_controller_http_evicted_total counter",
+            *(f'cosample_controller_http_evicted_total{{reason="{reason}"}} {value}'
+              for reason, value in sorted(counts.evicted.items())),
+            "# HELP cosample_controller_http_refused_total Connections closed unserved "
+            "(at the connection limit, or out of descriptors)",
+            "# TYPE cosample_controller_http_refused_total counter",
+            f"cosample_controller_http_refused_total {counts.refused}",
+            "# HELP cosample_controller_http_descriptor_exhaustion_total Accepts that failed "
+            "for want of file descriptors",
+            "# TYPE cosample_controller_http_descriptor_exhaustion_total counter",
+            f"cosample_controller_http_descriptor_exhaustion_total "
+            f"{counts.descriptor_exhaustion}"]
+        return ("\n".join(lines) + "\n").encode()
+
+
 def _tags(header: str | None) -> set[str]:
     if not header:
         return set()
     return {tag.strip().removeprefix("W/") for tag in header.split(",")}
+
+
+def _version_of(name: str) -> int | None:
+    return int(name) if name.isdigit() else None
+
+
+def _symlink_atomic(link: Path, target: Path) -> None:
+    """Point ``link`` at ``target`` by renaming a new link over it (readers see one or the other)."""
+    temporary = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    _unlink_quietly(temporary)
+    os.symlink(target, temporary)
+    os.replace(temporary, link)
+
+
+def _ensure_link(link: Path, target: Path) -> None:
+    """``link`` a symbolic link to ``target`` (replacing a plain file of the old layout atomically)."""
+    try:
+        if os.readlink(link) == str(target):
+            return
+    except OSError:
+        pass
+    _symlink_atomic(link, target)
+
+
+def _fsync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass

@@ -47,6 +47,8 @@ class CycleStatus:
     quiet: bool = False              # within one window of our publication: gains wait
     counter_servers: int = 0
     disagreements: tuple[dict[str, Any], ...] = ()
+    #: estimates not taken as evidence (``plausibility``): above capacity, or a jump unconfirmed
+    refused: tuple[dict[str, Any], ...] = ()
     cycle_seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -55,7 +57,7 @@ class CycleStatus:
         entry: 0.4 s for the 40,000 servers over the limit of a 10^5-server benchmark fleet)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in ("over_limit", "unrelievable", "disagreements", "problems", "rising",
-                    "settling"):
+                    "settling", "refused"):
             out[key] = [dict(item) if isinstance(item, dict) else item
                         for item in list(out[key])[:LIST_LIMIT]]
         out["reasons"] = list(out["reasons"])
@@ -106,6 +108,11 @@ class Metrics:
                                    registry=r)
         self.unmeasured = Gauge("cosample_controller_servers_unmeasured",
                                 "Servers never seen in a snapshot", registry=r)
+        self.refused = Gauge("cosample_controller_estimates_refused",
+                             "Servers whose estimate was not taken as evidence this cycle, by "
+                             "reason (above_capacity, unconfirmed_jump)", ["reason"], registry=r)
+        self.refusals = Counter("cosample_controller_estimate_refusals",
+                                "Estimates refused as evidence, by reason", ["reason"], registry=r)
         self.cycle_seconds = Gauge("cosample_controller_cycle_seconds",
                                    "Duration of the last cycle", registry=r)
         self.plan_version.set(-1)
@@ -130,6 +137,11 @@ class Metrics:
             self.gain.set(min(status.gain, 1e9))
         self.disagreements.set(len(status.disagreements))
         self.unmeasured.set(status.unmeasured)
+        for reason in ("above_capacity", "unconfirmed_jump"):
+            count = sum(1 for r in status.refused if r["reason"] == reason)
+            self.refused.labels(reason=reason).set(count)
+            if count:
+                self.refusals.labels(reason=reason).inc(count)
         self.cycle_seconds.set(status.cycle_seconds)
 
     def exposition(self) -> bytes:

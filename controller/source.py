@@ -5,6 +5,12 @@ snapshots (``cosample.collector.merge.merge_snapshots``). A collector that canno
 sends an invalid snapshot or one older than ``max_age_s`` is reported and left out; its servers
 are then missing from the merge and the controller holds their last smoothed traffic. Every
 fetch has one total deadline and a size limit (``cosample.fetch``).
+
+With the collectors' public keys (``--collector-key``), a snapshot counts only if its signature
+verifies (``cosample.collector.authenticity``: the ``X-Cosample-Signature`` header of the same
+response, or ``FILE.sig``); an unsigned or badly signed one is a problem like a collector that
+is down. Fetches are conditional: a collector that answers 304 to the tag of the last snapshot
+it sent has that snapshot (already verified and parsed) reused.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime
 
+from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Verifier
 from cosample.collector.errors import CollectorError
 from cosample.collector.merge import merge_snapshots
 from cosample.collector.snapshot import Snapshot, parse_snapshot_json
 from cosample.controller.errors import SnapshotError
-from cosample.fetch import FetchError, fetch_bytes
+from cosample.fetch import MISSING, UNCHANGED, FetchError, fetch as fetch_document, fetch_bytes
 
 MAX_BYTES = 512 * 1024 * 1024
 
@@ -32,14 +39,59 @@ class Reading:
     collectors: int
 
 
+class SnapshotReader:
+    """``read_collectors`` with the collectors' public keys and the tags of the last answers."""
+
+    def __init__(self, keys: tuple[str, ...] = ()) -> None:
+        try:
+            self.verifier = Verifier(keys) if keys else None
+        except CollectorError as exc:
+            raise SnapshotError(str(exc)) from None
+        self.known: dict[str, tuple[str, Snapshot]] = {}  # location -> (tag, snapshot)
+
+    def __call__(self, locations: tuple[str, ...], now: datetime, max_age_s: float,
+                 timeout_s: float = 10.0) -> Reading:
+        return read_collectors(locations, now, max_age_s, timeout_s, read=self.read)
+
+    def read(self, location: str, timeout_s: float) -> Snapshot:
+        """One collector's snapshot, verified and validated; a ``SnapshotError`` otherwise."""
+        known = self.known.get(location)
+        try:
+            response = fetch_document(location, label="snapshot", timeout_s=timeout_s,
+                                      max_bytes=MAX_BYTES, etag=known[0] if known else None,
+                                      user_agent="cosample-controller")
+            if response.status == UNCHANGED and known is not None:
+                return known[1]
+            if response.status != "ok" or response.data is None:
+                raise SnapshotError(f"snapshot {location}: not found" if response.status == MISSING
+                                    else f"snapshot {location}: HTTP 304 to an unconditional "
+                                         "request")
+            if self.verifier is not None:
+                over_http = urllib.parse.urlsplit(location).scheme in ("http", "https")
+                signature = response.headers.get(HEADER.lower()) if over_http else \
+                    fetch_bytes(location + SIGNATURE_SUFFIX, label="snapshot",
+                                timeout_s=timeout_s, max_bytes=4096, missing_ok=True)
+                self.verifier.verify(response.data, signature, f"snapshot {location}")
+        except FetchError as exc:
+            raise SnapshotError(str(exc)) from None
+        except CollectorError as exc:
+            raise SnapshotError(str(exc)) from None
+        snapshot = parse(response.data, location)
+        if response.etag:
+            self.known[location] = (response.etag, snapshot)
+        return snapshot
+
+
 def read_collectors(locations: tuple[str, ...], now: datetime, max_age_s: float,
-                    timeout_s: float = 10.0) -> Reading:
-    """Fetch, validate and merge; a stale or unreadable collector is a problem, not an error."""
+                    timeout_s: float = 10.0, read=None) -> Reading:
+    """Fetch, validate and merge; a stale or unreadable collector is a problem, not an error.
+    ``read(location, timeout_s)``: one snapshot (default: unsigned, unconditional)."""
     fresh: list[Snapshot] = []
     problems: list[str] = []
     for location in locations:
         try:
-            snapshot = parse(fetch(location, timeout_s), location)
+            snapshot = read(location, timeout_s) if read is not None else \
+                parse(fetch(location, timeout_s), location)
         except SnapshotError as exc:
             problems.append(str(exc))
             continue

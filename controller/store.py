@@ -1,9 +1,11 @@
 """What must survive a controller restart: the last version published and the plan in force.
 
-The state directory is created 0700 and its files are written 0600 (atomically): it holds
+The state directory is created 0700 and its files are written 0600 (atomically; temporary files
+a killed write left are removed at start): it holds
 ``state.json`` (last version, plan_id, time), ``current-plan.json`` (the bytes last
 published: a plan, or a plan set whose last plan is the one the agents converge to; read back
-after a restart to judge it and to build the next two-phase transition) and
+after a restart to judge it, to build the next two-phase transition, and to serve it again
+with ``--serve`` until the next publication) and
 ``current-report.json`` (that plan's per-host report in columns: predicted loads, inputs as
 planned, the continuous optimum; for operators, read by nothing here). When the plan was
 just written to a file on the same file system (``--publish DIR``), ``current-plan.json`` is a
@@ -52,6 +54,21 @@ class Store:
         except OSError as exc:
             raise ControllerError(f"{self.directory}: cannot use as state directory "
                                   f"({exc.strerror})") from None
+        for leftover in (*self.directory.glob(".*.tmp"), self.directory / f".{PLAN_FILE}.link"):
+            try:  # what a killed write left; one controller owns the directory
+                leftover.unlink()
+            except OSError:
+                pass
+
+    def published_bytes(self) -> bytes | None:
+        """The bytes last published (a plan or plan set), as agents fetched them; None if none."""
+        try:
+            return (self.directory / PLAN_FILE).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ControllerError(f"{self.directory / PLAN_FILE}: unreadable controller state "
+                                  f"({exc.strerror}); fix or remove it") from None
 
     def last_version(self) -> int | None:
         state = self._read(STATE_FILE)

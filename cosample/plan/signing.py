@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
+import stat
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -44,8 +46,14 @@ def generate_keypair(private_path: str | Path, public_path: str | Path) -> None:
 
 def sign_bytes(data: bytes, private_key_path: str | Path) -> bytes:
     """The ``.sig`` file content for ``data``: base64 signature and a newline."""
-    key = _load(Path(private_key_path), private=True)
-    return base64.b64encode(key.sign(data)) + b"\n"
+    return base64.b64encode(load_private_key(private_key_path).sign(data)) + b"\n"
+
+
+def load_private_key(path: str | Path) -> Ed25519PrivateKey:
+    """An ed25519 private key (PKCS#8 PEM), for a signer that signs many times."""
+    key = _load(Path(path), private=True)
+    assert isinstance(key, Ed25519PrivateKey)
+    return key
 
 
 def sign_file(plan_path: str | Path, private_key_path: str | Path) -> Path:
@@ -91,6 +99,18 @@ def public_keys(path: Path) -> list[Ed25519PublicKey]:
     if not blocks:
         raise SigningKeyError(f"{path}: no public key in the file")
     return [_parse(path, block, private=False) for block in blocks]
+
+
+def key_permission_warning(path: str | Path) -> str | None:
+    """A warning if a private key is readable or writable by group or others, naming the fix."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return None  # loading it reports the problem
+    if not mode & 0o077:
+        return None
+    return (f"warning: private key {path} has mode {mode:04o}: group or others can read or "
+            f"change it; fix with: chmod 600 {path}")
 
 
 def _load(path: Path, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:

@@ -54,5 +54,7 @@ def test_etag_and_not_modified(server, tmp_path):
 def test_status_and_metrics(server):
     base = server.describe().rsplit("/", 1)[0]
     assert json.loads(get(base + "/status")[2]) == {"result": "kept"}
-    assert get(base + "/metrics")[2] == b"m 1\n"
+    metrics = get(base + "/metrics")[2]
+    assert metrics.startswith(b"m 1\n")  # the controller's, then the server's own
+    assert b"cosample_controller_http_connections 1\n" in metrics
     assert get(base + "/nothing")[0] == 404

@@ -74,3 +74,20 @@ def test_fetch_errors_name_the_collector(tmp_path):
         fetch(str(tmp_path / "none.json"), timeout_s=2)
     with pytest.raises(SnapshotError, match="unsupported scheme 'ftp'"):
         fetch("ftp://example.org/snapshot", timeout_s=2)
+
+
+def test_trickled_headers_and_signature_header_cannot_hold_the_controller(tmp_path):
+    """Issue 30 item 2: the headers (here the signature header itself) one byte at a time;
+    the controller's cycle was held 20 s against a 3 s deadline."""
+    from cosample.plan.signing import generate_keypair
+    from cosample.controller.source import SnapshotReader
+    from trickle import Trickler
+
+    generate_keypair(tmp_path / "c.pem", tmp_path / "c.pub")
+    slow = b"X-Cosample-Signature: " + b"A" * 88 + b"\r\nContent-Length: 2\r\n\r\n{}"
+    with Trickler(b"HTTP/1.1 200 OK\r\n", slow, 0.1) as server:
+        url = server.url + "/snapshot"
+        reading = SnapshotReader((str(tmp_path / "c.pub"),))(
+            (url,), datetime.now(timezone.utc), max_age_s=60, timeout_s=1.0)
+    assert reading.snapshot is None
+    assert reading.problems == (f"snapshot {url}: not fetched within the 1 s deadline",)

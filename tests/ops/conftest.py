@@ -59,6 +59,7 @@ def fleet(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("fleet")
     generate_keypair(tmp / "plan.pem", tmp / "plan.pub")
+    generate_keypair(tmp / "snapshot.pem", tmp / "snapshot.pub")
     sflow_port, collector_port = free_port(socket.SOCK_DGRAM), free_port()
     controller_port, agent_port = free_port(), free_port()
     collector_url = f"http://127.0.0.1:{collector_port}"
@@ -81,6 +82,7 @@ def fleet(tmp_path_factory):
             daemons["controller"] = Daemon("controller", cosample(
                 "controller", "run", "--inventory", str(inventory), "--collector", collector_url,
                 "--serve", f"127.0.0.1:{controller_port}", "--key", str(tmp / "plan.pem"),
+                "--collector-key", str(tmp / "snapshot.pub"),
                 "--state-dir", str(tmp / "controller"), "--interval", "1s", "--tau", "1s",
                 "--hold", "1s", "--confirm", "1", "--settle", "2s", "--measure-sampling", "8",
                 "--measure-after", "0s", "--lead", f"{plan_lead_s(PLAN_INTERVAL_S, PLAN_TIMEOUT_S)}s",
@@ -88,6 +90,7 @@ def fleet(tmp_path_factory):
             daemons["collector"] = Daemon("collector", cosample(
                 "collector", "run", "--plan", plan_url, "--listen", f"127.0.0.1:{sflow_port}",
                 "--metrics-port", str(collector_port), "--state-dir", str(tmp / "collector"),
+                "--snapshot-key", str(tmp / "snapshot.pem"),
                 "--window", "10", "--export-interval", "0.5",
                 "--plan-interval", str(PLAN_INTERVAL_S), "--plan-timeout", str(PLAN_TIMEOUT_S)),
                 tmp)
