@@ -275,15 +275,17 @@ def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: boo
                                          out_packets=values[13], sequence=sequence))
 
 
-def parse_compact(data: bytes) -> tuple[str, int, tuple[tuple, ...], tuple[InterfaceCounters, ...]]:
-    """The collector's fast path: ``(agent, sub-agent, flows, counters)`` with each flow sample as
+def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
+                                        tuple[InterfaceCounters, ...]]:
+    """The collector's fast path: ``(agent, sub-agent, datagram sequence, uptime, flows,
+    counters)`` with each flow sample as
     a plain tuple ``(sequence, source index, sampling rate, drops, frame length, vni, outer
     source (4 raw bytes) or None, header start, header end, header or None, input port, output
     port)``; the header stays in ``data`` (``data[start:end]``) unless given.
 
     Same checks and errors as ``parse_datagram``; no objects per sample, so about twice as fast.
     """
-    agent, sub_agent, _, _, count, offset = _header(data)
+    agent, sub_agent, number, uptime, count, offset = _header(data)
     size = len(data)
     flows: list[tuple] = []
     counters: list[InterfaceCounters] = []
@@ -338,4 +340,4 @@ def parse_compact(data: bytes) -> tuple[str, int, tuple[tuple, ...], tuple[Inter
                 vni = unpack_u32(data, body)[0]
         flows.append((sequence, source & 0xFFFFFF, rate, drops, frame_length, vni, outer, head,
                       tail, None, input_port & 0x3FFFFFFF, output_port & 0x3FFFFFFF))
-    return agent, sub_agent, tuple(flows), tuple(counters)
+    return agent, sub_agent, number, uptime, tuple(flows), tuple(counters)
