@@ -78,6 +78,7 @@ class Estimator:
         self.loss = LossTracker(self._book)
         self._lost: dict[int, dict[str, float]] = {}  # bucket -> agent -> samples lost in it
         self.unknown = UnknownAgents()
+        self.discards: dict[str, dict[str, int]] = {}  # server -> drop reason -> discards
         self._counters: dict[tuple[str, int], tuple[float, int, int]] = {}
         self.interfaces: dict[str, dict[str, dict[str, float]]] = {}
         self._last: dict[str, float] = {}
@@ -117,7 +118,7 @@ class Estimator:
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
         try:
-            agent, sub_agent, number, uptime, flows, counters = parse_compact(data)
+            agent, sub_agent, number, uptime, flows, counters, discards = parse_compact(data)
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
             return
@@ -132,15 +133,18 @@ class Estimator:
         _, sums, agents = self._buckets[-1]
         attribution = self.attribution
         if attribution is None:
-            self.dropped["no_plan"] += len(flows)
+            self.dropped["no_plan"] += len(flows) + len(discards)
             return
         self.samples += len(flows)
-        if agent not in attribution.server_of_agent:  # no state for agents nobody named
+        home = attribution.server_of_agent.get(agent)
+        if home is None:  # no state for agents nobody named
             self.unknown.heard(agent, now)
-            self.dropped["unknown_agent"] += len(flows)
+            self.dropped["unknown_agent"] += len(flows) + len(discards)
             if counters:
                 self.dropped["unknown_agent_counters"] += len(counters)
             return
+        if discards:
+            self._discarded(home, discards)
         kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now)
         if kept is not flows:
             self.dropped["duplicate"] += len(flows) - len(kept)
@@ -243,6 +247,16 @@ class Estimator:
                 if row is None:
                     row = lost[bucket] = {}
                 row[agent] = row.get(agent, 0.0) + count * share
+
+    def _discarded(self, server: str, discards: tuple) -> None:
+        """Packets the agent's switch dropped: not traffic the server sent on, so not in its
+        estimate (``ignored.discarded_packet``), counted per drop reason."""
+        self.ignored["discarded_packet"] += len(discards)
+        reasons = self.discards.setdefault(server, {})
+        for discard in discards:
+            reason = str(discard.reason)
+            if reason in reasons or len(reasons) < 64:
+                reasons[reason] = reasons.get(reason, 0) + 1
 
     def _interface(self, counters, now: float) -> None:
         if self.attribution is None:
@@ -380,6 +394,8 @@ class Estimator:
                                      ignored=dict(sorted(self.ignored.items())),
                                      agents=sorted(agents),
                                      unknown_agents=self.unknown.listed(now),
+                                     discards={server: dict(sorted(reasons.items()))
+                                               for server, reasons in sorted(self.discards.items())},
                                      sequence=self.sequence_counts())
 
     def sequence_counts(self) -> dict[str, int]:

@@ -52,7 +52,9 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
         ignored=_add_counts(part.ignored for part in parts),
         agents=sorted(heard),
         unknown_agents=dict(list(_add_counts(part.unknown_agents for part in parts).items())[:32]),
-        sequence=_add_counts(part.sequence for part in parts))
+        sequence=_add_counts(part.sequence for part in parts),
+        discards={server: _add_counts(part.discards.get(server, {}) for part in parts)
+                  for server in sorted({s for part in parts for s in part.discards})})
 
 
 def _add_traffic(tables: list[TrafficTable]) -> TrafficTable:

@@ -3,7 +3,9 @@
 Classic pcap only (micro- or nanosecond timestamps, either byte order) with Ethernet (optionally
 802.1Q-tagged), Linux cooked (SLL, SLL2), raw IP or BSD loopback link layers; IPv4 and IPv6;
 UDP on any port. Frames that are not UDP, or are IP fragments, are counted and skipped; a file
-that is not a pcap, or ends inside a record header, is one ``CollectorError`` naming the file.
+that is not a pcap is one ``CollectorError`` naming the file. A capture cut off inside a record
+(a copy interrupted, a disk that filled) gives the records before the cut, as tcpdump and the
+peers do, and says how many bytes at its end it could not use (``Capture.unused_bytes``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2 = 0, 1, 10
 LINKS = (LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2)
 ETHERTYPE_IPV4, ETHERTYPE_IPV6, VLAN_TAGS = 0x0800, 0x86DD, (0x8100, 0x88A8)
 UDP = 17
+#: A record longer than this is no frame (the largest snap length tcpdump takes is 262144):
+#: the capture is cut or corrupt from there on.
+MAX_RECORD_BYTES = 1 << 18
 
 
 @dataclass
@@ -31,6 +36,10 @@ class Capture:
 
     path: Path
     skipped: Counter = field(default_factory=Counter)
+    #: Bytes at the end of a cut-off capture that hold no complete record, and the record they
+    #: begin (1-based), or 0 and None for a whole capture.
+    unused_bytes: int = 0
+    cut_record: int | None = None
 
 
 def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[tuple[float, bytes]]:
@@ -60,13 +69,14 @@ def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[t
             if not header:
                 return
             number += 1
-            if len(header) < 16:
-                raise CollectorError(f"{path}: record {number}: truncated record header")
-            seconds, fraction, included, _ = record.unpack(header)
-            frame = handle.read(included)
-            if len(frame) < included:
-                raise CollectorError(f"{path}: record {number}: truncated ({len(frame)} of "
-                                     f"{included} bytes)")
+            included = record.unpack(header)[2] if len(header) == 16 else 0
+            frame = handle.read(included) if len(header) == 16 and \
+                included <= MAX_RECORD_BYTES else b""
+            if len(header) < 16 or included > MAX_RECORD_BYTES or len(frame) < included:
+                capture.unused_bytes = len(header) + len(frame) + len(handle.read())
+                capture.cut_record = number
+                return
+            seconds, fraction = record.unpack(header)[:2]
             payload = _udp_payload(frame, link, capture.skipped)
             if payload is not None:
                 yield seconds + fraction * unit, payload

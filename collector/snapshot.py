@@ -256,6 +256,9 @@ class Snapshot(Strict):
     #: by the next sample), ``restart`` (an agent's uptime went back), ``late`` (reordered
     #: samples that filled a gap). docs/collector.md, "Loss".
     sequence: dict[str, Count] = Field(default_factory=dict)
+    #: Discarded-packet samples (sFlow format 5) since start: server -> drop reason code ->
+    #: samples (packets the server's switch dropped; ``ignored.discarded_packet`` in all).
+    discards: dict[str, dict[str, Count]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Snapshot":
