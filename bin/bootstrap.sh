@@ -5,8 +5,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${COSAMPLE_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
 
-# Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector) and the
-# network tools the tests use.
+# Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector), tshark (an
+# independent sFlow decoder) and the network tools the tests use.
 need_system() {
     local missing=()
     command -v glpsol >/dev/null || missing+=(glpk-utils)
@@ -18,6 +18,7 @@ need_system() {
     command -v tc >/dev/null || missing+=(iproute2)
     command -v ip >/dev/null || missing+=(iproute2)
     command -v sfacctd >/dev/null || missing+=(pmacct)
+    command -v tshark >/dev/null || missing+=(tshark)  # an independent sFlow decoder (corpus test)
     printf '%s\n' "${missing[@]}"
 }
 
