@@ -133,12 +133,13 @@ def _positive(value: float, option: str) -> float:
 
 def _replay(args) -> int:
     from cosample.collector.pcap import Capture
-    from cosample.collector.replay import heard_table, replay, survey, table
+    from cosample.collector.replay import Survey, heard_table, replay, table
     source = Capture(args.capture)
+    heard = Survey() if args.plan is None and not args.json else None
     snapshot = replay(args.plan, args.capture, inventory=_inventory(args), name=args.name,
                       window_s=_positive(args.window, "--window") if args.window else None,
                       reexport=_address(args.reexport, "--reexport") if args.reexport else None,
-                      source=source)
+                      source=source, heard=heard)
     if source.unused_bytes:
         print(f"cosample: warning: {args.capture}: cut off in record {source.cut_record}: the "
               f"last {source.unused_bytes} bytes hold no complete record and were not used",
@@ -146,7 +147,7 @@ def _replay(args) -> int:
     print(snapshot.to_json() if args.json else table(snapshot), end="")
     if args.plan is None and not args.json:
         print("\nagents heard (no --plan: each samples locally at the rate it reports):")
-        print(heard_table(survey(args.capture)), end="")
+        print(heard_table(heard), end="")
     return 0
 
 

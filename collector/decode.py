@@ -233,6 +233,11 @@ def _header(data: bytes) -> tuple[str, int, int, int, int, int]:
     return agent, sub_agent, sequence, uptime, count, offset
 
 
+def datagram_agent(data: bytes) -> str:
+    """The agent address of a datagram from its header alone (cheap), or ``DecodeError``."""
+    return _header(data)[0]
+
+
 def samples_announced(data: bytes) -> int:
     """How many samples a datagram's header announces, without decoding them (cheap)."""
     return _header(data)[4]
@@ -369,6 +374,7 @@ def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
     counters: list[InterfaceCounters] = []
     discards: list[DiscardSample] = []
     unpack_pair, unpack_flow, unpack_u32 = _PAIR.unpack_from, _FLOW.unpack_from, _U32.unpack_from
+    unpack_expanded = _FLOW_X.unpack_from
     for _ in range(count):
         if offset + 8 > size:
             raise _truncated("sample", offset, 8, size - offset)
@@ -382,14 +388,15 @@ def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
                 raise _truncated("flow sample", start, 32, end - start)
             sequence, source, rate, _, drops, input_port, output_port, records = \
                 unpack_flow(data, start)
+            source, input_port, output_port = source & 0xFFFFFF, input_port & 0x3FFFFFFF, \
+                output_port & 0x3FFFFFFF
             at = start + 32
         elif fmt == FLOW_SAMPLE_EXPANDED:
-            sample = _flow_sample(data, start, end, agent, True)
-            flows.append((sample.sequence, sample.source_index, sample.sampling_rate,
-                          sample.drops, sample.frame_length, sample.vni, sample.outer_src, 0, 0,
-                          sample.header, sample.input_port, sample.output_port,
-                          sample.header_protocol))
-            continue
+            if start + 44 > end:
+                raise _truncated("expanded flow sample", start, 44, end - start)
+            (sequence, _, source, rate, _, drops, _, input_port, _, output_port,
+             records) = unpack_expanded(data, start)
+            at = start + 44
         else:
             if fmt in (COUNTER_SAMPLE, COUNTER_SAMPLE_EXPANDED):
                 _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
@@ -421,6 +428,6 @@ def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
                 if length < 4:
                     raise _truncated("VNI ingress record", body, 4, length)
                 vni = unpack_u32(data, body)[0]
-        flows.append((sequence, source & 0xFFFFFF, rate, drops, frame_length, vni, outer, head,
-                      tail, None, input_port & 0x3FFFFFFF, output_port & 0x3FFFFFFF, protocol))
+        flows.append((sequence, source, rate, drops, frame_length, vni, outer, head, tail, None,
+                      input_port, output_port, protocol))
     return agent, sub_agent, number, uptime, tuple(flows), tuple(counters), tuple(discards)

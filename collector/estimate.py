@@ -71,6 +71,9 @@ class Estimator:
         self.samples = 0
         self.rate_of: dict[str, int] = {}  # agent -> the 1-in-N it reported last
         self.on_sample: Hook | None = None  # re-export
+        #: Sees every decoded datagram as ``(agent, flows, counters, discards)`` (replay's list
+        #: of the agents heard).
+        self.on_datagram: Callable[[str, tuple, tuple, tuple], None] | None = None
         #: sums are kept per bucket of ``bucket_s`` seconds: a tenth of the window (memory grows
         #: with the number of buckets, the window slides by one bucket)
         self.bucket_s = max(1.0, window_s / 10) if window_s else 60.0
@@ -123,6 +126,8 @@ class Estimator:
             self.dropped[exc.reason] += 1
             return
         self.datagrams += 1
+        if self.on_datagram is not None:
+            self.on_datagram(agent, flows, counters, discards)
         if self._first is None:
             self._first = now
         self._now = now if self._now is None else max(self._now, now)
@@ -156,8 +161,24 @@ class Estimator:
         need_record = hook is not None or bool(server_of_address)
         agent_rate = rate_of.get(agent)
         gate, starting = self.streams.gate, None
-        for flow in flows:
-            rate, size, vni, outer = flow[2], flow[4], flow[5], flow[6]
+        if need_record:  # each sample on its own: its destination, the re-export's record
+            groups = [(flow[2], flow[5], flow[6], 1, flow[4], flow[4] * flow[4], flow)
+                      for flow in flows]
+        else:  # samples alike but for their size are added once per datagram (the common case)
+            alike: dict[tuple, list] = {}
+            for flow in flows:
+                like = (flow[2], flow[5], flow[6])
+                size = flow[4]
+                group = alike.get(like)
+                if group is None:
+                    alike[like] = [1, size, size * size]
+                else:
+                    group[0] += 1
+                    group[1] += size
+                    group[2] += size * size
+            groups = [(rate, vni, outer, n, sizes, squares, None)
+                      for (rate, vni, outer), (n, sizes, squares) in alike.items()]
+        for rate, vni, outer, n, sizes, squares, flow in groups:
             verdict_key = (agent, vni, outer)
             source = verdicts.get(verdict_key)
             if source is None:
@@ -166,15 +187,15 @@ class Estimator:
                 source = verdicts[verdict_key] = attribution.source(
                     agent, vni, _ntoa(outer) if outer is not None else None)
             if source.__class__ is str:
-                (self.ignored if source == "overlay_ingress" else self.dropped)[source] += 1
+                (self.ignored if source == "overlay_ingress" else self.dropped)[source] += n
                 continue
             if rate <= 0:
-                self.dropped["bad_sampling_rate"] += 1
+                self.dropped["bad_sampling_rate"] += n
                 continue
             if rate != agent_rate:
                 rate_of[agent] = agent_rate = rate
                 self._mirror_q.clear()
-            received += 1
+            received += n
             server = source.server
             kind = 0 if source.kind is LOCAL else 1
             if gate or starting is not None:
@@ -185,15 +206,15 @@ class Estimator:
                     self._mirror_q.pop(server, None)              # datagram were taken before
                     starting = (starting or set()) | {stream}
                 if starting is not None and stream in starting:
-                    self.ignored["stream_start"] += 1
+                    self.ignored["stream_start"] += n
                     continue
                 if state is not None:
-                    self.dropped["stale_local"] += 1
+                    self.dropped["stale_local"] += n
                     continue
             weight = float(rate) if kind == 0 else 1.0 / self._q(server)
             variance = weight * (weight - 1.0)  # (1-p)/p^2: the sample's share of the variance
             dst = record = None
-            if need_record:
+            if flow is not None:
                 record = flow_record(agent, flow, data)
                 if server_of_address:
                     dst = server_of_address.get(record.dst_ip) or \
@@ -202,13 +223,12 @@ class Estimator:
             acc = sums.get(key)
             if acc is None:
                 acc = sums[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now]
-            square = size * size
-            acc[0] += 1
-            acc[1] += weight
-            acc[2] += size * weight
-            acc[3] += square * weight
-            acc[4] += variance
-            acc[5] += square * variance
+            acc[0] += n
+            acc[1] += n * weight
+            acc[2] += sizes * weight
+            acc[3] += squares * weight
+            acc[4] += n * variance
+            acc[5] += squares * variance
             acc[6] = now  # arrival of the stream's newest datagram (where a dropped one ends)
             if last_seen.get(server, 0.0) < now:
                 last_seen[server] = now

@@ -121,11 +121,37 @@ class LossTracker:
         if first[1] == last[1] and (last[0] - first[0]) % WRAP == len(flows) - 1:
             state = samplers.get(first[1])
             if state is not None and (first[0] - state.high) % WRAP == 1 \
-                    and last[3] == state.drops:  # the common case: the next run, nothing lost
+                    and last[3] == state.drops and not state.loose:  # the common case
                 state.high, state.high_t, state.probation = last[0], now, None
                 return flows
+        elif self._runs(samplers, flows, now):  # several samplers, each continuing its run
+            return flows
         kept = [flow for flow in flows if self._sample(agent, samplers, flow, now, repeated)]
         return flows if len(kept) == len(flows) else tuple(kept)
+
+    @staticmethod
+    def _runs(samplers: dict, flows: tuple, now: float) -> bool:
+        """True (and the samplers moved on) when each sampler's samples in the datagram are
+        the run that continues it, nothing lost (a switch interleaves its ports' samplers)."""
+        runs: dict[int, list] = {}
+        for flow in flows:
+            run = runs.get(flow[1])
+            if run is None:
+                runs[flow[1]] = [flow[0], flow[0], flow[3]]
+            elif flow[0] == (run[1] + 1) % WRAP:
+                run[1], run[2] = flow[0], flow[3]
+            else:
+                return False
+        states = []
+        for source, (head, tail, drops) in runs.items():
+            state = samplers.get(source)
+            if state is None or (head - state.high) % WRAP != 1 or drops != state.drops \
+                    or state.loose:
+                return False
+            states.append((state, tail))
+        for state, tail in states:
+            state.high, state.high_t, state.probation = tail, now, None
+        return True
 
     def _sample(self, agent: str, samplers: dict, flow: tuple, now: float,
                 repeated: bool) -> bool:

@@ -10,6 +10,7 @@ peers do, and says how many bytes at its end it could not use (``Capture.unused_
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -63,23 +64,31 @@ def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[t
             raise CollectorError(f"{path}: link type {link} is not supported (Ethernet, Linux "
                                  "cooked, raw IP or loopback captures are)")
         record = struct.Struct(order + "IIII")
-        number = 0
-        while True:
-            header = handle.read(16)
-            if not header:
-                return
-            number += 1
-            included = record.unpack(header)[2] if len(header) == 16 else 0
-            frame = handle.read(included) if len(header) == 16 and \
-                included <= MAX_RECORD_BYTES else b""
-            if len(header) < 16 or included > MAX_RECORD_BYTES or len(frame) < included:
-                capture.unused_bytes = len(header) + len(frame) + len(handle.read())
-                capture.cut_record = number
-                return
-            seconds, fraction = record.unpack(header)[:2]
-            payload = _udp_payload(frame, link, capture.skipped)
-            if payload is not None:
-                yield seconds + fraction * unit, payload
+        size = path.stat().st_size
+        if size <= 24:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield from _records(data, size, record, unit, link, capture)
+
+
+def _records(data, size: int, record: struct.Struct, unit: float, link: int,
+             capture: Capture) -> Iterator[tuple[float, bytes]]:
+    """The records of a mapped capture after its file header (see ``udp_payloads``)."""
+    unpack, skipped, offset, number = record.unpack_from, capture.skipped, 24, 0
+    while offset < size:
+        number += 1
+        if offset + 16 > size:
+            capture.unused_bytes, capture.cut_record = size - offset, number
+            return
+        seconds, fraction, included, _ = unpack(data, offset)
+        start = offset + 16
+        offset = start + included
+        if included > MAX_RECORD_BYTES or offset > size:
+            capture.unused_bytes, capture.cut_record = size - start + 16, number
+            return
+        payload = _udp_payload(data[start:offset], link, skipped)
+        if payload is not None:
+            yield seconds + fraction * unit, payload
 
 
 def _udp_payload(frame: bytes, link: int, skipped: Counter) -> bytes | None:

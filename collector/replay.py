@@ -3,7 +3,8 @@
 Without a plan, every agent heard in the capture is a server of its own (named by its address,
 or by the inventory's name for its ``agent_ip``) sampling locally at the rate it reports, the
 agents' safe state: a user can look at a capture of their own fleet before writing a plan, and
-``survey`` lists what was heard (address, datagrams, samples, rates).
+``heard`` lists what was heard (address, datagrams, samples, rates). A first pass reads only the
+datagram headers (the agents); the estimate is the second.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cosample.collector import attribution
-from cosample.collector.decode import DecodeError, parse_compact
+from cosample.collector.decode import DecodeError, datagram_agent
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
@@ -34,25 +35,34 @@ class Heard:
     rates: set[int] = field(default_factory=set)
 
 
-def survey(capture: str | Path) -> dict[str, Heard]:
-    """Every agent address in the capture with its datagrams, samples and reported 1-in-N
-    (datagrams that do not decode are not listed; replay counts them by reason)."""
-    heard: dict[str, Heard] = {}
-    for _, payload in udp_payloads(capture):
-        try:
-            agent, _, _, _, flows, counters, discards = parse_compact(payload)
-        except DecodeError:
-            continue
-        entry = heard.setdefault(agent, Heard())
+class Survey(dict):
+    """agent -> ``Heard``, filled by the estimator's ``on_datagram`` hook."""
+
+    def __call__(self, agent: str, flows: tuple, counters: tuple, discards: tuple) -> None:
+        entry = self.get(agent)
+        if entry is None:
+            entry = self[agent] = Heard()
         entry.datagrams += 1
         entry.flow_samples += len(flows)
         entry.counter_samples += len(counters)
         entry.discard_samples += len(discards)
-        entry.rates.update(flow[2] for flow in flows)
-    return heard
+        if flows:
+            entry.rates.update(flow[2] for flow in flows)
 
 
-def heard_attribution(heard: dict[str, Heard], inventory: Inventory | None):
+def agents_in(capture: str | Path) -> list[str]:
+    """The agent addresses of a capture's datagrams, in order of first appearance (headers
+    only; datagrams that do not decode are left to the estimator's counters)."""
+    seen: dict[str, None] = {}
+    for _, payload in udp_payloads(capture):
+        try:
+            seen[datagram_agent(payload)] = None
+        except DecodeError:
+            continue
+    return list(seen)
+
+
+def heard_attribution(heard, inventory: Inventory | None):
     """Plan-less attribution in which every agent heard is a server sampling locally at its own
     rate: named by the inventory when its ``agent_ip`` is there, else by its address."""
     servers = {name: entry.model_dump(exclude_defaults=True)
@@ -66,11 +76,13 @@ def heard_attribution(heard: dict[str, Heard], inventory: Inventory | None):
 
 def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None = None,
            name: str = "replay", window_s: float | None = None,
-           reexport: tuple[str, int] | None = None, source: Capture | None = None) -> Snapshot:
+           reexport: tuple[str, int] | None = None, source: Capture | None = None,
+           heard: Survey | None = None) -> Snapshot:
     """Feed every UDP datagram of ``capture`` to an ``Estimator``; the snapshot at its end.
 
     ``plan`` None: every agent heard samples locally at the rate it reports (module docstring).
-    ``source`` receives what the capture held besides datagrams (skipped frames, a cut end).
+    ``source`` receives what the capture held besides datagrams (skipped frames, a cut end);
+    ``heard``, every agent heard with its datagrams, samples and rates.
     """
     source = source if source is not None else Capture(Path(capture))
     datagrams = udp_payloads(capture, source)
@@ -78,10 +90,11 @@ def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None
     if first is None:
         raise CollectorError(f"{capture}: no UDP datagrams in the capture")
     if plan is None:
-        table = heard_attribution(survey(capture), inventory)
+        table = heard_attribution(agents_in(capture), inventory)
     else:
         table = load_for_replay(plan, inventory, datetime.fromtimestamp(first[0], timezone.utc))
     estimator = Estimator(table, window_s=window_s, name=name)
+    estimator.on_datagram = heard
     exporter = None
     if reexport is not None:
         exporter = Reexporter(reexport, table, clock_ms=lambda: 0)
