@@ -215,6 +215,7 @@ class Ours:
         deadline = time.monotonic() + 30
         while self.received() is None:
             if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
                 raise RuntimeError("cosample collector did not start")
             time.sleep(0.2)
 
@@ -242,15 +243,21 @@ class Ours:
         return [self.process.pid]
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
 
 
 class Theirs:
     name = "pmacct sfacctd"
 
     def __init__(self, directory: Path) -> None:
-        self.peer = Sfacctd(directory, renormalize=False, receive_buffer=RECEIVE_BUFFER)
+        self.peer = Sfacctd(directory, renormalize=False, receive_buffer=RECEIVE_BUFFER,
+                            preexec_fn=die_with_parent)
         self.peer.start()
         os.sched_setaffinity(self.peer._process.pid, {COLLECTOR_CORE})
         for child in _children(self.peer._process.pid):
