@@ -207,3 +207,15 @@ def test_an_agent_restart_forgets_its_samplers():
     tracker.datagram("a", 0, 9, 100_000, ((500, 1, 1, 0),), 0.0)
     tracker.datagram("a", 0, 1, 50, ((1, 1, 1, 0),), 1.0)
     assert tracker.restarts == 1 and tracker.duplicates == 0
+
+
+def test_the_loss_experiment_scenarios_are_within_their_intervals_now():
+    """experiments/collector_loss's scenarios through the working tree's estimator (the git
+    baseline is the experiment's business)."""
+    from cosample.experiments.collector_loss import SPACING_S, measure, scenarios
+    base = BASES["data-1140.pcap"]
+    per_datagram = 1024 * len(base.samples)
+    for name, (datagrams, sent, window) in scenarios(base).items():
+        pps, low, high, span = measure("cosample.collector", base, datagrams, window)
+        truth = per_datagram * sent / span if sent else per_datagram / SPACING_S
+        assert low <= truth <= high, name
