@@ -28,7 +28,7 @@ the sampler generated numbers since it (re)started: an outage of any length is a
 gap, a number that jumps by millions in a second is not. The agent's ``drops`` counter (samples
 it could not send) is booked the same way, with the same bound, once two samples in a row
 carry its new value. State is a few numbers and at
-most ``MAX_HOLES`` holes per sampler.
+most ``MAX_HOLES`` holes per sampler, at most ``MAX_SAMPLERS`` samplers per agent.
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ GAP_FACTOR = 4.0
 RESTART_SLACK_MS = 2000
 #: Datagram sequence numbers remembered per agent, to recognise a duplicated datagram.
 RECENT_DATAGRAMS = 64
+#: Samplers kept per agent, and (agent, sub-agent) entries in all: a named agent that sends
+#: random source ids or sub-agents (corrupt or hostile) replaces its oldest, never grows.
+MAX_SAMPLERS = 4096
+MAX_AGENTS = 65536
 
 Book = Callable[[str, float, float, float], None]
 
@@ -91,7 +95,7 @@ class LossTracker:
             del self._agents[key]
 
     def __len__(self) -> int:
-        return sum(len(samplers) for _, samplers in self._agents.values())
+        return sum(len(entry[1]) for entry in self._agents.values())
 
     def datagram(self, agent: str, sub_agent: int, number: int, uptime: int, flows: tuple,
                  now: float) -> tuple:
@@ -102,6 +106,8 @@ class LossTracker:
         key = (agent, sub_agent)
         entry = self._agents.get(key)
         if entry is None:
+            if len(self._agents) >= MAX_AGENTS:
+                del self._agents[next(iter(self._agents))]
             entry = self._agents[key] = [uptime, {}, {}]
         elif RESTART_SLACK_MS < (entry[0] - uptime) % WRAP < HALF:
             self.restarts += 1
@@ -159,6 +165,8 @@ class LossTracker:
         sequence, source, drops = flow[0], flow[1], flow[3]
         state = samplers.get(source)
         if state is None:
+            if len(samplers) >= MAX_SAMPLERS:
+                del samplers[next(iter(samplers))]
             samplers[source] = Sampler(sequence, drops, now)
             return True
         loose = state.loose

@@ -219,3 +219,17 @@ def test_the_loss_experiment_scenarios_are_within_their_intervals_now():
         pps, low, high, span = measure("cosample.collector", base, datagrams, window)
         truth = per_datagram * sent / span if sent else per_datagram / SPACING_S
         assert low <= truth <= high, name
+
+
+def test_state_stays_bounded_under_random_source_ids_and_sub_agents(monkeypatch):
+    import random
+
+    from cosample.collector import loss
+    monkeypatch.setattr(loss, "MAX_SAMPLERS", 50)
+    monkeypatch.setattr(loss, "MAX_AGENTS", 20)
+    tracker = LossTracker(lambda *args: None)
+    rng = random.Random(4)
+    for k in range(5000):
+        tracker.datagram("a", rng.getrandbits(32) if k % 2 else 0, k, 1000 + k,
+                         ((rng.getrandbits(32), rng.getrandbits(24), 1, 0),), k * 0.01)
+    assert len(tracker._agents) <= 20 and len(tracker) <= 20 * 50
