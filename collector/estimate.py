@@ -128,9 +128,10 @@ class Estimator:
         self.datagrams += 1
         if self.on_datagram is not None:
             self.on_datagram(agent, flows, counters, discards)
-        if self._first is None:
-            self._first = now
-        self._now = now if self._now is None else max(self._now, now)
+        if self._now is None or now > self._now:
+            if self._first is None:
+                self._first = now
+            self._now = now
         bucket = int(now // self.bucket_s)
         if not self._buckets or self._buckets[-1][0] < bucket:
             self._buckets.append((bucket, {}, {}))

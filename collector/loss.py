@@ -13,8 +13,8 @@ restart, so a gap is only a loss when it is plausible and nothing fills it later
   books nothing;
 - **behind the newest** by less than ``REORDER_SAMPLES``: a number in a remembered hole is a late
   sample (counted, and its share of the hole un-booked); any other number there was already
-  received: a ``duplicate`` (not counted) if its datagram's sequence number is one the agent
-  sent recently (UDP duplicated the datagram), else the sampler started numbering again
+  received: a ``duplicate`` (not counted) if its datagram's sequence number is not newer than
+  the agent's newest (UDP duplicated the datagram), else the sampler started numbering again
   (implausible, below);
 - **implausible** (ahead by more than the gap bound, or further behind than the reorder window):
   the sample is counted but moves nothing, and is put on probation (RFC 3550, A.1): only when
@@ -46,8 +46,6 @@ GAP_FLOOR = 1024
 GAP_FACTOR = 4.0
 #: An agent's uptime (ms) that goes back by more than this restarted (reordering is sub-second).
 RESTART_SLACK_MS = 2000
-#: Datagram sequence numbers remembered per agent, to recognise a duplicated datagram.
-RECENT_DATAGRAMS = 64
 #: Samplers kept per agent, and (agent, sub-agent) entries in all: a named agent that sends
 #: random source ids or sub-agents (corrupt or hostile) replaces its oldest, never grows.
 MAX_SAMPLERS = 4096
@@ -86,7 +84,7 @@ class LossTracker:
         self.restarts = 0
         self.late = 0
         self.duplicates = 0
-        #: (agent, sub-agent) -> [uptime, samplers, recent datagram numbers (set, in order)]
+        #: (agent, sub-agent) -> [uptime, samplers, newest datagram number]
         self._agents: dict[tuple[str, int], list] = {}
 
     def forget(self, keep: Callable[[str], bool]) -> None:
@@ -105,21 +103,21 @@ class LossTracker:
         """
         key = (agent, sub_agent)
         entry = self._agents.get(key)
+        repeated = False
         if entry is None:
             if len(self._agents) >= MAX_AGENTS:
                 del self._agents[next(iter(self._agents))]
-            entry = self._agents[key] = [uptime, {}, {}]
+            entry = self._agents[key] = [uptime, {}, number]
         elif RESTART_SLACK_MS < (entry[0] - uptime) % WRAP < HALF:
             self.restarts += 1
-            entry[0], entry[1], entry[2] = uptime, {}, {}
-        elif (uptime - entry[0]) % WRAP < HALF:
-            entry[0] = uptime
-        recent = entry[2]
-        repeated = number in recent
-        if not repeated:
-            recent[number] = None
-            if len(recent) > RECENT_DATAGRAMS:
-                del recent[next(iter(recent))]
+            entry[0], entry[1], entry[2] = uptime, {}, number
+        else:
+            if (uptime - entry[0]) % WRAP < HALF:
+                entry[0] = uptime
+            if (entry[2] - number) % WRAP < HALF:  # not newer than the newest: a repeat
+                repeated = True
+            else:
+                entry[2] = number
         if not flows:
             return flows
         samplers = entry[1]
