@@ -7,7 +7,10 @@ from git into a temporary directory and imported under another name, so old deco
 estimator go together) and through the working tree's, in one run. Printed: estimate / truth
 and whether the truth lies in the 95 % interval.
 
-    python -m cosample.experiments.collector_loss [--baseline 127e2e2]
+With ``--ingest``: flow samples per CPU second of the two estimators' ``ingest`` on the
+collector benchmark's capture of real datagrams (``bench_collector.real_capture``), alternating.
+
+    python -m cosample.experiments.collector_loss [--baseline 127e2e2] [--ingest]
 """
 
 from __future__ import annotations
@@ -97,9 +100,37 @@ def measure(package: str, base, datagrams, window_s) -> tuple[float, float, floa
     return row.packets_per_s, *row.packets_per_s_ci95, snapshot.window_s
 
 
+def ingest_side_by_side(package: str, rounds: int = 3, datagrams: int = 120_000) -> list[str]:
+    """Lines ``old|new samples-per-CPU-second`` per round (see the module docstring)."""
+    import time
+
+    from cosample.collector.pcap import udp_payloads
+    from cosample.collector.replay import agents_in
+    from cosample.experiments.bench_collector import real_capture
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="cosample-ingest-") as tmp:
+        capture, _ = real_capture(Path(tmp) / "real.pcap", datagrams)
+        payloads = list(udp_payloads(capture))
+        agents = agents_in(capture)
+        for round_ in range(rounds):
+            for label, name in (("old", package), ("new", "cosample.collector")):
+                inventory = importlib.import_module(f"{name}.inventory").Inventory
+                table = importlib.import_module(f"{name}.attribution").planless(
+                    inventory.model_validate({"servers": {a: {"agent_ip": a} for a in agents}}))
+                est = importlib.import_module(f"{name}.estimate").Estimator(table, window_s=30.0)
+                start = time.process_time()
+                for when, payload in payloads:
+                    est.ingest(payload, when)
+                rate = est.samples / (time.process_time() - start)
+                lines.append(f"round {round_ + 1}: {label} {rate:,.0f} flow samples per CPU second")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=BASELINE, help=f"git revision (default {BASELINE})")
+    parser.add_argument("--ingest", action="store_true",
+                        help="also ingest speed of both estimators on real datagrams")
     args = parser.parse_args(argv)
     from cosample.lab.sflowcorpus import template
     base = template("data-1140.pcap")
@@ -116,6 +147,8 @@ def main(argv=None) -> int:
                 truth = per_datagram * sent / span if sent else per_datagram / SPACING_S
                 cells += [f"{pps / truth:.3f}", "yes" if low <= truth <= high else "**no**"]
             print(f"| {name} | " + " | ".join(cells) + " |")
+        if args.ingest:
+            print("\n".join(ingest_side_by_side(old)))
     return 0
 
 
