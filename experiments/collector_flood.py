@@ -14,7 +14,6 @@ is stopped on any exit (and dies with this process: ``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import random
 import signal
@@ -27,14 +26,10 @@ import urllib.request
 from pathlib import Path
 
 from cosample.collector.pcap import udp_payloads
+from cosample.experiments.bench_collector import die_with_parent
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "sflow" / "data-1140.pcap"
 SOURCES = 256
-
-
-def die_with_parent() -> None:
-    """``preexec_fn``: the child gets SIGTERM when the process that started it dies."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port(kind: int) -> int:

@@ -4,7 +4,6 @@ traffic matrix for every sampled-header layout, and replay without a plan."""
 from __future__ import annotations
 
 import json
-import struct
 
 import pytest
 
