@@ -6,7 +6,7 @@ VENV=${COSAMPLE_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
 
 # Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector), nginx, wrk,
-# tcpdump and tshark (the application monitor's ground truth and peer), Prometheus (promtool
+# tcpdump and tshark (the application monitor's ground truth and peer, an independent sFlow decoder), Prometheus (promtool
 # and the server, for the operations tests) and the network tools the tests use.
 need_system() {
     local missing=()

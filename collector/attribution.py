@@ -157,6 +157,6 @@ def planless(inventory: Inventory | None) -> Attribution | None:
 
 
 def _agent_override(plan: Plan, host: str) -> str | None:
-    """``hosts.<h>.agent_ip`` in the plan document: the agent address when not ``tunnel_ip``."""
-    value = plan.raw.get("hosts", {}).get(host, {}).get("agent_ip") if plan.raw else None
-    return value if isinstance(value, str) and value else None
+    """``hosts.<h>.agent_ip`` (validated and normalised by the plan reader): the agent address
+    when not ``tunnel_ip``."""
+    return plan.hosts[host].agent_ip

@@ -59,7 +59,9 @@ def register(subparsers) -> None:
     run.set_defaults(func=_run)
 
     replay = commands.add_parser("replay", help="estimate from a pcap of sFlow datagrams")
-    replay.add_argument("--plan", required=True, metavar="PATH-or-URL")
+    replay.add_argument("--plan", metavar="PATH-or-URL",
+                        help="plan the agents ran; without it every agent heard samples locally "
+                             "at the rate it reports, and the agents heard are listed")
     replay.add_argument("capture", type=Path, metavar="CAPTURE.pcap")
     replay.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     replay.add_argument("--window", type=float, metavar="S",
@@ -139,11 +141,22 @@ def _positive(value: float, option: str) -> float:
 
 
 def _replay(args) -> int:
-    from cosample.collector.replay import replay, table
+    from cosample.collector.pcap import Capture
+    from cosample.collector.replay import Survey, heard_table, replay, table
+    source = Capture(args.capture)
+    heard = Survey() if args.plan is None and not args.json else None
     snapshot = replay(args.plan, args.capture, inventory=_inventory(args), name=args.name,
                       window_s=_positive(args.window, "--window") if args.window else None,
-                      reexport=_address(args.reexport, "--reexport") if args.reexport else None)
+                      reexport=_address(args.reexport, "--reexport") if args.reexport else None,
+                      source=source, heard=heard)
+    if source.unused_bytes:
+        print(f"cosample: warning: {args.capture}: cut off in record {source.cut_record}: the "
+              f"last {source.unused_bytes} bytes hold no complete record and were not used",
+              file=sys.stderr)
     print(snapshot.to_json() if args.json else table(snapshot), end="")
+    if args.plan is None and not args.json:
+        print("\nagents heard (no --plan: each samples locally at the rate it reports):")
+        print(heard_table(heard), end="")
     return 0
 
 

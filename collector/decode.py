@@ -5,8 +5,9 @@ samples (format 1, expanded 3) with the raw packet header (record 1), the extend
 (1001, skipped) and, for packets that entered through a tunnel port, the extended tunnel-ingress
 records: outer IPv4 (1024, laid out as ``sampled_ipv4``: length, protocol, source, destination,
 source port, destination port, TCP flags, ToS) and VNI (1030); counter samples (format 2,
-expanded 4) with generic interface counters (record 1). Other formats and records are skipped by
-their length. A datagram that is not well formed raises ``DecodeError`` whose ``reason`` names the
+expanded 4) with generic interface counters (record 1); discarded-packet samples (format 5,
+sflow.org/sflow_drops.txt: packets the switch dropped, with the drop reason and the packet's
+header). Other formats and records are skipped by their length. A datagram that is not well formed raises ``DecodeError`` whose ``reason`` names the
 drop counter (``truncated``, ``bad_version``, ...); nothing here keeps state.
 
 The fast path touches only the fields attribution needs; addresses of the sampled packet are
@@ -18,14 +19,20 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass
+from ipaddress import IPv6Address
 
 from cosample.collector.errors import CollectorError
 
 FLOW_SAMPLE, COUNTER_SAMPLE, FLOW_SAMPLE_EXPANDED, COUNTER_SAMPLE_EXPANDED = 1, 2, 3, 4
+DISCARDED_PACKET = 5
 RAW_PACKET_HEADER, EXTENDED_SWITCH = 1, 1001
 TUNNEL_IPV4_EGRESS, TUNNEL_IPV4_INGRESS, VNI_EGRESS, VNI_INGRESS = 1023, 1024, 1029, 1030
 GENERIC_INTERFACE_COUNTERS = 1
-ETHERTYPE_IPV4, ETHERTYPE_VLAN = 0x0800, 0x8100
+ETHERTYPE_IPV4, ETHERTYPE_IPV6 = 0x0800, 0x86DD
+#: 802.1Q, 802.1ad (QinQ outer tag) and the pre-standard QinQ tag: skipped to find the IP header.
+VLAN_TAGS = (0x8100, 0x88A8, 0x9100)
+#: sFlow's header_protocol of a raw packet header record (sflow_version_5.txt).
+HEADER_ETHERNET, HEADER_IPV4, HEADER_IPV6 = 1, 11, 12
 #: The largest UDP payload over IPv4; anything longer cannot have come from an sFlow agent.
 MAX_DATAGRAM_BYTES = 65507
 #: Drop reasons the decoder can give (the collector adds its own: unknown_agent, ...).
@@ -37,6 +44,7 @@ _PAIR = struct.Struct("!II")
 _FLOW = struct.Struct("!IIIIIIII")  # sequence, source id, rate, pool, drops, input, output, records
 _FLOW_X = struct.Struct("!IIIIIIIIIII")  # expanded: id type, id index; in/out as format, value
 _RAW = struct.Struct("!IIII")  # header protocol, frame length, stripped, header length
+_DISCARD = struct.Struct("!IIIIIIII")  # sequence, id type, id index, drops, in, out, reason, records
 _COUNTERS = struct.Struct("!III")  # sequence, source id, records
 _COUNTERS_X = struct.Struct("!IIII")
 _GENERIC = struct.Struct("!IIQIIQIIIIIIQIIIIII")
@@ -73,6 +81,7 @@ class FlowSample:
     outer_dst: bytes | None = None
     vni: int | None = None
     source_index: int = 0
+    header_protocol: int = HEADER_ETHERNET
 
     @property
     def tunnel_src(self) -> str | None:
@@ -84,44 +93,83 @@ class FlowSample:
 
     @property
     def src_mac(self) -> str | None:
-        return self.header[6:12].hex(":") if len(self.header) >= 14 else None
+        ethernet = self.header_protocol == HEADER_ETHERNET and len(self.header) >= 14
+        return self.header[6:12].hex(":") if ethernet else None
 
     @property
     def dst_mac(self) -> str | None:
-        return self.header[0:6].hex(":") if len(self.header) >= 14 else None
+        ethernet = self.header_protocol == HEADER_ETHERNET and len(self.header) >= 14
+        return self.header[0:6].hex(":") if ethernet else None
 
-    def _ipv4(self) -> int:
-        """Offset of the IPv4 header in ``header`` (after one optional VLAN tag), or -1."""
-        header = self.header
-        if len(header) < 34:
-            return -1
-        ethertype, offset = (header[12] << 8) | header[13], 14
-        if ethertype == ETHERTYPE_VLAN:
-            ethertype, offset = (header[16] << 8) | header[17], 18
-        return offset if ethertype == ETHERTYPE_IPV4 and len(header) >= offset + 20 else -1
+    def _ip(self) -> tuple[int, int]:
+        """(IP version, offset of its header in ``header``), or (0, -1): Ethernet with any
+        number of VLAN tags (802.1Q, QinQ), or a raw IPv4 or IPv6 header."""
+        header, kind = self.header, self.header_protocol
+        if kind == HEADER_ETHERNET:
+            if len(header) < 14:
+                return 0, -1
+            ethertype, offset = (header[12] << 8) | header[13], 14
+            while ethertype in VLAN_TAGS and len(header) >= offset + 4:
+                ethertype, offset = (header[offset + 2] << 8) | header[offset + 3], offset + 4
+            version = 4 if ethertype == ETHERTYPE_IPV4 else 6 if ethertype == ETHERTYPE_IPV6 \
+                else 0
+        elif kind in (HEADER_IPV4, HEADER_IPV6):
+            version, offset = (4 if kind == HEADER_IPV4 else 6), 0
+        else:
+            return 0, -1
+        if version == 4 and len(header) >= offset + 20 and header[offset] >> 4 == 4:
+            return 4, offset
+        if version == 6 and len(header) >= offset + 40 and header[offset] >> 4 == 6:
+            return 6, offset
+        return 0, -1
+
+    def _address(self, where4: int, where6: int) -> str | None:
+        version, at = self._ip()
+        if version == 4:
+            return _ntoa(self.header[at + where4:at + where4 + 4])
+        if version == 6:  # written as the inventory writes it (ipaddress, RFC 5952)
+            return str(IPv6Address(self.header[at + where6:at + where6 + 16]))
+        return None
 
     @property
     def src_ip(self) -> str | None:
-        at = self._ipv4()
-        return _ntoa(self.header[at + 12:at + 16]) if at >= 0 else None
+        return self._address(12, 8)
 
     @property
     def dst_ip(self) -> str | None:
-        at = self._ipv4()
-        return _ntoa(self.header[at + 16:at + 20]) if at >= 0 else None
+        return self._address(16, 24)
 
     @property
     def ip_protocol(self) -> int | None:
-        at = self._ipv4()
-        return self.header[at + 9] if at >= 0 else None
+        """IPv4's protocol or IPv6's next header (extension headers are not followed)."""
+        version, at = self._ip()
+        return self.header[at + (9 if version == 4 else 6)] if version else None
 
 
 def flow_record(agent: str, compact: tuple, data: bytes) -> FlowSample:
     """The ``FlowSample`` of one tuple from ``parse_compact`` (when a stage needs the record)."""
     (sequence, index, rate, drops, frame_length, vni, outer, head, tail, header, input_port,
-     output_port) = compact
+     output_port, protocol) = compact
     return FlowSample(agent, sequence, rate, 0, drops, input_port, output_port, frame_length,
-                      header if header is not None else data[head:tail], outer, None, vni, index)
+                      header if header is not None else data[head:tail], outer, None, vni, index,
+                      protocol)
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardSample:
+    """A packet the agent's switch dropped (format 5): where, why (``reason``: sFlow's drop
+    reason code, 0-255 ICMP unreachable codes, 256 and up named reasons in sflow_drops.txt) and
+    the start of the packet."""
+
+    agent: str
+    sequence: int
+    source_index: int
+    drops: int
+    input_port: int
+    output_port: int
+    reason: int
+    frame_length: int = 0
+    header: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +193,7 @@ class Datagram:
     uptime_ms: int
     flow_samples: tuple[FlowSample, ...]
     counters: tuple[InterfaceCounters, ...] = ()
+    discards: tuple[DiscardSample, ...] = ()
 
     @property
     def counter_samples(self) -> int:
@@ -184,6 +233,11 @@ def _header(data: bytes) -> tuple[str, int, int, int, int, int]:
     return agent, sub_agent, sequence, uptime, count, offset
 
 
+def datagram_agent(data: bytes) -> str:
+    """The agent address of a datagram from its header alone (cheap), or ``DecodeError``."""
+    return _header(data)[0]
+
+
 def samples_announced(data: bytes) -> int:
     """How many samples a datagram's header announces, without decoding them (cheap)."""
     return _header(data)[4]
@@ -195,6 +249,7 @@ def parse_datagram(data: bytes) -> Datagram:
     size = len(data)
     flows: list[FlowSample] = []
     counters: list[InterfaceCounters] = []
+    discards: list[DiscardSample] = []
     for _ in range(count):
         if offset + 8 > size:
             raise _truncated("sample", offset, 8, size - offset)
@@ -206,8 +261,35 @@ def parse_datagram(data: bytes) -> Datagram:
             flows.append(_flow_sample(data, start, end, agent, fmt == FLOW_SAMPLE_EXPANDED))
         elif fmt in (COUNTER_SAMPLE, COUNTER_SAMPLE_EXPANDED):
             _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
+        elif fmt == DISCARDED_PACKET:
+            discards.append(_discard_sample(data, start, end, agent))
         offset = end
-    return Datagram(agent, sub_agent, sequence, uptime, tuple(flows), tuple(counters))
+    return Datagram(agent, sub_agent, sequence, uptime, tuple(flows), tuple(counters),
+                    tuple(discards))
+
+
+def _discard_sample(data: bytes, start: int, end: int, agent: str) -> DiscardSample:
+    if start + _DISCARD.size > end:
+        raise _truncated("discarded packet sample", start, _DISCARD.size, end - start)
+    sequence, _, index, drops, input_port, output_port, reason, records = \
+        _DISCARD.unpack_from(data, start)
+    offset, frame_length, header = start + _DISCARD.size, 0, b""
+    for _ in range(records):
+        if offset + 8 > end:
+            raise _truncated("discard record", offset, 8, end - offset)
+        fmt, length = _PAIR.unpack_from(data, offset)
+        body, offset = offset + 8, offset + 8 + length
+        if offset > end:
+            raise _truncated("discard record", body, length, end - body)
+        if fmt == RAW_PACKET_HEADER:
+            if length < 16:
+                raise _truncated("raw packet header", body, 16, length)
+            _, frame_length, _, header_length = _RAW.unpack_from(data, body)
+            if header_length > length - 16:
+                raise _truncated("raw packet header", body + 16, header_length, length - 16)
+            header = data[body + 16:body + 16 + header_length]
+    return DiscardSample(agent, sequence, index, drops, input_port, output_port, reason,
+                         frame_length, header)
 
 
 def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) -> FlowSample:
@@ -226,6 +308,7 @@ def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) 
             output_port & 0x3FFFFFFF
         offset = start + 32
     frame_length, header, outer_src, outer_dst, vni = 0, b"", None, None, None
+    protocol = HEADER_ETHERNET
     for _ in range(records):
         if offset + 8 > end:
             raise _truncated("flow record", offset, 8, end - offset)
@@ -236,7 +319,7 @@ def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) 
         if fmt == RAW_PACKET_HEADER:
             if length < 16:
                 raise _truncated("raw packet header", body, 16, length)
-            _, frame_length, _, header_length = _RAW.unpack_from(data, body)
+            protocol, frame_length, _, header_length = _RAW.unpack_from(data, body)
             if header_length > length - 16:
                 raise _truncated("raw packet header", body + 16, header_length, length - 16)
             header = data[body + 16:body + 16 + header_length]
@@ -249,7 +332,7 @@ def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) 
                 raise _truncated("VNI ingress record", body, 4, length)
             vni = _U32.unpack_from(data, body)[0]
     return FlowSample(agent, sequence, rate, pool, drops, input_port, output_port, frame_length,
-                      header, outer_src, outer_dst, vni, index)
+                      header, outer_src, outer_dst, vni, index, protocol)
 
 
 def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: bool,
@@ -275,19 +358,23 @@ def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: boo
                                          out_packets=values[13], sequence=sequence))
 
 
-def parse_compact(data: bytes) -> tuple[str, int, tuple[tuple, ...], tuple[InterfaceCounters, ...]]:
-    """The collector's fast path: ``(agent, sub-agent, flows, counters)`` with each flow sample as
+def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
+                                        tuple[InterfaceCounters, ...], tuple[DiscardSample, ...]]:
+    """The collector's fast path: ``(agent, sub-agent, datagram sequence, uptime, flows,
+    counters, discards)`` with each flow sample as
     a plain tuple ``(sequence, source index, sampling rate, drops, frame length, vni, outer
     source (4 raw bytes) or None, header start, header end, header or None, input port, output
-    port)``; the header stays in ``data`` (``data[start:end]``) unless given.
+    port, header protocol)``; the header stays in ``data`` (``data[start:end]``) unless given.
 
     Same checks and errors as ``parse_datagram``; no objects per sample, so about twice as fast.
     """
-    agent, sub_agent, _, _, count, offset = _header(data)
+    agent, sub_agent, number, uptime, count, offset = _header(data)
     size = len(data)
     flows: list[tuple] = []
     counters: list[InterfaceCounters] = []
+    discards: list[DiscardSample] = []
     unpack_pair, unpack_flow, unpack_u32 = _PAIR.unpack_from, _FLOW.unpack_from, _U32.unpack_from
+    unpack_expanded = _FLOW_X.unpack_from
     for _ in range(count):
         if offset + 8 > size:
             raise _truncated("sample", offset, 8, size - offset)
@@ -301,19 +388,24 @@ def parse_compact(data: bytes) -> tuple[str, int, tuple[tuple, ...], tuple[Inter
                 raise _truncated("flow sample", start, 32, end - start)
             sequence, source, rate, _, drops, input_port, output_port, records = \
                 unpack_flow(data, start)
+            source, input_port, output_port = source & 0xFFFFFF, input_port & 0x3FFFFFFF, \
+                output_port & 0x3FFFFFFF
             at = start + 32
         elif fmt == FLOW_SAMPLE_EXPANDED:
-            sample = _flow_sample(data, start, end, agent, True)
-            flows.append((sample.sequence, sample.source_index, sample.sampling_rate,
-                          sample.drops, sample.frame_length, sample.vni, sample.outer_src, 0, 0,
-                          sample.header, sample.input_port, sample.output_port))
-            continue
+            if start + 44 > end:
+                raise _truncated("expanded flow sample", start, 44, end - start)
+            (sequence, _, source, rate, _, drops, _, input_port, _, output_port,
+             records) = unpack_expanded(data, start)
+            at = start + 44
         else:
             if fmt in (COUNTER_SAMPLE, COUNTER_SAMPLE_EXPANDED):
                 _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
+            elif fmt == DISCARDED_PACKET:
+                discards.append(_discard_sample(data, start, end, agent))
             continue
         frame_length = head = tail = 0
         vni = outer = None
+        protocol = HEADER_ETHERNET
         for _ in range(records):
             if at + 8 > end:
                 raise _truncated("flow record", at, 8, end - at)
@@ -324,7 +416,7 @@ def parse_compact(data: bytes) -> tuple[str, int, tuple[tuple, ...], tuple[Inter
             if kind == RAW_PACKET_HEADER:
                 if length < 16:
                     raise _truncated("raw packet header", body, 16, length)
-                _, frame_length, _, header_length = _RAW.unpack_from(data, body)
+                protocol, frame_length, _, header_length = _RAW.unpack_from(data, body)
                 if header_length > length - 16:
                     raise _truncated("raw packet header", body + 16, header_length, length - 16)
                 head, tail = body + 16, body + 16 + header_length
@@ -336,6 +428,6 @@ def parse_compact(data: bytes) -> tuple[str, int, tuple[tuple, ...], tuple[Inter
                 if length < 4:
                     raise _truncated("VNI ingress record", body, 4, length)
                 vni = unpack_u32(data, body)[0]
-        flows.append((sequence, source & 0xFFFFFF, rate, drops, frame_length, vni, outer, head,
-                      tail, None, input_port & 0x3FFFFFFF, output_port & 0x3FFFFFFF))
-    return agent, sub_agent, tuple(flows), tuple(counters)
+        flows.append((sequence, source, rate, drops, frame_length, vni, outer, head, tail, None,
+                      input_port, output_port, protocol))
+    return agent, sub_agent, number, uptime, tuple(flows), tuple(counters), tuple(discards)

@@ -12,8 +12,9 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cosample.collector.decode import (COUNTER_SAMPLE, FLOW_SAMPLE, GENERIC_INTERFACE_COUNTERS,
-                                       RAW_PACKET_HEADER, TUNNEL_IPV4_INGRESS, VNI_INGRESS)
+from cosample.collector.decode import (COUNTER_SAMPLE, DISCARDED_PACKET, FLOW_SAMPLE,
+                                       GENERIC_INTERFACE_COUNTERS, RAW_PACKET_HEADER,
+                                       TUNNEL_IPV4_INGRESS, VNI_INGRESS)
 
 #: sFlow agents keep datagrams within a common MTU; so does the re-export.
 DATAGRAM_BUDGET_BYTES = 1400
@@ -57,6 +58,18 @@ def flow_sample(spec: SampleSpec) -> bytes:
                        spec.sampling_rate, spec.sample_pool & 0xFFFFFFFF, spec.drops,
                        spec.input_port, spec.output_port, len(records)) + b"".join(records)
     return _record(FLOW_SAMPLE, body)
+
+
+def discard_sample(sequence: int, reason: int, header: bytes, frame_length: int,
+                   source_index: int = 1000, drops: int = 0, input_port: int = 1,
+                   output_port: int = 0) -> bytes:
+    """One discarded-packet sample (format 5, sflow_drops.txt) with the packet's header."""
+    padded = header + b"\0" * (-len(header) % 4)
+    record = _record(RAW_PACKET_HEADER, struct.pack("!IIII", _ETHERNET, frame_length, 4,
+                                                    len(header)) + padded)
+    body = struct.pack("!IIIIIIII", sequence, 0, source_index, drops, input_port, output_port,
+                       reason, 1) + record
+    return _record(DISCARDED_PACKET, body)
 
 
 def counter_sample(sequence: int, if_index: int, in_packets: int, out_packets: int,

@@ -18,13 +18,18 @@ estimates (docs/collector.md, "Renormalisation"):
   stream's variance is its samples' ``sum w(w-1)`` (Horvitz-Thompson), so rates that change
   within the window count right; 1-in-1 streams are exact;
 - samples lost between agent and collector (sequence gaps) or dropped by the agent (``drops``)
-  scale that agent's sums by ``(received + lost) / received``.
+  scale that agent's sums by ``(received + lost) / received``, both over the window; ``loss``
+  tells lost from late, duplicate and reset, and books a gap over the time it covers.
+
+Per-agent state is kept only for agents the attribution names (plan or inventory); datagrams
+from any other address are counted (``unknown_agent``) and their addresses kept in a short,
+expiring list (``UnknownAgents``), so a flood from random sources costs no memory.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from socket import inet_ntoa as _ntoa
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -32,13 +37,19 @@ from datetime import datetime, timezone
 from cosample.collector.attribution import LOCAL, Attribution, Source
 from cosample.collector.decode import DecodeError, FlowSample, flow_record, parse_compact
 from cosample.collector.exposure import PENDING, Streams, extrapolate, precision
+from cosample.collector.loss import LossTracker
 from cosample.collector.intervals import normal_interval, packets_interval
 from cosample.collector.snapshot import PlanRef, ServerEstimate, Snapshot
 
 #: Expected mirrored (or local) samples in a window above which none arriving means the data
 #: plane does not do what the plan says (agent in its safe state, mirror not yet set up).
 MISSING_STREAM_SAMPLES = 20.0
-_WRAP, _HALF = 1 << 32, 1 << 31
+_WRAP = 1 << 32
+#: Verdicts cached per (agent, VNI, outer source); cleared when full (tenant tunnels are many).
+VERDICT_CACHE = 4096
+#: Unknown agent addresses listed in the snapshot, and for how long after their last datagram.
+UNKNOWN_AGENTS_LISTED = 32
+UNKNOWN_AGENT_TTL_S = 300.0
 
 Hook = Callable[[FlowSample, Source, float], None]
 
@@ -60,11 +71,17 @@ class Estimator:
         self.samples = 0
         self.rate_of: dict[str, int] = {}  # agent -> the 1-in-N it reported last
         self.on_sample: Hook | None = None  # re-export
+        #: Sees every decoded datagram as ``(agent, flows, counters, discards)`` (replay's list
+        #: of the agents heard).
+        self.on_datagram: Callable[[str, tuple, tuple, tuple], None] | None = None
         #: sums are kept per bucket of ``bucket_s`` seconds: a tenth of the window (memory grows
         #: with the number of buckets, the window slides by one bucket)
         self.bucket_s = max(1.0, window_s / 10) if window_s else 60.0
         self._buckets: deque[tuple[int, dict, dict]] = deque()
-        self._sequences: dict[tuple[str, int], tuple[int, int]] = {}
+        self.loss = LossTracker(self._book)
+        self._lost: dict[int, dict[str, float]] = {}  # bucket -> agent -> samples lost in it
+        self.unknown = UnknownAgents()
+        self.discards: dict[str, dict[str, int]] = {}  # server -> drop reason -> discards
         self._counters: dict[tuple[str, int], tuple[float, int, int]] = {}
         self.interfaces: dict[str, dict[str, dict[str, float]]] = {}
         self._last: dict[str, float] = {}
@@ -94,18 +111,27 @@ class Estimator:
         self.streams.plan(attribution, now if now is not None else self._now, last)
         self._mirror_q.clear()
         self._verdicts.clear()
+        known = attribution.server_of_agent
+        self.loss.forget(known.__contains__)
+        for agent in [agent for agent in self.rate_of if agent not in known]:
+            del self.rate_of[agent]
+        for key in [key for key in self._counters if key[0] not in known]:
+            del self._counters[key]
 
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
         try:
-            agent, _, flows, counters = parse_compact(data)
+            agent, sub_agent, number, uptime, flows, counters, discards = parse_compact(data)
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
             return
         self.datagrams += 1
-        if self._first is None:
-            self._first = now
-        self._now = now if self._now is None else max(self._now, now)
+        if self.on_datagram is not None:
+            self.on_datagram(agent, flows, counters, discards)
+        if self._now is None or now > self._now:
+            if self._first is None:
+                self._first = now
+            self._now = now
         bucket = int(now // self.bucket_s)
         if not self._buckets or self._buckets[-1][0] < bucket:
             self._buckets.append((bucket, {}, {}))
@@ -113,33 +139,64 @@ class Estimator:
         _, sums, agents = self._buckets[-1]
         attribution = self.attribution
         if attribution is None:
-            self.dropped["no_plan"] += len(flows)
+            self.dropped["no_plan"] += len(flows) + len(discards)
             return
         self.samples += len(flows)
-        received, lost = 0, self._lost(agent, flows) if flows else 0
+        home = attribution.server_of_agent.get(agent)
+        if home is None:  # no state for agents nobody named
+            self.unknown.heard(agent, now)
+            self.dropped["unknown_agent"] += len(flows) + len(discards)
+            if counters:
+                self.dropped["unknown_agent_counters"] += len(counters)
+            return
+        if discards:
+            self._discarded(home, discards)
+        kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now)
+        if kept is not flows:
+            self.dropped["duplicate"] += len(flows) - len(kept)
+            flows = kept
+        received = 0
         server_of_address = attribution.server_of_address
         verdicts, rate_of = self._verdicts, self.rate_of
         last_seen, hook = self._last, self.on_sample
         need_record = hook is not None or bool(server_of_address)
         agent_rate = rate_of.get(agent)
         gate, starting = self.streams.gate, None
-        for flow in flows:
-            rate, size, vni, outer = flow[2], flow[4], flow[5], flow[6]
+        if need_record:  # each sample on its own: its destination, the re-export's record
+            groups = [(flow[2], flow[5], flow[6], 1, flow[4], flow[4] * flow[4], flow)
+                      for flow in flows]
+        else:  # samples alike but for their size are added once per datagram (the common case)
+            alike: dict[tuple, list] = {}
+            for flow in flows:
+                like = (flow[2], flow[5], flow[6])
+                size = flow[4]
+                group = alike.get(like)
+                if group is None:
+                    alike[like] = [1, size, size * size]
+                else:
+                    group[0] += 1
+                    group[1] += size
+                    group[2] += size * size
+            groups = [(rate, vni, outer, n, sizes, squares, None)
+                      for (rate, vni, outer), (n, sizes, squares) in alike.items()]
+        for rate, vni, outer, n, sizes, squares, flow in groups:
             verdict_key = (agent, vni, outer)
             source = verdicts.get(verdict_key)
             if source is None:
+                if len(verdicts) >= VERDICT_CACHE:
+                    verdicts.clear()
                 source = verdicts[verdict_key] = attribution.source(
                     agent, vni, _ntoa(outer) if outer is not None else None)
             if source.__class__ is str:
-                (self.ignored if source == "overlay_ingress" else self.dropped)[source] += 1
+                (self.ignored if source == "overlay_ingress" else self.dropped)[source] += n
                 continue
             if rate <= 0:
-                self.dropped["bad_sampling_rate"] += 1
+                self.dropped["bad_sampling_rate"] += n
                 continue
             if rate != agent_rate:
                 rate_of[agent] = agent_rate = rate
                 self._mirror_q.clear()
-            received += 1
+            received += n
             server = source.server
             kind = 0 if source.kind is LOCAL else 1
             if gate or starting is not None:
@@ -150,15 +207,15 @@ class Estimator:
                     self._mirror_q.pop(server, None)              # datagram were taken before
                     starting = (starting or set()) | {stream}
                 if starting is not None and stream in starting:
-                    self.ignored["stream_start"] += 1
+                    self.ignored["stream_start"] += n
                     continue
                 if state is not None:
-                    self.dropped["stale_local"] += 1
+                    self.dropped["stale_local"] += n
                     continue
             weight = float(rate) if kind == 0 else 1.0 / self._q(server)
             variance = weight * (weight - 1.0)  # (1-p)/p^2: the sample's share of the variance
             dst = record = None
-            if need_record:
+            if flow is not None:
                 record = flow_record(agent, flow, data)
                 if server_of_address:
                     dst = server_of_address.get(record.dst_ip) or \
@@ -167,24 +224,19 @@ class Estimator:
             acc = sums.get(key)
             if acc is None:
                 acc = sums[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now]
-            square = size * size
-            acc[0] += 1
-            acc[1] += weight
-            acc[2] += size * weight
-            acc[3] += square * weight
-            acc[4] += variance
-            acc[5] += square * variance
+            acc[0] += n
+            acc[1] += n * weight
+            acc[2] += sizes * weight
+            acc[3] += squares * weight
+            acc[4] += n * variance
+            acc[5] += squares * variance
             acc[6] = now  # arrival of the stream's newest datagram (where a dropped one ends)
             if last_seen.get(server, 0.0) < now:
                 last_seen[server] = now
             if hook is not None:
                 hook(record, source, self.weight(server, kind, weight))
-        if received or lost:
-            tally = agents.get(agent)
-            if tally is None:
-                tally = agents[agent] = [0, 0]
-            tally[0] += received
-            tally[1] += lost
+        if received:
+            agents[agent] = agents.get(agent, 0) + received
         for counter in counters:
             self._interface(counter, now)
 
@@ -201,31 +253,31 @@ class Estimator:
             q for receiver, q in self.attribution.mirror_rates(sender, self.rate_of).items()
             if runs(sender, servers[receiver].agent, 1)))
 
-    def _lost(self, agent: str, flows: tuple[tuple, ...]) -> int:
-        """Samples the agent numbered (or dropped) but that never arrived: gaps per sampler.
+    def _book(self, agent: str, count: float, t0: float, t1: float) -> None:
+        """Spread ``count`` lost samples of ``agent`` over the buckets of ``[t0, t1]`` (the time
+        the gap covers), in proportion to time; buckets already out of the window get none."""
+        size = self.bucket_s
+        first, last = int(t0 // size), int(t1 // size)
+        oldest = self._buckets[0][0] if self.window_s is not None and self._buckets else first
+        lost = self._lost
+        for bucket in range(max(first, oldest), last + 1):
+            share = 1.0 if last == first else \
+                (min(t1, (bucket + 1) * size) - max(t0, bucket * size)) / (t1 - t0)
+            if share > 0.0:
+                row = lost.get(bucket)
+                if row is None:
+                    row = lost[bucket] = {}
+                row[agent] = row.get(agent, 0.0) + count * share
 
-        OVS has one sampler per bridge and numbers its samples consecutively, so the common
-        datagram is one run: only its ends are compared with what the sampler sent before.
-        Flows are ``parse_compact`` tuples: (sequence, source index, rate, drops, ...).
-        """
-        first, last = flows[0], flows[-1]
-        if first[1] == last[1] and (last[0] - first[0]) % _WRAP == len(flows) - 1:
-            runs = ((first, last),)
-        else:
-            runs = tuple((flow, flow) for flow in flows)
-        lost, sequences = 0, self._sequences
-        for head, tail in runs:
-            sampler = (agent, head[1])
-            previous = sequences.get(sampler)
-            sequences[sampler] = (tail[0], tail[3])
-            if previous is None:
-                continue
-            gap = (head[0] - previous[0]) % _WRAP
-            if not 0 < gap < _HALF:  # a duplicate, or the agent restarted: start again
-                continue
-            drops = (tail[3] - previous[1]) % _WRAP
-            lost += gap - 1 + (drops if drops < _HALF else 0)
-        return lost
+    def _discarded(self, server: str, discards: tuple) -> None:
+        """Packets the agent's switch dropped: not traffic the server sent on, so not in its
+        estimate (``ignored.discarded_packet``), counted per drop reason."""
+        self.ignored["discarded_packet"] += len(discards)
+        reasons = self.discards.setdefault(server, {})
+        for discard in discards:
+            reason = str(discard.reason)
+            if reason in reasons or len(reasons) < 64:
+                reasons[reason] = reasons.get(reason, 0) + 1
 
     def _interface(self, counters, now: float) -> None:
         if self.attribution is None:
@@ -247,8 +299,11 @@ class Estimator:
     def _expire(self, bucket: int) -> None:
         if self.window_s is None:
             return
-        while self._buckets and self._buckets[0][0] <= bucket - round(self.window_s / self.bucket_s):
+        oldest = bucket - round(self.window_s / self.bucket_s)
+        while self._buckets and self._buckets[0][0] <= oldest:
             self._buckets.popleft()
+        for old in [old for old in self._lost if old <= oldest]:
+            del self._lost[old]
 
     # combination ----------------------------------------------------------------------------
     def _precisions(self, server: str, local_seen: bool = True,
@@ -276,15 +331,20 @@ class Estimator:
             start = max(start, self._buckets[0][0] * self.bucket_s)
         span = now - start
         window = max(span, 1.0)
-        agents: dict[str, list[int]] = {}
+        agents: dict[str, list[float]] = {}
         streams: dict[str, list[list[float]]] = {}  # server -> [local sums, mirrored sums]
         matrix: dict[tuple[str, str, int], float] = {}
         for _, sums, tallies in self._buckets:
-            for agent, (got, lost) in tallies.items():
-                tally = agents.setdefault(agent, [0, 0])
-                tally[0] += got
-                tally[1] += lost
-        loss = {agent: (got + lost) / got if got else 1.0 for agent, (got, lost) in agents.items()}
+            for agent, got in tallies.items():
+                agents.setdefault(agent, [0, 0.0])[0] += got
+        oldest = self._buckets[0][0] if self._buckets else None
+        for bucket, row in self._lost.items():
+            if oldest is not None and bucket >= oldest:
+                for agent, lost in row.items():
+                    if agent in agents:
+                        agents[agent][1] += lost
+        loss = {agent: (got + max(lost, 0.0)) / got if got else 1.0
+                for agent, (got, lost) in agents.items()}
         for _, sums, _ in self._buckets:
             for (server, agent, kind, dst), (n, w, bw, b2w, v, b2v, _) in sums.items():
                 f = loss.get(agent, 1.0)  # each received sample stands for f: weight f w
@@ -353,7 +413,17 @@ class Estimator:
                                      window_s=window, plan=plan, traffic_pps=traffic,
                                      dropped=dict(sorted(self.dropped.items())),
                                      ignored=dict(sorted(self.ignored.items())),
-                                     agents=sorted(agents))
+                                     agents=sorted(agents),
+                                     unknown_agents=self.unknown.listed(now),
+                                     discards={server: dict(sorted(reasons.items()))
+                                               for server, reasons in sorted(self.discards.items())},
+                                     sequence=self.sequence_counts())
+
+    def sequence_counts(self) -> dict[str, int]:
+        """What the sequence numbers said since start (``loss``): resets, restarts, late."""
+        loss = self.loss
+        counts = {"reset": loss.resets, "restart": loss.restarts, "late": loss.late}
+        return {key: value for key, value in counts.items() if value}
 
 
 def _precision(probability: float) -> float:
@@ -395,3 +465,29 @@ def _share(w_local: float, w_mirrored: float, kind: int) -> float:
 
 def _utc(unix: float) -> datetime:
     return datetime.fromtimestamp(unix, timezone.utc)
+
+
+class UnknownAgents:
+    """Addresses of agents nobody named, most recent first: at most ``UNKNOWN_AGENTS_LISTED``,
+    each forgotten ``UNKNOWN_AGENT_TTL_S`` after its last datagram (what a user forgot to plan)."""
+
+    def __init__(self) -> None:
+        self._heard: OrderedDict[str, list[float]] = OrderedDict()  # address -> [last, datagrams]
+
+    def heard(self, agent: str, now: float) -> None:
+        entry = self._heard.get(agent)
+        if entry is None:
+            if len(self._heard) >= UNKNOWN_AGENTS_LISTED:
+                self._heard.popitem(last=False)
+            self._heard[agent] = [now, 1]
+            return
+        entry[0] = max(entry[0], now)
+        entry[1] += 1
+        self._heard.move_to_end(agent)
+
+    def listed(self, now: float) -> dict[str, int]:
+        """address -> datagrams heard from it, after forgetting the expired."""
+        heard = self._heard
+        while heard and next(iter(heard.values()))[0] < now - UNKNOWN_AGENT_TTL_S:
+            heard.popitem(last=False)
+        return {agent: int(entry[1]) for agent, entry in reversed(heard.items())}

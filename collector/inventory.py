@@ -12,20 +12,15 @@ as a pydantic model.
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
 from cosample.collector.errors import CollectorError
-from cosample.validation import Strict, read_document, validate
+from cosample.validation import IpAddress, Strict, read_document, validate
 
 INVENTORY_FORMAT = "cosample.addresses"
-
-
-def _ip(value: str) -> str:
-    return str(ipaddress.ip_address(value))
 
 
 def _mac(value: str) -> str:
@@ -36,7 +31,6 @@ def _mac(value: str) -> str:
     return ":".join(parts)
 
 
-IpAddress = Annotated[str, AfterValidator(_ip)]
 MacAddress = Annotated[str, AfterValidator(_mac)]
 
 

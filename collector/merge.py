@@ -22,7 +22,7 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
     instances (its local samples reach one, its mirrored copies another) gets the sum of their
     rates and variances, its interval recomputed (this needs the ``*_variance`` fields); an agent
     heard by two instances is an error (its samples would count twice). ``traffic_pps``,
-    ``dropped`` and ``ignored`` add up. The merge is as fresh as its stalest part (``time`` is
+    ``dropped``, ``ignored``, ``sequence`` and ``unknown_agents`` add up. The merge is as fresh as its stalest part (``time`` is
     the earliest) and ``window_s`` the shortest; ``plan`` is the newest when parts disagree (a
     plan change reaches the collectors at different times). Servers come out sorted by name.
     """
@@ -50,7 +50,11 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
         traffic_pps=_add_traffic(tables) if tables else None,
         dropped=_add_counts(part.dropped for part in parts),
         ignored=_add_counts(part.ignored for part in parts),
-        agents=sorted(heard))
+        agents=sorted(heard),
+        unknown_agents=dict(list(_add_counts(part.unknown_agents for part in parts).items())[:32]),
+        sequence=_add_counts(part.sequence for part in parts),
+        discards={server: _add_counts(part.discards.get(server, {}) for part in parts)
+                  for server in sorted({s for part in parts for s in part.discards})})
 
 
 def _add_traffic(tables: list[TrafficTable]) -> TrafficTable:

@@ -3,11 +3,14 @@
 Classic pcap only (micro- or nanosecond timestamps, either byte order) with Ethernet (optionally
 802.1Q-tagged), Linux cooked (SLL, SLL2), raw IP or BSD loopback link layers; IPv4 and IPv6;
 UDP on any port. Frames that are not UDP, or are IP fragments, are counted and skipped; a file
-that is not a pcap, or ends inside a record header, is one ``CollectorError`` naming the file.
+that is not a pcap is one ``CollectorError`` naming the file. A capture cut off inside a record
+(a copy interrupted, a disk that filled) gives the records before the cut, as tcpdump and the
+peers do, and says how many bytes at its end it could not use (``Capture.unused_bytes``).
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -23,6 +26,9 @@ LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2 = 0, 1, 10
 LINKS = (LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2)
 ETHERTYPE_IPV4, ETHERTYPE_IPV6, VLAN_TAGS = 0x0800, 0x86DD, (0x8100, 0x88A8)
 UDP = 17
+#: A record longer than this is no frame (the largest snap length tcpdump takes is 262144):
+#: the capture is cut or corrupt from there on.
+MAX_RECORD_BYTES = 1 << 18
 
 
 @dataclass
@@ -31,6 +37,10 @@ class Capture:
 
     path: Path
     skipped: Counter = field(default_factory=Counter)
+    #: Bytes at the end of a cut-off capture that hold no complete record, and the record they
+    #: begin (1-based), or 0 and None for a whole capture.
+    unused_bytes: int = 0
+    cut_record: int | None = None
 
 
 def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[tuple[float, bytes]]:
@@ -54,22 +64,31 @@ def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[t
             raise CollectorError(f"{path}: link type {link} is not supported (Ethernet, Linux "
                                  "cooked, raw IP or loopback captures are)")
         record = struct.Struct(order + "IIII")
-        number = 0
-        while True:
-            header = handle.read(16)
-            if not header:
-                return
-            number += 1
-            if len(header) < 16:
-                raise CollectorError(f"{path}: record {number}: truncated record header")
-            seconds, fraction, included, _ = record.unpack(header)
-            frame = handle.read(included)
-            if len(frame) < included:
-                raise CollectorError(f"{path}: record {number}: truncated ({len(frame)} of "
-                                     f"{included} bytes)")
-            payload = _udp_payload(frame, link, capture.skipped)
-            if payload is not None:
-                yield seconds + fraction * unit, payload
+        size = path.stat().st_size
+        if size <= 24:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield from _records(data, size, record, unit, link, capture)
+
+
+def _records(data, size: int, record: struct.Struct, unit: float, link: int,
+             capture: Capture) -> Iterator[tuple[float, bytes]]:
+    """The records of a mapped capture after its file header (see ``udp_payloads``)."""
+    unpack, skipped, offset, number = record.unpack_from, capture.skipped, 24, 0
+    while offset < size:
+        number += 1
+        if offset + 16 > size:
+            capture.unused_bytes, capture.cut_record = size - offset, number
+            return
+        seconds, fraction, included, _ = unpack(data, offset)
+        start = offset + 16
+        offset = start + included
+        if included > MAX_RECORD_BYTES or offset > size:
+            capture.unused_bytes, capture.cut_record = size - start + 16, number
+            return
+        payload = _udp_payload(data[start:offset], link, skipped)
+        if payload is not None:
+            yield seconds + fraction * unit, payload
 
 
 def _udp_payload(frame: bytes, link: int, skipped: Counter) -> bytes | None:

@@ -1,10 +1,20 @@
-"""``collector replay``: the daemon's estimator driven by a capture, with time from the capture."""
+"""``collector replay``: the daemon's estimator driven by a capture, with time from the capture.
+
+Without a plan, every agent heard in the capture is a server of its own (named by its address,
+or by the inventory's name for its ``agent_ip``) sampling locally at the rate it reports, the
+agents' safe state: a user can look at a capture of their own fleet before writing a plan, and
+``heard`` lists what was heard (address, datagrams, samples, rates). A first pass reads only the
+datagram headers (the agents); the estimate is the second.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cosample.collector import attribution
+from cosample.collector.decode import DecodeError, datagram_agent
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
@@ -14,20 +24,80 @@ from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
 
 
-def replay(plan: str, capture: str | Path, *, inventory: Inventory | None = None,
+@dataclass
+class Heard:
+    """One agent as a capture holds it."""
+
+    datagrams: int = 0
+    flow_samples: int = 0
+    counter_samples: int = 0
+    discard_samples: int = 0
+    rates: set[int] = field(default_factory=set)
+
+
+class Survey(dict):
+    """agent -> ``Heard``, filled by the estimator's ``on_datagram`` hook."""
+
+    def __call__(self, agent: str, flows: tuple, counters: tuple, discards: tuple) -> None:
+        entry = self.get(agent)
+        if entry is None:
+            entry = self[agent] = Heard()
+        entry.datagrams += 1
+        entry.flow_samples += len(flows)
+        entry.counter_samples += len(counters)
+        entry.discard_samples += len(discards)
+        if flows:
+            entry.rates.update(flow[2] for flow in flows)
+
+
+def agents_in(capture: str | Path) -> list[str]:
+    """The agent addresses of a capture's datagrams, in order of first appearance (headers
+    only; datagrams that do not decode are left to the estimator's counters)."""
+    seen: dict[str, None] = {}
+    for _, payload in udp_payloads(capture):
+        try:
+            seen[datagram_agent(payload)] = None
+        except DecodeError:
+            continue
+    return list(seen)
+
+
+def heard_attribution(heard, inventory: Inventory | None):
+    """Plan-less attribution in which every agent heard is a server sampling locally at its own
+    rate: named by the inventory when its ``agent_ip`` is there, else by its address."""
+    servers = {name: entry.model_dump(exclude_defaults=True)
+               for name, entry in (inventory.servers.items() if inventory else ())}
+    named = inventory.server_of_agent() if inventory is not None else {}
+    for agent in heard:
+        if agent not in named:
+            servers.setdefault(agent, {})["agent_ip"] = agent
+    return attribution.planless(Inventory.model_validate({"servers": servers}))
+
+
+def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None = None,
            name: str = "replay", window_s: float | None = None,
-           reexport: tuple[str, int] | None = None) -> Snapshot:
-    """Feed every UDP datagram of ``capture`` to an ``Estimator``; the snapshot at its end."""
-    source = Capture(Path(capture))
+           reexport: tuple[str, int] | None = None, source: Capture | None = None,
+           heard: Survey | None = None) -> Snapshot:
+    """Feed every UDP datagram of ``capture`` to an ``Estimator``; the snapshot at its end.
+
+    ``plan`` None: every agent heard samples locally at the rate it reports (module docstring).
+    ``source`` receives what the capture held besides datagrams (skipped frames, a cut end);
+    ``heard``, every agent heard with its datagrams, samples and rates.
+    """
+    source = source if source is not None else Capture(Path(capture))
     datagrams = udp_payloads(capture, source)
     first = next(datagrams, None)
     if first is None:
         raise CollectorError(f"{capture}: no UDP datagrams in the capture")
-    attribution = load_for_replay(plan, inventory, datetime.fromtimestamp(first[0], timezone.utc))
-    estimator = Estimator(attribution, window_s=window_s, name=name)
+    if plan is None:
+        table = heard_attribution(agents_in(capture), inventory)
+    else:
+        table = load_for_replay(plan, inventory, datetime.fromtimestamp(first[0], timezone.utc))
+    estimator = Estimator(table, window_s=window_s, name=name)
+    estimator.on_datagram = heard
     exporter = None
     if reexport is not None:
-        exporter = Reexporter(reexport, attribution, clock_ms=lambda: 0)
+        exporter = Reexporter(reexport, table, clock_ms=lambda: 0)
         estimator.on_sample = exporter
     last = first[0]
     try:
@@ -57,4 +127,15 @@ def table(snapshot: Snapshot) -> str:
     for title, counts in (("dropped", snapshot.dropped), ("ignored", snapshot.ignored)):
         if counts:
             lines.append(f"{title}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return "\n".join(lines) + "\n"
+
+
+def heard_table(heard: dict[str, Heard]) -> str:
+    """The agents a capture holds: what to put in a plan or an inventory."""
+    lines = [f"{'agent':<40} {'datagrams':>9} {'flow samples':>12} {'counter samples':>15} "
+             f"{'discards':>8} rates (1-in-N)"]
+    for agent, entry in sorted(heard.items()):
+        rates = ", ".join(str(rate) for rate in sorted(entry.rates)) or "-"
+        lines.append(f"{agent:<40} {entry.datagrams:>9} {entry.flow_samples:>12} "
+                     f"{entry.counter_samples:>15} {entry.discard_samples:>8} {rates}")
     return "\n".join(lines) + "\n"

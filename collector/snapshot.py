@@ -248,6 +248,17 @@ class Snapshot(Strict):
     #: sFlow agent addresses this collector heard in the window: an agent heard by two merged
     #: instances would be counted twice.
     agents: list[str] = Field(default_factory=list)
+    #: Addresses of agents that neither plan nor inventory names, most recent first, with their
+    #: datagrams: at most 32, each forgotten 5 min after its last datagram (their samples are
+    #: ``dropped.unknown_agent``; no other state is kept for them).
+    unknown_agents: dict[str, Count] = Field(default_factory=dict)
+    #: What sampler sequence numbers said since start: ``reset`` (an implausible jump confirmed
+    #: by the next sample), ``restart`` (an agent's uptime went back), ``late`` (reordered
+    #: samples that filled a gap). docs/collector.md, "Loss".
+    sequence: dict[str, Count] = Field(default_factory=dict)
+    #: Discarded-packet samples (sFlow format 5) since start: server -> drop reason code ->
+    #: samples (packets the server's switch dropped; ``ignored.discarded_packet`` in all).
+    discards: dict[str, dict[str, Count]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Snapshot":

@@ -89,6 +89,15 @@ def _tunnel_address(text: str) -> str:
 TunnelAddress = Annotated[str, AfterValidator(_tunnel_address)]
 
 
+def _ip_address(text: str) -> str:
+    return str(ipaddress.ip_address(text))
+
+
+#: Any IP address, normalised (``"0030::1:1:1"`` -> ``"30::1:1:1"``): sFlow agent addresses
+#: (plan, collector inventory) and VM addresses are compared as text after this.
+IpAddress = Annotated[str, AfterValidator(_ip_address)]
+
+
 class Strict(BaseModel):
     """Base of every input model: unknown keys are errors, nothing is coerced, results immutable.
 

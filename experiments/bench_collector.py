@@ -12,7 +12,16 @@ the load, so each step also records the CPU seconds the collector's processes us
 CPU second is what one core sustains when it is not shared, compared side by side. Memory per tracked server and per tracked
 server pair is measured with tracemalloc on the estimator's state.
 
-    python -m cosample.experiments.bench_collector [--quick] [--csv FILE]
+Replay side by side (``replay_side_by_side``, also alone with ``--replay-only``): a capture built
+from real datagrams (three of tests/data/sflow's captures, renumbered as their agents would
+send them: ``cosample.lab.sflowcorpus``) read by ``cosample collector replay CAPTURE`` (no plan)
+and by ``sfacctd`` (``pcap_savefile``), CPU seconds of each whole command (``RUSAGE_CHILDREN``),
+and by the same code in this process (``replay()``, and ``Estimator.ingest`` on the datagrams
+already in memory: the daemon's work per datagram without the socket), alternating, best of
+``--repeats``. Every daemon or command started here is stopped on any exit, and dies with this
+process (``PR_SET_PDEATHSIG``).
+
+    python -m cosample.experiments.bench_collector [--quick] [--csv FILE] [--replay-only]
 """
 
 from __future__ import annotations
@@ -20,11 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import resource
+import signal
 import tracemalloc
 import urllib.request
 from pathlib import Path
@@ -104,6 +116,87 @@ def send(datagrams: list[bytes], counts: list[int], target: tuple[str, int], rat
     return sent
 
 
+REPLAY_TEMPLATES = ("data-1140.pcap", "data-qinq.pcap", "data-sflow-ipv4-data.pcap")
+
+
+def real_capture(path: Path, datagrams: int) -> tuple[Path, int]:
+    """A capture of ``datagrams`` real datagrams, the templates' agents interleaved 1 ms apart;
+    with the flow samples it holds."""
+    from cosample.collector.pcap import write_pcap
+    from cosample.lab.sflowcorpus import stream, template
+    bases = [template(name) for name in REPLAY_TEMPLATES]
+    per = datagrams // len(bases)
+    streams = [stream(base, per, spacing=0.001 * len(bases), start=1.7e9 + 0.001 * k)
+               for k, base in enumerate(bases)]
+    merged = sorted((when, bytes(data)) for part in streams for when, data in part)
+    samples = per * sum(len(base.samples) for base in bases)
+    return write_pcap(path, merged), samples
+
+
+def _child_cpu(argv: list[str], timeout_s: float = 600.0) -> tuple[float, str]:
+    """CPU seconds (user + system) of a command run to completion, and its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=True,
+                            preexec_fn=die_with_parent)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime), result.stdout
+
+
+def replay_side_by_side(datagrams: int = 120_000, repeats: int = 3, log=print) -> pd.DataFrame:
+    """Flow samples per CPU second of our replay (command and in-process), our ingest alone
+    and ``sfacctd`` replaying the same capture; rows per repeat (see the module docstring)."""
+    from cosample.collector.pcap import udp_payloads
+    from cosample.collector.replay import agents_in, heard_attribution, replay
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="cosample-bench-replay-") as tmp:
+        capture, samples = real_capture(Path(tmp) / "real.pcap", datagrams)
+        payloads = list(udp_payloads(capture))
+        table = heard_attribution(agents_in(capture), None)
+        for repeat in range(repeats):
+            cpu, out = _child_cpu([sys.executable, "-m", "cosample", "collector", "replay",
+                                   str(capture), "--json"])
+            counted = sum(json.loads(out)["servers"]["samples"])
+            rows.append({"what": "cosample collector replay (command)", "repeat": repeat,
+                         "samples": counted, "cpu_s": cpu})
+            directory = Path(tmp) / f"pmacct{repeat}"
+            directory.mkdir()
+            cpu, _ = _child_cpu(sfacctd_replay_argv(directory, capture))
+            rows.append({"what": "sfacctd pcap_savefile (command)", "repeat": repeat,
+                         "samples": samples, "cpu_s": cpu})
+            start = time.process_time()
+            snapshot = replay(None, capture)
+            rows.append({"what": "replay() in process", "repeat": repeat,
+                         "samples": sum(snapshot.servers.samples),
+                         "cpu_s": time.process_time() - start})
+            estimator = Estimator(table, window_s=30.0)
+            start = time.process_time()
+            for when, payload in payloads:
+                estimator.ingest(payload, when)
+            rows.append({"what": "Estimator.ingest in process", "repeat": repeat,
+                         "samples": estimator.samples, "cpu_s": time.process_time() - start})
+            log(f"replay repeat {repeat + 1}/{repeats} done")
+    table = pd.DataFrame(rows)
+    table["samples_per_cpu_s"] = table["samples"] / table["cpu_s"]
+    return table
+
+
+def sfacctd_replay_argv(directory: Path, capture: Path) -> list[str]:
+    """``sfacctd`` reading ``capture`` once and exiting (renormalising, one line per agent)."""
+    config = directory / "sfacctd-pcap.conf"
+    config.write_text("\n".join([
+        "daemonize: false", f"pcap_savefile: {capture.resolve()}", "pcap_savefile_wait: false",
+        "sfacctd_renormalize: true", "plugins: print", "aggregate: peer_src_ip",
+        "print_output: csv", f"print_output_file: {directory / 'out.csv'}",
+        "print_refresh_time: 1", ""]))
+    return ["sfacctd", "-f", str(config)]
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGTERM when this process dies, however it dies."""
+    import ctypes
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _pinned(argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(COLLECTOR_CORE), *argv]
 
@@ -118,10 +211,11 @@ class Ours:
             "--listen", f"127.0.0.1:{self.port}", "--metrics-port", str(self.http),
             "--window", "30", "--export-interval", "1", "--name", "bench",
             "--receive-buffer", str(RECEIVE_BUFFER)]), stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+            stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
         deadline = time.monotonic() + 30
         while self.received() is None:
             if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
                 raise RuntimeError("cosample collector did not start")
             time.sleep(0.2)
 
@@ -149,15 +243,21 @@ class Ours:
         return [self.process.pid]
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
 
 
 class Theirs:
     name = "pmacct sfacctd"
 
     def __init__(self, directory: Path) -> None:
-        self.peer = Sfacctd(directory, renormalize=False, receive_buffer=RECEIVE_BUFFER)
+        self.peer = Sfacctd(directory, renormalize=False, receive_buffer=RECEIVE_BUFFER,
+                            preexec_fn=die_with_parent)
         self.peer.start()
         os.sched_setaffinity(self.peer._process.pid, {COLLECTOR_CORE})
         for child in _children(self.peer._process.pid):
@@ -294,7 +394,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds per rate (default 8)")
     parser.add_argument("--servers", type=int, default=40, help="servers in the stream (default 40)")
     parser.add_argument("--csv", type=Path, help="write the tidy ingest table here")
+    parser.add_argument("--replay-only", action="store_true",
+                        help="only the replay side by side (no sockets, one core is enough)")
+    parser.add_argument("--repeats", type=int, default=3, help="replay repeats (default 3)")
+    parser.add_argument("--replay-datagrams", type=int, default=120_000,
+                        help="datagrams in the replay capture (default 120000)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally-blocks stop the daemons
+    if args.replay_only:
+        return _print_replay(args)
     reason = sfacctd_available()
     if reason or len(os.sched_getaffinity(0)) < 2:
         print(f"bench_collector: cannot run side by side: {reason or 'needs 2 cores'}",
@@ -326,6 +434,22 @@ def main(argv=None) -> int:
                   f"rate with < 0.1 % loss")
     print(f"memory: {mem['bytes_per_server']:.0f} bytes per tracked server, "
           f"{mem['bytes_per_server_pair']:.0f} bytes per tracked server pair (30 s window)")
+    return _print_replay(args)
+
+
+def _print_replay(args) -> int:
+    """Run and print the replay side by side; ratios against sfacctd's best."""
+    if shutil.which("sfacctd") is None:
+        print("bench_collector: replay side by side needs sfacctd", file=sys.stderr)
+        return 2
+    datagrams = 6_000 if args.quick else args.replay_datagrams
+    table = replay_side_by_side(datagrams, 1 if args.quick else args.repeats)
+    best = table.groupby("what")["samples_per_cpu_s"].max()
+    print(table.to_string(index=False))
+    theirs = best["sfacctd pcap_savefile (command)"]
+    for what, rate in best.items():
+        print(f"{what}: {rate:.0f} flow samples per CPU second (best of "
+              f"{int((table['what'] == what).sum())}), ratio to sfacctd {rate / theirs:.2f}")
     return 0
 
 

@@ -59,10 +59,12 @@ class Sfacctd:
     """``with Sfacctd(directory) as peer: ... peer.packets()``."""
 
     def __init__(self, directory: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
-                 renormalize: bool = True, receive_buffer: int = 32 << 20) -> None:
+                 renormalize: bool = True, receive_buffer: int = 32 << 20,
+                 preexec_fn=None) -> None:
         self.directory = Path(directory)
         self.host, self.port = host, port or free_udp_port(host)
         self.renormalize, self.receive_buffer = renormalize, receive_buffer
+        self.preexec_fn = preexec_fn  # e.g. the benchmark's PR_SET_PDEATHSIG
         self.output = self.directory / "sfacctd.csv"
         self.log = self.directory / "sfacctd.log"
         self._process: subprocess.Popen | None = None
@@ -79,7 +81,8 @@ class Sfacctd:
             "print_output_file_append: true", ""]))
         with self.log.open("wb") as log:
             self._process = subprocess.Popen(["sfacctd", "-f", str(config)], stdout=log,
-                                             stderr=subprocess.STDOUT)
+                                             stderr=subprocess.STDOUT,
+                                             preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + timeout_s
         while "waiting for sFlow data" not in self.log.read_text(errors="replace"):
             if self._process.poll() is not None or time.monotonic() > deadline:

@@ -27,7 +27,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.plan.errors import PlanError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
-from cosample.validation import InterfaceName, Strict, TunnelAddress, describe
+from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress, describe
 
 Role = Literal["sender", "receiver", "idle"]
 ROLES = get_args(Role)
@@ -173,6 +173,8 @@ class HostPlan(_Open):
     receives: Annotated[tuple[Receive, ...], BeforeValidator(listed)] = ()
     bridge: InterfaceName | None = None
     tunnel_ip: TunnelAddress | None = None
+    #: The host's sFlow agent address when it is not ``tunnel_ip`` (read by the collector).
+    agent_ip: IpAddress | None = None
     vm_ports: Annotated[tuple[InterfaceName, ...], BeforeValidator(listed)] | None = None
 
     @model_validator(mode="after")

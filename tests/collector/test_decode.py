@@ -168,9 +168,11 @@ def test_the_fast_path_decoder_agrees_with_the_record_decoder(data):
             parse_compact(raw)
         assert caught.value.reason == exc.reason
         return
-    agent, _, flows, counters = parse_compact(raw)
-    assert agent == full.agent and counters == full.counters
+    agent, _, number, uptime, flows, counters, discards = parse_compact(raw)
+    assert agent == full.agent and counters == full.counters and discards == full.discards
+    assert (number, uptime) == (full.sequence, full.uptime_ms)
     assert [flow_record(agent, f, raw) for f in flows] == [
         FlowSample(s.agent, s.sequence, s.sampling_rate, 0, s.drops, s.input_port, s.output_port,
-                   s.frame_length, s.header, s.outer_src, None, s.vni, s.source_index)
+                   s.frame_length, s.header, s.outer_src, None, s.vni, s.source_index,
+                   s.header_protocol)
         for s in full.flow_samples]

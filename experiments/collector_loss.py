@@ -1,0 +1,156 @@
+"""Issue 23's loss scenarios, the estimator of a git revision beside the working tree's.
+
+Streams built from a real datagram (tests/data/sflow/data-1140.pcap: a switch's five flow
+samples of three samplers, 1-in-1024; ``cosample.lab.sflowcorpus``), nothing lost unless the
+scenario says so, each replayed through the ``collector/`` package of ``--baseline`` (exported
+from git into a temporary directory and imported under another name, so old decoder and old
+estimator go together) and through the working tree's, in one run. Printed: estimate / truth
+and whether the truth lies in the 95 % interval.
+
+With ``--ingest``: flow samples per CPU second of the two estimators' ``ingest`` on the
+collector benchmark's capture of real datagrams (``bench_collector.real_capture``), alternating.
+
+    python -m cosample.experiments.collector_loss [--baseline 127e2e2] [--ingest]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import re
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+BASELINE = "127e2e2"  # main before issue 23
+DATAGRAMS = 2000
+SPACING_S = 0.05
+
+
+def load_package(revision: str, directory: Path):
+    """``collector/`` of ``revision`` as package ``collector_<revision>`` (its own imports
+    rewritten to it), importable from ``directory``."""
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(root), "archive", revision, "collector"],
+                             capture_output=True, check=True, timeout=60).stdout
+    name = f"collector_{re.sub(r'[^0-9A-Za-z]', '_', revision)}"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar.getmembers():
+            if member.isfile() and member.name.endswith(".py"):
+                text = tar.extractfile(member).read().decode()
+                target = directory / name / Path(member.name).relative_to("collector")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text.replace("cosample.collector", name))
+    sys.path.insert(0, str(directory))
+    return name
+
+
+def estimator(package: str, agent: str, window_s: float | None):
+    inventory = importlib.import_module(f"{package}.inventory").Inventory.model_validate(
+        {"servers": {"s": {"agent_ip": agent}}})
+    table = importlib.import_module(f"{package}.attribution").planless(inventory)
+    return importlib.import_module(f"{package}.estimate").Estimator(table, window_s=window_s)
+
+
+def scenarios(base) -> dict[str, tuple[list, int | None, float | None]]:
+    """name -> (datagrams, datagrams the agent sent over the capture (None: it sent steadily,
+    judge by its rate), window)."""
+    from cosample.lab.sflowcorpus import stream
+    out = {}
+    clean = stream(base, DATAGRAMS, spacing=SPACING_S)
+    out["loss-free"] = (clean, DATAGRAMS, None)
+    swapped = stream(base, 100, spacing=SPACING_S)
+    for k in range(5, 100, 10):  # 10 adjacent pairs of 100 swapped
+        swapped[k], swapped[k + 1] = (swapped[k][0], swapped[k + 1][1]), \
+            (swapped[k + 1][0], swapped[k][1])
+    out["10 of 100 pairs swapped"] = (swapped, 100, None)
+    order = sorted(range(DATAGRAMS), key=lambda k: (k + (k * 7919) % 9, k))
+    clean2 = stream(base, DATAGRAMS, spacing=SPACING_S)
+    out["every datagram up to 8 places late"] = (
+        [(clean2[slot][0], clean2[k][1]) for slot, k in enumerate(order)], DATAGRAMS, None)
+    corrupted = stream(base, DATAGRAMS, spacing=SPACING_S)
+    at = base.samples[0][0]
+    value = struct.unpack_from("!I", corrupted[500][1], at)[0]
+    struct.pack_into("!I", corrupted[500][1], at, (value + 16_700_000) % (1 << 32))
+    out["one sequence number +16.7 M"] = (corrupted, DATAGRAMS, None)
+    restarted = stream(base, 1000, spacing=SPACING_S, uptime_ms=3_600_000) + [
+        (when + 1000 * SPACING_S, data) for when, data in
+        stream(base, 1000, spacing=SPACING_S, first_sequence=1)]
+    out["agent restart"] = (restarted, DATAGRAMS, None)
+    full = stream(base, 1200 + 6000 + 1200, spacing=SPACING_S)
+    out["300 s lost, --window 30, 60 s after"] = (full[:1200] + full[-1200:], None, 30.0)
+    out["300 s lost, --window 30, 20 s after"] = (full[:1200] + full[7200:7600], None, 30.0)
+    out["300 s lost, whole capture"] = (full[:1200] + full[-1200:], len(full), None)
+    return out
+
+
+def measure(package: str, base, datagrams, window_s) -> tuple[float, float, float, float]:
+    """(packets/s, interval low, high, the snapshot's window)."""
+    est = estimator(package, base.agent, window_s)
+    last = 0.0
+    for when, data in datagrams:
+        est.ingest(bytes(data), when)
+        last = max(last, when)
+    snapshot = est.snapshot(last)
+    row = snapshot.servers["s"]
+    return row.packets_per_s, *row.packets_per_s_ci95, snapshot.window_s
+
+
+def ingest_side_by_side(package: str, rounds: int = 3, datagrams: int = 120_000) -> list[str]:
+    """Lines ``old|new samples-per-CPU-second`` per round (see the module docstring)."""
+    import time
+
+    from cosample.collector.pcap import udp_payloads
+    from cosample.collector.replay import agents_in
+    from cosample.experiments.bench_collector import real_capture
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="cosample-ingest-") as tmp:
+        capture, _ = real_capture(Path(tmp) / "real.pcap", datagrams)
+        payloads = list(udp_payloads(capture))
+        agents = agents_in(capture)
+        for round_ in range(rounds):
+            for label, name in (("old", package), ("new", "cosample.collector")):
+                inventory = importlib.import_module(f"{name}.inventory").Inventory
+                table = importlib.import_module(f"{name}.attribution").planless(
+                    inventory.model_validate({"servers": {a: {"agent_ip": a} for a in agents}}))
+                est = importlib.import_module(f"{name}.estimate").Estimator(table, window_s=30.0)
+                start = time.process_time()
+                for when, payload in payloads:
+                    est.ingest(payload, when)
+                rate = est.samples / (time.process_time() - start)
+                lines.append(f"round {round_ + 1}: {label} {rate:,.0f} flow samples per CPU second")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default=BASELINE, help=f"git revision (default {BASELINE})")
+    parser.add_argument("--ingest", action="store_true",
+                        help="also ingest speed of both estimators on real datagrams")
+    args = parser.parse_args(argv)
+    from cosample.lab.sflowcorpus import template
+    base = template("data-1140.pcap")
+    with tempfile.TemporaryDirectory(prefix="cosample-loss-") as tmp:
+        old = load_package(args.baseline, Path(tmp))
+        print(f"| scenario | {args.baseline}: estimate / truth | truth in 95 % interval | "
+              "now: estimate / truth | truth in 95 % interval |")
+        print("|---|---:|---|---:|---|")
+        per_datagram = 1024 * len(base.samples)
+        for name, (datagrams, sent, window) in scenarios(base).items():
+            cells = []
+            for package in (old, "cosample.collector"):
+                pps, low, high, span = measure(package, base, datagrams, window)
+                truth = per_datagram * sent / span if sent else per_datagram / SPACING_S
+                cells += [f"{pps / truth:.3f}", "yes" if low <= truth <= high else "**no**"]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        if args.ingest:
+            print("\n".join(ingest_side_by_side(old)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
