@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import start_http_server
 
+from cosample.agents.appmon_state import summary as appmon_summary
 from cosample.files import write_bytes_atomic
 from cosample.agents.state import DesiredState
 
@@ -55,7 +56,8 @@ def summarise(desired: DesiredState | None) -> dict[str, Any]:
             "sflow_sampling": desired.sflow.sampling if desired.sflow else None,
             "collector": desired.sflow.target if desired.sflow else None,
             "mirrors": {t.peer: t.rate for t in desired.mirrors},
-            "receives_from": [p.peer for p in desired.receivers]}
+            "receives_from": [p.peer for p in desired.receivers],
+            **({"appmon": appmon} if (appmon := appmon_summary(desired.appmon)) else {})}
 
 
 class Metrics:
