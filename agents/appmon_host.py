@@ -151,6 +151,7 @@ class AppmonSide:
         elif isinstance(command, a.RemoveAppmonMirror):
             self.ovs._vsctl("--if-exists", "remove", "Bridge", command.bridge, "mirrors",
                             command.uuid)
+            self._purge()
         else:
             raise HostError(f"appmon side cannot apply {command!r}")
 
@@ -206,6 +207,13 @@ class AppmonSide:
                      *fields, *tag, f"external_ids:{APPMON_KEY}={ovsdb_string(command.peer)}",
                      "--", "add", "Bridge", command.bridge, "mirrors", "@m"]
         self.ovs._vsctl(*argv)
+        self._purge()
+
+    def _purge(self) -> None:
+        """Drop the datapath's cached flows after a Mirror change: OVS 3.1 did not revalidate
+        them, and kept copying whole frames for seconds after ``snaplen`` was set on a Mirror
+        (docs/appmon-mechanisms.md). They are rebuilt from the next packets."""
+        self.ovs_appctl("revalidator/purge")
 
     def _require_truncate(self, bridge: str) -> None:
         """A ``HostError`` unless this bridge's datapath has OVS's truncate action."""
