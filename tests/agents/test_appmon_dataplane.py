@@ -33,6 +33,9 @@ from collections import Counter
 
 import pytest
 
+from cosample.agents.appmon_host import AppmonSide
+from cosample.agents.ledger import Ledger
+from cosample.agents.ovsdb import OvsdbSide
 from cosample.agents.appmon_state import APPMON_ALIAS, APPMON_COOKIE_MASK, APPMON_COOKIE_TAG
 from cosample.dataplane.run import run
 from cosample.lab.netns import Lab, disable_tx_offload
@@ -48,6 +51,10 @@ sizes = [int(x) for x in sys.argv[2].split(",")]
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
+        if self.path == "/big":  # status line, headers and body in one write: one PSH, at its end
+            body = b"y" * 6000
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            return
         size = sizes[int(self.path.strip("/") or 0) % len(sizes)]
         self.send_response(200 if size != 40 else 404)
         self.send_header("Content-Length", str(size))
@@ -70,8 +77,8 @@ host = sys.argv[1]
 for port in (8080, 8081):
     for connection in range(3):
         c = http.client.HTTPConnection(host, port, timeout=10)
-        for k in range(4):
-            c.request("GET", f"/{connection + k}")
+        for path in [f"/{connection + k}" for k in range(4)] + ["/big"]:
+            c.request("GET", path)
             r = c.getresponse()
             assert r.status in (200, 404), r.status
             r.read()
@@ -121,6 +128,12 @@ def tcp(frame: bytes) -> tuple[int, int, int] | None:
     at = 14 + (frame[14] & 15) * 4
     return (int.from_bytes(frame[at:at + 2], "big"), int.from_bytes(frame[at + 2:at + 4], "big"),
             frame[at + 13])
+
+
+def payload(frame: bytes) -> bytes:
+    """The TCP payload of an Ethernet/IPv4/TCP frame (as far as the frame goes)."""
+    at = 14 + (frame[14] & 15) * 4
+    return frame[at + (frame[at + 12] >> 4) * 4:]
 
 
 def of_service(frame: bytes, port: int) -> bool:
@@ -239,10 +252,18 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     client, _, received = rig.exchange(device)
     service = [f for f in client if of_service(f, SERVICE)]
     expected = [f for f in service if has_psh(f)]
-    assert len(expected) >= 2 * 3 * 4  # every request and every response start
+    assert len(expected) >= 2 * 3 * 5  # every request and every response end (3 connections)
     assert any(of_service(f, OTHER) for f in client)  # the other service ran too
     assert Counter(received) == Counter(expected)
     cost("selective mirror (PSH)", received, service)
+    starts = [f for f in service if payload(f).startswith((b"GET ", b"HTTP/1.1 "))]
+    copied = [f for f in starts if has_psh(f)]
+    big = [f for f in starts if payload(f).startswith(b"HTTP/1.1 200 OK\r\nContent-Length: 6000")]
+    print(f"\nSTARTS request and status lines in PSH segments: {len(copied)} of {len(starts)}; "
+          f"of the single-write 6000-byte responses: {len([f for f in big if has_psh(f)])} of "
+          f"{len(big)}")
+    assert len(starts) == 2 * 3 * 5 and len(big) == 3
+    assert all(has_psh(f) for f in starts if f not in big)  # one write, one segment: PSH
 
     # truncated: the first 96 bytes of each
     rig.apply(2, [{**selective, "truncate_bytes": 96}])
@@ -250,6 +271,9 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     service = [f for f in client if of_service(f, SERVICE)]
     assert Counter(received) == Counter(f[:96] for f in service if has_psh(f))
     assert max(map(len, received)) == 96 and any(len(f) > 96 for f in service if has_psh(f))
+    statuses = [f for f in received if tcp(f)[0] == SERVICE and payload(f)[:9] == b"HTTP/1.1 "]
+    assert len(statuses) == 3 * 4  # 96 bytes keep the status line "HTTP/1.1 200"
+    assert all(payload(f)[9:12] in (b"200", b"404") for f in statuses)
     cost("selective mirror (PSH, truncated to 96 B)", received, service)
 
     # connection ends too
@@ -281,6 +305,12 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     _, server, received = rig.exchange(device)
     assert Counter(received) == Counter(f[:128] for f in server) + Counter(
         f[:96] for f in server if of_service(f, OTHER) and has_psh(f))
+
+    # the check made before every truncating command finds the truncate action here
+    h_ovs = rig.hosts["s1"][1]
+    side = AppmonSide(OvsdbSide(h_ovs.remote, str(h_ovs.directory)), Ledger(rig.tmp_path / "l"))
+    assert "Truncate action: Yes" in side.ovs_appctl("dpif/show-dp-features", "amb1")
+    side._require_truncate("amb1")
 
     # removal: nothing owned is left, and nothing crosses the underlay any more
     rig.agent("s1", "remove")
