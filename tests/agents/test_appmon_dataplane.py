@@ -337,3 +337,79 @@ def assert_nothing_owned(rig: Rig) -> None:
             flows = ovs.ofctl("dump-flows", f"unix:{ovs.directory}/{bridge}.mgmt",
                               f"cookie={APPMON_COOKIE_TAG:#x}/{APPMON_COOKIE_MASK:#x}")
             assert "cookie=" not in flows, flows
+
+
+# facts about OVS's own tunnel ports on this userspace datapath (docs/appmon-mechanisms.md) ------
+def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(dataplane, tmp_path):
+    """Why the agent's tunnels are Linux VXLAN devices attached as ports, not OVS tunnel ports.
+
+    With the br-phy pattern (the underlay address on an OVS bridge), OVS encapsulates itself,
+    GRE included (the kernel here has no GRE). ``output(port=T,max_len=N)`` cuts the inner frame
+    and sends a well-formed packet; a ``Mirror`` with ``snaplen`` cuts the *encapsulated* packet,
+    so the outer IP header claims more bytes than the frame holds and the receiver drops it.
+    """
+    with Lab(prefix=f"an{os.getpid() % 256:02x}") as lab:
+        h, c, s, r = (lab.namespace(x) for x in ("H", "C", "S", "R"))
+        for ns in (h, c, s, r):
+            run(lab.exec_argv(ns, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                                   "net.ipv6.conf.default.disable_ipv6=1"]))
+        for name, ns, address in (("anc", c, "10.215.0.1/24"), ("ans", s, "10.215.0.2/24"),
+                                  ("anu", r, "10.215.3.2/24")):
+            run(["ip", "-n", h, "link", "add", name, "type", "veth", "peer", "name", "eth0",
+                 "netns", ns])
+            run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
+            for where, device in ((h, name), (ns, "eth0")):
+                run(["ip", "-n", where, "link", "set", device, "up"])
+                disable_tx_offload(device, where)
+        with OvsInstance(tmp_path / "ovs", dummy=False, namespace=h) as ovs:
+            ovs.vsctl("add-br", "anb", "--", "set", "Bridge", "anb", "datapath_type=netdev")
+            ovs.vsctl("add-port", "anb", "anc", "--", "add-port", "anb", "ans")
+            ovs.vsctl("add-br", "anp", "--", "set", "Bridge", "anp", "datapath_type=netdev",
+                      "--", "add-port", "anp", "anu")
+            run(["ip", "-n", h, "addr", "add", "10.215.3.1/24", "dev", "anp"])
+            run(["ip", "-n", h, "link", "set", "anp", "up"])
+            run(["ip", "-n", h, "link", "set", "anu", "arp", "off"])
+            ovs.vsctl("add-port", "anb", "anx", "--", "set", "Interface", "anx", "type=vxlan",
+                      "options:remote_ip=10.215.3.2", "options:key=7", "ofport_request=10",
+                      "--", "set", "Port", "anx", f"tag={4095}")
+            ovs.vsctl("add-port", "anb", "ang", "--", "set", "Interface", "ang", "type=gre",
+                      "options:remote_ip=10.215.3.2", "ofport_request=11",
+                      "--", "set", "Port", "ang", f"tag={4095}")
+            ovs.wait_for_ports("anc", "ans", "anx", "ang")
+            server = subprocess.Popen(lab.exec_argv(s, [sys.executable, "-c", SERVER, "10.215.0.2",
+                                                        ",".join(map(str, BODY_SIZES))]),
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert server.stdout.readline().strip() == "ready"
+                mgmt = f"unix:{ovs.directory}/anb.mgmt"
+
+                def exchange() -> list[bytes]:
+                    sniffer = Sniffer(lab, r, "eth0", incoming_only=True)
+                    run(lab.exec_argv(c, [sys.executable, "-c", CLIENT, "10.215.0.2"]), timeout=60)
+                    time.sleep(1.0)
+                    return [f for f in sniffer.frames() if f[12:14] == b"\x08\x00"
+                            and (f[23] == 47 or udp_port(f) == 4789)]
+
+                ovs.ofctl("add-flow", mgmt, "cookie=0x1,priority=100,tcp,nw_src=10.215.0.2,tcp_flags=+psh,"
+                          "actions=output(port=10,max_len=80),output(port=11,max_len=80),NORMAL")
+                exchange()  # OVS resolves the tunnel's next hop; the first copies may be lost
+                frames = exchange()
+                vxlan = [f for f in frames if f[23] == 17]
+                gre = [f for f in frames if f[23] == 47]
+                assert vxlan and len(vxlan) == len(gre)
+                for frame in frames:  # well formed: the outer IP length is what arrived
+                    assert int.from_bytes(frame[16:18], "big") == len(frame) - 14
+                assert {len(f) - 14 - 20 - 8 - 8 for f in vxlan} == {80}  # inner frame cut
+                assert {len(f) - 14 - 20 - 4 for f in gre} == {80}
+
+                ovs.ofctl("del-flows", mgmt, "cookie=0x1/-1")
+                ovs.vsctl("--", "--id=@p", "get", "Port", "ans", "--", "--id=@o", "get", "Port",
+                          "anx", "--", "--id=@m", "create", "Mirror", "name=m",
+                          "select_src_port=@p", "select_dst_port=@p", "output_port=@o",
+                          "snaplen=100", "--", "add", "Bridge", "anb", "mirrors", "@m")
+                ovs.appctl("revalidator/purge")
+                frames = [f for f in exchange() if f[23] == 17]
+                assert frames and max(map(len, frames)) <= 100  # the outer packet was cut...
+                assert any(int.from_bytes(f[16:18], "big") > len(f) - 14 for f in frames)  # ...
+            finally:
+                server.communicate("", timeout=10)
