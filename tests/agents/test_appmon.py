@@ -283,3 +283,19 @@ def test_vni_collision_with_sflow_tunnels_is_refused(make_plan):
     plan = plan_from_dict(with_appmon(make_plan, selective()))
     with pytest.raises(PlanError, match="collide"):
         desired_appmon(plan, plan.hosts["s1"], sflow_vnis=(appmon_vni("s1", "s4"),))
+
+
+def test_a_transition_adds_application_mirrors_only_in_its_second_phase(make_plan, now):
+    from cosample.plan.transition import plan_set
+    kept, dropped, added = selective(), port_mirror(), {
+        **selective(), "service": {"address": "10.0.0.13", "port": 80}}
+    old = with_appmon(make_plan, kept, dropped)
+    new = with_appmon(make_plan, kept, added)
+    new["version"] = old["version"] + 1
+    phases = plan_set(old, new, old["version"], new["version"], plan_from_dict(new).expires,
+                      now, 120.0)["plans"]
+    assert phases[0]["hosts"]["s1"]["appmon"] == [kept]
+    assert phases[1]["hosts"]["s1"]["appmon"] == [kept, added]
+    assert "appmon" not in phases[0]["hosts"]["s2"]  # plans without the section stay so
+    plain = plan_set(make_plan(), make_plan(), 1, 2, plan_from_dict(new).expires, now, 120.0)
+    assert all("appmon" not in host for p in plain["plans"] for host in p["hosts"].values())
