@@ -26,6 +26,7 @@ class FakeAppmon:
     mirrors: dict[str, ObservedAppmonMirror] = field(default_factory=dict)
     flows: dict[tuple[str, int], frozenset[str]] = field(default_factory=dict)
     foreign: set[str] = field(default_factory=set)
+    underlay: set[str] = field(default_factory=set)  # ports routing toward the analysis hosts
 
     def __post_init__(self) -> None:
         self._uuids = (f"mirror-{k}" for k in itertools.count(1))
@@ -69,6 +70,9 @@ class FakeAppmon:
             self.flows.pop((command.bridge, command.cookie), None)
         elif isinstance(command, a.SetAppmonMirror):
             self._truncation(command.snaplen is not None, command.bridge)
+            if self.underlay & set(command.ports):
+                raise HostError(f"port mirror: {self.underlay & set(command.ports)} carries "
+                                f"the route to the analysis host; refused")
             missing = [p for p in command.ports if p not in bridge_ports]
             if missing or command.output not in self.ports:
                 raise HostError(f"port mirror: {missing or command.output} not on the bridge")

@@ -192,6 +192,11 @@ class AppmonSide:
             raise HostError(f"port mirror: {', '.join(missing)} not a port of bridge "
                             f"{command.bridge}; the plan's appmon interface must be the VM's "
                             f"port on this bridge")
+        underlay = self.linux.underlay([command.remote_ip]) if command.remote_ip else set()
+        if underlay & set(command.ports):
+            raise HostError(f"port mirror: {', '.join(sorted(underlay & set(command.ports)))} "
+                            f"carries the route to the analysis host {command.remote_ip}; "
+                            f"mirroring it would mirror the tunnel itself; refused")
         ids = [f"@p{k}" for k in range(len(command.ports))]
         argv: list[str] = []
         for name, ref in zip(command.ports, ids):

@@ -105,6 +105,7 @@ class SetAppmonMirror(Command):
     output: str
     snaplen: int | None
     uuid: str | None = None
+    remote_ip: str = ""  # the analysis host: a mirrored port must not carry its underlay
 
     def describe(self) -> str:
         return (f"{'update' if self.uuid else 'create'} Mirror {self.name}: "
@@ -245,7 +246,8 @@ def _mirrors(desired: DesiredAppmon, observed: ObservedAppmon, bridge: str,
                 == (frozenset(mirror.ports), frozenset(mirror.ports), output, mirror.snaplen):
             continue
         increase.append(SetAppmonMirror(bridge, name, mirror.peer, mirror.ports, output,
-                                        mirror.snaplen, current.uuid if current else None))
+                                        mirror.snaplen, current.uuid if current else None,
+                                        tunnels[mirror.peer].remote_ip))
 
 
 _DECREASE_ORDER = (SetAppmonPortTag, RemoveAppmonMirror, RemoveAppmonFlows, RemoveAppmonPort,

@@ -18,6 +18,7 @@ need_system() {
     command -v tc >/dev/null || missing+=(iproute2)
     command -v ip >/dev/null || missing+=(iproute2)
     command -v sfacctd >/dev/null || missing+=(pmacct)
+    command -v tcpdump >/dev/null || missing+=(tcpdump)  # compiles the analyser's BPF filters
     printf '%s\n' "${missing[@]}"
 }
 

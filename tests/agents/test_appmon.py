@@ -299,3 +299,12 @@ def test_a_transition_adds_application_mirrors_only_in_its_second_phase(make_pla
     assert "appmon" not in phases[0]["hosts"]["s2"]  # plans without the section stay so
     plain = plan_set(make_plan(), make_plan(), 1, 2, plan_from_dict(new).expires, now, 120.0)
     assert all("appmon" not in host for p in plain["plans"] for host in p["hosts"].values())
+
+
+def test_a_port_mirror_of_the_underlay_port_is_refused(make_plan, config_for):
+    host = FakeHost(vm_ports=("vm1", "vm2"))
+    host.appmon.underlay = {"vm2"}
+    desired = desired_state(plan_from_dict(with_appmon(make_plan, port_mirror())),
+                            config_for("s1"))
+    with pytest.raises(HostError, match="route to the analysis host"):
+        converge(host, desired)

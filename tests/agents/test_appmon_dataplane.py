@@ -136,6 +136,15 @@ def payload(frame: bytes) -> bytes:
     return frame[at + (frame[at + 12] >> 4) * 4:]
 
 
+def unique(frames) -> list[bytes]:
+    """One frame per TCP segment (ports and sequence number): a retransmission counts once."""
+    seen = {}
+    for frame in frames:
+        at = 14 + (frame[14] & 15) * 4
+        seen.setdefault((frame[at:at + 4], frame[at + 4:at + 8]), frame)
+    return list(seen.values())
+
+
 def of_service(frame: bytes, port: int) -> bool:
     ports = tcp(frame)
     return ports is not None and port in ports[:2]
@@ -256,7 +265,7 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     assert any(of_service(f, OTHER) for f in client)  # the other service ran too
     assert Counter(received) == Counter(expected)
     cost("selective mirror (PSH)", received, service)
-    starts = [f for f in service if payload(f).startswith((b"GET ", b"HTTP/1.1 "))]
+    starts = unique(f for f in service if payload(f).startswith((b"GET ", b"HTTP/1.1 ")))
     copied = [f for f in starts if has_psh(f)]
     big = [f for f in starts if payload(f).startswith(b"HTTP/1.1 200 OK\r\nContent-Length: 6000")]
     print(f"\nSTARTS request and status lines in PSH segments: {len(copied)} of {len(starts)}; "
@@ -271,7 +280,7 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     service = [f for f in client if of_service(f, SERVICE)]
     assert Counter(received) == Counter(f[:96] for f in service if has_psh(f))
     assert max(map(len, received)) == 96 and any(len(f) > 96 for f in service if has_psh(f))
-    statuses = [f for f in received if tcp(f)[0] == SERVICE and payload(f)[:9] == b"HTTP/1.1 "]
+    statuses = unique(f for f in received if tcp(f)[0] == SERVICE and payload(f)[:9] == b"HTTP/1.1 ")
     assert len(statuses) == 3 * 4  # 96 bytes keep the status line "HTTP/1.1 200"
     assert all(payload(f)[9:12] in (b"200", b"404") for f in statuses)
     cost("selective mirror (PSH, truncated to 96 B)", received, service)
@@ -305,6 +314,18 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     _, server, received = rig.exchange(device)
     assert Counter(received) == Counter(f[:128] for f in server) + Counter(
         f[:96] for f in server if of_service(f, OTHER) and has_psh(f))
+
+    # a port mirror of a port that is not on the bridge: refused, the host keeps plan 6
+    before = rig.hosts["s1"][1].ofctl("--no-stats", "dump-flows",
+                                      f"unix:{rig.hosts['s1'][1].directory}/amb1.mgmt")
+    rig.plan_path.write_text(json.dumps(appmon_plan(7, [{**port_mirror, "interface": "amu"}])))
+    result = run(rig.lab.exec_argv(rig.hosts["s1"][0], [
+        sys.executable, "-m", "cosample", "agent", "apply", "--once", "--config",
+        rig.config("s1")]), timeout=60, check=False)
+    assert result.returncode != 0 and "amu not a port of bridge amb1" in result.stdout + \
+        result.stderr
+    assert rig.hosts["s1"][1].ofctl("--no-stats", "dump-flows",
+                                    f"unix:{rig.hosts['s1'][1].directory}/amb1.mgmt") == before
 
     # the check made before every truncating command finds the truncate action here
     h_ovs = rig.hosts["s1"][1]
