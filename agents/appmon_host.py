@@ -44,9 +44,11 @@ class AppmonSide:
         devices = self._devices(links)
         mine = {d.name for d in devices}
         bridges, ports, ifaces, mirrors = self.ovs._lists(
-            ("Bridge", "_uuid,name,ports,mirrors"), ("Port", "_uuid,name,interfaces,external_ids,tag"),
+            ("Bridge", "_uuid,name,ports,mirrors"),
+            ("Port", "_uuid,name,interfaces,external_ids,tag"),
             ("Interface", "_uuid,name,ofport,ofport_request,external_ids"),
-            ("Mirror", "_uuid,name,external_ids,select_src_port,select_dst_port,output_port,snaplen"))
+            ("Mirror", "_uuid,name,external_ids,select_src_port,select_dst_port,output_port,"
+                       "snaplen"))
         port_names = {p["_uuid"]: p["name"] for p in ports}
         port_bridge = {uuid: b["name"] for b in bridges for uuid in _as_list(b["ports"])}
         iface_by_name = {i["name"]: i for i in ifaces}

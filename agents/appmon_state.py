@@ -98,9 +98,6 @@ class DesiredAppmon:
     mirrors: tuple[AppmonMirror, ...] = ()
     spec: tuple[dict, ...] = ()  # what the analyser on this host reads (analyser_spec)
 
-    def tunnel(self, peer: str) -> AppmonDevice | None:
-        return next((d for d in self.devices if d.attach and d.peer == peer), None)
-
 
 @dataclass(frozen=True)
 class ObservedAppmonPort:

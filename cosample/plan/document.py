@@ -408,8 +408,8 @@ def _check_appmon(entries: tuple[AppmonEntry, ...]) -> None:
     for k, entry in enumerate(entries):
         key = (entry.service.address, entry.service.port, entry.mechanism, entry.to)
         if key in seen:
-            _fail(("appmon", k), f"same service, mechanism and analysis host as appmon[{seen[key]}]",
-                  f"{entry.service.address}:{entry.service.port}")
+            _fail(("appmon", k), f"same service, mechanism and analysis host as "
+                  f"appmon[{seen[key]}]", f"{entry.service.address}:{entry.service.port}")
         seen[key] = k
         if entry.mechanism == "port_mirror":
             first = snaplens.setdefault(entry.to, (k, entry.truncate_bytes))

@@ -280,7 +280,8 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     service = [f for f in client if of_service(f, SERVICE)]
     assert Counter(received) == Counter(f[:96] for f in service if has_psh(f))
     assert max(map(len, received)) == 96 and any(len(f) > 96 for f in service if has_psh(f))
-    statuses = unique(f for f in received if tcp(f)[0] == SERVICE and payload(f)[:9] == b"HTTP/1.1 ")
+    statuses = unique(f for f in received
+                      if tcp(f)[0] == SERVICE and payload(f)[:9] == b"HTTP/1.1 ")
     assert len(statuses) == 3 * 4  # 96 bytes keep the status line "HTTP/1.1 200"
     assert all(payload(f)[9:12] in (b"200", b"404") for f in statuses)
     cost("selective mirror (PSH, truncated to 96 B)", received, service)
@@ -361,7 +362,8 @@ def assert_nothing_owned(rig: Rig) -> None:
 
 
 # facts about OVS's own tunnel ports on this userspace datapath (docs/appmon-mechanisms.md) ------
-def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(dataplane, tmp_path):
+def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(dataplane,
+                                                                              tmp_path):
     """Why the agent's tunnels are Linux VXLAN devices attached as ports, not OVS tunnel ports.
 
     With the br-phy pattern (the underlay address on an OVS bridge), OVS encapsulates itself,
@@ -411,8 +413,9 @@ def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(
                     return [f for f in sniffer.frames() if f[12:14] == b"\x08\x00"
                             and (f[23] == 47 or udp_port(f) == 4789)]
 
-                ovs.ofctl("add-flow", mgmt, "cookie=0x1,priority=100,tcp,nw_src=10.215.0.2,tcp_flags=+psh,"
-                          "actions=output(port=10,max_len=80),output(port=11,max_len=80),NORMAL")
+                ovs.ofctl("add-flow", mgmt, "cookie=0x1,priority=100,tcp,nw_src=10.215.0.2,"
+                          "tcp_flags=+psh,actions=output(port=10,max_len=80),"
+                          "output(port=11,max_len=80),NORMAL")
                 exchange()  # OVS resolves the tunnel's next hop; the first copies may be lost
                 frames = exchange()
                 vxlan = [f for f in frames if f[23] == 17]
