@@ -41,6 +41,14 @@ def register(subparsers) -> None:
     status.add_argument("--state-dir", help="the agent's state directory")
     status.set_defaults(func=_status)
 
+    spec = commands.add_parser("appmon-spec", help="print what this host's application "
+                               "analyser reads: interfaces, BPF filters, snap lengths")
+    spec.add_argument("--config", help="agent config file (TOML or YAML)")
+    spec.add_argument("--state-dir", help="the agent's state directory (its last status)")
+    spec.add_argument("--plan", help="read this plan file instead of the last status")
+    spec.add_argument("--host", help="this host's name in the plan (with --plan)")
+    spec.set_defaults(func=_appmon_spec)
+
     validate = commands.add_parser("validate", help="check a plan file (and signature)")
     validate.add_argument("plan", help="plan file, plan set, or http(s) URL")
     validate.add_argument("--host", help="also check that this host can realise its part")
@@ -200,6 +208,35 @@ def _status(args) -> int:
         raise AgentError(f"{state_dir}: no status yet; has the agent run?")
     print(json.dumps(status, indent=2, sort_keys=True))
     return 0 if status.get("result") == "ok" else 1
+
+
+def _appmon_spec(args) -> int:
+    """The analyser's inputs: from a plan (``--plan``), else from the running plan's status."""
+    from cosample.agents.appmon_state import analyser_spec
+    from cosample.agents.config import AgentConfig, load_config
+    from cosample.agents.errors import AgentError
+    from cosample.agents.report import read_status
+    from cosample.plan.document import parse_plan
+    from pathlib import Path
+    if args.plan:
+        config = load_config(args.config, {"host": args.host})
+        plan = parse_plan(Path(args.plan).read_bytes(), source=args.plan)
+        host = plan.hosts.get(config.host)
+        if host is None:
+            raise AgentError(f"{args.plan}: hosts: no entry for this host {config.host!r}")
+        out = {"host": config.host, "plan_version": plan.version,
+               "analyser": list(analyser_spec(plan, host))}
+    else:
+        state_dir = args.state_dir or (load_config(args.config, {"host": "-"}).state_dir
+                                       if args.config else AgentConfig(host="-").state_dir)
+        status = read_status(state_dir)
+        if status is None:
+            raise AgentError(f"{state_dir}: no status yet; has the agent run?")
+        desired = status.get("desired") or {}
+        out = {"host": status.get("host"), "plan_version": status.get("plan_version"),
+               "analyser": (desired.get("appmon") or {}).get("analyser", [])}
+    print(json.dumps(out, indent=2, sort_keys=True))
+    return 0
 
 
 def _validate(args) -> int:

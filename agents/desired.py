@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from cosample.agents.appmon_state import desired_appmon
 from cosample.agents.config import AgentConfig
 from cosample.plan.errors import PlanError
 from cosample.plan.document import HostPlan, Plan, SflowSpec
@@ -28,13 +29,16 @@ def desired_state(plan: Plan, config: AgentConfig) -> DesiredState:
     sflow = None
     if host.sflow_sampling is not None:
         sflow = _sflow_settings(plan.sflow, config, host.sflow_sampling)
+    mirrors, receivers = _mirror_targets(plan, host, config), _tunnel_ports(plan, host, config)
     return DesiredState(
         bridge=config.bridge or host.bridge or DEFAULT_BRIDGE,
         sflow=sflow,
-        mirrors=_mirror_targets(plan, host, config),
-        receivers=_tunnel_ports(plan, host, config),
+        mirrors=mirrors,
+        receivers=receivers,
         vm_ports=_vm_ports(config, host),
-        mode="plan", plan_version=plan.version)
+        mode="plan", plan_version=plan.version,
+        appmon=desired_appmon(plan, host, config.vxlan_port,
+                              tuple(t.vni for t in mirrors) + tuple(p.key for p in receivers)))
 
 
 def safe_state(config: AgentConfig, plan: Plan | None = None) -> DesiredState:

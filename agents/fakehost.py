@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from cosample.agents import commands as c
+from cosample.agents.appmon_fake import FakeAppmon
+from cosample.agents.appmon_reconcile import APPMON_COMMANDS
 from cosample.agents.errors import HostError
 from cosample.agents.host import Host
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, ObservedDevice, ObservedFilter,
@@ -50,12 +52,14 @@ class FakeHost(Host):
         #: Command types that fail (as a host refusing them would), e.g. ``{c.AddMirrorDevice}``.
         self.fail_on: set[type] = set()
         self._uuids = (f"uuid-{k}" for k in itertools.count(1))
+        self.appmon = FakeAppmon()  # application monitoring (appmon_fake)
 
     # the host interface ---------------------------------------------------------------------
     def observe(self, bridge: str, links: Iterable[str] = (),
                 remotes: Iterable[str] = ()) -> ObservedState:
         if not self.bridge_exists or bridge != self.bridge:
-            return ObservedState(bridge=bridge, bridge_exists=False)
+            return ObservedState(bridge=bridge, bridge_exists=False,
+                                 appmon=self.appmon.observe(bridge, {}))
         names = {p.name for p in self.ports.values() if not p.owned} | set(links)
         observed_links = {
             name: ObservedLink(name, link.clsact, tuple(
@@ -67,13 +71,16 @@ class FakeHost(Host):
                              ports=tuple(sorted(self.ports.values(), key=lambda p: p.name)),
                              flows=tuple(f for _, f in sorted(self.flows.items())),
                              links=observed_links,
-                             devices=tuple(sorted(self.devices.values(), key=lambda d: d.name)))
+                             devices=tuple(sorted(self.devices.values(), key=lambda d: d.name)),
+                             appmon=self.appmon.observe(bridge, self._bridge_ports()))
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1
         if type(command) in self.fail_on:
             raise HostError(f"fake host refuses: {command.describe()}")
         self.applied.append(command)
+        if isinstance(command, APPMON_COMMANDS):
+            return self.appmon.apply(command, self._bridge_ports())
         handler = getattr(self, f"_apply_{type(command).__name__}")
         try:
             handler(command)
@@ -84,6 +91,10 @@ class FakeHost(Host):
     def restart_vswitchd(self) -> None:
         """OpenFlow flows are not in OVSDB: they are gone after a restart."""
         self.flows.clear()
+        self.appmon.flows.clear()
+
+    def _bridge_ports(self) -> dict[str, int | None]:
+        return {name: port.ofport for name, port in self.ports.items()}
 
     def recreate_link(self, name: str) -> None:
         """An interface deleted and added again has no qdisc and no filters."""

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cosample.agents import commands as c
+from cosample.agents.appmon_host import AppmonSide
+from cosample.agents.appmon_reconcile import APPMON_COMMANDS
 from cosample.agents.config import AgentConfig
 from cosample.agents.ledger import LEDGER_FILE, Ledger
 from cosample.agents.linuxnet import LinuxSide
@@ -52,24 +54,29 @@ class LinuxOvsHost(Host):
         self.ledger = Ledger(Path(config.state_dir) / LEDGER_FILE)
         self.ovs = OvsdbSide(config.ovsdb, config.rundir, config.timeout_s)
         self.linux = LinuxSide(config.mirror_device_prefix, self.ledger, config.timeout_s)
+        self.appmon = AppmonSide(self.ovs, self.ledger, config.timeout_s)
         self.writes = 0
 
     def observe(self, bridge: str, links: Iterable[str] = (),
                 remotes: Iterable[str] = ()) -> ObservedState:
         exists, sflow, ports, elsewhere = self.ovs.observe(bridge, self.ledger.names("bridges"))
+        appmon = self.appmon.observe(bridge)
         if not exists:
-            return ObservedState(bridge=bridge, bridge_exists=False, elsewhere=elsewhere)
+            return ObservedState(bridge=bridge, bridge_exists=False, elsewhere=elsewhere,
+                                 appmon=appmon)
         names = {p.name for p in ports if not p.owned and p.type in VM_PORT_TYPES} | set(links)
         names.discard(bridge)
         observed_links, devices, foreign, underlay = self.linux.observe(names, remotes)
         return ObservedState(bridge=bridge, bridge_exists=True, sflow=sflow, ports=ports,
                              flows=self.ovs.flows(bridge), links=observed_links,
                              devices=devices, foreign_links=foreign, underlay=underlay,
-                             elsewhere=elsewhere)
+                             elsewhere=elsewhere, appmon=appmon)
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1
-        if isinstance(command, c.ForgetBridge):
+        if isinstance(command, APPMON_COMMANDS):
+            self.appmon.apply(command)
+        elif isinstance(command, c.ForgetBridge):
             self.ledger.discard("bridges", command.bridge)
         elif isinstance(command, _LINUX_COMMANDS):
             self.linux.apply(command)

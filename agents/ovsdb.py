@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cosample.agents import commands as c
+from cosample.agents.appmon_state import APPMON_KEY
 from cosample.agents.errors import HostError
 from cosample.agents.state import (COOKIE_MASK, COOKIE_TAG, OWNER_KEY, OWNER_VALUE, PEER_KEY,
                                    ObservedElsewhere, ObservedFlow, ObservedPort, ObservedSflow,
@@ -76,6 +77,8 @@ class OvsdbSide:
             if iface is None:
                 continue
             ids = iface["external_ids"]
+            if APPMON_KEY in ids or APPMON_KEY in port["external_ids"]:
+                continue  # an application-monitoring tunnel: agents/appmon_host.py
             # Before ovs-vswitchd assigns the port (or while it is down), trust the request.
             ofport = iface["ofport"] if isinstance(iface["ofport"], int) else None
             if (ofport is None or ofport < 1) and isinstance(iface["ofport_request"], int):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from cosample.agents.appmon_reconcile import appmon_problems, reconcile_appmon
 from cosample.agents.commands import (AddClsact, AddDropFlow, AddMirrorDevice, AddTunnelPort,
                                       Command, ForgetBridge, RemoveClsact, RemoveDropFlow,
                                       RemoveMirrorDevice, RemoveMirrorFilter, RemoveSflow,
@@ -29,11 +30,14 @@ VM_PORT_TYPES = ("", "system")
 
 
 def reconcile(desired: DesiredState, observed: ObservedState) -> list[Command]:
-    """Commands that turn ``observed`` into ``desired``: decreases first, then increases."""
+    """Commands that turn ``observed`` into ``desired``: decreases first, then increases
+    (application monitoring's before and after the rest: appmon_reconcile)."""
+    app_decrease, app_increase = reconcile_appmon(desired.appmon, observed.appmon,
+                                                  desired.bridge, observed.bridge_exists)
     if not observed.bridge_exists:  # never create a production bridge; find_problems says so
         stale: list[Command] = []
         _elsewhere(desired, observed, stale)
-        return _ordered(stale, _DECREASE_ORDER)
+        return app_decrease + _ordered(stale, _DECREASE_ORDER) + app_increase
     decrease: list[Command] = []
     increase: list[Command] = []
     blocked = _blocked_devices(desired, observed)
@@ -42,7 +46,8 @@ def reconcile(desired: DesiredState, observed: ObservedState) -> list[Command]:
     _tunnels(desired, observed, decrease, increase)
     _sflow(desired, observed, decrease, increase)
     _elsewhere(desired, observed, decrease)
-    return _ordered(decrease, _DECREASE_ORDER) + _ordered(increase, _INCREASE_ORDER)
+    return (app_decrease + _ordered(decrease, _DECREASE_ORDER)
+            + _ordered(increase, _INCREASE_ORDER) + app_increase)
 
 
 def vm_ports(desired: DesiredState, observed: ObservedState) -> tuple[str, ...]:
@@ -76,7 +81,7 @@ def find_problems(desired: DesiredState, observed: ObservedState) -> list[str]:
     """What the agent will not fix by itself and reports instead (status file, metrics)."""
     if not observed.bridge_exists:
         return [f"bridge {observed.bridge} does not exist; the agent never creates bridges"]
-    problems = []
+    problems = appmon_problems(desired.appmon, observed.appmon)
     if observed.sflow is not None and not observed.sflow.owned:
         problems.append(f"bridge {observed.bridge} has a foreign sFlow row "
                         f"{observed.sflow.uuid}; left alone, local sampling not managed")

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import start_http_server
 
 from cosample import __version__
+from cosample.agents.appmon_state import summary as appmon_summary
 from cosample.files import write_bytes_atomic
 from cosample.plan.formats import FORMAT_VERSION
 from cosample.agents.state import DesiredState
@@ -58,7 +59,8 @@ def summarise(desired: DesiredState | None) -> dict[str, Any]:
             "sflow_sampling": desired.sflow.sampling if desired.sflow else None,
             "collector": desired.sflow.target if desired.sflow else None,
             "mirrors": {t.peer: t.rate for t in desired.mirrors},
-            "receives_from": [p.peer for p in desired.receivers]}
+            "receives_from": [p.peer for p in desired.receivers],
+            **({"appmon": appmon} if (appmon := appmon_summary(desired.appmon)) else {})}
 
 
 class Metrics:

@@ -10,8 +10,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cosample.dataplane.tunnels import pair_vni  # noqa: F401  (re-exported: agents use it here)
+
+if TYPE_CHECKING:
+    from cosample.agents.appmon_state import DesiredAppmon, ObservedAppmon
 
 #: ``external_ids`` key/value on every OVSDB row the agent creates.
 OWNER_KEY, OWNER_VALUE = "cosample-owner", "agent"
@@ -98,6 +102,7 @@ class DesiredState:
     vm_ports: tuple[str, ...] | None = None
     mode: str = "plan"  # "plan" or "safe"
     plan_version: int | None = None
+    appmon: "DesiredAppmon | None" = None  # None: no application monitoring (all removed)
 
 
 # observed ----------------------------------------------------------------------------------
@@ -185,3 +190,4 @@ class ObservedState:
     #: Interfaces carrying the underlay route to a tunnel peer: never VM ports.
     underlay: frozenset[str] = frozenset()
     elsewhere: tuple[ObservedElsewhere, ...] = ()
+    appmon: "ObservedAppmon | None" = None  # None: the host backend does not observe it

@@ -17,3 +17,12 @@ VNI_SPACE = 2**24 - 2
 def pair_vni(sender: str, receiver: str) -> int:
     """The VXLAN key of the mirror tunnel sender -> receiver; both ends compute it alike."""
     return 1 + zlib.crc32(f"{sender}>{receiver}".encode()) % VNI_SPACE
+
+
+def appmon_vni(sender: str, receiver: str) -> int:
+    """The VXLAN key of the application-monitoring tunnel sender -> analysis host.
+
+    Distinct from ``pair_vni`` of the same pair (the sFlow mirror tunnel), so both tunnels can
+    exist between two hosts; the analysis host's device uses the same key.
+    """
+    return pair_vni(sender, f"{receiver}#appmon")

@@ -6,7 +6,9 @@ hands to OVS and the kernel, and names the field in its error
 (``plan.json: hosts.s1.mirrors[0].rate: ... (got 1.5)``); unknown extra keys are tolerated, as
 the format requires. Host fields are the *applied* values (docs/formats.md): ``local_rate`` is
 ``1/sflow_sampling`` and a host's ``mirrors[].rate`` sum to at most 1 (one exclusive tc chain);
-the plan as the solver left it, under ``hosts.<h>.planned``, is informational. Two optional top-level
+the plan as the solver left it, under ``hosts.<h>.planned``, is informational. An optional per-host
+``appmon`` list names the services whose packets the host copies to an application analyser
+(docs/appmon-mechanisms.md); it is strict (unknown keys refused). Two optional top-level
 fields belong to the agents: ``not_before`` (two-phase transitions) and ``reset`` (a signed
 reset of the rollback floor, see ``selection``). A *plan set* (``format: cosample.planset``)
 carries several plans, e.g. the two phases of a transition, in one document.
@@ -42,6 +44,13 @@ HEADER_BYTES = (14, 1024)
 #: controller publishes ``max(previous + 1, now)``, so a version far ahead of its creation time
 #: can only be a mistake or an attack, and would otherwise block every later plan as a rollback.
 VERSION_SKEW_S = 3600
+#: Bytes of a frame an application mirror keeps: OVS's bounds for ``Mirror.snaplen`` and
+#: ``output(max_len=...)`` (at least an Ethernet header).
+TRUNCATE_BYTES = (14, 65535)
+AppmonMechanism = Literal["port_mirror", "selective_mirror", "sniffer"]
+#: Which TCP segments of a service's connections are copied: those with PSH (service time),
+#: those plus FIN/RST (connection ends too), or all of them.
+AppmonSegments = Literal["psh", "psh+ends", "all"]
 
 
 # field types ---------------------------------------------------------------------------------
@@ -162,6 +171,59 @@ class SflowSpec(_Open):
     polling_s: Annotated[int, Field(ge=0, le=3600)] | None = None
 
 
+def _ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError("expected an IP address") from None
+
+
+class AppmonService(Strict):
+    """A monitored service: a VM's address and TCP port, and its protocol."""
+
+    address: Annotated[str, AfterValidator(_ip)]
+    port: Annotated[int, Field(ge=1, le=65535)]
+    protocol: Literal["http"] = "http"
+
+
+class AppmonEntry(Strict):
+    """One service monitored on this host, and how its packets reach the analyser.
+
+    ``to`` is the analysis host (``null``: on this host). Mirrors need ``to``; a port mirror and
+    the sniffer need ``interface`` (the VM's port, or where the sniffer listens); ``segments``
+    defaults to ``psh`` for the selective mirror and the sniffer and must be ``all`` (the default)
+    for a port mirror, which copies every packet of the port.
+    """
+
+    service: AppmonService
+    mechanism: AppmonMechanism
+    truncate_bytes: Annotated[int, Field(ge=TRUNCATE_BYTES[0], le=TRUNCATE_BYTES[1])] | None = None
+    to: HostName | None = None
+    interface: InterfaceName | None = None
+    segments: AppmonSegments | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "AppmonEntry":
+        if self.mechanism != "sniffer" and self.to is None:
+            _fail(("to",), f"a {self.mechanism} needs an analysis host", None)
+        if self.mechanism != "selective_mirror" and self.interface is None:
+            _fail(("interface",), f"a {self.mechanism} needs the interface it "
+                  f"{'listens on' if self.mechanism == 'sniffer' else 'mirrors'}", None)
+        if self.mechanism == "selective_mirror" and self.interface is not None:
+            _fail(("interface",), "a selective mirror matches the service's connections on "
+                  "every port; no interface", self.interface)
+        if self.mechanism == "port_mirror" and self.segments not in (None, "all"):
+            _fail(("segments",), "an OVS Mirror copies every packet of the port; only 'all'",
+                  self.segments)
+        return self
+
+    @property
+    def copied_segments(self) -> str:
+        if self.segments is not None:
+            return self.segments
+        return "all" if self.mechanism == "port_mirror" else "psh"
+
+
 class HostPlan(_Open):
     """One host's part of the plan (applied values; ``name`` is its key under ``hosts``)."""
 
@@ -176,6 +238,7 @@ class HostPlan(_Open):
     #: The host's sFlow agent address when it is not ``tunnel_ip`` (read by the collector).
     agent_ip: IpAddress | None = None
     vm_ports: Annotated[tuple[InterfaceName, ...], BeforeValidator(listed)] | None = None
+    appmon: Annotated[tuple[AppmonEntry, ...], BeforeValidator(listed)] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> "HostPlan":
@@ -197,6 +260,7 @@ class HostPlan(_Open):
                 _fail((key,), "duplicate peers", peers)
         if self.vm_ports is not None and len(set(self.vm_ports)) != len(self.vm_ports):
             _fail(("vm_ports",), "duplicate interface names", self.vm_ports)
+        _check_appmon(self.appmon)
         return self
 
 
@@ -325,11 +389,35 @@ def _check_pairs(hosts: dict[str, HostPlan]) -> None:
             if not match or abs(match[0].rate - mirror.rate) > RATE_SLACK:
                 _fail(loc, f"{mirror.peer} does not list receives from {host.name} at rate "
                       f"{mirror.rate:g}", mirror.peer)
+        for k, entry in enumerate(host.appmon):
+            loc = ("hosts", host.name, "appmon", k, "to")
+            if entry.to == host.name:
+                _fail(loc, "the analysis host is this host: write null for on-site analysis",
+                      entry.to)
+            if entry.to is not None and entry.to not in hosts:
+                _fail(loc, "unknown host", entry.to)
         for k, receive in enumerate(host.receives):
             loc = ("hosts", host.name, "receives", k, "from")
             if receive.peer not in hosts or not any(
                     m.peer == host.name for m in hosts[receive.peer].mirrors):
                 _fail(loc, f"{receive.peer!r} does not mirror to {host.name}", receive.peer)
+
+
+def _check_appmon(entries: tuple[AppmonEntry, ...]) -> None:
+    """One entry per service, mechanism and analysis host; one Mirror (one snaplen) per host."""
+    seen: dict[tuple, int] = {}
+    snaplens: dict[str | None, tuple[int, int | None]] = {}
+    for k, entry in enumerate(entries):
+        key = (entry.service.address, entry.service.port, entry.mechanism, entry.to)
+        if key in seen:
+            _fail(("appmon", k), f"same service, mechanism and analysis host as "
+                  f"appmon[{seen[key]}]", f"{entry.service.address}:{entry.service.port}")
+        seen[key] = k
+        if entry.mechanism == "port_mirror":
+            first = snaplens.setdefault(entry.to, (k, entry.truncate_bytes))
+            if first[1] != entry.truncate_bytes:
+                _fail(("appmon", k, "truncate_bytes"), f"port mirrors to {entry.to} share one OVS "
+                      f"Mirror; appmon[{first[0]}] truncates to {first[1]}", entry.truncate_bytes)
 
 
 def _fail(loc: tuple, message: str, value: Any) -> None:

@@ -81,7 +81,8 @@ def plan_id(document: dict[str, Any]) -> str:
 
 def _lower(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """A host's phase-1 entry: the element-wise minimum of its old and new load (a shallow
-    copy of NEW's entry with the four fields replaced)."""
+    copy of NEW's entry with the four fields replaced, and ``appmon`` cut to the entries both
+    plans have)."""
     out = dict(new)
     old = old or _NOTHING
     local_rate = min(float(old["local_rate"]), float(new["local_rate"]))
@@ -91,6 +92,8 @@ def _lower(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     out["sflow_sampling"] = sampling
     out["mirrors"] = _min_shares(old.get("mirrors", ()), new.get("mirrors", ()), "to")
     out["receives"] = _min_shares(old.get("receives", ()), new.get("receives", ()), "from")
+    if "appmon" in out or "appmon" in old:  # application mirrors: only those in both plans
+        out["appmon"] = [e for e in new.get("appmon", ()) if e in old.get("appmon", ())]
     return out
 
 

@@ -1,0 +1,282 @@
+"""Application monitoring on a host: what the plan's ``hosts.<h>.appmon`` asks (pure).
+
+Per monitored service the plan names a mechanism (docs/appmon-mechanisms.md):
+
+- ``selective_mirror``: OpenFlow flows (the agent's appmon cookie) matching the service's TCP
+  segments (to and from ``address:port``, with PSH by default) whose actions copy the segment to
+  a tunnel port toward the analysis host, truncated to ``truncate_bytes``
+  (``output(port=N,max_len=B)``), and forward it as before (``NORMAL``);
+- ``port_mirror``: an OVS ``Mirror`` selecting every packet to and from the VM's port, output to
+  that tunnel port, truncated with ``snaplen``;
+- ``sniffer``: nothing on the switch; the analyser on this host listens on ``interface`` with the
+  BPF filter this module writes (``analyser_spec``).
+
+The tunnel toward an analysis host is a Linux VXLAN device attached to the bridge as a port (the
+same kind of device the sFlow mirrors use, so it works whatever the datapath and needs no br-phy
+bridge; docs/appmon-mechanisms.md says what was measured). On the analysis host, the agent
+creates the matching VXLAN device, unattached, and the analyser reads it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from dataclasses import dataclass, field
+
+from cosample.agents.state import short_hash
+from cosample.dataplane.tunnels import appmon_vni
+from cosample.plan.document import AppmonEntry, HostPlan, Plan
+from cosample.plan.errors import PlanError
+
+#: ``external_ids`` key on the agent's appmon Port, Interface and Mirror rows: the peer host.
+APPMON_KEY = "cosample-appmon"
+#: ``ifalias`` of the agent's appmon VXLAN devices (not the sFlow mirror devices' prefix, so
+#: neither side mistakes the other's devices for its own).
+APPMON_ALIAS = "cosample-appmon=agent"
+#: Names: ``cosas-<hash of analysis host>`` on a sender, ``cosar-<hash of sender>`` on the
+#: analysis host.
+SEND_PREFIX, RECEIVE_PREFIX = "cosas", "cosar"
+#: OpenFlow cookies of appmon flows: top 16 bits APPMON_COOKIE_TAG; the drop flow of a tunnel
+#: port has the port number in the low bits, a service's flows ``RULE_BIT | crc32``.
+APPMON_COOKIE_TAG, APPMON_COOKIE_MASK = 0xC05B << 48, 0xFFFF << 48
+RULE_BIT = 1 << 32
+#: Priorities: the tunnel port's drop flow, then the service flows (PSH above FIN above RST, so
+#: a segment with several flags is copied once).
+DROP_PRIORITY, FLAG_PRIORITY = 40000, {"psh": 40102, "fin": 40101, "rst": 40100, None: 40100}
+#: OpenFlow port numbers requested for appmon tunnel ports: [APPMON_OFPORT_BASE, +COUNT).
+APPMON_OFPORT_BASE, APPMON_OFPORT_COUNT = 65000, 200
+#: A tunnel port used only by flows sits in this VLAN, so ``NORMAL`` never floods to it; a port
+#: that is a Mirror's output is left out of normal forwarding by OVS itself and stays untagged
+#: (an access tag on a Mirror output port lost one direction here: docs/appmon-mechanisms.md).
+ISOLATION_VLAN = 4095
+#: MTU of a sender's tunnel device: untruncated full-size frames must fit (the underlay
+#: fragments the encapsulated packet rather than the device dropping the frame).
+TUNNEL_MTU = 9000
+_FLAGS = {"psh": ("psh",), "psh+ends": ("psh", "fin", "rst"), "all": (None,)}
+_BPF_FLAGS4 = {"psh": "tcp-push", "psh+ends": "tcp-push|tcp-fin|tcp-rst"}
+_BPF_FLAGS6 = {"psh": "0x08", "psh+ends": "0x0d"}  # byte 13 of a TCP header after a bare IPv6 one
+
+
+@dataclass(frozen=True)
+class AppmonDevice:
+    """A VXLAN device: toward an analysis host (``attach``: a port of the bridge) or from a
+    sender (on the analysis host, read by the analyser)."""
+
+    name: str
+    peer: str
+    remote_ip: str
+    vni: int
+    local_ip: str
+    dstport: int
+    attach: bool
+
+
+@dataclass(frozen=True)
+class SelectiveRule:
+    """The flows of one selectively mirrored service, toward ``peer``'s tunnel port."""
+
+    peer: str
+    cookie: int
+    matches: tuple[tuple[int, str], ...]  # (priority, OpenFlow match)
+    max_len: int | None
+
+
+@dataclass(frozen=True)
+class AppmonMirror:
+    """The OVS Mirror toward ``peer``: every packet to and from ``ports``."""
+
+    peer: str
+    name: str
+    ports: tuple[str, ...]
+    snaplen: int | None
+
+
+@dataclass(frozen=True)
+class DesiredAppmon:
+    devices: tuple[AppmonDevice, ...] = ()
+    rules: tuple[SelectiveRule, ...] = ()
+    mirrors: tuple[AppmonMirror, ...] = ()
+    spec: tuple[dict, ...] = ()  # what the analyser on this host reads (analyser_spec)
+
+
+@dataclass(frozen=True)
+class ObservedAppmonPort:
+    bridge: str
+    name: str
+    peer: str | None
+    ofport: int | None
+    tag: int | None
+
+
+@dataclass(frozen=True)
+class ObservedAppmonDevice:
+    name: str
+    remote_ip: str | None
+    vni: int | None
+    local_ip: str | None
+    dstport: int | None
+    up: bool
+
+
+@dataclass(frozen=True)
+class ObservedAppmonMirror:
+    bridge: str
+    uuid: str
+    name: str
+    src: frozenset[str]
+    dst: frozenset[str]
+    output: str | None
+    snaplen: int | None
+
+
+@dataclass(frozen=True)
+class ObservedAppmon:
+    """The agent's appmon objects on every bridge, and what reconcile needs around them."""
+
+    devices: tuple[ObservedAppmonDevice, ...] = ()
+    ports: tuple[ObservedAppmonPort, ...] = ()
+    mirrors: tuple[ObservedAppmonMirror, ...] = ()
+    #: (bridge, cookie) -> the flows with that cookie, as ``flow_text`` writes them
+    flows: dict[tuple[str, int], frozenset[str]] = field(default_factory=dict)
+    #: OpenFlow port numbers in use on the plan's bridge (by anyone)
+    used_ofports: frozenset[int] = frozenset()
+    #: interfaces that exist and are not the agent's appmon devices
+    foreign_links: frozenset[str] = frozenset()
+
+
+# desired ---------------------------------------------------------------------------------------
+def desired_appmon(plan: Plan, host: HostPlan, vxlan_port: int = 4789,
+                   sflow_vnis: tuple[int, ...] = ()) -> DesiredAppmon:
+    """This host's appmon state: its own entries, and the tunnels of senders it analyses for."""
+    devices: list[AppmonDevice] = []
+    rules: list[SelectiveRule] = []
+    by_peer: dict[str, list[AppmonEntry]] = {}
+    selective: dict[tuple[str, int], int] = {}
+    for k, entry in enumerate(host.appmon):
+        if entry.mechanism == "sniffer":
+            continue
+        by_peer.setdefault(entry.to, []).append(entry)
+        if entry.mechanism == "selective_mirror":
+            key = (entry.service.address, entry.service.port)
+            if key in selective:
+                raise PlanError(f"hosts.{host.name}.appmon[{k}]: a second selective mirror of "
+                                f"{key[0]}:{key[1]} (appmon[{selective[key]}]); OpenFlow runs "
+                                f"one flow per packet, so a service has one selective mirror")
+            selective[key] = k
+            rules.append(_rule(entry))
+    for peer in sorted(by_peer):
+        local = _tunnel_ip(plan, host.name, f"{host.name} mirrors services to {peer}")
+        devices.append(AppmonDevice(
+            name=f"{SEND_PREFIX}-{short_hash(peer)}", peer=peer,
+            remote_ip=_tunnel_ip(plan, peer, f"{host.name} mirrors services to it", local),
+            vni=appmon_vni(host.name, peer), local_ip=local, dstport=vxlan_port, attach=True))
+    mirrors = tuple(
+        AppmonMirror(peer=peer, name=f"cosample-appmon-{short_hash(peer)}",
+                     ports=tuple(sorted({e.interface for e in entries
+                                         if e.mechanism == "port_mirror"})),  # type: ignore
+                     snaplen=next(e.truncate_bytes for e in entries
+                                  if e.mechanism == "port_mirror"))
+        for peer, entries in sorted(by_peer.items())
+        if any(e.mechanism == "port_mirror" for e in entries))
+    senders = sorted(name for name, other in plan.hosts.items()
+                     if any(e.to == host.name and e.mechanism != "sniffer" for e in other.appmon))
+    for sender in senders:
+        local = _tunnel_ip(plan, host.name, f"it analyses services of {sender}")
+        devices.append(AppmonDevice(
+            name=f"{RECEIVE_PREFIX}-{short_hash(sender)}", peer=sender,
+            remote_ip=_tunnel_ip(plan, sender, f"it mirrors services to {host.name}", local),
+            vni=appmon_vni(sender, host.name), local_ip=local, dstport=vxlan_port, attach=False))
+    names = [d.name for d in devices]
+    vnis = [d.vni for d in devices] + list(sflow_vnis)
+    if len(set(names)) != len(names) or len(set(vnis)) != len(vnis):
+        raise PlanError(f"hosts.{host.name}.appmon: tunnel device names or VXLAN keys collide "
+                        f"({names}); rename a peer host")
+    return DesiredAppmon(devices=tuple(devices), rules=tuple(rules), mirrors=mirrors,
+                         spec=analyser_spec(plan, host))
+
+
+def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
+    """What an analyser on ``host`` reads, one item per service: interface, BPF filter, snaplen.
+
+    Sniffer entries of this host (on-site, or ``send_to`` an analysis host with compact
+    records), and the services other hosts mirror to this host (read from the tunnel device).
+    """
+    items = []
+    for entry in host.appmon:
+        if entry.mechanism == "sniffer":
+            items.append(_spec_item(entry, entry.interface, sender=host.name,  # type: ignore
+                                    send_to=entry.to))
+    for sender, other in sorted(plan.hosts.items()):
+        for entry in other.appmon:
+            if entry.to == host.name and entry.mechanism != "sniffer":
+                items.append(_spec_item(entry, f"{RECEIVE_PREFIX}-{short_hash(sender)}",
+                                        sender=sender, send_to=None))
+    return tuple(items)
+
+
+def bpf_filter(address: str, port: int, segments: str) -> str:
+    """A libpcap filter for the service's TCP segments (both directions) with ``segments``."""
+    six = ipaddress.ip_address(address).version == 6
+    text = (f"{'ip6 and ' if six else ''}tcp and ((src host {address} and src port {port}) or "
+            f"(dst host {address} and dst port {port}))")
+    if segments != "all":
+        text += (f" and (ip6[53] & {_BPF_FLAGS6[segments]} != 0)" if six
+                 else f" and (tcp[tcpflags] & ({_BPF_FLAGS4[segments]}) != 0)")
+    return text
+
+
+def flow_text(priority: int, match: str, actions: str) -> str:
+    """One flow as ``ovs-ofctl --no-stats --no-names dump-flows`` prints it, cookie left out."""
+    return f"priority={priority},{match} actions={actions}"
+
+
+def rule_actions(ofport: int, max_len: int | None) -> str:
+    out = f"output(port={ofport},max_len={max_len})" if max_len else f"output:{ofport}"
+    return f"{out},NORMAL"
+
+
+def summary(desired: DesiredAppmon | None) -> dict:
+    """The appmon part of the agent's status (report.summarise)."""
+    if desired is None or not (desired.devices or desired.spec):
+        return {}
+    return {"tunnels": {d.peer: d.name for d in desired.devices if d.attach},
+            "receives": {d.peer: d.name for d in desired.devices if not d.attach},
+            "selective_flows": sum(len(r.matches) for r in desired.rules),
+            "port_mirrors": {m.peer: list(m.ports) for m in desired.mirrors},
+            "analyser": list(desired.spec)}
+
+
+# pieces ----------------------------------------------------------------------------------------
+def _rule(entry: AppmonEntry) -> SelectiveRule:
+    address, port = entry.service.address, entry.service.port
+    six = ipaddress.ip_address(address).version == 6
+    proto, field_ = ("tcp6", "ipv6") if six else ("tcp", "nw")
+    matches = []
+    for flag in _FLAGS[entry.copied_segments]:
+        suffix = f",tcp_flags=+{flag}" if flag else ""
+        for side in ("dst", "src"):
+            matches.append((FLAG_PRIORITY[flag],
+                            f"{proto},{field_}_{side}={address},tp_{side}={port}{suffix}"))
+    cookie = APPMON_COOKIE_TAG | RULE_BIT | zlib.crc32(f"{address}:{port}>{entry.to}".encode())
+    return SelectiveRule(peer=entry.to, cookie=cookie, matches=tuple(matches),  # type: ignore
+                         max_len=entry.truncate_bytes)
+
+
+def _spec_item(entry: AppmonEntry, interface: str, sender: str, send_to: str | None) -> dict:
+    segments = entry.copied_segments
+    return {"service": {"address": entry.service.address, "port": entry.service.port,
+                        "protocol": entry.service.protocol},
+            "mechanism": entry.mechanism, "from": sender, "interface": interface,
+            "bpf": bpf_filter(entry.service.address, entry.service.port, segments),
+            "segments": segments, "snaplen": entry.truncate_bytes, "send_to": send_to}
+
+
+def _tunnel_ip(plan: Plan, name: str, why: str, family_of: str | None = None) -> str:
+    ip = plan.hosts[name].tunnel_ip
+    if ip is None:
+        raise PlanError(f"hosts.{name}.tunnel_ip: required because {why}")
+    if family_of is not None and \
+            ipaddress.ip_address(ip).version != ipaddress.ip_address(family_of).version:
+        raise PlanError(f"hosts.{name}.tunnel_ip: {ip} is not of the IP family of "
+                        f"{family_of}; a tunnel needs both ends in one family")
+    return ip
