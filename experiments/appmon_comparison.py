@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ExperimentError, CommandError) as exc:
         print(f"appmon_comparison: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("appmon_comparison: interrupted; what it started was removed", file=sys.stderr)
+        return 130
     table = summary(frame)
     with pd.option_context("display.width", 200, "display.max_columns", 30,
                            "display.float_format", "{:.3g}".format):
