@@ -14,6 +14,11 @@ node reached through an OVS VXLAN port. wrk runs for ``--seconds`` against nginx
 | selective_mirror | OpenFlow flows copying the service's PSH segments | the same |
 | truncated_mirror | the selective flows with ``max_len`` | the same |
 | port_mirror_snaplen | the Mirror with ``snaplen`` | the same |
+| *_bare | port, selective, truncated mirror | none: the copies reach the analysis node unread |
+
+The analysis node is a namespace on the same two cores as everything else, so the mirror arms
+with the analyser pay for its CPU too; the bare arms show what the switch and the tunnel alone
+cost (the seeds' analysis tool only wrote what it received to a file).
 
 The seeds' off-site sniffer (compact records sent to an analysis node) has no counterpart in the
 analyser; selective_mirror, the analyser on the analysis node receiving only the PSH segments,
@@ -24,7 +29,8 @@ right as well as cheap, the monitor's request and 5xx counts and mean service ti
 access log for the same period. Every round runs every arm (order rotated per round); ratios are
 taken to the round's own no-monitoring arm.
 
-    python -m cosample.experiments.appmon_comparison [--seconds 10] [--rounds 3] [--out DIR]
+    python -m cosample.experiments.appmon_comparison [--seconds 10] [--rounds 3] [--size 4000] [--out DIR]
+    python -m cosample.experiments.appmon_comparison --from-csv DIR/appmon_comparison.csv [--out DIR]
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import pandas as pd
 from cosample.dataplane.run import CommandError
 from cosample.experiments import appmon_monitors as monitors
 from cosample.experiments.errors import ExperimentError
-from cosample.experiments.files import output_dir, write_csv
+from cosample.experiments.files import output_dir, read_csv, write_csv
 
 #: Bytes of each copy the truncating mechanisms keep: Ethernet + IPv4 + TCP with timestamps (66)
 #: + 12 bytes, enough for "GET " and "HTTP/1.1 200" (docs/appmon.md: exact counts at 78).
@@ -69,6 +75,9 @@ ARMS = (
     Arm("selective_mirror", "selective", monitor="analysis"),
     Arm("truncated_mirror", "selective", TRUNCATE_BYTES, monitor="analysis"),
     Arm("port_mirror_snaplen", "port", TRUNCATE_BYTES + VXLAN_OVERHEAD, monitor="analysis"),
+    Arm("port_mirror_bare", "port"),
+    Arm("selective_mirror_bare", "selective"),
+    Arm("truncated_mirror_bare", "selective", TRUNCATE_BYTES),
 )
 COLUMNS = ("round", "arm", "mechanism", "truncate", "monitor", "seconds", "connections",
            "requests_per_s", "latency_mean_ms", "latency_p99_ms", "wrk_requests",
@@ -136,13 +145,16 @@ def run(settings: argparse.Namespace, scratch: Path) -> pd.DataFrame:
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Per arm: medians over rounds of the ratios to the round's no-monitoring arm (throughput,
-    p99 latency) and to its port mirror (bytes); CPU as % of one core; counts against the log."""
+    latency) and to its port mirror (bytes per request); CPU as % of one core and per request
+    (steadier than the ratios on a shared machine); counts against the access log."""
+    frame = frame.assign(bytes_per_request=frame["analysis_bytes"] / frame["log_requests"])
     by_round = frame.set_index(["round", "arm"])
     out = []
     for arm, rows in frame.groupby("arm", sort=False):
         ratios = {}
-        for column, reference in (("requests_per_s", "none"), ("latency_p99_ms", "none"),
-                                  ("analysis_bytes", "port_mirror")):
+        for column, reference in (("requests_per_s", "none"), ("latency_mean_ms", "none"),
+                                  ("latency_p99_ms", "none"),
+                                  ("bytes_per_request", "port_mirror")):
             values = [row[column] / by_round.loc[(row["round"], reference), column]
                       for _, row in rows.iterrows()
                       if (row["round"], reference) in by_round.index
@@ -152,11 +164,16 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
             "arm": arm, "rounds": len(rows),
             "throughput_vs_none": ratios["requests_per_s"],
             "requests_per_s": rows["requests_per_s"].median(),
+            "latency_vs_none": ratios["latency_mean_ms"],
             "p99_vs_none": ratios["latency_p99_ms"],
             "monitor_cpu_pct": 100 * (rows["monitor_cpu_s"] / rows["seconds"]).median(),
+            "monitor_cpu_us_per_request": 1e6 * (rows["monitor_cpu_s"]
+                                                 / rows["log_requests"]).median(),
             "vswitchd_cpu_pct": 100 * (rows["vswitchd_cpu_s"] / rows["seconds"]).median(),
-            "analysis_bytes_per_request": (rows["analysis_bytes"] / rows["log_requests"]).median(),
-            "bytes_vs_port_mirror": ratios["analysis_bytes"],
+            "vswitchd_cpu_us_per_request": 1e6 * (rows["vswitchd_cpu_s"]
+                                                  / rows["log_requests"]).median(),
+            "analysis_bytes_per_request": rows["bytes_per_request"].median(),
+            "bytes_vs_port_mirror": ratios["bytes_per_request"],
             "counted_vs_log": (rows["monitor_requests"].fillna(rows["monitor_responses"]).sum()
                                / rows["log_requests"].sum()) if rows["monitor"].notna().any()
             and rows["monitor_responses"].notna().any() else None,
@@ -185,6 +202,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--arms", default=",".join(arm.name for arm in ARMS),
                         help="comma-separated subset of the arms (default all)")
     parser.add_argument("--seed", type=int, default=1, help="backend's random seed (default 1)")
+    parser.add_argument("--from-csv", type=Path, metavar="FILE",
+                        help="run nothing: summarise a table this experiment wrote")
     parser.add_argument("--out", type=Path, help="directory for appmon_comparison.csv and "
                         "appmon_comparison_summary.csv")
     settings = parser.parse_args(argv)
@@ -207,8 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupted)  # the rig's with-block then removes everything
     try:
-        with tempfile.TemporaryDirectory(prefix="appmon-comparison-") as scratch:
-            frame = run(settings, Path(scratch))
+        if settings.from_csv:
+            frame = read_csv(settings.from_csv, required=COLUMNS)
+        else:
+            with tempfile.TemporaryDirectory(prefix="appmon-comparison-") as scratch:
+                frame = run(settings, Path(scratch))
     except (ExperimentError, CommandError) as exc:
         print(f"appmon_comparison: {exc}", file=sys.stderr)
         return 2
@@ -221,9 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         print(table.to_string(index=False))
     if settings.out:
         directory = output_dir(settings.out)
-        write_csv(frame, directory / "appmon_comparison.csv")
+        if not settings.from_csv:
+            write_csv(frame, directory / "appmon_comparison.csv")
         write_csv(table, directory / "appmon_comparison_summary.csv")
-        print(f"wrote {directory / 'appmon_comparison.csv'} and the summary beside it")
+        print(f"wrote {directory / 'appmon_comparison_summary.csv'}"
+              + ("" if settings.from_csv else " and appmon_comparison.csv beside it"))
     return 0
 
 

@@ -5,6 +5,7 @@ order the mirrored bytes as the mechanisms must, and count exactly where every p
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,6 +15,8 @@ from cosample.experiments.appmon_monitors import parse_wrk
 from cosample.experiments.errors import ExperimentError
 from cosample.lab.appmirror import (SELECTIVE_COOKIE, port_mirror_args, rig_unavailable,
                                     selective_flows, wire_flows)
+
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "appmon"
 
 WRK = """Running 2s test @ http://10.77.0.2/?mean_ms=1
   1 threads and 4 connections
@@ -100,3 +103,17 @@ def test_short_comparison_on_real_traffic(tmp_path, capsys):
     assert summary.loc["none", "throughput_vs_none"] == 1.0
     assert summary.loc["port_mirror", "bytes_vs_port_mirror"] == 1.0
     assert "wrote" in capsys.readouterr().out
+    assert (tmp_path / "appmon_comparison_summary.csv").exists()
+
+
+@pytest.mark.parametrize("run", sorted(path.name for path in DATA.iterdir() if path.is_dir()))
+def test_committed_summaries_are_what_the_tables_give(run, tmp_path):
+    """docs/results.md quotes the committed runs: their summaries follow from their tables."""
+    table = DATA / run / "appmon_comparison.csv"
+    assert comparison.main(["--from-csv", str(table), "--out", str(tmp_path)]) == 0
+    again = pd.read_csv(tmp_path / "appmon_comparison_summary.csv")
+    committed = pd.read_csv(DATA / run / "appmon_comparison_summary.csv")
+    pd.testing.assert_frame_equal(again, committed, check_exact=False, rtol=1e-8)
+    frame = pd.read_csv(table)
+    assert list(frame.columns) == list(comparison.COLUMNS)
+    assert set(frame["round"]) == {0, 1, 2}
