@@ -54,6 +54,7 @@ BACKEND = textwrap.dedent('''\
             pass
 
     ThreadingHTTPServer.daemon_threads = True
+    ThreadingHTTPServer.request_queue_size = 512  # default 5: SYNs dropped, 1-s retries under load
     ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
     ''')
 
@@ -130,9 +131,17 @@ class WebRig:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.client = self.lab.namespace("c")
         self.server = self.lab.namespace("s")
+        self.build_network()
+        self.start_servers()
+
+    def build_network(self) -> None:
+        """Join client and server; a rig with a switch between them replaces this."""
         self.lab.veth(self.link, namespace=self.server, peer="eth0",
                       address=f"{SERVER_ADDRESS}/24", host_namespace=self.client)
         run(["ip", "-n", self.client, "addr", "add", f"{CLIENT_ADDRESS}/24", "dev", self.link])
+
+    def start_servers(self) -> None:
+        """The backend and nginx in the server namespace, answering before this returns."""
         backend = self.directory / "backend.py"
         backend.write_text(BACKEND)
         self._spawn(self.server, [sys.executable, str(backend), str(BACKEND_PORT), str(self.seed)])
@@ -170,11 +179,12 @@ class WebRig:
         return f"http://{SERVER_ADDRESS}{path}" + (f"?{text}" if text else "")
 
     def load(self, url: str, duration_s: float = 1.0, connections: int = 4,
-             threads: int = 1) -> str:
-        """Run wrk from the client namespace (bounded: ``duration_s``); its report."""
+             threads: int = 1, latency: bool = False) -> str:
+        """Run wrk from the client namespace (bounded: ``duration_s``); its report (with the
+        latency distribution when ``latency``)."""
         result = run(self.lab.exec_argv(self.client, [
             "wrk", f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", "--timeout", "2s",
-            url]), timeout=duration_s + 30)
+            *(["--latency"] if latency else []), url]), timeout=duration_s + 30)
         return result.stdout
 
     def tcpdump(self, path: Path, snaplen: int = 0) -> subprocess.Popen:
