@@ -243,7 +243,8 @@ def _validate(args) -> int:
     """Fetch and check a plan as an agent with the same settings would (size limit, key)."""
     from cosample.agents.config import load_config
     from cosample.agents.desired import desired_state
-    from cosample.plan.document import format_time, parse_document
+    from cosample.plan.document import parse_document
+    from cosample.times import format_time
     from cosample.plan.signing import verify
     from cosample.plan.source import fetch
     config = load_config(args.config, {"host": args.host, "public_key": args.public_key,
@@ -285,7 +286,7 @@ def _sign(args) -> int:
 def _transition(args) -> int:
     from cosample.agents.errors import AgentError
     from cosample.plan.document import parse_plan
-    from cosample.agents.runner import utcnow
+    from cosample.times import utcnow
     from cosample.files import write_bytes_atomic
     from cosample.plan.transition import transition
     plans = []

@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from cosample.agents.config import AgentConfig
@@ -30,7 +30,7 @@ from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
 from cosample.plan.errors import PlanError, PlanFetchError, SignatureError, SigningKeyError
 from cosample.agents.host import Host
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
-from cosample.plan.document import Plan, format_time, parse_document, parse_plan
+from cosample.plan.document import Plan, parse_document, parse_plan
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
 from cosample.plan.selection import select_plan
@@ -39,15 +39,12 @@ from cosample.plan.source import Fetched, fetch
 from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
 from cosample.files import write_bytes_atomic
+from cosample.times import format_time, utcnow
 
 LAST_GOOD_FILE = "last-good-plan.json"
 #: Error kinds that mean "an input was refused" (result ``rejected`` when the host converged).
 REJECTIONS = ("plan", "signature")
 log = logging.getLogger("cosample.agents")
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def unsigned_warning(config: AgentConfig) -> str | None:

@@ -22,6 +22,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, Field, PlainSe
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.collector.errors import CollectorError
+from cosample.times import format_time_ms, parse_time
 from cosample.validation import Strict, describe, field_path
 
 SNAPSHOT_FORMAT, SNAPSHOT_VERSION = "cosample.snapshot", 2
@@ -29,11 +30,7 @@ SNAPSHOT_FORMAT, SNAPSHOT_VERSION = "cosample.snapshot", 2
 
 def _utc(value: Any) -> Any:
     """``2026-11-23T10:00:00Z`` -> an aware datetime; anything else is left to the type check."""
-    if isinstance(value, str):
-        if not value.endswith("Z"):
-            raise ValueError("expected a UTC time like 2026-11-23T10:00:00Z")
-        return datetime.fromisoformat(value).astimezone(timezone.utc)
-    return value
+    return parse_time(value) if isinstance(value, str) else value
 
 
 def _aware(moment: datetime) -> datetime:
@@ -42,17 +39,8 @@ def _aware(moment: datetime) -> datetime:
     return moment.astimezone(timezone.utc)
 
 
-def format_time(moment: datetime) -> str:
-    """UTC with ``Z`` and up to millisecond precision (samples arrive many times a second)."""
-    moment = moment.astimezone(timezone.utc)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:
-        text += f".{moment.microsecond // 1000:03d}"
-    return text + "Z"
-
-
 UtcTime = Annotated[datetime, BeforeValidator(_utc), AfterValidator(_aware),
-                    PlainSerializer(format_time, return_type=str)]
+                    PlainSerializer(format_time_ms, return_type=str)]
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]

@@ -31,6 +31,7 @@ from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 from cosample.planner.planfile import plan_id
+from cosample.times import format_time
 
 DEFAULT_SAMPLING = 4096
 
@@ -52,9 +53,9 @@ def measurement_plan(inventory: Inventory, sampling: int, now: datetime,
         "hosts": hosts,
     }
     plan["plan_id"] = plan_id(plan)
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_time(now)
     plan.update(version=0, created=stamp,
-                expires=(now + valid_for).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                expires=format_time(now + valid_for))
     return plan
 
 

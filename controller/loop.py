@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from cosample.controller.replan import replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, SnapshotReader
+from cosample.times import format_time, utcnow
 from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
 from cosample.files import FileWriteError
@@ -45,10 +46,6 @@ log = logging.getLogger("cosample.controller")
 #: window): noisy, so the hold does not remember it. Nor what the measurement plan's sparse
 #: 1-in-N sampling shows: the hold is for the traffic's peaks, not for sampling error.
 FULL_WINDOW = 0.9
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -356,11 +353,11 @@ class Controller:
         if expires is not None:
             self.metrics.plan_expires.set(expires.timestamp())
         return CycleStatus(
-            time=_iso(now), result=result,
+            time=format_time(now), result=result,
             plan_version=int(plan["version"]) if plan else None,
             plan_id=plan.get("plan_id") if plan else None,
             plan_expires=plan.get("expires") if plan else None,
-            snapshot_time=_iso(snapshot.time) if snapshot is not None else None,
+            snapshot_time=format_time(snapshot.time) if snapshot is not None else None,
             snapshot_age_s=round((now - snapshot.time).total_seconds(), 3)
             if snapshot is not None else None,
             collectors_up=reading.collectors_up if reading else 0,
@@ -408,10 +405,6 @@ def _expires(plan: dict[str, Any] | None) -> datetime | None:
     except ValueError:
         raise ControllerError(f"plan in force: expires: not a UTC time: {plan['expires']!r}") \
             from None
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
-from cosample.plan.document import format_time
+from cosample.times import format_time
 from cosample.plan.signing import SIGNATURE_SUFFIX, sign_bytes
 from cosample.controller.httpserver import BoundedHTTPServer
 from cosample.files import FileWriteError, write_bytes_atomic

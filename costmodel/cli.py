@@ -273,10 +273,10 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"{', '.join(f'{r:g}' for r in settings.rates)}, {settings.protocol} {load}, {runs}"
           f"{lengths}", file=sys.stderr)
 
-    import datetime
+    from cosample.times import format_time, utcnow
     import os
 
-    started = {"started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    started = {"started": format_time(utcnow()),
                "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
@@ -335,7 +335,7 @@ def _measure(args: argparse.Namespace, settings, target):
 
 def _write_results(args: argparse.Namespace, settings, data, metadata: dict, target=None) -> int:
     import dataclasses
-    import datetime
+    from cosample.times import format_time, utcnow
     import os
     import platform
     from pathlib import Path
@@ -358,7 +358,7 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict, tar
         "run_lengths": {m: list(settings.run_design(m)) for m in settings.mechanisms}
         if settings.design == "paired" else None,
         "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": format_time(utcnow()),
     })
     calibration = _estimator(args).fit(data, metadata=metadata).calibration_
     print(calibration.report())

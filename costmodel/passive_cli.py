@@ -4,7 +4,6 @@ keep the latest estimate in a JSON file (atomically) for a controller to read.""
 from __future__ import annotations
 
 import argparse
-import datetime
 import platform
 import sys
 
@@ -15,6 +14,7 @@ from cosample.costmodel.passive import (
     CapacityEstimate, PassiveMonitor, capacity_document, parse_dpctl_lookups, read_calibrated_cost,
 )
 from cosample.dataplane.run import run
+from cosample.times import format_time, utcnow
 
 
 def datapath_packets(control: str | None):
@@ -57,7 +57,7 @@ def watch(args: argparse.Namespace) -> int:
     def report(estimate: CapacityEstimate) -> None:
         print(line(estimate), flush=True)
         if args.output:
-            date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            date = format_time(utcnow())
             write_json(capacity_document(estimate, platform.node(), date), args.output)
 
     print(f"estimating capacity every {args.interval:g} s from CPU statistics "

@@ -51,6 +51,7 @@ from cosample.collector.inventory import Inventory
 from cosample.lab.pmacct import Sfacctd, free_udp_port, sfacctd_available
 from cosample.lab.sflowstream import simulate, vm_address
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
+from cosample.times import format_time
 
 RATES = (20_000, 40_000, 60_000, 80_000, 100_000, 120_000, 150_000, 200_000, 300_000, 400_000)
 QUICK_RATES = (5_000, 10_000)
@@ -62,7 +63,7 @@ SENDER_CORE, COLLECTOR_CORE = 0, 1
 def plan_document(servers: int) -> dict:
     """Every fourth server a receiver (1-in-1); the others sample 1-in-64 and mirror 25 %."""
     now = time.time()
-    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
+    stamp = format_time
     hosts = {}
     names = [f"s{k}" for k in range(servers)]
     receivers = names[::4]

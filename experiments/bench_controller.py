@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
+from cosample.times import format_time
+from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 
 SIZES = (10_000, 100_000, 1_000_000)
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -70,8 +72,8 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
              "bytes_per_s_ci95_high": (own * 830).tolist(), "samples": [300] * n,
              "samples_per_s": [10.0] * n, "local_samples": [300] * n, "mirrored_samples": [0] * n,
              "coverage": [0.5] * n, "last_sample_age_s": [0.0] * n}
-    document = {"format": "cosample.snapshot", "format_version": 2, "collector": "bench",
-                "time": moment.strftime("%Y-%m-%dT%H:%M:%SZ"), "window_s": 30.0, "plan": None,
+    document = {"format": SNAPSHOT_FORMAT, "format_version": SNAPSHOT_VERSION, "collector": "bench",
+                "time": format_time(moment), "window_s": 30.0, "plan": None,
                 "servers": table,
                 "traffic_pps": {"names": list(dc.names), "src": (pairs // n).tolist(),
                                 "dst": (pairs % n).tolist(), "pps": pps.tolist()},
@@ -101,9 +103,9 @@ def measure(servers: int, folder: Path) -> dict:
     for cycle in (1, 2):
         if cycle == 2:  # a newer snapshot of the same traffic
             text = snapshot.read_text()
-            old = started.strftime("%Y-%m-%dT%H:%M:%SZ")
+            old = format_time(started)
             clock[0] = started + timedelta(seconds=30)
-            snapshot.write_text(text.replace(old, clock[0].strftime("%Y-%m-%dT%H:%M:%SZ")))
+            snapshot.write_text(text.replace(old, format_time(clock[0])))
         began, cpu = time.perf_counter(), time.process_time()
         status = controller.cycle()
         seconds, cpu = time.perf_counter() - began, time.process_time() - cpu

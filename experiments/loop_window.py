@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from cosample.experiments.testbed.closedloop import LEAD_S
+from cosample.controller.inventory import FORMAT as INVENTORY_FORMAT
 
 Matrix = dict[str, dict[str, float]]
 #: The testbed's default traffic (``testbed up``): the busiest server forwards 85 % of 3000 pps.
@@ -151,7 +152,7 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
     from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 
     inventory = inventory_from_dict({
-        "format": "cosample.inventory", "format_version": 1, "name": "loop-window",
+        "format": INVENTORY_FORMAT, "format_version": 1, "name": "loop-window",
         "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
         "servers": [{"name": f"s{k}", "capacity_pps": 3000.0, "bridge": f"br{k}",
                      "tunnel_ip": f"192.0.2.{k}", "vm_ports": [f"vm{k}a"]} for k in (1, 2, 3)],

@@ -24,6 +24,7 @@ from cosample.planner.baseline import solve_noncollab
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
+from cosample.times import format_time
 from cosample.planner.realise import Realised, realise
 from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
@@ -71,8 +72,8 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     }
     plan["plan_id"] = plan_id({**plan, "hosts": hosts})
     plan["version"] = int(created.timestamp()) if version is None else int(version)
-    plan["created"] = _iso(created)
-    plan["expires"] = _iso(created + valid_for)
+    plan["created"] = format_time(created)
+    plan["expires"] = format_time(created + valid_for)
     return plan
 
 
@@ -388,5 +389,3 @@ def _num(value: float) -> float:
     return float(f"{value:.12g}")
 
 
-def _iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -69,7 +69,7 @@ def sandbox(tmp_path, root_links, make_plan, to_bytes):
 
 def agent(config_path, clock=None, **overrides) -> Agent:
     from cosample.agents.config import load_config
-    from cosample.agents.runner import utcnow
+    from cosample.times import utcnow
     return Agent(load_config(str(config_path), overrides), clock=clock or utcnow)
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+from cosample.times import format_time
 
-def _time(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+_time = format_time
 
 
 def plan_document(version: int = 100, *, sender_mirrors=(("s2", 0.2), ("s3", 0.3)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from cosample.plan.document import format_time
+from cosample.times import format_time
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 
 
@@ -15,8 +15,8 @@ def plan_document(hosts: dict, *, version: int = 7, now: datetime | None = None,
     now = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     names = sorted(hosts)
     document = {"format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "version": version,
-                "created": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "expires": (now + timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "created": format_time(now - timedelta(hours=1)),
+                "expires": format_time(now + timedelta(hours=6)),
                 "plan_id": f"{version:064x}", "sflow": {"collector": "127.0.0.1:6343"},
                 "hosts": {}}
     if not_before is not None:

@@ -20,7 +20,7 @@ import hashlib
 import ipaddress
 import json
 import math
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
@@ -29,6 +29,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.plan.errors import PlanError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
+from cosample.times import format_time, parse_time
 from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress, describe
 
 Role = Literal["sender", "receiver", "idle"]
@@ -54,15 +55,6 @@ AppmonSegments = Literal["psh", "psh+ends", "all"]
 
 
 # field types ---------------------------------------------------------------------------------
-def _utc(text: str) -> datetime:
-    try:
-        if not text.endswith("Z"):
-            raise ValueError
-        return datetime.fromisoformat(text).astimezone(timezone.utc)
-    except ValueError:
-        raise ValueError("expected a UTC time like 2026-11-22T10:00:00Z") from None
-
-
 def parse_hostport(value: str, at: str | None = None) -> tuple[str, int]:
     """``"ADDRESS:PORT"`` (IPv6 as ``[ADDRESS]:PORT``) split and checked.
 
@@ -125,7 +117,7 @@ Rate = Annotated[float, Field(gt=0, le=1 + RATE_SLACK, allow_inf_nan=False),
                  AfterValidator(lambda value: min(value, 1.0))]
 LocalRate = Annotated[float, Field(ge=0, le=1 + RATE_SLACK, allow_inf_nan=False),
                       AfterValidator(lambda value: min(value, 1.0))]
-UtcTime = Annotated[str, AfterValidator(_utc)]
+UtcTime = Annotated[str, AfterValidator(parse_time)]
 Collector = Annotated[str, AfterValidator(_collector)]
 SflowAgent = Annotated[str, Field(min_length=1), AfterValidator(_sflow_agent)]
 HostName = Annotated[str, Field(min_length=1, max_length=253)]
@@ -369,10 +361,6 @@ def content_digest(document: Any) -> str:
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
-
-def format_time(moment: datetime) -> str:
-    """UTC ISO-8601 with ``Z``, as plans write times."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # pieces --------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from cosample.plan.document import Plan, format_time
+from cosample.plan.document import Plan
+from cosample.times import format_time
 
 #: How far a plan's ``created`` may be ahead of the agent's clock (hosts run NTP).
 CLOCK_SKEW_S = 300

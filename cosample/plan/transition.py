@@ -27,7 +27,8 @@ from typing import Any
 import orjson
 
 from cosample.plan.errors import PlanError
-from cosample.plan.document import PLANSET_FORMAT, FORMAT_VERSION, Plan, format_time
+from cosample.plan.document import PLANSET_FORMAT, FORMAT_VERSION, Plan
+from cosample.times import format_time
 
 _NOT_HASHED = ("version", "created", "expires", "not_before", "plan_id", "signature")
 

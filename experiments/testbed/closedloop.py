@@ -40,6 +40,8 @@ from cosample.collector.polling import plan_lead_s
 from cosample.experiments.testbed import apply, measure, traffic
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.topology import Flow, Topology, Vm
+from cosample.controller.inventory import FORMAT as INVENTORY_FORMAT
+from cosample.collector.inventory import INVENTORY_FORMAT as ADDRESSES_FORMAT
 
 SCENARIOS = ("shift", "steady")
 SFLOW_PORT, SNAPSHOT_PORT = 6343, 8432
@@ -110,7 +112,7 @@ def noisy(flows: tuple[Flow, ...], rng: np.random.Generator, noise: float) -> tu
 
 def inventory(topology: Topology, settings: LoopSettings, capacity_pps: float | None) -> dict:
     """The controller's inventory of the testbed: no traffic numbers."""
-    return {"format": "cosample.inventory", "format_version": 1,
+    return {"format": INVENTORY_FORMAT, "format_version": 1,
             "name": f"testbed-{topology.prefix}",
             "cost": {"alpha": settings.alpha, "beta": settings.beta},
             "servers": [{"name": s.name, "capacity_pps": capacity_pps or s.capacity_pps,
@@ -124,7 +126,7 @@ def addresses(topology: Topology) -> dict:
     """The collector's address inventory: which VM addresses live on which server, and each
     server's sFlow agent address (OVS reports the uplink's, the tunnel address), which is what
     attributes samples before any plan exists."""
-    return {"format": "cosample.addresses", "format_version": 1,
+    return {"format": ADDRESSES_FORMAT, "format_version": 1,
             "servers": {s.name: {"agent_ip": s.tunnel_ip, "vm_addresses": [vm.ip for vm in s.vms],
                                  "vm_macs": [vm.mac for vm in s.vms]}
                         for s in topology.servers}}

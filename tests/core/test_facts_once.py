@@ -1,7 +1,8 @@
 """Facts defined once: no source file outside their home writes them again as literals.
 
 The paper's coefficients live in ``costmodel/paper.py``, the plan format's name in
-``cosample/plan/formats.py`` (docs/architecture.md, "Facts defined once"). A copy elsewhere would drift
+``cosample/plan/formats.py``, the time format in ``cosample/times.py``, each other format's name
+in the module that declares it (docs/architecture.md, "Facts defined once"). A copy elsewhere would drift
 when the home changes. Tests may spell values out (they pin behaviour); docstrings and comments
 may cite them (they are not tokens of code).
 """
@@ -18,7 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 HOMES = {
     "costmodel/paper.py": {("NUMBER", "1.54"), ("NUMBER", "0.46")},
     "cosample/plan/formats.py": {("STRING", '"cosample.plan"'), ("STRING", '"cosample.planset"'),
-                           ("STRING", '"cosample.plan-report"')},
+                                 ("STRING", '"cosample.plan-report"')},
+    "cosample/times.py": {("STRING", '"%Y-%m-%dT%H:%M:%SZ"')},
+    "collector/snapshot.py": {("STRING", '"cosample.snapshot"')},
+    "collector/inventory.py": {("STRING", '"cosample.addresses"')},
+    "controller/inventory.py": {("STRING", '"cosample.inventory"')},
+    "appmon/snapshot.py": {("STRING", '"cosample.appmon-snapshot"')},
 }
 WATCHED = set().union(*HOMES.values())
 SOURCES = sorted(path for path in ROOT.rglob("*.py")

@@ -168,7 +168,7 @@ def test_agent_polls_cost_a_304_and_every_check_still_holds(sandbox, make_plan, 
 
     from agentsandbox import agent
     from cosample.plan.signing import generate_keypair, sign_bytes
-    from cosample.agents.runner import utcnow
+    from cosample.times import utcnow
     from cosample.controller.publish import Rendered
 
     ovs, config, _, _ = sandbox

@@ -17,7 +17,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cosample.plan.document import FORMAT_VERSION, PLANSET_FORMAT, format_time, parse_document
+from cosample.plan.document import FORMAT_VERSION, PLANSET_FORMAT, parse_document
+from cosample.times import format_time
 from cosample.plan.document import plan_from_dict
 from cosample.plan.transition import plan_id, transition
 from cosample.controller.publish import render
