@@ -22,7 +22,8 @@ def register(subparsers) -> None:
     run.add_argument("--plan", required=True, metavar="PATH-or-URL",
                      help="plan (or plan set) the agents run; polled for changes")
     run.add_argument("--listen", required=True, metavar="HOST:PORT",
-                     help="where the bridges send sFlow (the plan's sflow.collector)")
+                     help="where the bridges send sFlow (the plan's sflow.collector; port 0: a "
+                          "free one, printed at start)")
     run.add_argument("--metrics-port", type=int, metavar="N",
                      help="serve /metrics, /snapshot and /healthz over HTTP on this port")
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
@@ -86,10 +87,13 @@ def _inventory(args):
     return read_inventory(args.inventory)
 
 
-def _address(value: str, option: str) -> tuple[str, int]:
+def _address(value: str, option: str, any_port: bool = False) -> tuple[str, int]:
+    """``HOST:PORT``; ``any_port``: port 0 is allowed (a free one, printed at start)."""
     from cosample.collector.errors import CollectorError
     from cosample.collector.reexport import parse_target
     try:
+        if any_port and value.endswith(":0"):
+            return parse_target(value[:-1] + "1")[0], 0
         return parse_target(value)
     except CollectorError:
         raise CollectorError(f"{option}: expected HOST:PORT, got {value!r}") from None
@@ -100,7 +104,7 @@ def _run(args) -> int:
 
     from cosample.collector.service import Service, Settings
     settings = Settings(
-        listen=_address(args.listen, "--listen"), plan=args.plan, name=args.name,
+        listen=_address(args.listen, "--listen", any_port=True), plan=args.plan, name=args.name,
         metrics_port=args.metrics_port, http_host=args.http_host, state_dir=args.state_dir,
         window_s=_positive(args.window, "--window"),
         export_s=_positive(args.export_interval, "--export-interval"),

@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO
 
+from cosample.collector.admission import Admission
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.events import EventDetector, snapshot_values, write_events
@@ -67,6 +68,7 @@ class Service:
         self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s)
         self.estimator = Estimator(None, window_s=settings.window_s, name=settings.name,
                                    partial=settings.reuse_port or settings.partial)
+        self.admission = Admission(self.estimator.dropped)
         self.status = Status()
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.reexporter: Reexporter | None = None
@@ -147,17 +149,19 @@ class Service:
             self.close()
 
     def _drain(self) -> None:
-        receive, ingest, now = self._socket.recv, self.estimator.ingest, self.clock()
+        receive, ingest, now = self._socket.recvfrom, self.estimator.ingest, self.clock()
+        admit = self.admission.admit
         self._plan_due(now)  # a plan whose not_before came attributes what arrives from now on
         for _ in range(BATCH):
             try:
-                data = receive(65535)
+                data, source = receive(65535)
             except BlockingIOError:
                 break
             except OSError:
                 self.status.receive_errors += 1
                 break
-            ingest(data, now)
+            if admit(data, source[0]):
+                ingest(data, now)
         if self.reexporter is not None:
             self.reexporter.flush()
 
@@ -178,6 +182,7 @@ class Service:
     def _switch(self, update: Update) -> None:
         new = update.attribution
         self.estimator.set_attribution(new, update.at.timestamp() if update.at else None)
+        self.admission.plan(new.server_of_agent)
         if self.reexporter is not None:
             self.reexporter.attribution = new
         at = f" from its not_before {update.at:%H:%M:%S.%f}" if update.at else ""
