@@ -8,7 +8,7 @@ last, so a scrape never waits for the fast path.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -27,6 +27,10 @@ class Status:
     reexported_samples: int = 0
     reexport_errors: int = 0
     receive_errors: int = 0
+    plan_refused: dict[str, int] = field(default_factory=dict)  # failed plan reads by kind
+    state_write_errors: int = 0
+    kernel_drops: int = 0  # datagrams the kernel could not queue on the socket
+    insecure_unsigned: bool = False
 
 
 class SnapshotMetrics:
@@ -50,8 +54,22 @@ class SnapshotMetrics:
                 ("events", status.events, "events exported (value left its band or silence)"),
                 ("reexported_samples", status.reexported_samples, "samples re-exported downstream"),
                 ("reexport_errors", status.reexport_errors, "re-export datagrams not sent"),
-                ("receive_errors", status.receive_errors, "socket receive errors")):
+                ("receive_errors", status.receive_errors, "socket receive errors"),
+                ("state_write_errors", status.state_write_errors,
+                 "state files not written (the daemon goes on receiving)"),
+                ("kernel_receive_drops", status.kernel_drops,
+                 "datagrams the kernel dropped on the receive socket (buffer full: "
+                 "/proc/net/udp drops)")):
             yield CounterMetricFamily(f"cosample_collector_{name}", text, value=value)
+        refused = CounterMetricFamily("cosample_collector_plan_refused",
+                                      "plan reads refused, by reason (fetch, signature, invalid); "
+                                      "the last good plan stays", labels=["reason"])
+        for reason in ("fetch", "signature", "invalid"):
+            refused.add_metric([reason], status.plan_refused.get(reason, 0))
+        yield refused
+        yield GaugeMetricFamily("cosample_collector_insecure_unsigned",
+                                "1 when plans are accepted without a signature",
+                                value=1 if status.insecure_unsigned else 0)
         if snapshot is None:
             return
         for name, counts, text in (("dropped", snapshot.dropped, "datagrams or samples dropped"),

@@ -1,15 +1,19 @@
 """``collector run``: the daemon's effects around the pure estimator.
 
-One thread receives datagrams (non-blocking socket drained in batches: the fast path only updates
-sums) and, once per ``export_s``, runs the normal path: snapshot, events, state file, plan poll.
-An HTTP thread serves the newest snapshot (``/snapshot``), metrics (``/metrics``) and
-``/healthz`` without touching the estimator. Nothing received can stop the loop; a bad plan keeps
-the last good one.
+One thread receives datagrams (non-blocking socket drained in batches: the admission check,
+then the fast path that only updates sums) and, once per ``export_s``, takes a snapshot of the
+estimator. Nothing slow runs on it: the plan is read, verified and parsed on a thread of its own
+and handed over between batches (``workers.PlanPoller``); the snapshot's JSON, the events, the
+state file and the kernel's drop counter are done by another (``workers.SnapshotWriter``). An
+HTTP thread serves the newest snapshot (``/snapshot``), metrics (``/metrics``) and ``/healthz``
+without touching the estimator. Nothing received can stop the loop; a bad plan keeps the last
+good one.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import select
 import socket
 import sys
@@ -24,14 +28,18 @@ from typing import IO
 
 from cosample.collector.admission import Admission
 from cosample.collector.errors import CollectorError
+from cosample.errors import CosampleError
 from cosample.collector.estimate import Estimator
 from cosample.collector.events import EventDetector, snapshot_values, write_events
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
+from cosample.collector.planread import Reading
 from cosample.collector.planwatch import PlanWatcher, Update
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
+from cosample.collector.udpstats import kernel_drops
+from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.files import write_atomic
 
 SNAPSHOT_FILE = "snapshot.json"
@@ -58,6 +66,8 @@ class Settings:
     receive_buffer: int = 8 << 20
     reuse_port: bool = False
     partial: bool = False  # this instance hears only some agents (implied by reuse_port)
+    public_key: str | None = None  # verify PLAN.sig with it, as the agents
+    insecure_unsigned: bool = True  # accept unsigned plans
 
 
 class Service:
@@ -65,7 +75,12 @@ class Service:
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None):
         self.settings, self.clock = settings, clock
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s)
+        self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s,
+                                   public_key=settings.public_key,
+                                   insecure_unsigned=settings.insecure_unsigned)
+        self.poller = PlanPoller(self.watcher.reader, settings.plan_interval_s)
+        self.writer = SnapshotWriter(self._write, self.log)
+        self._logged_error: str | None = None
         self.estimator = Estimator(None, window_s=settings.window_s, name=settings.name,
                                    partial=settings.reuse_port or settings.partial)
         self.admission = Admission(self.estimator.dropped)
@@ -108,7 +123,13 @@ class Service:
         if self.settings.events:
             self._events = sys.stdout if self.settings.events == "-" else \
                 open(self.settings.events, "a", encoding="utf-8")
-        self._poll_plan()
+        self.writer.start()
+        self.poller.start()
+        try:  # start with the plan when it comes in time (datagrams wait in the socket buffer)
+            self._accept(self.poller.readings.get(timeout=self.settings.plan_timeout_s + 1.0))
+        except queue.Empty:
+            self.log(f"collector: plan {self.settings.plan}: not read within "
+                     f"{self.settings.plan_timeout_s:g} s; receiving meanwhile")
         self.export(self.clock())
         return self
 
@@ -116,9 +137,11 @@ class Service:
         self._stop.set()
 
     def close(self) -> None:
+        self.poller.stop()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+        self.writer.stop()
         if self.reexporter is not None:
             self.reexporter.close()
         if self._socket is not None:
@@ -130,18 +153,16 @@ class Service:
     def run(self) -> None:
         """Receive and export until ``stop``; returns after closing everything."""
         next_export = self.clock() + self.settings.export_s
-        next_plan = self.clock() + self.settings.plan_interval_s
         try:
             while not self._stop.is_set():
                 timeout = max(0.0, min(next_export - self.clock(), 0.2))
                 readable, _, _ = select.select([self._socket], [], [], timeout)
                 if readable:
                     self._drain()
+                for reading in self.poller.take():
+                    self._accept(reading)
                 now = self.clock()
                 self._plan_due(now)
-                if now >= next_plan:
-                    self._poll_plan()
-                    next_plan = now + self.settings.plan_interval_s
                 if now >= next_export:
                     self.export(now)
                     next_export = now + self.settings.export_s
@@ -165,14 +186,18 @@ class Service:
         if self.reexporter is not None:
             self.reexporter.flush()
 
-    def _poll_plan(self) -> None:
-        update = self.watcher.poll(datetime.fromtimestamp(self.clock(), timezone.utc))
+    def _accept(self, reading: Reading) -> None:
+        """A read of the plan (made on the poller's thread) takes effect here, between batches."""
+        update = self.watcher.accept(reading, datetime.fromtimestamp(self.clock(), timezone.utc))
         self.status.plan_errors = self.watcher.errors
+        self.status.plan_refused = dict(self.watcher.refused)
         if update is not None:
             self._switch(update)
-        elif self.watcher.last_error:
-            self.log(f"collector: {self.watcher.last_error}; keeping the last good plan")
-            self.watcher.last_error = None
+        error, self.watcher.last_error = self.watcher.last_error, None
+        if error and error != self._logged_error:  # the same refusal again: counted, not logged
+            self.log(f"collector: {error}; keeping the last good plan")
+        if reading.plans is not None or error:
+            self._logged_error = error
 
     def _plan_due(self, now: float) -> None:
         update = self.watcher.due(datetime.fromtimestamp(now, timezone.utc))
@@ -193,22 +218,38 @@ class Service:
                  f"{' expired: local sampling only' if self.watcher.safe else ''}")
 
     def export(self, now: float) -> Snapshot:
-        """The normal path: a snapshot, its events, the state file."""
+        """The normal path: a snapshot of the estimator, handed to the writer thread."""
         snapshot = self.estimator.snapshot(now)
         self.snapshot = snapshot
-        self._snapshot_json = snapshot.to_json().encode()
         self.status.datagrams, self.status.samples = self.estimator.datagrams, self.estimator.samples
         if self.reexporter is not None:
             self.status.reexported_samples = self.reexporter.sent_samples
             self.status.reexport_errors = self.reexporter.errors
+        self.writer.submit((snapshot, now))
+        return snapshot
+
+    def _write(self, item: tuple[Snapshot, float]) -> None:
+        """On the writer thread: JSON for ``/snapshot``, events, the state file, kernel drops."""
+        snapshot, now = item
+        text = snapshot.to_json()
+        self._snapshot_json = text.encode()
         if self._events is not None:
             events = self.detector.update_all(dict(snapshot_values(snapshot)), now)
             self.status.events += write_events(events, self._events)
         if self.settings.state_dir is not None:
-            text = snapshot.to_json()
-            write_atomic(Path(self.settings.state_dir) / SNAPSHOT_FILE,
-                         lambda stream: stream.write(text), parents=True)
-        return snapshot
+            try:
+                write_atomic(Path(self.settings.state_dir) / SNAPSHOT_FILE,
+                             lambda stream: stream.write(text), parents=True)
+            except (OSError, CosampleError) as exc:
+                self.status.state_write_errors += 1
+                if self.status.state_write_errors == 1 or \
+                        self.status.state_write_errors % 100 == 0:
+                    self.log(f"collector: {exc} ({self.status.state_write_errors} state writes "
+                             "failed so far; still receiving)")
+        if self._socket is not None:
+            drops = kernel_drops(self._socket)
+            if drops is not None:
+                self.status.kernel_drops = drops
 
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
