@@ -24,6 +24,12 @@ def register(subparsers) -> None:
     run.add_argument("--listen", required=True, metavar="HOST:PORT",
                      help="where the bridges send sFlow (the plan's sflow.collector; port 0: a "
                           "free one, printed at start)")
+    run.add_argument("--public-key", metavar="KEY",
+                     help="require plans signed by this ed25519 key (PLAN.sig beside the plan, "
+                          "as the agents; `cosample agent keygen`)")
+    run.add_argument("--insecure-unsigned", action="store_true",
+                     help="accept unsigned plans (labs only; warns at start and in "
+                          "cosample_collector_insecure_unsigned)")
     run.add_argument("--metrics-port", type=int, metavar="N",
                      help="serve /metrics, /snapshot and /healthz over HTTP on this port")
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
@@ -113,7 +119,8 @@ def _run(args) -> int:
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
         events=args.events, band=args.band, max_silence_s=_positive(args.max_silence,
                                                                     "--max-silence"),
-        reuse_port=args.reuse_port, partial=args.partial,
+        reuse_port=args.reuse_port, partial=args.partial, public_key=args.public_key,
+        insecure_unsigned=args.insecure_unsigned,
         receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")))
     service = Service(settings, _inventory(args)).start()
     for number in (signal.SIGTERM, signal.SIGINT):

@@ -67,7 +67,7 @@ class Settings:
     reuse_port: bool = False
     partial: bool = False  # this instance hears only some agents (implied by reuse_port)
     public_key: str | None = None  # verify PLAN.sig with it, as the agents
-    insecure_unsigned: bool = True  # accept unsigned plans
+    insecure_unsigned: bool = False  # accept unsigned plans (labs): one of the two is required
 
 
 class Service:
@@ -75,6 +75,9 @@ class Service:
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None):
         self.settings, self.clock = settings, clock
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        if settings.public_key is None and not settings.insecure_unsigned:
+            raise CollectorError("--public-key: required to verify plans as the agents do "
+                                 "(or --insecure-unsigned for a lab)")
         self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s,
                                    public_key=settings.public_key,
                                    insecure_unsigned=settings.insecure_unsigned)
@@ -123,6 +126,10 @@ class Service:
         if self.settings.events:
             self._events = sys.stdout if self.settings.events == "-" else \
                 open(self.settings.events, "a", encoding="utf-8")
+        warning = unsigned_warning(self.settings)
+        if warning:
+            self.status.insecure_unsigned = True
+            self.log(f"collector: WARNING: {warning}")
         self.writer.start()
         self.poller.start()
         try:  # start with the plan when it comes in time (datagrams wait in the socket buffer)
@@ -253,6 +260,17 @@ class Service:
 
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
+
+
+def unsigned_warning(settings: Settings) -> str | None:
+    """The loud warning for ``--insecure-unsigned`` (worse over plain http), or None."""
+    if settings.public_key is not None or not settings.insecure_unsigned:
+        return None
+    over = " over plain http: anyone on the path" if settings.plan.startswith("http://") \
+        else ": anyone who can write the plan location"
+    return (f"INSECURE: plans are accepted unsigned (--insecure-unsigned){over} decides how "
+            "every server's samples are weighed, and the controller plans from that; set "
+            "--public-key")
 
 
 def _receive_buffer(sock: socket.socket, size: int) -> None:

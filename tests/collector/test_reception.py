@@ -75,7 +75,7 @@ def plan():
 
 def test_a_trickling_plan_server_loses_no_datagram(plan):
     server = TrickleServer(json.dumps(plan).encode(), trickle_s=2.0)
-    daemon = Daemon(server.url, "--plan-timeout", "4", "--receive-buffer", str(SMALL_BUFFER))
+    daemon = Daemon(server.url, "--insecure-unsigned", "--plan-timeout", "4", "--receive-buffer", str(SMALL_BUFFER))
     stream = simulate(parse_plan(json.dumps(plan).encode()), TRUTH, duration_s=3.0, seed=31)
     datagrams = [data for _, data in stream.datagrams]
     try:
@@ -103,7 +103,7 @@ def test_kernel_drops_are_counted(tmp_path, plan):
     or in the kernel's drop counter, and some are dropped."""
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
-    daemon = Daemon(path, "--receive-buffer", str(SMALL_BUFFER))
+    daemon = Daemon(path, "--insecure-unsigned", "--receive-buffer", str(SMALL_BUFFER))
     stream = simulate(parse_plan(path.read_bytes()), TRUTH, duration_s=3.0, seed=32)
     datagrams = [data for _, data in stream.datagrams]
     try:

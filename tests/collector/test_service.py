@@ -78,7 +78,7 @@ def send(datagrams, target, sender: AgentSender, pace_every: int = 200,
 
 def settings(plan_path, **kwargs) -> Settings:
     values = dict(listen=("127.0.0.1", 0), plan=str(plan_path), name="c1", metrics_port=0,
-                  window_s=600.0, export_s=0.2, plan_interval_s=0.2)
+                  window_s=600.0, export_s=0.2, plan_interval_s=0.2, insecure_unsigned=True)
     values.update(kwargs)
     return Settings(**values)
 

@@ -60,7 +60,7 @@ def test_admission_rule():
 def daemon(tmp_path):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan_document(FOUR, agents=LOOPBACK)))
-    running = Daemon(path)
+    running = Daemon(path, "--insecure-unsigned")
     yield running, parse_plan(path.read_bytes())
     running.stop()
 

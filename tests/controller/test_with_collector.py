@@ -57,7 +57,8 @@ def test_planless_start_publishes_the_first_plan_only(tmp_path):
         name: {"agent_ip": f"192.0.2.{k}"} for k, name in enumerate(inventory.names, start=1)}})
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
                                         name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2, plan_timeout_s=0.5), addresses,
+                                        plan_interval_s=0.2, plan_timeout_s=0.5,
+                                        insecure_unsigned=True), addresses,
                       log=lambda line: None).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
@@ -99,7 +100,8 @@ def test_measurement_plan_fallback_through_the_real_collector(tmp_path):
     lines: list[str] = []
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
                                         name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2, plan_timeout_s=0.5),
+                                        plan_interval_s=0.2, plan_timeout_s=0.5,
+                                        insecure_unsigned=True),
                       log=lines.append).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
