@@ -7,6 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
+from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 
 
@@ -33,6 +34,11 @@ def register(subparsers) -> None:
     run.add_argument("--metrics-port", type=int, metavar="N",
                      help="serve /metrics, /snapshot and /healthz over HTTP on this port")
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
+    run.add_argument("--http-max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
+                     help=f"HTTP connections served at once (default {MAX_CONNECTIONS}); more "
+                          "are closed at once and counted")
+    run.add_argument("--http-idle-timeout", type=float, default=IDLE_TIMEOUT_S, metavar="S",
+                     help=f"close an HTTP connection idle this long (default {IDLE_TIMEOUT_S:g})")
     run.add_argument("--state-dir", type=Path, help="write snapshot.json here every export")
     run.add_argument("--reuse-port", action="store_true",
                      help="SO_REUSEPORT: several instances share --listen (one per core); "
@@ -112,6 +118,8 @@ def _run(args) -> int:
     settings = Settings(
         listen=_address(args.listen, "--listen", any_port=True), plan=args.plan, name=args.name,
         metrics_port=args.metrics_port, http_host=args.http_host, state_dir=args.state_dir,
+        http_max_connections=int(_positive(args.http_max_connections, "--http-max-connections")),
+        http_idle_timeout_s=_positive(args.http_idle_timeout, "--http-idle-timeout"),
         window_s=_positive(args.window, "--window"),
         export_s=_positive(args.export_interval, "--export-interval"),
         plan_interval_s=_positive(args.plan_interval, "--plan-interval"),

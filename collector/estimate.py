@@ -38,6 +38,9 @@ from cosample.collector.snapshot import PlanRef, ServerEstimate, Snapshot
 #: Expected mirrored (or local) samples in a window above which none arriving means the data
 #: plane does not do what the plan says (agent in its safe state, mirror not yet set up).
 MISSING_STREAM_SAMPLES = 20.0
+#: Port-counter rows kept per agent (a host has tens to hundreds of ports); more are dropped
+#: (``port_limit``), and rows not refreshed for a window expire: bounded state.
+MAX_PORTS_PER_AGENT = 1024
 _WRAP, _HALF = 1 << 32, 1 << 31
 
 Hook = Callable[[FlowSample, Source, float], None]
@@ -65,7 +68,8 @@ class Estimator:
         self.bucket_s = max(1.0, window_s / 10) if window_s else 60.0
         self._buckets: deque[tuple[int, dict, dict]] = deque()
         self._sequences: dict[tuple[str, int], tuple[int, int]] = {}
-        self._counters: dict[tuple[str, int], tuple[float, int, int]] = {}
+        self._counters: dict[tuple[str, int], tuple[float, int, int, str]] = {}
+        self._ports: Counter[str] = Counter()  # agent -> rows in ``_counters``
         self.interfaces: dict[str, dict[str, dict[str, float]]] = {}
         self._last: dict[str, float] = {}
         self._mirror_q: dict[str, float] = {}
@@ -236,7 +240,12 @@ class Estimator:
             return
         key = (counters.agent, counters.if_index)
         previous = self._counters.get(key)
-        self._counters[key] = (now, counters.in_packets, counters.out_packets)
+        if previous is None:
+            if self._ports[counters.agent] >= MAX_PORTS_PER_AGENT:
+                self.dropped["port_limit"] += 1
+                return
+            self._ports[counters.agent] += 1
+        self._counters[key] = (now, counters.in_packets, counters.out_packets, server)
         if previous is None or now <= previous[0]:
             return
         elapsed = now - previous[0]
@@ -249,6 +258,15 @@ class Estimator:
             return
         while self._buckets and self._buckets[0][0] <= bucket - round(self.window_s / self.bucket_s):
             self._buckets.popleft()
+        horizon = bucket * self.bucket_s - self.window_s
+        for key in [key for key, row in self._counters.items() if row[0] < horizon]:
+            server = self._counters.pop(key)[3]
+            self._ports[key[0]] -= 1
+            rows = self.interfaces.get(server)
+            if rows is not None:
+                rows.pop(str(key[1]), None)
+                if not rows:
+                    del self.interfaces[server]
 
     # combination ----------------------------------------------------------------------------
     def _precisions(self, server: str, local_seen: bool = True,

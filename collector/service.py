@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import IO
 
@@ -31,6 +31,7 @@ from cosample.collector.errors import CollectorError
 from cosample.errors import CosampleError
 from cosample.collector.estimate import Estimator
 from cosample.collector.events import EventDetector, snapshot_values, write_events
+from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
@@ -54,6 +55,8 @@ class Settings:
     name: str
     metrics_port: int | None = None
     http_host: str = "127.0.0.1"
+    http_max_connections: int = MAX_CONNECTIONS
+    http_idle_timeout_s: float = IDLE_TIMEOUT_S
     state_dir: Path | None = None
     window_s: float = 30.0
     export_s: float = 1.0
@@ -94,7 +97,7 @@ class Service:
         self._snapshot_json = b""
         self._stop = threading.Event()
         self._socket: socket.socket | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         self.metrics = SnapshotMetrics(lambda: (self.snapshot, self.status))
 
@@ -116,6 +119,7 @@ class Service:
         self.listen_address = sock.getsockname()[:2]
         if self.settings.metrics_port is not None:
             self._http = _http_server(self, self.settings.http_host, self.settings.metrics_port)
+            self.status.http_refused = self._http.refused
             threading.Thread(target=self._http.serve_forever, name="collector-http",
                              daemon=True).start()
             self.http_address = self._http.server_address[:2]
@@ -282,7 +286,7 @@ def _receive_buffer(sock: socket.socket, size: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
 
 
-def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
+def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
@@ -308,9 +312,9 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             pass
 
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        return BoundedHTTPServer((host, port), Handler,
+                                 max_connections=service.settings.http_max_connections,
+                                 idle_timeout_s=service.settings.http_idle_timeout_s)
     except OSError as exc:
         raise CollectorError(f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})") \
             from None
-    server.daemon_threads = True
-    return server
