@@ -30,6 +30,7 @@ class Status:
     plan_refused: dict[str, int] = field(default_factory=dict)  # failed plan reads by kind
     state_write_errors: int = 0
     kernel_drops: int = 0  # datagrams the kernel could not queue on the socket
+    queue_overflow: int = 0  # datagrams the receive thread's queue had no room for
     insecure_unsigned: bool = False
     http_refused: Mapping[str, int] = field(default_factory=dict)  # the HTTP server's, live
 
@@ -58,6 +59,8 @@ class SnapshotMetrics:
                 ("receive_errors", status.receive_errors, "socket receive errors"),
                 ("state_write_errors", status.state_write_errors,
                  "state files not written (the daemon goes on receiving)"),
+                ("receive_queue_overflow", status.queue_overflow,
+                 "datagrams dropped because the receive thread's queue was full"),
                 ("kernel_receive_drops", status.kernel_drops,
                  "datagrams the kernel dropped on the receive socket (buffer full: "
                  "/proc/net/udp drops)")):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cosample.agents.plan import Plan, parse_document
 from cosample.agents.signing import SIGNATURE_SUFFIX, verify
@@ -42,6 +42,7 @@ class Reading:
     kind: str | None = None  # FETCH, SIGNATURE or INVALID when ``error``
     changed: bool = True  # False: the same bytes as the previous read
     built: dict = field(default_factory=dict)  # (version, plan_id) -> Attribution
+    seconds: float = 0.0  # how long the read took (fetch, verification, parse, tables)
 
 
 class PlanReader:
@@ -57,6 +58,11 @@ class PlanReader:
         self._last: Reading | None = None
 
     def read(self) -> Reading:
+        began = time.monotonic()
+        reading = self._read()
+        return replace(reading, seconds=time.monotonic() - began)
+
+    def _read(self) -> Reading:
         if self.public_key is None and not self.insecure_unsigned:
             return Reading(None, f"plan {self.location}: no public key configured: refusing "
                                  "unsigned plans (--public-key KEY, or --insecure-unsigned for "

@@ -20,6 +20,7 @@ moment, so they are never earlier than the collector. A plan first read after it
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -82,6 +83,11 @@ class PlanWatcher:
             return self.due(now)
         self.plans, self._built = reading.plans, reading.built
         return self._select(now)
+
+    @property
+    def wake_ts(self) -> float:
+        """When ``due`` may next return something, in Unix seconds (inf: not before a read)."""
+        return self._wake.timestamp() if self._wake is not None else math.inf
 
     def due(self, now: datetime) -> Update | None:
         """Between polls: the switch to a known plan whose ``not_before`` came, or the fall back

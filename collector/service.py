@@ -5,16 +5,17 @@ then the fast path that only updates sums) and, once per ``export_s``, takes a s
 estimator. Nothing slow runs on it: the plan is read, verified and parsed on a thread of its own
 and handed over between batches (``workers.PlanPoller``); the snapshot's JSON, the events, the
 state file and the kernel's drop counter are done by another (``workers.SnapshotWriter``). An
-HTTP thread serves the newest snapshot (``/snapshot``), metrics (``/metrics``) and ``/healthz``
+HTTP thread serves the newest snapshot (``/snapshot``), metrics (``/metrics``), counters
+(``/status``) and ``/healthz``
 without touching the estimator. Nothing received can stop the loop; a bad plan keeps the last
 good one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
-import select
 import socket
 import sys
 import threading
@@ -37,6 +38,7 @@ from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
 from cosample.collector.planwatch import PlanWatcher, Update
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.receiver import Receiver
 from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
 from cosample.collector.udpstats import kernel_drops
@@ -44,8 +46,8 @@ from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.files import write_atomic
 
 SNAPSHOT_FILE = "snapshot.json"
-#: Datagrams drained per batch before the loop looks at its timers again.
-BATCH = 4096
+#: After a snapshot that took d seconds, at least this many times d of ingest before the next.
+EXPORT_SHARE = 3.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Service:
         self._snapshot_json = b""
         self._stop = threading.Event()
         self._socket: socket.socket | None = None
+        self._receiver: Receiver | None = None
         self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         self.metrics = SnapshotMetrics(lambda: (self.snapshot, self.status))
@@ -162,39 +165,43 @@ class Service:
 
     # loop ----------------------------------------------------------------------------------
     def run(self) -> None:
-        """Receive and export until ``stop``; returns after closing everything."""
+        """Estimate and export until ``stop``; returns after closing everything.
+
+        The socket is read by ``receiver.Receiver`` on its own thread; this loop drains its
+        queue. A snapshot that took ``d`` seconds is followed by at least ``EXPORT_SHARE`` x
+        ``d`` seconds of ingest before the next one (a 10^5-server snapshot takes seconds):
+        snapshots get rarer, ingest keeps its pace."""
         next_export = self.clock() + self.settings.export_s
+        receiver = self._receiver = Receiver(  # the relay stamps arrivals with the wall clock
+            self._socket, self.clock, relay=self.clock is time.time, log=self.log).start()
         try:
             while not self._stop.is_set():
-                timeout = max(0.0, min(next_export - self.clock(), 0.2))
-                readable, _, _ = select.select([self._socket], [], [], timeout)
-                if readable:
-                    self._drain()
+                receiver.ready.wait(max(0.0, min(next_export - self.clock(), 0.2)))
+                self._drain(receiver.take())
                 for reading in self.poller.take():
                     self._accept(reading)
                 now = self.clock()
                 self._plan_due(now)
                 if now >= next_export:
+                    began = time.monotonic()
                     self.export(now)
-                    next_export = now + self.settings.export_s
+                    spent = time.monotonic() - began
+                    next_export = self.clock() + max(self.settings.export_s,
+                                                     EXPORT_SHARE * spent)
         finally:
+            receiver.stop()
             self.close()
 
-    def _drain(self) -> None:
-        receive, ingest, now = self._socket.recvfrom, self.estimator.ingest, self.clock()
-        admit = self.admission.admit
-        self._plan_due(now)  # a plan whose not_before came attributes what arrives from now on
-        for _ in range(BATCH):
-            try:
-                data, source = receive(65535)
-            except BlockingIOError:
-                break
-            except OSError:
-                self.status.receive_errors += 1
-                break
-            if admit(data, source[0]):
-                ingest(data, now)
-        if self.reexporter is not None:
+    def _drain(self, batch: list[tuple[bytes, str, float]]) -> None:
+        """Admission, then the fast path, each datagram at its arrival time."""
+        ingest, admit, wake = self.estimator.ingest, self.admission.admit, self.watcher.wake_ts
+        for data, source, when in batch:
+            if when >= wake:  # a plan whose not_before came attributes what arrived since
+                self._plan_due(when)
+                wake = self.watcher.wake_ts
+            if admit(data, source):
+                ingest(data, when)
+        if batch and self.reexporter is not None:
             self.reexporter.flush()
 
     def _accept(self, reading: Reading) -> None:
@@ -202,6 +209,10 @@ class Service:
         update = self.watcher.accept(reading, datetime.fromtimestamp(self.clock(), timezone.utc))
         self.status.plan_errors = self.watcher.errors
         self.status.plan_refused = dict(self.watcher.refused)
+        if reading.changed and reading.plans is not None:
+            self.log(f"collector: plan {self.settings.plan}: read, verified and parsed in "
+                     f"{reading.seconds:.1f} s (off the receive path): versions "
+                     f"{', '.join(str(plan.version) for plan in reading.plans)}")
         if update is not None:
             self._switch(update)
         error, self.watcher.last_error = self.watcher.last_error, None
@@ -216,7 +227,7 @@ class Service:
             self._switch(update)
 
     def _switch(self, update: Update) -> None:
-        new = update.attribution
+        new, began = update.attribution, time.monotonic()
         self.estimator.set_attribution(new, update.at.timestamp() if update.at else None)
         self.admission.plan(new.server_of_agent)
         if self.reexporter is not None:
@@ -226,13 +237,17 @@ class Service:
                  f"({len(new.servers)} servers, local sampling at their own rates)"
                  if new.plan_id is None else
                  f"collector: plan version {new.plan_version} ({new.plan_id[:12]}){at}"
-                 f"{' expired: local sampling only' if self.watcher.safe else ''}")
+                 f"{' expired: local sampling only' if self.watcher.safe else ''}"
+                 f" (switched in {time.monotonic() - began:.1f} s)")
 
     def export(self, now: float) -> Snapshot:
         """The normal path: a snapshot of the estimator, handed to the writer thread."""
         snapshot = self.estimator.snapshot(now)
         self.snapshot = snapshot
         self.status.datagrams, self.status.samples = self.estimator.datagrams, self.estimator.samples
+        if self._receiver is not None:
+            self.status.receive_errors = self._receiver.errors
+            self.status.queue_overflow = self._receiver.overflow
         if self.reexporter is not None:
             self.status.reexported_samples = self.reexporter.sent_samples
             self.status.reexport_errors = self.reexporter.errors
@@ -264,6 +279,21 @@ class Service:
 
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
+
+    def status_json(self) -> bytes:
+        """The daemon's counters without the per-server rows: cheap at any fleet size (a
+        scrape of ``/metrics`` renders every server)."""
+        status, snapshot = self.status, self.snapshot
+        return json.dumps({
+            "time": snapshot.time if snapshot is not None else None,
+            "plan_version": snapshot.plan.version if snapshot is not None and snapshot.plan
+            else None,
+            "datagrams": self.estimator.datagrams, "samples": self.estimator.samples,  # live
+            "kernel_receive_drops": status.kernel_drops, "plan_errors": status.plan_errors,
+            "receive_queue_overflow": self._receiver.overflow if self._receiver else 0,
+            "receive_queued_bytes": self._receiver.queued_bytes if self._receiver else 0,
+            "dropped": dict(snapshot.dropped) if snapshot is not None else {}},
+            default=str).encode()
 
 
 def unsigned_warning(settings: Settings) -> str | None:
@@ -299,8 +329,10 @@ def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
                 body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
             elif path == "/healthz":
                 body, kind = b"ok\n", "text/plain"
+            elif path == "/status":
+                body, kind = service.status_json(), "application/json"
             else:
-                self.send_error(404, "try /snapshot, /metrics or /healthz")
+                self.send_error(404, "try /snapshot, /metrics, /status or /healthz")
                 return
             self.send_response(200)
             self.send_header("Content-Type", kind)

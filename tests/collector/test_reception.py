@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -98,9 +99,17 @@ def test_a_trickling_plan_server_loses_no_datagram(plan):
     assert counter(metrics, "cosample_collector_plan_errors_total") == 0
 
 
+def _family(pid: int) -> list[int]:
+    """``pid`` and its children (the daemon's receive process)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(child) for child in (task / "children").read_text().split()]
+    return [pid, *children]
+
+
 def test_kernel_drops_are_counted(tmp_path, plan):
-    """A stopped daemon cannot drain its small buffer: every datagram sent is either counted
-    or in the kernel's drop counter, and some are dropped."""
+    """A stopped daemon (and its receive process) cannot drain its small buffer: every
+    datagram sent is either counted or in the kernel's drop counter, and some are dropped."""
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     daemon = Daemon(path, "--insecure-unsigned", "--receive-buffer", str(SMALL_BUFFER))
@@ -108,13 +117,17 @@ def test_kernel_drops_are_counted(tmp_path, plan):
     datagrams = [data for _, data in stream.datagrams]
     try:
         wait_for(lambda: counter(daemon.metrics(), "cosample_collector_plan_version") == 7)
-        os.kill(daemon.process.pid, signal.SIGSTOP)
+        stopped = _family(daemon.process.pid)
+        assert len(stopped) == 2  # the daemon and its receive process
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
         try:
             with AgentSender() as sender:
                 for k in range(2000):
                     sender.send(datagrams[k % len(datagrams)], daemon.listen)
         finally:
-            os.kill(daemon.process.pid, signal.SIGCONT)
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
 
         def settled():
             m = daemon.metrics()
@@ -125,3 +138,38 @@ def test_kernel_drops_are_counted(tmp_path, plan):
     finally:
         daemon.stop()
     assert dropped > 0 and counted > 0
+
+
+def test_the_receive_process_reads_while_the_daemon_cannot(tmp_path, plan):
+    """The daemon itself stopped for 3 s (as when a C call holds its interpreter lock): its
+    receive process goes on draining the socket, so 6,000 datagrams at 2,000/s (13 times what
+    the small buffer holds) are all counted once it continues, none dropped. Then the receive
+    process is killed: the daemon says so and reads the socket itself."""
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    daemon = Daemon(path, "--insecure-unsigned", "--receive-buffer", str(SMALL_BUFFER))
+    stream = simulate(parse_plan(path.read_bytes()), TRUTH, duration_s=3.0, seed=34)
+    datagrams = [data for _, data in stream.datagrams]
+    try:
+        wait_for(lambda: counter(daemon.metrics(), "cosample_collector_plan_version") == 7)
+        _, relay = _family(daemon.process.pid)
+        os.kill(daemon.process.pid, signal.SIGSTOP)
+        try:
+            with AgentSender() as sender:
+                sent = steady(lambda k: sender.send(datagrams[k % len(datagrams)],
+                                                    daemon.listen), rate_per_s=2000, seconds=3.0)
+        finally:
+            os.kill(daemon.process.pid, signal.SIGCONT)
+        metrics = wait_for(lambda: (m := daemon.metrics()) and
+                           m["cosample_collector_datagrams_total"][()] == sent and m)
+        assert counter(metrics, "cosample_collector_kernel_receive_drops_total") == 0
+        os.kill(relay, signal.SIGKILL)
+        wait_for(lambda: any("receive process ended" in line for line in daemon.lines))
+        with AgentSender() as sender:
+            for data in datagrams[:100]:
+                sender.send(data, daemon.listen)
+        wait_for(lambda: daemon.metrics()["cosample_collector_datagrams_total"][()] ==
+                 sent + 100)
+    finally:
+        log = daemon.stop()
+    assert "receiving in this process" in log
