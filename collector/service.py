@@ -283,11 +283,12 @@ class Service:
     def status_json(self) -> bytes:
         """The daemon's counters without the per-server rows: cheap at any fleet size (a
         scrape of ``/metrics`` renders every server)."""
-        status, snapshot = self.status, self.snapshot
+        status, snapshot, running = self.status, self.snapshot, self.estimator.attribution
         return json.dumps({
-            "time": snapshot.time if snapshot is not None else None,
-            "plan_version": snapshot.plan.version if snapshot is not None and snapshot.plan
-            else None,
+            "time": snapshot.time if snapshot is not None else None,  # of the newest snapshot
+            "plan_version": running.plan_version if running is not None else None,  # in force
+            "snapshot_plan_version": snapshot.plan.version if snapshot is not None and
+            snapshot.plan else None,
             "datagrams": self.estimator.datagrams, "samples": self.estimator.samples,  # live
             "kernel_receive_drops": status.kernel_drops, "plan_errors": status.plan_errors,
             "receive_queue_overflow": self._receiver.overflow if self._receiver else 0,
