@@ -1,4 +1,4 @@
-"""Follow the plan the agents run: read it (``planread``: fetch, verify, validate), pick the active one.
+"""Follow the plan the agents run: read it (``planread``), pick the active one.
 
 The collector reads plans with the agents' own reader and selection rules
 (``cosample.agents.plan``, ``cosample.agents.selection``), so both agree on which plan is in force:

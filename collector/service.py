@@ -83,6 +83,8 @@ class Service:
         if settings.public_key is None and not settings.insecure_unsigned:
             raise CollectorError("--public-key: required to verify plans as the agents do "
                                  "(or --insecure-unsigned for a lab)")
+        if settings.public_key is not None and not os.access(settings.public_key, os.R_OK):
+            raise CollectorError(f"--public-key {settings.public_key}: cannot read the key")
         self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s,
                                    public_key=settings.public_key,
                                    insecure_unsigned=settings.insecure_unsigned)

@@ -151,7 +151,7 @@ class Ours:
         return last or 0
 
     def pids(self) -> list[int]:
-        return [self.process.pid]
+        return [self.process.pid, *_children(self.process.pid)]  # and its receive process
 
     def stop(self) -> None:
         self.process.terminate()

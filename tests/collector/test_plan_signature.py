@@ -65,6 +65,10 @@ def test_without_a_key_the_daemon_refuses_to_start(tmp_path, capsys):
     assert main(["collector", "run", "--plan", str(path), "--listen", "127.0.0.1:0"]) == 2
     err = capsys.readouterr().err
     assert "--public-key: required" in err and "--insecure-unsigned" in err
+    missing = tmp_path / "nowhere.pub"
+    assert main(["collector", "run", "--plan", str(path), "--listen", "127.0.0.1:0",
+                 "--public-key", str(missing)]) == 2
+    assert f"--public-key {missing}: cannot read the key" in capsys.readouterr().err
 
 
 def test_insecure_unsigned_says_so(tmp_path):

@@ -76,7 +76,8 @@ def plan():
 
 def test_a_trickling_plan_server_loses_no_datagram(plan):
     server = TrickleServer(json.dumps(plan).encode(), trickle_s=2.0)
-    daemon = Daemon(server.url, "--insecure-unsigned", "--plan-timeout", "4", "--receive-buffer", str(SMALL_BUFFER))
+    daemon = Daemon(server.url, "--insecure-unsigned", "--plan-timeout", "4",
+                    "--receive-buffer", str(SMALL_BUFFER))
     stream = simulate(parse_plan(json.dumps(plan).encode()), TRUTH, duration_s=3.0, seed=31)
     datagrams = [data for _, data in stream.datagrams]
     try:

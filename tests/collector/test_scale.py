@@ -6,7 +6,8 @@ CPU for an unchanged 10^5-host plan): 0 of 600,000 samples sent at 20k/s were co
 ``/metrics`` stopped answering. Here a real daemon, given a 10^5-host plan made by the planner's
 benchmark generator, receives 20,000 samples/s for 55 s while the next plan is published at
 10 s; every sample sent is counted (no kernel drop: the socket is read by a process of its own,
-``relay.py``), and the new plan is in force before the end. Rates per phase: ``experiments/collector_scale.py``.
+``relay.py``), and the new plan is in force before the end. Rates per phase:
+``experiments/collector_scale.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ names (``AgentSender``), as the collector's source check requires.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 import urllib.request
