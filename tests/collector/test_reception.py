@@ -104,7 +104,10 @@ def _family(pid: int) -> list[int]:
     """``pid`` and its children (the daemon's receive process)."""
     children = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        children += [int(child) for child in (task / "children").read_text().split()]
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:  # a thread that ended meanwhile
+            pass
     return [pid, *children]
 
 
