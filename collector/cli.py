@@ -7,6 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
+from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 
 
@@ -22,10 +23,22 @@ def register(subparsers) -> None:
     run.add_argument("--plan", required=True, metavar="PATH-or-URL",
                      help="plan (or plan set) the agents run; polled for changes")
     run.add_argument("--listen", required=True, metavar="HOST:PORT",
-                     help="where the bridges send sFlow (the plan's sflow.collector)")
+                     help="where the bridges send sFlow (the plan's sflow.collector; port 0: a "
+                          "free one, printed at start)")
+    run.add_argument("--public-key", metavar="KEY",
+                     help="require plans signed by this ed25519 key (PLAN.sig beside the plan, "
+                          "as the agents; `cosample agent keygen`)")
+    run.add_argument("--insecure-unsigned", action="store_true",
+                     help="accept unsigned plans (labs only; warns at start and in "
+                          "cosample_collector_insecure_unsigned)")
     run.add_argument("--metrics-port", type=int, metavar="N",
                      help="serve /metrics, /snapshot and /healthz over HTTP on this port")
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
+    run.add_argument("--http-max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
+                     help=f"HTTP connections served at once (default {MAX_CONNECTIONS}); more "
+                          "are closed at once and counted")
+    run.add_argument("--http-idle-timeout", type=float, default=IDLE_TIMEOUT_S, metavar="S",
+                     help=f"close an HTTP connection idle this long (default {IDLE_TIMEOUT_S:g})")
     run.add_argument("--state-dir", type=Path, help="write snapshot.json here every export")
     run.add_argument("--snapshot-key", metavar="PRIVATE.pem",
                      help="ed25519 key signing every /snapshot served (header "
@@ -91,10 +104,13 @@ def _inventory(args):
     return read_inventory(args.inventory)
 
 
-def _address(value: str, option: str) -> tuple[str, int]:
+def _address(value: str, option: str, any_port: bool = False) -> tuple[str, int]:
+    """``HOST:PORT``; ``any_port``: port 0 is allowed (a free one, printed at start)."""
     from cosample.collector.errors import CollectorError
     from cosample.collector.reexport import parse_target
     try:
+        if any_port and value.endswith(":0"):
+            return parse_target(value[:-1] + "1")[0], 0
         return parse_target(value)
     except CollectorError:
         raise CollectorError(f"{option}: expected HOST:PORT, got {value!r}") from None
@@ -105,8 +121,10 @@ def _run(args) -> int:
 
     from cosample.collector.service import Service, Settings
     settings = Settings(
-        listen=_address(args.listen, "--listen"), plan=args.plan, name=args.name,
+        listen=_address(args.listen, "--listen", any_port=True), plan=args.plan, name=args.name,
         metrics_port=args.metrics_port, http_host=args.http_host, state_dir=args.state_dir,
+        http_max_connections=int(_positive(args.http_max_connections, "--http-max-connections")),
+        http_idle_timeout_s=_positive(args.http_idle_timeout, "--http-idle-timeout"),
         window_s=_positive(args.window, "--window"),
         export_s=_positive(args.export_interval, "--export-interval"),
         plan_interval_s=_positive(args.plan_interval, "--plan-interval"),
@@ -114,7 +132,8 @@ def _run(args) -> int:
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
         events=args.events, band=args.band, max_silence_s=_positive(args.max_silence,
                                                                     "--max-silence"),
-        reuse_port=args.reuse_port, partial=args.partial,
+        reuse_port=args.reuse_port, partial=args.partial, public_key=args.public_key,
+        insecure_unsigned=args.insecure_unsigned,
         receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")),
         snapshot_key=args.snapshot_key)
     if args.snapshot_key:

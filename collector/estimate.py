@@ -44,12 +44,15 @@ from cosample.collector.snapshot import PlanRef, ServerEstimate, Snapshot
 #: Expected mirrored (or local) samples in a window above which none arriving means the data
 #: plane does not do what the plan says (agent in its safe state, mirror not yet set up).
 MISSING_STREAM_SAMPLES = 20.0
-_WRAP = 1 << 32
 #: Verdicts cached per (agent, VNI, outer source); cleared when full (tenant tunnels are many).
 VERDICT_CACHE = 4096
 #: Unknown agent addresses listed in the snapshot, and for how long after their last datagram.
 UNKNOWN_AGENTS_LISTED = 32
 UNKNOWN_AGENT_TTL_S = 300.0
+#: Port-counter rows kept per agent (a host has tens to hundreds of ports); more are dropped
+#: (``port_limit``), and rows not refreshed for a window expire: bounded state.
+MAX_PORTS_PER_AGENT = 1024
+_WRAP = 1 << 32
 
 Hook = Callable[[FlowSample, Source, float], None]
 
@@ -82,7 +85,8 @@ class Estimator:
         self._lost: dict[int, dict[str, float]] = {}  # bucket -> agent -> samples lost in it
         self.unknown = UnknownAgents()
         self.discards: dict[str, dict[str, int]] = {}  # server -> drop reason -> discards
-        self._counters: dict[tuple[str, int], tuple[float, int, int]] = {}
+        self._counters: dict[tuple[str, int], tuple[float, int, int, str]] = {}
+        self._ports: Counter[str] = Counter()  # agent -> rows in ``_counters``
         self.interfaces: dict[str, dict[str, dict[str, float]]] = {}
         self._last: dict[str, float] = {}
         self._mirror_q: dict[str, float] = {}
@@ -117,6 +121,7 @@ class Estimator:
             del self.rate_of[agent]
         for key in [key for key in self._counters if key[0] not in known]:
             del self._counters[key]
+            self._ports[key[0]] -= 1
 
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
@@ -288,7 +293,12 @@ class Estimator:
             return
         key = (counters.agent, counters.if_index)
         previous = self._counters.get(key)
-        self._counters[key] = (now, counters.in_packets, counters.out_packets)
+        if previous is None:
+            if self._ports[counters.agent] >= MAX_PORTS_PER_AGENT:
+                self.dropped["port_limit"] += 1
+                return
+            self._ports[counters.agent] += 1
+        self._counters[key] = (now, counters.in_packets, counters.out_packets, server)
         if previous is None or now <= previous[0]:
             return
         elapsed = now - previous[0]
@@ -304,6 +314,15 @@ class Estimator:
             self._buckets.popleft()
         for old in [old for old in self._lost if old <= oldest]:
             del self._lost[old]
+        horizon = bucket * self.bucket_s - self.window_s
+        for key in [key for key, row in self._counters.items() if row[0] < horizon]:
+            server = self._counters.pop(key)[3]
+            self._ports[key[0]] -= 1
+            rows = self.interfaces.get(server)
+            if rows is not None:
+                rows.pop(str(key[1]), None)
+                if not rows:
+                    del self.interfaces[server]
 
     # combination ----------------------------------------------------------------------------
     def _precisions(self, server: str, local_seen: bool = True,

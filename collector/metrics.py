@@ -7,8 +7,8 @@ last, so a scrape never waits for the fast path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -29,6 +29,12 @@ class Status:
     reexported_samples: int = 0
     reexport_errors: int = 0
     receive_errors: int = 0
+    plan_refused: dict[str, int] = field(default_factory=dict)  # failed plan reads by kind
+    state_write_errors: int = 0
+    kernel_drops: int = 0  # datagrams the kernel could not queue on the socket
+    queue_overflow: int = 0  # datagrams the receive thread's queue had no room for
+    insecure_unsigned: bool = False
+    http_refused: Mapping[str, int] = field(default_factory=dict)  # the HTTP server's, live
 
 
 class SnapshotMetrics:
@@ -58,8 +64,31 @@ class SnapshotMetrics:
                 ("events", status.events, "events exported (value left its band or silence)"),
                 ("reexported_samples", status.reexported_samples, "samples re-exported downstream"),
                 ("reexport_errors", status.reexport_errors, "re-export datagrams not sent"),
-                ("receive_errors", status.receive_errors, "socket receive errors")):
+                ("receive_errors", status.receive_errors, "socket receive errors"),
+                ("state_write_errors", status.state_write_errors,
+                 "state files not written (the daemon goes on receiving)"),
+                ("receive_queue_overflow", status.queue_overflow,
+                 "datagrams dropped because the receive thread's queue was full"),
+                ("kernel_receive_drops", status.kernel_drops,
+                 "datagrams the kernel dropped on the receive socket (buffer full: "
+                 "/proc/net/udp drops)")):
             yield CounterMetricFamily(f"cosample_collector_{name}", text, value=value)
+        refused = CounterMetricFamily("cosample_collector_plan_refused",
+                                      "plan reads refused, by reason (fetch, signature, invalid); "
+                                      "the last good plan stays", labels=["reason"])
+        for reason in ("fetch", "signature", "invalid"):
+            refused.add_metric([reason], status.plan_refused.get(reason, 0))
+        yield refused
+        http = CounterMetricFamily("cosample_collector_http_refused",
+                                   "HTTP connections closed unserved, by reason (busy: at "
+                                   "--http-max-connections; descriptors: none left; error)",
+                                   labels=["reason"])
+        for reason in ("busy", "descriptors", "error"):
+            http.add_metric([reason], status.http_refused.get(reason, 0))
+        yield http
+        yield GaugeMetricFamily("cosample_collector_insecure_unsigned",
+                                "1 when plans are accepted without a signature",
+                                value=1 if status.insecure_unsigned else 0)
         if snapshot is None:
             return
         for name, counts, text in (("dropped", snapshot.dropped, "datagrams or samples dropped"),

@@ -1,4 +1,4 @@
-"""Follow the plan the agents run: fetch it (path or URL), validate it, pick the active one.
+"""Follow the plan the agents run: read it (``planread``), pick the active one.
 
 The collector reads plans with the agents' own reader and selection rules
 (``cosample.plan.document``, ``cosample.plan.selection``), so both agree on which plan is in force:
@@ -20,6 +20,8 @@ moment, so they are never earlier than the collector. A plan first read after it
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,6 +31,7 @@ from cosample.plan.source import fetch
 from cosample.collector import attribution
 from cosample.collector.errors import CollectorError
 from cosample.collector.inventory import Inventory
+from cosample.collector.planread import PlanReader, Reading
 from cosample.collector.polling import PLAN_TIMEOUT_S
 from cosample.errors import CosampleError
 
@@ -42,32 +45,49 @@ class Update:
 
 
 class PlanWatcher:
-    """``poll`` reads ``location``; ``poll`` and ``due`` return an ``Update`` when the plan in
-    force changed."""
+    """``poll`` reads ``location`` (``accept`` takes a read made elsewhere: the daemon reads on
+    a thread of its own); ``poll``, ``accept`` and ``due`` return an ``Update`` when the plan in
+    force changed. ``public_key``/``insecure_unsigned``: as the agents (``PlanReader``)."""
 
     def __init__(self, location: str, inventory: Inventory | None = None,
-                 timeout_s: float = PLAN_TIMEOUT_S) -> None:
+                 timeout_s: float = PLAN_TIMEOUT_S, *, public_key: str | None = None,
+                 insecure_unsigned: bool = False) -> None:
         self.location, self.inventory, self.timeout_s = location, inventory, timeout_s
+        self.reader = PlanReader(location, inventory, timeout_s, public_key=public_key,
+                                 insecure_unsigned=insecure_unsigned)
         self.running: Plan | None = None
         self.safe = False
         self.planless = False  # no plan in force yet: attributing by the inventory's agents
         self.errors = 0
+        self.refused: Counter[str] = Counter()  # failed reads by kind (planread: fetch, ...)
         self.last_error: str | None = None
-        self.plans: list[Plan] = []  # the last good document's plans
+        self.plans: tuple[Plan, ...] = ()  # the last good document's plans
+        self._built: dict = {}  # their attributions, built by the reader
         self._wake: datetime | None = None  # when the selection among them changes next
         self._ahead: tuple[int, str] | None = None  # (version, plan_id) known before it ran
         self._checked: datetime | None = None  # the last time the selection was looked at
 
     def poll(self, now: datetime) -> Update | None:
         """Read the document; the plan in force at ``now`` among its plans (or the last good)."""
-        try:
-            plans = parse_document(fetch(self.location, timeout_s=self.timeout_s).data)
-        except CosampleError as exc:
+        return self.accept(self.reader.read(), now)
+
+    def accept(self, reading: Reading, now: datetime) -> Update | None:
+        """A read's outcome: a refused one keeps the last good plans (counted); unchanged
+        bytes cost one comparison."""
+        if reading.plans is None:
             self.errors += 1
-            self.last_error = str(exc)
+            self.refused[reading.kind or "invalid"] += 1
+            self.last_error = reading.error
             return self._planless() if self.running is None else self.due(now)
-        self.plans = plans
+        if not reading.changed and reading.plans is self.plans:
+            return self.due(now)
+        self.plans, self._built = reading.plans, reading.built
         return self._select(now)
+
+    @property
+    def wake_ts(self) -> float:
+        """When ``due`` may next return something, in Unix seconds (inf: not before a read)."""
+        return self._wake.timestamp() if self._wake is not None else math.inf
 
     def due(self, now: datetime) -> Update | None:
         """Between polls: the switch to a known plan whose ``not_before`` came, or the fall back
@@ -99,13 +119,13 @@ class PlanWatcher:
                 return None
             self.safe = True  # expired: the agents sample locally only
             return Update(attribution.build(self.running, self.inventory, safe=True),
-                          _since(self.running.expires, checked))
+                          _since(self.running.expires, checked))  # once, when it expires
         if chosen == self.running and not self.safe:
             return None
         known = chosen.not_before is not None and ahead == _key(chosen)
         self.running, self.safe, self.planless = chosen, False, False
-        return Update(attribution.build(chosen, self.inventory),
-                      _since(chosen.not_before, checked) if known else None)
+        built = self._built.get(_key(chosen)) or attribution.build(chosen, self.inventory)
+        return Update(built, _since(chosen.not_before, checked) if known else None)
 
     def _planless(self) -> Update | None:
         """The plan-less attribution, once, while no plan has been in force."""

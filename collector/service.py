@@ -1,16 +1,21 @@
 """``collector run``: the daemon's effects around the pure estimator.
 
-One thread receives datagrams (non-blocking socket drained in batches: the fast path only updates
-sums) and, once per ``export_s``, runs the normal path: snapshot, events, state file, plan poll.
-An HTTP thread serves the newest snapshot (``/snapshot``), metrics (``/metrics``) and
-``/healthz`` without touching the estimator. Nothing received can stop the loop; a bad plan keeps
-the last good one.
+One thread receives datagrams (non-blocking socket drained in batches: the admission check,
+then the fast path that only updates sums) and, once per ``export_s``, takes a snapshot of the
+estimator. Nothing slow runs on it: the plan is read, verified and parsed on a thread of its own
+and handed over between batches (``workers.PlanPoller``); the snapshot's JSON, the events, the
+state file and the kernel's drop counter are done by another (``workers.SnapshotWriter``). An
+HTTP thread serves the newest snapshot (``/snapshot``), metrics (``/metrics``), counters
+(``/status``) and ``/healthz``
+without touching the estimator. Nothing received can stop the loop; a bad plan keeps the last
+good one.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import select
+import queue
 import socket
 import sys
 import threading
@@ -18,25 +23,32 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import IO
 
+from cosample.collector.admission import Admission
 from cosample.collector.errors import CollectorError
+from cosample.errors import CosampleError
 from cosample.collector.estimate import Estimator
 from cosample.collector.authenticity import HEADER, Signer
 from cosample.collector.events import EventDetector, snapshot_values, write_events
+from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
+from cosample.collector.planread import Reading
 from cosample.collector.planwatch import PlanWatcher, Update
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.receiver import Receiver
 from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
+from cosample.collector.udpstats import kernel_drops
+from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.files import write_atomic
 
 SNAPSHOT_FILE = "snapshot.json"
-#: Datagrams drained per batch before the loop looks at its timers again.
-BATCH = 4096
+#: After a snapshot that took d seconds, at least this many times d of ingest before the next.
+EXPORT_SHARE = 3.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,8 @@ class Settings:
     name: str
     metrics_port: int | None = None
     http_host: str = "127.0.0.1"
+    http_max_connections: int = MAX_CONNECTIONS
+    http_idle_timeout_s: float = IDLE_TIMEOUT_S
     state_dir: Path | None = None
     window_s: float = 30.0
     export_s: float = 1.0
@@ -59,6 +73,8 @@ class Settings:
     reuse_port: bool = False
     partial: bool = False  # this instance hears only some agents (implied by reuse_port)
     snapshot_key: str | None = None  # signs /snapshot (``authenticity``); None: unsigned
+    public_key: str | None = None  # verify PLAN.sig with it, as the agents
+    insecure_unsigned: bool = False  # accept unsigned plans (labs): one of the two is required
 
 
 class Service:
@@ -66,9 +82,20 @@ class Service:
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None):
         self.settings, self.clock = settings, clock
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s)
+        if settings.public_key is None and not settings.insecure_unsigned:
+            raise CollectorError("--public-key: required to verify plans as the agents do "
+                                 "(or --insecure-unsigned for a lab)")
+        if settings.public_key is not None and not os.access(settings.public_key, os.R_OK):
+            raise CollectorError(f"--public-key {settings.public_key}: cannot read the key")
+        self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s,
+                                   public_key=settings.public_key,
+                                   insecure_unsigned=settings.insecure_unsigned)
+        self.poller = PlanPoller(self.watcher.reader, settings.plan_interval_s)
+        self.writer = SnapshotWriter(self._write, self.log)
+        self._logged_error: str | None = None
         self.estimator = Estimator(None, window_s=settings.window_s, name=settings.name,
                                    partial=settings.reuse_port or settings.partial)
+        self.admission = Admission(self.estimator.dropped)
         self.status = Status()
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.reexporter: Reexporter | None = None
@@ -78,7 +105,8 @@ class Service:
         self._signed: tuple[bytes, str | None] = (b"", None)  # one reference: body, signature
         self._stop = threading.Event()
         self._socket: socket.socket | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self._receiver: Receiver | None = None
+        self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         self.metrics = SnapshotMetrics(lambda: (self.snapshot, self.status))
 
@@ -100,6 +128,7 @@ class Service:
         self.listen_address = sock.getsockname()[:2]
         if self.settings.metrics_port is not None:
             self._http = _http_server(self, self.settings.http_host, self.settings.metrics_port)
+            self.status.http_refused = self._http.refused
             threading.Thread(target=self._http.serve_forever, name="collector-http",
                              daemon=True).start()
             self.http_address = self._http.server_address[:2]
@@ -110,7 +139,17 @@ class Service:
         if self.settings.events:
             self._events = sys.stdout if self.settings.events == "-" else \
                 open(self.settings.events, "a", encoding="utf-8")
-        self._poll_plan()
+        warning = unsigned_warning(self.settings)
+        if warning:
+            self.status.insecure_unsigned = True
+            self.log(f"collector: WARNING: {warning}")
+        self.writer.start()
+        self.poller.start()
+        try:  # start with the plan when it comes in time (datagrams wait in the socket buffer)
+            self._accept(self.poller.readings.get(timeout=self.settings.plan_timeout_s + 1.0))
+        except queue.Empty:
+            self.log(f"collector: plan {self.settings.plan}: not read within "
+                     f"{self.settings.plan_timeout_s:g} s; receiving meanwhile")
         self.export(self.clock())
         return self
 
@@ -118,9 +157,11 @@ class Service:
         self._stop.set()
 
     def close(self) -> None:
+        self.poller.stop()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+        self.writer.stop()
         if self.reexporter is not None:
             self.reexporter.close()
         if self._socket is not None:
@@ -130,49 +171,61 @@ class Service:
 
     # loop ----------------------------------------------------------------------------------
     def run(self) -> None:
-        """Receive and export until ``stop``; returns after closing everything."""
+        """Estimate and export until ``stop``; returns after closing everything.
+
+        The socket is read by ``receiver.Receiver`` on its own thread; this loop drains its
+        queue. A snapshot that took ``d`` seconds is followed by at least ``EXPORT_SHARE`` x
+        ``d`` seconds of ingest before the next one (a 10^5-server snapshot takes seconds):
+        snapshots get rarer, ingest keeps its pace."""
         next_export = self.clock() + self.settings.export_s
-        next_plan = self.clock() + self.settings.plan_interval_s
+        receiver = self._receiver = Receiver(  # the relay stamps arrivals with the wall clock
+            self._socket, self.clock, relay=self.clock is time.time, log=self.log).start()
         try:
             while not self._stop.is_set():
-                timeout = max(0.0, min(next_export - self.clock(), 0.2))
-                readable, _, _ = select.select([self._socket], [], [], timeout)
-                if readable:
-                    self._drain()
+                receiver.ready.wait(max(0.0, min(next_export - self.clock(), 0.2)))
+                self._drain(receiver.take())
+                for reading in self.poller.take():
+                    self._accept(reading)
                 now = self.clock()
                 self._plan_due(now)
-                if now >= next_plan:
-                    self._poll_plan()
-                    next_plan = now + self.settings.plan_interval_s
                 if now >= next_export:
+                    began = time.monotonic()
                     self.export(now)
-                    next_export = now + self.settings.export_s
+                    spent = time.monotonic() - began
+                    next_export = self.clock() + max(self.settings.export_s,
+                                                     EXPORT_SHARE * spent)
         finally:
+            receiver.stop()
             self.close()
 
-    def _drain(self) -> None:
-        receive, ingest, now = self._socket.recv, self.estimator.ingest, self.clock()
-        self._plan_due(now)  # a plan whose not_before came attributes what arrives from now on
-        for _ in range(BATCH):
-            try:
-                data = receive(65535)
-            except BlockingIOError:
-                break
-            except OSError:
-                self.status.receive_errors += 1
-                break
-            ingest(data, now)
-        if self.reexporter is not None:
+    def _drain(self, batch: list[tuple[bytes, str, float]]) -> None:
+        """Admission, then the fast path, each datagram at its arrival time."""
+        ingest, admit, wake = self.estimator.ingest, self.admission.admit, self.watcher.wake_ts
+        for data, source, when in batch:
+            if when >= wake:  # a plan whose not_before came attributes what arrived since
+                self._plan_due(when)
+                wake = self.watcher.wake_ts
+            if admit(data, source):
+                ingest(data, when)
+        if batch and self.reexporter is not None:
             self.reexporter.flush()
 
-    def _poll_plan(self) -> None:
-        update = self.watcher.poll(datetime.fromtimestamp(self.clock(), timezone.utc))
+    def _accept(self, reading: Reading) -> None:
+        """A read of the plan (made on the poller's thread) takes effect here, between batches."""
+        update = self.watcher.accept(reading, datetime.fromtimestamp(self.clock(), timezone.utc))
         self.status.plan_errors = self.watcher.errors
+        self.status.plan_refused = dict(self.watcher.refused)
+        if reading.changed and reading.plans is not None:
+            self.log(f"collector: plan {self.settings.plan}: read, verified and parsed in "
+                     f"{reading.seconds:.1f} s (off the receive path): versions "
+                     f"{', '.join(str(plan.version) for plan in reading.plans)}")
         if update is not None:
             self._switch(update)
-        elif self.watcher.last_error:
-            self.log(f"collector: {self.watcher.last_error}; keeping the last good plan")
-            self.watcher.last_error = None
+        error, self.watcher.last_error = self.watcher.last_error, None
+        if error and error != self._logged_error:  # the same refusal again: counted, not logged
+            self.log(f"collector: {error}; keeping the last good plan")
+        if reading.plans is not None or error:
+            self._logged_error = error
 
     def _plan_due(self, now: float) -> None:
         update = self.watcher.due(datetime.fromtimestamp(now, timezone.utc))
@@ -180,8 +233,9 @@ class Service:
             self._switch(update)
 
     def _switch(self, update: Update) -> None:
-        new = update.attribution
+        new, began = update.attribution, time.monotonic()
         self.estimator.set_attribution(new, update.at.timestamp() if update.at else None)
+        self.admission.plan(new.server_of_agent)
         if self.reexporter is not None:
             self.reexporter.attribution = new
         at = f" from its not_before {update.at:%H:%M:%S.%f}" if update.at else ""
@@ -189,27 +243,47 @@ class Service:
                  f"({len(new.servers)} servers, local sampling at their own rates)"
                  if new.plan_id is None else
                  f"collector: plan version {new.plan_version} ({new.plan_id[:12]}){at}"
-                 f"{' expired: local sampling only' if self.watcher.safe else ''}")
+                 f"{' expired: local sampling only' if self.watcher.safe else ''}"
+                 f" (switched in {time.monotonic() - began:.1f} s)")
 
     def export(self, now: float) -> Snapshot:
-        """The normal path: a snapshot, its events, the state file."""
+        """The normal path: a snapshot of the estimator, handed to the writer thread."""
         snapshot = self.estimator.snapshot(now)
         self.snapshot = snapshot
-        self._snapshot_json = snapshot.to_json().encode()
-        self._signed = (self._snapshot_json,
-                        self._signer.sign(self._snapshot_json) if self._signer else None)
         self.status.datagrams, self.status.samples = self.estimator.datagrams, self.estimator.samples
+        if self._receiver is not None:
+            self.status.receive_errors = self._receiver.errors
+            self.status.queue_overflow = self._receiver.overflow
         if self.reexporter is not None:
             self.status.reexported_samples = self.reexporter.sent_samples
             self.status.reexport_errors = self.reexporter.errors
+        self.writer.submit((snapshot, now))
+        return snapshot
+
+    def _write(self, item: tuple[Snapshot, float]) -> None:
+        """On the writer thread: JSON for ``/snapshot``, events, the state file, kernel drops."""
+        snapshot, now = item
+        text = snapshot.to_json()
+        self._snapshot_json = text.encode()
+        self._signed = (self._snapshot_json,
+                        self._signer.sign(self._snapshot_json) if self._signer else None)
         if self._events is not None:
             events = self.detector.update_all(dict(snapshot_values(snapshot)), now)
             self.status.events += write_events(events, self._events)
         if self.settings.state_dir is not None:
-            text = snapshot.to_json()
-            write_atomic(Path(self.settings.state_dir) / SNAPSHOT_FILE,
-                         lambda stream: stream.write(text), parents=True)
-        return snapshot
+            try:
+                write_atomic(Path(self.settings.state_dir) / SNAPSHOT_FILE,
+                             lambda stream: stream.write(text), parents=True)
+            except (OSError, CosampleError) as exc:
+                self.status.state_write_errors += 1
+                if self.status.state_write_errors == 1 or \
+                        self.status.state_write_errors % 100 == 0:
+                    self.log(f"collector: {exc} ({self.status.state_write_errors} state writes "
+                             "failed so far; still receiving)")
+        if self._socket is not None:
+            drops = kernel_drops(self._socket)
+            if drops is not None:
+                self.status.kernel_drops = drops
 
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
@@ -217,6 +291,32 @@ class Service:
     def signed_snapshot(self) -> tuple[bytes, str | None]:
         """The snapshot's bytes and their signature (None: no ``snapshot_key``), one pair."""
         return self._signed
+    def status_json(self) -> bytes:
+        """The daemon's counters without the per-server rows: cheap at any fleet size (a
+        scrape of ``/metrics`` renders every server)."""
+        status, snapshot, running = self.status, self.snapshot, self.estimator.attribution
+        return json.dumps({
+            "time": snapshot.time if snapshot is not None else None,  # of the newest snapshot
+            "plan_version": running.plan_version if running is not None else None,  # in force
+            "snapshot_plan_version": snapshot.plan.version if snapshot is not None and
+            snapshot.plan else None,
+            "datagrams": self.estimator.datagrams, "samples": self.estimator.samples,  # live
+            "kernel_receive_drops": status.kernel_drops, "plan_errors": status.plan_errors,
+            "receive_queue_overflow": self._receiver.overflow if self._receiver else 0,
+            "receive_queued_bytes": self._receiver.queued_bytes if self._receiver else 0,
+            "dropped": dict(snapshot.dropped) if snapshot is not None else {}},
+            default=str).encode()
+
+
+def unsigned_warning(settings: Settings) -> str | None:
+    """The loud warning for ``--insecure-unsigned`` (worse over plain http), or None."""
+    if settings.public_key is not None or not settings.insecure_unsigned:
+        return None
+    over = " over plain http: anyone on the path" if settings.plan.startswith("http://") \
+        else ": anyone who can write the plan location"
+    return (f"INSECURE: plans are accepted unsigned (--insecure-unsigned){over} decides how "
+            "every server's samples are weighed, and the controller plans from that; set "
+            "--public-key")
 
 
 def _receive_buffer(sock: socket.socket, size: int) -> None:
@@ -228,7 +328,7 @@ def _receive_buffer(sock: socket.socket, size: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
 
 
-def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
+def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
@@ -242,8 +342,10 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
                 body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
             elif path == "/healthz":
                 body, kind = b"ok\n", "text/plain"
+            elif path == "/status":
+                body, kind = service.status_json(), "application/json"
             else:
-                self.send_error(404, "try /snapshot, /metrics or /healthz")
+                self.send_error(404, "try /snapshot, /metrics, /status or /healthz")
                 return
             self.send_response(200)
             self.send_header("Content-Type", kind)
@@ -257,9 +359,9 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             pass
 
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        return BoundedHTTPServer((host, port), Handler,
+                                 max_connections=service.settings.http_max_connections,
+                                 idle_timeout_s=service.settings.http_idle_timeout_s)
     except OSError as exc:
         raise CollectorError(f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})") \
             from None
-    server.daemon_threads = True
-    return server

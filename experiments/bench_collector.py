@@ -49,6 +49,7 @@ from cosample.collector.decode import parse_datagram
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
 from cosample.lab.pmacct import Sfacctd, free_udp_port, sfacctd_available
+from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import simulate, vm_address
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 from cosample.times import format_time
@@ -74,7 +75,10 @@ def plan_document(servers: int) -> dict:
                        "local_rate": 1.0 if receiver else 1 / 64,
                        "sflow_sampling": 1 if receiver else 64,
                        "mirrors": [] if receiver else [{"to": target, "rate": 0.25}],
-                       "receives": [], "tunnel_ip": f"172.30.{k // 250}.{k % 250 + 1}"}
+                       "receives": [], "tunnel_ip": f"172.30.{k // 250}.{k % 250 + 1}",
+                       # the sFlow agent sends from a loopback address: the collector admits a
+                       # datagram only from the agent address it names
+                       "agent_ip": f"127.30.{k // 250}.{k % 250 + 1}"}
     for name, host in hosts.items():
         for mirror in host["mirrors"]:
             hosts[mirror["to"]]["receives"].append({"from": name, "rate": mirror["rate"]})
@@ -98,7 +102,7 @@ def make_stream(servers: int, samples: int, seed: int = 0):
 def send(datagrams: list[bytes], counts: list[int], target: tuple[str, int], rate: float,
          seconds: float) -> int:
     """Replay the datagrams (cyclically) at ``rate`` samples/s for ``seconds``; samples sent."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender = AgentSender()
     sent, index, start = 0, 0, time.perf_counter()
     end = start + seconds
     try:
@@ -108,12 +112,12 @@ def send(datagrams: list[bytes], counts: list[int], target: tuple[str, int], rat
                 break
             due = rate * (now - start)
             while sent < due:
-                sock.sendto(datagrams[index], target)
+                sender.send(datagrams[index], target)
                 sent += counts[index]
                 index = (index + 1) % len(datagrams)
             time.sleep(0.0005)
     finally:
-        sock.close()
+        sender.close()
     return sent
 
 
@@ -211,7 +215,8 @@ class Ours:
             sys.executable, "-m", "cosample", "collector", "run", "--plan", str(plan_path),
             "--listen", f"127.0.0.1:{self.port}", "--metrics-port", str(self.http),
             "--window", "30", "--export-interval", "1", "--name", "bench",
-            "--receive-buffer", str(RECEIVE_BUFFER)]), stdout=subprocess.DEVNULL,
+            "--receive-buffer", str(RECEIVE_BUFFER),
+            "--insecure-unsigned"]), stdout=subprocess.DEVNULL,  # its own unsigned plan
             stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
         deadline = time.monotonic() + 30
         while self.received() is None:
@@ -241,7 +246,7 @@ class Ours:
         return last or 0
 
     def pids(self) -> list[int]:
-        return [self.process.pid]
+        return [self.process.pid, *_children(self.process.pid)]  # and its receive process
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -2,9 +2,10 @@
 
 Starts ``cosample collector run`` with a small plan, sends it ``--datagrams`` real sFlow
 datagrams (tests/data/sflow/data-1140.pcap: five flow samples) over loopback, each with a
-random agent address in its header and from one of 256 random 127.0.0.0/8 source addresses,
-paced at ``--rate``, and reads the daemon's resident memory (``VmRSS``) after every tenth of
-them, once the daemon has processed what was sent (its ``datagrams_total`` stops moving). Before
+random 127.0.0.0/8 agent address in its header and sent from that address (so it passes the
+source check and meets the next rule: an agent nobody planned, ``unplanned_agent``), paced at
+``--rate``, and reads the daemon's resident memory (``VmRSS``) after every tenth of them, once
+the daemon has processed what was sent (datagrams counted or dropped stop moving). Before
 issue 23, 300,000 such datagrams took the daemon from 84 MB to 477 MB, never freed. The daemon
 is stopped on any exit (and dies with this process: ``PR_SET_PDEATHSIG``).
 
@@ -26,10 +27,10 @@ import urllib.request
 from pathlib import Path
 
 from cosample.collector.pcap import udp_payloads
+from cosample.lab.agentsource import AgentSender
 from cosample.experiments.bench_collector import die_with_parent
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "sflow" / "data-1140.pcap"
-SOURCES = 256
 
 
 def free_port(kind: int) -> int:
@@ -46,10 +47,10 @@ class Daemon:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cosample", "collector", "run", "--plan", str(plan),
              "--listen", f"127.0.0.1:{self.port}", "--metrics-port", str(self.http),
-             "--name", "flood", "--window", "30"],
+             "--name", "flood", "--window", "30", "--insecure-unsigned"],  # its own unsigned plan
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
         deadline = time.monotonic() + 60
-        while self.datagrams() is None:
+        while self.received() is None:
             if time.monotonic() > deadline or self.process.poll() is not None:
                 self.stop()
                 raise RuntimeError("collector_flood: the collector did not start")
@@ -66,14 +67,19 @@ class Daemon:
                 return float(line.rsplit(" ", 1)[1])
         return None
 
-    def datagrams(self) -> float | None:
-        return self.metric("cosample_collector_datagrams_total")
+    def received(self) -> float | None:
+        """Datagrams the daemon took in: ingested, or refused by the source check."""
+        counts = [self.metric(name) for name in (
+            "cosample_collector_datagrams_total",
+            'cosample_collector_dropped_total{reason="unplanned_agent"}',
+            'cosample_collector_dropped_total{reason="source_mismatch"}')]
+        return None if counts[0] is None else sum(c or 0.0 for c in counts)
 
     def settle(self, quiet_s: float = 2.5) -> float:
-        last, since = self.datagrams(), time.monotonic()
+        last, since = self.received(), time.monotonic()
         while time.monotonic() - since < quiet_s:
             time.sleep(0.5)
-            now = self.datagrams()
+            now = self.received()
             if now != last:
                 last, since = now, time.monotonic()
         return last or 0.0
@@ -103,18 +109,13 @@ def flood(total: int, rate: float, steps: int = 10, seed: int = 0, log=print) ->
     """Rows (datagrams sent, processed, RSS MB) at 0 and after every ``total / steps``."""
     template = bytearray(next(udp_payloads(CAPTURE))[1])
     rng = random.Random(seed)
-    sockets = []
     rows = []
     with tempfile.TemporaryDirectory(prefix="cosample-flood-") as tmp:
         plan = Path(tmp) / "plan.json"
         plan.write_text(json.dumps(plan_document()))
         daemon = Daemon(plan)
+        sender = AgentSender()
         try:
-            for _ in range(SOURCES):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                sock.bind((f"127.{rng.randrange(1, 255)}.{rng.randrange(256)}."
-                           f"{rng.randrange(1, 255)}", 0))
-                sockets.append(sock)
             rows.append({"sent": 0, "processed": daemon.settle(), "rss_mb": daemon.rss_mb()})
             log(f"0 datagrams: {rows[-1]['rss_mb']:.1f} MB")
             sent, step = 0, total // steps
@@ -122,8 +123,9 @@ def flood(total: int, rate: float, steps: int = 10, seed: int = 0, log=print) ->
             while sent < total:
                 start, batch = time.monotonic(), 0
                 for _ in range(step):
-                    template[8:12] = rng.getrandbits(32).to_bytes(4, "big")
-                    sockets[sent % SOURCES].sendto(template, target)
+                    template[8:12] = bytes((127, rng.randrange(1, 255), rng.randrange(256),
+                                            rng.randrange(1, 255)))
+                    sender.send(bytes(template), target)
                     sent += 1
                     batch += 1
                     if batch % 500 == 0:
@@ -134,11 +136,10 @@ def flood(total: int, rate: float, steps: int = 10, seed: int = 0, log=print) ->
                              "rss_mb": daemon.rss_mb()})
                 log(f"{sent} datagrams sent, {rows[-1]['processed']:.0f} processed: "
                     f"{rows[-1]['rss_mb']:.1f} MB")
-            rows[-1]["unknown_agent_samples"] = daemon.metric(
-                'cosample_collector_dropped_total{reason="unknown_agent"}')
+            rows[-1]["unplanned_agent_datagrams"] = daemon.metric(
+                'cosample_collector_dropped_total{reason="unplanned_agent"}')
         finally:
-            for sock in sockets:
-                sock.close()
+            sender.close()
             daemon.stop()
     return rows
 

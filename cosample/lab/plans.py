@@ -9,9 +9,11 @@ from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 
 
 def plan_document(hosts: dict, *, version: int = 7, now: datetime | None = None,
-                  not_before: datetime | None = None) -> dict:
+                  not_before: datetime | None = None, agents: str | None = None) -> dict:
     """``hosts``: name -> (sflow 1-in-N or None, {receiver: share}); tunnel IPs 172.29.0.k;
-    ``not_before``: the earliest moment agents may apply it (None: at once)."""
+    ``not_before``: the earliest moment agents may apply it (None: at once); ``agents``: each
+    host's sFlow agent address is ``agents``.k (``agent_ip``; a daemon test on loopback passes
+    ``127.29.0``, local addresses its senders can send from), else its tunnel IP."""
     now = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     names = sorted(hosts)
     document = {"format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "version": version,
@@ -30,4 +32,6 @@ def plan_document(hosts: dict, *, version: int = 7, now: datetime | None = None,
             "local_rate": 1.0 / sampling if sampling else 0.0, "sflow_sampling": sampling,
             "mirrors": [{"to": to, "rate": rate} for to, rate in sorted(mirrors.items())],
             "receives": receives, "tunnel_ip": f"172.29.0.{k + 1}"}
+        if agents is not None:
+            document["hosts"][name]["agent_ip"] = f"{agents}.{k + 1}"
     return document

@@ -68,7 +68,7 @@ def simulate(plan: Plan, packets: Mapping[str, int], *, duration_s: float = 10.0
     if overlay_samples and len(names) > 1:
         sender, receiver = plan.hosts[names[0]], plan.hosts[names[1]]
         header, length = frame(vm_address(0), vm_address(1, 2), frame_bytes)
-        _add(pending, receiver.tunnel_ip,
+        _add(pending, agent_address(plan, names[1]),
              rng.uniform(start, start + duration_s, overlay_samples),
              SampleSpec(0, receiver.sflow_sampling or 1, 0, header, length,
                         tunnel_src=sender.tunnel_ip, tunnel_dst=receiver.tunnel_ip,
@@ -94,7 +94,7 @@ def _draw(pending, by_kind, plan: Plan, packets: Mapping[str, int], start: float
         header, length = frame(vm_address(index[name]), vm_address(index[dst_name], 2), frame_bytes)
         shares = [(m.peer, m.rate) for m in host.mirrors]
         local_n = rng.binomial(total, 1.0 / host.sflow_sampling) if host.sflow_sampling else 0
-        _add(pending, host.tunnel_ip, rng.uniform(start, start + duration_s, local_n),
+        _add(pending, agent_address(plan, name), rng.uniform(start, start + duration_s, local_n),
              SampleSpec(0, host.sflow_sampling or 1, 0, header, length, input_port=index[name] + 1))
         by_kind["local"] += local_n
         if shares:
@@ -103,11 +103,19 @@ def _draw(pending, by_kind, plan: Plan, packets: Mapping[str, int], start: float
             counts = rng.multinomial(total, probabilities + [max(0.0, 1 - sum(probabilities))])
             for (peer, _), count in zip(shares, counts):
                 receiver = plan.hosts[peer]
-                _add(pending, receiver.tunnel_ip, rng.uniform(start, start + duration_s, count),
+                _add(pending, agent_address(plan, peer),
+                     rng.uniform(start, start + duration_s, count),
                      SampleSpec(0, receiver.sflow_sampling or 1, 0, header, length,
                                 input_port=0, tunnel_src=host.tunnel_ip,
                                 tunnel_dst=receiver.tunnel_ip, vni=pair_vni(name, peer)))
                 by_kind["mirrored"] += int(count)
+
+
+def agent_address(plan: Plan, host: str) -> str:
+    """The address a host's sFlow agent sends from: the plan's ``agent_ip`` when the host entry
+    has one (the collector's attribution honours it too), else its ``tunnel_ip``."""
+    value = (plan.raw or {}).get("hosts", {}).get(host, {}).get("agent_ip")
+    return value if isinstance(value, str) and value else plan.hosts[host].tunnel_ip
 
 
 def _add(pending, agent: str, times, spec: SampleSpec) -> None:

@@ -172,7 +172,8 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
     plan_url = str(target.path)
     try:
         with SflowCollector("127.0.0.1", 0, receive_buffer=32 << 20) as lab:
-            processes.append(_collector(work, topology, plan_url, lab.target, settings))
+            processes.append(_collector(work, topology, plan_url, lab.target, settings,
+                                        public))
             controller = Controller(
                 load_inventory(work / "inventory.json"),
                 Settings((f"http://127.0.0.1:{SNAPSHOT_PORT}/snapshot",),
@@ -306,14 +307,14 @@ def _watch_agents(testbed, stop: threading.Event, timeline: Timeline, clock) -> 
 
 
 def _collector(work: Path, topology: Topology, plan_url: str, reexport: str,
-               settings: LoopSettings) -> subprocess.Popen:
+               settings: LoopSettings, public: Path) -> subprocess.Popen:
     argv = [sys.executable, "-m", "cosample", "collector", "run", "--plan", plan_url,
             "--listen", f"{topology.collector_ip}:{SFLOW_PORT}",
             "--metrics-port", str(SNAPSHOT_PORT), "--http-host", "127.0.0.1",
             "--window", f"{settings.window_s:g}", "--export-interval", "1",
             "--plan-interval", f"{PLAN_POLL_S:g}", "--plan-timeout", f"{PLAN_READ_S:g}",
             "--inventory", str(work / "addresses.json"),
-            "--reexport", reexport, "--name", "testbed",
+            "--reexport", reexport, "--name", "testbed", "--public-key", str(public),
             "--state-dir", str(work / "collector")]
     log = (work / "collector.log").open("w")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -25,10 +25,10 @@ def test_quick_benchmark_runs_both_collectors(tmp_path, capsys):
 @pytest.mark.slow
 def test_flood_from_unknown_agents_reads_the_daemons_memory():
     """The flood experiment end to end at a small size: the daemon processed what was sent,
-    counted every sample as an unknown agent's, and its memory was read at each step."""
+    refused every datagram as an unplanned agent's, and its memory was read at each step."""
     from cosample.experiments.collector_flood import flood
     rows = flood(2_000, 4_000, steps=2, log=lambda line: None)
     assert [row["sent"] for row in rows] == [0, 1_000, 2_000]
     assert all(row["rss_mb"] > 10 for row in rows)
     assert rows[-1]["processed"] > 0
-    assert rows[-1]["unknown_agent_samples"] == 5 * rows[-1]["processed"]
+    assert rows[-1]["unplanned_agent_datagrams"] == rows[-1]["processed"]

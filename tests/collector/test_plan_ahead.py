@@ -68,7 +68,7 @@ def test_no_agent_runs_a_plan_before_the_collector_switches_to_it(tmp_path_facto
     old = plan_document(MIRROR, version=1)
     new = plan_document(MEASURE, version=2, not_before=not_before)
     path.write_text(json.dumps(old))
-    watcher = PlanWatcher(str(path))
+    watcher = PlanWatcher(str(path), insecure_unsigned=True)
     assert watcher.poll(_utc(published - 5)) is not None  # the old plan
     path.write_text(json.dumps(new))
     switches = []
@@ -90,7 +90,7 @@ def test_a_plan_read_after_its_not_before_switches_when_read(tmp_path):
     path = tmp_path / "plan.json"
     now = float(int(time.time()))
     path.write_text(json.dumps(plan_document(MIRROR, version=1)))
-    watcher = PlanWatcher(str(path))
+    watcher = PlanWatcher(str(path), insecure_unsigned=True)
     watcher.poll(_utc(now))
     path.write_text(json.dumps(plan_document(MEASURE, version=2, not_before=_utc(now + 5))))
     assert watcher.due(_utc(now + 6)) is None  # not read yet
@@ -103,7 +103,7 @@ def test_expiry_switches_at_expires(tmp_path):
     now = datetime.now(timezone.utc).replace(microsecond=0)
     document = plan_document(MIRROR, version=1, now=now)
     path.write_text(json.dumps(document))
-    watcher = PlanWatcher(str(path))
+    watcher = PlanWatcher(str(path), insecure_unsigned=True)
     watcher.poll(now)
     expires = now + timedelta(hours=6)
     assert watcher.due(expires - timedelta(seconds=1)) is None
@@ -122,7 +122,7 @@ def _trace(tmp_path, before, after, seed: int, lag: float) -> dict[int, object]:
     stream = plan_change(_plan(before, 1), _plan(after, 2), RATES, change_s=lead + lag,
                          duration_s=lead + 17, start=not_before - lead, seed=seed)
     path.write_text(json.dumps(plan_document(before, version=1)))
-    watcher = PlanWatcher(str(path))
+    watcher = PlanWatcher(str(path), insecure_unsigned=True)
     estimator = Estimator(watcher.poll(_utc(origin)).attribution, window_s=WINDOW)
     polls = [not_before - 2.5 + 2 * k for k in range(12)]
     published = False

@@ -97,7 +97,7 @@ def test_planless_estimates_fall_within_their_intervals():
 
 def test_watcher_is_planless_until_a_plan_is_in_force(tmp_path):
     path = tmp_path / "plan.json"
-    watcher = PlanWatcher(str(path), agents(["s1", "s2"]))
+    watcher = PlanWatcher(str(path), agents(["s1", "s2"]), insecure_unsigned=True)
     now = datetime.now(timezone.utc)
     first = watcher.poll(now)  # nothing published yet
     assert first is not None and first.attribution.plan_id is None and watcher.planless
@@ -108,4 +108,5 @@ def test_watcher_is_planless_until_a_plan_is_in_force(tmp_path):
     assert update.attribution.plan_version == 9 and not watcher.planless
     path.write_text("{broken")
     assert watcher.poll(now) is None and watcher.running.version == 9  # never back to plan-less
-    assert PlanWatcher(str(path), None).poll(now) is None  # no agent addresses: nothing
+    # no agent addresses: nothing
+    assert PlanWatcher(str(path), None, insecure_unsigned=True).poll(now) is None

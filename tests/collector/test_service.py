@@ -1,9 +1,12 @@
-"""``collector run`` as a daemon on loopback: real UDP in, real HTTP scrapes out, plan changes."""
+"""``collector run`` as a daemon on loopback: real UDP in, real HTTP scrapes out, plan changes.
+
+The plans' agent addresses are 127.29.0.k and every datagram is sent from the agent address it
+names (``AgentSender``), as the collector's source check requires.
+"""
 
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 import urllib.request
@@ -11,15 +14,32 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cosample.plan.document import parse_plan
 from cosample.cli import build_parser
 from cosample.collector.service import Service, Settings
 from cosample.collector.merge import merge_snapshots
 from cosample.collector.snapshot import parse_snapshot
+from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import simulate
 from collector_plans import FOUR, plan_document
 from waiting import wait_for
 
 TRUTH = {"s1": 20_000, "s2": 1_000, "s3": 2_000, "s4": 8_000}
+LOOPBACK = "127.29.0"  # the agents' addresses: local on loopback, so senders can use them
+
+
+@pytest.fixture
+def four_plan():
+    return parse_plan(json.dumps(plan_document(FOUR, agents=LOOPBACK)).encode())
+
+
+@pytest.fixture
+def write_plan(tmp_path):
+    def write(hosts=FOUR, name="plan.json", **kwargs):
+        path = tmp_path / name
+        path.write_text(json.dumps(plan_document(hosts, agents=LOOPBACK, **kwargs)))
+        return path
+    return write
 
 
 class Running:
@@ -29,7 +49,7 @@ class Running:
         self.service = Service(settings, log=lambda line: None).start()
         self.thread = threading.Thread(target=self.service.run, daemon=True)
         self.thread.start()
-        self.sockets: dict[bytes, socket.socket] = {}
+        self.sockets = AgentSender()
 
     @property
     def url(self) -> str:
@@ -43,24 +63,21 @@ class Running:
     def stop(self) -> None:
         self.service.stop()
         self.thread.join(timeout=10)
-        for sock in self.sockets.values():
-            sock.close()
+        self.sockets.close()
 
 
-def send(datagrams, target, sockets: dict, pace_every: int = 200) -> None:
+def send(datagrams, target, sender: AgentSender, pace_every: int = 200,
+         source: str | None = None) -> None:
+    """Each datagram from its agent's address (or from ``source``: a forgery)."""
     for k, (_, data) in enumerate(datagrams):
-        agent = data[8:12]
-        sock = sockets.get(agent)
-        if sock is None:
-            sock = sockets[agent] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.sendto(data, target)
+        sender.send(data, target, source)
         if k % pace_every == 0:
             time.sleep(0.002)  # stay within the receive buffer on a busy machine
 
 
 def settings(plan_path, **kwargs) -> Settings:
     values = dict(listen=("127.0.0.1", 0), plan=str(plan_path), name="c1", metrics_port=0,
-                  window_s=600.0, export_s=0.2, plan_interval_s=0.2)
+                  window_s=600.0, export_s=0.2, plan_interval_s=0.2, insecure_unsigned=True)
     values.update(kwargs)
     return Settings(**values)
 
@@ -71,7 +88,7 @@ def test_daemon_estimates_and_serves_snapshot_and_metrics(write_plan, four_plan,
     running = Running(settings(write_plan(), state_dir=tmp_path / "state", events=str(events)))
     try:
         send(stream.datagrams, running.service.listen_address, running.sockets)
-        send([(0, b"\0\0\0\5\0\0\0\1garbage")] * 3, running.service.listen_address, {})
+        send([(0, b"\0\0\0\5\0\0\0\1ga")] * 3, running.service.listen_address, running.sockets)
         snapshot = wait_for(lambda: (s := parse_snapshot(running.get("/snapshot"))) and
                             s.dropped.get("truncated") == 3 and
                             sum(e.samples for e in s.servers.values()) == stream.samples and s)
@@ -116,7 +133,7 @@ def test_two_instances_owning_agent_sets_merge_to_the_truth(write_plan, four_pla
     stream = simulate(four_plan, TRUTH, duration_s=3.0, seed=8)
     a = Running(settings(write_plan(), name="a", partial=True))
     b = Running(settings(write_plan(), name="b", partial=True))
-    owner = {bytes([172, 29, 0, k]): (a if k <= 2 else b) for k in range(1, 5)}
+    owner = {bytes([127, 29, 0, k]): (a if k <= 2 else b) for k in range(1, 5)}
     try:
         for instance in (a, b):
             send([item for item in stream.datagrams if owner[item[1][8:12]] is instance],
@@ -161,7 +178,7 @@ def test_reuse_port_instances_share_one_address_and_merge_exactly(write_plan, fo
     port = a.service.listen_address[1]
     b = Running(settings(write_plan(), name="b", reuse_port=True, listen=("127.0.0.1", port)))
     try:
-        sockets: dict = {}
+        sockets = AgentSender()
         send(stream.datagrams, ("127.0.0.1", port), sockets)
 
         def merged():
@@ -169,12 +186,11 @@ def test_reuse_port_instances_share_one_address_and_merge_exactly(write_plan, fo
             total = sum(e.samples for p in parts for e in p.servers.values())
             return total == stream.samples and merge_snapshots(parts)
         result = wait_for(merged)
-        for sock in sockets.values():
-            sock.close()
+        sockets.close()
     finally:
         a.stop()
         b.stop()
-    assert sorted(result.agents) == [f"172.29.0.{k}" for k in range(1, 5)]
+    assert sorted(result.agents) == [f"{LOOPBACK}.{k}" for k in range(1, 5)]
     for server, packets in TRUTH.items():
         low, high = result.servers[server].packets_per_s_ci95
         assert low * result.window_s * 0.98 <= packets <= high * result.window_s * 1.02, server

@@ -4,8 +4,8 @@ Three datagrams carrying s1's agent address and an absurd sampling rate take the
 estimate for s1 far above what s1 can forward. The controller refuses the estimate as evidence
 and keeps its plan; a controller with the checks turned off (the control, restarted from the
 same state) publishes a plan cutting s1's sampling, which is what the issue saw. The forged
-datagrams come from the same loopback address as the real stream: what a spoofed source on a
-shared L2 achieves, past any check of the UDP source.
+datagrams come from s1's own agent address, as the real stream does: what a spoofed source on a
+shared L2 achieves, past the collector's check of the UDP source.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import socket
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+
+import pytest
 
 from cosample.plan.document import parse_plan
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
@@ -27,31 +28,28 @@ from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
+from cosample.lab.agentsource import AgentSender, transparent
 from cosample.lab.sflowstream import frame, simulate, vm_address
 from controller_helpers import inventory_doc
 from waiting import wait_for
 
 CAPACITY_PPS = 1e6  # every server: s1's 24k pps need no mirrors
 TRUTH = {"s1": 24_000, "s2": 3_000, "s3": 1_500}
+#: The agents' addresses (192.0.2.k) are not local: sending from them needs IP_TRANSPARENT (root).
+pytestmark = pytest.mark.skipif(transparent() is not None, reason=str(transparent()))
 DURATION_S = 3.0
 
 
 def send(datagrams, target) -> None:
-    """At the pace of the datagrams' own times, one socket per agent (as test_with_collector)."""
-    sockets: dict[bytes, socket.socket] = {}
+    """At the pace of the datagrams' own times, each from the agent address it names (the
+    collector admits nothing else; as test_with_collector)."""
     began, first = time.monotonic(), datagrams[0][0]
-    try:
+    with AgentSender() as sender:
         for moment, data in datagrams:
             delay = (moment - first) - (time.monotonic() - began)
             if delay > 0:
                 time.sleep(delay)
-            sock = sockets.get(data[8:12])
-            if sock is None:
-                sock = sockets[data[8:12]] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            sock.sendto(data, target)
-    finally:
-        for sock in sockets.values():
-            sock.close()
+            sender.send(data, target)
 
 
 def forged(agent: str, sampling_rate: int, count: int = 3) -> list[tuple[float, bytes]]:
@@ -70,7 +68,8 @@ def test_forged_datagrams_change_no_plan(tmp_path):
         name: {"agent_ip": f"192.0.2.{k}"} for k, name in enumerate(inventory.names, start=1)}})
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
                                         name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2, plan_timeout_s=0.5), addresses,
+                                        plan_interval_s=0.2, plan_timeout_s=0.5,
+                                        insecure_unsigned=True), addresses,  # plans unsigned here
                       log=lambda line: None).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()

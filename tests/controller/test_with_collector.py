@@ -3,16 +3,19 @@
 The collector's snapshot is what the unit tests fake; here the real ``cosample.collector``
 service receives sFlow datagrams laid out as OVS sends them (for the agents' safe state before
 any plan, or for the plan the controller published), renormalises them, and serves
-``/snapshot`` over HTTP, which the controller reads.
+``/snapshot`` over HTTP, which the controller reads. Each datagram comes from the agent address
+it names (192.0.2.k, the servers' tunnel addresses), as the collector's source check requires:
+that needs ``IP_TRANSPARENT`` (root), else the tests are skipped.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+
+import pytest
 
 from cosample.plan.document import parse_plan
 from cosample.collector.inventory import Inventory
@@ -22,6 +25,7 @@ from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
+from cosample.lab.agentsource import AgentSender, transparent
 from cosample.lab.sflowstream import simulate
 from controller_helpers import inventory_doc
 from waiting import wait_for
@@ -29,25 +33,19 @@ from waiting import wait_for
 #: Packets each server's VMs send during the stream: s1 far beyond what it can sample alone.
 TRUTH = {"s1": 24_000, "s2": 3_000, "s3": 1_500}
 DURATION_S = 3.0
+pytestmark = pytest.mark.skipif(transparent() is not None, reason=str(transparent()))
 
 
 def send(datagrams, target) -> None:
     """At the pace of the datagrams' own times (the collector's rates are per second of its
     clock)."""
-    sockets: dict[bytes, socket.socket] = {}
     began, first = time.monotonic(), datagrams[0][0]
-    try:
+    with AgentSender() as sender:
         for moment, data in datagrams:
             delay = (moment - first) - (time.monotonic() - began)
             if delay > 0:
                 time.sleep(delay)
-            sock = sockets.get(data[8:12])
-            if sock is None:
-                sock = sockets[data[8:12]] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            sock.sendto(data, target)
-    finally:
-        for sock in sockets.values():
-            sock.close()
+            sender.send(data, target)
 
 
 def test_planless_start_publishes_the_first_plan_only(tmp_path):
@@ -59,7 +57,8 @@ def test_planless_start_publishes_the_first_plan_only(tmp_path):
         name: {"agent_ip": f"192.0.2.{k}"} for k, name in enumerate(inventory.names, start=1)}})
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
                                         name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2, plan_timeout_s=0.5), addresses,
+                                        plan_interval_s=0.2, plan_timeout_s=0.5,
+                                        insecure_unsigned=True), addresses,
                       log=lambda line: None).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
@@ -101,7 +100,8 @@ def test_measurement_plan_fallback_through_the_real_collector(tmp_path):
     lines: list[str] = []
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
                                         name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2, plan_timeout_s=0.5),
+                                        plan_interval_s=0.2, plan_timeout_s=0.5,
+                                        insecure_unsigned=True),
                       log=lines.append).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()

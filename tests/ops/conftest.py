@@ -88,7 +88,7 @@ def fleet(tmp_path_factory):
                 "--measure-after", "0s", "--lead", f"{plan_lead_s(PLAN_INTERVAL_S, PLAN_TIMEOUT_S)}s",
                 "--timeout", "2s"), tmp)
             daemons["collector"] = Daemon("collector", cosample(
-                "collector", "run", "--plan", plan_url, "--listen", f"127.0.0.1:{sflow_port}",
+                "collector", "run", "--plan", plan_url, "--public-key", str(tmp / "plan.pub"), "--listen", f"127.0.0.1:{sflow_port}",
                 "--metrics-port", str(collector_port), "--state-dir", str(tmp / "collector"),
                 "--snapshot-key", str(tmp / "snapshot.pem"),
                 "--window", "10", "--export-interval", "0.5",

@@ -102,9 +102,10 @@ class Sender:
 
         from cosample.plan.document import parse_document
         from cosample.errors import CosampleError
+        from cosample.lab.agentsource import AgentSender
         from cosample.lab.sflowstream import simulate
 
-        sockets: dict[bytes, socket.socket] = {}
+        sender = AgentSender()  # each datagram from its agent's address, as the collector requires
         try:
             while not self.stop_event.is_set():
                 try:  # the newest plan whose not_before has come, as agents pick it
@@ -117,15 +118,14 @@ class Sender:
                     continue
                 stream = simulate(plan, TRUTH, duration_s=ROUND_S, start=time.time(),
                                   seed=self.rounds)
-                self._send(stream.datagrams, sockets)
-                if sockets:
-                    self._strays(stream.datagrams[0][1], sockets)
+                self._send(stream.datagrams, sender)
+                if stream.datagrams:
+                    self._strays(stream.datagrams[0][1], sender)
                 self.rounds += 1
         finally:
-            for sock in sockets.values():
-                sock.close()
+            sender.close()
 
-    def _send(self, datagrams, sockets) -> None:
+    def _send(self, datagrams, sender) -> None:
         began, first = time.monotonic(), datagrams[0][0] if datagrams else 0.0
         for moment, data in datagrams:
             if self.stop_event.is_set():
@@ -133,19 +133,15 @@ class Sender:
             delay = (moment - first) - (time.monotonic() - began)
             if delay > 0:
                 time.sleep(delay)
-            sock = sockets.get(data[8:12])
-            if sock is None:
-                sock = sockets[data[8:12]] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            sock.sendto(data, self.target)
+            sender.send(data, self.target)
         rest = ROUND_S - (time.monotonic() - began)
         if rest > 0:
             self.stop_event.wait(rest)
 
-    def _strays(self, datagram: bytes, sockets) -> None:
-        sock = next(iter(sockets.values()))
-        sock.sendto(datagram[:20], self.target)  # truncated
-        # the same datagram from agent address 198.51.100.77, which no plan names
-        sock.sendto(datagram[:8] + bytes([198, 51, 100, 77]) + datagram[12:], self.target)
+    def _strays(self, datagram: bytes, sender) -> None:
+        sender.send(datagram[:20], self.target)  # truncated, from its own agent
+        # the same datagram from agent address 127.51.100.77, which no plan names
+        sender.send(datagram[:8] + bytes([127, 51, 100, 77]) + datagram[12:], self.target)
 
 
 def inventory_document(collector: str) -> dict:

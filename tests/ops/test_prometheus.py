@@ -127,7 +127,7 @@ def test_alerts_on_the_live_fleet(prometheus):
     def active():
         alerts = prometheus.api("alerts")["data"]["alerts"]
         return {(a["labels"]["alertname"], a["labels"].get("reason")) for a in alerts}
-    found = wait_for(lambda: (a := active()) >= {("CosampleCollectorUnknownAgents", "unknown_agent"),
+    found = wait_for(lambda: (a := active()) >= {("CosampleCollectorUnknownAgents", "unplanned_agent"),
                                                   ("CosampleCollectorLosingSamples", "truncated")}
                      and a, timeout_s=30)
     names = {name for name, _ in found}
