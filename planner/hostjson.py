@@ -104,13 +104,15 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, list[
 
 
 def table(names: Sequence[str], fields: Mapping[str, Column],
-          extras: Mapping[str, Mapping[str, Any]], block: int = BLOCK) -> list[bytes]:
+          extras: Mapping[str, Mapping[str, Any]], block: int = BLOCK,
+          starts: list[str] | None = None) -> list[bytes]:
     """``{name: {field: value, ...}, ...}`` in sorted order, as consecutive chunks of bytes.
 
     ``fields``: per field a ``Column`` in host order, serialised here. A host's ``extras`` are
     merged into its object (an extra with a field's name replaces it, as ``dict.update``
     would). Hosts are written ``block`` at a time, so the pieces of only one block are alive
-    at once (fresh memory costs page faults)."""
+    at once (fresh memory costs page faults). ``starts``, if given, receives the first host
+    name of each chunk but the closing one (to find a host's chunk by bisection)."""
     n = len(names)
     if n == 0:
         return [b"{}"]
@@ -131,6 +133,8 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
             parts += _object({key: _slice(column, first - offset, last - offset)
                               for key, (offset, column) in run.items()})
             chunks.append(_rows(parts, last - first))
+            if starts is not None:
+                starts.append(ordered[first])
     chunks[0] = b"{" + chunks[0][1:]  # no comma before the first entry
     chunks.append(b"}")
     return chunks

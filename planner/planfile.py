@@ -7,6 +7,7 @@ the same plan_id and byte-identical hosts and summary.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
@@ -18,13 +19,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from cosample.files import write_text_atomic
+from cosample.files import write_bytes_atomic, write_text_atomic
 from cosample.planner import hostjson
 from cosample.planner.baseline import solve_noncollab
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.planner.realise import Realised, realise
+from cosample.planner.report import MAX_ROWS
 from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
 
@@ -57,7 +59,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     applied = realise(solution)
     baseline = (applied if solution.solver == "noncollab"
                 else realise(solve_noncollab(problem))).collected_pps  # both after 1-in-N
-    hosts = HostTable(_host_table(problem, applied, floor, report))  # plan_id hashes it as is
+    hosts = _host_table(problem, applied, floor, report)  # plan_id hashes it as is
     plan: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -80,12 +82,17 @@ class HostTable(Mapping):
     """A plan's host table kept as its compact sorted JSON (``chunks``, consecutive pieces of
     one document), read-only; parsed into dicts (orjson) the first time an entry is looked up.
     ``compact_json`` splices the chunks into a plan's bytes; ``canonical_json`` writes the
-    parsed table."""
+    parsed table. ``starts``: the first host of each chunk (sorted), so ``entries`` parses only
+    the chunks holding the hosts asked for; ``busiest``: the hosts with the highest capacity use
+    first (name order among equals), as many as ``report`` shows."""
 
-    __slots__ = ("chunks", "_parsed")
+    __slots__ = ("chunks", "starts", "busiest", "_parsed")
 
-    def __init__(self, chunks: list[bytes]) -> None:
+    def __init__(self, chunks: list[bytes], starts: list[str] | None = None,
+                 busiest: list[str] | None = None) -> None:
         self.chunks = chunks
+        self.starts = starts
+        self.busiest = busiest
         self._parsed: dict[str, Any] | None = None
 
     @property
@@ -96,6 +103,20 @@ class HostTable(Mapping):
         if self._parsed is None:
             self._parsed = orjson.loads(self.json)
         return self._parsed
+
+    def entries(self, names: list[str]) -> dict[str, Any]:
+        """The entries of ``names`` (which must be hosts), parsing only their chunks."""
+        if self._parsed is not None or self.starts is None:
+            return {name: self[name] for name in names}
+        wanted: dict[int, list[str]] = {}
+        for name in names:
+            wanted.setdefault(bisect.bisect_right(self.starts, name) - 1, []).append(name)
+        found: dict[str, Any] = {}
+        for k, among in wanted.items():
+            chunk = self.chunks[k]
+            block = orjson.loads(b"{" + chunk[1:] + b"}")  # "{" or "," opens each chunk
+            found.update((name, block[name]) for name in among)
+        return {name: found[name] for name in names}
 
     def __getitem__(self, name: str) -> Any:
         return self.parsed()[name]
@@ -171,9 +192,21 @@ def canonical_json(document: Any) -> str:
                       default=_plain) + "\n"
 
 
+#: Plans of more hosts than this are written compact (``compact_json``); smaller ones indented.
+INDENT_MAX_HOSTS = 1000
+
+
 def write_plan(plan: dict[str, Any], path: str | Path) -> None:
-    """Write atomically: a reader sees the old plan or the new one, never half of it."""
-    write_text_atomic(path, canonical_json(plan))
+    """Write atomically: a reader sees the old plan or the new one, never half of it.
+
+    Up to ``INDENT_MAX_HOSTS`` hosts, ``canonical_json`` (indented, for people); above, the
+    compact bytes ``plan_id`` hashes (orjson, a ``HostTable`` spliced in as it is, never
+    parsed): the standard library's indenting encoder is pure Python, 77 s for 10^6 hosts.
+    Both parse to the same document, so readers and ``plan_id`` see no difference."""
+    if plan["summary"]["servers"] <= INDENT_MAX_HOSTS:
+        write_text_atomic(path, canonical_json(plan))
+    else:
+        write_bytes_atomic(path, compact_json(plan) + b"\n")
 
 
 def _plain(value: Any) -> Any:
@@ -241,7 +274,7 @@ def _roles(problem, applied: Realised) -> np.ndarray:
 
 
 def _host_table(problem, applied: Realised, floor: int | None = None,
-                report: bool = True) -> list[bytes]:
+                report: bool = True) -> HostTable:
     """Every host's entry as compact sorted JSON, built from whole columns (``hostjson``: no
     per-host dicts): the numbers rounded at once (``significant``), each column serialised
     once, mirror and receive lists grouped by one sort. ``report``: with the report's fields."""
@@ -279,7 +312,13 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
             "mirrors": hostjson.grouped(src, rank[dst], {
                 "to": list(map(quoted_names.__getitem__, dst.tolist())),
                 "rate": hostjson.numbers(rate.tolist())}, n)}
-    return hostjson.table(names, fields, dc.server_extras)
+    starts: list[str] = []
+    chunks = hostjson.table(names, fields, dc.server_extras, starts=starts)
+    busiest = None
+    if report:  # highest capacity use first, name order among equals (a stable sort)
+        order = np.lexsort((rank, -fields["capacity_use"]))[:MAX_ROWS]
+        busiest = [names[i] for i in order.tolist()]
+    return HostTable(chunks, starts, busiest)
 
 
 def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:
