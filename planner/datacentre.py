@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.planner import bulk
 from cosample.planner.description import AGENT_FIELDS, Description
 from cosample.planner.errors import InfeasibleError, PlannerError
 from cosample.validation import problem, read_document, validate
@@ -97,21 +98,29 @@ class DataCentre:
 
     @classmethod
     def load(cls, path: str | Path) -> "DataCentre":
-        """Read a JSON or YAML description; calibration files are resolved beside it."""
+        """Read a JSON, YAML or CSV description; calibration files are resolved beside it."""
         path = Path(path)
+        if path.suffix.lower() == ".csv":
+            from cosample.planner.fleetcsv import read_csv
+            return cls.from_columns(read_csv(path), path.parent, str(path))
         document = read_document(path, "data-centre description", error=PlannerError)
         return cls.from_dict(document, base_dir=path.parent, source=str(path))
 
     @classmethod
     def from_dict(cls, document: Any, base_dir: str | Path = ".", source: str = "description") -> "DataCentre":
         """Validate a parsed description (see docs/formats.md) and build the arrays."""
-        description = validate(Description, document, where=source, error=PlannerError)
-        return cls.from_description(description, Path(base_dir), source)
+        return cls.from_columns(bulk.read(document, source), Path(base_dir), source)
 
     @classmethod
     def from_description(cls, description: Description, base_dir: Path = Path("."),
                          source: str = "description") -> "DataCentre":
         """Apply the cross-field rules to a validated description and build the arrays."""
+        return cls.from_columns(bulk.from_model(description), base_dir, source)
+
+    @classmethod
+    def from_columns(cls, columns: bulk.Columns, base_dir: Path = Path("."),
+                     source: str = "description") -> "DataCentre":
+        """Apply the cross-field rules to a validated description's columns; build the arrays."""
         from cosample.costmodel.calibration_file import read_calibration_file
         from cosample.costmodel.coefficients import (CalibrationFileError, coefficients,
                                                      intervals as calibration_intervals)
@@ -120,27 +129,27 @@ class DataCentre:
             name = names[location[1]] if location[0] == "servers" else None
             return problem(location, what, value, where=source, name=name, error=PlannerError)
 
-        servers = description.servers
-        names = tuple(server.name for server in servers)
+        servers = columns.servers
+        names = tuple(servers["name"])
+        n = len(names)
         index = {name: position for position, name in enumerate(names)}
-        if len(index) != len(names):
+        if len(index) != n:
             first: dict[str, int] = {}
             for position, name in enumerate(names):
                 if name in first:
                     raise fail(("servers", position, "name"),
                                f"duplicate server name, also servers[{first[name]}]", name)
                 first[name] = position
-        cost = description.cost
-        capacity = np.array([math.nan if s.capacity_pps is None else s.capacity_pps for s in servers])
-        alpha = np.array([cost.alpha if s.alpha is None else s.alpha for s in servers])
-        beta = np.array([cost.beta if s.beta is None else s.beta for s in servers])
-        intervals = {key: np.full((len(servers), 2), math.nan)
-                     for key in ("alpha", "beta", "capacity_pps")}
+        cost = columns.header.cost
+        capacity = _column(servers["capacity_pps"], math.nan)
+        alpha = _column(servers["alpha"], cost.alpha)
+        beta = _column(servers["beta"], cost.beta)
+        intervals = {key: np.full((n, 2), math.nan) for key in ("alpha", "beta", "capacity_pps")}
         calibrations: dict[Path, tuple[dict, dict]] = {}  # servers may share a file: read it once
-        for position, server in enumerate(servers):
-            if server.calibration is None:
+        for position, calibration in enumerate(servers["calibration"]):
+            if calibration is None:
                 continue
-            path = base_dir / server.calibration
+            path = base_dir / calibration
             try:
                 if path not in calibrations:
                     document = read_calibration_file(path)
@@ -150,7 +159,7 @@ class DataCentre:
                 raise fail(("servers", position, "calibration"), str(exc)) from None
             calibrated, measured = calibrations[path]
             for key, column in (("capacity_pps", capacity), ("alpha", alpha), ("beta", beta)):
-                if getattr(server, key) is None and calibrated.get(key) is not None:
+                if servers[key][position] is None and calibrated.get(key) is not None:
                     column[position] = calibrated[key]
                     if key in measured:  # an explicit value has no interval: it is what it is
                         intervals[key][position] = measured[key]
@@ -158,37 +167,28 @@ class DataCentre:
         if missing.size:
             raise fail(("servers", int(missing[0]), "capacity_pps"),
                        "field required (neither the server nor its calibration file gives it)")
-        extras = {}
-        for server in servers:
-            given = server.model_fields_set.intersection(AGENT_FIELDS)
-            extra = {key: value for key in given if (value := getattr(server, key)) is not None}
-            if extra:
-                extras[server.name] = extra
+        extras = _extras(names, servers)
 
-        src: list[int] = []
-        dst: list[int | None] = []
-        pps: list[float] = []
-        for source_name, row in description.traffic_pps.items():
-            origin = index.get(source_name)
-            if origin is None:
-                raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name)
-            targets = [index.get(dest_name) for dest_name in row]
-            if None in targets:
-                dest_name = list(row)[targets.index(None)]
-                raise fail(("traffic_pps", source_name, dest_name), "unknown server, not in servers",
-                           dest_name)
-            src.extend([origin] * len(targets))
-            dst.extend(targets)
-            pps.extend(row.values())
-        volume = np.array(pps, dtype=float)
+        origins = list(map(index.get, columns.traffic_rows))
+        if None in origins:
+            source_name = columns.traffic_rows[origins.index(None)]
+            raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name)
+        targets = list(map(index.get, columns.traffic_dst))
+        if None in targets:
+            at = targets.index(None)
+            row = int(np.searchsorted(np.cumsum(columns.traffic_lengths), at, side="right"))
+            raise fail(("traffic_pps", columns.traffic_rows[row], columns.traffic_dst[at]),
+                       "unknown server, not in servers", columns.traffic_dst[at])
+        volume = columns.traffic_pps
         carried = volume > 0
-
-        name = description.name or (Path(source).stem if source != "description" else "datacentre")
-        collector_cap = description.budgets.collector_samples_pps
+        src = np.repeat(np.array(origins, dtype=np.int64), columns.traffic_lengths)
+        header = columns.header
+        name = header.name or (Path(source).stem if source != "description" else "datacentre")
+        collector_cap = header.budgets.collector_samples_pps
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
-                   traffic_src=np.array(src, dtype=np.int64)[carried],
-                   traffic_dst=np.array(dst, dtype=np.int64)[carried], traffic_pps=volume[carried],
-                   name=name, server_extras=extras, sflow=description.sflow.model_dump(exclude_none=True),
+                   traffic_src=src[carried],
+                   traffic_dst=np.array(targets, dtype=np.int64)[carried], traffic_pps=volume[carried],
+                   name=name, server_extras=extras, sflow=header.sflow.model_dump(exclude_none=True),
                    collector_cap_pps=math.inf if collector_cap is None else collector_cap,
                    intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
                    **_planning_arrays(servers))
@@ -276,20 +276,40 @@ class DataCentre:
             raise PlannerError(f"unknown server {name!r}") from None
 
 
-def _planning_arrays(servers) -> dict[str, np.ndarray]:
+def _column(values: list[Any], default: float) -> np.ndarray:
+    """A number column, ``default`` where absent (None)."""
+    if None not in values:
+        return np.array(values, dtype=float)
+    return np.array([default if value is None else value for value in values], dtype=float)
+
+
+def _extras(names: tuple[str, ...], servers: Mapping[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """Per server, the ``AGENT_FIELDS`` it gives (handed through to its plan entry)."""
+    given = [(key, servers[key]) for key in AGENT_FIELDS if any(v is not None for v in servers[key])]
+    if len(given) == 1:
+        key, values = given[0]
+        return {name: {key: value} for name, value in zip(names, values) if value is not None}
+    extras = {}
+    for name, values in zip(names, zip(*(column for _, column in given))):
+        extra = {key: value for (key, _), value in zip(given, values) if value is not None}
+        if extra:
+            extras[name] = extra
+    return extras
+
+
+def _planning_arrays(servers: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
     """The per-server planning fields a description gives, as arrays (absent: left out)."""
     arrays: dict[str, np.ndarray] = {}
-    given = {
-        "margin": ([s.margin for s in servers], math.nan),
-        "weight": ([s.weight for s in servers], 1.0),
-        "packet_bytes": ([s.packet_bytes for s in servers], math.nan),
-        "mirror_cap_bytes": ([s.mirror_cap_bytes_per_s for s in servers], math.inf),
-    }
-    for key, (values, default) in given.items():
+    given = {"margin": ("margin", math.nan), "weight": ("weight", 1.0),
+             "packet_bytes": ("packet_bytes", math.nan),
+             "mirror_cap_bytes": ("mirror_cap_bytes_per_s", math.inf)}
+    for key, (field_name, default) in given.items():
+        values = servers[field_name]
         if any(value is not None for value in values):
-            arrays[key] = np.array([default if value is None else value for value in values])
-    if any(s.bridge_layout == "single" for s in servers):
-        arrays["samples_inbound"] = np.array([s.bridge_layout == "single" for s in servers])
+            arrays[key] = _column(values, default)
+    layout = servers["bridge_layout"]
+    if "single" in layout:
+        arrays["samples_inbound"] = np.array([value == "single" for value in layout])
     return arrays
 
 
