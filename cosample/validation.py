@@ -234,7 +234,7 @@ def validate_at(kind: type[T] | Any, data: Any, location: Sequence[int | str], *
     whole input): an error names the whole path, ``servers[3].capacity_pps ('web4')``. Bulk
     readers check a column at once and hand the entries they cannot accept to the model here."""
     try:
-        return _adapter(kind).validate_python(data)
+        return _adapter(kind).validate_python(data, strict=True)  # as inside a ``Strict`` model
     except ValidationError as exc:
         problems = [{**problem, "loc": (*location, *problem["loc"])}
                     for problem in exc.errors(include_url=False)]

@@ -21,6 +21,7 @@ from itertools import chain
 from typing import Any, get_args
 
 import annotated_types
+from pydantic_core import PydanticUndefined
 
 import numpy as np
 
@@ -57,6 +58,7 @@ NUMBERS = {key: bounds for key, info in Server.model_fields.items()
 _ROW = get_args(Description.model_fields["traffic_pps"].annotation)[1]
 _TRAFFIC = _bounds(get_args(_ROW)[1])
 _NUMBER_TYPES = {int, float}
+_ABSENT = object()
 _SIMPLE_INTERFACE = re.compile(r"[A-Za-z0-9_.\-]{1,15}")
 
 
@@ -111,14 +113,21 @@ def _servers(servers: list[Any], where: str) -> dict[str, list[Any]]:
         keys = set().union(*servers)
     columns: dict[str, list[Any]] = {}
     for key in keys:
-        column = [s.get(key) if type(s) is dict else None for s in servers]
+        column = [s.get(key, _ABSENT) if type(s) is dict else _ABSENT for s in servers]
+        if _ABSENT in column:  # absent: the declared default, or the model says it is required
+            default = fields[key].default
+            if default is PydanticUndefined:
+                slow |= np.array([v is _ABSENT for v in column])
+                default = None
+            column = [default if v is _ABSENT else v for v in column]
         slow |= ~_accepted(key, column)
         columns[key] = column
     if "mirror_cap_bytes_per_s" in columns:  # the model's cross-field rule: a cap needs a size
         slow |= np.array([cap is not None and size is None for cap, size in zip(
             columns["mirror_cap_bytes_per_s"], columns.get("packet_bytes", [None] * n))])
-    for key in Server.model_fields.keys() - columns.keys():
-        columns[key] = [None] * n
+    for key in fields.keys() - columns.keys():
+        columns[key] = [None if fields[key].default is PydanticUndefined
+                        else fields[key].default] * n
     for k in np.flatnonzero(slow).tolist():  # the model decides, and its values are taken
         entry = validate_at(Server, servers[k], ("servers", k), where=where, root={"servers": servers},
                             error=PlannerError)

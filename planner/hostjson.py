@@ -104,15 +104,13 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, list[
 
 
 def table(names: Sequence[str], fields: Mapping[str, Column],
-          extras: Mapping[str, Mapping[str, Any]], block: int = BLOCK,
-          starts: list[str] | None = None) -> list[bytes]:
+          extras: Mapping[str, Mapping[str, Any]], block: int = BLOCK) -> list[bytes]:
     """``{name: {field: value, ...}, ...}`` in sorted order, as consecutive chunks of bytes.
 
     ``fields``: per field a ``Column`` in host order, serialised here. A host's ``extras`` are
     merged into its object (an extra with a field's name replaces it, as ``dict.update``
     would). Hosts are written ``block`` at a time, so the pieces of only one block are alive
-    at once (fresh memory costs page faults). ``starts``, if given, receives the first host
-    name of each chunk but the closing one (to find a host's chunk by bisection)."""
+    at once (fresh memory costs page faults)."""
     n = len(names)
     if n == 0:
         return [b"{}"]
@@ -133,11 +131,15 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
             parts += _object({key: _slice(column, first - offset, last - offset)
                               for key, (offset, column) in run.items()})
             chunks.append(_rows(parts, last - first))
-            if starts is not None:
-                starts.append(ordered[first])
     chunks[0] = b"{" + chunks[0][1:]  # no comma before the first entry
     chunks.append(b"}")
     return chunks
+
+
+def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
+    """The columns of ``hosts`` only (positions), for ``table`` of just those hosts."""
+    return {key: _reordered(column, hosts, np.asarray(hosts, dtype=np.int64))
+            for key, column in fields.items()}
 
 
 def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:

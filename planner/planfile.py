@@ -7,7 +7,6 @@ the same plan_id and byte-identical hosts and summary.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import math
@@ -82,16 +81,14 @@ class HostTable(Mapping):
     """A plan's host table kept as its compact sorted JSON (``chunks``, consecutive pieces of
     one document), read-only; parsed into dicts (orjson) the first time an entry is looked up.
     ``compact_json`` splices the chunks into a plan's bytes; ``canonical_json`` writes the
-    parsed table. ``starts``: the first host of each chunk (sorted), so ``entries`` parses only
-    the chunks holding the hosts asked for; ``busiest``: the hosts with the highest capacity use
-    first (name order among equals), as many as ``report`` shows."""
+    parsed table. ``busiest``: the entries of the hosts with the highest capacity use, as many
+    as ``report`` shows, highest first (name order among equals), written by the same code
+    from the same columns, so the table a person reads needs no parsing of the whole."""
 
-    __slots__ = ("chunks", "starts", "busiest", "_parsed")
+    __slots__ = ("chunks", "busiest", "_parsed")
 
-    def __init__(self, chunks: list[bytes], starts: list[str] | None = None,
-                 busiest: list[str] | None = None) -> None:
+    def __init__(self, chunks: list[bytes], busiest: dict[str, Any] | None = None) -> None:
         self.chunks = chunks
-        self.starts = starts
         self.busiest = busiest
         self._parsed: dict[str, Any] | None = None
 
@@ -103,20 +100,6 @@ class HostTable(Mapping):
         if self._parsed is None:
             self._parsed = orjson.loads(self.json)
         return self._parsed
-
-    def entries(self, names: list[str]) -> dict[str, Any]:
-        """The entries of ``names`` (which must be hosts), parsing only their chunks."""
-        if self._parsed is not None or self.starts is None:
-            return {name: self[name] for name in names}
-        wanted: dict[int, list[str]] = {}
-        for name in names:
-            wanted.setdefault(bisect.bisect_right(self.starts, name) - 1, []).append(name)
-        found: dict[str, Any] = {}
-        for k, among in wanted.items():
-            chunk = self.chunks[k]
-            block = orjson.loads(b"{" + chunk[1:] + b"}")  # "{" or "," opens each chunk
-            found.update((name, block[name]) for name in among)
-        return {name: found[name] for name in names}
 
     def __getitem__(self, name: str) -> Any:
         return self.parsed()[name]
@@ -312,13 +295,15 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
             "mirrors": hostjson.grouped(src, rank[dst], {
                 "to": list(map(quoted_names.__getitem__, dst.tolist())),
                 "rate": hostjson.numbers(rate.tolist())}, n)}
-    starts: list[str] = []
-    chunks = hostjson.table(names, fields, dc.server_extras, starts=starts)
+    chunks = hostjson.table(names, fields, dc.server_extras)
     busiest = None
     if report:  # highest capacity use first, name order among equals (a stable sort)
-        order = np.lexsort((rank, -fields["capacity_use"]))[:MAX_ROWS]
-        busiest = [names[i] for i in order.tolist()]
-    return HostTable(chunks, starts, busiest)
+        order = np.lexsort((rank, -fields["capacity_use"]))[:MAX_ROWS].tolist()
+        shown = hostjson.table([names[i] for i in order], hostjson.subset(fields, order),
+                               dc.server_extras)
+        entries = orjson.loads(b"".join(shown))
+        busiest = {names[i]: entries[names[i]] for i in order}
+    return HostTable(chunks, busiest)
 
 
 def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:

@@ -32,10 +32,10 @@ def plan_table(plan: dict[str, Any]) -> Table:
         table.add_column(heading, justify=justify)
     hosts = plan["hosts"]
     count = plan["summary"]["servers"]
-    busiest = getattr(hosts, "busiest", None)  # a HostTable knows them without being parsed
+    busiest = getattr(hosts, "busiest", None)  # a HostTable has them without being parsed
     if busiest is not None:
-        names = busiest[:MAX_ROWS] if count > MAX_ROWS else sorted(busiest)
-        hosts = hosts.entries(names)
+        names = list(busiest) if count > MAX_ROWS else sorted(busiest)
+        hosts = busiest
     else:
         names = list(hosts)
         if len(names) > MAX_ROWS:  # the busiest first: those are the ones worth reading
