@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from itertools import chain
 from typing import Any, get_args
 
@@ -25,7 +26,7 @@ from pydantic_core import PydanticUndefined
 
 import numpy as np
 
-from cosample.planner.description import Description, Server
+from cosample.planner.description import LARGE_PARTS, Description, Envelope, Server
 from cosample.planner.errors import PlannerError
 from cosample.validation import _PLAIN_IPV4, validate, validate_at
 
@@ -58,7 +59,7 @@ NUMBERS = {key: bounds for key, info in Server.model_fields.items()
 _ROW = get_args(Description.model_fields["traffic_pps"].annotation)[1]
 _TRAFFIC = _bounds(get_args(_ROW)[1])
 _NUMBER_TYPES = {int, float}
-_ABSENT = object()
+ABSENT = object()
 _SIMPLE_INTERFACE = re.compile(r"[A-Za-z0-9_.\-]{1,15}")
 
 
@@ -68,26 +69,47 @@ class Columns:
     only), each server field as a list over all servers (None where absent), the traffic as
     its source names, destination names and numbers."""
 
-    header: Description
+    header: Envelope
     servers: dict[str, list[Any]]
     traffic_rows: list[str]
     traffic_lengths: list[int]
     traffic_dst: list[str]
     traffic_pps: np.ndarray
+    #: where an entry is, for errors the columns alone cannot see (duplicate names, unknown
+    #: servers): ``("servers" | "traffic", position, field) -> (where, location)``; None: in
+    #: the document (``servers[k].field``, ``traffic_pps.src.dst``), as for a part it
+    #: returns None for
+    locate: Callable[[str, int, str], tuple[str, tuple[int | str, ...]] | None] | None = None
+    #: False: a (source, destination) pair may come twice (a CSV file), which is an error
+    pairs_unique: bool = True
 
 
-def read(document: Any, where: str) -> Columns:
-    """``document`` (parsed) validated; ``PlannerError`` with the models' one line if not."""
-    if not isinstance(document, dict) or not isinstance(document.get("servers"), list) \
-            or not document["servers"] or not isinstance(document.get("traffic_pps", {}), dict):
+def read(document: Any, where: str, base_dir: Path = Path(".")) -> Columns:
+    """``document`` (parsed) validated; ``PlannerError`` with the models' one line if not.
+    ``servers`` and ``traffic_pps`` may name CSV files (``planner.fleetcsv``) in ``base_dir``."""
+    parts = document if isinstance(document, dict) else {}
+    servers, traffic = parts.get("servers"), parts.get("traffic_pps", {})
+    if not (_is_csv(servers) or isinstance(servers, list) and servers) \
+            or not (_is_csv(traffic) or isinstance(traffic, dict)):
         validate(Description, document, where=where, error=PlannerError)  # raises: the model's line
         raise PlannerError(f"{where}: cannot read the description")  # unreachable: the model said no
-    servers = document["servers"]
-    header = validate(Description, {**document, "servers": servers[:1], "traffic_pps": {}},
+    header = validate(Envelope, {k: v for k, v in parts.items() if k not in LARGE_PARTS},
                       where=where, error=PlannerError)
-    columns = _servers(servers, where)
-    rows, lengths, dst, pps = _traffic(document.get("traffic_pps", {}), where)
-    return Columns(header, columns, rows, lengths, dst, pps)
+    locate = None
+    if _is_csv(servers) or _is_csv(traffic):
+        from cosample.planner import fleetcsv
+        locate = fleetcsv.Locations(base_dir, servers, traffic)
+    columns = fleetcsv.servers(base_dir / servers) if _is_csv(servers) \
+        else _servers(servers, where)
+    if _is_csv(traffic):
+        sources, dst, pps = fleetcsv.traffic(base_dir / traffic)
+        return Columns(header, columns, sources, [1] * len(sources), dst, pps, locate, False)
+    rows, lengths, dst, pps = _traffic(traffic, where)
+    return Columns(header, columns, rows, lengths, dst, pps, locate)
+
+
+def _is_csv(part: Any) -> bool:
+    return isinstance(part, str) and part.lower().endswith(".csv")
 
 
 def from_model(description: Description) -> Columns:
@@ -111,15 +133,27 @@ def _servers(servers: list[Any], where: str) -> dict[str, list[Any]]:
     else:
         slow = np.zeros(n, dtype=bool)
         keys = set().union(*servers)
+    columns = {key: [s.get(key, ABSENT) if type(s) is dict else ABSENT for s in servers]
+               for key in keys}
+    return checked(columns, n, slow, lambda k: validate_at(
+        Server, servers[k], ("servers", k), where=where, root={"servers": servers},
+        error=PlannerError))
+
+
+def checked(raw: dict[str, list[Any]], n: int, slow: np.ndarray,
+            model: Callable[[int], Server]) -> dict[str, list[Any]]:
+    """Columns of ``n`` servers (``ABSENT`` where not given) checked at once; ``model(k)``
+    validates server ``k`` with the model (raising its error) for every server not plainly
+    accepted (or marked ``slow``), and its values are taken."""
+    fields = Server.model_fields
     columns: dict[str, list[Any]] = {}
-    for key in keys:
-        column = [s.get(key, _ABSENT) if type(s) is dict else _ABSENT for s in servers]
-        if _ABSENT in column:  # absent: the declared default, or the model says it is required
+    for key, column in raw.items():
+        if ABSENT in column:  # absent: the declared default, or the model says it is required
             default = fields[key].default
             if default is PydanticUndefined:
-                slow |= np.array([v is _ABSENT for v in column])
+                slow |= np.array([v is ABSENT for v in column])
                 default = None
-            column = [default if v is _ABSENT else v for v in column]
+            column = [default if v is ABSENT else v for v in column]
         slow |= ~_accepted(key, column)
         columns[key] = column
     if "mirror_cap_bytes_per_s" in columns:  # the model's cross-field rule: a cap needs a size
@@ -129,8 +163,7 @@ def _servers(servers: list[Any], where: str) -> dict[str, list[Any]]:
         columns[key] = [None if fields[key].default is PydanticUndefined
                         else fields[key].default] * n
     for k in np.flatnonzero(slow).tolist():  # the model decides, and its values are taken
-        entry = validate_at(Server, servers[k], ("servers", k), where=where, root={"servers": servers},
-                            error=PlannerError)
+        entry = model(k)
         for key in entry.model_fields_set:
             columns[key][k] = getattr(entry, key)
     return columns

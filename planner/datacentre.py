@@ -12,7 +12,8 @@ solver's time budget.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -98,18 +99,17 @@ class DataCentre:
 
     @classmethod
     def load(cls, path: str | Path) -> "DataCentre":
-        """Read a JSON, YAML or CSV description; calibration files are resolved beside it."""
+        """Read a JSON or YAML description (its large parts possibly CSV files); calibration files are resolved beside it."""
         path = Path(path)
-        if path.suffix.lower() == ".csv":
-            from cosample.planner.fleetcsv import read_csv
-            return cls.from_columns(read_csv(path), path.parent, str(path))
-        document = read_document(path, "data-centre description", error=PlannerError)
-        return cls.from_dict(document, base_dir=path.parent, source=str(path))
+        # the parsed document is only bulk.read's: freed once its columns are taken
+        return cls.from_columns(bulk.read(read_document(path, "data-centre description",
+                                                        error=PlannerError), str(path),
+                                          path.parent), path.parent, str(path))
 
     @classmethod
     def from_dict(cls, document: Any, base_dir: str | Path = ".", source: str = "description") -> "DataCentre":
         """Validate a parsed description (see docs/formats.md) and build the arrays."""
-        return cls.from_columns(bulk.read(document, source), Path(base_dir), source)
+        return cls.from_columns(bulk.read(document, source, Path(base_dir)), Path(base_dir), source)
 
     @classmethod
     def from_description(cls, description: Description, base_dir: Path = Path("."),
@@ -125,14 +125,23 @@ class DataCentre:
         from cosample.costmodel.coefficients import (CalibrationFileError, coefficients,
                                                      intervals as calibration_intervals)
 
-        def fail(location: Sequence[int | str], what: str, value: Any = None) -> PlannerError:
+        def fail(location: Sequence[int | str], what: str, value: Any = None,
+                 entry: int | None = None) -> PlannerError:
             name = names[location[1]] if location[0] == "servers" else None
-            return problem(location, what, value, where=source, name=name, error=PlannerError)
+            where = source
+            part = "servers" if location[0] == "servers" else "traffic"
+            field = location[2] if part == "servers" else \
+                ("source" if len(location) == 2 else "destination")
+            at = columns.locate and columns.locate(part, location[1] if part == "servers"
+                                                   else entry, field)
+            if at is not None:  # an entry of a CSV file: its file, row and column
+                where, location = at
+            return problem(location, what, value, where=where, name=name, error=PlannerError)
 
         servers = columns.servers
         names = tuple(servers["name"])
         n = len(names)
-        index = {name: position for position, name in enumerate(names)}
+        index = dict(zip(names, range(n)))
         if len(index) != n:
             first: dict[str, int] = {}
             for position, name in enumerate(names):
@@ -169,25 +178,42 @@ class DataCentre:
                        "field required (neither the server nor its calibration file gives it)")
         extras = _extras(names, servers)
 
-        origins = list(map(index.get, columns.traffic_rows))
-        if None in origins:
-            source_name = columns.traffic_rows[origins.index(None)]
-            raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name)
-        targets = list(map(index.get, columns.traffic_dst))
-        if None in targets:
-            at = targets.index(None)
+        origins = np.fromiter(map(index.get, columns.traffic_rows, repeat(-1)), dtype=np.int64,
+                              count=len(columns.traffic_rows))
+        if (origins < 0).any():
+            at = int(np.argmax(origins < 0))
+            source_name = columns.traffic_rows[at]
+            raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name,
+                       entry=at)
+        targets = np.fromiter(map(index.get, columns.traffic_dst, repeat(-1)), dtype=np.int64,
+                              count=len(columns.traffic_dst))
+        if (targets < 0).any():
+            at = int(np.argmax(targets < 0))
             row = int(np.searchsorted(np.cumsum(columns.traffic_lengths), at, side="right"))
             raise fail(("traffic_pps", columns.traffic_rows[row], columns.traffic_dst[at]),
-                       "unknown server, not in servers", columns.traffic_dst[at])
+                       "unknown server, not in servers", columns.traffic_dst[at], entry=at)
+        src = np.repeat(origins, columns.traffic_lengths)
+        dst = targets
+        if not columns.pairs_unique and len(dst):  # a CSV file can give a pair twice
+            from cosample.planner import fleetcsv
+            pair = src * n + dst
+            order = np.argsort(pair, kind="stable")
+            again = np.flatnonzero(pair[order][1:] == pair[order][:-1])
+            if again.size:
+                later = order[again + 1]
+                at = int(later.min())
+                first_at = int(order[again[np.argmin(later)]])
+                raise fail(("traffic_pps", columns.traffic_rows[at], columns.traffic_dst[at]),
+                           f"the pair {names[src[at]]!r} -> {names[dst[at]]!r} again, also "
+                           f"row {fleetcsv.row(first_at)}", entry=at)
         volume = columns.traffic_pps
         carried = volume > 0
-        src = np.repeat(np.array(origins, dtype=np.int64), columns.traffic_lengths)
         header = columns.header
         name = header.name or (Path(source).stem if source != "description" else "datacentre")
         collector_cap = header.budgets.collector_samples_pps
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
                    traffic_src=src[carried],
-                   traffic_dst=np.array(targets, dtype=np.int64)[carried], traffic_pps=volume[carried],
+                   traffic_dst=dst[carried], traffic_pps=volume[carried],
                    name=name, server_extras=extras, sflow=header.sflow.model_dump(exclude_none=True),
                    collector_cap_pps=math.inf if collector_cap is None else collector_cap,
                    intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
@@ -276,6 +302,11 @@ class DataCentre:
             raise PlannerError(f"unknown server {name!r}") from None
 
 
+def _given(values: list[Any]) -> bool:
+    """Whether any server gives this field."""
+    return values.count(None) != len(values)
+
+
 def _column(values: list[Any], default: float) -> np.ndarray:
     """A number column, ``default`` where absent (None)."""
     if None not in values:
@@ -283,18 +314,46 @@ def _column(values: list[Any], default: float) -> np.ndarray:
     return np.array([default if value is None else value for value in values], dtype=float)
 
 
-def _extras(names: tuple[str, ...], servers: Mapping[str, list[Any]]) -> dict[str, dict[str, Any]]:
+def _extras(names: tuple[str, ...], servers: Mapping[str, list[Any]]) -> "ExtraColumns":
     """Per server, the ``AGENT_FIELDS`` it gives (handed through to its plan entry)."""
-    given = [(key, servers[key]) for key in AGENT_FIELDS if any(v is not None for v in servers[key])]
-    if len(given) == 1:
-        key, values = given[0]
-        return {name: {key: value} for name, value in zip(names, values) if value is not None}
-    extras = {}
-    for name, values in zip(names, zip(*(column for _, column in given))):
-        extra = {key: value for (key, _), value in zip(given, values) if value is not None}
-        if extra:
-            extras[name] = extra
-    return extras
+    return ExtraColumns(names, {key: servers[key] for key in AGENT_FIELDS
+                                if _given(servers[key])})
+
+
+class ExtraColumns(Mapping):
+    """The servers' ``AGENT_FIELDS`` as columns (None: not given), read as the mapping
+    ``{name: {field: value}}`` of the servers that give any: a million small dicts are a
+    quarter of a gigabyte, and the plan writer takes a column every server gives as it is."""
+
+    def __init__(self, names: tuple[str, ...], columns: dict[str, list[Any]]) -> None:
+        self.names = names
+        self.columns = columns
+        self._positions: dict[str, int] | None = None
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        if self._positions is None:
+            self._positions = dict(zip(self.names, range(len(self.names))))
+        k = self._positions[name]
+        extra = {key: column[k] for key, column in self.columns.items() if column[k] is not None}
+        if not extra:
+            raise KeyError(name)
+        return extra
+
+    def __iter__(self) -> Iterator[str]:
+        given = [column for column in self.columns.values()]
+        return (name for k, name in enumerate(self.names)
+                if any(column[k] is not None for column in given))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def complete(self) -> dict[str, list[Any]]:
+        """The columns every server gives."""
+        return {key: column for key, column in self.columns.items() if None not in column}
+
+    def without(self, keys: Iterable[str]) -> "ExtraColumns":
+        return ExtraColumns(self.names, {key: column for key, column in self.columns.items()
+                                         if key not in keys})
 
 
 def _planning_arrays(servers: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
@@ -305,7 +364,7 @@ def _planning_arrays(servers: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
              "mirror_cap_bytes": ("mirror_cap_bytes_per_s", math.inf)}
     for key, (field_name, default) in given.items():
         values = servers[field_name]
-        if any(value is not None for value in values):
+        if _given(values):
             arrays[key] = _column(values, default)
     layout = servers["bridge_layout"]
     if "single" in layout:

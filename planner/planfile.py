@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from cosample.files import write_bytes_atomic, write_text_atomic
+from cosample.files import write_atomic, write_text_atomic
 from cosample.planner import hostjson
 from cosample.planner.baseline import solve_noncollab
-from cosample.planner.datacentre import DataCentre
+from cosample.planner.datacentre import DataCentre, ExtraColumns
 from cosample.planner.errors import PlannerError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.planner.realise import Realised, realise
@@ -189,7 +189,8 @@ def write_plan(plan: dict[str, Any], path: str | Path) -> None:
     if plan["summary"]["servers"] <= INDENT_MAX_HOSTS:
         write_text_atomic(path, canonical_json(plan))
     else:
-        write_bytes_atomic(path, compact_json(plan) + b"\n")
+        pieces = _pieces(plan) + [b"\n"]  # written one by one: never joined in memory
+        write_atomic(path, lambda stream: stream.writelines(pieces), binary=True)
 
 
 def _plain(value: Any) -> Any:
@@ -295,12 +296,17 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
             "mirrors": hostjson.grouped(src, rank[dst], {
                 "to": list(map(quoted_names.__getitem__, dst.tolist())),
                 "rate": hostjson.numbers(rate.tolist())}, n)}
-    chunks = hostjson.table(names, fields, dc.server_extras)
+    extras = dc.server_extras
+    if isinstance(extras, ExtraColumns):  # a field every server gives is one more column
+        complete = extras.complete()
+        fields.update((key, hostjson.values(column)) for key, column in complete.items())
+        extras = extras.without(complete) if len(complete) < len(extras.columns) else {}
+    chunks = hostjson.table(names, fields, extras)
     busiest = None
     if report:  # highest capacity use first, name order among equals (a stable sort)
         order = np.lexsort((rank, -fields["capacity_use"]))[:MAX_ROWS].tolist()
         shown = hostjson.table([names[i] for i in order], hostjson.subset(fields, order),
-                               dc.server_extras)
+                               extras)
         entries = orjson.loads(b"".join(shown))
         busiest = {names[i]: entries[names[i]] for i in order}
     return HostTable(chunks, busiest)

@@ -15,7 +15,7 @@ import pytest
 
 from cosample.planner import bulk
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.description import Description
+from cosample.planner.description import Description, Envelope
 from cosample.planner.errors import PlannerError
 from cosample.validation import validate
 
@@ -29,9 +29,8 @@ def fleet(seed: int) -> dict:
     for k in range(N):
         server = {"name": f"h{k}", "capacity_pps": rng.choice([1e6, 2_000_000, 1.5e6])}
         if rng.random() < 0.3:
-            server["tunnel_ip"] = rng.choice([f"10.0.{k}.1", "2001:DB8::1", "192.168.001.1"
-                                              if False else f"172.16.0.{k + 1}", "fe80::1%x"
-                                              if False else "2001:db8::2"])
+            server["tunnel_ip"] = rng.choice([f"10.0.{k}.1", "2001:DB8::1", f"172.16.0.{k + 1}",
+                                              "2001:db8::2"])
         if rng.random() < 0.3:
             server["bridge"] = rng.choice(["br-int", "br0", "brü"])
         if rng.random() < 0.2:
@@ -60,8 +59,8 @@ def test_columns_are_the_models(seed):
     fast = bulk.read(document, "f.json")
     slow = bulk.from_model(validate(Description, document))
     assert fast.servers == slow.servers
-    assert fast.header == validate(Description, {**document, "servers": document["servers"][:1],
-                                                 "traffic_pps": {}})
+    assert fast.header == validate(Envelope, {key: value for key, value in document.items()
+                                              if key not in ("servers", "traffic_pps")})
     assert (fast.traffic_rows, fast.traffic_lengths, fast.traffic_dst) == \
         (slow.traffic_rows, slow.traffic_lengths, slow.traffic_dst)
     assert np.array_equal(fast.traffic_pps, slow.traffic_pps)
@@ -78,8 +77,7 @@ def test_the_model_normalises_what_it_decides():
     """An address the column check does not accept plainly is the model's, normalised."""
     document = fleet(0)
     document["servers"][7]["tunnel_ip"] = "2001:DB8:0::1"
-    assert bulk.read(document, "f")["servers"] if False else \
-        bulk.read(document, "f").servers["tunnel_ip"][7] == "2001:db8::1"
+    assert bulk.read(document, "f").servers["tunnel_ip"][7] == "2001:db8::1"
 
 
 BAD = [
