@@ -146,8 +146,12 @@ class DataCentre:
             first: dict[str, int] = {}
             for position, name in enumerate(names):
                 if name in first:
-                    raise fail(("servers", position, "name"),
-                               f"duplicate server name, also servers[{first[name]}]", name)
+                    also = f"servers[{first[name]}]"
+                    if columns.locate and columns.locate("servers", 0, "name"):
+                        from cosample.planner import fleetcsv
+                        also = f"row {fleetcsv.row(first[name])}"
+                    raise fail(("servers", position, "name"), f"duplicate server name, also {also}",
+                               name)
                 first[name] = position
         cost = columns.header.cost
         capacity = _column(servers["capacity_pps"], math.nan)
