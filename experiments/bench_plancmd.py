@@ -60,12 +60,61 @@ def write_json(servers: int, path: Path, seed: int = 0) -> None:
     path.write_bytes(orjson.dumps(document))
 
 
-def floor(path: str) -> None:
-    """Read with orjson, build the arrays, solve: the least a planning command does."""
+def write_csv_form(description: Path, envelope: Path) -> None:
+    """The same fleet as an envelope naming two CSV files beside it (docs/formats.md)."""
+    import csv
+
+    document = orjson.loads(description.read_bytes())
+    stem = envelope.stem
+    with open(envelope.parent / f"{stem}-servers.csv", "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["name", "capacity_pps", "tunnel_ip"])
+        writer.writerows([s["name"], s["capacity_pps"], s["tunnel_ip"]]
+                         for s in document["servers"])
+    with open(envelope.parent / f"{stem}-traffic.csv", "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["source", "destination", "pps"])
+        writer.writerows([source, destination, pps]
+                         for source, row in document["traffic_pps"].items()
+                         for destination, pps in row.items())
+    envelope.write_bytes(orjson.dumps({"name": document["name"], "cost": document["cost"],
+                                       "servers": f"{stem}-servers.csv",
+                                       "traffic_pps": f"{stem}-traffic.csv"}))
+
+
+def floor_csv(path: str) -> None:
+    """The CSV form's floor: the csv module reads both files, numpy parses the numbers."""
+    import csv
+
+    envelope = Path(path)
+    document = orjson.loads(envelope.read_bytes())
+    with open(envelope.parent / document["servers"], newline="") as stream:
+        rows = list(csv.reader(stream))[1:]
+    names, capacity, _ = zip(*rows)
+    with open(envelope.parent / document["traffic_pps"], newline="") as stream:
+        sources, destinations, pps = zip(*list(csv.reader(stream))[1:])
+    index = dict(zip(names, range(len(names))))
+    _solve(names, np.array(capacity, dtype=float), document["cost"],
+           list(map(index.__getitem__, sources)), list(map(index.__getitem__, destinations)),
+           np.array(pps, dtype=float))
+
+
+def _solve(names, capacity, cost, src, dst, pps) -> None:
     from cosample.planner.choices import EXACT
     from cosample.planner.datacentre import DataCentre
     from cosample.planner.solvers import solve
 
+    dc = DataCentre(names=tuple(names), capacity_pps=capacity,
+                    alpha=np.full(len(names), float(cost["alpha"])),
+                    beta=np.full(len(names), float(cost["beta"])),
+                    traffic_src=np.array(src, dtype=np.int64),
+                    traffic_dst=np.array(dst, dtype=np.int64), traffic_pps=np.asarray(pps))
+    solution = solve(dc, EXACT)
+    print(f"floor: {len(names)} servers, objective {solution.objective:.6g}")
+
+
+def floor(path: str) -> None:
+    """Read with orjson, build the arrays, solve: the least a planning command does."""
     document = orjson.loads(Path(path).read_bytes())
     servers = document["servers"]
     names = tuple([s["name"] for s in servers])
@@ -76,14 +125,7 @@ def floor(path: str) -> None:
         src += [index[origin]] * len(row)
         dst += map(index.__getitem__, row)
         pps += row.values()
-    cost = document["cost"]
-    dc = DataCentre(names=names, capacity_pps=capacity,
-                    alpha=np.full(len(names), float(cost["alpha"])),
-                    beta=np.full(len(names), float(cost["beta"])),
-                    traffic_src=np.array(src, dtype=np.int64),
-                    traffic_dst=np.array(dst, dtype=np.int64), traffic_pps=np.array(pps))
-    solution = solve(dc, EXACT)
-    print(f"floor: {len(names)} servers, objective {solution.objective:.6g}")
+    _solve(names, capacity, document["cost"], src, dst, np.array(pps))
 
 
 def measure(argv: list[str]) -> tuple[float, float]:
@@ -113,10 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats-million", type=int, default=1, help="runs at 10^6 and up")
     parser.add_argument("--csv-form", action="store_true", help="also plan the CSV form")
     parser.add_argument("--floor", metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-csv", metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", metavar="DIR", help="keep the descriptions here")
     args = parser.parse_args(argv)
-    if args.floor:
-        floor(args.floor)
+    if args.floor or args.floor_csv:
+        floor(args.floor) if args.floor else floor_csv(args.floor_csv)
         return 0
     python = sys.executable
     with tempfile.TemporaryDirectory(dir=args.workdir) as scratch:
@@ -127,26 +170,25 @@ def main(argv: list[str] | None = None) -> int:
             description = work / f"fleet-{n}.json"
             if not description.exists():
                 write_json(n, description)
-            forms = [("json", description)]
+            forms = [("json", description, "--floor")]
             if args.csv_form:
-                from cosample.planner.fleetcsv import write_csv  # noqa: PLC0415
-                servers_csv = work / f"fleet-{n}.csv"
-                if not servers_csv.exists():
-                    write_csv(description, servers_csv)
-                forms.append(("csv", servers_csv))
+                envelope = work / f"fleet-{n}-csv.json"
+                if not envelope.exists():
+                    write_csv_form(description, envelope)
+                forms.append(("csv", envelope, "--floor-csv"))
             repeats = args.repeats if n < 1_000_000 else args.repeats_million
-            floors = []
-            plans: dict[str, list[tuple[float, float]]] = {form: [] for form, _ in forms}
+            floors: dict[str, list[tuple[float, float]]] = {form: [] for form, *_ in forms}
+            plans: dict[str, list[tuple[float, float]]] = {form: [] for form, *_ in forms}
             for _ in range(repeats):
-                floors.append(measure([python, "-m", "cosample.experiments.bench_plancmd",
-                                       "--floor", str(description)]))
-                for form, path in forms:
+                for form, path, flag in forms:
+                    floors[form].append(measure([python, "-m", "cosample.experiments.bench_plancmd",
+                                                 flag, str(path)]))
                     plans[form].append(measure([python, "-m", "cosample", "plan", str(path),
                                                 "-o", str(work / f"plan-{n}.json"),
                                                 "--plan-version", "1"]))
-            floor_cpu = statistics.median(c for c, _ in floors)
-            floor_mib = max(m for _, m in floors)
             for form, runs in plans.items():
+                floor_cpu = statistics.median(c for c, _ in floors[form])
+                floor_mib = max(m for _, m in floors[form])
                 cpu = statistics.median(c for c, _ in runs)
                 mib = max(m for _, m in runs)
                 print(f"{n:>9} {form:>5} {cpu:>11.2f} {mib:>9.0f} {floor_cpu:>12.2f} "
