@@ -137,3 +137,13 @@ def test_ragged_row_and_repeated_pair(tmp_path, capsys):
     assert main(["plan", str(path)]) == 2
     assert capsys.readouterr().err == (f"cosample: error: {tmp_path}/servers.csv: row 6: 2 cells, "
                                        "the header has 12\n")
+
+
+def test_documented_csv_example_plans(tmp_path):
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet.json"
+    output = tmp_path / "plan.json"
+    assert main(["plan", str(example), "-o", str(output), "-q"]) == 0
+    hosts = json.loads(output.read_text())["hosts"]
+    assert sorted(hosts) == ["db1", "web1", "web2"]
+    assert hosts["web1"]["vm_ports"] == ["vnet0", "vnet1"] and "vm_ports" not in hosts["db1"]
+    assert hosts["web2"]["margin"] == 0.2
