@@ -5,7 +5,8 @@ do: read the same description with orjson, build the arrays (names, capacities, 
 index arrays) and run the exact solver on them, with no validation, no plan and no output. Both
 run as child processes, one after the other, alternating, and each is measured by
 ``os.wait4``: CPU (user + system) and peak resident memory of the whole process, interpreter
-start-up and imports included. The descriptions are random fleets (``bench_planner``'s traffic:
+start-up and imports included; the command's wall-clock time (what a user waits for) is printed
+beside the 1-minute load average, since on a shared machine it includes waiting for a core. The descriptions are random fleets (``bench_planner``'s traffic:
 each server sends to itself and to 3 random peers) with a tunnel address per server, written
 once per size as JSON and, with ``--csv-form``, also as the columnar CSV form
 (docs/formats.md), planned by the same command. Medians of ``--repeats`` runs (1 at 10^6 unless
@@ -130,6 +131,12 @@ def floor(path: str) -> None:
 
 def measure(argv: list[str]) -> tuple[float, float]:
     """CPU seconds (user + system) and peak memory (MiB) of one child process."""
+    return measure_wall(argv)[:2]
+
+
+def measure_wall(argv: list[str]) -> tuple[float, float, float]:
+    """CPU seconds, peak memory (MiB) and wall-clock seconds of one child process."""
+    started = time.monotonic()
     with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as child:
         deadline = time.monotonic() + CHILD_TIMEOUT_S
         while True:
@@ -145,7 +152,7 @@ def measure(argv: list[str]) -> tuple[float, float]:
         error = child.stderr.read().decode(errors="replace")
     if child.returncode:
         raise SystemExit(f"{' '.join(argv)}: exit {child.returncode}: {error.strip()[-400:]}")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, time.monotonic() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=args.workdir) as scratch:
         work = Path(args.workdir or scratch)
         print(f"{'servers':>9} {'form':>5} {'plan CPU s':>11} {'plan MiB':>9} {'floor CPU s':>12} "
-              f"{'floor MiB':>10} {'CPU ratio':>10}", flush=True)
+              f"{'floor MiB':>10} {'CPU ratio':>10} {'plan wall s':>11} {'load':>6}", flush=True)
         for n in args.sizes:
             description = work / f"fleet-{n}.json"
             if not description.exists():
@@ -178,21 +185,23 @@ def main(argv: list[str] | None = None) -> int:
                 forms.append(("csv", envelope, "--floor-csv"))
             repeats = args.repeats if n < 1_000_000 else args.repeats_million
             floors: dict[str, list[tuple[float, float]]] = {form: [] for form, *_ in forms}
-            plans: dict[str, list[tuple[float, float]]] = {form: [] for form, *_ in forms}
+            plans: dict[str, list[tuple[float, float, float]]] = {form: [] for form, *_ in forms}
             for _ in range(repeats):
                 for form, path, flag in forms:
                     floors[form].append(measure([python, "-m", "cosample.experiments.bench_plancmd",
                                                  flag, str(path)]))
-                    plans[form].append(measure([python, "-m", "cosample", "plan", str(path),
+                    plans[form].append(measure_wall([python, "-m", "cosample", "plan", str(path),
                                                 "-o", str(work / f"plan-{n}.json"),
                                                 "--plan-version", "1"]))
             for form, runs in plans.items():
                 floor_cpu = statistics.median(c for c, _ in floors[form])
                 floor_mib = max(m for _, m in floors[form])
-                cpu = statistics.median(c for c, _ in runs)
-                mib = max(m for _, m in runs)
+                cpu = statistics.median(c for c, _, _ in runs)
+                mib = max(m for _, m, _ in runs)
+                wall = statistics.median(w for _, _, w in runs)
                 print(f"{n:>9} {form:>5} {cpu:>11.2f} {mib:>9.0f} {floor_cpu:>12.2f} "
-                      f"{floor_mib:>10.0f} {cpu / floor_cpu:>9.1f}x", flush=True)
+                      f"{floor_mib:>10.0f} {cpu / floor_cpu:>9.1f}x {wall:>11.1f} "
+                      f"{os.getloadavg()[0]:>6.1f}", flush=True)
     return 0
 
 
