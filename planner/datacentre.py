@@ -1,7 +1,9 @@
 """The data centre the planner works on: servers, their costs and capacities, and the traffic.
 
-A description file (JSON or YAML, format in docs/formats.md, declared in ``planner.description``)
-is validated by pydantic through ``cosample.validation``; the cross-field rules (unique names,
+A description file (JSON or YAML, its servers and traffic possibly CSV files; format in
+docs/formats.md, declared in ``planner.description``) is validated column by column
+(``planner.bulk``), the pydantic models deciding every entry not plainly valid, so errors are
+the models' own; the cross-field rules (unique names,
 traffic naming known servers, capacities from calibration files) follow here in the same
 one-line form ``file: field.path: what (got value)``, raised as ``PlannerError``. Internally
 everything is numpy arrays indexed by server position, and traffic is a sparse list of
