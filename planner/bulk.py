@@ -17,18 +17,18 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from itertools import chain
+from pathlib import Path
 from typing import Any, get_args
 
 import annotated_types
-from pydantic_core import PydanticUndefined
-
 import numpy as np
+from pydantic_core import PydanticUndefined
 
 from cosample.planner.description import LARGE_PARTS, Description, Envelope, Server
 from cosample.planner.errors import PlannerError
 from cosample.validation import _PLAIN_IPV4, validate, validate_at
+
 
 def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
     """(lowest, whether strict, highest exclusive) of an optional finite float field, read
@@ -56,8 +56,8 @@ def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
 NUMBERS = {key: bounds for key, info in Server.model_fields.items()
            if (bounds := _bounds(info.annotation)) is not None}
 #: A row of the traffic matrix (``{destination: pps}``) and its numbers' bounds.
-_ROW = get_args(Description.model_fields["traffic_pps"].annotation)[1]
-_TRAFFIC = _bounds(get_args(_ROW)[1])
+ROW = get_args(Description.model_fields["traffic_pps"].annotation)[1]
+TRAFFIC_BOUNDS = _bounds(get_args(ROW)[1])
 _NUMBER_TYPES = {int, float}
 ABSENT = object()
 _SIMPLE_INTERFACE = re.compile(r"[A-Za-z0-9_.\-]{1,15}")
@@ -235,10 +235,10 @@ def _numbers(column: list[Any], lowest: float, strict: bool, highest: float) -> 
     except OverflowError:  # an integer beyond a double: the model says so
         return np.array([not (type(v) is int and abs(v) > 1e308) for v in column]) & typed
     absent = np.array([v is None for v in column]) if type(None) in types else False
-    return (_within(values, lowest, strict, highest) | absent) & typed
+    return (within(values, lowest, strict, highest) | absent) & typed
 
 
-def _within(values: np.ndarray, lowest: float, strict: bool, highest: float) -> np.ndarray:
+def within(values: np.ndarray, lowest: float, strict: bool, highest: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         return np.isfinite(values) & ((values > lowest) if strict else (values >= lowest)) \
             & (values < highest)
@@ -255,10 +255,10 @@ def _traffic(traffic: Mapping[str, Any], where: str
                 pps = np.array(numbers, dtype=float)
             except OverflowError:
                 pps = None
-            if pps is not None and _TRAFFIC is not None and _within(pps, *_TRAFFIC).all():
+            if pps is not None and TRAFFIC_BOUNDS is not None and within(pps, *TRAFFIC_BOUNDS).all():
                 return (list(traffic), list(map(len, rows)), list(chain.from_iterable(rows)), pps)
     for source, row in traffic.items():  # the first row the model refuses names the entry
-        validate_at(_ROW, row, ("traffic_pps", source),
+        validate_at(ROW, row, ("traffic_pps", source),
                     where=where, error=PlannerError)
     raise PlannerError(f"{where}: traffic_pps: not a matrix of numbers")  # unreachable
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from cosample.planner.bulk import ABSENT, NUMBERS, checked
+from cosample.planner.bulk import ABSENT, NUMBERS, ROW, TRAFFIC_BOUNDS, checked, within
 from cosample.planner.description import Server
 from cosample.planner.errors import PlannerError
 from cosample.validation import validate_at
@@ -127,8 +127,6 @@ def servers(path: Path) -> dict[str, list[Any]]:
 def traffic(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     """Sources, destinations and pps of the traffic file (``DataCentre.from_columns`` refuses
     a pair given twice)."""
-    from cosample.planner.bulk import _ROW  # the matrix's number type: one rule for both forms
-
     header, rows = _rows(path)
     if tuple(header) != TRAFFIC_HEADER:
         raise PlannerError(f"{path}: row 1: expected the header {','.join(TRAFFIC_HEADER)} "
@@ -137,13 +135,12 @@ def traffic(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     values, parsed = _numbers(tuple(cells))
     if parsed.all() and not (ABSENT in values):
         pps = np.array(values, dtype=float)
-        from cosample.planner.bulk import _TRAFFIC, _within
-        bad = ~_within(pps, *_TRAFFIC)
+        bad = ~within(pps, *TRAFFIC_BOUNDS)  # the matrix's rule: one for both forms
     else:
         pps, bad = None, ~parsed | np.array([v is ABSENT for v in values])
     if bad.any():
         k = int(np.argmax(bad))
-        validate_at(_ROW, {"pps": None if values[k] is ABSENT else values[k]}, (),
+        validate_at(ROW, {"pps": None if values[k] is ABSENT else values[k]}, (),
                     where=f"{path}: row {k + _FIRST_ROW}", error=PlannerError)
         raise PlannerError(f"{path}: row {k + _FIRST_ROW}: pps: not a number >= 0")
     return sources, destinations, pps
