@@ -353,6 +353,9 @@ class ExtraColumns(Mapping):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def __bool__(self) -> bool:  # without counting
+        return any(column.count(None) != len(column) for column in self.columns.values())
+
     def complete(self) -> dict[str, list[Any]]:
         """The columns every server gives."""
         return {key: column for key, column in self.columns.items() if None not in column}

@@ -115,3 +115,17 @@ def test_one_bad_value_gives_the_models_line(part, where, key, value):
         DataCentre.from_dict(document, source="f.json")
     assert str(columns.value) == str(whole.value)
     assert str(whole.value).startswith("f.json: ")
+
+
+def test_agent_fields_read_as_the_mapping_of_dicts():
+    document = fleet(2)
+    dc = DataCentre.from_dict(document, source="f.json")
+    expected = {}
+    for server in validate(Description, document).servers:
+        extra = {key: getattr(server, key) for key in ("tunnel_ip", "bridge", "vm_ports")
+                 if getattr(server, key) is not None}
+        if extra:
+            expected[server.name] = extra
+    assert dict(dc.server_extras) == expected and bool(dc.server_extras) == bool(expected)
+    assert len(dc.server_extras) == len(expected)
+    assert dc.server_extras.get("nobody") is None
