@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 from datetime import timedelta
 from importlib import resources
@@ -37,31 +36,22 @@ def load_datacentre(path: str | None) -> DataCentre:
 
 def run_plan(args: argparse.Namespace) -> int:
     validity = valid_for(args.valid_for)
-    # One short run that makes millions of objects and no cycles worth collecting: the cyclic
-    # collector would rescan every live object again and again as they grow, so it is off
-    # while the plan is made (docs/results.md, "Planning at scale").
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        dc = load_datacentre(args.file)
-        solver = NONCOLLAB if args.noncollab else args.solver
-        solution = solve(dc, solver, lp_backend=args.lp_backend, time_limit=args.time_limit,
-                         margin=args.margin, robust=args.robust)
-        point = solve(dc, EXACT if solver != NONCOLLAB else solver, margin=args.margin) \
-            if args.robust else None
-        plan = build_plan(dc, solution, valid_for=validity, version=args.plan_version,
-                          point_estimate=point, lazy_hosts=True)  # written and shown unparsed
-        if args.output:
-            write_plan(plan, args.output)
-        console = default_console()
-        if args.quiet:
-            for line in summary_lines(plan):
-                console.print(line, highlight=False)
-        else:
-            print_plan(plan, console)
-    finally:
-        if collecting:
-            gc.enable()
+    dc = load_datacentre(args.file)
+    solver = NONCOLLAB if args.noncollab else args.solver
+    solution = solve(dc, solver, lp_backend=args.lp_backend, time_limit=args.time_limit,
+                     margin=args.margin, robust=args.robust)
+    point = solve(dc, EXACT if solver != NONCOLLAB else solver, margin=args.margin) \
+        if args.robust else None
+    plan = build_plan(dc, solution, valid_for=validity, version=args.plan_version,
+                      point_estimate=point, lazy_hosts=True)  # written and shown unparsed
+    if args.output:
+        write_plan(plan, args.output)
+    console = default_console()
+    if args.quiet:
+        for line in summary_lines(plan):
+            console.print(line, highlight=False)
+    else:
+        print_plan(plan, console)
     if args.output:
         console.print(f"plan written to {args.output}", highlight=False)
     return 0
