@@ -13,7 +13,9 @@ an error is the model's line placed by file, row and column:
 from __future__ import annotations
 
 import csv
+import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +50,24 @@ class Locations:
         return f"{self.files[part]}: row {position + _FIRST_ROW}", (field,)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused: a file's rows are millions of lists and no cycles,
+    and each collection while they pile up rescans them all (a third of a 10^5-server CSV plan,
+    docs/results.md)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
     """Header and rows, every row as long as the header."""
     try:
-        with open(path, newline="", encoding="utf-8") as stream:
+        with open(path, newline="", encoding="utf-8") as stream, _collector_paused():
             rows = list(csv.reader(stream, strict=True))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else (
@@ -106,8 +122,12 @@ def servers(path: Path) -> dict[str, list[Any]]:
     if not rows:
         raise PlannerError(f"{path}: no servers (a header row and at least one row)")
     raw: dict[str, list[Any]] = {}
-    slow = np.zeros(len(rows), dtype=bool)
-    for name, cells in zip(header, _columns(rows, len(header))):
+    n = len(rows)
+    slow = np.zeros(n, dtype=bool)
+    with _collector_paused():
+        columns = list(_columns(rows, len(header)))
+    del rows
+    for name, cells in zip(header, columns):
         if name in NUMBERS:
             raw[name], parsed = _numbers(cells)
             slow |= ~parsed
@@ -121,7 +141,7 @@ def servers(path: Path) -> dict[str, list[Any]]:
         entry = {key: column[k] for key, column in raw.items() if column[k] is not ABSENT}
         return validate_at(Server, entry, (), where=f"{path}: row {k + _FIRST_ROW}",
                            error=PlannerError)
-    return checked(raw, len(rows), slow, model)
+    return checked(raw, n, slow, model)
 
 
 def traffic(path: Path) -> tuple[list[str], list[str], np.ndarray]:
@@ -131,7 +151,9 @@ def traffic(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     if tuple(header) != TRAFFIC_HEADER:
         raise PlannerError(f"{path}: row 1: expected the header {','.join(TRAFFIC_HEADER)} "
                            f"(got {','.join(header)!r})")
-    sources, destinations, cells = (list(column) for column in _columns(rows, 3))
+    with _collector_paused():
+        sources, destinations, cells = (list(column) for column in _columns(rows, 3))
+    del rows
     values, parsed = _numbers(tuple(cells))
     if parsed.all() and not (ABSENT in values):
         pps = np.array(values, dtype=float)
