@@ -3,7 +3,8 @@
 Reads the servers file (name, capacity, tunnel address) and the traffic file (source,
 destination, pps) written by ``bench_plancmd --csv-form`` into what the planner needs (name
 strings, float arrays), each reader in its own fresh process (CPU time and peak memory of the
-whole process, ``os.wait4``), best of ``--repeats``. pandas is in the ``all`` extra only, not
+whole process, ``os.wait4``), best of ``--repeats``, the cyclic garbage collector off as in the
+planner's CSV reading. pandas is in the ``all`` extra only, not
 in the planner's install set (docs/dependencies.md, "Install sets"); numpy's ``loadtxt`` reads
 mixed columns as strings.
 
@@ -22,7 +23,11 @@ READERS = ("csv", "pandas", "numpy")
 
 
 def read(reader: str, envelope: Path) -> int:
+    import gc
+
     import numpy as np
+
+    gc.disable()  # as the planner reads CSV (planner/fleetcsv.py)
 
     document = orjson.loads(envelope.read_bytes())
     servers = envelope.parent / document["servers"]
