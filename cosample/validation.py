@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import orjson
 from pydantic import (AfterValidator, BaseModel, ConfigDict, StringConstraints, TypeAdapter, ValidationError,
                       WrapValidator)
 from pydantic_core import PydanticCustomError
@@ -125,7 +126,10 @@ def describe(error: ValidationError, where: str = "", data: Any = None) -> str:
     With ``data`` (the input), a path through a list entry that has a ``name`` also shows that
     name, e.g. ``servers[3].capacity_pps ('web4')``: in a long list the name is what people know.
     """
-    problems = error.errors(include_url=False)
+    return _describe(error.errors(include_url=False), where, data)
+
+
+def _describe(problems: list[Any], where: str, data: Any) -> str:
     first = problems[0]
     message = first["msg"]
     if message.startswith("Value error, "):
@@ -187,7 +191,13 @@ def read_document(path: str | os.PathLike[str], what: str, *, default: str = "JS
     path = Path(path)
     kind = FORMATS.get(path.suffix.lower(), default)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        if kind == "JSON":  # orjson (strict JSON, several times faster); else the library's
+            try:             # reading decides (NaN, huge integers) and words the complaint
+                return orjson.loads(data)
+            except orjson.JSONDecodeError:
+                pass
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read {what}: {reason}") from None
@@ -225,3 +235,16 @@ def validate(kind: type[T] | Any, data: Any, *, where: str = "",
         return _adapter(kind).validate_python(data)
     except ValidationError as exc:
         raise error(describe(exc, where, data)) from None
+
+
+def validate_at(kind: type[T] | Any, data: Any, location: Sequence[int | str], *, where: str = "",
+                root: Any = None, error: type[CosampleError] = CosampleError) -> T:
+    """``validate`` for one part of a larger input, found at ``location`` in ``root`` (the
+    whole input): an error names the whole path, ``servers[3].capacity_pps ('web4')``. Bulk
+    readers check a column at once and hand the entries they cannot accept to the model here."""
+    try:
+        return _adapter(kind).validate_python(data, strict=True)  # as inside a ``Strict`` model
+    except ValidationError as exc:
+        problems = [{**problem, "loc": (*location, *problem["loc"])}
+                    for problem in exc.errors(include_url=False)]
+        raise error(_describe(problems, where, root)) from None

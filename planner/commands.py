@@ -43,7 +43,7 @@ def run_plan(args: argparse.Namespace) -> int:
     point = solve(dc, EXACT if solver != NONCOLLAB else solver, margin=args.margin) \
         if args.robust else None
     plan = build_plan(dc, solution, valid_for=validity, version=args.plan_version,
-                      point_estimate=point)
+                      point_estimate=point, lazy_hosts=True)  # written and shown unparsed
     if args.output:
         write_plan(plan, args.output)
     console = default_console()

@@ -1,7 +1,9 @@
 """The data centre the planner works on: servers, their costs and capacities, and the traffic.
 
-A description file (JSON or YAML, format in docs/formats.md, declared in ``planner.description``)
-is validated by pydantic through ``cosample.validation``; the cross-field rules (unique names,
+A description file (JSON or YAML, its servers and traffic possibly CSV files; format in
+docs/formats.md, declared in ``planner.description``) is validated column by column
+(``planner.bulk``), the pydantic models deciding every entry not plainly valid, so errors are
+the models' own; the cross-field rules (unique names,
 traffic naming known servers, capacities from calibration files) follow here in the same
 one-line form ``file: field.path: what (got value)``, raised as ``PlannerError``. Internally
 everything is numpy arrays indexed by server position, and traffic is a sparse list of
@@ -12,7 +14,8 @@ solver's time budget.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.planner import bulk
 from cosample.planner.description import AGENT_FIELDS, Description
 from cosample.planner.errors import InfeasibleError, PlannerError
 from cosample.validation import problem, read_document, validate
@@ -97,50 +101,70 @@ class DataCentre:
 
     @classmethod
     def load(cls, path: str | Path) -> "DataCentre":
-        """Read a JSON or YAML description; calibration files are resolved beside it."""
+        """Read a JSON or YAML description (its large parts possibly CSV files); calibration files are resolved beside it."""
         path = Path(path)
-        document = read_document(path, "data-centre description", error=PlannerError)
-        return cls.from_dict(document, base_dir=path.parent, source=str(path))
+        # the parsed document is only bulk.read's: freed once its columns are taken
+        return cls.from_columns(bulk.read(read_document(path, "data-centre description",
+                                                        error=PlannerError), str(path),
+                                          path.parent), path.parent, str(path))
 
     @classmethod
     def from_dict(cls, document: Any, base_dir: str | Path = ".", source: str = "description") -> "DataCentre":
         """Validate a parsed description (see docs/formats.md) and build the arrays."""
-        description = validate(Description, document, where=source, error=PlannerError)
-        return cls.from_description(description, Path(base_dir), source)
+        return cls.from_columns(bulk.read(document, source, Path(base_dir)), Path(base_dir), source)
 
     @classmethod
     def from_description(cls, description: Description, base_dir: Path = Path("."),
                          source: str = "description") -> "DataCentre":
         """Apply the cross-field rules to a validated description and build the arrays."""
+        return cls.from_columns(bulk.from_model(description), base_dir, source)
+
+    @classmethod
+    def from_columns(cls, columns: bulk.Columns, base_dir: Path = Path("."),
+                     source: str = "description") -> "DataCentre":
+        """Apply the cross-field rules to a validated description's columns; build the arrays."""
         from cosample.costmodel.calibration_file import read_calibration_file
         from cosample.costmodel.coefficients import (CalibrationFileError, coefficients,
                                                      intervals as calibration_intervals)
 
-        def fail(location: Sequence[int | str], what: str, value: Any = None) -> PlannerError:
+        def fail(location: Sequence[int | str], what: str, value: Any = None,
+                 entry: int | None = None) -> PlannerError:
             name = names[location[1]] if location[0] == "servers" else None
-            return problem(location, what, value, where=source, name=name, error=PlannerError)
+            where = source
+            part = "servers" if location[0] == "servers" else "traffic"
+            field = location[2] if part == "servers" else \
+                ("source" if len(location) == 2 else "destination")
+            at = columns.locate and columns.locate(part, location[1] if part == "servers"
+                                                   else entry, field)
+            if at is not None:  # an entry of a CSV file: its file, row and column
+                where, location = at
+            return problem(location, what, value, where=where, name=name, error=PlannerError)
 
-        servers = description.servers
-        names = tuple(server.name for server in servers)
-        index = {name: position for position, name in enumerate(names)}
-        if len(index) != len(names):
+        servers = columns.servers
+        names = tuple(servers["name"])
+        n = len(names)
+        index = dict(zip(names, range(n)))
+        if len(index) != n:
             first: dict[str, int] = {}
             for position, name in enumerate(names):
                 if name in first:
-                    raise fail(("servers", position, "name"),
-                               f"duplicate server name, also servers[{first[name]}]", name)
+                    also = f"servers[{first[name]}]"
+                    if columns.locate and columns.locate("servers", 0, "name"):
+                        from cosample.planner import fleetcsv
+                        also = f"row {fleetcsv.row(first[name])}"
+                    raise fail(("servers", position, "name"), f"duplicate server name, also {also}",
+                               name)
                 first[name] = position
-        cost = description.cost
-        capacity = np.array([math.nan if s.capacity_pps is None else s.capacity_pps for s in servers])
-        alpha = np.array([cost.alpha if s.alpha is None else s.alpha for s in servers])
-        beta = np.array([cost.beta if s.beta is None else s.beta for s in servers])
-        intervals = {key: np.full((len(servers), 2), math.nan)
-                     for key in ("alpha", "beta", "capacity_pps")}
+        cost = columns.header.cost
+        capacity = _column(servers["capacity_pps"], math.nan)
+        alpha = _column(servers["alpha"], cost.alpha)
+        beta = _column(servers["beta"], cost.beta)
+        intervals = {key: np.full((n, 2), math.nan) for key in ("alpha", "beta", "capacity_pps")}
         calibrations: dict[Path, tuple[dict, dict]] = {}  # servers may share a file: read it once
-        for position, server in enumerate(servers):
-            if server.calibration is None:
+        for position, calibration in enumerate(servers["calibration"]):
+            if calibration is None:
                 continue
-            path = base_dir / server.calibration
+            path = base_dir / calibration
             try:
                 if path not in calibrations:
                     document = read_calibration_file(path)
@@ -150,7 +174,7 @@ class DataCentre:
                 raise fail(("servers", position, "calibration"), str(exc)) from None
             calibrated, measured = calibrations[path]
             for key, column in (("capacity_pps", capacity), ("alpha", alpha), ("beta", beta)):
-                if getattr(server, key) is None and calibrated.get(key) is not None:
+                if servers[key][position] is None and calibrated.get(key) is not None:
                     column[position] = calibrated[key]
                     if key in measured:  # an explicit value has no interval: it is what it is
                         intervals[key][position] = measured[key]
@@ -158,37 +182,45 @@ class DataCentre:
         if missing.size:
             raise fail(("servers", int(missing[0]), "capacity_pps"),
                        "field required (neither the server nor its calibration file gives it)")
-        extras = {}
-        for server in servers:
-            given = server.model_fields_set.intersection(AGENT_FIELDS)
-            extra = {key: value for key in given if (value := getattr(server, key)) is not None}
-            if extra:
-                extras[server.name] = extra
+        extras = _extras(names, servers)
 
-        src: list[int] = []
-        dst: list[int | None] = []
-        pps: list[float] = []
-        for source_name, row in description.traffic_pps.items():
-            origin = index.get(source_name)
-            if origin is None:
-                raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name)
-            targets = [index.get(dest_name) for dest_name in row]
-            if None in targets:
-                dest_name = list(row)[targets.index(None)]
-                raise fail(("traffic_pps", source_name, dest_name), "unknown server, not in servers",
-                           dest_name)
-            src.extend([origin] * len(targets))
-            dst.extend(targets)
-            pps.extend(row.values())
-        volume = np.array(pps, dtype=float)
+        origins = np.fromiter(map(index.get, columns.traffic_rows, repeat(-1)), dtype=np.int64,
+                              count=len(columns.traffic_rows))
+        if (origins < 0).any():
+            at = int(np.argmax(origins < 0))
+            source_name = columns.traffic_rows[at]
+            raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name,
+                       entry=at)
+        targets = np.fromiter(map(index.get, columns.traffic_dst, repeat(-1)), dtype=np.int64,
+                              count=len(columns.traffic_dst))
+        if (targets < 0).any():
+            at = int(np.argmax(targets < 0))
+            row = int(np.searchsorted(np.cumsum(columns.traffic_lengths), at, side="right"))
+            raise fail(("traffic_pps", columns.traffic_rows[row], columns.traffic_dst[at]),
+                       "unknown server, not in servers", columns.traffic_dst[at], entry=at)
+        src = np.repeat(origins, columns.traffic_lengths)
+        dst = targets
+        if not columns.pairs_unique and len(dst):  # a CSV file can give a pair twice
+            from cosample.planner import fleetcsv
+            pair = src * n + dst
+            order = np.argsort(pair, kind="stable")
+            again = np.flatnonzero(pair[order][1:] == pair[order][:-1])
+            if again.size:
+                later = order[again + 1]
+                at = int(later.min())
+                first_at = int(order[again[np.argmin(later)]])
+                raise fail(("traffic_pps", columns.traffic_rows[at], columns.traffic_dst[at]),
+                           f"the pair {names[src[at]]!r} -> {names[dst[at]]!r} again, also "
+                           f"row {fleetcsv.row(first_at)}", entry=at)
+        volume = columns.traffic_pps
         carried = volume > 0
-
-        name = description.name or (Path(source).stem if source != "description" else "datacentre")
-        collector_cap = description.budgets.collector_samples_pps
+        header = columns.header
+        name = header.name or (Path(source).stem if source != "description" else "datacentre")
+        collector_cap = header.budgets.collector_samples_pps
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
-                   traffic_src=np.array(src, dtype=np.int64)[carried],
-                   traffic_dst=np.array(dst, dtype=np.int64)[carried], traffic_pps=volume[carried],
-                   name=name, server_extras=extras, sflow=description.sflow.model_dump(exclude_none=True),
+                   traffic_src=src[carried],
+                   traffic_dst=dst[carried], traffic_pps=volume[carried],
+                   name=name, server_extras=extras, sflow=header.sflow.model_dump(exclude_none=True),
                    collector_cap_pps=math.inf if collector_cap is None else collector_cap,
                    intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
                    **_planning_arrays(servers))
@@ -276,20 +308,76 @@ class DataCentre:
             raise PlannerError(f"unknown server {name!r}") from None
 
 
-def _planning_arrays(servers) -> dict[str, np.ndarray]:
+def _given(values: list[Any]) -> bool:
+    """Whether any server gives this field."""
+    return values.count(None) != len(values)
+
+
+def _column(values: list[Any], default: float) -> np.ndarray:
+    """A number column, ``default`` where absent (None)."""
+    if None not in values:
+        return np.array(values, dtype=float)
+    return np.array([default if value is None else value for value in values], dtype=float)
+
+
+def _extras(names: tuple[str, ...], servers: Mapping[str, list[Any]]) -> "ExtraColumns":
+    """Per server, the ``AGENT_FIELDS`` it gives (handed through to its plan entry)."""
+    return ExtraColumns(names, {key: servers[key] for key in AGENT_FIELDS
+                                if _given(servers[key])})
+
+
+class ExtraColumns(Mapping):
+    """The servers' ``AGENT_FIELDS`` as columns (None: not given), read as the mapping
+    ``{name: {field: value}}`` of the servers that give any: a million small dicts are a
+    quarter of a gigabyte, and the plan writer takes a column every server gives as it is."""
+
+    def __init__(self, names: tuple[str, ...], columns: dict[str, list[Any]]) -> None:
+        self.names = names
+        self.columns = columns
+        self._positions: dict[str, int] | None = None
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        if self._positions is None:
+            self._positions = dict(zip(self.names, range(len(self.names))))
+        k = self._positions[name]
+        extra = {key: column[k] for key, column in self.columns.items() if column[k] is not None}
+        if not extra:
+            raise KeyError(name)
+        return extra
+
+    def __iter__(self) -> Iterator[str]:
+        given = [column for column in self.columns.values()]
+        return (name for k, name in enumerate(self.names)
+                if any(column[k] is not None for column in given))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:  # without counting
+        return any(column.count(None) != len(column) for column in self.columns.values())
+
+    def complete(self) -> dict[str, list[Any]]:
+        """The columns every server gives."""
+        return {key: column for key, column in self.columns.items() if None not in column}
+
+    def without(self, keys: Iterable[str]) -> "ExtraColumns":
+        return ExtraColumns(self.names, {key: column for key, column in self.columns.items()
+                                         if key not in keys})
+
+
+def _planning_arrays(servers: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
     """The per-server planning fields a description gives, as arrays (absent: left out)."""
     arrays: dict[str, np.ndarray] = {}
-    given = {
-        "margin": ([s.margin for s in servers], math.nan),
-        "weight": ([s.weight for s in servers], 1.0),
-        "packet_bytes": ([s.packet_bytes for s in servers], math.nan),
-        "mirror_cap_bytes": ([s.mirror_cap_bytes_per_s for s in servers], math.inf),
-    }
-    for key, (values, default) in given.items():
-        if any(value is not None for value in values):
-            arrays[key] = np.array([default if value is None else value for value in values])
-    if any(s.bridge_layout == "single" for s in servers):
-        arrays["samples_inbound"] = np.array([s.bridge_layout == "single" for s in servers])
+    given = {"margin": ("margin", math.nan), "weight": ("weight", 1.0),
+             "packet_bytes": ("packet_bytes", math.nan),
+             "mirror_cap_bytes": ("mirror_cap_bytes_per_s", math.inf)}
+    for key, (field_name, default) in given.items():
+        values = servers[field_name]
+        if _given(values):
+            arrays[key] = _column(values, default)
+    layout = servers["bridge_layout"]
+    if "single" in layout:
+        arrays["samples_inbound"] = np.array([value == "single" for value in layout])
     return arrays
 
 

@@ -82,12 +82,21 @@ class Budgets(Strict):
     collector_samples_pps: NonNegative | None = None
 
 
-class Description(Strict):
-    """A whole description: ``cost``, ``servers``, ``traffic_pps[src][dst]``, ``sflow``, ``budgets``."""
+class Envelope(Strict):
+    """A description less its two large parts (which may also come as CSV files)."""
 
     name: Annotated[str, Field(min_length=1)] | None = None
     cost: Cost
-    servers: Annotated[list[Server], Field(min_length=1)]
-    traffic_pps: dict[str, dict[str, NonNegative]] = {}
     sflow: Sflow = Sflow()
     budgets: Budgets = Budgets()
+
+
+class Description(Envelope):
+    """A whole description: ``cost``, ``servers``, ``traffic_pps[src][dst]``, ``sflow``, ``budgets``."""
+
+    servers: Annotated[list[Server], Field(min_length=1)]
+    traffic_pps: dict[str, dict[str, NonNegative]] = {}
+
+
+#: The two large parts, which a description may give as CSV files beside it (docs/formats.md).
+LARGE_PARTS = ("servers", "traffic_pps")

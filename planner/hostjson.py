@@ -124,7 +124,7 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
                                    if extras else None, n):
         run = {key: (0, column) for key, column in columns.items()}
         for key in extra[0] if extra else ():  # relative to ``start``
-            run[key] = (start, _values(list(map(itemgetter(key), extra))))
+            run[key] = (start, values(list(map(itemgetter(key), extra))))
         for first in range(start, end, block):
             last = min(first + block, end)
             parts: list[Part] = [b",", quoted[first:last], b":"]
@@ -134,6 +134,12 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
     chunks[0] = b"{" + chunks[0][1:]  # no comma before the first entry
     chunks.append(b"}")
     return chunks
+
+
+def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
+    """The columns of ``hosts`` only (positions), for ``table`` of just those hosts."""
+    return {key: _reordered(column, hosts, np.asarray(hosts, dtype=np.int64))
+            for key, column in fields.items()}
 
 
 def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
@@ -167,14 +173,14 @@ def _runs(extras: list[Mapping[str, Any]] | None, n: int
         yield start, end, extras[start:end]
 
 
-def _values(values: list[Any]) -> list[bytes]:
+def values(items: list[Any]) -> list[bytes]:
     """Each value's JSON: strings escaped at once, one string throughout serialised once."""
-    first = values[0]
-    if type(first) is str and values.count(first) == len(values):
-        return [value(first)] * len(values)
-    if set(map(type, values)) == {str}:
-        return strings(values)
-    return [value(item) for item in values]
+    first = items[0]
+    if type(first) is str and items.count(first) == len(items):
+        return [value(first)] * len(items)
+    if set(map(type, items)) == {str}:
+        return strings(items)
+    return [value(item) for item in items]
 
 
 def _object(fields: Mapping[str, Column]) -> list[Part]:

@@ -18,14 +18,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-from cosample.files import write_text_atomic
+from cosample.files import write_atomic, write_text_atomic
 from cosample.planner import hostjson
 from cosample.planner.baseline import solve_noncollab
-from cosample.planner.datacentre import DataCentre
+from cosample.planner.datacentre import DataCentre, ExtraColumns
 from cosample.planner.errors import PlannerError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.times import format_time
 from cosample.planner.realise import Realised, realise
+from cosample.planner.report import MAX_ROWS
 from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
 
@@ -58,7 +59,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     applied = realise(solution)
     baseline = (applied if solution.solver == "noncollab"
                 else realise(solve_noncollab(problem))).collected_pps  # both after 1-in-N
-    hosts = HostTable(_host_table(problem, applied, floor, report))  # plan_id hashes it as is
+    hosts = _host_table(problem, applied, floor, report)  # plan_id hashes it as is
     plan: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -81,12 +82,15 @@ class HostTable(Mapping):
     """A plan's host table kept as its compact sorted JSON (``chunks``, consecutive pieces of
     one document), read-only; parsed into dicts (orjson) the first time an entry is looked up.
     ``compact_json`` splices the chunks into a plan's bytes; ``canonical_json`` writes the
-    parsed table."""
+    parsed table. ``busiest``: the entries of the hosts with the highest capacity use, as many
+    as ``report`` shows, highest first (name order among equals), written by the same code
+    from the same columns, so the table a person reads needs no parsing of the whole."""
 
-    __slots__ = ("chunks", "_parsed")
+    __slots__ = ("chunks", "busiest", "_parsed")
 
-    def __init__(self, chunks: list[bytes]) -> None:
+    def __init__(self, chunks: list[bytes], busiest: dict[str, Any] | None = None) -> None:
         self.chunks = chunks
+        self.busiest = busiest
         self._parsed: dict[str, Any] | None = None
 
     @property
@@ -172,9 +176,22 @@ def canonical_json(document: Any) -> str:
                       default=_plain) + "\n"
 
 
+#: Plans of more hosts than this are written compact (``compact_json``); smaller ones indented.
+INDENT_MAX_HOSTS = 1000
+
+
 def write_plan(plan: dict[str, Any], path: str | Path) -> None:
-    """Write atomically: a reader sees the old plan or the new one, never half of it."""
-    write_text_atomic(path, canonical_json(plan))
+    """Write atomically: a reader sees the old plan or the new one, never half of it.
+
+    Up to ``INDENT_MAX_HOSTS`` hosts, ``canonical_json`` (indented, for people); above, the
+    compact bytes ``plan_id`` hashes (orjson, a ``HostTable`` spliced in as it is, never
+    parsed): the standard library's indenting encoder is pure Python, 77 s for 10^6 hosts.
+    Both parse to the same document, so readers and ``plan_id`` see no difference."""
+    if plan["summary"]["servers"] <= INDENT_MAX_HOSTS:
+        write_text_atomic(path, canonical_json(plan))
+    else:
+        pieces = _pieces(plan) + [b"\n"]  # written one by one: never joined in memory
+        write_atomic(path, lambda stream: stream.writelines(pieces), binary=True)
 
 
 def _plain(value: Any) -> Any:
@@ -242,7 +259,7 @@ def _roles(problem, applied: Realised) -> np.ndarray:
 
 
 def _host_table(problem, applied: Realised, floor: int | None = None,
-                report: bool = True) -> list[bytes]:
+                report: bool = True) -> HostTable:
     """Every host's entry as compact sorted JSON, built from whole columns (``hostjson``: no
     per-host dicts): the numbers rounded at once (``significant``), each column serialised
     once, mirror and receive lists grouped by one sort. ``report``: with the report's fields."""
@@ -280,7 +297,20 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
             "mirrors": hostjson.grouped(src, rank[dst], {
                 "to": list(map(quoted_names.__getitem__, dst.tolist())),
                 "rate": hostjson.numbers(rate.tolist())}, n)}
-    return hostjson.table(names, fields, dc.server_extras)
+    extras = dc.server_extras
+    if isinstance(extras, ExtraColumns):  # a field every server gives is one more column
+        complete = extras.complete()
+        fields.update((key, hostjson.values(column)) for key, column in complete.items())
+        extras = extras.without(complete) if len(complete) < len(extras.columns) else {}
+    chunks = hostjson.table(names, fields, extras)
+    busiest = None
+    if report:  # highest capacity use first, name order among equals (a stable sort)
+        order = np.lexsort((rank, -fields["capacity_use"]))[:MAX_ROWS].tolist()
+        shown = hostjson.table([names[i] for i in order], hostjson.subset(fields, order),
+                               extras)
+        entries = orjson.loads(b"".join(shown))
+        busiest = {names[i]: entries[names[i]] for i in order}
+    return HostTable(chunks, busiest)
 
 
 def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:

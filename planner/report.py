@@ -31,9 +31,15 @@ def plan_table(plan: dict[str, Any]) -> Table:
                              ("mirrors to", "left"), ("receives", "right"), ("capacity use", "right")):
         table.add_column(heading, justify=justify)
     hosts = plan["hosts"]
-    names = list(hosts)
-    if len(names) > MAX_ROWS:  # the busiest first: those are the ones worth reading
-        names = sorted(names, key=lambda n: -hosts[n]["capacity_use"])[:MAX_ROWS]
+    count = plan["summary"]["servers"]
+    busiest = getattr(hosts, "busiest", None)  # a HostTable has them without being parsed
+    if busiest is not None:
+        names = list(busiest) if count > MAX_ROWS else sorted(busiest)
+        hosts = busiest
+    else:
+        names = list(hosts)
+        if len(names) > MAX_ROWS:  # the busiest first: those are the ones worth reading
+            names = sorted(names, key=lambda n: -hosts[n]["capacity_use"])[:MAX_ROWS]
     for name in names:
         host = hosts[name]
         capacity = host["capacity_pps"]
@@ -45,8 +51,8 @@ def plan_table(plan: dict[str, Any]) -> Table:
             host["role"], _pct(host["local_rate"]), str(host["sflow_sampling"] or "off"),
             mirrors, _pps(received) if received else "-", _pct(host["capacity_use"]),
         )
-    if len(hosts) > len(names):
-        table.caption = f"{len(names)} busiest of {len(hosts)} servers shown"
+    if count > len(names):
+        table.caption = f"{len(names)} busiest of {count} servers shown"
     return table
 
 
