@@ -26,7 +26,7 @@ import numpy as np
 from cosample.planner import bulk
 from cosample.planner.description import AGENT_FIELDS, Description
 from cosample.planner.errors import InfeasibleError, PlannerError
-from cosample.validation import problem, read_document, validate
+from cosample.validation import problem, read_document
 
 
 #: Optional per-server planning inputs and their array types (``from_arrays`` keywords).
