@@ -52,6 +52,12 @@ class DataCentre:
     samples_inbound: np.ndarray | None = None   # bool: tunnels on the sampled bridge
     intervals: Mapping[str, np.ndarray] | None = None  # alpha/beta/capacity_pps -> (n, 2), NaN unknown
     collector_cap_pps: float = math.inf
+    # application monitoring (planner.appmon_plan): the description's services, cost overrides
+    # and analysis-host budget
+    services: tuple[Any, ...] = ()
+    appmon_cost: Mapping[str, float] = field(default_factory=dict)
+    analysis_hosts: int | None = None
+    appmon_order: str = "appmon_first"
 
     # construction --------------------------------------------------------------------------
     @classmethod
@@ -183,6 +189,16 @@ class DataCentre:
         volume = np.array(pps, dtype=float)
         carried = volume > 0
 
+        seen: dict[tuple[str, int], int] = {}
+        for position, service in enumerate(description.services):
+            if service.server not in index:
+                raise problem(("services", position, "server"), "unknown server, not in servers",
+                              service.server, where=source, error=PlannerError)
+            key = (service.address, service.port)
+            if key in seen:
+                raise problem(("services", position, "port"), f"the same address and port as "
+                              f"services[{seen[key]}]", service.port, where=source, error=PlannerError)
+            seen[key] = position
         name = description.name or (Path(source).stem if source != "description" else "datacentre")
         collector_cap = description.budgets.collector_samples_pps
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
@@ -190,6 +206,10 @@ class DataCentre:
                    traffic_dst=np.array(dst, dtype=np.int64)[carried], traffic_pps=volume[carried],
                    name=name, server_extras=extras, sflow=description.sflow.model_dump(exclude_none=True),
                    collector_cap_pps=math.inf if collector_cap is None else collector_cap,
+                   services=tuple(description.services),
+                   appmon_cost=description.appmon_cost.model_dump(exclude_none=True),
+                   analysis_hosts=description.budgets.analysis_hosts,
+                   appmon_order=description.appmon_order,
                    intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
                    **_planning_arrays(servers))
 

@@ -134,3 +134,5 @@ class Description(Strict):
     #: application services to monitor (docs/planner.md, "Application monitoring")
     services: list[Service] = []
     appmon_cost: AppmonCost = AppmonCost()
+    #: which part is planned first on the shared CPU (docs/planner.md, "Application monitoring")
+    appmon_order: Literal["appmon_first", "sflow_first"] = "appmon_first"

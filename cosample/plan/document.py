@@ -201,6 +201,9 @@ class AppmonEntry(Strict):
     to: HostName | None = None
     interface: InterfaceName | None = None
     segments: AppmonSegments | None = None
+    #: share of the service's connections the plan budgets for (the planner's, under overload);
+    #: the agents copy every connection, the analyser's counts are renormalised by it
+    share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "AppmonEntry":
