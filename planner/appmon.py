@@ -314,4 +314,4 @@ def plan_services(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, cos
         bound = float(np.sum(svc.weight * svc.rate))
     bound = min(bound, plan.bound) if plan.method == "milp" else bound
     return AppmonPlan(plan.to, plan.share, plan.load, plan.mirror_bytes, plan.objective,
-                      max(bound, plan.objective), plan.method)
+                      max(bound, plan.objective) + 0.0, plan.method)  # no -0.0
