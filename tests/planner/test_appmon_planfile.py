@@ -38,6 +38,8 @@ def plan_for(document, report=True):
 def test_old_descriptions_plan_as_before():
     _, plain = plan_for(BASE)
     assert "appmon" not in plain["summary"]
+    from cosample.planner.report import summary_lines
+    assert not any(text.startswith("appmon") for text in summary_lines(plain))
     assert all("appmon" not in host for host in plain["hosts"].values())
     _, again = plan_for({**BASE, "services": []})
     assert again["plan_id"] == plain["plan_id"]  # everything but the solve time is the same
@@ -61,6 +63,9 @@ def test_services_become_entries_the_agents_accept(order):
         assert entries["idle1"] == ()  # idle1 serves nothing, it only analyses
     else:  # the sFlow optimum fills web1 to its margin: nothing is left for the services
         assert summary["monitored_requests_per_s"] == 0 and listed == []
+    from cosample.planner.report import summary_lines
+    line = next(text for text in summary_lines(plan) if text.startswith("appmon"))
+    assert f"{summary['services']} services" in line and order in line
     _, lean = plan_for(document, report=False)
     assert "appmon" in AGENT_FIELDS
     assert lean["hosts"]["web1"]["appmon"] == plan["hosts"]["web1"]["appmon"]
