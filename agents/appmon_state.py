@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from cosample.agents.state import short_hash
 from cosample.dataplane.tunnels import appmon_vni
-from cosample.plan.document import AppmonEntry, HostPlan, Plan
+from cosample.plan.document import SHARE_BITS, AppmonEntry, HostPlan, Plan, selected_share
 from cosample.plan.errors import PlanError
 
 #: ``external_ids`` key on the agent's appmon Port, Interface and Mirror rows: the peer host.
@@ -214,11 +214,19 @@ def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
     return tuple(items)
 
 
-def bpf_filter(address: str, port: int, segments: str) -> str:
-    """A libpcap filter for the service's TCP segments (both directions) with ``segments``."""
+def bpf_filter(address: str, port: int, segments: str, selected: int = 1 << SHARE_BITS) -> str:
+    """A libpcap filter for the service's TCP segments (both directions) with ``segments``;
+    with ``selected`` < 256 only the connections whose client port's low ``SHARE_BITS`` bits are
+    below it (the selective mirror's rule, ``client_port_masks``)."""
     six = ipaddress.ip_address(address).version == 6
-    text = (f"{'ip6 and ' if six else ''}tcp and ((src host {address} and src port {port}) or "
-            f"(dst host {address} and dst port {port}))")
+    response = request = ""
+    if selected < 1 << SHARE_BITS:  # libpcap's tcp[] is IPv4 only: a bare IPv6 header is 40 bytes
+        low = (1 << SHARE_BITS) - 1
+        client_src, client_dst = ("ip6[40:2]", "ip6[42:2]") if six else ("tcp[0:2]", "tcp[2:2]")
+        response = f" and ({client_dst} & {low}) < {selected}"
+        request = f" and ({client_src} & {low}) < {selected}"
+    text = (f"{'ip6 and ' if six else ''}tcp and ((src host {address} and src port {port}"
+            f"{response}) or (dst host {address} and dst port {port}{request}))")
     if segments != "all":
         text += (f" and (ip6[53] & {_BPF_FLAGS6[segments]} != 0)" if six
                  else f" and (tcp[tcpflags] & ({_BPF_FLAGS4[segments]}) != 0)")
@@ -254,21 +262,45 @@ def _rule(entry: AppmonEntry) -> SelectiveRule:
     matches = []
     for flag in _FLAGS[entry.copied_segments]:
         suffix = f",tcp_flags=+{flag}" if flag else ""
-        for side in ("dst", "src"):
-            matches.append((FLAG_PRIORITY[flag],
-                            f"{proto},{field_}_{side}={address},tp_{side}={port}{suffix}"))
+        for client in client_port_masks(selected_share(entry.share)):
+            # OVS prints tp_src before tp_dst; the client's port is the other end's
+            matches.append((FLAG_PRIORITY[flag], f"{proto},{field_}_dst={address},"
+                            + (f"tp_src={client},tp_dst={port}" if client else f"tp_dst={port}")
+                            + suffix))
+            matches.append((FLAG_PRIORITY[flag], f"{proto},{field_}_src={address},tp_src={port}"
+                            + (f",tp_dst={client}" if client else "") + suffix))
     cookie = APPMON_COOKIE_TAG | RULE_BIT | zlib.crc32(f"{address}:{port}>{entry.to}".encode())
     return SelectiveRule(peer=entry.to, cookie=cookie, matches=tuple(matches),  # type: ignore
                          max_len=entry.truncate_bytes)
 
 
+def client_port_masks(selected: int) -> tuple[str, ...]:
+    """Masked matches (as OVS prints them) on the client port's low ``SHARE_BITS`` bits that
+    together select the residues ``0 .. selected - 1`` (one per bit set in ``selected``: the
+    hash of the 5-tuple a plan's ``share`` stands for is the client's ephemeral port); ``("",)``
+    when every connection is copied."""
+    whole = 1 << SHARE_BITS
+    if selected >= whole:
+        return ("",)
+    masks = []
+    for bit in range(SHARE_BITS - 1, -1, -1):
+        if selected >> bit & 1:
+            value = selected >> (bit + 1) << (bit + 1)
+            masks.append(f"0x{value:x}/0x{(whole - 1) & ~((1 << bit) - 1):x}")
+    return tuple(masks)
+
+
 def _spec_item(entry: AppmonEntry, interface: str, sender: str, send_to: str | None) -> dict:
     segments = entry.copied_segments
+    # the sniffer selects connections itself; a selective mirror's copies arrive selected
+    selected = selected_share(entry.share if entry.mechanism != "port_mirror" else None)
     return {"service": {"address": entry.service.address, "port": entry.service.port,
                         "protocol": entry.service.protocol},
             "mechanism": entry.mechanism, "from": sender, "interface": interface,
-            "bpf": bpf_filter(entry.service.address, entry.service.port, segments),
-            "segments": segments, "snaplen": entry.truncate_bytes, "send_to": send_to}
+            "bpf": bpf_filter(entry.service.address, entry.service.port, segments,
+                              selected if entry.mechanism == "sniffer" else 1 << SHARE_BITS),
+            "segments": segments, "snaplen": entry.truncate_bytes, "send_to": send_to,
+            "share": selected / (1 << SHARE_BITS)}
 
 
 def _tunnel_ip(plan: Plan, name: str, why: str, family_of: str | None = None) -> str:

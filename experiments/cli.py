@@ -1,4 +1,4 @@
-"""``cosample experiment heatmap|sensitivity|costcurves|scaling``: reproduce and show the results.
+"""``cosample experiment heatmap|appmon-gain|sensitivity|costcurves|scaling``: reproduce and show the results.
 
 Parsing lives here with light imports; each handler imports what it needs, computes a tidy
 table, writes it as CSV beside a PNG figure under ``--out`` (default ``out/``) and prints the
@@ -30,6 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "(default 0: the paper's setup, traffic stays inside each server)")
     heatmap.add_argument("--name", default="heatmap", help="file stem of the outputs (default heatmap)")
     heatmap.set_defaults(func=run_heatmap)
+
+    appmon = commands.add_parser("appmon-gain", help="requests monitored with and without "
+                                 "collaboration (application monitoring, issue 27)")
+    appmon.add_argument("--servers", type=int, default=10, help="number of servers n (default 10)")
+    appmon.add_argument("--grid", default="20",
+                        help="N or PxL points evenly in (0, 1] for p and load (default 20)")
+    appmon.add_argument("--name", default="appmon_gain", help="file stem of the outputs")
+    _output_options(appmon)
+    appmon.set_defaults(func=run_appmon_gain)
 
     sensitivity = commands.add_parser("sensitivity", help="the heatmap for other n, coefficients "
                                                           "and crossing traffic, side by side")
@@ -175,6 +184,24 @@ def run_heatmap(args: argparse.Namespace) -> int:
         title += f", {setup.cross_fraction:.0%} of traffic crosses servers"
     png = plots.gain_heatmap(frame, _figures(args) / f"{args.name}.png", title=title)
     print(f"{title}: {summarise(frame).report()}")
+    print(f"wrote {csv} and {png}")
+    return 0
+
+
+def run_appmon_gain(args: argparse.Namespace) -> int:
+    from cosample.experiments import plots
+    from cosample.experiments.appmon_gain import gain_grid, report
+    from cosample.experiments.files import output_dir, write_csv
+    from cosample.experiments.heatmap import HeatmapSetup, parse_grid
+
+    setup = HeatmapSetup(servers=args.servers)
+    p_values, load_values = parse_grid(args.grid)
+    frame = gain_grid(setup, p_values, load_values)
+    csv = write_csv(frame, output_dir(args.out) / f"{args.name}.csv")
+    title = f"application monitoring, n={setup.servers}: requests monitored, collaborative / on-site"
+    png = plots.gain_heatmap(frame, _figures(args) / f"{args.name}.png", title=title,
+                             label="more requests monitored than on-site only (%)")
+    print(report(frame))
     print(f"wrote {csv} and {png}")
     return 0
 

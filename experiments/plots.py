@@ -46,11 +46,12 @@ def _gain_mesh(axes: plt.Axes, frame: pd.DataFrame, vmax: float | None) -> matpl
     return mesh
 
 
-def gain_heatmap(frame: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
+def gain_heatmap(frame: pd.DataFrame, path: str | Path, title: str | None = None,
+                 label: str = "gain over non-collaborative sampling (%)") -> Path:
     """The paper's Fig. 3: gain in % over (p, load); infeasible cells stay blank."""
     figure, axes = plt.subplots(figsize=(5.6, 4.4))
     mesh = _gain_mesh(axes, frame, vmax=None)
-    figure.colorbar(mesh, ax=axes, label="gain over non-collaborative sampling (%)")
+    figure.colorbar(mesh, ax=axes, label=label)
     if title:
         axes.set_title(title, fontsize=10)
     return save_figure(figure, path)

@@ -56,6 +56,12 @@ class DataCentre:
     samples_inbound: np.ndarray | None = None   # bool: tunnels on the sampled bridge
     intervals: Mapping[str, np.ndarray] | None = None  # alpha/beta/capacity_pps -> (n, 2), NaN unknown
     collector_cap_pps: float = math.inf
+    # application monitoring (planner.appmon_plan): the description's services, cost overrides
+    # and analysis-host budget
+    services: tuple[Any, ...] = ()
+    appmon_cost: Mapping[str, float] = field(default_factory=dict)
+    analysis_hosts: int | None = None
+    appmon_order: str = "appmon_first"
 
     # construction --------------------------------------------------------------------------
     @classmethod
@@ -215,6 +221,17 @@ class DataCentre:
         volume = columns.traffic_pps
         carried = volume > 0
         header = columns.header
+
+        seen: dict[tuple[str, int], int] = {}
+        for position, service in enumerate(header.services):
+            if service.server not in index:
+                raise problem(("services", position, "server"), "unknown server, not in servers",
+                              service.server, where=source, error=PlannerError)
+            key = (service.address, service.port)
+            if key in seen:
+                raise problem(("services", position, "port"), f"the same address and port as "
+                              f"services[{seen[key]}]", service.port, where=source, error=PlannerError)
+            seen[key] = position
         name = header.name or (Path(source).stem if source != "description" else "datacentre")
         collector_cap = header.budgets.collector_samples_pps
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
@@ -222,6 +239,10 @@ class DataCentre:
                    traffic_dst=dst[carried], traffic_pps=volume[carried],
                    name=name, server_extras=extras, sflow=header.sflow.model_dump(exclude_none=True),
                    collector_cap_pps=math.inf if collector_cap is None else collector_cap,
+                   services=tuple(header.services),
+                   appmon_cost=header.appmon_cost.model_dump(exclude_none=True),
+                   analysis_hosts=header.budgets.analysis_hosts,
+                   appmon_order=header.appmon_order,
                    intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
                    **_planning_arrays(servers))
 

@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from cosample.validation import InterfaceName, Strict, TunnelAddress
+from cosample.plan.document import TRUNCATE_BYTES
+from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress
 
 #: A finite number >= 0 (packets per second, capacities).
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -80,6 +81,45 @@ class Budgets(Strict):
 
     #: most sFlow samples/s all bridges and receivers together send to the collector
     collector_samples_pps: NonNegative | None = None
+    #: most hosts that analyse other hosts' services (application monitoring)
+    analysis_hosts: Annotated[int, Field(ge=0)] | None = None
+
+
+#: A share of a service's connections: 0 <= share <= 1.
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class AppmonCost(Strict):
+    """The application mechanisms' CPU per request, in units of forwarding one of the service's
+    packets, and the bytes each mirror copies per request (defaults: ``planner.appmon_costs``,
+    from the seeds' comparison; the calibration harness's numbers replace them)."""
+
+    onsite: Positive | None = None
+    mirror_sender: Positive | None = None
+    analyser: Positive | None = None
+    mirror_bytes: Positive | None = None
+    truncated_bytes: Positive | None = None
+
+
+class Service(Strict):
+    """One application service to monitor (planned by ``planner.appmon``)."""
+
+    server: Annotated[str, Field(min_length=1)]
+    address: IpAddress
+    port: Annotated[int, Field(ge=1, le=65535)]
+    protocol: Literal["http"] = "http"
+    #: value of one monitored request (default 1)
+    weight: Positive = 1.0
+    #: the smallest share of connections that must be monitored (the accuracy target)
+    min_share: Share = 0.0
+    #: requests per second (unknown: the planner assumes ``default_request_rate``)
+    request_rate: NonNegative | None = None
+    #: packets one request and its response put through the bridge (both directions)
+    packets_per_request: Positive | None = None
+    #: the VM's port the on-site sniffer listens on (absent: no on-site option)
+    interface: InterfaceName | None = None
+    #: mirrors truncated to this many bytes (the plan format's bounds), cheaper on the fabric
+    truncate_bytes: Annotated[int, Field(ge=TRUNCATE_BYTES[0], le=TRUNCATE_BYTES[1])] | None = None
 
 
 class Envelope(Strict):
@@ -89,6 +129,11 @@ class Envelope(Strict):
     cost: Cost
     sflow: Sflow = Sflow()
     budgets: Budgets = Budgets()
+    #: application services to monitor (docs/planner.md, "Application monitoring")
+    services: list[Service] = []
+    appmon_cost: AppmonCost = AppmonCost()
+    #: which part is planned first on the shared CPU (docs/planner.md, "Application monitoring")
+    appmon_order: Literal["appmon_first", "sflow_first"] = "appmon_first"
 
 
 class Description(Envelope):

@@ -23,3 +23,7 @@ class InfeasibleError(PlannerError):
 
 class SolverError(PlannerError):
     """An LP backend is missing or did not return an optimal solution."""
+
+
+class ShareInfeasibleError(PlannerError):
+    """The services' minimum shares cannot all be monitored within the hosts' capacities."""

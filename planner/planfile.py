@@ -33,7 +33,7 @@ from cosample.planner.solution import Solution
 VOLATILE = ("version", "created", "expires", "plan_id")
 #: The host fields agents and collectors read (beside the description's extras); the others are
 #: the per-host report: the inputs as planned, the predicted cost and the continuous optimum.
-AGENT_FIELDS = ("role", "local_rate", "sflow_sampling", "mirrors", "receives")
+AGENT_FIELDS = ("role", "local_rate", "sflow_sampling", "mirrors", "receives", "appmon")
 DEFAULT_VALIDITY = timedelta(hours=6)
 
 
@@ -47,6 +47,8 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     collected volume the summary states beside the robust one. ``floor``: every host that would
     sample nothing samples 1-in-``floor`` instead (the controller's sampling floor: traffic that
     starts anywhere is seen); predicted loads and the summary are the plan's without it.
+    With services in the description, each host also gets its ``appmon`` entries and the
+    summary an ``appmon`` part (``planner.appmon_plan``: planned after the applied sFlow plan).
     ``lazy_hosts``: ``plan["hosts"]`` is a ``HostTable`` (the serialised table, parsed on first
     lookup) instead of a dict: the controller publishes the bytes and rarely reads an entry.
     ``report=False``: the hosts carry only ``AGENT_FIELDS`` (and the description's extras), what
@@ -59,7 +61,14 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     applied = realise(solution)
     baseline = (applied if solution.solver == "noncollab"
                 else realise(solve_noncollab(problem))).collected_pps  # both after 1-in-N
-    hosts = _host_table(problem, applied, floor, report)  # plan_id hashes it as is
+    appmon = None
+    if dc.services:  # the application part, after the applied sFlow plan (planner.appmon_plan)
+        from cosample.planner import appmon_plan
+
+        appmon_solution, services = appmon_plan.plan_appmon(problem, applied)
+        appmon = [orjson.dumps(host, option=orjson.OPT_SORT_KEYS)
+                  for host in appmon_plan.host_entries(dc, appmon_solution, services)]
+    hosts = _host_table(problem, applied, floor, report, appmon)  # plan_id hashes it as is
     plan: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -71,6 +80,9 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         "summary": _summary(solution, applied, baseline, point_estimate),
         "hosts": hosts if lazy_hosts else hosts.parsed(),
     }
+    if appmon is not None:
+        plan["summary"]["appmon"] = appmon_plan.summary(problem, applied, appmon_solution,
+                                                        services, _num)
     plan["plan_id"] = plan_id({**plan, "hosts": hosts})
     plan["version"] = int(created.timestamp()) if version is None else int(version)
     plan["created"] = format_time(created)
@@ -259,7 +271,7 @@ def _roles(problem, applied: Realised) -> np.ndarray:
 
 
 def _host_table(problem, applied: Realised, floor: int | None = None,
-                report: bool = True) -> HostTable:
+                report: bool = True, appmon: list[bytes] | None = None) -> HostTable:
     """Every host's entry as compact sorted JSON, built from whole columns (``hostjson``: no
     per-host dicts): the numbers rounded at once (``significant``), each column serialised
     once, mirror and receive lists grouped by one sort. ``report``: with the report's fields."""
@@ -289,6 +301,8 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
     fields["receives"] = hostjson.grouped(dst, rank[src], {
         "from": list(map(quoted_names.__getitem__, src.tolist())), "rate": rate,
         "pps": hostjson.numbers(significant(pps, None, "receives.pps").tolist())}, n)
+    if appmon is not None:  # only with services: plans without them stay byte-identical
+        fields["appmon"] = appmon
     if report:
         fields.update(_report_columns(problem, applied))
         src, dst, rate = _planned_mirrors(problem, applied)

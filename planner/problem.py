@@ -10,6 +10,8 @@ arrays; every solver and the plan writer read it, so they agree on costs and cap
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -38,6 +40,9 @@ class Problem:
     collector_cap_pps: float = np.inf   # fleet-wide cap on samples/s sent to the collector
     robust: bool = False
     notes: tuple[str, ...] = field(default=())
+    #: the application part planned before the sFlow plan (``appmon_order: appmon_first``):
+    #: ``(AppmonPlan, Services)``, its load already taken out of ``usable_pps``
+    appmon: Any = None
 
     @property
     def size(self) -> int:
@@ -123,10 +128,20 @@ def build_problem(dc: DataCentre, margin: float | None = None, robust: bool = Fa
     cap_bytes = _array(dc, "mirror_cap_bytes", np.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
         mirror_cap = np.where(np.isfinite(cap_bytes), cap_bytes / packet_bytes, np.inf)
+    appmon = None
+    if dc.services and dc.appmon_order == "appmon_first":
+        from cosample.planner.appmon_plan import plan_first
+
+        appmon = plan_first(dc, usable, cap_bytes)
+        usable = usable - appmon[0].load
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mirror_cap = np.where(np.isfinite(cap_bytes),
+                                  np.maximum(cap_bytes - appmon[0].mirror_bytes, 0) / packet_bytes,
+                                  np.inf)
     return Problem(dc=dc, capacity_pps=capacity, usable_pps=usable, alpha=alpha, beta=beta,
                    margin=margins, weight=_array(dc, "weight", 1.0), mirror_cap_pps=mirror_cap,
                    bridge_pps=bridge, collector_cap_pps=float(dc.collector_cap_pps),
-                   robust=robust, notes=tuple(notes))
+                   robust=robust, notes=tuple(notes), appmon=appmon)
 
 
 def _array(dc: DataCentre, name: str, default) -> np.ndarray:

@@ -90,6 +90,16 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
            if "point_estimate_collected_pps" in assumptions else ""),
     ]
     lines += [f"note       {note}" for note in summary["notes"]]
+    appmon = summary.get("appmon")
+    if appmon:
+        lines.append(
+            f"appmon     {appmon['monitored_requests_per_s']:,.0f} of "
+            f"{appmon['requests_per_s']:,.0f} requests/s monitored ({_pct(appmon['coverage'])}), "
+            f"{appmon['services']} services: {appmon['onsite']} on-site, {appmon['mirrored']} "
+            f"mirrored to {len(appmon['analysis_hosts'])} host(s), {appmon['unmonitored']} not; "
+            f"{appmon['objective']['method']}, gap {_pct(appmon['objective']['gap'])} to the LP "
+            f"bound; {appmon['objective']['order']}; max capacity use "
+            f"{_pct(appmon['max_capacity_use'])}")
     lines.append(
         f"solver     {plan['solver']['name']}"
         + (f" ({plan['solver']['lp_backend']})" if plan["solver"]["lp_backend"] else "")

@@ -48,6 +48,9 @@ VERSION_SKEW_S = 3600
 #: Bytes of a frame an application mirror keeps: OVS's bounds for ``Mirror.snaplen`` and
 #: ``output(max_len=...)`` (at least an Ethernet header).
 TRUNCATE_BYTES = (14, 65535)
+#: A selective mirror with ``share`` < 1 copies the connections whose client port's low
+#: ``SHARE_BITS`` bits are below ``selected_share(share)`` of ``2**SHARE_BITS``.
+SHARE_BITS = 8
 AppmonMechanism = Literal["port_mirror", "selective_mirror", "sniffer"]
 #: Which TCP segments of a service's connections are copied: those with PSH (service time),
 #: those plus FIN/RST (connection ends too), or all of them.
@@ -193,6 +196,9 @@ class AppmonEntry(Strict):
     to: HostName | None = None
     interface: InterfaceName | None = None
     segments: AppmonSegments | None = None
+    #: share of the service's connections the plan budgets for (the planner's, under overload);
+    #: the agents copy every connection, the analyser's counts are renormalised by it
+    share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "AppmonEntry":
@@ -214,6 +220,16 @@ class AppmonEntry(Strict):
         if self.segments is not None:
             return self.segments
         return "all" if self.mechanism == "port_mirror" else "psh"
+
+
+def selected_share(share: float | None) -> int:
+    """How many of the ``2**SHARE_BITS`` client-port residues a selective mirror copies for a
+    planned ``share`` (None: all): rounded down, so the CPU stays within what was planned, and
+    at least one. The analyser renormalises by ``selected_share(share) / 2**SHARE_BITS``."""
+    whole = 1 << SHARE_BITS
+    if share is None:
+        return whole
+    return max(1, min(whole, int(share * whole + 1e-9)))
 
 
 class HostPlan(_Open):

@@ -52,6 +52,10 @@ def test_yaml_example_keeps_agent_fields_and_per_server_costs(tmp_path):
     hosts = json.loads(output.read_text())["hosts"]
     assert hosts["db1"]["vm_ports"] == ["vnet0", "vnet1"]
     assert hosts["web2"]["alpha"] == 1.2 and hosts["web1"]["tunnel_ip"] == "192.0.2.11"
+    summary = json.loads(output.read_text())["summary"]["appmon"]  # its services are planned
+    assert summary["services"] == 2 and summary["objective"]["gap"] <= 1e-6
+    db1 = {entry["service"]["port"]: entry for entry in hosts["db1"]["appmon"]}
+    assert db1[8080]["share"] >= 0.1
 
 
 @pytest.mark.parametrize("solver,backend", [("full", "glpk"), ("reduced", "highs"), ("full", "cbc")])
