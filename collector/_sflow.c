@@ -1,8 +1,9 @@
 /* The flow-sample fast path of decode.parse_compact, compiled (docs/collector.md, "Speed").
  *
- * scan(data) -> (agent, sub-agent, datagram sequence, uptime, flows, others) or None.
+ * scan(data) -> (agent, sub-agent, datagram sequence, uptime, flows, others, alike) or None.
  * ``flows`` are parse_compact's tuples; ``others`` the (format, start, end) of every counter or
- * discard sample, in order, for the Python decoder to turn into records. None means "not the
+ * discard sample, in order, for the Python decoder to turn into records; ``alike`` the flow
+ * samples grouped as estimate.ingest adds them (or None: ingest groups them itself). None means "not the
  * fast case": any malformed part, anything the Python decoder would refuse; the caller then
  * decodes in Python, which raises the named DecodeError. So behaviour is the Python decoder's
  * by construction; this file only has to never read outside ``data`` (every read is checked
@@ -12,6 +13,7 @@
 #include <Python.h>
 #include <arpa/inet.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MAX_DATAGRAM_BYTES 65507
 
@@ -62,10 +64,77 @@ static PyObject *flow_tuple(uint32_t sequence, uint32_t source, uint32_t rate, u
     return t;
 }
 
-/* Decode the flow sample in [start, end); append its tuple to ``flows``.
+/* Samples alike but for their size (rate, VNI, outer source), as estimate.ingest adds them. */
+#define MAX_GROUPS 16
+typedef struct {
+    uint32_t rate, vni;
+    int has_vni, has_outer;
+    unsigned char outer[4];
+    uint64_t n, sizes;
+    unsigned __int128 squares;
+} group_t;
+
+typedef struct {
+    group_t items[MAX_GROUPS];
+    int count, overflow;
+} groups_t;
+
+static void add_to_group(groups_t *g, uint32_t rate, int has_vni, uint32_t vni,
+                         const unsigned char *outer, uint32_t size) {
+    for (int k = 0; k < g->count; k++) {
+        group_t *it = &g->items[k];
+        if (it->rate == rate && it->has_vni == has_vni && (!has_vni || it->vni == vni) &&
+            it->has_outer == (outer != NULL) &&
+            (outer == NULL || memcmp(it->outer, outer, 4) == 0)) {
+            it->n += 1;
+            it->sizes += size;
+            it->squares += (unsigned __int128)size * size;
+            return;
+        }
+    }
+    if (g->count == MAX_GROUPS) {
+        g->overflow = 1;
+        return;
+    }
+    group_t *it = &g->items[g->count++];
+    it->rate = rate; it->vni = has_vni ? vni : 0; it->has_vni = has_vni;
+    it->has_outer = outer != NULL;
+    if (outer != NULL) memcpy(it->outer, outer, 4);
+    it->n = 1; it->sizes = size; it->squares = (unsigned __int128)size * size;
+}
+
+/* The groups as estimate.ingest's ``(rate, vni, outer, n, sizes, squares, None)`` in order of
+ * first appearance, or None (too many groups, or a sum past 64 bits: ingest adds them itself). */
+static PyObject *groups_list(const groups_t *g) {
+    if (g->overflow) Py_RETURN_NONE;
+    for (int k = 0; k < g->count; k++)
+        if (g->items[k].squares >> 63) Py_RETURN_NONE;
+    PyObject *list = PyList_New(g->count);
+    if (list == NULL) return NULL;
+    for (int k = 0; k < g->count; k++) {
+        const group_t *it = &g->items[k];
+        PyObject *vni = it->has_vni ? PyLong_FromUnsignedLong(it->vni) : Py_NewRef(Py_None);
+        PyObject *outer = it->has_outer
+            ? PyBytes_FromStringAndSize((const char *)it->outer, 4) : Py_NewRef(Py_None);
+        PyObject *t = (vni && outer) ? Py_BuildValue("(INNKKKO)", it->rate, vni, outer,
+                                                      (unsigned long long)it->n,
+                                                      (unsigned long long)it->sizes,
+                                                      (unsigned long long)it->squares, Py_None)
+                                     : NULL;
+        if (t == NULL) {
+            if (!(vni && outer)) { Py_XDECREF(vni); Py_XDECREF(outer); }
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, k, t);
+    }
+    return list;
+}
+
+/* Decode the flow sample in [start, end); append its tuple to ``flows``, add it to ``groups``.
  * Returns 1 on success, 0 for "not the fast case", -1 on a Python error. */
 static int flow_sample(const unsigned char *d, Py_ssize_t start, Py_ssize_t end, int expanded,
-                       PyObject *flows) {
+                       PyObject *flows, groups_t *groups) {
     uint32_t sequence, source, rate, drops, input_port, output_port, records;
     Py_ssize_t at;
     if (expanded) {
@@ -108,6 +177,7 @@ static int flow_sample(const unsigned char *d, Py_ssize_t start, Py_ssize_t end,
             has_vni = 1;
         }
     }
+    add_to_group(groups, rate, has_vni, vni, outer_at >= 0 ? d + outer_at : NULL, frame_length);
     PyObject *outer = NULL;
     if (outer_at >= 0) {
         outer = PyBytes_FromStringAndSize((const char *)d + outer_at, 4);
@@ -122,6 +192,8 @@ static int flow_sample(const unsigned char *d, Py_ssize_t start, Py_ssize_t end,
 }
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
+    groups_t groups;
+    groups.count = groups.overflow = 0;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *d = (const unsigned char *)view.buf;
@@ -157,7 +229,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         if (end > size || (length & 3)) goto slow;
         offset = end;
         if (fmt == 1 || fmt == 3) {
-            int rc = flow_sample(d, start, end, fmt == 3, flows);
+            int rc = flow_sample(d, start, end, fmt == 3, flows, &groups);
             if (rc < 0) goto error;
             if (rc == 0) goto slow;
         } else if (fmt == 2 || fmt == 4 || fmt == 5) {
@@ -172,7 +244,13 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     if (agent == NULL) goto error;
     PyObject *flow_tuple_ = PyList_AsTuple(flows);
     if (flow_tuple_ == NULL) goto error;
-    result = Py_BuildValue("(NIIINN)", agent, sub_agent, sequence, uptime, flow_tuple_, others);
+    PyObject *alike = groups_list(&groups);
+    if (alike == NULL) {
+        Py_DECREF(flow_tuple_);
+        goto error;
+    }
+    result = Py_BuildValue("(NIIINNN)", agent, sub_agent, sequence, uptime, flow_tuple_, others,
+                           alike);
     agent = others = NULL;  /* stolen by N (also on failure) */
     Py_DECREF(flows);
     PyBuffer_Release(&view);
@@ -287,7 +365,7 @@ static PyMethodDef methods[] = {
     {"pcap_run", pcap_run, METH_VARARGS,
      "pcap_run(buffer, offset, little_endian, unit, limit) -> (records, offset, items)"},
     {"scan", scan, METH_O,
-     "scan(data) -> (agent, sub_agent, sequence, uptime, flows, others) or None"},
+     "scan(data) -> (agent, sub_agent, sequence, uptime, flows, others, alike) or None"},
     {NULL, NULL, 0, NULL},
 };
 

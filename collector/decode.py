@@ -388,12 +388,19 @@ def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
     samples; anything else (a malformed part) is decoded here in Python, which raises the
     named error, so the result is ``parse_compact_python``'s by construction.
     """
+    return parse_grouped(data)[:7]
+
+
+def parse_grouped(data: bytes) -> tuple:
+    """``parse_compact``'s seven fields and, from the compiled scan, the flow samples grouped
+    as ``Estimator.ingest`` adds them: ``[(rate, vni, outer, n, sum of frame lengths, sum of
+    their squares, None)]`` in order of first appearance, or None (ingest groups them)."""
     fast = _scan(data) if _scan is not None else None
     if fast is None:
-        return parse_compact_python(data)
-    agent, sub_agent, number, uptime, flows, others = fast
+        return (*parse_compact_python(data), None)
+    agent, sub_agent, number, uptime, flows, others, alike = fast
     if not others:
-        return agent, sub_agent, number, uptime, flows, (), ()
+        return agent, sub_agent, number, uptime, flows, (), (), alike
     counters: list[InterfaceCounters] = []
     discards: list[DiscardSample] = []
     for fmt, start, end in others:  # in order: the first malformed one raises, as in Python
@@ -401,7 +408,7 @@ def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
             discards.append(_discard_sample(data, start, end, agent))
         else:
             _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
-    return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards)
+    return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards), alike
 
 
 def parse_compact_python(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],

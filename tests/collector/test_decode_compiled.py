@@ -129,3 +129,41 @@ def test_mutated_captures_read_as_in_python(tmp_path_factory, data):
     path.write_bytes(bytes(raw))
     with pytest.MonkeyPatch.context() as monkeypatch:
         assert read(path, True, monkeypatch) == read(path, False, monkeypatch)
+
+
+def grouped(flows) -> list[tuple]:
+    """The samples alike but for their size, as ``Estimator.ingest`` groups them in Python."""
+    alike: dict[tuple, list[int]] = {}
+    for flow in flows:
+        group = alike.setdefault((flow[2], flow[5], flow[6]), [0, 0, 0])
+        group[0] += 1
+        group[1] += flow[4]
+        group[2] += flow[4] * flow[4]
+    return [(*key, *sums, None) for key, sums in alike.items()]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_the_compiled_grouping_is_ingests(data):
+    raw = bytearray(data.draw(st.sampled_from(SEEDS)))
+    for _ in range(data.draw(st.integers(0, 6))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        *fields, alike = decode.parse_grouped(bytes(raw))
+    except DecodeError:
+        return
+    assert tuple(fields) == parse_compact_python(bytes(raw))
+    assert alike is None or alike == grouped(fields[4])
+
+
+def test_many_kinds_of_samples_and_huge_frames_are_grouped_right():
+    """More kinds than the scan keeps (16), and sizes whose squares pass 64 bits: the scan
+    leaves those to ingest (None); up to its limit it groups as ingest does."""
+    kinds = [flow_sample(SampleSpec(k, 1 + k % 20, 10, HEADER, LENGTH + k)) for k in range(40)]
+    for count in (1, 5, 16, 17, 40):
+        raw = datagram("172.29.0.2", 1, 0, kinds[:count])
+        *fields, alike = decode.parse_grouped(raw)
+        assert alike == (grouped(fields[4]) if count <= 16 else None)
+    huge = datagram("172.29.0.2", 1, 0, [flow_sample(SampleSpec(1, 64, 10, HEADER, 0xFFFFFFFF))])
+    *fields, alike = decode.parse_grouped(huge)
+    assert fields[4][0][4] == 0xFFFFFFFF and alike is None
