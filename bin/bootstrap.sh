@@ -12,6 +12,10 @@ need_system() {
     local missing=()
     command -v glpsol >/dev/null || missing+=(glpk-utils)
     command -v cbc >/dev/null || missing+=(coinor-cbc)
+    # pip install -e . compiles the sFlow decoder's fast path (setup.py, collector/_sflow.c)
+    command -v gcc >/dev/null || missing+=(gcc)
+    [ -f "$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] ||
+        missing+=(python3-dev)
     [ "${1:-}" = full ] || { printf '%s\n' "${missing[@]}"; return; }
     command -v ovs-vswitchd >/dev/null || missing+=(openvswitch-switch)
     command -v iperf3 >/dev/null || missing+=(iperf3)
@@ -48,7 +52,8 @@ install_python() {
         apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null
     fi
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    stamp="$VENV/.cosample-$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$extras"
+    stamp="$VENV/.cosample-$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" |
+        sha256sum | cut -c1-16)-$extras"
     [ -f "$stamp" ] && return 0
     echo "bootstrap: installing cosample and its Python dependencies into $VENV" >&2
     if ! { "$VENV/bin/python" -m pip install --upgrade pip &&

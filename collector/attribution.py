@@ -24,9 +24,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cosample.plan.document import Plan
+from typing import TYPE_CHECKING
+
 from cosample.collector.inventory import Inventory
 from cosample.dataplane.tunnels import pair_vni
+
+if TYPE_CHECKING:  # the plan reader is heavy to import; replay without a plan never needs it
+    from cosample.plan.document import Plan
 
 LOCAL, MIRRORED = "local", "mirrored"
 

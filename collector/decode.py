@@ -50,6 +50,13 @@ _COUNTERS_X = struct.Struct("!IIII")
 _GENERIC = struct.Struct("!IIQIIQIIIIIIQIIIIII")
 _ntoa = socket.inet_ntoa
 
+try:  # built by ``pip install -e .`` (setup.py); without it the Python decoder does all
+    from cosample.collector._sflow import agent as _agent, scan as _scan
+except ImportError:  # pragma: no cover - a source tree used without installing
+    _agent = _scan = None
+#: Whether the compiled fast path is in use (tests assert it is built).
+COMPILED = _scan is not None
+
 
 class DecodeError(CollectorError):
     """A datagram that is not well-formed sFlow v5; ``reason`` is its drop counter's name."""
@@ -238,6 +245,16 @@ def datagram_agent(data: bytes) -> str:
     return _header(data)[0]
 
 
+def agent_or_none(data: bytes) -> str | None:
+    """``datagram_agent``, or None where it raises (the compiled header check when built)."""
+    if _agent is not None:
+        return _agent(data)
+    try:
+        return _header(data)[0]
+    except DecodeError:
+        return None
+
+
 def samples_announced(data: bytes) -> int:
     """How many samples a datagram's header announces, without decoding them (cheap)."""
     return _header(data)[4]
@@ -366,8 +383,39 @@ def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
     source (4 raw bytes) or None, header start, header end, header or None, input port, output
     port, header protocol)``; the header stays in ``data`` (``data[start:end]``) unless given.
 
-    Same checks and errors as ``parse_datagram``; no objects per sample, so about twice as fast.
+    Same checks and errors as ``parse_datagram``; no objects per sample. The compiled scan
+    (``_sflow.scan``, collector/_sflow.c) decodes well-formed datagrams' headers and flow
+    samples; anything else (a malformed part) is decoded here in Python, which raises the
+    named error, so the result is ``parse_compact_python``'s by construction.
     """
+    return parse_grouped(data)[:7]
+
+
+def parse_grouped(data: bytes) -> tuple:
+    """``parse_compact``'s seven fields and, from the compiled scan, the flow samples grouped
+    as ``Estimator.ingest`` adds them: ``[(rate, vni, outer, n, sum of frame lengths, sum of
+    their squares, None)]`` in order of first appearance, or None (ingest groups them)."""
+    fast = _scan(data) if _scan is not None else None
+    if fast is None:
+        return (*parse_compact_python(data), None)
+    agent, sub_agent, number, uptime, flows, others, alike = fast
+    if not others:
+        return agent, sub_agent, number, uptime, flows, (), (), alike
+    counters: list[InterfaceCounters] = []
+    discards: list[DiscardSample] = []
+    for fmt, start, end in others:  # in order: the first malformed one raises, as in Python
+        if fmt == DISCARDED_PACKET:
+            discards.append(_discard_sample(data, start, end, agent))
+        else:
+            _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
+    return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards), alike
+
+
+def parse_compact_python(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
+                                               tuple[InterfaceCounters, ...],
+                                               tuple[DiscardSample, ...]]:
+    """``parse_compact`` in Python alone: the reference the compiled scan is tested against,
+    and the decoder of every datagram the scan leaves (malformed ones)."""
     agent, sub_agent, number, uptime, count, offset = _header(data)
     size = len(data)
     flows: list[tuple] = []

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from cosample.collector.attribution import LOCAL, Attribution, Source
-from cosample.collector.decode import DecodeError, FlowSample, flow_record, parse_compact
+from cosample.collector.decode import DecodeError, FlowSample, flow_record, parse_grouped
 from cosample.collector.exposure import PENDING, Streams, extrapolate, precision
 from cosample.collector.loss import LossTracker
 from cosample.collector.intervals import normal_interval, packets_interval
@@ -126,7 +126,8 @@ class Estimator:
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
         try:
-            agent, sub_agent, number, uptime, flows, counters, discards = parse_compact(data)
+            agent, sub_agent, number, uptime, flows, counters, discards, alike = \
+                parse_grouped(data)
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
             return
@@ -159,7 +160,7 @@ class Estimator:
         kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now)
         if kept is not flows:
             self.dropped["duplicate"] += len(flows) - len(kept)
-            flows = kept
+            flows, alike = kept, None
         received = 0
         server_of_address = attribution.server_of_address
         verdicts, rate_of = self._verdicts, self.rate_of
@@ -170,8 +171,10 @@ class Estimator:
         if need_record:  # each sample on its own: its destination, the re-export's record
             groups = [(flow[2], flow[5], flow[6], 1, flow[4], flow[4] * flow[4], flow)
                       for flow in flows]
+        elif alike is not None:  # grouped by the compiled scan, as below
+            groups = alike
         else:  # samples alike but for their size are added once per datagram (the common case)
-            alike: dict[tuple, list] = {}
+            alike = {}
             for flow in flows:
                 like = (flow[2], flow[5], flow[6])
                 size = flow[4]

@@ -19,6 +19,11 @@ from pathlib import Path
 
 from cosample.collector.errors import CollectorError
 
+try:  # built by ``pip install -e .`` (setup.py); without it every record is read in Python
+    from cosample.collector._sflow import pcap_run as _pcap_run
+except ImportError:  # pragma: no cover - a source tree used without installing
+    _pcap_run = None
+
 _MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
           b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
@@ -26,6 +31,8 @@ LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2 = 0, 1, 10
 LINKS = (LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2)
 ETHERTYPE_IPV4, ETHERTYPE_IPV6, VLAN_TAGS = 0x0800, 0x86DD, (0x8100, 0x88A8)
 UDP = 17
+#: Records the compiled reader returns at once (bounds the memory a run holds).
+RUN_RECORDS = 4096
 #: A record longer than this is no frame (the largest snap length tcpdump takes is 262144):
 #: the capture is cut or corrupt from there on.
 MAX_RECORD_BYTES = 1 << 18
@@ -73,9 +80,21 @@ def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[t
 
 def _records(data, size: int, record: struct.Struct, unit: float, link: int,
              capture: Capture) -> Iterator[tuple[float, bytes]]:
-    """The records of a mapped capture after its file header (see ``udp_payloads``)."""
+    """The records of a mapped capture after its file header (see ``udp_payloads``).
+
+    Runs of ordinary records (Ethernet, IPv4, UDP) are read by the compiled ``pcap_run``
+    (collector/_sflow.c), which stops before any other record; that one is read here.
+    """
     unpack, skipped, offset, number = record.unpack_from, capture.skipped, 24, 0
+    run = _pcap_run if link == LINK_ETHERNET else None
+    little = record.format.startswith("<")
     while offset < size:
+        if run is not None:
+            count, offset, items = run(data, offset, little, unit, RUN_RECORDS)
+            number += count
+            yield from items
+            if count == RUN_RECORDS or offset >= size:
+                continue
         number += 1
         if offset + 16 > size:
             capture.unused_bytes, capture.cut_record = size - offset, number

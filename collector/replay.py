@@ -3,8 +3,9 @@
 Without a plan, every agent heard in the capture is a server of its own (named by its address,
 or by the inventory's name for its ``agent_ip``) sampling locally at the rate it reports, the
 agents' safe state: a user can look at a capture of their own fleet before writing a plan, and
-``heard`` lists what was heard (address, datagrams, samples, rates). A first pass reads only the
-datagram headers (the agents); the estimate is the second.
+``heard`` lists what was heard (address, datagrams, samples, rates). The agents are listed from
+the datagram headers before the estimate starts: a capture up to ``HOLD_BYTES`` is read once and
+held in memory meanwhile, a larger one is read twice.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cosample.collector import attribution
-from cosample.collector.decode import DecodeError, datagram_agent
+from cosample.collector.decode import agent_or_none
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
 from cosample.collector.pcap import Capture, udp_payloads
-from cosample.collector.planwatch import load_for_replay
-from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
+
+
+#: Captures up to this size are read once, their datagrams held in memory while the agents are
+#: listed (plan-less replay); larger ones are read twice (agents, then estimate).
+HOLD_BYTES = 512 << 20
 
 
 @dataclass
@@ -53,12 +57,15 @@ class Survey(dict):
 def agents_in(capture: str | Path) -> list[str]:
     """The agent addresses of a capture's datagrams, in order of first appearance (headers
     only; datagrams that do not decode are left to the estimator's counters)."""
+    return _agents(payload for _, payload in udp_payloads(capture))
+
+
+def _agents(payloads) -> list[str]:
     seen: dict[str, None] = {}
-    for _, payload in udp_payloads(capture):
-        try:
-            seen[datagram_agent(payload)] = None
-        except DecodeError:
-            continue
+    for payload in payloads:
+        agent = agent_or_none(payload)
+        if agent is not None:
+            seen[agent] = None
     return list(seen)
 
 
@@ -89,14 +96,20 @@ def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None
     first = next(datagrams, None)
     if first is None:
         raise CollectorError(f"{capture}: no UDP datagrams in the capture")
-    if plan is None:
+    if plan is None and Path(capture).stat().st_size <= HOLD_BYTES:  # read the capture once
+        held = [first, *datagrams]
+        datagrams = iter(held[1:])
+        table = heard_attribution(_agents(payload for _, payload in held), inventory)
+    elif plan is None:
         table = heard_attribution(agents_in(capture), inventory)
     else:
+        from cosample.collector.planwatch import load_for_replay  # the plan reader: only here
         table = load_for_replay(plan, inventory, datetime.fromtimestamp(first[0], timezone.utc))
     estimator = Estimator(table, window_s=window_s, name=name)
     estimator.on_datagram = heard
     exporter = None
     if reexport is not None:
+        from cosample.collector.reexport import Reexporter
         exporter = Reexporter(reexport, table, clock_ms=lambda: 0)
         estimator.on_sample = exporter
     last = first[0]

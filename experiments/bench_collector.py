@@ -21,12 +21,17 @@ already in memory: the daemon's work per datagram without the socket), alternati
 ``--repeats``. Every daemon or command started here is stopped on any exit, and dies with this
 process (``PR_SET_PDEATHSIG``).
 
+``--baseline`` adds our rows with the compiled scan (collector/_sflow.c) switched off, the
+Python decoder alone, in the same run: the before and after of that speed-up.
+
     python -m cosample.experiments.bench_collector [--quick] [--csv FILE] [--replay-only]
+        [--baseline]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -147,9 +152,29 @@ def _child_cpu(argv: list[str], timeout_s: float = 600.0) -> tuple[float, str]:
     return (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime), result.stdout
 
 
-def replay_side_by_side(datagrams: int = 120_000, repeats: int = 3, log=print) -> pd.DataFrame:
+#: The switches that turn the compiled fast path off (``--baseline``: the Python decoder alone).
+PYTHON_ONLY = "from cosample.collector import decode, pcap; " \
+    "decode._scan = decode._agent = pcap._pcap_run = None; "
+
+
+@contextlib.contextmanager
+def python_only(active: bool = True):
+    """The collector without its compiled scan (collector/_sflow.c) while inside."""
+    from cosample.collector import decode, pcap
+    saved = decode._scan, decode._agent, pcap._pcap_run
+    if active:
+        decode._scan = decode._agent = pcap._pcap_run = None
+    try:
+        yield
+    finally:
+        decode._scan, decode._agent, pcap._pcap_run = saved
+
+
+def replay_side_by_side(datagrams: int = 120_000, repeats: int = 3, log=print,
+                        baseline: bool = False) -> pd.DataFrame:
     """Flow samples per CPU second of our replay (command and in-process), our ingest alone
-    and ``sfacctd`` replaying the same capture; rows per repeat (see the module docstring)."""
+    and ``sfacctd`` replaying the same capture; rows per repeat (see the module docstring).
+    ``baseline``: ours also with the compiled scan off (the Python decoder alone), same run."""
     from cosample.collector.pcap import udp_payloads
     from cosample.collector.replay import agents_in, heard_attribution, replay
     rows = []
@@ -157,28 +182,35 @@ def replay_side_by_side(datagrams: int = 120_000, repeats: int = 3, log=print) -
         capture, samples = real_capture(Path(tmp) / "real.pcap", datagrams)
         payloads = list(udp_payloads(capture))
         table = heard_attribution(agents_in(capture), None)
+        arms = ("", " [Python decoder]") if baseline else ("",)
         for repeat in range(repeats):
-            cpu, out = _child_cpu([sys.executable, "-m", "cosample", "collector", "replay",
-                                   str(capture), "--json"])
-            counted = sum(json.loads(out)["servers"]["samples"])
-            rows.append({"what": "cosample collector replay (command)", "repeat": repeat,
-                         "samples": counted, "cpu_s": cpu})
             directory = Path(tmp) / f"pmacct{repeat}"
             directory.mkdir()
             cpu, _ = _child_cpu(sfacctd_replay_argv(directory, capture))
             rows.append({"what": "sfacctd pcap_savefile (command)", "repeat": repeat,
                          "samples": samples, "cpu_s": cpu})
-            start = time.process_time()
-            snapshot = replay(None, capture)
-            rows.append({"what": "replay() in process", "repeat": repeat,
-                         "samples": sum(snapshot.servers.samples),
-                         "cpu_s": time.process_time() - start})
-            estimator = Estimator(table, window_s=30.0)
-            start = time.process_time()
-            for when, payload in payloads:
-                estimator.ingest(payload, when)
-            rows.append({"what": "Estimator.ingest in process", "repeat": repeat,
-                         "samples": estimator.samples, "cpu_s": time.process_time() - start})
+            for arm in arms:
+                command = ["collector", "replay", str(capture), "--json"]
+                argv = [sys.executable, "-m", "cosample", *command] if not arm else [
+                    sys.executable, "-c", PYTHON_ONLY + "from cosample.cli import main; "
+                    f"raise SystemExit(main({command!r}))"]
+                cpu, out = _child_cpu(argv)
+                counted = sum(json.loads(out)["servers"]["samples"])
+                rows.append({"what": "cosample collector replay (command)" + arm,
+                             "repeat": repeat, "samples": counted, "cpu_s": cpu})
+                with python_only(bool(arm)):
+                    start = time.process_time()
+                    snapshot = replay(None, capture)
+                    rows.append({"what": "replay() in process" + arm, "repeat": repeat,
+                                 "samples": sum(snapshot.servers.samples),
+                                 "cpu_s": time.process_time() - start})
+                    estimator = Estimator(table, window_s=30.0)
+                    start = time.process_time()
+                    for when, payload in payloads:
+                        estimator.ingest(payload, when)
+                    rows.append({"what": "Estimator.ingest in process" + arm, "repeat": repeat,
+                                 "samples": estimator.samples,
+                                 "cpu_s": time.process_time() - start})
             log(f"replay repeat {repeat + 1}/{repeats} done")
     table = pd.DataFrame(rows)
     table["samples_per_cpu_s"] = table["samples"] / table["cpu_s"]
@@ -403,6 +435,8 @@ def main(argv=None) -> int:
     parser.add_argument("--replay-only", action="store_true",
                         help="only the replay side by side (no sockets, one core is enough)")
     parser.add_argument("--repeats", type=int, default=3, help="replay repeats (default 3)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="replay side by side also with the compiled scan off (before/after)")
     parser.add_argument("--replay-datagrams", type=int, default=120_000,
                         help="datagrams in the replay capture (default 120000)")
     args = parser.parse_args(argv)
@@ -449,7 +483,8 @@ def _print_replay(args) -> int:
         print("bench_collector: replay side by side needs sfacctd", file=sys.stderr)
         return 2
     datagrams = 6_000 if args.quick else args.replay_datagrams
-    table = replay_side_by_side(datagrams, 1 if args.quick else args.repeats)
+    table = replay_side_by_side(datagrams, 1 if args.quick else args.repeats,
+                                baseline=args.baseline)
     best = table.groupby("what")["samples_per_cpu_s"].max()
     print(table.to_string(index=False))
     theirs = best["sfacctd pcap_savefile (command)"]

@@ -32,3 +32,14 @@ def test_flood_from_unknown_agents_reads_the_daemons_memory():
     assert all(row["rss_mb"] > 10 for row in rows)
     assert rows[-1]["processed"] > 0
     assert rows[-1]["unplanned_agent_datagrams"] == rows[-1]["processed"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sfacctd_available() is not None, reason="needs sfacctd")
+def test_replay_side_by_side_with_the_python_decoder_counts_alike():
+    """``--baseline``: every arm of ours, compiled scan on and off, counts the same samples."""
+    from cosample.experiments.bench_collector import replay_side_by_side
+    table = replay_side_by_side(3_000, 1, log=lambda line: None, baseline=True)
+    ours = table[table["what"] != "sfacctd pcap_savefile (command)"]
+    assert len(ours) == 6 and ours["what"].str.contains("Python decoder").sum() == 3
+    assert ours["samples"].nunique() == 1 and ours["samples"].iloc[0] > 0
