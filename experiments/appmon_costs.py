@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with tempfile.TemporaryDirectory(prefix="appmon-costs-") as scratch:
                 frame = measure(settings, Path(scratch))
-            write_csv(frame, csv_path)
+            write_csv(frame, csv_path, float_format=None)  # the JSON refits from it exactly
         out = document(fit(frame, settings.confidence), settings.base)
     except (ExperimentError, CommandError, CalibrationFileError,
             appmon_fit.AppmonFitError) as exc:

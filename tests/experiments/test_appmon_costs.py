@@ -89,6 +89,14 @@ def test_bad_inputs_exit_non_zero_and_write_nothing(tmp_path, capsys):
         appmon_costs.parse_args(["--out", str(out), "--confidence", "1.5"])
 
 
+def test_committed_measurement_refits_to_the_committed_json(tmp_path):
+    out = tmp_path / "again.json"
+    assert appmon_costs.main(["--from-csv", str(DATA / "appmon_costs.csv"),
+                              "--out", str(out)]) == 0
+    committed = json.loads((DATA / "calibration-appmon.json").read_text())
+    assert json.loads(out.read_text())["appmon"] == committed["appmon"]
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_tiny_real_run(tmp_path):
