@@ -61,8 +61,8 @@ ARMS = (Arm("none"), Arm("sniffer_onsite", monitor="onsite"),
           for bits in (2, 1, 0)))
 COLUMNS = ("round", "arm", "truncate", "share_bits", "share_nominal", "analyser_share", "seconds",
            "connections", "requests", "requests_per_s", "server_cpu_s", "vswitchd_cpu_s",
-           "monitor_cpu_s", "monitor_requests", "monitor_drops", "server_port_packets", "analysis_packets",
-           "analysis_bytes", "analysis_inner_packets", "analysis_inner_bytes")
+           "monitor_cpu_s", "monitor_requests", "monitor_drops", "server_port_packets",
+           "analysis_packets", "analysis_bytes", "analysis_inner_packets", "analysis_inner_bytes")
 
 
 def port_packets(rig) -> int:
