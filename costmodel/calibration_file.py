@@ -9,7 +9,7 @@ declares the part they read; anything else in the file is left alone.
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,6 +68,39 @@ class Metadata(_Read):
     seconds: dict[str, Finite] | None = None
 
 
+class AppmonCost(_Read):
+    """One application mechanism's measured cost (``costmodel.appmon_fit``; the names and units
+    are agreed in docs/costmodel.md, "Application monitoring costs")."""
+
+    #: ``monitored``: on the host that serves the requests (law T(s) = T0/(1 + a s));
+    #: ``analysis``: on the host that receives the copies (linear, no T0)
+    host: Literal["monitored", "analysis"]
+    law: Literal["share", "linear"]
+    coefficient: Finite | None = None
+    coefficient_ci: Interval = [None, None]
+    cpu_s_per_request: Finite
+    cpu_s_per_request_ci: Interval = [None, None]
+    cpu_s_per_packet: Finite | None = None
+    cpu_s_per_packet_ci: Interval = [None, None]
+    fabric_bytes_per_request: Finite = 0.0
+    fabric_bytes_per_request_ci: Interval = [None, None]
+    truncate_bytes: int | None = None
+    n_rounds: int = Field(ge=1)
+
+
+class AppmonCalibration(_Read):
+    """The application mechanisms' costs, measured by ``python -m
+    cosample.experiments.appmon_costs``; keys of ``mechanisms``: ``sniffer_onsite``,
+    ``selective_mirror``, ``truncated_mirror`` (host ``monitored``), ``analysis_selective``,
+    ``analysis_truncated`` (host ``analysis``)."""
+
+    mechanisms: dict[str, AppmonCost]
+    base_cpu_s_per_request: Finite | None = None
+    base_cpu_s_per_request_ci: Interval = [None, None]
+    confidence: Finite = 0.95
+    metadata: dict[str, Any] = {}
+
+
 class CalibrationDocument(_Read):
     """The calibration JSON: the planner's coefficients, every mechanism's fit, and metadata."""
 
@@ -79,6 +112,8 @@ class CalibrationDocument(_Read):
     roles: dict[str, str] = {role: mechanism for mechanism, role in ROLE_OF_MECHANISM.items()}
     metadata: Metadata = Metadata()
     ci_method: str | None = None  # files that predate the per-mechanism field
+    #: the application mechanisms' costs (files from before issue 27 have none)
+    appmon: AppmonCalibration | None = None
 
     def for_role(self, role: str) -> MechanismEntry | None:
         """The fit behind ``alpha`` or ``beta``."""

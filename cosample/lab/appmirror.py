@@ -72,16 +72,24 @@ def wire_flows(client_ofport: int | str, server_ofport: int | str) -> list[str]:
 
 
 def selective_flows(client_ofport: int, server_ofport: int, tunnel_ofport: int,
-                    server_ip: str, server_port: int, max_len: int | None = None) -> list[str]:
+                    server_ip: str, server_port: int, max_len: int | None = None,
+                    share_bits: int = 0) -> list[str]:
     """Flows that forward as the wire does and copy the service's PSH segments to the tunnel
-    (truncated to ``max_len`` bytes when given)."""
+    (truncated to ``max_len`` bytes when given); with ``share_bits`` = k only of the connections
+    whose client port's bits 1..k are 0, a share 2**-k of them, both directions of each (bit 0
+    is skipped: Linux gives connect()'s ephemeral ports even numbers first)."""
     copy = (f"output(port={tunnel_ofport},max_len={max_len})" if max_len
             else f"output:{tunnel_ofport}")
     head = f"cookie={SELECTIVE_COOKIE:#x},priority=100,tcp,tcp_flags=+psh"
-    return [f"{head},in_port={client_ofport},nw_dst={server_ip},tp_dst={server_port},"
-            f"actions=output:{server_ofport},{copy}",
-            f"{head},in_port={server_ofport},nw_src={server_ip},tp_src={server_port},"
-            f"actions=output:{client_ofport},{copy}"]
+    if share_bits < 0 or share_bits > 15:
+        raise ValueError(f"share_bits {share_bits}: expected 0..15")
+    mask = ((1 << share_bits) - 1) << 1
+    client_in, client_out = ((f",tp_src=0/{mask:#x}", f",tp_dst=0/{mask:#x}") if share_bits
+                             else ("", ""))
+    return [f"{head},in_port={client_ofport},nw_dst={server_ip},tp_dst={server_port}"
+            f"{client_in},actions=output:{server_ofport},{copy}",
+            f"{head},in_port={server_ofport},nw_src={server_ip},tp_src={server_port}"
+            f"{client_out},actions=output:{client_ofport},{copy}"]
 
 
 @dataclass(frozen=True)
@@ -163,9 +171,10 @@ class MirrorRig(WebRig):
         return self.ovs.ofctl(*args)
 
     def set_mechanism(self, kind: str, truncate: int | None = None,
-                      service_port: int = 80) -> None:
+                      service_port: int = 80, share_bits: int = 0) -> None:
         """Remove the current mechanism and apply ``kind`` (``none``, ``port``, ``selective``);
-        ``truncate``: the mirror's ``snaplen`` or the flows' ``max_len``."""
+        ``truncate``: the mirror's ``snaplen`` or the flows' ``max_len``; ``share_bits``: the
+        selective flows copy a share 2**-share_bits of the connections."""
         self.clear_mechanism()
         if kind == "port":
             self.ovs.vsctl(*port_mirror_args(self.bridge, self.server_port, self.tunnel_port,
@@ -174,7 +183,7 @@ class MirrorRig(WebRig):
             for flow in selective_flows(self.ofport[self.client_port],
                                         self.ofport[self.server_port],
                                         self.ofport[self.tunnel_port], SERVER_ADDRESS,
-                                        service_port, truncate):
+                                        service_port, truncate, share_bits):
                 self._ofctl("add-flow", self._management(), flow)
         elif kind != "none":
             raise ValueError(f"mechanism {kind!r}: expected none, port or selective")
