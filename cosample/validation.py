@@ -69,9 +69,15 @@ _PLAIN_IPV4 = re.compile(r"(?:22[0-3]|2[01]\d|1\d\d|[1-9]\d?)"
                          r"(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}")
 
 
+def plain_tunnel_address(text: str) -> bool:
+    """True for a dotted quad that is surely a usable tunnel endpoint (not loopback or
+    link-local), decided without ``ipaddress``; False means: ask ``TunnelAddress``."""
+    return bool(_PLAIN_IPV4.fullmatch(text)) and not text.startswith(("127.", "169.254."))
+
+
 def _tunnel_address(text: str) -> str:
     """A tunnel endpoint: a unicast address a VXLAN device or OVS tunnel port can use."""
-    if _PLAIN_IPV4.fullmatch(text) and not text.startswith(("127.", "169.254.")):
+    if plain_tunnel_address(text):
         return text
     try:
         address = ipaddress.ip_address(text)

@@ -284,11 +284,11 @@ def report(table: pd.DataFrame, out=print) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cosample.experiments.cli import add_benchmark_arguments
+    from cosample.experiments.bench_options import planner_benchmark_options
 
     parser = argparse.ArgumentParser(prog="python -m cosample.experiments.bench_planner",
                                      description=__doc__.splitlines()[0])
-    add_benchmark_arguments(parser)
+    planner_benchmark_options(parser)
     return parser
 
 

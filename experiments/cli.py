@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
+from cosample.experiments.bench_options import planner_benchmark_options
 
 DEFAULT_OUT = Path("out")
 
@@ -68,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling = commands.add_parser("scaling", help="planner time vs n per solver, log-log")
     scaling.add_argument("--from-csv", type=Path, default=None,
                          help="plot a table written by bench_planner instead of measuring again")
-    add_benchmark_arguments(scaling)
+    planner_benchmark_options(scaling)
     _output_options(scaling)
     scaling.add_argument("--name", default="planner_scaling", help="file stem (default planner_scaling)")
     scaling.set_defaults(func=run_scaling)
@@ -79,22 +80,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collector.add_argument("--seconds", type=float, default=8.0, help="seconds per rate (default 8)")
     collector.add_argument("--csv", type=Path, default=None, help="write the tidy table here")
     collector.set_defaults(func=run_collector_bench)
-
-
-def add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of the planner benchmark, shared by ``experiment scaling`` and ``bench_planner``."""
-    parser.add_argument("--max-seconds", type=float, default=60.0,
-                        help="stop growing n for a solver once its next size is predicted to take "
-                             "longer than this (default 60)")
-    parser.add_argument("--max-servers", type=int, default=10 ** 6,
-                        help="largest n to try (default 1000000)")
-    parser.add_argument("--max-lp-variables", type=int, default=400_000,
-                        help="skip LPs with more variables, a memory guard (default 400000)")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny run for tests (n = 10, 20, 50); its times mean nothing")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random data centres")
-    parser.add_argument("--csv", type=Path, default=None, help="write the tidy table here")
-    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
 
 
 def _heatmap_options(parser: argparse.ArgumentParser, grid: str, many_calibrations: bool = False) -> None:

@@ -27,7 +27,7 @@ from pydantic_core import PydanticUndefined
 
 from cosample.planner.description import LARGE_PARTS, Description, Envelope, Server
 from cosample.planner.errors import PlannerError
-from cosample.validation import _PLAIN_IPV4, validate, validate_at
+from cosample.validation import plain_tunnel_address, validate, validate_at
 
 
 def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
@@ -178,8 +178,7 @@ def _accepted(key: str, column: list[Any]) -> np.ndarray:
     if key == "calibration":  # read beside the description: the model path resolves it
         return np.array([value is None for value in column])
     if key == "tunnel_ip":
-        return _distinct(column, lambda v: v is None or type(v) is str and bool(
-            _PLAIN_IPV4.fullmatch(v)) and not v.startswith(("127.", "169.254.")))
+        return _distinct(column, lambda v: v is None or type(v) is str and plain_tunnel_address(v))
     if key == "bridge":
         return _distinct(column, lambda v: v is None or _interface(v))
     if key == "bridge_layout":
