@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from cosample.agents.state import short_hash
 from cosample.dataplane.tunnels import appmon_vni
-from cosample.plan.document import SHARE_BITS, AppmonEntry, HostPlan, Plan, selected_share
+from cosample.plan.document import (SHARE_BITS, AppmonEntry, HostPlan, Plan, selected_share,
+                                     tunnel_ip)
 from cosample.plan.errors import PlanError
 
 #: ``external_ids`` key on the agent's appmon Port, Interface and Mirror rows: the peer host.
@@ -165,10 +166,10 @@ def desired_appmon(plan: Plan, host: HostPlan, vxlan_port: int = 4789,
             selective[key] = k
             rules.append(_rule(entry))
     for peer in sorted(by_peer):
-        local = _tunnel_ip(plan, host.name, f"{host.name} mirrors services to {peer}")
+        local = tunnel_ip(plan, host.name, f"{host.name} mirrors services to {peer}")
         devices.append(AppmonDevice(
             name=f"{SEND_PREFIX}-{short_hash(peer)}", peer=peer,
-            remote_ip=_tunnel_ip(plan, peer, f"{host.name} mirrors services to it", local),
+            remote_ip=tunnel_ip(plan, peer, f"{host.name} mirrors services to it", local),
             vni=appmon_vni(host.name, peer), local_ip=local, dstport=vxlan_port, attach=True))
     mirrors = tuple(
         AppmonMirror(peer=peer, name=f"cosample-appmon-{short_hash(peer)}",
@@ -181,10 +182,10 @@ def desired_appmon(plan: Plan, host: HostPlan, vxlan_port: int = 4789,
     senders = sorted(name for name, other in plan.hosts.items()
                      if any(e.to == host.name and e.mechanism != "sniffer" for e in other.appmon))
     for sender in senders:
-        local = _tunnel_ip(plan, host.name, f"it analyses services of {sender}")
+        local = tunnel_ip(plan, host.name, f"it analyses services of {sender}")
         devices.append(AppmonDevice(
             name=f"{RECEIVE_PREFIX}-{short_hash(sender)}", peer=sender,
-            remote_ip=_tunnel_ip(plan, sender, f"it mirrors services to {host.name}", local),
+            remote_ip=tunnel_ip(plan, sender, f"it mirrors services to {host.name}", local),
             vni=appmon_vni(sender, host.name), local_ip=local, dstport=vxlan_port, attach=False))
     names = [d.name for d in devices]
     vnis = [d.vni for d in devices] + list(sflow_vnis)
@@ -301,14 +302,3 @@ def _spec_item(entry: AppmonEntry, interface: str, sender: str, send_to: str | N
                               selected if entry.mechanism == "sniffer" else 1 << SHARE_BITS),
             "segments": segments, "snaplen": entry.truncate_bytes, "send_to": send_to,
             "share": selected / (1 << SHARE_BITS)}
-
-
-def _tunnel_ip(plan: Plan, name: str, why: str, family_of: str | None = None) -> str:
-    ip = plan.hosts[name].tunnel_ip
-    if ip is None:
-        raise PlanError(f"hosts.{name}.tunnel_ip: required because {why}")
-    if family_of is not None and \
-            ipaddress.ip_address(ip).version != ipaddress.ip_address(family_of).version:
-        raise PlanError(f"hosts.{name}.tunnel_ip: {ip} is not of the IP family of "
-                        f"{family_of}; a tunnel needs both ends in one family")
-    return ip

@@ -7,12 +7,11 @@ tunnels. It never loads a server beyond sampling a small fraction of its own tra
 
 from __future__ import annotations
 
-import ipaddress
 
 from cosample.agents.appmon_state import desired_appmon
 from cosample.agents.config import AgentConfig
 from cosample.plan.errors import PlanError
-from cosample.plan.document import HostPlan, Plan, SflowSpec
+from cosample.plan.document import HostPlan, Plan, SflowSpec, tunnel_ip
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, DesiredState, MirrorTarget,
                                    SflowSettings, TunnelPort, pair_vni, short_hash)
 from cosample.dataplane.tcmirror import chain_thresholds
@@ -86,30 +85,18 @@ def _sflow_settings(sflow_doc: SflowSpec, config: AgentConfig, sampling: int) ->
         polling_s=sflow_doc.polling_s if sflow_doc.polling_s is not None else config.polling_s)
 
 
-def _tunnel_ip(plan: Plan, name: str, why: str, family_of: str | None = None) -> str:
-    """Host ``name``'s tunnel address; of the same IP family as ``family_of`` when given."""
-    ip = plan.hosts[name].tunnel_ip
-    if ip is None:
-        raise PlanError(f"hosts.{name}.tunnel_ip: required because {why}")
-    if family_of is not None and \
-            ipaddress.ip_address(ip).version != ipaddress.ip_address(family_of).version:
-        raise PlanError(f"hosts.{name}.tunnel_ip: {ip} is not of the IP family of this host's "
-                        f"tunnel address {family_of}; a tunnel needs both ends in one family")
-    return ip
-
-
 def _mirror_targets(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[MirrorTarget, ...]:
     if not host.mirrors:
         return ()
     if len(host.mirrors) > PRIO_COUNT:
         raise PlanError(f"hosts.{host.name}.mirrors: {len(host.mirrors)} targets, at most "
                         f"{PRIO_COUNT} supported")
-    local_ip = _tunnel_ip(plan, host.name, f"{host.name} mirrors traffic")
+    local_ip = tunnel_ip(plan, host.name, f"{host.name} mirrors traffic")
     probabilities = chain_thresholds([m.rate for m in host.mirrors])
     targets = tuple(
         MirrorTarget(peer=m.peer, rate=m.rate, probability=q, prio=PRIO_BASE + k,
                      device=mirror_device_name(config, m.peer),
-                     remote_ip=_tunnel_ip(plan, m.peer, f"{host.name} mirrors to it", local_ip),
+                     remote_ip=tunnel_ip(plan, m.peer, f"{host.name} mirrors to it", local_ip),
                      vni=pair_vni(host.name, m.peer), local_ip=local_ip,
                      dstport=config.vxlan_port)
         for k, (m, q) in enumerate(zip(host.mirrors, probabilities)))
@@ -121,10 +108,10 @@ def _mirror_targets(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[Mi
 def _tunnel_ports(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[TunnelPort, ...]:
     if not host.receives:
         return ()
-    local_ip = _tunnel_ip(plan, host.name, f"{host.name} receives mirrored traffic")
+    local_ip = tunnel_ip(plan, host.name, f"{host.name} receives mirrored traffic")
     ports = tuple(
         TunnelPort(peer=r.peer, name=tunnel_port_name(config, r.peer),
-                   remote_ip=_tunnel_ip(plan, r.peer, f"it mirrors to {host.name}", local_ip),
+                   remote_ip=tunnel_ip(plan, r.peer, f"it mirrors to {host.name}", local_ip),
                    key=pair_vni(r.peer, host.name), local_ip=local_ip, dstport=config.vxlan_port)
         for r in host.receives)
     _distinct(host.name, "tunnel port names", [p.name for p in ports])

@@ -378,6 +378,18 @@ def content_digest(document: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def tunnel_ip(plan: "Plan", name: str, why: str, family_of: str | None = None) -> str:
+    """Host ``name``'s tunnel address (``PlanError`` naming ``why`` when the plan gives none); of
+    the same IP family as the address ``family_of`` when given (a tunnel's two ends)."""
+    ip = plan.hosts[name].tunnel_ip
+    if ip is None:
+        raise PlanError(f"hosts.{name}.tunnel_ip: required because {why}")
+    if family_of is not None and \
+            ipaddress.ip_address(ip).version != ipaddress.ip_address(family_of).version:
+        raise PlanError(f"hosts.{name}.tunnel_ip: {ip} is not of the IP family of this host's "
+                        f"tunnel address {family_of}; a tunnel needs both ends in one family")
+    return ip
+
 
 # pieces --------------------------------------------------------------------------------------
 def _check_pairs(hosts: dict[str, HostPlan]) -> None:
