@@ -7,12 +7,10 @@ stale or inconsistent with the inventory leaves the plan in force untouched and 
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -35,6 +33,7 @@ from cosample.controller.replan import replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, SnapshotReader
+from cosample.gcpause import gc_paused
 from cosample.times import format_time, utcnow
 from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
@@ -150,7 +149,7 @@ class Controller:
         started = time.perf_counter()
         now = self.clock()
         try:
-            with _collector_paused():
+            with gc_paused():
                 status = self._cycle(now)
         except CosampleError as exc:  # inconsistent input, a failed write: nothing published
             log.warning("%s", exc)
@@ -405,22 +404,6 @@ def _expires(plan: dict[str, Any] | None) -> datetime | None:
     except ValueError:
         raise ControllerError(f"plan in force: expires: not a UTC time: {plan['expires']!r}") \
             from None
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for one cycle, on again after it (and after any
-    error). A cycle at 10^5 servers allocates about 10^6 containers (the parsed snapshot, the
-    plan's host entries) and makes no reference cycles; with the collector on, its repeated
-    scans of the growing heap took half of building the plan document (results.md, "Controller
-    cycle"). Memory is still freed by reference counting as the cycle goes."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _mark() -> tuple[float, float]:

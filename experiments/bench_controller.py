@@ -152,10 +152,10 @@ def two_phase(servers: int, seed: int = 1) -> dict:
     rng = np.random.default_rng(seed)
     moved = replace(smoothed, pps=smoothed.pps * rng.uniform(0.6, 1.4, smoothed.pps.size))
     new = replan(inventory, moved, 0.15).document(moment, valid)
-    from cosample.controller.loop import _collector_paused
+    from cosample.gcpause import gc_paused
 
     began, cpu = time.perf_counter(), time.process_time()
-    with _collector_paused():  # as in the controller's cycle
+    with gc_paused():  # as in the controller's cycle
         rendered = render(new, 101, None, previous=old, now=moment, settle_s=120.0)
     return {"servers": servers, "two_phase_seconds": round(time.perf_counter() - began, 3),
             "two_phase_cpu_seconds": round(time.process_time() - cpu, 3),

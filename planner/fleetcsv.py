@@ -13,14 +13,13 @@ an error is the model's line placed by file, row and column:
 from __future__ import annotations
 
 import csv
-import gc
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cosample.gcpause import gc_paused
 from cosample.planner.bulk import ABSENT, NUMBERS, ROW, TRAFFIC_BOUNDS, checked, within
 from cosample.planner.description import Server
 from cosample.planner.errors import PlannerError
@@ -50,24 +49,10 @@ class Locations:
         return f"{self.files[part]}: row {position + _FIRST_ROW}", (field,)
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused: a file's rows are millions of lists and no cycles,
-    and each collection while they pile up rescans them all (a third of a 10^5-server CSV plan,
-    docs/results.md)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
     """Header and rows, every row as long as the header."""
     try:
-        with open(path, newline="", encoding="utf-8") as stream, _collector_paused():
+        with open(path, newline="", encoding="utf-8") as stream, gc_paused():
             rows = list(csv.reader(stream, strict=True))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else (
@@ -124,7 +109,7 @@ def servers(path: Path) -> dict[str, list[Any]]:
     raw: dict[str, list[Any]] = {}
     n = len(rows)
     slow = np.zeros(n, dtype=bool)
-    with _collector_paused():
+    with gc_paused():
         columns = list(_columns(rows, len(header)))
     del rows
     for name, cells in zip(header, columns):
@@ -151,7 +136,7 @@ def traffic(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     if tuple(header) != TRAFFIC_HEADER:
         raise PlannerError(f"{path}: row 1: expected the header {','.join(TRAFFIC_HEADER)} "
                            f"(got {','.join(header)!r})")
-    with _collector_paused():
+    with gc_paused():
         sources, destinations, cells = (list(column) for column in _columns(rows, 3))
     del rows
     values, parsed = _numbers(tuple(cells))
