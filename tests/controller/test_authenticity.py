@@ -46,7 +46,8 @@ def collector(tmp_path, keys):
     """The real collector daemon, signing its snapshots, exporting every 20 ms."""
     service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(tmp_path / "none.json"),
                                         name="c1", metrics_port=0, export_s=0.02,
-                                        snapshot_key=keys["collector"][0]),
+                                        snapshot_key=keys["collector"][0],
+                                        insecure_unsigned=True),  # no plan at all here
                       log=lambda line: None).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
