@@ -48,10 +48,14 @@ class Fleet:
         return "\n".join(f"--- {name}\n{d.log()}" for name, d in self.daemons.items())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     """Controller, collector and agent running, the controller's real plan (not the measurement
-    plan) published, the agent converged on it, the collector estimating every server."""
+    plan) published, the agent converged on it, the collector estimating every server.
+
+    Per module, not per session: its agent owns every tagged device in the root namespace, so it
+    must be gone before another directory's real-OVS agent tests (tests/plan/test_source.py) build
+    theirs."""
     reason = ovs_available()
     if reason:
         pytest.skip(f"the agent needs OVS (dummy datapath): {reason}")
@@ -162,7 +166,7 @@ class PrometheusServer:
         return answer["data"]["result"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def prometheus(fleet, tmp_path_factory):
     """A real Prometheus (Debian's) with deploy/prometheus/prometheus.yml, its targets the fleet
     on loopback, a 1-s scrape and rule interval, its storage in tmp; stopped by PID."""
