@@ -6,7 +6,8 @@ namespace. The analyser captures live on the client's veth end (AF_PACKET, the k
 filter), and tcpdump captures the same packets to a pcap that ``replay`` reads. Each burst runs
 inside one 2-s window, away from its edges, so the access log's requests fall into the same
 windows as the analyser's. Per window: request count and status classes exact; mean service
-time within 1 ms + 3 % and p95 within 2 ms + 5 % of the access log's ``$request_time`` (which
+time within 1 ms + 3 % of the access log's ``$request_time``, and p95 within 2 ms + 5 % of
+the log's order statistics 1.5 ranks either side of its 95th percentile (which
 nginx rounds to the millisecond and measures to the last byte sent, the analyser to the status
 line as seen on the wire; DDSketch adds at most 1 %). Then the same traffic as a truncating
 mirror (128 bytes per frame, a second tcpdump) and a selective mirror (only segments with PSH,
@@ -109,8 +110,13 @@ def test_service_time_load_and_success_rate_match_the_access_log(rig, tmp_path):
             timing = service["service_time_s"]
             assert service["matched"] == len(answered)
             assert timing["mean"] == pytest.approx(times.mean(), abs=0.001, rel=0.03), source
-            p95 = float(np.quantile(times, 0.95))
-            assert timing["p95"] == pytest.approx(p95, abs=0.002, rel=0.05), source
+            # a p95 of a few dozen requests is defined only up to its neighbouring order
+            # statistics (numpy interpolates between them, a sketch picks a rank): in a tail of
+            # exponential times those lie 10 ms apart, so the band is one and a half ranks wide
+            rank = 1.5 / len(times)
+            low = float(np.quantile(times, max(0.0, 0.95 - rank), method="lower"))
+            high = float(np.quantile(times, min(1.0, 0.95 + rank), method="higher"))
+            assert low * 0.95 - 0.002 <= timing["p95"] <= high * 1.05 + 0.002, (source, low, high)
     summary = json.loads((state / "snapshot.json").read_text())
     assert summary["dropped"].get("kernel_drops", 0) == 0
     # what a truncating mirror and a PSH-only selective mirror would copy: the same counts, the
