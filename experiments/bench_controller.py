@@ -12,20 +12,19 @@ then a fresh process runs two controller cycles on it, as ``cosample controller 
 Each cycle's wall-clock time is split by step (the controller's own ``timings``), and so is its
 CPU time (``<step>_cpu``: the machine is shared, wall-clock time includes waiting for a core); peak memory is the
 process's peak resident set (``VmHWM``) with the size after imports beside it.
-One process per size, so peaks do not carry over. ``--baseline REV`` runs the code of git
-revision REV (exported from git into a temporary folder) on the same snapshot, alternating with
-the working tree's ``--repeats`` times, and prints their CPU-time ratios: old and new side by
-side in one run, under the same load.
+One process per size, so peaks do not carry over. ``--baseline-tree DIR`` runs the code of another
+revision laid out in DIR (``python -m research.revision REV DIR`` from a clone) on the same
+snapshot, alternating with the working tree's ``--repeats`` times, and prints their CPU-time
+ratios: old and new side by side in one run, under the same load.
 
     python -m cosample.experiments.bench_controller [--sizes 10000 100000 1000000] [--csv FILE]
-    python -m cosample.experiments.bench_controller --sizes 100000 --baseline d8f2516 --repeats 5
+    python -m cosample.experiments.bench_controller --sizes 100000 --baseline-tree DIR --repeats 5
     python -m cosample.experiments.bench_controller --two-phase 100000
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import resource
@@ -33,10 +32,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -45,6 +42,8 @@ import numpy as np
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.times import format_time
 from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
+from cosample.experiments.errors import ExperimentError
+from cosample.experiments.othertree import checked
 
 SIZES = (10_000, 100_000, 1_000_000)
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -209,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
-    parser.add_argument("--baseline", metavar="REV",
-                        help="also run git revision REV's code, alternating with this tree's")
+    parser.add_argument("--baseline-tree", metavar="DIR",
+                        help="also run the code laid out in DIR (`python -m research.revision "
+                             "REV DIR`), alternating with this tree's")
     parser.add_argument("--repeats", type=int, default=1, help="runs per size (and code)")
     parser.add_argument("--two-phase", type=int, metavar="SERVERS",
                         help="time one two-phase publication at SERVERS instead")
@@ -223,51 +223,37 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(int(args.child[0]), Path(args.child[1]))))
         return 0
     trees = {"new": None}
-    with tempfile.TemporaryDirectory(prefix="bench-controller-baseline-") as old:
-        if args.baseline:
-            trees = {"old": baseline_tree(args.baseline, Path(old)), "new": None}
-        rows = []
-        for servers in args.sizes:
-            with tempfile.TemporaryDirectory(prefix="bench-controller-") as folder:
-                moment = datetime.now(timezone.utc).replace(microsecond=0)
-                write_snapshot(servers, Path(folder) / "snap.json", moment)
-                for repeat in range(args.repeats):
-                    for code, tree in trees.items():
-                        measured = _child(servers, Path(folder), f"{code}-{repeat}", tree)
-                        if measured is None:
-                            return 1
-                        for row in measured:
-                            row.update(code=code, repeat=repeat)
-                        rows += measured
-                        print(_table(measured), flush=True)
+    if args.baseline_tree:
+        try:
+            trees = {"old": checked(args.baseline_tree), "new": None}
+        except ExperimentError as exc:
+            parser.error(str(exc))
+    rows = []
+    for servers in args.sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-controller-") as folder:
+            moment = datetime.now(timezone.utc).replace(microsecond=0)
+            write_snapshot(servers, Path(folder) / "snap.json", moment)
+            for repeat in range(args.repeats):
+                for code, tree in trees.items():
+                    measured = _child(servers, Path(folder), f"{code}-{repeat}", tree)
+                    if measured is None:
+                        return 1
+                    for row in measured:
+                        row.update(code=code, repeat=repeat)
+                    rows += measured
+                    print(_table(measured), flush=True)
     if args.csv:
         import pandas as pd
 
         pd.DataFrame(rows).to_csv(args.csv, index=False)
-    if args.baseline:
-        print(_comparison(rows, args.baseline))
+    if args.baseline_tree:
+        print(_comparison(rows, Path(args.baseline_tree).name))
     at_target = [r for r in rows if r["servers"] == TARGET_SERVERS and r["code"] == "new"]
     for row in at_target:
         verdict = "meets" if row["seconds"] < TARGET_SECONDS else "misses"
         print(f"cycle {row['cycle']} at {TARGET_SERVERS:,} servers: {row['seconds']:.2f} s "
               f"({row['cpu_seconds']:.2f} s CPU), {verdict} the {TARGET_SECONDS:g} s goal")
     return 0
-
-
-def baseline_tree(revision: str, folder: Path) -> Path:
-    """The package ``cosample`` of git revision ``revision``, laid out under ``folder`` as
-    pyproject.toml's ``package-dir`` maps it (import it with ``folder`` on ``PYTHONPATH``)."""
-    archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", revision],
-                             capture_output=True, timeout=120, check=True).stdout
-    source = folder / "source"
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(source, filter="data")
-    layout = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]
-    for package, where in sorted(layout["package-dir"].items()):  # parents before children
-        target = folder.joinpath(*package.split("."))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.symlink_to(source / where, target_is_directory=True)
-    return folder
 
 
 def _child(servers: int, folder: Path, name: str, tree: Path | None) -> list[dict] | None:

@@ -1,52 +1,33 @@
-"""Issue 23's loss scenarios, the estimator of a git revision beside the working tree's.
+"""Issue 23's loss scenarios through this tree's estimator, and another revision's beside it.
 
 Streams built from a real datagram (tests/data/sflow/data-1140.pcap: a switch's five flow
 samples of three samplers, 1-in-1024; ``cosample.lab.sflowcorpus``), nothing lost unless the
-scenario says so, each replayed through the ``collector/`` package of ``--baseline`` (exported
-from git into a temporary directory and imported under another name, so old decoder and old
-estimator go together) and through the working tree's, in one run. Printed: estimate / truth
-and whether the truth lies in the 95 % interval.
+scenario says so, each replayed through this tree's collector and, with ``--baseline-tree DIR``,
+through the ``collector/`` package of another revision laid out in DIR (imported under another
+name, so old decoder and old estimator go together; ``experiments/othertree.py``), in one run.
+Printed: estimate / truth and whether the truth lies in the 95 % interval.
 
 With ``--ingest``: flow samples per CPU second of the two estimators' ``ingest`` on the
 collector benchmark's capture of real datagrams (``bench_collector.real_capture``), alternating.
 
-    python -m cosample.experiments.collector_loss [--baseline 127e2e2] [--ingest]
+    python -m research.revision 127e2e2 /tmp/cosample-127e2e2      # from a clone: main before issue 23
+    python -m cosample.experiments.collector_loss [--baseline-tree /tmp/cosample-127e2e2] [--ingest]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import io
-import re
 import struct
-import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
-BASELINE = "127e2e2"  # main before issue 23
+from cosample.experiments.errors import ExperimentError
+from cosample.experiments.othertree import load_package
+
 DATAGRAMS = 2000
 SPACING_S = 0.05
-
-
-def load_package(revision: str, directory: Path):
-    """``collector/`` of ``revision`` as package ``collector_<revision>`` (its own imports
-    rewritten to it), importable from ``directory``."""
-    root = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(["git", "-C", str(root), "archive", revision, "collector"],
-                             capture_output=True, check=True, timeout=60).stdout
-    name = f"collector_{re.sub(r'[^0-9A-Za-z]', '_', revision)}"
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for member in tar.getmembers():
-            if member.isfile() and member.name.endswith(".py"):
-                text = tar.extractfile(member).read().decode()
-                target = directory / name / Path(member.name).relative_to("collector")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text.replace("cosample.collector", name))
-    sys.path.insert(0, str(directory))
-    return name
 
 
 def estimator(package: str, agent: str, window_s: float | None):
@@ -128,27 +109,38 @@ def ingest_side_by_side(package: str, rounds: int = 3, datagrams: int = 120_000)
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", default=BASELINE, help=f"git revision (default {BASELINE})")
+    parser.add_argument("--baseline-tree", metavar="DIR",
+                        help="another revision laid out by `python -m research.revision REV DIR`")
     parser.add_argument("--ingest", action="store_true",
-                        help="also ingest speed of both estimators on real datagrams")
+                        help="also ingest speed of both estimators on real datagrams "
+                             "(needs --baseline-tree)")
     args = parser.parse_args(argv)
     from cosample.lab.sflowcorpus import template
     base = template("data-1140.pcap")
+    if args.ingest and not args.baseline_tree:
+        parser.error("--ingest compares two estimators: give --baseline-tree")
     with tempfile.TemporaryDirectory(prefix="cosample-loss-") as tmp:
-        old = load_package(args.baseline, Path(tmp))
-        print(f"| scenario | {args.baseline}: estimate / truth | truth in 95 % interval | "
-              "now: estimate / truth | truth in 95 % interval |")
-        print("|---|---:|---|---:|---|")
+        packages = ["cosample.collector"]
+        header = "| scenario | now: estimate / truth | truth in 95 % interval |"
+        if args.baseline_tree:
+            try:
+                packages.insert(0, load_package(args.baseline_tree, Path(tmp)) + ".collector")
+            except ExperimentError as exc:
+                parser.error(str(exc))
+            header = (f"| scenario | {Path(args.baseline_tree).name}: estimate / truth | "
+                      "truth in 95 % interval " + header[len("| scenario "):])
+        print(header)
+        print("|---" + "|---:|---" * len(packages) + "|")
         per_datagram = 1024 * len(base.samples)
         for name, (datagrams, sent, window) in scenarios(base).items():
             cells = []
-            for package in (old, "cosample.collector"):
+            for package in packages:
                 pps, low, high, span = measure(package, base, datagrams, window)
                 truth = per_datagram * sent / span if sent else per_datagram / SPACING_S
                 cells += [f"{pps / truth:.3f}", "yes" if low <= truth <= high else "**no**"]
             print(f"| {name} | " + " | ".join(cells) + " |")
         if args.ingest:
-            print("\n".join(ingest_side_by_side(old)))
+            print("\n".join(ingest_side_by_side(packages[0])))
     return 0
 
 

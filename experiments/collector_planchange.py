@@ -1,6 +1,6 @@
 """The collector's estimate through a plan change under steady traffic: old and new estimator.
 
-``python -m cosample.experiments.collector_planchange [--seeds 20] [--lag 2] [--baseline REV]``
+``python -m cosample.experiments.collector_planchange --baseline-tree DIR [--seeds 20] [--lag 2]``
 feeds synthetic sFlow datagrams (``cosample.lab.sflowstream``: OVS's sampling, mirroring and
 datagram packing, drawn from the plans) through the real ``Estimator`` with the testbed's 15-s
 window and takes a snapshot every second. Three servers send 2400, 1200 and 600 pps throughout.
@@ -12,8 +12,9 @@ copies of a dropped pair arriving in between are ``stale_mirror``). Two changes:
 - ``down``: the reverse.
 
 For each second from 10 s before the change to 25 s after it, the mean over seeds of
-estimate/truth - 1 per server, for the estimator of git revision ``--baseline`` (loaded from
-git, default the last one before exposures) and for the working tree's, side by side in one run;
+estimate/truth - 1 per server, for the estimator of another revision (``--baseline-tree DIR``, laid
+out from a clone by ``python -m research.revision 88e1128 DIR``: 88e1128 is the last revision
+before exposures) and for the working tree's, side by side in one run;
 then the largest mean error in the transition and, per server, the share of snapshots in the
 window after the change whose 95 % interval covers the nominal rate (an exact 1-in-1 stream's
 interval covers the packets actually sent, which differ from the nominal rate by their own
@@ -32,20 +33,19 @@ the plan as the old one does (the estimators alone compared).
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cosample.plan.document import parse_plan
+from cosample.experiments.errors import ExperimentError
+from cosample.experiments.othertree import checked, load_package
 from cosample.lab.plans import plan_document
+from cosample.plan.document import parse_plan
 
-#: The last revision before the estimator knew streams' exposures.
-BASELINE = "88e1128"
 RATES = {"s1": 2400.0, "s2": 1200.0, "s3": 600.0}
 MEASURE = {"s1": (128, {}), "s2": (128, {}), "s3": (128, {})}
 MIRROR = {"s1": (8, {"s3": 0.5}), "s2": (16, {}), "s3": (1, {})}
@@ -61,18 +61,15 @@ def plan(hosts: dict, version: int):
     return parse_plan(json.dumps(plan_document(hosts, version=version)).encode())
 
 
-def load_estimator(revision: str | None):
-    """``Estimator`` of the working tree (None) or of ``collector/estimate.py`` at ``revision``."""
-    if revision is None:
+def load_estimator(tree: str | Path | None):
+    """``Estimator`` of the working tree (None) or of ``tree`` (its whole package loaded under
+    another name, so the old estimator runs with its own decoder; it is handed this tree's
+    attribution tables)."""
+    if tree is None:
         from cosample.collector.estimate import Estimator
         return Estimator
-    root = Path(__file__).resolve().parent.parent
-    source = subprocess.run(["git", "-C", str(root), "show", f"{revision}:collector/estimate.py"],
-                            capture_output=True, text=True, check=True, timeout=30).stdout
-    spec = importlib.util.spec_from_loader(f"cosample.collector._estimate_{revision}", None)
-    module = importlib.util.module_from_spec(spec)
-    exec(compile(source, f"{revision}:collector/estimate.py", "exec"), module.__dict__)
-    return module.Estimator
+    package = load_package(tree, Path(tempfile.mkdtemp(prefix="cosample-planchange-")))
+    return importlib.import_module(f"{package}.collector.estimate").Estimator
 
 
 def trace(estimator_class, before, after, seed: int, lag_s: float,
@@ -152,7 +149,8 @@ def _switch(estimator, attribution, at: float) -> None:
         estimator.set_attribution(attribution)
 
 
-def run(seeds: int, lag_s: float, baseline: str, ahead: bool = True, lead_s: float = 3.0) -> dict:
+def run(seeds: int, lag_s: float, baseline: str | Path, ahead: bool = True,
+        lead_s: float = 3.0) -> dict:
     estimators = {"old": load_estimator(baseline), "new": load_estimator(None)}
     hosts = {"up": (MEASURE, MIRROR), "down": (MIRROR, MEASURE)}
     results = {}
@@ -177,12 +175,13 @@ def run(seeds: int, lag_s: float, baseline: str, ahead: bool = True, lead_s: flo
     return results
 
 
-def report(results: dict, seeds: int, lag_s: float, baseline: str, ahead: bool = True,
+def report(results: dict, seeds: int, lag_s: float, baseline: str | Path, ahead: bool = True,
            lead_s: float = 3.0) -> str:
     new = (f"new = working tree, plan read {lead_s:g} s ahead, switched at its not_before (0 s), "
            f"agents at {max(lag_s, 0.0):g} s" if ahead else
            f"new = working tree, switched when read (0 s), agents at {lag_s:g} s")
-    lines = [f"mean estimate/truth - 1 over {seeds} seeds; window {WINDOW_S:g} s; old = {baseline}, "
+    lines = [f"mean estimate/truth - 1 over {seeds} seeds; window {WINDOW_S:g} s; "
+             f"old = {Path(baseline).name}, "
              f"switched when read (0 s), agents at {lag_s:g} s; {new}"]
     for change in ("up", "down"):
         lines.append(f"\n{change}: " + ("1-in-128 everywhere -> s1 1-in-8 + 50 % mirror to s3 "
@@ -203,7 +202,7 @@ def report(results: dict, seeds: int, lag_s: float, baseline: str, ahead: bool =
     return "\n".join(lines)
 
 
-def ingest_cost(baseline: str, rounds: int = 5) -> str:
+def ingest_cost(baseline: str | Path, rounds: int = 5) -> str:
     """CPU seconds per million samples of ``ingest``, old and new alternating on one stream."""
     import time
 
@@ -234,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--lag", type=float, default=2.0,
                         help="agents' lag after the collector saw the plan, s (default 2)")
-    parser.add_argument("--baseline", default=BASELINE, help=f"git revision (default {BASELINE})")
+    parser.add_argument("--baseline-tree", metavar="DIR", required=True,
+                        help="the old revision, laid out by `python -m research.revision REV DIR`")
     parser.add_argument("--ahead", action=argparse.BooleanOptionalAction, default=True,
                         help="new side: plans ahead of time (not_before, the watcher); "
                              "--no-ahead: switched when read, like the old side")
@@ -244,10 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest-cost", action="store_true",
                         help="also time ingest, old and new side by side")
     args = parser.parse_args(argv)
+    try:
+        checked(args.baseline_tree)
+    except ExperimentError as exc:
+        parser.error(str(exc))
     if args.ingest_cost:
-        print(ingest_cost(args.baseline))
-    print(report(run(args.seeds, args.lag, args.baseline, args.ahead, args.lead), args.seeds,
-                 args.lag, args.baseline, args.ahead, args.lead))
+        print(ingest_cost(args.baseline_tree))
+    print(report(run(args.seeds, args.lag, args.baseline_tree, args.ahead, args.lead), args.seeds,
+                 args.lag, args.baseline_tree, args.ahead, args.lead))
     return 0
 
 

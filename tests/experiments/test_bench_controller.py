@@ -1,4 +1,4 @@
-"""The controller benchmark on a tiny fleet: both cycles run, and ``--baseline`` runs a git
+"""The controller benchmark on a tiny fleet: both cycles run, and ``--baseline-tree`` runs another
 revision's code beside this tree's on the same snapshot (structure only, never timings)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from cosample.experiments import bench_controller
-from cosample.experiments.bench_controller import REPOSITORY, baseline_tree
+from cosample.experiments.bench_controller import REPOSITORY
+from research.revision import export
 
 
 def _in_git() -> bool:
@@ -25,17 +26,10 @@ needs_git = pytest.mark.skipif(not _in_git(), reason="not a git checkout")
 
 
 @needs_git
-def test_baseline_tree_lays_out_the_packages(tmp_path):
-    tree = baseline_tree("HEAD", tmp_path)
-    assert (tree / "cosample" / "planner" / "planfile.py").is_file()
-    assert (tree / "cosample" / "controller" / "loop.py").is_file()
-    assert (tree / "cosample" / "__init__.py").is_file()
-
-
-@needs_git
 def test_side_by_side_run(tmp_path, capsys):
     csv = tmp_path / "rows.csv"
-    assert bench_controller.main(["--sizes", "300", "--baseline", "HEAD", "--repeats", "2",
+    tree = export("HEAD", tmp_path / "HEAD")
+    assert bench_controller.main(["--sizes", "300", "--baseline-tree", str(tree), "--repeats", "2",
                                   "--csv", str(csv)]) == 0
     printed = capsys.readouterr().out
     rows = pd.read_csv(csv)
@@ -58,3 +52,10 @@ def test_plain_run_without_baseline(tmp_path, capsys):
     rows = pd.read_csv(csv)
     assert list(rows["result"]) == ["published", "kept"]
     assert "new/old" not in capsys.readouterr().out
+
+
+def test_a_folder_without_a_tree_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        bench_controller.main(["--sizes", "300", "--baseline-tree", str(tmp_path)])
+    assert exited.value.code == 2
+    assert f"{tmp_path}: no cosample/__init__.py" in capsys.readouterr().err
