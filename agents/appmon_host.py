@@ -22,7 +22,7 @@ from cosample.agents.commands import Command
 from cosample.agents.errors import HostError
 from cosample.agents.ledger import Ledger
 from cosample.agents.linuxnet import LinuxSide
-from cosample.agents.ovsdb import OvsdbSide, _as_list, ovsdb_string
+from cosample.agents.ovsdb import OvsdbSide, as_list, ovsdb_string
 from cosample.agents.state import OWNER_KEY, OWNER_VALUE
 from cosample.dataplane.run import run
 
@@ -40,17 +40,17 @@ class AppmonSide:
 
     # observe ------------------------------------------------------------------------------------
     def observe(self, bridge: str) -> ObservedAppmon:
-        links = self.linux._json(["ip", "-j", "-d", "link", "show"])
+        links = self.linux.ip_json(["ip", "-j", "-d", "link", "show"])
         devices = self._devices(links)
         mine = {d.name for d in devices}
-        bridges, ports, ifaces, mirrors = self.ovs._lists(
+        bridges, ports, ifaces, mirrors = self.ovs.tables(
             ("Bridge", "_uuid,name,ports,mirrors"),
             ("Port", "_uuid,name,interfaces,external_ids,tag"),
             ("Interface", "_uuid,name,ofport,ofport_request,external_ids"),
             ("Mirror", "_uuid,name,external_ids,select_src_port,select_dst_port,output_port,"
                        "snaplen"))
         port_names = {p["_uuid"]: p["name"] for p in ports}
-        port_bridge = {uuid: b["name"] for b in bridges for uuid in _as_list(b["ports"])}
+        port_bridge = {uuid: b["name"] for b in bridges for uuid in as_list(b["ports"])}
         iface_by_name = {i["name"]: i for i in ifaces}
         owned_ports, used = [], set()
         for port in ports:
@@ -62,12 +62,12 @@ class AppmonSide:
                 owned_ports.append(ObservedAppmonPort(
                     port_bridge[port["_uuid"]], port["name"], port["external_ids"][APPMON_KEY],
                     ofport, port["tag"] if isinstance(port["tag"], int) else None))
-        mirror_bridge = {uuid: b["name"] for b in bridges for uuid in _as_list(b["mirrors"])}
+        mirror_bridge = {uuid: b["name"] for b in bridges for uuid in as_list(b["mirrors"])}
         owned_mirrors = tuple(
             ObservedAppmonMirror(
                 mirror_bridge[m["_uuid"]], m["_uuid"], m["name"],
-                frozenset(port_names.get(u, u) for u in _as_list(m["select_src_port"])),
-                frozenset(port_names.get(u, u) for u in _as_list(m["select_dst_port"])),
+                frozenset(port_names.get(u, u) for u in as_list(m["select_src_port"])),
+                frozenset(port_names.get(u, u) for u in as_list(m["select_dst_port"])),
                 port_names.get(m["output_port"]) if m["output_port"] else None,
                 m["snaplen"] if isinstance(m["snaplen"], int) and m["snaplen"] else None)
             for m in mirrors if _owned(m["external_ids"]) and m["_uuid"] in mirror_bridge)
@@ -97,7 +97,7 @@ class AppmonSide:
         return tuple(sorted(found, key=lambda d: d.name))
 
     def _flows(self, bridge: str) -> list[tuple[int, str]]:
-        output = self.ovs._ofctl("--no-stats", "--no-names", "dump-flows", self.ovs._mgmt(bridge),
+        output = self.ovs.ofctl("--no-stats", "--no-names", "dump-flows", self.ovs.management_target(bridge),
                                  f"cookie={APPMON_COOKIE_TAG:#x}/{APPMON_COOKIE_MASK:#x}")
         out = []
         for line in output.splitlines():
@@ -114,25 +114,25 @@ class AppmonSide:
         if isinstance(command, a.AddAppmonDevice):
             self._add_device(command)
         elif isinstance(command, a.RemoveAppmonDevice):
-            if self.linux._exists(command.name):
+            if self.linux.exists(command.name):
                 if command.name not in {d.name for d in self._devices(
-                        self.linux._json(["ip", "-j", "-d", "link", "show"]))}:
+                        self.linux.ip_json(["ip", "-j", "-d", "link", "show"]))}:
                     raise HostError(f"interface {command.name} is not the agent's; not removed")
-                self.linux._run(["ip", "link", "del", command.name])
+                self.linux.output(["ip", "link", "del", command.name])
             self.ledger.discard(LEDGER_KIND, command.name)
         elif isinstance(command, a.AddAppmonPort):
             self.ledger.add("bridges", command.bridge)
             peer = f"external_ids:{APPMON_KEY}={ovsdb_string(command.peer)}"
-            self.ovs._vsctl("--may-exist", "add-port", command.bridge, command.name,
+            self.ovs.vsctl("--may-exist", "add-port", command.bridge, command.name,
                             "--", "set", "Interface", command.name,
                             f"ofport_request={int(command.ofport)}", *tag, peer,
                             "--", "set", "Port", command.name, f"tag={ISOLATION_VLAN}", *tag,
                             peer)
         elif isinstance(command, a.SetAppmonPortTag):
             value = f"tag={ISOLATION_VLAN}" if command.isolated else "tag=[]"
-            self.ovs._vsctl("--if-exists", "set", "Port", command.name, value)
+            self.ovs.vsctl("--if-exists", "set", "Port", command.name, value)
         elif isinstance(command, a.RemoveAppmonPort):
-            self.ovs._vsctl("--if-exists", "del-port", command.bridge, command.name)
+            self.ovs.vsctl("--if-exists", "del-port", command.bridge, command.name)
         elif isinstance(command, a.SetAppmonFlows):
             if command.truncates:
                 self._require_truncate(command.bridge)
@@ -140,18 +140,18 @@ class AppmonSide:
             lines += [f"add cookie={command.cookie:#x},{flow.replace(' actions=', ',actions=')}"
                       for flow in command.flows]
             argv = ["ovs-ofctl", f"--timeout={max(1, int(self.timeout_s))}", "--bundle",
-                    "add-flows", self.ovs._mgmt(command.bridge), "-"]
+                    "add-flows", self.ovs.management_target(command.bridge), "-"]
             result = run(argv, timeout=self.timeout_s + 2, check=False,
                          input_text="\n".join(lines) + "\n")
             if result.returncode != 0:
                 raise HostError(f"OpenFlow: {' '.join(argv)}: {result.stderr.strip()}")
         elif isinstance(command, a.RemoveAppmonFlows):
-            self.ovs._ofctl("del-flows", self.ovs._mgmt(command.bridge),
+            self.ovs.ofctl("del-flows", self.ovs.management_target(command.bridge),
                             f"cookie={command.cookie:#x}/-1")
         elif isinstance(command, a.SetAppmonMirror):
             self._set_mirror(command, tag)
         elif isinstance(command, a.RemoveAppmonMirror):
-            self.ovs._vsctl("--if-exists", "remove", "Bridge", command.bridge, "mirrors",
+            self.ovs.vsctl("--if-exists", "remove", "Bridge", command.bridge, "mirrors",
                             command.uuid)
             self._purge()
         else:
@@ -159,17 +159,17 @@ class AppmonSide:
 
     def _add_device(self, command: a.AddAppmonDevice) -> None:
         d = command.device
-        exists = self.linux._exists(d.name)
-        mine = {x.name for x in self._devices(self.linux._json(["ip", "-j", "-d", "link", "show"]))}
+        exists = self.linux.exists(d.name)
+        mine = {x.name for x in self._devices(self.linux.ip_json(["ip", "-j", "-d", "link", "show"]))}
         if exists and d.name not in mine:
             raise HostError(f"interface {d.name} exists and is not the agent's; left alone")
         if exists and command.replace:
-            self.linux._run(["ip", "link", "del", d.name])
+            self.linux.output(["ip", "link", "del", d.name])
             exists = False
         if not exists:
             self.ledger.add(LEDGER_KIND, d.name)  # before it exists: never orphaned
             try:
-                self.linux._run(["ip", "link", "add", d.name, "type", "vxlan", "id", d.vni,
+                self.linux.output(["ip", "link", "add", d.name, "type", "vxlan", "id", d.vni,
                                  "remote", d.remote_ip, "local", d.local_ip, "dstport",
                                  d.dstport])
             except HostError:
@@ -180,14 +180,14 @@ class AppmonSide:
                 "alias", f"{APPMON_ALIAS} peer={d.peer}"]
         if d.attach:
             argv += ["mtu", TUNNEL_MTU]
-        self.linux._run(argv + ["up"])
+        self.linux.output(argv + ["up"])
 
     def _set_mirror(self, command: a.SetAppmonMirror, tag: list[str]) -> None:
         if command.snaplen:
             self._require_truncate(command.bridge)
-        ports = self.ovs._lists(("Bridge", "name,ports"), ("Port", "_uuid,name"))
+        ports = self.ovs.tables(("Bridge", "name,ports"), ("Port", "_uuid,name"))
         on_bridge = {p["name"] for p in ports[1]
-                     if any(b["name"] == command.bridge and p["_uuid"] in _as_list(b["ports"])
+                     if any(b["name"] == command.bridge and p["_uuid"] in as_list(b["ports"])
                             for b in ports[0])}
         missing = [name for name in command.ports if name not in on_bridge]
         if missing:
@@ -213,7 +213,7 @@ class AppmonSide:
             argv += ["--", "--id=@m", "create", "Mirror", f"name={ovsdb_string(command.name)}",
                      *fields, *tag, f"external_ids:{APPMON_KEY}={ovsdb_string(command.peer)}",
                      "--", "add", "Bridge", command.bridge, "mirrors", "@m"]
-        self.ovs._vsctl(*argv)
+        self.ovs.vsctl(*argv)
         self._purge()
 
     def _purge(self) -> None:
@@ -245,7 +245,7 @@ class AppmonSide:
             target = rundir / f"ovs-vswitchd.{pid}.ctl"
         if not target.exists():
             return None
-        return self.linux._run(["ovs-appctl", "-t", str(target), *args])
+        return self.linux.output(["ovs-appctl", "-t", str(target), *args])
 
 
 def _owned(ids: dict[str, str]) -> bool:

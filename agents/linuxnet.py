@@ -39,7 +39,7 @@ class LinuxSide:
                 ) -> tuple[dict[str, ObservedLink], tuple[ObservedDevice, ...], frozenset[str],
                            frozenset[str]]:
         """(links, owned devices, names of other interfaces, underlay interfaces)."""
-        present = {link["ifname"] for link in self._json(["ip", "-j", "link", "show"])}
+        present = {link["ifname"] for link in self.ip_json(["ip", "-j", "link", "show"])}
         devices = self.devices()
         foreign = frozenset(present - {d.name for d in devices})
         return self.links(names, present), devices, foreign, self.underlay(remotes)
@@ -49,11 +49,11 @@ class LinuxSide:
         """The given interfaces, and those where the agent added clsact, that exist: their
         clsact state and the agent's filters (so filters on a former VM port are found too)."""
         if present is None:
-            present = {link["ifname"] for link in self._json(["ip", "-j", "link", "show"])}
+            present = {link["ifname"] for link in self.ip_json(["ip", "-j", "link", "show"])}
         owned = self.ledger.names("clsacts")
         out = {}
         for name in sorted((set(names) | owned) & present):
-            qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", name], missing_ok=True)
+            qdiscs = self.ip_json(["tc", "-j", "qdisc", "show", "dev", name], missing_ok=True)
             kinds = {q.get("kind") for q in qdiscs}
             clsact = "clsact" in kinds
             filters, foreign, intruders = self._filters(name) if clsact else ((), 0, 0)
@@ -71,7 +71,7 @@ class LinuxSide:
         """The agent's mirror VXLAN devices (tagged, or created and listed in the ledger)."""
         listed = self.ledger.names("devices")
         found = []
-        for link in self._json(["ip", "-j", "-d", "link", "show", "type", "vxlan"]):
+        for link in self.ip_json(["ip", "-j", "-d", "link", "show", "type", "vxlan"]):
             name, alias = link["ifname"], link.get("ifalias", "")
             if not (alias.startswith(ALIAS_PREFIX) or (not alias and name in listed)):
                 continue
@@ -95,9 +95,9 @@ class LinuxSide:
 # apply ------------------------------------------------------------------------------------
     def apply(self, command: c.Command) -> None:
         if isinstance(command, c.AddMirrorDevice):
-            exists = self._exists(command.name)
+            exists = self.exists(command.name)
             if exists and command.replace:
-                self._run(["ip", "link", "del", command.name])
+                self.output(["ip", "link", "del", command.name])
                 exists = False
             if exists and command.name not in self._owned_device_names():
                 raise HostError(f"interface {command.name} exists and is not the agent's; "
@@ -109,23 +109,23 @@ class LinuxSide:
                 if command.local_ip:
                     argv += ["local", command.local_ip]
                 try:
-                    self._run(argv)
+                    self.output(argv)
                 except HostError:
                     self.ledger.discard("devices", command.name)  # it was never made
                     raise
-            self._run(["ip", "link", "set", command.name, "alias",
+            self.output(["ip", "link", "set", command.name, "alias",
                        f"{ALIAS_PREFIX} peer={command.peer}", "up"])
         elif isinstance(command, c.RemoveMirrorDevice):
-            if self._exists(command.name):
+            if self.exists(command.name):
                 if command.name not in self._owned_device_names():
                     raise HostError(f"interface {command.name} is not the agent's; not removed")
-                self._run(["ip", "link", "del", command.name])
+                self.output(["ip", "link", "del", command.name])
             self.ledger.discard("devices", command.name)
         elif isinstance(command, c.AddClsact):
-            qdiscs = self._json(["tc", "-j", "qdisc", "show", "dev", command.device])
+            qdiscs = self.ip_json(["tc", "-j", "qdisc", "show", "dev", command.device])
             if not any(q.get("kind") == "clsact" for q in qdiscs):
                 self.ledger.add("clsacts", command.device)  # before it exists
-                self._run(clsact_add_argv(command.device))
+                self.output(clsact_add_argv(command.device))
         elif isinstance(command, c.RemoveClsact):
             if command.device in self.ledger.names("clsacts"):
                 result = run(clsact_delete_argv(command.device), timeout=self.timeout_s,
@@ -136,7 +136,7 @@ class LinuxSide:
                                     f"{result.stderr.strip()}")
                 self.ledger.discard("clsacts", command.device)
         elif isinstance(command, c.SetMirrorFilter):
-            self._run(mirror_filter_argv(command.device, command.target, command.probability,
+            self.output(mirror_filter_argv(command.device, command.target, command.probability,
                                          prio=command.prio, handle=FILTER_HANDLE,
                                          cookie=FILTER_COOKIE))
         elif isinstance(command, c.RemoveMirrorFilter):
@@ -156,7 +156,7 @@ class LinuxSide:
         how many of those others sit in the agent's prio range."""
         found, foreign, intruders = [], 0, 0
         for hook in ("ingress", "egress"):
-            for entry in self._json(["tc", "-j", "filter", "show", "dev", name, hook],
+            for entry in self.ip_json(["tc", "-j", "filter", "show", "dev", name, hook],
                                     missing_ok=True):
                 prio, options = entry.get("pref"), entry.get("options")
                 if options is None:
@@ -172,17 +172,18 @@ class LinuxSide:
     def _owned_device_names(self) -> set[str]:
         return {device.name for device in self.devices()}
 
-    def _exists(self, name: str) -> bool:
+    def exists(self, name: str) -> bool:
         return run(["ip", "link", "show", "dev", name], timeout=self.timeout_s,
                    check=False).returncode == 0
 
-    def _run(self, argv: list) -> str:
+    def output(self, argv: list) -> str:
+        """The standard output of ``argv``; a failure is one ``HostError``."""
         try:
             return run(argv, timeout=self.timeout_s).stdout
         except CommandError as exc:
             raise HostError(str(exc)) from None
 
-    def _json(self, argv: list[str], missing_ok: bool = False) -> list[dict[str, Any]]:
+    def ip_json(self, argv: list[str], missing_ok: bool = False) -> list[dict[str, Any]]:
         result = run(argv, timeout=self.timeout_s, check=False)
         if result.returncode != 0:
             if missing_ok:

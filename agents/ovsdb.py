@@ -41,7 +41,7 @@ class OvsdbSide:
         """(bridge exists, its sFlow row, its ports, what the agent owns on other bridges) in
         one snapshot. Other bridges are those in ``others`` (the ledger) and any bridge with a
         row marked as the agent's."""
-        tables = self._lists(("Bridge", "_uuid,name,ports,sflow"),
+        tables = self.tables(("Bridge", "_uuid,name,ports,sflow"),
                              ("Port", "_uuid,name,interfaces,external_ids"),
                              ("Interface", "_uuid,name,type,ofport,ofport_request,options,external_ids"),
                              ("sFlow", "_uuid,agent,external_ids,header,polling,sampling,targets"))
@@ -66,13 +66,13 @@ class OvsdbSide:
 
     def _bridge(self, row: dict[str, Any], tables: list[list[dict[str, Any]]]
                 ) -> tuple[ObservedSflow | None, tuple[ObservedPort, ...]]:
-        port_ids = set(_as_list(row["ports"]))
+        port_ids = set(as_list(row["ports"]))
         interfaces = {i["_uuid"]: i for i in tables[2]}
         ports = []
         for port in tables[1]:
             if port["_uuid"] not in port_ids:
                 continue
-            iface = next((interfaces[u] for u in _as_list(port["interfaces"])
+            iface = next((interfaces[u] for u in as_list(port["interfaces"])
                           if u in interfaces and interfaces[u]["name"] == port["name"]), None)
             if iface is None:
                 continue
@@ -97,7 +97,7 @@ class OvsdbSide:
 
     def flows(self, bridge: str) -> tuple[ObservedFlow, ...]:
         """The agent's flows (cookie tag) on ``bridge``."""
-        output = self._ofctl("--no-names", "dump-flows", self._mgmt(bridge),
+        output = self.ofctl("--no-names", "dump-flows", self.management_target(bridge),
                              f"cookie={COOKIE_TAG:#x}/{COOKIE_MASK:#x}")
         return tuple(flow for line in output.splitlines() if (flow := parse_flow(line)))
 
@@ -110,36 +110,36 @@ class OvsdbSide:
                       f"header={int(s.header_bytes)}", f"polling={int(s.polling_s)}",
                       f"agent={ovsdb_string(s.agent)}" if s.agent else "agent=[]"]
             if command.uuid:
-                self._vsctl("set", "sFlow", command.uuid, *fields)
+                self.vsctl("set", "sFlow", command.uuid, *fields)
             else:
-                self._vsctl("--", "--id=@s", "create", "sFlow", *fields, tag,
+                self.vsctl("--", "--id=@s", "create", "sFlow", *fields, tag,
                             "--", "set", "Bridge", command.bridge, "sflow=@s")
         elif isinstance(command, c.RemoveSflow):
             # The bridge's sflow column refers to the row; clearing it lets OVSDB collect it.
-            self._vsctl("--if-exists", "clear", "Bridge", command.bridge, "sflow")
+            self.vsctl("--if-exists", "clear", "Bridge", command.bridge, "sflow")
         elif isinstance(command, c.AddTunnelPort):
             options = [f"options:{key}={ovsdb_string(value)}" for key, value in command.options]
-            self._vsctl("--may-exist", "add-port", command.bridge, command.name,
+            self.vsctl("--may-exist", "add-port", command.bridge, command.name,
                         "--", "set", "Interface", command.name, "type=vxlan", *options,
                         f"ofport_request={int(command.ofport)}", tag,
                         f"external_ids:{PEER_KEY}={ovsdb_string(command.peer)}",
                         "--", "set", "Port", command.name, tag)
         elif isinstance(command, c.RemoveTunnelPort):
-            self._vsctl("--if-exists", "del-port", command.bridge, command.name)
+            self.vsctl("--if-exists", "del-port", command.bridge, command.name)
         elif isinstance(command, c.AddDropFlow):
-            self._ofctl("add-flow", self._mgmt(command.bridge),
+            self.ofctl("add-flow", self.management_target(command.bridge),
                         f"cookie={command.cookie:#x},priority={command.priority},"
                         f"in_port={command.in_port},actions=drop")
         elif isinstance(command, c.RemoveDropFlow):
-            self._ofctl("del-flows", self._mgmt(command.bridge), f"cookie={command.cookie:#x}/-1")
+            self.ofctl("del-flows", self.management_target(command.bridge), f"cookie={command.cookie:#x}/-1")
         else:
             raise HostError(f"OVSDB side cannot apply {command!r}")
 
-    # helpers ----------------------------------------------------------------------------------
-    def _mgmt(self, bridge: str) -> str:
+    # the tools, public for the application-monitoring side (agents/appmon_host.py) -----------
+    def management_target(self, bridge: str) -> str:
         return f"unix:{self.rundir}/{bridge}.mgmt"
 
-    def _vsctl(self, *args: str) -> str:
+    def vsctl(self, *args: str) -> str:
         argv = ["ovs-vsctl", f"--db={self.remote}", f"--timeout={max(1, int(self.timeout_s))}",
                 *args]
         try:
@@ -147,18 +147,18 @@ class OvsdbSide:
         except CommandError as exc:
             raise HostError(f"OVSDB at {self.remote}: {exc}; is ovsdb-server running?") from None
 
-    def _ofctl(self, *args: str) -> str:
+    def ofctl(self, *args: str) -> str:
         argv = ["ovs-ofctl", f"--timeout={max(1, int(self.timeout_s))}", *args]
         try:
             return run(argv, timeout=self.timeout_s + 2).stdout
         except CommandError as exc:
             raise HostError(f"OpenFlow: {exc}; is ovs-vswitchd running?") from None
 
-    def _lists(self, *tables: tuple[str, str]) -> list[list[dict[str, Any]]]:
+    def tables(self, *tables: tuple[str, str]) -> list[list[dict[str, Any]]]:
         args = ["--format=json"]
         for table, columns in tables:
             args += ["--", f"--columns={columns}", "list", table]
-        output = self._vsctl(*args)
+        output = self.vsctl(*args)
         decoder, position, results = json.JSONDecoder(), 0, []
         while len(results) < len(tables):
             while position < len(output) and output[position].isspace():
@@ -191,7 +191,7 @@ def parse_flow(line: str) -> ObservedFlow | None:
 
 
 def _sflow(row: dict[str, Any]) -> ObservedSflow:
-    targets = _as_list(row["targets"])
+    targets = as_list(row["targets"])
     settings = SflowSettings(
         target=targets[0] if len(targets) == 1 else ",".join(sorted(targets)),
         sampling=row["sampling"] if isinstance(row["sampling"], int) else 0,
@@ -214,7 +214,7 @@ def _value(cell: Any) -> Any:
     return cell
 
 
-def _as_list(value: Any) -> list:
+def as_list(value: Any) -> list:
     if value is None:
         return []
     return value if isinstance(value, list) else [value]
