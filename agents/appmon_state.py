@@ -23,7 +23,7 @@ import ipaddress
 import zlib
 from dataclasses import dataclass, field
 
-from cosample.agents.state import short_hash
+from cosample.agents.state import ObservedDevice, short_hash
 from cosample.dataplane.tunnels import appmon_vni
 from cosample.plan.document import (SHARE_BITS, AppmonEntry, HostPlan, Plan, selected_share,
                                      tunnel_ip)
@@ -109,14 +109,8 @@ class ObservedAppmonPort:
     tag: int | None
 
 
-@dataclass(frozen=True)
-class ObservedAppmonDevice:
-    name: str
-    remote_ip: str | None
-    vni: int | None
-    local_ip: str | None
-    dstport: int | None
-    up: bool
+#: An appmon VXLAN device is observed as the sFlow mirrors' devices are (its owner tells them apart).
+ObservedAppmonDevice = ObservedDevice
 
 
 @dataclass(frozen=True)
