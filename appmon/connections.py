@@ -7,9 +7,11 @@ joins a queue, and a final response takes the oldest (seeds 000/002: HTTP/1.x an
 pipelined or not). Interim 1xx responses take nothing. When the capture lost packets, TCP tells
 what order alone cannot: a response's acknowledgement number says which request bytes the server
 had received, so a response is never matched to a request sent after it was written (its own
-request was lost), and after lost responses the requests they answered leave the queue. Memory is bounded: ``max_connections`` in
-the table, ``MAX_PENDING`` requests per connection, early segments per direction and for all
-connections together (``streams.Budget``); what does not fit is counted by name.
+request was lost), and after lost responses the requests they answered leave the queue.
+Memory is bounded: ``max_connections`` in the table, ``MAX_PENDING`` waiting requests per
+connection (beyond it the oldest leaves the queue; every request still counts as load), early
+segments per direction and for all connections together (``streams.Budget``); what does not fit
+is counted by name.
 Closed (FIN both ways, or RST) and idle connections leave the table on ``expire``.
 """
 
@@ -64,8 +66,11 @@ class Connection:
             self.on_request(self.service, time)
             return False
         if len(self.pending) >= MAX_PENDING:
+            # so many unanswered requests: their answers went uncaptured (a selective mirror
+            # that copies no segment starting a long response). The request still counts as
+            # load; the oldest waiting one makes room (its answer is the likeliest lost).
+            self.pending.popleft()
             self.counters["pending_requests_full"] += 1
-            return False
         self.pending.append((time, method == b"HEAD", start))
         self.on_request(self.service, time)
         return False
