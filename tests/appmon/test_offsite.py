@@ -89,3 +89,29 @@ def test_all_segments_cut_to_96_bytes_give_every_status(rig, tmp_path):
     assert seen["2xx"] + seen["5xx"] == len(answered)
     assert seen["matched"] == len(answered)
     assert dropped.get("kernel_drops", 0) == 0
+
+
+def test_the_off_site_sniffers_records_count_exactly_at_the_analysis_node(rig, tmp_path):
+    """The seeds' off-site sniffer: the analyser on the server's switch port sends compact
+    records over the underlay to an analyser on the analysis node, which alone writes windows."""
+    rig.set_mechanism("none")
+    monitor = monitors.start(rig, "offsite", tmp_path, "records")
+    time.sleep(0.3)
+    before = len(rig.access_log())
+    underlay = rig.analysis_counters()
+    rig.load(rig.url(mean_ms=1, size=4000, error=0.2), duration_s=SECONDS,
+             connections=CONNECTIONS)
+    time.sleep(0.5)
+    sent = rig.analysis_counters().bytes - underlay.bytes
+    log = rig.access_log()[before:]
+    result = monitors.stop(rig, monitor, "10.77.0.2:80")
+    answered = [entry for entry in log if entry.status != 499]
+    assert len(answered) > 100
+    assert result["monitor_requests"] == len(log)
+    assert result["monitor_responses"] == len(answered)
+    assert result["monitor_5xx"] == sum(entry.status == 500 for entry in answered)
+    assert result["kernel_drops"] == 0
+    # about 18 bytes of records per request, with Ethernet, IP and UDP headers per datagram
+    assert 18 * len(log) < sent < 25 * len(log) + 2000
+    snapshot = json.loads((tmp_path / "state" / "snapshot.json").read_text())
+    assert not {key for key in snapshot["dropped"] if key.startswith("record")}
