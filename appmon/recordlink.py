@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+import time
 from collections import Counter
 
 from cosample.appmon.errors import AppmonError
@@ -20,6 +21,9 @@ from cosample.appmon.windows import Windows
 
 #: Datagrams read per call of ``RecordReceiver.receive`` before the loop looks at its clock.
 BATCH = 256
+#: Records whose time is further than this from the receiver's clock are refused: one bad or
+#: hostile datagram must not move the windows years ahead.
+MAX_CLOCK_SKEW_S = 300.0
 
 
 def parse_endpoint(text: str, option: str) -> tuple[str, int]:
@@ -89,30 +93,34 @@ class RecordReceiver:
 
     def receive(self) -> int:
         """Read what is queued (at most ``BATCH`` datagrams); the records taken."""
-        taken = 0
+        taken, now = 0, time.time()
         for _ in range(BATCH):
             try:
                 data, sender = self.socket.recvfrom(65535)
             except BlockingIOError:
                 break
-            taken += self.ingest(data, sender[0])
+            taken += self.ingest(data, sender[0], now)
         return taken
 
-    def ingest(self, data: bytes, sender: object) -> int:
+    def ingest(self, data: bytes, sender: object, now: float) -> int:
+        """One datagram from ``sender`` at the receiver's time ``now``; the records taken."""
         parsed = parse(data)
         if isinstance(parsed, str):
             self.counters[parsed] += 1
             return 0
         sequence, records = parsed
+        if any(abs(record[2] - now) > MAX_CLOCK_SKEW_S for record in records):
+            self.counters["record_datagrams_out_of_time"] += 1
+            return 0
         self.sequences.seen(sender, sequence)
         windows = self.windows
-        for kind, service, time, status, service_time in records:
-            if windows.start is not None and time < windows.start:
+        for kind, service, at, status, service_time in records:
+            if windows.start is not None and at < windows.start:
                 self.counters["records_late"] += 1  # its window closed: counted in this one
             if kind == REQUEST:
-                windows.request(service, time)
+                windows.request(service, at)
             else:
-                windows.response(service, time, status, service_time)
+                windows.response(service, at, status, service_time)
         return len(records)
 
     def close(self) -> None:

@@ -3,8 +3,10 @@ datagrams; the real-traffic test is tests/appmon/test_offsite.py."""
 
 from __future__ import annotations
 
+import math
 import random
 import socket
+import time
 from collections import Counter
 
 import pytest
@@ -123,17 +125,21 @@ def test_sender_to_receiver_over_loopback_fills_the_windows():
     port = receiver.socket.getsockname()[1]
     sender = RecordSender(("127.0.0.1", port), counters, rate=1e6)
     try:
+        start = math.floor(time.time() / 10) * 10 - 10  # whole in one window of the last 10 s
         for number in range(300):
-            sender.buffer.request(V4, 20.0 + number / 100)
-            sender.buffer.response(V4, 20.001 + number / 100, 500 if number % 10 == 0 else 200,
-                                   0.001)
+            sender.buffer.request(V4, start + number / 100)
+            sender.buffer.response(V4, start + 0.001 + number / 100,
+                                   500 if number % 10 == 0 else 200, 0.001)
         sender.send(partial=True)
         taken = 0
         for _ in range(100):
             taken += receiver.receive()
             if taken == 600:
                 break
-        receiver.ingest(b"junk", "127.0.0.1")
+        receiver.ingest(b"junk", "127.0.0.1", time.time())
+        future = RecordBuffer(Counter())
+        future.request(V4, time.time() + 3600)  # a sender's clock an hour ahead
+        assert receiver.ingest(future.take(partial=True)[0], "127.0.0.2", time.time()) == 0
     finally:
         sender.close()
         receiver.close()
@@ -141,4 +147,5 @@ def test_sender_to_receiver_over_loopback_fills_the_windows():
     stats = windows.current[V4]
     assert (stats.requests, stats.responses, stats.matched) == (300, 300, 300)
     assert stats.statuses[4] == 30 and stats.success_rate() == pytest.approx(0.9)
-    assert far == Counter({"record_datagrams_bad": 1})
+    assert far == Counter({"record_datagrams_bad": 1, "record_datagrams_out_of_time": 1})
+    assert windows.start == start  # the hour-ahead record moved nothing
