@@ -24,6 +24,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from cosample.agents.state import ObservedDevice, short_hash
+from cosample.appmon.records import RECORD_PORT
 from cosample.dataplane.tunnels import appmon_vni
 from cosample.plan.document import (SHARE_BITS, AppmonEntry, HostPlan, Plan, selected_share,
                                      tunnel_ip)
@@ -194,19 +195,35 @@ def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
     """What an analyser on ``host`` reads, one item per service: interface, BPF filter, snaplen.
 
     Sniffer entries of this host (on-site, or ``send_to`` an analysis host with compact
-    records), and the services other hosts mirror to this host (read from the tunnel device).
+    records: ``send_records`` is the endpoint for ``appmon run --send-records``), the services
+    other hosts mirror to this host (read from the tunnel device), and the other hosts' sniffers
+    that send records here (``interface`` None; ``receive_records`` for ``appmon run
+    --receive-records``).
     """
     items = []
     for entry in host.appmon:
         if entry.mechanism == "sniffer":
-            items.append(_spec_item(entry, entry.interface, sender=host.name,  # type: ignore
-                                    send_to=entry.to))
+            item = _spec_item(entry, entry.interface, sender=host.name,  # type: ignore
+                              send_to=entry.to)
+            if entry.to is not None:  # ``appmon run --send-records`` to the analysis host
+                item["send_records"] = _record_endpoint(plan, entry.to, host.name)
+            items.append(item)
     for sender, other in sorted(plan.hosts.items()):
         for entry in other.appmon:
-            if entry.to == host.name and entry.mechanism != "sniffer":
+            if entry.to == host.name and entry.mechanism == "sniffer":
+                item = _spec_item(entry, None, sender=sender, send_to=None)  # type: ignore
+                item["receive_records"] = _record_endpoint(plan, host.name, sender)
+                items.append(item)
+            elif entry.to == host.name:
                 items.append(_spec_item(entry, f"{RECEIVE_PREFIX}-{short_hash(sender)}",
                                         sender=sender, send_to=None))
     return tuple(items)
+
+
+def _record_endpoint(plan: Plan, analysis: str, sender: str) -> str:
+    """``ADDRESS:PORT`` where ``analysis`` receives the compact records of ``sender``'s sniffer."""
+    address = tunnel_ip(plan, analysis, f"{sender}'s sniffer sends compact records to it")
+    return (f"[{address}]" if ":" in address else address) + f":{RECORD_PORT}"
 
 
 def bpf_filter(address: str, port: int, segments: str, selected: int = 1 << SHARE_BITS) -> str:

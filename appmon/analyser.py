@@ -1,4 +1,6 @@
 """The analyser: frames in, per-service windows out (the fast path of ``run`` and ``replay``).
+With ``records`` (a ``records.RecordBuffer``), every request and response is also written as a
+compact record for an analysis host (the off-site sniffer).
 
 ``ingest(frame, time)`` decodes, reassembles and matches; it only updates state (INTCollector's
 fast path). Closed windows wait in ``windows.closed`` for the normal path (snapshot, metrics,
@@ -18,7 +20,8 @@ from cosample.appmon.windows import ServiceStats, Window, Windows
 #: from the drops, which lose information the metrics would need.
 IGNORED = frozenset(("not_ip", "not_tcp", "not_tracked", "other_port", "retransmitted_segments",
                      "overlapping_segments", "segments_after_close",
-                     "truncated_segments", "body_holes_skipped", "first_lines_cut"))
+                     "truncated_segments", "body_holes_skipped", "first_lines_cut",
+                     "record_datagrams_reordered", "record_senders_restarted"))
 
 
 class Analyser:
@@ -26,11 +29,22 @@ class Analyser:
 
     def __init__(self, window_s: float = 10.0, *, link: int = LINK_ETHERNET,
                  ports: frozenset[int] = frozenset(),
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, records=None,
+                 counters: Counter | None = None) -> None:
         self.link = link
-        self.counters: Counter = Counter()
+        self.counters: Counter = Counter() if counters is None else counters
         self.windows = Windows(window_s)
-        self.table = ConnectionTable(self.counters, self.windows.request, self.windows.response,
+        on_request, on_response = self.windows.request, self.windows.response
+        if records is not None:  # an off-site sniffer: every request and response also as a record
+            def on_request(service, time, local=on_request, remote=records.request):
+                local(service, time)
+                remote(service, time)
+
+            def on_response(service, time, status, service_time, local=on_response,
+                            remote=records.response):
+                local(service, time, status, service_time)
+                remote(service, time, status, service_time)
+        self.table = ConnectionTable(self.counters, on_request, on_response,
                                      max_connections=max_connections, ports=frozenset(ports))
         self.frames = 0
         self.totals: dict[tuple, ServiceStats] = {}

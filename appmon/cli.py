@@ -20,8 +20,17 @@ def register(subparsers) -> None:
     commands.required = True
 
     run = commands.add_parser("run", help="live analyser on an interface (AF_PACKET, root)")
-    run.add_argument("--interface", required=True, help="interface to capture (a mirror or "
-                     "tunnel endpoint, a VM's port, lo)")
+    run.add_argument("--interface", help="interface to capture (a mirror or tunnel endpoint, "
+                     "a VM's port, lo); needed unless --receive-records")
+    run.add_argument("--send-records", metavar="ADDRESS:PORT",
+                     help="off-site sniffer: also send every request and response as a compact "
+                          "record (UDP) to the analysis host's --receive-records")
+    run.add_argument("--record-rate", type=float, default=None, metavar="N",
+                     help="most records sent per second (default 50000; the rest are counted "
+                          "as records_over_rate)")
+    run.add_argument("--receive-records", metavar="ADDRESS:PORT",
+                     help="analysis host: listen for compact records here and count them in "
+                          "the same windows as packets")
     _common(run)
     run.add_argument("--metrics-port", type=int, metavar="N",
                      help="serve /metrics, /snapshot and /healthz over HTTP on this port")
@@ -72,19 +81,38 @@ def _run(args) -> int:
 
     from cosample.appmon.errors import AppmonError
     from cosample.appmon.service import Service, Settings
+    from cosample.appmon.recordlink import parse_endpoint
+    from cosample.appmon.records import DEFAULT_RATE
     window, ports = _settings(args)
     if args.duration is not None and not args.duration > 0:
         raise AppmonError(f"--duration: must be > 0, got {args.duration}")
+    if args.interface is None and args.receive_records is None:
+        raise AppmonError("appmon run: give --interface (packets), --receive-records "
+                          "(compact records), or both")
+    if args.send_records and args.interface is None:
+        raise AppmonError("--send-records: needs --interface (records come from packets)")
+    if args.record_rate is not None and not args.send_records:
+        raise AppmonError("--record-rate: only with --send-records")
+    rate = DEFAULT_RATE if args.record_rate is None else args.record_rate
+    if not rate > 0:
+        raise AppmonError(f"--record-rate: must be > 0, got {rate:g}")
     settings = Settings(interface=args.interface, name=args.name, window_s=window, ports=ports,
                         metrics_port=args.metrics_port, http_host=args.http_host,
                         state_dir=args.state_dir, events=args.events, band=args.band,
-                        max_silence_s=args.max_silence, duration_s=args.duration)
+                        max_silence_s=args.max_silence, duration_s=args.duration,
+                        send_records=parse_endpoint(args.send_records, "--send-records")
+                        if args.send_records else None, record_rate=rate,
+                        receive_records=parse_endpoint(args.receive_records, "--receive-records")
+                        if args.receive_records else None)
     service = Service(settings).start()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())
     http = f", HTTP on {service.http_address[0]}:{service.http_address[1]}" \
         if settings.metrics_port is not None else ""
-    print(f"appmon {settings.name}: capturing on {settings.interface}{http}", file=sys.stderr,
+    sources = ([f"capturing on {settings.interface}"] if settings.interface else []) + (
+        [f"receiving records on {args.receive_records}"] if settings.receive_records else [])
+    sending = f", sending records to {args.send_records}" if settings.send_records else ""
+    print(f"appmon {settings.name}: {' and '.join(sources)}{http}{sending}", file=sys.stderr,
           flush=True)
     service.run()
     return 0

@@ -7,9 +7,11 @@ joins a queue, and a final response takes the oldest (seeds 000/002: HTTP/1.x an
 pipelined or not). Interim 1xx responses take nothing. When the capture lost packets, TCP tells
 what order alone cannot: a response's acknowledgement number says which request bytes the server
 had received, so a response is never matched to a request sent after it was written (its own
-request was lost), and after lost responses the requests they answered leave the queue. Memory is bounded: ``max_connections`` in
-the table, ``MAX_PENDING`` requests per connection, early segments per direction and for all
-connections together (``streams.Budget``); what does not fit is counted by name.
+request was lost), and after lost responses the requests they answered leave the queue.
+Memory is bounded: ``max_connections`` in the table, ``MAX_PENDING`` waiting requests per
+connection (beyond it the oldest leaves the queue; every request still counts as load), early
+segments per direction and for all connections together (``streams.Budget``); what does not fit
+is counted by name.
 Closed (FIN both ways, or RST) and idle connections leave the table on ``expire``.
 """
 
@@ -41,6 +43,13 @@ def _before(seq: int, ack: int) -> bool:
     return 0 < ((ack - seq) & 0xFFFFFFFF) < 0x80000000
 
 
+def _unseen_requests(requests: HalfStream, ack: int) -> bool:
+    """Whether the server had acknowledged request bytes beyond those the capture delivered
+    (more than a FIN's one sequence number): requests the capture lost."""
+    delivered = requests.next_seq
+    return delivered is not None and 1 < ((ack - delivered) & 0xFFFFFFFF) < 0x80000000
+
+
 class Connection:
     __slots__ = ("service", "pending", "streams", "last_seen", "fins", "closed", "counters",
                  "on_request", "on_response", "answered")
@@ -64,8 +73,11 @@ class Connection:
             self.on_request(self.service, time)
             return False
         if len(self.pending) >= MAX_PENDING:
+            # so many unanswered requests: their answers went uncaptured (a selective mirror
+            # that copies no segment starting a long response). The request still counts as
+            # load; the oldest waiting one makes room (its answer is the likeliest lost).
+            self.pending.popleft()
             self.counters["pending_requests_full"] += 1
-            return False
         self.pending.append((time, method == b"HEAD", start))
         self.on_request(self.service, time)
         return False
@@ -77,6 +89,14 @@ class Connection:
         # the server had received this many request bytes: a request that starts at or after
         # ``ack`` cannot be the one answered (its own request was lost from the capture)
         ack = parser.start_ack
+        if parser.lost and pending and _unseen_requests(self.streams[0], ack):
+            # responses were lost, and the server had received request bytes the capture lost
+            # too: the newest request it had is not in the queue, and any waiting one may have
+            # had its answer in the lost bytes; pairing this response with one could make it
+            # older than its own, so it stays unpaired and the received ones leave the queue
+            while pending and _before(pending[0][2], ack):
+                pending.popleft()
+                self.counters["requests_answer_lost"] += 1
         while pending and parser.lost and len(pending) > 1 and _before(pending[1][2], ack):
             # responses were lost here: the queue's oldest requests lost their answers; answer
             # the newest request the server had received (exact unless pipelined across a loss)

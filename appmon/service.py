@@ -5,13 +5,16 @@ state) and, every ``tick_s``, runs the normal path: close windows that ended, ex
 connections, write each closed window's snapshot (``--state-dir``), its events (a value left its
 band, seed 003) and refresh what ``/metrics`` and ``/snapshot`` serve. Nothing a frame holds can
 stop the loop. ``--duration`` makes a bounded run (tests, experiments) that ends with the last
-window flushed.
+window flushed. ``send_records`` makes it the seeds' off-site sniffer (every request and response
+also sent as a compact record to an analysis host); ``receive_records`` makes it that analysis
+host (records fill the same windows as packets; ``interface`` may then be None).
 """
 
 from __future__ import annotations
 
 import select
 import sys
+from collections import Counter
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +26,8 @@ from cosample.appmon.analyser import Analyser
 from cosample.appmon.capture import PacketSocket
 from cosample.appmon.errors import AppmonError
 from cosample.appmon.metrics import AppMetrics, State
+from cosample.appmon.recordlink import RecordReceiver, RecordSender
+from cosample.appmon.records import DEFAULT_RATE
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
 from cosample.collector.events import EventDetector, write_events
 from cosample.files import write_atomic
@@ -33,9 +38,14 @@ SNAPSHOT_FILE = "snapshot.json"
 WINDOWS_FILE = "windows.jsonl"
 
 
+#: A receiver of compact records closes a window this long after its end, so records the
+#: senders flushed at their last tick still land in it.
+RECORD_GRACE_S = 1.0
+
+
 @dataclass(frozen=True)
 class Settings:
-    interface: str
+    interface: str | None
     name: str
     window_s: float = 10.0
     ports: frozenset[int] = frozenset()
@@ -48,12 +58,20 @@ class Settings:
     max_silence_s: float = 300.0
     duration_s: float | None = None
     receive_buffer: int = 32 << 20
+    send_records: tuple[str, int] | None = None  # the analysis host's UDP endpoint
+    record_rate: float = DEFAULT_RATE
+    receive_records: tuple[str, int] | None = None  # where this analyser listens for records
 
 
 class Service:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.analyser = Analyser(settings.window_s, ports=settings.ports)
+        counters: Counter = Counter()
+        self._sender = (RecordSender(settings.send_records, counters, settings.record_rate)
+                        if settings.send_records else None)
+        self.analyser = Analyser(settings.window_s, ports=settings.ports, counters=counters,
+                                 records=self._sender.buffer if self._sender else None)
+        self._receiver: RecordReceiver | None = None
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.state = State()
         self.metrics = AppMetrics(lambda: self.state)
@@ -64,8 +82,12 @@ class Service:
         self._events: IO[str] | None = None
 
     def start(self) -> "Service":
-        self._socket = PacketSocket(self.settings.interface, self.settings.ports,
-                                    self.settings.receive_buffer)
+        if self.settings.receive_records:
+            self._receiver = RecordReceiver(self.settings.receive_records, self.analyser.counters,
+                                            self.analyser.windows)
+        if self.settings.interface is not None:
+            self._socket = PacketSocket(self.settings.interface, self.settings.ports,
+                                        self.settings.receive_buffer)
         if self.settings.metrics_port is not None:
             self._http = _http_server(self, self.settings.http_host, self.settings.metrics_port)
             threading.Thread(target=self._http.serve_forever, name="appmon-http",
@@ -84,33 +106,49 @@ class Service:
         started = time.time()
         end = started + self.settings.duration_s if self.settings.duration_s else None
         next_tick = started + self.settings.tick_s
-        receive, ingest = self._socket.receive, self.analyser.ingest
+        ingest, sender = self.analyser.ingest, self._sender
+        receive = self._socket.receive if self._socket is not None else lambda: None
+        inputs = [source for source in (self._socket, self._receiver) if source is not None]
+        # records arrive up to a sender's tick after their time: close windows that much later
+        lag = RECORD_GRACE_S if self._receiver is not None else 0.0
         try:
             while not self._stop.is_set():
                 now = time.time()
                 if end is not None and now >= end:
                     break
                 timeout = max(0.0, min(next_tick - now, 0.2))
-                readable, _, _ = select.select([self._socket], [], [], timeout)
-                if readable:
+                readable, _, _ = select.select(inputs, [], [], timeout)
+                if self._socket in readable:
                     for _ in range(BATCH):
                         got = receive()
                         if got is None:
                             break
                         ingest(got[0], got[1])
+                    if sender is not None:
+                        sender.send()
+                if self._receiver is not None and self._receiver in readable:
+                    self._receiver.receive()
                 now = time.time()
                 if now >= next_tick:
-                    self._publish(self.analyser.tick(now), now)
+                    if sender is not None:
+                        sender.send(partial=True)
+                    self._publish(self.analyser.tick(now - lag), now)
                     next_tick = now + self.settings.tick_s
             while (got := receive()) is not None:  # what the kernel queued before the end
                 ingest(got[0], got[1])
+            if self._receiver is not None:
+                self._receiver.receive()
+            if sender is not None:
+                self.analyser.table.close_all()
+                sender.send(partial=True)
             self._publish(self.analyser.finish(), time.time())
         finally:
             self.close()
 
     def _publish(self, windows, now: float) -> None:
         analyser = self.analyser
-        analyser.counters["kernel_drops"] = self._socket.statistics()
+        analyser.counters["kernel_drops"] = (self._socket.statistics()
+                                             if self._socket is not None else 0)
         if not analyser.counters["kernel_drops"]:
             del analyser.counters["kernel_drops"]
         for window in windows:
@@ -140,8 +178,10 @@ class Service:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
-        if self._socket is not None:
-            self._socket.close()
+        for link in (self._socket, self._sender, self._receiver):
+            if link is not None:
+                link.close()
+        self._socket = self._sender = self._receiver = None
         if self._events is not None and self._events is not sys.stdout:
             self._events.close()
             self._events = None

@@ -57,8 +57,9 @@ class HalfStream:
 
     def segment(self, seq: int, payload: bytes, wire_length: int, time: float,
                 ack: int = 0) -> None:
-        if self.next_seq is None:  # picked up mid-stream: start here, hunting
-            self.next_seq = seq
+        if self.next_seq is None:  # picked up mid-stream: start here, hunting; what came
+            self.next_seq = seq    # before is unknown, as after a gap
+            self.parser.lost = True
         elif self.early and time - min(held[2] for held in self.early.values()) > REORDER_WAIT_S:
             self.counters["reorder_wait_expired"] += 1
             self._skip_hole()

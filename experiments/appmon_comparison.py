@@ -10,9 +10,11 @@ node reached through an OVS VXLAN port. wrk runs for ``--seconds`` against nginx
 | tcpdump | - | tcpdump on the server's interface, writing a pcap |
 | tshark | - | tshark on the server's interface, computing ``http.time`` |
 | sniffer_onsite | - | the analyser on the server's port on the switch host |
+| sniffer_offsite | - | the same, sending compact records to an analyser on the analysis node |
 | port_mirror | OVS Mirror of the server's port to the VXLAN port | the analyser on the analysis node |
 | selective_mirror | OpenFlow flows copying the service's PSH segments | the same |
 | truncated_mirror | the selective flows with ``max_len`` | the same |
+| selective_all_truncated | flows copying every segment of the service, ``max_len`` | the same |
 | port_mirror_snaplen | the Mirror with ``snaplen`` | the same |
 | *_bare | port, selective, truncated mirror | none: the copies reach the analysis node unread |
 
@@ -20,9 +22,9 @@ The analysis node is a namespace on the same two cores as everything else, so th
 with the analyser pay for its CPU too; the bare arms show what the switch and the tunnel alone
 cost (the seeds' analysis tool only wrote what it received to a file).
 
-The seeds' off-site sniffer (compact records sent to an analysis node) has no counterpart in the
-analyser; selective_mirror, the analyser on the analysis node receiving only the PSH segments,
-stands in for it. Recorded per arm and round: wrk's requests/s, mean and p99 latency; the
+The seeds' off-site sniffer is ``appmon run --send-records`` on the switch host (its CPU is the
+monitor's) and ``appmon run --receive-records`` on the analysis node (whose windows are read);
+its records travel on the underlay, counted with the mirrors' copies. Recorded per arm and round: wrk's requests/s, mean and p99 latency; the
 monitor's and ovs-vswitchd's CPU seconds over the load; frames and bytes the analysis node
 received (underlay, VXLAN included; and the decapsulated copies); and, to show the monitoring is
 right as well as cheap, the monitor's request and 5xx counts and mean service time beside nginx's
@@ -64,6 +66,7 @@ class Arm:
     mechanism: str = "none"
     truncate: int | None = None
     monitor: str | None = None
+    segments: str = "psh"
 
 
 ARMS = (
@@ -71,9 +74,12 @@ ARMS = (
     Arm("tcpdump", monitor="tcpdump"),
     Arm("tshark", monitor="tshark"),
     Arm("sniffer_onsite", monitor="onsite"),
+    Arm("sniffer_offsite", monitor="offsite"),
     Arm("port_mirror", "port", monitor="analysis"),
     Arm("selective_mirror", "selective", monitor="analysis"),
     Arm("truncated_mirror", "selective", TRUNCATE_BYTES, monitor="analysis"),
+    Arm("selective_all_truncated", "selective", TRUNCATE_BYTES, monitor="analysis",
+        segments="all"),
     Arm("port_mirror_snaplen", "port", TRUNCATE_BYTES + VXLAN_OVERHEAD, monitor="analysis"),
     Arm("port_mirror_bare", "port"),
     Arm("selective_mirror_bare", "selective"),
@@ -90,7 +96,7 @@ COLUMNS = ("round", "arm", "mechanism", "truncate", "monitor", "seconds", "conne
 def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings: argparse.Namespace) -> dict:
     """One arm once: apply the mechanism, start the monitor, load, read every counter."""
     from cosample.lab.web import SERVER_ADDRESS
-    rig.set_mechanism(arm.mechanism, arm.truncate)
+    rig.set_mechanism(arm.mechanism, arm.truncate, segments=arm.segments)
     monitor = (monitors.start(rig, arm.monitor, scratch / f"r{round_number}-{arm.name}", arm.name)
                if arm.monitor else None)
     time.sleep(0.5)  # the mechanism's first upcalls and the monitor's start settle

@@ -74,11 +74,33 @@ class Monitor:
     process: subprocess.Popen
     directory: Path
     result: dict = field(default_factory=dict)
+    #: the off-site sniffer's receiver on the analysis node (``process`` is the sender)
+    receiver: subprocess.Popen | None = None
+
+
+
+def _analyser_argv(*options: str) -> list[str]:
+    return [sys.executable, "-m", "cosample", "appmon", "run", "--port", str(SERVICE_PORT),
+            "--window", "1h", *options]
 
 
 def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -> Monitor:
-    """Start ``kind`` (tcpdump, tshark, onsite, analysis) and wait until it captures."""
+    """Start ``kind`` (tcpdump, tshark, onsite, analysis, offsite) and wait until it captures.
+    ``offsite``: the analyser on the server's port sends compact records to another on the
+    analysis node, which writes the windows (the seeds' off-site sniffer)."""
     directory.mkdir(parents=True, exist_ok=True)
+    if kind == "offsite":
+        from cosample.appmon.records import RECORD_PORT
+        from cosample.lab.appmirror import UNDERLAY_ANALYSIS
+        endpoint = f"{UNDERLAY_ANALYSIS}:{RECORD_PORT}"
+        receiver = _spawn_waiting(rig, rig.analysis, _analyser_argv(
+            "--receive-records", endpoint, "--name", name, "--state-dir",
+            str(directory / "state")), directory / "receiver", "receiving records", timeout_s)
+        sender = _spawn_waiting(rig, rig.switch, _analyser_argv(
+            "--interface", rig.server_port, "--send-records", endpoint, "--name", f"{name}-sender",
+            "--state-dir", str(directory / "sender-state")), directory, "capturing on",
+            timeout_s)
+        return Monitor(kind, sender, directory, receiver=receiver)
     if kind == "tcpdump":
         namespace, marker = rig.server, "listening on"
         argv = ["tcpdump", "-i", "eth0", "-n", "-w", str(directory / "capture.pcap"),
@@ -92,27 +114,38 @@ def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -
         namespace, marker = (rig.switch, "capturing on") if kind == "onsite" else \
             (rig.analysis, "capturing on")
         interface = rig.server_port if kind == "onsite" else "vx0"
-        argv = [sys.executable, "-m", "cosample", "appmon", "run", "--interface", interface,
-                "--port", str(SERVICE_PORT), "--window", "1h", "--name", name,
-                "--state-dir", str(directory / "state")]
+        argv = _analyser_argv("--interface", interface, "--name", name,
+                              "--state-dir", str(directory / "state"))
     else:
-        raise ExperimentError(f"monitor {kind!r}: expected tcpdump, tshark, onsite or analysis")
+        raise ExperimentError(f"monitor {kind!r}: expected tcpdump, tshark, onsite, analysis "
+                              "or offsite")
+    return Monitor(kind, _spawn_waiting(rig, namespace, argv, directory, marker, timeout_s),
+                   directory)
+
+
+def _spawn_waiting(rig, namespace: str, argv: list[str], directory: Path, marker: str,
+                   timeout_s: float) -> subprocess.Popen:
+    """Start ``argv`` (output into ``directory``) and wait for ``marker`` on its stderr."""
+    directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "stdout", "wb") as out, open(directory / "stderr", "wb") as err:
         process = rig._spawn(namespace, argv, stdout=out, stderr=err)
-    monitor = Monitor(kind, process, directory)
     deadline = time.monotonic() + timeout_s
     while marker not in (directory / "stderr").read_text(errors="replace"):
         if process.poll() is not None or time.monotonic() > deadline:
             rig.stop(process)
-            raise ExperimentError(f"{kind} did not start capturing within {timeout_s:g} s: "
+            raise ExperimentError(f"{argv[0]} did not start within {timeout_s:g} s: "
                                   f"{(directory / 'stderr').read_text(errors='replace')[-400:]}")
         time.sleep(0.05)
-    return monitor
+    return process
 
 
 def stop(rig, monitor: Monitor, service: str) -> dict:
-    """Stop the monitor (SIGTERM: each flushes) and read what it computed for ``service``."""
+    """Stop the monitor (SIGTERM: each flushes; the off-site sender first, so its last records
+    reach the receiver) and read what it computed for ``service``."""
     rig.stop(monitor.process, timeout_s=30)
+    if monitor.receiver is not None:
+        time.sleep(0.3)
+        rig.stop(monitor.receiver, timeout_s=30)
     monitor.result = _READERS[monitor.kind](monitor.directory, service)
     return monitor.result
 
@@ -157,9 +190,13 @@ def _analyser(directory: Path, service: str) -> dict:
             errors += entry["status_classes"]["5xx"]
             if entry["service_time_s"]:
                 total_s += entry["service_time_s"]["mean"] * entry["matched"]
+    sender = directory / "sender-state" / "windows.jsonl"  # the off-site sniffer's capture side
+    for line in sender.read_text().splitlines() if sender.exists() else ():
+        drops = max(drops, json.loads(line)["dropped"].get("kernel_drops", 0))
     return {"monitor_requests": requests, "monitor_responses": responses,
             "monitor_5xx": errors, "monitor_mean_ms": 1e3 * total_s / matched if matched else None,
             "kernel_drops": drops}
 
 
-_READERS = {"tcpdump": _tcpdump, "tshark": _tshark, "onsite": _analyser, "analysis": _analyser}
+_READERS = {"tcpdump": _tcpdump, "tshark": _tshark, "onsite": _analyser, "analysis": _analyser,
+            "offsite": _analyser}

@@ -73,14 +73,18 @@ def wire_flows(client_ofport: int | str, server_ofport: int | str) -> list[str]:
 
 def selective_flows(client_ofport: int, server_ofport: int, tunnel_ofport: int,
                     server_ip: str, server_port: int, max_len: int | None = None,
-                    share_bits: int = 0) -> list[str]:
-    """Flows that forward as the wire does and copy the service's PSH segments to the tunnel
-    (truncated to ``max_len`` bytes when given); with ``share_bits`` = k only of the connections
-    whose client port's bits 1..k are 0, a share 2**-k of them, both directions of each (bit 0
-    is skipped: Linux gives connect()'s ephemeral ports even numbers first)."""
+                    share_bits: int = 0, segments: str = "psh") -> list[str]:
+    """Flows that forward as the wire does and copy the service's PSH segments (``segments``
+    "all": every segment) to the tunnel (truncated to ``max_len`` bytes when given); with
+    ``share_bits`` = k only of the connections whose client port's bits 1..k are 0, a share
+    2**-k of them, both directions of each (bit 0 is skipped: Linux gives connect()'s ephemeral
+    ports even numbers first)."""
     copy = (f"output(port={tunnel_ofport},max_len={max_len})" if max_len
             else f"output:{tunnel_ofport}")
-    head = f"cookie={SELECTIVE_COOKIE:#x},priority=100,tcp,tcp_flags=+psh"
+    if segments not in ("psh", "all"):
+        raise ValueError(f"segments {segments!r}: expected psh or all")
+    flags = ",tcp_flags=+psh" if segments == "psh" else ""
+    head = f"cookie={SELECTIVE_COOKIE:#x},priority=100,tcp{flags}"
     if share_bits < 0 or share_bits > 15:
         raise ValueError(f"share_bits {share_bits}: expected 0..15")
     mask = ((1 << share_bits) - 1) << 1
@@ -171,10 +175,12 @@ class MirrorRig(WebRig):
         return self.ovs.ofctl(*args)
 
     def set_mechanism(self, kind: str, truncate: int | None = None,
-                      service_port: int = 80, share_bits: int = 0) -> None:
+                      service_port: int = 80, share_bits: int = 0,
+                      segments: str = "psh") -> None:
         """Remove the current mechanism and apply ``kind`` (``none``, ``port``, ``selective``);
         ``truncate``: the mirror's ``snaplen`` or the flows' ``max_len``; ``share_bits``: the
-        selective flows copy a share 2**-share_bits of the connections."""
+        selective flows copy a share 2**-share_bits of the connections; ``segments``: which of
+        their segments (``psh`` or ``all``)."""
         self.clear_mechanism()
         if kind == "port":
             self.ovs.vsctl(*port_mirror_args(self.bridge, self.server_port, self.tunnel_port,
@@ -183,7 +189,8 @@ class MirrorRig(WebRig):
             for flow in selective_flows(self.ofport[self.client_port],
                                         self.ofport[self.server_port],
                                         self.ofport[self.tunnel_port], SERVER_ADDRESS,
-                                        service_port, truncate, share_bits):
+                                        service_port, truncate, share_bits,
+                                        segments):
                 self._ofctl("add-flow", self._management(), flow)
         elif kind != "none":
             raise ValueError(f"mechanism {kind!r}: expected none, port or selective")

@@ -21,6 +21,7 @@ from cosample.agents.fakehost import FakeHost
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import summarise
 from cosample.agents.state import DesiredState
+from cosample.appmon.records import RECORD_PORT
 from cosample.dataplane.tunnels import appmon_vni, pair_vni
 from cosample.plan.document import content_digest, plan_from_dict
 from cosample.plan.errors import PlanError
@@ -274,7 +275,13 @@ def test_appmon_spec_cli(make_plan, tmp_path):
     assert [(i["mechanism"], i["interface"], i["send_to"]) for i in spec["s1"]] == [
         ("sniffer", "vm1", "s4")]
     assert [(i["mechanism"], i["snaplen"], i["from"]) for i in spec["s4"]] == [
-        ("port_mirror", 100, "s1")]
+        ("port_mirror", 100, "s1"), ("sniffer", None, "s1")]
+    # the sniffer sends its compact records to s4's tunnel address, where s4's analyser listens
+    plan = json.loads(path.read_text())
+    endpoint = f"{plan['hosts']['s4']['tunnel_ip']}:{RECORD_PORT}"
+    assert spec["s1"][0]["send_records"] == endpoint
+    assert (spec["s4"][1]["interface"], spec["s4"][1]["receive_records"]) == (None, endpoint)
+    assert "send_records" not in spec["s4"][0] and "receive_records" not in spec["s1"][0]
     result = subprocess.run([*argv, "--host", "s9"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "s9" in result.stderr
 

@@ -76,8 +76,17 @@ def test_option_errors(capture, capsys):
     assert "--window: must be > 0" in capsys.readouterr().err
     assert main(["appmon", "replay", str(capture), "--port", "70000"]) == 2
     assert "--port: expected 1-65535, got 70000" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["appmon", "run"])  # --interface is required
+    for argv, message in (
+            ([], "give --interface (packets), --receive-records"),
+            (["--receive-records", "10.0.0.4:9555", "--send-records", "10.0.0.5:9555"],
+             "--send-records: needs --interface"),
+            (["--interface", "lo", "--record-rate", "10"], "--record-rate: only with"),
+            (["--interface", "lo", "--send-records", "10.0.0.5:9555", "--record-rate", "0"],
+             "--record-rate: must be > 0"),
+            (["--interface", "lo", "--send-records", "server:9555"],
+             "--send-records 'server:9555': expected ADDRESS:PORT")):
+        assert main(["appmon", "run", *argv]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_snapshot_read_back_rejects_bad_fields():

@@ -192,9 +192,10 @@ def test_memory_bounds_have_named_drops(monkeypatch):
     long = Conversation(cport=40002)
     frames += long.handshake(1.0) + [long.send(1.0, b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 30)]
     frames += Conversation(cport=40003).handshake(1.0)
-    analyser, _ = run(frames, max_connections=3)
+    analyser, windows = run(frames, max_connections=3)
     dropped = analyser.dropped()
     assert dropped["pending_requests_full"] == 2
+    assert only(windows).requests == 5 + 1  # a full queue loses no load (the long header's too)
     assert dropped["reorder_buffer_full"] >= 1
     assert dropped["header_too_long"] == 1
     assert dropped["connection_table_full"] == 2  # its SYN and SYN-ACK

@@ -87,10 +87,16 @@ def test_short_comparison_on_real_traffic(tmp_path, capsys):
     assert per_request["none"] < 1  # nothing is copied without a mechanism
     assert per_request["truncated_mirror"] < per_request["selective_mirror"] \
         < per_request["port_mirror"], per_request.to_dict()
-    for arm in ("port_mirror", "sniffer_onsite"):  # every packet copied: exact
+    # every packet copied (or every segment cut to 78 bytes, or every record sent): exact; the
+    # PSH copies too for requests and for the one-segment 500s (not for the 4000-byte 200s)
+    for arm in ("port_mirror", "sniffer_onsite", "sniffer_offsite", "selective_all_truncated",
+                "selective_mirror", "truncated_mirror"):
         assert rows.loc[arm, "kernel_drops"] == 0
         assert rows.loc[arm, "monitor_requests"] == rows.loc[arm, "log_requests"], arm
         assert rows.loc[arm, "monitor_5xx"] == rows.loc[arm, "log_5xx"], arm
+    assert per_request["sniffer_offsite"] < per_request["truncated_mirror"] \
+        < per_request["selective_all_truncated"] < per_request["port_mirror"], \
+        per_request.to_dict()
     # OVS 3.1, userspace datapath: a Mirror's snaplen cuts the VXLAN-encapsulated copy without
     # fixing its outer lengths, and the analysis node's kernel drops every cut one: only frames
     # short enough to pass whole (bare acknowledgements) arrive (docs/ovs-facts.md)
