@@ -24,8 +24,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from cosample.agents.state import ObservedDevice, short_hash
-from cosample.appmon.records import RECORD_PORT
-from cosample.dataplane.tunnels import appmon_vni
+from cosample.dataplane.tunnels import RECORD_PORT, appmon_vni
 from cosample.plan.document import (SHARE_BITS, AppmonEntry, HostPlan, Plan, selected_share,
                                      tunnel_ip)
 from cosample.plan.errors import PlanError

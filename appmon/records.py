@@ -26,8 +26,6 @@ import struct
 from collections import Counter
 
 MAGIC, VERSION = b"CSAR", 1
-#: UDP port an analysis host receives records on (the agents' analyser spec names it).
-RECORD_PORT = 9555
 REQUEST, RESPONSE = 1, 2
 UNMATCHED = 0xFFFFFFFF
 HEADER = struct.Struct("!4sBBHIQ")

@@ -90,7 +90,7 @@ def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -
     analysis node, which writes the windows (the seeds' off-site sniffer)."""
     directory.mkdir(parents=True, exist_ok=True)
     if kind == "offsite":
-        from cosample.appmon.records import RECORD_PORT
+        from cosample.dataplane.tunnels import RECORD_PORT
         from cosample.lab.appmirror import UNDERLAY_ANALYSIS
         endpoint = f"{UNDERLAY_ANALYSIS}:{RECORD_PORT}"
         receiver = _spawn_waiting(rig, rig.analysis, _analyser_argv(

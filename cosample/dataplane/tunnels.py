@@ -1,4 +1,5 @@
-"""The mirror tunnels' keys: one function every party computes them with.
+"""The mirror tunnels' keys (one function every party computes them with) and the one port
+between hosts that is not a tunnel: where an analysis host receives the sniffers' records.
 
 A sender's agent mirrors a share of its VM traffic to a receiver through a VXLAN tunnel whose
 key (VNI) is derived from the ordered pair of host names; the receiver's agent creates the
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import zlib
 
+#: UDP port an analysis host receives the off-site sniffers' compact records on
+#: (``cosample.appmon.records``; the agents' analyser spec names it).
+RECORD_PORT = 9555
 #: VNIs are 24 bits; 0 and 2**24 - 1 are avoided.
 VNI_SPACE = 2**24 - 2
 

@@ -21,7 +21,7 @@ from cosample.agents.fakehost import FakeHost
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import summarise
 from cosample.agents.state import DesiredState
-from cosample.appmon.records import RECORD_PORT
+from cosample.dataplane.tunnels import RECORD_PORT
 from cosample.dataplane.tunnels import appmon_vni, pair_vni
 from cosample.plan.document import content_digest, plan_from_dict
 from cosample.plan.errors import PlanError
