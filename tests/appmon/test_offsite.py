@@ -28,8 +28,8 @@ from cosample.lab.appmirror import MirrorRig, rig_unavailable
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 CONNECTIONS = 8
-#: Per connection, more requests than the analyser's queue holds (``MAX_PENDING``, 64) are
-#: needed for the psh case to test anything; 2 s of wrk gives several hundred.
+#: Seconds of wrk per load (the PSH cases take 3: per connection, more requests than the
+#: analyser's queue holds, ``MAX_PENDING`` = 64, are needed for them to test anything).
 SECONDS = 2
 
 
@@ -42,13 +42,13 @@ def rig(tmp_path_factory):
         yield rig
 
 
-def analyse(rig, directory, segments, truncate, error):
+def analyse(rig, directory, segments, truncate, error, seconds=SECONDS):
     """One load through the mechanism; the access log's new entries and the analyser's sums."""
     rig.set_mechanism("selective", truncate, segments=segments)
     monitor = monitors.start(rig, "analysis", directory, f"offsite-{segments}")
     time.sleep(0.3)
     before = len(rig.access_log())
-    rig.load(rig.url(mean_ms=1, size=4000, error=error), duration_s=SECONDS,
+    rig.load(rig.url(mean_ms=1, size=4000, error=error), duration_s=seconds,
              connections=CONNECTIONS)
     time.sleep(0.5)  # the last copies reach the analyser
     log = rig.access_log()[before:]
@@ -72,10 +72,11 @@ def analyse(rig, directory, segments, truncate, error):
 
 
 def test_psh_copies_count_every_request_at_the_analysis_node(rig, tmp_path):
-    log, seen, dropped = analyse(rig, tmp_path, "psh", None, error=0)
-    assert len(log) > 3 * 64 * CONNECTIONS  # else the queue bound was never reached
+    log, seen, dropped = analyse(rig, tmp_path, "psh", None, error=0, seconds=3)
     assert seen["requests"] == len(log)
-    assert dropped["pending_requests_full"] > 0  # no status line was copied to empty the queue
+    # no status line was copied to empty the queue: the bound was reached (else this tests
+    # nothing; 3 s of wrk on 8 connections give a few hundred requests per connection)
+    assert dropped["pending_requests_full"] > 0
     assert seen["2xx"] <= sum(entry.status == 200 for entry in log)
     assert seen["5xx"] == seen["other"] == 0
     assert dropped.get("kernel_drops", 0) == 0
@@ -86,9 +87,9 @@ def test_psh_copies_time_the_one_segment_answers_right(rig, tmp_path):
     apart on a connection: each must be paired with its own request. (Before the queue fix, a
     full queue no longer took new requests, and a 500 was paired with one up to 64 requests
     older: tens of milliseconds too long.)"""
-    log, seen, dropped = analyse(rig, tmp_path, "psh", None, error=0.02)
+    log, seen, dropped = analyse(rig, tmp_path, "psh", None, error=0.02, seconds=3)
     errors = [entry.request_time for entry in log if entry.status == 500]
-    assert len(errors) >= 20
+    assert len(errors) >= 10
     assert seen["requests"] == len(log)
     assert seen["5xx"] == seen["matched"] == len(errors)
     logged = sum(errors) / len(errors)
