@@ -138,8 +138,8 @@ def knows_servers(snapshot: Any) -> bool:
     """Whether a snapshot sees any server: one sampled at some rate (coverage > 0: a plan-less
     collector lists servers whose agents it has not heard yet with coverage 0) or polled."""
     table = snapshot.servers
-    return bool(table.name) and (any(c > 0 for c in table.coverage)
-                                 or bool(snapshot.interfaces and snapshot.interfaces.server))
+    return len(table.name) > 0 and (bool(np.any(table.column("coverage") > 0)) or (
+        snapshot.interfaces is not None and len(snapshot.interfaces.server) > 0))
 
 
 def measurement_due(waited_s: float, bound_s: float, sampling: int | None) -> bool:

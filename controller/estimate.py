@@ -75,7 +75,7 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
     counted = np.full(n, np.nan)
     disagreements: list[Disagreement] = []
     ports = snapshot.interfaces
-    if ports is not None and ports.server:
+    if ports is not None and len(ports.server):
         rows = np.asarray(ports.server, dtype=np.int64)
         polled = np.bincount(rows, minlength=len(table.name)) > 0
         total = np.bincount(rows, weights=np.asarray(ports.in_pps, dtype=float),
@@ -98,7 +98,7 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
 def _matrix(traffic: Any, inventory: Inventory, source: str
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The snapshot's matrix entries in inventory positions (none without a matrix)."""
-    if traffic is None or not traffic.pps:
+    if traffic is None or not len(traffic.pps):
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, np.zeros(0)
     mapped = _positions(inventory, traffic.names, lambda k: f"{source}: traffic_pps.names[{k}]")
