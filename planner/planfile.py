@@ -385,12 +385,15 @@ def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,
     correctly rounded decimal except when the scaled value lies within 1e-3 of a half (its own
     rounding error is below 1.3e-4) or the decade was misjudged; those few take the string path.
     """
-    x = np.asarray(values, dtype=float)
+    x = np.ascontiguousarray(values, dtype=float)
     finite = np.isfinite(x)
     if not finite.all():
         k = int(np.flatnonzero(~finite)[0])
         where = f"hosts.{names[k]}.{field}" if names is not None else field
         raise PlannerError(f"{where}: not a finite number ({float(x[k])!r})")
+    bits = x.view(np.int64)
+    if x.size > 1 and bool((bits == bits[0]).all()):  # one value throughout (alpha, margin..)
+        return np.full_like(x, significant(x[:1], None, field, digits)[0])
     out = x.copy()
     nonzero = np.flatnonzero(x != 0)
     a = np.abs(x[nonzero])
