@@ -41,10 +41,11 @@ from cosample.collector.planwatch import PlanWatcher, Update
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.receiver import Receiver
 from cosample.collector.reexport import Reexporter
+from cosample.collector import snapshotbin
 from cosample.collector.snapshot import Snapshot
 from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
-from cosample.files import write_atomic
+from cosample.files import write_atomic, write_bytes_atomic
 
 SNAPSHOT_FILE = "snapshot.json"
 #: After a snapshot that took d seconds, at least this many times d of ingest before the next.
@@ -103,6 +104,7 @@ class Service:
         self._snapshot_json = b""
         self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
         self._signed: tuple[bytes, str | None] = (b"", None)  # one reference: body, signature
+        self._signed_binary: tuple[bytes, str | None] = (b"", None)  # ``snapshotbin``'s form
         self._stop = threading.Event()
         self._socket: socket.socket | None = None
         self._receiver: Receiver | None = None
@@ -261,12 +263,16 @@ class Service:
         return snapshot
 
     def _write(self, item: tuple[Snapshot, float]) -> None:
-        """On the writer thread: JSON for ``/snapshot``, events, the state file, kernel drops."""
+        """On the writer thread: JSON for ``/snapshot`` and the binary columnar form for
+        ``/snapshot.bin`` (``snapshotbin``: what the controller reads at scale), events, the
+        state files, kernel drops."""
         snapshot, now = item
         text = snapshot.to_json()
         self._snapshot_json = text.encode()
         self._signed = (self._snapshot_json,
                         self._signer.sign(self._snapshot_json) if self._signer else None)
+        binary = snapshotbin.encode(snapshot)
+        self._signed_binary = (binary, self._signer.sign(binary) if self._signer else None)
         if self._events is not None:
             events = self.detector.update_all(dict(snapshot_values(snapshot)), now)
             self.status.events += write_events(events, self._events)
@@ -274,6 +280,8 @@ class Service:
             try:
                 write_atomic(Path(self.settings.state_dir) / SNAPSHOT_FILE,
                              lambda stream: stream.write(text), parents=True)
+                write_bytes_atomic(Path(self.settings.state_dir) / snapshotbin.BINARY_FILE,
+                                   binary)
             except (OSError, CosampleError) as exc:
                 self.status.state_write_errors += 1
                 if self.status.state_write_errors == 1 or \
@@ -288,9 +296,10 @@ class Service:
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
 
-    def signed_snapshot(self) -> tuple[bytes, str | None]:
-        """The snapshot's bytes and their signature (None: no ``snapshot_key``), one pair."""
-        return self._signed
+    def signed_snapshot(self, binary: bool = False) -> tuple[bytes, str | None]:
+        """The snapshot's bytes and their signature (None: no ``snapshot_key``), one pair;
+        ``binary``: the columnar binary form's (``snapshotbin``)."""
+        return self._signed_binary if binary else self._signed
     def status_json(self) -> bytes:
         """The daemon's counters without the per-server rows: cheap at any fleet size (a
         scrape of ``/metrics`` renders every server)."""
@@ -332,12 +341,16 @@ def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
-            if path == "/snapshot" and service.snapshot is None:
+            binary = path == snapshotbin.BINARY_PATH
+            if (path == "/snapshot" or binary) and service.snapshot is None:
                 self.send_error(503, "no snapshot yet")
                 return
             signature = None
             if path == "/snapshot":
                 (body, signature), kind = service.signed_snapshot(), "application/json"
+            elif binary:
+                (body, signature), kind = (service.signed_snapshot(binary=True),
+                                           snapshotbin.CONTENT_TYPE)
             elif path == "/metrics":
                 body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
             elif path == "/healthz":
@@ -345,7 +358,8 @@ def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
             elif path == "/status":
                 body, kind = service.status_json(), "application/json"
             else:
-                self.send_error(404, "try /snapshot, /metrics, /status or /healthz")
+                self.send_error(404, "try /snapshot, /snapshot.bin, /metrics, /status or "
+                                     "/healthz")
                 return
             self.send_response(200)
             self.send_header("Content-Type", kind)

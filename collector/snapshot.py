@@ -156,19 +156,26 @@ class ServerTable(Strict):
     def row(self, k: int, time: datetime | None = None,
             interfaces: dict[str, InterfaceRates] | None = None) -> ServerEstimate:
         age = self.last_sample_age_s[k]
+        if age is not None and math.isnan(age):  # the binary form's "none" (``snapshotbin``)
+            age = None
         variances = (self.packets_per_s_variance, self.bytes_per_s_variance)
+
+        def number(column: Any) -> float:
+            return float(column[k])
         return ServerEstimate.model_construct(
-            packets_per_s=self.packets_per_s[k],
-            packets_per_s_ci95=[self.packets_per_s_ci95_low[k], self.packets_per_s_ci95_high[k]],
-            bytes_per_s=self.bytes_per_s[k],
-            bytes_per_s_ci95=[self.bytes_per_s_ci95_low[k], self.bytes_per_s_ci95_high[k]],
-            samples=self.samples[k], samples_per_s=self.samples_per_s[k],
-            local_samples=self.local_samples[k], mirrored_samples=self.mirrored_samples[k],
-            coverage=self.coverage[k],
-            last_sample=(time - timedelta(seconds=age)) if time is not None and age is not None
-            else None, interfaces=interfaces,
-            packets_per_s_variance=variances[0][k] if variances[0] is not None else None,
-            bytes_per_s_variance=variances[1][k] if variances[1] is not None else None)
+            packets_per_s=number(self.packets_per_s),
+            packets_per_s_ci95=[number(self.packets_per_s_ci95_low),
+                                number(self.packets_per_s_ci95_high)],
+            bytes_per_s=number(self.bytes_per_s),
+            bytes_per_s_ci95=[number(self.bytes_per_s_ci95_low),
+                              number(self.bytes_per_s_ci95_high)],
+            samples=int(self.samples[k]), samples_per_s=number(self.samples_per_s),
+            local_samples=int(self.local_samples[k]),
+            mirrored_samples=int(self.mirrored_samples[k]), coverage=number(self.coverage),
+            last_sample=(time - timedelta(seconds=float(age)))
+            if time is not None and age is not None else None, interfaces=interfaces,
+            packets_per_s_variance=number(variances[0]) if variances[0] is not None else None,
+            bytes_per_s_variance=number(variances[1]) if variances[1] is not None else None)
 
     def __eq__(self, other: object) -> bool:  # the fields; not the name index cached below
         return isinstance(other, ServerTable) and self.__dict__ == other.__dict__
@@ -270,7 +277,7 @@ class Snapshot(Strict):
             k = int(bad[0])
             _fail(("servers", "samples", k), f"server {table.name[k]!r}: local_samples + "
                   f"mirrored_samples ({local[k]} + {mirrored[k]}) != samples "
-                  f"({table.samples[k]})", table.samples[k])
+                  f"({table.samples[k]})", int(table.samples[k]))
         if self.interfaces is not None:
             _same_lengths(self.interfaces, "interfaces")
             _indices(self.interfaces.server, n, ("interfaces", "server"), "servers")
@@ -357,12 +364,12 @@ def _unique(names: list[str], loc: tuple) -> None:
 
 
 def _indices(values: list[int], size: int, loc: tuple, what: str) -> None:
-    if values:
+    if len(values):  # a list, or the binary form's array
         array = np.asarray(values, dtype=np.int64)
         bad = np.flatnonzero(array >= size)
         if bad.size:
             k = int(bad[0])
-            _fail(loc + (k,), f"no such row in {what} ({size} rows)", values[k])
+            _fail(loc + (k,), f"no such row in {what} ({size} rows)", int(values[k]))
 
 
 def parse_snapshot(data: bytes | str | Mapping[str, Any], where: str = "snapshot") -> Snapshot:

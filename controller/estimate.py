@@ -24,7 +24,7 @@ and no other server.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -75,7 +75,7 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
     counted = np.full(n, np.nan)
     disagreements: list[Disagreement] = []
     ports = snapshot.interfaces
-    if ports is not None and ports.server:
+    if ports is not None and len(ports.server):
         rows = np.asarray(ports.server, dtype=np.int64)
         polled = np.bincount(rows, minlength=len(table.name)) > 0
         total = np.bincount(rows, weights=np.asarray(ports.in_pps, dtype=float),
@@ -98,19 +98,33 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
 def _matrix(traffic: Any, inventory: Inventory, source: str
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The snapshot's matrix entries in inventory positions (none without a matrix)."""
-    if traffic is None or not traffic.pps:
+    if traffic is None or not len(traffic.pps):
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, np.zeros(0)
-    mapped = _positions(inventory, traffic.names, lambda k: f"{source}: traffic_pps.names[{k}]")
-    src = mapped[np.asarray(traffic.src, dtype=np.int64)]
-    dst = mapped[np.asarray(traffic.dst, dtype=np.int64)]
+    src = np.asarray(traffic.src, dtype=np.int64)
+    dst = np.asarray(traffic.dst, dtype=np.int64)
+    if not _in_order(traffic.names, inventory):  # else positions are the indices themselves
+        mapped = _positions(inventory, traffic.names,
+                            lambda k: f"{source}: traffic_pps.names[{k}]")
+        src, dst = mapped[src], mapped[dst]
     pps = np.asarray(traffic.pps, dtype=float)
     keep = pps > 0
+    if keep.all():
+        return src, dst, pps
     return src[keep], dst[keep], pps[keep]
 
 
-def _positions(inventory: Inventory, names: list[str], at: Callable[[int], str]) -> np.ndarray:
+def _in_order(names: Sequence[str], inventory: Inventory) -> bool:
+    """Whether ``names`` are the inventory's, in its order (a collector that knows the whole
+    fleet lists it so): one comparison of the lists instead of a look-up per name."""
+    return len(names) == inventory.size and tuple(names) == inventory.names
+
+
+def _positions(inventory: Inventory, names: Sequence[str], at: Callable[[int], str]
+               ) -> np.ndarray:
     """Inventory positions of ``names``; an error at ``at(k)`` for the first unknown one."""
+    if _in_order(names, inventory):
+        return np.arange(len(names), dtype=np.int64)
     index = inventory.index
     try:
         return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
@@ -139,16 +153,32 @@ def _fit_rows(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, own: np.ndarray
         row = np.bincount(src, weights=pps, minlength=n)
     rest = np.where(measured, np.maximum(own - row, 0.0), 0.0)
     local = np.flatnonzero(rest > 0)
+    mapped = src.size
     src = np.concatenate((src, local))
     dst = np.concatenate((dst, local))
     pps = np.concatenate((pps, rest[local]))
-    return _combine(src, dst, pps, n)
+    return _combine(src, dst, pps, n, sorted_up_to=mapped)
 
 
-def _combine(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, n: int
+def _combine(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, n: int, sorted_up_to: int = 0
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sum duplicate (src, dst) entries; sorted by src * n + dst."""
+    """Sum duplicate (src, dst) entries; sorted by src * n + dst. When the first
+    ``sorted_up_to`` entries are already strictly sorted (a collector writes its matrix so),
+    the rest are merged into them by binary search instead of sorting everything again."""
     keys = src.astype(np.int64) * n + dst
+    head = keys[:sorted_up_to]
+    if sorted_up_to and bool(np.all(head[1:] > head[:-1])):
+        tail = keys[sorted_up_to:]
+        if tail.size == 0 or bool(np.all(tail[1:] > tail[:-1])):
+            total = pps[:sorted_up_to].copy()
+            at = np.searchsorted(head, tail)
+            found = at < head.size
+            found[found] = head[at[found]] == tail[found]
+            total[at[found]] += pps[sorted_up_to:][found]  # distinct places: tail is unique
+            new = ~found
+            unique = np.insert(head, at[new], tail[new])
+            total = np.insert(total, at[new], pps[sorted_up_to:][new])
+            return unique // n, unique % n, total
     unique, inverse = np.unique(keys, return_inverse=True)
     total = np.bincount(inverse, weights=pps, minlength=unique.size)
     return unique // n, unique % n, total

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from cosample.controller.errors import InventoryError
 from cosample.planner.description import NonNegative, Positive, Server as DescribedServer, Sflow
+from cosample.planner.datacentre import ExtraColumns
 from cosample.validation import Strict, problem, read_document, validate
 
 FORMAT = "cosample.inventory"
@@ -89,6 +90,9 @@ class Inventory:
     def __post_init__(self) -> None:
         if not self.index:
             object.__setattr__(self, "index", {name: i for i, name in enumerate(self.names)})
+        if self.extras and not isinstance(self.extras, ExtraColumns):
+            # once, as columns: every publication writes them column by column, not host by host
+            object.__setattr__(self, "extras", ExtraColumns.of(self.names, self.extras))
 
     @property
     def size(self) -> int:

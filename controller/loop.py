@@ -23,13 +23,13 @@ from cosample.collector.polling import plan_lead_s
 from cosample.controller import decide as decisions
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
-from cosample.controller.estimate import measure
-from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
+from cosample.controller.estimate import Measurement, measure
+from cosample.controller.evaluate import Evaluation, PlanShares, evaluate, shares
 from cosample.controller.inventory import Inventory
-from cosample.controller.plausibility import (JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen,
-                                              vet)
+from cosample.controller.plausibility import (JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Refusal,
+                                              Screen, vet)
 from cosample.controller.publish import Rendered, oversized, render
-from cosample.controller.replan import replan
+from cosample.controller.replan import Candidate, replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, SnapshotReader
@@ -40,11 +40,6 @@ from cosample.errors import CosampleError
 from cosample.files import FileWriteError
 
 log = logging.getLogger("cosample.controller")
-#: A snapshot whose window is shorter than this share of the longest seen, or than the one
-#: before it (still growing), is a start-up window (the collector has run for less than its
-#: window): noisy, so the hold does not remember it. Nor what the measurement plan's sparse
-#: 1-in-N sampling shows: the hold is for the traffic's peaks, not for sampling error.
-FULL_WINDOW = 0.9
 
 
 @dataclass(frozen=True)
@@ -98,6 +93,26 @@ class Settings:
     @property
     def snapshot_max_age_s(self) -> float:
         return self.max_age_s if self.max_age_s is not None else 3 * self.interval_s
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One snapshot's estimate, the candidate planned for it, and the situation ``decide``
+    judges (computed by ``Controller._judge``; the controller learns it only after deciding)."""
+
+    measurement: Measurement
+    refusals: tuple[Refusal, ...]
+    screen: Screen
+    smoothed: Smoothed
+    candidate: Candidate
+    sparse: bool     # plan-less or measurement-plan samples
+    quiet: bool      # our last publication is still settling
+    measuring: bool  # the plan in force is the measurement plan
+    settling: np.ndarray  # servers whose traffic moved by a step within a window
+    # by ``Controller._situation``:
+    candidate_eval: Evaluation | None = None
+    current: Evaluation | None = None
+    situation: decisions.Situation | None = None
 
 
 class Controller:
@@ -176,17 +191,10 @@ class Controller:
                 break
             stop.wait(max(0.0, self.settings.interval_s - (time.monotonic() - began)))
 
-    # pieces -------------------------------------------------------------------------------------
+    # pieces: the effects around the pure rules of ``decide`` -----------------------------------
     def _cycle(self, now: datetime) -> CycleStatus:
         timings: dict[str, float] = {}
-        mark = _mark()
-        reading = self.reader(self.settings.collectors, now, self.settings.snapshot_max_age_s,
-                              self.settings.timeout_s)
-        _lap(timings, "read", mark)
-        if reading.snapshot is not None and not knows_servers(reading.snapshot):
-            reading = replace(reading, snapshot=None, problems=reading.problems + (
-                "the collectors know no server yet (no plan and no agent addresses, or no "
-                "sFlow arriving)",))
+        reading = self._read(now, timings)
         if reading.snapshot is None:
             if self.current is None:
                 self.waiting_since = self.waiting_since or now
@@ -194,41 +202,77 @@ class Controller:
             return self._base(now, "stale", reading=reading,
                               reasons=("no fresh snapshot: keeping the plan in force",))
         self.waiting_since = None
+        judged = self._judge(now, reading.snapshot, timings)
         mark = _mark()
-        settings = self.settings
-        measurement = measure(reading.snapshot, self.inventory,
-                              source="+".join(settings.collectors))
-        vetted = vet(measurement, self.screen, self.inventory.names,
-                     self.inventory.capacity_pps, settings.implausible_slack,
-                     settings.jump_factor, settings.jump_of_capacity)
+        judged = self._situation(now, judged)
+        decision = decisions.decide(judged.situation, self.settings.policy)
+        _lap(timings, "decide", mark)
+        self.smoothed = judged.smoothed  # only a cycle that got this far learns from its snapshot
+        self.screen = judged.screen
+        self.measurement = judged.measurement
+        self.gain_streak = decision.gain_streak
+        published: tuple[int, ...] = ()
+        two_phase = False
+        if decision.publish:
+            published, two_phase = self._publish_candidate(judged, now, timings)
+        return self._status(now, reading, judged, decision, published, two_phase, timings)
+
+    def _read(self, now: datetime, timings: dict[str, float]) -> Reading:
+        """The collectors' merged snapshot; one that knows no server counts as none."""
+        mark = _mark()
+        reading = self.reader(self.settings.collectors, now, self.settings.snapshot_max_age_s,
+                              self.settings.timeout_s)
+        _lap(timings, "read", mark)
+        if reading.snapshot is not None and not decisions.knows_servers(reading.snapshot):
+            reading = replace(reading, snapshot=None, problems=reading.problems + (
+                "the collectors know no server yet (no plan and no agent addresses, or no "
+                "sFlow arriving)",))
+        return reading
+
+    def _judge(self, now: datetime, snapshot: Any, timings: dict[str, float]) -> Judged:
+        """Estimate, vet and smooth the snapshot, re-plan. Computations: but for the longest
+        window seen, the controller learns them only once the cycle has decided (``_cycle``)."""
+        mark = _mark()
+        settings, inv = self.settings, self.inventory
+        measurement = measure(snapshot, inv, source="+".join(settings.collectors))
+        vetted = vet(measurement, self.screen, inv.names, inv.capacity_pps,
+                     settings.implausible_slack, settings.jump_factor, settings.jump_of_capacity)
         measurement = vetted.measurement
         for refusal in vetted.refusals[:LIST_LIMIT]:
             log.warning("estimate refused: %s", refusal.describe())
-        sparse = reading.snapshot.plan is None or is_measurement_plan(self.current)
-        was_warm = self.smoothed is not None and \
-            self.smoothed.count * settings.interval_s >= settings.warm_s
+        measuring = is_measurement_plan(self.current)  # decided as if no plan were in force
+        sparse = snapshot.plan is None or measuring
         quiet = self.quiet_until is not None and now < self.quiet_until
         self.full_window_s = max(self.full_window_s, measurement.window_s)
-        # sparse samples (plan-less, measurement plan) are never remembered by the hold
-        smoothed = update(self.smoothed, measurement, settings.tau_s, settings.rise_tau_s,
+        before = self.smoothed
+        full = decisions.full_window(measurement.window_s,
+                                     before.window_s if before is not None else 0.0,
+                                     self.full_window_s)
+        smoothed = update(before, measurement, settings.tau_s, settings.rise_tau_s,
                           hold_s=settings.hold_seconds, change=settings.change,
-                          capacity=self.inventory.capacity_pps, detect=was_warm,
-                          remember=not quiet and self._full(measurement.window_s) and not sparse)
+                          capacity=inv.capacity_pps,
+                          detect=before is not None and decisions.is_warm(
+                              before.count, settings.interval_s, settings.warm_s),
+                          remember=decisions.remembers(quiet, full, sparse))
         rising, settling = smoothed.rising(), smoothed.settling()
         _lap(timings, "estimate", mark)
         mark = _mark()
-        candidate = replan(self.inventory, smoothed.planning(), settings.plan_margin,
-                           settings.solver, settings.measure_sampling, rising)
+        candidate = replan(inv, smoothed.planning(), settings.plan_margin, settings.solver,
+                           settings.measure_sampling, rising)
         _lap(timings, "plan", mark)
-        mark = _mark()
-        inv = self.inventory
+        return Judged(measurement, vetted.refusals, vetted.screen, smoothed, candidate, sparse,
+                      quiet, measuring, settling)
+
+    def _situation(self, now: datetime, judged: Judged) -> Judged:
+        """``judged`` with the candidate and the plan in force evaluated: ``decide``'s input."""
+        settings, inv = self.settings, self.inventory
+        smoothed, candidate, measuring = judged.smoothed, judged.candidate, judged.measuring
         # overload is judged under the present traffic, the gain under the held peaks the
         # candidate was planned for (a trough of noise shorter than the hold is no gain)
         own, forwarding = smoothed.loads()
-        judged = evaluate(candidate.shares, own, forwarding, inv.capacity_pps, inv.alpha,
-                          inv.beta)
+        candidate_eval = evaluate(candidate.shares, own, forwarding, inv.capacity_pps,
+                                  inv.alpha, inv.beta)
         current_eval = gain_basis = None
-        measuring = is_measurement_plan(self.current)  # decided as if no plan were in force
         if self.current_shares is not None and not measuring:
             current_eval = evaluate(self.current_shares, own, forwarding, inv.capacity_pps,
                                     inv.alpha, inv.beta)
@@ -237,52 +281,53 @@ class Controller:
                          inv.capacity_pps, inv.alpha, inv.beta).distinct_pps
                 for plan_shares in (self.current_shares, candidate.shares))
         situation = decisions.Situation(
-            now=now, interval_s=self.settings.interval_s, names=inv.names,
-            capacity_pps=inv.capacity_pps, candidate=judged, current=current_eval,
+            now=now, interval_s=settings.interval_s, names=inv.names,
+            capacity_pps=inv.capacity_pps, candidate=candidate_eval, current=current_eval,
             current_expires=None if measuring else _expires(self.current),
             same_content=self.current_shares is not None
             and self.current_shares.same_as(candidate.shares),
             gain_streak=self.gain_streak,
-            warm=smoothed.count * self.settings.interval_s >= self.settings.warm_s,
-            settling=tuple(inv.names[i] for i in np.flatnonzero(settling)),
-            quiet=quiet, gain_basis=gain_basis)
-        decision = decisions.decide(situation, self.settings.policy)
-        if (self.current is None or measuring) and not situation.warm:
-            decision = replace(decision, reasons=(
-                f"warming up: {smoothed.count} snapshot(s) averaged, publishing after "
-                f"{self.settings.warm_s:g} s of them",))
-        _lap(timings, "decide", mark)
-        self.smoothed = smoothed  # only a cycle that got this far learns from its snapshot
-        self.screen = vetted.screen
-        self.measurement = measurement
-        self.gain_streak = decision.gain_streak
-        published: tuple[int, ...] = ()
-        two_phase = False
-        if decision.publish:
-            mark = _mark()
-            document = candidate.document(now, timedelta(seconds=self.settings.valid_for_s))
-            _lap(timings, "document", mark)
-            mark = _mark()
-            published, two_phase = self._publish(document, candidate.shares, now)
-            self._record_report(candidate)
-            _lap(timings, "publish", mark)
-            self.quiet_until = now + timedelta(seconds=quiet_s(settings, two_phase,
-                                                               measurement.window_s, sparse))
-        worst = current_eval if current_eval is not None else judged
+            warm=decisions.is_warm(smoothed.count, settings.interval_s, settings.warm_s),
+            settling=tuple(inv.names[i] for i in np.flatnonzero(judged.settling)),
+            quiet=judged.quiet, gain_basis=gain_basis, averaged=smoothed.count,
+            warm_s=settings.warm_s)
+        return replace(judged, candidate_eval=candidate_eval, current=current_eval,
+                       situation=situation)
+
+    def _publish_candidate(self, judged: Judged, now: datetime, timings: dict[str, float]
+                           ) -> tuple[tuple[int, ...], bool]:
+        """Build the candidate's document, publish it, record its report, start the quiet."""
+        candidate, settings = judged.candidate, self.settings
+        mark = _mark()
+        document = candidate.document(now, timedelta(seconds=settings.valid_for_s))
+        _lap(timings, "document", mark)
+        mark = _mark()
+        published, two_phase = self._publish(document, candidate.shares, now)
+        self._record_report(candidate)
+        _lap(timings, "publish", mark)
+        self.quiet_until = now + timedelta(seconds=decisions.quiet_s(
+            settings, two_phase, judged.measurement.window_s, judged.sparse))
+        return published, two_phase
+
+    def _status(self, now: datetime, reading: Reading, judged: Judged,
+                decision: decisions.Decision, published: tuple[int, ...], two_phase: bool,
+                timings: dict[str, float]) -> CycleStatus:
+        candidate, measurement = judged.candidate, judged.measurement
+        worst = judged.current if judged.current is not None else judged.candidate_eval
         return self._base(
             now, "published" if published else "kept", reading=reading,
             reasons=decision.reasons, published=published, two_phase=two_phase,
-            gain=decision.gain if current_eval is not None else None,
+            gain=decision.gain if judged.current is not None else None,
             gain_streak=decision.gain_streak,
             predicted_max_use=float(worst.use.max()) if worst.use.size else 0.0,
             over_limit=decision.overloaded,
             unrelievable=decision.unrelievable + candidate.saturated,
             unmeasured=len(candidate.unmeasured), rising=candidate.rising,
-            settling=situation.settling, quiet=quiet,
+            settling=judged.situation.settling, quiet=judged.situation.quiet,
             counter_servers=int(measurement.from_counters.sum()),
             refused=tuple({"server": r.server, "reason": r.reason, "pps": r.pps,
-                           "bound_pps": r.bound_pps} for r in vetted.refusals),
-            problems=tuple(f"estimate refused: {r.describe()}" for r in vetted.refusals),
+                           "bound_pps": r.bound_pps} for r in judged.refusals),
+            problems=tuple(f"estimate refused: {r.describe()}" for r in judged.refusals),
             disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
                                  "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}
                                 for d in measurement.disagreements),
@@ -294,7 +339,7 @@ class Controller:
         measurement plan (``measurement_due``)."""
         settings = self.settings
         waited = (now - self.waiting_since).total_seconds()
-        if measurement_due(waited, settings.measure_after_s, settings.measure_sampling):
+        if decisions.measurement_due(waited, settings.measure_after_s, settings.measure_sampling):
             plan = measurement_plan(self.inventory, settings.measure_sampling, now,
                                     timedelta(seconds=settings.valid_for_s))
             published, _ = self._publish(plan, shares(plan, self.inventory.index), now)
@@ -309,19 +354,12 @@ class Controller:
             f"no plan in force: waiting {waited:.0f} s for a snapshot that knows the servers "
             f"(agents sample in their safe state){fallback}",))
 
-    def _full(self, window_s: float) -> bool:
-        """Whether a snapshot's window is the collector's full one (no longer growing)."""
-        before = self.smoothed.window_s if self.smoothed is not None else 0.0
-        return window_s >= FULL_WINDOW * self.full_window_s and before >= FULL_WINDOW * window_s
-
     def _publish(self, plan: dict[str, Any], plan_shares: PlanShares, now: datetime
                  ) -> tuple[tuple[int, ...], bool]:
         version = next_version(self.store.last_version(), now)
-        expires = _expires(self.current)
-        previous = self.current if (
-            expires is not None and expires > now and self.current_shares is not None
-            and not is_measurement_plan(self.current)
-            and needs_two_phases(self.current_shares, plan_shares)) else None
+        previous = self.current if decisions.two_phases(
+            self.current_shares, _expires(self.current), is_measurement_plan(self.current),
+            plan_shares, now) else None
         rendered = render(plan, version, self.settings.key, previous, now,
                           self.settings.settle_s, self.settings.lead_s)
         written = self.target.publish(rendered)  # a file path, if the target wrote one
@@ -365,35 +403,6 @@ class Controller:
             + ((self.size_problem,) if self.size_problem else ()),
             **{key: value for key, value in fields.items() if key != "published"},
             published_versions=fields.get("published", ()))
-
-
-def knows_servers(snapshot: Any) -> bool:
-    """Whether a snapshot sees any server: one sampled at some rate (coverage > 0: a plan-less
-    collector lists servers whose agents it has not heard yet with coverage 0) or polled."""
-    table = snapshot.servers
-    return bool(table.name) and (any(c > 0 for c in table.coverage)
-                                 or bool(snapshot.interfaces and snapshot.interfaces.server))
-
-
-def quiet_s(settings: Settings, two_phase: bool, window_s: float, after_sparse: bool) -> float:
-    """How long after a publication gains wait and the hold remembers nothing: until the
-    agents run the plan (its lead, then ``settle`` bounds their fetch and apply time, once per
-    phase); then also until the collector's window holds only the new plan's samples when
-
-    - there is no lead: the collector may learn the plan after the agents and misjudge a
-      dropped stream for up to a window (docs/collector.md, "Plan changes");
-    - the plan replaced sparse sampling (plan-less, measurement plan): the window still holds
-      the sparse samples, whose error the hold must not take for the traffic's peaks."""
-    agents = settings.lead_s + settings.settle_s * (2 if two_phase else 1)
-    if settings.lead_s > 0 and not after_sparse:
-        return agents
-    return agents + settings.interval_s + window_s
-
-
-def measurement_due(waited_s: float, bound_s: float, sampling: int | None) -> bool:
-    """Publish the measurement plan: no plan in force, none of the snapshots of the last
-    ``bound_s`` seconds knew a server, and the measurement plan is on."""
-    return bool(sampling) and waited_s >= bound_s
 
 
 def _expires(plan: dict[str, Any] | None) -> datetime | None:

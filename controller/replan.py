@@ -27,7 +27,6 @@ from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.planfile import build_plan, host_report
-from cosample.planner.realise import realise
 from cosample.planner.solution import Solution
 from cosample.planner.solvers import solve
 
@@ -105,7 +104,7 @@ def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:
     """What the plan file will say the data plane does: sFlow's 1-in-N and the topped-up mirrors
     (the planner's own rounding, ``realise``), as arrays."""
-    applied = realise(solution)
+    applied = solution.applied  # the one rounding the plan file and the report state too
     local = applied.local_rate  # 1/N, or 0
     keep = applied.mirror_pps > 0
     src, dst = applied.mirror_src[keep], applied.mirror_dst[keep]

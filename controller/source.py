@@ -19,6 +19,7 @@ import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime
 
+from cosample.collector import snapshotbin
 from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Verifier
 from cosample.collector.errors import CollectorError
 from cosample.collector.merge import merge_snapshots
@@ -111,9 +112,13 @@ def read_collectors(locations: tuple[str, ...], now: datetime, max_age_s: float,
 
 
 def parse(data: bytes, location: str) -> Snapshot:
-    """Validated straight from the JSON bytes (``parse_snapshot_json``: pydantic in Rust on the
-    columnar snapshot, then array checks); errors name the collector and the field."""
+    """Validated from either form, told apart by its first bytes: the binary columnar form
+    (``snapshotbin``: arrays checked as a whole, what a large fleet's controller reads) or the
+    JSON form (``parse_snapshot_json``: pydantic in Rust, then array checks); errors name the
+    collector and the field."""
     try:
+        if snapshotbin.is_binary(data):
+            return snapshotbin.decode(data, where=location)
         return parse_snapshot_json(data, where=location)
     except CollectorError as exc:
         raise SnapshotError(str(exc)) from None
@@ -132,9 +137,10 @@ def fetch(location: str, timeout_s: float) -> bytes:
 
 
 def snapshot_url(location: str) -> str:
-    """``http://host:port`` -> ``http://host:port/snapshot``; anything else unchanged."""
+    """``http://host:port`` -> ``http://host:port/snapshot.bin`` (the binary columnar form,
+    ``snapshotbin``); anything else unchanged (``/snapshot``, the JSON form, still reads)."""
     parts = urllib.parse.urlsplit(location)
     if parts.scheme in ("http", "https") and parts.path in ("", "/"):
-        return urllib.parse.urlunsplit(parts._replace(path="/snapshot"))
+        return urllib.parse.urlunsplit(parts._replace(path=snapshotbin.BINARY_PATH))
     return location
 

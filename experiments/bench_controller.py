@@ -12,12 +12,22 @@ then a fresh process runs two controller cycles on it, as ``cosample controller 
 Each cycle's wall-clock time is split by step (the controller's own ``timings``), and so is its
 CPU time (``<step>_cpu``: the machine is shared, wall-clock time includes waiting for a core); peak memory is the
 process's peak resident set (``VmHWM``) with the size after imports beside it.
-One process per size, so peaks do not carry over. ``--baseline-tree DIR`` runs the code of another
-revision laid out in DIR (``python -m research.revision REV DIR`` from a clone) on the same
-snapshot, alternating with the working tree's ``--repeats`` times, and prints their CPU-time
-ratios: old and new side by side in one run, under the same load.
+One process per size, so peaks do not carry over. The controller reads the snapshot in the
+collector's binary columnar form (``collector.snapshotbin``; ``--form json``: the JSON form).
+
+Beside each figure, its floor, measured in a fresh process of its own on the same files: reading
+the snapshot's bytes into its arrays (``np.frombuffer`` on the binary form; orjson and
+``np.asarray`` on the JSON form), the exact solver alone on the same data centre, and signing
+(ed25519) and writing (with fsync) the published plan's bytes once; the cycle's floor is their
+sum (the kept cycle's: read and plan). Peak memory beside the floor process's.
+
+``--baseline-tree DIR`` runs the code of another revision laid out in DIR (``python -m
+research.revision REV DIR`` from a clone) on the same snapshot, alternating with the working
+tree's ``--repeats`` times, and prints their CPU-time ratios: old and new side by side in one
+run, under the same load.
 
     python -m cosample.experiments.bench_controller [--sizes 10000 100000 1000000] [--csv FILE]
+    python -m cosample.experiments.bench_controller --sizes 1000000 --form json
     python -m cosample.experiments.bench_controller --sizes 100000 --baseline-tree DIR --repeats 5
     python -m cosample.experiments.bench_controller --two-phase 100000
 """
@@ -41,14 +51,17 @@ import numpy as np
 
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.times import format_time
-from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 from cosample.experiments.errors import ExperimentError
 from cosample.experiments.othertree import checked
+from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 
 SIZES = (10_000, 100_000, 1_000_000)
 REPOSITORY = Path(__file__).resolve().parents[1]
 TARGET_SERVERS, TARGET_SECONDS = 100_000, 2.0
+LARGE_SERVERS, LARGE_CPU_S = 1_000_000, 5.0  # issue 25: a cycle at 10^6 under 5 s CPU
 CHECK_UP_TO = 100_000  # the agents' reader on the published plan (10^6: minutes and gigabytes)
+CYCLE_S = 30  # the second cycle's snapshot is this much newer
+FORMS = {"binary": "bin", "json": "json"}  # --form: the snapshot file's suffix
 
 
 def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) -> None:
@@ -80,10 +93,19 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
     path.write_text(json.dumps(document))
     capacity = {"capacity": dc.capacity_pps.tolist()}
     path.with_suffix(".capacity.json").write_text(json.dumps(capacity))
+    later = dict(document, time=format_time(moment + timedelta(seconds=CYCLE_S)))
+    path.with_name("snap2.json").write_text(json.dumps(later))
+    from cosample.collector import snapshotbin
+    from cosample.collector.snapshot import parse_snapshot_json
+
+    for name, doc in (("snap.bin", document), ("snap2.bin", later)):
+        binary = snapshotbin.encode(parse_snapshot_json(json.dumps(doc).encode()))
+        path.with_name(name).write_bytes(binary)
 
 
-def measure(servers: int, folder: Path) -> dict:
-    """Two cycles on the snapshot in ``folder`` (run in a process of its own)."""
+def measure(servers: int, folder: Path, form: str = "json") -> dict:
+    """Two cycles on the snapshot in ``folder`` (run in a process of its own), read in ``form``
+    (``FORMS``; old code reads ``snap.json``)."""
     from cosample.plan.signing import generate_keypair
     from cosample.controller.loop import Controller, Settings
     from cosample.controller.publish import DirectoryTarget
@@ -91,8 +113,9 @@ def measure(servers: int, folder: Path) -> dict:
     rss_imports = _rss_mb()
     inventory = _inventory(servers, folder)
     generate_keypair(folder / "key.pem", folder / "key.pub")
-    snapshot = folder / "snap.json"
-    started = datetime.fromisoformat(_snapshot_time(snapshot))
+    suffix = FORMS[form]
+    snapshot = folder / f"snap.{suffix}"
+    started = datetime.fromisoformat(_snapshot_time(folder / "snap.json"))
     clock = [started]
     settings = Settings((str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0,
                         key=str(folder / "key.pem"))
@@ -101,10 +124,8 @@ def measure(servers: int, folder: Path) -> dict:
     rows = []
     for cycle in (1, 2):
         if cycle == 2:  # a newer snapshot of the same traffic
-            text = snapshot.read_text()
-            old = format_time(started)
-            clock[0] = started + timedelta(seconds=30)
-            snapshot.write_text(text.replace(old, format_time(clock[0])))
+            clock[0] = started + timedelta(seconds=CYCLE_S)
+            shutil.copyfile(folder / f"snap2.{suffix}", snapshot)
         began, cpu = time.perf_counter(), time.process_time()
         status = controller.cycle()
         seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
@@ -119,11 +140,64 @@ def measure(servers: int, folder: Path) -> dict:
     from cosample.planner import planfile
 
     for row in rows:
-        row.update(plan_mb=round(plan_bytes / 1e6, 1), code_path=planfile.__file__,
+        row.update(plan_mb=round(plan_bytes / 1e6, 1), code_path=planfile.__file__, form=form,
                    snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
                    rss_imports_mb=rss_imports, peak_rss_mb=peak, agents_accept=accepted,
                    load_average=round(os.getloadavg()[0], 1))
     return {"rows": rows}
+
+
+def floor(servers: int, folder: Path, form: str) -> dict:
+    """The floors of one run's figures, in a process of its own (``folder``: the run's, with
+    its snapshot and published plan): the snapshot's bytes read into its arrays, the exact
+    solver alone on the same data centre, the published bytes signed and written once."""
+    import orjson
+
+    from cosample.controller.replan import datacentre
+    from cosample.controller.smoothing import Smoothed
+    from cosample.files import write_bytes_atomic
+    from cosample.plan.signing import generate_keypair, sign_bytes
+    from cosample.planner.solvers import solve
+
+    inventory = _inventory(servers, folder)
+    generate_keypair(folder / "floor-key.pem", folder / "floor-key.pub")
+    path = folder / f"snap.{FORMS[form]}"
+    cpu = time.process_time()
+    data = path.read_bytes()
+    if form == "binary":
+        size = int.from_bytes(data[8:16], "little")
+        header = orjson.loads(data[16:16 + size])
+        offset = 16 + size + (-(16 + size) % 8)
+        columns = []
+        for dtype, count in header["columns"]:
+            columns.append(np.frombuffer(data, dtype=dtype, count=count, offset=offset))
+            offset += 8 * count
+        names, traffic = header["servers"]["name"], header["traffic_pps"]
+        src, dst, pps = (columns[traffic[key]["$column"]] for key in ("src", "dst", "pps"))
+    else:
+        document = orjson.loads(data)
+        names, traffic = document["servers"]["name"], document["traffic_pps"]
+        columns = [np.asarray(v, dtype=float) for k, v in document["servers"].items()
+                   if k != "name" and v is not None and k != "last_sample_age_s"]
+        src, dst, pps = (np.asarray(traffic[key]) for key in ("src", "dst", "pps"))
+    read_cpu = time.process_time() - cpu
+    assert len(names) == servers
+    # the controller's data centre for that matrix (its planning capacities; the snapshot's
+    # entries are sorted by src * n + dst, as a smoothed matrix is)
+    dc, _, _ = datacentre(inventory, Smoothed(None, servers, np.asarray(src, dtype=np.int64)
+                                              * servers + dst, np.asarray(pps, dtype=float),
+                                              np.ones(servers, dtype=bool)), 0.15)
+    cpu = time.process_time()
+    solve(dc, "exact", margin=0.0)
+    plan_cpu = time.process_time() - cpu
+    published = folder / "pub" / "plan.json"
+    plan = published.read_bytes() if published.exists() else b""
+    cpu = time.process_time()
+    sign_bytes(plan, str(folder / "floor-key.pem"))
+    write_bytes_atomic(folder / "floor-plan.json", plan)
+    publish_cpu = time.process_time() - cpu
+    return {"read_floor_cpu": round(read_cpu, 3), "plan_floor_cpu": round(plan_cpu, 3),
+            "publish_floor_cpu": round(publish_cpu, 3), "floor_peak_rss_mb": _rss_mb()}
 
 
 def two_phase(servers: int, seed: int = 1) -> dict:
@@ -214,13 +288,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="runs per size (and code)")
     parser.add_argument("--two-phase", type=int, metavar="SERVERS",
                         help="time one two-phase publication at SERVERS instead")
+    parser.add_argument("--form", choices=tuple(FORMS), default="binary",
+                        help="the snapshot form this tree's controller reads (default: binary; "
+                             "a --baseline-tree revision reads the JSON form)")
     parser.add_argument("--child", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
+    parser.add_argument("--floor", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.two_phase:
         print(json.dumps(two_phase(args.two_phase)))
         return 0
     if args.child:
-        print(json.dumps(measure(int(args.child[0]), Path(args.child[1]))))
+        print(json.dumps(measure(int(args.child[0]), Path(args.child[1]), args.form)))
+        return 0
+    if args.floor:
+        print(json.dumps(floor(int(args.floor[0]), Path(args.floor[1]), args.form)))
         return 0
     trees = {"new": None}
     if args.baseline_tree:
@@ -235,13 +316,19 @@ def main(argv: list[str] | None = None) -> int:
             write_snapshot(servers, Path(folder) / "snap.json", moment)
             for repeat in range(args.repeats):
                 for code, tree in trees.items():
-                    measured = _child(servers, Path(folder), f"{code}-{repeat}", tree)
-                    if measured is None:
+                    run = f"{code}-{repeat}"
+                    measured = _child(servers, Path(folder), run, tree,
+                                      args.form if tree is None else None)
+                    floors = _child(servers, Path(folder), run, None, args.form,
+                                    "--floor") if tree is None else [{}]
+                    if measured is None or floors is None:
                         return 1
                     for row in measured:
-                        row.update(code=code, repeat=repeat)
+                        row.update(code=code, repeat=repeat, **floors[0])
                     rows += measured
                     print(_table(measured), flush=True)
+                    if tree is None:
+                        print(_beside_floors(measured), flush=True)
     if args.csv:
         import pandas as pd
 
@@ -253,26 +340,53 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "meets" if row["seconds"] < TARGET_SECONDS else "misses"
         print(f"cycle {row['cycle']} at {TARGET_SERVERS:,} servers: {row['seconds']:.2f} s "
               f"({row['cpu_seconds']:.2f} s CPU), {verdict} the {TARGET_SECONDS:g} s goal")
+    for row in (r for r in rows if r["servers"] == LARGE_SERVERS and r["code"] == "new"):
+        verdict = "meets" if row["cpu_seconds"] < LARGE_CPU_S else "misses"
+        print(f"cycle {row['cycle']} at {LARGE_SERVERS:,} servers: {row['cpu_seconds']:.2f} s "
+              f"CPU, {verdict} the {LARGE_CPU_S:g} s CPU goal")
     return 0
 
 
-def _child(servers: int, folder: Path, name: str, tree: Path | None) -> list[dict] | None:
+def _beside_floors(rows: list[dict]) -> str:
+    """Each cycle's CPU seconds beside its floor (``floor``), step by step, and peak memory."""
+    lines = []
+    for row in rows:
+        publishes = row["result"] == "published"
+        floor_cpu = row["read_floor_cpu"] + row["plan_floor_cpu"] + (
+            row["publish_floor_cpu"] if publishes else 0.0)
+        steps = [f"{step} {row.get(f'{step}_cpu', 0.0):.3f} (floor {row[f'{step}_floor_cpu']:.3f})"
+                 for step in ("read", "plan") + (("publish",) if publishes else ())]
+        lines.append(
+            f"  {row['servers']:>9,} cycle {row['cycle']} ({row['result']}, {row['form']}): "
+            f"CPU {row['cpu_seconds']:.2f} s, floor {floor_cpu:.2f} s, "
+            f"{row['cpu_seconds'] / floor_cpu if floor_cpu > 0 else float('inf'):.1f}x; "
+            + ", ".join(steps) + f"; peak RSS {row['peak_rss_mb']:.0f} MB "
+            f"(floor {row['floor_peak_rss_mb']:.0f} MB)")
+    return "\n".join(lines)
+
+
+def _child(servers: int, folder: Path, name: str, tree: Path | None, form: str | None = None,
+           job: str = "--child") -> list[dict] | None:
     """Both cycles in a fresh process and a fresh sub-folder ``name`` (no plan in force yet)
-    on the snapshot in ``folder``, with the code of ``tree`` (None: this one)."""
+    on the snapshot in ``folder``, with the code of ``tree`` (None: this one) reading ``form``
+    (None: the old code's own choice); ``job="--floor"``: the floors, in the run's folder."""
     run = folder / name
-    run.mkdir()
-    for snapshot in folder.glob("snap*.json"):
-        shutil.copyfile(snapshot, run / snapshot.name)
+    if job == "--child":
+        run.mkdir()
+        for snapshot in folder.glob("snap*"):
+            shutil.copyfile(snapshot, run / snapshot.name)
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_controller",
-                           "--child", str(servers), str(run)], capture_output=True,
-                          text=True, timeout=1800, check=False, env=env, cwd=run)
+                           job, str(servers), str(run), *(("--form", form) if form else ())],
+                          capture_output=True, text=True, timeout=1800, check=False, env=env,
+                          cwd=run)
     if done.returncode != 0:
         print(done.stderr, file=sys.stderr)
         return None
-    return json.loads(done.stdout.strip().splitlines()[-1])["rows"]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["rows"] if job == "--child" else [result]
 
 
 def _comparison(rows: list[dict], baseline: str) -> str:

@@ -377,6 +377,20 @@ class ExtraColumns(Mapping):
     def __bool__(self) -> bool:  # without counting
         return any(column.count(None) != len(column) for column in self.columns.values())
 
+    @classmethod
+    def of(cls, names: tuple[str, ...], extras: Mapping[str, Mapping[str, Any]]
+           ) -> "ExtraColumns | Mapping[str, Mapping[str, Any]]":
+        """``extras`` (``{name: {field: value}}``) as columns of ``names``; ``extras`` itself
+        if a value is None (columns read None as "not given") or a name is not in ``names``."""
+        keys = sorted({key for extra in extras.values() for key in extra})
+        if len(extras) > len(names) or any(value is None for extra in extras.values()
+                                           for value in extra.values()):
+            return extras
+        rows = [extras.get(name) or {} for name in names]
+        if sum(1 for row in rows if row) != len(extras):
+            return extras
+        return cls(names, {key: [row.get(key) for row in rows] for key in keys})
+
     def complete(self) -> dict[str, list[Any]]:
         """The columns every server gives."""
         return {key: column for key, column in self.columns.items() if None not in column}

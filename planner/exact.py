@@ -30,7 +30,6 @@ from cosample.planner.distinct import choose, continuous_envelope, senders_of
 from cosample.planner.pairing import pair_offloads
 from cosample.planner.problem import Problem, build_problem
 from cosample.planner.quantised import choose_applied
-from cosample.planner.realise import realise
 from cosample.planner.solution import Bounds, Solution
 
 #: Above this gap to the bound, the greedy is compared with the continuous optimum rounded to
@@ -94,9 +93,11 @@ def solve_exact(problem: Problem) -> Solution:
     src, dst, pps = pair_offloads(offload, problem.room_pps)
     method, proved = chosen.method, chosen.optimal
     cap = samples_bound(problem, problem.collector_cap_pps)
+    continuous = None
     if (not proved and not np.isfinite(problem.collector_cap_pps)
             and chosen.objective < chosen.bound * (1 - FALLBACK_GAP)):
-        rounded = realise(solve_continuous(problem))  # the greedy may miss what rounding finds
+        continuous = solve_continuous(problem)  # the greedy may miss what rounding finds
+        rounded = continuous.applied
         if float((problem.weight * rounded.distinct_pps).sum()) > chosen.objective:
             keep = rounded.mirror_pps > 0
             local, src, dst, pps = (rounded.local_pps, rounded.mirror_src[keep],
@@ -113,7 +114,7 @@ def solve_exact(problem: Problem) -> Solution:
                     envelope=min(max(continuous_envelope(problem), chosen.bound), cap),
                     method=method, optimal=proved, applied=min(chosen.bound, cap))
     return Solution(EXACT, local, src, dst, pps, problem=problem, bounds=bounds,
-                    seconds=time.perf_counter() - started)
+                    seconds=time.perf_counter() - started, known_continuous=continuous)
 
 
 def solve_continuous(problem: Problem) -> Solution:

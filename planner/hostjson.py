@@ -80,27 +80,33 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, list[
     object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON ``fields[key][j]``.
 
     All arrays are written by one join and cut apart at NUL bytes put between owners."""
-    lists = [b"[]"] * n
     count = len(owner)
     if count == 0:
-        return lists
+        return [b"[]"] * n
     order = np.lexsort((peer_rank, owner))
     owners = owner[order]
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
-    opening = [b"},{"] * count  # each object's, closing the one before
-    next_array = b"}]" + _CUT + b"[{"
-    for start in starts.tolist():
-        opening[start] = next_array
+    # each object's opening, closing the one before (set by index in an object array: no
+    # Python loop over the owners)
+    opening = np.full(count, b"},{", dtype=object)
+    opening[starts] = b"}]" + _CUT + b"[{"
     opening[0] = b"[{"
     index = order.tolist()
-    parts: list[Part] = [opening]
+    parts: list[Part] = [opening.tolist()]
     for k, key in enumerate(sorted(fields)):
         parts += [(b"," if k else b"") + value(key) + b":", list(map(fields[key].__getitem__,
                                                                      index))]
     arrays = (_rows(parts, count) + b"}]").split(_CUT)
-    for who, text in zip(owners[np.concatenate(([0], starts))].tolist(), arrays):
-        lists[who] = text
-    return lists
+    lists = np.full(n, b"[]", dtype=object)
+    lists[owners[np.concatenate(([0], starts))]] = _objects(arrays)
+    return lists.tolist()
+
+
+def _objects(items: list[bytes]) -> np.ndarray:
+    """``items`` as a one-dimensional object array (numpy would read bytes as characters)."""
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array
 
 
 def table(names: Sequence[str], fields: Mapping[str, Column],

@@ -20,12 +20,11 @@ import orjson
 
 from cosample.files import write_atomic, write_text_atomic
 from cosample.planner import hostjson
-from cosample.planner.baseline import solve_noncollab
 from cosample.planner.datacentre import DataCentre, ExtraColumns
 from cosample.planner.errors import PlannerError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.times import format_time
-from cosample.planner.realise import Realised, realise
+from cosample.planner.realise import Realised
 from cosample.planner.report import MAX_ROWS
 from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
@@ -58,9 +57,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     problem = solution.problem
     if problem.dc is not dc and problem.dc.names != dc.names:
         raise PlannerError("build_plan: the solution was planned for another data centre")
-    applied = realise(solution)
-    baseline = (applied if solution.solver == "noncollab"
-                else realise(solve_noncollab(problem))).collected_pps  # both after 1-in-N
+    applied = solution.applied  # the solution's own: computed once, never here
     appmon = None
     if dc.services:  # the application part, after the applied sFlow plan (planner.appmon_plan)
         from cosample.planner import appmon_plan
@@ -77,7 +74,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         "cost": _cost(problem),
         "solver": {"name": solution.solver, "lp_backend": solution.lp_backend,
                    "variables": solution.variables, "seconds": round(solution.seconds, 6)},
-        "summary": _summary(solution, applied, baseline, point_estimate),
+        "summary": _summary(solution, point_estimate),
         "hosts": hosts if lazy_hosts else hosts.parsed(),
     }
     if appmon is not None:
@@ -212,9 +209,10 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _summary(solution: Solution, applied: Realised, baseline: float,
-             point_estimate: Solution | None) -> dict[str, Any]:
+def _summary(solution: Solution, point_estimate: Solution | None) -> dict[str, Any]:
+    """What the solution carries (its applied plan, baseline and continuous optimum), stated."""
     problem = solution.problem
+    applied, baseline = solution.applied, solution.baseline_pps
     total = float(problem.own_pps.sum())
     collected = applied.collected_pps
     gain = collected / baseline - 1 if baseline > 0 else 0.0
@@ -251,12 +249,12 @@ def _summary(solution: Solution, applied: Realised, baseline: float,
             "collector_cap_pps": (_num(problem.collector_cap_pps)
                                   if np.isfinite(problem.collector_cap_pps) else None),
         },
-        "rounding": rounding_summary(solution, applied, _num),
+        "rounding": rounding_summary(solution, _num),
         "notes": list(problem.notes),
     }
     if point_estimate is not None:
         summary["assumptions"]["point_estimate_collected_pps"] = _num(
-            realise(point_estimate).collected_pps)
+            point_estimate.applied.collected_pps)
     return summary
 
 
@@ -334,7 +332,7 @@ def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:
     continuous optimum's mirrors as three lists of pairs. ``plan`` (its ``plan_id`` and
     ``version``) is the plan the report belongs to."""
     problem = solution.problem
-    applied = realise(solution)
+    applied = solution.applied
     names = problem.dc.names
     src, dst, rate = _planned_mirrors(problem, applied)
     document = {
@@ -387,12 +385,15 @@ def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,
     correctly rounded decimal except when the scaled value lies within 1e-3 of a half (its own
     rounding error is below 1.3e-4) or the decade was misjudged; those few take the string path.
     """
-    x = np.asarray(values, dtype=float)
+    x = np.ascontiguousarray(values, dtype=float)
     finite = np.isfinite(x)
     if not finite.all():
         k = int(np.flatnonzero(~finite)[0])
         where = f"hosts.{names[k]}.{field}" if names is not None else field
         raise PlannerError(f"{where}: not a finite number ({float(x[k])!r})")
+    bits = x.view(np.int64)
+    if x.size > 1 and bool((bits == bits[0]).all()):  # one value throughout (alpha, margin..)
+        return np.full_like(x, significant(x[:1], None, field, digits)[0])
     out = x.copy()
     nonzero = np.flatnonzero(x != 0)
     a = np.abs(x[nonzero])

@@ -13,28 +13,19 @@ from typing import Any
 
 import numpy as np
 
-from cosample.planner.choices import EXACT
-from cosample.planner.realise import Realised
 from cosample.planner.solution import Solution
 
 #: How many of the servers that lose most the summary names.
 NAMED = 5
 
 
-def continuous_of(solution: Solution) -> Solution:
-    """The continuous plan the applied one is compared with (the same solution unless exact)."""
-    if solution.solver != EXACT:
-        return solution
-    from cosample.planner.exact import solve_continuous
-    return solve_continuous(solution.problem)
-
-
-def rounding_summary(solution: Solution, applied: Realised, number) -> dict[str, Any]:
-    """``summary.rounding``: continuous and applied distinct own packets, the cost, the losers.
+def rounding_summary(solution: Solution, number) -> dict[str, Any]:
+    """``summary.rounding``: continuous and applied distinct own packets, the cost, the losers
+    (``solution.continuous`` against ``solution.applied``, both computed once by the solution).
 
     ``number`` rounds a float for the plan (``planfile._num``).
     """
-    continuous = continuous_of(solution)
+    continuous, applied = solution.continuous, solution.applied
     before = continuous.distinct_by_server
     after = applied.distinct_pps
     loss = before - after

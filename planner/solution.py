@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cosample.planner.problem import Problem
+
+if TYPE_CHECKING:
+    from cosample.planner.realise import Realised
 
 #: Relative tolerance under which a plan's objective equals its bound (round-off of sums).
 EXACT_TOLERANCE = 1e-9
@@ -38,6 +42,12 @@ class Solution:
 
     ``local_pps[i]`` is the part of server i's own traffic it samples itself; mirror entry j says
     server ``mirror_src[j]`` sends ``mirror_pps[j]`` of its own traffic to ``mirror_dst[j]``.
+
+    It also carries what the plan file states about it, each computed once on first use and
+    then read by every writer (the plan, its report, the controller's shares): ``applied``
+    (the plan as the switches apply it), ``continuous`` (the continuous optimum it is measured
+    against) and ``baseline_pps`` (what no collaboration collects). Serialisers read them;
+    they never solve or round again.
     """
 
     solver: str
@@ -50,6 +60,41 @@ class Solution:
     seconds: float
     variables: int = 0
     lp_backend: str | None = None
+    #: The continuous optimum when the solver already solved it (``exact``'s fallback).
+    known_continuous: Solution | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def applied(self) -> Realised:
+        """The plan as applied: 1-in-N and the topped-up mirrors (``realise``), once."""
+        from cosample.planner.realise import realise
+
+        return realise(self)
+
+    @cached_property
+    def continuous(self) -> Solution:
+        """The continuous plan the applied one is compared with (``summary.rounding``): the
+        exact solver's continuous optimum (solved once, or handed over by the solver); any
+        other solver's plan is continuous itself."""
+        from cosample.planner.choices import EXACT
+
+        if self.solver != EXACT:
+            return self
+        if self.known_continuous is not None:
+            return self.known_continuous
+        from cosample.planner.exact import solve_continuous
+
+        return solve_continuous(self.problem)
+
+    @cached_property
+    def baseline_pps(self) -> float:
+        """Distinct packets the no-collaboration baseline collects, after 1-in-N as this plan
+        (``summary.noncollab_pps`` and the gain): this plan's own when it is the baseline."""
+        from cosample.planner.baseline import solve_noncollab
+        from cosample.planner.choices import NONCOLLAB
+
+        if self.solver == NONCOLLAB:
+            return self.applied.collected_pps
+        return solve_noncollab(self.problem).applied.collected_pps
 
     @property
     def offload_pps(self) -> np.ndarray:

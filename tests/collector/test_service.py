@@ -18,6 +18,7 @@ from cosample.plan.document import parse_plan
 from cosample.cli import build_parser
 from cosample.collector.service import Service, Settings
 from cosample.collector.merge import merge_snapshots
+from cosample.collector import snapshotbin
 from cosample.collector.snapshot import parse_snapshot
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import simulate
@@ -93,6 +94,8 @@ def test_daemon_estimates_and_serves_snapshot_and_metrics(write_plan, four_plan,
                             s.dropped.get("truncated") == 3 and
                             sum(e.samples for e in s.servers.values()) == stream.samples and s)
         metrics = running.get("/metrics").decode()
+        binary = snapshotbin.decode(running.get("/snapshot.bin"), "/snapshot.bin")
+        assert binary.collector == "c1" and set(binary.servers) == set(snapshot.servers)
         assert running.get("/healthz") == b"ok\n"
         with pytest.raises(urllib.error.HTTPError):
             running.get("/nothing")
@@ -108,6 +111,9 @@ def test_daemon_estimates_and_serves_snapshot_and_metrics(write_plan, four_plan,
     assert dropped["truncated"] == 3
     written = parse_snapshot((tmp_path / "state" / "snapshot.json").read_bytes())
     assert written.collector == "c1"
+    # the binary form written beside it, by the same export: the same snapshot
+    assert snapshotbin.decode((tmp_path / "state" / "snapshot.bin").read_bytes()).estimates() \
+        == written.estimates()
     lines = [json.loads(line) for line in events.read_text().splitlines()]
     assert {line["key"] for line in lines} >= {"s1.packets_per_s", "s4.bytes_per_s"}
 

@@ -172,3 +172,23 @@ def test_key_permissions_warn_with_the_fix(tmp_path, keys, capsys):
     assert main(argv) == 0 and "chmod" not in capsys.readouterr().err
     with pytest.raises(SystemExit):  # neither --collector-key nor --insecure-unsigned-snapshots
         main([a for a in argv if a not in ("--collector-key", keys["collector"][1])])
+
+
+def test_the_binary_form_is_signed_and_verified_the_same_way(collector, keys):
+    """``/snapshot.bin`` (what a collector's base URL means to the controller) carries its own
+    signature: reads during 50-per-second exports verify, and the wrong key refuses it."""
+    from cosample.controller.source import snapshot_url
+
+    service, url = collector
+    binary = snapshot_url(url.removesuffix("/snapshot"))
+    assert binary.endswith("/snapshot.bin")
+    reader = SnapshotReader((keys["collector"][1],))
+    times, reads = set(), 0
+    while len(times) < 10 and reads < 5000:
+        snapshot = reader.read(binary, 5.0)  # raises unless the pair verifies
+        times.add(snapshot.time)
+        reads += 1
+    assert len(times) == 10 and snapshot.collector == "c1"
+    wrong = SnapshotReader((keys["attacker"][1],))((binary,), datetime.now(timezone.utc),
+                                                    60.0, 5.0)
+    assert wrong.snapshot is None and "does not verify" in wrong.problems[0]

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cosample.collector.snapshot import parse_snapshot
-from cosample.controller.decide import Policy, Situation, decide
-from cosample.controller.evaluate import Evaluation
+from cosample.controller.decide import (Policy, Situation, decide, full_window, is_warm, quiet_s,
+                                       remembers, two_phases)
+from cosample.controller.evaluate import Evaluation, PlanShares, needs_two_phases
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.source import Reading
@@ -148,3 +149,64 @@ def test_steady_noisy_load_does_not_flap(tmp_path):
         counts.append(len(published))
     assert max(counts) <= 2, counts
     assert counts.count(1) >= 18, counts
+
+
+# the loop's other rules, pure (``decide``): the controller only does the effects around them
+
+def test_warming_up_is_decided_and_said_by_decide():
+    """No plan in force (or the measurement plan: no current evaluation) and a cold estimate:
+    no publication, and the reason says how much was averaged and how much is awaited."""
+    s = Situation(now=NOW, interval_s=30, names=("a",), capacity_pps=np.ones(1),
+                  candidate=evaluation([0.5], 1.0), warm=False, averaged=2, warm_s=90.0)
+    d = decide(s, POLICY)
+    assert not d.publish and d.gain_streak == 0
+    assert d.reasons == ("warming up: 2 snapshot(s) averaged, publishing after 90 s of them",)
+    warm = decide(Situation(**{**s.__dict__, "warm": True}), POLICY)
+    assert warm.publish and warm.reasons == ("no current plan",)
+
+
+@given(st.integers(0, 20), st.floats(1, 60), st.floats(0, 600))
+def test_is_warm(averaged, interval, warm_s):
+    assert is_warm(averaged, interval, warm_s) == (averaged * interval >= warm_s)
+    if is_warm(averaged, interval, warm_s):
+        assert is_warm(averaged + 1, interval, warm_s)  # never cools by averaging more
+
+
+def test_full_window():
+    assert full_window(30.0, 30.0, 30.0)      # steady
+    assert not full_window(10.0, 5.0, 10.0)   # still growing: the one before was shorter
+    assert not full_window(20.0, 30.0, 30.0)  # shorter than the longest seen (a restart)
+    assert full_window(27.0, 30.0, 30.0)      # within FULL_WINDOW of both
+
+
+@given(st.booleans(), st.booleans(), st.booleans())
+def test_remembers(quiet, full, sparse):
+    assert remembers(quiet, full, sparse) == (full and not quiet and not sparse)
+
+
+def shares_of(local, pairs):
+    src, dst, rate = (np.asarray(c, dtype=float if k == 2 else np.int64)
+                      for k, c in enumerate(zip(*pairs))) if pairs else (
+        np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    return PlanShares(1, "x", np.asarray(local, dtype=float), src, dst, rate)
+
+
+def test_two_phases_only_from_a_running_real_plan():
+    old = shares_of([0.5, 1.0], [])
+    new = shares_of([0.5, 1.0], [(0, 1, 0.3)])  # only rises: any order of hosts is safe
+    risky = shares_of([1.0, 0.5], [(0, 1, 0.6)])  # s1 receives more but samples less
+    later = NOW + timedelta(hours=1)
+    assert needs_two_phases(old, risky) and two_phases(old, later, False, risky, NOW)
+    assert not needs_two_phases(old, new) and not two_phases(old, later, False, new, NOW)
+    assert not two_phases(old, NOW - timedelta(seconds=1), False, risky, NOW)  # expired
+    assert not two_phases(old, later, True, risky, NOW)   # the measurement plan
+    assert not two_phases(None, later, False, risky, NOW)  # no plan in force
+    assert not two_phases(old, None, False, risky, NOW)
+
+
+def test_quiet_lasts_until_the_agents_and_the_window_have_the_plan():
+    class Timing:
+        lead_s, settle_s, interval_s = 3.0, 6.0, 5.0
+    assert quiet_s(Timing, False, 15.0, False) == 9.0
+    assert quiet_s(Timing, True, 15.0, False) == 15.0
+    assert quiet_s(Timing, False, 15.0, True) == 9.0 + 5.0 + 15.0

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.collector.snapshot import parse_snapshot
 from cosample.controller.errors import SnapshotError
@@ -117,3 +119,32 @@ def test_rises_followed_at_once_falls_smoothed():
     down = update(up, measure(snap({"s1": {"s1": 1000}}, time=NOW + timedelta(seconds=150)),
                               INVENTORY), tau_s=90, rise_tau_s=0)
     assert down.pps[0] == pytest.approx(1500 - 500 * weight(30, 90))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11),
+                                              st.floats(0.1, 1e6)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 11), st.floats(0.1, 1e6)), max_size=12))
+def test_merging_into_a_sorted_matrix_equals_sorting_it(n, entries, diagonal):
+    """``_combine``'s merge of the appended entries into an already sorted matrix gives what
+    sorting all of them gives (and unsorted input takes the sort)."""
+    from cosample.controller.estimate import _combine
+
+    head = {}
+    for src, dst, pps in entries:
+        if src < n and dst < n:
+            head[src * n + dst] = pps
+    keys = np.asarray(sorted(head), dtype=np.int64)
+    local = np.asarray(sorted({i for i, _ in diagonal if i < n}), dtype=np.int64)
+    rest = np.asarray([dict(diagonal)[i] for i in local.tolist()], dtype=float)
+    src = np.concatenate((keys // n, local))
+    dst = np.concatenate((keys % n, local))
+    pps = np.concatenate((np.asarray([head[k] for k in keys.tolist()], dtype=float), rest))
+    merged = _combine(src, dst, pps, n, sorted_up_to=keys.size)
+    reference = _combine(src, dst, pps, n)
+    for a, b in zip(merged, reference):
+        assert np.array_equal(a, b) if a.dtype.kind == "i" else np.allclose(a, b, rtol=1e-12)
+    shuffled = np.random.default_rng(n).permutation(src.size)
+    again = _combine(src[shuffled], dst[shuffled], pps[shuffled], n, sorted_up_to=src.size)
+    for a, b in zip(again, reference):
+        assert np.allclose(a, b, rtol=1e-12)

@@ -93,3 +93,41 @@ def test_the_documented_example_loads():
     assert inventory.names == ("s1", "s2", "s3")
     assert inventory.capacity_pps.tolist() == [1200000, 900000, 2000000]
     assert inventory.alpha.tolist() == [1.4, 1.4, 1.54]
+
+
+def test_extras_kept_as_columns_write_the_same_plan():
+    """The inventory keeps the servers' extras as columns (``ExtraColumns``: every publication
+    writes them column by column); the plan's bytes are those of the per-host dictionaries."""
+    from datetime import datetime, timedelta, timezone
+
+    import numpy as np
+
+    from cosample.controller.inventory import Inventory
+    from cosample.planner import solve
+    from cosample.planner.datacentre import DataCentre, ExtraColumns
+    from cosample.planner.planfile import build_plan, compact_json
+
+    names = tuple(f"s{i}" for i in range(6))
+    extras = {name: {"bridge": "br-int", "tunnel_ip": f"10.0.0.{i + 1}"}
+              for i, name in enumerate(names)}
+    extras["s2"] = {"bridge": "br-x", "vm_ports": ["tap1", "tap2"]}  # a partial column
+    del extras["s4"]  # and a server with none
+    inventory = Inventory("dc", names, np.full(6, 1e4), np.full(6, 1.54), np.full(6, 0.46),
+                          extras)
+    assert isinstance(inventory.extras, ExtraColumns)
+    assert dict(inventory.extras) == extras and inventory.extras.get("s4", {}) == {}
+    moment = datetime.now(timezone.utc).replace(microsecond=0)
+
+    def plan(server_extras):
+        dc = DataCentre(names=names, capacity_pps=inventory.capacity_pps, alpha=inventory.alpha,
+                        beta=inventory.beta, traffic_src=np.arange(6), traffic_dst=np.arange(6),
+                        traffic_pps=np.linspace(2e3, 9e3, 6), name="dc",
+                        server_extras=server_extras)
+        document = build_plan(dc, solve(dc), created=moment, valid_for=timedelta(1),
+                              version=1, report=False, lazy_hosts=True)
+        document["solver"] = {**document["solver"], "seconds": 0.0}  # the one volatile field
+        return compact_json(document)
+    assert plan(inventory.extras) == plan(extras)
+    with_none = {"s0": {"bridge": None}}
+    assert Inventory("dc", names, np.ones(6), np.ones(6), np.ones(6), with_none).extras \
+        is with_none  # None would read as "not given": kept as it is

@@ -20,7 +20,8 @@ from cosample.cli import main
 from cosample.collector.polling import plan_lead_s
 from cosample.controller.evaluate import evaluate, needs_two_phases, shares
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings, quiet_s
+from cosample.controller.decide import quiet_s
+from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget, release
 from cosample.controller.replan import replan
 from cosample.controller.smoothing import update
@@ -317,3 +318,28 @@ def test_quiet_waits_the_window_only_without_a_lead_or_after_sparse_samples():
     assert quiet_s(lead, True, 15.0, False) == 3.0 + 2 * 6.0  # two phases
     assert quiet_s(lead, False, 15.0, True) == 3.0 + 6.0 + 5.0 + 15.0  # sparse samples in it
     assert quiet_s(none, False, 15.0, False) == 6.0 + 5.0 + 15.0  # the collector may be late
+
+
+def test_a_publication_rounds_its_plan_once(tmp_path, monkeypatch):
+    """One publishing cycle: the candidate is rounded to 1-in-N (``realise``) once, for its
+    shares, its plan file and its report alike; the baseline once (the plan's summary)."""
+    from collections import Counter
+
+    from cosample.planner import baseline, realise as realise_module
+
+    rounded: Counter = Counter()
+    original = realise_module.realise
+
+    def counting(solution):
+        rounded[(id(solution), solution.solver)] += 1
+        return original(solution)
+    monkeypatch.setattr(realise_module, "realise", counting)
+    solved: list = []
+    noncollab = baseline.solve_noncollab
+    monkeypatch.setattr(baseline, "solve_noncollab",
+                        lambda problem: solved.append(problem) or noncollab(problem))
+    rig = Rig(tmp_path, tau_s=0.0)
+    assert rig.cycle(BUSY_S1).result == "published"
+    assert rounded and max(rounded.values()) == 1, rounded
+    assert [solver for _, solver in rounded].count("exact") == 1
+    assert len(solved) == 1

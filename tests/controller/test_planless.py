@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from cosample.collector.snapshot import parse_snapshot
 from cosample.controller.estimate import measure
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings, knows_servers, measurement_due
+from cosample.controller.decide import knows_servers, measurement_due
+from cosample.controller.loop import Controller, Settings
 from cosample.controller.source import Reading
 from controller_helpers import inventory_doc, snapshot_doc
 

@@ -219,6 +219,14 @@ def test_significant_is_the_string_rounding(seed):
     assert np.array_equal(np.signbit(got), np.signbit(expected))
 
 
+@pytest.mark.parametrize("value", EDGES + [1.54, -0.46, 1e-7 / 3])
+def test_significant_of_one_value_throughout(value):
+    """A column of one value (alpha, margin, weight in most fleets) is rounded once: the same
+    bits, the sign of zero included, as every element rounded alone."""
+    got = significant(np.full(1000, value), None, "x")
+    assert np.array_equal(got.view(np.int64), np.full(1000, _num(value)).view(np.int64))
+
+
 def test_significant_names_a_non_finite_value():
     with pytest.raises(PlannerError, match=r"^hosts\.s2\.load_pps: not a finite number \(nan\)$"):
         significant(np.array([1.0, 2.0, np.nan]), ("s0", "s1", "s2"), "load_pps")
