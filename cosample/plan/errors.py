@@ -4,6 +4,11 @@ without importing each other."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
 from cosample.errors import CosampleError
 
 
@@ -21,3 +26,10 @@ class PlanFetchError(CosampleError):
 
 class SigningKeyError(CosampleError):
     """A signing or verification key that cannot be read, is not ed25519, or would be overwritten."""
+
+
+def fail_at(loc: tuple, message: str, value: Any) -> None:
+    """Raise a pydantic error located at ``loc`` (relative to the model being validated)."""
+    error = PydanticCustomError("plan", message)
+    raise ValidationError.from_exception_data("plan", [InitErrorDetails(
+        type=error, loc=loc, input=value)])
