@@ -268,9 +268,13 @@ class PlanSet(_Open):
 # reading -------------------------------------------------------------------------------------
 def parse_document(data: bytes, source: str = "plan") -> tuple[Plan, ...]:
     """Plans in a plan file or plan set, sorted by version; one ``PlanError`` if anything is wrong."""
-    document = _json(data, source)
+    return plans_from_document(load_json(data, source), source)
+
+
+def plans_from_document(document: Any, source: str = "plan") -> tuple[Plan, ...]:
+    """``parse_document`` on parsed JSON (a plan slice's plans come this way too)."""
     if isinstance(document, dict) and document.get("format") == PLANSET_FORMAT:
-        planset = _validate(PlanSet, document, source)
+        planset = validate_plan_part(PlanSet, document, source)
         parsed = tuple(plan_from_dict(item, source, prefix=f"plans[{k}].")
                        for k, item in enumerate(planset.plans))
         versions = [plan.version for plan in parsed]
@@ -282,24 +286,32 @@ def parse_document(data: bytes, source: str = "plan") -> tuple[Plan, ...]:
 
 def parse_plan(data: bytes, source: str = "plan") -> Plan:
     """Exactly one plan (not a plan set)."""
-    return plan_from_dict(_json(data, source), source)
+    return plan_from_dict(load_json(data, source), source)
 
 
 def plan_from_dict(document: Any, source: str = "plan", prefix: str = "") -> Plan:
     """Validate a parsed plan; errors name ``source`` and the field (after ``prefix``)."""
-    plan = _validate(Plan, document, source, prefix)
+    plan = validate_plan_part(Plan, document, source, prefix)
     plan._raw = document
     return plan
 
 
 def plan_head(document: Any, source: str = "plan") -> PlanHead:
     """``version`` and ``expires`` of a parsed plan, validated (the host table is not read)."""
-    return _validate(PlanHead, document, source)
+    return validate_plan_part(PlanHead, document, source)
 
 
 def content_digest(document: Any) -> str:
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def same_content(plan: Plan, other: Plan) -> bool:
+    """The same plan: the same document, or one read from a host's slice and the other whole
+    (``slices``) with the same ``plan_id``, the hash of everything but version and times."""
+    if plan.digest == other.digest:
+        return True
+    return ("slice" in plan.raw) != ("slice" in other.raw) and plan.plan_id == other.plan_id
 
 
 def tunnel_ip(plan: "Plan", name: str, why: str, family_of: str | None = None) -> str:
@@ -343,7 +355,8 @@ def _check_pairs(hosts: dict[str, HostPlan]) -> None:
                 _fail(loc, f"{receive.peer!r} does not mirror to {host.name}", receive.peer)
 
 
-def _validate(kind: type, document: Any, source: str, prefix: str = "") -> Any:
+def validate_plan_part(kind: type, document: Any, source: str, prefix: str = "") -> Any:
+    """``document`` as a ``kind``, or one ``PlanError`` naming ``source`` and the field."""
     try:
         return kind.model_validate(document)
     except ValidationError as exc:
@@ -352,7 +365,8 @@ def _validate(kind: type, document: Any, source: str, prefix: str = "") -> Any:
         raise PlanError(f"{source}: {prefix}nested too deeply") from None
 
 
-def _json(data: bytes, source: str) -> Any:
+def load_json(data: bytes, source: str) -> Any:
+    """Parsed JSON, or one ``PlanError`` naming ``source``."""
     try:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

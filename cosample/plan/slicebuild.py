@@ -1,0 +1,125 @@
+"""Building a publication's per-host slices (the publisher's side of ``cosample.plan.slices``).
+
+``build_slices`` takes the plans of one publication (one plan, or the phases of a plan set),
+cuts each host's view out of each plan (``host_views``), hashes the views into one Merkle tree,
+writes the head and signs it once. The result keeps the views' bytes and the tree; a slice
+document is put together when it is asked for (a path is ``log2(hosts)`` hashes), so 10^6 slices
+are never held as 10^6 documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from cosample.plan.formats import FORMAT_VERSION, SLICE_FORMAT, SLICE_HEAD_FORMAT
+from cosample.plan.merkle import HASH_BYTES, MerkleTree, leaf_hash
+from cosample.plan.signing import sign_bytes
+from cosample.plan.slices import HASH_NAME, HEAD_FIELDS, slice_file_name
+
+#: A peer's fields every view of it keeps (its lists are cut to the pairs with the viewer).
+PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip")
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def host_views(hosts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per host, the host table it needs of one plan: its own entry as it is, and each peer's
+    ``PEER_FIELDS`` with only the mirrors to it, the receives from it and the (non-sniffer)
+    appmon entries toward it. Peers are the hosts it mirrors to, receives from, sends
+    application traffic to or analyses for. A name the plan does not have is left out, so the
+    agent's pair checks refuse the view as they refuse the whole plan."""
+    views: dict[str, dict[str, Any]] = {name: {name: entry} for name, entry in hosts.items()}
+
+    def cut(viewer: Any, peer: str) -> dict[str, Any] | None:
+        view = views.get(viewer)
+        if view is None or viewer == peer:
+            return None
+        entry = view.get(peer)
+        if entry is None:
+            whole = hosts.get(peer)
+            if whole is None:
+                return None
+            entry = view[peer] = {key: whole[key] for key in PEER_FIELDS if key in whole}
+        return entry
+
+    for name, entry in hosts.items():
+        for key, other, items in (("mirrors", "to", entry.get("mirrors")),
+                                  ("receives", "from", entry.get("receives")),
+                                  ("appmon", "to", entry.get("appmon"))):
+            for item in items or ():
+                peer = item.get(other)
+                if peer is None:
+                    continue
+                cut(name, peer)  # the viewer needs the peer's tunnel address
+                if key == "appmon" and item.get("mechanism") == "sniffer":
+                    continue  # compact records over the network: nothing the peer sets up
+                shown = cut(peer, name)
+                if shown is not None:
+                    shown.setdefault(key, []).append(item)
+    return views
+
+
+class SliceSet:
+    """One publication's slices: ``document(file_name)`` (None: no such host) and its ``etag``."""
+
+    def __init__(self, head: bytes, signature: bytes | None, names: Sequence[str],
+                 views: Sequence[bytes], tree: MerkleTree) -> None:
+        self.head, self.signature, self.views, self.tree = head, signature, views, tree
+        self.names = list(names)
+        self.index = {slice_file_name(name): k for k, name in enumerate(self.names)}
+        self._head_text = head.decode()
+        self._signature_text = signature.decode().strip() if signature is not None else None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def document(self, file_name: str) -> bytes | None:
+        k = self.index.get(file_name)
+        if k is None:
+            return None
+        return orjson.dumps({
+            "format": SLICE_FORMAT, "format_version": FORMAT_VERSION, "head": self._head_text,
+            "signature": self._signature_text, "view": self.views[k].decode(), "index": k,
+            "path": [step.hex() for step in self.tree.proof(k)]})
+
+    def etag(self, file_name: str) -> str | None:
+        """Changes whenever the document does (root, view or signature)."""
+        k = self.index.get(file_name)
+        if k is None:
+            return None
+        leaf = self.tree.levels[0][k * HASH_BYTES:(k + 1) * HASH_BYTES]
+        digest = hashlib.sha256(self.tree.root + leaf + (self.signature or b""))
+        return '"' + digest.hexdigest()[:32] + '"'
+
+    def items(self) -> Iterator[tuple[str, bytes]]:
+        """Every (file name, document), in name order."""
+        for file_name in self.index:
+            yield file_name, self.document(file_name)  # type: ignore[misc]
+
+
+def build_slices(plans: Sequence[Mapping[str, Any]], key: str | None) -> SliceSet:
+    """The slices of a publication of ``plans`` (their ``hosts`` dicts, or tables with a
+    ``parsed()`` dict), the head signed with the private key at ``key`` (None: unsigned)."""
+    tables = [_table(plan["hosts"]) for plan in plans]
+    names = sorted(set().union(*tables)) if len(tables) > 1 else sorted(tables[0])
+    views = [host_views(table) for table in tables]
+    dumps = orjson.dumps
+    leaves = [dumps({"name": name, "hosts": [view.get(name, {}) for view in views]},
+                    option=_SORTED) for name in names]
+    tree = MerkleTree([leaf_hash(leaf) for leaf in leaves])
+    head = dumps({"format": SLICE_HEAD_FORMAT, "format_version": FORMAT_VERSION,
+                  "plans": [{field: plan[field] for field in HEAD_FIELDS if field in plan}
+                            for plan in plans],
+                  "tree": {"hash": HASH_NAME, "leaves": len(names), "root": tree.root.hex()}},
+                 option=_SORTED)
+    signature = sign_bytes(head, key) if key else None
+    return SliceSet(head, signature, names, leaves, tree)
+
+
+def _table(hosts: Any) -> Mapping[str, Any]:
+    parsed = getattr(hosts, "parsed", None)  # the planner's HostTable, kept as bytes
+    return parsed() if callable(parsed) else hosts
+
