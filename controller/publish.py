@@ -56,6 +56,12 @@ class Rendered:
     def etag(self) -> str:
         return '"' + hashlib.sha256(self.data).hexdigest()[:32] + '"'
 
+    @property
+    def sliceable(self) -> bool:
+        """Slices are never less authenticated than the plan: a signed plan without the key
+        that signs its slices' head is served whole alone (agents fall back to it)."""
+        return self.signature is None or self.key is not None
+
     @cached_property
     def slices(self) -> SliceSet:
         """Every host's slice, built once, when a target first asks."""
@@ -165,7 +171,7 @@ class DirectoryTarget:
                                mode=0o644)
         links = [self.name, self.name + SIGNATURE_SUFFIX]
         try:
-            if self.slices:
+            if self.slices and rendered.sliceable:
                 _write_slices(folder / SLICES_DIR, rendered.slices)
                 links.append(SLICES_DIR)
             _fsync_dir(folder)
@@ -243,7 +249,7 @@ class HttpTarget:
         return self.server.server_address[:2]
 
     def publish(self, rendered: Rendered) -> None:
-        if self.slices:
+        if self.slices and rendered.sliceable:
             _ = rendered.slices  # built before it is served: no request waits for it
         self._current = rendered  # one reference swap: readers see the old pair or the new
         return None  # no file: the state directory keeps its own copy
@@ -270,7 +276,8 @@ class HttpTarget:
         elif path == "/" + self.name + SIGNATURE_SUFFIX and current is not None \
                 and current.signature is not None:
             payload, kind, etag = current.signature, "text/plain", current.etag[:-1] + '-sig"'
-        elif path.startswith(f"/{SLICES_DIR}/") and current is not None and self.slices:
+        elif path.startswith(f"/{SLICES_DIR}/") and current is not None and self.slices \
+                and current.sliceable:
             file_name = urllib.parse.unquote(path[len(SLICES_DIR) + 2:])
             payload, kind = current.slices.document(file_name), "application/json"
             if payload is None:

@@ -24,6 +24,10 @@ class PlanFetchError(CosampleError):
     """A plan or its signature could not be fetched; the message names the location."""
 
 
+class PlanMissingError(PlanFetchError):
+    """The location answered "not found" (a slice the publisher does not serve, for example)."""
+
+
 class SigningKeyError(CosampleError):
     """A signing or verification key that cannot be read, is not ed25519, or would be overwritten."""
 

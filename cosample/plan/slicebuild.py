@@ -66,7 +66,7 @@ class SliceSet:
     """One publication's slices: ``document(file_name)`` (None: no such host) and its ``etag``."""
 
     def __init__(self, head: bytes, signature: bytes | None, names: Sequence[str],
-                 views: Sequence[bytes], tree: MerkleTree) -> None:
+                 views: Sequence[bytes], tree: MerkleTree | None) -> None:
         self.head, self.signature, self.views, self.tree = head, signature, views, tree
         self.names = list(names)
         self.index = {slice_file_name(name): k for k, name in enumerate(self.names)}
@@ -83,13 +83,14 @@ class SliceSet:
         return orjson.dumps({
             "format": SLICE_FORMAT, "format_version": FORMAT_VERSION, "head": self._head_text,
             "signature": self._signature_text, "view": self.views[k].decode(), "index": k,
-            "path": [step.hex() for step in self.tree.proof(k)]})
+            "path": [step.hex() for step in self.tree.proof(k)]})  # type: ignore[union-attr]
 
     def etag(self, file_name: str) -> str | None:
         """Changes whenever the document does (root, view or signature)."""
         k = self.index.get(file_name)
         if k is None:
             return None
+        assert self.tree is not None  # a host was found: the tree has its leaf
         leaf = self.tree.levels[0][k * HASH_BYTES:(k + 1) * HASH_BYTES]
         digest = hashlib.sha256(self.tree.root + leaf + (self.signature or b""))
         return '"' + digest.hexdigest()[:32] + '"'
@@ -109,6 +110,8 @@ def build_slices(plans: Sequence[Mapping[str, Any]], key: str | None) -> SliceSe
     dumps = orjson.dumps
     leaves = [dumps({"name": name, "hosts": [view.get(name, {}) for view in views]},
                     option=_SORTED) for name in names]
+    if not names:  # an empty host table: nothing to serve (agents refuse the plan anyway)
+        return SliceSet(b"", None, (), (), None)
     tree = MerkleTree([leaf_hash(leaf) for leaf in leaves])
     head = dumps({"format": SLICE_HEAD_FORMAT, "format_version": FORMAT_VERSION,
                   "plans": [{field: plan[field] for field in HEAD_FIELDS if field in plan}

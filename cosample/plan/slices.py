@@ -61,7 +61,7 @@ def slice_file_name(host: str) -> str:
 def slice_location(plan_location: str, host: str) -> str:
     """``host``'s slice beside the plan at ``plan_location`` (an http(s) URL or a path)."""
     name = slice_file_name(host)
-    if urllib.parse.urlsplit(plan_location).scheme in ("http", "https"):
+    if urllib.parse.urlsplit(plan_location).scheme:  # http, https, file
         return urllib.parse.urljoin(plan_location, f"{SLICES_DIR}/{urllib.parse.quote(name)}")
     return str(PurePath(plan_location).parent / SLICES_DIR / name)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from cosample.plan.errors import PlanFetchError
+from cosample.plan.errors import PlanFetchError, PlanMissingError
 from cosample.plan.signing import SIGNATURE_SUFFIX
 from cosample.fetch import MISSING, UNCHANGED, FetchError, fetch as fetch_document, fetch_bytes
 
@@ -60,7 +60,7 @@ def fetch(location: str, *, timeout_s: float = 10.0, with_signature: bool = Fals
     except FetchError as exc:
         raise PlanFetchError(str(exc)) from None
     if response.status == MISSING:
-        raise PlanFetchError(f"plan {location}: not found")
+        raise PlanMissingError(f"plan {location}: not found")
     if response.status == UNCHANGED:
         if known is None:  # a 304 to a request that named no tag: a broken server
             raise PlanFetchError(f"plan {location}: HTTP 304 to an unconditional request")
