@@ -30,26 +30,34 @@ def host_views(hosts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     ``PEER_FIELDS`` with only the mirrors to it, the receives from it and the (non-sniffer)
     appmon entries toward it. Peers are the hosts it mirrors to, receives from, sends
     application traffic to or analyses for. A name the plan does not have is left out, so the
-    agent's pair checks refuse the view as they refuse the whole plan."""
-    views: dict[str, dict[str, Any]] = {name: {name: entry} for name, entry in hosts.items()}
+    agent's pair checks refuse the view as they refuse the whole plan.
 
-    def cut(viewer: Any, peer: str) -> dict[str, Any] | None:
+    One pass over the entries, written for 10^6 hosts (no call per pair but dict lookups)."""
+    views: dict[str, dict[str, Any]] = {name: {name: entry} for name, entry in hosts.items()}
+    bases: dict[str, dict[str, Any]] = {}
+
+    def cut(viewer: Any, peer: Any) -> dict[str, Any] | None:
+        """``peer``'s entry as ``viewer`` sees it (made on first use), or None."""
         view = views.get(viewer)
         if view is None or viewer == peer:
             return None
         entry = view.get(peer)
         if entry is None:
-            whole = hosts.get(peer)
-            if whole is None:
-                return None
-            entry = view[peer] = {key: whole[key] for key in PEER_FIELDS if key in whole}
+            base = bases.get(peer)
+            if base is None:
+                whole = hosts.get(peer)
+                if whole is None:
+                    return None
+                base = bases[peer] = {key: whole[key] for key in PEER_FIELDS if key in whole}
+            entry = view[peer] = base.copy()
         return entry
 
     for name, entry in hosts.items():
-        for key, other, items in (("mirrors", "to", entry.get("mirrors")),
-                                  ("receives", "from", entry.get("receives")),
-                                  ("appmon", "to", entry.get("appmon"))):
-            for item in items or ():
+        for key, other in _LISTS:
+            items = entry.get(key)
+            if not items:
+                continue
+            for item in items:
                 peer = item.get(other)
                 if peer is None:
                     continue
@@ -58,8 +66,15 @@ def host_views(hosts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                     continue  # compact records over the network: nothing the peer sets up
                 shown = cut(peer, name)
                 if shown is not None:
-                    shown.setdefault(key, []).append(item)
+                    listed = shown.get(key)
+                    if listed is None:
+                        shown[key] = [item]
+                    else:
+                        listed.append(item)
     return views
+
+
+_LISTS = (("mirrors", "to"), ("receives", "from"), ("appmon", "to"))
 
 
 class SliceSet:
