@@ -9,7 +9,8 @@ plan document with its host table kept as bytes) and then, in one run, side by s
   tables parsed, each host's view cut, hashed into a Merkle tree, the head signed once), and
   beside putting every slice document together once (what ``DirectoryTarget`` writes, or what
   the HTTP target sends if every agent asks once). ``--two-phase`` does the same for a
-  two-phase plan set (the second plan for traffic scaled by a random factor per entry);
+  two-phase plan set (the second plan for traffic scaled by a random factor per entry), at
+  sizes up to ``--two-phase-up-to`` (10^5: the 10^6 plan set takes 11 GB before any slice);
 * **memory**: the process's peak resident set before and after the slices were built;
 * **an agent's bytes**, through a byte-counting relay in front of the controller's own HTTP
   target, for three hosts (the one with the most peers, a seeded random one, the first): the
@@ -173,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--two-phase", action="store_true",
-                        help="also publish a two-phase plan set at each size")
+                        help="also publish a two-phase plan set (at sizes up to "
+                             "--two-phase-up-to)")
+    parser.add_argument("--two-phase-up-to", type=int, default=100_000,
+                        help="largest size with a plan set (10^6: 11 GB before the slices)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -183,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for servers in args.sizes:
         command = [sys.executable, "-m", "cosample.experiments.bench_slices", "--child",
-                   str(servers)] + (["--two-phase"] if args.two_phase else [])
+                   str(servers)] + (["--two-phase"] if args.two_phase
+                                    and servers <= args.two_phase_up_to else [])
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)
