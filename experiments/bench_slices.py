@@ -12,6 +12,8 @@ plan document with its host table kept as bytes) and then, in one run, side by s
   own would cost instead of one head (2,000 signatures timed). ``--two-phase`` does the same for a
   two-phase plan set (the second plan for traffic scaled by a random factor per entry), at
   sizes up to ``--two-phase-up-to`` (10^5: the 10^6 plan set takes 11 GB before any slice);
+* **files**: ``DirectoryTarget.publish`` of the plan alone and with every slice as a file
+  (sizes up to ``--directory-up-to``);
 * **memory**: the process's peak resident set before and after the slices were built;
 * **an agent's bytes**, through a byte-counting relay in front of the controller's own HTTP
   target, for three hosts (the one with the most peers, a seeded random one, the first): the
@@ -85,6 +87,21 @@ def _signing_each(key: Path, sizes: list[int], count: int = 2000) -> float:
     return (time.process_time() - began) / count * len(sizes)
 
 
+def _directory(rendered, folder: Path) -> dict:
+    """``DirectoryTarget.publish`` with and without slices (wall and CPU seconds; the slices
+    themselves are already built): what writing 10^5 small files costs."""
+    from cosample.controller.publish import DirectoryTarget
+
+    out = {}
+    for label, slices in (("whole", False), ("with_slices", True)):
+        target = DirectoryTarget(folder / label, slices=slices)
+        began, cpu = time.perf_counter(), time.process_time()
+        target.publish(rendered)
+        out[f"directory_{label}_s"] = round(time.perf_counter() - began, 3)
+        out[f"directory_{label}_cpu_s"] = round(time.process_time() - cpu, 3)
+    return out
+
+
 def _peak_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -122,7 +139,7 @@ def _agent_bytes(rendered, next_rendered, hosts: list[str], public: Path) -> lis
     return rows
 
 
-def measure(servers: int, two_phase: bool) -> dict:
+def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000) -> dict:
     """One size, in a process of its own."""
     from cosample.controller.publish import render
     from cosample.gcpause import gc_paused
@@ -153,6 +170,8 @@ def measure(servers: int, two_phase: bool) -> dict:
                    "tree_mb": round(sum(map(len, slices.tree.levels)) / 1e6, 1),
                    "views_mb": round(sum(map(len, slices.views)) / 1e6, 1),
                    "peak_rss_mb_before": peak_before, "peak_rss_mb_after": _peak_mb()}
+            if label == "plan" and servers <= directory_up_to:
+                row.update(_directory(rendered, folder / "pub"))
             if label == "plan":
                 busiest = slices.names[int(np.argmax(sizes))]
                 rng = np.random.default_rng(0)
@@ -173,13 +192,19 @@ def _print(result: dict) -> None:
         print(f"{servers:>9,} servers, {label}: {row['hosts']:,} slices; whole plan "
               f"{row['plan_bytes']:,} bytes")
         print(f"  publisher CPU: render {row['render_cpu_s']:.3f} s (floor), slices "
-              f"{row['slices_cpu_s']:.3f} s ({row['slices_cpu_s'] / row['render_cpu_s']:.1f}x "
+              f"{row['slices_cpu_s']:.3f} s "
+              f"({row['slices_cpu_s'] / max(row['render_cpu_s'], 1e-3):.1f}x "
               f"the floor), every slice document once {row['all_documents_cpu_s']:.3f} s; "
               f"a signature per slice instead would cost {row['signing_each_cpu_s']:.3f} s")
         print(f"  slice bytes: median {row['slice_bytes_median']:,}, p99 "
               f"{row['slice_bytes_p99']:,}, max {row['slice_bytes_max']:,}; kept: views "
               f"{row['views_mb']} MB, tree {row['tree_mb']} MB; peak RSS "
               f"{row['peak_rss_mb_before']:,} -> {row['peak_rss_mb_after']:,} MB")
+        if "directory_whole_s" in row:
+            print(f"  DirectoryTarget.publish: whole plan alone {row['directory_whole_s']:.3f} s "
+                  f"({row['directory_whole_cpu_s']:.3f} s CPU), with every slice as a file "
+                  f"{row['directory_with_slices_s']:.3f} s ({row['directory_with_slices_cpu_s']:.3f}"
+                  f" s CPU)")
         for poll in row.get("agent", ()):
             print(f"  agent {poll['host']:>8s} {poll['stage']:17s} {poll['bytes']:>7,} bytes "
                   f"({row['plan_bytes'] / max(poll['bytes'], 1):,.0f}x fewer than the whole "
@@ -194,16 +219,18 @@ def main(argv: list[str] | None = None) -> int:
                              "--two-phase-up-to)")
     parser.add_argument("--two-phase-up-to", type=int, default=100_000,
                         help="largest size with a plan set (10^6: 11 GB before the slices)")
+    parser.add_argument("--directory-up-to", type=int, default=100_000,
+                        help="largest size whose slices are also written as files")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.two_phase)))
+        print(json.dumps(measure(args.child, args.two_phase, args.directory_up_to)))
         return 0
     results = []
     for servers in args.sizes:
         command = [sys.executable, "-m", "cosample.experiments.bench_slices", "--child",
-                   str(servers)] + (["--two-phase"] if args.two_phase
+                   str(servers), "--directory-up-to", str(args.directory_up_to)] + (["--two-phase"] if args.two_phase
                                     and servers <= args.two_phase_up_to else [])
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:

@@ -140,6 +140,9 @@ def build_slices(plans: Sequence[Mapping[str, Any]], key: str | None) -> SliceSe
 
 
 def _table(hosts: Any) -> Mapping[str, Any]:
-    parsed = getattr(hosts, "parsed", None)  # the planner's HostTable, kept as bytes
-    return parsed() if callable(parsed) else hosts
+    """A plan's host table as dicts. The planner's ``HostTable`` (kept as bytes) is parsed here
+    for the build only, not through its cache: the controller keeps the plan in force, and a
+    parsed 10^6-host table would stay with it (gigabytes)."""
+    serialised = getattr(hosts, "json", None)  # HostTable.json: its bytes
+    return orjson.loads(serialised) if isinstance(serialised, bytes) else hosts
 
