@@ -18,7 +18,7 @@ import json
 import os
 import threading
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from http.server import BaseHTTPRequestHandler
@@ -64,14 +64,18 @@ class Rendered:
 
     @cached_property
     def slices(self) -> SliceSet:
-        """Every host's slice, built once, when a target first asks."""
+        """Every host's slice, built once, when a target first asks. The documents are let go
+        then (a plan set's first phase is a parsed host table: gigabytes at 10^6 hosts, which
+        a serving target would otherwise keep as long as it serves this publication)."""
         plans = self.plans
         if not plans:
             import orjson
 
             document = orjson.loads(self.data)
             plans = tuple(document["plans"]) if "plans" in document else (document,)
-        return build_slices(plans, self.key)
+        built = build_slices(plans, self.key)
+        object.__setattr__(self, "plans", ())  # frozen for its users; this is its own cache
+        return built
 
 
 def render(plan: dict[str, Any], version: int, key: str | None,
@@ -251,6 +255,8 @@ class HttpTarget:
     def publish(self, rendered: Rendered) -> None:
         if self.slices and rendered.sliceable:
             _ = rendered.slices  # built before it is served: no request waits for it
+        else:
+            rendered = replace(rendered, plans=())  # served as bytes: no documents kept
         self._current = rendered  # one reference swap: readers see the old pair or the new
         return None  # no file: the state directory keeps its own copy
 
