@@ -9,9 +9,10 @@ the format requires. Host fields are the *applied* values (docs/formats.md): ``l
 the plan as the solver left it, under ``hosts.<h>.planned``, is informational. An optional per-host
 ``appmon`` list names the services whose packets the host copies to an application analyser
 (docs/appmon-mechanisms.md; its models are ``cosample.plan.appmon``'s); it is strict (unknown
-keys refused). Two optional top-level fields belong to the agents: ``not_before`` (two-phase transitions) and ``reset`` (a signed
-reset of the rollback floor, see ``selection``). A *plan set* (``format: cosample.planset``)
-carries several plans, e.g. the two phases of a transition, in one document.
+keys refused). Two optional top-level fields belong to the agents: ``not_before`` (two-phase
+transitions) and ``reset`` (a signed reset of the rollback floor, see ``selection``). A *plan
+set* (``format: cosample.planset``) carries several plans, e.g. the two phases of a transition,
+in one document; a host's *slice* (``slices``) carries its part of them.
 """
 
 from __future__ import annotations
