@@ -118,9 +118,11 @@ class SliceSet:
 
 
 def build_slices(plans: Sequence[Mapping[str, Any]], key: str | None) -> SliceSet:
-    """The slices of a publication of ``plans`` (their ``hosts`` dicts, or tables with a
-    ``parsed()`` dict), the head signed with the private key at ``key`` (None: unsigned)."""
-    tables = [_table(plan["hosts"]) for plan in plans]
+    """The slices of a publication of ``plans`` (their ``hosts`` dicts, or the planner's
+    ``HostTable``), the head signed with the private key at ``key`` (None: unsigned)."""
+    tables = [_table(plan.get("hosts")) for plan in plans]
+    if not all(isinstance(table, Mapping) for table in tables):
+        return SliceSet(b"", None, (), (), None)  # not a plan agents accept: nothing to slice
     names = sorted(set().union(*tables)) if len(tables) > 1 else sorted(tables[0])
     related = [relations(table) for table in tables]
     dumps = orjson.dumps
