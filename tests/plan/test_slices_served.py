@@ -152,3 +152,30 @@ def test_an_agent_refuses_a_tampered_or_foreign_slice_and_keeps_its_plan(sandbox
     mine.write_bytes(good)
     assert a.cycle().plan_version == 101 and fingerprint(a) != state
     shutil.rmtree(unsigned)
+
+
+def test_a_publication_restored_after_a_restart_is_sliced_and_signed_again(server, keys,
+                                                                          make_plan):
+    """The controller's ``_restore``: only the published bytes and the key; the target slices
+    the bytes again (one plan or a plan set), signed, before it serves them."""
+    from cosample.plan.signing import sign_bytes
+
+    key, public = keys
+    for previous in (None, make_plan(version=100)):
+        rendered = render(make_plan(sender_mirrors=(("s2", 0.4),)), 101, key, previous,
+                          now=None if previous is None else _now(), settle_s=60.0)
+        fresh = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
+        try:
+            fresh.restore(Rendered(rendered.data, sign_bytes(rendered.data, key),
+                                   rendered.versions, rendered.final, key=key))
+            _, _, body = get(slice_location(fresh.describe(), "s1"))
+            plans = read_slice(body, "s1", public)
+            assert [p.version for p in plans] == list(rendered.versions)
+        finally:
+            fresh.close()
+
+
+def _now():
+    from cosample.times import utcnow
+
+    return utcnow().replace(microsecond=0)
