@@ -2,7 +2,9 @@
 
 The plans come from this host's slice beside the plan when the location serves one
 (``slices``, ``cosample.plan.slices``), else from the whole plan; either way they are the same
-``Plan`` objects, and everything after the fetch is one code path. ``Agent.cycle`` is one pass; ``Agent.run`` repeats it every ``interval_s`` plus a random jitter
+``Plan`` objects, and everything after the fetch is one code path.
+
+``Agent.cycle`` is one pass; ``Agent.run`` repeats it every ``interval_s`` plus a random jitter
 of up to ``jitter_s`` (so a fleet does not hit the plan server in step). "Last good" means
 *applied and verified*: a new plan is recorded (``last-good-plan.json``) only once its commands
 ran and a fresh observation shows the host converged. If a new plan fails on the host, the agent
