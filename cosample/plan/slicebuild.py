@@ -10,6 +10,7 @@ are never held as 10^6 documents.
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -38,20 +39,21 @@ def relations(hosts: Mapping[str, Any]) -> dict[str, list[tuple[str, str | None,
     traffic to or analyses for; a name the plan does not have is left out, so the agent's pair
     checks refuse the view as they refuse the whole plan. References, not copies: the views
     are made one at a time (10^6 of them at once would cost gigabytes)."""
-    related: dict[str, list[tuple[str, str | None, Any]]] = {}
+    related: defaultdict[str, list[tuple[str, str | None, Any]]] = defaultdict(list)
     for name, entry in hosts.items():
         for key, other in _LISTS:
             items = entry.get(key)
             if not items:
                 continue
+            mine = related[name]
             for item in items:
                 peer = item.get(other)
                 if peer is None or peer == name or peer not in hosts:
                     continue
-                related.setdefault(name, []).append((peer, None, None))
+                mine.append((peer, None, None))
                 if key == "appmon" and item.get("mechanism") == "sniffer":
                     continue  # compact records over the network: nothing the peer sets up
-                related.setdefault(peer, []).append((name, key, item))
+                related[peer].append((name, key, item))
     return related
 
 
