@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from cosample.agents.state import ObservedDevice, short_hash
 from cosample.dataplane.tunnels import RECORD_PORT, appmon_vni
-from cosample.plan.document import (SHARE_BITS, AppmonEntry, HostPlan, Plan, selected_share,
-                                     tunnel_ip)
+from cosample.plan.appmon import SHARE_BITS, AppmonEntry, selected_share
+from cosample.plan.document import HostPlan, Plan, tunnel_ip
 from cosample.plan.errors import PlanError
 
 #: ``external_ids`` key on the agent's appmon Port, Interface and Mirror rows: the peer host.

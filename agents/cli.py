@@ -104,11 +104,14 @@ def _host_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, help="serve metrics on 127.0.0.1:PORT")
     parser.add_argument("--max-plan-mib", type=int, dest="max_plan_mib",
                         help="largest plan document fetched, MiB (default 256)")
+    parser.add_argument("--slices", choices=("auto", "always", "never"),
+                        help="read this host's slice (hosts/HOST beside the plan) instead of "
+                             "the whole plan: auto (default: when served), always, never")
 
 
 _OPTION_KEYS = ("host", "plan", "interval_s", "jitter_s", "ovsdb", "ovs_rundir", "bridge",
                 "vm_ports", "collector", "state_dir", "public_key", "insecure_unsigned",
-                "timeout_s", "metrics_port", "max_plan_mib")
+                "timeout_s", "metrics_port", "max_plan_mib", "slices")
 
 
 def _config(args, needs_plans: bool = False):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
@@ -56,6 +56,10 @@ class AgentConfig(Strict):
     timeout_s: Positive = 10.0
     #: Largest plan document fetched (MiB; a 10^5-server two-phase plan set is about 100 MB).
     max_plan_mib: Annotated[int, Field(ge=1, le=4096)] = DEFAULT_MAX_PLAN_MIB
+    #: Fetch this host's slice (``hosts/<host>`` beside ``plan``, cosample.plan.slices) instead
+    #: of the whole plan: ``auto`` when the location serves one (else the whole plan),
+    #: ``always`` (a missing slice is an error), ``never``.
+    slices: Literal["auto", "always", "never"] = "auto"
     metrics_port: Port | None = None
 
     @property

@@ -1,5 +1,9 @@
 """The agent loop: fetch, validate, select, compute the difference, apply, verify, report.
 
+The plans come from this host's slice beside the plan when the location serves one
+(``slices``, ``cosample.plan.slices``), else from the whole plan; either way they are the same
+``Plan`` objects, and everything after the fetch is one code path.
+
 ``Agent.cycle`` is one pass; ``Agent.run`` repeats it every ``interval_s`` plus a random jitter
 of up to ``jitter_s`` (so a fleet does not hit the plan server in step). "Last good" means
 *applied and verified*: a new plan is recorded (``last-good-plan.json``) only once its commands
@@ -27,7 +31,8 @@ from pathlib import Path
 
 from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
-from cosample.plan.errors import PlanError, PlanFetchError, SignatureError, SigningKeyError
+from cosample.plan.errors import (PlanError, PlanFetchError, PlanMissingError, SignatureError,
+                                  SigningKeyError)
 from cosample.agents.host import Host
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.plan.document import Plan, parse_document, parse_plan
@@ -35,6 +40,7 @@ from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
 from cosample.plan.selection import select_plan
 from cosample.plan.signing import verify
+from cosample.plan.slices import read_slice, slice_location
 from cosample.plan.source import Fetched, fetch
 from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
@@ -79,9 +85,10 @@ class Agent:
         self.running: Plan | None = self._load_last_good()
         #: Plans (by content digest) that failed on this host, and why; not retried.
         self.failed: dict[str, str] = {}
-        #: The last plan document fetched (its tag makes the next poll conditional) and, once
-        #: it parsed, the plans in it: an unchanged document (HTTP 304) is not parsed again.
-        self.fetched: Fetched | None = None
+        #: The last document fetched, by location (its tag makes the next poll conditional),
+        #: and, once the whole plan parsed, its plans: an unchanged plan (HTTP 304) is not
+        #: parsed again.
+        self.fetched: dict[str, Fetched] = {}
         self.parsed: tuple[bytes, tuple[Plan, ...]] | None = None
 
     # one pass -----------------------------------------------------------------------------------
@@ -157,20 +164,9 @@ class Agent:
         if warning:
             log.warning("%s", warning)
         try:
-            fetched = self.fetcher(self.config.plan, timeout_s=self.config.timeout_s,
-                                   with_signature=self.config.public_key is not None,
-                                   max_bytes=self.config.max_plan_mib * 1024 * 1024,
-                                   previous=self.fetched)
-            self.fetched = fetched
-            self.metrics.plan_fetches.labels(
-                result="unchanged" if fetched.unchanged else "downloaded").inc()
-            if self.config.public_key is not None:  # every poll: the signature may have changed
-                verify(fetched.data, fetched.signature, self.config.public_key)
-            if self.parsed is not None and self.parsed[0] is fetched.data:
-                plans = self.parsed[1]
-            else:
-                plans = parse_document(fetched.data, source=self.config.plan)
-                self.parsed = (fetched.data, plans)
+            plans = self._read_slice() if self.config.slices != "never" else None
+            if plans is None:
+                plans = self._read_plan()
         except SignatureError as exc:
             errors.append(str(exc))
             kinds.append("signature")
@@ -193,6 +189,42 @@ class Agent:
             else:
                 usable.append(plan)
         return tuple(usable)
+
+    def _fetch(self, location: str, with_signature: bool) -> Fetched:
+        """A conditional fetch (the tag of the last answer from ``location``), counted."""
+        fetched = self.fetcher(location, timeout_s=self.config.timeout_s,
+                               with_signature=with_signature,
+                               max_bytes=self.config.max_plan_mib * 1024 * 1024,
+                               previous=self.fetched.get(location))
+        self.fetched = {location: fetched}
+        self.metrics.plan_fetches.labels(
+            result="unchanged" if fetched.unchanged else "downloaded").inc()
+        return fetched
+
+    def _read_slice(self) -> tuple[Plan, ...] | None:
+        """This host's plans from its slice; None (``auto``) when the location serves none.
+        Verified on every poll, like the whole plan's signature (the key file may change)."""
+        location = slice_location(self.config.plan, self.config.host)  # type: ignore[arg-type]
+        try:
+            fetched = self._fetch(location, with_signature=False)
+        except PlanMissingError:
+            if self.config.slices == "always":
+                raise
+            return None
+        return read_slice(fetched.data, self.config.host, self.config.public_key,
+                          source=location)
+
+    def _read_plan(self) -> tuple[Plan, ...]:
+        """The whole plan document's plans; an unchanged document is not parsed again."""
+        fetched = self._fetch(self.config.plan,  # type: ignore[arg-type]
+                              with_signature=self.config.public_key is not None)
+        if self.config.public_key is not None:  # every poll: the signature may have changed
+            verify(fetched.data, fetched.signature, self.config.public_key)
+        if self.parsed is not None and self.parsed[0] is fetched.data:
+            return self.parsed[1]
+        plans = parse_document(fetched.data, source=self.config.plan)  # type: ignore[arg-type]
+        self.parsed = (fetched.data, plans)
+        return plans
 
     def _try(self, plan: Plan, desired: DesiredState, fallback: DesiredState,
              errors: list[str], kinds: list[str]) -> "_Outcome":

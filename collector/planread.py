@@ -2,9 +2,12 @@
 
 One ``PlanReader.read`` is what a poll costs, and the daemon runs it on a thread of its own
 (``collector/workers.py``), never on the thread that receives datagrams. It fetches the plan
-and, with a public key, its detached ``.sig`` under one deadline (``cosample.fetch``), and
-compares a SHA-256 of both with the last read: unchanged bytes are neither verified nor parsed
-again (a 10^5-server plan costs seconds of CPU to validate), and give the last read's verdict.
+and, with a public key, its detached ``.sig`` under one deadline, conditionally, as the agents
+do (``cosample.plan.source``: an unchanged plan is a 304, or an unchanged file's tag, and is
+not downloaded again), and compares a SHA-256 of both with the last read: unchanged bytes are
+neither verified nor parsed again (a 10^5-server plan costs seconds of CPU to validate), and
+give the last read's verdict. The collector reads the whole plan, never a slice: it attributes
+every host's samples.
 New bytes are verified with the agents' own function (``cosample.plan.signing.verify``:
 collector and agents accept exactly the same plans), parsed with the agents' reader, and the
 attribution of each plan is built here too, so the switch on the receive path is a lookup.
@@ -20,13 +23,12 @@ import time
 from dataclasses import dataclass, field, replace
 
 from cosample.plan.document import Plan, parse_document
-from cosample.plan.signing import SIGNATURE_SUFFIX, verify
-from cosample.plan.source import MAX_BYTES
+from cosample.plan.signing import verify
+from cosample.plan.source import MAX_BYTES, Fetched, fetch
 from cosample.collector import attribution
 from cosample.collector.inventory import Inventory
 from cosample.collector.polling import PLAN_TIMEOUT_S
 from cosample.errors import CosampleError
-from cosample.fetch import fetch_bytes
 
 #: Kinds of failed reads (``cosample_collector_plan_errors_total`` counts them all,
 #: ``..._plan_refused_total{reason}`` by kind).
@@ -56,6 +58,8 @@ class PlanReader:
         self.max_bytes = max_bytes
         self._digest: bytes | None = None
         self._last: Reading | None = None
+        self._fetched: Fetched | None = None  # the last answer (its tag: a conditional fetch)
+        self._data_digest: bytes | None = None  # SHA-256 of its body
 
     def read(self) -> Reading:
         began = time.monotonic()
@@ -68,10 +72,17 @@ class PlanReader:
                                  "unsigned plans (--public-key KEY, or --insecure-unsigned for "
                                  "a lab)", SIGNATURE)
         try:
-            data, signature = self._fetch()
+            fetched = fetch(self.location, timeout_s=self.timeout_s,
+                            with_signature=self.public_key is not None,
+                            max_bytes=self.max_bytes, previous=self._fetched,
+                            user_agent="cosample-collector")
         except CosampleError as exc:
             return Reading(None, str(exc), FETCH)
-        digest = hashlib.sha256(data)
+        data, signature = fetched.data, fetched.signature
+        if not fetched.unchanged or self._data_digest is None:
+            self._data_digest = hashlib.sha256(data).digest()
+        self._fetched = fetched
+        digest = hashlib.sha256(self._data_digest)
         digest.update(b"\0signature:" + (signature or b""))
         if digest.digest() == self._digest and self._last is not None:
             last = self._last
@@ -79,20 +90,6 @@ class PlanReader:
         reading = self._check(data, signature)
         self._digest, self._last = digest.digest(), reading
         return reading
-
-    def _fetch(self) -> tuple[bytes, bytes | None]:
-        deadline = time.monotonic() + self.timeout_s
-        data = fetch_bytes(self.location, label="plan", timeout_s=self.timeout_s,
-                           max_bytes=self.max_bytes, deadline=deadline,
-                           user_agent="cosample-collector")
-        signature = None
-        if self.public_key is not None:
-            signature = fetch_bytes(self.location + SIGNATURE_SUFFIX, label="plan signature",
-                                    timeout_s=self.timeout_s, max_bytes=64 * 1024,
-                                    deadline=deadline, missing_ok=True,
-                                    user_agent="cosample-collector")
-        assert data is not None
-        return data, signature
 
     def _check(self, data: bytes, signature: bytes | None) -> Reading:
         if self.public_key is not None:

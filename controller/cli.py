@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="serve plan.json(.sig), /status and /metrics over HTTP")
     where.add_argument("--publish", metavar="DIR",
                        help="write plan.json and plan.json.sig atomically into DIR")
+    run.add_argument("--no-slices", action="store_true",
+                     help="publish the whole plan alone, without each host's slice at "
+                          "hosts/NAME beside it (docs/controller.md)")
     signing = run.add_mutually_exclusive_group(required=True)
     signing.add_argument("--key", metavar="PRIVATE.pem", help="ed25519 key that signs plans")
     signing.add_argument("--insecure-unsigned", action="store_true",
@@ -196,9 +199,10 @@ def _run(args: argparse.Namespace) -> int:
         holder: dict = {}
         target = HttpTarget(host, port, lambda: holder["c"].last_status.as_dict()
                             if holder["c"].last_status else {},
-                            lambda: holder["c"].metrics.exposition())
+                            lambda: holder["c"].metrics.exposition(),
+                            slices=not args.no_slices)
     else:
-        target = DirectoryTarget(args.publish)
+        target = DirectoryTarget(args.publish, slices=not args.no_slices)
     try:
         controller = Controller(inventory, settings, target, args.state_dir)
         if args.serve:

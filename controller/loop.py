@@ -156,7 +156,7 @@ class Controller:
         key = self.settings.key
         restore(Rendered(data, sign_bytes(data, key) if key else None,
                          (self.store.last_version() or int(self.current["version"]),),
-                         self.current))
+                         self.current, key=key))
         log.info("serving the last publication again (version %s)", self.current["version"])
 
     # one pass -----------------------------------------------------------------------------------

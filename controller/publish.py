@@ -5,6 +5,10 @@ folder that any web server, shared file system or object-store sync serves; ``Ht
 serves them itself with ``ETag``/``If-None-Match`` (a 304 costs no body), next to ``/status``
 and ``/metrics``. When a plan change makes some server's load rise while another component
 falls, the document is the agents' two-phase plan set (``cosample.plan.transition``).
+
+Both also serve each host's slice at ``hosts/<name>`` beside the plan (``cosample.plan.slices``:
+the host's part of every plan of the publication, one signed head, a Merkle path), which is
+what agents fetch by default; ``slices=False`` serves the whole plan alone.
 """
 
 from __future__ import annotations
@@ -13,14 +17,18 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import dataclass
+import urllib.parse
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
 from cosample.times import format_time
 from cosample.plan.signing import SIGNATURE_SUFFIX, sign_bytes
+from cosample.plan.slicebuild import SliceSet, build_slices
+from cosample.plan.slices import SLICES_DIR
 from cosample.controller.httpserver import BoundedHTTPServer
 from cosample.files import FileWriteError, write_bytes_atomic
 from cosample.planner.planfile import HostTable, compact_json
@@ -39,10 +47,35 @@ class Rendered:
     signature: bytes | None
     versions: tuple[int, ...]
     final: dict[str, Any]  # the plan the fleet ends up running
+    #: The published plans as documents (the phases of a plan set), for the slices; empty:
+    #: read back from ``data`` (a publication restored after a restart).
+    plans: tuple[dict[str, Any], ...] = ()
+    key: str | None = None  # the private key that signs the slices' head
 
     @property
     def etag(self) -> str:
         return '"' + hashlib.sha256(self.data).hexdigest()[:32] + '"'
+
+    @property
+    def sliceable(self) -> bool:
+        """Slices are never less authenticated than the plan: a signed plan without the key
+        that signs its slices' head is served whole alone (agents fall back to it)."""
+        return self.signature is None or self.key is not None
+
+    @cached_property
+    def slices(self) -> SliceSet:
+        """Every host's slice, built once, when a target first asks. The documents are let go
+        then (a plan set's first phase is a parsed host table: gigabytes at 10^6 hosts, which
+        a serving target would otherwise keep as long as it serves this publication)."""
+        plans = self.plans
+        if not plans:
+            import orjson
+
+            document = orjson.loads(self.data)
+            plans = tuple(document["plans"]) if "plans" in document else (document,)
+        built = build_slices(plans, self.key)
+        object.__setattr__(self, "plans", ())  # frozen for its users; this is its own cache
+        return built
 
 
 def render(plan: dict[str, Any], version: int, key: str | None,
@@ -59,7 +92,7 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         if start is not None:
             plan["not_before"] = format_time(start)
         data = compact_json(plan)
-        versions, final = (version,), plan
+        versions, final, plans = (version,), plan, (plan,)
     else:
         from cosample.plan.document import plan_head
         from cosample.plan.transition import plan_set
@@ -75,8 +108,9 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         data = compact_json(document)
         versions = tuple(int(p["version"]) for p in document["plans"])
         final = document["plans"][-1]
+        plans = tuple(document["plans"])
     signature = sign_bytes(data, key) if key else None
-    return Rendered(data, signature, versions, final)
+    return Rendered(data, signature, versions, final, plans, key)
 
 
 def release(now: datetime, lead_s: float) -> datetime:
@@ -112,6 +146,8 @@ class DirectoryTarget:
     """A folder any web server or shared file system serves: each publication is a folder of its
     own, ``versions/V/`` holding ``plan.json`` and ``plan.json.sig``, written and synced first;
     then the pointer ``current`` (a symbolic link to ``versions/V``) is replaced by one rename.
+    The hosts' slices are files in ``versions/V/hosts/``, written before the pointer moves, and
+    ``DIR/hosts`` links through ``current`` too.
     ``DIR/plan.json`` and ``DIR/plan.json.sig`` are fixed links through ``current``, so every
     resolution of them sees one publication's pair: a kill at any moment leaves the old pair or
     the new one, never a plan beside another plan's signature. (An agent's two reads can still
@@ -119,9 +155,10 @@ class DirectoryTarget:
     the publication before the current one is kept for readers still on it; older ones, and
     what a killed run left (temporary files, a folder the pointer never reached), are removed."""
 
-    def __init__(self, directory: str | Path, name: str = PLAN_NAME) -> None:
+    def __init__(self, directory: str | Path, name: str = PLAN_NAME, slices: bool = True) -> None:
         self.directory = Path(directory)
         self.name = name
+        self.slices = slices
         self.path = self.directory / name
         self.versions = self.directory / VERSIONS_DIR
         if self.directory.is_dir():
@@ -136,10 +173,14 @@ class DirectoryTarget:
         if rendered.signature is not None:
             write_bytes_atomic(folder / (self.name + SIGNATURE_SUFFIX), rendered.signature,
                                mode=0o644)
+        links = [self.name, self.name + SIGNATURE_SUFFIX]
         try:
+            if self.slices and rendered.sliceable:
+                _write_slices(folder / SLICES_DIR, rendered.slices)
+                links.append(SLICES_DIR)
             _fsync_dir(folder)
             _symlink_atomic(self.directory / CURRENT_LINK, Path(VERSIONS_DIR) / folder.name)
-            for link in (self.name, self.name + SIGNATURE_SUFFIX):
+            for link in links:
                 _ensure_link(self.directory / link, Path(CURRENT_LINK) / link)
             _fsync_dir(self.directory)
         except OSError as exc:
@@ -180,9 +221,12 @@ class HttpTarget:
     """A small threaded HTTP server: the plan, its signature, status and metrics."""
 
     def __init__(self, host: str, port: int, status: Callable[[], dict[str, Any]],
-                 metrics: Callable[[], bytes], name: str = PLAN_NAME, **limits: Any) -> None:
-        """``limits``: ``BoundedHTTPServer``'s (connections, idle timeout, request deadline)."""
+                 metrics: Callable[[], bytes], name: str = PLAN_NAME, slices: bool = True,
+                 **limits: Any) -> None:
+        """``limits``: ``BoundedHTTPServer``'s (connections, idle timeout, request deadline);
+        ``slices``: serve each host's slice at ``/hosts/<name>`` too."""
         self.name = name
+        self.slices = slices
         self._current: Rendered | None = None
         self._status, self._metrics = status, metrics
         target = self
@@ -209,13 +253,17 @@ class HttpTarget:
         return self.server.server_address[:2]
 
     def publish(self, rendered: Rendered) -> None:
+        if self.slices and rendered.sliceable:
+            _ = rendered.slices  # built before it is served: no request waits for it
+        else:
+            rendered = replace(rendered, plans=())  # served as bytes: no documents kept
         self._current = rendered  # one reference swap: readers see the old pair or the new
         return None  # no file: the state directory keeps its own copy
 
     def restore(self, rendered: Rendered) -> None:
         """After a restart: serve the last publication (from the state directory) at once."""
         if self._current is None:
-            self._current = rendered
+            self.publish(rendered)
 
     def describe(self) -> str:
         host, port = self.address
@@ -234,6 +282,14 @@ class HttpTarget:
         elif path == "/" + self.name + SIGNATURE_SUFFIX and current is not None \
                 and current.signature is not None:
             payload, kind, etag = current.signature, "text/plain", current.etag[:-1] + '-sig"'
+        elif path.startswith(f"/{SLICES_DIR}/") and current is not None and self.slices \
+                and current.sliceable:
+            file_name = urllib.parse.unquote(path[len(SLICES_DIR) + 2:])
+            payload, kind = current.slices.document(file_name), "application/json"
+            if payload is None:
+                request.send_error(404, "no slice for this host in the current publication")
+                return
+            etag = current.slices.etag(file_name)
         elif path == "/status":
             payload, kind = (json.dumps(self._status(), indent=2, sort_keys=True) + "\n").encode(), \
                 "application/json"
@@ -286,6 +342,17 @@ def _tags(header: str | None) -> set[str]:
     if not header:
         return set()
     return {tag.strip().removeprefix("W/") for tag in header.split(",")}
+
+
+def _write_slices(folder: Path, slices: SliceSet) -> None:
+    """One file per host in ``folder`` (a new version's, not yet reachable: no rename per file),
+    then one ``sync`` for them all (an fsync each would cost 10^5 disk flushes)."""
+    folder.mkdir(mode=0o755)
+    for file_name, document in slices.items():
+        with open(folder / file_name, "xb") as stream:
+            stream.write(document)
+    os.sync()
+    _fsync_dir(folder)
 
 
 def _version_of(name: str) -> int | None:

@@ -94,6 +94,8 @@ def _tunnel_address(text: str) -> str:
 #: A server's tunnel endpoint (description, inventory, plan): one rule, so nothing the planner
 #: accepts is refused later by an agent.
 TunnelAddress = Annotated[str, AfterValidator(_tunnel_address)]
+#: A host's name in a plan (its key under ``hosts``; a DNS name's length at most).
+HostName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 
 
 def _ip_address(text: str) -> str:

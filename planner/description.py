@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from cosample.plan.document import TRUNCATE_BYTES
+from cosample.plan.appmon import TRUNCATE_BYTES
 from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress
 
 #: A finite number >= 0 (packets per second, capacities).

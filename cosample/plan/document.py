@@ -8,10 +8,11 @@ the format requires. Host fields are the *applied* values (docs/formats.md): ``l
 ``1/sflow_sampling`` and a host's ``mirrors[].rate`` sum to at most 1 (one exclusive tc chain);
 the plan as the solver left it, under ``hosts.<h>.planned``, is informational. An optional per-host
 ``appmon`` list names the services whose packets the host copies to an application analyser
-(docs/appmon-mechanisms.md); it is strict (unknown keys refused). Two optional top-level
-fields belong to the agents: ``not_before`` (two-phase transitions) and ``reset`` (a signed
-reset of the rollback floor, see ``selection``). A *plan set* (``format: cosample.planset``)
-carries several plans, e.g. the two phases of a transition, in one document.
+(docs/appmon-mechanisms.md; its models are ``cosample.plan.appmon``'s); it is strict (unknown
+keys refused). Two optional top-level fields belong to the agents: ``not_before`` (two-phase
+transitions) and ``reset`` (a signed reset of the rollback floor, see ``selection``). A *plan
+set* (``format: cosample.planset``) carries several plans, e.g. the two phases of a transition,
+in one document; a host's *slice* (``slices``) carries its part of them.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
                       ValidationError, model_validator)
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from cosample.plan.errors import PlanError
+from cosample.plan.appmon import AppmonEntry, check_appmon
+from cosample.plan.errors import PlanError, fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
 from cosample.times import format_time, parse_time
-from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress, describe
+from cosample.validation import (HostName, InterfaceName, IpAddress, Strict, TunnelAddress,
+                                 describe)
 
 Role = Literal["sender", "receiver", "idle"]
 ROLES = get_args(Role)
@@ -45,16 +47,6 @@ HEADER_BYTES = (14, 1024)
 #: controller publishes ``max(previous + 1, now)``, so a version far ahead of its creation time
 #: can only be a mistake or an attack, and would otherwise block every later plan as a rollback.
 VERSION_SKEW_S = 3600
-#: Bytes of a frame an application mirror keeps: OVS's bounds for ``Mirror.snaplen`` and
-#: ``output(max_len=...)`` (at least an Ethernet header).
-TRUNCATE_BYTES = (14, 65535)
-#: A selective mirror with ``share`` < 1 copies the connections whose client port's low
-#: ``SHARE_BITS`` bits are below ``selected_share(share)`` of ``2**SHARE_BITS``.
-SHARE_BITS = 8
-AppmonMechanism = Literal["port_mirror", "selective_mirror", "sniffer"]
-#: Which TCP segments of a service's connections are copied: those with PSH (service time),
-#: those plus FIN/RST (connection ends too), or all of them.
-AppmonSegments = Literal["psh", "psh+ends", "all"]
 
 
 # field types ---------------------------------------------------------------------------------
@@ -123,7 +115,6 @@ LocalRate = Annotated[float, Field(ge=0, le=1 + RATE_SLACK, allow_inf_nan=False)
 UtcTime = Annotated[str, AfterValidator(parse_time)]
 Collector = Annotated[str, AfterValidator(_collector)]
 SflowAgent = Annotated[str, Field(min_length=1), AfterValidator(_sflow_agent)]
-HostName = Annotated[str, Field(min_length=1, max_length=253)]
 
 
 class _Open(Strict):
@@ -166,72 +157,6 @@ class SflowSpec(_Open):
     polling_s: Annotated[int, Field(ge=0, le=3600)] | None = None
 
 
-def _ip(value: str) -> str:
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        raise ValueError("expected an IP address") from None
-
-
-class AppmonService(Strict):
-    """A monitored service: a VM's address and TCP port, and its protocol."""
-
-    address: Annotated[str, AfterValidator(_ip)]
-    port: Annotated[int, Field(ge=1, le=65535)]
-    protocol: Literal["http"] = "http"
-
-
-class AppmonEntry(Strict):
-    """One service monitored on this host, and how its packets reach the analyser.
-
-    ``to`` is the analysis host (``null``: on this host). Mirrors need ``to``; a port mirror and
-    the sniffer need ``interface`` (the VM's port, or where the sniffer listens); ``segments``
-    defaults to ``psh`` for the selective mirror and the sniffer and must be ``all`` (the default)
-    for a port mirror, which copies every packet of the port.
-    """
-
-    service: AppmonService
-    mechanism: AppmonMechanism
-    truncate_bytes: Annotated[int, Field(ge=TRUNCATE_BYTES[0], le=TRUNCATE_BYTES[1])] | None = None
-    to: HostName | None = None
-    interface: InterfaceName | None = None
-    segments: AppmonSegments | None = None
-    #: share of the service's connections the plan budgets for (the planner's, under overload);
-    #: the agents copy every connection, the analyser's counts are renormalised by it
-    share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "AppmonEntry":
-        if self.mechanism != "sniffer" and self.to is None:
-            _fail(("to",), f"a {self.mechanism} needs an analysis host", None)
-        if self.mechanism != "selective_mirror" and self.interface is None:
-            _fail(("interface",), f"a {self.mechanism} needs the interface it "
-                  f"{'listens on' if self.mechanism == 'sniffer' else 'mirrors'}", None)
-        if self.mechanism == "selective_mirror" and self.interface is not None:
-            _fail(("interface",), "a selective mirror matches the service's connections on "
-                  "every port; no interface", self.interface)
-        if self.mechanism == "port_mirror" and self.segments not in (None, "all"):
-            _fail(("segments",), "an OVS Mirror copies every packet of the port; only 'all'",
-                  self.segments)
-        return self
-
-    @property
-    def copied_segments(self) -> str:
-        if self.segments is not None:
-            return self.segments
-        return "all" if self.mechanism == "port_mirror" else "psh"
-
-
-def selected_share(share: float | None) -> int:
-    """How many of the ``2**SHARE_BITS`` client-port residues a selective mirror copies for a
-    planned ``share`` (None: all): rounded down, so the CPU stays within what was planned, and
-    at least one. The analyser renormalises by ``selected_share(share) / 2**SHARE_BITS``."""
-    whole = 1 << SHARE_BITS
-    if share is None:
-        return whole
-    return max(1, min(whole, int(share * whole + 1e-9)))
-
-
 class HostPlan(_Open):
     """One host's part of the plan (applied values; ``name`` is its key under ``hosts``)."""
 
@@ -268,7 +193,7 @@ class HostPlan(_Open):
                 _fail((key,), "duplicate peers", peers)
         if self.vm_ports is not None and len(set(self.vm_ports)) != len(self.vm_ports):
             _fail(("vm_ports",), "duplicate interface names", self.vm_ports)
-        _check_appmon(self.appmon)
+        check_appmon(self.appmon)
         return self
 
 
@@ -344,9 +269,13 @@ class PlanSet(_Open):
 # reading -------------------------------------------------------------------------------------
 def parse_document(data: bytes, source: str = "plan") -> tuple[Plan, ...]:
     """Plans in a plan file or plan set, sorted by version; one ``PlanError`` if anything is wrong."""
-    document = _json(data, source)
+    return plans_from_document(load_json(data, source), source)
+
+
+def plans_from_document(document: Any, source: str = "plan") -> tuple[Plan, ...]:
+    """``parse_document`` on parsed JSON (a plan slice's plans come this way too)."""
     if isinstance(document, dict) and document.get("format") == PLANSET_FORMAT:
-        planset = _validate(PlanSet, document, source)
+        planset = validate_plan_part(PlanSet, document, source)
         parsed = tuple(plan_from_dict(item, source, prefix=f"plans[{k}].")
                        for k, item in enumerate(planset.plans))
         versions = [plan.version for plan in parsed]
@@ -358,24 +287,32 @@ def parse_document(data: bytes, source: str = "plan") -> tuple[Plan, ...]:
 
 def parse_plan(data: bytes, source: str = "plan") -> Plan:
     """Exactly one plan (not a plan set)."""
-    return plan_from_dict(_json(data, source), source)
+    return plan_from_dict(load_json(data, source), source)
 
 
 def plan_from_dict(document: Any, source: str = "plan", prefix: str = "") -> Plan:
     """Validate a parsed plan; errors name ``source`` and the field (after ``prefix``)."""
-    plan = _validate(Plan, document, source, prefix)
+    plan = validate_plan_part(Plan, document, source, prefix)
     plan._raw = document
     return plan
 
 
 def plan_head(document: Any, source: str = "plan") -> PlanHead:
     """``version`` and ``expires`` of a parsed plan, validated (the host table is not read)."""
-    return _validate(PlanHead, document, source)
+    return validate_plan_part(PlanHead, document, source)
 
 
 def content_digest(document: Any) -> str:
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def same_content(plan: Plan, other: Plan) -> bool:
+    """The same plan: the same document, or one read from a host's slice and the other whole
+    (``slices``) with the same ``plan_id``, the hash of everything but version and times."""
+    if plan.digest == other.digest:
+        return True
+    return ("slice" in plan.raw) != ("slice" in other.raw) and plan.plan_id == other.plan_id
 
 
 def tunnel_ip(plan: "Plan", name: str, why: str, family_of: str | None = None) -> str:
@@ -419,31 +356,8 @@ def _check_pairs(hosts: dict[str, HostPlan]) -> None:
                 _fail(loc, f"{receive.peer!r} does not mirror to {host.name}", receive.peer)
 
 
-def _check_appmon(entries: tuple[AppmonEntry, ...]) -> None:
-    """One entry per service, mechanism and analysis host; one Mirror (one snaplen) per host."""
-    seen: dict[tuple, int] = {}
-    snaplens: dict[str | None, tuple[int, int | None]] = {}
-    for k, entry in enumerate(entries):
-        key = (entry.service.address, entry.service.port, entry.mechanism, entry.to)
-        if key in seen:
-            _fail(("appmon", k), f"same service, mechanism and analysis host as "
-                  f"appmon[{seen[key]}]", f"{entry.service.address}:{entry.service.port}")
-        seen[key] = k
-        if entry.mechanism == "port_mirror":
-            first = snaplens.setdefault(entry.to, (k, entry.truncate_bytes))
-            if first[1] != entry.truncate_bytes:
-                _fail(("appmon", k, "truncate_bytes"), f"port mirrors to {entry.to} share one OVS "
-                      f"Mirror; appmon[{first[0]}] truncates to {first[1]}", entry.truncate_bytes)
-
-
-def _fail(loc: tuple, message: str, value: Any) -> None:
-    """Raise a pydantic error located at ``loc`` (relative to the model being validated)."""
-    error = PydanticCustomError("plan", message)
-    raise ValidationError.from_exception_data("plan", [InitErrorDetails(
-        type=error, loc=loc, input=value)])
-
-
-def _validate(kind: type, document: Any, source: str, prefix: str = "") -> Any:
+def validate_plan_part(kind: type, document: Any, source: str, prefix: str = "") -> Any:
+    """``document`` as a ``kind``, or one ``PlanError`` naming ``source`` and the field."""
     try:
         return kind.model_validate(document)
     except ValidationError as exc:
@@ -452,7 +366,8 @@ def _validate(kind: type, document: Any, source: str, prefix: str = "") -> Any:
         raise PlanError(f"{source}: {prefix}nested too deeply") from None
 
 
-def _json(data: bytes, source: str) -> Any:
+def load_json(data: bytes, source: str) -> Any:
+    """Parsed JSON, or one ``PlanError`` naming ``source``."""
     try:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -11,5 +11,8 @@ PLANSET_FORMAT = "cosample.planset"
 #: ``format`` of a plan's per-host report in columns (``planfile.host_report``: the controller's
 #: plans carry only the fields agents read).
 REPORT_FORMAT = "cosample.plan-report"
-#: ``format_version`` of all three; raise it when a reader of the old version would misread a file.
+#: ``format_version`` of all of them; raise it when a reader of the old version would misread a file.
 FORMAT_VERSION = 1
+#: ``format`` of a per-host plan slice (``hosts/<name>`` beside the plan, cosample.plan.slices)
+#: and of the signed head every slice of one publication carries.
+SLICE_FORMAT, SLICE_HEAD_FORMAT = "cosample.slice", "cosample.slicehead"

@@ -9,7 +9,8 @@ that already failed on this host, and the time. Rules, in order:
 2. a candidate that already failed on this host (same content) is refused: the host stays on
    its last good plan instead of failing again every cycle;
 3. a candidate older than the running plan is a rollback and is refused; one with the running
-   plan's version but other content is refused (a version is never reused); except
+   plan's version but other content is refused (a version is never reused; the same plan read
+   from the host's slice and read whole is the same content, ``document.same_content``); except
 4. a *reset* plan (``reset: true``, signed like any plan, created after the running plan),
    accepted whatever its version: the documented way out of a too-high version;
 5. among the rest, the newest one that is active (``not_before`` reached, not expired) runs;
@@ -27,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from cosample.plan.document import Plan
+from cosample.plan.document import Plan, same_content
 from cosample.times import format_time
 
 #: How far a plan's ``created`` may be ahead of the agent's clock (hosts run NTP).
@@ -84,7 +85,7 @@ def _refusal(plan: Plan, running: Plan | None, now: datetime,
         return f"version {plan.version} failed on this host before: {failed[plan.digest]}"
     older = running is not None and plan.version < running.version
     reused = running is not None and plan.version == running.version \
-        and plan.digest != running.digest
+        and not same_content(plan, running)
     if (older or reused) and plan.reset:
         if plan.created <= running.created:
             return (f"version {plan.version} is a reset created {format_time(plan.created)}, "

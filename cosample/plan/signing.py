@@ -64,14 +64,18 @@ def sign_file(plan_path: str | Path, private_key_path: str | Path) -> Path:
     return signature_path
 
 
-def verify(data: bytes, signature: bytes | None, public_key_path: str | Path) -> None:
-    """Nothing if ``signature`` (``.sig`` content) is valid for ``data``; else ``SignatureError``."""
+def verify(data: bytes, signature: bytes | None, public_key_path: str | Path,
+           what: str = "plan signature") -> None:
+    """Nothing if ``signature`` (``.sig`` content) is valid for ``data``; else ``SignatureError``
+    (its message starts with ``what``)."""
     if signature is None:
-        raise SignatureError("plan signature: missing (expected a detached PLAN.sig file)")
+        missing = "expected a detached PLAN.sig file" if what == "plan signature" else \
+            "a public key is configured: unsigned slices are refused"
+        raise SignatureError(f"{what}: missing ({missing})")
     try:
         raw = base64.b64decode(signature.strip(), validate=True)
     except (binascii.Error, ValueError):
-        raise SignatureError("plan signature: not base64") from None
+        raise SignatureError(f"{what}: not base64") from None
     keys = public_keys(Path(public_key_path))
     for key in keys:
         try:
@@ -80,7 +84,7 @@ def verify(data: bytes, signature: bytes | None, public_key_path: str | Path) ->
         except InvalidSignature:
             continue
     which = "" if len(keys) == 1 else f"any of the {len(keys)} keys in "
-    raise SignatureError(f"plan signature: does not verify with {which}{public_key_path}; "
+    raise SignatureError(f"{what}: does not verify with {which}{public_key_path}; "
                          f"refusing the plan")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from cosample.plan.errors import PlanFetchError
+from cosample.plan.errors import PlanFetchError, PlanMissingError
 from cosample.plan.signing import SIGNATURE_SUFFIX
 from cosample.fetch import MISSING, UNCHANGED, FetchError, fetch as fetch_document, fetch_bytes
 
@@ -37,7 +37,8 @@ class Fetched:
 
 
 def fetch(location: str, *, timeout_s: float = 10.0, with_signature: bool = False,
-          max_bytes: int = MAX_BYTES, previous: Fetched | None = None) -> Fetched:
+          max_bytes: int = MAX_BYTES, previous: Fetched | None = None,
+          user_agent: str = "cosample-agent") -> Fetched:
     """The document at ``location``; with ``with_signature`` also ``location + '.sig'`` (or None).
 
     ``timeout_s`` bounds the whole fetch, signature included. ``previous``: the last answer
@@ -50,17 +51,17 @@ def fetch(location: str, *, timeout_s: float = 10.0, with_signature: bool = Fals
         response = fetch_document(location, label="plan", timeout_s=timeout_s,
                                   max_bytes=max_bytes, deadline=deadline,
                                   etag=known.etag if known else None,
-                                  user_agent="cosample-agent")
+                                  user_agent=user_agent)
         signature = None
         if with_signature:
             signature = fetch_bytes(location + SIGNATURE_SUFFIX, label="plan",
                                     timeout_s=timeout_s, max_bytes=max_bytes,
                                     deadline=deadline, missing_ok=True,
-                                    user_agent="cosample-agent")
+                                    user_agent=user_agent)
     except FetchError as exc:
         raise PlanFetchError(str(exc)) from None
     if response.status == MISSING:
-        raise PlanFetchError(f"plan {location}: not found")
+        raise PlanMissingError(f"plan {location}: not found")
     if response.status == UNCHANGED:
         if known is None:  # a 304 to a request that named no tag: a broken server
             raise PlanFetchError(f"plan {location}: HTTP 304 to an unconditional request")

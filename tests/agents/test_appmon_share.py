@@ -13,7 +13,8 @@ import pytest
 
 from cosample.agents.appmon_state import (analyser_spec, bpf_filter, client_port_masks,
                                           desired_appmon)
-from cosample.plan.document import SHARE_BITS, plan_from_dict, selected_share
+from cosample.plan.appmon import SHARE_BITS, selected_share
+from cosample.plan.document import plan_from_dict
 
 WHOLE = 1 << SHARE_BITS
 

@@ -87,6 +87,9 @@ def test_cli_check_config(capsys):
     assert main(["agent", "check-config", "--host", "s1", "--vm-port", "tap1"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["vm_ports"] == ["tap1"] and printed["safe_sampling"] == 4096
+    assert printed["slices"] == "auto"
+    assert main(["agent", "check-config", "--host", "s1", "--slices", "never"]) == 0
+    assert json.loads(capsys.readouterr().out)["slices"] == "never"
     assert main(["agent", "check-config"]) == 2
     assert "host: field required" in capsys.readouterr().err
 

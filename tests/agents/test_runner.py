@@ -244,3 +244,30 @@ def test_plan_size_limit_is_the_configured_one(setup, make_plan, to_bytes):
     agent, _ = make(max_plan_mib=1)
     report = agent.cycle()
     assert report.result != "ok" and "1048576" in " ".join(report.problems + report.errors)
+
+
+@pytest.mark.parametrize("form", ["auto", "always", "never"])
+def test_slices_setting_decides_what_is_read(setup, config_for, tmp_path, make_plan, form):
+    """``auto``: the slice when the location has one, else the whole plan in the same cycle;
+    ``always``: a missing slice is an error (the host keeps its plan); ``never``: the plan."""
+    from cosample.controller.publish import DirectoryTarget, render
+
+    generate_keypair(tmp_path / "k", tmp_path / "k.pub")
+    key, public = str(tmp_path / "k"), str(tmp_path / "k.pub")
+    folder = tmp_path / "pub"
+    DirectoryTarget(folder).publish(render(make_plan(), 100, key))
+    _, _, clock = setup
+    config = config_for("s1", plan=str(folder / "plan.json"), public_key=public,
+                        insecure_unsigned=False, slices=form)
+    agent = Agent(config, FakeHost(), clock=clock)
+    report = agent.cycle()
+    assert report.result == "ok" and report.plan_version == 100
+    assert ("slice" in agent.running.raw) == (form != "never")
+    DirectoryTarget(folder, slices=False).publish(render(make_plan(), 101, key))
+    report = agent.cycle()
+    if form == "always":
+        assert report.result == "error" and "hosts/s1: not found" in report.errors[0]
+        assert report.plan_version == 100
+    else:
+        assert report.result == "ok" and report.plan_version == 101
+        assert "slice" not in agent.running.raw

@@ -111,3 +111,31 @@ def test_no_key_and_no_opt_out_refuses_every_read(tmp_path):
     reading = PlanReader(str(write(tmp_path / "plan.json"))).read()
     assert reading.plans is None and reading.kind == planread.SIGNATURE
     assert "--public-key" in reading.error
+
+
+def test_an_unchanged_plan_is_not_downloaded_again(tmp_path, keys, monkeypatch):
+    """Issue 25 item 3: the collector polls the controller's HTTP target conditionally, as the
+    agents do: an unchanged plan is a 304 (its body not sent), a new one is downloaded."""
+    from cosample.controller.publish import HttpTarget, render
+
+    private, public = keys
+    answers = []
+
+    def recorded(*args, _real=planread.fetch, **kwargs):
+        answers.append(_real(*args, **kwargs))
+        return answers[-1]
+    monkeypatch.setattr(planread, "fetch", recorded)
+    target = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
+    try:
+        document = plan_document(FOUR, version=7, agents=LOOPBACK)
+        target.publish(render(document, 7, str(private)))
+        reader = PlanReader(target.describe(), public_key=str(public))
+        first, second = reader.read(), reader.read()
+        assert [a.unchanged for a in answers] == [False, True]
+        assert first.changed and not second.changed and second.plans is first.plans
+        target.publish(render(document, 8, str(private)))
+        third = reader.read()
+        assert not answers[-1].unchanged and third.changed
+        assert [plan.version for plan in third.plans] == [8]
+    finally:
+        target.close()

@@ -1,0 +1,151 @@
+"""Building a publication's per-host slices (the publisher's side of ``cosample.plan.slices``).
+
+``build_slices`` takes the plans of one publication (one plan, or the phases of a plan set),
+cuts each host's view out of each plan (``host_views``), hashes the views into one Merkle tree,
+writes the head and signs it once. The result keeps the views' bytes and the tree; a slice
+document is put together when it is asked for (a path is ``log2(hosts)`` hashes), so 10^6 slices
+are never held as 10^6 documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from cosample.plan.formats import FORMAT_VERSION, SLICE_FORMAT, SLICE_HEAD_FORMAT
+from cosample.plan.merkle import HASH_BYTES, MerkleTree, leaf_hash
+from cosample.plan.signing import sign_bytes
+from cosample.plan.slices import HASH_NAME, HEAD_FIELDS, slice_file_name
+
+#: A peer's fields every view of it keeps (its lists are cut to the pairs with the viewer).
+PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip")
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def host_views(hosts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every host's view of one plan (``view``), by host name."""
+    related = relations(hosts)
+    return {name: view(name, entry, hosts, related) for name, entry in hosts.items()}
+
+
+def relations(hosts: Mapping[str, Any]) -> dict[str, list[tuple[str, str | None, Any]]]:
+    """Per host, what its view holds besides its own entry: ``(peer, None, None)`` for a peer
+    it needs the tunnel address of, ``(peer, key, item)`` for an item of the peer's list
+    ``key`` about it. Peers are the hosts it mirrors to, receives from, sends application
+    traffic to or analyses for; a name the plan does not have is left out, so the agent's pair
+    checks refuse the view as they refuse the whole plan. References, not copies: the views
+    are made one at a time (10^6 of them at once would cost gigabytes)."""
+    related: defaultdict[str, list[tuple[str, str | None, Any]]] = defaultdict(list)
+    for name, entry in hosts.items():
+        for key, other in _LISTS:
+            items = entry.get(key)
+            if not items:
+                continue
+            mine = related[name]
+            for item in items:
+                peer = item.get(other)
+                if peer is None or peer == name or peer not in hosts:
+                    continue
+                mine.append((peer, None, None))
+                # a sniffer's entry too: its analysis host receives the compact records
+                related[peer].append((name, key, item))
+    return related
+
+
+def view(name: str, entry: Any, hosts: Mapping[str, Any],
+         related: Mapping[str, list[tuple[str, str | None, Any]]]) -> dict[str, Any]:
+    """``name``'s host table of one plan: its own entry as it is, and each peer's
+    ``PEER_FIELDS`` with only the mirrors to it, the receives from it and the appmon entries
+    toward it."""
+    table = {name: entry}
+    for peer, key, item in related.get(name, ()):
+        cut = table.get(peer)
+        if cut is None:
+            whole = hosts[peer]
+            cut = table[peer] = {field: whole[field] for field in PEER_FIELDS if field in whole}
+        if key is not None:
+            listed = cut.get(key)
+            if listed is None:
+                cut[key] = [item]
+            else:
+                listed.append(item)
+    return table
+
+
+_LISTS = (("mirrors", "to"), ("receives", "from"), ("appmon", "to"))
+
+
+class SliceSet:
+    """One publication's slices: ``document(file_name)`` (None: no such host) and its ``etag``."""
+
+    def __init__(self, head: bytes, signature: bytes | None, names: Sequence[str],
+                 views: Sequence[bytes], tree: MerkleTree | None) -> None:
+        self.head, self.signature, self.views, self.tree = head, signature, views, tree
+        self.names = list(names)
+        self.index = {slice_file_name(name): k for k, name in enumerate(self.names)}
+        self._head_text = head.decode()
+        self._signature_text = signature.decode().strip() if signature is not None else None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def document(self, file_name: str) -> bytes | None:
+        k = self.index.get(file_name)
+        if k is None:
+            return None
+        return orjson.dumps({
+            "format": SLICE_FORMAT, "format_version": FORMAT_VERSION, "head": self._head_text,
+            "signature": self._signature_text, "view": self.views[k].decode(), "index": k,
+            "path": [step.hex() for step in self.tree.proof(k)]})  # type: ignore[union-attr]
+
+    def etag(self, file_name: str) -> str | None:
+        """Changes whenever the document does (root, view or signature)."""
+        k = self.index.get(file_name)
+        if k is None:
+            return None
+        assert self.tree is not None  # a host was found: the tree has its leaf
+        leaf = self.tree.levels[0][k * HASH_BYTES:(k + 1) * HASH_BYTES]
+        digest = hashlib.sha256(self.tree.root + leaf + (self.signature or b""))
+        return '"' + digest.hexdigest()[:32] + '"'
+
+    def items(self) -> Iterator[tuple[str, bytes]]:
+        """Every (file name, document), in name order."""
+        for file_name in self.index:
+            yield file_name, self.document(file_name)  # type: ignore[misc]
+
+
+def build_slices(plans: Sequence[Mapping[str, Any]], key: str | None) -> SliceSet:
+    """The slices of a publication of ``plans`` (their ``hosts`` dicts, or the planner's
+    ``HostTable``), the head signed with the private key at ``key`` (None: unsigned)."""
+    tables = [_table(plan.get("hosts")) for plan in plans]
+    if not all(isinstance(table, Mapping) for table in tables):
+        return SliceSet(b"", None, (), (), None)  # not a plan agents accept: nothing to slice
+    names = sorted(set().union(*tables)) if len(tables) > 1 else sorted(tables[0])
+    related = [relations(table) for table in tables]
+    dumps = orjson.dumps
+    leaves = [dumps({"name": name, "hosts": [
+        view(name, table[name], table, links) if name in table else {}
+        for table, links in zip(tables, related)]}, option=_SORTED) for name in names]
+    if not names:  # an empty host table: nothing to serve (agents refuse the plan anyway)
+        return SliceSet(b"", None, (), (), None)
+    tree = MerkleTree([leaf_hash(leaf) for leaf in leaves])
+    head = dumps({"format": SLICE_HEAD_FORMAT, "format_version": FORMAT_VERSION,
+                  "plans": [{field: plan[field] for field in HEAD_FIELDS if field in plan}
+                            for plan in plans],
+                  "tree": {"hash": HASH_NAME, "leaves": len(names), "root": tree.root.hex()}},
+                 option=_SORTED)
+    signature = sign_bytes(head, key) if key else None
+    return SliceSet(head, signature, names, leaves, tree)
+
+
+def _table(hosts: Any) -> Mapping[str, Any]:
+    """A plan's host table as dicts. The planner's ``HostTable`` (kept as bytes) is parsed here
+    for the build only, not through its cache: the controller keeps the plan in force, and a
+    parsed 10^6-host table would stay with it (gigabytes)."""
+    serialised = getattr(hosts, "json", None)  # HostTable.json: its bytes
+    return orjson.loads(serialised) if isinstance(serialised, bytes) else hosts
+
