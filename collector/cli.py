@@ -7,7 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
-from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS
+from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 
 

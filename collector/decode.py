@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from ipaddress import IPv6Address
 
@@ -253,6 +254,14 @@ def agent_or_none(data: bytes) -> str | None:
         return _header(data)[0]
     except DecodeError:
         return None
+
+
+def agents_of(payloads: Iterable[bytes]) -> list[str]:
+    """The agent addresses of the datagrams with a well-formed header, in order of first
+    appearance (one pass of the compiled header check when built)."""
+    seen = dict.fromkeys(map(_agent if _agent is not None else agent_or_none, payloads))
+    seen.pop(None, None)
+    return list(seen)
 
 
 def samples_announced(data: bytes) -> int:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from operator import itemgetter
 from pathlib import Path
 
 from cosample.collector import attribution
-from cosample.collector.decode import agent_or_none
+from cosample.collector.decode import agents_of
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
@@ -57,16 +58,7 @@ class Survey(dict):
 def agents_in(capture: str | Path) -> list[str]:
     """The agent addresses of a capture's datagrams, in order of first appearance (headers
     only; datagrams that do not decode are left to the estimator's counters)."""
-    return _agents(payload for _, payload in udp_payloads(capture))
-
-
-def _agents(payloads) -> list[str]:
-    seen: dict[str, None] = {}
-    for payload in payloads:
-        agent = agent_or_none(payload)
-        if agent is not None:
-            seen[agent] = None
-    return list(seen)
+    return agents_of(map(itemgetter(1), udp_payloads(capture)))
 
 
 def heard_attribution(heard, inventory: Inventory | None):
@@ -99,7 +91,7 @@ def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None
     if plan is None and Path(capture).stat().st_size <= HOLD_BYTES:  # read the capture once
         held = [first, *datagrams]
         datagrams = iter(held[1:])
-        table = heard_attribution(_agents(payload for _, payload in held), inventory)
+        table = heard_attribution(agents_of(map(itemgetter(1), held)), inventory)
     elif plan is None:
         table = heard_attribution(agents_in(capture), inventory)
     else:
