@@ -15,13 +15,17 @@ from datetime import datetime, timezone
 from operator import itemgetter
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from cosample.collector import attribution
 from cosample.collector.decode import agents_of
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
-from cosample.collector.inventory import Inventory
 from cosample.collector.pcap import Capture, udp_payloads
-from cosample.collector.snapshot import Snapshot
+
+if TYPE_CHECKING:  # pydantic's models: replay without a plan or inventory writes its snapshot
+    from cosample.collector.inventory import Inventory  # without them (snapshotwire)
+    from cosample.collector.snapshot import Snapshot
 
 
 #: Captures up to this size are read once, their datagrams held in memory while the agents are
@@ -64,6 +68,9 @@ def agents_in(capture: str | Path) -> list[str]:
 def heard_attribution(heard, inventory: Inventory | None):
     """Plan-less attribution in which every agent heard is a server sampling locally at its own
     rate: named by the inventory when its ``agent_ip`` is there, else by its address."""
+    if inventory is None:
+        return attribution.heard(heard)
+    from cosample.collector.inventory import Inventory
     servers = {name: entry.model_dump(exclude_defaults=True)
                for name, entry in (inventory.servers.items() if inventory else ())}
     named = inventory.server_of_agent() if inventory is not None else {}
@@ -83,6 +90,17 @@ def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None
     ``source`` receives what the capture held besides datagrams (skipped frames, a cut end);
     ``heard``, every agent heard with its datagrams, samples and rates.
     """
+    estimator, last = run(plan, capture, inventory=inventory, name=name, window_s=window_s,
+                          reexport=reexport, source=source, heard=heard)
+    return estimator.snapshot(last)
+
+
+def run(plan: str | None, capture: str | Path, *, inventory: Inventory | None = None,
+        name: str = "replay", window_s: float | None = None,
+        reexport: tuple[str, int] | None = None, source: Capture | None = None,
+        heard: Survey | None = None) -> tuple[Estimator, float]:
+    """``replay``'s work: the estimator that took every datagram, and the newest datagram's
+    time (where the snapshot is taken)."""
     source = source if source is not None else Capture(Path(capture))
     datagrams = udp_payloads(capture, source)
     first = next(datagrams, None)
@@ -115,7 +133,7 @@ def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None
     finally:
         if exporter is not None:
             exporter.close()
-    return estimator.snapshot(last)
+    return estimator, last
 
 
 def table(snapshot: Snapshot) -> str:

@@ -21,10 +21,9 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, Field, PlainSe
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.collector.errors import CollectorError
+from cosample.collector.snapshotwire import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, traffic_columns
 from cosample.times import format_time_ms, parse_time
 from cosample.validation import Strict, describe, field_path
-
-SNAPSHOT_FORMAT, SNAPSHOT_VERSION = "cosample.snapshot", 2
 
 
 def _utc(value: Any) -> Any:
@@ -209,12 +208,7 @@ class TrafficTable(Strict):
 
     @classmethod
     def from_dict(cls, matrix: Mapping[str, Mapping[str, float]]) -> "TrafficTable":
-        names = sorted(set(matrix) | {dst for row in matrix.values() for dst in row})
-        index = {name: k for k, name in enumerate(names)}
-        entries = [(index[src], index[dst], pps) for src, row in matrix.items()
-                   for dst, pps in row.items()]
-        return cls.model_validate({"names": names, "src": [e[0] for e in entries],
-                                   "dst": [e[1] for e in entries], "pps": [e[2] for e in entries]})
+        return cls.model_validate(traffic_columns(matrix))
 
 
 class Snapshot(Strict):
