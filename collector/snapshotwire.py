@@ -10,6 +10,7 @@ models, a tenth of its CPU time (docs/collector.md, "Speed").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,10 +33,24 @@ def traffic_columns(matrix: Mapping[str, Mapping[str, float]]) -> dict[str, list
 
 def snapshot_json(data: Mapping[str, Any]) -> str:
     """``Snapshot.model_validate(data).to_json()`` for the estimator's ``data`` (fields in the
-    model's order, the time to the millisecond, newline-terminated), without the model."""
+    model's order, the time to the millisecond, newline-terminated), without the model.
+
+    orjson would write a non-finite number as ``null``; where one is, the model is asked after
+    all, and its error names the field."""
+    if not _finite(data):
+        from cosample.collector.snapshot import Snapshot
+        return Snapshot.model_validate(data).to_json()
     wire = {"format": SNAPSHOT_FORMAT, "format_version": SNAPSHOT_VERSION,
             "collector": data["collector"], "time": format_time_ms(data["time"])}
     for key in ("window_s", "plan", "servers", "interfaces", "traffic_pps", "dropped", "ignored",
                 "agents", "unknown_agents", "sequence", "discards"):
         wire[key] = data[key]
     return orjson.dumps(wire).decode() + "\n"
+
+
+def _finite(data: Mapping[str, Any]) -> bool:
+    """No NaN or infinity in the numbers of ``data``'s tables or its window."""
+    tables = [data["servers"], data["interfaces"] or {}, data["traffic_pps"] or {}]
+    return math.isfinite(data["window_s"]) and all(
+        value.__class__ is not float or math.isfinite(value)
+        for table in tables for column in table.values() if column for value in column)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from pydantic import ValidationError
 
 from cosample.collector.attribution import build
 from cosample.collector.estimate import Estimator
@@ -69,3 +70,11 @@ def test_the_command_prints_the_models_snapshot(tmp_path):
     assert done.returncode == 0, done.stderr
     estimator, last = run(None, capture)
     assert done.stdout == Snapshot.model_validate(estimator.snapshot_data(last)).to_json()
+
+
+def test_a_number_orjson_cannot_write_is_refused_by_the_model(four_plan):
+    estimator = Estimator(build(four_plan), window_s=None)
+    data = estimator.snapshot_data(10.0)
+    data["servers"]["packets_per_s"][1] = float("nan")
+    with pytest.raises(ValidationError, match="packets_per_s.1"):
+        snapshot_json(data)
