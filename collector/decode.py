@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from cosample.collector.errors import CollectorError
 from cosample.collector.records import (HEADER_ETHERNET, Datagram, DiscardSample, FlowSample,
@@ -125,22 +125,40 @@ def samples_announced(data: bytes) -> int:
 
 def parse_datagram(data: bytes) -> Datagram:
     """Decode one sFlow v5 datagram, or raise ``DecodeError``."""
+    return Datagram(*_decode(data, _flow_sample))
+
+
+def _decode(data: bytes, flow: Callable[[str, bytes, tuple], object]) -> tuple:
+    """(agent, sub-agent, sequence, uptime, flows, counters, discards), each flow sample as
+    ``flow(agent, data, _flow_fields(...))`` makes it."""
     agent, sub_agent, sequence, uptime, count, offset = _header(data)
-    flows: list[FlowSample] = []
+    flows: list = []
     counters: list[InterfaceCounters] = []
     discards: list[DiscardSample] = []
     for fmt, start, end in _samples(data, offset, count):
         if fmt == FLOW_SAMPLE or fmt == FLOW_SAMPLE_EXPANDED:
-            (number, index, rate, pool, drops, input_port, output_port, frame_length, head, tail,
-             outer_src, outer_dst, vni, protocol) = \
-                _flow_fields(data, start, end, fmt == FLOW_SAMPLE_EXPANDED)
-            flows.append(FlowSample(agent, number, rate, pool, drops, input_port, output_port,
-                                    frame_length, data[head:tail], outer_src, outer_dst, vni,
-                                    index, protocol))
-        else:
-            _other_sample(data, fmt, start, end, agent, counters, discards)
-    return Datagram(agent, sub_agent, sequence, uptime, tuple(flows), tuple(counters),
-                    tuple(discards))
+            flows.append(flow(agent, data, _flow_fields(data, start, end,
+                                                        fmt == FLOW_SAMPLE_EXPANDED)))
+        elif fmt == COUNTER_SAMPLE or fmt == COUNTER_SAMPLE_EXPANDED:
+            _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
+        elif fmt == DISCARDED_PACKET:
+            discards.append(_discard_sample(data, start, end, agent))
+    return agent, sub_agent, sequence, uptime, tuple(flows), tuple(counters), tuple(discards)
+
+
+def _flow_sample(agent: str, data: bytes, fields: tuple) -> FlowSample:
+    (sequence, index, rate, pool, drops, input_port, output_port, frame_length, head, tail,
+     outer_src, outer_dst, vni, protocol) = fields
+    return FlowSample(agent, sequence, rate, pool, drops, input_port, output_port, frame_length,
+                      data[head:tail], outer_src, outer_dst, vni, index, protocol)
+
+
+def _compact(agent: str, data: bytes, fields: tuple) -> tuple:
+    """``parse_compact``'s tuple of one flow sample."""
+    (sequence, index, rate, _, drops, input_port, output_port, frame_length, head, tail, outer,
+     _, vni, protocol) = fields
+    return (sequence, index, rate, drops, frame_length, vni, outer, head, tail, None, input_port,
+            output_port, protocol)
 
 
 def _samples(data: bytes, offset: int, count: int) -> Iterator[tuple[int, int, int]]:
@@ -218,15 +236,6 @@ def _flow_fields(data: bytes, start: int, end: int, expanded: bool) -> tuple:
             tail, outer_src, outer_dst, vni, protocol)
 
 
-def _other_sample(data: bytes, fmt: int, start: int, end: int, agent: str,
-                  counters: list[InterfaceCounters], discards: list[DiscardSample]) -> None:
-    """A counter or discarded-packet sample into its list; any other format is skipped."""
-    if fmt == COUNTER_SAMPLE or fmt == COUNTER_SAMPLE_EXPANDED:
-        _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
-    elif fmt == DISCARDED_PACKET:
-        discards.append(_discard_sample(data, start, end, agent))
-
-
 def _discard_sample(data: bytes, start: int, end: int, agent: str) -> DiscardSample:
     if start + _DISCARD.size > end:
         raise _truncated("discarded packet sample", start, _DISCARD.size, end - start)
@@ -287,7 +296,10 @@ def parse_grouped(data: bytes) -> tuple:
     counters: list[InterfaceCounters] = []
     discards: list[DiscardSample] = []
     for fmt, start, end in others:  # in order: the first malformed one raises, as in Python
-        _other_sample(data, fmt, start, end, agent, counters, discards)
+        if fmt == DISCARDED_PACKET:
+            discards.append(_discard_sample(data, start, end, agent))
+        else:
+            _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
     return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards), alike
 
 
@@ -296,16 +308,4 @@ def parse_compact_python(data: bytes) -> tuple[str, int, int, int, tuple[tuple, 
                                                tuple[DiscardSample, ...]]:
     """``parse_compact`` in Python alone: the reference the compiled scan is tested against,
     and the decoder of every datagram the scan leaves (malformed ones)."""
-    agent, sub_agent, number, uptime, count, offset = _header(data)
-    flows: list[tuple] = []
-    counters: list[InterfaceCounters] = []
-    discards: list[DiscardSample] = []
-    for fmt, start, end in _samples(data, offset, count):
-        if fmt == FLOW_SAMPLE or fmt == FLOW_SAMPLE_EXPANDED:
-            (sequence, source, rate, _, drops, input_port, output_port, frame_length, head, tail,
-             outer, _, vni, protocol) = _flow_fields(data, start, end, fmt == FLOW_SAMPLE_EXPANDED)
-            flows.append((sequence, source, rate, drops, frame_length, vni, outer, head, tail,
-                          None, input_port, output_port, protocol))
-        else:
-            _other_sample(data, fmt, start, end, agent, counters, discards)
-    return agent, sub_agent, number, uptime, tuple(flows), tuple(counters), tuple(discards)
+    return _decode(data, _compact)
