@@ -286,13 +286,15 @@ def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
 def parse_grouped(data: bytes) -> tuple:
     """``parse_compact``'s seven fields and, from the compiled scan, the flow samples grouped
     as ``Estimator.ingest`` adds them: ``[(rate, vni, outer, n, sum of frame lengths, sum of
-    their squares, None)]`` in order of first appearance, or None (ingest groups them)."""
+    their squares, None)]`` in order of first appearance, or None (ingest groups them); and
+    their samplers' runs of numbers as ``loss.sampler_runs`` gives them, or None (the loss
+    tracker finds them)."""
     fast = _scan(data) if _scan is not None else None
     if fast is None:
-        return (*parse_compact_python(data), None)
-    agent, sub_agent, number, uptime, flows, others, alike = fast
+        return (*parse_compact_python(data), None, None)
+    agent, sub_agent, number, uptime, flows, others, alike, runs = fast
     if not others:
-        return agent, sub_agent, number, uptime, flows, (), (), alike
+        return agent, sub_agent, number, uptime, flows, (), (), alike, runs
     counters: list[InterfaceCounters] = []
     discards: list[DiscardSample] = []
     for fmt, start, end in others:  # in order: the first malformed one raises, as in Python
@@ -300,7 +302,7 @@ def parse_grouped(data: bytes) -> tuple:
             discards.append(_discard_sample(data, start, end, agent))
         else:
             _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
-    return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards), alike
+    return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards), alike, runs
 
 
 def parse_compact_python(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],

@@ -114,7 +114,7 @@ class Estimator(Estimates):
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
         try:
-            agent, sub_agent, number, uptime, flows, counters, discards, alike = \
+            agent, sub_agent, number, uptime, flows, counters, discards, alike, runs = \
                 parse_grouped(data)
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
@@ -145,7 +145,7 @@ class Estimator(Estimates):
             return
         if discards:
             self._discarded(home, discards)
-        kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now)
+        kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now, runs)
         if kept is not flows:
             self.dropped["duplicate"] += len(flows) - len(kept)
             flows, alike = kept, None
