@@ -108,7 +108,8 @@ def run(plan: str | None, capture: str | Path, *, inventory: Inventory | None = 
         raise CollectorError(f"{capture}: no UDP datagrams in the capture")
     if plan is None and Path(capture).stat().st_size <= HOLD_BYTES:  # read the capture once
         held = [first, *datagrams]
-        datagrams = iter(held[1:])
+        datagrams = iter(held)
+        next(datagrams)
         table = heard_attribution(agents_of(map(itemgetter(1), held)), inventory)
     elif plan is None:
         table = heard_attribution(agents_in(capture), inventory)
@@ -122,12 +123,13 @@ def run(plan: str | None, capture: str | Path, *, inventory: Inventory | None = 
         from cosample.collector.reexport import Reexporter
         exporter = Reexporter(reexport, table, clock_ms=lambda: 0)
         estimator.on_sample = exporter
-    last = first[0]
+    last, ingest = first[0], estimator.ingest
     try:
-        estimator.ingest(first[1], first[0])
+        ingest(first[1], first[0])
         for when, payload in datagrams:
-            estimator.ingest(payload, when)
-            last = max(last, when)
+            ingest(payload, when)
+            if when > last:
+                last = when
             if exporter is not None:
                 exporter.flush()
     finally:
