@@ -216,8 +216,8 @@ class Snapshot(Strict):
     10^5 servers validate in a fraction of a second (pydantic checks every number in Rust, the
     rules across columns are one pass each)."""
 
-    format: Literal["cosample.snapshot"] = SNAPSHOT_FORMAT
-    format_version: Literal[2] = SNAPSHOT_VERSION
+    format: Literal[SNAPSHOT_FORMAT] = SNAPSHOT_FORMAT
+    format_version: Literal[SNAPSHOT_VERSION] = SNAPSHOT_VERSION
     collector: Annotated[str, Field(min_length=1)]
     time: UtcTime
     window_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
