@@ -68,12 +68,12 @@ def agents_in(capture: str | Path) -> list[str]:
 def heard_attribution(heard, inventory: Inventory | None):
     """Plan-less attribution in which every agent heard is a server sampling locally at its own
     rate: named by the inventory when its ``agent_ip`` is there, else by its address."""
-    if inventory is None:
+    if inventory is None:  # no model to validate: the addresses are the decoder's own
         return attribution.heard(heard)
     from cosample.collector.inventory import Inventory
     servers = {name: entry.model_dump(exclude_defaults=True)
-               for name, entry in (inventory.servers.items() if inventory else ())}
-    named = inventory.server_of_agent() if inventory is not None else {}
+               for name, entry in inventory.servers.items()}
+    named = inventory.server_of_agent()
     for agent in heard:
         if agent not in named:
             servers.setdefault(agent, {})["agent_ip"] = agent
