@@ -1,9 +1,10 @@
 /* The flow-sample fast path of decode.parse_compact, compiled (docs/collector.md, "Speed").
  *
- * scan(data) -> (agent, sub-agent, datagram sequence, uptime, flows, others, alike) or None.
+ * scan(data) -> (agent, sub-agent, datagram sequence, uptime, flows, others, alike, runs) or None.
  * ``flows`` are parse_compact's tuples; ``others`` the (format, start, end) of every counter or
  * discard sample, in order, for the Python decoder to turn into records; ``alike`` the flow
- * samples grouped as estimate.ingest adds them (or None: ingest groups them itself). None means "not the
+ * samples grouped as estimate.ingest adds them (or None: ingest groups them itself); ``runs`` each
+ * sampler's samples as one run of numbers, as loss.sampler_runs (or None). None means "not the
  * fast case": any malformed part, anything the Python decoder would refuse; the caller then
  * decodes in Python, which raises the named DecodeError. So behaviour is the Python decoder's
  * by construction; this file only has to never read outside ``data`` (every read is checked
@@ -74,10 +75,57 @@ typedef struct {
     unsigned __int128 squares;
 } group_t;
 
+/* Each sampler's samples in the datagram as one run of consecutive numbers (loss.sampler_runs). */
+#define MAX_RUNS 16
+typedef struct {
+    uint32_t source, head, tail, drops;
+} run_t;
+
 typedef struct {
     group_t items[MAX_GROUPS];
     int count, overflow;
+    run_t runs[MAX_RUNS];
+    int run_count, runs_broken;
 } groups_t;
+
+static void add_to_run(groups_t *g, uint32_t source, uint32_t sequence, uint32_t drops) {
+    for (int k = 0; k < g->run_count; k++) {
+        run_t *it = &g->runs[k];
+        if (it->source == source) {
+            if (sequence != it->tail + 1u) {  /* uint32_t wraps as loss.WRAP does */
+                g->runs_broken = 1;
+                return;
+            }
+            it->tail = sequence;
+            it->drops = drops;
+            return;
+        }
+    }
+    if (g->run_count == MAX_RUNS) {
+        g->runs_broken = 1;
+        return;
+    }
+    run_t *it = &g->runs[g->run_count++];
+    it->source = source; it->head = it->tail = sequence; it->drops = drops;
+}
+
+/* The runs as loss.sampler_runs gives them: ``((source, head, tail, drops), ...)`` in order of
+ * first appearance, or None (a sampler's numbers not consecutive, or more than MAX_RUNS). */
+static PyObject *runs_tuple(const groups_t *g) {
+    if (g->runs_broken) Py_RETURN_NONE;
+    PyObject *runs = PyTuple_New(g->run_count);
+    if (runs == NULL) return NULL;
+    for (int k = 0; k < g->run_count; k++) {
+        const run_t *it = &g->runs[k];
+        PyObject *t = Py_BuildValue("(IIII)", it->source, it->head, it->tail, it->drops);
+        if (t == NULL) {
+            Py_DECREF(runs);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(runs, k, t);
+    }
+    return runs;
+}
 
 static void add_to_group(groups_t *g, uint32_t rate, int has_vni, uint32_t vni,
                          const unsigned char *outer, uint32_t size) {
@@ -178,6 +226,7 @@ static int flow_sample(const unsigned char *d, Py_ssize_t start, Py_ssize_t end,
         }
     }
     add_to_group(groups, rate, has_vni, vni, outer_at >= 0 ? d + outer_at : NULL, frame_length);
+    if (!groups->runs_broken) add_to_run(groups, source, sequence, drops);
     PyObject *outer = NULL;
     if (outer_at >= 0) {
         outer = PyBytes_FromStringAndSize((const char *)d + outer_at, 4);
@@ -193,7 +242,7 @@ static int flow_sample(const unsigned char *d, Py_ssize_t start, Py_ssize_t end,
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
     groups_t groups;
-    groups.count = groups.overflow = 0;
+    groups.count = groups.overflow = groups.run_count = groups.runs_broken = 0;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *d = (const unsigned char *)view.buf;
@@ -249,8 +298,14 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         Py_DECREF(flow_tuple_);
         goto error;
     }
-    result = Py_BuildValue("(NIIINNN)", agent, sub_agent, sequence, uptime, flow_tuple_, others,
-                           alike);
+    PyObject *runs = runs_tuple(&groups);
+    if (runs == NULL) {
+        Py_DECREF(flow_tuple_);
+        Py_DECREF(alike);
+        goto error;
+    }
+    result = Py_BuildValue("(NIIINNNN)", agent, sub_agent, sequence, uptime, flow_tuple_, others,
+                           alike, runs);
     agent = others = NULL;  /* stolen by N (also on failure) */
     Py_DECREF(flows);
     PyBuffer_Release(&view);
@@ -365,7 +420,7 @@ static PyMethodDef methods[] = {
     {"pcap_run", pcap_run, METH_VARARGS,
      "pcap_run(buffer, offset, little_endian, unit, limit) -> (records, offset, items)"},
     {"scan", scan, METH_O,
-     "scan(data) -> (agent, sub_agent, sequence, uptime, flows, others, alike) or None"},
+     "scan(data) -> (agent, sub_agent, sequence, uptime, flows, others, alike, runs) or None"},
     {NULL, NULL, 0, NULL},
 };
 

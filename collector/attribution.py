@@ -21,15 +21,15 @@ plan version (``plan_version is None``) and the snapshot says so (``plan: null``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
-from cosample.collector.inventory import Inventory
 from cosample.dataplane.tunnels import pair_vni
 
-if TYPE_CHECKING:  # the plan reader is heavy to import; replay without a plan never needs it
+if TYPE_CHECKING:  # plan reader and inventory model are heavy to import (pydantic's models);
+    from cosample.collector.inventory import Inventory  # replay without either never needs them
     from cosample.plan.document import Plan
 
 LOCAL, MIRRORED = "local", "mirrored"
@@ -155,9 +155,20 @@ def planless(inventory: Inventory | None) -> Attribution | None:
     server_of_agent = inventory.server_of_agent() if inventory is not None else {}
     if not server_of_agent:
         return None
+    return _local_only(server_of_agent, inventory.server_of_address())
+
+
+def heard(agents: Iterable[str]) -> Attribution | None:
+    """``planless`` for agents a capture holds and no inventory names: each agent address is a
+    server of that name (addresses as the decoder writes them, so they match its lookups)."""
+    server_of_agent = {agent: agent for agent in agents}
+    return _local_only(server_of_agent, {}) if server_of_agent else None
+
+
+def _local_only(server_of_agent: dict[str, str], server_of_address: dict[str, str]) -> Attribution:
     servers = {name: ServerPlan(name, agent, None, {}) for agent, name in server_of_agent.items()}
     return Attribution(None, None, servers, server_of_agent, {}, frozenset(),
-                       frozenset(server_of_agent), inventory.server_of_address())
+                       frozenset(server_of_agent), server_of_address)
 
 
 def _agent_override(plan: Plan, host: str) -> str | None:

@@ -7,7 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
-from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS
+from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 
 
@@ -161,18 +161,21 @@ def _positive(value: float, option: str) -> float:
 
 def _replay(args) -> int:
     from cosample.collector.pcap import Capture
-    from cosample.collector.replay import Survey, heard_table, replay, table
+    from cosample.collector.replay import Survey, heard_table, run, table
+    from cosample.collector.snapshotwire import snapshot_json
     source = Capture(args.capture)
     heard = Survey() if args.plan is None and not args.json else None
-    snapshot = replay(args.plan, args.capture, inventory=_inventory(args), name=args.name,
-                      window_s=_positive(args.window, "--window") if args.window else None,
-                      reexport=_address(args.reexport, "--reexport") if args.reexport else None,
-                      source=source, heard=heard)
+    estimator, last = run(
+        args.plan, args.capture, inventory=_inventory(args), name=args.name,
+        window_s=_positive(args.window, "--window") if args.window else None,
+        reexport=_address(args.reexport, "--reexport") if args.reexport else None,
+        source=source, heard=heard)
     if source.unused_bytes:
         print(f"cosample: warning: {args.capture}: cut off in record {source.cut_record}: the "
               f"last {source.unused_bytes} bytes hold no complete record and were not used",
               file=sys.stderr)
-    print(snapshot.to_json() if args.json else table(snapshot), end="")
+    print(snapshot_json(estimator.snapshot_data(last)) if args.json else
+          table(estimator.snapshot(last)), end="")
     if args.plan is None and not args.json:
         print("\nagents heard (no --plan: each samples locally at the rate it reports):")
         print(heard_table(heard), end="")

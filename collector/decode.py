@@ -18,21 +18,17 @@ from __future__ import annotations
 
 import socket
 import struct
-from dataclasses import dataclass
-from ipaddress import IPv6Address
+from collections.abc import Callable, Iterable, Iterator
 
 from cosample.collector.errors import CollectorError
+from cosample.collector.records import (HEADER_ETHERNET, Datagram, DiscardSample, FlowSample,
+                                        InterfaceCounters, flow_record)
 
 FLOW_SAMPLE, COUNTER_SAMPLE, FLOW_SAMPLE_EXPANDED, COUNTER_SAMPLE_EXPANDED = 1, 2, 3, 4
 DISCARDED_PACKET = 5
 RAW_PACKET_HEADER, EXTENDED_SWITCH = 1, 1001
 TUNNEL_IPV4_EGRESS, TUNNEL_IPV4_INGRESS, VNI_EGRESS, VNI_INGRESS = 1023, 1024, 1029, 1030
 GENERIC_INTERFACE_COUNTERS = 1
-ETHERTYPE_IPV4, ETHERTYPE_IPV6 = 0x0800, 0x86DD
-#: 802.1Q, 802.1ad (QinQ outer tag) and the pre-standard QinQ tag: skipped to find the IP header.
-VLAN_TAGS = (0x8100, 0x88A8, 0x9100)
-#: sFlow's header_protocol of a raw packet header record (sflow_version_5.txt).
-HEADER_ETHERNET, HEADER_IPV4, HEADER_IPV6 = 1, 11, 12
 #: The largest UDP payload over IPv4; anything longer cannot have come from an sFlow agent.
 MAX_DATAGRAM_BYTES = 65507
 #: Drop reasons the decoder can give (the collector adds its own: unknown_agent, ...).
@@ -64,147 +60,6 @@ class DecodeError(CollectorError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-@dataclass(slots=True)
-class FlowSample:
-    """One sampled packet as an agent reported it.
-
-    ``outer_src``/``outer_dst`` (raw 4 bytes) and ``vni`` come from the tunnel-ingress records,
-    present only for packets that entered the bridge through a tunnel port; ``tunnel_src`` and
-    ``tunnel_dst`` give the addresses as text.
-    """
-
-    agent: str
-    sequence: int
-    sampling_rate: int
-    sample_pool: int
-    drops: int
-    input_port: int
-    output_port: int
-    frame_length: int = 0
-    header: bytes = b""
-    outer_src: bytes | None = None
-    outer_dst: bytes | None = None
-    vni: int | None = None
-    source_index: int = 0
-    header_protocol: int = HEADER_ETHERNET
-
-    @property
-    def tunnel_src(self) -> str | None:
-        return _ntoa(self.outer_src) if self.outer_src is not None else None
-
-    @property
-    def tunnel_dst(self) -> str | None:
-        return _ntoa(self.outer_dst) if self.outer_dst is not None else None
-
-    @property
-    def src_mac(self) -> str | None:
-        ethernet = self.header_protocol == HEADER_ETHERNET and len(self.header) >= 14
-        return self.header[6:12].hex(":") if ethernet else None
-
-    @property
-    def dst_mac(self) -> str | None:
-        ethernet = self.header_protocol == HEADER_ETHERNET and len(self.header) >= 14
-        return self.header[0:6].hex(":") if ethernet else None
-
-    def _ip(self) -> tuple[int, int]:
-        """(IP version, offset of its header in ``header``), or (0, -1): Ethernet with any
-        number of VLAN tags (802.1Q, QinQ), or a raw IPv4 or IPv6 header."""
-        header, kind = self.header, self.header_protocol
-        if kind == HEADER_ETHERNET:
-            if len(header) < 14:
-                return 0, -1
-            ethertype, offset = (header[12] << 8) | header[13], 14
-            while ethertype in VLAN_TAGS and len(header) >= offset + 4:
-                ethertype, offset = (header[offset + 2] << 8) | header[offset + 3], offset + 4
-            version = 4 if ethertype == ETHERTYPE_IPV4 else 6 if ethertype == ETHERTYPE_IPV6 \
-                else 0
-        elif kind in (HEADER_IPV4, HEADER_IPV6):
-            version, offset = (4 if kind == HEADER_IPV4 else 6), 0
-        else:
-            return 0, -1
-        if version == 4 and len(header) >= offset + 20 and header[offset] >> 4 == 4:
-            return 4, offset
-        if version == 6 and len(header) >= offset + 40 and header[offset] >> 4 == 6:
-            return 6, offset
-        return 0, -1
-
-    def _address(self, where4: int, where6: int) -> str | None:
-        version, at = self._ip()
-        if version == 4:
-            return _ntoa(self.header[at + where4:at + where4 + 4])
-        if version == 6:  # written as the inventory writes it (ipaddress, RFC 5952)
-            return str(IPv6Address(self.header[at + where6:at + where6 + 16]))
-        return None
-
-    @property
-    def src_ip(self) -> str | None:
-        return self._address(12, 8)
-
-    @property
-    def dst_ip(self) -> str | None:
-        return self._address(16, 24)
-
-    @property
-    def ip_protocol(self) -> int | None:
-        """IPv4's protocol or IPv6's next header (extension headers are not followed)."""
-        version, at = self._ip()
-        return self.header[at + (9 if version == 4 else 6)] if version else None
-
-
-def flow_record(agent: str, compact: tuple, data: bytes) -> FlowSample:
-    """The ``FlowSample`` of one tuple from ``parse_compact`` (when a stage needs the record)."""
-    (sequence, index, rate, drops, frame_length, vni, outer, head, tail, header, input_port,
-     output_port, protocol) = compact
-    return FlowSample(agent, sequence, rate, 0, drops, input_port, output_port, frame_length,
-                      header if header is not None else data[head:tail], outer, None, vni, index,
-                      protocol)
-
-
-@dataclass(frozen=True, slots=True)
-class DiscardSample:
-    """A packet the agent's switch dropped (format 5): where, why (``reason``: sFlow's drop
-    reason code, 0-255 ICMP unreachable codes, 256 and up named reasons in sflow_drops.txt) and
-    the start of the packet."""
-
-    agent: str
-    sequence: int
-    source_index: int
-    drops: int
-    input_port: int
-    output_port: int
-    reason: int
-    frame_length: int = 0
-    header: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class InterfaceCounters:
-    """Generic interface counters of one port (OVS: ``in`` = received by the switch port)."""
-
-    agent: str
-    if_index: int
-    in_octets: int
-    in_packets: int
-    out_octets: int
-    out_packets: int
-    sequence: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Datagram:
-    agent: str
-    sub_agent: int
-    sequence: int
-    uptime_ms: int
-    flow_samples: tuple[FlowSample, ...]
-    counters: tuple[InterfaceCounters, ...] = ()
-    discards: tuple[DiscardSample, ...] = ()
-
-    @property
-    def counter_samples(self) -> int:
-        return len(self.counters)
 
 
 def _truncated(what: str, offset: int, need: int, have: int) -> DecodeError:
@@ -255,6 +110,14 @@ def agent_or_none(data: bytes) -> str | None:
         return None
 
 
+def agents_of(payloads: Iterable[bytes]) -> list[str]:
+    """The agent addresses of the datagrams with a well-formed header, in order of first
+    appearance (one pass of the compiled header check when built)."""
+    seen = dict.fromkeys(map(_agent if _agent is not None else agent_or_none, payloads))
+    seen.pop(None, None)
+    return list(seen)
+
+
 def samples_announced(data: bytes) -> int:
     """How many samples a datagram's header announces, without decoding them (cheap)."""
     return _header(data)[4]
@@ -262,54 +125,85 @@ def samples_announced(data: bytes) -> int:
 
 def parse_datagram(data: bytes) -> Datagram:
     """Decode one sFlow v5 datagram, or raise ``DecodeError``."""
+    return Datagram(*_decode(data, _flow_sample))
+
+
+def _decode(data: bytes, flow: Callable[[str, bytes, tuple], object]) -> tuple:
+    """(agent, sub-agent, sequence, uptime, flows, counters, discards), each flow sample as
+    ``flow(agent, data, _flow_fields(...))`` makes it."""
     agent, sub_agent, sequence, uptime, count, offset = _header(data)
-    size = len(data)
-    flows: list[FlowSample] = []
+    flows: list = []
     counters: list[InterfaceCounters] = []
     discards: list[DiscardSample] = []
+    for fmt, start, end in _samples(data, offset, count):
+        if fmt == FLOW_SAMPLE or fmt == FLOW_SAMPLE_EXPANDED:
+            flows.append(flow(agent, data, _flow_fields(data, start, end,
+                                                        fmt == FLOW_SAMPLE_EXPANDED)))
+        elif fmt == COUNTER_SAMPLE or fmt == COUNTER_SAMPLE_EXPANDED:
+            _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
+        elif fmt == DISCARDED_PACKET:
+            discards.append(_discard_sample(data, start, end, agent))
+    return agent, sub_agent, sequence, uptime, tuple(flows), tuple(counters), tuple(discards)
+
+
+def _flow_sample(agent: str, data: bytes, fields: tuple) -> FlowSample:
+    (sequence, index, rate, pool, drops, input_port, output_port, frame_length, head, tail,
+     outer_src, outer_dst, vni, protocol) = fields
+    return FlowSample(agent, sequence, rate, pool, drops, input_port, output_port, frame_length,
+                      data[head:tail], outer_src, outer_dst, vni, index, protocol)
+
+
+def _compact(agent: str, data: bytes, fields: tuple) -> tuple:
+    """``parse_compact``'s tuple of one flow sample."""
+    (sequence, index, rate, _, drops, input_port, output_port, frame_length, head, tail, outer,
+     _, vni, protocol) = fields
+    return (sequence, index, rate, drops, frame_length, vni, outer, head, tail, None, input_port,
+            output_port, protocol)
+
+
+def _samples(data: bytes, offset: int, count: int) -> Iterator[tuple[int, int, int]]:
+    """(format, start, end) of the datagram's ``count`` samples from ``offset``, each checked
+    to lie inside the datagram."""
+    size = len(data)
     for _ in range(count):
         if offset + 8 > size:
             raise _truncated("sample", offset, 8, size - offset)
         fmt, length = _PAIR.unpack_from(data, offset)
-        start, end = offset + 8, offset + 8 + length
-        if end > size or length & 3:
+        start, offset = offset + 8, offset + 8 + length
+        if offset > size or length & 3:
             raise _truncated("sample", start, length, size - start)
-        if fmt in (FLOW_SAMPLE, FLOW_SAMPLE_EXPANDED):
-            flows.append(_flow_sample(data, start, end, agent, fmt == FLOW_SAMPLE_EXPANDED))
-        elif fmt in (COUNTER_SAMPLE, COUNTER_SAMPLE_EXPANDED):
-            _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
-        elif fmt == DISCARDED_PACKET:
-            discards.append(_discard_sample(data, start, end, agent))
-        offset = end
-    return Datagram(agent, sub_agent, sequence, uptime, tuple(flows), tuple(counters),
-                    tuple(discards))
+        yield fmt, start, offset
 
 
-def _discard_sample(data: bytes, start: int, end: int, agent: str) -> DiscardSample:
-    if start + _DISCARD.size > end:
-        raise _truncated("discarded packet sample", start, _DISCARD.size, end - start)
-    sequence, _, index, drops, input_port, output_port, reason, records = \
-        _DISCARD.unpack_from(data, start)
-    offset, frame_length, header = start + _DISCARD.size, 0, b""
-    for _ in range(records):
+def _records(data: bytes, offset: int, end: int, count: int,
+             what: str) -> Iterator[tuple[int, int, int]]:
+    """(format, body start, body length) of a sample's ``count`` records from ``offset``, each
+    checked to lie inside the sample (which ends at ``end``): the one record reader of flow,
+    discard and counter samples."""
+    for _ in range(count):
         if offset + 8 > end:
-            raise _truncated("discard record", offset, 8, end - offset)
+            raise _truncated(f"{what} record", offset, 8, end - offset)
         fmt, length = _PAIR.unpack_from(data, offset)
         body, offset = offset + 8, offset + 8 + length
         if offset > end:
-            raise _truncated("discard record", body, length, end - body)
-        if fmt == RAW_PACKET_HEADER:
-            if length < 16:
-                raise _truncated("raw packet header", body, 16, length)
-            _, frame_length, _, header_length = _RAW.unpack_from(data, body)
-            if header_length > length - 16:
-                raise _truncated("raw packet header", body + 16, header_length, length - 16)
-            header = data[body + 16:body + 16 + header_length]
-    return DiscardSample(agent, sequence, index, drops, input_port, output_port, reason,
-                         frame_length, header)
+            raise _truncated(f"{what} record", body, length, end - body)
+        yield fmt, body, length
 
 
-def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) -> FlowSample:
+def _raw_header(data: bytes, body: int, length: int) -> tuple[int, int, int, int]:
+    """(header protocol, frame length, header start, header end) of a raw packet header."""
+    if length < 16:
+        raise _truncated("raw packet header", body, 16, length)
+    protocol, frame_length, _, header_length = _RAW.unpack_from(data, body)
+    if header_length > length - 16:
+        raise _truncated("raw packet header", body + 16, header_length, length - 16)
+    return protocol, frame_length, body + 16, body + 16 + header_length
+
+
+def _flow_fields(data: bytes, start: int, end: int, expanded: bool) -> tuple:
+    """A flow sample's (sequence, source index, rate, pool, drops, input port, output port,
+    frame length, header start, header end, outer source, outer destination, VNI, header
+    protocol); the header is ``data[start:end]``, empty without a raw packet header record."""
     if expanded:
         if start + 44 > end:
             raise _truncated("expanded flow sample", start, 44, end - start)
@@ -324,22 +218,12 @@ def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) 
         index, input_port, output_port = source & 0xFFFFFF, input_port & 0x3FFFFFFF, \
             output_port & 0x3FFFFFFF
         offset = start + 32
-    frame_length, header, outer_src, outer_dst, vni = 0, b"", None, None, None
+    frame_length = head = tail = 0
+    outer_src = outer_dst = vni = None
     protocol = HEADER_ETHERNET
-    for _ in range(records):
-        if offset + 8 > end:
-            raise _truncated("flow record", offset, 8, end - offset)
-        fmt, length = _PAIR.unpack_from(data, offset)
-        body, offset = offset + 8, offset + 8 + length
-        if offset > end:
-            raise _truncated("flow record", body, length, end - body)
+    for fmt, body, length in _records(data, offset, end, records, "flow"):
         if fmt == RAW_PACKET_HEADER:
-            if length < 16:
-                raise _truncated("raw packet header", body, 16, length)
-            protocol, frame_length, _, header_length = _RAW.unpack_from(data, body)
-            if header_length > length - 16:
-                raise _truncated("raw packet header", body + 16, header_length, length - 16)
-            header = data[body + 16:body + 16 + header_length]
+            protocol, frame_length, head, tail = _raw_header(data, body, length)
         elif fmt == TUNNEL_IPV4_INGRESS:
             if length < 32:
                 raise _truncated("tunnel ingress record", body, 32, length)
@@ -348,8 +232,22 @@ def _flow_sample(data: bytes, start: int, end: int, agent: str, expanded: bool) 
             if length < 4:
                 raise _truncated("VNI ingress record", body, 4, length)
             vni = _U32.unpack_from(data, body)[0]
-    return FlowSample(agent, sequence, rate, pool, drops, input_port, output_port, frame_length,
-                      header, outer_src, outer_dst, vni, index, protocol)
+    return (sequence, index, rate, pool, drops, input_port, output_port, frame_length, head,
+            tail, outer_src, outer_dst, vni, protocol)
+
+
+def _discard_sample(data: bytes, start: int, end: int, agent: str) -> DiscardSample:
+    if start + _DISCARD.size > end:
+        raise _truncated("discarded packet sample", start, _DISCARD.size, end - start)
+    sequence, _, index, drops, input_port, output_port, reason, records = \
+        _DISCARD.unpack_from(data, start)
+    frame_length, header = 0, b""
+    for fmt, body, length in _records(data, start + _DISCARD.size, end, records, "discard"):
+        if fmt == RAW_PACKET_HEADER:
+            _, frame_length, head, tail = _raw_header(data, body, length)
+            header = data[head:tail]
+    return DiscardSample(agent, sequence, index, drops, input_port, output_port, reason,
+                         frame_length, header)
 
 
 def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: bool,
@@ -357,15 +255,9 @@ def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: boo
     layout = _COUNTERS_X if expanded else _COUNTERS
     if start + layout.size > end:
         raise _truncated("counter sample", start, layout.size, end - start)
-    sequence, records = (lambda v: (v[0], v[-1]))(layout.unpack_from(data, start))
-    offset = start + layout.size
-    for _ in range(records):
-        if offset + 8 > end:
-            raise _truncated("counter record", offset, 8, end - offset)
-        fmt, length = _PAIR.unpack_from(data, offset)
-        body, offset = offset + 8, offset + 8 + length
-        if offset > end:
-            raise _truncated("counter record", body, length, end - body)
+    fields = layout.unpack_from(data, start)
+    sequence, records = fields[0], fields[-1]
+    for fmt, body, length in _records(data, start + layout.size, end, records, "counter"):
         if fmt == GENERIC_INTERFACE_COUNTERS:
             if length < _GENERIC.size:
                 raise _truncated("generic interface counters", body, _GENERIC.size, length)
@@ -394,13 +286,15 @@ def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
 def parse_grouped(data: bytes) -> tuple:
     """``parse_compact``'s seven fields and, from the compiled scan, the flow samples grouped
     as ``Estimator.ingest`` adds them: ``[(rate, vni, outer, n, sum of frame lengths, sum of
-    their squares, None)]`` in order of first appearance, or None (ingest groups them)."""
+    their squares, None)]`` in order of first appearance, or None (ingest groups them); and
+    their samplers' runs of numbers as ``loss.sampler_runs`` gives them, or None (the loss
+    tracker finds them)."""
     fast = _scan(data) if _scan is not None else None
     if fast is None:
-        return (*parse_compact_python(data), None)
-    agent, sub_agent, number, uptime, flows, others, alike = fast
+        return (*parse_compact_python(data), None, None)
+    agent, sub_agent, number, uptime, flows, others, alike, runs = fast
     if not others:
-        return agent, sub_agent, number, uptime, flows, (), (), alike
+        return agent, sub_agent, number, uptime, flows, (), (), alike, runs
     counters: list[InterfaceCounters] = []
     discards: list[DiscardSample] = []
     for fmt, start, end in others:  # in order: the first malformed one raises, as in Python
@@ -408,7 +302,7 @@ def parse_grouped(data: bytes) -> tuple:
             discards.append(_discard_sample(data, start, end, agent))
         else:
             _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
-    return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards), alike
+    return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards), alike, runs
 
 
 def parse_compact_python(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
@@ -416,66 +310,4 @@ def parse_compact_python(data: bytes) -> tuple[str, int, int, int, tuple[tuple, 
                                                tuple[DiscardSample, ...]]:
     """``parse_compact`` in Python alone: the reference the compiled scan is tested against,
     and the decoder of every datagram the scan leaves (malformed ones)."""
-    agent, sub_agent, number, uptime, count, offset = _header(data)
-    size = len(data)
-    flows: list[tuple] = []
-    counters: list[InterfaceCounters] = []
-    discards: list[DiscardSample] = []
-    unpack_pair, unpack_flow, unpack_u32 = _PAIR.unpack_from, _FLOW.unpack_from, _U32.unpack_from
-    unpack_expanded = _FLOW_X.unpack_from
-    for _ in range(count):
-        if offset + 8 > size:
-            raise _truncated("sample", offset, 8, size - offset)
-        fmt, length = unpack_pair(data, offset)
-        start, end = offset + 8, offset + 8 + length
-        if end > size or length & 3:
-            raise _truncated("sample", start, length, size - start)
-        offset = end
-        if fmt == FLOW_SAMPLE:
-            if start + 32 > end:
-                raise _truncated("flow sample", start, 32, end - start)
-            sequence, source, rate, _, drops, input_port, output_port, records = \
-                unpack_flow(data, start)
-            source, input_port, output_port = source & 0xFFFFFF, input_port & 0x3FFFFFFF, \
-                output_port & 0x3FFFFFFF
-            at = start + 32
-        elif fmt == FLOW_SAMPLE_EXPANDED:
-            if start + 44 > end:
-                raise _truncated("expanded flow sample", start, 44, end - start)
-            (sequence, _, source, rate, _, drops, _, input_port, _, output_port,
-             records) = unpack_expanded(data, start)
-            at = start + 44
-        else:
-            if fmt in (COUNTER_SAMPLE, COUNTER_SAMPLE_EXPANDED):
-                _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
-            elif fmt == DISCARDED_PACKET:
-                discards.append(_discard_sample(data, start, end, agent))
-            continue
-        frame_length = head = tail = 0
-        vni = outer = None
-        protocol = HEADER_ETHERNET
-        for _ in range(records):
-            if at + 8 > end:
-                raise _truncated("flow record", at, 8, end - at)
-            kind, length = unpack_pair(data, at)
-            body, at = at + 8, at + 8 + length
-            if at > end:
-                raise _truncated("flow record", body, length, end - body)
-            if kind == RAW_PACKET_HEADER:
-                if length < 16:
-                    raise _truncated("raw packet header", body, 16, length)
-                protocol, frame_length, _, header_length = _RAW.unpack_from(data, body)
-                if header_length > length - 16:
-                    raise _truncated("raw packet header", body + 16, header_length, length - 16)
-                head, tail = body + 16, body + 16 + header_length
-            elif kind == TUNNEL_IPV4_INGRESS:
-                if length < 32:
-                    raise _truncated("tunnel ingress record", body, 32, length)
-                outer = data[body + 8:body + 12]
-            elif kind == VNI_INGRESS:
-                if length < 4:
-                    raise _truncated("VNI ingress record", body, 4, length)
-                vni = unpack_u32(data, body)[0]
-        flows.append((sequence, source, rate, drops, frame_length, vni, outer, head, tail, None,
-                      input_port, output_port, protocol))
-    return agent, sub_agent, number, uptime, tuple(flows), tuple(counters), tuple(discards)
+    return _decode(data, _compact)

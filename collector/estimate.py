@@ -3,8 +3,8 @@
 ``ingest`` decodes one datagram, attributes each flow sample (``attribution``) and adds it to
 per-second buckets keyed by (origin server, reporting agent, local or mirrored, destination
 server); counter samples update per-port packet rates; every datagram or sample not counted
-increments a named reason. ``snapshot`` turns the buckets inside the window into per-server
-estimates (docs/collector.md, "Renormalisation"):
+increments a named reason. ``snapshot`` (the normal path, combine.py) turns the buckets inside
+the window into per-server estimates (docs/collector.md, "Renormalisation"):
 
 - the local stream estimates the server's packets as ``L = sum 1/l`` (``l = 1/N``, the 1-in-N the
   agent reports in each sample), the mirrored stream as ``M = sum 1/Q`` (``Q = sum_j m_j / N_j``,
@@ -23,42 +23,34 @@ estimates (docs/collector.md, "Renormalisation"):
 
 Per-agent state is kept only for agents the attribution names (plan or inventory); datagrams
 from any other address are counted (``unknown_agent``) and their addresses kept in a short,
-expiring list (``UnknownAgents``), so a flood from random sources costs no memory.
+expiring list (``unknown.UnknownAgents``), so a flood from random sources costs no memory; port
+counters keep bounded rows (``ports.PortRates``).
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from socket import inet_ntoa as _ntoa
 from collections.abc import Callable
-from datetime import datetime, timezone
 
 from cosample.collector.attribution import LOCAL, Attribution, Source
+from cosample.collector.combine import Estimates
 from cosample.collector.decode import DecodeError, FlowSample, flow_record, parse_grouped
-from cosample.collector.exposure import PENDING, Streams, extrapolate, precision
+from cosample.collector.exposure import PENDING, Streams
 from cosample.collector.loss import LossTracker
-from cosample.collector.intervals import normal_interval, packets_interval
-from cosample.collector.snapshot import PlanRef, ServerEstimate, Snapshot
+from cosample.collector.ports import PortRates
+from cosample.collector.unknown import UnknownAgents
 
-#: Expected mirrored (or local) samples in a window above which none arriving means the data
-#: plane does not do what the plan says (agent in its safe state, mirror not yet set up).
-MISSING_STREAM_SAMPLES = 20.0
 #: Verdicts cached per (agent, VNI, outer source); cleared when full (tenant tunnels are many).
 VERDICT_CACHE = 4096
-#: Unknown agent addresses listed in the snapshot, and for how long after their last datagram.
-UNKNOWN_AGENTS_LISTED = 32
-UNKNOWN_AGENT_TTL_S = 300.0
-#: Port-counter rows kept per agent (a host has tens to hundreds of ports); more are dropped
-#: (``port_limit``), and rows not refreshed for a window expire: bounded state.
-MAX_PORTS_PER_AGENT = 1024
-_WRAP = 1 << 32
 
 Hook = Callable[[FlowSample, Source, float], None]
 
 
-class Estimator:
-    """Windowed per-server estimates from sFlow datagrams, renormalised by a plan."""
+class Estimator(Estimates):
+    """Windowed per-server estimates from sFlow datagrams, renormalised by a plan (the fast
+    path here; ``snapshot``, the normal path, in combine.py)."""
 
     def __init__(self, attribution: Attribution | None, *, window_s: float | None = 30.0,
                  name: str = "collector", partial: bool = False) -> None:
@@ -85,9 +77,7 @@ class Estimator:
         self._lost: dict[int, dict[str, float]] = {}  # bucket -> agent -> samples lost in it
         self.unknown = UnknownAgents()
         self.discards: dict[str, dict[str, int]] = {}  # server -> drop reason -> discards
-        self._counters: dict[tuple[str, int], tuple[float, int, int, str]] = {}
-        self._ports: Counter[str] = Counter()  # agent -> rows in ``_counters``
-        self.interfaces: dict[str, dict[str, dict[str, float]]] = {}
+        self.ports = PortRates()  # interface counters -> port rates
         self._last: dict[str, float] = {}
         self._mirror_q: dict[str, float] = {}
         self._verdicts: dict[tuple, Source | str] = {}
@@ -119,14 +109,12 @@ class Estimator:
         self.loss.forget(known.__contains__)
         for agent in [agent for agent in self.rate_of if agent not in known]:
             del self.rate_of[agent]
-        for key in [key for key in self._counters if key[0] not in known]:
-            del self._counters[key]
-            self._ports[key[0]] -= 1
+        self.ports.forget(known.__contains__)
 
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
         try:
-            agent, sub_agent, number, uptime, flows, counters, discards, alike = \
+            agent, sub_agent, number, uptime, flows, counters, discards, alike, runs = \
                 parse_grouped(data)
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
@@ -157,7 +145,7 @@ class Estimator:
             return
         if discards:
             self._discarded(home, discards)
-        kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now)
+        kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now, runs)
         if kept is not flows:
             self.dropped["duplicate"] += len(flows) - len(kept)
             flows, alike = kept, None
@@ -294,20 +282,8 @@ class Estimator:
         if server is None:
             self.dropped["unknown_agent_counters"] += 1
             return
-        key = (counters.agent, counters.if_index)
-        previous = self._counters.get(key)
-        if previous is None:
-            if self._ports[counters.agent] >= MAX_PORTS_PER_AGENT:
-                self.dropped["port_limit"] += 1
-                return
-            self._ports[counters.agent] += 1
-        self._counters[key] = (now, counters.in_packets, counters.out_packets, server)
-        if previous is None or now <= previous[0]:
-            return
-        elapsed = now - previous[0]
-        self.interfaces.setdefault(server, {})[str(counters.if_index)] = {
-            "in_pps": ((counters.in_packets - previous[1]) % _WRAP) / elapsed,
-            "out_pps": ((counters.out_packets - previous[2]) % _WRAP) / elapsed}
+        if not self.ports.add(counters, server, now):
+            self.dropped["port_limit"] += 1
 
     def _expire(self, bucket: int) -> None:
         if self.window_s is None:
@@ -317,199 +293,4 @@ class Estimator:
             self._buckets.popleft()
         for old in [old for old in self._lost if old <= oldest]:
             del self._lost[old]
-        horizon = bucket * self.bucket_s - self.window_s
-        for key in [key for key, row in self._counters.items() if row[0] < horizon]:
-            server = self._counters.pop(key)[3]
-            self._ports[key[0]] -= 1
-            rows = self.interfaces.get(server)
-            if rows is not None:
-                rows.pop(str(key[1]), None)
-                if not rows:
-                    del self.interfaces[server]
-
-    # combination ----------------------------------------------------------------------------
-    def _precisions(self, server: str, local_seen: bool = True,
-                    mirrored_seen: bool = True) -> tuple[float, float, float, float]:
-        """(l, Q, w_L, w_M) for ``server`` at the agents' current rates."""
-        local, mirrored = self.attribution.rates(server, self.rate_of)
-        if not local_seen:
-            local = 0.0
-        if not mirrored_seen:
-            mirrored = 0.0
-        return local, mirrored, _precision(local), _precision(mirrored)
-
-    def weight(self, server: str, kind: int, stream_weight: float) -> float:
-        """A sample's weight in the combined estimate (what the re-export sends as its rate)."""
-        _, _, w_local, w_mirrored = self._precisions(server)
-        return stream_weight * _share(w_local, w_mirrored, kind)
-
-    # normal path ----------------------------------------------------------------------------
-    def snapshot(self, now: float | None = None) -> Snapshot:
-        """Estimates over the window ending at ``now`` (default: the newest datagram's time)."""
-        now = now if now is not None else (self._now or 0.0)
-        self._expire(int(now // self.bucket_s))
-        start = self._first if self._first is not None else now
-        if self.window_s is not None and self._buckets:  # the window the kept buckets cover
-            start = max(start, self._buckets[0][0] * self.bucket_s)
-        span = now - start
-        window = max(span, 1.0)
-        agents: dict[str, list[float]] = {}
-        streams: dict[str, list[list[float]]] = {}  # server -> [local sums, mirrored sums]
-        matrix: dict[tuple[str, str, int], float] = {}
-        for _, sums, tallies in self._buckets:
-            for agent, got in tallies.items():
-                agents.setdefault(agent, [0, 0.0])[0] += got
-        oldest = self._buckets[0][0] if self._buckets else None
-        for bucket, row in self._lost.items():
-            if oldest is not None and bucket >= oldest:
-                for agent, lost in row.items():
-                    if agent in agents:
-                        agents[agent][1] += lost
-        loss = {agent: (got + max(lost, 0.0)) / got if got else 1.0
-                for agent, (got, lost) in agents.items()}
-        for _, sums, _ in self._buckets:
-            for (server, agent, kind, dst), (n, w, bw, b2w, v, b2v, _) in sums.items():
-                f = loss.get(agent, 1.0)  # each received sample stands for f: weight f w
-                stream = streams.setdefault(server, [[0] + [0.0] * 5, [0] + [0.0] * 5])[kind]
-                stream[0] += n
-                stream[1] += w * f
-                stream[2] += bw * f
-                stream[3] += b2w * f
-                stream[4] += v * f * f + w * f * (f - 1)  # sum fw (fw - 1)
-                stream[5] += b2v * f * f + b2w * f * (f - 1)
-                if dst is not None:
-                    matrix[(server, dst, kind)] = matrix.get((server, dst, kind), 0.0) + w * f
-        self.streams.forget(start)
-        servers, scales = {}, {}
-        plan_servers = self.attribution.servers if self.attribution is not None else {}
-        empty = [0] + [0.0] * 5
-        for server in sorted(set(plan_servers) | set(streams)):
-            local, mirrored = streams.get(server, (empty, empty))
-            phi_l, phi_m = (self.streams.exposure(server, kind, start, now) / span if span > 0
-                            else 1.0 for kind in (0, 1))
-            if server in plan_servers:
-                l, q, _, _ = self._precisions(server)
-                coverage = min(1.0, l + q - l * q)
-                q_now = self._running_q(server) if not self.partial else q
-                if not self.partial:  # a stream the plan expects but that never arrives
-                    if not local[0] and _expected(mirrored[1], phi_m, phi_l, l):
-                        phi_l = 0.0
-                    if not mirrored[0] and _expected(local[1], phi_l, phi_m, q_now):
-                        phi_m = 0.0
-            else:
-                l = q = q_now = coverage = 0.0
-            p_l = precision(phi_l, _inverse_precision(local, l, self.partial))
-            p_m = precision(phi_m, _inverse_precision(mirrored, q_now, self.partial))
-            a = _share(p_l, p_m, 0)
-            g_l = a / phi_l if a and phi_l > 0 else 0.0  # what one counted packet weighs
-            g_m = (1 - a) / phi_m if a < 1 and phi_m > 0 else 0.0
-            scales[server] = (g_l, g_m)
-            packets = g_l * local[1] + g_m * mirrored[1]
-            octets = g_l * local[2] + g_m * mirrored[2]
-            variance = octet_variance = 0.0
-            for share, phi, sums in ((a, phi_l, local), (1 - a, phi_m, mirrored)):
-                if share and phi > 0:
-                    variance += share * share * extrapolate(sums[1], sums[4], phi)[1]
-                    octet_variance += share * share * extrapolate(sums[3], sums[5], phi)[1]
-            low, high = packets_interval(packets, variance, l + q)
-            blow, bhigh = normal_interval(octets, octet_variance)
-            last = self._last.get(server)
-            servers[server] = ServerEstimate(
-                packets_per_s=packets / window, packets_per_s_ci95=[low / window, high / window],
-                bytes_per_s=octets / window, bytes_per_s_ci95=[blow / window, bhigh / window],
-                samples=local[0] + mirrored[0], samples_per_s=(local[0] + mirrored[0]) / window,
-                local_samples=local[0], mirrored_samples=mirrored[0], coverage=coverage,
-                last_sample=_utc(last) if last is not None else None,
-                interfaces=self.interfaces.get(server),
-                packets_per_s_variance=variance / window ** 2,
-                bytes_per_s_variance=octet_variance / window ** 2)
-        traffic = None
-        if self.attribution is not None and self.attribution.server_of_address:
-            traffic = {}
-            for (src, dst, kind), w in sorted(matrix.items()):
-                row = traffic.setdefault(src, {})
-                row[dst] = row.get(dst, 0.0) + scales.get(src, (1.0, 0.0))[kind] * w / window
-        plan = None if self.attribution is None or self.attribution.plan_id is None else PlanRef(
-            version=self.attribution.plan_version, plan_id=self.attribution.plan_id)
-        return Snapshot.from_servers(servers, collector=self.name, time=_utc(now),
-                                     window_s=window, plan=plan, traffic_pps=traffic,
-                                     dropped=dict(sorted(self.dropped.items())),
-                                     ignored=dict(sorted(self.ignored.items())),
-                                     agents=sorted(agents),
-                                     unknown_agents=self.unknown.listed(now),
-                                     discards={server: dict(sorted(reasons.items()))
-                                               for server, reasons in sorted(self.discards.items())},
-                                     sequence=self.sequence_counts())
-
-    def sequence_counts(self) -> dict[str, int]:
-        """What the sequence numbers said since start (``loss``): resets, restarts, late."""
-        loss = self.loss
-        counts = {"reset": loss.resets, "restart": loss.restarts, "late": loss.late}
-        return {key: value for key, value in counts.items() if value}
-
-
-def _precision(probability: float) -> float:
-    """``p / (1 - p)``: the precision (per packet) of a stream that samples with ``p``."""
-    if probability <= 0.0:
-        return 0.0
-    return math.inf if probability >= 1.0 else probability / (1.0 - probability)
-
-
-def _inverse_precision(sums: list, probability: float, planned: bool) -> float:
-    """``(1-p)/p`` of a stream: from its samples (``sum w(w-1) / sum w``, right when rates
-    changed within the window), from the plan's ``probability`` without samples or if
-    ``planned`` (``--partial``: instances must weigh alike what only one of them sees)."""
-    if sums[1] > 0 and not planned:
-        return sums[4] / sums[1]
-    return math.inf if probability <= 0.0 else (1.0 - probability) / probability
-
-
-def _expected(other_total: float, other_phi: float, phi: float, probability: float) -> bool:
-    """Would a stream sampling with ``probability`` over ``phi`` of the window have produced at
-    least ``MISSING_STREAM_SAMPLES``, at the rate the other stream saw?"""
-    if other_phi <= 0.0 or phi <= 0.0:
-        return False
-    return other_total / other_phi * phi * probability >= MISSING_STREAM_SAMPLES
-
-
-def _share(w_local: float, w_mirrored: float, kind: int) -> float:
-    """The combination weight of stream ``kind`` (0 local, 1 mirrored)."""
-    if math.isinf(w_local):
-        a = 1.0
-    elif math.isinf(w_mirrored):
-        a = 0.0
-    elif w_local + w_mirrored == 0.0:
-        a = 1.0
-    else:
-        a = w_local / (w_local + w_mirrored)
-    return a if kind == 0 else 1.0 - a
-
-
-def _utc(unix: float) -> datetime:
-    return datetime.fromtimestamp(unix, timezone.utc)
-
-
-class UnknownAgents:
-    """Addresses of agents nobody named, most recent first: at most ``UNKNOWN_AGENTS_LISTED``,
-    each forgotten ``UNKNOWN_AGENT_TTL_S`` after its last datagram (what a user forgot to plan)."""
-
-    def __init__(self) -> None:
-        self._heard: OrderedDict[str, list[float]] = OrderedDict()  # address -> [last, datagrams]
-
-    def heard(self, agent: str, now: float) -> None:
-        entry = self._heard.get(agent)
-        if entry is None:
-            if len(self._heard) >= UNKNOWN_AGENTS_LISTED:
-                self._heard.popitem(last=False)
-            self._heard[agent] = [now, 1]
-            return
-        entry[0] = max(entry[0], now)
-        entry[1] += 1
-        self._heard.move_to_end(agent)
-
-    def listed(self, now: float) -> dict[str, int]:
-        """address -> datagrams heard from it, after forgetting the expired."""
-        heard = self._heard
-        while heard and next(iter(heard.values()))[0] < now - UNKNOWN_AGENT_TTL_S:
-            heard.popitem(last=False)
-        return {agent: int(entry[1]) for agent, entry in reversed(heard.items())}
+        self.ports.expire(bucket * self.bucket_s - self.window_s)

@@ -24,8 +24,7 @@ import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MAX_CONNECTIONS = 64
-IDLE_TIMEOUT_S = 10.0
+from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 _STARVED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _PAUSE_S = 0.1
 

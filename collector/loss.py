@@ -50,6 +50,9 @@ RESTART_SLACK_MS = 2000
 #: random source ids or sub-agents (corrupt or hostile) replaces its oldest, never grows.
 MAX_SAMPLERS = 4096
 MAX_AGENTS = 65536
+#: Samplers in one datagram whose runs are checked at once (more: sample by sample); the
+#: compiled scan's MAX_RUNS (collector/_sflow.c).
+MAX_RUNS = 16
 
 Book = Callable[[str, float, float, float], None]
 
@@ -96,10 +99,11 @@ class LossTracker:
         return sum(len(entry[1]) for entry in self._agents.values())
 
     def datagram(self, agent: str, sub_agent: int, number: int, uptime: int, flows: tuple,
-                 now: float) -> tuple:
+                 now: float, runs: tuple | None = None) -> tuple:
         """The flows to count (duplicates removed); books what the numbers say was lost.
 
-        ``flows`` are ``parse_compact`` tuples: (sequence, source index, rate, drops, ...).
+        ``flows`` are ``parse_compact`` tuples: (sequence, source index, rate, drops, ...);
+        ``runs`` their ``sampler_runs`` when the decoder found them (the compiled scan does).
         """
         key = (agent, sub_agent)
         entry = self._agents.get(key)
@@ -121,33 +125,27 @@ class LossTracker:
         if not flows:
             return flows
         samplers = entry[1]
-        first, last = flows[0], flows[-1]
-        if first[1] == last[1] and (last[0] - first[0]) % WRAP == len(flows) - 1:
-            state = samplers.get(first[1])
-            if state is not None and (first[0] - state.high) % WRAP == 1 \
-                    and last[3] == state.drops and not state.loose:  # the common case
-                state.high, state.high_t, state.probation = last[0], now, None
+        if runs is None:
+            runs = sampler_runs(flows)
+        if runs is not None:
+            if len(runs) == 1:  # the common case: one sampler continues, nothing lost
+                source, head, tail, drops = runs[0]
+                state = samplers.get(source)
+                if state is not None and (head - state.high) % WRAP == 1 \
+                        and drops == state.drops and not state.loose:
+                    state.high, state.high_t, state.probation = tail, now, None
+                    return flows
+            elif self._continued(samplers, runs, now):
                 return flows
-        elif self._runs(samplers, flows, now):  # several samplers, each continuing its run
-            return flows
         kept = [flow for flow in flows if self._sample(agent, samplers, flow, now, repeated)]
         return flows if len(kept) == len(flows) else tuple(kept)
 
     @staticmethod
-    def _runs(samplers: dict, flows: tuple, now: float) -> bool:
-        """True (and the samplers moved on) when each sampler's samples in the datagram are
-        the run that continues it, nothing lost (a switch interleaves its ports' samplers)."""
-        runs: dict[int, list] = {}
-        for flow in flows:
-            run = runs.get(flow[1])
-            if run is None:
-                runs[flow[1]] = [flow[0], flow[0], flow[3]]
-            elif flow[0] == (run[1] + 1) % WRAP:
-                run[1], run[2] = flow[0], flow[3]
-            else:
-                return False
+    def _continued(samplers: dict, runs: tuple, now: float) -> bool:
+        """True (and the samplers moved on) when each sampler's run continues it, nothing lost
+        (a switch interleaves its ports' samplers)."""
         states = []
-        for source, (head, tail, drops) in runs.items():
+        for source, head, tail, drops in runs:
             state = samplers.get(source)
             if state is None or (head - state.high) % WRAP != 1 or drops != state.drops \
                     or state.loose:
@@ -267,3 +265,21 @@ class LossTracker:
                     hole[1] = (sequence - 1) % WRAP
                 return True
         return False
+
+
+def sampler_runs(flows: tuple) -> tuple[tuple[int, int, int, int], ...] | None:
+    """``((source index, first number, last number, drops of the last), ...)`` per sampler, in
+    order of first appearance, when each sampler's samples in the datagram are consecutive
+    numbers (at most ``MAX_RUNS`` samplers); else None. The compiled scan gives the same."""
+    runs: dict[int, list] = {}
+    for flow in flows:
+        run = runs.get(flow[1])
+        if run is None:
+            if len(runs) == MAX_RUNS:
+                return None
+            runs[flow[1]] = [flow[0], flow[0], flow[3]]
+        elif flow[0] == (run[1] + 1) % WRAP:
+            run[1], run[2] = flow[0], flow[3]
+        else:
+            return None
+    return tuple((source, head, tail, drops) for source, (head, tail, drops) in runs.items())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import mmap
 import struct
 from collections import Counter
+from itertools import chain
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,13 @@ class Capture:
 
 def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[tuple[float, bytes]]:
     """``(unix time, UDP payload)`` for every UDP datagram in the capture, in file order."""
+    return chain.from_iterable(udp_payload_runs(path, capture))
+
+
+def udp_payload_runs(path: str | Path,
+                     capture: Capture | None = None) -> Iterator[list[tuple[float, bytes]]]:
+    """``udp_payloads`` in lists of consecutive records (up to ``RUN_RECORDS``, as the compiled
+    reader returns them): the items reach a list without a generator step each."""
     path = Path(path)
     capture = capture if capture is not None else Capture(path)
     try:
@@ -79,7 +87,7 @@ def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[t
 
 
 def _records(data, size: int, record: struct.Struct, unit: float, link: int,
-             capture: Capture) -> Iterator[tuple[float, bytes]]:
+             capture: Capture) -> Iterator[list[tuple[float, bytes]]]:
     """The records of a mapped capture after its file header (see ``udp_payloads``).
 
     Runs of ordinary records (Ethernet, IPv4, UDP) are read by the compiled ``pcap_run``
@@ -92,7 +100,8 @@ def _records(data, size: int, record: struct.Struct, unit: float, link: int,
         if run is not None:
             count, offset, items = run(data, offset, little, unit, RUN_RECORDS)
             number += count
-            yield from items
+            if items:
+                yield items
             if count == RUN_RECORDS or offset >= size:
                 continue
         number += 1
@@ -107,7 +116,7 @@ def _records(data, size: int, record: struct.Struct, unit: float, link: int,
             return
         payload = _udp_payload(data[start:offset], link, skipped)
         if payload is not None:
-            yield seconds + fraction * unit, payload
+            yield [(seconds + fraction * unit, payload)]
 
 
 def _udp_payload(frame: bytes, link: int, skipped: Counter) -> bytes | None:

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from operator import itemgetter
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from cosample.collector import attribution
-from cosample.collector.decode import agent_or_none
+from cosample.collector.decode import agents_of
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
-from cosample.collector.inventory import Inventory
 from cosample.collector.pcap import Capture, udp_payloads
-from cosample.collector.snapshot import Snapshot
+
+if TYPE_CHECKING:  # pydantic's models: replay without a plan or inventory writes its snapshot
+    from cosample.collector.inventory import Inventory  # without them (snapshotwire)
+    from cosample.collector.snapshot import Snapshot
 
 
 #: Captures up to this size are read once, their datagrams held in memory while the agents are
@@ -57,24 +62,18 @@ class Survey(dict):
 def agents_in(capture: str | Path) -> list[str]:
     """The agent addresses of a capture's datagrams, in order of first appearance (headers
     only; datagrams that do not decode are left to the estimator's counters)."""
-    return _agents(payload for _, payload in udp_payloads(capture))
-
-
-def _agents(payloads) -> list[str]:
-    seen: dict[str, None] = {}
-    for payload in payloads:
-        agent = agent_or_none(payload)
-        if agent is not None:
-            seen[agent] = None
-    return list(seen)
+    return agents_of(map(itemgetter(1), udp_payloads(capture)))
 
 
 def heard_attribution(heard, inventory: Inventory | None):
     """Plan-less attribution in which every agent heard is a server sampling locally at its own
     rate: named by the inventory when its ``agent_ip`` is there, else by its address."""
+    if inventory is None:  # no model to validate: the addresses are the decoder's own
+        return attribution.heard(heard)
+    from cosample.collector.inventory import Inventory
     servers = {name: entry.model_dump(exclude_defaults=True)
-               for name, entry in (inventory.servers.items() if inventory else ())}
-    named = inventory.server_of_agent() if inventory is not None else {}
+               for name, entry in inventory.servers.items()}
+    named = inventory.server_of_agent()
     for agent in heard:
         if agent not in named:
             servers.setdefault(agent, {})["agent_ip"] = agent
@@ -91,6 +90,17 @@ def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None
     ``source`` receives what the capture held besides datagrams (skipped frames, a cut end);
     ``heard``, every agent heard with its datagrams, samples and rates.
     """
+    estimator, last = run(plan, capture, inventory=inventory, name=name, window_s=window_s,
+                          reexport=reexport, source=source, heard=heard)
+    return estimator.snapshot(last)
+
+
+def run(plan: str | None, capture: str | Path, *, inventory: Inventory | None = None,
+        name: str = "replay", window_s: float | None = None,
+        reexport: tuple[str, int] | None = None, source: Capture | None = None,
+        heard: Survey | None = None) -> tuple[Estimator, float]:
+    """``replay``'s work: the estimator that took every datagram, and the newest datagram's
+    time (where the snapshot is taken)."""
     source = source if source is not None else Capture(Path(capture))
     datagrams = udp_payloads(capture, source)
     first = next(datagrams, None)
@@ -98,8 +108,9 @@ def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None
         raise CollectorError(f"{capture}: no UDP datagrams in the capture")
     if plan is None and Path(capture).stat().st_size <= HOLD_BYTES:  # read the capture once
         held = [first, *datagrams]
-        datagrams = iter(held[1:])
-        table = heard_attribution(_agents(payload for _, payload in held), inventory)
+        datagrams = iter(held)
+        next(datagrams)
+        table = heard_attribution(agents_of(map(itemgetter(1), held)), inventory)
     elif plan is None:
         table = heard_attribution(agents_in(capture), inventory)
     else:
@@ -112,18 +123,19 @@ def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None
         from cosample.collector.reexport import Reexporter
         exporter = Reexporter(reexport, table, clock_ms=lambda: 0)
         estimator.on_sample = exporter
-    last = first[0]
+    last, ingest = first[0], estimator.ingest
     try:
-        estimator.ingest(first[1], first[0])
+        ingest(first[1], first[0])
         for when, payload in datagrams:
-            estimator.ingest(payload, when)
-            last = max(last, when)
+            ingest(payload, when)
+            if when > last:
+                last = when
             if exporter is not None:
                 exporter.flush()
     finally:
         if exporter is not None:
             exporter.close()
-    return estimator.snapshot(last)
+    return estimator, last
 
 
 def table(snapshot: Snapshot) -> str:

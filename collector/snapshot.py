@@ -4,28 +4,26 @@ The collector serves it at ``GET /snapshot`` and ``replay --json`` prints it; th
 validates what it reads with ``parse_snapshot_json`` and merges the snapshots of several
 collector instances, each owning a disjoint set of agents, with ``merge_snapshots``. Version 2
 is columnar: server names once, then one list per field (and the traffic matrix as index and
-value lists), so a 10^5-server snapshot is validated by pydantic in Rust plus a few array
-checks, not 10^5 nested objects. Field meanings are in docs/collector.md ("Snapshot").
+value lists), so a 10^5-server snapshot is validated by pydantic in Rust plus one pass per
+rule across columns, not 10^5 nested objects. Field meanings are in docs/collector.md ("Snapshot").
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, Field, PlainSerializer,
                       PrivateAttr, ValidationError, model_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.collector.errors import CollectorError
+from cosample.collector.snapshotwire import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, traffic_columns
 from cosample.times import format_time_ms, parse_time
 from cosample.validation import Strict, describe, field_path
-
-SNAPSHOT_FORMAT, SNAPSHOT_VERSION = "cosample.snapshot", 2
 
 
 def _utc(value: Any) -> Any:
@@ -129,7 +127,10 @@ class ServerTable(Strict):
     bytes_per_s_variance: list[Rate] | None = None
     _row_of: dict[str, int] | None = PrivateAttr(default=None)
 
-    def column(self, key: str) -> np.ndarray:
+    def column(self, key: str):
+        """One column as a float numpy array (the controller's arithmetic; numpy is imported
+        here, not with the module: ``collector replay`` never needs it)."""
+        import numpy as np
         return np.asarray(getattr(self, key), dtype=float)
 
     def __len__(self) -> int:
@@ -214,21 +215,16 @@ class TrafficTable(Strict):
 
     @classmethod
     def from_dict(cls, matrix: Mapping[str, Mapping[str, float]]) -> "TrafficTable":
-        names = sorted(set(matrix) | {dst for row in matrix.values() for dst in row})
-        index = {name: k for k, name in enumerate(names)}
-        entries = [(index[src], index[dst], pps) for src, row in matrix.items()
-                   for dst, pps in row.items()]
-        return cls.model_validate({"names": names, "src": [e[0] for e in entries],
-                                   "dst": [e[1] for e in entries], "pps": [e[2] for e in entries]})
+        return cls.model_validate(traffic_columns(matrix))
 
 
 class Snapshot(Strict):
     """What one collector (or a merge of several) knows about every server it owns, as columns:
     10^5 servers validate in a fraction of a second (pydantic checks every number in Rust, the
-    rules across columns are array operations)."""
+    rules across columns are one pass each)."""
 
-    format: Literal["cosample.snapshot"] = SNAPSHOT_FORMAT
-    format_version: Literal[2] = SNAPSHOT_VERSION
+    format: Literal[SNAPSHOT_FORMAT] = SNAPSHOT_FORMAT
+    format_version: Literal[SNAPSHOT_VERSION] = SNAPSHOT_VERSION
     collector: Annotated[str, Field(min_length=1)]
     time: UtcTime
     window_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -265,19 +261,17 @@ class Snapshot(Strict):
                 _fail(("servers", key), f"{len(values)} entries for {n} servers", len(values))
         _unique(table.name, ("servers", "name"))
         for rate in ("packets_per_s", "bytes_per_s"):
-            low, high = table.column(f"{rate}_ci95_low"), table.column(f"{rate}_ci95_high")
-            bad = np.flatnonzero(low > high)
-            if bad.size:
-                k = int(bad[0])
+            low, high = getattr(table, f"{rate}_ci95_low"), getattr(table, f"{rate}_ci95_high")
+            k = _first_where(lambda lo, hi: lo > hi, low, high)
+            if k is not None:
                 _fail(("servers", f"{rate}_ci95_low", k), f"server {table.name[k]!r}: low bound "
                       f"above high bound ({low[k]:g} > {high[k]:g})", low[k])
-        local, mirrored = np.asarray(table.local_samples), np.asarray(table.mirrored_samples)
-        bad = np.flatnonzero(local + mirrored != np.asarray(table.samples, dtype=np.int64))
-        if bad.size:
-            k = int(bad[0])
+        local, mirrored, samples = table.local_samples, table.mirrored_samples, table.samples
+        k = _first_where(lambda lo, mi, sa: lo + mi != sa, local, mirrored, samples)
+        if k is not None:
             _fail(("servers", "samples", k), f"server {table.name[k]!r}: local_samples + "
                   f"mirrored_samples ({local[k]} + {mirrored[k]}) != samples "
-                  f"({table.samples[k]})", int(table.samples[k]))
+                  f"({samples[k]})", int(samples[k]))
         if self.interfaces is not None:
             _same_lengths(self.interfaces, "interfaces")
             _indices(self.interfaces.server, n, ("interfaces", "server"), "servers")
@@ -363,13 +357,20 @@ def _unique(names: list[str], loc: tuple) -> None:
         _fail(loc + (k,), f"{names[k]!r} appears twice", names[k])
 
 
+def _first_where(test: Callable[..., Any], *columns: Sequence) -> int | None:
+    """The first row where ``test`` holds, or None: element-wise on the binary form's numpy
+    arrays (10^6 rows), row by row on JSON lists (so replaying needs no numpy)."""
+    if columns and type(columns[0]).__module__ == "numpy":
+        import numpy as np
+        bad = np.flatnonzero(test(*columns))
+        return int(bad[0]) if bad.size else None
+    return next((k for k, row in enumerate(zip(*columns)) if test(*row)), None)
+
+
 def _indices(values: list[int], size: int, loc: tuple, what: str) -> None:
-    if len(values):  # a list, or the binary form's array
-        array = np.asarray(values, dtype=np.int64)
-        bad = np.flatnonzero(array >= size)
-        if bad.size:
-            k = int(bad[0])
-            _fail(loc + (k,), f"no such row in {what} ({size} rows)", int(values[k]))
+    k = _first_where(lambda value: value >= size, values)
+    if k is not None:
+        _fail(loc + (k,), f"no such row in {what} ({size} rows)", int(values[k]))
 
 
 def parse_snapshot(data: bytes | str | Mapping[str, Any], where: str = "snapshot") -> Snapshot:

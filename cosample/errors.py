@@ -15,7 +15,7 @@ class CosampleError(Exception):
 #: The install set (pyproject.toml's optional dependencies) that brings each third-party module
 #: the lean agent install lacks.
 EXTRA_OF_MODULE = {"numpy": "planner", "pulp": "planner", "highspy": "planner", "rich": "planner",
-                   "scipy": "collector", "ddsketch": "appmon", "pandas": "all", "matplotlib": "all"}
+                   "scipy": "planner", "ddsketch": "appmon", "pandas": "all", "matplotlib": "all"}
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:

@@ -19,7 +19,8 @@ import pytest
 from cosample.plan.document import parse_plan
 from cosample.collector import attribution
 from cosample.collector.encode import counter_sample, datagram
-from cosample.collector.estimate import MAX_PORTS_PER_AGENT, Estimator
+from cosample.collector.estimate import Estimator
+from cosample.collector.ports import MAX_PORTS_PER_AGENT
 from cosample.collector.snapshot import parse_snapshot
 from cosample.errors import CosampleError
 from cosample.lab.agentsource import AgentSender
@@ -51,7 +52,7 @@ def test_port_rows_are_capped_and_expire(four_plan):
     later = estimator.snapshot(40.0)  # a window later: s1's rows expired, s2's new one kept
     assert later.estimates()["s1"].interfaces is None
     assert len(later.to_json()) < baseline + 200
-    assert estimator._ports["172.29.0.1"] == 0 and len(estimator._counters) == 1
+    assert estimator.ports.per_agent["172.29.0.1"] == 0 and len(estimator.ports.rows) == 1
 
 
 LOOPBACK = "127.29.0"

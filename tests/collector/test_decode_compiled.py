@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from cosample.collector import decode
 from cosample.collector.decode import DecodeError, parse_compact, parse_compact_python
+from cosample.collector.loss import sampler_runs
 from cosample.collector.encode import (SampleSpec, counter_sample, datagram, discard_sample,
                                        flow_sample)
 from cosample.collector.pcap import udp_payloads
@@ -149,11 +150,13 @@ def test_the_compiled_grouping_is_ingests(data):
     for _ in range(data.draw(st.integers(0, 6))):
         raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
     try:
-        *fields, alike = decode.parse_grouped(bytes(raw))
+        *fields, alike, runs = decode.parse_grouped(bytes(raw))
     except DecodeError:
         return
     assert tuple(fields) == parse_compact_python(bytes(raw))
     assert alike is None or alike == grouped(fields[4])
+    if decode._scan(bytes(raw)) is not None:  # the scan's runs are the loss tracker's
+        assert runs == sampler_runs(fields[4])
 
 
 def test_many_kinds_of_samples_and_huge_frames_are_grouped_right():
@@ -162,8 +165,24 @@ def test_many_kinds_of_samples_and_huge_frames_are_grouped_right():
     kinds = [flow_sample(SampleSpec(k, 1 + k % 20, 10, HEADER, LENGTH + k)) for k in range(40)]
     for count in (1, 5, 16, 17, 40):
         raw = datagram("172.29.0.2", 1, 0, kinds[:count])
-        *fields, alike = decode.parse_grouped(raw)
+        *fields, alike, _ = decode.parse_grouped(raw)
         assert alike == (grouped(fields[4]) if count <= 16 else None)
     huge = datagram("172.29.0.2", 1, 0, [flow_sample(SampleSpec(1, 64, 10, HEADER, 0xFFFFFFFF))])
-    *fields, alike = decode.parse_grouped(huge)
+    *fields, alike, _ = decode.parse_grouped(huge)
     assert fields[4][0][4] == 0xFFFFFFFF and alike is None
+
+
+@pytest.mark.parametrize("layout", [
+    [(7, k) for k in range(1, 6)],  # one sampler, consecutive
+    [(7, 1), (8, 2), (7, 3)],  # one sampler broken by another's numbers: no runs
+    [(k % 3, 10 + k // 3) for k in range(12)],  # three samplers interleaved, each consecutive
+    [(k, 1) for k in range(17)],  # more samplers than the scan keeps
+    [(5, 0xFFFFFFFF), (5, 0)],  # a run through the wrap of the 32-bit numbers
+])
+def test_the_compiled_runs_are_the_loss_trackers(layout):
+    raw = datagram("172.29.0.2", 1, 0, [flow_sample(SampleSpec(number, 64, 64, HEADER, LENGTH,
+                                                               source_index=source))
+                                        for source, number in layout])
+    fast = decode._scan(raw)
+    assert fast is not None and fast[7] == sampler_runs(fast[4])
+    assert (fast[7] is None) == (layout[1:2] == [(8, 2)] or len(layout) == 17)

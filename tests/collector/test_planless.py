@@ -110,3 +110,18 @@ def test_watcher_is_planless_until_a_plan_is_in_force(tmp_path):
     assert watcher.poll(now) is None and watcher.running.version == 9  # never back to plan-less
     # no agent addresses: nothing
     assert PlanWatcher(str(path), None, insecure_unsigned=True).poll(now) is None
+
+
+def test_replay_without_a_plan_names_agents_by_the_inventory_or_their_address(tmp_path):
+    """The agents a capture holds are servers: the inventory's name where its ``agent_ip`` is
+    the agent's address (validated through the model), else the address itself."""
+    from cosample.collector.pcap import udp_payloads, write_pcap
+    from cosample.collector.replay import replay
+    from sflow_corpus import CORPUS, template
+    names = ("data-1140.pcap", "data-qinq.pcap")
+    capture = write_pcap(tmp_path / "two.pcap", [item for name in names
+                                                  for item in udp_payloads(CORPUS / name)])
+    first, second = (template(name).agent for name in names)
+    named = Inventory.model_validate({"servers": {"edge1": {"agent_ip": first}}})
+    assert sorted(replay(None, capture, inventory=named).servers) == sorted(["edge1", second])
+    assert sorted(replay(None, capture).servers) == sorted([first, second])

@@ -21,7 +21,7 @@ HOMES = {
     "cosample/plan/formats.py": {("STRING", '"cosample.plan"'), ("STRING", '"cosample.planset"'),
                                  ("STRING", '"cosample.plan-report"')},
     "cosample/times.py": {("STRING", '"%Y-%m-%dT%H:%M:%SZ"')},
-    "collector/snapshot.py": {("STRING", '"cosample.snapshot"')},
+    "collector/snapshotwire.py": {("STRING", '"cosample.snapshot"')},
     "collector/inventory.py": {("STRING", '"cosample.addresses"')},
     "controller/inventory.py": {("STRING", '"cosample.inventory"')},
     "appmon/snapshot.py": {("STRING", '"cosample.appmon-snapshot"')},

@@ -60,7 +60,7 @@ def test_a_command_that_needs_an_extra_says_which(tmp_path):
 
 
 @pytest.mark.parametrize("module, extra", [("numpy", "planner"), ("numpy.linalg", "planner"),
-                                           ("pandas", "all"), ("scipy.stats", "collector")])
+                                           ("pandas", "all"), ("scipy.stats", "planner")])
 def test_missing_extra_names_the_install_set(module, extra):
     hint = missing_extra(ModuleNotFoundError(f"No module named {module!r}", name=module))
     assert f"cosample[{extra}]" in hint and module in hint
