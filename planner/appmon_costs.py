@@ -16,10 +16,17 @@ measurement). An explicit number in ``appmon_cost`` wins over any calibration.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
-from cosample.costmodel.calibration_file import AppmonCalibration
+from cosample.costmodel.calibration_file import AppmonCalibration, read_calibration_file
+from cosample.costmodel.coefficients import CalibrationFileError
 from cosample.planner.errors import PlannerError
+from cosample.validation import problem
+
+log = logging.getLogger("cosample.planner")
 
 #: planner cost -> (``appmon.mechanisms`` entry, its field); CPU fields are divided by the unit
 SOURCES = {
@@ -67,3 +74,30 @@ def highest(costs: Iterable[dict[str, float]]) -> dict[str, float]:
         for name, value in one.items():
             out[name] = max(out.get(name, value), value)
     return out
+
+
+def resolve(given: Any, sections: dict[Path, Any], base_dir: Path,
+            source: str) -> dict[str, float]:
+    """``appmon_cost`` (the description's or the inventory's): its explicit numbers, over the
+    calibrated costs of its ``calibration`` file or, without one, of ``sections`` (the servers'
+    calibration files' ``appmon`` sections)."""
+    explicit = given.model_dump(exclude_none=True, exclude={"calibration"})
+    if given.calibration is not None:
+        path = base_dir / given.calibration
+        try:
+            document = read_calibration_file(path)
+        except CalibrationFileError as exc:
+            raise problem(("appmon_cost", "calibration"), str(exc), where=source,
+                          error=PlannerError) from None
+        if document.appmon is None:
+            raise problem(("appmon_cost", "calibration"), f"{path} has no appmon section (write "
+                          f"it with python -m cosample.experiments.appmon_costs)",
+                          given.calibration, where=source, error=PlannerError)
+        sections = {path: document.appmon}
+    calibrated = []
+    for path, section in sorted(sections.items()):
+        costs, notes = costs_from_calibration(section, str(path))
+        for note in notes:
+            log.info("%s", note)
+        calibrated.append(costs)
+    return {**highest(calibrated), **explicit}

@@ -13,7 +13,6 @@ solver's time budget.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
@@ -28,8 +27,6 @@ from cosample.planner import bulk
 from cosample.planner.description import AGENT_FIELDS, Description
 from cosample.planner.errors import InfeasibleError, PlannerError
 from cosample.validation import problem, read_document
-
-log = logging.getLogger("cosample.planner")
 
 
 #: Optional per-server planning inputs and their array types (``from_arrays`` keywords).
@@ -238,7 +235,8 @@ class DataCentre:
                 raise problem(("services", position, "port"), f"the same address and port as "
                               f"services[{seen[key]}]", service.port, where=source, error=PlannerError)
             seen[key] = position
-        appmon_cost = _appmon_cost(header.appmon_cost, appmon_sections, base_dir, source)
+        from cosample.planner.appmon_costs import resolve as appmon_costs
+        appmon_cost = appmon_costs(header.appmon_cost, appmon_sections, base_dir, source)
         name = header.name or (Path(source).stem if source != "description" else "datacentre")
         collector_cap = header.budgets.collector_samples_pps
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
@@ -420,32 +418,3 @@ def _intervals(given: Mapping[str, Any] | None, n: int) -> dict[str, np.ndarray]
                   if key in given else np.full((n, 2), math.nan))
             for key in ("alpha", "beta", "capacity_pps")}
 
-
-def _appmon_cost(given: Any, sections: dict[Path, Any], base_dir: Path,
-                 source: str) -> dict[str, float]:
-    """``appmon_cost``: its explicit numbers, over the calibrated costs of its ``calibration``
-    file or, without one, of the servers' calibration files (``planner.appmon_costs``)."""
-    from cosample.costmodel.calibration_file import read_calibration_file
-    from cosample.costmodel.coefficients import CalibrationFileError
-    from cosample.planner.appmon_costs import costs_from_calibration, highest
-
-    explicit = given.model_dump(exclude_none=True, exclude={"calibration"})
-    if given.calibration is not None:
-        path = base_dir / given.calibration
-        try:
-            document = read_calibration_file(path)
-        except CalibrationFileError as exc:
-            raise problem(("appmon_cost", "calibration"), str(exc), where=source,
-                          error=PlannerError) from None
-        if document.appmon is None:
-            raise problem(("appmon_cost", "calibration"), f"{path} has no appmon section (write "
-                          f"it with python -m cosample.experiments.appmon_costs)",
-                          given.calibration, where=source, error=PlannerError)
-        sections = {path: document.appmon}
-    calibrated = []
-    for path, section in sorted(sections.items()):
-        costs, notes = costs_from_calibration(section, str(path))
-        for note in notes:
-            log.info("%s", note)
-        calibrated.append(costs)
-    return {**highest(calibrated), **explicit}
