@@ -21,6 +21,7 @@ import numpy as np
 from cosample.plan.signing import sign_bytes
 from cosample.collector.polling import plan_lead_s
 from cosample.controller import decide as decisions
+from cosample.controller.apploop import Applications
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
 from cosample.controller.estimate import measure
@@ -84,6 +85,9 @@ class Settings:
     #: The collectors' public keys: a snapshot counts only if one verifies its signature
     #: (``source.SnapshotReader``); empty: snapshots are not authenticated.
     collector_keys: tuple[str, ...] = ()
+    #: the analysers' snapshots (``appmon run``) and their public keys (``apploop``)
+    analysers: tuple[str, ...] = ()
+    analyser_keys: tuple[str, ...] = ()
 
     @property
     def hold_seconds(self) -> float:
@@ -127,6 +131,9 @@ class Controller:
         self.current_shares: PlanShares | None = (
             shares(self.current, inventory.index) if self.current else None)
         self.last_status: CycleStatus | None = None
+        #: the application part (services' request rates from the analysers), if any
+        self.apps = Applications(inventory, settings.analysers, settings.analyser_keys) \
+            if inventory.services else None
         if self.current is not None:
             self.metrics.plan_version.set(self.store.last_version() or -1)
             self._restore()
@@ -215,10 +222,12 @@ class Controller:
                           capacity=self.inventory.capacity_pps, detect=was_warm,
                           remember=not quiet and self._full(measurement.window_s) and not sparse)
         rising, settling = smoothed.rising(), smoothed.settling()
+        services, app_problems = self.apps.observe(now, self.current, settings, warm=was_warm,
+                                                   quiet=quiet) if self.apps else (None, ())
         _lap(timings, "estimate", mark)
         mark = _mark()
         candidate = replan(self.inventory, smoothed.planning(), settings.plan_margin,
-                           settings.solver, settings.measure_sampling, rising)
+                           settings.solver, settings.measure_sampling, rising, services)
         _lap(timings, "plan", mark)
         mark = _mark()
         inv = self.inventory
@@ -236,17 +245,26 @@ class Controller:
                 evaluate(plan_shares, candidate.own_pps, candidate.forwarding_pps,
                          inv.capacity_pps, inv.alpha, inv.beta).distinct_pps
                 for plan_shares in (self.current_shares, candidate.shares))
+        app = None  # the application part's CPU joins both plans' loads (``apploop``)
+        if self.apps is not None:
+            judged, current_eval, app = self.apps.judge(candidate, self.current, judged,
+                                                        current_eval)
         situation = decisions.Situation(
             now=now, interval_s=self.settings.interval_s, names=inv.names,
             capacity_pps=inv.capacity_pps, candidate=judged, current=current_eval,
             current_expires=None if measuring else _expires(self.current),
             same_content=self.current_shares is not None
-            and self.current_shares.same_as(candidate.shares),
+            and self.current_shares.same_as(candidate.shares) and (app is None or app.same),
             gain_streak=self.gain_streak,
             warm=smoothed.count * self.settings.interval_s >= self.settings.warm_s,
-            settling=tuple(inv.names[i] for i in np.flatnonzero(settling)),
+            settling=tuple(inv.names[i] for i in np.flatnonzero(settling))
+            + (self.apps.settling() if self.apps else ()),
             quiet=quiet, gain_basis=gain_basis)
         decision = decisions.decide(situation, self.settings.policy)
+        if app is not None:
+            decision = self.apps.decide(decision, app, settings.policy,
+                                        current=current_eval is not None, warm=situation.warm,
+                                        settling=bool(situation.settling), quiet=quiet)
         if (self.current is None or measuring) and not situation.warm:
             decision = replace(decision, reasons=(
                 f"warming up: {smoothed.count} snapshot(s) averaged, publishing after "
@@ -275,6 +293,7 @@ class Controller:
             gain=decision.gain if current_eval is not None else None,
             gain_streak=decision.gain_streak,
             predicted_max_use=float(worst.use.max()) if worst.use.size else 0.0,
+            applications=self.apps.status() if self.apps else None,
             over_limit=decision.overloaded,
             unrelievable=decision.unrelievable + candidate.saturated,
             unmeasured=len(candidate.unmeasured), rising=candidate.rising,
@@ -282,7 +301,8 @@ class Controller:
             counter_servers=int(measurement.from_counters.sum()),
             refused=tuple({"server": r.server, "reason": r.reason, "pps": r.pps,
                            "bound_pps": r.bound_pps} for r in vetted.refusals),
-            problems=tuple(f"estimate refused: {r.describe()}" for r in vetted.refusals),
+            problems=tuple(f"estimate refused: {r.describe()}" for r in vetted.refusals)
+            + app_problems,
             disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
                                  "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}
                                 for d in measurement.disagreements),
