@@ -28,6 +28,9 @@ def register(subparsers) -> None:
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
     run.add_argument("--state-dir", type=Path, help="write snapshot.json (last window) and "
                      "append windows.jsonl here as windows close")
+    run.add_argument("--snapshot-key", metavar="PRIVATE.pem",
+                     help="ed25519 key that signs /snapshot (header X-Cosample-Signature) and "
+                          "snapshot.json.sig; the controller verifies with --analyser-key")
     run.add_argument("--events", metavar="FILE",
                      help="append events as JSON lines ('-': standard output)")
     run.add_argument("--band", type=float, default=0.1,
@@ -78,7 +81,8 @@ def _run(args) -> int:
     settings = Settings(interface=args.interface, name=args.name, window_s=window, ports=ports,
                         metrics_port=args.metrics_port, http_host=args.http_host,
                         state_dir=args.state_dir, events=args.events, band=args.band,
-                        max_silence_s=args.max_silence, duration_s=args.duration)
+                        max_silence_s=args.max_silence, duration_s=args.duration,
+                        snapshot_key=args.snapshot_key)
     service = Service(settings).start()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())

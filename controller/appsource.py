@@ -95,8 +95,8 @@ class AnalyserReader:
 
 
 def analyser_url(location: str) -> str:
-    """``http://host:port`` -> ``http://host:port/snapshot``; a directory's ``snapshot.json``
-    is given as the file itself; anything else unchanged."""
+    """``http://host:port`` -> ``http://host:port/snapshot``; anything else unchanged (a file
+    is the analyser's ``--state-dir``/snapshot.json itself)."""
     parts = urllib.parse.urlsplit(location)
     if parts.scheme in ("http", "https") and parts.path in ("", "/"):
         return urllib.parse.urlunsplit(parts._replace(path="/snapshot"))
