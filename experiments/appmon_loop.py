@@ -20,11 +20,12 @@ collector; sFlow is not configured.
 **Capacities are scaled** (docs/results.md says how): the machine's two shared cores cannot make
 one web server "busy" for a planner whose capacities are OVS's forwarding limits. A calibration
 phase measures requests/s at ``--quiet-connections`` and ``--busy-connections`` and packets per
-request; the web host's capacity is then set so that the on-site sniffer's planned cost (the
-calibrated costs, ``appmon_cost.calibration``) fills it exactly at the busy rate:
-``capacity = busy rate x packets per request x (1 + alpha + onsite cost)``, and sFlow's alpha and
-beta are 0.02 and 0.01 so that sampling cannot be what overloads it. The analysis host's is ten
-times that.
+request; the web host's capacity is then set so that, with the on-site sniffer's planned cost
+(the calibrated costs, ``appmon_cost.calibration``), the busy rate uses 95 % of it:
+``capacity = busy rate x packets per request x (1 + alpha + onsite cost) / 0.95``; the
+overload trigger is at 90 % (``margin`` 0.10) and plans are made for 80 % (``plan_margin``).
+sFlow's alpha and beta are 0.02 and 0.01 (every packet sampled costs little), so that sampling
+cannot be what overloads the host. The analysis host's capacity is ten times the web host's.
 
     python -m cosample.experiments.appmon_loop [--quiet-s 30] [--busy-s 60] [--after-s 60]
         [--quiet-connections 1] [--busy-connections 8] [--json timeline.json]
@@ -52,6 +53,10 @@ CALIBRATION = Path(__file__).resolve().parents[1] / "docs/data/appmon-costs/cali
 SERVICE_PORT = 80
 WINDOW_S = 2.0
 ALPHA, BETA = 0.02, 0.01
+#: The sniffer's planned use of the web host at the calibrated busy rate: above the overload
+#: trigger (``1 - MARGIN``), below the capacity, so that the plan in force is relieved before
+#: the host is over its capacity (a rate measured 5 % above the calibration's still fits).
+BUSY_USE, MARGIN, PLAN_MARGIN = 0.95, 0.10, 0.20
 #: Per window, the analyser's mean within 1 ms + 3 % of the access log's, its p95 within
 #: 2 ms + 5 % of the log's order statistics 1.5 ranks either side of its 95th percentile (the
 #: ground-truth test's tolerances, tests/appmon/test_ground_truth.py).
@@ -200,7 +205,7 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         # per request on the web host: forwarding and sampling every packet (alpha), and the
         # sniffer as the planner charges it (rate x packets x cost, planner.appmon._load_rows)
         per_request = packets * (1 + ALPHA) + packets * costs["onsite"]
-        capacity = measured["busy_requests_per_s"] * per_request
+        capacity = measured["busy_requests_per_s"] * per_request / BUSY_USE
         inv_doc = inventory(capacity, packets, rig)
         inv = inventory_from_dict(inv_doc)
         onsite = Analyser(rig, rig.switch, rig.server_port, scratch / "onsite",
@@ -212,7 +217,8 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
                             hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
                             valid_for_s=3600.0, measure_sampling=None,
-                            policy=Policy(confirm_cycles=3),
+                            plan_margin=PLAN_MARGIN,
+                            policy=Policy(margin=MARGIN, confirm_cycles=3),
                             analysers=(str(onsite.state / "snapshot.json"),
                                        str(offsite.state / "snapshot.json")),
                             analyser_keys=(str(scratch / "analyser.pub"),))
@@ -394,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row))
     for client in result["clients"]:
         print(f"wrk {client['phase']}: {client['requests_per_s']:.0f} req/s, latency mean "
-              f"{client["latency_mean_ms"]:.2f} ms, p99 {client["latency_p99_ms"]:.2f} ms")
+              f"{client['latency_mean_ms']:.2f} ms, p99 {client['latency_p99_ms']:.2f} ms")
     print(f"analyser CPU seconds: {result['analyser_cpu_s']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
