@@ -77,6 +77,9 @@ class Settings:
     size: int = 100
     calibrate_s: float = 4.0
     seed: int = 3
+    #: also capture vx0 with tcpdump and replay it: tells the copies' timing from the live
+    #: analyser's (a diagnostic; costs CPU on the analysis host)
+    capture: bool = False
 
 
 def counters(rig, ports: tuple[str, ...]) -> int:
@@ -213,6 +216,9 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         offsite = Analyser(rig, rig.analysis, "vx0", scratch / "offsite",
                            scratch / "analyser.pem", "offsite")
         offsite.start()
+        capture = rig._spawn(rig.analysis, ["tcpdump", "-i", "vx0", "-U", "-n", "-s", "0", "-w",
+                                            str(scratch / "vx0.pcap"), "tcp"]) \
+            if settings.capture else None
         collector = scratch / "collector.json"
         loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
                             hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
@@ -297,6 +303,12 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         offsite.stop()
         log = rig.access_log()
         windows = {"onsite": onsite.windows(), "offsite": offsite.windows()}
+        if capture is not None:
+            from cosample.appmon.replay import replay
+            rig.stop(capture)
+            windows["offsite_replay"] = [
+                json.loads(snap.to_json()) for snap in replay(
+                    scratch / "vx0.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
         return {"settings": settings.__dict__, "calibration": measured,
                 "capacity_web_pps": capacity, "costs": costs, "timeline": timeline,
                 "clients": clients,
@@ -364,6 +376,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--after-s", type=float, default=60.0)
     parser.add_argument("--quiet-connections", type=int, default=1)
     parser.add_argument("--busy-connections", type=int, default=8)
+    parser.add_argument("--capture", action="store_true", help="also tcpdump vx0 and compare "
+                        "its replay (the mirrored copies' own timing) with the live analyser")
     parser.add_argument("--json", type=Path, help="write the whole result here")
     return parser.parse_args(argv)
 
@@ -375,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--{name.replace('_', '-')}: expected 0 < seconds <= 600")
     settings = Settings(quiet_s=args.quiet_s, busy_s=args.busy_s, after_s=args.after_s,
                         quiet_connections=args.quiet_connections,
-                        busy_connections=args.busy_connections)
+                        busy_connections=args.busy_connections, capture=args.capture)
     with tempfile.TemporaryDirectory(prefix="cosample-appmon-loop-") as scratch:
         try:
             result = run_scenario(settings, Path(scratch))
@@ -394,10 +408,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(phase))
     compared = [r for r in result["accuracy"] if r["compared"]]
     bad = [r for r in compared if not (r["mean_ok"] and r["p95_ok"])]
-    print(f"windows compared with the access log: {len(compared)} of "
-          f"{len(result['accuracy'])}; outside the tolerance: {len(bad)}")
+    for source in sorted({r["source"] for r in result["accuracy"]}):
+        mine = [r for r in compared if r["source"] == source]
+        print(f"{source}: windows compared with the access log {len(mine)}, mean within "
+              f"tolerance {sum(r['mean_ok'] for r in mine)}, p95 within {sum(r['p95_ok'] for r in mine)}")
     for row in bad:
-        print(json.dumps(row))
+        print(f"  outside: {row['source']} {row['window_start']} n={row['matched']} mean "
+              f"{1e3 * row['mean_s']:.2f} ms (log {1e3 * row['log_mean_s']:.2f}) p95 "
+              f"{1e3 * row['p95_s']:.2f} ms (log {1e3 * row['log_p95_low_s']:.0f}-"
+              f"{1e3 * row['log_p95_high_s']:.0f})")
     for client in result["clients"]:
         print(f"wrk {client['phase']}: {client['requests_per_s']:.0f} req/s, latency mean "
               f"{client['latency_mean_ms']:.2f} ms, p99 {client['latency_p99_ms']:.2f} ms")
