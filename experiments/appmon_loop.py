@@ -153,8 +153,9 @@ class Analyser:
 
 
 def inventory(capacity_web: float, packets: float, rig) -> dict[str, Any]:
+    from cosample.controller.inventory import FORMAT
     from cosample.lab.web import SERVER_ADDRESS
-    return {"format": "cosample.inventory", "format_version": 1, "name": "appmon-loop",
+    return {"format": FORMAT, "format_version": 1, "name": "appmon-loop",
             "cost": {"alpha": ALPHA, "beta": BETA},
             "servers": [{"name": "web", "capacity_pps": capacity_web},
                         {"name": "analysis", "capacity_pps": 10 * capacity_web}],
