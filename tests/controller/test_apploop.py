@@ -175,3 +175,23 @@ def test_app_decision_confirms_and_waits():
     assert "application gain" in reason
     same = AppJudgement((20.0, 50.0), (0.0, 70_000.0), same=True)
     assert app_decision(same, 2, policy, warm=True, settling=False, quiet=False) == (None, 0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"server": "s9"}, r"services\[0\]\.server.*unknown server"),
+    ({"port": 0}, r"services\.0\.port|services\[0\]\.port"),
+])
+def test_inventory_services_are_checked(change, message):
+    from cosample.controller.errors import InventoryError
+    document = inventory_doc([10000, 20000])
+    document["services"] = [{**SERVICE, **change}]
+    with pytest.raises(InventoryError, match=message):
+        inventory_from_dict(document, source="inv.yaml")
+
+
+def test_inventory_services_once_per_address_and_port():
+    from cosample.controller.errors import InventoryError
+    document = inventory_doc([10000, 20000])
+    document["services"] = [SERVICE, {**SERVICE, "server": "s2"}]
+    with pytest.raises(InventoryError, match=r"services\[1\]\.port.*services\[0\]"):
+        inventory_from_dict(document, source="inv.yaml")
