@@ -195,3 +195,29 @@ def test_inventory_services_once_per_address_and_port():
     document["services"] = [SERVICE, {**SERVICE, "server": "s2"}]
     with pytest.raises(InventoryError, match=r"services\[1\]\.port.*services\[0\]"):
         inventory_from_dict(document, source="inv.yaml")
+
+
+def test_cli_reads_a_signed_analyser_and_requires_its_key(tmp_path, capsys):
+    from cosample.cli import main
+    generate_keypair(tmp_path / "a.pem", tmp_path / "a.pub")
+    document = inventory_doc([10000, 20000])
+    document["services"] = [SERVICE]
+    (tmp_path / "dc.json").write_text(json.dumps(document))
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    (tmp_path / "snap.json").write_text(json.dumps(snapshot_doc(
+        now, {"s1": {"s1": 450}, "s2": {"s2": 300}}, servers=["s1", "s2"])))
+    text = app_snapshot(now, {NAME: 50.0})
+    (tmp_path / "app.json").write_text(text)
+    (tmp_path / ("app.json" + SIGNATURE_SUFFIX)).write_text(
+        Signer(tmp_path / "a.pem").sign(text.encode()))
+    base = ["controller", "run", "--inventory", str(tmp_path / "dc.json"), "--collector",
+            str(tmp_path / "snap.json"), "--publish", str(tmp_path / "pub"),
+            "--insecure-unsigned", "--insecure-unsigned-snapshots", "--state-dir",
+            str(tmp_path / "state"), "--cycles", "1", "--tau", "1s",
+            "--analyser", str(tmp_path / "app.json")]
+    assert main(base) == 2  # neither --analyser-key nor --insecure-unsigned-analysers
+    assert "--analyser" in capsys.readouterr().err
+    assert main(base + ["--analyser-key", str(tmp_path / "a.pub")]) == 0
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert status["applications"]["analysers_up"] == 1
+    assert status["applications"]["rates_present"] == [50.0]
