@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
     run.add_argument("--state-dir", type=Path, help="write snapshot.json (last window) and "
                      "append windows.jsonl here as windows close")
+    run.add_argument("--snapshot-key", metavar="PRIVATE.pem",
+                     help="ed25519 key that signs /snapshot (header X-Cosample-Signature) and "
+                          "snapshot.json.sig; the controller verifies with --analyser-key")
     run.add_argument("--events", metavar="FILE",
                      help="append events as JSON lines ('-': standard output)")
     run.add_argument("--band", type=float, default=0.1,
@@ -103,7 +106,7 @@ def _run(args) -> int:
                         send_records=parse_endpoint(args.send_records, "--send-records")
                         if args.send_records else None, record_rate=rate,
                         receive_records=parse_endpoint(args.receive_records, "--receive-records")
-                        if args.receive_records else None)
+                        if args.receive_records else None, snapshot_key=args.snapshot_key)
     service = Service(settings).start()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())

@@ -29,6 +29,8 @@ from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.recordlink import RecordReceiver, RecordSender
 from cosample.appmon.records import DEFAULT_RATE
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
+from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Signer
+from cosample.collector.errors import CollectorError
 from cosample.collector.events import EventDetector, write_events
 from cosample.files import write_atomic
 
@@ -61,6 +63,9 @@ class Settings:
     send_records: tuple[str, int] | None = None  # the analysis host's UDP endpoint
     record_rate: float = DEFAULT_RATE
     receive_records: tuple[str, int] | None = None  # where this analyser listens for records
+    #: signs what /snapshot serves and writes snapshot.json.sig (``collector.authenticity``:
+    #: the controller verifies analysers' snapshots as it does the collectors'); None: unsigned
+    snapshot_key: str | Path | None = None
 
 
 class Service:
@@ -80,6 +85,12 @@ class Service:
         self._socket: PacketSocket | None = None
         self._http: ThreadingHTTPServer | None = None
         self._events: IO[str] | None = None
+        try:
+            self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
+        except CollectorError as exc:
+            raise AppmonError(f"--snapshot-key: {exc}") from None
+        #: the last snapshot's bytes and signature, one pair (a reader never mixes two windows)
+        self.signed: tuple[bytes, str | None] | None = None
 
     def start(self) -> "Service":
         if self.settings.receive_records:
@@ -157,6 +168,8 @@ class Service:
                             ignored=analyser.ignored())
             self.snapshots.append(snap)
             self.state.snapshot = snap
+            body = snap.to_json().encode()
+            self.signed = (body, self._signer.sign(body) if self._signer else None)
             if self._events is not None:
                 events = self.detector.update_all(event_values(snap), now)
                 self.state.events += write_events(events, self._events)
@@ -170,6 +183,10 @@ class Service:
         directory = Path(self.settings.state_dir)
         text = snap.to_json()
         write_atomic(directory / SNAPSHOT_FILE, lambda stream: stream.write(text), parents=True)
+        if self.signed is not None and self.signed[1] is not None:
+            signature = self.signed[1]
+            write_atomic(directory / (SNAPSHOT_FILE + SIGNATURE_SUFFIX),
+                         lambda stream: stream.write(signature))
         with open(directory / WINDOWS_FILE, "a", encoding="utf-8") as stream:
             stream.write(text + "\n")
 
@@ -191,12 +208,13 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
-            snap = service.state.snapshot
-            if path == "/snapshot" and snap is None:
+            signed = service.signed
+            signature = None
+            if path == "/snapshot" and signed is None:
                 self.send_error(503, "no window closed yet")
                 return
             if path == "/snapshot":
-                body, kind = snap.to_json().encode(), "application/json"
+                (body, signature), kind = signed, "application/json"
             elif path == "/metrics":
                 body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
             elif path == "/healthz":
@@ -207,6 +225,8 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             self.send_response(200)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
+            if signature is not None:
+                self.send_header(HEADER, signature)
             self.end_headers()
             self.wfile.write(body)
 

@@ -47,6 +47,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     trust.add_argument("--insecure-unsigned-snapshots", action="store_true",
                        help="plan from unsigned snapshots: anyone who can answer for a "
                             "collector URL steers the plans (labs only)")
+    run.add_argument("--analyser", action="append", metavar="URL",
+                     help="an application analyser's base URL or /snapshot URL (appmon run "
+                          "--metrics-port), or its snapshot.json; repeat for several. The "
+                          "inventory's services are planned with the request rates they report")
+    run.add_argument("--analyser-key", action="append", metavar="PUBLIC.pem",
+                     help="an analyser's public key: its snapshots count only when signed by "
+                          "one of these (appmon run --snapshot-key); repeat for several")
+    run.add_argument("--insecure-unsigned-analysers", action="store_true",
+                     help="plan from unsigned analyser snapshots (labs only)")
     run.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
                      help=f"versions, plan in force, status (default {DEFAULT_STATE_DIR})")
     run.add_argument("--tau", type=duration, default=None, metavar="DURATION",
@@ -122,6 +131,7 @@ def settings_from(args: argparse.Namespace):
     from cosample.controller.errors import ControllerError
     from cosample.controller.loop import Settings
     from cosample.controller.source import snapshot_url
+    from cosample.controller.appsource import analyser_url
 
     if not 0 <= args.margin < 1:
         raise ControllerError(f"--margin: expected a fraction in [0, 1), got {args.margin:g}")
@@ -154,7 +164,15 @@ def settings_from(args: argparse.Namespace):
     if args.valid_for <= 2 * args.interval + args.settle + lead:
         raise ControllerError(f"--valid-for: {args.valid_for:g} s must exceed two intervals plus "
                               f"--settle and --lead ({2 * args.interval + args.settle + lead:g} s)")
+    if args.analyser and not args.analyser_key and not args.insecure_unsigned_analysers:
+        raise ControllerError("--analyser: give the analysers' public keys (--analyser-key) or "
+                              "--insecure-unsigned-analysers")
+    if (args.analyser_key or args.insecure_unsigned_analysers) and not args.analyser:
+        raise ControllerError("--analyser-key / --insecure-unsigned-analysers: no --analyser "
+                              "given")
     return Settings(
+        analysers=tuple(analyser_url(url) for url in args.analyser or ()),
+        analyser_keys=tuple(args.analyser_key or ()),
         collectors=tuple(snapshot_url(url) for url in args.collector),
         interval_s=args.interval,
         tau_s=args.tau if args.tau is not None else 3 * args.interval,

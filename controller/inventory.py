@@ -17,8 +17,9 @@ import numpy as np
 from pydantic import Field
 
 from cosample.controller.errors import InventoryError
-from cosample.planner.description import NonNegative, Positive, Server as DescribedServer, Sflow
 from cosample.planner.datacentre import ExtraColumns
+from cosample.planner.description import (AppmonCost, NonNegative, Positive,
+                                          Server as DescribedServer, Service, Sflow)
 from cosample.validation import Strict, problem, read_document, validate
 
 FORMAT = "cosample.inventory"
@@ -50,6 +51,12 @@ class InventoryModel(Strict):
     classes: dict[str, Coefficients] = {}
     servers: list[Server] = Field(min_length=1)
     sflow: Sflow | None = None
+    #: application services to monitor, as in a description; their request rates are measured
+    #: by the analysers (``controller.appsource``), a given ``request_rate`` is the prior
+    services: list[Service] = []
+    appmon_cost: AppmonCost = AppmonCost()
+    analysis_hosts: Annotated[int, Field(ge=0)] | None = None
+    appmon_order: Literal["appmon_first", "sflow_first"] = "appmon_first"
 
 
 def _check_references(model: InventoryModel, source: str) -> None:
@@ -86,6 +93,11 @@ class Inventory:
     extras: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sflow: Mapping[str, Any] = field(default_factory=dict)
     index: Mapping[str, int] = field(default_factory=dict)
+    #: application monitoring (``controller.appsource``, ``planner.appmon_plan``)
+    services: tuple[Any, ...] = ()
+    appmon_cost: Mapping[str, float] = field(default_factory=dict)
+    analysis_hosts: int | None = None
+    appmon_order: str = "appmon_first"
 
     def __post_init__(self) -> None:
         if not self.index:
@@ -143,8 +155,32 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
         if extra:
             extras[server.name] = extra
     sflow = model.sflow.model_dump(exclude_none=True) if model.sflow else {}
-    return Inventory(model.name, tuple(s.name for s in model.servers), capacity, alpha, beta,
-                     extras, sflow)
+    names = tuple(s.name for s in model.servers)
+    _check_services(model, set(names), source)
+    from cosample.planner.appmon_costs import resolve as appmon_costs
+    from cosample.planner.errors import PlannerError
+    try:
+        appmon_cost = appmon_costs(model.appmon_cost, {}, base_dir, source)
+    except PlannerError as exc:
+        raise InventoryError(str(exc)) from None
+    return Inventory(model.name, names, capacity, alpha, beta, extras, sflow,
+                     services=tuple(model.services), appmon_cost=appmon_cost,
+                     analysis_hosts=model.analysis_hosts, appmon_order=model.appmon_order)
+
+
+def _check_services(model: InventoryModel, names: set[str], source: str) -> None:
+    """Each service on a known server, each address and port once."""
+    seen: dict[tuple[str, int], int] = {}
+    for position, service in enumerate(model.services):
+        if service.server not in names:
+            raise problem(("services", position, "server"), "unknown server, not in servers",
+                          service.server, where=source, error=InventoryError)
+        key = (str(service.address), service.port)
+        if key in seen:
+            raise problem(("services", position, "port"), f"the same address and port as "
+                          f"services[{seen[key]}]", service.port, where=source,
+                          error=InventoryError)
+        seen[key] = position
 
 
 def _resolve(coefficients: Coefficients | None, base_dir: Path, at: str) -> dict[str, float]:

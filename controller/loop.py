@@ -21,6 +21,7 @@ import numpy as np
 from cosample.plan.signing import sign_bytes
 from cosample.collector.polling import plan_lead_s
 from cosample.controller import decide as decisions
+from cosample.controller.apploop import Applications
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
 from cosample.controller.estimate import Measurement, measure
@@ -79,6 +80,9 @@ class Settings:
     #: The collectors' public keys: a snapshot counts only if one verifies its signature
     #: (``source.SnapshotReader``); empty: snapshots are not authenticated.
     collector_keys: tuple[str, ...] = ()
+    #: the analysers' snapshots (``appmon run``) and their public keys (``apploop``)
+    analysers: tuple[str, ...] = ()
+    analyser_keys: tuple[str, ...] = ()
 
     @property
     def hold_seconds(self) -> float:
@@ -113,6 +117,8 @@ class Judged:
     candidate_eval: Evaluation | None = None
     current: Evaluation | None = None
     situation: decisions.Situation | None = None
+    app: Any = None  # ``apploop.AppJudgement``: the application part's own judgement
+    app_problems: tuple[str, ...] = ()
 
 
 class Controller:
@@ -142,6 +148,9 @@ class Controller:
         self.current_shares: PlanShares | None = (
             shares(self.current, inventory.index) if self.current else None)
         self.last_status: CycleStatus | None = None
+        #: the application part (services' request rates from the analysers), if any
+        self.apps = Applications(inventory, settings.analysers, settings.analyser_keys) \
+            if inventory.services else None
         if self.current is not None:
             self.metrics.plan_version.set(self.store.last_version() or -1)
             self._restore()
@@ -206,6 +215,11 @@ class Controller:
         mark = _mark()
         judged = self._situation(now, judged)
         decision = decisions.decide(judged.situation, self.settings.policy)
+        if judged.app is not None:
+            situation = judged.situation
+            decision = self.apps.decide(decision, judged.app, self.settings.policy,
+                                        current=judged.current is not None, warm=situation.warm,
+                                        settling=bool(situation.settling), quiet=judged.quiet)
         _lap(timings, "decide", mark)
         self.smoothed = judged.smoothed  # only a cycle that got this far learns from its snapshot
         self.screen = judged.screen
@@ -255,13 +269,17 @@ class Controller:
                               before.count, settings.interval_s, settings.warm_s),
                           remember=decisions.remembers(quiet, full, sparse))
         rising, settling = smoothed.rising(), smoothed.settling()
+        services, app_problems = self.apps.observe(
+            now, self.current, settings, quiet=quiet, warm=before is not None and
+            decisions.is_warm(before.count, settings.interval_s, settings.warm_s)) \
+            if self.apps else (None, ())
         _lap(timings, "estimate", mark)
         mark = _mark()
         candidate = replan(inv, smoothed.planning(), settings.plan_margin, settings.solver,
-                           settings.measure_sampling, rising)
+                           settings.measure_sampling, rising, services)
         _lap(timings, "plan", mark)
         return Judged(measurement, vetted.refusals, vetted.screen, smoothed, candidate, sparse,
-                      quiet, measuring, settling)
+                      quiet, measuring, settling, app_problems=app_problems)
 
     def _situation(self, now: datetime, judged: Judged) -> Judged:
         """``judged`` with the candidate and the plan in force evaluated: ``decide``'s input."""
@@ -280,19 +298,24 @@ class Controller:
                 evaluate(plan_shares, candidate.own_pps, candidate.forwarding_pps,
                          inv.capacity_pps, inv.alpha, inv.beta).distinct_pps
                 for plan_shares in (self.current_shares, candidate.shares))
+        app = None  # the application part's CPU joins both plans' loads (``apploop``)
+        if self.apps is not None:
+            candidate_eval, current_eval, app = self.apps.judge(candidate, self.current,
+                                                                candidate_eval, current_eval)
         situation = decisions.Situation(
             now=now, interval_s=settings.interval_s, names=inv.names,
             capacity_pps=inv.capacity_pps, candidate=candidate_eval, current=current_eval,
             current_expires=None if measuring else _expires(self.current),
             same_content=self.current_shares is not None
-            and self.current_shares.same_as(candidate.shares),
+            and self.current_shares.same_as(candidate.shares) and (app is None or app.same),
             gain_streak=self.gain_streak,
             warm=decisions.is_warm(smoothed.count, settings.interval_s, settings.warm_s),
-            settling=tuple(inv.names[i] for i in np.flatnonzero(judged.settling)),
+            settling=tuple(inv.names[i] for i in np.flatnonzero(judged.settling))
+            + (self.apps.settling() if self.apps else ()),
             quiet=judged.quiet, gain_basis=gain_basis, averaged=smoothed.count,
             warm_s=settings.warm_s)
         return replace(judged, candidate_eval=candidate_eval, current=current_eval,
-                       situation=situation)
+                       situation=situation, app=app)
 
     def _publish_candidate(self, judged: Judged, now: datetime, timings: dict[str, float]
                            ) -> tuple[tuple[int, ...], bool]:
@@ -320,6 +343,7 @@ class Controller:
             gain=decision.gain if judged.current is not None else None,
             gain_streak=decision.gain_streak,
             predicted_max_use=float(worst.use.max()) if worst.use.size else 0.0,
+            applications=self.apps.status() if self.apps else None,
             over_limit=decision.overloaded,
             unrelievable=decision.unrelievable + candidate.saturated,
             unmeasured=len(candidate.unmeasured), rising=candidate.rising,
@@ -327,7 +351,8 @@ class Controller:
             counter_servers=int(measurement.from_counters.sum()),
             refused=tuple({"server": r.server, "reason": r.reason, "pps": r.pps,
                            "bound_pps": r.bound_pps} for r in judged.refusals),
-            problems=tuple(f"estimate refused: {r.describe()}" for r in judged.refusals),
+            problems=tuple(f"estimate refused: {r.describe()}" for r in judged.refusals)
+            + judged.app_problems,
             disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
                                  "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}
                                 for d in measurement.disagreements),

@@ -27,6 +27,7 @@ from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.planfile import build_plan, host_report
+from cosample.planner.problem import build_problem
 from cosample.planner.solution import Solution
 from cosample.planner.solvers import solve
 
@@ -60,35 +61,53 @@ class Candidate:
 
 
 def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,
-               rising: np.ndarray | None = None) -> tuple[DataCentre, np.ndarray, np.ndarray]:
-    """The description the planner gets, and the saturated and unmeasured masks."""
+               rising: np.ndarray | None = None, services: tuple[Any, ...] | None = None
+               ) -> tuple[DataCentre, np.ndarray, np.ndarray]:
+    """The description the planner gets, and the saturated and unmeasured masks. ``services``:
+    the inventory's services with their measured request rates (``apploop``); None: as the
+    inventory states them."""
     n = inventory.size
+    appmon = {"services": inventory.services if services is None else services,
+              "appmon_cost": inventory.appmon_cost, "analysis_hosts": inventory.analysis_hosts,
+              "appmon_order": inventory.appmon_order}
     dc = DataCentre(names=inventory.names, capacity_pps=inventory.capacity_pps,
                     alpha=inventory.alpha, beta=inventory.beta,
                     traffic_src=traffic.src, traffic_dst=traffic.dst, traffic_pps=traffic.pps,
                     name=inventory.name, server_extras=inventory.extras,
-                    sflow=inventory.sflow)
+                    sflow=inventory.sflow, **appmon)
     forwarding = dc.forwarding_pps
     capacity = inventory.capacity_pps * (1.0 - plan_margin)
     saturated = forwarding > capacity
     unmeasured = ~traffic.seen if traffic.seen.size == n else np.ones(n, dtype=bool)
     frozen = saturated | unmeasured
-    if rising is not None:
-        frozen |= rising
     capacity = np.where(frozen, forwarding, capacity)
-    planned = DataCentre(names=dc.names, capacity_pps=capacity, alpha=dc.alpha, beta=dc.beta,
-                         traffic_src=dc.traffic_src, traffic_dst=dc.traffic_dst,
-                         traffic_pps=dc.traffic_pps, name=dc.name,
-                         server_extras=dc.server_extras, sflow=dc.sflow)
+    if rising is not None and (rising & ~frozen).any():
+        # a rising server gets no sFlow budget, but keeps what the application part, planned
+        # first, gives it: otherwise a web server whose traffic steps up would lose its
+        # monitoring for as long as the step takes to settle
+        kept = forwarding
+        if appmon["services"] and inventory.appmon_order == "appmon_first":
+            kept = forwarding + build_problem(_with(dc, capacity, appmon), margin=0.0).appmon[0].load
+        capacity = np.where(rising & ~frozen, np.minimum(kept, capacity), capacity)
+    planned = _with(dc, capacity, appmon)
     planned.check_arrays()
     return planned, saturated, unmeasured & ~saturated
 
 
+def _with(dc: DataCentre, capacity: np.ndarray, appmon: dict[str, Any]) -> DataCentre:
+    """``dc`` with other capacities."""
+    return DataCentre(names=dc.names, capacity_pps=capacity, alpha=dc.alpha, beta=dc.beta,
+                      traffic_src=dc.traffic_src, traffic_dst=dc.traffic_dst,
+                      traffic_pps=dc.traffic_pps, name=dc.name,
+                      server_extras=dc.server_extras, sflow=dc.sflow, **appmon)
+
+
 def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
            solver: str = "exact", floor: int | None = None,
-           rising: np.ndarray | None = None) -> Candidate:
+           rising: np.ndarray | None = None, services: tuple[Any, ...] | None = None
+           ) -> Candidate:
     """Plan the smoothed traffic and state the applied shares, without writing the document."""
-    dc, saturated, unmeasured = datacentre(inventory, traffic, plan_margin, rising)
+    dc, saturated, unmeasured = datacentre(inventory, traffic, plan_margin, rising, services)
     solution = solve(dc, solver, margin=0.0)  # plan_margin is already in the capacities above
     names = inventory.names
     applied = applied_shares(dc, solution)

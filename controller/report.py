@@ -49,6 +49,8 @@ class CycleStatus:
     disagreements: tuple[dict[str, Any], ...] = ()
     #: estimates not taken as evidence (``plausibility``): above capacity, or a jump unconfirmed
     refused: tuple[dict[str, Any], ...] = ()
+    #: the application part (``apploop``): services, rates, both plans' mechanisms
+    applications: dict[str, Any] | None = None
     cycle_seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
 

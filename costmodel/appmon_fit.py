@@ -96,6 +96,21 @@ def base_cost(frame: pd.DataFrame) -> float:
     return float(((base["server_cpu_s"] + base["vswitchd_cpu_s"]) / base["requests"]).mean())
 
 
+def forwarding(base: pd.DataFrame, confidence: float = 0.95) -> dict:
+    """ovs-vswitchd's CPU per packet of the server's port with no monitoring, and packets per
+    request: the planner's unit (forwarding one packet) in CPU seconds, so that the mechanisms'
+    CPU per request converts to it (``planner.appmon_costs``), measured on the same rig."""
+    per_packet, packets = [], []
+    for _, rows in _rounds(base):
+        if rows["server_port_packets"].sum() <= 0:
+            raise AppmonFitError(f"round {rows['round'].iloc[0]}: no packets on the server's "
+                                 "port in the phases without monitoring")
+        per_packet.append(rows["vswitchd_cpu_s"].sum() / rows["server_port_packets"].sum())
+        packets.append(rows["server_port_packets"].sum() / rows["requests"].sum())
+    return {**over_rounds(per_packet, confidence).to_dict("forwarding_cpu_s_per_packet"),
+            **over_rounds(packets, confidence).to_dict("packets_per_request")}
+
+
 def host_law(base: pd.DataFrame, phases: pd.DataFrame, cost_column: str,
              packets_column: str | None = None, confidence: float = 0.95) -> dict:
     """The law's coefficient for a mechanism on the monitored host.

@@ -97,6 +97,12 @@ class AppmonCalibration(_Read):
     mechanisms: dict[str, AppmonCost]
     base_cpu_s_per_request: Finite | None = None
     base_cpu_s_per_request_ci: Interval = [None, None]
+    #: ovs-vswitchd's CPU per packet of the server's port unmonitored (the planner's unit) and
+    #: packets per request; files from before the planner read them have neither
+    forwarding_cpu_s_per_packet: Finite | None = None
+    forwarding_cpu_s_per_packet_ci: Interval = [None, None]
+    packets_per_request: Finite | None = None
+    packets_per_request_ci: Interval = [None, None]
     confidence: Finite = 0.95
     metadata: dict[str, Any] = {}
 

@@ -176,6 +176,7 @@ def fit(frame: pd.DataFrame, confidence: float = 0.95) -> dict:
                                  in base.groupby("round")], confidence)
     return {"mechanisms": mechanisms, "confidence": confidence,
             **c0.to_dict("base_cpu_s_per_request"),
+            **appmon_fit.forwarding(base, confidence),
             "metadata": {"method": "appmon_costs", "rounds": int(frame["round"].nunique()),
                          "seconds": float(frame["seconds"].iloc[0]),
                          "connections": int(frame["connections"].iloc[0]),

@@ -167,6 +167,7 @@ class DataCentre:
         beta = _column(servers["beta"], cost.beta)
         intervals = {key: np.full((n, 2), math.nan) for key in ("alpha", "beta", "capacity_pps")}
         calibrations: dict[Path, tuple[dict, dict]] = {}  # servers may share a file: read it once
+        appmon_sections: dict[Path, Any] = {}  # their ``appmon`` sections (planner.appmon_costs)
         for position, calibration in enumerate(servers["calibration"]):
             if calibration is None:
                 continue
@@ -176,6 +177,8 @@ class DataCentre:
                     document = read_calibration_file(path)
                     calibrations[path] = (coefficients(document, path, required=()),
                                           calibration_intervals(document))
+                    if document.appmon is not None:
+                        appmon_sections[path] = document.appmon
             except CalibrationFileError as exc:
                 raise fail(("servers", position, "calibration"), str(exc)) from None
             calibrated, measured = calibrations[path]
@@ -232,6 +235,8 @@ class DataCentre:
                 raise problem(("services", position, "port"), f"the same address and port as "
                               f"services[{seen[key]}]", service.port, where=source, error=PlannerError)
             seen[key] = position
+        from cosample.planner.appmon_costs import resolve as appmon_costs
+        appmon_cost = appmon_costs(header.appmon_cost, appmon_sections, base_dir, source)
         name = header.name or (Path(source).stem if source != "description" else "datacentre")
         collector_cap = header.budgets.collector_samples_pps
         return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
@@ -240,7 +245,7 @@ class DataCentre:
                    name=name, server_extras=extras, sflow=header.sflow.model_dump(exclude_none=True),
                    collector_cap_pps=math.inf if collector_cap is None else collector_cap,
                    services=tuple(header.services),
-                   appmon_cost=header.appmon_cost.model_dump(exclude_none=True),
+                   appmon_cost=appmon_cost,
                    analysis_hosts=header.budgets.analysis_hosts,
                    appmon_order=header.appmon_order,
                    intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
@@ -426,3 +431,4 @@ def _intervals(given: Mapping[str, Any] | None, n: int) -> dict[str, np.ndarray]
     return {key: (np.broadcast_to(np.asarray(given[key], dtype=float), (n, 2)).copy()
                   if key in given else np.full((n, 2), math.nan))
             for key in ("alpha", "beta", "capacity_pps")}
+

@@ -94,6 +94,9 @@ class AppmonCost(Strict):
     packets, and the bytes each mirror copies per request (defaults: ``planner.appmon_costs``,
     from the seeds' comparison; the calibration harness's numbers replace them)."""
 
+    #: a calibration JSON with an ``appmon`` section (beside the description); absent: the
+    #: servers' calibration files' sections, if any (``planner.appmon_costs``)
+    calibration: Annotated[str, Field(min_length=1)] | None = None
     onsite: Positive | None = None
     mirror_sender: Positive | None = None
     analyser: Positive | None = None

@@ -115,3 +115,13 @@ def test_bad_appmon_entry_names_the_field_path(tmp_path):
     with pytest.raises(CalibrationFileError,
                        match=r"appmon\.mechanisms\.selective_mirror\.cpu_s_per_request"):
         read_calibration_file(path)
+
+
+def test_forwarding_cost_per_packet_and_packets_per_request():
+    base, _ = phases(a=0.3, c0=100e-6)
+    base = base.assign(server_port_packets=5 * base["requests"])
+    out = appmon_fit.forwarding(base)
+    assert out["forwarding_cpu_s_per_packet"] == pytest.approx(50e-6 / 5)  # switch half of c0
+    assert out["packets_per_request"] == pytest.approx(5.0)
+    with pytest.raises(appmon_fit.AppmonFitError, match="no packets"):
+        appmon_fit.forwarding(base.assign(server_port_packets=0))

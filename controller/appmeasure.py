@@ -1,0 +1,103 @@
+"""From the analysers' snapshots to each service's request rate, renormalised by the running
+plan's share (pure).
+
+The services are indexed like the inventory's ``services``; the result is a ``Measurement``
+whose "servers" are the services (own traffic = requests/s, on the diagonal), so the collector
+path's plausibility checks (``plausibility.vet``: a service cannot carry more requests than its
+server can forward packets for; jumps wait for a second window) and smoothing
+(``smoothing.update``: EWMA, rises at once, steps, the hold) apply to it unchanged.
+
+**Renormalisation happens here, once**: the analyser reports what it saw; a plan that monitors
+a share ``s`` of a service's connections (``hosts.<h>.appmon[].share``, applied by the agents as
+``selected_share(s)`` of 256 client-port residues) makes it see about ``s`` of the requests, so
+the rate is ``requests_per_s / s_applied`` (``connshare.renormalise``'s load estimate; its
+interval needs each connection's request count, which a snapshot does not carry). A service the
+running plan does not list (no plan yet, or not monitored) is taken at share 1: an analyser that
+reports it was set up to see all of it. Two analysers reporting the same service (a sniffer and
+a mirror's analyser, during a move from one to the other) each see part of it: the higher rate
+is taken, and the loop keeps such windows out of step detection and the hold (``quiet``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from cosample.appmon.snapshot import AppSnapshot
+from cosample.appmon.windows import service_name as analyser_name
+from cosample.controller.estimate import Measurement
+from cosample.plan.document import SHARE_BITS, selected_share
+from cosample.planner.appmon import MEASURED_PACKETS_PER_REQUEST
+
+
+def service_name(address: Any, port: int) -> str:
+    """The analyser's name of a service (``appmon.windows.service_name``: ``10.0.0.2:80``)."""
+    return analyser_name((ipaddress.ip_address(str(address)).packed, int(port)))
+
+
+def names(services: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(service_name(s.address, s.port) for s in services)
+
+
+def request_capacity(services: Sequence[Any], index: Mapping[str, int],
+                     capacity_pps: np.ndarray) -> np.ndarray:
+    """The most requests/s each service's server can forward packets for (the plausibility
+    bound): its capacity over the service's packets per request."""
+    return np.array([capacity_pps[index[s.server]]
+                     / (s.packets_per_request or MEASURED_PACKETS_PER_REQUEST)
+                     for s in services], dtype=float)
+
+
+def plan_entries(plan: Mapping[str, Any] | None, services: Sequence[Any]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The running plan's application part per service: (listed, analysis host name or "" for
+    the sniffer, applied share), from its hosts' ``appmon`` entries."""
+    n = len(services)
+    listed = np.zeros(n, dtype=bool)
+    to = np.full(n, "", dtype=object)
+    share = np.ones(n)
+    if not plan:
+        return listed, to, share
+    position = {(service_name(s.address, s.port)): j for j, s in enumerate(services)}
+    for host in plan.get("hosts", {}).values():
+        for entry in (host.get("appmon") or []):
+            key = entry.get("service", {})
+            j = position.get(service_name(key.get("address"), key.get("port")))
+            if j is None:
+                continue
+            listed[j] = True
+            to[j] = entry.get("to") or ""
+            share[j] = selected_share(entry.get("share")) / (1 << SHARE_BITS)
+    return listed, to, share
+
+
+def measure(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[str, ...],
+            share: np.ndarray) -> tuple[Measurement | None, tuple[str, ...]]:
+    """The services' rates from fresh snapshots (None if none), and the names reported that
+    the inventory does not list (ignored: an analyser also sees other servers' traffic)."""
+    if not snapshots:
+        return None, ()
+    n = len(service_names)
+    position = {name: j for j, name in enumerate(service_names)}
+    rate = np.zeros(n)
+    measured = np.zeros(n, dtype=bool)
+    unknown: set[str] = set()
+    for _, snap in snapshots:
+        for entry in snap.services:
+            j = position.get(entry.service)
+            if j is None:
+                unknown.add(entry.service)
+                continue
+            value = entry.requests_per_s / share[j]
+            rate[j] = max(rate[j], value) if measured[j] else value
+            measured[j] = True
+    ends = [snap.window_start + timedelta(seconds=snap.window_s) for _, snap in snapshots]
+    window = max(snap.window_s for _, snap in snapshots)
+    diagonal = np.flatnonzero(measured).astype(np.int64)
+    return Measurement(max(ends), window, measured, np.where(measured, rate, 0.0),
+                       np.zeros(n, dtype=bool), diagonal, diagonal, rate[diagonal]), \
+        tuple(sorted(unknown))

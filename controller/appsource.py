@@ -1,0 +1,103 @@
+"""Read the analysers' snapshots: fetch each (HTTP or file), verify, validate, keep what is fresh.
+
+The application part of the loop (docs/controller.md, "Application monitoring"): every analyser
+(``cosample appmon run``, on a monitored host behind its sniffer or on an analysis host behind
+mirrors) serves its last closed window at ``/snapshot`` or writes it to ``--state-dir``. The
+controller reads them the way it reads the collectors (``source.py``): one total deadline and a
+size limit per fetch, an unreadable, invalid or stale analyser is a problem listed in the status,
+never an error, and with the analysers' public keys (``--analyser-key``) a snapshot counts only
+if its signature verifies (the ``X-Cosample-Signature`` header of the same response, or
+``FILE.sig``; ``appmon run --snapshot-key`` signs). A window is stale when it *ended* more than
+``max_age_s`` ago. What the snapshots say is turned into rates by ``appmeasure.py`` (pure).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cosample.appmon.errors import AppmonError
+from cosample.appmon.snapshot import AppSnapshot, parse_snapshot
+from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Verifier
+from cosample.collector.errors import CollectorError
+from cosample.controller.errors import SnapshotError
+from cosample.fetch import MISSING, FetchError, fetch as fetch_document, fetch_bytes
+
+#: An analyser's snapshot lists one entry per service it saw: far below this.
+MAX_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AppReading:
+    """The fresh snapshots by location, and what went wrong."""
+
+    snapshots: tuple[tuple[str, AppSnapshot], ...]
+    problems: tuple[str, ...]
+    analysers_up: int
+    analysers: int
+
+
+class AnalyserReader:
+    """Reads the analysers, verifying with ``keys`` (the analysers' public keys; none: unsigned
+    snapshots are taken, a limit stated in docs/controller.md)."""
+
+    def __init__(self, keys: tuple[str, ...] = ()) -> None:
+        try:
+            self.verifier = Verifier(keys) if keys else None
+        except CollectorError as exc:
+            raise SnapshotError(str(exc)) from None
+
+    def __call__(self, locations: tuple[str, ...], now: datetime, max_age_s: float,
+                 timeout_s: float = 10.0) -> AppReading:
+        fresh: list[tuple[str, AppSnapshot]] = []
+        problems: list[str] = []
+        for location in locations:
+            try:
+                snap = self.read(location, timeout_s)
+            except SnapshotError as exc:
+                problems.append(str(exc))
+                continue
+            end = snap.window_start + timedelta(seconds=snap.window_s)
+            age = (now - end).total_seconds()
+            if age > max_age_s:
+                problems.append(f"analyser {location}: its last window ended {age:.0f} s ago "
+                                f"(limit {max_age_s:.0f} s); analyser stale")
+                continue
+            if age < -max_age_s:
+                problems.append(f"analyser {location}: its last window ends {-age:.0f} s in the "
+                                "future (clocks apart?); left out")
+                continue
+            fresh.append((location, snap))
+        return AppReading(tuple(fresh), tuple(problems), len(fresh), len(locations))
+
+    def read(self, location: str, timeout_s: float) -> AppSnapshot:
+        """One analyser's snapshot, verified and validated; a ``SnapshotError`` otherwise."""
+        try:
+            response = fetch_document(location, label="analyser snapshot", timeout_s=timeout_s,
+                                      max_bytes=MAX_BYTES, user_agent="cosample-controller")
+            if response.status != "ok" or response.data is None:
+                raise SnapshotError(f"analyser snapshot {location}: "
+                                    + ("not found (no window closed yet?)"
+                                       if response.status == MISSING else response.status))
+            if self.verifier is not None:
+                over_http = urllib.parse.urlsplit(location).scheme in ("http", "https")
+                signature = response.headers.get(HEADER.lower()) if over_http else \
+                    fetch_bytes(location + SIGNATURE_SUFFIX, label="analyser snapshot",
+                                timeout_s=timeout_s, max_bytes=4096, missing_ok=True)
+                self.verifier.verify(response.data, signature, f"analyser snapshot {location}")
+        except (FetchError, CollectorError) as exc:
+            raise SnapshotError(str(exc)) from None
+        try:
+            return parse_snapshot(response.data, where=f"analyser snapshot {location}")
+        except AppmonError as exc:
+            raise SnapshotError(str(exc)) from None
+
+
+def analyser_url(location: str) -> str:
+    """``http://host:port`` -> ``http://host:port/snapshot``; anything else unchanged (a file
+    is the analyser's ``--state-dir``/snapshot.json itself)."""
+    parts = urllib.parse.urlsplit(location)
+    if parts.scheme in ("http", "https") and parts.path in ("", "/"):
+        return urllib.parse.urlunsplit(parts._replace(path="/snapshot"))
+    return location

@@ -1,0 +1,74 @@
+"""The application loop's results (``experiments/appmon_loop.py``): each analyser window against
+nginx's access log, and the timeline per phase. Pure: the run's records in, rows out."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+SERVICE_PORT = 80
+#: the analysers' window and the controller's cycle
+WINDOW_S = 2.0
+#: Per window, the analyser's mean within 1 ms + 3 % of the access log's, its p95 within
+#: 2 ms + 5 % of the log's order statistics 1.5 ranks either side of its 95th percentile (the
+#: ground-truth test's tolerances, tests/appmon/test_ground_truth.py).
+MEAN_ABS, MEAN_REL, P95_ABS, P95_REL = 0.001, 0.03, 0.002, 0.05
+#: A window is compared when the analyser matched at least this many requests and this share of
+#: the log's (a window in which the analysis moved is split between two analysers).
+MIN_MATCHED, COMPLETE = 20, 0.9
+
+
+def accuracy(windows: dict[str, list[dict[str, Any]]], log) -> list[dict[str, Any]]:
+    """Per analyser window: its mean and p95 against the access log's requests that started in
+    it (``compared``: complete and large enough; ``within``: inside the tolerances)."""
+    by_window: dict[float, list] = {}
+    for entry in log:
+        if entry.status != 499:
+            by_window.setdefault(math.floor(entry.start / WINDOW_S) * WINDOW_S, []).append(entry)
+    rows = []
+    for source, snaps in windows.items():
+        for snap in snaps:
+            start = datetime.fromisoformat(snap["window_start"].replace("Z", "+00:00")).timestamp()
+            service = next((s for s in snap["services"]
+                            if s["service"].endswith(f":{SERVICE_PORT}")), None)
+            if service is None or service["service_time_s"] is None:
+                continue
+            times = np.array([e.request_time for e in by_window.get(start, [])])
+            row = {"source": source, "window_start": snap["window_start"],
+                   "matched": service["matched"], "log_requests": int(times.size),
+                   "mean_s": service["service_time_s"]["mean"],
+                   "p95_s": service["service_time_s"]["p95"]}
+            complete = times.size > 0 and service["matched"] >= MIN_MATCHED and \
+                service["matched"] >= COMPLETE * times.size
+            row["compared"] = bool(complete)
+            if complete:
+                rank = 1.5 / times.size
+                low = float(np.quantile(times, max(0.0, 0.95 - rank), method="lower"))
+                high = float(np.quantile(times, min(1.0, 0.95 + rank), method="higher"))
+                mean = float(times.mean())
+                row.update(log_mean_s=mean, log_p95_low_s=low, log_p95_high_s=high,
+                           mean_ok=abs(row["mean_s"] - mean) <= MEAN_ABS + MEAN_REL * mean,
+                           p95_ok=low * (1 - P95_REL) - P95_ABS <= row["p95_s"]
+                           <= high * (1 + P95_REL) + P95_ABS)
+            rows.append(row)
+    return sorted(rows, key=lambda r: (r["window_start"], r["source"]))
+
+
+def phases_summary(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase: cycles, plan versions, mechanisms in force, publications and their reasons."""
+    out = []
+    for phase in ("quiet", "busy", "after"):
+        rows = [r for r in result["timeline"] if r["phase"] == phase]
+        out.append({"phase": phase, "cycles": len(rows),
+                    "mechanisms": sorted({r["mechanism"] for r in rows}),
+                    "last_mechanism": rows[-1]["mechanism"] if rows else None,
+                    "versions": sorted({r["plan_version"] for r in rows
+                                        if r["plan_version"] is not None}),
+                    "publications": [(r["t"], r["reasons"]) for r in rows
+                                     if r["result"] == "published"],
+                    "max_predicted_use": max((r["predicted_max_use"] or 0) for r in rows)
+                    if rows else None})
+    return out

@@ -1,0 +1,103 @@
+"""The application mechanisms' costs in the planner's units, from a calibration JSON's ``appmon``
+section (``costmodel.appmon_fit``, written by ``python -m cosample.experiments.appmon_costs``).
+
+The planner counts CPU in packets forwarded (the sFlow plan's unit, so both parts draw on one
+capacity) and the fabric in bytes per request. The calibration measures CPU seconds per request
+of each mechanism and, in the same phases, ovs-vswitchd's CPU seconds per packet of the server's
+port with no monitoring (``forwarding_cpu_s_per_packet``); their ratio is the cost in packets
+forwarded, a ratio of two CPU times measured side by side, which carries over to hosts of other
+speeds as alpha and beta do (the same argument as the seeds' defaults, ``planner.appmon``).
+
+Where the description names no ``appmon_cost.calibration``, the servers' own calibration files
+are read: each file with an ``appmon`` section gives costs, and with several the highest of
+each cost is taken (the planner keeps every host within its capacity under the costliest
+measurement). An explicit number in ``appmon_cost`` wins over any calibration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from cosample.costmodel.calibration_file import AppmonCalibration, read_calibration_file
+from cosample.costmodel.coefficients import CalibrationFileError
+from cosample.planner.errors import PlannerError
+from cosample.validation import problem
+
+log = logging.getLogger("cosample.planner")
+
+#: planner cost -> (``appmon.mechanisms`` entry, its field); CPU fields are divided by the unit
+SOURCES = {
+    "onsite": ("sniffer_onsite", "cpu_s_per_request"),
+    "mirror_sender": ("selective_mirror", "cpu_s_per_request"),
+    "analyser": ("analysis_selective", "cpu_s_per_request"),
+    "mirror_bytes": ("selective_mirror", "fabric_bytes_per_request"),
+    "truncated_bytes": ("truncated_mirror", "fabric_bytes_per_request"),
+}
+CPU = ("onsite", "mirror_sender", "analyser")
+
+
+def costs_from_calibration(section: AppmonCalibration, where: str) -> tuple[dict[str, float],
+                                                                            list[str]]:
+    """The planner's ``appmon_cost`` from one ``appmon`` section, and notes on what it could
+    not give (a cost measured at or below zero, e.g. a mirror's slope not separable from 0:
+    the default stays); an error naming the file and field if the unit is missing."""
+    unit = section.forwarding_cpu_s_per_packet
+    if unit is None or not unit > 0:
+        raise PlannerError(f"{where}: appmon.forwarding_cpu_s_per_packet: needed to convert the "
+                           f"application costs to packets forwarded, got {unit!r} (refit with "
+                           f"python -m cosample.experiments.appmon_costs --from-csv)")
+    costs, notes = {}, []
+    for name, (mechanism, field) in SOURCES.items():
+        entry = section.mechanisms.get(mechanism)
+        if entry is None:
+            notes.append(f"{where}: appmon.mechanisms.{mechanism} absent: {name} keeps its "
+                         "default")
+            continue
+        value = getattr(entry, field)
+        if name in CPU:
+            value = value / unit
+        if not value > 0:
+            notes.append(f"{where}: appmon.mechanisms.{mechanism}.{field} = {getattr(entry, field)!r}"
+                         f" is not above 0: {name} keeps its default")
+            continue
+        costs[name] = float(value)
+    return costs, notes
+
+
+def highest(costs: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Per cost, the highest value any calibration gave."""
+    out: dict[str, float] = {}
+    for one in costs:
+        for name, value in one.items():
+            out[name] = max(out.get(name, value), value)
+    return out
+
+
+def resolve(given: Any, sections: dict[Path, Any], base_dir: Path,
+            source: str) -> dict[str, float]:
+    """``appmon_cost`` (the description's or the inventory's): its explicit numbers, over the
+    calibrated costs of its ``calibration`` file or, without one, of ``sections`` (the servers'
+    calibration files' ``appmon`` sections)."""
+    explicit = given.model_dump(exclude_none=True, exclude={"calibration"})
+    if given.calibration is not None:
+        path = base_dir / given.calibration
+        try:
+            document = read_calibration_file(path)
+        except CalibrationFileError as exc:
+            raise problem(("appmon_cost", "calibration"), str(exc), where=source,
+                          error=PlannerError) from None
+        if document.appmon is None:
+            raise problem(("appmon_cost", "calibration"), f"{path} has no appmon section (write "
+                          f"it with python -m cosample.experiments.appmon_costs)",
+                          given.calibration, where=source, error=PlannerError)
+        sections = {path: document.appmon}
+    calibrated = []
+    for path, section in sorted(sections.items()):
+        costs, notes = costs_from_calibration(section, str(path))
+        for note in notes:
+            log.info("%s", note)
+        calibrated.append(costs)
+    return {**highest(calibrated), **explicit}
