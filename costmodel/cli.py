@@ -69,7 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="with --target-ci: seconds of measuring at most (default 120 per mechanism)")
     cal.add_argument("--figure", help="also write a throughput-vs-rate figure")
     cal.add_argument("--mechanisms", default="sflow,mirror", type=_names,
-                     help="comma list of sflow, mirror, mirror_vxlan")
+                     help="comma list of sflow, mirror, mirror_vxlan, sample_action, "
+                          "sample_action_cached, tc_sample")
     cal.add_argument("--rates", type=_floats,
                      help="comma list in [0, 1] (default: 0,1 for cpu, 0,0.2,...,1 for throughput)")
     cal.add_argument("--repetitions", type=int, default=2)

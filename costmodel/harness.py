@@ -43,7 +43,8 @@ from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.iperf import DEFAULT_PORT, PROTOCOLS, IperfResult, client_argv
 from cosample.costmodel.mechanisms import Mechanism
 
-MECHANISMS = ("sflow", "mirror", "mirror_vxlan")
+MECHANISMS = ("sflow", "mirror", "mirror_vxlan", "sample_action", "sample_action_cached",
+              "tc_sample")
 DESIGNS = ("paired", "independent")
 #: ``cpu``: CPU time per packet at a fixed offered load; ``throughput``: packets/s at saturation.
 METHODS = ("cpu", "throughput")
