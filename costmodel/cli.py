@@ -58,6 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("--burst", type=int, default=0,
                      help="cpu method: offer the load in bursts of this many packets (iperf3 "
                           "-b RATE/N; 0: iperf3's own pacing)")
+    cal.add_argument("--streams", type=int, default=1,
+                     help="parallel flows of the load (iperf3 -P, 1..128), sharing its rate")
     cal.add_argument("--cpu-budget", type=float,
                      help="CPUs the capacity is stated for, T0 = budget / c0 (default: all)")
     cal.add_argument("--target-ci", type=float,
@@ -69,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="with --target-ci: seconds of measuring at most (default 120 per mechanism)")
     cal.add_argument("--figure", help="also write a throughput-vs-rate figure")
     cal.add_argument("--mechanisms", default="sflow,mirror", type=_names,
-                     help="comma list of sflow, mirror, mirror_vxlan")
+                     help="comma list of sflow, mirror, mirror_vxlan, sample_action, "
+                          "sample_action_cached, tc_sample")
     cal.add_argument("--rates", type=_floats,
                      help="comma list in [0, 1] (default: 0,1 for cpu, 0,0.2,...,1 for throughput)")
     cal.add_argument("--repetitions", type=int, default=2)
@@ -248,6 +251,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         bandwidth=args.bandwidth, warmup_s=args.warmup, settle_s=args.settle, seed=args.seed,
         port=args.port, design=args.design, phases=args.phases, guard_s=args.guard,
         method=args.method, offered_pps=args.offered_pps, burst=args.burst,
+        streams=args.streams,
         run_lengths=tuple(r for r in run_lengths if r[0] in args.mechanisms))
     target = _target(args, settings)
     endpoints_given = any(getattr(args, k) for k in ("bridge", "sender_port", "receiver_port",
@@ -351,6 +355,7 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict, tar
         "method": settings.method,
         "offered_pps": settings.offered_pps if settings.method == "cpu" else None,
         "burst": settings.burst if settings.method == "cpu" else None,
+        "streams": settings.streams,
         "rates": list(settings.rates),
         "repetitions": settings.repetitions if target is None else None,
         "duration_s": settings.duration_s, "seed": settings.seed, "design": settings.design,

@@ -40,10 +40,13 @@ import pandas as pd
 
 from cosample.costmodel.accounting import cost_row
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.iperf import DEFAULT_PORT, PROTOCOLS, IperfResult, client_argv
+from cosample.costmodel.iperf import (
+    DEFAULT_PORT, MAX_STREAMS, PROTOCOLS, IperfResult, client_argv,
+)
 from cosample.costmodel.mechanisms import Mechanism
 
-MECHANISMS = ("sflow", "mirror", "mirror_vxlan")
+MECHANISMS = ("sflow", "mirror", "mirror_vxlan", "sample_action", "sample_action_cached",
+              "tc_sample")
 DESIGNS = ("paired", "independent")
 #: ``cpu``: CPU time per packet at a fixed offered load; ``throughput``: packets/s at saturation.
 METHODS = ("cpu", "throughput")
@@ -89,6 +92,9 @@ class CalibrationSettings:
     #: cpu method: packets per burst of the offered load (iperf3 ``-b RATE/N``); 0: iperf3's
     #: own pacing (whatever its 1-ms timer finds due).
     burst: int = 0
+    #: Parallel flows of the load (iperf3 ``-P``), sharing ``offered_pps``: a flow cache
+    #: (``sample_action_cached``) keeps one entry per flow.
+    streams: int = 1
     #: Paired runs of some mechanisms with their own design:
     #: ``(mechanism, seconds, phases, guard seconds)``.
     run_lengths: tuple[tuple[str, float, int, float], ...] = ()
@@ -108,6 +114,8 @@ class CalibrationSettings:
                 raise HarnessError(f"offered load must be 100..10,000,000 packets/s, got {self.offered_pps!r}")
             if not (isinstance(self.burst, int) and 0 <= self.burst <= MAX_BURST):
                 raise HarnessError(f"burst must be 0..{MAX_BURST} packets, got {self.burst!r}")
+        if not (isinstance(self.streams, int) and 1 <= self.streams <= MAX_STREAMS):
+            raise HarnessError(f"streams must be 1..{MAX_STREAMS}, got {self.streams!r}")
         if self.design not in DESIGNS:
             raise HarnessError(f"design must be one of {', '.join(DESIGNS)}, got {self.design!r}")
         if self.design == "paired":
@@ -151,17 +159,18 @@ class CalibrationSettings:
     def client_argv(self, server_ip: str, duration_s: float | None = None) -> list[str]:
         return client_argv(server_ip, port=self.port, duration_s=duration_s or self.duration_s,
                            protocol=self.protocol, packet_bytes=self.packet_bytes,
-                           bandwidth=self.load_bandwidth)
+                           bandwidth=self.load_bandwidth, streams=self.streams)
 
     @property
     def load_bandwidth(self) -> str:
         """iperf3's ``-b``: flat out (or ``bandwidth``) for the throughput method; for the cpu
         method the bits per second that make ``offered_pps`` packets (UDP datagrams or TCP
-        segments of ``TCP_SEGMENT_BYTES``), sent ``burst`` at a time when given."""
+        segments of ``TCP_SEGMENT_BYTES``), sent ``burst`` at a time when given, split over
+        ``streams`` (iperf3's ``-b`` is per stream)."""
         if self.method != "cpu":
             return self.bandwidth
         size = self.packet_bytes if self.protocol == "udp" else TCP_SEGMENT_BYTES
-        bits = str(round(self.offered_pps * size * 8))
+        bits = str(round(self.offered_pps * size * 8 / self.streams))
         return f"{bits}/{self.burst}" if self.burst else bits
 
     @property

@@ -47,11 +47,16 @@ class IperfResult:
         return 100.0 * self.lost_packets / self.packets
 
 
+#: iperf3's most parallel streams (``-P``).
+MAX_STREAMS = 128
+
+
 def client_argv(server_ip: str, *, port: int = DEFAULT_PORT, duration_s: float = 3.0,
                 protocol: str = "udp", packet_bytes: int = 64, bandwidth: str = "0",
-                connect_timeout_ms: int = 3000) -> list[str]:
+                connect_timeout_ms: int = 3000, streams: int = 1) -> list[str]:
     """``iperf3 -c`` with JSON output; UDP sends ``packet_bytes`` datagrams at ``bandwidth``
-    (``0`` = as fast as possible), TCP uses iperf3's default segments (``packet_bytes`` unused)."""
+    (``0`` = as fast as possible), TCP uses iperf3's default segments (``packet_bytes`` unused);
+    ``streams`` > 1 runs that many parallel flows (``-P``; ``bandwidth`` is per stream)."""
     if protocol not in PROTOCOLS:
         raise HarnessError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     if not duration_s >= 1:
@@ -62,7 +67,9 @@ def client_argv(server_ip: str, *, port: int = DEFAULT_PORT, duration_s: float =
         if not 16 <= packet_bytes <= 65507:
             raise HarnessError(f"UDP payload must be 16..65507 bytes, got {packet_bytes!r}")
         argv += ["-u", "-l", str(packet_bytes), "-b", str(bandwidth)]
-    return argv
+    if not (isinstance(streams, int) and 1 <= streams <= MAX_STREAMS):
+        raise HarnessError(f"streams must be 1..{MAX_STREAMS}, got {streams!r}")
+    return argv + (["-P", str(streams)] if streams > 1 else [])
 
 
 def server_argv(port: int = DEFAULT_PORT, *, bind: str | None = None, one_off: bool = False) -> list[str]:

@@ -41,6 +41,7 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
 
     from cosample.lab.sflow import SflowCollector
     from cosample.costmodel.iperf import IperfServer
+    from cosample.costmodel.localsample import CaptureReader
     from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
 
     if settings.method == "cpu" and scope is None:
@@ -65,8 +66,13 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
             mechanisms["mirror_vxlan"] = TcMirror(endpoints.sender_port, tunnel,
                                                   prio=MIRROR_PRIO + 1, name="mirror_vxlan")
             copies["mirror_vxlan"] = lambda: device_tx_packets(tunnel)
+        _local_samplers(stack, settings, endpoints, ovs, mechanisms, copies)
         if scope is not None:
             stack.enter_context(scope)
+        if "tc_sample" in mechanisms:
+            reader = stack.enter_context(CaptureReader(endpoints.mirror_target))
+            if scope is not None:
+                scope.adopt(reader.process.pid)
         server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
         client = iperf_client(endpoints.sender_exec, settings.protocol)
         if scope is not None:
@@ -92,6 +98,27 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
         adaptive = AdaptiveRun(calibrator, target, covariates=covariates)
         data = adaptive.run(show_progress)
         return data, {**extra, **adaptive.summary()}
+
+
+def _local_samplers(stack, settings: CalibrationSettings, endpoints, ovs,
+                    mechanisms: dict[str, Mechanism], copies: dict[str, Callable[[], int]]) -> None:
+    """The local samplers at any probability (``costmodel.localsample``): the OpenFlow
+    ``sample`` action with IPFIX to a counter (without and with the exporter's cache), and the
+    tc mirror into the local mirror target that a capture process reads (``tc_sample``; the
+    reader joins the accounting scope, as an exporter would run on the host)."""
+    from cosample.costmodel.localsample import IpfixCounter, OvsSampleAction
+    from cosample.costmodel.mechanisms import MIRROR_PRIO, TcMirror
+
+    for name, cached in (("sample_action", False), ("sample_action_cached", True)):
+        if name in settings.mechanisms:
+            counter = stack.enter_context(IpfixCounter())
+            mechanisms[name] = OvsSampleAction(ovs.vsctl, ovs.ofctl, endpoints.bridge,
+                                               endpoints.sender_port, counter.target, cached)
+            copies[name] = lambda counter=counter: counter.data_messages
+    if "tc_sample" in settings.mechanisms:
+        mechanisms["tc_sample"] = TcMirror(endpoints.sender_port, endpoints.mirror_target,
+                                           prio=MIRROR_PRIO + 2, name="tc_sample")
+        copies["tc_sample"] = lambda: device_tx_packets(endpoints.mirror_target)
 
 
 def _adopting(client: Callable[[Sequence[str], float], Any], scope) -> Callable[[Sequence[str], float], Any]:

@@ -121,6 +121,16 @@ def test_cpu_method_offers_a_fixed_packet_rate():
         CalibrationSettings(method="guess")
 
 
+def test_parallel_streams_share_the_offered_rate():
+    flows = CalibrationSettings(method="cpu", offered_pps=20_000, streams=64)
+    argv = flows.client_argv("10.0.0.2")
+    assert argv[-2:] == ["-P", "64"] and argv[argv.index("-b") + 1] == str(20_000 * 64 * 8 // 64)
+    assert "-P" not in CalibrationSettings(method="cpu").client_argv("10.0.0.2")
+    for bad in (0, 129, 2.5):
+        with pytest.raises(HarnessError, match="streams must be 1..128"):
+            CalibrationSettings(method="cpu", streams=bad)
+
+
 def test_a_phase_without_packets_is_an_error_not_a_free_packet():
     from cosample.costmodel.accounting import cost_row
 

@@ -47,6 +47,8 @@ WITHOUT_FIGURE = [
     *(f"cpu-sflow-{design}-seed{seed}" for design, seed in (
         ("old12s", 31), ("6s", 32), ("old12s", 35), ("6s", 36), ("old12s", 39), ("6s", 40))),
     "cpu-mirror-12s-seed33", "cpu-mirror-4s-seed34",
+    # issue 24: local samplers at any probability beside sFlow (docs/results.md)
+    "localsample/calibration-udp64", "localsample/calibration-udp64-64flows",
 ]
 
 

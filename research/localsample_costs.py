@@ -1,0 +1,174 @@
+"""What a sample costs, by mechanism, measured side by side: sFlow's 1-in-N against local samplers
+at any probability (issue 24, item 4; ``costmodel/localsample.py``).
+
+Measure (root; the one-host rig, about 6 minutes; the mechanisms' runs interleaved in one random
+order, each run alternating rate 0 and 1 every 0.1 s):
+
+    .venv/bin/cosample calibrate --testbed --prefix sqa \\
+        --mechanisms sflow,sample_action,sample_action_cached,tc_sample --rates 0,1 \\
+        --repetitions 6 --seed 24 --no-progress \\
+        -d docs/data/localsample/calibration-udp64.csv -o docs/data/localsample/calibration-udp64.json
+
+then summarise the phases (one Markdown row per mechanism):
+
+    python -m research.localsample_costs docs/data/localsample/calibration-udp64.csv
+
+Per run (the independent unit): the extra CPU per packet at rate ``s`` over the same run's rate-0
+phases, divided by ``s`` — nanoseconds per sample — both for the whole forwarding (the cgroup:
+switch, both iperf3 ends and the softirq work in their context, the cost the planner's law
+states) and for ovs-vswitchd's threads alone (the userspace datapath's forwarding thread, which
+saturates first: ``research.costmodel_bottleneck``). Each mechanism's mean over runs has a
+Student t interval; its difference from sFlow's a Welch interval. ``a`` is the per-sample cost
+over the rate-0 cost per packet. ``sampled`` is the median share of forwarded packets the
+mechanism's counter saw at rate ``s`` over ``s`` (1: as configured; the cached exporter sends
+per-flow records once a second, so its per-phase count says nothing and is left out).
+
+Phases left out, and counted (``dropped`` line): those that forwarded less than ``FLOWING`` of
+their run's median (a load not yet flowing), and, for the switch's numbers only, those whose
+ovs-vswitchd thread time went down (a thread of it exited during the phase and took its
+``schedstat`` with it; the cgroup's time is unaffected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from cosample.errors import exit_status
+from cosample.experiments.errors import ExperimentError
+
+REFERENCE = "sflow"
+#: A phase counts only if it forwarded at least this share of its run's median rate: the first
+#: phase of a run may start before the load flows fully (a cost per packet of a trickle).
+FLOWING = 0.8
+#: Mechanisms whose counter sees samples as they happen (so the sampled share can be checked).
+COUNTED_PER_SAMPLE = ("sflow", "sample_action", "tc_sample", "mirror", "mirror_vxlan")
+
+
+def per_run(phases: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: ns per sample (cgroup and switch), the rate-0 cost per packet, and the
+    share sampled. Needs the cpu method's columns."""
+    needed = {"mechanism", "block", "rate", "cost_ns_per_packet", "cpu_ovs", "forwarded_pps",
+              "copies_pps"}
+    missing = needed - set(phases.columns)
+    if missing:
+        raise ExperimentError(f"not a paired cpu-method calibration: no column(s) "
+                              f"{', '.join(sorted(missing))}")
+    frame = phases.assign(switch_ns=phases["cpu_ovs"] / phases["forwarded_pps"] * 1e9,
+                          share=phases["copies_pps"] / phases["forwarded_pps"])
+    rows = []
+    for (mechanism, block), run in frame.groupby(["mechanism", "block"], sort=True):
+        flowing = run["forwarded_pps"] >= FLOWING * run["forwarded_pps"].median()
+        run = run[flowing]
+        threads_ok = run["cpu_ovs"] > 0
+        off, on = run[run["rate"] == 0], run[run["rate"] > 0]
+        if off.empty or on.empty:
+            continue
+        rate = float(on["rate"].mean())
+        off_switch = off.loc[off["cpu_ovs"] > 0, "switch_ns"]
+        on_switch = on.loc[on["cpu_ovs"] > 0, "switch_ns"]
+        rows.append({
+            "mechanism": mechanism, "block": block, "rate": rate,
+            "base_ns": off["cost_ns_per_packet"].mean(),
+            "sample_ns": (on["cost_ns_per_packet"].mean() - off["cost_ns_per_packet"].mean()) / rate,
+            "base_switch_ns": off_switch.mean(),
+            "sample_switch_ns": (on_switch.mean() - off_switch.mean()) / rate,
+            "sampled": on["share"].median() / rate,
+            "dropped_not_flowing": int((~flowing).sum()),
+            "dropped_threads": int((~threads_ok).sum()),
+        })
+    if not rows:
+        raise ExperimentError("no run has both rate-0 and sampling phases")
+    return pd.DataFrame(rows)
+
+
+def mean_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean and Student t interval over runs."""
+    values = np.asarray(values, float)
+    mean = float(values.mean())
+    if len(values) < 2:
+        return mean, float("nan"), float("nan")
+    half = stats.t.ppf(0.5 + confidence / 2, len(values) - 1) * values.std(ddof=1) / len(values) ** 0.5
+    return mean, mean - half, mean + half
+
+
+def welch_interval(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``a`` minus mean of ``b``, with Welch's interval (runs of different mechanisms are
+    independent)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = stats.t.ppf(0.5 + confidence / 2, dof) * (va + vb) ** 0.5
+    diff = float(a.mean() - b.mean())
+    return diff, diff - half, diff + half
+
+
+def summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per mechanism: means and intervals over its runs, differences from sFlow's."""
+    reference = runs[runs["mechanism"] == REFERENCE]
+    rows = []
+    for mechanism, group in runs.groupby("mechanism", sort=True):
+        row = {"mechanism": mechanism, "runs": len(group)}
+        for column in ("sample_ns", "sample_switch_ns"):
+            row[column], row[f"{column}_lo"], row[f"{column}_hi"] = mean_interval(group[column])
+            if len(reference) >= 2 and mechanism != REFERENCE and len(group) >= 2:
+                diff = welch_interval(group[column], reference[column])
+                row[f"{column}_vs_sflow"], row[f"{column}_vs_sflow_lo"], \
+                    row[f"{column}_vs_sflow_hi"] = diff
+        a = group["sample_ns"] / group["base_ns"]
+        row["a"], row["a_lo"], row["a_hi"] = mean_interval(a)
+        row["base_ns"] = float(group["base_ns"].mean())
+        row["sampled"] = float(group["sampled"].median()) if mechanism in COUNTED_PER_SAMPLE \
+            else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def interval(row: pd.Series, column: str, digits: int = 0) -> str:
+    if column not in row or pd.isna(row[column]):
+        return "–"
+    return (f"{row[column]:,.{digits}f} [{row[f'{column}_lo']:,.{digits}f}, "
+            f"{row[f'{column}_hi']:,.{digits}f}]")
+
+
+def markdown(table: pd.DataFrame) -> str:
+    lines = ["| mechanism | runs | a (cgroup) | ns / sample (cgroup) | − sFlow's | "
+             "ns / sample (switch thread) | − sFlow's | sampled / configured |",
+             "|---|---|---|---|---|---|---|---|"]
+    for _, row in table.iterrows():
+        sampled = "–" if pd.isna(row["sampled"]) else f"{row['sampled']:.3f}"
+        lines.append(f"| {row['mechanism']} | {row['runs']} | {interval(row, 'a', 3)} | "
+                     f"{interval(row, 'sample_ns')} | {interval(row, 'sample_ns_vs_sflow')} | "
+                     f"{interval(row, 'sample_switch_ns')} | "
+                     f"{interval(row, 'sample_switch_ns_vs_sflow')} | {sampled} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m research.localsample_costs",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", nargs="+", type=Path, help="paired cpu-method calibration phases")
+    args = parser.parse_args(argv)
+
+    def report() -> None:
+        for path in args.csv:
+            try:
+                phases = pd.read_csv(path)
+            except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+                raise ExperimentError(f"{path}: cannot read: {exc}") from None
+            print(f"{path} (95 % intervals over runs)\n")
+            runs = per_run(phases)
+            print(markdown(summary(runs)))
+            print(f"\ndropped: {runs['dropped_not_flowing'].sum()} phases not flowing, "
+                  f"{runs['dropped_threads'].sum()} with a thread gone (switch numbers only), "
+                  f"of {len(phases)}")
+            print()
+    return exit_status("localsample_costs", report)
+
+if __name__ == "__main__":
+    sys.exit(main())

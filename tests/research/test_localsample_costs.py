@@ -1,0 +1,68 @@
+"""research.localsample_costs: per-run costs per sample and their differences from sFlow's,
+on phases with a known effect; bad input gives one clear error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cosample.experiments.errors import ExperimentError
+from research.localsample_costs import main, per_run, summary
+
+#: Extra ns per sample on the whole forwarding and on the switch's threads, by mechanism.
+EFFECT = {"sflow": (1500.0, 1400.0), "sample_action": (4000.0, 3800.0), "tc_sample": (1500.0, 0.0)}
+
+
+def phases(seed: int = 3, runs: int = 6, per_phase: int = 20) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    block = 0
+    for mechanism, (extra, switch_extra) in EFFECT.items():
+        for _ in range(runs):
+            base = 13000 + rng.normal(0, 500)  # runs differ; the paired phases share it
+            for phase in range(per_phase):
+                rate = float(phase % 2)
+                cost = base + rate * extra + rng.normal(0, 300)
+                switch = 6000 + rate * switch_extra + rng.normal(0, 200)
+                rows.append({"mechanism": mechanism, "block": block, "rate": rate,
+                             "cost_ns_per_packet": cost, "forwarded_pps": 20000.0,
+                             "cpu_ovs": switch * 20000.0 / 1e9,
+                             "copies_pps": 20000.0 * rate * (1 + rng.normal(0, 0.01))})
+            block += 1
+    return pd.DataFrame(rows)
+
+
+def test_known_costs_per_sample_are_recovered_with_their_differences_from_sflow():
+    table = summary(per_run(phases())).set_index("mechanism")
+    for mechanism, (extra, switch_extra) in EFFECT.items():
+        row = table.loc[mechanism]
+        # within 4 standard errors of a run's mean (phase noise 300 and 200 ns, 10 + 10 phases)
+        assert row["sample_ns"] == pytest.approx(extra, abs=4 * 300 * (2 / 10 / 6) ** 0.5)
+        assert row["sample_switch_ns"] == pytest.approx(switch_extra, abs=4 * 200 * (2 / 60) ** 0.5)
+        assert row["sample_ns_lo"] < row["sample_ns"] < row["sample_ns_hi"]
+        assert row["sampled"] == pytest.approx(1.0, abs=0.02)
+    action = table.loc["sample_action"]
+    assert action["sample_ns_vs_sflow_lo"] > 0  # dearer than sFlow, and the interval says so
+    tc = table.loc["tc_sample"]
+    assert tc["sample_ns_vs_sflow_lo"] < 0 < tc["sample_ns_vs_sflow_hi"]  # no difference
+    assert tc["sample_switch_ns_vs_sflow_hi"] < 0  # the tc copy spares the switch's thread
+    assert table.loc["sflow"]["a"] == pytest.approx(1500 / 13000, rel=0.1)
+
+
+def test_the_cli_prints_one_row_per_mechanism(tmp_path, capsys):
+    path = tmp_path / "phases.csv"
+    phases().to_csv(path, index=False)
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert sum(line.startswith(f"| {m} |") for line in out.splitlines() for m in EFFECT) == 3
+
+
+def test_a_calibration_without_cpu_columns_is_refused(tmp_path, capsys):
+    frame = phases().drop(columns=["cpu_ovs"])
+    with pytest.raises(ExperimentError, match="cpu_ovs"):
+        per_run(frame)
+    path = tmp_path / "bad.csv"
+    frame.to_csv(path, index=False)
+    assert main([str(path)]) == 2
+    assert "cpu_ovs" in capsys.readouterr().err
