@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
 from operator import itemgetter
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 import orjson
@@ -74,12 +74,28 @@ def value(item: Any) -> bytes:
     return orjson.dumps(item, option=SORTED)
 
 
-def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, list[bytes]],
-            n: int) -> list[bytes]:
-    """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
-    object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON ``fields[key][j]``.
+class Lookup(NamedTuple):
+    """A column of ``grouped`` read from a table: object ``j`` has the JSON ``table[index[j]]``
+    (a peer's quoted name), looked up once in the lists' order, never copied in pair order."""
 
-    All arrays are written by one join and cut apart at NUL bytes put between owners."""
+    table: Sequence[bytes]
+    index: np.ndarray
+
+
+#: A field of ``grouped``: each object's JSON (in pair order), numbers (serialised here, in the
+#: lists' order) or a ``Lookup``.
+Field = Union[list[bytes], np.ndarray, Lookup]
+
+
+def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field],
+            n: int, block: int = 8 * BLOCK) -> list[bytes]:
+    """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
+    object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
+
+    The pairs are sorted once; every column is read (numbers written, names looked up) in that
+    order, so no piece is built in one order and copied into another, and the objects are
+    written ``block`` at a time (a short list of pieces stays in cache), all arrays cut apart
+    at NUL bytes put between owners."""
     count = len(owner)
     if count == 0:
         return [b"[]"] * n
@@ -91,15 +107,29 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, list[
     opening = np.full(count, b"},{", dtype=object)
     opening[starts] = b"}]" + _CUT + b"[{"
     opening[0] = b"[{"
-    index = order.tolist()
-    parts: list[Part] = [opening.tolist()]
-    for k, key in enumerate(sorted(fields)):
-        parts += [(b"," if k else b"") + value(key) + b":", list(map(fields[key].__getitem__,
-                                                                     index))]
-    arrays = (_rows(parts, count) + b"}]").split(_CUT)
+    columns = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
+    ordered = [_in_order(fields[key], order) for key in sorted(fields)]
+    pieces = []
+    for first in range(0, count, block):
+        last = min(first + block, count)
+        parts: list[Part] = [opening[first:last].tolist()]
+        for key, column in zip(columns, ordered):
+            parts += [key, column[first:last]]
+        pieces.append(_rows(parts, last - first))
+    pieces.append(b"}]")
+    arrays = b"".join(pieces).split(_CUT)
     lists = np.full(n, b"[]", dtype=object)
     lists[owners[np.concatenate(([0], starts))]] = _objects(arrays)
     return lists.tolist()
+
+
+def _in_order(column: Field, order: np.ndarray) -> list[bytes]:
+    """``column``'s pieces, pair ``order[0]``'s first."""
+    if isinstance(column, Lookup):
+        return list(map(column.table.__getitem__, column.index[order].tolist()))
+    if isinstance(column, np.ndarray):
+        return numbers(column[order].tolist())
+    return list(map(column.__getitem__, order.tolist()))
 
 
 def _objects(items: list[bytes]) -> np.ndarray:

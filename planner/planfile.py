@@ -293,12 +293,12 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
     src, dst, pps = applied.mirror_src, applied.mirror_dst, applied.mirror_pps
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
-    rate = hostjson.numbers(significant(pps / own[src], None, "mirrors.rate").tolist())
+    rate = significant(pps / own[src], None, "mirrors.rate")
     fields["mirrors"] = hostjson.grouped(src, rank[dst], {
-        "to": list(map(quoted_names.__getitem__, dst.tolist())), "rate": rate}, n)
+        "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n)
     fields["receives"] = hostjson.grouped(dst, rank[src], {
-        "from": list(map(quoted_names.__getitem__, src.tolist())), "rate": rate,
-        "pps": hostjson.numbers(significant(pps, None, "receives.pps").tolist())}, n)
+        "from": hostjson.Lookup(quoted_names, src), "rate": rate,
+        "pps": significant(pps, None, "receives.pps")}, n)
     if appmon is not None:  # only with services: plans without them stay byte-identical
         fields["appmon"] = appmon
     if report:
@@ -307,8 +307,7 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
         fields["planned"] = {
             "local_rate": significant(applied.planned_rate, names, "planned_rate"),
             "mirrors": hostjson.grouped(src, rank[dst], {
-                "to": list(map(quoted_names.__getitem__, dst.tolist())),
-                "rate": hostjson.numbers(rate.tolist())}, n)}
+                "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n)}
     extras = dc.server_extras
     if isinstance(extras, ExtraColumns):  # a field every server gives is one more column
         complete = extras.complete()
