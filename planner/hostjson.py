@@ -32,7 +32,7 @@ SORTED = orjson.OPT_SORT_KEYS
 BLOCK = 4096  # hosts per chunk of the table
 _NONE: Mapping[str, Any] = {}
 _CONSTANTS = {None: b"null", True: b"true", False: b"false"}
-_CUT = b"\x00"  # between the arrays of ``grouped``: escaped inside any JSON string
+_CUT = b"\x00"  # between the strings of ``strings``: escaped inside any JSON string
 
 #: A column: numbers (None in an object array: null), each row's JSON, or a nested object
 #: whose fields are columns.
@@ -88,39 +88,104 @@ Field = Union[list[bytes], np.ndarray, Lookup]
 
 
 def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field],
-            n: int, block: int = 8 * BLOCK) -> list[bytes]:
+            n: int, block: int = 16 * BLOCK) -> list[bytes]:
     """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
     object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
 
-    The pairs are sorted once; every column is read (numbers written, names looked up) in that
-    order, so no piece is built in one order and copied into another, and the objects are
-    written ``block`` at a time (a short list of pieces stays in cache), all arrays cut apart
-    at NUL bytes put between owners."""
+    The pairs are sorted once and every column read in that order (numbers written, names
+    looked up), as fixed-width byte arrays: ``block`` objects at a time are laid side by side
+    in a matrix of bytes, padded with NULs (JSON text holds none raw) that are then dropped,
+    so no Python object is made per object or per field. All arrays are written at once and
+    cut apart at a control byte (``_SPLIT``) put between owners. A column wider than ``WIDE``
+    (a long name) is written piece by piece instead (``_grouped_pieces``), the same bytes."""
     count = len(owner)
     if count == 0:
         return [b"[]"] * n
     order = np.lexsort((peer_rank, owner))
     owners = owner[order]
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
-    # each object's opening, closing the one before (set by index in an object array: no
-    # Python loop over the owners)
-    opening = np.full(count, b"},{", dtype=object)
-    opening[starts] = b"}]" + _CUT + b"[{"
+    keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
+    columns = [_fixed(fields[key], order) for key in sorted(fields)]
+    if any(column is None for column in columns):
+        text = _grouped_pieces(order, starts, fields, block)
+    else:
+        # each object's opening, closing the one before
+        opening = np.full(count, b"},{", dtype="S5")
+        opening[starts] = b"}]" + _SPLIT + b"[{"
+        opening[0] = b"[{"
+        pieces = []
+        for first in range(0, count, block):
+            last = min(first + block, count)
+            parts: list[bytes | np.ndarray] = [opening[first:last]]
+            for key, column in zip(keys, columns):
+                parts += [key, column[first:last]]
+            pieces.append(_packed(parts, last - first))
+        text = b"".join(pieces)
+    lists = np.full(n, b"[]", dtype=object)
+    lists[owners[np.concatenate(([0], starts))]] = _objects((text + b"}]").split(_SPLIT))
+    return lists.tolist()
+
+
+#: Widest piece (bytes) ``grouped`` lays out in fixed width.
+WIDE = 256
+_SPLIT = b"\x01"  # between the arrays of ``grouped``: escaped inside any JSON string
+
+
+def fixed(pieces: Sequence[bytes]) -> np.ndarray | None:
+    """``pieces`` as a fixed-width byte array (``S``), None if one is wider than ``WIDE``."""
+    if isinstance(pieces, np.ndarray):
+        return pieces if pieces.dtype.itemsize <= WIDE else None
+    if max(map(len, pieces), default=0) > WIDE:
+        return None
+    return np.array(pieces, dtype=bytes) if len(pieces) else np.zeros(0, dtype="S1")
+
+
+def _fixed(column: Field, order: np.ndarray) -> np.ndarray | None:
+    """``column``'s pieces as a fixed-width byte array, pair ``order[0]``'s first (None: a
+    piece is wider than ``WIDE``)."""
+    if isinstance(column, Lookup):
+        table = fixed(column.table)
+        return None if table is None else table[column.index[order]]
+    if isinstance(column, np.ndarray):
+        return fixed(numbers(column[order].tolist()))
+    table = fixed(column)
+    return None if table is None else table[order]
+
+
+def _packed(parts: list[bytes | np.ndarray], count: int) -> bytes:
+    """``count`` rows, row ``j`` being each part's ``j``-th piece in turn (a ``bytes`` part is
+    the same in every row), from fixed-width arrays: laid out side by side, NULs dropped."""
+    widths = [len(part) if isinstance(part, bytes) else part.dtype.itemsize for part in parts]
+    matrix = np.zeros((count, sum(widths)), dtype=np.uint8)
+    column = 0
+    for part, width in zip(parts, widths):
+        matrix[:, column:column + width] = (
+            np.frombuffer(part, dtype=np.uint8) if isinstance(part, bytes)
+            else part.view(np.uint8).reshape(count, width))
+        column += width
+    flat = matrix.reshape(-1)
+    return flat[flat != 0].tobytes()
+
+
+def _grouped_pieces(order: np.ndarray, starts: np.ndarray, fields: Mapping[str, Field],
+                    block: int) -> bytes:
+    """``grouped``'s objects with a column too wide for fixed width: one piece per object and
+    field, joined ``block`` objects at a time, the arrays separated by ``_SPLIT``."""
+    count = len(order)
+    opening = [b"},{"] * count
+    for k in starts.tolist():
+        opening[k] = b"}]" + _SPLIT + b"[{"
     opening[0] = b"[{"
-    columns = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
-    ordered = [_in_order(fields[key], order) for key in sorted(fields)]
+    keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
+    columns = [_in_order(fields[key], order) for key in sorted(fields)]
     pieces = []
     for first in range(0, count, block):
         last = min(first + block, count)
-        parts: list[Part] = [opening[first:last].tolist()]
-        for key, column in zip(columns, ordered):
+        parts: list[Part] = [opening[first:last]]
+        for key, column in zip(keys, columns):
             parts += [key, column[first:last]]
         pieces.append(_rows(parts, last - first))
-    pieces.append(b"}]")
-    arrays = b"".join(pieces).split(_CUT)
-    lists = np.full(n, b"[]", dtype=object)
-    lists[owners[np.concatenate(([0], starts))]] = _objects(arrays)
-    return lists.tolist()
+    return b"".join(pieces)
 
 
 def _in_order(column: Field, order: np.ndarray) -> list[bytes]:

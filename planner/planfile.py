@@ -290,6 +290,9 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
     rank = _name_rank(names)
     n = len(names)
     quoted_names = hostjson.strings(names)
+    narrow = hostjson.fixed(quoted_names)  # laid out at once (None: a name too long for it)
+    if narrow is not None:
+        quoted_names = narrow
     src, dst, pps = applied.mirror_src, applied.mirror_dst, applied.mirror_pps
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
