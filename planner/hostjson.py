@@ -215,13 +215,11 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
     n = len(names)
     if n == 0:
         return [b"{}"]
-    order = sorted(range(n), key=names.__getitem__)
-    index = np.asarray(order)
-    ordered = [names[i] for i in order]
-    quoted = strings(ordered)
+    known = named(names)
+    order, index, quoted = known.order, known.index, known.sorted_quoted
     columns = {key: _reordered(column, order, index) for key, column in fields.items()}
     chunks = []
-    for start, end, extra in _runs([extras.get(name) or _NONE for name in ordered]
+    for start, end, extra in _runs([extras.get(names[i]) or _NONE for i in order]
                                    if extras else None, n):
         run = {key: (0, column) for key, column in columns.items()}
         for key in extra[0] if extra else ():  # relative to ``start``
@@ -235,6 +233,52 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
     chunks[0] = b"{" + chunks[0][1:]  # no comma before the first entry
     chunks.append(b"}")
     return chunks
+
+
+class Names(NamedTuple):
+    """A table's names as the writers use them: ``order`` (positions in sorted order, also as
+    the array ``index``), each name's ``rank`` in it, the quoted names in host order
+    (``quoted``), in sorted order (``sorted_quoted``) and as a fixed-width array (``narrow``,
+    None if a name is longer than ``WIDE``)."""
+
+    order: list[int]
+    index: np.ndarray
+    rank: np.ndarray
+    quoted: list[bytes]
+    sorted_quoted: list[bytes]
+    narrow: np.ndarray | None
+
+
+_KNOWN: list[tuple[Sequence[str], Names]] = []
+
+
+def named(names: Sequence[str]) -> Names:
+    """``Names`` of ``names``, kept for the last tuple seen (the same object: an inventory's
+    names, cycle after cycle), so a plan and its report sort and quote them once."""
+    if _KNOWN and _KNOWN[0][0] is names:
+        return _KNOWN[0][1]
+    order = sorted(range(len(names)), key=names.__getitem__)
+    index = np.asarray(order, dtype=np.int64)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[index] = np.arange(len(names))
+    quoted = strings(names)
+    known = Names(order, index, rank, quoted, list(map(quoted.__getitem__, order)),
+                  fixed(quoted))
+    if isinstance(names, tuple):
+        _KNOWN[:] = [(names, known)]
+    return known
+
+
+def peers(known: Names, index: np.ndarray) -> orjson.Fragment:
+    """The JSON array of the names at positions ``index`` (laid out at once when they are
+    narrow), to embed in a document orjson writes."""
+    if not len(index):
+        return orjson.Fragment(b"[]")
+    if known.narrow is None:
+        text = b",".join(map(known.quoted.__getitem__, index.tolist()))
+    else:
+        text = _packed([known.narrow[index], b","], len(index))[:-1]
+    return orjson.Fragment(b"[" + text + b"]")
 
 
 def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:

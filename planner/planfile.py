@@ -287,12 +287,10 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
         "local_rate": significant(local, names, "local_rate"),
         "sflow_sampling": np.where(interval > 0, interval.astype(object), None),
         "role": [quoted[role] for role in _roles(problem, applied).tolist()]}
-    rank = _name_rank(names)
+    known = hostjson.named(names)  # sorted and quoted once (kept for the next plan)
+    rank = known.rank
     n = len(names)
-    quoted_names = hostjson.strings(names)
-    narrow = hostjson.fixed(quoted_names)  # laid out at once (None: a name too long for it)
-    if narrow is not None:
-        quoted_names = narrow
+    quoted_names = known.quoted if known.narrow is None else known.narrow
     src, dst, pps = applied.mirror_src, applied.mirror_dst, applied.mirror_pps
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
@@ -337,13 +335,14 @@ def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:
     applied = solution.applied
     names = problem.dc.names
     src, dst, rate = _planned_mirrors(problem, applied)
+    known = hostjson.named(names)  # as the plan's table quoted them
     document = {
         "format": REPORT_FORMAT, "format_version": FORMAT_VERSION,
         "plan_id": plan["plan_id"], "version": plan["version"], "names": list(names),
         **_report_columns(problem, applied),
         "planned": {"local_rate": significant(applied.planned_rate, names, "planned_rate"),
-                    "mirrors": {"from": [names[i] for i in src.tolist()],
-                                "to": [names[k] for k in dst.tolist()], "rate": rate}}}
+                    "mirrors": {"from": hostjson.peers(known, src),
+                                "to": hostjson.peers(known, dst), "rate": rate}}}
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
@@ -367,14 +366,6 @@ def _planned_mirrors(problem, applied: Realised) -> tuple[np.ndarray, np.ndarray
     planned = pps > 0
     src, dst, pps = src[planned], dst[planned], pps[planned]
     return src, dst, significant(pps / problem.own_pps[src], None, "planned.mirrors.rate")
-
-
-def _name_rank(names: tuple[str, ...]) -> np.ndarray:
-    """Each name's position in sorted order (lists in a plan are sorted by peer name)."""
-    order = sorted(range(len(names)), key=names.__getitem__)
-    rank = np.empty(len(names), dtype=np.int64)
-    rank[order] = np.arange(len(names))
-    return rank
 
 
 def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from cosample.experiments.bench_planner import random_datacentre
+from cosample.planner import hostjson
 from cosample.planner.datacentre import ExtraColumns
 from cosample.planner.planfile import build_plan, compact_json, host_report
 from cosample.planner.solvers import solve
@@ -56,8 +57,10 @@ def _document(plan) -> bytes:
     return compact_json({**plan, "solver": {**plan["solver"], "seconds": 0}})
 
 
-@pytest.fixture(scope="module")
-def controller_plan():
+@pytest.fixture(params=["fixed width", "pieces"])
+def controller_plan(request, monkeypatch):
+    if request.param == "pieces":  # every name too wide to lay out at once: the other path
+        monkeypatch.setattr(hostjson, "WIDE", 0)
     dc = _datacentre(partial=False)
     solution = solve(dc, "exact")
     plan = build_plan(dc, solution, created=CREATED, valid_for=timedelta(hours=1), version=0,
@@ -72,7 +75,9 @@ def test_the_controllers_plan_has_the_same_bytes(controller_plan):
     assert _digest(host_report(solution, plan)) == CONTROLLER_REPORT
 
 
-def test_the_reported_plan_has_the_same_bytes():
+@pytest.mark.parametrize("wide", [hostjson.WIDE, 0])
+def test_the_reported_plan_has_the_same_bytes(wide, monkeypatch):
+    monkeypatch.setattr(hostjson, "WIDE", wide)
     dc = _datacentre(partial=True)
     solution = solve(dc, "exact")
     plan = build_plan(dc, solution, created=CREATED, version=7, lazy_hosts=True)
