@@ -65,7 +65,8 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         appmon_solution, services = appmon_plan.plan_appmon(problem, applied)
         appmon = [orjson.dumps(host, option=orjson.OPT_SORT_KEYS)
                   for host in appmon_plan.host_entries(dc, appmon_solution, services)]
-    hosts = _host_table(problem, applied, floor, report, appmon)  # plan_id hashes it as is
+    roles = _roles(problem, applied)
+    hosts = _host_table(problem, applied, floor, report, appmon, roles)  # plan_id hashes it
     plan: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -74,7 +75,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         "cost": _cost(problem),
         "solver": {"name": solution.solver, "lp_backend": solution.lp_backend,
                    "variables": solution.variables, "seconds": round(solution.seconds, 6)},
-        "summary": _summary(solution, point_estimate),
+        "summary": _summary(solution, point_estimate, roles),
         "hosts": hosts if lazy_hosts else hosts.parsed(),
     }
     if appmon is not None:
@@ -209,15 +210,16 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _summary(solution: Solution, point_estimate: Solution | None) -> dict[str, Any]:
-    """What the solution carries (its applied plan, baseline and continuous optimum), stated."""
+def _summary(solution: Solution, point_estimate: Solution | None, roles: np.ndarray
+             ) -> dict[str, Any]:
+    """What the solution carries (its applied plan, baseline and continuous optimum), stated
+    (``roles``: each host's, ``_roles``)."""
     problem = solution.problem
     applied, baseline = solution.applied, solution.baseline_pps
     total = float(problem.own_pps.sum())
     collected = applied.collected_pps
     gain = collected / baseline - 1 if baseline > 0 else 0.0
     bounds = solution.bounds
-    roles = _roles(problem, applied)
     summary = {
         "servers": problem.size,
         "own_pps_total": _num(total),
@@ -268,11 +270,12 @@ def _roles(problem, applied: Realised) -> np.ndarray:
     return np.where(nothing & ((problem.own_pps == 0) | problem.receiver), "idle", roles)
 
 
-def _host_table(problem, applied: Realised, floor: int | None = None,
-                report: bool = True, appmon: list[bytes] | None = None) -> HostTable:
+def _host_table(problem, applied: Realised, floor: int | None, report: bool,
+                appmon: list[bytes] | None, roles: np.ndarray) -> HostTable:
     """Every host's entry as compact sorted JSON, built from whole columns (``hostjson``: no
     per-host dicts): the numbers rounded at once (``significant``), each column serialised
-    once, mirror and receive lists grouped by one sort. ``report``: with the report's fields."""
+    once, mirror and receive lists grouped by one sort. ``report``: with the report's fields;
+    ``roles``: each host's (``_roles``, computed once for the table and the summary)."""
     dc = problem.dc
     names = dc.names
     own = problem.own_pps
@@ -286,7 +289,7 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
     fields: dict[str, Any] = {
         "local_rate": significant(local, names, "local_rate"),
         "sflow_sampling": np.where(interval > 0, interval.astype(object), None),
-        "role": [quoted[role] for role in _roles(problem, applied).tolist()]}
+        "role": [quoted[role] for role in roles.tolist()]}
     known = hostjson.named(names)  # sorted and quoted once (kept for the next plan)
     rank = known.rank
     n = len(names)
