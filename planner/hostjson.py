@@ -88,9 +88,10 @@ Field = Union[list[bytes], np.ndarray, Lookup]
 
 
 def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field],
-            n: int, block: int = 16 * BLOCK) -> list[bytes]:
+            n: int, block: int = 16 * BLOCK, rank: np.ndarray | None = None) -> list[bytes]:
     """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
     object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
+    With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order.
 
     The pairs are sorted once and every column read in that order (numbers written, names
     looked up), as fixed-width byte arrays: ``block`` objects at a time are laid side by side
@@ -122,8 +123,18 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
             pieces.append(_packed(parts, last - first))
         text = b"".join(pieces)
     lists = np.full(n, b"[]", dtype=object)
-    lists[owners[np.concatenate(([0], starts))]] = _objects((text + b"}]").split(_SPLIT))
-    return lists.tolist()
+    first = owners[np.concatenate(([0], starts))]
+    lists[first if rank is None else rank[first]] = _objects((text + b"}]").split(_SPLIT))
+    return lists.tolist() if rank is None else Sorted(lists.tolist(), rank)
+
+
+class Sorted(list):
+    """A column of ``grouped(..., rank=...)``: owner ``i``'s array at ``rank[i]`` (the hosts'
+    sorted order, the table's), so the table takes it as it is instead of reordering it."""
+
+    def __init__(self, items: list[bytes], rank: np.ndarray) -> None:
+        super().__init__(items)
+        self.rank = rank
 
 
 #: Widest piece (bytes) ``grouped`` lays out in fixed width.
@@ -290,6 +301,11 @@ def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
 def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
     if isinstance(column, np.ndarray):
         return column[index]
+    if isinstance(column, Sorted):
+        if len(index) == len(column) and np.array_equal(column.rank[index],
+                                                        np.arange(len(column))):
+            return column  # already in this order (the table's own)
+        return list(map(column.__getitem__, column.rank[index].tolist()))
     if isinstance(column, Mapping):
         return {key: _reordered(inner, order, index) for key, inner in column.items()}
     return list(map(column.__getitem__, order))

@@ -299,10 +299,10 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     src, dst, pps = src[sent], dst[sent], pps[sent]
     rate = significant(pps / own[src], None, "mirrors.rate")
     fields["mirrors"] = hostjson.grouped(src, rank[dst], {
-        "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n)
+        "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)
     fields["receives"] = hostjson.grouped(dst, rank[src], {
         "from": hostjson.Lookup(quoted_names, src), "rate": rate,
-        "pps": significant(pps, None, "receives.pps")}, n)
+        "pps": significant(pps, None, "receives.pps")}, n, rank=rank)
     if appmon is not None:  # only with services: plans without them stay byte-identical
         fields["appmon"] = appmon
     if report:
@@ -311,7 +311,7 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
         fields["planned"] = {
             "local_rate": significant(applied.planned_rate, names, "planned_rate"),
             "mirrors": hostjson.grouped(src, rank[dst], {
-                "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n)}
+                "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)}
     extras = dc.server_extras
     if isinstance(extras, ExtraColumns):  # a field every server gives is one more column
         complete = extras.complete()
