@@ -82,8 +82,8 @@ class Lookup(NamedTuple):
     index: np.ndarray
 
 
-#: A field of ``grouped``: each object's JSON (in pair order), numbers (serialised here, in the
-#: lists' order) or a ``Lookup``.
+#: A field of ``grouped``: each object's JSON (in pair order; a list, or a fixed-width ``S``
+#: array as ``fixed`` makes), numbers (serialised here, in the lists' order) or a ``Lookup``.
 Field = Union[list[bytes], np.ndarray, Lookup]
 
 
@@ -158,6 +158,8 @@ def _fixed(column: Field, order: np.ndarray) -> np.ndarray | None:
         table = fixed(column.table)
         return None if table is None else table[column.index[order]]
     if isinstance(column, np.ndarray):
+        if column.dtype.kind == "S":  # written already
+            return fixed(column[order])
         return fixed(numbers(column[order].tolist()))
     table = fixed(column)
     return None if table is None else table[order]
@@ -204,6 +206,8 @@ def _in_order(column: Field, order: np.ndarray) -> list[bytes]:
     if isinstance(column, Lookup):
         return list(map(column.table.__getitem__, column.index[order].tolist()))
     if isinstance(column, np.ndarray):
+        if column.dtype.kind == "S":  # written already
+            return column[order].tolist()
         return numbers(column[order].tolist())
     return list(map(column.__getitem__, order.tolist()))
 
