@@ -102,7 +102,7 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
     count = len(owner)
     if count == 0:
         return [b"[]"] * n
-    order = np.lexsort((peer_rank, owner))
+    order = _pair_order(owner, peer_rank, n)
     owners = owner[order]
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
     keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
@@ -135,6 +135,15 @@ class Sorted(list):
     def __init__(self, items: list[bytes], rank: np.ndarray) -> None:
         super().__init__(items)
         self.rank = rank
+
+
+def _pair_order(owner: np.ndarray, peer_rank: np.ndarray, n: int) -> np.ndarray:
+    """The pairs by owner, then peer rank (``np.lexsort``'s stable order): one stable sort of
+    a single 64-bit key, about half lexsort's time, while ``n * n`` fits in one."""
+    span = max(n, int(peer_rank.max()) + 1, int(owner.max()) + 1)
+    if span >= 2**31 or peer_rank.min() < 0 or owner.min() < 0:
+        return np.lexsort((peer_rank, owner))
+    return np.argsort(owner.astype(np.int64) * span + peer_rank, kind="stable")
 
 
 #: Widest piece (bytes) ``grouped`` lays out in fixed width.
