@@ -3,9 +3,10 @@
 A random data centre of a few thousand hosts (seeded), planned by the exact solver, written as
 the controller publishes it (agent fields only, a sampling floor, complete inventory extras) and
 as ``cosample plan`` writes it (with the per-host report, some hosts with extras of their own):
-the SHA-256 of each document's compact bytes (the solve time set to 0), of the per-host report and of the report's
-busiest hosts were recorded with the writer at 7c5572d (before the host table was built from
-byte buffers), so any change to a byte of the canonical output fails here. The per-host
+the SHA-256 of each document's compact bytes (the solve time set to 0), of the per-host report
+and of the report's busiest hosts were recorded with the writer at 7c5572d (before the mirror
+lists were laid out as byte arrays), so any change to a byte of the canonical output fails
+here, on both of ``hostjson.grouped``'s paths (fixed width, and piece by piece). The per-host
 reference writer in test_planfile_columns.py checks the same tables field by field.
 """
 
@@ -92,3 +93,11 @@ CONTROLLER_PLAN = "e604b41fd74aca68e47f251ea211ea0cd8cb8e926a799ab2a25cc40b6b8dd
 CONTROLLER_REPORT = "27b76ed997d38c44a0a565ea0bdc6b91a6fe4439eca8089122f4d432fefab315"
 REPORTED_PLAN = "9ff47ceead2d31ae268ec11d183d17b3b43acb67aa842e1ea5f2eae095c3b8ee"
 REPORTED_BUSIEST = "ad389660de6888059ab38f84999d313066d2495035fc4b27a6899e21c21acdb7"
+
+
+@pytest.mark.parametrize("n", [50, 2**31])
+def test_pairs_are_ordered_as_lexsort_orders_them(n):
+    rng = np.random.default_rng(3)
+    owner = rng.integers(0, min(n, 40), size=500)
+    peer = rng.integers(0, min(n, 40), size=500)  # repeated pairs too: the order is stable
+    assert np.array_equal(hostjson._pair_order(owner, peer, n), np.lexsort((peer, owner)))
