@@ -37,7 +37,7 @@ from cosample.controller.decide import Decision, Policy
 from cosample.controller.evaluate import Evaluation
 from cosample.controller.plausibility import Screen, vet
 from cosample.controller.smoothing import Smoothed, update
-from cosample.plan.document import SHARE_BITS, selected_share
+from cosample.plan.appmon import SHARE_BITS, selected_share
 from cosample.planner.appmon import DEFAULT_COSTS, NONE, ONSITE, Services, loads
 from cosample.planner.appmon_plan import plan_appmon
 from cosample.planner.realise import realise

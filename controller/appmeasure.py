@@ -30,7 +30,7 @@ import numpy as np
 from cosample.appmon.snapshot import AppSnapshot
 from cosample.appmon.windows import service_name as analyser_name
 from cosample.controller.estimate import Measurement
-from cosample.plan.document import SHARE_BITS, selected_share
+from cosample.plan.appmon import SHARE_BITS, selected_share
 from cosample.planner.appmon import MEASURED_PACKETS_PER_REQUEST
 
 

@@ -14,8 +14,13 @@ Only numbers go through the split (a number's JSON has no comma); strings are es
 once by the standard library's C string encoder (``json.encoder.encode_basestring``: the same
 bytes as orjson for every code point, checked by the tests) and the inventory's extras one
 value at a time: a separate ``orjson.dumps`` per small value costs a page fault each (orjson's
-output buffer), 3-15 us instead of 0.2 us. Lists of objects (a host's mirrors) are written for
-all hosts by one join, cut apart at NUL bytes, which JSON text never holds raw.
+output buffer), 3-15 us instead of 0.2 us. Lists of objects (a host's mirrors: 6·10^5 pairs at
+10^6 hosts) are laid out without a Python object per object or field: every column as a
+fixed-width byte array in the lists' order, side by side in a matrix of bytes whose NUL padding
+is then dropped (JSON text never holds a raw NUL or other control byte), all lists at once, cut
+apart at a control byte, and given in the table's name order. The names are sorted, ranked and
+quoted once per inventory (``named``). tests/planner/test_plan_bytes_stable.py holds the bytes
+of two plans recorded before these changes.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
 from operator import itemgetter
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 import orjson
@@ -32,7 +37,7 @@ SORTED = orjson.OPT_SORT_KEYS
 BLOCK = 4096  # hosts per chunk of the table
 _NONE: Mapping[str, Any] = {}
 _CONSTANTS = {None: b"null", True: b"true", False: b"false"}
-_CUT = b"\x00"  # between the arrays of ``grouped``: escaped inside any JSON string
+_CUT = b"\x00"  # between the strings of ``strings``: escaped inside any JSON string
 
 #: A column: numbers (None in an object array: null), each row's JSON, or a nested object
 #: whose fields are columns.
@@ -74,32 +79,151 @@ def value(item: Any) -> bytes:
     return orjson.dumps(item, option=SORTED)
 
 
-def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, list[bytes]],
-            n: int) -> list[bytes]:
-    """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
-    object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON ``fields[key][j]``.
+class Lookup(NamedTuple):
+    """A column of ``grouped`` read from a table: object ``j`` has the JSON ``table[index[j]]``
+    (a peer's quoted name), looked up once in the lists' order, never copied in pair order."""
 
-    All arrays are written by one join and cut apart at NUL bytes put between owners."""
+    table: Sequence[bytes]
+    index: np.ndarray
+
+
+#: A field of ``grouped``: each object's JSON (in pair order; a list, or a fixed-width ``S``
+#: array as ``fixed`` makes), numbers (serialised here, in the lists' order) or a ``Lookup``.
+Field = Union[list[bytes], np.ndarray, Lookup]
+
+
+def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field],
+            n: int, block: int = 16 * BLOCK, rank: np.ndarray | None = None) -> list[bytes]:
+    """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
+    object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
+    With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order.
+
+    The pairs are sorted once and every column read in that order (numbers written, names
+    looked up), as fixed-width byte arrays: ``block`` objects at a time are laid side by side
+    in a matrix of bytes, padded with NULs (JSON text holds none raw) that are then dropped,
+    so no Python object is made per object or per field. All arrays are written at once and
+    cut apart at a control byte (``_SPLIT``) put between owners. A column wider than ``WIDE``
+    (a long name) is written piece by piece instead (``_grouped_pieces``), the same bytes."""
     count = len(owner)
     if count == 0:
         return [b"[]"] * n
-    order = np.lexsort((peer_rank, owner))
+    order = _pair_order(owner, peer_rank, n)
     owners = owner[order]
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
-    # each object's opening, closing the one before (set by index in an object array: no
-    # Python loop over the owners)
-    opening = np.full(count, b"},{", dtype=object)
-    opening[starts] = b"}]" + _CUT + b"[{"
-    opening[0] = b"[{"
-    index = order.tolist()
-    parts: list[Part] = [opening.tolist()]
-    for k, key in enumerate(sorted(fields)):
-        parts += [(b"," if k else b"") + value(key) + b":", list(map(fields[key].__getitem__,
-                                                                     index))]
-    arrays = (_rows(parts, count) + b"}]").split(_CUT)
+    keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
+    columns = [_fixed(fields[key], order) for key in sorted(fields)]
+    if any(column is None for column in columns):
+        text = _grouped_pieces(order, starts, fields, block)
+    else:
+        # each object's opening, closing the one before
+        opening = np.full(count, b"},{", dtype="S5")
+        opening[starts] = b"}]" + _SPLIT + b"[{"
+        opening[0] = b"[{"
+        pieces = []
+        for first in range(0, count, block):
+            last = min(first + block, count)
+            parts: list[bytes | np.ndarray] = [opening[first:last]]
+            for key, column in zip(keys, columns):
+                parts += [key, column[first:last]]
+            pieces.append(_packed(parts, last - first))
+        text = b"".join(pieces)
     lists = np.full(n, b"[]", dtype=object)
-    lists[owners[np.concatenate(([0], starts))]] = _objects(arrays)
-    return lists.tolist()
+    first = owners[np.concatenate(([0], starts))]
+    lists[first if rank is None else rank[first]] = _objects((text + b"}]").split(_SPLIT))
+    return lists.tolist() if rank is None else Sorted(lists.tolist(), rank)
+
+
+class Sorted(list):
+    """A column of ``grouped(..., rank=...)``: owner ``i``'s array at ``rank[i]`` (the hosts'
+    sorted order, the table's), so the table takes it as it is instead of reordering it."""
+
+    def __init__(self, items: list[bytes], rank: np.ndarray) -> None:
+        super().__init__(items)
+        self.rank = rank
+
+
+def _pair_order(owner: np.ndarray, peer_rank: np.ndarray, n: int) -> np.ndarray:
+    """The pairs by owner, then peer rank (``np.lexsort``'s stable order): one stable sort of
+    a single 64-bit key, about half lexsort's time, while ``n * n`` fits in one."""
+    span = max(n, int(peer_rank.max()) + 1, int(owner.max()) + 1)
+    if span >= 2**31 or peer_rank.min() < 0 or owner.min() < 0:
+        return np.lexsort((peer_rank, owner))
+    return np.argsort(owner.astype(np.int64) * span + peer_rank, kind="stable")
+
+
+#: Widest piece (bytes) ``grouped`` lays out in fixed width.
+WIDE = 256
+_SPLIT = b"\x01"  # between the arrays of ``grouped``: escaped inside any JSON string
+
+
+def fixed(pieces: Sequence[bytes]) -> np.ndarray | None:
+    """``pieces`` as a fixed-width byte array (``S``), None if one is wider than ``WIDE``."""
+    if isinstance(pieces, np.ndarray):
+        return pieces if pieces.dtype.itemsize <= WIDE else None
+    if max(map(len, pieces), default=0) > WIDE:
+        return None
+    return np.array(pieces, dtype=bytes) if len(pieces) else np.zeros(0, dtype="S1")
+
+
+def _fixed(column: Field, order: np.ndarray) -> np.ndarray | None:
+    """``column``'s pieces as a fixed-width byte array, pair ``order[0]``'s first (None: a
+    piece is wider than ``WIDE``)."""
+    if isinstance(column, Lookup):
+        table = fixed(column.table)
+        return None if table is None else table[column.index[order]]
+    if isinstance(column, np.ndarray):
+        if column.dtype.kind == "S":  # written already
+            return fixed(column[order])
+        return fixed(numbers(column[order].tolist()))
+    table = fixed(column)
+    return None if table is None else table[order]
+
+
+def _packed(parts: list[bytes | np.ndarray], count: int) -> bytes:
+    """``count`` rows, row ``j`` being each part's ``j``-th piece in turn (a ``bytes`` part is
+    the same in every row), from fixed-width arrays: laid out side by side, NULs dropped."""
+    widths = [len(part) if isinstance(part, bytes) else part.dtype.itemsize for part in parts]
+    matrix = np.zeros((count, sum(widths)), dtype=np.uint8)
+    column = 0
+    for part, width in zip(parts, widths):
+        matrix[:, column:column + width] = (
+            np.frombuffer(part, dtype=np.uint8) if isinstance(part, bytes)
+            else part.view(np.uint8).reshape(count, width))
+        column += width
+    flat = matrix.reshape(-1)
+    return flat[flat != 0].tobytes()
+
+
+def _grouped_pieces(order: np.ndarray, starts: np.ndarray, fields: Mapping[str, Field],
+                    block: int) -> bytes:
+    """``grouped``'s objects with a column too wide for fixed width: one piece per object and
+    field, joined ``block`` objects at a time, the arrays separated by ``_SPLIT``."""
+    count = len(order)
+    opening = [b"},{"] * count
+    for k in starts.tolist():
+        opening[k] = b"}]" + _SPLIT + b"[{"
+    opening[0] = b"[{"
+    keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
+    columns = [_in_order(fields[key], order) for key in sorted(fields)]
+    pieces = []
+    for first in range(0, count, block):
+        last = min(first + block, count)
+        parts: list[Part] = [opening[first:last]]
+        for key, column in zip(keys, columns):
+            parts += [key, column[first:last]]
+        pieces.append(_rows(parts, last - first))
+    return b"".join(pieces)
+
+
+def _in_order(column: Field, order: np.ndarray) -> list[bytes]:
+    """``column``'s pieces, pair ``order[0]``'s first."""
+    if isinstance(column, Lookup):
+        return list(map(column.table.__getitem__, column.index[order].tolist()))
+    if isinstance(column, np.ndarray):
+        if column.dtype.kind == "S":  # written already
+            return column[order].tolist()
+        return numbers(column[order].tolist())
+    return list(map(column.__getitem__, order.tolist()))
 
 
 def _objects(items: list[bytes]) -> np.ndarray:
@@ -120,13 +244,11 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
     n = len(names)
     if n == 0:
         return [b"{}"]
-    order = sorted(range(n), key=names.__getitem__)
-    index = np.asarray(order)
-    ordered = [names[i] for i in order]
-    quoted = strings(ordered)
+    known = named(names)
+    order, index, quoted = known.order, known.index, known.sorted_quoted
     columns = {key: _reordered(column, order, index) for key, column in fields.items()}
     chunks = []
-    for start, end, extra in _runs([extras.get(name) or _NONE for name in ordered]
+    for start, end, extra in _runs([extras.get(names[i]) or _NONE for i in order]
                                    if extras else None, n):
         run = {key: (0, column) for key, column in columns.items()}
         for key in extra[0] if extra else ():  # relative to ``start``
@@ -142,6 +264,52 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
     return chunks
 
 
+class Names(NamedTuple):
+    """A table's names as the writers use them: ``order`` (positions in sorted order, also as
+    the array ``index``), each name's ``rank`` in it, the quoted names in host order
+    (``quoted``), in sorted order (``sorted_quoted``) and as a fixed-width array (``narrow``,
+    None if a name is longer than ``WIDE``)."""
+
+    order: list[int]
+    index: np.ndarray
+    rank: np.ndarray
+    quoted: list[bytes]
+    sorted_quoted: list[bytes]
+    narrow: np.ndarray | None
+
+
+_KNOWN: list[tuple[Sequence[str], Names]] = []
+
+
+def named(names: Sequence[str]) -> Names:
+    """``Names`` of ``names``, kept for the last tuple seen (the same object: an inventory's
+    names, cycle after cycle), so a plan and its report sort and quote them once."""
+    if _KNOWN and _KNOWN[0][0] is names:
+        return _KNOWN[0][1]
+    order = sorted(range(len(names)), key=names.__getitem__)
+    index = np.asarray(order, dtype=np.int64)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[index] = np.arange(len(names))
+    quoted = strings(names)
+    known = Names(order, index, rank, quoted, list(map(quoted.__getitem__, order)),
+                  fixed(quoted))
+    if isinstance(names, tuple):
+        _KNOWN[:] = [(names, known)]
+    return known
+
+
+def peers(known: Names, index: np.ndarray) -> orjson.Fragment:
+    """The JSON array of the names at positions ``index`` (laid out at once when they are
+    narrow), to embed in a document orjson writes."""
+    if not len(index):
+        return orjson.Fragment(b"[]")
+    if known.narrow is None:
+        text = b",".join(map(known.quoted.__getitem__, index.tolist()))
+    else:
+        text = _packed([known.narrow[index], b","], len(index))[:-1]
+    return orjson.Fragment(b"[" + text + b"]")
+
+
 def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
     """The columns of ``hosts`` only (positions), for ``table`` of just those hosts."""
     return {key: _reordered(column, hosts, np.asarray(hosts, dtype=np.int64))
@@ -151,6 +319,11 @@ def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
 def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
     if isinstance(column, np.ndarray):
         return column[index]
+    if isinstance(column, Sorted):
+        if len(index) == len(column) and np.array_equal(column.rank[index],
+                                                        np.arange(len(column))):
+            return column  # already in this order (the table's own)
+        return list(map(column.__getitem__, column.rank[index].tolist()))
     if isinstance(column, Mapping):
         return {key: _reordered(inner, order, index) for key, inner in column.items()}
     return list(map(column.__getitem__, order))

@@ -65,7 +65,8 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         appmon_solution, services = appmon_plan.plan_appmon(problem, applied)
         appmon = [orjson.dumps(host, option=orjson.OPT_SORT_KEYS)
                   for host in appmon_plan.host_entries(dc, appmon_solution, services)]
-    hosts = _host_table(problem, applied, floor, report, appmon)  # plan_id hashes it as is
+    roles = _roles(problem, applied)
+    hosts = _host_table(problem, applied, floor, report, appmon, roles)  # plan_id hashes it
     plan: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -74,7 +75,7 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         "cost": _cost(problem),
         "solver": {"name": solution.solver, "lp_backend": solution.lp_backend,
                    "variables": solution.variables, "seconds": round(solution.seconds, 6)},
-        "summary": _summary(solution, point_estimate),
+        "summary": _summary(solution, point_estimate, roles),
         "hosts": hosts if lazy_hosts else hosts.parsed(),
     }
     if appmon is not None:
@@ -209,15 +210,16 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _summary(solution: Solution, point_estimate: Solution | None) -> dict[str, Any]:
-    """What the solution carries (its applied plan, baseline and continuous optimum), stated."""
+def _summary(solution: Solution, point_estimate: Solution | None, roles: np.ndarray
+             ) -> dict[str, Any]:
+    """What the solution carries (its applied plan, baseline and continuous optimum), stated
+    (``roles``: each host's, ``_roles``)."""
     problem = solution.problem
     applied, baseline = solution.applied, solution.baseline_pps
     total = float(problem.own_pps.sum())
     collected = applied.collected_pps
     gain = collected / baseline - 1 if baseline > 0 else 0.0
     bounds = solution.bounds
-    roles = _roles(problem, applied)
     summary = {
         "servers": problem.size,
         "own_pps_total": _num(total),
@@ -268,11 +270,12 @@ def _roles(problem, applied: Realised) -> np.ndarray:
     return np.where(nothing & ((problem.own_pps == 0) | problem.receiver), "idle", roles)
 
 
-def _host_table(problem, applied: Realised, floor: int | None = None,
-                report: bool = True, appmon: list[bytes] | None = None) -> HostTable:
+def _host_table(problem, applied: Realised, floor: int | None, report: bool,
+                appmon: list[bytes] | None, roles: np.ndarray) -> HostTable:
     """Every host's entry as compact sorted JSON, built from whole columns (``hostjson``: no
     per-host dicts): the numbers rounded at once (``significant``), each column serialised
-    once, mirror and receive lists grouped by one sort. ``report``: with the report's fields."""
+    once, mirror and receive lists grouped by one sort. ``report``: with the report's fields;
+    ``roles``: each host's (``_roles``, computed once for the table and the summary)."""
     dc = problem.dc
     names = dc.names
     own = problem.own_pps
@@ -286,19 +289,22 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
     fields: dict[str, Any] = {
         "local_rate": significant(local, names, "local_rate"),
         "sflow_sampling": np.where(interval > 0, interval.astype(object), None),
-        "role": [quoted[role] for role in _roles(problem, applied).tolist()]}
-    rank = _name_rank(names)
+        "role": [quoted[role] for role in roles.tolist()]}
+    known = hostjson.named(names)  # sorted and quoted once (kept for the next plan)
+    rank = known.rank
     n = len(names)
-    quoted_names = hostjson.strings(names)
+    quoted_names = known.quoted if known.narrow is None else known.narrow
     src, dst, pps = applied.mirror_src, applied.mirror_dst, applied.mirror_pps
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
-    rate = hostjson.numbers(significant(pps / own[src], None, "mirrors.rate").tolist())
+    rate = significant(pps / own[src], None, "mirrors.rate")
+    written = hostjson.fixed(hostjson.numbers(rate.tolist()))  # for both lists (never None:
+    rate = rate if written is None else written                 # a number is short)
     fields["mirrors"] = hostjson.grouped(src, rank[dst], {
-        "to": list(map(quoted_names.__getitem__, dst.tolist())), "rate": rate}, n)
+        "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)
     fields["receives"] = hostjson.grouped(dst, rank[src], {
-        "from": list(map(quoted_names.__getitem__, src.tolist())), "rate": rate,
-        "pps": hostjson.numbers(significant(pps, None, "receives.pps").tolist())}, n)
+        "from": hostjson.Lookup(quoted_names, src), "rate": rate,
+        "pps": significant(pps, None, "receives.pps")}, n, rank=rank)
     if appmon is not None:  # only with services: plans without them stay byte-identical
         fields["appmon"] = appmon
     if report:
@@ -307,8 +313,7 @@ def _host_table(problem, applied: Realised, floor: int | None = None,
         fields["planned"] = {
             "local_rate": significant(applied.planned_rate, names, "planned_rate"),
             "mirrors": hostjson.grouped(src, rank[dst], {
-                "to": list(map(quoted_names.__getitem__, dst.tolist())),
-                "rate": hostjson.numbers(rate.tolist())}, n)}
+                "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)}
     extras = dc.server_extras
     if isinstance(extras, ExtraColumns):  # a field every server gives is one more column
         complete = extras.complete()
@@ -335,13 +340,14 @@ def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:
     applied = solution.applied
     names = problem.dc.names
     src, dst, rate = _planned_mirrors(problem, applied)
+    known = hostjson.named(names)  # as the plan's table quoted them
     document = {
         "format": REPORT_FORMAT, "format_version": FORMAT_VERSION,
         "plan_id": plan["plan_id"], "version": plan["version"], "names": list(names),
         **_report_columns(problem, applied),
         "planned": {"local_rate": significant(applied.planned_rate, names, "planned_rate"),
-                    "mirrors": {"from": [names[i] for i in src.tolist()],
-                                "to": [names[k] for k in dst.tolist()], "rate": rate}}}
+                    "mirrors": {"from": hostjson.peers(known, src),
+                                "to": hostjson.peers(known, dst), "rate": rate}}}
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
@@ -365,14 +371,6 @@ def _planned_mirrors(problem, applied: Realised) -> tuple[np.ndarray, np.ndarray
     planned = pps > 0
     src, dst, pps = src[planned], dst[planned], pps[planned]
     return src, dst, significant(pps / problem.own_pps[src], None, "planned.mirrors.rate")
-
-
-def _name_rank(names: tuple[str, ...]) -> np.ndarray:
-    """Each name's position in sorted order (lists in a plan are sorted by peer name)."""
-    order = sorted(range(len(names)), key=names.__getitem__)
-    rank = np.empty(len(names), dtype=np.int64)
-    rank[order] = np.arange(len(names))
-    return rank
 
 
 def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,
