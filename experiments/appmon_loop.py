@@ -22,7 +22,7 @@ one web server "busy" for a planner whose capacities are OVS's forwarding limits
 phase measures requests/s at ``--quiet-connections`` and ``--busy-connections`` and packets per
 request; the web host's capacity is then set so that, with the on-site sniffer's planned cost
 (the calibrated costs, ``appmon_cost.calibration``), the busy rate uses 95 % of it:
-``capacity = busy rate x packets per request x (1 + alpha + onsite cost) / 0.95``; the
+``capacity = busy rate x (packets per request x (1 + alpha) + onsite cost per request) / 0.95``; the
 overload trigger is at 90 % (``margin`` 0.10) and plans are made for 80 % (``plan_margin``).
 sFlow's alpha and beta are 0.02 and 0.01 (every packet sampled costs little), so that sampling
 cannot be what overloads the host. The analysis host's capacity is ten times the web host's.
@@ -197,8 +197,8 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         inv_doc = inventory(1.0, packets, rig)
         costs = {**DEFAULT_COSTS, **inventory_from_dict(inv_doc).appmon_cost}
         # per request on the web host: forwarding and sampling every packet (alpha), and the
-        # sniffer as the planner charges it (rate x packets x cost, planner.appmon._load_rows)
-        per_request = packets * (1 + ALPHA) + packets * costs["onsite"]
+        # sniffer as the planner charges it (rate x cost per request, planner.appmon._load_rows)
+        per_request = packets * (1 + ALPHA) + costs["onsite"]
         capacity = measured["busy_requests_per_s"] * per_request / BUSY_USE
         inv_doc = inventory(capacity, packets, rig)
         inv = inventory_from_dict(inv_doc)

@@ -109,7 +109,7 @@ def _options(svc: Services, n: int, mirrors: bool) -> tuple[np.ndarray, np.ndarr
 
 def _load_rows(svc: Services, j: np.ndarray, k: np.ndarray, costs: dict, n: int):
     """Per option: (host, load per unit share) entries of the capacity rows, and bytes."""
-    volume = svc.rate[j] * svc.packets[j]
+    volume = svc.rate[j]  # the costs are per request
     onsite = k == ONSITE
     rows = [svc.host[j], np.where(onsite, 0, k)]
     values = [volume * np.where(onsite, costs["onsite"], costs["mirror_sender"]),
@@ -144,7 +144,7 @@ def solve_onsite(svc: Services, residual: np.ndarray, costs: dict) -> AppmonPlan
     n = residual.shape[0]
     share = np.zeros(svc.size)
     left = residual.astype(float).copy()
-    unit = svc.rate * svc.packets * costs["onsite"]
+    unit = svc.rate * costs["onsite"]
     need = np.where(svc.onsite_ok, svc.min_share * unit, np.where(svc.min_share > 0, np.inf, 0))
     used = np.bincount(svc.host, weights=need, minlength=n)
     if np.any(used > left * (1 + 1e-12) + 1e-9):
@@ -273,10 +273,10 @@ def solve_greedy(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, cost
     analysers: set[int] = set()
     to = np.full(svc.size, NONE)
     share = np.zeros(svc.size)
-    order = np.lexsort((np.arange(svc.size), -svc.weight / svc.packets, -svc.min_share))
+    order = np.lexsort((np.arange(svc.size), -svc.weight, -svc.min_share))
     for j in order.tolist():
         h = int(svc.host[j])
-        volume = svc.rate[j] * svc.packets[j]
+        volume = svc.rate[j]  # the costs are per request
         if volume == 0:
             to[j], share[j] = ONSITE if svc.onsite_ok[j] else NONE, float(svc.onsite_ok[j])
             continue

@@ -83,7 +83,9 @@ class Rig:
 
 
 def test_analysis_moves_off_host_when_busy_and_back_when_quiet(tmp_path):
-    rig = Rig(tmp_path)
+    # s1 at 320 requests/s: 1,800 pps forwarded (a 4x step, within the plausibility screen's
+    # jump factor) + 320 x 5.25 for the sniffer = 3,480 > 90 % of 3,200; mirrored: 2,219 fits
+    rig = Rig(tmp_path, capacities=(3200, 20000))
     timeline = [rig.cycle(50) for _ in range(3)]
     assert timeline[-1].result == "published" or any(s.result == "published" for s in timeline)
     assert rig.mechanism() == ("sniffer", None)  # room on s1: analysed on-site, no fabric
@@ -99,7 +101,10 @@ def test_analysis_moves_off_host_when_busy_and_back_when_quiet(tmp_path):
     assert busy[-1].predicted_max_use <= 0.95
     quiet = [rig.cycle(50) for _ in range(8)]
     back = [s for s in quiet if s.result == "published"]
-    assert len(back) == 1 and "application fabric" in back[0].reasons[-1]
+    # one publication brings it back: the application rule's (no fabric for as many requests)
+    # or the sFlow part's gain on the quiet traffic, whichever is confirmed first
+    assert len(back) == 1
+    assert "application fabric" in back[0].reasons[-1] or back[0].reasons[0].startswith("gain")
     assert quiet.index(back[0]) >= 2  # confirmed over cycles, not at the first quiet one
     assert rig.mechanism() == ("sniffer", None)
     status = back[0].applications

@@ -18,7 +18,7 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
     reason = rig_unavailable()
     if reason:
         pytest.skip(reason)
-    result = run_scenario(Settings(quiet_s=12, busy_s=20, after_s=30, seed=4), tmp_path)
+    result = run_scenario(Settings(quiet_s=12, busy_s=35, after_s=30, seed=4), tmp_path)
     cal = result["calibration"]
     assert cal["busy_requests_per_s"] > 2 * cal["quiet_requests_per_s"], cal
     quiet, busy, after = phases_summary(result)
@@ -41,5 +41,6 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
     assert all(r["mean_ok"] and r["p95_ok"] for r in onsite), [
         r for r in onsite if not (r["mean_ok"] and r["p95_ok"])]
     compared = [r for r in rows if r["compared"]]
-    assert all(abs(r["matched"] - r["log_requests"]) <= 0.02 * r["log_requests"] + 2
-               for r in compared)
+    miscounted = [r for r in compared
+                  if abs(r["matched"] - r["log_requests"]) > 0.02 * r["log_requests"] + 2]
+    assert not miscounted, miscounted

@@ -81,7 +81,7 @@ def test_busy_host_offloads_its_analysis():
     svc = Services(host=np.array([0]), rate=np.array([1000.0]), packets=np.array([5.0]),
                    weight=np.ones(1), min_share=np.zeros(1), onsite_ok=np.ones(1, bool),
                    bytes_per_request=np.array([1500.0]))
-    volume = 1000 * 5
+    volume = 1000  # requests/s: the costs are per request
     residual = np.array([volume * DEFAULT_COSTS["mirror_sender"], 1e9])
     onsite = solve_onsite(svc, residual, DEFAULT_COSTS)
     plan = plan_services(svc, residual, np.full(2, np.inf), DEFAULT_COSTS)
