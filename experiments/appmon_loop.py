@@ -23,7 +23,8 @@ phase measures requests/s at ``--quiet-connections`` and ``--busy-connections`` 
 request; the web host's capacity is then set so that, with the on-site sniffer's planned cost
 (the calibrated costs, ``appmon_cost.calibration``), the busy rate uses 95 % of it:
 ``capacity = busy rate x (packets per request x (1 + alpha) + onsite cost per request) / 0.95``; the
-overload trigger is at 90 % (``margin`` 0.10) and plans are made for 80 % (``plan_margin``).
+overload trigger is at 85 % (``margin`` 0.15) and plans are made for 75 % (``plan_margin``):
+10 % below the busy use, so a busy rate that falls short of the calibration's still triggers.
 sFlow's alpha and beta are 0.02 and 0.01 (every packet sampled costs little), so that sampling
 cannot be what overloads the host. The analysis host's capacity is ten times the web host's.
 
@@ -53,7 +54,7 @@ ALPHA, BETA = 0.02, 0.01
 #: The sniffer's planned use of the web host at the calibrated busy rate: above the overload
 #: trigger (``1 - MARGIN``), below the capacity, so that the plan in force is relieved before
 #: the host is over its capacity (a rate measured 5 % above the calibration's still fits).
-BUSY_USE, MARGIN, PLAN_MARGIN = 0.95, 0.10, 0.20
+BUSY_USE, MARGIN, PLAN_MARGIN = 0.95, 0.15, 0.25
 
 
 @dataclass(frozen=True)
