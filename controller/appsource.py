@@ -19,10 +19,11 @@ from datetime import datetime, timedelta
 
 from cosample.appmon.errors import AppmonError
 from cosample.appmon.snapshot import AppSnapshot, parse_snapshot
-from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Verifier
+from cosample.collector.authenticity import Verifier
 from cosample.collector.errors import CollectorError
 from cosample.controller.errors import SnapshotError
-from cosample.fetch import MISSING, FetchError, fetch as fetch_document, fetch_bytes
+from cosample.controller.source import verify_signed
+from cosample.fetch import MISSING, FetchError, fetch as fetch_document
 
 #: An analyser's snapshot lists one entry per service it saw: far below this.
 MAX_BYTES = 16 * 1024 * 1024
@@ -81,11 +82,7 @@ class AnalyserReader:
                                     + ("not found (no window closed yet?)"
                                        if response.status == MISSING else response.status))
             if self.verifier is not None:
-                over_http = urllib.parse.urlsplit(location).scheme in ("http", "https")
-                signature = response.headers.get(HEADER.lower()) if over_http else \
-                    fetch_bytes(location + SIGNATURE_SUFFIX, label="analyser snapshot",
-                                timeout_s=timeout_s, max_bytes=4096, missing_ok=True)
-                self.verifier.verify(response.data, signature, f"analyser snapshot {location}")
+                verify_signed(self.verifier, location, response, "analyser snapshot", timeout_s)
         except (FetchError, CollectorError) as exc:
             raise SnapshotError(str(exc)) from None
         try:

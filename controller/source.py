@@ -25,7 +25,8 @@ from cosample.collector.errors import CollectorError
 from cosample.collector.merge import merge_snapshots
 from cosample.collector.snapshot import Snapshot, parse_snapshot_json
 from cosample.controller.errors import SnapshotError
-from cosample.fetch import MISSING, UNCHANGED, FetchError, fetch as fetch_document, fetch_bytes
+from cosample.fetch import (MISSING, UNCHANGED, FetchError, Response, fetch as fetch_document,
+                            fetch_bytes)
 
 MAX_BYTES = 512 * 1024 * 1024
 
@@ -68,11 +69,7 @@ class SnapshotReader:
                                     else f"snapshot {location}: HTTP 304 to an unconditional "
                                          "request")
             if self.verifier is not None:
-                over_http = urllib.parse.urlsplit(location).scheme in ("http", "https")
-                signature = response.headers.get(HEADER.lower()) if over_http else \
-                    fetch_bytes(location + SIGNATURE_SUFFIX, label="snapshot",
-                                timeout_s=timeout_s, max_bytes=4096, missing_ok=True)
-                self.verifier.verify(response.data, signature, f"snapshot {location}")
+                verify_signed(self.verifier, location, response, "snapshot", timeout_s)
         except FetchError as exc:
             raise SnapshotError(str(exc)) from None
         except CollectorError as exc:
@@ -144,3 +141,13 @@ def snapshot_url(location: str) -> str:
         return urllib.parse.urlunsplit(parts._replace(path=snapshotbin.BINARY_PATH))
     return location
 
+
+def verify_signed(verifier: Verifier, location: str, response: Response, label: str,
+                  timeout_s: float) -> None:
+    """Check ``response``'s bytes against their signature: the HTTP header over http(s), the
+    file ``location + .sig`` otherwise; ``CollectorError``/``FetchError`` when it fails."""
+    over_http = urllib.parse.urlsplit(location).scheme in ("http", "https")
+    signature = response.headers.get(HEADER.lower()) if over_http else \
+        fetch_bytes(location + SIGNATURE_SUFFIX, label=label, timeout_s=timeout_s,
+                    max_bytes=4096, missing_ok=True)
+    verifier.verify(response.data, signature, f"{label} {location}")
