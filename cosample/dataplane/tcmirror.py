@@ -146,6 +146,35 @@ def chain_filter_argvs(device: str, targets: Sequence[str], shares: Sequence[flo
             for k, (target, q) in enumerate(zip(targets, chain_thresholds(shares)))]
 
 
+def bytecode_from_ddd(text: str) -> str:
+    """tc's ``bytecode`` string from ``tcpdump -y EN10MB -ddd EXPR`` (a count line, then one
+    ``code jt jf k`` per line): a libpcap filter as a classifier, e.g. the sniffer's own filter
+    (``agents.appmon_state.bpf_filter``), so a tc mirror copies what the sniffer would read.
+    cls_bpf runs a classic program from the Ethernet header on both hooks."""
+    lines = [line.split() for line in text.strip().splitlines()]
+    try:
+        count = int(lines[0][0])
+        program = [tuple(int(field) for field in line) for line in lines[1:]]
+    except (IndexError, ValueError):
+        raise TcMirrorError(f"not tcpdump -ddd output: {text[:80]!r}") from None
+    if count != len(program) or not 0 < count <= 4096 or any(len(i) != 4 for i in program):
+        raise TcMirrorError(f"tcpdump -ddd output: {count} instructions announced, "
+                            f"{len(program)} read")
+    return ",".join([str(count), *(" ".join(str(f) for f in i) for i in program)])
+
+
+def selective_filter_argv(device: str, target: str, bytecode: str, *, prio: int,
+                          direction: str, netns: str | None = None,
+                          cookie: str | None = None) -> list[str]:
+    """``tc filter replace`` copying the packets ``bytecode`` matches on one hook of ``device``
+    to ``target`` (the kernel mirror of an application service: its copies leave at the
+    kernel's receive or transmit time, not after the switch's queue)."""
+    argv = mirror_filter_argv(device, target, 1.0, prio=prio, direction=direction, netns=netns,
+                              cookie=cookie)
+    argv[argv.index("bytecode") + 1] = bytecode
+    return argv
+
+
 # validation ----------------------------------------------------------------------------------
 def _probability(value: float, name: str) -> float:
     if isinstance(value, bool):

@@ -21,7 +21,13 @@ once merged):
 - ``port``: an OVS ``Mirror`` selecting every packet into and out of the server's port, output
   to the tunnel port; ``snaplen`` truncates each copy;
 - ``selective``: OpenFlow flows that, besides forwarding, copy the service's TCP segments with
-  PSH set (requests and single-segment responses) to the tunnel port; ``max_len`` truncates.
+  PSH set (requests and single-segment responses) to the tunnel port; ``max_len`` truncates;
+- ``tc``: the same segments copied by the kernel at the server's port (``clsact`` on its switch
+  end, a classic-BPF classifier compiled from the sniffer's filter, ``mirred`` to a kernel VXLAN
+  device ``Pvt``, VNI 4243, over a second underlay veth ``Pvk`` -- ``eth1``; the analysis node
+  reads ``vx1``). The copies leave when the kernel receives the response from the server and
+  when ovs-vswitchd transmits the request to it, not after the response's wait in
+  ovs-vswitchd's receive queue (docs/appmon-mechanisms.md); no truncation (tc has none).
 
 Removes, on exit or error, what it created: processes by PID, OVS by its pidfiles, namespaces
 by name. Needs root, OVS and the web rig's programs.
@@ -41,6 +47,10 @@ from cosample.lab.web import CLIENT_ADDRESS, SERVER_ADDRESS, WebRig, web_availab
 UNDERLAY_SWITCH, UNDERLAY_ANALYSIS = "10.78.0.1", "10.78.0.2"
 TUNNEL_VNI, VXLAN_PORT = 4242, 4789
 UNDERLAY_MTU = 1600
+#: The kernel mirror's own underlay and VNI (``tc``): kernel-routed, not through ovs-vswitchd.
+KERNEL_SWITCH, KERNEL_ANALYSIS, KERNEL_VNI = "10.79.0.1", "10.79.0.2", 4243
+#: tc priority of the kernel mirror's filters on the server's port (both hooks).
+TC_PRIO = 40
 #: OpenFlow cookie of the selective-mirror flows (their removal matches it exactly).
 SELECTIVE_COOKIE = 0xA99D
 MIRROR_NAME = "appmon-mirror"
@@ -167,6 +177,29 @@ class MirrorRig(WebRig):
         self._ofctl("del-flows", phy)
         for flow in wire_flows(uplink, "LOCAL"):
             self._ofctl("add-flow", phy, flow)
+        self._build_kernel_tunnel()
+
+    def _build_kernel_tunnel(self) -> None:
+        """The ``tc`` mechanism's path: a kernel VXLAN device in the switch namespace over its
+        own veth to the analysis node's ``eth1``, where ``vx1`` decapsulates."""
+        p, sw, an = self.prefix, ["ip", "-n", self.switch], ["ip", "-n", self.analysis]
+        self.kernel_uplink, self.kernel_tunnel = f"{p}vk", f"{p}vt"
+        self.lab.veth(self.kernel_uplink, self.analysis, peer="eth1",
+                      address=f"{KERNEL_ANALYSIS}/24", host_namespace=self.switch)
+        run([*sw, "addr", "add", f"{KERNEL_SWITCH}/24", "dev", self.kernel_uplink])
+        for argv in ([*sw, "link", "set", self.kernel_uplink, "mtu", str(UNDERLAY_MTU)],
+                     [*an, "link", "set", "eth1", "mtu", str(UNDERLAY_MTU)],
+                     [*sw, "link", "add", self.kernel_tunnel, "type", "vxlan", "id",
+                      str(KERNEL_VNI), "local", KERNEL_SWITCH, "remote", KERNEL_ANALYSIS,
+                      "dstport", str(VXLAN_PORT), "dev", self.kernel_uplink],
+                     [*sw, "link", "set", self.kernel_tunnel, "up"],
+                     [*an, "link", "add", "vx1", "type", "vxlan", "id", str(KERNEL_VNI),
+                      "local", KERNEL_ANALYSIS, "dstport", str(VXLAN_PORT), "dev", "eth1"],
+                     [*an, "link", "set", "vx1", "up"]):
+            run(argv)
+        # the kernel would send its own IPv6 router solicitations and the like into the tunnel
+        run(["ip", "netns", "exec", self.switch, "sysctl", "-q", "-w",
+             f"net.ipv6.conf.{self.kernel_tunnel}.disable_ipv6=1"])
 
     def _management(self) -> str:
         return f"unix:{self.ovs.directory / (self.bridge + '.mgmt')}"
@@ -192,15 +225,31 @@ class MirrorRig(WebRig):
                                         service_port, truncate, share_bits,
                                         segments):
                 self._ofctl("add-flow", self._management(), flow)
+        elif kind == "tc":
+            self._tc_mirror(service_port, segments)
         elif kind != "none":
-            raise ValueError(f"mechanism {kind!r}: expected none, port or selective")
+            raise ValueError(f"mechanism {kind!r}: expected none, port, selective or tc")
         self.mechanism = (kind, truncate)
         # A changed Mirror row does not always reach flows already cached in the datapath
         # (seen here: a mirror added after traffic copied nothing): drop them all.
         self.ovs.appctl("revalidator/purge")
 
+    def _tc_mirror(self, service_port: int, segments: str) -> None:
+        from cosample.agents.appmon_state import bpf_filter
+        from cosample.dataplane.tcmirror import (bytecode_from_ddd, clsact_add_argv,
+                                                 selective_filter_argv)
+        text = bpf_filter(SERVER_ADDRESS, service_port, segments)
+        bytecode = bytecode_from_ddd(run(["tcpdump", "-y", "EN10MB", "-ddd", text]).stdout)
+        run(clsact_add_argv(self.server_port, netns=self.switch))
+        for direction in ("ingress", "egress"):  # from the server, to the server
+            run(selective_filter_argv(self.server_port, self.kernel_tunnel, bytecode,
+                                      prio=TC_PRIO, direction=direction, netns=self.switch))
+
     def clear_mechanism(self) -> None:
         kind = self.mechanism[0]
+        if kind == "tc":
+            from cosample.dataplane.tcmirror import clsact_delete_argv
+            run(clsact_delete_argv(self.server_port, netns=self.switch))
         if kind == "port":
             self.ovs.vsctl(*port_mirror_removal_args(self.bridge))
         elif kind == "selective":
@@ -210,7 +259,7 @@ class MirrorRig(WebRig):
 
     def analysis_counters(self, device: str = "eth0") -> LinkCounters:
         """Frames and bytes the analysis node received on ``device`` (eth0: the underlay, VXLAN
-        included; vx0: the decapsulated copies)."""
+        included; vx0: the decapsulated copies; eth1 and vx1 the same for ``tc``)."""
         stats = json.loads(run(["ip", "-n", self.analysis, "-s", "-j", "link", "show",
                                 device]).stdout)[0]["stats64"]["rx"]
         return LinkCounters(stats["packets"], stats["bytes"])
