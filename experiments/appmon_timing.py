@@ -19,7 +19,11 @@ request and response legs with the server's capture. Printed per level and point
 matched, mean service time minus the log's (mean, p95 of the per-request difference), and the
 mean delay of the request and the response leg behind the server's capture.
 
-    python -m cosample.experiments.appmon_timing [--seconds 10] [--connections 1 8 24] [--json F]
+    python -m cosample.experiments.appmon_timing [--seconds 10] [--connections 1 8 24]
+        [--flood-pps 0 20000] [--json F]
+
+``--flood-pps``: a bounded UDP flood from the client namespace to the server's discard port
+through the switch (not mirrored), to load ovs-vswitchd at a fixed web load.
 """
 
 from __future__ import annotations
@@ -40,22 +44,34 @@ from cosample.experiments.errors import ExperimentError
 
 PORT = 80
 VXLAN_HEADERS = 14 + 20 + 8 + 8
+#: A bounded UDP flood from the client to the server's discard port, through the switch (not
+#: the service, not mirrored): load on ovs-vswitchd at a fixed web load. argv: pps, seconds.
+FLOOD = ("import socket, sys, time\n"
+         "pps, seconds = float(sys.argv[1]), float(sys.argv[2])\n"
+         "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+         "start = time.monotonic(); sent = 0\n"
+         "while (now := time.monotonic() - start) < seconds:\n"
+         "    while sent < pps * now:\n"
+         "        s.sendto(b'x' * 64, (sys.argv[3], 9)); sent += 1\n"
+         "    time.sleep(0.002)\n")
 
 
 def messages(path: Path, outer: int = 0) -> dict[str, dict[tuple[int, int], float]]:
     """Per request ``(client port, number on the connection from 1)``: when its first segment
     (``GET``) and its response's first segment (``HTTP/``) were captured. ``outer``: bytes of
-    encapsulation before the inner Ethernet header."""
+    encapsulation before the inner Ethernet header. A segment seen again (same client port and
+    sequence number) is a retransmission and counts once, at its first sighting."""
     from cosample.appmon.pcap import frames
     seen: dict[str, dict[tuple[int, int], float]] = {"request": {}, "response": {}}
     counts: dict[str, dict[int, int]] = {"request": {}, "response": {}}
+    segments: set[tuple[str, int, int]] = set()  # a retransmission is not another message
     for stamp, frame in frames(path):
         frame = frame[outer:]
         if len(frame) < 54 or frame[12:14] != b"\x08\x00" or frame[23] != 6:
             continue
         ihl = (frame[14] & 15) * 4
         tcp = 14 + ihl
-        sport, dport = struct.unpack("!HH", frame[tcp:tcp + 4])
+        sport, dport, seq = struct.unpack("!HHI", frame[tcp:tcp + 8])
         payload = frame[tcp + (frame[tcp + 12] >> 4) * 4:]
         if dport == PORT and payload.startswith(b"GET "):
             kind, client = "request", sport
@@ -63,6 +79,9 @@ def messages(path: Path, outer: int = 0) -> dict[str, dict[tuple[int, int], floa
             kind, client = "response", dport
         else:
             continue
+        if (kind, client, seq) in segments:
+            continue
+        segments.add((kind, client, seq))
         number = counts[kind].get(client, 0) + 1
         counts[kind][client] = number
         seen[kind].setdefault((client, number), stamp)
@@ -106,6 +125,7 @@ def compare(points: dict[str, dict], log: dict[tuple[int, int], float]) -> dict[
 def run(settings: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     from cosample.experiments.appmon_monitors import cpu_seconds, parse_wrk
     from cosample.lab.appmirror import MirrorRig, rig_unavailable
+    from cosample.lab.web import SERVER_ADDRESS
     reason = rig_unavailable()
     if reason:
         raise ExperimentError(f"appmon_timing cannot run here: {reason}")
@@ -113,7 +133,8 @@ def run(settings: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     with MirrorRig(scratch / "rig", seed=settings.seed) as rig:
         rig.set_mechanism("selective", service_port=PORT)
         rig._tc_mirror(PORT, "psh")  # both mirrors at once: the same requests through each
-        for connections in settings.connections:
+        for connections, flood in [(c, f) for f in settings.flood_pps
+                                   for c in settings.connections]:
             where = {"server": (rig.server, "eth0", 0), "ovs_out": (rig.switch, rig.uplink,
                                                                      VXLAN_HEADERS),
                      "ovs_copy": (rig.analysis, "vx0", 0), "tc_copy": (rig.analysis, "vx1", 0)}
@@ -125,10 +146,16 @@ def run(settings: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             time.sleep(1.5)
             since = len((rig.directory / "access.log").read_text().splitlines())
             load_before, cpu_before = os.getloadavg()[0], cpu_seconds(rig.vswitchd_pid())
+            flooder = rig._spawn(rig.client, [
+                sys.executable, "-c", FLOOD, str(flood), str(settings.seconds + 1),
+                SERVER_ADDRESS]) if flood else None
             report = parse_wrk(rig.load(rig.url(mean_ms=settings.mean_ms, size=settings.size),
                                         duration_s=settings.seconds, connections=connections,
                                         latency=True))
             cpu = cpu_seconds(rig.vswitchd_pid()) - cpu_before
+            if flooder is not None:
+                flooder.wait(timeout=30)
+                rig._processes.remove(flooder)
             time.sleep(1.0)
             for process in captures.values():
                 rig.stop(process)
@@ -136,7 +163,7 @@ def run(settings: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             log = log_times(rig.directory / "access.log", since)
             points = {name: messages(scratch / f"{name}-{connections}.pcap", outer)
                       for name, (_, _, outer) in where.items()}
-            level = {"connections": connections, "requests_per_s": report.requests_per_s,
+            level = {"connections": connections, "flood_pps": flood, "requests_per_s": report.requests_per_s,
                      "wrk_latency_mean_ms": report.latency_mean_ms, "log_requests": len(log),
                      "vswitchd_cpu_share": cpu / settings.seconds,
                      "loadavg_1m": [load_before, os.getloadavg()[0]],
@@ -151,13 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 8, 24])
+    parser.add_argument("--flood-pps", type=int, nargs="+", default=[0],
+                        help="UDP packets/s through the switch beside the web load (0: none)")
     parser.add_argument("--mean-ms", type=float, default=2.0)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    if not 0 < args.seconds <= 120 or not all(0 < c <= 256 for c in args.connections):
-        raise SystemExit("--seconds: 0 < s <= 120; --connections: 1..256 each")
+    if not 0 < args.seconds <= 120 or not all(0 < c <= 256 for c in args.connections) \
+            or not all(0 <= f <= 50000 for f in args.flood_pps):
+        raise SystemExit("--seconds: 0 < s <= 120; --connections: 1..256 each; --flood-pps: 0..50000")
     with tempfile.TemporaryDirectory(prefix="cosample-appmon-timing-") as scratch:
         try:
             result = run(args, Path(scratch))
@@ -165,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"appmon_timing: {exc}", file=sys.stderr)
             return 1
     for level in result["levels"]:
-        print(f"{level['connections']} connections: {level['requests_per_s']:.0f} req/s, "
+        print(f"{level['connections']} connections, flood {level['flood_pps']} pps: "
+              f"{level['requests_per_s']:.0f} req/s, "
               f"wrk mean {level['wrk_latency_mean_ms']:.2f} ms, ovs-vswitchd "
               f"{100 * level['vswitchd_cpu_share']:.0f} % of a core, load "
               f"{level['loadavg_1m'][0]:.1f}-{level['loadavg_1m'][1]:.1f}")
