@@ -21,6 +21,7 @@ mean delay of the request and the response leg behind the server's capture.
 
     python -m cosample.experiments.appmon_timing [--seconds 10] [--connections 1 8 24]
         [--flood-pps 0 20000] [--json F]
+    python -m cosample.experiments.appmon_timing --cost [--rounds 3] [--connections 8]
 
 ``--flood-pps``: a bounded UDP flood from the client namespace to the server's discard port
 through the switch (not mirrored), to load ovs-vswitchd at a fixed web load.
@@ -174,6 +175,50 @@ def run(settings: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     return {"settings": vars(settings) | {"json": None}, "levels": levels}
 
 
+#: The cost arms (``--cost``): no copies, OpenFlow's selective copies, the kernel's; bare (no
+#: analyser reads them), so what is counted is the sender's work and the fabric's bytes.
+COST_ARMS = ("none", "selective", "tc")
+
+
+def cost(settings: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """Per arm and round (arms rotated per round): wrk's rate, CPU seconds of ovs-vswitchd and
+    of the server's processes (nginx and its backend: the tc mirror's response copies are made
+    in the kernel on their sends, its request copies on ovs-vswitchd's), bytes on each underlay."""
+    from cosample.experiments.appmon_monitors import cpu_seconds, parse_wrk
+    from cosample.lab.appmirror import MirrorRig, rig_unavailable
+    reason = rig_unavailable()
+    if reason:
+        raise ExperimentError(f"appmon_timing cannot run here: {reason}")
+    rows = []
+    with MirrorRig(scratch / "rig", seed=settings.seed) as rig:
+        servers = [process.pid for process in rig._processes]  # the backend and nginx
+        for round_number in range(settings.rounds):
+            shift = round_number % len(COST_ARMS)
+            for arm in COST_ARMS[shift:] + COST_ARMS[:shift]:
+                rig.set_mechanism(arm, service_port=PORT)
+                time.sleep(0.5)
+                since = len((rig.directory / "access.log").read_text().splitlines())
+                before = (cpu_seconds(rig.vswitchd_pid()), sum(map(cpu_seconds, servers)),
+                          rig.analysis_counters("eth0").bytes, rig.analysis_counters("eth1").bytes)
+                report = parse_wrk(rig.load(rig.url(mean_ms=settings.mean_ms, size=settings.size),
+                                            duration_s=settings.seconds,
+                                            connections=settings.connections[0], latency=True))
+                time.sleep(0.5)
+                after = (cpu_seconds(rig.vswitchd_pid()), sum(map(cpu_seconds, servers)),
+                         rig.analysis_counters("eth0").bytes, rig.analysis_counters("eth1").bytes)
+                requests = len((rig.directory / "access.log").read_text().splitlines()) - since
+                row = {"round": round_number, "arm": arm, "requests": requests,
+                       "requests_per_s": report.requests_per_s,
+                       "vswitchd_us_per_request": 1e6 * (after[0] - before[0]) / requests,
+                       "server_us_per_request": 1e6 * (after[1] - before[1]) / requests,
+                       "underlay_bytes_per_request": (after[2] - before[2] + after[3] - before[3])
+                       / requests, "loadavg_1m": os.getloadavg()[0]}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        rig.set_mechanism("none")
+    return {"settings": vars(settings) | {"json": None}, "cost": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -183,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mean-ms", type=float, default=2.0)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--cost", action="store_true", help="instead: the sender's CPU and the "
+                        "fabric's bytes per request of no mirror, the selective flows and the "
+                        "tc mirror (bare), at the first --connections")
+    parser.add_argument("--rounds", type=int, default=3, help="--cost: rounds (default 3)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if not 0 < args.seconds <= 120 or not all(0 < c <= 256 for c in args.connections) \
@@ -190,11 +239,22 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--seconds: 0 < s <= 120; --connections: 1..256 each; --flood-pps: 0..50000")
     with tempfile.TemporaryDirectory(prefix="cosample-appmon-timing-") as scratch:
         try:
-            result = run(args, Path(scratch))
+            result = (cost if args.cost else run)(args, Path(scratch))
         except ExperimentError as exc:
             print(f"appmon_timing: {exc}", file=sys.stderr)
             return 1
-    for level in result["levels"]:
+    if args.cost:
+        import pandas as pd
+        frame = pd.DataFrame(result["cost"]).groupby("arm", sort=False).median(numeric_only=True)
+        none = frame.loc["none"]
+        for arm, row in frame.iterrows():
+            print(f"{arm:<10} median of {args.rounds}: {row['requests_per_s']:.0f} req/s, "
+                  f"ovs-vswitchd {row['vswitchd_us_per_request']:.1f} us/request "
+                  f"({row['vswitchd_us_per_request'] - none['vswitchd_us_per_request']:+.1f}), "
+                  f"nginx+backend {row['server_us_per_request']:.1f} "
+                  f"({row['server_us_per_request'] - none['server_us_per_request']:+.1f}), "
+                  f"underlay {row['underlay_bytes_per_request']:.1f} B/request")
+    for level in result.get("levels", []):
         print(f"{level['connections']} connections, flood {level['flood_pps']} pps: "
               f"{level['requests_per_s']:.0f} req/s, "
               f"wrk mean {level['wrk_latency_mean_ms']:.2f} ms, ovs-vswitchd "
