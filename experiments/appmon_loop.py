@@ -8,10 +8,14 @@ backend, an analysis namespace behind OVS's VXLAN port. The inventory has two se
 service, nginx on port 80. Two real analysers (``cosample appmon run``, signing their snapshots)
 report to a real ``Controller`` (in this process, 2-s cycles): the on-site sniffer on the
 server's switch port, running only while the plan says ``sniffer``, and the analyser on the
-analysis host's ``vx0``, which sees what the selective mirror copies. The plan's application
-entry is applied with the rig's own mechanisms (``MirrorRig.set_mechanism``: the selective
-PSH-flows to the tunnel, share 1) and by starting or stopping the sniffer; the agents' own
-reconciler (``agents/appmon_*``) is not in this loop.
+analysis host's ``vx1`` (or ``vx0``, below), which sees what the selective mirror copies. The plan's application
+entry is applied with the rig's own mechanisms (``MirrorRig.set_mechanism``, share 1) and by
+starting or stopping the sniffer; the agents' own reconciler (``agents/appmon_*``) is not in
+this loop. The plan's ``selective_mirror`` (PSH segments of the service) is made by
+``--mirror``: ``tc`` (default), the kernel's copies at the server's switch port to a kernel
+VXLAN device (the analyser reads ``vx1``), or ``ovs``, the OpenFlow flows to OVS's VXLAN port
+(``vx0``), whose response copies wait in ovs-vswitchd's receive queue first: on a busy host
+their service times read high (docs/results.md, "Where the off-site excess comes from").
 
 **Not under test here: the sFlow part.** The controller's collector input is written every
 cycle from the OVS ports' exact packet counters (what the web host's VMs sent), not by a
@@ -29,7 +33,8 @@ sFlow's alpha and beta are 0.02 and 0.01 (every packet sampled costs little), so
 cannot be what overloads the host. The analysis host's capacity is ten times the web host's.
 
     python -m cosample.experiments.appmon_loop [--quiet-s 30] [--busy-s 60] [--after-s 60]
-        [--quiet-connections 1] [--busy-connections 8] [--capture] [--json timeline.json]
+        [--quiet-connections 1] [--busy-connections 8] [--mirror tc|ovs] [--capture]
+        [--json timeline.json]
 """
 
 from __future__ import annotations
@@ -68,9 +73,11 @@ class Settings:
     size: int = 100
     calibrate_s: float = 4.0
     seed: int = 3
-    #: also capture vx0 with tcpdump and replay it: tells the copies' timing from the live
+    #: also capture the copies with tcpdump and replay them: tells the copies' timing from the live
     #: analyser's (a diagnostic; costs CPU on the analysis host)
     capture: bool = False
+    #: what makes the plan's selective mirror: ``tc`` (kernel, on-site timing) or ``ovs`` (flows)
+    mirror: str = "tc"
 
 
 def counters(rig, ports: tuple[str, ...]) -> int:
@@ -205,11 +212,12 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         inv = inventory_from_dict(inv_doc)
         onsite = Analyser(rig, rig.switch, rig.server_port, scratch / "onsite",
                           scratch / "analyser.pem", "onsite")
-        offsite = Analyser(rig, rig.analysis, "vx0", scratch / "offsite",
+        copies = "vx1" if settings.mirror == "tc" else "vx0"  # where the mirror's copies arrive
+        offsite = Analyser(rig, rig.analysis, copies, scratch / "offsite",
                            scratch / "analyser.pem", "offsite")
         offsite.start()
-        capture = rig._spawn(rig.analysis, ["tcpdump", "-i", "vx0", "-U", "-n", "-s", "0", "-w",
-                                            str(scratch / "vx0.pcap"), "tcp"]) \
+        capture = rig._spawn(rig.analysis, ["tcpdump", "-i", copies, "-U", "-n", "-s", "0", "-w",
+                                            str(scratch / "copies.pcap"), "tcp"]) \
             if settings.capture else None
         collector = scratch / "collector.json"
         loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
@@ -239,8 +247,11 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
                 if share < 1:
                     raise ExperimentError(f"plan {plan.version}: share {share} < 1 (the rig "
                                           "applies whole powers of two only; not met here)")
-                rig.set_mechanism("selective", entries[0].truncate_bytes,
-                                  service_port=SERVICE_PORT)
+                if settings.mirror == "tc":  # no truncation in tc: whole PSH segments
+                    rig.set_mechanism("tc", service_port=SERVICE_PORT)
+                else:
+                    rig.set_mechanism("selective", entries[0].truncate_bytes,
+                                      service_port=SERVICE_PORT)
                 onsite.stop()
             elif mechanism == "sniffer":
                 rig.set_mechanism("none")
@@ -300,8 +311,10 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
             rig.stop(capture)
             windows["offsite_replay"] = [
                 json.loads(snap.to_json()) for snap in replay(
-                    scratch / "vx0.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
+                    scratch / "copies.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
+        copied = rig.analysis_counters("eth1" if settings.mirror == "tc" else "eth0")
         return {"settings": settings.__dict__, "calibration": measured,
+                "underlay_rx": {"packets": copied.packets, "bytes": copied.bytes},
                 "capacity_web_pps": capacity, "costs": costs, "timeline": timeline,
                 "clients": clients,
                 "accuracy": accuracy(windows, log),
@@ -315,7 +328,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--after-s", type=float, default=60.0)
     parser.add_argument("--quiet-connections", type=int, default=1)
     parser.add_argument("--busy-connections", type=int, default=8)
-    parser.add_argument("--capture", action="store_true", help="also tcpdump vx0 and compare "
+    parser.add_argument("--mirror", choices=("tc", "ovs"), default="tc",
+                        help="the plan's selective mirror by the kernel at the server's port "
+                        "(tc, default) or by OpenFlow flows to OVS's tunnel (ovs)")
+    parser.add_argument("--capture", action="store_true", help="also tcpdump the copies and compare "
                         "its replay (the mirrored copies' own timing) with the live analyser")
     parser.add_argument("--json", type=Path, help="write the whole result here")
     return parser.parse_args(argv)
@@ -328,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--{name.replace('_', '-')}: expected 0 < seconds <= 600")
     settings = Settings(quiet_s=args.quiet_s, busy_s=args.busy_s, after_s=args.after_s,
                         quiet_connections=args.quiet_connections,
-                        busy_connections=args.busy_connections, capture=args.capture)
+                        busy_connections=args.busy_connections, capture=args.capture,
+                        mirror=args.mirror)
     with tempfile.TemporaryDirectory(prefix="cosample-appmon-loop-") as scratch:
         try:
             result = run_scenario(settings, Path(scratch))

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cosample.dataplane.tcmirror import (
-    RANDOM_RANGE, TcMirrorError, bpf_random_bytecode, chain_filter_argvs, chain_thresholds,
+    RANDOM_RANGE, TcMirrorError, bpf_random_bytecode, bytecode_from_ddd, chain_filter_argvs,
+    chain_thresholds, selective_filter_argv,
     clsact_add_argv, filter_delete_argv, match_probability, mirror_filter_argv, random_threshold,
 )
 
@@ -85,3 +86,27 @@ def test_argv_builders():
         mirror_filter_argv("a", "t", 0.5, prio=1, direction="up")
     with pytest.raises(TcMirrorError, match="2 targets but 1 shares"):
         chain_filter_argvs("a", ["t1", "t2"], [0.5], first_prio=1)
+
+
+# the kernel mirror of an application service (cosample.lab.appmirror's ``tc``) -----------------
+DDD = "4\n40 0 0 12\n21 0 1 2048\n6 0 0 262144\n6 0 0 0\n"
+
+
+def test_ddd_output_becomes_tc_bytecode():
+    assert bytecode_from_ddd(DDD) == "4,40 0 0 12,21 0 1 2048,6 0 0 262144,6 0 0 0"
+
+
+@pytest.mark.parametrize("bad", ["", "x\n", "3\n40 0 0 12\n", "1\n40 0 12\n", "2\n6 0 0 1\n6 a 0 0\n"])
+def test_bad_ddd_output_is_rejected(bad):
+    with pytest.raises(TcMirrorError, match="tcpdump -ddd"):
+        bytecode_from_ddd(bad)
+
+
+def test_selective_filter_carries_the_given_program_on_the_given_hook():
+    argv = selective_filter_argv("sw0", "vt0", "1,6 0 0 65535", prio=40, direction="egress",
+                                 netns="ns1")
+    assert argv == ["tc", "-n", "ns1", "filter", "replace", "dev", "sw0", "egress", "protocol",
+                    "all", "prio", "40", "handle", "1", "bpf", "bytecode", "1,6 0 0 65535",
+                    "action", "mirred", "egress", "mirror", "dev", "vt0"]
+    with pytest.raises(TcMirrorError, match="direction"):
+        selective_filter_argv("sw0", "vt0", "1,6 0 0 1", prio=40, direction="both")
