@@ -1,8 +1,9 @@
 """The application loop on the testbed (``experiments/appmon_loop.py``, short phases): real
 OVS, nginx, wrk and two signed analysers; the controller moves the web service's analysis to
 the analysis host when the server gets busy and back when it is quiet again; every window the
-sniffer reported is within the ground-truth tolerances of nginx's access log; the plan in force
-keeps the web host within its capacity once the controller has acted."""
+sniffer reported is within the ground-truth tolerances of nginx's access log, and most windows
+of the off-site analyser behind the kernel mirror; the plan in force keeps the web host within
+its capacity once the controller has acted."""
 
 from __future__ import annotations
 
@@ -50,3 +51,10 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
     short = [(r["window_start"], r["matched"], r["log_requests"]) for r in offsite
              if abs(r["matched"] - r["log_requests"]) > 0.1 * r["log_requests"] + 2]
     assert not short, short
+    # the kernel mirror's copies keep the server's timing (docs/results.md, runs C-E): the
+    # off-site windows within the same tolerances as the sniffer's, a quarter left for windows
+    # in which the shared machine stalls nginx (seen: 3 of 30 in one run, 1 of 30 in another)
+    assert result["settings"]["mirror"] == "tc"
+    within = [r for r in offsite if r["mean_ok"] and r["p95_ok"]]
+    assert len(offsite) >= 8 and len(within) >= 0.75 * len(offsite), [
+        r for r in offsite if not (r["mean_ok"] and r["p95_ok"])]
