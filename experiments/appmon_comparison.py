@@ -16,7 +16,8 @@ node reached through an OVS VXLAN port. wrk runs for ``--seconds`` against nginx
 | truncated_mirror | the selective flows with ``max_len`` | the same |
 | selective_all_truncated | flows copying every segment of the service, ``max_len`` | the same |
 | port_mirror_snaplen | the Mirror with ``snaplen`` | the same |
-| *_bare | port, selective, truncated mirror | none: the copies reach the analysis node unread |
+| tc_mirror | the kernel's copies of the same PSH segments at the server's port (cls_bpf + mirred to a kernel VXLAN device, its own underlay; the analysis node's ``vx1``) | the same |
+| *_bare | port, selective, truncated, tc mirror | none: the copies reach the analysis node unread |
 
 The analysis node is a namespace on the same two cores as everything else, so the mirror arms
 with the analyser pay for its CPU too; the bare arms show what the switch and the tunnel alone
@@ -84,6 +85,8 @@ ARMS = (
     Arm("port_mirror_bare", "port"),
     Arm("selective_mirror_bare", "selective"),
     Arm("truncated_mirror_bare", "selective", TRUNCATE_BYTES),
+    Arm("tc_mirror", "tc", monitor="analysis"),
+    Arm("tc_mirror_bare", "tc"),
 )
 COLUMNS = ("round", "arm", "mechanism", "truncate", "monitor", "seconds", "connections",
            "requests_per_s", "latency_mean_ms", "latency_p99_ms", "wrk_requests",
@@ -101,7 +104,9 @@ def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings: argparse.
                if arm.monitor else None)
     time.sleep(0.5)  # the mechanism's first upcalls and the monitor's start settle
     log_before = len(rig.access_log())
-    outer, inner = rig.analysis_counters(), rig.analysis_counters("vx0")
+    # the tc mirror's copies travel on the rig's kernel underlay (eth1, vx1), the others on eth0
+    underlay, device = ("eth1", "vx1") if arm.mechanism == "tc" else ("eth0", "vx0")
+    outer, inner = rig.analysis_counters(underlay), rig.analysis_counters(device)
     switch_cpu = monitors.cpu_seconds(rig.vswitchd_pid())
     monitor_cpu = monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0
     report = monitors.parse_wrk(rig.load(rig.url(mean_ms=settings.mean_ms, error=settings.error,
@@ -112,7 +117,7 @@ def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings: argparse.
     row = {"monitor_cpu_s": monitors.cpu_seconds(monitor.process.pid) - monitor_cpu
            if monitor else None,
            "vswitchd_cpu_s": monitors.cpu_seconds(rig.vswitchd_pid()) - switch_cpu}
-    outer_after, inner_after = rig.analysis_counters(), rig.analysis_counters("vx0")
+    outer_after, inner_after = rig.analysis_counters(underlay), rig.analysis_counters(device)
     entries = rig.access_log()[log_before:]
     if monitor:
         row |= monitors.stop(rig, monitor, f"{SERVER_ADDRESS}:{monitors.SERVICE_PORT}")

@@ -113,7 +113,9 @@ def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -
     elif kind in ("onsite", "analysis"):
         namespace, marker = (rig.switch, "capturing on") if kind == "onsite" else \
             (rig.analysis, "capturing on")
-        interface = rig.server_port if kind == "onsite" else "vx0"
+        # behind the mirror: where the rig's current mechanism delivers its copies
+        interface = rig.server_port if kind == "onsite" else \
+            ("vx1" if rig.mechanism[0] == "tc" else "vx0")
         argv = _analyser_argv("--interface", interface, "--name", name,
                               "--state-dir", str(directory / "state"))
     else:

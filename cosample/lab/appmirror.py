@@ -226,6 +226,9 @@ class MirrorRig(WebRig):
                                         segments):
                 self._ofctl("add-flow", self._management(), flow)
         elif kind == "tc":
+            if truncate or share_bits:
+                raise ValueError("mechanism 'tc': no truncation and no share of connections "
+                                 "in the rig's kernel mirror")
             self._tc_mirror(service_port, segments)
         elif kind != "none":
             raise ValueError(f"mechanism {kind!r}: expected none, port, selective or tc")
