@@ -8,14 +8,15 @@ backend, an analysis namespace behind OVS's VXLAN port. The inventory has two se
 service, nginx on port 80. Two real analysers (``cosample appmon run``, signing their snapshots)
 report to a real ``Controller`` (in this process, 2-s cycles): the on-site sniffer on the
 server's switch port, running only while the plan says ``sniffer``, and the analyser on the
-analysis host's ``vx1`` (or ``vx0``, below), which sees what the selective mirror copies. The plan's application
-entry is applied with the rig's own mechanisms (``MirrorRig.set_mechanism``, share 1) and by
-starting or stopping the sniffer; the agents' own reconciler (``agents/appmon_*``) is not in
-this loop. The plan's ``selective_mirror`` (PSH segments of the service) is made by
-``--mirror``: ``tc`` (default), the kernel's copies at the server's switch port to a kernel
-VXLAN device (the analyser reads ``vx1``), or ``ovs``, the OpenFlow flows to OVS's VXLAN port
-(``vx0``), whose response copies wait in ovs-vswitchd's receive queue first: on a busy host
-their service times read high (docs/results.md, "Where the off-site excess comes from").
+analysis host's ``vx1`` (or ``vx0``, below), which sees what the selective mirror copies. The
+plan's application entry is applied with the rig's own mechanisms (``MirrorRig.set_mechanism``,
+share 1) and by starting or stopping the sniffer; the agents' own reconciler
+(``agents/appmon_*``) is not in this loop. The plan's ``selective_mirror`` (PSH segments of
+the service) is made by ``--mirror``: ``tc`` (default), the kernel's copies at the server's
+switch port to a kernel VXLAN device (the analyser reads ``vx1``), or ``ovs``, the OpenFlow
+flows to OVS's VXLAN port (``vx0``), whose response copies wait in ovs-vswitchd's receive queue
+first: on a busy host their service times read high (docs/results.md, "Where the off-site
+excess comes from").
 
 **Not under test here: the sFlow part.** The controller's collector input is written every
 cycle from the OVS ports' exact packet counters (what the web host's VMs sent), not by a
@@ -73,8 +74,8 @@ class Settings:
     size: int = 100
     calibrate_s: float = 4.0
     seed: int = 3
-    #: also capture the copies with tcpdump and replay them: tells the copies' timing from the live
-    #: analyser's (a diagnostic; costs CPU on the analysis host)
+    #: also capture the copies and the server's interface with tcpdump and replay them: tells
+    #: the copies' timing from the live analyser's and from the server's (a diagnostic; costs CPU)
     capture: bool = False
     #: what makes the plan's selective mirror: ``tc`` (kernel, on-site timing) or ``ovs`` (flows)
     mirror: str = "tc"
@@ -216,9 +217,14 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         offsite = Analyser(rig, rig.analysis, copies, scratch / "offsite",
                            scratch / "analyser.pem", "offsite")
         offsite.start()
-        capture = rig._spawn(rig.analysis, ["tcpdump", "-i", copies, "-U", "-n", "-s", "0", "-w",
-                                            str(scratch / "copies.pcap"), "tcp"]) \
-            if settings.capture else None
+        # the copies as they arrive, and the server's own interface (its timing, which the
+        # copies should keep), both replayed at the end beside the live analyser
+        captures = {name: rig._spawn(namespace, [
+            "tcpdump", "-i", device, "-U", "-n", "-s", "200", "-w", str(scratch / f"{name}.pcap"),
+            f"tcp port {SERVICE_PORT}"])
+            for name, namespace, device in (("offsite_replay", rig.analysis, copies),
+                                            ("server_replay", rig.server, "eth0"))} \
+            if settings.capture else {}
         collector = scratch / "collector.json"
         loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
                             hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
@@ -306,12 +312,12 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         offsite.stop()
         log = rig.access_log()
         windows = {"onsite": onsite.windows(), "offsite": offsite.windows()}
-        if capture is not None:
+        for name, capture in captures.items():
             from cosample.appmon.replay import replay
             rig.stop(capture)
-            windows["offsite_replay"] = [
+            windows[name] = [
                 json.loads(snap.to_json()) for snap in replay(
-                    scratch / "copies.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
+                    scratch / f"{name}.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
         copied = rig.analysis_counters("eth1" if settings.mirror == "tc" else "eth0")
         return {"settings": settings.__dict__, "calibration": measured,
                 "underlay_rx": {"packets": copied.packets, "bytes": copied.bytes},
@@ -331,8 +337,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mirror", choices=("tc", "ovs"), default="tc",
                         help="the plan's selective mirror by the kernel at the server's port "
                         "(tc, default) or by OpenFlow flows to OVS's tunnel (ovs)")
-    parser.add_argument("--capture", action="store_true", help="also tcpdump the copies and compare "
-                        "its replay (the mirrored copies' own timing) with the live analyser")
+    parser.add_argument("--capture", action="store_true", help="also tcpdump the copies and the "
+                        "server's interface and compare their replays (the copies' own timing, "
+                        "the server's) with the live analyser")
     parser.add_argument("--json", type=Path, help="write the whole result here")
     return parser.parse_args(argv)
 

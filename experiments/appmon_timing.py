@@ -164,7 +164,8 @@ def run(settings: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             log = log_times(rig.directory / "access.log", since)
             points = {name: messages(scratch / f"{name}-{connections}.pcap", outer)
                       for name, (_, _, outer) in where.items()}
-            level = {"connections": connections, "flood_pps": flood, "requests_per_s": report.requests_per_s,
+            level = {"connections": connections, "flood_pps": flood,
+                     "requests_per_s": report.requests_per_s,
                      "wrk_latency_mean_ms": report.latency_mean_ms, "log_requests": len(log),
                      "vswitchd_cpu_share": cpu / settings.seconds,
                      "loadavg_1m": [load_before, os.getloadavg()[0]],
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.seconds <= 120 or not all(0 < c <= 256 for c in args.connections) \
             or not all(0 <= f <= 50000 for f in args.flood_pps):
-        raise SystemExit("--seconds: 0 < s <= 120; --connections: 1..256 each; --flood-pps: 0..50000")
+        raise SystemExit("--seconds: 0 < s <= 120; --connections: 1..256 each; "
+                         "--flood-pps: 0..50000")
     with tempfile.TemporaryDirectory(prefix="cosample-appmon-timing-") as scratch:
         try:
             result = (cost if args.cost else run)(args, Path(scratch))

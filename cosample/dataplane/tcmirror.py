@@ -7,8 +7,11 @@ copied (``mirred egress mirror``) to a target device and continues on its way.
 
 Several targets form a chain tried in ``prio`` order where the first match ends classification,
 so conditional probabilities ``q_k = s_k / (1 - s_1 - ... - s_{k-1})`` give mutually exclusive
-shares ``s_k`` (no packet is mirrored twice). Everything here is pure: it builds bytecode strings
-and ``tc`` argument lists; running them is the caller's job (``cosample.dataplane.run.run``).
+shares ``s_k`` (no packet is mirrored twice). The same ``mirred`` with a classifier given as
+``tcpdump -ddd`` output copies an application service's segments (``selective_filter_argv``:
+the application rig's kernel mirror, docs/appmon-mechanisms.md). Everything here is pure: it
+builds bytecode strings and ``tc`` argument lists; running them is the caller's job
+(``cosample.dataplane.run.run``).
 """
 
 from __future__ import annotations

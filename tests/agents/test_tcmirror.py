@@ -96,7 +96,8 @@ def test_ddd_output_becomes_tc_bytecode():
     assert bytecode_from_ddd(DDD) == "4,40 0 0 12,21 0 1 2048,6 0 0 262144,6 0 0 0"
 
 
-@pytest.mark.parametrize("bad", ["", "x\n", "3\n40 0 0 12\n", "1\n40 0 12\n", "2\n6 0 0 1\n6 a 0 0\n"])
+@pytest.mark.parametrize("bad", ["", "x\n", "3\n40 0 0 12\n", "1\n40 0 12\n",
+                                 "2\n6 0 0 1\n6 a 0 0\n"])
 def test_bad_ddd_output_is_rejected(bad):
     with pytest.raises(TcMirrorError, match="tcpdump -ddd"):
         bytecode_from_ddd(bad)
