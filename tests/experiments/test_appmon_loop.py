@@ -51,7 +51,7 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
     short = [(r["window_start"], r["matched"], r["log_requests"]) for r in offsite
              if abs(r["matched"] - r["log_requests"]) > 0.1 * r["log_requests"] + 2]
     assert not short, short
-    # the kernel mirror's copies keep the server's timing (docs/results.md, runs C-G): the
+    # the kernel mirror's copies keep the server's timing (docs/results.md, runs C-H): the
     # off-site windows within the same tolerances as the sniffer's, a quarter left for windows
     # in which the shared machine stalls nginx (seen: 3 of 30 in one run, 1 of 30 in another)
     assert result["settings"]["mirror"] == "tc"
