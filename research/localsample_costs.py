@@ -22,6 +22,14 @@ Student t interval; its difference from sFlow's a Welch interval. ``a`` is the p
 over the rate-0 cost per packet. ``sampled`` is the median share of forwarded packets the
 mechanism's counter saw at rate ``s`` over ``s`` (1: as configured; the cached exporter sends
 per-flow records once a second, so its per-phase count says nothing and is left out).
+``exported / sample`` is what the counter received over the whole run (all phases: the cached
+exporter's records trail their samples by up to its active timeout) over the samples taken in
+its sampling phases (packets taken from the sender's port times the rate), the run's median:
+IPFIX messages for the ``sample`` action (one record each; 1 without the cache), samples for
+sFlow (which packs several into a datagram); ``per s`` is that times the sampled packets a
+second at the run's rate, i.e. the exporter's messages a second while sampling. (Records of
+the run's last second may arrive after it ends and are not counted: at most one active timeout
+of a 12-s run.)
 
 Phases left out, and counted (``dropped`` line): those that forwarded less than ``FLOWING`` of
 their run's median (a load not yet flowing), and, for the switch's numbers only, those whose
@@ -79,12 +87,25 @@ def per_run(phases: pd.DataFrame) -> pd.DataFrame:
             "base_switch_ns": off_switch.mean(),
             "sample_switch_ns": (on_switch.mean() - off_switch.mean()) / rate,
             "sampled": on["share"].median() / rate,
+            **exported(run, on),
             "dropped_not_flowing": int((~flowing).sum()),
             "dropped_threads": int((~threads_ok).sum()),
         })
     if not rows:
         raise ExperimentError("no run has both rate-0 and sampling phases")
     return pd.DataFrame(rows)
+
+
+def exported(run: pd.DataFrame, on: pd.DataFrame) -> dict:
+    """Records the counter received per sample over a run, and per second while sampling
+    (NaN without the phases' lengths and sender counts)."""
+    if not {"duration_s", "sent_pps"} <= set(run.columns):
+        return {"exported_per_sample": float("nan"), "exported_per_s": float("nan")}
+    samples = (on["sent_pps"] * on["duration_s"] * on["rate"]).sum()
+    per_sample = float((run["copies_pps"] * run["duration_s"]).sum() / samples)
+    sampled_per_s = float((on["sent_pps"] * on["duration_s"] * on["rate"]).sum()
+                          / on["duration_s"].sum())
+    return {"exported_per_sample": per_sample, "exported_per_s": per_sample * sampled_per_s}
 
 
 def mean_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -125,6 +146,8 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         row["base_ns"] = float(group["base_ns"].mean())
         row["sampled"] = float(group["sampled"].median()) if mechanism in COUNTED_PER_SAMPLE \
             else float("nan")
+        row["exported_per_sample"] = float(group["exported_per_sample"].median())
+        row["exported_per_s"] = float(group["exported_per_s"].median())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -138,14 +161,20 @@ def interval(row: pd.Series, column: str, digits: int = 0) -> str:
 
 def markdown(table: pd.DataFrame) -> str:
     lines = ["| mechanism | runs | a (cgroup) | ns / sample (cgroup) | − sFlow's | "
-             "ns / sample (switch thread) | − sFlow's | sampled / configured |",
-             "|---|---|---|---|---|---|---|---|"]
+             "ns / sample (switch thread) | − sFlow's | sampled / configured | "
+             "exported / sample | per s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for _, row in table.iterrows():
         sampled = "–" if pd.isna(row["sampled"]) else f"{row['sampled']:.3f}"
+        per_sample = ("–" if pd.isna(row["exported_per_sample"])
+                      else f"{row['exported_per_sample']:.3f} | {row['exported_per_s']:,.0f}")
+        if per_sample == "–":
+            per_sample = "– | –"
         lines.append(f"| {row['mechanism']} | {row['runs']} | {interval(row, 'a', 3)} | "
                      f"{interval(row, 'sample_ns')} | {interval(row, 'sample_ns_vs_sflow')} | "
                      f"{interval(row, 'sample_switch_ns')} | "
-                     f"{interval(row, 'sample_switch_ns_vs_sflow')} | {sampled} |")
+                     f"{interval(row, 'sample_switch_ns_vs_sflow')} | {sampled} | "
+                     f"{per_sample} |")
     return "\n".join(lines)
 
 

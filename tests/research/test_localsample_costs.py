@@ -27,6 +27,7 @@ def phases(seed: int = 3, runs: int = 6, per_phase: int = 20) -> pd.DataFrame:
                 switch = 6000 + rate * switch_extra + rng.normal(0, 200)
                 rows.append({"mechanism": mechanism, "block": block, "rate": rate,
                              "cost_ns_per_packet": cost, "forwarded_pps": 20000.0,
+                             "sent_pps": 20000.0, "duration_s": 0.08,
                              "cpu_ovs": switch * 20000.0 / 1e9,
                              "copies_pps": 20000.0 * rate * (1 + rng.normal(0, 0.01))})
             block += 1
@@ -48,6 +49,21 @@ def test_known_costs_per_sample_are_recovered_with_their_differences_from_sflow(
     assert tc["sample_ns_vs_sflow_lo"] < 0 < tc["sample_ns_vs_sflow_hi"]  # no difference
     assert tc["sample_switch_ns_vs_sflow_hi"] < 0  # the tc copy spares the switch's thread
     assert table.loc["sflow"]["a"] == pytest.approx(1500 / 13000, rel=0.1)
+
+
+def test_exported_records_are_counted_over_the_whole_run_per_sample():
+    frame = phases()
+    cached = frame[frame["mechanism"] == "sample_action"].assign(mechanism="sample_action_cached")
+    # a cache: 1,000 records a second arrive in every phase, also while not sampling
+    cached = cached.assign(copies_pps=1000.0)
+    runs = per_run(pd.concat([frame, cached])).set_index(["mechanism", "block"])
+    rows = runs.loc["sample_action_cached"]
+    # 20 phases of 1,000/s over 10 sampling phases of 20,000 samples/s
+    assert rows["exported_per_sample"].to_numpy() == pytest.approx(0.1)
+    assert rows["exported_per_s"].to_numpy() == pytest.approx(2000.0)
+    assert runs.loc["sample_action"]["exported_per_sample"].to_numpy() == pytest.approx(1, abs=0.02)
+    table = summary(per_run(frame.drop(columns=["sent_pps"]))).set_index("mechanism")
+    assert table["exported_per_sample"].isna().all()  # not known without the sender's count
 
 
 def test_the_cli_prints_one_row_per_mechanism(tmp_path, capsys):
