@@ -291,6 +291,8 @@ class Calibrator:
     receiver_port: str
     clock: Callable[[], float] = time.monotonic
     rows: list[dict] = field(default_factory=list)
+    #: Paired phases left out because not one packet was forwarded in them.
+    empty_phases: int = 0
     #: CPU method: ``accounting() -> CpuSnapshot`` and the CPUs the capacity is stated for.
     accounting: Callable[[], Any] | None = None
     budget_cpus: float = 1.0
@@ -442,6 +444,9 @@ class Calibrator:
                 after = self._counters(trial.mechanism)
                 if _exited(load):  # delayed past the load's end: this phase and the rest are
                     break          # not under load; the run keeps the phases that were
+                if after[2] == before[2]:  # nothing forwarded: the load was starved for the
+                    self.empty_phases += 1  # whole phase (a host loaded many times over);
+                    continue                # no cost per packet to state, left out, counted
                 rows.append(self._row(trial, rate, effective, before, after, None,
                                       block=trial.order, phase=k))
         finally:

@@ -109,7 +109,8 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
                                 budget_cpus=scope.budget_cpus if scope is not None else 1.0)
         extra = {} if scope is None else scope.describe()
         if target is None:
-            return calibrator.run(show_progress), extra
+            data = calibrator.run(show_progress)
+            return data, {**extra, "empty_phases": calibrator.empty_phases}
         from cosample.costmodel.adaptive import AdaptiveRun
 
         adaptive = AdaptiveRun(calibrator, target, covariates=covariates)
