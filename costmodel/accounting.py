@@ -311,8 +311,9 @@ class CgroupScope:
         return self._accounting.snapshot()
 
     def describe(self) -> dict[str, object]:
-        return {"accounting": f"cgroup {self.cgroup.path} (ovs-vswitchd, iperf3 sender and "
-                              f"receiver, and the softirq work run in their context)",
+        return {"accounting": f"cgroup {self.cgroup.path} (ovs-vswitchd, the load's sender and "
+                              f"receiver: iperf3, or the flow generator and its sink; and the "
+                              f"softirq work run in their context)",
                 "budget_cpus": self.budget_cpus}
 
 

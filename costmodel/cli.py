@@ -60,6 +60,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "-b RATE/N; 0: iperf3's own pacing)")
     cal.add_argument("--streams", type=int, default=1,
                      help="parallel flows of the load (iperf3 -P, 1..128), sharing its rate")
+    cal.add_argument("--flows", type=int, default=0,
+                     help="cpu method, UDP: the load as this many concurrent flows from the "
+                          "built-in generator (costmodel/flowgen.py, up to 64,512) instead of "
+                          "iperf3, sharing --offered-pps")
+    cal.add_argument("--flow-packets", type=int, default=0,
+                     help="with --flows: each flow ends after this many datagrams and a new "
+                          "5-tuple takes its place (short flows; 0: flows last the run)")
+    cal.add_argument("--ipfix-cache-flows", type=int,
+                     help="sample_action_cached: the IPFIX exporter's cache_max_flows "
+                          "(default 1,024)")
+    cal.add_argument("--ipfix-active-timeout", type=int,
+                     help="sample_action_cached: the IPFIX exporter's cache_active_timeout, "
+                          "seconds (default 1)")
     cal.add_argument("--cpu-budget", type=float,
                      help="CPUs the capacity is stated for, T0 = budget / c0 (default: all)")
     cal.add_argument("--target-ci", type=float,
@@ -251,7 +264,10 @@ def _calibrate(args: argparse.Namespace) -> int:
         bandwidth=args.bandwidth, warmup_s=args.warmup, settle_s=args.settle, seed=args.seed,
         port=args.port, design=args.design, phases=args.phases, guard_s=args.guard,
         method=args.method, offered_pps=args.offered_pps, burst=args.burst,
-        streams=args.streams,
+        streams=args.streams, flows=args.flows, flow_packets=args.flow_packets,
+        **{key: value for key, value in (("ipfix_cache_flows", args.ipfix_cache_flows),
+                                         ("ipfix_active_timeout_s", args.ipfix_active_timeout))
+           if value is not None},
         run_lengths=tuple(r for r in run_lengths if r[0] in args.mechanisms))
     target = _target(args, settings)
     endpoints_given = any(getattr(args, k) for k in ("bridge", "sender_port", "receiver_port",
@@ -356,6 +372,11 @@ def _write_results(args: argparse.Namespace, settings, data, metadata: dict, tar
         "offered_pps": settings.offered_pps if settings.method == "cpu" else None,
         "burst": settings.burst if settings.method == "cpu" else None,
         "streams": settings.streams,
+        "flows": settings.flows or None,
+        "flow_packets": settings.flow_packets if settings.flows else None,
+        "ipfix_cache": ({"max_flows": settings.ipfix_cache_flows,
+                         "active_timeout_s": settings.ipfix_active_timeout_s}
+                        if "sample_action_cached" in settings.mechanisms else None),
         "rates": list(settings.rates),
         "repetitions": settings.repetitions if target is None else None,
         "duration_s": settings.duration_s, "seed": settings.seed, "design": settings.design,

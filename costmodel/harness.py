@@ -40,6 +40,8 @@ import pandas as pd
 
 from cosample.costmodel.accounting import cost_row
 from cosample.costmodel.errors import HarnessError
+from cosample.costmodel.flowgen import FlowProfile, sender_argv
+from cosample.costmodel.localsample import CACHE_ACTIVE_TIMEOUT_S, CACHE_MAX_FLOWS
 from cosample.costmodel.iperf import (
     DEFAULT_PORT, MAX_STREAMS, PROTOCOLS, IperfResult, client_argv,
 )
@@ -95,6 +97,15 @@ class CalibrationSettings:
     #: Parallel flows of the load (iperf3 ``-P``), sharing ``offered_pps``: a flow cache
     #: (``sample_action_cached``) keeps one entry per flow.
     streams: int = 1
+    #: cpu method: the load from ``costmodel.flowgen`` instead of iperf3, as this many
+    #: concurrent UDP flows (0: iperf3's ``streams``); each lasting ``flow_packets`` datagrams
+    #: before a new 5-tuple replaces it (0: the whole run). A flow cache's cost depends on both.
+    flows: int = 0
+    flow_packets: int = 0
+    #: ``sample_action_cached``: the exporter's ``cache_max_flows`` and
+    #: ``cache_active_timeout`` (seconds).
+    ipfix_cache_flows: int = CACHE_MAX_FLOWS
+    ipfix_active_timeout_s: int = CACHE_ACTIVE_TIMEOUT_S
     #: Paired runs of some mechanisms with their own design:
     #: ``(mechanism, seconds, phases, guard seconds)``.
     run_lengths: tuple[tuple[str, float, int, float], ...] = ()
@@ -116,6 +127,19 @@ class CalibrationSettings:
                 raise HarnessError(f"burst must be 0..{MAX_BURST} packets, got {self.burst!r}")
         if not (isinstance(self.streams, int) and 1 <= self.streams <= MAX_STREAMS):
             raise HarnessError(f"streams must be 1..{MAX_STREAMS}, got {self.streams!r}")
+        if self.flows or self.flow_packets:
+            if self.method != "cpu" or self.protocol != "udp" or self.streams != 1:
+                raise HarnessError("flows: the flow generator offers a UDP load at a fixed rate "
+                                   "(--method cpu, --protocol udp, no --streams)")
+            if not self.flows:
+                raise HarnessError("flow packets: give the number of concurrent flows too")
+            FlowProfile(self.flows, self.flow_packets)  # checks both
+        if not (isinstance(self.ipfix_cache_flows, int) and 1 <= self.ipfix_cache_flows <= 2**32 - 1):
+            raise HarnessError(f"IPFIX cache flows must be 1..{2**32 - 1}, got "
+                               f"{self.ipfix_cache_flows!r}")
+        if not (isinstance(self.ipfix_active_timeout_s, int) and 1 <= self.ipfix_active_timeout_s <= 3600):
+            raise HarnessError(f"IPFIX active timeout must be 1..3600 s, got "
+                               f"{self.ipfix_active_timeout_s!r}")
         if self.design not in DESIGNS:
             raise HarnessError(f"design must be one of {', '.join(DESIGNS)}, got {self.design!r}")
         if self.design == "paired":
@@ -157,9 +181,18 @@ class CalibrationSettings:
             raise HarnessError("warm-up must be in [0, 600] s and settle time in [0, 60] s")
 
     def client_argv(self, server_ip: str, duration_s: float | None = None) -> list[str]:
+        if self.flows:
+            return sender_argv(server_ip, self.port + 1, self.offered_pps,
+                               duration_s or self.duration_s, self.flow_profile,
+                               self.packet_bytes)
         return client_argv(server_ip, port=self.port, duration_s=duration_s or self.duration_s,
                            protocol=self.protocol, packet_bytes=self.packet_bytes,
                            bandwidth=self.load_bandwidth, streams=self.streams)
+
+    @property
+    def flow_profile(self) -> FlowProfile | None:
+        """The flow generator's profile, None when iperf3 makes the load."""
+        return FlowProfile(self.flows, self.flow_packets) if self.flows else None
 
     @property
     def load_bandwidth(self) -> str:
@@ -258,6 +291,8 @@ class Calibrator:
     receiver_port: str
     clock: Callable[[], float] = time.monotonic
     rows: list[dict] = field(default_factory=list)
+    #: Paired phases left out because not one packet was forwarded in them.
+    empty_phases: int = 0
     #: CPU method: ``accounting() -> CpuSnapshot`` and the CPUs the capacity is stated for.
     accounting: Callable[[], Any] | None = None
     budget_cpus: float = 1.0
@@ -409,6 +444,9 @@ class Calibrator:
                 after = self._counters(trial.mechanism)
                 if _exited(load):  # delayed past the load's end: this phase and the rest are
                     break          # not under load; the run keeps the phases that were
+                if after[2] == before[2]:  # nothing forwarded: the load was starved for the
+                    self.empty_phases += 1  # whole phase (a host loaded many times over);
+                    continue                # no cost per packet to state, left out, counted
                 rows.append(self._row(trial, rate, effective, before, after, None,
                                       block=trial.order, phase=k))
         finally:

@@ -36,7 +36,8 @@ COOKIE, FLOW_PRIORITY = 0xC05A4E, 40000
 #: Our Flow_Sample_Collector_Set's id (the cached variant's: the next one).
 COLLECTOR_SET_ID = 0xC05A
 IPFIX_VERSION = 10
-#: The cached exporter's settings: enough flows for any test load, export every second.
+#: The cached exporter's default settings (``cosample calibrate --ipfix-cache-flows``,
+#: ``--ipfix-active-timeout``): 1,024 flows, each exported a second after its first sample.
 CACHE_MAX_FLOWS, CACHE_ACTIVE_TIMEOUT_S = 1024, 1
 
 
@@ -64,13 +65,16 @@ def sample_flow_match(port: str, slot: int = 0) -> str:
     return f"cookie={COOKIE:#x}/-1,priority={FLOW_PRIORITY + slot},in_port={port}"
 
 
-def collector_set_args(bridge: str, target: str, cached: bool) -> list[str]:
-    """``ovs-vsctl`` arguments creating a tagged IPFIX row and our collector set on ``bridge``;
+def collector_set_args(bridge: str, target: str, cached: bool,
+                       cache_flows: int = CACHE_MAX_FLOWS,
+                       active_timeout_s: int = CACHE_ACTIVE_TIMEOUT_S) -> list[str]:
+    """``ovs-vsctl`` arguments creating a tagged IPFIX row and our collector set on ``bridge``
+    (with ``cached``, the exporter's cache of ``cache_flows`` flows, each exported
+    ``active_timeout_s`` after its first sample or when a new flow needs its place);
     ovs-vsctl prints both rows' UUIDs, the set's last (the IPFIX row goes with it)."""
     ipfix = ["create", "IPFIX", f'targets="{target}"', "external_ids:cosample=costmodel"]
     if cached:
-        ipfix += [f"cache_max_flows={CACHE_MAX_FLOWS}",
-                  f"cache_active_timeout={CACHE_ACTIVE_TIMEOUT_S}"]
+        ipfix += [f"cache_max_flows={cache_flows}", f"cache_active_timeout={active_timeout_s}"]
     return ["--", "--id=@br", "get", "Bridge", bridge, "--", "--id=@i", *ipfix,
             "--", "create", "Flow_Sample_Collector_Set", f"id={COLLECTOR_SET_ID + cached}",
             "bridge=@br",
@@ -98,8 +102,10 @@ def ipfix_data_sets(message: bytes) -> int:
 # effects --------------------------------------------------------------------------------------
 class IpfixCounter:
     """A UDP thread on 127.0.0.1 counting IPFIX messages that carry data (``data_messages``):
-    without the exporter's cache, one per sampled packet. Counting only, as for sFlow: decoding
-    in Python would compete for the CPU being measured."""
+    without the exporter's cache, one per sampled packet; with it, one per exported flow record
+    (OVS sends each record in a message of its own; ``data_sets`` counts the records, each in a
+    set of its own, to check that). Counting only, as for sFlow: decoding in Python would
+    compete for the CPU being measured."""
 
     def __init__(self, receive_buffer: int = 4 << 20) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -107,7 +113,7 @@ class IpfixCounter:
         self._socket.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33),
                                 receive_buffer)
         self._socket.settimeout(0.2)
-        self.data_messages = self.malformed = 0
+        self.data_messages = self.data_sets = self.malformed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ipfix-counter", daemon=True)
 
@@ -132,18 +138,24 @@ class IpfixCounter:
             except OSError:
                 continue
             try:
-                self.data_messages += ipfix_data_sets(message) > 0
+                sets = ipfix_data_sets(message)
             except ValueError:
                 self.malformed += 1
+                continue
+            self.data_messages += sets > 0
+            self.data_sets += sets
 
 
 class OvsSampleAction:
     """The ``sample`` action on ``port``'s flow; ``vsctl``/``ofctl`` run the OVS tools."""
 
     def __init__(self, vsctl: Callable[..., str], ofctl: Callable[..., str], bridge: str,
-                 port: str, target: str, cached: bool = False) -> None:
+                 port: str, target: str, cached: bool = False,
+                 cache_flows: int = CACHE_MAX_FLOWS,
+                 active_timeout_s: int = CACHE_ACTIVE_TIMEOUT_S) -> None:
         self.vsctl, self.ofctl, self.bridge, self.port = vsctl, ofctl, bridge, port
         self.target, self.cached = target, cached
+        self.cache = (cache_flows, active_timeout_s)
         self.name = "sample_action_cached" if cached else "sample_action"
         self.slot = int(cached)
         self.collector_set: str | None = None
@@ -159,7 +171,8 @@ class OvsSampleAction:
             raise HarnessError(f"bridge {self.bridge}: a Flow_Sample_Collector_Set with id "
                                f"{COLLECTOR_SET_ID + self.slot} exists ({' '.join(existing)}); remove it or "
                                f"calibrate on another OVS")
-        created = self.vsctl(*collector_set_args(self.bridge, self.target, self.cached)).split()
+        created = self.vsctl(*collector_set_args(self.bridge, self.target, self.cached,
+                                                 *self.cache)).split()
         self.collector_set = created[-1]  # ovs-vsctl prints the IPFIX row's UUID, then the set's
 
     def set_rate(self, rate: float) -> float:

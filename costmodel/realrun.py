@@ -26,6 +26,15 @@ def iperf_client(exec_prefix: Sequence[str], protocol: str) -> Callable[[Sequenc
     return client
 
 
+def flowgen_client(exec_prefix: Sequence[str]) -> Callable[[Sequence[str], float], Any]:
+    """The ``client`` callable for a load of many or short flows (``costmodel.flowgen``)."""
+    from cosample.costmodel.flowgen import FlowgenClient
+
+    def client(argv: Sequence[str], duration_s: float) -> FlowgenClient:
+        return FlowgenClient(exec_prefix, argv, duration_s)
+    return client
+
+
 def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress: bool = True,
                     scope=None, target=None, covariates=None) -> tuple[pd.DataFrame, dict]:
     """Wire a ``Calibrator`` to real things: an sFlow counter on 127.0.0.1, the tc mirror,
@@ -73,8 +82,16 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
             reader = stack.enter_context(CaptureReader(endpoints.mirror_target))
             if scope is not None:
                 scope.adopt(reader.process.pid)
-        server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
-        client = iperf_client(endpoints.sender_exec, settings.protocol)
+        if settings.flows:
+            from cosample.costmodel.flowgen import FlowSink
+
+            # the sink holds the port for at most 3 times the campaign's estimate (then exits)
+            server = stack.enter_context(FlowSink(endpoints.receiver_exec, settings.port + 1,
+                                                  3 * settings.estimated_s + 600))
+            client = flowgen_client(endpoints.sender_exec)
+        else:
+            server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
+            client = iperf_client(endpoints.sender_exec, settings.protocol)
         if scope is not None:
             scope.adopt(server.process.pid, "receiver")
             client = _adopting(client, scope)
@@ -92,7 +109,8 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
                                 budget_cpus=scope.budget_cpus if scope is not None else 1.0)
         extra = {} if scope is None else scope.describe()
         if target is None:
-            return calibrator.run(show_progress), extra
+            data = calibrator.run(show_progress)
+            return data, {**extra, "empty_phases": calibrator.empty_phases}
         from cosample.costmodel.adaptive import AdaptiveRun
 
         adaptive = AdaptiveRun(calibrator, target, covariates=covariates)
@@ -113,7 +131,9 @@ def _local_samplers(stack, settings: CalibrationSettings, endpoints, ovs,
         if name in settings.mechanisms:
             counter = stack.enter_context(IpfixCounter())
             mechanisms[name] = OvsSampleAction(ovs.vsctl, ovs.ofctl, endpoints.bridge,
-                                               endpoints.sender_port, counter.target, cached)
+                                               endpoints.sender_port, counter.target, cached,
+                                               settings.ipfix_cache_flows,
+                                               settings.ipfix_active_timeout_s)
             copies[name] = lambda counter=counter: counter.data_messages
     if "tc_sample" in settings.mechanisms:
         mechanisms["tc_sample"] = TcMirror(endpoints.sender_port, endpoints.mirror_target,

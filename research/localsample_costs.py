@@ -22,6 +22,25 @@ Student t interval; its difference from sFlow's a Welch interval. ``a`` is the p
 over the rate-0 cost per packet. ``sampled`` is the median share of forwarded packets the
 mechanism's counter saw at rate ``s`` over ``s`` (1: as configured; the cached exporter sends
 per-flow records once a second, so its per-phase count says nothing and is left out).
+``exported / sample`` is what the counter received over the whole run (all phases: the cached
+exporter's records trail their samples by up to its active timeout) over the samples taken in
+its sampling phases (packets taken from the sender's port times the rate), the run's median:
+IPFIX messages for the ``sample`` action (one record each; 1 without the cache), samples for
+sFlow (which packs several into a datagram); ``per s`` is that times the sampled packets a
+second at the run's rate, i.e. the exporter's messages a second while sampling. (Records of
+the run's last second may arrive after it ends and are not counted: at most one active timeout
+of a 12-s run.)
+
+A cache's exported records trail their samples by up to its active timeout (1 s), ten phases,
+so their cost falls into sampling and non-sampling phases alike and cancels out of the paired
+difference; only records exported at sample time (a full cache evicting its oldest flow) stay
+in it. ``with records`` puts it back: per run, the phases' cost per packet is regressed on the
+rate and on the records the counter received in the same phase per packet forwarded (the CPU
+of an export and its message land in the same phase), with the run's level; the cost per sample
+is then ``ns / sample`` at rate 1 plus ``ns / record`` times the run's ``exported / sample``.
+For a mechanism whose records are its samples (no cache, sFlow) the two regressors are one
+and ``with records`` equals ``ns / sample``; ``ns / record`` is shown where the run's records
+vary apart from its rate (correlation under ``SEPARABLE``).
 
 Phases left out, and counted (``dropped`` line): those that forwarded less than ``FLOWING`` of
 their run's median (a load not yet flowing), and, for the switch's numbers only, those whose
@@ -48,6 +67,9 @@ REFERENCE = "sflow"
 FLOWING = 0.8
 #: Mechanisms whose counter sees samples as they happen (so the sampled share can be checked).
 COUNTED_PER_SAMPLE = ("sflow", "sample_action", "tc_sample", "mirror", "mirror_vxlan")
+#: A run's records per packet tell their cost apart from the sampling's only when their
+#: correlation with the rate over its phases is below this.
+SEPARABLE = 0.9
 
 
 def per_run(phases: pd.DataFrame) -> pd.DataFrame:
@@ -79,12 +101,46 @@ def per_run(phases: pd.DataFrame) -> pd.DataFrame:
             "base_switch_ns": off_switch.mean(),
             "sample_switch_ns": (on_switch.mean() - off_switch.mean()) / rate,
             "sampled": on["share"].median() / rate,
+            **exported(run, on),
             "dropped_not_flowing": int((~flowing).sum()),
             "dropped_threads": int((~threads_ok).sum()),
         })
+        rows[-1].update(with_records(run, rows[-1]["exported_per_sample"]))
     if not rows:
         raise ExperimentError("no run has both rate-0 and sampling phases")
     return pd.DataFrame(rows)
+
+
+def exported(run: pd.DataFrame, on: pd.DataFrame) -> dict:
+    """Records the counter received per sample over a run, and per second while sampling
+    (NaN without the phases' lengths and sender counts)."""
+    if not {"duration_s", "sent_pps"} <= set(run.columns):
+        return {"exported_per_sample": float("nan"), "exported_per_s": float("nan")}
+    samples = (on["sent_pps"] * on["duration_s"] * on["rate"]).sum()
+    per_sample = float((run["copies_pps"] * run["duration_s"]).sum() / samples)
+    sampled_per_s = float((on["sent_pps"] * on["duration_s"] * on["rate"]).sum()
+                          / on["duration_s"].sum())
+    return {"exported_per_sample": per_sample, "exported_per_s": per_sample * sampled_per_s}
+
+
+def with_records(run: pd.DataFrame, per_sample: float) -> dict:
+    """One run's cost per sample with its exported records charged (see the module's
+    docstring): least squares of the phases' ns per packet on the rate and the records per
+    packet, with an intercept (the run's level)."""
+    nan = {"record_ns": float("nan"), "sample_records_ns": float("nan")}
+    if np.isnan(per_sample) or len(run) < 4:
+        return nan
+    rate = run["rate"].to_numpy(float)
+    records = (run["copies_pps"] / run["forwarded_pps"]).to_numpy(float)
+    design = np.column_stack([np.ones(len(run)), rate, records])
+    (_, per_packet, per_record), *_ = np.linalg.lstsq(design, run["cost_ns_per_packet"].to_numpy(float),
+                                                      rcond=None)
+    # along the data's own direction the combination is defined even where the two are one
+    separable = records.std() > 0 and abs(np.corrcoef(rate, records)[0, 1]) < SEPARABLE
+    mean_rate = float(rate[rate > 0].mean())
+    return {"record_ns": float(per_record) if separable else float("nan"),
+            "sample_records_ns": float(per_packet + per_record * per_sample * mean_rate) / mean_rate
+            if separable else float("nan")}
 
 
 def mean_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -114,8 +170,17 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for mechanism, group in runs.groupby("mechanism", sort=True):
         row = {"mechanism": mechanism, "runs": len(group)}
-        for column in ("sample_ns", "sample_switch_ns"):
+        with_records_ns = group["sample_records_ns"].where(group["sample_records_ns"].notna(),
+                                                           group["sample_ns"])
+        group = group.assign(sample_records_ns=with_records_ns)
+        reference = reference.assign(sample_records_ns=reference["sample_ns"])
+        for column in ("sample_ns", "sample_switch_ns", "sample_records_ns", "record_ns"):
+            if group[column].isna().any():
+                row[column] = row[f"{column}_lo"] = row[f"{column}_hi"] = float("nan")
+                continue
             row[column], row[f"{column}_lo"], row[f"{column}_hi"] = mean_interval(group[column])
+            if column == "record_ns":
+                continue
             if len(reference) >= 2 and mechanism != REFERENCE and len(group) >= 2:
                 diff = welch_interval(group[column], reference[column])
                 row[f"{column}_vs_sflow"], row[f"{column}_vs_sflow_lo"], \
@@ -125,6 +190,8 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         row["base_ns"] = float(group["base_ns"].mean())
         row["sampled"] = float(group["sampled"].median()) if mechanism in COUNTED_PER_SAMPLE \
             else float("nan")
+        row["exported_per_sample"] = float(group["exported_per_sample"].median())
+        row["exported_per_s"] = float(group["exported_per_s"].median())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -138,14 +205,22 @@ def interval(row: pd.Series, column: str, digits: int = 0) -> str:
 
 def markdown(table: pd.DataFrame) -> str:
     lines = ["| mechanism | runs | a (cgroup) | ns / sample (cgroup) | − sFlow's | "
-             "ns / sample (switch thread) | − sFlow's | sampled / configured |",
-             "|---|---|---|---|---|---|---|---|"]
+             "ns / sample (switch thread) | − sFlow's | sampled / configured | "
+             "exported / sample | per s | with records, ns / sample | − sFlow's | ns / record |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, row in table.iterrows():
         sampled = "–" if pd.isna(row["sampled"]) else f"{row['sampled']:.3f}"
+        per_sample = ("–" if pd.isna(row["exported_per_sample"])
+                      else f"{row['exported_per_sample']:.3f} | {row['exported_per_s']:,.0f}")
+        if per_sample == "–":
+            per_sample = "– | –"
         lines.append(f"| {row['mechanism']} | {row['runs']} | {interval(row, 'a', 3)} | "
                      f"{interval(row, 'sample_ns')} | {interval(row, 'sample_ns_vs_sflow')} | "
                      f"{interval(row, 'sample_switch_ns')} | "
-                     f"{interval(row, 'sample_switch_ns_vs_sflow')} | {sampled} |")
+                     f"{interval(row, 'sample_switch_ns_vs_sflow')} | {sampled} | "
+                     f"{per_sample} | {interval(row, 'sample_records_ns')} | "
+                     f"{interval(row, 'sample_records_ns_vs_sflow')} | "
+                     f"{interval(row, 'record_ns')} |")
     return "\n".join(lines)
 
 

@@ -339,3 +339,26 @@ def test_a_run_delayed_past_its_load_keeps_the_phases_measured_under_load(monkey
     assert 2 <= len(data) < 8  # the phases that fit in the load, not all eight, and no error
     assert (data["forwarded_pps"] > 0).all()
     assert data["duration_s"].sum() + (1.5 + 0.1) * len(data) <= load_s + 1e-9
+
+
+def test_a_phase_that_forwarded_nothing_is_left_out_and_counted(monkeypatch):
+    """A host loaded many times over can starve the load for a whole 0.08-s phase: that phase
+    has no cost per packet to state, so it is left out (and counted) instead of ending the
+    calibration; the phases around it are kept."""
+    from cosample.costmodel import harness
+
+    class StarvingSwitch(ClockedSwitch):
+        def advance(self, seconds):
+            self.capacity = 0 if 1.0 <= self.now < 1.6 else 50_000  # one phase gets nothing
+            super().advance(seconds)
+
+    switch = StarvingSwitch(50_000, {"sflow": 0.5})
+    monkeypatch.setattr(harness.time, "sleep", switch.advance)
+    settings = CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), repetitions=1,
+                                   duration_s=4, warmup_s=0, phases=4, guard_s=0.1)
+    calibrator = Calibrator(settings, switch.mechanisms(), switch.port_stats, {},
+                            lambda argv, duration: FakeRun(IperfResult("udp", duration, 1e6)),
+                            "10.0.0.2", "in", "out", clock=switch.clock)
+    data = calibrator.run(show_progress=False)
+    assert calibrator.empty_phases == 1 and len(data) == 3
+    assert (data["forwarded_pps"] > 0).all()

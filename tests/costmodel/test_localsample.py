@@ -4,6 +4,7 @@ counter's parsing, then the ``sample`` action's flow and collector set on a real
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import time
@@ -50,6 +51,9 @@ def test_collector_set_arguments_tag_both_rows_and_set_the_cache_only_when_asked
     assert plain.count("external_ids:cosample=costmodel") == 2
     assert not any(arg.startswith("cache_") for arg in plain)
     assert "cache_max_flows=1024" in cached and f"id={COLLECTOR_SET_ID + 1}" in cached
+    larger = collector_set_args("br", "127.0.0.1:4739", cached=True, cache_flows=32768,
+                                active_timeout_s=5)
+    assert "cache_max_flows=32768" in larger and "cache_active_timeout=5" in larger
 
 
 def test_data_sets_are_counted_and_templates_are_not():
@@ -68,12 +72,12 @@ def test_the_counter_counts_data_messages_and_names_malformed_ones():
         host, port = counter.target.split(":")
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
             for message in (ipfix_message((2, b"\x00" * 8)), ipfix_message((256, b"\x00" * 4)),
-                            ipfix_message((256, b"\x00" * 4)), b"garbage"):
+                            ipfix_message((256, b"\x00" * 4), (257, b"\x00" * 4)), b"garbage"):
                 sender.sendto(message, (host, int(port)))
         deadline = time.monotonic() + 5
         while counter.data_messages + counter.malformed < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
-    assert (counter.data_messages, counter.malformed) == (2, 1)
+    assert (counter.data_messages, counter.data_sets, counter.malformed) == (2, 3, 1)
 
 
 @pytest.mark.ovs
@@ -155,3 +159,41 @@ def test_a_real_calibration_of_the_local_samplers(tmp_path):
         off = frame[(frame["mechanism"] == mechanism) & (frame["rate"] == 0)]
         assert off["copies_pps"].sum() < 0.05 * rows["copies_pps"].sum()  # off means off
     assert json.loads(output.read_text())["metadata"]["streams"] == 4
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_short_flows_cost_the_cached_exporter_one_record_each(tmp_path):
+    """The flow generator's short flows through the one-host rig (`--flows 16 --flow-packets
+    5`): the load is forwarded at the rate offered, and the cached exporter, sampling every
+    packet, sends one record per flow (a fifth of a record per sample) instead of one per flow
+    and second; nothing is left behind, the generator and its sink included."""
+    from cosample.cli import main
+    from cosample.lab.onehost import one_host_testbed_unavailable
+    from costmodel_leftovers import leftovers
+    from research.localsample_costs import per_run
+
+    reason = one_host_testbed_unavailable()
+    if reason:
+        pytest.skip(f"real calibration: {reason}")
+    prefix, port = f"ccF{os.getpid() % 10_000}", 5391  # the sink holds port + 1
+    data, output = tmp_path / "m.csv", tmp_path / "c.json"
+    code = main(["calibrate", "--testbed", "--prefix", prefix, "--port", str(port), "--mechanisms",
+                 "sample_action_cached", "--rates", "0,1", "--repetitions", "1", "--duration",
+                 "8", "--phases", "4", "--guard", "1.2", "--offered-pps", "4000", "--flows",
+                 "16", "--flow-packets", "5", "--warmup", "1", "--bootstrap", "100",
+                 "--no-progress", "-d", str(data), "-o", str(output)])
+    assert code == 0
+    assert leftovers(prefix) == []
+    assert not [line for line in run(["ps", "-eo", "args"]).stdout.splitlines()
+                if "cosample.costmodel.flowgen" in line and f" {port + 1} " in line]
+    frame = pd.read_csv(data)
+    assert frame["forwarded_pps"].median() == pytest.approx(4000, rel=0.2)
+    runs = per_run(frame)
+    # 800 flows a second, each exported once its second in the cache is up: flows start all
+    # the time, so their records leave all the time, and a phase counted from 1.2 s after the
+    # switch sees its own records only
+    assert runs["exported_per_sample"].iloc[0] == pytest.approx(1 / 5, rel=0.3)
+    metadata = json.loads(output.read_text())["metadata"]
+    assert (metadata["flows"], metadata["flow_packets"]) == (16, 5)
+    assert metadata["ipfix_cache"] == {"max_flows": 1024, "active_timeout_s": 1}
