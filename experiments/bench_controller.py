@@ -291,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
     parser.add_argument("--baseline-tree", metavar="DIR",
                         help="also run the code laid out in DIR (`python -m research.revision "
-                             "REV DIR`), alternating with this tree's")
+                             "REV DIR`), alternating with this tree's, with the same options "
+                             "(a revision whose benchmark lacks --no-slices or --default-memory "
+                             "takes this file and controller/memory.py laid over its own)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per size (and code)")
     parser.add_argument("--two-phase", type=int, metavar="SERVERS",
                         help="time one two-phase publication at SERVERS instead")
@@ -300,8 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                              "a --baseline-tree revision reads the JSON form)")
     parser.add_argument("--no-slices", dest="slices", action="store_false",
                         help="publish the whole plan alone, no per-host slices (`controller run "
-                             "--no-slices`; a --baseline-tree revision publishes as its own "
-                             "benchmark does); the floor never includes slices")
+                             "--no-slices`); the floor never includes slices")
     parser.add_argument("--default-memory", dest="keep_memory", action="store_false",
                         help="run the controller's process with the C library's and numpy's "
                              "memory defaults, not as `controller run` sets them "
@@ -330,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     trees: dict[str, tuple[Path | None, bool]] = {"new": (None, args.keep_memory)}
     if args.baseline_tree:
         try:
-            trees = {"old": (checked(args.baseline_tree), True), "new": (None, args.keep_memory)}
+            trees = {"old": (checked(args.baseline_tree), args.keep_memory),
+                     "new": (None, args.keep_memory)}
         except ExperimentError as exc:
             parser.error(str(exc))
     elif args.compare_memory:
@@ -345,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                     run = f"{code}-{repeat}"
                     measured = _child(servers, Path(folder), run, tree,
                                       args.form if tree is None else None,
-                                      slices=args.slices or tree is not None, keep=keep)
+                                      slices=args.slices, keep=keep)
                     floors = _child(servers, Path(folder), run, None, args.form,
                                     "--floor", keep=keep) if tree is None else [{}]
                     if measured is None or floors is None:
