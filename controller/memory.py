@@ -35,8 +35,10 @@ def keep_memory() -> list[str]:
     what was done (empty where neither applies: another C library, another numpy)."""
     done = []
     try:  # numpy's own switch (what NUMPY_MADVISE_HUGEPAGE=0 sets at import)
-        from numpy._core import multiarray
-
+        try:
+            from numpy._core import multiarray  # numpy 2
+        except ImportError:
+            from numpy.core import multiarray  # numpy 1.26
         multiarray._set_madvise_hugepage(False)
         done.append("numpy huge-page advice off")
     except (ImportError, AttributeError):

@@ -12,7 +12,10 @@ import pytest
 
 PROBE = """
 import json
-from numpy._core import multiarray
+try:
+    from numpy._core import multiarray
+except ImportError:
+    from numpy.core import multiarray
 from cosample.controller.memory import keep_memory
 before = multiarray._get_madvise_hugepage()
 done = keep_memory()
