@@ -277,7 +277,8 @@ class Snapshot(Strict):
             _indices(self.interfaces.server, n, ("interfaces", "server"), "servers")
         if self.traffic_pps is not None:
             _same_lengths(self.traffic_pps, "traffic_pps", skip="names")
-            _unique(self.traffic_pps.names, ("traffic_pps", "names"))
+            if self.traffic_pps.names is not table.name:  # the binary form shares one list
+                _unique(self.traffic_pps.names, ("traffic_pps", "names"))
             size = len(self.traffic_pps.names)
             _indices(self.traffic_pps.src, size, ("traffic_pps", "src"), "names")
             _indices(self.traffic_pps.dst, size, ("traffic_pps", "dst"), "names")

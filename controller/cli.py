@@ -194,9 +194,11 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.plan.signing import key_permission_warning, sign_bytes
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller
+    from cosample.controller.memory import keep_memory
     from cosample.controller.publish import DirectoryTarget, HttpTarget
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    keep_memory()  # a daemon: each cycle's memory serves the next (controller/memory.py)
     settings = settings_from(args)
     inventory = load_inventory(args.inventory)
     if args.key:

@@ -24,16 +24,16 @@ from cosample.controller import decide as decisions
 from cosample.controller.apploop import Applications
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
-from cosample.controller.estimate import Measurement, measure
-from cosample.controller.evaluate import Evaluation, PlanShares, evaluate, shares
+from cosample.controller.estimate import measure
+from cosample.controller.evaluate import PlanShares, evaluate, shares
 from cosample.controller.inventory import Inventory
-from cosample.controller.plausibility import (JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Refusal,
-                                              Screen, vet)
+from cosample.controller.plausibility import JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen, vet
 from cosample.controller.publish import Rendered, oversized, render
-from cosample.controller.replan import Candidate, replan
+from cosample.controller.replan import replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, SnapshotReader
+from cosample.controller.steps import Judged, lap, mark
 from cosample.gcpause import gc_paused
 from cosample.times import format_time, utcnow
 from cosample.controller.store import Store, next_version
@@ -97,28 +97,6 @@ class Settings:
     @property
     def snapshot_max_age_s(self) -> float:
         return self.max_age_s if self.max_age_s is not None else 3 * self.interval_s
-
-
-@dataclass(frozen=True)
-class Judged:
-    """One snapshot's estimate, the candidate planned for it, and the situation ``decide``
-    judges (computed by ``Controller._judge``; the controller learns it only after deciding)."""
-
-    measurement: Measurement
-    refusals: tuple[Refusal, ...]
-    screen: Screen
-    smoothed: Smoothed
-    candidate: Candidate
-    sparse: bool     # plan-less or measurement-plan samples
-    quiet: bool      # our last publication is still settling
-    measuring: bool  # the plan in force is the measurement plan
-    settling: np.ndarray  # servers whose traffic moved by a step within a window
-    # by ``Controller._situation``:
-    candidate_eval: Evaluation | None = None
-    current: Evaluation | None = None
-    situation: decisions.Situation | None = None
-    app: Any = None  # ``apploop.AppJudgement``: the application part's own judgement
-    app_problems: tuple[str, ...] = ()
 
 
 class Controller:
@@ -212,7 +190,7 @@ class Controller:
                               reasons=("no fresh snapshot: keeping the plan in force",))
         self.waiting_since = None
         judged = self._judge(now, reading.snapshot, timings)
-        mark = _mark()
+        step = mark()
         judged = self._situation(now, judged)
         decision = decisions.decide(judged.situation, self.settings.policy)
         if judged.app is not None:
@@ -220,7 +198,7 @@ class Controller:
             decision = self.apps.decide(decision, judged.app, self.settings.policy,
                                         current=judged.current is not None, warm=situation.warm,
                                         settling=bool(situation.settling), quiet=judged.quiet)
-        _lap(timings, "decide", mark)
+        lap(timings, "decide", step)
         self.smoothed = judged.smoothed  # only a cycle that got this far learns from its snapshot
         self.screen = judged.screen
         self.measurement = judged.measurement
@@ -233,10 +211,10 @@ class Controller:
 
     def _read(self, now: datetime, timings: dict[str, float]) -> Reading:
         """The collectors' merged snapshot; one that knows no server counts as none."""
-        mark = _mark()
+        step = mark()
         reading = self.reader(self.settings.collectors, now, self.settings.snapshot_max_age_s,
                               self.settings.timeout_s)
-        _lap(timings, "read", mark)
+        lap(timings, "read", step)
         if reading.snapshot is not None and not decisions.knows_servers(reading.snapshot):
             reading = replace(reading, snapshot=None, problems=reading.problems + (
                 "the collectors know no server yet (no plan and no agent addresses, or no "
@@ -246,7 +224,7 @@ class Controller:
     def _judge(self, now: datetime, snapshot: Any, timings: dict[str, float]) -> Judged:
         """Estimate, vet and smooth the snapshot, re-plan. Computations: but for the longest
         window seen, the controller learns them only once the cycle has decided (``_cycle``)."""
-        mark = _mark()
+        step = mark()
         settings, inv = self.settings, self.inventory
         measurement = measure(snapshot, inv, source="+".join(settings.collectors))
         vetted = vet(measurement, self.screen, inv.names, inv.capacity_pps,
@@ -273,11 +251,11 @@ class Controller:
             now, self.current, settings, quiet=quiet, warm=before is not None and
             decisions.is_warm(before.count, settings.interval_s, settings.warm_s)) \
             if self.apps else (None, ())
-        _lap(timings, "estimate", mark)
-        mark = _mark()
+        lap(timings, "estimate", step)
+        step = mark()
         candidate = replan(inv, smoothed.planning(), settings.plan_margin, settings.solver,
                            settings.measure_sampling, rising, services)
-        _lap(timings, "plan", mark)
+        lap(timings, "plan", step)
         return Judged(measurement, vetted.refusals, vetted.screen, smoothed, candidate, sparse,
                       quiet, measuring, settling, app_problems=app_problems)
 
@@ -321,13 +299,13 @@ class Controller:
                            ) -> tuple[tuple[int, ...], bool]:
         """Build the candidate's document, publish it, record its report, start the quiet."""
         candidate, settings = judged.candidate, self.settings
-        mark = _mark()
+        step = mark()
         document = candidate.document(now, timedelta(seconds=settings.valid_for_s))
-        _lap(timings, "document", mark)
-        mark = _mark()
+        lap(timings, "document", step)
+        step = mark()
         published, two_phase = self._publish(document, candidate.shares, now)
         self._record_report(candidate)
-        _lap(timings, "publish", mark)
+        lap(timings, "publish", step)
         self.quiet_until = now + timedelta(seconds=decisions.quiet_s(
             settings, two_phase, judged.measurement.window_s, judged.sparse))
         return published, two_phase
@@ -438,17 +416,6 @@ def _expires(plan: dict[str, Any] | None) -> datetime | None:
     except ValueError:
         raise ControllerError(f"plan in force: expires: not a UTC time: {plan['expires']!r}") \
             from None
-
-
-def _mark() -> tuple[float, float]:
-    return time.perf_counter(), time.process_time()
-
-
-def _lap(timings: dict[str, float], step: str, mark: tuple[float, float]) -> None:
-    """The step's wall-clock seconds, and its CPU seconds as ``<step>_cpu`` (on a shared
-    machine the wall clock also counts waiting for a core)."""
-    timings[step] = round(time.perf_counter() - mark[0], 6)
-    timings[f"{step}_cpu"] = round(time.process_time() - mark[1], 6)
 
 
 __all__ = ["Controller", "Settings", "SnapshotError"]

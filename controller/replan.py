@@ -114,10 +114,13 @@ def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
     if floor:
         applied = floor_shares(applied, floor)
     return Candidate(dc, solution, applied, dc.own_pps, dc.forwarding_pps,
-                     tuple(names[i] for i in np.flatnonzero(saturated)),
-                     tuple(names[i] for i in np.flatnonzero(unmeasured)), floor,
-                     tuple(names[i] for i in np.flatnonzero(rising)) if rising is not None
-                     else ())
+                     _named(names, saturated), _named(names, unmeasured), floor,
+                     _named(names, rising) if rising is not None else ())
+
+
+def _named(names: tuple[str, ...], mask: np.ndarray) -> tuple[str, ...]:
+    """The names where ``mask`` holds (a first cycle's unmeasured servers: 1.7·10^5 of 10^6)."""
+    return tuple(map(names.__getitem__, np.flatnonzero(mask).tolist()))
 
 
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:

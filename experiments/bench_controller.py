@@ -14,6 +14,10 @@ CPU time (``<step>_cpu``: the machine is shared, wall-clock time includes waitin
 process's peak resident set (``VmHWM``) with the size after imports beside it.
 One process per size, so peaks do not carry over. The controller reads the snapshot in the
 collector's binary columnar form (``collector.snapshotbin``; ``--form json``: the JSON form).
+The process keeps its freed memory as ``controller run`` has it (``controller.memory``;
+``--default-memory``: the C library's and numpy's defaults, ``--compare-memory``: both,
+alternating). ``--no-slices``: the target writes the whole plan alone, as ``controller run
+--no-slices``; by default it also writes every host's slice, as ``controller run`` does.
 
 Beside each figure, its floor, measured in a fresh process of its own on the same files: reading
 the snapshot's bytes into its arrays (``np.frombuffer`` on the binary form; orjson and
@@ -30,6 +34,7 @@ run, under the same load.
     python -m cosample.experiments.bench_controller --sizes 1000000 --form json
     python -m cosample.experiments.bench_controller --sizes 100000 --baseline-tree DIR --repeats 5
     python -m cosample.experiments.bench_controller --two-phase 100000
+    python -m cosample.experiments.bench_controller --sizes 1000000 --no-slices --compare-memory
 """
 
 from __future__ import annotations
@@ -103,9 +108,10 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
         path.with_name(name).write_bytes(binary)
 
 
-def measure(servers: int, folder: Path, form: str = "json") -> dict:
+def measure(servers: int, folder: Path, form: str = "json", slices: bool = True) -> dict:
     """Two cycles on the snapshot in ``folder`` (run in a process of its own), read in ``form``
-    (``FORMS``; old code reads ``snap.json``)."""
+    (``FORMS``; old code reads ``snap.json``); ``slices=False``: the target writes the whole
+    plan alone (``controller run --no-slices``)."""
     from cosample.plan.signing import generate_keypair
     from cosample.controller.loop import Controller, Settings
     from cosample.controller.publish import DirectoryTarget
@@ -119,7 +125,7 @@ def measure(servers: int, folder: Path, form: str = "json") -> dict:
     clock = [started]
     settings = Settings((str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0,
                         key=str(folder / "key.pem"))
-    controller = Controller(inventory, settings, DirectoryTarget(folder / "pub"),
+    controller = Controller(inventory, settings, DirectoryTarget(folder / "pub", slices=slices),
                             folder / "state", clock=lambda: clock[0])
     rows = []
     for cycle in (1, 2):
@@ -141,6 +147,7 @@ def measure(servers: int, folder: Path, form: str = "json") -> dict:
 
     for row in rows:
         row.update(plan_mb=round(plan_bytes / 1e6, 1), code_path=planfile.__file__, form=form,
+                   slices=slices,
                    snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
                    rss_imports_mb=rss_imports, peak_rss_mb=peak, agents_accept=accepted,
                    load_average=round(os.getloadavg()[0], 1))
@@ -284,47 +291,69 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
     parser.add_argument("--baseline-tree", metavar="DIR",
                         help="also run the code laid out in DIR (`python -m research.revision "
-                             "REV DIR`), alternating with this tree's")
+                             "REV DIR`), alternating with this tree's, with the same options "
+                             "(a revision whose benchmark lacks --no-slices or --default-memory "
+                             "takes this file and controller/memory.py laid over its own)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per size (and code)")
     parser.add_argument("--two-phase", type=int, metavar="SERVERS",
                         help="time one two-phase publication at SERVERS instead")
     parser.add_argument("--form", choices=tuple(FORMS), default="binary",
                         help="the snapshot form this tree's controller reads (default: binary; "
                              "a --baseline-tree revision reads the JSON form)")
+    parser.add_argument("--no-slices", dest="slices", action="store_false",
+                        help="publish the whole plan alone, no per-host slices (`controller run "
+                             "--no-slices`); the floor never includes slices")
+    parser.add_argument("--default-memory", dest="keep_memory", action="store_false",
+                        help="run the controller's process with the C library's and numpy's "
+                             "memory defaults, not as `controller run` sets them "
+                             "(controller/memory.py)")
+    parser.add_argument("--compare-memory", action="store_true",
+                        help="run this tree with the memory defaults and as `controller run` "
+                             "sets them, alternating, and print their ratios")
     parser.add_argument("--child", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.two_phase:
         print(json.dumps(two_phase(args.two_phase)))
         return 0
+    if (args.child or args.floor) and args.keep_memory:
+        from cosample.controller.memory import keep_memory
+
+        keep_memory()  # as `controller run` does; the floor's process too
     if args.child:
-        print(json.dumps(measure(int(args.child[0]), Path(args.child[1]), args.form)))
+        print(json.dumps(measure(int(args.child[0]), Path(args.child[1]), args.form,
+                                 args.slices)))
         return 0
     if args.floor:
         print(json.dumps(floor(int(args.floor[0]), Path(args.floor[1]), args.form)))
         return 0
-    trees = {"new": None}
+    # code -> (tree, memory kept as `controller run` keeps it)
+    trees: dict[str, tuple[Path | None, bool]] = {"new": (None, args.keep_memory)}
     if args.baseline_tree:
         try:
-            trees = {"old": checked(args.baseline_tree), "new": None}
+            trees = {"old": (checked(args.baseline_tree), args.keep_memory),
+                     "new": (None, args.keep_memory)}
         except ExperimentError as exc:
             parser.error(str(exc))
+    elif args.compare_memory:
+        trees = {"old": (None, False), "new": (None, True)}
     rows = []
     for servers in args.sizes:
         with tempfile.TemporaryDirectory(prefix="bench-controller-") as folder:
             moment = datetime.now(timezone.utc).replace(microsecond=0)
             write_snapshot(servers, Path(folder) / "snap.json", moment)
             for repeat in range(args.repeats):
-                for code, tree in trees.items():
+                for code, (tree, keep) in trees.items():
                     run = f"{code}-{repeat}"
                     measured = _child(servers, Path(folder), run, tree,
-                                      args.form if tree is None else None)
+                                      args.form if tree is None else None,
+                                      slices=args.slices, keep=keep)
                     floors = _child(servers, Path(folder), run, None, args.form,
-                                    "--floor") if tree is None else [{}]
+                                    "--floor", keep=keep) if tree is None else [{}]
                     if measured is None or floors is None:
                         return 1
                     for row in measured:
-                        row.update(code=code, repeat=repeat, **floors[0])
+                        row.update(code=code, repeat=repeat, keep_memory=keep, **floors[0])
                     rows += measured
                     print(_table(measured), flush=True)
                     if tree is None:
@@ -333,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         import pandas as pd
 
         pd.DataFrame(rows).to_csv(args.csv, index=False)
-    if args.baseline_tree:
-        print(_comparison(rows, Path(args.baseline_tree).name))
+    if args.baseline_tree or args.compare_memory:
+        print(_comparison(rows, Path(args.baseline_tree).name if args.baseline_tree else
+                          "this tree with the memory defaults (--default-memory)"))
     at_target = [r for r in rows if r["servers"] == TARGET_SERVERS and r["code"] == "new"]
     for row in at_target:
         verdict = "meets" if row["seconds"] < TARGET_SECONDS else "misses"
@@ -366,7 +396,8 @@ def _beside_floors(rows: list[dict]) -> str:
 
 
 def _child(servers: int, folder: Path, name: str, tree: Path | None, form: str | None = None,
-           job: str = "--child") -> list[dict] | None:
+           job: str = "--child", slices: bool = True, keep: bool = True
+           ) -> list[dict] | None:
     """Both cycles in a fresh process and a fresh sub-folder ``name`` (no plan in force yet)
     on the snapshot in ``folder``, with the code of ``tree`` (None: this one) reading ``form``
     (None: the old code's own choice); ``job="--floor"``: the floors, in the run's folder."""
@@ -379,7 +410,9 @@ def _child(servers: int, folder: Path, name: str, tree: Path | None, form: str |
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_controller",
-                           job, str(servers), str(run), *(("--form", form) if form else ())],
+                           job, str(servers), str(run), *(("--form", form) if form else ()),
+                           *(() if slices else ("--no-slices",)),
+                           *(() if keep else ("--default-memory",))],
                           capture_output=True, text=True, timeout=1800, check=False, env=env,
                           cwd=run)
     if done.returncode != 0:

@@ -380,7 +380,10 @@ def _pieces(column: np.ndarray | list[bytes]) -> Part:
                                            ).all():
             return numbers([column[0].item()])[0]  # bit for bit one number (not 0.0 and -0.0)
         column = numbers(column.tolist())
-    return column[0] if column.count(column[0]) == len(column) else column
+    first = column[0]
+    if column[-1] != first or column[len(column) // 2] != first:  # varies: no full count
+        return column
+    return first if column.count(first) == len(column) else column
 
 
 def _rows(parts: list[Part], count: int) -> bytes:

@@ -343,7 +343,8 @@ def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:
     known = hostjson.named(names)  # as the plan's table quoted them
     document = {
         "format": REPORT_FORMAT, "format_version": FORMAT_VERSION,
-        "plan_id": plan["plan_id"], "version": plan["version"], "names": list(names),
+        "plan_id": plan["plan_id"], "version": plan["version"],
+        "names": orjson.Fragment(b"[" + b",".join(known.quoted) + b"]"),  # quoted once
         **_report_columns(problem, applied),
         "planned": {"local_rate": significant(applied.planned_rate, names, "planned_rate"),
                     "mirrors": {"from": hostjson.peers(known, src),

@@ -89,12 +89,12 @@ class Solution:
     def baseline_pps(self) -> float:
         """Distinct packets the no-collaboration baseline collects, after 1-in-N as this plan
         (``summary.noncollab_pps`` and the gain): this plan's own when it is the baseline."""
-        from cosample.planner.baseline import solve_noncollab
+        from cosample.planner.baseline import noncollab_applied_pps
         from cosample.planner.choices import NONCOLLAB
 
         if self.solver == NONCOLLAB:
             return self.applied.collected_pps
-        return solve_noncollab(self.problem).applied.collected_pps
+        return noncollab_applied_pps(self.problem)
 
     @property
     def offload_pps(self) -> np.ndarray:

@@ -335,8 +335,8 @@ def test_a_publication_rounds_its_plan_once(tmp_path, monkeypatch):
         return original(solution)
     monkeypatch.setattr(realise_module, "realise", counting)
     solved: list = []
-    noncollab = baseline.solve_noncollab
-    monkeypatch.setattr(baseline, "solve_noncollab",
+    noncollab = baseline.noncollab_applied_pps  # the baseline the summary states
+    monkeypatch.setattr(baseline, "noncollab_applied_pps",
                         lambda problem: solved.append(problem) or noncollab(problem))
     rig = Rig(tmp_path, tau_s=0.0)
     assert rig.cycle(BUSY_S1).result == "published"

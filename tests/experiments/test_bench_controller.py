@@ -59,3 +59,17 @@ def test_a_folder_without_a_tree_is_refused(tmp_path, capsys):
         bench_controller.main(["--sizes", "300", "--baseline-tree", str(tmp_path)])
     assert exited.value.code == 2
     assert f"{tmp_path}: no cosample/__init__.py" in capsys.readouterr().err
+
+
+def test_memory_compared_without_slices(tmp_path, capsys):
+    """``--compare-memory``: this tree with the memory defaults ("old") and as ``controller
+    run`` keeps it ("new"), alternating; ``--no-slices`` reaches the controller's target."""
+    csv = tmp_path / "rows.csv"
+    assert bench_controller.main(["--sizes", "300", "--no-slices", "--compare-memory",
+                                  "--csv", str(csv)]) == 0
+    rows = pd.read_csv(csv)
+    assert sorted(zip(rows["code"], rows["keep_memory"])) == \
+        [("new", True), ("new", True), ("old", False), ("old", False)]
+    assert not rows["slices"].any()
+    assert (rows["code_path"].str.startswith(str(REPOSITORY))).all()  # both: this tree
+    assert "old = this tree with the memory defaults" in capsys.readouterr().out

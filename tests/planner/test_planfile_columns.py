@@ -253,3 +253,14 @@ def test_compact_bytes_splice_the_host_table():
                                                   "note": "\u0000 and \x00 in a string"}]},
         option=orjson.OPT_SORT_KEYS)
     assert plan["plan_id"] == plan_id(parsed)
+
+
+@given(st.lists(st.sampled_from([-2.0, -0.5, 0.0, 0.5, 1.0, 3.0, 7.5]), max_size=60),
+       st.integers(min_value=1, max_value=8))
+def test_the_summarys_biggest_losers_are_a_stable_sorts_first(values, count):
+    """``rounding._most`` (a partition, then a sort of the few) names the servers a full
+    stable sort would, in its order, ties included."""
+    from cosample.planner.rounding import _most
+
+    array = np.asarray(values, dtype=float)
+    assert _most(array, count).tolist() == np.argsort(-array, kind="stable")[:count].tolist()

@@ -29,7 +29,7 @@ def counted(monkeypatch):
         monkeypatch.setattr(module, name, wrapper)
 
     counting(realise_module, "realise")
-    counting(baseline, "solve_noncollab")
+    counting(baseline, "noncollab_applied_pps")  # the baseline a summary states
     counting(exact, "solve_continuous")
     return calls
 
@@ -43,7 +43,7 @@ def test_documents_reuse_what_the_solution_carries(counted, solver):
     after_first = dict(counted)
     # one rounding of this plan, one of the baseline's (unless it is the baseline)
     assert after_first.get("realise", 0) == (1 if solver == "noncollab" else 2)
-    assert after_first.get("solve_noncollab", 0) == (0 if solver == "noncollab" else 1)
+    assert after_first.get("noncollab_applied_pps", 0) == (0 if solver == "noncollab" else 1)
     assert after_first.get("solve_continuous", 0) <= (1 if solver == "exact" else 0)
     lean = build_plan(dc, solution, created=MOMENT, version=1, report=False, lazy_hosts=True)
     host_report(solution, lean)
