@@ -126,12 +126,27 @@ def test_rates_are_renormalised_by_the_running_plans_share():
     listed, to, share = plan_entries(plan, services)
     assert listed[0] and to[0] == "" and share[0] == 0.25
     snap = AppSnapshot.model_validate_json(app_snapshot(NOW, {NAME: 30.0, "10.9.9.9:80": 5}))
-    measurement, unknown = measure([("a", snap)], (service_name("10.1.0.5", 80),), share)
+    measurement, unknown, intervals = measure([("a", snap)], (service_name("10.1.0.5", 80),),
+                                              share)
     assert measurement.own_pps[0] == pytest.approx(120.0)
     assert unknown == ("10.9.9.9:80",)
+    assert intervals == {NAME: None}  # no per-connection counts: no honest interval at 1/4
+    # with them: the connection-level interval around the renormalised rate, wider when the
+    # same requests come on fewer connections
+    widths = []
+    for connections in (300, 10):
+        entry = snap.services[0].model_copy(update={
+            "request_connections": connections,
+            "request_squares": connections * (300 // connections) ** 2})
+        counted = snap.model_copy(update={"services": [entry]})
+        _, _, intervals = measure([("a", counted)], (NAME,), share)
+        low, high = intervals[NAME]
+        assert low < 120.0 < high
+        widths.append(high - low)
+    assert widths[1] > 2 * widths[0]
     # two analysers (a move in progress): the higher rate
     other = AppSnapshot.model_validate_json(app_snapshot(NOW, {NAME: 10.0}))
-    both, _ = measure([("a", snap), ("b", other)], (NAME,), np.ones(1))
+    both, _, _ = measure([("a", snap), ("b", other)], (NAME,), np.ones(1))
     assert both.own_pps[0] == 30.0
     assert measure([], (NAME,), np.ones(1))[0] is None
 
