@@ -67,7 +67,11 @@ class RealProcesses:
                 return False, None
             del self.children[pid]
             return True, code
-        return (not Path(f"/proc/{pid}").exists()), None
+        try:  # not our child: gone, or a zombie whose parent has not reaped it yet
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True, None
+        return state in ("Z", "X"), None
 
     def signal(self, pid: int, number: int) -> None:
         try:
