@@ -82,6 +82,12 @@ def role(item: dict) -> str:
     return "mirror" if item.get("mechanism") != "sniffer" else "sniffer"
 
 
+def analyser_name(kind: str, sender: str | None, service: str, interface: str | None) -> str:
+    """The stable name (and state directory) of the analyser of ``service`` (``addr:port``)
+    in ``kind`` for ``sender``'s traffic, read from ``interface``."""
+    return f"{kind}-{short_hash(json.dumps([kind, sender, service, interface]))}"
+
+
 def wanted_analysers(spec: tuple[dict, ...], *, host: str, state_dir: str | Path,
                      window_s: float, snapshot_key: str | None = None,
                      python: str = sys.executable) -> dict[str, WantedAnalyser]:
@@ -93,8 +99,7 @@ def wanted_analysers(spec: tuple[dict, ...], *, host: str, state_dir: str | Path
         svc = item["service"]
         address = svc["address"]
         service = f"[{address}]:{svc['port']}" if ":" in address else f"{address}:{svc['port']}"
-        identity = json.dumps([kind, item.get("from"), service, item.get("interface")])
-        name = f"{kind}-{short_hash(identity)}"
+        name = analyser_name(kind, item.get("from"), service, item.get("interface"))
         directory = str(root / name)
         residues = round(float(item.get("share") or 1.0) * (1 << SHARE_BITS))
         argv = [python, "-m", "cosample", "appmon", "run"]

@@ -24,6 +24,7 @@ APP_SNAPSHOT_FORMAT, APP_SNAPSHOT_VERSION = "cosample.appmon-snapshot", 1
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Interval = Annotated[list[Seconds], Field(min_length=2, max_length=2)]  # [low, high]
 
 
 class ServiceTime(Strict):
@@ -55,7 +56,7 @@ class ServiceWindow(Strict):
     request_squares: Count | None = None
     #: 95 % interval of the requests/s over *all* the service's connections, renormalised by
     #: ``share`` at the connection level (``appmon.rateinterval``); None when unknown
-    requests_per_s_ci95: tuple[Seconds, Seconds] | None = None
+    requests_per_s_ci95: Interval | None = None
 
 
 class AppSnapshot(Strict):
@@ -96,7 +97,7 @@ def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
             success_rate=stats.success_rate(), service_time_s=timing, share=share,
             request_connections=counts[0] if counts else None,
             request_squares=counts[1] if counts else None,
-            requests_per_s_ci95=tuple(interval) if interval else None))
+            requests_per_s_ci95=interval))
     return AppSnapshot(analyser=analyser,
                        window_start=datetime.fromtimestamp(window.start, timezone.utc),
                        window_s=window.width_s, frames=frames, connections=connections,

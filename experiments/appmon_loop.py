@@ -5,13 +5,15 @@ the analysers' service times against nginx's access log.
 The rig is the comparison's (``cosample.lab.appmirror``): wrk -> userspace OVS -> nginx and its
 backend, an analysis namespace behind OVS's VXLAN port. The inventory has two servers: ``web``
 (the switch, nginx and the client: the host whose CPU the analysis shares) and ``analysis``. One
-service, nginx on port 80. Two real analysers (``cosample appmon run``, signing their snapshots)
-report to a real ``Controller`` (in this process, 2-s cycles): the on-site sniffer on the
-server's switch port, running only while the plan says ``sniffer``, and the analyser on the
-analysis host's ``vx0``, which sees what the selective mirror copies. The plan's application
-entry is applied with the rig's own mechanisms (``MirrorRig.set_mechanism``: the selective
-PSH-flows to the tunnel, share 1) and by starting or stopping the sniffer; the agents' own
-reconciler (``agents/appmon_*``) is not in this loop.
+service, nginx on port 80. A real ``Controller`` (in this process, 2-s cycles) publishes
+signed plans to a directory; two real agents (``cosample agent run``, one per host in its
+namespace, ``appmon_loop_agents``) poll it every second and apply it: the web host's agent
+reconciles the selective mirror (its VXLAN device toward the analysis host, the PSH flows) and
+its supervisor runs the on-site sniffer on the server's switch port while the plan says
+``sniffer``; the analysis host's agent creates the receive device and its supervisor runs the
+analyser on it while the plan mirrors there. The analysers sign their snapshots; the
+controller reads them. The timeline's mechanism is what the web agent reports applied; every
+command the agents applied is in ``agent_actions``.
 
 **Not under test here: the sFlow part.** The controller's collector input is written every
 cycle from the OVS ports' exact packet counters (what the web host's VMs sent), not by a
@@ -47,6 +49,9 @@ from typing import Any
 
 from cosample.experiments.appmon_loop_report import (SERVICE_PORT, WINDOW_S, accuracy,
                                                     phases_summary)
+from cosample.agents.appmon_state import RECEIVE_PREFIX
+from cosample.agents.state import short_hash
+from cosample.experiments.appmon_loop_agents import ANALYSIS, WEB, LoopAgents
 from cosample.experiments.errors import ExperimentError
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "docs/data/appmon-costs/calibration-appmon.json"
@@ -103,53 +108,16 @@ def collector_snapshot(path: Path, now: datetime, web_pps: float, window_s: floa
     write_atomic(path, lambda stream: stream.write(text))
 
 
-class Analyser:
-    """One ``appmon run`` process in a namespace, signing its windows into ``state``."""
-
-    def __init__(self, rig, namespace: str, interface: str, state: Path, key: Path, name: str):
-        self.rig, self.namespace, self.interface = rig, namespace, interface
-        self.state, self.key, self.name = state, key, name
-        self.process = None
-        self.cpu_s = 0.0
-
-    def start(self) -> None:
-        if self.process is not None:
-            return
-        self.process = self.rig._spawn(self.namespace, [
-            sys.executable, "-m", "cosample", "appmon", "run", "--interface", self.interface,
-            "--port", str(SERVICE_PORT), "--window", f"{WINDOW_S:g}s", "--name", self.name,
-            "--state-dir", str(self.state), "--snapshot-key", str(self.key)])
-        deadline = time.monotonic() + 30
-        while True:
-            line = self.process.stderr.readline().decode(errors="replace")
-            if "capturing on" in line:
-                return
-            if (not line and self.process.poll() is not None) or time.monotonic() > deadline:
-                raise ExperimentError(f"analyser {self.name} did not start: {line!r}")
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        from cosample.experiments.appmon_monitors import cpu_seconds
-        self.cpu_s += cpu_seconds(self.process.pid)
-        self.rig.stop(self.process)
-        self.rig._processes.remove(self.process)
-        self.process = None
-
-    def windows(self) -> list[dict[str, Any]]:
-        path = self.state / "windows.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def inventory(capacity_web: float, packets: float, rig) -> dict[str, Any]:
     from cosample.controller.inventory import FORMAT
+    from cosample.lab.appmirror import UNDERLAY_ANALYSIS, UNDERLAY_SWITCH
     from cosample.lab.web import SERVER_ADDRESS
     return {"format": FORMAT, "format_version": 1, "name": "appmon-loop",
             "cost": {"alpha": ALPHA, "beta": BETA},
-            "servers": [{"name": "web", "capacity_pps": capacity_web},
-                        {"name": "analysis", "capacity_pps": 10 * capacity_web}],
+            "servers": [{"name": "web", "capacity_pps": capacity_web,
+                         "tunnel_ip": UNDERLAY_SWITCH},
+                        {"name": "analysis", "capacity_pps": 10 * capacity_web,
+                         "tunnel_ip": UNDERLAY_ANALYSIS}],
             "services": [{"server": "web", "address": SERVER_ADDRESS, "port": SERVICE_PORT,
                           "interface": rig.server_port, "packets_per_request": packets}],
             "appmon_cost": {"calibration": str(CALIBRATION)}}
@@ -182,9 +150,8 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
     from cosample.controller.loop import Controller, Settings as LoopSettings
     from cosample.controller.publish import DirectoryTarget
     from cosample.controller.decide import Policy
-    from cosample.experiments.appmon_monitors import parse_wrk
     from cosample.lab.appmirror import MirrorRig, rig_unavailable
-    from cosample.plan.document import parse_document
+    from cosample.lab.web import SERVER_ADDRESS
     from cosample.plan.signing import generate_keypair
     from cosample.planner.appmon import DEFAULT_COSTS
 
@@ -203,109 +170,105 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
         capacity = measured["busy_requests_per_s"] * per_request / BUSY_USE
         inv_doc = inventory(capacity, packets, rig)
         inv = inventory_from_dict(inv_doc)
-        onsite = Analyser(rig, rig.switch, rig.server_port, scratch / "onsite",
-                          scratch / "analyser.pem", "onsite")
-        offsite = Analyser(rig, rig.analysis, "vx0", scratch / "offsite",
-                           scratch / "analyser.pem", "offsite")
-        offsite.start()
-        capture = rig._spawn(rig.analysis, ["tcpdump", "-i", "vx0", "-U", "-n", "-s", "0", "-w",
-                                            str(scratch / "vx0.pcap"), "tcp"]) \
-            if settings.capture else None
+        generate_keypair(scratch / "plan.pem", scratch / "plan.pub")
+        agents = LoopAgents(rig, scratch, scratch / "plans" / "plan.json", scratch / "plan.pub",
+                            scratch / "analyser.pem", WINDOW_S)
+        service = f"{SERVER_ADDRESS}:{SERVICE_PORT}"
+        sources = {"onsite": agents.analyser_dir(WEB, service),
+                   "offsite": agents.analyser_dir(ANALYSIS, service)}
         collector = scratch / "collector.json"
         loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
                             hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
                             valid_for_s=3600.0, measure_sampling=None,
-                            plan_margin=PLAN_MARGIN,
+                            plan_margin=PLAN_MARGIN, key=str(scratch / "plan.pem"),
                             policy=Policy(margin=MARGIN, confirm_cycles=3),
-                            analysers=(str(onsite.state / "snapshot.json"),
-                                       str(offsite.state / "snapshot.json")),
+                            analysers=tuple(str(d / "snapshot.json")
+                                            for d in sources.values()),
                             analyser_keys=(str(scratch / "analyser.pub"),))
         controller = Controller(inv, loop, DirectoryTarget(scratch / "plans"),
                                 scratch / "controller")
-        applied: dict[str, Any] = {"version": None, "mechanism": "none"}
+        agents.start()
+        try:
+            return _phases(settings, scratch, rig, controller, agents, collector, sources,
+                           {"calibration": measured, "capacity_web_pps": capacity,
+                            "costs": costs})
+        finally:
+            agents.stop()
 
-        def apply() -> None:
-            """The plan's application entry onto the rig (see the module's docstring)."""
-            path = scratch / "plans" / "plan.json"
-            if not path.exists():
-                return
-            plan = parse_document(path.read_bytes())[-1]
-            if plan.version == applied["version"]:
-                return
-            entries = [e for host in plan.hosts.values() for e in (host.appmon or ())]
-            mechanism = entries[0].mechanism if entries else "none"
-            share = entries[0].share if entries else 0.0
-            if mechanism == "selective_mirror":
-                if share < 1:
-                    raise ExperimentError(f"plan {plan.version}: share {share} < 1 (the rig "
-                                          "applies whole powers of two only; not met here)")
-                rig.set_mechanism("selective", entries[0].truncate_bytes,
-                                  service_port=SERVICE_PORT)
-                onsite.stop()
-            elif mechanism == "sniffer":
-                rig.set_mechanism("none")
-                onsite.start()
-            else:
-                rig.set_mechanism("none")
-                onsite.stop()
-            applied.update(version=plan.version, mechanism=mechanism, share=share)
 
-        phases = (("quiet", settings.quiet_s, settings.quiet_connections),
-                  ("busy", settings.busy_s, settings.busy_connections),
-                  ("after", settings.after_s, settings.quiet_connections))
-        timeline: list[dict[str, Any]] = []
-        clients: list[dict[str, Any]] = []
-        started = time.time()
-        ports = (rig.client_port, rig.server_port)
-        last_packets, last_time = counters(rig, ports), time.time()
-        for phase, seconds, connections in phases:
-            reports: list[str] = []
-            load = threading.Thread(target=lambda: reports.append(rig.load(
-                rig.url(mean_ms=settings.mean_ms, size=settings.size), duration_s=seconds,
-                connections=connections, latency=True)), daemon=True)
-            load.start()
-            end = time.time() + seconds
-            while time.time() < end - 0.1:
-                time.sleep(max(0.0, WINDOW_S - (time.time() - started) % WINDOW_S))
-                now = time.time()
-                packets_now = counters(rig, ports)
-                web_pps = (packets_now - last_packets) / max(now - last_time, 1e-6)
-                last_packets, last_time = packets_now, now
-                collector_snapshot(collector, datetime.fromtimestamp(now, timezone.utc),
-                                   web_pps, WINDOW_S)
-                status = controller.cycle()
-                apply()
-                apps = status.applications or {}
-                timeline.append({
-                    "t": round(now - started, 2), "phase": phase, "result": status.result,
-                    "reasons": list(status.reasons), "plan_version": status.plan_version,
-                    "mechanism": applied["mechanism"], "web_pps": round(web_pps, 1),
-                    "rate_present": (apps.get("rates_present") or [None])[0],
-                    "rate_planned": (apps.get("rates_planned") or [None])[0],
-                    "predicted_max_use": status.predicted_max_use,
-                    "analysers_up": apps.get("analysers_up"), "problems": list(status.problems)})
-            load.join(timeout=seconds + 60)
-            if reports:  # what the client saw: the latency includes the switch's delays
-                wrk = parse_wrk(reports[0])
-                clients.append({"phase": phase, "requests_per_s": wrk.requests_per_s,
-                                "latency_mean_ms": wrk.latency_mean_ms,
-                                "latency_p99_ms": wrk.latency_p99_ms})
-        time.sleep(WINDOW_S + 0.6)  # the last windows close
-        onsite.stop()
-        offsite.stop()
-        log = rig.access_log()
-        windows = {"onsite": onsite.windows(), "offsite": offsite.windows()}
-        if capture is not None:
-            from cosample.appmon.replay import replay
-            rig.stop(capture)
-            windows["offsite_replay"] = [
-                json.loads(snap.to_json()) for snap in replay(
-                    scratch / "vx0.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
-        return {"settings": settings.__dict__, "calibration": measured,
-                "capacity_web_pps": capacity, "costs": costs, "timeline": timeline,
-                "clients": clients,
-                "accuracy": accuracy(windows, log),
-                "analyser_cpu_s": {"onsite": onsite.cpu_s, "offsite": offsite.cpu_s}}
+def _phases(settings: Settings, scratch: Path, rig, controller, agents, collector: Path,
+            sources: dict[str, Path], result: dict[str, Any]) -> dict[str, Any]:
+    """The three phases: load, collector input, a controller cycle and what the agents applied
+    every window; then each analyser's windows against the access log."""
+    from cosample.experiments.appmon_monitors import parse_wrk
+    capture = None
+    phases = (("quiet", settings.quiet_s, settings.quiet_connections),
+              ("busy", settings.busy_s, settings.busy_connections),
+              ("after", settings.after_s, settings.quiet_connections))
+    timeline: list[dict[str, Any]] = []
+    clients: list[dict[str, Any]] = []
+    started = time.time()
+    ports = (rig.client_port, rig.server_port)
+    last_packets, last_time = counters(rig, ports), time.time()
+    for phase, seconds, connections in phases:
+        reports: list[str] = []
+        load = threading.Thread(target=lambda: reports.append(rig.load(
+            rig.url(mean_ms=settings.mean_ms, size=settings.size), duration_s=seconds,
+            connections=connections, latency=True)), daemon=True)
+        load.start()
+        end = time.time() + seconds
+        while time.time() < end - 0.1:
+            time.sleep(max(0.0, WINDOW_S - (time.time() - started) % WINDOW_S))
+            now = time.time()
+            packets_now = counters(rig, ports)
+            web_pps = (packets_now - last_packets) / max(now - last_time, 1e-6)
+            last_packets, last_time = packets_now, now
+            collector_snapshot(collector, datetime.fromtimestamp(now, timezone.utc),
+                               web_pps, WINDOW_S)
+            status = controller.cycle()
+            mechanism = agents.mechanism()
+            if settings.capture and capture is None and mechanism == "selective_mirror":
+                capture = rig._spawn(rig.analysis, [  # the analysis agent's receive device
+                    "tcpdump", "-i", f"{RECEIVE_PREFIX}-{short_hash(WEB)}", "-U", "-n",
+                    "-s", "0", "-w", str(scratch / "copies.pcap"), "tcp"])
+            apps = status.applications or {}
+            timeline.append({
+                "t": round(now - started, 2), "phase": phase, "result": status.result,
+                "reasons": list(status.reasons), "plan_version": status.plan_version,
+                "mechanism": mechanism, "web_pps": round(web_pps, 1),
+                "agents": {host: [agents.status(host).get(k) for k in
+                                  ("plan_version", "result")] for host in (WEB, ANALYSIS)},
+                "rates_measured": apps.get("rates_measured"),
+                "rate_present": (apps.get("rates_present") or [None])[0],
+                "rate_planned": (apps.get("rates_planned") or [None])[0],
+                "predicted_max_use": status.predicted_max_use,
+                "analysers_up": apps.get("analysers_up"), "problems": list(status.problems)})
+        load.join(timeout=seconds + 60)
+        if reports:  # what the client saw: the latency includes the switch's delays
+            wrk = parse_wrk(reports[0])
+            clients.append({"phase": phase, "requests_per_s": wrk.requests_per_s,
+                            "latency_mean_ms": wrk.latency_mean_ms,
+                            "latency_p99_ms": wrk.latency_p99_ms})
+    time.sleep(WINDOW_S + 0.6)  # the last windows close
+    agents.stop()  # the agents stop their analysers (SIGTERM: the last window is written)
+    log = rig.access_log()
+    windows = {source: _windows(directory) for source, directory in sources.items()}
+    if capture is not None:
+        from cosample.appmon.replay import replay
+        rig.stop(capture)
+        windows["offsite_replay"] = [
+            json.loads(snap.to_json()) for snap in replay(
+                scratch / "copies.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
+    return {"settings": settings.__dict__, **result, "timeline": timeline,
+            "clients": clients, "accuracy": accuracy(windows, log),
+            "agent_actions": agents.actions()}
+
+
+def _windows(directory: Path) -> list[dict[str, Any]]:
+    path = directory / "windows.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -359,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     for client in result["clients"]:
         print(f"wrk {client['phase']}: {client['requests_per_s']:.0f} req/s, latency mean "
               f"{client['latency_mean_ms']:.2f} ms, p99 {client['latency_p99_ms']:.2f} ms")
-    print(f"analyser CPU seconds: {result['analyser_cpu_s']}")
+    for action in result["agent_actions"]:
+        print(f"agent {action['host']} {action['time']}: {action['action']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     return 0

@@ -155,7 +155,8 @@ def test_a_copy_cut_inside_the_header_block_on_pipelined_connections():
         if service_time is not None:
             pairs[round(time * 1e6)] = REQUESTS[round((time - service_time) * 1e6)]
 
-    table = ConnectionTable(counters, lambda service, time, connection: counted.update(["requests"]),
+    table = ConnectionTable(counters,
+                            lambda service, time, connection: counted.update(["requests"]),
                             on_response)
     for time, segment in FRAMES:
         table.segment(segment._replace(payload=segment.payload[:128 - 66]), time)
