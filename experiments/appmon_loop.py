@@ -7,7 +7,7 @@ backend, an analysis namespace behind OVS's VXLAN port. The inventory has two se
 (the switch, nginx and the client: the host whose CPU the analysis shares) and ``analysis``. One
 service, nginx on port 80. A real ``Controller`` (in this process, 2-s cycles) publishes
 signed plans to a directory; two real agents (``cosample agent run``, one per host in its
-namespace, ``appmon_loop_agents``) poll it every second and apply it: the web host's agent
+namespace, ``appmon_loop_agents``) poll it every 2 s and apply it: the web host's agent
 reconciles the selective mirror (its VXLAN device toward the analysis host, the PSH flows) and
 its supervisor runs the on-site sniffer on the server's switch port while the plan says
 ``sniffer``; the analysis host's agent creates the receive device and its supervisor runs the
@@ -146,54 +146,60 @@ def calibrate(rig, settings: Settings) -> dict[str, float]:
 
 def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
     """Build the rig, run the three phases under the controller, return the timeline."""
-    from cosample.controller.inventory import inventory_from_dict
-    from cosample.controller.loop import Controller, Settings as LoopSettings
-    from cosample.controller.publish import DirectoryTarget
-    from cosample.controller.decide import Policy
     from cosample.lab.appmirror import MirrorRig, rig_unavailable
-    from cosample.lab.web import SERVER_ADDRESS
     from cosample.plan.signing import generate_keypair
-    from cosample.planner.appmon import DEFAULT_COSTS
 
     reason = rig_unavailable()
     if reason:
         raise ExperimentError(f"appmon_loop cannot run here: {reason}")
     generate_keypair(scratch / "analyser.pem", scratch / "analyser.pub")
+    generate_keypair(scratch / "plan.pem", scratch / "plan.pub")
     with MirrorRig(scratch / "rig", seed=settings.seed) as rig:
-        measured = calibrate(rig, settings)
-        packets = measured["packets_per_request"]
-        inv_doc = inventory(1.0, packets, rig)
-        costs = {**DEFAULT_COSTS, **inventory_from_dict(inv_doc).appmon_cost}
-        # per request on the web host: forwarding and sampling every packet (alpha), and the
-        # sniffer as the planner charges it (rate x cost per request, planner.appmon._load_rows)
-        per_request = packets * (1 + ALPHA) + costs["onsite"]
-        capacity = measured["busy_requests_per_s"] * per_request / BUSY_USE
-        inv_doc = inventory(capacity, packets, rig)
-        inv = inventory_from_dict(inv_doc)
-        generate_keypair(scratch / "plan.pem", scratch / "plan.pub")
+        # the agents run from the start (in their safe state until the first plan), so the
+        # calibration measures the web host with their polling beside it
         agents = LoopAgents(rig, scratch, scratch / "plans" / "plan.json", scratch / "plan.pub",
                             scratch / "analyser.pem", WINDOW_S)
-        service = f"{SERVER_ADDRESS}:{SERVICE_PORT}"
-        sources = {"onsite": agents.analyser_dir(WEB, service),
-                   "offsite": agents.analyser_dir(ANALYSIS, service)}
-        collector = scratch / "collector.json"
-        loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
-                            hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
-                            valid_for_s=3600.0, measure_sampling=None,
-                            plan_margin=PLAN_MARGIN, key=str(scratch / "plan.pem"),
-                            policy=Policy(margin=MARGIN, confirm_cycles=3),
-                            analysers=tuple(str(d / "snapshot.json")
-                                            for d in sources.values()),
-                            analyser_keys=(str(scratch / "analyser.pub"),))
-        controller = Controller(inv, loop, DirectoryTarget(scratch / "plans"),
-                                scratch / "controller")
         agents.start()
         try:
-            return _phases(settings, scratch, rig, controller, agents, collector, sources,
-                           {"calibration": measured, "capacity_web_pps": capacity,
-                            "costs": costs})
+            return _calibrated(settings, scratch, rig, agents)
         finally:
             agents.stop()
+
+
+def _calibrated(settings: Settings, scratch: Path, rig, agents) -> dict[str, Any]:
+    """Calibrate, size the inventory, build the controller, run the phases."""
+    from cosample.controller.inventory import inventory_from_dict
+    from cosample.controller.loop import Controller, Settings as LoopSettings
+    from cosample.controller.publish import DirectoryTarget
+    from cosample.controller.decide import Policy
+    from cosample.lab.web import SERVER_ADDRESS
+    from cosample.planner.appmon import DEFAULT_COSTS
+    measured = calibrate(rig, settings)
+    packets = measured["packets_per_request"]
+    inv_doc = inventory(1.0, packets, rig)
+    costs = {**DEFAULT_COSTS, **inventory_from_dict(inv_doc).appmon_cost}
+    # per request on the web host: forwarding and sampling every packet (alpha), and the
+    # sniffer as the planner charges it (rate x cost per request, planner.appmon._load_rows)
+    per_request = packets * (1 + ALPHA) + costs["onsite"]
+    capacity = measured["busy_requests_per_s"] * per_request / BUSY_USE
+    inv_doc = inventory(capacity, packets, rig)
+    inv = inventory_from_dict(inv_doc)
+    service = f"{SERVER_ADDRESS}:{SERVICE_PORT}"
+    sources = {"onsite": agents.analyser_dir(WEB, service),
+               "offsite": agents.analyser_dir(ANALYSIS, service)}
+    collector = scratch / "collector.json"
+    loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
+                        hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
+                        valid_for_s=3600.0, measure_sampling=None,
+                        plan_margin=PLAN_MARGIN, key=str(scratch / "plan.pem"),
+                        policy=Policy(margin=MARGIN, confirm_cycles=3),
+                        analysers=tuple(str(d / "snapshot.json")
+                                        for d in sources.values()),
+                        analyser_keys=(str(scratch / "analyser.pub"),))
+    controller = Controller(inv, loop, DirectoryTarget(scratch / "plans"),
+                            scratch / "controller")
+    return _phases(settings, scratch, rig, controller, agents, collector, sources,
+                   {"calibration": measured, "capacity_web_pps": capacity, "costs": costs})
 
 
 def _phases(settings: Settings, scratch: Path, rig, controller, agents, collector: Path,

@@ -34,7 +34,8 @@ from cosample.experiments.errors import ExperimentError
 WEB, ANALYSIS = "web", "analysis"
 #: Nobody listens there: the agents configure sFlow as the plan says, the scenario reads counters.
 COLLECTOR = "127.0.0.1:6343"
-AGENT_INTERVAL_S = 1.0
+#: Every agent's cycle: a plan is applied within this long of its publication.
+AGENT_INTERVAL_S = 2.0
 
 
 class LoopAgents:
