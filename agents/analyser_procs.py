@@ -13,6 +13,7 @@ starting a second copy. A stop sends SIGTERM, waits ``stop_s``, then sends SIGKI
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Protocol
 
 from cosample.agents.analysers import (ANALYSERS_DIR, Child, StartAnalyser, StopAnalyser,
-                                       WantedAnalyser, describe, exited, supervise)
+                                       WantedAnalyser, describe, exited, supervise,
+                                       wanted_analysers)
 from cosample.agents.ledger import private_dir
 from cosample.files import write_bytes_atomic
 
@@ -31,6 +33,15 @@ PID_FILE, LOG_FILE = "pid.json", "analyser.log"
 MAX_LOG_BYTES = 1 << 20
 #: After SIGKILL, how long to wait for the process to be gone.
 KILL_WAIT_S = 2.0
+log = logging.getLogger("cosample.agents")
+
+
+def wanted_for(appmon, config) -> dict[str, WantedAnalyser]:
+    """The analysers a host's desired appmon state (None: none) asks, with the agent's
+    settings."""
+    return wanted_analysers(appmon.spec if appmon is not None else (), host=config.host,
+                            state_dir=config.state_dir, window_s=config.analyser_window_s,
+                            snapshot_key=config.analyser_key)
 
 
 class ProcessTable(Protocol):
@@ -101,6 +112,13 @@ class Supervisor:
         self.wanted: dict[str, WantedAnalyser] = {}
         self.adopted = False
 
+    @classmethod
+    def from_config(cls, config) -> "Supervisor":
+        """The agent's: real processes, timings from its configuration."""
+        return cls(RealProcesses(), config.state_dir, stop_s=config.analyser_stop_s,
+                   backoff_s=config.analyser_backoff_s,
+                   backoff_max_s=config.analyser_backoff_max_s)
+
     def step(self, wanted: dict[str, WantedAnalyser]) -> tuple[list[str], list[str]]:
         """Converge the children to ``wanted``: (what was done, what failed)."""
         self.wanted = wanted
@@ -117,6 +135,7 @@ class Supervisor:
                 else:
                     self._start(command, now)
                 done.append(command.describe())
+                log.info("analysers: %s", done[-1])
             except OSError as exc:  # a start that cannot exec: retried after its back-off
                 failed.append(f"{command.describe()}: {exc}")
                 if isinstance(command, StartAnalyser):

@@ -29,8 +29,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from cosample.agents.analyser_procs import RealProcesses, Supervisor
-from cosample.agents.analysers import wanted_analysers
+from cosample.agents.analyser_procs import Supervisor, wanted_for
 from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
 from cosample.plan.errors import (PlanError, PlanFetchError, PlanMissingError, SignatureError,
@@ -78,10 +77,7 @@ class Agent:
             from cosample.agents.host import LinuxOvsHost
             host = LinuxOvsHost(config)
             if supervisor is None and config.run_analysers:  # effects come with the real host
-                supervisor = Supervisor(RealProcesses(), config.state_dir,
-                                        stop_s=config.analyser_stop_s,
-                                        backoff_s=config.analyser_backoff_s,
-                                        backoff_max_s=config.analyser_backoff_max_s)
+                supervisor = Supervisor.from_config(config)
         #: runs the analysers the plan asks of this host (None: an operator does)
         self.supervisor = supervisor
         self.config = config
@@ -166,8 +162,7 @@ class Agent:
     def close(self) -> None:
         """Stop the analysers this agent runs (a stopped agent leaves no child behind)."""
         if self.supervisor is not None:
-            for line in self.supervisor.stop_all():
-                log.info("%s", line)
+            self.supervisor.stop_all()
 
     # pieces -------------------------------------------------------------------------------------
     def _candidates(self, errors: list[str], kinds: list[str]) -> tuple[Plan, ...]:
@@ -331,13 +326,7 @@ class Agent:
         """Start, stop and restart the analysers ``desired`` asks of this host."""
         if self.supervisor is None:
             return
-        spec = desired.appmon.spec if desired.appmon is not None else ()
-        wanted = wanted_analysers(spec, host=self.config.host, state_dir=self.state_dir,
-                                  window_s=self.config.analyser_window_s,
-                                  snapshot_key=self.config.analyser_key)
-        done, failed = self.supervisor.step(wanted)
-        for line in done:
-            log.info("analysers: %s", line)
+        done, failed = self.supervisor.step(wanted_for(desired.appmon, self.config))
         outcome.commands += done
         outcome.problems += failed
 
