@@ -110,6 +110,10 @@ def test_analysis_moves_off_host_when_busy_and_back_when_quiet(tmp_path):
     status = back[0].applications
     assert status["running"][0]["mechanism"] == "mirror"
     assert status["candidate"][0]["mechanism"] == "sniffer"
+    # the status shows this cycle's renormalised rate with its interval (share 1: counted)
+    (measured,) = status["rates_measured"]
+    assert measured["service"] == NAME and measured["share"] == 1.0
+    assert measured["requests_per_s_ci95"] == [measured["requests_per_s"]] * 2 == [50.0, 50.0]
 
 
 def test_noise_does_not_move_the_analysis(tmp_path):
