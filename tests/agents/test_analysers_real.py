@@ -139,3 +139,58 @@ def test_real_analysers_are_started_restarted_replaced_and_stopped(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             table.poll(pid)
         server.shutdown()
+
+
+def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
+    """The compact-records mechanism: the sender host's supervisor runs the sniffer with
+    ``--send-records``, the analysis host's runs the receiver; the receiver counts the requests
+    (its windows name no connection: no per-connection counts)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (packet socket)")
+    import socket
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # a free UDP port
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{probe.getsockname()[1]}"
+    service = {"address": "127.0.0.1", "port": port, "protocol": "http"}
+    sender = {"service": service, "mechanism": "sniffer", "from": "h1", "interface": "lo",
+              "send_to": "h2", "send_records": endpoint, "share": 1.0}
+    receiver = {"service": service, "mechanism": "sniffer", "from": "h1", "interface": None,
+                "receive_records": endpoint, "share": 1.0}
+    table = RealProcesses()
+    hosts = {"h1": (sender, tmp_path / "h1"), "h2": (receiver, tmp_path / "h2")}
+    sups = {host: Supervisor(table, state, stop_s=5.0) for host, (_, state) in hosts.items()}
+    pids: list[int] = []
+    wants = {host: wanted_analysers((item,), host=host, state_dir=state, window_s=1.0)
+             for host, (item, state) in hosts.items()}
+    try:
+        for host in ("h2", "h1"):  # the receiver first, as the agents' plan order has it
+            sups[host].step(wants[host])
+            (analyser,) = wants[host].values()
+            until(lambda: "appmon" in (Path(analyser.state_dir) / LOG_FILE).read_text(),
+                  what=f"{host}'s analyser start")
+        pids = [child.pid for sup in sups.values() for child in sup.children.values()]
+        assert len(pids) == 2 and all(alive(pid) for pid in pids)
+        roles = {host: next(iter(w.values())).role for host, w in wants.items()}
+        assert roles == {"h1": "sender", "h2": "receiver"}
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        for _ in range(REQUESTS):
+            connection.request("GET", "/y")
+            connection.getresponse().read()
+        connection.close()
+        (received,) = wants["h2"].values()
+
+        def counted():
+            return sum(s["requests"] for w in windows(received.state_dir)
+                       for s in w["services"] if s["service"] == f"127.0.0.1:{port}")
+        until(lambda: counted() >= REQUESTS, what="the records counted by the receiver")
+        assert counted() == REQUESTS
+        seen = [s for w in windows(received.state_dir) for s in w["services"] if s["requests"]]
+        assert all(s["request_squares"] is None for s in seen)  # records name no connection
+    finally:
+        for sup in sups.values():
+            sup.stop_all()
+        server.shutdown()
+    assert pids and not any(alive(pid) for pid in pids)
