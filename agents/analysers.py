@@ -159,7 +159,7 @@ def describe(children: dict[str, Child], wanted: dict[str, WantedAnalyser],
     for name in sorted(set(children) | set(wanted)):
         child, want = children.get(name), wanted.get(name)
         state = ("running" if child and child.pid is not None
-                 else "waiting" if child else "not started")
+                 else "waiting" if child else "not_started")
         out.append({"name": name, "role": want.role if want else None,
                     "service": want.service if want else None, "state": state,
                     "pid": child.pid if child else None,

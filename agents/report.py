@@ -130,7 +130,7 @@ class Metrics:
         for result in RESULTS:
             self.result.labels(result=result).set(1 if report.result == result else 0)
         self.insecure.set(1 if report.warnings else 0)
-        for state in ("running", "waiting", "not started"):
+        for state in ("running", "waiting", "not_started"):
             self.analysers.labels(state=state).set(
                 sum(a["state"] == state for a in report.analysers))
         self.analyser_restarts.set(sum(a["restarts"] for a in report.analysers))
