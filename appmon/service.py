@@ -96,6 +96,7 @@ class Service:
             raise AppmonError(f"--snapshot-key: {exc}") from None
         #: the last snapshot's bytes and signature, one pair (a reader never mixes two windows)
         self.signed: tuple[bytes, str | None] | None = None
+        self.since = time.time()
 
     def start(self) -> "Service":
         if self.settings.receive_records:
@@ -112,6 +113,7 @@ class Service:
         if self.settings.events:
             self._events = sys.stdout if self.settings.events == "-" else \
                 open(self.settings.events, "a", encoding="utf-8")
+        self.since = time.time()  # capturing from here: earlier parts of a window are not seen
         return self
 
     def stop(self) -> None:
@@ -168,7 +170,9 @@ class Service:
         if not analyser.counters["kernel_drops"]:
             del analyser.counters["kernel_drops"]
         for window in windows:
+            covered = min(window.start + window.width_s, now) - max(window.start, self.since)
             snap = snapshot(window, analyser=self.settings.name, frames=analyser.frames,
+                            covered_s=min(window.width_s, max(0.0, covered)),
                             connections=analyser.table.connections, dropped=analyser.dropped(),
                             ignored=analyser.ignored(),
                             share=self.settings.selected / (1 << SHARE_BITS))

@@ -65,6 +65,9 @@ class AppSnapshot(Strict):
     analyser: Annotated[str, Field(min_length=1)]
     window_start: UtcTime
     window_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    #: seconds of the window the live analyser was capturing: less than ``window_s`` in the
+    #: window it started in and the one it stopped in (None: a capture's replay)
+    covered_s: Seconds | None = None
     frames: Count
     connections: Count
     services: list[ServiceWindow]
@@ -76,8 +79,8 @@ class AppSnapshot(Strict):
 
 
 def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
-             dropped: dict[str, int], ignored: dict[str, int], share: float = 1.0
-             ) -> AppSnapshot:
+             dropped: dict[str, int], ignored: dict[str, int], share: float = 1.0,
+             covered_s: float | None = None) -> AppSnapshot:
     """The snapshot of one closed window (counters as they stand when it closed); ``share``:
     of the connections, what the analyser selected."""
     services = []
@@ -100,7 +103,8 @@ def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
             requests_per_s_ci95=interval))
     return AppSnapshot(analyser=analyser,
                        window_start=datetime.fromtimestamp(window.start, timezone.utc),
-                       window_s=window.width_s, frames=frames, connections=connections,
+                       window_s=window.width_s, covered_s=covered_s, frames=frames,
+                       connections=connections,
                        services=services, dropped=dropped, ignored=ignored)
 
 

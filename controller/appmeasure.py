@@ -14,7 +14,9 @@ the rate is ``requests_per_s / s_applied`` (``connshare.renormalise``'s load est
 95 % interval is connection-level (``appmon.rateinterval``: the requests of one connection come
 and go together, so a Poisson interval on requests would be too narrow), from the sums of
 squared per-connection request counts the snapshot carries; None when an analyser cannot tell
-connections apart (compact records) and the share is below 1. A service the
+connections apart (compact records) and the share is below 1. A live analyser's window counts
+only the seconds it was capturing (``covered_s``): the first and last windows of an analyser
+the agents start or stop on a move are partial; the rate is taken over what was covered. A service the
 running plan does not list (no plan yet, or not monitored) is taken at share 1: an analyser that
 reports it was set up to see all of it. Two analysers reporting the same service (a sniffer and
 a mirror's analyser, during a move from one to the other) each see part of it: the higher rate
@@ -36,6 +38,12 @@ from cosample.appmon.windows import service_name as analyser_name
 from cosample.controller.estimate import Measurement
 from cosample.plan.appmon import SHARE_BITS, selected_share
 from cosample.planner.appmon import MEASURED_PACKETS_PER_REQUEST
+
+
+#: A window an analyser captured less than this share of (it started or stopped in it, as
+#: the agents' supervisors do on a move) is left out; a larger part gives the rate over the
+#: seconds it covered (``covered_s``), not over the window.
+MIN_COVERED = 0.5
 
 
 def service_name(address: Any, port: int) -> str:
@@ -94,15 +102,18 @@ def measure(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[s
     unknown: set[str] = set()
     intervals: dict[str, list[float] | None] = {}
     for _, snap in snapshots:
+        seconds = snap.window_s if snap.covered_s is None else snap.covered_s
+        if seconds < snap.window_s * MIN_COVERED:
+            continue  # an analyser that started (or stopped) early in its window: too little
         for entry in snap.services:
             j = position.get(entry.service)
             if j is None:
                 unknown.add(entry.service)
                 continue
-            value = entry.requests_per_s / share[j]
+            value = entry.requests / seconds / share[j]
             if not measured[j] or value > rate[j]:  # the analyser whose rate is taken
                 intervals[entry.service] = rate_interval(entry.requests, entry.request_squares,
-                                                         float(share[j]), snap.window_s)
+                                                         float(share[j]), seconds)
             rate[j] = max(rate[j], value) if measured[j] else value
             measured[j] = True
     ends = [snap.window_start + timedelta(seconds=snap.window_s) for _, snap in snapshots]

@@ -245,3 +245,15 @@ def test_cli_reads_a_signed_analyser_and_requires_its_key(tmp_path, capsys):
     status = json.loads((tmp_path / "state" / "status.json").read_text())
     assert status["applications"]["analysers_up"] == 1
     assert status["applications"]["rates_present"] == [50.0]
+
+
+def test_a_partly_covered_window_counts_over_the_seconds_it_covered():
+    """An analyser the agents start or stop within a window saw part of it (``covered_s``):
+    the rate is over the seconds covered, and a window covered less than half is left out."""
+    snap = AppSnapshot.model_validate_json(app_snapshot(NOW, {NAME: 30.0}))  # 300 in 10 s
+    rates = []
+    for covered in (10.0, 6.0, 4.0):
+        partial = snap.model_copy(update={"covered_s": covered})
+        measurement, _, intervals = measure([("a", partial)], (NAME,), np.ones(1))
+        rates.append(measurement.own_pps[0] if measurement.measured[0] else None)
+    assert rates == [30.0, 50.0, None]
