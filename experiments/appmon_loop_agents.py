@@ -36,6 +36,10 @@ WEB, ANALYSIS = "web", "analysis"
 COLLECTOR = "127.0.0.1:6343"
 #: Every agent's cycle: a plan is applied within this long of its publication.
 AGENT_INTERVAL_S = 2.0
+#: The agents' safe state (before the first plan) samples as the plans do (the planner's
+#: alpha makes sampling every packet cheap, so it asks 1-in-1): the calibration, made before
+#: the first plan, then measures the web host with the sFlow load the plans keep on it.
+SAFE_SAMPLING = 1
 
 
 class LoopAgents:
@@ -75,7 +79,8 @@ class LoopAgents:
                 "vm_ports = [" + ", ".join(f'"{p}"' for p in ports) + "]",
                 f'collector = "{COLLECTOR}"', f'state_dir = "{self.state_dir(host)}"',
                 f'public_key = "{self.public_key}"', f"interval_s = {AGENT_INTERVAL_S}",
-                "jitter_s = 0.0", f'analyser_key = "{self.analyser_key}"',
+                "jitter_s = 0.0", f"safe_sampling = {SAFE_SAMPLING}",
+                f'analyser_key = "{self.analyser_key}"',
                 f"analyser_window_s = {self.window_s:g}", "run_analysers = true"]) + "\n")
             log = open(self.scratch / f"agent-{host}.log", "ab")
             self.logs[host] = log
