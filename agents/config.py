@@ -61,6 +61,19 @@ class AgentConfig(Strict):
     #: ``always`` (a missing slice is an error), ``never``.
     slices: Literal["auto", "always", "never"] = "auto"
     metrics_port: Port | None = None
+    #: Run the analysers the plan's ``appmon`` entries ask of this host (``cosample appmon
+    #: run`` child processes, ``agents/analyser_procs.py``), each writing its windows under
+    #: ``state_dir``/analysers/; off: an operator runs them.
+    run_analysers: bool = True
+    analyser_window_s: Positive = 10.0
+    #: Ed25519 private key the analysers sign their snapshots with (``--snapshot-key``; the
+    #: controller verifies with ``--analyser-key``); None: unsigned snapshots.
+    analyser_key: Text | None = None
+    #: SIGTERM, then SIGKILL after this long; restarts back off from ``analyser_backoff_s``,
+    #: doubling per early exit, to at most ``analyser_backoff_max_s``.
+    analyser_stop_s: Positive = 5.0
+    analyser_backoff_s: Positive = 1.0
+    analyser_backoff_max_s: Positive = 60.0
 
     @property
     def rundir(self) -> str:

@@ -45,6 +45,8 @@ class CycleReport:
     errors: tuple[str, ...] = ()
     desired: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: the analyser processes this agent runs (``analysers.describe``)
+    analysers: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {key: list(value) if isinstance(value, tuple) else value
@@ -98,6 +100,12 @@ class Metrics:
                               registry=r)
         self.result = Gauge("cosample_agent_last_result", "1 for the last cycle's result "
                             "(ok, degraded, rejected, diverged, error)", ["result"], registry=r)
+        self.analysers = Gauge("cosample_agent_analysers", "Analyser processes by state "
+                               "(running, waiting to restart, not started)", ["state"],
+                               registry=r)
+        self.analyser_restarts = Gauge("cosample_agent_analyser_restarts",
+                                       "Restarts of the analysers wanted now, summed",
+                                       registry=r)
         self.insecure = Gauge("cosample_agent_insecure_unsigned",
                               "1 when plans are accepted without a signature", registry=r)
 
@@ -122,6 +130,10 @@ class Metrics:
         for result in RESULTS:
             self.result.labels(result=result).set(1 if report.result == result else 0)
         self.insecure.set(1 if report.warnings else 0)
+        for state in ("running", "waiting", "not_started"):
+            self.analysers.labels(state=state).set(
+                sum(a["state"] == state for a in report.analysers))
+        self.analyser_restarts.set(sum(a["restarts"] for a in report.analysers))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from cosample.agents.analyser_procs import Supervisor, wanted_for
 from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
 from cosample.plan.errors import (PlanError, PlanFetchError, PlanMissingError, SignatureError,
@@ -70,10 +71,15 @@ class Agent:
     def __init__(self, config: AgentConfig, host: Host | None = None, *,
                  clock: Callable[[], datetime] = utcnow, fetcher: Callable = fetch,
                  metrics: Metrics | None = None,
-                 on_command: Callable[[str], None] | None = None) -> None:
+                 on_command: Callable[[str], None] | None = None,
+                 supervisor: Supervisor | None = None) -> None:
         if host is None:
             from cosample.agents.host import LinuxOvsHost
             host = LinuxOvsHost(config)
+            if supervisor is None and config.run_analysers:  # effects come with the real host
+                supervisor = Supervisor.from_config(config)
+        #: runs the analysers the plan asks of this host (None: an operator does)
+        self.supervisor = supervisor
         self.config = config
         self.host = host
         self.clock = clock
@@ -121,6 +127,7 @@ class Agent:
                 desired = fallback
                 reason = (f"keeping plan version {plan.version}" if plan is not None
                           else "safe state: the new plan failed")
+        self._supervise(desired, outcome)
         return self._report(desired, outcome, errors, kinds, reason, plan, selection.pending, now)
 
     def remove(self) -> CycleReport:
@@ -131,6 +138,7 @@ class Agent:
         errors: list[str] = []
         kinds: list[str] = []
         outcome = self._converge(desired, errors, kinds)
+        self._supervise(desired, outcome)
         return self._report(desired, outcome, errors, kinds, "remove all owned state", None,
                             None, self.clock())
 
@@ -148,6 +156,13 @@ class Agent:
             if max_cycles is not None and done >= max_cycles:
                 break
             stop.wait(self.config.interval_s + random.uniform(0, self.config.jitter_s))
+        if stop.is_set():
+            self.close()
+
+    def close(self) -> None:
+        """Stop the analysers this agent runs (a stopped agent leaves no child behind)."""
+        if self.supervisor is not None:
+            self.supervisor.stop_all()
 
     # pieces -------------------------------------------------------------------------------------
     def _candidates(self, errors: list[str], kinds: list[str]) -> tuple[Plan, ...]:
@@ -307,6 +322,14 @@ class Agent:
             outcome.failure = str(exc)
         return outcome
 
+    def _supervise(self, desired: DesiredState, outcome: "_Outcome") -> None:
+        """Start, stop and restart the analysers ``desired`` asks of this host."""
+        if self.supervisor is None:
+            return
+        done, failed = self.supervisor.step(wanted_for(desired.appmon, self.config))
+        outcome.commands += done
+        outcome.problems += failed
+
     def _observe(self, desired: DesiredState):
         remotes = [t.remote_ip for t in desired.mirrors] + [p.remote_ip for p in desired.receivers]
         return self.host.observe(desired.bridge, desired.vm_ports or (), remotes)
@@ -335,7 +358,8 @@ class Agent:
             pending_version=pending.version if pending else None,
             commands=tuple(outcome.commands), remaining=tuple(outcome.remaining),
             problems=tuple(outcome.problems), errors=tuple(errors), desired=summarise(desired),
-            warnings=(warning,) if warning else ())
+            warnings=(warning,) if warning else (),
+            analysers=tuple(self.supervisor.status()) if self.supervisor is not None else ())
         for error in errors:
             log.warning("%s", error)
         if not dry_run:

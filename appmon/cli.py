@@ -31,6 +31,10 @@ def register(subparsers) -> None:
     run.add_argument("--receive-records", metavar="ADDRESS:PORT",
                      help="analysis host: listen for compact records here and count them in "
                           "the same windows as packets")
+    run.add_argument("--share-residues", type=int, default=None, metavar="N",
+                     help="analyse only the connections whose client port's low 8 bits are "
+                          "below N (1-256: a plan's share of connections, N/256); the snapshot "
+                          "states the share and renormalises the rate's interval by it")
     _common(run)
     run.add_argument("--metrics-port", type=int, metavar="N",
                      help="serve /metrics, /snapshot and /healthz over HTTP on this port")
@@ -96,6 +100,10 @@ def _run(args) -> int:
         raise AppmonError("--send-records: needs --interface (records come from packets)")
     if args.record_rate is not None and not args.send_records:
         raise AppmonError("--record-rate: only with --send-records")
+    from cosample.plan.appmon import SHARE_BITS
+    selected = 1 << SHARE_BITS if args.share_residues is None else args.share_residues
+    if not 0 < selected <= 1 << SHARE_BITS:
+        raise AppmonError(f"--share-residues: expected 1-{1 << SHARE_BITS}, got {selected}")
     rate = DEFAULT_RATE if args.record_rate is None else args.record_rate
     if not rate > 0:
         raise AppmonError(f"--record-rate: must be > 0, got {rate:g}")
@@ -106,7 +114,8 @@ def _run(args) -> int:
                         send_records=parse_endpoint(args.send_records, "--send-records")
                         if args.send_records else None, record_rate=rate,
                         receive_records=parse_endpoint(args.receive_records, "--receive-records")
-                        if args.receive_records else None, snapshot_key=args.snapshot_key)
+                        if args.receive_records else None, snapshot_key=args.snapshot_key,
+                        selected=selected)
     service = Service(settings).start()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())

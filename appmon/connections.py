@@ -23,6 +23,7 @@ from collections.abc import Callable
 from cosample.appmon.decode import FIN, RST, SYN, ACK, Segment
 from cosample.appmon.http import HttpParser, starts_message
 from cosample.appmon.streams import Budget, HalfStream
+from cosample.plan.appmon import SHARE_BITS
 
 #: Requests waiting for their response on one connection.
 MAX_PENDING = 64
@@ -33,8 +34,10 @@ MAX_CONNECTIONS = 65536
 IDLE_TIMEOUT_S = 120.0
 CLOSED_LINGER_S = 5.0
 
-#: (service key, request time) and (service key, response time, status, service time or None)
-OnRequest = Callable[[tuple, float], None]
+#: (service key, request time, the connection) and (service key, response time, status,
+#: service time or None); the connection lets a window count requests per connection (the unit
+#: a hash-sampled share samples: ``windows.ServiceStats.per_connection``)
+OnRequest = Callable[[tuple, float, object], None]
 OnResponse = Callable[[tuple, float, int, "float | None"], None]
 
 
@@ -70,7 +73,7 @@ class Connection:
             # a response already processed was written after the server had this request: its
             # answer went by while the request waited behind a hole in the capture
             self.counters["requests_late"] += 1
-            self.on_request(self.service, time)
+            self.on_request(self.service, time, self)
             return False
         if len(self.pending) >= MAX_PENDING:
             # so many unanswered requests: their answers went uncaptured (a selective mirror
@@ -79,7 +82,7 @@ class Connection:
             self.pending.popleft()
             self.counters["pending_requests_full"] += 1
         self.pending.append((time, method == b"HEAD", start))
-        self.on_request(self.service, time)
+        self.on_request(self.service, time, self)
         return False
 
     def _response(self, time: float, status: int) -> bool:
@@ -126,9 +129,13 @@ class ConnectionTable:
     """All tracked connections; ``segment`` is the per-packet entry point."""
 
     def __init__(self, counters: Counter, on_request: OnRequest, on_response: OnResponse,
-                 max_connections: int = MAX_CONNECTIONS, ports: frozenset[int] = frozenset()):
+                 max_connections: int = MAX_CONNECTIONS, ports: frozenset[int] = frozenset(),
+                 selected: int = 1 << SHARE_BITS):
         self.counters, self.on_request, self.on_response = counters, on_request, on_response
         self.max_connections, self.ports = max_connections, ports
+        #: only connections whose client port's low SHARE_BITS bits are below this (a plan's
+        #: share of connections, ``plan.appmon.selected_share``; the selective mirror's rule)
+        self.selected = selected
         self.budget = Budget()
         # (src, dst, sport, dport) -> (connection, 0 for client->server or 1)
         self.table: dict[tuple, tuple[Connection, int]] = {}
@@ -183,6 +190,10 @@ class ConnectionTable:
         server, port = (dst, dport) if client_sends else (src, sport)
         if self.ports and port not in self.ports:
             self.counters["other_port"] += 1
+            return None
+        if self.selected < 1 << SHARE_BITS and \
+                (sport if client_sends else dport) & ((1 << SHARE_BITS) - 1) >= self.selected:
+            self.counters["not_selected"] += 1
             return None
         if self.connections >= self.max_connections:
             self.counters["connection_table_full"] += 1

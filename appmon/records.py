@@ -67,8 +67,8 @@ class RecordBuffer:
         self.body: list[bytes] = []
         self.size, self.base_us, self.count = HEADER.size, 0, 0
 
-    def request(self, service: tuple, time: float) -> None:
-        self._add(service, time, None)
+    def request(self, service: tuple, time: float, connection: object = None) -> None:
+        self._add(service, time, None)  # records carry no connection (6 bytes a request)
 
     def response(self, service: tuple, time: float, status: int,
                  service_time: float | None) -> None:

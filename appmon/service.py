@@ -33,6 +33,7 @@ from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.events import EventDetector, write_events
 from cosample.files import write_atomic
+from cosample.plan.appmon import SHARE_BITS
 
 #: Frames read per batch before the loop looks at its clock again.
 BATCH = 2048
@@ -66,6 +67,9 @@ class Settings:
     #: signs what /snapshot serves and writes snapshot.json.sig (``collector.authenticity``:
     #: the controller verifies analysers' snapshots as it does the collectors'); None: unsigned
     snapshot_key: str | Path | None = None
+    #: only connections whose client port's low ``SHARE_BITS`` bits are below this (the plan's
+    #: share, ``plan.appmon.selected_share``); 256: every connection
+    selected: int = 1 << SHARE_BITS
 
 
 class Service:
@@ -75,6 +79,7 @@ class Service:
         self._sender = (RecordSender(settings.send_records, counters, settings.record_rate)
                         if settings.send_records else None)
         self.analyser = Analyser(settings.window_s, ports=settings.ports, counters=counters,
+                                 selected=settings.selected,
                                  records=self._sender.buffer if self._sender else None)
         self._receiver: RecordReceiver | None = None
         self.detector = EventDetector(settings.band, settings.max_silence_s)
@@ -91,6 +96,7 @@ class Service:
             raise AppmonError(f"--snapshot-key: {exc}") from None
         #: the last snapshot's bytes and signature, one pair (a reader never mixes two windows)
         self.signed: tuple[bytes, str | None] | None = None
+        self.since = time.time()
 
     def start(self) -> "Service":
         if self.settings.receive_records:
@@ -107,6 +113,7 @@ class Service:
         if self.settings.events:
             self._events = sys.stdout if self.settings.events == "-" else \
                 open(self.settings.events, "a", encoding="utf-8")
+        self.since = time.time()  # capturing from here: earlier parts of a window are not seen
         return self
 
     def stop(self) -> None:
@@ -163,9 +170,12 @@ class Service:
         if not analyser.counters["kernel_drops"]:
             del analyser.counters["kernel_drops"]
         for window in windows:
+            covered = min(window.start + window.width_s, now) - max(window.start, self.since)
             snap = snapshot(window, analyser=self.settings.name, frames=analyser.frames,
+                            covered_s=min(window.width_s, max(0.0, covered)),
                             connections=analyser.table.connections, dropped=analyser.dropped(),
-                            ignored=analyser.ignored())
+                            ignored=analyser.ignored(),
+                            share=self.settings.selected / (1 << SHARE_BITS))
             self.snapshots.append(snap)
             self.state.snapshot = snap
             body = snap.to_json().encode()

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from cosample.appmon.errors import AppmonError
+from cosample.appmon.rateinterval import rate_interval
 from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, Window, service_name
 from cosample.collector.snapshot import UtcTime
 from cosample.validation import Strict, validate
@@ -23,6 +24,7 @@ APP_SNAPSHOT_FORMAT, APP_SNAPSHOT_VERSION = "cosample.appmon-snapshot", 1
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Interval = Annotated[list[Seconds], Field(min_length=2, max_length=2)]  # [low, high]
 
 
 class ServiceTime(Strict):
@@ -45,6 +47,16 @@ class ServiceWindow(Strict):
     status_classes: dict[Literal["1xx", "2xx", "3xx", "4xx", "5xx"], Count]
     success_rate: Fraction | None
     service_time_s: ServiceTime | None
+    #: the share of the service's connections this analyser selected (``--share-residues``; a
+    #: mirror's copies arrive selected, its analyser says 1): ``requests_per_s`` is what it saw
+    share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0
+    #: connections with a request in the window, and their request counts squared, summed
+    #: (None: some requests came as compact records, which name no connection)
+    request_connections: Count | None = None
+    request_squares: Count | None = None
+    #: 95 % interval of the requests/s over *all* the service's connections, renormalised by
+    #: ``share`` at the connection level (``appmon.rateinterval``); None when unknown
+    requests_per_s_ci95: Interval | None = None
 
 
 class AppSnapshot(Strict):
@@ -53,6 +65,9 @@ class AppSnapshot(Strict):
     analyser: Annotated[str, Field(min_length=1)]
     window_start: UtcTime
     window_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    #: seconds of the window the live analyser was capturing: less than ``window_s`` in the
+    #: window it started in and the one it stopped in (None: a capture's replay)
+    covered_s: Seconds | None = None
     frames: Count
     connections: Count
     services: list[ServiceWindow]
@@ -64,8 +79,10 @@ class AppSnapshot(Strict):
 
 
 def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
-             dropped: dict[str, int], ignored: dict[str, int]) -> AppSnapshot:
-    """The snapshot of one closed window (counters as they stand when it closed)."""
+             dropped: dict[str, int], ignored: dict[str, int], share: float = 1.0,
+             covered_s: float | None = None) -> AppSnapshot:
+    """The snapshot of one closed window (counters as they stand when it closed); ``share``:
+    of the connections, what the analyser selected."""
     services = []
     for key, stats in sorted(window.services.items(), key=lambda item: service_name(item[0])):
         timing = None
@@ -73,14 +90,21 @@ def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
             p50, p95, p99 = (max(0.0, stats.quantile(q)) for q in QUANTILES)
             timing = ServiceTime(mean=stats.total_s / stats.matched, min=stats.min_s,
                                  max=stats.max_s, p50=p50, p95=p95, p99=p99)
+        counts = stats.connection_counts()
+        interval = rate_interval(stats.requests, counts[1] if counts else None, share,
+                                 window.width_s)
         services.append(ServiceWindow(
             service=service_name(key), requests=stats.requests,
             requests_per_s=stats.requests / window.width_s, responses=stats.responses,
             matched=stats.matched, status_classes=dict(zip(STATUS_CLASSES, stats.statuses)),
-            success_rate=stats.success_rate(), service_time_s=timing))
+            success_rate=stats.success_rate(), service_time_s=timing, share=share,
+            request_connections=counts[0] if counts else None,
+            request_squares=counts[1] if counts else None,
+            requests_per_s_ci95=interval))
     return AppSnapshot(analyser=analyser,
                        window_start=datetime.fromtimestamp(window.start, timezone.utc),
-                       window_s=window.width_s, frames=frames, connections=connections,
+                       window_s=window.width_s, covered_s=covered_s, frames=frames,
+                       connections=connections,
                        services=services, dropped=dropped, ignored=ignored)
 
 

@@ -47,6 +47,24 @@ class ServiceStats:
     sketch: DDSketch = field(default_factory=lambda: DDSketch(SKETCH_ACCURACY))
     #: matched service times per HISTOGRAM_BOUNDS bucket (last: above the largest bound)
     buckets: list[int] = field(default_factory=lambda: [0] * (len(HISTOGRAM_BOUNDS) + 1))
+    #: requests per connection (the unit a hash-sampled share samples); requests whose
+    #: connection is unknown (compact records carry none) in ``unattributed``
+    per_connection: dict[object, int] = field(default_factory=dict)
+    unattributed: int = 0
+
+    def request(self, connection: object = None) -> None:
+        self.requests += 1
+        if connection is None:
+            self.unattributed += 1
+        else:
+            self.per_connection[connection] = self.per_connection.get(connection, 0) + 1
+
+    def connection_counts(self) -> tuple[int, int] | None:
+        """(connections with requests, sum of their request counts squared), what a connection-
+        level interval needs (``appmon.rateinterval``); None if some requests came unattributed."""
+        if self.unattributed:
+            return None
+        return len(self.per_connection), sum(n * n for n in self.per_connection.values())
 
     def response(self, status: int, service_time: float | None) -> None:
         self.responses += 1
@@ -64,7 +82,7 @@ class ServiceStats:
     def merge(self, other: "ServiceStats") -> None:
         self.requests += other.requests
         self.responses += other.responses
-        self.matched += other.matched
+        self.matched += other.matched  # per connection: a window's only (totals would grow)
         self.statuses = [a + b for a, b in zip(self.statuses, other.statuses)]
         self.total_s += other.total_s
         self.min_s, self.max_s = min(self.min_s, other.min_s), max(self.max_s, other.max_s)
@@ -102,13 +120,13 @@ class Windows:
         self.current: dict[tuple[bytes, int], ServiceStats] = {}
         self.closed: list[Window] = []
 
-    def request(self, service: tuple, time: float) -> None:
+    def request(self, service: tuple, time: float, connection: object = None) -> None:
         if time >= self.end:
             self.advance(time)
         stats = self.current.get(service)
         if stats is None:
             stats = self.current[service] = ServiceStats()
-        stats.requests += 1
+        stats.request(connection)
 
     def response(self, service: tuple, time: float, status: int,
                  service_time: float | None) -> None:

@@ -101,7 +101,8 @@ class Applications:
                                           settings.timeout_s)
         problems = list(reading.problems)
         _, _, share = appmeasure.plan_entries(current_plan, self.services)
-        measurement, unknown = appmeasure.measure(reading.snapshots, self.names, share)
+        measurement, unknown, intervals = appmeasure.measure(reading.snapshots, self.names,
+                                                             share)
         refused = ()
         if measurement is not None:
             vetted = vet(measurement, self.screen, self.names, self.bound,
@@ -115,6 +116,15 @@ class Applications:
                                    change=settings.change, capacity=self.bound,
                                    detect=warm and not quiet, remember=not quiet)
         self.last = {"analysers_up": reading.analysers_up, "analysers": reading.analysers,
+                     # this cycle's renormalised rates (before vetting and smoothing), each
+                     # with its connection-level 95 % interval (None: unknown)
+                     "rates_measured": [
+                         {"service": name, "share": round(float(share[j]), 6),
+                          "requests_per_s": round(float(measurement.own_pps[j]), 3),
+                          "requests_per_s_ci95": [round(v, 3) for v in intervals[name]]
+                          if intervals.get(name) else None}
+                         for j, name in enumerate(self.names)
+                         if measurement is not None and measurement.measured[j]],
                      "unlisted_services": list(unknown)[:20],
                      "refused": [{"service": r.server, "reason": r.reason,
                                   "requests_per_s": r.pps, "bound": r.bound_pps}

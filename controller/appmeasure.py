@@ -10,8 +10,13 @@ server can forward packets for; jumps wait for a second window) and smoothing
 **Renormalisation happens here, once**: the analyser reports what it saw; a plan that monitors
 a share ``s`` of a service's connections (``hosts.<h>.appmon[].share``, applied by the agents as
 ``selected_share(s)`` of 256 client-port residues) makes it see about ``s`` of the requests, so
-the rate is ``requests_per_s / s_applied`` (``connshare.renormalise``'s load estimate; its
-interval needs each connection's request count, which a snapshot does not carry). A service the
+the rate is ``requests_per_s / s_applied`` (``connshare.renormalise``'s load estimate), and its
+95 % interval is connection-level (``appmon.rateinterval``: the requests of one connection come
+and go together, so a Poisson interval on requests would be too narrow), from the sums of
+squared per-connection request counts the snapshot carries; None when an analyser cannot tell
+connections apart (compact records) and the share is below 1. A live analyser's window counts
+only the seconds it was capturing (``covered_s``): the first and last windows of an analyser
+the agents start or stop on a move are partial; the rate is taken over what was covered. A service the
 running plan does not list (no plan yet, or not monitored) is taken at share 1: an analyser that
 reports it was set up to see all of it. Two analysers reporting the same service (a sniffer and
 a mirror's analyser, during a move from one to the other) each see part of it: the higher rate
@@ -27,11 +32,18 @@ from typing import Any
 
 import numpy as np
 
+from cosample.appmon.rateinterval import rate_interval
 from cosample.appmon.snapshot import AppSnapshot
 from cosample.appmon.windows import service_name as analyser_name
 from cosample.controller.estimate import Measurement
 from cosample.plan.appmon import SHARE_BITS, selected_share
 from cosample.planner.appmon import MEASURED_PACKETS_PER_REQUEST
+
+
+#: A window an analyser captured less than this share of (it started or stopped in it, as
+#: the agents' supervisors do on a move) is left out; a larger part gives the rate over the
+#: seconds it covered (``covered_s``), not over the window.
+MIN_COVERED = 0.5
 
 
 def service_name(address: Any, port: int) -> str:
@@ -76,23 +88,32 @@ def plan_entries(plan: Mapping[str, Any] | None, services: Sequence[Any]
 
 
 def measure(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[str, ...],
-            share: np.ndarray) -> tuple[Measurement | None, tuple[str, ...]]:
-    """The services' rates from fresh snapshots (None if none), and the names reported that
-    the inventory does not list (ignored: an analyser also sees other servers' traffic)."""
+            share: np.ndarray
+            ) -> tuple[Measurement | None, tuple[str, ...], dict[str, list[float] | None]]:
+    """The services' rates from fresh snapshots (None if none), the names reported that the
+    inventory does not list (ignored: an analyser also sees other servers' traffic), and each
+    measured service's 95 % interval (requests/s, renormalised; None: unknown)."""
     if not snapshots:
-        return None, ()
+        return None, (), {}
     n = len(service_names)
     position = {name: j for j, name in enumerate(service_names)}
     rate = np.zeros(n)
     measured = np.zeros(n, dtype=bool)
     unknown: set[str] = set()
+    intervals: dict[str, list[float] | None] = {}
     for _, snap in snapshots:
+        seconds = snap.window_s if snap.covered_s is None else snap.covered_s
+        if seconds < snap.window_s * MIN_COVERED:
+            continue  # an analyser that started (or stopped) early in its window: too little
         for entry in snap.services:
             j = position.get(entry.service)
             if j is None:
                 unknown.add(entry.service)
                 continue
-            value = entry.requests_per_s / share[j]
+            value = entry.requests / seconds / share[j]
+            if not measured[j] or value > rate[j]:  # the analyser whose rate is taken
+                intervals[entry.service] = rate_interval(entry.requests, entry.request_squares,
+                                                         float(share[j]), seconds)
             rate[j] = max(rate[j], value) if measured[j] else value
             measured[j] = True
     ends = [snap.window_start + timedelta(seconds=snap.window_s) for _, snap in snapshots]
@@ -100,4 +121,4 @@ def measure(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[s
     diagonal = np.flatnonzero(measured).astype(np.int64)
     return Measurement(max(ends), window, measured, np.where(measured, rate, 0.0),
                        np.zeros(n, dtype=bool), diagonal, diagonal, rate[diagonal]), \
-        tuple(sorted(unknown))
+        tuple(sorted(unknown)), intervals

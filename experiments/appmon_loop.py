@@ -5,18 +5,15 @@ the analysers' service times against nginx's access log.
 The rig is the comparison's (``cosample.lab.appmirror``): wrk -> userspace OVS -> nginx and its
 backend, an analysis namespace behind OVS's VXLAN port. The inventory has two servers: ``web``
 (the switch, nginx and the client: the host whose CPU the analysis shares) and ``analysis``. One
-service, nginx on port 80. Two real analysers (``cosample appmon run``, signing their snapshots)
-report to a real ``Controller`` (in this process, 2-s cycles): the on-site sniffer on the
-server's switch port, running only while the plan says ``sniffer``, and the analyser on the
-analysis host's ``vx1`` (or ``vx0``, below), which sees what the selective mirror copies. The
-plan's application entry is applied with the rig's own mechanisms (``MirrorRig.set_mechanism``,
-share 1) and by starting or stopping the sniffer; the agents' own reconciler
-(``agents/appmon_*``) is not in this loop. The plan's ``selective_mirror`` (PSH segments of
-the service) is made by ``--mirror``: ``tc`` (default), the kernel's copies at the server's
-switch port to a kernel VXLAN device (the analyser reads ``vx1``), or ``ovs``, the OpenFlow
-flows to OVS's VXLAN port (``vx0``), whose response copies wait in ovs-vswitchd's receive queue
-first: on a busy host their service times read high (docs/results.md, "Where the off-site
-excess comes from").
+service, nginx on port 80. A real ``Controller`` (in this process, 2-s cycles) publishes
+signed plans to a directory; two real agents (``cosample agent run``, one per host in its
+namespace, ``appmon_loop_agents``) poll it every 2 s and apply it: the web host's agent
+reconciles the selective mirror (its VXLAN device toward the analysis host, the PSH flows) and
+its supervisor runs the on-site sniffer on the server's switch port while the plan says
+``sniffer``; the analysis host's agent creates the receive device and its supervisor runs the
+analyser on it while the plan mirrors there. The analysers sign their snapshots; the
+controller reads them. The timeline's mechanism is what the web agent reports applied; every
+command the agents applied is in ``agent_actions``.
 
 **Not under test here: the sFlow part.** The controller's collector input is written every
 cycle from the OVS ports' exact packet counters (what the web host's VMs sent), not by a
@@ -34,8 +31,7 @@ sFlow's alpha and beta are 0.02 and 0.01 (every packet sampled costs little), so
 cannot be what overloads the host. The analysis host's capacity is ten times the web host's.
 
     python -m cosample.experiments.appmon_loop [--quiet-s 30] [--busy-s 60] [--after-s 60]
-        [--quiet-connections 1] [--busy-connections 8] [--mirror tc|ovs] [--capture]
-        [--json timeline.json]
+        [--quiet-connections 1] [--busy-connections 8] [--capture] [--json timeline.json]
 """
 
 from __future__ import annotations
@@ -53,6 +49,9 @@ from typing import Any
 
 from cosample.experiments.appmon_loop_report import (SERVICE_PORT, WINDOW_S, accuracy,
                                                     phases_summary)
+from cosample.agents.appmon_state import RECEIVE_PREFIX
+from cosample.agents.state import short_hash
+from cosample.experiments.appmon_loop_agents import ANALYSIS, WEB, LoopAgents
 from cosample.experiments.errors import ExperimentError
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "docs/data/appmon-costs/calibration-appmon.json"
@@ -74,11 +73,9 @@ class Settings:
     size: int = 100
     calibrate_s: float = 4.0
     seed: int = 3
-    #: also capture the copies and the server's interface with tcpdump and replay them: tells
-    #: the copies' timing from the live analyser's and from the server's (a diagnostic; costs CPU)
+    #: also capture vx0 with tcpdump and replay it: tells the copies' timing from the live
+    #: analyser's (a diagnostic; costs CPU on the analysis host)
     capture: bool = False
-    #: what makes the plan's selective mirror: ``tc`` (kernel, on-site timing) or ``ovs`` (flows)
-    mirror: str = "tc"
 
 
 def counters(rig, ports: tuple[str, ...]) -> int:
@@ -111,53 +108,16 @@ def collector_snapshot(path: Path, now: datetime, web_pps: float, window_s: floa
     write_atomic(path, lambda stream: stream.write(text))
 
 
-class Analyser:
-    """One ``appmon run`` process in a namespace, signing its windows into ``state``."""
-
-    def __init__(self, rig, namespace: str, interface: str, state: Path, key: Path, name: str):
-        self.rig, self.namespace, self.interface = rig, namespace, interface
-        self.state, self.key, self.name = state, key, name
-        self.process = None
-        self.cpu_s = 0.0
-
-    def start(self) -> None:
-        if self.process is not None:
-            return
-        self.process = self.rig._spawn(self.namespace, [
-            sys.executable, "-m", "cosample", "appmon", "run", "--interface", self.interface,
-            "--port", str(SERVICE_PORT), "--window", f"{WINDOW_S:g}s", "--name", self.name,
-            "--state-dir", str(self.state), "--snapshot-key", str(self.key)])
-        deadline = time.monotonic() + 30
-        while True:
-            line = self.process.stderr.readline().decode(errors="replace")
-            if "capturing on" in line:
-                return
-            if (not line and self.process.poll() is not None) or time.monotonic() > deadline:
-                raise ExperimentError(f"analyser {self.name} did not start: {line!r}")
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        from cosample.experiments.appmon_monitors import cpu_seconds
-        self.cpu_s += cpu_seconds(self.process.pid)
-        self.rig.stop(self.process)
-        self.rig._processes.remove(self.process)
-        self.process = None
-
-    def windows(self) -> list[dict[str, Any]]:
-        path = self.state / "windows.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def inventory(capacity_web: float, packets: float, rig) -> dict[str, Any]:
     from cosample.controller.inventory import FORMAT
+    from cosample.lab.appmirror import UNDERLAY_ANALYSIS, UNDERLAY_SWITCH
     from cosample.lab.web import SERVER_ADDRESS
     return {"format": FORMAT, "format_version": 1, "name": "appmon-loop",
             "cost": {"alpha": ALPHA, "beta": BETA},
-            "servers": [{"name": "web", "capacity_pps": capacity_web},
-                        {"name": "analysis", "capacity_pps": 10 * capacity_web}],
+            "servers": [{"name": "web", "capacity_pps": capacity_web,
+                         "tunnel_ip": UNDERLAY_SWITCH},
+                        {"name": "analysis", "capacity_pps": 10 * capacity_web,
+                         "tunnel_ip": UNDERLAY_ANALYSIS}],
             "services": [{"server": "web", "address": SERVER_ADDRESS, "port": SERVICE_PORT,
                           "interface": rig.server_port, "packets_per_request": packets}],
             "appmon_cost": {"calibration": str(CALIBRATION)}}
@@ -186,145 +146,135 @@ def calibrate(rig, settings: Settings) -> dict[str, float]:
 
 def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
     """Build the rig, run the three phases under the controller, return the timeline."""
-    from cosample.controller.inventory import inventory_from_dict
-    from cosample.controller.loop import Controller, Settings as LoopSettings
-    from cosample.controller.publish import DirectoryTarget
-    from cosample.controller.decide import Policy
-    from cosample.experiments.appmon_monitors import parse_wrk
     from cosample.lab.appmirror import MirrorRig, rig_unavailable
-    from cosample.plan.document import parse_document
     from cosample.plan.signing import generate_keypair
-    from cosample.planner.appmon import DEFAULT_COSTS
 
     reason = rig_unavailable()
     if reason:
         raise ExperimentError(f"appmon_loop cannot run here: {reason}")
     generate_keypair(scratch / "analyser.pem", scratch / "analyser.pub")
+    generate_keypair(scratch / "plan.pem", scratch / "plan.pub")
     with MirrorRig(scratch / "rig", seed=settings.seed) as rig:
-        measured = calibrate(rig, settings)
-        packets = measured["packets_per_request"]
-        inv_doc = inventory(1.0, packets, rig)
-        costs = {**DEFAULT_COSTS, **inventory_from_dict(inv_doc).appmon_cost}
-        # per request on the web host: forwarding and sampling every packet (alpha), and the
-        # sniffer as the planner charges it (rate x cost per request, planner.appmon._load_rows)
-        per_request = packets * (1 + ALPHA) + costs["onsite"]
-        capacity = measured["busy_requests_per_s"] * per_request / BUSY_USE
-        inv_doc = inventory(capacity, packets, rig)
-        inv = inventory_from_dict(inv_doc)
-        onsite = Analyser(rig, rig.switch, rig.server_port, scratch / "onsite",
-                          scratch / "analyser.pem", "onsite")
-        copies = "vx1" if settings.mirror == "tc" else "vx0"  # where the mirror's copies arrive
-        offsite = Analyser(rig, rig.analysis, copies, scratch / "offsite",
-                           scratch / "analyser.pem", "offsite")
-        offsite.start()
-        # the copies as they arrive, and the server's own interface (its timing, which the
-        # copies should keep), both replayed at the end beside the live analyser
-        captures = {name: rig._spawn(namespace, [
-            "tcpdump", "-i", device, "-U", "-n", "-s", "200", "-w", str(scratch / f"{name}.pcap"),
-            f"tcp port {SERVICE_PORT}"])
-            for name, namespace, device in (("offsite_replay", rig.analysis, copies),
-                                            ("server_replay", rig.server, "eth0"))} \
-            if settings.capture else {}
-        collector = scratch / "collector.json"
-        loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
-                            hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
-                            valid_for_s=3600.0, measure_sampling=None,
-                            plan_margin=PLAN_MARGIN,
-                            policy=Policy(margin=MARGIN, confirm_cycles=3),
-                            analysers=(str(onsite.state / "snapshot.json"),
-                                       str(offsite.state / "snapshot.json")),
-                            analyser_keys=(str(scratch / "analyser.pub"),))
-        controller = Controller(inv, loop, DirectoryTarget(scratch / "plans"),
-                                scratch / "controller")
-        applied: dict[str, Any] = {"version": None, "mechanism": "none"}
+        # the agents run from the start (in their safe state until the first plan), so the
+        # calibration measures the web host with their polling beside it
+        agents = LoopAgents(rig, scratch, scratch / "plans" / "plan.json", scratch / "plan.pub",
+                            scratch / "analyser.pem", WINDOW_S)
+        agents.start()
+        try:
+            return _calibrated(settings, scratch, rig, agents)
+        finally:
+            agents.stop()
 
-        def apply() -> None:
-            """The plan's application entry onto the rig (see the module's docstring)."""
-            path = scratch / "plans" / "plan.json"
-            if not path.exists():
-                return
-            plan = parse_document(path.read_bytes())[-1]
-            if plan.version == applied["version"]:
-                return
-            entries = [e for host in plan.hosts.values() for e in (host.appmon or ())]
-            mechanism = entries[0].mechanism if entries else "none"
-            share = entries[0].share if entries else 0.0
-            if mechanism == "selective_mirror":
-                if share < 1:
-                    raise ExperimentError(f"plan {plan.version}: share {share} < 1 (the rig "
-                                          "applies whole powers of two only; not met here)")
-                if settings.mirror == "tc":  # no truncation in tc: whole PSH segments
-                    rig.set_mechanism("tc", service_port=SERVICE_PORT)
-                else:
-                    rig.set_mechanism("selective", entries[0].truncate_bytes,
-                                      service_port=SERVICE_PORT)
-                onsite.stop()
-            elif mechanism == "sniffer":
-                rig.set_mechanism("none")
-                onsite.start()
-            else:
-                rig.set_mechanism("none")
-                onsite.stop()
-            applied.update(version=plan.version, mechanism=mechanism, share=share)
 
-        phases = (("quiet", settings.quiet_s, settings.quiet_connections),
-                  ("busy", settings.busy_s, settings.busy_connections),
-                  ("after", settings.after_s, settings.quiet_connections))
-        timeline: list[dict[str, Any]] = []
-        clients: list[dict[str, Any]] = []
-        started = time.time()
-        ports = (rig.client_port, rig.server_port)
-        last_packets, last_time = counters(rig, ports), time.time()
-        for phase, seconds, connections in phases:
-            reports: list[str] = []
-            load = threading.Thread(target=lambda: reports.append(rig.load(
-                rig.url(mean_ms=settings.mean_ms, size=settings.size), duration_s=seconds,
-                connections=connections, latency=True)), daemon=True)
-            load.start()
-            end = time.time() + seconds
-            while time.time() < end - 0.1:
-                time.sleep(max(0.0, WINDOW_S - (time.time() - started) % WINDOW_S))
-                now = time.time()
-                packets_now = counters(rig, ports)
-                web_pps = (packets_now - last_packets) / max(now - last_time, 1e-6)
-                last_packets, last_time = packets_now, now
-                collector_snapshot(collector, datetime.fromtimestamp(now, timezone.utc),
-                                   web_pps, WINDOW_S)
-                status = controller.cycle()
-                apply()
-                apps = status.applications or {}
-                timeline.append({
-                    "t": round(now - started, 2), "phase": phase, "result": status.result,
-                    "reasons": list(status.reasons), "plan_version": status.plan_version,
-                    "mechanism": applied["mechanism"], "web_pps": round(web_pps, 1),
-                    "rate_present": (apps.get("rates_present") or [None])[0],
-                    "rate_planned": (apps.get("rates_planned") or [None])[0],
-                    "predicted_max_use": status.predicted_max_use,
-                    "analysers_up": apps.get("analysers_up"), "problems": list(status.problems)})
-            load.join(timeout=seconds + 60)
-            if reports:  # what the client saw: the latency includes the switch's delays
-                wrk = parse_wrk(reports[0])
-                clients.append({"phase": phase, "requests_per_s": wrk.requests_per_s,
-                                "latency_mean_ms": wrk.latency_mean_ms,
-                                "latency_p99_ms": wrk.latency_p99_ms})
-        time.sleep(WINDOW_S + 0.6)  # the last windows close
-        onsite.stop()
-        offsite.stop()
-        log = rig.access_log()
-        windows = {"onsite": onsite.windows(), "offsite": offsite.windows()}
-        for name, capture in captures.items():
-            from cosample.appmon.replay import replay
-            rig.stop(capture)
-            windows[name] = [
-                json.loads(snap.to_json()) for snap in replay(
-                    scratch / f"{name}.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
-        copied = rig.analysis_counters("eth1" if settings.mirror == "tc" else "eth0")
-        return {"settings": settings.__dict__, "calibration": measured,
-                "underlay_rx": {"packets": copied.packets, "bytes": copied.bytes},
-                "capacity_web_pps": capacity, "costs": costs, "timeline": timeline,
-                "clients": clients,
-                "accuracy": accuracy(windows, log),
-                "analyser_cpu_s": {"onsite": onsite.cpu_s, "offsite": offsite.cpu_s}}
+def _calibrated(settings: Settings, scratch: Path, rig, agents) -> dict[str, Any]:
+    """Calibrate, size the inventory, build the controller, run the phases."""
+    from cosample.controller.inventory import inventory_from_dict
+    from cosample.controller.loop import Controller, Settings as LoopSettings
+    from cosample.controller.publish import DirectoryTarget
+    from cosample.controller.decide import Policy
+    from cosample.lab.web import SERVER_ADDRESS
+    from cosample.planner.appmon import DEFAULT_COSTS
+    measured = calibrate(rig, settings)
+    packets = measured["packets_per_request"]
+    inv_doc = inventory(1.0, packets, rig)
+    costs = {**DEFAULT_COSTS, **inventory_from_dict(inv_doc).appmon_cost}
+    # per request on the web host: forwarding and sampling every packet (alpha), and the
+    # sniffer as the planner charges it (rate x cost per request, planner.appmon._load_rows)
+    per_request = packets * (1 + ALPHA) + costs["onsite"]
+    capacity = measured["busy_requests_per_s"] * per_request / BUSY_USE
+    inv_doc = inventory(capacity, packets, rig)
+    inv = inventory_from_dict(inv_doc)
+    service = f"{SERVER_ADDRESS}:{SERVICE_PORT}"
+    sources = {"onsite": agents.analyser_dir(WEB, service),
+               "offsite": agents.analyser_dir(ANALYSIS, service)}
+    collector = scratch / "collector.json"
+    loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
+                        hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
+                        valid_for_s=3600.0, measure_sampling=None,
+                        plan_margin=PLAN_MARGIN, key=str(scratch / "plan.pem"),
+                        policy=Policy(margin=MARGIN, confirm_cycles=3),
+                        analysers=tuple(str(d / "snapshot.json")
+                                        for d in sources.values()),
+                        analyser_keys=(str(scratch / "analyser.pub"),))
+    controller = Controller(inv, loop, DirectoryTarget(scratch / "plans"),
+                            scratch / "controller")
+    return _phases(settings, scratch, rig, controller, agents, collector, sources,
+                   {"calibration": measured, "capacity_web_pps": capacity, "costs": costs})
+
+
+def _phases(settings: Settings, scratch: Path, rig, controller, agents, collector: Path,
+            sources: dict[str, Path], result: dict[str, Any]) -> dict[str, Any]:
+    """The three phases: load, collector input, a controller cycle and what the agents applied
+    every window; then each analyser's windows against the access log."""
+    from cosample.experiments.appmon_monitors import parse_wrk
+    capture = None
+    phases = (("quiet", settings.quiet_s, settings.quiet_connections),
+              ("busy", settings.busy_s, settings.busy_connections),
+              ("after", settings.after_s, settings.quiet_connections))
+    timeline: list[dict[str, Any]] = []
+    clients: list[dict[str, Any]] = []
+    started = time.time()
+    ports = (rig.client_port, rig.server_port)
+    last_packets, last_time = counters(rig, ports), time.time()
+    for phase, seconds, connections in phases:
+        reports: list[str] = []
+        load = threading.Thread(target=lambda: reports.append(rig.load(
+            rig.url(mean_ms=settings.mean_ms, size=settings.size), duration_s=seconds,
+            connections=connections, latency=True)), daemon=True)
+        load.start()
+        end = time.time() + seconds
+        while time.time() < end - 0.1:
+            time.sleep(max(0.0, WINDOW_S - (time.time() - started) % WINDOW_S))
+            now = time.time()
+            packets_now = counters(rig, ports)
+            web_pps = (packets_now - last_packets) / max(now - last_time, 1e-6)
+            last_packets, last_time = packets_now, now
+            collector_snapshot(collector, datetime.fromtimestamp(now, timezone.utc),
+                               web_pps, WINDOW_S)
+            status = controller.cycle()
+            mechanism = agents.mechanism()
+            if settings.capture and capture is None and mechanism == "selective_mirror":
+                capture = rig._spawn(rig.analysis, [  # the analysis agent's receive device
+                    "tcpdump", "-i", f"{RECEIVE_PREFIX}-{short_hash(WEB)}", "-U", "-n",
+                    "-s", "0", "-w", str(scratch / "copies.pcap"), "tcp"])
+            apps = status.applications or {}
+            timeline.append({
+                "t": round(now - started, 2), "phase": phase, "result": status.result,
+                "reasons": list(status.reasons), "plan_version": status.plan_version,
+                "mechanism": mechanism, "web_pps": round(web_pps, 1),
+                "agents": {host: [agents.status(host).get(k) for k in
+                                  ("plan_version", "result")] for host in (WEB, ANALYSIS)},
+                "rates_measured": apps.get("rates_measured"),
+                "rate_present": (apps.get("rates_present") or [None])[0],
+                "rate_planned": (apps.get("rates_planned") or [None])[0],
+                "predicted_max_use": status.predicted_max_use,
+                "analysers_up": apps.get("analysers_up"), "problems": list(status.problems)})
+        load.join(timeout=seconds + 60)
+        if reports:  # what the client saw: the latency includes the switch's delays
+            wrk = parse_wrk(reports[0])
+            clients.append({"phase": phase, "requests_per_s": wrk.requests_per_s,
+                            "latency_mean_ms": wrk.latency_mean_ms,
+                            "latency_p99_ms": wrk.latency_p99_ms})
+    time.sleep(WINDOW_S + 0.6)  # the last windows close
+    agents.stop()  # the agents stop their analysers (SIGTERM: the last window is written)
+    log = rig.access_log()
+    windows = {source: _windows(directory) for source, directory in sources.items()}
+    if capture is not None:
+        from cosample.appmon.replay import replay
+        rig.stop(capture)
+        windows["offsite_replay"] = [
+            json.loads(snap.to_json()) for snap in replay(
+                scratch / "copies.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
+    return {"settings": settings.__dict__, **result, "timeline": timeline,
+            "clients": clients, "accuracy": accuracy(windows, log),
+            "agent_actions": agents.actions()}
+
+
+def _windows(directory: Path) -> list[dict[str, Any]]:
+    path = directory / "windows.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -334,12 +284,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--after-s", type=float, default=60.0)
     parser.add_argument("--quiet-connections", type=int, default=1)
     parser.add_argument("--busy-connections", type=int, default=8)
-    parser.add_argument("--mirror", choices=("tc", "ovs"), default="tc",
-                        help="the plan's selective mirror by the kernel at the server's port "
-                        "(tc, default) or by OpenFlow flows to OVS's tunnel (ovs)")
-    parser.add_argument("--capture", action="store_true", help="also tcpdump the copies and the "
-                        "server's interface and compare their replays (the copies' own timing, "
-                        "the server's) with the live analyser")
+    parser.add_argument("--capture", action="store_true", help="also tcpdump vx0 and compare "
+                        "its replay (the mirrored copies' own timing) with the live analyser")
     parser.add_argument("--json", type=Path, help="write the whole result here")
     return parser.parse_args(argv)
 
@@ -351,8 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--{name.replace('_', '-')}: expected 0 < seconds <= 600")
     settings = Settings(quiet_s=args.quiet_s, busy_s=args.busy_s, after_s=args.after_s,
                         quiet_connections=args.quiet_connections,
-                        busy_connections=args.busy_connections, capture=args.capture,
-                        mirror=args.mirror)
+                        busy_connections=args.busy_connections, capture=args.capture)
     with tempfile.TemporaryDirectory(prefix="cosample-appmon-loop-") as scratch:
         try:
             result = run_scenario(settings, Path(scratch))
@@ -383,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     for client in result["clients"]:
         print(f"wrk {client['phase']}: {client['requests_per_s']:.0f} req/s, latency mean "
               f"{client['latency_mean_ms']:.2f} ms, p99 {client['latency_p99_ms']:.2f} ms")
-    print(f"analyser CPU seconds: {result['analyser_cpu_s']}")
+    for action in result["agent_actions"]:
+        print(f"agent {action['host']} {action['time']}: {action['action']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     return 0

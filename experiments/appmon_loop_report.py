@@ -40,7 +40,9 @@ def accuracy(windows: dict[str, list[dict[str, Any]]], log) -> list[dict[str, An
             row = {"source": source, "window_start": snap["window_start"],
                    "matched": service["matched"], "log_requests": int(times.size),
                    "mean_s": service["service_time_s"]["mean"],
-                   "p95_s": service["service_time_s"]["p95"]}
+                   "p95_s": service["service_time_s"]["p95"],
+                   # an analyser started or stopped within the window saw part of it
+                   "covered_s": snap.get("covered_s")}
             complete = times.size > 0 and service["matched"] >= MIN_MATCHED and \
                 service["matched"] >= COMPLETE * times.size
             row["compared"] = bool(complete)

@@ -209,7 +209,7 @@ class Rig:
         path = self.tmp_path / f"{host}.toml"
         path.write_text(f'host = "{host}"\nplan = "{self.plan_path}"\novsdb = "{ovs.remote}"\n'
                         f'state_dir = "{self.tmp_path / ("state-" + host)}"\n'
-                        f'insecure_unsigned = true\n')
+                        f'insecure_unsigned = true\nrun_analysers = false\n')
         return str(path)
 
     def agent(self, host: str, *args: str) -> str:

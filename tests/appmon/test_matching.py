@@ -320,3 +320,27 @@ def test_first_lines_cut_by_a_short_snap_length_still_count():
     assert stats.statuses == [0, 1, 0, 1, 1]
     assert stats.total_s == pytest.approx(0.6)
     assert analyser.ignored()["first_lines_cut"] == 6
+
+
+def test_a_share_of_connections_by_client_port_and_requests_per_connection():
+    """``--share-residues``: only connections whose client port's low 8 bits are below it, as
+    the selective mirror's flows select; each window counts requests per connection (what the
+    rate's connection-level interval needs, ``appmon.rateinterval``)."""
+    frames = []
+    for k, cport in enumerate((40000, 40001, 40100, 40127)):  # low bytes 64, 65, 164, 191
+        c = Conversation(cport=cport)
+        frames += c.handshake(100.0 + k)
+        for i in range(k + 1):
+            start = 100.2 + k + 0.1 * i
+            frames += [c.send(start, request(f"/{i}")),
+                       c.send(start + 0.01, response(200), False)]
+    frames.sort(key=lambda frame: frame[0])
+    analyser, windows = run(frames, selected=165)  # residues 0-164: the first three
+    stats = only(windows)
+    assert stats.requests == 1 + 2 + 3 and stats.matched == 6
+    assert analyser.counters["not_selected"] >= 1 and "not_selected" in analyser.ignored()
+    (window,) = windows
+    assert window.services[KEY].connection_counts() == (3, 1 + 4 + 9)
+    _, every = run(frames)
+    (window,) = every
+    assert window.services[KEY].connection_counts() == (4, 1 + 4 + 9 + 16)

@@ -55,7 +55,7 @@ def analyse(keep):
     counted, responses counted, counters."""
     counters, pairs, counted = Counter(), {}, Counter()
 
-    def on_request(service, time):
+    def on_request(service, time, connection):
         counted["requests"] += 1
 
     def on_response(service, time, status, service_time):
@@ -155,7 +155,8 @@ def test_a_copy_cut_inside_the_header_block_on_pipelined_connections():
         if service_time is not None:
             pairs[round(time * 1e6)] = REQUESTS[round((time - service_time) * 1e6)]
 
-    table = ConnectionTable(counters, lambda service, time: counted.update(["requests"]),
+    table = ConnectionTable(counters,
+                            lambda service, time, connection: counted.update(["requests"]),
                             on_response)
     for time, segment in FRAMES:
         table.segment(segment._replace(payload=segment.payload[:128 - 66]), time)

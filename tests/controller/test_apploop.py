@@ -110,6 +110,10 @@ def test_analysis_moves_off_host_when_busy_and_back_when_quiet(tmp_path):
     status = back[0].applications
     assert status["running"][0]["mechanism"] == "mirror"
     assert status["candidate"][0]["mechanism"] == "sniffer"
+    # the status shows this cycle's renormalised rate with its interval (share 1: counted)
+    (measured,) = status["rates_measured"]
+    assert measured["service"] == NAME and measured["share"] == 1.0
+    assert measured["requests_per_s_ci95"] == [measured["requests_per_s"]] * 2 == [50.0, 50.0]
 
 
 def test_noise_does_not_move_the_analysis(tmp_path):
@@ -126,12 +130,27 @@ def test_rates_are_renormalised_by_the_running_plans_share():
     listed, to, share = plan_entries(plan, services)
     assert listed[0] and to[0] == "" and share[0] == 0.25
     snap = AppSnapshot.model_validate_json(app_snapshot(NOW, {NAME: 30.0, "10.9.9.9:80": 5}))
-    measurement, unknown = measure([("a", snap)], (service_name("10.1.0.5", 80),), share)
+    measurement, unknown, intervals = measure([("a", snap)], (service_name("10.1.0.5", 80),),
+                                              share)
     assert measurement.own_pps[0] == pytest.approx(120.0)
     assert unknown == ("10.9.9.9:80",)
+    assert intervals == {NAME: None}  # no per-connection counts: no honest interval at 1/4
+    # with them: the connection-level interval around the renormalised rate, wider when the
+    # same requests come on fewer connections
+    widths = []
+    for connections in (300, 10):
+        entry = snap.services[0].model_copy(update={
+            "request_connections": connections,
+            "request_squares": connections * (300 // connections) ** 2})
+        counted = snap.model_copy(update={"services": [entry]})
+        _, _, intervals = measure([("a", counted)], (NAME,), share)
+        low, high = intervals[NAME]
+        assert low < 120.0 < high
+        widths.append(high - low)
+    assert widths[1] > 2 * widths[0]
     # two analysers (a move in progress): the higher rate
     other = AppSnapshot.model_validate_json(app_snapshot(NOW, {NAME: 10.0}))
-    both, _ = measure([("a", snap), ("b", other)], (NAME,), np.ones(1))
+    both, _, _ = measure([("a", snap), ("b", other)], (NAME,), np.ones(1))
     assert both.own_pps[0] == 30.0
     assert measure([], (NAME,), np.ones(1))[0] is None
 
@@ -226,3 +245,15 @@ def test_cli_reads_a_signed_analyser_and_requires_its_key(tmp_path, capsys):
     status = json.loads((tmp_path / "state" / "status.json").read_text())
     assert status["applications"]["analysers_up"] == 1
     assert status["applications"]["rates_present"] == [50.0]
+
+
+def test_a_partly_covered_window_counts_over_the_seconds_it_covered():
+    """An analyser the agents start or stop within a window saw part of it (``covered_s``):
+    the rate is over the seconds covered, and a window covered less than half is left out."""
+    snap = AppSnapshot.model_validate_json(app_snapshot(NOW, {NAME: 30.0}))  # 300 in 10 s
+    rates = []
+    for covered in (10.0, 6.0, 4.0):
+        partial = snap.model_copy(update={"covered_s": covered})
+        measurement, _, intervals = measure([("a", partial)], (NAME,), np.ones(1))
+        rates.append(measurement.own_pps[0] if measurement.measured[0] else None)
+    assert rates == [30.0, 50.0, None]

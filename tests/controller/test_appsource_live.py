@@ -78,7 +78,8 @@ def test_signed_analyser_snapshots_are_read_and_verified(tmp_path):
         assert seen is not None, "no signed window with the requests"
         entry = next(s for s in seen.services if s.service == name)
         assert entry.requests == REQUESTS
-        measurement, _ = measure([("live", seen)], (name,), np.ones(1))
+        measurement, _, intervals = measure([("live", seen)], (name,), np.ones(1))
+        assert intervals[name] == [REQUESTS / seen.window_s] * 2  # share 1: counted
         assert measurement.own_pps[0] == pytest.approx(REQUESTS / seen.window_s)
         # the state directory's file and its .sig verify too (a window may close between the
         # two reads of a pair: retry once)
