@@ -126,3 +126,20 @@ def test_compiled_tree_levels_are_the_python_ones(leaves, seed):
     level = hashlib.sha256(seed.to_bytes(8, "big")).digest() * leaves
     level = bytes(b ^ (k % 251) for k, b in enumerate(level))
     assert merkle._compiled_parents(level) == merkle._parents(level)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(PLAIN, st.text(alphabet="ab.-_\n/ ", min_size=1, max_size=4),
+                          st.text(alphabet="a", min_size=127, max_size=130)),
+                unique=True, max_size=8))
+def test_each_host_is_found_by_its_file_name_and_nothing_else(names):
+    names = sorted(names)
+    slices = slicebuild.SliceSet(b"", None, names, [b"{}"] * len(names), None)
+    for k, name in enumerate(names):
+        assert slices.position(slicebuild.slice_file_name(name)) == k
+    for other in ("zz", "~" + "0" * 64, "a\n", "../a", ""):
+        if other not in names:
+            assert slices.position(other) is None
+    for name in names:  # a name that is not plain is not its own file name
+        if slicebuild.slice_file_name(name) != name:
+            assert slices.position(name) is None
