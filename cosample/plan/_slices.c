@@ -22,6 +22,7 @@
 #include <string.h>
 
 #define MAX_DEPTH 64
+#define AHEAD 16  /* how far ahead random reads are fetched (fetch_ahead, relate) */
 enum { K_NONE = 0, K_APPMON = 1, K_MIRRORS = 2, K_RECEIVES = 3 };
 enum { F_LOCAL_RATE, F_ROLE, F_SFLOW, F_TUNNEL, FIELDS };
 
@@ -147,7 +148,23 @@ static int read_list(table_t *t, Py_ssize_t *p, Py_ssize_t owner, int key) {
     }
 }
 
-static const char *FIELD_NAMES[FIELDS] = {"local_rate", "role", "sflow_sampling", "tunnel_ip"};
+/* what an entry's key is to the views: K_* for a list, FIELDS + F_* for a peer field, -1 for
+   neither; by its length first (one comparison per key, not seven) */
+static int classify(const char *b, span key) {
+    const char *word;
+    int code;
+    switch (key.e - key.s - 2) {
+        case 6: word = "appmon"; code = K_APPMON; break;
+        case 7: word = "mirrors"; code = K_MIRRORS; break;
+        case 8: word = "receives"; code = K_RECEIVES; break;
+        case 4: word = "role"; code = FIELDS + F_ROLE; break;
+        case 10: word = "local_rate"; code = FIELDS + F_LOCAL_RATE; break;
+        case 14: word = "sflow_sampling"; code = FIELDS + F_SFLOW; break;
+        case 9: word = "tunnel_ip"; code = FIELDS + F_TUNNEL; break;
+        default: return -1;
+    }
+    return memcmp(b + key.s + 1, word, (size_t)(key.e - key.s - 2)) == 0 ? code : -1;
+}
 
 /* 1: read, 0: not the fast case, -1: out of memory */
 static int read_table(table_t *t) {
@@ -190,9 +207,8 @@ static int read_table(table_t *t) {
                 if (skip_string(b, n, &p) < 0 || p >= n || b[p] != ':') return 0;
                 k.e = p;
                 p++;
-                int list = key_is(b, k, "mirrors") ? K_MIRRORS
-                         : key_is(b, k, "receives") ? K_RECEIVES
-                         : key_is(b, k, "appmon") ? K_APPMON : K_NONE;
+                int code = classify(b, k);
+                int list = code >= K_APPMON && code <= K_RECEIVES ? code : K_NONE;
                 if (list != K_NONE && p < n && b[p] == '[') {
                     int ok = read_list(t, &p, h, list);
                     if (ok <= 0) return ok;
@@ -202,8 +218,7 @@ static int read_table(table_t *t) {
                     return 0;  /* not a list: relations would not read it as one */
                 } else {
                     if (skip_value(b, n, &p, 3) < 0) return 0;
-                    for (int j = 0; j < FIELDS; j++)
-                        if (key_is(b, k, FIELD_NAMES[j])) { f[j].s = k.s; f[j].e = p; }
+                    if (code >= FIELDS) { f[code - FIELDS].s = k.s; f[code - FIELDS].e = p; }
                 }
                 if (p >= n) return 0;
                 if (b[p] == ',') { p++; continue; }
@@ -276,7 +291,23 @@ static int relate(table_t *t) {
     if (slots == NULL || peer_of == NULL || t->rel_start == NULL) {
         PyMem_Free(slots); PyMem_Free(peer_of); return -1;
     }
+    /* each peer's hash first (the items are read in order), so that its slot and then the
+       name there are fetched ahead of the look-ups (random places in 10^6 names) */
     for (Py_ssize_t j = 0; j < t->items; j++) {
+        item_t *it = &t->item[j];
+        peer_of[j] = it->peer.s < 0 ? -1
+                     : (Py_ssize_t)(hash_name(t->b + it->peer.s, it->peer.e - it->peer.s) & mask);
+    }
+    for (Py_ssize_t j = 0; j < t->items; j++) {
+        if (j + AHEAD < t->items && peer_of[j + AHEAD] >= 0)
+            __builtin_prefetch(&slots[peer_of[j + AHEAD]]);
+        if (j + AHEAD / 2 < t->items && peer_of[j + AHEAD / 2] >= 0) {
+            Py_ssize_t h = slots[peer_of[j + AHEAD / 2]];
+            if (h >= 0) {
+                __builtin_prefetch(&t->name[h]);
+                if (j + AHEAD / 4 < t->items) __builtin_prefetch(t->b + t->name[h].s);
+            }
+        }
         item_t *it = &t->item[j];
         Py_ssize_t q = it->peer.s < 0 ? -1 : find(t, slots, mask, t->b, it->peer.s, it->peer.e);
         if (q == it->owner) q = -1;
@@ -327,7 +358,7 @@ static inline void put_span(sink *s, const char *b, span x) { put(s, b + x.s, x.
 
 typedef struct { Py_ssize_t peer; int key; Py_ssize_t seq; Py_ssize_t item; } rel_t;
 
-static int by_peer_key_seq(const void *x, const void *y) {
+static inline int by_peer_key_seq(const void *x, const void *y) {
     const rel_t *a = x, *b = y;
     if (a->peer != b->peer) return a->peer < b->peer ? -1 : 1;
     if (a->key != b->key) return a->key < b->key ? -1 : 1;
@@ -364,7 +395,17 @@ static void put_table(sink *s, const table_t *t, Py_ssize_t h, rel_t *scratch) {
         scratch[k].item = t->rel[from + k].item;
         scratch[k].seq = k;
     }
-    qsort(scratch, (size_t)count, sizeof(rel_t), by_peer_key_seq);
+    if (count > 16) {
+        qsort(scratch, (size_t)count, sizeof(rel_t), by_peer_key_seq);
+    } else {  /* most views: a few relations, sorted in place without a call per comparison */
+        for (Py_ssize_t i = 1; i < count; i++) {
+            rel_t x = scratch[i];
+            Py_ssize_t j = i;
+            for (; j > 0 && by_peer_key_seq(&scratch[j - 1], &x) > 0; j--)
+                scratch[j] = scratch[j - 1];
+            scratch[j] = x;
+        }
+    }
     int own = 0;  /* written yet */
     Py_ssize_t k = 0;
     int first_member = 1;
@@ -417,7 +458,6 @@ static void put_table(sink *s, const table_t *t, Py_ssize_t h, rel_t *scratch) {
 /* Views visit their peers in random order: 10^6 views miss the cache several times each. So
    the records of the peers of the view AHEAD places on are fetched ahead, and their text half
    as far ahead (once the records are in), while this view is written. */
-#define AHEAD 16
 static void fetch_ahead(const table_t *t, Py_ssize_t h, int text) {
     if (h < 0) return;
     for (Py_ssize_t r = t->rel_start[h]; r < t->rel_start[h + 1]; r++) {
