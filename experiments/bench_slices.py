@@ -18,7 +18,8 @@ plan document with its host table kept as bytes) and then, in one run, side by s
 * **files**: ``DirectoryTarget.publish`` of the plan alone and with every slice as a file
   (sizes up to ``--directory-up-to``);
 * **memory**: the process's peak resident set before and after the slices were built, and the
-  build's own: the resident set before it, its peak during it (the peak reset first) and after;
+  build's own as tracemalloc traces it (the compiled builder allocates through Python too): its
+  peak and what the slices keep;
 * **an agent's bytes**, through a byte-counting relay in front of the controller's own HTTP
   target, for three hosts (the one with the most peers, a seeded random one, the first): the
   first poll of its slice, an unchanged poll (304), and the poll after the next publication,
@@ -111,25 +112,21 @@ def _peak_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def _status_mb(field: str) -> float | None:
-    """``VmRSS`` or ``VmHWM`` (the peak since ``_reset_peak``) of this process, Linux only."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
+def _traced_mb(work) -> tuple[float, float]:
+    """Memory that ``work`` allocates through Python's allocators (the compiled builder's too),
+    traced by tracemalloc: its peak and what its result keeps, in MB. The resident set cannot
+    tell: the planning before it freed more than the build takes, and the build reuses that."""
+    import tracemalloc
 
-
-def _reset_peak() -> bool:
-    """Start ``VmHWM`` afresh (Linux's ``clear_refs`` 5), so the build's own peak shows (at
-    10^6 hosts planning peaks far higher before it)."""
+    tracemalloc.start()
     try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
+        base = tracemalloc.get_traced_memory()[0]
+        result = work()
+        kept, peak = tracemalloc.get_traced_memory()
+        del result
+    finally:
+        tracemalloc.stop()
+    return round((peak - base) / 1e6, 1), round((kept - base) / 1e6, 1)
 
 
 def _agent_bytes(rendered, next_rendered, hosts: list[str], public: Path) -> list[dict]:
@@ -178,6 +175,7 @@ def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000,
     """One size, in a process of its own."""
     from cosample.controller.publish import render
     from cosample.gcpause import gc_paused
+    from cosample.plan.slicebuild import build_slices
     from cosample.plan.signing import generate_keypair
 
     with tempfile.TemporaryDirectory(prefix="bench-slices-") as name:
@@ -194,12 +192,9 @@ def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000,
                 rendered, render_cpu = _cpu(lambda: render(document, 101, str(key), old,
                                                            moment, 120.0))
                 plans = rendered.plans  # let go by the build
-                rss_before = _status_mb("VmRSS") if _reset_peak() else None
                 slices, slices_cpu = _cpu(lambda: rendered.slices)
-                # before the floor and the Python builder (the reset peak is the build's own)
-                peak_after = max(peak_before, _peak_mb())
-                build_peak = _status_mb("VmHWM") if rss_before is not None else None
-                rss_after = _status_mb("VmRSS")
+                peak_after = _peak_mb()  # before the floor and the Python builder
+                build_mb = _traced_mb(lambda: build_slices(plans, str(key)))  # built again
                 floor_cpu = _cpu(lambda: hashlib.sha256(b"".join(slices.views)).digest())[1]
                 python_cpu = (_cpu(lambda: _python_slices(plans))[1]
                               if servers <= python_up_to else None)
@@ -217,7 +212,7 @@ def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000,
                    "tree_mb": round(sum(map(len, slices.tree.levels)) / 1e6, 1),
                    "views_mb": round(sum(map(len, slices.views)) / 1e6, 1),
                    "peak_rss_mb_before": peak_before, "peak_rss_mb_after": peak_after,
-                   "build_rss_mb": [rss_before, build_peak, rss_after]}
+                   "build_traced_mb": build_mb}
             if label == "plan" and servers <= directory_up_to:
                 row.update(_directory(rendered, folder / "pub"))
             if label == "plan":
@@ -254,11 +249,9 @@ def _print(result: dict) -> None:
               f"{row['slice_bytes_p99']:,}, max {row['slice_bytes_max']:,}; kept: views "
               f"{row['views_mb']} MB, tree {row['tree_mb']} MB; peak RSS "
               f"{row['peak_rss_mb_before']:,} -> {row['peak_rss_mb_after']:,} MB")
-        before, peak, after = row["build_rss_mb"]
-        if peak is not None:
-            print(f"  memory of the build: RSS {before:,} MB before, peak {peak:,} MB during "
-                  f"(+{peak - before:,.0f} MB), {after:,} MB after (+{after - before:,.0f} MB "
-                  f"kept: views and tree)")
+        peak, kept = row["build_traced_mb"]
+        print(f"  memory of the build (tracemalloc, a second build): peak {peak:,} MB, kept "
+              f"{kept:,} MB (views, tree, names)")
         if "directory_whole_s" in row:
             print(f"  DirectoryTarget.publish: whole plan alone {row['directory_whole_s']:.3f} s "
                   f"({row['directory_whole_cpu_s']:.3f} s CPU), with every slice as a file "
