@@ -197,6 +197,7 @@ static int read_table(table_t *t) {
         if (p >= n || b[p] != '{') return 0;  /* an entry that is not an object */
         span en = {p, 0};
         span f[FIELDS];
+        unsigned seen = 0;
         for (int k = 0; k < FIELDS; k++) f[k].s = f[k].e = -1;
         p++;
         if (p < n && b[p] == '}') {
@@ -208,6 +209,10 @@ static int read_table(table_t *t) {
                 k.e = p;
                 p++;
                 int code = classify(b, k);
+                if (code >= 0) {  /* a key twice: Python's dict keeps the last; leave it to it */
+                    if (seen & (1u << code)) return 0;
+                    seen |= 1u << code;
+                }
                 int list = code >= K_APPMON && code <= K_RECEIVES ? code : K_NONE;
                 if (list != K_NONE && p < n && b[p] == '[') {
                     int ok = read_list(t, &p, h, list);

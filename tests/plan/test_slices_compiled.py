@@ -106,6 +106,8 @@ def test_a_plain_plan_takes_the_compiled_path(make_plan):
     b'{"a":{"mirrors":"s1"}}',               # not a list
     b'{"a":{"mirrors":[1]}}',                # an item that is not an object
     b'{"a":{"mirrors":[{"to":["b"]}]}}',     # a peer Python cannot look up
+    b'{"a":{"role":"x","role":"y"}}',        # a key twice (Python keeps the last)
+    b'{"a":{"mirrors":[],"mirrors":[]}}',
     b'{"a": {}}',                            # white space
     b'{"a":{}',                              # cut short
     b'[]',
