@@ -198,7 +198,6 @@ def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000,
                 floor_cpu = _cpu(lambda: hashlib.sha256(b"".join(slices.views)).digest())[1]
                 python_cpu = (_cpu(lambda: _python_slices(plans))[1]
                               if servers <= python_up_to else None)
-                del plans
                 sizes, all_cpu = _cpu(lambda: [len(doc) for _, doc in slices.items()])
             row = {"render_cpu_s": round(render_cpu, 3), "slices_cpu_s": round(slices_cpu, 3),
                    "floor_cpu_s": round(floor_cpu, 3),

@@ -26,12 +26,12 @@ import orjson
 from cosample.plan.formats import FORMAT_VERSION, SLICE_FORMAT, SLICE_HEAD_FORMAT
 from cosample.plan.merkle import HASH_BYTES, LEAF_PREFIX, MerkleTree
 from cosample.plan.signing import sign_bytes
+from cosample.plan.slices import HASH_NAME, HEAD_FIELDS, PLAIN_NAME, slice_file_name
 
 try:  # compiled by pip install (setup.py); without it, the same views in Python
     from cosample.plan import _slices
 except ImportError:  # pragma: no cover - a host without a compiler
     _slices = None
-from cosample.plan.slices import HASH_NAME, HEAD_FIELDS, PLAIN_NAME, slice_file_name
 
 #: A peer's fields every view of it keeps (its lists are cut to the pairs with the viewer).
 PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip")
@@ -197,78 +197,16 @@ def _compiled_views(tables: list[Any]) -> tuple[list[str], list[bytes], bytes] |
 
 
 def _python_views(tables: list[Mapping[str, Any]]) -> tuple[list[str], list[bytes], bytes]:
-    """Names, views and leaf hashes in Python: ``view`` per host and table, encoded by orjson
-    a batch at a time."""
+    """Names, views and leaf hashes in Python (``relations``, ``view``, orjson per view): what
+    the compiled builder stands in for, and its reference."""
     names = sorted(set().union(*tables)) if len(tables) > 1 else sorted(tables[0])
-    cutters = [_Cutter(table) for table in tables]
-    leaves: list[bytes] = []
-    for first in range(0, len(names), BATCH):
-        leaves += _encoded([{"name": name, "hosts": [cutter.view(name) for cutter in cutters]}
-                            for name in names[first:first + BATCH]])
+    related = [relations(table) for table in tables]
+    dumps = orjson.dumps
+    leaves = [dumps({"name": name, "hosts": [
+        view(name, table[name], table, links) if name in table else {}
+        for table, links in zip(tables, related)]}, option=_SORTED) for name in names]
     sha = hashlib.sha256
     return names, leaves, b"".join([sha(LEAF_PREFIX + leaf).digest() for leaf in leaves])
-
-
-#: Views encoded per ``orjson.dumps`` call: one call per view costs a fresh output buffer (a
-#: page fault, several microseconds) each; a batch bounds the dicts alive at once.
-BATCH = 1 << 14
-#: Between the views of a batch: a string of one control character, which orjson escapes, so
-#: ``,"\u0001",`` with bare quotes never occurs inside a string; only a list holding that
-#: string could give it, and then the count of pieces tells (``_encoded``).
-_SEPARATOR = "\x01"
-_SPLIT = b',"\\u0001",'
-
-
-def _encoded(views: list[dict[str, Any]]) -> list[bytes]:
-    """Each view's compact sorted JSON, exactly ``orjson.dumps(view, OPT_SORT_KEYS)``: written
-    in one call with a separator between the views and cut apart there."""
-    interleaved: list[Any] = [_SEPARATOR] * (2 * len(views) - 1)
-    interleaved[::2] = views
-    pieces = orjson.dumps(interleaved, option=_SORTED)[1:-1].split(_SPLIT)
-    if len(pieces) == len(views):
-        return pieces
-    return [orjson.dumps(view, option=_SORTED) for view in views]  # a view holds the separator
-
-
-class _Cutter:
-    """Every host's view of one plan's host table (``view``'s dict, made faster: the relations
-    found once, a peer's ``PEER_FIELDS`` picked once and copied for each viewer)."""
-
-    def __init__(self, hosts: Mapping[str, Any]) -> None:
-        self.hosts = hosts
-        self.related = relations(hosts)
-        self.bases: dict[str, dict[str, Any]] = {}
-
-    def view(self, name: str) -> dict[str, Any]:
-        """``view(name, ...)`` as a dict; ``{}`` when the plan has no such host."""
-        hosts = self.hosts
-        entry = hosts.get(name, _MISSING)
-        if entry is _MISSING:
-            return {}
-        related = self.related.get(name)
-        if not related:
-            return {name: entry}
-        table = {name: entry}
-        bases = self.bases
-        for peer, key, item in related:
-            cut = table.get(peer)
-            if cut is None:
-                cut = bases.get(peer)
-                if cut is None:
-                    whole = hosts[peer]
-                    cut = bases[peer] = {field: whole[field] for field in PEER_FIELDS
-                                         if field in whole}
-                cut = table[peer] = cut.copy()
-            if key is not None:
-                listed = cut.get(key)
-                if listed is None:
-                    cut[key] = [item]
-                else:
-                    listed.append(item)
-        return table
-
-
-_MISSING = object()
 
 
 def _table(hosts: Any) -> Mapping[str, Any]:
