@@ -559,7 +559,13 @@ static PyObject *views(PyObject *self, PyObject *arg) {
             if (index[k][u] >= 0) { named = &t[k]; at_named = index[k][u]; }
         span nm = named->name[at_named];
         PyObject *name = PyUnicode_DecodeUTF8(named->b + nm.s + 1, nm.e - nm.s - 2, "strict");
-        if (name == NULL) goto done;
+        if (name == NULL) {  /* not UTF-8 (orjson never writes that): Python's to judge */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+            PyErr_Clear();
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
         PyList_SET_ITEM(names, u, name);
         for (Py_ssize_t k = 0; k < nt; k++) {
             if (u + AHEAD < count) fetch_ahead(&t[k], index[k][u + AHEAD], 0);

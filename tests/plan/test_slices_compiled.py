@@ -108,6 +108,7 @@ def test_a_plain_plan_takes_the_compiled_path(make_plan):
     b'{"a":{"mirrors":[{"to":["b"]}]}}',     # a peer Python cannot look up
     b'{"a":{"role":"x","role":"y"}}',        # a key twice (Python keeps the last)
     b'{"a":{"mirrors":[],"mirrors":[]}}',
+    b'{"\xff":{}}',                          # not UTF-8
     b'{"a": {}}',                            # white space
     b'{"a":{}',                              # cut short
     b'[]',
