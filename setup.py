@@ -1,4 +1,5 @@
-"""The one compiled part: the sFlow decoder's fast path (collector/_sflow.c, docs/dependencies.md).
+"""The compiled parts: the sFlow decoder's fast path (collector/_sflow.c) and the plan slices'
+(cosample/plan/_slices.c, which hashes with OpenSSL's libcrypto), docs/dependencies.md.
 
 Everything else is configured in pyproject.toml; setuptools builds the extension from source in
 ``pip install -e .`` (gcc and the Python headers: bin/bootstrap.sh). No prebuilt binaries.
@@ -9,5 +10,10 @@ from setuptools import Extension, setup
 # optional: a host without a compiler (an agent host needs none of the collector) still
 # installs; the collector then decodes in Python alone, a third as fast, and
 # tests/collector/test_decode_compiled.py fails where the tests run.
+# The same for the slices: without it the controller builds them in Python (docs/results.md,
+# "Plan slices"), and tests/plan/test_slices_compiled.py fails where the tests run.
 setup(ext_modules=[Extension("cosample.collector._sflow", ["collector/_sflow.c"],
-                             extra_compile_args=["-O2"], optional=True)])
+                             extra_compile_args=["-O2"], optional=True),
+                   Extension("cosample.plan._slices", ["cosample/plan/_slices.c"],
+                             extra_compile_args=["-O2", "-Wno-deprecated-declarations"],
+                             libraries=["crypto"], optional=True)])

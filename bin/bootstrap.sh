@@ -16,6 +16,8 @@ need_system() {
     command -v gcc >/dev/null || missing+=(gcc)
     [ -f "$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] ||
         missing+=(python3-dev)
+    # ... and the plan slices' builder, which hashes with OpenSSL's libcrypto (cosample/plan/_slices.c)
+    [ -f /usr/include/openssl/sha.h ] || missing+=(libssl-dev)
     [ "${1:-}" = full ] || { printf '%s\n' "${missing[@]}"; return; }
     command -v ovs-vswitchd >/dev/null || missing+=(openvswitch-switch)
     command -v iperf3 >/dev/null || missing+=(iperf3)

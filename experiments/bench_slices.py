@@ -4,9 +4,12 @@ For each size a fresh process plans the controller benchmark's instance (``bench
 every server sends to itself and three random others; the exact solver; the controller's own
 plan document with its host table kept as bytes) and then, in one run, side by side:
 
-* **publisher CPU**: ``render`` (the whole plan as compact JSON, signed: the floor, what every
-  publication costs today) beside building every host's slice (``Rendered.slices``: the host
-  tables parsed, each host's view cut, hashed into a Merkle tree, the head signed once), and
+* **publisher CPU**: ``render`` (the whole plan as compact JSON, signed: what every
+  publication costs without slices) beside building every host's slice (``Rendered.slices``:
+  each host's view cut from the host tables, hashed into a Merkle tree, the head signed once),
+  beside its floor (the views' bytes joined once and hashed by hashlib: writing and hashing
+  that many bytes, with no cutting at all), beside the Python builder (``slicebuild``'s fallback
+  without the compiled one, at sizes up to ``--python-up-to``), and
   beside putting every slice document together once (what ``DirectoryTarget`` writes, or what
   the HTTP target sends if every agent asks once), and beside what signing every slice on its
   own would cost instead of one head (2,000 signatures timed). ``--two-phase`` does the same for a
@@ -14,7 +17,9 @@ plan document with its host table kept as bytes) and then, in one run, side by s
   sizes up to ``--two-phase-up-to`` (10^5: the 10^6 plan set takes 11 GB before any slice);
 * **files**: ``DirectoryTarget.publish`` of the plan alone and with every slice as a file
   (sizes up to ``--directory-up-to``);
-* **memory**: the process's peak resident set before and after the slices were built;
+* **memory**: the process's peak resident set before and after the slices were built, and the
+  build's own as tracemalloc traces it (the compiled builder allocates through Python too): its
+  peak and what the slices keep;
 * **an agent's bytes**, through a byte-counting relay in front of the controller's own HTTP
   target, for three hosts (the one with the most peers, a seeded random one, the first): the
   first poll of its slice, an unchanged poll (304), and the poll after the next publication,
@@ -27,6 +32,7 @@ plan document with its host table kept as bytes) and then, in one run, side by s
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import resource
 import statistics
@@ -106,6 +112,23 @@ def _peak_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def _traced_mb(work) -> tuple[float, float]:
+    """Memory that ``work`` allocates through Python's allocators (the compiled builder's too),
+    traced by tracemalloc: its peak and what its result keeps, in MB. The resident set cannot
+    tell: the planning before it freed more than the build takes, and the build reuses that."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        result = work()
+        kept, peak = tracemalloc.get_traced_memory()
+        del result
+    finally:
+        tracemalloc.stop()
+    return round((peak - base) / 1e6, 1), round((kept - base) / 1e6, 1)
+
+
 def _agent_bytes(rendered, next_rendered, hosts: list[str], public: Path) -> list[dict]:
     """Bytes through a relay for each host's polls of its slice, and its CPU to read it."""
     from cosample.controller.publish import HttpTarget
@@ -139,10 +162,20 @@ def _agent_bytes(rendered, next_rendered, hosts: list[str], public: Path) -> lis
     return rows
 
 
-def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000) -> dict:
+def _python_slices(plans) -> None:
+    """The views and leaf hashes as the Python builder makes them (``slicebuild``'s fallback
+    when the compiled one is not built), from the same plans (parsed, as it parses them)."""
+    from cosample.plan.slicebuild import _python_views, _table
+
+    _python_views([_table(plan.get("hosts")) for plan in plans])
+
+
+def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000,
+            python_up_to: int = 100_000) -> dict:
     """One size, in a process of its own."""
     from cosample.controller.publish import render
     from cosample.gcpause import gc_paused
+    from cosample.plan.slicebuild import build_slices
     from cosample.plan.signing import generate_keypair
 
     with tempfile.TemporaryDirectory(prefix="bench-slices-") as name:
@@ -158,9 +191,17 @@ def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000) -> di
             with gc_paused():  # as in the controller's cycle
                 rendered, render_cpu = _cpu(lambda: render(document, 101, str(key), old,
                                                            moment, 120.0))
+                plans = rendered.plans  # let go by the build
                 slices, slices_cpu = _cpu(lambda: rendered.slices)
+                peak_after = _peak_mb()  # before the floor and the Python builder
+                build_mb = _traced_mb(lambda: build_slices(plans, str(key)))  # built again
+                floor_cpu = _cpu(lambda: hashlib.sha256(b"".join(slices.views)).digest())[1]
+                python_cpu = (_cpu(lambda: _python_slices(plans))[1]
+                              if servers <= python_up_to else None)
                 sizes, all_cpu = _cpu(lambda: [len(doc) for _, doc in slices.items()])
             row = {"render_cpu_s": round(render_cpu, 3), "slices_cpu_s": round(slices_cpu, 3),
+                   "floor_cpu_s": round(floor_cpu, 3),
+                   "python_cpu_s": None if python_cpu is None else round(python_cpu, 3),
                    "signing_each_cpu_s": round(_signing_each(key, sizes), 3),
                    "all_documents_cpu_s": round(all_cpu, 3),
                    "plan_bytes": len(rendered.data), "hosts": len(slices),
@@ -169,7 +210,8 @@ def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000) -> di
                    "slice_bytes_max": max(sizes),
                    "tree_mb": round(sum(map(len, slices.tree.levels)) / 1e6, 1),
                    "views_mb": round(sum(map(len, slices.views)) / 1e6, 1),
-                   "peak_rss_mb_before": peak_before, "peak_rss_mb_after": _peak_mb()}
+                   "peak_rss_mb_before": peak_before, "peak_rss_mb_after": peak_after,
+                   "build_traced_mb": build_mb}
             if label == "plan" and servers <= directory_up_to:
                 row.update(_directory(rendered, folder / "pub"))
             if label == "plan":
@@ -191,15 +233,24 @@ def _print(result: dict) -> None:
             continue
         print(f"{servers:>9,} servers, {label}: {row['hosts']:,} slices; whole plan "
               f"{row['plan_bytes']:,} bytes")
-        print(f"  publisher CPU: render {row['render_cpu_s']:.3f} s (floor), slices "
+        python = ("not run" if row.get("python_cpu_s") is None else
+                  f"{row['python_cpu_s']:.3f} s "
+                  f"({row['python_cpu_s'] / max(row['slices_cpu_s'], 1e-3):.1f}x the compiled)")
+        print(f"  publisher CPU: render {row['render_cpu_s']:.3f} s, slices "
               f"{row['slices_cpu_s']:.3f} s "
-              f"({row['slices_cpu_s'] / max(row['render_cpu_s'], 1e-3):.1f}x "
-              f"the floor), every slice document once {row['all_documents_cpu_s']:.3f} s; "
+              f"({row['slices_cpu_s'] / max(row['render_cpu_s'], 1e-3):.1f}x render; "
+              f"{row['slices_cpu_s'] / max(row['floor_cpu_s'], 1e-3):.1f}x the floor: the views' "
+              f"{row['views_mb']} MB joined once and hashed by hashlib, "
+              f"{row['floor_cpu_s']:.3f} s); in Python {python}")
+        print(f"  every slice document once {row['all_documents_cpu_s']:.3f} s; "
               f"a signature per slice instead would cost {row['signing_each_cpu_s']:.3f} s")
         print(f"  slice bytes: median {row['slice_bytes_median']:,}, p99 "
               f"{row['slice_bytes_p99']:,}, max {row['slice_bytes_max']:,}; kept: views "
               f"{row['views_mb']} MB, tree {row['tree_mb']} MB; peak RSS "
               f"{row['peak_rss_mb_before']:,} -> {row['peak_rss_mb_after']:,} MB")
+        peak, kept = row["build_traced_mb"]
+        print(f"  memory of the build (tracemalloc, a second build): peak {peak:,} MB, kept "
+              f"{kept:,} MB (views, tree, names)")
         if "directory_whole_s" in row:
             print(f"  DirectoryTarget.publish: whole plan alone {row['directory_whole_s']:.3f} s "
                   f"({row['directory_whole_cpu_s']:.3f} s CPU), with every slice as a file "
@@ -221,17 +272,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="largest size with a plan set (10^6: 11 GB before the slices)")
     parser.add_argument("--directory-up-to", type=int, default=100_000,
                         help="largest size whose slices are also written as files")
+    parser.add_argument("--python-up-to", type=int, default=100_000,
+                        help="largest size whose slices are also built by the Python builder "
+                             "(10^6: about 20 s)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.two_phase, args.directory_up_to)))
+        print(json.dumps(measure(args.child, args.two_phase, args.directory_up_to,
+                                 args.python_up_to)))
         return 0
     results = []
     for servers in args.sizes:
         command = [sys.executable, "-m", "cosample.experiments.bench_slices", "--child",
-                   str(servers), "--directory-up-to", str(args.directory_up_to)] + (["--two-phase"] if args.two_phase
-                                    and servers <= args.two_phase_up_to else [])
+                   str(servers), "--directory-up-to", str(args.directory_up_to),
+                   "--python-up-to", str(args.python_up_to)] + (
+                       ["--two-phase"] if args.two_phase and servers <= args.two_phase_up_to
+                       else [])
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)

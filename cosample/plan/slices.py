@@ -45,7 +45,8 @@ SLICES_DIR = "hosts"
 HEAD_FIELDS = ("format", "format_version", "version", "created", "expires", "not_before",
                "plan_id", "datacentre", "reset", "sflow", "transition")
 HASH_NAME = "sha256"
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
+#: A host name that is its own slice file name (``slice_file_name``).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 Hash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -53,7 +54,7 @@ def slice_file_name(host: str) -> str:
     """The file (and URL path segment) of ``host``'s slice: the name itself when it is plain
     letters, digits, ``_``, ``-`` and ``.`` (not first), else ``~`` and its SHA-256 (no name can
     escape the folder or collide with another)."""
-    if _PLAIN_NAME.fullmatch(host):
+    if PLAIN_NAME.fullmatch(host):
         return host
     return "~" + hashlib.sha256(host.encode()).hexdigest()
 

@@ -1,0 +1,636 @@
+/* Every host's view and its Merkle leaf hash, compiled (slicebuild.build_slices's fast path).
+ *
+ * views(tables) -> (names, views, leaf_hashes) or None. ``tables``: the host tables of one
+ * publication as compact JSON with sorted keys (orjson's OPT_SORT_KEYS, as plans are written).
+ * ``names``: the sorted union of their host names; ``views``: each name's view as
+ * slicebuild.view builds it and orjson writes it (``{"hosts":[TABLE,...],"name":NAME}``);
+ * ``leaf_hashes``: SHA-256(0x00 || view) of each, end to end. The bytes of an entry, an item or
+ * a value are copied from the table as they are (orjson wrote them, and writes them the same
+ * when it writes the view). None means "not the fast case": a backslash anywhere (an escaped
+ * string: names then do not compare as their bytes), names not strictly increasing, nesting
+ * deeper than MAX_DEPTH, a list or item slicebuild.relations would not read as a list of
+ * objects, a peer that is a list or object, anything that is not such JSON. The caller then
+ * builds the views in Python, whose behaviour (or error) this matches by construction.
+ *
+ * parents(level) -> bytes: the Merkle level above ``level`` (merkle._parents).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <openssl/sha.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define AHEAD 16  /* how far ahead random reads are fetched (fetch_ahead, relate) */
+enum { K_NONE = 0, K_APPMON = 1, K_MIRRORS = 2, K_RECEIVES = 3 };
+enum { F_LOCAL_RATE, F_ROLE, F_SFLOW, F_TUNNEL, FIELDS };
+
+typedef struct { Py_ssize_t s, e; } span;  /* [s, e) in the table */
+
+typedef struct {
+    Py_ssize_t owner;   /* host index */
+    int key;            /* K_* */
+    span item;          /* the item object */
+    span peer;          /* the peer's name without quotes; s < 0: none */
+} item_t;
+
+typedef struct {
+    const char *b;
+    Py_ssize_t n;
+    Py_ssize_t hosts, cap_hosts;
+    span *name;         /* quoted */
+    span *entry;        /* the entry object */
+    span *field;        /* FIELDS per host: '"key":value'; s < 0: absent */
+    Py_ssize_t items, cap_items;
+    item_t *item;
+    /* relations, per host: (peer, key, item index or -1), in slicebuild.relations's order */
+    Py_ssize_t *rel_start;
+    struct relation { Py_ssize_t peer, item; int key; } *rel;
+} table_t;
+
+static int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth);
+
+static int skip_string(const char *b, Py_ssize_t n, Py_ssize_t *p) {
+    if (*p >= n || b[*p] != '"') return -1;
+    const char *end = memchr(b + *p + 1, '"', (size_t)(n - *p - 1));
+    if (end == NULL) return -1;
+    *p = end - b + 1;
+    return 0;
+}
+
+static int skip_container(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth) {
+    char open = b[*p], close = open == '{' ? '}' : ']';
+    if (depth > MAX_DEPTH) return -1;
+    (*p)++;
+    if (*p < n && b[*p] == close) { (*p)++; return 0; }
+    for (;;) {
+        if (open == '{') {
+            if (skip_string(b, n, p) < 0 || *p >= n || b[*p] != ':') return -1;
+            (*p)++;
+        }
+        if (skip_value(b, n, p, depth + 1) < 0 || *p >= n) return -1;
+        if (b[*p] == ',') { (*p)++; continue; }
+        if (b[*p] == close) { (*p)++; return 0; }
+        return -1;
+    }
+}
+
+static int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth) {
+    if (*p >= n) return -1;
+    char c = b[*p];
+    if (c == '"') return skip_string(b, n, p);
+    if (c == '{' || c == '[') return skip_container(b, n, p, depth);
+    Py_ssize_t start = *p;
+    while (*p < n && b[*p] != ',' && b[*p] != '}' && b[*p] != ']') {
+        char d = b[*p];
+        if (d == '"' || d == '{' || d == '[' || d == ':' || d == ' ' || d == '\n') return -1;
+        (*p)++;
+    }
+    return *p > start ? 0 : -1;
+}
+
+static int key_is(const char *b, span key, const char *word) {  /* key: quoted */
+    size_t len = strlen(word);
+    return (size_t)(key.e - key.s) == len + 2 && memcmp(b + key.s + 1, word, len) == 0;
+}
+
+static int grow(void **array, Py_ssize_t *cap, Py_ssize_t need, size_t size) {
+    if (need <= *cap) return 0;
+    Py_ssize_t cap2 = *cap ? *cap * 2 : 1024;
+    while (cap2 < need) cap2 *= 2;
+    void *bigger = PyMem_Realloc(*array, (size_t)cap2 * size);
+    if (bigger == NULL) return -1;
+    *array = bigger;
+    *cap = cap2;
+    return 0;
+}
+
+/* one list (mirrors, receives, appmon) of host ``owner``; 1: fine, 0: not the fast case */
+static int read_list(table_t *t, Py_ssize_t *p, Py_ssize_t owner, int key) {
+    const char *b = t->b;
+    Py_ssize_t n = t->n;
+    const char *other = key == K_RECEIVES ? "from" : "to";
+    if (*p >= n || b[*p] != '[') return 0;
+    (*p)++;
+    if (*p < n && b[*p] == ']') { (*p)++; return 1; }
+    for (;;) {
+        if (*p >= n || b[*p] != '{') return 0;  /* an item that is not an object */
+        item_t it = {owner, key, {*p, 0}, {-1, -1}};
+        (*p)++;
+        if (*p < n && b[*p] == '}') {
+            (*p)++;
+        } else {
+            for (;;) {
+                span k = {*p, 0};
+                if (skip_string(b, n, p) < 0 || *p >= n || b[*p] != ':') return 0;
+                k.e = *p;
+                (*p)++;
+                Py_ssize_t v = *p;
+                if (skip_value(b, n, p, 4) < 0 || *p >= n) return 0;
+                if (key_is(b, k, other)) {
+                    if (b[v] == '"') { it.peer.s = v + 1; it.peer.e = *p - 1; }
+                    else if (b[v] == '{' || b[v] == '[') return 0;  /* unhashable in Python */
+                    else { it.peer.s = -1; }  /* null, a number: no such host */
+                }
+                if (b[*p] == ',') { (*p)++; continue; }
+                if (b[*p] == '}') { (*p)++; break; }
+                return 0;
+            }
+        }
+        it.item.e = *p;
+        if (grow((void **)&t->item, &t->cap_items, t->items + 1, sizeof(item_t)) < 0) return -1;
+        t->item[t->items++] = it;
+        if (*p >= n) return 0;
+        if (b[*p] == ',') { (*p)++; continue; }
+        if (b[*p] == ']') { (*p)++; return 1; }
+        return 0;
+    }
+}
+
+/* what an entry's key is to the views: K_* for a list, FIELDS + F_* for a peer field, -1 for
+   neither; by its length first (one comparison per key, not seven) */
+static int classify(const char *b, span key) {
+    const char *word;
+    int code;
+    switch (key.e - key.s - 2) {
+        case 6: word = "appmon"; code = K_APPMON; break;
+        case 7: word = "mirrors"; code = K_MIRRORS; break;
+        case 8: word = "receives"; code = K_RECEIVES; break;
+        case 4: word = "role"; code = FIELDS + F_ROLE; break;
+        case 10: word = "local_rate"; code = FIELDS + F_LOCAL_RATE; break;
+        case 14: word = "sflow_sampling"; code = FIELDS + F_SFLOW; break;
+        case 9: word = "tunnel_ip"; code = FIELDS + F_TUNNEL; break;
+        default: return -1;
+    }
+    return memcmp(b + key.s + 1, word, (size_t)(key.e - key.s - 2)) == 0 ? code : -1;
+}
+
+/* 1: read, 0: not the fast case, -1: out of memory */
+static int read_table(table_t *t) {
+    const char *b = t->b;
+    Py_ssize_t n = t->n, p = 0;
+    if (memchr(b, '\\', (size_t)n) != NULL) return 0;
+    if (n < 2 || b[0] != '{') return 0;
+    p = 1;
+    if (b[p] == '}') return p + 1 == n;
+    for (;;) {
+        Py_ssize_t h = t->hosts;
+        if (h == t->cap_hosts) {  /* names, entries and fields grow together */
+            Py_ssize_t cap = t->cap_hosts ? 2 * t->cap_hosts : 1024;
+            span *name = PyMem_Realloc(t->name, (size_t)cap * sizeof(span));
+            if (name == NULL) return -1;
+            t->name = name;
+            span *entry = PyMem_Realloc(t->entry, (size_t)cap * sizeof(span));
+            if (entry == NULL) return -1;
+            t->entry = entry;
+            span *field = PyMem_Realloc(t->field, (size_t)cap * FIELDS * sizeof(span));
+            if (field == NULL) return -1;
+            t->field = field;
+            t->cap_hosts = cap;
+        }
+        span nm = {p, 0};
+        if (skip_string(b, n, &p) < 0 || p >= n || b[p] != ':') return 0;
+        nm.e = p;
+        t->name[h] = nm;
+        p++;
+        if (p >= n || b[p] != '{') return 0;  /* an entry that is not an object */
+        span en = {p, 0};
+        span f[FIELDS];
+        unsigned seen = 0;
+        for (int k = 0; k < FIELDS; k++) f[k].s = f[k].e = -1;
+        p++;
+        if (p < n && b[p] == '}') {
+            p++;
+        } else {
+            for (;;) {
+                span k = {p, 0};
+                if (skip_string(b, n, &p) < 0 || p >= n || b[p] != ':') return 0;
+                k.e = p;
+                p++;
+                int code = classify(b, k);
+                if (code >= 0) {  /* a key twice: Python's dict keeps the last; leave it to it */
+                    if (seen & (1u << code)) return 0;
+                    seen |= 1u << code;
+                }
+                int list = code >= K_APPMON && code <= K_RECEIVES ? code : K_NONE;
+                if (list != K_NONE && p < n && b[p] == '[') {
+                    int ok = read_list(t, &p, h, list);
+                    if (ok <= 0) return ok;
+                } else if (list != K_NONE && p + 4 <= n && memcmp(b + p, "null", 4) == 0) {
+                    p += 4;  /* falsy: relations skips it */
+                } else if (list != K_NONE) {
+                    return 0;  /* not a list: relations would not read it as one */
+                } else {
+                    if (skip_value(b, n, &p, 3) < 0) return 0;
+                    if (code >= FIELDS) { f[code - FIELDS].s = k.s; f[code - FIELDS].e = p; }
+                }
+                if (p >= n) return 0;
+                if (b[p] == ',') { p++; continue; }
+                if (b[p] == '}') { p++; break; }
+                return 0;
+            }
+        }
+        en.e = p;
+        t->entry[h] = en;
+        memcpy(t->field + h * FIELDS, f, sizeof f);
+        t->hosts = h + 1;
+        if (h > 0) {  /* strictly increasing names (contents, without quotes) */
+            span a = t->name[h - 1];
+            Py_ssize_t la = a.e - a.s - 2, lb = nm.e - nm.s - 2;
+            int c = memcmp(b + a.s + 1, b + nm.s + 1, (size_t)(la < lb ? la : lb));
+            if (c > 0 || (c == 0 && la >= lb)) return 0;
+        }
+        if (p >= n) return 0;
+        if (b[p] == ',') { p++; continue; }
+        if (b[p] == '}') { p++; break; }
+        return 0;
+    }
+    return p == n;
+}
+
+static inline uint64_t hash_name(const char *p, Py_ssize_t len) {  /* FNV-1a */
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t k = 0; k < len; k++) h = (h ^ (unsigned char)p[k]) * 1099511628211ULL;
+    return h ^ (h >> 29);
+}
+
+/* the names by hash (open addressing, at most half full): one or two reads per look-up, where
+   a binary search over 10^6 names misses the cache twenty times */
+static Py_ssize_t *index_names(const table_t *t, uint64_t *mask) {
+    uint64_t size = 2;
+    while (size < 2 * (uint64_t)t->hosts) size *= 2;
+    Py_ssize_t *slots = PyMem_Malloc(size * sizeof(Py_ssize_t));
+    if (slots == NULL) return NULL;
+    for (uint64_t k = 0; k < size; k++) slots[k] = -1;
+    for (Py_ssize_t h = 0; h < t->hosts; h++) {
+        span a = t->name[h];
+        uint64_t k = hash_name(t->b + a.s + 1, a.e - a.s - 2) & (size - 1);
+        while (slots[k] >= 0) k = (k + 1) & (size - 1);
+        slots[k] = h;
+    }
+    *mask = size - 1;
+    return slots;
+}
+
+/* the index of the host named b[s:e] (no quotes) in ``t``, or -1 */
+static Py_ssize_t find(const table_t *t, const Py_ssize_t *slots, uint64_t mask, const char *b,
+                       Py_ssize_t s, Py_ssize_t e) {
+    Py_ssize_t lb = e - s;
+    for (uint64_t k = hash_name(b + s, lb) & mask;; k = (k + 1) & mask) {
+        Py_ssize_t h = slots[k];
+        if (h < 0) return -1;
+        span a = t->name[h];
+        if (a.e - a.s - 2 == lb && memcmp(t->b + a.s + 1, b + s, (size_t)lb) == 0) return h;
+    }
+}
+
+/* slicebuild.relations as arrays: per host, (peer, None) for each peer it names, and
+   (owner, key, item) at the peer for each item naming it, in the same order */
+static int relate(table_t *t) {
+    Py_ssize_t n = t->hosts;
+    uint64_t mask = 0;
+    Py_ssize_t *slots = index_names(t, &mask);
+    Py_ssize_t *peer_of = PyMem_Malloc((size_t)(t->items + 1) * sizeof(Py_ssize_t));
+    t->rel_start = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    if (slots == NULL || peer_of == NULL || t->rel_start == NULL) {
+        PyMem_Free(slots); PyMem_Free(peer_of); return -1;
+    }
+    /* each peer's hash first (the items are read in order), so that its slot and then the
+       name there are fetched ahead of the look-ups (random places in 10^6 names) */
+    for (Py_ssize_t j = 0; j < t->items; j++) {
+        item_t *it = &t->item[j];
+        peer_of[j] = it->peer.s < 0 ? -1
+                     : (Py_ssize_t)(hash_name(t->b + it->peer.s, it->peer.e - it->peer.s) & mask);
+    }
+    for (Py_ssize_t j = 0; j < t->items; j++) {
+        if (j + AHEAD < t->items && peer_of[j + AHEAD] >= 0)
+            __builtin_prefetch(&slots[peer_of[j + AHEAD]]);
+        if (j + AHEAD / 2 < t->items && peer_of[j + AHEAD / 2] >= 0) {
+            Py_ssize_t h = slots[peer_of[j + AHEAD / 2]];
+            if (h >= 0) {
+                __builtin_prefetch(&t->name[h]);
+                if (j + AHEAD / 4 < t->items) __builtin_prefetch(t->b + t->name[h].s);
+            }
+        }
+        item_t *it = &t->item[j];
+        Py_ssize_t q = it->peer.s < 0 ? -1 : find(t, slots, mask, t->b, it->peer.s, it->peer.e);
+        if (q == it->owner) q = -1;
+        peer_of[j] = q;
+        if (q >= 0) { t->rel_start[it->owner + 1]++; t->rel_start[q + 1]++; }
+    }
+    PyMem_Free(slots);
+    for (Py_ssize_t h = 0; h < n; h++) t->rel_start[h + 1] += t->rel_start[h];
+    Py_ssize_t total = t->rel_start[n];
+    Py_ssize_t *fill = PyMem_Malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
+    t->rel = PyMem_Malloc((size_t)(total + 1) * sizeof(struct relation));
+    if (fill == NULL || t->rel == NULL) {
+        PyMem_Free(fill); PyMem_Free(peer_of); return -1;
+    }
+    memcpy(fill, t->rel_start, (size_t)(n + 1) * sizeof(Py_ssize_t));
+    /* items are in owner order, each owner's lists in table key order: relations walks
+       mirrors, receives, appmon; the order matters only within one peer's one list */
+    for (Py_ssize_t j = 0; j < t->items; j++) {
+        Py_ssize_t q = peer_of[j];
+        if (q < 0) continue;
+        item_t *it = &t->item[j];
+        Py_ssize_t a = fill[it->owner]++;
+        t->rel[a].peer = q; t->rel[a].key = K_NONE; t->rel[a].item = -1;
+        Py_ssize_t c = fill[q]++;
+        t->rel[c].peer = it->owner; t->rel[c].key = it->key; t->rel[c].item = j;
+    }
+    PyMem_Free(fill);
+    PyMem_Free(peer_of);
+    return 0;
+}
+
+/* the view being written: a buffer reused from view to view, grown when one needs more */
+typedef struct { char *out; Py_ssize_t len, cap; int failed; } sink;
+
+static void put(sink *s, const char *data, Py_ssize_t len) {
+    if (s->len + len > s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 1 << 16;
+        while (cap < s->len + len) cap *= 2;
+        char *bigger = PyMem_Realloc(s->out, (size_t)cap);
+        if (bigger == NULL) { s->failed = 1; return; }
+        s->out = bigger;
+        s->cap = cap;
+    }
+    memcpy(s->out + s->len, data, (size_t)len);
+    s->len += len;
+}
+static inline void put_span(sink *s, const char *b, span x) { put(s, b + x.s, x.e - x.s); }
+
+typedef struct { Py_ssize_t peer; int key; Py_ssize_t seq; Py_ssize_t item; } rel_t;
+
+static inline int by_peer_key_seq(const void *x, const void *y) {
+    const rel_t *a = x, *b = y;
+    if (a->peer != b->peer) return a->peer < b->peer ? -1 : 1;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static void put_list(sink *s, const table_t *t, const rel_t *r, Py_ssize_t from, Py_ssize_t to,
+                     const char *key, int *first) {
+    if (from == to) return;
+    if (!*first) put(s, ",", 1);
+    *first = 0;
+    put(s, key, (Py_ssize_t)strlen(key));
+    for (Py_ssize_t k = from; k < to; k++) {
+        if (k > from) put(s, ",", 1);
+        put_span(s, t->b, t->item[r[k].item].item);
+    }
+    put(s, "]", 1);
+}
+
+/* host ``h``'s table of plan ``t`` (slicebuild.view), sorted by name as orjson writes it;
+   ``scratch`` holds at least its relations */
+static void put_table(sink *s, const table_t *t, Py_ssize_t h, rel_t *scratch) {
+    const char *b = t->b;
+    Py_ssize_t from = t->rel_start[h], count = t->rel_start[h + 1] - from;
+    put(s, "{", 1);
+    if (count == 0) {
+        put_span(s, b, t->name[h]); put(s, ":", 1); put_span(s, b, t->entry[h]);
+        put(s, "}", 1);
+        return;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        scratch[k].peer = t->rel[from + k].peer;
+        scratch[k].key = t->rel[from + k].key;
+        scratch[k].item = t->rel[from + k].item;
+        scratch[k].seq = k;
+    }
+    if (count > 16) {
+        qsort(scratch, (size_t)count, sizeof(rel_t), by_peer_key_seq);
+    } else {  /* most views: a few relations, sorted in place without a call per comparison */
+        for (Py_ssize_t i = 1; i < count; i++) {
+            rel_t x = scratch[i];
+            Py_ssize_t j = i;
+            for (; j > 0 && by_peer_key_seq(&scratch[j - 1], &x) > 0; j--)
+                scratch[j] = scratch[j - 1];
+            scratch[j] = x;
+        }
+    }
+    int own = 0;  /* written yet */
+    Py_ssize_t k = 0;
+    int first_member = 1;
+    while (k < count || !own) {
+        Py_ssize_t m = k < count ? scratch[k].peer : -1;
+        if (!own && (m < 0 || h < m)) {
+            if (!first_member) put(s, ",", 1);
+            first_member = 0;
+            put_span(s, b, t->name[h]); put(s, ":", 1); put_span(s, b, t->entry[h]);
+            own = 1;
+            continue;
+        }
+        Py_ssize_t end = k;
+        while (end < count && scratch[end].peer == m) end++;
+        /* the peer's cut: appmon, local_rate, mirrors, receives, role, sflow_sampling,
+           tunnel_ip (sorted); lists only with items about h */
+        Py_ssize_t bounds[5];  /* key K starts at bounds[K] */
+        Py_ssize_t q = k;
+        for (int key = K_NONE; key <= K_RECEIVES; key++) {
+            while (q < end && scratch[q].key < key) q++;
+            bounds[key] = q;
+        }
+        bounds[4] = end;
+        if (!first_member) put(s, ",", 1);
+        first_member = 0;
+        put_span(s, b, t->name[m]);
+        put(s, ":{", 2);
+        int first = 1;
+        const span *f = t->field + m * FIELDS;
+        put_list(s, t, scratch, bounds[K_APPMON], bounds[K_MIRRORS], "\"appmon\":[", &first);
+        if (f[F_LOCAL_RATE].s >= 0) {
+            if (!first) put(s, ",", 1);
+            first = 0;
+            put_span(s, b, f[F_LOCAL_RATE]);
+        }
+        put_list(s, t, scratch, bounds[K_MIRRORS], bounds[K_RECEIVES], "\"mirrors\":[", &first);
+        put_list(s, t, scratch, bounds[K_RECEIVES], bounds[4], "\"receives\":[", &first);
+        for (int j = F_ROLE; j <= F_TUNNEL; j++) {
+            if (f[j].s < 0) continue;
+            if (!first) put(s, ",", 1);
+            first = 0;
+            put_span(s, b, f[j]);
+        }
+        put(s, "}", 1);
+        k = end;
+    }
+    put(s, "}", 1);
+}
+
+/* Views visit their peers in random order: 10^6 views miss the cache several times each. So
+   the records of the peers of the view AHEAD places on are fetched ahead, and their text half
+   as far ahead (once the records are in), while this view is written. */
+static void fetch_ahead(const table_t *t, Py_ssize_t h, int text) {
+    if (h < 0) return;
+    for (Py_ssize_t r = t->rel_start[h]; r < t->rel_start[h + 1]; r++) {
+        Py_ssize_t m = t->rel[r].peer, j = t->rel[r].item;
+        if (!text) {
+            __builtin_prefetch(&t->name[m]);
+            __builtin_prefetch(&t->field[m * FIELDS]);
+            __builtin_prefetch(&t->field[m * FIELDS + FIELDS - 1]);
+            if (j >= 0) __builtin_prefetch(&t->item[j]);
+            continue;
+        }
+        const span *f = &t->field[m * FIELDS];
+        __builtin_prefetch(t->b + t->name[m].s);
+        for (int k = 0; k < FIELDS; k++)
+            if (f[k].s >= 0) __builtin_prefetch(t->b + f[k].s);
+        if (j >= 0) __builtin_prefetch(t->b + t->item[j].item.s);
+    }
+}
+
+static void free_table(table_t *t) {
+    PyMem_Free(t->name); PyMem_Free(t->entry); PyMem_Free(t->field); PyMem_Free(t->item);
+    PyMem_Free(t->rel_start); PyMem_Free(t->rel);
+}
+
+static int compare_names(const table_t *x, Py_ssize_t i, const table_t *y, Py_ssize_t j) {
+    span a = x->name[i], c = y->name[j];
+    Py_ssize_t la = a.e - a.s - 2, lc = c.e - c.s - 2;
+    int r = memcmp(x->b + a.s + 1, y->b + c.s + 1, (size_t)(la < lc ? la : lc));
+    return r ? r : la < lc ? -1 : la > lc;
+}
+
+static PyObject *views(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyList_Check(arg)) { PyErr_SetString(PyExc_TypeError, "a list of bytes"); return NULL; }
+    Py_ssize_t nt = PyList_GET_SIZE(arg);
+    if (nt < 1 || nt > 64) Py_RETURN_NONE;
+    table_t *t = PyMem_Calloc((size_t)nt, sizeof(table_t));
+    Py_ssize_t *at = PyMem_Calloc((size_t)nt, sizeof(Py_ssize_t));
+    Py_ssize_t **index = PyMem_Calloc((size_t)nt, sizeof(Py_ssize_t *));
+    PyObject *names = NULL, *viewlist = NULL, *hashes = NULL, *result = NULL;
+    rel_t *scratch = NULL;
+    sink out = {NULL, 0, 0, 0};
+    if (t == NULL || at == NULL || index == NULL) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t most = 1;
+    for (Py_ssize_t k = 0; k < nt; k++) {
+        PyObject *data = PyList_GET_ITEM(arg, k);
+        if (!PyBytes_Check(data)) { PyErr_SetString(PyExc_TypeError, "a list of bytes"); goto done; }
+        t[k].b = PyBytes_AS_STRING(data);
+        t[k].n = PyBytes_GET_SIZE(data);
+        int ok = read_table(&t[k]);
+        if (ok < 0) { PyErr_NoMemory(); goto done; }
+        if (ok == 0) { result = Py_None; Py_INCREF(result); goto done; }
+        if (relate(&t[k]) < 0) { PyErr_NoMemory(); goto done; }
+        for (Py_ssize_t h = 0; h < t[k].hosts; h++) {
+            Py_ssize_t c = t[k].rel_start[h + 1] - t[k].rel_start[h];
+            if (c > most) most = c;
+        }
+    }
+    /* the union of the names, merged; index[k][u]: host u's index in table k, or -1 */
+    Py_ssize_t cap = 0;
+    for (Py_ssize_t k = 0; k < nt; k++) cap += t[k].hosts;
+    for (Py_ssize_t k = 0; k < nt; k++) {
+        index[k] = PyMem_Malloc((size_t)(cap + 1) * sizeof(Py_ssize_t));
+        if (index[k] == NULL) { PyErr_NoMemory(); goto done; }
+    }
+    Py_ssize_t u = 0;
+    for (;;) {
+        Py_ssize_t least = -1;
+        for (Py_ssize_t k = 0; k < nt; k++)
+            if (at[k] < t[k].hosts &&
+                (least < 0 || compare_names(&t[k], at[k], &t[least], at[least]) < 0))
+                least = k;
+        if (least < 0) break;
+        Py_ssize_t pick = at[least];
+        for (Py_ssize_t k = 0; k < nt; k++) {
+            if (at[k] < t[k].hosts && compare_names(&t[k], at[k], &t[least], pick) == 0)
+                index[k][u] = at[k]++;
+            else
+                index[k][u] = -1;
+        }
+        u++;
+    }
+    Py_ssize_t count = u;
+    scratch = PyMem_Malloc((size_t)most * sizeof(rel_t));
+    names = PyList_New(count);
+    viewlist = PyList_New(count);
+    hashes = PyBytes_FromStringAndSize(NULL, count * SHA256_DIGEST_LENGTH);
+    if (scratch == NULL || names == NULL || viewlist == NULL || hashes == NULL) goto done;
+    unsigned char *digest = (unsigned char *)PyBytes_AS_STRING(hashes);
+    for (u = 0; u < count; u++) {
+        const table_t *named = NULL;
+        Py_ssize_t at_named = -1;
+        for (Py_ssize_t k = 0; k < nt && named == NULL; k++)
+            if (index[k][u] >= 0) { named = &t[k]; at_named = index[k][u]; }
+        span nm = named->name[at_named];
+        PyObject *name = PyUnicode_DecodeUTF8(named->b + nm.s + 1, nm.e - nm.s - 2, "strict");
+        if (name == NULL) {  /* not UTF-8 (orjson never writes that): Python's to judge */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+            PyErr_Clear();
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+        PyList_SET_ITEM(names, u, name);
+        for (Py_ssize_t k = 0; k < nt; k++) {
+            if (u + AHEAD < count) fetch_ahead(&t[k], index[k][u + AHEAD], 0);
+            if (u + AHEAD / 2 < count) fetch_ahead(&t[k], index[k][u + AHEAD / 2], 1);
+        }
+        out.len = 0;
+        put(&out, "{\"hosts\":[", 10);
+        for (Py_ssize_t k = 0; k < nt; k++) {
+            if (k) put(&out, ",", 1);
+            if (index[k][u] < 0) put(&out, "{}", 2);
+            else put_table(&out, &t[k], index[k][u], scratch);
+        }
+        put(&out, "],\"name\":", 9);
+        put_span(&out, named->b, nm);
+        put(&out, "}", 1);
+        if (out.failed) { PyErr_NoMemory(); goto done; }
+        PyObject *view = PyBytes_FromStringAndSize(out.out, out.len);
+        if (view == NULL) goto done;
+        PyList_SET_ITEM(viewlist, u, view);
+        SHA256_CTX ctx;
+        SHA256_Init(&ctx);
+        SHA256_Update(&ctx, "\0", 1);
+        SHA256_Update(&ctx, out.out, (size_t)out.len);
+        SHA256_Final(digest + u * SHA256_DIGEST_LENGTH, &ctx);
+    }
+    result = PyTuple_Pack(3, names, viewlist, hashes);
+done:
+    Py_XDECREF(names); Py_XDECREF(viewlist); Py_XDECREF(hashes);
+    PyMem_Free(scratch);
+    PyMem_Free(out.out);
+    if (t != NULL) for (Py_ssize_t k = 0; k < nt; k++) free_table(&t[k]);
+    if (index != NULL) for (Py_ssize_t k = 0; k < nt; k++) PyMem_Free(index[k]);
+    PyMem_Free(t); PyMem_Free(at); PyMem_Free(index);
+    return result;
+}
+
+static PyObject *parents(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyBytes_Check(arg)) { PyErr_SetString(PyExc_TypeError, "bytes"); return NULL; }
+    const unsigned char *level = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t count = PyBytes_GET_SIZE(arg) / SHA256_DIGEST_LENGTH;
+    Py_ssize_t up = (count + 1) / 2;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, up * SHA256_DIGEST_LENGTH);
+    if (out == NULL) return NULL;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t k = 0; k + 1 < count; k += 2) {
+        SHA256_CTX ctx;
+        SHA256_Init(&ctx);
+        SHA256_Update(&ctx, "\1", 1);
+        SHA256_Update(&ctx, level + k * SHA256_DIGEST_LENGTH, 2 * SHA256_DIGEST_LENGTH);
+        SHA256_Final(o + (k / 2) * SHA256_DIGEST_LENGTH, &ctx);
+    }
+    if (count % 2)
+        memcpy(o + (up - 1) * SHA256_DIGEST_LENGTH, level + (count - 1) * SHA256_DIGEST_LENGTH,
+               SHA256_DIGEST_LENGTH);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"views", views, METH_O, "Every host's view and leaf hash, or None (not the fast case)."},
+    {"parents", parents, METH_O, "The Merkle level above a level of 32-byte hashes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_slices",
+                                    "Plan slices' fast path (slicebuild).", -1, methods};
+
+PyMODINIT_FUNC PyInit__slices(void) { return PyModule_Create(&module); }

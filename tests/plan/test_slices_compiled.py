@@ -1,0 +1,148 @@
+"""The compiled slice builder (cosample/plan/_slices.c) against the Python one it stands in for:
+the same names, the same view bytes and the same leaf hashes, on random host tables and plan
+sets; and None (the Python path) where it must not guess."""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from cosample.plan import merkle, slicebuild
+
+_slices = slicebuild._slices
+SORTED = orjson.OPT_SORT_KEYS
+
+
+def test_the_builder_is_compiled():
+    # setup.py builds it with pip install; a missing compiler or libcrypto leaves the controller
+    # 7-10x slower at 10^6 hosts (docs/results.md, "Plan slices")
+    assert _slices is not None and merkle._compiled_parents is not None
+
+
+# names: plain, with dots and non-ASCII letters (compared as UTF-8 bytes), some needing escapes
+PLAIN = st.text(alphabet="abcs01._-é€", min_size=1, max_size=6)
+ESCAPED = st.text(alphabet='ab"\\\n', min_size=1, max_size=4)
+SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6),
+                   st.floats(allow_nan=False, allow_infinity=False, width=64),
+                   st.text(alphabet="ab ,:{}[]", max_size=5))
+EXTRA = st.recursive(SCALAR, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["a", "to", "hosts", "z"]),
+                                                 inner, max_size=3)), max_leaves=6)
+
+
+@st.composite
+def tables(draw, names=PLAIN):
+    pool = draw(st.lists(names, min_size=1, max_size=12, unique=True))
+    count = draw(st.integers(1, 3))
+    out = []
+    for _ in range(count):
+        hosts = draw(st.lists(st.sampled_from(pool), min_size=0, max_size=len(pool),
+                              unique=True))
+        target = st.one_of(st.sampled_from(pool), names, st.none(), st.integers(0, 3))
+        table = {}
+        for name in hosts:
+            entry = {}
+            for field in ("role", "local_rate", "sflow_sampling", "tunnel_ip", "bridge"):
+                if draw(st.booleans()) or field == "role":
+                    entry[field] = draw(SCALAR)
+            for key, other in (("mirrors", "to"), ("receives", "from"), ("appmon", "to")):
+                if draw(st.booleans()):
+                    items = []
+                    for _ in range(draw(st.integers(0, 3))):
+                        item = {"rate": draw(SCALAR), "pps": draw(SCALAR)}
+                        if draw(st.integers(0, 5)):
+                            item[other] = draw(target)
+                        if draw(st.booleans()):
+                            item["x"] = draw(EXTRA)
+                        items.append(item)
+                    entry[key] = items
+            if draw(st.booleans()):
+                entry["extra"] = draw(EXTRA)
+            table[name] = entry
+        out.append(table)
+    return out
+
+
+def _same_as_python(tables_: list[dict]) -> bool:
+    """Asserts the compiled result equals the Python one; False if it declined (None)."""
+    built = _slices.views([orjson.dumps(table, option=SORTED) for table in tables_])
+    names, views, level = slicebuild._python_views(tables_)
+    if built is None:
+        return False
+    assert built[0] == names
+    assert built[1] == views
+    assert built[2] == level
+    return True
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables())
+def test_compiled_views_are_the_python_views(tables_):
+    _same_as_python(tables_)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(names=st.one_of(PLAIN, ESCAPED)))
+def test_names_with_escapes_are_left_to_python_and_agree_otherwise(tables_):
+    escaped = any(set(name) & set('"\\\n') for table in tables_ for name in table)
+    if not _same_as_python(tables_):
+        return
+    assert not escaped
+
+
+def test_a_plain_plan_takes_the_compiled_path(make_plan):
+    plan = make_plan(version=1)
+    assert _same_as_python([plan["hosts"]])
+    assert _same_as_python([plan["hosts"], {k: v for k, v in plan["hosts"].items()
+                                            if k != "s2"}])
+
+
+@pytest.mark.parametrize("table", [
+    b'{"b":{},"a":{}}',                      # not sorted
+    b'{"a":{},"a":{}}',                      # a name twice
+    b'{"a":{"mirrors":"s1"}}',               # not a list
+    b'{"a":{"mirrors":[1]}}',                # an item that is not an object
+    b'{"a":{"mirrors":[{"to":["b"]}]}}',     # a peer Python cannot look up
+    b'{"a":{"role":"x","role":"y"}}',        # a key twice (Python keeps the last)
+    b'{"a":{"mirrors":[],"mirrors":[]}}',
+    b'{"\xff":{}}',                          # not UTF-8
+    b'{"a": {}}',                            # white space
+    b'{"a":{}',                              # cut short
+    b'[]',
+])
+def test_anything_unusual_is_left_to_python(table):
+    assert _slices.views([table]) is None
+
+
+def test_a_leaf_hash_is_the_domain_separated_hash_of_the_view(make_plan):
+    names, views, level = _slices.views([orjson.dumps(make_plan(version=1)["hosts"],
+                                                      option=SORTED)])
+    assert level == b"".join(hashlib.sha256(b"\x00" + view).digest() for view in views)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**32))
+def test_compiled_tree_levels_are_the_python_ones(leaves, seed):
+    level = hashlib.sha256(seed.to_bytes(8, "big")).digest() * leaves
+    level = bytes(b ^ (k % 251) for k, b in enumerate(level))
+    assert merkle._compiled_parents(level) == merkle._parents(level)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(PLAIN, st.text(alphabet="ab.-_\n/ ", min_size=1, max_size=4),
+                          st.text(alphabet="a", min_size=127, max_size=130)),
+                unique=True, max_size=8))
+def test_each_host_is_found_by_its_file_name_and_nothing_else(names):
+    names = sorted(names)
+    slices = slicebuild.SliceSet(b"", None, names, [b"{}"] * len(names), None)
+    for k, name in enumerate(names):
+        assert slices.position(slicebuild.slice_file_name(name)) == k
+    for other in ("zz", "~" + "0" * 64, "a\n", "../a", ""):
+        if other not in names:
+            assert slices.position(other) is None
+    for name in names:  # a name that is not plain is not its own file name
+        if slicebuild.slice_file_name(name) != name:
+            assert slices.position(name) is None
