@@ -22,7 +22,9 @@ from cosample.plan.signing import sign_bytes
 from cosample.plan.slices import HASH_NAME, HEAD_FIELDS, slice_file_name
 
 #: A peer's fields every view of it keeps (its lists are cut to the pairs with the viewer).
-PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip")
+#: (The local mechanism's fields too: a ``sample`` peer's entry is valid only with them.)
+PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip", "local_mechanism",
+               "sample_probability", "observation_domain")
 _SORTED = orjson.OPT_SORT_KEYS
 
 
