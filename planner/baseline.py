@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.planner.choices import NONCOLLAB
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.distinct import choose
@@ -21,6 +22,26 @@ def local_only_pps(problem: Problem) -> np.ndarray:
     return np.minimum(problem.own_pps, alone)
 
 
+def sample_alone(problem: Problem) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each server's own packets sampled alone, as applied (1-in-N, or K/65535 where the sample
+    action may be used and collects more), and where the sample action does; None: sFlow only."""
+    local = local_only_pps(problem)
+    if problem.can_sample is None:
+        return local, None
+    from cosample.planner.realise import sample_probability, sampling_interval
+
+    own = problem.own_pps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        flow = np.where(own > 0, local / own, 0.0)
+        interval = sampling_interval(flow)
+        flow = np.where(interval > 0, 1.0 / np.maximum(interval, 1), 0.0)
+        sample = np.where(own > 0, problem.spare_pps / (
+            np.nan_to_num(problem.alpha_sample, nan=np.inf) * problem.bridge_pps), 0.0)
+    sample = sample_probability(np.nan_to_num(sample)) / SAMPLE_PROBABILITY_SCALE
+    better = problem.can_sample & (sample > flow)
+    return own * np.where(better, sample, flow), better
+
+
 def noncollab_pps(dc: DataCentre) -> float:
     """Total traffic collected when no server mirrors, as the paper counts it (no headroom)."""
     return float(local_only_pps(build_problem(dc, margin=0.0)).sum())
@@ -29,8 +50,8 @@ def noncollab_pps(dc: DataCentre) -> float:
 def solve_noncollab(problem: Problem) -> Solution:
     """The baseline as a plan-able solution (no mirrors), with collaboration's bounds beside it."""
     started = time.perf_counter()
-    local = local_only_pps(problem)
+    local, sample_hosts = sample_alone(problem)
     bounds = Bounds(lp=lp_bound(problem), envelope=choose(problem).envelope,
                     method="no collaboration", optimal=False)
     return Solution(NONCOLLAB, local, *empty_mirrors(), problem=problem, bounds=bounds,
-                    seconds=time.perf_counter() - started)
+                    seconds=time.perf_counter() - started, sample_hosts=sample_hosts)

@@ -23,6 +23,14 @@ convex; from ``N_c`` (the first N whose vertex reaches the mirror limit c) on, t
 ``choose_applied`` is exact when every sender's best fits in R (proved), solves the knapsack with
 a lazy MILP (``quantised_milp``) when few senders compete, and otherwise takes whole hull steps
 in slope order, first-fit, and the best partial sender, reporting the gap to the bound.
+
+A sender that may use the ``sample`` mechanism (OVS's OpenFlow ``sample`` action, probability
+K/65535, ``Problem.can_sample``) has a second *ladder* of rates: level L stands for
+K = 65536 - L, rate K/65535, at its own full-rate cost ``alpha_sample x bridge input``. Levels
+play the part of N (a higher level, a lower rate), so the same four points, the same convex
+curve and the same MILP items hold on either ladder. The sender's candidates are then both
+ladders' points (eight, sorted by mirrored pps), its hull covers every plan of either mechanism,
+and the knapsack chooses the mechanism with the rate (``Applied.sample``).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE as SCALE
 from cosample.planner.problem import Problem
 from cosample.planner.realise import MAX_INTERVAL
 from cosample.planner.solution import EXACT_TOLERANCE
@@ -45,7 +54,9 @@ CEIL_SLACK = 1e-12
 
 @dataclass(frozen=True)
 class Senders:
-    """Senders' terms (positions ``index`` into the problem), vectorised; N as floats, inf = off."""
+    """Senders' terms (positions ``index`` into the problem) on one ladder each, vectorised;
+    levels as floats, inf = off. ``grid``: True where the ladder is the ``sample`` action's
+    (level L is rate (65536 - L)/65535), False for sFlow's (level N is rate 1/N)."""
 
     index: np.ndarray
     own: np.ndarray       # U
@@ -56,6 +67,20 @@ class Senders:
     limit: np.ndarray     # c = min(U, mirror cap)
     n_min: np.ndarray     # smallest affordable N (inf: cannot sample locally)
     n_cap: np.ndarray     # smallest N whose vertex reaches c (inf: none)
+    grid: np.ndarray      # bool: the sample action's ladder
+
+    def rate(self, level: np.ndarray) -> np.ndarray:
+        """The rate of ``level`` on each sender's ladder (0 for off, inf)."""
+        return rate_of(level, self.grid)
+
+    def level(self, left: np.ndarray) -> np.ndarray:
+        """Smallest level affordable with ``left`` capacity for local sampling (unclipped)."""
+        return level_of(self.full, left, self.grid)
+
+    @property
+    def top_level(self) -> np.ndarray | int:
+        """The ladder's lowest rate: sFlow's 32-bit N, or K = 1."""
+        return np.where(self.grid, SCALE, MAX_INTERVAL) if self.grid.any() else MAX_INTERVAL
 
     def most_mirrored(self, rate: np.ndarray) -> np.ndarray:
         """y(t): what a sender sampling at ``rate`` (1/N or 0) can mirror within its capacity."""
@@ -66,68 +91,115 @@ class Senders:
         return self.weight * (self.own * rate + mirrored * (1.0 - rate))
 
     def interval_for(self, mirrored: np.ndarray) -> np.ndarray:
-        """Smallest affordable N next to ``mirrored`` pps (inf: off, sFlow cannot go that low)."""
+        """Smallest affordable N (level) next to ``mirrored`` pps (inf: off, cannot go that low)."""
         left = self.spare - self.beta * mirrored
         with np.errstate(divide="ignore", invalid="ignore"):
-            n = np.ceil(self.full / left * (1 - CEIL_SLACK))
+            n = self.level(left)
         n = np.where(left > 0, np.maximum(n, self.n_min), np.inf)
-        return np.where(n > MAX_INTERVAL, np.inf, n)
+        return np.where(n > self.top_level, np.inf, n)
 
     def best_at(self, mirrored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rate, value) of the best plan mirroring exactly ``mirrored`` (value -inf if it cannot)."""
-        rate = rate_of(self.interval_for(mirrored))
+        rate = self.rate(self.interval_for(mirrored))
         feasible = mirrored <= self.most_mirrored(np.zeros_like(rate)) * (1 + 1e-12)
         return rate, np.where(feasible, self.value(rate, mirrored), -np.inf)
 
 
-def rate_of(interval: np.ndarray) -> np.ndarray:
-    """1/N, 0 for off (inf)."""
-    with np.errstate(divide="ignore"):
-        return np.where(np.isfinite(interval), 1.0 / interval, 0.0)
+def rate_of(interval: np.ndarray, grid: np.ndarray | None = None) -> np.ndarray:
+    """1/N, 0 for off (inf); (65536 - L)/65535 on the sample ladder (``grid``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(np.isfinite(interval), 1.0 / interval, 0.0)
+        if grid is None or not grid.any():
+            return rate
+        return np.where(grid, np.where(np.isfinite(interval), (SCALE + 1 - interval) / SCALE,
+                                       0.0), rate)
 
 
-def senders_of(problem: Problem) -> Senders:
-    """The senders (own traffic, outside P) with N_min and N_c, vectorised."""
+def level_of(full: np.ndarray, left: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Smallest level whose rate costs at most ``left`` (``full``: the cost at rate 1), before
+    clipping: sFlow's ``ceil(full/left)``, the sample ladder's ``65536 - floor(65535 left/full)``
+    (the same relative slack: a ratio computed a few ulps off its integer lands on it)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.ceil(full / left * (1 - CEIL_SLACK))
+        if not grid.any():
+            return n
+        k = np.floor(SCALE * (left / full) * (1 + CEIL_SLACK))
+    return np.where(grid, SCALE + 1 - k, n)
+
+
+def senders_of(problem: Problem, sample: bool = False) -> Senders:
+    """The senders (own traffic, outside P) with N_min and N_c, vectorised; with ``sample``,
+    on the sample action's ladder where they may use it (``Problem.can_sample``; the others
+    on sFlow's, as without)."""
     index = np.flatnonzero(~problem.receiver & (problem.own_pps > 0))
     own = problem.own_pps[index]
+    grid = problem.can_sample[index] if sample and problem.can_sample is not None \
+        else np.zeros(index.size, dtype=bool)
     full = (problem.alpha * problem.bridge_pps)[index]
+    if grid.any():
+        full = np.where(grid, (np.nan_to_num(problem.alpha_sample) * problem.bridge_pps)[index],
+                        full)
     spare = problem.spare_pps[index]
     beta = problem.beta[index]
     limit = np.minimum(own, problem.mirror_cap_pps[index])
+    top = np.where(grid, SCALE, MAX_INTERVAL) if grid.any() else MAX_INTERVAL
     with np.errstate(divide="ignore", invalid="ignore"):
-        n_min = np.where(spare > 0, np.ceil(full / spare * (1 - CEIL_SLACK)), np.inf)
-        n_min = np.where(n_min > MAX_INTERVAL, np.inf, np.maximum(n_min, 1.0))
+        n_min = np.where(spare > 0, level_of(full, spare, grid), np.inf)
+        n_min = np.where(n_min > top, np.inf, np.maximum(n_min, 1.0))
         room_left = spare - beta * limit
-        n_cap = np.where(room_left > 0, np.ceil(full / room_left * (1 - CEIL_SLACK)), np.inf)
-    n_cap = np.where(n_cap > MAX_INTERVAL, np.inf, np.maximum(n_cap, n_min))
-    return Senders(index, own, full, spare, beta, problem.weight[index], limit, n_min, n_cap)
+        n_cap = np.where(room_left > 0, level_of(full, room_left, grid), np.inf)
+    n_cap = np.where(n_cap > top, np.inf, np.maximum(n_cap, n_min))
+    return Senders(index, own, full, spare, beta, problem.weight[index], limit, n_min, n_cap,
+                   grid)
 
 
 @dataclass(frozen=True)
 class Points:
-    """Per sender four candidate points, each a list of four columns sorted by mirrored pps:
-    (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off."""
+    """Per sender candidate points, each a list of columns sorted by mirrored pps: on one
+    ladder four, (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off;
+    on two (``merged``) both ladders' eight. ``grid``: whether a point is on the sample
+    action's ladder."""
 
     rate: list[np.ndarray]
     mirrored: list[np.ndarray]
     value: list[np.ndarray]
+    grid: list[np.ndarray]
 
     def at(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rate, mirrored, value) of point ``which`` (0..3) per sender."""
+        """(rate, mirrored, value) of point ``which`` (0..3, or 0..7 merged) per sender."""
         return tuple(np.choose(which, columns) for columns in (self.rate, self.mirrored, self.value))
+
+    def sample_at(self, which: np.ndarray) -> np.ndarray:
+        """Whether point ``which`` of each sender samples by the sample action."""
+        return np.choose(which, self.grid)
 
 
 def points_of(senders: Senders) -> Points:
     """The four candidate points of every sender (module docstring: why these four)."""
-    t_min = rate_of(senders.n_min)
+    t_min = senders.rate(senders.n_min)
     below_cap = np.where(np.isfinite(senders.n_cap) & (senders.n_cap - 1 > senders.n_min),
                          senders.n_cap - 1, senders.n_min)
     # N_c at the limit; off when no N reaches it or when the limit is all own traffic (same value)
     last = np.where(senders.limit >= senders.own * (1 - 1e-12), np.inf, senders.n_cap)
-    rate = [t_min, t_min, rate_of(below_cap), rate_of(last)]
+    rate = [t_min, t_min, senders.rate(below_cap), senders.rate(last)]
     mirrored = [np.zeros_like(t_min)] + [senders.most_mirrored(t) for t in rate[1:]]
     value = [senders.value(t, y) for t, y in zip(rate, mirrored)]
-    return Points(rate, mirrored, value)
+    return Points(rate, mirrored, value, [senders.grid] * 4)
+
+
+def merged(first: Points, second: Points) -> Points:
+    """Both ladders' points of every sender in one list sorted by mirrored pps (the highest
+    value first among equal ones, so point 0 is the better plan mirroring nothing): a hull
+    over them covers every plan of either mechanism."""
+    columns = [np.stack(a + b, axis=1) for a, b in ((first.rate, second.rate),
+                                                    (first.mirrored, second.mirrored),
+                                                    (first.value, second.value),
+                                                    (first.grid, second.grid))]
+    rate, mirrored, value, grid = columns
+    order = np.lexsort((-value, mirrored))  # along each sender's row
+    rate, mirrored, value, grid = (np.take_along_axis(c, order, axis=1) for c in columns)
+    return Points(*([c[:, j].copy() for j in range(c.shape[1])]
+                    for c in (rate, mirrored, value, grid)))
 
 
 @dataclass(frozen=True)
@@ -139,7 +211,7 @@ class Hulls:
     sender: np.ndarray   # position among the senders
     room: np.ndarray
     gain: np.ndarray
-    target: np.ndarray   # point 1..3
+    target: np.ndarray   # point 1..3 (1..7 on two ladders)
     order: np.ndarray    # steps by key, highest first (stable: a sender's steps stay in order)
     size: int            # number of senders
     competing: np.ndarray  # senders with at least one step, ascending
@@ -168,19 +240,20 @@ def hulls_of(points: Points) -> Hulls:
     """Upper concave hull from point 0 (steps with positive gain and room), column by column;
     each step looks only at the senders that moved in the one before."""
     k = points.mirrored[0].size
-    room, gain = np.zeros((k, 3)), np.zeros((k, 3))
-    target, key = np.full((k, 3), -1, dtype=np.int64), np.zeros((k, 3))
+    last = len(points.mirrored) - 1  # 3 on one ladder, 7 on two
+    room, gain = np.zeros((k, last)), np.zeros((k, last))
+    target, key = np.full((k, last), -1, dtype=np.int64), np.zeros((k, last))
     active = np.arange(k)
     y, v = points.mirrored, points.value
     current = np.zeros(k, dtype=np.int64)
     cur_y, cur_v = y[0].copy(), v[0].copy()
-    for step in range(3):
+    for step in range(last):
         if active.size == 0:
             break
         at, at_y, at_v = current[active], cur_y[active], cur_v[active]
         best, pick = np.full(active.size, -np.inf), np.full(active.size, -1, dtype=np.int64)
         step_y, step_v = np.zeros(active.size), np.zeros(active.size)
-        for j in (1, 2, 3):
+        for j in range(1, last + 1):
             dy, dv = y[j][active] - at_y, v[j][active] - at_v
             ahead = (at < j) & (dy > 1e-12 * np.maximum(at_y, 1.0)) & (dv > 0)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -197,9 +270,9 @@ def hulls_of(points: Points) -> Hulls:
         current[active] = pick
         cur_y[active] += step_y
         cur_v[active] += step_v
-        active = active[pick < 3]
+        active = active[pick < last]
     real = (target >= 0).ravel()  # sender by sender, in hull order: no sort needed
-    sender = np.repeat(np.arange(k), 3)[real]
+    sender = np.repeat(np.arange(k), last)[real]
     room, gain = room.ravel()[real], gain.ravel()[real]
     target, key = target.ravel()[real], key.ravel()[real]
     order = np.argsort(-key, kind="stable")
@@ -209,54 +282,78 @@ def hulls_of(points: Points) -> Hulls:
 
 @dataclass(frozen=True)
 class Applied:
-    """Each sender's choice (rate, mirrored pps) and the fleet's weighted objective and bound."""
+    """Each sender's choice (rate, mirrored pps, mechanism) and the fleet's weighted objective
+    and bound."""
 
     senders: Senders
     rate: np.ndarray
     mirrored: np.ndarray
     objective: float     # weighted distinct packets, receivers' own included
-    bound: float         # no 1-in-N plan collects more (weighted)
+    bound: float         # no 1-in-N (or K/65535) plan collects more (weighted)
     method: str          # "no room", "all fit", "MILP", "greedy"
     proved: bool
+    #: per sender, True where it samples by the sample action (None: no sender may)
+    sample: np.ndarray | None = None
 
     @property
     def optimal(self) -> bool:
         return self.proved or self.objective >= self.bound * (1 - EXACT_TOLERANCE)
 
 
+def ladders_of(problem: Problem) -> tuple[Senders, ...]:
+    """The senders on sFlow's ladder, and on the sample action's where any may use it."""
+    flow = senders_of(problem)
+    return (flow,) if problem.can_sample is None else (flow, senders_of(problem, sample=True))
+
+
+def on_ladders(ladders: tuple[Senders, ...], sample: np.ndarray) -> Senders:
+    """Each sender on the ladder it chose (``sample``: the sample action's)."""
+    if len(ladders) == 1 or not sample.any():
+        return ladders[0]
+    flow, other = ladders
+    return Senders(*(np.where(sample, getattr(other, name), getattr(flow, name))
+                     if name in ("full", "n_min", "n_cap", "grid") else getattr(flow, name)
+                     for name in flow.__dataclass_fields__))
+
+
 def choose_applied(problem: Problem) -> Applied:
-    """Each sender's 1-in-N and mirrored pps maximising the weighted distinct packets as applied."""
-    senders = senders_of(problem)
-    points = points_of(senders)
+    """Each sender's 1-in-N (or K/65535 by the sample action) and mirrored pps maximising the
+    weighted distinct packets as applied."""
+    ladders = ladders_of(problem)
+    senders = ladders[0]
+    points = points_of(senders) if len(ladders) == 1 else \
+        merged(points_of(ladders[0]), points_of(ladders[1]))
     hulls = hulls_of(points)
     room = float(problem.room_pps.sum())
     receivers = problem.receiver & (problem.own_pps > 0)
     fixed = float((problem.weight * problem.own_pps)[receivers].sum())
     base = fixed + float(points.value[0].sum())
     bound = base + hulls.bound(room)
+
+    def applied(rate, mirrored, value, sample, total_bound, method, proved) -> Applied:
+        total = fixed + float(value.sum())
+        chosen = None if len(ladders) == 1 else sample & (rate > 0)
+        return Applied(senders, rate, mirrored, total,
+                       total if total_bound is None else max(total_bound, total), method, proved,
+                       chosen)
+
     if room <= 0:  # nothing to share: every sender samples what it can afford alone
-        rate, mirrored, value = points.at(np.zeros(hulls.size, dtype=np.int64))
-        total = fixed + float(value.sum())
-        return Applied(senders, rate, mirrored, total, total, "no room", True)
+        at = np.zeros(hulls.size, dtype=np.int64)
+        return applied(*points.at(at), points.sample_at(at), None, "no room", True)
     if float(hulls.room.sum()) <= room:
-        rate, mirrored, value = points.at(hulls.final())
-        total = fixed + float(value.sum())
-        return Applied(senders, rate, mirrored, total, max(bound, total), "all fit", True)
+        at = hulls.final()
+        return applied(*points.at(at), points.sample_at(at), bound, "all fit", True)
     competing = hulls.competing
     if competing.size <= MILP_UP_TO:
         from cosample.planner.quantised_milp import solve_knapsack
-        found = solve_knapsack(senders, points, competing, room)
+        found = solve_knapsack(ladders, points, competing, room)
         if found is not None:
-            rate, mirrored, value = found
-            total = fixed + float(value.sum())
-            return Applied(senders, rate, mirrored, total, total, "MILP", True)
-    rate, mirrored, value = _greedy(senders, points, hulls, room)
-    total = fixed + float(value.sum())
-    return Applied(senders, rate, mirrored, total, max(bound, total), "greedy", False)
+            return applied(*found, None, "MILP", True)
+    return applied(*_greedy(ladders, points, hulls, room), bound, "greedy", False)
 
 
-def _greedy(senders: Senders, points: Points, hulls: Hulls, room: float
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _greedy(ladders: tuple[Senders, ...], points: Points, hulls: Hulls, room: float
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Whole hull steps by slope while they fit, first-fit over the next steps, one partial."""
     k = hulls.size
     order = hulls.order
@@ -282,27 +379,39 @@ def _greedy(senders: Senders, points: Points, hulls: Hulls, room: float
     reached = np.flatnonzero(level > 0)
     at[reached] = hulls.target[first[reached] + level[reached] - 1]
     rate, mirrored, value = (a.copy() for a in points.at(at))
+    sample = points.sample_at(at).copy()
     if left > 0 and k:
-        _partial(senders, rate, mirrored, value, left)
-    return rate, mirrored, value
+        _partial(ladders, rate, mirrored, value, sample, left)
+    return rate, mirrored, value, sample
 
 
-def _partial(senders: Senders, rate: np.ndarray, mirrored: np.ndarray, value: np.ndarray,
-             left: float) -> None:
-    """Give the room left to the one sender that gains most from it, in place: the best plan
-    mirroring all of ``mirrored + left``, or the vertex just below it (one N fewer, saturated)."""
+def _partial(ladders: tuple[Senders, ...], rate: np.ndarray, mirrored: np.ndarray,
+             value: np.ndarray, sample: np.ndarray, left: float) -> None:
+    """Give the room left to the one sender that gains most from it, in place: on either
+    ladder, the best plan mirroring all of ``mirrored + left``, or the vertex just below it
+    (one N fewer, saturated)."""
     k = rate.size
-    wider = np.minimum(mirrored + left, senders.most_mirrored(np.zeros(k)))
-    wide_rate, wide_value = senders.best_at(wider)
-    below_n = senders.interval_for(wider) - 1
-    below_n = np.where(below_n >= senders.n_min, below_n, senders.n_min)
-    below_rate = rate_of(below_n)
-    below = np.minimum(senders.most_mirrored(below_rate), wider)
-    below_value = np.where(np.isfinite(senders.n_min), senders.value(below_rate, below), -np.inf)
-    use_below = below_value > wide_value
-    new_rate = np.where(use_below, below_rate, wide_rate)
-    new_mirrored = np.where(use_below, below, wider)
-    gain = np.maximum(below_value, wide_value) - value
+    options = []
+    for senders in ladders:
+        wider = np.minimum(mirrored + left, senders.most_mirrored(np.zeros(k)))
+        wide_rate, wide_value = senders.best_at(wider)
+        below_n = senders.interval_for(wider) - 1
+        below_n = np.where(below_n >= senders.n_min, below_n, senders.n_min)
+        below_rate = senders.rate(below_n)
+        below = np.minimum(senders.most_mirrored(below_rate), wider)
+        below_value = np.where(np.isfinite(senders.n_min), senders.value(below_rate, below),
+                               -np.inf)
+        use_below = below_value > wide_value
+        options.append((np.where(use_below, below_rate, wide_rate),
+                        np.where(use_below, below, wider),
+                        np.maximum(below_value, wide_value), senders.grid))
+    new_rate, new_mirrored, new_value, new_grid = options[0]
+    if len(options) > 1:  # the better ladder per sender (sFlow's on ties)
+        other = options[1][2] > new_value
+        new_rate, new_mirrored, new_value, new_grid = (
+            np.where(other, b, a) for a, b in zip(options[0], options[1]))
+    gain = new_value - value
     best = int(np.argmax(gain))
     if gain[best] > 0:
         rate[best], mirrored[best], value[best] = new_rate[best], new_mirrored[best], gain[best] + value[best]
+        sample[best] = new_grid[best]

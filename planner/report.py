@@ -79,6 +79,7 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
         + f"continuous {objective['bound_distinct']:,.0f}, "
         f"paper's LP {objective['bound_lp']:,.0f}",
         *rounding_lines(summary.get("rounding")),
+        *mechanism_lines(summary.get("local_mechanisms")),
         f"baseline   {summary['noncollab_pps']:,.0f} pps without collaboration; "
         f"gain {_pct(summary['gain'])}",
         f"mirrors    {summary['mirror_pairs']} pairs, {summary['senders']} senders, "
@@ -119,6 +120,14 @@ def rounding_lines(rounding: dict[str, Any] | None) -> list[str]:
         line += "; most: " + ", ".join(f"{s['name']} -{_pps(s['loss_pps'])}"
                                        for s in rounding["servers"])
     return [line]
+
+
+def mechanism_lines(counts: dict[str, int] | None) -> list[str]:
+    """How many hosts take their local share by each mechanism (when some may use ``sample``)."""
+    if not counts:
+        return []
+    return [f"local mechanisms {counts['sample']:,} sample (K/65535), {counts['sflow']:,} "
+            f"sFlow 1-in-N, {counts['off']:,} off; {counts['may_sample']:,} may use sample"]
 
 
 def default_console() -> Console:
