@@ -90,6 +90,10 @@ class Senders:
         """Weighted distinct own packets: ``w (U t + y (1 - t))``."""
         return self.weight * (self.own * rate + mirrored * (1.0 - rate))
 
+    def take(self, positions: np.ndarray) -> "Senders":
+        """The senders at ``positions`` only."""
+        return Senders(*(getattr(self, name)[positions] for name in self.__dataclass_fields__))
+
     def interval_for(self, mirrored: np.ndarray) -> np.ndarray:
         """Smallest affordable N (level) next to ``mirrored`` pps (inf: off, cannot go that low)."""
         left = self.spare - self.beta * mirrored
@@ -127,21 +131,22 @@ def level_of(full: np.ndarray, left: np.ndarray, grid: np.ndarray) -> np.ndarray
     return np.where(grid, SCALE + 1 - k, n)
 
 
-def senders_of(problem: Problem, sample: bool = False) -> Senders:
-    """The senders (own traffic, outside P) with N_min and N_c, vectorised; with ``sample``,
-    on the sample action's ladder where they may use it (``Problem.can_sample``; the others
-    on sFlow's, as without)."""
+def senders_of(problem: Problem) -> Senders:
+    """The senders (own traffic, outside P) with N_min and N_c, vectorised."""
     index = np.flatnonzero(~problem.receiver & (problem.own_pps > 0))
     own = problem.own_pps[index]
-    grid = problem.can_sample[index] if sample and problem.can_sample is not None \
-        else np.zeros(index.size, dtype=bool)
     full = (problem.alpha * problem.bridge_pps)[index]
-    if grid.any():
-        full = np.where(grid, (np.nan_to_num(problem.alpha_sample) * problem.bridge_pps)[index],
-                        full)
     spare = problem.spare_pps[index]
     beta = problem.beta[index]
     limit = np.minimum(own, problem.mirror_cap_pps[index])
+    n_min, n_cap = _levels(full, spare, beta, limit, np.zeros(index.size, dtype=bool))
+    return Senders(index, own, full, spare, beta, problem.weight[index], limit, n_min, n_cap,
+                   np.zeros(index.size, dtype=bool))
+
+
+def _levels(full: np.ndarray, spare: np.ndarray, beta: np.ndarray, limit: np.ndarray,
+            grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """N_min (the smallest affordable level) and N_c (the smallest reaching the limit)."""
     top = np.where(grid, SCALE, MAX_INTERVAL) if grid.any() else MAX_INTERVAL
     with np.errstate(divide="ignore", invalid="ignore"):
         n_min = np.where(spare > 0, level_of(full, spare, grid), np.inf)
@@ -149,8 +154,21 @@ def senders_of(problem: Problem, sample: bool = False) -> Senders:
         room_left = spare - beta * limit
         n_cap = np.where(room_left > 0, level_of(full, room_left, grid), np.inf)
     n_cap = np.where(n_cap > top, np.inf, np.maximum(n_cap, n_min))
-    return Senders(index, own, full, spare, beta, problem.weight[index], limit, n_min, n_cap,
-                   grid)
+    return n_min, n_cap
+
+
+def sample_ladder(problem: Problem, flow: Senders) -> Senders:
+    """The senders on the sample action's ladder where they may use it
+    (``Problem.can_sample``), the others as on sFlow's (computed only where it differs)."""
+    able = np.flatnonzero(problem.can_sample[flow.index])
+    full, n_min, n_cap = flow.full.copy(), flow.n_min.copy(), flow.n_cap.copy()
+    grid = np.zeros(flow.index.size, dtype=bool)
+    grid[able] = True
+    full[able] = (problem.alpha_sample * problem.bridge_pps)[flow.index[able]]
+    n_min[able], n_cap[able] = _levels(full[able], flow.spare[able], flow.beta[able],
+                                       flow.limit[able], grid[able])
+    return Senders(flow.index, flow.own, full, flow.spare, flow.beta, flow.weight, flow.limit,
+                   n_min, n_cap, grid)
 
 
 @dataclass(frozen=True)
@@ -187,19 +205,26 @@ def points_of(senders: Senders) -> Points:
     return Points(rate, mirrored, value, [senders.grid] * 4)
 
 
-def merged(first: Points, second: Points) -> Points:
-    """Both ladders' points of every sender in one list sorted by mirrored pps (the highest
-    value first among equal ones, so point 0 is the better plan mirroring nothing): a hull
-    over them covers every plan of either mechanism."""
-    columns = [np.stack(a + b, axis=1) for a, b in ((first.rate, second.rate),
-                                                    (first.mirrored, second.mirrored),
-                                                    (first.value, second.value),
-                                                    (first.grid, second.grid))]
-    rate, mirrored, value, grid = columns
-    order = np.lexsort((-value, mirrored))  # along each sender's row
-    rate, mirrored, value, grid = (np.take_along_axis(c, order, axis=1) for c in columns)
-    return Points(*([c[:, j].copy() for j in range(c.shape[1])]
-                    for c in (rate, mirrored, value, grid)))
+def merged(flow: Points, sample: Points, able: np.ndarray) -> Points:
+    """Both ladders' points of every sender: sFlow's four, then the sample ladder's three
+    beyond its point 0 (``sample``: of the senders at ``able`` only), the better point 0 first
+    and the other last; a sender without the sample ladder has copies of its point 0 there
+    (nothing ahead of it). Not sorted by mirrored pps: ``hulls_of`` does not need it for eight."""
+    swap = np.zeros(flow.value[0].size, dtype=bool)
+    swap[able] = sample.value[0] > flow.value[0][able]
+    columns = []
+    for ours, theirs in ((flow.rate, sample.rate), (flow.mirrored, sample.mirrored),
+                         (flow.value, sample.value), (flow.grid, sample.grid)):
+        first, last = ours[0].copy(), ours[0].copy()
+        first[able], last[able] = np.where(swap[able], theirs[0], ours[0][able]), \
+            np.where(swap[able], ours[0][able], theirs[0])
+        extra = []
+        for j in (1, 2, 3):
+            column = ours[0].copy()
+            column[able] = theirs[j]
+            extra.append(column)
+        columns.append([first, *ours[1:], *extra, last])
+    return Points(*columns)
 
 
 @dataclass(frozen=True)
@@ -236,41 +261,65 @@ class Hulls:
         return value
 
 
-def hulls_of(points: Points) -> Hulls:
+def hulls_of(points: Points, able: np.ndarray | None = None) -> Hulls:
     """Upper concave hull from point 0 (steps with positive gain and room), column by column;
-    each step looks only at the senders that moved in the one before."""
+    each step looks only at the senders that moved in the one before. ``able``: the senders
+    with both ladders' points (``merged``); the others' are the first four columns."""
     k = points.mirrored[0].size
     last = len(points.mirrored) - 1  # 3 on one ladder, 7 on two
     room, gain = np.zeros((k, last)), np.zeros((k, last))
     target, key = np.full((k, last), -1, dtype=np.int64), np.zeros((k, last))
-    active = np.arange(k)
     y, v = points.mirrored, points.value
     current = np.zeros(k, dtype=np.int64)
     cur_y, cur_v = y[0].copy(), v[0].copy()
-    for step in range(last):
-        if active.size == 0:
-            break
-        at, at_y, at_v = current[active], cur_y[active], cur_v[active]
-        best, pick = np.full(active.size, -np.inf), np.full(active.size, -1, dtype=np.int64)
-        step_y, step_v = np.zeros(active.size), np.zeros(active.size)
-        for j in range(1, last + 1):
-            dy, dv = y[j][active] - at_y, v[j][active] - at_v
-            ahead = (at < j) & (dy > 1e-12 * np.maximum(at_y, 1.0)) & (dv > 0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                slope = np.where(ahead, dv / dy, -np.inf)
-            better = ahead & (slope >= best)  # equal slopes: the farther point (fewer steps)
-            best, pick = np.where(better, slope, best), np.where(better, j, pick)
-            step_y, step_v = np.where(better, dy, step_y), np.where(better, dv, step_v)
-        moved = pick >= 0
-        active, pick, best = active[moved], pick[moved], best[moved]
-        step_y, step_v = step_y[moved], step_v[moved]
-        room[active, step], gain[active, step], target[active, step] = step_y, step_v, pick
-        # a sender's later slope never above its earlier one (round-off): sorting keeps order
-        key[active, step] = best if step == 0 else np.minimum(best, key[active, step - 1])
-        current[active] = pick
-        cur_y[active] += step_y
-        cur_v[active] += step_v
-        active = active[pick < last]
+
+    def climb(active: np.ndarray, columns: int, ordered: bool) -> None:
+        """Steps of the senders ``active`` over columns 0..``columns``; ``ordered``: sorted by
+        mirrored pps (one ladder), else any point farther and higher may come next."""
+        farthest = None if ordered else np.maximum.reduce([c[active] for c in y])
+        positions = np.arange(active.size)
+        for step in range(columns):
+            if active.size == 0:
+                break
+            at, at_y, at_v = current[active], cur_y[active], cur_v[active]
+            best, pick = np.full(active.size, -np.inf), np.full(active.size, -1, dtype=np.int64)
+            step_y, step_v = np.zeros(active.size), np.zeros(active.size)
+            for j in range(1, columns + 1):
+                dy, dv = y[j][active] - at_y, v[j][active] - at_v
+                ahead = (dy > 1e-12 * np.maximum(at_y, 1.0)) & (dv > 0)
+                if ordered:
+                    ahead &= at < j
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    slope = np.where(ahead, dv / dy, -np.inf)
+                # equal slopes: the farther point (fewer steps)
+                better = ahead & ((slope >= best) if ordered else
+                                  (slope > best) | (slope == best) & (dy > step_y))
+                best, pick = np.where(better, slope, best), np.where(better, j, pick)
+                step_y, step_v = np.where(better, dy, step_y), np.where(better, dv, step_v)
+            moved = pick >= 0
+            active, pick, best = active[moved], pick[moved], best[moved]
+            step_y, step_v, positions = step_y[moved], step_v[moved], positions[moved]
+            room[active, step], gain[active, step], target[active, step] = step_y, step_v, pick
+            # a sender's later slope never above its earlier one (round-off): sorting keeps order
+            key[active, step] = best if step == 0 else np.minimum(best, key[active, step - 1])
+            current[active] = pick
+            cur_y[active] += step_y
+            cur_v[active] += step_v
+            if ordered:
+                keep = pick < columns
+                active, positions = active[keep], positions[keep]
+            else:  # no point beyond the one reached
+                beyond = cur_y[active] + 1e-12 * np.maximum(cur_y[active], 1.0) \
+                    < farthest[positions]
+                active, positions = active[beyond], positions[beyond]
+
+    if able is None:
+        climb(np.arange(k), last, last == 3)
+    else:
+        one = np.ones(k, dtype=bool)
+        one[able] = False
+        climb(np.flatnonzero(one), 3, True)
+        climb(able, last, False)
     real = (target >= 0).ravel()  # sender by sender, in hull order: no sort needed
     sender = np.repeat(np.arange(k), last)[real]
     room, gain = room.ravel()[real], gain.ravel()[real]
@@ -303,7 +352,7 @@ class Applied:
 def ladders_of(problem: Problem) -> tuple[Senders, ...]:
     """The senders on sFlow's ladder, and on the sample action's where any may use it."""
     flow = senders_of(problem)
-    return (flow,) if problem.can_sample is None else (flow, senders_of(problem, sample=True))
+    return (flow,) if problem.can_sample is None else (flow, sample_ladder(problem, flow))
 
 
 def on_ladders(ladders: tuple[Senders, ...], sample: np.ndarray) -> Senders:
@@ -321,9 +370,11 @@ def choose_applied(problem: Problem) -> Applied:
     weighted distinct packets as applied."""
     ladders = ladders_of(problem)
     senders = ladders[0]
-    points = points_of(senders) if len(ladders) == 1 else \
-        merged(points_of(ladders[0]), points_of(ladders[1]))
-    hulls = hulls_of(points)
+    points = points_of(senders)
+    if len(ladders) > 1:
+        able = np.flatnonzero(ladders[1].grid)
+        points = merged(points, points_of(ladders[1].take(able)), able)
+    hulls = hulls_of(points, None if len(ladders) == 1 else able)
     room = float(problem.room_pps.sum())
     receivers = problem.receiver & (problem.own_pps > 0)
     fixed = float((problem.weight * problem.own_pps)[receivers].sum())
@@ -392,8 +443,15 @@ def _partial(ladders: tuple[Senders, ...], rate: np.ndarray, mirrored: np.ndarra
     (one N fewer, saturated)."""
     k = rate.size
     options = []
-    for senders in ladders:
-        wider = np.minimum(mirrored + left, senders.most_mirrored(np.zeros(k)))
+    for number, senders in enumerate(ladders):
+        able = None
+        if number:  # the sample ladder: only where it differs from sFlow's
+            able = np.flatnonzero(senders.grid)
+            senders, k = senders.take(able), able.size
+            mirrored_at = mirrored[able]
+        else:
+            mirrored_at = mirrored
+        wider = np.minimum(mirrored_at + left, senders.most_mirrored(np.zeros(k)))
         wide_rate, wide_value = senders.best_at(wider)
         below_n = senders.interval_for(wider) - 1
         below_n = np.where(below_n >= senders.n_min, below_n, senders.n_min)
@@ -402,14 +460,15 @@ def _partial(ladders: tuple[Senders, ...], rate: np.ndarray, mirrored: np.ndarra
         below_value = np.where(np.isfinite(senders.n_min), senders.value(below_rate, below),
                                -np.inf)
         use_below = below_value > wide_value
-        options.append((np.where(use_below, below_rate, wide_rate),
-                        np.where(use_below, below, wider),
-                        np.maximum(below_value, wide_value), senders.grid))
+        option = (np.where(use_below, below_rate, wide_rate), np.where(use_below, below, wider),
+                  np.maximum(below_value, wide_value), senders.grid)
+        if able is not None:  # the better ladder per sender (sFlow's on ties)
+            other = option[2] > options[0][2][able]
+            for whole, part in zip(options[0], option):
+                whole[able] = np.where(other, part, whole[able])
+            continue
+        options.append(tuple(np.array(a, copy=True) for a in option))
     new_rate, new_mirrored, new_value, new_grid = options[0]
-    if len(options) > 1:  # the better ladder per sender (sFlow's on ties)
-        other = options[1][2] > new_value
-        new_rate, new_mirrored, new_value, new_grid = (
-            np.where(other, b, a) for a, b in zip(options[0], options[1]))
     gain = new_value - value
     best = int(np.argmax(gain))
     if gain[best] > 0:

@@ -253,3 +253,79 @@ def test_a_cheap_sample_action_replaces_a_lossy_1_in_n():
     dear = dataclasses.replace(dc, alpha_sample=np.array([1.6 * 1.54, np.nan]))
     host = build_plan(dear, solve(dear, margin=0.0))["hosts"][dc.names[0]]
     assert (host["local_mechanism"], host["sflow_sampling"]) == ("sflow", 6)
+
+
+# the description: alpha_sample from a calibration, domains from tunnel addresses -------------
+def _description(tmp_path, servers, **top):
+    calibration = {"alpha": 1.5, "beta": 0.5, "alpha_sample": 0.9, "capacity_pps": 1e6,
+                   "mechanisms": {name: {"coefficient": value, "coefficient_ci": [value - 0.1,
+                                                                                 value + 0.1]}
+                                  for name, value in (("sflow", 1.5), ("mirror", 0.5),
+                                                      ("sample_action_cached", 0.9))},
+                   "roles": {"alpha": "sflow", "beta": "mirror",
+                             "alpha_sample": "sample_action_cached"}}
+    (tmp_path / "cal.json").write_text(json.dumps(calibration))
+    return {"cost": {"alpha": 1.54, "beta": 0.46}, "servers": servers,
+            "traffic_pps": {"a": {"a": 6e5}, "b": {"b": 1e5}}, **top}
+
+
+def test_a_description_gives_the_cost_and_the_domain(tmp_path):
+    document = _description(tmp_path, [
+        {"name": "a", "calibration": "cal.json", "tunnel_ip": "10.0.0.1"},
+        {"name": "b", "calibration": "cal.json", "observation_domain": 42},
+        {"name": "c", "capacity_pps": 1e6, "alpha_sample": 0.8, "tunnel_ip": "fd00::3"}],
+        ipfix={"collector": "10.9.0.1:4739", "cache_max_flows": 8192})
+    dc = DataCentre.from_dict(document, tmp_path)
+    assert dc.alpha_sample[:2].tolist() == [0.9, 0.9] and dc.alpha_sample[2] == 0.8
+    assert dc.observation_domain.tolist() == [0x0A000001, 42, 0]  # IPv6 tunnel: no domain
+    assert dc.intervals["alpha_sample"][0].tolist() == pytest.approx([0.8, 1.0])
+    assert build_problem(dc, robust=True).alpha_sample[0] == pytest.approx(1.0)
+    plan = build_plan(dc, solve(dc, margin=0.0))
+    assert plan["ipfix"] == {"collector": "10.9.0.1:4739", "cache_max_flows": 8192}
+    plan_from_dict(json.loads(json.dumps(plan)))
+
+
+@pytest.mark.parametrize("servers, where, says", [
+    ([{"name": "a", "capacity_pps": 1e6, "alpha_sample": 0.9, "observation_domain": 5},
+      {"name": "b", "capacity_pps": 1e6, "alpha_sample": 0.9, "observation_domain": 5}],
+     "servers[1].observation_domain ('b')", "also 'a''s"),
+    ([{"name": "a", "capacity_pps": 1e6, "alpha_sample": 0.9, "observation_domain": 167772161},
+      {"name": "b", "capacity_pps": 1e6, "alpha_sample": 0.9, "tunnel_ip": "10.0.0.1"}],
+     "servers[1].tunnel_ip ('b')", "167772161 is also 'a''s"),
+    ([{"name": "a", "capacity_pps": 1e6, "observation_domain": 0}, {"name": "b", "capacity_pps": 1e6}],
+     "servers[0].observation_domain ('a')", "greater than or equal to 1"),
+    ([{"name": "a", "capacity_pps": 1e6, "alpha_sample": -1}, {"name": "b", "capacity_pps": 1e6}],
+     "servers[0].alpha_sample ('a')", "greater than 0"),
+    ([{"name": "a", "capacity_pps": 1e6, "observation_domain": True},
+      {"name": "b", "capacity_pps": 1e6}], "servers[0].observation_domain ('a')", "integer"),
+])
+def test_a_bad_sample_field_is_refused_naming_it(tmp_path, servers, where, says):
+    from cosample.planner.errors import PlannerError
+
+    with pytest.raises(PlannerError) as caught:
+        DataCentre.from_dict(_description(tmp_path, servers), tmp_path, "dc.json")
+    message = str(caught.value)
+    assert message.startswith(f"dc.json: {where}: ") and says in message, message
+
+
+def test_an_ipfix_section_with_an_unknown_key_is_refused(tmp_path):
+    from cosample.planner.errors import PlannerError
+
+    document = _description(tmp_path, [{"name": "a", "capacity_pps": 1e6},
+                                       {"name": "b", "capacity_pps": 1e6}],
+                            ipfix={"collectors": "10.9.0.1:4739"})
+    with pytest.raises(PlannerError, match=r"dc.json: ipfix.collectors: extra inputs are not permitted \(got .10.9.0.1:4739.\)"):
+        DataCentre.from_dict(document, tmp_path, "dc.json")
+
+
+def test_csv_servers_give_integer_domains(tmp_path):
+    (tmp_path / "servers.csv").write_text(
+        "name,capacity_pps,alpha_sample,observation_domain\na,1e6,0.9,7\nb,1e6,,\n")
+    document = _description(tmp_path, "servers.csv")
+    dc = DataCentre.from_dict(document, tmp_path, "dc.json")
+    assert dc.observation_domain.tolist() == [7, 0] and np.isnan(dc.alpha_sample[1])
+    (tmp_path / "servers.csv").write_text(
+        "name,capacity_pps,alpha_sample,observation_domain\na,1e6,0.9,x7\nb,1e6,,\n")
+    from cosample.planner.errors import PlannerError
+    with pytest.raises(PlannerError, match=r"servers.csv: row 2.*observation_domain.*integer"):
+        DataCentre.from_dict(document, tmp_path, "dc.json")
