@@ -371,9 +371,11 @@ def choose_applied(problem: Problem) -> Applied:
     ladders = ladders_of(problem)
     senders = ladders[0]
     points = points_of(senders)
-    if len(ladders) > 1:
+    subset = None
+    if len(ladders) > 1:  # the senders that may sample, on the sample ladder only
         able = np.flatnonzero(ladders[1].grid)
-        points = merged(points, points_of(ladders[1].take(able)), able)
+        subset = (able, ladders[1].take(able))
+        points = merged(points, points_of(subset[1]), able)
     hulls = hulls_of(points, None if len(ladders) == 1 else able)
     room = float(problem.room_pps.sum())
     receivers = problem.receiver & (problem.own_pps > 0)
@@ -400,12 +402,13 @@ def choose_applied(problem: Problem) -> Applied:
         found = solve_knapsack(ladders, points, competing, room)
         if found is not None:
             return applied(*found, None, "MILP", True)
-    return applied(*_greedy(ladders, points, hulls, room), bound, "greedy", False)
+    return applied(*_greedy(senders, subset, points, hulls, room), bound, "greedy", False)
 
 
-def _greedy(ladders: tuple[Senders, ...], points: Points, hulls: Hulls, room: float
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Whole hull steps by slope while they fit, first-fit over the next steps, one partial."""
+def _greedy(senders: Senders, subset: tuple[np.ndarray, Senders] | None, points: Points,
+            hulls: Hulls, room: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Whole hull steps by slope while they fit, first-fit over the next steps, one partial
+    (``subset``: the positions of the senders that may sample and their sample ladder)."""
     k = hulls.size
     order = hulls.order
     ends = np.cumsum(hulls.room[order])
@@ -432,22 +435,23 @@ def _greedy(ladders: tuple[Senders, ...], points: Points, hulls: Hulls, room: fl
     rate, mirrored, value = (a.copy() for a in points.at(at))
     sample = points.sample_at(at).copy()
     if left > 0 and k:
-        _partial(ladders, rate, mirrored, value, sample, left)
+        _partial(senders, subset, rate, mirrored, value, sample, left)
     return rate, mirrored, value, sample
 
 
-def _partial(ladders: tuple[Senders, ...], rate: np.ndarray, mirrored: np.ndarray,
-             value: np.ndarray, sample: np.ndarray, left: float) -> None:
+def _partial(flow: Senders, subset: tuple[np.ndarray, Senders] | None, rate: np.ndarray,
+             mirrored: np.ndarray, value: np.ndarray, sample: np.ndarray, left: float) -> None:
     """Give the room left to the one sender that gains most from it, in place: on either
     ladder, the best plan mirroring all of ``mirrored + left``, or the vertex just below it
     (one N fewer, saturated)."""
     k = rate.size
     options = []
-    for number, senders in enumerate(ladders):
-        able = None
-        if number:  # the sample ladder: only where it differs from sFlow's
-            able = np.flatnonzero(senders.grid)
-            senders, k = senders.take(able), able.size
+    ladders: list[tuple[Senders, np.ndarray | None]] = [(flow, None)]
+    if subset is not None:
+        ladders.append((subset[1], subset[0]))
+    for senders, able in ladders:
+        if able is not None:  # the sample ladder: only where it differs from sFlow's
+            k = able.size
             mirrored_at = mirrored[able]
         else:
             mirrored_at = mirrored
