@@ -329,3 +329,17 @@ def test_csv_servers_give_integer_domains(tmp_path):
     from cosample.planner.errors import PlannerError
     with pytest.raises(PlannerError, match=r"servers.csv: row 2.*observation_domain.*integer"):
         DataCentre.from_dict(document, tmp_path, "dc.json")
+
+
+def test_the_sampling_floor_leaves_sample_hosts_as_planned():
+    # s3 forwards at its planned capacity and would sample nothing: the floor gives it
+    # 1-in-100; s1 keeps its sample probability
+    dc = DataCentre.from_matrix([1e6, 1e6, 1e5], 1.54, 0.46,
+                                [[600e3, 0, 0], [0, 0, 0], [0, 0, 9e4]],
+                                alpha_sample=[0.61 * 1.54, np.nan, 0.61 * 1.54],
+                                observation_domain=[7, 0, 9])
+    plan = build_plan(dc, solve(dc, margin=0.1), floor=100)
+    s1, s3 = (plan["hosts"][name] for name in ("s1", "s3"))
+    assert s1["local_mechanism"] == "sample" and s1["sflow_sampling"] is None
+    assert (s3["local_mechanism"], s3["sflow_sampling"], s3["local_rate"]) == ("sflow", 100, 0.01)
+    plan_from_dict(json.loads(json.dumps(plan)))
