@@ -15,7 +15,7 @@ explicit and the MILP is solved again; when it picks none, its solution is a pla
 can apply and the bound is met: proved optimal (to the MILP's relative gap, 1e-9). N_min,
 N_c - 1, N_c and off start explicit (``quantised.points_of``).
 
-A sender that may use the sample action has items on both ladders (``quantised.ladders_of``;
+A sender that may use the sample action has items on both ladders (``ladders.ladders_of``;
 a level there is a probability K/65535), all in its one choose-at-most-one group: the MILP
 chooses the mechanism with the rate.
 """
@@ -28,7 +28,8 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from cosample.planner.quantised import Points, Senders, on_ladders
+from cosample.planner.ladders import Senders, on_ladders
+from cosample.planner.quantised import Points
 
 #: Refinements before giving up (the caller then falls back to the greedy and its gap).
 MAX_ROUNDS = 40
@@ -45,7 +46,7 @@ def solve_knapsack(ladders: tuple[Senders, ...], points: Points, competing: np.n
                    room: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """(rate, mirrored, value, sample) per sender, optimal over every 1-in-N (and K/65535)
     plan; None if unsolved. ``ladders``: the senders on sFlow's ladder, and on the sample
-    action's (``quantised.ladders_of``).
+    action's (``ladders.ladders_of``).
 
     Senders outside ``competing`` keep their point 0 (they cannot gain from room).
     """
