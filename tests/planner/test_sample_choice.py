@@ -343,3 +343,25 @@ def test_the_sampling_floor_leaves_sample_hosts_as_planned():
     assert s1["local_mechanism"] == "sample" and s1["sflow_sampling"] is None
     assert (s3["local_mechanism"], s3["sflow_sampling"], s3["local_rate"]) == ("sflow", 100, 0.01)
     plan_from_dict(json.loads(json.dumps(plan)))
+
+
+def test_cosample_plan_writes_and_prints_the_mechanisms(tmp_path, capsys):
+    from cosample.cli import main
+
+    document = _description(tmp_path, [
+        {"name": "a", "capacity_pps": 1e6, "alpha": 1.54, "beta": 0.46, "alpha_sample": 0.94,
+         "tunnel_ip": "10.0.0.1"},
+        {"name": "b", "capacity_pps": 1e6, "alpha": 1.54, "beta": 0.46}],
+        ipfix={"collector": "10.9.0.1:4739"})
+    document["traffic_pps"] = {"a": {"a": 6e5}}
+    path = tmp_path / "dc.json"
+    path.write_text(json.dumps(document))
+    output = tmp_path / "plan.json"
+    assert main(["plan", str(path), "--margin", "0", "-o", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "local mechanisms 1 sample (K/65535), 1 sFlow 1-in-N, 0 off; 1 may use sample" in printed
+    plan = json.loads(output.read_text())
+    a = plan["hosts"]["a"]
+    assert (a["local_mechanism"], a["observation_domain"]) == ("sample", 0x0A000001)
+    assert plan["ipfix"] == {"collector": "10.9.0.1:4739"}
+    plan_from_dict(plan)
