@@ -32,8 +32,10 @@ from cosample.planner.solution import Solution
 VOLATILE = ("version", "created", "expires", "plan_id")
 #: The host fields agents and collectors read (beside the description's extras); the others are
 #: the per-host report: the inputs as planned, the predicted cost and the continuous optimum.
+#: The ``sample`` local mechanism's host fields (written only when some server may use it).
+SAMPLE_FIELDS = ("local_mechanism", "sample_probability", "observation_domain")
 AGENT_FIELDS = ("role", "local_rate", "sflow_sampling", "mirrors", "receives", "appmon",
-                "local_mechanism", "sample_probability", "observation_domain")
+                *SAMPLE_FIELDS)
 DEFAULT_VALIDITY = timedelta(hours=6)
 
 
