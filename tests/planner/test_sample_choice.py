@@ -38,9 +38,9 @@ COARSE_K = np.unique(np.concatenate((np.arange(1, SCALE + 1, 97), [SCALE])))
 
 
 @st.composite
-def with_sample(draw, max_servers: int = 5):
+def with_sample(draw, max_servers: int = 5, collector_cap: bool = False):
     """A data centre where some servers may use the sample action (cost 0.3-1.6 x alpha)."""
-    dc = draw(planning_inputs(max_servers=max_servers))
+    dc = draw(planning_inputs(max_servers=max_servers, collector_cap=collector_cap))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     able = rng.uniform(size=dc.size) < draw(st.sampled_from([0.3, 0.6, 1.0]))
     alpha_sample = np.where(able, dc.alpha * rng.uniform(0.3, 1.6, dc.size), np.nan)
@@ -365,3 +365,19 @@ def test_cosample_plan_writes_and_prints_the_mechanisms(tmp_path, capsys):
     assert (a["local_mechanism"], a["observation_domain"]) == ("sample", 0x0A000001)
     assert plan["ipfix"] == {"collector": "10.9.0.1:4739"}
     plan_from_dict(plan)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(with_sample(max_servers=8, collector_cap=True))
+def test_a_collector_budget_trims_sample_hosts_on_their_grid(dc):
+    problem = build_problem(dc)
+    solution = solve(problem)
+    applied = solution.applied
+    load = predicted_load(problem, applied.local_rate, applied.mirror_src, applied.mirror_dst,
+                          applied.mirror_pps, solution.sample_hosts)
+    assert np.all(load <= np.maximum(problem.usable_pps, problem.forwarding_pps) * (1 + 1e-9) + 1e-6)
+    if applied.sample_probability is not None:
+        sampled = applied.sample_probability > 0
+        assert np.allclose(applied.local_rate[sampled],
+                           applied.sample_probability[sampled] / SCALE, rtol=1e-12)
+    plan_from_dict(json.loads(json.dumps(build_plan(dc, solution))))
