@@ -78,7 +78,7 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
                          if objective.get("bound_applied") is not None else "")
         + f"continuous {objective['bound_distinct']:,.0f}, "
         f"paper's LP {objective['bound_lp']:,.0f}",
-        *rounding_lines(summary.get("rounding")),
+        *rounding_lines(summary.get("rounding"), "local_mechanisms" in summary),
         *mechanism_lines(summary.get("local_mechanisms")),
         f"baseline   {summary['noncollab_pps']:,.0f} pps without collaboration; "
         f"gain {_pct(summary['gain'])}",
@@ -109,11 +109,13 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
-def rounding_lines(rounding: dict[str, Any] | None) -> list[str]:
-    """What 1-in-N costs against the continuous optimum, and the servers that lose most."""
+def rounding_lines(rounding: dict[str, Any] | None, sample: bool = False) -> list[str]:
+    """What 1-in-N (and, with ``sample``, the sample action's K/65535) costs against the
+    continuous optimum, and the servers that lose most."""
     if not rounding:
         return []
-    line = (f"rounding   1-in-N costs {rounding['cost_pps']:,.0f} pps "
+    grids = "1-in-N and K/65535 cost" if sample else "1-in-N costs"
+    line = (f"rounding   {grids} {rounding['cost_pps']:,.0f} pps "
             f"({_pct(rounding['cost_share'])}) against the continuous optimum "
             f"{rounding['continuous_pps']:,.0f}")
     if rounding["servers"]:
