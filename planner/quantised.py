@@ -51,10 +51,10 @@ FIRST_FIT_ROUNDS = 32
 
 @dataclass(frozen=True)
 class Points:
-    """Per sender candidate points, each a list of columns sorted by mirrored pps: on one
-    ladder four, (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off;
-    on two (``merged``) both ladders' eight. ``grid``: whether a point is on the sample
-    action's ladder."""
+    """Per sender candidate points, each a list of columns: on one ladder four, sorted by
+    mirrored pps, (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off;
+    on two both ladders' eight (``merged``: the better point 0 first, not sorted). ``grid``:
+    whether a point is on the sample action's ladder."""
 
     rate: list[np.ndarray]
     mirrored: list[np.ndarray]
