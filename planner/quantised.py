@@ -199,7 +199,7 @@ def hulls_of(points: Points, able: np.ndarray | None = None) -> Hulls:
         climb(np.flatnonzero(one), 3, True)
         climb(able, last, False)
     real = (target >= 0).ravel()  # sender by sender, in hull order: no sort needed
-    sender = np.repeat(np.arange(k), last)[real]
+    sender = np.flatnonzero(real) // last
     room, gain = room.ravel()[real], gain.ravel()[real]
     target, key = target.ravel()[real], key.ravel()[real]
     order = np.argsort(-key, kind="stable")
