@@ -6,8 +6,9 @@ hands to OVS and the kernel, and names the field in its error
 (``plan.json: hosts.s1.mirrors[0].rate: ... (got 1.5)``); unknown extra keys are tolerated, as
 the format requires. Host fields are the *applied* values (docs/formats.md): ``local_rate`` is
 ``1/sflow_sampling`` (or ``sample_probability/65535`` for a host whose ``local_mechanism`` is
-``sample``, OVS's OpenFlow ``sample`` action with IPFIX, configured by the top-level ``ipfix``) and a host's ``mirrors[].rate`` sum to at most 1 (one exclusive tc chain);
-the plan as the solver left it, under ``hosts.<h>.planned``, is informational. An optional per-host
+``sample``, OVS's OpenFlow ``sample`` action with IPFIX, configured by the top-level ``ipfix``)
+and a host's ``mirrors[].rate`` sum to at most 1 (one exclusive tc chain); the plan as the
+solver left it, under ``hosts.<h>.planned``, is informational. An optional per-host
 ``appmon`` list names the services whose packets the host copies to an application analyser
 (docs/appmon-mechanisms.md; its models are ``cosample.plan.appmon``'s); it is strict (unknown
 keys refused). Two optional top-level fields belong to the agents: ``not_before`` (two-phase
