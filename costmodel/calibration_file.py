@@ -17,8 +17,12 @@ from cosample.costmodel.errors import CostModelError
 from cosample.errors import CosampleError
 from cosample.validation import read_document, validate
 
-#: Which mechanism gives the planner's alpha and beta (files written before ``roles`` existed).
-ROLE_OF_MECHANISM = {"sflow": "alpha", "mirror": "beta"}
+#: Which mechanism gives the planner's alpha and beta (files written before ``roles`` existed),
+#: and ``alpha_sample``, the cost per sample of OVS's ``sample`` action with the IPFIX flow
+#: cache (the ``sample`` local mechanism, docs/planner.md), when the campaign measured it.
+ROLE_OF_MECHANISM = {"sflow": "alpha", "mirror": "beta", "sample_action_cached": "alpha_sample"}
+#: The roles every calibration names; the others only when their mechanism was fitted.
+REQUIRED_ROLES = ("alpha", "beta")
 
 #: A number the file holds: finite (JSON has no NaN, Python's writer does), or null where
 #: ``cosample fit`` had none to write.
@@ -112,6 +116,7 @@ class CalibrationDocument(_Read):
 
     alpha: Finite | None = None
     beta: Finite | None = None
+    alpha_sample: Finite | None = None
     capacity_pps: Finite | None = None
     mechanisms: dict[str, MechanismEntry] = {}
     #: role -> mechanism, as written; older files have none
@@ -122,7 +127,7 @@ class CalibrationDocument(_Read):
     appmon: AppmonCalibration | None = None
 
     def for_role(self, role: str) -> MechanismEntry | None:
-        """The fit behind ``alpha`` or ``beta``."""
+        """The fit behind ``alpha``, ``beta`` or ``alpha_sample``."""
         return self.mechanisms.get(self.roles.get(role, ""))
 
 

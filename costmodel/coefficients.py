@@ -1,4 +1,5 @@
-"""The part of a calibration file other tools use: ``alpha``, ``beta`` and ``capacity_pps``.
+"""The part of a calibration file other tools use: ``alpha``, ``beta`` and ``capacity_pps``
+(and ``alpha_sample`` when the calibration measured OVS's cached ``sample`` action).
 
 The planner (a server's ``calibration``), the experiments (``--calibration``), the controller's
 inventory and the testbed read coefficients through these functions, which read the file through
@@ -16,7 +17,7 @@ from cosample.validation import problem
 
 __all__ = ["KEYS", "CalibrationFileError", "coefficients", "intervals", "read_coefficients"]
 
-KEYS = ("alpha", "beta", "capacity_pps")
+KEYS = ("alpha", "beta", "capacity_pps", "alpha_sample")
 
 
 def read_coefficients(path: str | os.PathLike[str],
@@ -50,21 +51,22 @@ def coefficients(document: CalibrationDocument, where: str | os.PathLike[str],
 
 
 def intervals(document: CalibrationDocument) -> dict[str, tuple[float, float]]:
-    """The calibration's confidence intervals of ``alpha``, ``beta`` and ``capacity_pps``.
+    """The calibration's confidence intervals of ``alpha``, ``beta``, ``alpha_sample`` and
+    ``capacity_pps``.
 
-    alpha and beta come from the mechanisms the file's ``roles`` name (``sflow`` and ``mirror``
-    in older files); capacity's interval spans those mechanisms' capacity intervals (lowest low
+    Each comes from the mechanism the file's ``roles`` names (``sflow`` and ``mirror`` in older
+    files); capacity's interval spans alpha's and beta's mechanisms' capacity intervals (lowest low
     end, highest high end). Missing ends leave an interval out.
     """
     found: dict[str, tuple[float, float]] = {}
     capacity: list[tuple[float, float]] = []
-    for role in ("alpha", "beta"):
+    for role in ("alpha", "beta", "alpha_sample"):
         fit = document.for_role(role)
         if fit is None:
             continue
         if (interval := fit.interval("coefficient_ci")) is not None:
             found[role] = interval
-        if (interval := fit.interval("capacity_ci")) is not None:
+        if role != "alpha_sample" and (interval := fit.interval("capacity_ci")) is not None:
             capacity.append(interval)
     if capacity:
         found["capacity_pps"] = (min(low for low, _ in capacity), max(high for _, high in capacity))

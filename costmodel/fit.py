@@ -24,7 +24,7 @@ import pandas as pd
 from scipy.optimize import OptimizeWarning, least_squares
 
 from cosample.costmodel.ancova import DEFAULT_COVARIATES, MIN_BLOCKS, fit_with_covariate
-from cosample.costmodel.calibration_file import ROLE_OF_MECHANISM
+from cosample.costmodel.calibration_file import REQUIRED_ROLES, ROLE_OF_MECHANISM
 from cosample.costmodel.data import finite_or_none, validate_measurements
 from cosample.costmodel.errors import FitError
 from cosample.costmodel.model import PAPER_COEFFICIENTS, throughput
@@ -226,6 +226,9 @@ class CostModelFit:
         if self.alpha_from == self.beta_from:
             raise FitError(f"alpha and beta cannot both come from {self.alpha_from!r}")
         roles = {self.alpha_from: "alpha", self.beta_from: "beta"}
+        roles.update({mechanism: role for mechanism, role in ROLE_OF_MECHANISM.items()
+                      if role not in REQUIRED_ROLES and mechanism in fits
+                      and mechanism not in roles})
         self.calibration_ = Calibration(fits, self.confidence, self.n_bootstrap, metadata or {},
                                         roles)
         self.alpha_ = self.calibration_.alpha

@@ -27,14 +27,15 @@ import threading
 from collections.abc import Callable
 
 from cosample.costmodel.errors import HarnessError
+from cosample.dataplane.ipfix import SAMPLE_COLLECTOR_SET_ID, SAMPLE_PROBABILITY_SCALE
 
 #: OpenFlow ``sample`` probabilities are out of this (a 16-bit field; 65535 samples every packet).
-SAMPLE_SCALE = 65535
+SAMPLE_SCALE = SAMPLE_PROBABILITY_SCALE
 #: Our flows' cookie and priority on the bridge (above the NORMAL default, out of agents' way);
 #: the cached variant's flow is at the next priority.
 COOKIE, FLOW_PRIORITY = 0xC05A4E, 40000
 #: Our Flow_Sample_Collector_Set's id (the cached variant's: the next one).
-COLLECTOR_SET_ID = 0xC05A
+COLLECTOR_SET_ID = SAMPLE_COLLECTOR_SET_ID
 IPFIX_VERSION = 10
 #: The cached exporter's default settings (``cosample calibrate --ipfix-cache-flows``,
 #: ``--ipfix-active-timeout``): 1,024 flows, each exported a second after its first sample.

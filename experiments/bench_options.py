@@ -19,6 +19,8 @@ def planner_benchmark_options(parser: argparse.ArgumentParser) -> None:
                         help="skip LPs with more variables, a memory guard (default 400000)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny run for tests (n = 10, 20, 50); its times mean nothing")
+    parser.add_argument("--exact-only", action="store_true",
+                        help="only the exact solver's rows (plain, budgets, sample), no LPs")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random data centres")
     parser.add_argument("--csv", type=Path, default=None, help="write the tidy table here")
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")

@@ -5,7 +5,9 @@ each server sends to itself and to a few random peers; capacities spread loads f
 nearly full, so there are both receivers and senders; calibration intervals of +-20 % on alpha
 and beta and +-5 % on capacity), all with the default 10 % margin and ``robust`` on. A fifth
 row, ``exact (budgets)``, adds weights (1, 2 or 5), a mirror cap on a third of the servers and
-a collector budget of half the traffic. A solver stops growing n once its next size is
+a collector budget of half the traffic; ``exact (sample)`` lets every other server use OVS's
+``sample`` action (cost 0.61 alpha, as measured against sFlow, +-20 % interval), so the solver
+chooses each such server's mechanism with its rate. A solver stops growing n once its next size is
 predicted to take longer than ``--max-seconds``. The table gives times, LP variable counts, the
 LP objective (``l + m``: the exact solver's closed-form bound) and the distinct packets of the
 plan as applied (sFlow 1-in-N, ``realise``) beside what the solver returned (``planned_pps``:
@@ -17,7 +19,8 @@ uses for up to 16 competing senders is bounded by its size, not by n. Times are 
 for fast solves (like ``timeit``); the 1-minute load average beside each row says how busy the
 (shared) machine was.
 
-    python -m cosample.experiments.bench_planner [--max-seconds 60] [--quick] [--csv FILE]
+    python -m cosample.experiments.bench_planner [--max-seconds 60] [--quick] [--exact-only]
+        [--csv FILE]
 """
 
 from __future__ import annotations
@@ -39,8 +42,11 @@ from cosample.experiments.errors import ExperimentError
 from cosample.planner.datacentre import DataCentre
 
 #: (solver, LP backend) pairs, in the order they run at each n.
-SOLVERS = ((EXACT, None), (EXACT, "budgets"), (REDUCED, "highs"), (REDUCED, "glpk"),
-           (FULL, "highs"), (FULL, "glpk"))
+SOLVERS = ((EXACT, None), (EXACT, "budgets"), (EXACT, "sample"), (REDUCED, "highs"),
+           (REDUCED, "glpk"), (FULL, "highs"), (FULL, "glpk"))
+#: The sample action's cost per sample against sFlow's in the calibration campaigns (0.50 and
+#: 0.74 us against 0.83 and 1.21 us: docs/planner.md, "Beyond sFlow's 1-in-N").
+SAMPLE_COST_RATIO = 0.61
 SIZES = tuple(int(m * 10 ** e) for e in range(1, 7) for m in (1, 2, 5)) + (10 ** 7,)
 QUICK_SIZES = (10, 20, 50)
 AGREEMENT = 1e-6
@@ -57,11 +63,13 @@ def label(solver: str, lp_backend: str | None) -> str:
 
 
 def random_datacentre(servers: int, seed: int = 0, peers: int = 3, alpha: float = PAPER_ALPHA,
-                      beta: float = PAPER_BETA, budgets: bool = False) -> DataCentre:
+                      beta: float = PAPER_BETA, budgets: bool = False,
+                      sample: bool = False) -> DataCentre:
     """A feasible data centre with sparse traffic: own traffic plus ``peers`` random flows each.
 
     Capacities are set from each server's forwarding load and a utilisation drawn uniformly in
     [0.2, 0.98], so some servers can sample everything (receivers) and others cannot (senders).
+    ``sample``: every other server may use the sample action (``SAMPLE_COST_RATIO`` x alpha).
     """
     rng = np.random.default_rng(seed)
     source = np.repeat(np.arange(servers), peers + 1)
@@ -84,6 +92,11 @@ def random_datacentre(servers: int, seed: int = 0, peers: int = 3, alpha: float 
         extras = {"weight": rng.choice([1.0, 2.0, 5.0], servers), "packet_bytes": 800.0,
                   "mirror_cap_bytes": np.where(rng.uniform(size=servers) < 1 / 3, 2e7, np.inf),
                   "collector_cap_pps": float(volume.sum() / 2)}
+    if sample:
+        cost = alpha * SAMPLE_COST_RATIO
+        extras = {"alpha_sample": np.where(np.arange(servers) % 2 == 0, cost, np.nan),
+                  "observation_domain": np.arange(1, servers + 1)}
+        intervals["alpha_sample"] = np.tile([cost * 0.8, cost * 1.2], (servers, 1))
     return DataCentre.from_arrays(capacity, alpha, beta, source, destination, volume,
                                   names=[f"s{i}" for i in range(servers)], name=f"bench-{servers}",
                                   intervals=intervals, **extras)
@@ -155,10 +168,11 @@ def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_sec
         if not active:
             break
         plain = random_datacentre(n, seed=seed)
-        with_budgets = random_datacentre(n, seed=seed, budgets=True)
+        variants = {"budgets": random_datacentre(n, seed=seed, budgets=True),
+                    "sample": random_datacentre(n, seed=seed, sample=True)}
         for key in list(active):
             solver, lp_backend = key
-            dc = with_budgets if lp_backend == "budgets" else plain
+            dc = variants.get(lp_backend, plain) if solver == EXACT else plain
             if solver != EXACT and _lp_variables(dc, solver) > max_lp_variables:
                 active.remove(key)
                 continue
@@ -188,13 +202,14 @@ def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_sec
 def with_agreement(table: pd.DataFrame) -> pd.DataFrame:
     """Add each LP's relative difference from the exact solver's LP bound at the same n.
 
-    The budgets rows plan another data centre: they are compared with nothing (agree, NaN).
+    The budgets and sample rows plan other data centres: they are compared with nothing
+    (agree, NaN).
     """
     plain = table["solver_label"] == EXACT
     exact = table[plain].set_index("servers")["lp_objective_pps"]
     reference = table["servers"].map(exact)
     difference = (table["lp_objective_pps"] - reference).abs() / reference.abs().clip(lower=1e-300)
-    budgets = table["solver_label"] == label(EXACT, "budgets")
+    budgets = table["solver_label"].isin((label(EXACT, "budgets"), label(EXACT, "sample")))
     return table.assign(relative_difference=difference.where(~budgets),
                         agrees=(difference.le(AGREEMENT) & reference.notna()) | budgets)
 
@@ -265,7 +280,7 @@ def report(table: pd.DataFrame, out=print) -> bool:
     if compared:
         n = REFERENCE_N if REFERENCE_N in compared else compared[-1]
         out(f"exact vs full LP (glpk) at n={n}: {speedup(table, n):,.0f} times faster")
-    for name in (EXACT, label(EXACT, "budgets")):
+    for name in (EXACT, label(EXACT, "budgets"), label(EXACT, "sample")):
         exact = table[table["solver_label"] == name]
         if not exact.empty:
             biggest = exact.loc[exact["servers"].idxmax()]
@@ -274,6 +289,13 @@ def report(table: pd.DataFrame, out=print) -> bool:
                 f"wall, {biggest['cpu_seconds']:.3g} s CPU "
                 f"(load average {biggest['load_average']:.1f} on {os.cpu_count()} CPUs); "
                 f"{biggest['method']}, gap {biggest['gap']:.2e} to the 1-in-N bound")
+    sample = table[table["solver_label"] == label(EXACT, "sample")].set_index("servers")
+    if not sample.empty:
+        plain = table[table["solver_label"] == EXACT].set_index("servers")["distinct_pps"]
+        ratio = (sample["distinct_pps"] / plain).dropna()
+        if not ratio.empty:
+            out(f"with the sample action on half the servers the exact plan as applied collects "
+                f"{ratio.min():.4f} to {ratio.max():.4f} times the sFlow-only plan's")
     lps = table[table["solver"] != EXACT]
     if not lps.empty:
         exact = table[table["solver_label"] == EXACT].set_index("servers")["distinct_pps"]
@@ -301,7 +323,9 @@ def benchmark(args: argparse.Namespace, out=print) -> tuple[pd.DataFrame, bool]:
     sizes = QUICK_SIZES if args.quick else tuple(n for n in SIZES if n <= args.max_servers)
     if not sizes:
         raise ExperimentError(f"--max-servers {args.max_servers}: smaller than the smallest size 10")
-    table = run(sizes, SOLVERS, args.max_seconds, args.max_lp_variables, seed=args.seed,
+    solvers = [key for key in SOLVERS if key[0] == EXACT] if getattr(args, "exact_only", False) \
+        else SOLVERS
+    table = run(sizes, solvers, args.max_seconds, args.max_lp_variables, seed=args.seed,
                 log=lambda line: out(line), repeat=not args.quick)
     agree = report(table, out=out)
     if getattr(args, "markdown", False):

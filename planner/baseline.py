@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.planner.choices import NONCOLLAB
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.distinct import choose
@@ -19,6 +20,26 @@ def local_only_pps(problem: Problem) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         alone = np.where(problem.own_pps > 0, problem.spare_pps / problem.sample_cost, 0.0)
     return np.minimum(problem.own_pps, alone)
+
+
+def sample_alone(problem: Problem) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each server's own packets sampled alone, as applied (1-in-N, or K/65535 where the sample
+    action may be used and collects more), and where the sample action does; None: sFlow only."""
+    local = local_only_pps(problem)
+    if problem.can_sample is None:
+        return local, None
+    from cosample.planner.realise import sample_probability, sampling_interval
+
+    own = problem.own_pps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        flow = np.where(own > 0, local / own, 0.0)
+        interval = sampling_interval(flow)
+        flow = np.where(interval > 0, 1.0 / np.maximum(interval, 1), 0.0)
+        sample = np.where(own > 0, problem.spare_pps / (
+            np.nan_to_num(problem.alpha_sample, nan=np.inf) * problem.bridge_pps), 0.0)
+    sample = sample_probability(np.nan_to_num(sample)) / SAMPLE_PROBABILITY_SCALE
+    better = problem.can_sample & (sample > flow)
+    return own * np.where(better, sample, flow), better
 
 
 def noncollab_pps(dc: DataCentre) -> float:
@@ -35,7 +56,7 @@ def solve_noncollab(problem: Problem) -> Solution:
 
 
 def noncollab_applied_pps(problem: Problem) -> float:
-    """Distinct packets the baseline collects after 1-in-N (``Solution.baseline_pps``): its
+    """Distinct packets the baseline collects as applied (``Solution.baseline_pps``): its
     plan alone, without the bounds ``solve_noncollab`` states beside it (a knapsack and the
     LP bound, 0.12 s at 10^6 servers, which a plan's summary never reads for the baseline)."""
     unbounded = Bounds(lp=float("nan"), envelope=float("nan"), method="no collaboration",
@@ -44,5 +65,6 @@ def noncollab_applied_pps(problem: Problem) -> float:
 
 
 def _noncollab(problem: Problem, bounds: Bounds, started: float) -> Solution:
-    return Solution(NONCOLLAB, local_only_pps(problem), *empty_mirrors(), problem=problem,
-                    bounds=bounds, seconds=time.perf_counter() - started)
+    local, sample_hosts = sample_alone(problem)
+    return Solution(NONCOLLAB, local, *empty_mirrors(), problem=problem, bounds=bounds,
+                    seconds=time.perf_counter() - started, sample_hosts=sample_hosts)

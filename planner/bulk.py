@@ -55,6 +55,28 @@ def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
 #: Number fields of a server and their bounds, as ``planner.description`` declares them.
 NUMBERS = {key: bounds for key, info in Server.model_fields.items()
            if (bounds := _bounds(info.annotation)) is not None}
+def _int_bounds(annotation: Any) -> tuple[int, int] | None:
+    """(lowest, highest) inclusive of an optional bounded int field (``Ge``, ``Le``)."""
+    for option in (annotation, *get_args(annotation)):
+        declared = get_args(option)
+        if not declared or declared[0] is not int:
+            continue
+        lowest, highest = None, None
+        for constraint in chain.from_iterable(getattr(info, "metadata", (info,))
+                                              for info in declared[1:]):
+            if isinstance(constraint, annotated_types.Ge):
+                lowest = constraint.ge
+            elif isinstance(constraint, annotated_types.Le):
+                highest = constraint.le
+            else:
+                return None
+        return None if lowest is None or highest is None else (lowest, highest)
+    return None
+
+
+#: Integer fields of a server and their bounds (``observation_domain``).
+INTEGERS = {key: bounds for key, info in Server.model_fields.items()
+            if (bounds := _int_bounds(info.annotation)) is not None}
 #: A row of the traffic matrix (``{destination: pps}``) and its numbers' bounds.
 ROW = get_args(Description.model_fields["traffic_pps"].annotation)[1]
 TRAFFIC_BOUNDS = _bounds(get_args(ROW)[1])
@@ -173,6 +195,10 @@ def _accepted(key: str, column: list[Any]) -> np.ndarray:
     """Per server, whether the model surely accepts this value as it is (absent counts)."""
     if key in NUMBERS:
         return _numbers(column, *NUMBERS[key])
+    if key in INTEGERS:
+        lowest, highest = INTEGERS[key]
+        return np.array([value is None or type(value) is int and lowest <= value <= highest
+                         for value in column])
     if key == "name":
         return _distinct(column, lambda v: type(v) is str and len(v) > 0)
     if key == "calibration":  # read beside the description: the model path resolves it

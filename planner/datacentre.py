@@ -14,6 +14,7 @@ solver's time budget.
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from dataclasses import dataclass, field
@@ -26,12 +27,16 @@ import numpy as np
 from cosample.planner import bulk
 from cosample.planner.description import AGENT_FIELDS, Description
 from cosample.planner.errors import InfeasibleError, PlannerError
+from cosample.plan.document import MAX_OBSERVATION_DOMAIN
 from cosample.validation import problem, read_document
 
 
 #: Optional per-server planning inputs and their array types (``from_arrays`` keywords).
 PLANNING_ARRAYS = {"margin": float, "weight": float, "packet_bytes": float,
-                   "mirror_cap_bytes": float, "samples_inbound": bool}
+                   "mirror_cap_bytes": float, "samples_inbound": bool, "alpha_sample": float,
+                   "observation_domain": np.int64}
+#: The coefficients a calibration file may give a server, and the intervals the planner keeps.
+CALIBRATED = ("capacity_pps", "alpha", "beta", "alpha_sample")
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,13 @@ class DataCentre:
     packet_bytes: np.ndarray | None = None
     mirror_cap_bytes: np.ndarray | None = None  # inf = no cap
     samples_inbound: np.ndarray | None = None   # bool: tunnels on the sampled bridge
-    intervals: Mapping[str, np.ndarray] | None = None  # alpha/beta/capacity_pps -> (n, 2), NaN unknown
+    # the ``sample`` local mechanism: cost per sample (NaN: sFlow only) and the IPFIX
+    # Observation Domain ID its records carry (0: none, so sFlow only)
+    alpha_sample: np.ndarray | None = None
+    observation_domain: np.ndarray | None = None
+    #: the description's ``ipfix`` section (None: not given)
+    ipfix: Mapping[str, Any] | None = None
+    intervals: Mapping[str, np.ndarray] | None = None  # CALIBRATED -> (n, 2), NaN unknown
     collector_cap_pps: float = math.inf
     # application monitoring (planner.appmon_plan): the description's services, cost overrides
     # and analysis-host budget
@@ -73,8 +84,9 @@ class DataCentre:
         """Validated data centre from arrays (for experiments, benchmarks and notebooks).
 
         ``planning``: optional ``margin``, ``weight``, ``packet_bytes``, ``mirror_cap_bytes``,
-        ``samples_inbound`` (scalars or per-server arrays), ``collector_cap_pps`` and
-        ``intervals`` (``{"alpha"|"beta"|"capacity_pps": (n, 2) low/high, NaN unknown}``).
+        ``samples_inbound``, ``alpha_sample`` (NaN: sFlow only), ``observation_domain`` (0:
+        none) (scalars or per-server arrays), ``collector_cap_pps`` and ``intervals``
+        (``{"alpha"|"beta"|"capacity_pps"|"alpha_sample": (n, 2) low/high, NaN unknown}``).
         """
         capacity = np.asarray(capacity_pps, dtype=float)
         n = capacity.shape[0]
@@ -165,7 +177,8 @@ class DataCentre:
         capacity = _column(servers["capacity_pps"], math.nan)
         alpha = _column(servers["alpha"], cost.alpha)
         beta = _column(servers["beta"], cost.beta)
-        intervals = {key: np.full((n, 2), math.nan) for key in ("alpha", "beta", "capacity_pps")}
+        alpha_sample = _column(servers["alpha_sample"], math.nan)
+        intervals = {key: np.full((n, 2), math.nan) for key in CALIBRATED}
         calibrations: dict[Path, tuple[dict, dict]] = {}  # servers may share a file: read it once
         appmon_sections: dict[Path, Any] = {}  # their ``appmon`` sections (planner.appmon_costs)
         for position, calibration in enumerate(servers["calibration"]):
@@ -182,7 +195,7 @@ class DataCentre:
             except CalibrationFileError as exc:
                 raise fail(("servers", position, "calibration"), str(exc)) from None
             calibrated, measured = calibrations[path]
-            for key, column in (("capacity_pps", capacity), ("alpha", alpha), ("beta", beta)):
+            for key, column in zip(CALIBRATED, (capacity, alpha, beta, alpha_sample)):
                 if servers[key][position] is None and calibrated.get(key) is not None:
                     column[position] = calibrated[key]
                     if key in measured:  # an explicit value has no interval: it is what it is
@@ -192,6 +205,7 @@ class DataCentre:
             raise fail(("servers", int(missing[0]), "capacity_pps"),
                        "field required (neither the server nor its calibration file gives it)")
         extras = _extras(names, servers)
+        domains = _domains(servers, alpha_sample, fail)
 
         origins = np.fromiter(map(index.get, columns.traffic_rows, repeat(-1)), dtype=np.int64,
                               count=len(columns.traffic_rows))
@@ -249,7 +263,10 @@ class DataCentre:
                    analysis_hosts=header.budgets.analysis_hosts,
                    appmon_order=header.appmon_order,
                    intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
-                   **_planning_arrays(servers))
+                   ipfix=None if header.ipfix is None else header.ipfix.model_dump(exclude_none=True),
+                   **_planning_arrays(servers),
+                   **({} if domains is None else {"alpha_sample": alpha_sample,
+                                                  "observation_domain": domains}))
 
     # checks ------------------------------------------------------------------------------
     def check_arrays(self) -> None:
@@ -295,6 +312,23 @@ class DataCentre:
             if bad.any():
                 i = int(np.argmax(bad))
                 raise PlannerError(f"server {self.names[i]!r}: {label} out of range, got {values[i]!r}")
+        if self.alpha_sample is not None:
+            bad = ~np.isnan(self.alpha_sample) & ~(np.isfinite(self.alpha_sample)
+                                                   & (self.alpha_sample > 0))
+            if self.alpha_sample.shape != (n,) or bad.any():
+                i = int(np.argmax(bad)) if self.alpha_sample.shape == (n,) else 0
+                raise PlannerError(f"server {self.names[i]!r}: alpha_sample must be finite and "
+                                   f"> 0 (NaN: sFlow only), got {self.alpha_sample[i]!r}")
+        if self.observation_domain is not None:
+            domains = self.observation_domain
+            bad = (domains < 0) | (domains > MAX_OBSERVATION_DOMAIN)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise PlannerError(f"server {self.names[i]!r}: observation_domain out of range "
+                                   f"0..{MAX_OBSERVATION_DOMAIN} (0: none), got {domains[i]!r}")
+            used = domains[domains > 0]
+            if np.unique(used).size != used.size:
+                raise PlannerError("observation_domain: two servers have the same one")
         if self.collector_cap_pps < 0 or math.isnan(self.collector_cap_pps):
             raise PlannerError(f"collector_cap_pps must be >= 0, got {self.collector_cap_pps!r}")
 
@@ -425,10 +459,39 @@ def _intervals(given: Mapping[str, Any] | None, n: int) -> dict[str, np.ndarray]
     """Interval arrays (n, 2) for alpha, beta and capacity_pps; absent ones unknown (NaN)."""
     if given is None:
         return None
-    unknown = set(given) - {"alpha", "beta", "capacity_pps"}
+    unknown = set(given) - set(CALIBRATED)
     if unknown:
         raise PlannerError(f"intervals: unknown key(s) {', '.join(sorted(unknown))}")
     return {key: (np.broadcast_to(np.asarray(given[key], dtype=float), (n, 2)).copy()
                   if key in given else np.full((n, 2), math.nan))
-            for key in ("alpha", "beta", "capacity_pps")}
+            for key in CALIBRATED}
+
+
+def _domains(servers: Mapping[str, list[Any]], alpha_sample: np.ndarray, fail
+             ) -> np.ndarray | None:
+    """Each server's IPFIX Observation Domain ID for the ``sample`` mechanism: its explicit
+    ``observation_domain``, else its IPv4 ``tunnel_ip`` as a 32-bit integer (stable and unique
+    as addresses are), 0 where neither or where it cannot use ``sample``; None when no server
+    can. Two servers that could use ``sample`` with one domain are refused (the collector
+    attributes records by it)."""
+    able = np.isfinite(alpha_sample)
+    if not able.any():
+        return None
+    domains = np.zeros(alpha_sample.size, dtype=np.int64)
+    explicit, tunnels = servers["observation_domain"], servers["tunnel_ip"]
+    for k in np.flatnonzero(able).tolist():
+        if explicit[k] is not None:
+            domains[k] = explicit[k]
+        elif tunnels[k] is not None and ":" not in tunnels[k]:
+            domains[k] = int.from_bytes(socket.inet_aton(tunnels[k]), "big")
+    used = np.flatnonzero(domains > 0)
+    order = used[np.argsort(domains[used], kind="stable")]
+    again = np.flatnonzero(domains[order][1:] == domains[order][:-1])
+    if again.size:
+        first, k = int(order[again[0]]), int(order[again[0] + 1])
+        how = "observation_domain" if explicit[k] is not None else "tunnel_ip"
+        raise fail(("servers", k, how), f"its observation domain {int(domains[k])} is also "
+                   f"{servers['name'][first]!r}'s; give each server using sample its own",
+                   explicit[k] if explicit[k] is not None else tunnels[k])
+    return domains
 

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from cosample.plan.appmon import TRUNCATE_BYTES
+from cosample.plan.document import MAX_OBSERVATION_DOMAIN, IpfixSpec
 from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress
 
 #: A finite number >= 0 (packets per second, capacities).
@@ -54,6 +55,13 @@ class Server(Strict):
     #: the VMs' own packets; "single": VM ports and tunnels on the sampled bridge, which then
     #: also samples the tenant traffic arriving from other servers
     bridge_layout: Literal["patch", "single"] = "patch"
+    #: cost per sample of OVS's OpenFlow ``sample`` action with the IPFIX flow cache (absent:
+    #: the calibration's ``alpha_sample``); a server with it may take its local share by the
+    #: ``sample`` mechanism at any probability K/65535 (docs/planner.md)
+    alpha_sample: Positive | None = None
+    #: the IPFIX Observation Domain ID of its records when it uses ``sample`` (absent: its
+    #: IPv4 ``tunnel_ip`` as a 32-bit integer)
+    observation_domain: Annotated[int, Field(ge=1, le=MAX_OBSERVATION_DOMAIN)] | None = None
 
     @field_validator("mirror_cap_bytes_per_s")
     @classmethod
@@ -74,6 +82,13 @@ class Sflow(Strict):
     agent: Annotated[str, Field(min_length=1)] | None = None
     header_bytes: Annotated[int, Field(gt=0)] | None = None
     polling_s: Annotated[int, Field(ge=0)] | None = None
+
+
+class Ipfix(IpfixSpec):
+    """Copied into the plan for the agents' IPFIX rows (hosts using ``sample``): the plan's
+    own declaration, strict about unknown keys as every description part is."""
+
+    model_config = Strict.model_config
 
 
 class Budgets(Strict):
@@ -131,6 +146,8 @@ class Envelope(Strict):
     name: Annotated[str, Field(min_length=1)] | None = None
     cost: Cost
     sflow: Sflow = Sflow()
+    #: IPFIX settings for hosts planned with ``sample`` (absent: the agents' configuration)
+    ipfix: Ipfix | None = None
     budgets: Budgets = Budgets()
     #: application services to monitor (docs/planner.md, "Application monitoring")
     services: list[Service] = []

@@ -3,7 +3,7 @@
 A sender's bridge sFlow (share l of its own traffic U) and its tc mirror chain (share m) draw
 independently, so it collects ``U (l + m - l m)`` distinct packets. Mirroring ``y = m U`` pps
 costs it ``beta y`` and leaves ``x = (spare - beta y) / A`` pps of local sampling (A: the cost of
-one own packet sampled, see ``Problem.sample_cost``), so with the best local share its distinct
+one own packet sampled by the cheaper mechanism the server may use, ``Problem.local_cost``), so with the best local share its distinct
 volume is
 
     f(y) = x(y) + y - x(y) y / U,     0 <= y <= Y = min(U, spare/beta, mirror cap),
@@ -84,7 +84,7 @@ def senders_of(problem: Problem) -> Senders:
     spare = problem.spare_pps[index]
     beta = problem.beta[index]
     top = np.minimum(np.minimum(own, spare / beta), problem.mirror_cap_pps[index])
-    partial = Senders(index, own, spare, problem.sample_cost[index], beta,
+    partial = Senders(index, own, spare, problem.local_cost[index], beta,
                       problem.weight[index], top, np.zeros(index.size))
     gain = partial.weight * (partial.distinct_pps(top) - partial.distinct_pps(np.zeros(index.size)))
     return Senders(index, own, spare, partial.cost, beta, partial.weight, top, gain)

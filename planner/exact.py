@@ -46,7 +46,7 @@ def lp_bound(problem: Problem) -> float:
     ``w_i (1 - beta_i/A_i)`` per mirrored pps until ``l + m = 1``, its capacity or its mirror cap
     stops it; receivers collect all their own. The rest is a fractional knapsack over R.
     """
-    own, spare, cost, beta, weight = (problem.own_pps, problem.spare_pps, problem.sample_cost,
+    own, spare, cost, beta, weight = (problem.own_pps, problem.spare_pps, problem.local_cost,
                                       problem.beta, problem.weight)
     receiver = problem.receiver
     sender = ~receiver & (own > 0)
@@ -90,6 +90,10 @@ def solve_exact(problem: Problem) -> Solution:
     offload[senders.index] = chosen.mirrored
     local = problem.own_pps.astype(float).copy()
     local[senders.index] = senders.own * chosen.rate
+    sample_hosts = None
+    if chosen.sample is not None:  # who takes the local share by the sample action
+        sample_hosts = np.zeros(problem.size, dtype=bool)
+        sample_hosts[senders.index] = chosen.sample
     src, dst, pps = pair_offloads(offload, problem.room_pps)
     method, proved = chosen.method, chosen.optimal
     cap = samples_bound(problem, problem.collector_cap_pps)
@@ -102,6 +106,7 @@ def solve_exact(problem: Problem) -> Solution:
             keep = rounded.mirror_pps > 0
             local, src, dst, pps = (rounded.local_pps, rounded.mirror_src[keep],
                                     rounded.mirror_dst[keep], rounded.mirror_pps[keep])
+            sample_hosts = continuous.sample_hosts
             method = "continuous optimum rounded (beat the greedy)"
     if np.isfinite(problem.collector_cap_pps):
         received = np.bincount(dst, weights=pps, minlength=problem.size)
@@ -114,12 +119,15 @@ def solve_exact(problem: Problem) -> Solution:
                     envelope=min(max(continuous_envelope(problem), chosen.bound), cap),
                     method=method, optimal=proved, applied=min(chosen.bound, cap))
     return Solution(EXACT, local, src, dst, pps, problem=problem, bounds=bounds,
-                    seconds=time.perf_counter() - started, known_continuous=continuous)
+                    seconds=time.perf_counter() - started, known_continuous=continuous,
+                    sample_hosts=sample_hosts)
 
 
 def solve_continuous(problem: Problem) -> Solution:
     """The continuous optimum (local rates any real number): the bound a 1-in-N plan is
-    measured against, and what ``solve_exact`` planned before rates were integer intervals."""
+    measured against, and what ``solve_exact`` planned before rates were integer intervals.
+    A server that may use the sample action and finds it cheaper plans with it
+    (``Problem.local_cost``), and its share is rounded on that mechanism's grid."""
     started = time.perf_counter()
     senders = senders_of(problem)
     choice = choose(problem, senders)
@@ -140,4 +148,5 @@ def solve_continuous(problem: Problem) -> Solution:
                                  samples_bound(problem, problem.collector_cap_pps)),
                     method=method, optimal=optimal)
     return Solution(CONTINUOUS, local, src, dst, pps, problem=problem, bounds=bounds,
-                    seconds=time.perf_counter() - started)
+                    seconds=time.perf_counter() - started,
+                    sample_hosts=None if problem.can_sample is None else problem.cheaper_sample)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from cosample.gcpause import gc_paused
-from cosample.planner.bulk import ABSENT, NUMBERS, ROW, TRAFFIC_BOUNDS, checked, within
+from cosample.planner.bulk import ABSENT, INTEGERS, NUMBERS, ROW, TRAFFIC_BOUNDS, checked, within
 from cosample.planner.description import Server
 from cosample.planner.errors import PlannerError
 from cosample.validation import validate_at
@@ -116,6 +116,9 @@ def servers(path: Path) -> dict[str, list[Any]]:
         if name in NUMBERS:
             raw[name], parsed = _numbers(cells)
             slow |= ~parsed
+        elif name in INTEGERS:  # digits as an integer; anything else for the model to refuse
+            raw[name] = [int(cell) if cell.isascii() and cell.isdigit() else cell or ABSENT
+                         for cell in cells]
         elif name == "vm_ports":
             raw[name] = [cell.split() if cell else ABSENT for cell in cells]
         else:

@@ -32,7 +32,10 @@ from cosample.planner.solution import Solution
 VOLATILE = ("version", "created", "expires", "plan_id")
 #: The host fields agents and collectors read (beside the description's extras); the others are
 #: the per-host report: the inputs as planned, the predicted cost and the continuous optimum.
-AGENT_FIELDS = ("role", "local_rate", "sflow_sampling", "mirrors", "receives", "appmon")
+#: The ``sample`` local mechanism's host fields (written only when some server may use it).
+SAMPLE_FIELDS = ("local_mechanism", "sample_probability", "observation_domain")
+AGENT_FIELDS = ("role", "local_rate", "sflow_sampling", "mirrors", "receives", "appmon",
+                *SAMPLE_FIELDS)
 DEFAULT_VALIDITY = timedelta(hours=6)
 
 
@@ -78,6 +81,8 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         "summary": _summary(solution, point_estimate, roles),
         "hosts": hosts if lazy_hosts else hosts.parsed(),
     }
+    if dc.ipfix is not None or applied.sample_probability is not None:
+        plan["ipfix"] = dict(dc.ipfix or {})  # only then: plans without it stay byte-identical
     if appmon is not None:
         plan["summary"]["appmon"] = appmon_plan.summary(problem, applied, appmon_solution,
                                                         services, _num)
@@ -254,6 +259,12 @@ def _summary(solution: Solution, point_estimate: Solution | None, roles: np.ndar
         "rounding": rounding_summary(solution, _num),
         "notes": list(problem.notes),
     }
+    if applied.sample_probability is not None:  # some server may use the sample action
+        sampled = int(np.count_nonzero(applied.sample_probability > 0))
+        summary["local_mechanisms"] = {
+            "sample": sampled, "sflow": int(np.count_nonzero(applied.sflow_sampling > 0)),
+            "off": problem.size - sampled - int(np.count_nonzero(applied.sflow_sampling > 0)),
+            "may_sample": int(np.count_nonzero(problem.can_sample))}
     if point_estimate is not None:
         summary["assumptions"]["point_estimate_collected_pps"] = _num(
             point_estimate.applied.collected_pps)
@@ -281,8 +292,9 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     own = problem.own_pps
     interval = applied.sflow_sampling.astype(np.int64)
     local = applied.local_rate
+    probability = applied.sample_probability
     if floor:  # hosts that would sample nothing sample 1-in-floor (their loads stay as planned)
-        off = interval == 0
+        off = (interval == 0) if probability is None else (interval == 0) & (probability == 0)
         interval = np.where(off, floor, interval)
         local = np.where(off, 1.0 / floor, local)
     quoted = {role: hostjson.value(role) for role in ("receiver", "sender", "idle")}
@@ -290,6 +302,13 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
         "local_rate": significant(local, names, "local_rate"),
         "sflow_sampling": np.where(interval > 0, interval.astype(object), None),
         "role": [quoted[role] for role in roles.tolist()]}
+    if probability is not None:  # only when a server may use it: other plans byte-identical
+        sample = probability > 0
+        fields["local_mechanism"] = [hostjson.value("sample") if s else hostjson.value("sflow")
+                                     for s in sample.tolist()]
+        fields["sample_probability"] = np.where(sample, probability.astype(object), None)
+        fields["observation_domain"] = np.where(
+            sample, problem.observation_domain.astype(object), None)
     known = hostjson.named(names)  # sorted and quoted once (kept for the next plan)
     rank = known.rank
     n = len(names)

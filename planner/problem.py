@@ -43,6 +43,10 @@ class Problem:
     #: the application part planned before the sFlow plan (``appmon_order: appmon_first``):
     #: ``(AppmonPlan, Services)``, its load already taken out of ``usable_pps``
     appmon: Any = None
+    #: cost per sample of the ``sample`` local mechanism planned with (NaN: sFlow only; None:
+    #: no server can use it), and each server's IPFIX observation domain (0: none)
+    alpha_sample: np.ndarray | None = None
+    observation_domain: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -87,6 +91,36 @@ class Problem:
         return np.where(self.receiver, np.maximum(free, 0.0) / (self.alpha + self.beta), 0.0)
 
     @cached_property
+    def can_sample(self) -> np.ndarray | None:
+        """Senders that may take their local share by the ``sample`` mechanism (a cost and an
+        observation domain; receivers keep sFlow, which samples mirrored packets 1-in-1);
+        None when none may, so such plans are made exactly as before the mechanism existed."""
+        if self.alpha_sample is None or self.observation_domain is None:
+            return None
+        able = (np.isfinite(self.alpha_sample) & (self.observation_domain > 0)
+                & ~self.receiver & (self.own_pps > 0))
+        return able if able.any() else None
+
+    @cached_property
+    def local_cost(self) -> np.ndarray:
+        """Cost per own packet sampled locally by the cheaper mechanism a server may use
+        (``sample_cost`` where sFlow is the only one): what the continuous optimum and the LP
+        bound plan with, so they bound every plan of either mechanism."""
+        if self.can_sample is None:
+            return self.sample_cost
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sample = np.where(self.own_pps > 0,
+                              self.alpha_sample * self.bridge_pps / self.own_pps, np.inf)
+        return np.where(self.cheaper_sample, sample, self.sample_cost)
+
+    @cached_property
+    def cheaper_sample(self) -> np.ndarray:
+        """Servers for which ``sample`` costs less per sample than sFlow (all False if none)."""
+        if self.can_sample is None:
+            return np.zeros(self.size, dtype=bool)
+        return self.can_sample & (self.alpha_sample < self.alpha)
+
+    @cached_property
     def uniform_margin(self) -> bool:
         return bool(np.all(self.margin == self.margin[0]))
 
@@ -111,8 +145,13 @@ def build_problem(dc: DataCentre, margin: float | None = None, robust: bool = Fa
     if margin is not None:
         margins = np.full(n, float(margin))
     capacity, alpha, beta = dc.capacity_pps.copy(), dc.alpha.copy(), dc.beta.copy()
+    alpha_sample = None if dc.alpha_sample is None else dc.alpha_sample.copy()
     if robust:
         capacity, alpha, beta = _robust(dc, capacity, alpha, beta, notes)
+        if alpha_sample is not None and dc.intervals is not None:  # its interval's upper end
+            high = dc.intervals["alpha_sample"][:, 1]
+            known = np.isfinite(high) & np.isfinite(alpha_sample)
+            alpha_sample[known] = high[known]
     notes += _indistinct_costs(dc, alpha, beta, robust)
     usable = capacity * (1 - margins)
     squeezed = np.flatnonzero(dc.forwarding_pps > usable)
@@ -141,7 +180,8 @@ def build_problem(dc: DataCentre, margin: float | None = None, robust: bool = Fa
     return Problem(dc=dc, capacity_pps=capacity, usable_pps=usable, alpha=alpha, beta=beta,
                    margin=margins, weight=_array(dc, "weight", 1.0), mirror_cap_pps=mirror_cap,
                    bridge_pps=bridge, collector_cap_pps=float(dc.collector_cap_pps),
-                   robust=robust, notes=tuple(notes), appmon=appmon)
+                   robust=robust, notes=tuple(notes), appmon=appmon, alpha_sample=alpha_sample,
+                   observation_domain=dc.observation_domain)
 
 
 def _array(dc: DataCentre, name: str, default) -> np.ndarray:

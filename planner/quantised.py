@@ -23,6 +23,14 @@ convex; from ``N_c`` (the first N whose vertex reaches the mirror limit c) on, t
 ``choose_applied`` is exact when every sender's best fits in R (proved), solves the knapsack with
 a lazy MILP (``quantised_milp``) when few senders compete, and otherwise takes whole hull steps
 in slope order, first-fit, and the best partial sender, reporting the gap to the bound.
+
+A sender that may use the ``sample`` mechanism (OVS's OpenFlow ``sample`` action, probability
+K/65535, ``Problem.can_sample``) has a second *ladder* of rates (``ladders``): level L stands for
+K = 65536 - L, rate K/65535, at its own full-rate cost ``alpha_sample x bridge input``. Levels
+play the part of N (a higher level, a lower rate), so the same four points, the same convex
+curve and the same MILP items hold on either ladder. The sender's candidates are then both
+ladders' points (eight, ``merged``), its hull covers every plan of either mechanism, and the
+knapsack chooses the mechanism with the rate (``Applied.sample``).
 """
 
 from __future__ import annotations
@@ -31,103 +39,70 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cosample.planner.ladders import Senders, ladders_of
 from cosample.planner.problem import Problem
-from cosample.planner.realise import MAX_INTERVAL
 from cosample.planner.solution import EXACT_TOLERANCE
 
 #: Up to this many competing senders the knapsack is solved exactly (MILP), above it greedily.
 MILP_UP_TO = 16
 #: First-fit passes over the remaining hull steps after the slope-ordered prefix.
 FIRST_FIT_ROUNDS = 32
-#: Relative slack on ceil() so that A/S = 2 (computed 2.0000000000000004) gives N = 2.
-CEIL_SLACK = 1e-12
-
-
-@dataclass(frozen=True)
-class Senders:
-    """Senders' terms (positions ``index`` into the problem), vectorised; N as floats, inf = off."""
-
-    index: np.ndarray
-    own: np.ndarray       # U
-    full: np.ndarray      # A = alpha x bridge input: the cost of sampling 1-in-1
-    spare: np.ndarray     # S
-    beta: np.ndarray
-    weight: np.ndarray
-    limit: np.ndarray     # c = min(U, mirror cap)
-    n_min: np.ndarray     # smallest affordable N (inf: cannot sample locally)
-    n_cap: np.ndarray     # smallest N whose vertex reaches c (inf: none)
-
-    def most_mirrored(self, rate: np.ndarray) -> np.ndarray:
-        """y(t): what a sender sampling at ``rate`` (1/N or 0) can mirror within its capacity."""
-        return np.minimum(self.limit, np.maximum(self.spare - self.full * rate, 0.0) / self.beta)
-
-    def value(self, rate: np.ndarray, mirrored: np.ndarray) -> np.ndarray:
-        """Weighted distinct own packets: ``w (U t + y (1 - t))``."""
-        return self.weight * (self.own * rate + mirrored * (1.0 - rate))
-
-    def interval_for(self, mirrored: np.ndarray) -> np.ndarray:
-        """Smallest affordable N next to ``mirrored`` pps (inf: off, sFlow cannot go that low)."""
-        left = self.spare - self.beta * mirrored
-        with np.errstate(divide="ignore", invalid="ignore"):
-            n = np.ceil(self.full / left * (1 - CEIL_SLACK))
-        n = np.where(left > 0, np.maximum(n, self.n_min), np.inf)
-        return np.where(n > MAX_INTERVAL, np.inf, n)
-
-    def best_at(self, mirrored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(rate, value) of the best plan mirroring exactly ``mirrored`` (value -inf if it cannot)."""
-        rate = rate_of(self.interval_for(mirrored))
-        feasible = mirrored <= self.most_mirrored(np.zeros_like(rate)) * (1 + 1e-12)
-        return rate, np.where(feasible, self.value(rate, mirrored), -np.inf)
-
-
-def rate_of(interval: np.ndarray) -> np.ndarray:
-    """1/N, 0 for off (inf)."""
-    with np.errstate(divide="ignore"):
-        return np.where(np.isfinite(interval), 1.0 / interval, 0.0)
-
-
-def senders_of(problem: Problem) -> Senders:
-    """The senders (own traffic, outside P) with N_min and N_c, vectorised."""
-    index = np.flatnonzero(~problem.receiver & (problem.own_pps > 0))
-    own = problem.own_pps[index]
-    full = (problem.alpha * problem.bridge_pps)[index]
-    spare = problem.spare_pps[index]
-    beta = problem.beta[index]
-    limit = np.minimum(own, problem.mirror_cap_pps[index])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        n_min = np.where(spare > 0, np.ceil(full / spare * (1 - CEIL_SLACK)), np.inf)
-        n_min = np.where(n_min > MAX_INTERVAL, np.inf, np.maximum(n_min, 1.0))
-        room_left = spare - beta * limit
-        n_cap = np.where(room_left > 0, np.ceil(full / room_left * (1 - CEIL_SLACK)), np.inf)
-    n_cap = np.where(n_cap > MAX_INTERVAL, np.inf, np.maximum(n_cap, n_min))
-    return Senders(index, own, full, spare, beta, problem.weight[index], limit, n_min, n_cap)
 
 
 @dataclass(frozen=True)
 class Points:
-    """Per sender four candidate points, each a list of four columns sorted by mirrored pps:
-    (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off."""
+    """Per sender candidate points, each a list of columns: on one ladder four, sorted by
+    mirrored pps, (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off;
+    on two both ladders' eight (``merged``: the better point 0 first, not sorted). ``grid``:
+    whether a point is on the sample action's ladder."""
 
     rate: list[np.ndarray]
     mirrored: list[np.ndarray]
     value: list[np.ndarray]
+    grid: list[np.ndarray]
 
     def at(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rate, mirrored, value) of point ``which`` (0..3) per sender."""
+        """(rate, mirrored, value) of point ``which`` (0..3, or 0..7 merged) per sender."""
         return tuple(np.choose(which, columns) for columns in (self.rate, self.mirrored, self.value))
+
+    def sample_at(self, which: np.ndarray) -> np.ndarray:
+        """Whether point ``which`` of each sender samples by the sample action."""
+        return np.choose(which, self.grid)
 
 
 def points_of(senders: Senders) -> Points:
     """The four candidate points of every sender (module docstring: why these four)."""
-    t_min = rate_of(senders.n_min)
+    t_min = senders.rate(senders.n_min)
     below_cap = np.where(np.isfinite(senders.n_cap) & (senders.n_cap - 1 > senders.n_min),
                          senders.n_cap - 1, senders.n_min)
     # N_c at the limit; off when no N reaches it or when the limit is all own traffic (same value)
     last = np.where(senders.limit >= senders.own * (1 - 1e-12), np.inf, senders.n_cap)
-    rate = [t_min, t_min, rate_of(below_cap), rate_of(last)]
+    rate = [t_min, t_min, senders.rate(below_cap), senders.rate(last)]
     mirrored = [np.zeros_like(t_min)] + [senders.most_mirrored(t) for t in rate[1:]]
     value = [senders.value(t, y) for t, y in zip(rate, mirrored)]
-    return Points(rate, mirrored, value)
+    return Points(rate, mirrored, value, [senders.grid] * 4)
+
+
+def merged(flow: Points, sample: Points, able: np.ndarray) -> Points:
+    """Both ladders' points of every sender: sFlow's four, then the sample ladder's three
+    beyond its point 0 (``sample``: of the senders at ``able`` only), the better point 0 first
+    and the other last; a sender without the sample ladder has copies of its point 0 there
+    (nothing ahead of it). Not sorted by mirrored pps: ``hulls_of`` does not need it for eight."""
+    swap = np.zeros(flow.value[0].size, dtype=bool)
+    swap[able] = sample.value[0] > flow.value[0][able]
+    columns = []
+    for ours, theirs in ((flow.rate, sample.rate), (flow.mirrored, sample.mirrored),
+                         (flow.value, sample.value), (flow.grid, sample.grid)):
+        first, last = ours[0].copy(), ours[0].copy()
+        first[able], last[able] = np.where(swap[able], theirs[0], ours[0][able]), \
+            np.where(swap[able], ours[0][able], theirs[0])
+        extra = []
+        for j in (1, 2, 3):
+            column = ours[0].copy()
+            column[able] = theirs[j]
+            extra.append(column)
+        columns.append([first, *ours[1:], *extra, last])
+    return Points(*columns)
 
 
 @dataclass(frozen=True)
@@ -139,7 +114,7 @@ class Hulls:
     sender: np.ndarray   # position among the senders
     room: np.ndarray
     gain: np.ndarray
-    target: np.ndarray   # point 1..3
+    target: np.ndarray   # point 1..3 (1..7 on two ladders)
     order: np.ndarray    # steps by key, highest first (stable: a sender's steps stay in order)
     size: int            # number of senders
     competing: np.ndarray  # senders with at least one step, ascending
@@ -164,42 +139,67 @@ class Hulls:
         return value
 
 
-def hulls_of(points: Points) -> Hulls:
+def hulls_of(points: Points, able: np.ndarray | None = None) -> Hulls:
     """Upper concave hull from point 0 (steps with positive gain and room), column by column;
-    each step looks only at the senders that moved in the one before."""
+    each step looks only at the senders that moved in the one before. ``able``: the senders
+    with both ladders' points (``merged``); the others' are the first four columns."""
     k = points.mirrored[0].size
-    room, gain = np.zeros((k, 3)), np.zeros((k, 3))
-    target, key = np.full((k, 3), -1, dtype=np.int64), np.zeros((k, 3))
-    active = np.arange(k)
+    last = len(points.mirrored) - 1  # 3 on one ladder, 7 on two
+    room, gain = np.zeros((k, last)), np.zeros((k, last))
+    target, key = np.full((k, last), -1, dtype=np.int64), np.zeros((k, last))
     y, v = points.mirrored, points.value
     current = np.zeros(k, dtype=np.int64)
     cur_y, cur_v = y[0].copy(), v[0].copy()
-    for step in range(3):
-        if active.size == 0:
-            break
-        at, at_y, at_v = current[active], cur_y[active], cur_v[active]
-        best, pick = np.full(active.size, -np.inf), np.full(active.size, -1, dtype=np.int64)
-        step_y, step_v = np.zeros(active.size), np.zeros(active.size)
-        for j in (1, 2, 3):
-            dy, dv = y[j][active] - at_y, v[j][active] - at_v
-            ahead = (at < j) & (dy > 1e-12 * np.maximum(at_y, 1.0)) & (dv > 0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                slope = np.where(ahead, dv / dy, -np.inf)
-            better = ahead & (slope >= best)  # equal slopes: the farther point (fewer steps)
-            best, pick = np.where(better, slope, best), np.where(better, j, pick)
-            step_y, step_v = np.where(better, dy, step_y), np.where(better, dv, step_v)
-        moved = pick >= 0
-        active, pick, best = active[moved], pick[moved], best[moved]
-        step_y, step_v = step_y[moved], step_v[moved]
-        room[active, step], gain[active, step], target[active, step] = step_y, step_v, pick
-        # a sender's later slope never above its earlier one (round-off): sorting keeps order
-        key[active, step] = best if step == 0 else np.minimum(best, key[active, step - 1])
-        current[active] = pick
-        cur_y[active] += step_y
-        cur_v[active] += step_v
-        active = active[pick < 3]
+
+    def climb(active: np.ndarray, columns: int, ordered: bool) -> None:
+        """Steps of the senders ``active`` over columns 0..``columns``; ``ordered``: sorted by
+        mirrored pps (one ladder), else any point farther and higher may come next."""
+        farthest = None if ordered else np.maximum.reduce([c[active] for c in y])
+        positions = np.arange(active.size)
+        for step in range(columns):
+            if active.size == 0:
+                break
+            at, at_y, at_v = current[active], cur_y[active], cur_v[active]
+            best, pick = np.full(active.size, -np.inf), np.full(active.size, -1, dtype=np.int64)
+            step_y, step_v = np.zeros(active.size), np.zeros(active.size)
+            for j in range(1, columns + 1):
+                dy, dv = y[j][active] - at_y, v[j][active] - at_v
+                ahead = (dy > 1e-12 * np.maximum(at_y, 1.0)) & (dv > 0)
+                if ordered:
+                    ahead &= at < j
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    slope = np.where(ahead, dv / dy, -np.inf)
+                # equal slopes: the farther point (fewer steps)
+                better = ahead & ((slope >= best) if ordered else
+                                  (slope > best) | (slope == best) & (dy > step_y))
+                best, pick = np.where(better, slope, best), np.where(better, j, pick)
+                step_y, step_v = np.where(better, dy, step_y), np.where(better, dv, step_v)
+            moved = pick >= 0
+            active, pick, best = active[moved], pick[moved], best[moved]
+            step_y, step_v, positions = step_y[moved], step_v[moved], positions[moved]
+            room[active, step], gain[active, step], target[active, step] = step_y, step_v, pick
+            # a sender's later slope never above its earlier one (round-off): sorting keeps order
+            key[active, step] = best if step == 0 else np.minimum(best, key[active, step - 1])
+            current[active] = pick
+            cur_y[active] += step_y
+            cur_v[active] += step_v
+            if ordered:
+                keep = pick < columns
+                active, positions = active[keep], positions[keep]
+            else:  # no point beyond the one reached
+                beyond = cur_y[active] + 1e-12 * np.maximum(cur_y[active], 1.0) \
+                    < farthest[positions]
+                active, positions = active[beyond], positions[beyond]
+
+    if able is None:
+        climb(np.arange(k), last, last == 3)
+    else:
+        one = np.ones(k, dtype=bool)
+        one[able] = False
+        climb(np.flatnonzero(one), 3, True)
+        climb(able, last, False)
     real = (target >= 0).ravel()  # sender by sender, in hull order: no sort needed
-    sender = np.repeat(np.arange(k), 3)[real]
+    sender = np.flatnonzero(real) // last
     room, gain = room.ravel()[real], gain.ravel()[real]
     target, key = target.ravel()[real], key.ravel()[real]
     order = np.argsort(-key, kind="stable")
@@ -209,15 +209,18 @@ def hulls_of(points: Points) -> Hulls:
 
 @dataclass(frozen=True)
 class Applied:
-    """Each sender's choice (rate, mirrored pps) and the fleet's weighted objective and bound."""
+    """Each sender's choice (rate, mirrored pps, mechanism) and the fleet's weighted objective
+    and bound."""
 
     senders: Senders
     rate: np.ndarray
     mirrored: np.ndarray
     objective: float     # weighted distinct packets, receivers' own included
-    bound: float         # no 1-in-N plan collects more (weighted)
+    bound: float         # no 1-in-N (or K/65535) plan collects more (weighted)
     method: str          # "no room", "all fit", "MILP", "greedy"
     proved: bool
+    #: per sender, True where it samples by the sample action (None: no sender may)
+    sample: np.ndarray | None = None
 
     @property
     def optimal(self) -> bool:
@@ -225,39 +228,49 @@ class Applied:
 
 
 def choose_applied(problem: Problem) -> Applied:
-    """Each sender's 1-in-N and mirrored pps maximising the weighted distinct packets as applied."""
-    senders = senders_of(problem)
+    """Each sender's 1-in-N (or K/65535 by the sample action) and mirrored pps maximising the
+    weighted distinct packets as applied."""
+    ladders = ladders_of(problem)
+    senders = ladders[0]
     points = points_of(senders)
-    hulls = hulls_of(points)
+    subset = None
+    if len(ladders) > 1:  # the senders that may sample, on the sample ladder only
+        able = np.flatnonzero(ladders[1].grid)
+        subset = (able, ladders[1].take(able))
+        points = merged(points, points_of(subset[1]), able)
+    hulls = hulls_of(points, None if len(ladders) == 1 else able)
     room = float(problem.room_pps.sum())
     receivers = problem.receiver & (problem.own_pps > 0)
     fixed = float((problem.weight * problem.own_pps)[receivers].sum())
     base = fixed + float(points.value[0].sum())
     bound = base + hulls.bound(room)
+
+    def applied(rate, mirrored, value, sample, total_bound, method, proved) -> Applied:
+        total = fixed + float(value.sum())
+        chosen = None if len(ladders) == 1 else sample & (rate > 0)
+        return Applied(senders, rate, mirrored, total,
+                       total if total_bound is None else max(total_bound, total), method, proved,
+                       chosen)
+
     if room <= 0:  # nothing to share: every sender samples what it can afford alone
-        rate, mirrored, value = points.at(np.zeros(hulls.size, dtype=np.int64))
-        total = fixed + float(value.sum())
-        return Applied(senders, rate, mirrored, total, total, "no room", True)
+        at = np.zeros(hulls.size, dtype=np.int64)
+        return applied(*points.at(at), points.sample_at(at), None, "no room", True)
     if float(hulls.room.sum()) <= room:
-        rate, mirrored, value = points.at(hulls.final())
-        total = fixed + float(value.sum())
-        return Applied(senders, rate, mirrored, total, max(bound, total), "all fit", True)
+        at = hulls.final()
+        return applied(*points.at(at), points.sample_at(at), bound, "all fit", True)
     competing = hulls.competing
     if competing.size <= MILP_UP_TO:
         from cosample.planner.quantised_milp import solve_knapsack
-        found = solve_knapsack(senders, points, competing, room)
+        found = solve_knapsack(ladders, points, competing, room)
         if found is not None:
-            rate, mirrored, value = found
-            total = fixed + float(value.sum())
-            return Applied(senders, rate, mirrored, total, total, "MILP", True)
-    rate, mirrored, value = _greedy(senders, points, hulls, room)
-    total = fixed + float(value.sum())
-    return Applied(senders, rate, mirrored, total, max(bound, total), "greedy", False)
+            return applied(*found, None, "MILP", True)
+    return applied(*_greedy(senders, subset, points, hulls, room), bound, "greedy", False)
 
 
-def _greedy(senders: Senders, points: Points, hulls: Hulls, room: float
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Whole hull steps by slope while they fit, first-fit over the next steps, one partial."""
+def _greedy(senders: Senders, subset: tuple[np.ndarray, Senders] | None, points: Points,
+            hulls: Hulls, room: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Whole hull steps by slope while they fit, first-fit over the next steps, one partial
+    (``subset``: the positions of the senders that may sample and their sample ladder)."""
     k = hulls.size
     order = hulls.order
     ends = np.cumsum(hulls.room[order])
@@ -282,27 +295,48 @@ def _greedy(senders: Senders, points: Points, hulls: Hulls, room: float
     reached = np.flatnonzero(level > 0)
     at[reached] = hulls.target[first[reached] + level[reached] - 1]
     rate, mirrored, value = (a.copy() for a in points.at(at))
+    sample = points.sample_at(at).copy()
     if left > 0 and k:
-        _partial(senders, rate, mirrored, value, left)
-    return rate, mirrored, value
+        _partial(senders, subset, rate, mirrored, value, sample, left)
+    return rate, mirrored, value, sample
 
 
-def _partial(senders: Senders, rate: np.ndarray, mirrored: np.ndarray, value: np.ndarray,
-             left: float) -> None:
-    """Give the room left to the one sender that gains most from it, in place: the best plan
-    mirroring all of ``mirrored + left``, or the vertex just below it (one N fewer, saturated)."""
+def _partial(flow: Senders, subset: tuple[np.ndarray, Senders] | None, rate: np.ndarray,
+             mirrored: np.ndarray, value: np.ndarray, sample: np.ndarray, left: float) -> None:
+    """Give the room left to the one sender that gains most from it, in place: on either
+    ladder, the best plan mirroring all of ``mirrored + left``, or the vertex just below it
+    (one N fewer, saturated)."""
     k = rate.size
-    wider = np.minimum(mirrored + left, senders.most_mirrored(np.zeros(k)))
-    wide_rate, wide_value = senders.best_at(wider)
-    below_n = senders.interval_for(wider) - 1
-    below_n = np.where(below_n >= senders.n_min, below_n, senders.n_min)
-    below_rate = rate_of(below_n)
-    below = np.minimum(senders.most_mirrored(below_rate), wider)
-    below_value = np.where(np.isfinite(senders.n_min), senders.value(below_rate, below), -np.inf)
-    use_below = below_value > wide_value
-    new_rate = np.where(use_below, below_rate, wide_rate)
-    new_mirrored = np.where(use_below, below, wider)
-    gain = np.maximum(below_value, wide_value) - value
+    options = []
+    ladders: list[tuple[Senders, np.ndarray | None]] = [(flow, None)]
+    if subset is not None:
+        ladders.append((subset[1], subset[0]))
+    for senders, able in ladders:
+        if able is not None:  # the sample ladder: only where it differs from sFlow's
+            k = able.size
+            mirrored_at = mirrored[able]
+        else:
+            mirrored_at = mirrored
+        wider = np.minimum(mirrored_at + left, senders.most_mirrored(np.zeros(k)))
+        wide_rate, wide_value = senders.best_at(wider)
+        below_n = senders.interval_for(wider) - 1
+        below_n = np.where(below_n >= senders.n_min, below_n, senders.n_min)
+        below_rate = senders.rate(below_n)
+        below = np.minimum(senders.most_mirrored(below_rate), wider)
+        below_value = np.where(np.isfinite(senders.n_min), senders.value(below_rate, below),
+                               -np.inf)
+        use_below = below_value > wide_value
+        option = (np.where(use_below, below_rate, wide_rate), np.where(use_below, below, wider),
+                  np.maximum(below_value, wide_value), senders.grid)
+        if able is not None:  # the better ladder per sender (sFlow's on ties)
+            other = option[2] > options[0][2][able]
+            for whole, part in zip(options[0], option):
+                whole[able] = np.where(other, part, whole[able])
+            continue
+        options.append(tuple(np.array(a, copy=True) for a in option))
+    new_rate, new_mirrored, new_value, new_grid = options[0]
+    gain = new_value - value
     best = int(np.argmax(gain))
     if gain[best] > 0:
         rate[best], mirrored[best], value[best] = new_rate[best], new_mirrored[best], gain[best] + value[best]
+        sample[best] = new_grid[best]

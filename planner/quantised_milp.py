@@ -14,6 +14,10 @@ picks a gap strictly inside, the interval of the segment it landed in (and the o
 explicit and the MILP is solved again; when it picks none, its solution is a plan the switches
 can apply and the bound is met: proved optimal (to the MILP's relative gap, 1e-9). N_min,
 N_c - 1, N_c and off start explicit (``quantised.points_of``).
+
+A sender that may use the sample action has items on both ladders (``ladders.ladders_of``;
+a level there is a probability K/65535), all in its one choose-at-most-one group: the MILP
+chooses the mechanism with the rate.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from cosample.planner.quantised import Points, Senders, rate_of
-from cosample.planner.realise import MAX_INTERVAL
+from cosample.planner.ladders import Senders, on_ladders
+from cosample.planner.quantised import Points
 
 #: Refinements before giving up (the caller then falls back to the greedy and its gap).
 MAX_ROUNDS = 40
@@ -38,41 +42,49 @@ DENSE, LADDER = 6, 12
 END_TOLERANCE = 1e-7
 
 
-def solve_knapsack(senders: Senders, points: Points, competing: np.ndarray, room: float
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(rate, mirrored, value) per sender, optimal over every 1-in-N plan; None if unsolved.
+def solve_knapsack(ladders: tuple[Senders, ...], points: Points, competing: np.ndarray,
+                   room: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(rate, mirrored, value, sample) per sender, optimal over every 1-in-N (and K/65535)
+    plan; None if unsolved. ``ladders``: the senders on sFlow's ladder, and on the sample
+    action's (``ladders.ladders_of``).
 
     Senders outside ``competing`` keep their point 0 (they cannot gain from room).
     """
-    k = senders.index.size
+    k = ladders[0].index.size
     rate, mirrored = points.rate[0].copy(), np.zeros(k)
-    explicit = {int(i): _initial(senders, int(i)) for i in competing}
+    sample = points.grid[0].copy()
+    explicit = {int(i): {(j, n) for j, senders in enumerate(ladders)
+                         if j == 0 or senders.grid[i] for n in _initial(senders, int(i))}
+                for i in competing}
     deadline = time.monotonic() + TIME_LIMIT_S
     for _ in range(MAX_ROUNDS):
         left = deadline - time.monotonic()
-        picks = _solve(senders, explicit, room, left) if left > 0 else None
+        picks = _solve(ladders, explicit, room, left) if left > 0 else None
         if picks is None:
             return None
         refined = False
-        for i, (kind, n_a, n_b, amount) in picks.items():
+        for i, (j, kind, n_a, n_b, amount) in picks.items():
+            senders = ladders[j]
             if kind == "gap":
                 extra = _split(senders, i, n_a, n_b, amount)
                 if extra:
-                    explicit[i] |= extra
+                    explicit[i] |= {(j, n) for n in extra}
                     refined = True
                     continue
                 y_a, y_b = _vertex(senders, i, n_a)[0], _vertex(senders, i, n_b)[0]
                 n_a = n_a if amount <= (y_a + y_b) / 2 else n_b
                 amount = min(amount, y_a if n_a != n_b else y_b)
-            rate[i], mirrored[i] = float(rate_of(np.array([n_a]))[0]), amount
+            rate[i], mirrored[i] = float(_one(senders, i).rate(np.array([n_a]))[0]), amount
+            sample[i] = bool(senders.grid[i])
         if not refined:
             excess = float(mirrored.sum()) - room
             if excess > 0:  # the MILP's feasibility tolerance: trim the largest share
                 j = int(np.argmax(mirrored))
                 mirrored[j] = max(mirrored[j] - excess, 0.0)
-            cap = senders.most_mirrored(rate)
+            chosen = on_ladders(ladders, sample)
+            cap = chosen.most_mirrored(rate)
             mirrored = np.minimum(mirrored, cap)
-            return rate, mirrored, senders.value(rate, mirrored)
+            return rate, mirrored, chosen.value(rate, mirrored), sample
     return None
 
 
@@ -82,7 +94,7 @@ def _initial(senders: Senders, i: int) -> set[float]:
     n_min, n_cap = float(senders.n_min[i]), float(senders.n_cap[i])
     chosen = {np.inf}
     if np.isfinite(n_min):
-        top = min(n_cap - 1, MAX_INTERVAL)
+        top = min(n_cap - 1, float(np.max(_one(senders, i).top_level)))
         chosen |= {n for n in n_min + np.arange(DENSE) if n <= top}
         chosen |= {n for n in n_min * 2.0 ** np.arange(1, LADDER) if n <= top}
     if np.isfinite(n_cap):
@@ -91,9 +103,9 @@ def _initial(senders: Senders, i: int) -> set[float]:
 
 
 def _vertex(senders: Senders, i: int, n: float) -> tuple[float, float]:
-    """(mirrored, value) of sender i at 1-in-n saturated (n = inf: off)."""
-    t = np.array([rate_of(np.array([n]))[0]])
+    """(mirrored, value) of sender i at 1-in-n (level n) saturated (n = inf: off)."""
     sub = _one(senders, i)
+    t = sub.rate(np.array([n]))
     y = sub.most_mirrored(t)
     return float(y[0]), float(sub.value(t, y)[0])
 
@@ -109,7 +121,7 @@ def _items(senders: Senders, i: int, explicit: set[float]):
     items = []
     for n in ordered:
         y, _ = _vertex(senders, i, n)
-        t = 0.0 if not np.isfinite(n) else 1.0 / n
+        t = float(_one(senders, i).rate(np.array([n]))[0])
         w, own = float(senders.weight[i]), float(senders.own[i])
         items.append(("segment", n, n, 0.0, y, w * own * t, w * (1 - t)))
     for n_a, n_b in zip(ordered, ordered[1:]):
@@ -123,16 +135,20 @@ def _items(senders: Senders, i: int, explicit: set[float]):
     return items
 
 
-def _solve(senders: Senders, explicit: dict[int, set[float]], room: float, seconds: float):
-    """One MILP (scipy's HiGHS); {sender: (kind, n_a, n_b, mirrored)} it picked, None if unsolved."""
-    rows = [(i, item) for i, ns in explicit.items() for item in _items(senders, i, ns)]
+def _solve(ladders: tuple[Senders, ...], explicit: dict[int, set[tuple[int, float]]],
+           room: float, seconds: float):
+    """One MILP (scipy's HiGHS); {sender: (ladder, kind, n_a, n_b, mirrored)} it picked, None
+    if unsolved."""
+    rows = [(i, (j, *item)) for i, ns in explicit.items() for j, senders in enumerate(ladders)
+            for item in _items(senders, i, {n for at, n in ns if at == j}) if ns]
     m = len(rows)
     if m == 0:
         return {}
-    kind = [item[0] for _, item in rows]
-    n_a = np.array([item[1] for _, item in rows])
-    n_b = np.array([item[2] for _, item in rows])
-    fixed, width, value, slope = (np.array([item[j] for _, item in rows]) for j in (3, 4, 5, 6))
+    ladder = [item[0] for _, item in rows]
+    kind = [item[1] for _, item in rows]
+    n_a = np.array([item[2] for _, item in rows])
+    n_b = np.array([item[3] for _, item in rows])
+    fixed, width, value, slope = (np.array([item[j] for _, item in rows]) for j in (4, 5, 6, 7))
     owner = np.array([i for i, _ in rows])
     senders_listed, group = np.unique(owner, return_inverse=True)
     # variables: z (m binaries), then q (m amounts)
@@ -155,9 +171,11 @@ def _solve(senders: Senders, explicit: dict[int, set[float]], room: float, secon
     z, q = result.x[:m], np.maximum(result.x[m:], 0.0)
     picks = {}
     for j in np.flatnonzero(z > 0.5).tolist():
-        picks[int(owner[j])] = (kind[j], float(n_a[j]), float(n_b[j]), float(fixed[j] + q[j]))
+        picks[int(owner[j])] = (ladder[j], kind[j], float(n_a[j]), float(n_b[j]),
+                                float(fixed[j] + q[j]))
+    flow = ladders[0]
     for i in explicit:
-        picks.setdefault(i, ("segment", float(senders.n_min[i]), float(senders.n_min[i]), 0.0))
+        picks.setdefault(i, (0, "segment", float(flow.n_min[i]), float(flow.n_min[i]), 0.0))
     return picks
 
 

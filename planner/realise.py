@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.planner.problem import Problem
 from cosample.planner.solution import Solution, distinct_pps
 
@@ -36,7 +37,7 @@ class Realised:
 
     planned_rate: np.ndarray     # continuous fraction sampled locally (the optimum)
     local_rate: np.ndarray       # applied: 1/N, or 0
-    sflow_sampling: np.ndarray   # N per server, 0 meaning no local sampling
+    sflow_sampling: np.ndarray   # N per server, 0 meaning no local sampling by sFlow
     local_pps: np.ndarray        # own packets sampled locally: U / N
     mirror_src: np.ndarray
     mirror_dst: np.ndarray
@@ -46,6 +47,8 @@ class Realised:
     distinct_pps: np.ndarray     # distinct own packets collected per server
     inbound_distinct_pps: float  # extra distinct packets from bridges sampling inbound traffic
     samples_pps: float           # samples/s sent to the collector (overlap and inbound included)
+    #: K per server sampling by the sample action (rate K/65535), 0 elsewhere; None: no server
+    sample_probability: np.ndarray | None = None
 
     @property
     def collected_pps(self) -> float:
@@ -63,12 +66,16 @@ def sampling_interval(rate: np.ndarray) -> np.ndarray:
 
 
 def predicted_load(problem: Problem, rate: np.ndarray, mirror_src: np.ndarray,
-                   mirror_dst: np.ndarray, mirror_pps: np.ndarray) -> np.ndarray:
-    """Each server's cost in pps units: forwarding + sampling its bridge + mirroring + receiving."""
+                   mirror_dst: np.ndarray, mirror_pps: np.ndarray,
+                   sample_hosts: np.ndarray | None = None) -> np.ndarray:
+    """Each server's cost in pps units: forwarding + sampling its bridge + mirroring + receiving
+    (``sample_hosts`` sample at ``alpha_sample`` per sample)."""
     n = problem.size
     out = np.bincount(mirror_src, weights=mirror_pps, minlength=n)
     received = np.bincount(mirror_dst, weights=mirror_pps, minlength=n)
-    return (problem.forwarding_pps + problem.alpha * rate * problem.bridge_pps
+    alpha = problem.alpha if sample_hosts is None else \
+        np.where(sample_hosts, problem.alpha_sample, problem.alpha)
+    return (problem.forwarding_pps + alpha * rate * problem.bridge_pps
             + problem.beta * out + (problem.alpha + problem.beta) * received)
 
 
@@ -76,6 +83,8 @@ def realise(solution: Solution) -> Realised:
     """Round local rates to 1-in-N, spend the freed capacity on existing pairs, count packets.
 
     Servers that receive sample 1-in-1, so that every mirrored packet they take is sampled.
+    Servers the solution has sample by the sample action (``Solution.sample_hosts``) take
+    K = floor(65535 r) instead: K/65535 <= r, never over capacity either.
     """
     problem = solution.problem
     own = problem.own_pps
@@ -88,6 +97,14 @@ def realise(solution: Solution) -> Realised:
     planned = np.where(planned * MAX_INTERVAL < 1.0, 0.0, planned)
     interval = sampling_interval(rate)
     applied = np.where(interval > 0, 1.0 / np.maximum(interval, 1), 0.0)
+    sample = solution.sample_hosts
+    probability = None
+    if sample is not None:
+        sample = sample & (received <= 0)  # a receiver samples 1-in-1 with sFlow
+        probability = np.where(sample, sample_probability(planned), 0)
+        interval = np.where(sample, 0, interval)
+        applied = np.where(sample, probability / SAMPLE_PROBABILITY_SCALE, applied)
+        sample = sample & (probability > 0)
     local_pps = own * applied
     mirror_pps = solution.mirror_pps.astype(float).copy()
     src, dst = solution.mirror_src, solution.mirror_dst
@@ -97,19 +114,25 @@ def realise(solution: Solution) -> Realised:
         headroom = np.minimum(own - offload, problem.mirror_cap_pps - offload)  # shares, mirror cap
         wanted = np.minimum(lost[src], headroom[src]) * mirror_pps / offload[src]
         wanted = np.maximum(wanted, 0.0)
-        load = predicted_load(problem, applied, src, dst, mirror_pps)
+        load = predicted_load(problem, applied, src, dst, mirror_pps, sample)
         room = np.maximum(problem.usable_pps - load, 0.0) / (problem.alpha + problem.beta)
         demand = np.bincount(dst, weights=wanted, minlength=problem.size)
         with np.errstate(divide="ignore", invalid="ignore"):
             scale = np.where(demand > 0, np.minimum(1.0, room / demand), 0.0)
         mirror_pps = mirror_pps + wanted * scale[dst]
-    load = predicted_load(problem, applied, src, dst, mirror_pps)
+    load = predicted_load(problem, applied, src, dst, mirror_pps, sample)
     mirrored = np.bincount(src, weights=mirror_pps, minlength=problem.size)
     distinct = distinct_pps(own, local_pps, mirrored)
     samples = float((applied * problem.bridge_pps).sum() + mirror_pps.sum())
     return Realised(planned, applied, interval, local_pps, src, dst, mirror_pps,
                     solution.mirror_pps.astype(float), load, distinct,
-                    _inbound_distinct(problem, applied, distinct), samples)
+                    _inbound_distinct(problem, applied, distinct), samples, probability)
+
+
+def sample_probability(rate: np.ndarray) -> np.ndarray:
+    """Largest K with K/65535 <= rate (within RATE_TOLERANCE): the sample action's share."""
+    k = np.floor(np.clip(rate, 0.0, 1.0) * SAMPLE_PROBABILITY_SCALE * (1 + RATE_TOLERANCE))
+    return np.minimum(k, SAMPLE_PROBABILITY_SCALE).astype(np.int64)
 
 
 def _inbound_distinct(problem: Problem, rate: np.ndarray, distinct: np.ndarray) -> float:

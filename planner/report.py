@@ -78,7 +78,8 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
                          if objective.get("bound_applied") is not None else "")
         + f"continuous {objective['bound_distinct']:,.0f}, "
         f"paper's LP {objective['bound_lp']:,.0f}",
-        *rounding_lines(summary.get("rounding")),
+        *rounding_lines(summary.get("rounding"), "local_mechanisms" in summary),
+        *mechanism_lines(summary.get("local_mechanisms")),
         f"baseline   {summary['noncollab_pps']:,.0f} pps without collaboration; "
         f"gain {_pct(summary['gain'])}",
         f"mirrors    {summary['mirror_pairs']} pairs, {summary['senders']} senders, "
@@ -108,17 +109,27 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
-def rounding_lines(rounding: dict[str, Any] | None) -> list[str]:
-    """What 1-in-N costs against the continuous optimum, and the servers that lose most."""
+def rounding_lines(rounding: dict[str, Any] | None, sample: bool = False) -> list[str]:
+    """What 1-in-N (and, with ``sample``, the sample action's K/65535) costs against the
+    continuous optimum, and the servers that lose most."""
     if not rounding:
         return []
-    line = (f"rounding   1-in-N costs {rounding['cost_pps']:,.0f} pps "
+    grids = "1-in-N and K/65535 cost" if sample else "1-in-N costs"
+    line = (f"rounding   {grids} {rounding['cost_pps']:,.0f} pps "
             f"({_pct(rounding['cost_share'])}) against the continuous optimum "
             f"{rounding['continuous_pps']:,.0f}")
     if rounding["servers"]:
         line += "; most: " + ", ".join(f"{s['name']} -{_pps(s['loss_pps'])}"
                                        for s in rounding["servers"])
     return [line]
+
+
+def mechanism_lines(counts: dict[str, int] | None) -> list[str]:
+    """How many hosts take their local share by each mechanism (when some may use ``sample``)."""
+    if not counts:
+        return []
+    return [f"local mechanisms {counts['sample']:,} sample (K/65535), {counts['sflow']:,} "
+            f"sFlow 1-in-N, {counts['off']:,} off; {counts['may_sample']:,} may use sample"]
 
 
 def default_console() -> Console:

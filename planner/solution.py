@@ -62,6 +62,9 @@ class Solution:
     lp_backend: str | None = None
     #: The continuous optimum when the solver already solved it (``exact``'s fallback).
     known_continuous: Solution | None = field(default=None, repr=False, compare=False)
+    #: Per server, True where the local share is taken by the sample action (K/65535, cost
+    #: ``Problem.alpha_sample``) instead of sFlow; None: sFlow everywhere.
+    sample_hosts: np.ndarray | None = None
 
     @cached_property
     def applied(self) -> Realised:

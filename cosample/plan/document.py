@@ -5,8 +5,10 @@ through ``cosample.validation``. The reader is strict about every field an agent
 hands to OVS and the kernel, and names the field in its error
 (``plan.json: hosts.s1.mirrors[0].rate: ... (got 1.5)``); unknown extra keys are tolerated, as
 the format requires. Host fields are the *applied* values (docs/formats.md): ``local_rate`` is
-``1/sflow_sampling`` and a host's ``mirrors[].rate`` sum to at most 1 (one exclusive tc chain);
-the plan as the solver left it, under ``hosts.<h>.planned``, is informational. An optional per-host
+``1/sflow_sampling`` (or ``sample_probability/65535`` for a host whose ``local_mechanism`` is
+``sample``, OVS's OpenFlow ``sample`` action with IPFIX, configured by the top-level ``ipfix``)
+and a host's ``mirrors[].rate`` sum to at most 1 (one exclusive tc chain); the plan as the
+solver left it, under ``hosts.<h>.planned``, is informational. An optional per-host
 ``appmon`` list names the services whose packets the host copies to an application analyser
 (docs/appmon-mechanisms.md; its models are ``cosample.plan.appmon``'s); it is strict (unknown
 keys refused). Two optional top-level fields belong to the agents: ``not_before`` (two-phase
@@ -27,6 +29,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
                       ValidationError, model_validator)
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.appmon import AppmonEntry, check_appmon
 from cosample.plan.errors import PlanError, fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
@@ -47,6 +50,11 @@ HEADER_BYTES = (14, 1024)
 #: controller publishes ``max(previous + 1, now)``, so a version far ahead of its creation time
 #: can only be a mistake or an attack, and would otherwise block every later plan as a rollback.
 VERSION_SKEW_S = 3600
+#: IPFIX's Observation Domain ID is 32 bits; 0 is reserved (RFC 7011, 3.1).
+MAX_OBSERVATION_DOMAIN = 2**32 - 1
+#: How a host takes its local share: sFlow 1-in-N on its bridge, or OVS's OpenFlow ``sample``
+#: action at K/65535 with IPFIX export (docs/formats.md).
+LocalMechanism = Literal["sflow", "sample"]
 
 
 # field types ---------------------------------------------------------------------------------
@@ -157,6 +165,15 @@ class SflowSpec(_Open):
     polling_s: Annotated[int, Field(ge=0, le=3600)] | None = None
 
 
+class IpfixSpec(_Open):
+    """The plan's IPFIX settings for hosts using ``sample``; anything missing comes from the
+    agent's configuration."""
+
+    collector: Collector | None = None
+    cache_active_timeout_s: Annotated[int, Field(ge=1, le=3600)] | None = None
+    cache_max_flows: Annotated[int, Field(ge=1, le=2**32 - 1)] | None = None
+
+
 class HostPlan(_Open):
     """One host's part of the plan (applied values; ``name`` is its key under ``hosts``)."""
 
@@ -172,14 +189,26 @@ class HostPlan(_Open):
     agent_ip: IpAddress | None = None
     vm_ports: Annotated[tuple[InterfaceName, ...], BeforeValidator(listed)] | None = None
     appmon: Annotated[tuple[AppmonEntry, ...], BeforeValidator(listed)] = ()
+    #: ``sample``: the local share by OVS's ``sample`` action at ``sample_probability``/65535,
+    #: exported as IPFIX with ``observation_domain``; ``sflow`` (default): ``sflow_sampling``
+    local_mechanism: LocalMechanism = "sflow"
+    sample_probability: Annotated[int, Field(ge=1, le=SAMPLE_PROBABILITY_SCALE)] | None = None
+    observation_domain: Annotated[int, Field(ge=1, le=MAX_OBSERVATION_DOMAIN)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "HostPlan":
+        if self.local_mechanism == "sample":
+            self._check_sample()
+        else:
+            for key in ("sample_probability", "observation_domain"):
+                if getattr(self, key) is not None:
+                    _fail((key,), "only with local_mechanism 'sample' (this host uses sflow)",
+                          getattr(self, key))
         if self.sflow_sampling is not None:
             if 1.0 / self.sflow_sampling > self.local_rate * (1 + RATE_SLACK) + RATE_SLACK:
                 _fail(("sflow_sampling",), f"1-in-{self.sflow_sampling} exceeds local_rate "
                       f"{self.local_rate:g}", self.sflow_sampling)
-        elif self.local_rate != 0.0:
+        elif self.local_rate != 0.0 and self.local_mechanism == "sflow":
             _fail(("sflow_sampling",), f"null although local_rate is {self.local_rate:g}", None)
         total = math.fsum(m.rate for m in self.mirrors)
         if total > 1.0 + RATE_SLACK:
@@ -196,6 +225,23 @@ class HostPlan(_Open):
         check_appmon(self.appmon)
         return self
 
+    def _check_sample(self) -> None:
+        """A ``sample`` host: probability and domain given, sFlow off, receives nothing (a
+        receiver's bridge samples 1-in-1 with sFlow), local_rate the probability's share."""
+        for key in ("sample_probability", "observation_domain"):
+            if getattr(self, key) is None:
+                _fail((key,), "required with local_mechanism 'sample'", None)
+        if self.sflow_sampling is not None:
+            _fail(("sflow_sampling",), "must be null with local_mechanism 'sample' (sFlow off "
+                  "on the bridge)", self.sflow_sampling)
+        if self.receives:
+            _fail(("receives",), "a host using local_mechanism 'sample' receives nothing (a "
+                  "receiver samples its bridge 1-in-1 with sFlow)", len(self.receives))
+        share = self.sample_probability / SAMPLE_PROBABILITY_SCALE  # type: ignore[operator]
+        if abs(self.local_rate - share) > RATE_SLACK:
+            _fail(("local_rate",), f"must be sample_probability/{SAMPLE_PROBABILITY_SCALE} = "
+                  f"{share:.12g}", self.local_rate)
+
 
 class Plan(_Open):
     """A validated plan. ``raw`` is the parsed JSON, kept for re-writing (last good, transitions)."""
@@ -210,6 +256,7 @@ class Plan(_Open):
     datacentre: str = ""
     reset: bool = False
     sflow: SflowSpec = SflowSpec()
+    ipfix: IpfixSpec = IpfixSpec()
     hosts: Annotated[dict[HostName, HostPlan], Field(min_length=1)]
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -233,6 +280,7 @@ class Plan(_Open):
                   f"{int(created.timestamp())}); a version that far ahead "  # type: ignore
                   f"would block every later plan", self.version)
         _check_pairs(self.hosts)
+        _check_domains(self.hosts)
         return self
 
     @property
@@ -354,6 +402,19 @@ def _check_pairs(hosts: dict[str, HostPlan]) -> None:
             if receive.peer not in hosts or not any(
                     m.peer == host.name for m in hosts[receive.peer].mirrors):
                 _fail(loc, f"{receive.peer!r} does not mirror to {host.name}", receive.peer)
+
+
+def _check_domains(hosts: dict[str, HostPlan]) -> None:
+    """Each ``observation_domain`` names one host: the collector attributes records by it."""
+    seen: dict[int, str] = {}
+    for host in hosts.values():
+        domain = host.observation_domain
+        if domain is None:
+            continue
+        if domain in seen:
+            _fail(("hosts", host.name, "observation_domain"), f"also the observation domain "
+                  f"of {seen[domain]}; each host needs its own", domain)
+        seen[domain] = host.name
 
 
 def validate_plan_part(kind: type, document: Any, source: str, prefix: str = "") -> Any:

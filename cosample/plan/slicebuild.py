@@ -34,7 +34,9 @@ except ImportError:  # pragma: no cover - a host without a compiler
     _slices = None
 
 #: A peer's fields every view of it keeps (its lists are cut to the pairs with the viewer).
-PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip")
+#: (The local mechanism's fields too: a ``sample`` peer's entry is valid only with them.)
+PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip", "local_mechanism",
+               "sample_probability", "observation_domain")
 _SORTED = orjson.OPT_SORT_KEYS
 
 

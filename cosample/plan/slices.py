@@ -43,7 +43,7 @@ SLICES_DIR = "hosts"
 #: The plan's top-level fields a slice's head carries (what ``document.Plan`` reads, and the
 #: transition's phase); the rest (summary, solver, cost) is for people and stays in the plan.
 HEAD_FIELDS = ("format", "format_version", "version", "created", "expires", "not_before",
-               "plan_id", "datacentre", "reset", "sflow", "transition")
+               "plan_id", "datacentre", "reset", "sflow", "ipfix", "transition")
 HASH_NAME = "sha256"
 #: A host name that is its own slice file name (``slice_file_name``).
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")

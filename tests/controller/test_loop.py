@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from cosample.plan.document import parse_document
-from cosample.planner.planfile import AGENT_FIELDS
+from cosample.planner.planfile import AGENT_FIELDS, SAMPLE_FIELDS
 from cosample.plan.signing import generate_keypair, verify
 from cosample.cli import main
 from cosample.collector.polling import plan_lead_s
@@ -87,9 +87,10 @@ def test_first_plan_is_signed_and_accepted_by_the_agents(tmp_path, keys):
     assert os.path.samefile(state / "current-plan.json", rig.publish_dir / "plan.json")
     # the agents get their fields only; the rest of each entry is the report, in columns
     published = json.loads(data)
-    # (``appmon`` only when the description lists services: the inventory has none)
+    # (``appmon`` only when the description lists services: the inventory has none; the sample
+    # mechanism's fields only when a server may use it: the inventory gives no alpha_sample)
     assert {key for host in published["hosts"].values() for key in host} == \
-        set(AGENT_FIELDS) - {"appmon"} | {"bridge", "tunnel_ip", "vm_ports"}
+        set(AGENT_FIELDS) - {"appmon", *SAMPLE_FIELDS} | {"bridge", "tunnel_ip", "vm_ports"}
     report = json.loads((state / "current-report.json").read_bytes())
     assert (report["plan_id"], report["version"]) == (plan.plan_id, plan.version)
     assert report["names"] == ["s1", "s2", "s3"] and len(report["load_pps"]) == 3

@@ -178,3 +178,29 @@ def test_the_cpu_methods_vxlan_mirror_runs_shorter_runs_unless_told(tmp_path, mo
     assert guarded.run_design("sflow") == (12.0, 120, 0.04) and guarded.run_lengths == ()
     assert throughput.run_lengths == ()
     assert not (tmp_path / "m.csv").exists() and not (tmp_path / "c.json").exists()
+
+
+def test_a_campaign_with_the_cached_sample_action_gives_alpha_sample(tmp_path, capsys):
+    from cosample.costmodel.calibration_file import read_calibration_file
+    from cosample.costmodel.coefficients import coefficients, intervals
+
+    data = simulate({"sflow": 0.8, "mirror": 0.3, "sample_action_cached": 0.5}, 1e5,
+                    noise=0.01, seed=4)
+    path = write_measurements(data, tmp_path / "m.csv")
+    out = tmp_path / "c.json"
+    assert main(["fit", str(path), "-o", str(out), "--bootstrap", "100"]) == 0
+    document = json.loads(out.read_text())
+    assert document["alpha_sample"] == pytest.approx(0.5, abs=0.03)
+    assert document["roles"] == {"alpha": "sflow", "beta": "mirror",
+                                 "alpha_sample": "sample_action_cached"}
+    assert "alpha_sample = 0.5" in capsys.readouterr().out
+    read = read_calibration_file(out)
+    assert coefficients(read, out)["alpha_sample"] == pytest.approx(document["alpha_sample"])
+    low, high = intervals(read)["alpha_sample"]
+    assert low < document["alpha_sample"] < high
+    # a campaign without it names no such role (files as before)
+    plain = write_measurements(simulate({"sflow": 0.8, "mirror": 0.3}, 1e5, seed=4),
+                               tmp_path / "p.csv")
+    assert main(["fit", str(plain), "-o", str(tmp_path / "p.json"), "--bootstrap", "100"]) == 0
+    document = json.loads((tmp_path / "p.json").read_text())
+    assert "alpha_sample" not in document and "alpha_sample" not in document["roles"]

@@ -104,7 +104,7 @@ BAD = [
     (dict(header=COLUMNS + ["cpu"]),
      "servers.csv: row 1: column 13 'cpu': not a server field (one of name, capacity_pps, alpha, "
      "beta, calibration, tunnel_ip, bridge, vm_ports, margin, weight, packet_bytes, "
-     "mirror_cap_bytes_per_s, bridge_layout)"),
+     "mirror_cap_bytes_per_s, bridge_layout, alpha_sample, observation_domain)"),
     (dict(traffic={**TRAFFIC, "s2": {"s9": 5}}),
      "traffic.csv: row 4: destination: unknown server, not in servers (got 's9')"),
     (dict(traffic={**TRAFFIC, "s7": {"s1": 5}}),
