@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
                       ValidationError, model_validator)
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.appmon import AppmonEntry, check_appmon
 from cosample.plan.errors import PlanError, fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
@@ -157,6 +158,15 @@ class SflowSpec(_Open):
     polling_s: Annotated[int, Field(ge=0, le=3600)] | None = None
 
 
+class IpfixSpec(_Open):
+    """The plan's IPFIX settings for ``sample`` hosts; anything missing comes from the agent's
+    configuration."""
+
+    collector: Collector | None = None
+    cache_active_timeout_s: Annotated[int, Field(ge=1, le=3600)] | None = None
+    cache_max_flows: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] | None = None
+
+
 class HostPlan(_Open):
     """One host's part of the plan (applied values; ``name`` is its key under ``hosts``)."""
 
@@ -172,10 +182,21 @@ class HostPlan(_Open):
     agent_ip: IpAddress | None = None
     vm_ports: Annotated[tuple[InterfaceName, ...], BeforeValidator(listed)] | None = None
     appmon: Annotated[tuple[AppmonEntry, ...], BeforeValidator(listed)] = ()
+    #: How the host takes its local share: sFlow's 1-in-N, or OVS's ``sample`` action with
+    #: probability ``sample_probability / 65535`` exported as IPFIX under ``observation_domain``.
+    local_mechanism: Literal["sflow", "sample"] = "sflow"
+    sample_probability: Annotated[int, Field(ge=1, le=SAMPLE_PROBABILITY_SCALE)] | None = None
+    observation_domain: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "HostPlan":
-        if self.sflow_sampling is not None:
+        if self.local_mechanism == "sample":
+            self._sample_consistent()
+        elif self.sample_probability is not None or self.observation_domain is not None:
+            key = "sample_probability" if self.sample_probability is not None \
+                else "observation_domain"
+            _fail((key,), "only with local_mechanism 'sample'", getattr(self, key))
+        elif self.sflow_sampling is not None:
             if 1.0 / self.sflow_sampling > self.local_rate * (1 + RATE_SLACK) + RATE_SLACK:
                 _fail(("sflow_sampling",), f"1-in-{self.sflow_sampling} exceeds local_rate "
                       f"{self.local_rate:g}", self.sflow_sampling)
@@ -196,6 +217,22 @@ class HostPlan(_Open):
         check_appmon(self.appmon)
         return self
 
+    def _sample_consistent(self) -> None:
+        """``sample``: sFlow off, no receiver tunnels, local_rate the action's probability."""
+        for key in ("sample_probability", "observation_domain"):
+            if getattr(self, key) is None:
+                _fail((key,), "required with local_mechanism 'sample'", None)
+        if self.sflow_sampling is not None:
+            _fail(("sflow_sampling",), "must be null with local_mechanism 'sample'",
+                  self.sflow_sampling)
+        if self.receives:
+            _fail(("receives",), "must be empty with local_mechanism 'sample' (a receiver "
+                  "needs sFlow 1-in-1 on its bridge)", len(self.receives))
+        rate = self.sample_probability / SAMPLE_PROBABILITY_SCALE  # type: ignore[operator]
+        if abs(self.local_rate - rate) > RATE_SLACK:
+            _fail(("local_rate",), f"differs from sample_probability / "
+                  f"{SAMPLE_PROBABILITY_SCALE} = {rate:.9g}", self.local_rate)
+
 
 class Plan(_Open):
     """A validated plan. ``raw`` is the parsed JSON, kept for re-writing (last good, transitions)."""
@@ -210,6 +247,7 @@ class Plan(_Open):
     datacentre: str = ""
     reset: bool = False
     sflow: SflowSpec = SflowSpec()
+    ipfix: IpfixSpec = IpfixSpec()
     hosts: Annotated[dict[HostName, HostPlan], Field(min_length=1)]
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -233,6 +271,7 @@ class Plan(_Open):
                   f"{int(created.timestamp())}); a version that far ahead "  # type: ignore
                   f"would block every later plan", self.version)
         _check_pairs(self.hosts)
+        _check_domains(self.hosts)
         return self
 
     @property
@@ -354,6 +393,17 @@ def _check_pairs(hosts: dict[str, HostPlan]) -> None:
             if receive.peer not in hosts or not any(
                     m.peer == host.name for m in hosts[receive.peer].mirrors):
                 _fail(loc, f"{receive.peer!r} does not mirror to {host.name}", receive.peer)
+
+
+def _check_domains(hosts: dict[str, HostPlan]) -> None:
+    """A host's IPFIX observation domain names it at the collector: unique in a plan."""
+    seen: dict[int, str] = {}
+    for host in hosts.values():
+        domain = host.observation_domain
+        if domain is not None and domain in seen:
+            _fail(("hosts", host.name, "observation_domain"), f"also {seen[domain]}'s", domain)
+        if domain is not None:
+            seen[domain] = host.name
 
 
 def validate_plan_part(kind: type, document: Any, source: str, prefix: str = "") -> Any:
