@@ -243,3 +243,35 @@ def test_sampled_share_on_real_traffic(lab, tmp_path):
     n_packets = int(forwarded.split("n_packets=")[1].split(",")[0])
     assert n_packets >= PACKETS  # the other flow still ran for every packet after sampling
     assert after_sflow == (([], []), [])
+
+
+def test_the_fake_host_says_what_the_real_one_says(sandbox):
+    """Command for command, for a sample plan and back to sFlow (cf. test_sandbox)."""
+    from cosample.agents.desired import desired_state
+    from cosample.agents.fakehost import FakeHost
+    from cosample.agents.reconcile import reconcile
+    from cosample.plan.document import plan_from_dict
+    _, config, _, write_plan = sandbox
+    write_plan(sample_plan(1, bridge=BRIDGE))
+    real = agent(config)
+    fake = FakeHost(bridge=BRIDGE)
+    for version, probability in ((1, PROBABILITY), (2, 1000), (3, None)):
+        desired = desired_state(plan_from_dict(sample_plan(version, probability=probability,
+                                                           bridge=BRIDGE)), real.config)
+        real_commands = reconcile(desired, real.host.observe(BRIDGE))
+        fake_commands = reconcile(desired, fake.observe(BRIDGE))
+        assert _without_uuids(real_commands) == _without_uuids(fake_commands), version
+        for command in real_commands:
+            real.host.apply(command)
+        for command in fake_commands:
+            fake.apply(command)
+        assert reconcile(desired, real.host.observe(BRIDGE)) == []
+        assert reconcile(desired, fake.observe(BRIDGE)) == []
+
+
+def _without_uuids(commands):
+    """Commands with the OVSDB row ids (the fake's are its own) replaced by a mark."""
+    from dataclasses import fields, replace
+    return [replace(c, **{f.name: "UUID" for f in fields(c)
+                          if f.name in ("uuid", "ipfix_uuid") and getattr(c, f.name)})
+            for c in commands]
