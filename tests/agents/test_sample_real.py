@@ -275,3 +275,33 @@ def _without_uuids(commands):
     return [replace(c, **{f.name: "UUID" for f in fields(c)
                           if f.name in ("uuid", "ipfix_uuid") and getattr(c, f.name)})
             for c in commands]
+
+
+def test_collector_change_in_place_and_bridge_change(sandbox):
+    """A new IPFIX collector updates the IPFIX row in place (same set); a host moved to another
+    bridge leaves no row and no flow on the old one."""
+    ovs, config, _, write_plan = sandbox
+    write_plan(sample_plan(1, bridge=BRIDGE))
+    assert agent(config).cycle().result == "ok"
+    uuids = ovs.vsctl("--columns=_uuid", "--bare", "list", "Flow_Sample_Collector_Set").split()
+    write_plan(sample_plan(2, bridge=BRIDGE, ipfix_target="127.0.0.1:4740"))
+    report = agent(config).cycle()
+    assert report.result == "ok" and len(report.commands) == 1, report.commands
+    assert ovs.vsctl("--columns=_uuid", "--bare", "list",
+                     "Flow_Sample_Collector_Set").split() == uuids
+    assert [r["targets"] for r in exporter_rows(ovs)[1]] == ["127.0.0.1:4740"]
+    other = "cabr9"
+    ovs.vsctl("add-br", other, "--", "set", "Bridge", other, "datapath_type=dummy")
+    try:
+        moved = agent(config, bridge=other)
+        assert moved.cycle().result == "ok"
+        assert sample_flows(ovs, BRIDGE) == [] and len(sample_flows(ovs, other)) == 1
+        sets = json.loads(ovs.vsctl("--format=json", "--columns=bridge", "list",
+                                    "Flow_Sample_Collector_Set"))["data"]
+        bridge_uuid = ovs.vsctl("get", "Bridge", other, "_uuid").strip()
+        assert sets == [[["uuid", bridge_uuid]]]
+        assert moved.cycle().commands == ()
+        agent(config, bridge=other).remove()
+        assert exporter_rows(ovs) == ([], []) and sample_flows(ovs, other) == []
+    finally:
+        ovs.vsctl("--if-exists", "del-br", other)
