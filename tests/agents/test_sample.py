@@ -240,3 +240,20 @@ def test_the_metric_shows_the_probability(make_plan, config_for):
     text = metrics.text().decode()
     assert f"cosample_agent_sample_probability {float(PROBABILITY)}" in text
     assert "cosample_agent_sflow_sampling_n 0.0" in text
+
+
+def test_appmon_flows_are_the_same_with_the_sample_mechanism(make_plan, config_for):
+    """The sample flow composes by its mark and resubmit: the appmon flows do not change."""
+    entry = {"service": {"address": "10.0.0.12", "port": 8080},
+             "mechanism": "selective_mirror", "to": "s4"}
+    flows = {}
+    for mechanism, doc in (("sflow", make_plan()), ("sample", sample_document(make_plan))):
+        doc["hosts"]["s1"]["appmon"] = [dict(entry)]
+        host = FakeHost()
+        desired = desired_state(plan_from_dict(doc), config_for())
+        for _ in range(2):
+            converge(host, desired)
+        assert reconcile(desired, host.observe(desired.bridge)) == []
+        flows[mechanism] = set().union(*host.appmon.flows.values())
+        assert (s.SAMPLE_COOKIE in host.flows) == (mechanism == "sample")
+    assert flows["sflow"] == flows["sample"] and any("NORMAL" in f for f in flows["sample"])
