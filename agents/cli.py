@@ -95,6 +95,8 @@ def _host_options(parser: argparse.ArgumentParser) -> None:
                         help="a VM port to mirror from (repeat; default: from the plan, else "
                              "all non-tunnel ports of the bridge)")
     parser.add_argument("--collector", help="sFlow collector HOST:PORT if the plan has none")
+    parser.add_argument("--ipfix-collector", help="IPFIX collector HOST:PORT of a host the plan "
+                                                  "has sample (if the plan has none)")
     parser.add_argument("--state-dir", help="status, metrics, last good plan")
     parser.add_argument("--public-key", help="require plans signed by this ed25519 key")
     parser.add_argument("--insecure-unsigned", action="store_const", const=True,
@@ -110,7 +112,7 @@ def _host_options(parser: argparse.ArgumentParser) -> None:
 
 
 _OPTION_KEYS = ("host", "plan", "interval_s", "jitter_s", "ovsdb", "ovs_rundir", "bridge",
-                "vm_ports", "collector", "state_dir", "public_key", "insecure_unsigned",
+                "vm_ports", "collector", "ipfix_collector", "state_dir", "public_key", "insecure_unsigned",
                 "timeout_s", "metrics_port", "max_plan_mib", "slices")
 
 

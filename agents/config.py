@@ -45,6 +45,11 @@ class AgentConfig(Strict):
     sflow_agent: SflowAgent | None = None
     header_bytes: Annotated[int, Field(ge=HEADER_BYTES[0], le=HEADER_BYTES[1])] = 128
     polling_s: Annotated[int, Field(ge=0, le=3600)] = 30
+    #: Where a ``sample`` host's IPFIX goes when the plan's ``ipfix.collector`` is absent, and
+    #: its exporter's flow cache (the calibrated setting: 1 s, 1024 flows; docs/planner.md).
+    ipfix_collector: Collector | None = None
+    ipfix_cache_active_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 1
+    ipfix_cache_max_flows: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] = 1024
     state_dir: Text = "/var/lib/cosample-agent"
     public_key: Text | None = None
     #: Accept plans without a signature (and warn on every cycle): for labs, never production.

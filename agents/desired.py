@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from cosample.agents.appmon_state import desired_appmon
 from cosample.agents.config import AgentConfig
+from cosample.agents.sample import desired_sample
 from cosample.plan.errors import PlanError
 from cosample.plan.document import HostPlan, Plan, SflowSpec, tunnel_ip
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, DesiredState, MirrorTarget,
@@ -26,7 +27,7 @@ def desired_state(plan: Plan, config: AgentConfig) -> DesiredState:
         raise PlanError(f"hosts: no entry for this host {config.host!r} "
                         f"(the plan has {len(plan.hosts)} hosts)")
     sflow = None
-    if host.sflow_sampling is not None:
+    if host.sflow_sampling is not None:  # null for a ``sample`` host: sFlow off on its bridge
         sflow = _sflow_settings(plan.sflow, config, host.sflow_sampling)
     mirrors, receivers = _mirror_targets(plan, host, config), _tunnel_ports(plan, host, config)
     return DesiredState(
@@ -36,6 +37,7 @@ def desired_state(plan: Plan, config: AgentConfig) -> DesiredState:
         receivers=receivers,
         vm_ports=_vm_ports(config, host),
         mode="plan", plan_version=plan.version,
+        sample=desired_sample(plan, host, config),
         appmon=desired_appmon(plan, host, config.vxlan_port,
                               tuple(t.vni for t in mirrors) + tuple(p.key for p in receivers)))
 

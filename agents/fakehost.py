@@ -17,11 +17,13 @@ from dataclasses import dataclass, field, replace
 from cosample.agents import commands as c
 from cosample.agents.appmon_fake import FakeAppmon
 from cosample.agents.appmon_reconcile import APPMON_COMMANDS
+from cosample.agents import sample as s
 from cosample.agents.errors import HostError
 from cosample.agents.host import Host
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, ObservedDevice, ObservedFilter,
                                    ObservedFlow, ObservedLink, ObservedPort, ObservedSflow,
                                    ObservedState)
+from cosample.dataplane.ipfix import SAMPLE_COLLECTOR_SET_ID
 from cosample.dataplane.tcmirror import bpf_random_bytecode
 
 
@@ -53,13 +55,17 @@ class FakeHost(Host):
         self.fail_on: set[type] = set()
         self._uuids = (f"uuid-{k}" for k in itertools.count(1))
         self.appmon = FakeAppmon()  # application monitoring (appmon_fake)
+        #: Flow_Sample_Collector_Set rows (with their IPFIX row) by UUID
+        self.exporters: dict[str, s.ObservedExporter] = {}
 
     # the host interface ---------------------------------------------------------------------
     def observe(self, bridge: str, links: Iterable[str] = (),
                 remotes: Iterable[str] = ()) -> ObservedState:
+        sample = s.ObservedSample(tuple(sorted(self.exporters.values(),
+                                               key=lambda e: (e.bridge, e.uuid))))
         if not self.bridge_exists or bridge != self.bridge:
             return ObservedState(bridge=bridge, bridge_exists=False,
-                                 appmon=self.appmon.observe(bridge, {}))
+                                 appmon=self.appmon.observe(bridge, {}), sample=sample)
         names = {p.name for p in self.ports.values() if not p.owned} | set(links)
         observed_links = {
             name: ObservedLink(name, link.clsact, tuple(
@@ -72,7 +78,8 @@ class FakeHost(Host):
                              flows=tuple(f for _, f in sorted(self.flows.items())),
                              links=observed_links,
                              devices=tuple(sorted(self.devices.values(), key=lambda d: d.name)),
-                             appmon=self.appmon.observe(bridge, self._bridge_ports()))
+                             appmon=self.appmon.observe(bridge, self._bridge_ports()),
+                             sample=sample)
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1
@@ -104,6 +111,12 @@ class FakeHost(Host):
     def add_foreign_sflow(self) -> None:
         self.sflow = ObservedSflow("foreign-uuid", owned=False,
                                    settings=c.SflowSettings("192.0.2.9:6343", 1))
+
+    def add_foreign_collector_set(self, set_id: int = SAMPLE_COLLECTOR_SET_ID) -> None:
+        """Someone else's Flow_Sample_Collector_Set (unmarked) on the bridge."""
+        self.exporters["foreign-set"] = s.ObservedExporter(
+            self.bridge, "foreign-set", set_id, owned=False, ipfix_uuid="foreign-ipfix",
+            ipfix=s.IpfixSettings("192.0.2.9:4739", 60, 100))
 
     # command handlers -----------------------------------------------------------------------
     def _apply_SetSflow(self, command: c.SetSflow) -> None:
@@ -178,3 +191,28 @@ class FakeHost(Host):
                 for prio, f in list(link.filters.items()):
                     if f.target == name:
                         link.filters[prio] = replace(f, target=None)
+
+    def _apply_SetSampleExporter(self, command: s.SetSampleExporter) -> None:
+        if command.ipfix_uuid:
+            for uuid, row in self.exporters.items():
+                if row.ipfix_uuid == command.ipfix_uuid and row.owned:
+                    self.exporters[uuid] = replace(row, ipfix=command.ipfix)
+            return
+        if any(e.set_id == SAMPLE_COLLECTOR_SET_ID and e.bridge == command.bridge
+               for e in self.exporters.values()):  # OVSDB's index on (id, bridge)
+            raise HostError(f"{command.describe()}: a collector set with this id exists")
+        uuid = next(self._uuids)
+        self.exporters[uuid] = s.ObservedExporter(command.bridge, uuid, SAMPLE_COLLECTOR_SET_ID,
+                                                  owned=True, ipfix_uuid=next(self._uuids),
+                                                  ipfix=command.ipfix)
+
+    def _apply_RemoveSampleExporter(self, command: s.RemoveSampleExporter) -> None:
+        self.exporters.pop(command.uuid, None)
+
+    def _apply_SetSampleFlow(self, command: s.SetSampleFlow) -> None:
+        self.flows[s.SAMPLE_COOKIE] = ObservedFlow(
+            s.SAMPLE_COOKIE, None, s.SAMPLE_PRIORITY,
+            s.sample_actions(command.probability, command.domain))
+
+    def _apply_RemoveSampleFlow(self, command: s.RemoveSampleFlow) -> None:
+        self.flows.pop(s.SAMPLE_COOKIE, None)

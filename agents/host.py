@@ -22,6 +22,8 @@ from cosample.agents.ledger import LEDGER_FILE, Ledger
 from cosample.agents.linuxnet import LinuxSide
 from cosample.agents.ovsdb import OvsdbSide
 from cosample.agents.reconcile import VM_PORT_TYPES
+from cosample.agents.sample import SAMPLE_COMMANDS, SetSampleExporter, SetSampleFlow
+from cosample.agents.sample_host import SampleSide
 from cosample.agents.state import ObservedState
 
 
@@ -44,7 +46,7 @@ class Host(ABC):
 _LINUX_COMMANDS = (c.AddMirrorDevice, c.RemoveMirrorDevice, c.AddClsact, c.RemoveClsact,
                    c.SetMirrorFilter, c.RemoveMirrorFilter)
 #: Commands that put something the agent owns on a bridge: the ledger names it first.
-_BRIDGE_WRITES = (c.SetSflow, c.AddTunnelPort, c.AddDropFlow)
+_BRIDGE_WRITES = (c.SetSflow, c.AddTunnelPort, c.AddDropFlow, SetSampleExporter, SetSampleFlow)
 
 
 class LinuxOvsHost(Host):
@@ -55,22 +57,24 @@ class LinuxOvsHost(Host):
         self.ovs = OvsdbSide(config.ovsdb, config.rundir, config.timeout_s)
         self.linux = LinuxSide(config.mirror_device_prefix, self.ledger, config.timeout_s)
         self.appmon = AppmonSide(self.ovs, self.ledger, config.timeout_s)
+        self.sample = SampleSide(self.ovs)
         self.writes = 0
 
     def observe(self, bridge: str, links: Iterable[str] = (),
                 remotes: Iterable[str] = ()) -> ObservedState:
         exists, sflow, ports, elsewhere = self.ovs.observe(bridge, self.ledger.names("bridges"))
         appmon = self.appmon.observe(bridge)
+        sample = self.sample.observe()
         if not exists:
             return ObservedState(bridge=bridge, bridge_exists=False, elsewhere=elsewhere,
-                                 appmon=appmon)
+                                 appmon=appmon, sample=sample)
         names = {p.name for p in ports if not p.owned and p.type in VM_PORT_TYPES} | set(links)
         names.discard(bridge)
         observed_links, devices, foreign, underlay = self.linux.observe(names, remotes)
         return ObservedState(bridge=bridge, bridge_exists=True, sflow=sflow, ports=ports,
                              flows=self.ovs.flows(bridge), links=observed_links,
                              devices=devices, foreign_links=foreign, underlay=underlay,
-                             elsewhere=elsewhere, appmon=appmon)
+                             elsewhere=elsewhere, appmon=appmon, sample=sample)
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1
@@ -83,4 +87,5 @@ class LinuxOvsHost(Host):
         else:
             if isinstance(command, _BRIDGE_WRITES):
                 self.ledger.add("bridges", command.bridge)  # before: a crash orphans nothing
-            self.ovs.apply(command)
+            side = self.sample if isinstance(command, SAMPLE_COMMANDS) else self.ovs
+            side.apply(command)

@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cosample.agents.appmon_reconcile import appmon_problems, reconcile_appmon
+from cosample.agents.sample import (SAMPLE_COOKIE, RemoveSampleExporter, RemoveSampleFlow,
+                                    SetSampleExporter, SetSampleFlow, reconcile_sample,
+                                    sample_problems)
 from cosample.agents.commands import (AddClsact, AddDropFlow, AddMirrorDevice, AddTunnelPort,
                                       Command, ForgetBridge, RemoveClsact, RemoveDropFlow,
                                       RemoveMirrorDevice, RemoveMirrorFilter, RemoveSflow,
@@ -34,12 +37,15 @@ def reconcile(desired: DesiredState, observed: ObservedState) -> list[Command]:
     (application monitoring's before and after the rest: appmon_reconcile)."""
     app_decrease, app_increase = reconcile_appmon(desired.appmon, observed.appmon,
                                                   desired.bridge, observed.bridge_exists)
+    sample_decrease, sample_increase = reconcile_sample(
+        desired.sample, observed.sample, desired.bridge, observed.bridge_exists,
+        {f.cookie: (f.priority, f.actions) for f in observed.flows})
     if not observed.bridge_exists:  # never create a production bridge; find_problems says so
-        stale: list[Command] = []
+        stale: list[Command] = list(sample_decrease)
         _elsewhere(desired, observed, stale)
         return app_decrease + _ordered(stale, _DECREASE_ORDER) + app_increase
-    decrease: list[Command] = []
-    increase: list[Command] = []
+    decrease: list[Command] = list(sample_decrease)
+    increase: list[Command] = list(sample_increase)
     blocked = _blocked_devices(desired, observed)
     recreated = _devices(desired, observed, blocked, decrease, increase)
     _filters(desired, observed, recreated, bool(blocked), decrease, increase)
@@ -82,6 +88,7 @@ def find_problems(desired: DesiredState, observed: ObservedState) -> list[str]:
     if not observed.bridge_exists:
         return [f"bridge {observed.bridge} does not exist; the agent never creates bridges"]
     problems = appmon_problems(desired.appmon, observed.appmon)
+    problems += sample_problems(desired.sample, observed.sample, observed.bridge)
     if observed.sflow is not None and not observed.sflow.owned:
         problems.append(f"bridge {observed.bridge} has a foreign sFlow row "
                         f"{observed.sflow.uuid}; left alone, local sampling not managed")
@@ -203,7 +210,7 @@ def _tunnels(desired: DesiredState, observed: ObservedState, decrease: list, inc
     wanted_names = {p.name for p in desired.receivers}
     decrease += [RemoveTunnelPort(desired.bridge, name)
                  for name in sorted(set(owned) - wanted_names)]
-    have_flows = {f.cookie: f for f in observed.flows}
+    have_flows = {f.cookie: f for f in observed.flows if f.cookie != SAMPLE_COOKIE}
     for cookie, flow in sorted(have_flows.items()):
         if cookie not in wanted_flows or (flow.in_port, flow.priority, flow.actions) != (
                 wanted_flows[cookie], DROP_FLOW_PRIORITY, "drop"):
@@ -245,9 +252,10 @@ def _elsewhere(desired: DesiredState, observed: ObservedState, decrease: list) -
 
 
 _DECREASE_ORDER = (RemoveMirrorFilter, RemoveClsact, RemoveMirrorDevice,
-                   RemoveTunnelPort, RemoveDropFlow, RemoveSflow, SetSflow, ForgetBridge)
+                   RemoveTunnelPort, RemoveDropFlow, RemoveSampleFlow, SetSampleFlow,
+                   RemoveSampleExporter, RemoveSflow, SetSflow, ForgetBridge)
 _INCREASE_ORDER = (AddMirrorDevice, AddDropFlow, AddTunnelPort, AddClsact, SetMirrorFilter,
-                   SetSflow)
+                   SetSflow, SetSampleExporter, SetSampleFlow)
 
 
 def _ordered(commands: Iterable[Command], order: tuple[type, ...]) -> list[Command]:

@@ -57,9 +57,13 @@ def summarise(desired: DesiredState | None) -> dict[str, Any]:
     """The desired state in a few JSON-safe fields."""
     if desired is None:
         return {}
+    sample = desired.sample
     return {"bridge": desired.bridge,
+            "local_mechanism": "sample" if sample else "sflow",
             "sflow_sampling": desired.sflow.sampling if desired.sflow else None,
             "collector": desired.sflow.target if desired.sflow else None,
+            **({"sample_probability": sample.probability, "observation_domain": sample.domain,
+                "ipfix_collector": sample.ipfix.target} if sample else {}),
             "mirrors": {t.peer: t.rate for t in desired.mirrors},
             "receives_from": [p.peer for p in desired.receivers],
             **({"appmon": appmon} if (appmon := appmon_summary(desired.appmon)) else {})}
@@ -86,6 +90,9 @@ class Metrics:
                                   "Unix time the running plan expires (0: no plan)", registry=r)
         self.sampling = Gauge("cosample_agent_sflow_sampling_n",
                               "Configured sFlow 1-in-N (0: none)", registry=r)
+        self.sample_probability = Gauge(
+            "cosample_agent_sample_probability", "Probability of the sample action, of 65535 "
+            "(0: the host samples with sFlow or not at all)", registry=r)
         self.mirror_rate = Gauge("cosample_agent_mirror_ratio",
                                  "Planned mirrored share of own traffic", ["target"], registry=r)
         self.receivers = Gauge("cosample_agent_receiver_tunnels", "Receiver tunnel ports wanted",
@@ -118,6 +125,8 @@ class Metrics:
         self.plan_expires.set(datetime.fromisoformat(report.plan_expires).timestamp()
                               if report.plan_expires else 0)
         self.sampling.set(desired.sflow.sampling if desired and desired.sflow else 0)
+        self.sample_probability.set(desired.sample.probability
+                                    if desired and desired.sample else 0)
         self.mirror_rate.clear()
         for target in desired.mirrors if desired else ():
             self.mirror_rate.labels(target=target.peer).set(target.rate)

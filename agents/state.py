@@ -16,6 +16,7 @@ from cosample.dataplane.tunnels import pair_vni  # noqa: F401  (re-exported: age
 
 if TYPE_CHECKING:
     from cosample.agents.appmon_state import DesiredAppmon, ObservedAppmon
+    from cosample.agents.sample import ObservedSample, SampleSettings
 
 #: ``external_ids`` key/value on every OVSDB row the agent creates.
 OWNER_KEY, OWNER_VALUE = "cosample-owner", "agent"
@@ -103,6 +104,7 @@ class DesiredState:
     mode: str = "plan"  # "plan" or "safe"
     plan_version: int | None = None
     appmon: "DesiredAppmon | None" = None  # None: no application monitoring (all removed)
+    sample: "SampleSettings | None" = None  # the ``sample`` local mechanism (agents/sample.py)
 
 
 # observed ----------------------------------------------------------------------------------
@@ -191,3 +193,4 @@ class ObservedState:
     underlay: frozenset[str] = frozenset()
     elsewhere: tuple[ObservedElsewhere, ...] = ()
     appmon: "ObservedAppmon | None" = None  # None: the host backend does not observe it
+    sample: "ObservedSample | None" = None  # None: the host backend does not observe it

@@ -3,8 +3,9 @@
 From the running plan OLD and the next plan NEW, ``transition`` builds a plan set of two plans:
 
 * phase 1, version ``NEW.version``, active at once: per host the *smaller* of the two plans in
-  everything that costs CPU -- local rate (the larger sFlow N), each mirror pair's rate (pairs in
-  only one plan dropped, on both the sender and the receiver side). Going from OLD or from NEW to
+  everything that costs CPU -- local rate (the larger sFlow N, the smaller ``sample``
+  probability, nothing when the two plans sample by different mechanisms), each mirror pair's
+  rate (pairs in only one plan dropped, on both the sender and the receiver side). Going from OLD or from NEW to
   phase 1 only lowers load, so the order in which agents apply it does not matter.
 * phase 2, NEW itself with version ``NEW.version + 1`` and ``not_before = now + settle``. Every
   host is at or below its NEW load once all agents applied phase 1, so raising to NEW, in any
@@ -26,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.errors import PlanError
 from cosample.plan.document import PLANSET_FORMAT, FORMAT_VERSION, Plan
 from cosample.times import format_time
@@ -86,11 +88,12 @@ def _lower(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     plans have)."""
     out = dict(new)
     old = old or _NOTHING
-    local_rate = min(float(old["local_rate"]), float(new["local_rate"]))
-    old_n, new_n = old.get("sflow_sampling"), new.get("sflow_sampling")
-    sampling = max(old_n, new_n) if local_rate > 0 and old_n and new_n else None
-    out["local_rate"] = local_rate if sampling is not None else 0.0
-    out["sflow_sampling"] = sampling
+    local = _lower_local(old, new)
+    if local.get("local_mechanism") == "sflow":  # sampling off: no sample fields at all
+        for key in _SAMPLE_KEYS:
+            out.pop(key, None)
+        del local["local_mechanism"]
+    out.update(local)
     out["mirrors"] = _min_shares(old.get("mirrors", ()), new.get("mirrors", ()), "to")
     out["receives"] = _min_shares(old.get("receives", ()), new.get("receives", ()), "from")
     if "appmon" in out or "appmon" in old:  # application mirrors: only those in both plans
@@ -98,6 +101,25 @@ def _lower(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _lower_local(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The smaller local share: with the same mechanism in both plans, the sparser sFlow 1-in-N
+    or the smaller ``sample`` probability; with different mechanisms (or none), none."""
+    mechanisms = {old.get("local_mechanism", "sflow"), new.get("local_mechanism", "sflow")}
+    if mechanisms == {"sample"}:
+        probability = min(int(old["sample_probability"]), int(new["sample_probability"]))
+        return {"local_rate": probability / SAMPLE_PROBABILITY_SCALE,
+                "sample_probability": probability}
+    off = {"local_rate": 0.0, "sflow_sampling": None}
+    if mechanisms != {"sflow"}:
+        return {**off, "local_mechanism": "sflow"}
+    old_n, new_n = old.get("sflow_sampling"), new.get("sflow_sampling")
+    local_rate = min(float(old["local_rate"]), float(new["local_rate"]))
+    if not (local_rate > 0 and old_n and new_n):
+        return off
+    return {"local_rate": local_rate, "sflow_sampling": max(old_n, new_n)}
+
+
+_SAMPLE_KEYS = ("local_mechanism", "sample_probability", "observation_domain")
 _NOTHING: dict[str, Any] = {"local_rate": 0.0, "sflow_sampling": None, "mirrors": (),
                             "receives": ()}
 

@@ -35,6 +35,9 @@ def test_config_file_and_flags_merge(tmp_path):
     ({"host": "s1", "vm_ports": ["a/b"]}, r"vm_ports\[0\]"),
     ({"host": "s1", "collector": "nowhere"}, "collector"),
     ({"host": "s1", "collector": '127.0.0.1:1","192.0.2.66:6343'}, "collector"),
+    ({"host": "s1", "ipfix_collector": "127.0.0.1"}, "ipfix_collector"),
+    ({"host": "s1", "ipfix_cache_active_timeout_s": 0}, "ipfix_cache_active_timeout_s"),
+    ({"host": "s1", "ipfix_cache_max_flows": 2**32}, "ipfix_cache_max_flows"),
     ({"host": "s1", "sflow_agent": 'eth0" header=1'}, "sflow_agent"),
     ({"host": "s1", "header_bytes": 10**6}, "header_bytes"),
     ({"host": "s1", "mirror_device_prefix": "a-very-long"}, "mirror_device_prefix"),
@@ -90,6 +93,11 @@ def test_cli_check_config(capsys):
     assert printed["slices"] == "auto"
     assert main(["agent", "check-config", "--host", "s1", "--slices", "never"]) == 0
     assert json.loads(capsys.readouterr().out)["slices"] == "never"
+    assert main(["agent", "check-config", "--host", "s1", "--ipfix-collector",
+                 "127.0.0.1:4739"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["ipfix_collector"], printed["ipfix_cache_active_timeout_s"],
+            printed["ipfix_cache_max_flows"]) == ("127.0.0.1:4739", 1, 1024)
     assert main(["agent", "check-config"]) == 2
     assert "host: field required" in capsys.readouterr().err
 

@@ -52,3 +52,26 @@ def test_transition_needs_a_newer_plan_and_room_before_expiry(make_plan, now):
         transition(new, old, now, 60)
     with pytest.raises(PlanError, match="settle"):
         transition(old, new, now, 7 * 3600)
+
+
+def _sampling(doc, probability, domain=5):
+    doc["hosts"]["s1"].update(local_mechanism="sample", sflow_sampling=None,
+                              sample_probability=probability, observation_domain=domain,
+                              local_rate=probability / 65535)
+    doc["ipfix"] = {"collector": "127.0.0.1:4739"}
+    return doc
+
+
+@pytest.mark.parametrize("old_p, new_p, expected", [
+    (30000, 20000, ("sample", 20000, None)), (20000, 30000, ("sample", 20000, None)),
+    (30000, None, ("sflow", None, None)), (None, 30000, ("sflow", None, None))])
+def test_phase_one_of_the_sample_mechanism(make_plan, now, old_p, new_p, expected):
+    """Same mechanism: the smaller probability; different mechanisms: no local share."""
+    docs = [make_plan(version=v, sampling=4, local_rate=0.25) for v in (10, 20)]
+    old, new = (plan_from_dict(_sampling(d, p) if p else d)
+                for d, p in zip(docs, (old_p, new_p)))
+    phase1, _ = parse_document(json.dumps(transition(old, new, now, 60)).encode())
+    s1 = phase1.hosts["s1"]
+    assert (s1.local_mechanism, s1.sample_probability, s1.sflow_sampling) == expected
+    assert s1.local_rate == (expected[1] or 0) / 65535
+    assert s1.local_rate <= min(old.hosts["s1"].local_rate, new.hosts["s1"].local_rate)
