@@ -172,10 +172,31 @@ class HostPlan(_Open):
     agent_ip: IpAddress | None = None
     vm_ports: Annotated[tuple[InterfaceName, ...], BeforeValidator(listed)] | None = None
     appmon: Annotated[tuple[AppmonEntry, ...], BeforeValidator(listed)] = ()
+    #: How the host takes its local share: sFlow's 1-in-N, or OVS's ``sample`` action with
+    #: probability ``sample_probability``/65535, exported as IPFIX under ``observation_domain``.
+    local_mechanism: Literal["sflow", "sample"] = "sflow"
+    sample_probability: Annotated[int, Field(ge=1, le=65535)] | None = None
+    observation_domain: Annotated[int, Field(ge=1, le=4294967295)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "HostPlan":
-        if self.sflow_sampling is not None:
+        if self.local_mechanism == "sample":
+            for key in ("sample_probability", "observation_domain"):
+                if getattr(self, key) is None:
+                    _fail((key,), 'required when local_mechanism is "sample"', None)
+            if self.sflow_sampling is not None:
+                _fail(("sflow_sampling",), 'must be null when local_mechanism is "sample"',
+                      self.sflow_sampling)
+            if self.receives:
+                _fail(("receives",), 'must be empty when local_mechanism is "sample"',
+                      len(self.receives))
+            if abs(self.local_rate - self.sample_probability / 65535) > 1e-9:
+                _fail(("local_rate",), f"differs from sample_probability/65535 "
+                      f"({self.sample_probability}/65535)", self.local_rate)
+        elif self.sample_probability is not None or self.observation_domain is not None:
+            _fail(("local_mechanism",), "sample_probability and observation_domain need "
+                  '"sample"', self.local_mechanism)
+        elif self.sflow_sampling is not None:
             if 1.0 / self.sflow_sampling > self.local_rate * (1 + RATE_SLACK) + RATE_SLACK:
                 _fail(("sflow_sampling",), f"1-in-{self.sflow_sampling} exceeds local_rate "
                       f"{self.local_rate:g}", self.sflow_sampling)
@@ -233,6 +254,13 @@ class Plan(_Open):
                   f"{int(created.timestamp())}); a version that far ahead "  # type: ignore
                   f"would block every later plan", self.version)
         _check_pairs(self.hosts)
+        domains: dict[int, str] = {}
+        for name, host in self.hosts.items():
+            if host.observation_domain is not None:
+                if host.observation_domain in domains:
+                    _fail(("hosts", name, "observation_domain"), f"also host "
+                          f"{domains[host.observation_domain]}'s", host.observation_domain)
+                domains[host.observation_domain] = name
         return self
 
     @property
