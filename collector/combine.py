@@ -136,15 +136,20 @@ class Estimates:
         streams: dict[str, list[list[float]]] = {}
         matrix: dict[tuple[str, str, int], float] = {}
         for _, sums, _ in self._buckets:
-            for (server, agent, kind, dst), (n, w, bw, b2w, v, b2v, _) in sums.items():
+            for (server, agent, kind, dst), acc in sums.items():
+                n, w, bw, b2w, v, b2v = acc[:6]
                 f = loss.get(agent, 1.0)  # each received sample stands for f: weight f w
                 stream = streams.setdefault(server, [[0] + [0.0] * 5, [0] + [0.0] * 5])[kind]
                 stream[0] += n
                 stream[1] += w * f
                 stream[2] += bw * f
                 stream[3] += b2w * f
-                stream[4] += v * f * f + w * f * (f - 1)  # sum fw (fw - 1)
-                stream[5] += b2v * f * f + b2w * f * (f - 1)
+                if len(acc) > 7:  # IPFIX records (``ipfixingest``): lost whole, record by record
+                    stream[4] += v * f + acc[7] * f * (f - 1)
+                    stream[5] += b2v * f + acc[8] * f * (f - 1)
+                else:  # sum fw (fw - 1): per sample, the same two-stage variance
+                    stream[4] += v * f * f + w * f * (f - 1)
+                    stream[5] += b2v * f * f + b2w * f * (f - 1)
                 if dst is not None:
                     matrix[(server, dst, kind)] = matrix.get((server, dst, kind), 0.0) + w * f
         return streams, matrix
