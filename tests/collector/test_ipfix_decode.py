@@ -29,6 +29,7 @@ GROUPS = {
     "srv6": ("ipfix-srv6-template.pcap", "ipfix-srv6-data.pcap"),
     "mpls": ("mpls.pcap",),
     "physicalinterfaces": ("physicalinterfaces.pcap",),
+    "ovs-sample-cache": ("ovs-sample-cache.pcap",),  # ours: real OVS 3.1 (README)
 }
 #: Our element names -> tshark's fields (Wireshark's cflow dissector).
 TSHARK_FIELDS = {

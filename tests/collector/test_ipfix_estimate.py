@@ -10,8 +10,11 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
+from pathlib import Path
+
 from cosample.collector import attribution
 from cosample.collector.estimate import Estimator
+from cosample.collector.pcap import udp_payloads
 from ipfix_messages import record_message, sample_plan, template_message
 
 EXPORTER, DOMAIN, P = "127.29.0.1", 7, 26214
@@ -157,3 +160,18 @@ def test_random_input_never_raises(data, position):
     for message in (data, valid[:position * 20] + data, valid + data):
         est.ingest_ipfix(message, EXPORTER, 1.0)
     est.snapshot_data()
+
+
+def test_the_real_ovs_capture():
+    """tests/data/ipfix/ovs-sample-cache.pcap (README there): 4000 packets through OVS's sample
+    action at 26214/65535, 1602 sampled by OVS's own count."""
+    capture = Path(__file__).resolve().parents[1] / "data" / "ipfix" / "ovs-sample-cache.pcap"
+    est = Estimator(attribution.build(sample_plan(26214, 2130706433, agents="127.0.0")),
+                    window_s=None)
+    for when, data in udp_payloads(capture):
+        est.ingest_ipfix(data, "127.0.0.1", when)
+    packets, low, high, sd = estimate(est)
+    assert est.samples == 1602 and est.ipfix_records == 16 and not est.dropped
+    assert packets == 1602 * 65535 / 26214
+    assert abs(packets - 4000) <= 4.5 * math.sqrt(4000 * (65535 / 26214 - 1))
+    assert low <= 4000 <= high
