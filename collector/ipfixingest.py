@@ -125,7 +125,7 @@ class IpfixIngest:
         received = 0
         for record in message.records:
             probability = record.get("observationPointId")
-            if not isinstance(probability, int) or not 1 <= probability <= 65535:
+            if not isinstance(probability, int) or not 1 <= probability <= SAMPLE_PROBABILITY_SCALE:
                 probability = planned
             factor = SAMPLE_PROBABILITY_SCALE // probability
             counted = record.get("packetDeltaCount")

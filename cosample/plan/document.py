@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
                       ValidationError, model_validator)
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.appmon import AppmonEntry, check_appmon
 from cosample.plan.errors import PlanError, fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
@@ -175,7 +176,7 @@ class HostPlan(_Open):
     #: How the host takes its local share: sFlow's 1-in-N, or OVS's ``sample`` action with
     #: probability ``sample_probability``/65535, exported as IPFIX under ``observation_domain``.
     local_mechanism: Literal["sflow", "sample"] = "sflow"
-    sample_probability: Annotated[int, Field(ge=1, le=65535)] | None = None
+    sample_probability: Annotated[int, Field(ge=1, le=SAMPLE_PROBABILITY_SCALE)] | None = None
     observation_domain: Annotated[int, Field(ge=1, le=4294967295)] | None = None
 
     @model_validator(mode="after")
@@ -190,9 +191,10 @@ class HostPlan(_Open):
             if self.receives:
                 _fail(("receives",), 'must be empty when local_mechanism is "sample"',
                       len(self.receives))
-            if abs(self.local_rate - self.sample_probability / 65535) > 1e-9:
-                _fail(("local_rate",), f"differs from sample_probability/65535 "
-                      f"({self.sample_probability}/65535)", self.local_rate)
+            scale = SAMPLE_PROBABILITY_SCALE
+            if abs(self.local_rate - self.sample_probability / scale) > 1e-9:
+                _fail(("local_rate",), f"differs from sample_probability/{scale} "
+                      f"({self.sample_probability}/{scale})", self.local_rate)
         elif self.sample_probability is not None or self.observation_domain is not None:
             _fail(("local_mechanism",), "sample_probability and observation_domain need "
                   '"sample"', self.local_mechanism)
