@@ -110,7 +110,8 @@ class Estimates:
                 "traffic_pps": traffic_columns(traffic) if traffic is not None else None,
                 "dropped": dict(sorted(self.dropped.items())),
                 "ignored": dict(sorted(self.ignored.items())),
-                "agents": sorted(agents), "unknown_agents": self.unknown.listed(now),
+                "agents": _heard(self.attribution, agents),
+                "unknown_agents": self.unknown.listed(now),
                 "sequence": self.sequence_counts(),
                 "discards": {server: dict(sorted(reasons.items()))
                              for server, reasons in sorted(self.discards.items())}}
@@ -194,6 +195,13 @@ class Estimates:
         loss = self.loss
         counts = {"reset": loss.resets, "restart": loss.restarts, "late": loss.late}
         return {key: value for key, value in counts.items() if value}
+
+
+def _heard(attribution, agents) -> list[str]:
+    """The agent addresses heard: an IPFIX stream's key (``ipfix/<domain>``) as its exporter's."""
+    exporters = {} if attribution is None else {
+        plan.ipfix_key: plan.agent for plan in attribution.servers.values() if plan.ipfix_key}
+    return sorted({exporters.get(agent) or agent for agent in agents})
 
 
 def _precision(probability: float) -> float:

@@ -84,6 +84,7 @@ def test_the_probability_from_the_record_else_the_plan():
         10 * 65535 / 13107 + 4 * 65535 / 26214
     assert r["bytes_per_s"] * data["window_s"] == (10 * 5.0 + 4 * 65535 / 26214) * 100
     assert est.ipfix_records == 2 and not est.dropped
+    assert data["agents"] == [EXPORTER]
 
 
 def test_lost_records_are_corrected_with_a_wider_interval():
