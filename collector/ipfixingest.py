@@ -22,12 +22,13 @@ and in its source (``ofproto/ofproto-dpif-ipfix.c``):
   included; a host is one exporter.
 
 A record is the sampling unit for loss: a gap in the sequence numbers is records lost, each an
-unknown number of sampled packets. The window's sums are scaled by ``(records received + lost)
-/ records received`` (the lost records are taken as like the received ones, as for sFlow), and
-the variance gets the record-level term ``sum y_i^2 f (f-1)`` (``y_i`` a record's estimated
-packets, ``f`` the factor) beside each record's sampling variance times ``f``: the two-stage
-Horvitz-Thompson variance, which for one-packet records is what the sFlow path uses. A record
-of many packets lost therefore widens the interval by as much as it could have weighed.
+unknown number of sampled packets. The window's sums are scaled by ``f = (records received +
+lost) / records received``: the lost records are estimated by the mean of the received ones (a
+ratio estimate), as for sFlow. The variance is two-stage: each record's sampling variance
+times ``f``, plus ``f (f-1) r/(r-1) sum (y_i - mean y)^2`` over the ``r`` records received
+(``y_i`` a record's estimated packets; combine.py, ``_spread``): records that vary much (an
+elephant flow among mice) make lost records costly, records alike make them cheap. One record
+alone cannot tell, and counts ``f (f-1) y^2``.
 
 Bytes use the layer-2 octets (``layer2OctetDeltaCount``, the frame as sFlow's frame length),
 else ``octetDeltaCount``. The sum of squared sizes within a record is unknown: it is taken as
@@ -148,7 +149,8 @@ class IpfixIngest:
                     server_of_address.get(record.get("destinationMacAddress") or "")
             acc = sums.get((server, key, 0, dst))
             if acc is None:
-                acc = sums[(server, key, 0, dst)] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now, 0.0, 0.0]
+                acc = sums[(server, key, 0, dst)] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now, 0.0, 0.0,
+                                                     0]
             acc[0] += n
             acc[1] += n * weight
             acc[2] += size * weight
@@ -158,6 +160,7 @@ class IpfixIngest:
             acc[6] = now
             acc[7] += (n * weight) ** 2  # the record's estimate squared: its loss variance
             acc[8] += (size * weight) ** 2
+            acc[9] += 1  # records
             received += 1
             self.samples += n
             self.ipfix_records += 1
