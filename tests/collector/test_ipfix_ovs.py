@@ -86,8 +86,12 @@ def test_the_collector_estimates_a_sample_host_from_real_ovs(lab, tmp_path):
     daemon = Daemon(plan, "--insecure-unsigned", "--ipfix", f"127.0.0.1:{IPFIX_PORT}",
                     "--state-dir", str(state), prefix=("ip", "netns", "exec", host))
     capture_path = tmp_path / "ipfix.pcap"
-    capture = None
+    capture, captured = None, ""
     try:
+        capture = subprocess.Popen(lab.exec_argv(host, [  # before the exporter: its templates
+            "tcpdump", "--immediate-mode", "-B", "16384", "-i", "lo", "-U", "-w", str(capture_path), "udp", "port",
+            str(IPFIX_PORT)]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        capture.stderr.readline()  # listening: the capture is open
         with OvsInstance(tmp_path / "ovs", dummy=False, namespace=host) as ovs:
             ovs.vsctl("add-br", "cibr", "--", "set", "bridge", "cibr", "datapath_type=netdev",
                       "--", "add-port", "cibr", "cia", "--", "add-port", "cibr", "cib")
@@ -101,10 +105,6 @@ def test_the_collector_estimates_a_sample_host_from_real_ovs(lab, tmp_path):
                       f"{PROBABILITY},collector_set_id={SAMPLE_COLLECTOR_SET_ID},obs_domain_id="
                       f"{DOMAIN},obs_point_id={PROBABILITY}),NORMAL")
             ovs.wait_for_ports("cia", "cib")
-            capture = subprocess.Popen(lab.exec_argv(host, [
-                "tcpdump", "-i", "lo", "-U", "-w", str(capture_path), "udp", "port",
-                str(IPFIX_PORT)]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            capture.stderr.readline()  # listening: the capture is open
             for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, not sampled
                 run(lab.exec_argv(spaces[name], [sys.executable, "-c", SENDER, ADDRESS[peer],
                                                  str(PORT + 1), "20", "100", "1"]), timeout=30)
@@ -128,14 +128,15 @@ def test_the_collector_estimates_a_sample_host_from_real_ovs(lab, tmp_path):
         if capture is not None:
             capture.terminate()
             capture.wait(timeout=10)
+            captured = capture.stderr.read().decode(errors="replace")
         log = daemon.stop()
     table = snapshot["servers"]
     k = table["name"].index("s1")
     estimate = table["packets_per_s"][k] * snapshot["window_s"]
     p = PROBABILITY / 65535
     spread = math.sqrt(PACKETS * (1 - p) / p)
-    rows = [row for row in tshark(capture_path, "cflow.od_id", "cflow.packets",
-                                  "cflow.observation_point_id") if row[1]]
+    frames = tshark(capture_path, "cflow.od_id", "cflow.packets", "cflow.observation_point_id")
+    rows = [row for row in frames if row[1]]
     records = [(int(domain), int(packets), int(point)) for row in rows
                for domain, packets, point in zip(*(cell.split(",") for cell in row))]
     print(f"sample action + IPFIX cache: {PACKETS} packets, OVS sampled {sampled} "
@@ -143,7 +144,9 @@ def test_the_collector_estimates_a_sample_host_from_real_ovs(lab, tmp_path):
           f"{sum(r[1] for r in records)} (= {factor} x sampled); collector: "
           f"{table['samples'][k]} samples, estimate {estimate:.0f} "
           f"[{table['packets_per_s_ci95_low'][k] * snapshot['window_s']:.0f}, "
-          f"{table['packets_per_s_ci95_high'][k] * snapshot['window_s']:.0f}]")
+          f"{table['packets_per_s_ci95_high'][k] * snapshot['window_s']:.0f}]; "
+          f"{len(frames)} IPFIX messages captured")
+    assert "\n0 packets dropped by kernel" in captured, captured  # else tshark misses records
     assert records and all(domain == DOMAIN and point == PROBABILITY
                            for domain, _, point in records), records
     assert sum(packets for _, packets, _ in records) == sampled * factor
