@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import ipaddress
 
-from cosample.collector.attribution import ipfix_key
 from cosample.collector.exposure import PENDING
 from cosample.collector.ipfix import IpfixError, Message, Templates
 from cosample.collector.loss import WRAP
@@ -168,6 +167,3 @@ class IpfixIngest:
             agents[key] = agents.get(key, 0) + received
             if self._last.get(server, 0.0) < now:
                 self._last[server] = now
-
-
-__all__ = ["IpfixIngest", "exporter_address", "ipfix_key"]

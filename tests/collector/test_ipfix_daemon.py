@@ -10,7 +10,6 @@ import socket
 
 from cosample.collector.snapshot import parse_snapshot
 from collector_daemon import Daemon, counter
-from collector_plans import plan_document
 from ipfix_messages import record_message, sample_plan, template_message
 from waiting import wait_for
 

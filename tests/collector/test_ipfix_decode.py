@@ -75,10 +75,6 @@ def udp_port(path: Path) -> int:
     return int(out.split()[0])
 
 
-def as_tshark(value) -> str:
-    return str(value)
-
-
 def test_every_capture_decodes_with_records():
     for name, files in GROUPS.items():
         messages = decode_files([CORPUS / f for f in files])
@@ -103,7 +99,7 @@ def test_fields_agree_with_tshark(name, tmp_path):
     compared = 0
     decoded = tshark_values(capture, port)
     for ours_name, field in TSHARK_FIELDS.items():
-        ours = [as_tshark(r[ours_name]) for r in records if ours_name in r]
+        ours = [str(r[ours_name]) for r in records if ours_name in r]
         theirs = decoded.get(field, [])
         assert Counter(ours) == Counter(theirs), (name, ours_name, ours, theirs)
         compared += len(ours)
