@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.dataplane.tunnels import pair_vni
 
 if TYPE_CHECKING:  # plan reader and inventory model are heavy to import (pydantic's models);
@@ -43,10 +44,22 @@ class ServerPlan:
     agent: str | None
     sampling: int | None  # the bridge's 1-in-N, None when nothing is sampled locally
     mirrors: Mapping[str, float]  # receiver -> share of this server's packets mirrored to it
+    #: OVS's ``sample`` action instead of sFlow: probability out of 65535, IPFIX domain
+    sample_probability: int | None = None
+    observation_domain: int | None = None
 
     @property
     def local_rate(self) -> float:
+        if self.sample_probability:
+            return self.sample_probability / SAMPLE_PROBABILITY_SCALE
         return 1.0 / self.sampling if self.sampling else 0.0
+
+    @property
+    def ipfix_key(self) -> str | None:
+        """The key of the server's IPFIX stream where sFlow streams have their agent address
+        (sums, loss, exposure, ``rate_of``, which holds the probability out of 65535 the
+        records report), or None for an sFlow host."""
+        return ipfix_key(self.observation_domain) if self.sample_probability else None
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,8 @@ class Attribution:
     mirror_vnis: frozenset[int]
     known_ips: frozenset[str]
     server_of_address: dict[str, str] = field(default_factory=dict)
+    #: ``sample`` hosts: IPFIX exporter address (the host's agent address) -> server
+    server_of_exporter: dict[str, str] = field(default_factory=dict)
 
     def source(self, agent: str, vni: int | None, tunnel_src: str | None) -> Source | str:
         """Where a sample from ``agent`` belongs, or the name of the reason it is not counted."""
@@ -100,7 +115,12 @@ class Attribution:
 
     def rates(self, server: str, rate_of: Mapping[str, int] | None = None) -> tuple[float, float]:
         """(local sampling probability l, mirrored-and-sampled probability Q) of a packet."""
-        local = _probability(self._rate(self.servers[server], rate_of))
+        plan = self.servers[server]
+        if plan.sample_probability:  # the probability the records report, else the plan's
+            reported = rate_of.get(plan.ipfix_key) if rate_of else None
+            local = (reported or plan.sample_probability) / SAMPLE_PROBABILITY_SCALE
+        else:
+            local = _probability(self._rate(plan, rate_of))
         return local, min(math.fsum(self.mirror_rates(server, rate_of).values()), 1.0)
 
     def mirror_rates(self, server: str,
@@ -113,6 +133,10 @@ class Attribution:
     def _rate(plan: ServerPlan, rate_of: Mapping[str, int] | None) -> int | None:
         reported = rate_of.get(plan.agent) if rate_of and plan.agent else None
         return reported or plan.sampling
+
+
+def ipfix_key(domain: int | None) -> str:
+    return f"ipfix/{domain}"
 
 
 def _probability(sampling: int | None) -> float:
@@ -130,8 +154,11 @@ def build(plan: Plan, inventory: Inventory | None = None, *, safe: bool = False)
         entry = entries.get(name)
         agent = (entry.agent_ip if entry is not None and entry.agent_ip else None) \
             or _agent_override(plan, name) or host.tunnel_ip
+        sample = not safe and host.local_mechanism == "sample"
         servers[name] = ServerPlan(name, agent, None if safe else host.sflow_sampling,
-                                   {} if safe else {m.peer: m.rate for m in host.mirrors})
+                                   {} if safe else {m.peer: m.rate for m in host.mirrors},
+                                   host.sample_probability if sample else None,
+                                   host.observation_domain if sample else None)
     server_of_agent = {s.agent: s.name for s in servers.values() if s.agent is not None}
     mirrors: dict[tuple[str, int], tuple[str, float, str | None]] = {}
     vnis = set()
@@ -143,9 +170,10 @@ def build(plan: Plan, inventory: Inventory | None = None, *, safe: bool = False)
             if agent is not None:
                 mirrors[(agent, vni)] = (sender.name, share, plan.hosts[sender.name].tunnel_ip)
     known = {h.tunnel_ip for h in plan.hosts.values() if h.tunnel_ip} | set(server_of_agent)
+    exporters = {s.agent: s.name for s in servers.values() if s.sample_probability and s.agent}
     return Attribution(plan.version, plan.plan_id, servers, server_of_agent, mirrors,
                        frozenset(vnis), frozenset(known),
-                       inventory.server_of_address() if inventory is not None else {})
+                       inventory.server_of_address() if inventory is not None else {}, exporters)
 
 
 def planless(inventory: Inventory | None) -> Attribution | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.dataplane.ipfix import IPFIX_PORT
 
 
 def register(subparsers) -> None:
@@ -25,6 +26,10 @@ def register(subparsers) -> None:
     run.add_argument("--listen", required=True, metavar="HOST:PORT",
                      help="where the bridges send sFlow (the plan's sflow.collector; port 0: a "
                           "free one, printed at start)")
+    run.add_argument("--ipfix", metavar="HOST:PORT",
+                     help="also receive IPFIX from OVS's sample action here (hosts whose plan "
+                          f"says local_mechanism \"sample\"; the usual port is {IPFIX_PORT}, "
+                          "0: a free one); off unless given")
     run.add_argument("--public-key", metavar="KEY",
                      help="require plans signed by this ed25519 key (PLAN.sig beside the plan, "
                           "as the agents; `cosample agent keygen`)")
@@ -135,7 +140,8 @@ def _run(args) -> int:
         reuse_port=args.reuse_port, partial=args.partial, public_key=args.public_key,
         insecure_unsigned=args.insecure_unsigned,
         receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")),
-        snapshot_key=args.snapshot_key)
+        snapshot_key=args.snapshot_key,
+        ipfix=_address(args.ipfix, "--ipfix", any_port=True) if args.ipfix else None)
     if args.snapshot_key:
         from cosample.plan.signing import key_permission_warning
         warning = key_permission_warning(args.snapshot_key)
@@ -147,6 +153,8 @@ def _run(args) -> int:
     host, port = service.listen_address
     http = f", HTTP on {service.http_address[0]}:{service.http_address[1]}" \
         if settings.metrics_port is not None else ""
+    if settings.ipfix is not None:
+        http += f", IPFIX on {service.ipfix_address[0]}:{service.ipfix_address[1]}"
     print(f"collector {settings.name}: sFlow on {host}:{port}{http}", file=sys.stderr, flush=True)
     service.run()
     return 0

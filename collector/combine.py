@@ -110,7 +110,8 @@ class Estimates:
                 "traffic_pps": traffic_columns(traffic) if traffic is not None else None,
                 "dropped": dict(sorted(self.dropped.items())),
                 "ignored": dict(sorted(self.ignored.items())),
-                "agents": sorted(agents), "unknown_agents": self.unknown.listed(now),
+                "agents": _heard(self.attribution, agents),
+                "unknown_agents": self.unknown.listed(now),
                 "sequence": self.sequence_counts(),
                 "discards": {server: dict(sorted(reasons.items()))
                              for server, reasons in sorted(self.discards.items())}}
@@ -135,18 +136,31 @@ class Estimates:
         """server -> [local sums, mirrored sums], loss-scaled; (src, dst, kind) -> packets."""
         streams: dict[str, list[list[float]]] = {}
         matrix: dict[tuple[str, str, int], float] = {}
+        records: dict[tuple[str, int], list[float]] = {}  # IPFIX: f, sum y, y^2, by, by^2, count
         for _, sums, _ in self._buckets:
-            for (server, agent, kind, dst), (n, w, bw, b2w, v, b2v, _) in sums.items():
+            for (server, agent, kind, dst), acc in sums.items():
+                n, w, bw, b2w, v, b2v = acc[:6]
                 f = loss.get(agent, 1.0)  # each received sample stands for f: weight f w
                 stream = streams.setdefault(server, [[0] + [0.0] * 5, [0] + [0.0] * 5])[kind]
                 stream[0] += n
                 stream[1] += w * f
                 stream[2] += bw * f
                 stream[3] += b2w * f
-                stream[4] += v * f * f + w * f * (f - 1)  # sum fw (fw - 1)
-                stream[5] += b2v * f * f + b2w * f * (f - 1)
+                if len(acc) > 7:  # IPFIX records (``ipfixingest``): lost whole, record by record
+                    stream[4] += v * f
+                    stream[5] += b2v * f
+                    tally = records.setdefault((server, kind), [f, 0.0, 0.0, 0.0, 0.0, 0])
+                    for k, value in enumerate((w, acc[7], bw, acc[8], acc[9]), 1):
+                        tally[k] += value
+                else:  # sum fw (fw - 1): per sample, the same two-stage variance
+                    stream[4] += v * f * f + w * f * (f - 1)
+                    stream[5] += b2v * f * f + b2w * f * (f - 1)
                 if dst is not None:
                     matrix[(server, dst, kind)] = matrix.get((server, dst, kind), 0.0) + w * f
+        for (server, kind), (f, y, y2, by, by2, count) in records.items():
+            stream = streams[server][kind]
+            stream[4] += f * (f - 1) * _spread(y, y2, count)
+            stream[5] += f * (f - 1) * _spread(by, by2, count)
         return streams, matrix
 
     def _estimate(self, server: str, local: list, mirrored: list, start: float, now: float,
@@ -189,6 +203,23 @@ class Estimates:
         loss = self.loss
         counts = {"reset": loss.resets, "restart": loss.restarts, "late": loss.late}
         return {key: value for key, value in counts.items() if value}
+
+
+def _spread(total: float, squares: float, count: int) -> float:
+    """The lost records' share of the variance, over ``f (f-1)``: the lost records are
+    estimated by the mean of the ``count`` received (a ratio estimate), so what counts is how
+    the records' values ``y`` vary, ``r/(r-1) sum (y - mean)^2``; one record alone says nothing
+    of that, and counts as its ``y^2`` (the Horvitz-Thompson bound)."""
+    if count < 2:
+        return squares
+    return max(0.0, squares - total * total / count) * count / (count - 1)
+
+
+def _heard(attribution, agents) -> list[str]:
+    """The agent addresses heard: an IPFIX stream's key (``ipfix/<domain>``) as its exporter's."""
+    exporters = {} if attribution is None else {
+        plan.ipfix_key: plan.agent for plan in attribution.servers.values() if plan.ipfix_key}
+    return sorted({exporters.get(agent) or agent for agent in agents})
 
 
 def _precision(probability: float) -> float:

@@ -38,6 +38,8 @@ from cosample.collector.attribution import LOCAL, Attribution, Source
 from cosample.collector.combine import Estimates
 from cosample.collector.decode import DecodeError, FlowSample, flow_record, parse_grouped
 from cosample.collector.exposure import PENDING, Streams
+from cosample.collector.ipfix import Templates
+from cosample.collector.ipfixingest import IpfixIngest
 from cosample.collector.loss import LossTracker
 from cosample.collector.ports import PortRates
 from cosample.collector.unknown import UnknownAgents
@@ -48,9 +50,10 @@ VERDICT_CACHE = 4096
 Hook = Callable[[FlowSample, Source, float], None]
 
 
-class Estimator(Estimates):
-    """Windowed per-server estimates from sFlow datagrams, renormalised by a plan (the fast
-    path here; ``snapshot``, the normal path, in combine.py)."""
+class Estimator(Estimates, IpfixIngest):
+    """Windowed per-server estimates from sFlow datagrams and IPFIX messages (OVS's ``sample``
+    action, ``ipfixingest``), renormalised by a plan (the fast path here; ``snapshot``, the
+    normal path, in combine.py)."""
 
     def __init__(self, attribution: Attribution | None, *, window_s: float | None = 30.0,
                  name: str = "collector", partial: bool = False) -> None:
@@ -84,6 +87,9 @@ class Estimator(Estimates):
         self._first: float | None = None
         self._now: float | None = None
         self.streams = Streams(gated=not partial)
+        self.templates = Templates()  # IPFIX templates per (exporter, domain)
+        self.ipfix_messages = 0
+        self.ipfix_records = 0
         if attribution is not None:
             self.streams.plan(attribution, None)
 
@@ -105,11 +111,13 @@ class Estimator(Estimates):
         self.streams.plan(attribution, now if now is not None else self._now, last)
         self._mirror_q.clear()
         self._verdicts.clear()
-        known = attribution.server_of_agent
+        known = set(attribution.server_of_agent)
+        known.update(plan.ipfix_key for plan in attribution.servers.values() if plan.ipfix_key)
         self.loss.forget(known.__contains__)
         for agent in [agent for agent in self.rate_of if agent not in known]:
             del self.rate_of[agent]
         self.ports.forget(known.__contains__)
+        self.templates.forget(lambda exporter, _: exporter in attribution.server_of_exporter)
 
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
@@ -122,14 +130,7 @@ class Estimator(Estimates):
         self.datagrams += 1
         if self.on_datagram is not None:
             self.on_datagram(agent, flows, counters, discards)
-        if self._now is None or now > self._now:
-            if self._first is None:
-                self._first = now
-            self._now = now
-        bucket = int(now // self.bucket_s)
-        if not self._buckets or self._buckets[-1][0] < bucket:
-            self._buckets.append((bucket, {}, {}))
-            self._expire(bucket)
+        self._tick(now)
         _, sums, agents = self._buckets[-1]
         attribution = self.attribution
         if attribution is None:
@@ -235,6 +236,17 @@ class Estimator(Estimates):
             agents[agent] = agents.get(agent, 0) + received
         for counter in counters:
             self._interface(counter, now)
+
+    def _tick(self, now: float) -> None:
+        """Time moves to ``now`` (a datagram's arrival): the newest bucket is ``now``'s."""
+        if self._now is None or now > self._now:
+            if self._first is None:
+                self._first = now
+            self._now = now
+        bucket = int(now // self.bucket_s)
+        if not self._buckets or self._buckets[-1][0] < bucket:
+            self._buckets.append((bucket, {}, {}))
+            self._expire(bucket)
 
     def _q(self, sender: str) -> float:
         """``Q`` of ``sender`` over the mirrored streams running now (pending ones do not count)."""

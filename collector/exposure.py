@@ -128,7 +128,9 @@ def _planned(attribution: Attribution, server: str) -> set[tuple[str, int]]:
     """
     plan = attribution.servers[server]
     streams: set[tuple[str, int]] = set()
-    if plan.agent is not None and (plan.sampling is not None or not plan.mirrors):
+    if plan.sample_probability:  # OVS's sample action: its IPFIX records are the local stream
+        streams.add((plan.ipfix_key, LOCAL_KIND))
+    elif plan.agent is not None and (plan.sampling is not None or not plan.mirrors):
         streams.add((plan.agent, LOCAL_KIND))
     for receiver, share in plan.mirrors.items():
         agent = attribution.servers[receiver].agent if receiver in attribution.servers else None

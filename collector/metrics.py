@@ -35,6 +35,11 @@ class Status:
     queue_overflow: int = 0  # datagrams the receive thread's queue had no room for
     insecure_unsigned: bool = False
     http_refused: Mapping[str, int] = field(default_factory=dict)  # the HTTP server's, live
+    ipfix_messages: int = 0  # IPFIX messages decoded (``--ipfix``)
+    ipfix_records: int = 0  # IPFIX data records counted into estimates
+    ipfix_receive_errors: int = 0
+    ipfix_queue_overflow: int = 0
+    ipfix_kernel_drops: int = 0
 
 
 class SnapshotMetrics:
@@ -71,7 +76,16 @@ class SnapshotMetrics:
                  "datagrams dropped because the receive thread's queue was full"),
                 ("kernel_receive_drops", status.kernel_drops,
                  "datagrams the kernel dropped on the receive socket (buffer full: "
-                 "/proc/net/udp drops)")):
+                 "/proc/net/udp drops)"),
+                ("ipfix_messages", status.ipfix_messages, "IPFIX messages decoded (--ipfix)"),
+                ("ipfix_records", status.ipfix_records,
+                 "IPFIX data records counted into estimates"),
+                ("ipfix_receive_errors", status.ipfix_receive_errors,
+                 "IPFIX socket receive errors"),
+                ("ipfix_receive_queue_overflow", status.ipfix_queue_overflow,
+                 "IPFIX messages dropped because the receive thread's queue was full"),
+                ("ipfix_kernel_receive_drops", status.ipfix_kernel_drops,
+                 "IPFIX messages the kernel dropped on the IPFIX socket (buffer full)")):
             yield CounterMetricFamily(f"cosample_collector_{name}", text, value=value)
         refused = CounterMetricFamily("cosample_collector_plan_refused",
                                       "plan reads refused, by reason (fetch, signature, invalid); "

@@ -76,6 +76,7 @@ class Settings:
     snapshot_key: str | None = None  # signs /snapshot (``authenticity``); None: unsigned
     public_key: str | None = None  # verify PLAN.sig with it, as the agents
     insecure_unsigned: bool = False  # accept unsigned plans (labs): one of the two is required
+    ipfix: tuple[str, int] | None = None  # IPFIX from OVS's sample action (off: None)
 
 
 class Service:
@@ -108,26 +109,24 @@ class Service:
         self._stop = threading.Event()
         self._socket: socket.socket | None = None
         self._receiver: Receiver | None = None
+        self._ipfix_socket: socket.socket | None = None
+        self._ipfix_receiver: Receiver | None = None
+        self._ipfix_warned: str | None = None
         self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         self.metrics = SnapshotMetrics(lambda: (self.snapshot, self.status))
 
     # set-up --------------------------------------------------------------------------------
     def start(self) -> "Service":
-        host, port = self.settings.listen
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_DGRAM)
-        try:
-            if self.settings.reuse_port:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            _receive_buffer(sock, self.settings.receive_buffer)
-            sock.bind((host, port))
-        except OSError as exc:
-            sock.close()
-            raise CollectorError(f"--listen {host}:{port}: cannot bind ({exc.strerror})") from None
-        sock.setblocking(False)
-        self._socket = sock
-        self.listen_address = sock.getsockname()[:2]
+        self._socket = self._bind(self.settings.listen, "--listen")
+        self.listen_address = self._socket.getsockname()[:2]
+        if self.settings.ipfix is not None:
+            try:
+                self._ipfix_socket = self._bind(self.settings.ipfix, "--ipfix")
+            except CollectorError:
+                self._socket.close()
+                raise
+            self.ipfix_address = self._ipfix_socket.getsockname()[:2]
         if self.settings.metrics_port is not None:
             self._http = _http_server(self, self.settings.http_host, self.settings.metrics_port)
             self.status.http_refused = self._http.refused
@@ -155,6 +154,21 @@ class Service:
         self.export(self.clock())
         return self
 
+    def _bind(self, address: tuple[str, int], option: str) -> socket.socket:
+        host, port = address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            if self.settings.reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            _receive_buffer(sock, self.settings.receive_buffer)
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise CollectorError(f"{option} {host}:{port}: cannot bind ({exc.strerror})") from None
+        sock.setblocking(False)
+        return sock
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -166,8 +180,9 @@ class Service:
         self.writer.stop()
         if self.reexporter is not None:
             self.reexporter.close()
-        if self._socket is not None:
-            self._socket.close()
+        for sock in (self._socket, self._ipfix_socket):
+            if sock is not None:
+                sock.close()
         if self._events is not None and self._events is not sys.stdout:
             self._events.close()
 
@@ -180,12 +195,22 @@ class Service:
         ``d`` seconds of ingest before the next one (a 10^5-server snapshot takes seconds):
         snapshots get rarer, ingest keeps its pace."""
         next_export = self.clock() + self.settings.export_s
-        receiver = self._receiver = Receiver(  # the relay stamps arrivals with the wall clock
-            self._socket, self.clock, relay=self.clock is time.time, log=self.log).start()
+        relay = self.clock is time.time  # the relay stamps arrivals with the wall clock
+        receiver = self._receiver = Receiver(self._socket, self.clock, relay=relay, log=self.log)
+        ipfix = None
+        if self._ipfix_socket is not None:  # a second socket, its own receive process
+            ipfix = self._ipfix_receiver = Receiver(self._ipfix_socket, self.clock, relay=relay,
+                                                    log=self.log)
+            ipfix.ready = receiver.ready  # one event wakes the loop for either
+            ipfix.start()
+        receiver.start()
         try:
             while not self._stop.is_set():
-                receiver.ready.wait(max(0.0, min(next_export - self.clock(), 0.2)))
+                if not receiver.queue and not (ipfix is not None and ipfix.queue):
+                    receiver.ready.wait(max(0.0, min(next_export - self.clock(), 0.2)))
                 self._drain(receiver.take())
+                if ipfix is not None:
+                    self._drain_ipfix(ipfix.take())
                 for reading in self.poller.take():
                     self._accept(reading)
                 now = self.clock()
@@ -198,6 +223,8 @@ class Service:
                                                      EXPORT_SHARE * spent)
         finally:
             receiver.stop()
+            if ipfix is not None:
+                ipfix.stop()
             self.close()
 
     def _drain(self, batch: list[tuple[bytes, str, float]]) -> None:
@@ -211,6 +238,16 @@ class Service:
                 ingest(data, when)
         if batch and self.reexporter is not None:
             self.reexporter.flush()
+
+    def _drain_ipfix(self, batch: list[tuple[bytes, str, float]]) -> None:
+        """IPFIX messages, each at its arrival time (admission: ``ingest_ipfix`` counts only
+        exporters the plan gives a ``sample`` host)."""
+        ingest, wake = self.estimator.ingest_ipfix, self.watcher.wake_ts
+        for data, source, when in batch:
+            if when >= wake:
+                self._plan_due(when)
+                wake = self.watcher.wake_ts
+            ingest(data, source, when)
 
     def _accept(self, reading: Reading) -> None:
         """A read of the plan (made on the poller's thread) takes effect here, between batches."""
@@ -240,6 +277,13 @@ class Service:
         self.admission.plan(new.server_of_agent)
         if self.reexporter is not None:
             self.reexporter.attribution = new
+        sampling = sorted(s.name for s in new.servers.values() if s.sample_probability)
+        if sampling and self._ipfix_socket is None and self._ipfix_warned != new.plan_id:
+            self._ipfix_warned = new.plan_id
+            self.log(f"collector: WARNING: {', '.join(sampling[:5])}"
+                     f"{' ...' if len(sampling) > 5 else ''} take their local share with OVS's "
+                     "sample action, whose IPFIX this collector does not receive (no --ipfix): "
+                     "their local streams will be missing")
         at = f" from its not_before {update.at:%H:%M:%S.%f}" if update.at else ""
         self.log("collector: no plan yet: attributing by the inventory's agent addresses "
                  f"({len(new.servers)} servers, local sampling at their own rates)"
@@ -256,6 +300,11 @@ class Service:
         if self._receiver is not None:
             self.status.receive_errors = self._receiver.errors
             self.status.queue_overflow = self._receiver.overflow
+        self.status.ipfix_messages = self.estimator.ipfix_messages
+        self.status.ipfix_records = self.estimator.ipfix_records
+        if self._ipfix_receiver is not None:
+            self.status.ipfix_receive_errors = self._ipfix_receiver.errors
+            self.status.ipfix_queue_overflow = self._ipfix_receiver.overflow
         if self.reexporter is not None:
             self.status.reexported_samples = self.reexporter.sent_samples
             self.status.reexport_errors = self.reexporter.errors
@@ -292,6 +341,10 @@ class Service:
             drops = kernel_drops(self._socket)
             if drops is not None:
                 self.status.kernel_drops = drops
+        if self._ipfix_socket is not None:
+            drops = kernel_drops(self._ipfix_socket)
+            if drops is not None:
+                self.status.ipfix_kernel_drops = drops
 
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
@@ -310,6 +363,8 @@ class Service:
             "snapshot_plan_version": snapshot.plan.version if snapshot is not None and
             snapshot.plan else None,
             "datagrams": self.estimator.datagrams, "samples": self.estimator.samples,  # live
+            "ipfix_messages": self.estimator.ipfix_messages,
+            "ipfix_records": self.estimator.ipfix_records,
             "kernel_receive_drops": status.kernel_drops, "plan_errors": status.plan_errors,
             "receive_queue_overflow": self._receiver.overflow if self._receiver else 0,
             "receive_queued_bytes": self._receiver.queued_bytes if self._receiver else 0,

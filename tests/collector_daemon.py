@@ -13,17 +13,18 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-_READY = re.compile(r"sFlow on ([\d.]+):(\d+), HTTP on ([\d.]+):(\d+)")
+_READY = re.compile(r"sFlow on ([\d.]+):(\d+), HTTP on ([\d.]+):(\d+)(?:, IPFIX on ([\d.]+):(\d+))?")
 
 
 class Daemon:
     """Starts the collector with ``--listen 127.0.0.1:0 --metrics-port 0`` (the ports it
-    printed are ``listen`` and ``http``); its stderr is kept in ``lines``. ``preexec``
-    runs in the child before exec (``RLIMIT_NOFILE`` there)."""
+    printed are ``listen`` and ``http``, and ``ipfix`` with ``--ipfix``); its stderr is kept in
+    ``lines``. ``preexec`` runs in the child before exec (``RLIMIT_NOFILE`` there); ``prefix``
+    goes before the command (``ip netns exec NS``)."""
 
     def __init__(self, plan: str | Path, *options: str, preexec: Callable[[], None] | None = None,
-                 timeout_s: float = 60.0) -> None:
-        argv = [sys.executable, "-m", "cosample", "collector", "run", "--plan", str(plan),
+                 timeout_s: float = 60.0, prefix: tuple[str, ...] = ()) -> None:
+        argv = [*prefix, sys.executable, "-m", "cosample", "collector", "run", "--plan", str(plan),
                 "--listen", "127.0.0.1:0", "--metrics-port", "0", "--name", "c1",
                 "--window", "600", "--export-interval", "0.2", "--plan-interval", "0.2",
                 *options]
@@ -44,6 +45,7 @@ class Daemon:
             if match:
                 self.listen = (match[1], int(match[2]))
                 self.http = (match[3], int(match[4]))
+                self.ipfix = (match[5], int(match[6])) if match[5] else None
                 ready.set()
         ready.set()  # exited: the caller sees it
 
