@@ -20,7 +20,8 @@ its port). Checked, frame by frame, as byte strings:
   mirroring everything s1's VM ports send to s4): the copies on the receive device are exactly
   the PSH-bearing frames of the 8080 connections (one per request sent, and the responses);
   the chain still copies what the server sends (the kernel mirror's verdict is ``continue``); a
-  second pass changes nothing; dropping the entry leaves the chain's filter alone;
+  second pass changes nothing; with ``share`` 0.5 exactly the connections whose client port's
+  low 8 bits are below 128 are copied; dropping the entry leaves the chain's filter alone;
 - ``cosample agent remove`` leaves no owned device, port, Mirror or flow, and nothing is copied.
 
 Packets and bytes copied per mechanism are printed (``pytest -s``) for docs/appmon-mechanisms.md.
@@ -456,6 +457,21 @@ def sflow_sender_plan(version: int, entries: list[dict]) -> dict:
     return doc
 
 
+#: keep-alive requests to the service from the given client ports
+PORTS_CLIENT = r"""
+import http.client, sys
+for port in map(int, sys.argv[2].split(",")):
+    c = http.client.HTTPConnection(sys.argv[1], 8080, timeout=10,
+                                   source_address=("10.214.0.1", port))
+    for path in ("/0", "/1", "/big"):
+        c.request("GET", path)
+        r = c.getresponse()
+        r.read()
+    c.close()
+print("done", flush=True)
+"""
+
+
 def tc_filters(rig: Rig, device: str) -> list[tuple[str, int, str | None]]:
     """(hook, prio, mirred cookie) of every filter on ``device`` in s1's namespace."""
     out = []
@@ -520,10 +536,26 @@ def test_kernel_mirror_copies_the_psh_segments_and_leaves_the_sflow_chain(rig):
     assert from_server and all(copied[f] >= n for f, n in from_server.items())
     cost("kernel mirror (PSH)", received, [f for f in server if of_service(f, SERVICE)])
 
-    # the entry dropped: its filters go, the sFlow chain stays
-    rig.plan_path.write_text(json.dumps(sflow_sender_plan(2, [])))
+    # a share of the connections: those whose client port's low 8 bits are below 128
+    rig.plan_path.write_text(json.dumps(sflow_sender_plan(2, [{**entry, "share": 0.5}])))
     for host in ("s4", "s1"):
         assert "ok: plan version 2" in rig.agent(host, "apply", "--once")
+    at_server = Sniffer(rig.lab, rig.server_ns, "eth0", incoming_only=False)
+    receiving = Sniffer(rig.lab, rig.hosts["s4"][0], item["interface"], incoming_only=True)
+    out = run(rig.lab.exec_argv(rig.client_ns, [sys.executable, "-c", PORTS_CLIENT,
+                                                "10.214.0.2", "40000,40100"]), timeout=60).stdout
+    assert "done" in out
+    time.sleep(1.0)
+    server, received = at_server.frames(), receiving.frames()
+    client_port = lambda f: tcp(f)[1] if tcp(f)[0] == SERVICE else tcp(f)[0]  # noqa: E731
+    service = [f for f in server if of_service(f, SERVICE) and has_psh(f)]
+    assert {client_port(f) for f in service} == {40000, 40100}  # residues 64 (in), 164 (out)
+    assert Counter(received) == Counter(f for f in service if client_port(f) == 40000)
+
+    # the entry dropped: its filters go, the sFlow chain stays
+    rig.plan_path.write_text(json.dumps(sflow_sender_plan(3, [])))
+    for host in ("s4", "s1"):
+        assert "ok: plan version 3" in rig.agent(host, "apply", "--once")
     assert "0 command(s) applied" in rig.agent("s1", "apply", "--once")
     assert tc_filters(rig, "ams") == chain
     rig.agent("s1", "remove")
