@@ -5,18 +5,24 @@ ledger), a Port/Interface/Mirror row by ``external_ids`` (owner and ``cosample-a
 flow by the appmon cookie tag. Nothing else is changed or removed. Decreases come first and in
 this order: a tunnel port loses its Mirror only after it is isolated again (tag), flows go
 before their port, the port before its device. Increases: device, port (isolated), flows,
-Mirror, then the port leaves the isolation VLAN.
+Mirror, then the port leaves the isolation VLAN. Kernel-mirror filters (tc, applied by the
+Linux side) go first among the decreases and come last among the increases, after the device
+they copy to; the ``clsact`` qdisc they share with the sFlow chain is the main reconcile's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Mapping
+
 from cosample.agents.appmon_state import (APPMON_COOKIE_TAG, APPMON_OFPORT_BASE,
                                           APPMON_OFPORT_COUNT, DROP_PRIORITY, ISOLATION_VLAN,
-                                          AppmonDevice, DesiredAppmon, ObservedAppmon,
-                                          ObservedAppmonDevice, flow_text, rule_actions)
+                                          AppmonDevice, DesiredAppmon, KernelMirrorFilter,
+                                          ObservedAppmon, ObservedAppmonDevice, flow_text,
+                                          rule_actions)
 from cosample.agents.commands import Command
+from cosample.agents.state import ObservedLink
 
 
 # commands --------------------------------------------------------------------------------------
@@ -122,6 +128,31 @@ class RemoveAppmonMirror(Command):
         return f"remove Mirror {self.name} from {self.bridge}"
 
 
+@dataclass(frozen=True)
+class SetKernelMirrorFilter(Command):
+    """Write (``tc filter replace``) one hook's kernel-mirror filter."""
+
+    filter: KernelMirrorFilter
+
+    def describe(self) -> str:
+        f = self.filter
+        return (f"set kernel mirror filter on {f.interface} {f.direction} prio {f.prio} "
+                f"-> {f.target} ({f.peer})")
+
+
+@dataclass(frozen=True)
+class RemoveKernelMirrorFilter(Command):
+    interface: str
+    direction: str
+    prio: int
+
+    def describe(self) -> str:
+        return (f"remove kernel mirror filter from {self.interface} {self.direction} "
+                f"prio {self.prio}")
+
+
+#: Applied by the Linux side (tc), not by the appmon side.
+KERNEL_MIRROR_COMMANDS = (SetKernelMirrorFilter, RemoveKernelMirrorFilter)
 APPMON_COMMANDS = (AddAppmonDevice, RemoveAppmonDevice, AddAppmonPort, SetAppmonPortTag,
                    RemoveAppmonPort, SetAppmonFlows, RemoveAppmonFlows, SetAppmonMirror,
                    RemoveAppmonMirror)
@@ -129,8 +160,11 @@ APPMON_COMMANDS = (AddAppmonDevice, RemoveAppmonDevice, AddAppmonPort, SetAppmon
 
 # reconcile -------------------------------------------------------------------------------------
 def reconcile_appmon(desired: DesiredAppmon | None, observed: ObservedAppmon | None, bridge: str,
-                     bridge_exists: bool = True) -> tuple[list[Command], list[Command]]:
-    """(decreases, increases) that turn ``observed`` into ``desired`` on ``bridge``."""
+                     bridge_exists: bool = True,
+                     links: Mapping[str, ObservedLink] | None = None
+                     ) -> tuple[list[Command], list[Command]]:
+    """(decreases, increases) that turn ``observed`` into ``desired`` on ``bridge``; ``links``:
+    the observed interfaces, with the agent's kernel-mirror filters on them."""
     if observed is None:
         return [], []
     desired = desired or DesiredAppmon()
@@ -145,15 +179,50 @@ def reconcile_appmon(desired: DesiredAppmon | None, observed: ObservedAppmon | N
     ofports = _ports(tunnels, mirrored, observed, bridge, recreated, decrease, increase)
     _flows(desired, observed, bridge, ofports, decrease, increase)
     _mirrors(desired, observed, bridge, tunnels, mirrored, decrease, increase)
+    _kernel(desired, links or {}, blocked, recreated, decrease, increase)
     return (_ordered(decrease, _DECREASE_ORDER), _ordered(increase, _INCREASE_ORDER))
 
 
-def appmon_problems(desired: DesiredAppmon | None, observed: ObservedAppmon | None) -> list[str]:
+def appmon_problems(desired: DesiredAppmon | None, observed: ObservedAppmon | None,
+                    links: Mapping[str, ObservedLink] | None = None) -> list[str]:
     if desired is None or observed is None:
         return []
-    return [f"interface {d.name} exists and is not the agent's; application monitoring "
-            f"{'to' if d.attach else 'from'} {d.peer} not set up" for d in desired.devices
-            if d.name in observed.foreign_links]
+    problems = [f"interface {d.name} exists and is not the agent's; application monitoring "
+                f"{'to' if d.attach else 'from'} {d.peer} not set up" for d in desired.devices
+                if d.name in observed.foreign_links]
+    if links is not None:
+        for name in sorted({f.interface for f in desired.kernel_filters}):
+            link = links.get(name)
+            if link is None:
+                problems.append(f"interface {name} (a kernel mirror's) not found; not mirrored")
+            elif link.conflict:
+                problems.append(f"interface {name}: {link.conflict}; kernel mirror not set up")
+    return problems
+
+
+def _kernel(desired: DesiredAppmon, links: Mapping[str, ObservedLink], blocked: set[str],
+            recreated: set[str], decrease: list, increase: list) -> None:
+    """Kernel-mirror filters: each hook's (prio -> cookie, target) as desired, on interfaces
+    that exist and are not in conflict; the agent's others are removed. ``tc filter replace``
+    changes a filter in place, so a changed one is written, not removed first."""
+    want = {(f.interface, f.direction, f.prio): f for f in desired.kernel_filters
+            if f.target not in blocked}
+    for name, link in sorted(links.items()):
+        if link.conflict:
+            continue  # someone else's filter in a range of the agent's: hands off
+        for have in link.kernel_filters:
+            key = (name, have.direction, have.prio)
+            if key not in want:
+                decrease.append(RemoveKernelMirrorFilter(*key))
+    for key, f in sorted(want.items()):
+        link = links.get(f.interface)
+        if link is None or link.conflict:
+            continue  # reported by appmon_problems
+        have = next((h for h in link.kernel_filters
+                     if (h.direction, h.prio) == (f.direction, f.prio)), None)
+        if have is None or (have.cookie, have.target) != (f.cookie, f.target) \
+                or f.target in recreated:
+            increase.append(SetKernelMirrorFilter(f))
 
 
 def _devices(desired: DesiredAppmon, observed: ObservedAppmon, blocked: set[str],
@@ -250,10 +319,10 @@ def _mirrors(desired: DesiredAppmon, observed: ObservedAppmon, bridge: str,
                                         tunnels[mirror.peer].remote_ip))
 
 
-_DECREASE_ORDER = (SetAppmonPortTag, RemoveAppmonMirror, RemoveAppmonFlows, RemoveAppmonPort,
+_DECREASE_ORDER = (RemoveKernelMirrorFilter, SetAppmonPortTag, RemoveAppmonMirror, RemoveAppmonFlows, RemoveAppmonPort,
                    RemoveAppmonDevice)
 _INCREASE_ORDER = (AddAppmonDevice, AddAppmonPort, SetAppmonFlows, SetAppmonMirror,
-                   SetAppmonPortTag)
+                   SetAppmonPortTag, SetKernelMirrorFilter)
 
 
 def _ordered(commands: list[Command], order: tuple[type, ...]) -> list[Command]:

@@ -6,6 +6,14 @@ Per monitored service the plan names a mechanism (docs/appmon-mechanisms.md):
   segments (to and from ``address:port``, with PSH by default) whose actions copy the segment to
   a tunnel port toward the analysis host, truncated to ``truncate_bytes``
   (``output(port=N,max_len=B)``), and forward it as before (``NORMAL``);
+- ``kernel_mirror``: on the VM's port (``interface``), a cls_bpf filter on each hook of the
+  shared ``clsact`` qdisc whose classic-BPF program is the sniffer's filter (``bpf_filter``,
+  with the share's client-port residues), ``mirred egress mirror`` to the tunnel device toward
+  the analysis host, verdict ``continue``; in the prio range ``KERNEL_MIRROR_PRIO_BASE`` of
+  ``cosample.dataplane.tcmirror``, marked by a cookie that hashes what the filter does. The
+  copies leave at the kernel's receive/transmit time: the server's timing on a userspace
+  datapath (docs/appmon-mechanisms.md). The bytecode is compiled on the host at apply time
+  (``tcpdump -y EN10MB -ddd``); here the filter is its libpcap expression;
 - ``port_mirror``: an OVS ``Mirror`` selecting every packet to and from the VM's port, output to
   that tunnel port, truncated with ``snaplen``;
 - ``sniffer``: nothing on the switch; the analyser on this host listens on ``interface`` with the
@@ -24,6 +32,8 @@ import zlib
 from dataclasses import dataclass, field
 
 from cosample.agents.state import ObservedDevice, short_hash
+from cosample.dataplane.tcmirror import (KERNEL_MIRROR_COOKIE_TAG, KERNEL_MIRROR_PRIO_BASE,
+                                         KERNEL_MIRROR_PRIO_COUNT)
 from cosample.dataplane.tunnels import RECORD_PORT, appmon_vni
 from cosample.plan.appmon import SHARE_BITS, AppmonEntry, selected_share
 from cosample.plan.document import HostPlan, Plan, tunnel_ip
@@ -93,10 +103,31 @@ class AppmonMirror:
 
 
 @dataclass(frozen=True)
+class KernelMirrorFilter:
+    """One hook's tc filter of a kernel-mirrored service: ``expression`` (libpcap) -> ``target``."""
+
+    interface: str
+    direction: str  # ingress (what the VM sends) / egress (what it receives)
+    prio: int
+    expression: str
+    target: str
+    peer: str
+    remote_ip: str  # the analysis host: the interface must not carry the route to it
+
+    @property
+    def cookie(self) -> str:
+        """The owner's tag and a hash of the filter, target and peer: a changed entry changes
+        it, so reconcile compares cookies, not bytecode (compiled on the host)."""
+        digest = zlib.crc32(f"{self.expression}>{self.target}>{self.peer}".encode())
+        return f"{KERNEL_MIRROR_COOKIE_TAG}{digest:08x}"
+
+
+@dataclass(frozen=True)
 class DesiredAppmon:
     devices: tuple[AppmonDevice, ...] = ()
     rules: tuple[SelectiveRule, ...] = ()
     mirrors: tuple[AppmonMirror, ...] = ()
+    kernel_filters: tuple[KernelMirrorFilter, ...] = ()
     spec: tuple[dict, ...] = ()  # what the analyser on this host reads (analyser_spec)
 
 
@@ -182,12 +213,37 @@ def desired_appmon(plan: Plan, host: HostPlan, vxlan_port: int = 4789,
             remote_ip=tunnel_ip(plan, sender, f"it mirrors services to {host.name}", local),
             vni=appmon_vni(sender, host.name), local_ip=local, dstport=vxlan_port, attach=False))
     names = [d.name for d in devices]
+    kernel = _kernel_filters(host, {d.peer: d for d in devices if d.attach})
     vnis = [d.vni for d in devices] + list(sflow_vnis)
     if len(set(names)) != len(names) or len(set(vnis)) != len(vnis):
         raise PlanError(f"hosts.{host.name}.appmon: tunnel device names or VXLAN keys collide "
                         f"({names}); rename a peer host")
     return DesiredAppmon(devices=tuple(devices), rules=tuple(rules), mirrors=mirrors,
-                         spec=analyser_spec(plan, host))
+                         kernel_filters=kernel, spec=analyser_spec(plan, host))
+
+
+def _kernel_filters(host: HostPlan, tunnels: dict[str, AppmonDevice]
+                    ) -> tuple[KernelMirrorFilter, ...]:
+    """Both hooks' filters of each ``kernel_mirror`` entry; per interface, consecutive prios
+    in the plan's order."""
+    out: list[KernelMirrorFilter] = []
+    count: dict[str, int] = {}
+    for entry in host.appmon:
+        if entry.mechanism != "kernel_mirror":
+            continue
+        interface = entry.interface
+        k = count.get(interface, 0)  # type: ignore[arg-type]
+        if k >= KERNEL_MIRROR_PRIO_COUNT:
+            raise PlanError(f"hosts.{host.name}.appmon: more than {KERNEL_MIRROR_PRIO_COUNT} "
+                            f"kernel mirrors on {interface}")
+        count[interface] = k + 1  # type: ignore[index]
+        tunnel = tunnels[entry.to]  # type: ignore[index]
+        expression = bpf_filter(entry.service.address, entry.service.port,
+                                entry.copied_segments, selected_share(entry.share))
+        out += [KernelMirrorFilter(interface, direction, KERNEL_MIRROR_PRIO_BASE + k,  # type: ignore
+                                   expression, tunnel.name, tunnel.peer, tunnel.remote_ip)
+                for direction in ("ingress", "egress")]
+    return tuple(out)
 
 
 def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
@@ -262,6 +318,7 @@ def summary(desired: DesiredAppmon | None) -> dict:
             "receives": {d.peer: d.name for d in desired.devices if not d.attach},
             "selective_flows": sum(len(r.matches) for r in desired.rules),
             "port_mirrors": {m.peer: list(m.ports) for m in desired.mirrors},
+            "kernel_mirrors": sorted({f"{f.interface}>{f.peer}" for f in desired.kernel_filters}),
             "analyser": list(desired.spec)}
 
 

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field, replace
 
 from cosample.agents import commands as c
 from cosample.agents.appmon_fake import FakeAppmon
-from cosample.agents.appmon_reconcile import APPMON_COMMANDS
+from cosample.agents.appmon_reconcile import (APPMON_COMMANDS, RemoveKernelMirrorFilter,
+                                              SetKernelMirrorFilter)
 from cosample.agents import sample as s
 from cosample.agents.errors import HostError
 from cosample.agents.host import Host
 from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, ObservedDevice, ObservedFilter,
-                                   ObservedFlow, ObservedLink, ObservedPort, ObservedSflow,
-                                   ObservedState)
+                                   ObservedFlow, ObservedKernelFilter, ObservedLink,
+                                   ObservedPort, ObservedSflow, ObservedState)
 from cosample.dataplane.ipfix import SAMPLE_COLLECTOR_SET_ID
 from cosample.dataplane.tcmirror import bpf_random_bytecode
 
@@ -33,6 +34,8 @@ class FakeLink:
     clsact_owned: bool = False
     foreign_filters: int = 0
     filters: dict[int, ObservedFilter] = field(default_factory=dict)  # prio -> filter
+    #: (direction, prio) -> the agent's kernel-mirror filter
+    kernel: dict[tuple[str, int], ObservedKernelFilter] = field(default_factory=dict)
 
 
 class FakeHost(Host):
@@ -71,8 +74,10 @@ class FakeHost(Host):
             name: ObservedLink(name, link.clsact, tuple(
                 f for prio, f in sorted(link.filters.items())
                 if PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT),
-                clsact_owned=link.clsact_owned, foreign_filters=link.foreign_filters)
-            for name, link in self.links.items() if name in names}
+                clsact_owned=link.clsact_owned, foreign_filters=link.foreign_filters,
+                kernel_filters=tuple(f for _, f in sorted(link.kernel.items())))
+            for name, link in self.links.items() if name in names or link.clsact_owned
+            or link.kernel}
         return ObservedState(bridge=bridge, bridge_exists=True, sflow=self.sflow,
                              ports=tuple(sorted(self.ports.values(), key=lambda p: p.name)),
                              flows=tuple(f for _, f in sorted(self.flows.items())),
@@ -166,6 +171,7 @@ class FakeHost(Host):
         link = self.links[command.device]
         link.clsact = link.clsact_owned = False
         link.filters.clear()
+        link.kernel.clear()
         link.foreign_filters = 0
 
     def _apply_SetMirrorFilter(self, command: c.SetMirrorFilter) -> None:
@@ -176,6 +182,24 @@ class FakeHost(Host):
             raise HostError(f"no device {command.target}")
         link.filters[command.prio] = ObservedFilter(
             command.prio, bpf_random_bytecode(command.probability), command.target)
+
+    def _apply_SetKernelMirrorFilter(self, command: SetKernelMirrorFilter) -> None:
+        f = command.filter
+        link = self.links[f.interface]
+        if not link.clsact:
+            raise HostError(f"no clsact on {f.interface}")  # as tc would fail
+        if f.target not in self.appmon.devices:
+            raise HostError(f"no device {f.target}")
+        if f.interface in self.appmon.underlay:
+            raise HostError(f"kernel mirror: {f.interface} carries the route to the analysis "
+                            f"host; refused")
+        link.kernel[(f.direction, f.prio)] = ObservedKernelFilter(f.direction, f.prio,
+                                                                  f.cookie, f.target)
+
+    def _apply_RemoveKernelMirrorFilter(self, command: RemoveKernelMirrorFilter) -> None:
+        link = self.links.get(command.interface)
+        if link is not None:
+            link.kernel.pop((command.direction, command.prio), None)
 
     def _apply_ForgetBridge(self, command: c.ForgetBridge) -> None:
         pass  # one bridge only: nothing is ever owned elsewhere

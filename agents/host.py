@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cosample.agents import commands as c
 from cosample.agents.appmon_host import AppmonSide
-from cosample.agents.appmon_reconcile import APPMON_COMMANDS
+from cosample.agents.appmon_reconcile import APPMON_COMMANDS, KERNEL_MIRROR_COMMANDS
 from cosample.agents.config import AgentConfig
 from cosample.agents.ledger import LEDGER_FILE, Ledger
 from cosample.agents.linuxnet import LinuxSide
@@ -44,7 +44,7 @@ class Host(ABC):
 
 
 _LINUX_COMMANDS = (c.AddMirrorDevice, c.RemoveMirrorDevice, c.AddClsact, c.RemoveClsact,
-                   c.SetMirrorFilter, c.RemoveMirrorFilter)
+                   c.SetMirrorFilter, c.RemoveMirrorFilter, *KERNEL_MIRROR_COMMANDS)
 #: Commands that put something the agent owns on a bridge: the ledger names it first.
 _BRIDGE_WRITES = (c.SetSflow, c.AddTunnelPort, c.AddDropFlow, SetSampleExporter, SetSampleFlow)
 

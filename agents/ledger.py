@@ -19,7 +19,7 @@ from cosample.agents.errors import HostError
 from cosample.files import write_bytes_atomic
 
 LEDGER_FILE = "owned.json"
-KINDS = ("bridges", "devices", "clsacts", "appmon_devices")
+KINDS = ("bridges", "devices", "clsacts", "appmon_devices", "kernel_mirrors")
 #: Earlier agents kept only their clsact qdiscs, in this file beside the ledger; read once.
 LEGACY_CLSACT_FILE = "clsact-owned.json"
 

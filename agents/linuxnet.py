@@ -8,6 +8,12 @@ agent's cookie; a ``clsact`` qdisc is the agent's when the ledger lists it (ente
 added). A foreign filter inside the agent's prio range, or a foreign ``ingress`` qdisc (which
 excludes ``clsact``), makes that interface a conflict: reported, and left alone. Filters are
 written with ``tc filter replace`` at a fixed prio/handle, so writing twice is harmless.
+
+The kernel application mirror's filters (``kernel_mirror``) are the agent's when they sit in
+their own prio range (``tcmirror.KERNEL_MIRROR_PRIO_BASE``, either hook) *and* their cookie
+starts with ``KERNEL_MIRROR_COOKIE_TAG``; the interfaces they were written on are in the ledger
+(``kernel_mirrors``) before the first one is written, so they are found again after the plan
+drops them. Their bytecode is the sniffer's filter compiled here by ``tcpdump -y EN10MB -ddd``.
 """
 
 from __future__ import annotations
@@ -19,11 +25,18 @@ from typing import Any
 from cosample.agents import commands as c
 from cosample.agents.errors import HostError
 from cosample.agents.ledger import Ledger
+from cosample.agents.appmon_reconcile import RemoveKernelMirrorFilter, SetKernelMirrorFilter
 from cosample.agents.state import (ALIAS_PREFIX, FILTER_COOKIE, FILTER_HANDLE, PRIO_BASE,
-                                   PRIO_COUNT, ObservedDevice, ObservedFilter, ObservedLink)
+                                   PRIO_COUNT, ObservedDevice, ObservedFilter,
+                                   ObservedKernelFilter, ObservedLink)
 from cosample.dataplane.run import CommandError, run
-from cosample.dataplane.tcmirror import (clsact_add_argv, clsact_delete_argv, filter_delete_argv,
-                                         mirror_filter_argv)
+from cosample.dataplane.tcmirror import (KERNEL_MIRROR_COOKIE_TAG, KERNEL_MIRROR_HANDLE,
+                                         KERNEL_MIRROR_PRIO_BASE, KERNEL_MIRROR_PRIO_COUNT,
+                                         TcMirrorError, bytecode_from_ddd, clsact_add_argv,
+                                         clsact_delete_argv, filter_delete_argv,
+                                         mirror_filter_argv, selective_filter_argv)
+
+KERNEL_LEDGER = "kernel_mirrors"
 
 
 class LinuxSide:
@@ -52,19 +65,24 @@ class LinuxSide:
             present = {link["ifname"] for link in self.ip_json(["ip", "-j", "link", "show"])}
         owned = self.ledger.names("clsacts")
         out = {}
-        for name in sorted((set(names) | owned) & present):
+        also = self.ledger.names(KERNEL_LEDGER)
+        for name in sorted((set(names) | owned | also) & present):
             qdiscs = self.ip_json(["tc", "-j", "qdisc", "show", "dev", name], missing_ok=True)
             kinds = {q.get("kind") for q in qdiscs}
             clsact = "clsact" in kinds
-            filters, foreign, intruders = self._filters(name) if clsact else ((), 0, 0)
+            filters, kernel, foreign, intruders = (self._filters(name) if clsact
+                                                   else ((), (), 0, 0))
             conflict = None
             if "ingress" in kinds:
                 conflict = "a foreign ingress qdisc is attached (it excludes clsact)"
             elif intruders:
-                conflict = (f"{intruders} foreign tc filter(s) in the agent's prio range "
-                            f"{PRIO_BASE}..{PRIO_BASE + PRIO_COUNT - 1}")
+                conflict = (f"{intruders} foreign tc filter(s) in the agent's prio ranges "
+                            f"{PRIO_BASE}..{PRIO_BASE + PRIO_COUNT - 1}, "
+                            f"{KERNEL_MIRROR_PRIO_BASE}.."
+                            f"{KERNEL_MIRROR_PRIO_BASE + KERNEL_MIRROR_PRIO_COUNT - 1}")
             out[name] = ObservedLink(name, clsact, filters, clsact_owned=name in owned,
-                                     foreign_filters=foreign, conflict=conflict)
+                                     foreign_filters=foreign, conflict=conflict,
+                                     kernel_filters=kernel)
         return out
 
     def devices(self) -> tuple[ObservedDevice, ...]:
@@ -147,14 +165,52 @@ class LinuxSide:
                     and "Cannot find device" not in result.stderr:
                 raise HostError(f"tc: removing filter prio {command.prio} on {command.device}: "
                                 f"{result.stderr.strip()}")
+        elif isinstance(command, SetKernelMirrorFilter):
+            self._set_kernel_filter(command)
+        elif isinstance(command, RemoveKernelMirrorFilter):
+            result = run(filter_delete_argv(command.interface, prio=command.prio,
+                                            handle=KERNEL_MIRROR_HANDLE,
+                                            direction=command.direction),
+                         timeout=self.timeout_s, check=False)
+            if result.returncode != 0 and "not found" not in result.stderr + result.stdout \
+                    and "Cannot find device" not in result.stderr:
+                raise HostError(f"tc: removing kernel mirror filter prio {command.prio} "
+                                f"{command.direction} on {command.interface}: "
+                                f"{result.stderr.strip()}")
+            if not self.exists(command.interface) or not self._filters(command.interface)[1]:
+                self.ledger.discard(KERNEL_LEDGER, command.interface)
         else:
             raise HostError(f"Linux side cannot apply {command!r}")
 
+    def _set_kernel_filter(self, command: SetKernelMirrorFilter) -> None:
+        """Compile the filter's expression, refuse an interface that routes to the analysis
+        host (it would copy the tunnel's own packets), write the filter."""
+        f = command.filter
+        if f.interface in self.underlay([f.remote_ip]):
+            raise HostError(f"kernel mirror: {f.interface} carries the route to the analysis "
+                            f"host {f.remote_ip}; mirroring it would mirror the tunnel itself; "
+                            f"refused")
+        bytecode = self.compile_filter(f.expression)
+        self.ledger.add(KERNEL_LEDGER, f.interface)  # before the filter exists
+        self.output(selective_filter_argv(f.interface, f.target, bytecode, prio=f.prio,
+                                          direction=f.direction, handle=KERNEL_MIRROR_HANDLE,
+                                          cookie=f.cookie, then_continue=True))
+
+    def compile_filter(self, expression: str) -> str:
+        """tc's bytecode for a libpcap ``expression`` (``tcpdump -y EN10MB -ddd``)."""
+        text = self.output(["tcpdump", "-y", "EN10MB", "-ddd", expression])
+        try:
+            return bytecode_from_ddd(text)
+        except TcMirrorError as exc:
+            raise HostError(f"kernel mirror: compiling {expression!r}: {exc}") from None
+
     # helpers ----------------------------------------------------------------------------------
-    def _filters(self, name: str) -> tuple[tuple[ObservedFilter, ...], int, int]:
-        """The agent's filters on the ingress hook, how many others there are (both hooks), and
-        how many of those others sit in the agent's prio range."""
-        found, foreign, intruders = [], 0, 0
+    def _filters(self, name: str) -> tuple[tuple[ObservedFilter, ...],
+                                           tuple[ObservedKernelFilter, ...], int, int]:
+        """The agent's sFlow mirror filters (ingress hook) and kernel-mirror filters (both
+        hooks), how many others there are (both hooks), and how many of those others sit in
+        one of the agent's prio ranges."""
+        found, kernel, foreign, intruders = [], [], 0, 0
         for hook in ("ingress", "egress"):
             for entry in self.ip_json(["tc", "-j", "filter", "show", "dev", name, hook],
                                     missing_ok=True):
@@ -162,12 +218,19 @@ class LinuxSide:
                 if options is None:
                     continue  # the per-prio header line tc prints before the filter itself
                 ours_by_prio = hook == "ingress" and PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT
-                if ours_by_prio and _cookie(options) == FILTER_COOKIE:
+                kernel_by_prio = (KERNEL_MIRROR_PRIO_BASE <= prio
+                                  < KERNEL_MIRROR_PRIO_BASE + KERNEL_MIRROR_PRIO_COUNT)
+                cookie = _cookie(options)
+                if ours_by_prio and cookie == FILTER_COOKIE:
                     found.append(ObservedFilter(prio, _bytecode(options), _mirred_target(options)))
+                elif kernel_by_prio and (cookie or "").startswith(KERNEL_MIRROR_COOKIE_TAG):
+                    kernel.append(ObservedKernelFilter(hook, prio, cookie,  # type: ignore
+                                                       _mirred_target(options)))
                 else:
                     foreign += 1
-                    intruders += ours_by_prio
-        return tuple(sorted(found, key=lambda f: f.prio)), foreign, intruders
+                    intruders += ours_by_prio or kernel_by_prio
+        return (tuple(sorted(found, key=lambda f: f.prio)),
+                tuple(sorted(kernel, key=lambda f: (f.direction, f.prio))), foreign, intruders)
 
     def _owned_device_names(self) -> set[str]:
         return {device.name for device in self.devices()}

@@ -36,7 +36,8 @@ def reconcile(desired: DesiredState, observed: ObservedState) -> list[Command]:
     """Commands that turn ``observed`` into ``desired``: decreases first, then increases
     (application monitoring's before and after the rest: appmon_reconcile)."""
     app_decrease, app_increase = reconcile_appmon(desired.appmon, observed.appmon,
-                                                  desired.bridge, observed.bridge_exists)
+                                                  desired.bridge, observed.bridge_exists,
+                                                  observed.links)
     sample_decrease, sample_increase = reconcile_sample(
         desired.sample, observed.sample, desired.bridge, observed.bridge_exists,
         {f.cookie: (f.priority, f.actions) for f in observed.flows})
@@ -87,7 +88,7 @@ def find_problems(desired: DesiredState, observed: ObservedState) -> list[str]:
     """What the agent will not fix by itself and reports instead (status file, metrics)."""
     if not observed.bridge_exists:
         return [f"bridge {observed.bridge} does not exist; the agent never creates bridges"]
-    problems = appmon_problems(desired.appmon, observed.appmon)
+    problems = appmon_problems(desired.appmon, observed.appmon, observed.links)
     problems += sample_problems(desired.sample, observed.sample, observed.bridge)
     if observed.sflow is not None and not observed.sflow.owned:
         problems.append(f"bridge {observed.bridge} has a foreign sFlow row "
@@ -156,6 +157,7 @@ def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str]
     """
     ports = set(vm_ports(desired, observed))
     want = {} if blocked else {t.prio: t for t in desired.mirrors}
+    kernel = kernel_mirror_links(desired)  # they share the clsact qdisc
     for name, link in sorted(observed.links.items()):
         if link.conflict:
             continue  # someone else's qdisc or filter in the agent's range: hands off
@@ -164,9 +166,10 @@ def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str]
         changed = [prio for prio in set(have) | set(wanted_here)
                    if prio not in wanted_here or not _same_filter(have.get(prio),
                                                                    wanted_here[prio], recreated)]
-        if wanted_here and not link.clsact:
+        if (wanted_here or name in kernel) and not link.clsact:
             increase.append(AddClsact(name))
-        if not wanted_here and link.clsact and link.clsact_owned and not link.foreign_filters:
+        if not wanted_here and name not in kernel and link.clsact and link.clsact_owned \
+                and not link.foreign_filters:
             decrease.append(RemoveClsact(name))  # after its filters: see _DECREASE_ORDER
         if changed:
             first = min(changed)
@@ -174,6 +177,13 @@ def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str]
                          for prio in sorted((p for p in have if p >= first), reverse=True)]
             increase += [SetMirrorFilter(name, prio, target.probability, target.device)
                          for prio, target in sorted(wanted_here.items()) if prio >= first]
+
+
+def kernel_mirror_links(desired: DesiredState) -> frozenset[str]:
+    """The interfaces the plan's kernel mirrors (``kernel_mirror``) put tc filters on."""
+    if desired.appmon is None:
+        return frozenset()
+    return frozenset(f.interface for f in desired.appmon.kernel_filters)
 
 
 def _same_filter(current: ObservedFilter | None, target: MirrorTarget, recreated: set[str]

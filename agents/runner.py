@@ -37,7 +37,7 @@ from cosample.plan.errors import (PlanError, PlanFetchError, PlanMissingError, S
 from cosample.agents.host import Host
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.plan.document import Plan, parse_document, parse_plan
-from cosample.agents.reconcile import find_problems, reconcile
+from cosample.agents.reconcile import find_problems, kernel_mirror_links, reconcile
 from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
 from cosample.plan.selection import select_plan
 from cosample.plan.signing import verify
@@ -332,7 +332,8 @@ class Agent:
 
     def _observe(self, desired: DesiredState):
         remotes = [t.remote_ip for t in desired.mirrors] + [p.remote_ip for p in desired.receivers]
-        return self.host.observe(desired.bridge, desired.vm_ports or (), remotes)
+        links = (*(desired.vm_ports or ()), *kernel_mirror_links(desired))
+        return self.host.observe(desired.bridge, links, remotes)
 
     def _report(self, desired: DesiredState, outcome: "_Outcome", errors: list[str],
                 kinds: list[str], reason: str, plan: Plan | None, pending: Plan | None,

@@ -135,6 +135,16 @@ class ObservedFilter:
 
 
 @dataclass(frozen=True)
+class ObservedKernelFilter:
+    """One of the agent's kernel application-mirror filters (``kernel_mirror``) on a hook."""
+
+    direction: str  # ingress / egress
+    prio: int
+    cookie: str
+    target: str | None  # mirred device; None when it no longer exists
+
+
+@dataclass(frozen=True)
 class ObservedLink:
     """A Linux interface that carries VM traffic: its clsact hook and the agent's filters on it."""
 
@@ -144,6 +154,8 @@ class ObservedLink:
     clsact_owned: bool = False  # the agent added the clsact qdisc (its ledger says so)
     foreign_filters: int = 0  # filters of others on either hook
     conflict: str | None = None  # why the agent must leave this interface alone
+    #: the agent's kernel application-mirror filters, both hooks (not in ``foreign_filters``)
+    kernel_filters: tuple[ObservedKernelFilter, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,15 @@ class Services:
     min_share: np.ndarray
     onsite_ok: np.ndarray       # bool: the sniffer can listen (interface known)
     bytes_per_request: np.ndarray
+    #: per service, the sender's CPU per mirrored request (its mirror mechanism's cost, e.g.
+    #: ``kernel_mirror_sender``); None: ``costs["mirror_sender"]`` for every service
+    sender_cost: np.ndarray | None = None
+
+    def sender(self, costs: dict) -> np.ndarray:
+        """The sender's CPU per mirrored request of each service."""
+        if self.sender_cost is not None:
+            return self.sender_cost
+        return np.full(self.size, costs["mirror_sender"])
 
     @property
     def size(self) -> int:
@@ -112,7 +121,7 @@ def _load_rows(svc: Services, j: np.ndarray, k: np.ndarray, costs: dict, n: int)
     volume = svc.rate[j]  # the costs are per request
     onsite = k == ONSITE
     rows = [svc.host[j], np.where(onsite, 0, k)]
-    values = [volume * np.where(onsite, costs["onsite"], costs["mirror_sender"]),
+    values = [volume * np.where(onsite, costs["onsite"], svc.sender(costs)[j]),
               np.where(onsite, 0.0, volume * costs["analyser"])]
     sent = np.where(onsite, 0.0, svc.rate[j] * svc.bytes_per_request[j])
     return rows, values, sent
@@ -273,6 +282,7 @@ def solve_greedy(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, cost
     analysers: set[int] = set()
     to = np.full(svc.size, NONE)
     share = np.zeros(svc.size)
+    sender = svc.sender(costs)
     order = np.lexsort((np.arange(svc.size), -svc.weight, -svc.min_share))
     for j in order.tolist():
         h = int(svc.host[j])
@@ -289,7 +299,7 @@ def solve_greedy(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, cost
             allowed &= np.isin(np.arange(n), list(analysers))
         if allowed.any():
             k = int(np.argmax(np.where(allowed, left, -1.0)))
-            cap = min(1.0, left[h] / (volume * costs["mirror_sender"]),
+            cap = min(1.0, left[h] / (volume * sender[j]),
                       left[k] / (volume * costs["analyser"]))
             sent = svc.rate[j] * svc.bytes_per_request[j]
             if sent > 0 and np.isfinite(bytes_left[h]):
@@ -305,7 +315,7 @@ def solve_greedy(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, cost
         if best == ONSITE:
             left[h] -= best_share * volume * costs["onsite"]
         else:
-            left[h] -= best_share * volume * costs["mirror_sender"]
+            left[h] -= best_share * volume * sender[j]
             left[best] -= best_share * volume * costs["analyser"]
             bytes_left[h] -= best_share * svc.rate[j] * svc.bytes_per_request[j]
             analysers.add(best)

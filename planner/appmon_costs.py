@@ -35,8 +35,19 @@ SOURCES = {
     "analyser": ("analysis_selective", "cpu_s_per_request"),
     "mirror_bytes": ("selective_mirror", "fabric_bytes_per_request"),
     "truncated_bytes": ("truncated_mirror", "fabric_bytes_per_request"),
+    "kernel_mirror_sender": ("kernel_mirror", "cpu_s_per_request"),
 }
-CPU = ("onsite", "mirror_sender", "analyser")
+CPU = ("onsite", "mirror_sender", "analyser", "kernel_mirror_sender")
+#: costs without a default of their own: absent, the planner uses the named cost instead
+FALLBACK = {"kernel_mirror_sender": "mirror_sender"}
+
+
+def sender_cost(costs: dict[str, float], mechanism: str) -> float:
+    """The sender's CPU per mirrored request of ``mechanism`` (a plan's mirror mechanism): the
+    kernel mirror's own cost where calibrated or given, else the selective mirror's."""
+    if mechanism == "kernel_mirror":
+        return costs.get("kernel_mirror_sender", costs[FALLBACK["kernel_mirror_sender"]])
+    return costs["mirror_sender"]
 
 
 def costs_from_calibration(section: AppmonCalibration, where: str) -> tuple[dict[str, float],
@@ -53,8 +64,9 @@ def costs_from_calibration(section: AppmonCalibration, where: str) -> tuple[dict
     for name, (mechanism, field) in SOURCES.items():
         entry = section.mechanisms.get(mechanism)
         if entry is None:
-            notes.append(f"{where}: appmon.mechanisms.{mechanism} absent: {name} keeps its "
-                         "default")
+            instead = (f"the planner uses {FALLBACK[name]}" if name in FALLBACK
+                       else "keeps its default")
+            notes.append(f"{where}: appmon.mechanisms.{mechanism} absent: {name} {instead}")
             continue
         value = getattr(entry, field)
         if name in CPU:

@@ -23,6 +23,7 @@ import numpy as np
 
 from cosample.planner.appmon import (DEFAULT_COSTS, MEASURED_PACKETS_PER_REQUEST, NONE, ONSITE,
                                      AppmonPlan, Services, plan_services)
+from cosample.planner.appmon_costs import sender_cost
 from cosample.planner.realise import Realised
 
 
@@ -42,7 +43,8 @@ def services_arrays(dc, own_pps: np.ndarray, costs: dict) -> Services:
         min_share=np.array([s.min_share for s in dc.services]),
         onsite_ok=np.array([s.interface is not None for s in dc.services]),
         bytes_per_request=np.array([costs["truncated_bytes" if s.truncate_bytes else "mirror_bytes"]
-                                    for s in dc.services]))
+                                    for s in dc.services]),
+        sender_cost=np.array([sender_cost(costs, s.mirror) for s in dc.services]))
 
 
 def plan_first(dc, usable: np.ndarray, cap_bytes: np.ndarray) -> tuple[AppmonPlan, Services]:
@@ -86,7 +88,9 @@ def host_entries(dc, plan: AppmonPlan, svc: Services) -> list[list[dict[str, Any
         if to == ONSITE:
             entry.update(mechanism="sniffer", interface=service.interface, to=None)
         else:
-            entry.update(mechanism="selective_mirror", to=dc.names[to])
+            entry.update(mechanism=service.mirror, to=dc.names[to])
+            if service.mirror == "kernel_mirror":
+                entry["interface"] = service.interface
             if service.truncate_bytes:
                 entry["truncate_bytes"] = service.truncate_bytes
         entries[int(svc.host[j])].append(entry)

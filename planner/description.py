@@ -117,6 +117,9 @@ class AppmonCost(Strict):
     analyser: Positive | None = None
     mirror_bytes: Positive | None = None
     truncated_bytes: Positive | None = None
+    #: the sender's CPU per request of a kernel mirror (``mirror: kernel_mirror``); absent and
+    #: not calibrated: ``mirror_sender`` (docs/planner.md)
+    kernel_mirror_sender: Positive | None = None
 
 
 class Service(Strict):
@@ -138,6 +141,20 @@ class Service(Strict):
     interface: InterfaceName | None = None
     #: mirrors truncated to this many bytes (the plan format's bounds), cheaper on the fabric
     truncate_bytes: Annotated[int, Field(ge=TRUNCATE_BYTES[0], le=TRUNCATE_BYTES[1])] | None = None
+    #: how a mirrored service is copied: OpenFlow flows, or the kernel on the VM's port
+    #: (``kernel_mirror``: the server's timing on a userspace datapath; needs ``interface``, no
+    #: ``truncate_bytes``; docs/appmon-mechanisms.md)
+    mirror: Literal["selective_mirror", "kernel_mirror"] = "selective_mirror"
+
+    @field_validator("mirror")
+    @classmethod
+    def _kernel_needs_port(cls, mirror: str, info: ValidationInfo) -> str:
+        if mirror == "kernel_mirror" and info.data.get("interface") is None:
+            raise ValueError("kernel_mirror needs interface (the VM's port its tc filters sit on)")
+        if mirror == "kernel_mirror" and info.data.get("truncate_bytes") is not None:
+            raise ValueError("kernel_mirror cannot truncate; drop truncate_bytes or use "
+                             "selective_mirror")
+        return mirror
 
 
 class Envelope(Strict):

@@ -31,6 +31,15 @@ _RETURN_MATCH = "6 0 0 4294967295"
 _RETURN_NO_MATCH = "6 0 0 0"
 #: Tolerance on a sum of shares exceeding 1 through rounding.
 _SHARE_SLACK = 1e-9
+#: tc priorities of the agents' kernel application mirror (``kernel_mirror``) on both hooks of
+#: a VM's port: [KERNEL_MIRROR_PRIO_BASE, +KERNEL_MIRROR_PRIO_COUNT), one handle. Below the
+#: sFlow mirror chain's range (``cosample.agents.state.PRIO_BASE``, ingress), so they are tried
+#: first; their ``mirred`` ends in ``continue`` (``selective_filter_argv``), so every packet
+#: still reaches the sFlow chain, whose first match ends classification.
+KERNEL_MIRROR_PRIO_BASE, KERNEL_MIRROR_PRIO_COUNT, KERNEL_MIRROR_HANDLE = 0xBF00, 256, 1
+#: The agents' mark on a kernel mirror filter: its mirred cookie starts with these bytes
+#: ("cosasapp"); the rest is a hash of what the filter does (``agents.appmon_state``).
+KERNEL_MIRROR_COOKIE_TAG = "636f736173617070"
 
 
 class TcMirrorError(CosampleError):
@@ -168,13 +177,20 @@ def bytecode_from_ddd(text: str) -> str:
 
 def selective_filter_argv(device: str, target: str, bytecode: str, *, prio: int,
                           direction: str, netns: str | None = None,
-                          cookie: str | None = None) -> list[str]:
+                          cookie: str | None = None, handle: int = 1,
+                          then_continue: bool = False) -> list[str]:
     """``tc filter replace`` copying the packets ``bytecode`` matches on one hook of ``device``
     to ``target`` (the kernel mirror of an application service: its copies leave at the
-    kernel's receive or transmit time, not after the switch's queue)."""
-    argv = mirror_filter_argv(device, target, 1.0, prio=prio, direction=direction, netns=netns,
-                              cookie=cookie)
+    kernel's receive or transmit time, not after the switch's queue). ``then_continue``: the
+    action's verdict is ``continue``, so classification goes on to the filters after it (a
+    filter whose action ends in ``pipe``, mirred's default, ends it)."""
+    argv = mirror_filter_argv(device, target, 1.0, prio=prio, handle=handle,
+                              direction=direction, netns=netns)
     argv[argv.index("bytecode") + 1] = bytecode
+    if then_continue:
+        argv.append("continue")
+    if cookie is not None:
+        argv += mirror_filter_argv(device, target, 1.0, prio=prio, cookie=cookie)[-2:]
     return argv
 
 

@@ -18,7 +18,9 @@ TRUNCATE_BYTES = (14, 65535)
 #: A selective mirror with ``share`` < 1 copies the connections whose client port's low
 #: ``SHARE_BITS`` bits are below ``selected_share(share)`` of ``2**SHARE_BITS``.
 SHARE_BITS = 8
-AppmonMechanism = Literal["port_mirror", "selective_mirror", "sniffer"]
+#: ``kernel_mirror``: the service's segments copied by the kernel on the VM's port (cls_bpf +
+#: ``mirred``, docs/appmon-mechanisms.md): the server's timing, no truncation.
+AppmonMechanism = Literal["port_mirror", "selective_mirror", "kernel_mirror", "sniffer"]
 #: Which TCP segments of a service's connections are copied: those with PSH (service time),
 #: those plus FIN/RST (connection ends too), or all of them.
 AppmonSegments = Literal["psh", "psh+ends", "all"]
@@ -44,8 +46,9 @@ class AppmonEntry(Strict):
 
     ``to`` is the analysis host (``null``: on this host). Mirrors need ``to``; a port mirror and
     the sniffer need ``interface`` (the VM's port, or where the sniffer listens); ``segments``
-    defaults to ``psh`` for the selective mirror and the sniffer and must be ``all`` (the default)
-    for a port mirror, which copies every packet of the port.
+    defaults to ``psh`` for the selective mirror, the kernel mirror and the sniffer and must be
+    ``all`` (the default) for a port mirror, which copies every packet of the port. A kernel
+    mirror needs ``interface`` (the VM's port, where its tc filters sit) and cannot truncate.
     """
 
     service: AppmonService
@@ -68,6 +71,10 @@ class AppmonEntry(Strict):
         if self.mechanism == "selective_mirror" and self.interface is not None:
             _fail(("interface",), "a selective mirror matches the service's connections on "
                   "every port; no interface", self.interface)
+        if self.mechanism == "kernel_mirror" and self.truncate_bytes is not None:
+            _fail(("truncate_bytes",), "a kernel mirror (tc mirred) copies whole frames; it "
+                  "cannot truncate (use a selective_mirror with truncate_bytes)",
+                  self.truncate_bytes)
         if self.mechanism == "port_mirror" and self.segments not in (None, "all"):
             _fail(("segments",), "an OVS Mirror copies every packet of the port; only 'all'",
                   self.segments)

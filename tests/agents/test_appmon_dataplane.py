@@ -16,6 +16,12 @@ its port). Checked, frame by frame, as byte strings:
   nothing of 8081, no ARP; with ``truncate_bytes`` each copy is the frame's first bytes;
 - port mirror with ``snaplen``: the copies are exactly the frames of the server's port
   (both services, ARP too), each cut to ``snaplen``;
+- kernel mirror (``kernel_mirror`` on the server's port ``ams``, beside the sFlow tc chain
+  mirroring everything s1's VM ports send to s4): the copies on the receive device are exactly
+  the PSH-bearing frames of the 8080 connections (one per request sent, and the responses);
+  the chain still copies what the server sends (the kernel mirror's verdict is ``continue``); a
+  second pass changes nothing; with ``share`` 0.5 exactly the connections whose client port's
+  low 8 bits are below 128 are copied; dropping the entry leaves the chain's filter alone;
 - ``cosample agent remove`` leaves no owned device, port, Mirror or flow, and nothing is copied.
 
 Packets and bytes copied per mechanism are printed (``pytest -s``) for docs/appmon-mechanisms.md.
@@ -437,3 +443,122 @@ def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(
                 assert any(int.from_bytes(f[16:18], "big") > len(f) - 14 for f in frames)  # ...
             finally:
                 server.communicate("", timeout=10)
+
+
+# the kernel mirror (kernel_mirror) beside the sFlow mirror chain -------------------------------
+def sflow_sender_plan(version: int, entries: list[dict]) -> dict:
+    """s1 also mirrors every packet its VM ports send to s4 (the sFlow tc chain, rate 1)."""
+    doc = appmon_plan(version, entries)
+    doc["sflow"] = {"collector": "127.0.0.1:6343", "agent": "127.0.0.1"}
+    doc["hosts"]["s1"].update(role="sender", local_rate=0.0, sflow_sampling=None,
+                              mirrors=[{"to": "s4", "rate": 1.0}])
+    doc["hosts"]["s4"].update(role="receiver", local_rate=1.0, sflow_sampling=1,
+                              receives=[{"from": "s1", "rate": 1.0, "pps": 100.0}])
+    return doc
+
+
+#: keep-alive requests to the service from the given client ports
+PORTS_CLIENT = r"""
+import http.client, sys
+for port in map(int, sys.argv[2].split(",")):
+    c = http.client.HTTPConnection(sys.argv[1], 8080, timeout=10,
+                                   source_address=("10.214.0.1", port))
+    for path in ("/0", "/1", "/big"):
+        c.request("GET", path)
+        r = c.getresponse()
+        r.read()
+    c.close()
+print("done", flush=True)
+"""
+
+
+def tc_filters(rig: Rig, device: str) -> list[tuple[str, int, str | None]]:
+    """(hook, prio, mirred cookie) of every filter on ``device`` in s1's namespace."""
+    out = []
+    for hook in ("ingress", "egress"):
+        text = run(["tc", "-n", rig.hosts["s1"][0], "-j", "filter", "show", "dev", device,
+                    hook]).stdout.strip()
+        for entry in json.loads(text or "[]"):
+            if "options" in entry:
+                cookies = [x.get("cookie") for x in entry["options"].get("actions", [])]
+                out.append((hook, entry["pref"], cookies[0] if cookies else None))
+    return sorted(out)
+
+
+def vxlan_inner(frame: bytes, vni: int) -> bytes | None:
+    """The inner frame of a VXLAN packet with ``vni`` on the underlay, else None."""
+    if udp_port(frame) != 4789:
+        return None
+    at = 14 + (frame[14] & 15) * 4 + 8
+    return frame[at + 8:] if int.from_bytes(frame[at + 4:at + 7], "big") == vni else None
+
+
+def test_kernel_mirror_copies_the_psh_segments_and_leaves_the_sflow_chain(rig):
+    from cosample.agents.state import FILTER_COOKIE, PRIO_BASE
+    from cosample.dataplane.tcmirror import KERNEL_MIRROR_COOKIE_TAG, KERNEL_MIRROR_PRIO_BASE
+    from cosample.dataplane.tunnels import pair_vni
+    entry = {"service": {"address": "10.214.0.2", "port": SERVICE}, "mechanism": "kernel_mirror",
+             "to": "s4", "interface": "ams"}
+    rig.plan_path.write_text(json.dumps(sflow_sender_plan(1, [entry])))
+    for host in ("s4", "s1"):
+        assert "ok: plan version 1" in rig.agent(host, "apply", "--once")
+    second = rig.agent("s1", "apply", "--once")  # idempotent: nothing left to change
+    assert "ok: plan version 1" in second and "0 command(s) applied" in second, second
+    filters = tc_filters(rig, "ams")
+    ours = [f for f in filters if f[2] and f[2].startswith(KERNEL_MIRROR_COOKIE_TAG)]
+    assert [f[:2] for f in ours] == [("egress", KERNEL_MIRROR_PRIO_BASE),
+                                     ("ingress", KERNEL_MIRROR_PRIO_BASE)]
+    chain = [f for f in filters if f[2] == FILTER_COOKIE]
+    assert chain == [("ingress", PRIO_BASE, FILTER_COOKIE)]
+    spec = json.loads(run(rig.lab.exec_argv(rig.hosts["s4"][0], [
+        sys.executable, "-m", "cosample", "agent", "appmon-spec", "--state-dir",
+        str(rig.tmp_path / "state-s4")]), timeout=60).stdout)
+    (item,) = spec["analyser"]
+    assert item["mechanism"] == "kernel_mirror"
+
+    underlay = Sniffer(rig.lab, rig.hosts["s4"][0], "eth0", incoming_only=True)
+    _, server, received = rig.exchange(item["interface"])
+    sflow_copies = [x for x in (vxlan_inner(f, pair_vni("s1", "s4")) for f in underlay.frames())
+                    if x is not None]
+    expected = [f for f in server if of_service(f, SERVICE) and has_psh(f)]
+    requests = [f for f in server if tcp(f) and tcp(f)[1] == SERVICE
+                and payload(f).startswith(b"GET ")]
+    assert len(requests) == 3 * 5
+    assert Counter(received) == Counter(expected)  # every PSH segment, both ways, nothing else
+    assert len([f for f in received if payload(f).startswith(b"GET ")]) == len(requests)
+    # the chain still sees every frame the server sends (the kernel mirror's verdict continues),
+    # the copied PSH segments too; frames above the sFlow mirror device's MTU (1450, its default)
+    # it cannot send
+    from_server = Counter(f for f in server if f[12:14] == b"\x08\x00"
+                          and f[26:30] == bytes([10, 214, 0, 2]) and len(f) <= 14 + 1450)
+    assert any(f in from_server for f in expected)
+    copied = Counter(sflow_copies)
+    assert from_server and all(copied[f] >= n for f, n in from_server.items())
+    cost("kernel mirror (PSH)", received, [f for f in server if of_service(f, SERVICE)])
+
+    # a share of the connections: those whose client port's low 8 bits are below 128
+    rig.plan_path.write_text(json.dumps(sflow_sender_plan(2, [{**entry, "share": 0.5}])))
+    for host in ("s4", "s1"):
+        assert "ok: plan version 2" in rig.agent(host, "apply", "--once")
+    at_server = Sniffer(rig.lab, rig.server_ns, "eth0", incoming_only=False)
+    receiving = Sniffer(rig.lab, rig.hosts["s4"][0], item["interface"], incoming_only=True)
+    out = run(rig.lab.exec_argv(rig.client_ns, [sys.executable, "-c", PORTS_CLIENT,
+                                                "10.214.0.2", "40000,40100"]), timeout=60).stdout
+    assert "done" in out
+    time.sleep(1.0)
+    server, received = at_server.frames(), receiving.frames()
+    client_port = lambda f: tcp(f)[1] if tcp(f)[0] == SERVICE else tcp(f)[0]  # noqa: E731
+    service = [f for f in server if of_service(f, SERVICE) and has_psh(f)]
+    assert {client_port(f) for f in service} == {40000, 40100}  # residues 64 (in), 164 (out)
+    assert Counter(received) == Counter(f for f in service if client_port(f) == 40000)
+
+    # the entry dropped: its filters go, the sFlow chain stays
+    rig.plan_path.write_text(json.dumps(sflow_sender_plan(3, [])))
+    for host in ("s4", "s1"):
+        assert "ok: plan version 3" in rig.agent(host, "apply", "--once")
+    assert "0 command(s) applied" in rig.agent("s1", "apply", "--once")
+    assert tc_filters(rig, "ams") == chain
+    rig.agent("s1", "remove")
+    rig.agent("s4", "remove")
+    assert tc_filters(rig, "ams") == []
+    assert_nothing_owned(rig)
