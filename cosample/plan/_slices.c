@@ -13,6 +13,9 @@
  * builds the views in Python, whose behaviour (or error) this matches by construction.
  *
  * parents(level) -> bytes: the Merkle level above ``level`` (merkle._parents).
+ *
+ * configure(peer_fields): the fields of a peer every view keeps (slicebuild.PEER_FIELDS, the
+ * one place they are named); views() is None until it is called.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,7 +27,15 @@
 #define MAX_DEPTH 64
 #define AHEAD 16  /* how far ahead random reads are fetched (fetch_ahead, relate) */
 enum { K_NONE = 0, K_APPMON = 1, K_MIRRORS = 2, K_RECEIVES = 3 };
-enum { F_LOCAL_RATE, F_ROLE, F_SFLOW, F_TUNNEL, FIELDS };
+#define MAX_FIELDS 16
+#define MAX_FIELD_NAME 64
+/* The peer fields (configure): their names, how many, and the order a peer's cut is written
+   in: its keys sorted, lists (K_*) and fields (FIELDS + index) together. */
+static char field_name[MAX_FIELDS][MAX_FIELD_NAME];
+static Py_ssize_t field_len[MAX_FIELDS];
+static int FIELDS = -1;
+#define FIELD_CODE 4  /* classify's code of field j: FIELD_CODE + j, apart from K_* */
+static int cut_order[MAX_FIELDS + 3];
 
 typedef struct { Py_ssize_t s, e; } span;  /* [s, e) in the table */
 
@@ -148,22 +159,20 @@ static int read_list(table_t *t, Py_ssize_t *p, Py_ssize_t owner, int key) {
     }
 }
 
-/* what an entry's key is to the views: K_* for a list, FIELDS + F_* for a peer field, -1 for
-   neither; by its length first (one comparison per key, not seven) */
+static const char *const LIST_NAME[] = {"", "appmon", "mirrors", "receives"};
+
+/* what an entry's key is to the views: K_* for a list, FIELD_CODE + index for a peer field, -1
+   for neither; by its length first */
 static int classify(const char *b, span key) {
-    const char *word;
-    int code;
-    switch (key.e - key.s - 2) {
-        case 6: word = "appmon"; code = K_APPMON; break;
-        case 7: word = "mirrors"; code = K_MIRRORS; break;
-        case 8: word = "receives"; code = K_RECEIVES; break;
-        case 4: word = "role"; code = FIELDS + F_ROLE; break;
-        case 10: word = "local_rate"; code = FIELDS + F_LOCAL_RATE; break;
-        case 14: word = "sflow_sampling"; code = FIELDS + F_SFLOW; break;
-        case 9: word = "tunnel_ip"; code = FIELDS + F_TUNNEL; break;
-        default: return -1;
-    }
-    return memcmp(b + key.s + 1, word, (size_t)(key.e - key.s - 2)) == 0 ? code : -1;
+    Py_ssize_t len = key.e - key.s - 2;
+    const char *word = b + key.s + 1;
+    for (int k = K_APPMON; k <= K_RECEIVES; k++)
+        if ((Py_ssize_t)strlen(LIST_NAME[k]) == len && memcmp(word, LIST_NAME[k], (size_t)len) == 0)
+            return k;
+    for (int j = 0; j < FIELDS; j++)
+        if (field_len[j] == len && memcmp(word, field_name[j], (size_t)len) == 0)
+            return FIELD_CODE + j;
+    return -1;
 }
 
 /* 1: read, 0: not the fast case, -1: out of memory */
@@ -196,7 +205,7 @@ static int read_table(table_t *t) {
         p++;
         if (p >= n || b[p] != '{') return 0;  /* an entry that is not an object */
         span en = {p, 0};
-        span f[FIELDS];
+        span f[MAX_FIELDS];
         unsigned seen = 0;
         for (int k = 0; k < FIELDS; k++) f[k].s = f[k].e = -1;
         p++;
@@ -223,7 +232,7 @@ static int read_table(table_t *t) {
                     return 0;  /* not a list: relations would not read it as one */
                 } else {
                     if (skip_value(b, n, &p, 3) < 0) return 0;
-                    if (code >= FIELDS) { f[code - FIELDS].s = k.s; f[code - FIELDS].e = p; }
+                    if (code >= FIELD_CODE) { f[code - FIELD_CODE].s = k.s; f[code - FIELD_CODE].e = p; }
                 }
                 if (p >= n) return 0;
                 if (b[p] == ',') { p++; continue; }
@@ -233,7 +242,7 @@ static int read_table(table_t *t) {
         }
         en.e = p;
         t->entry[h] = en;
-        memcpy(t->field + h * FIELDS, f, sizeof f);
+        memcpy(t->field + h * FIELDS, f, (size_t)FIELDS * sizeof(span));
         t->hosts = h + 1;
         if (h > 0) {  /* strictly increasing names (contents, without quotes) */
             span a = t->name[h - 1];
@@ -425,8 +434,7 @@ static void put_table(sink *s, const table_t *t, Py_ssize_t h, rel_t *scratch) {
         }
         Py_ssize_t end = k;
         while (end < count && scratch[end].peer == m) end++;
-        /* the peer's cut: appmon, local_rate, mirrors, receives, role, sflow_sampling,
-           tunnel_ip (sorted); lists only with items about h */
+        /* the peer's cut, its keys sorted (cut_order); lists only with items about h */
         Py_ssize_t bounds[5];  /* key K starts at bounds[K] */
         Py_ssize_t q = k;
         for (int key = K_NONE; key <= K_RECEIVES; key++) {
@@ -440,19 +448,19 @@ static void put_table(sink *s, const table_t *t, Py_ssize_t h, rel_t *scratch) {
         put(s, ":{", 2);
         int first = 1;
         const span *f = t->field + m * FIELDS;
-        put_list(s, t, scratch, bounds[K_APPMON], bounds[K_MIRRORS], "\"appmon\":[", &first);
-        if (f[F_LOCAL_RATE].s >= 0) {
+        static const char *const OPEN[] = {"", "\"appmon\":[", "\"mirrors\":[",
+                                           "\"receives\":["};
+        for (int o = 0; o < FIELDS + 3; o++) {
+            int code = cut_order[o];
+            if (code < FIELD_CODE) {  /* a list: K_APPMON .. K_RECEIVES */
+                put_list(s, t, scratch, bounds[code], bounds[code + 1], OPEN[code], &first);
+                continue;
+            }
+            const span v = f[code - FIELD_CODE];
+            if (v.s < 0) continue;
             if (!first) put(s, ",", 1);
             first = 0;
-            put_span(s, b, f[F_LOCAL_RATE]);
-        }
-        put_list(s, t, scratch, bounds[K_MIRRORS], bounds[K_RECEIVES], "\"mirrors\":[", &first);
-        put_list(s, t, scratch, bounds[K_RECEIVES], bounds[4], "\"receives\":[", &first);
-        for (int j = F_ROLE; j <= F_TUNNEL; j++) {
-            if (f[j].s < 0) continue;
-            if (!first) put(s, ",", 1);
-            first = 0;
-            put_span(s, b, f[j]);
+            put_span(s, b, v);
         }
         put(s, "}", 1);
         k = end;
@@ -496,6 +504,7 @@ static int compare_names(const table_t *x, Py_ssize_t i, const table_t *y, Py_ss
 
 static PyObject *views(PyObject *self, PyObject *arg) {
     (void)self;
+    if (FIELDS < 0) Py_RETURN_NONE;  /* not configured: the Python builder */
     if (!PyList_Check(arg)) { PyErr_SetString(PyExc_TypeError, "a list of bytes"); return NULL; }
     Py_ssize_t nt = PyList_GET_SIZE(arg);
     if (nt < 1 || nt > 64) Py_RETURN_NONE;
@@ -624,7 +633,41 @@ static PyObject *parents(PyObject *self, PyObject *arg) {
     return out;
 }
 
+static int by_name(const void *x, const void *y) {
+    int a = *(const int *)x, c = *(const int *)y;
+    const char *na = a < FIELD_CODE ? LIST_NAME[a] : field_name[a - FIELD_CODE];
+    const char *nc = c < FIELD_CODE ? LIST_NAME[c] : field_name[c - FIELD_CODE];
+    return strcmp(na, nc);
+}
+
+static PyObject *configure(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "a tuple of at most %d field names", MAX_FIELDS);
+        return NULL;
+    }
+    int count = (int)PyTuple_GET_SIZE(arg);
+    for (int j = 0; j < count; j++) {
+        Py_ssize_t len;
+        const char *name = PyUnicode_Check(PyTuple_GET_ITEM(arg, j))
+            ? PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(arg, j), &len) : NULL;
+        if (name == NULL || len >= MAX_FIELD_NAME || len < 1 || strchr(name, '"') || strchr(name, '\\')) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "field names: short plain strings");
+            return NULL;
+        }
+        memcpy(field_name[j], name, (size_t)len + 1);
+        field_len[j] = len;
+    }
+    FIELDS = count;
+    for (int k = K_APPMON; k <= K_RECEIVES; k++) cut_order[k - K_APPMON] = k;
+    for (int j = 0; j < count; j++) cut_order[3 + j] = FIELD_CODE + j;
+    qsort(cut_order, (size_t)count + 3, sizeof(int), by_name);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"configure", configure, METH_O, "Set the peer fields views keep (slicebuild.PEER_FIELDS)."},
     {"views", views, METH_O, "Every host's view and leaf hash, or None (not the fast case)."},
     {"parents", parents, METH_O, "The Merkle level above a level of 32-byte hashes."},
     {NULL, NULL, 0, NULL},

@@ -38,6 +38,8 @@ except ImportError:  # pragma: no cover - a host without a compiler
 PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip", "local_mechanism",
                "sample_probability", "observation_domain")
 _SORTED = orjson.OPT_SORT_KEYS
+if _slices is not None:
+    _slices.configure(PEER_FIELDS)
 
 
 def host_views(hosts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

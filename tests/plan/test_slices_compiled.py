@@ -45,7 +45,7 @@ def tables(draw, names=PLAIN):
         table = {}
         for name in hosts:
             entry = {}
-            for field in ("role", "local_rate", "sflow_sampling", "tunnel_ip", "bridge"):
+            for field in (*slicebuild.PEER_FIELDS, "bridge"):  # the fields views keep, and one not
                 if draw(st.booleans()) or field == "role":
                     entry[field] = draw(SCALAR)
             for key, other in (("mirrors", "to"), ("receives", "from"), ("appmon", "to")):
@@ -98,6 +98,19 @@ def test_a_plain_plan_takes_the_compiled_path(make_plan):
     assert _same_as_python([plan["hosts"]])
     assert _same_as_python([plan["hosts"], {k: v for k, v in plan["hosts"].items()
                                             if k != "s2"}])
+
+
+def test_the_peer_fields_come_from_python_once():
+    # the compiled builder keeps the fields slicebuild.PEER_FIELDS names (configure), so a new
+    # peer field (the sample mechanism's) is cut into views by both builders alike
+    table = {"a": {"role": "sender", "local_rate": 0.2, "sflow_sampling": None,
+                   "local_mechanism": "sample", "sample_probability": 13107,
+                   "observation_domain": 7, "mirrors": [{"to": "b", "rate": 0.5}]},
+             "b": {"role": "receiver", "local_rate": 1.0, "sflow_sampling": 1,
+                   "local_mechanism": "sflow", "receives": [{"from": "a", "rate": 0.5}]}}
+    assert _same_as_python([table])
+    view_b = orjson.loads(_slices.views([orjson.dumps(table, option=SORTED)])[1][1])
+    assert view_b["hosts"][0]["a"]["sample_probability"] == 13107
 
 
 @pytest.mark.parametrize("table", [
