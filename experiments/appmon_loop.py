@@ -8,7 +8,9 @@ backend, an analysis namespace behind OVS's VXLAN port. The inventory has two se
 service, nginx on port 80. A real ``Controller`` (in this process, 2-s cycles) publishes
 signed plans to a directory; two real agents (``cosample agent run``, one per host in its
 namespace, ``appmon_loop_agents``) poll it every 2 s and apply it: the web host's agent
-reconciles the selective mirror (its VXLAN device toward the analysis host, the PSH flows) and
+reconciles the plan's mirror (its VXLAN device toward the analysis host, and the kernel mirror's
+tc filters on the server's port, ``--mirror kernel_mirror``, the default, or the selective
+mirror's OpenFlow PSH flows, ``--mirror selective_mirror``) and
 its supervisor runs the on-site sniffer on the server's switch port while the plan says
 ``sniffer``; the analysis host's agent creates the receive device and its supervisor runs the
 analyser on it while the plan mirrors there. The analysers sign their snapshots; the
@@ -76,6 +78,10 @@ class Settings:
     #: also capture vx0 with tcpdump and replay it: tells the copies' timing from the live
     #: analyser's (a diagnostic; costs CPU on the analysis host)
     capture: bool = False
+    #: how the plan copies the service off-host (the description's ``services[].mirror``):
+    #: ``kernel_mirror`` (tc on the server's port: its timing) or ``selective_mirror`` (OpenFlow
+    #: flows, whose response copies wait in ovs-vswitchd's queue first; docs/results.md)
+    mirror: str = "kernel_mirror"
 
 
 def counters(rig, ports: tuple[str, ...]) -> int:
@@ -108,7 +114,8 @@ def collector_snapshot(path: Path, now: datetime, web_pps: float, window_s: floa
     write_atomic(path, lambda stream: stream.write(text))
 
 
-def inventory(capacity_web: float, packets: float, rig) -> dict[str, Any]:
+def inventory(capacity_web: float, packets: float, rig,
+              mirror: str = "kernel_mirror") -> dict[str, Any]:
     from cosample.controller.inventory import FORMAT
     from cosample.lab.appmirror import UNDERLAY_ANALYSIS, UNDERLAY_SWITCH
     from cosample.lab.web import SERVER_ADDRESS
@@ -119,7 +126,8 @@ def inventory(capacity_web: float, packets: float, rig) -> dict[str, Any]:
                         {"name": "analysis", "capacity_pps": 10 * capacity_web,
                          "tunnel_ip": UNDERLAY_ANALYSIS}],
             "services": [{"server": "web", "address": SERVER_ADDRESS, "port": SERVICE_PORT,
-                          "interface": rig.server_port, "packets_per_request": packets}],
+                          "interface": rig.server_port, "packets_per_request": packets,
+                          "mirror": mirror}],
             "appmon_cost": {"calibration": str(CALIBRATION)}}
 
 
@@ -176,13 +184,13 @@ def _calibrated(settings: Settings, scratch: Path, rig, agents) -> dict[str, Any
     from cosample.planner.appmon import DEFAULT_COSTS
     measured = calibrate(rig, settings)
     packets = measured["packets_per_request"]
-    inv_doc = inventory(1.0, packets, rig)
+    inv_doc = inventory(1.0, packets, rig, settings.mirror)
     costs = {**DEFAULT_COSTS, **inventory_from_dict(inv_doc).appmon_cost}
     # per request on the web host: forwarding and sampling every packet (alpha), and the
     # sniffer as the planner charges it (rate x cost per request, planner.appmon._load_rows)
     per_request = packets * (1 + ALPHA) + costs["onsite"]
     capacity = measured["busy_requests_per_s"] * per_request / BUSY_USE
-    inv_doc = inventory(capacity, packets, rig)
+    inv_doc = inventory(capacity, packets, rig, settings.mirror)
     inv = inventory_from_dict(inv_doc)
     service = f"{SERVER_ADDRESS}:{SERVICE_PORT}"
     sources = {"onsite": agents.analyser_dir(WEB, service),
@@ -233,7 +241,7 @@ def _phases(settings: Settings, scratch: Path, rig, controller, agents, collecto
                                web_pps, WINDOW_S)
             status = controller.cycle()
             mechanism = agents.mechanism()
-            if settings.capture and capture is None and mechanism == "selective_mirror":
+            if settings.capture and capture is None and mechanism == settings.mirror:
                 capture = rig._spawn(rig.analysis, [  # the analysis agent's receive device
                     "tcpdump", "-i", f"{RECEIVE_PREFIX}-{short_hash(WEB)}", "-U", "-n",
                     "-s", "0", "-w", str(scratch / "copies.pcap"), "tcp"])
@@ -286,6 +294,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--busy-connections", type=int, default=8)
     parser.add_argument("--capture", action="store_true", help="also tcpdump vx0 and compare "
                         "its replay (the mirrored copies' own timing) with the live analyser")
+    parser.add_argument("--mirror", choices=("kernel_mirror", "selective_mirror"),
+                        default="kernel_mirror", help="how the plan copies the service "
+                        "off-host (default: kernel_mirror, the server's timing)")
     parser.add_argument("--json", type=Path, help="write the whole result here")
     return parser.parse_args(argv)
 
@@ -297,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--{name.replace('_', '-')}: expected 0 < seconds <= 600")
     settings = Settings(quiet_s=args.quiet_s, busy_s=args.busy_s, after_s=args.after_s,
                         quiet_connections=args.quiet_connections,
-                        busy_connections=args.busy_connections, capture=args.capture)
+                        busy_connections=args.busy_connections, capture=args.capture,
+                        mirror=args.mirror)
     with tempfile.TemporaryDirectory(prefix="cosample-appmon-loop-") as scratch:
         try:
             result = run_scenario(settings, Path(scratch))

@@ -97,8 +97,11 @@ class LoopAgents:
         return read_status(self.state_dir(host)) or {}
 
     def mechanism(self) -> str:
-        """What the web agent has applied: ``sniffer``, ``selective_mirror`` or ``none``."""
+        """What the web agent has applied: ``sniffer``, ``kernel_mirror``, ``selective_mirror``
+        or ``none``."""
         appmon = (self.status(WEB).get("desired") or {}).get("appmon") or {}
+        if appmon.get("kernel_mirrors"):
+            return "kernel_mirror"
         if appmon.get("selective_flows"):
             return "selective_mirror"
         if any(item.get("mechanism") == "sniffer" for item in appmon.get("analyser", ())):
