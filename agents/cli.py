@@ -134,6 +134,7 @@ def _config(args, needs_plans: bool = False):
 
 
 def _print_report(report) -> None:
+    from cosample.agents.report import INSECURE_TAG
     if report.result == "dry-run":
         for line in report.commands:
             print(line)
@@ -142,6 +143,9 @@ def _print_report(report) -> None:
     print(summary)
     for problem in report.problems:
         print(f"problem: {problem}", file=sys.stderr)
+    for warning in report.warnings:
+        if not warning.startswith(INSECURE_TAG):  # printed once, when the config is read
+            print(f"warning: {warning}", file=sys.stderr)
     for error in report.errors:
         print(f"error: {error}", file=sys.stderr)
 

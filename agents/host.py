@@ -70,10 +70,13 @@ class LinuxOvsHost(Host):
                                  appmon=appmon, sample=sample)
         names = {p.name for p in ports if not p.owned and p.type in VM_PORT_TYPES} | set(links)
         names.discard(bridge)
+        remotes = tuple(remotes)
         observed_links, devices, foreign, underlay = self.linux.observe(names, remotes)
+        link_mtus, paths = self.linux.mtus(observed_links, remotes)
         return ObservedState(bridge=bridge, bridge_exists=True, sflow=sflow, ports=ports,
                              flows=self.ovs.flows(bridge), links=observed_links,
                              devices=devices, foreign_links=foreign, underlay=underlay,
+                             link_mtus=link_mtus, paths=paths,
                              elsewhere=elsewhere, appmon=appmon, sample=sample)
 
     def apply(self, command: c.Command) -> None:

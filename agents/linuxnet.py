@@ -110,6 +110,25 @@ class LinuxSide:
                 out |= {route["dev"] for route in json.loads(result.stdout) if "dev" in route}
         return frozenset(out)
 
+    def mtus(self, names: Iterable[str], remotes: Iterable[str]
+             ) -> tuple[dict[str, int], dict[str, tuple[str, int]]]:
+        """(MTU of each of ``names`` that exists, remote -> (interface, MTU) of its route; the
+        route's own ``mtu`` metric when it has one, which is smaller)."""
+        links = {link["ifname"]: link["mtu"] for link in self.ip_json(["ip", "-j", "link", "show"])
+                 if isinstance(link.get("mtu"), int)}
+        paths = {}
+        for remote in sorted(set(remotes)):
+            result = run(["ip", "-j", "route", "get", remote], timeout=self.timeout_s,
+                         check=False)
+            if result.returncode != 0 or not result.stdout.strip():
+                continue
+            for route in json.loads(result.stdout):
+                if route.get("dev") in links:
+                    metric = [m["mtu"] for m in route.get("metrics", ())
+                              if isinstance(m, dict) and isinstance(m.get("mtu"), int)]
+                    paths[remote] = (route["dev"], min([links[route["dev"]], *metric]))
+        return {name: links[name] for name in names if name in links}, paths
+
 # apply ------------------------------------------------------------------------------------
     def apply(self, command: c.Command) -> None:
         if isinstance(command, c.AddMirrorDevice):

@@ -23,6 +23,9 @@ from cosample.plan.formats import FORMAT_VERSION
 from cosample.agents.state import DesiredState
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
+#: How the warning about unsigned plans begins (``runner.unsigned_warning``): the metric
+#: ``cosample_agent_insecure`` counts it, not the other warnings (``agents.mtu``).
+INSECURE_TAG = "INSECURE:"
 RESULTS = ("ok", "degraded", "rejected", "diverged", "error")
 
 
@@ -138,7 +141,7 @@ class Metrics:
         self.problems.set(len(report.problems))
         for result in RESULTS:
             self.result.labels(result=result).set(1 if report.result == result else 0)
-        self.insecure.set(1 if report.warnings else 0)
+        self.insecure.set(1 if any(w.startswith(INSECURE_TAG) for w in report.warnings) else 0)
         for state in ("running", "waiting", "not_started"):
             self.analysers.labels(state=state).set(
                 sum(a["state"] == state for a in report.analysers))

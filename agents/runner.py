@@ -37,8 +37,9 @@ from cosample.plan.errors import (PlanError, PlanFetchError, PlanMissingError, S
 from cosample.agents.host import Host
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.plan.document import Plan, parse_document, parse_plan
+from cosample.agents.mtu import mirror_mtu_warnings
 from cosample.agents.reconcile import find_problems, kernel_mirror_links, reconcile
-from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
+from cosample.agents.report import INSECURE_TAG, CycleReport, Metrics, summarise, write_reports
 from cosample.plan.selection import select_plan
 from cosample.plan.signing import verify
 from cosample.plan.slices import read_slice, slice_location
@@ -61,7 +62,7 @@ def unsigned_warning(config: AgentConfig) -> str | None:
     scheme = urllib.parse.urlsplit(config.plan or "").scheme
     over = " over plain http: anyone on the path can" if scheme == "http" else ": anyone who " \
         "can write the plan location can"
-    return (f"INSECURE: plans are accepted unsigned (insecure_unsigned){over} reconfigure "
+    return (f"{INSECURE_TAG} plans are accepted unsigned (insecure_unsigned){over} reconfigure "
             f"sFlow and mirrors on this host; set public_key")
 
 
@@ -293,6 +294,8 @@ class Agent:
             observed = self._observe(desired)
             outcome.commands = [command.describe() for command in reconcile(desired, observed)]
             outcome.problems = find_problems(desired, observed)
+            outcome.warnings = mirror_mtu_warnings(desired.mirrors, observed.link_mtus,
+                                                   observed.paths)
         except CosampleError as exc:
             errors.append(str(exc))
             kinds.append("host")
@@ -313,6 +316,7 @@ class Agent:
             after = self._observe(desired)
             outcome.remaining = [command.describe() for command in reconcile(desired, after)]
             outcome.problems = find_problems(desired, after)
+            outcome.warnings = mirror_mtu_warnings(desired.mirrors, after.link_mtus, after.paths)
             if outcome.remaining:
                 kinds.append("diverged")
                 outcome.diverged = True
@@ -359,7 +363,7 @@ class Agent:
             pending_version=pending.version if pending else None,
             commands=tuple(outcome.commands), remaining=tuple(outcome.remaining),
             problems=tuple(outcome.problems), errors=tuple(errors), desired=summarise(desired),
-            warnings=(warning,) if warning else (),
+            warnings=((warning,) if warning else ()) + tuple(outcome.warnings),
             analysers=tuple(self.supervisor.status()) if self.supervisor is not None else ())
         for error in errors:
             log.warning("%s", error)
@@ -401,6 +405,8 @@ class _Outcome:
         self.commands: list[str] = []
         self.remaining: list[str] = []
         self.problems: list[str] = []
+        #: conditions that leave the state converged but lose data (``agents.mtu``)
+        self.warnings: list[str] = []
         self.failure: str | None = None
         self.diverged = False
         self.returned = False  # converged back to the fallback after a new plan failed

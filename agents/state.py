@@ -203,6 +203,10 @@ class ObservedState:
     foreign_links: frozenset[str] = frozenset()
     #: Interfaces carrying the underlay route to a tunnel peer: never VM ports.
     underlay: frozenset[str] = frozenset()
+    #: MTUs of the observed links (VM ports), and per tunnel peer address the interface and
+    #: MTU of its underlay route (``agents.mtu``); empty where the backend does not observe them.
+    link_mtus: Mapping[str, int] = field(default_factory=dict)
+    paths: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     elsewhere: tuple[ObservedElsewhere, ...] = ()
     appmon: "ObservedAppmon | None" = None  # None: the host backend does not observe it
     sample: "ObservedSample | None" = None  # None: the host backend does not observe it

@@ -43,10 +43,11 @@ TOLERANCE_SD = 5.0
 SENDER = r"""
 import socket, struct, sys, time
 dst, port, count, pps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+size = int(sys.argv[5]) if len(sys.argv) > 5 else 40
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 start = time.monotonic()
 for i in range(count):
-    sock.sendto(struct.pack("!Q", i) + b"cosample" * 4, (dst, port))
+    sock.sendto(struct.pack("!Q", i) + bytes(size - 8), (dst, port))
     if i % 100 == 99:
         delay = start + (i + 1) / pps - time.monotonic()
         if delay > 0:
@@ -157,14 +158,21 @@ def agent_cli(lab: Lab, host_ns: str, *args: str) -> str:
     result = run(lab.exec_argv(host_ns, [sys.executable, "-m", "cosample", "agent", *args]),
                  timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return result.stdout + result.stderr
 
 
-def test_planned_rates_on_real_traffic(lab, tmp_path):
+def run_rig(lab: Lab, tmp_path, packets: int, pps: int, size: int,
+            underlay_mtu: int = 1500) -> dict:
+    """Apply the plan with real agents, send ``packets`` UDP packets of ``size`` payload bytes
+    from VM1 to VM2; the ids sampled locally at s1, sampled at s2 and received at s3, s2's drop
+    flow count, the s1 mirror devices' link statistics and s1's first ``apply`` output.
+    ``underlay_mtu`` is the MTU of the underlay between s1 and s2 (both ends, and s2's br-phy)."""
     s1, s2, s3 = lab.namespace("Ds1"), lab.namespace("Dr2"), lab.namespace("Dr3")
     for vm in (1, 2):
         veth_between(s1, f"caDh{vm}", lab.namespace(f"D{vm}"), address=f"10.213.0.{vm}/24")
     veth_between(s1, "caDu2", s2, host_address="10.213.2.1/24")  # s2's eth0 goes into OVS
+    run(["ip", "-n", s1, "link", "set", "caDu2", "mtu", str(underlay_mtu)])
+    run(["ip", "-n", s2, "link", "set", "eth0", "mtu", str(underlay_mtu)])
     veth_between(s1, "caDu3", s3, address="10.213.3.2/24", host_address="10.213.3.1/24")
     run(["ip", "-n", s3, "route", "add", "default", "via", "10.213.3.1"])
     run(["ip", "-n", s3, "link", "add", "vx", "type", "vxlan", "id", pair_vni("s1", "s3"),
@@ -183,6 +191,7 @@ def test_planned_rates_on_real_traffic(lab, tmp_path):
         # s2: OVS's br-phy pattern, so that OVS itself terminates the mirror tunnel
         ovs2.vsctl("add-br", "cabp2", "--", "set", "Bridge", "cabp2", "datapath_type=netdev")
         ovs2.vsctl("add-port", "cabp2", "eth0")
+        ovs2.vsctl("set", "Interface", "cabp2", f"mtu_request={underlay_mtu}")
         silence_uplink("eth0", s2)  # else s1 may learn eth0's MAC for 10.213.2.2 (ARP flux)
         ovs2.vsctl("add-br", "cabr3", "--", "set", "Bridge", "cabr3", "datapath_type=netdev")
         run(["ip", "-n", s2, "addr", "add", "10.213.2.2/24", "dev", "cabp2"])
@@ -195,10 +204,11 @@ def test_planned_rates_on_real_traffic(lab, tmp_path):
             s1: write_config(tmp_path / "s1.toml", "s1", plan_path, ovs1, tmp_path / "state1",
                              sflow1, "10.213.9.2"),
         }
+        applied = {}
         try:
             for ns, config in configs.items():  # the receiver first
-                assert "ok: plan version 1" in agent_cli(lab, ns, "apply", "--once",
-                                                         "--config", config)
+                applied[ns] = agent_cli(lab, ns, "apply", "--once", "--config", config)
+                assert "ok: plan version 1" in applied[ns]
                 assert "0 command(s)" in agent_cli(lab, ns, "apply", "--config", config)
             run(lab.exec_argv("caD1", [sys.executable, "-c", SENDER, "10.213.0.2",
                                        str(PORT + 1), "20", "100"]), timeout=30)  # ARP warm-up
@@ -212,16 +222,26 @@ def test_planned_rates_on_real_traffic(lab, tmp_path):
             sflow1.clear()
             sflow2.clear()
             run(lab.exec_argv("caD1", [sys.executable, "-c", SENDER, "10.213.0.2", str(PORT),
-                                       str(PACKETS), str(PPS)]), timeout=60)
+                                       str(packets), str(pps), str(size)]), timeout=60)
             time.sleep(1.5)  # sFlow datagrams are batched; let the last ones arrive
             at_s3 = json.loads(sniffer.communicate("stop\n", timeout=20)[0])
             dropped = ovs2.ofctl("dump-flows", "unix:" + str(ovs2.directory / "cabr3.mgmt"),
                                  "cookie=0xc05a000000000000/0xffff000000000000")
+            links = json.loads(run(["ip", "-n", s1, "-j", "-s", "-d", "link", "show", "type",
+                                    "vxlan"]).stdout)
         finally:
             for ns, config in configs.items():
                 agent_cli(lab, ns, "remove", "--config", config)
-    local = [i for s in sflow1.snapshot() if (i := udp_payload_id(s.header)) is not None]
-    at_s2 = [i for s in sflow2.snapshot() if (i := udp_payload_id(s.header)) is not None]
+    return {
+        "local": [i for s in sflow1.snapshot() if (i := udp_payload_id(s.header)) is not None],
+        "s2": [i for s in sflow2.snapshot() if (i := udp_payload_id(s.header)) is not None],
+        "s3": at_s3, "dropped": int(dropped.split("n_packets=")[1].split(",")[0]),
+        "links": links, "s1_apply": applied[s1]}
+
+
+def test_planned_rates_on_real_traffic(lab, tmp_path):
+    got = run_rig(lab, tmp_path, PACKETS, PPS, 40)
+    local, at_s2, at_s3 = got["local"], got["s2"], got["s3"]
     print(f"\n{PACKETS} packets sent; s1 sFlow samples {len(local)} (planned "
           f"{PACKETS / SAMPLING:.0f}); s2 sampled {len(at_s2)} mirrored (planned "
           f"{PACKETS * SHARES['s2']:.0f}); s3 received {len(at_s3)} (planned "
@@ -231,5 +251,40 @@ def test_planned_rates_on_real_traffic(lab, tmp_path):
     assert within(len(at_s3), PACKETS, SHARES["s3"])
     assert len(set(at_s2)) == len(at_s2) and len(set(at_s3)) == len(at_s3)
     assert not set(at_s2) & set(at_s3)  # exclusive shares: no packet mirrored twice
-    n_packets = int(dropped.split("n_packets=")[1].split(",")[0])
-    assert n_packets >= len(at_s2)  # s2's drop flow took every mirrored packet it sampled
+    assert got["dropped"] >= len(at_s2)  # s2's drop flow took every mirrored packet it sampled
+
+
+#: UDP payload of a full-size packet: 1500-byte IP packets, 1514-byte frames on the VM port.
+FULL_SIZE_PAYLOAD, FULL_SIZE_PACKETS, FULL_SIZE_PPS = 1472, 4000, 1000
+
+
+@pytest.mark.parametrize("underlay_mtu", [1500, 1600])
+def test_full_size_copies_need_underlay_room(lab, tmp_path, underlay_mtu):
+    """Copies of full-size frames (1514 bytes; 1550-byte VXLAN packets): the mirror devices
+    send them whatever their MTU, the 1500-byte underlay toward s3 fragments them and s3's
+    kernel VXLAN device reassembles them: all arrive. s2's OVS VXLAN port (userspace datapath)
+    does not pop fragmented tunnel packets: over a 1500-byte underlay none arrive there, and
+    s1's agent says so; with 1600 bytes every planned copy arrives, and the agent is quiet
+    about s2."""
+    got = run_rig(lab, tmp_path, FULL_SIZE_PACKETS, FULL_SIZE_PPS, FULL_SIZE_PAYLOAD,
+                  underlay_mtu=underlay_mtu)
+    local, at_s2, at_s3 = got["local"], got["s2"], got["s3"]
+    devices = {x["ifname"]: (x["mtu"], x["stats64"]["tx"]["packets"]) for x in got["links"]}
+    print(f"\nunderlay s1-s2 MTU {underlay_mtu}: {FULL_SIZE_PACKETS} full-size packets sent; "
+          f"s1 sFlow samples {len(local)}; s2 sampled {len(at_s2)} mirrored (planned "
+          f"{FULL_SIZE_PACKETS * SHARES['s2']:.0f}; its drop flow took {got['dropped']}); s3 "
+          f"received {len(at_s3)} (planned "
+          f"{FULL_SIZE_PACKETS * SHARES['s3']:.0f}); mirror devices (MTU, tx packets): {devices}")
+    assert within(len(local), FULL_SIZE_PACKETS, 1 / SAMPLING)
+    assert within(len(at_s3), FULL_SIZE_PACKETS, SHARES["s3"])  # kernel receiver: reassembled
+    assert len(set(at_s3)) == len(at_s3) and not set(at_s2) & set(at_s3)
+    warned = {peer: f"warning: mirror to {peer}: the underlay" in got["s1_apply"]
+              for peer in ("s2", "s3")}
+    assert warned["s3"]  # 1500 toward s3: its copies are fragmented (a kernel receiver copes)
+    if underlay_mtu < 1550:
+        assert warned["s2"] and "copies of frames over 1464 bytes" in got["s1_apply"]
+        assert at_s2 == []  # every copy was fragmented, and OVS pops no fragment
+    else:
+        assert not warned["s2"]
+        assert within(len(at_s2), FULL_SIZE_PACKETS, SHARES["s2"])
+        assert len(set(at_s2)) == len(at_s2)
