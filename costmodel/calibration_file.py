@@ -95,8 +95,8 @@ class AppmonCost(_Read):
 class AppmonCalibration(_Read):
     """The application mechanisms' costs, measured by ``python -m
     cosample.experiments.appmon_costs``; keys of ``mechanisms``: ``sniffer_onsite``,
-    ``selective_mirror``, ``truncated_mirror`` (host ``monitored``), ``analysis_selective``,
-    ``analysis_truncated`` (host ``analysis``)."""
+    ``selective_mirror``, ``truncated_mirror``, ``kernel_mirror`` (host ``monitored``),
+    ``analysis_selective``, ``analysis_truncated``, ``analysis_kernel`` (host ``analysis``)."""
 
     mechanisms: dict[str, AppmonCost]
     base_cpu_s_per_request: Finite | None = None

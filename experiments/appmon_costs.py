@@ -10,10 +10,16 @@ backend, an analysis node behind OVS's VXLAN port. Each round runs, in rotated o
 | sniffer_onsite | 1 | the analyser on the server's switch port |
 | selective_mirror | 1/4, 1/2, 1 | ovs-vswitchd (copying, encapsulating); the analyser on vx0 |
 | truncated_mirror | 1/4, 1/2, 1 | the same, copies cut to ``max_len`` |
+| kernel_mirror | 1/4, 1/2, 1 | the kernel's (tc at the server's port), in ovs-vswitchd and nginx |
+
+The kernel mirror (cls_bpf + mirred to a kernel VXLAN device, ``set_mechanism("tc")``) copies in
+whichever task moves the segment: ovs-vswitchd as it transmits a request to the server, nginx
+(the softirq of its send) for a response; its cost is the slope of both together, and its
+copies are counted on the analysis node's eth1 and vx1.
 
 A share ``s`` of the connections is mirrored by matching the low bits of the client's port
-(``selective_flows(share_bits=k)``: s = 2**-k); the share used in the fit is the one realised,
-the analyser's request count over nginx's. ``costmodel.appmon_fit`` turns the phases into the
+(``selective_flows(share_bits=k)``, the kernel mirror's filter alike: s = 2**-k); the share used
+in the fit is the one realised, the analyser's request count over nginx's. ``costmodel.appmon_fit`` turns the phases into the
 law's coefficient per mechanism on the monitored host, a linear cost on the analysis host, and
 bytes on the fabric per request, each with a Student t interval over rounds.
 
@@ -58,7 +64,10 @@ class Arm:
 ARMS = (Arm("none"), Arm("sniffer_onsite", monitor="onsite"),
         *(Arm("selective_mirror", "selective", None, bits, "analysis") for bits in (2, 1, 0)),
         *(Arm("truncated_mirror", "selective", TRUNCATE_BYTES, bits, "analysis")
-          for bits in (2, 1, 0)))
+          for bits in (2, 1, 0)),
+        *(Arm("kernel_mirror", "tc", None, bits, "analysis") for bits in (2, 1, 0)))
+#: arms a phases CSV may lack (written before the arm existed): the fit leaves their entries out
+OPTIONAL_ARMS = ("kernel_mirror",)
 COLUMNS = ("round", "arm", "truncate", "share_bits", "share_nominal", "analyser_share", "seconds",
            "connections", "requests", "requests_per_s", "server_cpu_s", "vswitchd_cpu_s",
            "monitor_cpu_s", "monitor_requests", "monitor_drops", "server_port_packets",
@@ -85,7 +94,10 @@ def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings) -> dict:
                               f"-{arm.share_bits}", arm.name) if arm.monitor else None)
     time.sleep(0.5)
     log_before = len(rig.access_log())
-    outer, inner, packets = rig.analysis_counters(), rig.analysis_counters("vx0"), port_packets(rig)
+    # the kernel mirror's copies travel on the rig's kernel underlay (eth1, vx1), the others on eth0
+    underlay, device = ("eth1", "vx1") if arm.mechanism == "tc" else ("eth0", "vx0")
+    outer, inner = rig.analysis_counters(underlay), rig.analysis_counters(device)
+    packets = port_packets(rig)
     cpu = (server_cpu(rig), monitors.cpu_seconds(rig.vswitchd_pid()),
            monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0)
     report = monitors.parse_wrk(rig.load(rig.url(mean_ms=settings.mean_ms, size=settings.size),
@@ -94,7 +106,7 @@ def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings) -> dict:
     time.sleep(0.5)  # the last responses reach the monitor
     cpu_after = (server_cpu(rig), monitors.cpu_seconds(rig.vswitchd_pid()),
                  monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0)
-    outer_after, inner_after = rig.analysis_counters(), rig.analysis_counters("vx0")
+    outer_after, inner_after = rig.analysis_counters(underlay), rig.analysis_counters(device)
     packets_after = port_packets(rig)
     requests = len(rig.access_log()) - log_before
     result = (monitors.stop(rig, monitor, f"{SERVER_ADDRESS}:{monitors.SERVICE_PORT}")
@@ -148,7 +160,7 @@ def fit(frame: pd.DataFrame, confidence: float = 0.95) -> dict:
                          sniffed_packets=frame["server_port_packets"]
                          .where(frame["arm"] == "sniffer_onsite", 0))
     base = frame[frame["arm"] == "none"].assign(share=0.0, mirrored_requests=0)
-    missing = sorted({arm.name for arm in ARMS} - set(frame["arm"]))
+    missing = sorted({arm.name for arm in ARMS} - set(OPTIONAL_ARMS) - set(frame["arm"]))
     if missing:
         raise appmon_fit.AppmonFitError(
             f"no phases of arm(s) {', '.join(missing)}" + (" (the 'none' arm: no phase without "
@@ -172,6 +184,8 @@ def fit(frame: pd.DataFrame, confidence: float = 0.95) -> dict:
             "host": "analysis", **appmon_fit.linear_cost(arm, "monitor_cpu_s", "mirrored_requests",
                                                          "analysis_inner_packets", confidence),
             **fabric, "truncate_bytes": truncate or None}
+    if (frame["arm"] == "kernel_mirror").any():
+        mechanisms |= kernel_mirror(base, frame, confidence)
     c0 = appmon_fit.over_rounds([appmon_fit.base_cost(rows) for _, rows
                                  in base.groupby("round")], confidence)
     return {"mechanisms": mechanisms, "confidence": confidence,
@@ -183,6 +197,26 @@ def fit(frame: pd.DataFrame, confidence: float = 0.95) -> dict:
                          "requests_per_s_none": float(base["requests_per_s"].median()),
                          "share_law": "T(s) = T0/(1 + a s), s = share of connections, "
                                       "cost per request"}}
+
+
+def kernel_mirror(base: pd.DataFrame, frame: pd.DataFrame, confidence: float) -> dict:
+    """The kernel mirror's entries: its copies are made by whichever task sends or receives
+    the segment on the server's port (ovs-vswitchd for requests, nginx's softirq for
+    responses), so its sender cost is the slope of the server's and the switch's CPU together."""
+    arm = frame[frame["arm"] == "kernel_mirror"]
+    arm = arm.assign(share=appmon_fit.realised_share(arm),
+                     host_cpu_s=arm["server_cpu_s"] + arm["vswitchd_cpu_s"])
+    arm = arm.assign(mirrored_requests=arm["share"] * arm["requests"])
+    fabric = appmon_fit.fabric_bytes(pd.concat([base, arm]), confidence=confidence)
+    return {"kernel_mirror": {"host": "monitored",
+                              **appmon_fit.host_law(base, arm, "host_cpu_s",
+                                                    "analysis_inner_packets", confidence),
+                              **fabric, "truncate_bytes": None},
+            "analysis_kernel": {"host": "analysis",
+                                **appmon_fit.linear_cost(arm, "monitor_cpu_s",
+                                                         "mirrored_requests",
+                                                         "analysis_inner_packets", confidence),
+                                **fabric, "truncate_bytes": None}}
 
 
 def document(section: dict, base: Path | None) -> dict:

@@ -22,7 +22,8 @@ once merged):
   to the tunnel port; ``snaplen`` truncates each copy;
 - ``selective``: OpenFlow flows that, besides forwarding, copy the service's TCP segments with
   PSH set (requests and single-segment responses) to the tunnel port; ``max_len`` truncates;
-- ``tc``: the same segments copied by the kernel at the server's port (``clsact`` on its switch
+- ``tc``: the same segments (of a share of the connections, as the agents' filter selects them)
+  copied by the kernel at the server's port (``clsact`` on its switch
   end, a classic-BPF classifier compiled from the sniffer's filter, ``mirred`` to a kernel VXLAN
   device ``Pvt``, VNI 4243, over a second underlay veth ``Pvk`` -- ``eth1``; the analysis node
   reads ``vx1``). The copies leave when the kernel receives the response from the server and
@@ -212,8 +213,8 @@ class MirrorRig(WebRig):
                       segments: str = "psh") -> None:
         """Remove the current mechanism and apply ``kind`` (``none``, ``port``, ``selective``);
         ``truncate``: the mirror's ``snaplen`` or the flows' ``max_len``; ``share_bits``: the
-        selective flows copy a share 2**-share_bits of the connections; ``segments``: which of
-        their segments (``psh`` or ``all``)."""
+        selective flows and the tc mirror copy a share 2**-share_bits of the connections;
+        ``segments``: which of their segments (``psh`` or ``all``)."""
         self.clear_mechanism()
         if kind == "port":
             self.ovs.vsctl(*port_mirror_args(self.bridge, self.server_port, self.tunnel_port,
@@ -226,10 +227,9 @@ class MirrorRig(WebRig):
                                         segments):
                 self._ofctl("add-flow", self._management(), flow)
         elif kind == "tc":
-            if truncate or share_bits:
-                raise ValueError("mechanism 'tc': no truncation and no share of connections "
-                                 "in the rig's kernel mirror")
-            self._tc_mirror(service_port, segments)
+            if truncate:
+                raise ValueError("mechanism 'tc': no truncation in the rig's kernel mirror")
+            self._tc_mirror(service_port, segments, share_bits)
         elif kind != "none":
             raise ValueError(f"mechanism {kind!r}: expected none, port, selective or tc")
         self.mechanism = (kind, truncate)
@@ -237,11 +237,16 @@ class MirrorRig(WebRig):
         # (seen here: a mirror added after traffic copied nothing): drop them all.
         self.ovs.appctl("revalidator/purge")
 
-    def _tc_mirror(self, service_port: int, segments: str) -> None:
-        from cosample.agents.appmon_state import bpf_filter
+    def _tc_mirror(self, service_port: int, segments: str, share_bits: int = 0) -> None:
+        """The kernel mirror; with ``share_bits`` = k only the connections whose client port's
+        top k of its low ``SHARE_BITS`` bits are 0, a share 2**-k (the agents' rule)."""
+        from cosample.agents.appmon_state import SHARE_BITS, bpf_filter
         from cosample.dataplane.tcmirror import (bytecode_from_ddd, clsact_add_argv,
                                                  selective_filter_argv)
-        text = bpf_filter(SERVER_ADDRESS, service_port, segments)
+        if not 0 <= share_bits <= SHARE_BITS:
+            raise ValueError(f"share_bits {share_bits}: expected 0..{SHARE_BITS}")
+        text = bpf_filter(SERVER_ADDRESS, service_port, segments,
+                          selected=(1 << SHARE_BITS) >> share_bits)
         bytecode = bytecode_from_ddd(run(["tcpdump", "-y", "EN10MB", "-ddd", text]).stdout)
         run(clsact_add_argv(self.server_port, netns=self.switch))
         for direction in ("ingress", "egress"):  # from the server, to the server

@@ -10,9 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cosample.costmodel.calibration_file import read_calibration_file
+from cosample.costmodel.calibration_file import AppmonCalibration, read_calibration_file
 from cosample.experiments import appmon_costs
 from cosample.lab.appmirror import rig_unavailable, selective_flows
+from cosample.planner.appmon_costs import costs_from_calibration
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "appmon-costs"
 
@@ -26,17 +27,18 @@ def test_share_flows_match_client_port_bits_above_bit_0():
         selective_flows(1, 2, 3, "10.77.0.2", 80, share_bits=16)
 
 
-def table(rounds: int = 3) -> pd.DataFrame:
+def table(rounds: int = 3, kernel: bool = False) -> pd.DataFrame:
     """Phases of a host with 100 us per request unmonitored; the selective mirror adds 10 us
-    per request at share 1 (a = 0.1), the truncated one 4 us; the sniffer 50 us (a = 0.5)."""
+    per request at share 1 (a = 0.1), the truncated one 4 us; the sniffer 50 us (a = 0.5);
+    with ``kernel``, the kernel mirror 3 us in ovs-vswitchd and 3 us in nginx (a = 0.06)."""
     rows = []
     for number in range(rounds):
         def row(arm, nominal, truncate=None, vswitchd=50e-6, monitor=0.0, copies=0.0,
-                fabric=0.0, requests=10_000, packets=8.0):
+                fabric=0.0, requests=10_000, packets=8.0, server=50e-6):
             rows.append({column: None for column in appmon_costs.COLUMNS} | {
                 "round": number, "arm": arm, "truncate": truncate, "share_nominal": nominal,
                 "seconds": 4, "connections": 32, "requests": requests, "requests_per_s": 2000,
-                "server_cpu_s": 50e-6 * requests, "vswitchd_cpu_s": vswitchd * requests,
+                "server_cpu_s": server * requests, "vswitchd_cpu_s": vswitchd * requests,
                 "monitor_cpu_s": monitor * requests, "server_port_packets": packets * requests,
                 "analysis_inner_packets": copies * requests, "analysis_bytes": fabric * requests})
         row("none", 0.0)
@@ -46,6 +48,10 @@ def table(rounds: int = 3) -> pd.DataFrame:
                 monitor=30e-6 * share, copies=2 * share, fabric=1500 * share)
             row("truncated_mirror", share, truncate=78, vswitchd=(50 + 4 * share) * 1e-6,
                 monitor=20e-6 * share, copies=2 * share, fabric=256 * share)
+            if kernel:
+                row("kernel_mirror", share, vswitchd=(50 + 3 * share) * 1e-6,
+                    server=(50 + 3 * share) * 1e-6, monitor=30e-6 * share, copies=2 * share,
+                    fabric=1520 * share)
     return pd.DataFrame(rows, columns=list(appmon_costs.COLUMNS))
 
 
@@ -63,6 +69,27 @@ def test_fit_gives_the_known_coefficients():
     assert mechanisms["analysis_truncated"]["cpu_s_per_packet"] == pytest.approx(10e-6)
     assert mechanisms["selective_mirror"]["fabric_bytes_per_request"] == pytest.approx(1500)
     assert mechanisms["analysis_truncated"]["fabric_bytes_per_request"] == pytest.approx(256)
+
+
+def test_the_kernel_mirror_costs_the_server_and_switch_cpu_together():
+    mechanisms = appmon_costs.fit(table(kernel=True))["mechanisms"]
+    kernel = mechanisms["kernel_mirror"]
+    assert kernel["coefficient"] == pytest.approx(0.06)
+    assert kernel["cpu_s_per_request"] == pytest.approx(6e-6)
+    assert kernel["cpu_s_per_packet"] == pytest.approx(3e-6)
+    assert kernel["fabric_bytes_per_request"] == pytest.approx(1520)
+    assert mechanisms["analysis_kernel"]["cpu_s_per_request"] == pytest.approx(30e-6)
+    assert mechanisms["selective_mirror"]["coefficient"] == pytest.approx(0.1)  # untouched
+    assert "kernel_mirror" not in appmon_costs.fit(table())["mechanisms"]  # older phases CSVs
+
+
+def test_the_planner_reads_the_fitted_kernel_mirror_as_its_sender_cost():
+    section = AppmonCalibration.model_validate(appmon_costs.fit(table(kernel=True)))
+    costs, notes = costs_from_calibration(section, "calibration.json")
+    unit = section.forwarding_cpu_s_per_packet
+    assert costs["kernel_mirror_sender"] == pytest.approx(6e-6 / unit)
+    assert costs["mirror_sender"] == pytest.approx(10e-6 / unit)
+    assert not any("kernel_mirror" in note for note in notes)
 
 
 def test_from_csv_writes_a_valid_calibration_beside_alpha_and_beta(tmp_path):
@@ -113,5 +140,8 @@ def test_tiny_real_run(tmp_path):
     truncated = section.mechanisms["truncated_mirror"].fabric_bytes_per_request
     assert 0 < truncated < full  # truncation must cut the bytes on the fabric
     assert section.mechanisms["sniffer_onsite"].cpu_s_per_request > 0
+    kernel = frame[frame["arm"] == "kernel_mirror"]
+    assert (kernel["analysis_inner_packets"] > 0).all()  # the tc copies reach vx1 at every share
+    assert section.mechanisms["kernel_mirror"].fabric_bytes_per_request > 0
     onsite = frame[frame["arm"] == "sniffer_onsite"]
     assert (onsite["analysis_inner_packets"] == 0).all()  # nothing crosses the fabric
