@@ -204,7 +204,8 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
                      analysis_hosts=model.analysis_hosts, appmon_order=model.appmon_order,
                      alpha_sample=None if domains is None else alpha_sample,
                      observation_domain=domains,
-                     ipfix=None if model.ipfix is None else model.ipfix.model_dump(exclude_none=True))
+                     ipfix=None if model.ipfix is None
+                     else model.ipfix.model_dump(exclude_none=True))
 
 
 def _check_services(model: InventoryModel, names: set[str], source: str) -> None:

@@ -178,7 +178,8 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
     factor = SAMPLE_PROBABILITY_SCALE // probability
     print(f"\nplanned P = {probability}/65535 ({share:.4f}), domain {DOMAIN}; {PACKETS} packets "
           f"sent, {through} through the sample flow; OVS sampled {sampled}; tshark: "
-          f"{len(records)} records, packetDeltaCount sum {sum(r[2] for r in records)} (x{factor}); collector: "
+          f"{len(records)} records, packetDeltaCount sum {sum(r[2] for r in records)} "
+          f"(x{factor}); collector: "
           f"{table['samples'][k]} samples, estimate {estimate:.0f} "
           f"[{table['packets_per_s_ci95_low'][k] * window:.0f}, "
           f"{table['packets_per_s_ci95_high'][k] * window:.0f}], "
@@ -187,7 +188,7 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
     assert records and {(d, pt) for d, pt, _ in records} == {(DOMAIN, probability)}, records
     assert sum(count for _, _, count in records) == sampled * factor
     assert table["samples"][k] == sampled
-    assert PACKETS <= through <= PACKETS + 200, through  # the run, the learning packets, link start-up
+    assert PACKETS <= through <= PACKETS + 200, through  # the run, learning, link start-up
     assert abs(estimate - through) <= 4.5 * spread, (estimate, through, spread)
     assert estimate == pytest.approx(sampled * SAMPLE_PROBABILITY_SCALE / probability, rel=1e-9)
     assert not {key for key in snapshot["dropped"] if key.startswith("ipfix")}, \
