@@ -13,8 +13,12 @@ sends PACKETS UDP packets to VM B through the bridge. Then the collector's estim
 packets is PACKETS within 4.5 binomial standard deviations (``sqrt(N (1-p) / p)``), its sampled
 count equals OVS's own (``dump-ipfix-flow``) and tshark's decoding of the same IPFIX
 (``packetDeltaCount / (65535 // P)`` summed), every record in s1's domain with the observation
-point P, and no IPFIX message dropped. Needs root, namespaces, OVS, tcpdump, tshark; names
-randomised per run (no lock); about 20 s.
+point P, and no IPFIX message dropped. Then the collector is restarted on the same
+``--state-dir`` and VM A sends PACKETS more: OVS sends no templates for 600 s, so the restarted
+collector reads these records only with the templates it saved (``collector/ipfixtemplates.py``;
+with its ``ipfix`` folder removed it counted none), and its estimate is within the same
+tolerance. Needs root, namespaces, OVS, tcpdump, tshark; names randomised per run (no lock);
+about 20 s.
 """
 
 from __future__ import annotations
@@ -127,9 +131,12 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
                   *[arg for port in ports for arg in ("--", "add-port", bridge, port)])
         ovs.wait_for_ports(*ports)
         state = tmp_path / "collector"
-        daemon = Daemon(plan_path, "--public-key", str(tmp_path / "plan.pub"), "--ipfix",
-                        f"{TUNNEL}:{IPFIX_PORT}", "--state-dir", str(state),
-                        prefix=("ip", "netns", "exec", host))
+
+        def collector() -> Daemon:
+            return Daemon(plan_path, "--public-key", str(tmp_path / "plan.pub"), "--ipfix",
+                          f"{TUNNEL}:{IPFIX_PORT}", "--state-dir", str(state),
+                          prefix=("ip", "netns", "exec", host))
+        daemon = collector()
         capture_path, capture, captured = tmp_path / "ipfix.pcap", None, ""
         try:
             capture = subprocess.Popen(lab.exec_argv(host, [  # before the exporter: templates
@@ -146,9 +153,9 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
             run(lab.exec_argv(vms["a"], [sys.executable, "-c", SENDER, VM["b"], str(PORT),
                                          str(PACKETS), str(PPS), str(FLOWS)]), timeout=60)
 
-            def settled():
-                """The snapshot once the collector counts what OVS sampled so far."""
-                sampled = _sampled_by_ovs(ovs, bridge)  # read afresh: the last upcalls lag
+            def settled(before: int = 0):
+                """The snapshot once the collector counts what OVS sampled since ``before``."""
+                sampled = _sampled_by_ovs(ovs, bridge) - before  # afresh: the last upcalls lag
                 try:
                     snapshot = json.loads((state / "snapshot.json").read_text())
                     k = snapshot["servers"]["name"].index("s1")
@@ -160,6 +167,15 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
             time.sleep(1.5)  # the revalidators push the datapath's flow counts every 0.5 s
             through = _through_sample_flow(ovs, bridge)
             assert _sampled_by_ovs(ovs, bridge) == sampled  # nothing sampled since
+
+            # a restarted collector: OVS sends no templates for 600 s, the state directory has them
+            first_log = daemon.stop()
+            daemon = collector()
+            run(lab.exec_argv(vms["a"], [sys.executable, "-c", SENDER, VM["b"], str(PORT),
+                                         str(PACKETS), str(PPS), str(FLOWS)]), timeout=60)
+            again, resampled = wait_for(lambda: settled(sampled), timeout_s=20)
+            time.sleep(1.5)
+            rethrough = _through_sample_flow(ovs, bridge) - through
         finally:
             if capture is not None:
                 capture.terminate()
@@ -186,13 +202,25 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
           f"{(estimate - through) / spread:+.2f} sd")
     assert "\n0 packets dropped by kernel" in captured, captured  # else tshark misses records
     assert records and {(d, pt) for d, pt, _ in records} == {(DOMAIN, probability)}, records
-    assert sum(count for _, _, count in records) == sampled * factor
+    assert sum(count for _, _, count in records) == (sampled + resampled) * factor
     assert table["samples"][k] == sampled
     assert PACKETS <= through <= PACKETS + 200, through  # the run, learning, link start-up
     assert abs(estimate - through) <= 4.5 * spread, (estimate, through, spread)
     assert estimate == pytest.approx(sampled * SAMPLE_PROBABILITY_SCALE / probability, rel=1e-9)
     assert not {key for key in snapshot["dropped"] if key.startswith("ipfix")}, \
-        (snapshot["dropped"], log)
+        (snapshot["dropped"], first_log)
+    # the restarted collector read the second run with the templates it restored
+    k = again["servers"]["name"].index("s1")
+    reestimate = again["servers"]["packets_per_s"][k] * again["window_s"]
+    print(f"restarted collector: {rethrough} through the sample flow, OVS sampled {resampled}, "
+          f"collector {again['servers']['samples'][k]} samples, estimate {reestimate:.0f}, "
+          f"{(reestimate - rethrough) / math.sqrt(rethrough * (1 - share) / share):+.2f} sd")
+    assert "IPFIX template(s) restored from" in log
+    assert PACKETS <= rethrough <= PACKETS + 200, rethrough
+    assert resampled > 0 and again["servers"]["samples"][k] == resampled
+    assert abs(reestimate - rethrough) <= 4.5 * math.sqrt(rethrough * (1 - share) / share)
+    assert not {key for key in again["dropped"] if key.startswith("ipfix")}, \
+        (again["dropped"], log)
 
 
 def _sampled_by_ovs(ovs: OvsInstance, bridge: str) -> int:
