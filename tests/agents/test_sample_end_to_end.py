@@ -10,15 +10,17 @@ tunnel address there **before** the agent creates the exporter (OVS sends its te
 at the start and every 600 s), so it is also what stays bound at the exporter's connected UDP
 target; ``cosample agent apply --once`` with the public key converges the signed plan; VM A
 sends PACKETS UDP packets to VM B through the bridge. Then the collector's estimate of s1's
-packets is PACKETS within 4.5 binomial standard deviations (``sqrt(N (1-p) / p)``), its sampled
+packets is the N packets that met the agents' sample flow (its OpenFlow counter: the PACKETS,
+the MAC-learning packets, B's ICMP errors) within 4.5 binomial standard deviations
+(``sqrt(N (1-p) / p)``), its sampled
 count equals OVS's own (``dump-ipfix-flow``) and tshark's decoding of the same IPFIX
 (``packetDeltaCount / (65535 // P)`` summed), every record in s1's domain with the observation
 point P, and no IPFIX message dropped. Then the collector is restarted on the same
 ``--state-dir`` and VM A sends PACKETS more: OVS sends no templates for 600 s, so the restarted
 collector reads these records only with the templates it saved (``collector/ipfixtemplates.py``;
 with its ``ipfix`` folder removed it counted none), and its estimate is within the same
-tolerance of the datagrams VM B received (bound to the port: no ICMP errors either). Needs root, namespaces, OVS, tcpdump, tshark; names randomised per run (no lock);
-about 20 s.
+tolerance of the datagrams VM B received (bound to the port: no ICMP errors either). Needs
+root, namespaces, OVS, tcpdump, tshark; names randomised per run (no lock); about 25 s.
 """
 
 from __future__ import annotations
