@@ -115,14 +115,27 @@ class Templates:
         #: (exporter, domain) -> template id -> (template, time last sent)
         self._sessions: OrderedDict[tuple[str, int], dict[int, tuple[Template, float]]] = \
             OrderedDict()
+        #: counts the changes to the templates (``ipfixtemplates`` saves them when it moved)
+        self.changes = 0
 
     def __len__(self) -> int:
         return sum(len(templates) for templates in self._sessions.values())
+
+    def sessions(self) -> list[tuple[tuple[str, int], dict[int, tuple[Template, float]]]]:
+        """Every session's templates, oldest session first (a copy)."""
+        return [(key, dict(table)) for key, table in self._sessions.items()]
+
+    def restore(self, sessions: dict[tuple[str, int], dict[int, tuple[Template, float]]]
+                ) -> None:
+        """Take ``sessions`` (``ipfixtemplates.load``'s) as known before anything is received."""
+        for key, table in sessions.items():
+            self._commit(key, dict(table), max(sent for _, sent in table.values()))
 
     def forget(self, keep) -> None:
         """Drop the sessions whose (exporter, domain) ``keep`` rejects."""
         for key in [key for key in self._sessions if not keep(*key)]:
             del self._sessions[key]
+            self.changes += 1
 
     def decode(self, data: bytes, exporter: str, now: float) -> Message:
         """The message in ``data`` from ``exporter`` received at ``now``; raises only
@@ -191,6 +204,7 @@ class Templates:
         elif len(self._sessions) >= self.max_sessions:
             self._sessions.popitem(last=False)
         self._sessions[key] = staged
+        self.changes += 1
 
 
 def _templates(data: bytes, offset: int, end: int, set_id: int, table: dict, now: float,

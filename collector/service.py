@@ -34,6 +34,7 @@ from cosample.collector.estimate import Estimator
 from cosample.collector.authenticity import HEADER, Signer
 from cosample.collector.events import EventDetector, snapshot_values, write_events
 from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
+from cosample.collector import ipfixtemplates
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
@@ -112,6 +113,7 @@ class Service:
         self._ipfix_socket: socket.socket | None = None
         self._ipfix_receiver: Receiver | None = None
         self._ipfix_warned: str | None = None
+        self._templates_written = 0  # ``Templates.changes`` at the last save (ipfixtemplates)
         self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         self.metrics = SnapshotMetrics(lambda: (self.snapshot, self.status))
@@ -127,6 +129,7 @@ class Service:
                 self._socket.close()
                 raise
             self.ipfix_address = self._ipfix_socket.getsockname()[:2]
+            self._restore_templates()
         if self.settings.metrics_port is not None:
             self._http = _http_server(self, self.settings.http_host, self.settings.metrics_port)
             self.status.http_refused = self._http.refused
@@ -292,6 +295,22 @@ class Service:
                  f"{' expired: local sampling only' if self.watcher.safe else ''}"
                  f" (switched in {time.monotonic() - began:.1f} s)")
 
+    def _restore_templates(self) -> None:
+        """The IPFIX templates the last run saved, before anything is received; a file
+        refused is logged and the daemon starts without it, as on a first start."""
+        if self.settings.state_dir is None:
+            return
+        try:
+            restored = ipfixtemplates.load(self.settings.state_dir, self.estimator.templates,
+                                           self.clock())
+        except CollectorError as exc:
+            self.log(f"collector: {exc}; starting without the saved IPFIX templates")
+            return
+        self._templates_written = self.estimator.templates.changes
+        if restored:
+            self.log(f"collector: {restored} IPFIX template(s) restored from "
+                     f"{ipfixtemplates.path_in(self.settings.state_dir)}")
+
     def export(self, now: float) -> Snapshot:
         """The normal path: a snapshot of the estimator, handed to the writer thread."""
         snapshot = self.estimator.snapshot(now)
@@ -308,14 +327,19 @@ class Service:
         if self.reexporter is not None:
             self.status.reexported_samples = self.reexporter.sent_samples
             self.status.reexport_errors = self.reexporter.errors
-        self.writer.submit((snapshot, now))
+        templates = None
+        changes = self.estimator.templates.changes
+        if self.settings.state_dir is not None and self.settings.ipfix is not None \
+                and changes != self._templates_written:
+            templates = (changes, ipfixtemplates.encode(self.estimator.templates))
+        self.writer.submit((snapshot, now, templates))
         return snapshot
 
-    def _write(self, item: tuple[Snapshot, float]) -> None:
+    def _write(self, item: tuple[Snapshot, float, tuple[int, bytes] | None]) -> None:
         """On the writer thread: JSON for ``/snapshot`` and the binary columnar form for
         ``/snapshot.bin`` (``snapshotbin``: what the controller reads at scale), events, the
         state files, kernel drops."""
-        snapshot, now = item
+        snapshot, now, templates = item
         text = snapshot.to_json()
         self._snapshot_json = text.encode()
         self._signed = (self._snapshot_json,
@@ -331,6 +355,9 @@ class Service:
                              lambda stream: stream.write(text), parents=True)
                 write_bytes_atomic(Path(self.settings.state_dir) / snapshotbin.BINARY_FILE,
                                    binary)
+                if templates is not None:
+                    ipfixtemplates.save(templates[1], self.settings.state_dir)
+                    self._templates_written = templates[0]
             except (OSError, CosampleError) as exc:
                 self.status.state_write_errors += 1
                 if self.status.state_write_errors == 1 or \

@@ -17,8 +17,8 @@ import numpy as np
 from pydantic import Field
 
 from cosample.controller.errors import InventoryError
-from cosample.planner.datacentre import ExtraColumns
-from cosample.planner.description import (AppmonCost, NonNegative, Positive,
+from cosample.planner.datacentre import ExtraColumns, observation_domains
+from cosample.planner.description import (AppmonCost, Ipfix, NonNegative, Positive,
                                           Server as DescribedServer, Service, Sflow)
 from cosample.validation import Strict, problem, read_document, validate
 
@@ -33,6 +33,8 @@ class Coefficients(Strict):
     capacity_pps: NonNegative | None = None
     alpha: Positive | None = None
     beta: Positive | None = None
+    #: cost per sample of OVS's cached ``sample`` action (planner.description.Server)
+    alpha_sample: Positive | None = None
 
 
 class Server(DescribedServer):
@@ -51,6 +53,8 @@ class InventoryModel(Strict):
     classes: dict[str, Coefficients] = {}
     servers: list[Server] = Field(min_length=1)
     sflow: Sflow | None = None
+    #: IPFIX settings for servers planned with ``sample``, as in a description
+    ipfix: Ipfix | None = None
     #: application services to monitor, as in a description; their request rates are measured
     #: by the analysers (``controller.appsource``), a given ``request_rate`` is the prior
     services: list[Service] = []
@@ -98,6 +102,11 @@ class Inventory:
     appmon_cost: Mapping[str, float] = field(default_factory=dict)
     analysis_hosts: int | None = None
     appmon_order: str = "appmon_first"
+    #: the ``sample`` mechanism (``planner.datacentre.DataCentre``'s columns): cost per sample
+    #: (NaN: sFlow only) and Observation Domain ID (0: none); None when no server may use it
+    alpha_sample: np.ndarray | None = None
+    observation_domain: np.ndarray | None = None
+    ipfix: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.index:
@@ -110,12 +119,29 @@ class Inventory:
     def size(self) -> int:
         return len(self.names)
 
+    @property
+    def sample(self) -> dict[str, Any]:
+        """The ``DataCentre`` keywords of the ``sample`` mechanism (none when no server may
+        use it, nor an ``ipfix`` section: the plans are then those of an sFlow-only fleet)."""
+        given = {"alpha_sample": self.alpha_sample, "observation_domain": self.observation_domain,
+                 "ipfix": self.ipfix}
+        return {key: value for key, value in given.items() if value is not None}
+
     def describe(self) -> dict[str, Any]:
         """The normalised inventory (``cosample controller check``)."""
-        return {"name": self.name, "sflow": dict(self.sflow), "servers": [
+        def sample(i: int) -> dict[str, Any]:
+            if self.alpha_sample is None or not np.isfinite(self.alpha_sample[i]):
+                return {}
+            domain = int(self.observation_domain[i])
+            return {"alpha_sample": float(self.alpha_sample[i]),
+                    "observation_domain": domain or None}
+        described = {"name": self.name, "sflow": dict(self.sflow), "servers": [
             {"name": name, "capacity_pps": float(self.capacity_pps[i]),
-             "alpha": float(self.alpha[i]), "beta": float(self.beta[i]),
+             "alpha": float(self.alpha[i]), "beta": float(self.beta[i]), **sample(i),
              **dict(self.extras.get(name, {}))} for i, name in enumerate(self.names)]}
+        if self.ipfix is not None:
+            described["ipfix"] = dict(self.ipfix)
+        return described
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -136,6 +162,7 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
                for name, cls in model.classes.items()}
     n = len(model.servers)
     capacity, alpha, beta = np.empty(n), np.empty(n), np.empty(n)
+    alpha_sample = np.full(n, np.nan)  # NaN: sFlow only (as a description's)
     extras: dict[str, dict[str, Any]] = {}
     for i, server in enumerate(model.servers):
         at = f"{source}: servers[{i}] ({server.name!r})"
@@ -147,6 +174,8 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
                               "class or the top-level cost)", where=source, name=server.name,
                               error=InventoryError)
             target[i] = merged[key]
+        if merged.get("alpha_sample") is not None:
+            alpha_sample[i] = merged["alpha_sample"]
         extra = {key: value for key, value in (("bridge", server.bridge),
                                                 ("tunnel_ip", server.tunnel_ip),
                                                 ("vm_ports", server.vm_ports)) if value is not None}
@@ -156,6 +185,13 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
             extras[server.name] = extra
     sflow = model.sflow.model_dump(exclude_none=True) if model.sflow else {}
     names = tuple(s.name for s in model.servers)
+
+    def fail(location, what, value=None):
+        return problem(location, what, value, where=source, name=names[location[1]],
+                       error=InventoryError)
+    domains = observation_domains(
+        {"name": list(names), "observation_domain": [s.observation_domain for s in model.servers],
+         "tunnel_ip": [s.tunnel_ip for s in model.servers]}, alpha_sample, fail)
     _check_services(model, set(names), source)
     from cosample.planner.appmon_costs import resolve as appmon_costs
     from cosample.planner.errors import PlannerError
@@ -165,7 +201,11 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
         raise InventoryError(str(exc)) from None
     return Inventory(model.name, names, capacity, alpha, beta, extras, sflow,
                      services=tuple(model.services), appmon_cost=appmon_cost,
-                     analysis_hosts=model.analysis_hosts, appmon_order=model.appmon_order)
+                     analysis_hosts=model.analysis_hosts, appmon_order=model.appmon_order,
+                     alpha_sample=None if domains is None else alpha_sample,
+                     observation_domain=domains,
+                     ipfix=None if model.ipfix is None
+                     else model.ipfix.model_dump(exclude_none=True))
 
 
 def _check_services(model: InventoryModel, names: set[str], source: str) -> None:
@@ -195,7 +235,7 @@ def _resolve(coefficients: Coefficients | None, base_dir: Path, at: str) -> dict
             values.update(read_coefficients(base_dir / coefficients.calibration, required=()))
         except CalibrationFileError as exc:
             raise InventoryError(f"{at}.calibration: {exc}") from None
-    for key in ("capacity_pps", "alpha", "beta"):
+    for key in ("capacity_pps", "alpha", "beta", "alpha_sample"):
         value = getattr(coefficients, key)
         if value is not None:
             values[key] = float(value)

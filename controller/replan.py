@@ -74,7 +74,7 @@ def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,
                     alpha=inventory.alpha, beta=inventory.beta,
                     traffic_src=traffic.src, traffic_dst=traffic.dst, traffic_pps=traffic.pps,
                     name=inventory.name, server_extras=inventory.extras,
-                    sflow=inventory.sflow, **appmon)
+                    sflow=inventory.sflow, **inventory.sample, **appmon)
     forwarding = dc.forwarding_pps
     capacity = inventory.capacity_pps * (1.0 - plan_margin)
     saturated = forwarding > capacity
@@ -99,7 +99,8 @@ def _with(dc: DataCentre, capacity: np.ndarray, appmon: dict[str, Any]) -> DataC
     return DataCentre(names=dc.names, capacity_pps=capacity, alpha=dc.alpha, beta=dc.beta,
                       traffic_src=dc.traffic_src, traffic_dst=dc.traffic_dst,
                       traffic_pps=dc.traffic_pps, name=dc.name,
-                      server_extras=dc.server_extras, sflow=dc.sflow, **appmon)
+                      server_extras=dc.server_extras, sflow=dc.sflow, alpha_sample=dc.alpha_sample,
+                      observation_domain=dc.observation_domain, ipfix=dc.ipfix, **appmon)
 
 
 def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,

@@ -205,7 +205,7 @@ class DataCentre:
             raise fail(("servers", int(missing[0]), "capacity_pps"),
                        "field required (neither the server nor its calibration file gives it)")
         extras = _extras(names, servers)
-        domains = _domains(servers, alpha_sample, fail)
+        domains = observation_domains(servers, alpha_sample, fail)
 
         origins = np.fromiter(map(index.get, columns.traffic_rows, repeat(-1)), dtype=np.int64,
                               count=len(columns.traffic_rows))
@@ -467,9 +467,11 @@ def _intervals(given: Mapping[str, Any] | None, n: int) -> dict[str, np.ndarray]
             for key in CALIBRATED}
 
 
-def _domains(servers: Mapping[str, list[Any]], alpha_sample: np.ndarray, fail
-             ) -> np.ndarray | None:
-    """Each server's IPFIX Observation Domain ID for the ``sample`` mechanism: its explicit
+def observation_domains(servers: Mapping[str, list[Any]], alpha_sample: np.ndarray, fail
+                        ) -> np.ndarray | None:
+    """Each server's IPFIX Observation Domain ID for the ``sample`` mechanism (a description's,
+    and the controller's inventory's: ``servers`` are columns by field name, ``fail(location,
+    what, value)`` makes the caller's error): its explicit
     ``observation_domain``, else its IPv4 ``tunnel_ip`` as a 32-bit integer (stable and unique
     as addresses are), 0 where neither or where it cannot use ``sample``; None when no server
     can. Two servers that could use ``sample`` with one domain are refused (the collector
