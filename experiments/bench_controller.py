@@ -18,6 +18,9 @@ The process keeps its freed memory as ``controller run`` has it (``controller.me
 ``--default-memory``: the C library's and numpy's defaults, ``--compare-memory``: both,
 alternating). ``--no-slices``: the target writes the whole plan alone, as ``controller run
 --no-slices``; by default it also writes every host's slice, as ``controller run`` does.
+``--serve``: the HTTP target on loopback, as ``controller run --serve`` (the slices built in
+memory and served on request; a folder holds one file per host: about 10^6 file creations,
+tens of seconds of kernel time, at 10^6 hosts).
 
 Beside each figure, its floor, measured in a fresh process of its own on the same files: reading
 the snapshot's bytes into its arrays (``np.frombuffer`` on the binary form; orjson and
@@ -35,6 +38,7 @@ run, under the same load.
     python -m cosample.experiments.bench_controller --sizes 100000 --baseline-tree DIR --repeats 5
     python -m cosample.experiments.bench_controller --two-phase 100000
     python -m cosample.experiments.bench_controller --sizes 1000000 --no-slices --compare-memory
+    python -m cosample.experiments.bench_controller --sizes 1000000 --serve --repeats 3
 """
 
 from __future__ import annotations
@@ -108,13 +112,15 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
         path.with_name(name).write_bytes(binary)
 
 
-def measure(servers: int, folder: Path, form: str = "json", slices: bool = True) -> dict:
+def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
+            serve: bool = False) -> dict:
     """Two cycles on the snapshot in ``folder`` (run in a process of its own), read in ``form``
     (``FORMS``; old code reads ``snap.json``); ``slices=False``: the target writes the whole
-    plan alone (``controller run --no-slices``)."""
+    plan alone (``controller run --no-slices``); ``serve``: the HTTP target on loopback
+    (``controller run --serve``: slices built in memory, no file per host)."""
     from cosample.plan.signing import generate_keypair
     from cosample.controller.loop import Controller, Settings
-    from cosample.controller.publish import DirectoryTarget
+    from cosample.controller.publish import DirectoryTarget, HttpTarget
 
     rss_imports = _rss_mb()
     inventory = _inventory(servers, folder)
@@ -125,8 +131,10 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True)
     clock = [started]
     settings = Settings((str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0,
                         key=str(folder / "key.pem"))
-    controller = Controller(inventory, settings, DirectoryTarget(folder / "pub", slices=slices),
-                            folder / "state", clock=lambda: clock[0])
+    target = (HttpTarget("127.0.0.1", 0, dict, bytes, slices=slices) if serve
+              else DirectoryTarget(folder / "pub", slices=slices))
+    controller = Controller(inventory, settings, target, folder / "state",
+                            clock=lambda: clock[0])
     rows = []
     for cycle in (1, 2):
         if cycle == 2:  # a newer snapshot of the same traffic
@@ -140,6 +148,10 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True)
         rows.append({"servers": servers, "cycle": cycle, "result": status.result,
                      "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3), **{k: round(v, 3) for k, v in
                                                       status.timings.items()}})
+    if serve:  # the floor signs and writes the published bytes: the state's copy of them
+        target.close()
+        (folder / "pub").mkdir(exist_ok=True)
+        os.link(folder / "state" / "current-plan.json", folder / "pub" / "plan.json")
     plan_bytes = (folder / "pub" / "plan.json").stat().st_size
     peak = _rss_mb()  # before the agents' reader below
     accepted = _agents_accept(folder / "pub" / "plan.json") if servers <= CHECK_UP_TO else None
@@ -147,7 +159,7 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True)
 
     for row in rows:
         row.update(plan_mb=round(plan_bytes / 1e6, 1), code_path=planfile.__file__, form=form,
-                   slices=slices,
+                   slices=slices, target="http" if serve else "directory",
                    snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
                    rss_imports_mb=rss_imports, peak_rss_mb=peak, agents_accept=accepted,
                    load_average=round(os.getloadavg()[0], 1))
@@ -303,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-slices", dest="slices", action="store_false",
                         help="publish the whole plan alone, no per-host slices (`controller run "
                              "--no-slices`); the floor never includes slices")
+    parser.add_argument("--serve", action="store_true",
+                        help="publish through the HTTP target on loopback (`controller run "
+                             "--serve`: every host's slice built in memory and served on "
+                             "request) instead of a folder with a file per host")
     parser.add_argument("--default-memory", dest="keep_memory", action="store_false",
                         help="run the controller's process with the C library's and numpy's "
                              "memory defaults, not as `controller run` sets them "
@@ -322,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_memory()  # as `controller run` does; the floor's process too
     if args.child:
         print(json.dumps(measure(int(args.child[0]), Path(args.child[1]), args.form,
-                                 args.slices)))
+                                 args.slices, args.serve)))
         return 0
     if args.floor:
         print(json.dumps(floor(int(args.floor[0]), Path(args.floor[1]), args.form)))
@@ -347,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                     run = f"{code}-{repeat}"
                     measured = _child(servers, Path(folder), run, tree,
                                       args.form if tree is None else None,
-                                      slices=args.slices, keep=keep)
+                                      slices=args.slices, keep=keep, serve=args.serve)
                     floors = _child(servers, Path(folder), run, None, args.form,
                                     "--floor", keep=keep) if tree is None else [{}]
                     if measured is None or floors is None:
@@ -396,7 +412,7 @@ def _beside_floors(rows: list[dict]) -> str:
 
 
 def _child(servers: int, folder: Path, name: str, tree: Path | None, form: str | None = None,
-           job: str = "--child", slices: bool = True, keep: bool = True
+           job: str = "--child", slices: bool = True, keep: bool = True, serve: bool = False
            ) -> list[dict] | None:
     """Both cycles in a fresh process and a fresh sub-folder ``name`` (no plan in force yet)
     on the snapshot in ``folder``, with the code of ``tree`` (None: this one) reading ``form``
@@ -412,6 +428,7 @@ def _child(servers: int, folder: Path, name: str, tree: Path | None, form: str |
     done = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_controller",
                            job, str(servers), str(run), *(("--form", form) if form else ()),
                            *(() if slices else ("--no-slices",)),
+                           *(("--serve",) if serve else ()),
                            *(() if keep else ("--default-memory",))],
                           capture_output=True, text=True, timeout=1800, check=False, env=env,
                           cwd=run)

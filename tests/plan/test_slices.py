@@ -255,3 +255,21 @@ def test_slices_sit_beside_the_plan():
         f"https://c/p/hosts/{slice_file_name('a/b')}"
     assert slice_location("/srv/plans/plan.json", "s1") == "/srv/plans/hosts/s1"
     assert slice_location("file:///srv/plan.json", "s1") == "file:///srv/hosts/s1"
+
+
+@pytest.mark.parametrize("hosts", [1, 2, 5, 33])
+@pytest.mark.parametrize("signed", [True, False])
+def test_every_slice_written_at_once_is_the_one_served(make_plan, tmp_path, hosts, signed):
+    """``items`` (the folder target's bulk path) gives each host ``document``'s bytes under its
+    file name, in name order: plain names and names hashed into a file name, odd tree levels."""
+    plan = make_plan()
+    entry = next(iter(plan["hosts"].values()))
+    names = ["s0", "a b", "é", "../x", "web-01.dc2"] + [f"h{i:03d}" for i in range(hosts)]
+    plan["hosts"] = {name: entry for name in names[:hosts]}
+    key = _key(tmp_path)[0] if signed else None
+    slices = build_slices([plan], key)
+    written = list(slices.items())
+    assert [file_name for file_name, _ in written] == \
+        [slice_file_name(name) for name in sorted(names[:hosts])]
+    for file_name, document in written:
+        assert document == slices.document(file_name)
