@@ -195,7 +195,8 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller
     from cosample.controller.memory import keep_memory
-    from cosample.controller.publish import DirectoryTarget, HttpTarget
+    from cosample.controller.publish import (DirectoryTarget, HttpTarget,
+                                            directory_slices_warning)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     keep_memory()  # a daemon: each cycle's memory serves the next (controller/memory.py)
@@ -223,6 +224,9 @@ def _run(args: argparse.Namespace) -> int:
                             slices=not args.no_slices)
     else:
         target = DirectoryTarget(args.publish, slices=not args.no_slices)
+        warning = directory_slices_warning(inventory.size, not args.no_slices)
+        if warning:
+            print(f"cosample: {warning}", file=sys.stderr)
     try:
         controller = Controller(inventory, settings, target, args.state_dir)
         if args.serve:

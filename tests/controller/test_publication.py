@@ -247,3 +247,11 @@ def test_serve_survives_more_idle_connections_than_descriptors(tmp_path, keys):
     evicted = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                   if line.startswith("cosample_controller_http_evicted_total"))
     assert evicted >= 1100 - 256
+
+
+def test_a_large_fleet_publishing_slices_to_a_directory_is_warned():
+    from cosample.controller.publish import DIRECTORY_SLICES_HOSTS, directory_slices_warning
+    assert directory_slices_warning(DIRECTORY_SLICES_HOSTS, slices=True) is None
+    assert directory_slices_warning(10 * DIRECTORY_SLICES_HOSTS, slices=False) is None
+    warning = directory_slices_warning(DIRECTORY_SLICES_HOSTS + 1, slices=True)
+    assert warning is not None and "--serve" in warning and "10,001" in warning
