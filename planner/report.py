@@ -64,10 +64,12 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
     unit = "weighted pps" if objective["weighted"] else "pps"
     proof = ("proved optimal" + (" as applied" if objective.get("bound_applied") is not None else "")
              if objective["optimal"] else f"within {_pct(objective['gap'])} of the bound")
+    mechanisms = summary.get("local_mechanisms") or {}
+    applied = "sFlow 1-in-N and sample K/65535" if mechanisms.get("sample") else "sFlow 1-in-N"
     lines = [
         f"collected  {summary['collected_pps']:,.0f} distinct pps of "
         f"{summary['own_pps_total']:,.0f} ({_pct(summary['coverage'])}) as applied "
-        f"(sFlow 1-in-N); planned {summary['collected_planned_pps']:,.0f}",
+        f"({applied}); planned {summary['collected_planned_pps']:,.0f}",
         f"samples    {summary['samples_pps']:,.0f} samples/s to the collector, "
         f"{summary['overlap_pps']:,.0f} of them duplicates or inbound"
         + (f" (budget {assumptions['collector_cap_pps']:,.0f})"

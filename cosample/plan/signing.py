@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
                                                                Ed25519PublicKey)
 
-from cosample.plan.errors import SignatureError, SigningKeyError
+from cosample.plan.errors import PlanError, SignatureError, SigningKeyError
 from cosample.files import write_bytes_atomic
 
 SIGNATURE_SUFFIX = ".sig"
@@ -60,7 +60,12 @@ def sign_file(plan_path: str | Path, private_key_path: str | Path) -> Path:
     """Write ``PLAN.sig`` beside ``plan_path``; returns its path."""
     plan_path = Path(plan_path)
     signature_path = plan_path.with_name(plan_path.name + SIGNATURE_SUFFIX)
-    write_bytes_atomic(signature_path, sign_bytes(plan_path.read_bytes(), private_key_path))
+    try:
+        data = plan_path.read_bytes()
+    except OSError as exc:
+        raise PlanError(f"{plan_path}: cannot read the plan to sign ({exc.strerror or exc})") \
+            from None
+    write_bytes_atomic(signature_path, sign_bytes(data, private_key_path))
     return signature_path
 
 

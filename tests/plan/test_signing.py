@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from cosample.plan.errors import SignatureError, SigningKeyError
+from cosample.plan.errors import PlanError, SignatureError, SigningKeyError
 from cosample.plan.signing import generate_keypair, sign_bytes, sign_file, verify
 
 
@@ -24,6 +24,12 @@ def test_sign_then_verify(tmp_path, keys):
     assert signature.name == "plan.json.sig"
     verify(plan.read_bytes(), signature.read_bytes(), keys[1])
     assert os.stat(keys[0]).st_mode & 0o777 == 0o600
+
+
+def test_signing_a_missing_plan_is_one_error_naming_it(tmp_path, keys):
+    with pytest.raises(PlanError, match=r"missing\.json: cannot read the plan to sign"):
+        sign_file(tmp_path / "missing.json", keys[0])
+    assert not (tmp_path / "missing.json.sig").exists()
 
 
 def test_tampered_plan_or_wrong_key_fails(tmp_path, keys):

@@ -250,6 +250,8 @@ def test_a_cheap_sample_action_replaces_a_lossy_1_in_n():
     lines = summary_lines(plan)
     assert any(line.startswith("local mechanisms") and "1 sample" in line for line in lines)
     assert any(line.startswith("rounding   1-in-N and K/65535 cost 0 pps") for line in lines)
+    assert any(line.startswith("collected") and "(sFlow 1-in-N and sample K/65535)" in line
+               for line in lines)
     # dearer than sFlow (1.6 alpha) it is not chosen here: 1-in-6 stays
     dear = dataclasses.replace(dc, alpha_sample=np.array([1.6 * 1.54, np.nan]))
     host = build_plan(dear, solve(dear, margin=0.0))["hosts"][dc.names[0]]
