@@ -65,6 +65,9 @@ class ServiceWindow(Strict):
     final_squares: Count | None = None
     final_ok_products: Count | None = None
     ok_squares: Count | None = None
+    #: effective degrees of freedom of the success rate's variance over those connections
+    #: (``successinterval.degrees_of_freedom``; None: unknown, or every residual 0)
+    final_df: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     #: 95 % interval of the window's success rate over *all* the service's connections
     #: (``appmon.successinterval``); the rate itself at share 1; None when unknown
     success_rate_ci95: Annotated[list[Fraction], Field(min_length=2, max_length=2)] | None = None
@@ -107,8 +110,9 @@ def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
         sums = stats.success_sums()
         ok = stats.statuses[1] + stats.statuses[2]
         final = stats.responses - stats.statuses[0]
+        df = stats.success_df()
         success = success_interval(ok, final, sums[1:] if sums else None,
-                                   sums[0] if sums else 0, share)
+                                   sums[0] if sums else 0, share, df)
         services.append(ServiceWindow(
             service=service_name(key), requests=stats.requests,
             requests_per_s=stats.requests / window.width_s, responses=stats.responses,
@@ -120,7 +124,7 @@ def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
             final_connections=sums[0] if sums else None,
             final_squares=sums[1] if sums else None,
             final_ok_products=sums[2] if sums else None,
-            ok_squares=sums[3] if sums else None, success_rate_ci95=success))
+            ok_squares=sums[3] if sums else None, final_df=df, success_rate_ci95=success))
     return AppSnapshot(analyser=analyser,
                        window_start=datetime.fromtimestamp(window.start, timezone.utc),
                        window_s=window.width_s, covered_s=covered_s, frames=frames,

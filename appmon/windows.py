@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
 
+from cosample.appmon.successinterval import degrees_of_freedom
+
 #: Relative accuracy of the service-time quantiles.
 SKETCH_ACCURACY = 0.01
 QUANTILES = (0.5, 0.95, 0.99)
@@ -79,6 +81,12 @@ class ServiceStats:
         pairs = self.finals.values()
         return (len(self.finals), sum(n * n for n, _ in pairs), sum(n * ok for n, ok in pairs),
                 sum(ok * ok for _, ok in pairs))
+
+    def success_df(self) -> float | None:
+        """The success rate's variance's effective degrees of freedom over the connections
+        (``successinterval.degrees_of_freedom``); None if unknown or nothing to widen."""
+        return None if self.unattributed_final else \
+            degrees_of_freedom(self.finals.values())
 
     def response(self, status: int, service_time: float | None,
                  connection: object = None) -> None:

@@ -124,7 +124,7 @@ def success_rates(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: t
             or entry.ok_squares is None else \
             (entry.final_squares, entry.final_ok_products, entry.ok_squares)
         rates[entry.service] = (entry.success_rate, success_interval(
-            ok, final, sums, entry.final_connections or 0, float(share[j])))
+            ok, final, sums, entry.final_connections or 0, float(share[j]), entry.final_df))
     return rates
 
 

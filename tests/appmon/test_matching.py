@@ -371,6 +371,7 @@ def test_each_window_counts_final_and_successful_responses_per_connection():
     (entry,) = parse_snapshot(snap.to_json()).services
     assert (entry.final_connections, entry.final_squares, entry.final_ok_products,
             entry.ok_squares) == (3, 17, 8, 5)
+    assert entry.final_df >= 1  # residuals 1 - 6/7, -6/7 and 2 - 9/7
     low, high = entry.success_rate_ci95
     assert entry.success_rate == pytest.approx(3 / 7) and low < 3 / 7 < high
     every = snapshot(window, analyser="a", frames=len(frames), connections=3, dropped={},
@@ -378,6 +379,6 @@ def test_each_window_counts_final_and_successful_responses_per_connection():
     assert every.services[0].success_rate_ci95 == [3 / 7, 3 / 7]  # share 1: counted
     old = json.loads(snap.to_json())  # a snapshot written before these fields reads back
     for name in ("final_connections", "final_squares", "final_ok_products", "ok_squares",
-                 "success_rate_ci95"):
+                 "final_df", "success_rate_ci95"):
         del old["services"][0][name]
     assert parse_snapshot(json.dumps(old)).services[0].success_rate_ci95 is None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cosample.appmon.successinterval import Z95, success_interval
+from cosample.appmon.successinterval import Z95, degrees_of_freedom, student95, success_interval
 
 TRIALS = 400
 
@@ -49,7 +49,7 @@ def coverage(final: np.ndarray, ok: np.ndarray, share: float, rng,
         else:
             sums = (int((n * n).sum()), int((k * n).sum()), int((k * k).sum()))
             low, high = success_interval(int(k.sum()), int(n.sum()), sums, int(kept.sum()),
-                                         share)
+                                         share, degrees_of_freedom(zip(n.tolist(), k.tolist())))
         covered += low <= truth <= high
     return covered / TRIALS
 
@@ -60,15 +60,14 @@ def coverage(final: np.ndarray, ok: np.ndarray, share: float, rng,
        broken=st.sampled_from([0.05, 0.1, 0.3]), share=st.sampled_from([0.25, 0.5, 0.9]))
 def test_the_interval_covers_the_windows_success_rate(seed, connections, mean_requests, fail,
                                                       broken, share):
-    rng = np.random.default_rng(seed)
-    final, ok = population(rng, connections, mean_requests, fail, broken)
-    # 400 trials: a true 95 % coverage reads below 0.915 with probability under 1e-3
-    """From about 12 failing connections seen on (5 % broken of 1,000 at share 0.25, one request
-    each: it read 0.9075 there, the ratio estimator's small-sample skew; elsewhere 0.92-0.96)."""
-    rng = np.random.default_rng(seed)
-    final, ok = population(rng, connections, mean_requests, fail, broken)
+    """Failing connections 5-30 % of 1,000-3,000: it read 0.92-0.99 on these examples. Not
+    everywhere: with 1,829 connections of 15 requests, 20 % failing at random and 5 % broken,
+    at share 0.25, it read 0.83 (heavy broken connections make the estimator skewed);
+    experiments/success_coverage.py measures a wider grid (docs/appmon-mechanisms.md)."""
     # 400 trials: a true 95 % coverage reads below 0.915 with probability under 1e-3; 0.9
-    # leaves room for the skew above
+    # because a few examples sit near the weak spot above
+    rng = np.random.default_rng(seed)
+    final, ok = population(rng, connections, mean_requests, fail, broken)
     assert 0.9 <= coverage(final, ok, share, rng) <= 0.995
 
 
@@ -78,13 +77,11 @@ def test_the_interval_covers_the_windows_success_rate(seed, connections, mean_re
 def test_a_binomial_interval_on_requests_is_too_narrow_for_clustered_failures(
         seed, mean_requests, broken):
     """Why the interval is connection-level (docs/appmon-mechanisms.md): whole connections
-    failing make the rate seen vary far more than independent requests would (with about 12
-    failing connections seen, 1,000 at 5 %, the connection-level one read 0.86 here: few
-    failing clusters, some heavy, are its weak spot)."""
+    failing make the rate seen vary far more than independent requests would."""
     rng = np.random.default_rng(seed)
     final, ok = population(rng, 3000, mean_requests, 0.0, broken)
     assert coverage(final, ok, 0.25, rng, binomial=True) < 0.6
-    assert coverage(final, ok, 0.25, rng) >= 0.9
+    assert coverage(final, ok, 0.25, rng) >= 0.915
 
 
 @given(ok=st.integers(0, 10**4), failed=st.integers(0, 10**4))
@@ -116,3 +113,21 @@ def test_nothing_failed_seen_and_unknown_connections():
     with pytest.raises(ValueError, match="ok"):
         success_interval(2, 1, (1, 1, 1), 1, 0.5)
 
+
+
+@settings(deadline=None)  # scipy's first import
+@given(df=st.floats(1.0, 1e6))
+def test_student_quantile_without_scipy(df):
+    from scipy.stats import t
+
+    expected = t.ppf(0.975, int(df))
+    assert student95(df) == pytest.approx(expected, rel=1.3e-3)
+    assert student95(df) >= t.ppf(0.975, df) * (1 - 1.3e-3)  # floor: never narrower
+
+
+def test_degrees_of_freedom_count_the_connections_that_carry_the_variance():
+    spread = [(10, 9)] * 10 + [(10, 10)] * 20  # one failure on each of 10 connections
+    clustered = [(10, 0)] + [(10, 10)] * 29  # all 10 failures on one connection
+    assert degrees_of_freedom(spread) > 15 * degrees_of_freedom(clustered)
+    assert degrees_of_freedom(clustered) == pytest.approx(1.0, abs=0.1)
+    assert degrees_of_freedom([(10, 10)] * 5) is None and degrees_of_freedom([]) is None
