@@ -76,6 +76,7 @@ def success_interval(ok: int, final: int, sums: tuple[int, int, int] | None, con
     rare = min(rate, 1 - rate)
     if variance <= 0 or rare <= 0:  # every connection seen alike: Wilson, a unit each
         low, high = _wilson(rare, max(connections, 1) / (1 - share))
+        low = 0.0 if rare == 0 else low  # exactly (Wilson's is 0 there, but for rounding)
     else:
         low, high = packets_interval(rare, variance)
     low, high = max(0.0, low), min(1.0, high)

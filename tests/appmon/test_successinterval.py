@@ -81,7 +81,7 @@ def test_a_binomial_interval_on_requests_is_too_narrow_for_clustered_failures(
     rng = np.random.default_rng(seed)
     final, ok = population(rng, 3000, mean_requests, 0.0, broken)
     assert coverage(final, ok, 0.25, rng, binomial=True) < 0.6
-    assert coverage(final, ok, 0.25, rng) >= 0.915
+    assert coverage(final, ok, 0.25, rng) >= 0.9  # as above
 
 
 @given(ok=st.integers(0, 10**4), failed=st.integers(0, 10**4))
