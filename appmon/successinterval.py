@@ -24,9 +24,10 @@ approximation does not. The variance is estimated from the connections that carr
 which may be few; Student's quantile with Satterthwaite's effective degrees of freedom
 ``sum(e_i**2)**2 / sum(e_i**4)`` (``e_i = ok_i - R n_i``, computed by the analyser, which has the
 connections) replaces the normal one, widening the interval when a handful of connections carry
-the failures (``experiments/success_coverage.py`` measures both). With nothing of the rarer side seen
-(``V = 0``, or every connection seen with the same rate), the interval is
-Wilson's for a sample of ``k / (1 - s)`` units, ``k`` the connections seen: each unseen connection might fail as a whole.
+the failures (``experiments/success_coverage.py`` measures both). With nothing of the rarer
+side seen (``V = 0``, or every connection seen with the same rate), the interval is Wilson's
+for a sample of ``k / (1 - s)`` units, ``k`` the connections seen: each unseen connection might fail
+as a whole.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ def success_interval(ok: int, final: int, sums: tuple[int, int, int] | None, con
     if sums is None:
         return None
     squares, products, ok_squares = sums
-    residuals = max(0.0, ok_squares - 2 * rate * products + rate * rate * squares)
+    residuals = ok_squares - 2 * rate * products + rate * rate * squares
+    if residuals <= 1e-9 * squares:  # every connection at the same rate: 0 but for rounding
+        residuals = 0.0
     variance = (1 - share) * residuals / final**2
     if df is not None:  # Student's quantile in place of the normal one, as a wider variance
         variance *= (student95(df) / Z95) ** 2

@@ -131,3 +131,10 @@ def test_degrees_of_freedom_count_the_connections_that_carry_the_variance():
     assert degrees_of_freedom(spread) > 15 * degrees_of_freedom(clustered)
     assert degrees_of_freedom(clustered) == pytest.approx(1.0, abs=0.1)
     assert degrees_of_freedom([(10, 10)] * 5) is None and degrees_of_freedom([]) is None
+
+
+def test_connections_all_at_one_rate_are_not_read_as_exact():
+    """Three connections of 10 with 9 successes each: the residuals are 0 (but for rounding),
+    yet the unseen connections may differ: Wilson on 3 / (1 - s) units, not a point."""
+    low, high = success_interval(27, 30, (300, 270, 243), 3, 0.5)
+    assert low < 0.6 and 0.9 < high < 1
