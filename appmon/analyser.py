@@ -43,9 +43,9 @@ class Analyser:
                 local(service, time, connection)
                 remote(service, time)
 
-            def on_response(service, time, status, service_time, local=on_response,
-                            remote=records.response):
-                local(service, time, status, service_time)
+            def on_response(service, time, status, service_time, connection=None,
+                            local=on_response, remote=records.response):
+                local(service, time, status, service_time, connection)
                 remote(service, time, status, service_time)
         self.table = ConnectionTable(self.counters, on_request, on_response,
                                      max_connections=max_connections, ports=frozenset(ports),

@@ -38,7 +38,7 @@ CLOSED_LINGER_S = 5.0
 #: service time or None); the connection lets a window count requests per connection (the unit
 #: a hash-sampled share samples: ``windows.ServiceStats.per_connection``)
 OnRequest = Callable[[tuple, float, object], None]
-OnResponse = Callable[[tuple, float, int, "float | None"], None]
+OnResponse = Callable[[tuple, float, int, "float | None", object], None]
 
 
 def _before(seq: int, ack: int) -> bool:
@@ -109,10 +109,10 @@ class Connection:
         self.answered = ack
         if not pending or not _before(pending[0][2], ack):
             self.counters["responses_without_request"] += 1
-            self.on_response(self.service, time, status, None)
+            self.on_response(self.service, time, status, None, self)
             return False
         requested, head, _ = pending.popleft()
-        self.on_response(self.service, time, status, max(0.0, time - requested))
+        self.on_response(self.service, time, status, max(0.0, time - requested), self)
         return head
 
     def close(self) -> None:

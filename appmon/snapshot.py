@@ -16,6 +16,7 @@ from pydantic import Field
 
 from cosample.appmon.errors import AppmonError
 from cosample.appmon.rateinterval import rate_interval
+from cosample.appmon.successinterval import success_interval
 from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, Window, service_name
 from cosample.collector.snapshot import UtcTime
 from cosample.validation import Strict, validate
@@ -57,6 +58,19 @@ class ServiceWindow(Strict):
     #: 95 % interval of the requests/s over *all* the service's connections, renormalised by
     #: ``share`` at the connection level (``appmon.rateinterval``); None when unknown
     requests_per_s_ci95: Interval | None = None
+    #: connections with a final response in the window, and over them the sums of n_i**2,
+    #: ok_i*n_i and ok_i**2 (n_i final responses, ok_i of them 2xx/3xx; None: some responses
+    #: came as compact records, or a snapshot older than these fields)
+    final_connections: Count | None = None
+    final_squares: Count | None = None
+    final_ok_products: Count | None = None
+    ok_squares: Count | None = None
+    #: effective degrees of freedom of the success rate's variance over those connections
+    #: (``successinterval.degrees_of_freedom``; None: unknown, or every residual 0)
+    final_df: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+    #: 95 % interval of the window's success rate over *all* the service's connections
+    #: (``appmon.successinterval``); the rate itself at share 1; None when unknown
+    success_rate_ci95: Annotated[list[Fraction], Field(min_length=2, max_length=2)] | None = None
 
 
 class AppSnapshot(Strict):
@@ -93,6 +107,12 @@ def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
         counts = stats.connection_counts()
         interval = rate_interval(stats.requests, counts[1] if counts else None, share,
                                  window.width_s)
+        sums = stats.success_sums()
+        ok = stats.statuses[1] + stats.statuses[2]
+        final = stats.responses - stats.statuses[0]
+        df = stats.success_df()
+        success = success_interval(ok, final, sums[1:] if sums else None,
+                                   sums[0] if sums else 0, share, df)
         services.append(ServiceWindow(
             service=service_name(key), requests=stats.requests,
             requests_per_s=stats.requests / window.width_s, responses=stats.responses,
@@ -100,7 +120,11 @@ def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
             success_rate=stats.success_rate(), service_time_s=timing, share=share,
             request_connections=counts[0] if counts else None,
             request_squares=counts[1] if counts else None,
-            requests_per_s_ci95=interval))
+            requests_per_s_ci95=interval,
+            final_connections=sums[0] if sums else None,
+            final_squares=sums[1] if sums else None,
+            final_ok_products=sums[2] if sums else None,
+            ok_squares=sums[3] if sums else None, final_df=df, success_rate_ci95=success))
     return AppSnapshot(analyser=analyser,
                        window_start=datetime.fromtimestamp(window.start, timezone.utc),
                        window_s=window.width_s, covered_s=covered_s, frames=frames,

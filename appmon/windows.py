@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
 
+from cosample.appmon.successinterval import degrees_of_freedom
+
 #: Relative accuracy of the service-time quantiles.
 SKETCH_ACCURACY = 0.01
 QUANTILES = (0.5, 0.95, 0.99)
@@ -51,6 +53,10 @@ class ServiceStats:
     #: connection is unknown (compact records carry none) in ``unattributed``
     per_connection: dict[object, int] = field(default_factory=dict)
     unattributed: int = 0
+    #: [final responses, successful ones] per connection (``appmon.successinterval``), and
+    #: final responses whose connection is unknown in ``unattributed_final``
+    finals: dict[object, list[int]] = field(default_factory=dict)
+    unattributed_final: int = 0
 
     def request(self, connection: object = None) -> None:
         self.requests += 1
@@ -66,9 +72,35 @@ class ServiceStats:
             return None
         return len(self.per_connection), sum(n * n for n in self.per_connection.values())
 
-    def response(self, status: int, service_time: float | None) -> None:
+    def success_sums(self) -> tuple[int, int, int, int] | None:
+        """(connections with final responses, sum(n_i**2), sum(ok_i*n_i), sum(ok_i**2)) over
+        each connection's final responses ``n_i`` and successful ones ``ok_i``, what the success
+        rate's interval needs; None if some final responses came unattributed."""
+        if self.unattributed_final:
+            return None
+        pairs = self.finals.values()
+        return (len(self.finals), sum(n * n for n, _ in pairs), sum(n * ok for n, ok in pairs),
+                sum(ok * ok for _, ok in pairs))
+
+    def success_df(self) -> float | None:
+        """The success rate's variance's effective degrees of freedom over the connections
+        (``successinterval.degrees_of_freedom``); None if unknown or nothing to widen."""
+        return None if self.unattributed_final else \
+            degrees_of_freedom(self.finals.values())
+
+    def response(self, status: int, service_time: float | None,
+                 connection: object = None) -> None:
         self.responses += 1
         self.statuses[status // 100 - 1] += 1
+        if status >= 200:  # final (a 101's switch is not counted in the success rate)
+            if connection is None:
+                self.unattributed_final += 1
+            else:
+                counts = self.finals.get(connection)
+                if counts is None:
+                    counts = self.finals[connection] = [0, 0]
+                counts[0] += 1
+                counts[1] += status < 400
         if service_time is not None:
             self.matched += 1
             self.total_s += service_time
@@ -129,13 +161,13 @@ class Windows:
         stats.request(connection)
 
     def response(self, service: tuple, time: float, status: int,
-                 service_time: float | None) -> None:
+                 service_time: float | None, connection: object = None) -> None:
         if time >= self.end:
             self.advance(time)
         stats = self.current.get(service)
         if stats is None:
             stats = self.current[service] = ServiceStats()
-        stats.response(status, service_time)
+        stats.response(status, service_time, connection)
 
     def advance(self, now: float) -> list[Window]:
         """Close the current window if ``now`` is past its end; the windows closed."""

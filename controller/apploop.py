@@ -103,6 +103,7 @@ class Applications:
         _, _, share = appmeasure.plan_entries(current_plan, self.services)
         measurement, unknown, intervals = appmeasure.measure(reading.snapshots, self.names,
                                                              share)
+        successes = appmeasure.success_rates(reading.snapshots, self.names, share)
         refused = ()
         if measurement is not None:
             vetted = vet(measurement, self.screen, self.names, self.bound,
@@ -122,7 +123,12 @@ class Applications:
                          {"service": name, "share": round(float(share[j]), 6),
                           "requests_per_s": round(float(measurement.own_pps[j]), 3),
                           "requests_per_s_ci95": [round(v, 3) for v in intervals[name]]
-                          if intervals.get(name) else None}
+                          if intervals.get(name) else None,
+                          # the window's success rate over all connections, with its 95 %
+                          # connection-level interval (None: no final response, or unknown)
+                          "success_rate": _rounded(successes.get(name, (None, None))[0]),
+                          "success_rate_ci95": [round(v, 6) for v in successes[name][1]]
+                          if successes.get(name, (None, None))[1] else None}
                          for j, name in enumerate(self.names)
                          if measurement is not None and measurement.measured[j]],
                      "unlisted_services": list(unknown)[:20],
@@ -221,3 +227,7 @@ class Applications:
                  "mechanism": "none" if t == NONE else "sniffer" if t == ONSITE else "mirror",
                  "to": names[t] if t >= 0 else None, "share": round(float(s), 6)}
                 for j, (t, s) in enumerate(zip(part[0].tolist(), part[1].tolist()))]
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)

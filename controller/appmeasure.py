@@ -14,7 +14,9 @@ the rate is ``requests_per_s / s_applied`` (``connshare.renormalise``'s load est
 95 % interval is connection-level (``appmon.rateinterval``: the requests of one connection come
 and go together, so a Poisson interval on requests would be too narrow), from the sums of
 squared per-connection request counts the snapshot carries; None when an analyser cannot tell
-connections apart (compact records) and the share is below 1. A live analyser's window counts
+connections apart (compact records) and the share is below 1. The success rate is not
+renormalised (a ratio), but its interval is connection-level too (``success_rates``,
+``appmon.successinterval``), from the per-connection sums of final and successful responses. A live analyser's window counts
 only the seconds it was capturing (``covered_s``): the first and last windows of an analyser
 the agents start or stop on a move are partial; the rate is taken over what was covered. A service the
 running plan does not list (no plan yet, or not monitored) is taken at share 1: an analyser that
@@ -26,14 +28,15 @@ is taken, and the loop keeps such windows out of step detection and the hold (``
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
 from cosample.appmon.rateinterval import rate_interval
-from cosample.appmon.snapshot import AppSnapshot
+from cosample.appmon.snapshot import AppSnapshot, ServiceWindow
+from cosample.appmon.successinterval import success_interval
 from cosample.appmon.windows import service_name as analyser_name
 from cosample.controller.estimate import Measurement
 from cosample.plan.appmon import SHARE_BITS, selected_share
@@ -87,6 +90,44 @@ def plan_entries(plan: Mapping[str, Any] | None, services: Sequence[Any]
     return listed, to, share
 
 
+def _entries(snapshots: Sequence[tuple[str, AppSnapshot]]
+             ) -> Iterator[tuple[ServiceWindow, float]]:
+    """Every service entry of the snapshots that covered enough of their window, with the
+    seconds its rate is taken over."""
+    for _, snap in snapshots:
+        seconds = snap.window_s if snap.covered_s is None else snap.covered_s
+        if seconds < snap.window_s * MIN_COVERED:
+            continue  # an analyser that started (or stopped) early in its window: too little
+        for entry in snap.services:
+            yield entry, seconds
+
+
+def success_rates(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[str, ...],
+                  share: np.ndarray) -> dict[str, tuple[float | None, list[float] | None]]:
+    """Each measured service's success rate and its connection-level 95 % interval
+    (``appmon.successinterval``: over all its connections; None: unknown), from the analyser
+    whose rate ``measure`` takes (the highest)."""
+    position = {name: j for j, name in enumerate(service_names)}
+    best: dict[str, float] = {}
+    rates: dict[str, tuple[float | None, list[float] | None]] = {}
+    for entry, seconds in _entries(snapshots):
+        j = position.get(entry.service)
+        if j is None:
+            continue
+        value = entry.requests / seconds / share[j]
+        if entry.service in best and value <= best[entry.service]:
+            continue
+        best[entry.service] = value
+        final = entry.responses - entry.status_classes.get("1xx", 0)
+        ok = entry.status_classes.get("2xx", 0) + entry.status_classes.get("3xx", 0)
+        sums = None if entry.final_squares is None or entry.final_ok_products is None \
+            or entry.ok_squares is None else \
+            (entry.final_squares, entry.final_ok_products, entry.ok_squares)
+        rates[entry.service] = (entry.success_rate, success_interval(
+            ok, final, sums, entry.final_connections or 0, float(share[j]), entry.final_df))
+    return rates
+
+
 def measure(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[str, ...],
             share: np.ndarray
             ) -> tuple[Measurement | None, tuple[str, ...], dict[str, list[float] | None]]:
@@ -101,21 +142,17 @@ def measure(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[s
     measured = np.zeros(n, dtype=bool)
     unknown: set[str] = set()
     intervals: dict[str, list[float] | None] = {}
-    for _, snap in snapshots:
-        seconds = snap.window_s if snap.covered_s is None else snap.covered_s
-        if seconds < snap.window_s * MIN_COVERED:
-            continue  # an analyser that started (or stopped) early in its window: too little
-        for entry in snap.services:
-            j = position.get(entry.service)
-            if j is None:
-                unknown.add(entry.service)
-                continue
-            value = entry.requests / seconds / share[j]
-            if not measured[j] or value > rate[j]:  # the analyser whose rate is taken
-                intervals[entry.service] = rate_interval(entry.requests, entry.request_squares,
-                                                         float(share[j]), seconds)
-            rate[j] = max(rate[j], value) if measured[j] else value
-            measured[j] = True
+    for entry, seconds in _entries(snapshots):
+        j = position.get(entry.service)
+        if j is None:
+            unknown.add(entry.service)
+            continue
+        value = entry.requests / seconds / share[j]
+        if not measured[j] or value > rate[j]:  # the analyser whose rate is taken
+            intervals[entry.service] = rate_interval(entry.requests, entry.request_squares,
+                                                     float(share[j]), seconds)
+        rate[j] = max(rate[j], value) if measured[j] else value
+        measured[j] = True
     ends = [snap.window_start + timedelta(seconds=snap.window_s) for _, snap in snapshots]
     window = max(snap.window_s for _, snap in snapshots)
     diagonal = np.flatnonzero(measured).astype(np.int64)

@@ -102,6 +102,8 @@ def test_real_analysers_are_started_restarted_replaced_and_stopped(tmp_path):
         assert all(s["request_connections"] == 1 for s in seen)
         assert sum(s["request_squares"] for s in seen) <= REQUESTS ** 2
         assert all(s["requests_per_s_ci95"] == [s["requests_per_s"]] * 2 for s in seen)
+        assert all(s["success_rate_ci95"] == (None if s["success_rate"] is None
+                                              else [s["success_rate"]] * 2) for s in seen)
         # killed: restarted after its back-off, with a new PID
         os.kill(pid, signal.SIGKILL)
         until(lambda: not alive(pid), what="the kill")
@@ -189,6 +191,7 @@ def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
         assert counted() == REQUESTS
         seen = [s for w in windows(received.state_dir) for s in w["services"] if s["requests"]]
         assert all(s["request_squares"] is None for s in seen)  # records name no connection
+        assert all(s["final_squares"] is None for s in seen)
     finally:
         for sup in sups.values():
             sup.stop_all()

@@ -5,6 +5,7 @@ The real-traffic counterpart is tests/appmon/test_ground_truth.py (nginx, wrk, a
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -344,3 +345,40 @@ def test_a_share_of_connections_by_client_port_and_requests_per_connection():
     _, every = run(frames)
     (window,) = every
     assert window.services[KEY].connection_counts() == (4, 1 + 4 + 9 + 16)
+
+
+def test_each_window_counts_final_and_successful_responses_per_connection():
+    """What the success rate's connection-level interval needs (``appmon.successinterval``):
+    per connection n_i final responses, ok_i of them 2xx/3xx, summed as n_i^2, ok_i n_i, ok_i^2;
+    the snapshot carries them and an interval holding the rate seen."""
+    from cosample.appmon.snapshot import parse_snapshot, snapshot
+
+    frames = []
+    for k, (cport, statuses) in enumerate(((40000, (200, 503)), (40001, (500, 500)),
+                                           (40002, (302, 200, 404)))):
+        c = Conversation(cport=cport)
+        frames += c.handshake(100.0 + k)
+        for i, status in enumerate(statuses):
+            start = 100.2 + k + 0.1 * i
+            frames += [c.send(start, request(f"/{i}")),
+                       c.send(start + 0.01, response(status), False)]
+    frames.sort(key=lambda frame: frame[0])
+    _, windows = run(frames)
+    (window,) = windows
+    assert window.services[KEY].success_sums() == (3, 4 + 4 + 9, 2 + 0 + 6, 1 + 0 + 4)
+    snap = snapshot(window, analyser="a", frames=len(frames), connections=3, dropped={},
+                    ignored={}, share=0.5)
+    (entry,) = parse_snapshot(snap.to_json()).services
+    assert (entry.final_connections, entry.final_squares, entry.final_ok_products,
+            entry.ok_squares) == (3, 17, 8, 5)
+    assert entry.final_df >= 1  # residuals 1 - 6/7, -6/7 and 2 - 9/7
+    low, high = entry.success_rate_ci95
+    assert entry.success_rate == pytest.approx(3 / 7) and low < 3 / 7 < high
+    every = snapshot(window, analyser="a", frames=len(frames), connections=3, dropped={},
+                     ignored={})
+    assert every.services[0].success_rate_ci95 == [3 / 7, 3 / 7]  # share 1: counted
+    old = json.loads(snap.to_json())  # a snapshot written before these fields reads back
+    for name in ("final_connections", "final_squares", "final_ok_products", "ok_squares",
+                 "final_df", "success_rate_ci95"):
+        del old["services"][0][name]
+    assert parse_snapshot(json.dumps(old)).services[0].success_rate_ci95 is None

@@ -58,7 +58,7 @@ def analyse(keep):
     def on_request(service, time, connection):
         counted["requests"] += 1
 
-    def on_response(service, time, status, service_time):
+    def on_response(service, time, status, service_time, connection):
         counted["responses"] += 1
         if service_time is not None:
             pairs[round(time * 1e6)] = REQUESTS[round((time - service_time) * 1e6)]
@@ -150,7 +150,7 @@ def test_a_copy_cut_inside_the_header_block_on_pipelined_connections():
     one-at-a-time connections every pair is right."""
     counters, pairs, counted = Counter(), {}, Counter()
 
-    def on_response(service, time, status, service_time):
+    def on_response(service, time, status, service_time, connection):
         counted[status] += 1
         if service_time is not None:
             pairs[round(time * 1e6)] = REQUESTS[round((time - service_time) * 1e6)]

@@ -14,7 +14,7 @@ import pytest
 
 from cosample.appmon.snapshot import AppSnapshot, ServiceTime, ServiceWindow
 from cosample.collector.authenticity import SIGNATURE_SUFFIX, Signer
-from cosample.controller.appmeasure import measure, plan_entries, service_name
+from cosample.controller.appmeasure import measure, plan_entries, service_name, success_rates
 from cosample.controller.apploop import AppJudgement, app_decision
 from cosample.controller.decide import Policy
 from cosample.controller.inventory import inventory_from_dict
@@ -114,6 +114,8 @@ def test_analysis_moves_off_host_when_busy_and_back_when_quiet(tmp_path):
     (measured,) = status["rates_measured"]
     assert measured["service"] == NAME and measured["share"] == 1.0
     assert measured["requests_per_s_ci95"] == [measured["requests_per_s"]] * 2 == [50.0, 50.0]
+    # and the success rate beside it, with its interval (share 1: the rate itself)
+    assert measured["success_rate"] == 1.0 and measured["success_rate_ci95"] == [1.0, 1.0]
 
 
 def test_noise_does_not_move_the_analysis(tmp_path):
@@ -146,6 +148,23 @@ def test_rates_are_renormalised_by_the_running_plans_share():
         _, _, intervals = measure([("a", counted)], (NAME,), share)
         low, high = intervals[NAME]
         assert low < 120.0 < high
+        widths.append(high - low)
+    assert widths[1] > 2 * widths[0]
+    # the success rate's connection-level interval, from the analyser whose rate is taken:
+    # none without per-connection sums at 1/4, and wider when the failures come on one
+    # connection than when they are spread over many
+    assert success_rates([("a", snap)], (NAME,), share) == {NAME: (1.0, None)}
+    widths = []
+    # 300 final responses on 30 connections of 10, 290 of them 2xx: one failure on each of 10
+    # connections, or all 10 on one connection (the sums n_i^2, ok_i n_i, ok_i^2)
+    for sums in ((3000, 20 * 100 + 10 * 90, 20 * 100 + 10 * 81), (3000, 29 * 100, 29 * 100)):
+        entry = snap.services[0].model_copy(update={
+            "responses": 300, "status_classes": {"2xx": 290, "5xx": 10},
+            "success_rate": 290 / 300, "final_connections": 30, "final_squares": sums[0],
+            "final_ok_products": sums[1], "ok_squares": sums[2]})
+        counted = snap.model_copy(update={"services": [entry]})
+        ((rate, (low, high)),) = success_rates([("a", counted)], (NAME,), share).values()
+        assert rate == pytest.approx(290 / 300) and low < rate < high
         widths.append(high - low)
     assert widths[1] > 2 * widths[0]
     # two analysers (a move in progress): the higher rate
