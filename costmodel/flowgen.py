@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.iperf import MARGIN_S, IperfResult
+from cosample.costmodel.iperf import BackgroundRun, IperfResult
 
 FIRST_PORT = 1024
 #: Distinct source ports, hence distinct 5-tuples, the generator cycles through.
@@ -178,37 +178,17 @@ def sink(port: int, seconds: float) -> None:
     held.close()
 
 
-class FlowgenClient:
-    """A sender started in the background, with ``IperfClient``'s interface (``process``,
-    ``wait``, ``stop``) so the harness drives it the same way."""
+class FlowgenClient(BackgroundRun):
+    """A sender started in the background, driven by the harness as ``IperfClient`` is."""
 
     def __init__(self, exec_prefix: Sequence[str], argv: Sequence[str], duration_s: float) -> None:
-        self.argv = [str(part) for part in (*exec_prefix, *argv)]
-        self.timeout = duration_s + MARGIN_S
-        try:
-            self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, text=True)
-        except FileNotFoundError as exc:
-            raise HarnessError(f"cannot start the flow generator: {exc}") from None
+        super().__init__(exec_prefix, argv, duration_s, "the flow generator")
 
     def wait(self) -> IperfResult:
-        try:
-            stdout, stderr = self.process.communicate(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise HarnessError(f"{' '.join(self.argv)}: no result within {self.timeout:g} s") from None
+        stdout, stderr = self.output()
         if self.process.returncode:
             raise HarnessError(f"flow generator failed: {(stderr or stdout).strip()[-300:]}")
         return parse_sender_output(stdout)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.communicate(timeout=5)
 
 
 class FlowSink:

@@ -105,34 +105,50 @@ def parse_client_json(text: str, protocol: str) -> IperfResult:
         raise HarnessError(f"iperf3 JSON lacks the {protocol} summary ({exc})") from None
 
 
-class IperfClient:
-    """One client run started in the background (so the harness can act while load flows);
-    ``wait`` collects the result or kills the run after its timeout."""
+class BackgroundRun:
+    """A load command started in the background (so the harness can act while load flows), with
+    a total timeout: ``output`` collects it or stops it after its timeout; ``stop`` ends it."""
 
-    def __init__(self, exec_prefix: Sequence[str], argv: Sequence[str], protocol: str,
-                 duration_s: float) -> None:
+    def __init__(self, exec_prefix: Sequence[str], argv: Sequence[str], duration_s: float,
+                 what: str) -> None:
         self.argv = [str(part) for part in (*exec_prefix, *argv)]
-        self.protocol, self.timeout = protocol, duration_s + MARGIN_S
+        self.timeout = duration_s + MARGIN_S
         try:
             self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True)
         except FileNotFoundError as exc:
-            raise HarnessError(f"cannot start iperf3 client: {exc}") from None
+            raise HarnessError(f"cannot start {what}: {exc}") from None
 
-    def wait(self) -> IperfResult:
+    def output(self) -> tuple[str, str]:
         try:
-            stdout, stderr = self.process.communicate(timeout=self.timeout)
+            return self.process.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.communicate(timeout=5)
-            raise HarnessError(f"{' '.join(self.argv)}: no result within {self.timeout:g} s") from None
-        return parse_client_json(stdout or stderr, self.protocol)
+            self.stop()
+            raise HarnessError(f"{' '.join(self.argv)}: no result within {self.timeout:g} s") \
+                from None
 
     def stop(self) -> None:
-        """Kill the run if it is still going (on error or Ctrl-C)."""
+        """End the run if it is still going (on error or Ctrl-C): SIGTERM, then SIGKILL."""
         if self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate(timeout=5)
+            self.process.terminate()
+            try:
+                self.process.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.communicate(timeout=5)
+
+
+class IperfClient(BackgroundRun):
+    """One iperf3 client run in the background; ``wait`` gives its result."""
+
+    def __init__(self, exec_prefix: Sequence[str], argv: Sequence[str], protocol: str,
+                 duration_s: float) -> None:
+        super().__init__(exec_prefix, argv, duration_s, "iperf3 client")
+        self.protocol = protocol
+
+    def wait(self) -> IperfResult:
+        stdout, stderr = self.output()
+        return parse_client_json(stdout or stderr, self.protocol)
 
 
 def run_client(exec_prefix: Sequence[str], argv: Sequence[str], protocol: str,
