@@ -54,6 +54,22 @@ class Daemon:
                                     timeout=timeout_s) as response:
             return response.read()
 
+    def snapshot(self):
+        """The daemon's snapshot, or None before its first export (``/snapshot`` is empty until
+        then: a test that polls must not read that as a bad snapshot)."""
+        from cosample.collector.snapshot import parse_snapshot
+        body = self.get("/snapshot")
+        return parse_snapshot(body) if body else None
+
+    def samples_of(self, server: str) -> int | None:
+        """``server``'s samples in the snapshot; None before the first export."""
+        snapshot = self.snapshot()
+        return None if snapshot is None else snapshot.servers[server].samples
+
+    def dropped(self) -> dict[str, int]:
+        snapshot = self.snapshot()
+        return {} if snapshot is None else dict(snapshot.dropped)
+
     def metrics(self) -> dict[str, dict[tuple, float]]:
         """name -> {labels (sorted items): value} from one scrape of ``/metrics``."""
         out: dict[str, dict[tuple, float]] = {}

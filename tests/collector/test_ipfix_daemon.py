@@ -42,7 +42,7 @@ def test_ipfix_through_the_daemon(tmp_path):
             status = json.loads(daemon.get("/status"))
             return status if status["ipfix_records"] == 20 else None
         wait_for(counted, timeout_s=20)
-        wait_for(lambda: parse_snapshot(daemon.get("/snapshot")).servers["s1"].samples == 60,
+        wait_for(lambda: daemon.samples_of("s1") == 60,
                  timeout_s=20)
         snapshot = parse_snapshot(daemon.get("/snapshot"))
         s1 = snapshot.servers["s1"]
@@ -63,3 +63,4 @@ def test_a_sample_host_without_ipfix_is_logged(tmp_path):
     log = daemon.stop()
     assert daemon.ipfix is None
     assert "s1 take their local share with OVS's sample action" in log
+

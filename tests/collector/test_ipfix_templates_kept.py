@@ -123,9 +123,9 @@ def test_a_restarted_daemon_reads_records_without_new_templates(tmp_path):
     try:
         _records_only(second, 10)
         _records_only(control, 10)
-        wait_for(lambda: parse_snapshot(second.get("/snapshot")).servers["s1"].samples == 30,
+        wait_for(lambda: second.samples_of("s1") == 30,
                  timeout_s=20)
-        wait_for(lambda: parse_snapshot(control.get("/snapshot")).dropped.get(
+        wait_for(lambda: control.dropped().get(
             "ipfix_unknown_template", 0) == 10, timeout_s=20)
         assert parse_snapshot(control.get("/snapshot")).servers["s1"].samples == 0
         assert not parse_snapshot(second.get("/snapshot")).dropped.get("ipfix_unknown_template")
@@ -149,7 +149,7 @@ def test_a_corrupt_file_does_not_stop_the_daemon(tmp_path):
         host.sendto(template_message(DOMAIN), daemon.ipfix)
         host.sendto(record_message(DOMAIN, 0, 3, P), daemon.ipfix)
         host.close()
-        wait_for(lambda: parse_snapshot(daemon.get("/snapshot")).servers["s1"].samples == 3,
+        wait_for(lambda: daemon.samples_of("s1") == 3,
                  timeout_s=20)
         # the good templates learned since replace the refused file
         wait_for(lambda: b"packetDeltaCount" in ipfixtemplates.path_in(state).read_bytes(),
@@ -158,3 +158,4 @@ def test_a_corrupt_file_does_not_stop_the_daemon(tmp_path):
     finally:
         log = daemon.stop()
     assert "not valid JSON" in log and "starting without the saved IPFIX templates" in log
+
