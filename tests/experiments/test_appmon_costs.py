@@ -141,7 +141,10 @@ def test_tiny_real_run(tmp_path):
     assert 0 < truncated < full  # truncation must cut the bytes on the fabric
     assert section.mechanisms["sniffer_onsite"].cpu_s_per_request > 0
     kernel = frame[frame["arm"] == "kernel_mirror"]
-    assert (kernel["analysis_inner_packets"] > 0).all()  # the tc copies reach vx1 at every share
+    # the tc copies reach vx1: every connection's at share 1; at 1/4 or 1/2 a 1-s phase of 16
+    # connections may select none (a CI run under load had one such phase), so only in total
+    assert (kernel[kernel["share_bits"] == 0]["analysis_inner_packets"] > 0).all()
+    assert kernel[kernel["share_bits"] > 0]["analysis_inner_packets"].sum() > 0
     assert section.mechanisms["kernel_mirror"].fabric_bytes_per_request > 0
     onsite = frame[frame["arm"] == "sniffer_onsite"]
     assert (onsite["analysis_inner_packets"] == 0).all()  # nothing crosses the fabric
