@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.iperf import BackgroundRun, IperfResult
+from cosample.costmodel.iperf import BackgroundRun, IperfResult, end_process
 
 FIRST_PORT = 1024
 #: Distinct source ports, hence distinct 5-tuples, the generator cycles through.
@@ -211,12 +211,7 @@ class FlowSink:
     def __exit__(self, *exc_info: object) -> None:
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        end_process(self.process)
         self.process.stderr.close()
         self.process = None
 

@@ -105,6 +105,17 @@ def parse_client_json(text: str, protocol: str) -> IperfResult:
         raise HarnessError(f"iperf3 JSON lacks the {protocol} summary ({exc})") from None
 
 
+def end_process(process: subprocess.Popen) -> None:
+    """Stop a helper process by its handle: SIGTERM, then SIGKILL if it is still there after
+    5 s (the harness's servers, sinks and captures)."""
+    process.terminate()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
 class BackgroundRun:
     """A load command started in the background (so the harness can act while load flows), with
     a total timeout: ``output`` collects it or stops it after its timeout; ``stop`` ends it."""
@@ -196,12 +207,7 @@ class IperfServer:
     def stop(self) -> None:
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        end_process(self.process)
         if self.process.stderr:
             self.process.stderr.close()
         self.process = None

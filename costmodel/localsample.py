@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 
 from cosample.costmodel.errors import HarnessError
+from cosample.costmodel.iperf import end_process
 from cosample.dataplane.ipfix import SAMPLE_COLLECTOR_SET_ID, SAMPLE_PROBABILITY_SCALE
 
 #: OpenFlow ``sample`` probabilities are out of this (a 16-bit field; 65535 samples every packet).
@@ -223,10 +224,5 @@ class CaptureReader:
 
     def __exit__(self, *exc_info: object) -> None:
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+            end_process(self.process)
             self.process = None
