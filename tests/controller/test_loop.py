@@ -18,7 +18,7 @@ from cosample.planner.planfile import AGENT_FIELDS, SAMPLE_FIELDS
 from cosample.plan.signing import generate_keypair, verify
 from cosample.cli import main
 from cosample.collector.polling import plan_lead_s
-from cosample.controller.evaluate import evaluate, needs_two_phases, shares
+from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.decide import quiet_s
 from cosample.controller.loop import Controller, Settings
@@ -203,6 +203,38 @@ def test_two_phases_only_when_a_server_sees_rises_and_falls():
     assert needs_two_phases(old, plan([2, 2, 1], {"b": [("c", 0.3)]}))  # c: a falls, b rises
     assert needs_two_phases(old, plan([2, 2, 2], {"a": [("c", 0.4)]}))  # c: own falls, in rises
     assert not needs_two_phases(old, plan([1, 4, 1], {"a": [("c", 0.3)]}))  # a and b apart
+
+
+def _needs_two_phases_by_pairs(old, new):
+    """``needs_two_phases`` as it was before its arrays (a dict of pairs, one pair at a time)."""
+    rises, falls = new.local_rate > old.local_rate, new.local_rate < old.local_rate
+    before = dict(zip(zip(old.mirror_src.tolist(), old.mirror_dst.tolist()),
+                      old.mirror_rate.tolist()))
+    after = dict(zip(zip(new.mirror_src.tolist(), new.mirror_dst.tolist()),
+                     new.mirror_rate.tolist()))
+    for pair in before.keys() | after.keys():
+        was, now = before.get(pair, 0.0), after.get(pair, 0.0)
+        if now != was:
+            (rises if now > was else falls)[list(pair)] = True
+    return bool(np.any(rises & falls))
+
+
+def _random_shares(draw, n):
+    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1),
+                                    st.sampled_from([0.0, 0.1, 0.25, 0.5])), max_size=12))
+    local = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=n, max_size=n))
+    src, dst, rate = (np.asarray([p[k] for p in pairs], dtype=dtype)
+                      for k, dtype in ((0, np.int64), (1, np.int64), (2, float)))
+    return PlanShares(1, "x", np.asarray(local), src, dst, rate)
+
+
+@given(st.data())
+def test_two_phases_from_arrays_match_the_pairwise_rule(data):
+    """Pairs in one plan only, a pair listed twice (its last rate counts), equal rates, no
+    pairs at all: the array version decides as the dict of pairs did."""
+    n = data.draw(st.integers(1, 5))
+    old, new = _random_shares(data.draw, n), _random_shares(data.draw, n)
+    assert needs_two_phases(old, new) == _needs_two_phases_by_pairs(old, new)
 
 
 def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
