@@ -2,12 +2,17 @@
 
 For each size a synthetic collector snapshot is written first (every server sends to itself and
 to three random others, the planner benchmark's instance, ``bench_planner.random_datacentre``),
-then a fresh process runs two controller cycles on it, as ``cosample controller run`` would:
+then a fresh process runs three controller cycles on it, as ``cosample controller run`` would:
 
 1. the first cycle publishes (no plan in force yet): read and validate the snapshot, estimate,
    smooth, plan with the exact solver, judge, version, sign with ed25519, write atomically;
 2. the second cycle reads a newer snapshot of the same traffic and judges the plan in force
-   against the new candidate (no publication: nothing changed).
+   against the new candidate (no publication: nothing changed);
+3. the third reads the traffic moved (each server's own traffic, and all it sends, scaled by a
+   factor drawn in [0.6, 1.4]) after the first publication's quiet time: the plan in force
+   overloads some servers, and the controller publishes again, as a two-phase plan set (some
+   server's load rises while another component of it falls): what every later publication of
+   a running controller costs.
 
 Each cycle's wall-clock time is split by step (the controller's own ``timings``), and so is its
 CPU time (``<step>_cpu``: the machine is shared, wall-clock time includes waiting for a core); peak memory is the
@@ -65,11 +70,17 @@ from cosample.experiments.othertree import checked
 from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 
 SIZES = (10_000, 100_000, 1_000_000)
+#: What each cycle must do: publish (no plan yet), keep (the same traffic), publish again (the
+#: traffic moved: the plan in force overloads some servers)
+EXPECTED = {1: "published", 2: "kept", 3: "published"}
 REPOSITORY = Path(__file__).resolve().parents[1]
 TARGET_SERVERS, TARGET_SECONDS = 100_000, 2.0
 LARGE_SERVERS, LARGE_CPU_S = 1_000_000, 5.0  # issue 25: a cycle at 10^6 under 5 s CPU
 CHECK_UP_TO = 100_000  # the agents' reader on the published plan (10^6: minutes and gigabytes)
 CYCLE_S = 30  # the second cycle's snapshot is this much newer
+#: The third cycle's snapshot: the traffic moved (each server's by a factor drawn in MOVED),
+#: this much after the first, when the first publication's quiet time is over.
+MOVED, MOVED_AFTER_S = (0.6, 1.4), 900
 FORMS = {"binary": "bin", "json": "json"}  # --form: the snapshot file's suffix
 
 
@@ -86,35 +97,48 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     pps = np.add.reduceat(values, starts)
     pairs = keys[starts]
-    table = {"name": list(dc.names), "packets_per_s": own.tolist(),
+    document = _snapshot_document(dc.names, own, pairs, pps, moment)
+    path.write_text(json.dumps(document))
+    capacity = {"capacity": dc.capacity_pps.tolist()}
+    path.with_suffix(".capacity.json").write_text(json.dumps(capacity))
+    later = dict(document, time=format_time(moment + timedelta(seconds=CYCLE_S)))
+    path.with_name("snap2.json").write_text(json.dumps(later))
+    # the traffic moved: each server's own traffic, and all it sends, by a factor in [0.6, 1.4]
+    factor = np.random.default_rng(seed + 1).uniform(*MOVED, n)
+    moved = _snapshot_document(dc.names, np.round(own * factor, 3), pairs,
+                               np.round(pps * factor[pairs // n], 3),
+                               moment + timedelta(seconds=MOVED_AFTER_S))
+    path.with_name("snap3.json").write_text(json.dumps(moved))
+    from cosample.collector import snapshotbin
+    from cosample.collector.snapshot import parse_snapshot_json
+
+    for name, doc in (("snap.bin", document), ("snap2.bin", later), ("snap3.bin", moved)):
+        binary = snapshotbin.encode(parse_snapshot_json(json.dumps(doc).encode()))
+        path.with_name(name).write_bytes(binary)
+
+
+def _snapshot_document(names: list[str], own: np.ndarray, pairs: np.ndarray, pps: np.ndarray,
+                       moment: datetime) -> dict:
+    """A collector snapshot (columnar JSON) of servers sending ``own`` packets/s, ``pps`` of
+    it to each pair ``src * n + dst`` of ``pairs``."""
+    n = len(names)
+    table = {"name": list(names), "packets_per_s": own.tolist(),
              "packets_per_s_ci95_low": (own * 0.97).tolist(),
              "packets_per_s_ci95_high": (own * 1.03).tolist(),
              "bytes_per_s": (own * 800).tolist(), "bytes_per_s_ci95_low": (own * 770).tolist(),
              "bytes_per_s_ci95_high": (own * 830).tolist(), "samples": [300] * n,
              "samples_per_s": [10.0] * n, "local_samples": [300] * n, "mirrored_samples": [0] * n,
              "coverage": [0.5] * n, "last_sample_age_s": [0.0] * n}
-    document = {"format": SNAPSHOT_FORMAT, "format_version": SNAPSHOT_VERSION, "collector": "bench",
-                "time": format_time(moment), "window_s": 30.0, "plan": None,
-                "servers": table,
-                "traffic_pps": {"names": list(dc.names), "src": (pairs // n).tolist(),
-                                "dst": (pairs % n).tolist(), "pps": pps.tolist()},
-                "dropped": {}}
-    path.write_text(json.dumps(document))
-    capacity = {"capacity": dc.capacity_pps.tolist()}
-    path.with_suffix(".capacity.json").write_text(json.dumps(capacity))
-    later = dict(document, time=format_time(moment + timedelta(seconds=CYCLE_S)))
-    path.with_name("snap2.json").write_text(json.dumps(later))
-    from cosample.collector import snapshotbin
-    from cosample.collector.snapshot import parse_snapshot_json
-
-    for name, doc in (("snap.bin", document), ("snap2.bin", later)):
-        binary = snapshotbin.encode(parse_snapshot_json(json.dumps(doc).encode()))
-        path.with_name(name).write_bytes(binary)
+    return {"format": SNAPSHOT_FORMAT, "format_version": SNAPSHOT_VERSION, "collector": "bench",
+            "time": format_time(moment), "window_s": 30.0, "plan": None, "servers": table,
+            "traffic_pps": {"names": list(names), "src": (pairs // n).tolist(),
+                            "dst": (pairs % n).tolist(), "pps": pps.tolist()},
+            "dropped": {}}
 
 
 def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
             serve: bool = False) -> dict:
-    """Two cycles on the snapshot in ``folder`` (run in a process of its own), read in ``form``
+    """Three cycles on the snapshots in ``folder`` (run in a process of its own), read in ``form``
     (``FORMS``; old code reads ``snap.json``); ``slices=False``: the target writes the whole
     plan alone (``controller run --no-slices``); ``serve``: the HTTP target on loopback
     (``controller run --serve``: slices built in memory, no file per host)."""
@@ -126,7 +150,7 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
     inventory = _inventory(servers, folder)
     generate_keypair(folder / "key.pem", folder / "key.pub")
     suffix = FORMS[form]
-    snapshot = folder / f"snap.{suffix}"
+    snapshot = folder / f"current.{suffix}"  # what the controller reads: each cycle's snapshot
     started = datetime.fromisoformat(_snapshot_time(folder / "snap.json"))
     clock = [started]
     settings = Settings((str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0,
@@ -136,40 +160,48 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
     controller = Controller(inventory, settings, target, folder / "state",
                             clock=lambda: clock[0])
     rows = []
-    for cycle in (1, 2):
-        if cycle == 2:  # a newer snapshot of the same traffic
-            clock[0] = started + timedelta(seconds=CYCLE_S)
-            shutil.copyfile(folder / f"snap2.{suffix}", snapshot)
+    published = {}  # cycle -> the bytes it published, as the state keeps them (for the floor)
+    for cycle, (later_s, name) in enumerate(((0, "snap"), (CYCLE_S, "snap2"),
+                                              (MOVED_AFTER_S, "snap3")), start=1):
+        clock[0] = started + timedelta(seconds=later_s)
+        shutil.copyfile(folder / f"{name}.{suffix}", snapshot)
         began, cpu = time.perf_counter(), time.process_time()
         status = controller.cycle()
         seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
-        if status.result not in ("published", "kept"):
-            raise RuntimeError(f"cycle {cycle}: {status.result}: {status.problems}")
+        if status.result != EXPECTED[cycle]:
+            raise RuntimeError(f"cycle {cycle}: {status.result}, not {EXPECTED[cycle]}: "
+                               f"{status.reasons} {status.problems}")
+        if status.result == "published":
+            published[cycle] = folder / f"published-{cycle}.json"
+            os.link(folder / "state" / "current-plan.json", published[cycle])
         rows.append({"servers": servers, "cycle": cycle, "result": status.result,
-                     "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3), **{k: round(v, 3) for k, v in
-                                                      status.timings.items()}})
-    if serve:  # the floor signs and writes the published bytes: the state's copy of them
+                     "two_phase": status.two_phase, "seconds": round(seconds, 3),
+                     "cpu_seconds": round(cpu, 3),
+                     **{k: round(v, 3) for k, v in status.timings.items()}})
+    if serve:
         target.close()
-        (folder / "pub").mkdir(exist_ok=True)
-        os.link(folder / "state" / "current-plan.json", folder / "pub" / "plan.json")
-    plan_bytes = (folder / "pub" / "plan.json").stat().st_size
     peak = _rss_mb()  # before the agents' reader below
-    accepted = _agents_accept(folder / "pub" / "plan.json") if servers <= CHECK_UP_TO else None
+    accepted = {cycle: _agents_accept(path) if servers <= CHECK_UP_TO else None
+                for cycle, path in published.items()}
     from cosample.planner import planfile
 
     for row in rows:
-        row.update(plan_mb=round(plan_bytes / 1e6, 1), code_path=planfile.__file__, form=form,
+        path = published.get(row["cycle"], published[1])  # a kept cycle: the plan in force
+        row.update(plan_mb=round(path.stat().st_size / 1e6, 1), code_path=planfile.__file__,
+                   form=form,
                    slices=slices, target="http" if serve else "directory",
                    snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
-                   rss_imports_mb=rss_imports, peak_rss_mb=peak, agents_accept=accepted,
+                   rss_imports_mb=rss_imports, peak_rss_mb=peak,
+                   agents_accept=accepted.get(row["cycle"]),
                    load_average=round(os.getloadavg()[0], 1))
     return {"rows": rows}
 
 
 def floor(servers: int, folder: Path, form: str) -> dict:
     """The floors of one run's figures, in a process of its own (``folder``: the run's, with
-    its snapshot and published plan): the snapshot's bytes read into its arrays, the exact
-    solver alone on the same data centre, the published bytes signed and written once."""
+    snapshot and published plans): the snapshot's bytes read into its arrays, the exact solver
+    alone on the same data centre (the first cycle's snapshot), and each publication's bytes
+    signed and written once."""
     import orjson
 
     from cosample.controller.replan import datacentre
@@ -209,14 +241,16 @@ def floor(servers: int, folder: Path, form: str) -> dict:
     cpu = time.process_time()
     solve(dc, "exact", margin=0.0)
     plan_cpu = time.process_time() - cpu
-    published = folder / "pub" / "plan.json"
-    plan = published.read_bytes() if published.exists() else b""
-    cpu = time.process_time()
-    sign_bytes(plan, str(folder / "floor-key.pem"))
-    write_bytes_atomic(folder / "floor-plan.json", plan)
-    publish_cpu = time.process_time() - cpu
+    publish_cpu = {}
+    for cycle in sorted(c for c, result in EXPECTED.items() if result == "published"):
+        published = folder / f"published-{cycle}.json"
+        plan = published.read_bytes() if published.exists() else b""
+        cpu = time.process_time()
+        sign_bytes(plan, str(folder / "floor-key.pem"))
+        write_bytes_atomic(folder / "floor-plan.json", plan)
+        publish_cpu[f"publish_floor_cpu_{cycle}"] = round(time.process_time() - cpu, 3)
     return {"read_floor_cpu": round(read_cpu, 3), "plan_floor_cpu": round(plan_cpu, 3),
-            "publish_floor_cpu": round(publish_cpu, 3), "floor_peak_rss_mb": _rss_mb()}
+            **publish_cpu, "floor_peak_rss_mb": _rss_mb()}
 
 
 def two_phase(servers: int, seed: int = 1) -> dict:
@@ -398,12 +432,14 @@ def _beside_floors(rows: list[dict]) -> str:
     lines = []
     for row in rows:
         publishes = row["result"] == "published"
+        row["publish_floor_cpu"] = row.get(f"publish_floor_cpu_{row['cycle']}", 0.0)
         floor_cpu = row["read_floor_cpu"] + row["plan_floor_cpu"] + (
             row["publish_floor_cpu"] if publishes else 0.0)
         steps = [f"{step} {row.get(f'{step}_cpu', 0.0):.3f} (floor {row[f'{step}_floor_cpu']:.3f})"
                  for step in ("read", "plan") + (("publish",) if publishes else ())]
         lines.append(
-            f"  {row['servers']:>9,} cycle {row['cycle']} ({row['result']}, {row['form']}): "
+            f"  {row['servers']:>9,} cycle {row['cycle']} ({row['result']}"
+            f"{', two phases' if row.get('two_phase') else ''}, {row['form']}): "
             f"CPU {row['cpu_seconds']:.2f} s, floor {floor_cpu:.2f} s, "
             f"{row['cpu_seconds'] / floor_cpu if floor_cpu > 0 else float('inf'):.1f}x; "
             + ", ".join(steps) + f"; peak RSS {row['peak_rss_mb']:.0f} MB "
@@ -444,7 +480,10 @@ def _comparison(rows: list[dict], baseline: str) -> str:
     the ratio of the medians."""
     lines = [f"old = {baseline}, new = this tree; median [min-max] of the runs"]
     for servers in dict.fromkeys(r["servers"] for r in rows):
-        for cycle in (1, 2):
+        for cycle in sorted({r["cycle"] for r in rows if r["servers"] == servers}):
+            if {r["code"] for r in rows if (r["servers"], r["cycle"]) == (servers, cycle)} \
+                    != {"old", "new"}:
+                continue  # a cycle the other code's benchmark does not run
             cells = []
             medians = {}
             for code in ("old", "new"):
@@ -463,7 +502,7 @@ def _comparison(rows: list[dict], baseline: str) -> str:
 
 def _table(rows: list[dict]) -> str:
     steps = ("read", "estimate", "plan", "decide", "document", "publish")
-    keys = ("code", "servers", "cycle", "result", "seconds", "cpu_seconds", *steps,
+    keys = ("code", "servers", "cycle", "result", "two_phase", "seconds", "cpu_seconds", *steps,
             *(f"{step}_cpu" for step in steps), "plan_mb", "snapshot_mb", "rss_imports_mb",
             "peak_rss_mb", "agents_accept", "load_average")
     return "\n".join(" ".join(f"{k}={row.get(k, '-')}" for k in keys) for row in rows)

@@ -1,4 +1,5 @@
-"""The controller benchmark on a tiny fleet: both cycles run, and ``--baseline-tree`` runs another
+"""The controller benchmark on a tiny fleet: its three cycles run (publish, keep, publish again
+after the traffic moved: two phases), and ``--baseline-tree`` runs another
 revision's code beside this tree's on the same snapshot (structure only, never timings)."""
 
 from __future__ import annotations
@@ -33,15 +34,16 @@ def test_side_by_side_run(tmp_path, capsys):
                                   "--csv", str(csv)]) == 0
     printed = capsys.readouterr().out
     rows = pd.read_csv(csv)
-    assert len(rows) == 2 * 2 * 2  # codes x repeats x cycles
     assert set(rows["code"]) == {"old", "new"}
-    assert list(rows.sort_values(["code", "repeat", "cycle"])["result"]) == \
-        ["published", "kept"] * 4
     new = rows[rows["code"] == "new"]
+    assert list(new.sort_values(["repeat", "cycle"])["result"]) == \
+        ["published", "kept", "published"] * 2
+    assert list(new.sort_values(["repeat", "cycle"])["two_phase"]) == [False, False, True] * 2
     assert new["code_path"].str.startswith(str(REPOSITORY)).all()
     old = rows[rows["code"] == "old"]
     assert not old["code_path"].fillna("").str.startswith(str(REPOSITORY)).any()
-    assert (rows["agents_accept"] == True).all()  # noqa: E712 - a column of booleans
+    published = rows[rows["result"] == "published"]
+    assert (published["agents_accept"] == True).all()  # noqa: E712 - a column of booleans
     assert "old = HEAD, new = this tree" in printed
     assert "300 cycle 1 (published)" in printed and "new/old CPU" in printed
 
@@ -50,8 +52,11 @@ def test_plain_run_without_baseline(tmp_path, capsys):
     csv = tmp_path / "rows.csv"
     assert bench_controller.main(["--sizes", "300", "--csv", str(csv)]) == 0
     rows = pd.read_csv(csv)
-    assert list(rows["result"]) == ["published", "kept"]
-    assert "new/old" not in capsys.readouterr().out
+    assert list(rows["result"]) == ["published", "kept", "published"]
+    assert list(rows["two_phase"]) == [False, False, True]  # the traffic moved: two phases
+    assert rows["agents_accept"].iloc[[0, 2]].tolist() == [True, True]  # the plan and the set
+    printed = capsys.readouterr().out
+    assert "300 cycle 3 (published, two phases" in printed and "new/old" not in printed
 
 
 def test_a_folder_without_a_tree_is_refused(tmp_path, capsys):
@@ -69,7 +74,7 @@ def test_memory_compared_without_slices(tmp_path, capsys):
                                   "--csv", str(csv)]) == 0
     rows = pd.read_csv(csv)
     assert sorted(zip(rows["code"], rows["keep_memory"])) == \
-        [("new", True), ("new", True), ("old", False), ("old", False)]
+        [("new", True)] * 3 + [("old", False)] * 3
     assert not rows["slices"].any()
     assert (rows["code_path"].str.startswith(str(REPOSITORY))).all()  # both: this tree
     assert "old = this tree with the memory defaults" in capsys.readouterr().out
