@@ -10,6 +10,7 @@ from pathlib import Path
 from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.dataplane.ipfix import IPFIX_PORT
+from cosample.plan.source import COLLECTOR_MAX_PLAN_MIB
 
 
 def register(subparsers) -> None:
@@ -64,6 +65,9 @@ def register(subparsers) -> None:
                      help="how often snapshot, metrics and events are refreshed (default 1)")
     run.add_argument("--plan-interval", type=float, default=PLAN_INTERVAL_S, metavar="S",
                      help=f"how often the plan is re-read (default {PLAN_INTERVAL_S:g})")
+    run.add_argument("--max-plan-mib", type=float, default=COLLECTOR_MAX_PLAN_MIB, metavar="MiB",
+                     help="refuse a plan document larger than this (default %(default)s: a "
+                          "10^6-server two-phase plan set is about 340 MB)")
     run.add_argument("--plan-timeout", type=float, default=PLAN_TIMEOUT_S, metavar="S",
                      help=f"bound on one read of the plan (default {PLAN_TIMEOUT_S:g}); the "
                           "controller's --lead must cover interval and timeout "
@@ -141,7 +145,8 @@ def _run(args) -> int:
         insecure_unsigned=args.insecure_unsigned,
         receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")),
         snapshot_key=args.snapshot_key,
-        ipfix=_address(args.ipfix, "--ipfix", any_port=True) if args.ipfix else None)
+        ipfix=_address(args.ipfix, "--ipfix", any_port=True) if args.ipfix else None,
+        max_plan_bytes=int(_positive(args.max_plan_mib, "--max-plan-mib") * 1024 * 1024))
     if args.snapshot_key:
         from cosample.plan.signing import key_permission_warning
         warning = key_permission_warning(args.snapshot_key)

@@ -27,7 +27,7 @@ from datetime import datetime
 
 from cosample.plan.document import Plan, parse_document
 from cosample.plan.selection import select_plan
-from cosample.plan.source import fetch
+from cosample.plan.source import MAX_BYTES, fetch
 from cosample.collector import attribution
 from cosample.collector.errors import CollectorError
 from cosample.collector.inventory import Inventory
@@ -51,10 +51,10 @@ class PlanWatcher:
 
     def __init__(self, location: str, inventory: Inventory | None = None,
                  timeout_s: float = PLAN_TIMEOUT_S, *, public_key: str | None = None,
-                 insecure_unsigned: bool = False) -> None:
+                 insecure_unsigned: bool = False, max_bytes: int = MAX_BYTES) -> None:
         self.location, self.inventory, self.timeout_s = location, inventory, timeout_s
         self.reader = PlanReader(location, inventory, timeout_s, public_key=public_key,
-                                 insecure_unsigned=insecure_unsigned)
+                                 insecure_unsigned=insecure_unsigned, max_bytes=max_bytes)
         self.running: Plan | None = None
         self.safe = False
         self.planless = False  # no plan in force yet: attributing by the inventory's agents

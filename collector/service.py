@@ -38,6 +38,7 @@ from cosample.collector import ipfixtemplates
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
+from cosample.plan.source import COLLECTOR_MAX_PLAN_MIB
 from cosample.collector.planwatch import PlanWatcher, Update
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.receiver import Receiver
@@ -78,6 +79,7 @@ class Settings:
     public_key: str | None = None  # verify PLAN.sig with it, as the agents
     insecure_unsigned: bool = False  # accept unsigned plans (labs): one of the two is required
     ipfix: tuple[str, int] | None = None  # IPFIX from OVS's sample action (off: None)
+    max_plan_bytes: int = COLLECTOR_MAX_PLAN_MIB * 1024 * 1024  # a larger plan is refused
 
 
 class Service:
@@ -92,7 +94,8 @@ class Service:
             raise CollectorError(f"--public-key {settings.public_key}: cannot read the key")
         self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s,
                                    public_key=settings.public_key,
-                                   insecure_unsigned=settings.insecure_unsigned)
+                                   insecure_unsigned=settings.insecure_unsigned,
+                                   max_bytes=settings.max_plan_bytes)
         self.poller = PlanPoller(self.watcher.reader, settings.plan_interval_s)
         self.writer = SnapshotWriter(self._write, self.log)
         self._logged_error: str | None = None

@@ -255,3 +255,22 @@ def test_a_large_fleet_publishing_slices_to_a_directory_is_warned():
     assert directory_slices_warning(10 * DIRECTORY_SLICES_HOSTS, slices=False) is None
     warning = directory_slices_warning(DIRECTORY_SLICES_HOSTS + 1, slices=True)
     assert warning is not None and "--serve" in warning and "10,001" in warning
+
+
+def test_a_plan_too_large_for_a_default_reader_is_a_problem_naming_it(monkeypatch):
+    """Above the agents' default: whole-plan agents refuse it, slices and the collector read
+    it; above the collector's default too: the collector would keep the plan before."""
+    from cosample.plan import source
+
+    monkeypatch.setattr(source, "MAX_BYTES", 100)
+    monkeypatch.setattr(source, "COLLECTOR_MAX_PLAN_MIB", 1)
+
+    def rendered(size):
+        return publish_module.Rendered(b"x" * size, None, (7, 8), {})
+
+    assert publish_module.oversized(rendered(100)) is None
+    agents = publish_module.oversized(rendered(101))
+    assert "[7, 8]: 101 bytes" in agents and "agents that fetch the whole plan" in agents
+    assert "collector's default" not in agents
+    collector = publish_module.oversized(rendered(2**20 + 1))
+    assert "collector's default limit of 1 MiB" in collector and "--max-plan-mib" in collector
