@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import repeat
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from cosample.planner import bulk
-from cosample.planner.description import AGENT_FIELDS, Description
+from cosample.planner.description import Description
 from cosample.planner.errors import InfeasibleError, PlannerError
+from cosample.planner.extras import ExtraColumns, any_given
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN
 from cosample.validation import problem, read_document
 
@@ -204,7 +205,7 @@ class DataCentre:
         if missing.size:
             raise fail(("servers", int(missing[0]), "capacity_pps"),
                        "field required (neither the server nor its calibration file gives it)")
-        extras = _extras(names, servers)
+        extras = ExtraColumns.given(names, servers)
         domains = observation_domains(servers, alpha_sample, fail)
 
         origins = np.fromiter(map(index.get, columns.traffic_rows, repeat(-1)), dtype=np.int64,
@@ -368,75 +369,11 @@ class DataCentre:
             raise PlannerError(f"unknown server {name!r}") from None
 
 
-def _given(values: list[Any]) -> bool:
-    """Whether any server gives this field."""
-    return values.count(None) != len(values)
-
-
 def _column(values: list[Any], default: float) -> np.ndarray:
     """A number column, ``default`` where absent (None)."""
     if None not in values:
         return np.array(values, dtype=float)
     return np.array([default if value is None else value for value in values], dtype=float)
-
-
-def _extras(names: tuple[str, ...], servers: Mapping[str, list[Any]]) -> "ExtraColumns":
-    """Per server, the ``AGENT_FIELDS`` it gives (handed through to its plan entry)."""
-    return ExtraColumns(names, {key: servers[key] for key in AGENT_FIELDS
-                                if _given(servers[key])})
-
-
-class ExtraColumns(Mapping):
-    """The servers' ``AGENT_FIELDS`` as columns (None: not given), read as the mapping
-    ``{name: {field: value}}`` of the servers that give any: a million small dicts are a
-    quarter of a gigabyte, and the plan writer takes a column every server gives as it is."""
-
-    def __init__(self, names: tuple[str, ...], columns: dict[str, list[Any]]) -> None:
-        self.names = names
-        self.columns = columns
-        self._positions: dict[str, int] | None = None
-
-    def __getitem__(self, name: str) -> dict[str, Any]:
-        if self._positions is None:
-            self._positions = dict(zip(self.names, range(len(self.names))))
-        k = self._positions[name]
-        extra = {key: column[k] for key, column in self.columns.items() if column[k] is not None}
-        if not extra:
-            raise KeyError(name)
-        return extra
-
-    def __iter__(self) -> Iterator[str]:
-        given = [column for column in self.columns.values()]
-        return (name for k, name in enumerate(self.names)
-                if any(column[k] is not None for column in given))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __bool__(self) -> bool:  # without counting
-        return any(column.count(None) != len(column) for column in self.columns.values())
-
-    @classmethod
-    def of(cls, names: tuple[str, ...], extras: Mapping[str, Mapping[str, Any]]
-           ) -> "ExtraColumns | Mapping[str, Mapping[str, Any]]":
-        """``extras`` (``{name: {field: value}}``) as columns of ``names``; ``extras`` itself
-        if a value is None (columns read None as "not given") or a name is not in ``names``."""
-        keys = sorted({key for extra in extras.values() for key in extra})
-        if len(extras) > len(names) or any(value is None for extra in extras.values()
-                                           for value in extra.values()):
-            return extras
-        rows = [extras.get(name) or {} for name in names]
-        if sum(1 for row in rows if row) != len(extras):
-            return extras
-        return cls(names, {key: [row.get(key) for row in rows] for key in keys})
-
-    def complete(self) -> dict[str, list[Any]]:
-        """The columns every server gives."""
-        return {key: column for key, column in self.columns.items() if None not in column}
-
-    def without(self, keys: Iterable[str]) -> "ExtraColumns":
-        return ExtraColumns(self.names, {key: column for key, column in self.columns.items()
-                                         if key not in keys})
 
 
 def _planning_arrays(servers: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
@@ -447,7 +384,7 @@ def _planning_arrays(servers: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
              "mirror_cap_bytes": ("mirror_cap_bytes_per_s", math.inf)}
     for key, (field_name, default) in given.items():
         values = servers[field_name]
-        if _given(values):
+        if any_given(values):
             arrays[key] = _column(values, default)
     layout = servers["bridge_layout"]
     if "single" in layout:

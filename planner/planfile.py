@@ -20,7 +20,8 @@ import orjson
 
 from cosample.files import write_atomic, write_text_atomic
 from cosample.planner import hostjson
-from cosample.planner.datacentre import DataCentre, ExtraColumns
+from cosample.planner.datacentre import DataCentre
+from cosample.planner.extras import ExtraColumns
 from cosample.planner.errors import PlannerError
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.times import format_time

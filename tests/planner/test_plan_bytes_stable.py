@@ -22,7 +22,7 @@ import pytest
 
 from cosample.experiments.bench_planner import random_datacentre
 from cosample.planner import hostjson
-from cosample.planner.datacentre import ExtraColumns
+from cosample.planner.extras import ExtraColumns
 from cosample.planner.planfile import build_plan, compact_json, host_report
 from cosample.planner.solvers import solve
 
