@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import IO
 
@@ -31,16 +30,16 @@ from cosample.collector.admission import Admission
 from cosample.collector.errors import CollectorError
 from cosample.errors import CosampleError
 from cosample.collector.estimate import Estimator
-from cosample.collector.authenticity import HEADER, Signer
+from cosample.collector.authenticity import Signer
 from cosample.collector.events import EventDetector, snapshot_values, write_events
+from cosample.collector.httpapi import http_server
 from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
 from cosample.collector import ipfixtemplates
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
-from cosample.plan.source import COLLECTOR_MAX_PLAN_MIB
 from cosample.collector.planwatch import PlanWatcher, Update
-from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.receiver import Receiver
 from cosample.collector.reexport import Reexporter
 from cosample.collector import snapshotbin
@@ -134,7 +133,7 @@ class Service:
             self.ipfix_address = self._ipfix_socket.getsockname()[:2]
             self._restore_templates()
         if self.settings.metrics_port is not None:
-            self._http = _http_server(self, self.settings.http_host, self.settings.metrics_port)
+            self._http = http_server(self, self.settings.http_host, self.settings.metrics_port)
             self.status.http_refused = self._http.refused
             threading.Thread(target=self._http.serve_forever, name="collector-http",
                              daemon=True).start()
@@ -383,6 +382,7 @@ class Service:
         """The snapshot's bytes and their signature (None: no ``snapshot_key``), one pair;
         ``binary``: the columnar binary form's (``snapshotbin``)."""
         return self._signed_binary if binary else self._signed
+
     def status_json(self) -> bytes:
         """The daemon's counters without the per-server rows: cheap at any fleet size (a
         scrape of ``/metrics`` renders every server)."""
@@ -420,47 +420,3 @@ def _receive_buffer(sock: socket.socket, size: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, option, size)
     except OSError:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
-
-
-def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            binary = path == snapshotbin.BINARY_PATH
-            if (path == "/snapshot" or binary) and service.snapshot is None:
-                self.send_error(503, "no snapshot yet")
-                return
-            signature = None
-            if path == "/snapshot":
-                (body, signature), kind = service.signed_snapshot(), "application/json"
-            elif binary:
-                (body, signature), kind = (service.signed_snapshot(binary=True),
-                                           snapshotbin.CONTENT_TYPE)
-            elif path == "/metrics":
-                body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
-            elif path == "/healthz":
-                body, kind = b"ok\n", "text/plain"
-            elif path == "/status":
-                body, kind = service.status_json(), "application/json"
-            else:
-                self.send_error(404, "try /snapshot, /snapshot.bin, /metrics, /status or "
-                                     "/healthz")
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            if signature is not None:
-                self.send_header(HEADER, signature)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    try:
-        return BoundedHTTPServer((host, port), Handler,
-                                 max_connections=service.settings.http_max_connections,
-                                 idle_timeout_s=service.settings.http_idle_timeout_s)
-    except OSError as exc:
-        raise CollectorError(f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})") \
-            from None

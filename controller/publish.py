@@ -135,21 +135,22 @@ def oversized(rendered: Rendered) -> str | None:
     """A problem if a default reader of the whole plan refuses the published bytes: agents that
     fetch it whole (``--no-slices``, or their fallback) above ``max_plan_mib``'s default; the
     collector, which always reads it whole, above its own (``--max-plan-mib``)."""
+    from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB
     from cosample.plan import source
 
     size = len(rendered.data)
     if size <= source.MAX_BYTES:
         return None
     head = f"published plan version(s) {list(rendered.versions)}: {size:,} bytes"
-    if size > source.COLLECTOR_MAX_PLAN_MIB * 1024 * 1024:
+    if size > COLLECTOR_MAX_PLAN_MIB * 1024 * 1024:
         return (f"{head}, above the collector's default limit of "
-                f"{source.COLLECTOR_MAX_PLAN_MIB} MiB: it keeps attributing by the plan before "
+                f"{COLLECTOR_MAX_PLAN_MIB} MiB: it keeps attributing by the plan before "
                 f"unless run with a larger --max-plan-mib (docs/collector.md); agents fetching "
                 f"the whole plan refuse it too (max_plan_mib {source.DEFAULT_MAX_PLAN_MIB})")
     return (f"{head}, above the agents' default limit of {source.MAX_BYTES:,} bytes "
             f"(max_plan_mib {source.DEFAULT_MAX_PLAN_MIB}): agents that fetch the whole plan "
             f"refuse it unless max_plan_mib is raised (docs/agents.md); their slices and the "
-            f"collector (up to {source.COLLECTOR_MAX_PLAN_MIB} MiB) are not affected")
+            f"collector (up to {COLLECTOR_MAX_PLAN_MIB} MiB) are not affected")
 
 
 #: Above this many hosts a directory target's one slice file per host dominates a publication

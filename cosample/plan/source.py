@@ -24,10 +24,6 @@ from cosample.fetch import MISSING, UNCHANGED, FetchError, fetch as fetch_docume
 #: two-phase plan set (about 100 MB) with room; the controller warns when it publishes more.
 DEFAULT_MAX_PLAN_MIB = 256
 MAX_BYTES = DEFAULT_MAX_PLAN_MIB * 1024 * 1024
-#: The collector's default (``collector run --max-plan-mib``): it keeps the whole plan, which
-#: agents fetching slices do not; a 10^6-server two-phase plan set is about 340 MB, and a
-#: collector that refused it would attribute samples by the old plan after the agents moved.
-COLLECTOR_MAX_PLAN_MIB = 1024
 
 
 @dataclass(frozen=True)
