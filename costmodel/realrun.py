@@ -11,9 +11,8 @@ from typing import Any
 import pandas as pd
 
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.harness import (
-    CalibrationSettings, Calibrator, device_packets, device_tx_packets, parse_port_stats,
-)
+from cosample.costmodel.counters import device_packets, device_tx_packets, parse_port_stats
+from cosample.costmodel.harness import CalibrationSettings, Calibrator
 from cosample.costmodel.mechanisms import Mechanism
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from cosample.costmodel.accounting import CgroupScope, pid_from_file
-from cosample.costmodel.harness import device_packets
+from cosample.costmodel.counters import device_packets
 from cosample.costmodel.iperf import IperfClient, IperfServer, client_argv
 from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
 from cosample.lab.onehost import OneHostTestbed

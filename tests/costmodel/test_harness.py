@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.harness import CalibrationSettings, Calibrator, parse_port_stats, plan_trials
+from cosample.costmodel.counters import parse_port_stats
+from cosample.costmodel.harness import CalibrationSettings, Calibrator, plan_trials
 from cosample.costmodel.iperf import IperfResult
 
 DUMP_PORTS = """OFPST_PORT reply (xid=0x4): 1 ports
