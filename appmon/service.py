@@ -29,9 +29,10 @@ from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.recordlink import RecordReceiver, RecordSender
 from cosample.appmon.records import DEFAULT_RATE
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
-from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Signer
+from cosample.collector.authenticity import SIGNATURE_SUFFIX, Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.events import EventDetector, write_events
+from cosample.collector.httpapi import send_body
 from cosample.files import write_atomic
 from cosample.plan.appmon import SHARE_BITS
 
@@ -232,13 +233,7 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             else:
                 self.send_error(404, "try /snapshot, /metrics or /healthz")
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            if signature is not None:
-                self.send_header(HEADER, signature)
-            self.end_headers()
-            self.wfile.write(body)
+            send_body(self, body, kind, signature)
 
         def log_message(self, *args) -> None:
             pass

@@ -19,6 +19,19 @@ if TYPE_CHECKING:  # the service imports this module
     from cosample.collector.service import Service
 
 
+def send_body(request: BaseHTTPRequestHandler, body: bytes, kind: str,
+              signature: str | None = None) -> None:
+    """A 200 answer of ``body`` (type ``kind``), with its signature header when signed
+    (``authenticity.HEADER``: the collector's and the application monitor's snapshots)."""
+    request.send_response(200)
+    request.send_header("Content-Type", kind)
+    request.send_header("Content-Length", str(len(body)))
+    if signature is not None:
+        request.send_header(HEADER, signature)
+    request.end_headers()
+    request.wfile.write(body)
+
+
 def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
     """The daemon's HTTP server on ``host:port`` (not started): ``/snapshot`` and
     ``/snapshot.bin`` (503 before the first export; signed with ``--snapshot-key``),
@@ -46,13 +59,7 @@ def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
                 self.send_error(404, "try /snapshot, /snapshot.bin, /metrics, /status or "
                                      "/healthz")
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            if signature is not None:
-                self.send_header(HEADER, signature)
-            self.end_headers()
-            self.wfile.write(body)
+            send_body(self, body, kind, signature)
 
         def log_message(self, *args) -> None:
             pass
