@@ -15,5 +15,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("cosample.collector._sflow", ["collector/_sflow.c"],
                              extra_compile_args=["-O2"], optional=True),
                    Extension("cosample.plan._slices", ["cosample/plan/_slices.c"],
+                             depends=["cosample/plan/_hosttable.h"],
                              extra_compile_args=["-O2", "-Wno-deprecated-declarations"],
                              libraries=["crypto"], optional=True)])
