@@ -64,7 +64,11 @@ HT_FN int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth);
 
 HT_FN int skip_string(const char *b, Py_ssize_t n, Py_ssize_t *p) {
     if (*p >= n || b[*p] != '"') return -1;
-    const char *end = memchr(b + *p + 1, '"', (size_t)(n - *p - 1));
+    Py_ssize_t q = *p + 1, near = n - q < 24 ? n : q + 24;
+    for (; q < near; q++)  /* most strings (keys, names) are short: no call */
+        if (b[q] == '"') { *p = q + 1; return 0; }
+    if (q >= n) return -1;
+    const char *end = memchr(b + q, '"', (size_t)(n - q));
     if (end == NULL) return -1;
     *p = end - b + 1;
     return 0;
@@ -101,9 +105,11 @@ HT_FN int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth) {
     return *p > start ? 0 : -1;
 }
 
-HT_FN int key_is(const char *b, span key, const char *word) {  /* key: quoted */
+/* whether a quoted key is ``word`` (its first byte compared before a call to memcmp) */
+static inline int key_is(const char *b, span key, const char *word) {
     size_t len = strlen(word);
-    return (size_t)(key.e - key.s) == len + 2 && memcmp(b + key.s + 1, word, len) == 0;
+    return (size_t)(key.e - key.s) == len + 2 && b[key.s + 1] == word[0] &&
+           memcmp(b + key.s + 1, word, len) == 0;
 }
 
 HT_FN int grow(void **array, Py_ssize_t *cap, Py_ssize_t need, size_t size) {
@@ -164,18 +170,21 @@ HT_FN int read_list(table_t *t, Py_ssize_t *p, Py_ssize_t owner, int key) {
 }
 
 static const char *const LIST_NAME[] = {"", "appmon", "mirrors", "receives"};
+static const Py_ssize_t LIST_NAME_LEN[] = {0, 6, 7, 8};
 
 /* what an entry's key is: K_* for a list, FIELD_CODE + index for a recorded field, -1 for
-   neither; by its length first */
+   neither; by its length and first byte first */
 HT_FN int classify(const table_t *t, span key) {
     const char *b = t->b;
     Py_ssize_t len = key.e - key.s - 2;
     const char *word = b + key.s + 1;
     for (int k = K_APPMON; k <= K_RECEIVES; k++)
-        if ((Py_ssize_t)strlen(LIST_NAME[k]) == len && memcmp(word, LIST_NAME[k], (size_t)len) == 0)
+        if (LIST_NAME_LEN[k] == len && word[0] == LIST_NAME[k][0] &&
+            memcmp(word, LIST_NAME[k], (size_t)len) == 0)
             return k;
     for (int j = 0; j < t->fields; j++)
-        if (t->field_len[j] == len && memcmp(word, t->field_name[j], (size_t)len) == 0)
+        if (t->field_len[j] == len && word[0] == t->field_name[j][0] &&
+            memcmp(word, t->field_name[j], (size_t)len) == 0)
             return FIELD_CODE + j;
     return -1;
 }
@@ -316,8 +325,10 @@ HT_FN int compare_names(const table_t *x, Py_ssize_t i, const table_t *y, Py_ssi
     return r ? r : la < lc ? -1 : la > lc;
 }
 
-/* two byte strings in Python's str order (for UTF-8: code point order) */
-HT_FN int compare_bytes(const char *a, Py_ssize_t la, const char *c, Py_ssize_t lc) {
+/* two byte strings in Python's str order (for UTF-8: code point order); most differ in their
+   first byte */
+static inline int compare_bytes(const char *a, Py_ssize_t la, const char *c, Py_ssize_t lc) {
+    if (la > 0 && lc > 0 && a[0] != c[0]) return (unsigned char)a[0] < (unsigned char)c[0] ? -1 : 1;
     int r = memcmp(a, c, (size_t)(la < lc ? la : lc));
     return r ? r : la < lc ? -1 : la > lc;
 }

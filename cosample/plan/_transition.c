@@ -366,6 +366,7 @@ static int put_lowered(sink *s, const work_t *w, Py_ssize_t h, int which) {
 enum { I_RATE, I_MIRRORS, I_RECEIVES, I_SAMPLING, I_COUNT };  /* in key order */
 static const char *const INSERTED[I_COUNT] = {"local_rate", "mirrors", "receives",
                                               "sflow_sampling"};
+static const Py_ssize_t INSERTED_LEN[I_COUNT] = {10, 7, 8, 14};
 
 /* _lower_local's members: what replaces local_rate, sflow_sampling and sample_probability,
    and whether the ``sample`` keys go */
@@ -428,7 +429,7 @@ static int lower_local(const work_t *w, Py_ssize_t h, local_t *out) {
 
 /* one inserted or replaced member (INSERTED[which]) */
 static int put_member(sink *s, const work_t *w, Py_ssize_t h, const local_t *local, int which) {
-    if (put(s, "\"", 1) < 0 || put(s, INSERTED[which], (Py_ssize_t)strlen(INSERTED[which])) < 0 ||
+    if (put(s, "\"", 1) < 0 || put(s, INSERTED[which], INSERTED_LEN[which]) < 0 ||
         put(s, "\":", 2) < 0) return -1;
     switch (which) {
     case I_RATE: return put(s, local->rate, local->rate_len) < 0 ? -1 : 1;
@@ -465,8 +466,8 @@ static int put_entry(sink *s, const work_t *w, Py_ssize_t h) {
         previous = k;
         int replaced = 0;
         while (next < count) {
-            const char *name = INSERTED[pending[next]];
-            int order = compare_bytes(name, (Py_ssize_t)strlen(name), key, len);
+            int order = compare_bytes(INSERTED[pending[next]], INSERTED_LEN[pending[next]],
+                                      key, len);
             if (order > 0) break;
             if (!first && put(s, ",", 1) < 0) return -1;
             first = 0;
@@ -476,7 +477,8 @@ static int put_entry(sink *s, const work_t *w, Py_ssize_t h) {
         if (!replaced) {
             int field = -1;
             for (int f = F_MECHANISM; f < F_COUNT; f++)
-                if (len == FIELD_LEN[f] && memcmp(key, FIELD[f], (size_t)len) == 0) field = f;
+                if (len == FIELD_LEN[f] && key[0] == FIELD[f][0] &&
+                    memcmp(key, FIELD[f], (size_t)len) == 0) field = f;
             if (field < 0 || !local.drop_sample_keys) {
                 if (!first && put(s, ",", 1) < 0) return -1;
                 first = 0;
