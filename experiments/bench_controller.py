@@ -275,36 +275,58 @@ def compare_phase1(servers: int, repeats: int, seed: int = 1) -> dict:
     the compiled one (``plan_set`` on the HostTables: ``_transition.lower`` on their bytes),
     alternating ``repeats`` times in this process, CPU seconds each (the garbage collector
     paused, as in the controller's cycle). Both give the same phase 1 bytes and plan_id
-    (checked here on every run)."""
+    (checked here on every run). Then the controller's whole ``render`` of the plan set both
+    ways (``render_*``): the Python path is what ``render`` did before the compiled transition
+    (the plan in force's table parsed, and the new one's, phase 2's bytes spliced); the same
+    published bytes (checked)."""
     import gc
 
     import orjson
 
+    from cosample.controller.publish import render
     from cosample.gcpause import gc_paused
     from cosample.plan.document import plan_head
     from cosample.plan.transition import plan_set
     from cosample.planner.planfile import HostTable, compact_json
 
-    old, new, moment = _two_plans(servers, seed)
-    expires = plan_head(new, "new plan").expires
+    old_doc, new_doc, moment = _two_plans(servers, seed)
+    expires = plan_head(new_doc, "new plan").expires
+    chunks = {"old": list(old_doc["hosts"].chunks), "new": list(new_doc["hosts"].chunks)}
+
+    def fresh(which: str, doc: dict) -> dict:
+        """The plan with a HostTable of its own: nothing parsed or joined yet (each run pays
+        joining both tables' chunks; the controller's plan in force is joined already)."""
+        return {**doc, "hosts": HostTable(list(chunks[which]))}
 
     def python_path() -> tuple[bytes, str]:
-        parsed_old = {**old, "hosts": orjson.loads(old["hosts"].json)}
-        parsed_new = {**new, "hosts": orjson.loads(new["hosts"].json)}
+        parsed_old = {**old_doc, "hosts": orjson.loads(fresh("old", old_doc)["hosts"].json)}
+        parsed_new = {**new_doc, "hosts": orjson.loads(fresh("new", new_doc)["hosts"].json)}
         phase1 = plan_set(parsed_old, parsed_new, 100, 101, expires, moment, 120.0)["plans"][0]
         return compact_json(phase1), phase1["plan_id"]
 
     def compiled_path() -> tuple[bytes, str]:
-        phase1 = plan_set(old, new, 100, 101, expires, moment, 120.0,
-                          table=lambda data: HostTable([data]))["plans"][0]
+        phase1 = plan_set(fresh("old", old_doc), fresh("new", new_doc), 100, 101, expires,
+                          moment, 120.0, table=lambda data: HostTable([data]))["plans"][0]
         if not isinstance(phase1["hosts"], HostTable):
             raise SystemExit("the compiled transition declined these plans (or is not built)")
         return compact_json(phase1), phase1["plan_id"]
 
-    seconds: dict[str, list[float]] = {"python": [], "compiled": []}
+    def render_python() -> bytes:
+        previous = {**old_doc, "hosts": orjson.loads(fresh("old", old_doc)["hosts"].json)}
+        return render(fresh("new", new_doc), 101, None, previous=previous, now=moment,
+                      settle_s=120.0).data
+
+    def render_compiled() -> bytes:
+        return render(fresh("new", new_doc), 101, None, previous=fresh("old", old_doc),
+                      now=moment, settle_s=120.0).data
+
+    seconds: dict[str, list[float]] = {label: [] for label in (
+        "python", "compiled", "render_python", "render_compiled")}
     for _ in range(repeats):
         results = {}
-        for label, path in (("python", python_path), ("compiled", compiled_path)):
+        for label, path in (("python", python_path), ("compiled", compiled_path),
+                            ("render_python", render_python),
+                            ("render_compiled", render_compiled)):
             gc.collect()
             with gc_paused():
                 cpu = time.process_time()
@@ -312,12 +334,15 @@ def compare_phase1(servers: int, repeats: int, seed: int = 1) -> dict:
                 seconds[label].append(round(time.process_time() - cpu, 3))
         if results["python"] != results["compiled"]:
             raise SystemExit("phase 1 differs between the Python and the compiled path")
+        if results["render_python"] != results["render_compiled"]:
+            raise SystemExit("the plan set differs between the Python and the compiled path")
         phase1_mb = round(len(results["compiled"][0]) / 1e6, 1)
         del results
     best = {label: min(values) for label, values in seconds.items()}
-    return {"servers": servers, "python_cpu_seconds": seconds["python"],
-            "compiled_cpu_seconds": seconds["compiled"], "phase1_mb": phase1_mb,
-            "ratio_best": round(best["python"] / best["compiled"], 1)}
+    return {"servers": servers, "phase1_mb": phase1_mb,
+            **{f"{label}_cpu_seconds": values for label, values in seconds.items()},
+            "ratio_best": round(best["python"] / best["compiled"], 1),
+            "render_ratio_best": round(best["render_python"] / best["render_compiled"], 1)}
 
 
 def _inventory(servers: int, folder: Path):
