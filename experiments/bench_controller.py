@@ -331,18 +331,24 @@ def compare_phase1(servers: int, repeats: int, seed: int = 1) -> dict:
             with gc_paused():
                 cpu = time.process_time()
                 results[label] = path()
-                seconds[label].append(round(time.process_time() - cpu, 3))
+                seconds[label].append(time.process_time() - cpu)
         if results["python"] != results["compiled"]:
             raise SystemExit("phase 1 differs between the Python and the compiled path")
         if results["render_python"] != results["render_compiled"]:
             raise SystemExit("the plan set differs between the Python and the compiled path")
-        phase1_mb = round(len(results["compiled"][0]) / 1e6, 1)
+        phase1_bytes = len(results["compiled"][0])
         del results
     best = {label: min(values) for label, values in seconds.items()}
-    return {"servers": servers, "phase1_mb": phase1_mb,
-            **{f"{label}_cpu_seconds": values for label, values in seconds.items()},
-            "ratio_best": round(best["python"] / best["compiled"], 1),
-            "render_ratio_best": round(best["render_python"] / best["render_compiled"], 1)}
+
+    def ratio(slow: str, fast: str) -> float | None:  # None: too fast for the clock
+        return round(best[slow] / best[fast], 1) if best[fast] > 0 else None
+
+    return {"servers": servers, "phase1_mb": round(phase1_bytes / 1e6, 1),
+            "phase1_bytes": phase1_bytes,
+            **{f"{label}_cpu_seconds": [round(v, 3) for v in values]
+               for label, values in seconds.items()},
+            "ratio_best": ratio("python", "compiled"),
+            "render_ratio_best": ratio("render_python", "render_compiled")}
 
 
 def _inventory(servers: int, folder: Path):
