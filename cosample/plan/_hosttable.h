@@ -57,6 +57,7 @@ typedef struct {
     Py_ssize_t items, cap_items;
     item_t *item;
     Py_ssize_t list_keys[4];  /* hosts whose entry has the list key K_* (any value) */
+    unsigned char *lists_of;  /* per host: bit 1 << K_* the list key is there, 16 << K_* null */
     TABLE_EXTRA
 } table_t;
 
@@ -212,6 +213,9 @@ HT_FN int read_table(table_t *t) {
             span *field = PyMem_Realloc(t->field, (size_t)cap * (fields ? fields : 1) * sizeof(span));
             if (field == NULL) return -1;
             t->field = field;
+            unsigned char *lists_of = PyMem_Realloc(t->lists_of, (size_t)cap);
+            if (lists_of == NULL) return -1;
+            t->lists_of = lists_of;
             t->cap_hosts = cap;
         }
         span nm = {p, 0};
@@ -222,7 +226,7 @@ HT_FN int read_table(table_t *t) {
         if (p >= n || b[p] != '{') return 0;  /* an entry that is not an object */
         span en = {p, 0};
         span f[MAX_FIELDS];
-        unsigned seen = 0;
+        unsigned seen = 0, nulls = 0;
         for (int k = 0; k < fields; k++) f[k].s = f[k].e = -1;
         p++;
         if (p < n && b[p] == '}') {
@@ -245,6 +249,7 @@ HT_FN int read_table(table_t *t) {
                     if (ok <= 0) return ok;
                 } else if (list != K_NONE && p + 4 <= n && memcmp(b + p, "null", 4) == 0) {
                     p += 4;  /* falsy: read as no items */
+                    nulls |= 16u << list;
                 } else if (list != K_NONE) {
                     return 0;  /* not a list: Python would not read it as one */
                 } else {
@@ -260,6 +265,7 @@ HT_FN int read_table(table_t *t) {
         en.e = p;
         t->entry[h] = en;
         memcpy(t->field + h * fields, f, (size_t)fields * sizeof(span));
+        t->lists_of[h] = (unsigned char)((seen & 0xE) | nulls);
         t->hosts = h + 1;
         if (h > 0) {  /* strictly increasing names (contents, without quotes) */
             span a = t->name[h - 1];
@@ -277,6 +283,8 @@ HT_FN int read_table(table_t *t) {
 
 HT_FN void free_table_spans(table_t *t) {
     PyMem_Free(t->name); PyMem_Free(t->entry); PyMem_Free(t->field); PyMem_Free(t->item);
+    PyMem_Free(t->lists_of);
+    t->lists_of = NULL;
     t->name = t->entry = t->field = NULL;
     t->item = NULL;
 }

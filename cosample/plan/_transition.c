@@ -9,6 +9,10 @@
  * ``scale``: SAMPLE_PROBABILITY_SCALE (local_rate of the ``sample`` mechanism = probability /
  * scale), passed in so that it is defined once.
  *
+ * Application mirrors (``appmon``, where either plan's entry has the key): NEW's entries that
+ * OLD's list has too, compared as Python compares the parsed values (json_equal: 1 == 1.0 ==
+ * true), written as NEW has them.
+ *
  * Numbers _lower computes (a minimum, a probability / scale) are written as orjson writes a
  * double: the shortest digits that read back as the same double, in decimal from 1e-5 up to
  * 1e16, else as ``1e-7``/``1.5e+16`` (format_float; tests/plan/test_transition_compiled.py
@@ -19,9 +23,10 @@
  *
  * None means "not the fast case", and the caller then runs the Python transition, whose
  * result or error this matches: everything the shared reader (_hosttable.h) refuses; an
- * ``appmon`` key anywhere (the Python path cuts application mirrors to those in both plans);
- * a number _lower reads that is not a JSON float (an integer literal: Python's float() makes
- * it 1.0) or an integer _lower reads that is not an integer literal of at most 18 digits;
+ * ``appmon`` list that is null (Python iterates None) or holds entries whose equality a
+ * double cannot settle (integers beyond 15 digits); a number _lower reads that is not a JSON
+ * float (an integer literal: Python's float() makes it 1.0) or an integer _lower reads that
+ * is not an integer literal of at most 18 digits;
  * ``local_mechanism`` other than "sflow"/"sample"; a missing value _lower reads (a KeyError in
  * Python); an item whose peer is not a string; a ``mirrors``/``receives`` list not strictly
  * increasing by peer (the planner writes them in name order: _min_shares's sort is then
@@ -209,24 +214,28 @@ static int put(sink *s, const char *data, Py_ssize_t len) {
 typedef struct {
     table_t old, new;
     Py_ssize_t *old_of;    /* per NEW host: its OLD entry's index, or -1 (absent or {}) */
-    Py_ssize_t *range_old, *range_new;  /* per host, mirrors then receives: [start, end) */
+    /* per host, its mirrors', receives' and appmon's items: [start, end) each (RANGES) */
+    Py_ssize_t *range_old, *range_new;
     /* the lowered lists: per NEW host, mirrors then receives, pairs (NEW item, OLD item) */
     Py_ssize_t *low_start, *pair_new, *pair_old, pairs;
     char *keep;            /* per pair: kept by the pruning */
     long long scale;
 } work_t;
 
-/* per host, its mirrors' and receives' item ranges; 0 when a peer is not a string or a list
-   is not strictly increasing by peer */
+#define RANGES 6
+#define AT(key) ((key) == K_MIRRORS ? 0 : (key) == K_RECEIVES ? 2 : 4)
+
+/* per host, its mirrors', receives' and appmon's item ranges; 0 when a mirror's or receive's
+   peer is not a string or their list is not strictly increasing by peer */
 static int list_ranges(const table_t *t, Py_ssize_t *range) {
-    for (Py_ssize_t k = 0; k < 4 * t->hosts; k++) range[k] = 0;
+    for (Py_ssize_t k = 0; k < RANGES * t->hosts; k++) range[k] = 0;
     for (Py_ssize_t j = 0; j < t->items; j++) {
         const item_t *it = &t->item[j];
-        Py_ssize_t *r = range + 4 * it->owner + (it->key == K_MIRRORS ? 0 : 2);
+        Py_ssize_t *r = range + RANGES * it->owner + AT(it->key);
+        if (r[1] == 0) r[0] = j;
+        if (it->key == K_APPMON) { r[1] = j + 1; continue; }
         if (it->peer.s < 0) return 0;
-        if (r[1] == 0) {
-            r[0] = j;
-        } else {
+        if (r[0] != j) {
             const item_t *before = &t->item[j - 1];
             if (compare_bytes(t->b + before->peer.s, before->peer.e - before->peer.s,
                               t->b + it->peer.s, it->peer.e - it->peer.s) >= 0) return 0;
@@ -363,10 +372,92 @@ static int put_lowered(sink *s, const work_t *w, Py_ssize_t h, int which) {
     return put(s, "]", 1) < 0 ? -1 : 1;
 }
 
-enum { I_RATE, I_MIRRORS, I_RECEIVES, I_SAMPLING, I_COUNT };  /* in key order */
-static const char *const INSERTED[I_COUNT] = {"local_rate", "mirrors", "receives",
+/* a JSON value's kind, by its first byte */
+enum { J_OBJECT, J_ARRAY, J_STRING, J_NULL, J_NUMBER };
+
+static int kind_of(char c) {
+    return c == '{' ? J_OBJECT : c == '[' ? J_ARRAY : c == '"' ? J_STRING : c == 'n' ? J_NULL
+                                                                          : J_NUMBER;
+}
+
+/* a number, true or false as Python compares them (True == 1, False == 0.0); 0: cannot tell
+   exactly (an integer beyond 15 digits, not a number) */
+static int as_double(const char *b, span v, double *x) {
+    Py_ssize_t len = v.e - v.s;
+    if (len == 4 && memcmp(b + v.s, "true", 4) == 0) { *x = 1.0; return 1; }
+    if (len == 5 && memcmp(b + v.s, "false", 5) == 0) { *x = 0.0; return 1; }
+    int kind = number_kind(b + v.s, len);
+    if (kind == 1) return read_float(b, v, x);
+    long long i;
+    if (kind != 2 || len - (b[v.s] == '-') > 15 || !read_int(b, v, &i)) return 0;
+    *x = (double)i;
+    return 1;
+}
+
+/* Python's == on two parsed JSON values (appmon entries: ``e in old``): 1 equal, 0 not, -1
+   cannot tell. The same text is the same value; otherwise objects (keys sorted) and arrays
+   member by member, numbers, true and false by value, strings (no escapes) by their bytes. */
+static int json_equal(const char *a, span x, const char *b, span y, int depth) {
+    if (x.e - x.s == y.e - y.s && memcmp(a + x.s, b + y.s, (size_t)(x.e - x.s)) == 0) return 1;
+    int kx = kind_of(a[x.s]), ky = kind_of(b[y.s]);
+    if (kx != ky || kx == J_STRING || kx == J_NULL) return 0;
+    if (kx == J_NUMBER) {
+        double u, v;
+        if (!as_double(a, x, &u) || !as_double(b, y, &v)) return -1;
+        return u == v;
+    }
+    if (depth > MAX_DEPTH) return -1;
+    Py_ssize_t p = x.s + 1, q = y.s + 1;
+    int object = kx == J_OBJECT;
+    char close = object ? '}' : ']';
+    for (;;) {
+        int end_x = a[p] == close, end_y = b[q] == close;
+        if (end_x || end_y) return end_x && end_y;
+        if (object) {  /* the same keys in the same (sorted) order */
+            span kx_ = {p, 0}, ky_ = {q, 0};
+            if (skip_string(a, x.e, &p) < 0 || skip_string(b, y.e, &q) < 0) return -1;
+            kx_.e = p; ky_.e = q;
+            if (compare_bytes(a + kx_.s, kx_.e - kx_.s, b + ky_.s, ky_.e - ky_.s) != 0) return 0;
+            p++; q++;  /* ':' */
+        }
+        span vx = {p, 0}, vy = {q, 0};
+        if (skip_value(a, x.e, &p, depth + 1) < 0 || skip_value(b, y.e, &q, depth + 1) < 0)
+            return -1;
+        vx.e = p; vy.e = q;
+        int same = json_equal(a, vx, b, vy, depth + 1);
+        if (same <= 0) return same;
+        if (a[p] == ',') p++;
+        if (b[q] == ',') q++;
+    }
+}
+
+/* _lower's appmon: NEW's entries that OLD's list has too (Python's ``in``: equal values) */
+static int put_appmon(sink *s, const work_t *w, Py_ssize_t h) {
+    const table_t *nt = &w->new, *ot = &w->old;
+    Py_ssize_t oh = w->old_of[h];
+    const Py_ssize_t *rn = w->range_new + RANGES * h + 4;
+    const Py_ssize_t *ro = oh >= 0 ? w->range_old + RANGES * oh + 4 : NULL;
+    int first = 1;
+    if (put(s, "[", 1) < 0) return -1;
+    for (Py_ssize_t j = rn[0]; j < rn[1] && ro != NULL; j++) {
+        int found = 0;
+        for (Py_ssize_t i = ro[0]; i < ro[1] && !found; i++) {
+            found = json_equal(nt->b, nt->item[j].item, ot->b, ot->item[i].item, 4);
+            if (found < 0) return 0;
+        }
+        if (!found) continue;
+        if (!first && put(s, ",", 1) < 0) return -1;
+        first = 0;
+        if (put(s, nt->b + nt->item[j].item.s, nt->item[j].item.e - nt->item[j].item.s) < 0)
+            return -1;
+    }
+    return put(s, "]", 1) < 0 ? -1 : 1;
+}
+
+enum { I_APPMON, I_RATE, I_MIRRORS, I_RECEIVES, I_SAMPLING, I_COUNT };  /* in key order */
+static const char *const INSERTED[I_COUNT] = {"appmon", "local_rate", "mirrors", "receives",
                                               "sflow_sampling"};
-static const Py_ssize_t INSERTED_LEN[I_COUNT] = {10, 7, 8, 14};
+static const Py_ssize_t INSERTED_LEN[I_COUNT] = {6, 10, 7, 8, 14};
 
 /* _lower_local's members: what replaces local_rate, sflow_sampling and sample_probability,
    and whether the ``sample`` keys go */
@@ -434,6 +525,7 @@ static int put_member(sink *s, const work_t *w, Py_ssize_t h, const local_t *loc
     switch (which) {
     case I_RATE: return put(s, local->rate, local->rate_len) < 0 ? -1 : 1;
     case I_SAMPLING: return put(s, local->sampling, local->sampling_len) < 0 ? -1 : 1;
+    case I_APPMON: return put_appmon(s, w, h);
     case I_MIRRORS: return put_lowered(s, w, h, 0);
     default: return put_lowered(s, w, h, 1);
     }
@@ -444,8 +536,12 @@ static int put_entry(sink *s, const work_t *w, Py_ssize_t h) {
     local_t local;
     if (!lower_local(w, h, &local)) return 0;
     int pending[I_COUNT], count = 0, next = 0;
+    Py_ssize_t oh = w->old_of[h];
+    unsigned lists = w->new.lists_of[h] | (oh >= 0 ? w->old.lists_of[oh] : 0);
+    if (lists & (16u << K_APPMON)) return 0;  /* appmon null: Python iterates None */
     for (int k = 0; k < I_COUNT; k++)
-        if (k != I_SAMPLING || local.sampling_len >= 0) pending[count++] = k;
+        if ((k != I_SAMPLING || local.sampling_len >= 0) &&
+            (k != I_APPMON || lists & (1u << K_APPMON))) pending[count++] = k;
     const char *b = w->new.b;
     span entry = w->new.entry[h];
     Py_ssize_t n = entry.e, p = entry.s + 1;
@@ -506,8 +602,8 @@ static int prepare(work_t *w) {
     table_t *nt = &w->new, *ot = &w->old;
     Py_ssize_t hosts = nt->hosts;
     w->old_of = PyMem_Malloc(((size_t)hosts + 1) * sizeof(Py_ssize_t));
-    w->range_new = PyMem_Malloc((4 * (size_t)hosts + 1) * sizeof(Py_ssize_t));
-    w->range_old = PyMem_Malloc((4 * (size_t)ot->hosts + 1) * sizeof(Py_ssize_t));
+    w->range_new = PyMem_Malloc((RANGES * (size_t)hosts + 1) * sizeof(Py_ssize_t));
+    w->range_old = PyMem_Malloc((RANGES * (size_t)ot->hosts + 1) * sizeof(Py_ssize_t));
     w->low_start = PyMem_Malloc((2 * (size_t)hosts + 1) * sizeof(Py_ssize_t));
     w->pair_new = PyMem_Malloc(((size_t)nt->items + 1) * sizeof(Py_ssize_t));
     w->pair_old = PyMem_Malloc(((size_t)nt->items + 1) * sizeof(Py_ssize_t));
@@ -528,8 +624,8 @@ static int prepare(work_t *w) {
         for (int which = 0; which < 2; which++) {
             w->low_start[2 * h + which] = w->pairs;
             if (oh < 0) continue;
-            const Py_ssize_t *rn = w->range_new + 4 * h + 2 * which;
-            const Py_ssize_t *ro = w->range_old + 4 * oh + 2 * which;
+            const Py_ssize_t *rn = w->range_new + RANGES * h + 2 * which;
+            const Py_ssize_t *ro = w->range_old + RANGES * oh + 2 * which;
             match(w, rn[0], rn[1], ro[0], ro[1]);
         }
     }
@@ -567,7 +663,6 @@ static PyObject *lower(PyObject *self, PyObject *args) {
         t->field_len = FIELD_LEN;
         ok = read_table(t);
     }
-    if (ok > 0 && (w.old.list_keys[K_APPMON] || w.new.list_keys[K_APPMON])) ok = 0;
     if (ok > 0) ok = prepare(&w);
     if (ok > 0) {
         s.cap = w.new.n + w.new.n / 8 + 64;

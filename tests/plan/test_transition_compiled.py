@@ -156,6 +156,14 @@ FLOAT = st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=64),
                   st.floats(0, 1), st.integers(0, 65535).map(lambda p: p / 65535))
 
 
+APPMON = st.fixed_dictionaries({"share": st.sampled_from([1, 1.0, True, 0.5, -0.0, 0, False]),
+                                 "to": st.sampled_from([None, "a", "b"])},
+                                optional={"service": st.fixed_dictionaries(
+                                    {"port": st.sampled_from([80, 80.0, 8080])}),
+                                    "segments": st.lists(st.sampled_from([0, 0.0, 1]),
+                                                         max_size=2)})
+
+
 @st.composite
 def host_tables(draw):
     pool = draw(st.lists(NAMES, min_size=1, max_size=8, unique=True))
@@ -189,6 +197,8 @@ def host_tables(draw):
                 out[key] = items
             elif draw(st.booleans()):
                 out[key] = None
+        if draw(st.integers(0, 2)) == 0:  # application mirrors: values that compare equal
+            out["appmon"] = draw(st.lists(APPMON, max_size=3))  # across texts (1, 1.0, true)
         if draw(st.booleans()):
             out["tunnel_ip"] = "10.0.0.1"
         return out
@@ -324,9 +334,12 @@ def raw(table: dict) -> bytes:
                                                         {"rate": 0.5, "to": "a"}])}),
     ({"h": sflow(0.5, 2, mirrors=[{"rate": 0.5, "to": "a"}, {"rate": 0.5, "to": "a"}])},
      {"h": sflow(0.5, 2)}),
-    # application mirrors anywhere (even empty)
-    ({"h": sflow(0.5, 2, appmon=[])}, {"h": sflow(0.5, 2)}),
-    ({"h": sflow(0.5, 2)}, {"g": sflow(0.5, 2, appmon=[{"to": "h"}])}),
+    # application mirrors null (Python iterates None), or not objects
+    ({"h": sflow(0.5, 2, appmon=None)}, {"h": sflow(0.5, 2, appmon=[])}),
+    ({"h": sflow(0.5, 2)}, {"h": sflow(0.5, 2, appmon=None)}),
+    ({"h": sflow(0.5, 2, appmon=[1])}, {"h": sflow(0.5, 2, appmon=[1])}),
+    # an appmon value equal or not only beyond a double's exact integers
+    ({"h": sflow(0.5, 2, appmon=[{"n": 2**60}])}, {"h": sflow(0.5, 2, appmon=[{"n": 2.0**60}])}),
     # a name with an escape (a backslash): names would not compare as their bytes
     ({"a\\b": sflow(0.5, 2)}, {"a\\b": sflow(0.5, 2)}),
     # a value _lower reads missing: Python raises (KeyError)
@@ -354,8 +367,8 @@ def test_unsorted_keys_are_left_to_python():
 
 
 def test_where_the_compiled_path_declines_plan_set_lowers_in_python():
-    old = {"h": sflow(0.5, 2, appmon=[{"to": "h", "share": 0.5}])}
-    new = {"h": sflow(0.25, 4, appmon=[{"to": "h", "share": 0.5}])}
+    old = {"h": sflow(1, 2)}  # an integer: Python's float() reads it, the compiled path not
+    new = {"h": sflow(0.25, 4)}
     tables = [HostTable([raw(old)]), HostTable([raw(new)])]
     assert transition.compiled_lower(*tables) is None
     got = transition.plan_set({"hosts": tables[0]}, {"hosts": tables[1]}, 1, 2,
@@ -384,3 +397,69 @@ def test_a_number_written_with_more_digits_than_it_needs_is_written_shortest():
     got = _transition.lower(old, new, SAMPLE_PROBABILITY_SCALE)
     assert got == python_phase1(orjson.loads(old), orjson.loads(new))
     assert b'"local_rate":0.1,' in got
+
+
+def test_application_mirrors_are_those_both_plans_have():
+    entry = {"service": {"address": "10.1.0.5", "port": 80}, "share": 1.0, "to": None}
+    old = {"h": sflow(0.5, 2, appmon=[entry, {**entry, "share": 0.5}]),
+           "g": sflow(0.5, 2, appmon=[entry]), "f": sflow(0.5, 2)}
+    new = {"h": sflow(0.5, 2, appmon=[{**entry, "share": 0.25}, {**entry, "share": 1}]),
+           "g": sflow(0.5, 2), "f": sflow(0.5, 2, appmon=[entry]), "e": sflow(0.5, 2,
+                                                                         appmon=[entry])}
+    got = phase1(old, new)
+    # 1 == 1.0: NEW's entry kept as NEW writes it; a key only OLD has is inserted (empty)
+    assert got["h"]["appmon"] == [{**entry, "share": 1}]
+    assert b'"share":1,' in lower(old, new)
+    assert got["g"]["appmon"] == [] and got["f"]["appmon"] == [] and got["e"]["appmon"] == []
+
+
+SERVICES_BASE = {
+    "cost": {"alpha": 1.0, "beta": 0.5},
+    "servers": [{"name": "web1", "capacity_pps": 20000, "tunnel_ip": "10.0.0.1"},
+                {"name": "idle1", "capacity_pps": 50000, "tunnel_ip": "10.0.0.2"}],
+    "traffic_pps": {"web1": {"web1": 12000}, "idle1": {"idle1": 100}},
+    "services": [{"server": "web1", "address": "10.1.0.5", "port": 80,
+                  "interface": "vm-web1", "request_rate": 200},
+                 {"server": "web1", "address": "10.1.0.6", "port": 8080, "truncate_bytes": 78,
+                  "weight": 2}]}
+
+
+@pytest.mark.parametrize("web_pps, rate", [(12000, 200), (15000, 400), (6000, 200)])
+def test_planned_application_mirrors_are_the_python_ones(web_pps, rate):
+    from cosample.planner.datacentre import DataCentre
+
+    second = {**SERVICES_BASE, "traffic_pps": {"web1": {"web1": web_pps}, "idle1": {"idle1": 100}},
+              "services": [{**SERVICES_BASE["services"][0], "request_rate": rate},
+                           SERVICES_BASE["services"][1]]}
+    plans = []
+    for description in (SERVICES_BASE, second):
+        dc = DataCentre.from_dict(description)
+        plans.append(build_plan(dc, solve(dc), created=START, lazy_hosts=True, report=False))
+    old, new = plans
+    assert any(entry["appmon"] for entry in old["hosts"].parsed().values())
+    lowered = transition.compiled_lower(old["hosts"], new["hosts"])
+    expected = transition.plan_set(
+        {**old, "hosts": orjson.loads(old["hosts"].json)},
+        {**new, "hosts": orjson.loads(new["hosts"].json)}, 1, 2,
+        plan_head(new, "new plan").expires, START, 60.0)
+    assert lowered is not None and lowered == compact_json(expected["plans"][0]["hosts"])
+
+
+@pytest.mark.parametrize("was, now, kept", [
+    ({"segments": [0]}, {"segments": [0, 1]}, False),
+    ({"segments": [0, 1]}, {"segments": [0]}, False),
+    ({"to": "a"}, {"to": "b"}, False),
+    ({"to": "a"}, {"to": None}, False),
+    ({"x": 1}, {"y": 1}, False),
+    ({"x": 1}, {"x": 1, "y": 1}, False),
+    ({"x": [1]}, {"x": {"a": 1}}, False),
+    ({"share": True}, {"share": 1}, True),
+    ({"share": -0.0}, {"share": 0}, True),
+    ({"port": 80}, {"port": 80.0}, True),
+    ({"port": 80.5}, {"port": 80}, False),
+    ({"x": [1, {"a": False}]}, {"x": [1.0, {"a": 0}]}, True),
+])
+def test_application_mirror_entries_compare_as_python_compares_them(was, now, kept):
+    old = {"h": sflow(0.5, 2, appmon=[was])}
+    new = {"h": sflow(0.5, 2, appmon=[now])}
+    assert phase1(old, new)["h"]["appmon"] == ([now] if kept else [])
