@@ -22,5 +22,6 @@ setup(ext_modules=[Extension("cosample.collector._sflow", ["collector/_sflow.c"]
                              extra_compile_args=["-O2", "-Wno-deprecated-declarations"],
                              libraries=["crypto"], optional=True),
                    Extension("cosample.plan._transition", ["cosample/plan/_transition.c"],
-                             depends=["cosample/plan/_hosttable.h"],
+                             depends=["cosample/plan/_hosttable.h",
+                                      "cosample/plan/_jsonnumber.h"],
                              extra_compile_args=["-O2"], optional=True)])
