@@ -33,6 +33,10 @@ the snapshot's bytes into its arrays (``np.frombuffer`` on the binary form; orjs
 (ed25519) and writing (with fsync) the published plan's bytes once; the cycle's floor is their
 sum (the kept cycle's: read and plan). Peak memory beside the floor process's.
 
+``--compare-compiled N`` times a two-phase plan set's first phase at N servers by the Python
+transition and by the compiled one (``cosample/plan/_transition.c``), alternating in one
+process, and prints both CPU times and their ratio.
+
 ``--baseline-tree DIR`` runs the code of another revision laid out in DIR (``python -m
 research.revision REV DIR`` from a clone) on the same snapshot, alternating with the working
 tree's ``--repeats`` times, and prints their CPU-time ratios: old and new side by side in one
@@ -42,6 +46,7 @@ run, under the same load.
     python -m cosample.experiments.bench_controller --sizes 1000000 --form json
     python -m cosample.experiments.bench_controller --sizes 100000 --baseline-tree DIR --repeats 5
     python -m cosample.experiments.bench_controller --two-phase 100000
+    python -m cosample.experiments.bench_controller --compare-compiled 100000 --repeats 3
     python -m cosample.experiments.bench_controller --sizes 1000000 --no-slices --compare-memory
     python -m cosample.experiments.bench_controller --sizes 1000000 --serve --repeats 3
 """
@@ -253,11 +258,10 @@ def floor(servers: int, folder: Path, form: str) -> dict:
             **publish_cpu, "floor_peak_rss_mb": _rss_mb()}
 
 
-def two_phase(servers: int, seed: int = 1) -> dict:
-    """Time one two-phase publication (``render`` with the plan in force as ``previous``: the
-    agents' transition) between two plans of the benchmark's instance, the second planned for
-    traffic scaled by a random factor in [0.6, 1.4] per matrix entry. The plans' host tables
-    are the controller's (``HostTable``): parsing them for the transition is part of the time."""
+def _two_plans(servers: int, seed: int) -> tuple[dict, dict, datetime]:
+    """The plan in force (as the controller keeps it after publishing) and the next plan, of
+    the benchmark's instance, the second planned for traffic scaled by a random factor in
+    [0.6, 1.4] per matrix entry; their host tables are the controller's (``HostTable``)."""
     from dataclasses import replace
 
     from cosample.controller.estimate import measure
@@ -278,6 +282,17 @@ def two_phase(servers: int, seed: int = 1) -> dict:
     rng = np.random.default_rng(seed)
     moved = replace(smoothed, pps=smoothed.pps * rng.uniform(0.6, 1.4, smoothed.pps.size))
     new = replan(inventory, moved, 0.15).document(moment, valid)
+    return old, new, moment
+
+
+def two_phase(servers: int, seed: int = 1) -> dict:
+    """Time one two-phase publication (``render`` with the plan in force as ``previous``: the
+    agents' transition) between two plans of the benchmark's instance (``_two_plans``). Reading
+    the host tables (HostTables: compiled from their bytes, or parsed where the compiled
+    transition declines) is part of the time."""
+    from cosample.controller.publish import render
+
+    old, new, moment = _two_plans(servers, seed)
     from cosample.gcpause import gc_paused
 
     began, cpu = time.perf_counter(), time.process_time()
@@ -286,6 +301,88 @@ def two_phase(servers: int, seed: int = 1) -> dict:
     return {"servers": servers, "two_phase_seconds": round(time.perf_counter() - began, 3),
             "two_phase_cpu_seconds": round(time.process_time() - cpu, 3),
             "plan_set_mb": round(len(rendered.data) / 1e6, 1), "versions": list(rendered.versions)}
+
+
+def compare_phase1(servers: int, repeats: int, seed: int = 1) -> dict:
+    """Phase 1 of the two-phase plan set between ``_two_plans``'s plans, by the Python path
+    (both host tables parsed with orjson, ``plan_set`` on the dicts, phase 1 serialised) and by
+    the compiled one (``plan_set`` on the HostTables: ``_transition.lower`` on their bytes),
+    alternating ``repeats`` times in this process, CPU seconds each (the garbage collector
+    paused, as in the controller's cycle). Both give the same phase 1 bytes and plan_id
+    (checked here on every run). Then the controller's whole ``render`` of the plan set both
+    ways (``render_*``): the Python path is what ``render`` did before the compiled transition
+    (the plan in force's table parsed, and the new one's, phase 2's bytes spliced); the same
+    published bytes (checked)."""
+    import gc
+
+    import orjson
+
+    from cosample.controller.publish import render
+    from cosample.gcpause import gc_paused
+    from cosample.plan.document import plan_head
+    from cosample.plan.transition import plan_set
+    from cosample.planner.planfile import HostTable, compact_json
+
+    old_doc, new_doc, moment = _two_plans(servers, seed)
+    expires = plan_head(new_doc, "new plan").expires
+    chunks = {"old": list(old_doc["hosts"].chunks), "new": list(new_doc["hosts"].chunks)}
+
+    def fresh(which: str, doc: dict) -> dict:
+        """The plan with a HostTable of its own: nothing parsed or joined yet (each run pays
+        joining both tables' chunks; the controller's plan in force is joined already)."""
+        return {**doc, "hosts": HostTable(list(chunks[which]))}
+
+    def python_path() -> tuple[bytes, str]:
+        parsed_old = {**old_doc, "hosts": orjson.loads(fresh("old", old_doc)["hosts"].json)}
+        parsed_new = {**new_doc, "hosts": orjson.loads(fresh("new", new_doc)["hosts"].json)}
+        phase1 = plan_set(parsed_old, parsed_new, 100, 101, expires, moment, 120.0)["plans"][0]
+        return compact_json(phase1), phase1["plan_id"]
+
+    def compiled_path() -> tuple[bytes, str]:
+        phase1 = plan_set(fresh("old", old_doc), fresh("new", new_doc), 100, 101, expires,
+                          moment, 120.0, table=lambda data: HostTable([data]))["plans"][0]
+        if not isinstance(phase1["hosts"], HostTable):
+            raise SystemExit("the compiled transition declined these plans (or is not built)")
+        return compact_json(phase1), phase1["plan_id"]
+
+    def render_python() -> bytes:
+        previous = {**old_doc, "hosts": orjson.loads(fresh("old", old_doc)["hosts"].json)}
+        return render(fresh("new", new_doc), 101, None, previous=previous, now=moment,
+                      settle_s=120.0).data
+
+    def render_compiled() -> bytes:
+        return render(fresh("new", new_doc), 101, None, previous=fresh("old", old_doc),
+                      now=moment, settle_s=120.0).data
+
+    seconds: dict[str, list[float]] = {label: [] for label in (
+        "python", "compiled", "render_python", "render_compiled")}
+    for _ in range(repeats):
+        results = {}
+        for label, path in (("python", python_path), ("compiled", compiled_path),
+                            ("render_python", render_python),
+                            ("render_compiled", render_compiled)):
+            gc.collect()
+            with gc_paused():
+                cpu = time.process_time()
+                results[label] = path()
+                seconds[label].append(time.process_time() - cpu)
+        if results["python"] != results["compiled"]:
+            raise SystemExit("phase 1 differs between the Python and the compiled path")
+        if results["render_python"] != results["render_compiled"]:
+            raise SystemExit("the plan set differs between the Python and the compiled path")
+        phase1_bytes = len(results["compiled"][0])
+        del results
+    best = {label: min(values) for label, values in seconds.items()}
+
+    def ratio(slow: str, fast: str) -> float | None:  # None: too fast for the clock
+        return round(best[slow] / best[fast], 1) if best[fast] > 0 else None
+
+    return {"servers": servers, "phase1_mb": round(phase1_bytes / 1e6, 1),
+            "phase1_bytes": phase1_bytes,
+            **{f"{label}_cpu_seconds": [round(v, 3) for v in values]
+               for label, values in seconds.items()},
+            "ratio_best": ratio("python", "compiled"),
+            "render_ratio_best": ratio("render_python", "render_compiled")}
 
 
 def _inventory(servers: int, folder: Path):
@@ -343,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="runs per size (and code)")
     parser.add_argument("--two-phase", type=int, metavar="SERVERS",
                         help="time one two-phase publication at SERVERS instead")
+    parser.add_argument("--compare-compiled", type=int, metavar="SERVERS",
+                        help="time a two-phase plan set's phase 1 at SERVERS instead, by the "
+                             "Python and the compiled transition alternating (--repeats times)")
     parser.add_argument("--form", choices=tuple(FORMS), default="binary",
                         help="the snapshot form this tree's controller reads (default: binary; "
                              "a --baseline-tree revision reads the JSON form)")
@@ -365,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.two_phase:
         print(json.dumps(two_phase(args.two_phase)))
+        return 0
+    if args.compare_compiled:
+        print(json.dumps(compare_phase1(args.compare_compiled, args.repeats)))
         return 0
     if (args.child or args.floor) and args.keep_memory:
         from cosample.controller.memory import keep_memory

@@ -111,7 +111,12 @@ class HostTable(Mapping):
 
     @property
     def json(self) -> bytes:
-        return b"".join(self.chunks)
+        """The table's bytes, joined once: the chunks become that one piece (the same bytes).
+        At 10^6 hosts a join of the 200 MB costs 0.08 s, and a two-phase publication asks for
+        them three times (the transition, the slices, the next publication's transition)."""
+        if len(self.chunks) != 1:
+            self.chunks = [b"".join(self.chunks)]
+        return self.chunks[0]
 
     def parsed(self) -> dict[str, Any]:
         if self._parsed is None:

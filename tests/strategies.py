@@ -54,3 +54,14 @@ def planning_inputs(draw, max_servers: int = 6, collector_cap: bool = False):
         extra["collector_cap_pps"] = float(dc.own_pps.sum() * draw(st.floats(0.05, 1.5)))
     return DataCentre.from_arrays(dc.capacity_pps, dc.alpha, dc.beta, dc.traffic_src,
                                   dc.traffic_dst, dc.traffic_pps, names=dc.names, **extra)
+
+
+def moved(dc: DataCentre, seed: int, drop: bool) -> DataCentre:
+    """The same servers with the traffic scaled down per entry (and, with ``drop``, some gone):
+    the next plan's data centre in the transition tests."""
+    rng = np.random.default_rng(seed)
+    pps = dc.traffic_pps * rng.uniform(0.1, 1.0, dc.traffic_pps.size)  # stays feasible
+    if drop:
+        pps = np.where(rng.uniform(size=pps.size) < 0.3, 0.0, pps)
+    return DataCentre.from_arrays(dc.capacity_pps, dc.alpha, dc.beta, dc.traffic_src,
+                                  dc.traffic_dst, pps, names=dc.names)

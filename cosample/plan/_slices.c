@@ -16,283 +16,28 @@
  *
  * configure(peer_fields): the fields of a peer every view keeps (slicebuild.PEER_FIELDS, the
  * one place they are named); views() is None until it is called.
+ *
+ * The tables are read by _hosttable.h (shared with _transition.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <openssl/sha.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
-#define MAX_DEPTH 64
+/* each table's relations, per host: (peer, key, item index or -1), in slicebuild.relations's
+   order */
+#define TABLE_EXTRA Py_ssize_t *rel_start; struct relation { Py_ssize_t peer, item; int key; } *rel;
+#include "_hosttable.h"
+
 #define AHEAD 16  /* how far ahead random reads are fetched (fetch_ahead, relate) */
-enum { K_NONE = 0, K_APPMON = 1, K_MIRRORS = 2, K_RECEIVES = 3 };
-#define MAX_FIELDS 16
 #define MAX_FIELD_NAME 64
 /* The peer fields (configure): their names, how many, and the order a peer's cut is written
    in: its keys sorted, lists (K_*) and fields (FIELDS + index) together. */
 static char field_name[MAX_FIELDS][MAX_FIELD_NAME];
+static const char *field_ptr[MAX_FIELDS];
 static Py_ssize_t field_len[MAX_FIELDS];
 static int FIELDS = -1;
-#define FIELD_CODE 4  /* classify's code of field j: FIELD_CODE + j, apart from K_* */
 static int cut_order[MAX_FIELDS + 3];
 
-typedef struct { Py_ssize_t s, e; } span;  /* [s, e) in the table */
-
-typedef struct {
-    Py_ssize_t owner;   /* host index */
-    int key;            /* K_* */
-    span item;          /* the item object */
-    span peer;          /* the peer's name without quotes; s < 0: none */
-} item_t;
-
-typedef struct {
-    const char *b;
-    Py_ssize_t n;
-    Py_ssize_t hosts, cap_hosts;
-    span *name;         /* quoted */
-    span *entry;        /* the entry object */
-    span *field;        /* FIELDS per host: '"key":value'; s < 0: absent */
-    Py_ssize_t items, cap_items;
-    item_t *item;
-    /* relations, per host: (peer, key, item index or -1), in slicebuild.relations's order */
-    Py_ssize_t *rel_start;
-    struct relation { Py_ssize_t peer, item; int key; } *rel;
-} table_t;
-
-static int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth);
-
-static int skip_string(const char *b, Py_ssize_t n, Py_ssize_t *p) {
-    if (*p >= n || b[*p] != '"') return -1;
-    const char *end = memchr(b + *p + 1, '"', (size_t)(n - *p - 1));
-    if (end == NULL) return -1;
-    *p = end - b + 1;
-    return 0;
-}
-
-static int skip_container(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth) {
-    char open = b[*p], close = open == '{' ? '}' : ']';
-    if (depth > MAX_DEPTH) return -1;
-    (*p)++;
-    if (*p < n && b[*p] == close) { (*p)++; return 0; }
-    for (;;) {
-        if (open == '{') {
-            if (skip_string(b, n, p) < 0 || *p >= n || b[*p] != ':') return -1;
-            (*p)++;
-        }
-        if (skip_value(b, n, p, depth + 1) < 0 || *p >= n) return -1;
-        if (b[*p] == ',') { (*p)++; continue; }
-        if (b[*p] == close) { (*p)++; return 0; }
-        return -1;
-    }
-}
-
-static int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth) {
-    if (*p >= n) return -1;
-    char c = b[*p];
-    if (c == '"') return skip_string(b, n, p);
-    if (c == '{' || c == '[') return skip_container(b, n, p, depth);
-    Py_ssize_t start = *p;
-    while (*p < n && b[*p] != ',' && b[*p] != '}' && b[*p] != ']') {
-        char d = b[*p];
-        if (d == '"' || d == '{' || d == '[' || d == ':' || d == ' ' || d == '\n') return -1;
-        (*p)++;
-    }
-    return *p > start ? 0 : -1;
-}
-
-static int key_is(const char *b, span key, const char *word) {  /* key: quoted */
-    size_t len = strlen(word);
-    return (size_t)(key.e - key.s) == len + 2 && memcmp(b + key.s + 1, word, len) == 0;
-}
-
-static int grow(void **array, Py_ssize_t *cap, Py_ssize_t need, size_t size) {
-    if (need <= *cap) return 0;
-    Py_ssize_t cap2 = *cap ? *cap * 2 : 1024;
-    while (cap2 < need) cap2 *= 2;
-    void *bigger = PyMem_Realloc(*array, (size_t)cap2 * size);
-    if (bigger == NULL) return -1;
-    *array = bigger;
-    *cap = cap2;
-    return 0;
-}
-
-/* one list (mirrors, receives, appmon) of host ``owner``; 1: fine, 0: not the fast case */
-static int read_list(table_t *t, Py_ssize_t *p, Py_ssize_t owner, int key) {
-    const char *b = t->b;
-    Py_ssize_t n = t->n;
-    const char *other = key == K_RECEIVES ? "from" : "to";
-    if (*p >= n || b[*p] != '[') return 0;
-    (*p)++;
-    if (*p < n && b[*p] == ']') { (*p)++; return 1; }
-    for (;;) {
-        if (*p >= n || b[*p] != '{') return 0;  /* an item that is not an object */
-        item_t it = {owner, key, {*p, 0}, {-1, -1}};
-        (*p)++;
-        if (*p < n && b[*p] == '}') {
-            (*p)++;
-        } else {
-            for (;;) {
-                span k = {*p, 0};
-                if (skip_string(b, n, p) < 0 || *p >= n || b[*p] != ':') return 0;
-                k.e = *p;
-                (*p)++;
-                Py_ssize_t v = *p;
-                if (skip_value(b, n, p, 4) < 0 || *p >= n) return 0;
-                if (key_is(b, k, other)) {
-                    if (b[v] == '"') { it.peer.s = v + 1; it.peer.e = *p - 1; }
-                    else if (b[v] == '{' || b[v] == '[') return 0;  /* unhashable in Python */
-                    else { it.peer.s = -1; }  /* null, a number: no such host */
-                }
-                if (b[*p] == ',') { (*p)++; continue; }
-                if (b[*p] == '}') { (*p)++; break; }
-                return 0;
-            }
-        }
-        it.item.e = *p;
-        if (grow((void **)&t->item, &t->cap_items, t->items + 1, sizeof(item_t)) < 0) return -1;
-        t->item[t->items++] = it;
-        if (*p >= n) return 0;
-        if (b[*p] == ',') { (*p)++; continue; }
-        if (b[*p] == ']') { (*p)++; return 1; }
-        return 0;
-    }
-}
-
-static const char *const LIST_NAME[] = {"", "appmon", "mirrors", "receives"};
-
-/* what an entry's key is to the views: K_* for a list, FIELD_CODE + index for a peer field, -1
-   for neither; by its length first */
-static int classify(const char *b, span key) {
-    Py_ssize_t len = key.e - key.s - 2;
-    const char *word = b + key.s + 1;
-    for (int k = K_APPMON; k <= K_RECEIVES; k++)
-        if ((Py_ssize_t)strlen(LIST_NAME[k]) == len && memcmp(word, LIST_NAME[k], (size_t)len) == 0)
-            return k;
-    for (int j = 0; j < FIELDS; j++)
-        if (field_len[j] == len && memcmp(word, field_name[j], (size_t)len) == 0)
-            return FIELD_CODE + j;
-    return -1;
-}
-
-/* 1: read, 0: not the fast case, -1: out of memory */
-static int read_table(table_t *t) {
-    const char *b = t->b;
-    Py_ssize_t n = t->n, p = 0;
-    if (memchr(b, '\\', (size_t)n) != NULL) return 0;
-    if (n < 2 || b[0] != '{') return 0;
-    p = 1;
-    if (b[p] == '}') return p + 1 == n;
-    for (;;) {
-        Py_ssize_t h = t->hosts;
-        if (h == t->cap_hosts) {  /* names, entries and fields grow together */
-            Py_ssize_t cap = t->cap_hosts ? 2 * t->cap_hosts : 1024;
-            span *name = PyMem_Realloc(t->name, (size_t)cap * sizeof(span));
-            if (name == NULL) return -1;
-            t->name = name;
-            span *entry = PyMem_Realloc(t->entry, (size_t)cap * sizeof(span));
-            if (entry == NULL) return -1;
-            t->entry = entry;
-            span *field = PyMem_Realloc(t->field, (size_t)cap * FIELDS * sizeof(span));
-            if (field == NULL) return -1;
-            t->field = field;
-            t->cap_hosts = cap;
-        }
-        span nm = {p, 0};
-        if (skip_string(b, n, &p) < 0 || p >= n || b[p] != ':') return 0;
-        nm.e = p;
-        t->name[h] = nm;
-        p++;
-        if (p >= n || b[p] != '{') return 0;  /* an entry that is not an object */
-        span en = {p, 0};
-        span f[MAX_FIELDS];
-        unsigned seen = 0;
-        for (int k = 0; k < FIELDS; k++) f[k].s = f[k].e = -1;
-        p++;
-        if (p < n && b[p] == '}') {
-            p++;
-        } else {
-            for (;;) {
-                span k = {p, 0};
-                if (skip_string(b, n, &p) < 0 || p >= n || b[p] != ':') return 0;
-                k.e = p;
-                p++;
-                int code = classify(b, k);
-                if (code >= 0) {  /* a key twice: Python's dict keeps the last; leave it to it */
-                    if (seen & (1u << code)) return 0;
-                    seen |= 1u << code;
-                }
-                int list = code >= K_APPMON && code <= K_RECEIVES ? code : K_NONE;
-                if (list != K_NONE && p < n && b[p] == '[') {
-                    int ok = read_list(t, &p, h, list);
-                    if (ok <= 0) return ok;
-                } else if (list != K_NONE && p + 4 <= n && memcmp(b + p, "null", 4) == 0) {
-                    p += 4;  /* falsy: relations skips it */
-                } else if (list != K_NONE) {
-                    return 0;  /* not a list: relations would not read it as one */
-                } else {
-                    if (skip_value(b, n, &p, 3) < 0) return 0;
-                    if (code >= FIELD_CODE) { f[code - FIELD_CODE].s = k.s; f[code - FIELD_CODE].e = p; }
-                }
-                if (p >= n) return 0;
-                if (b[p] == ',') { p++; continue; }
-                if (b[p] == '}') { p++; break; }
-                return 0;
-            }
-        }
-        en.e = p;
-        t->entry[h] = en;
-        memcpy(t->field + h * FIELDS, f, (size_t)FIELDS * sizeof(span));
-        t->hosts = h + 1;
-        if (h > 0) {  /* strictly increasing names (contents, without quotes) */
-            span a = t->name[h - 1];
-            Py_ssize_t la = a.e - a.s - 2, lb = nm.e - nm.s - 2;
-            int c = memcmp(b + a.s + 1, b + nm.s + 1, (size_t)(la < lb ? la : lb));
-            if (c > 0 || (c == 0 && la >= lb)) return 0;
-        }
-        if (p >= n) return 0;
-        if (b[p] == ',') { p++; continue; }
-        if (b[p] == '}') { p++; break; }
-        return 0;
-    }
-    return p == n;
-}
-
-static inline uint64_t hash_name(const char *p, Py_ssize_t len) {  /* FNV-1a */
-    uint64_t h = 1469598103934665603ULL;
-    for (Py_ssize_t k = 0; k < len; k++) h = (h ^ (unsigned char)p[k]) * 1099511628211ULL;
-    return h ^ (h >> 29);
-}
-
-/* the names by hash (open addressing, at most half full): one or two reads per look-up, where
-   a binary search over 10^6 names misses the cache twenty times */
-static Py_ssize_t *index_names(const table_t *t, uint64_t *mask) {
-    uint64_t size = 2;
-    while (size < 2 * (uint64_t)t->hosts) size *= 2;
-    Py_ssize_t *slots = PyMem_Malloc(size * sizeof(Py_ssize_t));
-    if (slots == NULL) return NULL;
-    for (uint64_t k = 0; k < size; k++) slots[k] = -1;
-    for (Py_ssize_t h = 0; h < t->hosts; h++) {
-        span a = t->name[h];
-        uint64_t k = hash_name(t->b + a.s + 1, a.e - a.s - 2) & (size - 1);
-        while (slots[k] >= 0) k = (k + 1) & (size - 1);
-        slots[k] = h;
-    }
-    *mask = size - 1;
-    return slots;
-}
-
-/* the index of the host named b[s:e] (no quotes) in ``t``, or -1 */
-static Py_ssize_t find(const table_t *t, const Py_ssize_t *slots, uint64_t mask, const char *b,
-                       Py_ssize_t s, Py_ssize_t e) {
-    Py_ssize_t lb = e - s;
-    for (uint64_t k = hash_name(b + s, lb) & mask;; k = (k + 1) & mask) {
-        Py_ssize_t h = slots[k];
-        if (h < 0) return -1;
-        span a = t->name[h];
-        if (a.e - a.s - 2 == lb && memcmp(t->b + a.s + 1, b + s, (size_t)lb) == 0) return h;
-    }
-}
 
 /* slicebuild.relations as arrays: per host, (peer, None) for each peer it names, and
    (owner, key, item) at the peer for each item naming it, in the same order */
@@ -491,15 +236,8 @@ static void fetch_ahead(const table_t *t, Py_ssize_t h, int text) {
 }
 
 static void free_table(table_t *t) {
-    PyMem_Free(t->name); PyMem_Free(t->entry); PyMem_Free(t->field); PyMem_Free(t->item);
+    free_table_spans(t);
     PyMem_Free(t->rel_start); PyMem_Free(t->rel);
-}
-
-static int compare_names(const table_t *x, Py_ssize_t i, const table_t *y, Py_ssize_t j) {
-    span a = x->name[i], c = y->name[j];
-    Py_ssize_t la = a.e - a.s - 2, lc = c.e - c.s - 2;
-    int r = memcmp(x->b + a.s + 1, y->b + c.s + 1, (size_t)(la < lc ? la : lc));
-    return r ? r : la < lc ? -1 : la > lc;
 }
 
 static PyObject *views(PyObject *self, PyObject *arg) {
@@ -521,6 +259,9 @@ static PyObject *views(PyObject *self, PyObject *arg) {
         if (!PyBytes_Check(data)) { PyErr_SetString(PyExc_TypeError, "a list of bytes"); goto done; }
         t[k].b = PyBytes_AS_STRING(data);
         t[k].n = PyBytes_GET_SIZE(data);
+        t[k].fields = FIELDS;
+        t[k].field_name = field_ptr;
+        t[k].field_len = field_len;
         int ok = read_table(&t[k]);
         if (ok < 0) { PyErr_NoMemory(); goto done; }
         if (ok == 0) { result = Py_None; Py_INCREF(result); goto done; }
@@ -657,6 +398,7 @@ static PyObject *configure(PyObject *self, PyObject *arg) {
             return NULL;
         }
         memcpy(field_name[j], name, (size_t)len + 1);
+        field_ptr[j] = field_name[j];
         field_len[j] = len;
     }
     FIELDS = count;

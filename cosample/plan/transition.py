@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import orjson
 
@@ -31,6 +31,11 @@ from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.errors import PlanError
 from cosample.plan.document import PLANSET_FORMAT, FORMAT_VERSION, Plan
 from cosample.times import format_time
+
+try:  # built by pip install (setup.py); without it the first phase is lowered in Python
+    from cosample.plan import _transition
+except ImportError:  # pragma: no cover - a host without a compiler
+    _transition = None
 
 _NOT_HASHED = ("version", "created", "expires", "not_before", "plan_id", "signature")
 
@@ -42,13 +47,21 @@ def transition(old: Plan, new: Plan, now: datetime, settle_s: float) -> dict[str
 
 def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_version: int,
              new_expires: datetime, now: datetime, settle_s: float,
-             start: datetime | None = None) -> dict[str, Any]:
+             start: datetime | None = None,
+             table: Callable[[bytes], Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """``transition`` on the plans' documents (versions and expiry given, already checked);
     ``start``: phase 1's ``not_before`` (None: at once).
 
     Nothing is deep-copied (10^5 hosts: 28 s before, docs/controller.md): phase 2 shares NEW's
     host entries; phase 1's are shallow copies of NEW's with fresh ``mirrors``/``receives``
-    lists. The result is read-only (it is serialised, never changed)."""
+    lists. The result is read-only (it is serialised, never changed).
+
+    Host tables kept as their JSON bytes (the planner's ``HostTable``: ``.json``) are read
+    as bytes when ``table`` says how to keep phase 1's (``table(data)``, the controller's
+    ``HostTable([data])``): the compiled ``lower`` writes phase 1's table from OLD's and
+    NEW's bytes, the same bytes as the Python path (tests/plan/test_transition_compiled.py),
+    and no host entry becomes a dict. Otherwise, or where ``lower`` declines (None: not its
+    fast case), both tables are parsed and lowered here."""
     if new_version <= old_version:
         raise PlanError(f"version: the new plan ({new_version}) must be newer than the old "
                         f"({old_version})")
@@ -56,11 +69,15 @@ def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_ver
     if not_before >= new_expires:
         raise PlanError(f"expires: the new plan expires at {format_time(new_expires)}, before "
                         f"the end of the {settle_s:g} s settle time")
-    old_hosts = old["hosts"]
     phase1 = dict(new)
-    phase1["hosts"] = {name: _lower(old_hosts.get(name), doc)
-                       for name, doc in new["hosts"].items()}
-    _prune_unmatched(phase1["hosts"])
+    lowered = compiled_lower(old["hosts"], new["hosts"]) if table is not None else None
+    if lowered is not None:
+        phase1["hosts"] = table(lowered)
+    else:
+        old_hosts = _parsed(old["hosts"])
+        phase1["hosts"] = {name: _lower(old_hosts.get(name), doc)
+                           for name, doc in _parsed(new["hosts"]).items()}
+        _prune_unmatched(phase1["hosts"])
     phase1["transition"] = {"phase": 1, "from_version": old_version, "to_version": new_version}
     phase1["created"] = format_time(now)
     if start is not None:
@@ -75,11 +92,46 @@ def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_ver
 
 
 def plan_id(document: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON without the fields that vary between runs."""
+    """SHA-256 of the canonical JSON without the fields that vary between runs. A host table
+    kept as bytes (``chunks``: the planner's ``HostTable``) is hashed as those bytes, in the
+    place orjson would write the parsed table (the planner's ``plan_id`` splices the same way)."""
     content = {key: value for key, value in document.items() if key not in _NOT_HASHED}
     if isinstance(content.get("solver"), dict):
         content["solver"] = {k: v for k, v in content["solver"].items() if k != "seconds"}
-    return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    chunks = getattr(content.get("hosts"), "chunks", None)
+    if chunks is None:
+        return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    # a NUL byte where the table goes: orjson escapes control characters in strings, so a raw
+    # NUL can be nothing else
+    head, tail = orjson.dumps({**content, "hosts": _MARK}, option=orjson.OPT_SORT_KEYS
+                              ).split(b"\x00")
+    digest = hashlib.sha256(head)
+    for chunk in chunks:
+        digest.update(chunk)
+    digest.update(tail)
+    return digest.hexdigest()
+
+
+def compiled_lower(old_hosts: Any, new_hosts: Any) -> bytes | None:
+    """Phase 1's host table as bytes from the compiled ``lower`` (``_transition.c``), when
+    both tables are kept as bytes (``.json``) and it is built; None otherwise or when the
+    tables are not its fast case (then the Python path gives the same)."""
+    if _transition is None:
+        return None
+    old_json, new_json = getattr(old_hosts, "json", None), getattr(new_hosts, "json", None)
+    if not isinstance(old_json, bytes) or not isinstance(new_json, bytes):
+        return None
+    return _transition.lower(old_json, new_json, SAMPLE_PROBABILITY_SCALE)
+
+
+def _parsed(hosts: Any) -> Mapping[str, Any]:
+    """A host table as dicts: a table kept as bytes (the planner's ``HostTable``) is parsed
+    once (its Mapping methods would cost a Python call or three per look-up of 10^5)."""
+    parsed = getattr(hosts, "parsed", None)
+    return parsed() if callable(parsed) else hosts
+
+
+_MARK = orjson.Fragment(b"\x00")
 
 
 def _lower(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:

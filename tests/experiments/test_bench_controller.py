@@ -78,3 +78,15 @@ def test_memory_compared_without_slices(tmp_path, capsys):
     assert not rows["slices"].any()
     assert (rows["code_path"].str.startswith(str(REPOSITORY))).all()  # both: this tree
     assert "old = this tree with the memory defaults" in capsys.readouterr().out
+
+
+def test_the_compiled_transition_compared(capsys):
+    """``--compare-compiled``: phase 1 and the whole render by both transitions, alternating,
+    each run checked to give the same bytes (a difference or a declined compiled path exits)."""
+    import json
+
+    assert bench_controller.main(["--compare-compiled", "300", "--repeats", "2"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["servers"] == 300 and row["phase1_bytes"] > 300 * 50  # an entry per host
+    for label in ("python", "compiled", "render_python", "render_compiled"):
+        assert len(row[f"{label}_cpu_seconds"]) == 2

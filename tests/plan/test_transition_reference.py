@@ -13,7 +13,6 @@ import copy
 import json
 from datetime import datetime, timedelta, timezone
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,10 +22,9 @@ from cosample.plan.document import plan_from_dict
 from cosample.plan.transition import plan_id, transition
 from cosample.controller.publish import render
 from cosample.planner import solve
-from cosample.planner.datacentre import DataCentre
 from cosample.planner.planfile import build_plan
 
-from strategies import datacentres  # tests/ is on sys.path (pytest pythonpath)
+from strategies import datacentres, moved  # tests/ is on sys.path (pytest pythonpath)
 
 
 def reference(old, new, now, settle_s):
@@ -78,16 +76,6 @@ def _min_shares(old, new, key):
     return sorted(out, key=lambda item: item[key])
 
 
-def _moved(dc: DataCentre, seed: int, drop: bool) -> DataCentre:
-    """The same servers with the traffic scaled down per entry (and, with ``drop``, some gone)."""
-    rng = np.random.default_rng(seed)
-    pps = dc.traffic_pps * rng.uniform(0.1, 1.0, dc.traffic_pps.size)  # stays feasible
-    if drop:
-        pps = np.where(rng.uniform(size=pps.size) < 0.3, 0.0, pps)
-    return DataCentre.from_arrays(dc.capacity_pps, dc.alpha, dc.beta, dc.traffic_src,
-                                  dc.traffic_dst, pps, names=dc.names)
-
-
 # whole seconds from the test run's start: nothing here ages as CI runs on later days
 START = datetime.now(timezone.utc).replace(microsecond=0)
 
@@ -98,8 +86,8 @@ START = datetime.now(timezone.utc).replace(microsecond=0)
 def test_plan_set_is_the_per_host_reference(dc, seed, drop, old_solver):
     now = START + timedelta(seconds=seed % 10**6)
     old_doc = build_plan(dc, solve(dc, old_solver), created=now, version=10)
-    moved = _moved(dc, seed, drop)
-    new_doc = build_plan(moved, solve(moved), created=now, version=11)
+    next_dc = moved(dc, seed, drop)
+    new_doc = build_plan(next_dc, solve(next_dc), created=now, version=11)
     old, new = plan_from_dict(json.loads(json.dumps(old_doc))), \
         plan_from_dict(json.loads(json.dumps(new_doc)))
     got = transition(old, new, now, 120.0)
