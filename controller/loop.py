@@ -28,7 +28,7 @@ from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, shares
 from cosample.controller.inventory import Inventory
 from cosample.controller.plausibility import JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen, vet
-from cosample.controller.publish import Rendered, oversized, render
+from cosample.controller.publish import Rendered, oversized, render, serialised_hosts
 from cosample.controller.replan import replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
@@ -122,16 +122,19 @@ class Controller:
         #: first of the cycles in a row with no plan in force and no snapshot knowing a server
         self.waiting_since: datetime | None = None
         self.size_problem: str | None = None  # the last published plan is above agents' limit
-        self.current: dict[str, Any] | None = self.store.current_plan()
-        self.current_shares: PlanShares | None = (
-            shares(self.current, inventory.index) if self.current else None)
         self.last_status: CycleStatus | None = None
         #: the application part (services' request rates from the analysers), if any
         self.apps = Applications(inventory, settings.analysers, settings.analyser_keys) \
             if inventory.services else None
-        if self.current is not None:
-            self.metrics.plan_version.set(self.store.last_version() or -1)
-            self._restore()
+        with gc_paused():  # as a cycle: reading back a 10^6-host plan makes 10^7 objects
+            restored = self.store.current_plan()
+            self.current_shares: PlanShares | None = (
+                shares(restored, inventory.index) if restored else None)
+            self.current: dict[str, Any] | None = serialised_hosts(restored)
+            del restored  # the parsed table (gigabytes at 10^6 hosts): kept as bytes instead
+            if self.current is not None:
+                self.metrics.plan_version.set(self.store.last_version() or -1)
+                self._restore()
 
     def _restore(self) -> None:
         """A target that serves from memory (``--serve``) serves the last publication again at

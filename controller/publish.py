@@ -115,6 +115,19 @@ def render(plan: dict[str, Any], version: int, key: str | None,
     return Rendered(data, signature, versions, final, plans, key)
 
 
+def serialised_hosts(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``plan`` with its host table kept as its compact sorted bytes (a ``HostTable``), as a
+    plan the controller published itself has it: the plan in force read back after a restart
+    would otherwise stay parsed (gigabytes at 10^6 hosts), and its next two-phase publication
+    would lower it host by host in Python instead of from the bytes (``transition``)."""
+    hosts = plan.get("hosts") if plan else None
+    if not isinstance(hosts, dict):
+        return plan
+    import orjson
+
+    return {**plan, "hosts": HostTable([orjson.dumps(hosts, option=orjson.OPT_SORT_KEYS)])}
+
+
 def release(now: datetime, lead_s: float) -> datetime:
     """A plan's ``not_before``: ``lead_s`` after its publication at ``now``, rounded up to the
     whole second plans write. The lead covers the collector's polling (``collector.polling``):

@@ -376,3 +376,31 @@ def test_a_publication_rounds_its_plan_once(tmp_path, monkeypatch):
     assert rounded and max(rounded.values()) == 1, rounded
     assert [solver for _, solver in rounded].count("exact") == 1
     assert len(solved) == 1
+
+
+def test_a_restarted_controller_keeps_the_plan_in_force_as_bytes_and_lowers_them(tmp_path,
+                                                                                 monkeypatch):
+    """After a restart the plan in force is read back from the state: kept as its host table's
+    bytes (as a plan the controller published itself), the same bytes as published, so its
+    next two-phase publication is lowered from the bytes (the compiled path)."""
+    import orjson
+
+    from cosample.planner.planfile import HostTable
+    from cosample.plan import transition
+
+    lowered = []
+    lower = transition._transition.lower
+    monkeypatch.setattr(transition._transition, "lower",
+                        lambda *args: lowered.append(lower(*args)) or lowered[-1])
+    rig = Rig(tmp_path)
+    rig.cycle(BUSY_S1)
+    published = orjson.loads((rig.publish_dir / "plan.json").read_bytes())["hosts"]
+    rig.controller = rig.start()
+    hosts = rig.controller.current["hosts"]
+    assert isinstance(hosts, HostTable)
+    assert hosts.json == orjson.dumps(published, option=orjson.OPT_SORT_KEYS)
+    statuses = [rig.cycle(BUSY_S3) for _ in range(4)]  # s3's jump believed, then published
+    assert [s.two_phase for s in statuses if s.result == "published"] == [True]
+    assert lowered and lowered[-1] is not None
+    _, (phase1, _) = rig.plans()
+    assert phase1.hosts["s1"].mirrors == ()  # the old mirror s1 -> s3 is gone in phase 1
