@@ -127,26 +127,27 @@ class Controller:
         self.apps = Applications(inventory, settings.analysers, settings.analyser_keys) \
             if inventory.services else None
         with gc_paused():  # as a cycle: reading back a 10^6-host plan makes 10^7 objects
-            restored = self.store.current_plan()
+            data, plans = self.store.published_plans() or (b"", ())
             self.current_shares: PlanShares | None = (
-                shares(restored, inventory.index) if restored else None)
-            self.current: dict[str, Any] | None = serialised_hosts(restored)
-            del restored  # the parsed table (gigabytes at 10^6 hosts): kept as bytes instead
+                shares(plans[-1], inventory.index) if plans else None)
+            # each plan's parsed table (gigabytes at 10^6 hosts) kept as its bytes instead
+            plans = tuple(serialised_hosts(plan) for plan in plans)
+            self.current: dict[str, Any] | None = plans[-1] if plans else None
             if self.current is not None:
                 self.metrics.plan_version.set(self.store.last_version() or -1)
-                self._restore()
+                self._restore(data, plans)
 
-    def _restore(self) -> None:
+    def _restore(self, data: bytes, plans: tuple[dict[str, Any], ...]) -> None:
         """A target that serves from memory (``--serve``) serves the last publication again at
-        once after a restart, signed anew with the key, instead of 404 until the next one."""
+        once after a restart (``data``, its ``plans`` as read back), signed anew with the key,
+        instead of 404 until the next one."""
         restore = getattr(self.target, "restore", None)
-        data = self.store.published_bytes() if restore is not None else None
-        if data is None:
+        if restore is None:
             return
         key = self.settings.key
         restore(Rendered(data, sign_bytes(data, key) if key else None,
                          (self.store.last_version() or int(self.current["version"]),),
-                         self.current, key=key))
+                         self.current, plans, key=key))
         log.info("serving the last publication again (version %s)", self.current["version"])
 
     # one pass -----------------------------------------------------------------------------------

@@ -404,3 +404,32 @@ def test_a_restarted_controller_keeps_the_plan_in_force_as_bytes_and_lowers_them
     assert lowered and lowered[-1] is not None
     _, (phase1, _) = rig.plans()
     assert phase1.hosts["s1"].mirrors == ()  # the old mirror s1 -> s3 is gone in phase 1
+
+
+def test_a_restarted_serving_controller_serves_the_same_slices_of_a_plan_set(tmp_path):
+    """A two-phase publication, then a restart on its state: the publication read back once
+    (its phases kept as their tables' bytes) serves every host the same slice as before."""
+    from cosample.controller.publish import HttpTarget
+
+    rig = Rig(tmp_path)
+    targets = []
+
+    def serving():
+        targets.append(HttpTarget("127.0.0.1", 0, dict, bytes))
+        return Controller(rig.inventory, rig.settings, targets[-1], tmp_path / "state",
+                          clock=lambda: rig.clock)
+
+    rig.controller = serving()
+    try:
+        rig.cycle(BUSY_S1)
+        statuses = [rig.cycle(BUSY_S3) for _ in range(2)]
+        assert statuses[-1].two_phase
+        before = targets[-1]._current.slices
+        serving()  # the restart
+        after = targets[-1]._current.slices
+        assert after.head == before.head and len(after) == len(before) == 3
+        for name in ("s1", "s2", "s3"):
+            assert after.document(name) == before.document(name)
+    finally:
+        for target in targets:
+            target.close()

@@ -57,6 +57,8 @@ def test_plain_run_without_baseline(tmp_path, capsys):
     assert rows["agents_accept"].iloc[[0, 2]].tolist() == [True, True]  # the plan and the set
     printed = capsys.readouterr().out
     assert "300 cycle 3 (published, two phases" in printed and "new/old" not in printed
+    assert "300 restart on the state left: CPU" in printed
+    assert (rows["restart_cpu"] > 0).all()
 
 
 def test_a_folder_without_a_tree_is_refused(tmp_path, capsys):
