@@ -14,6 +14,9 @@ then a fresh process runs three controller cycles on it, as ``cosample controlle
    server's load rises while another component of it falls): what every later publication of
    a running controller costs.
 
+Then a controller restarts on the state those cycles left, in a process of its own (the
+publication in force read back, its shares computed, served again): its CPU time and peak memory.
+
 Each cycle's wall-clock time is split by step (the controller's own ``timings``), and so is its
 CPU time (``<step>_cpu``: the machine is shared, wall-clock time includes waiting for a core); peak memory is the
 process's peak resident set (``VmHWM``) with the size after imports beside it.
@@ -185,14 +188,6 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
                      **{k: round(v, 3) for k, v in status.timings.items()}})
     if serve:
         target.close()
-    # a restart on the state the cycles left (the plan in force read back, served again)
-    target = (HttpTarget("127.0.0.1", 0, dict, bytes, slices=slices) if serve
-              else DirectoryTarget(folder / "pub", slices=slices))
-    cpu = time.process_time()
-    Controller(inventory, settings, target, folder / "state", clock=lambda: clock[0])
-    restart_cpu = round(time.process_time() - cpu, 3)
-    if serve:
-        target.close()
     peak = _rss_mb()  # before the agents' reader below
     accepted = {cycle: _agents_accept(path) if servers <= CHECK_UP_TO else None
                 for cycle, path in published.items()}
@@ -204,7 +199,7 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
                    form=form,
                    slices=slices, target="http" if serve else "directory",
                    snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
-                   rss_imports_mb=rss_imports, peak_rss_mb=peak, restart_cpu=restart_cpu,
+                   rss_imports_mb=rss_imports, peak_rss_mb=peak,
                    agents_accept=accepted.get(row["cycle"]),
                    load_average=round(os.getloadavg()[0], 1))
     return {"rows": rows}
@@ -291,6 +286,25 @@ def _two_plans(servers: int, seed: int) -> tuple[dict, dict, datetime]:
     moved = replace(smoothed, pps=smoothed.pps * rng.uniform(0.6, 1.4, smoothed.pps.size))
     new = replan(inventory, moved, 0.15).document(moment, valid)
     return old, new, moment
+
+
+def restart(servers: int, folder: Path, slices: bool, serve: bool) -> dict:
+    """A controller restarted on the state the run's cycles left (in a process of its own, as
+    a restart is): the publication in force read back, its shares computed, served again."""
+    from cosample.controller.loop import Controller, Settings
+    from cosample.controller.publish import DirectoryTarget, HttpTarget
+
+    inventory = _inventory(servers, folder)
+    settings = Settings((str(folder / "current.bin"),), interval_s=30.0, tau_s=0.0,
+                        max_age_s=3600.0, key=str(folder / "key.pem"))
+    target = (HttpTarget("127.0.0.1", 0, dict, bytes, slices=slices) if serve
+              else DirectoryTarget(folder / "pub", slices=slices))
+    cpu = time.process_time()
+    Controller(inventory, settings, target, folder / "state")
+    restart_cpu = round(time.process_time() - cpu, 3)
+    if serve:
+        target.close()
+    return {"restart_cpu": restart_cpu, "restart_peak_rss_mb": _rss_mb()}
 
 
 def two_phase(servers: int, seed: int = 1) -> dict:
@@ -470,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                              "sets them, alternating, and print their ratios")
     parser.add_argument("--child", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
+    parser.add_argument("--restart", nargs=2, metavar=("SERVERS", "FOLDER"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.two_phase:
         print(json.dumps(two_phase(args.two_phase)))
@@ -477,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_compiled:
         print(json.dumps(compare_phase1(args.compare_compiled, args.repeats)))
         return 0
-    if (args.child or args.floor) and args.keep_memory:
+    if (args.child or args.floor or args.restart) and args.keep_memory:
         from cosample.controller.memory import keep_memory
 
         keep_memory()  # as `controller run` does; the floor's process too
@@ -487,6 +503,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.floor:
         print(json.dumps(floor(int(args.floor[0]), Path(args.floor[1]), args.form)))
+        return 0
+    if args.restart:
+        print(json.dumps(restart(int(args.restart[0]), Path(args.restart[1]), args.slices,
+                                 args.serve)))
         return 0
     # code -> (tree, memory kept as `controller run` keeps it)
     trees: dict[str, tuple[Path | None, bool]] = {"new": (None, args.keep_memory)}
@@ -511,8 +531,12 @@ def main(argv: list[str] | None = None) -> int:
                                       slices=args.slices, keep=keep, serve=args.serve)
                     floors = _child(servers, Path(folder), run, None, args.form,
                                     "--floor", keep=keep) if tree is None else [{}]
-                    if measured is None or floors is None:
+                    restarted = _child(servers, Path(folder), run, None, None, "--restart",
+                                       slices=args.slices, keep=keep, serve=args.serve) \
+                        if tree is None else [{}]
+                    if measured is None or floors is None or restarted is None:
                         return 1
+                    floors[0].update(restarted[0])
                     for row in measured:
                         row.update(code=code, repeat=repeat, keep_memory=keep, **floors[0])
                     rows += measured
@@ -558,7 +582,9 @@ def _beside_floors(rows: list[dict]) -> str:
     for row in rows:
         if row["cycle"] == 1 and row.get("restart_cpu") is not None:
             lines.append(f"  {row['servers']:>9,} restart on the state left: CPU "
-                         f"{row['restart_cpu']:.2f} s (the plan in force read back and served)")
+                         f"{row['restart_cpu']:.2f} s, peak RSS "
+                         f"{row['restart_peak_rss_mb']:.0f} MB (a process of its own: the "
+                         "publication in force read back and served again)")
     return "\n".join(lines)
 
 
