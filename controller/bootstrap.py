@@ -30,7 +30,7 @@ import numpy as np
 from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
-from cosample.planner.planfile import plan_id
+from cosample.planner.planbytes import plan_id
 from cosample.times import format_time
 
 DEFAULT_SAMPLING = 4096

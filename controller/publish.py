@@ -31,7 +31,7 @@ from cosample.plan.slicebuild import SliceSet, build_slices
 from cosample.plan.slices import SLICES_DIR
 from cosample.controller.httpserver import BoundedHTTPServer
 from cosample.files import FileWriteError, write_bytes_atomic
-from cosample.planner.planfile import HostTable, compact_json
+from cosample.planner.planbytes import HostTable, compact_json
 
 
 PLAN_NAME = "plan.json"

@@ -343,7 +343,7 @@ def compare_phase1(servers: int, repeats: int, seed: int = 1) -> dict:
     from cosample.gcpause import gc_paused
     from cosample.plan.document import plan_head
     from cosample.plan.transition import plan_set
-    from cosample.planner.planfile import HostTable, compact_json
+    from cosample.planner.planbytes import HostTable, compact_json
 
     old_doc, new_doc, moment = _two_plans(servers, seed)
     expires = plan_head(new_doc, "new plan").expires

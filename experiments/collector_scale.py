@@ -42,7 +42,8 @@ def plan_document(servers: int, version: int, seed: int) -> dict:
     """A solved plan for ``servers`` hosts (``seed``: which traffic), with tunnel and agent
     addresses."""
     from cosample.experiments.bench_planner import random_datacentre
-    from cosample.planner.planfile import build_plan, plan_id
+    from cosample.planner.planfile import build_plan
+    from cosample.planner.planbytes import plan_id
     from cosample.planner.solvers import solve
 
     dc = random_datacentre(servers, seed=seed)

@@ -11,7 +11,8 @@ from cosample.durations import parse_duration
 from cosample.planner.choices import EXACT, NONCOLLAB
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
-from cosample.planner.planfile import build_plan, write_plan
+from cosample.planner.planfile import build_plan
+from cosample.planner.planbytes import write_plan
 from cosample.planner.report import default_console, print_plan, summary_lines
 from cosample.planner.solvers import solve
 

@@ -63,7 +63,8 @@ def make_plans(document: Mapping[str, Any], out_dir: Path, version: int,
                solver: str = DEFAULT_SOLVER) -> dict[str, Path]:
     """Write ``plan-noncollab.json`` (version) and ``plan-collab.json`` (version + 1)."""
     from cosample.planner.datacentre import DataCentre
-    from cosample.planner.planfile import build_plan, write_plan
+    from cosample.planner.planfile import build_plan
+    from cosample.planner.planbytes import write_plan
     from cosample.planner.solvers import solve
 
     dc = DataCentre.from_dict(document, source="testbed description")

@@ -105,7 +105,8 @@ def test_extras_kept_as_columns_write_the_same_plan():
     from cosample.controller.inventory import Inventory
     from cosample.planner import solve
     from cosample.planner.datacentre import DataCentre, ExtraColumns
-    from cosample.planner.planfile import build_plan, compact_json
+    from cosample.planner.planfile import build_plan
+    from cosample.planner.planbytes import compact_json
 
     names = tuple(f"s{i}" for i in range(6))
     extras = {name: {"bridge": "br-int", "tunnel_ip": f"10.0.0.{i + 1}"}

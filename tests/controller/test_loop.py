@@ -385,7 +385,7 @@ def test_a_restarted_controller_keeps_the_plan_in_force_as_bytes_and_lowers_them
     next two-phase publication is lowered from the bytes (the compiled path)."""
     import orjson
 
-    from cosample.planner.planfile import HostTable
+    from cosample.planner.planbytes import HostTable
     from cosample.plan import transition
 
     lowered = []

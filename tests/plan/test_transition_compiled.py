@@ -22,7 +22,8 @@ from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan import transition
 from cosample.plan.document import parse_document, plan_head
 from cosample.planner import solve
-from cosample.planner.planfile import HostTable, build_plan, compact_json
+from cosample.planner.planfile import build_plan
+from cosample.planner.planbytes import HostTable, compact_json
 
 from strategies import datacentres, moved  # tests/ is on sys.path (pytest pythonpath)
 

@@ -18,7 +18,8 @@ from cosample.planner.appmon_costs import costs_from_calibration
 from cosample.planner.appmon_plan import services_arrays
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
-from cosample.planner.planfile import build_plan, compact_json
+from cosample.planner.planfile import build_plan
+from cosample.planner.planbytes import compact_json
 from cosample.planner.solvers import solve
 from cosample.costmodel.calibration_file import AppmonCalibration
 

@@ -7,14 +7,13 @@ import copy
 import re
 from datetime import datetime, timezone
 
-import numpy as np
-import orjson
 import pytest
 
 from cosample.plan.document import parse_plan
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
-from cosample.planner.planfile import AGENT_FIELDS, build_plan, compact_json
+from cosample.planner.planfile import AGENT_FIELDS, build_plan
+from cosample.planner.planbytes import compact_json
 from cosample.planner.solvers import solve
 
 WHEN = datetime(2026, 1, 1, tzinfo=timezone.utc)

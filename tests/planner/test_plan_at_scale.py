@@ -12,8 +12,8 @@ import orjson
 from rich.console import Console
 
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.planfile import (INDENT_MAX_HOSTS, HostTable, build_plan, canonical_json,
-                                       plan_id, write_plan)
+from cosample.planner.planfile import build_plan
+from cosample.planner.planbytes import INDENT_MAX_HOSTS, HostTable, canonical_json, plan_id, write_plan
 from cosample.planner.report import plan_table
 from cosample.planner.solvers import solve
 

@@ -23,7 +23,8 @@ import pytest
 from cosample.experiments.bench_planner import random_datacentre
 from cosample.planner import hostjson
 from cosample.planner.extras import ExtraColumns
-from cosample.planner.planfile import build_plan, compact_json, host_report
+from cosample.planner.planfile import build_plan, host_report
+from cosample.planner.planbytes import compact_json
 from cosample.planner.solvers import solve
 
 CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)

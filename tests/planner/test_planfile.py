@@ -11,7 +11,8 @@ import pytest
 
 from cosample.planner import solve
 from cosample.planner.commands import example_datacentre
-from cosample.planner.planfile import build_plan, canonical_json, plan_id, write_plan
+from cosample.planner.planfile import build_plan
+from cosample.planner.planbytes import canonical_json, plan_id, write_plan
 from cosample.planner.realise import sampling_interval
 
 # Any whole second will do; relative to now so nothing here ages (build_plan takes it explicitly).

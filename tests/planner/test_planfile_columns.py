@@ -22,9 +22,8 @@ from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner import hostjson
 from cosample.plan.formats import REPORT_FORMAT
-from cosample.planner.planfile import (
-    AGENT_FIELDS, HostTable, _roles, build_plan, compact_json, host_report, significant)
-from cosample.planner.problem import build_problem
+from cosample.planner.planfile import AGENT_FIELDS, _roles, build_plan, host_report, significant
+from cosample.planner.planbytes import HostTable, compact_json
 from cosample.planner.realise import realise
 
 from strategies import planning_inputs  # tests/ is on sys.path (pytest pythonpath)
@@ -237,7 +236,7 @@ def test_significant_names_a_non_finite_value():
 def test_compact_bytes_splice_the_host_table():
     """The published bytes, a plan's or a plan set's, equal a fresh serialisation of the whole
     document with its host tables parsed; plan_id is the same from the parsed plan."""
-    from cosample.planner.planfile import plan_id
+    from cosample.planner.planbytes import plan_id
     matrix = np.array([[9e5, 1e5, 0.0], [0.0, 2e5, 3e4], [1e3, 0.0, 5e4]])
     dc = DataCentre.from_matrix(np.array([2e6, 1.5e6, 2e6]), 1.54, 0.46, matrix)
     plan = build_plan(dc, solve(dc), floor=64, lazy_hosts=True)
