@@ -106,6 +106,17 @@ HT_FN int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth) {
     return *p > start ? 0 : -1;
 }
 
+/* one member of an object the reader has checked: its quoted key's span in ``key``, where its
+   value starts in ``value``, ``*p`` after the value; -1: not JSON the reader takes */
+HT_FN int member(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth, span *key,
+                 Py_ssize_t *value) {
+    key->s = *p;
+    if (skip_string(b, n, p) < 0 || *p >= n || b[*p] != ':') return -1;
+    key->e = *p;
+    *value = ++*p;
+    return skip_value(b, n, p, depth);
+}
+
 /* whether a quoted key is ``word`` (its first byte compared before a call to memcmp) */
 static inline int key_is(const char *b, span key, const char *word) {
     size_t len = strlen(word);

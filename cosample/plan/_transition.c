@@ -192,12 +192,9 @@ static int put_item(sink *s, const work_t *w, Py_ssize_t j, Py_ssize_t i) {
     if (put(s, "{", 1) < 0) return -1;
     if (b[p] != '}') {
         for (;;) {
-            span k = {p, 0};
-            if (skip_string(b, n, &p) < 0) return 0;
-            k.e = p;
-            p++;
-            Py_ssize_t v = p;
-            if (skip_value(b, n, &p, 4) < 0) return 0;
+            span k;
+            Py_ssize_t v;
+            if (member(b, n, &p, 4, &k, &v) < 0) return 0;
             if (previous.s >= 0 && compare_bytes(b + previous.s + 1, previous.e - previous.s - 2,
                                                  b + k.s + 1, k.e - k.s - 2) >= 0) return 0;
             previous = k;
@@ -391,12 +388,9 @@ static int put_entry(sink *s, const work_t *w, Py_ssize_t h) {
     int first = 1, ok;
     if (put(s, "{", 1) < 0) return -1;
     while (b[p] != '}') {
-        span k = {p, 0};
-        if (skip_string(b, n, &p) < 0) return 0;
-        k.e = p;
-        p++;
-        Py_ssize_t v = p;
-        if (skip_value(b, n, &p, 3) < 0) return 0;
+        span k;
+        Py_ssize_t v;
+        if (member(b, n, &p, 3, &k, &v) < 0) return 0;
         const char *key = b + k.s + 1;
         Py_ssize_t len = k.e - k.s - 2;
         if (previous.s >= 0 && compare_bytes(b + previous.s + 1, previous.e - previous.s - 2,
