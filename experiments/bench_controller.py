@@ -151,8 +151,7 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
     plan alone (``controller run --no-slices``); ``serve``: the HTTP target on loopback
     (``controller run --serve``: slices built in memory, no file per host)."""
     from cosample.plan.signing import generate_keypair
-    from cosample.controller.loop import Controller, Settings
-    from cosample.controller.publish import DirectoryTarget, HttpTarget
+    from cosample.controller.loop import Controller  # and the targets, before the size below
 
     rss_imports = _rss_mb()
     inventory = _inventory(servers, folder)
@@ -161,10 +160,7 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
     snapshot = folder / f"current.{suffix}"  # what the controller reads: each cycle's snapshot
     started = datetime.fromisoformat(_snapshot_time(folder / "snap.json"))
     clock = [started]
-    settings = Settings((str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0,
-                        key=str(folder / "key.pem"))
-    target = (HttpTarget("127.0.0.1", 0, dict, bytes, slices=slices) if serve
-              else DirectoryTarget(folder / "pub", slices=slices))
+    settings, target = _controller_parts(folder, snapshot, slices, serve)
     controller = Controller(inventory, settings, target, folder / "state",
                             clock=lambda: clock[0])
     rows = []
@@ -291,20 +287,29 @@ def _two_plans(servers: int, seed: int) -> tuple[dict, dict, datetime]:
 def restart(servers: int, folder: Path, slices: bool, serve: bool) -> dict:
     """A controller restarted on the state the run's cycles left (in a process of its own, as
     a restart is): the publication in force read back, its shares computed, served again."""
-    from cosample.controller.loop import Controller, Settings
-    from cosample.controller.publish import DirectoryTarget, HttpTarget
+    from cosample.controller.loop import Controller
 
     inventory = _inventory(servers, folder)
-    settings = Settings((str(folder / "current.bin"),), interval_s=30.0, tau_s=0.0,
-                        max_age_s=3600.0, key=str(folder / "key.pem"))
-    target = (HttpTarget("127.0.0.1", 0, dict, bytes, slices=slices) if serve
-              else DirectoryTarget(folder / "pub", slices=slices))
+    settings, target = _controller_parts(folder, folder / "current.bin", slices, serve)
     cpu = time.process_time()
     Controller(inventory, settings, target, folder / "state")
     restart_cpu = round(time.process_time() - cpu, 3)
     if serve:
         target.close()
     return {"restart_cpu": restart_cpu, "restart_peak_rss_mb": _rss_mb()}
+
+
+def _controller_parts(folder: Path, snapshot: Path, slices: bool, serve: bool):
+    """The benchmark controller's settings (reading ``snapshot``, signing with the run's key)
+    and its target: the HTTP target on loopback (``serve``) or the folder ``pub``."""
+    from cosample.controller.loop import Settings
+    from cosample.controller.publish import DirectoryTarget, HttpTarget
+
+    settings = Settings((str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0,
+                        key=str(folder / "key.pem"))
+    target = (HttpTarget("127.0.0.1", 0, dict, bytes, slices=slices) if serve
+              else DirectoryTarget(folder / "pub", slices=slices))
+    return settings, target
 
 
 def two_phase(servers: int, seed: int = 1) -> dict:
