@@ -29,7 +29,9 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
     assert quiet["last_mechanism"] == "sniffer"
     mirror = result["settings"]["mirror"]
     assert mirror == "kernel_mirror"  # the default: the copies keep the server's timing
-    assert mirror in busy["mechanisms"]
+    busy_use = [(row["t"], row["mechanism"], row["predicted_max_use"])
+                for row in result["timeline"] if row["phase"] == "busy"]
+    assert mirror in busy["mechanisms"], (cal, busy_use)
     assert any("overload" in " ".join(reasons) for _, reasons in busy["publications"])
     assert after["last_mechanism"] == "sniffer"
     # the agents applied the moves: the web host's mirror toward the analysis host, the
