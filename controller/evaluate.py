@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
+
 
 @dataclass(frozen=True)
 class PlanShares:
@@ -66,7 +68,10 @@ def shares(plan: Mapping[str, Any], index: Mapping[str, int]) -> PlanShares:
         if i is None:
             continue
         sampling = host.get("sflow_sampling")
-        local[i] = 1.0 / sampling if sampling else 0.0
+        if host.get("local_mechanism") == "sample":  # OVS's sample action: k/65535, no sFlow
+            local[i] = host["sample_probability"] / SAMPLE_PROBABILITY_SCALE
+        else:
+            local[i] = 1.0 / sampling if sampling else 0.0
         for mirror in host.get("mirrors", ()):
             k = index.get(mirror["to"])
             if k is not None:

@@ -131,3 +131,25 @@ def test_a_class_gives_alpha_sample_and_check_prints_it(tmp_path, capsys):
     servers = json.loads(capsys.readouterr().out)["servers"]
     assert (servers[0]["alpha_sample"], servers[0]["observation_domain"]) == (0.1, 3221225985)
     assert "alpha_sample" not in servers[1]
+
+
+def test_a_restarted_controller_reads_a_sample_hosts_share_as_it_published_it(tmp_path):
+    """After a restart the plan in force's shares come from its document: a ``sample`` host
+    (no ``sflow_sampling``) keeps its ``sample_probability``'s share, not none, so the first
+    cycle neither overcounts the gain of the next plan nor sees its share rise."""
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text(json.dumps(snapshot_doc(CLOCK, BUSY_S1, servers=["s1", "s2", "s3"])))
+    inventory = inventory_from_dict(sample_inventory())
+
+    def controller() -> Controller:
+        return Controller(inventory, Settings((str(snapshot),), interval_s=30, tau_s=30,
+                                              settle_s=60),
+                          DirectoryTarget(tmp_path / "pub"), tmp_path / "state",
+                          clock=lambda: CLOCK)
+
+    running = controller()
+    assert running.cycle().result == "published"
+    s1 = inventory.index["s1"]
+    assert running.current_shares.local_rate[s1] > 0
+    restarted = controller()
+    assert restarted.current_shares.same_as(running.current_shares)
