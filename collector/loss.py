@@ -61,12 +61,15 @@ class Sampler:
     """What one sampler needs: newest number and its arrival, holes, probation, drops."""
 
     __slots__ = ("high", "high_t", "first", "first_t", "drops", "drops_t", "drops_seen",
-                 "holes", "probation", "loose")
+                 "drops_sure", "holes", "probation", "loose")
 
     def __init__(self, sequence: int, drops: int, now: float) -> None:
         self.high = self.first = sequence
         self.high_t = self.first_t = self.drops_t = now
         self.drops = self.drops_seen = drops  # booked up to ``drops`` (at ``drops_t``)
+        #: ``drops`` carried by two samples: the sampler's first value may be corrupt, and a
+        #: counter wrapped from a corrupt baseline would book up to the whole gap bound
+        self.drops_sure = False
         self.holes: list[list] = []  # [first missing, last missing, t0, t1]
         self.probation: int | None = None  # the number that would confirm an odd one
         self.loose: dict[int, None] = {}  # counted ahead of ``high``, not believed yet
@@ -134,6 +137,7 @@ class LossTracker:
                 if state is not None and (head - state.high) % WRAP == 1 \
                         and drops == state.drops and not state.loose:
                     state.high, state.high_t, state.probation = tail, now, None
+                    state.drops_sure = True
                     return flows
             elif self._continued(samplers, runs, now):
                 return flows
@@ -153,6 +157,7 @@ class LossTracker:
             states.append((state, tail))
         for state, tail in states:
             state.high, state.high_t, state.probation = tail, now, None
+            state.drops_sure = True
         return True
 
     def _sample(self, agent: str, samplers: dict, flow: tuple, now: float,
@@ -183,6 +188,8 @@ class LossTracker:
                 self._holes(agent, state, sequence, now)
             if drops != state.drops:
                 self._drops(agent, state, drops, now)
+            else:
+                state.drops_sure = True
             state.high, state.high_t, state.probation = sequence, now, None
             while loose and (state.high + 1) % WRAP in loose:  # samples counted ahead of time
                 state.high = (state.high + 1) % WRAP
@@ -231,12 +238,15 @@ class LossTracker:
 
     def _drops(self, agent: str, state: Sampler, drops: int, now: float) -> None:
         """A new value of the agent's drop counter counts once two samples in a row carry it
-        (one corrupted field books nothing); an implausible one only moves the baseline."""
+        (one corrupted field books nothing); an implausible one only moves the baseline, and so
+        does the first confirmed value after a baseline only one sample carried (the sampler's
+        first: corrupt, it would book a wrap of up to the gap bound; real, the drops of its
+        first interval are not booked, as its first number's hole is not)."""
         if drops == state.drops_seen:
             more = (drops - state.drops) % WRAP
-            if more < HALF and more <= state.bound(now):
+            if state.drops_sure and more < HALF and more <= state.bound(now):
                 self.book(agent, float(more), state.drops_t, now)
-            state.drops, state.drops_t = drops, now
+            state.drops, state.drops_t, state.drops_sure = drops, now, True
         state.drops_seen = drops
 
     def _hole(self, agent: str, state: Sampler, start: int, count: int, now: float) -> None:

@@ -116,7 +116,9 @@ def test_forged_datagrams_change_no_plan(tmp_path):
     assert 'cosample_controller_estimates_refused{reason="above_capacity"} 1.0' in metrics
     assert 'cosample_controller_estimate_refusals_total{reason="above_capacity"} 3.0' in metrics
     # the control: the same snapshot without the checks is the plan change
-    assert claimed > 1e9
+    # (3 samples of 1-in-2^31 over the collector's window so far: about 1e9 pps, less when
+    # the window is longer, as on a loaded machine: 9.8e8 in one CI run)
+    assert claimed > 100 * CAPACITY_PPS
     assert control.result == "published" and control.reasons[0].startswith("overload"), control
     cut = parse_plan((tmp_path / "control-pub" / "plan.json").read_bytes())
     assert cut.hosts["s1"].sflow_sampling > plan.hosts["s1"].sflow_sampling
