@@ -1,10 +1,13 @@
 /* Every host's view and its Merkle leaf hash, compiled (slicebuild.build_slices's fast path).
  *
- * views(tables) -> (names, views, leaf_hashes) or None. ``tables``: the host tables of one
- * publication as compact JSON with sorted keys (orjson's OPT_SORT_KEYS, as plans are written).
- * ``names``: the sorted union of their host names; ``views``: each name's view as
- * slicebuild.view builds it and orjson writes it (``{"hosts":[TABLE,...],"name":NAME}``);
- * ``leaf_hashes``: SHA-256(0x00 || view) of each, end to end. The bytes of an entry, an item or
+ * views(tables) -> (names, name_offsets, views, view_offsets, leaf_hashes) or None. ``tables``:
+ * the host tables of one publication as compact JSON with sorted keys (orjson's OPT_SORT_KEYS,
+ * as plans are written). ``names``: the sorted union of their host names (UTF-8), each followed
+ * by a newline; ``views``: each name's view as slicebuild.view builds it and orjson writes it
+ * (``{"hosts":[TABLE,...],"name":NAME}``); each laid end to end in one bytes object, item k
+ * starting at offsets[k] (count + 1 native int64, as bytes): no object per host to allocate,
+ * and to free a publication later (packed.py); ``leaf_hashes``:
+ * SHA-256(0x00 || view) of each, end to end. The bytes of an entry, an item or
  * a value are copied from the table as they are (orjson wrote them, and writes them the same
  * when it writes the view). None means "not the fast case": a backslash anywhere (an escaped
  * string: names then do not compare as their bytes), names not strictly increasing, nesting
@@ -13,6 +16,8 @@
  * builds the views in Python, whose behaviour (or error) this matches by construction.
  *
  * parents(level) -> bytes: the Merkle level above ``level`` (merkle._parents).
+ *
+ * find(names, offsets, name) -> index or -1: ``name`` among views()'s names (packed.Names.find).
  *
  * configure(peer_fields): the fields of a peer every view keeps (slicebuild.PEER_FIELDS, the
  * one place they are named); views() is None until it is called.

@@ -98,8 +98,9 @@ _LISTS = (("mirrors", "to"), ("receives", "from"), ("appmon", "to"))
 
 class SliceSet:
     """One publication's slices: ``document(file_name)`` (None: no such host) and its ``etag``.
-    ``names`` are sorted: a plain name (its own file name) is found by bisection, the few others
-    through a dict of their hashed file names (a dict of 10^6 names costs half a second)."""
+    ``names`` are sorted: a plain name (its own file name) is found by bisection over their
+    buffer (``Names.find``), the few others through a dict of their hashed file names (a dict
+    of 10^6 names costs half a second)."""
 
     def __init__(self, head: bytes, signature: bytes | None, names: Names, views: Views,
                  tree: MerkleTree | None) -> None:
