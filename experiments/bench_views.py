@@ -11,10 +11,13 @@ paused as in its cycle), alternating between this tree and the baseline ``--repe
 * ``views``: ``slicebuild._compiled_views`` on the two tables (the compiled builder: every
   host's view and leaf hash), and ``views_free``: letting its result go;
 * ``build``: ``build_slices`` (the views, the Merkle tree, the head), and ``build_free``;
-* ``floor``: the views' bytes copied once and hashed by hashlib (this tree only).
+* ``floor``: the views' bytes copied once and hashed by hashlib (this tree only);
+* ``kept_mb``, ``build_peak_mb``: what the slices keep, and the build's peak, as tracemalloc
+  traces them (the compiled builder allocates through Python), in a build after the timings.
 
-Each is timed twice per process: ``first`` on a fresh heap (its page faults), ``again`` on the
-memory the first let go, as a running controller builds each publication's slices.
+Each is timed three times per process: on the plan set, ``set_first`` on a fresh heap (its page
+faults), ``set_again`` on the memory the first let go, as a running controller builds each
+publication's slices; then ``plan``: its second plan alone (a one-plan publication).
 
     python -m cosample.experiments.bench_views [--servers 1000000] [--repeats 3]
     python -m cosample.experiments.bench_views --baseline-tree DIR   # DIR: research.revision
@@ -32,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 
@@ -70,29 +74,35 @@ def child(folder: Path) -> dict:
     cpu = time.process_time
     out: dict = {}
     gc.disable()
-    for label in ("first", "again"):
+    rounds = (("set_first", plans), ("set_again", plans), ("plan", plans[-1:]))
+    for label, chosen in rounds:
         began = cpu()
-        built = slicebuild._compiled_views(list(tables))
+        built = slicebuild._compiled_views([plan["hosts"] for plan in chosen])
         out[f"views_{label}"] = cpu() - began
         if built is None:
             raise SystemExit("the compiled builder declined the tables (or is not built)")
         views = built[1]
-        if label == "again" and hasattr(views, "buffer"):
+        if label != "set_first" and hasattr(views, "buffer"):
             began = cpu()
             hashlib.sha256(bytes(memoryview(views.buffer))).digest()
-            out["floor"] = cpu() - began
-        out["views_mb"] = (len(views.buffer) if hasattr(views, "buffer")
-                           else sum(map(len, views))) / 1e6
+            out[f"floor_{label}"] = cpu() - began
+        out[f"{label[:4].strip('_')}_views_mb"] = (
+            len(views.buffer) if hasattr(views, "buffer") else sum(map(len, views))) / 1e6
         began = cpu()
         del built, views
         out[f"views_free_{label}"] = cpu() - began
         began = cpu()
-        slices = slicebuild.build_slices(plans, None)
+        slices = slicebuild.build_slices(chosen, None)
         out[f"build_{label}"] = cpu() - began
         out["hosts"] = len(slices)
         began = cpu()
         del slices
         out[f"build_free_{label}"] = cpu() - began
+    tracemalloc.start()  # after the timings: it slows every allocation
+    slices = slicebuild.build_slices(plans, None)
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    out["kept_mb"], out["build_peak_mb"] = kept / 1e6, peak / 1e6
     return {key: round(value, 3) if isinstance(value, float) else value
             for key, value in out.items()}
 
@@ -132,11 +142,14 @@ def main(argv: list[str] | None = None) -> int:
             for code, tree in codes.items():
                 rows[code].append(_run(folder, tree))
                 print(code, json.dumps(rows[code][-1]), flush=True)
-    keys = [key for key in rows["this tree"][0] if key not in ("hosts", "views_mb")]
-    print(f"\n{args.servers:,} servers, two-phase plan set, {rows['this tree'][0]['views_mb']:.0f}"
-          f" MB of views; CPU seconds, median of {args.repeats} processes each:")
+    keys = [key for key in rows["this tree"][0] if key not in ("hosts", "set_views_mb", "plan_views_mb")]
+    unit = {key: "MB" if key.endswith("_mb") else "s" for key in keys}
+    first = rows["this tree"][0]
+    print(f"\n{args.servers:,} servers; views: two-phase plan set (set) {first['set_views_mb']:.0f} MB,"
+          f" its second plan alone (plan) {first['plan_views_mb']:.0f} MB; CPU seconds (MB where"
+          f" said), median of {args.repeats} processes each:")
     for key in keys:
-        line = f"  {key:18}" + "".join(
+        line = f"  {key + ' (' + unit[key] + ')':26}" + "".join(
             f" {code} {statistics.median(r[key] for r in runs if key in r):7.3f}"
             for code, runs in rows.items() if all(key in r for r in runs))
         if len(codes) > 1 and all(key in r for r in rows["baseline"]):
