@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate
+from itertools import accumulate, pairwise
 
 try:  # the bisection over the names' bytes (no Python call per step); else bisect over str
     from cosample.plan._slices import find as _compiled_find
@@ -64,8 +64,8 @@ class Views(_Packed, Sequence[bytes]):
         return self._cut(k)
 
     def __iter__(self) -> Iterator[bytes]:
-        buffer, at = self.buffer, self._at
-        return (buffer[at[k]:at[k + 1]] for k in range(len(at) - 1))
+        buffer = self.buffer
+        return (buffer[start:end] for start, end in pairwise(self._at.tolist()))
 
 
 class Names(_Packed, Sequence[str]):

@@ -152,15 +152,15 @@ class SliceSet:
         fixed = {"format": SLICE_FORMAT, "format_version": FORMAT_VERSION,
                  "head": self._head_text, "signature": self._signature_text}
         dumps = orjson.dumps
-        for k, name in enumerate(self.names):
+        for k, (name, view) in enumerate(zip(self.names, self.views)):
             path, index = [], k
             for text, count in levels:
                 sibling = index ^ 1
                 if sibling < count:
                     path.append(text[sibling * width:(sibling + 1) * width])
                 index >>= 1
-            yield hashed.get(k, name), dumps({**fixed, "view": self.views[k].decode(),
-                                              "index": k, "path": path})
+            yield hashed.get(k, name), dumps({**fixed, "view": view.decode(), "index": k,
+                                              "path": path})
 
 
 def _not_plain(names: Names) -> list[int]:
