@@ -447,6 +447,12 @@ static PyObject *find_name(PyObject *self, PyObject *args) {
         while (lo < hi) {
             Py_ssize_t mid = lo + (hi - lo) / 2;
             Py_ssize_t len = (Py_ssize_t)(at[mid + 1] - at[mid]) - 1;
+            if (at[mid] < 0 || len < 0 || at[mid + 1] > names.len) {  /* not views()'s */
+                PyBuffer_Release(&names);
+                PyBuffer_Release(&offsets);
+                PyErr_SetString(PyExc_ValueError, "offsets outside the names");
+                return NULL;
+            }
             int c = memcmp(b + at[mid], key, (size_t)(len < key_len ? len : key_len));
             if (c == 0) c = len < key_len ? -1 : len > key_len;
             if (c == 0) { found = mid; break; }

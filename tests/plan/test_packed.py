@@ -91,3 +91,10 @@ def test_offsets_that_do_not_span_the_buffer_are_refused(buffer, offsets):
     for kind in (Views, Names):
         with pytest.raises(ValueError, match="offsets"):
             kind(buffer, array("q", offsets))
+
+
+def test_the_compiled_bisection_refuses_offsets_outside_the_names():
+    # packed.Names checks only the first and last offset; the bisection reads the ones between
+    with pytest.raises(ValueError, match="outside"):
+        packed._compiled_find(b"a\nb\n", array("q", [0, 5, 4]), b"a")
+    assert packed._compiled_find(b"a\nb\n", array("q", [0, 2, 4]), b"b") == 1
