@@ -64,16 +64,13 @@ class _Table:
 
 def child(folder: Path) -> dict:
     """The timings in this process, with whatever ``cosample`` it imports."""
-    from cosample.controller.memory import keep_memory
     from cosample.plan import slicebuild
 
-    keep_memory()
     heads = json.loads((folder / "heads").read_text())
     tables = [_Table((folder / f"t{k}").read_bytes()) for k in range(len(heads))]
     plans = [{**head, "hosts": table} for head, table in zip(heads, tables)]
     cpu = time.process_time
     out: dict = {}
-    gc.disable()
     rounds = (("set_first", plans), ("set_again", plans), ("plan", plans[-1:]))
     for label, chosen in rounds:
         began = cpu()
@@ -129,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
                              "parts built in DIR/source: setup.py build_ext --inplace)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
+    if args.child:  # a process of its own: its memory kept as ``controller run`` keeps it
+        from cosample.controller.memory import keep_memory
+
+        keep_memory()
+        gc.disable()  # as in the controller's cycle
         print(json.dumps(child(args.child)))
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-views-") as name:
