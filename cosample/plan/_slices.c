@@ -1,10 +1,13 @@
 /* Every host's view and its Merkle leaf hash, compiled (slicebuild.build_slices's fast path).
  *
- * views(tables) -> (names, views, leaf_hashes) or None. ``tables``: the host tables of one
- * publication as compact JSON with sorted keys (orjson's OPT_SORT_KEYS, as plans are written).
- * ``names``: the sorted union of their host names; ``views``: each name's view as
- * slicebuild.view builds it and orjson writes it (``{"hosts":[TABLE,...],"name":NAME}``);
- * ``leaf_hashes``: SHA-256(0x00 || view) of each, end to end. The bytes of an entry, an item or
+ * views(tables) -> (names, name_offsets, views, view_offsets, leaf_hashes) or None. ``tables``:
+ * the host tables of one publication as compact JSON with sorted keys (orjson's OPT_SORT_KEYS,
+ * as plans are written). ``names``: the sorted union of their host names (UTF-8), each followed
+ * by a newline; ``views``: each name's view as slicebuild.view builds it and orjson writes it
+ * (``{"hosts":[TABLE,...],"name":NAME}``); each laid end to end in one bytes object, item k
+ * starting at offsets[k] (count + 1 native int64, as bytes): no object per host to allocate,
+ * and to free a publication later (packed.py); ``leaf_hashes``:
+ * SHA-256(0x00 || view) of each, end to end. The bytes of an entry, an item or
  * a value are copied from the table as they are (orjson wrote them, and writes them the same
  * when it writes the view). None means "not the fast case": a backslash anywhere (an escaped
  * string: names then do not compare as their bytes), names not strictly increasing, nesting
@@ -13,6 +16,8 @@
  * builds the views in Python, whose behaviour (or error) this matches by construction.
  *
  * parents(level) -> bytes: the Merkle level above ``level`` (merkle._parents).
+ *
+ * find(names, offsets, name) -> index or -1: ``name`` among views()'s names (packed.Names.find).
  *
  * configure(peer_fields): the fields of a peer every view keeps (slicebuild.PEER_FIELDS, the
  * one place they are named); views() is None until it is called.
@@ -98,21 +103,51 @@ static int relate(table_t *t) {
     return 0;
 }
 
-/* the view being written: a buffer reused from view to view, grown when one needs more */
-typedef struct { char *out; Py_ssize_t len, cap; int failed; } sink;
+/* what is being written: a bytes object grown as needed (views laid end to end: 10^6 bytes
+   objects cost their allocation, page faults and later their frees), cut to its length at the
+   end (finish) */
+typedef struct { PyObject *bytes; char *out; Py_ssize_t len, cap; int failed; } sink;
+
+static int open_sink(sink *s, Py_ssize_t cap) {
+    s->bytes = PyBytes_FromStringAndSize(NULL, cap < 64 ? 64 : cap);
+    s->out = s->bytes ? PyBytes_AS_STRING(s->bytes) : NULL;
+    s->len = 0;
+    s->cap = s->bytes ? PyBytes_GET_SIZE(s->bytes) : 0;
+    s->failed = s->bytes == NULL;
+    return s->failed ? -1 : 0;
+}
 
 static void put(sink *s, const char *data, Py_ssize_t len) {
     if (s->len + len > s->cap) {
-        Py_ssize_t cap = s->cap ? 2 * s->cap : 1 << 16;
-        while (cap < s->len + len) cap *= 2;
-        char *bigger = PyMem_Realloc(s->out, (size_t)cap);
-        if (bigger == NULL) { s->failed = 1; return; }
-        s->out = bigger;
+        if (s->failed) return;
+        Py_ssize_t cap = s->cap + s->cap / 2;
+        if (cap < s->len + len) cap = s->len + len;
+        if (_PyBytes_Resize(&s->bytes, cap) < 0) {  /* frees it and sets it NULL */
+            PyErr_Clear();
+            s->failed = 1;
+            s->out = NULL;
+            s->len = s->cap = 0;  /* every later put comes here and writes nothing */
+            return;
+        }
+        s->out = PyBytes_AS_STRING(s->bytes);
         s->cap = cap;
     }
     memcpy(s->out + s->len, data, (size_t)len);
     s->len += len;
 }
+
+/* the bytes written (a new reference, the sink emptied), or NULL with MemoryError */
+static PyObject *finish(sink *s) {
+    if (s->failed || _PyBytes_Resize(&s->bytes, s->len) < 0) {
+        Py_CLEAR(s->bytes);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject *out = s->bytes;
+    s->bytes = NULL;
+    return out;
+}
+
 static inline void put_span(sink *s, const char *b, span x) { put(s, b + x.s, x.e - x.s); }
 
 typedef struct { Py_ssize_t peer; int key; Py_ssize_t seq; Py_ssize_t item; } rel_t;
@@ -235,6 +270,33 @@ static void fetch_ahead(const table_t *t, Py_ssize_t h, int text) {
     }
 }
 
+/* An upper bound of the views' bytes, in passes over the hosts and items in order: one buffer
+   of that size is written without a copy (10^6 views: 2.0 times a plan's table, 1.6 times a
+   plan set's two). Each host's own member, and its peers' cuts (name, the fields views keep,
+   braces, a comma): host m's cut is in as many views as m has relations (relate: each item
+   puts its owner's cut into its peer's view and the peer's into the owner's); each item in one
+   view, with at most its list's key and brackets and a comma; per view, its frame, its name
+   and per table a comma or "{}". ``name_room``: the names' bytes (quoted: a newline each). */
+static Py_ssize_t view_room(const table_t *t, Py_ssize_t nt, Py_ssize_t *name_room) {
+    Py_ssize_t room = 0;
+    for (Py_ssize_t k = 0; k < nt; k++) {
+        const table_t *x = &t[k];
+        for (Py_ssize_t h = 0; h < x->hosts; h++) {
+            Py_ssize_t name = x->name[h].e - x->name[h].s, cut = name + 4;
+            const span *f = x->field + h * FIELDS;
+            for (int q = 0; q < FIELDS; q++)
+                if (f[q].s >= 0) cut += f[q].e - f[q].s + 1;
+            room += name + (x->entry[h].e - x->entry[h].s) + 4
+                    + (x->rel_start[h + 1] - x->rel_start[h]) * cut
+                    + name + 20 + 3 * nt;
+            *name_room += name;
+        }
+        for (Py_ssize_t j = 0; j < x->items; j++)
+            room += x->item[j].item.e - x->item[j].item.s + 16;
+    }
+    return room;
+}
+
 static void free_table(table_t *t) {
     free_table_spans(t);
     PyMem_Free(t->rel_start); PyMem_Free(t->rel);
@@ -249,9 +311,9 @@ static PyObject *views(PyObject *self, PyObject *arg) {
     table_t *t = PyMem_Calloc((size_t)nt, sizeof(table_t));
     Py_ssize_t *at = PyMem_Calloc((size_t)nt, sizeof(Py_ssize_t));
     Py_ssize_t **index = PyMem_Calloc((size_t)nt, sizeof(Py_ssize_t *));
-    PyObject *names = NULL, *viewlist = NULL, *hashes = NULL, *result = NULL;
+    PyObject *name_at = NULL, *view_at = NULL, *hashes = NULL, *result = NULL;
     rel_t *scratch = NULL;
-    sink out = {NULL, 0, 0, 0};
+    sink names = {NULL, NULL, 0, 0, 0}, out = {NULL, NULL, 0, 0, 0};
     if (t == NULL || at == NULL || index == NULL) { PyErr_NoMemory(); goto done; }
     Py_ssize_t most = 1;
     for (Py_ssize_t k = 0; k < nt; k++) {
@@ -296,32 +358,34 @@ static PyObject *views(PyObject *self, PyObject *arg) {
         u++;
     }
     Py_ssize_t count = u;
+    Py_ssize_t name_room = 0, room = view_room(t, nt, &name_room);
     scratch = PyMem_Malloc((size_t)most * sizeof(rel_t));
-    names = PyList_New(count);
-    viewlist = PyList_New(count);
+    name_at = PyBytes_FromStringAndSize(NULL, (count + 1) * (Py_ssize_t)sizeof(int64_t));
+    view_at = PyBytes_FromStringAndSize(NULL, (count + 1) * (Py_ssize_t)sizeof(int64_t));
     hashes = PyBytes_FromStringAndSize(NULL, count * SHA256_DIGEST_LENGTH);
-    if (scratch == NULL || names == NULL || viewlist == NULL || hashes == NULL) goto done;
+    if (scratch == NULL || name_at == NULL || view_at == NULL || hashes == NULL ||
+        open_sink(&names, name_room) < 0 || open_sink(&out, room) < 0)
+        { PyErr_NoMemory(); goto done; }
     unsigned char *digest = (unsigned char *)PyBytes_AS_STRING(hashes);
+    int64_t *name_offset = (int64_t *)PyBytes_AS_STRING(name_at);
+    int64_t *view_offset = (int64_t *)PyBytes_AS_STRING(view_at);
+    unsigned char high = 0;  /* any byte of a name >= 0x80 */
     for (u = 0; u < count; u++) {
         const table_t *named = NULL;
         Py_ssize_t at_named = -1;
         for (Py_ssize_t k = 0; k < nt && named == NULL; k++)
             if (index[k][u] >= 0) { named = &t[k]; at_named = index[k][u]; }
         span nm = named->name[at_named];
-        PyObject *name = PyUnicode_DecodeUTF8(named->b + nm.s + 1, nm.e - nm.s - 2, "strict");
-        if (name == NULL) {  /* not UTF-8 (orjson never writes that): Python's to judge */
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
-            PyErr_Clear();
-            result = Py_None;
-            Py_INCREF(result);
-            goto done;
-        }
-        PyList_SET_ITEM(names, u, name);
+        name_offset[u] = names.len;
+        put(&names, named->b + nm.s + 1, nm.e - nm.s - 2);
+        put(&names, "\n", 1);
+        for (Py_ssize_t j = nm.s + 1; j < nm.e - 1; j++) high |= (unsigned char)named->b[j];
         for (Py_ssize_t k = 0; k < nt; k++) {
             if (u + AHEAD < count) fetch_ahead(&t[k], index[k][u + AHEAD], 0);
             if (u + AHEAD / 2 < count) fetch_ahead(&t[k], index[k][u + AHEAD / 2], 1);
         }
-        out.len = 0;
+        Py_ssize_t start = out.len;
+        view_offset[u] = start;
         put(&out, "{\"hosts\":[", 10);
         for (Py_ssize_t k = 0; k < nt; k++) {
             if (k) put(&out, ",", 1);
@@ -331,25 +395,73 @@ static PyObject *views(PyObject *self, PyObject *arg) {
         put(&out, "],\"name\":", 9);
         put_span(&out, named->b, nm);
         put(&out, "}", 1);
-        if (out.failed) { PyErr_NoMemory(); goto done; }
-        PyObject *view = PyBytes_FromStringAndSize(out.out, out.len);
-        if (view == NULL) goto done;
-        PyList_SET_ITEM(viewlist, u, view);
+        if (out.failed || names.failed) { PyErr_NoMemory(); goto done; }
         SHA256_CTX ctx;
         SHA256_Init(&ctx);
         SHA256_Update(&ctx, "\0", 1);
-        SHA256_Update(&ctx, out.out, (size_t)out.len);
+        SHA256_Update(&ctx, out.out + start, (size_t)(out.len - start));
         SHA256_Final(digest + u * SHA256_DIGEST_LENGTH, &ctx);
     }
-    result = PyTuple_Pack(3, names, viewlist, hashes);
+    name_offset[count] = names.len;
+    view_offset[count] = out.len;
+    if (high & 0x80) {  /* not ASCII: UTF-8 (orjson never writes else), or Python's to judge */
+        PyObject *text = PyUnicode_DecodeUTF8(names.out, names.len, "strict");
+        if (text == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+            PyErr_Clear();
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+        Py_DECREF(text);
+    }
+    PyObject *name_bytes = finish(&names);
+    PyObject *view_bytes = name_bytes != NULL ? finish(&out) : NULL;
+    if (view_bytes != NULL)
+        result = PyTuple_Pack(5, name_bytes, name_at, view_bytes, view_at, hashes);
+    Py_XDECREF(name_bytes); Py_XDECREF(view_bytes);
 done:
-    Py_XDECREF(names); Py_XDECREF(viewlist); Py_XDECREF(hashes);
+    Py_XDECREF(name_at); Py_XDECREF(view_at); Py_XDECREF(hashes);
+    Py_XDECREF(names.bytes); Py_XDECREF(out.bytes);
     PyMem_Free(scratch);
-    PyMem_Free(out.out);
     if (t != NULL) for (Py_ssize_t k = 0; k < nt; k++) free_table(&t[k]);
     if (index != NULL) for (Py_ssize_t k = 0; k < nt; k++) PyMem_Free(index[k]);
     PyMem_Free(t); PyMem_Free(at); PyMem_Free(index);
     return result;
+}
+
+/* find(names, offsets, name) -> index or -1: ``name`` (UTF-8 bytes) among names laid end to
+   end, each followed by a newline, sorted in Python's str order (as bytes: UTF-8 keeps code
+   point order), item k at offsets[k] (int64); a bisection without a Python call per step */
+static PyObject *find_name(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer names, offsets;
+    const char *key;
+    Py_ssize_t key_len;
+    if (!PyArg_ParseTuple(args, "y*y*y#", &names, &offsets, &key, &key_len)) return NULL;
+    const char *b = names.buf;
+    const int64_t *at = offsets.buf;
+    Py_ssize_t count = offsets.len / (Py_ssize_t)sizeof(int64_t) - 1, lo = 0, hi = count;
+    Py_ssize_t found = -1;
+    if (count >= 0 && at[count] <= names.len) {
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            Py_ssize_t len = (Py_ssize_t)(at[mid + 1] - at[mid]) - 1;
+            if (at[mid] < 0 || len < 0 || at[mid + 1] > names.len) {  /* not views()'s */
+                PyBuffer_Release(&names);
+                PyBuffer_Release(&offsets);
+                PyErr_SetString(PyExc_ValueError, "offsets outside the names");
+                return NULL;
+            }
+            int c = memcmp(b + at[mid], key, (size_t)(len < key_len ? len : key_len));
+            if (c == 0) c = len < key_len ? -1 : len > key_len;
+            if (c == 0) { found = mid; break; }
+            if (c < 0) lo = mid + 1; else hi = mid;
+        }
+    }
+    PyBuffer_Release(&names);
+    PyBuffer_Release(&offsets);
+    return PyLong_FromSsize_t(found);
 }
 
 static PyObject *parents(PyObject *self, PyObject *arg) {
@@ -411,6 +523,7 @@ static PyObject *configure(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Set the peer fields views keep (slicebuild.PEER_FIELDS)."},
     {"views", views, METH_O, "Every host's view and leaf hash, or None (not the fast case)."},
+    {"find", find_name, METH_VARARGS, "A name's index among names laid end to end, or -1."},
     {"parents", parents, METH_O, "The Merkle level above a level of 32-byte hashes."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,6 +1,7 @@
 """The compiled slice builder (cosample/plan/_slices.c) against the Python one it stands in for:
-the same names, the same view bytes and the same leaf hashes, on random host tables and plan
-sets; and None (the Python path) where it must not guess."""
+the same names, the same view bytes and the same leaf hashes, each laid end to end in one buffer
+(cosample/plan/packed.py) the same way, on random host tables and plan sets; and None (the
+Python path) where it must not guess."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cosample.plan import merkle, slicebuild
+from cosample.plan import merkle, packed, slicebuild
+from cosample.plan.packed import Names, Views
 
 _slices = slicebuild._slices
 SORTED = orjson.OPT_SORT_KEYS
@@ -66,15 +68,26 @@ def tables(draw, names=PLAIN):
     return out
 
 
+def _compiled(serialised: list[bytes]) -> tuple[Names, Views, bytes] | None:
+    built = _slices.views(serialised)
+    if built is None:
+        return None
+    names, name_offsets, views, view_offsets, level = built
+    return Names(names, name_offsets), Views(views, view_offsets), level
+
+
 def _same_as_python(tables_: list[dict]) -> bool:
     """Asserts the compiled result equals the Python one; False if it declined (None)."""
-    built = _slices.views([orjson.dumps(table, option=SORTED) for table in tables_])
+    built = _compiled([orjson.dumps(table, option=SORTED) for table in tables_])
     names, views, level = slicebuild._python_views(tables_)
     if built is None:
         return False
-    assert built[0] == names
-    assert built[1] == views
+    assert list(built[0]) == list(names) == sorted(set().union(*tables_))
+    assert list(built[1]) == list(views)
     assert built[2] == level
+    for compiled, python in zip(built[:2], (names, views)):  # laid out alike, offsets too
+        assert compiled.buffer == python.buffer
+        assert compiled.offsets == bytes(python.offsets)
     return True
 
 
@@ -109,7 +122,7 @@ def test_the_peer_fields_come_from_python_once():
              "b": {"role": "receiver", "local_rate": 1.0, "sflow_sampling": 1,
                    "local_mechanism": "sflow", "receives": [{"from": "a", "rate": 0.5}]}}
     assert _same_as_python([table])
-    view_b = orjson.loads(_slices.views([orjson.dumps(table, option=SORTED)])[1][1])
+    view_b = orjson.loads(_compiled([orjson.dumps(table, option=SORTED)])[1][1])
     assert view_b["hosts"][0]["a"]["sample_probability"] == 13107
 
 
@@ -131,8 +144,9 @@ def test_anything_unusual_is_left_to_python(table):
 
 
 def test_a_leaf_hash_is_the_domain_separated_hash_of_the_view(make_plan):
-    names, views, level = _slices.views([orjson.dumps(make_plan(version=1)["hosts"],
-                                                      option=SORTED)])
+    names, views, level = _compiled([orjson.dumps(make_plan(version=1)["hosts"],
+                                                  option=SORTED)])
+    assert len(views) == len(names) == len(make_plan(version=1)["hosts"]) > 1
     assert level == b"".join(hashlib.sha256(b"\x00" + view).digest() for view in views)
 
 
@@ -150,7 +164,8 @@ def test_compiled_tree_levels_are_the_python_ones(leaves, seed):
                 unique=True, max_size=8))
 def test_each_host_is_found_by_its_file_name_and_nothing_else(names):
     names = sorted(names)
-    slices = slicebuild.SliceSet(b"", None, names, [b"{}"] * len(names), None)
+    slices = slicebuild.SliceSet(b"", None, Names.of(names), Views.of([b"{}"] * len(names)),
+                                 None)
     for k, name in enumerate(names):
         assert slices.position(slicebuild.slice_file_name(name)) == k
     for other in ("zz", "~" + "0" * 64, "a\n", "../a", ""):
