@@ -33,6 +33,11 @@ from typing import Any, NamedTuple, Union
 import numpy as np
 import orjson
 
+try:  # the compiled writer (planner/_hostjson.c); None: every table is written in Python
+    from cosample.planner import _hostjson as compiled
+except ImportError:  # pragma: no cover - a host without a compiler
+    compiled = None
+
 SORTED = orjson.OPT_SORT_KEYS
 BLOCK = 4096  # hosts per chunk of the table
 _NONE: Mapping[str, Any] = {}
@@ -255,10 +260,10 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
             run[key] = (start, values(list(map(itemgetter(key), extra))))
         for first in range(start, end, block):
             last = min(first + block, end)
-            parts: list[Part] = [b",", quoted[first:last], b":"]
+            parts: list[Part | np.ndarray] = [b",", quoted[first:last], b":"]
             parts += _object({key: _slice(column, first - offset, last - offset)
                               for key, (offset, column) in run.items()})
-            chunks.append(_rows(parts, last - first))
+            chunks.append(_written(parts, last - first))
     chunks[0] = b"{" + chunks[0][1:]  # no comma before the first entry
     chunks.append(b"}")
     return chunks
@@ -362,15 +367,27 @@ def values(items: list[Any]) -> list[bytes]:
     return [value(item) for item in items]
 
 
-def _object(fields: Mapping[str, Column]) -> list[Part]:
-    """The parts of one JSON object per row, its fields in sorted order."""
-    parts: list[Part] = [b"{"]
+def _object(fields: Mapping[str, Column]) -> list[Part | np.ndarray]:
+    """The parts of one JSON object per row, its fields in sorted order (number columns still
+    as arrays: ``_written`` writes them)."""
+    parts: list[Part | np.ndarray] = [b"{"]
     for k, key in enumerate(sorted(fields)):
         parts.append((b"," if k else b"") + value(key) + b":")
         column = fields[key]
-        parts += _object(column) if isinstance(column, Mapping) else [_pieces(column)]
+        parts += _object(column) if isinstance(column, Mapping) else [column]
     parts.append(b"}")
     return parts
+
+
+def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
+    """``count`` rows of ``parts`` (number columns as arrays): by the compiled writer, or, when
+    it is absent or declines, each column serialised here (``_pieces``) and joined (``_rows``):
+    the same bytes (tests/planner/test_hostjson_compiled.py)."""
+    if compiled is not None:
+        text = compiled.rows(parts, count)
+        if text is not None:
+            return text
+    return _rows([part if isinstance(part, bytes) else _pieces(part) for part in parts], count)
 
 
 def _pieces(column: np.ndarray | list[bytes]) -> Part:
