@@ -194,6 +194,225 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     return bytes;
 }
 
+/* ---- grouped lists ------------------------------------------------------------------------ */
+
+/* a field's values: ``source`` (a list of bytes, a fixed-width bytes array 'Ns' padded with
+   NULs, or a float64 array) read at ``index`` (int64, one per object; None: the source is in
+   the objects' order already, as an array gathered by numpy is: a gather here would wait on
+   each cache miss in turn) */
+typedef struct {
+    PyObject *list;
+    Py_buffer source, index;
+    int has_source, has_index, kind;  /* P_LIST, P_CONST (fixed width), P_DOUBLE */
+    Py_ssize_t size;
+} field_t;
+
+static void release_fields(field_t *fields, int count) {
+    for (int k = 0; k < count; k++) {
+        if (fields[k].has_source) PyBuffer_Release(&fields[k].source);
+        if (fields[k].has_index) PyBuffer_Release(&fields[k].index);
+    }
+}
+
+static int int64_view(PyObject *obj, Py_buffer *view, Py_ssize_t count) {
+    if (!PyObject_CheckBuffer(obj) || PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    if (view->ndim != 1 || view->shape[0] != count || view->itemsize != 8
+            || (strcmp(format, "l") != 0 && strcmp(format, "q") != 0)) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+#define AT64(view, j) (*(const long long *)((const char *)(view).buf + (j) * (view).strides[0]))
+
+/* the field's source and index; 0: not the fast case (no error set) */
+static int field_kind(PyObject *pair, Py_ssize_t count, field_t *f) {
+    f->has_source = f->has_index = 0;
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) return 0;
+    PyObject *source = PyTuple_GET_ITEM(pair, 0);
+    if (PyTuple_GET_ITEM(pair, 1) != Py_None) {
+        if (!int64_view(PyTuple_GET_ITEM(pair, 1), &f->index, count)) return 0;
+        f->has_index = 1;
+    }
+    if (PyList_Check(source)) {
+        f->kind = P_LIST;
+        f->list = source;
+        f->size = PyList_GET_SIZE(source);
+        for (Py_ssize_t j = 0; j < f->size; j++)
+            if (!PyBytes_Check(PyList_GET_ITEM(source, j))) return 0;
+    } else {
+        if (!PyObject_CheckBuffer(source)
+                || PyObject_GetBuffer(source, &f->source, PyBUF_RECORDS_RO) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        f->has_source = 1;
+        const char *format = f->source.format ? f->source.format : "B";
+        if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+        if (f->source.ndim != 1) return 0;
+        f->size = f->source.shape[0];
+        if (strcmp(format, "d") == 0 && f->source.itemsize == 8) f->kind = P_DOUBLE;
+        else if (format[strlen(format) - 1] == 's' && f->source.itemsize > 0
+                 && atol(format) == f->source.itemsize) f->kind = P_CONST;
+        else if (strcmp(format, "s") == 0 && f->source.itemsize == 1) f->kind = P_CONST;
+        else return 0;
+    }
+    if (!f->has_index) return f->size == count;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        long long at = AT64(f->index, j);
+        if (at < 0 || at >= f->size) return 0;
+    }
+    return 1;
+}
+
+/* the scratch buffer one list is written into */
+typedef struct { char *out; Py_ssize_t len, cap; } scratch_t;
+
+static int room(scratch_t *s, Py_ssize_t more) {
+    if (s->len + more <= s->cap) return 1;
+    Py_ssize_t cap = s->cap ? 2 * s->cap : 4096;
+    while (cap < s->len + more) cap *= 2;
+    char *out = PyMem_Realloc(s->out, (size_t)cap);
+    if (out == NULL) { PyErr_NoMemory(); return 0; }
+    s->out = out;
+    s->cap = cap;
+    return 1;
+}
+
+/* object j's value of field f; -1: not the fast case, -2: an error */
+static int write_value(const field_t *f, Py_ssize_t j, scratch_t *s) {
+    long long at = f->has_index ? AT64(f->index, j) : j;
+    if (f->kind == P_LIST) {
+        PyObject *item = PyList_GET_ITEM(f->list, at);
+        Py_ssize_t len = PyBytes_GET_SIZE(item);
+        if (!room(s, len)) return -2;
+        memcpy(s->out + s->len, PyBytes_AS_STRING(item), (size_t)len);
+        s->len += len;
+        return 0;
+    }
+    const char *at_source = (const char *)f->source.buf + at * f->source.strides[0];
+    if (f->kind == P_CONST) {
+        Py_ssize_t len = (Py_ssize_t)strnlen(at_source, (size_t)f->source.itemsize);
+        if (!room(s, len)) return -2;
+        memcpy(s->out + s->len, at_source, (size_t)len);
+        s->len += len;
+        return 0;
+    }
+    if (!room(s, NUMBER_WIDTH)) return -2;
+    int len = write_double(*(const double *)at_source, s->out + s->len);
+    if (len < 0) return -1;
+    s->len += len;
+    return 0;
+}
+
+static int put_text(scratch_t *s, const char *text, Py_ssize_t len) {
+    if (!room(s, len)) return 0;
+    memcpy(s->out + s->len, text, (size_t)len);
+    s->len += len;
+    return 1;
+}
+
+static PyObject *lists(PyObject *self, PyObject *args) {
+    PyObject *owners_obj, *keys, *sources, *slots_obj;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OO!O!nO", &owners_obj, &PyList_Type, &keys, &PyList_Type,
+                          &sources, &n, &slots_obj)) return NULL;
+    Py_ssize_t n_fields = PyList_GET_SIZE(keys);
+    if (n_fields != PyList_GET_SIZE(sources) || n_fields > MAX_PARTS || n < 0) Py_RETURN_NONE;
+    for (Py_ssize_t k = 0; k < n_fields; k++)
+        if (!PyBytes_Check(PyList_GET_ITEM(keys, k))) Py_RETURN_NONE;
+    Py_buffer owners, slots;
+    if (!PyObject_CheckBuffer(owners_obj)) Py_RETURN_NONE;
+    if (PyObject_GetBuffer(owners_obj, &owners, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = owners.ndim == 1 ? owners.shape[0] : -1;
+    PyBuffer_Release(&owners);
+    if (count < 0 || !int64_view(owners_obj, &owners, count)) Py_RETURN_NONE;
+    int has_slots = slots_obj != Py_None;
+    if (has_slots && !int64_view(slots_obj, &slots, n)) {
+        PyBuffer_Release(&owners);
+        Py_RETURN_NONE;
+    }
+    field_t fields[MAX_PARTS];
+    int ready = 0;
+    PyObject *result = NULL, *empty = NULL;
+    scratch_t s = {NULL, 0, 0};
+    int fast = 1;
+    for (; ready < n_fields; ready++)
+        if (!field_kind(PyList_GET_ITEM(sources, ready), count, &fields[ready])) {
+            ready++;
+            fast = 0;
+            goto done;
+        }
+    for (Py_ssize_t j = 0; j < count; j++) {  /* owners grouped in increasing order */
+        long long owner = AT64(owners, j);
+        if (owner < 0 || owner >= n || (j > 0 && owner < AT64(owners, j - 1))) {
+            fast = 0;
+            goto done;
+        }
+    }
+    if (has_slots) {  /* each owner's own slot */
+        char *seen = PyMem_Calloc((size_t)n + 1, 1);
+        if (seen == NULL) { PyErr_NoMemory(); goto done; }
+        for (Py_ssize_t i = 0; i < n && fast; i++) {
+            long long slot = AT64(slots, i);
+            if (slot < 0 || slot >= n || seen[slot]) fast = 0;
+            else seen[slot] = 1;
+        }
+        PyMem_Free(seen);
+        if (!fast) goto done;
+    }
+    empty = PyBytes_FromStringAndSize("[]", 2);
+    result = empty == NULL ? NULL : PyList_New(n);
+    if (result == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(empty);
+        PyList_SET_ITEM(result, i, empty);
+    }
+    for (Py_ssize_t j = 0; j < count;) {
+        long long owner = AT64(owners, j);
+        s.len = 0;
+        if (!put_text(&s, "[", 1)) goto fail;
+        for (; j < count && AT64(owners, j) == owner; j++) {
+            if (!put_text(&s, s.len > 1 ? ",{" : "{", s.len > 1 ? 2 : 1)) goto fail;
+            for (Py_ssize_t k = 0; k < n_fields; k++) {
+                PyObject *key = PyList_GET_ITEM(keys, k);
+                if (!put_text(&s, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))) goto fail;
+                int got = write_value(&fields[k], j, &s);
+                if (got == -2) goto fail;
+                if (got == -1) { fast = 0; goto fail; }
+            }
+            if (!put_text(&s, "}", 1)) goto fail;
+        }
+        if (!put_text(&s, "]", 1)) goto fail;
+        PyObject *text = PyBytes_FromStringAndSize(s.out, s.len);
+        if (text == NULL) goto fail;
+        Py_ssize_t slot = has_slots ? (Py_ssize_t)AT64(slots, owner) : (Py_ssize_t)owner;
+        PyObject *before = PyList_GET_ITEM(result, slot);  /* the shared "[]" */
+        PyList_SET_ITEM(result, slot, text);
+        Py_DECREF(before);
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    Py_XDECREF(empty);
+    PyMem_Free(s.out);
+    release_fields(fields, ready);
+    PyBuffer_Release(&owners);
+    if (has_slots) PyBuffer_Release(&slots);
+    if (result == NULL && !fast && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
 static PyObject *number(PyObject *self, PyObject *value) {
     char out[NUMBER_WIDTH];
     int len = PyFloat_CheckExact(value) ? write_double(PyFloat_AS_DOUBLE(value), out) : -1;
@@ -204,6 +423,9 @@ static PyObject *number(PyObject *self, PyObject *value) {
 static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS,
      "The rows of the parts (bytes), or None (not the fast case): see the module's source."},
+    {"lists", lists, METH_VARARGS,
+     "lists(owners, keys, sources, n, slots): each owner's JSON array of objects (a list of "
+     "n bytes), or None (not the fast case): see hostjson.grouped."},
     {"number", number, METH_O, "orjson's text of a finite float (bytes), or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -114,6 +114,10 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
         return [b"[]"] * n
     order = _pair_order(owner, peer_rank, n)
     owners = owner[order]
+    if compiled is not None:
+        lists = _compiled_lists(owners, order, fields, n, rank)
+        if lists is not None:
+            return lists if rank is None else Sorted(lists, rank)
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
     keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
     columns = [_fixed(fields[key], order) for key in sorted(fields)]
@@ -136,6 +140,22 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
     first = owners[np.concatenate(([0], starts))]
     lists[first if rank is None else rank[first]] = _objects((text + b"}]").split(_SPLIT))
     return lists.tolist() if rank is None else Sorted(lists.tolist(), rank)
+
+
+def _compiled_lists(owners: np.ndarray, order: np.ndarray, fields: Mapping[str, Field], n: int,
+                    rank: np.ndarray | None) -> list[bytes] | None:
+    """``grouped``'s lists from the compiled writer, each written at once from the columns read
+    in pair ``order`` (``owners``: each pair's owner in that order); None: it declined."""
+    keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
+    sources: list[tuple[Any, np.ndarray | None]] = []
+    for key in sorted(fields):  # arrays gathered by numpy (in parallel), lists at an index
+        column = fields[key]
+        table, index = (column.table, column.index[order]) if isinstance(column, Lookup) else (
+            column, order)
+        sources.append((table[index], None) if isinstance(table, np.ndarray)
+                       else (table, np.asarray(index, dtype=np.int64)))
+    return compiled.lists(np.ascontiguousarray(owners, dtype=np.int64), keys, sources, n,
+                          None if rank is None else np.ascontiguousarray(rank, dtype=np.int64))
 
 
 class Sorted(list):

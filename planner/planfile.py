@@ -188,8 +188,9 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
     rate = significant(pps / own[src], None, "mirrors.rate")
-    written = hostjson.fixed(hostjson.numbers(rate.tolist()))  # for both lists (never None:
-    rate = rate if written is None else written                 # a number is short)
+    if hostjson.compiled is None:  # written once for both lists (never None: a number is short)
+        written = hostjson.fixed(hostjson.numbers(rate.tolist()))
+        rate = rate if written is None else written
     fields["mirrors"] = hostjson.grouped(src, rank[dst], {
         "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)
     fields["receives"] = hostjson.grouped(dst, rank[src], {

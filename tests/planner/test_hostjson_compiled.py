@@ -158,3 +158,60 @@ def test_tables_written_both_ways_are_orjsons(names, data):
         assert b"".join(hostjson.table(names, fields, extras, block=3)) == expected
     finally:
         hostjson.compiled = compiled
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.data())
+def test_grouped_lists_are_the_python_ones(n, data):
+    """Each owner's list of objects, compiled and in Python: peers looked up in a list of names
+    or a fixed-width array of them (escapes, a name wider than ``WIDE``), numbers as arrays
+    (any double) or written already, per-object JSON; in host order or a rank's."""
+    count = data.draw(st.integers(0, 12))
+    owner = np.asarray(data.draw(st.lists(st.integers(0, n - 1), min_size=count,
+                                          max_size=count)), dtype=np.int64)
+    peer = np.asarray(data.draw(st.lists(st.integers(0, n - 1), min_size=count,
+                                         max_size=count)), dtype=np.int64)
+    names = data.draw(st.lists(st.one_of(st.text(max_size=4), st.just("w" * 300)),
+                               min_size=n, max_size=n, unique=True))
+    quoted = hostjson.strings(names)
+    table = data.draw(st.sampled_from([quoted, hostjson.fixed(quoted)]))
+    table = quoted if table is None else table
+    floats = np.asarray(data.draw(st.lists(FLOATS, min_size=count, max_size=count)), dtype=float)
+    fields = {"to": hostjson.Lookup(table, peer), "rate": floats,
+              "written": hostjson.fixed(hostjson.numbers(floats.tolist())),
+              "tag": hostjson.strings(data.draw(st.lists(st.text(max_size=3), min_size=count,
+                                                         max_size=count)))}
+    rank = data.draw(st.one_of(st.none(), st.permutations(range(n)).map(
+        lambda p: np.asarray(p, dtype=np.int64))))
+    peer_rank = np.argsort(np.argsort(names, kind="stable")).astype(np.int64)[peer]
+    if count:  # the compiled writer wrote them (it declines nothing here)
+        order = hostjson._pair_order(owner, peer_rank, n)
+        assert hostjson._compiled_lists(owner[order], order, fields, n, rank) is not None
+    got = hostjson.grouped(owner, peer_rank, fields, n, rank=rank)
+    try:
+        hostjson.compiled = None
+        expected = hostjson.grouped(owner, peer_rank, fields, n, rank=rank)
+    finally:
+        hostjson.compiled = compiled
+    assert list(got) == list(expected)
+    assert type(got) is type(expected)
+    if isinstance(expected, hostjson.Sorted):
+        assert np.array_equal(got.rank, expected.rank)
+
+
+def test_what_the_compiled_lists_decline():
+    owners = np.array([0, 0, 1], dtype=np.int64)
+    keys = [b'"rate":']
+    assert compiled.lists(owners, keys, [(np.array([1.0, 2.0, 3.0]), None)], 2, None) == [
+        b'[{"rate":1.0},{"rate":2.0}]', b'[{"rate":3.0}]']
+    for sources, n, slots in (
+            ([(np.array([1.0, np.nan, 3.0]), None)], 2, None),  # orjson writes null
+            ([(np.array([1.0, 2.0]), None)], 2, None),  # one value short
+            ([([b"1"], np.array([0, 1, 0]))], 2, None),  # an index beyond the source
+            ([([b"1", "2"], np.array([0, 1, 0]))], 2, None),  # not bytes
+            ([(np.array([1, 2, 3]), None)], 2, None),  # integers: not a column grouped takes
+            ([(np.array([1.0, 2.0, 3.0]), None)], 1, None),  # an owner beyond n
+            ([(np.array([1.0, 2.0, 3.0]), None)], 2, np.array([1, 1])),  # one slot twice
+    ):
+        assert compiled.lists(owners, keys, sources, n, slots) is None, (sources, n, slots)
+    assert compiled.lists(owners[::-1].copy(), keys, [(np.ones(3), None)], 2, None) is None
