@@ -7,7 +7,9 @@
  *   - bytes: the same text in every row;
  *   - a list (or list subclass) of ``count`` bytes: each row's JSON as it is;
  *   - a one-dimensional buffer (a numpy array) of ``count`` values: float64 ('d'), int64 ('l'
- *     or 'q'), or objects ('O': None, int of 64 bits, float), written as orjson writes them.
+ *     or 'q'), or objects ('O': None, int of 64 bits, float), written as orjson writes them,
+ *     or fixed-width bytes ('5s': each row's JSON padded with NULs, which JSON text never
+ *     holds raw, as numpy's ``S`` arrays are).
  * Anything else -- another type or format, a length other than ``count``, a non-finite float
  * (orjson writes null), an int beyond 64 bits, a bool or a numpy scalar in an object array --
  * is "not the fast case": None, and the caller serialises the columns in Python.
@@ -26,7 +28,14 @@
 #define MAX_PARTS 256
 #define NUMBER_WIDTH 32 /* at most 24 bytes of a double's text, 20 of an int64's */
 
-enum { P_CONST, P_LIST, P_DOUBLE, P_INT, P_OBJECT };
+enum { P_CONST, P_LIST, P_DOUBLE, P_INT, P_OBJECT, P_FIXED };
+
+/* a buffer format of fixed-width bytes ('5s', or 's' for one byte) of ``itemsize`` */
+static int fixed_format(const char *format, Py_ssize_t itemsize) {
+    size_t len = strlen(format);
+    return itemsize > 0 && len > 0 && format[len - 1] == 's'
+           && (len == 1 ? itemsize == 1 : atol(format) == itemsize);
+}
 
 typedef struct {
     int kind;
@@ -127,7 +136,11 @@ static int part_kind(PyObject *obj, Py_ssize_t rows, part_t *p, Py_ssize_t *size
     else if ((strcmp(format, "l") == 0 || strcmp(format, "q") == 0) && p->view.itemsize == 8)
         p->kind = P_INT;
     else if (strcmp(format, "O") == 0 && p->view.itemsize == sizeof(PyObject *)) p->kind = P_OBJECT;
-    else return 0;
+    else if (fixed_format(format, p->view.itemsize)) {
+        p->kind = P_FIXED;
+        *size += p->view.itemsize * rows;
+        return 1;
+    } else return 0;
     *size += NUMBER_WIDTH * rows;
     return 1;
 }
@@ -163,6 +176,12 @@ static PyObject *rows(PyObject *self, PyObject *args) {
                 PyObject *item = PyList_GET_ITEM(p->list, j);
                 memcpy(out + len, PyBytes_AS_STRING(item), (size_t)PyBytes_GET_SIZE(item));
                 len += PyBytes_GET_SIZE(item);
+                break;
+            }
+            case P_FIXED: {
+                const char *at = (const char *)p->view.buf + j * p->view.strides[0];
+                written = (int)strnlen(at, (size_t)p->view.itemsize);
+                memcpy(out + len, at, (size_t)written);
                 break;
             }
             case P_DOUBLE:
@@ -203,7 +222,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
 typedef struct {
     PyObject *list;
     Py_buffer source, index;
-    int has_source, has_index, kind;  /* P_LIST, P_CONST (fixed width), P_DOUBLE */
+    int has_source, has_index, kind;  /* P_LIST, P_FIXED, P_DOUBLE */
     Py_ssize_t size;
 } field_t;
 
@@ -258,9 +277,7 @@ static int field_kind(PyObject *pair, Py_ssize_t count, field_t *f) {
         if (f->source.ndim != 1) return 0;
         f->size = f->source.shape[0];
         if (strcmp(format, "d") == 0 && f->source.itemsize == 8) f->kind = P_DOUBLE;
-        else if (format[strlen(format) - 1] == 's' && f->source.itemsize > 0
-                 && atol(format) == f->source.itemsize) f->kind = P_CONST;
-        else if (strcmp(format, "s") == 0 && f->source.itemsize == 1) f->kind = P_CONST;
+        else if (fixed_format(format, f->source.itemsize)) f->kind = P_FIXED;
         else return 0;
     }
     if (!f->has_index) return f->size == count;
@@ -297,7 +314,7 @@ static int write_value(const field_t *f, Py_ssize_t j, scratch_t *s) {
         return 0;
     }
     const char *at_source = (const char *)f->source.buf + at * f->source.strides[0];
-    if (f->kind == P_CONST) {
+    if (f->kind == P_FIXED) {
         Py_ssize_t len = (Py_ssize_t)strnlen(at_source, (size_t)f->source.itemsize);
         if (!room(s, len)) return -2;
         memcpy(s->out + s->len, at_source, (size_t)len);

@@ -44,8 +44,8 @@ _NONE: Mapping[str, Any] = {}
 _CONSTANTS = {None: b"null", True: b"true", False: b"false"}
 _CUT = b"\x00"  # between the strings of ``strings``: escaped inside any JSON string
 
-#: A column: numbers (None in an object array: null), each row's JSON, or a nested object
-#: whose fields are columns.
+#: A column: numbers (None in an object array: null), each row's JSON (a list, or a ``S``
+#: array padded with NULs), or a nested object whose fields are columns.
 Column = Union[np.ndarray, list[bytes], Mapping[str, "Column"]]
 #: Rows' text: ``bytes`` the same in every row, or one piece per row.
 Part = Union[bytes, list[bytes]]
@@ -416,7 +416,7 @@ def _pieces(column: np.ndarray | list[bytes]) -> Part:
         if column.dtype == np.float64 and (column.view(np.int64) == column.view(np.int64)[0]
                                            ).all():
             return numbers([column[0].item()])[0]  # bit for bit one number (not 0.0 and -0.0)
-        column = numbers(column.tolist())
+        column = column.tolist() if column.dtype.kind == "S" else numbers(column.tolist())
     first = column[0]
     if column[-1] != first or column[len(column) // 2] != first:  # varies: no full count
         return column

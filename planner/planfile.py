@@ -168,15 +168,15 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
         off = (interval == 0) if probability is None else (interval == 0) & (probability == 0)
         interval = np.where(off, floor, interval)
         local = np.where(off, 1.0 / floor, local)
-    quoted = {role: hostjson.value(role) for role in ("receiver", "sender", "idle")}
+    quoted = np.array([hostjson.value(role) for role in ("receiver", "sender", "idle")])
     fields: dict[str, Any] = {
         "local_rate": significant(local, names, "local_rate"),
         "sflow_sampling": np.where(interval > 0, interval.astype(object), None),
-        "role": [quoted[role] for role in roles.tolist()]}
+        "role": quoted[(roles == "sender") + 2 * (roles == "idle")]}  # each row's JSON
     if probability is not None:  # only when a server may use it: other plans byte-identical
         sample = probability > 0
-        fields["local_mechanism"] = [hostjson.value("sample") if s else hostjson.value("sflow")
-                                     for s in sample.tolist()]
+        fields["local_mechanism"] = np.where(sample, hostjson.value("sample"),
+                                             hostjson.value("sflow"))
         fields["sample_probability"] = np.where(sample, probability.astype(object), None)
         fields["observation_domain"] = np.where(
             sample, problem.observation_domain.astype(object), None)

@@ -79,7 +79,7 @@ def parts(draw):
     """Rows' parts of every kind the table hands over, ``count`` rows each."""
     count = draw(st.integers(1, 6))  # a block holds a host at least
     kinds = draw(st.lists(st.sampled_from(["const", "strings", "floats", "ints", "objects",
-                                           "strided"]), min_size=1, max_size=6))
+                                           "strided", "fixed"]), min_size=1, max_size=6))
     out = []
     for kind in kinds:
         if kind == "const":
@@ -93,6 +93,9 @@ def parts(draw):
         elif kind == "ints":
             out.append(np.asarray(draw(st.lists(INTS, min_size=count, max_size=count)),
                                   dtype=np.int64))
+        elif kind == "fixed":  # each row's JSON padded with NULs (an S array)
+            out.append(np.array(hostjson.strings(draw(st.lists(
+                st.text(max_size=4), min_size=count, max_size=count))), dtype=bytes))
         elif kind == "objects":
             items = draw(st.lists(st.one_of(st.none(), INTS, FLOATS), min_size=count,
                                   max_size=count))
