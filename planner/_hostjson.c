@@ -76,11 +76,12 @@ static int write_double(double x, char *out) {
             double whole = nearbyint(k >= 0 ? a * POW10[k] : a / POW10[-k]);
             if (whole >= 1 && whole < 1e15
                     && (k >= 0 ? whole / POW10[k] : whole * POW10[-k]) == a) {
-                char text[40];
-                int len = write_uint((unsigned long long)whole, text);
-                text[len++] = 'e';
-                len += write_int(-k, text + len);
-                return format_double(x, text, len, out);
+                unsigned long long digits = (unsigned long long)whole;
+                int exponent = -k;  /* of the last digit */
+                while (digits % 10 == 0) { digits /= 10; exponent++; }
+                char text[24];
+                int count = write_uint(digits, text);
+                return layout_double(x < 0, text, count, count - 1 + exponent, out);
             }
         }
     }
