@@ -1,7 +1,9 @@
 """The plan document's CPU with the compiled host table writer and without it, side by side.
 
-For each size, one process plans ``bench_planner.random_datacentre(N, seed=0)`` with the exact
-solver as the controller does (``solve(dc, "exact", margin=0.0)``) and then builds the document
+For each size, one process plans ``bench_planner.random_datacentre(N, seed=0)``, with the
+inventory's extras of the controller benchmark (``bridge``, one value throughout, and
+``tunnel_ip``, one per server: ``bench_controller._inventory``), with the exact solver as the
+controller does (``solve(dc, "exact", margin=0.0)``) and then builds the document
 the controller publishes (``build_plan(..., lazy_hosts=True, report=False)``, its host table kept
 as bytes) ``--repeats`` times with each writer, alternating: ``hostjson.compiled`` (the C writer,
 planner/_hostjson.c) and the same with ``hostjson.compiled = None`` (every column serialised in
@@ -17,6 +19,7 @@ rounds: ``planner/planfile.py`` and ``planner/hostjson.py`` as they are at the g
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import subprocess
 import sys
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from cosample.experiments.bench_planner import random_datacentre
 from cosample.planner import hostjson, planfile
+from cosample.planner.extras import ExtraColumns
 from cosample.planner.solvers import solve
 
 
@@ -58,6 +62,9 @@ def baseline(revision: str) -> types.ModuleType:
 def measure(servers: int, repeats: int, revision: str | None = None) -> dict:
     """Median CPU seconds of ``build_plan`` with each writer, alternating, and their ratio."""
     dc = random_datacentre(servers, seed=0)
+    dc = dataclasses.replace(dc, server_extras=ExtraColumns(dc.names, {
+        "bridge": ["br-int"] * servers,
+        "tunnel_ip": [f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}" for i in range(servers)]}))
     solution = solve(dc, "exact", margin=0.0)
     compiled = hostjson.compiled
     writers = [("compiled", compiled, planfile), ("python", None, planfile)]

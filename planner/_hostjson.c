@@ -5,7 +5,8 @@
  * the bytes hostjson._rows writes from the same parts once each column is serialised
  * (hostjson._pieces). A part is
  *   - bytes: the same text in every row;
- *   - a list (or list subclass) of ``count`` bytes: each row's JSON as it is;
+ *   - a list (or list subclass) of ``count`` bytes: each row's JSON as it is; or of
+ *     ``count`` str: each row's string, quoted and escaped as orjson does;
  *   - a one-dimensional buffer (a numpy array) of ``count`` values: float64 ('d'), int64 ('l'
  *     or 'q'), or objects ('O': None, int of 64 bits, float), written as orjson writes them,
  *     or fixed-width bytes ('5s': each row's JSON padded with NULs, which JSON text never
@@ -28,7 +29,7 @@
 #define MAX_PARTS 256
 #define NUMBER_WIDTH 32 /* at most 24 bytes of a double's text, 20 of an int64's */
 
-enum { P_CONST, P_LIST, P_DOUBLE, P_INT, P_OBJECT, P_FIXED };
+enum { P_CONST, P_LIST, P_DOUBLE, P_INT, P_OBJECT, P_FIXED, P_STR };
 
 /* a buffer format of fixed-width bytes ('5s', or 's' for one byte) of ``itemsize`` */
 static int fixed_format(const char *format, Py_ssize_t itemsize) {
@@ -101,6 +102,35 @@ static int write_object(PyObject *item, char *out) {
     return -1;
 }
 
+/* a string's JSON from its UTF-8 as orjson (and json's encode_basestring) writes it: quoted,
+   '"' and '\\' and control characters escaped, everything else as it is */
+static int write_string(const char *text, Py_ssize_t size, char *out) {
+    static const char hex[] = "0123456789abcdef";
+    int len = 0;
+    out[len++] = '"';
+    for (Py_ssize_t k = 0; k < size; k++) {
+        unsigned char c = (unsigned char)text[k];
+        if (c >= 0x20 && c != '"' && c != '\\') { out[len++] = (char)c; continue; }
+        out[len++] = '\\';
+        switch (c) {
+        case '"': out[len++] = '"'; break;
+        case '\\': out[len++] = '\\'; break;
+        case '\n': out[len++] = 'n'; break;
+        case '\r': out[len++] = 'r'; break;
+        case '\t': out[len++] = 't'; break;
+        case '\b': out[len++] = 'b'; break;
+        case '\f': out[len++] = 'f'; break;
+        default:
+            memcpy(out + len, "u00", 3);
+            len += 3;
+            out[len++] = hex[c >> 4];
+            out[len++] = hex[c & 15];
+        }
+    }
+    out[len++] = '"';
+    return len;
+}
+
 static void release(part_t *parts, int count) {
     for (int k = 0; k < count; k++)
         if (parts[k].has_view) PyBuffer_Release(&parts[k].view);
@@ -118,6 +148,21 @@ static int part_kind(PyObject *obj, Py_ssize_t rows, part_t *p, Py_ssize_t *size
     }
     if (PyList_Check(obj)) {
         if (PyList_GET_SIZE(obj) != rows) return 0;
+        if (rows > 0 && PyUnicode_CheckExact(PyList_GET_ITEM(obj, 0))) {
+            for (Py_ssize_t j = 0; j < rows; j++) {  /* strings: quoted and escaped here */
+                PyObject *item = PyList_GET_ITEM(obj, j);
+                Py_ssize_t len;
+                if (!PyUnicode_CheckExact(item)) return 0;
+                if (PyUnicode_AsUTF8AndSize(item, &len) == NULL) {  /* a lone surrogate */
+                    PyErr_Clear();
+                    return 0;
+                }
+                *size += 2 + 6 * len;
+            }
+            p->kind = P_STR;
+            p->list = obj;
+            return 1;
+        }
         for (Py_ssize_t j = 0; j < rows; j++) {
             PyObject *item = PyList_GET_ITEM(obj, j);
             if (!PyBytes_Check(item)) return 0;
@@ -177,6 +222,12 @@ static PyObject *rows(PyObject *self, PyObject *args) {
                 PyObject *item = PyList_GET_ITEM(p->list, j);
                 memcpy(out + len, PyBytes_AS_STRING(item), (size_t)PyBytes_GET_SIZE(item));
                 len += PyBytes_GET_SIZE(item);
+                break;
+            }
+            case P_STR: {
+                Py_ssize_t size;
+                const char *text = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(p->list, j), &size);
+                written = write_string(text, size, out + len);
                 break;
             }
             case P_FIXED: {

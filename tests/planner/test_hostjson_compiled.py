@@ -79,7 +79,8 @@ def parts(draw):
     """Rows' parts of every kind the table hands over, ``count`` rows each."""
     count = draw(st.integers(1, 6))  # a block holds a host at least
     kinds = draw(st.lists(st.sampled_from(["const", "strings", "floats", "ints", "objects",
-                                           "strided", "fixed"]), min_size=1, max_size=6))
+                                           "strided", "fixed", "text"]), min_size=1,
+                                 max_size=6))
     out = []
     for kind in kinds:
         if kind == "const":
@@ -93,6 +94,8 @@ def parts(draw):
         elif kind == "ints":
             out.append(np.asarray(draw(st.lists(INTS, min_size=count, max_size=count)),
                                   dtype=np.int64))
+        elif kind == "text":  # strings not yet written: quoted and escaped by the writer
+            out.append(draw(st.lists(st.text(max_size=4), min_size=count, max_size=count)))
         elif kind == "fixed":  # each row's JSON padded with NULs (an S array)
             out.append(np.array(hostjson.strings(draw(st.lists(
                 st.text(max_size=4), min_size=count, max_size=count))), dtype=bytes))
@@ -126,7 +129,7 @@ def test_what_the_compiled_writer_declines():
     scalars[:] = [np.float64(1.5), 1]
     for part in (nan, wide, flags, scalars, np.array([1.5, 2.5], dtype=np.float32),
                  np.array([True, False]), np.zeros((2, 1)), np.array([1.0]), [b"a", "b"],
-                 [b"a"], "text", (b"a", b"b")):
+                 [b"a"], "text", (b"a", b"b"), ["a", b"b"], ["a", "\ud800"]):
         assert compiled.rows([b"{", part, b"}"], two) is None, part
 
 
@@ -144,6 +147,7 @@ def test_tables_written_both_ways_are_orjsons(names, data):
     ints = data.draw(st.lists(INTS, min_size=n, max_size=n))
     extras = {name: {"zone": data.draw(st.text(max_size=3))}
               for name in names if data.draw(st.booleans())}
+    zones = data.draw(st.lists(st.text(max_size=4), min_size=n, max_size=n))  # every host's
     objects = np.empty(n, dtype=object)
     objects[:] = counts
     mixed = np.empty(n, dtype=object)
@@ -152,12 +156,17 @@ def test_tables_written_both_ways_are_orjsons(names, data):
               "id": np.asarray(ints, dtype=np.int64), "odd": mixed,
               "to": {"name": hostjson.strings(names)}}
     expected = orjson.dumps(
-        {name: {"rate": f, "count": c, "id": i, "odd": o, "to": {"name": name},
+        {name: {"rate": f, "count": c, "id": i, "odd": o, "to": {"name": name}, "zone": z,
                 **extras.get(name, {})}
-         for name, f, c, i, o in zip(names, floats, counts, ints, odd)}, option=SORTED)
+         for name, f, c, i, o, z in zip(names, floats, counts, ints, odd, zones)},
+        option=SORTED)
     try:
+        if n:
+            fields["zone"] = hostjson.values(zones)  # as planfile gives a complete extra
         assert b"".join(hostjson.table(names, fields, extras, block=3)) == expected
         hostjson.compiled = None
+        if n:
+            fields["zone"] = hostjson.values(zones)
         assert b"".join(hostjson.table(names, fields, extras, block=3)) == expected
     finally:
         hostjson.compiled = compiled
@@ -218,3 +227,18 @@ def test_what_the_compiled_lists_decline():
     ):
         assert compiled.lists(owners, keys, sources, n, slots) is None, (sources, n, slots)
     assert compiled.lists(owners[::-1].copy(), keys, [(np.ones(3), None)], 2, None) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5), st.data())
+def test_pairs_are_ordered_as_lexsort_orders_them(n, data):
+    """Owner, then peer rank, repeated pairs in their given order: in order already, in any
+    order, with repeats (the stable sort's case)."""
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)),
+                               min_size=1, max_size=12))
+    if data.draw(st.booleans()):
+        pairs.sort()
+    owner = np.asarray([o for o, _ in pairs], dtype=np.int64)
+    peer_rank = np.asarray([p for _, p in pairs], dtype=np.int64)
+    assert np.array_equal(hostjson._pair_order(owner, peer_rank, n),
+                          np.lexsort((peer_rank, owner)))
