@@ -21,6 +21,12 @@ is then dropped (JSON text never holds a raw NUL or other control byte), all lis
 apart at a control byte, and given in the table's name order. The names are sorted, ranked and
 quoted once per inventory (``named``). tests/planner/test_plan_bytes_stable.py holds the bytes
 of two plans recorded before these changes.
+
+All that is the Python path. Where the compiled writer (``planner/_hostjson.c``, ``compiled``)
+is built, a block's rows and the objects' lists are written by it straight from the columns
+(numbers, integers, None, strings, per-row JSON), without a Python object per value; it returns
+None on anything unusual, and the Python path then writes the same bytes
+(tests/planner/test_hostjson_compiled.py). ``compiled = None`` forces the Python path.
 """
 
 from __future__ import annotations
