@@ -51,12 +51,26 @@ static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e
                                   1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
                                   1e21, 1e22};
 
+static const char PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 static int write_uint(unsigned long long value, char *out) {
     char digits[24];
-    int count = 0;
-    do { digits[count++] = (char)('0' + value % 10); value /= 10; } while (value);
-    for (int k = 0; k < count; k++) out[k] = digits[count - 1 - k];
-    return count;
+    int at = 24;
+    while (value >= 100) {  /* two digits at a time */
+        unsigned pair = (unsigned)(value % 100);
+        value /= 100;
+        at -= 2;
+        memcpy(digits + at, PAIRS + 2 * pair, 2);
+    }
+    if (value >= 10) {
+        at -= 2;
+        memcpy(digits + at, PAIRS + 2 * value, 2);
+    } else digits[--at] = (char)('0' + value);
+    memcpy(out, digits + at, (size_t)(24 - at));
+    return 24 - at;
 }
 
 static int write_int(long long value, char *out) {
@@ -67,12 +81,24 @@ static int write_int(long long value, char *out) {
     return write_uint((unsigned long long)value, out);
 }
 
+/* floor(log10(a)) for a positive normal double, from its binary exponent (without log10);
+   it may be one too low for a within an ulp or so of a power of ten (the caller checks) */
+static int decade(double a) {
+    uint64_t bits;
+    memcpy(&bits, &a, sizeof bits);
+    int binary = (int)((bits >> 52) & 0x7ff) - 1023;  /* floor(log2(a)) */
+    int e = (int)floor(binary * 0.30102999566398120);  /* floor(log10(2^binary)) */
+    if (e >= -22 && e + 1 <= 22 && a >= (e + 1 >= 0 ? POW10[e + 1] : 1.0 / POW10[-e - 1]))
+        e++;
+    return e;
+}
+
 /* orjson's text of a finite double; its length, -1 on failure */
 static int write_double(double x, char *out) {
     if (!isfinite(x)) return -1;
     if (x != 0) {
         double a = fabs(x);
-        int k = 14 - (int)floor(log10(a));  /* a * 10^k: 15 digits before the point */
+        int k = 14 - decade(a);  /* a * 10^k: 15 digits before the point */
         if (k >= -22 && k <= 22) {
             double whole = nearbyint(k >= 0 ? a * POW10[k] : a / POW10[-k]);
             if (whole >= 1 && whole < 1e15
