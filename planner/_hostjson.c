@@ -5,6 +5,8 @@
  * the bytes hostjson._rows writes from the same parts once each column is serialised
  * (hostjson._pieces). A part is
  *   - bytes: the same text in every row;
+ *   - a tuple (text, offsets): row j's JSON is text[offsets[j]:offsets[j + 1]] (bytes and
+ *     ``count`` + 1 int64, not decreasing: lists.packed's);
  *   - a list (or list subclass) of ``count`` bytes: each row's JSON as it is; or of
  *     ``count`` str: each row's string, quoted and escaped as orjson does;
  *   - a one-dimensional buffer (a numpy array) of ``count`` values: float64 ('d'), int64 ('l'
@@ -27,9 +29,10 @@
 #include "../cosample/plan/_jsonnumber.h"
 
 #define MAX_PARTS 256
+#define AT64(view, j) (*(const long long *)((const char *)(view).buf + (j) * (view).strides[0]))
 #define NUMBER_WIDTH 32 /* at most 24 bytes of a double's text, 20 of an int64's */
 
-enum { P_CONST, P_LIST, P_DOUBLE, P_INT, P_OBJECT, P_FIXED, P_STR };
+enum { P_CONST, P_LIST, P_DOUBLE, P_INT, P_OBJECT, P_FIXED, P_STR, P_PACKED };
 
 /* a buffer format of fixed-width bytes ('5s', or 's' for one byte) of ``itemsize`` */
 static int fixed_format(const char *format, Py_ssize_t itemsize) {
@@ -172,6 +175,32 @@ static int part_kind(PyObject *obj, Py_ssize_t rows, part_t *p, Py_ssize_t *size
         *size += p->len * rows;
         return 1;
     }
+    if (PyTuple_Check(obj)) {  /* (text, offsets): row j is text[offsets[j]:offsets[j + 1]] */
+        if (PyTuple_GET_SIZE(obj) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(obj, 0))) return 0;
+        PyObject *text = PyTuple_GET_ITEM(obj, 0), *offsets = PyTuple_GET_ITEM(obj, 1);
+        if (!PyObject_CheckBuffer(offsets)
+                || PyObject_GetBuffer(offsets, &p->view, PyBUF_RECORDS_RO) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        p->has_view = 1;
+        const char *format = p->view.format ? p->view.format : "B";
+        if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+        if (p->view.ndim != 1 || p->view.shape[0] != rows + 1 || p->view.itemsize != 8
+                || (strcmp(format, "l") != 0 && strcmp(format, "q") != 0)) return 0;
+        long long before = AT64(p->view, 0);
+        if (before < 0) return 0;
+        for (Py_ssize_t j = 1; j <= rows; j++) {
+            long long at = AT64(p->view, j);
+            if (at < before) return 0;
+            before = at;
+        }
+        if (before > PyBytes_GET_SIZE(text)) return 0;
+        *size += before - AT64(p->view, 0);
+        p->kind = P_PACKED;
+        p->text = PyBytes_AS_STRING(text);
+        return 1;
+    }
     if (PyList_Check(obj)) {
         if (PyList_GET_SIZE(obj) != rows) return 0;
         if (rows > 0 && PyUnicode_CheckExact(PyList_GET_ITEM(obj, 0))) {
@@ -250,6 +279,12 @@ static PyObject *rows(PyObject *self, PyObject *args) {
                 len += PyBytes_GET_SIZE(item);
                 break;
             }
+            case P_PACKED: {
+                long long from = AT64(p->view, j), to = AT64(p->view, j + 1);
+                memcpy(out + len, p->text + from, (size_t)(to - from));
+                len += to - from;
+                break;
+            }
             case P_STR: {
                 Py_ssize_t size;
                 const char *text = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(p->list, j), &size);
@@ -326,7 +361,6 @@ static int int64_view(PyObject *obj, Py_buffer *view, Py_ssize_t count) {
     return 1;
 }
 
-#define AT64(view, j) (*(const long long *)((const char *)(view).buf + (j) * (view).strides[0]))
 
 /* the field's source and index; 0: not the fast case (no error set) */
 static int field_kind(PyObject *pair, Py_ssize_t count, field_t *f) {
@@ -366,13 +400,20 @@ static int field_kind(PyObject *pair, Py_ssize_t count, field_t *f) {
     return 1;
 }
 
-/* the scratch buffer one list is written into */
-typedef struct { char *out; Py_ssize_t len, cap; } scratch_t;
+/* the buffer lists are written into: PyMem (one list at a time), or a bytes object (``bytes``
+   not NULL: all the lists, returned as they are) */
+typedef struct { char *out; Py_ssize_t len, cap; PyObject *bytes; } scratch_t;
 
 static int room(scratch_t *s, Py_ssize_t more) {
     if (s->len + more <= s->cap) return 1;
     Py_ssize_t cap = s->cap ? 2 * s->cap : 4096;
     while (cap < s->len + more) cap *= 2;
+    if (s->bytes != NULL) {
+        if (_PyBytes_Resize(&s->bytes, cap) < 0) return 0;
+        s->out = PyBytes_AS_STRING(s->bytes);
+        s->cap = cap;
+        return 1;
+    }
     char *out = PyMem_Realloc(s->out, (size_t)cap);
     if (out == NULL) { PyErr_NoMemory(); return 0; }
     s->out = out;
@@ -413,13 +454,34 @@ static int put_text(scratch_t *s, const char *text, Py_ssize_t len) {
     return 1;
 }
 
+/* the objects of one owner (from pair *j on, while the owner is ``owner``) as a JSON array;
+   0, -1: not the fast case, -2: an error */
+static int write_list(scratch_t *s, const Py_buffer *owners, Py_ssize_t count, Py_ssize_t *j,
+                      long long owner, PyObject *keys, const field_t *fields, Py_ssize_t n_fields) {
+    if (!put_text(s, "[", 1)) return -2;
+    Py_ssize_t start = s->len;
+    for (; *j < count && AT64(*owners, *j) == owner; (*j)++) {
+        if (!put_text(s, s->len > start ? ",{" : "{", s->len > start ? 2 : 1)) return -2;
+        for (Py_ssize_t k = 0; k < n_fields; k++) {
+            PyObject *key = PyList_GET_ITEM(keys, k);
+            if (!put_text(s, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))) return -2;
+            int got = write_value(&fields[k], *j, s);
+            if (got < 0) return got;
+        }
+        if (!put_text(s, "}", 1)) return -2;
+    }
+    return put_text(s, "]", 1) ? 0 : -2;
+}
+
 static PyObject *lists(PyObject *self, PyObject *args) {
     PyObject *owners_obj, *keys, *sources, *slots_obj;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OO!O!nO", &owners_obj, &PyList_Type, &keys, &PyList_Type,
-                          &sources, &n, &slots_obj)) return NULL;
+    int packed = 0;
+    if (!PyArg_ParseTuple(args, "OO!O!nO|p", &owners_obj, &PyList_Type, &keys, &PyList_Type,
+                          &sources, &n, &slots_obj, &packed)) return NULL;
     Py_ssize_t n_fields = PyList_GET_SIZE(keys);
     if (n_fields != PyList_GET_SIZE(sources) || n_fields > MAX_PARTS || n < 0) Py_RETURN_NONE;
+    if (packed && slots_obj != Py_None) Py_RETURN_NONE;
     for (Py_ssize_t k = 0; k < n_fields; k++)
         if (!PyBytes_Check(PyList_GET_ITEM(keys, k))) Py_RETURN_NONE;
     Py_buffer owners, slots;
@@ -438,9 +500,9 @@ static PyObject *lists(PyObject *self, PyObject *args) {
     }
     field_t fields[MAX_PARTS];
     int ready = 0;
-    PyObject *result = NULL, *empty = NULL;
-    scratch_t s = {NULL, 0, 0};
-    int fast = 1;
+    PyObject *result = NULL, *empty = NULL, *offsets = NULL;
+    scratch_t s = {NULL, 0, 0, NULL};
+    int fast = 1, got = 0;
     for (; ready < n_fields; ready++)
         if (!field_kind(PyList_GET_ITEM(sources, ready), count, &fields[ready])) {
             ready++;
@@ -465,6 +527,24 @@ static PyObject *lists(PyObject *self, PyObject *args) {
         PyMem_Free(seen);
         if (!fast) goto done;
     }
+    if (packed) {  /* every owner's array in turn, one buffer, and where each starts */
+        s.bytes = PyBytes_FromStringAndSize(NULL, 4096);
+        offsets = s.bytes == NULL ? NULL : PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
+        if (offsets == NULL) goto done;
+        s.out = PyBytes_AS_STRING(s.bytes);
+        s.cap = 4096;
+        int64_t *start = (int64_t *)PyBytes_AS_STRING(offsets);
+        Py_ssize_t j = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            start[i] = s.len;
+            if ((got = write_list(&s, &owners, count, &j, i, keys, fields, n_fields)) < 0)
+                goto fail;
+        }
+        start[n] = s.len;
+        if (_PyBytes_Resize(&s.bytes, s.len) < 0) goto done;
+        result = PyTuple_Pack(2, s.bytes, offsets);
+        goto done;
+    }
     empty = PyBytes_FromStringAndSize("[]", 2);
     result = empty == NULL ? NULL : PyList_New(n);
     if (result == NULL) goto done;
@@ -475,19 +555,8 @@ static PyObject *lists(PyObject *self, PyObject *args) {
     for (Py_ssize_t j = 0; j < count;) {
         long long owner = AT64(owners, j);
         s.len = 0;
-        if (!put_text(&s, "[", 1)) goto fail;
-        for (; j < count && AT64(owners, j) == owner; j++) {
-            if (!put_text(&s, s.len > 1 ? ",{" : "{", s.len > 1 ? 2 : 1)) goto fail;
-            for (Py_ssize_t k = 0; k < n_fields; k++) {
-                PyObject *key = PyList_GET_ITEM(keys, k);
-                if (!put_text(&s, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))) goto fail;
-                int got = write_value(&fields[k], j, &s);
-                if (got == -2) goto fail;
-                if (got == -1) { fast = 0; goto fail; }
-            }
-            if (!put_text(&s, "}", 1)) goto fail;
-        }
-        if (!put_text(&s, "]", 1)) goto fail;
+        if ((got = write_list(&s, &owners, count, &j, owner, keys, fields, n_fields)) < 0)
+            goto fail;
         PyObject *text = PyBytes_FromStringAndSize(s.out, s.len);
         if (text == NULL) goto fail;
         Py_ssize_t slot = has_slots ? (Py_ssize_t)AT64(slots, owner) : (Py_ssize_t)owner;
@@ -497,10 +566,13 @@ static PyObject *lists(PyObject *self, PyObject *args) {
     }
     goto done;
 fail:
+    if (got == -1) fast = 0;
     Py_CLEAR(result);
 done:
     Py_XDECREF(empty);
-    PyMem_Free(s.out);
+    Py_XDECREF(offsets);
+    if (packed) Py_XDECREF(s.bytes);  /* NULL if a resize failed */
+    else PyMem_Free(s.out);
     release_fields(fields, ready);
     PyBuffer_Release(&owners);
     if (has_slots) PyBuffer_Release(&slots);
@@ -519,8 +591,9 @@ static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS,
      "The rows of the parts (bytes), or None (not the fast case): see the module's source."},
     {"lists", lists, METH_VARARGS,
-     "lists(owners, keys, sources, n, slots): each owner's JSON array of objects (a list of "
-     "n bytes), or None (not the fast case): see hostjson.grouped."},
+     "lists(owners, keys, sources, n, slots, packed=False): each owner's JSON array of "
+     "objects (a list of n bytes; packed: one bytes and the n + 1 int64 offsets where each "
+     "starts, as bytes), or None (not the fast case): see hostjson.grouped."},
     {"number", number, METH_O, "orjson's text of a finite float (bytes), or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -108,7 +108,8 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
             n: int, block: int = 16 * BLOCK, rank: np.ndarray | None = None) -> list[bytes]:
     """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
     object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
-    With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order.
+    With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order
+    (from the compiled writer, ``Packed``: all the arrays in that order in one buffer).
 
     The pairs are sorted once and every column read in that order (numbers written, names
     looked up), as fixed-width byte arrays: ``block`` objects at a time are laid side by side
@@ -119,12 +120,18 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
     count = len(owner)
     if count == 0:
         return [b"[]"] * n
+    if compiled is not None and rank is not None and _permutation(rank, n):
+        slots = rank[owner]  # the pairs in the table's order: the arrays written in it
+        order = _pair_order(slots, peer_rank, n)
+        packed = _compiled_lists(slots[order], order, fields, n, None, packed=True)
+        if packed is not None:
+            return Packed(packed[0], np.frombuffer(packed[1], dtype=np.int64), rank)
     order = _pair_order(owner, peer_rank, n)
     owners = owner[order]
-    if compiled is not None:
-        lists = _compiled_lists(owners, order, fields, n, rank)
+    if compiled is not None and rank is None:
+        lists = _compiled_lists(owners, order, fields, n, None)
         if lists is not None:
-            return lists if rank is None else Sorted(lists, rank)
+            return lists
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
     keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
     columns = [_fixed(fields[key], order) for key in sorted(fields)]
@@ -149,10 +156,18 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
     return lists.tolist() if rank is None else Sorted(lists.tolist(), rank)
 
 
+def _permutation(rank: np.ndarray, n: int) -> bool:
+    """Whether ``rank`` gives each of ``n`` owners a position of its own in 0..n-1."""
+    return len(rank) == n and (n == 0 or (int(rank.min()) >= 0 and int(rank.max()) < n and int(
+        np.bincount(rank, minlength=n).max()) == 1))
+
+
 def _compiled_lists(owners: np.ndarray, order: np.ndarray, fields: Mapping[str, Field], n: int,
-                    rank: np.ndarray | None) -> list[bytes] | None:
+                    rank: np.ndarray | None, packed: bool = False
+                    ) -> list[bytes] | tuple[bytes, bytes] | None:
     """``grouped``'s lists from the compiled writer, each written at once from the columns read
-    in pair ``order`` (``owners``: each pair's owner in that order); None: it declined."""
+    in pair ``order`` (``owners``: each pair's owner in that order; ``packed``: all in one
+    buffer, with the int64 offsets where each starts); None: it declined."""
     keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
     sources: list[tuple[Any, np.ndarray | None]] = []
     for key in sorted(fields):  # arrays gathered by numpy (in parallel), lists at an index
@@ -162,7 +177,8 @@ def _compiled_lists(owners: np.ndarray, order: np.ndarray, fields: Mapping[str, 
         sources.append((table[index], None) if isinstance(table, np.ndarray)
                        else (table, np.asarray(index, dtype=np.int64)))
     return compiled.lists(np.ascontiguousarray(owners, dtype=np.int64), keys, sources, n,
-                          None if rank is None else np.ascontiguousarray(rank, dtype=np.int64))
+                          None if rank is None else np.ascontiguousarray(rank, dtype=np.int64),
+                          packed)
 
 
 class Sorted(list):
@@ -172,6 +188,36 @@ class Sorted(list):
     def __init__(self, items: list[bytes], rank: np.ndarray) -> None:
         super().__init__(items)
         self.rank = rank
+
+
+class Packed:
+    """A column of ``grouped(..., rank=...)`` from the compiled writer: every owner's array in
+    the table's order (``rank``, as ``Sorted``) in one buffer, row ``j`` being
+    ``text[offsets[j]:offsets[j + 1]]``: no ``bytes`` object per host."""
+
+    __slots__ = ("text", "offsets", "rank")
+
+    def __init__(self, text: bytes, offsets: np.ndarray, rank: np.ndarray | None) -> None:
+        self.text, self.offsets, self.rank = text, offsets, rank
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):  # rows first..last, the same buffer
+            first, last, step = key.indices(len(self))
+            if step != 1:
+                raise ValueError("Packed: a slice with a step")
+            return Packed(self.text, self.offsets[first:max(first, last) + 1], None)
+        index = range(len(self))[key]  # IndexError beyond the rows
+        return self.text[int(self.offsets[index]):int(self.offsets[index + 1])]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.tolist())
+
+    def tolist(self) -> list[bytes]:
+        bounds = self.offsets.tolist()
+        return [self.text[first:last] for first, last in zip(bounds, bounds[1:])]
 
 
 def _pair_order(owner: np.ndarray, peer_rank: np.ndarray, n: int) -> np.ndarray:
@@ -360,7 +406,7 @@ def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
 def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
     if isinstance(column, np.ndarray):
         return column[index]
-    if isinstance(column, Sorted):
+    if isinstance(column, (Sorted, Packed)):
         if len(index) == len(column) and np.array_equal(column.rank[index],
                                                         np.arange(len(column))):
             return column  # already in this order (the table's own)
@@ -421,14 +467,17 @@ def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
     it is absent or declines, each column serialised here (``_pieces``) and joined (``_rows``):
     the same bytes (tests/planner/test_hostjson_compiled.py)."""
     if compiled is not None:
-        text = compiled.rows(parts, count)
+        text = compiled.rows([(part.text, part.offsets) if isinstance(part, Packed) else part
+                              for part in parts], count)
         if text is not None:
             return text
     return _rows([part if isinstance(part, bytes) else _pieces(part) for part in parts], count)
 
 
-def _pieces(column: np.ndarray | list[bytes] | list[str]) -> Part:
+def _pieces(column: np.ndarray | list[bytes] | list[str] | Packed) -> Part:
     """Each row's JSON of ``column``; one ``bytes`` if it is the same in every row."""
+    if isinstance(column, Packed):
+        column = column.tolist()
     if isinstance(column, np.ndarray):
         if column.dtype == np.float64 and (column.view(np.int64) == column.view(np.int64)[0]
                                            ).all():

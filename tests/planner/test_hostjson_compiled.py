@@ -129,7 +129,10 @@ def test_what_the_compiled_writer_declines():
     scalars[:] = [np.float64(1.5), 1]
     for part in (nan, wide, flags, scalars, np.array([1.5, 2.5], dtype=np.float32),
                  np.array([True, False]), np.zeros((2, 1)), np.array([1.0]), [b"a", "b"],
-                 [b"a"], "text", (b"a", b"b"), ["a", b"b"], ["a", "\ud800"]):
+                 [b"a"], "text", (b"a", b"b"), ["a", b"b"], ["a", "\ud800"],
+                 (b"abc", np.array([0, 2, 1])), (b"abc", np.array([0, 1, 4])),
+                 (b"abc", np.array([-1, 1, 2])), (b"abc", np.array([0, 1])),
+                 ("abc", np.array([0, 1, 2])), (b"abc", np.array([0.0, 1.0, 2.0]))):
         assert compiled.rows([b"{", part, b"}"], two) is None, part
 
 
@@ -198,17 +201,23 @@ def test_grouped_lists_are_the_python_ones(n, data):
     peer_rank = np.argsort(np.argsort(names, kind="stable")).astype(np.int64)[peer]
     if count:  # the compiled writer wrote them (it declines nothing here)
         order = hostjson._pair_order(owner, peer_rank, n)
-        assert hostjson._compiled_lists(owner[order], order, fields, n, rank) is not None
+        assert hostjson._compiled_lists(owner[order], order, fields, n, None) is not None
     got = hostjson.grouped(owner, peer_rank, fields, n, rank=rank)
     try:
         hostjson.compiled = None
         expected = hostjson.grouped(owner, peer_rank, fields, n, rank=rank)
     finally:
         hostjson.compiled = compiled
-    assert list(got) == list(expected)
-    assert type(got) is type(expected)
-    if isinstance(expected, hostjson.Sorted):
-        assert np.array_equal(got.rank, expected.rank)
+    assert list(got) == list(expected) and len(got) == len(expected) == n
+    if isinstance(expected, hostjson.Sorted):  # with a rank, in the table's order
+        assert isinstance(got, hostjson.Packed) and np.array_equal(got.rank, expected.rank)
+        assert [got[k] for k in range(n)] == expected
+        assert got[1:n].tolist() == expected[1:n]
+        if n > 1:  # a block of the table: rows 1..n-1 of the column
+            assert compiled.rows([(got[1:n].text, got[1:n].offsets)], n - 1) == b"".join(
+                expected[1:n]) == python_rows([got[1:n]], n - 1)
+    else:
+        assert type(got) is type(expected)
 
 
 def test_what_the_compiled_lists_decline():
@@ -227,6 +236,11 @@ def test_what_the_compiled_lists_decline():
     ):
         assert compiled.lists(owners, keys, sources, n, slots) is None, (sources, n, slots)
     assert compiled.lists(owners[::-1].copy(), keys, [(np.ones(3), None)], 2, None) is None
+    text, offsets = compiled.lists(owners, keys, [(np.array([1.0, 2.0, 3.0]), None)], 3, None,
+                                   True)  # packed: every owner's array, "[]" for none
+    assert text == b'[{"rate":1.0},{"rate":2.0}][{"rate":3.0}][]'
+    assert np.frombuffer(offsets, dtype=np.int64).tolist() == [0, 27, 41, 43]
+    assert compiled.lists(owners, keys, [(np.ones(3), None)], 2, np.array([1, 0]), True) is None
 
 
 @settings(max_examples=200, deadline=None)
