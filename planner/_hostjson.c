@@ -7,6 +7,8 @@
  *   - bytes: the same text in every row;
  *   - a tuple (text, offsets): row j's JSON is text[offsets[j]:offsets[j + 1]] (bytes and
  *     ``count`` + 1 int64, not decreasing: lists.packed's);
+ *   - a tuple (values, present): float64 or int64 numbers, null where the bool present is
+ *     False (hostjson.Nullable);
  *   - a list (or list subclass) of ``count`` bytes: each row's JSON as it is; or of
  *     ``count`` str: each row's string, quoted and escaped as orjson does;
  *   - a one-dimensional buffer (a numpy array) of ``count`` values: float64 ('d'), int64 ('l'
@@ -32,7 +34,7 @@
 #define AT64(view, j) (*(const long long *)((const char *)(view).buf + (j) * (view).strides[0]))
 #define NUMBER_WIDTH 32 /* at most 24 bytes of a double's text, 20 of an int64's */
 
-enum { P_CONST, P_LIST, P_DOUBLE, P_INT, P_OBJECT, P_FIXED, P_STR, P_PACKED };
+enum { P_CONST, P_LIST, P_DOUBLE, P_INT, P_OBJECT, P_FIXED, P_STR, P_PACKED, P_NULLABLE };
 
 /* a buffer format of fixed-width bytes ('5s', or 's' for one byte) of ``itemsize`` */
 static int fixed_format(const char *format, Py_ssize_t itemsize) {
@@ -48,6 +50,8 @@ typedef struct {
     PyObject *list;        /* P_LIST */
     Py_buffer view;        /* the buffer kinds */
     int has_view;
+    Py_buffer present;     /* P_NULLABLE: null where 0 */
+    int has_present, doubles;
 } part_t;
 
 static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
@@ -161,13 +165,45 @@ static int write_string(const char *text, Py_ssize_t size, char *out) {
 }
 
 static void release(part_t *parts, int count) {
-    for (int k = 0; k < count; k++)
+    for (int k = 0; k < count; k++) {
         if (parts[k].has_view) PyBuffer_Release(&parts[k].view);
+        if (parts[k].has_present) PyBuffer_Release(&parts[k].present);
+    }
+}
+
+/* a one-dimensional buffer of ``rows`` items, its format without a native byte-order prefix
+   (NULL: not such a buffer; no error set) */
+static const char *vector(PyObject *obj, Py_buffer *view, Py_ssize_t rows, int *has) {
+    if (!PyObject_CheckBuffer(obj) || PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    *has = 1;
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    return view->ndim == 1 && view->shape[0] == rows ? format : NULL;
+}
+
+/* (values, present): float64 or int64 numbers, null where the bool ``present`` is False */
+static int nullable_kind(PyObject *obj, Py_ssize_t rows, part_t *p, Py_ssize_t *size) {
+    const char *format = vector(PyTuple_GET_ITEM(obj, 0), &p->view, rows, &p->has_view);
+    if (format == NULL || p->view.itemsize != 8) return 0;
+    if (strcmp(format, "d") == 0) p->doubles = 1;
+    else if (strcmp(format, "l") == 0 || strcmp(format, "q") == 0) p->doubles = 0;
+    else return 0;
+    format = vector(PyTuple_GET_ITEM(obj, 1), &p->present, rows, &p->has_present);
+    if (format == NULL || strcmp(format, "?") != 0 || p->present.itemsize != 1) return 0;
+    p->kind = P_NULLABLE;
+    *size += NUMBER_WIDTH * rows;
+    return 1;
 }
 
 /* the part's kind and reference; 0: not the fast case (no error set) */
 static int part_kind(PyObject *obj, Py_ssize_t rows, part_t *p, Py_ssize_t *size) {
-    p->has_view = 0;
+    p->has_view = p->has_present = 0;
+    if (PyTuple_Check(obj) && PyTuple_GET_SIZE(obj) == 2
+            && !PyBytes_Check(PyTuple_GET_ITEM(obj, 0)))
+        return nullable_kind(obj, rows, p, size);
     if (PyBytes_Check(obj)) {
         p->kind = P_CONST;
         p->text = PyBytes_AS_STRING(obj);
@@ -277,6 +313,15 @@ static PyObject *rows(PyObject *self, PyObject *args) {
                 PyObject *item = PyList_GET_ITEM(p->list, j);
                 memcpy(out + len, PyBytes_AS_STRING(item), (size_t)PyBytes_GET_SIZE(item));
                 len += PyBytes_GET_SIZE(item);
+                break;
+            }
+            case P_NULLABLE: {
+                const char *at = (const char *)p->view.buf + j * p->view.strides[0];
+                if (!*((const char *)p->present.buf + j * p->present.strides[0])) {
+                    memcpy(out + len, "null", 4);
+                    written = 4;
+                } else if (p->doubles) written = write_double(*(const double *)at, out + len);
+                else written = write_int(*(const long long *)at, out + len);
                 break;
             }
             case P_PACKED: {

@@ -50,10 +50,20 @@ _NONE: Mapping[str, Any] = {}
 _CONSTANTS = {None: b"null", True: b"true", False: b"false"}
 _CUT = b"\x00"  # between the strings of ``strings``: escaped inside any JSON string
 
-#: A column: numbers (None in an object array: null), each row's JSON (a list, or a ``S``
-#: array padded with NULs), each row's string (a list of ``str``, escaped when written), or a
-#: nested object whose fields are columns.
-Column = Union[np.ndarray, list[bytes], Mapping[str, "Column"]]
+
+class Nullable(NamedTuple):
+    """A column of numbers, null where ``present`` is False (a host sampling nothing has no
+    interval): the numbers stay in their array (float64 or int64), no Python object each."""
+
+    values: np.ndarray
+    present: np.ndarray
+
+
+#: A column: numbers (None in an object array, or ``Nullable``: null), each row's JSON (a
+#: list, or a ``S`` array padded with NULs), each row's string (a list of ``str``, escaped when
+#: written), or a nested object whose fields are columns.
+Column = Union[np.ndarray, Nullable, list[bytes], list[str], Mapping[str, "Column"]]
+
 #: Rows' text: ``bytes`` the same in every row, or one piece per row.
 Part = Union[bytes, list[bytes]]
 
@@ -406,6 +416,8 @@ def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
 def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
     if isinstance(column, np.ndarray):
         return column[index]
+    if isinstance(column, Nullable):
+        return Nullable(column.values[index], column.present[index])
     if isinstance(column, (Sorted, Packed)):
         if len(index) == len(column) and np.array_equal(column.rank[index],
                                                         np.arange(len(column))):
@@ -419,6 +431,8 @@ def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
 def _slice(column: Column, first: int, last: int) -> Column:
     if isinstance(column, Mapping):
         return {key: _slice(inner, first, last) for key, inner in column.items()}
+    if isinstance(column, Nullable):
+        return Nullable(column.values[first:last], column.present[first:last])
     return column[first:last]
 
 
@@ -467,17 +481,20 @@ def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
     it is absent or declines, each column serialised here (``_pieces``) and joined (``_rows``):
     the same bytes (tests/planner/test_hostjson_compiled.py)."""
     if compiled is not None:
-        text = compiled.rows([(part.text, part.offsets) if isinstance(part, Packed) else part
+        text = compiled.rows([(part.text, part.offsets) if isinstance(part, Packed)
+                              else tuple(part) if isinstance(part, Nullable) else part
                               for part in parts], count)
         if text is not None:
             return text
     return _rows([part if isinstance(part, bytes) else _pieces(part) for part in parts], count)
 
 
-def _pieces(column: np.ndarray | list[bytes] | list[str] | Packed) -> Part:
+def _pieces(column: np.ndarray | list[bytes] | list[str] | Packed | Nullable) -> Part:
     """Each row's JSON of ``column``; one ``bytes`` if it is the same in every row."""
     if isinstance(column, Packed):
         column = column.tolist()
+    elif isinstance(column, Nullable):
+        column = np.where(column.present, column.values.astype(object), None)
     if isinstance(column, np.ndarray):
         if column.dtype == np.float64 and (column.view(np.int64) == column.view(np.int64)[0]
                                            ).all():

@@ -171,15 +171,14 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     quoted = np.array([hostjson.value(role) for role in ("receiver", "sender", "idle")])
     fields: dict[str, Any] = {
         "local_rate": significant(local, names, "local_rate"),
-        "sflow_sampling": np.where(interval > 0, interval.astype(object), None),
+        "sflow_sampling": hostjson.Nullable(interval, interval > 0),
         "role": quoted[(roles == "sender") + 2 * (roles == "idle")]}  # each row's JSON
     if probability is not None:  # only when a server may use it: other plans byte-identical
         sample = probability > 0
         fields["local_mechanism"] = np.where(sample, hostjson.value("sample"),
                                              hostjson.value("sflow"))
-        fields["sample_probability"] = np.where(sample, probability.astype(object), None)
-        fields["observation_domain"] = np.where(
-            sample, problem.observation_domain.astype(object), None)
+        fields["sample_probability"] = hostjson.Nullable(probability, sample)
+        fields["observation_domain"] = hostjson.Nullable(problem.observation_domain, sample)
     known = hostjson.named(names)  # sorted and quoted once (kept for the next plan)
     rank = known.rank
     n = len(names)

@@ -29,6 +29,13 @@ def test_the_writer_is_compiled():
     assert compiled is not None
 
 
+def compiled_rows(parts, count):
+    """The compiled rows of ``parts`` as ``hostjson._written`` hands them over."""
+    return compiled.rows([(part.text, part.offsets) if isinstance(part, hostjson.Packed)
+                          else tuple(part) if isinstance(part, hostjson.Nullable) else part
+                          for part in parts], count)
+
+
 def python_rows(parts, count):
     return hostjson._rows([part if isinstance(part, bytes) else hostjson._pieces(part)
                            for part in parts], count)
@@ -79,7 +86,8 @@ def parts(draw):
     """Rows' parts of every kind the table hands over, ``count`` rows each."""
     count = draw(st.integers(1, 6))  # a block holds a host at least
     kinds = draw(st.lists(st.sampled_from(["const", "strings", "floats", "ints", "objects",
-                                           "strided", "fixed", "text"]), min_size=1,
+                                           "strided", "fixed", "text", "nullable"]),
+                                 min_size=1,
                                  max_size=6))
     out = []
     for kind in kinds:
@@ -94,6 +102,13 @@ def parts(draw):
         elif kind == "ints":
             out.append(np.asarray(draw(st.lists(INTS, min_size=count, max_size=count)),
                                   dtype=np.int64))
+        elif kind == "nullable":  # numbers, null where absent (hostjson.Nullable)
+            values = draw(st.one_of(
+                st.lists(FLOATS, min_size=count, max_size=count).map(np.asarray),
+                st.lists(INTS, min_size=count, max_size=count).map(
+                    lambda v: np.asarray(v, dtype=np.int64))))
+            present = np.asarray(draw(st.lists(st.booleans(), min_size=count, max_size=count)))
+            out.append(hostjson.Nullable(values, present))
         elif kind == "text":  # strings not yet written: quoted and escaped by the writer
             out.append(draw(st.lists(st.text(max_size=4), min_size=count, max_size=count)))
         elif kind == "fixed":  # each row's JSON padded with NULs (an S array)
@@ -115,7 +130,7 @@ def parts(draw):
 @given(parts())
 def test_rows_are_the_python_rows(drawn):
     given_parts, count = drawn
-    assert compiled.rows(given_parts, count) == python_rows(given_parts, count)
+    assert compiled_rows(given_parts, count) == python_rows(given_parts, count)
 
 
 def test_what_the_compiled_writer_declines():
@@ -132,7 +147,10 @@ def test_what_the_compiled_writer_declines():
                  [b"a"], "text", (b"a", b"b"), ["a", b"b"], ["a", "\ud800"],
                  (b"abc", np.array([0, 2, 1])), (b"abc", np.array([0, 1, 4])),
                  (b"abc", np.array([-1, 1, 2])), (b"abc", np.array([0, 1])),
-                 ("abc", np.array([0, 1, 2])), (b"abc", np.array([0.0, 1.0, 2.0]))):
+                 ("abc", np.array([0, 1, 2])), (b"abc", np.array([0.0, 1.0, 2.0])),
+                 (np.array([1.0, np.nan]), np.array([True, True])),
+                 (np.array([1, 2], dtype=np.int32), np.array([True, True])),
+                 (np.array([1.0, 2.0]), np.array([1, 0])), (np.array([1.0]), np.array([True]))):
         assert compiled.rows([b"{", part, b"}"], two) is None, part
 
 
@@ -155,11 +173,14 @@ def test_tables_written_both_ways_are_orjsons(names, data):
     objects[:] = counts
     mixed = np.empty(n, dtype=object)
     mixed[:] = odd
+    interval = np.asarray(ints, dtype=np.int64)
     fields = {"rate": np.asarray(floats, dtype=float), "count": objects,
+              "interval": hostjson.Nullable(interval, interval > 0),
               "id": np.asarray(ints, dtype=np.int64), "odd": mixed,
               "to": {"name": hostjson.strings(names)}}
     expected = orjson.dumps(
         {name: {"rate": f, "count": c, "id": i, "odd": o, "to": {"name": name}, "zone": z,
+                "interval": i if i > 0 else None,
                 **extras.get(name, {})}
          for name, f, c, i, o, z in zip(names, floats, counts, ints, odd, zones)},
         option=SORTED)
