@@ -21,6 +21,12 @@ is then dropped (JSON text never holds a raw NUL or other control byte), all lis
 apart at a control byte, and given in the table's name order. The names are sorted, ranked and
 quoted once per inventory (``named``). tests/planner/test_plan_bytes_stable.py holds the bytes
 of two plans recorded before these changes.
+
+All that is the Python path. Where the compiled writer (``planner/_hostjson.c``, ``compiled``)
+is built, a block's rows and the objects' lists are written by it straight from the columns
+(numbers, integers, None, strings, per-row JSON), without a Python object per value; it returns
+None on anything unusual, and the Python path then writes the same bytes
+(tests/planner/test_hostjson_compiled.py). ``compiled = None`` forces the Python path.
 """
 
 from __future__ import annotations
@@ -33,15 +39,31 @@ from typing import Any, NamedTuple, Union
 import numpy as np
 import orjson
 
+try:  # the compiled writer (planner/_hostjson.c); None: every table is written in Python
+    from cosample.planner import _hostjson as compiled
+except ImportError:  # pragma: no cover - a host without a compiler
+    compiled = None
+
 SORTED = orjson.OPT_SORT_KEYS
 BLOCK = 4096  # hosts per chunk of the table
 _NONE: Mapping[str, Any] = {}
 _CONSTANTS = {None: b"null", True: b"true", False: b"false"}
 _CUT = b"\x00"  # between the strings of ``strings``: escaped inside any JSON string
 
-#: A column: numbers (None in an object array: null), each row's JSON, or a nested object
-#: whose fields are columns.
-Column = Union[np.ndarray, list[bytes], Mapping[str, "Column"]]
+
+class Nullable(NamedTuple):
+    """A column of numbers, null where ``present`` is False (a host sampling nothing has no
+    interval): the numbers stay in their array (float64 or int64), no Python object each."""
+
+    values: np.ndarray
+    present: np.ndarray
+
+
+#: A column: numbers (None in an object array, or ``Nullable``: null), each row's JSON (a
+#: list, or a ``S`` array padded with NULs), each row's string (a list of ``str``, escaped when
+#: written), or a nested object whose fields are columns.
+Column = Union[np.ndarray, Nullable, list[bytes], list[str], Mapping[str, "Column"]]
+
 #: Rows' text: ``bytes`` the same in every row, or one piece per row.
 Part = Union[bytes, list[bytes]]
 
@@ -96,7 +118,8 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
             n: int, block: int = 16 * BLOCK, rank: np.ndarray | None = None) -> list[bytes]:
     """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
     object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
-    With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order.
+    With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order
+    (from the compiled writer, ``Packed``: all the arrays in that order in one buffer).
 
     The pairs are sorted once and every column read in that order (numbers written, names
     looked up), as fixed-width byte arrays: ``block`` objects at a time are laid side by side
@@ -107,8 +130,18 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
     count = len(owner)
     if count == 0:
         return [b"[]"] * n
+    if compiled is not None and rank is not None and _permutation(rank, n):
+        slots = rank[owner]  # the pairs in the table's order: the arrays written in it
+        order = _pair_order(slots, peer_rank, n)
+        packed = _compiled_lists(slots[order], order, fields, n, None, packed=True)
+        if packed is not None:
+            return Packed(packed[0], np.frombuffer(packed[1], dtype=np.int64), rank)
     order = _pair_order(owner, peer_rank, n)
     owners = owner[order]
+    if compiled is not None and rank is None:
+        lists = _compiled_lists(owners, order, fields, n, None)
+        if lists is not None:
+            return lists
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
     keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
     columns = [_fixed(fields[key], order) for key in sorted(fields)]
@@ -133,6 +166,31 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
     return lists.tolist() if rank is None else Sorted(lists.tolist(), rank)
 
 
+def _permutation(rank: np.ndarray, n: int) -> bool:
+    """Whether ``rank`` gives each of ``n`` owners a position of its own in 0..n-1."""
+    return len(rank) == n and (n == 0 or (int(rank.min()) >= 0 and int(rank.max()) < n and int(
+        np.bincount(rank, minlength=n).max()) == 1))
+
+
+def _compiled_lists(owners: np.ndarray, order: np.ndarray, fields: Mapping[str, Field], n: int,
+                    rank: np.ndarray | None, packed: bool = False
+                    ) -> list[bytes] | tuple[bytes, bytes] | None:
+    """``grouped``'s lists from the compiled writer, each written at once from the columns read
+    in pair ``order`` (``owners``: each pair's owner in that order; ``packed``: all in one
+    buffer, with the int64 offsets where each starts); None: it declined."""
+    keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
+    sources: list[tuple[Any, np.ndarray | None]] = []
+    for key in sorted(fields):  # arrays gathered by numpy (in parallel), lists at an index
+        column = fields[key]
+        table, index = (column.table, column.index[order]) if isinstance(column, Lookup) else (
+            column, order)
+        sources.append((table[index], None) if isinstance(table, np.ndarray)
+                       else (table, np.asarray(index, dtype=np.int64)))
+    return compiled.lists(np.ascontiguousarray(owners, dtype=np.int64), keys, sources, n,
+                          None if rank is None else np.ascontiguousarray(rank, dtype=np.int64),
+                          packed)
+
+
 class Sorted(list):
     """A column of ``grouped(..., rank=...)``: owner ``i``'s array at ``rank[i]`` (the hosts'
     sorted order, the table's), so the table takes it as it is instead of reordering it."""
@@ -142,13 +200,52 @@ class Sorted(list):
         self.rank = rank
 
 
+class Packed:
+    """A column of ``grouped(..., rank=...)`` from the compiled writer: every owner's array in
+    the table's order (``rank``, as ``Sorted``) in one buffer, row ``j`` being
+    ``text[offsets[j]:offsets[j + 1]]``: no ``bytes`` object per host."""
+
+    __slots__ = ("text", "offsets", "rank")
+
+    def __init__(self, text: bytes, offsets: np.ndarray, rank: np.ndarray | None) -> None:
+        self.text, self.offsets, self.rank = text, offsets, rank
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):  # rows first..last, the same buffer
+            first, last, step = key.indices(len(self))
+            if step != 1:
+                raise ValueError("Packed: a slice with a step")
+            return Packed(self.text, self.offsets[first:max(first, last) + 1], None)
+        index = range(len(self))[key]  # IndexError beyond the rows
+        return self.text[int(self.offsets[index]):int(self.offsets[index + 1])]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.tolist())
+
+    def tolist(self) -> list[bytes]:
+        bounds = self.offsets.tolist()
+        return [self.text[first:last] for first, last in zip(bounds, bounds[1:])]
+
+
 def _pair_order(owner: np.ndarray, peer_rank: np.ndarray, n: int) -> np.ndarray:
-    """The pairs by owner, then peer rank (``np.lexsort``'s stable order): one stable sort of
-    a single 64-bit key, about half lexsort's time, while ``n * n`` fits in one."""
+    """The pairs by owner, then peer rank (``np.lexsort``'s stable order): one sort of a single
+    64-bit key, while ``n * n`` fits in one. Keys already increasing are left in place; others
+    take numpy's default sort (SIMD, a quarter of the stable sort's time on 8·10^5 random
+    keys), which is the stable order unless a key repeats, and the stable sort if one does."""
     span = max(n, int(peer_rank.max()) + 1, int(owner.max()) + 1)
     if span >= 2**31 or peer_rank.min() < 0 or owner.min() < 0:
         return np.lexsort((peer_rank, owner))
-    return np.argsort(owner.astype(np.int64) * span + peer_rank, kind="stable")
+    key = owner.astype(np.int64) * span + peer_rank
+    if bool((key[1:] > key[:-1]).all()):
+        return np.arange(len(key))
+    order = np.argsort(key)
+    ordered = key[order]
+    if bool((ordered[1:] > ordered[:-1]).all()):
+        return order
+    return np.argsort(key, kind="stable")
 
 
 #: Widest piece (bytes) ``grouped`` lays out in fixed width.
@@ -255,10 +352,10 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
             run[key] = (start, values(list(map(itemgetter(key), extra))))
         for first in range(start, end, block):
             last = min(first + block, end)
-            parts: list[Part] = [b",", quoted[first:last], b":"]
+            parts: list[Part | np.ndarray] = [b",", quoted[first:last], b":"]
             parts += _object({key: _slice(column, first - offset, last - offset)
                               for key, (offset, column) in run.items()})
-            chunks.append(_rows(parts, last - first))
+            chunks.append(_written(parts, last - first))
     chunks[0] = b"{" + chunks[0][1:]  # no comma before the first entry
     chunks.append(b"}")
     return chunks
@@ -319,7 +416,9 @@ def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
 def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
     if isinstance(column, np.ndarray):
         return column[index]
-    if isinstance(column, Sorted):
+    if isinstance(column, Nullable):
+        return Nullable(column.values[index], column.present[index])
+    if isinstance(column, (Sorted, Packed)):
         if len(index) == len(column) and np.array_equal(column.rank[index],
                                                         np.arange(len(column))):
             return column  # already in this order (the table's own)
@@ -332,6 +431,8 @@ def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
 def _slice(column: Column, first: int, last: int) -> Column:
     if isinstance(column, Mapping):
         return {key: _slice(inner, first, last) for key, inner in column.items()}
+    if isinstance(column, Nullable):
+        return Nullable(column.values[first:last], column.present[first:last])
     return column[first:last]
 
 
@@ -352,34 +453,55 @@ def _runs(extras: list[Mapping[str, Any]] | None, n: int
         yield start, end, extras[start:end]
 
 
-def values(items: list[Any]) -> list[bytes]:
-    """Each value's JSON: strings escaped at once, one string throughout serialised once."""
+def values(items: list[Any]) -> list[bytes] | list[str]:
+    """Each value's JSON: strings escaped at once, one string throughout serialised once;
+    with the compiled writer, strings as they are (it escapes them as it writes them)."""
     first = items[0]
     if type(first) is str and items.count(first) == len(items):
         return [value(first)] * len(items)
     if set(map(type, items)) == {str}:
-        return strings(items)
+        return strings(items) if compiled is None else items
     return [value(item) for item in items]
 
 
-def _object(fields: Mapping[str, Column]) -> list[Part]:
-    """The parts of one JSON object per row, its fields in sorted order."""
-    parts: list[Part] = [b"{"]
+def _object(fields: Mapping[str, Column]) -> list[Part | np.ndarray]:
+    """The parts of one JSON object per row, its fields in sorted order (number columns still
+    as arrays: ``_written`` writes them)."""
+    parts: list[Part | np.ndarray] = [b"{"]
     for k, key in enumerate(sorted(fields)):
         parts.append((b"," if k else b"") + value(key) + b":")
         column = fields[key]
-        parts += _object(column) if isinstance(column, Mapping) else [_pieces(column)]
+        parts += _object(column) if isinstance(column, Mapping) else [column]
     parts.append(b"}")
     return parts
 
 
-def _pieces(column: np.ndarray | list[bytes]) -> Part:
+def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
+    """``count`` rows of ``parts`` (number columns as arrays): by the compiled writer, or, when
+    it is absent or declines, each column serialised here (``_pieces``) and joined (``_rows``):
+    the same bytes (tests/planner/test_hostjson_compiled.py)."""
+    if compiled is not None:
+        text = compiled.rows([(part.text, part.offsets) if isinstance(part, Packed)
+                              else tuple(part) if isinstance(part, Nullable) else part
+                              for part in parts], count)
+        if text is not None:
+            return text
+    return _rows([part if isinstance(part, bytes) else _pieces(part) for part in parts], count)
+
+
+def _pieces(column: np.ndarray | list[bytes] | list[str] | Packed | Nullable) -> Part:
     """Each row's JSON of ``column``; one ``bytes`` if it is the same in every row."""
+    if isinstance(column, Packed):
+        column = column.tolist()
+    elif isinstance(column, Nullable):
+        column = np.where(column.present, column.values.astype(object), None)
     if isinstance(column, np.ndarray):
         if column.dtype == np.float64 and (column.view(np.int64) == column.view(np.int64)[0]
                                            ).all():
             return numbers([column[0].item()])[0]  # bit for bit one number (not 0.0 and -0.0)
-        column = numbers(column.tolist())
+        column = column.tolist() if column.dtype.kind == "S" else numbers(column.tolist())
+    elif type(column[0]) is str:  # strings, not yet written (``values``)
+        column = strings(column)
     first = column[0]
     if column[-1] != first or column[len(column) // 2] != first:  # varies: no full count
         return column

@@ -168,18 +168,17 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
         off = (interval == 0) if probability is None else (interval == 0) & (probability == 0)
         interval = np.where(off, floor, interval)
         local = np.where(off, 1.0 / floor, local)
-    quoted = {role: hostjson.value(role) for role in ("receiver", "sender", "idle")}
+    quoted = np.array([hostjson.value(role) for role in ("receiver", "sender", "idle")])
     fields: dict[str, Any] = {
         "local_rate": significant(local, names, "local_rate"),
-        "sflow_sampling": np.where(interval > 0, interval.astype(object), None),
-        "role": [quoted[role] for role in roles.tolist()]}
+        "sflow_sampling": hostjson.Nullable(interval, interval > 0),
+        "role": quoted[(roles == "sender") + 2 * (roles == "idle")]}  # each row's JSON
     if probability is not None:  # only when a server may use it: other plans byte-identical
         sample = probability > 0
-        fields["local_mechanism"] = [hostjson.value("sample") if s else hostjson.value("sflow")
-                                     for s in sample.tolist()]
-        fields["sample_probability"] = np.where(sample, probability.astype(object), None)
-        fields["observation_domain"] = np.where(
-            sample, problem.observation_domain.astype(object), None)
+        fields["local_mechanism"] = np.where(sample, hostjson.value("sample"),
+                                             hostjson.value("sflow"))
+        fields["sample_probability"] = hostjson.Nullable(probability, sample)
+        fields["observation_domain"] = hostjson.Nullable(problem.observation_domain, sample)
     known = hostjson.named(names)  # sorted and quoted once (kept for the next plan)
     rank = known.rank
     n = len(names)
@@ -188,8 +187,9 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
     rate = significant(pps / own[src], None, "mirrors.rate")
-    written = hostjson.fixed(hostjson.numbers(rate.tolist()))  # for both lists (never None:
-    rate = rate if written is None else written                 # a number is short)
+    if hostjson.compiled is None:  # written once for both lists (never None: a number is short)
+        written = hostjson.fixed(hostjson.numbers(rate.tolist()))
+        rate = rate if written is None else written
     fields["mirrors"] = hostjson.grouped(src, rank[dst], {
         "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)
     fields["receives"] = hostjson.grouped(dst, rank[src], {

@@ -99,29 +99,11 @@ HT_FN int decompose(const char *s, Py_ssize_t len, char *digits, int *e10) {
     return count;
 }
 
-/* orjson's text of a finite double, into ``out`` (at least 40 bytes); its length, -1 on
-   failure. ``text``: a text that reads as ``x`` (NULL: none), used for its digits when it has
-   at most 15 significant digits. */
-HT_FN int format_double(double x, const char *text, Py_ssize_t text_len, char *out) {
-    char digits[MAX_DIGITS];
-    int e10 = 0, count = -1, len = 0;
-    if (x == 0) {
-        if (signbit(x)) out[len++] = '-';
-        memcpy(out + len, "0.0", 3);
-        return len + 3;
-    }
-    if (text != NULL) {
-        count = decompose(text, text_len, digits, &e10);
-        if (count > 15 || e10 < -300 || e10 > 300) count = -1;
-    }
-    if (count <= 0) {
-        char *repr = PyOS_double_to_string(x, 'r', 0, 0, NULL);
-        if (repr == NULL) { PyErr_Clear(); return -1; }
-        count = decompose(repr, (Py_ssize_t)strlen(repr), digits, &e10);
-        PyMem_Free(repr);
-        if (count <= 0 || count > 17) return -1;
-    }
-    if (x < 0) out[len++] = '-';
+/* a nonzero double's text as orjson lays it out, from its shortest significant ``digits``
+   (``count``, no trailing zeros) and the decimal exponent of the first (``e10``) */
+HT_FN int layout_double(int negative, const char *digits, int count, int e10, char *out) {
+    int len = 0;
+    if (negative) out[len++] = '-';
     if (e10 >= -5 && e10 < 16) {
         if (e10 < 0) {
             memcpy(out + len, "0.", 2);
@@ -152,6 +134,31 @@ HT_FN int format_double(double x, const char *text, Py_ssize_t text_len, char *o
     }
     len += snprintf(out + len, 8, "e%c%d", e10 > 0 ? '+' : '-', e10 > 0 ? e10 : -e10);
     return len;
+}
+
+/* orjson's text of a finite double, into ``out`` (at least 40 bytes); its length, -1 on
+   failure. ``text``: a text that reads as ``x`` (NULL: none), used for its digits when it has
+   at most 15 significant digits. */
+HT_FN int format_double(double x, const char *text, Py_ssize_t text_len, char *out) {
+    char digits[MAX_DIGITS];
+    int e10 = 0, count = -1, len = 0;
+    if (x == 0) {
+        if (signbit(x)) out[len++] = '-';
+        memcpy(out + len, "0.0", 3);
+        return len + 3;
+    }
+    if (text != NULL) {
+        count = decompose(text, text_len, digits, &e10);
+        if (count > 15 || e10 < -300 || e10 > 300) count = -1;
+    }
+    if (count <= 0) {
+        char *repr = PyOS_double_to_string(x, 'r', 0, 0, NULL);
+        if (repr == NULL) { PyErr_Clear(); return -1; }
+        count = decompose(repr, (Py_ssize_t)strlen(repr), digits, &e10);
+        PyMem_Free(repr);
+        if (count <= 0 || count > 17) return -1;
+    }
+    return layout_double(x < 0, digits, count, e10, out);
 }
 
 /* a number, true or false as Python compares them (True == 1, False == 0.0); 0: cannot tell
