@@ -136,7 +136,9 @@ def test_solver_equals_brute_force_over_n_and_k(dc, margin):
     sflow_n = applied.sflow_sampling[senders(problem)]
     if len(able(problem)) <= 1 and np.all(sflow_n <= N_MAX):
         assert relative(solution.objective, best) < 1e-7
-    assert solution.bounds.applied >= best * (1 - 1e-9) - 1e-6
+    # within the MILP's own tolerance (HiGHS's primal feasibility, 1e-7: an amount over the
+    # room by that much is trimmed after it; 9e-8 below brute force in one example)
+    assert solution.bounds.applied >= best * (1 - 1e-7) - 1e-6
     # the plan as applied is what the solver chose: realise changes nothing
     assert relative(weighted_applied(problem, solution), solution.objective) < 1e-9
     assert solution.bounds.applied <= solution.bounds.envelope * (1 + 1e-9) + 1e-6
