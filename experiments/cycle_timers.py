@@ -1,0 +1,112 @@
+"""Where a controller cycle's CPU goes, by function: ``bench_controller``'s three cycles (publish,
+keep, publish two phases after the traffic moved) in this process, with the functions below
+timed (CPU seconds, summed over the cycles) and printed after the cycles' own step timings.
+
+The functions are the publishing cycle's parts that its step timings do not split: the plan's
+host table (``planfile._host_table``, and in it ``hostjson``'s rows and lists), the plan set's
+phase 1 (``transition.plan_set``), the slices (``slicebuild._compiled_views``, the HTTP
+target's ``publish``), signing, the state's copy and the report. A function called inside
+another is counted in both. The wrappers cost a call each, nothing per host.
+
+    python -m cosample.experiments.cycle_timers [--servers 1000000] [--directory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+#: (module, attribute path): what is timed.
+TIMED = (
+    ("cosample.controller.loop", "Controller._publish"),
+    ("cosample.controller.loop", "Controller._record_report"),
+    ("cosample.controller.publish", "HttpTarget.publish"),
+    ("cosample.controller.publish", "DirectoryTarget.publish"),
+    ("cosample.controller.publish", "compact_json"),
+    ("cosample.controller.publish", "sign_bytes"),
+    ("cosample.controller.store", "Store.record"),
+    ("cosample.controller.store", "Store.record_report"),
+    ("cosample.plan.transition", "plan_set"),
+    ("cosample.controller.publish", "build_slices"),
+    ("cosample.plan.slicebuild", "_compiled_views"),
+    ("cosample.planner.planfile", "_host_table"),
+    ("cosample.controller.replan", "host_report"),
+    ("cosample.planner.hostjson", "table"),
+    ("cosample.planner.hostjson", "grouped"),
+)
+
+
+def install(timed: tuple[tuple[str, str], ...] = TIMED) -> dict[str, float]:
+    """Wrap each function of ``timed`` where it is looked up; their CPU seconds accumulate in
+    the returned dict (by ``module.attribute``)."""
+    totals: dict[str, float] = defaultdict(float)
+    for module_name, path in timed:
+        owner: Any = importlib.import_module(module_name)
+        *parents, name = path.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        setattr(owner, name, _timed(getattr(owner, name),
+                                    f"{module_name.rsplit('.', 1)[-1]}.{path}", totals))
+    return totals
+
+
+def _timed(function: Callable, label: str, totals: dict[str, float]) -> Callable:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            totals[label] += time.process_time() - started
+    return wrapper
+
+
+def run(servers: int, serve: bool = True) -> tuple[list[dict], dict[str, float]]:
+    """The three cycles on a fresh snapshot of ``servers``, in this process (memory kept as
+    ``controller run`` keeps it): their rows and the timed functions' totals."""
+    from cosample.controller.memory import keep_memory
+    from cosample.experiments import bench_controller
+
+    keep_memory()
+    totals = install()
+    folder = Path(tempfile.mkdtemp(prefix="cycle-timers-"))
+    try:
+        bench_controller.write_snapshot(servers, folder / "snap.json",
+                                        datetime.now(timezone.utc).replace(microsecond=0))
+        rows = bench_controller.measure(servers, folder, "binary", True, serve)["rows"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows, dict(totals)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=1_000_000)
+    parser.add_argument("--directory", action="store_true",
+                        help="the folder target (a file per host's slice) instead of --serve's")
+    args = parser.parse_args(argv)
+    if args.servers < 10:
+        parser.error("--servers: at least 10")
+    rows, totals = run(args.servers, serve=not args.directory)
+    for row in rows:
+        steps = " ".join(f"{key[:-4]} {row[key]:.3f}" for key in row if key.endswith("_cpu"))
+        print(f"cycle {row['cycle']} ({row['result']}{', two phases' if row['two_phase'] else ''})"
+              f": CPU {row['cpu_seconds']:.3f} s: {steps}")
+    print("functions, CPU seconds over the cycles:")
+    for label, seconds in sorted(totals.items(), key=lambda item: -item[1]):
+        print(f"  {seconds:8.3f}  {label}")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
