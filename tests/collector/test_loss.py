@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cosample.collector.loss import REORDER_SAMPLES, LossTracker
+from cosample.collector.loss import LossTracker
 from sflow_corpus import TEMPLATES, estimate, stream, template
 
 DATAGRAMS = 200

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cosample.plan import merkle, packed, slicebuild
+from cosample.plan import merkle, slicebuild
 from cosample.plan.packed import Names, Views
 
 _slices = slicebuild._slices
