@@ -5,8 +5,8 @@ inventory's extras of the controller benchmark (``bridge``, one value throughout
 ``tunnel_ip``, one per server: ``bench_controller._inventory``), with the exact solver as the
 controller does (``solve(dc, "exact", margin=0.0)``) and then builds the document
 the controller publishes (``build_plan(..., lazy_hosts=True, report=False)``, its host table kept
-as bytes) ``--repeats`` times with each writer, alternating: ``hostjson.compiled`` (the C writer,
-planner/_hostjson.c) and the same with ``hostjson.compiled = None`` (every column serialised in
+as bytes) ``--repeats`` times with each writer, alternating: ``jsonpieces.compiled`` (the C writer,
+planner/_hostjson.c) and the same with ``jsonpieces.compiled = None`` (every column serialised in
 Python). It prints the median CPU of each, their ratio, and whether the two documents' host
 tables are the same bytes (they must be). ``--baseline REV`` times a third writer in the same
 rounds: ``planner/planfile.py`` and ``planner/hostjson.py`` as they are at the git revision REV
@@ -28,7 +28,7 @@ import types
 from pathlib import Path
 
 from cosample.experiments.bench_planner import random_datacentre
-from cosample.planner import hostjson, planfile
+from cosample.planner import jsonpieces, planfile
 from cosample.planner.extras import ExtraColumns
 from cosample.planner.solvers import solve
 
@@ -66,7 +66,7 @@ def measure(servers: int, repeats: int, revision: str | None = None) -> dict:
         "bridge": ["br-int"] * servers,
         "tunnel_ip": [f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}" for i in range(servers)]}))
     solution = solve(dc, "exact", margin=0.0)
-    compiled = hostjson.compiled
+    compiled = jsonpieces.compiled
     writers = [("compiled", compiled, planfile), ("python", None, planfile)]
     if revision is not None:
         writers.append(("baseline", compiled, baseline(revision)))
@@ -75,13 +75,13 @@ def measure(servers: int, repeats: int, revision: str | None = None) -> dict:
     try:
         for _ in range(repeats):
             for label, writer, module in writers:
-                hostjson.compiled = writer
+                jsonpieces.compiled = writer
                 cpu = time.process_time()
                 plan = module.build_plan(dc, solution, lazy_hosts=True, report=False)
                 seconds[label].append(time.process_time() - cpu)
                 tables[label] = b"".join(plan["hosts"].chunks)
     finally:
-        hostjson.compiled = compiled
+        jsonpieces.compiled = compiled
     medians = {label: statistics.median(values) for label, values in seconds.items()}
     row = {"servers": servers, "compiled_s": round(medians["compiled"], 3),
            "python_s": round(medians["python"], 3),
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="REV",
                         help="also time planfile.py and hostjson.py of this git revision")
     args = parser.parse_args(argv)
-    if hostjson.compiled is None:
+    if jsonpieces.compiled is None:
         parser.error("the compiled writer (cosample.planner._hostjson) is not built")
     print("servers  build_plan CPU compiled  python  python/compiled"
           + ("  baseline  baseline/compiled" if args.baseline else "")

@@ -41,7 +41,7 @@ TIMED = (
     ("cosample.planner.planfile", "_host_table"),
     ("cosample.controller.replan", "host_report"),
     ("cosample.planner.hostjson", "table"),
-    ("cosample.planner.hostjson", "grouped"),
+    ("cosample.planner.hostlists", "grouped"),
 )
 
 

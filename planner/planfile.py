@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from cosample.planner import hostjson
+from cosample.planner import hostjson, hostlists, jsonpieces
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.extras import ExtraColumns
 from cosample.planner.planbytes import HostTable, plan_id
@@ -168,15 +168,15 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
         off = (interval == 0) if probability is None else (interval == 0) & (probability == 0)
         interval = np.where(off, floor, interval)
         local = np.where(off, 1.0 / floor, local)
-    quoted = np.array([hostjson.value(role) for role in ("receiver", "sender", "idle")])
+    quoted = np.array([jsonpieces.value(role) for role in ("receiver", "sender", "idle")])
     fields: dict[str, Any] = {
         "local_rate": significant(local, names, "local_rate"),
         "sflow_sampling": hostjson.Nullable(interval, interval > 0),
         "role": quoted[(roles == "sender") + 2 * (roles == "idle")]}  # each row's JSON
     if probability is not None:  # only when a server may use it: other plans byte-identical
         sample = probability > 0
-        fields["local_mechanism"] = np.where(sample, hostjson.value("sample"),
-                                             hostjson.value("sflow"))
+        fields["local_mechanism"] = np.where(sample, jsonpieces.value("sample"),
+                                             jsonpieces.value("sflow"))
         fields["sample_probability"] = hostjson.Nullable(probability, sample)
         fields["observation_domain"] = hostjson.Nullable(problem.observation_domain, sample)
     known = hostjson.named(names)  # sorted and quoted once (kept for the next plan)
@@ -187,13 +187,13 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     sent = pps > 0
     src, dst, pps = src[sent], dst[sent], pps[sent]
     rate = significant(pps / own[src], None, "mirrors.rate")
-    if hostjson.compiled is None:  # written once for both lists (never None: a number is short)
-        written = hostjson.fixed(hostjson.numbers(rate.tolist()))
+    if jsonpieces.compiled is None:  # written once for both lists (never None: a number is short)
+        written = jsonpieces.fixed(jsonpieces.numbers(rate.tolist()))
         rate = rate if written is None else written
-    fields["mirrors"] = hostjson.grouped(src, rank[dst], {
-        "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)
-    fields["receives"] = hostjson.grouped(dst, rank[src], {
-        "from": hostjson.Lookup(quoted_names, src), "rate": rate,
+    fields["mirrors"] = hostlists.grouped(src, rank[dst], {
+        "to": hostlists.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)
+    fields["receives"] = hostlists.grouped(dst, rank[src], {
+        "from": hostlists.Lookup(quoted_names, src), "rate": rate,
         "pps": significant(pps, None, "receives.pps")}, n, rank=rank)
     if appmon is not None:  # only with services: plans without them stay byte-identical
         fields["appmon"] = appmon
@@ -202,8 +202,8 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
         src, dst, rate = _planned_mirrors(problem, applied)
         fields["planned"] = {
             "local_rate": significant(applied.planned_rate, names, "planned_rate"),
-            "mirrors": hostjson.grouped(src, rank[dst], {
-                "to": hostjson.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)}
+            "mirrors": hostlists.grouped(src, rank[dst], {
+                "to": hostlists.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)}
     extras = dc.server_extras
     if isinstance(extras, ExtraColumns):  # a field every server gives is one more column
         complete = extras.complete()

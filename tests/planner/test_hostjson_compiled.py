@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cosample.planner import hostjson
+from cosample.planner import hostjson, hostlists, jsonpieces
 from cosample.planner.planfile import significant
 
-compiled = hostjson.compiled
+compiled = jsonpieces.compiled
 SORTED = orjson.OPT_SORT_KEYS
 
 
@@ -31,13 +31,13 @@ def test_the_writer_is_compiled():
 
 def compiled_rows(parts, count):
     """The compiled rows of ``parts`` as ``hostjson._written`` hands them over."""
-    return compiled.rows([(part.text, part.offsets) if isinstance(part, hostjson.Packed)
+    return compiled.rows([(part.text, part.offsets) if isinstance(part, hostlists.Packed)
                           else tuple(part) if isinstance(part, hostjson.Nullable) else part
                           for part in parts], count)
 
 
 def python_rows(parts, count):
-    return hostjson._rows([part if isinstance(part, bytes) else hostjson._pieces(part)
+    return jsonpieces.interleaved([part if isinstance(part, bytes) else hostjson._pieces(part)
                            for part in parts], count)
 
 
@@ -94,7 +94,7 @@ def parts(draw):
         if kind == "const":
             out.append(draw(st.sampled_from([b",", b'"a":', b"{", b"}", b""])))
         elif kind == "strings":
-            out.append(hostjson.strings(draw(st.lists(st.text(max_size=4), min_size=count,
+            out.append(jsonpieces.strings(draw(st.lists(st.text(max_size=4), min_size=count,
                                                       max_size=count))))
         elif kind == "floats":
             out.append(np.asarray(draw(st.lists(FLOATS, min_size=count, max_size=count)),
@@ -112,7 +112,7 @@ def parts(draw):
         elif kind == "text":  # strings not yet written: quoted and escaped by the writer
             out.append(draw(st.lists(st.text(max_size=4), min_size=count, max_size=count)))
         elif kind == "fixed":  # each row's JSON padded with NULs (an S array)
-            out.append(np.array(hostjson.strings(draw(st.lists(
+            out.append(np.array(jsonpieces.strings(draw(st.lists(
                 st.text(max_size=4), min_size=count, max_size=count))), dtype=bytes))
         elif kind == "objects":
             items = draw(st.lists(st.one_of(st.none(), INTS, FLOATS), min_size=count,
@@ -177,7 +177,7 @@ def test_tables_written_both_ways_are_orjsons(names, data):
     fields = {"rate": np.asarray(floats, dtype=float), "count": objects,
               "interval": hostjson.Nullable(interval, interval > 0),
               "id": np.asarray(ints, dtype=np.int64), "odd": mixed,
-              "to": {"name": hostjson.strings(names)}}
+              "to": {"name": jsonpieces.strings(names)}}
     expected = orjson.dumps(
         {name: {"rate": f, "count": c, "id": i, "odd": o, "to": {"name": name}, "zone": z,
                 "interval": i if i > 0 else None,
@@ -188,12 +188,12 @@ def test_tables_written_both_ways_are_orjsons(names, data):
         if n:
             fields["zone"] = hostjson.values(zones)  # as planfile gives a complete extra
         assert b"".join(hostjson.table(names, fields, extras, block=3)) == expected
-        hostjson.compiled = None
+        jsonpieces.compiled = None
         if n:
             fields["zone"] = hostjson.values(zones)
         assert b"".join(hostjson.table(names, fields, extras, block=3)) == expected
     finally:
-        hostjson.compiled = compiled
+        jsonpieces.compiled = compiled
 
 
 @settings(max_examples=300, deadline=None)
@@ -209,29 +209,29 @@ def test_grouped_lists_are_the_python_ones(n, data):
                                          max_size=count)), dtype=np.int64)
     names = data.draw(st.lists(st.one_of(st.text(max_size=4), st.just("w" * 300)),
                                min_size=n, max_size=n, unique=True))
-    quoted = hostjson.strings(names)
-    table = data.draw(st.sampled_from([quoted, hostjson.fixed(quoted)]))
+    quoted = jsonpieces.strings(names)
+    table = data.draw(st.sampled_from([quoted, jsonpieces.fixed(quoted)]))
     table = quoted if table is None else table
     floats = np.asarray(data.draw(st.lists(FLOATS, min_size=count, max_size=count)), dtype=float)
-    fields = {"to": hostjson.Lookup(table, peer), "rate": floats,
-              "written": hostjson.fixed(hostjson.numbers(floats.tolist())),
-              "tag": hostjson.strings(data.draw(st.lists(st.text(max_size=3), min_size=count,
+    fields = {"to": hostlists.Lookup(table, peer), "rate": floats,
+              "written": jsonpieces.fixed(jsonpieces.numbers(floats.tolist())),
+              "tag": jsonpieces.strings(data.draw(st.lists(st.text(max_size=3), min_size=count,
                                                          max_size=count)))}
     rank = data.draw(st.one_of(st.none(), st.permutations(range(n)).map(
         lambda p: np.asarray(p, dtype=np.int64))))
     peer_rank = np.argsort(np.argsort(names, kind="stable")).astype(np.int64)[peer]
     if count:  # the compiled writer wrote them (it declines nothing here)
-        order = hostjson._pair_order(owner, peer_rank, n)
-        assert hostjson._compiled_lists(owner[order], order, fields, n, None) is not None
-    got = hostjson.grouped(owner, peer_rank, fields, n, rank=rank)
+        order = hostlists._pair_order(owner, peer_rank, n)
+        assert hostlists._compiled_lists(owner[order], order, fields, n, None) is not None
+    got = hostlists.grouped(owner, peer_rank, fields, n, rank=rank)
     try:
-        hostjson.compiled = None
-        expected = hostjson.grouped(owner, peer_rank, fields, n, rank=rank)
+        jsonpieces.compiled = None
+        expected = hostlists.grouped(owner, peer_rank, fields, n, rank=rank)
     finally:
-        hostjson.compiled = compiled
+        jsonpieces.compiled = compiled
     assert list(got) == list(expected) and len(got) == len(expected) == n
-    if isinstance(expected, hostjson.Sorted):  # with a rank, in the table's order
-        assert isinstance(got, hostjson.Packed) and np.array_equal(got.rank, expected.rank)
+    if isinstance(expected, hostlists.Sorted):  # with a rank, in the table's order
+        assert isinstance(got, hostlists.Packed) and np.array_equal(got.rank, expected.rank)
         assert [got[k] for k in range(n)] == expected
         assert got[1:n].tolist() == expected[1:n]
         if n > 1:  # a block of the table: rows 1..n-1 of the column
@@ -275,5 +275,5 @@ def test_pairs_are_ordered_as_lexsort_orders_them(n, data):
         pairs.sort()
     owner = np.asarray([o for o, _ in pairs], dtype=np.int64)
     peer_rank = np.asarray([p for _, p in pairs], dtype=np.int64)
-    assert np.array_equal(hostjson._pair_order(owner, peer_rank, n),
+    assert np.array_equal(hostlists._pair_order(owner, peer_rank, n),
                           np.lexsort((peer_rank, owner)))

@@ -6,7 +6,7 @@ as ``cosample plan`` writes it (with the per-host report, some hosts with extras
 the SHA-256 of each document's compact bytes (the solve time set to 0), of the per-host report
 and of the report's busiest hosts were recorded with the writer at 7c5572d (before the mirror
 lists were laid out as byte arrays), so any change to a byte of the canonical output fails
-here, on both of ``hostjson.grouped``'s paths (fixed width, and piece by piece). The per-host
+here, on both of ``hostlists.grouped``'s paths (fixed width, and piece by piece). The per-host
 reference writer in test_planfile_columns.py checks the same tables field by field.
 """
 
@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from cosample.experiments.bench_planner import random_datacentre
-from cosample.planner import hostjson
+from cosample.planner import hostjson, hostlists, jsonpieces
 from cosample.planner.extras import ExtraColumns
 from cosample.planner.planfile import build_plan, host_report
 from cosample.planner.planbytes import compact_json
@@ -77,7 +77,7 @@ def test_the_controllers_plan_has_the_same_bytes(controller_plan):
     assert _digest(host_report(solution, plan)) == CONTROLLER_REPORT
 
 
-@pytest.mark.parametrize("wide", [hostjson.WIDE, 0])
+@pytest.mark.parametrize("wide", [jsonpieces.WIDE, 0])
 def test_the_reported_plan_has_the_same_bytes(wide, monkeypatch):
     monkeypatch.setattr(hostjson, "WIDE", wide)
     dc = _datacentre(partial=True)
@@ -101,4 +101,4 @@ def test_pairs_are_ordered_as_lexsort_orders_them(n):
     rng = np.random.default_rng(3)
     owner = rng.integers(0, min(n, 40), size=500)
     peer = rng.integers(0, min(n, 40), size=500)  # repeated pairs too: the order is stable
-    assert np.array_equal(hostjson._pair_order(owner, peer, n), np.lexsort((peer, owner)))
+    assert np.array_equal(hostlists._pair_order(owner, peer, n), np.lexsort((peer, owner)))

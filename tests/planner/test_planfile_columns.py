@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cosample.planner import solve
+from cosample.planner import hostlists, jsonpieces, solve
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner import hostjson
@@ -154,11 +154,11 @@ def test_host_table_is_orjson_of_the_dicts(names, data):
     same = data.draw(st.lists(st.sampled_from([0.0, -0.0, 1.5]), min_size=n, max_size=n))
     extras = {name: data.draw(st.dictionaries(EXTRA_KEYS, EXTRA_VALUES, max_size=3))
               for name in names if data.draw(st.booleans())}
-    fields = {"alpha": hostjson.numbers(floats), "beta": np.asarray(floats, dtype=float),
+    fields = {"alpha": jsonpieces.numbers(floats), "beta": np.asarray(floats, dtype=float),
               "margin": np.asarray(same, dtype=float),
               "sflow_sampling": np.array(counts, dtype=object),
-              "role": hostjson.strings(["sender"] * n),
-              "mirrors": {"to": hostjson.strings(names), "rate": hostjson.numbers(floats),
+              "role": jsonpieces.strings(["sender"] * n),
+              "mirrors": {"to": jsonpieces.strings(names), "rate": jsonpieces.numbers(floats),
                           "inner": {"k": np.asarray(same, dtype=float)}}}
     expected = {name: {"alpha": f, "beta": f, "margin": m, "sflow_sampling": c,
                        "role": "sender", "mirrors": {"to": name, "rate": f, "inner": {"k": m}},
@@ -171,17 +171,17 @@ def test_host_table_is_orjson_of_the_dicts(names, data):
 
 @pytest.mark.parametrize("names", [["a", "b\\u0000c", "d"], ["a\x00", "b"], ["\\", "\\u0000"], ["é", "\n"]])
 def test_strings_are_orjsons(names):
-    assert hostjson.strings(names) == [orjson.dumps(name) for name in names]
+    assert jsonpieces.strings(names) == [orjson.dumps(name) for name in names]
 
 
 def test_grouped_lists_follow_the_peer_order():
     owner, peer = np.array([2, 0, 2, 2]), np.array([5, 1, 3, 4])
     fields = {"to": [b'"a"', b'"b"', b'"c"', b'"d"'], "rate": [b"1", b"2", b"3", b"4"]}
-    assert hostjson.grouped(owner, peer, fields, 4) == [
+    assert hostlists.grouped(owner, peer, fields, 4) == [
         b'[{"rate":2,"to":"b"}]', b"[]",
         b'[{"rate":3,"to":"c"},{"rate":4,"to":"d"},{"rate":1,"to":"a"}]', b"[]"]
-    assert hostjson.grouped(owner[:0], peer[:0], {"to": [], "rate": []}, 2) == [b"[]", b"[]"]
-    assert hostjson.grouped(np.array([1]), np.array([0]), {}, 2) == [b"[]", b"[{}]"]
+    assert hostlists.grouped(owner[:0], peer[:0], {"to": [], "rate": []}, 2) == [b"[]", b"[]"]
+    assert hostlists.grouped(np.array([1]), np.array([0]), {}, 2) == [b"[]", b"[{}]"]
 
 
 def test_floor_samples_hosts_that_sample_nothing():
