@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from cosample.experiments.bench_planner import random_datacentre
-from cosample.planner import hostjson, hostlists, jsonpieces
+from cosample.planner import hostlists, jsonpieces
 from cosample.planner.extras import ExtraColumns
 from cosample.planner.planfile import build_plan, host_report
 from cosample.planner.planbytes import compact_json
@@ -62,7 +62,7 @@ def _document(plan) -> bytes:
 @pytest.fixture(params=["fixed width", "pieces"])
 def controller_plan(request, monkeypatch):
     if request.param == "pieces":  # every name too wide to lay out at once: the other path
-        monkeypatch.setattr(hostjson, "WIDE", 0)
+        monkeypatch.setattr(jsonpieces, "WIDE", 0)
     dc = _datacentre(partial=False)
     solution = solve(dc, "exact")
     plan = build_plan(dc, solution, created=CREATED, valid_for=timedelta(hours=1), version=0,
@@ -79,7 +79,7 @@ def test_the_controllers_plan_has_the_same_bytes(controller_plan):
 
 @pytest.mark.parametrize("wide", [jsonpieces.WIDE, 0])
 def test_the_reported_plan_has_the_same_bytes(wide, monkeypatch):
-    monkeypatch.setattr(hostjson, "WIDE", wide)
+    monkeypatch.setattr(jsonpieces, "WIDE", wide)
     dc = _datacentre(partial=True)
     solution = solve(dc, "exact")
     plan = build_plan(dc, solution, created=CREATED, version=7, lazy_hosts=True)
