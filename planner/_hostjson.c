@@ -171,8 +171,9 @@ static void release(part_t *parts, int count) {
     }
 }
 
-/* a one-dimensional buffer of ``rows`` items, its format without a native byte-order prefix
-   (NULL: not such a buffer; no error set) */
+/* a one-dimensional buffer of ``rows`` items (any number: ``rows`` < 0), its format without a
+   native byte-order prefix (NULL: not such a buffer; no error set); ``*has``: ``view`` is held
+   (to be released) */
 static const char *vector(PyObject *obj, Py_buffer *view, Py_ssize_t rows, int *has) {
     if (!PyObject_CheckBuffer(obj) || PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO) < 0) {
         PyErr_Clear();
@@ -181,7 +182,12 @@ static const char *vector(PyObject *obj, Py_buffer *view, Py_ssize_t rows, int *
     *has = 1;
     const char *format = view->format ? view->format : "B";
     if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-    return view->ndim == 1 && view->shape[0] == rows ? format : NULL;
+    return view->ndim == 1 && (rows < 0 || view->shape[0] == rows) ? format : NULL;
+}
+
+/* whether items of ``format`` and ``itemsize`` are int64 */
+static int is_int64(const char *format, Py_ssize_t itemsize) {
+    return itemsize == 8 && (strcmp(format, "l") == 0 || strcmp(format, "q") == 0);
 }
 
 /* (values, present): float64 or int64 numbers, null where the bool ``present`` is False */
@@ -189,7 +195,7 @@ static int nullable_kind(PyObject *obj, Py_ssize_t rows, part_t *p, Py_ssize_t *
     const char *format = vector(PyTuple_GET_ITEM(obj, 0), &p->view, rows, &p->has_view);
     if (format == NULL || p->view.itemsize != 8) return 0;
     if (strcmp(format, "d") == 0) p->doubles = 1;
-    else if (strcmp(format, "l") == 0 || strcmp(format, "q") == 0) p->doubles = 0;
+    else if (is_int64(format, p->view.itemsize)) p->doubles = 0;
     else return 0;
     format = vector(PyTuple_GET_ITEM(obj, 1), &p->present, rows, &p->has_present);
     if (format == NULL || strcmp(format, "?") != 0 || p->present.itemsize != 1) return 0;
@@ -213,17 +219,9 @@ static int part_kind(PyObject *obj, Py_ssize_t rows, part_t *p, Py_ssize_t *size
     }
     if (PyTuple_Check(obj)) {  /* (text, offsets): row j is text[offsets[j]:offsets[j + 1]] */
         if (PyTuple_GET_SIZE(obj) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(obj, 0))) return 0;
-        PyObject *text = PyTuple_GET_ITEM(obj, 0), *offsets = PyTuple_GET_ITEM(obj, 1);
-        if (!PyObject_CheckBuffer(offsets)
-                || PyObject_GetBuffer(offsets, &p->view, PyBUF_RECORDS_RO) < 0) {
-            PyErr_Clear();
-            return 0;
-        }
-        p->has_view = 1;
-        const char *format = p->view.format ? p->view.format : "B";
-        if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-        if (p->view.ndim != 1 || p->view.shape[0] != rows + 1 || p->view.itemsize != 8
-                || (strcmp(format, "l") != 0 && strcmp(format, "q") != 0)) return 0;
+        PyObject *text = PyTuple_GET_ITEM(obj, 0);
+        const char *format = vector(PyTuple_GET_ITEM(obj, 1), &p->view, rows + 1, &p->has_view);
+        if (format == NULL || !is_int64(format, p->view.itemsize)) return 0;
         long long before = AT64(p->view, 0);
         if (before < 0) return 0;
         for (Py_ssize_t j = 1; j <= rows; j++) {
@@ -263,15 +261,10 @@ static int part_kind(PyObject *obj, Py_ssize_t rows, part_t *p, Py_ssize_t *size
         p->list = obj;
         return 1;
     }
-    if (!PyObject_CheckBuffer(obj)) return 0;
-    if (PyObject_GetBuffer(obj, &p->view, PyBUF_RECORDS_RO) < 0) { PyErr_Clear(); return 0; }
-    p->has_view = 1;
-    const char *format = p->view.format ? p->view.format : "B";
-    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-    if (p->view.ndim != 1 || p->view.shape[0] != rows) return 0;
+    const char *format = vector(obj, &p->view, rows, &p->has_view);
+    if (format == NULL) return 0;
     if (strcmp(format, "d") == 0 && p->view.itemsize == 8) p->kind = P_DOUBLE;
-    else if ((strcmp(format, "l") == 0 || strcmp(format, "q") == 0) && p->view.itemsize == 8)
-        p->kind = P_INT;
+    else if (is_int64(format, p->view.itemsize)) p->kind = P_INT;
     else if (strcmp(format, "O") == 0 && p->view.itemsize == sizeof(PyObject *)) p->kind = P_OBJECT;
     else if (fixed_format(format, p->view.itemsize)) {
         p->kind = P_FIXED;
@@ -391,19 +384,14 @@ static void release_fields(field_t *fields, int count) {
     }
 }
 
+/* ``view`` of a one-dimensional int64 buffer of ``count`` items (any: < 0); 0: not such a
+   buffer (nothing held, no error set) */
 static int int64_view(PyObject *obj, Py_buffer *view, Py_ssize_t count) {
-    if (!PyObject_CheckBuffer(obj) || PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    const char *format = view->format ? view->format : "B";
-    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-    if (view->ndim != 1 || view->shape[0] != count || view->itemsize != 8
-            || (strcmp(format, "l") != 0 && strcmp(format, "q") != 0)) {
-        PyBuffer_Release(view);
-        return 0;
-    }
-    return 1;
+    int has = 0;
+    const char *format = vector(obj, view, count, &has);
+    if (format != NULL && is_int64(format, view->itemsize)) return 1;
+    if (has) PyBuffer_Release(view);
+    return 0;
 }
 
 
@@ -423,15 +411,8 @@ static int field_kind(PyObject *pair, Py_ssize_t count, field_t *f) {
         for (Py_ssize_t j = 0; j < f->size; j++)
             if (!PyBytes_Check(PyList_GET_ITEM(source, j))) return 0;
     } else {
-        if (!PyObject_CheckBuffer(source)
-                || PyObject_GetBuffer(source, &f->source, PyBUF_RECORDS_RO) < 0) {
-            PyErr_Clear();
-            return 0;
-        }
-        f->has_source = 1;
-        const char *format = f->source.format ? f->source.format : "B";
-        if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-        if (f->source.ndim != 1) return 0;
+        const char *format = vector(source, &f->source, -1, &f->has_source);
+        if (format == NULL) return 0;
         f->size = f->source.shape[0];
         if (strcmp(format, "d") == 0 && f->source.itemsize == 8) f->kind = P_DOUBLE;
         else if (fixed_format(format, f->source.itemsize)) f->kind = P_FIXED;
@@ -530,14 +511,8 @@ static PyObject *lists(PyObject *self, PyObject *args) {
     for (Py_ssize_t k = 0; k < n_fields; k++)
         if (!PyBytes_Check(PyList_GET_ITEM(keys, k))) Py_RETURN_NONE;
     Py_buffer owners, slots;
-    if (!PyObject_CheckBuffer(owners_obj)) Py_RETURN_NONE;
-    if (PyObject_GetBuffer(owners_obj, &owners, PyBUF_RECORDS_RO) < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t count = owners.ndim == 1 ? owners.shape[0] : -1;
-    PyBuffer_Release(&owners);
-    if (count < 0 || !int64_view(owners_obj, &owners, count)) Py_RETURN_NONE;
+    if (!int64_view(owners_obj, &owners, -1)) Py_RETURN_NONE;
+    Py_ssize_t count = owners.shape[0];
     int has_slots = slots_obj != Py_None;
     if (has_slots && !int64_view(slots_obj, &slots, n)) {
         PyBuffer_Release(&owners);

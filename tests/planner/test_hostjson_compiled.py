@@ -257,6 +257,9 @@ def test_what_the_compiled_lists_decline():
     ):
         assert compiled.lists(owners, keys, sources, n, slots) is None, (sources, n, slots)
     assert compiled.lists(owners[::-1].copy(), keys, [(np.ones(3), None)], 2, None) is None
+    for bad_owners in (owners.astype(float), owners.astype(np.int32), owners.reshape(3, 1), b"x"):
+        assert compiled.lists(bad_owners, keys, [(np.ones(3), None)], 2, None) is None
+    assert compiled.lists(owners, keys, [(np.ones((3, 1)), None)], 2, None) is None
     text, offsets = compiled.lists(owners, keys, [(np.array([1.0, 2.0, 3.0]), None)], 3, None,
                                    True)  # packed: every owner's array, "[]" for none
     assert text == b'[{"rate":1.0},{"rate":2.0}][{"rate":3.0}][]'
