@@ -10,7 +10,9 @@ with ``--serve`` until the next publication) and
 planned, the continuous optimum; for operators, read by nothing here). When the plan was
 just written to a file on the same file system (``--publish DIR``), ``current-plan.json`` is a
 hard link to that file instead of a second copy: at 10^5 servers that saves writing and
-fsyncing the plan (20 MB) per publication (docs/controller.md). The publisher only ever replaces its file
+fsyncing the plan (20 MB) per publication (docs/controller.md); a copy is written around the
+page cache (``O_DIRECT``: it is read back only after a restart), which saves up to 1 s of CPU
+per 343 MB plan set at 10^6 hosts. The publisher only ever replaces its file
 by renaming a new one over it, so the linked bytes never change; the link keeps the published
 file's mode (0644: what every agent may fetch anyway) inside the 0700 state directory. Versions
 are ``max(previous + 1, now in Unix seconds)``: strictly increasing across restarts, and never
@@ -108,14 +110,14 @@ class Store:
         """Remember a publication: the bytes first, then the version that vouches for them.
         ``written``: a file just written (fsynced) with exactly ``data``, linked if possible."""
         if written is None or not self._link(Path(written), len(data)):
-            write_bytes_atomic(self.directory / PLAN_FILE, data, mode=FILE_MODE)
+            write_bytes_atomic(self.directory / PLAN_FILE, data, mode=FILE_MODE, cached=False)
         self._write(STATE_FILE, {"version": version, "plan_id": plan_id,
                                  "published": published.isoformat()})
 
     def record_report(self, data: bytes) -> None:
         """Keep the per-host report of the plan just recorded (it names the plan's ``plan_id``
         and version: a report left from an earlier plan after a failed write is recognisable)."""
-        write_bytes_atomic(self.directory / REPORT_FILE, data, mode=FILE_MODE)
+        write_bytes_atomic(self.directory / REPORT_FILE, data, mode=FILE_MODE, cached=False)
 
     def _link(self, source: Path, size: int) -> bool:
         """Hard-link ``source`` as the plan file, atomically; False if it cannot be (another
