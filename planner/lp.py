@@ -15,6 +15,7 @@ upper bound the exact solver's distinct packets are measured against.
 
 from __future__ import annotations
 
+import tempfile
 import time
 
 import numpy as np
@@ -150,7 +151,9 @@ def _solve(problem: Problem, reduced: bool, solver: pulp.LpSolver, lp_backend: s
     if not share:  # nothing to decide: every server with traffic samples all of it
         return fixed_value, values, 0
     try:
-        status = lp.solve(solver)
+        with tempfile.TemporaryDirectory(prefix="cosample-lp-") as folder:
+            solver.tmpDir = folder  # PuLP's GLPK_CMD leaves its report (-o FILE) behind
+            status = lp.solve(solver)
     except pulp.PulpSolverError as exc:
         raise SolverError(f"LP backend {lp_backend!r} failed: {exc}") from exc
     if pulp.LpStatus[status] != "Optimal":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 from cosample.planner import SolverError, solve
@@ -34,3 +36,12 @@ def test_backend_reaches_the_exact_solvers_bound_on_the_example(lp_backend, form
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(SolverError, match="unknown LP backend 'gurobi'"):
         solve(example_datacentre(), "full", lp_backend="gurobi")
+
+
+def test_a_solve_leaves_no_file_behind(lp_backend, tmp_path, monkeypatch):
+    """PuLP's command-line backends write the model and the solver's report to temporary files
+    (GLPK_CMD does not remove its report): a planning daemon would fill /tmp, one file a solve."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    solve(example_datacentre(), "reduced", lp_backend=lp_backend)
+    assert list(tmp_path.iterdir()) == []
