@@ -26,7 +26,7 @@ from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
 from cosample.planner.datacentre import DataCentre
-from cosample.planner.planfile import build_plan, host_report
+from cosample.planner.planfile import build_plan, host_report, significant
 from cosample.planner.problem import build_problem
 from cosample.planner.solution import Solution
 from cosample.planner.solvers import solve
@@ -126,10 +126,13 @@ def _named(names: tuple[str, ...], mask: np.ndarray) -> tuple[str, ...]:
 
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:
     """What the plan file will say the data plane does: sFlow's 1-in-N and the topped-up mirrors
-    (the planner's own rounding, ``realise``), as arrays."""
+    (the planner's own rounding, ``realise``), as arrays; the mirror rates as the file writes
+    them (12 significant digits), so that a restarted controller reads back from the file the
+    very shares it kept (an exact rate beside its rounded self would look risen or fallen, and
+    ask for a two-phase publication where one phase is safe)."""
     applied = solution.applied  # the one rounding the plan file and the report state too
     local = applied.local_rate  # 1/N, or 0
     keep = applied.mirror_pps > 0
     src, dst = applied.mirror_src[keep], applied.mirror_dst[keep]
-    rate = applied.mirror_pps[keep] / dc.own_pps[src]
+    rate = significant(applied.mirror_pps[keep] / dc.own_pps[src], None, "mirrors.rate")
     return PlanShares(0, "", local, src.astype(np.int64), dst.astype(np.int64), rate)

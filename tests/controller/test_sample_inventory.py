@@ -9,10 +9,12 @@ import hashlib
 import json
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 
 from cosample.cli import main
 from cosample.controller.errors import InventoryError
+from cosample.controller.evaluate import needs_two_phases
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
@@ -153,3 +155,27 @@ def test_a_restarted_controller_reads_a_sample_hosts_share_as_it_published_it(tm
     assert running.current_shares.local_rate[s1] > 0
     restarted = controller()
     assert restarted.current_shares.same_as(running.current_shares)
+
+
+def test_a_restarted_controller_reads_back_the_very_mirror_shares_it_kept(tmp_path):
+    """The plan file writes mirror rates to 12 significant digits; the shares a running
+    controller keeps are those digits too, so the ones a restarted controller reads from the
+    file are equal, not a rounding apart (which would look like a change and could ask for a
+    two-phase publication where one phase is safe)."""
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text(json.dumps(snapshot_doc(CLOCK, BUSY_S1, servers=["s1", "s2", "s3"])))
+    inventory = inventory_from_dict(inventory_doc([3000, 2000, 3000]))
+
+    def controller() -> Controller:
+        return Controller(inventory, Settings((str(snapshot),), interval_s=30, tau_s=30,
+                                              settle_s=60),
+                          DirectoryTarget(tmp_path / "pub"), tmp_path / "state",
+                          clock=lambda: CLOCK)
+
+    running = controller()
+    assert running.cycle().result == "published"
+    kept, read = running.current_shares, controller().current_shares
+    assert kept.mirror_rate.size == 1 and 0 < kept.mirror_rate[0] < 1  # s1 mirrors a share
+    for field in ("local_rate", "mirror_src", "mirror_dst", "mirror_rate"):
+        assert np.array_equal(getattr(read, field), getattr(kept, field)), field
+    assert not needs_two_phases(read, kept) and not needs_two_phases(kept, read)
