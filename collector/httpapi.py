@@ -40,15 +40,14 @@ def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
             binary = path == snapshotbin.BINARY_PATH
-            if (path == "/snapshot" or binary) and service.snapshot is None:
-                self.send_error(503, "no snapshot yet")
-                return
             signature = None
-            if path == "/snapshot":
-                (body, signature), kind = service.signed_snapshot(), "application/json"
-            elif binary:
-                (body, signature), kind = (service.signed_snapshot(binary=True),
-                                           snapshotbin.CONTENT_TYPE)
+            if path == "/snapshot" or binary:
+                signed = service.signed_snapshot(binary=binary)
+                if signed is None:  # not exported, or its first export not rendered yet
+                    self.send_error(503, "no snapshot yet")
+                    return
+                body, signature = signed
+                kind = snapshotbin.CONTENT_TYPE if binary else "application/json"
             elif path == "/metrics":
                 body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"
             elif path == "/healthz":

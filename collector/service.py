@@ -107,8 +107,10 @@ class Service:
         self.snapshot: Snapshot | None = None
         self._snapshot_json = b""
         self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
-        self._signed: tuple[bytes, str | None] = (b"", None)  # one reference: body, signature
-        self._signed_binary: tuple[bytes, str | None] = (b"", None)  # ``snapshotbin``'s form
+        # one reference each: body and signature; None until the writer thread has rendered
+        # the first export (``snapshot`` is set before, on the exporting thread)
+        self._signed: tuple[bytes, str | None] | None = None
+        self._signed_binary: tuple[bytes, str | None] | None = None  # ``snapshotbin``'s form
         self._stop = threading.Event()
         self._socket: socket.socket | None = None
         self._receiver: Receiver | None = None
@@ -378,9 +380,10 @@ class Service:
     def snapshot_json(self) -> bytes:
         return self._snapshot_json
 
-    def signed_snapshot(self, binary: bool = False) -> tuple[bytes, str | None]:
+    def signed_snapshot(self, binary: bool = False) -> tuple[bytes, str | None] | None:
         """The snapshot's bytes and their signature (None: no ``snapshot_key``), one pair;
-        ``binary``: the columnar binary form's (``snapshotbin``)."""
+        ``binary``: the columnar binary form's (``snapshotbin``); None before the first export
+        is rendered."""
         return self._signed_binary if binary else self._signed
 
     def status_json(self) -> bytes:

@@ -200,3 +200,36 @@ def test_reuse_port_instances_share_one_address_and_merge_exactly(write_plan, fo
     for server, packets in TRUTH.items():
         low, high = result.servers[server].packets_per_s_ci95
         assert low * result.window_s * 0.98 <= packets <= high * result.window_s * 1.02, server
+
+
+@pytest.mark.parametrize("path", ["/snapshot", "/snapshot.bin"])
+def test_an_export_not_yet_rendered_is_503_not_an_empty_unsigned_body(write_plan, path,
+                                                                      monkeypatch):
+    """``export`` sets the snapshot, then the writer thread renders and signs it: a request
+    between the two (a controller polling a collector that just started) is told to come back,
+    not served an empty body without its signature (seen as a controller's "unsigned snapshot;
+    refused" in tests/controller/test_authenticity.py). The writer is held to stay between."""
+    rendering, write = threading.Event(), Service._write
+    monkeypatch.setattr(Service, "_write", lambda self, item: (rendering.wait(10),
+                                                                write(self, item)))
+    service = Service(settings(write_plan()), log=lambda line: None).start()
+    try:
+        host, port = service.http_address
+        url = f"http://{host}:{port}{path}"
+        assert service.snapshot is not None  # start() exported once; the writer is held
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=5)
+        assert refused.value.code == 503
+        rendering.set()
+        assert wait_for(lambda: _fetched(url))  # rendered: served
+    finally:
+        rendering.set()
+        service.stop()
+
+
+def _fetched(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.read()
+    except urllib.error.HTTPError:
+        return None
