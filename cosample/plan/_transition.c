@@ -11,7 +11,8 @@
  *
  * Application mirrors (``appmon``, where either plan's entry has the key): NEW's entries that
  * OLD's list has too, compared as Python compares the parsed values (json_equal: 1 == 1.0 ==
- * true), written as NEW has them.
+ * true), written as NEW has them; and those OLD has with another ``share`` only, the entry
+ * with the smaller share, written as its plan has it (transition._lower_appmon).
  *
  * Numbers _lower computes (a minimum, a probability / scale) are written as orjson writes a
  * double: the shortest digits that read back as the same double, in decimal from 1e-5 up to
@@ -270,7 +271,60 @@ static int json_equal(const char *a, span x, const char *b, span y, int depth) {
     }
 }
 
-/* _lower's appmon: NEW's entries that OLD's list has too (Python's ``in``: equal values) */
+/* the member of object ``x`` at ``*p``: its key and value, ``*p`` moved past it and its
+   comma; 1, 0 at the object's end, -1 cannot read */
+static int next_member(const char *b, span x, Py_ssize_t *p, span *key, span *value) {
+    if (b[*p] == '}') return 0;
+    key->s = *p;
+    if (skip_string(b, x.e, p) < 0) return -1;
+    key->e = *p;
+    value->s = ++*p;  /* past ':' */
+    if (skip_value(b, x.e, p, 5) < 0) return -1;
+    value->e = *p;
+    if (b[*p] == ',') ++*p;
+    return 1;
+}
+
+static inline int is_share(const char *b, span key) {
+    return key.e - key.s == 7 && memcmp(b + key.s, "\"share\"", 7) == 0;
+}
+
+/* an application mirror's share (transition._share): 1 with ``*share`` (1 when absent or null),
+   0 not a number, -1 cannot tell */
+static int share_of(const char *b, span x, double *share) {
+    Py_ssize_t p = x.s + 1;
+    span key, value;
+    int got;
+    *share = 1.0;
+    while ((got = next_member(b, x, &p, &key, &value)) == 1) {
+        if (!is_share(b, key)) continue;
+        char c = b[value.s];
+        if (c == 'n') return 1;
+        if (c == '{' || c == '[' || c == '"') return 0;
+        return as_double(b, value, share) ? 1 : -1;
+    }
+    return got < 0 ? -1 : 1;
+}
+
+/* Python's == on two entries without their ``share`` (transition._but_share): 1, 0, -1 */
+static int equal_but_share(const char *a, span x, const char *b, span y) {
+    Py_ssize_t p = x.s + 1, q = y.s + 1;
+    for (;;) {
+        span ka, va, kb, vb;
+        int ga, gb;
+        while ((ga = next_member(a, x, &p, &ka, &va)) == 1 && is_share(a, ka)) {}
+        while ((gb = next_member(b, y, &q, &kb, &vb)) == 1 && is_share(b, kb)) {}
+        if (ga < 0 || gb < 0) return -1;
+        if (ga == 0 || gb == 0) return ga == gb;
+        if (compare_bytes(a + ka.s, ka.e - ka.s, b + kb.s, kb.e - kb.s) != 0) return 0;
+        int same = json_equal(a, va, b, vb, 5);
+        if (same <= 0) return same;
+    }
+}
+
+/* _lower's appmon (transition._lower_appmon): NEW's entries that OLD's list has too (Python's
+   ``in``: equal values), and those OLD has with another share only, at the smaller share (the
+   entry that has it, as its plan writes it) */
 static int put_appmon(sink *s, const work_t *w, Py_ssize_t h) {
     const table_t *nt = &w->new, *ot = &w->old;
     Py_ssize_t oh = w->old_of[h];
@@ -279,16 +333,29 @@ static int put_appmon(sink *s, const work_t *w, Py_ssize_t h) {
     int first = 1;
     if (put(s, "[", 1) < 0) return -1;
     for (Py_ssize_t j = rn[0]; j < rn[1] && ro != NULL; j++) {
+        span x = nt->item[j].item;
+        const char *text = nt->b;
         int found = 0;
         for (Py_ssize_t i = ro[0]; i < ro[1] && !found; i++) {
-            found = json_equal(nt->b, nt->item[j].item, ot->b, ot->item[i].item, 4);
+            found = json_equal(nt->b, x, ot->b, ot->item[i].item, 4);
             if (found < 0) return 0;
+        }
+        double share, was_share;
+        int numeric = found ? 0 : nt->b[x.s] == '{' ? share_of(nt->b, x, &share) : 0;
+        if (numeric < 0) return 0;
+        for (Py_ssize_t i = ro[0]; i < ro[1] && numeric && !found; i++) {
+            span y = ot->item[i].item;
+            if (ot->b[y.s] != '{') continue;
+            int twin = share_of(ot->b, y, &was_share);
+            if (twin == 1) twin = equal_but_share(nt->b, x, ot->b, y);
+            if (twin < 0) return 0;
+            if (twin && was_share < share) { text = ot->b; x = y; }
+            found = twin;
         }
         if (!found) continue;
         if (!first && put(s, ",", 1) < 0) return -1;
         first = 0;
-        if (put(s, nt->b + nt->item[j].item.s, nt->item[j].item.e - nt->item[j].item.s) < 0)
-            return -1;
+        if (put(s, text + x.s, x.e - x.s) < 0) return -1;
     }
     return put(s, "]", 1) < 0 ? -1 : 1;
 }

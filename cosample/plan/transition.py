@@ -5,8 +5,10 @@ From the running plan OLD and the next plan NEW, ``transition`` builds a plan se
 * phase 1, version ``NEW.version``, active at once: per host the *smaller* of the two plans in
   everything that costs CPU -- local rate (the larger sFlow N, the smaller ``sample``
   probability, nothing when the two plans sample by different mechanisms), each mirror pair's
-  rate (pairs in only one plan dropped, on both the sender and the receiver side). Going from OLD or from NEW to
-  phase 1 only lowers load, so the order in which agents apply it does not matter.
+  rate (pairs in only one plan dropped, on both the sender and the receiver side), each
+  application mirror's share (one in only one plan, or that differs in more than its share,
+  dropped). Going from OLD or from NEW to phase 1 only lowers load, so the order in which agents
+  apply it does not matter.
 * phase 2, NEW itself with version ``NEW.version + 1`` and ``not_before = now + settle``. Every
   host is at or below its NEW load once all agents applied phase 1, so raising to NEW, in any
   order, never exceeds a capacity the planner checked.
@@ -136,8 +138,7 @@ _MARK = orjson.Fragment(b"\x00")
 
 def _lower(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """A host's phase-1 entry: the element-wise minimum of its old and new load (a shallow
-    copy of NEW's entry with the four fields replaced, and ``appmon`` cut to the entries both
-    plans have)."""
+    copy of NEW's entry with the four fields replaced, and ``appmon`` as ``_lower_appmon``)."""
     out = dict(new)
     old = old or _NOTHING
     local = _lower_local(old, new)
@@ -148,9 +149,47 @@ def _lower(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     out.update(local)
     out["mirrors"] = _min_shares(old.get("mirrors", ()), new.get("mirrors", ()), "to")
     out["receives"] = _min_shares(old.get("receives", ()), new.get("receives", ()), "from")
-    if "appmon" in out or "appmon" in old:  # application mirrors: only those in both plans
-        out["appmon"] = [e for e in new.get("appmon", ()) if e in old.get("appmon", ())]
+    if "appmon" in out or "appmon" in old:
+        out["appmon"] = _lower_appmon(old.get("appmon", ()), new.get("appmon", ()))
     return out
+
+
+def _lower_appmon(old: Any, new: Any) -> list[Any]:
+    """Phase 1's application mirrors: NEW's entries that OLD has too, and those OLD has with
+    another ``share`` only (the same service, mechanism and analysis host: the first such entry
+    of OLD's) at the smaller share, the entry that has it. A share's copies and analysis cost
+    CPU in proportion to it, so the smaller one lowers both ends' load as the other minima do,
+    and the service stays monitored through the transition instead of stopping for ``settle``."""
+    kept = []
+    for entry in new:
+        if entry in old:
+            kept.append(entry)
+            continue
+        share = _share(entry)
+        if share is None:
+            continue
+        rest = _but_share(entry)
+        for was in old:
+            was_share = _share(was)
+            if was_share is not None and _but_share(was) == rest:
+                kept.append(was if was_share < share else entry)
+                break
+    return kept
+
+
+def _share(entry: Any) -> float | None:
+    """An application mirror's share (1: absent or null, every connection); None: not an entry
+    with a numeric share."""
+    if not isinstance(entry, dict):
+        return None
+    share = entry.get("share")
+    if share is None:
+        return 1.0
+    return float(share) if isinstance(share, (int, float)) else None
+
+
+def _but_share(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "share"}
 
 
 def _lower_local(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

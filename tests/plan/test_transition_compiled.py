@@ -408,10 +408,40 @@ def test_application_mirrors_are_those_both_plans_have():
            "g": sflow(0.5, 2), "f": sflow(0.5, 2, appmon=[entry]), "e": sflow(0.5, 2,
                                                                          appmon=[entry])}
     got = phase1(old, new)
-    # 1 == 1.0: NEW's entry kept as NEW writes it; a key only OLD has is inserted (empty)
-    assert got["h"]["appmon"] == [{**entry, "share": 1}]
+    # 1 == 1.0: NEW's entry kept as NEW writes it; 0.25 is below the share of OLD's first entry
+    # that differs in its share only (1.0): NEW's; a key only OLD has is inserted (empty)
+    assert got["h"]["appmon"] == [{**entry, "share": 0.25}, {**entry, "share": 1}]
     assert b'"share":1,' in lower(old, new)
     assert got["g"]["appmon"] == [] and got["f"]["appmon"] == [] and got["e"]["appmon"] == []
+
+
+MIRROR = {"mechanism": "port_mirror", "service": {"address": "10.1.0.5", "port": 80},
+          "to": "a"}
+
+
+@pytest.mark.parametrize("was, now, phase_1", [
+    ({**MIRROR, "share": 0.25}, {**MIRROR, "share": 0.5}, {**MIRROR, "share": 0.25}),
+    ({**MIRROR, "share": 0.5}, {**MIRROR, "share": 0.25}, {**MIRROR, "share": 0.25}),
+    (MIRROR, {**MIRROR, "share": 0.5}, {**MIRROR, "share": 0.5}),  # no share: every connection
+    ({**MIRROR, "share": 0.5}, {**MIRROR, "share": None}, {**MIRROR, "share": 0.5}),
+    ({**MIRROR, "share": 0.5}, {**MIRROR, "to": "b", "share": 0.25}, None),  # another host
+    ({**MIRROR, "share": 0.5}, {**MIRROR, "mechanism": "kernel_mirror", "share": 0.25}, None),
+    ({**MIRROR, "share": "half"}, {**MIRROR, "share": 0.25}, None),  # not a number: no twin
+])
+def test_an_application_mirror_whose_share_changed_keeps_the_smaller(was, now, phase_1):
+    """The same service, mechanism and analysis host in both plans at other shares: phase 1
+    keeps it at the smaller share (the entry that has it), so the service stays monitored
+    through the transition; anything else that differs drops it until phase 2."""
+    got = phase1({"h": sflow(0.5, 2, appmon=[was])}, {"h": sflow(0.5, 2, appmon=[now])})
+    assert got["h"]["appmon"] == ([] if phase_1 is None else [phase_1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(APPMON, max_size=4), st.lists(APPMON, max_size=4))
+def test_random_application_mirror_lists_are_the_python_ones(was, now):
+    """One host's lists in both plans: entries equal, equal but in their share (of every
+    numeric form, or none), or not, in any order; the compiled path's bytes are Python's."""
+    assert same_as_python({"h": sflow(0.5, 2, appmon=was)}, {"h": sflow(0.5, 2, appmon=now)})
 
 
 SERVICES_BASE = {
