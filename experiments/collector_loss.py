@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import struct
-import sys
 import tempfile
 from pathlib import Path
 

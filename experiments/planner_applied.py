@@ -18,7 +18,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
 from cosample.experiments.bench_planner import random_datacentre

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cosample.planner.baseline import solve_noncollab
-from cosample.planner.choices import (ALL_SOLVERS, DEFAULT_LP_BACKEND, DEFAULT_SOLVER, EXACT, LP_SOLVERS,
-                                      NONCOLLAB, REDUCED)
+from cosample.planner.choices import (ALL_SOLVERS, DEFAULT_LP_BACKEND, DEFAULT_SOLVER, EXACT,
+                                      LP_SOLVERS, REDUCED)
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner.exact import solve_exact
