@@ -135,13 +135,12 @@ def test_a_class_gives_alpha_sample_and_check_prints_it(tmp_path, capsys):
     assert "alpha_sample" not in servers[1]
 
 
-def test_a_restarted_controller_reads_a_sample_hosts_share_as_it_published_it(tmp_path):
-    """After a restart the plan in force's shares come from its document: a ``sample`` host
-    (no ``sflow_sampling``) keeps its ``sample_probability``'s share, not none, so the first
-    cycle neither overcounts the gain of the next plan nor sees its share rise."""
+def published_and_restarted(tmp_path, document: dict) -> tuple[Controller, Controller]:
+    """A controller that published once on ``document`` and BUSY_S1, and one started after it
+    on the same state directory."""
     snapshot = tmp_path / "snapshot.json"
     snapshot.write_text(json.dumps(snapshot_doc(CLOCK, BUSY_S1, servers=["s1", "s2", "s3"])))
-    inventory = inventory_from_dict(sample_inventory())
+    inventory = inventory_from_dict(document)
 
     def controller() -> Controller:
         return Controller(inventory, Settings((str(snapshot),), interval_s=30, tau_s=30,
@@ -151,9 +150,15 @@ def test_a_restarted_controller_reads_a_sample_hosts_share_as_it_published_it(tm
 
     running = controller()
     assert running.cycle().result == "published"
-    s1 = inventory.index["s1"]
-    assert running.current_shares.local_rate[s1] > 0
-    restarted = controller()
+    return running, controller()
+
+
+def test_a_restarted_controller_reads_a_sample_hosts_share_as_it_published_it(tmp_path):
+    """After a restart the plan in force's shares come from its document: a ``sample`` host
+    (no ``sflow_sampling``) keeps its ``sample_probability``'s share, not none, so the first
+    cycle neither overcounts the gain of the next plan nor sees its share rise."""
+    running, restarted = published_and_restarted(tmp_path, sample_inventory())
+    assert running.current_shares.local_rate[running.inventory.index["s1"]] > 0
     assert restarted.current_shares.same_as(running.current_shares)
 
 
@@ -162,19 +167,8 @@ def test_a_restarted_controller_reads_back_the_very_mirror_shares_it_kept(tmp_pa
     controller keeps are those digits too, so the ones a restarted controller reads from the
     file are equal, not a rounding apart (which would look like a change and could ask for a
     two-phase publication where one phase is safe)."""
-    snapshot = tmp_path / "snapshot.json"
-    snapshot.write_text(json.dumps(snapshot_doc(CLOCK, BUSY_S1, servers=["s1", "s2", "s3"])))
-    inventory = inventory_from_dict(inventory_doc([3000, 2000, 3000]))
-
-    def controller() -> Controller:
-        return Controller(inventory, Settings((str(snapshot),), interval_s=30, tau_s=30,
-                                              settle_s=60),
-                          DirectoryTarget(tmp_path / "pub"), tmp_path / "state",
-                          clock=lambda: CLOCK)
-
-    running = controller()
-    assert running.cycle().result == "published"
-    kept, read = running.current_shares, controller().current_shares
+    running, restarted = published_and_restarted(tmp_path, inventory_doc([3000, 2000, 3000]))
+    kept, read = running.current_shares, restarted.current_shares
     assert kept.mirror_rate.size == 1 and 0 < kept.mirror_rate[0] < 1  # s1 mirrors a share
     for field in ("local_rate", "mirror_src", "mirror_dst", "mirror_rate"):
         assert np.array_equal(getattr(read, field), getattr(kept, field)), field
