@@ -40,7 +40,7 @@ import numpy as np
 import orjson
 
 from cosample.planner import jsonpieces
-from cosample.planner.hostlists import Packed, Sorted
+from cosample.planner.hostlists import Lists, Sorted
 from cosample.planner.jsonpieces import (BLOCK, Part, fixed, interleaved, numbers, side_by_side,
                                          strings, value)
 
@@ -148,7 +148,7 @@ def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
         return column[index]
     if isinstance(column, Nullable):
         return Nullable(column.values[index], column.present[index])
-    if isinstance(column, (Sorted, Packed)):
+    if isinstance(column, (Sorted, Lists)):
         if len(index) == len(column) and np.array_equal(column.rank[index],
                                                         np.arange(len(column))):
             return column  # already in this order (the table's own)
@@ -211,7 +211,7 @@ def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
     it is absent or declines, each column serialised here (``_pieces``) and joined
     (``interleaved``): the same bytes (tests/planner/test_hostjson_compiled.py)."""
     if jsonpieces.compiled is not None:
-        text = jsonpieces.compiled.rows([(part.text, part.offsets) if isinstance(part, Packed)
+        text = jsonpieces.compiled.rows([(part.buffer, part.offsets) if isinstance(part, Lists)
                                          else tuple(part) if isinstance(part, Nullable) else part
                                          for part in parts], count)
         if text is not None:
@@ -220,9 +220,9 @@ def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
                        count)
 
 
-def _pieces(column: np.ndarray | list[bytes] | list[str] | Packed | Nullable) -> Part:
+def _pieces(column: np.ndarray | list[bytes] | list[str] | Lists | Nullable) -> Part:
     """Each row's JSON of ``column``; one ``bytes`` if it is the same in every row."""
-    if isinstance(column, Packed):
+    if isinstance(column, Lists):
         column = column.tolist()
     elif isinstance(column, Nullable):
         column = np.where(column.present, column.values.astype(object), None)

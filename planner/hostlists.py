@@ -6,7 +6,7 @@ object or field: the pairs sorted once, every column read in that order as a fix
 array, laid side by side in a matrix of bytes whose NUL padding is then dropped (JSON text never
 holds a raw NUL or other control byte), all arrays at once, cut apart at a control byte, in the
 table's name order. Where the compiled writer is built (``jsonpieces.compiled``), it writes the
-arrays from the columns, all in one buffer (``Packed``); it returns None on anything unusual,
+arrays from the columns, all in one buffer (``Lists``); it returns None on anything unusual,
 and the Python path then writes the same bytes (tests/planner/test_hostjson_compiled.py).
 """
 
@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Union
 
 import numpy as np
 
+from cosample.plan.packed import Packed
 from cosample.planner import jsonpieces
 from cosample.planner.jsonpieces import (BLOCK, Part, fixed, interleaved, numbers, side_by_side,
                                          value)
@@ -42,7 +43,7 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
     """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
     object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
     With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order
-    (from the compiled writer, ``Packed``: all the arrays in that order in one buffer).
+    (from the compiled writer, ``Lists``: all the arrays in that order in one buffer).
 
     The pairs are sorted once and every column read in that order (numbers written, names
     looked up), as fixed-width byte arrays: ``block`` objects at a time are laid side by side
@@ -58,7 +59,7 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
         order = _pair_order(slots, peer_rank, n)
         packed = _compiled_lists(slots[order], order, fields, n, None, packed=True)
         if packed is not None:
-            return Packed(packed[0], np.frombuffer(packed[1], dtype=np.int64), rank)
+            return Lists(packed[0], np.frombuffer(packed[1], dtype=np.int64), rank)
     order = _pair_order(owner, peer_rank, n)
     owners = owner[order]
     if jsonpieces.compiled is not None and rank is None:
@@ -123,34 +124,21 @@ class Sorted(list):
         self.rank = rank
 
 
-class Packed:
+class Lists(Packed):
     """A column of ``grouped(..., rank=...)`` from the compiled writer: every owner's array in
-    the table's order (``rank``, as ``Sorted``) in one buffer, row ``j`` being
-    ``text[offsets[j]:offsets[j + 1]]``: no ``bytes`` object per host."""
+    the table's order (``rank``, as ``Sorted``) in one buffer, no ``bytes`` object per host; a
+    slice (rows of the table) has no ``rank``."""
 
-    __slots__ = ("text", "offsets", "rank")
+    __slots__ = ("rank",)
 
-    def __init__(self, text: bytes, offsets: np.ndarray, rank: np.ndarray | None) -> None:
-        self.text, self.offsets, self.rank = text, offsets, rank
+    def __init__(self, buffer: bytes, offsets: np.ndarray, rank: np.ndarray | None) -> None:
+        super().__init__(buffer, offsets)
+        self.rank = rank
 
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, key: int | slice) -> Any:
-        if isinstance(key, slice):  # rows first..last, the same buffer
-            first, last, step = key.indices(len(self))
-            if step != 1:
-                raise ValueError("Packed: a slice with a step")
-            return Packed(self.text, self.offsets[first:max(first, last) + 1], None)
-        index = range(len(self))[key]  # IndexError beyond the rows
-        return self.text[int(self.offsets[index]):int(self.offsets[index + 1])]
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self.tolist())
-
-    def tolist(self) -> list[bytes]:
-        bounds = self.offsets.tolist()
-        return [self.text[first:last] for first, last in zip(bounds, bounds[1:])]
+    def _sliced(self, first: int, last: int) -> Lists:
+        part = super()._sliced(first, last)
+        part.rank = None
+        return part
 
 
 def _pair_order(owner: np.ndarray, peer_rank: np.ndarray, n: int) -> np.ndarray:

@@ -98,3 +98,23 @@ def test_the_compiled_bisection_refuses_offsets_outside_the_names():
     with pytest.raises(ValueError, match="outside"):
         packed._compiled_find(b"a\nb\n", array("q", [0, 5, 4]), b"a")
     assert packed._compiled_find(b"a\nb\n", array("q", [0, 2, 4]), b"b") == 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(NAMES, unique=True, max_size=8), st.integers(-10, 10), st.integers(-10, 10))
+def test_a_slice_shares_the_buffer_and_reads_as_the_lists_slice(names, first, last):
+    """What the planner's row blocks take of its compiled lists (``hostlists.Lists``)."""
+    names = sorted(names)
+    items = [name.encode() for name in names]
+    for packed_items, expected in ((Views.of(items), items), (Names.of(names), names)):
+        part = packed_items[first:last]
+        assert type(part) is type(packed_items) and part.buffer is packed_items.buffer
+        assert list(part) == part.tolist() == expected[first:last]
+        assert [part[k] for k in range(len(part))] == expected[first:last]
+    part = Names.of(names)[first:last]
+    for find in _finders():
+        assert [find(part, name) for name in names] == [
+            names[first:last].index(name) if name in names[first:last] else None
+            for name in names]
+    with pytest.raises(ValueError, match="step"):
+        Views.of(items)[::2]

@@ -31,7 +31,7 @@ def test_the_writer_is_compiled():
 
 def compiled_rows(parts, count):
     """The compiled rows of ``parts`` as ``hostjson._written`` hands them over."""
-    return compiled.rows([(part.text, part.offsets) if isinstance(part, hostlists.Packed)
+    return compiled.rows([(part.buffer, part.offsets) if isinstance(part, hostlists.Lists)
                           else tuple(part) if isinstance(part, hostjson.Nullable) else part
                           for part in parts], count)
 
@@ -231,11 +231,11 @@ def test_grouped_lists_are_the_python_ones(n, data):
         jsonpieces.compiled = compiled
     assert list(got) == list(expected) and len(got) == len(expected) == n
     if isinstance(expected, hostlists.Sorted):  # with a rank, in the table's order
-        assert isinstance(got, hostlists.Packed) and np.array_equal(got.rank, expected.rank)
+        assert isinstance(got, hostlists.Lists) and np.array_equal(got.rank, expected.rank)
         assert [got[k] for k in range(n)] == expected
         assert got[1:n].tolist() == expected[1:n]
         if n > 1:  # a block of the table: rows 1..n-1 of the column
-            assert compiled.rows([(got[1:n].text, got[1:n].offsets)], n - 1) == b"".join(
+            assert compiled.rows([(got[1:n].buffer, got[1:n].offsets)], n - 1) == b"".join(
                 expected[1:n]) == python_rows([got[1:n]], n - 1)
     else:
         assert type(got) is type(expected)
