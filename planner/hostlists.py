@@ -12,7 +12,7 @@ and the Python path then writes the same bytes (tests/planner/test_hostjson_comp
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Union
 
 import numpy as np
