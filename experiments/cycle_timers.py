@@ -8,7 +8,7 @@ phase 1 (``transition.plan_set``), the slices (``slicebuild._compiled_views``, t
 target's ``publish``), signing, the state's copy and the report. A function called inside
 another is counted in both. The wrappers cost a call each, nothing per host.
 
-    python -m cosample.experiments.cycle_timers [--servers 1000000] [--directory]
+    python -m cosample.experiments.cycle_timers [--servers 1000000] [--directory] [--again N]
 """
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ def _timed(function: Callable, label: str, totals: dict[str, float]) -> Callable
     return wrapper
 
 
-def run(servers: int, serve: bool = True) -> tuple[list[dict], dict[str, float]]:
+def run(servers: int, serve: bool = True, again: int = 0) -> tuple[list[dict], dict[str, float]]:
     """The three cycles on a fresh snapshot of ``servers``, in this process (memory kept as
-    ``controller run`` keeps it): their rows and the timed functions' totals."""
+    ``controller run`` keeps it), and ``again`` more two-phase publications
+    (``bench_controller.again_snapshots``): their rows and the timed functions' totals."""
     from cosample.controller.memory import keep_memory
     from cosample.experiments import bench_controller
 
@@ -82,7 +83,7 @@ def run(servers: int, serve: bool = True) -> tuple[list[dict], dict[str, float]]
     try:
         bench_controller.write_snapshot(servers, folder / "snap.json",
                                         datetime.now(timezone.utc).replace(microsecond=0))
-        rows = bench_controller.measure(servers, folder, "binary", True, serve)["rows"]
+        rows = bench_controller.measure(servers, folder, "binary", True, serve, again)["rows"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return rows, dict(totals)
@@ -93,10 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", type=int, default=1_000_000)
     parser.add_argument("--directory", action="store_true",
                         help="the folder target (a file per host's slice) instead of --serve's")
+    parser.add_argument("--again", type=int, default=0, metavar="N",
+                        help="N more cycles after the three, each publishing two phases as the "
+                             "traffic moves back and forth (a running controller's heap)")
     args = parser.parse_args(argv)
     if args.servers < 10:
         parser.error("--servers: at least 10")
-    rows, totals = run(args.servers, serve=not args.directory)
+    if args.again < 0:
+        parser.error("--again: not negative")
+    rows, totals = run(args.servers, serve=not args.directory, again=args.again)
     for row in rows:
         steps = " ".join(f"{key[:-4]} {row[key]:.3f}" for key in row if key.endswith("_cpu"))
         print(f"cycle {row['cycle']} ({row['result']}{', two phases' if row['two_phase'] else ''})"

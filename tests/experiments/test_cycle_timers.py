@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
+import pytest
+
+from cosample.collector.snapshot import parse_snapshot
 from cosample.experiments.cycle_timers import TIMED
 
 
@@ -29,3 +33,42 @@ def test_too_few_servers_is_one_error():
                            "--servers", "3"], capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == 2 and "--servers: at least 10" in done.stderr
+
+
+def test_again_adds_two_phase_publications_on_the_traffic_moving_back_and_forth():
+    """What a running controller repeats: every extra cycle publishes two phases (the
+    benchmark raises if one does not), its snapshot ``MOVED_AFTER_S`` after the one before."""
+    done = subprocess.run([sys.executable, "-m", "cosample.experiments.cycle_timers",
+                           "--servers", "300", "--again", "2"], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [line.split(":")[0] for line in done.stdout.splitlines()[:5]] == [
+        "cycle 1 (published)", "cycle 2 (kept)", "cycle 3 (published, two phases)",
+        "cycle 4 (published, two phases)", "cycle 5 (published, two phases)"]
+
+
+@pytest.mark.parametrize("suffix", ["bin", "json"])
+def test_again_snapshots_alternate_the_traffic_and_move_on_in_time(tmp_path, suffix):
+    from datetime import datetime, timedelta, timezone
+
+    from cosample.collector import snapshotbin
+    from cosample.experiments.bench_controller import (MOVED_AFTER_S, again_snapshots,
+                                                       write_snapshot)
+
+    started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    write_snapshot(50, tmp_path / "snap.json", started)
+    schedule = again_snapshots(tmp_path, suffix, started, 3)
+    assert schedule == [(2 * MOVED_AFTER_S, "again0"), (3 * MOVED_AFTER_S, "again1"),
+                        (4 * MOVED_AFTER_S, "again2")]
+
+    def read(name: str) -> Any:
+        data = (tmp_path / f"{name}.{suffix}").read_bytes()
+        return snapshotbin.decode(data) if suffix == "bin" else parse_snapshot(data)
+
+    for (later_s, name), source in zip(schedule, ("snap", "snap3", "snap")):
+        again, before = read(name), read(source)
+        assert again.time == started + timedelta(seconds=later_s)
+        assert snapshotbin.encode(again.model_copy(update={"time": before.time})) == \
+            snapshotbin.encode(before)
+    assert snapshotbin.encode(read("snap")) != snapshotbin.encode(
+        read("snap3").model_copy(update={"time": read("snap").time}))
