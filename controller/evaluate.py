@@ -35,6 +35,9 @@ class PlanShares:
         if (self.mirror_src.size != other.mirror_src.size
                 or not np.allclose(self.local_rate, other.local_rate, rtol=tolerance, atol=0)):
             return False
+        if np.array_equal(self.mirror_src, other.mirror_src) and \
+                np.array_equal(self.mirror_dst, other.mirror_dst):  # in the same order: as sorted
+            return bool(np.allclose(self.mirror_rate, other.mirror_rate, rtol=tolerance, atol=0))
         mine = np.lexsort((self.mirror_dst, self.mirror_src))
         theirs = np.lexsort((other.mirror_dst, other.mirror_src))
         return (np.array_equal(self.mirror_src[mine], other.mirror_src[theirs])

@@ -191,6 +191,31 @@ def shares_of(local, pairs):
     return PlanShares(1, "x", np.asarray(local, dtype=float), src, dst, rate)
 
 
+PAIRS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3),
+                           st.sampled_from([0.25, 0.5, 0.5 + 1e-12, 1.0])), max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PAIRS, PAIRS, st.randoms(use_true_random=False))
+def test_same_shares_whatever_the_order_of_the_pairs(pairs, others, shuffler):
+    """``same_as`` compares the pairs as sets (sorted), with or without its shortcut for pairs
+    already in the same order: the same answer as sorting both first."""
+    def sorted_same(a: PlanShares, b: PlanShares) -> bool:
+        if a.mirror_src.size != b.mirror_src.size:
+            return False
+        mine, theirs = (np.lexsort((x.mirror_dst, x.mirror_src)) for x in (a, b))
+        return (np.array_equal(a.mirror_src[mine], b.mirror_src[theirs])
+                and np.array_equal(a.mirror_dst[mine], b.mirror_dst[theirs])
+                and np.allclose(a.mirror_rate[mine], b.mirror_rate[theirs], rtol=1e-9, atol=0))
+
+    shuffled = list(pairs)
+    shuffler.shuffle(shuffled)
+    local = [0.5] * 4
+    for a, b in ((pairs, pairs), (pairs, shuffled), (pairs, others), (shuffled, others)):
+        assert shares_of(local, a).same_as(shares_of(local, b)) == sorted_same(
+            shares_of(local, a), shares_of(local, b))
+
+
 def test_two_phases_only_from_a_running_real_plan():
     old = shares_of([0.5, 1.0], [])
     new = shares_of([0.5, 1.0], [(0, 1, 0.3)])  # only rises: any order of hosts is safe
