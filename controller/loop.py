@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from cosample.plan.signing import sign_bytes
 from cosample.collector.polling import plan_lead_s
 from cosample.controller import decide as decisions
 from cosample.controller.apploop import Applications
@@ -28,7 +27,7 @@ from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, shares
 from cosample.controller.inventory import Inventory
 from cosample.controller.plausibility import JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen, vet
-from cosample.controller.publish import Rendered, oversized, render, serialised_hosts
+from cosample.controller.publish import oversized, render, serialised_hosts, signed
 from cosample.controller.replan import replan
 from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
 from cosample.controller.smoothing import Smoothed, update
@@ -145,9 +144,8 @@ class Controller:
         if restore is None:
             return
         key = self.settings.key
-        restore(Rendered(data, sign_bytes(data, key) if key else None,
-                         (self.store.last_version() or int(self.current["version"]),),
-                         self.current, plans, key=key))
+        restore(signed(data, key, (self.store.last_version() or int(self.current["version"]),),
+                       self.current, plans))
         log.info("serving the last publication again (version %s)", self.current["version"])
 
     # one pass -----------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ what agents fetch by default; ``slices=False`` serves the whole plan alone.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cosample.times import format_time
-from cosample.plan.signing import SIGNATURE_SUFFIX, sign_bytes
+from cosample.plan.signing import SIGNATURE_SUFFIX, content_digest, sign_digest
 from cosample.plan.slicebuild import SliceSet, build_slices
 from cosample.plan.slices import SLICES_DIR
 from cosample.controller.httpserver import BoundedHTTPServer
@@ -51,11 +50,14 @@ class Rendered:
     #: read back from ``data`` (a publication restored after a restart).
     plans: tuple[dict[str, Any], ...] = ()
     key: str | None = None  # the private key that signs the slices' head
+    digest: bytes | None = None  # ``content_digest(data)``, when the signer hashed it
 
     @cached_property
     def etag(self) -> str:
-        """Hashed once per publication, not per request (0.1 s for a 10^6-host plan)."""
-        return '"' + hashlib.sha256(self.data).hexdigest()[:32] + '"'
+        """Hashed once per publication, not per request (0.17 s for a 10^6-host plan set), and
+        not at all when the signature's digest is at hand."""
+        digest = self.digest if self.digest is not None else content_digest(self.data)
+        return '"' + digest.hex()[:32] + '"'
 
     @property
     def sliceable(self) -> bool:
@@ -111,8 +113,16 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         versions = tuple(int(p["version"]) for p in document["plans"])
         final = document["plans"][-1]
         plans = tuple(document["plans"])
-    signature = sign_bytes(data, key) if key else None
-    return Rendered(data, signature, versions, final, plans, key)
+    return signed(data, key, versions, final, plans)
+
+
+def signed(data: bytes, key: str | None, versions: tuple[int, ...], final: dict[str, Any],
+           plans: tuple[dict[str, Any], ...] = ()) -> Rendered:
+    """``data`` signed with the private key at ``key`` (None: unsigned), hashed once for both
+    the signature and the ETag."""
+    digest = content_digest(data)
+    signature = sign_digest(digest, key) if key else None
+    return Rendered(data, signature, versions, final, plans, key, digest)
 
 
 def serialised_hosts(plan: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -167,9 +167,7 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
                            change, capacity)
     w = max(weight(dt, tau_s), 1.0 / (previous.count + 1))
     w_rise = w if rise_tau_s is None else max(weight(dt, rise_tau_s), 1.0 / (previous.count + 1))
-    keys = _union(previous.keys, new_keys)
-    old = _aligned(keys, previous.keys, previous.pps)
-    new = _aligned(keys, new_keys, measurement.traffic_pps)
+    keys, old, new = _matched(previous.keys, previous.pps, new_keys, measurement.traffic_pps)
     src = keys // n
     held = ~measurement.measured[src]
     step = np.where(new > old, w_rise, w)
@@ -194,6 +192,17 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
     if remember:
         history += ((now, measured_totals),)
     return replace(out, history=history)
+
+
+def _matched(keys_before: np.ndarray, before: np.ndarray, keys_now: np.ndarray,
+             now: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs of both (sorted keys) and the values before and now on each, 0 where one has
+    none; the same pairs as before (a steady fleet) are taken as they are (aligning them cost
+    0.2 s at 10^6 servers)."""
+    if np.array_equal(keys_before, keys_now):
+        return keys_now, before, now
+    keys = _union(keys_before, keys_now)
+    return keys, _aligned(keys, keys_before, before), _aligned(keys, keys_now, now)
 
 
 def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:

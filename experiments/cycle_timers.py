@@ -32,7 +32,7 @@ TIMED = (
     ("cosample.controller.publish", "HttpTarget.publish"),
     ("cosample.controller.publish", "DirectoryTarget.publish"),
     ("cosample.controller.publish", "compact_json"),
-    ("cosample.controller.publish", "sign_bytes"),
+    ("cosample.controller.publish", "sign_digest"),
     ("cosample.controller.store", "Store.record"),
     ("cosample.controller.store", "Store.record_report"),
     ("cosample.plan.transition", "plan_set"),

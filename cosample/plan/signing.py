@@ -1,9 +1,16 @@
-"""Ed25519 signatures over plan files: detached ``PLAN.sig`` files holding base64 of the signature.
+"""Ed25519 signatures over plan files: detached ``PLAN.sig`` files, ``sha256:`` and base64.
 
 The signature covers the exact bytes of the plan file (or plan set) as served, so nothing has to
 be canonicalised: an agent configured with ``public_key`` fetches ``PLAN`` and ``PLAN.sig`` and
 refuses the plan unless the signature verifies with one of the keys in that file (read at every
-verification, so a new key needs no restart). Keys are PEM files (private: PKCS#8, mode 0600;
+verification, so a new key needs no restart).
+
+What is signed is the bytes' SHA-256 behind a context string (``sha256:`` in front of the
+base64 says so), not the bytes themselves: ed25519 hashes its message twice with SHA-512, 0.6 s
+of CPU for a 343 MB plan set, where one SHA-256 takes 0.17 s and is the publication's ETag as
+well (minisign prehashes large files the same way; docs/formats.md, "Signatures"). A ``.sig``
+without the tag, an ed25519 signature over the bytes themselves (the form before), is still
+verified: agents accept both, so they may be upgraded before the controller. Keys are PEM files (private: PKCS#8, mode 0600;
 public: SubjectPublicKeyInfo, several one after another); a public key may also be given as 32
 raw bytes in base64, one a line.
 """
@@ -12,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import os
 import re
 import stat
@@ -26,6 +34,11 @@ from cosample.plan.errors import PlanError, SignatureError, SigningKeyError
 from cosample.files import write_bytes_atomic
 
 SIGNATURE_SUFFIX = ".sig"
+#: What a ``.sig`` that signs the plan's SHA-256 starts with (base64 has no colon).
+DIGEST_TAG = b"sha256:"
+#: What is signed in front of the digest: no plan (JSON) begins so, so a signature in one
+#: form is never valid in the other.
+_DIGEST_CONTEXT = b"cosample plan sha256\x00"
 _PEM_BLOCK = re.compile(rb"-----BEGIN [A-Z ]+-----.*?-----END [A-Z ]+-----\s*", re.S)
 
 
@@ -44,9 +57,21 @@ def generate_keypair(private_path: str | Path, public_path: str | Path) -> None:
     write_bytes_atomic(public_path, public_pem, mode=0o644, parents=True)
 
 
+def content_digest(data: bytes) -> bytes:
+    """The SHA-256 a signature of ``data`` signs."""
+    return hashlib.sha256(data).digest()
+
+
 def sign_bytes(data: bytes, private_key_path: str | Path) -> bytes:
-    """The ``.sig`` file content for ``data``: base64 signature and a newline."""
-    return base64.b64encode(load_private_key(private_key_path).sign(data)) + b"\n"
+    """The ``.sig`` file content for ``data``: ``sha256:``, base64 signature and a newline."""
+    return sign_digest(content_digest(data), private_key_path)
+
+
+def sign_digest(digest: bytes, private_key_path: str | Path) -> bytes:
+    """``sign_bytes`` of the bytes whose ``content_digest`` is ``digest`` (hashed once by a
+    publisher that needs the digest for more than the signature)."""
+    key = load_private_key(private_key_path)
+    return DIGEST_TAG + base64.b64encode(key.sign(_DIGEST_CONTEXT + digest)) + b"\n"
 
 
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:
@@ -77,14 +102,17 @@ def verify(data: bytes, signature: bytes | None, public_key_path: str | Path,
         missing = "expected a detached PLAN.sig file" if what == "plan signature" else \
             "a public key is configured: unsigned slices are refused"
         raise SignatureError(f"{what}: missing ({missing})")
+    text, message = signature.strip(), data
+    if text.startswith(DIGEST_TAG):
+        text, message = text[len(DIGEST_TAG):], _DIGEST_CONTEXT + content_digest(data)
     try:
-        raw = base64.b64decode(signature.strip(), validate=True)
+        raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise SignatureError(f"{what}: not base64") from None
     keys = public_keys(Path(public_key_path))
     for key in keys:
         try:
-            key.verify(raw, data)
+            key.verify(raw, message)
             return
         except InvalidSignature:
             continue

@@ -275,3 +275,17 @@ def test_a_plan_too_large_for_a_default_reader_is_a_problem_naming_it(monkeypatc
     assert "collector's default" not in agents
     collector = publish_module.oversized(rendered(2**20 + 1))
     assert "collector's default limit of 1 MiB" in collector and "--max-plan-mib" in collector
+
+
+def test_a_publication_is_hashed_once_for_its_signature_and_its_etag(keys):
+    """``render`` keeps the digest it signs; the ETag is its first 32 hex digits, the same as
+    a publication restored without it hashes for itself."""
+    import hashlib
+
+    rendered = render(plan(3), 3, keys[0])
+    digest = hashlib.sha256(rendered.data).digest()
+    assert rendered.digest == digest
+    verify(rendered.data, rendered.signature, keys[1])
+    assert rendered.etag == '"' + digest.hex()[:32] + '"'
+    bare = publish_module.Rendered(rendered.data, rendered.signature, (3,), rendered.final)
+    assert bare.etag == rendered.etag

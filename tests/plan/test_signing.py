@@ -94,3 +94,43 @@ def test_raw_keys_one_a_line_and_bad_key_files_are_named(tmp_path, keys):
     (tmp_path / "tail.pub").write_bytes(keys[1].read_bytes() + b"trailing junk\n")
     with pytest.raises(SigningKeyError, match="tail.pub: not an ed25519 public key"):
         verify(b"x", sign_bytes(b"x", keys[0]), tmp_path / "tail.pub")
+
+
+def test_the_signature_signs_the_digest_and_says_so(keys):
+    """``sha256:`` and base64 of ed25519 over the context and the bytes' SHA-256: a publisher
+    hashes a 343 MB plan set once (docs/formats.md, "Signatures")."""
+    from cryptography.hazmat.primitives import serialization
+
+    from cosample.plan.signing import DIGEST_TAG, content_digest
+
+    signature = sign_bytes(b"plan", keys[0])
+    assert signature.startswith(DIGEST_TAG) and signature.endswith(b"\n")
+    raw = base64.b64decode(signature[len(DIGEST_TAG):].strip(), validate=True)
+    public = serialization.load_pem_public_key(keys[1].read_bytes())
+    public.verify(raw, b"cosample plan sha256\x00" + content_digest(b"plan"))  # raises if not
+
+
+def test_a_signature_over_the_bytes_themselves_still_verifies(keys):
+    """The form before (no tag): agents upgraded before their controller keep accepting it."""
+    from cosample.plan.signing import load_private_key
+
+    legacy = base64.b64encode(load_private_key(keys[0]).sign(b"plan")) + b"\n"
+    verify(b"plan", legacy, keys[1])
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify(b"plan!", legacy, keys[1])
+
+
+def test_the_two_forms_are_not_interchangeable(keys):
+    """A tag moved onto or off a signature makes it fail: each form verifies only as itself."""
+    from cosample.plan.signing import DIGEST_TAG, load_private_key
+
+    digest_form = sign_bytes(b"plan", keys[0])
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify(b"plan", digest_form[len(DIGEST_TAG):], keys[1])
+    legacy = base64.b64encode(load_private_key(keys[0]).sign(b"plan")) + b"\n"
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify(b"plan", DIGEST_TAG + legacy, keys[1])
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify(b"plan!", digest_form, keys[1])
+    with pytest.raises(SignatureError, match="base64"):
+        verify(b"plan", DIGEST_TAG + b"%%%", keys[1])

@@ -166,9 +166,10 @@ def test_any_change_to_any_field_is_refused(make_plan, tmp_path_factory, data):
         position = data.draw(st.integers(0, len(fields[name]) - 1))
         fields[name] = _flip(fields[name], position)
     elif name == "signature":
-        raw = bytearray(base64.b64decode(fields[name]))
+        tag, encoded = fields[name].split(":")  # sha256:BASE64 (the digest is signed)
+        raw = bytearray(base64.b64decode(encoded, validate=True))
         raw[data.draw(st.integers(0, len(raw) - 1))] ^= 1 << data.draw(st.integers(0, 7))
-        fields[name] = base64.b64encode(bytes(raw)).decode()
+        fields[name] = f"{tag}:{base64.b64encode(bytes(raw)).decode()}"
     elif name == "index":
         fields[name] = data.draw(st.integers(0, 10).filter(lambda k: k != fields["index"]))
     elif name == "path":
