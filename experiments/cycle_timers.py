@@ -5,8 +5,9 @@ timed (CPU seconds, summed over the cycles) and printed after the cycles' own st
 The functions are the publishing cycle's parts that its step timings do not split: the plan's
 host table (``planfile._host_table``, and in it ``hostjson``'s rows and lists), the plan set's
 phase 1 (``transition.plan_set``), the slices (``slicebuild._compiled_views``, the HTTP
-target's ``publish``), signing, the state's copy and the report. A function called inside
-another is counted in both. The wrappers cost a call each, nothing per host.
+target's ``publish``), hashing and signing the publication (``signed``), the state's copy and
+the report. A function called inside another is counted in both. The wrappers cost a call
+each, nothing per host.
 
     python -m cosample.experiments.cycle_timers [--servers 1000000] [--directory] [--again N]
 """
@@ -32,7 +33,7 @@ TIMED = (
     ("cosample.controller.publish", "HttpTarget.publish"),
     ("cosample.controller.publish", "DirectoryTarget.publish"),
     ("cosample.controller.publish", "compact_json"),
-    ("cosample.controller.publish", "sign_digest"),
+    ("cosample.controller.publish", "signed"),
     ("cosample.controller.store", "Store.record"),
     ("cosample.controller.store", "Store.record_report"),
     ("cosample.plan.transition", "plan_set"),

@@ -10,9 +10,11 @@ base64 says so), not the bytes themselves: ed25519 hashes its message twice with
 of CPU for a 343 MB plan set, where one SHA-256 takes 0.17 s and is the publication's ETag as
 well (minisign prehashes large files the same way; docs/formats.md, "Signatures"). A ``.sig``
 without the tag, an ed25519 signature over the bytes themselves (the form before), is still
-verified: agents accept both, so they may be upgraded before the controller. Keys are PEM files (private: PKCS#8, mode 0600;
-public: SubjectPublicKeyInfo, several one after another); a public key may also be given as 32
-raw bytes in base64, one a line.
+verified: agents accept both, so they may be upgraded before the controller. Verifying costs
+one SHA-256 of the plan too, where the form before took one SHA-512.
+
+Keys are PEM files (private: PKCS#8, mode 0600; public: SubjectPublicKeyInfo, several one after
+another); a public key may also be given as 32 raw bytes in base64, one a line.
 """
 
 from __future__ import annotations
