@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -55,11 +56,8 @@ class Daemon:
             return response.read()
 
     def snapshot(self):
-        """The daemon's snapshot, or None before its first export (``/snapshot`` is empty until
-        then: a test that polls must not read that as a bad snapshot)."""
-        from cosample.collector.snapshot import parse_snapshot
-        body = self.get("/snapshot")
-        return parse_snapshot(body) if body else None
+        """The daemon's snapshot, or None before its first export (``served_snapshot``)."""
+        return served_snapshot(self.get)
 
     def samples_of(self, server: str) -> int | None:
         """``server``'s samples in the snapshot; None before the first export."""
@@ -106,3 +104,14 @@ def steady(send_one: Callable[[int], None], rate_per_s: float, seconds: float) -
         time.sleep(0.002)
     return sent
 
+
+def served_snapshot(get: Callable[[str], bytes]):
+    """The snapshot ``get("/snapshot")`` serves, or None before the collector's first export
+    (503 "no snapshot yet"): a test that polls must not read that as a failure."""
+    from cosample.collector.snapshot import parse_snapshot
+    try:
+        return parse_snapshot(get("/snapshot"))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 503:
+            return None
+        raise

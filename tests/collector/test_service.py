@@ -22,6 +22,7 @@ from cosample.collector import snapshotbin
 from cosample.collector.snapshot import parse_snapshot
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import simulate
+from collector_daemon import served_snapshot
 from collector_plans import FOUR, plan_document
 from waiting import wait_for
 
@@ -61,6 +62,10 @@ class Running:
         with urllib.request.urlopen(self.url + path, timeout=5) as response:
             return response.read()
 
+    def snapshot(self):
+        """The snapshot, or None before the first export (``served_snapshot``)."""
+        return served_snapshot(self.get)
+
     def stop(self) -> None:
         self.service.stop()
         self.thread.join(timeout=10)
@@ -90,7 +95,7 @@ def test_daemon_estimates_and_serves_snapshot_and_metrics(write_plan, four_plan,
     try:
         send(stream.datagrams, running.service.listen_address, running.sockets)
         send([(0, b"\0\0\0\5\0\0\0\1ga")] * 3, running.service.listen_address, running.sockets)
-        snapshot = wait_for(lambda: (s := parse_snapshot(running.get("/snapshot"))) and
+        snapshot = wait_for(lambda: (s := running.snapshot()) and
                             s.dropped.get("truncated") == 3 and
                             sum(e.samples for e in s.servers.values()) == stream.samples and s)
         metrics = running.get("/metrics").decode()
@@ -144,7 +149,7 @@ def test_two_instances_owning_agent_sets_merge_to_the_truth(write_plan, four_pla
         for instance in (a, b):
             send([item for item in stream.datagrams if owner[item[1][8:12]] is instance],
                  instance.service.listen_address, instance.sockets)
-        parts = [wait_for(lambda i=i: (s := parse_snapshot(i.get("/snapshot"))) and
+        parts = [wait_for(lambda i=i: (s := i.snapshot()) and
                           sum(e.samples for e in s.servers.values()) == sum(
                               1 for _ in ()) + expected and s)
                  for i, expected in ((a, _samples(stream, owner, a)), (b, _samples(stream, owner, b)))]
@@ -188,7 +193,9 @@ def test_reuse_port_instances_share_one_address_and_merge_exactly(write_plan, fo
         send(stream.datagrams, ("127.0.0.1", port), sockets)
 
         def merged():
-            parts = [parse_snapshot(i.get("/snapshot")) for i in (a, b)]
+            parts = [i.snapshot() for i in (a, b)]
+            if None in parts:
+                return False
             total = sum(e.samples for p in parts for e in p.servers.values())
             return total == stream.samples and merge_snapshots(parts)
         result = wait_for(merged)

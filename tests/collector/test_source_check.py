@@ -17,7 +17,6 @@ import pytest
 from cosample.plan.document import parse_plan
 from cosample.collector.admission import Admission, packed
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
-from cosample.collector.snapshot import parse_snapshot
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import frame, simulate, vm_address
 from collector_daemon import Daemon, counter
@@ -71,12 +70,12 @@ def test_forged_datagrams_change_no_estimate(daemon):
     with AgentSender() as sender:
         for _, data in stream.datagrams:
             sender.send(data, running.listen)
-        before = wait_for(lambda: (s := parse_snapshot(running.get("/snapshot"))) and
+        before = wait_for(lambda: (s := running.snapshot()) and
                           sum(e.samples for e in s.servers.values()) == stream.samples and s)
         for sequence in (10_001, 10_002):  # the attack: s4's agent address, from 127.0.0.1
             sender.send(forged(f"{LOOPBACK}.4", sequence), running.listen, source="127.0.0.1")
         sender.send(forged(f"{LOOPBACK}.99", 1), running.listen)  # an agent no plan names
-        after = wait_for(lambda: (s := parse_snapshot(running.get("/snapshot"))) and
+        after = wait_for(lambda: (s := running.snapshot()) and
                          s.dropped.get("source_mismatch") == 2 and
                          s.dropped.get("unplanned_agent") == 1 and s)
         metrics = running.metrics()
@@ -87,6 +86,6 @@ def test_forged_datagrams_change_no_estimate(daemon):
         # the control: the same datagrams from s4's own address are evidence, and huge
         for sequence in (10_001, 10_002):
             sender.send(forged(f"{LOOPBACK}.4", sequence), running.listen)
-        control = wait_for(lambda: (s := parse_snapshot(running.get("/snapshot"))) and
+        control = wait_for(lambda: (s := running.snapshot()) and
                            s.servers["s4"].samples == before.servers["s4"].samples + 2 and s)
     assert control.servers["s4"].packets_per_s > 1000 * before.servers["s4"].packets_per_s
