@@ -73,6 +73,12 @@ class Packed(Sequence[Any]):
     def _item(data: bytes) -> Any:
         return data
 
+    @classmethod
+    def _joined(cls: type[_P], items: list[bytes]) -> _P:
+        """``items`` (each with its separator) laid end to end."""
+        return cls(b"".join(items), array(OFFSET, accumulate(map(len, items), initial=0)))
+
+
 class Views(Packed):
     """A publication's views, each ``bytes`` when asked for."""
 
@@ -81,8 +87,7 @@ class Views(Packed):
     @classmethod
     def of(cls, items: Iterable[bytes]) -> Views:
         """``items`` packed (the Python builder's views; tests)."""
-        items = list(items)
-        return cls(b"".join(items), array(OFFSET, accumulate(map(len, items), initial=0)))
+        return cls._joined(list(items))
 
 
 class Names(Packed):
@@ -95,8 +100,7 @@ class Names(Packed):
     @classmethod
     def of(cls, names: Iterable[str]) -> Names:
         """``names`` (sorted) packed (the Python builder's names; tests)."""
-        encoded = [name.encode() + b"\n" for name in names]
-        return cls(b"".join(encoded), array(OFFSET, accumulate(map(len, encoded), initial=0)))
+        return cls._joined([name.encode() + b"\n" for name in names])
 
     @staticmethod
     def _item(data: bytes) -> str:
