@@ -270,35 +270,41 @@ def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,
     plan's numbers, stable across platforms and exact enough. A non-finite value is a
     ``PlannerError`` naming the host (``names``) and the field.
 
-    Scaling by a power of ten (exact in a double up to 10**22) and rounding once gives the
-    correctly rounded decimal except when the scaled value lies within 1e-3 of a half (its own
-    rounding error is below 1.3e-4) or the decade was misjudged; those few take the string path.
+    Scaling by a power of ten (exact in a double up to 10**22, taken from a table) and rounding
+    once gives the correctly rounded decimal except when the scaled value lies within 1e-3 of a
+    half (its own rounding error is below 1.3e-4) or the decade was misjudged; those few take the
+    string path. Zeros (either sign) are kept as they are.
     """
     x = np.ascontiguousarray(values, dtype=float)
-    finite = np.isfinite(x)
-    if not finite.all():
-        k = int(np.flatnonzero(~finite)[0])
+    if not np.isfinite(x).all():
+        k = int(np.flatnonzero(~np.isfinite(x))[0])
         where = f"hosts.{names[k]}.{field}" if names is not None else field
         raise PlannerError(f"{where}: not a finite number ({float(x[k])!r})")
     bits = x.view(np.int64)
     if x.size > 1 and bool((bits == bits[0]).all()):  # one value throughout (alpha, margin..)
         return np.full_like(x, significant(x[:1], None, field, digits)[0])
-    out = x.copy()
-    nonzero = np.flatnonzero(x != 0)
-    a = np.abs(x[nonzero])
+    a = np.abs(x)
+    zeros = np.flatnonzero(a == 0)
+    a[zeros] = 1.0  # any nonzero: put back below
     shift = (digits - 1) - np.floor(np.log10(a)).astype(np.int64)
-    exact = np.abs(shift) <= 22
-    power = np.power(10.0, np.abs(np.where(exact, shift, 0)))
+    magnitude = np.abs(shift)
+    power = _POWERS_OF_TEN.take(np.minimum(magnitude, _EXACT_POWERS))
     up = shift >= 0
     scaled = np.where(up, a * power, a / power)
     whole = np.rint(scaled)
     result = np.where(up, whole / power, whole * power)
-    doubtful = (~exact | (np.abs(scaled - np.floor(scaled) - 0.5) < 1e-3)
+    doubtful = ((magnitude > _EXACT_POWERS) | (np.abs(scaled - whole) > 0.5 - 1e-3)
                 | (whole < 10.0 ** (digits - 1)) | (whole >= 10.0 ** digits))
     for k in np.flatnonzero(doubtful).tolist():
         result[k] = float(f"{a[k]:.{digits}g}")
-    out[nonzero] = np.copysign(result, x[nonzero])
+    out = np.copysign(result, x, out=result)
+    out[zeros] = x[zeros]
     return out
+
+
+#: 10**k for k up to 22, each exact in a double (``significant``: a look-up, not ``np.power``).
+_EXACT_POWERS = 22
+_POWERS_OF_TEN = np.array([10.0 ** k for k in range(_EXACT_POWERS + 1)])
 
 
 def _cost(problem) -> dict[str, Any]:

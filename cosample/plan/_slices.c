@@ -45,15 +45,14 @@ static int cut_order[MAX_FIELDS + 3];
 
 
 /* slicebuild.relations as arrays: per host, (peer, None) for each peer it names, and
-   (owner, key, item) at the peer for each item naming it, in the same order */
-static int relate(table_t *t) {
+   (owner, key, item) at the peer for each item naming it, in the same order; ``slots``: its
+   names by hash (index_names, of this table or of one with the same names) */
+static int relate(table_t *t, const Py_ssize_t *slots, uint64_t mask) {
     Py_ssize_t n = t->hosts;
-    uint64_t mask = 0;
-    Py_ssize_t *slots = index_names(t, &mask);
     Py_ssize_t *peer_of = PyMem_Malloc((size_t)(t->items + 1) * sizeof(Py_ssize_t));
     t->rel_start = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
-    if (slots == NULL || peer_of == NULL || t->rel_start == NULL) {
-        PyMem_Free(slots); PyMem_Free(peer_of); return -1;
+    if (peer_of == NULL || t->rel_start == NULL) {
+        PyMem_Free(peer_of); return -1;
     }
     /* each peer's hash first (the items are read in order), so that its slot and then the
        name there are fetched ahead of the look-ups (random places in 10^6 names) */
@@ -78,7 +77,6 @@ static int relate(table_t *t) {
         peer_of[j] = q;
         if (q >= 0) { t->rel_start[it->owner + 1]++; t->rel_start[q + 1]++; }
     }
-    PyMem_Free(slots);
     for (Py_ssize_t h = 0; h < n; h++) t->rel_start[h + 1] += t->rel_start[h];
     Py_ssize_t total = t->rel_start[n];
     Py_ssize_t *fill = PyMem_Malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
@@ -297,6 +295,14 @@ static Py_ssize_t view_room(const table_t *t, Py_ssize_t nt, Py_ssize_t *name_ro
     return room;
 }
 
+/* whether two tables name the same hosts (in the same order: both are sorted) */
+static int same_names(const table_t *x, const table_t *y) {
+    if (x->hosts != y->hosts) return 0;
+    for (Py_ssize_t h = 0; h < x->hosts; h++)
+        if (compare_names(x, h, y, h) != 0) return 0;
+    return 1;
+}
+
 static void free_table(table_t *t) {
     free_table_spans(t);
     PyMem_Free(t->rel_start); PyMem_Free(t->rel);
@@ -313,6 +319,8 @@ static PyObject *views(PyObject *self, PyObject *arg) {
     Py_ssize_t **index = PyMem_Calloc((size_t)nt, sizeof(Py_ssize_t *));
     PyObject *name_at = NULL, *view_at = NULL, *hashes = NULL, *result = NULL;
     rel_t *scratch = NULL;
+    Py_ssize_t *slots = NULL;
+    uint64_t mask = 0;
     sink names = {NULL, NULL, 0, 0, 0}, out = {NULL, NULL, 0, 0, 0};
     if (t == NULL || at == NULL || index == NULL) { PyErr_NoMemory(); goto done; }
     Py_ssize_t most = 1;
@@ -327,7 +335,18 @@ static PyObject *views(PyObject *self, PyObject *arg) {
         int ok = read_table(&t[k]);
         if (ok < 0) { PyErr_NoMemory(); goto done; }
         if (ok == 0) { result = Py_None; Py_INCREF(result); goto done; }
-        if (relate(&t[k]) < 0) { PyErr_NoMemory(); goto done; }
+    }
+    /* a plan set's phases name the same hosts (transition.plan_set): their names are indexed
+       once and need no merge */
+    int same = 1;
+    for (Py_ssize_t k = 1; k < nt && same; k++) same = same_names(&t[0], &t[k]);
+    for (Py_ssize_t k = 0; k < nt; k++) {
+        if (slots == NULL || !same) {
+            PyMem_Free(slots);
+            slots = index_names(&t[k], &mask);
+            if (slots == NULL) { PyErr_NoMemory(); goto done; }
+        }
+        if (relate(&t[k], slots, mask) < 0) { PyErr_NoMemory(); goto done; }
         for (Py_ssize_t h = 0; h < t[k].hosts; h++) {
             Py_ssize_t c = t[k].rel_start[h + 1] - t[k].rel_start[h];
             if (c > most) most = c;
@@ -335,27 +354,32 @@ static PyObject *views(PyObject *self, PyObject *arg) {
     }
     /* the union of the names, merged; index[k][u]: host u's index in table k, or -1 */
     Py_ssize_t cap = 0;
-    for (Py_ssize_t k = 0; k < nt; k++) cap += t[k].hosts;
+    for (Py_ssize_t k = 0; k < (same ? 1 : nt); k++) cap += t[k].hosts;
     for (Py_ssize_t k = 0; k < nt; k++) {
         index[k] = PyMem_Malloc((size_t)(cap + 1) * sizeof(Py_ssize_t));
         if (index[k] == NULL) { PyErr_NoMemory(); goto done; }
     }
     Py_ssize_t u = 0;
-    for (;;) {
-        Py_ssize_t least = -1;
-        for (Py_ssize_t k = 0; k < nt; k++)
-            if (at[k] < t[k].hosts &&
-                (least < 0 || compare_names(&t[k], at[k], &t[least], at[least]) < 0))
-                least = k;
-        if (least < 0) break;
-        Py_ssize_t pick = at[least];
-        for (Py_ssize_t k = 0; k < nt; k++) {
-            if (at[k] < t[k].hosts && compare_names(&t[k], at[k], &t[least], pick) == 0)
-                index[k][u] = at[k]++;
-            else
-                index[k][u] = -1;
+    if (same) {  /* host u is host u of every table */
+        for (; u < cap; u++)
+            for (Py_ssize_t k = 0; k < nt; k++) index[k][u] = u;
+    } else {
+        for (;;) {
+            Py_ssize_t least = -1;
+            for (Py_ssize_t k = 0; k < nt; k++)
+                if (at[k] < t[k].hosts &&
+                    (least < 0 || compare_names(&t[k], at[k], &t[least], at[least]) < 0))
+                    least = k;
+            if (least < 0) break;
+            Py_ssize_t pick = at[least];
+            for (Py_ssize_t k = 0; k < nt; k++) {
+                if (at[k] < t[k].hosts && compare_names(&t[k], at[k], &t[least], pick) == 0)
+                    index[k][u] = at[k]++;
+                else
+                    index[k][u] = -1;
+            }
+            u++;
         }
-        u++;
     }
     Py_ssize_t count = u;
     Py_ssize_t name_room = 0, room = view_room(t, nt, &name_room);
@@ -424,6 +448,7 @@ done:
     Py_XDECREF(name_at); Py_XDECREF(view_at); Py_XDECREF(hashes);
     Py_XDECREF(names.bytes); Py_XDECREF(out.bytes);
     PyMem_Free(scratch);
+    PyMem_Free(slots);
     if (t != NULL) for (Py_ssize_t k = 0; k < nt; k++) free_table(&t[k]);
     if (index != NULL) for (Py_ssize_t k = 0; k < nt; k++) PyMem_Free(index[k]);
     PyMem_Free(t); PyMem_Free(at); PyMem_Free(index);

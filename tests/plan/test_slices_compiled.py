@@ -36,13 +36,17 @@ EXTRA = st.recursive(SCALAR, lambda inner: st.one_of(
 
 
 @st.composite
-def tables(draw, names=PLAIN):
+def tables(draw, names=PLAIN, same_hosts=False):
+    """1-3 host tables over one pool of names; ``same_hosts``: all name the same hosts (a plan
+    set's phases), each entry drawn apart."""
     pool = draw(st.lists(names, min_size=1, max_size=12, unique=True))
     count = draw(st.integers(1, 3))
     out = []
+    shared = draw(st.lists(st.sampled_from(pool), max_size=len(pool), unique=True)) \
+        if same_hosts else None
     for _ in range(count):
-        hosts = draw(st.lists(st.sampled_from(pool), min_size=0, max_size=len(pool),
-                              unique=True))
+        hosts = shared if same_hosts else draw(
+            st.lists(st.sampled_from(pool), min_size=0, max_size=len(pool), unique=True))
         target = st.one_of(st.sampled_from(pool), names, st.none(), st.integers(0, 3))
         table = {}
         for name in hosts:
@@ -94,6 +98,13 @@ def _same_as_python(tables_: list[dict]) -> bool:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
 def test_compiled_views_are_the_python_views(tables_):
+    _same_as_python(tables_)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(same_hosts=True))
+def test_phases_naming_the_same_hosts_are_the_python_views(tables_):
+    """The compiled builder indexes such tables' names once and does not merge them."""
     _same_as_python(tables_)
 
 
