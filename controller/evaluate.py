@@ -90,6 +90,8 @@ def _pair_rates(plan: PlanShares, span: int) -> tuple[np.ndarray, np.ndarray]:
     """Each mirror pair once, as the key ``src * span + dst`` (sorted) and its rate; a pair
     listed twice keeps its last rate (as a dict of the pairs would)."""
     keys = plan.mirror_src.astype(np.int64) * span + plan.mirror_dst
+    if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):  # as plans list them: no sort
+        return keys, plan.mirror_rate
     order = np.argsort(keys, kind="stable")
     keys, rates = keys[order], plan.mirror_rate[order]
     last = np.append(keys[1:] != keys[:-1], True) if keys.size else np.zeros(0, dtype=bool)

@@ -235,6 +235,21 @@ def test_two_phases_from_arrays_match_the_pairwise_rule(data):
     n = data.draw(st.integers(1, 5))
     old, new = _random_shares(data.draw, n), _random_shares(data.draw, n)
     assert needs_two_phases(old, new) == _needs_two_phases_by_pairs(old, new)
+    # pairs listed in order, each once (as plans list them: taken without a sort)
+    listed_old, listed_new = _in_pair_order(old), _in_pair_order(new)
+    assert needs_two_phases(listed_old, listed_new) == \
+        _needs_two_phases_by_pairs(listed_old, listed_new) == _needs_two_phases_by_pairs(old, new)
+
+
+def _in_pair_order(shares):
+    """The same shares with each pair once (its last rate) and the pairs in order."""
+    pairs = dict(zip(zip(shares.mirror_src.tolist(), shares.mirror_dst.tolist()),
+                     shares.mirror_rate.tolist()))
+    ordered = sorted(pairs.items())
+    src, dst, rate = (np.asarray([item[0][0] for item in ordered], dtype=np.int64),
+                      np.asarray([item[0][1] for item in ordered], dtype=np.int64),
+                      np.asarray([item[1] for item in ordered], dtype=float))
+    return PlanShares(1, "x", shares.local_rate, src, dst, rate)
 
 
 def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
