@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.controller.pairkeys import matched
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 
 
@@ -131,11 +132,7 @@ def needs_two_phases(old: PlanShares, new: PlanShares) -> bool:
                                                   new.mirror_src, new.mirror_dst) if a.size))
     before_keys, before = _pair_rates(old, span)
     after_keys, after = _pair_rates(new, span)
-    keys = np.sort(np.concatenate((before_keys, after_keys)))  # (np.union1d hashes: 10x
-    keys = keys[np.append(True, keys[1:] != keys[:-1])] if keys.size else keys  # slower)
-    was, now = np.zeros(keys.size), np.zeros(keys.size)
-    was[np.searchsorted(keys, before_keys)] = before
-    now[np.searchsorted(keys, after_keys)] = after
+    keys, was, now = matched(before_keys, before, after_keys, after)
     for marks, moved in ((rises, now > was), (falls, now < was)):
         marks[keys[moved] // span] = True  # the sender
         marks[keys[moved] % span] = True   # and the receiver

@@ -154,16 +154,16 @@ def test_merging_into_a_sorted_matrix_equals_sorting_it(n, entries, diagonal):
 @given(st.sets(st.integers(0, 400), max_size=30), st.sets(st.integers(0, 400), max_size=30),
        st.booleans())
 def test_the_pairs_of_two_cycles_matched_as_when_aligned(before, now, same):
-    """``_matched``: the same pairs in both cycles (taken as they are) give what the union and
+    """``pairkeys.matched``: the same pairs in both cycles (taken as they are) give what the union and
     alignment give, and so do different pairs."""
-    from cosample.controller.smoothing import _aligned, _matched, _union
+    from cosample.controller.pairkeys import aligned, matched, union
 
     keys_before = np.asarray(sorted(before), dtype=np.int64)
     keys_now = keys_before.copy() if same else np.asarray(sorted(now), dtype=np.int64)
     values_before = np.arange(1, keys_before.size + 1, dtype=float)
     values_now = np.arange(1, keys_now.size + 1, dtype=float) * 10
-    keys, old, new = _matched(keys_before, values_before, keys_now, values_now)
-    union = _union(keys_before, keys_now)
-    assert keys.tolist() == union.tolist()
-    assert old.tolist() == _aligned(union, keys_before, values_before).tolist()
-    assert new.tolist() == _aligned(union, keys_now, values_now).tolist()
+    keys, old, new = matched(keys_before, values_before, keys_now, values_now)
+    both = union(keys_before, keys_now)
+    assert keys.tolist() == both.tolist()
+    assert old.tolist() == aligned(both, keys_before, values_before).tolist()
+    assert new.tolist() == aligned(both, keys_now, values_now).tolist()
