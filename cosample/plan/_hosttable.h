@@ -21,6 +21,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define HT_FN static __attribute__((unused))
 
@@ -61,13 +64,45 @@ typedef struct {
     TABLE_EXTRA
 } table_t;
 
+/* memcmp's order of ``len`` bytes (<0, 0, >0), inline: the table's keys and names are short,
+   and a call per comparison (10^7 of them per table) cost more than the comparing */
+static inline int bytes_order(const char *a, const char *c, size_t len) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; len >= 8; a += 8, c += 8, len -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, c, 8);
+        if (x != y) return __builtin_bswap64(x) < __builtin_bswap64(y) ? -1 : 1;
+    }
+#endif
+    for (; len; a++, c++, len--)
+        if (*a != *c) return (unsigned char)*a < (unsigned char)*c ? -1 : 1;
+    return 0;
+}
+
+/* two byte strings in Python's str order (for UTF-8: code point order) */
+static inline int compare_bytes(const char *a, Py_ssize_t la, const char *c, Py_ssize_t lc) {
+    int r = bytes_order(a, c, (size_t)(la < lc ? la : lc));
+    return r ? r : la < lc ? -1 : la > lc;
+}
+
 HT_FN int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth);
 
+/* Strings and numbers are scanned 16 bytes at a time where the CPU has SSE2 (every x86-64):
+   a plan's table is mostly short keys, names and numbers, and a byte loop spent a quarter of
+   the compiled transition's time in them. */
 HT_FN int skip_string(const char *b, Py_ssize_t n, Py_ssize_t *p) {
     if (*p >= n || b[*p] != '"') return -1;
-    Py_ssize_t q = *p + 1, near = n - q < 24 ? n : q + 24;
-    for (; q < near; q++)  /* most strings (keys, names) are short: no call */
-        if (b[q] == '"') { *p = q + 1; return 0; }
+    Py_ssize_t q = *p + 1;
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"');
+    for (; q + 16 <= n; q += 16) {  /* no backslash in a table read (read_table): the next
+                                       quote ends the string */
+        __m128i chunk = _mm_loadu_si128((const __m128i *)(b + q));
+        unsigned hits = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(chunk, quote));
+        if (hits) { *p = q + __builtin_ctz(hits) + 1; return 0; }
+    }
+#endif
     if (q >= n) return -1;
     const char *end = memchr(b + q, '"', (size_t)(n - q));
     if (end == NULL) return -1;
@@ -98,6 +133,27 @@ HT_FN int skip_value(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth) {
     if (c == '"') return skip_string(b, n, p);
     if (c == '{' || c == '[') return skip_container(b, n, p, depth);
     Py_ssize_t start = *p;
+#ifdef __SSE2__
+    /* a number, true, false or null: up to the first , } or ], with none of '"{[: ' or a
+       newline before it */
+    for (; *p + 16 <= n; *p += 16) {
+        __m128i c16 = _mm_loadu_si128((const __m128i *)(b + *p));
+#define HT_IS(ch) _mm_cmpeq_epi8(c16, _mm_set1_epi8(ch))
+        unsigned stops = (unsigned)_mm_movemask_epi8(
+            _mm_or_si128(_mm_or_si128(HT_IS(','), HT_IS('}')), HT_IS(']')));
+        unsigned bad = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+            _mm_or_si128(_mm_or_si128(HT_IS('"'), HT_IS('{')), _mm_or_si128(HT_IS('['), HT_IS(':'))),
+            _mm_or_si128(HT_IS(' '), HT_IS('\n'))));
+#undef HT_IS
+        if (stops) {
+            unsigned at = (unsigned)__builtin_ctz(stops);
+            if (bad & ((1u << at) - 1)) return -1;
+            *p += at;
+            return *p > start ? 0 : -1;
+        }
+        if (bad) return -1;
+    }
+#endif
     while (*p < n && b[*p] != ',' && b[*p] != '}' && b[*p] != ']') {
         char d = b[*p];
         if (d == '"' || d == '{' || d == '[' || d == ':' || d == ' ' || d == '\n') return -1;
@@ -117,11 +173,10 @@ HT_FN int member(const char *b, Py_ssize_t n, Py_ssize_t *p, int depth, span *ke
     return skip_value(b, n, p, depth);
 }
 
-/* whether a quoted key is ``word`` (its first byte compared before a call to memcmp) */
+/* whether a quoted key is ``word`` */
 static inline int key_is(const char *b, span key, const char *word) {
     size_t len = strlen(word);
-    return (size_t)(key.e - key.s) == len + 2 && b[key.s + 1] == word[0] &&
-           memcmp(b + key.s + 1, word, len) == 0;
+    return (size_t)(key.e - key.s) == len + 2 && bytes_order(b + key.s + 1, word, len) == 0;
 }
 
 HT_FN int grow(void **array, Py_ssize_t *cap, Py_ssize_t need, size_t size) {
@@ -192,11 +247,11 @@ HT_FN int classify(const table_t *t, span key) {
     const char *word = b + key.s + 1;
     for (int k = K_APPMON; k <= K_RECEIVES; k++)
         if (LIST_NAME_LEN[k] == len && word[0] == LIST_NAME[k][0] &&
-            memcmp(word, LIST_NAME[k], (size_t)len) == 0)
+            bytes_order(word, LIST_NAME[k], (size_t)len) == 0)
             return k;
     for (int j = 0; j < t->fields; j++)
         if (t->field_len[j] == len && word[0] == t->field_name[j][0] &&
-            memcmp(word, t->field_name[j], (size_t)len) == 0)
+            bytes_order(word, t->field_name[j], (size_t)len) == 0)
             return FIELD_CODE + j;
     return -1;
 }
@@ -280,9 +335,8 @@ HT_FN int read_table(table_t *t) {
         t->hosts = h + 1;
         if (h > 0) {  /* strictly increasing names (contents, without quotes) */
             span a = t->name[h - 1];
-            Py_ssize_t la = a.e - a.s - 2, lb = nm.e - nm.s - 2;
-            int c = memcmp(b + a.s + 1, b + nm.s + 1, (size_t)(la < lb ? la : lb));
-            if (c > 0 || (c == 0 && la >= lb)) return 0;
+            if (compare_bytes(b + a.s + 1, a.e - a.s - 2, b + nm.s + 1, nm.e - nm.s - 2) >= 0)
+                return 0;
         }
         if (p >= n) return 0;
         if (b[p] == ',') { p++; continue; }
@@ -332,24 +386,14 @@ HT_FN Py_ssize_t find(const table_t *t, const Py_ssize_t *slots, uint64_t mask, 
         Py_ssize_t h = slots[k];
         if (h < 0) return -1;
         span a = t->name[h];
-        if (a.e - a.s - 2 == lb && memcmp(t->b + a.s + 1, b + s, (size_t)lb) == 0) return h;
+        if (a.e - a.s - 2 == lb && bytes_order(t->b + a.s + 1, b + s, (size_t)lb) == 0) return h;
     }
 }
 
-/* host names in order (memcmp of the contents, as Python compares str): <0, 0, >0 */
+/* host names in order (as Python compares str: bytes_order of the contents): <0, 0, >0 */
 HT_FN int compare_names(const table_t *x, Py_ssize_t i, const table_t *y, Py_ssize_t j) {
     span a = x->name[i], c = y->name[j];
-    Py_ssize_t la = a.e - a.s - 2, lc = c.e - c.s - 2;
-    int r = memcmp(x->b + a.s + 1, y->b + c.s + 1, (size_t)(la < lc ? la : lc));
-    return r ? r : la < lc ? -1 : la > lc;
-}
-
-/* two byte strings in Python's str order (for UTF-8: code point order); most differ in their
-   first byte */
-static inline int compare_bytes(const char *a, Py_ssize_t la, const char *c, Py_ssize_t lc) {
-    if (la > 0 && lc > 0 && a[0] != c[0]) return (unsigned char)a[0] < (unsigned char)c[0] ? -1 : 1;
-    int r = memcmp(a, c, (size_t)(la < lc ? la : lc));
-    return r ? r : la < lc ? -1 : la > lc;
+    return compare_bytes(x->b + a.s + 1, a.e - a.s - 2, y->b + c.s + 1, c.e - c.s - 2);
 }
 
 #endif

@@ -164,7 +164,7 @@ static span value_of(const span *fields, int f) {
 
 static int text_is(const char *b, span v, const char *word) {
     size_t len = strlen(word);
-    return v.s >= 0 && (size_t)(v.e - v.s) == len && memcmp(b + v.s, word, len) == 0;
+    return v.s >= 0 && (size_t)(v.e - v.s) == len && bytes_order(b + v.s, word, len) == 0;
 }
 
 /* the smaller of two JSON floats (Python's min(first, second): the first unless the second
@@ -477,7 +477,7 @@ static int put_entry(sink *s, const work_t *w, Py_ssize_t h) {
             int field = -1;
             for (int f = F_MECHANISM; f < F_COUNT; f++)
                 if (len == FIELD_LEN[f] && key[0] == FIELD[f][0] &&
-                    memcmp(key, FIELD[f], (size_t)len) == 0) field = f;
+                    bytes_order(key, FIELD[f], (size_t)len) == 0) field = f;
             if (field < 0 || !local.drop_sample_keys) {
                 if (!first && put(s, ",", 1) < 0) return -1;
                 first = 0;

@@ -11,10 +11,12 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cosample.plan import merkle, slicebuild
+from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
+from cosample.plan import merkle, slicebuild, transition
 from cosample.plan.packed import Names, Views
 
 _slices = slicebuild._slices
+_transition = transition._transition
 SORTED = orjson.OPT_SORT_KEYS
 
 
@@ -115,6 +117,36 @@ def test_names_with_escapes_are_left_to_python_and_agree_otherwise(tables_):
     if not _same_as_python(tables_):
         return
     assert not escaped
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(names=st.text(alphabet="abs0.-é€", min_size=10, max_size=40)))
+def test_long_names_are_the_python_views(tables_):
+    """Names longer than the reader's 16-byte scans, ending anywhere in or after one."""
+    _same_as_python(tables_)
+
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**18, 10**18),
+                    st.floats(allow_nan=False, allow_infinity=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(SCALARS, min_size=1, max_size=40), st.data())
+def test_a_value_holding_white_space_or_structure_is_left_to_python(values, data):
+    """The readers scan a number, true, false or null 16 bytes at a time: a character that
+    cannot be in one, anywhere in it or just after it, is not their case (as byte by byte)."""
+    table = {f"h{k:03d}": {"local_rate": value, "role": "sender"}
+             for k, value in enumerate(values)}
+    text = orjson.dumps(table, option=SORTED)
+    k = data.draw(st.integers(0, len(values) - 1))
+    start = text.index(b'"local_rate":', text.index(b'"h%03d"' % k)) + len(b'"local_rate":')
+    at = data.draw(st.integers(start + 1, text.index(b",", start)))
+    mutated = text[:at] + data.draw(st.sampled_from([b" ", b"\n", b":", b"{", b"[", b'"'])) \
+        + text[at:]
+    assert _slices.views([text]) is not None
+    assert _slices.views([mutated]) is None
+    assert _transition.lower(mutated, text, SAMPLE_PROBABILITY_SCALE) is None
+    assert _transition.lower(text, mutated, SAMPLE_PROBABILITY_SCALE) is None
 
 
 def test_a_plain_plan_takes_the_compiled_path(make_plan):
