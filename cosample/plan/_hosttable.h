@@ -80,6 +80,27 @@ static inline int bytes_order(const char *a, const char *c, size_t len) {
     return 0;
 }
 
+/* memcpy of ``len`` bytes, inline up to 32 (two loads and two stores that may overlap): the
+   writers copy pieces of a table (names, keys, values) mostly that short, a call each */
+static inline void copy_bytes(char *to, const char *from, size_t len) {
+    if (len > 32) { memcpy(to, from, len); return; }
+    if (len >= 16) {
+        char head[16], tail[16];
+        memcpy(head, from, 16); memcpy(tail, from + len - 16, 16);
+        memcpy(to, head, 16); memcpy(to + len - 16, tail, 16);
+    } else if (len >= 8) {
+        uint64_t head, tail;
+        memcpy(&head, from, 8); memcpy(&tail, from + len - 8, 8);
+        memcpy(to, &head, 8); memcpy(to + len - 8, &tail, 8);
+    } else if (len >= 4) {
+        uint32_t head, tail;
+        memcpy(&head, from, 4); memcpy(&tail, from + len - 4, 4);
+        memcpy(to, &head, 4); memcpy(to + len - 4, &tail, 4);
+    } else {
+        for (size_t k = 0; k < len; k++) to[k] = from[k];
+    }
+}
+
 /* two byte strings in Python's str order (for UTF-8: code point order) */
 static inline int compare_bytes(const char *a, Py_ssize_t la, const char *c, Py_ssize_t lc) {
     int r = bytes_order(a, c, (size_t)(la < lc ? la : lc));

@@ -115,7 +115,7 @@ static int open_sink(sink *s, Py_ssize_t cap) {
     return s->failed ? -1 : 0;
 }
 
-static void put(sink *s, const char *data, Py_ssize_t len) {
+static inline void put(sink *s, const char *data, Py_ssize_t len) {
     if (s->len + len > s->cap) {
         if (s->failed) return;
         Py_ssize_t cap = s->cap + s->cap / 2;
@@ -130,7 +130,7 @@ static void put(sink *s, const char *data, Py_ssize_t len) {
         s->out = PyBytes_AS_STRING(s->bytes);
         s->cap = cap;
     }
-    memcpy(s->out + s->len, data, (size_t)len);
+    copy_bytes(s->out + s->len, data, (size_t)len);
     s->len += len;
 }
 

@@ -53,7 +53,7 @@ static const Py_ssize_t FIELD_LEN[F_COUNT] = {10, 14, 15, 18, 18};
 /* the table being written, in the bytes object returned (no copy at the end) */
 typedef struct { PyObject *bytes; char *out; Py_ssize_t len, cap; } sink;
 
-static int put(sink *s, const char *data, Py_ssize_t len) {
+static inline int put(sink *s, const char *data, Py_ssize_t len) {
     if (s->len + len > s->cap) {
         Py_ssize_t cap = 2 * s->cap;
         while (cap < s->len + len) cap *= 2;
@@ -61,7 +61,7 @@ static int put(sink *s, const char *data, Py_ssize_t len) {
         s->out = PyBytes_AS_STRING(s->bytes);
         s->cap = cap;
     }
-    memcpy(s->out + s->len, data, (size_t)len);
+    copy_bytes(s->out + s->len, data, (size_t)len);
     s->len += len;
     return 0;
 }
