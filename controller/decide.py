@@ -33,11 +33,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from cosample.controller.evaluate import Evaluation, PlanShares, needs_two_phases
+from cosample.controller.hostnames import HostNames
 
 #: A candidate "brings a server lower" when it removes at least this share of its capacity (a
 #: candidate that only nudges a server from 95.2 % to 94.9 % is churn, not relief).
@@ -71,7 +73,7 @@ class Situation:
     same_content: bool = False
     gain_streak: int = 0
     warm: bool = True
-    settling: tuple[str, ...] = ()  # servers whose traffic moved by a step within one window
+    settling: Sequence[str] = ()  # servers whose traffic moved by a step within one window
     quiet: bool = False  # after our own publication, until the agents run it (``loop.quiet_s``)
     #: (current, candidate) distinct packets the gain compares, when judged under other traffic
     #: than the overload (the held peaks: a trough of noise is no gain); None: the evaluations'
@@ -88,8 +90,8 @@ class Decision:
     reasons: tuple[str, ...]
     gain: float
     gain_streak: int
-    overloaded: tuple[str, ...] = ()
-    unrelievable: tuple[str, ...] = ()
+    overloaded: Sequence[str] = ()
+    unrelievable: Sequence[str] = ()
 
 
 def decide(situation: Situation, policy: Policy) -> Decision:
@@ -124,8 +126,7 @@ def decide(situation: Situation, policy: Policy) -> Decision:
                        f"(< {policy.expiry_cycles:g} cycles)")
     names = situation.names
     return Decision(bool(reasons), tuple(reasons), gain, 0 if reasons else streak,
-                    tuple(names[i] for i in np.flatnonzero(over)),
-                    tuple(names[i] for i in np.flatnonzero(over & ~relieved)))
+                    HostNames.where(names, over), HostNames.where(names, over & ~relieved))
 
 
 def _gain(current_pps: float, candidate_pps: float) -> float:

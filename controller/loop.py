@@ -16,8 +16,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from cosample.collector.polling import plan_lead_s
 from cosample.controller import decide as decisions
 from cosample.controller.apploop import Applications
@@ -25,6 +23,7 @@ from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
 from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, shares
+from cosample.controller.hostnames import HostNames
 from cosample.controller.inventory import Inventory
 from cosample.controller.plausibility import JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen, vet
 from cosample.controller.publish import oversized, render, serialised_hosts, signed
@@ -290,7 +289,7 @@ class Controller:
             and self.current_shares.same_as(candidate.shares) and (app is None or app.same),
             gain_streak=self.gain_streak,
             warm=decisions.is_warm(smoothed.count, settings.interval_s, settings.warm_s),
-            settling=tuple(inv.names[i] for i in np.flatnonzero(judged.settling))
+            settling=HostNames.where(inv.names, judged.settling)
             + (self.apps.settling() if self.apps else ()),
             quiet=judged.quiet, gain_basis=gain_basis, averaged=smoothed.count,
             warm_s=settings.warm_s)

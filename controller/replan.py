@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from cosample.controller.bootstrap import floor_shares
 from cosample.controller.evaluate import PlanShares
+from cosample.controller.hostnames import HostNames
 from cosample.controller.inventory import Inventory
 from cosample.controller.smoothing import Smoothed
 from cosample.planner.datacentre import DataCentre
@@ -41,10 +43,10 @@ class Candidate:
     shares: PlanShares           # applied shares, as the plan file will state them
     own_pps: np.ndarray
     forwarding_pps: np.ndarray
-    saturated: tuple[str, ...]   # forwarding alone above the planning capacity
-    unmeasured: tuple[str, ...]  # never seen in a snapshot
+    saturated: Sequence[str]     # forwarding alone above the planning capacity
+    unmeasured: Sequence[str]    # never seen in a snapshot
     floor: int | None = None     # hosts sampling nothing sample 1-in-floor
-    rising: tuple[str, ...] = ()  # traffic rising by a step: no budget until it has settled
+    rising: Sequence[str] = ()   # traffic rising by a step: no budget until it has settled
 
     def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
         """The plan file (version 0: the publisher sets it), its hosts with only the fields
@@ -119,9 +121,9 @@ def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
                      _named(names, rising) if rising is not None else ())
 
 
-def _named(names: tuple[str, ...], mask: np.ndarray) -> tuple[str, ...]:
+def _named(names: tuple[str, ...], mask: np.ndarray) -> HostNames:
     """The names where ``mask`` holds (a first cycle's unmeasured servers: 1.7·10^5 of 10^6)."""
-    return tuple(map(names.__getitem__, np.flatnonzero(mask).tolist()))
+    return HostNames.where(names, mask)
 
 
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +41,12 @@ class CycleStatus:
     gain: float | None = None
     gain_streak: int = 0
     predicted_max_use: float | None = None
-    over_limit: tuple[str, ...] = ()
-    unrelievable: tuple[str, ...] = ()
+    #: host names (``HostNames``: looked up when read; the status shows ``LIST_LIMIT``)
+    over_limit: Sequence[str] = ()
+    unrelievable: Sequence[str] = ()
     unmeasured: int = 0
-    rising: tuple[str, ...] = ()     # no budget: traffic rising by a step within one window
-    settling: tuple[str, ...] = ()   # rose or fell by a step within one window: gains wait
+    rising: Sequence[str] = ()       # no budget: traffic rising by a step within one window
+    settling: Sequence[str] = ()     # rose or fell by a step within one window: gains wait
     quiet: bool = False              # within one window of our publication: gains wait
     counter_servers: int = 0
     disagreements: tuple[dict[str, Any], ...] = ()
@@ -61,7 +64,7 @@ class CycleStatus:
         for key in ("over_limit", "unrelievable", "disagreements", "problems", "rising",
                     "settling", "refused"):
             out[key] = [dict(item) if isinstance(item, dict) else item
-                        for item in list(out[key])[:LIST_LIMIT]]
+                        for item in islice(out[key], LIST_LIMIT)]
         out["reasons"] = list(out["reasons"])
         out["published_versions"] = list(out["published_versions"])
         out["timings"] = dict(out["timings"])
