@@ -62,13 +62,19 @@ static int relate(table_t *t, const Py_ssize_t *slots, uint64_t mask) {
                      : (Py_ssize_t)(hash_name(t->b + it->peer.s, it->peer.e - it->peer.s) & mask);
     }
     for (Py_ssize_t j = 0; j < t->items; j++) {
+        /* three stages ahead: the slot, then the name's span there, then its text (and the
+           counts find's host adds to), each once the one before has arrived */
         if (j + AHEAD < t->items && peer_of[j + AHEAD] >= 0)
             __builtin_prefetch(&slots[peer_of[j + AHEAD]]);
         if (j + AHEAD / 2 < t->items && peer_of[j + AHEAD / 2] >= 0) {
             Py_ssize_t h = slots[peer_of[j + AHEAD / 2]];
+            if (h >= 0) __builtin_prefetch(&t->name[h]);
+        }
+        if (j + AHEAD / 4 < t->items && peer_of[j + AHEAD / 4] >= 0) {
+            Py_ssize_t h = slots[peer_of[j + AHEAD / 4]];
             if (h >= 0) {
-                __builtin_prefetch(&t->name[h]);
-                if (j + AHEAD / 4 < t->items) __builtin_prefetch(t->b + t->name[h].s);
+                __builtin_prefetch(t->b + t->name[h].s);
+                __builtin_prefetch(&t->rel_start[h + 1], 1);
             }
         }
         item_t *it = &t->item[j];
