@@ -12,25 +12,21 @@ import numpy as np
 
 def matched(keys_before: np.ndarray, before: np.ndarray, keys_now: np.ndarray,
             now: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs of both (sorted keys) and the values before and now on each, 0 where one has
-    none; the same pairs as before (a steady fleet) are taken as they are (aligning them cost
-    0.2 s at 10^6 servers)."""
+    """The pairs of both (sorted unique keys) and the values before and now on each, 0 where
+    one has none. The same pairs as before (a steady fleet) are taken as they are; otherwise
+    the pairs new this time are inserted among the old ones, where one search of the new keys
+    in the old finds them (a cycle's pairs are mostly the last cycle's: at 10^6 servers this
+    takes half the time of sorting the union and searching both sides in it)."""
     if np.array_equal(keys_before, keys_now):
         return keys_now, before, now
-    keys = union(keys_before, keys_now)
-    return keys, aligned(keys, keys_before, before), aligned(keys, keys_now, now)
-
-
-def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Sorted union of two sorted key arrays (``np.union1d`` by one sort: numpy 2's hash-based
-    ``unique`` took 1.2 s CPU for 10^6 keys, this 0.02 s)."""
-    keys = np.sort(np.concatenate((a, b)))
-    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
-
-
-def aligned(keys: np.ndarray, subset: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``values`` (indexed by sorted ``subset``) spread onto sorted ``keys``; 0 elsewhere."""
-    out = np.zeros(keys.size)
-    if subset.size:
-        out[np.searchsorted(keys, subset)] = values
-    return out
+    at = np.searchsorted(keys_before, keys_now)  # how many old keys precede each new one
+    known = np.zeros(keys_now.size, dtype=bool)
+    if keys_before.size:
+        known = keys_before[np.minimum(at, keys_before.size - 1)] == keys_now
+    added, added_at = keys_now[~known], at[~known]
+    keys = np.insert(keys_before, added_at, added)
+    out_before = np.insert(np.asarray(before, dtype=float), added_at, 0.0)
+    out_now = np.zeros(keys.size)
+    # a key's place: the old keys before it, and the added ones before it
+    out_now[at + np.searchsorted(added, keys_now)] = now
+    return keys, out_before, out_now
