@@ -7,7 +7,9 @@ host table (``planfile._host_table``, and in it ``hostjson``'s rows and lists), 
 phase 1 (``transition.plan_set``), the slices (``slicebuild._compiled_views``, the HTTP
 target's ``publish``), hashing and signing the publication (``signed``), the state's copy and
 the report. A function called inside another is counted in both. The wrappers cost a call
-each, nothing per host.
+each, nothing per host. Then each cycle beside its floor, as ``bench_controller`` measures it in
+a process of its own on the same files (the snapshot read into its arrays, the exact solver
+alone, the publication signed and written once: a two-phase cycle's, the plan set of cycle 3).
 
     python -m cosample.experiments.cycle_timers [--servers 1000000] [--directory] [--again N]
 """
@@ -74,7 +76,8 @@ def _timed(function: Callable, label: str, totals: dict[str, float]) -> Callable
 def run(servers: int, serve: bool = True, again: int = 0) -> tuple[list[dict], dict[str, float]]:
     """The three cycles on a fresh snapshot of ``servers``, in this process (memory kept as
     ``controller run`` keeps it), and ``again`` more two-phase publications
-    (``bench_controller.again_snapshots``): their rows and the timed functions' totals."""
+    (``bench_controller.again_snapshots``): their rows, each with its floors, and the timed
+    functions' totals."""
     from cosample.controller.memory import keep_memory
     from cosample.experiments import bench_controller
 
@@ -85,6 +88,13 @@ def run(servers: int, serve: bool = True, again: int = 0) -> tuple[list[dict], d
         bench_controller.write_snapshot(servers, folder / "snap.json",
                                         datetime.now(timezone.utc).replace(microsecond=0))
         rows = bench_controller.measure(servers, folder, "binary", True, serve, again)["rows"]
+        floors = bench_controller._child(servers, folder, ".", None, "binary", "--floor")
+        if floors is None:
+            raise RuntimeError("the floor's process failed (its error above)")
+        for row in rows:
+            row.update(floors[0])
+            if row["two_phase"]:  # every two-phase publication is a plan set like cycle 3's
+                row[f"publish_floor_cpu_{row['cycle']}"] = floors[0]["publish_floor_cpu_3"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return rows, dict(totals)
@@ -103,11 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--servers: at least 10")
     if args.again < 0:
         parser.error("--again: not negative")
+    from cosample.experiments import bench_controller
+
     rows, totals = run(args.servers, serve=not args.directory, again=args.again)
     for row in rows:
-        steps = " ".join(f"{key[:-4]} {row[key]:.3f}" for key in row if key.endswith("_cpu"))
+        steps = " ".join(f"{key[:-4]} {row[key]:.3f}" for key in row
+                         if key.endswith("_cpu") and "_floor" not in key)
         print(f"cycle {row['cycle']} ({row['result']}{', two phases' if row['two_phase'] else ''})"
               f": CPU {row['cpu_seconds']:.3f} s: {steps}")
+    print("beside the floor:")
+    print(bench_controller._beside_floors(rows))
     print("functions, CPU seconds over the cycles:")
     for label, seconds in sorted(totals.items(), key=lambda item: -item[1]):
         print(f"  {seconds:8.3f}  {label}")

@@ -21,7 +21,14 @@ def test_three_cycles_and_the_functions_they_called():
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:3]] == [
         "cycle 1 (published)", "cycle 2 (kept)", "cycle 3 (published, two phases)"]
-    timed = {line.split()[1] for line in lines[4:]}
+    assert "floor" not in lines[0] and lines[0].split()[-2:-1] == ["publish"]
+    assert lines[3] == "beside the floor:"
+    floors = lines[4:7]
+    assert [line.split(" (")[0].split()[-2:] for line in floors] == [
+        ["cycle", "1"], ["cycle", "2"], ["cycle", "3"]]
+    assert all(", floor " in line and "x; read " in line for line in floors)
+    assert lines[7] == "functions, CPU seconds over the cycles:"
+    timed = {line.split()[1] for line in lines[8:]}
     # what a publication through the HTTP target calls (not the folder target's publish)
     called = {f"{module.rsplit('.', 1)[-1]}.{path}" for module, path in TIMED} - {
         "publish.DirectoryTarget.publish"}
@@ -42,9 +49,13 @@ def test_again_adds_two_phase_publications_on_the_traffic_moving_back_and_forth(
                            "--servers", "300", "--again", "2"], capture_output=True, text=True,
                           timeout=600, check=False)
     assert done.returncode == 0, done.stderr
-    assert [line.split(":")[0] for line in done.stdout.splitlines()[:5]] == [
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:5]] == [
         "cycle 1 (published)", "cycle 2 (kept)", "cycle 3 (published, two phases)",
         "cycle 4 (published, two phases)", "cycle 5 (published, two phases)"]
+    # the extra cycles beside the floor of a two-phase publication (cycle 3's plan set)
+    floor_3, floor_5 = (lines[6 + k].split(", floor ")[1].split(" s")[0] for k in (2, 4))
+    assert floor_5 == floor_3 and "two phases" in lines[6 + 4]
 
 
 @pytest.mark.parametrize("suffix", ["bin", "json"])
