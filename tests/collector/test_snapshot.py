@@ -101,27 +101,6 @@ def test_duplicate_server_names_are_named():
         parse_snapshot(doc, where="c1")
 
 
-def test_names_found_unique_are_compared_not_counted_again_and_checked_when_changed():
-    """``_unique`` keeps a copy of the last unique list (the same fleet, cycle after cycle):
-    equal names pass by one comparison; the same list changed in place is checked again."""
-    from pydantic import ValidationError
-
-    from cosample.collector import snapshot as snapshot_module
-
-    names = [f"s{k}" for k in range(5)]
-    snapshot_module._unique(names, ("servers", "name"))
-    assert snapshot_module._LAST_UNIQUE == [names]
-    snapshot_module._unique(list(names), ("servers", "name"))  # equal: passes
-    names.append("s2")
-    with pytest.raises(ValidationError, match="'s2' appears twice"):
-        snapshot_module._unique(names, ("servers", "name"))
-    doc = document(servers={"s1": server(1.0), "s2": server(2.0)})
-    parse_snapshot(doc, where="c1")
-    doc["servers"]["name"] = ["s1", "s1"]  # after a unique list of the same length
-    with pytest.raises(CollectorError, match=r"^c1: servers\.name\[1\]: 's1' appears twice"):
-        parse_snapshot(doc, where="c1")
-
-
 def test_not_json_is_one_error():
     with pytest.raises(CollectorError, match="snapshot: not valid UTF-8 JSON"):
         parse_snapshot(b"\xff{")
