@@ -31,9 +31,9 @@ after it lasts (``quiet_s``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np

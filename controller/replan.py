@@ -15,9 +15,9 @@ controller keeps seeing traffic appear anywhere.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -117,13 +117,8 @@ def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
     if floor:
         applied = floor_shares(applied, floor)
     return Candidate(dc, solution, applied, dc.own_pps, dc.forwarding_pps,
-                     _named(names, saturated), _named(names, unmeasured), floor,
-                     _named(names, rising) if rising is not None else ())
-
-
-def _named(names: tuple[str, ...], mask: np.ndarray) -> HostNames:
-    """The names where ``mask`` holds (a first cycle's unmeasured servers: 1.7·10^5 of 10^6)."""
-    return HostNames.where(names, mask)
+                     HostNames.where(names, saturated), HostNames.where(names, unmeasured), floor,
+                     HostNames.where(names, rising) if rising is not None else ())
 
 
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:
