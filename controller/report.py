@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +63,7 @@ class CycleStatus:
         for key in ("over_limit", "unrelievable", "disagreements", "problems", "rising",
                     "settling", "refused"):
             out[key] = [dict(item) if isinstance(item, dict) else item
-                        for item in islice(out[key], LIST_LIMIT)]
+                        for item in out[key][:LIST_LIMIT]]
         out["reasons"] = list(out["reasons"])
         out["published_versions"] = list(out["published_versions"])
         out["timings"] = dict(out["timings"])
