@@ -18,17 +18,35 @@ from setuptools import Extension, setup
 # lowers the plans in Python, and tests/plan/test_transition_compiled.py fails. And for the
 # plan's host table (planner/_hostjson.c): without it hostjson writes it in Python,
 # and tests/planner/test_hostjson_compiled.py fails.
-setup(ext_modules=[Extension("cosample.collector._sflow", ["collector/_sflow.c"],
-                             extra_compile_args=["-O2"], optional=True),
-                   Extension("cosample.plan._slices", ["cosample/plan/_slices.c"],
-                             depends=["cosample/plan/_hosttable.h"],
-                             extra_compile_args=["-O2", "-Wno-deprecated-declarations"],
-                             libraries=["crypto"], optional=True),
-                   Extension("cosample.plan._transition", ["cosample/plan/_transition.c"],
-                             depends=["cosample/plan/_hosttable.h",
-                                      "cosample/plan/_jsonnumber.h"],
-                             extra_compile_args=["-O2"], optional=True),
-                   Extension("cosample.planner._hostjson", ["planner/_hostjson.c"],
-                             depends=["cosample/plan/_hosttable.h",
-                                      "cosample/plan/_jsonnumber.h"],
-                             extra_compile_args=["-O2"], optional=True)])
+setup(
+    ext_modules=[
+        Extension(
+            "cosample.collector._sflow",
+            ["collector/_sflow.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "cosample.plan._slices",
+            ["cosample/plan/_slices.c"],
+            depends=["cosample/plan/_hosttable.h"],
+            extra_compile_args=["-O2", "-Wno-deprecated-declarations"],
+            libraries=["crypto"],
+            optional=True,
+        ),
+        Extension(
+            "cosample.plan._transition",
+            ["cosample/plan/_transition.c"],
+            depends=["cosample/plan/_hosttable.h", "cosample/plan/_jsonnumber.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "cosample.planner._hostjson",
+            ["planner/_hostjson.c"],
+            depends=["cosample/plan/_hosttable.h", "cosample/plan/_jsonnumber.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+    ]
+)

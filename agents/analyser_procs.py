@@ -22,9 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from cosample.agents.analysers import (ANALYSERS_DIR, Child, StartAnalyser, StopAnalyser,
-                                       WantedAnalyser, describe, exited, supervise,
-                                       wanted_analysers)
+from cosample.agents.analysers import (
+    ANALYSERS_DIR,
+    Child,
+    StartAnalyser,
+    StopAnalyser,
+    WantedAnalyser,
+    describe,
+    exited,
+    supervise,
+    wanted_analysers,
+)
 from cosample.agents.ledger import private_dir
 from cosample.files import write_bytes_atomic
 
@@ -39,15 +47,20 @@ log = logging.getLogger("cosample.agents")
 def wanted_for(appmon, config) -> dict[str, WantedAnalyser]:
     """The analysers a host's desired appmon state (None: none) asks, with the agent's
     settings."""
-    return wanted_analysers(appmon.spec if appmon is not None else (), host=config.host,
-                            state_dir=config.state_dir, window_s=config.analyser_window_s,
-                            snapshot_key=config.analyser_key)
+    return wanted_analysers(
+        appmon.spec if appmon is not None else (),
+        host=config.host,
+        state_dir=config.state_dir,
+        window_s=config.analyser_window_s,
+        snapshot_key=config.analyser_key,
+    )
 
 
 class ProcessTable(Protocol):
     def spawn(self, argv: tuple[str, ...], log: Path) -> int: ...
     def poll(self, pid: int) -> tuple[bool, int | None]:
         """(exited, exit code if known)."""
+
     def signal(self, pid: int, number: int) -> None: ...
     def find(self, argv: tuple[str, ...], pid: int) -> bool:
         """Whether ``pid`` is a live process running exactly ``argv`` (adoption)."""
@@ -64,9 +77,14 @@ class RealProcesses:
         if log.exists() and log.stat().st_size > MAX_LOG_BYTES:
             log.unlink()
         with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
-            process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out,
-                                       stderr=subprocess.STDOUT, close_fds=True,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+                start_new_session=True,
+            )
         self.children[process.pid] = process
         return process.pid
 
@@ -101,10 +119,17 @@ class RealProcesses:
 class Supervisor:
     """This host's analysers: ``step(wanted)`` once per agent cycle."""
 
-    def __init__(self, processes: ProcessTable, state_dir: str | Path, *, stop_s: float = 5.0,
-                 backoff_s: float = 1.0, backoff_max_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        processes: ProcessTable,
+        state_dir: str | Path,
+        *,
+        stop_s: float = 5.0,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.processes, self.root = processes, Path(state_dir) / ANALYSERS_DIR
         self.stop_s, self.backoff_s, self.backoff_max_s = stop_s, backoff_s, backoff_max_s
         self.clock, self.sleep = clock, sleep
@@ -115,9 +140,13 @@ class Supervisor:
     @classmethod
     def from_config(cls, config) -> "Supervisor":
         """The agent's: real processes, timings from its configuration."""
-        return cls(RealProcesses(), config.state_dir, stop_s=config.analyser_stop_s,
-                   backoff_s=config.analyser_backoff_s,
-                   backoff_max_s=config.analyser_backoff_max_s)
+        return cls(
+            RealProcesses(),
+            config.state_dir,
+            stop_s=config.analyser_stop_s,
+            backoff_s=config.analyser_backoff_s,
+            backoff_max_s=config.analyser_backoff_max_s,
+        )
 
     def step(self, wanted: dict[str, WantedAnalyser]) -> tuple[list[str], list[str]]:
         """Converge the children to ``wanted``: (what was done, what failed)."""
@@ -142,10 +171,20 @@ class Supervisor:
                     a = command.analyser
                     before = self.children.get(a.name)
                     self.children[a.name] = exited(
-                        Child(a.name, a.argv, a.state_dir, None, now,
-                              failures=before.failures if before else 0,
-                              restarts=before.restarts if before else 0),
-                        None, now, self.backoff_s, self.backoff_max_s)
+                        Child(
+                            a.name,
+                            a.argv,
+                            a.state_dir,
+                            None,
+                            now,
+                            failures=before.failures if before else 0,
+                            restarts=before.restarts if before else 0,
+                        ),
+                        None,
+                        now,
+                        self.backoff_s,
+                        self.backoff_max_s,
+                    )
         return done, failed
 
     def stop_all(self) -> list[str]:
@@ -160,8 +199,9 @@ class Supervisor:
             if child.pid is not None:
                 gone, code = self.processes.poll(child.pid)
                 if gone:
-                    self.children[name] = exited(child, code, now, self.backoff_s,
-                                                 self.backoff_max_s)
+                    self.children[name] = exited(
+                        child, code, now, self.backoff_s, self.backoff_max_s
+                    )
             elif name not in self.wanted:
                 del self.children[name]
 
@@ -172,9 +212,14 @@ class Supervisor:
         pid = self.processes.spawn(analyser.argv, directory / LOG_FILE)
         before = self.children.get(analyser.name)
         self.children[analyser.name] = Child(
-            analyser.name, analyser.argv, analyser.state_dir, pid, now,
+            analyser.name,
+            analyser.argv,
+            analyser.state_dir,
+            pid,
+            now,
             failures=before.failures if before else 0,
-            restarts=(before.restarts + 1) if before and command.restart else 0)
+            restarts=(before.restarts + 1) if before and command.restart else 0,
+        )
         text = json.dumps({"pid": pid, "argv": list(analyser.argv)}) + "\n"
         write_bytes_atomic(directory / PID_FILE, text.encode(), mode=0o600)
 
@@ -214,5 +259,6 @@ class Supervisor:
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if directory.name not in self.children and self.processes.find(argv, pid):
-                self.children[directory.name] = Child(directory.name, argv, str(directory),
-                                                      pid, now)
+                self.children[directory.name] = Child(
+                    directory.name, argv, str(directory), pid, now
+                )

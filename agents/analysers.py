@@ -88,9 +88,15 @@ def analyser_name(kind: str, sender: str | None, service: str, interface: str | 
     return f"{kind}-{short_hash(json.dumps([kind, sender, service, interface]))}"
 
 
-def wanted_analysers(spec: tuple[dict, ...], *, host: str, state_dir: str | Path,
-                     window_s: float, snapshot_key: str | None = None,
-                     python: str = sys.executable) -> dict[str, WantedAnalyser]:
+def wanted_analysers(
+    spec: tuple[dict, ...],
+    *,
+    host: str,
+    state_dir: str | Path,
+    window_s: float,
+    snapshot_key: str | None = None,
+    python: str = sys.executable,
+) -> dict[str, WantedAnalyser]:
     """One ``appmon run`` per spec item, by name."""
     wanted = {}
     root = Path(state_dir) / ANALYSERS_DIR
@@ -111,16 +117,25 @@ def wanted_analysers(spec: tuple[dict, ...], *, host: str, state_dir: str | Path
             argv += ["--receive-records", item["receive_records"]]
         if residues < 1 << SHARE_BITS:
             argv += ["--share-residues", str(max(1, residues))]
-        argv += ["--port", str(svc["port"]), "--window", f"{window_s:g}s",
-                 "--name", f"{host}/{kind}/{service}", "--state-dir", directory]
+        argv += [
+            "--port",
+            str(svc["port"]),
+            "--window",
+            f"{window_s:g}s",
+            "--name",
+            f"{host}/{kind}/{service}",
+            "--state-dir",
+            directory,
+        ]
         if snapshot_key:
             argv += ["--snapshot-key", snapshot_key]
         wanted[name] = WantedAnalyser(name, kind, service, tuple(argv), directory)
     return wanted
 
 
-def supervise(wanted: dict[str, WantedAnalyser], children: dict[str, Child],
-              now: float) -> list[Command]:
+def supervise(
+    wanted: dict[str, WantedAnalyser], children: dict[str, Child], now: float
+) -> list[Command]:
     """Stops first (a changed argument list stops the old process before the new starts)."""
     stops: list[Command] = []
     starts: list[Command] = []
@@ -144,29 +159,42 @@ def backoff_s(failures: int, base_s: float, max_s: float) -> float:
     return min(max_s, base_s * 2 ** max(0, failures - 1))
 
 
-def exited(child: Child, exit_code: int | None, now: float, base_s: float,
-           max_s: float) -> Child:
+def exited(child: Child, exit_code: int | None, now: float, base_s: float, max_s: float) -> Child:
     """``child`` after its process exited: when it may start again."""
     failures = 1 if now - child.started_at >= STABLE_S else child.failures + 1
-    return replace(child, pid=None, exit_code=exit_code, failures=failures,
-                   retry_at=now + backoff_s(failures, base_s, max_s))
+    return replace(
+        child,
+        pid=None,
+        exit_code=exit_code,
+        failures=failures,
+        retry_at=now + backoff_s(failures, base_s, max_s),
+    )
 
 
-def describe(children: dict[str, Child], wanted: dict[str, WantedAnalyser],
-             now: float) -> list[dict]:
+def describe(
+    children: dict[str, Child], wanted: dict[str, WantedAnalyser], now: float
+) -> list[dict]:
     """The analysers' part of the agent's status."""
     out = []
     for name in sorted(set(children) | set(wanted)):
         child, want = children.get(name), wanted.get(name)
-        state = ("running" if child and child.pid is not None
-                 else "waiting" if child else "not_started")
-        out.append({"name": name, "role": want.role if want else None,
-                    "service": want.service if want else None, "state": state,
-                    "pid": child.pid if child else None,
-                    "restarts": child.restarts if child else 0,
-                    "last_exit": child.exit_code if child else None,
-                    "retry_in_s": round(max(0.0, child.retry_at - now), 1)
-                    if child and child.pid is None else None,
-                    "state_dir": want.state_dir if want else (child.state_dir if child else None),
-                    "wanted": want is not None})
+        state = (
+            "running" if child and child.pid is not None else "waiting" if child else "not_started"
+        )
+        out.append(
+            {
+                "name": name,
+                "role": want.role if want else None,
+                "service": want.service if want else None,
+                "state": state,
+                "pid": child.pid if child else None,
+                "restarts": child.restarts if child else 0,
+                "last_exit": child.exit_code if child else None,
+                "retry_in_s": round(max(0.0, child.retry_at - now), 1)
+                if child and child.pid is None
+                else None,
+                "state_dir": want.state_dir if want else (child.state_dir if child else None),
+                "wanted": want is not None,
+            }
+        )
     return out

@@ -12,8 +12,13 @@ import itertools
 from dataclasses import dataclass, field
 
 from cosample.agents import appmon_reconcile as a
-from cosample.agents.appmon_state import (ISOLATION_VLAN, ObservedAppmon, ObservedAppmonDevice,
-                                          ObservedAppmonMirror, ObservedAppmonPort)
+from cosample.agents.appmon_state import (
+    ISOLATION_VLAN,
+    ObservedAppmon,
+    ObservedAppmonDevice,
+    ObservedAppmonMirror,
+    ObservedAppmonPort,
+)
 from cosample.agents.commands import Command
 from cosample.agents.errors import HostError
 
@@ -33,21 +38,25 @@ class FakeAppmon:
 
     def observe(self, bridge: str, bridge_ports: dict[str, int | None]) -> ObservedAppmon:
         used = {n for n in bridge_ports.values() if n} | {
-            p.ofport for p in self.ports.values() if p.bridge == bridge and p.ofport}
+            p.ofport for p in self.ports.values() if p.bridge == bridge and p.ofport
+        }
         return ObservedAppmon(
             devices=tuple(sorted(self.devices.values(), key=lambda d: d.name)),
             ports=tuple(sorted(self.ports.values(), key=lambda p: p.name)),
             mirrors=tuple(sorted(self.mirrors.values(), key=lambda m: m.uuid)),
-            flows=dict(self.flows), used_ofports=frozenset(used),
-            foreign_links=frozenset(self.foreign | set(bridge_ports)))
+            flows=dict(self.flows),
+            used_ofports=frozenset(used),
+            foreign_links=frozenset(self.foreign | set(bridge_ports)),
+        )
 
     def apply(self, command: Command, bridge_ports: dict[str, int | None]) -> None:
         if isinstance(command, a.AddAppmonDevice):
             d = command.device
             if d.name in self.foreign:
                 raise HostError(f"interface {d.name} exists and is not the agent's")
-            self.devices[d.name] = ObservedAppmonDevice(d.name, d.remote_ip, d.vni, d.local_ip,
-                                                        d.dstport, up=True)
+            self.devices[d.name] = ObservedAppmonDevice(
+                d.name, d.remote_ip, d.vni, d.local_ip, d.dstport, up=True
+            )
         elif isinstance(command, a.RemoveAppmonDevice):
             self.devices.pop(command.name, None)
         elif isinstance(command, a.AddAppmonPort):
@@ -55,12 +64,17 @@ class FakeAppmon:
                 raise HostError(f"no device {command.name}")
             if command.name not in self.ports:
                 self.ports[command.name] = ObservedAppmonPort(
-                    command.bridge, command.name, command.peer, command.ofport, ISOLATION_VLAN)
+                    command.bridge, command.name, command.peer, command.ofport, ISOLATION_VLAN
+                )
         elif isinstance(command, a.SetAppmonPortTag):
             port = self.ports[command.name]
             self.ports[command.name] = ObservedAppmonPort(
-                port.bridge, port.name, port.peer, port.ofport,
-                ISOLATION_VLAN if command.isolated else None)
+                port.bridge,
+                port.name,
+                port.peer,
+                port.ofport,
+                ISOLATION_VLAN if command.isolated else None,
+            )
         elif isinstance(command, a.RemoveAppmonPort):
             self.ports.pop(command.name, None)
         elif isinstance(command, a.SetAppmonFlows):
@@ -71,15 +85,23 @@ class FakeAppmon:
         elif isinstance(command, a.SetAppmonMirror):
             self._truncation(command.snaplen is not None, command.bridge)
             if self.underlay & set(command.ports):
-                raise HostError(f"port mirror: {self.underlay & set(command.ports)} carries "
-                                f"the route to the analysis host; refused")
+                raise HostError(
+                    f"port mirror: {self.underlay & set(command.ports)} carries "
+                    f"the route to the analysis host; refused"
+                )
             missing = [p for p in command.ports if p not in bridge_ports]
             if missing or command.output not in self.ports:
                 raise HostError(f"port mirror: {missing or command.output} not on the bridge")
             uuid = command.uuid or next(self._uuids)
             self.mirrors[uuid] = ObservedAppmonMirror(
-                command.bridge, uuid, command.name, frozenset(command.ports),
-                frozenset(command.ports), command.output, command.snaplen)
+                command.bridge,
+                uuid,
+                command.name,
+                frozenset(command.ports),
+                frozenset(command.ports),
+                command.output,
+                command.snaplen,
+            )
         elif isinstance(command, a.RemoveAppmonMirror):
             self.mirrors.pop(command.uuid, None)
         else:

@@ -12,15 +12,23 @@ they copy to; the ``clsact`` qdisc they share with the sFlow chain is the main r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from collections.abc import Mapping
-
-from cosample.agents.appmon_state import (APPMON_COOKIE_TAG, APPMON_OFPORT_BASE,
-                                          APPMON_OFPORT_COUNT, DROP_PRIORITY, ISOLATION_VLAN,
-                                          AppmonDevice, DesiredAppmon, KernelMirrorFilter,
-                                          ObservedAppmon, ObservedAppmonDevice, flow_text,
-                                          rule_actions)
+from cosample.agents.appmon_state import (
+    APPMON_COOKIE_TAG,
+    APPMON_OFPORT_BASE,
+    APPMON_OFPORT_COUNT,
+    DROP_PRIORITY,
+    ISOLATION_VLAN,
+    AppmonDevice,
+    DesiredAppmon,
+    KernelMirrorFilter,
+    ObservedAppmon,
+    ObservedAppmonDevice,
+    flow_text,
+    rule_actions,
+)
 from cosample.agents.commands import Command
 from cosample.agents.state import ObservedLink
 
@@ -33,8 +41,10 @@ class AddAppmonDevice(Command):
 
     def describe(self) -> str:
         d = self.device
-        return (f"{'re-create' if self.replace else 'add'} appmon VXLAN device {d.name} "
-                f"({'to' if d.attach else 'from'} {d.peer}, {d.remote_ip}, vni {d.vni})")
+        return (
+            f"{'re-create' if self.replace else 'add'} appmon VXLAN device {d.name} "
+            f"({'to' if d.attach else 'from'} {d.peer}, {d.remote_ip}, vni {d.vni})"
+        )
 
 
 @dataclass(frozen=True)
@@ -65,8 +75,10 @@ class SetAppmonPortTag(Command):
     isolated: bool
 
     def describe(self) -> str:
-        return (f"{'isolate' if self.isolated else 'un-isolate'} port {self.name} "
-                f"({'tag ' + str(ISOLATION_VLAN) if self.isolated else 'no tag'}: Mirror output)")
+        return (
+            f"{'isolate' if self.isolated else 'un-isolate'} port {self.name} "
+            f"({'tag ' + str(ISOLATION_VLAN) if self.isolated else 'no tag'}: Mirror output)"
+        )
 
 
 @dataclass(frozen=True)
@@ -114,8 +126,10 @@ class SetAppmonMirror(Command):
     remote_ip: str = ""  # the analysis host: a mirrored port must not carry its underlay
 
     def describe(self) -> str:
-        return (f"{'update' if self.uuid else 'create'} Mirror {self.name}: "
-                f"{','.join(self.ports)} -> {self.output} snaplen={self.snaplen}")
+        return (
+            f"{'update' if self.uuid else 'create'} Mirror {self.name}: "
+            f"{','.join(self.ports)} -> {self.output} snaplen={self.snaplen}"
+        )
 
 
 @dataclass(frozen=True)
@@ -136,8 +150,10 @@ class SetKernelMirrorFilter(Command):
 
     def describe(self) -> str:
         f = self.filter
-        return (f"set kernel mirror filter on {f.interface} {f.direction} prio {f.prio} "
-                f"-> {f.target} ({f.peer})")
+        return (
+            f"set kernel mirror filter on {f.interface} {f.direction} prio {f.prio} "
+            f"-> {f.target} ({f.peer})"
+        )
 
 
 @dataclass(frozen=True)
@@ -147,22 +163,34 @@ class RemoveKernelMirrorFilter(Command):
     prio: int
 
     def describe(self) -> str:
-        return (f"remove kernel mirror filter from {self.interface} {self.direction} "
-                f"prio {self.prio}")
+        return (
+            f"remove kernel mirror filter from {self.interface} {self.direction} prio {self.prio}"
+        )
 
 
 #: Applied by the Linux side (tc), not by the appmon side.
 KERNEL_MIRROR_COMMANDS = (SetKernelMirrorFilter, RemoveKernelMirrorFilter)
-APPMON_COMMANDS = (AddAppmonDevice, RemoveAppmonDevice, AddAppmonPort, SetAppmonPortTag,
-                   RemoveAppmonPort, SetAppmonFlows, RemoveAppmonFlows, SetAppmonMirror,
-                   RemoveAppmonMirror)
+APPMON_COMMANDS = (
+    AddAppmonDevice,
+    RemoveAppmonDevice,
+    AddAppmonPort,
+    SetAppmonPortTag,
+    RemoveAppmonPort,
+    SetAppmonFlows,
+    RemoveAppmonFlows,
+    SetAppmonMirror,
+    RemoveAppmonMirror,
+)
 
 
 # reconcile -------------------------------------------------------------------------------------
-def reconcile_appmon(desired: DesiredAppmon | None, observed: ObservedAppmon | None, bridge: str,
-                     bridge_exists: bool = True,
-                     links: Mapping[str, ObservedLink] | None = None
-                     ) -> tuple[list[Command], list[Command]]:
+def reconcile_appmon(
+    desired: DesiredAppmon | None,
+    observed: ObservedAppmon | None,
+    bridge: str,
+    bridge_exists: bool = True,
+    links: Mapping[str, ObservedLink] | None = None,
+) -> tuple[list[Command], list[Command]]:
     """(decreases, increases) that turn ``observed`` into ``desired`` on ``bridge``; ``links``:
     the observed interfaces, with the agent's kernel-mirror filters on them."""
     if observed is None:
@@ -183,13 +211,19 @@ def reconcile_appmon(desired: DesiredAppmon | None, observed: ObservedAppmon | N
     return (_ordered(decrease, _DECREASE_ORDER), _ordered(increase, _INCREASE_ORDER))
 
 
-def appmon_problems(desired: DesiredAppmon | None, observed: ObservedAppmon | None,
-                    links: Mapping[str, ObservedLink] | None = None) -> list[str]:
+def appmon_problems(
+    desired: DesiredAppmon | None,
+    observed: ObservedAppmon | None,
+    links: Mapping[str, ObservedLink] | None = None,
+) -> list[str]:
     if desired is None or observed is None:
         return []
-    problems = [f"interface {d.name} exists and is not the agent's; application monitoring "
-                f"{'to' if d.attach else 'from'} {d.peer} not set up" for d in desired.devices
-                if d.name in observed.foreign_links]
+    problems = [
+        f"interface {d.name} exists and is not the agent's; application monitoring "
+        f"{'to' if d.attach else 'from'} {d.peer} not set up"
+        for d in desired.devices
+        if d.name in observed.foreign_links
+    ]
     if links is not None:
         for name in sorted({f.interface for f in desired.kernel_filters}):
             link = links.get(name)
@@ -200,13 +234,22 @@ def appmon_problems(desired: DesiredAppmon | None, observed: ObservedAppmon | No
     return problems
 
 
-def _kernel(desired: DesiredAppmon, links: Mapping[str, ObservedLink], blocked: set[str],
-            recreated: set[str], decrease: list, increase: list) -> None:
+def _kernel(
+    desired: DesiredAppmon,
+    links: Mapping[str, ObservedLink],
+    blocked: set[str],
+    recreated: set[str],
+    decrease: list,
+    increase: list,
+) -> None:
     """Kernel-mirror filters: each hook's (prio -> cookie, target) as desired, on interfaces
     that exist and are not in conflict; the agent's others are removed. ``tc filter replace``
     changes a filter in place, so a changed one is written, not removed first."""
-    want = {(f.interface, f.direction, f.prio): f for f in desired.kernel_filters
-            if f.target not in blocked}
+    want = {
+        (f.interface, f.direction, f.prio): f
+        for f in desired.kernel_filters
+        if f.target not in blocked
+    }
     for name, link in sorted(links.items()):
         if link.conflict:
             continue  # someone else's filter in a range of the agent's: hands off
@@ -218,15 +261,24 @@ def _kernel(desired: DesiredAppmon, links: Mapping[str, ObservedLink], blocked: 
         link = links.get(f.interface)
         if link is None or link.conflict:
             continue  # reported by appmon_problems
-        have = next((h for h in link.kernel_filters
-                     if (h.direction, h.prio) == (f.direction, f.prio)), None)
-        if have is None or (have.cookie, have.target) != (f.cookie, f.target) \
-                or f.target in recreated:
+        have = next(
+            (h for h in link.kernel_filters if (h.direction, h.prio) == (f.direction, f.prio)), None
+        )
+        if (
+            have is None
+            or (have.cookie, have.target) != (f.cookie, f.target)
+            or f.target in recreated
+        ):
             increase.append(SetKernelMirrorFilter(f))
 
 
-def _devices(desired: DesiredAppmon, observed: ObservedAppmon, blocked: set[str],
-             decrease: list, increase: list) -> set[str]:
+def _devices(
+    desired: DesiredAppmon,
+    observed: ObservedAppmon,
+    blocked: set[str],
+    decrease: list,
+    increase: list,
+) -> set[str]:
     have = {d.name: d for d in observed.devices}
     want = {d.name: d for d in desired.devices if d.name not in blocked}
     decrease += [RemoveAppmonDevice(name) for name in sorted(set(have) - set(want))]
@@ -245,29 +297,52 @@ def _devices(desired: DesiredAppmon, observed: ObservedAppmon, blocked: set[str]
 
 def _same(current: ObservedAppmonDevice, device: AppmonDevice) -> bool:
     return (current.remote_ip, current.vni, current.local_ip, current.dstport) == (
-        device.remote_ip, device.vni, device.local_ip, device.dstport)
+        device.remote_ip,
+        device.vni,
+        device.local_ip,
+        device.dstport,
+    )
 
 
-def _ports(tunnels: dict[str, AppmonDevice], mirrored: set[str], observed: ObservedAppmon,
-           bridge: str, recreated: set[str], decrease: list, increase: list) -> dict[str, int]:
+def _ports(
+    tunnels: dict[str, AppmonDevice],
+    mirrored: set[str],
+    observed: ObservedAppmon,
+    bridge: str,
+    recreated: set[str],
+    decrease: list,
+    increase: list,
+) -> dict[str, int]:
     """Tunnel ports on ``bridge``; returns peer -> OpenFlow port number."""
-    free = (n for n in range(APPMON_OFPORT_BASE, APPMON_OFPORT_BASE + APPMON_OFPORT_COUNT)
-            if n not in observed.used_ofports)
+    free = (
+        n
+        for n in range(APPMON_OFPORT_BASE, APPMON_OFPORT_BASE + APPMON_OFPORT_COUNT)
+        if n not in observed.used_ofports
+    )
     here = {p.name: p for p in observed.ports if p.bridge == bridge}
-    decrease += [RemoveAppmonPort(p.bridge, p.name) for p in observed.ports
-                 if p.bridge != bridge or p.name not in {d.name for d in tunnels.values()}]
+    decrease += [
+        RemoveAppmonPort(p.bridge, p.name)
+        for p in observed.ports
+        if p.bridge != bridge or p.name not in {d.name for d in tunnels.values()}
+    ]
     ofports = {}
     for peer, device in sorted(tunnels.items()):
         current = here.get(device.name)
         isolated = peer not in mirrored
-        usable = current is not None and current.ofport and current.ofport > 0 \
-            and current.peer == peer and device.name not in recreated
+        usable = (
+            current is not None
+            and current.ofport
+            and current.ofport > 0
+            and current.peer == peer
+            and device.name not in recreated
+        )
         if usable:
             ofports[peer] = current.ofport  # type: ignore[union-attr]
             tagged = current.tag == ISOLATION_VLAN  # type: ignore[union-attr]
             if tagged != isolated:
                 (decrease if isolated else increase).append(
-                    SetAppmonPortTag(bridge, device.name, isolated))
+                    SetAppmonPortTag(bridge, device.name, isolated)
+                )
             continue
         if current is not None:
             decrease.append(RemoveAppmonPort(bridge, device.name))
@@ -278,18 +353,27 @@ def _ports(tunnels: dict[str, AppmonDevice], mirrored: set[str], observed: Obser
     return ofports
 
 
-def _flows(desired: DesiredAppmon, observed: ObservedAppmon, bridge: str, ofports: dict[str, int],
-           decrease: list, increase: list) -> None:
+def _flows(
+    desired: DesiredAppmon,
+    observed: ObservedAppmon,
+    bridge: str,
+    ofports: dict[str, int],
+    decrease: list,
+    increase: list,
+) -> None:
     want: dict[int, tuple[frozenset[str], bool]] = {}
     for ofport in ofports.values():
-        want[APPMON_COOKIE_TAG | ofport] = (frozenset({
-            flow_text(DROP_PRIORITY, f"in_port={ofport}", "drop")}), False)
+        want[APPMON_COOKIE_TAG | ofport] = (
+            frozenset({flow_text(DROP_PRIORITY, f"in_port={ofport}", "drop")}),
+            False,
+        )
     for rule in desired.rules:
         if rule.peer in ofports:
             actions = rule_actions(ofports[rule.peer], rule.max_len)
-            want[rule.cookie] = (frozenset(flow_text(priority, match, actions)
-                                           for priority, match in rule.matches),
-                                 rule.max_len is not None)
+            want[rule.cookie] = (
+                frozenset(flow_text(priority, match, actions) for priority, match in rule.matches),
+                rule.max_len is not None,
+            )
     for (where, cookie), flows in sorted(observed.flows.items()):
         if where != bridge or cookie not in want:
             decrease.append(RemoveAppmonFlows(where, cookie))
@@ -298,9 +382,15 @@ def _flows(desired: DesiredAppmon, observed: ObservedAppmon, bridge: str, ofport
             increase.append(SetAppmonFlows(bridge, cookie, tuple(sorted(flows)), truncates))
 
 
-def _mirrors(desired: DesiredAppmon, observed: ObservedAppmon, bridge: str,
-             tunnels: dict[str, AppmonDevice], mirrored: set[str], decrease: list,
-             increase: list) -> None:
+def _mirrors(
+    desired: DesiredAppmon,
+    observed: ObservedAppmon,
+    bridge: str,
+    tunnels: dict[str, AppmonDevice],
+    mirrored: set[str],
+    decrease: list,
+    increase: list,
+) -> None:
     want = {m.name: m for m in desired.mirrors if m.peer in mirrored}
     have = {}
     for mirror in observed.mirrors:
@@ -311,18 +401,43 @@ def _mirrors(desired: DesiredAppmon, observed: ObservedAppmon, bridge: str,
     for name, mirror in sorted(want.items()):
         output = tunnels[mirror.peer].name
         current = have.get(name)
-        if current is not None and (current.src, current.dst, current.output, current.snaplen) \
-                == (frozenset(mirror.ports), frozenset(mirror.ports), output, mirror.snaplen):
+        if current is not None and (current.src, current.dst, current.output, current.snaplen) == (
+            frozenset(mirror.ports),
+            frozenset(mirror.ports),
+            output,
+            mirror.snaplen,
+        ):
             continue
-        increase.append(SetAppmonMirror(bridge, name, mirror.peer, mirror.ports, output,
-                                        mirror.snaplen, current.uuid if current else None,
-                                        tunnels[mirror.peer].remote_ip))
+        increase.append(
+            SetAppmonMirror(
+                bridge,
+                name,
+                mirror.peer,
+                mirror.ports,
+                output,
+                mirror.snaplen,
+                current.uuid if current else None,
+                tunnels[mirror.peer].remote_ip,
+            )
+        )
 
 
-_DECREASE_ORDER = (RemoveKernelMirrorFilter, SetAppmonPortTag, RemoveAppmonMirror, RemoveAppmonFlows, RemoveAppmonPort,
-                   RemoveAppmonDevice)
-_INCREASE_ORDER = (AddAppmonDevice, AddAppmonPort, SetAppmonFlows, SetAppmonMirror,
-                   SetAppmonPortTag, SetKernelMirrorFilter)
+_DECREASE_ORDER = (
+    RemoveKernelMirrorFilter,
+    SetAppmonPortTag,
+    RemoveAppmonMirror,
+    RemoveAppmonFlows,
+    RemoveAppmonPort,
+    RemoveAppmonDevice,
+)
+_INCREASE_ORDER = (
+    AddAppmonDevice,
+    AddAppmonPort,
+    SetAppmonFlows,
+    SetAppmonMirror,
+    SetAppmonPortTag,
+    SetKernelMirrorFilter,
+)
 
 
 def _ordered(commands: list[Command], order: tuple[type, ...]) -> list[Command]:

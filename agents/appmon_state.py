@@ -32,8 +32,11 @@ import zlib
 from dataclasses import dataclass, field
 
 from cosample.agents.state import ObservedDevice, short_hash
-from cosample.dataplane.tcmirror import (KERNEL_MIRROR_COOKIE_TAG, KERNEL_MIRROR_PRIO_BASE,
-                                         KERNEL_MIRROR_PRIO_COUNT)
+from cosample.dataplane.tcmirror import (
+    KERNEL_MIRROR_COOKIE_TAG,
+    KERNEL_MIRROR_PRIO_BASE,
+    KERNEL_MIRROR_PRIO_COUNT,
+)
 from cosample.dataplane.tunnels import RECORD_PORT, appmon_vni
 from cosample.plan.appmon import SHARE_BITS, AppmonEntry, selected_share
 from cosample.plan.document import HostPlan, Plan, tunnel_ip
@@ -171,8 +174,9 @@ class ObservedAppmon:
 
 
 # desired ---------------------------------------------------------------------------------------
-def desired_appmon(plan: Plan, host: HostPlan, vxlan_port: int = 4789,
-                   sflow_vnis: tuple[int, ...] = ()) -> DesiredAppmon:
+def desired_appmon(
+    plan: Plan, host: HostPlan, vxlan_port: int = 4789, sflow_vnis: tuple[int, ...] = ()
+) -> DesiredAppmon:
     """This host's appmon state: its own entries, and the tunnels of senders it analyses for."""
     devices: list[AppmonDevice] = []
     rules: list[SelectiveRule] = []
@@ -185,45 +189,74 @@ def desired_appmon(plan: Plan, host: HostPlan, vxlan_port: int = 4789,
         if entry.mechanism == "selective_mirror":
             key = (entry.service.address, entry.service.port)
             if key in selective:
-                raise PlanError(f"hosts.{host.name}.appmon[{k}]: a second selective mirror of "
-                                f"{key[0]}:{key[1]} (appmon[{selective[key]}]); OpenFlow runs "
-                                f"one flow per packet, so a service has one selective mirror")
+                raise PlanError(
+                    f"hosts.{host.name}.appmon[{k}]: a second selective mirror of "
+                    f"{key[0]}:{key[1]} (appmon[{selective[key]}]); OpenFlow runs "
+                    f"one flow per packet, so a service has one selective mirror"
+                )
             selective[key] = k
             rules.append(_rule(entry))
     for peer in sorted(by_peer):
         local = tunnel_ip(plan, host.name, f"{host.name} mirrors services to {peer}")
-        devices.append(AppmonDevice(
-            name=f"{SEND_PREFIX}-{short_hash(peer)}", peer=peer,
-            remote_ip=tunnel_ip(plan, peer, f"{host.name} mirrors services to it", local),
-            vni=appmon_vni(host.name, peer), local_ip=local, dstport=vxlan_port, attach=True))
+        devices.append(
+            AppmonDevice(
+                name=f"{SEND_PREFIX}-{short_hash(peer)}",
+                peer=peer,
+                remote_ip=tunnel_ip(plan, peer, f"{host.name} mirrors services to it", local),
+                vni=appmon_vni(host.name, peer),
+                local_ip=local,
+                dstport=vxlan_port,
+                attach=True,
+            )
+        )
     mirrors = tuple(
-        AppmonMirror(peer=peer, name=f"cosample-appmon-{short_hash(peer)}",
-                     ports=tuple(sorted({e.interface for e in entries
-                                         if e.mechanism == "port_mirror"})),  # type: ignore
-                     snaplen=next(e.truncate_bytes for e in entries
-                                  if e.mechanism == "port_mirror"))
+        AppmonMirror(
+            peer=peer,
+            name=f"cosample-appmon-{short_hash(peer)}",
+            ports=tuple(sorted({e.interface for e in entries if e.mechanism == "port_mirror"})),  # type: ignore
+            snaplen=next(e.truncate_bytes for e in entries if e.mechanism == "port_mirror"),
+        )
         for peer, entries in sorted(by_peer.items())
-        if any(e.mechanism == "port_mirror" for e in entries))
-    senders = sorted(name for name, other in plan.hosts.items()
-                     if any(e.to == host.name and e.mechanism != "sniffer" for e in other.appmon))
+        if any(e.mechanism == "port_mirror" for e in entries)
+    )
+    senders = sorted(
+        name
+        for name, other in plan.hosts.items()
+        if any(e.to == host.name and e.mechanism != "sniffer" for e in other.appmon)
+    )
     for sender in senders:
         local = tunnel_ip(plan, host.name, f"it analyses services of {sender}")
-        devices.append(AppmonDevice(
-            name=f"{RECEIVE_PREFIX}-{short_hash(sender)}", peer=sender,
-            remote_ip=tunnel_ip(plan, sender, f"it mirrors services to {host.name}", local),
-            vni=appmon_vni(sender, host.name), local_ip=local, dstport=vxlan_port, attach=False))
+        devices.append(
+            AppmonDevice(
+                name=f"{RECEIVE_PREFIX}-{short_hash(sender)}",
+                peer=sender,
+                remote_ip=tunnel_ip(plan, sender, f"it mirrors services to {host.name}", local),
+                vni=appmon_vni(sender, host.name),
+                local_ip=local,
+                dstport=vxlan_port,
+                attach=False,
+            )
+        )
     names = [d.name for d in devices]
     kernel = _kernel_filters(host, {d.peer: d for d in devices if d.attach})
     vnis = [d.vni for d in devices] + list(sflow_vnis)
     if len(set(names)) != len(names) or len(set(vnis)) != len(vnis):
-        raise PlanError(f"hosts.{host.name}.appmon: tunnel device names or VXLAN keys collide "
-                        f"({names}); rename a peer host")
-    return DesiredAppmon(devices=tuple(devices), rules=tuple(rules), mirrors=mirrors,
-                         kernel_filters=kernel, spec=analyser_spec(plan, host))
+        raise PlanError(
+            f"hosts.{host.name}.appmon: tunnel device names or VXLAN keys collide "
+            f"({names}); rename a peer host"
+        )
+    return DesiredAppmon(
+        devices=tuple(devices),
+        rules=tuple(rules),
+        mirrors=mirrors,
+        kernel_filters=kernel,
+        spec=analyser_spec(plan, host),
+    )
 
 
-def _kernel_filters(host: HostPlan, tunnels: dict[str, AppmonDevice]
-                    ) -> tuple[KernelMirrorFilter, ...]:
+def _kernel_filters(
+    host: HostPlan, tunnels: dict[str, AppmonDevice]
+) -> tuple[KernelMirrorFilter, ...]:
     """Both hooks' filters of each ``kernel_mirror`` entry; per interface, consecutive prios
     in the plan's order."""
     out: list[KernelMirrorFilter] = []
@@ -234,15 +267,30 @@ def _kernel_filters(host: HostPlan, tunnels: dict[str, AppmonDevice]
         interface = entry.interface
         k = count.get(interface, 0)  # type: ignore[arg-type]
         if k >= KERNEL_MIRROR_PRIO_COUNT:
-            raise PlanError(f"hosts.{host.name}.appmon: more than {KERNEL_MIRROR_PRIO_COUNT} "
-                            f"kernel mirrors on {interface}")
+            raise PlanError(
+                f"hosts.{host.name}.appmon: more than {KERNEL_MIRROR_PRIO_COUNT} "
+                f"kernel mirrors on {interface}"
+            )
         count[interface] = k + 1  # type: ignore[index]
         tunnel = tunnels[entry.to]  # type: ignore[index]
-        expression = bpf_filter(entry.service.address, entry.service.port,
-                                entry.copied_segments, selected_share(entry.share))
-        out += [KernelMirrorFilter(interface, direction, KERNEL_MIRROR_PRIO_BASE + k,  # type: ignore
-                                   expression, tunnel.name, tunnel.peer, tunnel.remote_ip)
-                for direction in ("ingress", "egress")]
+        expression = bpf_filter(
+            entry.service.address,
+            entry.service.port,
+            entry.copied_segments,
+            selected_share(entry.share),
+        )
+        out += [
+            KernelMirrorFilter(
+                interface,
+                direction,
+                KERNEL_MIRROR_PRIO_BASE + k,  # type: ignore
+                expression,
+                tunnel.name,
+                tunnel.peer,
+                tunnel.remote_ip,
+            )
+            for direction in ("ingress", "egress")
+        ]
     return tuple(out)
 
 
@@ -258,8 +306,12 @@ def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
     items = []
     for entry in host.appmon:
         if entry.mechanism == "sniffer":
-            item = _spec_item(entry, entry.interface, sender=host.name,  # type: ignore
-                              send_to=entry.to)
+            item = _spec_item(
+                entry,
+                entry.interface,
+                sender=host.name,  # type: ignore
+                send_to=entry.to,
+            )
             if entry.to is not None:  # ``appmon run --send-records`` to the analysis host
                 item["send_records"] = _record_endpoint(plan, entry.to, host.name)
             items.append(item)
@@ -270,8 +322,11 @@ def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
                 item["receive_records"] = _record_endpoint(plan, host.name, sender)
                 items.append(item)
             elif entry.to == host.name:
-                items.append(_spec_item(entry, f"{RECEIVE_PREFIX}-{short_hash(sender)}",
-                                        sender=sender, send_to=None))
+                items.append(
+                    _spec_item(
+                        entry, f"{RECEIVE_PREFIX}-{short_hash(sender)}", sender=sender, send_to=None
+                    )
+                )
     return tuple(items)
 
 
@@ -292,11 +347,16 @@ def bpf_filter(address: str, port: int, segments: str, selected: int = 1 << SHAR
         client_src, client_dst = ("ip6[40:2]", "ip6[42:2]") if six else ("tcp[0:2]", "tcp[2:2]")
         response = f" and ({client_dst} & {low}) < {selected}"
         request = f" and ({client_src} & {low}) < {selected}"
-    text = (f"{'ip6 and ' if six else ''}tcp and ((src host {address} and src port {port}"
-            f"{response}) or (dst host {address} and dst port {port}{request}))")
+    text = (
+        f"{'ip6 and ' if six else ''}tcp and ((src host {address} and src port {port}"
+        f"{response}) or (dst host {address} and dst port {port}{request}))"
+    )
     if segments != "all":
-        text += (f" and (ip6[53] & {_BPF_FLAGS6[segments]} != 0)" if six
-                 else f" and (tcp[tcpflags] & ({_BPF_FLAGS4[segments]}) != 0)")
+        text += (
+            f" and (ip6[53] & {_BPF_FLAGS6[segments]} != 0)"
+            if six
+            else f" and (tcp[tcpflags] & ({_BPF_FLAGS4[segments]}) != 0)"
+        )
     return text
 
 
@@ -314,12 +374,14 @@ def summary(desired: DesiredAppmon | None) -> dict:
     """The appmon part of the agent's status (report.summarise)."""
     if desired is None or not (desired.devices or desired.spec):
         return {}
-    return {"tunnels": {d.peer: d.name for d in desired.devices if d.attach},
-            "receives": {d.peer: d.name for d in desired.devices if not d.attach},
-            "selective_flows": sum(len(r.matches) for r in desired.rules),
-            "port_mirrors": {m.peer: list(m.ports) for m in desired.mirrors},
-            "kernel_mirrors": sorted({f"{f.interface}>{f.peer}" for f in desired.kernel_filters}),
-            "analyser": list(desired.spec)}
+    return {
+        "tunnels": {d.peer: d.name for d in desired.devices if d.attach},
+        "receives": {d.peer: d.name for d in desired.devices if not d.attach},
+        "selective_flows": sum(len(r.matches) for r in desired.rules),
+        "port_mirrors": {m.peer: list(m.ports) for m in desired.mirrors},
+        "kernel_mirrors": sorted({f"{f.interface}>{f.peer}" for f in desired.kernel_filters}),
+        "analyser": list(desired.spec),
+    }
 
 
 # pieces ----------------------------------------------------------------------------------------
@@ -332,14 +394,29 @@ def _rule(entry: AppmonEntry) -> SelectiveRule:
         suffix = f",tcp_flags=+{flag}" if flag else ""
         for client in client_port_masks(selected_share(entry.share)):
             # OVS prints tp_src before tp_dst; the client's port is the other end's
-            matches.append((FLAG_PRIORITY[flag], f"{proto},{field_}_dst={address},"
-                            + (f"tp_src={client},tp_dst={port}" if client else f"tp_dst={port}")
-                            + suffix))
-            matches.append((FLAG_PRIORITY[flag], f"{proto},{field_}_src={address},tp_src={port}"
-                            + (f",tp_dst={client}" if client else "") + suffix))
+            matches.append(
+                (
+                    FLAG_PRIORITY[flag],
+                    f"{proto},{field_}_dst={address},"
+                    + (f"tp_src={client},tp_dst={port}" if client else f"tp_dst={port}")
+                    + suffix,
+                )
+            )
+            matches.append(
+                (
+                    FLAG_PRIORITY[flag],
+                    f"{proto},{field_}_src={address},tp_src={port}"
+                    + (f",tp_dst={client}" if client else "")
+                    + suffix,
+                )
+            )
     cookie = APPMON_COOKIE_TAG | RULE_BIT | zlib.crc32(f"{address}:{port}>{entry.to}".encode())
-    return SelectiveRule(peer=entry.to, cookie=cookie, matches=tuple(matches),  # type: ignore
-                         max_len=entry.truncate_bytes)
+    return SelectiveRule(
+        peer=entry.to,
+        cookie=cookie,
+        matches=tuple(matches),  # type: ignore
+        max_len=entry.truncate_bytes,
+    )
 
 
 def client_port_masks(selected: int) -> tuple[str, ...]:
@@ -362,10 +439,23 @@ def _spec_item(entry: AppmonEntry, interface: str, sender: str, send_to: str | N
     segments = entry.copied_segments
     # the sniffer selects connections itself; a selective mirror's copies arrive selected
     selected = selected_share(entry.share if entry.mechanism != "port_mirror" else None)
-    return {"service": {"address": entry.service.address, "port": entry.service.port,
-                        "protocol": entry.service.protocol},
-            "mechanism": entry.mechanism, "from": sender, "interface": interface,
-            "bpf": bpf_filter(entry.service.address, entry.service.port, segments,
-                              selected if entry.mechanism == "sniffer" else 1 << SHARE_BITS),
-            "segments": segments, "snaplen": entry.truncate_bytes, "send_to": send_to,
-            "share": selected / (1 << SHARE_BITS)}
+    return {
+        "service": {
+            "address": entry.service.address,
+            "port": entry.service.port,
+            "protocol": entry.service.protocol,
+        },
+        "mechanism": entry.mechanism,
+        "from": sender,
+        "interface": interface,
+        "bpf": bpf_filter(
+            entry.service.address,
+            entry.service.port,
+            segments,
+            selected if entry.mechanism == "sniffer" else 1 << SHARE_BITS,
+        ),
+        "segments": segments,
+        "snaplen": entry.truncate_bytes,
+        "send_to": send_to,
+        "share": selected / (1 << SHARE_BITS),
+    }

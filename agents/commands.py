@@ -33,8 +33,10 @@ class SetSflow(Command):
 
     def describe(self) -> str:
         verb = "update" if self.uuid else "create"
-        return (f"{verb} sFlow on {self.bridge}: 1-in-{self.settings.sampling} to "
-                f"{self.settings.target}")
+        return (
+            f"{verb} sFlow on {self.bridge}: 1-in-{self.settings.sampling} to "
+            f"{self.settings.target}"
+        )
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,7 @@ class AddMirrorDevice(Command):
 
     def describe(self) -> str:
         verb = "re-create" if self.replace else "add"
-        return (f"{verb} VXLAN device {self.name} to {self.peer} ({self.remote_ip}, "
-                f"vni {self.vni})")
+        return f"{verb} VXLAN device {self.name} to {self.peer} ({self.remote_ip}, vni {self.vni})"
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,10 @@ class SetMirrorFilter(Command):
     target: str
 
     def describe(self) -> str:
-        return (f"set filter {self.device} ingress prio {self.prio}: mirror "
-                f"p={self.probability:.6f} to {self.target}")
+        return (
+            f"set filter {self.device} ingress prio {self.prio}: mirror "
+            f"p={self.probability:.6f} to {self.target}"
+        )
 
 
 @dataclass(frozen=True)

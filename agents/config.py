@@ -86,7 +86,7 @@ class AgentConfig(Strict):
         if self.ovs_rundir:
             return self.ovs_rundir
         if self.ovsdb.startswith("unix:"):
-            return os.path.dirname(self.ovsdb[len("unix:"):]) or "."
+            return os.path.dirname(self.ovsdb[len("unix:") :]) or "."
         return "/var/run/openvswitch"
 
     def as_dict(self) -> dict[str, Any]:
@@ -104,8 +104,9 @@ def make_config(values: Mapping[str, Any], where: str = "config") -> AgentConfig
     return validate(AgentConfig, dict(values), where=where, error=ConfigError)
 
 
-def load_config(path: str | None, overrides: Mapping[str, Any],
-                defaults: Mapping[str, Any] | None = None) -> AgentConfig:
+def load_config(
+    path: str | None, overrides: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> AgentConfig:
     """File (TOML by default, YAML for .yaml/.yml) merged with non-None ``overrides``;
     ``defaults`` fill what neither gives."""
     values: dict[str, Any] = dict(defaults or {})

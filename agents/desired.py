@@ -7,15 +7,22 @@ tunnels. It never loads a server beyond sampling a small fraction of its own tra
 
 from __future__ import annotations
 
-
 from cosample.agents.appmon_state import desired_appmon
 from cosample.agents.config import AgentConfig
 from cosample.agents.sample import desired_sample
-from cosample.plan.errors import PlanError
-from cosample.plan.document import HostPlan, Plan, SflowSpec, tunnel_ip
-from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, DesiredState, MirrorTarget,
-                                   SflowSettings, TunnelPort, pair_vni, short_hash)
+from cosample.agents.state import (
+    PRIO_BASE,
+    PRIO_COUNT,
+    DesiredState,
+    MirrorTarget,
+    SflowSettings,
+    TunnelPort,
+    pair_vni,
+    short_hash,
+)
 from cosample.dataplane.tcmirror import chain_thresholds
+from cosample.plan.document import HostPlan, Plan, SflowSpec, tunnel_ip
+from cosample.plan.errors import PlanError
 
 DEFAULT_BRIDGE = "br-int"
 
@@ -24,8 +31,9 @@ def desired_state(plan: Plan, config: AgentConfig) -> DesiredState:
     """The state ``plan`` asks of ``config.host``; a ``PlanError`` if the host cannot realise it."""
     host = plan.hosts.get(config.host)
     if host is None:
-        raise PlanError(f"hosts: no entry for this host {config.host!r} "
-                        f"(the plan has {len(plan.hosts)} hosts)")
+        raise PlanError(
+            f"hosts: no entry for this host {config.host!r} (the plan has {len(plan.hosts)} hosts)"
+        )
     sflow = None
     if host.sflow_sampling is not None:  # null for a ``sample`` host: sFlow off on its bridge
         sflow = _sflow_settings(plan.sflow, config, host.sflow_sampling)
@@ -36,10 +44,16 @@ def desired_state(plan: Plan, config: AgentConfig) -> DesiredState:
         mirrors=mirrors,
         receivers=receivers,
         vm_ports=_vm_ports(config, host),
-        mode="plan", plan_version=plan.version,
+        mode="plan",
+        plan_version=plan.version,
         sample=desired_sample(plan, host, config),
-        appmon=desired_appmon(plan, host, config.vxlan_port,
-                              tuple(t.vni for t in mirrors) + tuple(p.key for p in receivers)))
+        appmon=desired_appmon(
+            plan,
+            host,
+            config.vxlan_port,
+            tuple(t.vni for t in mirrors) + tuple(p.key for p in receivers),
+        ),
+    )
 
 
 def safe_state(config: AgentConfig, plan: Plan | None = None) -> DesiredState:
@@ -55,8 +69,11 @@ def safe_state(config: AgentConfig, plan: Plan | None = None) -> DesiredState:
         sflow = _sflow_settings(sflow_doc, config, config.safe_sampling)
     return DesiredState(
         bridge=config.bridge or (host.bridge if host else None) or DEFAULT_BRIDGE,
-        sflow=sflow, mode="safe", plan_version=plan.version if plan is not None else None,
-        vm_ports=_vm_ports(config, host))
+        sflow=sflow,
+        mode="safe",
+        plan_version=plan.version if plan is not None else None,
+        vm_ports=_vm_ports(config, host),
+    )
 
 
 def mirror_device_name(config: AgentConfig, peer: str) -> str:
@@ -78,30 +95,45 @@ def _sflow_settings(sflow_doc: SflowSpec, config: AgentConfig, sampling: int) ->
     """Plan values first, the config's otherwise; both were validated for what OVS accepts."""
     target = sflow_doc.collector or config.collector
     if not target:
-        raise PlanError("sflow.collector: missing in the plan and in the agent config "
-                        "(set 'collector' in the config)")
+        raise PlanError(
+            "sflow.collector: missing in the plan and in the agent config "
+            "(set 'collector' in the config)"
+        )
     return SflowSettings(
-        target=target, sampling=sampling, agent=sflow_doc.agent or config.sflow_agent,
-        header_bytes=sflow_doc.header_bytes if sflow_doc.header_bytes is not None
+        target=target,
+        sampling=sampling,
+        agent=sflow_doc.agent or config.sflow_agent,
+        header_bytes=sflow_doc.header_bytes
+        if sflow_doc.header_bytes is not None
         else config.header_bytes,
-        polling_s=sflow_doc.polling_s if sflow_doc.polling_s is not None else config.polling_s)
+        polling_s=sflow_doc.polling_s if sflow_doc.polling_s is not None else config.polling_s,
+    )
 
 
 def _mirror_targets(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[MirrorTarget, ...]:
     if not host.mirrors:
         return ()
     if len(host.mirrors) > PRIO_COUNT:
-        raise PlanError(f"hosts.{host.name}.mirrors: {len(host.mirrors)} targets, at most "
-                        f"{PRIO_COUNT} supported")
+        raise PlanError(
+            f"hosts.{host.name}.mirrors: {len(host.mirrors)} targets, at most "
+            f"{PRIO_COUNT} supported"
+        )
     local_ip = tunnel_ip(plan, host.name, f"{host.name} mirrors traffic")
     probabilities = chain_thresholds([m.rate for m in host.mirrors])
     targets = tuple(
-        MirrorTarget(peer=m.peer, rate=m.rate, probability=q, prio=PRIO_BASE + k,
-                     device=mirror_device_name(config, m.peer),
-                     remote_ip=tunnel_ip(plan, m.peer, f"{host.name} mirrors to it", local_ip),
-                     vni=pair_vni(host.name, m.peer), local_ip=local_ip,
-                     dstport=config.vxlan_port)
-        for k, (m, q) in enumerate(zip(host.mirrors, probabilities)))
+        MirrorTarget(
+            peer=m.peer,
+            rate=m.rate,
+            probability=q,
+            prio=PRIO_BASE + k,
+            device=mirror_device_name(config, m.peer),
+            remote_ip=tunnel_ip(plan, m.peer, f"{host.name} mirrors to it", local_ip),
+            vni=pair_vni(host.name, m.peer),
+            local_ip=local_ip,
+            dstport=config.vxlan_port,
+        )
+        for k, (m, q) in enumerate(zip(host.mirrors, probabilities))
+    )
     _distinct(host.name, "mirror device names", [t.device for t in targets])
     _distinct(host.name, "mirror VXLAN keys", [t.vni for t in targets])
     return targets
@@ -112,10 +144,16 @@ def _tunnel_ports(plan: Plan, host: HostPlan, config: AgentConfig) -> tuple[Tunn
         return ()
     local_ip = tunnel_ip(plan, host.name, f"{host.name} receives mirrored traffic")
     ports = tuple(
-        TunnelPort(peer=r.peer, name=tunnel_port_name(config, r.peer),
-                   remote_ip=tunnel_ip(plan, r.peer, f"it mirrors to {host.name}", local_ip),
-                   key=pair_vni(r.peer, host.name), local_ip=local_ip, dstport=config.vxlan_port)
-        for r in host.receives)
+        TunnelPort(
+            peer=r.peer,
+            name=tunnel_port_name(config, r.peer),
+            remote_ip=tunnel_ip(plan, r.peer, f"it mirrors to {host.name}", local_ip),
+            key=pair_vni(r.peer, host.name),
+            local_ip=local_ip,
+            dstport=config.vxlan_port,
+        )
+        for r in host.receives
+    )
     _distinct(host.name, "tunnel port names", [p.name for p in ports])
     return ports
 

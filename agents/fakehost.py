@@ -15,15 +15,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from cosample.agents import commands as c
-from cosample.agents.appmon_fake import FakeAppmon
-from cosample.agents.appmon_reconcile import (APPMON_COMMANDS, RemoveKernelMirrorFilter,
-                                              SetKernelMirrorFilter)
 from cosample.agents import sample as s
+from cosample.agents.appmon_fake import FakeAppmon
+from cosample.agents.appmon_reconcile import (
+    APPMON_COMMANDS,
+    RemoveKernelMirrorFilter,
+    SetKernelMirrorFilter,
+)
 from cosample.agents.errors import HostError
 from cosample.agents.host import Host
-from cosample.agents.state import (PRIO_BASE, PRIO_COUNT, ObservedDevice, ObservedFilter,
-                                   ObservedFlow, ObservedKernelFilter, ObservedLink,
-                                   ObservedPort, ObservedSflow, ObservedState)
+from cosample.agents.state import (
+    PRIO_BASE,
+    PRIO_COUNT,
+    ObservedDevice,
+    ObservedFilter,
+    ObservedFlow,
+    ObservedKernelFilter,
+    ObservedLink,
+    ObservedPort,
+    ObservedSflow,
+    ObservedState,
+)
 from cosample.dataplane.ipfix import SAMPLE_COLLECTOR_SET_ID
 from cosample.dataplane.tcmirror import bpf_random_bytecode
 
@@ -41,14 +53,19 @@ class FakeLink:
 class FakeHost(Host):
     """A bridge with ports, an sFlow row, flows; Linux links with tc filters; VXLAN devices."""
 
-    def __init__(self, bridge: str = "br-int", vm_ports: Iterable[str] = ("vm1", "vm2"),
-                 bridge_exists: bool = True) -> None:
+    def __init__(
+        self,
+        bridge: str = "br-int",
+        vm_ports: Iterable[str] = ("vm1", "vm2"),
+        bridge_exists: bool = True,
+    ) -> None:
         self.bridge = bridge
         self.bridge_exists = bridge_exists
         self.sflow: ObservedSflow | None = None
         self.ports: dict[str, ObservedPort] = {
             name: ObservedPort(name, "", next_ofport, owned=False)
-            for next_ofport, name in enumerate(vm_ports, start=1)}
+            for next_ofport, name in enumerate(vm_ports, start=1)
+        }
         self.flows: dict[int, ObservedFlow] = {}
         self.links: dict[str, FakeLink] = {name: FakeLink() for name in vm_ports}
         self.devices: dict[str, ObservedDevice] = {}
@@ -62,29 +79,47 @@ class FakeHost(Host):
         self.exporters: dict[str, s.ObservedExporter] = {}
 
     # the host interface ---------------------------------------------------------------------
-    def observe(self, bridge: str, links: Iterable[str] = (),
-                remotes: Iterable[str] = ()) -> ObservedState:
-        sample = s.ObservedSample(tuple(sorted(self.exporters.values(),
-                                               key=lambda e: (e.bridge, e.uuid))))
+    def observe(
+        self, bridge: str, links: Iterable[str] = (), remotes: Iterable[str] = ()
+    ) -> ObservedState:
+        sample = s.ObservedSample(
+            tuple(sorted(self.exporters.values(), key=lambda e: (e.bridge, e.uuid)))
+        )
         if not self.bridge_exists or bridge != self.bridge:
-            return ObservedState(bridge=bridge, bridge_exists=False,
-                                 appmon=self.appmon.observe(bridge, {}), sample=sample)
+            return ObservedState(
+                bridge=bridge,
+                bridge_exists=False,
+                appmon=self.appmon.observe(bridge, {}),
+                sample=sample,
+            )
         names = {p.name for p in self.ports.values() if not p.owned} | set(links)
         observed_links = {
-            name: ObservedLink(name, link.clsact, tuple(
-                f for prio, f in sorted(link.filters.items())
-                if PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT),
-                clsact_owned=link.clsact_owned, foreign_filters=link.foreign_filters,
-                kernel_filters=tuple(f for _, f in sorted(link.kernel.items())))
-            for name, link in self.links.items() if name in names or link.clsact_owned
-            or link.kernel}
-        return ObservedState(bridge=bridge, bridge_exists=True, sflow=self.sflow,
-                             ports=tuple(sorted(self.ports.values(), key=lambda p: p.name)),
-                             flows=tuple(f for _, f in sorted(self.flows.items())),
-                             links=observed_links,
-                             devices=tuple(sorted(self.devices.values(), key=lambda d: d.name)),
-                             appmon=self.appmon.observe(bridge, self._bridge_ports()),
-                             sample=sample)
+            name: ObservedLink(
+                name,
+                link.clsact,
+                tuple(
+                    f
+                    for prio, f in sorted(link.filters.items())
+                    if PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT
+                ),
+                clsact_owned=link.clsact_owned,
+                foreign_filters=link.foreign_filters,
+                kernel_filters=tuple(f for _, f in sorted(link.kernel.items())),
+            )
+            for name, link in self.links.items()
+            if name in names or link.clsact_owned or link.kernel
+        }
+        return ObservedState(
+            bridge=bridge,
+            bridge_exists=True,
+            sflow=self.sflow,
+            ports=tuple(sorted(self.ports.values(), key=lambda p: p.name)),
+            flows=tuple(f for _, f in sorted(self.flows.items())),
+            links=observed_links,
+            devices=tuple(sorted(self.devices.values(), key=lambda d: d.name)),
+            appmon=self.appmon.observe(bridge, self._bridge_ports()),
+            sample=sample,
+        )
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1
@@ -114,14 +149,20 @@ class FakeHost(Host):
         self.links[name] = FakeLink(clsact_owned=owned)
 
     def add_foreign_sflow(self) -> None:
-        self.sflow = ObservedSflow("foreign-uuid", owned=False,
-                                   settings=c.SflowSettings("192.0.2.9:6343", 1))
+        self.sflow = ObservedSflow(
+            "foreign-uuid", owned=False, settings=c.SflowSettings("192.0.2.9:6343", 1)
+        )
 
     def add_foreign_collector_set(self, set_id: int = SAMPLE_COLLECTOR_SET_ID) -> None:
         """Someone else's Flow_Sample_Collector_Set (unmarked) on the bridge."""
         self.exporters["foreign-set"] = s.ObservedExporter(
-            self.bridge, "foreign-set", set_id, owned=False, ipfix_uuid="foreign-ipfix",
-            ipfix=s.IpfixSettings("192.0.2.9:4739", 60, 100))
+            self.bridge,
+            "foreign-set",
+            set_id,
+            owned=False,
+            ipfix_uuid="foreign-ipfix",
+            ipfix=s.IpfixSettings("192.0.2.9:4739", 60, 100),
+        )
 
     # command handlers -----------------------------------------------------------------------
     def _apply_SetSflow(self, command: c.SetSflow) -> None:
@@ -136,9 +177,14 @@ class FakeHost(Host):
         if command.name not in self.ports:
             taken = {p.ofport for p in self.ports.values()}
             ofport = command.ofport if command.ofport not in taken else max(taken) + 1
-            self.ports[command.name] = ObservedPort(command.name, "vxlan", ofport, owned=True,
-                                                    options=dict(command.options),
-                                                    peer=command.peer)
+            self.ports[command.name] = ObservedPort(
+                command.name,
+                "vxlan",
+                ofport,
+                owned=True,
+                options=dict(command.options),
+                peer=command.peer,
+            )
 
     def _apply_RemoveTunnelPort(self, command: c.RemoveTunnelPort) -> None:
         port = self.ports.get(command.name)
@@ -146,8 +192,9 @@ class FakeHost(Host):
             del self.ports[command.name]
 
     def _apply_AddDropFlow(self, command: c.AddDropFlow) -> None:
-        self.flows[command.cookie] = ObservedFlow(command.cookie, command.in_port,
-                                                  command.priority, "drop")
+        self.flows[command.cookie] = ObservedFlow(
+            command.cookie, command.in_port, command.priority, "drop"
+        )
 
     def _apply_RemoveDropFlow(self, command: c.RemoveDropFlow) -> None:
         self.flows.pop(command.cookie, None)
@@ -155,9 +202,9 @@ class FakeHost(Host):
     def _apply_AddMirrorDevice(self, command: c.AddMirrorDevice) -> None:
         if command.replace or command.name not in self.devices:
             self._drop_device(command.name)
-        self.devices[command.name] = ObservedDevice(command.name, command.remote_ip,
-                                                    command.vni, command.local_ip,
-                                                    command.dstport, up=True)
+        self.devices[command.name] = ObservedDevice(
+            command.name, command.remote_ip, command.vni, command.local_ip, command.dstport, up=True
+        )
 
     def _apply_RemoveMirrorDevice(self, command: c.RemoveMirrorDevice) -> None:
         self._drop_device(command.name)
@@ -181,7 +228,8 @@ class FakeHost(Host):
         if command.target not in self.devices:
             raise HostError(f"no device {command.target}")
         link.filters[command.prio] = ObservedFilter(
-            command.prio, bpf_random_bytecode(command.probability), command.target)
+            command.prio, bpf_random_bytecode(command.probability), command.target
+        )
 
     def _apply_SetKernelMirrorFilter(self, command: SetKernelMirrorFilter) -> None:
         f = command.filter
@@ -191,10 +239,12 @@ class FakeHost(Host):
         if f.target not in self.appmon.devices:
             raise HostError(f"no device {f.target}")
         if f.interface in self.appmon.underlay:
-            raise HostError(f"kernel mirror: {f.interface} carries the route to the analysis "
-                            f"host; refused")
-        link.kernel[(f.direction, f.prio)] = ObservedKernelFilter(f.direction, f.prio,
-                                                                  f.cookie, f.target)
+            raise HostError(
+                f"kernel mirror: {f.interface} carries the route to the analysis host; refused"
+            )
+        link.kernel[(f.direction, f.prio)] = ObservedKernelFilter(
+            f.direction, f.prio, f.cookie, f.target
+        )
 
     def _apply_RemoveKernelMirrorFilter(self, command: RemoveKernelMirrorFilter) -> None:
         link = self.links.get(command.interface)
@@ -222,21 +272,31 @@ class FakeHost(Host):
                 if row.ipfix_uuid == command.ipfix_uuid and row.owned:
                     self.exporters[uuid] = replace(row, ipfix=command.ipfix)
             return
-        if any(e.set_id == SAMPLE_COLLECTOR_SET_ID and e.bridge == command.bridge
-               for e in self.exporters.values()):  # OVSDB's index on (id, bridge)
+        if any(
+            e.set_id == SAMPLE_COLLECTOR_SET_ID and e.bridge == command.bridge
+            for e in self.exporters.values()
+        ):  # OVSDB's index on (id, bridge)
             raise HostError(f"{command.describe()}: a collector set with this id exists")
         uuid = next(self._uuids)
-        self.exporters[uuid] = s.ObservedExporter(command.bridge, uuid, SAMPLE_COLLECTOR_SET_ID,
-                                                  owned=True, ipfix_uuid=next(self._uuids),
-                                                  ipfix=command.ipfix)
+        self.exporters[uuid] = s.ObservedExporter(
+            command.bridge,
+            uuid,
+            SAMPLE_COLLECTOR_SET_ID,
+            owned=True,
+            ipfix_uuid=next(self._uuids),
+            ipfix=command.ipfix,
+        )
 
     def _apply_RemoveSampleExporter(self, command: s.RemoveSampleExporter) -> None:
         self.exporters.pop(command.uuid, None)
 
     def _apply_SetSampleFlow(self, command: s.SetSampleFlow) -> None:
         self.flows[s.SAMPLE_COOKIE] = ObservedFlow(
-            s.SAMPLE_COOKIE, None, s.SAMPLE_PRIORITY,
-            s.sample_actions(command.probability, command.domain))
+            s.SAMPLE_COOKIE,
+            None,
+            s.SAMPLE_PRIORITY,
+            s.sample_actions(command.probability, command.domain),
+        )
 
     def _apply_RemoveSampleFlow(self, command: s.RemoveSampleFlow) -> None:
         self.flows.pop(s.SAMPLE_COOKIE, None)

@@ -33,8 +33,9 @@ class Host(ABC):
     writes: int = 0
 
     @abstractmethod
-    def observe(self, bridge: str, links: Iterable[str] = (),
-                remotes: Iterable[str] = ()) -> ObservedState:
+    def observe(
+        self, bridge: str, links: Iterable[str] = (), remotes: Iterable[str] = ()
+    ) -> ObservedState:
         """The host as it is: ``bridge``, the interfaces ``links`` (VM ports), the interfaces
         routing toward the tunnel peers ``remotes``, and everything the agent owns anywhere."""
 
@@ -43,8 +44,15 @@ class Host(ABC):
         """Perform one command; ``HostError`` if the host refuses it or cannot be reached."""
 
 
-_LINUX_COMMANDS = (c.AddMirrorDevice, c.RemoveMirrorDevice, c.AddClsact, c.RemoveClsact,
-                   c.SetMirrorFilter, c.RemoveMirrorFilter, *KERNEL_MIRROR_COMMANDS)
+_LINUX_COMMANDS = (
+    c.AddMirrorDevice,
+    c.RemoveMirrorDevice,
+    c.AddClsact,
+    c.RemoveClsact,
+    c.SetMirrorFilter,
+    c.RemoveMirrorFilter,
+    *KERNEL_MIRROR_COMMANDS,
+)
 #: Commands that put something the agent owns on a bridge: the ledger names it first.
 _BRIDGE_WRITES = (c.SetSflow, c.AddTunnelPort, c.AddDropFlow, SetSampleExporter, SetSampleFlow)
 
@@ -60,24 +68,41 @@ class LinuxOvsHost(Host):
         self.sample = SampleSide(self.ovs)
         self.writes = 0
 
-    def observe(self, bridge: str, links: Iterable[str] = (),
-                remotes: Iterable[str] = ()) -> ObservedState:
+    def observe(
+        self, bridge: str, links: Iterable[str] = (), remotes: Iterable[str] = ()
+    ) -> ObservedState:
         exists, sflow, ports, elsewhere = self.ovs.observe(bridge, self.ledger.names("bridges"))
         appmon = self.appmon.observe(bridge)
         sample = self.sample.observe()
         if not exists:
-            return ObservedState(bridge=bridge, bridge_exists=False, elsewhere=elsewhere,
-                                 appmon=appmon, sample=sample)
+            return ObservedState(
+                bridge=bridge,
+                bridge_exists=False,
+                elsewhere=elsewhere,
+                appmon=appmon,
+                sample=sample,
+            )
         names = {p.name for p in ports if not p.owned and p.type in VM_PORT_TYPES} | set(links)
         names.discard(bridge)
         remotes = tuple(remotes)
         observed_links, devices, foreign, underlay = self.linux.observe(names, remotes)
         link_mtus, paths = self.linux.mtus(observed_links, remotes)
-        return ObservedState(bridge=bridge, bridge_exists=True, sflow=sflow, ports=ports,
-                             flows=self.ovs.flows(bridge), links=observed_links,
-                             devices=devices, foreign_links=foreign, underlay=underlay,
-                             link_mtus=link_mtus, paths=paths,
-                             elsewhere=elsewhere, appmon=appmon, sample=sample)
+        return ObservedState(
+            bridge=bridge,
+            bridge_exists=True,
+            sflow=sflow,
+            ports=ports,
+            flows=self.ovs.flows(bridge),
+            links=observed_links,
+            devices=devices,
+            foreign_links=foreign,
+            underlay=underlay,
+            link_mtus=link_mtus,
+            paths=paths,
+            elsewhere=elsewhere,
+            appmon=appmon,
+            sample=sample,
+        )
 
     def apply(self, command: c.Command) -> None:
         self.writes += 1

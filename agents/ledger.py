@@ -39,8 +39,9 @@ def private_dir(path: str | Path) -> Path:
 STALE_TEMPORARY_S = 60.0
 
 
-def remove_stale_temporaries(directory: str | Path, now: float,
-                             older_than_s: float = STALE_TEMPORARY_S) -> list[str]:
+def remove_stale_temporaries(
+    directory: str | Path, now: float, older_than_s: float = STALE_TEMPORARY_S
+) -> list[str]:
     """Remove what killed atomic writes left in the state directory; returns the names."""
     removed = []
     for path in Path(directory).glob(".*.tmp"):
@@ -80,12 +81,13 @@ class Ledger:
         except FileNotFoundError:
             return {kind: [] for kind in KINDS} | {"clsacts": self._legacy_clsacts()}
         except (OSError, ValueError) as exc:
-            raise HostError(f"{self.path}: unreadable ledger of owned objects ({exc}); "
-                            f"restore it or run 'cosample agent remove'") from None
+            raise HostError(
+                f"{self.path}: unreadable ledger of owned objects ({exc}); "
+                f"restore it or run 'cosample agent remove'"
+            ) from None
         if not isinstance(data, dict):
             raise HostError(f"{self.path}: unreadable ledger of owned objects (not an object)")
-        return {kind: [str(n) for n in data.get(kind, []) if isinstance(n, str)]
-                for kind in KINDS}
+        return {kind: [str(n) for n in data.get(kind, []) if isinstance(n, str)] for kind in KINDS}
 
     def _legacy_clsacts(self) -> list[str]:
         try:

@@ -23,18 +23,34 @@ from collections.abc import Iterable
 from typing import Any
 
 from cosample.agents import commands as c
+from cosample.agents.appmon_reconcile import RemoveKernelMirrorFilter, SetKernelMirrorFilter
 from cosample.agents.errors import HostError
 from cosample.agents.ledger import Ledger
-from cosample.agents.appmon_reconcile import RemoveKernelMirrorFilter, SetKernelMirrorFilter
-from cosample.agents.state import (ALIAS_PREFIX, FILTER_COOKIE, FILTER_HANDLE, PRIO_BASE,
-                                   PRIO_COUNT, ObservedDevice, ObservedFilter,
-                                   ObservedKernelFilter, ObservedLink)
+from cosample.agents.state import (
+    ALIAS_PREFIX,
+    FILTER_COOKIE,
+    FILTER_HANDLE,
+    PRIO_BASE,
+    PRIO_COUNT,
+    ObservedDevice,
+    ObservedFilter,
+    ObservedKernelFilter,
+    ObservedLink,
+)
 from cosample.dataplane.run import CommandError, run
-from cosample.dataplane.tcmirror import (KERNEL_MIRROR_COOKIE_TAG, KERNEL_MIRROR_HANDLE,
-                                         KERNEL_MIRROR_PRIO_BASE, KERNEL_MIRROR_PRIO_COUNT,
-                                         TcMirrorError, bytecode_from_ddd, clsact_add_argv,
-                                         clsact_delete_argv, filter_delete_argv,
-                                         mirror_filter_argv, selective_filter_argv)
+from cosample.dataplane.tcmirror import (
+    KERNEL_MIRROR_COOKIE_TAG,
+    KERNEL_MIRROR_HANDLE,
+    KERNEL_MIRROR_PRIO_BASE,
+    KERNEL_MIRROR_PRIO_COUNT,
+    TcMirrorError,
+    bytecode_from_ddd,
+    clsact_add_argv,
+    clsact_delete_argv,
+    filter_delete_argv,
+    mirror_filter_argv,
+    selective_filter_argv,
+)
 
 KERNEL_LEDGER = "kernel_mirrors"
 
@@ -48,17 +64,18 @@ class LinuxSide:
         self.timeout_s = timeout_s
 
     # observe ----------------------------------------------------------------------------------
-    def observe(self, names: Iterable[str], remotes: Iterable[str] = ()
-                ) -> tuple[dict[str, ObservedLink], tuple[ObservedDevice, ...], frozenset[str],
-                           frozenset[str]]:
+    def observe(
+        self, names: Iterable[str], remotes: Iterable[str] = ()
+    ) -> tuple[dict[str, ObservedLink], tuple[ObservedDevice, ...], frozenset[str], frozenset[str]]:
         """(links, owned devices, names of other interfaces, underlay interfaces)."""
         present = {link["ifname"] for link in self.ip_json(["ip", "-j", "link", "show"])}
         devices = self.devices()
         foreign = frozenset(present - {d.name for d in devices})
         return self.links(names, present), devices, foreign, self.underlay(remotes)
 
-    def links(self, names: Iterable[str], present: set[str] | None = None
-              ) -> dict[str, ObservedLink]:
+    def links(
+        self, names: Iterable[str], present: set[str] | None = None
+    ) -> dict[str, ObservedLink]:
         """The given interfaces, and those where the agent added clsact, that exist: their
         clsact state and the agent's filters (so filters on a former VM port are found too)."""
         if present is None:
@@ -70,19 +87,26 @@ class LinuxSide:
             qdiscs = self.ip_json(["tc", "-j", "qdisc", "show", "dev", name], missing_ok=True)
             kinds = {q.get("kind") for q in qdiscs}
             clsact = "clsact" in kinds
-            filters, kernel, foreign, intruders = (self._filters(name) if clsact
-                                                   else ((), (), 0, 0))
+            filters, kernel, foreign, intruders = self._filters(name) if clsact else ((), (), 0, 0)
             conflict = None
             if "ingress" in kinds:
                 conflict = "a foreign ingress qdisc is attached (it excludes clsact)"
             elif intruders:
-                conflict = (f"{intruders} foreign tc filter(s) in the agent's prio ranges "
-                            f"{PRIO_BASE}..{PRIO_BASE + PRIO_COUNT - 1}, "
-                            f"{KERNEL_MIRROR_PRIO_BASE}.."
-                            f"{KERNEL_MIRROR_PRIO_BASE + KERNEL_MIRROR_PRIO_COUNT - 1}")
-            out[name] = ObservedLink(name, clsact, filters, clsact_owned=name in owned,
-                                     foreign_filters=foreign, conflict=conflict,
-                                     kernel_filters=kernel)
+                conflict = (
+                    f"{intruders} foreign tc filter(s) in the agent's prio ranges "
+                    f"{PRIO_BASE}..{PRIO_BASE + PRIO_COUNT - 1}, "
+                    f"{KERNEL_MIRROR_PRIO_BASE}.."
+                    f"{KERNEL_MIRROR_PRIO_BASE + KERNEL_MIRROR_PRIO_COUNT - 1}"
+                )
+            out[name] = ObservedLink(
+                name,
+                clsact,
+                filters,
+                clsact_owned=name in owned,
+                foreign_filters=foreign,
+                conflict=conflict,
+                kernel_filters=kernel,
+            )
         return out
 
     def devices(self) -> tuple[ObservedDevice, ...]:
@@ -94,42 +118,53 @@ class LinuxSide:
             if not (alias.startswith(ALIAS_PREFIX) or (not alias and name in listed)):
                 continue
             data = link.get("linkinfo", {}).get("info_data", {})
-            found.append(ObservedDevice(
-                name=name, remote_ip=data.get("remote") or data.get("remote6"),
-                vni=data.get("id"), local_ip=data.get("local") or data.get("local6"),
-                dstport=data.get("port"), up="UP" in link.get("flags", [])))
+            found.append(
+                ObservedDevice(
+                    name=name,
+                    remote_ip=data.get("remote") or data.get("remote6"),
+                    vni=data.get("id"),
+                    local_ip=data.get("local") or data.get("local6"),
+                    dstport=data.get("port"),
+                    up="UP" in link.get("flags", []),
+                )
+            )
         return tuple(sorted(found, key=lambda d: d.name))
 
     def underlay(self, remotes: Iterable[str]) -> frozenset[str]:
         """The interfaces the kernel routes tunnel packets to ``remotes`` through."""
         out = set()
         for remote in sorted(set(remotes)):
-            result = run(["ip", "-j", "route", "get", remote], timeout=self.timeout_s,
-                         check=False)
+            result = run(["ip", "-j", "route", "get", remote], timeout=self.timeout_s, check=False)
             if result.returncode == 0 and result.stdout.strip():
                 out |= {route["dev"] for route in json.loads(result.stdout) if "dev" in route}
         return frozenset(out)
 
-    def mtus(self, names: Iterable[str], remotes: Iterable[str]
-             ) -> tuple[dict[str, int], dict[str, tuple[str, int]]]:
+    def mtus(
+        self, names: Iterable[str], remotes: Iterable[str]
+    ) -> tuple[dict[str, int], dict[str, tuple[str, int]]]:
         """(MTU of each of ``names`` that exists, remote -> (interface, MTU) of its route; the
         route's own ``mtu`` metric when it has one, which is smaller)."""
-        links = {link["ifname"]: link["mtu"] for link in self.ip_json(["ip", "-j", "link", "show"])
-                 if isinstance(link.get("mtu"), int)}
+        links = {
+            link["ifname"]: link["mtu"]
+            for link in self.ip_json(["ip", "-j", "link", "show"])
+            if isinstance(link.get("mtu"), int)
+        }
         paths = {}
         for remote in sorted(set(remotes)):
-            result = run(["ip", "-j", "route", "get", remote], timeout=self.timeout_s,
-                         check=False)
+            result = run(["ip", "-j", "route", "get", remote], timeout=self.timeout_s, check=False)
             if result.returncode != 0 or not result.stdout.strip():
                 continue
             for route in json.loads(result.stdout):
                 if route.get("dev") in links:
-                    metric = [m["mtu"] for m in route.get("metrics", ())
-                              if isinstance(m, dict) and isinstance(m.get("mtu"), int)]
+                    metric = [
+                        m["mtu"]
+                        for m in route.get("metrics", ())
+                        if isinstance(m, dict) and isinstance(m.get("mtu"), int)
+                    ]
                     paths[remote] = (route["dev"], min([links[route["dev"]], *metric]))
         return {name: links[name] for name in names if name in links}, paths
 
-# apply ------------------------------------------------------------------------------------
+    # apply ------------------------------------------------------------------------------------
     def apply(self, command: c.Command) -> None:
         if isinstance(command, c.AddMirrorDevice):
             exists = self.exists(command.name)
@@ -137,12 +172,25 @@ class LinuxSide:
                 self.output(["ip", "link", "del", command.name])
                 exists = False
             if exists and command.name not in self._owned_device_names():
-                raise HostError(f"interface {command.name} exists and is not the agent's; "
-                                f"left alone")
+                raise HostError(
+                    f"interface {command.name} exists and is not the agent's; left alone"
+                )
             if not exists:
                 self.ledger.add("devices", command.name)  # before it exists: never orphaned
-                argv = ["ip", "link", "add", command.name, "type", "vxlan", "id", command.vni,
-                        "remote", command.remote_ip, "dstport", command.dstport]
+                argv = [
+                    "ip",
+                    "link",
+                    "add",
+                    command.name,
+                    "type",
+                    "vxlan",
+                    "id",
+                    command.vni,
+                    "remote",
+                    command.remote_ip,
+                    "dstport",
+                    command.dstport,
+                ]
                 if command.local_ip:
                     argv += ["local", command.local_ip]
                 try:
@@ -150,8 +198,17 @@ class LinuxSide:
                 except HostError:
                     self.ledger.discard("devices", command.name)  # it was never made
                     raise
-            self.output(["ip", "link", "set", command.name, "alias",
-                       f"{ALIAS_PREFIX} peer={command.peer}", "up"])
+            self.output(
+                [
+                    "ip",
+                    "link",
+                    "set",
+                    command.name,
+                    "alias",
+                    f"{ALIAS_PREFIX} peer={command.peer}",
+                    "up",
+                ]
+            )
         elif isinstance(command, c.RemoveMirrorDevice):
             if self.exists(command.name):
                 if command.name not in self._owned_device_names():
@@ -165,37 +222,67 @@ class LinuxSide:
                 self.output(clsact_add_argv(command.device))
         elif isinstance(command, c.RemoveClsact):
             if command.device in self.ledger.names("clsacts"):
-                result = run(clsact_delete_argv(command.device), timeout=self.timeout_s,
-                             check=False)
-                if result.returncode != 0 and "Cannot find" not in result.stderr \
-                        and "Invalid handle" not in result.stderr:
-                    raise HostError(f"tc: removing clsact from {command.device}: "
-                                    f"{result.stderr.strip()}")
+                result = run(
+                    clsact_delete_argv(command.device), timeout=self.timeout_s, check=False
+                )
+                if (
+                    result.returncode != 0
+                    and "Cannot find" not in result.stderr
+                    and "Invalid handle" not in result.stderr
+                ):
+                    raise HostError(
+                        f"tc: removing clsact from {command.device}: {result.stderr.strip()}"
+                    )
                 self.ledger.discard("clsacts", command.device)
         elif isinstance(command, c.SetMirrorFilter):
-            self.output(mirror_filter_argv(command.device, command.target, command.probability,
-                                         prio=command.prio, handle=FILTER_HANDLE,
-                                         cookie=FILTER_COOKIE))
+            self.output(
+                mirror_filter_argv(
+                    command.device,
+                    command.target,
+                    command.probability,
+                    prio=command.prio,
+                    handle=FILTER_HANDLE,
+                    cookie=FILTER_COOKIE,
+                )
+            )
         elif isinstance(command, c.RemoveMirrorFilter):
-            result = run(filter_delete_argv(command.device, prio=command.prio,
-                                            handle=FILTER_HANDLE),
-                         timeout=self.timeout_s, check=False)
-            if result.returncode != 0 and "not found" not in result.stderr + result.stdout \
-                    and "Cannot find device" not in result.stderr:
-                raise HostError(f"tc: removing filter prio {command.prio} on {command.device}: "
-                                f"{result.stderr.strip()}")
+            result = run(
+                filter_delete_argv(command.device, prio=command.prio, handle=FILTER_HANDLE),
+                timeout=self.timeout_s,
+                check=False,
+            )
+            if (
+                result.returncode != 0
+                and "not found" not in result.stderr + result.stdout
+                and "Cannot find device" not in result.stderr
+            ):
+                raise HostError(
+                    f"tc: removing filter prio {command.prio} on {command.device}: "
+                    f"{result.stderr.strip()}"
+                )
         elif isinstance(command, SetKernelMirrorFilter):
             self._set_kernel_filter(command)
         elif isinstance(command, RemoveKernelMirrorFilter):
-            result = run(filter_delete_argv(command.interface, prio=command.prio,
-                                            handle=KERNEL_MIRROR_HANDLE,
-                                            direction=command.direction),
-                         timeout=self.timeout_s, check=False)
-            if result.returncode != 0 and "not found" not in result.stderr + result.stdout \
-                    and "Cannot find device" not in result.stderr:
-                raise HostError(f"tc: removing kernel mirror filter prio {command.prio} "
-                                f"{command.direction} on {command.interface}: "
-                                f"{result.stderr.strip()}")
+            result = run(
+                filter_delete_argv(
+                    command.interface,
+                    prio=command.prio,
+                    handle=KERNEL_MIRROR_HANDLE,
+                    direction=command.direction,
+                ),
+                timeout=self.timeout_s,
+                check=False,
+            )
+            if (
+                result.returncode != 0
+                and "not found" not in result.stderr + result.stdout
+                and "Cannot find device" not in result.stderr
+            ):
+                raise HostError(
+                    f"tc: removing kernel mirror filter prio {command.prio} "
+                    f"{command.direction} on {command.interface}: "
+                    f"{result.stderr.strip()}"
+                )
             if not self.exists(command.interface) or not self._filters(command.interface)[1]:
                 self.ledger.discard(KERNEL_LEDGER, command.interface)
         else:
@@ -206,14 +293,25 @@ class LinuxSide:
         host (it would copy the tunnel's own packets), write the filter."""
         f = command.filter
         if f.interface in self.underlay([f.remote_ip]):
-            raise HostError(f"kernel mirror: {f.interface} carries the route to the analysis "
-                            f"host {f.remote_ip}; mirroring it would mirror the tunnel itself; "
-                            f"refused")
+            raise HostError(
+                f"kernel mirror: {f.interface} carries the route to the analysis "
+                f"host {f.remote_ip}; mirroring it would mirror the tunnel itself; "
+                f"refused"
+            )
         bytecode = self.compile_filter(f.expression)
         self.ledger.add(KERNEL_LEDGER, f.interface)  # before the filter exists
-        self.output(selective_filter_argv(f.interface, f.target, bytecode, prio=f.prio,
-                                          direction=f.direction, handle=KERNEL_MIRROR_HANDLE,
-                                          cookie=f.cookie, then_continue=True))
+        self.output(
+            selective_filter_argv(
+                f.interface,
+                f.target,
+                bytecode,
+                prio=f.prio,
+                direction=f.direction,
+                handle=KERNEL_MIRROR_HANDLE,
+                cookie=f.cookie,
+                then_continue=True,
+            )
+        )
 
     def compile_filter(self, expression: str) -> str:
         """tc's bytecode for a libpcap ``expression`` (``tcpdump -y EN10MB -ddd``)."""
@@ -224,39 +322,56 @@ class LinuxSide:
             raise HostError(f"kernel mirror: compiling {expression!r}: {exc}") from None
 
     # helpers ----------------------------------------------------------------------------------
-    def _filters(self, name: str) -> tuple[tuple[ObservedFilter, ...],
-                                           tuple[ObservedKernelFilter, ...], int, int]:
+    def _filters(
+        self, name: str
+    ) -> tuple[tuple[ObservedFilter, ...], tuple[ObservedKernelFilter, ...], int, int]:
         """The agent's sFlow mirror filters (ingress hook) and kernel-mirror filters (both
         hooks), how many others there are (both hooks), and how many of those others sit in
         one of the agent's prio ranges."""
         found, kernel, foreign, intruders = [], [], 0, 0
         for hook in ("ingress", "egress"):
-            for entry in self.ip_json(["tc", "-j", "filter", "show", "dev", name, hook],
-                                    missing_ok=True):
+            for entry in self.ip_json(
+                ["tc", "-j", "filter", "show", "dev", name, hook], missing_ok=True
+            ):
                 prio, options = entry.get("pref"), entry.get("options")
                 if options is None:
                     continue  # the per-prio header line tc prints before the filter itself
                 ours_by_prio = hook == "ingress" and PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT
-                kernel_by_prio = (KERNEL_MIRROR_PRIO_BASE <= prio
-                                  < KERNEL_MIRROR_PRIO_BASE + KERNEL_MIRROR_PRIO_COUNT)
+                kernel_by_prio = (
+                    KERNEL_MIRROR_PRIO_BASE
+                    <= prio
+                    < KERNEL_MIRROR_PRIO_BASE + KERNEL_MIRROR_PRIO_COUNT
+                )
                 cookie = _cookie(options)
                 if ours_by_prio and cookie == FILTER_COOKIE:
                     found.append(ObservedFilter(prio, _bytecode(options), _mirred_target(options)))
                 elif kernel_by_prio and (cookie or "").startswith(KERNEL_MIRROR_COOKIE_TAG):
-                    kernel.append(ObservedKernelFilter(hook, prio, cookie,  # type: ignore
-                                                       _mirred_target(options)))
+                    kernel.append(
+                        ObservedKernelFilter(
+                            hook,
+                            prio,
+                            cookie,  # type: ignore
+                            _mirred_target(options),
+                        )
+                    )
                 else:
                     foreign += 1
                     intruders += ours_by_prio or kernel_by_prio
-        return (tuple(sorted(found, key=lambda f: f.prio)),
-                tuple(sorted(kernel, key=lambda f: (f.direction, f.prio))), foreign, intruders)
+        return (
+            tuple(sorted(found, key=lambda f: f.prio)),
+            tuple(sorted(kernel, key=lambda f: (f.direction, f.prio))),
+            foreign,
+            intruders,
+        )
 
     def _owned_device_names(self) -> set[str]:
         return {device.name for device in self.devices()}
 
     def exists(self, name: str) -> bool:
-        return run(["ip", "link", "show", "dev", name], timeout=self.timeout_s,
-                   check=False).returncode == 0
+        return (
+            run(["ip", "link", "show", "dev", name], timeout=self.timeout_s, check=False).returncode
+            == 0
+        )
 
     def output(self, argv: list) -> str:
         """The standard output of ``argv``; a failure is one ``HostError``."""

@@ -26,8 +26,11 @@ def overhead(remote_ip: str) -> int:
     return VXLAN_OVERHEAD[6 if ":" in remote_ip else 4]
 
 
-def mirror_mtu_warnings(targets: Iterable[MirrorTarget], vm_mtus: Mapping[str, int],
-                        paths: Mapping[str, tuple[str, int]]) -> list[str]:
+def mirror_mtu_warnings(
+    targets: Iterable[MirrorTarget],
+    vm_mtus: Mapping[str, int],
+    paths: Mapping[str, tuple[str, int]],
+) -> list[str]:
     """One warning per mirror target whose underlay (``paths``: remote address -> (interface,
     MTU)) is too small for copies of the largest frames of the VM ports (``vm_mtus``)."""
     if not vm_mtus:
@@ -47,5 +50,6 @@ def mirror_mtu_warnings(targets: Iterable[MirrorTarget], vm_mtus: Mapping[str, i
                 f"MTU {mtu}, below the {need} bytes a VXLAN copy of a full-size frame of VM port "
                 f"{port} (MTU {largest}) needs; copies of frames over {fits} bytes are "
                 f"fragmented, and a receiver's OVS VXLAN port drops fragments: those copies are "
-                f"lost there (raise the underlay MTU to {need})")
+                f"lost there (raise the underlay MTU to {need})"
+            )
     return out

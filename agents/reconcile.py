@@ -17,16 +17,42 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cosample.agents.appmon_reconcile import appmon_problems, reconcile_appmon
-from cosample.agents.sample import (SAMPLE_COOKIE, RemoveSampleExporter, RemoveSampleFlow,
-                                    SetSampleExporter, SetSampleFlow, reconcile_sample,
-                                    sample_problems)
-from cosample.agents.commands import (AddClsact, AddDropFlow, AddMirrorDevice, AddTunnelPort,
-                                      Command, ForgetBridge, RemoveClsact, RemoveDropFlow,
-                                      RemoveMirrorDevice, RemoveMirrorFilter, RemoveSflow,
-                                      RemoveTunnelPort, SetMirrorFilter, SetSflow)
-from cosample.agents.state import (DROP_FLOW_PRIORITY, OFPORT_BASE, OFPORT_COUNT, DesiredState,
-                                   MirrorTarget, ObservedDevice, ObservedFilter, ObservedState,
-                                   drop_cookie)
+from cosample.agents.commands import (
+    AddClsact,
+    AddDropFlow,
+    AddMirrorDevice,
+    AddTunnelPort,
+    Command,
+    ForgetBridge,
+    RemoveClsact,
+    RemoveDropFlow,
+    RemoveMirrorDevice,
+    RemoveMirrorFilter,
+    RemoveSflow,
+    RemoveTunnelPort,
+    SetMirrorFilter,
+    SetSflow,
+)
+from cosample.agents.sample import (
+    SAMPLE_COOKIE,
+    RemoveSampleExporter,
+    RemoveSampleFlow,
+    SetSampleExporter,
+    SetSampleFlow,
+    reconcile_sample,
+    sample_problems,
+)
+from cosample.agents.state import (
+    DROP_FLOW_PRIORITY,
+    OFPORT_BASE,
+    OFPORT_COUNT,
+    DesiredState,
+    MirrorTarget,
+    ObservedDevice,
+    ObservedFilter,
+    ObservedState,
+    drop_cookie,
+)
 from cosample.dataplane.tcmirror import bpf_random_bytecode
 
 VM_PORT_TYPES = ("", "system")
@@ -35,12 +61,16 @@ VM_PORT_TYPES = ("", "system")
 def reconcile(desired: DesiredState, observed: ObservedState) -> list[Command]:
     """Commands that turn ``observed`` into ``desired``: decreases first, then increases
     (application monitoring's before and after the rest: appmon_reconcile)."""
-    app_decrease, app_increase = reconcile_appmon(desired.appmon, observed.appmon,
-                                                  desired.bridge, observed.bridge_exists,
-                                                  observed.links)
+    app_decrease, app_increase = reconcile_appmon(
+        desired.appmon, observed.appmon, desired.bridge, observed.bridge_exists, observed.links
+    )
     sample_decrease, sample_increase = reconcile_sample(
-        desired.sample, observed.sample, desired.bridge, observed.bridge_exists,
-        {f.cookie: (f.priority, f.actions) for f in observed.flows})
+        desired.sample,
+        observed.sample,
+        desired.bridge,
+        observed.bridge_exists,
+        {f.cookie: (f.priority, f.actions) for f in observed.flows},
+    )
     if not observed.bridge_exists:  # never create a production bridge; find_problems says so
         stale: list[Command] = list(sample_decrease)
         _elsewhere(desired, observed, stale)
@@ -53,29 +83,41 @@ def reconcile(desired: DesiredState, observed: ObservedState) -> list[Command]:
     _tunnels(desired, observed, decrease, increase)
     _sflow(desired, observed, decrease, increase)
     _elsewhere(desired, observed, decrease)
-    return (app_decrease + _ordered(decrease, _DECREASE_ORDER)
-            + _ordered(increase, _INCREASE_ORDER) + app_increase)
+    return (
+        app_decrease
+        + _ordered(decrease, _DECREASE_ORDER)
+        + _ordered(increase, _INCREASE_ORDER)
+        + app_increase
+    )
 
 
 def vm_ports(desired: DesiredState, observed: ObservedState) -> tuple[str, ...]:
     """The ports whose ingress is mirrored: as configured, else the bridge's non-owned system
     ports; never a port that is not on the bridge or that carries the tunnels' underlay."""
-    return tuple(name for name in _candidate_ports(desired, observed)
-                 if _refusal(name, observed) is None)
+    return tuple(
+        name for name in _candidate_ports(desired, observed) if _refusal(name, observed) is None
+    )
 
 
 def _candidate_ports(desired: DesiredState, observed: ObservedState) -> tuple[str, ...]:
     if desired.vm_ports is not None:
         return tuple(desired.vm_ports)
-    return tuple(sorted(p.name for p in observed.ports
-                        if not p.owned and p.type in VM_PORT_TYPES and p.name != observed.bridge))
+    return tuple(
+        sorted(
+            p.name
+            for p in observed.ports
+            if not p.owned and p.type in VM_PORT_TYPES and p.name != observed.bridge
+        )
+    )
 
 
 def _refusal(name: str, observed: ObservedState) -> str | None:
     """Why ``name`` must not be mirrored from, or None."""
     if name in observed.underlay:
-        return (f"VM port {name} carries the underlay route of the mirror tunnels; refused "
-                f"(mirroring it would mirror the tunnels themselves)")
+        return (
+            f"VM port {name} carries the underlay route of the mirror tunnels; refused "
+            f"(mirroring it would mirror the tunnels themselves)"
+        )
     if name not in {p.name for p in observed.ports if not p.owned}:
         return f"VM port {name} is not a port of bridge {observed.bridge}; refused"
     link = observed.links.get(name)
@@ -91,23 +133,33 @@ def find_problems(desired: DesiredState, observed: ObservedState) -> list[str]:
     problems = appmon_problems(desired.appmon, observed.appmon, observed.links)
     problems += sample_problems(desired.sample, observed.sample, observed.bridge)
     if observed.sflow is not None and not observed.sflow.owned:
-        problems.append(f"bridge {observed.bridge} has a foreign sFlow row "
-                        f"{observed.sflow.uuid}; left alone, local sampling not managed")
+        problems.append(
+            f"bridge {observed.bridge} has a foreign sFlow row "
+            f"{observed.sflow.uuid}; left alone, local sampling not managed"
+        )
     if desired.mirrors:
         candidates = _candidate_ports(desired, observed)
         problems += [why for name in candidates if (why := _refusal(name, observed))]
         ports = vm_ports(desired, observed)
         if not ports:
             problems.append("no VM ports to mirror from (set vm_ports in the plan or config)")
-        problems += [f"VM port {name} has no Linux interface; its traffic is not mirrored"
-                     for name in ports if name not in observed.links]
-        problems += [f"interface {t.device} exists and is not the agent's; no mirror is set "
-                     f"up (toward {t.peer} or any other peer) until it is renamed or removed"
-                     for t in desired.mirrors if t.device in _blocked_devices(desired, observed)]
+        problems += [
+            f"VM port {name} has no Linux interface; its traffic is not mirrored"
+            for name in ports
+            if name not in observed.links
+        ]
+        problems += [
+            f"interface {t.device} exists and is not the agent's; no mirror is set "
+            f"up (toward {t.peer} or any other peer) until it is renamed or removed"
+            for t in desired.mirrors
+            if t.device in _blocked_devices(desired, observed)
+        ]
     for port in observed.ports:
         if not port.owned and port.name in {t.name for t in desired.receivers}:
-            problems.append(f"port {port.name} exists but is not ours; tunnel from "
-                            f"{port.peer or 'its peer'} not set up")
+            problems.append(
+                f"port {port.name} exists but is not ours; tunnel from "
+                f"{port.peer or 'its peer'} not set up"
+            )
     return problems
 
 
@@ -117,8 +169,13 @@ def _blocked_devices(desired: DesiredState, observed: ObservedState) -> set[str]
     return {t.device for t in desired.mirrors if t.device in observed.foreign_links}
 
 
-def _devices(desired: DesiredState, observed: ObservedState, blocked: set[str], decrease: list,
-             increase: list) -> set[str]:
+def _devices(
+    desired: DesiredState,
+    observed: ObservedState,
+    blocked: set[str],
+    decrease: list,
+    increase: list,
+) -> set[str]:
     """Mirror VXLAN devices; returns the names (re)created, whose filters must be re-set."""
     have = {d.name: d for d in observed.devices}
     want = {t.device: t for t in desired.mirrors if t.device not in blocked}
@@ -137,17 +194,33 @@ def _devices(desired: DesiredState, observed: ObservedState, blocked: set[str], 
 
 def _same_device(device: ObservedDevice, target: MirrorTarget) -> bool:
     return (device.remote_ip, device.vni, device.local_ip, device.dstport) == (
-        target.remote_ip, target.vni, target.local_ip, target.dstport)
+        target.remote_ip,
+        target.vni,
+        target.local_ip,
+        target.dstport,
+    )
 
 
 def _add_device(target: MirrorTarget, replace: bool) -> AddMirrorDevice:
-    return AddMirrorDevice(name=target.device, peer=target.peer, remote_ip=target.remote_ip,
-                           vni=target.vni, local_ip=target.local_ip, dstport=target.dstport,
-                           replace=replace)
+    return AddMirrorDevice(
+        name=target.device,
+        peer=target.peer,
+        remote_ip=target.remote_ip,
+        vni=target.vni,
+        local_ip=target.local_ip,
+        dstport=target.dstport,
+        replace=replace,
+    )
 
 
-def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str],
-             blocked: bool, decrease: list, increase: list) -> None:
+def _filters(
+    desired: DesiredState,
+    observed: ObservedState,
+    recreated: set[str],
+    blocked: bool,
+    decrease: list,
+    increase: list,
+) -> None:
     """The filter chain on each VM port, changed so that no target's share ever overshoots.
 
     Target k's share is ``q_k * prod_{j<k} (1 - q_j)``: changing an early filter moves every
@@ -163,20 +236,33 @@ def _filters(desired: DesiredState, observed: ObservedState, recreated: set[str]
             continue  # someone else's qdisc or filter in the agent's range: hands off
         wanted_here = want if name in ports else {}
         have = {f.prio: f for f in link.filters}
-        changed = [prio for prio in set(have) | set(wanted_here)
-                   if prio not in wanted_here or not _same_filter(have.get(prio),
-                                                                   wanted_here[prio], recreated)]
+        changed = [
+            prio
+            for prio in set(have) | set(wanted_here)
+            if prio not in wanted_here
+            or not _same_filter(have.get(prio), wanted_here[prio], recreated)
+        ]
         if (wanted_here or name in kernel) and not link.clsact:
             increase.append(AddClsact(name))
-        if not wanted_here and name not in kernel and link.clsact and link.clsact_owned \
-                and not link.foreign_filters:
+        if (
+            not wanted_here
+            and name not in kernel
+            and link.clsact
+            and link.clsact_owned
+            and not link.foreign_filters
+        ):
             decrease.append(RemoveClsact(name))  # after its filters: see _DECREASE_ORDER
         if changed:
             first = min(changed)
-            decrease += [RemoveMirrorFilter(name, prio)
-                         for prio in sorted((p for p in have if p >= first), reverse=True)]
-            increase += [SetMirrorFilter(name, prio, target.probability, target.device)
-                         for prio, target in sorted(wanted_here.items()) if prio >= first]
+            decrease += [
+                RemoveMirrorFilter(name, prio)
+                for prio in sorted((p for p in have if p >= first), reverse=True)
+            ]
+            increase += [
+                SetMirrorFilter(name, prio, target.probability, target.device)
+                for prio, target in sorted(wanted_here.items())
+                if prio >= first
+            ]
 
 
 def kernel_mirror_links(desired: DesiredState) -> frozenset[str]:
@@ -186,15 +272,18 @@ def kernel_mirror_links(desired: DesiredState) -> frozenset[str]:
     return frozenset(f.interface for f in desired.appmon.kernel_filters)
 
 
-def _same_filter(current: ObservedFilter | None, target: MirrorTarget, recreated: set[str]
-                 ) -> bool:
-    return (current is not None and current.target == target.device
-            and target.device not in recreated
-            and current.bytecode == bpf_random_bytecode(target.probability))
+def _same_filter(current: ObservedFilter | None, target: MirrorTarget, recreated: set[str]) -> bool:
+    return (
+        current is not None
+        and current.target == target.device
+        and target.device not in recreated
+        and current.bytecode == bpf_random_bytecode(target.probability)
+    )
 
 
-def _tunnels(desired: DesiredState, observed: ObservedState, decrease: list, increase: list
-             ) -> None:
+def _tunnels(
+    desired: DesiredState, observed: ObservedState, decrease: list, increase: list
+) -> None:
     owned = {p.name: p for p in observed.ports if p.owned}
     foreign = {p.name for p in observed.ports if not p.owned}
     used = {p.ofport for p in observed.ports if p.ofport}
@@ -218,22 +307,28 @@ def _tunnels(desired: DesiredState, observed: ObservedState, decrease: list, inc
         wanted_flows[drop_cookie(ofport)] = ofport
         increase.append(AddTunnelPort(desired.bridge, port.name, port.peer, options, ofport))
     wanted_names = {p.name for p in desired.receivers}
-    decrease += [RemoveTunnelPort(desired.bridge, name)
-                 for name in sorted(set(owned) - wanted_names)]
+    decrease += [
+        RemoveTunnelPort(desired.bridge, name) for name in sorted(set(owned) - wanted_names)
+    ]
     have_flows = {f.cookie: f for f in observed.flows if f.cookie != SAMPLE_COOKIE}
     for cookie, flow in sorted(have_flows.items()):
         if cookie not in wanted_flows or (flow.in_port, flow.priority, flow.actions) != (
-                wanted_flows[cookie], DROP_FLOW_PRIORITY, "drop"):
+            wanted_flows[cookie],
+            DROP_FLOW_PRIORITY,
+            "drop",
+        ):
             decrease.append(RemoveDropFlow(desired.bridge, cookie))
     for cookie, ofport in sorted(wanted_flows.items()):
         flow = have_flows.get(cookie)
         if flow is None or (flow.in_port, flow.priority, flow.actions) != (
-                ofport, DROP_FLOW_PRIORITY, "drop"):
+            ofport,
+            DROP_FLOW_PRIORITY,
+            "drop",
+        ):
             increase.append(AddDropFlow(desired.bridge, cookie, ofport, DROP_FLOW_PRIORITY))
 
 
-def _sflow(desired: DesiredState, observed: ObservedState, decrease: list, increase: list
-           ) -> None:
+def _sflow(desired: DesiredState, observed: ObservedState, decrease: list, increase: list) -> None:
     current = observed.sflow
     if current is not None and not current.owned:
         return  # foreign row: reported, never touched
@@ -261,11 +356,29 @@ def _elsewhere(desired: DesiredState, observed: ObservedState, decrease: list) -
         decrease.append(ForgetBridge(other.bridge))
 
 
-_DECREASE_ORDER = (RemoveMirrorFilter, RemoveClsact, RemoveMirrorDevice,
-                   RemoveTunnelPort, RemoveDropFlow, RemoveSampleFlow, SetSampleFlow,
-                   RemoveSampleExporter, RemoveSflow, SetSflow, ForgetBridge)
-_INCREASE_ORDER = (AddMirrorDevice, AddDropFlow, AddTunnelPort, AddClsact, SetMirrorFilter,
-                   SetSflow, SetSampleExporter, SetSampleFlow)
+_DECREASE_ORDER = (
+    RemoveMirrorFilter,
+    RemoveClsact,
+    RemoveMirrorDevice,
+    RemoveTunnelPort,
+    RemoveDropFlow,
+    RemoveSampleFlow,
+    SetSampleFlow,
+    RemoveSampleExporter,
+    RemoveSflow,
+    SetSflow,
+    ForgetBridge,
+)
+_INCREASE_ORDER = (
+    AddMirrorDevice,
+    AddDropFlow,
+    AddTunnelPort,
+    AddClsact,
+    SetMirrorFilter,
+    SetSflow,
+    SetSampleExporter,
+    SetSampleFlow,
+)
 
 
 def _ordered(commands: Iterable[Command], order: tuple[type, ...]) -> list[Command]:

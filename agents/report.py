@@ -13,14 +13,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client import start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
 from cosample import __version__
 from cosample.agents.appmon_state import summary as appmon_summary
+from cosample.agents.state import DesiredState
 from cosample.files import write_bytes_atomic
 from cosample.plan.formats import FORMAT_VERSION
-from cosample.agents.state import DesiredState
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
 #: How the warning about unsigned plans begins (``runner.unsigned_warning``): the metric
@@ -52,8 +51,10 @@ class CycleReport:
     analysers: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {key: list(value) if isinstance(value, tuple) else value
-                for key, value in self.__dict__.items()}
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in self.__dict__.items()
+        }
 
 
 def summarise(desired: DesiredState | None) -> dict[str, Any]:
@@ -61,15 +62,24 @@ def summarise(desired: DesiredState | None) -> dict[str, Any]:
     if desired is None:
         return {}
     sample = desired.sample
-    return {"bridge": desired.bridge,
-            "local_mechanism": "sample" if sample else "sflow",
-            "sflow_sampling": desired.sflow.sampling if desired.sflow else None,
-            "collector": desired.sflow.target if desired.sflow else None,
-            **({"sample_probability": sample.probability, "observation_domain": sample.domain,
-                "ipfix_collector": sample.ipfix.target} if sample else {}),
-            "mirrors": {t.peer: t.rate for t in desired.mirrors},
-            "receives_from": [p.peer for p in desired.receivers],
-            **({"appmon": appmon} if (appmon := appmon_summary(desired.appmon)) else {})}
+    return {
+        "bridge": desired.bridge,
+        "local_mechanism": "sample" if sample else "sflow",
+        "sflow_sampling": desired.sflow.sampling if desired.sflow else None,
+        "collector": desired.sflow.target if desired.sflow else None,
+        **(
+            {
+                "sample_probability": sample.probability,
+                "observation_domain": sample.domain,
+                "ipfix_collector": sample.ipfix.target,
+            }
+            if sample
+            else {}
+        ),
+        "mirrors": {t.peer: t.rate for t in desired.mirrors},
+        "receives_from": [p.peer for p in desired.receivers],
+        **({"appmon": appmon} if (appmon := appmon_summary(desired.appmon)) else {}),
+    }
 
 
 class Metrics:
@@ -78,58 +88,97 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.plan_version = Gauge("cosample_agent_plan_version", "Version of the running plan "
-                                  "(-1: none)", registry=r)
-        Gauge("cosample_agent_build_info", "1, labelled with the cosample version and the plan "
-              "format versions this agent reads", ["version", "plan_formats_read"],
-              registry=r).labels(__version__, str(FORMAT_VERSION)).set(1)
-        self.safe_state = Gauge("cosample_agent_safe_state", "1 when in the safe fallback state",
-                                registry=r)
-        self.last_success = Gauge("cosample_agent_last_apply_success",
-                                  "1 if the last cycle converged", registry=r)
-        self.last_time = Gauge("cosample_agent_last_apply_timestamp_seconds",
-                               "Unix time of the last cycle", registry=r)
-        self.plan_expires = Gauge("cosample_agent_plan_expires_timestamp_seconds",
-                                  "Unix time the running plan expires (0: no plan)", registry=r)
-        self.sampling = Gauge("cosample_agent_sflow_sampling_n",
-                              "Configured sFlow 1-in-N (0: none)", registry=r)
+        self.plan_version = Gauge(
+            "cosample_agent_plan_version", "Version of the running plan (-1: none)", registry=r
+        )
+        Gauge(
+            "cosample_agent_build_info",
+            "1, labelled with the cosample version and the plan format versions this agent reads",
+            ["version", "plan_formats_read"],
+            registry=r,
+        ).labels(__version__, str(FORMAT_VERSION)).set(1)
+        self.safe_state = Gauge(
+            "cosample_agent_safe_state", "1 when in the safe fallback state", registry=r
+        )
+        self.last_success = Gauge(
+            "cosample_agent_last_apply_success", "1 if the last cycle converged", registry=r
+        )
+        self.last_time = Gauge(
+            "cosample_agent_last_apply_timestamp_seconds", "Unix time of the last cycle", registry=r
+        )
+        self.plan_expires = Gauge(
+            "cosample_agent_plan_expires_timestamp_seconds",
+            "Unix time the running plan expires (0: no plan)",
+            registry=r,
+        )
+        self.sampling = Gauge(
+            "cosample_agent_sflow_sampling_n", "Configured sFlow 1-in-N (0: none)", registry=r
+        )
         self.sample_probability = Gauge(
-            "cosample_agent_sample_probability", "Probability of the sample action, of 65535 "
-            "(0: the host samples with sFlow or not at all)", registry=r)
-        self.mirror_rate = Gauge("cosample_agent_mirror_ratio",
-                                 "Planned mirrored share of own traffic", ["target"], registry=r)
-        self.receivers = Gauge("cosample_agent_receiver_tunnels", "Receiver tunnel ports wanted",
-                               registry=r)
-        self.commands = Counter("cosample_agent_commands_applied", "Commands applied",
-                                registry=r)
+            "cosample_agent_sample_probability",
+            "Probability of the sample action, of 65535 "
+            "(0: the host samples with sFlow or not at all)",
+            registry=r,
+        )
+        self.mirror_rate = Gauge(
+            "cosample_agent_mirror_ratio",
+            "Planned mirrored share of own traffic",
+            ["target"],
+            registry=r,
+        )
+        self.receivers = Gauge(
+            "cosample_agent_receiver_tunnels", "Receiver tunnel ports wanted", registry=r
+        )
+        self.commands = Counter("cosample_agent_commands_applied", "Commands applied", registry=r)
         self.errors = Counter("cosample_agent_errors", "Errors by kind", ["kind"], registry=r)
-        self.plan_fetches = Counter("cosample_agent_plan_fetches", "Plan polls by result: "
-                                    "downloaded, or unchanged (HTTP 304 / same file: no body)",
-                                    ["result"], registry=r)
-        self.problems = Gauge("cosample_agent_problems", "Problems reported and left alone",
-                              registry=r)
-        self.result = Gauge("cosample_agent_last_result", "1 for the last cycle's result "
-                            "(ok, degraded, rejected, diverged, error)", ["result"], registry=r)
-        self.analysers = Gauge("cosample_agent_analysers", "Analyser processes by state "
-                               "(running, waiting to restart, not started)", ["state"],
-                               registry=r)
-        self.analyser_restarts = Gauge("cosample_agent_analyser_restarts",
-                                       "Restarts of the analysers wanted now, summed",
-                                       registry=r)
-        self.insecure = Gauge("cosample_agent_insecure_unsigned",
-                              "1 when plans are accepted without a signature", registry=r)
+        self.plan_fetches = Counter(
+            "cosample_agent_plan_fetches",
+            "Plan polls by result: downloaded, or unchanged (HTTP 304 / same file: no body)",
+            ["result"],
+            registry=r,
+        )
+        self.problems = Gauge(
+            "cosample_agent_problems", "Problems reported and left alone", registry=r
+        )
+        self.result = Gauge(
+            "cosample_agent_last_result",
+            "1 for the last cycle's result (ok, degraded, rejected, diverged, error)",
+            ["result"],
+            registry=r,
+        )
+        self.analysers = Gauge(
+            "cosample_agent_analysers",
+            "Analyser processes by state (running, waiting to restart, not started)",
+            ["state"],
+            registry=r,
+        )
+        self.analyser_restarts = Gauge(
+            "cosample_agent_analyser_restarts",
+            "Restarts of the analysers wanted now, summed",
+            registry=r,
+        )
+        self.insecure = Gauge(
+            "cosample_agent_insecure_unsigned",
+            "1 when plans are accepted without a signature",
+            registry=r,
+        )
 
-    def record(self, report: CycleReport, desired: DesiredState | None, unix_time: float,
-               error_kinds: list[str]) -> None:
+    def record(
+        self,
+        report: CycleReport,
+        desired: DesiredState | None,
+        unix_time: float,
+        error_kinds: list[str],
+    ) -> None:
         self.plan_version.set(report.plan_version if report.plan_version is not None else -1)
         self.safe_state.set(1 if report.mode == "safe" else 0)
         self.last_success.set(1 if report.result == "ok" else 0)
         self.last_time.set(unix_time)
-        self.plan_expires.set(datetime.fromisoformat(report.plan_expires).timestamp()
-                              if report.plan_expires else 0)
+        self.plan_expires.set(
+            datetime.fromisoformat(report.plan_expires).timestamp() if report.plan_expires else 0
+        )
         self.sampling.set(desired.sflow.sampling if desired and desired.sflow else 0)
-        self.sample_probability.set(desired.sample.probability
-                                    if desired and desired.sample else 0)
+        self.sample_probability.set(desired.sample.probability if desired and desired.sample else 0)
         self.mirror_rate.clear()
         for target in desired.mirrors if desired else ():
             self.mirror_rate.labels(target=target.peer).set(target.rate)
@@ -144,7 +193,8 @@ class Metrics:
         self.insecure.set(1 if any(w.startswith(INSECURE_TAG) for w in report.warnings) else 0)
         for state in ("running", "waiting", "not_started"):
             self.analysers.labels(state=state).set(
-                sum(a["state"] == state for a in report.analysers))
+                sum(a["state"] == state for a in report.analysers)
+            )
         self.analyser_restarts.set(sum(a["restarts"] for a in report.analysers))
 
     def text(self) -> bytes:

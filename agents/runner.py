@@ -32,21 +32,26 @@ from pathlib import Path
 from cosample.agents.analyser_procs import Supervisor, wanted_for
 from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
-from cosample.plan.errors import (PlanError, PlanFetchError, PlanMissingError, SignatureError,
-                                  SigningKeyError)
 from cosample.agents.host import Host
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
-from cosample.plan.document import Plan, parse_document, parse_plan
 from cosample.agents.mtu import mirror_mtu_warnings
 from cosample.agents.reconcile import find_problems, kernel_mirror_links, reconcile
 from cosample.agents.report import INSECURE_TAG, CycleReport, Metrics, summarise, write_reports
+from cosample.agents.state import DesiredState
+from cosample.errors import CosampleError
+from cosample.files import write_bytes_atomic
+from cosample.plan.document import Plan, parse_document, parse_plan
+from cosample.plan.errors import (
+    PlanError,
+    PlanFetchError,
+    PlanMissingError,
+    SignatureError,
+    SigningKeyError,
+)
 from cosample.plan.selection import select_plan
 from cosample.plan.signing import verify
 from cosample.plan.slices import read_slice, slice_location
 from cosample.plan.source import Fetched, fetch
-from cosample.agents.state import DesiredState
-from cosample.errors import CosampleError
-from cosample.files import write_bytes_atomic
 from cosample.times import format_time, utcnow
 
 LAST_GOOD_FILE = "last-good-plan.json"
@@ -60,22 +65,34 @@ def unsigned_warning(config: AgentConfig) -> str | None:
     if config.public_key is not None or not config.insecure_unsigned:
         return None
     scheme = urllib.parse.urlsplit(config.plan or "").scheme
-    over = " over plain http: anyone on the path can" if scheme == "http" else ": anyone who " \
-        "can write the plan location can"
-    return (f"{INSECURE_TAG} plans are accepted unsigned (insecure_unsigned){over} reconfigure "
-            f"sFlow and mirrors on this host; set public_key")
+    over = (
+        " over plain http: anyone on the path can"
+        if scheme == "http"
+        else ": anyone who can write the plan location can"
+    )
+    return (
+        f"{INSECURE_TAG} plans are accepted unsigned (insecure_unsigned){over} reconfigure "
+        f"sFlow and mirrors on this host; set public_key"
+    )
 
 
 class Agent:
     """One host's agent. ``host`` is a ``LinuxOvsHost`` (default) or a ``FakeHost``."""
 
-    def __init__(self, config: AgentConfig, host: Host | None = None, *,
-                 clock: Callable[[], datetime] = utcnow, fetcher: Callable = fetch,
-                 metrics: Metrics | None = None,
-                 on_command: Callable[[str], None] | None = None,
-                 supervisor: Supervisor | None = None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        host: Host | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        fetcher: Callable = fetch,
+        metrics: Metrics | None = None,
+        on_command: Callable[[str], None] | None = None,
+        supervisor: Supervisor | None = None,
+    ) -> None:
         if host is None:
             from cosample.agents.host import LinuxOvsHost
+
             host = LinuxOvsHost(config)
             if supervisor is None and config.run_analysers:  # effects come with the real host
                 supervisor = Supervisor.from_config(config)
@@ -116,8 +133,17 @@ class Agent:
         if plan is None:
             desired = fallback
         if dry_run:
-            return self._report(desired, self._dry_run(desired, errors, kinds), errors, kinds,
-                                reason, plan, selection.pending, now, dry_run=True)
+            return self._report(
+                desired,
+                self._dry_run(desired, errors, kinds),
+                errors,
+                kinds,
+                reason,
+                plan,
+                selection.pending,
+                now,
+                dry_run=True,
+            )
         new = plan is not None and (self.running is None or plan.digest != self.running.digest)
         if not new:
             outcome = self._converge(desired, errors, kinds)
@@ -126,8 +152,11 @@ class Agent:
             if outcome.returned:
                 plan = self.running if fallback.mode == "plan" else None
                 desired = fallback
-                reason = (f"keeping plan version {plan.version}" if plan is not None
-                          else "safe state: the new plan failed")
+                reason = (
+                    f"keeping plan version {plan.version}"
+                    if plan is not None
+                    else "safe state: the new plan failed"
+                )
         self._supervise(desired, outcome)
         return self._report(desired, outcome, errors, kinds, reason, plan, selection.pending, now)
 
@@ -140,8 +169,9 @@ class Agent:
         kinds: list[str] = []
         outcome = self._converge(desired, errors, kinds)
         self._supervise(desired, outcome)
-        return self._report(desired, outcome, errors, kinds, "remove all owned state", None,
-                            None, self.clock())
+        return self._report(
+            desired, outcome, errors, kinds, "remove all owned state", None, None, self.clock()
+        )
 
     # loop ---------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, max_cycles: int | None = None) -> None:
@@ -150,7 +180,7 @@ class Agent:
         while not stop.is_set():
             try:
                 self.cycle()
-            except Exception:  # noqa: BLE001 - a daemon must survive its own bugs; report them
+            except Exception:
                 log.exception("agent cycle failed")
                 self.metrics.errors.labels(kind="internal").inc()
             done += 1
@@ -172,8 +202,10 @@ class Agent:
             kinds.append("fetch")
             return ()
         if self.config.public_key is None and not self.config.insecure_unsigned:
-            errors.append("no public_key configured: refusing unsigned plans (set public_key, "
-                          "or insecure_unsigned for a lab)")
+            errors.append(
+                "no public_key configured: refusing unsigned plans (set public_key, "
+                "or insecure_unsigned for a lab)"
+            )
             kinds.append("signature")
             return ()
         warning = unsigned_warning(self.config)
@@ -208,13 +240,17 @@ class Agent:
 
     def _fetch(self, location: str, with_signature: bool) -> Fetched:
         """A conditional fetch (the tag of the last answer from ``location``), counted."""
-        fetched = self.fetcher(location, timeout_s=self.config.timeout_s,
-                               with_signature=with_signature,
-                               max_bytes=self.config.max_plan_mib * 1024 * 1024,
-                               previous=self.fetched.get(location))
+        fetched = self.fetcher(
+            location,
+            timeout_s=self.config.timeout_s,
+            with_signature=with_signature,
+            max_bytes=self.config.max_plan_mib * 1024 * 1024,
+            previous=self.fetched.get(location),
+        )
         self.fetched = {location: fetched}
         self.metrics.plan_fetches.labels(
-            result="unchanged" if fetched.unchanged else "downloaded").inc()
+            result="unchanged" if fetched.unchanged else "downloaded"
+        ).inc()
         return fetched
 
     def _read_slice(self) -> tuple[Plan, ...] | None:
@@ -227,13 +263,14 @@ class Agent:
             if self.config.slices == "always":
                 raise
             return None
-        return read_slice(fetched.data, self.config.host, self.config.public_key,
-                          source=location)
+        return read_slice(fetched.data, self.config.host, self.config.public_key, source=location)
 
     def _read_plan(self) -> tuple[Plan, ...]:
         """The whole plan document's plans; an unchanged document is not parsed again."""
-        fetched = self._fetch(self.config.plan,  # type: ignore[arg-type]
-                              with_signature=self.config.public_key is not None)
+        fetched = self._fetch(
+            self.config.plan,  # type: ignore[arg-type]
+            with_signature=self.config.public_key is not None,
+        )
         if self.config.public_key is not None:  # every poll: the signature may have changed
             verify(fetched.data, fetched.signature, self.config.public_key)
         if self.parsed is not None and self.parsed[0] is fetched.data:
@@ -242,8 +279,14 @@ class Agent:
         self.parsed = (fetched.data, plans)
         return plans
 
-    def _try(self, plan: Plan, desired: DesiredState, fallback: DesiredState,
-             errors: list[str], kinds: list[str]) -> "_Outcome":
+    def _try(
+        self,
+        plan: Plan,
+        desired: DesiredState,
+        fallback: DesiredState,
+        errors: list[str],
+        kinds: list[str],
+    ) -> "_Outcome":
         """Converge to a new plan and adopt it, or converge back to ``fallback`` if it fails."""
         tried_errors: list[str] = []
         outcome = self._converge(desired, tried_errors, [])
@@ -257,18 +300,23 @@ class Agent:
         back.returned = True
         to = f"version {self.running.version}" if fallback.mode == "plan" else "the safe state"
         if back.failed:  # the host itself is in trouble: try the plan again next cycle
-            errors.append(f"plan version {plan.version} could not be applied ({why}); "
-                          f"returning to {to} failed too")
+            errors.append(
+                f"plan version {plan.version} could not be applied ({why}); "
+                f"returning to {to} failed too"
+            )
             kinds.append("host")
         else:
             self.failed[plan.digest] = why
-            errors.append(f"plan version {plan.version} failed on this host and was not "
-                          f"adopted ({why}); back on {to}")
+            errors.append(
+                f"plan version {plan.version} failed on this host and was not "
+                f"adopted ({why}); back on {to}"
+            )
             kinds.append("plan")
         return back
 
-    def _desired(self, plan: Plan | None, errors: list[str], kinds: list[str]
-                 ) -> DesiredState | None:
+    def _desired(
+        self, plan: Plan | None, errors: list[str], kinds: list[str]
+    ) -> DesiredState | None:
         if plan is None:
             return None
         try:
@@ -287,23 +335,28 @@ class Agent:
                 pass
         return safe_state(self.config, self.running)
 
-    def _dry_run(self, desired: DesiredState, errors: list[str], kinds: list[str]
-                 ) -> "_Outcome":
+    def _dry_run(self, desired: DesiredState, errors: list[str], kinds: list[str]) -> "_Outcome":
         outcome = _Outcome()
         try:
             observed = self._observe(desired)
             outcome.commands = [command.describe() for command in reconcile(desired, observed)]
             outcome.problems = find_problems(desired, observed)
-            outcome.warnings = mirror_mtu_warnings(desired.mirrors, observed.link_mtus,
-                                                   observed.paths)
+            outcome.warnings = mirror_mtu_warnings(
+                desired.mirrors, observed.link_mtus, observed.paths
+            )
         except CosampleError as exc:
             errors.append(str(exc))
             kinds.append("host")
             outcome.failure = str(exc)
         return outcome
 
-    def _converge(self, desired: DesiredState, errors: list[str], kinds: list[str],
-                  outcome: "_Outcome | None" = None) -> "_Outcome":
+    def _converge(
+        self,
+        desired: DesiredState,
+        errors: list[str],
+        kinds: list[str],
+        outcome: "_Outcome | None" = None,
+    ) -> "_Outcome":
         """Apply the difference, then observe again: converged, or why not."""
         outcome = outcome or _Outcome()
         try:
@@ -339,9 +392,18 @@ class Agent:
         links = (*(desired.vm_ports or ()), *kernel_mirror_links(desired))
         return self.host.observe(desired.bridge, links, remotes)
 
-    def _report(self, desired: DesiredState, outcome: "_Outcome", errors: list[str],
-                kinds: list[str], reason: str, plan: Plan | None, pending: Plan | None,
-                now: datetime, dry_run: bool = False) -> CycleReport:
+    def _report(
+        self,
+        desired: DesiredState,
+        outcome: "_Outcome",
+        errors: list[str],
+        kinds: list[str],
+        reason: str,
+        plan: Plan | None,
+        pending: Plan | None,
+        now: datetime,
+        dry_run: bool = False,
+    ) -> CycleReport:
         if dry_run:
             result = "dry-run"
         elif outcome.failure or any(kind in ("host", "fetch") for kind in kinds):
@@ -356,15 +418,23 @@ class Agent:
             result = "ok"
         warning = unsigned_warning(self.config)
         report = CycleReport(
-            host=self.config.host, time=format_time(now), result=result, mode=desired.mode,
-            reason=reason, plan_version=plan.version if plan else None,
+            host=self.config.host,
+            time=format_time(now),
+            result=result,
+            mode=desired.mode,
+            reason=reason,
+            plan_version=plan.version if plan else None,
             plan_id=plan.plan_id if plan else None,
             plan_expires=format_time(plan.expires) if plan else None,
             pending_version=pending.version if pending else None,
-            commands=tuple(outcome.commands), remaining=tuple(outcome.remaining),
-            problems=tuple(outcome.problems), errors=tuple(errors), desired=summarise(desired),
+            commands=tuple(outcome.commands),
+            remaining=tuple(outcome.remaining),
+            problems=tuple(outcome.problems),
+            errors=tuple(errors),
+            desired=summarise(desired),
             warnings=((warning,) if warning else ()) + tuple(outcome.warnings),
-            analysers=tuple(self.supervisor.status()) if self.supervisor is not None else ())
+            analysers=tuple(self.supervisor.status()) if self.supervisor is not None else (),
+        )
         for error in errors:
             log.warning("%s", error)
         if not dry_run:

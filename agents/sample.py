@@ -86,9 +86,11 @@ class SetSampleExporter(Command):
 
     def describe(self) -> str:
         verb = "update" if self.ipfix_uuid else "create"
-        return (f"{verb} IPFIX exporter on {self.bridge}: collector set "
-                f"{SAMPLE_COLLECTOR_SET_ID:#x} to {self.ipfix.target} (cache "
-                f"{self.ipfix.cache_max_flows} flows, {self.ipfix.cache_active_timeout_s} s)")
+        return (
+            f"{verb} IPFIX exporter on {self.bridge}: collector set "
+            f"{SAMPLE_COLLECTOR_SET_ID:#x} to {self.ipfix.target} (cache "
+            f"{self.ipfix.cache_max_flows} flows, {self.ipfix.cache_active_timeout_s} s)"
+        )
 
 
 @dataclass(frozen=True)
@@ -112,14 +114,18 @@ class SetSampleFlow(Command):
     domain: int
 
     def describe(self) -> str:
-        return (f"set sample flow on {self.bridge}: probability {self.probability}/65535, "
-                f"observation domain {self.domain}")
+        return (
+            f"set sample flow on {self.bridge}: probability {self.probability}/65535, "
+            f"observation domain {self.domain}"
+        )
 
     def flow(self) -> str:
         """The flow as ``ovs-ofctl add-flow`` reads it."""
-        return (f"cookie={SAMPLE_COOKIE:#x},priority={SAMPLE_PRIORITY},"
-                f"reg15=0/{1 << SAMPLE_MARK_BIT:#x},actions="
-                f"{sample_actions(self.probability, self.domain)}")
+        return (
+            f"cookie={SAMPLE_COOKIE:#x},priority={SAMPLE_PRIORITY},"
+            f"reg15=0/{1 << SAMPLE_MARK_BIT:#x},actions="
+            f"{sample_actions(self.probability, self.domain)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -136,9 +142,11 @@ SAMPLE_COMMANDS = (SetSampleExporter, RemoveSampleExporter, SetSampleFlow, Remov
 def sample_actions(probability: int, domain: int) -> str:
     """The flow's actions as ``ovs-ofctl dump-flows`` prints them (compared on every cycle):
     mark, draw (``obs_point_id`` = the probability, so each record states it), back to table 0."""
-    return (f"load:0x1->{SAMPLE_MARK_FIELD}[{SAMPLE_MARK_BIT}],"
-            f"sample(probability={int(probability)},collector_set_id={SAMPLE_COLLECTOR_SET_ID},"
-            f"obs_domain_id={int(domain)},obs_point_id={int(probability)}),resubmit(,0)")
+    return (
+        f"load:0x1->{SAMPLE_MARK_FIELD}[{SAMPLE_MARK_BIT}],"
+        f"sample(probability={int(probability)},collector_set_id={SAMPLE_COLLECTOR_SET_ID},"
+        f"obs_domain_id={int(domain)},obs_point_id={int(probability)}),resubmit(,0)"
+    )
 
 
 # desired -------------------------------------------------------------------------------------
@@ -149,23 +157,35 @@ def desired_sample(plan: Plan, host: HostPlan, config: AgentConfig) -> SampleSet
     spec = plan.ipfix
     target = spec.collector or config.ipfix_collector
     if not target:
-        raise PlanError("ipfix.collector: missing in the plan and in the agent config "
-                        f"(hosts.{host.name} samples with local_mechanism 'sample'; set "
-                        f"'ipfix_collector' in the config)")
+        raise PlanError(
+            "ipfix.collector: missing in the plan and in the agent config "
+            f"(hosts.{host.name} samples with local_mechanism 'sample'; set "
+            f"'ipfix_collector' in the config)"
+        )
     ipfix = IpfixSettings(
         target=target,
         cache_active_timeout_s=spec.cache_active_timeout_s
-        if spec.cache_active_timeout_s is not None else config.ipfix_cache_active_timeout_s,
+        if spec.cache_active_timeout_s is not None
+        else config.ipfix_cache_active_timeout_s,
         cache_max_flows=spec.cache_max_flows
-        if spec.cache_max_flows is not None else config.ipfix_cache_max_flows)
-    return SampleSettings(ipfix=ipfix, probability=host.sample_probability,  # type: ignore
-                          domain=host.observation_domain)  # type: ignore[arg-type]
+        if spec.cache_max_flows is not None
+        else config.ipfix_cache_max_flows,
+    )
+    return SampleSettings(
+        ipfix=ipfix,
+        probability=host.sample_probability,  # type: ignore
+        domain=host.observation_domain,
+    )  # type: ignore[arg-type]
 
 
 # reconcile -----------------------------------------------------------------------------------
-def reconcile_sample(desired: SampleSettings | None, observed: ObservedSample | None,
-                     bridge: str, bridge_exists: bool, flow_actions: dict[int, tuple[int, str]]
-                     ) -> tuple[list[Command], list[Command]]:
+def reconcile_sample(
+    desired: SampleSettings | None,
+    observed: ObservedSample | None,
+    bridge: str,
+    bridge_exists: bool,
+    flow_actions: dict[int, tuple[int, str]],
+) -> tuple[list[Command], list[Command]]:
     """(decreases, increases) turning the observed exporters and sample flow into ``desired``.
 
     ``flow_actions``: the agent's flows on ``bridge`` by cookie, as (priority, actions). The flow
@@ -178,8 +198,11 @@ def reconcile_sample(desired: SampleSettings | None, observed: ObservedSample | 
     decrease: list[Command] = []
     increase: list[Command] = []
     mine = [e for e in observed.exporters if e.owned]
-    decrease += [RemoveSampleExporter(e.bridge, e.uuid) for e in mine
-                 if e.bridge != bridge or desired is None or not bridge_exists]
+    decrease += [
+        RemoveSampleExporter(e.bridge, e.uuid)
+        for e in mine
+        if e.bridge != bridge or desired is None or not bridge_exists
+    ]
     if not bridge_exists:
         return decrease, increase
     flow = flow_actions.get(SAMPLE_COOKIE)
@@ -203,17 +226,22 @@ def reconcile_sample(desired: SampleSettings | None, observed: ObservedSample | 
     return decrease, increase
 
 
-def sample_problems(desired: SampleSettings | None, observed: ObservedSample | None,
-                    bridge: str) -> list[str]:
+def sample_problems(
+    desired: SampleSettings | None, observed: ObservedSample | None, bridge: str
+) -> list[str]:
     if desired is None or observed is None or not _blocked(observed, bridge):
         return []
-    return [f"bridge {bridge} has a foreign Flow_Sample_Collector_Set with id "
-            f"{SAMPLE_COLLECTOR_SET_ID:#x}; left alone, local sampling not set up"]
+    return [
+        f"bridge {bridge} has a foreign Flow_Sample_Collector_Set with id "
+        f"{SAMPLE_COLLECTOR_SET_ID:#x}; left alone, local sampling not set up"
+    ]
 
 
 def _blocked(observed: ObservedSample, bridge: str) -> bool:
-    return any(e.bridge == bridge and not e.owned and e.set_id == SAMPLE_COLLECTOR_SET_ID
-               for e in observed.exporters)
+    return any(
+        e.bridge == bridge and not e.owned and e.set_id == SAMPLE_COLLECTOR_SET_ID
+        for e in observed.exporters
+    )
 
 
 def _probability(actions: str) -> int:

@@ -19,37 +19,71 @@ from cosample.plan.appmon import SHARE_BITS
 
 #: Reasons that are deliberate (not this analyser's business, or seen before): reported apart
 #: from the drops, which lose information the metrics would need.
-IGNORED = frozenset(("not_ip", "not_tcp", "not_tracked", "other_port", "not_selected",
-                     "retransmitted_segments",
-                     "overlapping_segments", "segments_after_close",
-                     "truncated_segments", "body_holes_skipped", "first_lines_cut",
-                     "record_datagrams_reordered", "record_senders_restarted"))
+IGNORED = frozenset(
+    (
+        "not_ip",
+        "not_tcp",
+        "not_tracked",
+        "other_port",
+        "not_selected",
+        "retransmitted_segments",
+        "overlapping_segments",
+        "segments_after_close",
+        "truncated_segments",
+        "body_holes_skipped",
+        "first_lines_cut",
+        "record_datagrams_reordered",
+        "record_senders_restarted",
+    )
+)
 
 
 class Analyser:
     """Decode -> connections -> windows; ``counters`` names every frame it did not use."""
 
-    def __init__(self, window_s: float = 10.0, *, link: int = LINK_ETHERNET,
-                 ports: frozenset[int] = frozenset(),
-                 max_connections: int = MAX_CONNECTIONS, records=None,
-                 counters: Counter | None = None, selected: int = 1 << SHARE_BITS) -> None:
+    def __init__(
+        self,
+        window_s: float = 10.0,
+        *,
+        link: int = LINK_ETHERNET,
+        ports: frozenset[int] = frozenset(),
+        max_connections: int = MAX_CONNECTIONS,
+        records=None,
+        counters: Counter | None = None,
+        selected: int = 1 << SHARE_BITS,
+    ) -> None:
         self.link = link
         self.counters: Counter = Counter() if counters is None else counters
         self.windows = Windows(window_s)
         on_request, on_response = self.windows.request, self.windows.response
         if records is not None:  # an off-site sniffer: every request and response also as a record
-            def on_request(service, time, connection=None, local=on_request,
-                           remote=records.request):
+
+            def on_request(
+                service, time, connection=None, local=on_request, remote=records.request
+            ):
                 local(service, time, connection)
                 remote(service, time)
 
-            def on_response(service, time, status, service_time, connection=None,
-                            local=on_response, remote=records.response):
+            def on_response(
+                service,
+                time,
+                status,
+                service_time,
+                connection=None,
+                local=on_response,
+                remote=records.response,
+            ):
                 local(service, time, status, service_time, connection)
                 remote(service, time, status, service_time)
-        self.table = ConnectionTable(self.counters, on_request, on_response,
-                                     max_connections=max_connections, ports=frozenset(ports),
-                                     selected=selected)
+
+        self.table = ConnectionTable(
+            self.counters,
+            on_request,
+            on_response,
+            max_connections=max_connections,
+            ports=frozenset(ports),
+            selected=selected,
+        )
         self.frames = 0
         self.totals: dict[tuple, ServiceStats] = {}
         self.last_time: float | None = None

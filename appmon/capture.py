@@ -42,6 +42,7 @@ def tcp_filter(ports: frozenset[int] = frozenset()) -> list[tuple[int, int, int,
     def ports_from():  # after a port is loaded: accept if it is one of ours
         for port in port_list:
             emit(JEQ, port, "accept", 0)
+
     emit(LDH_ABS, 12)
     emit(JEQ, ETH_P_IP, 0, "ipv6")
     emit(LDB_ABS, 23)
@@ -74,8 +75,10 @@ def tcp_filter(ports: frozenset[int] = frozenset()) -> list[tuple[int, int, int,
     emit(RET, SNAPLEN)
     resolved = []
     for index, (code, true, false, k) in enumerate(program):
-        jump = [labels[target] - index - 1 if isinstance(target, str) else target
-                for target in (true, false)]
+        jump = [
+            labels[target] - index - 1 if isinstance(target, str) else target
+            for target in (true, false)
+        ]
         if code in (JEQ, JSET) and not all(0 <= offset <= 255 for offset in jump):
             raise AppmonError(f"BPF filter: too many ports ({len(port_list)}) for one program")
         resolved.append((code, *jump, k))
@@ -85,16 +88,20 @@ def tcp_filter(ports: frozenset[int] = frozenset()) -> list[tuple[int, int, int,
 class PacketSocket:
     """Frames of one interface, filtered in the kernel; ``receive`` never blocks."""
 
-    def __init__(self, interface: str, ports: frozenset[int] = frozenset(),
-                 receive_buffer: int = 32 << 20) -> None:
+    def __init__(
+        self, interface: str, ports: frozenset[int] = frozenset(), receive_buffer: int = 32 << 20
+    ) -> None:
         self.interface = interface
         self.kernel_drops = 0
         self.loopback = interface == "lo"
         try:
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # no frames before the filter
+            sock = socket.socket(
+                socket.AF_PACKET, socket.SOCK_RAW, 0
+            )  # no frames before the filter
         except PermissionError:
-            raise AppmonError(f"--interface {interface}: a packet socket needs root "
-                              "(CAP_NET_RAW)") from None
+            raise AppmonError(
+                f"--interface {interface}: a packet socket needs root (CAP_NET_RAW)"
+            ) from None
         try:
             program = tcp_filter(ports)
             code = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
@@ -103,15 +110,17 @@ class PacketSocket:
             sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33),
-                                receive_buffer)
+                sock.setsockopt(
+                    socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), receive_buffer
+                )
             except OSError:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             sock.bind((interface, ETH_P_ALL))
         except OSError as exc:
             sock.close()
-            raise AppmonError(f"--interface {interface}: cannot capture "
-                              f"({exc.strerror or exc})") from None
+            raise AppmonError(
+                f"--interface {interface}: cannot capture ({exc.strerror or exc})"
+            ) from None
         sock.setblocking(False)
         self.socket = sock
         self._buffer = bytearray(FRAME_BUFFER)
@@ -125,8 +134,9 @@ class PacketSocket:
         """The next frame and its kernel time, or None when nothing is waiting."""
         while True:
             try:
-                size, ancillary, _, address = self.socket.recvmsg_into([self._buffer],
-                                                                       self._ancillary)
+                size, ancillary, _, address = self.socket.recvmsg_into(
+                    [self._buffer], self._ancillary
+                )
             except (BlockingIOError, InterruptedError):
                 return None
             if self.loopback and address[2] == PACKET_OUTGOING:
@@ -140,7 +150,9 @@ class PacketSocket:
 
     def statistics(self) -> int:
         """Frames the kernel dropped since the socket opened (its counters reset when read)."""
-        packets, drops = struct.unpack("II", self.socket.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        packets, drops = struct.unpack(
+            "II", self.socket.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        )
         self.kernel_drops += drops
         return self.kernel_drops
 

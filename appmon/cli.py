@@ -12,69 +12,129 @@ from cosample.durations import duration_argument
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "appmon", help="application monitor: HTTP service time, load, success rate from packets",
+        "appmon",
+        help="application monitor: HTTP service time, load, success rate from packets",
         description="Match HTTP/1.x requests to responses in captured packets and report, per "
-                    "service and window, load, service-time distribution, status classes and "
-                    "success rate (docs/appmon.md).")
+        "service and window, load, service-time distribution, status classes and "
+        "success rate (docs/appmon.md).",
+    )
     commands = parser.add_subparsers(dest="appmon_command", metavar="ACTION")
     commands.required = True
 
     run = commands.add_parser("run", help="live analyser on an interface (AF_PACKET, root)")
-    run.add_argument("--interface", help="interface to capture (a mirror or tunnel endpoint, "
-                     "a VM's port, lo); needed unless --receive-records")
-    run.add_argument("--send-records", metavar="ADDRESS:PORT",
-                     help="off-site sniffer: also send every request and response as a compact "
-                          "record (UDP) to the analysis host's --receive-records")
-    run.add_argument("--record-rate", type=float, default=None, metavar="N",
-                     help="most records sent per second (default 50000; the rest are counted "
-                          "as records_over_rate)")
-    run.add_argument("--receive-records", metavar="ADDRESS:PORT",
-                     help="analysis host: listen for compact records here and count them in "
-                          "the same windows as packets")
-    run.add_argument("--share-residues", type=int, default=None, metavar="N",
-                     help="analyse only the connections whose client port's low 8 bits are "
-                          "below N (1-256: a plan's share of connections, N/256); the snapshot "
-                          "states the share and renormalises the rate's interval by it")
+    run.add_argument(
+        "--interface",
+        help="interface to capture (a mirror or tunnel endpoint, "
+        "a VM's port, lo); needed unless --receive-records",
+    )
+    run.add_argument(
+        "--send-records",
+        metavar="ADDRESS:PORT",
+        help="off-site sniffer: also send every request and response as a compact "
+        "record (UDP) to the analysis host's --receive-records",
+    )
+    run.add_argument(
+        "--record-rate",
+        type=float,
+        default=None,
+        metavar="N",
+        help="most records sent per second (default 50000; the rest are counted "
+        "as records_over_rate)",
+    )
+    run.add_argument(
+        "--receive-records",
+        metavar="ADDRESS:PORT",
+        help="analysis host: listen for compact records here and count them in "
+        "the same windows as packets",
+    )
+    run.add_argument(
+        "--share-residues",
+        type=int,
+        default=None,
+        metavar="N",
+        help="analyse only the connections whose client port's low 8 bits are "
+        "below N (1-256: a plan's share of connections, N/256); the snapshot "
+        "states the share and renormalises the rate's interval by it",
+    )
     _common(run)
-    run.add_argument("--metrics-port", type=int, metavar="N",
-                     help="serve /metrics, /snapshot and /healthz over HTTP on this port")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve /metrics, /snapshot and /healthz over HTTP on this port",
+    )
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
-    run.add_argument("--state-dir", type=Path, help="write snapshot.json (last window) and "
-                     "append windows.jsonl here as windows close")
-    run.add_argument("--snapshot-key", metavar="PRIVATE.pem",
-                     help="ed25519 key that signs /snapshot (header X-Cosample-Signature) and "
-                          "snapshot.json.sig; the controller verifies with --analyser-key")
-    run.add_argument("--events", metavar="FILE",
-                     help="append events as JSON lines ('-': standard output)")
-    run.add_argument("--band", type=float, default=0.1,
-                     help="event band: relative change that is reported (default 0.1 = 10 %%)")
-    run.add_argument("--max-silence", type=duration_argument, default=300.0, metavar="DURATION",
-                     help="report a value at least this often (default 300s)")
-    run.add_argument("--duration", type=duration_argument, metavar="DURATION",
-                     help="stop after this long (default: until SIGTERM or SIGINT)")
+    run.add_argument(
+        "--state-dir",
+        type=Path,
+        help="write snapshot.json (last window) and append windows.jsonl here as windows close",
+    )
+    run.add_argument(
+        "--snapshot-key",
+        metavar="PRIVATE.pem",
+        help="ed25519 key that signs /snapshot (header X-Cosample-Signature) and "
+        "snapshot.json.sig; the controller verifies with --analyser-key",
+    )
+    run.add_argument(
+        "--events", metavar="FILE", help="append events as JSON lines ('-': standard output)"
+    )
+    run.add_argument(
+        "--band",
+        type=float,
+        default=0.1,
+        help="event band: relative change that is reported (default 0.1 = 10 %%)",
+    )
+    run.add_argument(
+        "--max-silence",
+        type=duration_argument,
+        default=300.0,
+        metavar="DURATION",
+        help="report a value at least this often (default 300s)",
+    )
+    run.add_argument(
+        "--duration",
+        type=duration_argument,
+        metavar="DURATION",
+        help="stop after this long (default: until SIGTERM or SIGINT)",
+    )
     run.set_defaults(func=_run)
 
     replay = commands.add_parser("replay", help="the analyser on a pcap capture")
     replay.add_argument("capture", type=Path, metavar="CAPTURE.pcap")
     _common(replay)
-    replay.add_argument("--json", action="store_true",
-                        help="print each window's snapshot as one JSON line")
+    replay.add_argument(
+        "--json", action="store_true", help="print each window's snapshot as one JSON line"
+    )
     replay.set_defaults(func=_replay)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--window", type=duration_argument, default=10.0, metavar="DURATION",
-                        help="window width (default 10s); windows are aligned to multiples of "
-                             "it in Unix time")
-    parser.add_argument("--port", type=int, action="append", default=[], metavar="N",
-                        help="only services on this port (repeat for several; default: any "
-                             "TCP connection that speaks HTTP/1.x)")
-    parser.add_argument("--name", default=socket.gethostname(),
-                        help="analyser name in the snapshot (default: host name)")
+    parser.add_argument(
+        "--window",
+        type=duration_argument,
+        default=10.0,
+        metavar="DURATION",
+        help="window width (default 10s); windows are aligned to multiples of it in Unix time",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="only services on this port (repeat for several; default: any "
+        "TCP connection that speaks HTTP/1.x)",
+    )
+    parser.add_argument(
+        "--name",
+        default=socket.gethostname(),
+        help="analyser name in the snapshot (default: host name)",
+    )
 
 
 def _settings(args) -> tuple[float, frozenset[int]]:
     from cosample.appmon.errors import AppmonError
+
     if not args.window > 0:
         raise AppmonError(f"--window: must be > 0, got {args.window}")
     for port in args.port:
@@ -87,51 +147,75 @@ def _run(args) -> int:
     import signal
 
     from cosample.appmon.errors import AppmonError
-    from cosample.appmon.service import Service, Settings
     from cosample.appmon.recordlink import parse_endpoint
     from cosample.appmon.records import DEFAULT_RATE
+    from cosample.appmon.service import Service, Settings
+
     window, ports = _settings(args)
     if args.duration is not None and not args.duration > 0:
         raise AppmonError(f"--duration: must be > 0, got {args.duration}")
     if args.interface is None and args.receive_records is None:
-        raise AppmonError("appmon run: give --interface (packets), --receive-records "
-                          "(compact records), or both")
+        raise AppmonError(
+            "appmon run: give --interface (packets), --receive-records (compact records), or both"
+        )
     if args.send_records and args.interface is None:
         raise AppmonError("--send-records: needs --interface (records come from packets)")
     if args.record_rate is not None and not args.send_records:
         raise AppmonError("--record-rate: only with --send-records")
     from cosample.plan.appmon import SHARE_BITS
+
     selected = 1 << SHARE_BITS if args.share_residues is None else args.share_residues
     if not 0 < selected <= 1 << SHARE_BITS:
         raise AppmonError(f"--share-residues: expected 1-{1 << SHARE_BITS}, got {selected}")
     rate = DEFAULT_RATE if args.record_rate is None else args.record_rate
     if not rate > 0:
         raise AppmonError(f"--record-rate: must be > 0, got {rate:g}")
-    settings = Settings(interface=args.interface, name=args.name, window_s=window, ports=ports,
-                        metrics_port=args.metrics_port, http_host=args.http_host,
-                        state_dir=args.state_dir, events=args.events, band=args.band,
-                        max_silence_s=args.max_silence, duration_s=args.duration,
-                        send_records=parse_endpoint(args.send_records, "--send-records")
-                        if args.send_records else None, record_rate=rate,
-                        receive_records=parse_endpoint(args.receive_records, "--receive-records")
-                        if args.receive_records else None, snapshot_key=args.snapshot_key,
-                        selected=selected)
+    settings = Settings(
+        interface=args.interface,
+        name=args.name,
+        window_s=window,
+        ports=ports,
+        metrics_port=args.metrics_port,
+        http_host=args.http_host,
+        state_dir=args.state_dir,
+        events=args.events,
+        band=args.band,
+        max_silence_s=args.max_silence,
+        duration_s=args.duration,
+        send_records=parse_endpoint(args.send_records, "--send-records")
+        if args.send_records
+        else None,
+        record_rate=rate,
+        receive_records=parse_endpoint(args.receive_records, "--receive-records")
+        if args.receive_records
+        else None,
+        snapshot_key=args.snapshot_key,
+        selected=selected,
+    )
     service = Service(settings).start()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())
-    http = f", HTTP on {service.http_address[0]}:{service.http_address[1]}" \
-        if settings.metrics_port is not None else ""
+    http = (
+        f", HTTP on {service.http_address[0]}:{service.http_address[1]}"
+        if settings.metrics_port is not None
+        else ""
+    )
     sources = ([f"capturing on {settings.interface}"] if settings.interface else []) + (
-        [f"receiving records on {args.receive_records}"] if settings.receive_records else [])
+        [f"receiving records on {args.receive_records}"] if settings.receive_records else []
+    )
     sending = f", sending records to {args.send_records}" if settings.send_records else ""
-    print(f"appmon {settings.name}: {' and '.join(sources)}{http}{sending}", file=sys.stderr,
-          flush=True)
+    print(
+        f"appmon {settings.name}: {' and '.join(sources)}{http}{sending}",
+        file=sys.stderr,
+        flush=True,
+    )
     service.run()
     return 0
 
 
 def _replay(args) -> int:
     from cosample.appmon.replay import replay, table
+
     window, ports = _settings(args)
     for snap in replay(args.capture, window_s=window, ports=ports, name=args.name):
         print(snap.to_json() if args.json else table(snap), end="\n" if args.json else "")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 
-from cosample.appmon.decode import FIN, RST, SYN, ACK, Segment
+from cosample.appmon.decode import ACK, FIN, RST, SYN, Segment
 from cosample.appmon.http import HttpParser, starts_message
 from cosample.appmon.streams import Budget, HalfStream
 from cosample.plan.appmon import SHARE_BITS
@@ -54,16 +54,34 @@ def _unseen_requests(requests: HalfStream, ack: int) -> bool:
 
 
 class Connection:
-    __slots__ = ("service", "pending", "streams", "last_seen", "fins", "closed", "counters",
-                 "on_request", "on_response", "answered")
+    __slots__ = (
+        "service",
+        "pending",
+        "streams",
+        "last_seen",
+        "fins",
+        "closed",
+        "counters",
+        "on_request",
+        "on_response",
+        "answered",
+    )
 
-    def __init__(self, service: tuple, counters: Counter, on_request: OnRequest,
-                 on_response: OnResponse, budget: Budget | None = None) -> None:
+    def __init__(
+        self,
+        service: tuple,
+        counters: Counter,
+        on_request: OnRequest,
+        on_response: OnResponse,
+        budget: Budget | None = None,
+    ) -> None:
         self.service, self.counters = service, counters
         self.on_request, self.on_response = on_request, on_response
         self.pending: deque[tuple[float, bool]] = deque()
-        self.streams = (HalfStream(HttpParser(True, self._request, counters), counters, budget),
-                        HalfStream(HttpParser(False, self._response, counters), counters, budget))
+        self.streams = (
+            HalfStream(HttpParser(True, self._request, counters), counters, budget),
+            HalfStream(HttpParser(False, self._response, counters), counters, budget),
+        )
         self.last_seen, self.fins, self.closed = 0.0, 0, False
         self.answered: int | None = None  # acknowledgement number of the last final response
 
@@ -128,9 +146,15 @@ class Connection:
 class ConnectionTable:
     """All tracked connections; ``segment`` is the per-packet entry point."""
 
-    def __init__(self, counters: Counter, on_request: OnRequest, on_response: OnResponse,
-                 max_connections: int = MAX_CONNECTIONS, ports: frozenset[int] = frozenset(),
-                 selected: int = 1 << SHARE_BITS):
+    def __init__(
+        self,
+        counters: Counter,
+        on_request: OnRequest,
+        on_response: OnResponse,
+        max_connections: int = MAX_CONNECTIONS,
+        ports: frozenset[int] = frozenset(),
+        selected: int = 1 << SHARE_BITS,
+    ):
         self.counters, self.on_request, self.on_response = counters, on_request, on_response
         self.max_connections, self.ports = max_connections, ports
         #: only connections whose client port's low SHARE_BITS bits are below this (a plan's
@@ -191,15 +215,18 @@ class ConnectionTable:
         if self.ports and port not in self.ports:
             self.counters["other_port"] += 1
             return None
-        if self.selected < 1 << SHARE_BITS and \
-                (sport if client_sends else dport) & ((1 << SHARE_BITS) - 1) >= self.selected:
+        if (
+            self.selected < 1 << SHARE_BITS
+            and (sport if client_sends else dport) & ((1 << SHARE_BITS) - 1) >= self.selected
+        ):
             self.counters["not_selected"] += 1
             return None
         if self.connections >= self.max_connections:
             self.counters["connection_table_full"] += 1
             return None
-        connection = Connection((server, port), self.counters, self.on_request, self.on_response,
-                                self.budget)
+        connection = Connection(
+            (server, port), self.counters, self.on_request, self.on_response, self.budget
+        )
         forward, backward = (src, dst, sport, dport), (dst, src, dport, sport)
         side = 0 if client_sends else 1
         self.table[forward] = (connection, side)
@@ -207,12 +234,16 @@ class ConnectionTable:
         self.connections += 1
         return connection, side
 
-    def expire(self, now: float, idle_s: float = IDLE_TIMEOUT_S,
-               linger_s: float = CLOSED_LINGER_S) -> int:
+    def expire(
+        self, now: float, idle_s: float = IDLE_TIMEOUT_S, linger_s: float = CLOSED_LINGER_S
+    ) -> int:
         """Forget closed connections after ``linger_s`` and idle ones after ``idle_s``."""
-        stale = [key for key, (connection, side) in self.table.items()
-                 if side == 0 and now - connection.last_seen >= (
-                     linger_s if connection.closed else idle_s)]
+        stale = [
+            key
+            for key, (connection, side) in self.table.items()
+            if side == 0
+            and now - connection.last_seen >= (linger_s if connection.closed else idle_s)
+        ]
         for key in stale:
             connection = self.table[key][0]
             if not connection.closed:

@@ -22,8 +22,8 @@ FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 #: The reasons ``decode`` gives for frames it does not turn into segments.
 REASONS = ("not_ip", "not_tcp", "ip_fragment", "truncated_header", "bad_header")
 
-_IPV4 = struct.Struct("!BxHxxHxB")         # version/ihl, total length, flags/fragment, protocol
-_TCP = struct.Struct("!HHIIBB")            # ports, sequence, acknowledgement, offset, flags
+_IPV4 = struct.Struct("!BxHxxHxB")  # version/ihl, total length, flags/fragment, protocol
+_TCP = struct.Struct("!HHIIBB")  # ports, sequence, acknowledgement, offset, flags
 _H = struct.Struct("!H")
 
 
@@ -77,7 +77,7 @@ def decode(frame: bytes, link: int = LINK_ETHERNET) -> Segment | str:
             return "not_tcp"
         if fragment & 0x3FFF:
             return "ip_fragment"
-        src, dst = frame[offset + 12:offset + 16], frame[offset + 16:offset + 20]
+        src, dst = frame[offset + 12 : offset + 16], frame[offset + 16 : offset + 20]
         tcp, end = offset + header, offset + total
     elif ethertype == ETHERTYPE_IPV6:
         if length < offset + 40:
@@ -86,7 +86,7 @@ def decode(frame: bytes, link: int = LINK_ETHERNET) -> Segment | str:
             return "bad_header"
         if frame[offset + 6] != TCP:  # extension headers are not followed
             return "not_tcp"
-        src, dst = frame[offset + 8:offset + 24], frame[offset + 24:offset + 40]
+        src, dst = frame[offset + 8 : offset + 24], frame[offset + 24 : offset + 40]
         tcp, end = offset + 40, offset + 40 + _H.unpack_from(frame, offset + 4)[0]
     else:
         return "not_ip"

@@ -11,15 +11,16 @@ of its first byte.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from collections import Counter
+from collections.abc import Callable
 
 #: Bytes of one header block kept while waiting for its end; longer blocks are dropped.
 MAX_HEADER = 16384
 #: Bytes of a chunk-size or trailer line kept.
 MAX_LINE = 1024
-METHODS = frozenset((b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH",
-                     b"CONNECT", b"TRACE"))
+METHODS = frozenset(
+    (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
+)
 
 HUNT, HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, TRAILER, UNTIL_CLOSE, DEAD = range(8)
 
@@ -58,7 +59,7 @@ def _header_value(head: bytes, name: bytes) -> bytes | None:
         return None
     start = at + 2 + len(name)
     end = head.find(b"\r\n", start)
-    return head[start:end if end >= 0 else len(head)].strip()
+    return head[start : end if end >= 0 else len(head)].strip()
 
 
 class HttpParser:
@@ -70,12 +71,27 @@ class HttpParser:
     ``start_ack`` and ``lost`` tell the connection where the message began in the stream.
     """
 
-    __slots__ = ("request", "on_start", "counters", "state", "buffer", "start_time",
-                 "remaining", "status", "no_body", "announced", "start_seq", "start_ack",
-                 "position", "ack", "lost")
+    __slots__ = (
+        "request",
+        "on_start",
+        "counters",
+        "state",
+        "buffer",
+        "start_time",
+        "remaining",
+        "status",
+        "no_body",
+        "announced",
+        "start_seq",
+        "start_ack",
+        "position",
+        "ack",
+        "lost",
+    )
 
-    def __init__(self, request: bool, on_start: Callable[[float, object], bool],
-                 counters: Counter) -> None:
+    def __init__(
+        self, request: bool, on_start: Callable[[float, object], bool], counters: Counter
+    ) -> None:
         self.request, self.on_start, self.counters = request, on_start, counters
         self.state, self.buffer, self.start_time = HUNT, b"", 0.0
         self.remaining, self.status, self.no_body, self.announced = 0, 0, False, False
@@ -100,7 +116,8 @@ class HttpParser:
         state = self.state
         return state in (UNTIL_CLOSE, DEAD) or (
             (state == BODY or (state == CHUNK_DATA and missing <= self.remaining - 2))
-            and missing <= self.remaining)
+            and missing <= self.remaining
+        )
 
     def skip(self, missing: int) -> bool:
         """``missing`` bytes are not seen here: True if framing survives (they were body bytes),
@@ -120,8 +137,9 @@ class HttpParser:
     def hunting(self) -> bool:
         return self.state == HUNT
 
-    def feed(self, data: bytes, time: float, segment_start: bool = True, seq: int = 0,
-             ack: int = 0) -> None:
+    def feed(
+        self, data: bytes, time: float, segment_start: bool = True, seq: int = 0, ack: int = 0
+    ) -> None:
         """Consume contiguous stream bytes captured at ``time`` (``segment_start``: they begin a
         TCP segment, the only place a message start is looked for while hunting; ``seq``: the
         sequence number of their first byte; ``ack``: their segment's acknowledgement)."""
@@ -164,8 +182,8 @@ class HttpParser:
         if end < 0:
             return self._keep(buffer, MAX_HEADER, "header_too_long")
         self.buffer = b""
-        self._frame_body(buffer[:end + 2].lower())
-        return buffer[end + 4:]
+        self._frame_body(buffer[: end + 2].lower())
+        return buffer[end + 4 :]
 
     def _keep(self, buffer: bytes, limit: int, reason: str) -> bytes:
         if len(buffer) > limit:
@@ -234,7 +252,7 @@ class HttpParser:
         end = buffer.find(b"\r\n")
         if end < 0:
             return self._keep(buffer, MAX_LINE, "chunk_line_too_long")
-        line, rest = buffer[:end], buffer[end + 2:]
+        line, rest = buffer[:end], buffer[end + 2 :]
         self.buffer = b""
         if self.state == TRAILER:
             if not line:

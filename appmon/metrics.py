@@ -12,8 +12,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily, Metric)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from cosample.appmon.snapshot import AppSnapshot
 from cosample.appmon.windows import HISTOGRAM_BOUNDS, STATUS_CLASSES, ServiceStats, service_name
@@ -46,19 +50,30 @@ class AppMetrics:
         state = self.source()
         yield CounterMetricFamily("cosample_appmon_frames", "frames read", value=state.frames)
         yield CounterMetricFamily("cosample_appmon_events", "events exported", value=state.events)
-        yield GaugeMetricFamily("cosample_appmon_connections", "connections tracked",
-                                value=state.connections)
-        unused = CounterMetricFamily("cosample_appmon_unused", "frames, segments or messages not "
-                                     "counted, by reason", labels=["reason"])
+        yield GaugeMetricFamily(
+            "cosample_appmon_connections", "connections tracked", value=state.connections
+        )
+        unused = CounterMetricFamily(
+            "cosample_appmon_unused",
+            "frames, segments or messages not counted, by reason",
+            labels=["reason"],
+        )
         for reason, count in sorted(state.counters.items()):
             unused.add_metric([reason], count)
         yield unused
-        requests = CounterMetricFamily("cosample_appmon_requests", "requests seen",
-                                       labels=["service"])
-        responses = CounterMetricFamily("cosample_appmon_responses", "final responses seen, "
-                                        "by status class", labels=["service", "class"])
-        histogram = HistogramMetricFamily("cosample_appmon_service_time_seconds",
-                                          "request first byte to status line", labels=["service"])
+        requests = CounterMetricFamily(
+            "cosample_appmon_requests", "requests seen", labels=["service"]
+        )
+        responses = CounterMetricFamily(
+            "cosample_appmon_responses",
+            "final responses seen, by status class",
+            labels=["service", "class"],
+        )
+        histogram = HistogramMetricFamily(
+            "cosample_appmon_service_time_seconds",
+            "request first byte to status line",
+            labels=["service"],
+        )
         for key, stats in sorted(state.totals.items(), key=lambda item: service_name(item[0])):
             name = service_name(key)
             requests.add_metric([name], stats.requests)
@@ -74,18 +89,24 @@ class AppMetrics:
         yield histogram
         if state.snapshot is None:
             return
-        gauges = {key: GaugeMetricFamily(f"cosample_appmon_{key}", text, labels=["service"])
-                  for key, text in (("requests_per_second", "requests/s, last window"),
-                                    ("success_ratio", "2xx+3xx share of final responses, last window"),
-                                    ("service_time_mean_seconds", "mean service time, last window"),
-                                    ("service_time_p95_seconds", "95th percentile, last window"))}
+        gauges = {
+            key: GaugeMetricFamily(f"cosample_appmon_{key}", text, labels=["service"])
+            for key, text in (
+                ("requests_per_second", "requests/s, last window"),
+                ("success_ratio", "2xx+3xx share of final responses, last window"),
+                ("service_time_mean_seconds", "mean service time, last window"),
+                ("service_time_p95_seconds", "95th percentile, last window"),
+            )
+        }
         for service in state.snapshot.services:
             gauges["requests_per_second"].add_metric([service.service], service.requests_per_s)
             if service.success_rate is not None:
                 gauges["success_ratio"].add_metric([service.service], service.success_rate)
             if service.service_time_s is not None:
-                gauges["service_time_mean_seconds"].add_metric([service.service],
-                                                               service.service_time_s.mean)
-                gauges["service_time_p95_seconds"].add_metric([service.service],
-                                                              service.service_time_s.p95)
+                gauges["service_time_mean_seconds"].add_metric(
+                    [service.service], service.service_time_s.mean
+                )
+                gauges["service_time_p95_seconds"].add_metric(
+                    [service.service], service.service_time_s.p95
+                )
         yield from gauges.values()

@@ -15,8 +15,12 @@ from pathlib import Path
 from cosample.appmon.decode import LINK_ETHERNET, LINKS
 from cosample.appmon.errors import AppmonError
 
-_MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-          b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+_MAGIC = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 
 
@@ -44,8 +48,9 @@ def frames(path: str | Path) -> Iterator[tuple[float, bytes]]:
                 raise AppmonError(f"{path}: record {number}: implausible length {included}")
             frame = handle.read(included)
             if len(frame) < included:
-                raise AppmonError(f"{path}: record {number}: truncated ({len(frame)} of "
-                                  f"{included} bytes)")
+                raise AppmonError(
+                    f"{path}: record {number}: truncated ({len(frame)} of {included} bytes)"
+                )
             yield seconds + fraction * unit, frame
 
 
@@ -57,8 +62,10 @@ def _open(path: Path):
     head = handle.read(24)
     if head[:4] == PCAPNG_MAGIC:
         handle.close()
-        raise AppmonError(f"{path}: pcapng is not supported; capture with 'tcpdump -w FILE' "
-                          "(pcap) or convert with 'editcap -F pcap IN OUT'")
+        raise AppmonError(
+            f"{path}: pcapng is not supported; capture with 'tcpdump -w FILE' "
+            "(pcap) or convert with 'editcap -F pcap IN OUT'"
+        )
     if len(head) < 24 or head[:4] not in _MAGIC:
         handle.close()
         raise AppmonError(f"{path}: not a pcap capture (magic {head[:4].hex() or 'empty'})")
@@ -66,30 +73,62 @@ def _open(path: Path):
     link = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF
     if link not in LINKS:
         handle.close()
-        raise AppmonError(f"{path}: link type {link} is not supported (Ethernet, Linux cooked "
-                          "or raw IP captures are)")
+        raise AppmonError(
+            f"{path}: link type {link} is not supported (Ethernet, Linux cooked "
+            "or raw IP captures are)"
+        )
     return handle, link, order, unit
 
 
-def tcp_frame(src: str, dst: str, sport: int, dport: int, seq: int, flags: int,
-              payload: bytes = b"", vlan: int | None = None, ack: int = 0) -> bytes:
+def tcp_frame(
+    src: str,
+    dst: str,
+    sport: int,
+    dport: int,
+    seq: int,
+    flags: int,
+    payload: bytes = b"",
+    vlan: int | None = None,
+    ack: int = 0,
+) -> bytes:
     """An Ethernet frame carrying one TCP segment (IPv4 or IPv6 by the addresses' form)."""
-    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack, 5 << 4, flags, 65535,
-                      0, 0) + payload
+    tcp = (
+        struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack, 5 << 4, flags, 65535, 0, 0)
+        + payload
+    )
     if ":" in src:
-        ip = struct.pack("!IHBB", 6 << 28, len(tcp), 6, 64) + \
-            socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst) + tcp
+        ip = (
+            struct.pack("!IHBB", 6 << 28, len(tcp), 6, 64)
+            + socket.inet_pton(socket.AF_INET6, src)
+            + socket.inet_pton(socket.AF_INET6, dst)
+            + tcp
+        )
         ethertype = 0x86DD
     else:
-        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0,
-                         socket.inet_aton(src), socket.inet_aton(dst)) + tcp
+        ip = (
+            struct.pack(
+                "!BBHHHBBH4s4s",
+                0x45,
+                0,
+                20 + len(tcp),
+                0,
+                0x4000,
+                64,
+                6,
+                0,
+                socket.inet_aton(src),
+                socket.inet_aton(dst),
+            )
+            + tcp
+        )
         ethertype = 0x0800
     tag = struct.pack("!HH", 0x8100, vlan) if vlan is not None else b""
     return b"\x02\0\0\0\0\x02\x02\0\0\0\0\x01" + tag + struct.pack("!H", ethertype) + ip
 
 
-def write_pcap(path: str | Path, records: Iterable[tuple[float, bytes]],
-               snaplen: int = 262144) -> Path:
+def write_pcap(
+    path: str | Path, records: Iterable[tuple[float, bytes]], snaplen: int = 262144
+) -> Path:
     """A pcap (Ethernet) of ``(unix time, frame)``; frames longer than ``snaplen`` are cut."""
     from cosample.files import write_atomic
 

@@ -41,8 +41,9 @@ def request_interval(requests: int, squares: int | None, share: float) -> list[f
     return packets_interval(estimate, variance, intensity=share)
 
 
-def rate_interval(requests: int, squares: int | None, share: float,
-                  window_s: float) -> list[float] | None:
+def rate_interval(
+    requests: int, squares: int | None, share: float, window_s: float
+) -> list[float] | None:
     """``request_interval`` per second of a window ``window_s`` long."""
     counts = request_interval(requests, squares, share)
     return None if counts is None else [counts[0] / window_s, counts[1] / window_s]

@@ -34,8 +34,9 @@ def parse_endpoint(text: str, option: str) -> tuple[str, int]:
         address = str(ipaddress.ip_address(host))
         number = int(port)
     except ValueError:
-        raise AppmonError(f"{option} {text!r}: expected ADDRESS:PORT with a literal IPv4 or "
-                          "[IPv6] address") from None
+        raise AppmonError(
+            f"{option} {text!r}: expected ADDRESS:PORT with a literal IPv4 or [IPv6] address"
+        ) from None
     if not 0 < number < 65536:
         raise AppmonError(f"{option} {text!r}: port must be 1-65535")
     return address, number
@@ -62,8 +63,13 @@ class RecordSender:
                 self.socket.sendto(datagram, self.endpoint)
             except OSError as exc:
                 # ENOBUFS/EAGAIN: the queue is full; ECONNREFUSED: nobody listens (yet)
-                if exc.errno not in (errno.ENOBUFS, errno.EAGAIN, errno.ECONNREFUSED,
-                                     errno.ENETUNREACH, errno.EHOSTUNREACH):
+                if exc.errno not in (
+                    errno.ENOBUFS,
+                    errno.EAGAIN,
+                    errno.ECONNREFUSED,
+                    errno.ENETUNREACH,
+                    errno.EHOSTUNREACH,
+                ):
                     self.counters["records_send_errors_other"] += 1
                 self.counters["records_send_errors"] += 1
 
@@ -74,8 +80,13 @@ class RecordSender:
 class RecordReceiver:
     """A UDP socket on the analysis host; ``receive`` puts its records into ``windows``."""
 
-    def __init__(self, endpoint: tuple[str, int], counters: Counter, windows: Windows,
-                 receive_buffer: int = 8 << 20) -> None:
+    def __init__(
+        self,
+        endpoint: tuple[str, int],
+        counters: Counter,
+        windows: Windows,
+        receive_buffer: int = 8 << 20,
+    ) -> None:
         self.counters, self.windows = counters, windows
         self.sequences = SequenceTracker(counters)
         self.socket = _udp(endpoint[0])
@@ -84,8 +95,9 @@ class RecordReceiver:
             self.socket.bind(endpoint)
         except OSError as exc:
             self.socket.close()
-            raise AppmonError(f"--receive-records {endpoint[0]}:{endpoint[1]}: cannot listen "
-                              f"({exc.strerror})") from None
+            raise AppmonError(
+                f"--receive-records {endpoint[0]}:{endpoint[1]}: cannot listen ({exc.strerror})"
+            ) from None
         self.socket.setblocking(False)
 
     def fileno(self) -> int:

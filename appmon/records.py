@@ -51,8 +51,9 @@ class RecordBuffer:
     """Records into datagrams: ``request``/``response`` are the connection table's callbacks
     (the ``Windows`` signature); ``take`` hands out the datagrams to send."""
 
-    def __init__(self, counters: Counter, rate: float = DEFAULT_RATE,
-                 max_datagram: int = MAX_DATAGRAM) -> None:
+    def __init__(
+        self, counters: Counter, rate: float = DEFAULT_RATE, max_datagram: int = MAX_DATAGRAM
+    ) -> None:
         if not rate > 0:
             raise ValueError(f"record rate must be > 0, got {rate}")
         self.counters, self.rate, self.max_datagram = counters, rate, max_datagram
@@ -70,8 +71,9 @@ class RecordBuffer:
     def request(self, service: tuple, time: float, connection: object = None) -> None:
         self._add(service, time, None)  # records carry no connection (6 bytes a request)
 
-    def response(self, service: tuple, time: float, status: int,
-                 service_time: float | None) -> None:
+    def response(
+        self, service: tuple, time: float, status: int, service_time: float | None
+    ) -> None:
         self._add(service, time, (status, service_time))
 
     def _admit(self, time: float) -> bool:
@@ -93,24 +95,28 @@ class RecordBuffer:
         index = self.services.get(service)
         extra = 0 if index is not None else 1 + len(address) + 2
         size = _RESPONSE.size if response else _REQUEST.size
-        if self.count and (self.size + extra + size > self.max_datagram
-                           or abs(time_us - self.base_us) > _MAX_OFFSET_US
-                           or (index is None and len(self.services) == 255)):
+        if self.count and (
+            self.size + extra + size > self.max_datagram
+            or abs(time_us - self.base_us) > _MAX_OFFSET_US
+            or (index is None and len(self.services) == 255)
+        ):
             self._finish()
             index, extra = None, 1 + len(address) + 2
         if not self.count:
             self.base_us = time_us
         if index is None:
             index = self.services[service] = len(self.service_bytes)
-            self.service_bytes.append(bytes((4 if len(address) == 4 else 6,)) + address
-                                      + _PORT.pack(port))
+            self.service_bytes.append(
+                bytes((4 if len(address) == 4 else 6,)) + address + _PORT.pack(port)
+            )
         offset = time_us - self.base_us
         if response is None:
             self.body.append(_REQUEST.pack(REQUEST, index, offset))
         else:
             status, service_time = response
-            micros = UNMATCHED if service_time is None else min(round(service_time * 1e6),
-                                                                UNMATCHED - 1)
+            micros = (
+                UNMATCHED if service_time is None else min(round(service_time * 1e6), UNMATCHED - 1)
+            )
             self.body.append(_RESPONSE.pack(RESPONSE, index, offset, status, micros))
         self.size += extra + size
         self.count += 1
@@ -121,9 +127,18 @@ class RecordBuffer:
         if len(self.ready) >= MAX_QUEUED:
             self.counters["records_queue_full"] += self.count
         else:
-            self.ready.append(HEADER.pack(MAGIC, VERSION, len(self.service_bytes), self.count,
-                                          self.sequence & 0xFFFFFFFF, self.base_us)
-                              + b"".join(self.service_bytes) + b"".join(self.body))
+            self.ready.append(
+                HEADER.pack(
+                    MAGIC,
+                    VERSION,
+                    len(self.service_bytes),
+                    self.count,
+                    self.sequence & 0xFFFFFFFF,
+                    self.base_us,
+                )
+                + b"".join(self.service_bytes)
+                + b"".join(self.body)
+            )
         self.sequence += 1
         self._reset()
 
@@ -151,8 +166,9 @@ def parse(data: bytes) -> tuple[int, list[Record]] | str:
             length = 4 if family == 4 else 16 if family == 6 else 0
             if not length or at + 1 + length + 2 > len(data):
                 return "record_datagrams_bad"
-            keys.append((data[at + 1:at + 1 + length],
-                         _PORT.unpack_from(data, at + 1 + length)[0]))
+            keys.append(
+                (data[at + 1 : at + 1 + length], _PORT.unpack_from(data, at + 1 + length)[0])
+            )
             at += 1 + length + 2
         records = []
         for _ in range(count):
@@ -167,8 +183,9 @@ def parse(data: bytes) -> tuple[int, list[Record]] | str:
             _, _, _, status, micros = _RESPONSE.unpack_from(data, at)
             if not 100 <= status <= 599:
                 return "record_datagrams_bad"
-            records.append((RESPONSE, keys[index], time, status,
-                            None if micros == UNMATCHED else micros / 1e6))
+            records.append(
+                (RESPONSE, keys[index], time, status, None if micros == UNMATCHED else micros / 1e6)
+            )
             at += _RESPONSE.size
     except (IndexError, struct.error):
         return "record_datagrams_bad"

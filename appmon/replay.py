@@ -10,8 +10,13 @@ from cosample.appmon.pcap import frames, read_link
 from cosample.appmon.snapshot import AppSnapshot, snapshot
 
 
-def replay(capture: str | Path, *, window_s: float = 10.0, ports: frozenset[int] = frozenset(),
-           name: str = "replay") -> Iterator[AppSnapshot]:
+def replay(
+    capture: str | Path,
+    *,
+    window_s: float = 10.0,
+    ports: frozenset[int] = frozenset(),
+    name: str = "replay",
+) -> Iterator[AppSnapshot]:
     """One snapshot per window of the capture, in time order (the last one as far as it got)."""
     analyser = Analyser(window_s, link=read_link(capture), ports=ports)
     ingest = analyser.ingest
@@ -24,9 +29,14 @@ def replay(capture: str | Path, *, window_s: float = 10.0, ports: frozenset[int]
 
 def _snapshots(analyser: Analyser, windows, name: str) -> Iterator[AppSnapshot]:
     for window in windows:
-        yield snapshot(window, analyser=name, frames=analyser.frames,
-                       connections=analyser.table.connections, dropped=analyser.dropped(),
-                       ignored=analyser.ignored())
+        yield snapshot(
+            window,
+            analyser=name,
+            frames=analyser.frames,
+            connections=analyser.table.connections,
+            dropped=analyser.dropped(),
+            ignored=analyser.ignored(),
+        )
 
 
 def table(snap: AppSnapshot) -> str:
@@ -34,10 +44,18 @@ def table(snap: AppSnapshot) -> str:
     lines = []
     for s in snap.services:
         timing = s.service_time_s
-        times = (f"mean {timing.mean * 1e3:8.2f} ms  min {timing.min * 1e3:8.2f}  max "
-                 f"{timing.max * 1e3:8.2f}  p50 {timing.p50 * 1e3:8.2f}  p95 "
-                 f"{timing.p95 * 1e3:8.2f}  p99 {timing.p99 * 1e3:8.2f}") if timing else "no matched responses"
+        times = (
+            (
+                f"mean {timing.mean * 1e3:8.2f} ms  min {timing.min * 1e3:8.2f}  max "
+                f"{timing.max * 1e3:8.2f}  p50 {timing.p50 * 1e3:8.2f}  p95 "
+                f"{timing.p95 * 1e3:8.2f}  p99 {timing.p99 * 1e3:8.2f}"
+            )
+            if timing
+            else "no matched responses"
+        )
         success = f"{s.success_rate:.4f}" if s.success_rate is not None else "-"
-        lines.append(f"{snap.window_start:%H:%M:%S}  {s.service:<22} {s.requests:>7} req "
-                     f"{s.requests_per_s:>9.1f}/s  success {success}  {times}")
+        lines.append(
+            f"{snap.window_start:%H:%M:%S}  {s.service:<22} {s.requests:>7} req "
+            f"{s.requests_per_s:>9.1f}/s  success {success}  {times}"
+        )
     return "\n".join(lines) + ("\n" if lines else "")

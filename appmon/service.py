@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import select
 import sys
-from collections import Counter
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -77,11 +77,18 @@ class Service:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         counters: Counter = Counter()
-        self._sender = (RecordSender(settings.send_records, counters, settings.record_rate)
-                        if settings.send_records else None)
-        self.analyser = Analyser(settings.window_s, ports=settings.ports, counters=counters,
-                                 selected=settings.selected,
-                                 records=self._sender.buffer if self._sender else None)
+        self._sender = (
+            RecordSender(settings.send_records, counters, settings.record_rate)
+            if settings.send_records
+            else None
+        )
+        self.analyser = Analyser(
+            settings.window_s,
+            ports=settings.ports,
+            counters=counters,
+            selected=settings.selected,
+            records=self._sender.buffer if self._sender else None,
+        )
         self._receiver: RecordReceiver | None = None
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.state = State()
@@ -101,19 +108,25 @@ class Service:
 
     def start(self) -> "Service":
         if self.settings.receive_records:
-            self._receiver = RecordReceiver(self.settings.receive_records, self.analyser.counters,
-                                            self.analyser.windows)
+            self._receiver = RecordReceiver(
+                self.settings.receive_records, self.analyser.counters, self.analyser.windows
+            )
         if self.settings.interface is not None:
-            self._socket = PacketSocket(self.settings.interface, self.settings.ports,
-                                        self.settings.receive_buffer)
+            self._socket = PacketSocket(
+                self.settings.interface, self.settings.ports, self.settings.receive_buffer
+            )
         if self.settings.metrics_port is not None:
             self._http = _http_server(self, self.settings.http_host, self.settings.metrics_port)
-            threading.Thread(target=self._http.serve_forever, name="appmon-http",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._http.serve_forever, name="appmon-http", daemon=True
+            ).start()
             self.http_address = self._http.server_address[:2]
         if self.settings.events:
-            self._events = sys.stdout if self.settings.events == "-" else \
-                open(self.settings.events, "a", encoding="utf-8")
+            self._events = (
+                sys.stdout
+                if self.settings.events == "-"
+                else open(self.settings.events, "a", encoding="utf-8")
+            )
         self.since = time.time()  # capturing from here: earlier parts of a window are not seen
         return self
 
@@ -166,17 +179,23 @@ class Service:
 
     def _publish(self, windows, now: float) -> None:
         analyser = self.analyser
-        analyser.counters["kernel_drops"] = (self._socket.statistics()
-                                             if self._socket is not None else 0)
+        analyser.counters["kernel_drops"] = (
+            self._socket.statistics() if self._socket is not None else 0
+        )
         if not analyser.counters["kernel_drops"]:
             del analyser.counters["kernel_drops"]
         for window in windows:
             covered = min(window.start + window.width_s, now) - max(window.start, self.since)
-            snap = snapshot(window, analyser=self.settings.name, frames=analyser.frames,
-                            covered_s=min(window.width_s, max(0.0, covered)),
-                            connections=analyser.table.connections, dropped=analyser.dropped(),
-                            ignored=analyser.ignored(),
-                            share=self.settings.selected / (1 << SHARE_BITS))
+            snap = snapshot(
+                window,
+                analyser=self.settings.name,
+                frames=analyser.frames,
+                covered_s=min(window.width_s, max(0.0, covered)),
+                connections=analyser.table.connections,
+                dropped=analyser.dropped(),
+                ignored=analyser.ignored(),
+                share=self.settings.selected / (1 << SHARE_BITS),
+            )
             self.snapshots.append(snap)
             self.state.snapshot = snap
             body = snap.to_json().encode()
@@ -186,9 +205,14 @@ class Service:
                 self.state.events += write_events(events, self._events)
             if self.settings.state_dir is not None:
                 self._write(snap)
-        self.state = State(frames=analyser.frames, events=self.state.events,
-                           connections=analyser.table.connections, totals=dict(analyser.totals),
-                           counters=dict(analyser.counters), snapshot=self.state.snapshot)
+        self.state = State(
+            frames=analyser.frames,
+            events=self.state.events,
+            connections=analyser.table.connections,
+            totals=dict(analyser.totals),
+            counters=dict(analyser.counters),
+            snapshot=self.state.snapshot,
+        )
 
     def _write(self, snap: AppSnapshot) -> None:
         directory = Path(self.settings.state_dir)
@@ -196,8 +220,10 @@ class Service:
         write_atomic(directory / SNAPSHOT_FILE, lambda stream: stream.write(text), parents=True)
         if self.signed is not None and self.signed[1] is not None:
             signature = self.signed[1]
-            write_atomic(directory / (SNAPSHOT_FILE + SIGNATURE_SUFFIX),
-                         lambda stream: stream.write(signature))
+            write_atomic(
+                directory / (SNAPSHOT_FILE + SIGNATURE_SUFFIX),
+                lambda stream: stream.write(signature),
+            )
         with open(directory / WINDOWS_FILE, "a", encoding="utf-8") as stream:
             stream.write(text + "\n")
 
@@ -217,7 +243,7 @@ class Service:
 
 def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             signed = service.signed
             signature = None
@@ -241,7 +267,8 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
     try:
         server = ThreadingHTTPServer((host, port), Handler)
     except OSError as exc:
-        raise AppmonError(f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})") \
-            from None
+        raise AppmonError(
+            f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})"
+        ) from None
     server.daemon_threads = True
     return server

@@ -92,9 +92,17 @@ class AppSnapshot(Strict):
         return self.model_dump_json()
 
 
-def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
-             dropped: dict[str, int], ignored: dict[str, int], share: float = 1.0,
-             covered_s: float | None = None) -> AppSnapshot:
+def snapshot(
+    window: Window,
+    *,
+    analyser: str,
+    frames: int,
+    connections: int,
+    dropped: dict[str, int],
+    ignored: dict[str, int],
+    share: float = 1.0,
+    covered_s: float | None = None,
+) -> AppSnapshot:
     """The snapshot of one closed window (counters as they stand when it closed); ``share``:
     of the connections, what the analyser selected."""
     services = []
@@ -102,34 +110,58 @@ def snapshot(window: Window, *, analyser: str, frames: int, connections: int,
         timing = None
         if stats.matched:
             p50, p95, p99 = (max(0.0, stats.quantile(q)) for q in QUANTILES)
-            timing = ServiceTime(mean=stats.total_s / stats.matched, min=stats.min_s,
-                                 max=stats.max_s, p50=p50, p95=p95, p99=p99)
+            timing = ServiceTime(
+                mean=stats.total_s / stats.matched,
+                min=stats.min_s,
+                max=stats.max_s,
+                p50=p50,
+                p95=p95,
+                p99=p99,
+            )
         counts = stats.connection_counts()
-        interval = rate_interval(stats.requests, counts[1] if counts else None, share,
-                                 window.width_s)
+        interval = rate_interval(
+            stats.requests, counts[1] if counts else None, share, window.width_s
+        )
         sums = stats.success_sums()
         ok = stats.statuses[1] + stats.statuses[2]
         final = stats.responses - stats.statuses[0]
         df = stats.success_df()
-        success = success_interval(ok, final, sums[1:] if sums else None,
-                                   sums[0] if sums else 0, share, df)
-        services.append(ServiceWindow(
-            service=service_name(key), requests=stats.requests,
-            requests_per_s=stats.requests / window.width_s, responses=stats.responses,
-            matched=stats.matched, status_classes=dict(zip(STATUS_CLASSES, stats.statuses)),
-            success_rate=stats.success_rate(), service_time_s=timing, share=share,
-            request_connections=counts[0] if counts else None,
-            request_squares=counts[1] if counts else None,
-            requests_per_s_ci95=interval,
-            final_connections=sums[0] if sums else None,
-            final_squares=sums[1] if sums else None,
-            final_ok_products=sums[2] if sums else None,
-            ok_squares=sums[3] if sums else None, final_df=df, success_rate_ci95=success))
-    return AppSnapshot(analyser=analyser,
-                       window_start=datetime.fromtimestamp(window.start, timezone.utc),
-                       window_s=window.width_s, covered_s=covered_s, frames=frames,
-                       connections=connections,
-                       services=services, dropped=dropped, ignored=ignored)
+        success = success_interval(
+            ok, final, sums[1:] if sums else None, sums[0] if sums else 0, share, df
+        )
+        services.append(
+            ServiceWindow(
+                service=service_name(key),
+                requests=stats.requests,
+                requests_per_s=stats.requests / window.width_s,
+                responses=stats.responses,
+                matched=stats.matched,
+                status_classes=dict(zip(STATUS_CLASSES, stats.statuses)),
+                success_rate=stats.success_rate(),
+                service_time_s=timing,
+                share=share,
+                request_connections=counts[0] if counts else None,
+                request_squares=counts[1] if counts else None,
+                requests_per_s_ci95=interval,
+                final_connections=sums[0] if sums else None,
+                final_squares=sums[1] if sums else None,
+                final_ok_products=sums[2] if sums else None,
+                ok_squares=sums[3] if sums else None,
+                final_df=df,
+                success_rate_ci95=success,
+            )
+        )
+    return AppSnapshot(
+        analyser=analyser,
+        window_start=datetime.fromtimestamp(window.start, timezone.utc),
+        window_s=window.width_s,
+        covered_s=covered_s,
+        frames=frames,
+        connections=connections,
+        services=services,
+        dropped=dropped,
+        ignored=ignored,
+    )
 
 
 def parse_snapshot(text: str | bytes, where: str = "snapshot") -> AppSnapshot:

@@ -55,10 +55,11 @@ class HalfStream:
             self.next_seq = (seq + 1) & MASK
             self.parser.begin()
 
-    def segment(self, seq: int, payload: bytes, wire_length: int, time: float,
-                ack: int = 0) -> None:
+    def segment(
+        self, seq: int, payload: bytes, wire_length: int, time: float, ack: int = 0
+    ) -> None:
         if self.next_seq is None:  # picked up mid-stream: start here, hunting; what came
-            self.next_seq = seq    # before is unknown, as after a gap
+            self.next_seq = seq  # before is unknown, as after a gap
             self.parser.lost = True
         elif self.early and time - min(held[2] for held in self.early.values()) > REORDER_WAIT_S:
             self.counters["reorder_wait_expired"] += 1
@@ -74,15 +75,28 @@ class HalfStream:
                 self.counters["retransmitted_segments"] += 1
                 return
             self.counters["overlapping_segments"] += 1
-            self._deliver((seq + behind) & MASK, payload[behind:], wire_length - behind, time,
-                          ack, segment_start=False)
+            self._deliver(
+                (seq + behind) & MASK,
+                payload[behind:],
+                wire_length - behind,
+                time,
+                ack,
+                segment_start=False,
+            )
             if self.early:
                 self._drain()
         else:
             self._hold(seq, payload, wire_length, time, ack)
 
-    def _deliver(self, seq: int, payload: bytes, wire_length: int, time: float, ack: int,
-                 segment_start: bool = True) -> None:
+    def _deliver(
+        self,
+        seq: int,
+        payload: bytes,
+        wire_length: int,
+        time: float,
+        ack: int,
+        segment_start: bool = True,
+    ) -> None:
         if payload:
             self.parser.feed(payload, time, segment_start, seq, ack)
         if wire_length > len(payload):
@@ -111,8 +125,10 @@ class HalfStream:
         if seq in self.early:
             self.counters["retransmitted_segments"] += 1
             return
-        full = len(self.early) >= MAX_EARLY_SEGMENTS or \
-            self.early_bytes + len(payload) > MAX_EARLY_BYTES
+        full = (
+            len(self.early) >= MAX_EARLY_SEGMENTS
+            or self.early_bytes + len(payload) > MAX_EARLY_BYTES
+        )
         if full or self.budget.used + len(payload) > self.budget.limit:
             self.counters["reorder_buffer_full" if full else "reorder_memory_full"] += 1
             self._keep(seq, payload, wire_length, time, ack)  # then all held go, at once
@@ -164,5 +180,11 @@ class HalfStream:
             if behind >= wire_length and wire_length:
                 self.counters["retransmitted_segments"] += 1
                 continue
-            self._deliver((ready + behind) & MASK, payload[behind:], wire_length - behind, time,
-                          ack, segment_start=behind == 0)
+            self._deliver(
+                (ready + behind) & MASK,
+                payload[behind:],
+                wire_length - behind,
+                time,
+                ack,
+                segment_start=behind == 0,
+            )

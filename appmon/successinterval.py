@@ -51,8 +51,14 @@ def degrees_of_freedom(finals) -> float | None:
     return max(1.0, squares * squares / fourths) if fourths > 0 else None
 
 
-def success_interval(ok: int, final: int, sums: tuple[int, int, int] | None, connections: int,
-                     share: float, df: float | None = None) -> list[float] | None:
+def success_interval(
+    ok: int,
+    final: int,
+    sums: tuple[int, int, int] | None,
+    connections: int,
+    share: float,
+    df: float | None = None,
+) -> list[float] | None:
     """``[low, high]`` for the window's success rate over all connections, from ``ok`` of
     ``final`` final responses on ``connections`` connections selected at ``share``; ``sums`` is
     (``sum(n_i**2)``, ``sum(ok_i*n_i)``, ``sum(ok_i**2)``), ``df`` the variance's degrees of
@@ -106,6 +112,10 @@ def student95(df: float) -> float:
     if v == 2:
         return 0.95 / math.sqrt(2 * 0.975 * 0.025)
     z = Z95
-    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-            + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4)
+    )

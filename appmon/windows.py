@@ -24,8 +24,22 @@ SKETCH_ACCURACY = 0.01
 QUANTILES = (0.5, 0.95, 0.99)
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 #: Upper bounds (seconds) of the Prometheus service-time histogram's buckets.
-HISTOGRAM_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                    5.0, 10.0)
+HISTOGRAM_BOUNDS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 def service_name(key: tuple[bytes, int]) -> str:
@@ -79,17 +93,19 @@ class ServiceStats:
         if self.unattributed_final:
             return None
         pairs = self.finals.values()
-        return (len(self.finals), sum(n * n for n, _ in pairs), sum(n * ok for n, ok in pairs),
-                sum(ok * ok for _, ok in pairs))
+        return (
+            len(self.finals),
+            sum(n * n for n, _ in pairs),
+            sum(n * ok for n, ok in pairs),
+            sum(ok * ok for _, ok in pairs),
+        )
 
     def success_df(self) -> float | None:
         """The success rate's variance's effective degrees of freedom over the connections
         (``successinterval.degrees_of_freedom``); None if unknown or nothing to widen."""
-        return None if self.unattributed_final else \
-            degrees_of_freedom(self.finals.values())
+        return None if self.unattributed_final else degrees_of_freedom(self.finals.values())
 
-    def response(self, status: int, service_time: float | None,
-                 connection: object = None) -> None:
+    def response(self, status: int, service_time: float | None, connection: object = None) -> None:
         self.responses += 1
         self.statuses[status // 100 - 1] += 1
         if status >= 200:  # final (a 101's switch is not counted in the success rate)
@@ -160,8 +176,14 @@ class Windows:
             stats = self.current[service] = ServiceStats()
         stats.request(connection)
 
-    def response(self, service: tuple, time: float, status: int,
-                 service_time: float | None, connection: object = None) -> None:
+    def response(
+        self,
+        service: tuple,
+        time: float,
+        status: int,
+        service_time: float | None,
+        connection: object = None,
+    ) -> None:
         if time >= self.end:
             self.advance(time)
         stats = self.current.get(service)

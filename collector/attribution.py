@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
@@ -123,11 +122,14 @@ class Attribution:
             local = _probability(self._rate(plan, rate_of))
         return local, min(math.fsum(self.mirror_rates(server, rate_of).values()), 1.0)
 
-    def mirror_rates(self, server: str,
-                     rate_of: Mapping[str, int] | None = None) -> dict[str, float]:
+    def mirror_rates(
+        self, server: str, rate_of: Mapping[str, int] | None = None
+    ) -> dict[str, float]:
         """receiver -> ``m_j / N_j``: probability that a packet is mirrored to it and sampled."""
-        return {receiver: share * _probability(self._rate(self.servers[receiver], rate_of))
-                for receiver, share in self.servers[server].mirrors.items()}
+        return {
+            receiver: share * _probability(self._rate(self.servers[receiver], rate_of))
+            for receiver, share in self.servers[server].mirrors.items()
+        }
 
     @staticmethod
     def _rate(plan: ServerPlan, rate_of: Mapping[str, int] | None) -> int | None:
@@ -152,13 +154,20 @@ def build(plan: Plan, inventory: Inventory | None = None, *, safe: bool = False)
     servers: dict[str, ServerPlan] = {}
     for name, host in plan.hosts.items():
         entry = entries.get(name)
-        agent = (entry.agent_ip if entry is not None and entry.agent_ip else None) \
-            or _agent_override(plan, name) or host.tunnel_ip
+        agent = (
+            (entry.agent_ip if entry is not None and entry.agent_ip else None)
+            or _agent_override(plan, name)
+            or host.tunnel_ip
+        )
         sample = not safe and host.local_mechanism == "sample"
-        servers[name] = ServerPlan(name, agent, None if safe else host.sflow_sampling,
-                                   {} if safe else {m.peer: m.rate for m in host.mirrors},
-                                   host.sample_probability if sample else None,
-                                   host.observation_domain if sample else None)
+        servers[name] = ServerPlan(
+            name,
+            agent,
+            None if safe else host.sflow_sampling,
+            {} if safe else {m.peer: m.rate for m in host.mirrors},
+            host.sample_probability if sample else None,
+            host.observation_domain if sample else None,
+        )
     server_of_agent = {s.agent: s.name for s in servers.values() if s.agent is not None}
     mirrors: dict[tuple[str, int], tuple[str, float, str | None]] = {}
     vnis = set()
@@ -171,9 +180,17 @@ def build(plan: Plan, inventory: Inventory | None = None, *, safe: bool = False)
                 mirrors[(agent, vni)] = (sender.name, share, plan.hosts[sender.name].tunnel_ip)
     known = {h.tunnel_ip for h in plan.hosts.values() if h.tunnel_ip} | set(server_of_agent)
     exporters = {s.agent: s.name for s in servers.values() if s.sample_probability and s.agent}
-    return Attribution(plan.version, plan.plan_id, servers, server_of_agent, mirrors,
-                       frozenset(vnis), frozenset(known),
-                       inventory.server_of_address() if inventory is not None else {}, exporters)
+    return Attribution(
+        plan.version,
+        plan.plan_id,
+        servers,
+        server_of_agent,
+        mirrors,
+        frozenset(vnis),
+        frozenset(known),
+        inventory.server_of_address() if inventory is not None else {},
+        exporters,
+    )
 
 
 def planless(inventory: Inventory | None) -> Attribution | None:
@@ -195,8 +212,16 @@ def heard(agents: Iterable[str]) -> Attribution | None:
 
 def _local_only(server_of_agent: dict[str, str], server_of_address: dict[str, str]) -> Attribution:
     servers = {name: ServerPlan(name, agent, None, {}) for agent, name in server_of_agent.items()}
-    return Attribution(None, None, servers, server_of_agent, {}, frozenset(),
-                       frozenset(server_of_agent), server_of_address)
+    return Attribution(
+        None,
+        None,
+        servers,
+        server_of_agent,
+        {},
+        frozenset(),
+        frozenset(server_of_agent),
+        server_of_address,
+    )
 
 
 def _agent_override(plan: Plan, host: str) -> str | None:

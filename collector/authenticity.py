@@ -18,12 +18,11 @@ import binascii
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
-                                                               Ed25519PublicKey)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from cosample.collector.errors import CollectorError
 from cosample.plan.errors import SigningKeyError
 from cosample.plan.signing import load_private_key, public_keys
-from cosample.collector.errors import CollectorError
 
 HEADER = "X-Cosample-Signature"
 SIGNATURE_SUFFIX = ".sig"
@@ -50,8 +49,10 @@ class Verifier:
 
     def verify(self, data: bytes, signature: str | bytes | None, where: str) -> None:
         if signature is None:
-            raise CollectorError(f"{where}: unsigned snapshot (no {HEADER} header or "
-                                 f"{SIGNATURE_SUFFIX} file); refused")
+            raise CollectorError(
+                f"{where}: unsigned snapshot (no {HEADER} header or "
+                f"{SIGNATURE_SUFFIX} file); refused"
+            )
         try:
             raw = base64.b64decode(signature.strip(), validate=True)
         except (binascii.Error, ValueError):
@@ -63,8 +64,7 @@ class Verifier:
             except InvalidSignature:
                 continue
         names = ", ".join(str(p) for p in self.paths)
-        raise CollectorError(f"{where}: snapshot signature does not verify with {names}; "
-                             "refused")
+        raise CollectorError(f"{where}: snapshot signature does not verify with {names}; refused")
 
 
 def _keys(path: Path, private: bool) -> list[Ed25519PrivateKey] | list[Ed25519PublicKey]:
@@ -72,5 +72,4 @@ def _keys(path: Path, private: bool) -> list[Ed25519PrivateKey] | list[Ed25519Pu
     try:
         return [load_private_key(path)] if private else public_keys(path)
     except SigningKeyError as exc:
-        raise CollectorError(f"snapshot {'private' if private else 'public'} key: {exc}") \
-            from None
+        raise CollectorError(f"snapshot {'private' if private else 'public'} key: {exc}") from None

@@ -14,79 +14,167 @@ from cosample.dataplane.ipfix import IPFIX_PORT
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "collector", help="plan-aware sFlow collector: per-server traffic from mixed sampling",
+        "collector",
+        help="plan-aware sFlow collector: per-server traffic from mixed sampling",
         description="Receive sFlow from every host, attribute each sample to the server whose VM "
-                    "sent it and renormalise by the plan (docs/collector.md).")
+        "sent it and renormalise by the plan (docs/collector.md).",
+    )
     commands = parser.add_subparsers(dest="collector_command", metavar="ACTION")
     commands.required = True
 
     run = commands.add_parser("run", help="the collector daemon")
-    run.add_argument("--plan", required=True, metavar="PATH-or-URL",
-                     help="plan (or plan set) the agents run; polled for changes")
-    run.add_argument("--listen", required=True, metavar="HOST:PORT",
-                     help="where the bridges send sFlow (the plan's sflow.collector; port 0: a "
-                          "free one, printed at start)")
-    run.add_argument("--ipfix", metavar="HOST:PORT",
-                     help="also receive IPFIX from OVS's sample action here (hosts whose plan "
-                          f"says local_mechanism \"sample\"; the usual port is {IPFIX_PORT}, "
-                          "0: a free one); off unless given")
-    run.add_argument("--public-key", metavar="KEY",
-                     help="require plans signed by this ed25519 key (PLAN.sig beside the plan, "
-                          "as the agents; `cosample agent keygen`)")
-    run.add_argument("--insecure-unsigned", action="store_true",
-                     help="accept unsigned plans (labs only; warns at start and in "
-                          "cosample_collector_insecure_unsigned)")
-    run.add_argument("--metrics-port", type=int, metavar="N",
-                     help="serve /metrics, /snapshot and /healthz over HTTP on this port")
+    run.add_argument(
+        "--plan",
+        required=True,
+        metavar="PATH-or-URL",
+        help="plan (or plan set) the agents run; polled for changes",
+    )
+    run.add_argument(
+        "--listen",
+        required=True,
+        metavar="HOST:PORT",
+        help="where the bridges send sFlow (the plan's sflow.collector; port 0: a "
+        "free one, printed at start)",
+    )
+    run.add_argument(
+        "--ipfix",
+        metavar="HOST:PORT",
+        help="also receive IPFIX from OVS's sample action here (hosts whose plan "
+        f'says local_mechanism "sample"; the usual port is {IPFIX_PORT}, '
+        "0: a free one); off unless given",
+    )
+    run.add_argument(
+        "--public-key",
+        metavar="KEY",
+        help="require plans signed by this ed25519 key (PLAN.sig beside the plan, "
+        "as the agents; `cosample agent keygen`)",
+    )
+    run.add_argument(
+        "--insecure-unsigned",
+        action="store_true",
+        help="accept unsigned plans (labs only; warns at start and in "
+        "cosample_collector_insecure_unsigned)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve /metrics, /snapshot and /healthz over HTTP on this port",
+    )
     run.add_argument("--http-host", default="127.0.0.1", help="address of the HTTP server")
-    run.add_argument("--http-max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
-                     help=f"HTTP connections served at once (default {MAX_CONNECTIONS}); more "
-                          "are closed at once and counted")
-    run.add_argument("--http-idle-timeout", type=float, default=IDLE_TIMEOUT_S, metavar="S",
-                     help=f"close an HTTP connection idle this long (default {IDLE_TIMEOUT_S:g})")
+    run.add_argument(
+        "--http-max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        metavar="N",
+        help=f"HTTP connections served at once (default {MAX_CONNECTIONS}); more "
+        "are closed at once and counted",
+    )
+    run.add_argument(
+        "--http-idle-timeout",
+        type=float,
+        default=IDLE_TIMEOUT_S,
+        metavar="S",
+        help=f"close an HTTP connection idle this long (default {IDLE_TIMEOUT_S:g})",
+    )
     run.add_argument("--state-dir", type=Path, help="write snapshot.json here every export")
-    run.add_argument("--snapshot-key", metavar="PRIVATE.pem",
-                     help="ed25519 key signing every /snapshot served (header "
-                          "X-Cosample-Signature; the controller's --collector-key verifies it)")
-    run.add_argument("--reuse-port", action="store_true",
-                     help="SO_REUSEPORT: several instances share --listen (one per core); "
-                          "merge their snapshots")
-    run.add_argument("--receive-buffer", type=int, default=8 << 20, metavar="BYTES",
-                     help="socket receive buffer (default 8 MiB; forced past the sysctl limit "
-                          "as root): rides out bursts while the CPU is busy")
-    run.add_argument("--partial", action="store_true",
-                     help="this instance hears only some agents (one of several, merged by the "
-                          "controller): never conclude that a stream the plan expects is missing")
+    run.add_argument(
+        "--snapshot-key",
+        metavar="PRIVATE.pem",
+        help="ed25519 key signing every /snapshot served (header "
+        "X-Cosample-Signature; the controller's --collector-key verifies it)",
+    )
+    run.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="SO_REUSEPORT: several instances share --listen (one per core); merge their snapshots",
+    )
+    run.add_argument(
+        "--receive-buffer",
+        type=int,
+        default=8 << 20,
+        metavar="BYTES",
+        help="socket receive buffer (default 8 MiB; forced past the sysctl limit "
+        "as root): rides out bursts while the CPU is busy",
+    )
+    run.add_argument(
+        "--partial",
+        action="store_true",
+        help="this instance hears only some agents (one of several, merged by the "
+        "controller): never conclude that a stream the plan expects is missing",
+    )
     _common(run)
-    run.add_argument("--window", type=float, default=30.0, metavar="S",
-                     help="estimation window in seconds (default 30)")
-    run.add_argument("--export-interval", type=float, default=1.0, metavar="S",
-                     help="how often snapshot, metrics and events are refreshed (default 1)")
-    run.add_argument("--plan-interval", type=float, default=PLAN_INTERVAL_S, metavar="S",
-                     help=f"how often the plan is re-read (default {PLAN_INTERVAL_S:g})")
-    run.add_argument("--max-plan-mib", type=float, default=COLLECTOR_MAX_PLAN_MIB, metavar="MiB",
-                     help="refuse a plan document larger than this (default %(default)s: a "
-                          "10^6-server two-phase plan set is about 340 MB)")
-    run.add_argument("--plan-timeout", type=float, default=PLAN_TIMEOUT_S, metavar="S",
-                     help=f"bound on one read of the plan (default {PLAN_TIMEOUT_S:g}); the "
-                          "controller's --lead must cover interval and timeout "
-                          "(docs/collector.md, \"Plan changes\")")
-    run.add_argument("--events", metavar="FILE",
-                     help="append events as JSON lines ('-': standard output)")
-    run.add_argument("--band", type=float, default=0.1,
-                     help="event band: relative change that is reported (default 0.1 = 10 %%)")
-    run.add_argument("--max-silence", type=float, default=300.0, metavar="S",
-                     help="report a value at least this often (default 300)")
+    run.add_argument(
+        "--window",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="estimation window in seconds (default 30)",
+    )
+    run.add_argument(
+        "--export-interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="how often snapshot, metrics and events are refreshed (default 1)",
+    )
+    run.add_argument(
+        "--plan-interval",
+        type=float,
+        default=PLAN_INTERVAL_S,
+        metavar="S",
+        help=f"how often the plan is re-read (default {PLAN_INTERVAL_S:g})",
+    )
+    run.add_argument(
+        "--max-plan-mib",
+        type=float,
+        default=COLLECTOR_MAX_PLAN_MIB,
+        metavar="MiB",
+        help="refuse a plan document larger than this (default %(default)s: a "
+        "10^6-server two-phase plan set is about 340 MB)",
+    )
+    run.add_argument(
+        "--plan-timeout",
+        type=float,
+        default=PLAN_TIMEOUT_S,
+        metavar="S",
+        help=f"bound on one read of the plan (default {PLAN_TIMEOUT_S:g}); the "
+        "controller's --lead must cover interval and timeout "
+        '(docs/collector.md, "Plan changes")',
+    )
+    run.add_argument(
+        "--events", metavar="FILE", help="append events as JSON lines ('-': standard output)"
+    )
+    run.add_argument(
+        "--band",
+        type=float,
+        default=0.1,
+        help="event band: relative change that is reported (default 0.1 = 10 %%)",
+    )
+    run.add_argument(
+        "--max-silence",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="report a value at least this often (default 300)",
+    )
     run.set_defaults(func=_run)
 
     replay = commands.add_parser("replay", help="estimate from a pcap of sFlow datagrams")
-    replay.add_argument("--plan", metavar="PATH-or-URL",
-                        help="plan the agents ran; without it every agent heard samples locally "
-                             "at the rate it reports, and the agents heard are listed")
+    replay.add_argument(
+        "--plan",
+        metavar="PATH-or-URL",
+        help="plan the agents ran; without it every agent heard samples locally "
+        "at the rate it reports, and the agents heard are listed",
+    )
     replay.add_argument("capture", type=Path, metavar="CAPTURE.pcap")
     replay.add_argument("--json", action="store_true", help="print the snapshot as JSON")
-    replay.add_argument("--window", type=float, metavar="S",
-                        help="estimate over the last S seconds (default: the whole capture)")
+    replay.add_argument(
+        "--window",
+        type=float,
+        metavar="S",
+        help="estimate over the last S seconds (default: the whole capture)",
+    )
     _common(replay)
     replay.set_defaults(func=_replay)
 
@@ -97,18 +185,29 @@ def register(subparsers) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--inventory", type=Path, metavar="FILE",
-                        help="VM addresses per server (traffic matrix) and agent addresses")
-    parser.add_argument("--name", default=socket.gethostname(),
-                        help="instance name in the snapshot (default: host name)")
-    parser.add_argument("--reexport", metavar="HOST:PORT",
-                        help="re-send normalised samples under their origin server's agent")
+    parser.add_argument(
+        "--inventory",
+        type=Path,
+        metavar="FILE",
+        help="VM addresses per server (traffic matrix) and agent addresses",
+    )
+    parser.add_argument(
+        "--name",
+        default=socket.gethostname(),
+        help="instance name in the snapshot (default: host name)",
+    )
+    parser.add_argument(
+        "--reexport",
+        metavar="HOST:PORT",
+        help="re-send normalised samples under their origin server's agent",
+    )
 
 
 def _inventory(args):
     if args.inventory is None:
         return None
     from cosample.collector.inventory import read_inventory
+
     return read_inventory(args.inventory)
 
 
@@ -116,6 +215,7 @@ def _address(value: str, option: str, any_port: bool = False) -> tuple[str, int]
     """``HOST:PORT``; ``any_port``: port 0 is allowed (a free one, printed at start)."""
     from cosample.collector.errors import CollectorError
     from cosample.collector.reexport import parse_target
+
     try:
         if any_port and value.endswith(":0"):
             return parse_target(value[:-1] + "1")[0], 0
@@ -128,9 +228,14 @@ def _run(args) -> int:
     import signal
 
     from cosample.collector.service import Service, Settings
+
     settings = Settings(
-        listen=_address(args.listen, "--listen", any_port=True), plan=args.plan, name=args.name,
-        metrics_port=args.metrics_port, http_host=args.http_host, state_dir=args.state_dir,
+        listen=_address(args.listen, "--listen", any_port=True),
+        plan=args.plan,
+        name=args.name,
+        metrics_port=args.metrics_port,
+        http_host=args.http_host,
+        state_dir=args.state_dir,
         http_max_connections=int(_positive(args.http_max_connections, "--http-max-connections")),
         http_idle_timeout_s=_positive(args.http_idle_timeout, "--http-idle-timeout"),
         window_s=_positive(args.window, "--window"),
@@ -138,16 +243,21 @@ def _run(args) -> int:
         plan_interval_s=_positive(args.plan_interval, "--plan-interval"),
         plan_timeout_s=_positive(args.plan_timeout, "--plan-timeout"),
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
-        events=args.events, band=args.band, max_silence_s=_positive(args.max_silence,
-                                                                    "--max-silence"),
-        reuse_port=args.reuse_port, partial=args.partial, public_key=args.public_key,
+        events=args.events,
+        band=args.band,
+        max_silence_s=_positive(args.max_silence, "--max-silence"),
+        reuse_port=args.reuse_port,
+        partial=args.partial,
+        public_key=args.public_key,
         insecure_unsigned=args.insecure_unsigned,
         receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")),
         snapshot_key=args.snapshot_key,
         ipfix=_address(args.ipfix, "--ipfix", any_port=True) if args.ipfix else None,
-        max_plan_bytes=int(_positive(args.max_plan_mib, "--max-plan-mib") * 1024 * 1024))
+        max_plan_bytes=int(_positive(args.max_plan_mib, "--max-plan-mib") * 1024 * 1024),
+    )
     if args.snapshot_key:
         from cosample.plan.signing import key_permission_warning
+
         warning = key_permission_warning(args.snapshot_key)
         if warning:
             print(f"cosample: {warning}", file=sys.stderr)
@@ -155,8 +265,11 @@ def _run(args) -> int:
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: service.stop())
     host, port = service.listen_address
-    http = f", HTTP on {service.http_address[0]}:{service.http_address[1]}" \
-        if settings.metrics_port is not None else ""
+    http = (
+        f", HTTP on {service.http_address[0]}:{service.http_address[1]}"
+        if settings.metrics_port is not None
+        else ""
+    )
     if settings.ipfix is not None:
         http += f", IPFIX on {service.ipfix_address[0]}:{service.ipfix_address[1]}"
     print(f"collector {settings.name}: sFlow on {host}:{port}{http}", file=sys.stderr, flush=True)
@@ -166,6 +279,7 @@ def _run(args) -> int:
 
 def _positive(value: float, option: str) -> float:
     from cosample.collector.errors import CollectorError
+
     if not value > 0:
         raise CollectorError(f"{option}: must be > 0, got {value}")
     return value
@@ -175,19 +289,31 @@ def _replay(args) -> int:
     from cosample.collector.pcap import Capture
     from cosample.collector.replay import Survey, heard_table, run, table
     from cosample.collector.snapshotwire import snapshot_json
+
     source = Capture(args.capture)
     heard = Survey() if args.plan is None and not args.json else None
     estimator, last = run(
-        args.plan, args.capture, inventory=_inventory(args), name=args.name,
+        args.plan,
+        args.capture,
+        inventory=_inventory(args),
+        name=args.name,
         window_s=_positive(args.window, "--window") if args.window else None,
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
-        source=source, heard=heard)
+        source=source,
+        heard=heard,
+    )
     if source.unused_bytes:
-        print(f"cosample: warning: {args.capture}: cut off in record {source.cut_record}: the "
-              f"last {source.unused_bytes} bytes hold no complete record and were not used",
-              file=sys.stderr)
-    print(snapshot_json(estimator.snapshot_data(last)) if args.json else
-          table(estimator.snapshot(last)), end="")
+        print(
+            f"cosample: warning: {args.capture}: cut off in record {source.cut_record}: the "
+            f"last {source.unused_bytes} bytes hold no complete record and were not used",
+            file=sys.stderr,
+        )
+    print(
+        snapshot_json(estimator.snapshot_data(last))
+        if args.json
+        else table(estimator.snapshot(last)),
+        end="",
+    )
     if args.plan is None and not args.json:
         print("\nagents heard (no --plan: each samples locally at the rate it reports):")
         print(heard_table(heard), end="")
@@ -198,6 +324,7 @@ def _merge(args) -> int:
     from cosample.collector.errors import CollectorError
     from cosample.collector.merge import merge_snapshots
     from cosample.collector.snapshot import parse_snapshot
+
     parts = []
     for path in args.snapshots:
         try:

@@ -29,17 +29,31 @@ if TYPE_CHECKING:  # pydantic's models: only where a snapshot model is asked for
 #: plane does not do what the plan says (agent in its safe state, mirror not yet set up).
 MISSING_STREAM_SAMPLES = 20.0
 #: The snapshot's columns per server, in the format's order (``snapshot.ServerTable``).
-SERVER_COLUMNS = ("name", "packets_per_s", "packets_per_s_ci95_low", "packets_per_s_ci95_high",
-                  "bytes_per_s", "bytes_per_s_ci95_low", "bytes_per_s_ci95_high", "samples",
-                  "samples_per_s", "local_samples", "mirrored_samples", "coverage",
-                  "last_sample_age_s", "packets_per_s_variance", "bytes_per_s_variance")
+SERVER_COLUMNS = (
+    "name",
+    "packets_per_s",
+    "packets_per_s_ci95_low",
+    "packets_per_s_ci95_high",
+    "bytes_per_s",
+    "bytes_per_s_ci95_low",
+    "bytes_per_s_ci95_high",
+    "samples",
+    "samples_per_s",
+    "local_samples",
+    "mirrored_samples",
+    "coverage",
+    "last_sample_age_s",
+    "packets_per_s_variance",
+    "bytes_per_s_variance",
+)
 
 
 class Estimates:
     """The normal path of ``Estimator`` (its state is the estimator's: see estimate.py)."""
 
-    def _precisions(self, server: str, local_seen: bool = True,
-                    mirrored_seen: bool = True) -> tuple[float, float, float, float]:
+    def _precisions(
+        self, server: str, local_seen: bool = True, mirrored_seen: bool = True
+    ) -> tuple[float, float, float, float]:
         """(l, Q, w_L, w_M) for ``server`` at the agents' current rates."""
         local, mirrored = self.attribution.rates(server, self.rate_of)
         if not local_seen:
@@ -56,6 +70,7 @@ class Estimates:
     def snapshot(self, now: float | None = None) -> Snapshot:
         """Estimates over the window ending at ``now`` (default: the newest datagram's time)."""
         from cosample.collector.snapshot import Snapshot
+
         return Snapshot.model_validate(self.snapshot_data(now))
 
     def snapshot_data(self, now: float | None = None) -> dict[str, Any]:
@@ -78,17 +93,32 @@ class Estimates:
         empty = [0] + [0.0] * 5
         for k, server in enumerate(sorted(set(plan_servers) | set(streams))):
             local, mirrored = streams.get(server, (empty, empty))
-            row, scales[server] = self._estimate(server, local, mirrored, start, now, span,
-                                                 server in plan_servers)
+            row, scales[server] = self._estimate(
+                server, local, mirrored, start, now, span, server in plan_servers
+            )
             packets, variance, octets, octet_variance, low, high, blow, bhigh, coverage = row
             samples = local[0] + mirrored[0]
             last = self._last.get(server)
-            for key, value in zip(SERVER_COLUMNS, (
-                    server, packets / window, low / window, high / window, octets / window,
-                    blow / window, bhigh / window, samples, samples / window, local[0],
-                    mirrored[0], float(coverage),
+            for key, value in zip(
+                SERVER_COLUMNS,
+                (
+                    server,
+                    packets / window,
+                    low / window,
+                    high / window,
+                    octets / window,
+                    blow / window,
+                    bhigh / window,
+                    samples,
+                    samples / window,
+                    local[0],
+                    mirrored[0],
+                    float(coverage),
                     max(0.0, (moment - _utc(last)).total_seconds()) if last is not None else None,
-                    variance / window ** 2, octet_variance / window ** 2)):
+                    variance / window**2,
+                    octet_variance / window**2,
+                ),
+            ):
                 columns[key].append(value)
             for port, rates in sorted((self.ports.rates.get(server) or {}).items()):
                 ports.append((k, port, rates))
@@ -99,22 +129,36 @@ class Estimates:
                 row = traffic.setdefault(src, {})
                 row[dst] = row.get(dst, 0.0) + scales.get(src, (1.0, 0.0))[kind] * w / window
         attribution = self.attribution
-        plan = None if attribution is None or attribution.plan_id is None else {
-            "version": attribution.plan_version, "plan_id": attribution.plan_id}
-        return {"collector": self.name, "time": moment, "window_s": float(window), "plan": plan,
-                "servers": columns,
-                "interfaces": None if not ports else {
-                    "server": [k for k, _, _ in ports], "port": [p for _, p, _ in ports],
-                    "in_pps": [r["in_pps"] for _, _, r in ports],
-                    "out_pps": [r["out_pps"] for _, _, r in ports]},
-                "traffic_pps": traffic_columns(traffic) if traffic is not None else None,
-                "dropped": dict(sorted(self.dropped.items())),
-                "ignored": dict(sorted(self.ignored.items())),
-                "agents": _heard(self.attribution, agents),
-                "unknown_agents": self.unknown.listed(now),
-                "sequence": self.sequence_counts(),
-                "discards": {server: dict(sorted(reasons.items()))
-                             for server, reasons in sorted(self.discards.items())}}
+        plan = (
+            None
+            if attribution is None or attribution.plan_id is None
+            else {"version": attribution.plan_version, "plan_id": attribution.plan_id}
+        )
+        return {
+            "collector": self.name,
+            "time": moment,
+            "window_s": float(window),
+            "plan": plan,
+            "servers": columns,
+            "interfaces": None
+            if not ports
+            else {
+                "server": [k for k, _, _ in ports],
+                "port": [p for _, p, _ in ports],
+                "in_pps": [r["in_pps"] for _, _, r in ports],
+                "out_pps": [r["out_pps"] for _, _, r in ports],
+            },
+            "traffic_pps": traffic_columns(traffic) if traffic is not None else None,
+            "dropped": dict(sorted(self.dropped.items())),
+            "ignored": dict(sorted(self.ignored.items())),
+            "agents": _heard(self.attribution, agents),
+            "unknown_agents": self.unknown.listed(now),
+            "sequence": self.sequence_counts(),
+            "discards": {
+                server: dict(sorted(reasons.items()))
+                for server, reasons in sorted(self.discards.items())
+            },
+        }
 
     def _loss_factors(self) -> tuple[dict[str, float], dict[str, list[float]]]:
         """agent -> ``(received + lost) / received`` over the window; agent -> [got, lost]."""
@@ -128,8 +172,10 @@ class Estimates:
                 for agent, lost in row.items():
                     if agent in agents:
                         agents[agent][1] += lost
-        loss = {agent: (got + max(lost, 0.0)) / got if got else 1.0
-                for agent, (got, lost) in agents.items()}
+        loss = {
+            agent: (got + max(lost, 0.0)) / got if got else 1.0
+            for agent, (got, lost) in agents.items()
+        }
         return loss, agents
 
     def _stream_sums(self, loss: dict[str, float]) -> tuple[dict, dict]:
@@ -163,13 +209,23 @@ class Estimates:
             stream[5] += f * (f - 1) * _spread(by, by2, count)
         return streams, matrix
 
-    def _estimate(self, server: str, local: list, mirrored: list, start: float, now: float,
-                  span: float, planned: bool) -> tuple[tuple, tuple[float, float]]:
+    def _estimate(
+        self,
+        server: str,
+        local: list,
+        mirrored: list,
+        start: float,
+        now: float,
+        span: float,
+        planned: bool,
+    ) -> tuple[tuple, tuple[float, float]]:
         """One server's packets, variance, octets, their variance, both intervals and its
         coverage (over the window, not yet per second); and what one counted packet of each
         stream weighs."""
-        phi_l, phi_m = (self.streams.exposure(server, kind, start, now) / span if span > 0
-                        else 1.0 for kind in (0, 1))
+        phi_l, phi_m = (
+            self.streams.exposure(server, kind, start, now) / span if span > 0 else 1.0
+            for kind in (0, 1)
+        )
         if planned:
             l, q, _, _ = self._precisions(server)
             coverage = min(1.0, l + q - l * q)
@@ -195,8 +251,10 @@ class Estimates:
                 octet_variance += share * share * extrapolate(sums[3], sums[5], phi)[1]
         low, high = packets_interval(packets, variance, l + q)
         blow, bhigh = normal_interval(octets, octet_variance)
-        return (packets, variance, octets, octet_variance, low, high, blow, bhigh,
-                coverage), (g_l, g_m)
+        return (packets, variance, octets, octet_variance, low, high, blow, bhigh, coverage), (
+            g_l,
+            g_m,
+        )
 
     def sequence_counts(self) -> dict[str, int]:
         """What the sequence numbers said since start (``loss``): resets, restarts, late."""
@@ -217,8 +275,11 @@ def _spread(total: float, squares: float, count: int) -> float:
 
 def _heard(attribution, agents) -> list[str]:
     """The agent addresses heard: an IPFIX stream's key (``ipfix/<domain>``) as its exporter's."""
-    exporters = {} if attribution is None else {
-        plan.ipfix_key: plan.agent for plan in attribution.servers.values() if plan.ipfix_key}
+    exporters = (
+        {}
+        if attribution is None
+        else {plan.ipfix_key: plan.agent for plan in attribution.servers.values() if plan.ipfix_key}
+    )
     return sorted({exporters.get(agent) or agent for agent in agents})
 
 

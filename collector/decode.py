@@ -21,8 +21,13 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 
 from cosample.collector.errors import CollectorError
-from cosample.collector.records import (HEADER_ETHERNET, Datagram, DiscardSample, FlowSample,
-                                        InterfaceCounters, flow_record)
+from cosample.collector.records import (
+    HEADER_ETHERNET,
+    Datagram,
+    DiscardSample,
+    FlowSample,
+    InterfaceCounters,
+)
 
 FLOW_SAMPLE, COUNTER_SAMPLE, FLOW_SAMPLE_EXPANDED, COUNTER_SAMPLE_EXPANDED = 1, 2, 3, 4
 DISCARDED_PACKET = 5
@@ -35,19 +40,24 @@ MAX_DATAGRAM_BYTES = 65507
 DECODE_REASONS = ("truncated", "oversized", "bad_version", "bad_address_type", "bad_count")
 
 _U32 = struct.Struct("!I")
-_HEAD4 = struct.Struct("!II4sIIII")  # version, address type, IPv4, sub-agent, sequence, uptime, count
+_HEAD4 = struct.Struct(
+    "!II4sIIII"
+)  # version, address type, IPv4, sub-agent, sequence, uptime, count
 _PAIR = struct.Struct("!II")
 _FLOW = struct.Struct("!IIIIIIII")  # sequence, source id, rate, pool, drops, input, output, records
 _FLOW_X = struct.Struct("!IIIIIIIIIII")  # expanded: id type, id index; in/out as format, value
 _RAW = struct.Struct("!IIII")  # header protocol, frame length, stripped, header length
-_DISCARD = struct.Struct("!IIIIIIII")  # sequence, id type, id index, drops, in, out, reason, records
+_DISCARD = struct.Struct(
+    "!IIIIIIII"
+)  # sequence, id type, id index, drops, in, out, reason, records
 _COUNTERS = struct.Struct("!III")  # sequence, source id, records
 _COUNTERS_X = struct.Struct("!IIII")
 _GENERIC = struct.Struct("!IIQIIQIIIIIIQIIIIII")
 _ntoa = socket.inet_ntoa
 
 try:  # built by ``pip install -e .`` (setup.py); without it the Python decoder does all
-    from cosample.collector._sflow import agent as _agent, scan as _scan
+    from cosample.collector._sflow import agent as _agent
+    from cosample.collector._sflow import scan as _scan
 except ImportError:  # pragma: no cover - a source tree used without installing
     _agent = _scan = None
 #: Whether the compiled fast path is in use (tests assert it is built).
@@ -63,8 +73,9 @@ class DecodeError(CollectorError):
 
 
 def _truncated(what: str, offset: int, need: int, have: int) -> DecodeError:
-    return DecodeError("truncated", f"truncated {what}: need {need} bytes at offset {offset}, "
-                                    f"have {max(have, 0)}")
+    return DecodeError(
+        "truncated", f"truncated {what}: need {need} bytes at offset {offset}, have {max(have, 0)}"
+    )
 
 
 def _header(data: bytes) -> tuple[str, int, int, int, int, int]:
@@ -137,8 +148,9 @@ def _decode(data: bytes, flow: Callable[[str, bytes, tuple], object]) -> tuple:
     discards: list[DiscardSample] = []
     for fmt, start, end in _samples(data, offset, count):
         if fmt == FLOW_SAMPLE or fmt == FLOW_SAMPLE_EXPANDED:
-            flows.append(flow(agent, data, _flow_fields(data, start, end,
-                                                        fmt == FLOW_SAMPLE_EXPANDED)))
+            flows.append(
+                flow(agent, data, _flow_fields(data, start, end, fmt == FLOW_SAMPLE_EXPANDED))
+            )
         elif fmt == COUNTER_SAMPLE or fmt == COUNTER_SAMPLE_EXPANDED:
             _counter_sample(data, start, end, agent, fmt == COUNTER_SAMPLE_EXPANDED, counters)
         elif fmt == DISCARDED_PACKET:
@@ -147,18 +159,73 @@ def _decode(data: bytes, flow: Callable[[str, bytes, tuple], object]) -> tuple:
 
 
 def _flow_sample(agent: str, data: bytes, fields: tuple) -> FlowSample:
-    (sequence, index, rate, pool, drops, input_port, output_port, frame_length, head, tail,
-     outer_src, outer_dst, vni, protocol) = fields
-    return FlowSample(agent, sequence, rate, pool, drops, input_port, output_port, frame_length,
-                      data[head:tail], outer_src, outer_dst, vni, index, protocol)
+    (
+        sequence,
+        index,
+        rate,
+        pool,
+        drops,
+        input_port,
+        output_port,
+        frame_length,
+        head,
+        tail,
+        outer_src,
+        outer_dst,
+        vni,
+        protocol,
+    ) = fields
+    return FlowSample(
+        agent,
+        sequence,
+        rate,
+        pool,
+        drops,
+        input_port,
+        output_port,
+        frame_length,
+        data[head:tail],
+        outer_src,
+        outer_dst,
+        vni,
+        index,
+        protocol,
+    )
 
 
 def _compact(agent: str, data: bytes, fields: tuple) -> tuple:
     """``parse_compact``'s tuple of one flow sample."""
-    (sequence, index, rate, _, drops, input_port, output_port, frame_length, head, tail, outer,
-     _, vni, protocol) = fields
-    return (sequence, index, rate, drops, frame_length, vni, outer, head, tail, None, input_port,
-            output_port, protocol)
+    (
+        sequence,
+        index,
+        rate,
+        _,
+        drops,
+        input_port,
+        output_port,
+        frame_length,
+        head,
+        tail,
+        outer,
+        _,
+        vni,
+        protocol,
+    ) = fields
+    return (
+        sequence,
+        index,
+        rate,
+        drops,
+        frame_length,
+        vni,
+        outer,
+        head,
+        tail,
+        None,
+        input_port,
+        output_port,
+        protocol,
+    )
 
 
 def _samples(data: bytes, offset: int, count: int) -> Iterator[tuple[int, int, int]]:
@@ -175,8 +242,9 @@ def _samples(data: bytes, offset: int, count: int) -> Iterator[tuple[int, int, i
         yield fmt, start, offset
 
 
-def _records(data: bytes, offset: int, end: int, count: int,
-             what: str) -> Iterator[tuple[int, int, int]]:
+def _records(
+    data: bytes, offset: int, end: int, count: int, what: str
+) -> Iterator[tuple[int, int, int]]:
     """(format, body start, body length) of a sample's ``count`` records from ``offset``, each
     checked to lie inside the sample (which ends at ``end``): the one record reader of flow,
     discard and counter samples."""
@@ -207,16 +275,21 @@ def _flow_fields(data: bytes, start: int, end: int, expanded: bool) -> tuple:
     if expanded:
         if start + 44 > end:
             raise _truncated("expanded flow sample", start, 44, end - start)
-        (sequence, _, index, rate, pool, drops, _, input_port, _, output_port,
-         records) = _FLOW_X.unpack_from(data, start)
+        (sequence, _, index, rate, pool, drops, _, input_port, _, output_port, records) = (
+            _FLOW_X.unpack_from(data, start)
+        )
         offset = start + 44
     else:
         if start + 32 > end:
             raise _truncated("flow sample", start, 32, end - start)
-        sequence, source, rate, pool, drops, input_port, output_port, records = \
-            _FLOW.unpack_from(data, start)
-        index, input_port, output_port = source & 0xFFFFFF, input_port & 0x3FFFFFFF, \
-            output_port & 0x3FFFFFFF
+        sequence, source, rate, pool, drops, input_port, output_port, records = _FLOW.unpack_from(
+            data, start
+        )
+        index, input_port, output_port = (
+            source & 0xFFFFFF,
+            input_port & 0x3FFFFFFF,
+            output_port & 0x3FFFFFFF,
+        )
         offset = start + 32
     frame_length = head = tail = 0
     outer_src = outer_dst = vni = None
@@ -227,31 +300,48 @@ def _flow_fields(data: bytes, start: int, end: int, expanded: bool) -> tuple:
         elif fmt == TUNNEL_IPV4_INGRESS:
             if length < 32:
                 raise _truncated("tunnel ingress record", body, 32, length)
-            outer_src, outer_dst = data[body + 8:body + 12], data[body + 12:body + 16]
+            outer_src, outer_dst = data[body + 8 : body + 12], data[body + 12 : body + 16]
         elif fmt == VNI_INGRESS:
             if length < 4:
                 raise _truncated("VNI ingress record", body, 4, length)
             vni = _U32.unpack_from(data, body)[0]
-    return (sequence, index, rate, pool, drops, input_port, output_port, frame_length, head,
-            tail, outer_src, outer_dst, vni, protocol)
+    return (
+        sequence,
+        index,
+        rate,
+        pool,
+        drops,
+        input_port,
+        output_port,
+        frame_length,
+        head,
+        tail,
+        outer_src,
+        outer_dst,
+        vni,
+        protocol,
+    )
 
 
 def _discard_sample(data: bytes, start: int, end: int, agent: str) -> DiscardSample:
     if start + _DISCARD.size > end:
         raise _truncated("discarded packet sample", start, _DISCARD.size, end - start)
-    sequence, _, index, drops, input_port, output_port, reason, records = \
-        _DISCARD.unpack_from(data, start)
+    sequence, _, index, drops, input_port, output_port, reason, records = _DISCARD.unpack_from(
+        data, start
+    )
     frame_length, header = 0, b""
     for fmt, body, length in _records(data, start + _DISCARD.size, end, records, "discard"):
         if fmt == RAW_PACKET_HEADER:
             _, frame_length, head, tail = _raw_header(data, body, length)
             header = data[head:tail]
-    return DiscardSample(agent, sequence, index, drops, input_port, output_port, reason,
-                         frame_length, header)
+    return DiscardSample(
+        agent, sequence, index, drops, input_port, output_port, reason, frame_length, header
+    )
 
 
-def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: bool,
-                    out: list[InterfaceCounters]) -> None:
+def _counter_sample(
+    data: bytes, start: int, end: int, agent: str, expanded: bool, out: list[InterfaceCounters]
+) -> None:
     layout = _COUNTERS_X if expanded else _COUNTERS
     if start + layout.size > end:
         raise _truncated("counter sample", start, layout.size, end - start)
@@ -262,13 +352,24 @@ def _counter_sample(data: bytes, start: int, end: int, agent: str, expanded: boo
             if length < _GENERIC.size:
                 raise _truncated("generic interface counters", body, _GENERIC.size, length)
             values = _GENERIC.unpack_from(data, body)
-            out.append(InterfaceCounters(agent, if_index=values[0], in_octets=values[5],
-                                         in_packets=values[6], out_octets=values[12],
-                                         out_packets=values[13], sequence=sequence))
+            out.append(
+                InterfaceCounters(
+                    agent,
+                    if_index=values[0],
+                    in_octets=values[5],
+                    in_packets=values[6],
+                    out_octets=values[12],
+                    out_packets=values[13],
+                    sequence=sequence,
+                )
+            )
 
 
-def parse_compact(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
-                                        tuple[InterfaceCounters, ...], tuple[DiscardSample, ...]]:
+def parse_compact(
+    data: bytes,
+) -> tuple[
+    str, int, int, int, tuple[tuple, ...], tuple[InterfaceCounters, ...], tuple[DiscardSample, ...]
+]:
     """The collector's fast path: ``(agent, sub-agent, datagram sequence, uptime, flows,
     counters, discards)`` with each flow sample as
     a plain tuple ``(sequence, source index, sampling rate, drops, frame length, vni, outer
@@ -305,9 +406,11 @@ def parse_grouped(data: bytes) -> tuple:
     return agent, sub_agent, number, uptime, flows, tuple(counters), tuple(discards), alike, runs
 
 
-def parse_compact_python(data: bytes) -> tuple[str, int, int, int, tuple[tuple, ...],
-                                               tuple[InterfaceCounters, ...],
-                                               tuple[DiscardSample, ...]]:
+def parse_compact_python(
+    data: bytes,
+) -> tuple[
+    str, int, int, int, tuple[tuple, ...], tuple[InterfaceCounters, ...], tuple[DiscardSample, ...]
+]:
     """``parse_compact`` in Python alone: the reference the compiled scan is tested against,
     and the decoder of every datagram the scan leaves (malformed ones)."""
     return _decode(data, _compact)

@@ -31,17 +31,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from socket import inet_ntoa as _ntoa
 from collections.abc import Callable
+from socket import inet_ntoa as _ntoa
 
 from cosample.collector.attribution import LOCAL, Attribution, Source
 from cosample.collector.combine import Estimates
-from cosample.collector.decode import DecodeError, FlowSample, flow_record, parse_grouped
+from cosample.collector.decode import DecodeError, FlowSample, parse_grouped
 from cosample.collector.exposure import PENDING, Streams
 from cosample.collector.ipfix import Templates
 from cosample.collector.ipfixingest import IpfixIngest
 from cosample.collector.loss import LossTracker
 from cosample.collector.ports import PortRates
+from cosample.collector.records import flow_record
 from cosample.collector.unknown import UnknownAgents
 
 #: Verdicts cached per (agent, VNI, outer source); cleared when full (tenant tunnels are many).
@@ -55,8 +56,14 @@ class Estimator(Estimates, IpfixIngest):
     action, ``ipfixingest``), renormalised by a plan (the fast path here; ``snapshot``, the
     normal path, in combine.py)."""
 
-    def __init__(self, attribution: Attribution | None, *, window_s: float | None = 30.0,
-                 name: str = "collector", partial: bool = False) -> None:
+    def __init__(
+        self,
+        attribution: Attribution | None,
+        *,
+        window_s: float | None = 30.0,
+        name: str = "collector",
+        partial: bool = False,
+    ) -> None:
         self.attribution = attribution
         #: Another instance may hold the other stream of a server (SO_REUSEPORT workers): never
         #: conclude that a stream the plan expects is missing.
@@ -122,8 +129,9 @@ class Estimator(Estimates, IpfixIngest):
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
         try:
-            agent, sub_agent, number, uptime, flows, counters, discards, alike, runs = \
+            agent, sub_agent, number, uptime, flows, counters, discards, alike, runs = (
                 parse_grouped(data)
+            )
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
             return
@@ -158,8 +166,9 @@ class Estimator(Estimates, IpfixIngest):
         agent_rate = rate_of.get(agent)
         gate, starting = self.streams.gate, None
         if need_record:  # each sample on its own: its destination, the re-export's record
-            groups = [(flow[2], flow[5], flow[6], 1, flow[4], flow[4] * flow[4], flow)
-                      for flow in flows]
+            groups = [
+                (flow[2], flow[5], flow[6], 1, flow[4], flow[4] * flow[4], flow) for flow in flows
+            ]
         elif alike is not None:  # grouped by the compiled scan, as below
             groups = alike
         else:  # samples alike but for their size are added once per datagram (the common case)
@@ -174,8 +183,10 @@ class Estimator(Estimates, IpfixIngest):
                     group[0] += 1
                     group[1] += size
                     group[2] += size * size
-            groups = [(rate, vni, outer, n, sizes, squares, None)
-                      for (rate, vni, outer), (n, sizes, squares) in alike.items()]
+            groups = [
+                (rate, vni, outer, n, sizes, squares, None)
+                for (rate, vni, outer), (n, sizes, squares) in alike.items()
+            ]
         for rate, vni, outer, n, sizes, squares, flow in groups:
             verdict_key = (agent, vni, outer)
             source = verdicts.get(verdict_key)
@@ -183,7 +194,8 @@ class Estimator(Estimates, IpfixIngest):
                 if len(verdicts) >= VERDICT_CACHE:
                     verdicts.clear()
                 source = verdicts[verdict_key] = attribution.source(
-                    agent, vni, _ntoa(outer) if outer is not None else None)
+                    agent, vni, _ntoa(outer) if outer is not None else None
+                )
             if source.__class__ is str:
                 (self.ignored if source == "overlay_ingress" else self.dropped)[source] += n
                 continue
@@ -201,7 +213,7 @@ class Estimator(Estimates, IpfixIngest):
                 state = gate.get(stream) if gate else None
                 if state == PENDING:  # the agent started this stream: it runs from now on, and
                     self.streams.start(server, agent, kind, now)  # the samples of this first
-                    self._mirror_q.pop(server, None)              # datagram were taken before
+                    self._mirror_q.pop(server, None)  # datagram were taken before
                     starting = (starting or set()) | {stream}
                 if starting is not None and stream in starting:
                     self.ignored["stream_start"] += n
@@ -215,8 +227,9 @@ class Estimator(Estimates, IpfixIngest):
             if flow is not None:
                 record = flow_record(agent, flow, data)
                 if server_of_address:
-                    dst = server_of_address.get(record.dst_ip) or \
-                        server_of_address.get(record.dst_mac)
+                    dst = server_of_address.get(record.dst_ip) or server_of_address.get(
+                        record.dst_mac
+                    )
             key = (server, agent, kind, dst)
             acc = sums.get(key)
             if acc is None:
@@ -257,9 +270,14 @@ class Estimator(Estimates, IpfixIngest):
 
     def _running_q(self, sender: str) -> float:
         servers, runs = self.attribution.servers, self.streams.runs
-        return min(1.0, math.fsum(
-            q for receiver, q in self.attribution.mirror_rates(sender, self.rate_of).items()
-            if runs(sender, servers[receiver].agent, 1)))
+        return min(
+            1.0,
+            math.fsum(
+                q
+                for receiver, q in self.attribution.mirror_rates(sender, self.rate_of).items()
+                if runs(sender, servers[receiver].agent, 1)
+            ),
+        )
 
     def _book(self, agent: str, count: float, t0: float, t1: float) -> None:
         """Spread ``count`` lost samples of ``agent`` over the buckets of ``[t0, t1]`` (the time
@@ -269,8 +287,11 @@ class Estimator(Estimates, IpfixIngest):
         oldest = self._buckets[0][0] if self.window_s is not None and self._buckets else first
         lost = self._lost
         for bucket in range(max(first, oldest), last + 1):
-            share = 1.0 if last == first else \
-                (min(t1, (bucket + 1) * size) - max(t0, bucket * size)) / (t1 - t0)
+            share = (
+                1.0
+                if last == first
+                else (min(t1, (bucket + 1) * size) - max(t0, bucket * size)) / (t1 - t0)
+            )
             if share > 0.0:
                 row = lost.get(bucket)
                 if row is None:

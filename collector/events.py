@@ -23,8 +23,13 @@ class Event:
     reason: str  # "first", "band" or "silence"
 
     def as_dict(self) -> dict:
-        return {"time": self.time, "key": self.key, "value": self.value,
-                "previous": self.previous, "reason": self.reason}
+        return {
+            "time": self.time,
+            "key": self.key,
+            "value": self.value,
+            "previous": self.previous,
+            "reason": self.reason,
+        }
 
 
 class EventDetector:
@@ -32,7 +37,9 @@ class EventDetector:
 
     def __init__(self, band: float = 0.1, max_silence_s: float = 300.0) -> None:
         if not band >= 0 or not max_silence_s > 0:
-            raise ValueError(f"band must be >= 0 and max_silence_s > 0, got {band}, {max_silence_s}")
+            raise ValueError(
+                f"band must be >= 0 and max_silence_s > 0, got {band}, {max_silence_s}"
+            )
         self.band, self.max_silence_s = band, max_silence_s
         self._reported: dict[str, tuple[float, float]] = {}  # key -> (value, time)
 
@@ -50,8 +57,11 @@ class EventDetector:
         return Event(now, key, value, last[0] if last else None, reason)
 
     def update_all(self, values: Mapping[str, float], now: float) -> list[Event]:
-        return [event for key, value in sorted(values.items())
-                if (event := self.update(key, value, now)) is not None]
+        return [
+            event
+            for key, value in sorted(values.items())
+            if (event := self.update(key, value, now)) is not None
+        ]
 
 
 def write_events(events: Iterable[Event], stream: IO[str]) -> int:

@@ -48,8 +48,12 @@ class Streams:
         self._planned: dict[str, set[tuple[str, int]]] = {}
         self._seen_plan = False
 
-    def plan(self, attribution: Attribution, at: float | None,
-             last: Callable[[str, str, int], float | None] = lambda *_: None) -> None:
+    def plan(
+        self,
+        attribution: Attribution,
+        at: float | None,
+        last: Callable[[str, str, int], float | None] = lambda *_: None,
+    ) -> None:
         """A new plan seen at ``at`` (None: before any sample, the streams ran all along).
 
         ``last(server, agent, kind)``: arrival time of the stream's newest datagram, if any.
@@ -166,4 +170,4 @@ def extrapolate(total: float, variance: float, fraction: float) -> tuple[float, 
     """
     if fraction <= 0.0:
         return 0.0, 0.0
-    return total / fraction, (variance + total * (1.0 - fraction)) / fraction ** 2
+    return total / fraction, (variance + total * (1.0 - fraction)) / fraction**2

@@ -72,7 +72,7 @@ def _half_eta_squared(mu: float) -> float:
 
 def _gamma_star(a: float) -> float:
     """``Gamma*(a)`` for ``a >= TEMME_MIN_A`` (Stirling's series, six terms: < 1e-15 there)."""
-    return sum(g / a ** k for k, g in enumerate(STIRLING))
+    return sum(g / a**k for k, g in enumerate(STIRLING))
 
 
 def _temme(a: float, x: float) -> tuple[float, float, float] | None:
@@ -86,7 +86,7 @@ def _temme(a: float, x: float) -> tuple[float, float, float] | None:
     for k, (alpha, powers) in enumerate(_TERMS):
         if scale < 1e-20:
             break
-        c = alpha * eta ** -(2 * k + 1) + sum(b * mu ** -j for j, b in powers.items())
+        c = alpha * eta ** -(2 * k + 1) + sum(b * mu**-j for j, b in powers.items())
         total += c * scale
         scale /= a
     front = math.exp(-a * half)
@@ -101,8 +101,11 @@ def _temme(a: float, x: float) -> tuple[float, float, float] | None:
 def _classic(a: float, x: float) -> tuple[float, float, float]:
     """(P, Q, density at x) by the power series (x < a + 1) or the continued fraction."""
     if a >= TEMME_MIN_A:  # x^a e^-x / Gamma(a) without the cancellation of a ln x - lgamma(a)
-        log_front = 0.5 * math.log(a / (2.0 * math.pi)) - math.log(_gamma_star(a)) - \
-            a * _half_eta_squared((x - a) / a)
+        log_front = (
+            0.5 * math.log(a / (2.0 * math.pi))
+            - math.log(_gamma_star(a))
+            - a * _half_eta_squared((x - a) / a)
+        )
     else:
         log_front = a * math.log(x) - x - math.lgamma(a)
     log_density = log_front - math.log(x)
@@ -151,8 +154,9 @@ def _normal_quantile(q: float) -> float:
     the starting point of the iteration."""
     p = min(q, 1.0 - q)
     t = math.sqrt(-2.0 * math.log(p))
-    z = t - (2.515517 + 0.802853 * t + 0.010328 * t * t) / \
-        (1.0 + 1.432788 * t + 0.189269 * t * t + 0.001308 * t * t * t)
+    z = t - (2.515517 + 0.802853 * t + 0.010328 * t * t) / (
+        1.0 + 1.432788 * t + 0.189269 * t * t + 0.001308 * t * t * t
+    )
     return z if q > 0.5 else -z
 
 
@@ -161,7 +165,7 @@ def _start(a: float, q: float) -> float:
     if a > 1.0:
         cube = 1.0 - 1.0 / (9.0 * a) + _normal_quantile(q) / (3.0 * math.sqrt(a))
         if cube > 0.0:
-            return a * cube ** 3
+            return a * cube**3
     small = math.exp((math.log(q) + math.lgamma(a + 1.0)) / a)
     return small if small < a + 1.0 else a + 1.0
 

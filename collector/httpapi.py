@@ -19,8 +19,9 @@ if TYPE_CHECKING:  # the service imports this module
     from cosample.collector.service import Service
 
 
-def send_body(request: BaseHTTPRequestHandler, body: bytes, kind: str,
-              signature: str | None = None) -> None:
+def send_body(
+    request: BaseHTTPRequestHandler, body: bytes, kind: str, signature: str | None = None
+) -> None:
     """A 200 answer of ``body`` (type ``kind``), with its signature header when signed
     (``authenticity.HEADER``: the collector's and the application monitor's snapshots)."""
     request.send_response(200)
@@ -36,8 +37,9 @@ def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
     """The daemon's HTTP server on ``host:port`` (not started): ``/snapshot`` and
     ``/snapshot.bin`` (503 before the first export; signed with ``--snapshot-key``),
     ``/metrics``, ``/status``, ``/healthz``."""
+
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             binary = path == snapshotbin.BINARY_PATH
             signature = None
@@ -55,8 +57,7 @@ def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
             elif path == "/status":
                 body, kind = service.status_json(), "application/json"
             else:
-                self.send_error(404, "try /snapshot, /snapshot.bin, /metrics, /status or "
-                                     "/healthz")
+                self.send_error(404, "try /snapshot, /snapshot.bin, /metrics, /status or /healthz")
                 return
             send_body(self, body, kind, signature)
 
@@ -64,9 +65,13 @@ def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
             pass
 
     try:
-        return BoundedHTTPServer((host, port), Handler,
-                                 max_connections=service.settings.http_max_connections,
-                                 idle_timeout_s=service.settings.http_idle_timeout_s)
+        return BoundedHTTPServer(
+            (host, port),
+            Handler,
+            max_connections=service.settings.http_max_connections,
+            idle_timeout_s=service.settings.http_idle_timeout_s,
+        )
     except OSError as exc:
-        raise CollectorError(f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})") \
-            from None
+        raise CollectorError(
+            f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})"
+        ) from None

@@ -25,6 +25,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
+
 _STARVED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _PAUSE_S = 0.1
 
@@ -33,9 +34,14 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
-                 max_connections: int = MAX_CONNECTIONS,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ) -> None:
         handler = type(handler.__name__, (handler,), {"timeout": idle_timeout_s})
         super().__init__(address, handler)
         self.max_connections = max_connections

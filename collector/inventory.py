@@ -25,8 +25,9 @@ INVENTORY_FORMAT = "cosample.addresses"
 
 def _mac(value: str) -> str:
     parts = value.lower().replace("-", ":").split(":")
-    if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdef" for c in p)
-                                  for p in parts):
+    if len(parts) != 6 or not all(
+        len(p) == 2 and all(c in "0123456789abcdef" for c in p) for p in parts
+    ):
         raise ValueError("expected a MAC address like 02:00:00:00:00:01")
     return ":".join(parts)
 
@@ -53,8 +54,10 @@ class Inventory(Strict):
         for name, entry in self.servers.items():
             for address in [*entry.vm_addresses, *entry.vm_macs]:
                 if out.setdefault(address, name) != name:
-                    raise CollectorError(f"inventory: servers.{name}: address {address} is "
-                                         f"also listed under {out[address]}")
+                    raise CollectorError(
+                        f"inventory: servers.{name}: address {address} is "
+                        f"also listed under {out[address]}"
+                    )
         return out
 
     def server_of_agent(self) -> dict[str, str]:
@@ -63,8 +66,10 @@ class Inventory(Strict):
         out: dict[str, str] = {}
         for name, entry in self.servers.items():
             if entry.agent_ip and out.setdefault(entry.agent_ip, name) != name:
-                raise CollectorError(f"inventory: servers.{name}: agent_ip {entry.agent_ip} is "
-                                     f"also the agent of {out[entry.agent_ip]}")
+                raise CollectorError(
+                    f"inventory: servers.{name}: agent_ip {entry.agent_ip} is "
+                    f"also the agent of {out[entry.agent_ip]}"
+                )
         return out
 
 

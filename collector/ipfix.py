@@ -49,21 +49,37 @@ _UINT, _IPV4, _IPV6, _MAC, _TEXT = range(5)
 #: IANA information elements the collector reads (name, how to decode); any other IANA
 #: element is kept as bytes under its number, enterprise elements are skipped.
 ELEMENTS: dict[int, tuple[str, int]] = {
-    1: ("octetDeltaCount", _UINT), 2: ("packetDeltaCount", _UINT),
-    4: ("protocolIdentifier", _UINT), 5: ("ipClassOfService", _UINT),
-    6: ("tcpControlBits", _UINT), 7: ("sourceTransportPort", _UINT),
-    8: ("sourceIPv4Address", _IPV4), 10: ("ingressInterface", _UINT),
-    11: ("destinationTransportPort", _UINT), 12: ("destinationIPv4Address", _IPV4),
-    14: ("egressInterface", _UINT), 27: ("sourceIPv6Address", _IPV6),
-    28: ("destinationIPv6Address", _IPV6), 34: ("samplingInterval", _UINT),
-    56: ("sourceMacAddress", _MAC), 58: ("vlanId", _UINT), 80: ("destinationMacAddress", _MAC),
-    82: ("interfaceName", _TEXT), 83: ("interfaceDescription", _TEXT),
-    85: ("octetTotalCount", _UINT), 86: ("packetTotalCount", _UINT),
-    136: ("flowEndReason", _UINT), 138: ("observationPointId", _UINT),
-    149: ("observationDomainId", _UINT), 150: ("flowStartSeconds", _UINT),
-    151: ("flowEndSeconds", _UINT), 152: ("flowStartMilliseconds", _UINT),
-    153: ("flowEndMilliseconds", _UINT), 256: ("ethernetType", _UINT),
-    305: ("samplingPacketInterval", _UINT), 352: ("layer2OctetDeltaCount", _UINT),
+    1: ("octetDeltaCount", _UINT),
+    2: ("packetDeltaCount", _UINT),
+    4: ("protocolIdentifier", _UINT),
+    5: ("ipClassOfService", _UINT),
+    6: ("tcpControlBits", _UINT),
+    7: ("sourceTransportPort", _UINT),
+    8: ("sourceIPv4Address", _IPV4),
+    10: ("ingressInterface", _UINT),
+    11: ("destinationTransportPort", _UINT),
+    12: ("destinationIPv4Address", _IPV4),
+    14: ("egressInterface", _UINT),
+    27: ("sourceIPv6Address", _IPV6),
+    28: ("destinationIPv6Address", _IPV6),
+    34: ("samplingInterval", _UINT),
+    56: ("sourceMacAddress", _MAC),
+    58: ("vlanId", _UINT),
+    80: ("destinationMacAddress", _MAC),
+    82: ("interfaceName", _TEXT),
+    83: ("interfaceDescription", _TEXT),
+    85: ("octetTotalCount", _UINT),
+    86: ("packetTotalCount", _UINT),
+    136: ("flowEndReason", _UINT),
+    138: ("observationPointId", _UINT),
+    149: ("observationDomainId", _UINT),
+    150: ("flowStartSeconds", _UINT),
+    151: ("flowEndSeconds", _UINT),
+    152: ("flowStartMilliseconds", _UINT),
+    153: ("flowEndMilliseconds", _UINT),
+    256: ("ethernetType", _UINT),
+    305: ("samplingPacketInterval", _UINT),
+    352: ("layer2OctetDeltaCount", _UINT),
 }
 
 
@@ -108,13 +124,21 @@ class Message:
 class Templates:
     """The template state of every session; ``decode`` reads one message with it."""
 
-    def __init__(self, lifetime_s: float = TEMPLATE_LIFETIME_S, max_sessions: int = MAX_SESSIONS,
-                 max_templates: int = MAX_TEMPLATES) -> None:
-        self.lifetime_s, self.max_sessions, self.max_templates = \
-            lifetime_s, max_sessions, max_templates
+    def __init__(
+        self,
+        lifetime_s: float = TEMPLATE_LIFETIME_S,
+        max_sessions: int = MAX_SESSIONS,
+        max_templates: int = MAX_TEMPLATES,
+    ) -> None:
+        self.lifetime_s, self.max_sessions, self.max_templates = (
+            lifetime_s,
+            max_sessions,
+            max_templates,
+        )
         #: (exporter, domain) -> template id -> (template, time last sent)
-        self._sessions: OrderedDict[tuple[str, int], dict[int, tuple[Template, float]]] = \
+        self._sessions: OrderedDict[tuple[str, int], dict[int, tuple[Template, float]]] = (
             OrderedDict()
+        )
         #: counts the changes to the templates (``ipfixtemplates`` saves them when it moved)
         self.changes = 0
 
@@ -125,8 +149,7 @@ class Templates:
         """Every session's templates, oldest session first (a copy)."""
         return [(key, dict(table)) for key, table in self._sessions.items()]
 
-    def restore(self, sessions: dict[tuple[str, int], dict[int, tuple[Template, float]]]
-                ) -> None:
+    def restore(self, sessions: dict[tuple[str, int], dict[int, tuple[Template, float]]]) -> None:
         """Take ``sessions`` (``ipfixtemplates.load``'s) as known before anything is received."""
         for key, table in sessions.items():
             self._commit(key, dict(table), max(sent for _, sent in table.values()))
@@ -141,16 +164,19 @@ class Templates:
         """The message in ``data`` from ``exporter`` received at ``now``; raises only
         ``IpfixError``, and then leaves every template as it was."""
         if len(data) < HEADER.size:
-            raise IpfixError("ipfix_truncated", f"message of {len(data)} bytes is shorter than "
-                                                f"the {HEADER.size}-byte IPFIX header")
+            raise IpfixError(
+                "ipfix_truncated",
+                f"message of {len(data)} bytes is shorter than the {HEADER.size}-byte IPFIX header",
+            )
         version, length, export_time, sequence, domain = HEADER.unpack_from(data)
         if version != VERSION:
             raise IpfixError("ipfix_bad_version", f"version {version}, not IPFIX's {VERSION}")
         if length < HEADER.size:
             raise IpfixError("ipfix_bad_length", f"header length {length} < {HEADER.size}")
         if length > len(data):
-            raise IpfixError("ipfix_truncated", f"header length {length} > the {len(data)} "
-                                                "bytes received")
+            raise IpfixError(
+                "ipfix_truncated", f"header length {length} > the {len(data)} bytes received"
+            )
         key = (exporter, domain)
         current = self._sessions.get(key) or {}
         staged: dict[int, tuple[Template, float]] | None = None  # copied on the first change
@@ -160,18 +186,22 @@ class Templates:
         offset = HEADER.size
         while offset < length:
             if length - offset < _SET.size:
-                raise IpfixError("ipfix_truncated", f"set header at offset {offset}: "
-                                                    f"{length - offset} bytes left")
+                raise IpfixError(
+                    "ipfix_truncated",
+                    f"set header at offset {offset}: {length - offset} bytes left",
+                )
             set_id, set_length = _SET.unpack_from(data, offset)
             if set_length < _SET.size or offset + set_length > length:
-                raise IpfixError("ipfix_bad_set_length", f"set {set_id} at offset {offset}: "
-                                 f"length {set_length}, {length - offset} bytes left")
+                raise IpfixError(
+                    "ipfix_bad_set_length",
+                    f"set {set_id} at offset {offset}: "
+                    f"length {set_length}, {length - offset} bytes left",
+                )
             body, end = offset + _SET.size, offset + set_length
             if set_id in (TEMPLATE_SET, OPTIONS_TEMPLATE_SET):
                 if staged is None:
                     staged = dict(current)
-                read, beyond = _templates(data, body, end, set_id, staged, now,
-                                          self.max_templates)
+                read, beyond = _templates(data, body, end, set_id, staged, now, self.max_templates)
                 count, refused = count + read, refused + beyond
             elif set_id < FIRST_DATA_SET:
                 reserved += 1
@@ -193,8 +223,18 @@ class Templates:
             self._commit(key, staged, now)
         elif key in self._sessions:
             self._sessions.move_to_end(key)
-        return Message(exporter, domain, sequence, export_time, tuple(records), tuple(options),
-                       unknown, count, refused, reserved)
+        return Message(
+            exporter,
+            domain,
+            sequence,
+            export_time,
+            tuple(records),
+            tuple(options),
+            unknown,
+            count,
+            refused,
+            reserved,
+        )
 
     def _commit(self, key: tuple[str, int], staged: dict, now: float) -> None:
         for template_id in [t for t, (_, sent) in staged.items() if now - sent > self.lifetime_s]:
@@ -207,8 +247,9 @@ class Templates:
         self.changes += 1
 
 
-def _templates(data: bytes, offset: int, end: int, set_id: int, table: dict, now: float,
-               limit: int) -> tuple[int, int]:
+def _templates(
+    data: bytes, offset: int, end: int, set_id: int, table: dict, now: float, limit: int
+) -> tuple[int, int]:
     """Read a (options) template set into ``table``: (records read, templates refused)."""
     options = set_id == OPTIONS_TEMPLATE_SET
     read = refused = 0
@@ -226,35 +267,45 @@ def _templates(data: bytes, offset: int, end: int, set_id: int, table: dict, now
                 raise IpfixError("ipfix_bad_template", f"withdrawal of template id {template_id}")
             continue
         if template_id < FIRST_DATA_SET:
-            raise IpfixError("ipfix_bad_template", f"template id {template_id} < "
-                                                   f"{FIRST_DATA_SET} in set {set_id}")
+            raise IpfixError(
+                "ipfix_bad_template",
+                f"template id {template_id} < {FIRST_DATA_SET} in set {set_id}",
+            )
         if options:
             if end - offset < 2:
-                raise IpfixError("ipfix_truncated", f"options template {template_id}: no scope "
-                                                    "field count")
-            scope = int.from_bytes(data[offset:offset + 2], "big")
+                raise IpfixError(
+                    "ipfix_truncated", f"options template {template_id}: no scope field count"
+                )
+            scope = int.from_bytes(data[offset : offset + 2], "big")
             offset += 2
             if scope == 0 or scope > field_count:
-                raise IpfixError("ipfix_bad_template", f"options template {template_id}: scope "
-                                 f"field count {scope} of {field_count} fields")
+                raise IpfixError(
+                    "ipfix_bad_template",
+                    f"options template {template_id}: scope "
+                    f"field count {scope} of {field_count} fields",
+                )
         fields, minimum = [], 0
         for _ in range(field_count):
             if end - offset < 4:
-                raise IpfixError("ipfix_truncated", f"template {template_id}: field list "
-                                                    f"ends at offset {end}")
+                raise IpfixError(
+                    "ipfix_truncated", f"template {template_id}: field list ends at offset {end}"
+                )
             element, size = _FIELD.unpack_from(data, offset)
             offset += 4
             if element & ENTERPRISE_BIT:
                 if end - offset < 4:
-                    raise IpfixError("ipfix_truncated", f"template {template_id}: enterprise "
-                                                        "number cut off")
+                    raise IpfixError(
+                        "ipfix_truncated", f"template {template_id}: enterprise number cut off"
+                    )
                 offset += 4
                 name, kind = None, _UINT
             else:
                 name, kind = ELEMENTS.get(element, (str(element), -1))
             if size == 0:
-                raise IpfixError("ipfix_bad_template", f"template {template_id}: element "
-                                                       f"{element & 0x7FFF} of length 0")
+                raise IpfixError(
+                    "ipfix_bad_template",
+                    f"template {template_id}: element {element & 0x7FFF} of length 0",
+                )
             fields.append((name, kind, size))
             minimum += 1 if size == VARIABLE_LENGTH else size
         if template_id not in table and len(table) >= limit:
@@ -278,12 +329,12 @@ def _records(data: bytes, offset: int, end: int, set_id: int, template: Template
                 if size == 255:
                     if end - offset < 2:
                         raise _cut(set_id, offset)
-                    size = int.from_bytes(data[offset:offset + 2], "big")
+                    size = int.from_bytes(data[offset : offset + 2], "big")
                     offset += 2
             if end - offset < size:
                 raise _cut(set_id, offset)
             if name is not None:
-                record[name] = _value(data[offset:offset + size], kind)
+                record[name] = _value(data[offset : offset + size], kind)
             offset += size
         out.append(record)
     return out

@@ -69,11 +69,11 @@ class IpfixIngest:
         on input. Every message or record not counted increments a named reason."""
         attribution = self.attribution
         exporter = exporter_address(source)
-        server = attribution.server_of_exporter.get(exporter) if attribution is not None \
-            else None
+        server = attribution.server_of_exporter.get(exporter) if attribution is not None else None
         if server is None:  # no template state for exporters nobody planned
-            self.dropped["ipfix_no_plan" if attribution is None else
-                         "ipfix_unplanned_exporter"] += 1
+            self.dropped[
+                "ipfix_no_plan" if attribution is None else "ipfix_unplanned_exporter"
+            ] += 1
             return
         try:
             message = self.templates.decode(data, exporter, now)
@@ -108,8 +108,9 @@ class IpfixIngest:
             return
         self._ipfix_records(server, key, plan.sample_probability, message, now)
 
-    def _ipfix_records(self, server: str, key: str, planned: int, message: Message,
-                       now: float) -> None:
+    def _ipfix_records(
+        self, server: str, key: str, planned: int, message: Message, now: float
+    ) -> None:
         gate = self.streams.gate
         if gate:
             state = gate.get((server, key, 0))
@@ -143,13 +144,14 @@ class IpfixIngest:
                 self.rate_of[key] = probability
             dst = None
             if server_of_address:
-                dst = server_of_address.get(record.get("destinationIPv4Address") or
-                                            record.get("destinationIPv6Address") or "") or \
-                    server_of_address.get(record.get("destinationMacAddress") or "")
+                dst = server_of_address.get(
+                    record.get("destinationIPv4Address")
+                    or record.get("destinationIPv6Address")
+                    or ""
+                ) or server_of_address.get(record.get("destinationMacAddress") or "")
             acc = sums.get((server, key, 0, dst))
             if acc is None:
-                acc = sums[(server, key, 0, dst)] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now, 0.0, 0.0,
-                                                     0]
+                acc = sums[(server, key, 0, dst)] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now, 0.0, 0.0, 0]
             acc[0] += n
             acc[1] += n * weight
             acc[2] += size * weight

@@ -20,9 +20,16 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import Field, model_validator
 
-from cosample.collector.ipfix import (ELEMENTS, FIRST_DATA_SET, MAX_SESSIONS, MAX_TEMPLATES,
-                                      VARIABLE_LENGTH, Template, Templates)
 from cosample.collector.errors import CollectorError
+from cosample.collector.ipfix import (
+    ELEMENTS,
+    FIRST_DATA_SET,
+    MAX_SESSIONS,
+    MAX_TEMPLATES,
+    VARIABLE_LENGTH,
+    Template,
+    Templates,
+)
 from cosample.files import write_bytes_atomic
 from cosample.validation import IpAddress, Strict, validate
 
@@ -50,8 +57,7 @@ class StoredField(Strict):
         else:  # an IANA element the decoder keeps as bytes under its number
             ok = self.name.isdigit() and self.kind == -1
         if not ok:
-            raise ValueError(f"{self.name!r} with kind {self.kind} is not how the decoder "
-                             "reads it")
+            raise ValueError(f"{self.name!r} with kind {self.kind} is not how the decoder reads it")
         return self
 
 
@@ -82,12 +88,25 @@ def path_in(state_dir: str | os.PathLike[str]) -> Path:
 
 def encode(templates: Templates) -> bytes:
     """The file's bytes for what ``templates`` holds now (call on the thread that decodes)."""
-    sessions = [{"exporter": exporter, "domain": domain, "templates": [
-        {"id": template_id, "options": template.options, "sent": sent,
-         "fields": [{"name": name, "kind": kind, "length": length}
-                    for name, kind, length in template.fields]}
-        for template_id, (template, sent) in table.items()]}
-        for (exporter, domain), table in templates.sessions()]
+    sessions = [
+        {
+            "exporter": exporter,
+            "domain": domain,
+            "templates": [
+                {
+                    "id": template_id,
+                    "options": template.options,
+                    "sent": sent,
+                    "fields": [
+                        {"name": name, "kind": kind, "length": length}
+                        for name, kind, length in template.fields
+                    ],
+                }
+                for template_id, (template, sent) in table.items()
+            ],
+        }
+        for (exporter, domain), table in templates.sessions()
+    ]
     return orjson.dumps({"format": FORMAT, "format_version": 1, "sessions": sessions})
 
 
@@ -131,4 +150,3 @@ def load(state_dir: str | os.PathLike[str], templates: Templates, now: float) ->
             restored[(session.exporter, session.domain)] = table
     templates.restore(restored)
     return sum(map(len, restored.values()))
-

@@ -60,8 +60,19 @@ Book = Callable[[str, float, float, float], None]
 class Sampler:
     """What one sampler needs: newest number and its arrival, holes, probation, drops."""
 
-    __slots__ = ("high", "high_t", "first", "first_t", "drops", "drops_t", "drops_seen",
-                 "drops_sure", "holes", "probation", "loose")
+    __slots__ = (
+        "high",
+        "high_t",
+        "first",
+        "first_t",
+        "drops",
+        "drops_t",
+        "drops_seen",
+        "drops_sure",
+        "holes",
+        "probation",
+        "loose",
+    )
 
     def __init__(self, sequence: int, drops: int, now: float) -> None:
         self.high = self.first = sequence
@@ -101,8 +112,16 @@ class LossTracker:
     def __len__(self) -> int:
         return sum(len(entry[1]) for entry in self._agents.values())
 
-    def datagram(self, agent: str, sub_agent: int, number: int, uptime: int, flows: tuple,
-                 now: float, runs: tuple | None = None) -> tuple:
+    def datagram(
+        self,
+        agent: str,
+        sub_agent: int,
+        number: int,
+        uptime: int,
+        flows: tuple,
+        now: float,
+        runs: tuple | None = None,
+    ) -> tuple:
         """The flows to count (duplicates removed); books what the numbers say was lost.
 
         ``flows`` are ``parse_compact`` tuples: (sequence, source index, rate, drops, ...);
@@ -134,8 +153,12 @@ class LossTracker:
             if len(runs) == 1:  # the common case: one sampler continues, nothing lost
                 source, head, tail, drops = runs[0]
                 state = samplers.get(source)
-                if state is not None and (head - state.high) % WRAP == 1 \
-                        and drops == state.drops and not state.loose:
+                if (
+                    state is not None
+                    and (head - state.high) % WRAP == 1
+                    and drops == state.drops
+                    and not state.loose
+                ):
                     state.high, state.high_t, state.probation = tail, now, None
                     state.drops_sure = True
                     return flows
@@ -151,8 +174,12 @@ class LossTracker:
         states = []
         for source, head, tail, drops in runs:
             state = samplers.get(source)
-            if state is None or (head - state.high) % WRAP != 1 or drops != state.drops \
-                    or state.loose:
+            if (
+                state is None
+                or (head - state.high) % WRAP != 1
+                or drops != state.drops
+                or state.loose
+            ):
                 return False
             states.append((state, tail))
         for state, tail in states:
@@ -160,8 +187,7 @@ class LossTracker:
             state.drops_sure = True
         return True
 
-    def _sample(self, agent: str, samplers: dict, flow: tuple, now: float,
-                repeated: bool) -> bool:
+    def _sample(self, agent: str, samplers: dict, flow: tuple, now: float, repeated: bool) -> bool:
         """Account for one sample; False for a duplicate (not to be counted)."""
         sequence, source, drops = flow[0], flow[1], flow[3]
         state = samplers.get(source)
@@ -197,8 +223,10 @@ class LossTracker:
             return True
         behind = (state.high - sequence) % WRAP
         if behind < REORDER_SAMPLES:
-            if 0 < (state.first - sequence) % WRAP <= REORDER_SAMPLES and \
-                    now - state.first_t <= RESTART_SLACK_MS / 1000:
+            if (
+                0 < (state.first - sequence) % WRAP <= REORDER_SAMPLES
+                and now - state.first_t <= RESTART_SLACK_MS / 1000
+            ):
                 self.late += 1  # sent before the sampler's first sample here: nothing to compare
                 return True
             if self._late(agent, state, sequence):
@@ -226,8 +254,11 @@ class LossTracker:
         """Book the numbers between ``high`` and ``sequence`` that neither arrived nor are
         counted ahead of time (``loose``, which ``sequence - 1`` is) as holes."""
         high, loose = state.high, state.loose
-        inside = sorted((number - high) % WRAP for number in loose
-                        if 0 < (number - high) % WRAP < (sequence - high) % WRAP)
+        inside = sorted(
+            (number - high) % WRAP
+            for number in loose
+            if 0 < (number - high) % WRAP < (sequence - high) % WRAP
+        )
         start = 1
         for step in inside + [(sequence - high) % WRAP]:
             if step > start:
@@ -254,8 +285,7 @@ class LossTracker:
         holes = state.holes
         holes.append([start, (start + count - 1) % WRAP, state.high_t, now])
         newest = (start + count) % WRAP
-        while holes and ((newest - holes[0][1]) % WRAP > REORDER_SAMPLES or
-                         len(holes) > MAX_HOLES):
+        while holes and ((newest - holes[0][1]) % WRAP > REORDER_SAMPLES or len(holes) > MAX_HOLES):
             holes.pop(0)  # too old to be filled: stays booked as lost
 
     def _late(self, agent: str, state: Sampler, sequence: int) -> bool:

@@ -33,9 +33,11 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
     for number, part in enumerate(parts):
         for agent in part.agents:
             if heard.setdefault(agent, number) != number:
-                raise CollectorError(f"merge: agent {agent} is heard by both "
-                                     f"{parts[heard[agent]].collector!r} and {part.collector!r}; "
-                                     "each agent must report to one collector")
+                raise CollectorError(
+                    f"merge: agent {agent} is heard by both "
+                    f"{parts[heard[agent]].collector!r} and {part.collector!r}; "
+                    "each agent must report to one collector"
+                )
     owners: dict[str, list[tuple[str, ServerEstimate]]] = {}
     for part in parts:
         for server, estimate in part.estimates().items():
@@ -44,8 +46,10 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
     tables = [part.traffic_pps for part in parts if part.traffic_pps is not None]
     plans = [part.plan for part in parts if part.plan is not None]
     return Snapshot.from_servers(
-        servers, collector=name or "+".join(sorted(part.collector for part in parts)),
-        time=min(part.time for part in parts), window_s=min(part.window_s for part in parts),
+        servers,
+        collector=name or "+".join(sorted(part.collector for part in parts)),
+        time=min(part.time for part in parts),
+        window_s=min(part.window_s for part in parts),
         plan=max(plans, key=lambda plan: plan.version) if plans else None,
         traffic_pps=_add_traffic(tables) if tables else None,
         dropped=_add_counts(part.dropped for part in parts),
@@ -53,8 +57,11 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
         agents=sorted(heard),
         unknown_agents=dict(list(_add_counts(part.unknown_agents for part in parts).items())[:32]),
         sequence=_add_counts(part.sequence for part in parts),
-        discards={server: _add_counts(part.discards.get(server, {}) for part in parts)
-                  for server in sorted({s for part in parts for s in part.discards})})
+        discards={
+            server: _add_counts(part.discards.get(server, {}) for part in parts)
+            for server in sorted({s for part in parts for s in part.discards})
+        },
+    )
 
 
 def _add_traffic(tables: list[TrafficTable]) -> TrafficTable:
@@ -63,21 +70,28 @@ def _add_traffic(tables: list[TrafficTable]) -> TrafficTable:
     index = {name: k for k, name in enumerate(names)}
     src, dst, pps = [], [], []
     for table in tables:
-        mapped = np.fromiter((index[name] for name in table.names), dtype=np.int64,
-                             count=len(table.names))
+        mapped = np.fromiter(
+            (index[name] for name in table.names), dtype=np.int64, count=len(table.names)
+        )
         src.append(mapped[np.asarray(table.src, dtype=np.int64)])
         dst.append(mapped[np.asarray(table.dst, dtype=np.int64)])
         pps.append(np.asarray(table.pps, dtype=float))
     keys = np.concatenate(src) * max(len(names), 1) + np.concatenate(dst)
     order = np.argsort(keys, kind="stable")
     keys, values = keys[order], np.concatenate(pps)[order]
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if keys.size \
+    starts = (
+        np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        if keys.size
         else np.zeros(0, dtype=np.int64)
+    )
     total = np.add.reduceat(values, starts) if keys.size else values
     unique = keys[starts]
-    return TrafficTable.model_construct(names=names, src=(unique // max(len(names), 1)).tolist(),
-                                        dst=(unique % max(len(names), 1)).tolist(),
-                                        pps=total.tolist())
+    return TrafficTable.model_construct(
+        names=names,
+        src=(unique // max(len(names), 1)).tolist(),
+        dst=(unique % max(len(names), 1)).tolist(),
+        pps=total.tolist(),
+    )
 
 
 def _add_counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -93,11 +107,14 @@ def _add(server: str, found: list[tuple[str, ServerEstimate]]) -> ServerEstimate
     if len(found) == 1:
         return found[0][1]
     from cosample.collector.intervals import normal_interval, packets_interval
+
     parts = [estimate for _, estimate in found]
     if any(p.packets_per_s_variance is None or p.bytes_per_s_variance is None for p in parts):
-        raise CollectorError(f"merge: server {server!r} is in the snapshots of "
-                             f"{', '.join(repr(c) for c, _ in found)} without the variances "
-                             "needed to add its estimates")
+        raise CollectorError(
+            f"merge: server {server!r} is in the snapshots of "
+            f"{', '.join(repr(c) for c, _ in found)} without the variances "
+            "needed to add its estimates"
+        )
     packets = math.fsum(p.packets_per_s for p in parts)
     variance = math.fsum(p.packets_per_s_variance for p in parts)
     octets = math.fsum(p.bytes_per_s for p in parts)
@@ -108,12 +125,17 @@ def _add(server: str, found: list[tuple[str, ServerEstimate]]) -> ServerEstimate
     interfaces = {k: v for p in parts for k, v in (p.interfaces or {}).items()} or None
     lasts = [p.last_sample for p in parts if p.last_sample is not None]
     return ServerEstimate(
-        packets_per_s=packets, packets_per_s_ci95=[low, high], bytes_per_s=octets,
+        packets_per_s=packets,
+        packets_per_s_ci95=[low, high],
+        bytes_per_s=octets,
         bytes_per_s_ci95=normal_interval(octets, octet_variance),
         samples=sum(p.samples for p in parts),
         samples_per_s=math.fsum(p.samples_per_s for p in parts),
         local_samples=sum(p.local_samples for p in parts),
         mirrored_samples=sum(p.mirrored_samples for p in parts),
-        coverage=max(p.coverage for p in parts), last_sample=max(lasts) if lasts else None,
-        interfaces=interfaces, packets_per_s_variance=variance,
-        bytes_per_s_variance=octet_variance)
+        coverage=max(p.coverage for p in parts),
+        last_sample=max(lasts) if lasts else None,
+        interfaces=interfaces,
+        packets_per_s_variance=variance,
+        bytes_per_s_variance=octet_variance,
+    )

@@ -55,86 +55,126 @@ class SnapshotMetrics:
 
     def collect(self) -> Iterator[Metric]:
         snapshot, status = self.source()
-        build = GaugeMetricFamily("cosample_collector_build_info", "1, labelled with the cosample "
-                                  "version, the plan format versions it reads and the snapshot "
-                                  "format version it writes",
-                                  labels=["version", "plan_formats_read", "snapshot_format_written"])
+        build = GaugeMetricFamily(
+            "cosample_collector_build_info",
+            "1, labelled with the cosample "
+            "version, the plan format versions it reads and the snapshot "
+            "format version it writes",
+            labels=["version", "plan_formats_read", "snapshot_format_written"],
+        )
         build.add_metric([__version__, str(FORMAT_VERSION), str(SNAPSHOT_VERSION)], 1)
         yield build
         for name, value, text in (
-                ("datagrams", status.datagrams, "sFlow datagrams decoded"),
-                ("samples", status.samples, "flow samples decoded"),
-                ("plan_errors", status.plan_errors, "plan fetches or validations that failed "
-                                                    "(the last good plan stays)"),
-                ("events", status.events, "events exported (value left its band or silence)"),
-                ("reexported_samples", status.reexported_samples, "samples re-exported downstream"),
-                ("reexport_errors", status.reexport_errors, "re-export datagrams not sent"),
-                ("receive_errors", status.receive_errors, "socket receive errors"),
-                ("state_write_errors", status.state_write_errors,
-                 "state files not written (the daemon goes on receiving)"),
-                ("receive_queue_overflow", status.queue_overflow,
-                 "datagrams dropped because the receive thread's queue was full"),
-                ("kernel_receive_drops", status.kernel_drops,
-                 "datagrams the kernel dropped on the receive socket (buffer full: "
-                 "/proc/net/udp drops)"),
-                ("ipfix_messages", status.ipfix_messages, "IPFIX messages decoded (--ipfix)"),
-                ("ipfix_records", status.ipfix_records,
-                 "IPFIX data records counted into estimates"),
-                ("ipfix_receive_errors", status.ipfix_receive_errors,
-                 "IPFIX socket receive errors"),
-                ("ipfix_receive_queue_overflow", status.ipfix_queue_overflow,
-                 "IPFIX messages dropped because the receive thread's queue was full"),
-                ("ipfix_kernel_receive_drops", status.ipfix_kernel_drops,
-                 "IPFIX messages the kernel dropped on the IPFIX socket (buffer full)")):
+            ("datagrams", status.datagrams, "sFlow datagrams decoded"),
+            ("samples", status.samples, "flow samples decoded"),
+            (
+                "plan_errors",
+                status.plan_errors,
+                "plan fetches or validations that failed (the last good plan stays)",
+            ),
+            ("events", status.events, "events exported (value left its band or silence)"),
+            ("reexported_samples", status.reexported_samples, "samples re-exported downstream"),
+            ("reexport_errors", status.reexport_errors, "re-export datagrams not sent"),
+            ("receive_errors", status.receive_errors, "socket receive errors"),
+            (
+                "state_write_errors",
+                status.state_write_errors,
+                "state files not written (the daemon goes on receiving)",
+            ),
+            (
+                "receive_queue_overflow",
+                status.queue_overflow,
+                "datagrams dropped because the receive thread's queue was full",
+            ),
+            (
+                "kernel_receive_drops",
+                status.kernel_drops,
+                "datagrams the kernel dropped on the receive socket (buffer full: "
+                "/proc/net/udp drops)",
+            ),
+            ("ipfix_messages", status.ipfix_messages, "IPFIX messages decoded (--ipfix)"),
+            ("ipfix_records", status.ipfix_records, "IPFIX data records counted into estimates"),
+            ("ipfix_receive_errors", status.ipfix_receive_errors, "IPFIX socket receive errors"),
+            (
+                "ipfix_receive_queue_overflow",
+                status.ipfix_queue_overflow,
+                "IPFIX messages dropped because the receive thread's queue was full",
+            ),
+            (
+                "ipfix_kernel_receive_drops",
+                status.ipfix_kernel_drops,
+                "IPFIX messages the kernel dropped on the IPFIX socket (buffer full)",
+            ),
+        ):
             yield CounterMetricFamily(f"cosample_collector_{name}", text, value=value)
-        refused = CounterMetricFamily("cosample_collector_plan_refused",
-                                      "plan reads refused, by reason (fetch, signature, invalid); "
-                                      "the last good plan stays", labels=["reason"])
+        refused = CounterMetricFamily(
+            "cosample_collector_plan_refused",
+            "plan reads refused, by reason (fetch, signature, invalid); the last good plan stays",
+            labels=["reason"],
+        )
         for reason in ("fetch", "signature", "invalid"):
             refused.add_metric([reason], status.plan_refused.get(reason, 0))
         yield refused
-        http = CounterMetricFamily("cosample_collector_http_refused",
-                                   "HTTP connections closed unserved, by reason (busy: at "
-                                   "--http-max-connections; descriptors: none left; error)",
-                                   labels=["reason"])
+        http = CounterMetricFamily(
+            "cosample_collector_http_refused",
+            "HTTP connections closed unserved, by reason (busy: at "
+            "--http-max-connections; descriptors: none left; error)",
+            labels=["reason"],
+        )
         for reason in ("busy", "descriptors", "error"):
             http.add_metric([reason], status.http_refused.get(reason, 0))
         yield http
-        yield GaugeMetricFamily("cosample_collector_insecure_unsigned",
-                                "1 when plans are accepted without a signature",
-                                value=1 if status.insecure_unsigned else 0)
+        yield GaugeMetricFamily(
+            "cosample_collector_insecure_unsigned",
+            "1 when plans are accepted without a signature",
+            value=1 if status.insecure_unsigned else 0,
+        )
         if snapshot is None:
             return
-        for name, counts, text in (("dropped", snapshot.dropped, "datagrams or samples dropped"),
-                                   ("ignored", snapshot.ignored, "samples deliberately not counted")):
-            family = CounterMetricFamily(f"cosample_collector_{name}", f"{text}, by reason",
-                                         labels=["reason"])
+        for name, counts, text in (
+            ("dropped", snapshot.dropped, "datagrams or samples dropped"),
+            ("ignored", snapshot.ignored, "samples deliberately not counted"),
+        ):
+            family = CounterMetricFamily(
+                f"cosample_collector_{name}", f"{text}, by reason", labels=["reason"]
+            )
             for reason, count in counts.items():
                 family.add_metric([reason], count)
             yield family
-        plan = GaugeMetricFamily("cosample_collector_plan_version", "version of the plan in use "
-                                 "(-1: none)", value=snapshot.plan.version if snapshot.plan else -1)
+        plan = GaugeMetricFamily(
+            "cosample_collector_plan_version",
+            "version of the plan in use (-1: none)",
+            value=snapshot.plan.version if snapshot.plan else -1,
+        )
         yield plan
-        yield GaugeMetricFamily("cosample_collector_window_seconds", "estimation window",
-                                value=snapshot.window_s)
-        gauges = {key: GaugeMetricFamily(f"cosample_collector_{key}", text, labels=["server"])
-                  for key, text in (
-                      ("packets_per_second", "estimated packets/s sent by the server's VMs"),
-                      ("packets_per_second_ci95_low", "95 % interval, low"),
-                      ("packets_per_second_ci95_high", "95 % interval, high"),
-                      ("bytes_per_second", "estimated bytes/s sent by the server's VMs"),
-                      ("samples_per_second", "samples/s attributed to the server"),
-                      ("coverage_ratio", "fraction of the server's packets the plan selects"))}
-        interfaces = GaugeMetricFamily("cosample_collector_interface_packets_per_second",
-                                       "port packet rates from sFlow counters",
-                                       labels=["server", "ifindex", "direction"])
+        yield GaugeMetricFamily(
+            "cosample_collector_window_seconds", "estimation window", value=snapshot.window_s
+        )
+        gauges = {
+            key: GaugeMetricFamily(f"cosample_collector_{key}", text, labels=["server"])
+            for key, text in (
+                ("packets_per_second", "estimated packets/s sent by the server's VMs"),
+                ("packets_per_second_ci95_low", "95 % interval, low"),
+                ("packets_per_second_ci95_high", "95 % interval, high"),
+                ("bytes_per_second", "estimated bytes/s sent by the server's VMs"),
+                ("samples_per_second", "samples/s attributed to the server"),
+                ("coverage_ratio", "fraction of the server's packets the plan selects"),
+            )
+        }
+        interfaces = GaugeMetricFamily(
+            "cosample_collector_interface_packets_per_second",
+            "port packet rates from sFlow counters",
+            labels=["server", "ifindex", "direction"],
+        )
         for server, e in snapshot.estimates().items():
-            for key, value in (("packets_per_second", e.packets_per_s),
-                               ("packets_per_second_ci95_low", e.packets_per_s_ci95[0]),
-                               ("packets_per_second_ci95_high", e.packets_per_s_ci95[1]),
-                               ("bytes_per_second", e.bytes_per_s),
-                               ("samples_per_second", e.samples_per_s),
-                               ("coverage_ratio", e.coverage)):
+            for key, value in (
+                ("packets_per_second", e.packets_per_s),
+                ("packets_per_second_ci95_low", e.packets_per_s_ci95[0]),
+                ("packets_per_second_ci95_high", e.packets_per_s_ci95[1]),
+                ("bytes_per_second", e.bytes_per_s),
+                ("samples_per_second", e.samples_per_s),
+                ("coverage_ratio", e.coverage),
+            ):
                 gauges[key].add_metric([server], value)
             for index, rates in (e.interfaces or {}).items():
                 interfaces.add_metric([server, index, "in"], rates.in_pps)
@@ -142,8 +182,11 @@ class SnapshotMetrics:
         yield from gauges.values()
         yield interfaces
         if snapshot.traffic_pps is not None:
-            matrix = GaugeMetricFamily("cosample_collector_traffic_packets_per_second",
-                                       "estimated V[src][dst]", labels=["src", "dst"])
+            matrix = GaugeMetricFamily(
+                "cosample_collector_traffic_packets_per_second",
+                "estimated V[src][dst]",
+                labels=["src", "dst"],
+            )
             for src, row in snapshot.traffic_pps.as_dict().items():
                 for dst, value in row.items():
                     matrix.add_metric([src, dst], value)

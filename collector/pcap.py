@@ -13,9 +13,9 @@ from __future__ import annotations
 import mmap
 import struct
 from collections import Counter
-from itertools import chain
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 from cosample.collector.errors import CollectorError
@@ -25,8 +25,12 @@ try:  # built by ``pip install -e .`` (setup.py); without it every record is rea
 except ImportError:  # pragma: no cover - a source tree used without installing
     _pcap_run = None
 
-_MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-          b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+_MAGIC = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2 = 0, 1, 101, 12, 113, 276
 LINKS = (LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2)
@@ -56,8 +60,9 @@ def udp_payloads(path: str | Path, capture: Capture | None = None) -> Iterator[t
     return chain.from_iterable(udp_payload_runs(path, capture))
 
 
-def udp_payload_runs(path: str | Path,
-                     capture: Capture | None = None) -> Iterator[list[tuple[float, bytes]]]:
+def udp_payload_runs(
+    path: str | Path, capture: Capture | None = None
+) -> Iterator[list[tuple[float, bytes]]]:
     """``udp_payloads`` in lists of consecutive records (up to ``RUN_RECORDS``, as the compiled
     reader returns them): the items reach a list without a generator step each."""
     path = Path(path)
@@ -69,15 +74,19 @@ def udp_payload_runs(path: str | Path,
     with handle:
         head = handle.read(24)
         if head[:4] == PCAPNG_MAGIC:
-            raise CollectorError(f"{path}: pcapng is not supported; capture with "
-                                 "'tcpdump -w FILE' (pcap) or convert with 'editcap -F pcap'")
+            raise CollectorError(
+                f"{path}: pcapng is not supported; capture with "
+                "'tcpdump -w FILE' (pcap) or convert with 'editcap -F pcap'"
+            )
         if len(head) < 24 or head[:4] not in _MAGIC:
             raise CollectorError(f"{path}: not a pcap capture (magic {head[:4].hex() or 'empty'})")
         order, unit = _MAGIC[head[:4]]
         link = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF
         if link not in LINKS:
-            raise CollectorError(f"{path}: link type {link} is not supported (Ethernet, Linux "
-                                 "cooked, raw IP or loopback captures are)")
+            raise CollectorError(
+                f"{path}: link type {link} is not supported (Ethernet, Linux "
+                "cooked, raw IP or loopback captures are)"
+            )
         record = struct.Struct(order + "IIII")
         size = path.stat().st_size
         if size <= 24:
@@ -86,8 +95,9 @@ def udp_payload_runs(path: str | Path,
             yield from _records(data, size, record, unit, link, capture)
 
 
-def _records(data, size: int, record: struct.Struct, unit: float, link: int,
-             capture: Capture) -> Iterator[list[tuple[float, bytes]]]:
+def _records(
+    data, size: int, record: struct.Struct, unit: float, link: int, capture: Capture
+) -> Iterator[list[tuple[float, bytes]]]:
     """The records of a mapped capture after its file header (see ``udp_payloads``).
 
     Runs of ordinary records (Ethernet, IPv4, UDP) are read by the compiled ``pcap_run``
@@ -156,15 +166,20 @@ def _udp_payload(frame: bytes, link: int, skipped: Counter) -> bytes | None:
         skipped["truncated_frame"] += 1
         return None
     length = _u16(frame, udp + 4)
-    return frame[udp + 8:min(udp + length, end, len(frame))]
+    return frame[udp + 8 : min(udp + length, end, len(frame))]
 
 
 def _u16(data: bytes, offset: int) -> int:
     return (data[offset] << 8) | data[offset + 1] if len(data) >= offset + 2 else -1
 
 
-def write_pcap(path: str | Path, datagrams: list[tuple[float, bytes]], source: str = "10.0.0.1",
-               destination: str = "10.0.0.254", port: int = 6343) -> Path:
+def write_pcap(
+    path: str | Path,
+    datagrams: list[tuple[float, bytes]],
+    source: str = "10.0.0.1",
+    destination: str = "10.0.0.254",
+    port: int = 6343,
+) -> Path:
     """A pcap (Ethernet, IPv4, UDP) of ``(unix time, payload)``: for tests and the benchmark."""
     import socket
 
@@ -173,12 +188,31 @@ def write_pcap(path: str | Path, datagrams: list[tuple[float, bytes]], source: s
     def frames():
         for when, payload in datagrams:
             udp = struct.pack("!HHHH", 50000, port, 8 + len(payload), 0) + payload
-            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, UDP, 0,
-                             socket.inet_aton(source), socket.inet_aton(destination))
+            ip = struct.pack(
+                "!BBHHHBBH4s4s",
+                0x45,
+                0,
+                20 + len(udp),
+                0,
+                0,
+                64,
+                UDP,
+                0,
+                socket.inet_aton(source),
+                socket.inet_aton(destination),
+            )
             frame = b"\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x08\x00" + ip + udp
             seconds = int(when)
-            yield struct.pack("<IIII", seconds, min(999999, int((when - seconds) * 1e6)), len(frame),
-                              len(frame)) + frame
+            yield (
+                struct.pack(
+                    "<IIII",
+                    seconds,
+                    min(999999, int((when - seconds) * 1e6)),
+                    len(frame),
+                    len(frame),
+                )
+                + frame
+            )
 
     def write(stream):
         stream.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, LINK_ETHERNET))

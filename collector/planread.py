@@ -22,13 +22,13 @@ import hashlib
 import time
 from dataclasses import dataclass, field, replace
 
-from cosample.plan.document import Plan, parse_document
-from cosample.plan.signing import verify
-from cosample.plan.source import MAX_BYTES, Fetched, fetch
 from cosample.collector import attribution
 from cosample.collector.inventory import Inventory
 from cosample.collector.polling import PLAN_TIMEOUT_S
 from cosample.errors import CosampleError
+from cosample.plan.document import Plan, parse_document
+from cosample.plan.signing import verify
+from cosample.plan.source import MAX_BYTES, Fetched, fetch
 
 #: Kinds of failed reads (``cosample_collector_plan_errors_total`` counts them all,
 #: ``..._plan_refused_total{reason}`` by kind).
@@ -50,9 +50,16 @@ class Reading:
 class PlanReader:
     """``read()``: the plan at ``location`` as a ``Reading``; never raises on input."""
 
-    def __init__(self, location: str, inventory: Inventory | None = None,
-                 timeout_s: float = PLAN_TIMEOUT_S, *, public_key: str | None = None,
-                 insecure_unsigned: bool = False, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(
+        self,
+        location: str,
+        inventory: Inventory | None = None,
+        timeout_s: float = PLAN_TIMEOUT_S,
+        *,
+        public_key: str | None = None,
+        insecure_unsigned: bool = False,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self.location, self.inventory, self.timeout_s = location, inventory, timeout_s
         self.public_key, self.insecure_unsigned = public_key, insecure_unsigned
         self.max_bytes = max_bytes
@@ -68,14 +75,22 @@ class PlanReader:
 
     def _read(self) -> Reading:
         if self.public_key is None and not self.insecure_unsigned:
-            return Reading(None, f"plan {self.location}: no public key configured: refusing "
-                                 "unsigned plans (--public-key KEY, or --insecure-unsigned for "
-                                 "a lab)", SIGNATURE)
+            return Reading(
+                None,
+                f"plan {self.location}: no public key configured: refusing "
+                "unsigned plans (--public-key KEY, or --insecure-unsigned for "
+                "a lab)",
+                SIGNATURE,
+            )
         try:
-            fetched = fetch(self.location, timeout_s=self.timeout_s,
-                            with_signature=self.public_key is not None,
-                            max_bytes=self.max_bytes, previous=self._fetched,
-                            user_agent="cosample-collector")
+            fetched = fetch(
+                self.location,
+                timeout_s=self.timeout_s,
+                with_signature=self.public_key is not None,
+                max_bytes=self.max_bytes,
+                previous=self._fetched,
+                user_agent="cosample-collector",
+            )
         except CosampleError as exc:
             return Reading(None, str(exc), FETCH)
         data, signature = fetched.data, fetched.signature
@@ -101,5 +116,10 @@ class PlanReader:
             plans = parse_document(data, source=f"plan {self.location}")
         except CosampleError as exc:
             return Reading(None, str(exc), INVALID)
-        return Reading(plans, built={(plan.version, plan.plan_id):
-                                     attribution.build(plan, self.inventory) for plan in plans})
+        return Reading(
+            plans,
+            built={
+                (plan.version, plan.plan_id): attribution.build(plan, self.inventory)
+                for plan in plans
+            },
+        )

@@ -25,15 +25,15 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from cosample.plan.document import Plan, parse_document
-from cosample.plan.selection import select_plan
-from cosample.plan.source import MAX_BYTES, fetch
 from cosample.collector import attribution
 from cosample.collector.errors import CollectorError
 from cosample.collector.inventory import Inventory
 from cosample.collector.planread import PlanReader, Reading
 from cosample.collector.polling import PLAN_TIMEOUT_S
 from cosample.errors import CosampleError
+from cosample.plan.document import Plan, parse_document
+from cosample.plan.selection import select_plan
+from cosample.plan.source import MAX_BYTES, fetch
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,25 @@ class PlanWatcher:
     a thread of its own); ``poll``, ``accept`` and ``due`` return an ``Update`` when the plan in
     force changed. ``public_key``/``insecure_unsigned``: as the agents (``PlanReader``)."""
 
-    def __init__(self, location: str, inventory: Inventory | None = None,
-                 timeout_s: float = PLAN_TIMEOUT_S, *, public_key: str | None = None,
-                 insecure_unsigned: bool = False, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(
+        self,
+        location: str,
+        inventory: Inventory | None = None,
+        timeout_s: float = PLAN_TIMEOUT_S,
+        *,
+        public_key: str | None = None,
+        insecure_unsigned: bool = False,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self.location, self.inventory, self.timeout_s = location, inventory, timeout_s
-        self.reader = PlanReader(location, inventory, timeout_s, public_key=public_key,
-                                 insecure_unsigned=insecure_unsigned, max_bytes=max_bytes)
+        self.reader = PlanReader(
+            location,
+            inventory,
+            timeout_s,
+            public_key=public_key,
+            insecure_unsigned=insecure_unsigned,
+            max_bytes=max_bytes,
+        )
         self.running: Plan | None = None
         self.safe = False
         self.planless = False  # no plan in force yet: attributing by the inventory's agents
@@ -118,8 +131,10 @@ class PlanWatcher:
             if self.safe:
                 return None
             self.safe = True  # expired: the agents sample locally only
-            return Update(attribution.build(self.running, self.inventory, safe=True),
-                          _since(self.running.expires, checked))  # once, when it expires
+            return Update(
+                attribution.build(self.running, self.inventory, safe=True),
+                _since(self.running.expires, checked),
+            )  # once, when it expires
         if chosen == self.running and not self.safe:
             return None
         known = chosen.not_before is not None and ahead == _key(chosen)
@@ -146,7 +161,9 @@ def _since(moment: datetime, checked: datetime | None) -> datetime | None:
     return moment if checked is not None and checked < moment else None
 
 
-def load_for_replay(location: str, inventory: Inventory | None, when: datetime) -> attribution.Attribution:
+def load_for_replay(
+    location: str, inventory: Inventory | None, when: datetime
+) -> attribution.Attribution:
     """The plan in force at ``when`` (the capture's start); else the newest one in the document."""
     try:
         plans = parse_document(fetch(location).data)

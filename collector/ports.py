@@ -39,7 +39,8 @@ class PortRates:
         elapsed = now - previous[0]
         self.rates.setdefault(server, {})[str(counters.if_index)] = {
             "in_pps": ((counters.in_packets - previous[1]) % _WRAP) / elapsed,
-            "out_pps": ((counters.out_packets - previous[2]) % _WRAP) / elapsed}
+            "out_pps": ((counters.out_packets - previous[2]) % _WRAP) / elapsed,
+        }
         return True
 
     def forget(self, keep: Callable[[str], bool]) -> None:

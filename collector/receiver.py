@@ -32,9 +32,15 @@ MAX_QUEUED_BYTES = 256 << 20
 
 
 class Receiver:
-    def __init__(self, sock: socket.socket, clock: Callable[[], float] = time.time,
-                 max_bytes: int = MAX_QUEUED_BYTES, *, relay: bool = True,
-                 log: Callable[[str], None] = lambda line: None) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        clock: Callable[[], float] = time.time,
+        max_bytes: int = MAX_QUEUED_BYTES,
+        *,
+        relay: bool = True,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
         self.socket, self.clock, self.max_bytes, self.log = sock, clock, max_bytes, log
         self.relay: subprocess.Popen | None = None
         self._pipe: int | None = None
@@ -72,18 +78,29 @@ class Receiver:
         read, write = os.pipe()
         try:
             import fcntl
+
             fcntl.fcntl(read, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
         except OSError:
             pass  # the default pipe size: the relay holds the rest
         try:
             self.relay = subprocess.Popen(
-                [sys.executable, "-m", "cosample.collector.relay", str(self.socket.fileno()),
-                 str(write)], pass_fds=(self.socket.fileno(), write), stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "cosample.collector.relay",
+                    str(self.socket.fileno()),
+                    str(write),
+                ],
+                pass_fds=(self.socket.fileno(), write),
+                stdin=subprocess.DEVNULL,
+            )
             self._pipe = read
         except OSError as exc:
             os.close(read)
-            self.log(f"collector: cannot start the receive process ({exc.strerror}); "
-                     "receiving in this process")
+            self.log(
+                f"collector: cannot start the receive process ({exc.strerror}); "
+                "receiving in this process"
+            )
         finally:
             os.close(write)
 
@@ -127,8 +144,10 @@ class Receiver:
             if not chunk:
                 code = self.relay.poll() if self.relay is not None else None
                 if not self._stop.is_set():
-                    self.log(f"collector: the receive process ended (exit {code}); receiving "
-                             "in this process")
+                    self.log(
+                        f"collector: the receive process ended (exit {code}); receiving "
+                        "in this process"
+                    )
                 return
             buffer = buffer + chunk if buffer else chunk
             offset, size, added, end = 0, 0, 0, len(buffer)
@@ -143,8 +162,13 @@ class Receiver:
                 elif self.queued_bytes + size + length > self.max_bytes:
                     self.overflow += 1
                 else:
-                    append((buffer[start + source_length:stop],
-                            buffer[start:start + source_length].decode("ascii"), when))
+                    append(
+                        (
+                            buffer[start + source_length : stop],
+                            buffer[start : start + source_length].decode("ascii"),
+                            when,
+                        )
+                    )
                     size += length
                     added += 1
                 offset = stop

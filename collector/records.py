@@ -72,8 +72,7 @@ class FlowSample:
             ethertype, offset = (header[12] << 8) | header[13], 14
             while ethertype in VLAN_TAGS and len(header) >= offset + 4:
                 ethertype, offset = (header[offset + 2] << 8) | header[offset + 3], offset + 4
-            version = 4 if ethertype == ETHERTYPE_IPV4 else 6 if ethertype == ETHERTYPE_IPV6 \
-                else 0
+            version = 4 if ethertype == ETHERTYPE_IPV4 else 6 if ethertype == ETHERTYPE_IPV6 else 0
         elif kind in (HEADER_IPV4, HEADER_IPV6):
             version, offset = (4 if kind == HEADER_IPV4 else 6), 0
         else:
@@ -87,9 +86,9 @@ class FlowSample:
     def _address(self, where4: int, where6: int) -> str | None:
         version, at = self._ip()
         if version == 4:
-            return _ntoa(self.header[at + where4:at + where4 + 4])
+            return _ntoa(self.header[at + where4 : at + where4 + 4])
         if version == 6:  # written as the inventory writes it (ipaddress, RFC 5952)
-            return str(IPv6Address(self.header[at + where6:at + where6 + 16]))
+            return str(IPv6Address(self.header[at + where6 : at + where6 + 16]))
         return None
 
     @property
@@ -109,11 +108,37 @@ class FlowSample:
 
 def flow_record(agent: str, compact: tuple, data: bytes) -> FlowSample:
     """The ``FlowSample`` of one tuple from ``parse_compact`` (when a stage needs the record)."""
-    (sequence, index, rate, drops, frame_length, vni, outer, head, tail, header, input_port,
-     output_port, protocol) = compact
-    return FlowSample(agent, sequence, rate, 0, drops, input_port, output_port, frame_length,
-                      header if header is not None else data[head:tail], outer, None, vni, index,
-                      protocol)
+    (
+        sequence,
+        index,
+        rate,
+        drops,
+        frame_length,
+        vni,
+        outer,
+        head,
+        tail,
+        header,
+        input_port,
+        output_port,
+        protocol,
+    ) = compact
+    return FlowSample(
+        agent,
+        sequence,
+        rate,
+        0,
+        drops,
+        input_port,
+        output_port,
+        frame_length,
+        header if header is not None else data[head:tail],
+        outer,
+        None,
+        vni,
+        index,
+        protocol,
+    )
 
 
 @dataclass(frozen=True, slots=True)

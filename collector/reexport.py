@@ -22,13 +22,20 @@ from cosample.collector.intervals import stochastic_round
 class Reexporter:
     """Buffers re-encoded samples per origin agent and sends full datagrams (``flush`` the rest)."""
 
-    def __init__(self, target: tuple[str, int], attribution: Attribution | None, *,
-                 seed: int | None = None, clock_ms=None) -> None:
+    def __init__(
+        self,
+        target: tuple[str, int],
+        attribution: Attribution | None,
+        *,
+        seed: int | None = None,
+        clock_ms=None,
+    ) -> None:
         self.target = target
         self.attribution = attribution
         self._random = random.Random(seed)
-        self._socket = socket.socket(socket.AF_INET6 if ":" in target[0] else socket.AF_INET,
-                                     socket.SOCK_DGRAM)
+        self._socket = socket.socket(
+            socket.AF_INET6 if ":" in target[0] else socket.AF_INET, socket.SOCK_DGRAM
+        )
         self._pending: dict[str, list[bytes]] = {}
         self._size: dict[str, int] = {}
         self._sample_seq: dict[str, int] = {}
@@ -49,10 +56,17 @@ class Reexporter:
         sequence = self._sample_seq[agent] = self._sample_seq.get(agent, 0) + 1
         pool = self._pool[agent] = (self._pool.get(agent, 0) + rate) & 0xFFFFFFFF
         local = source.kind is LOCAL
-        encoded = flow_sample(SampleSpec(
-            sequence=sequence, sampling_rate=rate, sample_pool=pool, header=sample.header,
-            frame_length=sample.frame_length, input_port=sample.input_port if local else 0,
-            output_port=sample.output_port if local else 0))
+        encoded = flow_sample(
+            SampleSpec(
+                sequence=sequence,
+                sampling_rate=rate,
+                sample_pool=pool,
+                header=sample.header,
+                frame_length=sample.frame_length,
+                input_port=sample.input_port if local else 0,
+                output_port=sample.output_port if local else 0,
+            )
+        )
         if self._size.get(agent, 0) + len(encoded) > DATAGRAM_BUDGET_BYTES - 28:
             self._send(agent)
         self._pending.setdefault(agent, []).append(encoded)
@@ -69,8 +83,9 @@ class Reexporter:
             return
         number = self._datagram_seq[agent] = self._datagram_seq.get(agent, 0) + 1
         try:
-            self._socket.sendto(datagram(agent, number, int(self._uptime_ms()), samples),
-                                self.target)
+            self._socket.sendto(
+                datagram(agent, number, int(self._uptime_ms()), samples), self.target
+            )
         except OSError:
             self.errors += 1  # a downstream collector that is down never stops the collector
             return

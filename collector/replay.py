@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from operator import itemgetter
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from cosample.collector import attribution
@@ -71,8 +70,10 @@ def heard_attribution(heard, inventory: Inventory | None):
     if inventory is None:  # no model to validate: the addresses are the decoder's own
         return attribution.heard(heard)
     from cosample.collector.inventory import Inventory
-    servers = {name: entry.model_dump(exclude_defaults=True)
-               for name, entry in inventory.servers.items()}
+
+    servers = {
+        name: entry.model_dump(exclude_defaults=True) for name, entry in inventory.servers.items()
+    }
     named = inventory.server_of_agent()
     for agent in heard:
         if agent not in named:
@@ -80,25 +81,47 @@ def heard_attribution(heard, inventory: Inventory | None):
     return attribution.planless(Inventory.model_validate({"servers": servers}))
 
 
-def replay(plan: str | None, capture: str | Path, *, inventory: Inventory | None = None,
-           name: str = "replay", window_s: float | None = None,
-           reexport: tuple[str, int] | None = None, source: Capture | None = None,
-           heard: Survey | None = None) -> Snapshot:
+def replay(
+    plan: str | None,
+    capture: str | Path,
+    *,
+    inventory: Inventory | None = None,
+    name: str = "replay",
+    window_s: float | None = None,
+    reexport: tuple[str, int] | None = None,
+    source: Capture | None = None,
+    heard: Survey | None = None,
+) -> Snapshot:
     """Feed every UDP datagram of ``capture`` to an ``Estimator``; the snapshot at its end.
 
     ``plan`` None: every agent heard samples locally at the rate it reports (module docstring).
     ``source`` receives what the capture held besides datagrams (skipped frames, a cut end);
     ``heard``, every agent heard with its datagrams, samples and rates.
     """
-    estimator, last = run(plan, capture, inventory=inventory, name=name, window_s=window_s,
-                          reexport=reexport, source=source, heard=heard)
+    estimator, last = run(
+        plan,
+        capture,
+        inventory=inventory,
+        name=name,
+        window_s=window_s,
+        reexport=reexport,
+        source=source,
+        heard=heard,
+    )
     return estimator.snapshot(last)
 
 
-def run(plan: str | None, capture: str | Path, *, inventory: Inventory | None = None,
-        name: str = "replay", window_s: float | None = None,
-        reexport: tuple[str, int] | None = None, source: Capture | None = None,
-        heard: Survey | None = None) -> tuple[Estimator, float]:
+def run(
+    plan: str | None,
+    capture: str | Path,
+    *,
+    inventory: Inventory | None = None,
+    name: str = "replay",
+    window_s: float | None = None,
+    reexport: tuple[str, int] | None = None,
+    source: Capture | None = None,
+    heard: Survey | None = None,
+) -> tuple[Estimator, float]:
     """``replay``'s work: the estimator that took every datagram, and the newest datagram's
     time (where the snapshot is taken)."""
     source = source if source is not None else Capture(Path(capture))
@@ -115,12 +138,14 @@ def run(plan: str | None, capture: str | Path, *, inventory: Inventory | None = 
         table = heard_attribution(agents_in(capture), inventory)
     else:
         from cosample.collector.planwatch import load_for_replay  # the plan reader: only here
+
         table = load_for_replay(plan, inventory, datetime.fromtimestamp(first[0], timezone.utc))
     estimator = Estimator(table, window_s=window_s, name=name)
     estimator.on_datagram = heard
     exporter = None
     if reexport is not None:
         from cosample.collector.reexport import Reexporter
+
         exporter = Reexporter(reexport, table, clock_ms=lambda: 0)
         estimator.on_sample = exporter
     last, ingest = first[0], estimator.ingest
@@ -140,15 +165,21 @@ def run(plan: str | None, capture: str | Path, *, inventory: Inventory | None = 
 
 def table(snapshot: Snapshot) -> str:
     """A plain table: one line per server, then drops."""
-    lines = [f"{'server':<12} {'packets/s':>12} {'95 % interval':>25} {'bytes/s':>12} "
-             f"{'samples':>8} {'local':>7} {'mirrored':>8} {'coverage':>8}"]
+    lines = [
+        f"{'server':<12} {'packets/s':>12} {'95 % interval':>25} {'bytes/s':>12} "
+        f"{'samples':>8} {'local':>7} {'mirrored':>8} {'coverage':>8}"
+    ]
     for server, e in snapshot.servers.items():
         low, high = e.packets_per_s_ci95
-        lines.append(f"{server:<12} {e.packets_per_s:>12.1f} {f'[{low:.1f}, {high:.1f}]':>25} "
-                     f"{e.bytes_per_s:>12.1f} {e.samples:>8} {e.local_samples:>7} "
-                     f"{e.mirrored_samples:>8} {e.coverage:>8.3f}")
-    lines.append(f"window {snapshot.window_s:.1f} s; plan "
-                 f"{snapshot.plan.version if snapshot.plan else 'none'}")
+        lines.append(
+            f"{server:<12} {e.packets_per_s:>12.1f} {f'[{low:.1f}, {high:.1f}]':>25} "
+            f"{e.bytes_per_s:>12.1f} {e.samples:>8} {e.local_samples:>7} "
+            f"{e.mirrored_samples:>8} {e.coverage:>8.3f}"
+        )
+    lines.append(
+        f"window {snapshot.window_s:.1f} s; plan "
+        f"{snapshot.plan.version if snapshot.plan else 'none'}"
+    )
     for title, counts in (("dropped", snapshot.dropped), ("ignored", snapshot.ignored)):
         if counts:
             lines.append(f"{title}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
@@ -157,10 +188,14 @@ def table(snapshot: Snapshot) -> str:
 
 def heard_table(heard: dict[str, Heard]) -> str:
     """The agents a capture holds: what to put in a plan or an inventory."""
-    lines = [f"{'agent':<40} {'datagrams':>9} {'flow samples':>12} {'counter samples':>15} "
-             f"{'discards':>8} rates (1-in-N)"]
+    lines = [
+        f"{'agent':<40} {'datagrams':>9} {'flow samples':>12} {'counter samples':>15} "
+        f"{'discards':>8} rates (1-in-N)"
+    ]
     for agent, entry in sorted(heard.items()):
         rates = ", ".join(str(rate) for rate in sorted(entry.rates)) or "-"
-        lines.append(f"{agent:<40} {entry.datagrams:>9} {entry.flow_samples:>12} "
-                     f"{entry.counter_samples:>15} {entry.discard_samples:>8} {rates}")
+        lines.append(
+            f"{agent:<40} {entry.datagrams:>9} {entry.flow_samples:>12} "
+            f"{entry.counter_samples:>15} {entry.discard_samples:>8} {rates}"
+        )
     return "\n".join(lines) + "\n"

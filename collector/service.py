@@ -26,15 +26,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
+from cosample.collector import ipfixtemplates, snapshotbin
 from cosample.collector.admission import Admission
-from cosample.collector.errors import CollectorError
-from cosample.errors import CosampleError
-from cosample.collector.estimate import Estimator
 from cosample.collector.authenticity import Signer
+from cosample.collector.errors import CollectorError
+from cosample.collector.estimate import Estimator
 from cosample.collector.events import EventDetector, snapshot_values, write_events
 from cosample.collector.httpapi import http_server
 from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
-from cosample.collector import ipfixtemplates
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
@@ -42,10 +41,10 @@ from cosample.collector.planwatch import PlanWatcher, Update
 from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.receiver import Receiver
 from cosample.collector.reexport import Reexporter
-from cosample.collector import snapshotbin
 from cosample.collector.snapshot import Snapshot
 from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
+from cosample.errors import CosampleError
 from cosample.files import write_atomic, write_bytes_atomic
 
 SNAPSHOT_FILE = "snapshot.json"
@@ -82,24 +81,40 @@ class Settings:
 
 
 class Service:
-    def __init__(self, settings: Settings, inventory: Inventory | None = None, *,
-                 clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        inventory: Inventory | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        log: Callable[[str], None] | None = None,
+    ):
         self.settings, self.clock = settings, clock
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         if settings.public_key is None and not settings.insecure_unsigned:
-            raise CollectorError("--public-key: required to verify plans as the agents do "
-                                 "(or --insecure-unsigned for a lab)")
+            raise CollectorError(
+                "--public-key: required to verify plans as the agents do "
+                "(or --insecure-unsigned for a lab)"
+            )
         if settings.public_key is not None and not os.access(settings.public_key, os.R_OK):
             raise CollectorError(f"--public-key {settings.public_key}: cannot read the key")
-        self.watcher = PlanWatcher(settings.plan, inventory, settings.plan_timeout_s,
-                                   public_key=settings.public_key,
-                                   insecure_unsigned=settings.insecure_unsigned,
-                                   max_bytes=settings.max_plan_bytes)
+        self.watcher = PlanWatcher(
+            settings.plan,
+            inventory,
+            settings.plan_timeout_s,
+            public_key=settings.public_key,
+            insecure_unsigned=settings.insecure_unsigned,
+            max_bytes=settings.max_plan_bytes,
+        )
         self.poller = PlanPoller(self.watcher.reader, settings.plan_interval_s)
         self.writer = SnapshotWriter(self._write, self.log)
         self._logged_error: str | None = None
-        self.estimator = Estimator(None, window_s=settings.window_s, name=settings.name,
-                                   partial=settings.reuse_port or settings.partial)
+        self.estimator = Estimator(
+            None,
+            window_s=settings.window_s,
+            name=settings.name,
+            partial=settings.reuse_port or settings.partial,
+        )
         self.admission = Admission(self.estimator.dropped)
         self.status = Status()
         self.detector = EventDetector(settings.band, settings.max_silence_s)
@@ -137,16 +152,21 @@ class Service:
         if self.settings.metrics_port is not None:
             self._http = http_server(self, self.settings.http_host, self.settings.metrics_port)
             self.status.http_refused = self._http.refused
-            threading.Thread(target=self._http.serve_forever, name="collector-http",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._http.serve_forever, name="collector-http", daemon=True
+            ).start()
             self.http_address = self._http.server_address[:2]
         if self.settings.reexport is not None:
-            self.reexporter = Reexporter(self.settings.reexport, None,
-                                         clock_ms=lambda: self.clock() * 1000.0)
+            self.reexporter = Reexporter(
+                self.settings.reexport, None, clock_ms=lambda: self.clock() * 1000.0
+            )
             self.estimator.on_sample = self.reexporter
         if self.settings.events:
-            self._events = sys.stdout if self.settings.events == "-" else \
-                open(self.settings.events, "a", encoding="utf-8")
+            self._events = (
+                sys.stdout
+                if self.settings.events == "-"
+                else open(self.settings.events, "a", encoding="utf-8")
+            )
         warning = unsigned_warning(self.settings)
         if warning:
             self.status.insecure_unsigned = True
@@ -156,8 +176,10 @@ class Service:
         try:  # start with the plan when it comes in time (datagrams wait in the socket buffer)
             self._accept(self.poller.readings.get(timeout=self.settings.plan_timeout_s + 1.0))
         except queue.Empty:
-            self.log(f"collector: plan {self.settings.plan}: not read within "
-                     f"{self.settings.plan_timeout_s:g} s; receiving meanwhile")
+            self.log(
+                f"collector: plan {self.settings.plan}: not read within "
+                f"{self.settings.plan_timeout_s:g} s; receiving meanwhile"
+            )
         self.export(self.clock())
         return self
 
@@ -206,8 +228,9 @@ class Service:
         receiver = self._receiver = Receiver(self._socket, self.clock, relay=relay, log=self.log)
         ipfix = None
         if self._ipfix_socket is not None:  # a second socket, its own receive process
-            ipfix = self._ipfix_receiver = Receiver(self._ipfix_socket, self.clock, relay=relay,
-                                                    log=self.log)
+            ipfix = self._ipfix_receiver = Receiver(
+                self._ipfix_socket, self.clock, relay=relay, log=self.log
+            )
             ipfix.ready = receiver.ready  # one event wakes the loop for either
             ipfix.start()
         receiver.start()
@@ -226,8 +249,7 @@ class Service:
                     began = time.monotonic()
                     self.export(now)
                     spent = time.monotonic() - began
-                    next_export = self.clock() + max(self.settings.export_s,
-                                                     EXPORT_SHARE * spent)
+                    next_export = self.clock() + max(self.settings.export_s, EXPORT_SHARE * spent)
         finally:
             receiver.stop()
             if ipfix is not None:
@@ -262,9 +284,11 @@ class Service:
         self.status.plan_errors = self.watcher.errors
         self.status.plan_refused = dict(self.watcher.refused)
         if reading.changed and reading.plans is not None:
-            self.log(f"collector: plan {self.settings.plan}: read, verified and parsed in "
-                     f"{reading.seconds:.1f} s (off the receive path): versions "
-                     f"{', '.join(str(plan.version) for plan in reading.plans)}")
+            self.log(
+                f"collector: plan {self.settings.plan}: read, verified and parsed in "
+                f"{reading.seconds:.1f} s (off the receive path): versions "
+                f"{', '.join(str(plan.version) for plan in reading.plans)}"
+            )
         if update is not None:
             self._switch(update)
         error, self.watcher.last_error = self.watcher.last_error, None
@@ -287,17 +311,21 @@ class Service:
         sampling = sorted(s.name for s in new.servers.values() if s.sample_probability)
         if sampling and self._ipfix_socket is None and self._ipfix_warned != new.plan_id:
             self._ipfix_warned = new.plan_id
-            self.log(f"collector: WARNING: {', '.join(sampling[:5])}"
-                     f"{' ...' if len(sampling) > 5 else ''} take their local share with OVS's "
-                     "sample action, whose IPFIX this collector does not receive (no --ipfix): "
-                     "their local streams will be missing")
+            self.log(
+                f"collector: WARNING: {', '.join(sampling[:5])}"
+                f"{' ...' if len(sampling) > 5 else ''} take their local share with OVS's "
+                "sample action, whose IPFIX this collector does not receive (no --ipfix): "
+                "their local streams will be missing"
+            )
         at = f" from its not_before {update.at:%H:%M:%S.%f}" if update.at else ""
-        self.log("collector: no plan yet: attributing by the inventory's agent addresses "
-                 f"({len(new.servers)} servers, local sampling at their own rates)"
-                 if new.plan_id is None else
-                 f"collector: plan version {new.plan_version} ({new.plan_id[:12]}){at}"
-                 f"{' expired: local sampling only' if self.watcher.safe else ''}"
-                 f" (switched in {time.monotonic() - began:.1f} s)")
+        self.log(
+            "collector: no plan yet: attributing by the inventory's agent addresses "
+            f"({len(new.servers)} servers, local sampling at their own rates)"
+            if new.plan_id is None
+            else f"collector: plan version {new.plan_version} ({new.plan_id[:12]}){at}"
+            f"{' expired: local sampling only' if self.watcher.safe else ''}"
+            f" (switched in {time.monotonic() - began:.1f} s)"
+        )
 
     def _restore_templates(self) -> None:
         """The IPFIX templates the last run saved, before anything is received; a file
@@ -305,21 +333,27 @@ class Service:
         if self.settings.state_dir is None:
             return
         try:
-            restored = ipfixtemplates.load(self.settings.state_dir, self.estimator.templates,
-                                           self.clock())
+            restored = ipfixtemplates.load(
+                self.settings.state_dir, self.estimator.templates, self.clock()
+            )
         except CollectorError as exc:
             self.log(f"collector: {exc}; starting without the saved IPFIX templates")
             return
         self._templates_written = self.estimator.templates.changes
         if restored:
-            self.log(f"collector: {restored} IPFIX template(s) restored from "
-                     f"{ipfixtemplates.path_in(self.settings.state_dir)}")
+            self.log(
+                f"collector: {restored} IPFIX template(s) restored from "
+                f"{ipfixtemplates.path_in(self.settings.state_dir)}"
+            )
 
     def export(self, now: float) -> Snapshot:
         """The normal path: a snapshot of the estimator, handed to the writer thread."""
         snapshot = self.estimator.snapshot(now)
         self.snapshot = snapshot
-        self.status.datagrams, self.status.samples = self.estimator.datagrams, self.estimator.samples
+        self.status.datagrams, self.status.samples = (
+            self.estimator.datagrams,
+            self.estimator.samples,
+        )
         if self._receiver is not None:
             self.status.receive_errors = self._receiver.errors
             self.status.queue_overflow = self._receiver.overflow
@@ -333,8 +367,11 @@ class Service:
             self.status.reexport_errors = self.reexporter.errors
         templates = None
         changes = self.estimator.templates.changes
-        if self.settings.state_dir is not None and self.settings.ipfix is not None \
-                and changes != self._templates_written:
+        if (
+            self.settings.state_dir is not None
+            and self.settings.ipfix is not None
+            and changes != self._templates_written
+        ):
             templates = (changes, ipfixtemplates.encode(self.estimator.templates))
         self.writer.submit((snapshot, now, templates))
         return snapshot
@@ -346,8 +383,10 @@ class Service:
         snapshot, now, templates = item
         text = snapshot.to_json()
         self._snapshot_json = text.encode()
-        self._signed = (self._snapshot_json,
-                        self._signer.sign(self._snapshot_json) if self._signer else None)
+        self._signed = (
+            self._snapshot_json,
+            self._signer.sign(self._snapshot_json) if self._signer else None,
+        )
         binary = snapshotbin.encode(snapshot)
         self._signed_binary = (binary, self._signer.sign(binary) if self._signer else None)
         if self._events is not None:
@@ -355,19 +394,22 @@ class Service:
             self.status.events += write_events(events, self._events)
         if self.settings.state_dir is not None:
             try:
-                write_atomic(Path(self.settings.state_dir) / SNAPSHOT_FILE,
-                             lambda stream: stream.write(text), parents=True)
-                write_bytes_atomic(Path(self.settings.state_dir) / snapshotbin.BINARY_FILE,
-                                   binary)
+                write_atomic(
+                    Path(self.settings.state_dir) / SNAPSHOT_FILE,
+                    lambda stream: stream.write(text),
+                    parents=True,
+                )
+                write_bytes_atomic(Path(self.settings.state_dir) / snapshotbin.BINARY_FILE, binary)
                 if templates is not None:
                     ipfixtemplates.save(templates[1], self.settings.state_dir)
                     self._templates_written = templates[0]
             except (OSError, CosampleError) as exc:
                 self.status.state_write_errors += 1
-                if self.status.state_write_errors == 1 or \
-                        self.status.state_write_errors % 100 == 0:
-                    self.log(f"collector: {exc} ({self.status.state_write_errors} state writes "
-                             "failed so far; still receiving)")
+                if self.status.state_write_errors == 1 or self.status.state_write_errors % 100 == 0:
+                    self.log(
+                        f"collector: {exc} ({self.status.state_write_errors} state writes "
+                        "failed so far; still receiving)"
+                    )
         if self._socket is not None:
             drops = kernel_drops(self._socket)
             if drops is not None:
@@ -390,30 +432,41 @@ class Service:
         """The daemon's counters without the per-server rows: cheap at any fleet size (a
         scrape of ``/metrics`` renders every server)."""
         status, snapshot, running = self.status, self.snapshot, self.estimator.attribution
-        return json.dumps({
-            "time": snapshot.time if snapshot is not None else None,  # of the newest snapshot
-            "plan_version": running.plan_version if running is not None else None,  # in force
-            "snapshot_plan_version": snapshot.plan.version if snapshot is not None and
-            snapshot.plan else None,
-            "datagrams": self.estimator.datagrams, "samples": self.estimator.samples,  # live
-            "ipfix_messages": self.estimator.ipfix_messages,
-            "ipfix_records": self.estimator.ipfix_records,
-            "kernel_receive_drops": status.kernel_drops, "plan_errors": status.plan_errors,
-            "receive_queue_overflow": self._receiver.overflow if self._receiver else 0,
-            "receive_queued_bytes": self._receiver.queued_bytes if self._receiver else 0,
-            "dropped": dict(snapshot.dropped) if snapshot is not None else {}},
-            default=str).encode()
+        return json.dumps(
+            {
+                "time": snapshot.time if snapshot is not None else None,  # of the newest snapshot
+                "plan_version": running.plan_version if running is not None else None,  # in force
+                "snapshot_plan_version": snapshot.plan.version
+                if snapshot is not None and snapshot.plan
+                else None,
+                "datagrams": self.estimator.datagrams,
+                "samples": self.estimator.samples,  # live
+                "ipfix_messages": self.estimator.ipfix_messages,
+                "ipfix_records": self.estimator.ipfix_records,
+                "kernel_receive_drops": status.kernel_drops,
+                "plan_errors": status.plan_errors,
+                "receive_queue_overflow": self._receiver.overflow if self._receiver else 0,
+                "receive_queued_bytes": self._receiver.queued_bytes if self._receiver else 0,
+                "dropped": dict(snapshot.dropped) if snapshot is not None else {},
+            },
+            default=str,
+        ).encode()
 
 
 def unsigned_warning(settings: Settings) -> str | None:
     """The loud warning for ``--insecure-unsigned`` (worse over plain http), or None."""
     if settings.public_key is not None or not settings.insecure_unsigned:
         return None
-    over = " over plain http: anyone on the path" if settings.plan.startswith("http://") \
+    over = (
+        " over plain http: anyone on the path"
+        if settings.plan.startswith("http://")
         else ": anyone who can write the plan location"
-    return (f"INSECURE: plans are accepted unsigned (--insecure-unsigned){over} decides how "
-            "every server's samples are weighed, and the controller plans from that; set "
-            "--public-key")
+    )
+    return (
+        f"INSECURE: plans are accepted unsigned (--insecure-unsigned){over} decides how "
+        "every server's samples are weighed, and the controller plans from that; set "
+        "--public-key"
+    )
 
 
 def _receive_buffer(sock: socket.socket, size: int) -> None:

@@ -16,8 +16,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, Field, PlainSerializer,
-                      PrivateAttr, ValidationError, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.collector.errors import CollectorError
@@ -37,8 +45,12 @@ def _aware(moment: datetime) -> datetime:
     return moment.astimezone(timezone.utc)
 
 
-UtcTime = Annotated[datetime, BeforeValidator(_utc), AfterValidator(_aware),
-                    PlainSerializer(format_time_ms, return_type=str)]
+UtcTime = Annotated[
+    datetime,
+    BeforeValidator(_utc),
+    AfterValidator(_aware),
+    PlainSerializer(format_time_ms, return_type=str),
+]
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -51,8 +63,11 @@ def _ordered(bounds: list[float]) -> list[float]:
     return bounds
 
 
-Interval = Annotated[list[Annotated[float, Field(ge=0, allow_inf_nan=False)]],
-                     Field(min_length=2, max_length=2), AfterValidator(_ordered)]
+Interval = Annotated[
+    list[Annotated[float, Field(ge=0, allow_inf_nan=False)]],
+    Field(min_length=2, max_length=2),
+    AfterValidator(_ordered),
+]
 
 
 class PlanRef(Strict):
@@ -92,14 +107,23 @@ class ServerEstimate(Strict):
     @model_validator(mode="after")
     def _counts_add_up(self) -> "ServerEstimate":
         if self.local_samples + self.mirrored_samples != self.samples:
-            raise ValueError(f"local_samples + mirrored_samples ({self.local_samples} + "
-                             f"{self.mirrored_samples}) != samples ({self.samples})")
+            raise ValueError(
+                f"local_samples + mirrored_samples ({self.local_samples} + "
+                f"{self.mirrored_samples}) != samples ({self.samples})"
+            )
         return self
 
 
 #: The table's columns of rates and counts, in the order they are written.
-RATE_COLUMNS = ("packets_per_s", "packets_per_s_ci95_low", "packets_per_s_ci95_high",
-                "bytes_per_s", "bytes_per_s_ci95_low", "bytes_per_s_ci95_high", "samples_per_s")
+RATE_COLUMNS = (
+    "packets_per_s",
+    "packets_per_s_ci95_low",
+    "packets_per_s_ci95_high",
+    "bytes_per_s",
+    "bytes_per_s_ci95_low",
+    "bytes_per_s_ci95_high",
+    "samples_per_s",
+)
 COUNT_COLUMNS = ("samples", "local_samples", "mirrored_samples")
 
 
@@ -131,6 +155,7 @@ class ServerTable(Strict):
         """One column as a float numpy array (the controller's arithmetic; numpy is imported
         here, not with the module: ``collector replay`` never needs it)."""
         import numpy as np
+
         return np.asarray(getattr(self, key), dtype=float)
 
     def __len__(self) -> int:
@@ -154,8 +179,12 @@ class ServerTable(Strict):
     def values(self) -> Iterator[ServerEstimate]:
         return (self.row(k) for k in range(len(self.name)))
 
-    def row(self, k: int, time: datetime | None = None,
-            interfaces: dict[str, InterfaceRates] | None = None) -> ServerEstimate:
+    def row(
+        self,
+        k: int,
+        time: datetime | None = None,
+        interfaces: dict[str, InterfaceRates] | None = None,
+    ) -> ServerEstimate:
         age = self.last_sample_age_s[k]
         if age is not None and math.isnan(age):  # the binary form's "none" (``snapshotbin``)
             age = None
@@ -163,20 +192,30 @@ class ServerTable(Strict):
 
         def number(column: Any) -> float:
             return float(column[k])
+
         return ServerEstimate.model_construct(
             packets_per_s=number(self.packets_per_s),
-            packets_per_s_ci95=[number(self.packets_per_s_ci95_low),
-                                number(self.packets_per_s_ci95_high)],
+            packets_per_s_ci95=[
+                number(self.packets_per_s_ci95_low),
+                number(self.packets_per_s_ci95_high),
+            ],
             bytes_per_s=number(self.bytes_per_s),
-            bytes_per_s_ci95=[number(self.bytes_per_s_ci95_low),
-                              number(self.bytes_per_s_ci95_high)],
-            samples=int(self.samples[k]), samples_per_s=number(self.samples_per_s),
+            bytes_per_s_ci95=[
+                number(self.bytes_per_s_ci95_low),
+                number(self.bytes_per_s_ci95_high),
+            ],
+            samples=int(self.samples[k]),
+            samples_per_s=number(self.samples_per_s),
             local_samples=int(self.local_samples[k]),
-            mirrored_samples=int(self.mirrored_samples[k]), coverage=number(self.coverage),
+            mirrored_samples=int(self.mirrored_samples[k]),
+            coverage=number(self.coverage),
             last_sample=(time - timedelta(seconds=float(age)))
-            if time is not None and age is not None else None, interfaces=interfaces,
+            if time is not None and age is not None
+            else None,
+            interfaces=interfaces,
             packets_per_s_variance=number(variances[0]) if variances[0] is not None else None,
-            bytes_per_s_variance=number(variances[1]) if variances[1] is not None else None)
+            bytes_per_s_variance=number(variances[1]) if variances[1] is not None else None,
+        )
 
     def __eq__(self, other: object) -> bool:  # the fields; not the name index cached below
         return isinstance(other, ServerTable) and self.__dict__ == other.__dict__
@@ -264,14 +303,22 @@ class Snapshot(Strict):
             low, high = getattr(table, f"{rate}_ci95_low"), getattr(table, f"{rate}_ci95_high")
             k = _first_where(lambda lo, hi: lo > hi, low, high)
             if k is not None:
-                _fail(("servers", f"{rate}_ci95_low", k), f"server {table.name[k]!r}: low bound "
-                      f"above high bound ({low[k]:g} > {high[k]:g})", low[k])
+                _fail(
+                    ("servers", f"{rate}_ci95_low", k),
+                    f"server {table.name[k]!r}: low bound "
+                    f"above high bound ({low[k]:g} > {high[k]:g})",
+                    low[k],
+                )
         local, mirrored, samples = table.local_samples, table.mirrored_samples, table.samples
         k = _first_where(lambda lo, mi, sa: lo + mi != sa, local, mirrored, samples)
         if k is not None:
-            _fail(("servers", "samples", k), f"server {table.name[k]!r}: local_samples + "
-                  f"mirrored_samples ({local[k]} + {mirrored[k]}) != samples "
-                  f"({samples[k]})", int(samples[k]))
+            _fail(
+                ("servers", "samples", k),
+                f"server {table.name[k]!r}: local_samples + "
+                f"mirrored_samples ({local[k]} + {mirrored[k]}) != samples "
+                f"({samples[k]})",
+                int(samples[k]),
+            )
         if self.interfaces is not None:
             _same_lengths(self.interfaces, "interfaces")
             _indices(self.interfaces.server, n, ("interfaces", "server"), "servers")
@@ -290,27 +337,42 @@ class Snapshot(Strict):
         if self.interfaces is not None:
             t = self.interfaces
             for k, port, i, o in zip(t.server, t.port, t.in_pps, t.out_pps):
-                out.setdefault(self.servers.name[k], {})[port] = InterfaceRates(in_pps=i,
-                                                                                 out_pps=o)
+                out.setdefault(self.servers.name[k], {})[port] = InterfaceRates(in_pps=i, out_pps=o)
         return out
 
     def estimates(self) -> dict[str, ServerEstimate]:
         """Every server as a ``ServerEstimate`` (interfaces and last sample included)."""
         ports = self.server_interfaces()
-        return {name: self.servers.row(k, self.time, ports.get(name))
-                for k, name in enumerate(self.servers.name)}
+        return {
+            name: self.servers.row(k, self.time, ports.get(name))
+            for k, name in enumerate(self.servers.name)
+        }
 
     @classmethod
-    def from_servers(cls, servers: Mapping[str, ServerEstimate], *, collector: str,
-                     time: datetime, window_s: float, plan: PlanRef | None,
-                     traffic_pps: Mapping[str, Mapping[str, float]] | TrafficTable | None = None,
-                     **fields: Any) -> "Snapshot":
+    def from_servers(
+        cls,
+        servers: Mapping[str, ServerEstimate],
+        *,
+        collector: str,
+        time: datetime,
+        window_s: float,
+        plan: PlanRef | None,
+        traffic_pps: Mapping[str, Mapping[str, float]] | TrafficTable | None = None,
+        **fields: Any,
+    ) -> "Snapshot":
         """The snapshot of per-server estimates (rows in the mapping's order)."""
         rows = list(servers.values())
         time = _aware(time)
         columns: dict[str, Any] = {"name": list(servers)}
-        for key in ("packets_per_s", "bytes_per_s", "samples", "samples_per_s",
-                    "local_samples", "mirrored_samples", "coverage"):
+        for key in (
+            "packets_per_s",
+            "bytes_per_s",
+            "samples",
+            "samples_per_s",
+            "local_samples",
+            "mirrored_samples",
+            "coverage",
+        ):
             columns[key] = [getattr(e, key) for e in rows]
         for rate in ("packets_per_s", "bytes_per_s"):
             columns[f"{rate}_ci95_low"] = [getattr(e, f"{rate}_ci95")[0] for e in rows]
@@ -318,18 +380,38 @@ class Snapshot(Strict):
             variances = [getattr(e, f"{rate}_variance") for e in rows]
             columns[f"{rate}_variance"] = None if None in variances else variances
         columns["last_sample_age_s"] = [
-            max(0.0, (time - e.last_sample).total_seconds()) if e.last_sample is not None
-            else None for e in rows]
-        ports = [(k, port, rates) for k, e in enumerate(rows)
-                 for port, rates in sorted((e.interfaces or {}).items())]
-        interfaces = None if not ports else {
-            "server": [k for k, _, _ in ports], "port": [p for _, p, _ in ports],
-            "in_pps": [r.in_pps for _, _, r in ports], "out_pps": [r.out_pps for _, _, r in ports]}
+            max(0.0, (time - e.last_sample).total_seconds()) if e.last_sample is not None else None
+            for e in rows
+        ]
+        ports = [
+            (k, port, rates)
+            for k, e in enumerate(rows)
+            for port, rates in sorted((e.interfaces or {}).items())
+        ]
+        interfaces = (
+            None
+            if not ports
+            else {
+                "server": [k for k, _, _ in ports],
+                "port": [p for _, p, _ in ports],
+                "in_pps": [r.in_pps for _, _, r in ports],
+                "out_pps": [r.out_pps for _, _, r in ports],
+            }
+        )
         if traffic_pps is not None and not isinstance(traffic_pps, TrafficTable):
             traffic_pps = TrafficTable.from_dict(traffic_pps)
-        return cls.model_validate({
-            "collector": collector, "time": time, "window_s": window_s, "plan": plan,
-            "servers": columns, "interfaces": interfaces, "traffic_pps": traffic_pps, **fields})
+        return cls.model_validate(
+            {
+                "collector": collector,
+                "time": time,
+                "window_s": window_s,
+                "plan": plan,
+                "servers": columns,
+                "interfaces": interfaces,
+                "traffic_pps": traffic_pps,
+                **fields,
+            }
+        )
 
     def to_json(self) -> str:
         """The wire form: the model's fields in declaration order, compact (columns of 10^5
@@ -338,8 +420,10 @@ class Snapshot(Strict):
 
 
 def _fail(loc: tuple, message: str, value: Any) -> None:
-    raise ValidationError.from_exception_data("snapshot", [InitErrorDetails(
-        type=PydanticCustomError("snapshot", message), loc=loc, input=value)])
+    raise ValidationError.from_exception_data(
+        "snapshot",
+        [InitErrorDetails(type=PydanticCustomError("snapshot", message), loc=loc, input=value)],
+    )
 
 
 def _same_lengths(table: BaseModel, name: str, skip: str | None = None) -> None:
@@ -347,8 +431,11 @@ def _same_lengths(table: BaseModel, name: str, skip: str | None = None) -> None:
     first = len(getattr(table, keys[0]))
     for key in keys[1:]:
         if len(getattr(table, key)) != first:
-            _fail((name, key), f"{len(getattr(table, key))} entries, {keys[0]} has {first}",
-                  len(getattr(table, key)))
+            _fail(
+                (name, key),
+                f"{len(getattr(table, key))} entries, {keys[0]} has {first}",
+                len(getattr(table, key)),
+            )
 
 
 def _unique(names: list[str], loc: tuple) -> None:
@@ -363,6 +450,7 @@ def _first_where(test: Callable[..., Any], *columns: Sequence) -> int | None:
     arrays (10^6 rows), row by row on JSON lists (so replaying needs no numpy)."""
     if columns and type(columns[0]).__module__ == "numpy":
         import numpy as np
+
         bad = np.flatnonzero(test(*columns))
         return int(bad[0]) if bad.size else None
     return next((k for k, row in enumerate(zip(*columns)) if test(*row)), None)
@@ -387,11 +475,20 @@ def parse_snapshot(data: bytes | str | Mapping[str, Any], where: str = "snapshot
     except ValidationError as exc:
         message = describe(exc, where)
         loc = exc.errors(include_url=False)[0]["loc"]
-        if (len(loc) == 3 and loc[0] == "servers" and isinstance(loc[2], int)
-                and isinstance(data, Mapping) and isinstance(data.get("servers"), Mapping)):
+        if (
+            len(loc) == 3
+            and loc[0] == "servers"
+            and isinstance(loc[2], int)
+            and isinstance(data, Mapping)
+            and isinstance(data.get("servers"), Mapping)
+        ):
             names = data["servers"].get("name")
-            if isinstance(names, list) and loc[2] < len(names) and loc[1] != "name" \
-                    and "server " not in message:
+            if (
+                isinstance(names, list)
+                and loc[2] < len(names)
+                and loc[1] != "name"
+                and "server " not in message
+            ):
                 prefix = f"{where}: {field_path(loc)}" if where else field_path(loc)
                 message = message.replace(prefix, f"{prefix} (server {names[loc[2]]!r})", 1)
         raise CollectorError(message) from None

@@ -29,8 +29,13 @@ import orjson
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from cosample.collector.errors import CollectorError
-from cosample.collector.snapshot import (COUNT_COLUMNS, InterfaceTable, ServerTable, Snapshot,
-                                         TrafficTable)
+from cosample.collector.snapshot import (
+    COUNT_COLUMNS,
+    InterfaceTable,
+    ServerTable,
+    Snapshot,
+    TrafficTable,
+)
 from cosample.validation import describe
 
 #: The first bytes of the binary form (the JSON form starts with ``{``).
@@ -43,10 +48,16 @@ _FLOAT, _INT = "<f8", "<i8"
 #: Per table, its numeric columns and their kind: rates (finite, >= 0), counts (integers >= 0),
 #: fractions (in [0, 1]) and ages (finite, any sign; NaN: none).
 _KINDS = {
-    "servers": {**{key: "rate" for key in ServerTable.model_fields
-                   if key not in ("name", "coverage", "last_sample_age_s", *COUNT_COLUMNS)},
-                **{key: "count" for key in COUNT_COLUMNS},
-                "coverage": "fraction", "last_sample_age_s": "age"},
+    "servers": {
+        **{
+            key: "rate"
+            for key in ServerTable.model_fields
+            if key not in ("name", "coverage", "last_sample_age_s", *COUNT_COLUMNS)
+        },
+        **{key: "count" for key in COUNT_COLUMNS},
+        "coverage": "fraction",
+        "last_sample_age_s": "age",
+    },
     "interfaces": {"server": "count", "in_pps": "rate", "out_pps": "rate"},
     "traffic_pps": {"src": "count", "dst": "count", "pps": "rate"},
 }
@@ -54,7 +65,7 @@ _TABLES = {"servers": ServerTable, "interfaces": InterfaceTable, "traffic_pps": 
 
 
 def is_binary(data: bytes) -> bool:
-    return data[:len(MAGIC)] == MAGIC
+    return data[: len(MAGIC)] == MAGIC
 
 
 def encode(snapshot: Snapshot) -> bytes:
@@ -75,8 +86,9 @@ def encode(snapshot: Snapshot) -> bytes:
             if kinds[key] == "age" and not isinstance(values, np.ndarray):
                 values = [np.nan if v is None else v for v in values]
             fields[key] = {"$column": len(arrays)}
-            arrays.append(np.ascontiguousarray(values, dtype=_INT if kinds[key] == "count"
-                                               else _FLOAT))
+            arrays.append(
+                np.ascontiguousarray(values, dtype=_INT if kinds[key] == "count" else _FLOAT)
+            )
         header[table_name] = fields
     traffic, servers = header.get("traffic_pps"), header["servers"]
     if traffic is not None and traffic["names"] == servers["name"]:
@@ -103,25 +115,36 @@ def decode(data: bytes, where: str = "snapshot") -> Snapshot:
             raise CollectorError(f"{where}: {table_name}: not a table (got {raw!r:.60})")
         tables[table_name] = _table(table_name, raw, columns, names, where)
     try:  # everything but the columns, by the model itself (then the columns put in)
-        snapshot = Snapshot.model_validate({**shell, **{name: _empty(name, table)
-                                                        for name, table in tables.items()}})
+        snapshot = Snapshot.model_validate(
+            {**shell, **{name: _empty(name, table) for name, table in tables.items()}}
+        )
     except ValidationError as exc:
         raise CollectorError(describe(exc, where)) from None
     _names(names, "servers.name", where)
-    for path, values in (("traffic_pps.names", (tables["traffic_pps"] or {}).get("names")),
-                         ("interfaces.port", (tables["interfaces"] or {}).get("port"))):
+    for path, values in (
+        ("traffic_pps.names", (tables["traffic_pps"] or {}).get("names")),
+        ("interfaces.port", (tables["interfaces"] or {}).get("port")),
+    ):
         if values is not None and values is not names:  # the same list is checked once
             _names(values, path, where)
-    snapshot = snapshot.model_copy(update={
-        name: _TABLES[name].model_construct(**table) if table is not None else None
-        for name, table in tables.items()})
+    snapshot = snapshot.model_copy(
+        update={
+            name: _TABLES[name].model_construct(**table) if table is not None else None
+            for name, table in tables.items()
+        }
+    )
     try:
         return snapshot._consistent()
     except ValidationError as exc:
         message = describe(exc, where)
         loc = exc.errors(include_url=False)[0]["loc"]
-        if len(loc) == 3 and loc[0] == "servers" and isinstance(loc[2], int) \
-                and loc[1] != "name" and "server " not in message:
+        if (
+            len(loc) == 3
+            and loc[0] == "servers"
+            and isinstance(loc[2], int)
+            and loc[1] != "name"
+            and "server " not in message
+        ):
             message += f" (server {names[loc[2]]!r})"
         raise CollectorError(message) from None
 
@@ -132,10 +155,11 @@ def _header(data: bytes, where: str) -> tuple[dict[str, Any], list[np.ndarray]]:
         raise CollectorError(f"{where}: not a binary snapshot (no {MAGIC!r} at the start)")
     _, size = _HEAD.unpack_from(data)
     if size > len(data) - _HEAD.size:
-        raise CollectorError(f"{where}: header of {size} bytes, only "
-                             f"{len(data) - _HEAD.size} follow")
+        raise CollectorError(
+            f"{where}: header of {size} bytes, only {len(data) - _HEAD.size} follow"
+        )
     try:
-        header = orjson.loads(data[_HEAD.size:_HEAD.size + size])
+        header = orjson.loads(data[_HEAD.size : _HEAD.size + size])
     except orjson.JSONDecodeError as exc:
         raise CollectorError(f"{where}: header: not valid UTF-8 JSON ({exc})") from None
     if not isinstance(header, dict) or not isinstance(header.get("columns"), list):
@@ -143,14 +167,23 @@ def _header(data: bytes, where: str) -> tuple[dict[str, Any], list[np.ndarray]]:
     offset = _HEAD.size + size + (-(_HEAD.size + size) % 8)
     columns = []
     for k, spec in enumerate(header.pop("columns")):
-        if (not isinstance(spec, list) or len(spec) != 2 or spec[0] not in (_FLOAT, _INT)
-                or not isinstance(spec[1], int) or isinstance(spec[1], bool) or spec[1] < 0):
-            raise CollectorError(f"{where}: columns[{k}]: expected [\"<f8\" or \"<i8\", count] "
-                                 f"(got {spec!r:.60})")
+        if (
+            not isinstance(spec, list)
+            or len(spec) != 2
+            or spec[0] not in (_FLOAT, _INT)
+            or not isinstance(spec[1], int)
+            or isinstance(spec[1], bool)
+            or spec[1] < 0
+        ):
+            raise CollectorError(
+                f'{where}: columns[{k}]: expected ["<f8" or "<i8", count] (got {spec!r:.60})'
+            )
         end = offset + 8 * spec[1]
         if end > len(data):
-            raise CollectorError(f"{where}: columns[{k}]: {spec[1]} values, the data ends "
-                                 f"{(end - len(data)) // 8} values short")
+            raise CollectorError(
+                f"{where}: columns[{k}]: {spec[1]} values, the data ends "
+                f"{(end - len(data)) // 8} values short"
+            )
         columns.append(np.frombuffer(data, dtype=spec[0], count=spec[1], offset=offset))
         offset = end
     if offset != len(data):
@@ -158,15 +191,20 @@ def _header(data: bytes, where: str) -> tuple[dict[str, Any], list[np.ndarray]]:
     return header, columns
 
 
-def _table(table_name: str, raw: dict[str, Any], columns: list[np.ndarray],
-           names: list[str], where: str) -> dict[str, Any]:
+def _table(
+    table_name: str, raw: dict[str, Any], columns: list[np.ndarray], names: list[str], where: str
+) -> dict[str, Any]:
     """One table's fields: the numeric ones as checked arrays, the others as given."""
     kinds = _KINDS[table_name]
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in kinds:
-            if isinstance(value, dict) and value == {"$same": "servers.name"} and \
-                    table_name == "traffic_pps" and key == "names":
+            if (
+                isinstance(value, dict)
+                and value == {"$same": "servers.name"}
+                and table_name == "traffic_pps"
+                and key == "names"
+            ):
                 value = names
             out[key] = value
             continue
@@ -175,24 +213,35 @@ def _table(table_name: str, raw: dict[str, Any], columns: list[np.ndarray],
             continue
         k = value.get("$column") if isinstance(value, dict) else None
         if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < len(columns):
-            raise CollectorError(f"{where}: {table_name}.{key}: expected "
-                                 f"{{\"$column\": index}} (got {value!r:.60})")
-        out[key] = _checked(columns[k], kinds[key], f"{table_name}.{key}",
-                            names if table_name == "servers" else None, where)
+            raise CollectorError(
+                f'{where}: {table_name}.{key}: expected {{"$column": index}} (got {value!r:.60})'
+            )
+        out[key] = _checked(
+            columns[k],
+            kinds[key],
+            f"{table_name}.{key}",
+            names if table_name == "servers" else None,
+            where,
+        )
     return out
 
 
-def _checked(values: np.ndarray, kind: str, path: str, names: list[str] | None,
-             where: str) -> np.ndarray:
+def _checked(
+    values: np.ndarray, kind: str, path: str, names: list[str] | None, where: str
+) -> np.ndarray:
     """The model's rule for the column's kind, over the whole array; the first offender named."""
     if kind == "count":
         bad = values < 0 if values.dtype.kind == "i" else None
         rule = "a non-negative integer"
         if bad is None:
-            raise CollectorError(f"{where}: {path}: expected integers ({_INT}), got {values.dtype.str}")
+            raise CollectorError(
+                f"{where}: {path}: expected integers ({_INT}), got {values.dtype.str}"
+            )
     else:
         if values.dtype.kind != "f":
-            raise CollectorError(f"{where}: {path}: expected numbers ({_FLOAT}), got {values.dtype.str}")
+            raise CollectorError(
+                f"{where}: {path}: expected numbers ({_FLOAT}), got {values.dtype.str}"
+            )
         if kind == "age":
             bad = np.isinf(values)
             rule = "a finite number (or none)"
@@ -205,13 +254,13 @@ def _checked(values: np.ndarray, kind: str, path: str, names: list[str] | None,
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
         server = f" (server {names[k]!r})" if names is not None and k < len(names) else ""
-        raise CollectorError(f"{where}: {path}[{k}]{server}: expected {rule} "
-                             f"(got {values[k].item()!r})")
+        raise CollectorError(
+            f"{where}: {path}[{k}]{server}: expected {rule} (got {values[k].item()!r})"
+        )
     return values
 
 
-_NAMES = TypeAdapter(list[Annotated[str, Field(min_length=1)]],
-                     config=ConfigDict(strict=True))
+_NAMES = TypeAdapter(list[Annotated[str, Field(min_length=1)]], config=ConfigDict(strict=True))
 
 
 def _names(values: Any, path: str, where: str) -> None:
@@ -221,8 +270,10 @@ def _names(values: Any, path: str, where: str) -> None:
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         at = "".join(f"[{part}]" for part in first["loc"])
-        raise CollectorError(f"{where}: {path}{at}: {first['msg'][:1].lower()}"
-                             f"{first['msg'][1:]} (got {first.get('input')!r:.60})") from None
+        raise CollectorError(
+            f"{where}: {path}{at}: {first['msg'][:1].lower()}"
+            f"{first['msg'][1:]} (got {first.get('input')!r:.60})"
+        ) from None
 
 
 def _strings(raw: Any, key: str, where: str, table_name: str) -> list[str]:
@@ -238,6 +289,11 @@ def _empty(table_name: str, table: dict[str, Any] | None) -> dict[str, Any] | No
     if table is None:
         return None
     kinds = _KINDS[table_name]
-    return {key: ([] if value is not None else None) if key in kinds
-            else [] if key in ("name", "names", "port") and isinstance(value, list) else value
-            for key, value in table.items()}
+    return {
+        key: ([] if value is not None else None)
+        if key in kinds
+        else []
+        if key in ("name", "names", "port") and isinstance(value, list)
+        else value
+        for key, value in table.items()
+    }

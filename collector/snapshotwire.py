@@ -25,10 +25,15 @@ def traffic_columns(matrix: Mapping[str, Mapping[str, float]]) -> dict[str, list
     """``{src: {dst: pps}}`` as the snapshot's ``traffic_pps`` table (names sorted once)."""
     names = sorted(set(matrix) | {dst for row in matrix.values() for dst in row})
     index = {name: k for k, name in enumerate(names)}
-    entries = [(index[src], index[dst], pps) for src, row in matrix.items()
-               for dst, pps in row.items()]
-    return {"names": names, "src": [e[0] for e in entries], "dst": [e[1] for e in entries],
-            "pps": [e[2] for e in entries]}
+    entries = [
+        (index[src], index[dst], pps) for src, row in matrix.items() for dst, pps in row.items()
+    ]
+    return {
+        "names": names,
+        "src": [e[0] for e in entries],
+        "dst": [e[1] for e in entries],
+        "pps": [e[2] for e in entries],
+    }
 
 
 def snapshot_json(data: Mapping[str, Any]) -> str:
@@ -39,11 +44,27 @@ def snapshot_json(data: Mapping[str, Any]) -> str:
     all, and its error names the field."""
     if not _finite(data):
         from cosample.collector.snapshot import Snapshot
+
         return Snapshot.model_validate(data).to_json()
-    wire = {"format": SNAPSHOT_FORMAT, "format_version": SNAPSHOT_VERSION,
-            "collector": data["collector"], "time": format_time_ms(data["time"])}
-    for key in ("window_s", "plan", "servers", "interfaces", "traffic_pps", "dropped", "ignored",
-                "agents", "unknown_agents", "sequence", "discards"):
+    wire = {
+        "format": SNAPSHOT_FORMAT,
+        "format_version": SNAPSHOT_VERSION,
+        "collector": data["collector"],
+        "time": format_time_ms(data["time"]),
+    }
+    for key in (
+        "window_s",
+        "plan",
+        "servers",
+        "interfaces",
+        "traffic_pps",
+        "dropped",
+        "ignored",
+        "agents",
+        "unknown_agents",
+        "sequence",
+        "discards",
+    ):
         wire[key] = data[key]
     return orjson.dumps(wire).decode() + "\n"
 
@@ -53,4 +74,8 @@ def _finite(data: Mapping[str, Any]) -> bool:
     tables = [data["servers"], data["interfaces"] or {}, data["traffic_pps"] or {}]
     return math.isfinite(data["window_s"]) and all(
         value.__class__ is not float or math.isfinite(value)
-        for table in tables for column in table.values() if column for value in column)
+        for table in tables
+        for column in table.values()
+        if column
+        for value in column
+    )

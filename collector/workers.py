@@ -21,8 +21,9 @@ from cosample.collector.planread import PlanReader, Reading
 
 
 class PlanPoller:
-    def __init__(self, reader: PlanReader, interval_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, reader: PlanReader, interval_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.reader, self.interval_s, self.clock = reader, interval_s, clock
         self.readings: queue.SimpleQueue[Reading] = queue.SimpleQueue()
         self.reads = 0
@@ -59,8 +60,7 @@ class PlanPoller:
 class SnapshotWriter:
     """``submit(item)``: hand the newest export to ``write(item)`` on the writer thread."""
 
-    def __init__(self, write: Callable[[object], None],
-                 log: Callable[[str], None]) -> None:
+    def __init__(self, write: Callable[[object], None], log: Callable[[str], None]) -> None:
         self.write, self.log = write, log
         self.skipped = 0  # exports replaced by a newer one before they were written
         self._item: object | None = None
@@ -97,5 +97,7 @@ class SnapshotWriter:
             try:
                 self.write(item)
             except Exception as exc:  # noqa: BLE001 (a writer that dies stops every export)
-                self.log(f"collector: export failed ({type(exc).__name__}: {exc}); "
-                         "the next export tries again")
+                self.log(
+                    f"collector: export failed ({type(exc).__name__}: {exc}); "
+                    "the next export tries again"
+                )

@@ -42,7 +42,6 @@ from cosample.controller.estimate import Measurement
 from cosample.plan.appmon import SHARE_BITS, selected_share
 from cosample.planner.appmon import MEASURED_PACKETS_PER_REQUEST
 
-
 #: A window an analyser captured less than this share of (it started or stopped in it, as
 #: the agents' supervisors do on a move) is left out; a larger part gives the rate over the
 #: seconds it covered (``covered_s``), not over the window.
@@ -58,17 +57,23 @@ def names(services: Sequence[Any]) -> tuple[str, ...]:
     return tuple(service_name(s.address, s.port) for s in services)
 
 
-def request_capacity(services: Sequence[Any], index: Mapping[str, int],
-                     capacity_pps: np.ndarray) -> np.ndarray:
+def request_capacity(
+    services: Sequence[Any], index: Mapping[str, int], capacity_pps: np.ndarray
+) -> np.ndarray:
     """The most requests/s each service's server can forward packets for (the plausibility
     bound): its capacity over the service's packets per request."""
-    return np.array([capacity_pps[index[s.server]]
-                     / (s.packets_per_request or MEASURED_PACKETS_PER_REQUEST)
-                     for s in services], dtype=float)
+    return np.array(
+        [
+            capacity_pps[index[s.server]] / (s.packets_per_request or MEASURED_PACKETS_PER_REQUEST)
+            for s in services
+        ],
+        dtype=float,
+    )
 
 
-def plan_entries(plan: Mapping[str, Any] | None, services: Sequence[Any]
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def plan_entries(
+    plan: Mapping[str, Any] | None, services: Sequence[Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The running plan's application part per service: (listed, analysis host name or "" for
     the sniffer, applied share), from its hosts' ``appmon`` entries."""
     n = len(services)
@@ -79,7 +84,7 @@ def plan_entries(plan: Mapping[str, Any] | None, services: Sequence[Any]
         return listed, to, share
     position = {(service_name(s.address, s.port)): j for j, s in enumerate(services)}
     for host in plan.get("hosts", {}).values():
-        for entry in (host.get("appmon") or []):
+        for entry in host.get("appmon") or []:
             key = entry.get("service", {})
             j = position.get(service_name(key.get("address"), key.get("port")))
             if j is None:
@@ -90,8 +95,7 @@ def plan_entries(plan: Mapping[str, Any] | None, services: Sequence[Any]
     return listed, to, share
 
 
-def _entries(snapshots: Sequence[tuple[str, AppSnapshot]]
-             ) -> Iterator[tuple[ServiceWindow, float]]:
+def _entries(snapshots: Sequence[tuple[str, AppSnapshot]]) -> Iterator[tuple[ServiceWindow, float]]:
     """Every service entry of the snapshots that covered enough of their window, with the
     seconds its rate is taken over."""
     for _, snap in snapshots:
@@ -102,8 +106,9 @@ def _entries(snapshots: Sequence[tuple[str, AppSnapshot]]
             yield entry, seconds
 
 
-def success_rates(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[str, ...],
-                  share: np.ndarray) -> dict[str, tuple[float | None, list[float] | None]]:
+def success_rates(
+    snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[str, ...], share: np.ndarray
+) -> dict[str, tuple[float | None, list[float] | None]]:
     """Each measured service's success rate and its connection-level 95 % interval
     (``appmon.successinterval``: over all its connections; None: unknown), from the analyser
     whose rate ``measure`` takes (the highest)."""
@@ -120,17 +125,25 @@ def success_rates(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: t
         best[entry.service] = value
         final = entry.responses - entry.status_classes.get("1xx", 0)
         ok = entry.status_classes.get("2xx", 0) + entry.status_classes.get("3xx", 0)
-        sums = None if entry.final_squares is None or entry.final_ok_products is None \
-            or entry.ok_squares is None else \
-            (entry.final_squares, entry.final_ok_products, entry.ok_squares)
-        rates[entry.service] = (entry.success_rate, success_interval(
-            ok, final, sums, entry.final_connections or 0, float(share[j]), entry.final_df))
+        sums = (
+            None
+            if entry.final_squares is None
+            or entry.final_ok_products is None
+            or entry.ok_squares is None
+            else (entry.final_squares, entry.final_ok_products, entry.ok_squares)
+        )
+        rates[entry.service] = (
+            entry.success_rate,
+            success_interval(
+                ok, final, sums, entry.final_connections or 0, float(share[j]), entry.final_df
+            ),
+        )
     return rates
 
 
-def measure(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[str, ...],
-            share: np.ndarray
-            ) -> tuple[Measurement | None, tuple[str, ...], dict[str, list[float] | None]]:
+def measure(
+    snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[str, ...], share: np.ndarray
+) -> tuple[Measurement | None, tuple[str, ...], dict[str, list[float] | None]]:
     """The services' rates from fresh snapshots (None if none), the names reported that the
     inventory does not list (ignored: an analyser also sees other servers' traffic), and each
     measured service's 95 % interval (requests/s, renormalised; None: unknown)."""
@@ -149,13 +162,25 @@ def measure(snapshots: Sequence[tuple[str, AppSnapshot]], service_names: tuple[s
             continue
         value = entry.requests / seconds / share[j]
         if not measured[j] or value > rate[j]:  # the analyser whose rate is taken
-            intervals[entry.service] = rate_interval(entry.requests, entry.request_squares,
-                                                     float(share[j]), seconds)
+            intervals[entry.service] = rate_interval(
+                entry.requests, entry.request_squares, float(share[j]), seconds
+            )
         rate[j] = max(rate[j], value) if measured[j] else value
         measured[j] = True
     ends = [snap.window_start + timedelta(seconds=snap.window_s) for _, snap in snapshots]
     window = max(snap.window_s for _, snap in snapshots)
     diagonal = np.flatnonzero(measured).astype(np.int64)
-    return Measurement(max(ends), window, measured, np.where(measured, rate, 0.0),
-                       np.zeros(n, dtype=bool), diagonal, diagonal, rate[diagonal]), \
-        tuple(sorted(unknown)), intervals
+    return (
+        Measurement(
+            max(ends),
+            window,
+            measured,
+            np.where(measured, rate, 0.0),
+            np.zeros(n, dtype=bool),
+            diagonal,
+            diagonal,
+            rate[diagonal],
+        ),
+        tuple(sorted(unknown)),
+        intervals,
+    )

@@ -23,7 +23,8 @@ from cosample.collector.authenticity import Verifier
 from cosample.collector.errors import CollectorError
 from cosample.controller.errors import SnapshotError
 from cosample.controller.source import verify_signed
-from cosample.fetch import MISSING, FetchError, fetch as fetch_document
+from cosample.fetch import MISSING, FetchError
+from cosample.fetch import fetch as fetch_document
 
 #: An analyser's snapshot lists one entry per service it saw: far below this.
 MAX_BYTES = 16 * 1024 * 1024
@@ -49,8 +50,9 @@ class AnalyserReader:
         except CollectorError as exc:
             raise SnapshotError(str(exc)) from None
 
-    def __call__(self, locations: tuple[str, ...], now: datetime, max_age_s: float,
-                 timeout_s: float = 10.0) -> AppReading:
+    def __call__(
+        self, locations: tuple[str, ...], now: datetime, max_age_s: float, timeout_s: float = 10.0
+    ) -> AppReading:
         fresh: list[tuple[str, AppSnapshot]] = []
         problems: list[str] = []
         for location in locations:
@@ -62,12 +64,16 @@ class AnalyserReader:
             end = snap.window_start + timedelta(seconds=snap.window_s)
             age = (now - end).total_seconds()
             if age > max_age_s:
-                problems.append(f"analyser {location}: its last window ended {age:.0f} s ago "
-                                f"(limit {max_age_s:.0f} s); analyser stale")
+                problems.append(
+                    f"analyser {location}: its last window ended {age:.0f} s ago "
+                    f"(limit {max_age_s:.0f} s); analyser stale"
+                )
                 continue
             if age < -max_age_s:
-                problems.append(f"analyser {location}: its last window ends {-age:.0f} s in the "
-                                "future (clocks apart?); left out")
+                problems.append(
+                    f"analyser {location}: its last window ends {-age:.0f} s in the "
+                    "future (clocks apart?); left out"
+                )
                 continue
             fresh.append((location, snap))
         return AppReading(tuple(fresh), tuple(problems), len(fresh), len(locations))
@@ -75,12 +81,22 @@ class AnalyserReader:
     def read(self, location: str, timeout_s: float) -> AppSnapshot:
         """One analyser's snapshot, verified and validated; a ``SnapshotError`` otherwise."""
         try:
-            response = fetch_document(location, label="analyser snapshot", timeout_s=timeout_s,
-                                      max_bytes=MAX_BYTES, user_agent="cosample-controller")
+            response = fetch_document(
+                location,
+                label="analyser snapshot",
+                timeout_s=timeout_s,
+                max_bytes=MAX_BYTES,
+                user_agent="cosample-controller",
+            )
             if response.status != "ok" or response.data is None:
-                raise SnapshotError(f"analyser snapshot {location}: "
-                                    + ("not found (no window closed yet?)"
-                                       if response.status == MISSING else response.status))
+                raise SnapshotError(
+                    f"analyser snapshot {location}: "
+                    + (
+                        "not found (no window closed yet?)"
+                        if response.status == MISSING
+                        else response.status
+                    )
+                )
             if self.verifier is not None:
                 verify_signed(self.verifier, location, response, "analyser snapshot", timeout_s)
         except (FetchError, CollectorError) as exc:

@@ -36,33 +36,44 @@ from cosample.times import format_time
 DEFAULT_SAMPLING = 4096
 
 
-def measurement_plan(inventory: Inventory, sampling: int, now: datetime,
-                     valid_for: timedelta) -> dict[str, Any]:
+def measurement_plan(
+    inventory: Inventory, sampling: int, now: datetime, valid_for: timedelta
+) -> dict[str, Any]:
     """Local 1-in-``sampling`` on every server, no mirrors (version 0: the publisher sets it)."""
     hosts = {}
     for i, name in enumerate(inventory.names):
-        hosts[name] = {"role": "sender", "local_rate": 1.0 / sampling, "sflow_sampling": sampling,
-                       "mirrors": [], "receives": [], "capacity_pps": float(inventory.capacity_pps[i]),
-                       "alpha": float(inventory.alpha[i]), "beta": float(inventory.beta[i]),
-                       **inventory.extras.get(name, {})}
+        hosts[name] = {
+            "role": "sender",
+            "local_rate": 1.0 / sampling,
+            "sflow_sampling": sampling,
+            "mirrors": [],
+            "receives": [],
+            "capacity_pps": float(inventory.capacity_pps[i]),
+            "alpha": float(inventory.alpha[i]),
+            "beta": float(inventory.beta[i]),
+            **inventory.extras.get(name, {}),
+        }
     plan: dict[str, Any] = {
-        "format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "bootstrap": True,
-        "datacentre": inventory.name, "sflow": dict(inventory.sflow),
+        "format": PLAN_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "bootstrap": True,
+        "datacentre": inventory.name,
+        "sflow": dict(inventory.sflow),
         "solver": {"name": "bootstrap", "lp_backend": None, "variables": 0, "seconds": 0.0},
         "summary": {"servers": inventory.size, "sflow_sampling": sampling},
         "hosts": hosts,
     }
     plan["plan_id"] = plan_id(plan)
     stamp = format_time(now)
-    plan.update(version=0, created=stamp,
-                expires=format_time(now + valid_for))
+    plan.update(version=0, created=stamp, expires=format_time(now + valid_for))
     return plan
 
 
 def floor_shares(shares: PlanShares, sampling: int) -> PlanShares:
     """The same floor on a plan's shares as arrays."""
-    return replace(shares, local_rate=np.where(shares.local_rate > 0, shares.local_rate,
-                                               1.0 / sampling))
+    return replace(
+        shares, local_rate=np.where(shares.local_rate > 0, shares.local_rate, 1.0 / sampling)
+    )
 
 
 def is_measurement_plan(plan: dict[str, Any] | None) -> bool:

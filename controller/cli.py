@@ -14,106 +14,236 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from cosample.durations import duration_argument as duration
 
     controller = subparsers.add_parser(
-        "controller", help="closed loop: measure, re-plan, publish signed plans",
+        "controller",
+        help="closed loop: measure, re-plan, publish signed plans",
         description="Read the collectors' snapshots every interval, re-plan, and publish a new "
-                    "signed plan only when it matters; see docs/controller.md.")
+        "signed plan only when it matters; see docs/controller.md.",
+    )
     actions = controller.add_subparsers(dest="controller_command", metavar="ACTION")
     actions.required = True
 
     run = actions.add_parser("run", help="the controller daemon")
-    run.add_argument("--inventory", required=True, metavar="FILE",
-                     help="servers, bridges, tunnels, VM ports, capacities, calibrations")
-    run.add_argument("--collector", required=True, action="append", metavar="URL",
-                     help="a collector's base URL or /snapshot URL, or a snapshot file; repeat "
-                          "for several collectors (each owning a set of agents)")
-    run.add_argument("--interval", type=duration, default=30.0, metavar="DURATION",
-                     help="cycle length (default 30s)")
+    run.add_argument(
+        "--inventory",
+        required=True,
+        metavar="FILE",
+        help="servers, bridges, tunnels, VM ports, capacities, calibrations",
+    )
+    run.add_argument(
+        "--collector",
+        required=True,
+        action="append",
+        metavar="URL",
+        help="a collector's base URL or /snapshot URL, or a snapshot file; repeat "
+        "for several collectors (each owning a set of agents)",
+    )
+    run.add_argument(
+        "--interval",
+        type=duration,
+        default=30.0,
+        metavar="DURATION",
+        help="cycle length (default 30s)",
+    )
     where = run.add_mutually_exclusive_group(required=True)
-    where.add_argument("--serve", metavar="HOST:PORT",
-                       help="serve plan.json(.sig), /status and /metrics over HTTP")
-    where.add_argument("--publish", metavar="DIR",
-                       help="write plan.json and plan.json.sig atomically into DIR")
-    run.add_argument("--no-slices", action="store_true",
-                     help="publish the whole plan alone, without each host's slice at "
-                          "hosts/NAME beside it (docs/controller.md)")
+    where.add_argument(
+        "--serve", metavar="HOST:PORT", help="serve plan.json(.sig), /status and /metrics over HTTP"
+    )
+    where.add_argument(
+        "--publish", metavar="DIR", help="write plan.json and plan.json.sig atomically into DIR"
+    )
+    run.add_argument(
+        "--no-slices",
+        action="store_true",
+        help="publish the whole plan alone, without each host's slice at "
+        "hosts/NAME beside it (docs/controller.md)",
+    )
     signing = run.add_mutually_exclusive_group(required=True)
     signing.add_argument("--key", metavar="PRIVATE.pem", help="ed25519 key that signs plans")
-    signing.add_argument("--insecure-unsigned", action="store_true",
-                         help="publish unsigned plans (agents must opt out of signatures too)")
+    signing.add_argument(
+        "--insecure-unsigned",
+        action="store_true",
+        help="publish unsigned plans (agents must opt out of signatures too)",
+    )
     trust = run.add_mutually_exclusive_group(required=True)
-    trust.add_argument("--collector-key", action="append", metavar="PUBLIC.pem",
-                       help="a collector's public key: snapshots count only when signed by one "
-                            "of these (collector run --snapshot-key); repeat for several")
-    trust.add_argument("--insecure-unsigned-snapshots", action="store_true",
-                       help="plan from unsigned snapshots: anyone who can answer for a "
-                            "collector URL steers the plans (labs only)")
-    run.add_argument("--analyser", action="append", metavar="URL",
-                     help="an application analyser's base URL or /snapshot URL (appmon run "
-                          "--metrics-port), or its snapshot.json; repeat for several. The "
-                          "inventory's services are planned with the request rates they report")
-    run.add_argument("--analyser-key", action="append", metavar="PUBLIC.pem",
-                     help="an analyser's public key: its snapshots count only when signed by "
-                          "one of these (appmon run --snapshot-key); repeat for several")
-    run.add_argument("--insecure-unsigned-analysers", action="store_true",
-                     help="plan from unsigned analyser snapshots (labs only)")
-    run.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
-                     help=f"versions, plan in force, status (default {DEFAULT_STATE_DIR})")
-    run.add_argument("--tau", type=duration, default=None, metavar="DURATION",
-                     help="EWMA time constant of the traffic (default 3 intervals)")
-    run.add_argument("--rise-tau", type=duration, default=0.0, metavar="DURATION",
-                     help="time constant for rising traffic (default 0s: rises are followed at "
-                          "once, only falls are smoothed)")
-    run.add_argument("--hold", type=duration, default=None, metavar="DURATION",
-                     help="falls smaller than a step count only after lasting this long "
-                          "(default: --tau); the first plan waits for max(tau, hold) of snapshots")
-    run.add_argument("--change", type=float, default=0.25,
-                     help="a server's total moving this much between two cycles is a step, not "
-                          "noise (default 0.25; 0: no steps)")
-    run.add_argument("--margin", type=float, default=0.05,
-                     help="publish when a server is predicted above capacity x (1 - margin) "
-                          "(default 0.05)")
-    run.add_argument("--plan-margin", type=float, default=0.15,
-                     help="plan to capacity x (1 - plan-margin); must exceed --margin "
-                          "(default 0.15)")
-    run.add_argument("--min-gain", type=float, default=0.10,
-                     help="publish when the new plan collects this much more (default 0.10)")
-    run.add_argument("--confirm", type=int, default=3, metavar="CYCLES",
-                     help="cycles in a row the gain must hold (default 3)")
-    run.add_argument("--valid-for", type=duration, default=3600.0, metavar="DURATION",
-                     help="plan validity; agents fall back to their safe state after it (1h)")
-    run.add_argument("--settle", type=duration, default=120.0, metavar="DURATION",
-                     help="two-phase transitions: wait between phases; above the agents' "
-                          "interval + jitter + apply time (default 120s)")
-    run.add_argument("--lead", type=duration, default=plan_lead_s(), metavar="DURATION",
-                     help="every plan's not_before is this long after its publication, so the "
-                          "collector knows it before any agent may apply it: at least the "
-                          "collector's --plan-interval and --plan-timeout (default: "
-                          f"collector.polling.plan_lead_s of the collector's defaults, {plan_lead_s():g}s); "
-                          "0: plans apply at once and the quiet after a publication also "
-                          "waits out the collector's window (docs/controller.md)")
-    run.add_argument("--max-age", type=duration, default=None, metavar="DURATION",
-                     help="a snapshot older than this is stale (default 3 intervals)")
-    run.add_argument("--timeout", type=duration, default=10.0, metavar="DURATION",
-                     help="total timeout of each snapshot fetch (default 10s)")
-    run.add_argument("--measure-sampling", type=int, default=4096, metavar="N",
-                     help="a server that would sample nothing samples 1-in-N, so traffic appearing "
-                          "anywhere is seen; with no plan in force and no snapshot knowing a "
-                          "server for --measure-after, a measurement plan (1-in-N everywhere, no mirrors) "
-                          "is published; 0: off (default 4096)")
-    run.add_argument("--measure-after", type=duration, default=60.0, metavar="DURATION",
-                     help="with no plan in force, wait this long for a snapshot that knows the "
-                          "servers (agents sample in their safe state; the collector attributes "
-                          "by its inventory's agent addresses) before the measurement plan "
-                          "(default 60s: two of the collector's default 30-s windows)")
-    run.add_argument("--implausible-slack", type=float, default=0.25, metavar="FRACTION",
-                     help="an estimate above capacity x (1 + this) is refused as evidence: no "
-                          "server forwards more than its capacity (default 0.25)")
-    run.add_argument("--jump", type=float, default=4.0, metavar="FACTOR",
-                     help="a server's estimate rising above FACTOR x its last accepted one (and "
-                          "by a quarter of its capacity) waits for a second, disjoint collector "
-                          "window before a plan follows it (default 4; 0: off)")
-    run.add_argument("--cycles", type=int, default=None, metavar="N",
-                     help="stop after N cycles (default: run until SIGTERM/SIGINT)")
+    trust.add_argument(
+        "--collector-key",
+        action="append",
+        metavar="PUBLIC.pem",
+        help="a collector's public key: snapshots count only when signed by one "
+        "of these (collector run --snapshot-key); repeat for several",
+    )
+    trust.add_argument(
+        "--insecure-unsigned-snapshots",
+        action="store_true",
+        help="plan from unsigned snapshots: anyone who can answer for a "
+        "collector URL steers the plans (labs only)",
+    )
+    run.add_argument(
+        "--analyser",
+        action="append",
+        metavar="URL",
+        help="an application analyser's base URL or /snapshot URL (appmon run "
+        "--metrics-port), or its snapshot.json; repeat for several. The "
+        "inventory's services are planned with the request rates they report",
+    )
+    run.add_argument(
+        "--analyser-key",
+        action="append",
+        metavar="PUBLIC.pem",
+        help="an analyser's public key: its snapshots count only when signed by "
+        "one of these (appmon run --snapshot-key); repeat for several",
+    )
+    run.add_argument(
+        "--insecure-unsigned-analysers",
+        action="store_true",
+        help="plan from unsigned analyser snapshots (labs only)",
+    )
+    run.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        metavar="DIR",
+        help=f"versions, plan in force, status (default {DEFAULT_STATE_DIR})",
+    )
+    run.add_argument(
+        "--tau",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="EWMA time constant of the traffic (default 3 intervals)",
+    )
+    run.add_argument(
+        "--rise-tau",
+        type=duration,
+        default=0.0,
+        metavar="DURATION",
+        help="time constant for rising traffic (default 0s: rises are followed at "
+        "once, only falls are smoothed)",
+    )
+    run.add_argument(
+        "--hold",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="falls smaller than a step count only after lasting this long "
+        "(default: --tau); the first plan waits for max(tau, hold) of snapshots",
+    )
+    run.add_argument(
+        "--change",
+        type=float,
+        default=0.25,
+        help="a server's total moving this much between two cycles is a step, not "
+        "noise (default 0.25; 0: no steps)",
+    )
+    run.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="publish when a server is predicted above capacity x (1 - margin) (default 0.05)",
+    )
+    run.add_argument(
+        "--plan-margin",
+        type=float,
+        default=0.15,
+        help="plan to capacity x (1 - plan-margin); must exceed --margin (default 0.15)",
+    )
+    run.add_argument(
+        "--min-gain",
+        type=float,
+        default=0.10,
+        help="publish when the new plan collects this much more (default 0.10)",
+    )
+    run.add_argument(
+        "--confirm",
+        type=int,
+        default=3,
+        metavar="CYCLES",
+        help="cycles in a row the gain must hold (default 3)",
+    )
+    run.add_argument(
+        "--valid-for",
+        type=duration,
+        default=3600.0,
+        metavar="DURATION",
+        help="plan validity; agents fall back to their safe state after it (1h)",
+    )
+    run.add_argument(
+        "--settle",
+        type=duration,
+        default=120.0,
+        metavar="DURATION",
+        help="two-phase transitions: wait between phases; above the agents' "
+        "interval + jitter + apply time (default 120s)",
+    )
+    run.add_argument(
+        "--lead",
+        type=duration,
+        default=plan_lead_s(),
+        metavar="DURATION",
+        help="every plan's not_before is this long after its publication, so the "
+        "collector knows it before any agent may apply it: at least the "
+        "collector's --plan-interval and --plan-timeout (default: "
+        f"collector.polling.plan_lead_s of the collector's defaults, {plan_lead_s():g}s); "
+        "0: plans apply at once and the quiet after a publication also "
+        "waits out the collector's window (docs/controller.md)",
+    )
+    run.add_argument(
+        "--max-age",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="a snapshot older than this is stale (default 3 intervals)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=duration,
+        default=10.0,
+        metavar="DURATION",
+        help="total timeout of each snapshot fetch (default 10s)",
+    )
+    run.add_argument(
+        "--measure-sampling",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="a server that would sample nothing samples 1-in-N, so traffic appearing "
+        "anywhere is seen; with no plan in force and no snapshot knowing a "
+        "server for --measure-after, a measurement plan (1-in-N everywhere, no mirrors) "
+        "is published; 0: off (default 4096)",
+    )
+    run.add_argument(
+        "--measure-after",
+        type=duration,
+        default=60.0,
+        metavar="DURATION",
+        help="with no plan in force, wait this long for a snapshot that knows the "
+        "servers (agents sample in their safe state; the collector attributes "
+        "by its inventory's agent addresses) before the measurement plan "
+        "(default 60s: two of the collector's default 30-s windows)",
+    )
+    run.add_argument(
+        "--implausible-slack",
+        type=float,
+        default=0.25,
+        metavar="FRACTION",
+        help="an estimate above capacity x (1 + this) is refused as evidence: no "
+        "server forwards more than its capacity (default 0.25)",
+    )
+    run.add_argument(
+        "--jump",
+        type=float,
+        default=4.0,
+        metavar="FACTOR",
+        help="a server's estimate rising above FACTOR x its last accepted one (and "
+        "by a quarter of its capacity) waits for a second, disjoint collector "
+        "window before a plan follows it (default 4; 0: off)",
+    )
+    run.add_argument(
+        "--cycles",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N cycles (default: run until SIGTERM/SIGINT)",
+    )
     run.set_defaults(func=_run)
 
     check = actions.add_parser("check", help="validate an inventory, print it normalised")
@@ -127,62 +257,82 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def settings_from(args: argparse.Namespace):
     """The loop's settings from parsed options; one ``ControllerError`` for a bad value."""
+    from cosample.controller.appsource import analyser_url
     from cosample.controller.decide import Policy
     from cosample.controller.errors import ControllerError
     from cosample.controller.loop import Settings
     from cosample.controller.source import snapshot_url
-    from cosample.controller.appsource import analyser_url
 
     if not 0 <= args.margin < 1:
         raise ControllerError(f"--margin: expected a fraction in [0, 1), got {args.margin:g}")
     if not args.margin < args.plan_margin < 1:
-        raise ControllerError(f"--plan-margin: expected a fraction above --margin "
-                              f"({args.margin:g}) and below 1, got {args.plan_margin:g}")
+        raise ControllerError(
+            f"--plan-margin: expected a fraction above --margin "
+            f"({args.margin:g}) and below 1, got {args.plan_margin:g}"
+        )
     if args.min_gain < 0:
         raise ControllerError(f"--min-gain: expected >= 0, got {args.min_gain:g}")
     if args.measure_sampling < 0:
-        raise ControllerError(f"--measure-sampling: expected N >= 1 (or 0: off), got "
-                              f"{args.measure_sampling}")
+        raise ControllerError(
+            f"--measure-sampling: expected N >= 1 (or 0: off), got {args.measure_sampling}"
+        )
     if args.change < 0:
         raise ControllerError(f"--change: expected a fraction >= 0, got {args.change:g}")
     if args.hold is not None and args.hold < 0:
         raise ControllerError(f"--hold: expected a duration >= 0, got {args.hold:g} s")
     if not args.implausible_slack >= 0:
-        raise ControllerError(f"--implausible-slack: expected a fraction >= 0, got "
-                              f"{args.implausible_slack:g}")
+        raise ControllerError(
+            f"--implausible-slack: expected a fraction >= 0, got {args.implausible_slack:g}"
+        )
     if args.jump != 0 and not args.jump > 1:
         raise ControllerError(f"--jump: expected a factor above 1 (or 0: off), got {args.jump:g}")
     if args.confirm < 1:
         raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
-    for flag, value in (("--interval", args.interval), ("--valid-for", args.valid_for),
-                        ("--timeout", args.timeout)):
+    for flag, value in (
+        ("--interval", args.interval),
+        ("--valid-for", args.valid_for),
+        ("--timeout", args.timeout),
+    ):
         if value <= 0:
             raise ControllerError(f"{flag}: expected a positive duration, got {value:g} s")
     lead = args.lead
     if lead < 0:
         raise ControllerError(f"--lead: expected a duration >= 0, got {lead:g} s")
     if args.valid_for <= 2 * args.interval + args.settle + lead:
-        raise ControllerError(f"--valid-for: {args.valid_for:g} s must exceed two intervals plus "
-                              f"--settle and --lead ({2 * args.interval + args.settle + lead:g} s)")
+        raise ControllerError(
+            f"--valid-for: {args.valid_for:g} s must exceed two intervals plus "
+            f"--settle and --lead ({2 * args.interval + args.settle + lead:g} s)"
+        )
     if args.analyser and not args.analyser_key and not args.insecure_unsigned_analysers:
-        raise ControllerError("--analyser: give the analysers' public keys (--analyser-key) or "
-                              "--insecure-unsigned-analysers")
+        raise ControllerError(
+            "--analyser: give the analysers' public keys (--analyser-key) or "
+            "--insecure-unsigned-analysers"
+        )
     if (args.analyser_key or args.insecure_unsigned_analysers) and not args.analyser:
-        raise ControllerError("--analyser-key / --insecure-unsigned-analysers: no --analyser "
-                              "given")
+        raise ControllerError("--analyser-key / --insecure-unsigned-analysers: no --analyser given")
     return Settings(
         analysers=tuple(analyser_url(url) for url in args.analyser or ()),
         analyser_keys=tuple(args.analyser_key or ()),
         collectors=tuple(snapshot_url(url) for url in args.collector),
         interval_s=args.interval,
         tau_s=args.tau if args.tau is not None else 3 * args.interval,
-        rise_tau_s=args.rise_tau, hold_s=args.hold, change=args.change or None,
-        max_age_s=args.max_age, valid_for_s=args.valid_for, plan_margin=args.plan_margin,
-        settle_s=args.settle, lead_s=lead,
+        rise_tau_s=args.rise_tau,
+        hold_s=args.hold,
+        change=args.change or None,
+        max_age_s=args.max_age,
+        valid_for_s=args.valid_for,
+        plan_margin=args.plan_margin,
+        settle_s=args.settle,
+        lead_s=lead,
         policy=Policy(margin=args.margin, min_gain=args.min_gain, confirm_cycles=args.confirm),
-        key=args.key, timeout_s=args.timeout, measure_sampling=args.measure_sampling or None,
-        measure_after_s=args.measure_after, implausible_slack=args.implausible_slack,
-        jump_factor=args.jump or None, collector_keys=tuple(args.collector_key or ()))
+        key=args.key,
+        timeout_s=args.timeout,
+        measure_sampling=args.measure_sampling or None,
+        measure_after_s=args.measure_after,
+        implausible_slack=args.implausible_slack,
+        jump_factor=args.jump or None,
+        collector_keys=tuple(args.collector_key or ()),
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -190,13 +340,12 @@ def _run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from cosample.plan.document import parse_hostport
-    from cosample.plan.signing import key_permission_warning, sign_bytes
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller
     from cosample.controller.memory import keep_memory
-    from cosample.controller.publish import (DirectoryTarget, HttpTarget,
-                                            directory_slices_warning)
+    from cosample.controller.publish import DirectoryTarget, HttpTarget, directory_slices_warning
+    from cosample.plan.document import parse_hostport
+    from cosample.plan.signing import key_permission_warning, sign_bytes
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     keep_memory()  # a daemon: each cycle's memory serves the next (controller/memory.py)
@@ -208,20 +357,29 @@ def _run(args: argparse.Namespace) -> int:
         if warning:
             print(f"cosample: {warning}", file=sys.stderr)
     else:
-        print("cosample: warning: publishing UNSIGNED plans (--insecure-unsigned): anyone who "
-              "can write the plan location controls every host's mirrors", file=sys.stderr)
+        print(
+            "cosample: warning: publishing UNSIGNED plans (--insecure-unsigned): anyone who "
+            "can write the plan location controls every host's mirrors",
+            file=sys.stderr,
+        )
     if args.insecure_unsigned_snapshots:
-        print("cosample: warning: planning from UNSIGNED snapshots "
-              "(--insecure-unsigned-snapshots): anyone who can answer for a collector URL "
-              "steers the plans", file=sys.stderr)
+        print(
+            "cosample: warning: planning from UNSIGNED snapshots "
+            "(--insecure-unsigned-snapshots): anyone who can answer for a collector URL "
+            "steers the plans",
+            file=sys.stderr,
+        )
     controller = None
     if args.serve:
         host, port = parse_hostport(args.serve, "--serve")
         holder: dict = {}
-        target = HttpTarget(host, port, lambda: holder["c"].last_status.as_dict()
-                            if holder["c"].last_status else {},
-                            lambda: holder["c"].metrics.exposition(),
-                            slices=not args.no_slices)
+        target = HttpTarget(
+            host,
+            port,
+            lambda: holder["c"].last_status.as_dict() if holder["c"].last_status else {},
+            lambda: holder["c"].metrics.exposition(),
+            slices=not args.no_slices,
+        )
     else:
         target = DirectoryTarget(args.publish, slices=not args.no_slices)
         warning = directory_slices_warning(inventory.size, not args.no_slices)
@@ -231,8 +389,10 @@ def _run(args: argparse.Namespace) -> int:
         controller = Controller(inventory, settings, target, args.state_dir)
         if args.serve:
             holder["c"] = controller
-        print(f"controller: {inventory.size} servers, publishing to {target.describe()}",
-              file=sys.stderr)
+        print(
+            f"controller: {inventory.size} servers, publishing to {target.describe()}",
+            file=sys.stderr,
+        )
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
@@ -244,8 +404,13 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if args.serve:
             target.close()
-    return 0 if controller and controller.last_status and \
-        controller.last_status.result in ("published", "kept") else 1
+    return (
+        0
+        if controller
+        and controller.last_status
+        and controller.last_status.result in ("published", "kept")
+        else 1
+    )
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -99,9 +99,15 @@ def decide(situation: Situation, policy: Policy) -> Decision:
     current, candidate = situation.current, situation.candidate
     if current is None or situation.current_expires is None:
         if not situation.warm:
-            return Decision(False, (
-                f"warming up: {situation.averaged} snapshot(s) averaged, publishing after "
-                f"{situation.warm_s:g} s of them",), 0.0, 0)
+            return Decision(
+                False,
+                (
+                    f"warming up: {situation.averaged} snapshot(s) averaged, publishing after "
+                    f"{situation.warm_s:g} s of them",
+                ),
+                0.0,
+                0,
+            )
         return Decision(True, ("no current plan",), 0.0, 0)
     limit = 1.0 - policy.margin
     over = current.use > limit
@@ -111,22 +117,37 @@ def decide(situation: Situation, policy: Policy) -> Decision:
     reasons = []
     if relieved.any():
         worst = int(np.argmax(np.where(relieved, current.use, -np.inf)))
-        reasons.append(f"overload: {int(relieved.sum())} server(s) predicted above "
-                       f"{limit:.0%} of capacity, worst {situation.names[worst]} at "
-                       f"{current.use[worst]:.1%} (candidate {candidate.use[worst]:.1%})")
+        reasons.append(
+            f"overload: {int(relieved.sum())} server(s) predicted above "
+            f"{limit:.0%} of capacity, worst {situation.names[worst]} at "
+            f"{current.use[worst]:.1%} (candidate {candidate.use[worst]:.1%})"
+        )
     gain = _gain(*(situation.gain_basis or (current.distinct_pps, candidate.distinct_pps)))
-    streak = situation.gain_streak + 1 if (gain > policy.min_gain and situation.warm
-                                           and not situation.same_content) else 0
+    streak = (
+        situation.gain_streak + 1
+        if (gain > policy.min_gain and situation.warm and not situation.same_content)
+        else 0
+    )
     if streak >= policy.confirm_cycles and not situation.settling and not situation.quiet:
-        reasons.append(f"gain: the candidate collects {gain:+.1%} distinct packets "
-                       f"(threshold {policy.min_gain:.0%}, {streak} cycles in a row)")
+        reasons.append(
+            f"gain: the candidate collects {gain:+.1%} distinct packets "
+            f"(threshold {policy.min_gain:.0%}, {streak} cycles in a row)"
+        )
     left = (situation.current_expires - situation.now).total_seconds()
     if left < policy.expiry_cycles * situation.interval_s:
-        reasons.append(f"expiry: the current plan expires in {max(left, 0.0):.0f} s "
-                       f"(< {policy.expiry_cycles:g} cycles)")
+        reasons.append(
+            f"expiry: the current plan expires in {max(left, 0.0):.0f} s "
+            f"(< {policy.expiry_cycles:g} cycles)"
+        )
     names = situation.names
-    return Decision(bool(reasons), tuple(reasons), gain, 0 if reasons else streak,
-                    HostNames.where(names, over), HostNames.where(names, over & ~relieved))
+    return Decision(
+        bool(reasons),
+        tuple(reasons),
+        gain,
+        0 if reasons else streak,
+        HostNames.where(names, over),
+        HostNames.where(names, over & ~relieved),
+    )
 
 
 def _gain(current_pps: float, candidate_pps: float) -> float:
@@ -139,8 +160,10 @@ def knows_servers(snapshot: Any) -> bool:
     """Whether a snapshot sees any server: one sampled at some rate (coverage > 0: a plan-less
     collector lists servers whose agents it has not heard yet with coverage 0) or polled."""
     table = snapshot.servers
-    return len(table.name) > 0 and (bool(np.any(table.column("coverage") > 0)) or (
-        snapshot.interfaces is not None and len(snapshot.interfaces.server) > 0))
+    return len(table.name) > 0 and (
+        bool(np.any(table.column("coverage") > 0))
+        or (snapshot.interfaces is not None and len(snapshot.interfaces.server) > 0)
+    )
 
 
 def measurement_due(waited_s: float, bound_s: float, sampling: int | None) -> bool:
@@ -166,14 +189,23 @@ def remembers(quiet: bool, full: bool, sparse: bool) -> bool:
     return not quiet and full and not sparse
 
 
-def two_phases(current_shares: PlanShares | None, current_expires: datetime | None,
-               measuring: bool, new_shares: PlanShares, now: datetime) -> bool:
+def two_phases(
+    current_shares: PlanShares | None,
+    current_expires: datetime | None,
+    measuring: bool,
+    new_shares: PlanShares,
+    now: datetime,
+) -> bool:
     """Publish the agents' two-phase plan set from the plan in force: it still runs (not
     expired, not the measurement plan, which has no mirrors) and applying the new plan host
     by host could overload a server on the way (``evaluate.needs_two_phases``)."""
-    return (current_expires is not None and current_expires > now
-            and current_shares is not None and not measuring
-            and needs_two_phases(current_shares, new_shares))
+    return (
+        current_expires is not None
+        and current_expires > now
+        and current_shares is not None
+        and not measuring
+        and needs_two_phases(current_shares, new_shares)
+    )
 
 
 def quiet_s(settings: Any, two_phase: bool, window_s: float, after_sparse: bool) -> float:

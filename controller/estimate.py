@@ -51,9 +51,9 @@ class Measurement:
 
     time: datetime
     window_s: float
-    measured: np.ndarray        # bool per server: present in a snapshot
-    own_pps: np.ndarray         # what each server's VMs send (0 where not measured)
-    from_counters: np.ndarray   # bool per server: no samples, own_pps from interface counters
+    measured: np.ndarray  # bool per server: present in a snapshot
+    own_pps: np.ndarray  # what each server's VMs send (0 where not measured)
+    from_counters: np.ndarray  # bool per server: no samples, own_pps from interface counters
     traffic_src: np.ndarray
     traffic_dst: np.ndarray
     traffic_pps: np.ndarray
@@ -78,25 +78,42 @@ def measure(snapshot: Any, inventory: Inventory, source: str = "snapshot") -> Me
     if ports is not None and len(ports.server):
         rows = np.asarray(ports.server, dtype=np.int64)
         polled = np.bincount(rows, minlength=len(table.name)) > 0
-        total = np.bincount(rows, weights=np.asarray(ports.in_pps, dtype=float),
-                            minlength=len(table.name))
+        total = np.bincount(
+            rows, weights=np.asarray(ports.in_pps, dtype=float), minlength=len(table.name)
+        )
         counted[positions[polled]] = total[polled]
         measured[positions[polled]] = True
         low, high = table.column("packets_per_s_ci95_low"), table.column("packets_per_s_ci95_high")
         for k in np.flatnonzero(polled & ((total < low) | (total > high))).tolist():
             i = positions[k]
-            disagreements.append(Disagreement(table.name[k], float(counted[i]),
-                                              float(sampled[i]), (float(low[k]), float(high[k]))))
+            disagreements.append(
+                Disagreement(
+                    table.name[k],
+                    float(counted[i]),
+                    float(sampled[i]),
+                    (float(low[k]), float(high[k])),
+                )
+            )
     src, dst, pps = _matrix(snapshot.traffic_pps, inventory, source)
     from_counters = ~np.isnan(counted) & (sampled <= 0)
     own = np.where(from_counters, counted, sampled)
     src, dst, pps = _fit_rows(src, dst, pps, own, sampled, measured, n)
-    return Measurement(_utc(snapshot.time), float(snapshot.window_s), measured, own,
-                       from_counters, src, dst, pps, tuple(disagreements))
+    return Measurement(
+        _utc(snapshot.time),
+        float(snapshot.window_s),
+        measured,
+        own,
+        from_counters,
+        src,
+        dst,
+        pps,
+        tuple(disagreements),
+    )
 
 
-def _matrix(traffic: Any, inventory: Inventory, source: str
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _matrix(
+    traffic: Any, inventory: Inventory, source: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The snapshot's matrix entries in inventory positions (none without a matrix)."""
     if traffic is None or not len(traffic.pps):
         empty = np.zeros(0, dtype=np.int64)
@@ -104,8 +121,7 @@ def _matrix(traffic: Any, inventory: Inventory, source: str
     src = np.asarray(traffic.src, dtype=np.int64)
     dst = np.asarray(traffic.dst, dtype=np.int64)
     if not _in_order(traffic.names, inventory):  # else positions are the indices themselves
-        mapped = _positions(inventory, traffic.names,
-                            lambda k: f"{source}: traffic_pps.names[{k}]")
+        mapped = _positions(inventory, traffic.names, lambda k: f"{source}: traffic_pps.names[{k}]")
         src, dst = mapped[src], mapped[dst]
     pps = np.asarray(traffic.pps, dtype=float)
     keep = pps > 0
@@ -120,8 +136,7 @@ def _in_order(names: Sequence[str], inventory: Inventory) -> bool:
     return len(names) == inventory.size and tuple(names) == inventory.names
 
 
-def _positions(inventory: Inventory, names: Sequence[str], at: Callable[[int], str]
-               ) -> np.ndarray:
+def _positions(inventory: Inventory, names: Sequence[str], at: Callable[[int], str]) -> np.ndarray:
     """Inventory positions of ``names``; an error at ``at(k)`` for the first unknown one."""
     if _in_order(names, inventory):
         return np.arange(len(names), dtype=np.int64)
@@ -130,14 +145,22 @@ def _positions(inventory: Inventory, names: Sequence[str], at: Callable[[int], s
         return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
     except KeyError:
         k = next(k for k, name in enumerate(names) if name not in index)
-        raise SnapshotError(f"{at(k)}: server {names[k]!r} is not in the inventory; the "
-                            f"collector and the controller disagree on the fleet (nothing "
-                            f"published)") from None
+        raise SnapshotError(
+            f"{at(k)}: server {names[k]!r} is not in the inventory; the "
+            f"collector and the controller disagree on the fleet (nothing "
+            f"published)"
+        ) from None
 
 
-def _fit_rows(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, own: np.ndarray,
-              sampled: np.ndarray, measured: np.ndarray, n: int
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _fit_rows(
+    src: np.ndarray,
+    dst: np.ndarray,
+    pps: np.ndarray,
+    own: np.ndarray,
+    sampled: np.ndarray,
+    measured: np.ndarray,
+    n: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scale each row to its server's total; the rest of the total stays on the diagonal."""
     keep = measured[src]
     src, dst, pps = src[keep], dst[keep], pps[keep]
@@ -160,8 +183,9 @@ def _fit_rows(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, own: np.ndarray
     return _combine(src, dst, pps, n, sorted_up_to=mapped)
 
 
-def _combine(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, n: int, sorted_up_to: int = 0
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _combine(
+    src: np.ndarray, dst: np.ndarray, pps: np.ndarray, n: int, sorted_up_to: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sum duplicate (src, dst) entries; sorted by src * n + dst. When the first
     ``sorted_up_to`` entries are already strictly sorted (a collector writes its matrix so),
     the rest are merged into them by binary search instead of sorting everything again."""
@@ -190,4 +214,3 @@ def _utc(moment: Any) -> datetime:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.astimezone(timezone.utc)
-

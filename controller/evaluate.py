@@ -33,18 +33,23 @@ class PlanShares:
 
     def same_as(self, other: "PlanShares", tolerance: float = 1e-9) -> bool:
         """The same shares (a plan file rounds rates to 12 significant digits)."""
-        if (self.mirror_src.size != other.mirror_src.size
-                or not np.allclose(self.local_rate, other.local_rate, rtol=tolerance, atol=0)):
+        if self.mirror_src.size != other.mirror_src.size or not np.allclose(
+            self.local_rate, other.local_rate, rtol=tolerance, atol=0
+        ):
             return False
-        if np.array_equal(self.mirror_src, other.mirror_src) and \
-                np.array_equal(self.mirror_dst, other.mirror_dst):  # in the same order: as sorted
+        if np.array_equal(self.mirror_src, other.mirror_src) and np.array_equal(
+            self.mirror_dst, other.mirror_dst
+        ):  # in the same order: as sorted
             return bool(np.allclose(self.mirror_rate, other.mirror_rate, rtol=tolerance, atol=0))
         mine = np.lexsort((self.mirror_dst, self.mirror_src))
         theirs = np.lexsort((other.mirror_dst, other.mirror_src))
-        return (np.array_equal(self.mirror_src[mine], other.mirror_src[theirs])
-                and np.array_equal(self.mirror_dst[mine], other.mirror_dst[theirs])
-                and np.allclose(self.mirror_rate[mine], other.mirror_rate[theirs],
-                                rtol=tolerance, atol=0))
+        return (
+            np.array_equal(self.mirror_src[mine], other.mirror_src[theirs])
+            and np.array_equal(self.mirror_dst[mine], other.mirror_dst[theirs])
+            and np.allclose(
+                self.mirror_rate[mine], other.mirror_rate[theirs], rtol=tolerance, atol=0
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class Evaluation:
     """A plan under a traffic matrix."""
 
     load_pps: np.ndarray
-    use: np.ndarray            # load / capacity (inf where capacity is 0 and load > 0)
+    use: np.ndarray  # load / capacity (inf where capacity is 0 and load > 0)
     distinct_pps: float
 
     def worst(self, names: tuple[str, ...]) -> tuple[str, float]:
@@ -82,9 +87,14 @@ def shares(plan: Mapping[str, Any], index: Mapping[str, int]) -> PlanShares:
                 src.append(i)
                 dst.append(k)
                 rate.append(float(mirror["rate"]))
-    return PlanShares(int(plan["version"]), str(plan["plan_id"]), local,
-                      np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
-                      np.asarray(rate, dtype=float))
+    return PlanShares(
+        int(plan["version"]),
+        str(plan["plan_id"]),
+        local,
+        np.asarray(src, dtype=np.int64),
+        np.asarray(dst, dtype=np.int64),
+        np.asarray(rate, dtype=float),
+    )
 
 
 def _pair_rates(plan: PlanShares, span: int) -> tuple[np.ndarray, np.ndarray]:
@@ -99,8 +109,14 @@ def _pair_rates(plan: PlanShares, span: int) -> tuple[np.ndarray, np.ndarray]:
     return keys[last], rates[last]
 
 
-def evaluate(plan: PlanShares, own_pps: np.ndarray, forwarding_pps: np.ndarray,
-             capacity_pps: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> Evaluation:
+def evaluate(
+    plan: PlanShares,
+    own_pps: np.ndarray,
+    forwarding_pps: np.ndarray,
+    capacity_pps: np.ndarray,
+    alpha: np.ndarray,
+    beta: np.ndarray,
+) -> Evaluation:
     """Loads and distinct packets of ``plan`` when servers send ``own_pps``."""
     n = own_pps.size
     mirrored = plan.mirror_rate * own_pps[plan.mirror_src]
@@ -128,12 +144,19 @@ def needs_two_phases(old: PlanShares, new: PlanShares) -> bool:
     n = old.local_rate.size
     rises = new.local_rate > old.local_rate
     falls = new.local_rate < old.local_rate
-    span = max(n, 1, *(int(a.max()) + 1 for a in (old.mirror_src, old.mirror_dst,
-                                                  new.mirror_src, new.mirror_dst) if a.size))
+    span = max(
+        n,
+        1,
+        *(
+            int(a.max()) + 1
+            for a in (old.mirror_src, old.mirror_dst, new.mirror_src, new.mirror_dst)
+            if a.size
+        ),
+    )
     before_keys, before = _pair_rates(old, span)
     after_keys, after = _pair_rates(new, span)
     keys, was, now = matched(before_keys, before, after_keys, after)
     for marks, moved in ((rises, now > was), (falls, now < was)):
         marks[keys[moved] // span] = True  # the sender
-        marks[keys[moved] % span] = True   # and the receiver
+        marks[keys[moved] % span] = True  # and the receiver
     return bool(np.any(rises & falls))

@@ -22,8 +22,12 @@ class HostNames(Sequence[str]):
 
     __slots__ = ("_names", "_index", "_extra")
 
-    def __init__(self, names: Sequence[str], index: np.ndarray | Sequence[int] = (),
-                 extra: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        index: np.ndarray | Sequence[int] = (),
+        extra: Sequence[str] = (),
+    ) -> None:
         self._names = names
         self._index = np.asarray(index, dtype=np.int64)
         self._extra = tuple(extra)
@@ -59,8 +63,7 @@ class HostNames(Sequence[str]):
     def __add__(self, other: Sequence[str]) -> "HostNames":
         """These names, then ``other``'s (the fleet's by index when both pick from the same)."""
         if isinstance(other, HostNames) and other._names is self._names and not self._extra:
-            return HostNames(self._names, np.concatenate((self._index, other._index)),
-                             other._extra)
+            return HostNames(self._names, np.concatenate((self._index, other._index)), other._extra)
         return HostNames(self._names, self._index, self._extra + tuple(other))
 
     def __radd__(self, other: Sequence[str]) -> Sequence[str]:

@@ -50,9 +50,15 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
-                 max_connections: int = MAX_CONNECTIONS, idle_timeout_s: float = IDLE_TIMEOUT_S,
-                 request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        request_deadline_s: float = REQUEST_DEADLINE_S,
+    ) -> None:
         self.max_connections, self.request_deadline_s = max_connections, request_deadline_s
         self.counts = Counts()
         self._lock = threading.Lock()
@@ -106,8 +112,10 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         victim = next((c for c in self._open.values() if c.busy_since is None), None)
         kind = "idle"
         if victim is None:
-            victim = next((c for c in self._open.values()
-                           if now - c.busy_since > self.request_deadline_s), None)
+            victim = next(
+                (c for c in self._open.values() if now - c.busy_since > self.request_deadline_s),
+                None,
+            )
             kind = "slow"
         if victim is None:
             return False
@@ -143,8 +151,9 @@ def _spare() -> int | None:
         return None
 
 
-def _bounded(handler: type[BaseHTTPRequestHandler], idle_timeout_s: float
-             ) -> type[BaseHTTPRequestHandler]:
+def _bounded(
+    handler: type[BaseHTTPRequestHandler], idle_timeout_s: float
+) -> type[BaseHTTPRequestHandler]:
     """``handler`` that tells the server when it is idle and gives up on silent clients."""
 
     class Bounded(handler):  # type: ignore[valid-type, misc]

@@ -18,8 +18,8 @@ from pydantic import Field
 
 from cosample.controller.errors import InventoryError
 from cosample.planner.datacentre import ExtraColumns, observation_domains
-from cosample.planner.description import (AppmonCost, Ipfix, NonNegative, Positive,
-                                          Server as DescribedServer, Service, Sflow)
+from cosample.planner.description import AppmonCost, Ipfix, NonNegative, Positive, Service, Sflow
+from cosample.planner.description import Server as DescribedServer
 from cosample.validation import Strict, problem, read_document, validate
 
 FORMAT = "cosample.inventory"
@@ -69,19 +69,30 @@ def _check_references(model: InventoryModel, source: str) -> None:
     tunnels: dict[str, str] = {}
     for position, server in enumerate(model.servers):
         if server.name in seen:
-            raise problem(("servers", position, "name"), f"duplicate server {server.name!r} "
-                          f"(also servers[{seen[server.name]}])", where=source,
-                          error=InventoryError)
+            raise problem(
+                ("servers", position, "name"),
+                f"duplicate server {server.name!r} (also servers[{seen[server.name]}])",
+                where=source,
+                error=InventoryError,
+            )
         seen[server.name] = position
         if server.server_class is not None and server.server_class not in model.classes:
-            raise problem(("servers", position, "class"), f"unknown class "
-                          f"{server.server_class!r} (classes: {sorted(model.classes)})",
-                          where=source, name=server.name, error=InventoryError)
+            raise problem(
+                ("servers", position, "class"),
+                f"unknown class {server.server_class!r} (classes: {sorted(model.classes)})",
+                where=source,
+                name=server.name,
+                error=InventoryError,
+            )
         if server.tunnel_ip is not None:
             if server.tunnel_ip in tunnels:
-                raise problem(("servers", position, "tunnel_ip"), f"{server.tunnel_ip} is also "
-                              f"{tunnels[server.tunnel_ip]!r}'s", where=source, name=server.name,
-                              error=InventoryError)
+                raise problem(
+                    ("servers", position, "tunnel_ip"),
+                    f"{server.tunnel_ip} is also {tunnels[server.tunnel_ip]!r}'s",
+                    where=source,
+                    name=server.name,
+                    error=InventoryError,
+                )
             tunnels[server.tunnel_ip] = server.name
 
 
@@ -123,22 +134,40 @@ class Inventory:
     def sample(self) -> dict[str, Any]:
         """The ``DataCentre`` keywords of the ``sample`` mechanism (none when no server may
         use it, nor an ``ipfix`` section: the plans are then those of an sFlow-only fleet)."""
-        given = {"alpha_sample": self.alpha_sample, "observation_domain": self.observation_domain,
-                 "ipfix": self.ipfix}
+        given = {
+            "alpha_sample": self.alpha_sample,
+            "observation_domain": self.observation_domain,
+            "ipfix": self.ipfix,
+        }
         return {key: value for key, value in given.items() if value is not None}
 
     def describe(self) -> dict[str, Any]:
         """The normalised inventory (``cosample controller check``)."""
+
         def sample(i: int) -> dict[str, Any]:
             if self.alpha_sample is None or not np.isfinite(self.alpha_sample[i]):
                 return {}
             domain = int(self.observation_domain[i])
-            return {"alpha_sample": float(self.alpha_sample[i]),
-                    "observation_domain": domain or None}
-        described = {"name": self.name, "sflow": dict(self.sflow), "servers": [
-            {"name": name, "capacity_pps": float(self.capacity_pps[i]),
-             "alpha": float(self.alpha[i]), "beta": float(self.beta[i]), **sample(i),
-             **dict(self.extras.get(name, {}))} for i, name in enumerate(self.names)]}
+            return {
+                "alpha_sample": float(self.alpha_sample[i]),
+                "observation_domain": domain or None,
+            }
+
+        described = {
+            "name": self.name,
+            "sflow": dict(self.sflow),
+            "servers": [
+                {
+                    "name": name,
+                    "capacity_pps": float(self.capacity_pps[i]),
+                    "alpha": float(self.alpha[i]),
+                    "beta": float(self.beta[i]),
+                    **sample(i),
+                    **dict(self.extras.get(name, {})),
+                }
+                for i, name in enumerate(self.names)
+            ],
+        }
         if self.ipfix is not None:
             described["ipfix"] = dict(self.ipfix)
         return described
@@ -151,34 +180,49 @@ def load_inventory(path: str | Path) -> Inventory:
     return inventory_from_dict(document, base_dir=path.parent, source=str(path))
 
 
-def inventory_from_dict(document: Any, base_dir: str | Path = ".",
-                        source: str = "inventory") -> Inventory:
+def inventory_from_dict(
+    document: Any, base_dir: str | Path = ".", source: str = "inventory"
+) -> Inventory:
     """Validate a parsed inventory; calibration files are resolved relative to ``base_dir``."""
     model = validate(InventoryModel, document, where=source, error=InventoryError)
     _check_references(model, source)
     base_dir = Path(base_dir)
     default = _resolve(model.cost, base_dir, f"{source}: cost")
-    classes = {name: {**default, **_resolve(cls, base_dir, f"{source}: classes.{name}")}
-               for name, cls in model.classes.items()}
+    classes = {
+        name: {**default, **_resolve(cls, base_dir, f"{source}: classes.{name}")}
+        for name, cls in model.classes.items()
+    }
     n = len(model.servers)
     capacity, alpha, beta = np.empty(n), np.empty(n), np.empty(n)
     alpha_sample = np.full(n, np.nan)  # NaN: sFlow only (as a description's)
     extras: dict[str, dict[str, Any]] = {}
     for i, server in enumerate(model.servers):
         at = f"{source}: servers[{i}] ({server.name!r})"
-        merged = {**(classes[server.server_class] if server.server_class else default),
-                  **_resolve(server, base_dir, at)}
+        merged = {
+            **(classes[server.server_class] if server.server_class else default),
+            **_resolve(server, base_dir, at),
+        }
         for key, target in (("capacity_pps", capacity), ("alpha", alpha), ("beta", beta)):
             if key not in merged:
-                raise problem(("servers", i, key), "missing (give it, a calibration with it, a "
-                              "class or the top-level cost)", where=source, name=server.name,
-                              error=InventoryError)
+                raise problem(
+                    ("servers", i, key),
+                    "missing (give it, a calibration with it, a class or the top-level cost)",
+                    where=source,
+                    name=server.name,
+                    error=InventoryError,
+                )
             target[i] = merged[key]
         if merged.get("alpha_sample") is not None:
             alpha_sample[i] = merged["alpha_sample"]
-        extra = {key: value for key, value in (("bridge", server.bridge),
-                                                ("tunnel_ip", server.tunnel_ip),
-                                                ("vm_ports", server.vm_ports)) if value is not None}
+        extra = {
+            key: value
+            for key, value in (
+                ("bridge", server.bridge),
+                ("tunnel_ip", server.tunnel_ip),
+                ("vm_ports", server.vm_ports),
+            )
+            if value is not None
+        }
         if "vm_ports" in extra:
             extra["vm_ports"] = list(extra["vm_ports"])
         if extra:
@@ -187,25 +231,43 @@ def inventory_from_dict(document: Any, base_dir: str | Path = ".",
     names = tuple(s.name for s in model.servers)
 
     def fail(location, what, value=None):
-        return problem(location, what, value, where=source, name=names[location[1]],
-                       error=InventoryError)
+        return problem(
+            location, what, value, where=source, name=names[location[1]], error=InventoryError
+        )
+
     domains = observation_domains(
-        {"name": list(names), "observation_domain": [s.observation_domain for s in model.servers],
-         "tunnel_ip": [s.tunnel_ip for s in model.servers]}, alpha_sample, fail)
+        {
+            "name": list(names),
+            "observation_domain": [s.observation_domain for s in model.servers],
+            "tunnel_ip": [s.tunnel_ip for s in model.servers],
+        },
+        alpha_sample,
+        fail,
+    )
     _check_services(model, set(names), source)
     from cosample.planner.appmon_costs import resolve as appmon_costs
     from cosample.planner.errors import PlannerError
+
     try:
         appmon_cost = appmon_costs(model.appmon_cost, {}, base_dir, source)
     except PlannerError as exc:
         raise InventoryError(str(exc)) from None
-    return Inventory(model.name, names, capacity, alpha, beta, extras, sflow,
-                     services=tuple(model.services), appmon_cost=appmon_cost,
-                     analysis_hosts=model.analysis_hosts, appmon_order=model.appmon_order,
-                     alpha_sample=None if domains is None else alpha_sample,
-                     observation_domain=domains,
-                     ipfix=None if model.ipfix is None
-                     else model.ipfix.model_dump(exclude_none=True))
+    return Inventory(
+        model.name,
+        names,
+        capacity,
+        alpha,
+        beta,
+        extras,
+        sflow,
+        services=tuple(model.services),
+        appmon_cost=appmon_cost,
+        analysis_hosts=model.analysis_hosts,
+        appmon_order=model.appmon_order,
+        alpha_sample=None if domains is None else alpha_sample,
+        observation_domain=domains,
+        ipfix=None if model.ipfix is None else model.ipfix.model_dump(exclude_none=True),
+    )
 
 
 def _check_services(model: InventoryModel, names: set[str], source: str) -> None:
@@ -213,13 +275,22 @@ def _check_services(model: InventoryModel, names: set[str], source: str) -> None
     seen: dict[tuple[str, int], int] = {}
     for position, service in enumerate(model.services):
         if service.server not in names:
-            raise problem(("services", position, "server"), "unknown server, not in servers",
-                          service.server, where=source, error=InventoryError)
+            raise problem(
+                ("services", position, "server"),
+                "unknown server, not in servers",
+                service.server,
+                where=source,
+                error=InventoryError,
+            )
         key = (str(service.address), service.port)
         if key in seen:
-            raise problem(("services", position, "port"), f"the same address and port as "
-                          f"services[{seen[key]}]", service.port, where=source,
-                          error=InventoryError)
+            raise problem(
+                ("services", position, "port"),
+                f"the same address and port as services[{seen[key]}]",
+                service.port,
+                where=source,
+                error=InventoryError,
+            )
         seen[key] = position
 
 

@@ -32,11 +32,11 @@ from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_r
 from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, SnapshotReader
 from cosample.controller.steps import Judged, lap, mark
-from cosample.gcpause import gc_paused
-from cosample.times import format_time, utcnow
 from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
 from cosample.files import FileWriteError
+from cosample.gcpause import gc_paused
+from cosample.times import format_time, utcnow
 
 log = logging.getLogger("cosample.controller")
 
@@ -48,10 +48,10 @@ class Settings:
     collectors: tuple[str, ...]
     interval_s: float = 30.0
     tau_s: float = 90.0
-    rise_tau_s: float | None = 0.0   # rises followed at once; None: as tau_s
-    hold_s: float | None = None      # falls smaller than a step count after this; None: tau_s
-    change: float | None = 0.25      # a server's total moving this much per cycle is a step
-    max_age_s: float | None = None   # default: 3 intervals
+    rise_tau_s: float | None = 0.0  # rises followed at once; None: as tau_s
+    hold_s: float | None = None  # falls smaller than a step count after this; None: tau_s
+    change: float | None = 0.25  # a server's total moving this much per cycle is a step
+    max_age_s: float | None = None  # default: 3 intervals
     valid_for_s: float = 3600.0
     plan_margin: float = 0.15
     settle_s: float = 120.0
@@ -101,10 +101,17 @@ class Controller:
     """One controller. ``target`` has ``publish(rendered)`` (and may have ``restore``);
     ``reader`` has ``read_collectors``' signature (default: a ``SnapshotReader``)."""
 
-    def __init__(self, inventory: Inventory, settings: Settings, target: Any, state_dir: str | Path,
-                 *, clock: Callable[[], datetime] = utcnow,
-                 reader: Callable[..., Reading] | None = None,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        inventory: Inventory,
+        settings: Settings,
+        target: Any,
+        state_dir: str | Path,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        reader: Callable[..., Reading] | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.inventory, self.settings, self.target = inventory, settings, target
         self.store = Store(Path(state_dir))
         self.clock = clock
@@ -122,12 +129,16 @@ class Controller:
         self.size_problem: str | None = None  # the last published plan is above agents' limit
         self.last_status: CycleStatus | None = None
         #: the application part (services' request rates from the analysers), if any
-        self.apps = Applications(inventory, settings.analysers, settings.analyser_keys) \
-            if inventory.services else None
+        self.apps = (
+            Applications(inventory, settings.analysers, settings.analyser_keys)
+            if inventory.services
+            else None
+        )
         with gc_paused():  # as a cycle: reading back a 10^6-host plan makes 10^7 objects
             data, plans = self.store.published_plans() or (b"", ())
             self.current_shares: PlanShares | None = (
-                shares(plans[-1], inventory.index) if plans else None)
+                shares(plans[-1], inventory.index) if plans else None
+            )
             # each plan's parsed table (gigabytes at 10^6 hosts) kept as its bytes instead
             plans = tuple(serialised_hosts(plan) for plan in plans)
             self.current: dict[str, Any] | None = plans[-1] if plans else None
@@ -143,8 +154,15 @@ class Controller:
         if restore is None:
             return
         key = self.settings.key
-        restore(signed(data, key, (self.store.last_version() or int(self.current["version"]),),
-                       self.current, plans))
+        restore(
+            signed(
+                data,
+                key,
+                (self.store.last_version() or int(self.current["version"]),),
+                self.current,
+                plans,
+            )
+        )
         log.info("serving the last publication again (version %s)", self.current["version"])
 
     # one pass -----------------------------------------------------------------------------------
@@ -171,7 +189,7 @@ class Controller:
             began = time.monotonic()
             try:
                 self.cycle()
-            except Exception:  # noqa: BLE001 - a daemon survives its own bugs and reports them
+            except Exception:
                 log.exception("controller cycle failed")
                 self.metrics.errors.labels(kind="internal").inc()
             done += 1
@@ -187,8 +205,12 @@ class Controller:
             if self.current is None:
                 self.waiting_since = self.waiting_since or now
                 return self._without_plan(now, reading)
-            return self._base(now, "stale", reading=reading,
-                              reasons=("no fresh snapshot: keeping the plan in force",))
+            return self._base(
+                now,
+                "stale",
+                reading=reading,
+                reasons=("no fresh snapshot: keeping the plan in force",),
+            )
         self.waiting_since = None
         judged = self._judge(now, reading.snapshot, timings)
         step = mark()
@@ -196,9 +218,15 @@ class Controller:
         decision = decisions.decide(judged.situation, self.settings.policy)
         if judged.app is not None:
             situation = judged.situation
-            decision = self.apps.decide(decision, judged.app, self.settings.policy,
-                                        current=judged.current is not None, warm=situation.warm,
-                                        settling=bool(situation.settling), quiet=judged.quiet)
+            decision = self.apps.decide(
+                decision,
+                judged.app,
+                self.settings.policy,
+                current=judged.current is not None,
+                warm=situation.warm,
+                settling=bool(situation.settling),
+                quiet=judged.quiet,
+            )
         lap(timings, "decide", step)
         self.smoothed = judged.smoothed  # only a cycle that got this far learns from its snapshot
         self.screen = judged.screen
@@ -213,13 +241,20 @@ class Controller:
     def _read(self, now: datetime, timings: dict[str, float]) -> Reading:
         """The collectors' merged snapshot; one that knows no server counts as none."""
         step = mark()
-        reading = self.reader(self.settings.collectors, now, self.settings.snapshot_max_age_s,
-                              self.settings.timeout_s)
+        reading = self.reader(
+            self.settings.collectors, now, self.settings.snapshot_max_age_s, self.settings.timeout_s
+        )
         lap(timings, "read", step)
         if reading.snapshot is not None and not decisions.knows_servers(reading.snapshot):
-            reading = replace(reading, snapshot=None, problems=reading.problems + (
-                "the collectors know no server yet (no plan and no agent addresses, or no "
-                "sFlow arriving)",))
+            reading = replace(
+                reading,
+                snapshot=None,
+                problems=reading.problems
+                + (
+                    "the collectors know no server yet (no plan and no agent addresses, or no "
+                    "sFlow arriving)",
+                ),
+            )
         return reading
 
     def _judge(self, now: datetime, snapshot: Any, timings: dict[str, float]) -> Judged:
@@ -228,8 +263,15 @@ class Controller:
         step = mark()
         settings, inv = self.settings, self.inventory
         measurement = measure(snapshot, inv, source="+".join(settings.collectors))
-        vetted = vet(measurement, self.screen, inv.names, inv.capacity_pps,
-                     settings.implausible_slack, settings.jump_factor, settings.jump_of_capacity)
+        vetted = vet(
+            measurement,
+            self.screen,
+            inv.names,
+            inv.capacity_pps,
+            settings.implausible_slack,
+            settings.jump_factor,
+            settings.jump_of_capacity,
+        )
         measurement = vetted.measurement
         for refusal in vetted.refusals[:LIST_LIMIT]:
             log.warning("estimate refused: %s", refusal.describe())
@@ -238,27 +280,58 @@ class Controller:
         quiet = self.quiet_until is not None and now < self.quiet_until
         self.full_window_s = max(self.full_window_s, measurement.window_s)
         before = self.smoothed
-        full = decisions.full_window(measurement.window_s,
-                                     before.window_s if before is not None else 0.0,
-                                     self.full_window_s)
-        smoothed = update(before, measurement, settings.tau_s, settings.rise_tau_s,
-                          hold_s=settings.hold_seconds, change=settings.change,
-                          capacity=inv.capacity_pps,
-                          detect=before is not None and decisions.is_warm(
-                              before.count, settings.interval_s, settings.warm_s),
-                          remember=decisions.remembers(quiet, full, sparse))
+        full = decisions.full_window(
+            measurement.window_s, before.window_s if before is not None else 0.0, self.full_window_s
+        )
+        smoothed = update(
+            before,
+            measurement,
+            settings.tau_s,
+            settings.rise_tau_s,
+            hold_s=settings.hold_seconds,
+            change=settings.change,
+            capacity=inv.capacity_pps,
+            detect=before is not None
+            and decisions.is_warm(before.count, settings.interval_s, settings.warm_s),
+            remember=decisions.remembers(quiet, full, sparse),
+        )
         rising, settling = smoothed.rising(), smoothed.settling()
-        services, app_problems = self.apps.observe(
-            now, self.current, settings, quiet=quiet, warm=before is not None and
-            decisions.is_warm(before.count, settings.interval_s, settings.warm_s)) \
-            if self.apps else (None, ())
+        services, app_problems = (
+            self.apps.observe(
+                now,
+                self.current,
+                settings,
+                quiet=quiet,
+                warm=before is not None
+                and decisions.is_warm(before.count, settings.interval_s, settings.warm_s),
+            )
+            if self.apps
+            else (None, ())
+        )
         lap(timings, "estimate", step)
         step = mark()
-        candidate = replan(inv, smoothed.planning(), settings.plan_margin, settings.solver,
-                           settings.measure_sampling, rising, services)
+        candidate = replan(
+            inv,
+            smoothed.planning(),
+            settings.plan_margin,
+            settings.solver,
+            settings.measure_sampling,
+            rising,
+            services,
+        )
         lap(timings, "plan", step)
-        return Judged(measurement, vetted.refusals, vetted.screen, smoothed, candidate, sparse,
-                      quiet, measuring, settling, app_problems=app_problems)
+        return Judged(
+            measurement,
+            vetted.refusals,
+            vetted.screen,
+            smoothed,
+            candidate,
+            sparse,
+            quiet,
+            measuring,
+            settling,
+            app_problems=app_problems,
+        )
 
     def _situation(self, now: datetime, judged: Judged) -> Judged:
         """``judged`` with the candidate and the plan in force evaluated: ``decide``'s input."""
@@ -267,37 +340,61 @@ class Controller:
         # overload is judged under the present traffic, the gain under the held peaks the
         # candidate was planned for (a trough of noise shorter than the hold is no gain)
         own, forwarding = smoothed.loads()
-        candidate_eval = evaluate(candidate.shares, own, forwarding, inv.capacity_pps,
-                                  inv.alpha, inv.beta)
+        candidate_eval = evaluate(
+            candidate.shares, own, forwarding, inv.capacity_pps, inv.alpha, inv.beta
+        )
         current_eval = gain_basis = None
         if self.current_shares is not None and not measuring:
-            current_eval = evaluate(self.current_shares, own, forwarding, inv.capacity_pps,
-                                    inv.alpha, inv.beta)
+            current_eval = evaluate(
+                self.current_shares, own, forwarding, inv.capacity_pps, inv.alpha, inv.beta
+            )
             gain_basis = tuple(
-                evaluate(plan_shares, candidate.own_pps, candidate.forwarding_pps,
-                         inv.capacity_pps, inv.alpha, inv.beta).distinct_pps
-                for plan_shares in (self.current_shares, candidate.shares))
+                evaluate(
+                    plan_shares,
+                    candidate.own_pps,
+                    candidate.forwarding_pps,
+                    inv.capacity_pps,
+                    inv.alpha,
+                    inv.beta,
+                ).distinct_pps
+                for plan_shares in (self.current_shares, candidate.shares)
+            )
         app = None  # the application part's CPU joins both plans' loads (``apploop``)
         if self.apps is not None:
-            candidate_eval, current_eval, app = self.apps.judge(candidate, self.current,
-                                                                candidate_eval, current_eval)
+            candidate_eval, current_eval, app = self.apps.judge(
+                candidate, self.current, candidate_eval, current_eval
+            )
         situation = decisions.Situation(
-            now=now, interval_s=settings.interval_s, names=inv.names,
-            capacity_pps=inv.capacity_pps, candidate=candidate_eval, current=current_eval,
+            now=now,
+            interval_s=settings.interval_s,
+            names=inv.names,
+            capacity_pps=inv.capacity_pps,
+            candidate=candidate_eval,
+            current=current_eval,
             current_expires=None if measuring else _expires(self.current),
             same_content=self.current_shares is not None
-            and self.current_shares.same_as(candidate.shares) and (app is None or app.same),
+            and self.current_shares.same_as(candidate.shares)
+            and (app is None or app.same),
             gain_streak=self.gain_streak,
             warm=decisions.is_warm(smoothed.count, settings.interval_s, settings.warm_s),
             settling=HostNames.where(inv.names, judged.settling)
             + (self.apps.settling() if self.apps else ()),
-            quiet=judged.quiet, gain_basis=gain_basis, averaged=smoothed.count,
-            warm_s=settings.warm_s)
-        return replace(judged, candidate_eval=candidate_eval, current=current_eval,
-                       situation=situation, app=app)
+            quiet=judged.quiet,
+            gain_basis=gain_basis,
+            averaged=smoothed.count,
+            warm_s=settings.warm_s,
+        )
+        return replace(
+            judged,
+            candidate_eval=candidate_eval,
+            current=current_eval,
+            situation=situation,
+            app=app,
+        )
 
-    def _publish_candidate(self, judged: Judged, now: datetime, timings: dict[str, float]
-                           ) -> tuple[tuple[int, ...], bool]:
+    def _publish_candidate(
+        self, judged: Judged, now: datetime, timings: dict[str, float]
+    ) -> tuple[tuple[int, ...], bool]:
         """Build the candidate's document, publish it, record its report, start the quiet."""
         candidate, settings = judged.candidate, self.settings
         step = mark()
@@ -307,35 +404,60 @@ class Controller:
         published, two_phase = self._publish(document, candidate.shares, now)
         self._record_report(candidate)
         lap(timings, "publish", step)
-        self.quiet_until = now + timedelta(seconds=decisions.quiet_s(
-            settings, two_phase, judged.measurement.window_s, judged.sparse))
+        self.quiet_until = now + timedelta(
+            seconds=decisions.quiet_s(
+                settings, two_phase, judged.measurement.window_s, judged.sparse
+            )
+        )
         return published, two_phase
 
-    def _status(self, now: datetime, reading: Reading, judged: Judged,
-                decision: decisions.Decision, published: tuple[int, ...], two_phase: bool,
-                timings: dict[str, float]) -> CycleStatus:
+    def _status(
+        self,
+        now: datetime,
+        reading: Reading,
+        judged: Judged,
+        decision: decisions.Decision,
+        published: tuple[int, ...],
+        two_phase: bool,
+        timings: dict[str, float],
+    ) -> CycleStatus:
         candidate, measurement = judged.candidate, judged.measurement
         worst = judged.current if judged.current is not None else judged.candidate_eval
         return self._base(
-            now, "published" if published else "kept", reading=reading,
-            reasons=decision.reasons, published=published, two_phase=two_phase,
+            now,
+            "published" if published else "kept",
+            reading=reading,
+            reasons=decision.reasons,
+            published=published,
+            two_phase=two_phase,
             gain=decision.gain if judged.current is not None else None,
             gain_streak=decision.gain_streak,
             predicted_max_use=float(worst.use.max()) if worst.use.size else 0.0,
             applications=self.apps.status() if self.apps else None,
             over_limit=decision.overloaded,
             unrelievable=decision.unrelievable + candidate.saturated,
-            unmeasured=len(candidate.unmeasured), rising=candidate.rising,
-            settling=judged.situation.settling, quiet=judged.situation.quiet,
+            unmeasured=len(candidate.unmeasured),
+            rising=candidate.rising,
+            settling=judged.situation.settling,
+            quiet=judged.situation.quiet,
             counter_servers=int(measurement.from_counters.sum()),
-            refused=tuple({"server": r.server, "reason": r.reason, "pps": r.pps,
-                           "bound_pps": r.bound_pps} for r in judged.refusals),
+            refused=tuple(
+                {"server": r.server, "reason": r.reason, "pps": r.pps, "bound_pps": r.bound_pps}
+                for r in judged.refusals
+            ),
             problems=tuple(f"estimate refused: {r.describe()}" for r in judged.refusals)
             + judged.app_problems,
-            disagreements=tuple({"server": d.server, "counters_pps": d.counters_pps,
-                                 "sampled_pps": d.sampled_pps, "ci95": list(d.ci95)}
-                                for d in measurement.disagreements),
-            timings=timings)
+            disagreements=tuple(
+                {
+                    "server": d.server,
+                    "counters_pps": d.counters_pps,
+                    "sampled_pps": d.sampled_pps,
+                    "ci95": list(d.ci95),
+                }
+                for d in measurement.disagreements
+            ),
+            timings=timings,
+        )
 
     def _without_plan(self, now: datetime, reading: Reading) -> CycleStatus:
         """No plan in force and no snapshot that knows a server: wait ``measure_after_s`` for
@@ -344,31 +466,72 @@ class Controller:
         settings = self.settings
         waited = (now - self.waiting_since).total_seconds()
         if decisions.measurement_due(waited, settings.measure_after_s, settings.measure_sampling):
-            plan = measurement_plan(self.inventory, settings.measure_sampling, now,
-                                    timedelta(seconds=settings.valid_for_s))
+            plan = measurement_plan(
+                self.inventory,
+                settings.measure_sampling,
+                now,
+                timedelta(seconds=settings.valid_for_s),
+            )
             published, _ = self._publish(plan, shares(plan, self.inventory.index), now)
-            return self._base(now, "published", reading=reading, published=published,
-                              reasons=(f"bootstrap: no plan in force and no snapshot knew a "
-                                       f"server for {waited:.0f} s; published the measurement "
-                                       f"plan (local 1-in-{settings.measure_sampling}, no "
-                                       "mirrors)",))
-        fallback = (f"; measurement plan after {settings.measure_after_s:g} s"
-                    if settings.measure_sampling else "")
-        return self._base(now, "stale", reading=reading, reasons=(
-            f"no plan in force: waiting {waited:.0f} s for a snapshot that knows the servers "
-            f"(agents sample in their safe state){fallback}",))
+            return self._base(
+                now,
+                "published",
+                reading=reading,
+                published=published,
+                reasons=(
+                    f"bootstrap: no plan in force and no snapshot knew a "
+                    f"server for {waited:.0f} s; published the measurement "
+                    f"plan (local 1-in-{settings.measure_sampling}, no "
+                    "mirrors)",
+                ),
+            )
+        fallback = (
+            f"; measurement plan after {settings.measure_after_s:g} s"
+            if settings.measure_sampling
+            else ""
+        )
+        return self._base(
+            now,
+            "stale",
+            reading=reading,
+            reasons=(
+                f"no plan in force: waiting {waited:.0f} s for a snapshot that knows the servers "
+                f"(agents sample in their safe state){fallback}",
+            ),
+        )
 
-    def _publish(self, plan: dict[str, Any], plan_shares: PlanShares, now: datetime
-                 ) -> tuple[tuple[int, ...], bool]:
+    def _publish(
+        self, plan: dict[str, Any], plan_shares: PlanShares, now: datetime
+    ) -> tuple[tuple[int, ...], bool]:
         version = next_version(self.store.last_version(), now)
-        previous = self.current if decisions.two_phases(
-            self.current_shares, _expires(self.current), is_measurement_plan(self.current),
-            plan_shares, now) else None
-        rendered = render(plan, version, self.settings.key, previous, now,
-                          self.settings.settle_s, self.settings.lead_s)
+        previous = (
+            self.current
+            if decisions.two_phases(
+                self.current_shares,
+                _expires(self.current),
+                is_measurement_plan(self.current),
+                plan_shares,
+                now,
+            )
+            else None
+        )
+        rendered = render(
+            plan,
+            version,
+            self.settings.key,
+            previous,
+            now,
+            self.settings.settle_s,
+            self.settings.lead_s,
+        )
         written = self.target.publish(rendered)  # a file path, if the target wrote one
-        self.store.record(rendered.versions[-1], rendered.final["plan_id"], rendered.data, now,
-                          written if isinstance(written, Path) else None)
+        self.store.record(
+            rendered.versions[-1],
+            rendered.final["plan_id"],
+            rendered.data,
+            now,
+            written if isinstance(written, Path) else None,
+        )
         self.current = rendered.final
         self.current_shares = plan_shares  # the final plan's hosts are the candidate's
         log.info("published version(s) %s", rendered.versions)
@@ -386,27 +549,32 @@ class Controller:
             log.warning("plan report not written: %s", exc)
             self.metrics.errors.labels(kind="report").inc()
 
-    def _base(self, now: datetime, result: str, reading: Reading | None = None,
-              **fields: Any) -> CycleStatus:
+    def _base(
+        self, now: datetime, result: str, reading: Reading | None = None, **fields: Any
+    ) -> CycleStatus:
         plan = self.current
         snapshot = reading.snapshot if reading is not None else None
         expires = _expires(plan)
         if expires is not None:
             self.metrics.plan_expires.set(expires.timestamp())
         return CycleStatus(
-            time=format_time(now), result=result,
+            time=format_time(now),
+            result=result,
             plan_version=int(plan["version"]) if plan else None,
             plan_id=plan.get("plan_id") if plan else None,
             plan_expires=plan.get("expires") if plan else None,
             snapshot_time=format_time(snapshot.time) if snapshot is not None else None,
             snapshot_age_s=round((now - snapshot.time).total_seconds(), 3)
-            if snapshot is not None else None,
+            if snapshot is not None
+            else None,
             collectors_up=reading.collectors_up if reading else 0,
             collectors=reading.collectors if reading else len(self.settings.collectors),
-            problems=tuple(fields.pop("problems", ())) + (reading.problems if reading else ())
+            problems=tuple(fields.pop("problems", ()))
+            + (reading.problems if reading else ())
             + ((self.size_problem,) if self.size_problem else ()),
             **{key: value for key, value in fields.items() if key != "published"},
-            published_versions=fields.get("published", ()))
+            published_versions=fields.get("published", ()),
+        )
 
 
 def _expires(plan: dict[str, Any] | None) -> datetime | None:
@@ -415,8 +583,9 @@ def _expires(plan: dict[str, Any] | None) -> datetime | None:
     try:
         return datetime.fromisoformat(plan["expires"].replace("Z", "+00:00"))
     except ValueError:
-        raise ControllerError(f"plan in force: expires: not a UTC time: {plan['expires']!r}") \
-            from None
+        raise ControllerError(
+            f"plan in force: expires: not a UTC time: {plan['expires']!r}"
+        ) from None
 
 
 __all__ = ["Controller", "Settings", "SnapshotError"]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def matched(keys_before: np.ndarray, before: np.ndarray, keys_now: np.ndarray,
-            now: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def matched(
+    keys_before: np.ndarray, before: np.ndarray, keys_now: np.ndarray, now: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pairs of both (sorted unique keys) and the values before and now on each, 0 where
     one has none. The same pairs as before (a steady fleet) are taken as they are; otherwise
     the pairs new this time are inserted among the old ones, where one search of the new keys

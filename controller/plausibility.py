@@ -40,8 +40,8 @@ class Screen:
     """What the checks remember: each server's last accepted total and pending jump."""
 
     accepted_pps: np.ndarray  # per server: last accepted own traffic (nan: none yet)
-    jumped_at: np.ndarray     # per server: Unix time of the first measurement of a jump (nan)
-    jumped_pps: np.ndarray    # per server: what that first measurement showed (0: no jump)
+    jumped_at: np.ndarray  # per server: Unix time of the first measurement of a jump (nan)
+    jumped_pps: np.ndarray  # per server: what that first measurement showed (0: no jump)
 
     @classmethod
     def empty(cls, n: int) -> "Screen":
@@ -57,11 +57,15 @@ class Refusal:
 
     def describe(self) -> str:
         if self.reason == "above_capacity":
-            return (f"{self.server}: measured {self.pps:.4g} pps, above what it can forward "
-                    f"({self.bound_pps:.4g} pps: capacity and slack); refused as evidence, "
-                    "its last accepted traffic is held")
-        return (f"{self.server}: jumped to {self.pps:.4g} pps from {self.bound_pps:.4g} pps; "
-                "held until a window that does not overlap this one confirms it")
+            return (
+                f"{self.server}: measured {self.pps:.4g} pps, above what it can forward "
+                f"({self.bound_pps:.4g} pps: capacity and slack); refused as evidence, "
+                "its last accepted traffic is held"
+            )
+        return (
+            f"{self.server}: jumped to {self.pps:.4g} pps from {self.bound_pps:.4g} pps; "
+            "held until a window that does not overlap this one confirms it"
+        )
 
 
 @dataclass(frozen=True)
@@ -71,9 +75,15 @@ class Vetted:
     refusals: tuple[Refusal, ...]
 
 
-def vet(measurement: Measurement, screen: Screen | None, names: tuple[str, ...],
-        capacity_pps: np.ndarray, slack: float = SLACK, factor: float | None = JUMP_FACTOR,
-        of_capacity: float = JUMP_OF_CAPACITY) -> Vetted:
+def vet(
+    measurement: Measurement,
+    screen: Screen | None,
+    names: tuple[str, ...],
+    capacity_pps: np.ndarray,
+    slack: float = SLACK,
+    factor: float | None = JUMP_FACTOR,
+    of_capacity: float = JUMP_OF_CAPACITY,
+) -> Vetted:
     """The measurement with implausible and unconfirmed estimates taken out, and the new state.
 
     ``factor`` None: jumps are not held (capacity still bounds)."""
@@ -92,30 +102,45 @@ def vet(measurement: Measurement, screen: Screen | None, names: tuple[str, ...],
         jump = np.zeros(n, dtype=bool)
     else:
         base = np.where(known, accepted_before, 0.0)
-        jump = judged & known & (own > factor * base) \
+        jump = (
+            judged
+            & known
+            & (own > factor * base)
             & (own - base > of_capacity * np.where(bounded, capacity_pps, 0.0))
+        )
     pending = ~np.isnan(screen.jumped_at)
-    confirmed = jump & pending & (now - np.nan_to_num(screen.jumped_at, nan=now)
-                                  >= measurement.window_s)
+    confirmed = (
+        jump & pending & (now - np.nan_to_num(screen.jumped_at, nan=now) >= measurement.window_s)
+    )
     held = jump & ~confirmed
     jumped_at = np.where(held & pending, screen.jumped_at, np.where(held, now, np.nan))
     jumped_pps = np.where(held & pending, screen.jumped_pps, np.where(held, own, 0.0))
     accept = judged & ~held
     refuse = implausible | held
     new_screen = Screen(np.where(accept, own, accepted_before), jumped_at, jumped_pps)
-    refusals = tuple(Refusal(names[i], "above_capacity", float(own[i]), float(bound[i]))
-                     for i in np.flatnonzero(implausible)) + tuple(
+    refusals = tuple(
+        Refusal(names[i], "above_capacity", float(own[i]), float(bound[i]))
+        for i in np.flatnonzero(implausible)
+    ) + tuple(
         Refusal(names[i], "unconfirmed_jump", float(own[i]), float(accepted_before[i]))
-        for i in np.flatnonzero(held))
+        for i in np.flatnonzero(held)
+    )
     if not refuse.any():
         return Vetted(measurement, new_screen, refusals)
     keep = ~refuse[measurement.traffic_src]
-    return Vetted(replace(measurement, measured=measured & ~refuse,
-                          own_pps=np.where(refuse, 0.0, own),
-                          from_counters=measurement.from_counters & ~refuse,
-                          traffic_src=measurement.traffic_src[keep],
-                          traffic_dst=measurement.traffic_dst[keep],
-                          traffic_pps=measurement.traffic_pps[keep],
-                          disagreements=tuple(d for d in measurement.disagreements
-                                              if not refuse[names.index(d.server)])),
-                  new_screen, refusals)
+    return Vetted(
+        replace(
+            measurement,
+            measured=measured & ~refuse,
+            own_pps=np.where(refuse, 0.0, own),
+            from_counters=measurement.from_counters & ~refuse,
+            traffic_src=measurement.traffic_src[keep],
+            traffic_dst=measurement.traffic_dst[keep],
+            traffic_pps=measurement.traffic_pps[keep],
+            disagreements=tuple(
+                d for d in measurement.disagreements if not refuse[names.index(d.server)]
+            ),
+        ),
+        new_screen,
+        refusals,
+    )

@@ -24,14 +24,13 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
-from cosample.times import format_time
+from cosample.controller.httpserver import BoundedHTTPServer
+from cosample.files import FileWriteError, write_bytes_atomic
 from cosample.plan.signing import SIGNATURE_SUFFIX, content_digest, sign_digest
 from cosample.plan.slicebuild import SliceSet, build_slices
 from cosample.plan.slices import SLICES_DIR
-from cosample.controller.httpserver import BoundedHTTPServer
-from cosample.files import FileWriteError, write_bytes_atomic
 from cosample.planner.planbytes import HostTable, compact_json
-
+from cosample.times import format_time
 
 PLAN_NAME = "plan.json"
 #: ``DirectoryTarget``'s layout: one folder per publication, and the pointer to the current one.
@@ -82,9 +81,15 @@ class Rendered:
         return built
 
 
-def render(plan: dict[str, Any], version: int, key: str | None,
-           previous: dict[str, Any] | None = None, now: datetime | None = None,
-           settle_s: float = 120.0, lead_s: float = 0.0) -> Rendered:
+def render(
+    plan: dict[str, Any],
+    version: int,
+    key: str | None,
+    previous: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    settle_s: float = 120.0,
+    lead_s: float = 0.0,
+) -> Rendered:
     """``plan`` as version ``version``; with ``previous``, as a two-phase plan set from it;
     ``lead_s`` > 0: agents may apply it (its first phase) only from ``release(now, lead_s)``.
 
@@ -107,8 +112,17 @@ def render(plan: dict[str, Any], version: int, key: str | None,
         # Phase 2's hosts are NEW's (a HostTable's bytes spliced, not re-written); with both
         # tables as HostTables, phase 1's is written from their bytes (transition.plan_set).
         old, new = plan_head(previous, "previous plan"), plan_head(plan, "new plan")
-        document = plan_set(previous, plan, old.version, new.version, new.expires, now,
-                            settle_s, start, table=_one_chunk)
+        document = plan_set(
+            previous,
+            plan,
+            old.version,
+            new.version,
+            new.expires,
+            now,
+            settle_s,
+            start,
+            table=_one_chunk,
+        )
         data = compact_json(document)
         versions = tuple(int(p["version"]) for p in document["plans"])
         final = document["plans"][-1]
@@ -116,8 +130,13 @@ def render(plan: dict[str, Any], version: int, key: str | None,
     return signed(data, key, versions, final, plans)
 
 
-def signed(data: bytes, key: str | None, versions: tuple[int, ...], final: dict[str, Any],
-           plans: tuple[dict[str, Any], ...] = ()) -> Rendered:
+def signed(
+    data: bytes,
+    key: str | None,
+    versions: tuple[int, ...],
+    final: dict[str, Any],
+    plans: tuple[dict[str, Any], ...] = (),
+) -> Rendered:
     """``data`` signed with the private key at ``key`` (None: unsigned), hashed once for both
     the signature and the ETag."""
     digest = content_digest(data)
@@ -144,8 +163,9 @@ def release(now: datetime, lead_s: float) -> datetime:
     the collector knows every plan before any agent may apply it (agents never apply a plan
     before its ``not_before``), and switches its attribution at that moment."""
     moment = now + timedelta(seconds=lead_s)
-    return moment if moment.microsecond == 0 else \
-        moment.replace(microsecond=0) + timedelta(seconds=1)
+    return (
+        moment if moment.microsecond == 0 else moment.replace(microsecond=0) + timedelta(seconds=1)
+    )
 
 
 def _one_chunk(data: bytes) -> HostTable:
@@ -165,14 +185,18 @@ def oversized(rendered: Rendered) -> str | None:
         return None
     head = f"published plan version(s) {list(rendered.versions)}: {size:,} bytes"
     if size > COLLECTOR_MAX_PLAN_MIB * 1024 * 1024:
-        return (f"{head}, above the collector's default limit of "
-                f"{COLLECTOR_MAX_PLAN_MIB} MiB: it keeps attributing by the plan before "
-                f"unless run with a larger --max-plan-mib (docs/collector.md); agents fetching "
-                f"the whole plan refuse it too (max_plan_mib {source.DEFAULT_MAX_PLAN_MIB})")
-    return (f"{head}, above the agents' default limit of {source.MAX_BYTES:,} bytes "
-            f"(max_plan_mib {source.DEFAULT_MAX_PLAN_MIB}): agents that fetch the whole plan "
-            f"refuse it unless max_plan_mib is raised (docs/agents.md); their slices and the "
-            f"collector (up to {COLLECTOR_MAX_PLAN_MIB} MiB) are not affected")
+        return (
+            f"{head}, above the collector's default limit of "
+            f"{COLLECTOR_MAX_PLAN_MIB} MiB: it keeps attributing by the plan before "
+            f"unless run with a larger --max-plan-mib (docs/collector.md); agents fetching "
+            f"the whole plan refuse it too (max_plan_mib {source.DEFAULT_MAX_PLAN_MIB})"
+        )
+    return (
+        f"{head}, above the agents' default limit of {source.MAX_BYTES:,} bytes "
+        f"(max_plan_mib {source.DEFAULT_MAX_PLAN_MIB}): agents that fetch the whole plan "
+        f"refuse it unless max_plan_mib is raised (docs/agents.md); their slices and the "
+        f"collector (up to {COLLECTOR_MAX_PLAN_MIB} MiB) are not affected"
+    )
 
 
 #: Above this many hosts a directory target's one slice file per host dominates a publication
@@ -185,9 +209,11 @@ def directory_slices_warning(hosts: int, slices: bool) -> str | None:
     """What to tell an operator who publishes per-host slices to a directory for a large fleet."""
     if not slices or hosts <= DIRECTORY_SLICES_HOSTS:
         return None
-    return (f"warning: --publish writes one slice file per host, {hosts:,} per publication "
-            f"(about 11 s of CPU per publication at 10^5 hosts and 70 s at 10^6 on the test "
-            f"machine); --serve serves the same slices from memory, --no-slices writes none")
+    return (
+        f"warning: --publish writes one slice file per host, {hosts:,} per publication "
+        f"(about 11 s of CPU per publication at 10^5 hosts and 70 s at 10^6 on the test "
+        f"machine); --serve serves the same slices from memory, --no-slices writes none"
+    )
 
 
 class DirectoryTarget:
@@ -219,8 +245,9 @@ class DirectoryTarget:
             _remove_tree(folder)
         plan = write_bytes_atomic(folder / self.name, rendered.data, mode=0o644, parents=True)
         if rendered.signature is not None:
-            write_bytes_atomic(folder / (self.name + SIGNATURE_SUFFIX), rendered.signature,
-                               mode=0o644)
+            write_bytes_atomic(
+                folder / (self.name + SIGNATURE_SUFFIX), rendered.signature, mode=0o644
+            )
         links = [self.name, self.name + SIGNATURE_SUFFIX]
         try:
             if self.slices and rendered.sliceable:
@@ -232,8 +259,9 @@ class DirectoryTarget:
                 _ensure_link(self.directory / link, Path(CURRENT_LINK) / link)
             _fsync_dir(self.directory)
         except OSError as exc:
-            raise FileWriteError(f"{self.directory}: cannot publish version "
-                                 f"{folder.name}: {exc.strerror or exc}") from None
+            raise FileWriteError(
+                f"{self.directory}: cannot publish version {folder.name}: {exc.strerror or exc}"
+            ) from None
         self._clean(keep=2)
         return plan
 
@@ -250,8 +278,14 @@ class DirectoryTarget:
         except OSError:
             current = None
         current_version = _version_of(Path(current).name) if current else None
-        folders = sorted((f for f in self.versions.glob("*") if _version_of(f.name) is not None),
-                         key=lambda f: _version_of(f.name)) if self.versions.is_dir() else []
+        folders = (
+            sorted(
+                (f for f in self.versions.glob("*") if _version_of(f.name) is not None),
+                key=lambda f: _version_of(f.name),
+            )
+            if self.versions.is_dir()
+            else []
+        )
         kept = 0
         for folder in reversed(folders):
             version = _version_of(folder.name)
@@ -268,9 +302,16 @@ class DirectoryTarget:
 class HttpTarget:
     """A small threaded HTTP server: the plan, its signature, status and metrics."""
 
-    def __init__(self, host: str, port: int, status: Callable[[], dict[str, Any]],
-                 metrics: Callable[[], bytes], name: str = PLAN_NAME, slices: bool = True,
-                 **limits: Any) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        status: Callable[[], dict[str, Any]],
+        metrics: Callable[[], bytes],
+        name: str = PLAN_NAME,
+        slices: bool = True,
+        **limits: Any,
+    ) -> None:
         """``limits``: ``BoundedHTTPServer``'s (connections, idle timeout, request deadline);
         ``slices``: serve each host's slice at ``/hosts/<name>`` too."""
         self.name = name
@@ -282,18 +323,19 @@ class HttpTarget:
         class Handler(BaseHTTPRequestHandler):
             server_version = "cosample-controller"
 
-            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            def do_GET(self) -> None:
                 target._serve(self)
 
-            def do_HEAD(self) -> None:  # noqa: N802
+            def do_HEAD(self) -> None:
                 target._serve(self, body=False)
 
             def log_message(self, *args: Any) -> None:
                 return
 
         self.server = BoundedHTTPServer((host, port), Handler, **limits)
-        self.thread = threading.Thread(target=self.server.serve_forever, name="controller-http",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="controller-http", daemon=True
+        )
         self.thread.start()
 
     @property
@@ -327,20 +369,29 @@ class HttpTarget:
         etag = None
         if path == "/" + self.name and current is not None:
             payload, kind, etag = current.data, "application/json", current.etag
-        elif path == "/" + self.name + SIGNATURE_SUFFIX and current is not None \
-                and current.signature is not None:
+        elif (
+            path == "/" + self.name + SIGNATURE_SUFFIX
+            and current is not None
+            and current.signature is not None
+        ):
             payload, kind, etag = current.signature, "text/plain", current.etag[:-1] + '-sig"'
-        elif path.startswith(f"/{SLICES_DIR}/") and current is not None and self.slices \
-                and current.sliceable:
-            file_name = urllib.parse.unquote(path[len(SLICES_DIR) + 2:])
+        elif (
+            path.startswith(f"/{SLICES_DIR}/")
+            and current is not None
+            and self.slices
+            and current.sliceable
+        ):
+            file_name = urllib.parse.unquote(path[len(SLICES_DIR) + 2 :])
             payload, kind = current.slices.document(file_name), "application/json"
             if payload is None:
                 request.send_error(404, "no slice for this host in the current publication")
                 return
             etag = current.slices.etag(file_name)
         elif path == "/status":
-            payload, kind = (json.dumps(self._status(), indent=2, sort_keys=True) + "\n").encode(), \
-                "application/json"
+            payload, kind = (
+                (json.dumps(self._status(), indent=2, sort_keys=True) + "\n").encode(),
+                "application/json",
+            )
         elif path == "/metrics":
             payload, kind = self._metrics() + self._http_metrics(), "text/plain; version=0.0.4"
         else:
@@ -361,7 +412,6 @@ class HttpTarget:
         if body:
             request.wfile.write(payload)
 
-
     def _http_metrics(self) -> bytes:
         """The server's own counts, in the exposition format (``httpserver.Counts``)."""
         counts = self.server.counts
@@ -372,8 +422,10 @@ class HttpTarget:
             "# HELP cosample_controller_http_evicted_total Connections shut down to make room "
             "(idle: waiting for a request; slow: a request past its deadline)",
             "# TYPE cosample_controller_http_evicted_total counter",
-            *(f'cosample_controller_http_evicted_total{{reason="{reason}"}} {value}'
-              for reason, value in sorted(counts.evicted.items())),
+            *(
+                f'cosample_controller_http_evicted_total{{reason="{reason}"}} {value}'
+                for reason, value in sorted(counts.evicted.items())
+            ),
             "# HELP cosample_controller_http_refused_total Connections closed unserved "
             "(at the connection limit, or out of descriptors)",
             "# TYPE cosample_controller_http_refused_total counter",
@@ -381,8 +433,8 @@ class HttpTarget:
             "# HELP cosample_controller_http_descriptor_exhaustion_total Accepts that failed "
             "for want of file descriptors",
             "# TYPE cosample_controller_http_descriptor_exhaustion_total counter",
-            f"cosample_controller_http_descriptor_exhaustion_total "
-            f"{counts.descriptor_exhaustion}"]
+            f"cosample_controller_http_descriptor_exhaustion_total {counts.descriptor_exhaustion}",
+        ]
         return ("\n".join(lines) + "\n").encode()
 
 

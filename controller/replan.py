@@ -38,23 +38,31 @@ from cosample.planner.solvers import solve
 class Candidate:
     """This cycle's plan as arrays; the plan document is built only if it is published."""
 
-    dc: DataCentre               # the description planned (planning capacities)
+    dc: DataCentre  # the description planned (planning capacities)
     solution: Solution
-    shares: PlanShares           # applied shares, as the plan file will state them
+    shares: PlanShares  # applied shares, as the plan file will state them
     own_pps: np.ndarray
     forwarding_pps: np.ndarray
-    saturated: Sequence[str]     # forwarding alone above the planning capacity
-    unmeasured: Sequence[str]    # never seen in a snapshot
-    floor: int | None = None     # hosts sampling nothing sample 1-in-floor
-    rising: Sequence[str] = ()   # traffic rising by a step: no budget until it has settled
+    saturated: Sequence[str]  # forwarding alone above the planning capacity
+    unmeasured: Sequence[str]  # never seen in a snapshot
+    floor: int | None = None  # hosts sampling nothing sample 1-in-floor
+    rising: Sequence[str] = ()  # traffic rising by a step: no budget until it has settled
 
     def document(self, now: datetime, valid_for: timedelta) -> dict[str, Any]:
         """The plan file (version 0: the publisher sets it), its hosts with only the fields
         agents and collectors read (``report``: the rest). Its hosts stay serialised (a
         ``HostTable``): the controller publishes the bytes and reads entries only to build a
         two-phase transition."""
-        return build_plan(self.dc, self.solution, created=now, valid_for=valid_for, version=0,
-                          floor=self.floor, lazy_hosts=True, report=False)
+        return build_plan(
+            self.dc,
+            self.solution,
+            created=now,
+            valid_for=valid_for,
+            version=0,
+            floor=self.floor,
+            lazy_hosts=True,
+            report=False,
+        )
 
     def report(self, plan: dict[str, Any]) -> bytes:
         """The per-host report of ``plan`` (this candidate's document as published), in
@@ -62,21 +70,37 @@ class Candidate:
         return host_report(self.solution, plan)
 
 
-def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,
-               rising: np.ndarray | None = None, services: tuple[Any, ...] | None = None
-               ) -> tuple[DataCentre, np.ndarray, np.ndarray]:
+def datacentre(
+    inventory: Inventory,
+    traffic: Smoothed,
+    plan_margin: float,
+    rising: np.ndarray | None = None,
+    services: tuple[Any, ...] | None = None,
+) -> tuple[DataCentre, np.ndarray, np.ndarray]:
     """The description the planner gets, and the saturated and unmeasured masks. ``services``:
     the inventory's services with their measured request rates (``apploop``); None: as the
     inventory states them."""
     n = inventory.size
-    appmon = {"services": inventory.services if services is None else services,
-              "appmon_cost": inventory.appmon_cost, "analysis_hosts": inventory.analysis_hosts,
-              "appmon_order": inventory.appmon_order}
-    dc = DataCentre(names=inventory.names, capacity_pps=inventory.capacity_pps,
-                    alpha=inventory.alpha, beta=inventory.beta,
-                    traffic_src=traffic.src, traffic_dst=traffic.dst, traffic_pps=traffic.pps,
-                    name=inventory.name, server_extras=inventory.extras,
-                    sflow=inventory.sflow, **inventory.sample, **appmon)
+    appmon = {
+        "services": inventory.services if services is None else services,
+        "appmon_cost": inventory.appmon_cost,
+        "analysis_hosts": inventory.analysis_hosts,
+        "appmon_order": inventory.appmon_order,
+    }
+    dc = DataCentre(
+        names=inventory.names,
+        capacity_pps=inventory.capacity_pps,
+        alpha=inventory.alpha,
+        beta=inventory.beta,
+        traffic_src=traffic.src,
+        traffic_dst=traffic.dst,
+        traffic_pps=traffic.pps,
+        name=inventory.name,
+        server_extras=inventory.extras,
+        sflow=inventory.sflow,
+        **inventory.sample,
+        **appmon,
+    )
     forwarding = dc.forwarding_pps
     capacity = inventory.capacity_pps * (1.0 - plan_margin)
     saturated = forwarding > capacity
@@ -89,7 +113,9 @@ def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,
         # monitoring for as long as the step takes to settle
         kept = forwarding
         if appmon["services"] and inventory.appmon_order == "appmon_first":
-            kept = forwarding + build_problem(_with(dc, capacity, appmon), margin=0.0).appmon[0].load
+            kept = (
+                forwarding + build_problem(_with(dc, capacity, appmon), margin=0.0).appmon[0].load
+            )
         capacity = np.where(rising & ~frozen, np.minimum(kept, capacity), capacity)
     planned = _with(dc, capacity, appmon)
     planned.check_arrays()
@@ -98,17 +124,33 @@ def datacentre(inventory: Inventory, traffic: Smoothed, plan_margin: float,
 
 def _with(dc: DataCentre, capacity: np.ndarray, appmon: dict[str, Any]) -> DataCentre:
     """``dc`` with other capacities."""
-    return DataCentre(names=dc.names, capacity_pps=capacity, alpha=dc.alpha, beta=dc.beta,
-                      traffic_src=dc.traffic_src, traffic_dst=dc.traffic_dst,
-                      traffic_pps=dc.traffic_pps, name=dc.name,
-                      server_extras=dc.server_extras, sflow=dc.sflow, alpha_sample=dc.alpha_sample,
-                      observation_domain=dc.observation_domain, ipfix=dc.ipfix, **appmon)
+    return DataCentre(
+        names=dc.names,
+        capacity_pps=capacity,
+        alpha=dc.alpha,
+        beta=dc.beta,
+        traffic_src=dc.traffic_src,
+        traffic_dst=dc.traffic_dst,
+        traffic_pps=dc.traffic_pps,
+        name=dc.name,
+        server_extras=dc.server_extras,
+        sflow=dc.sflow,
+        alpha_sample=dc.alpha_sample,
+        observation_domain=dc.observation_domain,
+        ipfix=dc.ipfix,
+        **appmon,
+    )
 
 
-def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
-           solver: str = "exact", floor: int | None = None,
-           rising: np.ndarray | None = None, services: tuple[Any, ...] | None = None
-           ) -> Candidate:
+def replan(
+    inventory: Inventory,
+    traffic: Smoothed,
+    plan_margin: float,
+    solver: str = "exact",
+    floor: int | None = None,
+    rising: np.ndarray | None = None,
+    services: tuple[Any, ...] | None = None,
+) -> Candidate:
     """Plan the smoothed traffic and state the applied shares, without writing the document."""
     dc, saturated, unmeasured = datacentre(inventory, traffic, plan_margin, rising, services)
     solution = solve(dc, solver, margin=0.0)  # plan_margin is already in the capacities above
@@ -116,9 +158,17 @@ def replan(inventory: Inventory, traffic: Smoothed, plan_margin: float,
     applied = applied_shares(dc, solution)
     if floor:
         applied = floor_shares(applied, floor)
-    return Candidate(dc, solution, applied, dc.own_pps, dc.forwarding_pps,
-                     HostNames.where(names, saturated), HostNames.where(names, unmeasured), floor,
-                     HostNames.where(names, rising) if rising is not None else ())
+    return Candidate(
+        dc,
+        solution,
+        applied,
+        dc.own_pps,
+        dc.forwarding_pps,
+        HostNames.where(names, saturated),
+        HostNames.where(names, unmeasured),
+        floor,
+        HostNames.where(names, rising) if rising is not None else (),
+    )
 
 
 def applied_shares(dc: DataCentre, solution: Solution) -> PlanShares:

@@ -25,7 +25,7 @@ class CycleStatus:
     """One cycle: what was measured, decided and published, and what is wrong."""
 
     time: str
-    result: str              # published | kept | stale | error
+    result: str  # published | kept | stale | error
     reasons: tuple[str, ...] = ()
     plan_version: int | None = None
     plan_id: str | None = None
@@ -44,9 +44,9 @@ class CycleStatus:
     over_limit: Sequence[str] = ()
     unrelievable: Sequence[str] = ()
     unmeasured: int = 0
-    rising: Sequence[str] = ()       # no budget: traffic rising by a step within one window
-    settling: Sequence[str] = ()     # rose or fell by a step within one window: gains wait
-    quiet: bool = False              # within one window of our publication: gains wait
+    rising: Sequence[str] = ()  # no budget: traffic rising by a step within one window
+    settling: Sequence[str] = ()  # rose or fell by a step within one window: gains wait
+    quiet: bool = False  # within one window of our publication: gains wait
     counter_servers: int = 0
     disagreements: tuple[dict[str, Any], ...] = ()
     #: estimates not taken as evidence (``plausibility``): above capacity, or a jump unconfirmed
@@ -60,10 +60,18 @@ class CycleStatus:
         """The fields as JSON-ready values, long lists cut first (``asdict`` deep-copied every
         entry: 0.4 s for the 40,000 servers over the limit of a 10^5-server benchmark fleet)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key in ("over_limit", "unrelievable", "disagreements", "problems", "rising",
-                    "settling", "refused"):
-            out[key] = [dict(item) if isinstance(item, dict) else item
-                        for item in out[key][:LIST_LIMIT]]
+        for key in (
+            "over_limit",
+            "unrelievable",
+            "disagreements",
+            "problems",
+            "rising",
+            "settling",
+            "refused",
+        ):
+            out[key] = [
+                dict(item) if isinstance(item, dict) else item for item in out[key][:LIST_LIMIT]
+            ]
         out["reasons"] = list(out["reasons"])
         out["published_versions"] = list(out["published_versions"])
         out["timings"] = dict(out["timings"])
@@ -76,49 +84,97 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.cycles = Counter("cosample_controller_cycles", "Controller cycles by result",
-                              ["result"], registry=r)
-        Gauge("cosample_controller_build_info", "1, labelled with the cosample version, the "
-              "plan format version it writes and the snapshot format versions it reads",
-              ["version", "plan_format_written", "snapshot_formats_read"], registry=r).labels(
-            __version__, str(FORMAT_VERSION), str(SNAPSHOT_VERSION)).set(1)
-        self.publications = Counter("cosample_controller_publications",
-                                    "Plans published, by first reason", ["reason"], registry=r)
-        self.errors = Counter("cosample_controller_errors", "Cycle failures by kind", ["kind"],
-                              registry=r)
-        self.plan_version = Gauge("cosample_controller_plan_version",
-                                  "Version of the plan in force (-1: none)", registry=r)
-        self.plan_expires = Gauge("cosample_controller_plan_expires_timestamp_seconds",
-                                  "Expiry of the plan in force", registry=r)
-        self.collectors_up = Gauge("cosample_controller_collectors_up",
-                                   "Collectors whose snapshot was fresh and valid", registry=r)
-        self.collectors = Gauge("cosample_controller_collectors",
-                                "Collectors the controller is configured to read", registry=r)
-        self.stale = Gauge("cosample_controller_snapshot_stale",
-                           "1 when no fresh snapshot was read this cycle", registry=r)
-        self.age = Gauge("cosample_controller_snapshot_age_seconds",
-                         "Age of the merged snapshot", registry=r)
-        self.max_use = Gauge("cosample_controller_predicted_max_capacity_use_ratio",
-                             "Highest load/capacity predicted for the plan in force", registry=r)
-        self.over = Gauge("cosample_controller_servers_over_limit",
-                          "Servers predicted above capacity x (1 - margin)", registry=r)
-        self.unrelievable = Gauge("cosample_controller_servers_unrelievable",
-                                  "Servers over the limit that no plan can help", registry=r)
-        self.gain = Gauge("cosample_controller_candidate_gain_ratio",
-                          "Relative distinct-packet gain of the candidate over the plan in force",
-                          registry=r)
-        self.disagreements = Gauge("cosample_controller_servers_disagreeing",
-                                   "Servers whose counters fall outside the sampled 95 % interval",
-                                   registry=r)
-        self.unmeasured = Gauge("cosample_controller_servers_unmeasured",
-                                "Servers never seen in a snapshot", registry=r)
-        self.refused = Gauge("cosample_controller_estimates_refused",
-                             "Servers whose estimate was not taken as evidence this cycle, by "
-                             "reason (above_capacity, unconfirmed_jump)", ["reason"], registry=r)
-        self.refusals = Counter("cosample_controller_estimate_refusals",
-                                "Estimates refused as evidence, by reason", ["reason"], registry=r)
-        self.cycle_seconds = Gauge("cosample_controller_cycle_seconds",
-                                   "Duration of the last cycle", registry=r)
+        self.cycles = Counter(
+            "cosample_controller_cycles", "Controller cycles by result", ["result"], registry=r
+        )
+        Gauge(
+            "cosample_controller_build_info",
+            "1, labelled with the cosample version, the "
+            "plan format version it writes and the snapshot format versions it reads",
+            ["version", "plan_format_written", "snapshot_formats_read"],
+            registry=r,
+        ).labels(__version__, str(FORMAT_VERSION), str(SNAPSHOT_VERSION)).set(1)
+        self.publications = Counter(
+            "cosample_controller_publications",
+            "Plans published, by first reason",
+            ["reason"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "cosample_controller_errors", "Cycle failures by kind", ["kind"], registry=r
+        )
+        self.plan_version = Gauge(
+            "cosample_controller_plan_version",
+            "Version of the plan in force (-1: none)",
+            registry=r,
+        )
+        self.plan_expires = Gauge(
+            "cosample_controller_plan_expires_timestamp_seconds",
+            "Expiry of the plan in force",
+            registry=r,
+        )
+        self.collectors_up = Gauge(
+            "cosample_controller_collectors_up",
+            "Collectors whose snapshot was fresh and valid",
+            registry=r,
+        )
+        self.collectors = Gauge(
+            "cosample_controller_collectors",
+            "Collectors the controller is configured to read",
+            registry=r,
+        )
+        self.stale = Gauge(
+            "cosample_controller_snapshot_stale",
+            "1 when no fresh snapshot was read this cycle",
+            registry=r,
+        )
+        self.age = Gauge(
+            "cosample_controller_snapshot_age_seconds", "Age of the merged snapshot", registry=r
+        )
+        self.max_use = Gauge(
+            "cosample_controller_predicted_max_capacity_use_ratio",
+            "Highest load/capacity predicted for the plan in force",
+            registry=r,
+        )
+        self.over = Gauge(
+            "cosample_controller_servers_over_limit",
+            "Servers predicted above capacity x (1 - margin)",
+            registry=r,
+        )
+        self.unrelievable = Gauge(
+            "cosample_controller_servers_unrelievable",
+            "Servers over the limit that no plan can help",
+            registry=r,
+        )
+        self.gain = Gauge(
+            "cosample_controller_candidate_gain_ratio",
+            "Relative distinct-packet gain of the candidate over the plan in force",
+            registry=r,
+        )
+        self.disagreements = Gauge(
+            "cosample_controller_servers_disagreeing",
+            "Servers whose counters fall outside the sampled 95 % interval",
+            registry=r,
+        )
+        self.unmeasured = Gauge(
+            "cosample_controller_servers_unmeasured", "Servers never seen in a snapshot", registry=r
+        )
+        self.refused = Gauge(
+            "cosample_controller_estimates_refused",
+            "Servers whose estimate was not taken as evidence this cycle, by "
+            "reason (above_capacity, unconfirmed_jump)",
+            ["reason"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            "cosample_controller_estimate_refusals",
+            "Estimates refused as evidence, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.cycle_seconds = Gauge(
+            "cosample_controller_cycle_seconds", "Duration of the last cycle", registry=r
+        )
         self.plan_version.set(-1)
 
     def record(self, status: CycleStatus, now_s: float) -> None:

@@ -57,11 +57,11 @@ class Smoothed:
     keys: np.ndarray
     pps: np.ndarray
     seen: np.ndarray  # bool per server: measured at least once
-    count: int = 1    # measurements averaged so far
-    own: np.ndarray | None = None      # per server: the last measured total (steps)
+    count: int = 1  # measurements averaged so far
+    own: np.ndarray | None = None  # per server: the last measured total (steps)
     rose_at: np.ndarray | None = None  # per server: Unix time of the last rise step (-inf)
     fell_at: np.ndarray | None = None  # per server: Unix time of the last fall step (-inf)
-    window_s: float = 0.0              # the collector window of the last measurement
+    window_s: float = 0.0  # the collector window of the last measurement
     history: tuple[tuple[float, np.ndarray], ...] = ()  # (time, measured totals) within hold
 
     def totals(self) -> np.ndarray:
@@ -120,8 +120,13 @@ def weight(dt_s: float, tau_s: float) -> float:
     return 1.0 - math.exp(-max(dt_s, 0.0) / tau_s)
 
 
-def steps(old: np.ndarray, new: np.ndarray, measured: np.ndarray, change: float,
-          capacity: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def steps(
+    old: np.ndarray,
+    new: np.ndarray,
+    measured: np.ndarray,
+    change: float,
+    capacity: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(rose, fell) per server: measured totals that moved by more than ``change`` of the old
     value (a server that was silent rises by any amount) and by more than ``STEP_OF_CAPACITY``
     of its capacity."""
@@ -133,10 +138,18 @@ def steps(old: np.ndarray, new: np.ndarray, measured: np.ndarray, change: float,
     return big & (delta > 0), big & (delta < 0)
 
 
-def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
-           rise_tau_s: float | None = None, *, hold_s: float = 0.0,
-           change: float | None = None, capacity: np.ndarray | None = None,
-           detect: bool | np.ndarray = True, remember: bool = True) -> Smoothed:
+def update(
+    previous: Smoothed | None,
+    measurement: Measurement,
+    tau_s: float,
+    rise_tau_s: float | None = None,
+    *,
+    hold_s: float = 0.0,
+    change: float | None = None,
+    capacity: np.ndarray | None = None,
+    detect: bool | np.ndarray = True,
+    remember: bool = True,
+) -> Smoothed:
     """The average after ``measurement`` (the measurement itself when there is no history).
 
     ``rise_tau_s``: the time constant for entries that rise (``None``: ``tau_s``, a symmetric
@@ -152,20 +165,30 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
     new_keys = measurement.traffic_src.astype(np.int64) * n + measurement.traffic_dst
     now = measurement.time.timestamp()
     if previous is None or previous.n != n:
-        first = Smoothed(measurement.time, n, new_keys, measurement.traffic_pps.copy(),
-                         measurement.measured.copy(), 1, own=measurement.own_pps.copy(),
-                         rose_at=np.full(n, NEVER), fell_at=np.full(n, NEVER),
-                         window_s=measurement.window_s)
-        return replace(first, history=((now, measurement.own_pps.copy()),)
-                       if hold_s > 0 and remember else ())
+        first = Smoothed(
+            measurement.time,
+            n,
+            new_keys,
+            measurement.traffic_pps.copy(),
+            measurement.measured.copy(),
+            1,
+            own=measurement.own_pps.copy(),
+            rose_at=np.full(n, NEVER),
+            fell_at=np.full(n, NEVER),
+            window_s=measurement.window_s,
+        )
+        return replace(
+            first, history=((now, measurement.own_pps.copy()),) if hold_s > 0 and remember else ()
+        )
     dt = (measurement.time - previous.time).total_seconds()
     if dt <= 0:  # the same (or an older) snapshot again: nothing new to learn
         return previous
     own_before = previous.own if previous.own is not None else np.zeros(n)
     rose = fell = np.zeros(n, dtype=bool)
     if change is not None and np.any(detect):
-        rose, fell = steps(own_before, measurement.own_pps, measurement.measured & detect,
-                           change, capacity)
+        rose, fell = steps(
+            own_before, measurement.own_pps, measurement.measured & detect, change, capacity
+        )
     w = max(weight(dt, tau_s), 1.0 / (previous.count + 1))
     w_rise = w if rise_tau_s is None else max(weight(dt, rise_tau_s), 1.0 / (previous.count + 1))
     keys, old, new = matched(previous.keys, previous.pps, new_keys, measurement.traffic_pps)
@@ -176,20 +199,34 @@ def update(previous: Smoothed | None, measurement: Measurement, tau_s: float,
     pps = np.where(held, old, old + step * (new - old))
     keep = pps > FLOOR_PPS
     own = np.where(measurement.measured, measurement.own_pps, own_before)
-    rose_at = np.where(rose, now, previous.rose_at if previous.rose_at is not None
-                       else np.full(n, NEVER))
-    fell_at = np.where(fell, now, previous.fell_at if previous.fell_at is not None
-                       else np.full(n, NEVER))
-    out = Smoothed(measurement.time, n, keys[keep], pps[keep],
-                   previous.seen | measurement.measured, previous.count + 1, own=own,
-                   rose_at=rose_at, fell_at=fell_at, window_s=measurement.window_s)
+    rose_at = np.where(
+        rose, now, previous.rose_at if previous.rose_at is not None else np.full(n, NEVER)
+    )
+    fell_at = np.where(
+        fell, now, previous.fell_at if previous.fell_at is not None else np.full(n, NEVER)
+    )
+    out = Smoothed(
+        measurement.time,
+        n,
+        keys[keep],
+        pps[keep],
+        previous.seen | measurement.measured,
+        previous.count + 1,
+        own=own,
+        rose_at=rose_at,
+        fell_at=fell_at,
+        window_s=measurement.window_s,
+    )
     if hold_s <= 0:
         return out
     # the history holds what was measured (not the average, which carries an artefact's
     # peak on for tau after it); a fall step clears the server's history
     measured_totals = np.where(measurement.measured, measurement.own_pps, out.totals())
-    history = tuple((t, np.where(fell, measured_totals, values))
-                    for t, values in previous.history if now - t < hold_s)
+    history = tuple(
+        (t, np.where(fell, measured_totals, values))
+        for t, values in previous.history
+        if now - t < hold_s
+    )
     if remember:
         history += ((now, measured_totals),)
     return replace(out, history=history)

@@ -25,8 +25,8 @@ from cosample.collector.errors import CollectorError
 from cosample.collector.merge import merge_snapshots
 from cosample.collector.snapshot import Snapshot, parse_snapshot_json
 from cosample.controller.errors import SnapshotError
-from cosample.fetch import (MISSING, UNCHANGED, FetchError, Response, fetch as fetch_document,
-                            fetch_bytes)
+from cosample.fetch import MISSING, UNCHANGED, FetchError, Response, fetch_bytes
+from cosample.fetch import fetch as fetch_document
 
 MAX_BYTES = 512 * 1024 * 1024
 
@@ -51,23 +51,31 @@ class SnapshotReader:
             raise SnapshotError(str(exc)) from None
         self.known: dict[str, tuple[str, Snapshot]] = {}  # location -> (tag, snapshot)
 
-    def __call__(self, locations: tuple[str, ...], now: datetime, max_age_s: float,
-                 timeout_s: float = 10.0) -> Reading:
+    def __call__(
+        self, locations: tuple[str, ...], now: datetime, max_age_s: float, timeout_s: float = 10.0
+    ) -> Reading:
         return read_collectors(locations, now, max_age_s, timeout_s, read=self.read)
 
     def read(self, location: str, timeout_s: float) -> Snapshot:
         """One collector's snapshot, verified and validated; a ``SnapshotError`` otherwise."""
         known = self.known.get(location)
         try:
-            response = fetch_document(location, label="snapshot", timeout_s=timeout_s,
-                                      max_bytes=MAX_BYTES, etag=known[0] if known else None,
-                                      user_agent="cosample-controller")
+            response = fetch_document(
+                location,
+                label="snapshot",
+                timeout_s=timeout_s,
+                max_bytes=MAX_BYTES,
+                etag=known[0] if known else None,
+                user_agent="cosample-controller",
+            )
             if response.status == UNCHANGED and known is not None:
                 return known[1]
             if response.status != "ok" or response.data is None:
-                raise SnapshotError(f"snapshot {location}: not found" if response.status == MISSING
-                                    else f"snapshot {location}: HTTP 304 to an unconditional "
-                                         "request")
+                raise SnapshotError(
+                    f"snapshot {location}: not found"
+                    if response.status == MISSING
+                    else f"snapshot {location}: HTTP 304 to an unconditional request"
+                )
             if self.verifier is not None:
                 verify_signed(self.verifier, location, response, "snapshot", timeout_s)
         except FetchError as exc:
@@ -80,23 +88,29 @@ class SnapshotReader:
         return snapshot
 
 
-def read_collectors(locations: tuple[str, ...], now: datetime, max_age_s: float,
-                    timeout_s: float = 10.0, read=None) -> Reading:
+def read_collectors(
+    locations: tuple[str, ...], now: datetime, max_age_s: float, timeout_s: float = 10.0, read=None
+) -> Reading:
     """Fetch, validate and merge; a stale or unreadable collector is a problem, not an error.
     ``read(location, timeout_s)``: one snapshot (default: unsigned, unconditional)."""
     fresh: list[Snapshot] = []
     problems: list[str] = []
     for location in locations:
         try:
-            snapshot = read(location, timeout_s) if read is not None else \
-                parse(fetch(location, timeout_s), location)
+            snapshot = (
+                read(location, timeout_s)
+                if read is not None
+                else parse(fetch(location, timeout_s), location)
+            )
         except SnapshotError as exc:
             problems.append(str(exc))
             continue
         age = (now - snapshot.time).total_seconds()
         if age > max_age_s:
-            problems.append(f"{location}: snapshot is {age:.0f} s old (limit {max_age_s:.0f} s); "
-                            "collector stale")
+            problems.append(
+                f"{location}: snapshot is {age:.0f} s old (limit {max_age_s:.0f} s); "
+                "collector stale"
+            )
             continue
         fresh.append(snapshot)
     if not fresh:
@@ -125,8 +139,13 @@ def fetch(location: str, timeout_s: float) -> bytes:
     """The bytes at ``location`` (``http(s)://``, ``file://`` or a path), within ``timeout_s``
     in total (``cosample.fetch``: a collector trickling its answer cannot hold the controller)."""
     try:
-        data = fetch_bytes(location, label="snapshot", timeout_s=timeout_s, max_bytes=MAX_BYTES,
-                           user_agent="cosample-controller")
+        data = fetch_bytes(
+            location,
+            label="snapshot",
+            timeout_s=timeout_s,
+            max_bytes=MAX_BYTES,
+            user_agent="cosample-controller",
+        )
     except FetchError as exc:
         raise SnapshotError(str(exc)) from None
     assert data is not None
@@ -142,12 +161,21 @@ def snapshot_url(location: str) -> str:
     return location
 
 
-def verify_signed(verifier: Verifier, location: str, response: Response, label: str,
-                  timeout_s: float) -> None:
+def verify_signed(
+    verifier: Verifier, location: str, response: Response, label: str, timeout_s: float
+) -> None:
     """Check ``response``'s bytes against their signature: the HTTP header over http(s), the
     file ``location + .sig`` otherwise; ``CollectorError``/``FetchError`` when it fails."""
     over_http = urllib.parse.urlsplit(location).scheme in ("http", "https")
-    signature = response.headers.get(HEADER.lower()) if over_http else \
-        fetch_bytes(location + SIGNATURE_SUFFIX, label=label, timeout_s=timeout_s,
-                    max_bytes=4096, missing_ok=True)
+    signature = (
+        response.headers.get(HEADER.lower())
+        if over_http
+        else fetch_bytes(
+            location + SIGNATURE_SUFFIX,
+            label=label,
+            timeout_s=timeout_s,
+            max_bytes=4096,
+            missing_ok=True,
+        )
+    )
     verifier.verify(response.data, signature, f"{label} {location}")

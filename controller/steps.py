@@ -31,8 +31,8 @@ class Judged:
     screen: Screen
     smoothed: Smoothed
     candidate: Candidate
-    sparse: bool     # plan-less or measurement-plan samples
-    quiet: bool      # our last publication is still settling
+    sparse: bool  # plan-less or measurement-plan samples
+    quiet: bool  # our last publication is still settling
     measuring: bool  # the plan in force is the measurement plan
     settling: np.ndarray  # servers whose traffic moved by a step within a window
     # by ``Controller._situation``:

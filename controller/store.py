@@ -30,9 +30,9 @@ from typing import Any
 
 import orjson
 
-from cosample.plan.formats import PLANSET_FORMAT
 from cosample.controller.errors import ControllerError
 from cosample.files import write_bytes_atomic
+from cosample.plan.formats import PLANSET_FORMAT
 
 STATE_FILE, PLAN_FILE, REPORT_FILE = "state.json", "current-plan.json", "current-report.json"
 DIR_MODE, FILE_MODE = 0o700, 0o600
@@ -56,8 +56,9 @@ class Store:
             self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             os.chmod(self.directory, DIR_MODE)
         except OSError as exc:
-            raise ControllerError(f"{self.directory}: cannot use as state directory "
-                                  f"({exc.strerror})") from None
+            raise ControllerError(
+                f"{self.directory}: cannot use as state directory ({exc.strerror})"
+            ) from None
         for leftover in (*self.directory.glob(".*.tmp"), self.directory / f".{PLAN_FILE}.link"):
             try:  # what a killed write left; one controller owns the directory
                 leftover.unlink()
@@ -71,8 +72,10 @@ class Store:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise ControllerError(f"{self.directory / PLAN_FILE}: unreadable controller state "
-                                  f"({exc.strerror}); fix or remove it") from None
+            raise ControllerError(
+                f"{self.directory / PLAN_FILE}: unreadable controller state "
+                f"({exc.strerror}); fix or remove it"
+            ) from None
 
     def last_version(self) -> int | None:
         state = self._read(STATE_FILE)
@@ -80,9 +83,11 @@ class Store:
             return None
         version = state.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise ControllerError(f"{self.directory / STATE_FILE}: version: expected a "
-                                  f"non-negative integer, got {version!r}; fix or remove the "
-                                  "file (the next version is then the current Unix time)")
+            raise ControllerError(
+                f"{self.directory / STATE_FILE}: version: expected a "
+                f"non-negative integer, got {version!r}; fix or remove the "
+                "file (the next version is then the current Unix time)"
+            )
         return version
 
     def current_plan(self) -> dict[str, Any] | None:
@@ -101,18 +106,27 @@ class Store:
             return data, (document,)
         plans = document.get("plans")
         if not isinstance(plans, list) or not plans or not all(isinstance(p, dict) for p in plans):
-            raise ControllerError(f"{self.directory / PLAN_FILE}: plans: expected a non-empty "
-                                  "list of plans; fix or remove the file")
+            raise ControllerError(
+                f"{self.directory / PLAN_FILE}: plans: expected a non-empty "
+                "list of plans; fix or remove the file"
+            )
         return data, tuple(plans)
 
-    def record(self, version: int, plan_id: str, data: bytes, published: datetime,
-               written: Path | None = None) -> None:
+    def record(
+        self,
+        version: int,
+        plan_id: str,
+        data: bytes,
+        published: datetime,
+        written: Path | None = None,
+    ) -> None:
         """Remember a publication: the bytes first, then the version that vouches for them.
         ``written``: a file just written (fsynced) with exactly ``data``, linked if possible."""
         if written is None or not self._link(Path(written), len(data)):
             write_bytes_atomic(self.directory / PLAN_FILE, data, mode=FILE_MODE, cached=False)
-        self._write(STATE_FILE, {"version": version, "plan_id": plan_id,
-                                 "published": published.isoformat()})
+        self._write(
+            STATE_FILE, {"version": version, "plan_id": plan_id, "published": published.isoformat()}
+        )
 
     def record_report(self, data: bytes) -> None:
         """Keep the per-host report of the plan just recorded (it names the plan's ``plan_id``
@@ -142,8 +156,9 @@ class Store:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise ControllerError(f"{path}: unreadable controller state ({exc}); fix or remove "
-                                  "it") from None
+            raise ControllerError(
+                f"{path}: unreadable controller state ({exc}); fix or remove it"
+            ) from None
         return self._parse(data, path)
 
     @staticmethod
@@ -151,8 +166,9 @@ class Store:
         try:
             document = orjson.loads(data)  # a 10^6-host plan: 3x the standard library's speed
         except ValueError as exc:
-            raise ControllerError(f"{path}: unreadable controller state ({exc}); fix or remove "
-                                  "it") from None
+            raise ControllerError(
+                f"{path}: unreadable controller state ({exc}); fix or remove it"
+            ) from None
         if not isinstance(document, dict):
             raise ControllerError(f"{path}: expected a JSON object")
         return document

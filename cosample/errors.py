@@ -14,8 +14,16 @@ class CosampleError(Exception):
 
 #: The install set (pyproject.toml's optional dependencies) that brings each third-party module
 #: the lean agent install lacks.
-EXTRA_OF_MODULE = {"numpy": "planner", "pulp": "planner", "highspy": "planner", "rich": "planner",
-                   "scipy": "planner", "ddsketch": "appmon", "pandas": "all", "matplotlib": "all"}
+EXTRA_OF_MODULE = {
+    "numpy": "planner",
+    "pulp": "planner",
+    "highspy": "planner",
+    "rich": "planner",
+    "scipy": "planner",
+    "ddsketch": "appmon",
+    "pandas": "all",
+    "matplotlib": "all",
+}
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:
@@ -23,8 +31,10 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
     extra = EXTRA_OF_MODULE.get((exc.name or "").partition(".")[0])
     if extra is None:
         return None
-    return (f"this command needs {exc.name}, which the lean (agent) install leaves out; "
-            f"install it with: pip install 'cosample[{extra}]'")
+    return (
+        f"this command needs {exc.name}, which the lean (agent) install leaves out; "
+        f"install it with: pip install 'cosample[{extra}]'"
+    )
 
 
 def exit_status(program: str, command: Callable[[], int | None]) -> int:

@@ -51,25 +51,45 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def fetch_bytes(location: str, *, label: str, timeout_s: float, max_bytes: int,
-                deadline: float | None = None, missing_ok: bool = False,
-                user_agent: str = "cosample") -> bytes | None:
+def fetch_bytes(
+    location: str,
+    *,
+    label: str,
+    timeout_s: float,
+    max_bytes: int,
+    deadline: float | None = None,
+    missing_ok: bool = False,
+    user_agent: str = "cosample",
+) -> bytes | None:
     """The bytes at ``location`` (``http(s)://``, ``file://`` or a path).
 
     ``deadline`` (``time.monotonic()`` seconds) lets several fetches share one budget;
     by default it is ``timeout_s`` from now. A missing document (HTTP 404, no such file) is
     None with ``missing_ok``, an error otherwise.
     """
-    response = fetch(location, label=label, timeout_s=timeout_s, max_bytes=max_bytes,
-                     deadline=deadline, user_agent=user_agent)
+    response = fetch(
+        location,
+        label=label,
+        timeout_s=timeout_s,
+        max_bytes=max_bytes,
+        deadline=deadline,
+        user_agent=user_agent,
+    )
     if response.status == MISSING and not missing_ok:
         raise FetchError(f"{label} {location}: not found")
     return response.data
 
 
-def fetch(location: str, *, label: str, timeout_s: float, max_bytes: int,
-          deadline: float | None = None, etag: str | None = None,
-          user_agent: str = "cosample") -> Response:
+def fetch(
+    location: str,
+    *,
+    label: str,
+    timeout_s: float,
+    max_bytes: int,
+    deadline: float | None = None,
+    etag: str | None = None,
+    user_agent: str = "cosample",
+) -> Response:
     """The document at ``location``, or ``unchanged`` if it still has the tag ``etag``."""
     if deadline is None:
         deadline = time.monotonic() + timeout_s
@@ -78,8 +98,9 @@ def fetch(location: str, *, label: str, timeout_s: float, max_bytes: int,
     if parts.scheme in ("http", "https"):
         return _Request(where, parts, deadline, timeout_s, max_bytes, user_agent, etag).run()
     if parts.scheme in ("", "file"):
-        return _file(where, Path(parts.path if parts.scheme == "file" else location), max_bytes,
-                     etag)
+        return _file(
+            where, Path(parts.path if parts.scheme == "file" else location), max_bytes, etag
+        )
     raise FetchError(f"{where}: unsupported scheme {parts.scheme!r} (use a path or http(s))")
 
 
@@ -101,8 +122,16 @@ def _file(where: str, path: Path, max_bytes: int, etag: str | None) -> Response:
 class _Request:
     """One HTTP GET on a worker thread; ``run`` returns its result or gives up at the deadline."""
 
-    def __init__(self, where: str, parts: urllib.parse.SplitResult, deadline: float,
-                 timeout_s: float, max_bytes: int, user_agent: str, etag: str | None) -> None:
+    def __init__(
+        self,
+        where: str,
+        parts: urllib.parse.SplitResult,
+        deadline: float,
+        timeout_s: float,
+        max_bytes: int,
+        user_agent: str,
+        etag: str | None,
+    ) -> None:
         self.where, self.parts, self.deadline = where, parts, deadline
         self.timeout_s, self.max_bytes = timeout_s, max_bytes
         self.headers = {"User-Agent": user_agent, "Accept": "application/json"}
@@ -159,10 +188,12 @@ class _Request:
             self.result = self._get()
         except FetchError as exc:
             self.error = exc
-        except (TimeoutError, ssl.SSLError, OSError, http.client.HTTPException,
-                ValueError) as exc:
-            if isinstance(exc, TimeoutError) or "timed out" in str(exc) \
-                    or self.deadline <= time.monotonic():
+        except (TimeoutError, ssl.SSLError, OSError, http.client.HTTPException, ValueError) as exc:
+            if (
+                isinstance(exc, TimeoutError)
+                or "timed out" in str(exc)
+                or self.deadline <= time.monotonic()
+            ):
                 self.error = self._late()
             elif isinstance(exc, ValueError):
                 self.error = FetchError(f"{self.where}: bad URL ({exc})")
@@ -201,8 +232,9 @@ class _Request:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
-            return Response(OK, _limited(self.where, b"".join(chunks), self.max_bytes), etag,
-                            headers)
+            return Response(
+                OK, _limited(self.where, b"".join(chunks), self.max_bytes), etag, headers
+            )
         finally:
             with self.lock:
                 self.fd = None
@@ -215,7 +247,9 @@ class _Request:
             raise TimeoutError
 
 
-def _connection(parts: urllib.parse.SplitResult, timeout: float, attach) -> http.client.HTTPConnection:
+def _connection(
+    parts: urllib.parse.SplitResult, timeout: float, attach
+) -> http.client.HTTPConnection:
     """An HTTP(S) connection that reports its socket to ``attach`` as soon as it is connected,
     before the TLS handshake (which a server can trickle too)."""
     host, port = parts.hostname or "", parts.port  # ValueError on a bad port

@@ -28,8 +28,13 @@ class FileWriteError(CosampleError):
     """The destination cannot be written (missing folder, no permission, full disk)."""
 
 
-def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[Any]], object],
-                 binary: bool = False, mode: int | None = None, parents: bool = False) -> Path:
+def write_atomic(
+    path: str | os.PathLike[str],
+    write: Callable[[IO[Any]], object],
+    binary: bool = False,
+    mode: int | None = None,
+    parents: bool = False,
+) -> Path:
     """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``.
 
     The data reach the disk before the rename, so a crash leaves the old file or the new one.
@@ -40,8 +45,9 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[Any]], object
     try:
         if parents:
             path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                             dir=path.parent)
+        handle, temporary = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
+        )
     except OSError as exc:
         raise FileWriteError(f"{path}: cannot write: {exc.strerror}") from None
     try:
@@ -65,12 +71,20 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return write_atomic(path, lambda stream: stream.write(text))
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int | None = None,
-                       parents: bool = False, cached: bool = True) -> Path:
+def write_bytes_atomic(
+    path: str | os.PathLike[str],
+    data: bytes,
+    mode: int | None = None,
+    parents: bool = False,
+    cached: bool = True,
+) -> Path:
     """``write_atomic`` for bytes; ``cached=False``: around the page cache where the file
     system allows it (``write_uncached``), through it where not."""
-    write = (lambda stream: stream.write(data)) if cached else \
-        (lambda stream: write_uncached(stream, data))
+    write = (
+        (lambda stream: stream.write(data))
+        if cached
+        else (lambda stream: write_uncached(stream, data))
+    )
     return write_atomic(path, write, binary=True, mode=mode, parents=parents)
 
 
@@ -111,7 +125,7 @@ def _write_direct(fd: int, data: memoryview) -> None:
             for start in range(0, len(data), DIRECT_CHUNK):
                 size = min(DIRECT_CHUNK, len(data) - start)
                 padded = -(-size // DIRECT_BLOCK) * DIRECT_BLOCK
-                aligned[:size] = data[start:start + size]
+                aligned[:size] = data[start : start + size]
                 aligned[size:padded] = bytes(padded - size)
                 done = 0
                 while done < padded:

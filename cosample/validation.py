@@ -21,8 +21,15 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import orjson
-from pydantic import (AfterValidator, BaseModel, ConfigDict, StringConstraints, TypeAdapter, ValidationError,
-                      WrapValidator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    WrapValidator,
+)
 from pydantic_core import PydanticCustomError
 
 from cosample.errors import CosampleError
@@ -50,23 +57,33 @@ def _interface_name(value: Any, checked: Callable[[Any], str]) -> str:
     except ValidationError as exc:
         if exc.errors()[0]["type"] == "string_type":
             raise  # not a string at all: pydantic says so
-        raise PydanticCustomError("interface_name", f"not an interface name ({INTERFACE_NAME_RULE})") from None
+        raise PydanticCustomError(
+            "interface_name", f"not an interface name ({INTERFACE_NAME_RULE})"
+        ) from None
     if not name.isascii() and len(name.encode()) > 15:
-        raise PydanticCustomError("interface_name", f"not an interface name ({INTERFACE_NAME_RULE})")
+        raise PydanticCustomError(
+            "interface_name", f"not an interface name ({INTERFACE_NAME_RULE})"
+        )
     return name
 
 
 #: A Linux network interface name as the kernel accepts it (``dev_valid_name``): 1 to 15 bytes
 #: (IFNAMSIZ - 1), not ``.`` or ``..``, no ``/``, ``:`` or white space. Bridges, VM ports and
 #: devices the agents or the testbed create are all named by this one rule.
-InterfaceName = Annotated[str, StringConstraints(min_length=1, max_length=15, pattern=r"^[^/:\s]+$"),
-                          AfterValidator(_not_dots), WrapValidator(_interface_name)]
+InterfaceName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=15, pattern=r"^[^/:\s]+$"),
+    AfterValidator(_not_dots),
+    WrapValidator(_interface_name),
+]
 
 
 #: dotted quads 1.x.x.x-223.x.x.x without leading zeros: checked without ``ipaddress`` (a million
 #: servers have one each); everything else goes through ``ipaddress``
-_PLAIN_IPV4 = re.compile(r"(?:22[0-3]|2[01]\d|1\d\d|[1-9]\d?)"
-                         r"(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}")
+_PLAIN_IPV4 = re.compile(
+    r"(?:22[0-3]|2[01]\d|1\d\d|[1-9]\d?)"
+    r"(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}"
+)
 
 
 def plain_tunnel_address(text: str) -> bool:
@@ -83,11 +100,18 @@ def _tunnel_address(text: str) -> str:
         address = ipaddress.ip_address(text)
     except ValueError:
         raise ValueError("expected an IP address") from None
-    if (address.is_multicast or address.is_unspecified or address.is_loopback
-            or address.is_link_local or address.is_reserved
-            or address == ipaddress.IPv4Address("255.255.255.255")):
-        raise ValueError("expected a unicast address that routes between hosts (not multicast, "
-                         "loopback, link-local, reserved or unspecified)")
+    if (
+        address.is_multicast
+        or address.is_unspecified
+        or address.is_loopback
+        or address.is_link_local
+        or address.is_reserved
+        or address == ipaddress.IPv4Address("255.255.255.255")
+    ):
+        raise ValueError(
+            "expected a unicast address that routes between hosts (not multicast, "
+            "loopback, link-local, reserved or unspecified)"
+        )
     return str(address)
 
 
@@ -141,8 +165,10 @@ def _describe(problems: list[Any], where: str, data: Any) -> str:
     first = problems[0]
     message = first["msg"]
     if message.startswith("Value error, "):
-        message = message[len("Value error, "):]
-    message = _MODEL_NAME.sub("", message)  # "a valid dictionary or instance of Server": ours, not theirs
+        message = message[len("Value error, ") :]
+    message = _MODEL_NAME.sub(
+        "", message
+    )  # "a valid dictionary or instance of Server": ours, not theirs
     location = first["loc"]
     name = entry_name(location, data) if data is not None else None
     line = _line(where, location, name, f"{message[:1].lower()}{message[1:]}")
@@ -161,7 +187,11 @@ def entry_name(location: Sequence[int | str], data: Any) -> str | None:
             data = data[part]
         except (LookupError, TypeError):
             break
-        if isinstance(part, int) and isinstance(data, Mapping) and isinstance(data.get("name"), str):
+        if (
+            isinstance(part, int)
+            and isinstance(data, Mapping)
+            and isinstance(data.get("name"), str)
+        ):
             name = data["name"]
     return name
 
@@ -169,12 +199,22 @@ def entry_name(location: Sequence[int | str], data: Any) -> str | None:
 def _line(where: str, location: Sequence[int | str], name: str | None, what: str) -> str:
     """``where: path ('name'): what``; a problem with the whole input names only ``where``."""
     located = field_path(location) + (f" ({_value.repr(name)})" if name else "") if location else ""
-    return ": ".join(part for part in (where, located, what) if part) if where or located \
+    return (
+        ": ".join(part for part in (where, located, what) if part)
+        if where or located
         else f"{field_path(())}: {what}"
+    )
 
 
-def problem(location: Sequence[int | str], what: str, value: Any = None, *, where: str = "",
-            name: str | None = None, error: type[CosampleError] = CosampleError) -> CosampleError:
+def problem(
+    location: Sequence[int | str],
+    what: str,
+    value: Any = None,
+    *,
+    where: str = "",
+    name: str | None = None,
+    error: type[CosampleError] = CosampleError,
+) -> CosampleError:
     """The error for a problem no single field's model can see (a duplicate, an unknown reference).
 
     Same one-line form as ``describe``: ``where: field.path ('name'): what (got value)``, with
@@ -190,8 +230,13 @@ def problem(location: Sequence[int | str], what: str, value: Any = None, *, wher
 FORMATS = {".json": "JSON", ".yaml": "YAML", ".yml": "YAML", ".toml": "TOML"}
 
 
-def read_document(path: str | os.PathLike[str], what: str, *, default: str = "JSON",
-                  error: type[CosampleError] = CosampleError) -> Any:
+def read_document(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    default: str = "JSON",
+    error: type[CosampleError] = CosampleError,
+) -> Any:
     """The parsed JSON, YAML or TOML (by extension, else ``default``) of an input file, unvalidated.
 
     ``what`` names the document in the error (``cannot read data-centre description``).
@@ -201,7 +246,7 @@ def read_document(path: str | os.PathLike[str], what: str, *, default: str = "JS
     try:
         data = path.read_bytes()
         if kind == "JSON":  # orjson (strict JSON, several times faster); else the library's
-            try:             # reading decides (NaN, huge integers) and words the complaint
+            try:  # reading decides (NaN, huge integers) and words the complaint
                 return orjson.loads(data)
             except orjson.JSONDecodeError:
                 pass
@@ -211,9 +256,11 @@ def read_document(path: str | os.PathLike[str], what: str, *, default: str = "JS
         raise error(f"{path}: cannot read {what}: {reason}") from None
     if kind == "YAML":
         import yaml
+
         parse, failure = yaml.safe_load, yaml.YAMLError
     elif kind == "TOML":
         import tomllib
+
         parse, failure = tomllib.loads, tomllib.TOMLDecodeError
     else:
         parse, failure = json.loads, json.JSONDecodeError
@@ -236,8 +283,9 @@ def _adapter(kind: Any) -> TypeAdapter:
     return TypeAdapter(kind)
 
 
-def validate(kind: type[T] | Any, data: Any, *, where: str = "",
-             error: type[CosampleError] = CosampleError) -> T:
+def validate(
+    kind: type[T] | Any, data: Any, *, where: str = "", error: type[CosampleError] = CosampleError
+) -> T:
     """``data`` (parsed JSON/YAML/TOML) as an instance of ``kind``, or ``error`` with one line."""
     try:
         return _adapter(kind).validate_python(data)
@@ -245,14 +293,23 @@ def validate(kind: type[T] | Any, data: Any, *, where: str = "",
         raise error(describe(exc, where, data)) from None
 
 
-def validate_at(kind: type[T] | Any, data: Any, location: Sequence[int | str], *, where: str = "",
-                root: Any = None, error: type[CosampleError] = CosampleError) -> T:
+def validate_at(
+    kind: type[T] | Any,
+    data: Any,
+    location: Sequence[int | str],
+    *,
+    where: str = "",
+    root: Any = None,
+    error: type[CosampleError] = CosampleError,
+) -> T:
     """``validate`` for one part of a larger input, found at ``location`` in ``root`` (the
     whole input): an error names the whole path, ``servers[3].capacity_pps ('web4')``. Bulk
     readers check a column at once and hand the entries they cannot accept to the model here."""
     try:
         return _adapter(kind).validate_python(data, strict=True)  # as inside a ``Strict`` model
     except ValidationError as exc:
-        problems = [{**problem, "loc": (*location, *problem["loc"])}
-                    for problem in exc.errors(include_url=False)]
+        problems = [
+            {**problem, "loc": (*location, *problem["loc"])}
+            for problem in exc.errors(include_url=False)
+        ]
         raise error(_describe(problems, where, root)) from None

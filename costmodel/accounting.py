@@ -61,7 +61,9 @@ def parse_proc_stat(text: str) -> dict[str, int]:
             values = dict(zip(PROC_STAT_FIELDS, (int(v) for v in parts[1:9])))
             if len(values) < len(PROC_STAT_FIELDS):
                 break
-            values["busy"] = sum(values.values()) - values["idle"] - values["iowait"] - values["steal"]
+            values["busy"] = (
+                sum(values.values()) - values["idle"] - values["iowait"] - values["steal"]
+            )
             return values
     raise HarnessError("/proc/stat has no complete 'cpu' line")
 
@@ -149,7 +151,9 @@ def accounting_hierarchy() -> Path:
     """Where CPU usage of a new cgroup can be read: the cgroup v1 ``cpuacct`` hierarchy when
     mounted, else the cgroup v2 hierarchy (``/sys/fs/cgroup``, or ``unified`` on hybrid hosts)."""
     for candidate in (CGROUP_ROOT / "cpuacct", CGROUP_ROOT / "unified", CGROUP_ROOT):
-        if (candidate / "cpuacct.usage").exists() or (candidate / "cgroup.subtree_control").exists():
+        if (candidate / "cpuacct.usage").exists() or (
+            candidate / "cgroup.subtree_control"
+        ).exists():
             return candidate
     raise HarnessError(f"no cgroup hierarchy with CPU accounting under {CGROUP_ROOT}")
 
@@ -172,10 +176,14 @@ class AccountingCgroup:
         try:
             path.mkdir()
         except FileExistsError:
-            raise HarnessError(f"cgroup {path} exists: another calibration with this prefix is "
-                               f"running, or one was killed (remove it with rmdir)") from None
+            raise HarnessError(
+                f"cgroup {path} exists: another calibration with this prefix is "
+                f"running, or one was killed (remove it with rmdir)"
+            ) from None
         except OSError as exc:
-            raise HarnessError(f"cannot create cgroup {path}: {exc.strerror} (needs root)") from None
+            raise HarnessError(
+                f"cannot create cgroup {path}: {exc.strerror} (needs root)"
+            ) from None
         self.path = path
         return self
 
@@ -225,11 +233,11 @@ class AccountingCgroup:
 class CpuSnapshot:
     """CPU time so far, nanoseconds: ``counted`` is the cost; the others show where time went."""
 
-    counted: int          # the accounting cgroup (sender, receiver, ovs-vswitchd, their softirq)
-    ovs: int              # ovs-vswitchd's threads (a part of ``counted``)
-    ksoftirqd: int        # softirq work deferred to ksoftirqd (not in ``counted``)
-    host_busy: int        # the whole host, all CPUs, everyone's work (``host_busy_ns``)
-    host_softirq: int     # the whole host's softirq ticks (tick-sampled)
+    counted: int  # the accounting cgroup (sender, receiver, ovs-vswitchd, their softirq)
+    ovs: int  # ovs-vswitchd's threads (a part of ``counted``)
+    ksoftirqd: int  # softirq work deferred to ksoftirqd (not in ``counted``)
+    host_busy: int  # the whole host, all CPUs, everyone's work (``host_busy_ns``)
+    host_softirq: int  # the whole host's softirq ticks (tick-sampled)
     #: per role (``sender``, ``receiver``: the iperf3 processes, when known) their threads'
     #: ``(run ns, run-queue wait ns, timeslices)``; ``ovs`` too, for its wait and slices
     roles: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
@@ -238,8 +246,10 @@ class CpuSnapshot:
         """CPUs used over an interval (CPU-seconds per second), by source; per role also the
         CPUs' worth of time it waited to run (``wait_ROLE``) and times it ran (``slices_ROLE``,
         per second)."""
-        values = {f"cpu_{name}": (getattr(self, name) - getattr(before, name)) / 1e9 / seconds
-                  for name in ("counted", "ovs", "ksoftirqd", "host_busy", "host_softirq")}
+        values = {
+            f"cpu_{name}": (getattr(self, name) - getattr(before, name)) / 1e9 / seconds
+            for name in ("counted", "ovs", "ksoftirqd", "host_busy", "host_softirq")
+        }
         for role, (run, wait, slices) in self.roles.items():
             run0, wait0, slices0 = before.roles.get(role, (run, wait, slices))
             if role != "ovs":
@@ -270,10 +280,13 @@ class CpuAccounting:
         if ovs:
             roles["ovs"] = tuple(sum(values) for values in zip(*ovs))
         return CpuSnapshot(
-            counted=self.usage(), ovs=sum(run for run, _, _ in ovs),
+            counted=self.usage(),
+            ovs=sum(run for run, _, _ in ovs),
             ksoftirqd=sum(thread_run_ns(pid) for pid in self._ksoftirqd),
             host_busy=host_busy_ns(),
-            host_softirq=ticks["softirq"] * 1_000_000_000 // TICKS, roles=roles)
+            host_softirq=ticks["softirq"] * 1_000_000_000 // TICKS,
+            roles=roles,
+        )
 
 
 class CgroupScope:
@@ -311,18 +324,21 @@ class CgroupScope:
         return self._accounting.snapshot()
 
     def describe(self) -> dict[str, object]:
-        return {"accounting": f"cgroup {self.cgroup.path} (ovs-vswitchd, the load's sender and "
-                              f"receiver: iperf3, or the flow generator and its sink; and the "
-                              f"softirq work run in their context)",
-                "budget_cpus": self.budget_cpus}
+        return {
+            "accounting": f"cgroup {self.cgroup.path} (ovs-vswitchd, the load's sender and "
+            f"receiver: iperf3, or the flow generator and its sink; and the "
+            f"softirq work run in their context)",
+            "budget_cpus": self.budget_cpus,
+        }
 
 
 class ExistingScope:
     """A real server's scope: cgroups that already exist (e.g. ovs-vswitchd's service and the
     VMs' slice), read only; nothing is moved or created."""
 
-    def __init__(self, cgroups: Iterable[str | os.PathLike[str]], ovs_pid: int | None,
-                 budget_cpus: float) -> None:
+    def __init__(
+        self, cgroups: Iterable[str | os.PathLike[str]], ovs_pid: int | None, budget_cpus: float
+    ) -> None:
         self.paths = tuple(Path(path) for path in cgroups)
         if not self.paths:
             raise HarnessError("name at least one cgroup to account (--account-cgroup)")
@@ -347,8 +363,10 @@ class ExistingScope:
         return self._accounting.snapshot()
 
     def describe(self) -> dict[str, object]:
-        return {"accounting": "cgroups " + ", ".join(map(str, self.paths)),
-                "budget_cpus": self.budget_cpus}
+        return {
+            "accounting": "cgroups " + ", ".join(map(str, self.paths)),
+            "budget_cpus": self.budget_cpus,
+        }
 
 
 def cgroup_path(text: str) -> Path:
@@ -358,11 +376,15 @@ def cgroup_path(text: str) -> Path:
     return path if path.is_absolute() else accounting_hierarchy() / path
 
 
-def cost_row(cpu: Mapping[str, float], forwarded_pps: float, budget_cpus: float) -> dict[str, float]:
+def cost_row(
+    cpu: Mapping[str, float], forwarded_pps: float, budget_cpus: float
+) -> dict[str, float]:
     """The CPU method's row values: nanoseconds per forwarded packet and the capacity they
     imply, ``budget / cost`` (the law's ``T``), from CPUs used and packets per second."""
     if forwarded_pps <= 0 or cpu["cpu_counted"] <= 0:
-        raise HarnessError(f"no cost to measure: {forwarded_pps:g} packets/s forwarded using "
-                           f"{cpu['cpu_counted']:g} CPUs; did the load reach the receiver?")
+        raise HarnessError(
+            f"no cost to measure: {forwarded_pps:g} packets/s forwarded using "
+            f"{cpu['cpu_counted']:g} CPUs; did the load reach the receiver?"
+        )
     cost_s = cpu["cpu_counted"] / forwarded_pps
     return {"cost_ns_per_packet": cost_s * 1e9, "throughput_pps": budget_cpus / cost_s}

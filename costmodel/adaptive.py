@@ -47,8 +47,10 @@ class Target:
 
     def __post_init__(self) -> None:
         if not (0 < self.relative < 10 and 0 <= self.absolute < 10):
-            raise HarnessError(f"target interval: relative must be in (0, 10) and absolute in "
-                               f"[0, 10), got {self.relative!r} and {self.absolute!r}")
+            raise HarnessError(
+                f"target interval: relative must be in (0, 10) and absolute in "
+                f"[0, 10), got {self.relative!r} and {self.absolute!r}"
+            )
         if not 10 <= self.max_time_s <= 24 * 3600:
             raise HarnessError(f"max time must be 10 s to 24 h, got {self.max_time_s!r} s")
         if not isinstance(self.min_rounds, int) or self.min_rounds < 1:
@@ -59,8 +61,11 @@ class Target:
         return max(self.relative * abs(estimate), self.absolute)
 
     def met(self, estimate: float, half_width: float) -> bool:
-        return (math.isfinite(estimate) and math.isfinite(half_width)
-                and half_width <= self.allowed(estimate))
+        return (
+            math.isfinite(estimate)
+            and math.isfinite(half_width)
+            and half_width <= self.allowed(estimate)
+        )
 
 
 @dataclass
@@ -80,8 +85,12 @@ class Status:
         return f"{name} a={self.estimate:.3f}±{self.half_width:.3f} ({mark})"
 
 
-def interval_of(rows: pd.DataFrame, mechanism: str, confidence: float,
-                covariates: Mapping[str, str | None] | None = None) -> tuple[float, float]:
+def interval_of(
+    rows: pd.DataFrame,
+    mechanism: str,
+    confidence: float,
+    covariates: Mapping[str, str | None] | None = None,
+) -> tuple[float, float]:
     """``(a, half-width)`` of one mechanism from the rows so far (NaN/inf when not
     identifiable): for the cpu method the very interval the calibration reports (cluster-robust,
     with the mechanism's covariate when valid; from 3 runs on), else the quick normal-theory one."""
@@ -94,8 +103,9 @@ def interval_of(rows: pd.DataFrame, mechanism: str, confidence: float,
             name = (DEFAULT_COVARIATES if covariates is None else covariates).get(mechanism)
             fit, _ = fit_with_covariate(group, block, name, confidence)
             return fit.coefficient, (fit.ci[1] - fit.ci[0]) / 2
-        return quick_interval(group["rate"].to_numpy(), group["throughput_pps"].to_numpy(),
-                              block, confidence)
+        return quick_interval(
+            group["rate"].to_numpy(), group["throughput_pps"].to_numpy(), block, confidence
+        )
     except FitError:
         return math.nan, math.inf
 
@@ -139,12 +149,15 @@ class AdaptiveRun:
                             measuring = []
                             break
                         status, began = self.status[mechanism], self.clock()
-                        c.rows.extend(c.measure_paired(Trial(order, mechanism, rate, status.rounds)))
+                        c.rows.extend(
+                            c.measure_paired(Trial(order, mechanism, rate, status.rounds))
+                        )
                         status.seconds += self.clock() - began
                         order, runs = order + 1, runs + 1
                         trial_s = (self.clock() - start) / runs
-                        progress.update(task, completed=min(self.clock() - start,
-                                                            self.target.max_time_s))
+                        progress.update(
+                            task, completed=min(self.clock() - start, self.target.max_time_s)
+                        )
                     else:
                         measuring = self._after_round(measuring)
                     progress.update(task, description=self.describe())
@@ -161,10 +174,12 @@ class AdaptiveRun:
         for mechanism in measuring:
             status = self.status[mechanism]
             status.rounds += 1
-            status.estimate, status.half_width = interval_of(rows, mechanism, self.target.confidence,
-                                                             self.covariates)
-            status.done = (status.rounds >= self._min_rounds(rows)
-                           and self.target.met(status.estimate, status.half_width))
+            status.estimate, status.half_width = interval_of(
+                rows, mechanism, self.target.confidence, self.covariates
+            )
+            status.done = status.rounds >= self._min_rounds(rows) and self.target.met(
+                status.estimate, status.half_width
+            )
             if not status.done:
                 still.append(mechanism)
         return still
@@ -183,8 +198,11 @@ class AdaptiveRun:
     def summary(self) -> dict[str, object]:
         """For the calibration's metadata: the target and what each mechanism reached."""
         return {
-            "target_ci": {"relative": self.target.relative, "absolute": self.target.absolute,
-                          "max_time_s": self.target.max_time_s},
+            "target_ci": {
+                "relative": self.target.relative,
+                "absolute": self.target.absolute,
+                "max_time_s": self.target.max_time_s,
+            },
             "measured_s": round(self.elapsed_s, 1),
             "rounds": {name: status.rounds for name, status in self.status.items()},
             "seconds": {name: round(status.seconds, 1) for name, status in self.status.items()},
@@ -198,7 +216,9 @@ def target_report(calibration, target: Target) -> tuple[dict[str, bool], list[st
         low, high = fit.coefficient_ci
         half = (high - low) / 2
         met[name] = target.met(fit.coefficient, half)
-        lines.append(f"{name}: a = {fit.coefficient:.3f}, CI half-width {half:.3f} "
-                     f"{'<=' if met[name] else '>'} {target.allowed(fit.coefficient):.3f}: "
-                     f"target {'met' if met[name] else 'NOT met'}")
+        lines.append(
+            f"{name}: a = {fit.coefficient:.3f}, CI half-width {half:.3f} "
+            f"{'<=' if met[name] else '>'} {target.allowed(fit.coefficient):.3f}: "
+            f"target {'met' if met[name] else 'NOT met'}"
+        )
     return met, lines

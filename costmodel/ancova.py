@@ -51,8 +51,11 @@ COVARIATES = {
 }
 #: Which covariate each mechanism uses unless told otherwise (docs/costmodel.md says why:
 #: sFlow makes the switch batch more, and the receiver's cost per packet falls with it).
-DEFAULT_COVARIATES: dict[str, str | None] = {"sflow": None, "mirror": "receiver",
-                                             "mirror_vxlan": None}
+DEFAULT_COVARIATES: dict[str, str | None] = {
+    "sflow": None,
+    "mirror": "receiver",
+    "mirror_vxlan": None,
+}
 MIN_BLOCKS = 3
 #: Adaptive stopping decides on a cluster-robust interval only from this many runs on: with
 #: fewer, the interval's own width is too noisy, and stopping on a narrow one favours luck
@@ -69,8 +72,11 @@ def covariate_values(frame: pd.DataFrame, name: str) -> np.ndarray | None:
     if name not in COVARIATES:
         raise FitError(f"unknown covariate {name!r}: choose from {', '.join(COVARIATES)}")
     column, minus = COVARIATES[name]
-    if column not in frame.columns or (minus and minus not in frame.columns) \
-            or "forwarded_pps" not in frame.columns:
+    if (
+        column not in frame.columns
+        or (minus and minus not in frame.columns)
+        or "forwarded_pps" not in frame.columns
+    ):
         return None
     cpus = frame[column].to_numpy(float) - (frame[minus].to_numpy(float) if minus else 0.0)
     packets = frame["forwarded_pps"].to_numpy(float)
@@ -86,21 +92,28 @@ class CovariateCheck:
     name: str
     used: bool
     reason: str
-    shift: float = math.nan             # delta: log-change of the covariate per unit rate
+    shift: float = math.nan  # delta: log-change of the covariate per unit rate
     shift_ci: tuple[float, float] = (math.nan, math.nan)
-    gamma: float = math.nan             # slope of log cost on the covariate
-    bias_bound: float = math.nan        # |gamma| * the largest shift the interval allows
+    gamma: float = math.nan  # slope of log cost on the covariate
+    bias_bound: float = math.nan  # |gamma| * the largest shift the interval allows
     coefficient_without: float = math.nan
     ci_without: tuple[float, float] = (math.nan, math.nan)
 
     def to_dict(self) -> dict[str, Any]:
         def clean(x: float) -> float | None:
             return float(x) if math.isfinite(x) else None
-        return {"name": self.name, "used": self.used, "reason": self.reason,
-                "shift": clean(self.shift), "shift_ci": [clean(x) for x in self.shift_ci],
-                "gamma": clean(self.gamma), "bias_bound": clean(self.bias_bound),
-                "coefficient_without": clean(self.coefficient_without),
-                "ci_without": [clean(x) for x in self.ci_without]}
+
+        return {
+            "name": self.name,
+            "used": self.used,
+            "reason": self.reason,
+            "shift": clean(self.shift),
+            "shift_ci": [clean(x) for x in self.shift_ci],
+            "gamma": clean(self.gamma),
+            "bias_bound": clean(self.bias_bound),
+            "coefficient_without": clean(self.coefficient_without),
+            "ci_without": [clean(x) for x in self.ci_without],
+        }
 
 
 @dataclass(frozen=True)
@@ -113,26 +126,35 @@ class ContrastFit:
     capacity: float
     capacity_se: float
     capacity_ci: tuple[float, float]
-    residual_sd: float                  # of log cost: relative noise per phase
-    r_squared: float                    # within runs
+    residual_sd: float  # of log cost: relative noise per phase
+    r_squared: float  # within runs
     n_blocks: int
-    fitted_log: np.ndarray              # mu_b + log(1 + a s) per row (covariate at its run mean)
+    fitted_log: np.ndarray  # mu_b + log(1 + a s) per row (covariate at its run mean)
     gamma: float = math.nan
-    dof: float = math.nan               # of the Student t the interval uses
+    dof: float = math.nan  # of the Student t the interval uses
     small_sample: str = "cr2"
 
     def describe(self) -> str:
         """How the interval was made, for the calibration JSON's ``ci_method``."""
         if self.small_sample == "cr1":
-            return (f"cluster-robust (CR1) over {self.n_blocks} runs, Student t "
-                    f"({self.n_blocks - 1} dof)")
-        return (f"cluster-robust (CR2, Bell-McCaffrey) over {self.n_blocks} runs, Student t "
-                f"({self.dof:.1f} dof, Satterthwaite)")
+            return (
+                f"cluster-robust (CR1) over {self.n_blocks} runs, Student t "
+                f"({self.n_blocks - 1} dof)"
+            )
+        return (
+            f"cluster-robust (CR2, Bell-McCaffrey) over {self.n_blocks} runs, Student t "
+            f"({self.dof:.1f} dof, Satterthwaite)"
+        )
 
 
-def fit_contrast(rate: np.ndarray, throughput: np.ndarray, block: np.ndarray,
-                 covariate: np.ndarray | None = None, confidence: float = 0.95,
-                 small_sample: str = "cr2") -> ContrastFit:
+def fit_contrast(
+    rate: np.ndarray,
+    throughput: np.ndarray,
+    block: np.ndarray,
+    covariate: np.ndarray | None = None,
+    confidence: float = 0.95,
+    small_sample: str = "cr2",
+) -> ContrastFit:
     """Fit ``log T = -mu_b - log(1 + a s) - gamma (x - mean_b x)`` (``T`` = budget / cost);
     ``block`` numbers the runs 0..B-1. Raises FitError when the data cannot identify it."""
     from scipy.stats import t as student
@@ -173,18 +195,32 @@ def fit_contrast(rate: np.ndarray, throughput: np.ndarray, block: np.ndarray,
     ssr = float(residuals @ residuals)
     fitted = params[k:][block] + np.log1p(a * rate)
     return ContrastFit(
-        coefficient=a, se=se, ci=(a - quantile * se, a + quantile * se), capacity=capacity,
+        coefficient=a,
+        se=se,
+        ci=(a - quantile * se, a + quantile * se),
+        capacity=capacity,
         capacity_se=capacity_se,
-        capacity_ci=(capacity - runs_quantile * capacity_se,
-                     capacity + runs_quantile * capacity_se),
-        residual_sd=math.sqrt(ssr / dof), r_squared=1 - ssr / within if within > 0 else math.nan,
-        n_blocks=n_blocks, fitted_log=fitted, gamma=float(params[1]) if x is not None else math.nan,
-        dof=t_dof, small_sample=small_sample)
+        capacity_ci=(
+            capacity - runs_quantile * capacity_se,
+            capacity + runs_quantile * capacity_se,
+        ),
+        residual_sd=math.sqrt(ssr / dof),
+        r_squared=1 - ssr / within if within > 0 else math.nan,
+        n_blocks=n_blocks,
+        fitted_log=fitted,
+        gamma=float(params[1]) if x is not None else math.nan,
+        dof=t_dof,
+        small_sample=small_sample,
+    )
 
 
-def covariate_shift(rate: np.ndarray, covariate: np.ndarray, block: np.ndarray,
-                    confidence: float = 0.95, small_sample: str = "cr2",
-                    ) -> tuple[float, tuple[float, float]]:
+def covariate_shift(
+    rate: np.ndarray,
+    covariate: np.ndarray,
+    block: np.ndarray,
+    confidence: float = 0.95,
+    small_sample: str = "cr2",
+) -> tuple[float, tuple[float, float]]:
     """The mechanism's effect on the covariate, ``delta`` in ``x = nu_b + delta s + u``, with
     the same cluster-robust interval as ``a``."""
     from scipy.stats import t as student
@@ -208,8 +244,13 @@ def covariate_shift(rate: np.ndarray, covariate: np.ndarray, block: np.ndarray,
     return delta, (delta - half, delta + half)
 
 
-def cluster_variance(design: np.ndarray, residuals: np.ndarray, block: np.ndarray,
-                     n_blocks: int, small_sample: str = "cr2") -> tuple[float, float]:
+def cluster_variance(
+    design: np.ndarray,
+    residuals: np.ndarray,
+    block: np.ndarray,
+    n_blocks: int,
+    small_sample: str = "cr2",
+) -> tuple[float, float]:
     """Cluster-robust variance of the first coefficient of a least-squares fit with Jacobian
     ``design`` (its per-run baseline columns included) and its degrees of freedom.
 
@@ -219,13 +260,13 @@ def cluster_variance(design: np.ndarray, residuals: np.ndarray, block: np.ndarra
     Satterthwaite approximation of the variance's distribution when the errors are iid."""
     _check_small_sample(small_sample)
     bread = np.linalg.pinv(design.T @ design)
-    weights = design @ bread[:, 0]           # the coefficient is weights' y
+    weights = design @ bread[:, 0]  # the coefficient is weights' y
     members = [np.flatnonzero(block == g) for g in range(n_blocks)]
     if small_sample == "cr1":
         per_block = np.array([weights[m] @ residuals[m] for m in members])
         return float(per_block @ per_block) * n_blocks / (n_blocks - 1), float(n_blocks - 1)
     hat = design @ bread @ design.T
-    scaled = np.zeros((len(residuals), n_blocks))   # column g: A_g w_g on run g's rows
+    scaled = np.zeros((len(residuals), n_blocks))  # column g: A_g w_g on run g's rows
     variance = 0.0
     for g, m in enumerate(members):
         values, vectors = np.linalg.eigh(np.eye(len(m)) - hat[np.ix_(m, m)])
@@ -233,7 +274,7 @@ def cluster_variance(design: np.ndarray, residuals: np.ndarray, block: np.ndarra
         adjust = (vectors[:, keep] / np.sqrt(values[keep])) @ vectors[:, keep].T
         scaled[m, g] = adjust @ weights[m]
         variance += float(scaled[m, g] @ residuals[m]) ** 2
-    spread = scaled - hat @ scaled                  # (I - H) A w, per run
+    spread = scaled - hat @ scaled  # (I - H) A w, per run
     gram = spread.T @ spread
     dof = float(np.trace(gram) ** 2 / np.sum(gram * gram)) if np.any(gram) else math.nan
     return variance, dof
@@ -241,13 +282,18 @@ def cluster_variance(design: np.ndarray, residuals: np.ndarray, block: np.ndarra
 
 def _check_small_sample(name: str) -> None:
     if name not in SMALL_SAMPLE:
-        raise FitError(f"small-sample correction must be one of {', '.join(SMALL_SAMPLE)}, "
-                       f"got {name!r}")
+        raise FitError(
+            f"small-sample correction must be one of {', '.join(SMALL_SAMPLE)}, got {name!r}"
+        )
 
 
-def fit_with_covariate(frame: pd.DataFrame, block: np.ndarray, name: str | None,
-                       confidence: float = 0.95, small_sample: str = "cr2",
-                       ) -> tuple[ContrastFit, CovariateCheck | None]:
+def fit_with_covariate(
+    frame: pd.DataFrame,
+    block: np.ndarray,
+    name: str | None,
+    confidence: float = 0.95,
+    small_sample: str = "cr2",
+) -> tuple[ContrastFit, CovariateCheck | None]:
     """The fit with covariate ``name`` when it is recorded and the mechanism does not move it,
     else without; the check says which and why."""
     rate = frame["rate"].to_numpy(float)
@@ -257,24 +303,43 @@ def fit_with_covariate(frame: pd.DataFrame, block: np.ndarray, name: str | None,
         return plain, None
     values = covariate_values(frame, name)
     if values is None:
-        return plain, CovariateCheck(name, False, f"not recorded (needs {COVARIATES[name][0]} "
-                                                  f"and forwarded_pps, positive in every phase)")
+        return plain, CovariateCheck(
+            name,
+            False,
+            f"not recorded (needs {COVARIATES[name][0]} "
+            f"and forwarded_pps, positive in every phase)",
+        )
     delta, (low, high) = covariate_shift(rate, values, block, confidence, small_sample)
     adjusted = fit_contrast(rate, throughput, block, values, confidence, small_sample)
     bound = abs(adjusted.gamma) * max(abs(low), abs(high))
-    common = dict(shift=delta, shift_ci=(low, high), gamma=adjusted.gamma, bias_bound=bound,
-                  coefficient_without=plain.coefficient, ci_without=plain.ci)
+    common = dict(
+        shift=delta,
+        shift_ci=(low, high),
+        gamma=adjusted.gamma,
+        bias_bound=bound,
+        coefficient_without=plain.coefficient,
+        ci_without=plain.ci,
+    )
     if low > 0 or high < 0:
         return plain, CovariateCheck(
-            name, False, f"refused: the mechanism moves it ({delta:+.3f} per unit rate in log, "
-                         f"{confidence:.0%} CI [{low:+.3f}, {high:+.3f}] excludes 0)", **common)
+            name,
+            False,
+            f"refused: the mechanism moves it ({delta:+.3f} per unit rate in log, "
+            f"{confidence:.0%} CI [{low:+.3f}, {high:+.3f}] excludes 0)",
+            **common,
+        )
     return adjusted, CovariateCheck(
-        name, True, f"used: the mechanism's effect on it, {delta:+.3f} [{low:+.3f}, {high:+.3f}], "
-                    f"is not distinguishable from 0", **common)
+        name,
+        True,
+        f"used: the mechanism's effect on it, {delta:+.3f} [{low:+.3f}, {high:+.3f}], "
+        f"is not distinguishable from 0",
+        **common,
+    )
 
 
-def _solve(rate: np.ndarray, y: np.ndarray, block: np.ndarray, n_blocks: int,
-           x: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _solve(
+    rate: np.ndarray, y: np.ndarray, block: np.ndarray, n_blocks: int, x: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Least squares for ``[a, (gamma,) mu_0..mu_{B-1}]``; returns params, Jacobian, residuals."""
     k = 1 if x is None else 2
     rows = np.arange(len(y))
@@ -292,13 +357,22 @@ def _solve(rate: np.ndarray, y: np.ndarray, block: np.ndarray, n_blocks: int,
         return matrix
 
     start = np.zeros(k + n_blocks)
-    start[k:] = np.bincount(block, weights=y, minlength=n_blocks) / np.bincount(block, minlength=n_blocks)
+    start[k:] = np.bincount(block, weights=y, minlength=n_blocks) / np.bincount(
+        block, minlength=n_blocks
+    )
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore", OptimizeWarning)
         _warnings.simplefilter("ignore", RuntimeWarning)
-        result = least_squares(lambda p: model(p) - y, start, jac=jacobian, method="trf",
-                               bounds=(np.r_[-0.999, np.full(k - 1 + n_blocks, -np.inf)],
-                                       np.full(k + n_blocks, np.inf)))
+        result = least_squares(
+            lambda p: model(p) - y,
+            start,
+            jac=jacobian,
+            method="trf",
+            bounds=(
+                np.r_[-0.999, np.full(k - 1 + n_blocks, -np.inf)],
+                np.full(k + n_blocks, np.inf),
+            ),
+        )
     if not result.success or not np.all(np.isfinite(result.x)):
         raise FitError(f"least squares did not converge: {result.message}")
     return result.x, jacobian(result.x), y - model(result.x)

@@ -56,21 +56,29 @@ def over_rounds(values, confidence: float = 0.95) -> Estimate:
     mean = float(values.mean())
     if len(values) < 2:
         return Estimate(mean, None, None, 1)
-    half = (stats.t.ppf(0.5 + confidence / 2, len(values) - 1)
-            * values.std(ddof=1) / math.sqrt(len(values)))
+    half = (
+        stats.t.ppf(0.5 + confidence / 2, len(values) - 1)
+        * values.std(ddof=1)
+        / math.sqrt(len(values))
+    )
     return Estimate(mean, mean - half, mean + half, len(values))
 
 
-def realised_share(frame: pd.DataFrame, copies_column: str = "analysis_inner_packets",
-                   nominal_column: str = "share_nominal") -> pd.Series:
+def realised_share(
+    frame: pd.DataFrame,
+    copies_column: str = "analysis_inner_packets",
+    nominal_column: str = "share_nominal",
+) -> pd.Series:
     """Each phase's share of the connections mirrored: its copies per request over those of the
     round's phase at nominal share 1 (which mirrors every connection); 0 at nominal 0."""
     per_request = frame[copies_column] / frame["requests"].where(frame["requests"] > 0)
-    full = (per_request[frame[nominal_column] == 1].groupby(frame["round"]).mean())
+    full = per_request[frame[nominal_column] == 1].groupby(frame["round"]).mean()
     share = per_request / frame["round"].map(full)
     if share[frame[nominal_column] > 0].isna().any():
-        raise AppmonFitError("a round without a share-1 phase (or with no copies in it): "
-                             "cannot tell the shares realised")
+        raise AppmonFitError(
+            "a round without a share-1 phase (or with no copies in it): "
+            "cannot tell the shares realised"
+        )
     return share.where(frame[nominal_column] > 0, 0.0)
 
 
@@ -103,16 +111,25 @@ def forwarding(base: pd.DataFrame, confidence: float = 0.95) -> dict:
     per_packet, packets = [], []
     for _, rows in _rounds(base):
         if rows["server_port_packets"].sum() <= 0:
-            raise AppmonFitError(f"round {rows['round'].iloc[0]}: no packets on the server's "
-                                 "port in the phases without monitoring")
+            raise AppmonFitError(
+                f"round {rows['round'].iloc[0]}: no packets on the server's "
+                "port in the phases without monitoring"
+            )
         per_packet.append(rows["vswitchd_cpu_s"].sum() / rows["server_port_packets"].sum())
         packets.append(rows["server_port_packets"].sum() / rows["requests"].sum())
-    return {**over_rounds(per_packet, confidence).to_dict("forwarding_cpu_s_per_packet"),
-            **over_rounds(packets, confidence).to_dict("packets_per_request")}
+    return {
+        **over_rounds(per_packet, confidence).to_dict("forwarding_cpu_s_per_packet"),
+        **over_rounds(packets, confidence).to_dict("packets_per_request"),
+    }
 
 
-def host_law(base: pd.DataFrame, phases: pd.DataFrame, cost_column: str,
-             packets_column: str | None = None, confidence: float = 0.95) -> dict:
+def host_law(
+    base: pd.DataFrame,
+    phases: pd.DataFrame,
+    cost_column: str,
+    packets_column: str | None = None,
+    confidence: float = 0.95,
+) -> dict:
     """The law's coefficient for a mechanism on the monitored host.
 
     ``base``: the rounds' no-monitoring phases (``requests``, ``server_cpu_s``,
@@ -131,17 +148,25 @@ def host_law(base: pd.DataFrame, phases: pd.DataFrame, cost_column: str,
         if packets_column:
             packets = slope(rows["share"], _per_request(rows, packets_column))
             per_packet.append(extra / packets if packets > 0 else None)
-    out = {"law": "share", **over_rounds(coefficient, confidence).to_dict("coefficient"),
-           **over_rounds(per_request, confidence).to_dict("cpu_s_per_request"),
-           **over_rounds(base_costs, confidence).to_dict("base_cpu_s_per_request"),
-           "n_rounds": len(coefficient)}
+    out = {
+        "law": "share",
+        **over_rounds(coefficient, confidence).to_dict("coefficient"),
+        **over_rounds(per_request, confidence).to_dict("cpu_s_per_request"),
+        **over_rounds(base_costs, confidence).to_dict("base_cpu_s_per_request"),
+        "n_rounds": len(coefficient),
+    }
     if packets_column:
         out |= over_rounds(per_packet, confidence).to_dict("cpu_s_per_packet")
     return out
 
 
-def linear_cost(frame: pd.DataFrame, cost_column: str, units_column: str,
-                packets_column: str | None = None, confidence: float = 0.95) -> dict:
+def linear_cost(
+    frame: pd.DataFrame,
+    cost_column: str,
+    units_column: str,
+    packets_column: str | None = None,
+    confidence: float = 0.95,
+) -> dict:
     """CPU per unit received (``units_column``: the mirrored requests the analyser counted),
     and per packet: ratios of sums per round, for a host that does not serve the requests."""
     per_unit, per_packet = [], []
@@ -151,17 +176,24 @@ def linear_cost(frame: pd.DataFrame, cost_column: str, units_column: str,
             raise AppmonFitError(f"round {number}: no {units_column} in the mirrored phases")
         per_unit.append(rows[cost_column].sum() / rows[units_column].sum())
         if packets_column:
-            per_packet.append(rows[cost_column].sum() / rows[packets_column].sum()
-                              if rows[packets_column].sum() > 0 else None)
-    out = {"law": "linear", **over_rounds(per_unit, confidence).to_dict("cpu_s_per_request"),
-           "n_rounds": len(per_unit)}
+            per_packet.append(
+                rows[cost_column].sum() / rows[packets_column].sum()
+                if rows[packets_column].sum() > 0
+                else None
+            )
+    out = {
+        "law": "linear",
+        **over_rounds(per_unit, confidence).to_dict("cpu_s_per_request"),
+        "n_rounds": len(per_unit),
+    }
     if packets_column:
         out |= over_rounds(per_packet, confidence).to_dict("cpu_s_per_packet")
     return out
 
 
-def fabric_bytes(frame: pd.DataFrame, column: str = "analysis_bytes",
-                 confidence: float = 0.95) -> dict:
+def fabric_bytes(
+    frame: pd.DataFrame, column: str = "analysis_bytes", confidence: float = 0.95
+) -> dict:
     """Bytes on the fabric per request at ``s = 1``: the slope of bytes per request over s."""
     values = [slope(rows["share"], _per_request(rows, column)) for _, rows in _rounds(frame)]
     return over_rounds(values, confidence).to_dict("fabric_bytes_per_request")

@@ -131,8 +131,13 @@ class CalibrationDocument(_Read):
         return self.mechanisms.get(self.roles.get(role, ""))
 
 
-def read_calibration_file(path: str | os.PathLike[str],
-                          error: type[CosampleError] = CalibrationFileError) -> CalibrationDocument:
+def read_calibration_file(
+    path: str | os.PathLike[str], error: type[CosampleError] = CalibrationFileError
+) -> CalibrationDocument:
     """The calibration at ``path``, validated; ``error`` names the file, field and value."""
-    return validate(CalibrationDocument, read_document(path, "calibration", error=error),
-                    where=str(path), error=error)
+    return validate(
+        CalibrationDocument,
+        read_document(path, "calibration", error=error),
+        where=str(path),
+        error=error,
+    )

@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from cosample.costmodel.calibration_file import (CalibrationDocument, CalibrationFileError,
-                                                  read_calibration_file)
+from cosample.costmodel.calibration_file import (
+    CalibrationDocument,
+    CalibrationFileError,
+    read_calibration_file,
+)
 from cosample.validation import problem
 
 __all__ = ["KEYS", "CalibrationFileError", "coefficients", "intervals", "read_coefficients"]
@@ -20,14 +23,18 @@ __all__ = ["KEYS", "CalibrationFileError", "coefficients", "intervals", "read_co
 KEYS = ("alpha", "beta", "capacity_pps", "alpha_sample")
 
 
-def read_coefficients(path: str | os.PathLike[str],
-                      required: Iterable[str] = ("alpha", "beta")) -> dict[str, float]:
+def read_coefficients(
+    path: str | os.PathLike[str], required: Iterable[str] = ("alpha", "beta")
+) -> dict[str, float]:
     """The positive ``alpha``/``beta``/``capacity_pps`` of the calibration file at ``path``."""
     return coefficients(read_calibration_file(path), path, required)
 
 
-def coefficients(document: CalibrationDocument, where: str | os.PathLike[str],
-                 required: Iterable[str] = ("alpha", "beta")) -> dict[str, float]:
+def coefficients(
+    document: CalibrationDocument,
+    where: str | os.PathLike[str],
+    required: Iterable[str] = ("alpha", "beta"),
+) -> dict[str, float]:
     """The positive ``alpha``/``beta``/``capacity_pps`` a calibration holds.
 
     Keys in ``required`` must be there; the others are returned when present and not null
@@ -39,13 +46,18 @@ def coefficients(document: CalibrationDocument, where: str | os.PathLike[str],
         value = getattr(document, key)
         if value is None:
             if key in required:
-                raise problem((key,), "missing: the planner needs it (a finite number > 0)",
-                              where=str(where), error=CalibrationFileError)
+                raise problem(
+                    (key,),
+                    "missing: the planner needs it (a finite number > 0)",
+                    where=str(where),
+                    error=CalibrationFileError,
+                )
             continue
         if value <= 0:
             raise CalibrationFileError(
                 f"{where}: {key} = {value:.4g}: the planner needs a value > 0, and this calibration "
-                "measured none (see its warnings); re-measure, or give it explicitly")
+                "measured none (see its warnings); re-measure, or give it explicitly"
+            )
         found[key] = float(value)
     return found
 

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cosample.costmodel.calibration_file import (CalibrationDocument, Metadata,
-                                                  read_calibration_file)
+from cosample.costmodel.calibration_file import CalibrationDocument, Metadata, read_calibration_file
 from cosample.costmodel.data import read_measurements
 from cosample.costmodel.errors import DataError
 
@@ -72,31 +71,48 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
             a = entry.coefficient
             covariate = entry.covariate or {}
             without = covariate.get("ci_without") or [None, None]
-            rows.append({
-                "method": metadata.method, "mechanism": mechanism,
-                "covariate": (covariate.get("name") if covariate.get("used") else
-                              f"none ({covariate['name']} refused)" if covariate.get("name") else "none"),
-                "half_width_without": ((without[1] - without[0]) / 2
-                                       if None not in without else math.nan),
-                "started": metadata.started, "loadavg": metadata.loadavg_start,
-                "a": a, "ci_low": low, "ci_high": high, "half_width": (high - low) / 2,
-                "needed": needed_half_width(metadata, a),
-                "target_met": (metadata.target_met or {}).get(mechanism),
-                "seconds": (metadata.seconds or {}).get(mechanism),
-                "rows": entry.n_points, "runs": entry.n_blocks,
-                "capacity_pps": entry.capacity_pps,
-                "host_busy": mean_host_busy(rows_of_mechanism),
-                "c0_ns": c0, "extra_ns_per_copy": a * c0,
-                "extra_ns_ci": (low * c0, high * c0),
-            })
+            rows.append(
+                {
+                    "method": metadata.method,
+                    "mechanism": mechanism,
+                    "covariate": (
+                        covariate.get("name")
+                        if covariate.get("used")
+                        else f"none ({covariate['name']} refused)"
+                        if covariate.get("name")
+                        else "none"
+                    ),
+                    "half_width_without": (
+                        (without[1] - without[0]) / 2 if None not in without else math.nan
+                    ),
+                    "started": metadata.started,
+                    "loadavg": metadata.loadavg_start,
+                    "a": a,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "half_width": (high - low) / 2,
+                    "needed": needed_half_width(metadata, a),
+                    "target_met": (metadata.target_met or {}).get(mechanism),
+                    "seconds": (metadata.seconds or {}).get(mechanism),
+                    "rows": entry.n_points,
+                    "runs": entry.n_blocks,
+                    "capacity_pps": entry.capacity_pps,
+                    "host_busy": mean_host_busy(rows_of_mechanism),
+                    "c0_ns": c0,
+                    "extra_ns_per_copy": a * c0,
+                    "extra_ns_ci": (low * c0, high * c0),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def markdown(frame: pd.DataFrame) -> str:
-    lines = ["| mechanism | method | started (UTC), load | covariate | a | 95% CI | half-width "
-             "(without covariate) | target met | seconds | T0 (pps) | c0 (ns/packet) "
-             "| a·c0 (ns per copy) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| mechanism | method | started (UTC), load | covariate | a | 95% CI | half-width "
+        "(without covariate) | target met | seconds | T0 (pps) | c0 (ns/packet) "
+        "| a·c0 (ns per copy) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in frame.sort_values(["mechanism", "method"]).itertuples():
         extra_low, extra_high = row.extra_ns_ci
         lines.append(
@@ -106,7 +122,8 @@ def markdown(frame: pd.DataFrame) -> str:
             + f" | {'yes' if row.target_met else 'no' if row.target_met is not None else '-'} "
             f"| {row.seconds if row.seconds is not None else '-'} | {row.capacity_pps:,.0f} "
             f"| {row.c0_ns:,.0f} "
-            f"| {row.extra_ns_per_copy:,.0f} [{extra_low:,.0f}, {extra_high:,.0f}] |")
+            f"| {row.extra_ns_per_copy:,.0f} [{extra_low:,.0f}, {extra_high:,.0f}] |"
+        )
     return "\n".join(lines)
 
 

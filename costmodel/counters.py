@@ -28,8 +28,10 @@ def device_packets(device: str) -> tuple[int, int] | None:
     the same instant (ovs-ofctl takes tens of milliseconds on a loaded host)."""
     statistics = Path(f"/sys/class/net/{device}/statistics")
     try:
-        return (int((statistics / "rx_packets").read_text()),
-                int((statistics / "tx_packets").read_text()))
+        return (
+            int((statistics / "rx_packets").read_text()),
+            int((statistics / "tx_packets").read_text()),
+        )
     except (OSError, ValueError):
         return None
 

@@ -25,12 +25,42 @@ from cosample.files import write_text_atomic
 REQUIRED_COLUMNS = ("mechanism", "rate", "throughput_pps")
 #: Columns the harness writes, in this order (a CSV may hold a subset beyond the required ones).
 HARNESS_COLUMNS = (
-    "mechanism", "rate", "throughput_pps", "method", "rate_requested", "protocol", "packet_bytes",
-    "trial", "order", "block", "phase", "duration_s", "sent_pps", "forwarded_pps", "copies_pps",
-    "offered_pps", "cost_ns_per_packet", "budget_cpus", "cpu_counted", "cpu_ovs", "cpu_ksoftirqd",
-    "cpu_host_busy", "cpu_host_softirq", "cpu_sender", "cpu_receiver", "wait_ovs", "wait_sender",
-    "wait_receiver", "slices_ovs", "slices_sender", "slices_receiver", "iperf_pps", "bits_per_second", "cpu_sender_pct",
-    "cpu_receiver_pct", "lost_percent",
+    "mechanism",
+    "rate",
+    "throughput_pps",
+    "method",
+    "rate_requested",
+    "protocol",
+    "packet_bytes",
+    "trial",
+    "order",
+    "block",
+    "phase",
+    "duration_s",
+    "sent_pps",
+    "forwarded_pps",
+    "copies_pps",
+    "offered_pps",
+    "cost_ns_per_packet",
+    "budget_cpus",
+    "cpu_counted",
+    "cpu_ovs",
+    "cpu_ksoftirqd",
+    "cpu_host_busy",
+    "cpu_host_softirq",
+    "cpu_sender",
+    "cpu_receiver",
+    "wait_ovs",
+    "wait_sender",
+    "wait_receiver",
+    "slices_ovs",
+    "slices_sender",
+    "slices_receiver",
+    "iperf_pps",
+    "bits_per_second",
+    "cpu_sender_pct",
+    "cpu_receiver_pct",
+    "lost_percent",
 )
 
 
@@ -42,15 +72,17 @@ def read_measurements(path: str | os.PathLike[str]) -> pd.DataFrame:
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except pd.errors.EmptyDataError:
-        raise DataError(f"{path}: empty file; expected a CSV with columns "
-                        f"{', '.join(REQUIRED_COLUMNS)}") from None
+        raise DataError(
+            f"{path}: empty file; expected a CSV with columns {', '.join(REQUIRED_COLUMNS)}"
+        ) from None
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read as CSV: {exc}") from None
     return validate_measurements(frame, source=str(path), first_line=2)
 
 
-def validate_measurements(frame: pd.DataFrame, source: str = "measurements",
-                          first_line: int | None = None) -> pd.DataFrame:
+def validate_measurements(
+    frame: pd.DataFrame, source: str = "measurements", first_line: int | None = None
+) -> pd.DataFrame:
     """A clean copy of ``frame`` or one ``DataError`` naming what is wrong and where.
 
     ``first_line`` is the file line of the first data row (2 for a CSV with a header), so
@@ -60,9 +92,11 @@ def validate_measurements(frame: pd.DataFrame, source: str = "measurements",
         raise DataError(f"{source}: expected a pandas DataFrame, got {type(frame).__name__}")
     missing = [column for column in REQUIRED_COLUMNS if column not in frame.columns]
     if missing:
-        raise DataError(f"{source}: missing column {missing[0]!r} "
-                        f"(required: {', '.join(REQUIRED_COLUMNS)}; found: "
-                        f"{', '.join(map(str, frame.columns)) or 'none'})")
+        raise DataError(
+            f"{source}: missing column {missing[0]!r} "
+            f"(required: {', '.join(REQUIRED_COLUMNS)}; found: "
+            f"{', '.join(map(str, frame.columns)) or 'none'})"
+        )
     if frame.empty:
         raise DataError(f"{source}: no measurements (the table has a header but no rows)")
     frame = frame.reset_index(drop=True).copy()
@@ -81,20 +115,26 @@ def validate_measurements(frame: pd.DataFrame, source: str = "measurements",
         bad = values.isna() | ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
         if bad.any():
             position = int(np.argmax(bad))
-            raise DataError(f"{source}: {where(position)}: {column} must be a finite number, "
-                            f"got {frame[column].iloc[position]!r}")
+            raise DataError(
+                f"{source}: {where(position)}: {column} must be a finite number, "
+                f"got {frame[column].iloc[position]!r}"
+            )
         frame[column] = values.astype(float)
     rate = frame["rate"]
     for bad, need in (((rate < 0), ">= 0"), ((rate > 1), "<= 1")):
         if bad.any():
             position = int(np.argmax(bad))
-            raise DataError(f"{source}: {where(position)}: rate must be {need} (a fraction of "
-                            f"packets), got {rate.iloc[position]!r}")
+            raise DataError(
+                f"{source}: {where(position)}: rate must be {need} (a fraction of "
+                f"packets), got {rate.iloc[position]!r}"
+            )
     bad = frame["throughput_pps"] < 0
     if bad.any():
         position = int(np.argmax(bad))
-        raise DataError(f"{source}: {where(position)}: throughput_pps must be >= 0, got "
-                        f"{frame['throughput_pps'].iloc[position]:g}")
+        raise DataError(
+            f"{source}: {where(position)}: throughput_pps must be >= 0, got "
+            f"{frame['throughput_pps'].iloc[position]:g}"
+        )
     return frame
 
 

@@ -129,38 +129,54 @@ class Calibration:
             if mechanism in self.fits:
                 document[role] = finite_or_none(self.fits[mechanism].coefficient)
         document["capacity_pps"] = finite_or_none(self.capacity_pps)
-        document.update({
-            "model": MODEL,
-            "confidence": self.confidence,
-            "ci_method": "; ".join(dict.fromkeys(
-                f"residual bootstrap, {self.n_bootstrap} resamples, percentile"
-                if f.ci_method == "residual bootstrap" else f.ci_method
-                for f in self.fits.values())),
-            "mechanisms": {name: fit.to_dict() for name, fit in self.fits.items()},
-            "roles": {role: mechanism for mechanism, role in self.roles.items()},
-            "warnings": list(self.warnings),
-            "paper": dict(PAPER_COEFFICIENTS),
-        })
+        document.update(
+            {
+                "model": MODEL,
+                "confidence": self.confidence,
+                "ci_method": "; ".join(
+                    dict.fromkeys(
+                        f"residual bootstrap, {self.n_bootstrap} resamples, percentile"
+                        if f.ci_method == "residual bootstrap"
+                        else f.ci_method
+                        for f in self.fits.values()
+                    )
+                ),
+                "mechanisms": {name: fit.to_dict() for name, fit in self.fits.items()},
+                "roles": {role: mechanism for mechanism, role in self.roles.items()},
+                "warnings": list(self.warnings),
+                "paper": dict(PAPER_COEFFICIENTS),
+            }
+        )
         if self.metadata:
             document["metadata"] = dict(self.metadata)
         return document
 
     def report(self) -> str:
         level = f"{self.confidence:.0%}"
-        lines = [f"cost model {MODEL}, {level} CI: {self.to_dict()['ci_method']}",
-                 f"{'mechanism':<12} {'a':>8} {'SE':>7} {level + ' CI':>19} {'paper':>6} "
-                 f"{'T0 (pps)':>11} {'R^2':>6} {'n':>4}"]
+        lines = [
+            f"cost model {MODEL}, {level} CI: {self.to_dict()['ci_method']}",
+            f"{'mechanism':<12} {'a':>8} {'SE':>7} {level + ' CI':>19} {'paper':>6} "
+            f"{'T0 (pps)':>11} {'R^2':>6} {'n':>4}",
+        ]
         for name, fit in self.fits.items():
             low, high = fit.coefficient_ci
             paper = PAPER_COEFFICIENTS.get(name)
-            lines.append(f"{name:<12} {fit.coefficient:>8.3f} {fit.coefficient_se:>7.3f} "
-                         f"[{low:>7.3f}, {high:>7.3f}] {paper if paper is not None else '-':>6} "
-                         f"{fit.capacity_pps:>11,.0f} {fit.r_squared:>6.3f} {fit.n_points:>4}")
-        roles = ", ".join(f"{role} = {self.fits[m].coefficient:.3f}"
-                          for m, role in self.roles.items() if m in self.fits)
+            lines.append(
+                f"{name:<12} {fit.coefficient:>8.3f} {fit.coefficient_se:>7.3f} "
+                f"[{low:>7.3f}, {high:>7.3f}] {paper if paper is not None else '-':>6} "
+                f"{fit.capacity_pps:>11,.0f} {fit.r_squared:>6.3f} {fit.n_points:>4}"
+            )
+        roles = ", ".join(
+            f"{role} = {self.fits[m].coefficient:.3f}"
+            for m, role in self.roles.items()
+            if m in self.fits
+        )
         lines.append(f"capacity_pps = {self.capacity_pps:,.0f}" + (f", {roles}" if roles else ""))
-        lines += [f"{name}: covariate {fit.covariate['name']}: {fit.covariate['reason']}"
-                  for name, fit in self.fits.items() if fit.covariate]
+        lines += [
+            f"{name}: covariate {fit.covariate['name']}: {fit.covariate['reason']}"
+            for name, fit in self.fits.items()
+            if fit.covariate
+        ]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -180,10 +196,18 @@ class CostModelFit:
     mechanism -> covariate name or None (default ``ancova.DEFAULT_COVARIATES``).
     """
 
-    def __init__(self, confidence: float = 0.95, n_bootstrap: int = 1000, random_state: int = 0,
-                 min_r_squared: float = 0.9, blocks: bool | None = None,
-                 alpha_from: str = "sflow", beta_from: str = "mirror", interval: str = "auto",
-                 covariates: Mapping[str, str | None] | None = None) -> None:
+    def __init__(
+        self,
+        confidence: float = 0.95,
+        n_bootstrap: int = 1000,
+        random_state: int = 0,
+        min_r_squared: float = 0.9,
+        blocks: bool | None = None,
+        alpha_from: str = "sflow",
+        beta_from: str = "mirror",
+        interval: str = "auto",
+        covariates: Mapping[str, str | None] | None = None,
+    ) -> None:
         self.interval = interval
         self.covariates = covariates
         self.alpha_from = alpha_from
@@ -202,11 +226,15 @@ class CostModelFit:
             raise FitError(f"n_bootstrap must be an integer >= 50, got {self.n_bootstrap!r}")
         frame = validate_measurements(data)
         if "protocol" in frame.columns and frame["protocol"].nunique() > 1:
-            raise FitError(f"data mix protocols {', '.join(sorted(map(str, frame['protocol'].unique())))}: "
-                           f"capacities differ, so fit one protocol at a time (--protocol)")
+            raise FitError(
+                f"data mix protocols {', '.join(sorted(map(str, frame['protocol'].unique())))}: "
+                f"capacities differ, so fit one protocol at a time (--protocol)"
+            )
         if "method" in frame.columns and frame["method"].nunique() > 1:
-            raise FitError(f"data mix methods {', '.join(sorted(map(str, frame['method'].unique())))}: "
-                           f"their capacities mean different things, so fit one at a time")
+            raise FitError(
+                f"data mix methods {', '.join(sorted(map(str, frame['method'].unique())))}: "
+                f"their capacities mean different things, so fit one at a time"
+            )
         rng = np.random.default_rng(self.random_state)
         fits = {}
         use_blocks = self.blocks if self.blocks is not None else "block" in frame.columns
@@ -215,22 +243,35 @@ class CostModelFit:
         if self.interval not in INTERVALS:
             raise FitError(f"interval must be {', '.join(INTERVALS)}, got {self.interval!r}")
         for mechanism, group in frame.groupby("mechanism", sort=True):
-            block = (pd.factorize(group["block"])[0] if use_blocks
-                     else np.zeros(len(group), dtype=np.int64))
+            block = (
+                pd.factorize(group["block"])[0]
+                if use_blocks
+                else np.zeros(len(group), dtype=np.int64)
+            )
             if self._clustered(group, use_blocks, block):
                 fits[mechanism] = self._fit_cluster(str(mechanism), group, block)
                 continue
-            fits[mechanism] = self._fit_one(str(mechanism), group["rate"].to_numpy(),
-                                            group["throughput_pps"].to_numpy(), block, rng)
+            fits[mechanism] = self._fit_one(
+                str(mechanism),
+                group["rate"].to_numpy(),
+                group["throughput_pps"].to_numpy(),
+                block,
+                rng,
+            )
         self.results_ = fits
         if self.alpha_from == self.beta_from:
             raise FitError(f"alpha and beta cannot both come from {self.alpha_from!r}")
         roles = {self.alpha_from: "alpha", self.beta_from: "beta"}
-        roles.update({mechanism: role for mechanism, role in ROLE_OF_MECHANISM.items()
-                      if role not in REQUIRED_ROLES and mechanism in fits
-                      and mechanism not in roles})
-        self.calibration_ = Calibration(fits, self.confidence, self.n_bootstrap, metadata or {},
-                                        roles)
+        roles.update(
+            {
+                mechanism: role
+                for mechanism, role in ROLE_OF_MECHANISM.items()
+                if role not in REQUIRED_ROLES and mechanism in fits and mechanism not in roles
+            }
+        )
+        self.calibration_ = Calibration(
+            fits, self.confidence, self.n_bootstrap, metadata or {}, roles
+        )
         self.alpha_ = self.calibration_.alpha
         self.beta_ = self.calibration_.beta
         self.capacity_pps_ = self.calibration_.capacity_pps
@@ -250,45 +291,78 @@ class CostModelFit:
             return False
         enough = use_blocks and int(block.max()) + 1 >= MIN_BLOCKS
         if self.interval.startswith("cluster") and not enough:
-            raise FitError(f"a cluster-robust interval needs a block column and at least "
-                           f"{MIN_BLOCKS} blocks (runs)")
+            raise FitError(
+                f"a cluster-robust interval needs a block column and at least "
+                f"{MIN_BLOCKS} blocks (runs)"
+            )
         return enough
 
     def _fit_cluster(self, mechanism: str, group: pd.DataFrame, block: np.ndarray) -> MechanismFit:
         """The cpu method's fit: log cost, per-run baselines, a covariate when valid."""
         covariates = DEFAULT_COVARIATES if self.covariates is None else self.covariates
         small_sample = "cr1" if self.interval == "cluster-cr1" else "cr2"
-        fit, check = fit_with_covariate(group, block, covariates.get(mechanism), self.confidence,
-                                        small_sample)
+        fit, check = fit_with_covariate(
+            group, block, covariates.get(mechanism), self.confidence, small_sample
+        )
         rate, pps = group["rate"].to_numpy(float), group["throughput_pps"].to_numpy(float)
         capacities = np.exp(-(fit.fitted_log - np.log1p(fit.coefficient * rate)))
         residual_sd = fit.residual_sd * fit.capacity
-        notes = _diagnose(rate, pps * fit.capacity / capacities, fit.coefficient, fit.ci,
-                          fit.r_squared, residual_sd, self.min_r_squared, self.confidence,
-                          failed=0, total=1)
-        quantile_note = (f"{fit.describe()}, log cost"
-                         + (f", covariate {check.name}" if check and check.used else ""))
+        notes = _diagnose(
+            rate,
+            pps * fit.capacity / capacities,
+            fit.coefficient,
+            fit.ci,
+            fit.r_squared,
+            residual_sd,
+            self.min_r_squared,
+            self.confidence,
+            failed=0,
+            total=1,
+        )
+        quantile_note = f"{fit.describe()}, log cost" + (
+            f", covariate {check.name}" if check and check.used else ""
+        )
         return MechanismFit(
-            mechanism=mechanism, coefficient=fit.coefficient, coefficient_se=fit.se,
-            coefficient_ci=fit.ci, capacity_pps=fit.capacity, capacity_se=fit.capacity_se,
-            capacity_ci=fit.capacity_ci, r_squared=fit.r_squared, residual_sd=residual_sd,
-            n_points=len(rate), rates=tuple(float(r) for r in np.unique(rate)),
-            n_blocks=fit.n_blocks, warnings=tuple(notes), ci_method=quantile_note,
-            covariate=check.to_dict() if check else None)
+            mechanism=mechanism,
+            coefficient=fit.coefficient,
+            coefficient_se=fit.se,
+            coefficient_ci=fit.ci,
+            capacity_pps=fit.capacity,
+            capacity_se=fit.capacity_se,
+            capacity_ci=fit.capacity_ci,
+            r_squared=fit.r_squared,
+            residual_sd=residual_sd,
+            n_points=len(rate),
+            rates=tuple(float(r) for r in np.unique(rate)),
+            n_blocks=fit.n_blocks,
+            warnings=tuple(notes),
+            ci_method=quantile_note,
+            covariate=check.to_dict() if check else None,
+        )
 
-    def _fit_one(self, mechanism: str, rate: np.ndarray, pps: np.ndarray, block: np.ndarray,
-                 rng: np.random.Generator) -> MechanismFit:
+    def _fit_one(
+        self,
+        mechanism: str,
+        rate: np.ndarray,
+        pps: np.ndarray,
+        block: np.ndarray,
+        rng: np.random.Generator,
+    ) -> MechanismFit:
         distinct = np.unique(rate)
         n_blocks = int(block.max()) + 1
         if len(rate) < MIN_POINTS or len(distinct) < 2 or len(rate) <= n_blocks + 1:
-            raise FitError(f"mechanism {mechanism!r}: {len(rate)} measurement(s) at "
-                           f"{len(distinct)} distinct rate(s) in {n_blocks} block(s); the fit "
-                           f"needs at least {MIN_POINTS} measurements at 2 or more rates, and "
-                           f"more measurements than blocks + 1")
+            raise FitError(
+                f"mechanism {mechanism!r}: {len(rate)} measurement(s) at "
+                f"{len(distinct)} distinct rate(s) in {n_blocks} block(s); the fit "
+                f"needs at least {MIN_POINTS} measurements at 2 or more rates, and "
+                f"more measurements than blocks + 1"
+            )
         scale = float(np.mean(pps))
         if scale <= 0:
-            raise FitError(f"mechanism {mechanism!r}: every measurement is 0 pps; nothing was "
-                           f"forwarded, so there is no throughput to model")
+            raise FitError(
+                f"mechanism {mechanism!r}: every measurement is 0 pps; nothing was "
+                f"forwarded, so there is no throughput to model"
+            )
         y = pps / scale
         params, jacobian, residuals = _least_squares(rate, y, block, _start(rate, y, block))
         dof = len(rate) - len(params)
@@ -301,8 +375,11 @@ class CostModelFit:
         capacity_se = math.sqrt(max(covariance[1:, 1:].sum(), 0.0)) / n_blocks * scale
         boot = self._bootstrap(rate, y, block, params, residuals, rng)
         tail = (1 - self.confidence) / 2 * 100
-        ci = (np.percentile(boot, [tail, 100 - tail], axis=0) if len(boot)
-              else np.full((2, 2), np.nan))
+        ci = (
+            np.percentile(boot, [tail, 100 - tail], axis=0)
+            if len(boot)
+            else np.full((2, 2), np.nan)
+        )
         # R^2 of the law within blocks: how much of the variation not due to drift it explains
         block_means = np.bincount(block, weights=y) / np.bincount(block)
         total = float(np.sum((y - block_means[block]) ** 2))
@@ -311,19 +388,43 @@ class CostModelFit:
         capacity = float(np.mean(capacities))
         residual_sd = math.sqrt(sigma2) * scale
         adjusted = pps * capacity / capacities[block]  # block drift removed, for the shape checks
-        notes = _diagnose(rate, adjusted, coefficient, (ci[0, 0], ci[1, 0]), r_squared,
-                          residual_sd, self.min_r_squared, self.confidence,
-                          failed=self.n_bootstrap - len(boot), total=self.n_bootstrap)
+        notes = _diagnose(
+            rate,
+            adjusted,
+            coefficient,
+            (ci[0, 0], ci[1, 0]),
+            r_squared,
+            residual_sd,
+            self.min_r_squared,
+            self.confidence,
+            failed=self.n_bootstrap - len(boot),
+            total=self.n_bootstrap,
+        )
         return MechanismFit(
-            mechanism=mechanism, coefficient=coefficient, coefficient_se=coefficient_se,
-            coefficient_ci=(float(ci[0, 0]), float(ci[1, 0])), capacity_pps=capacity,
+            mechanism=mechanism,
+            coefficient=coefficient,
+            coefficient_se=coefficient_se,
+            coefficient_ci=(float(ci[0, 0]), float(ci[1, 0])),
+            capacity_pps=capacity,
             capacity_se=capacity_se,
             capacity_ci=(float(ci[0, 1] * scale), float(ci[1, 1] * scale)),
-            r_squared=float(r_squared), residual_sd=residual_sd, n_points=int(len(rate)),
-            rates=tuple(float(r) for r in distinct), n_blocks=n_blocks, warnings=tuple(notes))
+            r_squared=float(r_squared),
+            residual_sd=residual_sd,
+            n_points=int(len(rate)),
+            rates=tuple(float(r) for r in distinct),
+            n_blocks=n_blocks,
+            warnings=tuple(notes),
+        )
 
-    def _bootstrap(self, rate: np.ndarray, y: np.ndarray, block: np.ndarray, params: np.ndarray,
-                   residuals: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _bootstrap(
+        self,
+        rate: np.ndarray,
+        y: np.ndarray,
+        block: np.ndarray,
+        params: np.ndarray,
+        residuals: np.ndarray,
+        rng: np.random.Generator,
+    ) -> np.ndarray:
         """(a, mean capacity) refitted on fitted values plus resampled rescaled residuals."""
         n = len(rate)
         fitted = y - residuals
@@ -339,8 +440,9 @@ class CostModelFit:
         return np.array(draws).reshape(-1, 2)
 
 
-def quick_interval(rate: np.ndarray, pps: np.ndarray, block: np.ndarray,
-                   confidence: float = 0.95) -> tuple[float, float]:
+def quick_interval(
+    rate: np.ndarray, pps: np.ndarray, block: np.ndarray, confidence: float = 0.95
+) -> tuple[float, float]:
     """``(a, half-width)`` of the normal-theory interval from the least-squares covariance:
     cheap enough to decide, between runs, whether to keep measuring (the reported interval is
     the bootstrap's). ``block`` numbers the runs 0..B-1. Raises FitError when not identifiable."""
@@ -366,16 +468,20 @@ def _start(rate: np.ndarray, y: np.ndarray, block: np.ndarray) -> np.ndarray:
     """Start values: ``a`` from the linearised law ``1/T = 1/T0 + (a/T0) s``, then each
     block's capacity from its mean."""
     positive = y > 0  # a stall (0 pps) is data for the fit, not for the linearisation
-    slope, intercept = (np.polyfit(rate[positive], 1.0 / y[positive], 1)
-                        if len(np.unique(rate[positive])) >= 2 else (0.0, 0.0))
+    slope, intercept = (
+        np.polyfit(rate[positive], 1.0 / y[positive], 1)
+        if len(np.unique(rate[positive])) >= 2
+        else (0.0, 0.0)
+    )
     a = max(slope / intercept, LOWER_BOUND_A / 2) if intercept > 0 else 0.0
     undone = y * (1.0 + a * rate)
     capacities = np.bincount(block, weights=undone) / np.bincount(block)
     return np.concatenate(([a], capacities))
 
 
-def _least_squares(rate: np.ndarray, y: np.ndarray, block: np.ndarray,
-                   start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _least_squares(
+    rate: np.ndarray, y: np.ndarray, block: np.ndarray, start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Levenberg-Marquardt with the analytic Jacobian for ``y = T0[block] / (1 + a*rate)``;
     parameters ``[a, T0_0, ..., T0_{B-1}]``; ``a`` must end above -1 and every T0 above 0."""
     rows = np.arange(len(rate))
@@ -397,31 +503,53 @@ def _least_squares(rate: np.ndarray, y: np.ndarray, block: np.ndarray,
         _warnings.simplefilter("ignore", OptimizeWarning)
         _warnings.simplefilter("ignore", RuntimeWarning)
         result = least_squares(residual, start, jac=jacobian, method="lm")
-    if not result.success or not np.all(np.isfinite(result.x)) or result.x[0] <= LOWER_BOUND_A \
-            or np.any(result.x[1:] <= 0):
+    if (
+        not result.success
+        or not np.all(np.isfinite(result.x))
+        or result.x[0] <= LOWER_BOUND_A
+        or np.any(result.x[1:] <= 0)
+    ):
         raise FitError(f"least squares did not converge to T0 > 0, a > -1: {result.message}")
     return result.x, jacobian(result.x), residual(result.x)
 
 
-def _diagnose(rate: np.ndarray, pps: np.ndarray, coefficient: float, coefficient_ci: tuple[float, float], r_squared: float, residual_sd: float,
-              min_r_squared: float, confidence: float, failed: int, total: int) -> list[str]:
+def _diagnose(
+    rate: np.ndarray,
+    pps: np.ndarray,
+    coefficient: float,
+    coefficient_ci: tuple[float, float],
+    r_squared: float,
+    residual_sd: float,
+    min_r_squared: float,
+    confidence: float,
+    failed: int,
+    total: int,
+) -> list[str]:
     """Plain-language warnings when the data do not support the law."""
     notes = []
     if not math.isfinite(r_squared) or r_squared < min_r_squared:
-        notes.append(f"R^2 = {r_squared:.3f} < {min_r_squared:g}: the law explains little of the "
-                     f"variation (noise large beside the effect; run longer or repeat more)")
+        notes.append(
+            f"R^2 = {r_squared:.3f} < {min_r_squared:g}: the law explains little of the "
+            f"variation (noise large beside the effect; run longer or repeat more)"
+        )
     low, high = coefficient_ci
     if math.isfinite(low) and low <= 0 <= high:
-        notes.append(f"a is not distinguishable from 0 at {confidence:.0%} "
-                     f"(CI [{low:.3f}, {high:.3f}]): no measurable cost")
+        notes.append(
+            f"a is not distinguishable from 0 at {confidence:.0%} "
+            f"(CI [{low:.3f}, {high:.3f}]): no measurable cost"
+        )
     if coefficient < 0:
-        notes.append(f"a = {coefficient:.3f} < 0: throughput rises with the rate; the data show "
-                     f"no cost")
+        notes.append(
+            f"a = {coefficient:.3f} < 0: throughput rises with the rate; the data show no cost"
+        )
     means = pd.Series(pps).groupby(rate).agg(["mean", "count", "var"])
     # pure error (spread of repeats at one rate) when there are repeats, else the residual sd
     repeat_dof = float((means["count"] - 1).sum())
-    noise_sd = (math.sqrt(float(((means["count"] - 1) * means["var"].fillna(0)).sum()) / repeat_dof)
-                if repeat_dof > 0 else residual_sd)
+    noise_sd = (
+        math.sqrt(float(((means["count"] - 1) * means["var"].fillna(0)).sum()) / repeat_dof)
+        if repeat_dof > 0
+        else residual_sd
+    )
     if len(means) < 3:
         notes.append(f"only {len(means)} distinct rates: the shape of the curve is not checked")
     elif math.isfinite(noise_sd) and noise_sd > 0:
@@ -429,8 +557,10 @@ def _diagnose(rate: np.ndarray, pps: np.ndarray, coefficient: float, coefficient
             rise = m1["mean"] - m0["mean"]
             allowance = 2 * noise_sd * math.sqrt(1 / m0["count"] + 1 / m1["count"])
             if rise > allowance:
-                notes.append(f"non-monotone: mean throughput rises by {rise:,.0f} pps from rate "
-                             f"{r0:g} to {r1:g} (more than 2 standard errors)")
+                notes.append(
+                    f"non-monotone: mean throughput rises by {rise:,.0f} pps from rate "
+                    f"{r0:g} to {r1:g} (more than 2 standard errors)"
+                )
     if failed > total // 10:
         notes.append(f"{failed} of {total} bootstrap refits failed; the interval is unreliable")
     return notes

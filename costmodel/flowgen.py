@@ -53,8 +53,10 @@ class FlowProfile:
         if not (isinstance(self.flows, int) and 1 <= self.flows <= PORTS):
             raise HarnessError(f"flows must be 1..{PORTS}, got {self.flows!r}")
         if not (isinstance(self.flow_packets, int) and self.flow_packets >= 0):
-            raise HarnessError(f"flow packets must be an integer >= 0 (0: flows last the whole "
-                               f"run), got {self.flow_packets!r}")
+            raise HarnessError(
+                f"flow packets must be an integer >= 0 (0: flows last the whole "
+                f"run), got {self.flow_packets!r}"
+            )
 
     def flow_of(self, packet: int) -> int:
         """The flow (a running number) that datagram number ``packet`` belongs to."""
@@ -73,8 +75,10 @@ class FlowProfile:
         flows, flow_packets, tuples = self.flows, self.flow_packets, self.tuples
         if not flow_packets:
             return [packet % flows for packet in range(first, first + count)]
-        return [(packet // flows // flow_packets * flows + packet % flows) % tuples
-                for packet in range(first, first + count)]
+        return [
+            (packet // flows // flow_packets * flows + packet % flows) % tuples
+            for packet in range(first, first + count)
+        ]
 
     def new_flows_per_s(self, rate_pps: float) -> float:
         """Flows started per second at ``rate_pps`` (0 for flows that last the run)."""
@@ -86,14 +90,25 @@ class FlowProfile:
         return self.flows if not self.flow_packets else PORTS
 
 
-def udp_datagram(source: str, destination: str, source_port: int, destination_port: int,
-                 payload: bytes) -> bytes:
+def udp_datagram(
+    source: str, destination: str, source_port: int, destination_port: int, payload: bytes
+) -> bytes:
     """An IPv4 + UDP datagram for a raw socket with ``IP_HDRINCL``: the kernel fills in the IP
     total length, identification and checksum; the UDP checksum is 0 (none, allowed in IPv4)."""
     udp = struct.pack("!HHHH", source_port, destination_port, 8 + len(payload), 0)
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp) + len(payload), 0, 0x4000, 64,
-                     socket.IPPROTO_UDP, 0, socket.inet_aton(source),
-                     socket.inet_aton(destination))
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + len(udp) + len(payload),
+        0,
+        0x4000,
+        64,
+        socket.IPPROTO_UDP,
+        0,
+        socket.inet_aton(source),
+        socket.inet_aton(destination),
+    )
     return ip + udp + payload
 
 
@@ -102,21 +117,48 @@ def due(elapsed_s: float, rate_pps: float, sent: int) -> int:
     return max(0, min(MAX_BATCH, math.floor(elapsed_s * rate_pps) - sent))
 
 
-def sender_argv(destination: str, port: int, rate_pps: float, seconds: float,
-                profile: FlowProfile, payload_bytes: int = 64) -> list[str]:
+def sender_argv(
+    destination: str,
+    port: int,
+    rate_pps: float,
+    seconds: float,
+    profile: FlowProfile,
+    payload_bytes: int = 64,
+) -> list[str]:
     if not 16 <= payload_bytes <= 1400:
         raise HarnessError(f"UDP payload must be 16..1400 bytes, got {payload_bytes!r}")
     if not (rate_pps > 0 and seconds > 0):
         raise HarnessError(f"rate and duration must be > 0, got {rate_pps!r} pps, {seconds!r} s")
-    return [sys.executable, "-m", "cosample.costmodel.flowgen", "send", destination, str(port),
-            "--rate", f"{rate_pps:g}", "--seconds", f"{seconds:g}", "--flows",
-            str(profile.flows), "--flow-packets", str(profile.flow_packets),
-            "--payload", str(payload_bytes)]
+    return [
+        sys.executable,
+        "-m",
+        "cosample.costmodel.flowgen",
+        "send",
+        destination,
+        str(port),
+        "--rate",
+        f"{rate_pps:g}",
+        "--seconds",
+        f"{seconds:g}",
+        "--flows",
+        str(profile.flows),
+        "--flow-packets",
+        str(profile.flow_packets),
+        "--payload",
+        str(payload_bytes),
+    ]
 
 
 def sink_argv(port: int, seconds: float) -> list[str]:
-    return [sys.executable, "-m", "cosample.costmodel.flowgen", "sink", str(port),
-            "--seconds", f"{seconds:g}"]
+    return [
+        sys.executable,
+        "-m",
+        "cosample.costmodel.flowgen",
+        "sink",
+        str(port),
+        "--seconds",
+        f"{seconds:g}",
+    ]
 
 
 def parse_sender_output(text: str) -> IperfResult:
@@ -131,15 +173,23 @@ def parse_sender_output(text: str) -> IperfResult:
 
 
 # effects --------------------------------------------------------------------------------------
-def send(destination: str, port: int, rate_pps: float, seconds: float, profile: FlowProfile,
-         payload_bytes: int) -> dict:
+def send(
+    destination: str,
+    port: int,
+    rate_pps: float,
+    seconds: float,
+    profile: FlowProfile,
+    payload_bytes: int,
+) -> dict:
     """Send until ``seconds`` have passed (or SIGTERM); return what was sent."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((destination, port))  # no packet: only picks the source address
         source = probe.getsockname()[0]
     payload = bytes(payload_bytes)
-    headers = [udp_datagram(source, destination, FIRST_PORT + k, port, payload)
-               for k in range(profile.tuples)]
+    headers = [
+        udp_datagram(source, destination, FIRST_PORT + k, port, payload)
+        for k in range(profile.tuples)
+    ]
     raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     target = (destination, 0)
     stop = []
@@ -164,8 +214,12 @@ def send(destination: str, port: int, rate_pps: float, seconds: float, profile: 
     elapsed = time.monotonic() - start
     raw.close()
     frame_bits = (len(headers[0]) + 14) * 8
-    return {"packets": sent - errors, "send_errors": errors, "seconds": round(elapsed, 6),
-            "bits_per_second": (sent - errors) * frame_bits / elapsed if elapsed > 0 else 0.0}
+    return {
+        "packets": sent - errors,
+        "send_errors": errors,
+        "seconds": round(elapsed, 6),
+        "bits_per_second": (sent - errors) * frame_bits / elapsed if elapsed > 0 else 0.0,
+    }
 
 
 def sink(port: int, seconds: float) -> None:
@@ -199,8 +253,9 @@ class FlowSink:
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> "FlowSink":
-        self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         time.sleep(0.5)
         if self.process.poll() is not None:
             error = self.process.stderr.read().decode(errors="replace").strip()
@@ -217,8 +272,9 @@ class FlowSink:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cosample.costmodel.flowgen",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cosample.costmodel.flowgen", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sender = sub.add_parser("send", help="send the load (root: a raw socket)")
     sender.add_argument("destination")
@@ -236,10 +292,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sink":
             sink(args.port, args.seconds)
             return 0
-        sender_argv(args.destination, args.port, args.rate, args.seconds,
-                    profile := FlowProfile(args.flows, args.flow_packets), args.payload)
-        print(json.dumps(send(args.destination, args.port, args.rate, args.seconds, profile,
-                              args.payload)), flush=True)
+        sender_argv(
+            args.destination,
+            args.port,
+            args.rate,
+            args.seconds,
+            profile := FlowProfile(args.flows, args.flow_packets),
+            args.payload,
+        )
+        print(
+            json.dumps(
+                send(args.destination, args.port, args.rate, args.seconds, profile, args.payload)
+            ),
+            flush=True,
+        )
         return 0
     except (HarnessError, OSError) as exc:
         print(f"flowgen: {exc}", file=sys.stderr)

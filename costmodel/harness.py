@@ -39,14 +39,24 @@ import pandas as pd
 from cosample.costmodel.accounting import cost_row
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.flowgen import FlowProfile, sender_argv
-from cosample.costmodel.localsample import CACHE_ACTIVE_TIMEOUT_S, CACHE_MAX_FLOWS
 from cosample.costmodel.iperf import (
-    DEFAULT_PORT, MAX_STREAMS, PROTOCOLS, IperfResult, client_argv,
+    DEFAULT_PORT,
+    MAX_STREAMS,
+    PROTOCOLS,
+    IperfResult,
+    client_argv,
 )
+from cosample.costmodel.localsample import CACHE_ACTIVE_TIMEOUT_S, CACHE_MAX_FLOWS
 from cosample.costmodel.mechanisms import Mechanism
 
-MECHANISMS = ("sflow", "mirror", "mirror_vxlan", "sample_action", "sample_action_cached",
-              "tc_sample")
+MECHANISMS = (
+    "sflow",
+    "mirror",
+    "mirror_vxlan",
+    "sample_action",
+    "sample_action_cached",
+    "tc_sample",
+)
 DESIGNS = ("paired", "independent")
 #: ``cpu``: CPU time per packet at a fixed offered load; ``throughput``: packets/s at saturation.
 METHODS = ("cpu", "throughput")
@@ -118,25 +128,38 @@ class CalibrationSettings:
         if self.method not in METHODS:
             raise HarnessError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.method == "cpu":
-            if not (isinstance(self.offered_pps, (int, float)) and 100 <= self.offered_pps <= 10_000_000):
-                raise HarnessError(f"offered load must be 100..10,000,000 packets/s, got {self.offered_pps!r}")
+            if not (
+                isinstance(self.offered_pps, (int, float)) and 100 <= self.offered_pps <= 10_000_000
+            ):
+                raise HarnessError(
+                    f"offered load must be 100..10,000,000 packets/s, got {self.offered_pps!r}"
+                )
             if not (isinstance(self.burst, int) and 0 <= self.burst <= MAX_BURST):
                 raise HarnessError(f"burst must be 0..{MAX_BURST} packets, got {self.burst!r}")
         if not (isinstance(self.streams, int) and 1 <= self.streams <= MAX_STREAMS):
             raise HarnessError(f"streams must be 1..{MAX_STREAMS}, got {self.streams!r}")
         if self.flows or self.flow_packets:
             if self.method != "cpu" or self.protocol != "udp" or self.streams != 1:
-                raise HarnessError("flows: the flow generator offers a UDP load at a fixed rate "
-                                   "(--method cpu, --protocol udp, no --streams)")
+                raise HarnessError(
+                    "flows: the flow generator offers a UDP load at a fixed rate "
+                    "(--method cpu, --protocol udp, no --streams)"
+                )
             if not self.flows:
                 raise HarnessError("flow packets: give the number of concurrent flows too")
             FlowProfile(self.flows, self.flow_packets)  # checks both
-        if not (isinstance(self.ipfix_cache_flows, int) and 1 <= self.ipfix_cache_flows <= 2**32 - 1):
-            raise HarnessError(f"IPFIX cache flows must be 1..{2**32 - 1}, got "
-                               f"{self.ipfix_cache_flows!r}")
-        if not (isinstance(self.ipfix_active_timeout_s, int) and 1 <= self.ipfix_active_timeout_s <= 3600):
-            raise HarnessError(f"IPFIX active timeout must be 1..3600 s, got "
-                               f"{self.ipfix_active_timeout_s!r}")
+        if not (
+            isinstance(self.ipfix_cache_flows, int) and 1 <= self.ipfix_cache_flows <= 2**32 - 1
+        ):
+            raise HarnessError(
+                f"IPFIX cache flows must be 1..{2**32 - 1}, got {self.ipfix_cache_flows!r}"
+            )
+        if not (
+            isinstance(self.ipfix_active_timeout_s, int)
+            and 1 <= self.ipfix_active_timeout_s <= 3600
+        ):
+            raise HarnessError(
+                f"IPFIX active timeout must be 1..3600 s, got {self.ipfix_active_timeout_s!r}"
+            )
         if self.design not in DESIGNS:
             raise HarnessError(f"design must be one of {', '.join(DESIGNS)}, got {self.design!r}")
         if self.design == "paired":
@@ -145,46 +168,71 @@ class CalibrationSettings:
             for name, *_ in self.run_lengths:
                 if name not in MECHANISMS:
                     raise HarnessError(f"run length for unknown mechanism {name!r}")
-            for seconds, phases, guard_s in {(self.duration_s, self.phases, self.guard_s),
-                                             *(self.run_design(m) for m in self.mechanisms)}:
+            for seconds, phases, guard_s in {
+                (self.duration_s, self.phases, self.guard_s),
+                *(self.run_design(m) for m in self.mechanisms),
+            }:
                 if not isinstance(phases, int) or phases < 2 or phases % 2:
                     raise HarnessError(f"phases must be an even integer >= 2, got {phases!r}")
                 if not seconds >= 1:
-                    raise HarnessError(f"duration must be >= 1 s (iperf3's minimum), got {seconds!r}")
+                    raise HarnessError(
+                        f"duration must be >= 1 s (iperf3's minimum), got {seconds!r}"
+                    )
                 if not (isinstance(guard_s, (int, float)) and guard_s >= 0):
                     raise HarnessError(f"guard must be >= 0 s, got {guard_s!r}")
                 if seconds / phases < guard_s + MIN_COUNTED_S:
-                    raise HarnessError(f"duration {seconds:g} s is too short for "
-                                       f"{phases} phases of at least "
-                                       f"{guard_s + MIN_COUNTED_S:g} s")
+                    raise HarnessError(
+                        f"duration {seconds:g} s is too short for "
+                        f"{phases} phases of at least "
+                        f"{guard_s + MIN_COUNTED_S:g} s"
+                    )
         unknown = [m for m in self.mechanisms if m not in MECHANISMS]
         if not self.mechanisms or unknown:
-            raise HarnessError(f"mechanisms: choose from {', '.join(MECHANISMS)}, got "
-                               f"{', '.join(self.mechanisms) or 'none'}")
+            raise HarnessError(
+                f"mechanisms: choose from {', '.join(MECHANISMS)}, got "
+                f"{', '.join(self.mechanisms) or 'none'}"
+            )
         if len(set(self.mechanisms)) != len(self.mechanisms):
             raise HarnessError(f"mechanisms: duplicates in {', '.join(self.mechanisms)}")
         bad = [r for r in self.rates if not (isinstance(r, (int, float)) and 0 <= r <= 1)]
         if bad:
             raise HarnessError(f"rates: each must be in [0, 1], got {bad[0]!r}")
         if self.design == "independent" and len(set(self.rates)) < 2:
-            raise HarnessError("rates: need at least 2 distinct rates to fit the law (3+ to check it)")
+            raise HarnessError(
+                "rates: need at least 2 distinct rates to fit the law (3+ to check it)"
+            )
         if not isinstance(self.repetitions, int) or self.repetitions < 1:
             raise HarnessError(f"repetitions must be an integer >= 1, got {self.repetitions!r}")
         if not self.duration_s >= 1:
-            raise HarnessError(f"duration must be >= 1 s (iperf3's minimum), got {self.duration_s!r}")
+            raise HarnessError(
+                f"duration must be >= 1 s (iperf3's minimum), got {self.duration_s!r}"
+            )
         if self.protocol not in PROTOCOLS:
-            raise HarnessError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+            raise HarnessError(
+                f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}"
+            )
         if not 0 <= self.warmup_s <= 600 or not 0 <= self.settle_s <= 60:
             raise HarnessError("warm-up must be in [0, 600] s and settle time in [0, 60] s")
 
     def client_argv(self, server_ip: str, duration_s: float | None = None) -> list[str]:
         if self.flows:
-            return sender_argv(server_ip, self.port + 1, self.offered_pps,
-                               duration_s or self.duration_s, self.flow_profile,
-                               self.packet_bytes)
-        return client_argv(server_ip, port=self.port, duration_s=duration_s or self.duration_s,
-                           protocol=self.protocol, packet_bytes=self.packet_bytes,
-                           bandwidth=self.load_bandwidth, streams=self.streams)
+            return sender_argv(
+                server_ip,
+                self.port + 1,
+                self.offered_pps,
+                duration_s or self.duration_s,
+                self.flow_profile,
+                self.packet_bytes,
+            )
+        return client_argv(
+            server_ip,
+            port=self.port,
+            duration_s=duration_s or self.duration_s,
+            protocol=self.protocol,
+            packet_bytes=self.packet_bytes,
+            bandwidth=self.load_bandwidth,
+            streams=self.streams,
+        )
 
     @property
     def flow_profile(self) -> FlowProfile | None:
@@ -214,8 +262,10 @@ class CalibrationSettings:
         """Rough wall time: trials x (duration + overheads) plus the warm-up."""
         per_mechanism = len(self.trial_rates) * self.repetitions
         overhead = TAIL_S + 1.0 if self.design == "paired" else self.settle_s + 1.0
-        seconds = sum((self.run_design(m)[0] if self.design == "paired" else self.duration_s)
-                      for m in self.mechanisms)
+        seconds = sum(
+            (self.run_design(m)[0] if self.design == "paired" else self.duration_s)
+            for m in self.mechanisms
+        )
         return self.warmup_s + per_mechanism * (seconds + len(self.mechanisms) * overhead)
 
 
@@ -229,8 +279,12 @@ class Trial:
 
 def plan_trials(settings: CalibrationSettings) -> list[Trial]:
     """Every (mechanism, trial rate, repetition) once, shuffled with the settings' seed."""
-    cells = [(m, r, k) for m in settings.mechanisms for r in settings.trial_rates
-             for k in range(settings.repetitions)]
+    cells = [
+        (m, r, k)
+        for m in settings.mechanisms
+        for r in settings.trial_rates
+        for k in range(settings.repetitions)
+    ]
     random.Random(settings.seed).shuffle(cells)
     return [Trial(order, m, r, k) for order, (m, r, k) in enumerate(cells)]
 
@@ -262,13 +316,22 @@ class Calibrator:
 
     def run(self, show_progress: bool = True) -> pd.DataFrame:
         """All trials; mechanisms are switched off at the end, also on error or Ctrl-C."""
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         trials = plan_trials(self.settings)
         measure = self.measure_paired if self.settings.design == "paired" else self.measure
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeRemainingColumn())
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+        )
         try:
             with Progress(*columns, disable=not show_progress, transient=False) as progress:
                 task = progress.add_task("warm-up", total=len(trials))
@@ -306,18 +369,34 @@ class Calibrator:
         stamp = (before + self.clock()) / 2
         return stamp, rx, tx, self.copies.get(mechanism, lambda: 0)(), cpu
 
-    def _row(self, trial: Trial, rate: float, effective: float, before: tuple, after: tuple,
-             result: IperfResult | None, seconds: float | None = None, **extra: Any) -> dict:
+    def _row(
+        self,
+        trial: Trial,
+        rate: float,
+        effective: float,
+        before: tuple,
+        after: tuple,
+        result: IperfResult | None,
+        seconds: float | None = None,
+        **extra: Any,
+    ) -> dict:
         s = self.settings
         seconds = seconds or after[0] - before[0]
         if seconds <= 0:
             raise HarnessError("counters were read twice at the same instant")
         forwarded = (after[2] - before[2]) / seconds
         row = {
-            "mechanism": trial.mechanism, "rate": effective, "throughput_pps": forwarded,
-            "method": s.method, "rate_requested": rate, "protocol": s.protocol,
+            "mechanism": trial.mechanism,
+            "rate": effective,
+            "throughput_pps": forwarded,
+            "method": s.method,
+            "rate_requested": rate,
+            "protocol": s.protocol,
             "packet_bytes": s.packet_bytes if s.protocol == "udp" else math.nan,
-            "trial": trial.repetition, "order": trial.order, **extra, "duration_s": seconds,
+            "trial": trial.repetition,
+            "order": trial.order,
+            **extra,
+            "duration_s": seconds,
             "sent_pps": (after[1] - before[1]) / seconds,
             "copies_pps": (after[3] - before[3]) / seconds,
             "iperf_pps": result.received_pps if result and "phase" not in extra else math.nan,
@@ -346,9 +425,11 @@ class Calibrator:
                 return self.clock()
             if _exited(load):
                 raise _LoadExited("the iperf3 client ended before any packet reached the receiver")
-        raise HarnessError(f"no packets reached the receiver's port {self.receiver_port} within "
-                           f"{FIRST_PACKET_TIMEOUT_S:g} s of starting iperf3; is the receiver "
-                           f"reachable from the sender?")
+        raise HarnessError(
+            f"no packets reached the receiver's port {self.receiver_port} within "
+            f"{FIRST_PACKET_TIMEOUT_S:g} s of starting iperf3; is the receiver "
+            f"reachable from the sender?"
+        )
 
     def _flowing_load(self, duration_s: float) -> Any:
         """Start a load and wait for its first packet. An iperf3 server still busy with the
@@ -362,8 +443,10 @@ class Calibrator:
             except _LoadExited as exc:
                 load.stop()
                 if attempt == LOAD_STARTS:
-                    raise HarnessError(f"{exc} ({LOAD_STARTS} tries); is the iperf3 server "
-                                       f"running and the receiver reachable?") from None
+                    raise HarnessError(
+                        f"{exc} ({LOAD_STARTS} tries); is the iperf3 server "
+                        f"running and the receiver reachable?"
+                    ) from None
                 time.sleep(1.0)
             except BaseException:
                 load.stop()
@@ -406,12 +489,15 @@ class Calibrator:
                 _sleep_until(self.clock, before[0] + counted_s)
                 after = self._counters(trial.mechanism)
                 if _exited(load):  # delayed past the load's end: this phase and the rest are
-                    break          # not under load; the run keeps the phases that were
+                    break  # not under load; the run keeps the phases that were
                 if after[2] == before[2]:  # nothing forwarded: the load was starved for the
                     self.empty_phases += 1  # whole phase (a host loaded many times over);
-                    continue                # no cost per packet to state, left out, counted
-                rows.append(self._row(trial, rate, effective, before, after, None,
-                                      block=trial.order, phase=k))
+                    continue  # no cost per packet to state, left out, counted
+                rows.append(
+                    self._row(
+                        trial, rate, effective, before, after, None, block=trial.order, phase=k
+                    )
+                )
         finally:
             load.stop()
         return rows

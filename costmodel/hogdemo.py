@@ -23,22 +23,37 @@ import pandas as pd
 from cosample.costmodel.accounting import AccountingCgroup, pid_from_file
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.harness import CalibrationSettings
-from cosample.costmodel.realrun import iperf_client
 from cosample.costmodel.passive import CapacityEstimate, PassiveMonitor, parse_dpctl_lookups
+from cosample.costmodel.realrun import iperf_client
 from cosample.lab.onehost import OneHostTestbed
 
 HOG = [sys.executable, "-c", "while True: pass"]
 
 
-def run_hog_demo(prefix: str, count: int, hog_at: int | None, interval_s: float, budget_cpus: float,
-                 offered_pps: float = 10_000.0, hogs: int = 2, port: int = 5271,
-                 report=None) -> pd.DataFrame:
+def run_hog_demo(
+    prefix: str,
+    count: int,
+    hog_at: int | None,
+    interval_s: float,
+    budget_cpus: float,
+    offered_pps: float = 10_000.0,
+    hogs: int = 2,
+    port: int = 5271,
+    report=None,
+) -> pd.DataFrame:
     """Rows of ``CapacityEstimate`` per interval with ``interval`` and ``hog`` columns."""
     if hog_at is not None and not 1 <= hog_at < count:
         raise HarnessError(f"--hog-at must be in 1..count-1 (= {count - 1}), got {hog_at}")
-    settings = CalibrationSettings(mechanisms=("sflow",), method="cpu", offered_pps=offered_pps,
-                                   duration_s=1.0, phases=2, guard_s=0.0, port=port,
-                                   rates=(0.0, 1.0))
+    settings = CalibrationSettings(
+        mechanisms=("sflow",),
+        method="cpu",
+        offered_pps=offered_pps,
+        duration_s=1.0,
+        phases=2,
+        guard_s=0.0,
+        port=port,
+        rates=(0.0, 1.0),
+    )
     load_s = interval_s * (count + 1) + 5
     rows, hog_processes = [], []
     with ExitStack() as stack:
@@ -52,7 +67,8 @@ def run_hog_demo(prefix: str, count: int, hog_at: int | None, interval_s: float,
         iperf = stack.enter_context(IperfServer(endpoints.receiver_exec, port))
         forwarding.add(iperf.process.pid)
         load = iperf_client(endpoints.sender_exec, "udp")(
-            settings.client_argv(endpoints.receiver_ip, load_s), load_s)
+            settings.client_argv(endpoints.receiver_ip, load_s), load_s
+        )
         stack.callback(load.stop)
         forwarding.add(load.process.pid)
         time.sleep(1.0)  # let the load start flowing before the first interval
@@ -61,10 +77,15 @@ def run_hog_demo(prefix: str, count: int, hog_at: int | None, interval_s: float,
             for process in hog_processes:
                 process.kill()
                 process.wait(timeout=5)
+
         stack.callback(stop_hogs)
-        monitor = PassiveMonitor(lambda: parse_dpctl_lookups(testbed.ovs.appctl("dpctl/show")),
-                                 ovs_pids=(), budget_cpus=budget_cpus,
-                                 forwarding_cgroups=(forwarding.path,), scope_cgroup=server.path)
+        monitor = PassiveMonitor(
+            lambda: parse_dpctl_lookups(testbed.ovs.appctl("dpctl/show")),
+            ovs_pids=(),
+            budget_cpus=budget_cpus,
+            forwarding_cgroups=(forwarding.path,),
+            scope_cgroup=server.path,
+        )
 
         def record(estimate: CapacityEstimate) -> None:
             index = len(rows)
@@ -75,14 +96,16 @@ def run_hog_demo(prefix: str, count: int, hog_at: int | None, interval_s: float,
                 # from now on the cost per packet is the one measured without the hog, as a
                 # server's --calibration would give it (starved forwarding batches more, so
                 # its measured cost per packet falls and would hide the hog)
-                monitor.calibrated_cost = statistics.median(
-                    row["cost_ns_per_packet"] for row in rows) / 1e9
+                monitor.calibrated_cost = (
+                    statistics.median(row["cost_ns_per_packet"] for row in rows) / 1e9
+                )
                 for _ in range(hogs):
                     # a session of its own: with autogroup scheduling a hog in ours would only
                     # share this command's slice of the CPUs
                     process = subprocess.Popen(HOG, start_new_session=True)
                     hog_processes.append(process)
                     server.add(process.pid)
+
         monitor.watch(interval_s, count, record)
     return pd.DataFrame(rows)
 
@@ -109,12 +132,17 @@ def plot_hog_demo(frame: pd.DataFrame, path: str) -> None:
     first_hog = frame[frame["hog"]]
     for axis in (top, bottom):
         if not first_hog.empty:
-            axis.axvline(seconds[first_hog.index[0]] - frame["interval_s"].iloc[0], color="tab:red",
-                         linestyle="--")
+            axis.axvline(
+                seconds[first_hog.index[0]] - frame["interval_s"].iloc[0],
+                color="tab:red",
+                linestyle="--",
+            )
         axis.grid(alpha=0.3)
     top.set_title("passive capacity estimate; CPU hog starts at the red line", fontsize=9)
     figure.tight_layout()
     try:
-        write_atomic(path, lambda stream: figure.savefig(stream, format="png", dpi=120), binary=True)
+        write_atomic(
+            path, lambda stream: figure.savefig(stream, format="png", dpi=120), binary=True
+        )
     finally:
         plt.close(figure)

@@ -28,8 +28,8 @@ class IperfResult:
     protocol: str
     seconds: float
     bits_per_second: float
-    packets: int | None = None          # UDP: datagrams sent
-    lost_packets: int | None = None     # UDP: of those, not received
+    packets: int | None = None  # UDP: datagrams sent
+    lost_packets: int | None = None  # UDP: of those, not received
     cpu_sender_pct: float = math.nan
     cpu_receiver_pct: float = math.nan
 
@@ -51,9 +51,17 @@ class IperfResult:
 MAX_STREAMS = 128
 
 
-def client_argv(server_ip: str, *, port: int = DEFAULT_PORT, duration_s: float = 3.0,
-                protocol: str = "udp", packet_bytes: int = 64, bandwidth: str = "0",
-                connect_timeout_ms: int = 3000, streams: int = 1) -> list[str]:
+def client_argv(
+    server_ip: str,
+    *,
+    port: int = DEFAULT_PORT,
+    duration_s: float = 3.0,
+    protocol: str = "udp",
+    packet_bytes: int = 64,
+    bandwidth: str = "0",
+    connect_timeout_ms: int = 3000,
+    streams: int = 1,
+) -> list[str]:
     """``iperf3 -c`` with JSON output; UDP sends ``packet_bytes`` datagrams at ``bandwidth``
     (``0`` = as fast as possible), TCP uses iperf3's default segments (``packet_bytes`` unused);
     ``streams`` > 1 runs that many parallel flows (``-P``; ``bandwidth`` is per stream)."""
@@ -61,8 +69,18 @@ def client_argv(server_ip: str, *, port: int = DEFAULT_PORT, duration_s: float =
         raise HarnessError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     if not duration_s >= 1:
         raise HarnessError(f"iperf3 duration must be >= 1 s, got {duration_s!r}")
-    argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", f"{duration_s:g}", "-J",
-            "--connect-timeout", str(connect_timeout_ms)]
+    argv = [
+        "iperf3",
+        "-c",
+        server_ip,
+        "-p",
+        str(port),
+        "-t",
+        f"{duration_s:g}",
+        "-J",
+        "--connect-timeout",
+        str(connect_timeout_ms),
+    ]
     if protocol == "udp":
         if not 16 <= packet_bytes <= 65507:
             raise HarnessError(f"UDP payload must be 16..65507 bytes, got {packet_bytes!r}")
@@ -72,7 +90,9 @@ def client_argv(server_ip: str, *, port: int = DEFAULT_PORT, duration_s: float =
     return argv + (["-P", str(streams)] if streams > 1 else [])
 
 
-def server_argv(port: int = DEFAULT_PORT, *, bind: str | None = None, one_off: bool = False) -> list[str]:
+def server_argv(
+    port: int = DEFAULT_PORT, *, bind: str | None = None, one_off: bool = False
+) -> list[str]:
     """``iperf3 -s``; ``bind`` listens on one address only, ``one_off`` serves one client and exits."""
     argv = ["iperf3", "-s", "-p", str(port)]
     if bind is not None:
@@ -91,16 +111,25 @@ def parse_client_json(text: str, protocol: str) -> IperfResult:
         raise HarnessError(f"iperf3: {document['error']}")
     end = document.get("end") or {}
     cpu = end.get("cpu_utilization_percent") or {}
-    cpu_args = dict(cpu_sender_pct=float(cpu.get("host_total", math.nan)),
-                    cpu_receiver_pct=float(cpu.get("remote_total", math.nan)))
+    cpu_args = dict(
+        cpu_sender_pct=float(cpu.get("host_total", math.nan)),
+        cpu_receiver_pct=float(cpu.get("remote_total", math.nan)),
+    )
     try:
         if protocol == "udp":
             total = end["sum"]
-            return IperfResult("udp", float(total["seconds"]), float(total["bits_per_second"]),
-                               int(total["packets"]), int(total["lost_packets"]), **cpu_args)
+            return IperfResult(
+                "udp",
+                float(total["seconds"]),
+                float(total["bits_per_second"]),
+                int(total["packets"]),
+                int(total["lost_packets"]),
+                **cpu_args,
+            )
         received = end["sum_received"]
-        return IperfResult("tcp", float(received["seconds"]), float(received["bits_per_second"]),
-                           **cpu_args)
+        return IperfResult(
+            "tcp", float(received["seconds"]), float(received["bits_per_second"]), **cpu_args
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise HarnessError(f"iperf3 JSON lacks the {protocol} summary ({exc})") from None
 
@@ -120,13 +149,15 @@ class BackgroundRun:
     """A load command started in the background (so the harness can act while load flows), with
     a total timeout: ``output`` collects it or stops it after its timeout; ``stop`` ends it."""
 
-    def __init__(self, exec_prefix: Sequence[str], argv: Sequence[str], duration_s: float,
-                 what: str) -> None:
+    def __init__(
+        self, exec_prefix: Sequence[str], argv: Sequence[str], duration_s: float, what: str
+    ) -> None:
         self.argv = [str(part) for part in (*exec_prefix, *argv)]
         self.timeout = duration_s + MARGIN_S
         try:
-            self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, text=True)
+            self.process = subprocess.Popen(
+                self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         except FileNotFoundError as exc:
             raise HarnessError(f"cannot start {what}: {exc}") from None
 
@@ -135,8 +166,9 @@ class BackgroundRun:
             return self.process.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
             self.stop()
-            raise HarnessError(f"{' '.join(self.argv)}: no result within {self.timeout:g} s") \
-                from None
+            raise HarnessError(
+                f"{' '.join(self.argv)}: no result within {self.timeout:g} s"
+            ) from None
 
     def stop(self) -> None:
         """End the run if it is still going (on error or Ctrl-C): SIGTERM, then SIGKILL."""
@@ -152,8 +184,9 @@ class BackgroundRun:
 class IperfClient(BackgroundRun):
     """One iperf3 client run in the background; ``wait`` gives its result."""
 
-    def __init__(self, exec_prefix: Sequence[str], argv: Sequence[str], protocol: str,
-                 duration_s: float) -> None:
+    def __init__(
+        self, exec_prefix: Sequence[str], argv: Sequence[str], protocol: str, duration_s: float
+    ) -> None:
         super().__init__(exec_prefix, argv, duration_s, "iperf3 client")
         self.protocol = protocol
 
@@ -162,8 +195,13 @@ class IperfClient(BackgroundRun):
         return parse_client_json(stdout or stderr, self.protocol)
 
 
-def run_client(exec_prefix: Sequence[str], argv: Sequence[str], protocol: str,
-               duration_s: float, retries: int = 3) -> IperfResult:
+def run_client(
+    exec_prefix: Sequence[str],
+    argv: Sequence[str],
+    protocol: str,
+    duration_s: float,
+    retries: int = 3,
+) -> IperfResult:
     """Run a client (through an endpoint's prefix) to the end; retry while the server is busy."""
     for attempt in range(retries + 1):
         client = IperfClient(exec_prefix, argv, protocol, duration_s)
@@ -181,24 +219,31 @@ def run_client(exec_prefix: Sequence[str], argv: Sequence[str], protocol: str,
 class IperfServer:
     """``iperf3 -s`` on an endpoint, started on enter and stopped (by its PID) on exit."""
 
-    def __init__(self, exec_prefix: Sequence[str], port: int = DEFAULT_PORT,
-                 startup_s: float = 0.5) -> None:
+    def __init__(
+        self, exec_prefix: Sequence[str], port: int = DEFAULT_PORT, startup_s: float = 0.5
+    ) -> None:
         self.argv = [*exec_prefix, *server_argv(port)]
         self.startup_s = startup_s
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> "IperfServer":
         try:
-            self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.PIPE)
+            self.process = subprocess.Popen(
+                self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
         except FileNotFoundError as exc:
             raise HarnessError(f"cannot start iperf3 server: {exc}") from None
         time.sleep(self.startup_s)
         if self.process.poll() is not None:
-            error = self.process.stderr.read().decode(errors="replace").strip() if self.process.stderr else ""
+            error = (
+                self.process.stderr.read().decode(errors="replace").strip()
+                if self.process.stderr
+                else ""
+            )
             self.process = None
-            raise HarnessError(f"iperf3 server exited at once: {error or 'no message'} "
-                               f"(is the port in use?)")
+            raise HarnessError(
+                f"iperf3 server exited at once: {error or 'no message'} (is the port in use?)"
+            )
         return self
 
     def __exit__(self, *exc_info: object) -> None:

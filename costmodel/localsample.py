@@ -57,9 +57,11 @@ def sample_flow(port: str, probability: int, slot: int = 0) -> str:
     twice is harmless."""
     if not 0 < probability <= SAMPLE_SCALE:
         raise HarnessError(f"sample probability must be 1..{SAMPLE_SCALE}, got {probability!r}")
-    return (f"cookie={COOKIE:#x},priority={FLOW_PRIORITY + slot},in_port={port},"
-            f"actions=sample(probability={probability},collector_set_id={COLLECTOR_SET_ID + slot},"
-            f"obs_domain_id=1,obs_point_id=1),NORMAL")
+    return (
+        f"cookie={COOKIE:#x},priority={FLOW_PRIORITY + slot},in_port={port},"
+        f"actions=sample(probability={probability},collector_set_id={COLLECTOR_SET_ID + slot},"
+        f"obs_domain_id=1,obs_point_id=1),NORMAL"
+    )
 
 
 def sample_flow_match(port: str, slot: int = 0) -> str:
@@ -67,9 +69,13 @@ def sample_flow_match(port: str, slot: int = 0) -> str:
     return f"cookie={COOKIE:#x}/-1,priority={FLOW_PRIORITY + slot},in_port={port}"
 
 
-def collector_set_args(bridge: str, target: str, cached: bool,
-                       cache_flows: int = CACHE_MAX_FLOWS,
-                       active_timeout_s: int = CACHE_ACTIVE_TIMEOUT_S) -> list[str]:
+def collector_set_args(
+    bridge: str,
+    target: str,
+    cached: bool,
+    cache_flows: int = CACHE_MAX_FLOWS,
+    active_timeout_s: int = CACHE_ACTIVE_TIMEOUT_S,
+) -> list[str]:
     """``ovs-vsctl`` arguments creating a tagged IPFIX row and our collector set on ``bridge``
     (with ``cached``, the exporter's cache of ``cache_flows`` flows, each exported
     ``active_timeout_s`` after its first sample or when a new flow needs its place);
@@ -77,10 +83,23 @@ def collector_set_args(bridge: str, target: str, cached: bool,
     ipfix = ["create", "IPFIX", f'targets="{target}"', "external_ids:cosample=costmodel"]
     if cached:
         ipfix += [f"cache_max_flows={cache_flows}", f"cache_active_timeout={active_timeout_s}"]
-    return ["--", "--id=@br", "get", "Bridge", bridge, "--", "--id=@i", *ipfix,
-            "--", "create", "Flow_Sample_Collector_Set", f"id={COLLECTOR_SET_ID + cached}",
-            "bridge=@br",
-            "ipfix=@i", "external_ids:cosample=costmodel"]
+    return [
+        "--",
+        "--id=@br",
+        "get",
+        "Bridge",
+        bridge,
+        "--",
+        "--id=@i",
+        *ipfix,
+        "--",
+        "create",
+        "Flow_Sample_Collector_Set",
+        f"id={COLLECTOR_SET_ID + cached}",
+        "bridge=@br",
+        "ipfix=@i",
+        "external_ids:cosample=costmodel",
+    ]
 
 
 def ipfix_data_sets(message: bytes) -> int:
@@ -112,8 +131,9 @@ class IpfixCounter:
     def __init__(self, receive_buffer: int = 4 << 20) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._socket.bind(("127.0.0.1", 0))
-        self._socket.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33),
-                                receive_buffer)
+        self._socket.setsockopt(
+            socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), receive_buffer
+        )
         self._socket.settimeout(0.2)
         self.data_messages = self.data_sets = self.malformed = 0
         self._stop = threading.Event()
@@ -151,10 +171,17 @@ class IpfixCounter:
 class OvsSampleAction:
     """The ``sample`` action on ``port``'s flow; ``vsctl``/``ofctl`` run the OVS tools."""
 
-    def __init__(self, vsctl: Callable[..., str], ofctl: Callable[..., str], bridge: str,
-                 port: str, target: str, cached: bool = False,
-                 cache_flows: int = CACHE_MAX_FLOWS,
-                 active_timeout_s: int = CACHE_ACTIVE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        vsctl: Callable[..., str],
+        ofctl: Callable[..., str],
+        bridge: str,
+        port: str,
+        target: str,
+        cached: bool = False,
+        cache_flows: int = CACHE_MAX_FLOWS,
+        active_timeout_s: int = CACHE_ACTIVE_TIMEOUT_S,
+    ) -> None:
         self.vsctl, self.ofctl, self.bridge, self.port = vsctl, ofctl, bridge, port
         self.target, self.cached = target, cached
         self.cache = (cache_flows, active_timeout_s)
@@ -166,15 +193,22 @@ class OvsSampleAction:
     def _ensure_collector_set(self) -> None:
         if self.collector_set is not None:
             return
-        existing = self.vsctl("--bare", "--columns=_uuid,external_ids", "find",
-                              "Flow_Sample_Collector_Set",
-                              f"id={COLLECTOR_SET_ID + self.slot}").split()
+        existing = self.vsctl(
+            "--bare",
+            "--columns=_uuid,external_ids",
+            "find",
+            "Flow_Sample_Collector_Set",
+            f"id={COLLECTOR_SET_ID + self.slot}",
+        ).split()
         if existing:
-            raise HarnessError(f"bridge {self.bridge}: a Flow_Sample_Collector_Set with id "
-                               f"{COLLECTOR_SET_ID + self.slot} exists ({' '.join(existing)}); remove it or "
-                               f"calibrate on another OVS")
-        created = self.vsctl(*collector_set_args(self.bridge, self.target, self.cached,
-                                                 *self.cache)).split()
+            raise HarnessError(
+                f"bridge {self.bridge}: a Flow_Sample_Collector_Set with id "
+                f"{COLLECTOR_SET_ID + self.slot} exists ({' '.join(existing)}); remove it or "
+                f"calibrate on another OVS"
+            )
+        created = self.vsctl(
+            *collector_set_args(self.bridge, self.target, self.cached, *self.cache)
+        ).split()
         self.collector_set = created[-1]  # ovs-vsctl prints the IPFIX row's UUID, then the set's
 
     def set_rate(self, rate: float) -> float:
@@ -193,8 +227,9 @@ class OvsSampleAction:
 
     def _remove_flow(self) -> None:
         if self.probability:
-            self.ofctl("del-flows", self.bridge, "--strict",
-                       sample_flow_match(self.port, self.slot))
+            self.ofctl(
+                "del-flows", self.bridge, "--strict", sample_flow_match(self.port, self.slot)
+            )
             self.probability = 0
 
     def clear(self) -> None:
@@ -210,14 +245,25 @@ class CaptureReader:
     tc-based sampler's exporter; started on enter, stopped by its PID on exit."""
 
     def __init__(self, device: str, snaplen: int = 128) -> None:
-        self.argv = ["tcpdump", "-i", device, "-s", str(snaplen), "-B", "4096", "-n",
-                     "-w", "/dev/null"]
+        self.argv = [
+            "tcpdump",
+            "-i",
+            device,
+            "-s",
+            str(snaplen),
+            "-B",
+            "4096",
+            "-n",
+            "-w",
+            "/dev/null",
+        ]
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> "CaptureReader":
         try:
-            self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
         except FileNotFoundError:
             raise HarnessError("tc_sample needs tcpdump (Debian package 'tcpdump')") from None
         return self

@@ -20,8 +20,12 @@ from typing import Protocol
 from cosample.costmodel.errors import HarnessError
 from cosample.dataplane.run import CommandError, run
 from cosample.dataplane.tcmirror import (
-    bpf_random_bytecode, clsact_add_argv, clsact_delete_argv, filter_delete_argv,
-    match_probability, mirror_filter_argv,
+    bpf_random_bytecode,
+    clsact_add_argv,
+    clsact_delete_argv,
+    filter_delete_argv,
+    match_probability,
+    mirror_filter_argv,
 )
 
 TAG = "external_ids:cosample=costmodel"
@@ -48,15 +52,36 @@ def sampling_n(rate: float) -> int | None:
     return min(max(1, round(1.0 / rate)), MAX_SAMPLING_N)
 
 
-def sflow_create_args(bridge: str, target: str, n: int, agent: str = "127.0.0.1",
-                      header_bytes: int = 128, polling_s: int = 0) -> list[str]:
+def sflow_create_args(
+    bridge: str,
+    target: str,
+    n: int,
+    agent: str = "127.0.0.1",
+    header_bytes: int = 128,
+    polling_s: int = 0,
+) -> list[str]:
     """``ovs-vsctl`` arguments creating a tagged sFlow row and attaching it to ``bridge`` in one
     transaction; ovs-vsctl prints the new row's UUID. The bridge's ``sflow`` column holds at most
     one row and ``add`` refuses to exceed that, so the whole transaction fails, changing nothing,
     when the bridge already has sFlow (ours or someone else's)."""
-    return ["--", "--id=@s", "create", "sflow", f"agent={agent}", f'targets="{target}"',
-            f"sampling={n}", f"header={header_bytes}", f"polling={polling_s}", TAG,
-            "--", "add", "bridge", bridge, "sflow", "@s"]
+    return [
+        "--",
+        "--id=@s",
+        "create",
+        "sflow",
+        f"agent={agent}",
+        f'targets="{target}"',
+        f"sampling={n}",
+        f"header={header_bytes}",
+        f"polling={polling_s}",
+        TAG,
+        "--",
+        "add",
+        "bridge",
+        bridge,
+        "sflow",
+        "@s",
+    ]
 
 
 def sflow_update_args(row: str, n: int) -> list[str]:
@@ -75,8 +100,14 @@ class SflowSampling:
 
     name = "sflow"
 
-    def __init__(self, vsctl: Callable[..., str], bridge: str, target: str,
-                 agent: str = "127.0.0.1", header_bytes: int = 128) -> None:
+    def __init__(
+        self,
+        vsctl: Callable[..., str],
+        bridge: str,
+        target: str,
+        agent: str = "127.0.0.1",
+        header_bytes: int = 128,
+    ) -> None:
         self.vsctl, self.bridge, self.target = vsctl, bridge, target
         self.agent, self.header_bytes = agent, header_bytes
         self.row: str | None = None
@@ -96,8 +127,9 @@ class SflowSampling:
             self.vsctl(*sflow_update_args(self.row, n))
             return 1.0 / n
         try:
-            self.row = self.vsctl(*sflow_create_args(self.bridge, self.target, n, self.agent,
-                                                     self.header_bytes)).strip()
+            self.row = self.vsctl(
+                *sflow_create_args(self.bridge, self.target, n, self.agent, self.header_bytes)
+            ).strip()
         except CommandError:
             self.row = self._leftover_row()  # the bridge has sFlow: ours from before, or refused
             self.vsctl(*sflow_update_args(self.row, n))
@@ -113,7 +145,8 @@ class SflowSampling:
         if tag.strip().strip('"') != "costmodel":
             raise HarnessError(
                 f"bridge {self.bridge} already has an sFlow configuration (row {existing}) "
-                f"that cosample did not create; remove it or calibrate on another bridge")
+                f"that cosample did not create; remove it or calibrate on another bridge"
+            )
         return existing
 
     def clear(self) -> None:
@@ -127,8 +160,15 @@ class TcMirror:
 
     name = "mirror"
 
-    def __init__(self, device: str, target: str, prio: int = MIRROR_PRIO,
-                 handle: int = MIRROR_HANDLE, timeout: float = 10.0, name: str = "mirror") -> None:
+    def __init__(
+        self,
+        device: str,
+        target: str,
+        prio: int = MIRROR_PRIO,
+        handle: int = MIRROR_HANDLE,
+        timeout: float = 10.0,
+        name: str = "mirror",
+    ) -> None:
         self.device, self.target, self.prio, self.handle = device, target, prio, handle
         self.name = name
         self.timeout = timeout
@@ -148,15 +188,20 @@ class TcMirror:
         if not self.created_clsact and not self._has_clsact():
             run(clsact_add_argv(self.device), timeout=self.timeout)
             self.created_clsact = True
-        run(mirror_filter_argv(self.device, self.target, rate, prio=self.prio,
-                               handle=self.handle), timeout=self.timeout)
+        run(
+            mirror_filter_argv(self.device, self.target, rate, prio=self.prio, handle=self.handle),
+            timeout=self.timeout,
+        )
         self.installed = True
         return match_probability(bpf_random_bytecode(rate))
 
     def _remove_filter(self) -> None:
         if self.installed:
-            run(filter_delete_argv(self.device, prio=self.prio, handle=self.handle),
-                timeout=self.timeout, check=False)
+            run(
+                filter_delete_argv(self.device, prio=self.prio, handle=self.handle),
+                timeout=self.timeout,
+                check=False,
+            )
             self.installed = False
 
     def clear(self) -> None:

@@ -28,9 +28,14 @@ def coefficient_from_drop(rate: float, relative_throughput: float) -> float:
     return (1.0 / relative_throughput - 1.0) / rate
 
 
-def simulate(coefficients: Mapping[str, float], capacity_pps: float,
-             rates: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), repetitions: int = 3,
-             noise: float = 0.01, seed: int = 0) -> pd.DataFrame:
+def simulate(
+    coefficients: Mapping[str, float],
+    capacity_pps: float,
+    rates: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+    repetitions: int = 3,
+    noise: float = 0.01,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Tidy synthetic measurements from the law with multiplicative Gaussian noise.
 
     One row per (mechanism, rate, trial); ``noise`` is the relative standard deviation.
@@ -42,6 +47,12 @@ def simulate(coefficients: Mapping[str, float], capacity_pps: float,
         for rate in rates:
             exact = float(throughput(rate, capacity_pps, coefficient))
             for trial in range(repetitions):
-                rows.append({"mechanism": mechanism, "rate": float(rate), "trial": trial,
-                             "throughput_pps": exact * (1.0 + noise * rng.standard_normal())})
+                rows.append(
+                    {
+                        "mechanism": mechanism,
+                        "rate": float(rate),
+                        "trial": trial,
+                        "throughput_pps": exact * (1.0 + noise * rng.standard_normal()),
+                    }
+                )
     return pd.DataFrame(rows, columns=["mechanism", "rate", "trial", "throughput_pps"])

@@ -7,10 +7,10 @@ take alpha and beta from here. No imports, so command-line modules may use it in
 
 #: Each mechanism's coefficient ``a`` in ``T(s) = T0 / (1 + a*s)``.
 PAPER_COEFFICIENTS: dict[str, float] = {
-    "netlink": 0.75,        # setting 1: sampled packets only sent to user space
-    "netlink_read": 1.41,   # setting 2: and their content read
-    "sflow": 1.54,          # full sFlow: alpha
-    "mirror": 0.46,         # port mirroring to a remote server: beta
+    "netlink": 0.75,  # setting 1: sampled packets only sent to user space
+    "netlink_read": 1.41,  # setting 2: and their content read
+    "sflow": 1.54,  # full sFlow: alpha
+    "mirror": 0.46,  # port mirroring to a remote server: beta
 }
 #: alpha: sampling a packet with sFlow on the server that forwards it.
 PAPER_ALPHA = PAPER_COEFFICIENTS["sflow"]

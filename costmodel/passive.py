@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from cosample.costmodel.accounting import (
-    cgroup_usage_ns, host_busy_ns, thread_run_ns,
+    cgroup_usage_ns,
+    host_busy_ns,
+    thread_run_ns,
 )
 from cosample.costmodel.errors import HarnessError
 
@@ -45,7 +47,7 @@ class CapacityEstimate:
     capacity_pps: float
     forwarded_pps: float
     cost_ns_per_packet: float
-    cost_source: str            # "measured" or "calibration"
+    cost_source: str  # "measured" or "calibration"
     forwarding_cpus: float
     busy_cpus: float
     budget_cpus: float
@@ -65,16 +67,29 @@ def calibrated_cost_s(document: Mapping[str, Any], where: str = "calibration") -
     """c0 (CPU seconds per packet) from a cpu-method calibration: budget / capacity."""
     metadata = document.get("metadata") or {}
     budget, capacity = metadata.get("budget_cpus"), document.get("capacity_pps")
-    if metadata.get("method") != "cpu" or not isinstance(budget, (int, float)) \
-            or not isinstance(capacity, (int, float)) or capacity <= 0 or budget <= 0:
-        raise HarnessError(f"{where}: not a cpu-method calibration (needs metadata.method = "
-                           f"'cpu', metadata.budget_cpus and capacity_pps > 0)")
+    if (
+        metadata.get("method") != "cpu"
+        or not isinstance(budget, (int, float))
+        or not isinstance(capacity, (int, float))
+        or capacity <= 0
+        or budget <= 0
+    ):
+        raise HarnessError(
+            f"{where}: not a cpu-method calibration (needs metadata.method = "
+            f"'cpu', metadata.budget_cpus and capacity_pps > 0)"
+        )
     return float(budget) / float(capacity)
 
 
-def estimate_capacity(packets: float, forwarding_s: float, busy_s: float, interval_s: float,
-                      budget_cpus: float, calibrated_cost: float | None = None,
-                      min_pps: float = MIN_PPS) -> CapacityEstimate:
+def estimate_capacity(
+    packets: float,
+    forwarding_s: float,
+    busy_s: float,
+    interval_s: float,
+    budget_cpus: float,
+    calibrated_cost: float | None = None,
+    min_pps: float = MIN_PPS,
+) -> CapacityEstimate:
     """The capacity implied by one interval's counters (differences over ``interval_s``)."""
     if interval_s <= 0:
         raise HarnessError(f"interval must be > 0 s, got {interval_s!r}")
@@ -85,14 +100,23 @@ def estimate_capacity(packets: float, forwarding_s: float, busy_s: float, interv
     elif forwarded >= min_pps and forwarding > 0:
         cost, source = forwarding / forwarded, "measured"
     else:
-        raise HarnessError(f"{forwarded:,.0f} packets/s is too little traffic to measure the cost "
-                           f"per packet (need {min_pps:,.0f}); give a cpu-method calibration "
-                           f"(--calibration) for idle servers")
+        raise HarnessError(
+            f"{forwarded:,.0f} packets/s is too little traffic to measure the cost "
+            f"per packet (need {min_pps:,.0f}); give a cpu-method calibration "
+            f"(--calibration) for idle servers"
+        )
     available = max(budget_cpus - max(busy - forwarding, 0.0), 0.0)
-    return CapacityEstimate(capacity_pps=available / cost, forwarded_pps=forwarded,
-                            cost_ns_per_packet=cost * 1e9, cost_source=source,
-                            forwarding_cpus=forwarding, busy_cpus=busy, budget_cpus=budget_cpus,
-                            available_cpus=available, interval_s=interval_s)
+    return CapacityEstimate(
+        capacity_pps=available / cost,
+        forwarded_pps=forwarded,
+        cost_ns_per_packet=cost * 1e9,
+        cost_source=source,
+        forwarding_cpus=forwarding,
+        busy_cpus=busy,
+        budget_cpus=budget_cpus,
+        available_cpus=available,
+        interval_s=interval_s,
+    )
 
 
 @dataclass
@@ -124,12 +148,18 @@ class PassiveMonitor:
         return stamp, packets, forwarding, busy
 
     def estimate(self, before: tuple, after: tuple) -> CapacityEstimate:
-        return estimate_capacity(after[1] - before[1], (after[2] - before[2]) / 1e9,
-                                 (after[3] - before[3]) / 1e9, after[0] - before[0],
-                                 self.budget_cpus, self.calibrated_cost)
+        return estimate_capacity(
+            after[1] - before[1],
+            (after[2] - before[2]) / 1e9,
+            (after[3] - before[3]) / 1e9,
+            after[0] - before[0],
+            self.budget_cpus,
+            self.calibrated_cost,
+        )
 
-    def watch(self, interval_s: float, count: int,
-              report: Callable[[CapacityEstimate], None]) -> CapacityEstimate | None:
+    def watch(
+        self, interval_s: float, count: int, report: Callable[[CapacityEstimate], None]
+    ) -> CapacityEstimate | None:
         """``count`` estimates (0: until interrupted), one per ``interval_s``, each to ``report``."""
         last, done, estimate = self.counters(), 0, None
         while count == 0 or done < count:
@@ -143,10 +173,17 @@ class PassiveMonitor:
 
 def capacity_document(estimate: CapacityEstimate, host: str, date: str) -> dict[str, Any]:
     """The JSON a controller reads: ``capacity_pps`` on top, the reasoning beside it."""
-    values = {key: (round(value, 6) if isinstance(value, float) and math.isfinite(value) else value)
-              for key, value in asdict(estimate).items()}
-    return {"capacity_pps": values.pop("capacity_pps"), "method": "passive cpu accounting",
-            "host": host, "date": date, **values}
+    values = {
+        key: (round(value, 6) if isinstance(value, float) and math.isfinite(value) else value)
+        for key, value in asdict(estimate).items()
+    }
+    return {
+        "capacity_pps": values.pop("capacity_pps"),
+        "method": "passive cpu accounting",
+        "host": host,
+        "date": date,
+        **values,
+    }
 
 
 def read_calibrated_cost(path: str) -> float:

@@ -11,7 +11,11 @@ from cosample.costmodel.accounting import cgroup_path, pid_from_file
 from cosample.costmodel.data import write_json
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.passive import (
-    CapacityEstimate, PassiveMonitor, capacity_document, parse_dpctl_lookups, read_calibrated_cost,
+    CapacityEstimate,
+    PassiveMonitor,
+    capacity_document,
+    parse_dpctl_lookups,
+    read_calibrated_cost,
 )
 from cosample.dataplane.run import run
 from cosample.times import format_time, utcnow
@@ -23,6 +27,7 @@ def datapath_packets(control: str | None):
 
     def read() -> int:
         return parse_dpctl_lookups(run(["ovs-appctl", *target, "dpctl/show"], timeout=10).stdout)
+
     return read
 
 
@@ -37,16 +42,24 @@ def monitor_from_args(args: argparse.Namespace) -> PassiveMonitor:
     ovs_pids = () if forwarding else (pid_from_file(args.ovs_pidfile),)
     scope = cgroup_path(args.cgroup) if args.cgroup else None
     cost = read_calibrated_cost(args.calibration) if args.calibration else None
-    return PassiveMonitor(datapath_packets(args.ovs_ctl), ovs_pids, cpu_budget(args.cpu_budget),
-                          forwarding_cgroups=forwarding, scope_cgroup=scope, calibrated_cost=cost)
+    return PassiveMonitor(
+        datapath_packets(args.ovs_ctl),
+        ovs_pids,
+        cpu_budget(args.cpu_budget),
+        forwarding_cgroups=forwarding,
+        scope_cgroup=scope,
+        calibrated_cost=cost,
+    )
 
 
 def line(estimate: CapacityEstimate) -> str:
-    return (f"capacity {estimate.capacity_pps:>12,.0f} pps | forwarding "
-            f"{estimate.forwarded_pps:>10,.0f} pps at {estimate.cost_ns_per_packet:>7,.0f} ns/packet "
-            f"({estimate.cost_source}) | CPUs: busy {estimate.busy_cpus:.2f}, forwarding "
-            f"{estimate.forwarding_cpus:.2f}, available {estimate.available_cpus:.2f} "
-            f"of {estimate.budget_cpus:g}")
+    return (
+        f"capacity {estimate.capacity_pps:>12,.0f} pps | forwarding "
+        f"{estimate.forwarded_pps:>10,.0f} pps at {estimate.cost_ns_per_packet:>7,.0f} ns/packet "
+        f"({estimate.cost_source}) | CPUs: busy {estimate.busy_cpus:.2f}, forwarding "
+        f"{estimate.forwarding_cpus:.2f}, available {estimate.available_cpus:.2f} "
+        f"of {estimate.budget_cpus:g}"
+    )
 
 
 def watch(args: argparse.Namespace) -> int:
@@ -60,9 +73,12 @@ def watch(args: argparse.Namespace) -> int:
             date = format_time(utcnow())
             write_json(capacity_document(estimate, platform.node(), date), args.output)
 
-    print(f"estimating capacity every {args.interval:g} s from CPU statistics "
-          f"({'cgroup ' + args.cgroup if args.cgroup else 'whole host'}, "
-          f"{monitor.budget_cpus:g} CPUs)", file=sys.stderr)
+    print(
+        f"estimating capacity every {args.interval:g} s from CPU statistics "
+        f"({'cgroup ' + args.cgroup if args.cgroup else 'whole host'}, "
+        f"{monitor.budget_cpus:g} CPUs)",
+        file=sys.stderr,
+    )
     monitor.watch(args.interval, args.count, report)  # Ctrl-C/SIGTERM: "interrupted", exit 130
     return 0
 
@@ -75,12 +91,21 @@ def _testbed(args: argparse.Namespace) -> int:
 
     if args.count < 2:
         raise HarnessError("--passive --testbed needs --count >= 2")
-    print(f"passive capacity on the one-host testbed, {args.count} intervals of "
-          f"{args.interval:g} s" + (f", CPU hog from interval {args.hog_at}" if args.hog_at else ""),
-          file=sys.stderr)
-    frame = run_hog_demo(args.prefix, args.count, args.hog_at, args.interval, cpu_budget(args.cpu_budget),
-                         offered_pps=args.offered_pps, port=args.port,
-                         report=lambda estimate: print(line(estimate), flush=True))
+    print(
+        f"passive capacity on the one-host testbed, {args.count} intervals of "
+        f"{args.interval:g} s" + (f", CPU hog from interval {args.hog_at}" if args.hog_at else ""),
+        file=sys.stderr,
+    )
+    frame = run_hog_demo(
+        args.prefix,
+        args.count,
+        args.hog_at,
+        args.interval,
+        cpu_budget(args.cpu_budget),
+        offered_pps=args.offered_pps,
+        port=args.port,
+        report=lambda estimate: print(line(estimate), flush=True),
+    )
     write_text_atomic(args.data, frame.to_csv(index=False, float_format="%.6g"))
     print(f"wrote {args.data}")
     if args.figure:

@@ -10,18 +10,21 @@ from typing import Any
 
 import pandas as pd
 
-from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.counters import device_packets, device_tx_packets, parse_port_stats
+from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.harness import CalibrationSettings, Calibrator
 from cosample.costmodel.mechanisms import Mechanism
 
 
-def iperf_client(exec_prefix: Sequence[str], protocol: str) -> Callable[[Sequence[str], float], Any]:
+def iperf_client(
+    exec_prefix: Sequence[str], protocol: str
+) -> Callable[[Sequence[str], float], Any]:
     """The ``client`` callable for ``Calibrator``: iperf3 started through an endpoint's prefix."""
     from cosample.costmodel.iperf import IperfClient
 
     def client(argv: Sequence[str], duration_s: float) -> IperfClient:
         return IperfClient(exec_prefix, argv, protocol, duration_s)
+
     return client
 
 
@@ -31,11 +34,19 @@ def flowgen_client(exec_prefix: Sequence[str]) -> Callable[[Sequence[str], float
 
     def client(argv: Sequence[str], duration_s: float) -> FlowgenClient:
         return FlowgenClient(exec_prefix, argv, duration_s)
+
     return client
 
 
-def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress: bool = True,
-                    scope=None, target=None, covariates=None) -> tuple[pd.DataFrame, dict]:
+def run_calibration(
+    endpoints,
+    ovs,
+    settings: CalibrationSettings,
+    show_progress: bool = True,
+    scope=None,
+    target=None,
+    covariates=None,
+) -> tuple[pd.DataFrame, dict]:
     """Wire a ``Calibrator`` to real things: an sFlow counter on 127.0.0.1, the tc mirror,
     an iperf3 server on the receiver, OVS port statistics; everything stops at the end.
 
@@ -47,14 +58,16 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
     """
     from contextlib import ExitStack
 
-    from cosample.lab.sflow import SflowCollector
     from cosample.costmodel.iperf import IperfServer
     from cosample.costmodel.localsample import CaptureReader
     from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
+    from cosample.lab.sflow import SflowCollector
 
     if settings.method == "cpu" and scope is None:
-        raise HarnessError("the cpu method needs to know whose CPU time to count: use --testbed, "
-                           "or name the cgroups of ovs-vswitchd and the VMs with --account-cgroup")
+        raise HarnessError(
+            "the cpu method needs to know whose CPU time to count: use --testbed, "
+            "or name the cgroups of ovs-vswitchd and the VMs with --account-cgroup"
+        )
     with ExitStack() as stack:
         mechanisms: dict[str, Mechanism] = {}
         copies: dict[str, Callable[[], int]] = {}
@@ -69,10 +82,13 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
         if "mirror_vxlan" in settings.mechanisms:
             tunnel = endpoints.tunnel_target
             if not tunnel:
-                raise HarnessError("mirror_vxlan needs a VXLAN device to mirror into "
-                                   "(--tunnel-target, or --testbed which builds one)")
-            mechanisms["mirror_vxlan"] = TcMirror(endpoints.sender_port, tunnel,
-                                                  prio=MIRROR_PRIO + 1, name="mirror_vxlan")
+                raise HarnessError(
+                    "mirror_vxlan needs a VXLAN device to mirror into "
+                    "(--tunnel-target, or --testbed which builds one)"
+                )
+            mechanisms["mirror_vxlan"] = TcMirror(
+                endpoints.sender_port, tunnel, prio=MIRROR_PRIO + 1, name="mirror_vxlan"
+            )
             copies["mirror_vxlan"] = lambda: device_tx_packets(tunnel)
         _local_samplers(stack, settings, endpoints, ovs, mechanisms, copies)
         if scope is not None:
@@ -85,8 +101,9 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
             from cosample.costmodel.flowgen import FlowSink
 
             # the sink holds the port for at most 3 times the campaign's estimate (then exits)
-            server = stack.enter_context(FlowSink(endpoints.receiver_exec, settings.port + 1,
-                                                  3 * settings.estimated_s + 600))
+            server = stack.enter_context(
+                FlowSink(endpoints.receiver_exec, settings.port + 1, 3 * settings.estimated_s + 600)
+            )
             client = flowgen_client(endpoints.sender_exec)
         else:
             server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
@@ -101,11 +118,18 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
                 return local
             return parse_port_stats(ovs.ofctl("dump-ports", endpoints.bridge, port))
 
-        calibrator = Calibrator(settings, mechanisms, port_stats, copies, client,
-                                endpoints.receiver_ip, endpoints.sender_port,
-                                endpoints.receiver_port,
-                                accounting=scope.snapshot if scope is not None else None,
-                                budget_cpus=scope.budget_cpus if scope is not None else 1.0)
+        calibrator = Calibrator(
+            settings,
+            mechanisms,
+            port_stats,
+            copies,
+            client,
+            endpoints.receiver_ip,
+            endpoints.sender_port,
+            endpoints.receiver_port,
+            accounting=scope.snapshot if scope is not None else None,
+            budget_cpus=scope.budget_cpus if scope is not None else 1.0,
+        )
         extra = {} if scope is None else scope.describe()
         if target is None:
             data = calibrator.run(show_progress)
@@ -117,8 +141,14 @@ def run_calibration(endpoints, ovs, settings: CalibrationSettings, show_progress
         return data, {**extra, **adaptive.summary()}
 
 
-def _local_samplers(stack, settings: CalibrationSettings, endpoints, ovs,
-                    mechanisms: dict[str, Mechanism], copies: dict[str, Callable[[], int]]) -> None:
+def _local_samplers(
+    stack,
+    settings: CalibrationSettings,
+    endpoints,
+    ovs,
+    mechanisms: dict[str, Mechanism],
+    copies: dict[str, Callable[[], int]],
+) -> None:
     """The local samplers at any probability (``costmodel.localsample``): the OpenFlow
     ``sample`` action with IPFIX to a counter (without and with the exporter's cache), and the
     tc mirror into the local mirror target that a capture process reads (``tc_sample``; the
@@ -129,22 +159,33 @@ def _local_samplers(stack, settings: CalibrationSettings, endpoints, ovs,
     for name, cached in (("sample_action", False), ("sample_action_cached", True)):
         if name in settings.mechanisms:
             counter = stack.enter_context(IpfixCounter())
-            mechanisms[name] = OvsSampleAction(ovs.vsctl, ovs.ofctl, endpoints.bridge,
-                                               endpoints.sender_port, counter.target, cached,
-                                               settings.ipfix_cache_flows,
-                                               settings.ipfix_active_timeout_s)
+            mechanisms[name] = OvsSampleAction(
+                ovs.vsctl,
+                ovs.ofctl,
+                endpoints.bridge,
+                endpoints.sender_port,
+                counter.target,
+                cached,
+                settings.ipfix_cache_flows,
+                settings.ipfix_active_timeout_s,
+            )
             copies[name] = lambda counter=counter: counter.data_messages
     if "tc_sample" in settings.mechanisms:
-        mechanisms["tc_sample"] = TcMirror(endpoints.sender_port, endpoints.mirror_target,
-                                           prio=MIRROR_PRIO + 2, name="tc_sample")
+        mechanisms["tc_sample"] = TcMirror(
+            endpoints.sender_port, endpoints.mirror_target, prio=MIRROR_PRIO + 2, name="tc_sample"
+        )
         copies["tc_sample"] = lambda: device_tx_packets(endpoints.mirror_target)
 
 
-def _adopting(client: Callable[[Sequence[str], float], Any], scope) -> Callable[[Sequence[str], float], Any]:
+def _adopting(
+    client: Callable[[Sequence[str], float], Any], scope
+) -> Callable[[Sequence[str], float], Any]:
     """A client whose process joins the accounting scope as soon as it starts (its first
     packets, before the harness starts counting, are the only work outside)."""
+
     def start(argv: Sequence[str], duration_s: float) -> Any:
         run = client(argv, duration_s)
         scope.adopt(run.process.pid, "sender")
         return run
+
     return start

@@ -42,9 +42,13 @@ from pathlib import Path
 import pandas as pd
 
 from cosample.costmodel import appmon_fit
-from cosample.costmodel.calibration_file import (CalibrationDocument, CalibrationFileError,
-                                                 read_calibration_file)
-from cosample.dataplane.run import CommandError, run as run_command
+from cosample.costmodel.calibration_file import (
+    CalibrationDocument,
+    CalibrationFileError,
+    read_calibration_file,
+)
+from cosample.dataplane.run import CommandError
+from cosample.dataplane.run import run as run_command
 from cosample.experiments import appmon_monitors as monitors
 from cosample.experiments.appmon_comparison import TRUNCATE_BYTES
 from cosample.experiments.errors import ExperimentError
@@ -61,23 +65,44 @@ class Arm:
     monitor: str | None = None
 
 
-ARMS = (Arm("none"), Arm("sniffer_onsite", monitor="onsite"),
-        *(Arm("selective_mirror", "selective", None, bits, "analysis") for bits in (2, 1, 0)),
-        *(Arm("truncated_mirror", "selective", TRUNCATE_BYTES, bits, "analysis")
-          for bits in (2, 1, 0)),
-        *(Arm("kernel_mirror", "tc", None, bits, "analysis") for bits in (2, 1, 0)))
+ARMS = (
+    Arm("none"),
+    Arm("sniffer_onsite", monitor="onsite"),
+    *(Arm("selective_mirror", "selective", None, bits, "analysis") for bits in (2, 1, 0)),
+    *(Arm("truncated_mirror", "selective", TRUNCATE_BYTES, bits, "analysis") for bits in (2, 1, 0)),
+    *(Arm("kernel_mirror", "tc", None, bits, "analysis") for bits in (2, 1, 0)),
+)
 #: arms a phases CSV may lack (written before the arm existed): the fit leaves their entries out
 OPTIONAL_ARMS = ("kernel_mirror",)
-COLUMNS = ("round", "arm", "truncate", "share_bits", "share_nominal", "analyser_share", "seconds",
-           "connections", "requests", "requests_per_s", "server_cpu_s", "vswitchd_cpu_s",
-           "monitor_cpu_s", "monitor_requests", "monitor_drops", "server_port_packets",
-           "analysis_packets", "analysis_bytes", "analysis_inner_packets", "analysis_inner_bytes")
+COLUMNS = (
+    "round",
+    "arm",
+    "truncate",
+    "share_bits",
+    "share_nominal",
+    "analyser_share",
+    "seconds",
+    "connections",
+    "requests",
+    "requests_per_s",
+    "server_cpu_s",
+    "vswitchd_cpu_s",
+    "monitor_cpu_s",
+    "monitor_requests",
+    "monitor_drops",
+    "server_port_packets",
+    "analysis_packets",
+    "analysis_bytes",
+    "analysis_inner_packets",
+    "analysis_inner_bytes",
+)
 
 
 def port_packets(rig) -> int:
     """Packets in and out of the server's switch port (what the on-site sniffer reads)."""
-    stats = json.loads(run_command(["ip", "-n", rig.switch, "-s", "-j", "link", "show",
-                                    rig.server_port]).stdout)[0]["stats64"]
+    stats = json.loads(
+        run_command(["ip", "-n", rig.switch, "-s", "-j", "link", "show", rig.server_port]).stdout
+    )[0]["stats64"]
     return stats["rx"]["packets"] + stats["tx"]["packets"]
 
 
@@ -89,48 +114,76 @@ def server_cpu(rig) -> float:
 def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings) -> dict:
     """One phase: apply the mechanism, start the monitor, load, read every counter."""
     from cosample.lab.web import SERVER_ADDRESS
+
     rig.set_mechanism(arm.mechanism, arm.truncate, share_bits=arm.share_bits)
-    monitor = (monitors.start(rig, arm.monitor, scratch / f"r{round_number}-{arm.name}"
-                              f"-{arm.share_bits}", arm.name) if arm.monitor else None)
+    monitor = (
+        monitors.start(
+            rig, arm.monitor, scratch / f"r{round_number}-{arm.name}-{arm.share_bits}", arm.name
+        )
+        if arm.monitor
+        else None
+    )
     time.sleep(0.5)
     log_before = len(rig.access_log())
     # the kernel mirror's copies travel on the rig's kernel underlay (eth1, vx1), the others on eth0
     underlay, device = ("eth1", "vx1") if arm.mechanism == "tc" else ("eth0", "vx0")
     outer, inner = rig.analysis_counters(underlay), rig.analysis_counters(device)
     packets = port_packets(rig)
-    cpu = (server_cpu(rig), monitors.cpu_seconds(rig.vswitchd_pid()),
-           monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0)
-    report = monitors.parse_wrk(rig.load(rig.url(mean_ms=settings.mean_ms, size=settings.size),
-                                         duration_s=settings.seconds,
-                                         connections=settings.connections, latency=True))
+    cpu = (
+        server_cpu(rig),
+        monitors.cpu_seconds(rig.vswitchd_pid()),
+        monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0,
+    )
+    report = monitors.parse_wrk(
+        rig.load(
+            rig.url(mean_ms=settings.mean_ms, size=settings.size),
+            duration_s=settings.seconds,
+            connections=settings.connections,
+            latency=True,
+        )
+    )
     time.sleep(0.5)  # the last responses reach the monitor
-    cpu_after = (server_cpu(rig), monitors.cpu_seconds(rig.vswitchd_pid()),
-                 monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0)
+    cpu_after = (
+        server_cpu(rig),
+        monitors.cpu_seconds(rig.vswitchd_pid()),
+        monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0,
+    )
     outer_after, inner_after = rig.analysis_counters(underlay), rig.analysis_counters(device)
     packets_after = port_packets(rig)
     requests = len(rig.access_log()) - log_before
-    result = (monitors.stop(rig, monitor, f"{SERVER_ADDRESS}:{monitors.SERVICE_PORT}")
-              if monitor else {})
+    result = (
+        monitors.stop(rig, monitor, f"{SERVER_ADDRESS}:{monitors.SERVICE_PORT}") if monitor else {}
+    )
     counted = result.get("monitor_requests") or 0
-    nominal = 0.0 if arm.mechanism == "none" and not arm.monitor else 2.0 ** -arm.share_bits
-    return {"round": round_number, "arm": arm.name, "truncate": arm.truncate,
-            "share_bits": arm.share_bits, "share_nominal": nominal,
-            "analyser_share": counted / requests if requests else None,
-            "seconds": settings.seconds, "connections": settings.connections,
-            "requests": requests, "requests_per_s": report.requests_per_s,
-            "server_cpu_s": cpu_after[0] - cpu[0], "vswitchd_cpu_s": cpu_after[1] - cpu[1],
-            "monitor_cpu_s": cpu_after[2] - cpu[2], "monitor_requests": counted,
-            "monitor_drops": result.get("kernel_drops") or 0,
-            "server_port_packets": packets_after - packets,
-            "analysis_packets": outer_after.packets - outer.packets,
-            "analysis_bytes": outer_after.bytes - outer.bytes,
-            "analysis_inner_packets": inner_after.packets - inner.packets,
-            "analysis_inner_bytes": inner_after.bytes - inner.bytes}
+    nominal = 0.0 if arm.mechanism == "none" and not arm.monitor else 2.0**-arm.share_bits
+    return {
+        "round": round_number,
+        "arm": arm.name,
+        "truncate": arm.truncate,
+        "share_bits": arm.share_bits,
+        "share_nominal": nominal,
+        "analyser_share": counted / requests if requests else None,
+        "seconds": settings.seconds,
+        "connections": settings.connections,
+        "requests": requests,
+        "requests_per_s": report.requests_per_s,
+        "server_cpu_s": cpu_after[0] - cpu[0],
+        "vswitchd_cpu_s": cpu_after[1] - cpu[1],
+        "monitor_cpu_s": cpu_after[2] - cpu[2],
+        "monitor_requests": counted,
+        "monitor_drops": result.get("kernel_drops") or 0,
+        "server_port_packets": packets_after - packets,
+        "analysis_packets": outer_after.packets - outer.packets,
+        "analysis_bytes": outer_after.bytes - outer.bytes,
+        "analysis_inner_packets": inner_after.packets - inner.packets,
+        "analysis_inner_bytes": inner_after.bytes - inner.bytes,
+    }
 
 
 def measure(settings, scratch: Path) -> pd.DataFrame:
     """Rounds of every arm, rotated, until ``--rounds`` or ``--max-minutes`` (whole rounds)."""
     from cosample.lab.appmirror import MirrorRig, rig_unavailable
+
     reason = rig_unavailable()
     if reason:
         raise ExperimentError(f"appmon_costs cannot run here: {reason}")
@@ -138,65 +191,88 @@ def measure(settings, scratch: Path) -> pd.DataFrame:
     with MirrorRig(scratch / "rig", seed=settings.seed) as rig:
         for round_number in range(settings.rounds):
             if round_number and time.monotonic() > deadline:
-                print(f"appmon_costs: --max-minutes reached after {round_number} rounds",
-                      file=sys.stderr)
+                print(
+                    f"appmon_costs: --max-minutes reached after {round_number} rounds",
+                    file=sys.stderr,
+                )
                 break
             shift = round_number % len(ARMS)
             for arm in ARMS[shift:] + ARMS[:shift]:
                 row = run_arm(rig, arm, round_number, scratch, settings)
                 rows.append(row)
-                print(f"round {round_number} {arm.name:<17} s={row['share_nominal']:.2f} "
-                      f"{row['requests_per_s']:8.1f} req/s  vswitchd "
-                      f"{1e6 * row['vswitchd_cpu_s'] / max(row['requests'], 1):6.1f} us/req  "
-                      f"monitor {1e6 * row['monitor_cpu_s'] / max(row['requests'], 1):6.1f} "
-                      f"us/req  fabric {row['analysis_bytes'] / max(row['requests'], 1):6.1f} "
-                      "B/req", flush=True)
+                print(
+                    f"round {round_number} {arm.name:<17} s={row['share_nominal']:.2f} "
+                    f"{row['requests_per_s']:8.1f} req/s  vswitchd "
+                    f"{1e6 * row['vswitchd_cpu_s'] / max(row['requests'], 1):6.1f} us/req  "
+                    f"monitor {1e6 * row['monitor_cpu_s'] / max(row['requests'], 1):6.1f} "
+                    f"us/req  fabric {row['analysis_bytes'] / max(row['requests'], 1):6.1f} "
+                    "B/req",
+                    flush=True,
+                )
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
 def fit(frame: pd.DataFrame, confidence: float = 0.95) -> dict:
     """The ``appmon`` section of the calibration JSON from the phases."""
-    frame = frame.assign(truncate=frame["truncate"].fillna(0),
-                         sniffed_packets=frame["server_port_packets"]
-                         .where(frame["arm"] == "sniffer_onsite", 0))
+    frame = frame.assign(
+        truncate=frame["truncate"].fillna(0),
+        sniffed_packets=frame["server_port_packets"].where(frame["arm"] == "sniffer_onsite", 0),
+    )
     base = frame[frame["arm"] == "none"].assign(share=0.0, mirrored_requests=0)
     missing = sorted({arm.name for arm in ARMS} - set(OPTIONAL_ARMS) - set(frame["arm"]))
     if missing:
         raise appmon_fit.AppmonFitError(
-            f"no phases of arm(s) {', '.join(missing)}" + (" (the 'none' arm: no phase without "
-                                                            "monitoring)" if "none" in missing
-                                                            else ""))
+            f"no phases of arm(s) {', '.join(missing)}"
+            + (" (the 'none' arm: no phase without monitoring)" if "none" in missing else "")
+        )
     onsite = pd.concat([base, frame[frame["arm"] == "sniffer_onsite"].assign(share=1.0)])
-    mechanisms = {"sniffer_onsite": {
-        "host": "monitored", **appmon_fit.host_law(base, onsite, "monitor_cpu_s", "sniffed_packets",
-                                                   confidence),
-        "fabric_bytes_per_request": 0.0}}
+    mechanisms = {
+        "sniffer_onsite": {
+            "host": "monitored",
+            **appmon_fit.host_law(base, onsite, "monitor_cpu_s", "sniffed_packets", confidence),
+            "fabric_bytes_per_request": 0.0,
+        }
+    }
     for name, truncate in (("selective", 0), ("truncated", TRUNCATE_BYTES)):
         arm = frame[(frame["arm"] == f"{name}_mirror") & (frame["truncate"] == truncate)]
         arm = arm.assign(share=appmon_fit.realised_share(arm))
         arm = arm.assign(mirrored_requests=arm["share"] * arm["requests"])
         fabric = appmon_fit.fabric_bytes(pd.concat([base, arm]), confidence=confidence)
         mechanisms[f"{name}_mirror"] = {
-            "host": "monitored", **appmon_fit.host_law(base, arm, "vswitchd_cpu_s",
-                                                       "analysis_inner_packets", confidence),
-            **fabric, "truncate_bytes": truncate or None}
+            "host": "monitored",
+            **appmon_fit.host_law(
+                base, arm, "vswitchd_cpu_s", "analysis_inner_packets", confidence
+            ),
+            **fabric,
+            "truncate_bytes": truncate or None,
+        }
         mechanisms[f"analysis_{name}"] = {
-            "host": "analysis", **appmon_fit.linear_cost(arm, "monitor_cpu_s", "mirrored_requests",
-                                                         "analysis_inner_packets", confidence),
-            **fabric, "truncate_bytes": truncate or None}
+            "host": "analysis",
+            **appmon_fit.linear_cost(
+                arm, "monitor_cpu_s", "mirrored_requests", "analysis_inner_packets", confidence
+            ),
+            **fabric,
+            "truncate_bytes": truncate or None,
+        }
     if (frame["arm"] == "kernel_mirror").any():
         mechanisms |= kernel_mirror(base, frame, confidence)
-    c0 = appmon_fit.over_rounds([appmon_fit.base_cost(rows) for _, rows
-                                 in base.groupby("round")], confidence)
-    return {"mechanisms": mechanisms, "confidence": confidence,
-            **c0.to_dict("base_cpu_s_per_request"),
-            **appmon_fit.forwarding(base, confidence),
-            "metadata": {"method": "appmon_costs", "rounds": int(frame["round"].nunique()),
-                         "seconds": float(frame["seconds"].iloc[0]),
-                         "connections": int(frame["connections"].iloc[0]),
-                         "requests_per_s_none": float(base["requests_per_s"].median()),
-                         "share_law": "T(s) = T0/(1 + a s), s = share of connections, "
-                                      "cost per request"}}
+    c0 = appmon_fit.over_rounds(
+        [appmon_fit.base_cost(rows) for _, rows in base.groupby("round")], confidence
+    )
+    return {
+        "mechanisms": mechanisms,
+        "confidence": confidence,
+        **c0.to_dict("base_cpu_s_per_request"),
+        **appmon_fit.forwarding(base, confidence),
+        "metadata": {
+            "method": "appmon_costs",
+            "rounds": int(frame["round"].nunique()),
+            "seconds": float(frame["seconds"].iloc[0]),
+            "connections": int(frame["connections"].iloc[0]),
+            "requests_per_s_none": float(base["requests_per_s"].median()),
+            "share_law": "T(s) = T0/(1 + a s), s = share of connections, cost per request",
+        },
+    }
 
 
 def kernel_mirror(base: pd.DataFrame, frame: pd.DataFrame, confidence: float) -> dict:
@@ -204,19 +280,27 @@ def kernel_mirror(base: pd.DataFrame, frame: pd.DataFrame, confidence: float) ->
     the segment on the server's port (ovs-vswitchd for requests, nginx's softirq for
     responses), so its sender cost is the slope of the server's and the switch's CPU together."""
     arm = frame[frame["arm"] == "kernel_mirror"]
-    arm = arm.assign(share=appmon_fit.realised_share(arm),
-                     host_cpu_s=arm["server_cpu_s"] + arm["vswitchd_cpu_s"])
+    arm = arm.assign(
+        share=appmon_fit.realised_share(arm), host_cpu_s=arm["server_cpu_s"] + arm["vswitchd_cpu_s"]
+    )
     arm = arm.assign(mirrored_requests=arm["share"] * arm["requests"])
     fabric = appmon_fit.fabric_bytes(pd.concat([base, arm]), confidence=confidence)
-    return {"kernel_mirror": {"host": "monitored",
-                              **appmon_fit.host_law(base, arm, "host_cpu_s",
-                                                    "analysis_inner_packets", confidence),
-                              **fabric, "truncate_bytes": None},
-            "analysis_kernel": {"host": "analysis",
-                                **appmon_fit.linear_cost(arm, "monitor_cpu_s",
-                                                         "mirrored_requests",
-                                                         "analysis_inner_packets", confidence),
-                                **fabric, "truncate_bytes": None}}
+    return {
+        "kernel_mirror": {
+            "host": "monitored",
+            **appmon_fit.host_law(base, arm, "host_cpu_s", "analysis_inner_packets", confidence),
+            **fabric,
+            "truncate_bytes": None,
+        },
+        "analysis_kernel": {
+            "host": "analysis",
+            **appmon_fit.linear_cost(
+                arm, "monitor_cpu_s", "mirrored_requests", "analysis_inner_packets", confidence
+            ),
+            **fabric,
+            "truncate_bytes": None,
+        },
+    }
 
 
 def document(section: dict, base: Path | None) -> dict:
@@ -234,13 +318,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="calibration JSON to write")
     parser.add_argument("--csv", type=Path, help="phases CSV (default: beside --out)")
-    parser.add_argument("--from-csv", type=Path, metavar="FILE", help="measure nothing: fit "
-                        "the phases this command wrote")
+    parser.add_argument(
+        "--from-csv",
+        type=Path,
+        metavar="FILE",
+        help="measure nothing: fit the phases this command wrote",
+    )
     parser.add_argument("--base", type=Path, help="calibration JSON whose alpha/beta to keep")
     parser.add_argument("--seconds", type=int, default=4, help="wrk per phase (default 4)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
-    parser.add_argument("--max-minutes", type=float, default=15.0,
-                        help="start no round after this (default 15)")
+    parser.add_argument(
+        "--max-minutes", type=float, default=15.0, help="start no round after this (default 15)"
+    )
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
     parser.add_argument("--mean-ms", type=float, default=1.0, help="backend service time, ms")
     parser.add_argument("--size", type=int, default=4000, help="response body bytes")
@@ -270,8 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                 frame = measure(settings, Path(scratch))
             write_csv(frame, csv_path, float_format=None)  # the JSON refits from it exactly
         out = document(fit(frame, settings.confidence), settings.base)
-    except (ExperimentError, CommandError, CalibrationFileError,
-            appmon_fit.AppmonFitError) as exc:
+    except (ExperimentError, CommandError, CalibrationFileError, appmon_fit.AppmonFitError) as exc:
         print(f"appmon_costs: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -279,10 +367,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     write_json(out, settings.out)
     for name, entry in out["appmon"]["mechanisms"].items():
-        law = (f"a = {entry['coefficient']:.3f} {entry['coefficient_ci']}"
-               if entry["law"] == "share" else "linear")
-        print(f"{name:<20} {law}  {1e6 * entry['cpu_s_per_request']:.1f} us/request  "
-              f"{entry['fabric_bytes_per_request']:.0f} B/request on the fabric")
+        law = (
+            f"a = {entry['coefficient']:.3f} {entry['coefficient_ci']}"
+            if entry["law"] == "share"
+            else "linear"
+        )
+        print(
+            f"{name:<20} {law}  {1e6 * entry['cpu_s_per_request']:.1f} us/request  "
+            f"{entry['fabric_bytes_per_request']:.0f} B/request on the fabric"
+        )
     print(f"wrote {settings.out}" + ("" if settings.from_csv else f" and {csv_path}"))
     return 0
 

@@ -52,11 +52,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cosample.experiments.appmon_loop_report import (SERVICE_PORT, WINDOW_S, accuracy,
-                                                    phases_summary)
 from cosample.agents.appmon_state import RECEIVE_PREFIX
 from cosample.agents.state import short_hash
 from cosample.experiments.appmon_loop_agents import ANALYSIS, WEB, LoopAgents
+from cosample.experiments.appmon_loop_report import SERVICE_PORT, WINDOW_S, accuracy, phases_summary
 from cosample.experiments.errors import ExperimentError
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "docs/data/appmon-costs/calibration-appmon.json"
@@ -91,10 +90,12 @@ class Settings:
 def counters(rig, ports: tuple[str, ...]) -> int:
     """Packets the bridge received from ``ports`` (what the VMs behind them sent)."""
     from cosample.dataplane.run import run
+
     total = 0
     for port in ports:
-        stats = json.loads(run(["ip", "-n", rig.switch, "-s", "-j", "link", "show",
-                                port]).stdout)[0]["stats64"]
+        stats = json.loads(run(["ip", "-n", rig.switch, "-s", "-j", "link", "show", port]).stdout)[
+            0
+        ]["stats64"]
         total += stats["rx"]["packets"]
     return total
 
@@ -102,57 +103,95 @@ def counters(rig, ports: tuple[str, ...]) -> int:
 def collector_snapshot(path: Path, now: datetime, web_pps: float, window_s: float) -> None:
     """The controller's sFlow-side input, from exact counters (see the module's docstring)."""
     from cosample.collector.snapshot import ServerEstimate, Snapshot
+
     rows = {}
     for name, pps in (("web", web_pps), ("analysis", 1.0)):
-        rows[name] = ServerEstimate.model_validate({
-            "packets_per_s": pps, "packets_per_s_ci95": [pps, pps], "bytes_per_s": pps * 200,
-            "bytes_per_s_ci95": [pps * 200, pps * 200], "samples": 1000,
-            "samples_per_s": 1000 / window_s, "local_samples": 1000, "mirrored_samples": 0,
-            "coverage": 1.0})
-    snap = Snapshot.from_servers(rows, collector="counters", time=now, window_s=window_s,
-                                 plan={"version": 1, "plan_id": "counters"},
-                                 traffic_pps={"web": {"web": web_pps},
-                                              "analysis": {"analysis": 1.0}})
+        rows[name] = ServerEstimate.model_validate(
+            {
+                "packets_per_s": pps,
+                "packets_per_s_ci95": [pps, pps],
+                "bytes_per_s": pps * 200,
+                "bytes_per_s_ci95": [pps * 200, pps * 200],
+                "samples": 1000,
+                "samples_per_s": 1000 / window_s,
+                "local_samples": 1000,
+                "mirrored_samples": 0,
+                "coverage": 1.0,
+            }
+        )
+    snap = Snapshot.from_servers(
+        rows,
+        collector="counters",
+        time=now,
+        window_s=window_s,
+        plan={"version": 1, "plan_id": "counters"},
+        traffic_pps={"web": {"web": web_pps}, "analysis": {"analysis": 1.0}},
+    )
     from cosample.files import write_atomic
+
     text = snap.to_json()
     write_atomic(path, lambda stream: stream.write(text))
 
 
-def inventory(capacity_web: float, packets: float, rig,
-              mirror: str = "kernel_mirror") -> dict[str, Any]:
+def inventory(
+    capacity_web: float, packets: float, rig, mirror: str = "kernel_mirror"
+) -> dict[str, Any]:
     from cosample.controller.inventory import FORMAT
     from cosample.lab.appmirror import UNDERLAY_ANALYSIS, UNDERLAY_SWITCH
     from cosample.lab.web import SERVER_ADDRESS
-    return {"format": FORMAT, "format_version": 1, "name": "appmon-loop",
-            "cost": {"alpha": ALPHA, "beta": BETA},
-            "servers": [{"name": "web", "capacity_pps": capacity_web,
-                         "tunnel_ip": UNDERLAY_SWITCH},
-                        {"name": "analysis", "capacity_pps": 10 * capacity_web,
-                         "tunnel_ip": UNDERLAY_ANALYSIS}],
-            "services": [{"server": "web", "address": SERVER_ADDRESS, "port": SERVICE_PORT,
-                          "interface": rig.server_port, "packets_per_request": packets,
-                          "mirror": mirror}],
-            "appmon_cost": {"calibration": str(CALIBRATION)}}
+
+    return {
+        "format": FORMAT,
+        "format_version": 1,
+        "name": "appmon-loop",
+        "cost": {"alpha": ALPHA, "beta": BETA},
+        "servers": [
+            {"name": "web", "capacity_pps": capacity_web, "tunnel_ip": UNDERLAY_SWITCH},
+            {"name": "analysis", "capacity_pps": 10 * capacity_web, "tunnel_ip": UNDERLAY_ANALYSIS},
+        ],
+        "services": [
+            {
+                "server": "web",
+                "address": SERVER_ADDRESS,
+                "port": SERVICE_PORT,
+                "interface": rig.server_port,
+                "packets_per_request": packets,
+                "mirror": mirror,
+            }
+        ],
+        "appmon_cost": {"calibration": str(CALIBRATION)},
+    }
 
 
 def calibrate(rig, settings: Settings) -> dict[str, float]:
     """Requests/s at both loads and packets per request, measured on the rig, unmonitored."""
     from cosample.experiments.appmon_monitors import parse_wrk
+
     out = {}
-    for label, connections in (("quiet", settings.quiet_connections),
-                               ("busy", settings.busy_connections)):
-        before_log, before = len(rig.access_log()), counters(rig, (rig.client_port,
-                                                                   rig.server_port))
-        report = parse_wrk(rig.load(rig.url(mean_ms=settings.mean_ms, size=settings.size),
-                                    duration_s=settings.calibrate_s, connections=connections,
-                                    latency=True))
+    for label, connections in (
+        ("quiet", settings.quiet_connections),
+        ("busy", settings.busy_connections),
+    ):
+        before_log, before = (
+            len(rig.access_log()),
+            counters(rig, (rig.client_port, rig.server_port)),
+        )
+        report = parse_wrk(
+            rig.load(
+                rig.url(mean_ms=settings.mean_ms, size=settings.size),
+                duration_s=settings.calibrate_s,
+                connections=connections,
+                latency=True,
+            )
+        )
         time.sleep(0.3)
         requests = len(rig.access_log()) - before_log
         packets = counters(rig, (rig.client_port, rig.server_port)) - before
         out[f"{label}_requests_per_s"] = report.requests_per_s
         out[f"{label}_packets_per_request"] = packets / max(requests, 1)
-    out["packets_per_request"] = (out["quiet_packets_per_request"]
-                                  + out["busy_packets_per_request"]) / 2
+    out["packets_per_request"] = (
+        out["quiet_packets_per_request"] + out["busy_packets_per_request"]
+    ) / 2
     return out
 
 
@@ -169,8 +208,14 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
     with MirrorRig(scratch / "rig", seed=settings.seed) as rig:
         # the agents run from the start (in their safe state until the first plan), so the
         # calibration measures the web host with their polling beside it
-        agents = LoopAgents(rig, scratch, scratch / "plans" / "plan.json", scratch / "plan.pub",
-                            scratch / "analyser.pem", WINDOW_S)
+        agents = LoopAgents(
+            rig,
+            scratch,
+            scratch / "plans" / "plan.json",
+            scratch / "plan.pub",
+            scratch / "analyser.pem",
+            WINDOW_S,
+        )
         agents.start()
         try:
             return _calibrated(settings, scratch, rig, agents)
@@ -180,12 +225,14 @@ def run_scenario(settings: Settings, scratch: Path) -> dict[str, Any]:
 
 def _calibrated(settings: Settings, scratch: Path, rig, agents) -> dict[str, Any]:
     """Calibrate, size the inventory, build the controller, run the phases."""
-    from cosample.controller.inventory import inventory_from_dict
-    from cosample.controller.loop import Controller, Settings as LoopSettings
-    from cosample.controller.publish import DirectoryTarget
     from cosample.controller.decide import Policy
+    from cosample.controller.inventory import inventory_from_dict
+    from cosample.controller.loop import Controller
+    from cosample.controller.loop import Settings as LoopSettings
+    from cosample.controller.publish import DirectoryTarget
     from cosample.lab.web import SERVER_ADDRESS
     from cosample.planner.appmon import DEFAULT_COSTS
+
     measured = calibrate(rig, settings)
     packets = measured["packets_per_request"]
     inv_doc = inventory(1.0, packets, rig, settings.mirror)
@@ -197,32 +244,59 @@ def _calibrated(settings: Settings, scratch: Path, rig, agents) -> dict[str, Any
     inv_doc = inventory(capacity, packets, rig, settings.mirror)
     inv = inventory_from_dict(inv_doc)
     service = f"{SERVER_ADDRESS}:{SERVICE_PORT}"
-    sources = {"onsite": agents.analyser_dir(WEB, service),
-               "offsite": agents.analyser_dir(ANALYSIS, service)}
+    sources = {
+        "onsite": agents.analyser_dir(WEB, service),
+        "offsite": agents.analyser_dir(ANALYSIS, service),
+    }
     collector = scratch / "collector.json"
-    loop = LoopSettings((str(collector),), interval_s=WINDOW_S, tau_s=2 * WINDOW_S,
-                        hold_s=2 * WINDOW_S, settle_s=WINDOW_S, lead_s=0.0,
-                        valid_for_s=3600.0, measure_sampling=None,
-                        plan_margin=PLAN_MARGIN, key=str(scratch / "plan.pem"),
-                        policy=Policy(margin=MARGIN, confirm_cycles=3),
-                        analysers=tuple(str(d / "snapshot.json")
-                                        for d in sources.values()),
-                        analyser_keys=(str(scratch / "analyser.pub"),))
-    controller = Controller(inv, loop, DirectoryTarget(scratch / "plans"),
-                            scratch / "controller")
-    return _phases(settings, scratch, rig, controller, agents, collector, sources,
-                   {"calibration": measured, "capacity_web_pps": capacity, "costs": costs})
+    loop = LoopSettings(
+        (str(collector),),
+        interval_s=WINDOW_S,
+        tau_s=2 * WINDOW_S,
+        hold_s=2 * WINDOW_S,
+        settle_s=WINDOW_S,
+        lead_s=0.0,
+        valid_for_s=3600.0,
+        measure_sampling=None,
+        plan_margin=PLAN_MARGIN,
+        key=str(scratch / "plan.pem"),
+        policy=Policy(margin=MARGIN, confirm_cycles=3),
+        analysers=tuple(str(d / "snapshot.json") for d in sources.values()),
+        analyser_keys=(str(scratch / "analyser.pub"),),
+    )
+    controller = Controller(inv, loop, DirectoryTarget(scratch / "plans"), scratch / "controller")
+    return _phases(
+        settings,
+        scratch,
+        rig,
+        controller,
+        agents,
+        collector,
+        sources,
+        {"calibration": measured, "capacity_web_pps": capacity, "costs": costs},
+    )
 
 
-def _phases(settings: Settings, scratch: Path, rig, controller, agents, collector: Path,
-            sources: dict[str, Path], result: dict[str, Any]) -> dict[str, Any]:
+def _phases(
+    settings: Settings,
+    scratch: Path,
+    rig,
+    controller,
+    agents,
+    collector: Path,
+    sources: dict[str, Path],
+    result: dict[str, Any],
+) -> dict[str, Any]:
     """The three phases: load, collector input, a controller cycle and what the agents applied
     every window; then each analyser's windows against the access log."""
     from cosample.experiments.appmon_monitors import parse_wrk
+
     capture = None
-    phases = (("quiet", settings.quiet_s, settings.quiet_connections),
-              ("busy", settings.busy_s, settings.busy_connections),
-              ("after", settings.after_s, settings.quiet_connections))
+    phases = (
+        ("quiet", settings.quiet_s, settings.quiet_connections),
+        ("busy", settings.busy_s, settings.busy_connections),
+        ("after", settings.after_s, settings.quiet_connections),
+    )
     timeline: list[dict[str, Any]] = []
     clients: list[dict[str, Any]] = []
     started = time.time()
@@ -230,9 +304,17 @@ def _phases(settings: Settings, scratch: Path, rig, controller, agents, collecto
     last_packets, last_time = counters(rig, ports), time.time()
     for phase, seconds, connections in phases:
         reports: list[str] = []
-        load = threading.Thread(target=lambda: reports.append(rig.load(
-            rig.url(mean_ms=settings.mean_ms, size=settings.size), duration_s=seconds,
-            connections=connections, latency=True)), daemon=True)
+        load = threading.Thread(
+            target=lambda: reports.append(
+                rig.load(
+                    rig.url(mean_ms=settings.mean_ms, size=settings.size),
+                    duration_s=seconds,
+                    connections=connections,
+                    latency=True,
+                )
+            ),
+            daemon=True,
+        )
         load.start()
         end = time.time() + seconds
         while time.time() < end - 0.1:
@@ -241,45 +323,82 @@ def _phases(settings: Settings, scratch: Path, rig, controller, agents, collecto
             packets_now = counters(rig, ports)
             web_pps = (packets_now - last_packets) / max(now - last_time, 1e-6)
             last_packets, last_time = packets_now, now
-            collector_snapshot(collector, datetime.fromtimestamp(now, timezone.utc),
-                               web_pps, WINDOW_S)
+            collector_snapshot(
+                collector, datetime.fromtimestamp(now, timezone.utc), web_pps, WINDOW_S
+            )
             status = controller.cycle()
             mechanism = agents.mechanism()
             if settings.capture and capture is None and mechanism == settings.mirror:
-                capture = rig._spawn(rig.analysis, [  # the analysis agent's receive device
-                    "tcpdump", "-i", f"{RECEIVE_PREFIX}-{short_hash(WEB)}", "-U", "-n",
-                    "-s", "0", "-w", str(scratch / "copies.pcap"), "tcp"])
+                capture = rig._spawn(
+                    rig.analysis,
+                    [  # the analysis agent's receive device
+                        "tcpdump",
+                        "-i",
+                        f"{RECEIVE_PREFIX}-{short_hash(WEB)}",
+                        "-U",
+                        "-n",
+                        "-s",
+                        "0",
+                        "-w",
+                        str(scratch / "copies.pcap"),
+                        "tcp",
+                    ],
+                )
             apps = status.applications or {}
-            timeline.append({
-                "t": round(now - started, 2), "phase": phase, "result": status.result,
-                "reasons": list(status.reasons), "plan_version": status.plan_version,
-                "mechanism": mechanism, "web_pps": round(web_pps, 1),
-                "agents": {host: [agents.status(host).get(k) for k in
-                                  ("plan_version", "result")] for host in (WEB, ANALYSIS)},
-                "rates_measured": apps.get("rates_measured"),
-                "rate_present": (apps.get("rates_present") or [None])[0],
-                "rate_planned": (apps.get("rates_planned") or [None])[0],
-                "predicted_max_use": status.predicted_max_use,
-                "analysers_up": apps.get("analysers_up"), "problems": list(status.problems)})
+            timeline.append(
+                {
+                    "t": round(now - started, 2),
+                    "phase": phase,
+                    "result": status.result,
+                    "reasons": list(status.reasons),
+                    "plan_version": status.plan_version,
+                    "mechanism": mechanism,
+                    "web_pps": round(web_pps, 1),
+                    "agents": {
+                        host: [agents.status(host).get(k) for k in ("plan_version", "result")]
+                        for host in (WEB, ANALYSIS)
+                    },
+                    "rates_measured": apps.get("rates_measured"),
+                    "rate_present": (apps.get("rates_present") or [None])[0],
+                    "rate_planned": (apps.get("rates_planned") or [None])[0],
+                    "predicted_max_use": status.predicted_max_use,
+                    "analysers_up": apps.get("analysers_up"),
+                    "problems": list(status.problems),
+                }
+            )
         load.join(timeout=seconds + 60)
         if reports:  # what the client saw: the latency includes the switch's delays
             wrk = parse_wrk(reports[0])
-            clients.append({"phase": phase, "requests_per_s": wrk.requests_per_s,
-                            "latency_mean_ms": wrk.latency_mean_ms,
-                            "latency_p99_ms": wrk.latency_p99_ms})
+            clients.append(
+                {
+                    "phase": phase,
+                    "requests_per_s": wrk.requests_per_s,
+                    "latency_mean_ms": wrk.latency_mean_ms,
+                    "latency_p99_ms": wrk.latency_p99_ms,
+                }
+            )
     time.sleep(WINDOW_S + 0.6)  # the last windows close
     agents.stop()  # the agents stop their analysers (SIGTERM: the last window is written)
     log = rig.access_log()
     windows = {source: _windows(directory) for source, directory in sources.items()}
     if capture is not None:
         from cosample.appmon.replay import replay
+
         rig.stop(capture)
         windows["offsite_replay"] = [
-            json.loads(snap.to_json()) for snap in replay(
-                scratch / "copies.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT}))]
-    return {"settings": settings.__dict__, **result, "timeline": timeline,
-            "clients": clients, "accuracy": accuracy(windows, log),
-            "agent_actions": agents.actions()}
+            json.loads(snap.to_json())
+            for snap in replay(
+                scratch / "copies.pcap", window_s=WINDOW_S, ports=frozenset({SERVICE_PORT})
+            )
+        ]
+    return {
+        "settings": settings.__dict__,
+        **result,
+        "timeline": timeline,
+        "clients": clients,
+        "accuracy": accuracy(windows, log),
+        "agent_actions": agents.actions(),
+    }
 
 
 def _windows(directory: Path) -> list[dict[str, Any]]:
@@ -296,11 +415,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--after-s", type=float, default=60.0)
     parser.add_argument("--quiet-connections", type=int, default=1)
     parser.add_argument("--busy-connections", type=int, default=8)
-    parser.add_argument("--capture", action="store_true", help="also tcpdump vx0 and compare "
-                        "its replay (the mirrored copies' own timing) with the live analyser")
-    parser.add_argument("--mirror", choices=("kernel_mirror", "selective_mirror"),
-                        default="kernel_mirror", help="how the plan copies the service "
-                        "off-host (default: kernel_mirror, the server's timing)")
+    parser.add_argument(
+        "--capture",
+        action="store_true",
+        help="also tcpdump vx0 and compare "
+        "its replay (the mirrored copies' own timing) with the live analyser",
+    )
+    parser.add_argument(
+        "--mirror",
+        choices=("kernel_mirror", "selective_mirror"),
+        default="kernel_mirror",
+        help="how the plan copies the service "
+        "off-host (default: kernel_mirror, the server's timing)",
+    )
     parser.add_argument("--json", type=Path, help="write the whole result here")
     return parser.parse_args(argv)
 
@@ -310,10 +437,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("quiet_s", "busy_s", "after_s"):
         if not 0 < getattr(args, name) <= 600:
             raise SystemExit(f"--{name.replace('_', '-')}: expected 0 < seconds <= 600")
-    settings = Settings(quiet_s=args.quiet_s, busy_s=args.busy_s, after_s=args.after_s,
-                        quiet_connections=args.quiet_connections,
-                        busy_connections=args.busy_connections, capture=args.capture,
-                        mirror=args.mirror)
+    settings = Settings(
+        quiet_s=args.quiet_s,
+        busy_s=args.busy_s,
+        after_s=args.after_s,
+        quiet_connections=args.quiet_connections,
+        busy_connections=args.busy_connections,
+        capture=args.capture,
+        mirror=args.mirror,
+    )
     with tempfile.TemporaryDirectory(prefix="cosample-appmon-loop-") as scratch:
         try:
             result = run_scenario(settings, Path(scratch))
@@ -321,29 +453,39 @@ def main(argv: list[str] | None = None) -> int:
             print(f"appmon_loop: {exc}", file=sys.stderr)
             return 1
     cal = result["calibration"]
-    print(f"calibration: {cal['quiet_requests_per_s']:.0f} req/s quiet, "
-          f"{cal['busy_requests_per_s']:.0f} busy, {cal['packets_per_request']:.2f} packets per "
-          f"request; web capacity scaled to {result['capacity_web_pps']:.0f} pps")
+    print(
+        f"calibration: {cal['quiet_requests_per_s']:.0f} req/s quiet, "
+        f"{cal['busy_requests_per_s']:.0f} busy, {cal['packets_per_request']:.2f} packets per "
+        f"request; web capacity scaled to {result['capacity_web_pps']:.0f} pps"
+    )
     for row in result["timeline"]:
-        print(f"{row['t']:7.1f} {row['phase']:<6} v{row['plan_version']} {row['mechanism']:<17}"
-              f" {row['result']:<9} rate {row['rate_present'] or 0:7.1f}/s"
-              f" use {row['predicted_max_use'] or 0:5.2f}  {'; '.join(row['reasons'])[:90]}")
+        print(
+            f"{row['t']:7.1f} {row['phase']:<6} v{row['plan_version']} {row['mechanism']:<17}"
+            f" {row['result']:<9} rate {row['rate_present'] or 0:7.1f}/s"
+            f" use {row['predicted_max_use'] or 0:5.2f}  {'; '.join(row['reasons'])[:90]}"
+        )
     for phase in phases_summary(result):
         print(json.dumps(phase))
     compared = [r for r in result["accuracy"] if r["compared"]]
     bad = [r for r in compared if not (r["mean_ok"] and r["p95_ok"])]
     for source in sorted({r["source"] for r in result["accuracy"]}):
         mine = [r for r in compared if r["source"] == source]
-        print(f"{source}: windows compared with the access log {len(mine)}, mean within "
-              f"tolerance {sum(r['mean_ok'] for r in mine)}, p95 within {sum(r['p95_ok'] for r in mine)}")
+        print(
+            f"{source}: windows compared with the access log {len(mine)}, mean within "
+            f"tolerance {sum(r['mean_ok'] for r in mine)}, p95 within {sum(r['p95_ok'] for r in mine)}"
+        )
     for row in bad:
-        print(f"  outside: {row['source']} {row['window_start']} n={row['matched']} mean "
-              f"{1e3 * row['mean_s']:.2f} ms (log {1e3 * row['log_mean_s']:.2f}) p95 "
-              f"{1e3 * row['p95_s']:.2f} ms (log {1e3 * row['log_p95_low_s']:.0f}-"
-              f"{1e3 * row['log_p95_high_s']:.0f})")
+        print(
+            f"  outside: {row['source']} {row['window_start']} n={row['matched']} mean "
+            f"{1e3 * row['mean_s']:.2f} ms (log {1e3 * row['log_mean_s']:.2f}) p95 "
+            f"{1e3 * row['p95_s']:.2f} ms (log {1e3 * row['log_p95_low_s']:.0f}-"
+            f"{1e3 * row['log_p95_high_s']:.0f})"
+        )
     for client in result["clients"]:
-        print(f"wrk {client['phase']}: {client['requests_per_s']:.0f} req/s, latency mean "
-              f"{client['latency_mean_ms']:.2f} ms, p99 {client['latency_p99_ms']:.2f} ms")
+        print(
+            f"wrk {client['phase']}: {client['requests_per_s']:.0f} req/s, latency mean "
+            f"{client['latency_mean_ms']:.2f} ms, p99 {client['latency_p99_ms']:.2f} ms"
+        )
     for action in result["agent_actions"]:
         print(f"agent {action['host']} {action['time']}: {action['action']}")
     if args.json:

@@ -43,8 +43,9 @@ SAFE_SAMPLING = 1
 
 
 class LoopAgents:
-    def __init__(self, rig, scratch: Path, plan: Path, public_key: Path, analyser_key: Path,
-                 window_s: float) -> None:
+    def __init__(
+        self, rig, scratch: Path, plan: Path, public_key: Path, analyser_key: Path, window_s: float
+    ) -> None:
         self.rig, self.scratch, self.plan = rig, scratch, plan
         self.public_key, self.analyser_key, self.window_s = public_key, analyser_key, window_s
         self.processes: dict[str, subprocess.Popen] = {}
@@ -64,36 +65,64 @@ class LoopAgents:
 
     def start(self) -> None:
         from cosample.lab.ovs import OvsInstance
-        self.analysis_ovs = OvsInstance(self.scratch / "ovs-analysis", dummy=True,
-                                        namespace=self.rig.analysis).start()
+
+        self.analysis_ovs = OvsInstance(
+            self.scratch / "ovs-analysis", dummy=True, namespace=self.rig.analysis
+        ).start()
         bridge = f"{self.rig.prefix}ab"
         self.analysis_ovs.vsctl("add-br", bridge)
-        hosts = {WEB: (self.rig.switch, self.rig.ovs, self.rig.bridge,
-                       (self.rig.client_port, self.rig.server_port)),
-                 ANALYSIS: (self.rig.analysis, self.analysis_ovs, bridge, ())}
+        hosts = {
+            WEB: (
+                self.rig.switch,
+                self.rig.ovs,
+                self.rig.bridge,
+                (self.rig.client_port, self.rig.server_port),
+            ),
+            ANALYSIS: (self.rig.analysis, self.analysis_ovs, bridge, ()),
+        }
         for host, (namespace, ovs, bridge_name, ports) in hosts.items():
             config = self.scratch / f"agent-{host}.toml"
-            config.write_text("\n".join([
-                f'host = "{host}"', f'plan = "{self.plan}"', f'ovsdb = "{ovs.remote}"',
-                f'ovs_rundir = "{ovs.directory}"', f'bridge = "{bridge_name}"',
-                "vm_ports = [" + ", ".join(f'"{p}"' for p in ports) + "]",
-                f'collector = "{COLLECTOR}"', f'state_dir = "{self.state_dir(host)}"',
-                f'public_key = "{self.public_key}"', f"interval_s = {AGENT_INTERVAL_S}",
-                "jitter_s = 0.0", f"safe_sampling = {SAFE_SAMPLING}",
-                f'analyser_key = "{self.analyser_key}"',
-                f"analyser_window_s = {self.window_s:g}", "run_analysers = true"]) + "\n")
+            config.write_text(
+                "\n".join(
+                    [
+                        f'host = "{host}"',
+                        f'plan = "{self.plan}"',
+                        f'ovsdb = "{ovs.remote}"',
+                        f'ovs_rundir = "{ovs.directory}"',
+                        f'bridge = "{bridge_name}"',
+                        "vm_ports = [" + ", ".join(f'"{p}"' for p in ports) + "]",
+                        f'collector = "{COLLECTOR}"',
+                        f'state_dir = "{self.state_dir(host)}"',
+                        f'public_key = "{self.public_key}"',
+                        f"interval_s = {AGENT_INTERVAL_S}",
+                        "jitter_s = 0.0",
+                        f"safe_sampling = {SAFE_SAMPLING}",
+                        f'analyser_key = "{self.analyser_key}"',
+                        f"analyser_window_s = {self.window_s:g}",
+                        "run_analysers = true",
+                    ]
+                )
+                + "\n"
+            )
             log = open(self.scratch / f"agent-{host}.log", "ab")
             self.logs[host] = log
             self.processes[host] = subprocess.Popen(
-                self.rig.lab.exec_argv(namespace, [sys.executable, "-m", "cosample", "agent",
-                                                   "run", "--config", str(config)]),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                self.rig.lab.exec_argv(
+                    namespace,
+                    [sys.executable, "-m", "cosample", "agent", "run", "--config", str(config)],
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
 
     def status(self, host: str) -> dict[str, Any]:
         process = self.processes.get(host)
         if process is not None and process.poll() is not None:
-            raise ExperimentError(f"agent {host} exited ({process.returncode}); see "
-                                  f"{self.scratch / f'agent-{host}.log'}")
+            raise ExperimentError(
+                f"agent {host} exited ({process.returncode}); see "
+                f"{self.scratch / f'agent-{host}.log'}"
+            )
         return read_status(self.state_dir(host)) or {}
 
     def mechanism(self) -> str:

@@ -32,29 +32,42 @@ def accuracy(windows: dict[str, list[dict[str, Any]]], log) -> list[dict[str, An
     for source, snaps in windows.items():
         for snap in snaps:
             start = datetime.fromisoformat(snap["window_start"].replace("Z", "+00:00")).timestamp()
-            service = next((s for s in snap["services"]
-                            if s["service"].endswith(f":{SERVICE_PORT}")), None)
+            service = next(
+                (s for s in snap["services"] if s["service"].endswith(f":{SERVICE_PORT}")), None
+            )
             if service is None or service["service_time_s"] is None:
                 continue
             times = np.array([e.request_time for e in by_window.get(start, [])])
-            row = {"source": source, "window_start": snap["window_start"],
-                   "matched": service["matched"], "log_requests": int(times.size),
-                   "mean_s": service["service_time_s"]["mean"],
-                   "p95_s": service["service_time_s"]["p95"],
-                   # an analyser started or stopped within the window saw part of it
-                   "covered_s": snap.get("covered_s")}
-            complete = times.size > 0 and service["matched"] >= MIN_MATCHED and \
-                service["matched"] >= COMPLETE * times.size
+            row = {
+                "source": source,
+                "window_start": snap["window_start"],
+                "matched": service["matched"],
+                "log_requests": int(times.size),
+                "mean_s": service["service_time_s"]["mean"],
+                "p95_s": service["service_time_s"]["p95"],
+                # an analyser started or stopped within the window saw part of it
+                "covered_s": snap.get("covered_s"),
+            }
+            complete = (
+                times.size > 0
+                and service["matched"] >= MIN_MATCHED
+                and service["matched"] >= COMPLETE * times.size
+            )
             row["compared"] = bool(complete)
             if complete:
                 rank = 1.5 / times.size
                 low = float(np.quantile(times, max(0.0, 0.95 - rank), method="lower"))
                 high = float(np.quantile(times, min(1.0, 0.95 + rank), method="higher"))
                 mean = float(times.mean())
-                row.update(log_mean_s=mean, log_p95_low_s=low, log_p95_high_s=high,
-                           mean_ok=abs(row["mean_s"] - mean) <= MEAN_ABS + MEAN_REL * mean,
-                           p95_ok=low * (1 - P95_REL) - P95_ABS <= row["p95_s"]
-                           <= high * (1 + P95_REL) + P95_ABS)
+                row.update(
+                    log_mean_s=mean,
+                    log_p95_low_s=low,
+                    log_p95_high_s=high,
+                    mean_ok=abs(row["mean_s"] - mean) <= MEAN_ABS + MEAN_REL * mean,
+                    p95_ok=low * (1 - P95_REL) - P95_ABS
+                    <= row["p95_s"]
+                    <= high * (1 + P95_REL) + P95_ABS,
+                )
             rows.append(row)
     return sorted(rows, key=lambda r: (r["window_start"], r["source"]))
 
@@ -64,13 +77,21 @@ def phases_summary(result: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for phase in ("quiet", "busy", "after"):
         rows = [r for r in result["timeline"] if r["phase"] == phase]
-        out.append({"phase": phase, "cycles": len(rows),
-                    "mechanisms": sorted({r["mechanism"] for r in rows}),
-                    "last_mechanism": rows[-1]["mechanism"] if rows else None,
-                    "versions": sorted({r["plan_version"] for r in rows
-                                        if r["plan_version"] is not None}),
-                    "publications": [(r["t"], r["reasons"]) for r in rows
-                                     if r["result"] == "published"],
-                    "max_predicted_use": max((r["predicted_max_use"] or 0) for r in rows)
-                    if rows else None})
+        out.append(
+            {
+                "phase": phase,
+                "cycles": len(rows),
+                "mechanisms": sorted({r["mechanism"] for r in rows}),
+                "last_mechanism": rows[-1]["mechanism"] if rows else None,
+                "versions": sorted(
+                    {r["plan_version"] for r in rows if r["plan_version"] is not None}
+                ),
+                "publications": [
+                    (r["t"], r["reasons"]) for r in rows if r["result"] == "published"
+                ],
+                "max_predicted_use": max((r["predicted_max_use"] or 0) for r in rows)
+                if rows
+                else None,
+            }
+        )
     return out

@@ -35,6 +35,7 @@ class WrkReport:
 
 def parse_wrk(text: str) -> WrkReport:
     """The numbers of a ``wrk --latency`` report; an error naming what is missing."""
+
     def find(pattern: str, what: str) -> re.Match:
         match = re.search(pattern, text, re.MULTILINE)
         if not match:
@@ -46,9 +47,12 @@ def parse_wrk(text: str) -> WrkReport:
 
     latency = find(r"^\s+Latency\s+([\d.]+)(us|ms|s|m)\s", "mean latency")
     p99 = find(r"^\s+99%\s+([\d.]+)(us|ms|s|m)\s*$", "99th percentile")
-    return WrkReport(requests=int(find(r"^\s+(\d+) requests in", "request count").group(1)),
-                     requests_per_s=float(find(r"^Requests/sec:\s+([\d.]+)", "Requests/sec").group(1)),
-                     latency_mean_ms=ms(*latency.groups()), latency_p99_ms=ms(*p99.groups()))
+    return WrkReport(
+        requests=int(find(r"^\s+(\d+) requests in", "request count").group(1)),
+        requests_per_s=float(find(r"^Requests/sec:\s+([\d.]+)", "Requests/sec").group(1)),
+        latency_mean_ms=ms(*latency.groups()),
+        latency_p99_ms=ms(*p99.groups()),
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -78,10 +82,19 @@ class Monitor:
     receiver: subprocess.Popen | None = None
 
 
-
 def _analyser_argv(*options: str) -> list[str]:
-    return [sys.executable, "-m", "cosample", "appmon", "run", "--port", str(SERVICE_PORT),
-            "--window", "1h", *options]
+    return [
+        sys.executable,
+        "-m",
+        "cosample",
+        "appmon",
+        "run",
+        "--port",
+        str(SERVICE_PORT),
+        "--window",
+        "1h",
+        *options,
+    ]
 
 
 def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -> Monitor:
@@ -92,41 +105,94 @@ def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -
     if kind == "offsite":
         from cosample.dataplane.tunnels import RECORD_PORT
         from cosample.lab.appmirror import UNDERLAY_ANALYSIS
+
         endpoint = f"{UNDERLAY_ANALYSIS}:{RECORD_PORT}"
-        receiver = _spawn_waiting(rig, rig.analysis, _analyser_argv(
-            "--receive-records", endpoint, "--name", name, "--state-dir",
-            str(directory / "state")), directory / "receiver", "receiving records", timeout_s)
-        sender = _spawn_waiting(rig, rig.switch, _analyser_argv(
-            "--interface", rig.server_port, "--send-records", endpoint, "--name", f"{name}-sender",
-            "--state-dir", str(directory / "sender-state")), directory, "capturing on",
-            timeout_s)
+        receiver = _spawn_waiting(
+            rig,
+            rig.analysis,
+            _analyser_argv(
+                "--receive-records",
+                endpoint,
+                "--name",
+                name,
+                "--state-dir",
+                str(directory / "state"),
+            ),
+            directory / "receiver",
+            "receiving records",
+            timeout_s,
+        )
+        sender = _spawn_waiting(
+            rig,
+            rig.switch,
+            _analyser_argv(
+                "--interface",
+                rig.server_port,
+                "--send-records",
+                endpoint,
+                "--name",
+                f"{name}-sender",
+                "--state-dir",
+                str(directory / "sender-state"),
+            ),
+            directory,
+            "capturing on",
+            timeout_s,
+        )
         return Monitor(kind, sender, directory, receiver=receiver)
     if kind == "tcpdump":
         namespace, marker = rig.server, "listening on"
-        argv = ["tcpdump", "-i", "eth0", "-n", "-w", str(directory / "capture.pcap"),
-                f"tcp port {SERVICE_PORT}"]
+        argv = [
+            "tcpdump",
+            "-i",
+            "eth0",
+            "-n",
+            "-w",
+            str(directory / "capture.pcap"),
+            f"tcp port {SERVICE_PORT}",
+        ]
     elif kind == "tshark":
         namespace, marker = rig.server, "Capturing on"
-        argv = ["tshark", "-i", "eth0", "-n", "-l", "-f", f"tcp port {SERVICE_PORT}",
-                "-Y", "http.response", "-T", "fields", "-e", "http.time",
-                "-e", "http.response.code"]
+        argv = [
+            "tshark",
+            "-i",
+            "eth0",
+            "-n",
+            "-l",
+            "-f",
+            f"tcp port {SERVICE_PORT}",
+            "-Y",
+            "http.response",
+            "-T",
+            "fields",
+            "-e",
+            "http.time",
+            "-e",
+            "http.response.code",
+        ]
     elif kind in ("onsite", "analysis"):
-        namespace, marker = (rig.switch, "capturing on") if kind == "onsite" else \
-            (rig.analysis, "capturing on")
+        namespace, marker = (
+            (rig.switch, "capturing on") if kind == "onsite" else (rig.analysis, "capturing on")
+        )
         # behind the mirror: where the rig's current mechanism delivers its copies
-        interface = rig.server_port if kind == "onsite" else \
-            ("vx1" if rig.mechanism[0] == "tc" else "vx0")
-        argv = _analyser_argv("--interface", interface, "--name", name,
-                              "--state-dir", str(directory / "state"))
+        interface = (
+            rig.server_port if kind == "onsite" else ("vx1" if rig.mechanism[0] == "tc" else "vx0")
+        )
+        argv = _analyser_argv(
+            "--interface", interface, "--name", name, "--state-dir", str(directory / "state")
+        )
     else:
-        raise ExperimentError(f"monitor {kind!r}: expected tcpdump, tshark, onsite, analysis "
-                              "or offsite")
-    return Monitor(kind, _spawn_waiting(rig, namespace, argv, directory, marker, timeout_s),
-                   directory)
+        raise ExperimentError(
+            f"monitor {kind!r}: expected tcpdump, tshark, onsite, analysis or offsite"
+        )
+    return Monitor(
+        kind, _spawn_waiting(rig, namespace, argv, directory, marker, timeout_s), directory
+    )
 
 
-def _spawn_waiting(rig, namespace: str, argv: list[str], directory: Path, marker: str,
-                   timeout_s: float) -> subprocess.Popen:
+def _spawn_waiting(
+    rig, namespace: str, argv: list[str], directory: Path, marker: str, timeout_s: float
+) -> subprocess.Popen:
     """Start ``argv`` (output into ``directory``) and wait for ``marker`` on its stderr."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "stdout", "wb") as out, open(directory / "stderr", "wb") as err:
@@ -135,8 +201,10 @@ def _spawn_waiting(rig, namespace: str, argv: list[str], directory: Path, marker
     while marker not in (directory / "stderr").read_text(errors="replace"):
         if process.poll() is not None or time.monotonic() > deadline:
             rig.stop(process)
-            raise ExperimentError(f"{argv[0]} did not start within {timeout_s:g} s: "
-                                  f"{(directory / 'stderr').read_text(errors='replace')[-400:]}")
+            raise ExperimentError(
+                f"{argv[0]} did not start within {timeout_s:g} s: "
+                f"{(directory / 'stderr').read_text(errors='replace')[-400:]}"
+            )
         time.sleep(0.05)
     return process
 
@@ -155,8 +223,10 @@ def stop(rig, monitor: Monitor, service: str) -> dict:
 def _tcpdump(directory: Path, service: str) -> dict:
     err = (directory / "stderr").read_text(errors="replace")
     drops = re.search(r"(\d+) packets? dropped by kernel", err)
-    return {"capture_bytes": (directory / "capture.pcap").stat().st_size,
-            "kernel_drops": int(drops.group(1)) if drops else None}
+    return {
+        "capture_bytes": (directory / "capture.pcap").stat().st_size,
+        "kernel_drops": int(drops.group(1)) if drops else None,
+    }
 
 
 def _tshark(directory: Path, service: str) -> dict:
@@ -171,9 +241,12 @@ def _tshark(directory: Path, service: str) -> dict:
             times.append(float(parts[0].split(",")[0]))
     err = (directory / "stderr").read_text(errors="replace")
     drops = re.search(r"(\d+) packets? dropped", err)
-    return {"monitor_responses": responses, "monitor_5xx": errors,
-            "monitor_mean_ms": 1e3 * sum(times) / len(times) if times else None,
-            "kernel_drops": int(drops.group(1)) if drops else None}
+    return {
+        "monitor_responses": responses,
+        "monitor_5xx": errors,
+        "monitor_mean_ms": 1e3 * sum(times) / len(times) if times else None,
+        "kernel_drops": int(drops.group(1)) if drops else None,
+    }
 
 
 def _analyser(directory: Path, service: str) -> dict:
@@ -195,10 +268,19 @@ def _analyser(directory: Path, service: str) -> dict:
     sender = directory / "sender-state" / "windows.jsonl"  # the off-site sniffer's capture side
     for line in sender.read_text().splitlines() if sender.exists() else ():
         drops = max(drops, json.loads(line)["dropped"].get("kernel_drops", 0))
-    return {"monitor_requests": requests, "monitor_responses": responses,
-            "monitor_5xx": errors, "monitor_mean_ms": 1e3 * total_s / matched if matched else None,
-            "kernel_drops": drops}
+    return {
+        "monitor_requests": requests,
+        "monitor_responses": responses,
+        "monitor_5xx": errors,
+        "monitor_mean_ms": 1e3 * total_s / matched if matched else None,
+        "kernel_drops": drops,
+    }
 
 
-_READERS = {"tcpdump": _tcpdump, "tshark": _tshark, "onsite": _analyser, "analysis": _analyser,
-            "offsite": _analyser}
+_READERS = {
+    "tcpdump": _tcpdump,
+    "tshark": _tshark,
+    "onsite": _analyser,
+    "analysis": _analyser,
+    "offsite": _analyser,
+}

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CLIENT = '''\
+CLIENT = """\
 import random, socket, sys, threading, time
 host, draw = sys.argv[1], random.Random(5)
 
@@ -60,13 +60,14 @@ for thread in threads:
     thread.start()
 for thread in threads:
     thread.join()
-'''
+"""
 
 
 def record(out: Path, snaplen: int = 256) -> int:
     """Run the client against the web rig while tcpdump writes ``out``; log entries served."""
     from cosample.dataplane.run import run
     from cosample.lab.web import SERVER_ADDRESS, WebRig
+
     with tempfile.TemporaryDirectory(prefix="appmon-pipelined-") as scratch:
         client = Path(scratch) / "client.py"
         client.write_text(CLIENT)
@@ -74,8 +75,10 @@ def record(out: Path, snaplen: int = 256) -> int:
             before = len(rig.access_log())
             dump = rig.tcpdump(out, snaplen=snaplen)
             time.sleep(0.5)
-            run(rig.lab.exec_argv(rig.client, [sys.executable, str(client), SERVER_ADDRESS]),
-                timeout=60)
+            run(
+                rig.lab.exec_argv(rig.client, [sys.executable, str(client), SERVER_ADDRESS]),
+                timeout=60,
+            )
             time.sleep(0.5)
             rig.stop(dump)
             return len(rig.access_log()) - before
@@ -86,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="pcap to write")
     args = parser.parse_args(argv)
     from cosample.lab.web import web_available
+
     reason = web_available()
     if reason:
         print(f"appmon_pipelined: cannot run here: {reason}", file=sys.stderr)

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 from cosample.appmon.decode import FIN, PSH, RST, Segment, decode
-from cosample.appmon.pcap import frames, read_link
 from cosample.appmon.errors import AppmonError
+from cosample.appmon.pcap import frames, read_link
 
 VXLAN_OVERHEAD = 50
 ENDS = PSH | FIN | RST
@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"appmon_selection: {exc}", file=sys.stderr)
         return 2
     if not requests:
-        print(f"appmon_selection: {args.capture}: no request to port {args.port}",
-              file=sys.stderr)
+        print(f"appmon_selection: {args.capture}: no request to port {args.port}", file=sys.stderr)
         return 2
     print(f"{requests} requests; per request:")
     print(f"{'selection':<12}{'frames':>8}{'bytes whole':>13}{f'cut to {args.cut}':>12}")

@@ -46,29 +46,51 @@ def make_capture(directory: Path, seconds: float, connections: int) -> tuple[Pat
     tcpdump, while ``cosample appmon run`` analyses the same link live; the capture, and the live
     analyser's frames, kernel drops and CPU seconds."""
     from cosample.lab.web import WebRig, web_available
+
     reason = web_available()
     if reason:
         sys.exit(f"bench_appmon: cannot record a capture here ({reason}); pass --capture FILE")
     path, state = directory / "web.pcap", directory / "live"
     with WebRig(directory / "web", seed=5) as rig:
-        live = rig._spawn(rig.client, [sys.executable, "-m", "cosample", "appmon", "run",
-                                       "--interface", rig.link, "--window", "1h",
-                                       "--state-dir", str(state), "--name", "live"])
+        live = rig._spawn(
+            rig.client,
+            [
+                sys.executable,
+                "-m",
+                "cosample",
+                "appmon",
+                "run",
+                "--interface",
+                rig.link,
+                "--window",
+                "1h",
+                "--state-dir",
+                str(state),
+                "--name",
+                "live",
+            ],
+        )
         while b"capturing on" not in live.stderr.readline():
             if live.poll() is not None:
                 sys.exit("bench_appmon: the live analyser did not start")
         capture = rig.tcpdump(path)
         rig.load(rig.url("/fast"), duration_s=seconds / 2, connections=connections)
-        rig.load(rig.url(mean_ms=2, error=0.1, size=2000), duration_s=seconds / 2,
-                 connections=connections)
+        rig.load(
+            rig.url(mean_ms=2, error=0.1, size=2000),
+            duration_s=seconds / 2,
+            connections=connections,
+        )
         time.sleep(0.5)
         cpu = _cpu_seconds(live.pid)
         rig.stop(capture)
         rig.stop(live)
     snap = json.loads((state / "snapshot.json").read_text())
-    return path, {"frames": snap["frames"], "cpu": cpu,
-                  "kernel_drops": snap["dropped"].get("kernel_drops", 0),
-                  "responses": sum(s["responses"] for s in snap["services"])}
+    return path, {
+        "frames": snap["frames"],
+        "cpu": cpu,
+        "kernel_drops": snap["dropped"].get("kernel_drops", 0),
+        "responses": sum(s["responses"] for s in snap["services"]),
+    }
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -95,10 +117,24 @@ def replay_run(path: Path) -> tuple[float, list]:
 
 def tshark_run(path: Path) -> tuple[float, np.ndarray, list[int]]:
     """tshark's service times and statuses, and its CPU seconds (user + system)."""
-    argv = ["tshark", "-n", "-r", str(path), "-Y", "http.response", "-T", "fields", "-e", "http.time", "-e", "http.response.code"]
+    argv = [
+        "tshark",
+        "-n",
+        "-r",
+        str(path),
+        "-Y",
+        "http.response",
+        "-T",
+        "fields",
+        "-e",
+        "http.time",
+        "-e",
+        "http.response.code",
+    ]
     with tempfile.TemporaryFile() as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL,
-                                   stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+        )
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode != 0:
@@ -129,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
             path, live = make_capture(Path(scratch), args.seconds, args.connections)
         link = read_link(path)
         data = list(frames(path))
-        print(f"capture {path if args.capture else '(recorded: nginx + backend, wrk)'}: "
-              f"{len(data)} frames, {sum(len(f) for _, f in data) / 1e6:.1f} MB")
+        print(
+            f"capture {path if args.capture else '(recorded: nginx + backend, wrk)'}: "
+            f"{len(data)} frames, {sum(len(f) for _, f in data) / 1e6:.1f} MB"
+        )
         best = {"analyser": np.inf, "replay": np.inf, "tshark": np.inf}
         for _ in range(args.rounds):
             seconds, analyser = analyser_run(data, link)
@@ -143,27 +181,52 @@ def main(argv: list[str] | None = None) -> int:
     responses = sum(s.responses for s in stats)
     mean = sum(s.total_s for s in stats) / matched if matched else float("nan")
     p95 = stats[0].quantile(0.95) if len(stats) == 1 else float("nan")
-    print(f"{'':<34}{'responses':>10}{'5xx':>7}{'mean ms':>10}{'p95 ms':>9}"
-          f"{'CPU s':>8}{'frames/CPU s':>14}")
-    rows = (("analyser (frames in memory)", responses, sum(s.statuses[4] for s in stats), mean,
-             p95, best["analyser"]),
-            ("analyser replay (file read too)", responses, sum(s.statuses[4] for s in stats),
-             mean, p95, best["replay"]),
-            ("tshark, fields http.time", len(tshark_codes),
-             sum(500 <= c < 600 for c in tshark_codes),
-             float(tshark_times.mean()) if len(tshark_times) else float("nan"),
-             float(np.quantile(tshark_times, 0.95)) if len(tshark_times) else float("nan"),
-             best["tshark"]))
+    print(
+        f"{'':<34}{'responses':>10}{'5xx':>7}{'mean ms':>10}{'p95 ms':>9}"
+        f"{'CPU s':>8}{'frames/CPU s':>14}"
+    )
+    rows = (
+        (
+            "analyser (frames in memory)",
+            responses,
+            sum(s.statuses[4] for s in stats),
+            mean,
+            p95,
+            best["analyser"],
+        ),
+        (
+            "analyser replay (file read too)",
+            responses,
+            sum(s.statuses[4] for s in stats),
+            mean,
+            p95,
+            best["replay"],
+        ),
+        (
+            "tshark, fields http.time",
+            len(tshark_codes),
+            sum(500 <= c < 600 for c in tshark_codes),
+            float(tshark_times.mean()) if len(tshark_times) else float("nan"),
+            float(np.quantile(tshark_times, 0.95)) if len(tshark_times) else float("nan"),
+            best["tshark"],
+        ),
+    )
     for name, count, errors, mean_s, p95_s, cpu in rows:
-        print(f"{name:<34}{count:>10}{errors:>7}{mean_s * 1e3:>10.3f}{p95_s * 1e3:>9.3f}"
-              f"{cpu:>8.2f}{len(data) / cpu:>14,.0f}")
+        print(
+            f"{name:<34}{count:>10}{errors:>7}{mean_s * 1e3:>10.3f}{p95_s * 1e3:>9.3f}"
+            f"{cpu:>8.2f}{len(data) / cpu:>14,.0f}"
+        )
     if live is not None:
-        print(f"{'analyser live (AF_PACKET, whole run)':<34}{live['responses']:>10}{'':>7}"
-              f"{'':>10}{'':>9}{live['cpu']:>8.2f}{live['frames'] / live['cpu']:>14,.0f}"
-              f"  (kernel drops {live['kernel_drops']}, includes idle waits)")
-    print(f"analyser / tshark, frames per CPU second: {best['tshark'] / best['analyser']:.1f}x "
-          f"(replay from the file: {best['tshark'] / best['replay']:.1f}x); "
-          f"analyser dropped {analyser.dropped() or 'nothing'}")
+        print(
+            f"{'analyser live (AF_PACKET, whole run)':<34}{live['responses']:>10}{'':>7}"
+            f"{'':>10}{'':>9}{live['cpu']:>8.2f}{live['frames'] / live['cpu']:>14,.0f}"
+            f"  (kernel drops {live['kernel_drops']}, includes idle waits)"
+        )
+    print(
+        f"analyser / tshark, frames per CPU second: {best['tshark'] / best['analyser']:.1f}x "
+        f"(replay from the file: {best['tshark'] / best['replay']:.1f}x); "
+        f"analyser dropped {analyser.dropped() or 'nothing'}"
+    )
     return 0
 
 

@@ -35,28 +35,28 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import resource
-import signal
 import tracemalloc
 import urllib.request
 from pathlib import Path
 
 import pandas as pd
 
-from cosample.plan.document import plan_from_dict
 from cosample.collector.attribution import build
 from cosample.collector.decode import parse_datagram
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
-from cosample.lab.pmacct import Sfacctd, free_udp_port, sfacctd_available
 from cosample.lab.agentsource import AgentSender
+from cosample.lab.pmacct import Sfacctd, free_udp_port, sfacctd_available
 from cosample.lab.sflowstream import simulate, vm_address
+from cosample.plan.document import plan_from_dict
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 from cosample.times import format_time
 
@@ -77,20 +77,29 @@ def plan_document(servers: int) -> dict:
     for k, name in enumerate(names):
         receiver = name in receivers
         target = receivers[(k // 4) % len(receivers)] if not receiver else None
-        hosts[name] = {"role": "receiver" if receiver else "sender",
-                       "local_rate": 1.0 if receiver else 1 / 64,
-                       "sflow_sampling": 1 if receiver else 64,
-                       "mirrors": [] if receiver else [{"to": target, "rate": 0.25}],
-                       "receives": [], "tunnel_ip": f"172.30.{k // 250}.{k % 250 + 1}",
-                       # the sFlow agent sends from a loopback address: the collector admits a
-                       # datagram only from the agent address it names
-                       "agent_ip": f"127.30.{k // 250}.{k % 250 + 1}"}
+        hosts[name] = {
+            "role": "receiver" if receiver else "sender",
+            "local_rate": 1.0 if receiver else 1 / 64,
+            "sflow_sampling": 1 if receiver else 64,
+            "mirrors": [] if receiver else [{"to": target, "rate": 0.25}],
+            "receives": [],
+            "tunnel_ip": f"172.30.{k // 250}.{k % 250 + 1}",
+            # the sFlow agent sends from a loopback address: the collector admits a
+            # datagram only from the agent address it names
+            "agent_ip": f"127.30.{k // 250}.{k % 250 + 1}",
+        }
     for name, host in hosts.items():
         for mirror in host["mirrors"]:
             hosts[mirror["to"]]["receives"].append({"from": name, "rate": mirror["rate"]})
-    return {"format": PLAN_FORMAT, "format_version": FORMAT_VERSION, "version": 1,
-            "created": stamp(now - 3600), "expires": stamp(now + 86400),
-            "plan_id": "b" * 64, "hosts": hosts}
+    return {
+        "format": PLAN_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "version": 1,
+        "created": stamp(now - 3600),
+        "expires": stamp(now + 86400),
+        "plan_id": "b" * 64,
+        "hosts": hosts,
+    }
 
 
 def make_stream(servers: int, samples: int, seed: int = 0):
@@ -98,15 +107,18 @@ def make_stream(servers: int, samples: int, seed: int = 0):
     document = plan_document(servers)
     plan = plan_from_dict(document)
     per_sender = samples / (servers * 0.75) / (1 / 64 + 0.25)
-    packets = {name: int(per_sender if host.mirrors else per_sender / 20)
-               for name, host in plan.hosts.items()}
+    packets = {
+        name: int(per_sender if host.mirrors else per_sender / 20)
+        for name, host in plan.hosts.items()
+    }
     stream = simulate(plan, packets, duration_s=10.0, seed=seed)
     counts = [len(parse_datagram(data).flow_samples) for _, data in stream.datagrams]
     return document, [data for _, data in stream.datagrams], counts
 
 
-def send(datagrams: list[bytes], counts: list[int], target: tuple[str, int], rate: float,
-         seconds: float) -> int:
+def send(
+    datagrams: list[bytes], counts: list[int], target: tuple[str, int], rate: float, seconds: float
+) -> int:
     """Replay the datagrams (cyclically) at ``rate`` samples/s for ``seconds``; samples sent."""
     sender = AgentSender()
     sent, index, start = 0, 0, time.perf_counter()
@@ -135,21 +147,32 @@ def real_capture(path: Path, datagrams: int) -> tuple[Path, int]:
     with the flow samples it holds."""
     from cosample.collector.pcap import write_pcap
     from cosample.lab.sflowcorpus import stream, template
+
     bases = [template(name) for name in REPLAY_TEMPLATES]
     per = datagrams // len(bases)
-    streams = [stream(base, per, spacing=0.001 * len(bases), start=1.7e9 + 0.001 * k)
-               for k, base in enumerate(bases)]
+    streams = [
+        stream(base, per, spacing=0.001 * len(bases), start=1.7e9 + 0.001 * k)
+        for k, base in enumerate(bases)
+    ]
     merged = sorted((when, bytes(data)) for part in streams for when, data in part)
     samples = per * sum(len(base.samples) for base in bases)
     return write_pcap(path, merged), samples
 
 
-def _child_cpu(argv: list[str], timeout_s: float = 600.0,
-               env: dict[str, str] | None = None) -> tuple[float, str]:
+def _child_cpu(
+    argv: list[str], timeout_s: float = 600.0, env: dict[str, str] | None = None
+) -> tuple[float, str]:
     """CPU seconds (user + system) of a command run to completion, and its output."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=True,
-                            preexec_fn=die_with_parent, env=env)
+    result = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+        preexec_fn=die_with_parent,
+        env=env,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime), result.stdout
 
@@ -157,18 +180,20 @@ def _child_cpu(argv: list[str], timeout_s: float = 600.0,
 #: Our command's environment: Python's bytecode cache on, as an installed package has it (pip
 #: compiles its modules); a shell with PYTHONDONTWRITEBYTECODE set (as this project's sandbox
 #: has) would make every run compile cosample's modules again, 0.05 CPU seconds here.
-INSTALLED = {key: value for key, value in os.environ.items()
-             if key != "PYTHONDONTWRITEBYTECODE"}
+INSTALLED = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
 
 #: The switches that turn the compiled fast path off (``--baseline``: the Python decoder alone).
-PYTHON_ONLY = "from cosample.collector import decode, pcap; " \
+PYTHON_ONLY = (
+    "from cosample.collector import decode, pcap; "
     "decode._scan = decode._agent = pcap._pcap_run = None; "
+)
 
 
 @contextlib.contextmanager
 def python_only(active: bool = True):
     """The collector without its compiled scan (collector/_sflow.c) while inside."""
     from cosample.collector import decode, pcap
+
     saved = decode._scan, decode._agent, pcap._pcap_run
     if active:
         decode._scan = decode._agent = pcap._pcap_run = None
@@ -178,13 +203,15 @@ def python_only(active: bool = True):
         decode._scan, decode._agent, pcap._pcap_run = saved
 
 
-def replay_side_by_side(datagrams: int = 120_000, repeats: int = 3, log=print,
-                        baseline: bool = False) -> pd.DataFrame:
+def replay_side_by_side(
+    datagrams: int = 120_000, repeats: int = 3, log=print, baseline: bool = False
+) -> pd.DataFrame:
     """Flow samples per CPU second of our replay (command and in-process), our ingest alone
     and ``sfacctd`` replaying the same capture; rows per repeat (see the module docstring).
     ``baseline``: ours also with the compiled scan off (the Python decoder alone), same run."""
     from cosample.collector.pcap import udp_payloads
     from cosample.collector.replay import agents_in, heard_attribution, replay
+
     rows = []
     with tempfile.TemporaryDirectory(prefix="cosample-bench-replay-") as tmp:
         capture, samples = real_capture(Path(tmp) / "real.pcap", datagrams)
@@ -195,30 +222,59 @@ def replay_side_by_side(datagrams: int = 120_000, repeats: int = 3, log=print,
             directory = Path(tmp) / f"pmacct{repeat}"
             directory.mkdir()
             cpu, _ = _child_cpu(sfacctd_replay_argv(directory, capture))
-            rows.append({"what": "sfacctd pcap_savefile (command)", "repeat": repeat,
-                         "samples": samples, "cpu_s": cpu})
+            rows.append(
+                {
+                    "what": "sfacctd pcap_savefile (command)",
+                    "repeat": repeat,
+                    "samples": samples,
+                    "cpu_s": cpu,
+                }
+            )
             for arm in arms:
                 command = ["collector", "replay", str(capture), "--json"]
-                argv = [sys.executable, "-m", "cosample", *command] if not arm else [
-                    sys.executable, "-c", PYTHON_ONLY + "from cosample.cli import main; "
-                    f"raise SystemExit(main({command!r}))"]
+                argv = (
+                    [sys.executable, "-m", "cosample", *command]
+                    if not arm
+                    else [
+                        sys.executable,
+                        "-c",
+                        PYTHON_ONLY + "from cosample.cli import main; "
+                        f"raise SystemExit(main({command!r}))",
+                    ]
+                )
                 cpu, out = _child_cpu(argv, env=INSTALLED)
                 counted = sum(json.loads(out)["servers"]["samples"])
-                rows.append({"what": "cosample collector replay (command)" + arm,
-                             "repeat": repeat, "samples": counted, "cpu_s": cpu})
+                rows.append(
+                    {
+                        "what": "cosample collector replay (command)" + arm,
+                        "repeat": repeat,
+                        "samples": counted,
+                        "cpu_s": cpu,
+                    }
+                )
                 with python_only(bool(arm)):
                     start = time.process_time()
                     snapshot = replay(None, capture)
-                    rows.append({"what": "replay() in process" + arm, "repeat": repeat,
-                                 "samples": sum(snapshot.servers.samples),
-                                 "cpu_s": time.process_time() - start})
+                    rows.append(
+                        {
+                            "what": "replay() in process" + arm,
+                            "repeat": repeat,
+                            "samples": sum(snapshot.servers.samples),
+                            "cpu_s": time.process_time() - start,
+                        }
+                    )
                     estimator = Estimator(table, window_s=30.0)
                     start = time.process_time()
                     for when, payload in payloads:
                         estimator.ingest(payload, when)
-                    rows.append({"what": "Estimator.ingest in process" + arm, "repeat": repeat,
-                                 "samples": estimator.samples,
-                                 "cpu_s": time.process_time() - start})
+                    rows.append(
+                        {
+                            "what": "Estimator.ingest in process" + arm,
+                            "repeat": repeat,
+                            "samples": estimator.samples,
+                            "cpu_s": time.process_time() - start,
+                        }
+                    )
             log(f"replay repeat {repeat + 1}/{repeats} done")
     table = pd.DataFrame(rows)
     table["samples_per_cpu_s"] = table["samples"] / table["cpu_s"]
@@ -228,17 +284,29 @@ def replay_side_by_side(datagrams: int = 120_000, repeats: int = 3, log=print,
 def sfacctd_replay_argv(directory: Path, capture: Path) -> list[str]:
     """``sfacctd`` reading ``capture`` once and exiting (renormalising, one line per agent)."""
     config = directory / "sfacctd-pcap.conf"
-    config.write_text("\n".join([
-        "daemonize: false", f"pcap_savefile: {capture.resolve()}", "pcap_savefile_wait: false",
-        "sfacctd_renormalize: true", "plugins: print", "aggregate: peer_src_ip",
-        "print_output: csv", f"print_output_file: {directory / 'out.csv'}",
-        "print_refresh_time: 1", ""]))
+    config.write_text(
+        "\n".join(
+            [
+                "daemonize: false",
+                f"pcap_savefile: {capture.resolve()}",
+                "pcap_savefile_wait: false",
+                "sfacctd_renormalize: true",
+                "plugins: print",
+                "aggregate: peer_src_ip",
+                "print_output: csv",
+                f"print_output_file: {directory / 'out.csv'}",
+                "print_refresh_time: 1",
+                "",
+            ]
+        )
+    )
     return ["sfacctd", "-f", str(config)]
 
 
 def die_with_parent() -> None:
     """``preexec_fn``: the child gets SIGTERM when this process dies, however it dies."""
     import ctypes
+
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
@@ -251,13 +319,35 @@ class Ours:
 
     def __init__(self, plan_path: Path) -> None:
         self.port, self.http = free_udp_port(), _free_tcp_port()
-        self.process = subprocess.Popen(_pinned([
-            sys.executable, "-m", "cosample", "collector", "run", "--plan", str(plan_path),
-            "--listen", f"127.0.0.1:{self.port}", "--metrics-port", str(self.http),
-            "--window", "30", "--export-interval", "1", "--name", "bench",
-            "--receive-buffer", str(RECEIVE_BUFFER),
-            "--insecure-unsigned"]), stdout=subprocess.DEVNULL,  # its own unsigned plan
-            stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        self.process = subprocess.Popen(
+            _pinned(
+                [
+                    sys.executable,
+                    "-m",
+                    "cosample",
+                    "collector",
+                    "run",
+                    "--plan",
+                    str(plan_path),
+                    "--listen",
+                    f"127.0.0.1:{self.port}",
+                    "--metrics-port",
+                    str(self.http),
+                    "--window",
+                    "30",
+                    "--export-interval",
+                    "1",
+                    "--name",
+                    "bench",
+                    "--receive-buffer",
+                    str(RECEIVE_BUFFER),
+                    "--insecure-unsigned",
+                ]
+            ),
+            stdout=subprocess.DEVNULL,  # its own unsigned plan
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
         deadline = time.monotonic() + 30
         while self.received() is None:
             if time.monotonic() > deadline or self.process.poll() is not None:
@@ -302,8 +392,9 @@ class Theirs:
     name = "pmacct sfacctd"
 
     def __init__(self, directory: Path) -> None:
-        self.peer = Sfacctd(directory, renormalize=False, receive_buffer=RECEIVE_BUFFER,
-                            preexec_fn=die_with_parent)
+        self.peer = Sfacctd(
+            directory, renormalize=False, receive_buffer=RECEIVE_BUFFER, preexec_fn=die_with_parent
+        )
         self.peer.start()
         os.sched_setaffinity(self.peer._process.pid, {COLLECTOR_CORE})
         for child in _children(self.peer._process.pid):
@@ -364,12 +455,19 @@ def ingest(rates, seconds: float, servers: int, samples: int, log=print) -> pd.D
                     cpu = cpu_seconds(collector.pids()) - cpu
                     loss = 1 - (after - before) / sent
                     received, before = after - before, after
-                    rows.append({"collector": collector.name, "offered_samples_per_s": rate,
-                                 "sent_samples": sent, "sent_samples_per_s": sent / seconds,
-                                 "received_samples": received,
-                                 "loss": loss, "cpu_s": cpu,
-                                 "samples_per_cpu_s": received / cpu if cpu else float("nan"),
-                                 "load_average": os.getloadavg()[0]})
+                    rows.append(
+                        {
+                            "collector": collector.name,
+                            "offered_samples_per_s": rate,
+                            "sent_samples": sent,
+                            "sent_samples_per_s": sent / seconds,
+                            "received_samples": received,
+                            "loss": loss,
+                            "cpu_s": cpu,
+                            "samples_per_cpu_s": received / cpu if cpu else float("nan"),
+                            "load_average": os.getloadavg()[0],
+                        }
+                    )
                     log(f"{collector.name:>20}: {rate:>7} samples/s offered, loss {loss:.4%}")
                     if loss > LOSS_LIMIT:
                         break
@@ -395,28 +493,48 @@ def in_process(servers: int, samples: int, repeats: int = 3) -> float:
 
 def memory(quick: bool = False) -> dict[str, float]:
     """Bytes of estimator state per tracked server and per tracked server pair (30 s window)."""
+
     def state_bytes(servers: int, destinations: int) -> int:
         names = [f"s{k}" for k in range(servers)]
-        hosts = {n: {"role": "receiver", "local_rate": 1 / 16, "sflow_sampling": 16,
-                     "mirrors": [], "receives": [], "tunnel_ip": f"172.31.{k // 250}.{k % 250 + 1}"}
-                 for k, n in enumerate(names)}
+        hosts = {
+            n: {
+                "role": "receiver",
+                "local_rate": 1 / 16,
+                "sflow_sampling": 16,
+                "mirrors": [],
+                "receives": [],
+                "tunnel_ip": f"172.31.{k // 250}.{k % 250 + 1}",
+            }
+            for k, n in enumerate(names)
+        }
         document = plan_document(4) | {"hosts": hosts}
         plan = plan_from_dict(document)
-        inventory = Inventory(servers={n: {"vm_addresses": [vm_address(k, 2)]}
-                                       for k, n in enumerate(names)})
+        inventory = Inventory(
+            servers={n: {"vm_addresses": [vm_address(k, 2)]} for k, n in enumerate(names)}
+        )
         table = build(plan, inventory if destinations else None)
         streams = []
         for k, name in enumerate(names):
             for d in range(max(destinations, 1)):
                 streams.append((name, names[(k + d) % servers]))
         data = []
-        from cosample.lab.sflowstream import frame
         from cosample.collector.encode import SampleSpec, datagram, flow_sample
+        from cosample.lab.sflowstream import frame
+
         for second in range(30):
             for k, (src, dst) in enumerate(streams):
                 header, length = frame(vm_address(int(src[1:])), vm_address(int(dst[1:]), 2), 500)
-                data.append((1.7e9 + second, datagram(plan.hosts[src].tunnel_ip, second + 1, 0, [
-                    flow_sample(SampleSpec(second + 1, 16, 16, header, length))])))
+                data.append(
+                    (
+                        1.7e9 + second,
+                        datagram(
+                            plan.hosts[src].tunnel_ip,
+                            second + 1,
+                            0,
+                            [flow_sample(SampleSpec(second + 1, 16, 16, header, length))],
+                        ),
+                    )
+                )
         tracemalloc.start()
         estimator = Estimator(table, window_s=30.0)
         base = tracemalloc.get_traced_memory()[0]
@@ -429,8 +547,9 @@ def memory(quick: bool = False) -> dict[str, float]:
     small, large = (50, 200) if quick else (200, 2000)
     per_server = (state_bytes(large, 0) - state_bytes(small, 0)) / (large - small)
     pairs_small, pairs_large = small * 1, small * (10 if quick else 20)
-    per_pair = (state_bytes(small, pairs_large // small) - state_bytes(small, 1)) / \
-        (pairs_large - pairs_small)
+    per_pair = (state_bytes(small, pairs_large // small) - state_bytes(small, 1)) / (
+        pairs_large - pairs_small
+    )
     return {"bytes_per_server": per_server, "bytes_per_server_pair": per_pair}
 
 
@@ -438,32 +557,49 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two low rates, 1 s each (tests)")
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds per rate (default 8)")
-    parser.add_argument("--servers", type=int, default=40, help="servers in the stream (default 40)")
+    parser.add_argument(
+        "--servers", type=int, default=40, help="servers in the stream (default 40)"
+    )
     parser.add_argument("--csv", type=Path, help="write the tidy ingest table here")
-    parser.add_argument("--replay-only", action="store_true",
-                        help="only the replay side by side (no sockets, one core is enough)")
+    parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="only the replay side by side (no sockets, one core is enough)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="replay repeats (default 3)")
-    parser.add_argument("--baseline", action="store_true",
-                        help="replay side by side also with the compiled scan off (before/after)")
-    parser.add_argument("--replay-datagrams", type=int, default=120_000,
-                        help="datagrams in the replay capture (default 120000)")
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="replay side by side also with the compiled scan off (before/after)",
+    )
+    parser.add_argument(
+        "--replay-datagrams",
+        type=int,
+        default=120_000,
+        help="datagrams in the replay capture (default 120000)",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally-blocks stop the daemons
     if args.replay_only:
         return _print_replay(args)
     reason = sfacctd_available()
     if reason or len(os.sched_getaffinity(0)) < 2:
-        print(f"bench_collector: cannot run side by side: {reason or 'needs 2 cores'}",
-              file=sys.stderr)
+        print(
+            f"bench_collector: cannot run side by side: {reason or 'needs 2 cores'}",
+            file=sys.stderr,
+        )
         return 2
     rates = QUICK_RATES if args.quick else RATES
     seconds = 1.0 if args.quick else args.seconds
     table = ingest(rates, seconds, args.servers, 20_000 if args.quick else 150_000)
     if args.csv:
         from cosample.experiments.files import write_csv
+
         write_csv(table, args.csv)
-    best = {name: group.loc[group["loss"] < LOSS_LIMIT, "offered_samples_per_s"].max()
-            for name, group in table.groupby("collector")}
+    best = {
+        name: group.loc[group["loss"] < LOSS_LIMIT, "offered_samples_per_s"].max()
+        for name, group in table.groupby("collector")
+    }
     mem = memory(args.quick)
     bound = in_process(args.servers, 5_000 if args.quick else 50_000)
     print(table.to_string(index=False))
@@ -472,16 +608,22 @@ def main(argv=None) -> int:
     ours, theirs = best.get("cosample collector"), best.get("pmacct sfacctd")
     if ours and theirs:
         print(f"ratio cosample/sfacctd: {ours / theirs:.2f}")
-    print(f"in-process ingest (decode, attribute, add; no socket), best of 3: {bound:.0f} "
-          f"samples per CPU second; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"in-process ingest (decode, attribute, add; no socket), best of 3: {bound:.0f} "
+        f"samples per CPU second; load average {os.getloadavg()[0]:.2f}"
+    )
     for name, group in table.groupby("collector"):
         ok = group[group["loss"] < LOSS_LIMIT]
         if len(ok):
             top = ok.loc[ok["offered_samples_per_s"].idxmax()]
-            print(f"{name}: {top['samples_per_cpu_s']:.0f} samples per CPU second at its highest "
-                  f"rate with < 0.1 % loss")
-    print(f"memory: {mem['bytes_per_server']:.0f} bytes per tracked server, "
-          f"{mem['bytes_per_server_pair']:.0f} bytes per tracked server pair (30 s window)")
+            print(
+                f"{name}: {top['samples_per_cpu_s']:.0f} samples per CPU second at its highest "
+                f"rate with < 0.1 % loss"
+            )
+    print(
+        f"memory: {mem['bytes_per_server']:.0f} bytes per tracked server, "
+        f"{mem['bytes_per_server_pair']:.0f} bytes per tracked server pair (30 s window)"
+    )
     return _print_replay(args)
 
 
@@ -491,14 +633,17 @@ def _print_replay(args) -> int:
         print("bench_collector: replay side by side needs sfacctd", file=sys.stderr)
         return 2
     datagrams = 6_000 if args.quick else args.replay_datagrams
-    table = replay_side_by_side(datagrams, 1 if args.quick else args.repeats,
-                                baseline=args.baseline)
+    table = replay_side_by_side(
+        datagrams, 1 if args.quick else args.repeats, baseline=args.baseline
+    )
     best = table.groupby("what")["samples_per_cpu_s"].max()
     print(table.to_string(index=False))
     theirs = best["sfacctd pcap_savefile (command)"]
     for what, rate in best.items():
-        print(f"{what}: {rate:.0f} flow samples per CPU second (best of "
-              f"{int((table['what'] == what).sum())}), ratio to sfacctd {rate / theirs:.2f}")
+        print(
+            f"{what}: {rate:.0f} flow samples per CPU second (best of "
+            f"{int((table['what'] == what).sum())}), ratio to sfacctd {rate / theirs:.2f}"
+        )
     return 0
 
 

@@ -71,11 +71,11 @@ from pathlib import Path
 
 import numpy as np
 
+from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
-from cosample.times import format_time
 from cosample.experiments.errors import ExperimentError
 from cosample.experiments.othertree import checked
-from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
+from cosample.times import format_time
 
 SIZES = (10_000, 100_000, 1_000_000)
 #: What each cycle must do: publish (no plan yet), keep (the same traffic), publish again (the
@@ -100,7 +100,7 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
     own = np.round(dc.own_pps, 3)
     n = dc.size
     keys = dc.traffic_src.astype(np.int64) * n + dc.traffic_dst  # one entry per pair, as the
-    order = np.argsort(keys, kind="stable")                       # collector writes them
+    order = np.argsort(keys, kind="stable")  # collector writes them
     keys, values = keys[order], np.round(dc.traffic_pps[order], 3)
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     pps = np.add.reduceat(values, starts)
@@ -113,9 +113,13 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
     path.with_name("snap2.json").write_text(json.dumps(later))
     # the traffic moved: each server's own traffic, and all it sends, by a factor in [0.6, 1.4]
     factor = np.random.default_rng(seed + 1).uniform(*MOVED, n)
-    moved = _snapshot_document(dc.names, np.round(own * factor, 3), pairs,
-                               np.round(pps * factor[pairs // n], 3),
-                               moment + timedelta(seconds=MOVED_AFTER_S))
+    moved = _snapshot_document(
+        dc.names,
+        np.round(own * factor, 3),
+        pairs,
+        np.round(pps * factor[pairs // n], 3),
+        moment + timedelta(seconds=MOVED_AFTER_S),
+    )
     path.with_name("snap3.json").write_text(json.dumps(moved))
     from cosample.collector import snapshotbin
     from cosample.collector.snapshot import parse_snapshot_json
@@ -125,8 +129,9 @@ def write_snapshot(servers: int, path: Path, moment: datetime, seed: int = 0) ->
         path.with_name(name).write_bytes(binary)
 
 
-def again_snapshots(folder: Path, suffix: str, started: datetime, count: int
-                    ) -> list[tuple[int, str]]:
+def again_snapshots(
+    folder: Path, suffix: str, started: datetime, count: int
+) -> list[tuple[int, str]]:
     """``count`` more cycles' snapshots in ``folder`` (their offsets from ``started`` and names),
     ``MOVED_AFTER_S`` apart after the third: the traffic back as it was, moved again, and so on.
     Each overloads some servers under the plan in force, so each cycle publishes two phases: the
@@ -148,34 +153,60 @@ def again_snapshots(folder: Path, suffix: str, started: datetime, count: int
     return schedule
 
 
-def _snapshot_document(names: list[str], own: np.ndarray, pairs: np.ndarray, pps: np.ndarray,
-                       moment: datetime) -> dict:
+def _snapshot_document(
+    names: list[str], own: np.ndarray, pairs: np.ndarray, pps: np.ndarray, moment: datetime
+) -> dict:
     """A collector snapshot (columnar JSON) of servers sending ``own`` packets/s, ``pps`` of
     it to each pair ``src * n + dst`` of ``pairs``."""
     n = len(names)
-    table = {"name": list(names), "packets_per_s": own.tolist(),
-             "packets_per_s_ci95_low": (own * 0.97).tolist(),
-             "packets_per_s_ci95_high": (own * 1.03).tolist(),
-             "bytes_per_s": (own * 800).tolist(), "bytes_per_s_ci95_low": (own * 770).tolist(),
-             "bytes_per_s_ci95_high": (own * 830).tolist(), "samples": [300] * n,
-             "samples_per_s": [10.0] * n, "local_samples": [300] * n, "mirrored_samples": [0] * n,
-             "coverage": [0.5] * n, "last_sample_age_s": [0.0] * n}
-    return {"format": SNAPSHOT_FORMAT, "format_version": SNAPSHOT_VERSION, "collector": "bench",
-            "time": format_time(moment), "window_s": 30.0, "plan": None, "servers": table,
-            "traffic_pps": {"names": list(names), "src": (pairs // n).tolist(),
-                            "dst": (pairs % n).tolist(), "pps": pps.tolist()},
-            "dropped": {}}
+    table = {
+        "name": list(names),
+        "packets_per_s": own.tolist(),
+        "packets_per_s_ci95_low": (own * 0.97).tolist(),
+        "packets_per_s_ci95_high": (own * 1.03).tolist(),
+        "bytes_per_s": (own * 800).tolist(),
+        "bytes_per_s_ci95_low": (own * 770).tolist(),
+        "bytes_per_s_ci95_high": (own * 830).tolist(),
+        "samples": [300] * n,
+        "samples_per_s": [10.0] * n,
+        "local_samples": [300] * n,
+        "mirrored_samples": [0] * n,
+        "coverage": [0.5] * n,
+        "last_sample_age_s": [0.0] * n,
+    }
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "format_version": SNAPSHOT_VERSION,
+        "collector": "bench",
+        "time": format_time(moment),
+        "window_s": 30.0,
+        "plan": None,
+        "servers": table,
+        "traffic_pps": {
+            "names": list(names),
+            "src": (pairs // n).tolist(),
+            "dst": (pairs % n).tolist(),
+            "pps": pps.tolist(),
+        },
+        "dropped": {},
+    }
 
 
-def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
-            serve: bool = False, again: int = 0) -> dict:
+def measure(
+    servers: int,
+    folder: Path,
+    form: str = "json",
+    slices: bool = True,
+    serve: bool = False,
+    again: int = 0,
+) -> dict:
     """Three cycles on the snapshots in ``folder`` (run in a process of its own), read in ``form``
     (``FORMS``; old code reads ``snap.json``); ``slices=False``: the target writes the whole
     plan alone (``controller run --no-slices``); ``serve``: the HTTP target on loopback
     (``controller run --serve``: slices built in memory, no file per host); ``again``: that
     many more cycles after them (``again_snapshots``), each publishing two phases."""
-    from cosample.plan.signing import generate_keypair
     from cosample.controller.loop import Controller  # and the targets, before the size below
+    from cosample.plan.signing import generate_keypair
 
     rss_imports = _rss_mb()
     inventory = _inventory(servers, folder)
@@ -185,12 +216,15 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
     started = datetime.fromisoformat(_snapshot_time(folder / "snap.json"))
     clock = [started]
     settings, target = _controller_parts(folder, snapshot, slices, serve)
-    controller = Controller(inventory, settings, target, folder / "state",
-                            clock=lambda: clock[0])
+    controller = Controller(inventory, settings, target, folder / "state", clock=lambda: clock[0])
     rows = []
     published = {}  # cycle -> the bytes it published, as the state keeps them (for the floor)
-    schedule = [(0, "snap"), (CYCLE_S, "snap2"), (MOVED_AFTER_S, "snap3"),
-                *again_snapshots(folder, suffix, started, again)]
+    schedule = [
+        (0, "snap"),
+        (CYCLE_S, "snap2"),
+        (MOVED_AFTER_S, "snap3"),
+        *again_snapshots(folder, suffix, started, again),
+    ]
     for cycle, (later_s, name) in enumerate(schedule, start=1):
         clock[0] = started + timedelta(seconds=later_s)
         shutil.copyfile(folder / f"{name}.{suffix}", snapshot)
@@ -199,32 +233,48 @@ def measure(servers: int, folder: Path, form: str = "json", slices: bool = True,
         seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
         expected = EXPECTED.get(cycle, "published")
         if status.result != expected or (cycle > len(EXPECTED) and not status.two_phase):
-            raise RuntimeError(f"cycle {cycle}: {status.result}, not {expected}"
-                               f"{'' if cycle <= len(EXPECTED) else ' in two phases'}: "
-                               f"{status.reasons} {status.problems}")
+            raise RuntimeError(
+                f"cycle {cycle}: {status.result}, not {expected}"
+                f"{'' if cycle <= len(EXPECTED) else ' in two phases'}: "
+                f"{status.reasons} {status.problems}"
+            )
         if status.result == "published":
             published[cycle] = folder / f"published-{cycle}.json"
             os.link(folder / "state" / "current-plan.json", published[cycle])
-        rows.append({"servers": servers, "cycle": cycle, "result": status.result,
-                     "two_phase": status.two_phase, "seconds": round(seconds, 3),
-                     "cpu_seconds": round(cpu, 3),
-                     **{k: round(v, 3) for k, v in status.timings.items()}})
+        rows.append(
+            {
+                "servers": servers,
+                "cycle": cycle,
+                "result": status.result,
+                "two_phase": status.two_phase,
+                "seconds": round(seconds, 3),
+                "cpu_seconds": round(cpu, 3),
+                **{k: round(v, 3) for k, v in status.timings.items()},
+            }
+        )
     if serve:
         target.close()
     peak = _rss_mb()  # before the agents' reader below
-    accepted = {cycle: _agents_accept(path) if servers <= CHECK_UP_TO else None
-                for cycle, path in published.items()}
+    accepted = {
+        cycle: _agents_accept(path) if servers <= CHECK_UP_TO else None
+        for cycle, path in published.items()
+    }
     from cosample.planner import planfile
 
     for row in rows:
         path = published.get(row["cycle"], published[1])  # a kept cycle: the plan in force
-        row.update(plan_mb=round(path.stat().st_size / 1e6, 1), code_path=planfile.__file__,
-                   form=form,
-                   slices=slices, target="http" if serve else "directory",
-                   snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
-                   rss_imports_mb=rss_imports, peak_rss_mb=peak,
-                   agents_accept=accepted.get(row["cycle"]),
-                   load_average=round(os.getloadavg()[0], 1))
+        row.update(
+            plan_mb=round(path.stat().st_size / 1e6, 1),
+            code_path=planfile.__file__,
+            form=form,
+            slices=slices,
+            target="http" if serve else "directory",
+            snapshot_mb=round(snapshot.stat().st_size / 1e6, 1),
+            rss_imports_mb=rss_imports,
+            peak_rss_mb=peak,
+            agents_accept=accepted.get(row["cycle"]),
+            load_average=round(os.getloadavg()[0], 1),
+        )
     return {"rows": rows}
 
 
@@ -248,7 +298,7 @@ def floor(servers: int, folder: Path, form: str) -> dict:
     data = path.read_bytes()
     if form == "binary":
         size = int.from_bytes(data[8:16], "little")
-        header = orjson.loads(data[16:16 + size])
+        header = orjson.loads(data[16 : 16 + size])
         offset = 16 + size + (-(16 + size) % 8)
         columns = []
         for dtype, count in header["columns"]:
@@ -259,16 +309,27 @@ def floor(servers: int, folder: Path, form: str) -> dict:
     else:
         document = orjson.loads(data)
         names, traffic = document["servers"]["name"], document["traffic_pps"]
-        columns = [np.asarray(v, dtype=float) for k, v in document["servers"].items()
-                   if k != "name" and v is not None and k != "last_sample_age_s"]
+        columns = [
+            np.asarray(v, dtype=float)
+            for k, v in document["servers"].items()
+            if k != "name" and v is not None and k != "last_sample_age_s"
+        ]
         src, dst, pps = (np.asarray(traffic[key]) for key in ("src", "dst", "pps"))
     read_cpu = time.process_time() - cpu
     assert len(names) == servers
     # the controller's data centre for that matrix (its planning capacities; the snapshot's
     # entries are sorted by src * n + dst, as a smoothed matrix is)
-    dc, _, _ = datacentre(inventory, Smoothed(None, servers, np.asarray(src, dtype=np.int64)
-                                              * servers + dst, np.asarray(pps, dtype=float),
-                                              np.ones(servers, dtype=bool)), 0.15)
+    dc, _, _ = datacentre(
+        inventory,
+        Smoothed(
+            None,
+            servers,
+            np.asarray(src, dtype=np.int64) * servers + dst,
+            np.asarray(pps, dtype=float),
+            np.ones(servers, dtype=bool),
+        ),
+        0.15,
+    )
     cpu = time.process_time()
     solve(dc, "exact", margin=0.0)
     plan_cpu = time.process_time() - cpu
@@ -280,8 +341,12 @@ def floor(servers: int, folder: Path, form: str) -> dict:
         sign_bytes(plan, str(folder / "floor-key.pem"))
         write_bytes_atomic(folder / "floor-plan.json", plan)
         publish_cpu[f"publish_floor_cpu_{cycle}"] = round(time.process_time() - cpu, 3)
-    return {"read_floor_cpu": round(read_cpu, 3), "plan_floor_cpu": round(plan_cpu, 3),
-            **publish_cpu, "floor_peak_rss_mb": _rss_mb()}
+    return {
+        "read_floor_cpu": round(read_cpu, 3),
+        "plan_floor_cpu": round(plan_cpu, 3),
+        **publish_cpu,
+        "floor_peak_rss_mb": _rss_mb(),
+    }
 
 
 def _two_plans(servers: int, seed: int) -> tuple[dict, dict, datetime]:
@@ -301,8 +366,9 @@ def _two_plans(servers: int, seed: int) -> tuple[dict, dict, datetime]:
         moment = datetime.now(timezone.utc).replace(microsecond=0)
         write_snapshot(servers, snapshot, moment)
         inventory = _inventory(servers, Path(folder))
-        smoothed = update(None, measure(parse(snapshot.read_bytes(), str(snapshot)), inventory),
-                          0.0, 0.0)
+        smoothed = update(
+            None, measure(parse(snapshot.read_bytes(), str(snapshot)), inventory), 0.0, 0.0
+        )
     valid = timedelta(hours=1)
     old = render(replan(inventory, smoothed, 0.15).document(moment, valid), 100, None).final
     rng = np.random.default_rng(seed)
@@ -332,10 +398,14 @@ def _controller_parts(folder: Path, snapshot: Path, slices: bool, serve: bool):
     from cosample.controller.loop import Settings
     from cosample.controller.publish import DirectoryTarget, HttpTarget
 
-    settings = Settings((str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0,
-                        key=str(folder / "key.pem"))
-    target = (HttpTarget("127.0.0.1", 0, dict, bytes, slices=slices) if serve
-              else DirectoryTarget(folder / "pub", slices=slices))
+    settings = Settings(
+        (str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0, key=str(folder / "key.pem")
+    )
+    target = (
+        HttpTarget("127.0.0.1", 0, dict, bytes, slices=slices)
+        if serve
+        else DirectoryTarget(folder / "pub", slices=slices)
+    )
     return settings, target
 
 
@@ -352,9 +422,13 @@ def two_phase(servers: int, seed: int = 1) -> dict:
     began, cpu = time.perf_counter(), time.process_time()
     with gc_paused():  # as in the controller's cycle
         rendered = render(new, 101, None, previous=old, now=moment, settle_s=120.0)
-    return {"servers": servers, "two_phase_seconds": round(time.perf_counter() - began, 3),
-            "two_phase_cpu_seconds": round(time.process_time() - cpu, 3),
-            "plan_set_mb": round(len(rendered.data) / 1e6, 1), "versions": list(rendered.versions)}
+    return {
+        "servers": servers,
+        "two_phase_seconds": round(time.perf_counter() - began, 3),
+        "two_phase_cpu_seconds": round(time.process_time() - cpu, 3),
+        "plan_set_mb": round(len(rendered.data) / 1e6, 1),
+        "versions": list(rendered.versions),
+    }
 
 
 def compare_phase1(servers: int, repeats: int, seed: int = 1) -> dict:
@@ -393,28 +467,47 @@ def compare_phase1(servers: int, repeats: int, seed: int = 1) -> dict:
         return compact_json(phase1), phase1["plan_id"]
 
     def compiled_path() -> tuple[bytes, str]:
-        phase1 = plan_set(fresh("old", old_doc), fresh("new", new_doc), 100, 101, expires,
-                          moment, 120.0, table=lambda data: HostTable([data]))["plans"][0]
+        phase1 = plan_set(
+            fresh("old", old_doc),
+            fresh("new", new_doc),
+            100,
+            101,
+            expires,
+            moment,
+            120.0,
+            table=lambda data: HostTable([data]),
+        )["plans"][0]
         if not isinstance(phase1["hosts"], HostTable):
             raise SystemExit("the compiled transition declined these plans (or is not built)")
         return compact_json(phase1), phase1["plan_id"]
 
     def render_python() -> bytes:
         previous = {**old_doc, "hosts": orjson.loads(fresh("old", old_doc)["hosts"].json)}
-        return render(fresh("new", new_doc), 101, None, previous=previous, now=moment,
-                      settle_s=120.0).data
+        return render(
+            fresh("new", new_doc), 101, None, previous=previous, now=moment, settle_s=120.0
+        ).data
 
     def render_compiled() -> bytes:
-        return render(fresh("new", new_doc), 101, None, previous=fresh("old", old_doc),
-                      now=moment, settle_s=120.0).data
+        return render(
+            fresh("new", new_doc),
+            101,
+            None,
+            previous=fresh("old", old_doc),
+            now=moment,
+            settle_s=120.0,
+        ).data
 
-    seconds: dict[str, list[float]] = {label: [] for label in (
-        "python", "compiled", "render_python", "render_compiled")}
+    seconds: dict[str, list[float]] = {
+        label: [] for label in ("python", "compiled", "render_python", "render_compiled")
+    }
     for _ in range(repeats):
         results = {}
-        for label, path in (("python", python_path), ("compiled", compiled_path),
-                            ("render_python", render_python),
-                            ("render_compiled", render_compiled)):
+        for label, path in (
+            ("python", python_path),
+            ("compiled", compiled_path),
+            ("render_python", render_python),
+            ("render_compiled", render_compiled),
+        ):
             gc.collect()
             with gc_paused():
                 cpu = time.process_time()
@@ -431,12 +524,17 @@ def compare_phase1(servers: int, repeats: int, seed: int = 1) -> dict:
     def ratio(slow: str, fast: str) -> float | None:  # None: too fast for the clock
         return round(best[slow] / best[fast], 1) if best[fast] > 0 else None
 
-    return {"servers": servers, "phase1_mb": round(phase1_bytes / 1e6, 1),
-            "phase1_bytes": phase1_bytes,
-            **{f"{label}_cpu_seconds": [round(v, 3) for v in values]
-               for label, values in seconds.items()},
-            "ratio_best": ratio("python", "compiled"),
-            "render_ratio_best": ratio("render_python", "render_compiled")}
+    return {
+        "servers": servers,
+        "phase1_mb": round(phase1_bytes / 1e6, 1),
+        "phase1_bytes": phase1_bytes,
+        **{
+            f"{label}_cpu_seconds": [round(v, 3) for v in values]
+            for label, values in seconds.items()
+        },
+        "ratio_best": ratio("python", "compiled"),
+        "render_ratio_best": ratio("render_python", "render_compiled"),
+    }
 
 
 def _inventory(servers: int, folder: Path):
@@ -444,16 +542,24 @@ def _inventory(servers: int, folder: Path):
 
     capacity = np.asarray(json.loads((folder / "snap.capacity.json").read_text())["capacity"])
     names = tuple(f"s{i}" for i in range(servers))
-    extras = {name: {"bridge": "br-int", "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}
-              for i, name in enumerate(names)}
-    return Inventory(f"bench-{servers}", names, capacity, np.full(servers, PAPER_ALPHA),
-                     np.full(servers, PAPER_BETA), extras)
+    extras = {
+        name: {"bridge": "br-int", "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}
+        for i, name in enumerate(names)
+    }
+    return Inventory(
+        f"bench-{servers}",
+        names,
+        capacity,
+        np.full(servers, PAPER_ALPHA),
+        np.full(servers, PAPER_BETA),
+        extras,
+    )
 
 
 def _agents_accept(path: Path) -> bool | str:
     """Whether the agents' own reader accepts the published plan (after the timed cycles)."""
-    from cosample.plan.document import parse_document
     from cosample.errors import CosampleError
+    from cosample.plan.document import parse_document
 
     try:
         parse_document(path.read_bytes(), str(path.name))
@@ -466,7 +572,7 @@ def _snapshot_time(path: Path) -> str:
     with path.open() as handle:
         head = handle.read(400)
     start = head.index('"time": "') + 9
-    return head[start:head.index('"', start)].replace("Z", "+00:00")
+    return head[start : head.index('"', start)].replace("Z", "+00:00")
 
 
 def _rss_mb() -> float:
@@ -486,38 +592,66 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
-    parser.add_argument("--baseline-tree", metavar="DIR",
-                        help="also run the code laid out in DIR (`python -m research.revision "
-                             "REV DIR`), alternating with this tree's, with the same options "
-                             "(a revision whose benchmark lacks --no-slices or --default-memory "
-                             "takes this file and controller/memory.py laid over its own)")
+    parser.add_argument(
+        "--baseline-tree",
+        metavar="DIR",
+        help="also run the code laid out in DIR (`python -m research.revision "
+        "REV DIR`), alternating with this tree's, with the same options "
+        "(a revision whose benchmark lacks --no-slices or --default-memory "
+        "takes this file and controller/memory.py laid over its own)",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="runs per size (and code)")
-    parser.add_argument("--two-phase", type=int, metavar="SERVERS",
-                        help="time one two-phase publication at SERVERS instead")
-    parser.add_argument("--compare-compiled", type=int, metavar="SERVERS",
-                        help="time a two-phase plan set's phase 1 at SERVERS instead, by the "
-                             "Python and the compiled transition alternating (--repeats times)")
-    parser.add_argument("--form", choices=tuple(FORMS), default="binary",
-                        help="the snapshot form this tree's controller reads (default: binary; "
-                             "a --baseline-tree revision reads the JSON form)")
-    parser.add_argument("--no-slices", dest="slices", action="store_false",
-                        help="publish the whole plan alone, no per-host slices (`controller run "
-                             "--no-slices`); the floor never includes slices")
-    parser.add_argument("--serve", action="store_true",
-                        help="publish through the HTTP target on loopback (`controller run "
-                             "--serve`: every host's slice built in memory and served on "
-                             "request) instead of a folder with a file per host")
-    parser.add_argument("--default-memory", dest="keep_memory", action="store_false",
-                        help="run the controller's process with the C library's and numpy's "
-                             "memory defaults, not as `controller run` sets them "
-                             "(controller/memory.py)")
-    parser.add_argument("--compare-memory", action="store_true",
-                        help="run this tree with the memory defaults and as `controller run` "
-                             "sets them, alternating, and print their ratios")
+    parser.add_argument(
+        "--two-phase",
+        type=int,
+        metavar="SERVERS",
+        help="time one two-phase publication at SERVERS instead",
+    )
+    parser.add_argument(
+        "--compare-compiled",
+        type=int,
+        metavar="SERVERS",
+        help="time a two-phase plan set's phase 1 at SERVERS instead, by the "
+        "Python and the compiled transition alternating (--repeats times)",
+    )
+    parser.add_argument(
+        "--form",
+        choices=tuple(FORMS),
+        default="binary",
+        help="the snapshot form this tree's controller reads (default: binary; "
+        "a --baseline-tree revision reads the JSON form)",
+    )
+    parser.add_argument(
+        "--no-slices",
+        dest="slices",
+        action="store_false",
+        help="publish the whole plan alone, no per-host slices (`controller run "
+        "--no-slices`); the floor never includes slices",
+    )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="publish through the HTTP target on loopback (`controller run "
+        "--serve`: every host's slice built in memory and served on "
+        "request) instead of a folder with a file per host",
+    )
+    parser.add_argument(
+        "--default-memory",
+        dest="keep_memory",
+        action="store_false",
+        help="run the controller's process with the C library's and numpy's "
+        "memory defaults, not as `controller run` sets them "
+        "(controller/memory.py)",
+    )
+    parser.add_argument(
+        "--compare-memory",
+        action="store_true",
+        help="run this tree with the memory defaults and as `controller run` "
+        "sets them, alternating, and print their ratios",
+    )
     parser.add_argument("--child", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--floor", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
-    parser.add_argument("--restart", nargs=2, metavar=("SERVERS", "FOLDER"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--restart", nargs=2, metavar=("SERVERS", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.two_phase:
         print(json.dumps(two_phase(args.two_phase)))
@@ -530,22 +664,30 @@ def main(argv: list[str] | None = None) -> int:
 
         keep_memory()  # as `controller run` does; the floor's process too
     if args.child:
-        print(json.dumps(measure(int(args.child[0]), Path(args.child[1]), args.form,
-                                 args.slices, args.serve)))
+        print(
+            json.dumps(
+                measure(int(args.child[0]), Path(args.child[1]), args.form, args.slices, args.serve)
+            )
+        )
         return 0
     if args.floor:
         print(json.dumps(floor(int(args.floor[0]), Path(args.floor[1]), args.form)))
         return 0
     if args.restart:
-        print(json.dumps(restart(int(args.restart[0]), Path(args.restart[1]), args.slices,
-                                 args.serve)))
+        print(
+            json.dumps(
+                restart(int(args.restart[0]), Path(args.restart[1]), args.slices, args.serve)
+            )
+        )
         return 0
     # code -> (tree, memory kept as `controller run` keeps it)
     trees: dict[str, tuple[Path | None, bool]] = {"new": (None, args.keep_memory)}
     if args.baseline_tree:
         try:
-            trees = {"old": (checked(args.baseline_tree), args.keep_memory),
-                     "new": (None, args.keep_memory)}
+            trees = {
+                "old": (checked(args.baseline_tree), args.keep_memory),
+                "new": (None, args.keep_memory),
+            }
         except ExperimentError as exc:
             parser.error(str(exc))
     elif args.compare_memory:
@@ -558,14 +700,36 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.repeats):
                 for code, (tree, keep) in trees.items():
                     run = f"{code}-{repeat}"
-                    measured = _child(servers, Path(folder), run, tree,
-                                      args.form if tree is None else None,
-                                      slices=args.slices, keep=keep, serve=args.serve)
-                    floors = _child(servers, Path(folder), run, None, args.form,
-                                    "--floor", keep=keep) if tree is None else [{}]
-                    restarted = _child(servers, Path(folder), run, None, None, "--restart",
-                                       slices=args.slices, keep=keep, serve=args.serve) \
-                        if tree is None else [{}]
+                    measured = _child(
+                        servers,
+                        Path(folder),
+                        run,
+                        tree,
+                        args.form if tree is None else None,
+                        slices=args.slices,
+                        keep=keep,
+                        serve=args.serve,
+                    )
+                    floors = (
+                        _child(servers, Path(folder), run, None, args.form, "--floor", keep=keep)
+                        if tree is None
+                        else [{}]
+                    )
+                    restarted = (
+                        _child(
+                            servers,
+                            Path(folder),
+                            run,
+                            None,
+                            None,
+                            "--restart",
+                            slices=args.slices,
+                            keep=keep,
+                            serve=args.serve,
+                        )
+                        if tree is None
+                        else [{}]
+                    )
                     if measured is None or floors is None or restarted is None:
                         return 1
                     floors[0].update(restarted[0])
@@ -580,17 +744,27 @@ def main(argv: list[str] | None = None) -> int:
 
         pd.DataFrame(rows).to_csv(args.csv, index=False)
     if args.baseline_tree or args.compare_memory:
-        print(_comparison(rows, Path(args.baseline_tree).name if args.baseline_tree else
-                          "this tree with the memory defaults (--default-memory)"))
+        print(
+            _comparison(
+                rows,
+                Path(args.baseline_tree).name
+                if args.baseline_tree
+                else "this tree with the memory defaults (--default-memory)",
+            )
+        )
     at_target = [r for r in rows if r["servers"] == TARGET_SERVERS and r["code"] == "new"]
     for row in at_target:
         verdict = "meets" if row["seconds"] < TARGET_SECONDS else "misses"
-        print(f"cycle {row['cycle']} at {TARGET_SERVERS:,} servers: {row['seconds']:.2f} s "
-              f"({row['cpu_seconds']:.2f} s CPU), {verdict} the {TARGET_SECONDS:g} s goal")
+        print(
+            f"cycle {row['cycle']} at {TARGET_SERVERS:,} servers: {row['seconds']:.2f} s "
+            f"({row['cpu_seconds']:.2f} s CPU), {verdict} the {TARGET_SECONDS:g} s goal"
+        )
     for row in (r for r in rows if r["servers"] == LARGE_SERVERS and r["code"] == "new"):
         verdict = "meets" if row["cpu_seconds"] < LARGE_CPU_S else "misses"
-        print(f"cycle {row['cycle']} at {LARGE_SERVERS:,} servers: {row['cpu_seconds']:.2f} s "
-              f"CPU, {verdict} the {LARGE_CPU_S:g} s CPU goal")
+        print(
+            f"cycle {row['cycle']} at {LARGE_SERVERS:,} servers: {row['cpu_seconds']:.2f} s "
+            f"CPU, {verdict} the {LARGE_CPU_S:g} s CPU goal"
+        )
     return 0
 
 
@@ -600,29 +774,46 @@ def _beside_floors(rows: list[dict]) -> str:
     for row in rows:
         publishes = row["result"] == "published"
         row["publish_floor_cpu"] = row.get(f"publish_floor_cpu_{row['cycle']}", 0.0)
-        floor_cpu = row["read_floor_cpu"] + row["plan_floor_cpu"] + (
-            row["publish_floor_cpu"] if publishes else 0.0)
-        steps = [f"{step} {row.get(f'{step}_cpu', 0.0):.3f} (floor {row[f'{step}_floor_cpu']:.3f})"
-                 for step in ("read", "plan") + (("publish",) if publishes else ())]
+        floor_cpu = (
+            row["read_floor_cpu"]
+            + row["plan_floor_cpu"]
+            + (row["publish_floor_cpu"] if publishes else 0.0)
+        )
+        steps = [
+            f"{step} {row.get(f'{step}_cpu', 0.0):.3f} (floor {row[f'{step}_floor_cpu']:.3f})"
+            for step in ("read", "plan") + (("publish",) if publishes else ())
+        ]
         lines.append(
             f"  {row['servers']:>9,} cycle {row['cycle']} ({row['result']}"
             f"{', two phases' if row.get('two_phase') else ''}, {row['form']}): "
             f"CPU {row['cpu_seconds']:.2f} s, floor {floor_cpu:.2f} s, "
             f"{row['cpu_seconds'] / floor_cpu if floor_cpu > 0 else float('inf'):.1f}x; "
-            + ", ".join(steps) + f"; peak RSS {row['peak_rss_mb']:.0f} MB "
-            f"(floor {row['floor_peak_rss_mb']:.0f} MB)")
+            + ", ".join(steps)
+            + f"; peak RSS {row['peak_rss_mb']:.0f} MB "
+            f"(floor {row['floor_peak_rss_mb']:.0f} MB)"
+        )
     for row in rows:
         if row["cycle"] == 1 and row.get("restart_cpu") is not None:
-            lines.append(f"  {row['servers']:>9,} restart on the state left: CPU "
-                         f"{row['restart_cpu']:.2f} s, peak RSS "
-                         f"{row['restart_peak_rss_mb']:.0f} MB (a process of its own: the "
-                         "publication in force read back and served again)")
+            lines.append(
+                f"  {row['servers']:>9,} restart on the state left: CPU "
+                f"{row['restart_cpu']:.2f} s, peak RSS "
+                f"{row['restart_peak_rss_mb']:.0f} MB (a process of its own: the "
+                "publication in force read back and served again)"
+            )
     return "\n".join(lines)
 
 
-def _child(servers: int, folder: Path, name: str, tree: Path | None, form: str | None = None,
-           job: str = "--child", slices: bool = True, keep: bool = True, serve: bool = False
-           ) -> list[dict] | None:
+def _child(
+    servers: int,
+    folder: Path,
+    name: str,
+    tree: Path | None,
+    form: str | None = None,
+    job: str = "--child",
+    slices: bool = True,
+    keep: bool = True,
+    serve: bool = False,
+) -> list[dict] | None:
     """Both cycles in a fresh process and a fresh sub-folder ``name`` (no plan in force yet)
     on the snapshot in ``folder``, with the code of ``tree`` (None: this one) reading ``form``
     (None: the old code's own choice); ``job="--floor"``: the floors, in the run's folder."""
@@ -634,13 +825,26 @@ def _child(servers: int, folder: Path, name: str, tree: Path | None, form: str |
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_controller",
-                           job, str(servers), str(run), *(("--form", form) if form else ()),
-                           *(() if slices else ("--no-slices",)),
-                           *(("--serve",) if serve else ()),
-                           *(() if keep else ("--default-memory",))],
-                          capture_output=True, text=True, timeout=1800, check=False, env=env,
-                          cwd=run)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cosample.experiments.bench_controller",
+            job,
+            str(servers),
+            str(run),
+            *(("--form", form) if form else ()),
+            *(() if slices else ("--no-slices",)),
+            *(("--serve",) if serve else ()),
+            *(() if keep else ("--default-memory",)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        env=env,
+        cwd=run,
+    )
     if done.returncode != 0:
         print(done.stderr, file=sys.stderr)
         return None
@@ -654,30 +858,54 @@ def _comparison(rows: list[dict], baseline: str) -> str:
     lines = [f"old = {baseline}, new = this tree; median [min-max] of the runs"]
     for servers in dict.fromkeys(r["servers"] for r in rows):
         for cycle in sorted({r["cycle"] for r in rows if r["servers"] == servers}):
-            if {r["code"] for r in rows if (r["servers"], r["cycle"]) == (servers, cycle)} \
-                    != {"old", "new"}:
+            if {r["code"] for r in rows if (r["servers"], r["cycle"]) == (servers, cycle)} != {
+                "old",
+                "new",
+            }:
                 continue  # a cycle the other code's benchmark does not run
             cells = []
             medians = {}
             for code in ("old", "new"):
-                mine = [r for r in rows if (r["servers"], r["cycle"], r["code"]) ==
-                        (servers, cycle, code)]
+                mine = [
+                    r
+                    for r in rows
+                    if (r["servers"], r["cycle"], r["code"]) == (servers, cycle, code)
+                ]
                 cpu = [r["cpu_seconds"] for r in mine]
                 wall = [r["seconds"] for r in mine]
                 medians[code] = statistics.median(cpu)
-                cells.append(f"{code} CPU {medians[code]:.2f} [{min(cpu):.2f}-{max(cpu):.2f}] s, "
-                             f"wall {statistics.median(wall):.2f} [{min(wall):.2f}-"
-                             f"{max(wall):.2f}] s, peak RSS {max(r['peak_rss_mb'] for r in mine):.0f} MB")
-            lines.append(f"{servers:>9,} cycle {cycle} ({mine[0]['result']}): " + "; ".join(cells)
-                         + f"; new/old CPU {medians['new'] / medians['old']:.2f}")
+                cells.append(
+                    f"{code} CPU {medians[code]:.2f} [{min(cpu):.2f}-{max(cpu):.2f}] s, "
+                    f"wall {statistics.median(wall):.2f} [{min(wall):.2f}-"
+                    f"{max(wall):.2f}] s, peak RSS {max(r['peak_rss_mb'] for r in mine):.0f} MB"
+                )
+            lines.append(
+                f"{servers:>9,} cycle {cycle} ({mine[0]['result']}): "
+                + "; ".join(cells)
+                + f"; new/old CPU {medians['new'] / medians['old']:.2f}"
+            )
     return "\n".join(lines)
 
 
 def _table(rows: list[dict]) -> str:
     steps = ("read", "estimate", "plan", "decide", "document", "publish")
-    keys = ("code", "servers", "cycle", "result", "two_phase", "seconds", "cpu_seconds", *steps,
-            *(f"{step}_cpu" for step in steps), "plan_mb", "snapshot_mb", "rss_imports_mb",
-            "peak_rss_mb", "agents_accept", "load_average")
+    keys = (
+        "code",
+        "servers",
+        "cycle",
+        "result",
+        "two_phase",
+        "seconds",
+        "cpu_seconds",
+        *steps,
+        *(f"{step}_cpu" for step in steps),
+        "plan_mb",
+        "snapshot_mb",
+        "rss_imports_mb",
+        "peak_rss_mb",
+        "agents_accept",
+        "load_average",
+    )
     return "\n".join(" ".join(f"{k}={row.get(k, '-')}" for k in keys) for row in rows)
 
 

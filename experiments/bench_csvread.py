@@ -34,6 +34,7 @@ def read(reader: str, envelope: Path) -> int:
     traffic = envelope.parent / document["traffic_pps"]
     if reader == "csv":
         import csv
+
         with open(servers, newline="") as stream:
             names, capacity, _ = zip(*list(csv.reader(stream))[1:])
         with open(traffic, newline="") as stream:
@@ -41,17 +42,25 @@ def read(reader: str, envelope: Path) -> int:
         numbers = np.array(capacity, dtype=float), np.array(pps, dtype=float)
     elif reader == "pandas":
         import pandas as pd
+
         table = pd.read_csv(servers, dtype={"name": str, "tunnel_ip": str}, keep_default_na=False)
-        flows = pd.read_csv(traffic, dtype={"source": str, "destination": str},
-                            keep_default_na=False)
-        names, sources, destinations = (list(table["name"]), list(flows["source"]),
-                                        list(flows["destination"]))
+        flows = pd.read_csv(
+            traffic, dtype={"source": str, "destination": str}, keep_default_na=False
+        )
+        names, sources, destinations = (
+            list(table["name"]),
+            list(flows["source"]),
+            list(flows["destination"]),
+        )
         numbers = table["capacity_pps"].to_numpy(float), flows["pps"].to_numpy(float)
     else:
         table = np.loadtxt(servers, dtype=str, delimiter=",", skiprows=1)
         flows = np.loadtxt(traffic, dtype=str, delimiter=",", skiprows=1)
-        names, sources, destinations = (table[:, 0].tolist(), flows[:, 0].tolist(),
-                                        flows[:, 1].tolist())
+        names, sources, destinations = (
+            table[:, 0].tolist(),
+            flows[:, 0].tolist(),
+            flows[:, 1].tolist(),
+        )
         numbers = table[:, 1].astype(float), flows[:, 2].astype(float)
     return len(names) + len(sources) + len(destinations) + sum(map(len, numbers))
 
@@ -70,8 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     best = {}
     for _ in range(args.repeats):
         for reader in READERS:
-            cpu, mib = measure([sys.executable, "-m", "cosample.experiments.bench_csvread",
-                                str(args.envelope), "--reader", reader])
+            cpu, mib = measure(
+                [
+                    sys.executable,
+                    "-m",
+                    "cosample.experiments.bench_csvread",
+                    str(args.envelope),
+                    "--reader",
+                    reader,
+                ]
+            )
             best[reader] = min(best.get(reader, (cpu, mib)), (cpu, mib))
     print(f"{'reader':>8} {'CPU s':>7} {'MiB':>6} {'vs csv':>7}")
     for reader in READERS:

@@ -47,7 +47,7 @@ def _serve(handler) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 def _trickler(count: int):
     class Trickle(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.wfile.write(b"HTTP/1.1 200 OK\r\n")
             try:
                 for _ in range(count):
@@ -60,6 +60,7 @@ def _trickler(count: int):
 
         def log_message(self, *args):
             pass
+
     return Trickle
 
 
@@ -83,8 +84,9 @@ def _clients() -> dict:
         import urllib3
 
         pool = urllib3.PoolManager(retries=False)
-        clients["urllib3 Timeout(total)"] = lambda url, t: pool.request(
-            "GET", url, timeout=urllib3.Timeout(total=t)).data
+        clients["urllib3 Timeout(total)"] = lambda url, t: (
+            pool.request("GET", url, timeout=urllib3.Timeout(total=t)).data
+        )
     except ImportError:
         pass
     try:
@@ -154,19 +156,26 @@ class _Relay:
 
 def _agent_polls(hosts: int) -> None:
     """Bytes and CPU of a first and an unchanged poll, as the agent's cycle does them."""
+    from cosample.controller.publish import HttpTarget, render
     from cosample.plan.document import parse_document
+    from cosample.plan.formats import PLAN_FORMAT
     from cosample.plan.signing import generate_keypair, verify
     from cosample.plan.source import fetch as agent_fetch
-    from cosample.controller.publish import HttpTarget, render
-    from cosample.plan.formats import PLAN_FORMAT
 
     with tempfile.TemporaryDirectory() as folder:
         key, public = Path(folder) / "k", Path(folder) / "k.pub"
         generate_keypair(key, public)
-        plan = {"format": PLAN_FORMAT, "format_version": 1, "plan_id": "p" * 64,
-                "created": "2030-01-01T00:00:00Z", "expires": "2030-01-01T01:00:00Z",
-                "hosts": {f"h{k}": {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}
-                          for k in range(hosts)}}
+        plan = {
+            "format": PLAN_FORMAT,
+            "format_version": 1,
+            "plan_id": "p" * 64,
+            "created": "2030-01-01T00:00:00Z",
+            "expires": "2030-01-01T01:00:00Z",
+            "hosts": {
+                f"h{k}": {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}
+                for k in range(hosts)
+            },
+        }
         target = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
         try:
             rendered = render(plan, 1, str(key))
@@ -182,8 +191,10 @@ def _agent_polls(hosts: int) -> None:
                     parsed = (fetched.data, parse_document(fetched.data))
                 cpu = time.process_time() - began
                 time.sleep(0.2)  # the relay's threads finish counting
-                print(f"  {label:15s} {relay.down - before_bytes:>10,} bytes received, "
-                      f"{cpu * 1e3:8.1f} ms CPU (fetch, verify, parse)")
+                print(
+                    f"  {label:15s} {relay.down - before_bytes:>10,} bytes received, "
+                    f"{cpu * 1e3:8.1f} ms CPU (fetch, verify, parse)"
+                )
                 previous = fetched
             print(f"  plan: {len(rendered.data):,} bytes, {hosts:,} hosts")
         finally:
@@ -202,18 +213,31 @@ def main(argv: list[str] | None = None) -> int:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
         probe.close()
-        server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
-                                   "127.0.0.1", "--directory", folder],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "http.server",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+                folder,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             means = _prompt(clients, f"http://127.0.0.1:{port}/doc", args.rounds)
         finally:
             server.terminate()
             server.wait(10)
-    print(f"prompt 2-kB answer, mean of {args.rounds}: cosample.fetch "
-          f"{means['cosample.fetch'] * 1e3:.3f} ms, http.client "
-          f"{means['http.client'] * 1e3:.3f} ms, ratio "
-          f"{means['cosample.fetch'] / means['http.client']:.2f}")
+    print(
+        f"prompt 2-kB answer, mean of {args.rounds}: cosample.fetch "
+        f"{means['cosample.fetch'] * 1e3:.3f} ms, http.client "
+        f"{means['http.client'] * 1e3:.3f} ms, ratio "
+        f"{means['cosample.fetch'] / means['http.client']:.2f}"
+    )
     server, url = _serve(_trickler(args.trickle_bytes))
     try:
         print(f"headers trickled over {args.trickle_bytes * 0.1:.1f} s, budget 1 s:")
@@ -224,8 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 outcome = "answer read"
             except Exception as exc:  # noqa: BLE001 - what each library raises differs
                 outcome = type(exc).__name__
-            print(f"  {name:24s} returned after {time.perf_counter() - began:5.2f} s "
-                  f"({outcome})")
+            print(f"  {name:24s} returned after {time.perf_counter() - began:5.2f} s ({outcome})")
     finally:
         server.shutdown()
         server.server_close()

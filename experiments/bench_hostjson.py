@@ -38,13 +38,18 @@ def baseline(revision: str) -> types.ModuleType:
     root = Path(__file__).resolve().parents[1]
 
     def load(name: str, path: str) -> types.ModuleType:
-        source = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=root, check=True,
-                                capture_output=True, timeout=60).stdout
+        source = subprocess.run(
+            ["git", "show", f"{revision}:{path}"],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        ).stdout
         module = types.ModuleType(name)
         module.__file__ = f"{revision}:{path}"
         sys.modules[name] = module  # dataclasses and typing look their module up
         try:
-            exec(compile(source, module.__file__, "exec"), module.__dict__)
+            exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - the revision's own source
         finally:
             del sys.modules[name]
         return module
@@ -62,9 +67,18 @@ def baseline(revision: str) -> types.ModuleType:
 def measure(servers: int, repeats: int, revision: str | None = None) -> dict:
     """Median CPU seconds of ``build_plan`` with each writer, alternating, and their ratio."""
     dc = random_datacentre(servers, seed=0)
-    dc = dataclasses.replace(dc, server_extras=ExtraColumns(dc.names, {
-        "bridge": ["br-int"] * servers,
-        "tunnel_ip": [f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}" for i in range(servers)]}))
+    dc = dataclasses.replace(
+        dc,
+        server_extras=ExtraColumns(
+            dc.names,
+            {
+                "bridge": ["br-int"] * servers,
+                "tunnel_ip": [
+                    f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}" for i in range(servers)
+                ],
+            },
+        ),
+    )
     solution = solve(dc, "exact", margin=0.0)
     compiled = jsonpieces.compiled
     writers = [("compiled", compiled, planfile), ("python", None, planfile)]
@@ -83,11 +97,14 @@ def measure(servers: int, repeats: int, revision: str | None = None) -> dict:
     finally:
         jsonpieces.compiled = compiled
     medians = {label: statistics.median(values) for label, values in seconds.items()}
-    row = {"servers": servers, "compiled_s": round(medians["compiled"], 3),
-           "python_s": round(medians["python"], 3),
-           "ratio": round(medians["python"] / medians["compiled"], 2),
-           "same_bytes": len(set(tables.values())) == 1,
-           "table_mb": round(len(tables["python"]) / 1e6, 1)}
+    row = {
+        "servers": servers,
+        "compiled_s": round(medians["compiled"], 3),
+        "python_s": round(medians["python"], 3),
+        "ratio": round(medians["python"] / medians["compiled"], 2),
+        "same_bytes": len(set(tables.values())) == 1,
+        "table_mb": round(len(tables["python"]) / 1e6, 1),
+    }
     if revision is not None:
         row["baseline_s"] = round(medians["baseline"], 3)
         row["baseline_ratio"] = round(medians["baseline"] / medians["compiled"], 2)
@@ -98,21 +115,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--baseline", metavar="REV",
-                        help="also time planfile.py and hostjson.py of this git revision")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also time planfile.py and hostjson.py of this git revision",
+    )
     args = parser.parse_args(argv)
     if jsonpieces.compiled is None:
         parser.error("the compiled writer (cosample.planner._hostjson) is not built")
-    print("servers  build_plan CPU compiled  python  python/compiled"
-          + ("  baseline  baseline/compiled" if args.baseline else "")
-          + "  same bytes  table MB")
+    print(
+        "servers  build_plan CPU compiled  python  python/compiled"
+        + ("  baseline  baseline/compiled" if args.baseline else "")
+        + "  same bytes  table MB"
+    )
     for servers in args.sizes:
         row = measure(servers, args.repeats, args.baseline)
-        extra = (f"  {row['baseline_s']:>8.3f}  {row['baseline_ratio']:>17.2f}"
-                 if args.baseline else "")
-        print(f"{row['servers']:>7}  {row['compiled_s']:>22.3f}  {row['python_s']:>6.3f}"
-              f"  {row['ratio']:>15.2f}{extra}  {str(row['same_bytes']):>10}"
-              f"  {row['table_mb']:>8}", flush=True)
+        extra = (
+            f"  {row['baseline_s']:>8.3f}  {row['baseline_ratio']:>17.2f}" if args.baseline else ""
+        )
+        print(
+            f"{row['servers']:>7}  {row['compiled_s']:>22.3f}  {row['python_s']:>6.3f}"
+            f"  {row['ratio']:>15.2f}{extra}  {str(row['same_bytes']):>10}"
+            f"  {row['table_mb']:>8}",
+            flush=True,
+        )
     return 0
 
 

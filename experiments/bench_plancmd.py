@@ -44,8 +44,12 @@ def fleet(servers: int, seed: int = 0, peers: int = 3):
 
     dc = random_datacentre(servers, seed=seed, peers=peers)
     k = np.arange(servers)
-    tunnel = [f"10.{a}.{b}.{c}" for a, b, c in zip((k >> 16 & 255).tolist(), (k >> 8 & 255).tolist(),
-                                                  (k & 255 | 1).tolist())]
+    tunnel = [
+        f"10.{a}.{b}.{c}"
+        for a, b, c in zip(
+            (k >> 16 & 255).tolist(), (k >> 8 & 255).tolist(), (k & 255 | 1).tolist()
+        )
+    ]
     return dc, tunnel
 
 
@@ -57,10 +61,15 @@ def write_json(servers: int, path: Path, seed: int = 0) -> None:
     for s, d, v in zip(dc.traffic_src.tolist(), dc.traffic_dst.tolist(), dc.traffic_pps.tolist()):
         row = traffic.setdefault(names[s], {})
         row[names[d]] = row.get(names[d], 0.0) + round(v, 3)
-    document = {"name": f"bench-{servers}", "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
-                "servers": [{"name": name, "capacity_pps": round(c, 1), "tunnel_ip": ip}
-                            for name, c, ip in zip(names, dc.capacity_pps.tolist(), tunnel)],
-                "traffic_pps": traffic}
+    document = {
+        "name": f"bench-{servers}",
+        "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
+        "servers": [
+            {"name": name, "capacity_pps": round(c, 1), "tunnel_ip": ip}
+            for name, c, ip in zip(names, dc.capacity_pps.tolist(), tunnel)
+        ],
+        "traffic_pps": traffic,
+    }
     path.write_bytes(orjson.dumps(document))
 
 
@@ -73,17 +82,27 @@ def write_csv_form(description: Path, envelope: Path) -> None:
     with open(envelope.parent / f"{stem}-servers.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
         writer.writerow(["name", "capacity_pps", "tunnel_ip"])
-        writer.writerows([s["name"], s["capacity_pps"], s["tunnel_ip"]]
-                         for s in document["servers"])
+        writer.writerows(
+            [s["name"], s["capacity_pps"], s["tunnel_ip"]] for s in document["servers"]
+        )
     with open(envelope.parent / f"{stem}-traffic.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
         writer.writerow(["source", "destination", "pps"])
-        writer.writerows([source, destination, pps]
-                         for source, row in document["traffic_pps"].items()
-                         for destination, pps in row.items())
-    envelope.write_bytes(orjson.dumps({"name": document["name"], "cost": document["cost"],
-                                       "servers": f"{stem}-servers.csv",
-                                       "traffic_pps": f"{stem}-traffic.csv"}))
+        writer.writerows(
+            [source, destination, pps]
+            for source, row in document["traffic_pps"].items()
+            for destination, pps in row.items()
+        )
+    envelope.write_bytes(
+        orjson.dumps(
+            {
+                "name": document["name"],
+                "cost": document["cost"],
+                "servers": f"{stem}-servers.csv",
+                "traffic_pps": f"{stem}-traffic.csv",
+            }
+        )
+    )
 
 
 def floor_csv(path: str) -> None:
@@ -98,9 +117,14 @@ def floor_csv(path: str) -> None:
     with open(envelope.parent / document["traffic_pps"], newline="") as stream:
         sources, destinations, pps = zip(*list(csv.reader(stream))[1:])
     index = dict(zip(names, range(len(names))))
-    _solve(names, np.array(capacity, dtype=float), document["cost"],
-           list(map(index.__getitem__, sources)), list(map(index.__getitem__, destinations)),
-           np.array(pps, dtype=float))
+    _solve(
+        names,
+        np.array(capacity, dtype=float),
+        document["cost"],
+        list(map(index.__getitem__, sources)),
+        list(map(index.__getitem__, destinations)),
+        np.array(pps, dtype=float),
+    )
 
 
 def _solve(names, capacity, cost, src, dst, pps) -> None:
@@ -108,11 +132,15 @@ def _solve(names, capacity, cost, src, dst, pps) -> None:
     from cosample.planner.datacentre import DataCentre
     from cosample.planner.solvers import solve
 
-    dc = DataCentre(names=tuple(names), capacity_pps=capacity,
-                    alpha=np.full(len(names), float(cost["alpha"])),
-                    beta=np.full(len(names), float(cost["beta"])),
-                    traffic_src=np.array(src, dtype=np.int64),
-                    traffic_dst=np.array(dst, dtype=np.int64), traffic_pps=np.asarray(pps))
+    dc = DataCentre(
+        names=tuple(names),
+        capacity_pps=capacity,
+        alpha=np.full(len(names), float(cost["alpha"])),
+        beta=np.full(len(names), float(cost["beta"])),
+        traffic_src=np.array(src, dtype=np.int64),
+        traffic_dst=np.array(dst, dtype=np.int64),
+        traffic_pps=np.asarray(pps),
+    )
     solution = solve(dc, EXACT)
     print(f"floor: {len(names)} servers, objective {solution.objective:.6g}")
 
@@ -175,8 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     python = sys.executable
     with tempfile.TemporaryDirectory(dir=args.workdir) as scratch:
         work = Path(args.workdir or scratch)
-        print(f"{'servers':>9} {'form':>5} {'plan CPU s':>11} {'plan MiB':>9} {'floor CPU s':>12} "
-              f"{'floor MiB':>10} {'CPU ratio':>10} {'plan wall s':>11} {'load':>6}", flush=True)
+        print(
+            f"{'servers':>9} {'form':>5} {'plan CPU s':>11} {'plan MiB':>9} {'floor CPU s':>12} "
+            f"{'floor MiB':>10} {'CPU ratio':>10} {'plan wall s':>11} {'load':>6}",
+            flush=True,
+        )
         for n in args.sizes:
             description = work / f"fleet-{n}.json"
             if not description.exists():
@@ -192,20 +223,38 @@ def main(argv: list[str] | None = None) -> int:
             plans: dict[str, list[tuple[float, float, float]]] = {form: [] for form, *_ in forms}
             for _ in range(repeats):
                 for form, path, flag in forms:
-                    floors[form].append(measure([python, "-m", "cosample.experiments.bench_plancmd",
-                                                 flag, str(path)]))
-                    plans[form].append(measure_wall([python, "-m", "cosample", "plan", str(path),
-                                                "-o", str(work / f"plan-{n}.json"),
-                                                "--plan-version", "1"]))
+                    floors[form].append(
+                        measure(
+                            [python, "-m", "cosample.experiments.bench_plancmd", flag, str(path)]
+                        )
+                    )
+                    plans[form].append(
+                        measure_wall(
+                            [
+                                python,
+                                "-m",
+                                "cosample",
+                                "plan",
+                                str(path),
+                                "-o",
+                                str(work / f"plan-{n}.json"),
+                                "--plan-version",
+                                "1",
+                            ]
+                        )
+                    )
             for form, runs in plans.items():
                 floor_cpu = statistics.median(c for c, _ in floors[form])
                 floor_mib = max(m for _, m in floors[form])
                 cpu = statistics.median(c for c, _, _ in runs)
                 mib = max(m for _, m, _ in runs)
                 wall = statistics.median(w for _, _, w in runs)
-                print(f"{n:>9} {form:>5} {cpu:>11.2f} {mib:>9.0f} {floor_cpu:>12.2f} "
-                      f"{floor_mib:>10.0f} {cpu / floor_cpu:>9.1f}x {wall:>11.1f} "
-                      f"{os.getloadavg()[0]:>6.1f}", flush=True)
+                print(
+                    f"{n:>9} {form:>5} {cpu:>11.2f} {mib:>9.0f} {floor_cpu:>12.2f} "
+                    f"{floor_mib:>10.0f} {cpu / floor_cpu:>9.1f}x {wall:>11.1f} "
+                    f"{os.getloadavg()[0]:>6.1f}",
+                    flush=True,
+                )
     return 0
 
 

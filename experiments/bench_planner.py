@@ -37,23 +37,46 @@ import numpy as np
 import pandas as pd
 
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
-from cosample.planner.choices import DEFAULT_LP_BACKEND, EXACT, FULL, REDUCED
 from cosample.experiments.errors import ExperimentError
+from cosample.planner.choices import DEFAULT_LP_BACKEND, EXACT, FULL, REDUCED
 from cosample.planner.datacentre import DataCentre
 
 #: (solver, LP backend) pairs, in the order they run at each n.
-SOLVERS = ((EXACT, None), (EXACT, "budgets"), (EXACT, "sample"), (REDUCED, "highs"),
-           (REDUCED, "glpk"), (FULL, "highs"), (FULL, "glpk"))
+SOLVERS = (
+    (EXACT, None),
+    (EXACT, "budgets"),
+    (EXACT, "sample"),
+    (REDUCED, "highs"),
+    (REDUCED, "glpk"),
+    (FULL, "highs"),
+    (FULL, "glpk"),
+)
 #: The sample action's cost per sample against sFlow's in the calibration campaigns (0.50 and
 #: 0.74 us against 0.83 and 1.21 us: docs/planner.md, "Beyond sFlow's 1-in-N").
 SAMPLE_COST_RATIO = 0.61
-SIZES = tuple(int(m * 10 ** e) for e in range(1, 7) for m in (1, 2, 5)) + (10 ** 7,)
+SIZES = tuple(int(m * 10**e) for e in range(1, 7) for m in (1, 2, 5)) + (10**7,)
 QUICK_SIZES = (10, 20, 50)
 AGREEMENT = 1e-6
 REFERENCE_N = 200
-COLUMNS = ("solver_label", "solver", "lp_backend", "servers", "traffic_entries", "variables",
-           "seconds", "cpu_seconds", "repeats", "load_average", "lp_objective_pps", "distinct_pps",
-           "planned_pps", "method", "gap", "relative_difference", "agrees")
+COLUMNS = (
+    "solver_label",
+    "solver",
+    "lp_backend",
+    "servers",
+    "traffic_entries",
+    "variables",
+    "seconds",
+    "cpu_seconds",
+    "repeats",
+    "load_average",
+    "lp_objective_pps",
+    "distinct_pps",
+    "planned_pps",
+    "method",
+    "gap",
+    "relative_difference",
+    "agrees",
+)
 
 
 def label(solver: str, lp_backend: str | None) -> str:
@@ -62,9 +85,15 @@ def label(solver: str, lp_backend: str | None) -> str:
     return f"{solver} LP ({lp_backend})"
 
 
-def random_datacentre(servers: int, seed: int = 0, peers: int = 3, alpha: float = PAPER_ALPHA,
-                      beta: float = PAPER_BETA, budgets: bool = False,
-                      sample: bool = False) -> DataCentre:
+def random_datacentre(
+    servers: int,
+    seed: int = 0,
+    peers: int = 3,
+    alpha: float = PAPER_ALPHA,
+    beta: float = PAPER_BETA,
+    budgets: bool = False,
+    sample: bool = False,
+) -> DataCentre:
     """A feasible data centre with sparse traffic: own traffic plus ``peers`` random flows each.
 
     Capacities are set from each server's forwarding load and a utilisation drawn uniformly in
@@ -80,26 +109,42 @@ def random_datacentre(servers: int, seed: int = 0, peers: int = 3, alpha: float 
         destination.reshape(servers, peers + 1)[:, 1:] = others
     volume = rng.lognormal(mean=9.0, sigma=1.0, size=source.size)
     volume.reshape(servers, peers + 1)[:, 0] *= 4.0  # most traffic stays on its server
-    forwarding = (np.bincount(source, weights=volume, minlength=servers)
-                  + np.bincount(destination[source != destination],
-                                weights=volume[source != destination], minlength=servers))
+    forwarding = np.bincount(source, weights=volume, minlength=servers) + np.bincount(
+        destination[source != destination], weights=volume[source != destination], minlength=servers
+    )
     capacity = forwarding / rng.uniform(0.2, 0.98, size=servers)
-    intervals = {"alpha": np.tile([alpha * 0.8, alpha * 1.2], (servers, 1)),
-                 "beta": np.tile([beta * 0.8, beta * 1.2], (servers, 1)),
-                 "capacity_pps": np.column_stack((capacity * 0.95, capacity * 1.05))}
+    intervals = {
+        "alpha": np.tile([alpha * 0.8, alpha * 1.2], (servers, 1)),
+        "beta": np.tile([beta * 0.8, beta * 1.2], (servers, 1)),
+        "capacity_pps": np.column_stack((capacity * 0.95, capacity * 1.05)),
+    }
     extras = {}
     if budgets:
-        extras = {"weight": rng.choice([1.0, 2.0, 5.0], servers), "packet_bytes": 800.0,
-                  "mirror_cap_bytes": np.where(rng.uniform(size=servers) < 1 / 3, 2e7, np.inf),
-                  "collector_cap_pps": float(volume.sum() / 2)}
+        extras = {
+            "weight": rng.choice([1.0, 2.0, 5.0], servers),
+            "packet_bytes": 800.0,
+            "mirror_cap_bytes": np.where(rng.uniform(size=servers) < 1 / 3, 2e7, np.inf),
+            "collector_cap_pps": float(volume.sum() / 2),
+        }
     if sample:
         cost = alpha * SAMPLE_COST_RATIO
-        extras = {"alpha_sample": np.where(np.arange(servers) % 2 == 0, cost, np.nan),
-                  "observation_domain": np.arange(1, servers + 1)}
+        extras = {
+            "alpha_sample": np.where(np.arange(servers) % 2 == 0, cost, np.nan),
+            "observation_domain": np.arange(1, servers + 1),
+        }
         intervals["alpha_sample"] = np.tile([cost * 0.8, cost * 1.2], (servers, 1))
-    return DataCentre.from_arrays(capacity, alpha, beta, source, destination, volume,
-                                  names=[f"s{i}" for i in range(servers)], name=f"bench-{servers}",
-                                  intervals=intervals, **extras)
+    return DataCentre.from_arrays(
+        capacity,
+        alpha,
+        beta,
+        source,
+        destination,
+        volume,
+        names=[f"s{i}" for i in range(servers)],
+        name=f"bench-{servers}",
+        intervals=intervals,
+        **extras,
+    )
 
 
 @dataclass(frozen=True)
@@ -108,15 +153,21 @@ class Timing:
     cpu_seconds: float
     repeats: int
     lp_objective_pps: float
-    distinct_pps: float   # as applied (sFlow 1-in-N, ``realise``)
-    planned_pps: float    # as the solver returned it (continuous for the LPs)
+    distinct_pps: float  # as applied (sFlow 1-in-N, ``realise``)
+    planned_pps: float  # as the solver returned it (continuous for the LPs)
     method: str
-    gap: float            # to the plan's own bound (exact: over every 1-in-N plan)
+    gap: float  # to the plan's own bound (exact: over every 1-in-N plan)
     variables: int
 
 
-def time_solver(dc: DataCentre, solver: str, lp_backend: str | None, min_total_s: float = 2.0,
-                max_repeats: int = 5, min_repeats: int = 1) -> Timing:
+def time_solver(
+    dc: DataCentre,
+    solver: str,
+    lp_backend: str | None,
+    min_total_s: float = 2.0,
+    max_repeats: int = 5,
+    min_repeats: int = 1,
+) -> Timing:
     """Best wall-clock time of ``solve`` over repeats: at least ``min_repeats``, then more while
     the runs so far took less than ``min_total_s`` in all. Also the best CPU time of this
     process (``time.process_time``): on an oversubscribed machine the wall clock includes waiting
@@ -126,15 +177,25 @@ def time_solver(dc: DataCentre, solver: str, lp_backend: str | None, min_total_s
     best, best_cpu, repeats, total = math.inf, math.inf, 0, 0.0
     while repeats < max_repeats and (repeats < min_repeats or total < min_total_s):
         started, cpu = time.perf_counter(), time.process_time()
-        solution = solve(dc, solver=solver, lp_backend=lp_backend or DEFAULT_LP_BACKEND, robust=True)
+        solution = solve(
+            dc, solver=solver, lp_backend=lp_backend or DEFAULT_LP_BACKEND, robust=True
+        )
         elapsed = time.perf_counter() - started
         best, repeats, total = min(best, elapsed), repeats + 1, total + elapsed
         best_cpu = min(best_cpu, time.process_time() - cpu)
     from cosample.planner.realise import realise
 
-    return Timing(best, best_cpu, repeats, float(solution.bounds.lp),
-                  float(realise(solution).collected_pps), float(solution.collected_pps),
-                  solution.bounds.method, float(solution.gap), int(solution.variables))
+    return Timing(
+        best,
+        best_cpu,
+        repeats,
+        float(solution.bounds.lp),
+        float(realise(solution).collected_pps),
+        float(solution.collected_pps),
+        solution.bounds.method,
+        float(solution.gap),
+        int(solution.variables),
+    )
 
 
 def predicted_seconds(history: list[tuple[int, float]], next_n: int) -> float:
@@ -148,8 +209,15 @@ def predicted_seconds(history: list[tuple[int, float]], next_n: int) -> float:
     return t1 * (next_n / n1) ** exponent
 
 
-def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_seconds: float,
-        max_lp_variables: int, seed: int = 0, log=None, repeat: bool = True) -> pd.DataFrame:
+def run(
+    sizes: Sequence[int],
+    solvers: Sequence[tuple[str, str | None]],
+    max_seconds: float,
+    max_lp_variables: int,
+    seed: int = 0,
+    log=None,
+    repeat: bool = True,
+) -> pd.DataFrame:
     """Measure every solver on growing instances; returns the tidy table (``COLUMNS``).
 
     ``repeat=False`` solves each instance once (for tests: checks results, not speed)."""
@@ -168,8 +236,10 @@ def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_sec
         if not active:
             break
         plain = random_datacentre(n, seed=seed)
-        variants = {"budgets": random_datacentre(n, seed=seed, budgets=True),
-                    "sample": random_datacentre(n, seed=seed, sample=True)}
+        variants = {
+            "budgets": random_datacentre(n, seed=seed, budgets=True),
+            "sample": random_datacentre(n, seed=seed, sample=True),
+        }
         for key in list(active):
             solver, lp_backend = key
             dc = variants.get(lp_backend, plain) if solver == EXACT else plain
@@ -178,20 +248,35 @@ def run(sizes: Sequence[int], solvers: Sequence[tuple[str, str | None]], max_sec
                 continue
             # the exact solver is cheap enough to always take the best of three
             backend = None if solver == EXACT else lp_backend
-            timing = (time_solver(dc, solver, backend, min_repeats=3 if solver == EXACT else 1)
-                      if repeat else time_solver(dc, solver, backend, min_total_s=0.0))
-            rows.append({"solver_label": label(solver, lp_backend), "solver": solver,
-                         "lp_backend": lp_backend or "", "servers": n,
-                         "traffic_entries": int(dc.traffic_pps.size),
-                         "variables": timing.variables, "seconds": timing.seconds,
-                         "cpu_seconds": timing.cpu_seconds,
-                         "repeats": timing.repeats, "load_average": os.getloadavg()[0],
-                         "lp_objective_pps": timing.lp_objective_pps,
-                         "distinct_pps": timing.distinct_pps, "planned_pps": timing.planned_pps,
-                         "method": timing.method, "gap": timing.gap})
+            timing = (
+                time_solver(dc, solver, backend, min_repeats=3 if solver == EXACT else 1)
+                if repeat
+                else time_solver(dc, solver, backend, min_total_s=0.0)
+            )
+            rows.append(
+                {
+                    "solver_label": label(solver, lp_backend),
+                    "solver": solver,
+                    "lp_backend": lp_backend or "",
+                    "servers": n,
+                    "traffic_entries": int(dc.traffic_pps.size),
+                    "variables": timing.variables,
+                    "seconds": timing.seconds,
+                    "cpu_seconds": timing.cpu_seconds,
+                    "repeats": timing.repeats,
+                    "load_average": os.getloadavg()[0],
+                    "lp_objective_pps": timing.lp_objective_pps,
+                    "distinct_pps": timing.distinct_pps,
+                    "planned_pps": timing.planned_pps,
+                    "method": timing.method,
+                    "gap": timing.gap,
+                }
+            )
             if log:
-                log(f"n={n:>8} {label(solver, lp_backend):<20} {timing.seconds:10.4g} s "
-                    f"{timing.variables:>9} variables")
+                log(
+                    f"n={n:>8} {label(solver, lp_backend):<20} {timing.seconds:10.4g} s "
+                    f"{timing.variables:>9} variables"
+                )
             history[key].append((n, timing.seconds))
             following = sizes[position + 1] if position + 1 < len(sizes) else None
             if following and predicted_seconds(history[key], following) > max_seconds:
@@ -210,8 +295,10 @@ def with_agreement(table: pd.DataFrame) -> pd.DataFrame:
     reference = table["servers"].map(exact)
     difference = (table["lp_objective_pps"] - reference).abs() / reference.abs().clip(lower=1e-300)
     budgets = table["solver_label"].isin((label(EXACT, "budgets"), label(EXACT, "sample")))
-    return table.assign(relative_difference=difference.where(~budgets),
-                        agrees=(difference.le(AGREEMENT) & reference.notna()) | budgets)
+    return table.assign(
+        relative_difference=difference.where(~budgets),
+        agrees=(difference.le(AGREEMENT) & reference.notna()) | budgets,
+    )
 
 
 def _lp_variables(dc: DataCentre, solver: str) -> int:
@@ -225,7 +312,9 @@ def _lp_variables(dc: DataCentre, solver: str) -> int:
     return int(senders.sum()) * (int(receivers.sum()) + 1)
 
 
-def speedup(table: pd.DataFrame, n: int, slow: str = "full LP (glpk)", fast: str = "exact") -> float:
+def speedup(
+    table: pd.DataFrame, n: int, slow: str = "full LP (glpk)", fast: str = "exact"
+) -> float:
     """How many times faster ``fast`` ran than ``slow`` at ``n`` (NaN if either is missing)."""
     at = table[table["servers"] == n].set_index("solver_label")["seconds"]
     if slow not in at or fast not in at:
@@ -235,15 +324,18 @@ def speedup(table: pd.DataFrame, n: int, slow: str = "full LP (glpk)", fast: str
 
 def wide_table(table: pd.DataFrame) -> pd.DataFrame:
     """Seconds per solver (columns) and n (rows), for reading and for docs."""
-    return table.pivot_table(index="servers", columns="solver_label", values="seconds",
-                             sort=False)[list(dict.fromkeys(table["solver_label"]))]
+    return table.pivot_table(index="servers", columns="solver_label", values="seconds", sort=False)[
+        list(dict.fromkeys(table["solver_label"]))
+    ]
 
 
 def markdown(table: pd.DataFrame) -> str:
     """Seconds (and LP variables) per n and solver as a Markdown table, for docs."""
     labels = list(dict.fromkeys(table["solver_label"]))
-    lines = ["| n | " + " | ".join(labels) + " | load avg |",
-             "|---:|" + "---:|" * len(labels) + "---:|"]
+    lines = [
+        "| n | " + " | ".join(labels) + " | load avg |",
+        "|---:|" + "---:|" * len(labels) + "---:|",
+    ]
     for n, rows in table.groupby("servers", sort=True):
         by_label = rows.set_index("solver_label")
         cells = []
@@ -256,7 +348,9 @@ def markdown(table: pd.DataFrame) -> str:
             if row["variables"]:
                 cell += f" ({int(row['variables']):,} var.)"
             cells.append(cell)
-        lines.append(f"| {int(n):,} | " + " | ".join(cells) + f" | {rows['load_average'].max():.1f} |")
+        lines.append(
+            f"| {int(n):,} | " + " | ".join(cells) + f" | {rows['load_average'].max():.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -273,10 +367,14 @@ def report(table: pd.DataFrame, out=print) -> bool:
             out(ratios.to_string(float_format="{:,.0f}".format))
     worst = table["relative_difference"].max(skipna=True)
     agree = bool(table["agrees"].all())
-    out(f"objectives agree with the exact solver (relative {AGREEMENT:g}): "
-        f"{'yes' if agree else 'NO'} (worst relative difference {worst:.2e} over {len(table)} solves)")
-    compared = sorted(set(table.loc[table["solver_label"] == "full LP (glpk)", "servers"])
-                      & set(table.loc[table["solver"] == "exact", "servers"]))
+    out(
+        f"objectives agree with the exact solver (relative {AGREEMENT:g}): "
+        f"{'yes' if agree else 'NO'} (worst relative difference {worst:.2e} over {len(table)} solves)"
+    )
+    compared = sorted(
+        set(table.loc[table["solver_label"] == "full LP (glpk)", "servers"])
+        & set(table.loc[table["solver"] == "exact", "servers"])
+    )
     if compared:
         n = REFERENCE_N if REFERENCE_N in compared else compared[-1]
         out(f"exact vs full LP (glpk) at n={n}: {speedup(table, n):,.0f} times faster")
@@ -284,32 +382,39 @@ def report(table: pd.DataFrame, out=print) -> bool:
         exact = table[table["solver_label"] == name]
         if not exact.empty:
             biggest = exact.loc[exact["servers"].idxmax()]
-            out(f"{name} (margin 10 %, robust) at n={int(biggest['servers']):,} "
+            out(
+                f"{name} (margin 10 %, robust) at n={int(biggest['servers']):,} "
                 f"({int(biggest['traffic_entries']):,} traffic entries): {biggest['seconds']:.3g} s "
                 f"wall, {biggest['cpu_seconds']:.3g} s CPU "
                 f"(load average {biggest['load_average']:.1f} on {os.cpu_count()} CPUs); "
-                f"{biggest['method']}, gap {biggest['gap']:.2e} to the 1-in-N bound")
+                f"{biggest['method']}, gap {biggest['gap']:.2e} to the 1-in-N bound"
+            )
     sample = table[table["solver_label"] == label(EXACT, "sample")].set_index("servers")
     if not sample.empty:
         plain = table[table["solver_label"] == EXACT].set_index("servers")["distinct_pps"]
         ratio = (sample["distinct_pps"] / plain).dropna()
         if not ratio.empty:
-            out(f"with the sample action on half the servers the exact plan as applied collects "
-                f"{ratio.min():.4f} to {ratio.max():.4f} times the sFlow-only plan's")
+            out(
+                f"with the sample action on half the servers the exact plan as applied collects "
+                f"{ratio.min():.4f} to {ratio.max():.4f} times the sFlow-only plan's"
+            )
     lps = table[table["solver"] != EXACT]
     if not lps.empty:
         exact = table[table["solver_label"] == EXACT].set_index("servers")["distinct_pps"]
         ratio = lps["distinct_pps"] / lps["servers"].map(exact)
-        out(f"LP plans as applied against the exact plan as applied: {ratio.min():.4f} to "
-            f"{ratio.max():.4f} of it over {len(lps)} solves")
+        out(
+            f"LP plans as applied against the exact plan as applied: {ratio.min():.4f} to "
+            f"{ratio.max():.4f} of it over {len(lps)} solves"
+        )
     return agree
 
 
 def build_parser() -> argparse.ArgumentParser:
     from cosample.experiments.bench_options import planner_benchmark_options
 
-    parser = argparse.ArgumentParser(prog="python -m cosample.experiments.bench_planner",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cosample.experiments.bench_planner", description=__doc__.splitlines()[0]
+    )
     planner_benchmark_options(parser)
     return parser
 
@@ -322,11 +427,23 @@ def benchmark(args: argparse.Namespace, out=print) -> tuple[pd.DataFrame, bool]:
         raise ExperimentError(f"--max-seconds must be > 0, got {args.max_seconds}")
     sizes = QUICK_SIZES if args.quick else tuple(n for n in SIZES if n <= args.max_servers)
     if not sizes:
-        raise ExperimentError(f"--max-servers {args.max_servers}: smaller than the smallest size 10")
-    solvers = [key for key in SOLVERS if key[0] == EXACT] if getattr(args, "exact_only", False) \
+        raise ExperimentError(
+            f"--max-servers {args.max_servers}: smaller than the smallest size 10"
+        )
+    solvers = (
+        [key for key in SOLVERS if key[0] == EXACT]
+        if getattr(args, "exact_only", False)
         else SOLVERS
-    table = run(sizes, solvers, args.max_seconds, args.max_lp_variables, seed=args.seed,
-                log=lambda line: out(line), repeat=not args.quick)
+    )
+    table = run(
+        sizes,
+        solvers,
+        args.max_seconds,
+        args.max_lp_variables,
+        seed=args.seed,
+        log=lambda line: out(line),
+        repeat=not args.quick,
+    )
     agree = report(table, out=out)
     if getattr(args, "markdown", False):
         out(markdown(table))

@@ -62,8 +62,9 @@ def _plans(servers: int, folder: Path, two_phase: bool) -> tuple[dict, dict | No
     moment = datetime.now(timezone.utc).replace(microsecond=0)
     write_snapshot(servers, snapshot, moment)
     inventory = _inventory(servers, folder)
-    smoothed = update(None, measure(parse(snapshot.read_bytes(), str(snapshot)), inventory),
-                      0.0, 0.0)
+    smoothed = update(
+        None, measure(parse(snapshot.read_bytes(), str(snapshot)), inventory), 0.0, 0.0
+    )
     valid = timedelta(hours=1)
     plan = replan(inventory, smoothed, 0.15).document(moment, valid)
     moved = None
@@ -154,9 +155,15 @@ def _agent_bytes(rendered, next_rendered, hosts: list[str], public: Path) -> lis
                 cpu = time.process_time() - began
                 time.sleep(0.1)  # the relay's threads finish counting
                 previous[host] = fetched
-                rows.append({"stage": stage, "host": host, "bytes": relay.down - before,
-                             "agent_cpu_ms": round(cpu * 1e3, 2),
-                             "versions": [plan.version for plan in plans]})
+                rows.append(
+                    {
+                        "stage": stage,
+                        "host": host,
+                        "bytes": relay.down - before,
+                        "agent_cpu_ms": round(cpu * 1e3, 2),
+                        "versions": [plan.version for plan in plans],
+                    }
+                )
     finally:
         target.close()
     return rows
@@ -170,13 +177,14 @@ def _python_slices(plans) -> None:
     _python_views([_table(plan.get("hosts")) for plan in plans])
 
 
-def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000,
-            python_up_to: int = 100_000) -> dict:
+def measure(
+    servers: int, two_phase: bool, directory_up_to: int = 100_000, python_up_to: int = 100_000
+) -> dict:
     """One size, in a process of its own."""
     from cosample.controller.publish import render
     from cosample.gcpause import gc_paused
-    from cosample.plan.slicebuild import build_slices
     from cosample.plan.signing import generate_keypair
+    from cosample.plan.slicebuild import build_slices
 
     with tempfile.TemporaryDirectory(prefix="bench-slices-") as name:
         folder = Path(name)
@@ -189,37 +197,44 @@ def measure(servers: int, two_phase: bool, directory_up_to: int = 100_000,
             old = render(previous, 100, None).final if previous is not None else None
             peak_before = _peak_mb()
             with gc_paused():  # as in the controller's cycle
-                rendered, render_cpu = _cpu(lambda: render(document, 101, str(key), old,
-                                                           moment, 120.0))
+                rendered, render_cpu = _cpu(
+                    lambda: render(document, 101, str(key), old, moment, 120.0)
+                )
                 plans = rendered.plans  # let go by the build
                 slices, slices_cpu = _cpu(lambda: rendered.slices)
                 peak_after = _peak_mb()  # before the floor and the Python builder
                 build_mb = _traced_mb(lambda: build_slices(plans, str(key)))  # built again
-                floor_cpu = _cpu(lambda: hashlib.sha256(bytes(memoryview(slices.views.buffer)))
-                                 .digest())[1]
-                python_cpu = (_cpu(lambda: _python_slices(plans))[1]
-                              if servers <= python_up_to else None)
+                floor_cpu = _cpu(
+                    lambda: hashlib.sha256(bytes(memoryview(slices.views.buffer))).digest()
+                )[1]
+                python_cpu = (
+                    _cpu(lambda: _python_slices(plans))[1] if servers <= python_up_to else None
+                )
                 sizes, all_cpu = _cpu(lambda: [len(doc) for _, doc in slices.items()])
-            row = {"render_cpu_s": round(render_cpu, 3), "slices_cpu_s": round(slices_cpu, 3),
-                   "floor_cpu_s": round(floor_cpu, 3),
-                   "python_cpu_s": None if python_cpu is None else round(python_cpu, 3),
-                   "signing_each_cpu_s": round(_signing_each(key, sizes), 3),
-                   "all_documents_cpu_s": round(all_cpu, 3),
-                   "plan_bytes": len(rendered.data), "hosts": len(slices),
-                   "slice_bytes_median": int(statistics.median(sizes)),
-                   "slice_bytes_p99": int(np.percentile(sizes, 99)),
-                   "slice_bytes_max": max(sizes),
-                   "tree_mb": round(sum(map(len, slices.tree.levels)) / 1e6, 1),
-                   "views_mb": round(len(slices.views.buffer) / 1e6, 1),
-                   "peak_rss_mb_before": peak_before, "peak_rss_mb_after": peak_after,
-                   "build_traced_mb": build_mb}
+            row = {
+                "render_cpu_s": round(render_cpu, 3),
+                "slices_cpu_s": round(slices_cpu, 3),
+                "floor_cpu_s": round(floor_cpu, 3),
+                "python_cpu_s": None if python_cpu is None else round(python_cpu, 3),
+                "signing_each_cpu_s": round(_signing_each(key, sizes), 3),
+                "all_documents_cpu_s": round(all_cpu, 3),
+                "plan_bytes": len(rendered.data),
+                "hosts": len(slices),
+                "slice_bytes_median": int(statistics.median(sizes)),
+                "slice_bytes_p99": int(np.percentile(sizes, 99)),
+                "slice_bytes_max": max(sizes),
+                "tree_mb": round(sum(map(len, slices.tree.levels)) / 1e6, 1),
+                "views_mb": round(len(slices.views.buffer) / 1e6, 1),
+                "peak_rss_mb_before": peak_before,
+                "peak_rss_mb_after": peak_after,
+                "build_traced_mb": build_mb,
+            }
             if label == "plan" and servers <= directory_up_to:
                 row.update(_directory(rendered, folder / "pub"))
             if label == "plan":
                 busiest = slices.names[int(np.argmax(sizes))]
                 rng = np.random.default_rng(0)
-                picked = [busiest, slices.names[int(rng.integers(len(slices)))],
-                          slices.names[0]]
+                picked = [busiest, slices.names[int(rng.integers(len(slices)))], slices.names[0]]
                 again = render(document, 102, str(key), None, moment, 120.0)
                 row["agent"] = _agent_bytes(rendered, again, picked, public)
             out[label] = row
@@ -232,64 +247,101 @@ def _print(result: dict) -> None:
         row = result.get(label)
         if row is None:
             continue
-        print(f"{servers:>9,} servers, {label}: {row['hosts']:,} slices; whole plan "
-              f"{row['plan_bytes']:,} bytes")
-        python = ("not run" if row.get("python_cpu_s") is None else
-                  f"{row['python_cpu_s']:.3f} s "
-                  f"({row['python_cpu_s'] / max(row['slices_cpu_s'], 1e-3):.1f}x the compiled)")
-        print(f"  publisher CPU: render {row['render_cpu_s']:.3f} s, slices "
-              f"{row['slices_cpu_s']:.3f} s "
-              f"({row['slices_cpu_s'] / max(row['render_cpu_s'], 1e-3):.1f}x render; "
-              f"{row['slices_cpu_s'] / max(row['floor_cpu_s'], 1e-3):.1f}x the floor: the views' "
-              f"{row['views_mb']} MB copied once and hashed by hashlib, "
-              f"{row['floor_cpu_s']:.3f} s); in Python {python}")
-        print(f"  every slice document once {row['all_documents_cpu_s']:.3f} s; "
-              f"a signature per slice instead would cost {row['signing_each_cpu_s']:.3f} s")
-        print(f"  slice bytes: median {row['slice_bytes_median']:,}, p99 "
-              f"{row['slice_bytes_p99']:,}, max {row['slice_bytes_max']:,}; kept: views "
-              f"{row['views_mb']} MB, tree {row['tree_mb']} MB; peak RSS "
-              f"{row['peak_rss_mb_before']:,} -> {row['peak_rss_mb_after']:,} MB")
+        print(
+            f"{servers:>9,} servers, {label}: {row['hosts']:,} slices; whole plan "
+            f"{row['plan_bytes']:,} bytes"
+        )
+        python = (
+            "not run"
+            if row.get("python_cpu_s") is None
+            else f"{row['python_cpu_s']:.3f} s "
+            f"({row['python_cpu_s'] / max(row['slices_cpu_s'], 1e-3):.1f}x the compiled)"
+        )
+        print(
+            f"  publisher CPU: render {row['render_cpu_s']:.3f} s, slices "
+            f"{row['slices_cpu_s']:.3f} s "
+            f"({row['slices_cpu_s'] / max(row['render_cpu_s'], 1e-3):.1f}x render; "
+            f"{row['slices_cpu_s'] / max(row['floor_cpu_s'], 1e-3):.1f}x the floor: the views' "
+            f"{row['views_mb']} MB copied once and hashed by hashlib, "
+            f"{row['floor_cpu_s']:.3f} s); in Python {python}"
+        )
+        print(
+            f"  every slice document once {row['all_documents_cpu_s']:.3f} s; "
+            f"a signature per slice instead would cost {row['signing_each_cpu_s']:.3f} s"
+        )
+        print(
+            f"  slice bytes: median {row['slice_bytes_median']:,}, p99 "
+            f"{row['slice_bytes_p99']:,}, max {row['slice_bytes_max']:,}; kept: views "
+            f"{row['views_mb']} MB, tree {row['tree_mb']} MB; peak RSS "
+            f"{row['peak_rss_mb_before']:,} -> {row['peak_rss_mb_after']:,} MB"
+        )
         peak, kept = row["build_traced_mb"]
-        print(f"  memory of the build (tracemalloc, a second build): peak {peak:,} MB, kept "
-              f"{kept:,} MB (views, tree, names)")
+        print(
+            f"  memory of the build (tracemalloc, a second build): peak {peak:,} MB, kept "
+            f"{kept:,} MB (views, tree, names)"
+        )
         if "directory_whole_s" in row:
-            print(f"  DirectoryTarget.publish: whole plan alone {row['directory_whole_s']:.3f} s "
-                  f"({row['directory_whole_cpu_s']:.3f} s CPU), with every slice as a file "
-                  f"{row['directory_with_slices_s']:.3f} s ({row['directory_with_slices_cpu_s']:.3f}"
-                  f" s CPU)")
+            print(
+                f"  DirectoryTarget.publish: whole plan alone {row['directory_whole_s']:.3f} s "
+                f"({row['directory_whole_cpu_s']:.3f} s CPU), with every slice as a file "
+                f"{row['directory_with_slices_s']:.3f} s ({row['directory_with_slices_cpu_s']:.3f}"
+                f" s CPU)"
+            )
         for poll in row.get("agent", ()):
-            print(f"  agent {poll['host']:>8s} {poll['stage']:17s} {poll['bytes']:>7,} bytes "
-                  f"({row['plan_bytes'] / max(poll['bytes'], 1):,.0f}x fewer than the whole "
-                  f"plan), {poll['agent_cpu_ms']:6.2f} ms CPU, versions {poll['versions']}")
+            print(
+                f"  agent {poll['host']:>8s} {poll['stage']:17s} {poll['bytes']:>7,} bytes "
+                f"({row['plan_bytes'] / max(poll['bytes'], 1):,.0f}x fewer than the whole "
+                f"plan), {poll['agent_cpu_ms']:6.2f} ms CPU, versions {poll['versions']}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--two-phase", action="store_true",
-                        help="also publish a two-phase plan set (at sizes up to "
-                             "--two-phase-up-to)")
-    parser.add_argument("--two-phase-up-to", type=int, default=100_000,
-                        help="largest size with a plan set (10^6: 11 GB before the slices)")
-    parser.add_argument("--directory-up-to", type=int, default=100_000,
-                        help="largest size whose slices are also written as files")
-    parser.add_argument("--python-up-to", type=int, default=100_000,
-                        help="largest size whose slices are also built by the Python builder "
-                             "(10^6: about 20 s)")
+    parser.add_argument(
+        "--two-phase",
+        action="store_true",
+        help="also publish a two-phase plan set (at sizes up to --two-phase-up-to)",
+    )
+    parser.add_argument(
+        "--two-phase-up-to",
+        type=int,
+        default=100_000,
+        help="largest size with a plan set (10^6: 11 GB before the slices)",
+    )
+    parser.add_argument(
+        "--directory-up-to",
+        type=int,
+        default=100_000,
+        help="largest size whose slices are also written as files",
+    )
+    parser.add_argument(
+        "--python-up-to",
+        type=int,
+        default=100_000,
+        help="largest size whose slices are also built by the Python builder (10^6: about 20 s)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.two_phase, args.directory_up_to,
-                                 args.python_up_to)))
+        print(
+            json.dumps(measure(args.child, args.two_phase, args.directory_up_to, args.python_up_to))
+        )
         return 0
     results = []
     for servers in args.sizes:
-        command = [sys.executable, "-m", "cosample.experiments.bench_slices", "--child",
-                   str(servers), "--directory-up-to", str(args.directory_up_to),
-                   "--python-up-to", str(args.python_up_to)] + (
-                       ["--two-phase"] if args.two_phase and servers <= args.two_phase_up_to
-                       else [])
+        command = [
+            sys.executable,
+            "-m",
+            "cosample.experiments.bench_slices",
+            "--child",
+            str(servers),
+            "--directory-up-to",
+            str(args.directory_up_to),
+            "--python-up-to",
+            str(args.python_up_to),
+        ] + (["--two-phase"] if args.two_phase and servers <= args.two_phase_up_to else [])
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)

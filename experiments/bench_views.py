@@ -84,7 +84,8 @@ def child(folder: Path) -> dict:
             hashlib.sha256(bytes(memoryview(views.buffer))).digest()
             out[f"floor_{label}"] = cpu() - began
         out[f"{label[:4].strip('_')}_views_mb"] = (
-            len(views.buffer) if hasattr(views, "buffer") else sum(map(len, views))) / 1e6
+            len(views.buffer) if hasattr(views, "buffer") else sum(map(len, views))
+        ) / 1e6
         began = cpu()
         del built, views
         out[f"views_free_{label}"] = cpu() - began
@@ -101,8 +102,9 @@ def child(folder: Path) -> dict:
     tracemalloc.stop()
     del slices
     out["kept_mb"], out["build_peak_mb"] = kept / 1e6, peak / 1e6
-    return {key: round(value, 3) if isinstance(value, float) else value
-            for key, value in out.items()}
+    return {
+        key: round(value, 3) if isinstance(value, float) else value for key, value in out.items()
+    }
 
 
 def _run(folder: Path, tree: Path | None) -> dict:
@@ -110,9 +112,15 @@ def _run(folder: Path, tree: Path | None) -> dict:
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     # this file as a script: a baseline tree has no bench_views, and imports its own cosample
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(folder)],
-                          capture_output=True, text=True, timeout=1800, check=False, env=env,
-                          cwd=folder)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        env=env,
+        cwd=folder,
+    )
     if done.returncode != 0:
         raise SystemExit(f"{'baseline' if tree else 'this tree'}: {done.stderr.strip()}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -122,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3, help="processes per code")
-    parser.add_argument("--baseline-tree", type=Path, metavar="DIR",
-                        help="another revision laid out by research.revision (its compiled "
-                             "parts built in DIR/source: setup.py build_ext --inplace)")
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        metavar="DIR",
+        help="another revision laid out by research.revision (its compiled "
+        "parts built in DIR/source: setup.py build_ext --inplace)",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:  # a process of its own: its memory kept as ``controller run`` keeps it
@@ -137,23 +149,31 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-views-") as name:
         folder = Path(name)
         make_plan_set(args.servers, folder)
-        codes = {"this tree": None, **({"baseline": args.baseline_tree}
-                                       if args.baseline_tree else {})}
+        codes = {
+            "this tree": None,
+            **({"baseline": args.baseline_tree} if args.baseline_tree else {}),
+        }
         rows: dict[str, list[dict]] = {code: [] for code in codes}
         for _ in range(args.repeats):
             for code, tree in codes.items():
                 rows[code].append(_run(folder, tree))
                 print(code, json.dumps(rows[code][-1]), flush=True)
-    keys = [key for key in rows["this tree"][0] if key not in ("hosts", "set_views_mb", "plan_views_mb")]
+    keys = [
+        key for key in rows["this tree"][0] if key not in ("hosts", "set_views_mb", "plan_views_mb")
+    ]
     unit = {key: "MB" if key.endswith("_mb") else "s" for key in keys}
     first = rows["this tree"][0]
-    print(f"\n{args.servers:,} servers; views: two-phase plan set (set) {first['set_views_mb']:.0f} MB,"
-          f" its second plan alone (plan) {first['plan_views_mb']:.0f} MB; CPU seconds (MB where"
-          f" said), median of {args.repeats} processes each:")
+    print(
+        f"\n{args.servers:,} servers; views: two-phase plan set (set) {first['set_views_mb']:.0f} MB,"
+        f" its second plan alone (plan) {first['plan_views_mb']:.0f} MB; CPU seconds (MB where"
+        f" said), median of {args.repeats} processes each:"
+    )
     for key in keys:
         line = f"  {key + ' (' + unit[key] + ')':26}" + "".join(
             f" {code} {statistics.median(r[key] for r in runs if key in r):7.3f}"
-            for code, runs in rows.items() if all(key in r for r in runs))
+            for code, runs in rows.items()
+            if all(key in r for r in runs)
+        )
         if len(codes) > 1 and all(key in r for r in rows["baseline"]):
             new = statistics.median(r[key] for r in rows["this tree"])
             old = statistics.median(r[key] for r in rows["baseline"])

@@ -27,8 +27,8 @@ import urllib.request
 from pathlib import Path
 
 from cosample.collector.pcap import udp_payloads
-from cosample.lab.agentsource import AgentSender
 from cosample.experiments.bench_collector import die_with_parent
+from cosample.lab.agentsource import AgentSender
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "sflow" / "data-1140.pcap"
 
@@ -45,10 +45,28 @@ class Daemon:
     def __init__(self, plan: Path) -> None:
         self.port, self.http = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "cosample", "collector", "run", "--plan", str(plan),
-             "--listen", f"127.0.0.1:{self.port}", "--metrics-port", str(self.http),
-             "--name", "flood", "--window", "30", "--insecure-unsigned"],  # its own unsigned plan
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+            [
+                sys.executable,
+                "-m",
+                "cosample",
+                "collector",
+                "run",
+                "--plan",
+                str(plan),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--metrics-port",
+                str(self.http),
+                "--name",
+                "flood",
+                "--window",
+                "30",
+                "--insecure-unsigned",
+            ],  # its own unsigned plan
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
         deadline = time.monotonic() + 60
         while self.received() is None:
             if time.monotonic() > deadline or self.process.poll() is not None:
@@ -69,10 +87,14 @@ class Daemon:
 
     def received(self) -> float | None:
         """Datagrams the daemon took in: ingested, or refused by the source check."""
-        counts = [self.metric(name) for name in (
-            "cosample_collector_datagrams_total",
-            'cosample_collector_dropped_total{reason="unplanned_agent"}',
-            'cosample_collector_dropped_total{reason="source_mismatch"}')]
+        counts = [
+            self.metric(name)
+            for name in (
+                "cosample_collector_datagrams_total",
+                'cosample_collector_dropped_total{reason="unplanned_agent"}',
+                'cosample_collector_dropped_total{reason="source_mismatch"}',
+            )
+        ]
         return None if counts[0] is None else sum(c or 0.0 for c in counts)
 
     def settle(self, quiet_s: float = 2.5) -> float:
@@ -102,6 +124,7 @@ class Daemon:
 
 def plan_document() -> dict:
     from cosample.experiments.bench_collector import plan_document as bench_plan
+
     return bench_plan(4)
 
 
@@ -123,8 +146,9 @@ def flood(total: int, rate: float, steps: int = 10, seed: int = 0, log=print) ->
             while sent < total:
                 start, batch = time.monotonic(), 0
                 for _ in range(step):
-                    template[8:12] = bytes((127, rng.randrange(1, 255), rng.randrange(256),
-                                            rng.randrange(1, 255)))
+                    template[8:12] = bytes(
+                        (127, rng.randrange(1, 255), rng.randrange(256), rng.randrange(1, 255))
+                    )
                     sender.send(bytes(template), target)
                     sent += 1
                     batch += 1
@@ -132,12 +156,14 @@ def flood(total: int, rate: float, steps: int = 10, seed: int = 0, log=print) ->
                         ahead = batch / rate - (time.monotonic() - start)
                         if ahead > 0:
                             time.sleep(ahead)
-                rows.append({"sent": sent, "processed": daemon.settle(),
-                             "rss_mb": daemon.rss_mb()})
-                log(f"{sent} datagrams sent, {rows[-1]['processed']:.0f} processed: "
-                    f"{rows[-1]['rss_mb']:.1f} MB")
+                rows.append({"sent": sent, "processed": daemon.settle(), "rss_mb": daemon.rss_mb()})
+                log(
+                    f"{sent} datagrams sent, {rows[-1]['processed']:.0f} processed: "
+                    f"{rows[-1]['rss_mb']:.1f} MB"
+                )
             rows[-1]["unplanned_agent_datagrams"] = daemon.metric(
-                'cosample_collector_dropped_total{reason="unplanned_agent"}')
+                'cosample_collector_dropped_total{reason="unplanned_agent"}'
+            )
         finally:
             sender.close()
             daemon.stop()
@@ -153,10 +179,12 @@ def main(argv=None) -> int:
     rows = flood(args.datagrams, args.rate)
     first, last = rows[0], rows[-1]
     peak = max(row["rss_mb"] for row in rows)
-    print(f"RSS: {first['rss_mb']:.1f} MB before, {last['rss_mb']:.1f} MB after "
-          f"{last['sent']} datagrams from random agents ({last['processed']:.0f} processed), "
-          f"peak {peak:.1f} MB; growth from the first tenth to the end "
-          f"{last['rss_mb'] - rows[1]['rss_mb']:+.1f} MB")
+    print(
+        f"RSS: {first['rss_mb']:.1f} MB before, {last['rss_mb']:.1f} MB after "
+        f"{last['sent']} datagrams from random agents ({last['processed']:.0f} processed), "
+        f"peak {peak:.1f} MB; growth from the first tenth to the end "
+        f"{last['rss_mb'] - rows[1]['rss_mb']:+.1f} MB"
+    )
     return 0
 
 

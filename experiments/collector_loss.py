@@ -31,7 +31,8 @@ SPACING_S = 0.05
 
 def estimator(package: str, agent: str, window_s: float | None):
     inventory = importlib.import_module(f"{package}.inventory").Inventory.model_validate(
-        {"servers": {"s": {"agent_ip": agent}}})
+        {"servers": {"s": {"agent_ip": agent}}}
+    )
     table = importlib.import_module(f"{package}.attribution").planless(inventory)
     return importlib.import_module(f"{package}.estimate").Estimator(table, window_s=window_s)
 
@@ -40,26 +41,33 @@ def scenarios(base) -> dict[str, tuple[list, int | None, float | None]]:
     """name -> (datagrams, datagrams the agent sent over the capture (None: it sent steadily,
     judge by its rate), window)."""
     from cosample.lab.sflowcorpus import stream
+
     out = {}
     clean = stream(base, DATAGRAMS, spacing=SPACING_S)
     out["loss-free"] = (clean, DATAGRAMS, None)
     swapped = stream(base, 100, spacing=SPACING_S)
     for k in range(5, 100, 10):  # 10 adjacent pairs of 100 swapped
-        swapped[k], swapped[k + 1] = (swapped[k][0], swapped[k + 1][1]), \
-            (swapped[k + 1][0], swapped[k][1])
+        swapped[k], swapped[k + 1] = (
+            (swapped[k][0], swapped[k + 1][1]),
+            (swapped[k + 1][0], swapped[k][1]),
+        )
     out["10 of 100 pairs swapped"] = (swapped, 100, None)
     order = sorted(range(DATAGRAMS), key=lambda k: (k + (k * 7919) % 9, k))
     clean2 = stream(base, DATAGRAMS, spacing=SPACING_S)
     out["every datagram up to 8 places late"] = (
-        [(clean2[slot][0], clean2[k][1]) for slot, k in enumerate(order)], DATAGRAMS, None)
+        [(clean2[slot][0], clean2[k][1]) for slot, k in enumerate(order)],
+        DATAGRAMS,
+        None,
+    )
     corrupted = stream(base, DATAGRAMS, spacing=SPACING_S)
     at = base.samples[0][0]
     value = struct.unpack_from("!I", corrupted[500][1], at)[0]
     struct.pack_into("!I", corrupted[500][1], at, (value + 16_700_000) % (1 << 32))
     out["one sequence number +16.7 M"] = (corrupted, DATAGRAMS, None)
     restarted = stream(base, 1000, spacing=SPACING_S, uptime_ms=3_600_000) + [
-        (when + 1000 * SPACING_S, data) for when, data in
-        stream(base, 1000, spacing=SPACING_S, first_sequence=1)]
+        (when + 1000 * SPACING_S, data)
+        for when, data in stream(base, 1000, spacing=SPACING_S, first_sequence=1)
+    ]
     out["agent restart"] = (restarted, DATAGRAMS, None)
     full = stream(base, 1200 + 6000 + 1200, spacing=SPACING_S)
     out["300 s lost, --window 30, 60 s after"] = (full[:1200] + full[-1200:], None, 30.0)
@@ -87,6 +95,7 @@ def ingest_side_by_side(package: str, rounds: int = 3, datagrams: int = 120_000)
     from cosample.collector.pcap import udp_payloads
     from cosample.collector.replay import agents_in
     from cosample.experiments.bench_collector import real_capture
+
     lines = []
     with tempfile.TemporaryDirectory(prefix="cosample-ingest-") as tmp:
         capture, _ = real_capture(Path(tmp) / "real.pcap", datagrams)
@@ -96,7 +105,8 @@ def ingest_side_by_side(package: str, rounds: int = 3, datagrams: int = 120_000)
             for label, name in (("old", package), ("new", "cosample.collector")):
                 inventory = importlib.import_module(f"{name}.inventory").Inventory
                 table = importlib.import_module(f"{name}.attribution").planless(
-                    inventory.model_validate({"servers": {a: {"agent_ip": a} for a in agents}}))
+                    inventory.model_validate({"servers": {a: {"agent_ip": a} for a in agents}})
+                )
                 est = importlib.import_module(f"{name}.estimate").Estimator(table, window_s=30.0)
                 start = time.process_time()
                 for when, payload in payloads:
@@ -108,13 +118,19 @@ def ingest_side_by_side(package: str, rounds: int = 3, datagrams: int = 120_000)
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline-tree", metavar="DIR",
-                        help="another revision laid out by `python -m research.revision REV DIR`")
-    parser.add_argument("--ingest", action="store_true",
-                        help="also ingest speed of both estimators on real datagrams "
-                             "(needs --baseline-tree)")
+    parser.add_argument(
+        "--baseline-tree",
+        metavar="DIR",
+        help="another revision laid out by `python -m research.revision REV DIR`",
+    )
+    parser.add_argument(
+        "--ingest",
+        action="store_true",
+        help="also ingest speed of both estimators on real datagrams (needs --baseline-tree)",
+    )
     args = parser.parse_args(argv)
     from cosample.lab.sflowcorpus import template
+
     base = template("data-1140.pcap")
     if args.ingest and not args.baseline_tree:
         parser.error("--ingest compares two estimators: give --baseline-tree")
@@ -126,8 +142,10 @@ def main(argv=None) -> int:
                 packages.insert(0, load_package(args.baseline_tree, Path(tmp)) + ".collector")
             except ExperimentError as exc:
                 parser.error(str(exc))
-            header = (f"| scenario | {Path(args.baseline_tree).name}: estimate / truth | "
-                      "truth in 95 % interval " + header[len("| scenario "):])
+            header = (
+                f"| scenario | {Path(args.baseline_tree).name}: estimate / truth | "
+                "truth in 95 % interval " + header[len("| scenario ") :]
+            )
         print(header)
         print("|---" + "|---:|---" * len(packages) + "|")
         per_datagram = 1024 * len(base.samples)

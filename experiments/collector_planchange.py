@@ -67,13 +67,20 @@ def load_estimator(tree: str | Path | None):
     attribution tables)."""
     if tree is None:
         from cosample.collector.estimate import Estimator
+
         return Estimator
     package = load_package(tree, Path(tempfile.mkdtemp(prefix="cosample-planchange-")))
     return importlib.import_module(f"{package}.collector.estimate").Estimator
 
 
-def trace(estimator_class, before, after, seed: int, lag_s: float,
-          ahead: tuple[Path, dict, dict, float] | None = None) -> dict[int, dict]:
+def trace(
+    estimator_class,
+    before,
+    after,
+    seed: int,
+    lag_s: float,
+    ahead: tuple[Path, dict, dict, float] | None = None,
+) -> dict[int, dict]:
     """Per second after the change: {server: (estimate pps, low, high)}.
 
     ``ahead``: (plan file, hosts before, hosts after, lead): the collector follows the plans
@@ -83,8 +90,15 @@ def trace(estimator_class, before, after, seed: int, lag_s: float,
     from cosample.lab.sflowstream import plan_change
 
     agents_s = max(lag_s, 0.0) if ahead else lag_s
-    stream = plan_change(before, after, RATES, change_s=SEEN_S + agents_s, duration_s=SEEN_S + 30,
-                         start=START, seed=seed)
+    stream = plan_change(
+        before,
+        after,
+        RATES,
+        change_s=SEEN_S + agents_s,
+        duration_s=SEEN_S + 30,
+        start=START,
+        seed=seed,
+    )
     follow = _follower(*ahead) if ahead else None
     estimator = estimator_class(build(before), window_s=WINDOW_S)
     new = build(after)
@@ -106,8 +120,9 @@ def trace(estimator_class, before, after, seed: int, lag_s: float,
             _switch(estimator, new, START + SEEN_S)
             seen = True
         snapshot = estimator.snapshot(now)
-        out[second - int(SEEN_S)] = {name: (e.packets_per_s, *e.packets_per_s_ci95)
-                                     for name, e in snapshot.servers.items()}
+        out[second - int(SEEN_S)] = {
+            name: (e.packets_per_s, *e.packets_per_s_ci95) for name, e in snapshot.servers.items()
+        }
     return out
 
 
@@ -131,8 +146,7 @@ def _follower(path: Path, before: dict, after: dict, lead_s: float):
 
     def follow(estimator, now: float) -> None:
         if not state["published"] and now >= not_before - lead_s:
-            path.write_text(json.dumps(plan_document(after, version=2,
-                                                     not_before=utc(not_before))))
+            path.write_text(json.dumps(plan_document(after, version=2, not_before=utc(not_before))))
             state["published"] = True
         while state["poll"] <= now:
             apply(estimator, watcher.poll(utc(state["poll"])), state["poll"])
@@ -149,8 +163,9 @@ def _switch(estimator, attribution, at: float) -> None:
         estimator.set_attribution(attribution)
 
 
-def run(seeds: int, lag_s: float, baseline: str | Path, ahead: bool = True,
-        lead_s: float = 3.0) -> dict:
+def run(
+    seeds: int, lag_s: float, baseline: str | Path, ahead: bool = True, lead_s: float = 3.0
+) -> dict:
     estimators = {"old": load_estimator(baseline), "new": load_estimator(None)}
     hosts = {"up": (MEASURE, MIRROR), "down": (MIRROR, MEASURE)}
     results = {}
@@ -160,11 +175,15 @@ def run(seeds: int, lag_s: float, baseline: str | Path, ahead: bool = True,
             for label, estimator_class in estimators.items():
                 errors = {t: {s: 0.0 for s in RATES} for t in SECONDS}
                 covered = {s: 0 for s in RATES}
-                follow = (Path(folder) / "plan.json", first, second, lead_s) \
-                    if ahead and label == "new" else None
+                follow = (
+                    (Path(folder) / "plan.json", first, second, lead_s)
+                    if ahead and label == "new"
+                    else None
+                )
                 for seed in range(seeds):
-                    for t, row in trace(estimator_class, before, after, seed, lag_s,
-                                        follow).items():
+                    for t, row in trace(
+                        estimator_class, before, after, seed, lag_s, follow
+                    ).items():
                         for server, (pps, low, high) in row.items():
                             truth = RATES[server]
                             errors[t][server] += (pps / truth - 1) / seeds
@@ -175,30 +194,53 @@ def run(seeds: int, lag_s: float, baseline: str | Path, ahead: bool = True,
     return results
 
 
-def report(results: dict, seeds: int, lag_s: float, baseline: str | Path, ahead: bool = True,
-           lead_s: float = 3.0) -> str:
-    new = (f"new = working tree, plan read {lead_s:g} s ahead, switched at its not_before (0 s), "
-           f"agents at {max(lag_s, 0.0):g} s" if ahead else
-           f"new = working tree, switched when read (0 s), agents at {lag_s:g} s")
-    lines = [f"mean estimate/truth - 1 over {seeds} seeds; window {WINDOW_S:g} s; "
-             f"old = {Path(baseline).name}, "
-             f"switched when read (0 s), agents at {lag_s:g} s; {new}"]
+def report(
+    results: dict,
+    seeds: int,
+    lag_s: float,
+    baseline: str | Path,
+    ahead: bool = True,
+    lead_s: float = 3.0,
+) -> str:
+    new = (
+        f"new = working tree, plan read {lead_s:g} s ahead, switched at its not_before (0 s), "
+        f"agents at {max(lag_s, 0.0):g} s"
+        if ahead
+        else f"new = working tree, switched when read (0 s), agents at {lag_s:g} s"
+    )
+    lines = [
+        f"mean estimate/truth - 1 over {seeds} seeds; window {WINDOW_S:g} s; "
+        f"old = {Path(baseline).name}, "
+        f"switched when read (0 s), agents at {lag_s:g} s; {new}"
+    ]
     for change in ("up", "down"):
-        lines.append(f"\n{change}: " + ("1-in-128 everywhere -> s1 1-in-8 + 50 % mirror to s3 "
-                                        "(1-in-1)" if change == "up" else "the reverse"))
-        lines.append(f"{'t (s)':>6} " + " ".join(f"{label + ' ' + s:>9}" for label in ("old", "new")
-                                                 for s in RATES))
+        lines.append(
+            f"\n{change}: "
+            + (
+                "1-in-128 everywhere -> s1 1-in-8 + 50 % mirror to s3 (1-in-1)"
+                if change == "up"
+                else "the reverse"
+            )
+        )
+        lines.append(
+            f"{'t (s)':>6} "
+            + " ".join(f"{label + ' ' + s:>9}" for label in ("old", "new") for s in RATES)
+        )
         old, new = results[(change, "old")][0], results[(change, "new")][0]
         for t in SECONDS:
-            lines.append(f"{t:>6} " + " ".join(f"{errors[t][s]:>+9.1%}" for errors in (old, new)
-                                               for s in RATES))
+            lines.append(
+                f"{t:>6} "
+                + " ".join(f"{errors[t][s]:>+9.1%}" for errors in (old, new) for s in RATES)
+            )
         for label in ("old", "new"):
             errors, coverage = results[(change, label)]
             worst = max((abs(errors[t][s]), t, s) for t in SECONDS if t >= 0 for s in RATES)
-            lines.append(f"{label}: largest |mean error| after the change {worst[0]:.1%} "
-                         f"({worst[2]} at {worst[1]} s); 95 % intervals cover the nominal rate "
-                         f"in the window after the change: " + ", ".join(
-                             f"{s} {share:.0%}" for s, share in coverage.items()))
+            lines.append(
+                f"{label}: largest |mean error| after the change {worst[0]:.1%} "
+                f"({worst[2]} at {worst[1]} s); 95 % intervals cover the nominal rate "
+                f"in the window after the change: "
+                + ", ".join(f"{s} {share:.0%}" for s, share in coverage.items())
+            )
     return "\n".join(lines)
 
 
@@ -210,8 +252,15 @@ def ingest_cost(baseline: str | Path, rounds: int = 5) -> str:
     from cosample.lab.sflowstream import plan_change
 
     before, after = plan(MEASURE, 1), plan(MIRROR, 2)
-    stream = plan_change(after, after, {s: r * 10 for s, r in RATES.items()}, change_s=0.0,
-                         duration_s=30.0, start=START, seed=0)
+    stream = plan_change(
+        after,
+        after,
+        {s: r * 10 for s, r in RATES.items()},
+        change_s=0.0,
+        duration_s=30.0,
+        start=START,
+        seed=0,
+    )
     samples = stream.samples
     cost = {"old": [], "new": []}
     classes = {"old": load_estimator(baseline), "new": load_estimator(None)}
@@ -224,25 +273,44 @@ def ingest_cost(baseline: str | Path, rounds: int = 5) -> str:
                 estimator.ingest(data, when)
             cost[label].append((time.process_time() - began) / samples * 1e6)
     old, new = (sorted(cost[label])[rounds // 2] for label in ("old", "new"))
-    return (f"ingest, {samples} samples, median of {rounds} alternating rounds: old {old:.2f} s, "
-            f"new {new:.2f} s CPU per million samples (new/old {new / old:.3f})")
+    return (
+        f"ingest, {samples} samples, median of {rounds} alternating rounds: old {old:.2f} s, "
+        f"new {new:.2f} s CPU per million samples (new/old {new / old:.3f})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--lag", type=float, default=2.0,
-                        help="agents' lag after the collector saw the plan, s (default 2)")
-    parser.add_argument("--baseline-tree", metavar="DIR", required=True,
-                        help="the old revision, laid out by `python -m research.revision REV DIR`")
-    parser.add_argument("--ahead", action=argparse.BooleanOptionalAction, default=True,
-                        help="new side: plans ahead of time (not_before, the watcher); "
-                             "--no-ahead: switched when read, like the old side")
-    parser.add_argument("--lead", type=float, default=3.0,
-                        help="new side: the plan is published this long before its not_before "
-                             "(default 3, the testbed's)")
-    parser.add_argument("--ingest-cost", action="store_true",
-                        help="also time ingest, old and new side by side")
+    parser.add_argument(
+        "--lag",
+        type=float,
+        default=2.0,
+        help="agents' lag after the collector saw the plan, s (default 2)",
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        metavar="DIR",
+        required=True,
+        help="the old revision, laid out by `python -m research.revision REV DIR`",
+    )
+    parser.add_argument(
+        "--ahead",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="new side: plans ahead of time (not_before, the watcher); "
+        "--no-ahead: switched when read, like the old side",
+    )
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=3.0,
+        help="new side: the plan is published this long before its not_before "
+        "(default 3, the testbed's)",
+    )
+    parser.add_argument(
+        "--ingest-cost", action="store_true", help="also time ingest, old and new side by side"
+    )
     args = parser.parse_args(argv)
     try:
         checked(args.baseline_tree)
@@ -250,8 +318,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.ingest_cost:
         print(ingest_cost(args.baseline_tree))
-    print(report(run(args.seeds, args.lag, args.baseline_tree, args.ahead, args.lead), args.seeds,
-                 args.lag, args.baseline_tree, args.ahead, args.lead))
+    print(
+        report(
+            run(args.seeds, args.lag, args.baseline_tree, args.ahead, args.lead),
+            args.seeds,
+            args.lag,
+            args.baseline_tree,
+            args.ahead,
+            args.lead,
+        )
+    )
     return 0
 
 

@@ -42,8 +42,8 @@ def plan_document(servers: int, version: int, seed: int) -> dict:
     """A solved plan for ``servers`` hosts (``seed``: which traffic), with tunnel and agent
     addresses."""
     from cosample.experiments.bench_planner import random_datacentre
-    from cosample.planner.planfile import build_plan
     from cosample.planner.planbytes import plan_id
+    from cosample.planner.planfile import build_plan
     from cosample.planner.solvers import solve
 
     dc = random_datacentre(servers, seed=seed)
@@ -69,8 +69,11 @@ class Stream:
     """Datagrams of 8 local samples per host, sequence numbers patched in place per send."""
 
     def __init__(self, plan: dict) -> None:
-        hosts = [(host["agent_ip"], host["sflow_sampling"]) for host in plan["hosts"].values()
-                 if host.get("sflow_sampling")][:SENDERS]
+        hosts = [
+            (host["agent_ip"], host["sflow_sampling"])
+            for host in plan["hosts"].values()
+            if host.get("sflow_sampling")
+        ][:SENDERS]
         header, length = frame(vm_address(0), vm_address(1, 2), 1000)
         self.templates = []
         for agent, rate in hosts:
@@ -107,10 +110,33 @@ def run(servers: int, rate: float, before_s: float, after_s: float, work: Path) 
     plan_bytes = write(path, first)
     stream = Stream(first)
     process = subprocess.Popen(
-        [sys.executable, "-m", "cosample", "collector", "run", "--plan", str(path),
-         "--insecure-unsigned", "--listen", "127.0.0.1:0", "--metrics-port", "0", "--name",
-         f"scale-{servers}", "--window", "30", "--export-interval", "1", "--plan-interval", "5",
-         "--plan-timeout", "30"], stdout=subprocess.DEVNULL, stderr=log.open("w"))
+        [
+            sys.executable,
+            "-m",
+            "cosample",
+            "collector",
+            "run",
+            "--plan",
+            str(path),
+            "--insecure-unsigned",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-port",
+            "0",
+            "--name",
+            f"scale-{servers}",
+            "--window",
+            "30",
+            "--export-interval",
+            "1",
+            "--plan-interval",
+            "5",
+            "--plan-timeout",
+            "30",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
     try:
         listen, http = _addresses(process, log)
         began = time.monotonic()
@@ -132,10 +158,15 @@ def run(servers: int, rate: float, before_s: float, after_s: float, work: Path) 
                     sent_samples += SAMPLES_PER_DATAGRAM
                 if time.monotonic() >= next_status:
                     now = status(http) or {}
-                    timeline.append({"t": round(elapsed, 2), "sent": sent_samples,
-                                     "counted": now.get("samples"),
-                                     "version": now.get("plan_version"),
-                                     "kernel_drops": now.get("kernel_receive_drops")})
+                    timeline.append(
+                        {
+                            "t": round(elapsed, 2),
+                            "sent": sent_samples,
+                            "counted": now.get("samples"),
+                            "version": now.get("plan_version"),
+                            "kernel_drops": now.get("kernel_receive_drops"),
+                        }
+                    )
                     if switched_at is None and now.get("plan_version") == 2:
                         switched_at = elapsed
                     next_status += 1.0
@@ -148,17 +179,23 @@ def run(servers: int, rate: float, before_s: float, after_s: float, work: Path) 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    return {"servers": servers, "plan_mb": round(plan_bytes / 1e6, 1),
-            "first_read_s": round(first_read_s, 1), "change_at_s": change_at,
-            "switched_after_s": None if switched_at is None else round(switched_at - change_at, 1),
-            "sent": sent_samples, "counted": final.get("samples"),
-            "kernel_drops": final.get("kernel_receive_drops"), "timeline": timeline,
-            "phases": _phases(timeline, change_at, switched_at, before_s + after_s),
-            "final": final, "log": log.read_text().splitlines()[-20:]}
+    return {
+        "servers": servers,
+        "plan_mb": round(plan_bytes / 1e6, 1),
+        "first_read_s": round(first_read_s, 1),
+        "change_at_s": change_at,
+        "switched_after_s": None if switched_at is None else round(switched_at - change_at, 1),
+        "sent": sent_samples,
+        "counted": final.get("samples"),
+        "kernel_drops": final.get("kernel_receive_drops"),
+        "timeline": timeline,
+        "phases": _phases(timeline, change_at, switched_at, before_s + after_s),
+        "final": final,
+        "log": log.read_text().splitlines()[-20:],
+    }
 
 
-def _addresses(process: subprocess.Popen,
-               log: Path) -> tuple[tuple[str, int], tuple[str, int]]:
+def _addresses(process: subprocess.Popen, log: Path) -> tuple[tuple[str, int], tuple[str, int]]:
     """The daemon's sFlow and HTTP addresses, from the line it logs when it listens."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
@@ -182,22 +219,31 @@ def _settle(http: tuple[str, int], sent: int, timeout_s: float = 60.0) -> dict:
     return last
 
 
-def _phases(timeline: list[dict], change_at: float, switched_at: float | None,
-            end: float) -> list[dict]:
+def _phases(
+    timeline: list[dict], change_at: float, switched_at: float | None, end: float
+) -> list[dict]:
     """Counted and offered samples/s per phase, and the largest backlog in it."""
     settled = (switched_at if switched_at is not None else end) + 5.0
-    bounds = (("before the change", 0.0, change_at), ("change, until 5 s after the switch",
-              change_at, min(settled, end)), ("after", min(settled, end), end))
+    bounds = (
+        ("before the change", 0.0, change_at),
+        ("change, until 5 s after the switch", change_at, min(settled, end)),
+        ("after", min(settled, end), end),
+    )
     out = []
     for name, low, high in bounds:
         rows = [row for row in timeline if low <= row["t"] <= high and row["counted"] is not None]
         if len(rows) < 2:
             continue
         span = rows[-1]["t"] - rows[0]["t"]
-        out.append({"phase": name, "seconds": round(span, 1),
-                    "offered_per_s": round((rows[-1]["sent"] - rows[0]["sent"]) / span),
-                    "counted_per_s": round((rows[-1]["counted"] - rows[0]["counted"]) / span),
-                    "largest_backlog": max(row["sent"] - row["counted"] for row in rows)})
+        out.append(
+            {
+                "phase": name,
+                "seconds": round(span, 1),
+                "offered_per_s": round((rows[-1]["sent"] - rows[0]["sent"]) / span),
+                "counted_per_s": round((rows[-1]["counted"] - rows[0]["counted"]) / span),
+                "largest_backlog": max(row["sent"] - row["counted"] for row in rows),
+            }
+        )
     return out
 
 
@@ -211,21 +257,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cosample-collector-scale-") as folder:
-        results = [run(n, args.rate, args.before, args.after, Path(folder))
-                   for n in (args.baseline, args.servers)]
+        results = [
+            run(n, args.rate, args.before, args.after, Path(folder))
+            for n in (args.baseline, args.servers)
+        ]
     for result in results:
-        print(f"{result['servers']} hosts: plan {result['plan_mb']} MB, first read "
-              f"{result['first_read_s']} s, new plan in force {result['switched_after_s']} s "
-              f"after its publication; sent {result['sent']}, counted {result['counted']}, "
-              f"kernel drops {result['kernel_drops']}")
+        print(
+            f"{result['servers']} hosts: plan {result['plan_mb']} MB, first read "
+            f"{result['first_read_s']} s, new plan in force {result['switched_after_s']} s "
+            f"after its publication; sent {result['sent']}, counted {result['counted']}, "
+            f"kernel drops {result['kernel_drops']}"
+        )
         for phase in result["phases"]:
-            print(f"  {phase['phase']:<36} {phase['seconds']:>5} s  offered "
-                  f"{phase['offered_per_s']:>7}/s  counted {phase['counted_per_s']:>7}/s  "
-                  f"largest backlog {phase['largest_backlog']} samples")
+            print(
+                f"  {phase['phase']:<36} {phase['seconds']:>5} s  offered "
+                f"{phase['offered_per_s']:>7}/s  counted {phase['counted_per_s']:>7}/s  "
+                f"largest backlog {phase['largest_backlog']} samples"
+            )
     usual, large = results
-    for (a, b) in zip(usual["phases"], large["phases"]):
-        print(f"ratio {large['servers']}/{usual['servers']} hosts, {a['phase']}: counted/s "
-              f"{b['counted_per_s'] / max(a['counted_per_s'], 1):.3f}")
+    for a, b in zip(usual["phases"], large["phases"]):
+        print(
+            f"ratio {large['servers']}/{usual['servers']} hosts, {a['phase']}: counted/s "
+            f"{b['counted_per_s'] / max(a['counted_per_s'], 1):.3f}"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -57,8 +57,11 @@ def install(timed: tuple[tuple[str, str], ...] = TIMED) -> dict[str, float]:
         *parents, name = path.split(".")
         for parent in parents:
             owner = getattr(owner, parent)
-        setattr(owner, name, _timed(getattr(owner, name),
-                                    f"{module_name.rsplit('.', 1)[-1]}.{path}", totals))
+        setattr(
+            owner,
+            name,
+            _timed(getattr(owner, name), f"{module_name.rsplit('.', 1)[-1]}.{path}", totals),
+        )
     return totals
 
 
@@ -70,6 +73,7 @@ def _timed(function: Callable, label: str, totals: dict[str, float]) -> Callable
             return function(*args, **kwargs)
         finally:
             totals[label] += time.process_time() - started
+
     return wrapper
 
 
@@ -85,8 +89,9 @@ def run(servers: int, serve: bool = True, again: int = 0) -> tuple[list[dict], d
     totals = install()
     folder = Path(tempfile.mkdtemp(prefix="cycle-timers-"))
     try:
-        bench_controller.write_snapshot(servers, folder / "snap.json",
-                                        datetime.now(timezone.utc).replace(microsecond=0))
+        bench_controller.write_snapshot(
+            servers, folder / "snap.json", datetime.now(timezone.utc).replace(microsecond=0)
+        )
         rows = bench_controller.measure(servers, folder, "binary", True, serve, again)["rows"]
         floors = bench_controller._child(servers, folder, ".", None, "binary", "--floor")
         if floors is None:
@@ -103,11 +108,19 @@ def run(servers: int, serve: bool = True, again: int = 0) -> tuple[list[dict], d
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=int, default=1_000_000)
-    parser.add_argument("--directory", action="store_true",
-                        help="the folder target (a file per host's slice) instead of --serve's")
-    parser.add_argument("--again", type=int, default=0, metavar="N",
-                        help="N more cycles after the three, each publishing two phases as the "
-                             "traffic moves back and forth (a running controller's heap)")
+    parser.add_argument(
+        "--directory",
+        action="store_true",
+        help="the folder target (a file per host's slice) instead of --serve's",
+    )
+    parser.add_argument(
+        "--again",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N more cycles after the three, each publishing two phases as the "
+        "traffic moves back and forth (a running controller's heap)",
+    )
     args = parser.parse_args(argv)
     if args.servers < 10:
         parser.error("--servers: at least 10")
@@ -117,10 +130,15 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, totals = run(args.servers, serve=not args.directory, again=args.again)
     for row in rows:
-        steps = " ".join(f"{key[:-4]} {row[key]:.3f}" for key in row
-                         if key.endswith("_cpu") and "_floor" not in key)
-        print(f"cycle {row['cycle']} ({row['result']}{', two phases' if row['two_phase'] else ''})"
-              f": CPU {row['cpu_seconds']:.3f} s: {steps}")
+        steps = " ".join(
+            f"{key[:-4]} {row[key]:.3f}"
+            for key in row
+            if key.endswith("_cpu") and "_floor" not in key
+        )
+        print(
+            f"cycle {row['cycle']} ({row['result']}{', two phases' if row['two_phase'] else ''})"
+            f": CPU {row['cpu_seconds']:.3f} s: {steps}"
+        )
     print("beside the floor:")
     print(bench_controller._beside_floors(rows))
     print("functions, CPU seconds over the cycles:")

@@ -13,8 +13,15 @@ import pandas as pd
 from cosample.experiments.errors import ExperimentError
 from cosample.files import write_atomic
 
-__all__ = ["output_dir", "read_calibration", "read_csv", "save_figure", "write_atomic",
-           "write_csv", "write_json"]
+__all__ = [
+    "output_dir",
+    "read_calibration",
+    "read_csv",
+    "save_figure",
+    "write_atomic",
+    "write_csv",
+    "write_json",
+]
 
 
 def output_dir(path: str | Path) -> Path:
@@ -31,13 +38,16 @@ def write_csv(frame: pd.DataFrame, path: str | Path, float_format: str | None = 
     """Tidy CSV without the index; missing values (e.g. infeasible gains) are empty fields.
 
     ``float_format=None`` keeps every digit (for values compared at high precision)."""
-    return write_atomic(path, lambda stream: frame.to_csv(stream, index=False,
-                                                          float_format=float_format))
+    return write_atomic(
+        path, lambda stream: frame.to_csv(stream, index=False, float_format=float_format)
+    )
 
 
 def write_json(document: Any, path: str | Path) -> Path:
     """Indented, key-sorted JSON with a trailing newline."""
-    return write_atomic(path, lambda stream: stream.write(json.dumps(document, indent=2, sort_keys=True) + "\n"))
+    return write_atomic(
+        path, lambda stream: stream.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    )
 
 
 def save_figure(figure: Any, path: str | Path, dpi: int = 110) -> Path:
@@ -45,8 +55,11 @@ def save_figure(figure: Any, path: str | Path, dpi: int = 110) -> Path:
     import matplotlib.pyplot as plt
 
     try:
-        return write_atomic(path, lambda stream: figure.savefig(stream, format="png", dpi=dpi,
-                                                                bbox_inches="tight"), binary=True)
+        return write_atomic(
+            path,
+            lambda stream: figure.savefig(stream, format="png", dpi=dpi, bbox_inches="tight"),
+            binary=True,
+        )
     finally:
         plt.close(figure)
 
@@ -72,6 +85,8 @@ def read_csv(path: str | Path, required: tuple[str, ...]) -> pd.DataFrame:
         raise ExperimentError(f"{path}: cannot read as CSV: {exc}") from exc
     missing = [column for column in required if column not in frame.columns]
     if missing:
-        raise ExperimentError(f"{path}: missing column(s) {', '.join(missing)} "
-                              f"(found: {', '.join(map(str, frame.columns))})")
+        raise ExperimentError(
+            f"{path}: missing column(s) {', '.join(missing)} "
+            f"(found: {', '.join(map(str, frame.columns))})"
+        )
     return frame

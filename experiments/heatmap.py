@@ -22,8 +22,19 @@ from cosample.planner.datacentre import DataCentre
 #: A server's load may exceed C by this relative amount (rounding of ``load * n * share``).
 LOAD_TOLERANCE = 1e-9
 
-COLUMNS = ("servers", "alpha", "beta", "cross_fraction", "p", "load", "feasible",
-           "max_server_load", "collaborative_pps", "noncollaborative_pps", "gain")
+COLUMNS = (
+    "servers",
+    "alpha",
+    "beta",
+    "cross_fraction",
+    "p",
+    "load",
+    "feasible",
+    "max_server_load",
+    "collaborative_pps",
+    "noncollaborative_pps",
+    "gain",
+)
 
 
 @dataclass(frozen=True)
@@ -84,8 +95,9 @@ def datacentre(setup: HeatmapSetup, p: float, load: float) -> DataCentre | None:
     dc = DataCentre.from_matrix(capacity, setup.alpha, setup.beta, matrix)
     # A load of exactly C can come out a few ulp above it: such a server is exactly full.
     if (dc.forwarding_pps > capacity).any():
-        dc = DataCentre.from_matrix(np.maximum(capacity, dc.forwarding_pps), setup.alpha,
-                                    setup.beta, matrix)
+        dc = DataCentre.from_matrix(
+            np.maximum(capacity, dc.forwarding_pps), setup.alpha, setup.beta, matrix
+        )
     return dc
 
 
@@ -95,23 +107,38 @@ def gain_cell(setup: HeatmapSetup, p: float, load: float) -> dict[str, float | b
     from cosample.planner.exact import optimum_pps
 
     forwarding = forwarding_pps(traffic_matrix(setup, p, load))
-    row: dict[str, float | bool] = {**asdict(setup), "p": float(p), "load": float(load),
-                                    "max_server_load": float(forwarding.max() / setup.capacity_pps)}
+    row: dict[str, float | bool] = {
+        **asdict(setup),
+        "p": float(p),
+        "load": float(load),
+        "max_server_load": float(forwarding.max() / setup.capacity_pps),
+    }
     del row["capacity_pps"]
     dc = datacentre(setup, p, load)
     if dc is None:
-        return {**row, "feasible": False, "collaborative_pps": np.nan,
-                "noncollaborative_pps": np.nan, "gain": np.nan}
+        return {
+            **row,
+            "feasible": False,
+            "collaborative_pps": np.nan,
+            "noncollaborative_pps": np.nan,
+            "gain": np.nan,
+        }
     collaborative = float(optimum_pps(dc))
     noncollaborative = float(noncollab_pps(dc))
     # Every server exactly full: neither approach samples anything and the gain is undefined.
     gain = collaborative / noncollaborative - 1.0 if noncollaborative > 0 else np.nan
-    return {**row, "feasible": True, "collaborative_pps": collaborative,
-            "noncollaborative_pps": noncollaborative, "gain": gain}
+    return {
+        **row,
+        "feasible": True,
+        "collaborative_pps": collaborative,
+        "noncollaborative_pps": noncollaborative,
+        "gain": gain,
+    }
 
 
-def gain_grid(setup: HeatmapSetup, p_values: Sequence[float],
-              load_values: Sequence[float]) -> pd.DataFrame:
+def gain_grid(
+    setup: HeatmapSetup, p_values: Sequence[float], load_values: Sequence[float]
+) -> pd.DataFrame:
     """Tidy table, one row per (p, load) cell, columns ``COLUMNS``; gain is a fraction (1.0 = 100%)."""
     rows = [gain_cell(setup, float(p), float(load)) for p in p_values for load in load_values]
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
@@ -132,7 +159,9 @@ def parse_grid(text: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         counts = [int(part) for part in parts]
     except ValueError:
-        raise ExperimentError(f"--grid {text!r}: expected N or PxL with integers, e.g. 40 or 40x25") from None
+        raise ExperimentError(
+            f"--grid {text!r}: expected N or PxL with integers, e.g. 40 or 40x25"
+        ) from None
     if len(counts) not in (1, 2) or min(counts) < 1:
         raise ExperimentError(f"--grid {text!r}: expected N or PxL with positive integers")
     p_points, load_points = (counts * 2)[:2] if len(counts) == 1 else counts
@@ -145,7 +174,7 @@ class GainSummary:
 
     cells: int
     feasible_cells: int
-    gain_cells: int           # feasible and not every server full: the gain is defined
+    gain_cells: int  # feasible and not every server full: the gain is defined
     max_gain: float
     mean_gain: float
     median_gain: float
@@ -155,9 +184,11 @@ class GainSummary:
     def report(self) -> str:
         if self.gain_cells == 0:
             return f"no cell with a defined gain among {self.cells} (all infeasible or all servers full)"
-        return (f"max gain {self.max_gain:.1%} (p={self.p_at_max:g}, load={self.load_at_max:g}); "
-                f"mean gain {self.mean_gain:.1%}, median {self.median_gain:.1%} over the "
-                f"{self.gain_cells} cells with a gain ({self.feasible_cells} feasible of {self.cells})")
+        return (
+            f"max gain {self.max_gain:.1%} (p={self.p_at_max:g}, load={self.load_at_max:g}); "
+            f"mean gain {self.mean_gain:.1%}, median {self.median_gain:.1%} over the "
+            f"{self.gain_cells} cells with a gain ({self.feasible_cells} feasible of {self.cells})"
+        )
 
 
 def summarise(frame: pd.DataFrame) -> GainSummary:
@@ -167,7 +198,13 @@ def summarise(frame: pd.DataFrame) -> GainSummary:
     if defined.empty:
         return GainSummary(len(frame), feasible, 0, np.nan, np.nan, np.nan, np.nan, np.nan)
     best = defined.loc[defined["gain"].idxmax()]
-    return GainSummary(cells=len(frame), feasible_cells=feasible, gain_cells=len(defined),
-                       max_gain=float(best["gain"]), mean_gain=float(defined["gain"].mean()),
-                       median_gain=float(defined["gain"].median()),
-                       p_at_max=float(best["p"]), load_at_max=float(best["load"]))
+    return GainSummary(
+        cells=len(frame),
+        feasible_cells=feasible,
+        gain_cells=len(defined),
+        max_gain=float(best["gain"]),
+        mean_gain=float(defined["gain"].mean()),
+        median_gain=float(defined["gain"].median()),
+        p_at_max=float(best["p"]),
+        load_at_max=float(best["load"]),
+    )

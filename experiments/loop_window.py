@@ -35,13 +35,16 @@ from pathlib import Path
 
 import numpy as np
 
-from cosample.experiments.testbed.closedloop import LEAD_S
 from cosample.controller.inventory import FORMAT as INVENTORY_FORMAT
+from cosample.experiments.testbed.closedloop import LEAD_S
 
 Matrix = dict[str, dict[str, float]]
 #: The testbed's default traffic (``testbed up``): the busiest server forwards 85 % of 3000 pps.
-TESTBED: Matrix = {"s1": {"s1": 1800.0, "s2": 600.0}, "s2": {"s2": 900.0, "s3": 300.0},
-                   "s3": {"s3": 450.0, "s1": 150.0}}
+TESTBED: Matrix = {
+    "s1": {"s1": 1800.0, "s2": 600.0},
+    "s2": {"s2": 900.0, "s3": 300.0},
+    "s3": {"s3": 450.0, "s1": 150.0},
+}
 
 
 def windowed(traffic: Callable[[float], Matrix], t: float, window: float) -> Matrix:
@@ -60,8 +63,13 @@ def windowed(traffic: Callable[[float], Matrix], t: float, window: float) -> Mat
 SIMULATED_PLAN = {"version": 1, "plan_id": "simulated"}
 
 
-def snapshot_document(time: datetime, traffic: Matrix, names: list[str], window: float,
-                      plan: dict | None = SIMULATED_PLAN) -> dict:
+def snapshot_document(
+    time: datetime,
+    traffic: Matrix,
+    names: list[str],
+    window: float,
+    plan: dict | None = SIMULATED_PLAN,
+) -> dict:
     """A ``cosample.snapshot`` whose per-server totals are the matrix's rows (written by the
     collector's own model); ``plan`` None: a plan-less snapshot (no plan in force yet)."""
     from cosample.collector.snapshot import ServerEstimate, Snapshot
@@ -70,21 +78,37 @@ def snapshot_document(time: datetime, traffic: Matrix, names: list[str], window:
     for name in names:
         pps = float(sum(traffic.get(name, {}).values()))
         servers[name] = ServerEstimate(
-            packets_per_s=pps, packets_per_s_ci95=[pps * 0.95, pps * 1.05],
-            bytes_per_s=pps * 1000, bytes_per_s_ci95=[pps * 900, pps * 1100], samples=100,
-            samples_per_s=100 / window, local_samples=100, mirrored_samples=0, coverage=0.5)
+            packets_per_s=pps,
+            packets_per_s_ci95=[pps * 0.95, pps * 1.05],
+            bytes_per_s=pps * 1000,
+            bytes_per_s_ci95=[pps * 900, pps * 1100],
+            samples=100,
+            samples_per_s=100 / window,
+            local_samples=100,
+            mirrored_samples=0,
+            coverage=0.5,
+        )
     snapshot = Snapshot.from_servers(
-        servers, collector="c1", time=time.astimezone(timezone.utc).replace(microsecond=0),
-        window_s=window, plan=plan,
-        traffic_pps={src: dict(row) for src, row in traffic.items() if src in names})
+        servers,
+        collector="c1",
+        time=time.astimezone(timezone.utc).replace(microsecond=0),
+        window_s=window,
+        plan=plan,
+        traffic_pps={src: dict(row) for src, row in traffic.items() if src in names},
+    )
     return json.loads(snapshot.to_json())
 
 
-def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: float,
-               names: list[str], rng: np.random.Generator | None = None,
-               sampling_noise: float = 0.0,
-               plan_of: Callable[[datetime], dict | None] | None = None,
-               safe_sampling: int | None = None):
+def reader_for(
+    traffic: Callable[[float], Matrix],
+    start: datetime,
+    window: float,
+    names: list[str],
+    rng: np.random.Generator | None = None,
+    sampling_noise: float = 0.0,
+    plan_of: Callable[[datetime], dict | None] | None = None,
+    safe_sampling: int | None = None,
+):
     """A controller ``reader`` serving windowed snapshots of ``traffic``; ``plan_of(now)`` gives
     the plan the collector follows (default: always ``SIMULATED_PLAN``). A plan-less snapshot
     rests on the agents' safe-state samples (local 1-in-``safe_sampling``): each entry of
@@ -96,32 +120,49 @@ def reader_for(traffic: Callable[[float], Matrix], start: datetime, window: floa
     def reader(collectors, now, max_age_s, timeout_s):
         matrix = windowed(traffic, (now - start).total_seconds(), window)
         if rng is not None and sampling_noise:
-            matrix = {src: {dst: v * max(0.0, 1 + rng.normal(0, sampling_noise))
-                            for dst, v in row.items()} for src, row in matrix.items()}
+            matrix = {
+                src: {
+                    dst: v * max(0.0, 1 + rng.normal(0, sampling_noise)) for dst, v in row.items()
+                }
+                for src, row in matrix.items()
+            }
         plan = plan_of(now) if plan_of is not None else SIMULATED_PLAN
         if plan is None and safe_sampling and rng is not None:
-            matrix = {src: {dst: v * max(0.0, 1 + rng.normal(0, math.sqrt(
-                safe_sampling / max(v * window, 1.0)))) for dst, v in row.items()}
-                for src, row in matrix.items()}
+            matrix = {
+                src: {
+                    dst: v
+                    * max(0.0, 1 + rng.normal(0, math.sqrt(safe_sampling / max(v * window, 1.0))))
+                    for dst, v in row.items()
+                }
+                for src, row in matrix.items()
+            }
         document = snapshot_document(now, matrix, names, window, plan)
         return Reading(parse_snapshot(json.dumps(document)), (), 1, 1)
 
     return reader
 
 
-def chunked_noise(base: Matrix, rng: np.random.Generator, noise: float, chunk: float,
-                  horizon: float) -> Callable[[float], Matrix]:
+def chunked_noise(
+    base: Matrix, rng: np.random.Generator, noise: float, chunk: float, horizon: float
+) -> Callable[[float], Matrix]:
     """``base`` with every entry redrawn within +/- ``noise`` every ``chunk`` seconds."""
-    draws = [{src: {dst: v * (1 + rng.uniform(-noise, noise)) for dst, v in row.items()}
-              for src, row in base.items()} for _ in range(int(horizon // chunk) + 2)]
+    draws = [
+        {
+            src: {dst: v * (1 + rng.uniform(-noise, noise)) for dst, v in row.items()}
+            for src, row in base.items()
+        }
+        for _ in range(int(horizon // chunk) + 2)
+    ]
     return lambda t: draws[max(0, int(t // chunk))]
 
 
 def swapped(base: Matrix, a: str, b: str) -> Matrix:
     """``base`` with servers ``a`` and ``b`` exchanging their traffic (rows and columns)."""
     swap = {a: b, b: a}
-    return {swap.get(src, src): {swap.get(dst, dst): v for dst, v in row.items()}
-            for src, row in base.items()}
+    return {
+        swap.get(src, src): {swap.get(dst, dst): v for dst, v in row.items()}
+        for src, row in base.items()
+    }
 
 
 class _Sink:
@@ -141,8 +182,14 @@ class Run:
     final_from: float | None
 
 
-def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds: float = 160.0,
-        planless_start: bool = True, **overrides) -> Run:
+def run(
+    traffic: Callable[[float], Matrix],
+    seed: int,
+    state_dir: Path,
+    seconds: float = 160.0,
+    planless_start: bool = True,
+    **overrides,
+) -> Run:
     """The controller every 5 s for ``seconds``.
 
     ``planless_start``: until the first plan the snapshots are plan-less (sparse safe-state
@@ -151,26 +198,57 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
     from cosample.controller.loop import Controller, Settings
     from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 
-    inventory = inventory_from_dict({
-        "format": INVENTORY_FORMAT, "format_version": 1, "name": "loop-window",
-        "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
-        "servers": [{"name": f"s{k}", "capacity_pps": 3000.0, "bridge": f"br{k}",
-                     "tunnel_ip": f"192.0.2.{k}", "vm_ports": [f"vm{k}a"]} for k in (1, 2, 3)],
-        "sflow": {"collector": "192.0.2.100:6343"}})
+    inventory = inventory_from_dict(
+        {
+            "format": INVENTORY_FORMAT,
+            "format_version": 1,
+            "name": "loop-window",
+            "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
+            "servers": [
+                {
+                    "name": f"s{k}",
+                    "capacity_pps": 3000.0,
+                    "bridge": f"br{k}",
+                    "tunnel_ip": f"192.0.2.{k}",
+                    "vm_ports": [f"vm{k}a"],
+                }
+                for k in (1, 2, 3)
+            ],
+            "sflow": {"collector": "192.0.2.100:6343"},
+        }
+    )
     start = datetime.now(timezone.utc).replace(microsecond=0)
     clock = [start]
-    options = dict(interval_s=5.0, tau_s=15.0, hold_s=60.0, settle_s=6.0, valid_for_s=600.0,
-                   measure_sampling=128, lead_s=LEAD_S)
+    options = dict(
+        interval_s=5.0,
+        tau_s=15.0,
+        hold_s=60.0,
+        settle_s=6.0,
+        valid_for_s=600.0,
+        measure_sampling=128,
+        lead_s=LEAD_S,
+    )
     options.update(overrides)
     rng = np.random.default_rng(seed)
     fresh = Path(tempfile.mkdtemp(prefix=f"seed{seed}-", dir=state_dir))  # no plan in force
     holder: list = []  # the collector follows the controller's plans: plan-less before the first
-    controller = Controller(inventory, Settings(("c1",), **options), _Sink(), fresh,
-                            clock=lambda: clock[0],
-                            reader=reader_for(traffic, start, 15.0, list(inventory.names), rng,
-                                              0.03, plan_of=_following(holder)
-                                              if planless_start else None,
-                                              safe_sampling=options["measure_sampling"]))
+    controller = Controller(
+        inventory,
+        Settings(("c1",), **options),
+        _Sink(),
+        fresh,
+        clock=lambda: clock[0],
+        reader=reader_for(
+            traffic,
+            start,
+            15.0,
+            list(inventory.names),
+            rng,
+            0.03,
+            plan_of=_following(holder) if planless_start else None,
+            safe_sampling=options["measure_sampling"],
+        ),
+    )
     holder.append(controller)
     out, last = [], None
     for k in range(1, int(seconds // 5) + 1):
@@ -180,8 +258,9 @@ def run(traffic: Callable[[float], Matrix], seed: int, state_dir: Path, seconds:
             out.append((5.0 * k, status.reasons[0].split(":")[0]))
             last = 5.0 * k
     release = _not_before(controller.current)
-    final = None if last is None else \
-        (release - start).total_seconds() if release is not None else last
+    final = (
+        None if last is None else (release - start).total_seconds() if release is not None else last
+    )
     return Run(out, final)
 
 
@@ -214,9 +293,13 @@ def _ref(plan: dict | None) -> dict | None:
     return None if plan is None else {"version": plan["version"], "plan_id": plan["plan_id"]}
 
 
-VARIANTS = {"default (hold 60 s, steps)": {}, "hold 30 s": {"hold_s": 30.0},
-            "no hold": {"hold_s": 0.0}, "no steps": {"change": None},
-            "no lead (quiet waits the window)": {"lead_s": 0.0}}
+VARIANTS = {
+    "default (hold 60 s, steps)": {},
+    "hold 30 s": {"hold_s": 30.0},
+    "no hold": {"hold_s": 0.0},
+    "no steps": {"change": None},
+    "no lead (quiet waits the window)": {"lead_s": 0.0},
+}
 SHIFT_S = 100.0
 
 
@@ -231,19 +314,29 @@ def main(argv: list[str] | None = None) -> int:
                 counts: Counter[int] = Counter()
                 finals = []
                 for seed in range(args.seeds):
-                    traffic = (chunked_noise(TESTBED, np.random.default_rng(1000 + seed), 0.10,
-                                             15.0, 200.0) if scenario == "steady"
-                               else (lambda t: TESTBED if t < SHIFT_S else shifted))
+                    traffic = (
+                        chunked_noise(
+                            TESTBED, np.random.default_rng(1000 + seed), 0.10, 15.0, 200.0
+                        )
+                        if scenario == "steady"
+                        else (lambda t: TESTBED if t < SHIFT_S else shifted)
+                    )
                     result = run(traffic, seed, Path(folder), **overrides)
                     counts[len(result.published) - 1] += 1
                     if result.final_from is not None:
                         finals.append(result.final_from - SHIFT_S)
                 spread = ", ".join(f"{n} more: {c}" for n, c in sorted(counts.items()))
-                timing = (f"; final plan may run {np.mean(finals):.1f} s after the shift "
-                          f"(range {min(finals):g}-{max(finals):g})"
-                          if scenario == "shift" and finals else "")
-                print(f"{label:34s} {scenario:7s} publications after the first plan "
-                      f"({args.seeds} seeds): {spread}{timing}", flush=True)
+                timing = (
+                    f"; final plan may run {np.mean(finals):.1f} s after the shift "
+                    f"(range {min(finals):g}-{max(finals):g})"
+                    if scenario == "shift" and finals
+                    else ""
+                )
+                print(
+                    f"{label:34s} {scenario:7s} publications after the first plan "
+                    f"({args.seeds} seeds): {spread}{timing}",
+                    flush=True,
+                )
     return 0
 
 

@@ -20,8 +20,10 @@ def checked(tree: str | Path) -> Path:
     """``tree`` if it holds a laid-out ``cosample`` package, else a clear error."""
     tree = Path(tree)
     if not (tree / "cosample" / "__init__.py").is_file():
-        raise ExperimentError(f"{tree}: no cosample/__init__.py; lay a revision out with "
-                              "`python -m research.revision REV DIR` from a clone")
+        raise ExperimentError(
+            f"{tree}: no cosample/__init__.py; lay a revision out with "
+            "`python -m research.revision REV DIR` from a clone"
+        )
     return tree
 
 

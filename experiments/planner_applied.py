@@ -23,13 +23,18 @@ import pandas as pd
 from cosample.experiments.bench_planner import random_datacentre
 
 EXACT_APPLIED = "exact as applied"
-RIVALS = ("continuous optimum rounded", "reduced LP rounded", "full LP rounded",
-          "exact, margin + 0.1")
+RIVALS = (
+    "continuous optimum rounded",
+    "reduced LP rounded",
+    "full LP rounded",
+    "exact, margin + 0.1",
+)
 SAME = 1e-9
 
 
-def compare(sizes: Sequence[int], seeds: Sequence[int], margin: float,
-            lp_backend: str = "highs") -> pd.DataFrame:
+def compare(
+    sizes: Sequence[int], seeds: Sequence[int], margin: float, lp_backend: str = "highs"
+) -> pd.DataFrame:
     """One row per data centre: distinct pps as applied of every plan, the continuous bound."""
     from cosample.planner import solve
     from cosample.planner.exact import solve_continuous
@@ -43,16 +48,23 @@ def compare(sizes: Sequence[int], seeds: Sequence[int], margin: float,
             problem = build_problem(dc, margin=margin)
             exact = solve(problem)
             continuous = solve_continuous(problem)
-            rows.append({
-                "servers": n, "seed": seed, "margin": margin,
-                "method": exact.bounds.method, "gap": exact.gap,
-                "continuous_bound_pps": continuous.bounds.envelope,
-                EXACT_APPLIED: realise(exact).collected_pps,
-                RIVALS[0]: realise(continuous).collected_pps,
-                RIVALS[1]: realise(solve(problem, "reduced", lp_backend=lp_backend)).collected_pps,
-                RIVALS[2]: realise(solve(problem, "full", lp_backend=lp_backend)).collected_pps,
-                RIVALS[3]: realise(solve(dc, margin=min(margin + 0.1, 0.99))).collected_pps,
-            })
+            rows.append(
+                {
+                    "servers": n,
+                    "seed": seed,
+                    "margin": margin,
+                    "method": exact.bounds.method,
+                    "gap": exact.gap,
+                    "continuous_bound_pps": continuous.bounds.envelope,
+                    EXACT_APPLIED: realise(exact).collected_pps,
+                    RIVALS[0]: realise(continuous).collected_pps,
+                    RIVALS[1]: realise(
+                        solve(problem, "reduced", lp_backend=lp_backend)
+                    ).collected_pps,
+                    RIVALS[2]: realise(solve(problem, "full", lp_backend=lp_backend)).collected_pps,
+                    RIVALS[3]: realise(solve(dc, margin=min(margin + 0.1, 0.99))).collected_pps,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -68,30 +80,44 @@ def report(table: pd.DataFrame, out=print) -> bool:
     """Print the tallies; True when the exact plan as applied is never below a rival."""
     fine = True
     mine = table[EXACT_APPLIED]
-    out(f"{len(table)} data centres ({sorted(set(table['servers']))} servers, seeds "
+    out(
+        f"{len(table)} data centres ({sorted(set(table['servers']))} servers, seeds "
         f"{table['seed'].min()}..{table['seed'].max()}, margin {table['margin'].iloc[0]:g}); "
-        f"methods: {dict(table['method'].value_counts())}")
+        f"methods: {dict(table['method'].value_counts())}"
+    )
     for rival in RIVALS:
         less, same, more, low, high = tally(mine, table[rival])
-        out(f"exact as applied vs {rival:<28} less {less:>3}, same {same:>3}, more {more:>3}; "
-            f"ratio {low:.4f}..{high:.4f}")
+        out(
+            f"exact as applied vs {rival:<28} less {less:>3}, same {same:>3}, more {more:>3}; "
+            f"ratio {low:.4f}..{high:.4f}"
+        )
         fine &= less == 0 or rival == RIVALS[3] and (table["method"] == "greedy").any()
     for rival in RIVALS[1:3]:
         less, same, more, low, high = tally(table[RIVALS[0]], table[rival])
-        out(f"before (continuous optimum rounded) vs {rival:<19} less {less:>3}, same {same:>3}, "
-            f"more {more:>3}; ratio {low:.4f}..{high:.4f}")
+        out(
+            f"before (continuous optimum rounded) vs {rival:<19} less {less:>3}, same {same:>3}, "
+            f"more {more:>3}; ratio {low:.4f}..{high:.4f}"
+        )
     cost = (table["continuous_bound_pps"] - mine) / table["continuous_bound_pps"]
-    out(f"1-in-N costs (continuous bound - exact as applied) / bound: median {cost.median():.2%}, "
-        f"max {cost.max():.2%}")
+    out(
+        f"1-in-N costs (continuous bound - exact as applied) / bound: median {cost.median():.2%}, "
+        f"max {cost.max():.2%}"
+    )
     return fine
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cosample.experiments.planner_applied",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cosample.experiments.planner_applied", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--seeds", type=int, default=50, help="data centres per size (default 50)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 12],
-                        help="servers per data centre (default 4 8 12)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[4, 8, 12],
+        help="servers per data centre (default 4 8 12)",
+    )
     parser.add_argument("--margin", type=float, default=0.0, help="planning margin (default 0)")
     parser.add_argument("--csv", default=None, help="write the per-data-centre table here")
     args = parser.parse_args(argv)

@@ -22,8 +22,13 @@ import numpy as np
 
 from cosample.appmon.successinterval import Z95, degrees_of_freedom, success_interval
 
-GRID = {"connections": (1000, 3000), "mean": (1.0, 5.0, 30.0), "fail": (0.0, 0.01, 0.2),
-        "broken": (0.0, 0.01, 0.05, 0.1, 0.3), "share": (0.1, 0.25, 0.5, 0.9)}
+GRID = {
+    "connections": (1000, 3000),
+    "mean": (1.0, 5.0, 30.0),
+    "fail": (0.0, 0.01, 0.2),
+    "broken": (0.0, 0.01, 0.05, 0.1, 0.3),
+    "share": (0.1, 0.25, 0.5, 0.9),
+}
 
 
 def population(rng, connections: int, mean: float, fail: float, broken: float):
@@ -50,10 +55,14 @@ def coverages(final, ok, share: float, trials: int, rng) -> tuple[float, float, 
         failing += int((k < n).sum())
         if not n.sum():
             continue
-        low, high = success_interval(int(k.sum()), int(n.sum()),
-                                     (int((n * n).sum()), int((k * n).sum()), int((k * k).sum())),
-                                     int(kept.sum()), share,
-                                     degrees_of_freedom(zip(n.tolist(), k.tolist())))
+        low, high = success_interval(
+            int(k.sum()),
+            int(n.sum()),
+            (int((n * n).sum()), int((k * n).sum()), int((k * k).sum())),
+            int(kept.sum()),
+            share,
+            degrees_of_freedom(zip(n.tolist(), k.tolist())),
+        )
         hits += low <= truth <= high
         low, high = per_request(int(k.sum()), int(n.sum()), share)
         naive += low <= truth <= high
@@ -75,18 +84,25 @@ def main(argv: list[str] | None = None) -> int:
             continue  # nothing failed: both intervals hold 1 trivially
         level, naive, failing = coverages(final, ok, row["share"], args.trials, rng)
         rows.append((failing, level, naive))
-        print(f"{row['connections']} {row['mean']:g} {row['fail']:g} {row['broken']:g} "
-              f"{row['share']:g} {failing:.1f} {level:.3f} {naive:.3f}", flush=True)
-    for label, keep in (("all rows", lambda f: True),
-                        ("10-30 failing connections seen", lambda f: 10 <= f < 30),
-                        ("30+ failing connections seen", lambda f: f >= 30),
-                        ("under 10 failing connections seen", lambda f: f < 10)):
+        print(
+            f"{row['connections']} {row['mean']:g} {row['fail']:g} {row['broken']:g} "
+            f"{row['share']:g} {failing:.1f} {level:.3f} {naive:.3f}",
+            flush=True,
+        )
+    for label, keep in (
+        ("all rows", lambda f: True),
+        ("10-30 failing connections seen", lambda f: 10 <= f < 30),
+        ("30+ failing connections seen", lambda f: f >= 30),
+        ("under 10 failing connections seen", lambda f: f < 10),
+    ):
         chosen = [(level, naive) for failing, level, naive in rows if keep(failing)]
         if chosen:
             level, naive = np.array(chosen).T
-            print(f"{label}: {len(chosen)} rows; connection-level median {np.median(level):.3f}"
-                  f" min {level.min():.3f}, below 0.915 in {np.mean(level < 0.915):.0%};"
-                  f" per-request median {np.median(naive):.3f} min {naive.min():.3f}")
+            print(
+                f"{label}: {len(chosen)} rows; connection-level median {np.median(level):.3f}"
+                f" min {level.min():.3f}, below 0.915 in {np.mean(level < 0.915):.0%};"
+                f" per-request median {np.median(naive):.3f} min {naive.min():.3f}"
+            )
     return 0
 
 

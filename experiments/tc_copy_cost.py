@@ -29,46 +29,92 @@ ARMS = ("none", "classifier", "mirror")
 SENDER, RECEIVER, UNDERLAY_S, UNDERLAY_R = "10.81.0.1", "10.81.0.2", "10.82.0.1", "10.82.0.2"
 #: cBPF: match nothing (the classifier's own cost) / match every packet
 NO_MATCH, MATCH = "1,6 0 0 0", "1,6 0 0 4294967295"
-SEND = ("import resource, socket, sys\n"
-        "n = int(sys.argv[1]); s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-        "payload, target = b'x' * 100, (sys.argv[2], 9)\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF)\n"
-        "for _ in range(n):\n"
-        "    s.sendto(payload, target)\n"
-        "after = resource.getrusage(resource.RUSAGE_SELF)\n"
-        "print(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)\n")
+SEND = (
+    "import resource, socket, sys\n"
+    "n = int(sys.argv[1]); s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "payload, target = b'x' * 100, (sys.argv[2], 9)\n"
+    "before = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "for _ in range(n):\n"
+    "    s.sendto(payload, target)\n"
+    "after = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "print(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)\n"
+)
 
 
 def build(lab) -> tuple[str, str, str]:
     """Sender and receiver namespaces, the sent path and the copies' kernel VXLAN path."""
     from cosample.dataplane.run import run
+
     sender, receiver = lab.namespace("s"), lab.namespace("r")
     data, underlay, tunnel = f"{lab.prefix}d", f"{lab.prefix}u", f"{lab.prefix}t"
     lab.veth(data, receiver, peer="eth0", address=f"{RECEIVER}/24", host_namespace=sender)
     lab.veth(underlay, receiver, peer="eth1", address=f"{UNDERLAY_R}/24", host_namespace=sender)
     s, r = ["ip", "-n", sender], ["ip", "-n", receiver]
-    for argv in ([*s, "addr", "add", f"{SENDER}/24", "dev", data],
-                 [*s, "addr", "add", f"{UNDERLAY_S}/24", "dev", underlay],
-                 [*s, "link", "add", tunnel, "type", "vxlan", "id", "4243", "local", UNDERLAY_S,
-                  "remote", UNDERLAY_R, "dstport", "4789", "dev", underlay],
-                 [*s, "link", "set", tunnel, "up"],
-                 ["ip", "netns", "exec", sender, "sysctl", "-q", "-w",
-                  f"net.ipv6.conf.{tunnel}.disable_ipv6=1"],
-                 [*r, "link", "add", "vx1", "type", "vxlan", "id", "4243", "local", UNDERLAY_R,
-                  "dstport", "4789", "dev", "eth1"],
-                 [*r, "link", "set", "vx1", "up"],
-                 # the receiver has no socket on port 9: no ICMP answers to charge anyone with
-                 ["ip", "netns", "exec", receiver, "sysctl", "-q", "-w",
-                  "net.ipv4.icmp_ratelimit=1000000"]):
-            run(argv)
+    for argv in (
+        [*s, "addr", "add", f"{SENDER}/24", "dev", data],
+        [*s, "addr", "add", f"{UNDERLAY_S}/24", "dev", underlay],
+        [
+            *s,
+            "link",
+            "add",
+            tunnel,
+            "type",
+            "vxlan",
+            "id",
+            "4243",
+            "local",
+            UNDERLAY_S,
+            "remote",
+            UNDERLAY_R,
+            "dstport",
+            "4789",
+            "dev",
+            underlay,
+        ],
+        [*s, "link", "set", tunnel, "up"],
+        [
+            "ip",
+            "netns",
+            "exec",
+            sender,
+            "sysctl",
+            "-q",
+            "-w",
+            f"net.ipv6.conf.{tunnel}.disable_ipv6=1",
+        ],
+        [
+            *r,
+            "link",
+            "add",
+            "vx1",
+            "type",
+            "vxlan",
+            "id",
+            "4243",
+            "local",
+            UNDERLAY_R,
+            "dstport",
+            "4789",
+            "dev",
+            "eth1",
+        ],
+        [*r, "link", "set", "vx1", "up"],
+        # the receiver has no socket on port 9: no ICMP answers to charge anyone with
+        ["ip", "netns", "exec", receiver, "sysctl", "-q", "-w", "net.ipv4.icmp_ratelimit=1000000"],
+    ):
+        run(argv)
     return sender, data, tunnel
 
 
 def run_rounds(settings: argparse.Namespace) -> list[dict[str, Any]]:
     from cosample.dataplane.run import run
-    from cosample.dataplane.tcmirror import (clsact_add_argv, clsact_delete_argv,
-                                             selective_filter_argv)
+    from cosample.dataplane.tcmirror import (
+        clsact_add_argv,
+        clsact_delete_argv,
+        selective_filter_argv,
+    )
     from cosample.lab.netns import Lab, netns_available
+
     reason = netns_available()
     if reason:
         raise ExperimentError(f"tc_copy_cost cannot run here: {reason}")
@@ -80,19 +126,36 @@ def run_rounds(settings: argparse.Namespace) -> list[dict[str, Any]]:
             for arm in ARMS[shift:] + ARMS[:shift]:
                 if arm != "none":
                     run(clsact_add_argv(data, netns=sender))
-                    run(selective_filter_argv(data, tunnel,
-                                              MATCH if arm == "mirror" else NO_MATCH, prio=40,
-                                              direction="egress", netns=sender))
+                    run(
+                        selective_filter_argv(
+                            data,
+                            tunnel,
+                            MATCH if arm == "mirror" else NO_MATCH,
+                            prio=40,
+                            direction="egress",
+                            netns=sender,
+                        )
+                    )
                 before = _rx_packets(lab, "vx1")
-                cpu = float(run(lab.exec_argv(sender, [
-                    sys.executable, "-c", SEND, str(settings.packets), RECEIVER]),
-                    timeout=300).stdout)
+                cpu = float(
+                    run(
+                        lab.exec_argv(
+                            sender, [sys.executable, "-c", SEND, str(settings.packets), RECEIVER]
+                        ),
+                        timeout=300,
+                    ).stdout
+                )
                 copies = _rx_packets(lab, "vx1") - before
                 if arm != "none":
                     run(clsact_delete_argv(data, netns=sender))
-                row = {"round": round_number, "arm": arm, "packets": settings.packets,
-                       "copies": copies, "cpu_s": cpu,
-                       "us_per_packet": 1e6 * cpu / settings.packets}
+                row = {
+                    "round": round_number,
+                    "arm": arm,
+                    "packets": settings.packets,
+                    "copies": copies,
+                    "cpu_s": cpu,
+                    "us_per_packet": 1e6 * cpu / settings.packets,
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
@@ -100,9 +163,11 @@ def run_rounds(settings: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _rx_packets(lab, device: str) -> int:
     from cosample.dataplane.run import run
+
     receiver = next(name for name in lab.namespaces if name.endswith("r"))
-    stats = json.loads(run(["ip", "-n", receiver, "-s", "-j", "link", "show",
-                            device]).stdout)[0]["stats64"]["rx"]
+    stats = json.loads(run(["ip", "-n", receiver, "-s", "-j", "link", "show", device]).stdout)[0][
+        "stats64"
+    ]["rx"]
     return stats["packets"]
 
 
@@ -119,17 +184,21 @@ def main(argv: list[str] | None = None) -> int:
     except ExperimentError as exc:
         print(f"tc_copy_cost: {exc}", file=sys.stderr)
         return 1
-    medians = {arm: statistics.median(r["us_per_packet"] for r in rows if r["arm"] == arm)
-               for arm in ARMS}
+    medians = {
+        arm: statistics.median(r["us_per_packet"] for r in rows if r["arm"] == arm) for arm in ARMS
+    }
     for arm in ARMS:
         mine = sorted(r["us_per_packet"] for r in rows if r["arm"] == arm)
         copies = sum(r["copies"] for r in rows if r["arm"] == arm)
-        print(f"{arm:<10} {medians[arm]:.3f} µs per packet sent (range {mine[0]:.3f}-"
-              f"{mine[-1]:.3f}), {medians[arm] - medians['none']:+.3f} over none; copies "
-              f"received {copies} of {args.packets * args.rounds}")
+        print(
+            f"{arm:<10} {medians[arm]:.3f} µs per packet sent (range {mine[0]:.3f}-"
+            f"{mine[-1]:.3f}), {medians[arm] - medians['none']:+.3f} over none; copies "
+            f"received {copies} of {args.packets * args.rounds}"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"settings": vars(args) | {"json": None}, "rows": rows},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps({"settings": vars(args) | {"json": None}, "rows": rows}, indent=1)
+        )
     return 0
 
 

@@ -36,15 +36,20 @@ from cosample.planner.errors import ShareInfeasibleError, SolverError
 #: CPU per request): ovs-vswitchd forwarding unmonitored, forwarding with a selective mirror,
 #: the analyser on-site, the analyser behind a selective mirror; and frames and bytes per request
 #: reaching the analysis node (port mirror: every packet of the port; selective; truncated).
-MEASURED_US = {"forwarding": 77.33, "forwarding_mirrored": 98.08, "onsite": 83.16,
-               "analyser": 55.79}
+MEASURED_US = {
+    "forwarding": 77.33,
+    "forwarding_mirrored": 98.08,
+    "onsite": 83.16,
+    "analyser": 55.79,
+}
 MEASURED_PACKETS_PER_REQUEST = 4.88
 MEASURED_BYTES = {"mirror_bytes": 1479.3, "truncated_bytes": 256.6}
 _US_PER_PACKET = MEASURED_US["forwarding"] / MEASURED_PACKETS_PER_REQUEST
 #: Default costs, per request in packets forwarded (CPU) and bytes (fabric).
 DEFAULT_COSTS = {
     "onsite": MEASURED_US["onsite"] / _US_PER_PACKET,
-    "mirror_sender": (MEASURED_US["forwarding_mirrored"] - MEASURED_US["forwarding"]) / _US_PER_PACKET,
+    "mirror_sender": (MEASURED_US["forwarding_mirrored"] - MEASURED_US["forwarding"])
+    / _US_PER_PACKET,
     "analyser": MEASURED_US["analyser"] / _US_PER_PACKET,
     **MEASURED_BYTES,
 }
@@ -58,19 +63,19 @@ LP_LIMIT = 400_000
 #: gap of 1e-6, far below any gain the controller acts on).
 ON_SITE_TIE = 1e-5
 ONSITE = -1  # ``to`` of a service analysed on its own host
-NONE = -2    # ``to`` of a service not monitored
+NONE = -2  # ``to`` of a service not monitored
 
 
 @dataclass(frozen=True)
 class Services:
     """The services as arrays (index j), with their per-request costs already scaled."""
 
-    host: np.ndarray            # server index
-    rate: np.ndarray            # requests/s
-    packets: np.ndarray         # packets per request
+    host: np.ndarray  # server index
+    rate: np.ndarray  # requests/s
+    packets: np.ndarray  # packets per request
     weight: np.ndarray
     min_share: np.ndarray
-    onsite_ok: np.ndarray       # bool: the sniffer can listen (interface known)
+    onsite_ok: np.ndarray  # bool: the sniffer can listen (interface known)
     bytes_per_request: np.ndarray
     #: per service, the sender's CPU per mirrored request (its mirror mechanism's cost, e.g.
     #: ``kernel_mirror_sender``); None: ``costs["mirror_sender"]`` for every service
@@ -93,9 +98,9 @@ class AppmonPlan:
 
     to: np.ndarray
     share: np.ndarray
-    load: np.ndarray            # per host, packets-forwarded units (application part only)
-    mirror_bytes: np.ndarray    # per host, bytes/s sent
-    objective: float            # weighted monitored requests/s
+    load: np.ndarray  # per host, packets-forwarded units (application part only)
+    mirror_bytes: np.ndarray  # per host, bytes/s sent
+    objective: float  # weighted monitored requests/s
     bound: float
     method: str
 
@@ -121,8 +126,10 @@ def _load_rows(svc: Services, j: np.ndarray, k: np.ndarray, costs: dict, n: int)
     volume = svc.rate[j]  # the costs are per request
     onsite = k == ONSITE
     rows = [svc.host[j], np.where(onsite, 0, k)]
-    values = [volume * np.where(onsite, costs["onsite"], svc.sender(costs)[j]),
-              np.where(onsite, 0.0, volume * costs["analyser"])]
+    values = [
+        volume * np.where(onsite, costs["onsite"], svc.sender(costs)[j]),
+        np.where(onsite, 0.0, volume * costs["analyser"]),
+    ]
     sent = np.where(onsite, 0.0, svc.rate[j] * svc.bytes_per_request[j])
     return rows, values, sent
 
@@ -139,8 +146,9 @@ def _evaluate(svc: Services, to: np.ndarray, share: np.ndarray, costs: dict, n: 
     return load, sent, float(np.sum(svc.weight * svc.rate * share))
 
 
-def loads(svc: Services, to: np.ndarray, share: np.ndarray, costs: dict, n: int
-          ) -> tuple[np.ndarray, np.ndarray, float]:
+def loads(
+    svc: Services, to: np.ndarray, share: np.ndarray, costs: dict, n: int
+) -> tuple[np.ndarray, np.ndarray, float]:
     """A plan's application part under ``svc``'s rates: per host load (packets-forwarded
     units) and mirror bytes/s sent, and the weighted monitored requests/s (the controller
     judges the running plan and the candidate with it)."""
@@ -158,8 +166,10 @@ def solve_onsite(svc: Services, residual: np.ndarray, costs: dict) -> AppmonPlan
     used = np.bincount(svc.host, weights=need, minlength=n)
     if np.any(used > left * (1 + 1e-12) + 1e-9):
         i = int(np.flatnonzero(used > left * (1 + 1e-12) + 1e-9)[0])
-        raise ShareInfeasibleError(f"services on host {i}: the minimum shares need "
-                                   f"{used[i]:,.0f} pps of CPU on-site, {left[i]:,.0f} left")
+        raise ShareInfeasibleError(
+            f"services on host {i}: the minimum shares need "
+            f"{used[i]:,.0f} pps of CPU on-site, {left[i]:,.0f} left"
+        )
     share[:] = np.where(svc.onsite_ok, svc.min_share, 0.0)
     left -= used
     density = np.where(unit > 0, svc.weight * svc.rate / np.where(unit > 0, unit, 1), np.inf)
@@ -175,9 +185,15 @@ def solve_onsite(svc: Services, residual: np.ndarray, costs: dict) -> AppmonPlan
     return AppmonPlan(to, share, load, sent, value, value, "onsite-knapsack")
 
 
-def solve_milp(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, costs: dict,
-               analysis_hosts: int | None = None, relaxed: bool = False,
-               time_limit: float = 30.0) -> AppmonPlan:
+def solve_milp(
+    svc: Services,
+    residual: np.ndarray,
+    byte_cap: np.ndarray,
+    costs: dict,
+    analysis_hosts: int | None = None,
+    relaxed: bool = False,
+    time_limit: float = 30.0,
+) -> AppmonPlan:
     """The MILP (or, ``relaxed``, its LP relaxation, where a share may be split)."""
     n = residual.shape[0]
     j, k = _options(svc, n, mirrors=True)
@@ -236,8 +252,9 @@ def solve_milp(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, costs:
         lo.append([-np.inf])
         hi.append([float(analysis_hosts)])
         row += 1
-    matrix = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                        shape=(row, nv)).tocsr()
+    matrix = coo_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, nv)
+    ).tocsr()
     objective = np.zeros(nv)
     objective[:m] = -(svc.weight * svc.rate)[j]
     if not relaxed:  # among plans monitoring as much, the one that mirrors least (``ON_SITE_TIE``)
@@ -245,21 +262,33 @@ def solve_milp(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, costs:
     integrality = np.zeros(nv)
     if not relaxed:  # in the relaxation every variable is continuous
         integrality[m:] = 1
-    result = milp(objective, constraints=LinearConstraint(matrix, np.concatenate(lo),
-                                                           np.concatenate(hi)),
-                  integrality=integrality, bounds=Bounds(0, 1),
-                  options={"time_limit": time_limit, "mip_rel_gap": 1e-6})
+    result = milp(
+        objective,
+        constraints=LinearConstraint(matrix, np.concatenate(lo), np.concatenate(hi)),
+        integrality=integrality,
+        bounds=Bounds(0, 1),
+        options={"time_limit": time_limit, "mip_rel_gap": 1e-6},
+    )
     if result.x is None:
         if result.status == 2:
-            raise ShareInfeasibleError("services: the minimum shares cannot all be monitored "
-                                       "within the hosts' capacities after the sFlow plan")
+            raise ShareInfeasibleError(
+                "services: the minimum shares cannot all be monitored "
+                "within the hosts' capacities after the sFlow plan"
+            )
         raise SolverError(f"appmon {'LP' if relaxed else 'MILP'}: {result.message}")
     x = np.clip(result.x[:m], 0.0, 1.0)
     if relaxed:
         value = float(-result.fun)
-        return AppmonPlan(np.full(svc.size, NONE), np.bincount(j, x, svc.size), np.zeros(n),
-                          np.zeros(n), value, value, "lp")
-    chosen = result.x[m:m + nz] > 0.5
+        return AppmonPlan(
+            np.full(svc.size, NONE),
+            np.bincount(j, x, svc.size),
+            np.zeros(n),
+            np.zeros(n),
+            value,
+            value,
+            "lp",
+        )
+    chosen = result.x[m : m + nz] > 0.5
     to = np.full(svc.size, NONE)
     share = np.zeros(svc.size)
     to[j[chosen]] = k[chosen]
@@ -272,8 +301,13 @@ def solve_milp(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, costs:
     return AppmonPlan(to, share, load, sent_total, value, max(bound, value), "milp")
 
 
-def solve_greedy(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, costs: dict,
-                 analysis_hosts: int | None = None) -> AppmonPlan:
+def solve_greedy(
+    svc: Services,
+    residual: np.ndarray,
+    byte_cap: np.ndarray,
+    costs: dict,
+    analysis_hosts: int | None = None,
+) -> AppmonPlan:
     """Services by weight per packet, minimum shares first; each to the option monitoring the
     largest share (on-site on ties). Raises ``ShareInfeasibleError`` if a minimum share is missed."""
     n = residual.shape[0]
@@ -299,16 +333,17 @@ def solve_greedy(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, cost
             allowed &= np.isin(np.arange(n), list(analysers))
         if allowed.any():
             k = int(np.argmax(np.where(allowed, left, -1.0)))
-            cap = min(1.0, left[h] / (volume * sender[j]),
-                      left[k] / (volume * costs["analyser"]))
+            cap = min(1.0, left[h] / (volume * sender[j]), left[k] / (volume * costs["analyser"]))
             sent = svc.rate[j] * svc.bytes_per_request[j]
             if sent > 0 and np.isfinite(bytes_left[h]):
                 cap = min(cap, bytes_left[h] / sent)
             if cap > best_share + 1e-12:
                 best, best_share = k, cap
         if best_share < svc.min_share[j] - 1e-12:
-            raise ShareInfeasibleError(f"services[{j}]: the greedy method monitors a share "
-                                       f"{best_share:.3g} below min_share {svc.min_share[j]:g}")
+            raise ShareInfeasibleError(
+                f"services[{j}]: the greedy method monitors a share "
+                f"{best_share:.3g} below min_share {svc.min_share[j]:g}"
+            )
         if best == NONE or best_share <= 0:
             continue
         to[j], share[j] = best, best_share
@@ -323,8 +358,13 @@ def solve_greedy(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, cost
     return AppmonPlan(to, share, load, sent_total, value, value, "greedy")
 
 
-def plan_services(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, costs: dict,
-                  analysis_hosts: int | None = None) -> AppmonPlan:
+def plan_services(
+    svc: Services,
+    residual: np.ndarray,
+    byte_cap: np.ndarray,
+    costs: dict,
+    analysis_hosts: int | None = None,
+) -> AppmonPlan:
     """The MILP for small fleets, else the greedy method; bound from the LP relaxation (or
     everything monitored above ``LP_LIMIT`` pairs) and reported through ``AppmonPlan.gap``."""
     n = residual.shape[0]
@@ -338,5 +378,12 @@ def plan_services(svc: Services, residual: np.ndarray, byte_cap: np.ndarray, cos
     else:
         bound = float(np.sum(svc.weight * svc.rate))
     bound = min(bound, plan.bound) if plan.method == "milp" else bound
-    return AppmonPlan(plan.to, plan.share, plan.load, plan.mirror_bytes, plan.objective,
-                      max(bound, plan.objective) + 0.0, plan.method)  # no -0.0
+    return AppmonPlan(
+        plan.to,
+        plan.share,
+        plan.load,
+        plan.mirror_bytes,
+        plan.objective,
+        max(bound, plan.objective) + 0.0,
+        plan.method,
+    )  # no -0.0

@@ -50,30 +50,36 @@ def sender_cost(costs: dict[str, float], mechanism: str) -> float:
     return costs["mirror_sender"]
 
 
-def costs_from_calibration(section: AppmonCalibration, where: str) -> tuple[dict[str, float],
-                                                                            list[str]]:
+def costs_from_calibration(
+    section: AppmonCalibration, where: str
+) -> tuple[dict[str, float], list[str]]:
     """The planner's ``appmon_cost`` from one ``appmon`` section, and notes on what it could
     not give (a cost measured at or below zero, e.g. a mirror's slope not separable from 0:
     the default stays); an error naming the file and field if the unit is missing."""
     unit = section.forwarding_cpu_s_per_packet
     if unit is None or not unit > 0:
-        raise PlannerError(f"{where}: appmon.forwarding_cpu_s_per_packet: needed to convert the "
-                           f"application costs to packets forwarded, got {unit!r} (refit with "
-                           f"python -m cosample.experiments.appmon_costs --from-csv)")
+        raise PlannerError(
+            f"{where}: appmon.forwarding_cpu_s_per_packet: needed to convert the "
+            f"application costs to packets forwarded, got {unit!r} (refit with "
+            f"python -m cosample.experiments.appmon_costs --from-csv)"
+        )
     costs, notes = {}, []
     for name, (mechanism, field) in SOURCES.items():
         entry = section.mechanisms.get(mechanism)
         if entry is None:
-            instead = (f"the planner uses {FALLBACK[name]}" if name in FALLBACK
-                       else "keeps its default")
+            instead = (
+                f"the planner uses {FALLBACK[name]}" if name in FALLBACK else "keeps its default"
+            )
             notes.append(f"{where}: appmon.mechanisms.{mechanism} absent: {name} {instead}")
             continue
         value = getattr(entry, field)
         if name in CPU:
             value = value / unit
         if not value > 0:
-            notes.append(f"{where}: appmon.mechanisms.{mechanism}.{field} = {getattr(entry, field)!r}"
-                         f" is not above 0: {name} keeps its default")
+            notes.append(
+                f"{where}: appmon.mechanisms.{mechanism}.{field} = {getattr(entry, field)!r}"
+                f" is not above 0: {name} keeps its default"
+            )
             continue
         costs[name] = float(value)
     return costs, notes
@@ -88,8 +94,7 @@ def highest(costs: Iterable[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def resolve(given: Any, sections: dict[Path, Any], base_dir: Path,
-            source: str) -> dict[str, float]:
+def resolve(given: Any, sections: dict[Path, Any], base_dir: Path, source: str) -> dict[str, float]:
     """``appmon_cost`` (the description's or the inventory's): its explicit numbers, over the
     calibrated costs of its ``calibration`` file or, without one, of ``sections`` (the servers'
     calibration files' ``appmon`` sections)."""
@@ -99,12 +104,18 @@ def resolve(given: Any, sections: dict[Path, Any], base_dir: Path,
         try:
             document = read_calibration_file(path)
         except CalibrationFileError as exc:
-            raise problem(("appmon_cost", "calibration"), str(exc), where=source,
-                          error=PlannerError) from None
+            raise problem(
+                ("appmon_cost", "calibration"), str(exc), where=source, error=PlannerError
+            ) from None
         if document.appmon is None:
-            raise problem(("appmon_cost", "calibration"), f"{path} has no appmon section (write "
-                          f"it with python -m cosample.experiments.appmon_costs)",
-                          given.calibration, where=source, error=PlannerError)
+            raise problem(
+                ("appmon_cost", "calibration"),
+                f"{path} has no appmon section (write "
+                f"it with python -m cosample.experiments.appmon_costs)",
+                given.calibration,
+                where=source,
+                error=PlannerError,
+            )
         sections = {path: document.appmon}
     calibrated = []
     for path, section in sorted(sections.items()):

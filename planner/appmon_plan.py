@@ -21,8 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from cosample.planner.appmon import (DEFAULT_COSTS, MEASURED_PACKETS_PER_REQUEST, NONE, ONSITE,
-                                     AppmonPlan, Services, plan_services)
+from cosample.planner.appmon import (
+    DEFAULT_COSTS,
+    MEASURED_PACKETS_PER_REQUEST,
+    NONE,
+    ONSITE,
+    AppmonPlan,
+    Services,
+    plan_services,
+)
 from cosample.planner.appmon_costs import sender_cost
 from cosample.planner.realise import Realised
 
@@ -34,17 +41,26 @@ def services_arrays(dc, own_pps: np.ndarray, costs: dict) -> Services:
     packets = np.array([s.packets_per_request or MEASURED_PACKETS_PER_REQUEST for s in dc.services])
     known = np.array([s.request_rate is not None for s in dc.services])
     unknown_per_host = np.bincount(host[~known], minlength=dc.size)
-    rate = np.array([s.request_rate if s.request_rate is not None else
-                     own_pps[h] / max(unknown_per_host[h], 1) / p
-                     for s, h, p in zip(dc.services, host.tolist(), packets.tolist())])
+    rate = np.array(
+        [
+            s.request_rate
+            if s.request_rate is not None
+            else own_pps[h] / max(unknown_per_host[h], 1) / p
+            for s, h, p in zip(dc.services, host.tolist(), packets.tolist())
+        ]
+    )
     return Services(
-        host=host, rate=rate, packets=packets,
+        host=host,
+        rate=rate,
+        packets=packets,
         weight=np.array([s.weight for s in dc.services]),
         min_share=np.array([s.min_share for s in dc.services]),
         onsite_ok=np.array([s.interface is not None for s in dc.services]),
-        bytes_per_request=np.array([costs["truncated_bytes" if s.truncate_bytes else "mirror_bytes"]
-                                    for s in dc.services]),
-        sender_cost=np.array([sender_cost(costs, s.mirror) for s in dc.services]))
+        bytes_per_request=np.array(
+            [costs["truncated_bytes" if s.truncate_bytes else "mirror_bytes"] for s in dc.services]
+        ),
+        sender_cost=np.array([sender_cost(costs, s.mirror) for s in dc.services]),
+    )
 
 
 def plan_first(dc, usable: np.ndarray, cap_bytes: np.ndarray) -> tuple[AppmonPlan, Services]:
@@ -52,8 +68,9 @@ def plan_first(dc, usable: np.ndarray, cap_bytes: np.ndarray) -> tuple[AppmonPla
     costs = {**DEFAULT_COSTS, **dc.appmon_cost}
     svc = services_arrays(dc, dc.own_pps, costs)
     residual = np.maximum(usable - dc.forwarding_pps, 0.0)
-    return plan_services(svc, residual, np.asarray(cap_bytes, dtype=float), costs,
-                         dc.analysis_hosts), svc
+    return plan_services(
+        svc, residual, np.asarray(cap_bytes, dtype=float), costs, dc.analysis_hosts
+    ), svc
 
 
 def plan_appmon(problem, applied: Realised) -> tuple[AppmonPlan, Services]:
@@ -68,8 +85,9 @@ def plan_appmon(problem, applied: Realised) -> tuple[AppmonPlan, Services]:
     byte_cap = np.full(dc.size, np.inf)
     if dc.mirror_cap_bytes is not None:
         sent = np.bincount(applied.mirror_src, weights=applied.mirror_pps, minlength=dc.size)
-        size = np.nan_to_num(dc.packet_bytes if dc.packet_bytes is not None
-                             else np.zeros(dc.size), nan=0.0)
+        size = np.nan_to_num(
+            dc.packet_bytes if dc.packet_bytes is not None else np.zeros(dc.size), nan=0.0
+        )
         byte_cap = np.maximum(dc.mirror_cap_bytes - sent * size, 0.0)
     return plan_services(svc, residual, byte_cap, costs, dc.analysis_hosts), svc
 
@@ -82,9 +100,13 @@ def host_entries(dc, plan: AppmonPlan, svc: Services) -> list[list[dict[str, Any
         if to == NONE:
             continue
         entry: dict[str, Any] = {
-            "service": {"address": service.address, "port": service.port,
-                        "protocol": service.protocol},
-            "share": float(f"{plan.share[j]:.12g}")}
+            "service": {
+                "address": service.address,
+                "port": service.port,
+                "protocol": service.protocol,
+            },
+            "share": float(f"{plan.share[j]:.12g}"),
+        }
         if to == ONSITE:
             entry.update(mechanism="sniffer", interface=service.interface, to=None)
         else:
@@ -104,8 +126,9 @@ def summary(problem, applied: Realised, plan: AppmonPlan, svc: Services, num) ->
     highest capacity use with both parts' loads."""
     dc = problem.dc
     with np.errstate(divide="ignore", invalid="ignore"):
-        use = np.where(problem.capacity_pps > 0,
-                       (applied.load_pps + plan.load) / problem.capacity_pps, 0.0)
+        use = np.where(
+            problem.capacity_pps > 0, (applied.load_pps + plan.load) / problem.capacity_pps, 0.0
+        )
     requests = float(svc.rate.sum())
     monitored = float(np.sum(svc.rate * plan.share))
     return {
@@ -118,7 +141,11 @@ def summary(problem, applied: Realised, plan: AppmonPlan, svc: Services, num) ->
         "unmonitored": int(np.count_nonzero(plan.to == NONE)),
         "max_capacity_use": num(float(use.max()) if use.size else 0.0),
         "analysis_hosts": sorted({dc.names[k] for k in plan.to[plan.to >= 0].tolist()}),
-        "objective": {"planned": num(plan.objective), "bound_lp": num(plan.bound),
-                      "gap": num(plan.gap), "method": plan.method,
-                      "order": dc.appmon_order},
+        "objective": {
+            "planned": num(plan.objective),
+            "bound_lp": num(plan.bound),
+            "gap": num(plan.gap),
+            "method": plan.method,
+            "order": dc.appmon_order,
+        },
     }

@@ -35,8 +35,12 @@ def sample_alone(problem: Problem) -> tuple[np.ndarray, np.ndarray | None]:
         flow = np.where(own > 0, local / own, 0.0)
         interval = sampling_interval(flow)
         flow = np.where(interval > 0, 1.0 / np.maximum(interval, 1), 0.0)
-        sample = np.where(own > 0, problem.spare_pps / (
-            np.nan_to_num(problem.alpha_sample, nan=np.inf) * problem.bridge_pps), 0.0)
+        sample = np.where(
+            own > 0,
+            problem.spare_pps
+            / (np.nan_to_num(problem.alpha_sample, nan=np.inf) * problem.bridge_pps),
+            0.0,
+        )
     sample = sample_probability(np.nan_to_num(sample)) / SAMPLE_PROBABILITY_SCALE
     better = problem.can_sample & (sample > flow)
     return own * np.where(better, sample, flow), better
@@ -50,8 +54,12 @@ def noncollab_pps(dc: DataCentre) -> float:
 def solve_noncollab(problem: Problem) -> Solution:
     """The baseline as a plan-able solution (no mirrors), with collaboration's bounds beside it."""
     started = time.perf_counter()
-    bounds = Bounds(lp=lp_bound(problem), envelope=choose(problem).envelope,
-                    method="no collaboration", optimal=False)
+    bounds = Bounds(
+        lp=lp_bound(problem),
+        envelope=choose(problem).envelope,
+        method="no collaboration",
+        optimal=False,
+    )
     return _noncollab(problem, bounds, started)
 
 
@@ -59,12 +67,20 @@ def noncollab_applied_pps(problem: Problem) -> float:
     """Distinct packets the baseline collects as applied (``Solution.baseline_pps``): its
     plan alone, without the bounds ``solve_noncollab`` states beside it (a knapsack and the
     LP bound, 0.12 s at 10^6 servers, which a plan's summary never reads for the baseline)."""
-    unbounded = Bounds(lp=float("nan"), envelope=float("nan"), method="no collaboration",
-                       optimal=False)
+    unbounded = Bounds(
+        lp=float("nan"), envelope=float("nan"), method="no collaboration", optimal=False
+    )
     return _noncollab(problem, unbounded, time.perf_counter()).applied.collected_pps
 
 
 def _noncollab(problem: Problem, bounds: Bounds, started: float) -> Solution:
     local, sample_hosts = sample_alone(problem)
-    return Solution(NONCOLLAB, local, *empty_mirrors(), problem=problem, bounds=bounds,
-                    seconds=time.perf_counter() - started, sample_hosts=sample_hosts)
+    return Solution(
+        NONCOLLAB,
+        local,
+        *empty_mirrors(),
+        problem=problem,
+        bounds=bounds,
+        seconds=time.perf_counter() - started,
+        sample_hosts=sample_hosts,
+    )

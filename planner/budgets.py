@@ -18,11 +18,14 @@ import numpy as np
 from cosample.planner.problem import Problem
 
 
-def samples_pps(problem: Problem, local_pps: np.ndarray, offload_pps: np.ndarray,
-                received_pps: np.ndarray) -> float:
+def samples_pps(
+    problem: Problem, local_pps: np.ndarray, offload_pps: np.ndarray, received_pps: np.ndarray
+) -> float:
     """Samples/s the collector receives from a continuous plan (before 1-in-N rounding)."""
-    return float((sampling_rates(problem, local_pps, received_pps) * problem.bridge_pps).sum()
-                 + offload_pps.sum())
+    return float(
+        (sampling_rates(problem, local_pps, received_pps) * problem.bridge_pps).sum()
+        + offload_pps.sum()
+    )
 
 
 def sampling_rates(problem: Problem, local_pps: np.ndarray, received_pps: np.ndarray) -> np.ndarray:
@@ -48,8 +51,9 @@ def samples_bound(problem: Problem, limit: float) -> float:
     return float((problem.weight[order] * taken).sum())
 
 
-def trim_to_collector_cap(problem: Problem, local_pps: np.ndarray, offload_pps: np.ndarray,
-                          received_pps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def trim_to_collector_cap(
+    problem: Problem, local_pps: np.ndarray, offload_pps: np.ndarray, received_pps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(local, offload) with at most ``problem.collector_cap_pps`` samples/s, least value cut first.
 
     ``received_pps`` (per server, from the plan's pairing) says which bridges sample 1-in-1.
@@ -66,8 +70,10 @@ def trim_to_collector_cap(problem: Problem, local_pps: np.ndarray, offload_pps: 
         per_local_sample = np.where(bridge > 0, weight * (1 - share_mirrored) * own / bridge, 0.0)
     sender = ~problem.receiver & (own > 0)
     # phase 1: senders' local and mirrored samples; phase 2: receivers' own, once none receives
-    kinds = [("local", np.flatnonzero(sender & (local > 0)), per_local_sample),
-             ("mirror", np.flatnonzero(offload > 0), weight * (1 - share_local))]
+    kinds = [
+        ("local", np.flatnonzero(sender & (local > 0)), per_local_sample),
+        ("mirror", np.flatnonzero(offload > 0), weight * (1 - share_local)),
+    ]
     excess = _cut(kinds, excess, local, offload, own, bridge)
     if excess > 0:
         # nothing is mirrored any more: receivers' bridges (own traffic or inbound) may slow down
@@ -76,8 +82,14 @@ def trim_to_collector_cap(problem: Problem, local_pps: np.ndarray, offload_pps: 
     return local, offload
 
 
-def _cut(kinds, excess: float, local: np.ndarray, offload: np.ndarray, own: np.ndarray,
-         bridge: np.ndarray) -> float:
+def _cut(
+    kinds,
+    excess: float,
+    local: np.ndarray,
+    offload: np.ndarray,
+    own: np.ndarray,
+    bridge: np.ndarray,
+) -> float:
     """Remove ``excess`` samples from the listed blocks, cheapest value per sample first.
 
     Vectorised: one sort of all blocks, a cumulative sum, and one block cut partway.
@@ -85,8 +97,11 @@ def _cut(kinds, excess: float, local: np.ndarray, offload: np.ndarray, own: np.n
     servers = np.concatenate([s for _, s, _ in kinds])
     is_local = np.concatenate([np.full(s.size, kind == "local") for kind, s, _ in kinds])
     value = np.concatenate([v[s] for _, s, v in kinds])
-    samples = np.where(is_local, local[servers] / np.where(own[servers] > 0, own[servers], 1.0)
-                       * bridge[servers], offload[servers])
+    samples = np.where(
+        is_local,
+        local[servers] / np.where(own[servers] > 0, own[servers], 1.0) * bridge[servers],
+        offload[servers],
+    )
     order = np.lexsort((is_local, servers, value))
     servers, is_local, samples = servers[order], is_local[order], samples[order]
     before = np.cumsum(samples) - samples

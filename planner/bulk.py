@@ -38,8 +38,9 @@ def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
         if not declared or declared[0] is not float:
             continue
         lowest, strict, highest = -math.inf, False, math.inf
-        for constraint in chain.from_iterable(getattr(info, "metadata", (info,))
-                                              for info in declared[1:]):
+        for constraint in chain.from_iterable(
+            getattr(info, "metadata", (info,)) for info in declared[1:]
+        ):
             if isinstance(constraint, annotated_types.Ge):
                 lowest = constraint.ge
             elif isinstance(constraint, annotated_types.Gt):
@@ -53,8 +54,13 @@ def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
 
 
 #: Number fields of a server and their bounds, as ``planner.description`` declares them.
-NUMBERS = {key: bounds for key, info in Server.model_fields.items()
-           if (bounds := _bounds(info.annotation)) is not None}
+NUMBERS = {
+    key: bounds
+    for key, info in Server.model_fields.items()
+    if (bounds := _bounds(info.annotation)) is not None
+}
+
+
 def _int_bounds(annotation: Any) -> tuple[int, int] | None:
     """(lowest, highest) inclusive of an optional bounded int field (``Ge``, ``Le``)."""
     for option in (annotation, *get_args(annotation)):
@@ -62,8 +68,9 @@ def _int_bounds(annotation: Any) -> tuple[int, int] | None:
         if not declared or declared[0] is not int:
             continue
         lowest, highest = None, None
-        for constraint in chain.from_iterable(getattr(info, "metadata", (info,))
-                                              for info in declared[1:]):
+        for constraint in chain.from_iterable(
+            getattr(info, "metadata", (info,)) for info in declared[1:]
+        ):
             if isinstance(constraint, annotated_types.Ge):
                 lowest = constraint.ge
             elif isinstance(constraint, annotated_types.Le):
@@ -75,8 +82,11 @@ def _int_bounds(annotation: Any) -> tuple[int, int] | None:
 
 
 #: Integer fields of a server and their bounds (``observation_domain``).
-INTEGERS = {key: bounds for key, info in Server.model_fields.items()
-            if (bounds := _int_bounds(info.annotation)) is not None}
+INTEGERS = {
+    key: bounds
+    for key, info in Server.model_fields.items()
+    if (bounds := _int_bounds(info.annotation)) is not None
+}
 #: A row of the traffic matrix (``{destination: pps}``) and its numbers' bounds.
 ROW = get_args(Description.model_fields["traffic_pps"].annotation)[1]
 TRAFFIC_BOUNDS = _bounds(get_args(ROW)[1])
@@ -111,18 +121,25 @@ def read(document: Any, where: str, base_dir: Path = Path(".")) -> Columns:
     ``servers`` and ``traffic_pps`` may name CSV files (``planner.fleetcsv``) in ``base_dir``."""
     parts = document if isinstance(document, dict) else {}
     servers, traffic = parts.get("servers"), parts.get("traffic_pps", {})
-    if not (_is_csv(servers) or isinstance(servers, list) and servers) \
-            or not (_is_csv(traffic) or isinstance(traffic, dict)):
+    if not (_is_csv(servers) or isinstance(servers, list) and servers) or not (
+        _is_csv(traffic) or isinstance(traffic, dict)
+    ):
         validate(Description, document, where=where, error=PlannerError)  # raises: the model's line
-        raise PlannerError(f"{where}: cannot read the description")  # unreachable: the model said no
-    header = validate(Envelope, {k: v for k, v in parts.items() if k not in LARGE_PARTS},
-                      where=where, error=PlannerError)
+        raise PlannerError(
+            f"{where}: cannot read the description"
+        )  # unreachable: the model said no
+    header = validate(
+        Envelope,
+        {k: v for k, v in parts.items() if k not in LARGE_PARTS},
+        where=where,
+        error=PlannerError,
+    )
     locate = None
     if _is_csv(servers) or _is_csv(traffic):
         from cosample.planner import fleetcsv
+
         locate = fleetcsv.Locations(base_dir, servers, traffic)
-    columns = fleetcsv.servers(base_dir / servers) if _is_csv(servers) \
-        else _servers(servers, where)
+    columns = fleetcsv.servers(base_dir / servers) if _is_csv(servers) else _servers(servers, where)
     if _is_csv(traffic):
         sources, dst, pps = fleetcsv.traffic(base_dir / traffic)
         return Columns(header, columns, sources, [1] * len(sources), dst, pps, locate, False)
@@ -139,10 +156,14 @@ def from_model(description: Description) -> Columns:
     servers = description.servers
     traffic = description.traffic_pps
     rows = list(traffic.values())
-    return Columns(description, {key: [getattr(s, key) for s in servers]
-                                 for key in Server.model_fields},
-                   list(traffic), list(map(len, rows)), list(chain.from_iterable(rows)),
-                   np.array(list(chain.from_iterable(map(dict.values, rows))), dtype=float))
+    return Columns(
+        description,
+        {key: [getattr(s, key) for s in servers] for key in Server.model_fields},
+        list(traffic),
+        list(map(len, rows)),
+        list(chain.from_iterable(rows)),
+        np.array(list(chain.from_iterable(map(dict.values, rows))), dtype=float),
+    )
 
 
 def _servers(servers: list[Any], where: str) -> dict[str, list[Any]]:
@@ -155,15 +176,27 @@ def _servers(servers: list[Any], where: str) -> dict[str, list[Any]]:
     else:
         slow = np.zeros(n, dtype=bool)
         keys = set().union(*servers)
-    columns = {key: [s.get(key, ABSENT) if type(s) is dict else ABSENT for s in servers]
-               for key in keys}
-    return checked(columns, n, slow, lambda k: validate_at(
-        Server, servers[k], ("servers", k), where=where, root={"servers": servers},
-        error=PlannerError))
+    columns = {
+        key: [s.get(key, ABSENT) if type(s) is dict else ABSENT for s in servers] for key in keys
+    }
+    return checked(
+        columns,
+        n,
+        slow,
+        lambda k: validate_at(
+            Server,
+            servers[k],
+            ("servers", k),
+            where=where,
+            root={"servers": servers},
+            error=PlannerError,
+        ),
+    )
 
 
-def checked(raw: dict[str, list[Any]], n: int, slow: np.ndarray,
-            model: Callable[[int], Server]) -> dict[str, list[Any]]:
+def checked(
+    raw: dict[str, list[Any]], n: int, slow: np.ndarray, model: Callable[[int], Server]
+) -> dict[str, list[Any]]:
     """Columns of ``n`` servers (``ABSENT`` where not given) checked at once; ``model(k)``
     validates server ``k`` with the model (raising its error) for every server not plainly
     accepted (or marked ``slow``), and its values are taken."""
@@ -179,11 +212,18 @@ def checked(raw: dict[str, list[Any]], n: int, slow: np.ndarray,
         slow |= ~_accepted(key, column)
         columns[key] = column
     if "mirror_cap_bytes_per_s" in columns:  # the model's cross-field rule: a cap needs a size
-        slow |= np.array([cap is not None and size is None for cap, size in zip(
-            columns["mirror_cap_bytes_per_s"], columns.get("packet_bytes", [None] * n))])
+        slow |= np.array(
+            [
+                cap is not None and size is None
+                for cap, size in zip(
+                    columns["mirror_cap_bytes_per_s"], columns.get("packet_bytes", [None] * n)
+                )
+            ]
+        )
     for key in fields.keys() - columns.keys():
-        columns[key] = [None if fields[key].default is PydanticUndefined
-                        else fields[key].default] * n
+        columns[key] = [
+            None if fields[key].default is PydanticUndefined else fields[key].default
+        ] * n
     for k in np.flatnonzero(slow).tolist():  # the model decides, and its values are taken
         entry = model(k)
         for key in entry.model_fields_set:
@@ -197,8 +237,9 @@ def _accepted(key: str, column: list[Any]) -> np.ndarray:
         return _numbers(column, *NUMBERS[key])
     if key in INTEGERS:
         lowest, highest = INTEGERS[key]
-        return np.array([value is None or type(value) is int and lowest <= value <= highest
-                         for value in column])
+        return np.array(
+            [value is None or type(value) is int and lowest <= value <= highest for value in column]
+        )
     if key == "name":
         return _distinct(column, lambda v: type(v) is str and len(v) > 0)
     if key == "calibration":  # read beside the description: the model path resolves it
@@ -214,15 +255,17 @@ def _accepted(key: str, column: list[Any]) -> np.ndarray:
         if not all(ports):
             return np.array(ports)
         names = set(chain.from_iterable(v for v in column if v is not None))
-        good = {v for v in names if type(v) is str and _interface(v)} \
-            if set(map(type, names)) <= {str} else set()
+        good = (
+            {v for v in names if type(v) is str and _interface(v)}
+            if set(map(type, names)) <= {str}
+            else set()
+        )
         return np.array([v is None or all(p in good for p in v) for v in column])
     return np.zeros(len(column), dtype=bool)
 
 
 def _interface(name: Any) -> bool:
-    return type(name) is str and bool(_SIMPLE_INTERFACE.fullmatch(name)) \
-        and name not in (".", "..")
+    return type(name) is str and bool(_SIMPLE_INTERFACE.fullmatch(name)) and name not in (".", "..")
 
 
 def _distinct(column: list[Any], accept: Callable[[Any], bool]) -> np.ndarray:
@@ -255,8 +298,10 @@ def _numbers(column: list[Any], lowest: float, strict: bool, highest: float) -> 
     else:
         typed = np.ones(len(column), dtype=bool)
     try:
-        values = np.array([math.nan if v is None else v for v in column] if type(None) in types
-                          else column, dtype=float)
+        values = np.array(
+            [math.nan if v is None else v for v in column] if type(None) in types else column,
+            dtype=float,
+        )
     except OverflowError:  # an integer beyond a double: the model says so
         return np.array([not (type(v) is int and abs(v) > 1e308) for v in column]) & typed
     absent = np.array([v is None for v in column]) if type(None) in types else False
@@ -265,12 +310,16 @@ def _numbers(column: list[Any], lowest: float, strict: bool, highest: float) -> 
 
 def within(values: np.ndarray, lowest: float, strict: bool, highest: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):
-        return np.isfinite(values) & ((values > lowest) if strict else (values >= lowest)) \
+        return (
+            np.isfinite(values)
+            & ((values > lowest) if strict else (values >= lowest))
             & (values < highest)
+        )
 
 
-def _traffic(traffic: Mapping[str, Any], where: str
-             ) -> tuple[list[str], list[int], list[str], np.ndarray]:
+def _traffic(
+    traffic: Mapping[str, Any], where: str
+) -> tuple[list[str], list[int], list[str], np.ndarray]:
     """The matrix flattened in order, its numbers checked finite and >= 0 all at once."""
     rows = list(traffic.values())
     if set(map(type, rows)) <= {dict}:
@@ -280,10 +329,12 @@ def _traffic(traffic: Mapping[str, Any], where: str
                 pps = np.array(numbers, dtype=float)
             except OverflowError:
                 pps = None
-            if pps is not None and TRAFFIC_BOUNDS is not None and within(pps, *TRAFFIC_BOUNDS).all():
+            if (
+                pps is not None
+                and TRAFFIC_BOUNDS is not None
+                and within(pps, *TRAFFIC_BOUNDS).all()
+            ):
                 return (list(traffic), list(map(len, rows)), list(chain.from_iterable(rows)), pps)
     for source, row in traffic.items():  # the first row the model refuses names the entry
-        validate_at(ROW, row, ("traffic_pps", source),
-                    where=where, error=PlannerError)
+        validate_at(ROW, row, ("traffic_pps", source), where=where, error=PlannerError)
     raise PlannerError(f"{where}: traffic_pps: not a matrix of numbers")  # unreachable
-

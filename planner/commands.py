@@ -11,8 +11,8 @@ from cosample.durations import parse_duration
 from cosample.planner.choices import EXACT, NONCOLLAB
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
-from cosample.planner.planfile import build_plan
 from cosample.planner.planbytes import write_plan
+from cosample.planner.planfile import build_plan
 from cosample.planner.report import default_console, print_plan, summary_lines
 from cosample.planner.solvers import solve
 
@@ -39,12 +39,27 @@ def run_plan(args: argparse.Namespace) -> int:
     validity = valid_for(args.valid_for)
     dc = load_datacentre(args.file)
     solver = NONCOLLAB if args.noncollab else args.solver
-    solution = solve(dc, solver, lp_backend=args.lp_backend, time_limit=args.time_limit,
-                     margin=args.margin, robust=args.robust)
-    point = solve(dc, EXACT if solver != NONCOLLAB else solver, margin=args.margin) \
-        if args.robust else None
-    plan = build_plan(dc, solution, valid_for=validity, version=args.plan_version,
-                      point_estimate=point, lazy_hosts=True)  # written and shown unparsed
+    solution = solve(
+        dc,
+        solver,
+        lp_backend=args.lp_backend,
+        time_limit=args.time_limit,
+        margin=args.margin,
+        robust=args.robust,
+    )
+    point = (
+        solve(dc, EXACT if solver != NONCOLLAB else solver, margin=args.margin)
+        if args.robust
+        else None
+    )
+    plan = build_plan(
+        dc,
+        solution,
+        valid_for=validity,
+        version=args.plan_version,
+        point_estimate=point,
+        lazy_hosts=True,
+    )  # written and shown unparsed
     if args.output:
         write_plan(plan, args.output)
     console = default_console()
@@ -64,8 +79,13 @@ def run_check(args: argparse.Namespace) -> int:
     normalised = {
         "name": dc.name,
         "servers": [
-            {"name": name, "capacity_pps": float(dc.capacity_pps[i]), "alpha": float(dc.alpha[i]),
-             "beta": float(dc.beta[i]), **dict(dc.server_extras.get(name, {}))}
+            {
+                "name": name,
+                "capacity_pps": float(dc.capacity_pps[i]),
+                "alpha": float(dc.alpha[i]),
+                "beta": float(dc.beta[i]),
+                **dict(dc.server_extras.get(name, {})),
+            }
             for i, name in enumerate(dc.names)
         ],
         "traffic_pps": _traffic_dict(dc),

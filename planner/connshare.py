@@ -36,16 +36,18 @@ class Estimate:
     high: float
 
 
-def renormalise(requests: np.ndarray, successes: np.ndarray, share: float,
-                confidence: float = 0.95) -> tuple[Estimate, Estimate]:
+def renormalise(
+    requests: np.ndarray, successes: np.ndarray, share: float, confidence: float = 0.95
+) -> tuple[Estimate, Estimate]:
     """(requests in the window, success rate) from the sampled connections' counts."""
     n = np.asarray(requests, dtype=float)
     k = np.asarray(successes, dtype=float)
     if not 0 < share <= 1:
         raise PlannerError(f"share: expected 0 < share <= 1, got {share!r}")
     if n.shape != k.shape or np.any(n < 0) or np.any(k < 0) or np.any(k > n):
-        raise PlannerError("requests and successes: one count per connection, 0 <= successes "
-                           "<= requests")
+        raise PlannerError(
+            "requests and successes: one count per connection, 0 <= successes <= requests"
+        )
     z = float(norm.ppf(0.5 + confidence / 2))
     seen = float(n.sum())
     total = seen / share

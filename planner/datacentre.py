@@ -16,26 +16,31 @@ from __future__ import annotations
 import math
 import socket
 from collections.abc import Mapping, Sequence
-from itertools import repeat
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cosample.plan.document import MAX_OBSERVATION_DOMAIN
 from cosample.planner import bulk
 from cosample.planner.description import Description
 from cosample.planner.errors import InfeasibleError, PlannerError
 from cosample.planner.extras import ExtraColumns, any_given
-from cosample.plan.document import MAX_OBSERVATION_DOMAIN
 from cosample.validation import problem, read_document
 
-
 #: Optional per-server planning inputs and their array types (``from_arrays`` keywords).
-PLANNING_ARRAYS = {"margin": float, "weight": float, "packet_bytes": float,
-                   "mirror_cap_bytes": float, "samples_inbound": bool, "alpha_sample": float,
-                   "observation_domain": np.int64}
+PLANNING_ARRAYS = {
+    "margin": float,
+    "weight": float,
+    "packet_bytes": float,
+    "mirror_cap_bytes": float,
+    "samples_inbound": bool,
+    "alpha_sample": float,
+    "observation_domain": np.int64,
+}
 #: The coefficients a calibration file may give a server, and the intervals the planner keeps.
 CALIBRATED = ("capacity_pps", "alpha", "beta", "alpha_sample")
 
@@ -55,11 +60,11 @@ class DataCentre:
     server_extras: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sflow: Mapping[str, Any] = field(default_factory=dict)
     # optional planning inputs (None: the default for every server; see planner.problem)
-    margin: np.ndarray | None = None            # per server, NaN = the plan's default
+    margin: np.ndarray | None = None  # per server, NaN = the plan's default
     weight: np.ndarray | None = None
     packet_bytes: np.ndarray | None = None
     mirror_cap_bytes: np.ndarray | None = None  # inf = no cap
-    samples_inbound: np.ndarray | None = None   # bool: tunnels on the sampled bridge
+    samples_inbound: np.ndarray | None = None  # bool: tunnels on the sampled bridge
     # the ``sample`` local mechanism: cost per sample (NaN: sFlow only) and the IPFIX
     # Observation Domain ID its records carry (0: none, so sFlow only)
     alpha_sample: np.ndarray | None = None
@@ -77,11 +82,18 @@ class DataCentre:
 
     # construction --------------------------------------------------------------------------
     @classmethod
-    def from_arrays(cls, capacity_pps: Sequence[float], alpha: float | Sequence[float],
-                    beta: float | Sequence[float], traffic_src: Sequence[int] = (),
-                    traffic_dst: Sequence[int] = (), traffic_pps: Sequence[float] = (),
-                    names: Sequence[str] | None = None, name: str = "datacentre",
-                    **planning: Any) -> "DataCentre":
+    def from_arrays(
+        cls,
+        capacity_pps: Sequence[float],
+        alpha: float | Sequence[float],
+        beta: float | Sequence[float],
+        traffic_src: Sequence[int] = (),
+        traffic_dst: Sequence[int] = (),
+        traffic_pps: Sequence[float] = (),
+        names: Sequence[str] | None = None,
+        name: str = "datacentre",
+        **planning: Any,
+    ) -> "DataCentre":
         """Validated data centre from arrays (for experiments, benchmarks and notebooks).
 
         ``planning``: optional ``margin``, ``weight``, ``packet_bytes``, ``mirror_cap_bytes``,
@@ -95,24 +107,36 @@ class DataCentre:
         unknown = set(planning) - {*PLANNING_ARRAYS, "collector_cap_pps", "intervals"}
         if unknown:
             raise PlannerError(f"unknown planning input(s): {', '.join(sorted(unknown))}")
-        arrays = {key: np.broadcast_to(np.asarray(planning[key], dtype=kind), (n,)).copy()
-                  for key, kind in PLANNING_ARRAYS.items() if planning.get(key) is not None}
+        arrays = {
+            key: np.broadcast_to(np.asarray(planning[key], dtype=kind), (n,)).copy()
+            for key, kind in PLANNING_ARRAYS.items()
+            if planning.get(key) is not None
+        }
         dc = cls(
-            names=names, capacity_pps=capacity,
+            names=names,
+            capacity_pps=capacity,
             alpha=np.broadcast_to(np.asarray(alpha, dtype=float), (n,)).copy(),
             beta=np.broadcast_to(np.asarray(beta, dtype=float), (n,)).copy(),
             traffic_src=np.asarray(traffic_src, dtype=np.int64),
             traffic_dst=np.asarray(traffic_dst, dtype=np.int64),
-            traffic_pps=np.asarray(traffic_pps, dtype=float), name=name,
+            traffic_pps=np.asarray(traffic_pps, dtype=float),
+            name=name,
             collector_cap_pps=float(planning.get("collector_cap_pps", math.inf)),
-            intervals=_intervals(planning.get("intervals"), n), **arrays,
+            intervals=_intervals(planning.get("intervals"), n),
+            **arrays,
         )
         dc.check_arrays()
         return dc
 
     @classmethod
-    def from_matrix(cls, capacity_pps: Sequence[float], alpha: float | Sequence[float],
-                    beta: float | Sequence[float], traffic: Any, **kwargs: Any) -> "DataCentre":
+    def from_matrix(
+        cls,
+        capacity_pps: Sequence[float],
+        alpha: float | Sequence[float],
+        beta: float | Sequence[float],
+        traffic: Any,
+        **kwargs: Any,
+    ) -> "DataCentre":
         """From a dense n x n traffic matrix ``traffic[src][dst]`` in pps."""
         matrix = np.asarray(traffic, dtype=float)
         src, dst = np.nonzero(matrix)
@@ -123,38 +147,53 @@ class DataCentre:
         """Read a JSON or YAML description (its large parts possibly CSV files); calibration files are resolved beside it."""
         path = Path(path)
         # the parsed document is only bulk.read's: freed once its columns are taken
-        return cls.from_columns(bulk.read(read_document(path, "data-centre description",
-                                                        error=PlannerError), str(path),
-                                          path.parent), path.parent, str(path))
+        return cls.from_columns(
+            bulk.read(
+                read_document(path, "data-centre description", error=PlannerError),
+                str(path),
+                path.parent,
+            ),
+            path.parent,
+            str(path),
+        )
 
     @classmethod
-    def from_dict(cls, document: Any, base_dir: str | Path = ".", source: str = "description") -> "DataCentre":
+    def from_dict(
+        cls, document: Any, base_dir: str | Path = ".", source: str = "description"
+    ) -> "DataCentre":
         """Validate a parsed description (see docs/formats.md) and build the arrays."""
         return cls.from_columns(bulk.read(document, source, Path(base_dir)), Path(base_dir), source)
 
     @classmethod
-    def from_description(cls, description: Description, base_dir: Path = Path("."),
-                         source: str = "description") -> "DataCentre":
+    def from_description(
+        cls, description: Description, base_dir: Path = Path("."), source: str = "description"
+    ) -> "DataCentre":
         """Apply the cross-field rules to a validated description and build the arrays."""
         return cls.from_columns(bulk.from_model(description), base_dir, source)
 
     @classmethod
-    def from_columns(cls, columns: bulk.Columns, base_dir: Path = Path("."),
-                     source: str = "description") -> "DataCentre":
+    def from_columns(
+        cls, columns: bulk.Columns, base_dir: Path = Path("."), source: str = "description"
+    ) -> "DataCentre":
         """Apply the cross-field rules to a validated description's columns; build the arrays."""
         from cosample.costmodel.calibration_file import read_calibration_file
-        from cosample.costmodel.coefficients import (CalibrationFileError, coefficients,
-                                                     intervals as calibration_intervals)
+        from cosample.costmodel.coefficients import CalibrationFileError, coefficients
+        from cosample.costmodel.coefficients import intervals as calibration_intervals
 
-        def fail(location: Sequence[int | str], what: str, value: Any = None,
-                 entry: int | None = None) -> PlannerError:
+        def fail(
+            location: Sequence[int | str], what: str, value: Any = None, entry: int | None = None
+        ) -> PlannerError:
             name = names[location[1]] if location[0] == "servers" else None
             where = source
             part = "servers" if location[0] == "servers" else "traffic"
-            field = location[2] if part == "servers" else \
-                ("source" if len(location) == 2 else "destination")
-            at = columns.locate and columns.locate(part, location[1] if part == "servers"
-                                                   else entry, field)
+            field = (
+                location[2]
+                if part == "servers"
+                else ("source" if len(location) == 2 else "destination")
+            )
+            at = columns.locate and columns.locate(
+                part, location[1] if part == "servers" else entry, field
+            )
             if at is not None:  # an entry of a CSV file: its file, row and column
                 where, location = at
             return problem(location, what, value, where=where, name=name, error=PlannerError)
@@ -170,9 +209,11 @@ class DataCentre:
                     also = f"servers[{first[name]}]"
                     if columns.locate and columns.locate("servers", 0, "name"):
                         from cosample.planner import fleetcsv
+
                         also = f"row {fleetcsv.row(first[name])}"
-                    raise fail(("servers", position, "name"), f"duplicate server name, also {also}",
-                               name)
+                    raise fail(
+                        ("servers", position, "name"), f"duplicate server name, also {also}", name
+                    )
                 first[name] = position
         cost = columns.header.cost
         capacity = _column(servers["capacity_pps"], math.nan)
@@ -189,8 +230,10 @@ class DataCentre:
             try:
                 if path not in calibrations:
                     document = read_calibration_file(path)
-                    calibrations[path] = (coefficients(document, path, required=()),
-                                          calibration_intervals(document))
+                    calibrations[path] = (
+                        coefficients(document, path, required=()),
+                        calibration_intervals(document),
+                    )
                     if document.appmon is not None:
                         appmon_sections[path] = document.appmon
             except CalibrationFileError as exc:
@@ -203,29 +246,46 @@ class DataCentre:
                         intervals[key][position] = measured[key]
         missing = np.flatnonzero(np.isnan(capacity))
         if missing.size:
-            raise fail(("servers", int(missing[0]), "capacity_pps"),
-                       "field required (neither the server nor its calibration file gives it)")
+            raise fail(
+                ("servers", int(missing[0]), "capacity_pps"),
+                "field required (neither the server nor its calibration file gives it)",
+            )
         extras = ExtraColumns.given(names, servers)
         domains = observation_domains(servers, alpha_sample, fail)
 
-        origins = np.fromiter(map(index.get, columns.traffic_rows, repeat(-1)), dtype=np.int64,
-                              count=len(columns.traffic_rows))
+        origins = np.fromiter(
+            map(index.get, columns.traffic_rows, repeat(-1)),
+            dtype=np.int64,
+            count=len(columns.traffic_rows),
+        )
         if (origins < 0).any():
             at = int(np.argmax(origins < 0))
             source_name = columns.traffic_rows[at]
-            raise fail(("traffic_pps", source_name), "unknown server, not in servers", source_name,
-                       entry=at)
-        targets = np.fromiter(map(index.get, columns.traffic_dst, repeat(-1)), dtype=np.int64,
-                              count=len(columns.traffic_dst))
+            raise fail(
+                ("traffic_pps", source_name),
+                "unknown server, not in servers",
+                source_name,
+                entry=at,
+            )
+        targets = np.fromiter(
+            map(index.get, columns.traffic_dst, repeat(-1)),
+            dtype=np.int64,
+            count=len(columns.traffic_dst),
+        )
         if (targets < 0).any():
             at = int(np.argmax(targets < 0))
             row = int(np.searchsorted(np.cumsum(columns.traffic_lengths), at, side="right"))
-            raise fail(("traffic_pps", columns.traffic_rows[row], columns.traffic_dst[at]),
-                       "unknown server, not in servers", columns.traffic_dst[at], entry=at)
+            raise fail(
+                ("traffic_pps", columns.traffic_rows[row], columns.traffic_dst[at]),
+                "unknown server, not in servers",
+                columns.traffic_dst[at],
+                entry=at,
+            )
         src = np.repeat(origins, columns.traffic_lengths)
         dst = targets
         if not columns.pairs_unique and len(dst):  # a CSV file can give a pair twice
             from cosample.planner import fleetcsv
+
             pair = src * n + dst
             order = np.argsort(pair, kind="stable")
             again = np.flatnonzero(pair[order][1:] == pair[order][:-1])
@@ -233,9 +293,12 @@ class DataCentre:
                 later = order[again + 1]
                 at = int(later.min())
                 first_at = int(order[again[np.argmin(later)]])
-                raise fail(("traffic_pps", columns.traffic_rows[at], columns.traffic_dst[at]),
-                           f"the pair {names[src[at]]!r} -> {names[dst[at]]!r} again, also "
-                           f"row {fleetcsv.row(first_at)}", entry=at)
+                raise fail(
+                    ("traffic_pps", columns.traffic_rows[at], columns.traffic_dst[at]),
+                    f"the pair {names[src[at]]!r} -> {names[dst[at]]!r} again, also "
+                    f"row {fleetcsv.row(first_at)}",
+                    entry=at,
+                )
         volume = columns.traffic_pps
         carried = volume > 0
         header = columns.header
@@ -243,31 +306,53 @@ class DataCentre:
         seen: dict[tuple[str, int], int] = {}
         for position, service in enumerate(header.services):
             if service.server not in index:
-                raise problem(("services", position, "server"), "unknown server, not in servers",
-                              service.server, where=source, error=PlannerError)
+                raise problem(
+                    ("services", position, "server"),
+                    "unknown server, not in servers",
+                    service.server,
+                    where=source,
+                    error=PlannerError,
+                )
             key = (service.address, service.port)
             if key in seen:
-                raise problem(("services", position, "port"), f"the same address and port as "
-                              f"services[{seen[key]}]", service.port, where=source, error=PlannerError)
+                raise problem(
+                    ("services", position, "port"),
+                    f"the same address and port as services[{seen[key]}]",
+                    service.port,
+                    where=source,
+                    error=PlannerError,
+                )
             seen[key] = position
         from cosample.planner.appmon_costs import resolve as appmon_costs
+
         appmon_cost = appmon_costs(header.appmon_cost, appmon_sections, base_dir, source)
         name = header.name or (Path(source).stem if source != "description" else "datacentre")
         collector_cap = header.budgets.collector_samples_pps
-        return cls(names=names, capacity_pps=capacity, alpha=alpha, beta=beta,
-                   traffic_src=src[carried],
-                   traffic_dst=dst[carried], traffic_pps=volume[carried],
-                   name=name, server_extras=extras, sflow=header.sflow.model_dump(exclude_none=True),
-                   collector_cap_pps=math.inf if collector_cap is None else collector_cap,
-                   services=tuple(header.services),
-                   appmon_cost=appmon_cost,
-                   analysis_hosts=header.budgets.analysis_hosts,
-                   appmon_order=header.appmon_order,
-                   intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
-                   ipfix=None if header.ipfix is None else header.ipfix.model_dump(exclude_none=True),
-                   **_planning_arrays(servers),
-                   **({} if domains is None else {"alpha_sample": alpha_sample,
-                                                  "observation_domain": domains}))
+        return cls(
+            names=names,
+            capacity_pps=capacity,
+            alpha=alpha,
+            beta=beta,
+            traffic_src=src[carried],
+            traffic_dst=dst[carried],
+            traffic_pps=volume[carried],
+            name=name,
+            server_extras=extras,
+            sflow=header.sflow.model_dump(exclude_none=True),
+            collector_cap_pps=math.inf if collector_cap is None else collector_cap,
+            services=tuple(header.services),
+            appmon_cost=appmon_cost,
+            analysis_hosts=header.budgets.analysis_hosts,
+            appmon_order=header.appmon_order,
+            intervals=intervals if any(np.isfinite(v).any() for v in intervals.values()) else None,
+            ipfix=None if header.ipfix is None else header.ipfix.model_dump(exclude_none=True),
+            **_planning_arrays(servers),
+            **(
+                {}
+                if domains is None
+                else {"alpha_sample": alpha_sample, "observation_domain": domains}
+            ),
+        )
 
     # checks ------------------------------------------------------------------------------
     def check_arrays(self) -> None:
@@ -277,31 +362,45 @@ class DataCentre:
             raise PlannerError("data centre has no servers")
         if len(set(self.names)) != n:
             raise PlannerError("duplicate server names")
-        for label, values, strictly in (("capacity_pps", self.capacity_pps, False),
-                                        ("alpha", self.alpha, True), ("beta", self.beta, True)):
+        for label, values, strictly in (
+            ("capacity_pps", self.capacity_pps, False),
+            ("alpha", self.alpha, True),
+            ("beta", self.beta, True),
+        ):
             if values.shape != (n,):
                 raise PlannerError(f"{label}: expected {n} values, got shape {values.shape}")
             bad = ~np.isfinite(values) | ((values <= 0) if strictly else (values < 0))
             if bad.any():
                 i = int(np.argmax(bad))
                 need = "> 0" if strictly else ">= 0"
-                raise PlannerError(f"server {self.names[i]!r}: {label} must be finite and {need}, "
-                                   f"got {values[i]!r}")
+                raise PlannerError(
+                    f"server {self.names[i]!r}: {label} must be finite and {need}, "
+                    f"got {values[i]!r}"
+                )
         m = self.traffic_pps.shape[0]
         if self.traffic_src.shape != (m,) or self.traffic_dst.shape != (m,):
             raise PlannerError("traffic: source, destination and pps arrays differ in length")
-        if m and (self.traffic_src.min() < 0 or self.traffic_src.max() >= n
-                  or self.traffic_dst.min() < 0 or self.traffic_dst.max() >= n):
+        if m and (
+            self.traffic_src.min() < 0
+            or self.traffic_src.max() >= n
+            or self.traffic_dst.min() < 0
+            or self.traffic_dst.max() >= n
+        ):
             raise PlannerError(f"traffic: a server index is outside 0..{n - 1}")
         bad = ~np.isfinite(self.traffic_pps) | (self.traffic_pps < 0)
         if bad.any():
             i = int(np.argmax(bad))
-            raise PlannerError(f"traffic_pps.{self.names[self.traffic_src[i]]}."
-                               f"{self.names[self.traffic_dst[i]]}: must be finite and >= 0, "
-                               f"got {self.traffic_pps[i]!r}")
-        for label, lowest, highest in (("margin", 0.0, 1.0), ("weight", 0.0, math.inf),
-                                       ("packet_bytes", 0.0, math.inf),
-                                       ("mirror_cap_bytes", 0.0, math.inf)):
+            raise PlannerError(
+                f"traffic_pps.{self.names[self.traffic_src[i]]}."
+                f"{self.names[self.traffic_dst[i]]}: must be finite and >= 0, "
+                f"got {self.traffic_pps[i]!r}"
+            )
+        for label, lowest, highest in (
+            ("margin", 0.0, 1.0),
+            ("weight", 0.0, math.inf),
+            ("packet_bytes", 0.0, math.inf),
+            ("mirror_cap_bytes", 0.0, math.inf),
+        ):
             values = getattr(self, label)
             if values is None:
                 continue
@@ -312,21 +411,28 @@ class DataCentre:
                 bad |= values <= 0
             if bad.any():
                 i = int(np.argmax(bad))
-                raise PlannerError(f"server {self.names[i]!r}: {label} out of range, got {values[i]!r}")
+                raise PlannerError(
+                    f"server {self.names[i]!r}: {label} out of range, got {values[i]!r}"
+                )
         if self.alpha_sample is not None:
-            bad = ~np.isnan(self.alpha_sample) & ~(np.isfinite(self.alpha_sample)
-                                                   & (self.alpha_sample > 0))
+            bad = ~np.isnan(self.alpha_sample) & ~(
+                np.isfinite(self.alpha_sample) & (self.alpha_sample > 0)
+            )
             if self.alpha_sample.shape != (n,) or bad.any():
                 i = int(np.argmax(bad)) if self.alpha_sample.shape == (n,) else 0
-                raise PlannerError(f"server {self.names[i]!r}: alpha_sample must be finite and "
-                                   f"> 0 (NaN: sFlow only), got {self.alpha_sample[i]!r}")
+                raise PlannerError(
+                    f"server {self.names[i]!r}: alpha_sample must be finite and "
+                    f"> 0 (NaN: sFlow only), got {self.alpha_sample[i]!r}"
+                )
         if self.observation_domain is not None:
             domains = self.observation_domain
             bad = (domains < 0) | (domains > MAX_OBSERVATION_DOMAIN)
             if bad.any():
                 i = int(np.argmax(bad))
-                raise PlannerError(f"server {self.names[i]!r}: observation_domain out of range "
-                                   f"0..{MAX_OBSERVATION_DOMAIN} (0: none), got {domains[i]!r}")
+                raise PlannerError(
+                    f"server {self.names[i]!r}: observation_domain out of range "
+                    f"0..{MAX_OBSERVATION_DOMAIN} (0: none), got {domains[i]!r}"
+                )
             used = domains[domains > 0]
             if np.unique(used).size != used.size:
                 raise PlannerError("observation_domain: two servers have the same one")
@@ -337,7 +443,9 @@ class DataCentre:
         """Raise ``InfeasibleError`` listing every server whose forwarding alone exceeds capacity."""
         over = self.spare_pps < 0
         if over.any():
-            raise InfeasibleError({self.names[i]: float(-self.spare_pps[i]) for i in np.flatnonzero(over)})
+            raise InfeasibleError(
+                {self.names[i]: float(-self.spare_pps[i]) for i in np.flatnonzero(over)}
+            )
 
     # derived quantities ----------------------------------------------------------------
     @property
@@ -353,8 +461,9 @@ class DataCentre:
     def forwarding_pps(self) -> np.ndarray:
         """F_i: what i forwards, its own traffic plus what other servers send to its VMs."""
         inbound = self.traffic_src != self.traffic_dst
-        received = np.bincount(self.traffic_dst[inbound], weights=self.traffic_pps[inbound],
-                               minlength=self.size)
+        received = np.bincount(
+            self.traffic_dst[inbound], weights=self.traffic_pps[inbound], minlength=self.size
+        )
         return self.own_pps + received
 
     @cached_property
@@ -379,9 +488,12 @@ def _column(values: list[Any], default: float) -> np.ndarray:
 def _planning_arrays(servers: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
     """The per-server planning fields a description gives, as arrays (absent: left out)."""
     arrays: dict[str, np.ndarray] = {}
-    given = {"margin": ("margin", math.nan), "weight": ("weight", 1.0),
-             "packet_bytes": ("packet_bytes", math.nan),
-             "mirror_cap_bytes": ("mirror_cap_bytes_per_s", math.inf)}
+    given = {
+        "margin": ("margin", math.nan),
+        "weight": ("weight", 1.0),
+        "packet_bytes": ("packet_bytes", math.nan),
+        "mirror_cap_bytes": ("mirror_cap_bytes_per_s", math.inf),
+    }
     for key, (field_name, default) in given.items():
         values = servers[field_name]
         if any_given(values):
@@ -399,13 +511,19 @@ def _intervals(given: Mapping[str, Any] | None, n: int) -> dict[str, np.ndarray]
     unknown = set(given) - set(CALIBRATED)
     if unknown:
         raise PlannerError(f"intervals: unknown key(s) {', '.join(sorted(unknown))}")
-    return {key: (np.broadcast_to(np.asarray(given[key], dtype=float), (n, 2)).copy()
-                  if key in given else np.full((n, 2), math.nan))
-            for key in CALIBRATED}
+    return {
+        key: (
+            np.broadcast_to(np.asarray(given[key], dtype=float), (n, 2)).copy()
+            if key in given
+            else np.full((n, 2), math.nan)
+        )
+        for key in CALIBRATED
+    }
 
 
-def observation_domains(servers: Mapping[str, list[Any]], alpha_sample: np.ndarray, fail
-                        ) -> np.ndarray | None:
+def observation_domains(
+    servers: Mapping[str, list[Any]], alpha_sample: np.ndarray, fail
+) -> np.ndarray | None:
     """Each server's IPFIX Observation Domain ID for the ``sample`` mechanism (a description's,
     and the controller's inventory's: ``servers`` are columns by field name, ``fail(location,
     what, value)`` makes the caller's error): its explicit
@@ -429,8 +547,10 @@ def observation_domains(servers: Mapping[str, list[Any]], alpha_sample: np.ndarr
     if again.size:
         first, k = int(order[again[0]]), int(order[again[0] + 1])
         how = "observation_domain" if explicit[k] is not None else "tunnel_ip"
-        raise fail(("servers", k, how), f"its observation domain {int(domains[k])} is also "
-                   f"{servers['name'][first]!r}'s; give each server using sample its own",
-                   explicit[k] if explicit[k] is not None else tunnels[k])
+        raise fail(
+            ("servers", k, how),
+            f"its observation domain {int(domains[k])} is also "
+            f"{servers['name'][first]!r}'s; give each server using sample its own",
+            explicit[k] if explicit[k] is not None else tunnels[k],
+        )
     return domains
-

@@ -152,8 +152,9 @@ class Service(Strict):
         if mirror == "kernel_mirror" and info.data.get("interface") is None:
             raise ValueError("kernel_mirror needs interface (the VM's port its tc filters sit on)")
         if mirror == "kernel_mirror" and info.data.get("truncate_bytes") is not None:
-            raise ValueError("kernel_mirror cannot truncate; drop truncate_bytes or use "
-                             "selective_mirror")
+            raise ValueError(
+                "kernel_mirror cannot truncate; drop truncate_bytes or use selective_mirror"
+            )
         return mirror
 
 

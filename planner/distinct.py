@@ -42,14 +42,14 @@ FIRST_FIT_ROUNDS = 32
 class Senders:
     """The servers that cannot sample all their own traffic, with their value terms."""
 
-    index: np.ndarray    # server positions
-    own: np.ndarray      # U
-    spare: np.ndarray    # spare capacity
-    cost: np.ndarray     # A: cost of one own packet sampled locally
+    index: np.ndarray  # server positions
+    own: np.ndarray  # U
+    spare: np.ndarray  # spare capacity
+    cost: np.ndarray  # A: cost of one own packet sampled locally
     beta: np.ndarray
     weight: np.ndarray
-    top: np.ndarray      # Y: the most it may usefully mirror
-    gain: np.ndarray     # w (f(Y) - f(0)): what mirroring Y adds (weighted)
+    top: np.ndarray  # Y: the most it may usefully mirror
+    gain: np.ndarray  # w (f(Y) - f(0)): what mirroring Y adds (weighted)
 
     def local_pps(self, mirrored: np.ndarray) -> np.ndarray:
         """Best local sampling next to ``mirrored`` pps: all capacity left, none if all mirrored."""
@@ -66,15 +66,16 @@ class Senders:
 class Choice:
     """Offloads per server, how they were found and the bound they are measured against."""
 
-    offload_pps: np.ndarray      # y per server (0 outside the senders)
-    objective: float             # weighted distinct packets: receivers' own + sum of w f(y)
-    envelope: float              # concave-envelope bound on that sum
-    method: str                  # "all fit", "enumerated", "greedy"
+    offload_pps: np.ndarray  # y per server (0 outside the senders)
+    objective: float  # weighted distinct packets: receivers' own + sum of w f(y)
+    envelope: float  # concave-envelope bound on that sum
+    method: str  # "all fit", "enumerated", "greedy"
 
     @property
     def optimal(self) -> bool:
-        return (self.method in ("all fit", "enumerated")
-                or self.objective >= self.envelope * (1 - EXACT_TOLERANCE))
+        return self.method in ("all fit", "enumerated") or self.objective >= self.envelope * (
+            1 - EXACT_TOLERANCE
+        )
 
 
 def senders_of(problem: Problem) -> Senders:
@@ -84,8 +85,16 @@ def senders_of(problem: Problem) -> Senders:
     spare = problem.spare_pps[index]
     beta = problem.beta[index]
     top = np.minimum(np.minimum(own, spare / beta), problem.mirror_cap_pps[index])
-    partial = Senders(index, own, spare, problem.local_cost[index], beta,
-                      problem.weight[index], top, np.zeros(index.size))
+    partial = Senders(
+        index,
+        own,
+        spare,
+        problem.local_cost[index],
+        beta,
+        problem.weight[index],
+        top,
+        np.zeros(index.size),
+    )
     gain = partial.weight * (partial.distinct_pps(top) - partial.distinct_pps(np.zeros(index.size)))
     return Senders(index, own, spare, partial.cost, beta, partial.weight, top, gain)
 
@@ -95,8 +104,10 @@ def choose(problem: Problem, senders: Senders | None = None) -> Choice:
     senders = senders or senders_of(problem)
     room = float(problem.room_pps.sum())
     receivers = problem.receiver & (problem.own_pps > 0)
-    base = float((senders.weight * senders.distinct_pps(np.zeros(senders.index.size))).sum()
-                 + (problem.weight * problem.own_pps)[receivers].sum())
+    base = float(
+        (senders.weight * senders.distinct_pps(np.zeros(senders.index.size))).sum()
+        + (problem.weight * problem.own_pps)[receivers].sum()
+    )
     useful = (senders.gain > 0) & (senders.top > 0)
     candidates = np.flatnonzero(useful)
     mirrored = np.zeros(senders.index.size)
@@ -113,8 +124,10 @@ def choose(problem: Problem, senders: Senders | None = None) -> Choice:
     else:
         mirrored[candidates] = _greedy(senders, candidates, room, order)
         method = "greedy"
-    value = float((senders.weight * senders.distinct_pps(mirrored)).sum()
-                  + (problem.weight * problem.own_pps)[receivers].sum())
+    value = float(
+        (senders.weight * senders.distinct_pps(mirrored)).sum()
+        + (problem.weight * problem.own_pps)[receivers].sum()
+    )
     offload = np.zeros(problem.size)
     offload[senders.index] = mirrored
     return Choice(offload, value, max(envelope, value), method)
@@ -124,13 +137,16 @@ def continuous_envelope(problem: Problem, senders: Senders | None = None) -> flo
     """``choose(problem).envelope`` without choosing: the continuous optimum's bound alone."""
     senders = senders or senders_of(problem)
     receivers = problem.receiver & (problem.own_pps > 0)
-    base = float((senders.weight * senders.distinct_pps(np.zeros(senders.index.size))).sum()
-                 + (problem.weight * problem.own_pps)[receivers].sum())
+    base = float(
+        (senders.weight * senders.distinct_pps(np.zeros(senders.index.size))).sum()
+        + (problem.weight * problem.own_pps)[receivers].sum()
+    )
     candidates = np.flatnonzero((senders.gain > 0) & (senders.top > 0))
     # a fractional knapsack's value does not depend on how ties are ordered: one sort
     order = np.argsort(-(senders.gain[candidates] / senders.top[candidates]), kind="stable")
-    return base + _envelope(senders.gain[candidates], senders.top[candidates],
-                            float(problem.room_pps.sum()), order)
+    return base + _envelope(
+        senders.gain[candidates], senders.top[candidates], float(problem.room_pps.sum()), order
+    )
 
 
 def _order(senders: Senders, candidates: np.ndarray) -> np.ndarray:
@@ -141,8 +157,10 @@ def _order(senders: Senders, candidates: np.ndarray) -> np.ndarray:
     """
     top, gain = senders.top[candidates], senders.gain[candidates]
     density = gain / top
-    coverage_alone = (np.minimum(senders.spare[candidates] / senders.cost[candidates],
-                                 senders.own[candidates]) / senders.own[candidates])
+    coverage_alone = (
+        np.minimum(senders.spare[candidates] / senders.cost[candidates], senders.own[candidates])
+        / senders.own[candidates]
+    )
     by_coverage = np.argsort(coverage_alone)
     if density.size == 0 or np.all(density == density[0]):
         return by_coverage
@@ -165,8 +183,12 @@ def _envelope(gain: np.ndarray, top: np.ndarray, room: float, order: np.ndarray)
 
 def _partial_gain(senders: Senders, items: np.ndarray, amount: np.ndarray) -> np.ndarray:
     """w (f(amount) - f(0)) for senders ``items``; ``amount`` broadcasts against ``items``."""
-    own, spare, cost, beta = (senders.own[items], senders.spare[items], senders.cost[items],
-                              senders.beta[items])
+    own, spare, cost, beta = (
+        senders.own[items],
+        senders.spare[items],
+        senders.cost[items],
+        senders.beta[items],
+    )
     amount = np.minimum(amount, senders.top[items])
     local = np.minimum(np.maximum(spare - beta * amount, 0.0) / cost, own)
     local = np.where(amount >= own * (1 - 1e-12), 0.0, local)

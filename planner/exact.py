@@ -46,14 +46,20 @@ def lp_bound(problem: Problem) -> float:
     ``w_i (1 - beta_i/A_i)`` per mirrored pps until ``l + m = 1``, its capacity or its mirror cap
     stops it; receivers collect all their own. The rest is a fractional knapsack over R.
     """
-    own, spare, cost, beta, weight = (problem.own_pps, problem.spare_pps, problem.local_cost,
-                                      problem.beta, problem.weight)
+    own, spare, cost, beta, weight = (
+        problem.own_pps,
+        problem.spare_pps,
+        problem.local_cost,
+        problem.beta,
+        problem.weight,
+    )
     receiver = problem.receiver
     sender = ~receiver & (own > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         gain = np.where(sender, weight * (1 - beta / cost), 0.0)
-        useful = np.minimum(np.minimum((cost * own - spare) / (cost - beta), spare / beta),
-                            problem.mirror_cap_pps)
+        useful = np.minimum(
+            np.minimum((cost * own - spare) / (cost - beta), spare / beta), problem.mirror_cap_pps
+        )
         base = np.where(sender, np.minimum(spare / cost, own), 0.0)
     useful = np.where(sender & (gain > 0), np.maximum(useful, 0.0), 0.0)
     total = float((weight * own)[receiver].sum() + (weight * base).sum())
@@ -98,14 +104,21 @@ def solve_exact(problem: Problem) -> Solution:
     method, proved = chosen.method, chosen.optimal
     cap = samples_bound(problem, problem.collector_cap_pps)
     continuous = None
-    if (not proved and not np.isfinite(problem.collector_cap_pps)
-            and chosen.objective < chosen.bound * (1 - FALLBACK_GAP)):
+    if (
+        not proved
+        and not np.isfinite(problem.collector_cap_pps)
+        and chosen.objective < chosen.bound * (1 - FALLBACK_GAP)
+    ):
         continuous = solve_continuous(problem)  # the greedy may miss what rounding finds
         rounded = continuous.applied
         if float((problem.weight * rounded.distinct_pps).sum()) > chosen.objective:
             keep = rounded.mirror_pps > 0
-            local, src, dst, pps = (rounded.local_pps, rounded.mirror_src[keep],
-                                    rounded.mirror_dst[keep], rounded.mirror_pps[keep])
+            local, src, dst, pps = (
+                rounded.local_pps,
+                rounded.mirror_src[keep],
+                rounded.mirror_dst[keep],
+                rounded.mirror_pps[keep],
+            )
             sample_hosts = continuous.sample_hosts
             method = "continuous optimum rounded (beat the greedy)"
     if np.isfinite(problem.collector_cap_pps):
@@ -115,12 +128,25 @@ def solve_exact(problem: Problem) -> Solution:
             local, offload = trimmed_local, trimmed
             src, dst, pps = pair_offloads(offload, problem.room_pps)
             method, proved = method + ", trimmed to the collector budget", False
-    bounds = Bounds(lp=min(lp_bound(problem), cap),
-                    envelope=min(max(continuous_envelope(problem), chosen.bound), cap),
-                    method=method, optimal=proved, applied=min(chosen.bound, cap))
-    return Solution(EXACT, local, src, dst, pps, problem=problem, bounds=bounds,
-                    seconds=time.perf_counter() - started, known_continuous=continuous,
-                    sample_hosts=sample_hosts)
+    bounds = Bounds(
+        lp=min(lp_bound(problem), cap),
+        envelope=min(max(continuous_envelope(problem), chosen.bound), cap),
+        method=method,
+        optimal=proved,
+        applied=min(chosen.bound, cap),
+    )
+    return Solution(
+        EXACT,
+        local,
+        src,
+        dst,
+        pps,
+        problem=problem,
+        bounds=bounds,
+        seconds=time.perf_counter() - started,
+        known_continuous=continuous,
+        sample_hosts=sample_hosts,
+    )
 
 
 def solve_continuous(problem: Problem) -> Solution:
@@ -143,10 +169,20 @@ def solve_continuous(problem: Problem) -> Solution:
             local, offload = trimmed_local, trimmed
             src, dst, pps = pair_offloads(offload, problem.room_pps)
             method, optimal = method + ", trimmed to the collector budget", False
-    bounds = Bounds(lp=min(lp_bound(problem), samples_bound(problem, problem.collector_cap_pps)),
-                    envelope=min(choice.envelope,
-                                 samples_bound(problem, problem.collector_cap_pps)),
-                    method=method, optimal=optimal)
-    return Solution(CONTINUOUS, local, src, dst, pps, problem=problem, bounds=bounds,
-                    seconds=time.perf_counter() - started,
-                    sample_hosts=None if problem.can_sample is None else problem.cheaper_sample)
+    bounds = Bounds(
+        lp=min(lp_bound(problem), samples_bound(problem, problem.collector_cap_pps)),
+        envelope=min(choice.envelope, samples_bound(problem, problem.collector_cap_pps)),
+        method=method,
+        optimal=optimal,
+    )
+    return Solution(
+        CONTINUOUS,
+        local,
+        src,
+        dst,
+        pps,
+        problem=problem,
+        bounds=bounds,
+        seconds=time.perf_counter() - started,
+        sample_hosts=None if problem.can_sample is None else problem.cheaper_sample,
+    )

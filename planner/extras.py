@@ -40,8 +40,11 @@ class ExtraColumns(Mapping):
 
     def __iter__(self) -> Iterator[str]:
         given = [column for column in self.columns.values()]
-        return (name for k, name in enumerate(self.names)
-                if any(column[k] is not None for column in given))
+        return (
+            name
+            for k, name in enumerate(self.names)
+            if any(column[k] is not None for column in given)
+        )
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -56,13 +59,15 @@ class ExtraColumns(Mapping):
         return cls(names, {key: servers[key] for key in AGENT_FIELDS if any_given(servers[key])})
 
     @classmethod
-    def of(cls, names: tuple[str, ...], extras: Mapping[str, Mapping[str, Any]]
-           ) -> "ExtraColumns | Mapping[str, Mapping[str, Any]]":
+    def of(
+        cls, names: tuple[str, ...], extras: Mapping[str, Mapping[str, Any]]
+    ) -> "ExtraColumns | Mapping[str, Mapping[str, Any]]":
         """``extras`` (``{name: {field: value}}``) as columns of ``names``; ``extras`` itself
         if a value is None (columns read None as "not given") or a name is not in ``names``."""
         keys = sorted({key for extra in extras.values() for key in extra})
-        if len(extras) > len(names) or any(value is None for extra in extras.values()
-                                           for value in extra.values()):
+        if len(extras) > len(names) or any(
+            value is None for extra in extras.values() for value in extra.values()
+        ):
             return extras
         rows = [extras.get(name) or {} for name in names]
         if sum(1 for row in rows if row) != len(extras):
@@ -74,5 +79,6 @@ class ExtraColumns(Mapping):
         return {key: column for key, column in self.columns.items() if None not in column}
 
     def without(self, keys: Iterable[str]) -> "ExtraColumns":
-        return ExtraColumns(self.names, {key: column for key, column in self.columns.items()
-                                         if key not in keys})
+        return ExtraColumns(
+            self.names, {key: column for key, column in self.columns.items() if key not in keys}
+        )

@@ -38,12 +38,15 @@ class Locations:
     """Where a server or traffic entry is, for ``Columns.locate``: its CSV file and row."""
 
     def __init__(self, base_dir: Path, servers: Any, traffic: Any) -> None:
-        self.files = {part: str(base_dir / name) for part, name in
-                      (("servers", servers), ("traffic", traffic))
-                      if isinstance(name, str) and name.lower().endswith(".csv")}
+        self.files = {
+            part: str(base_dir / name)
+            for part, name in (("servers", servers), ("traffic", traffic))
+            if isinstance(name, str) and name.lower().endswith(".csv")
+        }
 
-    def __call__(self, part: str, position: int, field: str
-                 ) -> tuple[str, tuple[int | str, ...]] | None:
+    def __call__(
+        self, part: str, position: int, field: str
+    ) -> tuple[str, tuple[int | str, ...]] | None:
         if part not in self.files:
             return None
         return f"{self.files[part]}: row {position + _FIRST_ROW}", (field,)
@@ -55,8 +58,13 @@ def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
         with open(path, newline="", encoding="utf-8") as stream, gc_paused():
             rows = list(csv.reader(stream, strict=True))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else (
-            "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else f"not valid CSV: {exc}")
+        reason = (
+            exc.strerror
+            if isinstance(exc, OSError)
+            else (
+                "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else f"not valid CSV: {exc}"
+            )
+        )
         raise PlannerError(f"{path}: cannot read CSV: {reason}") from None
     if not rows:
         raise PlannerError(f"{path}: row 1: empty file, expected a header row")
@@ -64,8 +72,9 @@ def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
     width = len(header)
     if set(map(len, rows)) - {width}:
         k = next(k for k, row in enumerate(rows) if len(row) != width)
-        raise PlannerError(f"{path}: row {k + _FIRST_ROW}: {len(rows[k])} cells, the header "
-                           f"has {width}")
+        raise PlannerError(
+            f"{path}: row {k + _FIRST_ROW}: {len(rows[k])} cells, the header has {width}"
+        )
     return header, rows
 
 
@@ -100,8 +109,10 @@ def servers(path: Path) -> dict[str, list[Any]]:
     fields = Server.model_fields
     for k, name in enumerate(header):
         if name not in fields:
-            raise PlannerError(f"{path}: row 1: column {k + 1} {name!r}: not a server field "
-                               f"(one of {', '.join(fields)})")
+            raise PlannerError(
+                f"{path}: row 1: column {k + 1} {name!r}: not a server field "
+                f"(one of {', '.join(fields)})"
+            )
         if header.index(name) != k:
             raise PlannerError(f"{path}: row 1: column {name!r} given twice")
     if not rows:
@@ -117,18 +128,20 @@ def servers(path: Path) -> dict[str, list[Any]]:
             raw[name], parsed = _numbers(cells)
             slow |= ~parsed
         elif name in INTEGERS:  # digits as an integer; anything else for the model to refuse
-            raw[name] = [int(cell) if cell.isascii() and cell.isdigit() else cell or ABSENT
-                         for cell in cells]
+            raw[name] = [
+                int(cell) if cell.isascii() and cell.isdigit() else cell or ABSENT for cell in cells
+            ]
         elif name == "vm_ports":
             raw[name] = [cell.split() if cell else ABSENT for cell in cells]
         else:
-            raw[name] = [cell if cell else ABSENT for cell in cells] if "" in cells \
-                else list(cells)
+            raw[name] = [cell if cell else ABSENT for cell in cells] if "" in cells else list(cells)
 
     def model(k: int) -> Server:
         entry = {key: column[k] for key, column in raw.items() if column[k] is not ABSENT}
-        return validate_at(Server, entry, (), where=f"{path}: row {k + _FIRST_ROW}",
-                           error=PlannerError)
+        return validate_at(
+            Server, entry, (), where=f"{path}: row {k + _FIRST_ROW}", error=PlannerError
+        )
+
     return checked(raw, n, slow, model)
 
 
@@ -137,20 +150,27 @@ def traffic(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     a pair given twice)."""
     header, rows = _rows(path)
     if tuple(header) != TRAFFIC_HEADER:
-        raise PlannerError(f"{path}: row 1: expected the header {','.join(TRAFFIC_HEADER)} "
-                           f"(got {','.join(header)!r})")
+        raise PlannerError(
+            f"{path}: row 1: expected the header {','.join(TRAFFIC_HEADER)} "
+            f"(got {','.join(header)!r})"
+        )
     with gc_paused():
         sources, destinations, cells = (list(column) for column in _columns(rows, 3))
     del rows
     values, parsed = _numbers(tuple(cells))
-    if parsed.all() and not (ABSENT in values):
+    if parsed.all() and ABSENT not in values:
         pps = np.array(values, dtype=float)
         bad = ~within(pps, *TRAFFIC_BOUNDS)  # the matrix's rule: one for both forms
     else:
         pps, bad = None, ~parsed | np.array([v is ABSENT for v in values])
     if bad.any():
         k = int(np.argmax(bad))
-        validate_at(ROW, {"pps": None if values[k] is ABSENT else values[k]}, (),
-                    where=f"{path}: row {k + _FIRST_ROW}", error=PlannerError)
+        validate_at(
+            ROW,
+            {"pps": None if values[k] is ABSENT else values[k]},
+            (),
+            where=f"{path}: row {k + _FIRST_ROW}",
+            error=PlannerError,
+        )
         raise PlannerError(f"{path}: row {k + _FIRST_ROW}: pps: not a number >= 0")
     return sources, destinations, pps

@@ -41,8 +41,16 @@ import orjson
 
 from cosample.planner import jsonpieces
 from cosample.planner.hostlists import Lists, Sorted
-from cosample.planner.jsonpieces import (BLOCK, Part, fixed, interleaved, numbers, side_by_side,
-                                         strings, value)
+from cosample.planner.jsonpieces import (
+    BLOCK,
+    Part,
+    fixed,
+    interleaved,
+    numbers,
+    side_by_side,
+    strings,
+    value,
+)
 
 _NONE: Mapping[str, Any] = {}
 
@@ -60,8 +68,13 @@ class Nullable(NamedTuple):
 #: written), or a nested object whose fields are columns.
 Column = Union[np.ndarray, Nullable, list[bytes], list[str], Mapping[str, "Column"]]
 
-def table(names: Sequence[str], fields: Mapping[str, Column],
-          extras: Mapping[str, Mapping[str, Any]], block: int = BLOCK) -> list[bytes]:
+
+def table(
+    names: Sequence[str],
+    fields: Mapping[str, Column],
+    extras: Mapping[str, Mapping[str, Any]],
+    block: int = BLOCK,
+) -> list[bytes]:
     """``{name: {field: value, ...}, ...}`` in sorted order, as consecutive chunks of bytes.
 
     ``fields``: per field a ``Column`` in host order, serialised here. A host's ``extras`` are
@@ -75,16 +88,21 @@ def table(names: Sequence[str], fields: Mapping[str, Column],
     order, index, quoted = known.order, known.index, known.sorted_quoted
     columns = {key: _reordered(column, order, index) for key, column in fields.items()}
     chunks = []
-    for start, end, extra in _runs([extras.get(names[i]) or _NONE for i in order]
-                                   if extras else None, n):
+    for start, end, extra in _runs(
+        [extras.get(names[i]) or _NONE for i in order] if extras else None, n
+    ):
         run = {key: (0, column) for key, column in columns.items()}
         for key in extra[0] if extra else ():  # relative to ``start``
             run[key] = (start, values(list(map(itemgetter(key), extra))))
         for first in range(start, end, block):
             last = min(first + block, end)
             parts: list[Part | np.ndarray] = [b",", quoted[first:last], b":"]
-            parts += _object({key: _slice(column, first - offset, last - offset)
-                              for key, (offset, column) in run.items()})
+            parts += _object(
+                {
+                    key: _slice(column, first - offset, last - offset)
+                    for key, (offset, column) in run.items()
+                }
+            )
             chunks.append(_written(parts, last - first))
     chunks[0] = b"{" + chunks[0][1:]  # no comma before the first entry
     chunks.append(b"}")
@@ -118,8 +136,7 @@ def named(names: Sequence[str]) -> Names:
     rank = np.empty(len(names), dtype=np.int64)
     rank[index] = np.arange(len(names))
     quoted = strings(names)
-    known = Names(order, index, rank, quoted, list(map(quoted.__getitem__, order)),
-                  fixed(quoted))
+    known = Names(order, index, rank, quoted, list(map(quoted.__getitem__, order)), fixed(quoted))
     if isinstance(names, tuple):
         _KNOWN[:] = [(names, known)]
     return known
@@ -139,8 +156,10 @@ def peers(known: Names, index: np.ndarray) -> orjson.Fragment:
 
 def subset(fields: Mapping[str, Column], hosts: list[int]) -> dict[str, Column]:
     """The columns of ``hosts`` only (positions), for ``table`` of just those hosts."""
-    return {key: _reordered(column, hosts, np.asarray(hosts, dtype=np.int64))
-            for key, column in fields.items()}
+    return {
+        key: _reordered(column, hosts, np.asarray(hosts, dtype=np.int64))
+        for key, column in fields.items()
+    }
 
 
 def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
@@ -149,8 +168,7 @@ def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
     if isinstance(column, Nullable):
         return Nullable(column.values[index], column.present[index])
     if isinstance(column, (Sorted, Lists)):
-        if len(index) == len(column) and np.array_equal(column.rank[index],
-                                                        np.arange(len(column))):
+        if len(index) == len(column) and np.array_equal(column.rank[index], np.arange(len(column))):
             return column  # already in this order (the table's own)
         return list(map(column.__getitem__, column.rank[index].tolist()))
     if isinstance(column, Mapping):
@@ -166,8 +184,9 @@ def _slice(column: Column, first: int, last: int) -> Column:
     return column[first:last]
 
 
-def _runs(extras: list[Mapping[str, Any]] | None, n: int
-          ) -> Iterator[tuple[int, int, list[Mapping[str, Any]]]]:
+def _runs(
+    extras: list[Mapping[str, Any]] | None, n: int
+) -> Iterator[tuple[int, int, list[Mapping[str, Any]]]]:
     """Runs of consecutive hosts whose extras have the same keys: (start, end, their extras).
     Key sets are compared only where the keys' order changes (tuples compare faster)."""
     if extras is None:
@@ -211,13 +230,22 @@ def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
     it is absent or declines, each column serialised here (``_pieces``) and joined
     (``interleaved``): the same bytes (tests/planner/test_hostjson_compiled.py)."""
     if jsonpieces.compiled is not None:
-        text = jsonpieces.compiled.rows([(part.buffer, part.offsets) if isinstance(part, Lists)
-                                         else tuple(part) if isinstance(part, Nullable) else part
-                                         for part in parts], count)
+        text = jsonpieces.compiled.rows(
+            [
+                (part.buffer, part.offsets)
+                if isinstance(part, Lists)
+                else tuple(part)
+                if isinstance(part, Nullable)
+                else part
+                for part in parts
+            ],
+            count,
+        )
         if text is not None:
             return text
-    return interleaved([part if isinstance(part, bytes) else _pieces(part) for part in parts],
-                       count)
+    return interleaved(
+        [part if isinstance(part, bytes) else _pieces(part) for part in parts], count
+    )
 
 
 def _pieces(column: np.ndarray | list[bytes] | list[str] | Lists | Nullable) -> Part:
@@ -227,8 +255,7 @@ def _pieces(column: np.ndarray | list[bytes] | list[str] | Lists | Nullable) -> 
     elif isinstance(column, Nullable):
         column = np.where(column.present, column.values.astype(object), None)
     if isinstance(column, np.ndarray):
-        if column.dtype == np.float64 and (column.view(np.int64) == column.view(np.int64)[0]
-                                           ).all():
+        if column.dtype == np.float64 and (column.view(np.int64) == column.view(np.int64)[0]).all():
             return numbers([column[0].item()])[0]  # bit for bit one number (not 0.0 and -0.0)
         column = column.tolist() if column.dtype.kind == "S" else numbers(column.tolist())
     elif type(column[0]) is str:  # strings, not yet written (``values``)

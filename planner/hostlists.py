@@ -19,8 +19,15 @@ import numpy as np
 
 from cosample.plan.packed import Packed
 from cosample.planner import jsonpieces
-from cosample.planner.jsonpieces import (BLOCK, Part, fixed, interleaved, numbers, side_by_side,
-                                         value)
+from cosample.planner.jsonpieces import (
+    BLOCK,
+    Part,
+    fixed,
+    interleaved,
+    numbers,
+    side_by_side,
+    value,
+)
 
 _SPLIT = b"\x01"  # between the arrays of ``grouped``: escaped inside any JSON string
 
@@ -38,8 +45,14 @@ class Lookup(NamedTuple):
 Field = Union[list[bytes], np.ndarray, Lookup]
 
 
-def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field],
-            n: int, block: int = 16 * BLOCK, rank: np.ndarray | None = None) -> list[bytes]:
+def grouped(
+    owner: np.ndarray,
+    peer_rank: np.ndarray,
+    fields: Mapping[str, Field],
+    n: int,
+    block: int = 16 * BLOCK,
+    rank: np.ndarray | None = None,
+) -> list[bytes]:
     """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
     object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
     With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order
@@ -92,13 +105,24 @@ def grouped(owner: np.ndarray, peer_rank: np.ndarray, fields: Mapping[str, Field
 
 def _permutation(rank: np.ndarray, n: int) -> bool:
     """Whether ``rank`` gives each of ``n`` owners a position of its own in 0..n-1."""
-    return len(rank) == n and (n == 0 or (int(rank.min()) >= 0 and int(rank.max()) < n and int(
-        np.bincount(rank, minlength=n).max()) == 1))
+    return len(rank) == n and (
+        n == 0
+        or (
+            int(rank.min()) >= 0
+            and int(rank.max()) < n
+            and int(np.bincount(rank, minlength=n).max()) == 1
+        )
+    )
 
 
-def _compiled_lists(owners: np.ndarray, order: np.ndarray, fields: Mapping[str, Field], n: int,
-                    rank: np.ndarray | None, packed: bool = False
-                    ) -> list[bytes] | tuple[bytes, bytes] | None:
+def _compiled_lists(
+    owners: np.ndarray,
+    order: np.ndarray,
+    fields: Mapping[str, Field],
+    n: int,
+    rank: np.ndarray | None,
+    packed: bool = False,
+) -> list[bytes] | tuple[bytes, bytes] | None:
     """``grouped``'s lists from the compiled writer, each written at once from the columns read
     in pair ``order`` (``owners``: each pair's owner in that order; ``packed``: all in one
     buffer, with the int64 offsets where each starts); None: it declined."""
@@ -106,13 +130,22 @@ def _compiled_lists(owners: np.ndarray, order: np.ndarray, fields: Mapping[str, 
     sources: list[tuple[Any, np.ndarray | None]] = []
     for key in sorted(fields):  # arrays gathered by numpy (in parallel), lists at an index
         column = fields[key]
-        table, index = (column.table, column.index[order]) if isinstance(column, Lookup) else (
-            column, order)
-        sources.append((table[index], None) if isinstance(table, np.ndarray)
-                       else (table, np.asarray(index, dtype=np.int64)))
+        table, index = (
+            (column.table, column.index[order]) if isinstance(column, Lookup) else (column, order)
+        )
+        sources.append(
+            (table[index], None)
+            if isinstance(table, np.ndarray)
+            else (table, np.asarray(index, dtype=np.int64))
+        )
     return jsonpieces.compiled.lists(
-        np.ascontiguousarray(owners, dtype=np.int64), keys, sources, n,
-        None if rank is None else np.ascontiguousarray(rank, dtype=np.int64), packed)
+        np.ascontiguousarray(owners, dtype=np.int64),
+        keys,
+        sources,
+        n,
+        None if rank is None else np.ascontiguousarray(rank, dtype=np.int64),
+        packed,
+    )
 
 
 class Sorted(list):
@@ -173,8 +206,9 @@ def _fixed(column: Field, order: np.ndarray) -> np.ndarray | None:
     return None if table is None else table[order]
 
 
-def _grouped_pieces(order: np.ndarray, starts: np.ndarray, fields: Mapping[str, Field],
-                    block: int) -> bytes:
+def _grouped_pieces(
+    order: np.ndarray, starts: np.ndarray, fields: Mapping[str, Field], block: int
+) -> bytes:
     """``grouped``'s objects with a column too wide for fixed width: one piece per object and
     field, joined ``block`` objects at a time, the arrays separated by ``_SPLIT``."""
     count = len(order)

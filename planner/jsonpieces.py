@@ -44,8 +44,9 @@ def strings(values: Sequence[str]) -> list[bytes]:
         return []
     joined = "\x00".join(values)
     if joined.count("\x00") == len(values) - 1:
-        pieces = encode_basestring(joined).encode().replace(b"\\u0000", b'"' + _CUT + b'"'
-                                                            ).split(_CUT)
+        pieces = (
+            encode_basestring(joined).encode().replace(b"\\u0000", b'"' + _CUT + b'"').split(_CUT)
+        )
         if len(pieces) == len(values):  # no string spelled "\u0000" out either
             return pieces
     return [encode_basestring(value).encode() for value in values]
@@ -58,7 +59,7 @@ def value(item: Any) -> bytes:
         return encode_basestring(item).encode()
     if item is None or isinstance(item, bool):
         return _CONSTANTS[item]
-    if isinstance(item, int) and -2**63 <= item < 2**63:
+    if isinstance(item, int) and -(2**63) <= item < 2**63:
         return b"%d" % item
     if isinstance(item, list):
         return b"[" + b",".join([value(element) for element in item]) + b"]"
@@ -85,9 +86,11 @@ def side_by_side(parts: list[bytes | np.ndarray], count: int) -> bytes:
     matrix = np.zeros((count, sum(widths)), dtype=np.uint8)
     column = 0
     for part, width in zip(parts, widths):
-        matrix[:, column:column + width] = (
-            np.frombuffer(part, dtype=np.uint8) if isinstance(part, bytes)
-            else part.view(np.uint8).reshape(count, width))
+        matrix[:, column : column + width] = (
+            np.frombuffer(part, dtype=np.uint8)
+            if isinstance(part, bytes)
+            else part.view(np.uint8).reshape(count, width)
+        )
         column += width
     flat = matrix.reshape(-1)
     return flat[flat != 0].tobytes()

@@ -29,15 +29,15 @@ class Senders:
     (level L is rate (65536 - L)/65535), False for sFlow's (level N is rate 1/N)."""
 
     index: np.ndarray
-    own: np.ndarray       # U
-    full: np.ndarray      # A = alpha x bridge input: the cost of sampling 1-in-1
-    spare: np.ndarray     # S
+    own: np.ndarray  # U
+    full: np.ndarray  # A = alpha x bridge input: the cost of sampling 1-in-1
+    spare: np.ndarray  # S
     beta: np.ndarray
     weight: np.ndarray
-    limit: np.ndarray     # c = min(U, mirror cap)
-    n_min: np.ndarray     # smallest affordable N (inf: cannot sample locally)
-    n_cap: np.ndarray     # smallest N whose vertex reaches c (inf: none)
-    grid: np.ndarray      # bool: the sample action's ladder
+    limit: np.ndarray  # c = min(U, mirror cap)
+    n_min: np.ndarray  # smallest affordable N (inf: cannot sample locally)
+    n_cap: np.ndarray  # smallest N whose vertex reaches c (inf: none)
+    grid: np.ndarray  # bool: the sample action's ladder
 
     def rate(self, level: np.ndarray) -> np.ndarray:
         """The rate of ``level`` on each sender's ladder (0 for off, inf)."""
@@ -85,8 +85,9 @@ def rate_of(interval: np.ndarray, grid: np.ndarray | None = None) -> np.ndarray:
         rate = np.where(np.isfinite(interval), 1.0 / interval, 0.0)
         if grid is None or not grid.any():
             return rate
-        return np.where(grid, np.where(np.isfinite(interval), (SCALE + 1 - interval) / SCALE,
-                                       0.0), rate)
+        return np.where(
+            grid, np.where(np.isfinite(interval), (SCALE + 1 - interval) / SCALE, 0.0), rate
+        )
 
 
 def level_of(full: np.ndarray, left: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -110,12 +111,23 @@ def senders_of(problem: Problem) -> Senders:
     beta = problem.beta[index]
     limit = np.minimum(own, problem.mirror_cap_pps[index])
     n_min, n_cap = _levels(full, spare, beta, limit, np.zeros(index.size, dtype=bool))
-    return Senders(index, own, full, spare, beta, problem.weight[index], limit, n_min, n_cap,
-                   np.zeros(index.size, dtype=bool))
+    return Senders(
+        index,
+        own,
+        full,
+        spare,
+        beta,
+        problem.weight[index],
+        limit,
+        n_min,
+        n_cap,
+        np.zeros(index.size, dtype=bool),
+    )
 
 
-def _levels(full: np.ndarray, spare: np.ndarray, beta: np.ndarray, limit: np.ndarray,
-            grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _levels(
+    full: np.ndarray, spare: np.ndarray, beta: np.ndarray, limit: np.ndarray, grid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """N_min (the smallest affordable level) and N_c (the smallest reaching the limit)."""
     top = np.where(grid, SCALE, MAX_INTERVAL) if grid.any() else MAX_INTERVAL
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -135,10 +147,21 @@ def sample_ladder(problem: Problem, flow: Senders) -> Senders:
     grid = np.zeros(flow.index.size, dtype=bool)
     grid[able] = True
     full[able] = (problem.alpha_sample * problem.bridge_pps)[flow.index[able]]
-    n_min[able], n_cap[able] = _levels(full[able], flow.spare[able], flow.beta[able],
-                                       flow.limit[able], grid[able])
-    return Senders(flow.index, flow.own, full, flow.spare, flow.beta, flow.weight, flow.limit,
-                   n_min, n_cap, grid)
+    n_min[able], n_cap[able] = _levels(
+        full[able], flow.spare[able], flow.beta[able], flow.limit[able], grid[able]
+    )
+    return Senders(
+        flow.index,
+        flow.own,
+        full,
+        flow.spare,
+        flow.beta,
+        flow.weight,
+        flow.limit,
+        n_min,
+        n_cap,
+        grid,
+    )
 
 
 def ladders_of(problem: Problem) -> tuple[Senders, ...]:
@@ -152,6 +175,11 @@ def on_ladders(ladders: tuple[Senders, ...], sample: np.ndarray) -> Senders:
     if len(ladders) == 1 or not sample.any():
         return ladders[0]
     flow, other = ladders
-    return Senders(*(np.where(sample, getattr(other, name), getattr(flow, name))
-                     if name in ("full", "n_min", "n_cap", "grid") else getattr(flow, name)
-                     for name in flow.__dataclass_fields__))
+    return Senders(
+        *(
+            np.where(sample, getattr(other, name), getattr(flow, name))
+            if name in ("full", "n_min", "n_cap", "grid")
+            else getattr(flow, name)
+            for name in flow.__dataclass_fields__
+        )
+    )

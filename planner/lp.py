@@ -55,8 +55,12 @@ def backend_available(name: str) -> str | None:
     return None
 
 
-def solve_lp(problem: Problem, reduced: bool = True, lp_backend: str = DEFAULT_LP_BACKEND,
-             time_limit: float | None = None) -> Solution:
+def solve_lp(
+    problem: Problem,
+    reduced: bool = True,
+    lp_backend: str = DEFAULT_LP_BACKEND,
+    time_limit: float | None = None,
+) -> Solution:
     """Build and solve the LP; a non-optimal status raises ``SolverError`` with the status.
 
     The solution is returned in canonical form (see ``canonical``): receivers sample all their
@@ -75,20 +79,36 @@ def solve_lp(problem: Problem, reduced: bool = True, lp_backend: str = DEFAULT_L
         shape = canonical(problem, values)
     local, src, dst, pps = shape
     envelope = min(choose(problem).envelope, samples_bound(problem, problem.collector_cap_pps))
-    bounds = Bounds(lp=objective, envelope=max(min(envelope, objective), 0.0),
-                    method=f"{REDUCED if reduced else FULL} LP", optimal=False)
-    return Solution(REDUCED if reduced else FULL, local, src, dst, pps, problem=problem,
-                    bounds=bounds, seconds=time.perf_counter() - started, variables=variables,
-                    lp_backend=lp_backend)
+    bounds = Bounds(
+        lp=objective,
+        envelope=max(min(envelope, objective), 0.0),
+        method=f"{REDUCED if reduced else FULL} LP",
+        optimal=False,
+    )
+    return Solution(
+        REDUCED if reduced else FULL,
+        local,
+        src,
+        dst,
+        pps,
+        problem=problem,
+        bounds=bounds,
+        seconds=time.perf_counter() - started,
+        variables=variables,
+        lp_backend=lp_backend,
+    )
 
 
-def lp_optimum(problem: Problem, reduced: bool = False, lp_backend: str = DEFAULT_LP_BACKEND) -> float:
+def lp_optimum(
+    problem: Problem, reduced: bool = False, lp_backend: str = DEFAULT_LP_BACKEND
+) -> float:
     """The LP's optimal objective alone (a bound; its solution may not be realisable per bridge)."""
     return _solve(problem, reduced, backend(lp_backend), lp_backend)[0]
 
 
-def _solve(problem: Problem, reduced: bool, solver: pulp.LpSolver, lp_backend: str
-           ) -> tuple[float, dict[tuple[int, int], float], int]:
+def _solve(
+    problem: Problem, reduced: bool, solver: pulp.LpSolver, lp_backend: str
+) -> tuple[float, dict[tuple[int, int], float], int]:
     """(objective, {(i, k): pps of i's traffic sampled at k}, number of variables)."""
     own, spare, alpha, beta = problem.own_pps, problem.spare_pps, problem.alpha, problem.beta
     cost, weight, bridge = problem.sample_cost, problem.weight, problem.bridge_pps
@@ -142,9 +162,11 @@ def _solve(problem: Problem, reduced: bool, solver: pulp.LpSolver, lp_backend: s
     fixed_samples = float(bridge[fixed].sum())
     if np.isfinite(problem.collector_cap_pps):
         if fixed_samples > problem.collector_cap_pps:
-            raise SolverError(f"the collector budget ({problem.collector_cap_pps:,.0f} samples/s) is "
-                              f"below what the receivers sample 1-in-1 ({fixed_samples:,.0f}); "
-                              "the reduced LP cannot plan it, use --solver exact")
+            raise SolverError(
+                f"the collector budget ({problem.collector_cap_pps:,.0f} samples/s) is "
+                f"below what the receivers sample 1-in-1 ({fixed_samples:,.0f}); "
+                "the reduced LP cannot plan it, use --solver exact"
+            )
         lp += pulp.lpSum(samples) + fixed_samples <= problem.collector_cap_pps, "collector"
 
     values = {(k, k): float(own[k]) for k in fixed if own[k] > 0}
@@ -157,8 +179,9 @@ def _solve(problem: Problem, reduced: bool, solver: pulp.LpSolver, lp_backend: s
     except pulp.PulpSolverError as exc:
         raise SolverError(f"LP backend {lp_backend!r} failed: {exc}") from exc
     if pulp.LpStatus[status] != "Optimal":
-        raise SolverError(f"LP backend {lp_backend!r} returned status {pulp.LpStatus[status]!r}, "
-                          "not Optimal")
+        raise SolverError(
+            f"LP backend {lp_backend!r} returned status {pulp.LpStatus[status]!r}, not Optimal"
+        )
     for (i, k), var in share.items():
         value = min(max(var.value() or 0.0, 0.0), 1.0) * own[i]
         if value > 0:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def pair_offloads(offload_pps: np.ndarray, room_pps: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pair_offloads(
+    offload_pps: np.ndarray, room_pps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(src, dst, pps) mirror entries moving ``offload_pps[i]`` of each sender into receivers.
 
     ``room_pps[k]`` is how much mirrored traffic receiver k can take; the total offload must not
@@ -32,8 +33,9 @@ def pair_offloads(offload_pps: np.ndarray, room_pps: np.ndarray
     receiver_ends = np.cumsum(room_pps[receivers])
     total = sender_ends[-1]
     # two sorted runs: a stable sort merges them in linear time; duplicates give empty segments
-    cuts = np.sort(np.concatenate((sender_ends, receiver_ends[receiver_ends < total])),
-                   kind="stable")
+    cuts = np.sort(
+        np.concatenate((sender_ends, receiver_ends[receiver_ends < total])), kind="stable"
+    )
     starts = np.concatenate(([0.0], cuts[:-1]))
     amounts = cuts - starts
     keep = amounts > total * 1e-15

@@ -122,8 +122,7 @@ _MARK = orjson.Fragment(b"\x00")
 
 def canonical_json(document: Any) -> str:
     """Sorted keys, two-space indent, no NaN: the one serialisation of a plan."""
-    return json.dumps(document, sort_keys=True, indent=2, allow_nan=False,
-                      default=_plain) + "\n"
+    return json.dumps(document, sort_keys=True, indent=2, allow_nan=False, default=_plain) + "\n"
 
 
 #: Plans of more hosts than this are written compact (``compact_json``); smaller ones indented.

@@ -11,31 +11,46 @@ from typing import Any
 import numpy as np
 import orjson
 
+from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.planner import hostjson, hostlists, jsonpieces
 from cosample.planner.datacentre import DataCentre
+from cosample.planner.errors import PlannerError
 from cosample.planner.extras import ExtraColumns
 from cosample.planner.planbytes import HostTable, plan_id
-from cosample.planner.errors import PlannerError
-from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
-from cosample.times import format_time
 from cosample.planner.realise import Realised
 from cosample.planner.report import MAX_ROWS
 from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
+from cosample.times import format_time
 
 #: The host fields agents and collectors read (beside the description's extras); the others are
 #: the per-host report: the inputs as planned, the predicted cost and the continuous optimum.
 #: The ``sample`` local mechanism's host fields (written only when some server may use it).
 SAMPLE_FIELDS = ("local_mechanism", "sample_probability", "observation_domain")
-AGENT_FIELDS = ("role", "local_rate", "sflow_sampling", "mirrors", "receives", "appmon",
-                *SAMPLE_FIELDS)
+AGENT_FIELDS = (
+    "role",
+    "local_rate",
+    "sflow_sampling",
+    "mirrors",
+    "receives",
+    "appmon",
+    *SAMPLE_FIELDS,
+)
 DEFAULT_VALIDITY = timedelta(hours=6)
 
 
-def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None = None,
-               valid_for: timedelta = DEFAULT_VALIDITY, version: int | None = None,
-               point_estimate: Solution | None = None, floor: int | None = None,
-               lazy_hosts: bool = False, report: bool = True) -> dict[str, Any]:
+def build_plan(
+    dc: DataCentre,
+    solution: Solution,
+    *,
+    created: datetime | None = None,
+    valid_for: timedelta = DEFAULT_VALIDITY,
+    version: int | None = None,
+    point_estimate: Solution | None = None,
+    floor: int | None = None,
+    lazy_hosts: bool = False,
+    report: bool = True,
+) -> dict[str, Any]:
     """The plan document for ``solution`` (rates rounded for sFlow, loads predicted).
 
     ``point_estimate``: for a robust plan, the same plan made with the point estimates, whose
@@ -49,7 +64,9 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     ``report=False``: the hosts carry only ``AGENT_FIELDS`` (and the description's extras), what
     agents and collectors read; the rest of each entry is ``host_report``'s, in columns.
     """
-    created = (created or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
+    created = (
+        (created or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
+    )
     problem = solution.problem
     if problem.dc is not dc and problem.dc.names != dc.names:
         raise PlannerError("build_plan: the solution was planned for another data centre")
@@ -59,8 +76,10 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         from cosample.planner import appmon_plan
 
         appmon_solution, services = appmon_plan.plan_appmon(problem, applied)
-        appmon = [orjson.dumps(host, option=orjson.OPT_SORT_KEYS)
-                  for host in appmon_plan.host_entries(dc, appmon_solution, services)]
+        appmon = [
+            orjson.dumps(host, option=orjson.OPT_SORT_KEYS)
+            for host in appmon_plan.host_entries(dc, appmon_solution, services)
+        ]
     roles = _roles(problem, applied)
     hosts = _host_table(problem, applied, floor, report, appmon, roles)  # plan_id hashes it
     plan: dict[str, Any] = {
@@ -69,16 +88,21 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
         "datacentre": dc.name,
         "sflow": dict(dc.sflow),
         "cost": _cost(problem),
-        "solver": {"name": solution.solver, "lp_backend": solution.lp_backend,
-                   "variables": solution.variables, "seconds": round(solution.seconds, 6)},
+        "solver": {
+            "name": solution.solver,
+            "lp_backend": solution.lp_backend,
+            "variables": solution.variables,
+            "seconds": round(solution.seconds, 6),
+        },
         "summary": _summary(solution, point_estimate, roles),
         "hosts": hosts if lazy_hosts else hosts.parsed(),
     }
     if dc.ipfix is not None or applied.sample_probability is not None:
         plan["ipfix"] = dict(dc.ipfix or {})  # only then: plans without it stay byte-identical
     if appmon is not None:
-        plan["summary"]["appmon"] = appmon_plan.summary(problem, applied, appmon_solution,
-                                                        services, _num)
+        plan["summary"]["appmon"] = appmon_plan.summary(
+            problem, applied, appmon_solution, services, _num
+        )
     plan["plan_id"] = plan_id({**plan, "hosts": hosts})
     plan["version"] = int(created.timestamp()) if version is None else int(version)
     plan["created"] = format_time(created)
@@ -86,8 +110,9 @@ def build_plan(dc: DataCentre, solution: Solution, *, created: datetime | None =
     return plan
 
 
-def _summary(solution: Solution, point_estimate: Solution | None, roles: np.ndarray
-             ) -> dict[str, Any]:
+def _summary(
+    solution: Solution, point_estimate: Solution | None, roles: np.ndarray
+) -> dict[str, Any]:
     """What the solution carries (its applied plan, baseline and continuous optimum), stated
     (``roles``: each host's, ``_roles``)."""
     problem = solution.problem
@@ -124,8 +149,9 @@ def _summary(solution: Solution, point_estimate: Solution | None, roles: np.ndar
         "assumptions": {
             "margin": _num(float(problem.margin.max())) if problem.uniform_margin else "per server",
             "robust": problem.robust,
-            "collector_cap_pps": (_num(problem.collector_cap_pps)
-                                  if np.isfinite(problem.collector_cap_pps) else None),
+            "collector_cap_pps": (
+                _num(problem.collector_cap_pps) if np.isfinite(problem.collector_cap_pps) else None
+            ),
         },
         "rounding": rounding_summary(solution, _num),
         "notes": list(problem.notes),
@@ -133,12 +159,15 @@ def _summary(solution: Solution, point_estimate: Solution | None, roles: np.ndar
     if applied.sample_probability is not None:  # some server may use the sample action
         sampled = int(np.count_nonzero(applied.sample_probability > 0))
         summary["local_mechanisms"] = {
-            "sample": sampled, "sflow": int(np.count_nonzero(applied.sflow_sampling > 0)),
+            "sample": sampled,
+            "sflow": int(np.count_nonzero(applied.sflow_sampling > 0)),
             "off": problem.size - sampled - int(np.count_nonzero(applied.sflow_sampling > 0)),
-            "may_sample": int(np.count_nonzero(problem.can_sample))}
+            "may_sample": int(np.count_nonzero(problem.can_sample)),
+        }
     if point_estimate is not None:
         summary["assumptions"]["point_estimate_collected_pps"] = _num(
-            point_estimate.applied.collected_pps)
+            point_estimate.applied.collected_pps
+        )
     return summary
 
 
@@ -147,13 +176,22 @@ def _roles(problem, applied: Realised) -> np.ndarray:
     received = np.bincount(applied.mirror_dst, weights=applied.mirror_pps, minlength=problem.size)
     full = applied.local_rate >= 1.0
     roles = np.where(problem.receiver & (full | (received > 0)), "receiver", "sender")
-    nothing = (applied.sflow_sampling == 0) & (received <= 0) & (
-        np.bincount(applied.mirror_src, weights=applied.mirror_pps, minlength=problem.size) <= 0)
+    nothing = (
+        (applied.sflow_sampling == 0)
+        & (received <= 0)
+        & (np.bincount(applied.mirror_src, weights=applied.mirror_pps, minlength=problem.size) <= 0)
+    )
     return np.where(nothing & ((problem.own_pps == 0) | problem.receiver), "idle", roles)
 
 
-def _host_table(problem, applied: Realised, floor: int | None, report: bool,
-                appmon: list[bytes] | None, roles: np.ndarray) -> HostTable:
+def _host_table(
+    problem,
+    applied: Realised,
+    floor: int | None,
+    report: bool,
+    appmon: list[bytes] | None,
+    roles: np.ndarray,
+) -> HostTable:
     """Every host's entry as compact sorted JSON, built from whole columns (``hostjson``: no
     per-host dicts): the numbers rounded at once (``significant``), each column serialised
     once, mirror and receive lists grouped by one sort. ``report``: with the report's fields;
@@ -172,11 +210,13 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     fields: dict[str, Any] = {
         "local_rate": significant(local, names, "local_rate"),
         "sflow_sampling": hostjson.Nullable(interval, interval > 0),
-        "role": quoted[(roles == "sender") + 2 * (roles == "idle")]}  # each row's JSON
+        "role": quoted[(roles == "sender") + 2 * (roles == "idle")],
+    }  # each row's JSON
     if probability is not None:  # only when a server may use it: other plans byte-identical
         sample = probability > 0
-        fields["local_mechanism"] = np.where(sample, jsonpieces.value("sample"),
-                                             jsonpieces.value("sflow"))
+        fields["local_mechanism"] = np.where(
+            sample, jsonpieces.value("sample"), jsonpieces.value("sflow")
+        )
         fields["sample_probability"] = hostjson.Nullable(probability, sample)
         fields["observation_domain"] = hostjson.Nullable(problem.observation_domain, sample)
     known = hostjson.named(names)  # sorted and quoted once (kept for the next plan)
@@ -190,11 +230,20 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     if jsonpieces.compiled is None:  # written once for both lists (never None: a number is short)
         written = jsonpieces.fixed(jsonpieces.numbers(rate.tolist()))
         rate = rate if written is None else written
-    fields["mirrors"] = hostlists.grouped(src, rank[dst], {
-        "to": hostlists.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)
-    fields["receives"] = hostlists.grouped(dst, rank[src], {
-        "from": hostlists.Lookup(quoted_names, src), "rate": rate,
-        "pps": significant(pps, None, "receives.pps")}, n, rank=rank)
+    fields["mirrors"] = hostlists.grouped(
+        src, rank[dst], {"to": hostlists.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank
+    )
+    fields["receives"] = hostlists.grouped(
+        dst,
+        rank[src],
+        {
+            "from": hostlists.Lookup(quoted_names, src),
+            "rate": rate,
+            "pps": significant(pps, None, "receives.pps"),
+        },
+        n,
+        rank=rank,
+    )
     if appmon is not None:  # only with services: plans without them stay byte-identical
         fields["appmon"] = appmon
     if report:
@@ -202,8 +251,14 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
         src, dst, rate = _planned_mirrors(problem, applied)
         fields["planned"] = {
             "local_rate": significant(applied.planned_rate, names, "planned_rate"),
-            "mirrors": hostlists.grouped(src, rank[dst], {
-                "to": hostlists.Lookup(quoted_names, dst), "rate": rate}, n, rank=rank)}
+            "mirrors": hostlists.grouped(
+                src,
+                rank[dst],
+                {"to": hostlists.Lookup(quoted_names, dst), "rate": rate},
+                n,
+                rank=rank,
+            ),
+        }
     extras = dc.server_extras
     if isinstance(extras, ExtraColumns):  # a field every server gives is one more column
         complete = extras.complete()
@@ -213,8 +268,7 @@ def _host_table(problem, applied: Realised, floor: int | None, report: bool,
     busiest = None
     if report:  # highest capacity use first, name order among equals (a stable sort)
         order = np.lexsort((rank, -fields["capacity_use"]))[:MAX_ROWS].tolist()
-        shown = hostjson.table([names[i] for i in order], hostjson.subset(fields, order),
-                               extras)
+        shown = hostjson.table([names[i] for i in order], hostjson.subset(fields, order), extras)
         entries = orjson.loads(b"".join(shown))
         busiest = {names[i]: entries[names[i]] for i in order}
     return HostTable(chunks, busiest)
@@ -232,13 +286,21 @@ def host_report(solution: Solution, plan: Mapping[str, Any]) -> bytes:
     src, dst, rate = _planned_mirrors(problem, applied)
     known = hostjson.named(names)  # as the plan's table quoted them
     document = {
-        "format": REPORT_FORMAT, "format_version": FORMAT_VERSION,
-        "plan_id": plan["plan_id"], "version": plan["version"],
+        "format": REPORT_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "plan_id": plan["plan_id"],
+        "version": plan["version"],
         "names": orjson.Fragment(b"[" + b",".join(known.quoted) + b"]"),  # quoted once
         **_report_columns(problem, applied),
-        "planned": {"local_rate": significant(applied.planned_rate, names, "planned_rate"),
-                    "mirrors": {"from": hostjson.peers(known, src),
-                                "to": hostjson.peers(known, dst), "rate": rate}}}
+        "planned": {
+            "local_rate": significant(applied.planned_rate, names, "planned_rate"),
+            "mirrors": {
+                "from": hostjson.peers(known, src),
+                "to": hostjson.peers(known, dst),
+                "rate": rate,
+            },
+        },
+    }
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
@@ -248,12 +310,23 @@ def _report_columns(problem, applied: Realised) -> dict[str, np.ndarray]:
     capacity, load = problem.capacity_pps, applied.load_pps
     with np.errstate(divide="ignore", invalid="ignore"):
         use = np.where(capacity > 0, load / capacity, 0.0)
-    return {key: significant(values, dc.names, key) for key, values in (
-        ("capacity_pps", capacity), ("margin", problem.margin),
-        ("forwarding_pps", dc.forwarding_pps), ("own_pps", problem.own_pps),
-        ("sampled_pps", problem.bridge_pps), ("distinct_pps", applied.distinct_pps),
-        ("load_pps", load), ("capacity_use", use), ("headroom_pps", capacity - load),
-        ("alpha", problem.alpha), ("beta", problem.beta), ("weight", problem.weight))}
+    return {
+        key: significant(values, dc.names, key)
+        for key, values in (
+            ("capacity_pps", capacity),
+            ("margin", problem.margin),
+            ("forwarding_pps", dc.forwarding_pps),
+            ("own_pps", problem.own_pps),
+            ("sampled_pps", problem.bridge_pps),
+            ("distinct_pps", applied.distinct_pps),
+            ("load_pps", load),
+            ("capacity_use", use),
+            ("headroom_pps", capacity - load),
+            ("alpha", problem.alpha),
+            ("beta", problem.beta),
+            ("weight", problem.weight),
+        )
+    }
 
 
 def _planned_mirrors(problem, applied: Realised) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -264,8 +337,9 @@ def _planned_mirrors(problem, applied: Realised) -> tuple[np.ndarray, np.ndarray
     return src, dst, significant(pps / problem.own_pps[src], None, "planned.mirrors.rate")
 
 
-def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,
-                digits: int = 12) -> np.ndarray:
+def significant(
+    values: np.ndarray, names: tuple[str, ...] | None, field: str, digits: int = 12
+) -> np.ndarray:
     """``float(f"{v:.12g}")`` for a whole array, bit for bit (property-tested against it): the
     plan's numbers, stable across platforms and exact enough. A non-finite value is a
     ``PlannerError`` naming the host (``names``) and the field.
@@ -293,8 +367,12 @@ def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,
     scaled = np.where(up, a * power, a / power)
     whole = np.rint(scaled)
     result = np.where(up, whole / power, whole * power)
-    doubtful = ((magnitude > _EXACT_POWERS) | (np.abs(scaled - whole) > 0.5 - 1e-3)
-                | (whole < 10.0 ** (digits - 1)) | (whole >= 10.0 ** digits))
+    doubtful = (
+        (magnitude > _EXACT_POWERS)
+        | (np.abs(scaled - whole) > 0.5 - 1e-3)
+        | (whole < 10.0 ** (digits - 1))
+        | (whole >= 10.0**digits)
+    )
     for k in np.flatnonzero(doubtful).tolist():
         result[k] = float(f"{a[k]:.{digits}g}")
     out = np.copysign(result, x, out=result)
@@ -304,7 +382,7 @@ def significant(values: np.ndarray, names: tuple[str, ...] | None, field: str,
 
 #: 10**k for k up to 22, each exact in a double (``significant``: a look-up, not ``np.power``).
 _EXACT_POWERS = 22
-_POWERS_OF_TEN = np.array([10.0 ** k for k in range(_EXACT_POWERS + 1)])
+_POWERS_OF_TEN = np.array([10.0**k for k in range(_EXACT_POWERS + 1)])
 
 
 def _cost(problem) -> dict[str, Any]:
@@ -327,5 +405,3 @@ def _num(value: float) -> float:
     if not math.isfinite(value):
         raise PlannerError(f"summary: not a finite number ({value!r})")
     return float(f"{value:.12g}")
-
-

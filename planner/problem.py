@@ -10,10 +10,9 @@ arrays; every solver and the plan writer read it, so they agree on costs and cap
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -29,15 +28,17 @@ class Problem:
     """Planning view of a data centre: per-server arrays, positions as in ``dc.names``."""
 
     dc: DataCentre
-    capacity_pps: np.ndarray     # capacity planned with (the interval's low end when robust)
-    usable_pps: np.ndarray       # capacity x (1 - margin): what load may reach
-    alpha: np.ndarray            # sampling cost planned with
-    beta: np.ndarray             # mirroring cost planned with
+    capacity_pps: np.ndarray  # capacity planned with (the interval's low end when robust)
+    usable_pps: np.ndarray  # capacity x (1 - margin): what load may reach
+    alpha: np.ndarray  # sampling cost planned with
+    beta: np.ndarray  # mirroring cost planned with
     margin: np.ndarray
-    weight: np.ndarray           # value of one collected packet of this server's own traffic
-    mirror_cap_pps: np.ndarray   # most own traffic it may mirror (bytes cap / mean size), inf if none
-    bridge_pps: np.ndarray       # packets entering the sampled bridge that sFlow draws from
-    collector_cap_pps: float = np.inf   # fleet-wide cap on samples/s sent to the collector
+    weight: np.ndarray  # value of one collected packet of this server's own traffic
+    mirror_cap_pps: (
+        np.ndarray
+    )  # most own traffic it may mirror (bytes cap / mean size), inf if none
+    bridge_pps: np.ndarray  # packets entering the sampled bridge that sFlow draws from
+    collector_cap_pps: float = np.inf  # fleet-wide cap on samples/s sent to the collector
     robust: bool = False
     notes: tuple[str, ...] = field(default=())
     #: the application part planned before the sFlow plan (``appmon_order: appmon_first``):
@@ -97,8 +98,12 @@ class Problem:
         None when none may, so such plans are made exactly as before the mechanism existed."""
         if self.alpha_sample is None or self.observation_domain is None:
             return None
-        able = (np.isfinite(self.alpha_sample) & (self.observation_domain > 0)
-                & ~self.receiver & (self.own_pps > 0))
+        able = (
+            np.isfinite(self.alpha_sample)
+            & (self.observation_domain > 0)
+            & ~self.receiver
+            & (self.own_pps > 0)
+        )
         return able if able.any() else None
 
     @cached_property
@@ -109,8 +114,9 @@ class Problem:
         if self.can_sample is None:
             return self.sample_cost
         with np.errstate(divide="ignore", invalid="ignore"):
-            sample = np.where(self.own_pps > 0,
-                              self.alpha_sample * self.bridge_pps / self.own_pps, np.inf)
+            sample = np.where(
+                self.own_pps > 0, self.alpha_sample * self.bridge_pps / self.own_pps, np.inf
+            )
         return np.where(self.cheaper_sample, sample, self.sample_cost)
 
     @cached_property
@@ -158,8 +164,10 @@ def build_problem(dc: DataCentre, margin: float | None = None, robust: bool = Fa
     if squeezed.size:
         listed = ", ".join(dc.names[i] for i in squeezed[:5])
         more = f" and {squeezed.size - 5} more" if squeezed.size > 5 else ""
-        notes.append(f"{squeezed.size} server(s) forward more than their planned capacity "
-                     f"(margin{' and interval' if robust else ''}) and sample nothing: {listed}{more}")
+        notes.append(
+            f"{squeezed.size} server(s) forward more than their planned capacity "
+            f"(margin{' and interval' if robust else ''}) and sample nothing: {listed}{more}"
+        )
     inbound = dc.forwarding_pps - dc.own_pps
     sampled_inbound = _array(dc, "samples_inbound", False).astype(bool)
     bridge = dc.own_pps + np.where(sampled_inbound, inbound, 0.0)
@@ -174,14 +182,28 @@ def build_problem(dc: DataCentre, margin: float | None = None, robust: bool = Fa
         appmon = plan_first(dc, usable, cap_bytes)
         usable = usable - appmon[0].load
         with np.errstate(divide="ignore", invalid="ignore"):
-            mirror_cap = np.where(np.isfinite(cap_bytes),
-                                  np.maximum(cap_bytes - appmon[0].mirror_bytes, 0) / packet_bytes,
-                                  np.inf)
-    return Problem(dc=dc, capacity_pps=capacity, usable_pps=usable, alpha=alpha, beta=beta,
-                   margin=margins, weight=_array(dc, "weight", 1.0), mirror_cap_pps=mirror_cap,
-                   bridge_pps=bridge, collector_cap_pps=float(dc.collector_cap_pps),
-                   robust=robust, notes=tuple(notes), appmon=appmon, alpha_sample=alpha_sample,
-                   observation_domain=dc.observation_domain)
+            mirror_cap = np.where(
+                np.isfinite(cap_bytes),
+                np.maximum(cap_bytes - appmon[0].mirror_bytes, 0) / packet_bytes,
+                np.inf,
+            )
+    return Problem(
+        dc=dc,
+        capacity_pps=capacity,
+        usable_pps=usable,
+        alpha=alpha,
+        beta=beta,
+        margin=margins,
+        weight=_array(dc, "weight", 1.0),
+        mirror_cap_pps=mirror_cap,
+        bridge_pps=bridge,
+        collector_cap_pps=float(dc.collector_cap_pps),
+        robust=robust,
+        notes=tuple(notes),
+        appmon=appmon,
+        alpha_sample=alpha_sample,
+        observation_domain=dc.observation_domain,
+    )
 
 
 def _array(dc: DataCentre, name: str, default) -> np.ndarray:
@@ -192,36 +214,50 @@ def _array(dc: DataCentre, name: str, default) -> np.ndarray:
     return np.asarray(value)
 
 
-def _robust(dc: DataCentre, capacity: np.ndarray, alpha: np.ndarray, beta: np.ndarray,
-            notes: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _robust(
+    dc: DataCentre, capacity: np.ndarray, alpha: np.ndarray, beta: np.ndarray, notes: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Upper ends of alpha's and beta's intervals, the low end of capacity's, where known."""
     intervals = dc.intervals
     known = np.zeros(dc.size, dtype=bool)
     if intervals is not None:
-        for label, values, column in (("alpha", alpha, 1), ("beta", beta, 1),
-                                      ("capacity_pps", capacity, 0)):
+        for label, values, column in (
+            ("alpha", alpha, 1),
+            ("beta", beta, 1),
+            ("capacity_pps", capacity, 0),
+        ):
             ends = intervals[label][:, column]
             have = np.isfinite(ends)
             values[have] = ends[have]
             known |= have
     if not known.all():
         missing = [dc.names[i] for i in np.flatnonzero(~known)]
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        notes.append(f"robust: no calibration interval for {len(missing)} server(s), planned "
-                     f"with their point estimates: {shown}")
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        notes.append(
+            f"robust: no calibration interval for {len(missing)} server(s), planned "
+            f"with their point estimates: {shown}"
+        )
     return capacity, alpha, beta
 
 
-def _indistinct_costs(dc: DataCentre, alpha: np.ndarray, beta: np.ndarray, robust: bool) -> list[str]:
+def _indistinct_costs(
+    dc: DataCentre, alpha: np.ndarray, beta: np.ndarray, robust: bool
+) -> list[str]:
     """Say so when a plan relies on beta < alpha that the calibration cannot establish."""
     intervals = dc.intervals
     if intervals is None:
         return []
     alpha_low, beta_high = intervals["alpha"][:, 0], intervals["beta"][:, 1]
-    unsure = np.isfinite(alpha_low) & np.isfinite(beta_high) & (beta_high >= alpha_low) & (beta < alpha)
+    unsure = (
+        np.isfinite(alpha_low) & np.isfinite(beta_high) & (beta_high >= alpha_low) & (beta < alpha)
+    )
     if not unsure.any():
         return []
     names = [dc.names[i] for i in np.flatnonzero(unsure)]
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return [f"{len(names)} server(s) planned with beta < alpha although their calibration's 95 % "
-            f"intervals overlap (mirroring may cost as much as sampling): {shown}"]
+    return [
+        f"{len(names)} server(s) planned with beta < alpha although their calibration's 95 % "
+        f"intervals overlap (mirroring may cost as much as sampling): {shown}"
+    ]

@@ -63,7 +63,9 @@ class Points:
 
     def at(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rate, mirrored, value) of point ``which`` (0..3, or 0..7 merged) per sender."""
-        return tuple(np.choose(which, columns) for columns in (self.rate, self.mirrored, self.value))
+        return tuple(
+            np.choose(which, columns) for columns in (self.rate, self.mirrored, self.value)
+        )
 
     def sample_at(self, which: np.ndarray) -> np.ndarray:
         """Whether point ``which`` of each sender samples by the sample action."""
@@ -73,8 +75,11 @@ class Points:
 def points_of(senders: Senders) -> Points:
     """The four candidate points of every sender (module docstring: why these four)."""
     t_min = senders.rate(senders.n_min)
-    below_cap = np.where(np.isfinite(senders.n_cap) & (senders.n_cap - 1 > senders.n_min),
-                         senders.n_cap - 1, senders.n_min)
+    below_cap = np.where(
+        np.isfinite(senders.n_cap) & (senders.n_cap - 1 > senders.n_min),
+        senders.n_cap - 1,
+        senders.n_min,
+    )
     # N_c at the limit; off when no N reaches it or when the limit is all own traffic (same value)
     last = np.where(senders.limit >= senders.own * (1 - 1e-12), np.inf, senders.n_cap)
     rate = [t_min, t_min, senders.rate(below_cap), senders.rate(last)]
@@ -91,11 +96,17 @@ def merged(flow: Points, sample: Points, able: np.ndarray) -> Points:
     swap = np.zeros(flow.value[0].size, dtype=bool)
     swap[able] = sample.value[0] > flow.value[0][able]
     columns = []
-    for ours, theirs in ((flow.rate, sample.rate), (flow.mirrored, sample.mirrored),
-                         (flow.value, sample.value), (flow.grid, sample.grid)):
+    for ours, theirs in (
+        (flow.rate, sample.rate),
+        (flow.mirrored, sample.mirrored),
+        (flow.value, sample.value),
+        (flow.grid, sample.grid),
+    ):
         first, last = ours[0].copy(), ours[0].copy()
-        first[able], last[able] = np.where(swap[able], theirs[0], ours[0][able]), \
-            np.where(swap[able], ours[0][able], theirs[0])
+        first[able], last[able] = (
+            np.where(swap[able], theirs[0], ours[0][able]),
+            np.where(swap[able], ours[0][able], theirs[0]),
+        )
         extra = []
         for j in (1, 2, 3):
             column = ours[0].copy()
@@ -111,18 +122,18 @@ class Hulls:
     sender by sender in hull order; ``key`` is each step's slope made non-increasing within its
     sender (round-off), the order greedy and bound take steps in (``order``, highest first)."""
 
-    sender: np.ndarray   # position among the senders
+    sender: np.ndarray  # position among the senders
     room: np.ndarray
     gain: np.ndarray
-    target: np.ndarray   # point 1..3 (1..7 on two ladders)
-    order: np.ndarray    # steps by key, highest first (stable: a sender's steps stay in order)
-    size: int            # number of senders
+    target: np.ndarray  # point 1..3 (1..7 on two ladders)
+    order: np.ndarray  # steps by key, highest first (stable: a sender's steps stay in order)
+    size: int  # number of senders
     competing: np.ndarray  # senders with at least one step, ascending
 
     def final(self) -> np.ndarray:
         """Each sender's last hull point: its best alone (ties: least room)."""
         last = np.zeros(self.size, dtype=np.int64)
-        ends = np.concatenate((self.sender[1:] != self.sender[:-1], [True]))[:self.sender.size]
+        ends = np.concatenate((self.sender[1:] != self.sender[:-1], [True]))[: self.sender.size]
         last[self.sender[ends]] = self.target[ends]  # steps are in hull order per sender
         return last
 
@@ -170,8 +181,9 @@ def hulls_of(points: Points, able: np.ndarray | None = None) -> Hulls:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     slope = np.where(ahead, dv / dy, -np.inf)
                 # equal slopes: the farther point (fewer steps)
-                better = ahead & ((slope >= best) if ordered else
-                                  (slope > best) | (slope == best) & (dy > step_y))
+                better = ahead & (
+                    (slope >= best) if ordered else (slope > best) | (slope == best) & (dy > step_y)
+                )
                 best, pick = np.where(better, slope, best), np.where(better, j, pick)
                 step_y, step_v = np.where(better, dy, step_y), np.where(better, dv, step_v)
             moved = pick >= 0
@@ -187,8 +199,9 @@ def hulls_of(points: Points, able: np.ndarray | None = None) -> Hulls:
                 keep = pick < columns
                 active, positions = active[keep], positions[keep]
             else:  # no point beyond the one reached
-                beyond = cur_y[active] + 1e-12 * np.maximum(cur_y[active], 1.0) \
-                    < farthest[positions]
+                beyond = (
+                    cur_y[active] + 1e-12 * np.maximum(cur_y[active], 1.0) < farthest[positions]
+                )
                 active, positions = active[beyond], positions[beyond]
 
     if able is None:
@@ -215,9 +228,9 @@ class Applied:
     senders: Senders
     rate: np.ndarray
     mirrored: np.ndarray
-    objective: float     # weighted distinct packets, receivers' own included
-    bound: float         # no 1-in-N (or K/65535) plan collects more (weighted)
-    method: str          # "no room", "all fit", "MILP", "greedy"
+    objective: float  # weighted distinct packets, receivers' own included
+    bound: float  # no 1-in-N (or K/65535) plan collects more (weighted)
+    method: str  # "no room", "all fit", "MILP", "greedy"
     proved: bool
     #: per sender, True where it samples by the sample action (None: no sender may)
     sample: np.ndarray | None = None
@@ -248,9 +261,16 @@ def choose_applied(problem: Problem) -> Applied:
     def applied(rate, mirrored, value, sample, total_bound, method, proved) -> Applied:
         total = fixed + float(value.sum())
         chosen = None if len(ladders) == 1 else sample & (rate > 0)
-        return Applied(senders, rate, mirrored, total,
-                       total if total_bound is None else max(total_bound, total), method, proved,
-                       chosen)
+        return Applied(
+            senders,
+            rate,
+            mirrored,
+            total,
+            total if total_bound is None else max(total_bound, total),
+            method,
+            proved,
+            chosen,
+        )
 
     if room <= 0:  # nothing to share: every sender samples what it can afford alone
         at = np.zeros(hulls.size, dtype=np.int64)
@@ -261,14 +281,20 @@ def choose_applied(problem: Problem) -> Applied:
     competing = hulls.competing
     if competing.size <= MILP_UP_TO:
         from cosample.planner.quantised_milp import solve_knapsack
+
         found = solve_knapsack(ladders, points, competing, room)
         if found is not None:
             return applied(*found, None, "MILP", True)
     return applied(*_greedy(senders, subset, points, hulls, room), bound, "greedy", False)
 
 
-def _greedy(senders: Senders, subset: tuple[np.ndarray, Senders] | None, points: Points,
-            hulls: Hulls, room: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _greedy(
+    senders: Senders,
+    subset: tuple[np.ndarray, Senders] | None,
+    points: Points,
+    hulls: Hulls,
+    room: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Whole hull steps by slope while they fit, first-fit over the next steps, one partial
     (``subset``: the positions of the senders that may sample and their sample ladder)."""
     k = hulls.size
@@ -283,8 +309,10 @@ def _greedy(senders: Senders, subset: tuple[np.ndarray, Senders] | None, points:
     rest = rest[hulls.room[rest] <= left]
     for _ in range(FIRST_FIT_ROUNDS):
         # a step may be taken only after the sender's earlier ones (its level)
-        rest = rest[(rest - first[hulls.sender[rest]] >= level[hulls.sender[rest]])
-                    & (hulls.room[rest] <= left)]
+        rest = rest[
+            (rest - first[hulls.sender[rest]] >= level[hulls.sender[rest]])
+            & (hulls.room[rest] <= left)
+        ]
         nexts = rest[rest - first[hulls.sender[rest]] == level[hulls.sender[rest]]]
         if nexts.size == 0:
             break
@@ -301,8 +329,15 @@ def _greedy(senders: Senders, subset: tuple[np.ndarray, Senders] | None, points:
     return rate, mirrored, value, sample
 
 
-def _partial(flow: Senders, subset: tuple[np.ndarray, Senders] | None, rate: np.ndarray,
-             mirrored: np.ndarray, value: np.ndarray, sample: np.ndarray, left: float) -> None:
+def _partial(
+    flow: Senders,
+    subset: tuple[np.ndarray, Senders] | None,
+    rate: np.ndarray,
+    mirrored: np.ndarray,
+    value: np.ndarray,
+    sample: np.ndarray,
+    left: float,
+) -> None:
     """Give the room left to the one sender that gains most from it, in place: on either
     ladder, the best plan mirroring all of ``mirrored + left``, or the vertex just below it
     (one N fewer, saturated)."""
@@ -323,11 +358,16 @@ def _partial(flow: Senders, subset: tuple[np.ndarray, Senders] | None, rate: np.
         below_n = np.where(below_n >= senders.n_min, below_n, senders.n_min)
         below_rate = senders.rate(below_n)
         below = np.minimum(senders.most_mirrored(below_rate), wider)
-        below_value = np.where(np.isfinite(senders.n_min), senders.value(below_rate, below),
-                               -np.inf)
+        below_value = np.where(
+            np.isfinite(senders.n_min), senders.value(below_rate, below), -np.inf
+        )
         use_below = below_value > wide_value
-        option = (np.where(use_below, below_rate, wide_rate), np.where(use_below, below, wider),
-                  np.maximum(below_value, wide_value), senders.grid)
+        option = (
+            np.where(use_below, below_rate, wide_rate),
+            np.where(use_below, below, wider),
+            np.maximum(below_value, wide_value),
+            senders.grid,
+        )
         if able is not None:  # the better ladder per sender (sFlow's on ties)
             other = option[2] > options[0][2][able]
             for whole, part in zip(options[0], option):
@@ -338,5 +378,9 @@ def _partial(flow: Senders, subset: tuple[np.ndarray, Senders] | None, rate: np.
     gain = new_value - value
     best = int(np.argmax(gain))
     if gain[best] > 0:
-        rate[best], mirrored[best], value[best] = new_rate[best], new_mirrored[best], gain[best] + value[best]
+        rate[best], mirrored[best], value[best] = (
+            new_rate[best],
+            new_mirrored[best],
+            gain[best] + value[best],
+        )
         sample[best] = new_grid[best]

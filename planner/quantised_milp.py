@@ -42,8 +42,9 @@ DENSE, LADDER = 6, 12
 END_TOLERANCE = 1e-7
 
 
-def solve_knapsack(ladders: tuple[Senders, ...], points: Points, competing: np.ndarray,
-                   room: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def solve_knapsack(
+    ladders: tuple[Senders, ...], points: Points, competing: np.ndarray, room: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """(rate, mirrored, value, sample) per sender, optimal over every 1-in-N (and K/65535)
     plan; None if unsolved. ``ladders``: the senders on sFlow's ladder, and on the sample
     action's (``ladders.ladders_of``).
@@ -53,9 +54,15 @@ def solve_knapsack(ladders: tuple[Senders, ...], points: Points, competing: np.n
     k = ladders[0].index.size
     rate, mirrored = points.rate[0].copy(), np.zeros(k)
     sample = points.grid[0].copy()
-    explicit = {int(i): {(j, n) for j, senders in enumerate(ladders)
-                         if j == 0 or senders.grid[i] for n in _initial(senders, int(i))}
-                for i in competing}
+    explicit = {
+        int(i): {
+            (j, n)
+            for j, senders in enumerate(ladders)
+            if j == 0 or senders.grid[i]
+            for n in _initial(senders, int(i))
+        }
+        for i in competing
+    }
     deadline = time.monotonic() + TIME_LIMIT_S
     for _ in range(MAX_ROUNDS):
         left = deadline - time.monotonic()
@@ -111,7 +118,7 @@ def _vertex(senders: Senders, i: int, n: float) -> tuple[float, float]:
 
 
 def _one(senders: Senders, i: int) -> Senders:
-    return Senders(*(getattr(senders, f)[i:i + 1] for f in senders.__dataclass_fields__))
+    return Senders(*(getattr(senders, f)[i : i + 1] for f in senders.__dataclass_fields__))
 
 
 def _items(senders: Senders, i: int, explicit: set[float]):
@@ -135,12 +142,21 @@ def _items(senders: Senders, i: int, explicit: set[float]):
     return items
 
 
-def _solve(ladders: tuple[Senders, ...], explicit: dict[int, set[tuple[int, float]]],
-           room: float, seconds: float):
+def _solve(
+    ladders: tuple[Senders, ...],
+    explicit: dict[int, set[tuple[int, float]]],
+    room: float,
+    seconds: float,
+):
     """One MILP (scipy's HiGHS); {sender: (ladder, kind, n_a, n_b, mirrored)} it picked, None
     if unsolved."""
-    rows = [(i, (j, *item)) for i, ns in explicit.items() for j, senders in enumerate(ladders)
-            for item in _items(senders, i, {n for at, n in ns if at == j}) if ns]
+    rows = [
+        (i, (j, *item))
+        for i, ns in explicit.items()
+        for j, senders in enumerate(ladders)
+        for item in _items(senders, i, {n for at, n in ns if at == j})
+        if ns
+    ]
     m = len(rows)
     if m == 0:
         return {}
@@ -154,25 +170,38 @@ def _solve(ladders: tuple[Senders, ...], explicit: dict[int, set[tuple[int, floa
     # variables: z (m binaries), then q (m amounts)
     cost = -np.concatenate((value, slope))
     eye = sparse.identity(m, format="csr")
-    link = sparse.hstack((-sparse.diags(width), eye))                    # q - width z <= 0
-    one = sparse.hstack((sparse.csr_matrix((np.ones(m), (group, np.arange(m))),
-                                           shape=(senders_listed.size, m)),
-                         sparse.csr_matrix((senders_listed.size, m))))  # sum z <= 1
+    link = sparse.hstack((-sparse.diags(width), eye))  # q - width z <= 0
+    one = sparse.hstack(
+        (
+            sparse.csr_matrix((np.ones(m), (group, np.arange(m))), shape=(senders_listed.size, m)),
+            sparse.csr_matrix((senders_listed.size, m)),
+        )
+    )  # sum z <= 1
     used = sparse.csr_matrix(np.concatenate((fixed, np.ones(m)))[None, :])  # room
-    constraints = [LinearConstraint(link, -np.inf, 0.0),
-                   LinearConstraint(one, -np.inf, 1.0),
-                   LinearConstraint(used, -np.inf, room)]
-    result = milp(cost, constraints=constraints,
-                  integrality=np.concatenate((np.ones(m), np.zeros(m))),
-                  bounds=Bounds(np.zeros(2 * m), np.concatenate((np.ones(m), width))),
-                  options={"mip_rel_gap": MIP_GAP, "time_limit": seconds})
+    constraints = [
+        LinearConstraint(link, -np.inf, 0.0),
+        LinearConstraint(one, -np.inf, 1.0),
+        LinearConstraint(used, -np.inf, room),
+    ]
+    result = milp(
+        cost,
+        constraints=constraints,
+        integrality=np.concatenate((np.ones(m), np.zeros(m))),
+        bounds=Bounds(np.zeros(2 * m), np.concatenate((np.ones(m), width))),
+        options={"mip_rel_gap": MIP_GAP, "time_limit": seconds},
+    )
     if result.status != 0 or result.x is None:
         return None
     z, q = result.x[:m], np.maximum(result.x[m:], 0.0)
     picks = {}
     for j in np.flatnonzero(z > 0.5).tolist():
-        picks[int(owner[j])] = (ladder[j], kind[j], float(n_a[j]), float(n_b[j]),
-                                float(fixed[j] + q[j]))
+        picks[int(owner[j])] = (
+            ladder[j],
+            kind[j],
+            float(n_a[j]),
+            float(n_b[j]),
+            float(fixed[j] + q[j]),
+        )
     flow = ladders[0]
     for i in explicit:
         picks.setdefault(i, (0, "segment", float(flow.n_min[i]), float(flow.n_min[i]), 0.0))

@@ -35,18 +35,18 @@ MAX_INTERVAL = 2**32 - 1
 class Realised:
     """Rates as they will be configured, and the load and volumes they predict per server."""
 
-    planned_rate: np.ndarray     # continuous fraction sampled locally (the optimum)
-    local_rate: np.ndarray       # applied: 1/N, or 0
-    sflow_sampling: np.ndarray   # N per server, 0 meaning no local sampling by sFlow
-    local_pps: np.ndarray        # own packets sampled locally: U / N
+    planned_rate: np.ndarray  # continuous fraction sampled locally (the optimum)
+    local_rate: np.ndarray  # applied: 1/N, or 0
+    sflow_sampling: np.ndarray  # N per server, 0 meaning no local sampling by sFlow
+    local_pps: np.ndarray  # own packets sampled locally: U / N
     mirror_src: np.ndarray
     mirror_dst: np.ndarray
-    mirror_pps: np.ndarray       # after the top-up
+    mirror_pps: np.ndarray  # after the top-up
     planned_mirror_pps: np.ndarray  # before it (the continuous optimum)
     load_pps: np.ndarray
-    distinct_pps: np.ndarray     # distinct own packets collected per server
+    distinct_pps: np.ndarray  # distinct own packets collected per server
     inbound_distinct_pps: float  # extra distinct packets from bridges sampling inbound traffic
-    samples_pps: float           # samples/s sent to the collector (overlap and inbound included)
+    samples_pps: float  # samples/s sent to the collector (overlap and inbound included)
     #: K per server sampling by the sample action (rate K/65535), 0 elsewhere; None: no server
     sample_probability: np.ndarray | None = None
 
@@ -65,18 +65,30 @@ def sampling_interval(rate: np.ndarray) -> np.ndarray:
     return interval.astype(np.int64)
 
 
-def predicted_load(problem: Problem, rate: np.ndarray, mirror_src: np.ndarray,
-                   mirror_dst: np.ndarray, mirror_pps: np.ndarray,
-                   sample_hosts: np.ndarray | None = None) -> np.ndarray:
+def predicted_load(
+    problem: Problem,
+    rate: np.ndarray,
+    mirror_src: np.ndarray,
+    mirror_dst: np.ndarray,
+    mirror_pps: np.ndarray,
+    sample_hosts: np.ndarray | None = None,
+) -> np.ndarray:
     """Each server's cost in pps units: forwarding + sampling its bridge + mirroring + receiving
     (``sample_hosts`` sample at ``alpha_sample`` per sample)."""
     n = problem.size
     out = np.bincount(mirror_src, weights=mirror_pps, minlength=n)
     received = np.bincount(mirror_dst, weights=mirror_pps, minlength=n)
-    alpha = problem.alpha if sample_hosts is None else \
-        np.where(sample_hosts, problem.alpha_sample, problem.alpha)
-    return (problem.forwarding_pps + alpha * rate * problem.bridge_pps
-            + problem.beta * out + (problem.alpha + problem.beta) * received)
+    alpha = (
+        problem.alpha
+        if sample_hosts is None
+        else np.where(sample_hosts, problem.alpha_sample, problem.alpha)
+    )
+    return (
+        problem.forwarding_pps
+        + alpha * rate * problem.bridge_pps
+        + problem.beta * out
+        + (problem.alpha + problem.beta) * received
+    )
 
 
 def realise(solution: Solution) -> Realised:
@@ -124,9 +136,21 @@ def realise(solution: Solution) -> Realised:
     mirrored = np.bincount(src, weights=mirror_pps, minlength=problem.size)
     distinct = distinct_pps(own, local_pps, mirrored)
     samples = float((applied * problem.bridge_pps).sum() + mirror_pps.sum())
-    return Realised(planned, applied, interval, local_pps, src, dst, mirror_pps,
-                    solution.mirror_pps.astype(float), load, distinct,
-                    _inbound_distinct(problem, applied, distinct), samples, probability)
+    return Realised(
+        planned,
+        applied,
+        interval,
+        local_pps,
+        src,
+        dst,
+        mirror_pps,
+        solution.mirror_pps.astype(float),
+        load,
+        distinct,
+        _inbound_distinct(problem, applied, distinct),
+        samples,
+        probability,
+    )
 
 
 def sample_probability(rate: np.ndarray) -> np.ndarray:

@@ -24,11 +24,21 @@ def _pps(value: float) -> str:
 
 def plan_table(plan: dict[str, Any]) -> Table:
     """Per server: traffic, load, role, local rate and N, mirrors, receptions, capacity use."""
-    table = Table(title=f"cosample plan for {plan['datacentre']} "
-                        f"(solver {plan['solver']['name']}, version {plan['version']})")
-    for heading, justify in (("server", "left"), ("own pps", "right"), ("fwd load", "right"),
-                             ("role", "left"), ("local rate", "right"), ("sFlow 1-in-N", "right"),
-                             ("mirrors to", "left"), ("receives", "right"), ("capacity use", "right")):
+    table = Table(
+        title=f"cosample plan for {plan['datacentre']} "
+        f"(solver {plan['solver']['name']}, version {plan['version']})"
+    )
+    for heading, justify in (
+        ("server", "left"),
+        ("own pps", "right"),
+        ("fwd load", "right"),
+        ("role", "left"),
+        ("local rate", "right"),
+        ("sFlow 1-in-N", "right"),
+        ("mirrors to", "left"),
+        ("receives", "right"),
+        ("capacity use", "right"),
+    ):
         table.add_column(heading, justify=justify)
     hosts = plan["hosts"]
     count = plan["summary"]["servers"]
@@ -46,10 +56,15 @@ def plan_table(plan: dict[str, Any]) -> Table:
         mirrors = ", ".join(f"{m['to']} {_pct(m['rate'])}" for m in host["mirrors"]) or "-"
         received = sum(r["pps"] for r in host["receives"])
         table.add_row(
-            name, _pps(host["own_pps"]),
+            name,
+            _pps(host["own_pps"]),
             _pct(host["forwarding_pps"] / capacity) if capacity else "-",
-            host["role"], _pct(host["local_rate"]), str(host["sflow_sampling"] or "off"),
-            mirrors, _pps(received) if received else "-", _pct(host["capacity_use"]),
+            host["role"],
+            _pct(host["local_rate"]),
+            str(host["sflow_sampling"] or "off"),
+            mirrors,
+            _pps(received) if received else "-",
+            _pct(host["capacity_use"]),
         )
     if count > len(names):
         table.caption = f"{len(names)} busiest of {count} servers shown"
@@ -62,8 +77,11 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
     objective = summary["objective"]
     assumptions = summary["assumptions"]
     unit = "weighted pps" if objective["weighted"] else "pps"
-    proof = ("proved optimal" + (" as applied" if objective.get("bound_applied") is not None else "")
-             if objective["optimal"] else f"within {_pct(objective['gap'])} of the bound")
+    proof = (
+        "proved optimal" + (" as applied" if objective.get("bound_applied") is not None else "")
+        if objective["optimal"]
+        else f"within {_pct(objective['gap'])} of the bound"
+    )
     mechanisms = summary.get("local_mechanisms") or {}
     applied = "sFlow 1-in-N and sample K/65535" if mechanisms.get("sample") else "sFlow 1-in-N"
     lines = [
@@ -72,12 +90,19 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
         f"({applied}); planned {summary['collected_planned_pps']:,.0f}",
         f"samples    {summary['samples_pps']:,.0f} samples/s to the collector, "
         f"{summary['overlap_pps']:,.0f} of them duplicates or inbound"
-        + (f" (budget {assumptions['collector_cap_pps']:,.0f})"
-           if assumptions["collector_cap_pps"] is not None else ""),
+        + (
+            f" (budget {assumptions['collector_cap_pps']:,.0f})"
+            if assumptions["collector_cap_pps"] is not None
+            else ""
+        ),
         f"bound      objective {objective['planned']:,.0f} {unit}, {proof} "
         f"({objective['method']})"
-        + "; bounds " + (f"1-in-N {objective['bound_applied']:,.0f}, "
-                         if objective.get("bound_applied") is not None else "")
+        + "; bounds "
+        + (
+            f"1-in-N {objective['bound_applied']:,.0f}, "
+            if objective.get("bound_applied") is not None
+            else ""
+        )
         + f"continuous {objective['bound_distinct']:,.0f}, "
         f"paper's LP {objective['bound_lp']:,.0f}",
         *rounding_lines(summary.get("rounding"), "local_mechanisms" in summary),
@@ -86,11 +111,18 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
         f"gain {_pct(summary['gain'])}",
         f"mirrors    {summary['mirror_pairs']} pairs, {summary['senders']} senders, "
         f"{summary['receivers']} receivers; max capacity use {_pct(summary['max_capacity_use'])}",
-        "assumed    margin " + (f"{_pct(assumptions['margin'])}" if isinstance(assumptions["margin"], float)
-                                else str(assumptions["margin"]))
+        "assumed    margin "
+        + (
+            f"{_pct(assumptions['margin'])}"
+            if isinstance(assumptions["margin"], float)
+            else str(assumptions["margin"])
+        )
         + (", robust (95 % interval ends)" if assumptions["robust"] else ", point estimates")
-        + (f"; point estimates would collect {assumptions['point_estimate_collected_pps']:,.0f} pps"
-           if "point_estimate_collected_pps" in assumptions else ""),
+        + (
+            f"; point estimates would collect {assumptions['point_estimate_collected_pps']:,.0f} pps"
+            if "point_estimate_collected_pps" in assumptions
+            else ""
+        ),
     ]
     lines += [f"note       {note}" for note in summary["notes"]]
     appmon = summary.get("appmon")
@@ -102,12 +134,14 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
             f"mirrored to {len(appmon['analysis_hosts'])} host(s), {appmon['unmonitored']} not; "
             f"{appmon['objective']['method']}, gap {_pct(appmon['objective']['gap'])} to the LP "
             f"bound; {appmon['objective']['order']}; max capacity use "
-            f"{_pct(appmon['max_capacity_use'])}")
+            f"{_pct(appmon['max_capacity_use'])}"
+        )
     lines.append(
         f"solver     {plan['solver']['name']}"
         + (f" ({plan['solver']['lp_backend']})" if plan["solver"]["lp_backend"] else "")
         + f" in {plan['solver']['seconds'] * 1e3:.2f} ms; plan {plan['plan_id'][:12]}, "
-        f"expires {plan['expires']}")
+        f"expires {plan['expires']}"
+    )
     return lines
 
 
@@ -117,12 +151,15 @@ def rounding_lines(rounding: dict[str, Any] | None, sample: bool = False) -> lis
     if not rounding:
         return []
     grids = "1-in-N and K/65535 cost" if sample else "1-in-N costs"
-    line = (f"rounding   {grids} {rounding['cost_pps']:,.0f} pps "
-            f"({_pct(rounding['cost_share'])}) against the continuous optimum "
-            f"{rounding['continuous_pps']:,.0f}")
+    line = (
+        f"rounding   {grids} {rounding['cost_pps']:,.0f} pps "
+        f"({_pct(rounding['cost_share'])}) against the continuous optimum "
+        f"{rounding['continuous_pps']:,.0f}"
+    )
     if rounding["servers"]:
-        line += "; most: " + ", ".join(f"{s['name']} -{_pps(s['loss_pps'])}"
-                                       for s in rounding["servers"])
+        line += "; most: " + ", ".join(
+            f"{s['name']} -{_pps(s['loss_pps'])}" for s in rounding["servers"]
+        )
     return [line]
 
 
@@ -130,8 +167,10 @@ def mechanism_lines(counts: dict[str, int] | None) -> list[str]:
     """How many hosts take their local share by each mechanism (when some may use ``sample``)."""
     if not counts:
         return []
-    return [f"local mechanisms {counts['sample']:,} sample (K/65535), {counts['sflow']:,} "
-            f"sFlow 1-in-N, {counts['off']:,} off; {counts['may_sample']:,} may use sample"]
+    return [
+        f"local mechanisms {counts['sample']:,} sample (K/65535), {counts['sflow']:,} "
+        f"sFlow 1-in-N, {counts['off']:,} off; {counts['may_sample']:,} may use sample"
+    ]
 
 
 def default_console() -> Console:

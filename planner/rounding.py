@@ -40,9 +40,15 @@ def rounding_summary(solution: Solution, number) -> dict[str, Any]:
         "cost_pps": number(cost),
         "cost_share": number(cost / total if total > 0 else 0.0),
         "continuous_optimal": bool(continuous.optimal),
-        "servers": [{"name": names[i], "continuous_pps": number(before[i]),
-                     "applied_pps": number(after[i]), "loss_pps": number(loss[i])}
-                    for i in named.tolist()],
+        "servers": [
+            {
+                "name": names[i],
+                "continuous_pps": number(before[i]),
+                "applied_pps": number(after[i]),
+                "loss_pps": number(loss[i]),
+            }
+            for i in named.tolist()
+        ],
     }
 
 

@@ -33,7 +33,7 @@ class Bounds:
     envelope: float
     method: str
     optimal: bool
-    applied: float | None = None   # bound on every plan the switches can apply (1-in-N), if known
+    applied: float | None = None  # bound on every plan the switches can apply (1-in-N), if known
 
 
 @dataclass(frozen=True)

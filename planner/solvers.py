@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from cosample.planner.baseline import solve_noncollab
-from cosample.planner.choices import (ALL_SOLVERS, DEFAULT_LP_BACKEND, DEFAULT_SOLVER, EXACT,
-                                      LP_SOLVERS, REDUCED)
+from cosample.planner.choices import (
+    ALL_SOLVERS,
+    DEFAULT_LP_BACKEND,
+    DEFAULT_SOLVER,
+    EXACT,
+    LP_SOLVERS,
+    REDUCED,
+)
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner.exact import solve_exact
@@ -16,9 +22,15 @@ from cosample.planner.solution import Solution
 SOLVERS = ALL_SOLVERS
 
 
-def solve(dc: DataCentre | Problem, solver: str = DEFAULT_SOLVER, lp_backend: str = DEFAULT_LP_BACKEND,
-          time_limit: float | None = None, *, margin: float | None = None,
-          robust: bool = False) -> Solution:
+def solve(
+    dc: DataCentre | Problem,
+    solver: str = DEFAULT_SOLVER,
+    lp_backend: str = DEFAULT_LP_BACKEND,
+    time_limit: float | None = None,
+    *,
+    margin: float | None = None,
+    robust: bool = False,
+) -> Solution:
     """Plan ``dc`` with ``solver``: exact (default), the reduced or full LP, or the baseline.
 
     ``margin`` (a fraction of capacity kept free) overrides the description's per-server margins
@@ -31,6 +43,7 @@ def solve(dc: DataCentre | Problem, solver: str = DEFAULT_SOLVER, lp_backend: st
     if solver == EXACT:
         return solve_exact(problem)
     if solver in LP_SOLVERS:
-        return solve_lp(problem, reduced=solver == REDUCED, lp_backend=lp_backend,
-                        time_limit=time_limit)
+        return solve_lp(
+            problem, reduced=solver == REDUCED, lp_backend=lp_backend, time_limit=time_limit
+        )
     return solve_noncollab(problem)

@@ -50,16 +50,21 @@ class Background(BaseModel):
         except ValidationError:
             spec = None
         if spec is None or (spec.kind == "none") != (spec.processes == 0):
-            raise ValueError(f"background {text!r}: expected none, hog:N or bursty:N with N "
-                             f"in 1..64")
+            raise ValueError(
+                f"background {text!r}: expected none, hog:N or bursty:N with N in 1..64"
+            )
         return spec
 
     def __str__(self) -> str:
         return "none" if self.kind == "none" else f"{self.kind}:{self.processes}"
 
 
-def bursty_schedule(seed: int | str, seconds: float, busy_s: tuple[float, float] = BURSTY_BUSY_S,
-                    idle_s: tuple[float, float] = BURSTY_IDLE_S) -> list[tuple[float, float]]:
+def bursty_schedule(
+    seed: int | str,
+    seconds: float,
+    busy_s: tuple[float, float] = BURSTY_BUSY_S,
+    idle_s: tuple[float, float] = BURSTY_IDLE_S,
+) -> list[tuple[float, float]]:
     """``(busy, idle)`` periods drawn from ``seed`` until they cover ``seconds``."""
     rng, periods, covered = random.Random(seed), [], 0.0
     while covered < seconds:
@@ -76,9 +81,12 @@ def worker_argv(spec: Background, seed: int, index: int, seconds: float) -> list
     return argv + (["--bursty", f"{seed}/{index}"] if spec.kind == "bursty" else [])
 
 
-def work(schedule: list[tuple[float, float]], seconds: float,
-         clock: Callable[[], float] = time.monotonic,
-         sleep: Callable[[float], None] = time.sleep) -> None:
+def work(
+    schedule: list[tuple[float, float]],
+    seconds: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Busy-loop and sleep as ``schedule`` says, and return at ``seconds`` at the latest."""
     end = clock() + seconds
     for busy, idle in schedule:
@@ -107,8 +115,11 @@ class BackgroundLoad:
         try:
             for index in range(self.spec.processes):
                 argv = worker_argv(self.spec, self.seed, index, self.seconds)
-                self.processes.append(subprocess.Popen(argv, start_new_session=True, cwd=ROOT,
-                                                       stdin=subprocess.DEVNULL))
+                self.processes.append(
+                    subprocess.Popen(
+                        argv, start_new_session=True, cwd=ROOT, stdin=subprocess.DEVNULL
+                    )
+                )
         except BaseException:
             self.stop()
             raise
@@ -131,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, required=True, help="end by then at the latest")
     parser.add_argument("--bursty", metavar="SEED", help="alternate busy and idle from this seed")
     args = parser.parse_args(argv)
-    schedule = ([(args.seconds, 0.0)] if args.bursty is None
-                else bursty_schedule(args.bursty, args.seconds))
+    schedule = (
+        [(args.seconds, 0.0)] if args.bursty is None else bursty_schedule(args.bursty, args.seconds)
+    )
     work(schedule, args.seconds)
     return 0
 

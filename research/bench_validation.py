@@ -64,23 +64,39 @@ def description(servers: int, seed: int = 0) -> dict[str, Any]:
     dc = random_datacentre(servers, seed=seed, peers=1)
     names = [f"host{i:07d}" for i in range(servers)]
     traffic: dict[str, dict[str, float]] = {}
-    for src, dst, pps in zip(dc.traffic_src.tolist(), dc.traffic_dst.tolist(), dc.traffic_pps.tolist()):
+    for src, dst, pps in zip(
+        dc.traffic_src.tolist(), dc.traffic_dst.tolist(), dc.traffic_pps.tolist()
+    ):
         row = traffic.setdefault(names[src], {})
         row[names[dst]] = row.get(names[dst], 0.0) + round(pps, 1)
-    return {"name": "bench", "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
-            "sflow": {"collector": "192.0.2.254:6343"},
-            "servers": [{"name": name, "capacity_pps": round(float(capacity) + 1, 1), "bridge": "br-int",
-                         "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}
-                        for i, (name, capacity) in enumerate(zip(names, dc.capacity_pps.tolist()))],
-            "traffic_pps": traffic}
+    return {
+        "name": "bench",
+        "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
+        "sflow": {"collector": "192.0.2.254:6343"},
+        "servers": [
+            {
+                "name": name,
+                "capacity_pps": round(float(capacity) + 1, 1),
+                "bridge": "br-int",
+                "tunnel_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}",
+            }
+            for i, (name, capacity) in enumerate(zip(names, dc.capacity_pps.tolist()))
+        ],
+        "traffic_pps": traffic,
+    }
 
 
 # the loaders ---------------------------------------------------------------------------------
 def handwritten_loader() -> Callable[[Path], Any] | str:
     """``DataCentre.load`` as it was before pydantic, or why it is not available."""
     try:
-        source = subprocess.run(["git", "-C", str(REPOSITORY), "show", f"{HANDWRITTEN_COMMIT}:planner/datacentre.py"],
-                                capture_output=True, text=True, timeout=30, check=True).stdout
+        source = subprocess.run(
+            ["git", "-C", str(REPOSITORY), "show", f"{HANDWRITTEN_COMMIT}:planner/datacentre.py"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return f"git show {HANDWRITTEN_COMMIT[:7]} failed ({exc})"
     module = types.ModuleType("cosample.planner._handwritten")
@@ -103,18 +119,41 @@ def msgspec_loader() -> Callable[[bytes], Any] | str:
     # defstruct, not class statements: this module's annotations are strings msgspec cannot
     # resolve inside a function
     cost = defstruct("Cost", [("alpha", positive), ("beta", positive)], **strict)
-    server = defstruct("Server", [
-        ("name", Annotated[str, Meta(min_length=1)]), ("capacity_pps", non_negative | None, None),
-        ("alpha", positive | None, None), ("beta", positive | None, None), ("calibration", str | None, None),
-        ("tunnel_ip", Annotated[str, Meta(pattern=IPV4)] | None, None), ("bridge", ifname | None, None),
-        ("vm_ports", list[ifname] | None, None)], **strict)
-    sflow = defstruct("Sflow", [
-        ("collector", str | None, None), ("agent", str | None, None),
-        ("header_bytes", Annotated[int, Meta(gt=0)] | None, None),
-        ("polling_s", Annotated[int, Meta(ge=0)] | None, None)], **strict)
-    document = defstruct("Document", [
-        ("cost", cost), ("servers", Annotated[list[server], Meta(min_length=1)]), ("name", str | None, None),
-        ("traffic_pps", dict[str, dict[str, non_negative]], {}), ("sflow", sflow | None, None)], **strict)
+    server = defstruct(
+        "Server",
+        [
+            ("name", Annotated[str, Meta(min_length=1)]),
+            ("capacity_pps", non_negative | None, None),
+            ("alpha", positive | None, None),
+            ("beta", positive | None, None),
+            ("calibration", str | None, None),
+            ("tunnel_ip", Annotated[str, Meta(pattern=IPV4)] | None, None),
+            ("bridge", ifname | None, None),
+            ("vm_ports", list[ifname] | None, None),
+        ],
+        **strict,
+    )
+    sflow = defstruct(
+        "Sflow",
+        [
+            ("collector", str | None, None),
+            ("agent", str | None, None),
+            ("header_bytes", Annotated[int, Meta(gt=0)] | None, None),
+            ("polling_s", Annotated[int, Meta(ge=0)] | None, None),
+        ],
+        **strict,
+    )
+    document = defstruct(
+        "Document",
+        [
+            ("cost", cost),
+            ("servers", Annotated[list[server], Meta(min_length=1)]),
+            ("name", str | None, None),
+            ("traffic_pps", dict[str, dict[str, non_negative]], {}),
+            ("sflow", sflow | None, None),
+        ],
+        **strict,
+    )
     decoder = msgspec.json.Decoder(document)
     return decoder.decode
 
@@ -129,23 +168,50 @@ def jsonschema_loader() -> Callable[[Any], Any] | str:
     non_negative = {"type": "number", "minimum": 0}
     ifname = {"type": "string", "pattern": IFNAME}
     schema = {
-        "type": "object", "additionalProperties": False, "required": ["cost", "servers"],
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["cost", "servers"],
         "properties": {
             "name": {"type": "string", "minLength": 1},
-            "cost": {"type": "object", "additionalProperties": False, "required": ["alpha", "beta"],
-                     "properties": {"alpha": positive, "beta": positive}},
-            "servers": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "additionalProperties": False, "required": ["name"],
-                "properties": {"name": {"type": "string", "minLength": 1}, "capacity_pps": non_negative,
-                               "alpha": positive, "beta": positive, "calibration": {"type": "string"},
-                               "tunnel_ip": {"type": "string", "pattern": IPV4}, "bridge": ifname,
-                               "vm_ports": {"type": "array", "items": ifname}}}},
-            "traffic_pps": {"type": "object", "additionalProperties": {
-                "type": "object", "additionalProperties": non_negative}},
-            "sflow": {"type": "object", "additionalProperties": False, "properties": {
-                "collector": {"type": "string"}, "agent": {"type": "string"},
-                "header_bytes": {"type": "integer", "exclusiveMinimum": 0},
-                "polling_s": {"type": "integer", "minimum": 0}}},
+            "cost": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["alpha", "beta"],
+                "properties": {"alpha": positive, "beta": positive},
+            },
+            "servers": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "capacity_pps": non_negative,
+                        "alpha": positive,
+                        "beta": positive,
+                        "calibration": {"type": "string"},
+                        "tunnel_ip": {"type": "string", "pattern": IPV4},
+                        "bridge": ifname,
+                        "vm_ports": {"type": "array", "items": ifname},
+                    },
+                },
+            },
+            "traffic_pps": {
+                "type": "object",
+                "additionalProperties": {"type": "object", "additionalProperties": non_negative},
+            },
+            "sflow": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "collector": {"type": "string"},
+                    "agent": {"type": "string"},
+                    "header_bytes": {"type": "integer", "exclusiveMinimum": 0},
+                    "polling_s": {"type": "integer", "minimum": 0},
+                },
+            },
         },
     }
     validator = jsonschema.Draft202012Validator(schema)
@@ -164,7 +230,9 @@ def timed(work: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
-def measure(servers: int, rounds: int = 3, skip: Sequence[str] = ()) -> list[tuple[str, str, float | None]]:
+def measure(
+    servers: int, rounds: int = 3, skip: Sequence[str] = ()
+) -> list[tuple[str, str, float | None]]:
     """Rows ``(loader, what, best seconds over the rounds, or None when skipped)``.
 
     The steps run one after the other within each round, so a burst of load on the shared
@@ -181,16 +249,23 @@ def measure(servers: int, rounds: int = 3, skip: Sequence[str] = ()) -> list[tup
         gc.freeze()  # the inputs above stay alive: keep the collector from re-scanning them in every step
         missing: dict[str, str] = {}
         steps: dict[tuple[str, str], Callable[[], Any]] = {
-            ("pydantic", "total: file -> DataCentre (fresh process)"): lambda: load_elsewhere("pydantic", path),
-            ("json.loads", "parse only (pydantic, jsonschema and hand-written start here)"):
-                lambda: json.loads(data),
+            ("pydantic", "total: file -> DataCentre (fresh process)"): lambda: load_elsewhere(
+                "pydantic", path
+            ),
+            (
+                "json.loads",
+                "parse only (pydantic, jsonschema and hand-written start here)",
+            ): lambda: json.loads(data),
             ("pydantic", "schema on parsed JSON"): lambda: SCHEMA.validate_python(document),
             ("pydantic", "schema from bytes (validate_json)"): lambda: SCHEMA.validate_json(data),
-            ("(any library)", "cross-field rules + arrays"):
-                lambda: DataCentre.from_description(model, path.parent, str(path)),
+            ("(any library)", "cross-field rules + arrays"): lambda: DataCentre.from_description(
+                model, path.parent, str(path)
+            ),
         }
-        for name, make, what, argument in (("msgspec", msgspec_loader, "schema from bytes", data),
-                                           ("jsonschema", jsonschema_loader, "schema on parsed JSON", document)):
+        for name, make, what, argument in (
+            ("msgspec", msgspec_loader, "schema from bytes", data),
+            ("jsonschema", jsonschema_loader, "schema on parsed JSON", document),
+        ):
             loader = make() if name not in skip else "skipped (--skip)"
             if isinstance(loader, str):
                 missing[name] = loader
@@ -200,8 +275,12 @@ def measure(servers: int, rounds: int = 3, skip: Sequence[str] = ()) -> list[tup
         if isinstance(handwritten, str):
             missing["hand-written"] = handwritten
         else:
-            steps[("hand-written", f"total: file -> DataCentre (commit {HANDWRITTEN_COMMIT[:7]}, fresh process)")] = \
-                lambda: load_elsewhere("hand-written", path)
+            steps[
+                (
+                    "hand-written",
+                    f"total: file -> DataCentre (commit {HANDWRITTEN_COMMIT[:7]}, fresh process)",
+                )
+            ] = lambda: load_elsewhere("hand-written", path)
         best: dict[tuple[str, str], float] = {}
         for _ in range(rounds):
             for key, step in steps.items():
@@ -214,13 +293,25 @@ def measure(servers: int, rounds: int = 3, skip: Sequence[str] = ()) -> list[tup
     rows = [(loader, what, seconds) for (loader, what), seconds in best.items()]
     parse = best[("json.loads", "parse only (pydantic, jsonschema and hand-written start here)")]
     rest = best[("(any library)", "cross-field rules + arrays")]
-    rows.append(("pydantic", IN_PROCESS_TOTAL, parse + best[("pydantic", "schema on parsed JSON")] + rest))
+    rows.append(
+        ("pydantic", IN_PROCESS_TOTAL, parse + best[("pydantic", "schema on parsed JSON")] + rest)
+    )
     if ("msgspec", "schema from bytes") in best:
-        rows.append(("msgspec", "total: parse and schema + cross-field rules and arrays",
-                     best[("msgspec", "schema from bytes")] + rest))
+        rows.append(
+            (
+                "msgspec",
+                "total: parse and schema + cross-field rules and arrays",
+                best[("msgspec", "schema from bytes")] + rest,
+            )
+        )
     if ("jsonschema", "schema on parsed JSON") in best:
-        rows.append(("jsonschema", IN_PROCESS_TOTAL,
-                     parse + best[("jsonschema", "schema on parsed JSON")] + rest))
+        rows.append(
+            (
+                "jsonschema",
+                IN_PROCESS_TOTAL,
+                parse + best[("jsonschema", "schema on parsed JSON")] + rest,
+            )
+        )
     rows += [(name, why, None) for name, why in missing.items()]
     return rows
 
@@ -232,8 +323,9 @@ def load_elsewhere(loader: str, path: Path) -> float:
     steps (gigabytes at 10^6 servers) made each load about twice as slow as on its own.
     """
     argv = [sys.executable, "-m", "research.bench_validation", "--time-load", loader, str(path)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False,
-                          cwd=ROOT)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False, cwd=ROOT
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()[-300:]}")
     return float(done.stdout.split()[-1])
@@ -257,7 +349,10 @@ def table(rows: list[tuple[str, str, float | None]]) -> str:
     process, or the sum of the steps in this one)."""
     fresh = next(s for loader, what, s in rows if loader == "pydantic" and "fresh process" in what)
     here = next(s for loader, what, s in rows if loader == "pydantic" and what == IN_PROCESS_TOTAL)
-    lines = ["| loader | what | seconds | / pydantic total, same kind of run |", "|---|---|---:|---:|"]
+    lines = [
+        "| loader | what | seconds | / pydantic total, same kind of run |",
+        "|---|---|---:|---:|",
+    ]
     for loader, what, seconds in rows:
         shown = "—" if seconds is None else f"{seconds:.2f}"
         reference = fresh if "fresh process" in what else here
@@ -267,13 +362,20 @@ def table(rows: list[tuple[str, str, float | None]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m research.bench_validation",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m research.bench_validation", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--servers", type=int, default=1_000_000, help="servers in the description")
     parser.add_argument("--time-load", nargs=2, metavar=("LOADER", "FILE"), help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3, help="best of this many runs of each step")
-    parser.add_argument("--skip", action="append", default=[], metavar="LOADER",
-                        choices=("msgspec", "jsonschema", "hand-written"), help="leave a loader out")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="LOADER",
+        choices=("msgspec", "jsonschema", "hand-written"),
+        help="leave a loader out",
+    )
     args = parser.parse_args(argv)
     if args.time_load:
         print(f"{time_load(args.time_load[0], Path(args.time_load[1])):.6f}")
@@ -281,8 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.servers < 2 or args.rounds < 1:
         parser.error("--servers: at least 2; --rounds: at least 1")
     rows = measure(args.servers, args.rounds, args.skip)
-    print(f"{args.servers:,} servers, best of {args.rounds} rounds, Python {sys.version.split()[0]}, "
-          f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"{args.servers:,} servers, best of {args.rounds} rounds, Python {sys.version.split()[0]}, "
+        f"load average {os.getloadavg()[0]:.1f} at the end"
+    )
     print(table(rows))
     return 0
 

@@ -45,8 +45,9 @@ def switch_cost(data: pd.DataFrame, where: str = "data") -> pd.DataFrame:
         raise ExperimentError(f"{where}: no cpu_ovs column (a cpu-method calibration records it)")
     bad = data.index[~(data["cpu_ovs"] > 0)]
     if len(bad):
-        raise ExperimentError(f"{where}: row {bad[0] + 2}: cpu_ovs must be > 0, got "
-                              f"{data.loc[bad[0], 'cpu_ovs']!r}")
+        raise ExperimentError(
+            f"{where}: row {bad[0] + 2}: cpu_ovs must be > 0, got {data.loc[bad[0], 'cpu_ovs']!r}"
+        )
     switch = data.copy()
     switch["cost_ns_per_packet"] = data["cpu_ovs"] * 1e9 / data["forwarded_pps"]
     switch["budget_cpus"] = SWITCH_BUDGET_CPUS
@@ -61,17 +62,25 @@ def rows(path: Path) -> list[dict]:
     if metadata.method != "cpu":
         raise ExperimentError(f"{path}: not a cpu-method calibration")
     fit = CostModelFit(covariates={m: None for m in data["mechanism"].unique()}).fit(
-        switch_cost(data, str(path.parent / metadata.data)))
+        switch_cost(data, str(path.parent / metadata.data))
+    )
     out = []
     for mechanism, reported in document.mechanisms.items():
         switch = fit.results_[mechanism]
         low, high = switch.coefficient_ci
-        out.append({"data": path.name, "mechanism": mechanism,
-                    "a": reported.coefficient, "ci": tuple(reported.coefficient_ci),
-                    "a_switch": switch.coefficient, "ci_switch": (low, high),
-                    "half_width_switch": (high - low) / 2,
-                    "needed_switch": needed_half_width(metadata, switch.coefficient),
-                    "capacity_switch": switch.capacity_pps})
+        out.append(
+            {
+                "data": path.name,
+                "mechanism": mechanism,
+                "a": reported.coefficient,
+                "ci": tuple(reported.coefficient_ci),
+                "a_switch": switch.coefficient,
+                "ci_switch": (low, high),
+                "half_width_switch": (high - low) / 2,
+                "needed_switch": needed_half_width(metadata, switch.coefficient),
+                "capacity_switch": switch.capacity_pps,
+            }
+        )
     return out
 
 
@@ -82,8 +91,9 @@ def references(paths: list[Path]) -> dict[str, list[tuple[str, MechanismEntry]]]
     for path in paths:
         document = read_calibration_file(path, error=ExperimentError)
         if document.metadata.method != "throughput":
-            raise ExperimentError(f"{path}: not a throughput-method calibration "
-                                  f"(method {document.metadata.method!r})")
+            raise ExperimentError(
+                f"{path}: not a throughput-method calibration (method {document.metadata.method!r})"
+            )
         for mechanism, entry in document.mechanisms.items():
             by_mechanism.setdefault(mechanism, []).append((path.name, entry))
     return by_mechanism
@@ -104,32 +114,43 @@ def _interval(low: float, high: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("calibrations", nargs="+", type=Path, help="cpu-method calibration JSONs")
-    parser.add_argument("--throughput", type=Path, action="append", default=[],
-                        help="a throughput-method calibration JSON to compare with (repeatable; "
-                             "matched by mechanism)")
+    parser.add_argument(
+        "--throughput",
+        type=Path,
+        action="append",
+        default=[],
+        help="a throughput-method calibration JSON to compare with (repeatable; "
+        "matched by mechanism)",
+    )
     args = parser.parse_args(argv)
 
     def report() -> int:
         reference = references(args.throughput)
-        print("| data | mechanism | a (cgroup, reported) | 95% CI | a (switch threads) | 95% CI | "
-              "half-width | needed | met | T0 switch (pps) | throughput a's inside (cgroup CI) "
-              "| inside (switch CI) |")
+        print(
+            "| data | mechanism | a (cgroup, reported) | 95% CI | a (switch threads) | 95% CI | "
+            "half-width | needed | met | T0 switch (pps) | throughput a's inside (cgroup CI) "
+            "| inside (switch CI) |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for path in args.calibrations:
             for row in rows(path):
                 theirs = [fit.coefficient for _, fit in reference.get(row["mechanism"], [])]
                 met = "yes" if row["half_width_switch"] <= row["needed_switch"] + 1e-12 else "no"
-                print(f"| {row['data']} | {row['mechanism']} | {row['a']:.3f} "
-                      f"| {_interval(*row['ci'])} "
-                      f"| {row['a_switch']:.3f} | {_interval(*row['ci_switch'])} "
-                      f"| {row['half_width_switch']:.3f} | {row['needed_switch']:.3f} | {met} "
-                      f"| {row['capacity_switch']:,.0f} | {inside(row['ci'], theirs)} "
-                      f"| {inside(row['ci_switch'], theirs)} |")
+                print(
+                    f"| {row['data']} | {row['mechanism']} | {row['a']:.3f} "
+                    f"| {_interval(*row['ci'])} "
+                    f"| {row['a_switch']:.3f} | {_interval(*row['ci_switch'])} "
+                    f"| {row['half_width_switch']:.3f} | {row['needed_switch']:.3f} | {met} "
+                    f"| {row['capacity_switch']:,.0f} | {inside(row['ci'], theirs)} "
+                    f"| {inside(row['ci_switch'], theirs)} |"
+                )
         for mechanism, refs in reference.items():
             for name, fit in refs:
-                print(f"\nthroughput method, {mechanism} ({name}): "
-                      f"a = {fit.coefficient:.3f} {_interval(*fit.coefficient_ci)}, "
-                      f"T0 = {fit.capacity_pps:,.0f} pps")
+                print(
+                    f"\nthroughput method, {mechanism} ({name}): "
+                    f"a = {fit.coefficient:.3f} {_interval(*fit.coefficient_ci)}, "
+                    f"T0 = {fit.capacity_pps:,.0f} pps"
+                )
         return 0
 
     return exit_status("costmodel_bottleneck", report)

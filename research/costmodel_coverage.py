@@ -35,9 +35,15 @@ from cosample.costmodel.data import read_measurements
 from cosample.costmodel.errors import CostModelError
 
 
-def placebo(group: pd.DataFrame, block: np.ndarray, covariate: str | None, a: float,
-            draws: int, rng: np.random.Generator, small_sample: str = "cr2",
-            ) -> tuple[float, float, str]:
+def placebo(
+    group: pd.DataFrame,
+    block: np.ndarray,
+    covariate: str | None,
+    a: float,
+    draws: int,
+    rng: np.random.Generator,
+    small_sample: str = "cr2",
+) -> tuple[float, float, str]:
     """(coverage, mean half-width, what the covariate check said on the real data)."""
     fit, check = fit_with_covariate(group, block, covariate, small_sample=small_sample)
     rate = group["rate"].to_numpy(float)
@@ -53,15 +59,21 @@ def placebo(group: pd.DataFrame, block: np.ndarray, covariate: str | None, a: fl
     for starts in patterns:
         fake = np.where((phase % 2 == 0) == starts[block], trial, 0.0)
         frame = group.assign(rate=fake, throughput_pps=np.exp(noise - np.log1p(a * fake)))
-        again, _ = fit_with_covariate(frame, block, covariate if check and check.used else None,
-                                      small_sample=small_sample)
+        again, _ = fit_with_covariate(
+            frame, block, covariate if check and check.used else None, small_sample=small_sample
+        )
         hits += again.ci[0] <= a <= again.ci[1]
         widths.append((again.ci[1] - again.ci[0]) / 2)
     return hits / len(patterns), float(np.mean(widths)), (check.reason if check else "none")
 
 
-def cluster_bootstrap(group: pd.DataFrame, block: np.ndarray, covariate: str | None,
-                      draws: int, rng: np.random.Generator) -> tuple[float, float]:
+def cluster_bootstrap(
+    group: pd.DataFrame,
+    block: np.ndarray,
+    covariate: str | None,
+    draws: int,
+    rng: np.random.Generator,
+) -> tuple[float, float]:
     runs = int(block.max()) + 1
     estimates = []
     for _ in range(draws):
@@ -86,10 +98,12 @@ def mechanism_groups(paths: list[str]):
 
 
 def shifts(paths: list[str]) -> None:
-    from cosample.costmodel.ancova import COVARIATES, covariate_values  # noqa: I001
+    from cosample.costmodel.ancova import COVARIATES, covariate_values
 
-    print("| data | mechanism | covariate | share of cost | corr. with cost | shift per unit rate "
-          "[95% CI] | a with it (half-width) | a without (half-width) |")
+    print(
+        "| data | mechanism | covariate | share of cost | corr. with cost | shift per unit rate "
+        "[95% CI] | a with it (half-width) | a without (half-width) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for file_name, mechanism, group in mechanism_groups(paths):
         block = pd.factorize(group["block"])[0]
@@ -105,12 +119,14 @@ def shifts(paths: list[str]) -> None:
             _, check = fit_with_covariate(group, block, name)
             forced = fit_contrast(group["rate"], group["throughput_pps"], block, x)
             low, high = check.shift_ci
-            print(f"| {file_name} | {mechanism} | {name} | {share.mean():.2f} | "
-                  f"{np.corrcoef(deviation, x_dev)[0, 1]:.2f} | {check.shift:+.3f} "
-                  f"[{low:+.3f}, {high:+.3f}]{'' if check.used else ' refused'} | "
-                  f"{forced.coefficient:.3f} ({(forced.ci[1] - forced.ci[0]) / 2:.3f}) | "
-                  f"{check.coefficient_without:.3f} "
-                  f"({(check.ci_without[1] - check.ci_without[0]) / 2:.3f}) |")
+            print(
+                f"| {file_name} | {mechanism} | {name} | {share.mean():.2f} | "
+                f"{np.corrcoef(deviation, x_dev)[0, 1]:.2f} | {check.shift:+.3f} "
+                f"[{low:+.3f}, {high:+.3f}]{'' if check.used else ' refused'} | "
+                f"{forced.coefficient:.3f} ({(forced.ci[1] - forced.ci[0]) / 2:.3f}) | "
+                f"{check.coefficient_without:.3f} "
+                f"({(check.ci_without[1] - check.ci_without[0]) / 2:.3f}) |"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,24 +135,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--a", type=float, default=0.05, help="the placebo's known effect")
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--covariates", default="none,default",
-                        help="comma list: none, default (the mechanism's), or a covariate name")
-    parser.add_argument("--small-sample", default="cr1,cr2",
-                        help="comma list of the cluster-robust interval's corrections to compare")
-    parser.add_argument("--shifts", action="store_true",
-                        help="tabulate what each mechanism does to every recorded covariate")
+    parser.add_argument(
+        "--covariates",
+        default="none,default",
+        help="comma list: none, default (the mechanism's), or a covariate name",
+    )
+    parser.add_argument(
+        "--small-sample",
+        default="cr1,cr2",
+        help="comma list of the cluster-robust interval's corrections to compare",
+    )
+    parser.add_argument(
+        "--shifts",
+        action="store_true",
+        help="tabulate what each mechanism does to every recorded covariate",
+    )
     args = parser.parse_args(argv)
     if args.shifts:
         shifts(args.data)
         return 0
-    print("| data | mechanism | covariate | interval | a | reported 95% CI | cluster bootstrap 95% | "
-          "placebo coverage | placebo half-width |")
+    print(
+        "| data | mechanism | covariate | interval | a | reported 95% CI | cluster bootstrap 95% | "
+        "placebo coverage | placebo half-width |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for file_name, mechanism, group in mechanism_groups(args.data):
         block = pd.factorize(group["block"])[0]
         for choice in args.covariates.split(","):
-            covariate = (DEFAULT_COVARIATES.get(mechanism) if choice == "default"
-                         else None if choice == "none" else choice)
+            covariate = (
+                DEFAULT_COVARIATES.get(mechanism)
+                if choice == "default"
+                else None
+                if choice == "none"
+                else choice
+            )
             if choice == "default" and covariate is None:
                 continue
             for kind in args.small_sample.split(","):
@@ -145,15 +177,17 @@ def main(argv: list[str] | None = None) -> int:
                 used = covariate if check and check.used else "none"
                 if covariate and not (check and check.used):
                     used = f"none ({covariate} {check.reason.split(' (')[0].split(':')[0]})"
-                low, high = cluster_bootstrap(group, block,
-                                              covariate if check and check.used else None,
-                                              args.draws // 2, rng)
-                coverage, width, _ = placebo(group, block, covariate, args.a, args.draws, rng,
-                                             kind)
+                low, high = cluster_bootstrap(
+                    group, block, covariate if check and check.used else None, args.draws // 2, rng
+                )
+                coverage, width, _ = placebo(group, block, covariate, args.a, args.draws, rng, kind)
                 dof = f"{fit.dof:.1f}" if kind == "cr2" else f"{fit.n_blocks - 1}"
-                print(f"| {file_name} | {mechanism} | {used} | {kind.upper()}, "
-                      f"{dof} dof | {fit.coefficient:.4f} | [{fit.ci[0]:.4f}, {fit.ci[1]:.4f}] "
-                      f"| [{low:.4f}, {high:.4f}] | {coverage:.1%} | {width:.4f} |", flush=True)
+                print(
+                    f"| {file_name} | {mechanism} | {used} | {kind.upper()}, "
+                    f"{dof} dof | {fit.coefficient:.4f} | [{fit.ci[0]:.4f}, {fit.ci[1]:.4f}] "
+                    f"| [{low:.4f}, {high:.4f}] | {coverage:.1%} | {width:.4f} |",
+                    flush=True,
+                )
     return 0
 
 

@@ -88,7 +88,8 @@ class RandomEffects:
         row = np.concatenate([[1.0], np.asarray(predictors, float)])
         centre = float(row @ self.coef)
         half = stats.t.ppf(0.5 + confidence / 2, self.dof - 1) * math.sqrt(
-            self.tau2 + row @ self.cov @ row)
+            self.tau2 + row @ self.cov @ row
+        )
         return centre - half, centre + half
 
 
@@ -102,7 +103,9 @@ def random_effects(estimates, variances, predictors=None) -> RandomEffects:
     X = np.column_stack(columns)
     k, p = X.shape
     if k <= p or not (np.all(np.isfinite(y)) and np.all(v > 0)):
-        raise ValueError(f"needs more than {p} studies with finite estimates and positive variances")
+        raise ValueError(
+            f"needs more than {p} studies with finite estimates and positive variances"
+        )
     w = 1 / v
     # P = W - W X (X'WX)^-1 X'W: the fixed-effect fit's residual-maker, weighted
     WX = X * w[:, None]
@@ -114,7 +117,7 @@ def random_effects(estimates, variances, predictors=None) -> RandomEffects:
     information = X.T @ WX
     coef = np.linalg.solve(information, WX.T @ y)
     residual = y - X @ coef
-    scale = max(1.0, float(w_star @ residual ** 2) / (k - p))
+    scale = max(1.0, float(w_star @ residual**2) / (k - p))
     return RandomEffects(coef, np.linalg.inv(information) * scale, tau2, k - p)
 
 
@@ -136,8 +139,9 @@ def calibration_rows(paths: list[Path]) -> tuple[pd.DataFrame, list[str]]:
         for mechanism, fit in document.mechanisms.items():
             ci_method = fit.ci_method or document.ci_method or "an unnamed method"
             if not ci_method.startswith("cluster-robust"):
-                skipped.append(f"{path.name} {mechanism}: interval by {ci_method}, "
-                               "not cluster-robust")
+                skipped.append(
+                    f"{path.name} {mechanism}: interval by {ci_method}, not cluster-robust"
+                )
                 continue
             if fit.coefficient is None or fit.coefficient_se is None or fit.interval() is None:
                 skipped.append(f"{path.name} {mechanism}: no estimate")
@@ -150,18 +154,29 @@ def calibration_rows(paths: list[Path]) -> tuple[pd.DataFrame, list[str]]:
             low, high = fit.interval()
             started = meta.started or meta.date or ""
             covariate = fit.covariate or {}
-            rows.append({
-                "data": path.name, "mechanism": mechanism, "day": started[:10],
-                "started": started[11:16], "a": fit.coefficient, "half_width": (high - low) / 2,
-                "se": fit.coefficient_se,
-                "covariate": covariate.get("name") if covariate.get("used") else "none",
-                "runs": fit.n_blocks, "host_busy": mean_host_busy(phases),
-                "others": float((phases["cpu_host_busy"] - phases["cpu_counted"]).mean()),
-                "c0_ns": c0, "extra_ns": fit.coefficient * c0, "extra_se_ns": fit.coefficient_se * c0,
-            })
+            rows.append(
+                {
+                    "data": path.name,
+                    "mechanism": mechanism,
+                    "day": started[:10],
+                    "started": started[11:16],
+                    "a": fit.coefficient,
+                    "half_width": (high - low) / 2,
+                    "se": fit.coefficient_se,
+                    "covariate": covariate.get("name") if covariate.get("used") else "none",
+                    "runs": fit.n_blocks,
+                    "host_busy": mean_host_busy(phases),
+                    "others": float((phases["cpu_host_busy"] - phases["cpu_counted"]).mean()),
+                    "c0_ns": c0,
+                    "extra_ns": fit.coefficient * c0,
+                    "extra_se_ns": fit.coefficient_se * c0,
+                }
+            )
     if not rows:
-        raise ExperimentError("no cpu-method calibration with a cluster-robust interval among "
-                              f"the {len(paths)} file(s)")
+        raise ExperimentError(
+            "no cpu-method calibration with a cluster-robust interval among "
+            f"the {len(paths)} file(s)"
+        )
     frame = pd.DataFrame(rows).sort_values(["mechanism", "day", "started"], ignore_index=True)
     return frame, skipped
 
@@ -178,10 +193,15 @@ def groups(frame: pd.DataFrame):
 def spread_row(rows: pd.DataFrame, quantity: str) -> dict[str, float]:
     """The spread of ``quantity`` across calibrations against their own standard errors."""
     value, se = (rows[c].to_numpy(float) for c in QUANTITIES[quantity])
-    row = {"n": len(rows), "low": value.min(), "high": value.max(),
-           "sd": value.std(ddof=1) if len(rows) > 1 else math.nan, "median_se": float(np.median(se))}
+    row = {
+        "n": len(rows),
+        "low": value.min(),
+        "high": value.max(),
+        "sd": value.std(ddof=1) if len(rows) > 1 else math.nan,
+        "median_se": float(np.median(se)),
+    }
     row["ratio"] = row["sd"] / row["median_se"]
-    fit = random_effects(value, se ** 2) if len(rows) >= 2 else None
+    fit = random_effects(value, se**2) if len(rows) >= 2 else None
     row["tau"] = fit.tau if fit else math.nan
     row["mean"] = fit.coef[0] if fit else math.nan
     row["relative_tau"] = row["tau"] / row["mean"]
@@ -193,11 +213,17 @@ def spread_row(rows: pd.DataFrame, quantity: str) -> dict[str, float]:
 def state_row(rows: pd.DataFrame, quantity: str, state: str) -> dict[str, float]:
     """``quantity`` regressed on the calibrations' mean ``state``: slope, tau without and with."""
     value, se = (rows[c].to_numpy(float) for c in QUANTITIES[quantity])
-    plain = random_effects(value, se ** 2)
-    fit = random_effects(value, se ** 2, rows[state].to_numpy(float))
+    plain = random_effects(value, se**2)
+    fit = random_effects(value, se**2, rows[state].to_numpy(float))
     explained = max(0.0, 1 - fit.tau2 / plain.tau2) if plain.tau2 > 0 else math.nan
-    return {"slope": fit.coef[1], "ci": fit.interval(1), "tau": plain.tau, "tau_res": fit.tau,
-            "explained": explained, "range": (rows[state].min(), rows[state].max())}
+    return {
+        "slope": fit.coef[1],
+        "ci": fit.interval(1),
+        "tau": plain.tau,
+        "tau_res": fit.tau,
+        "explained": explained,
+        "range": (rows[state].min(), rows[state].max()),
+    }
 
 
 def cross_day_rows(frame: pd.DataFrame, quantity: str, state: str, min_calibrations: int):
@@ -215,13 +241,19 @@ def cross_day_rows(frame: pd.DataFrame, quantity: str, state: str, min_calibrati
             actual = test[value_column].to_numpy(float)
             by_state = np.array([fit.prediction_interval([x]) for x in test[state]])
             low, high = plain.prediction_interval()
-            yield {"mechanism": mechanism, "train": train_day, "n_train": len(train),
-                   "test": ", ".join(sorted(test["day"].unique())), "n_test": len(test),
-                   "rms_state": float(np.sqrt(np.mean((actual - by_state.mean(axis=1)) ** 2))),
-                   "rms_plain": float(np.sqrt(np.mean((actual - plain.coef[0]) ** 2))),
-                   "inside_state": float(np.mean((by_state[:, 0] <= actual)
-                                                 & (actual <= by_state[:, 1]))),
-                   "inside_plain": float(np.mean((low <= actual) & (actual <= high)))}
+            yield {
+                "mechanism": mechanism,
+                "train": train_day,
+                "n_train": len(train),
+                "test": ", ".join(sorted(test["day"].unique())),
+                "n_test": len(test),
+                "rms_state": float(np.sqrt(np.mean((actual - by_state.mean(axis=1)) ** 2))),
+                "rms_plain": float(np.sqrt(np.mean((actual - plain.coef[0]) ** 2))),
+                "inside_state": float(
+                    np.mean((by_state[:, 0] <= actual) & (actual <= by_state[:, 1]))
+                ),
+                "inside_plain": float(np.mean((low <= actual) & (actual <= high))),
+            }
 
 
 def _number(value: float, digits: int) -> str:
@@ -229,17 +261,28 @@ def _number(value: float, digits: int) -> str:
 
 
 def _pair(pair: tuple[float, float], digits: int) -> str:
-    return "-" if not all(map(math.isfinite, pair)) else \
-        f"[{pair[0]:,.{digits}f}, {pair[1]:,.{digits}f}]"
+    return (
+        "-"
+        if not all(map(math.isfinite, pair))
+        else f"[{pair[0]:,.{digits}f}, {pair[1]:,.{digits}f}]"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("calibrations", nargs="+", type=Path, help="calibration JSON files")
-    parser.add_argument("--min-regression", type=int, default=5,
-                        help="calibrations needed for a regression on the state (default 5)")
-    parser.add_argument("--min-runs", type=int, default=1,
-                        help="leave out calibrations of fewer runs (default 1: none)")
+    parser.add_argument(
+        "--min-regression",
+        type=int,
+        default=5,
+        help="calibrations needed for a regression on the state (default 5)",
+    )
+    parser.add_argument(
+        "--min-runs",
+        type=int,
+        default=1,
+        help="leave out calibrations of fewer runs (default 1: none)",
+    )
     args = parser.parse_args(argv)
     try:
         frame, skipped = calibration_rows(args.calibrations)
@@ -247,35 +290,47 @@ def main(argv: list[str] | None = None) -> int:
         print(f"costmodel_drift: error: {exc}", file=sys.stderr)
         return 2
     few = frame["runs"] < args.min_runs
-    skipped += [f"{r.data} {r.mechanism}: {r.runs} runs < --min-runs" for r in frame[few].itertuples()]
+    skipped += [
+        f"{r.data} {r.mechanism}: {r.runs} runs < --min-runs" for r in frame[few].itertuples()
+    ]
     frame = frame[~few]
-    print("| data | mechanism | day | started (UTC) | covariate | runs | a | half-width | se | "
-          "host busy | others' work | c0 (ns) | a·c0 (ns per copy) |")
+    print(
+        "| data | mechanism | day | started (UTC) | covariate | runs | a | half-width | se | "
+        "host busy | others' work | c0 (ns) | a·c0 (ns per copy) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in frame.itertuples():
-        print(f"| {r.data} | {r.mechanism} | {r.day} | {r.started} | {r.covariate} | {r.runs} | "
-              f"{r.a:.3f} | {r.half_width:.3f} | {r.se:.4f} | {r.host_busy:.2f} | "
-              f"{r.others:.2f} | {r.c0_ns:,.0f} | {r.extra_ns:,.0f} |")
+        print(
+            f"| {r.data} | {r.mechanism} | {r.day} | {r.started} | {r.covariate} | {r.runs} | "
+            f"{r.a:.3f} | {r.half_width:.3f} | {r.se:.4f} | {r.host_busy:.2f} | "
+            f"{r.others:.2f} | {r.c0_ns:,.0f} | {r.extra_ns:,.0f} |"
+        )
     for line in skipped:
         print(f"skipped: {line}")
     print()
-    print("| mechanism | day | quantity | calibrations | range | sd | median se | sd / se | tau | "
-          "tau / mean | pooled mean [95% CI] | 95% prediction interval |")
+    print(
+        "| mechanism | day | quantity | calibrations | range | sd | median se | sd / se | tau | "
+        "tau / mean | pooled mean [95% CI] | 95% prediction interval |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mechanism, day, rows in groups(frame):
         for quantity in QUANTITIES:
             digits = 3 if quantity == "a" else 0
             s = spread_row(rows, quantity)
-            print(f"| {mechanism} | {day} | {quantity} | {s['n']} | "
-                  f"{_number(s['low'], digits)}–{_number(s['high'], digits)} | "
-                  f"{_number(s['sd'], digits)} | {_number(s['median_se'], digits + 1)} | "
-                  f"{_number(s['ratio'], 1)} | {_number(s['tau'], digits)} | "
-                  f"{_number(100 * s['relative_tau'], 0)}% | "
-                  f"{_number(s['mean'], digits)} {_pair(s['ci'], digits)} | "
-                  f"{_pair(s['pi'], digits)} |")
+            print(
+                f"| {mechanism} | {day} | {quantity} | {s['n']} | "
+                f"{_number(s['low'], digits)}–{_number(s['high'], digits)} | "
+                f"{_number(s['sd'], digits)} | {_number(s['median_se'], digits + 1)} | "
+                f"{_number(s['ratio'], 1)} | {_number(s['tau'], digits)} | "
+                f"{_number(100 * s['relative_tau'], 0)}% | "
+                f"{_number(s['mean'], digits)} {_pair(s['ci'], digits)} | "
+                f"{_pair(s['pi'], digits)} |"
+            )
     print()
-    print("| mechanism | day | quantity | state (range, CPUs) | calibrations | slope per CPU "
-          "[95% CI] | tau → residual tau | share of tau² explained |")
+    print(
+        "| mechanism | day | quantity | state (range, CPUs) | calibrations | slope per CPU "
+        "[95% CI] | tau → residual tau | share of tau² explained |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for mechanism, day, rows in groups(frame):
         if len(rows) < args.min_regression:
@@ -284,22 +339,28 @@ def main(argv: list[str] | None = None) -> int:
             digits = 3 if quantity == "a" else 0
             for state, label in STATES.items():
                 r = state_row(rows, quantity, state)
-                print(f"| {mechanism} | {day} | {quantity} | {label} ({_pair(r['range'], 2)}) | "
-                      f"{len(rows)} | {_number(r['slope'], digits)} {_pair(r['ci'], digits)} | "
-                      f"{_number(r['tau'], digits)} → {_number(r['tau_res'], digits)} | "
-                      f"{_number(100 * r['explained'], 0)}% |")
+                print(
+                    f"| {mechanism} | {day} | {quantity} | {label} ({_pair(r['range'], 2)}) | "
+                    f"{len(rows)} | {_number(r['slope'], digits)} {_pair(r['ci'], digits)} | "
+                    f"{_number(r['tau'], digits)} → {_number(r['tau_res'], digits)} | "
+                    f"{_number(100 * r['explained'], 0)}% |"
+                )
     print()
-    print("| mechanism | quantity | fitted on (calibrations) | predicting (calibrations) | "
-          "RMS error, pooled mean | RMS error, host-busy model | inside 95% PI, pooled | "
-          "inside 95% PI, host busy |")
+    print(
+        "| mechanism | quantity | fitted on (calibrations) | predicting (calibrations) | "
+        "RMS error, pooled mean | RMS error, host-busy model | inside 95% PI, pooled | "
+        "inside 95% PI, host busy |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for quantity in QUANTITIES:
         digits = 3 if quantity == "a" else 0
         for r in cross_day_rows(frame, quantity, "host_busy", args.min_regression):
-            print(f"| {r['mechanism']} | {quantity} | {r['train']} ({r['n_train']}) | "
-                  f"{r['test']} ({r['n_test']}) | {_number(r['rms_plain'], digits)} | "
-                  f"{_number(r['rms_state'], digits)} | {r['inside_plain']:.0%} | "
-                  f"{r['inside_state']:.0%} |")
+            print(
+                f"| {r['mechanism']} | {quantity} | {r['train']} ({r['n_train']}) | "
+                f"{r['test']} ({r['n_test']}) | {_number(r['rms_plain'], digits)} | "
+                f"{_number(r['rms_state'], digits)} | {r['inside_plain']:.0%} | "
+                f"{r['inside_state']:.0%} |"
+            )
     return 0
 
 

@@ -29,12 +29,18 @@ def per_run(group: pd.DataFrame) -> pd.DataFrame:
     for run, g in group.groupby("block"):
         on, off = g[g["rate"] > 0], g[g["rate"] == 0]
         c0 = float((off["cpu_counted"] / off["forwarded_pps"]).mean())
-        row = {"run": run, "effect": np.log((on["cpu_counted"] / on["forwarded_pps"]).mean() / c0),
-               "wait": g["wait_sender"].mean(), "wait0": off["wait_sender"].mean()}
+        row = {
+            "run": run,
+            "effect": np.log((on["cpu_counted"] / on["forwarded_pps"]).mean() / c0),
+            "wait": g["wait_sender"].mean(),
+            "wait0": off["wait_sender"].mean(),
+        }
         for part in PARTS:
             column = f"cpu_{part}"
-            row[f"d_{part}"] = ((on[column] / on["forwarded_pps"]).mean()
-                                - (off[column] / off["forwarded_pps"]).mean()) / c0
+            row[f"d_{part}"] = (
+                (on[column] / on["forwarded_pps"]).mean()
+                - (off[column] / off["forwarded_pps"]).mean()
+            ) / c0
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -55,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="+")
     args = parser.parse_args(argv)
-    print("| data | mechanism | runs | " + " | ".join(f"r(d_{p})" for p in PARTS)
-          + " | r(wait) | r(wait0) | half-width plain | adjusted for wait |")
+    print(
+        "| data | mechanism | runs | "
+        + " | ".join(f"r(d_{p})" for p in PARTS)
+        + " | r(wait) | r(wait0) | half-width plain | adjusted for wait |"
+    )
     print("|---|---|---|" + "---|" * (len(PARTS) + 4))
     for path in args.data:
         frame = pd.read_csv(path)
@@ -69,9 +78,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             r = runs.corr()["effect"]
             plain, adjusted = half_widths(runs)
-            print(f"| {path.split('/')[-1]} | {mechanism} | {len(runs)} | "
-                  + " | ".join(f"{r[f'd_{p}']:+.2f}" for p in PARTS)
-                  + f" | {r['wait']:+.2f} | {r['wait0']:+.2f} | {plain:.3f} | {adjusted:.3f} |")
+            print(
+                f"| {path.split('/')[-1]} | {mechanism} | {len(runs)} | "
+                + " | ".join(f"{r[f'd_{p}']:+.2f}" for p in PARTS)
+                + f" | {r['wait']:+.2f} | {r['wait0']:+.2f} | {plain:.3f} | {adjusted:.3f} |"
+            )
     return 0
 
 

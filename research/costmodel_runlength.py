@@ -59,19 +59,31 @@ def components(frame: pd.DataFrame) -> dict[str, float]:
     spread = float(np.var(full, ddof=1))
     centred = full - full.mean()  # runs in the order they ran (blocks are numbered in order)
     lag1 = float(centred[:-1] @ centred[1:] / (centred @ centred)) if spread > 0 else math.nan
-    return {"runs": len(full), "a": float(full.mean()), "sd_run": math.sqrt(spread),
-            "within_sd": math.sqrt(within), "between_sd": math.sqrt(max(spread - within, 0.0)),
-            "lag1": lag1}
+    return {
+        "runs": len(full),
+        "a": float(full.mean()),
+        "sd_run": math.sqrt(spread),
+        "within_sd": math.sqrt(within),
+        "between_sd": math.sqrt(max(spread - within, 0.0)),
+        "lag1": lag1,
+    }
 
 
-def run_cost(length_s: float, phases: int, guard_s: float, per_run_s: float,
-             per_phase_s: float) -> tuple[float, float]:
+def run_cost(
+    length_s: float, phases: int, guard_s: float, per_run_s: float, per_phase_s: float
+) -> tuple[float, float]:
     """``(counted, wall)`` seconds of one paired run of ``length_s`` in ``phases`` phases."""
     return length_s - phases * guard_s, length_s + per_run_s + phases * per_phase_s
 
 
-def predicted_half_width(between: float, within: float, counted_s: float, wall_s: float,
-                         budget_s: float, confidence: float = 0.95) -> tuple[int, float]:
+def predicted_half_width(
+    between: float,
+    within: float,
+    counted_s: float,
+    wall_s: float,
+    budget_s: float,
+    confidence: float = 0.95,
+) -> tuple[int, float]:
     """``(runs, half-width)`` for runs of ``wall_s`` seconds, ``counted_s`` of them counted,
     within ``budget_s`` (variances given; ``within`` per counted second)."""
     from scipy.stats import t as student
@@ -95,27 +107,43 @@ def overhead_of(csv: Path) -> float | None:
     per_round = max(len([r for r in meta["rates"] if r > 0]), 1)
     total_runs = sum(runs.values()) * per_round
     lengths = meta.get("run_lengths") or {}
-    nominal = sum(runs[m] * per_round * float(lengths.get(m, [meta["duration_s"]])[0]) for m in runs)
+    nominal = sum(
+        runs[m] * per_round * float(lengths.get(m, [meta["duration_s"]])[0]) for m in runs
+    )
     return (sum(seconds.values()) - nominal) / total_runs
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="+", type=Path)
-    parser.add_argument("--designs", default="12/40,6/20,4/14,3/10,2/8,2/4,1/4",
-                        help="comma list of run length / phases")
-    parser.add_argument("--budget", type=float, default=116.0,
-                        help="seconds of runs (the 2-minute budget less warm-up)")
+    parser.add_argument(
+        "--designs",
+        default="12/40,6/20,4/14,3/10,2/8,2/4,1/4",
+        help="comma list of run length / phases",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=116.0,
+        help="seconds of runs (the 2-minute budget less warm-up)",
+    )
     parser.add_argument("--guard", type=float, default=0.05, help="seconds skipped per phase")
-    parser.add_argument("--phase-overhead", type=float, default=0.0,
-                        help="seconds per phase beyond its length (costmodel_toggle); the rest "
-                             "of the measured overhead is per run")
-    parser.add_argument("--overhead", type=float,
-                        help="seconds per run, phases included (default: measured)")
+    parser.add_argument(
+        "--phase-overhead",
+        type=float,
+        default=0.0,
+        help="seconds per phase beyond its length (costmodel_toggle); the rest "
+        "of the measured overhead is per run",
+    )
+    parser.add_argument(
+        "--overhead", type=float, help="seconds per run, phases included (default: measured)"
+    )
     args = parser.parse_args(argv)
     pooled_between, pooled_within, per_run = [], [], []
-    print("data | mechanism | run s / phases | runs | a | sd of runs | within | between | "
-          "lag1 | overhead s")
+    print(
+        "data | mechanism | run s / phases | runs | a | sd of runs | within | between | "
+        "lag1 | overhead s"
+    )
     for path in args.data:
         frame = pd.read_csv(path)
         counted = float(frame.groupby("block")["duration_s"].sum().mean())
@@ -123,26 +151,32 @@ def main(argv: list[str] | None = None) -> int:
         for mechanism, group in frame.groupby("mechanism"):
             c = components(group)
             nominal, phases, *_ = (meta.get("run_lengths") or {}).get(
-                mechanism, [meta["duration_s"], meta.get("phases") or 2])
+                mechanism, [meta["duration_s"], meta.get("phases") or 2]
+            )
             pooled_within.append(c["within_sd"] ** 2 * counted)  # per counted second
             pooled_between.append(c["between_sd"] ** 2)
             overhead = args.overhead if args.overhead is not None else overhead_of(path)
             if overhead is not None:
                 per_run.append(overhead - int(phases) * args.phase_overhead)
-            print(f"{path.name} | {mechanism} | {float(nominal):g} / {int(phases)} ({counted:.1f} "
-                  f"counted) | {c['runs']} | {c['a']:.3f} | {c['sd_run']:.3f} | "
-                  f"{c['within_sd']:.3f} | {c['between_sd']:.3f} | {c['lag1']:+.2f} | "
-                  f"{'-' if overhead is None else f'{overhead:.2f}'}")
+            print(
+                f"{path.name} | {mechanism} | {float(nominal):g} / {int(phases)} ({counted:.1f} "
+                f"counted) | {c['runs']} | {c['a']:.3f} | {c['sd_run']:.3f} | "
+                f"{c['within_sd']:.3f} | {c['between_sd']:.3f} | {c['lag1']:+.2f} | "
+                f"{'-' if overhead is None else f'{overhead:.2f}'}"
+            )
     between, within = float(np.mean(pooled_between)), float(np.mean(pooled_within))
     run_overhead = max(float(np.mean(per_run or [1.0])), 0.0)
-    print(f"pooled: between-run sd {math.sqrt(between):.3f}, within-run sd per 10 counted s "
-          f"{math.sqrt(within / 10):.3f}, overhead {run_overhead:.2f} s per run + "
-          f"{args.phase_overhead:.3f} s per phase")
+    print(
+        f"pooled: between-run sd {math.sqrt(between):.3f}, within-run sd per 10 counted s "
+        f"{math.sqrt(within / 10):.3f}, overhead {run_overhead:.2f} s per run + "
+        f"{args.phase_overhead:.3f} s per phase"
+    )
     print("run s / phases | counted s | wall s | runs in budget | predicted half-width")
     for design in args.designs.split(","):
         length, phases = design.split("/")
-        counted_s, wall_s = run_cost(float(length), int(phases), args.guard, run_overhead,
-                                     args.phase_overhead)
+        counted_s, wall_s = run_cost(
+            float(length), int(phases), args.guard, run_overhead, args.phase_overhead
+        )
         runs, half = predicted_half_width(between, within, counted_s, wall_s, args.budget)
         print(f"{design} | {counted_s:.2f} | {wall_s:.2f} | {runs} | {half:.4f}")
     return 0

@@ -41,16 +41,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cosample.costmodel.harness import MECHANISMS
 from cosample.errors import CosampleError, exit_status
-from research.background import Background, BackgroundLoad
 from cosample.experiments.errors import ExperimentError
+from research.background import Background, BackgroundLoad
 
 #: Seconds a calibration may take beyond ``--max-time`` (testbed, warm-up, fit, removal).
 MARGIN_S = 180.0
 #: Seconds a calibration stopped by SIGTERM gets to remove its testbed before it is killed.
 CLEANUP_S = 60.0
 WARMUP_S = 3.0
-COLUMNS = ("design", "seed", "started (UTC)", "load", "background", "runs", "seconds", "a",
-           "95% CI", "half-width", "needed", "met", "host busy (CPUs)", "c0 (ns/packet)")
+COLUMNS = (
+    "design",
+    "seed",
+    "started (UTC)",
+    "load",
+    "background",
+    "runs",
+    "seconds",
+    "a",
+    "95% CI",
+    "half-width",
+    "needed",
+    "met",
+    "host busy (CPUs)",
+    "c0 (ns/packet)",
+)
 
 
 class Design(BaseModel):
@@ -70,7 +84,8 @@ class Design(BaseModel):
         except (ValueError, ValidationError):
             raise argparse.ArgumentTypeError(
                 f"design {text!r}: expected NAME=ARGS, NAME letters, digits, '.', '_' or '+' "
-                f"(it is part of file names), ARGS options of cosample calibrate") from None
+                f"(it is part of file names), ARGS options of cosample calibrate"
+            ) from None
 
 
 class _Refusing(argparse.ArgumentParser):
@@ -105,10 +120,33 @@ def options_given(argv: list[str]) -> set[str]:
 def calibrate_argv(args: argparse.Namespace, design: Design, seed: int) -> list[str]:
     """The command of one calibration: the experiment's fixed options, then the design's."""
     csv, output = output_paths(args.out_dir, args.mechanism, design.name, seed)
-    return [sys.executable, "-m", "cosample", "calibrate", "--testbed", "--prefix", args.prefix,
-            "--method", "cpu", "--mechanisms", args.mechanism, "--target-ci", f"{args.target_ci:g}",
-            "--max-time", f"{args.max_time:g}", "--warmup", f"{WARMUP_S:g}", "--seed", str(seed),
-            "--no-progress", "-d", str(csv), "-o", str(output), *design.args]
+    return [
+        sys.executable,
+        "-m",
+        "cosample",
+        "calibrate",
+        "--testbed",
+        "--prefix",
+        args.prefix,
+        "--method",
+        "cpu",
+        "--mechanisms",
+        args.mechanism,
+        "--target-ci",
+        f"{args.target_ci:g}",
+        "--max-time",
+        f"{args.max_time:g}",
+        "--warmup",
+        f"{WARMUP_S:g}",
+        "--seed",
+        str(seed),
+        "--no-progress",
+        "-d",
+        str(csv),
+        "-o",
+        str(output),
+        *design.args,
+    ]
 
 
 def check_designs(args: argparse.Namespace) -> None:
@@ -126,7 +164,8 @@ def check_designs(args: argparse.Namespace) -> None:
             raise ExperimentError(
                 f"--design {design.name}: {', '.join(_option(d) for d in sorted(clash))} is set "
                 f"by the experiment; a design may not set any of "
-                f"{', '.join(_option(d) for d in sorted(fixed))}")
+                f"{', '.join(_option(d) for d in sorted(fixed))}"
+            )
 
 
 def _option(dest: str) -> str:
@@ -145,8 +184,12 @@ def output_paths(out_dir: Path, mechanism: str, design: str, seed: int) -> tuple
 
 
 def planned_files(args: argparse.Namespace) -> list[Path]:
-    return [path for design in args.design for seed in range(args.seed, args.seed + args.pairs)
-            for path in output_paths(args.out_dir, args.mechanism, design.name, seed)]
+    return [
+        path
+        for design in args.design
+        for seed in range(args.seed, args.seed + args.pairs)
+        for path in output_paths(args.out_dir, args.mechanism, design.name, seed)
+    ]
 
 
 @dataclass
@@ -167,8 +210,14 @@ def result_row(outcome: Outcome, mechanism: str) -> dict:
     """The table's row of one calibration, from the JSON and CSV it wrote (``compare``)."""
     from cosample.costmodel.compare import summary_rows
 
-    row = {"design": outcome.design, "seed": outcome.seed, "started": outcome.started,
-           "load": outcome.load, "background": outcome.background, "error": outcome.error}
+    row = {
+        "design": outcome.design,
+        "seed": outcome.seed,
+        "started": outcome.started,
+        "load": outcome.load,
+        "background": outcome.background,
+        "error": outcome.error,
+    }
     if outcome.error is not None:
         return row
     try:
@@ -182,17 +231,27 @@ def result_row(outcome: Outcome, mechanism: str) -> dict:
 
 
 def markdown_row(row: dict) -> str:
-    head = [row["design"], str(row["seed"]), row["started"], f"{row['load']:.2f}",
-            row["background"]]
+    head = [
+        row["design"],
+        str(row["seed"]),
+        row["started"],
+        f"{row['load']:.2f}",
+        row["background"],
+    ]
     if row["error"] is not None:
         cells = head + [f"failed: {row['error']}".replace("|", "/")] + ["-"] * (len(COLUMNS) - 6)
     else:
         cells = head + [
-            str(row["runs"]), _number(row["seconds"], ".1f"), f"{row['a']:.3f}",
-            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]", f"{row['half_width']:.3f}",
+            str(row["runs"]),
+            _number(row["seconds"], ".1f"),
+            f"{row['a']:.3f}",
+            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]",
+            f"{row['half_width']:.3f}",
             _number(row["needed"], ".3f"),
             "-" if row["target_met"] is None else "yes" if row["target_met"] else "no",
-            _number(row["host_busy"], ".2f"), _number(row["c0_ns"], ",.0f")]
+            _number(row["host_busy"], ".2f"),
+            _number(row["c0_ns"], ",.0f"),
+        ]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -206,16 +265,20 @@ def header() -> str:
 
 def summary(rows: list[dict]) -> str:
     """Per design: calibrations, failed, met, median half-width / needed, median seconds."""
-    lines = ["| design | calibrations | failed | met | median half-width / needed | "
-             "median seconds |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| design | calibrations | failed | met | median half-width / needed | median seconds |",
+        "|---|---|---|---|---|---|",
+    ]
     frame = pd.DataFrame(rows)
     for design, group in frame.groupby("design", sort=False):
         done = group[group["error"].isna()]
         ratio = (done["half_width"] / done["needed"]).median() if not done.empty else math.nan
         seconds = done["seconds"].astype(float).median() if not done.empty else math.nan
         met = sum(1 for value in done.get("target_met", ()) if value is not None and bool(value))
-        lines.append(f"| {design} | {len(group)} | {len(group) - len(done)} | {met} | "
-                     f"{_number(ratio, '.2f')} | {_number(seconds, '.1f')} |")
+        lines.append(
+            f"| {design} | {len(group)} | {len(group) - len(done)} | {met} | "
+            f"{_number(ratio, '.2f')} | {_number(seconds, '.1f')} |"
+        )
     return "\n".join(lines)
 
 
@@ -246,8 +309,14 @@ def run_calibration(argv: list[str], timeout_s: float) -> str | None:
 
     It runs in a session of its own, so Ctrl-C reaches only this process, which then stops
     it by PID with one SIGTERM (calibrate removes its testbed on SIGTERM)."""
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -258,8 +327,9 @@ def run_calibration(argv: list[str], timeout_s: float) -> str | None:
         raise
     if process.returncode == 0:
         return None
-    sys.stderr.write(f"calibration failed (exit {process.returncode}): {shlex.join(argv)}\n"
-                     f"{stderr}")
+    sys.stderr.write(
+        f"calibration failed (exit {process.returncode}): {shlex.join(argv)}\n{stderr}"
+    )
     last = [line for line in stderr.splitlines() if line.strip()]
     return f"exit {process.returncode}" + (f": {last[-1].strip()}" if last else "")
 
@@ -279,17 +349,21 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> list[di
     timeout_s = args.max_time + MARGIN_S
     rows = []
     out(header())
-    for index, order in enumerate(round_orders([d.name for d in args.design], args.pairs,
-                                               args.seed)):
+    for index, order in enumerate(
+        round_orders([d.name for d in args.design], args.pairs, args.seed)
+    ):
         seed = args.seed + index
         for name in order:
             design = next(d for d in args.design if d.name == name)
             with held(args.lock, lambda line: print(line, file=sys.stderr, flush=True)):
                 outcome = Outcome(
-                    design=name, seed=seed, output=output_paths(args.out_dir, args.mechanism,
-                                                                name, seed)[1],
+                    design=name,
+                    seed=seed,
+                    output=output_paths(args.out_dir, args.mechanism, name, seed)[1],
                     started=datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M"),
-                    load=os.getloadavg()[0], background=str(args.background))
+                    load=os.getloadavg()[0],
+                    background=str(args.background),
+                )
                 with BackgroundLoad(args.background, seed, timeout_s + 10) as load:
                     outcome.background_pids = load.pids
                     outcome.error = run_calibration(calibrate_argv(args, design, seed), timeout_s)
@@ -303,27 +377,49 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> list[di
 def build_parser() -> argparse.ArgumentParser:
     from cosample.experiments.cli import DEFAULT_OUT
 
-    parser = argparse.ArgumentParser(prog="python -m research.costmodel_sidebyside",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m research.costmodel_sidebyside", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--mechanism", choices=MECHANISMS, required=True)
-    parser.add_argument("--design", type=Design.parse, action="append", required=True,
-                        metavar="NAME=ARGS", help="extra cosample calibrate options (repeat)")
-    parser.add_argument("--pairs", type=int, default=1,
-                        help="rounds; each design calibrates once per round (default 1)")
+    parser.add_argument(
+        "--design",
+        type=Design.parse,
+        action="append",
+        required=True,
+        metavar="NAME=ARGS",
+        help="extra cosample calibrate options (repeat)",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="rounds; each design calibrates once per round (default 1)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="round i uses seed SEED+i")
     parser.add_argument("--target-ci", type=float, default=0.1)
     parser.add_argument("--max-time", type=float, default=120.0)
     parser.add_argument("--prefix", default="sb", help="testbed prefix (default sb)")
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT,
-                        help="where each calibration's CSV and JSON go (default out/)")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="where each calibration's CSV and JSON go (default out/)",
+    )
     parser.add_argument("--force", action="store_true", help="overwrite existing results")
-    parser.add_argument("--lock", type=Path,
-                        help="hold an exclusive flock on this file around each calibration "
-                             "(here: /tmp/cosample-ovs.lock; do not also wrap the command in "
-                             "flock on the same file)")
-    parser.add_argument("--background", type=_background, default=Background(kind="none"),
-                        metavar="none|hog:N|bursty:N",
-                        help="CPU load beside each calibration (default none)")
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        help="hold an exclusive flock on this file around each calibration "
+        "(here: /tmp/cosample-ovs.lock; do not also wrap the command in "
+        "flock on the same file)",
+    )
+    parser.add_argument(
+        "--background",
+        type=_background,
+        default=Background(kind="none"),
+        metavar="none|hog:N|bursty:N",
+        help="CPU load beside each calibration (default none)",
+    )
     return parser
 
 
@@ -344,8 +440,10 @@ def check(args: argparse.Namespace) -> None:
     check_designs(args)
     existing = [str(path) for path in planned_files(args) if path.exists()]
     if existing and not args.force:
-        raise ExperimentError(f"{existing[0]} exists ({len(existing)} of the results would be "
-                              f"overwritten); choose another --out-dir or --seed, or --force")
+        raise ExperimentError(
+            f"{existing[0]} exists ({len(existing)} of the results would be "
+            f"overwritten); choose another --out-dir or --seed, or --force"
+        )
     if not args.out_dir.is_dir():
         from cosample.experiments.files import output_dir
 

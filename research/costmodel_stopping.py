@@ -70,13 +70,21 @@ class Tally:
 
     def row(self) -> str:
         n = max(self.draws, 1)
-        return (f"{self.hits / n:.1%} | {self.early / n:.1%} | {self.met / n:.1%} | "
-                f"{self.runs / n:.1f}")
+        return (
+            f"{self.hits / n:.1%} | {self.early / n:.1%} | {self.met / n:.1%} | {self.runs / n:.1f}"
+        )
 
 
-def simulate(group: pd.DataFrame, covariate: str | None, mode: str, rules: list[Rule],
-             max_runs: int, draws: int, target: Target, rng: np.random.Generator,
-             ) -> tuple[float, dict[str, Tally]]:
+def simulate(
+    group: pd.DataFrame,
+    covariate: str | None,
+    mode: str,
+    rules: list[Rule],
+    max_runs: int,
+    draws: int,
+    target: Target,
+    rng: np.random.Generator,
+) -> tuple[float, dict[str, Tally]]:
     """Play every rule on the same ``draws`` simulated calibrations; (truth, tallies)."""
     block = pd.factorize(group["block"])[0]
     fit, check = fit_with_covariate(group, block, covariate, target.confidence)
@@ -94,8 +102,9 @@ def simulate(group: pd.DataFrame, covariate: str | None, mode: str, rules: list[
                 trial = run["rate"].max()
                 first = rng.random() < 0.5
                 fake = np.where((run["phase"].to_numpy() % 2 == 0) == first, trial, 0.0)
-                run = run.assign(rate=fake,
-                                 throughput_pps=np.exp(run["_noise"] - np.log1p(truth * fake)))
+                run = run.assign(
+                    rate=fake, throughput_pps=np.exp(run["_noise"] - np.log1p(truth * fake))
+                )
             parts.append(run)
         frame = pd.concat(parts, ignore_index=True)
         fits: dict[int, tuple[float, float, float]] = {}  # runs -> (a, low, high)
@@ -104,8 +113,9 @@ def simulate(group: pd.DataFrame, covariate: str | None, mode: str, rules: list[
             if n not in fits:
                 part = frame[frame["block"] < n]
                 try:
-                    again, _ = fit_with_covariate(part, part["block"].to_numpy(), covariate,
-                                                  target.confidence)
+                    again, _ = fit_with_covariate(
+                        part, part["block"].to_numpy(), covariate, target.confidence
+                    )
                     fits[n] = (again.coefficient, *again.ci)
                 except CostModelError:
                     fits[n] = (np.nan, -np.inf, np.inf)
@@ -135,14 +145,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-runs", type=int, help="runs in the budget (default: the data's)")
     parser.add_argument("--modes", default="placebo,runs")
-    parser.add_argument("--rules", default="fixed,6,12,6:0.8",
-                        help="comma list: fixed, MIN or MIN:FACTOR")
+    parser.add_argument(
+        "--rules", default="fixed,6,12,6:0.8", help="comma list: fixed, MIN or MIN:FACTOR"
+    )
     parser.add_argument("--target-ci", type=float, default=0.1)
     parser.add_argument("--target-ci-abs", type=float, default=0.02)
     args = parser.parse_args(argv)
     target = Target(relative=args.target_ci, absolute=args.target_ci_abs)
-    print("| data | mechanism | covariate | mode | truth | runs max | rule | coverage | "
-          "stopped early | met | mean runs |")
+    print(
+        "| data | mechanism | covariate | mode | truth | runs max | rule | coverage | "
+        "stopped early | met | mean runs |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for file_name, mechanism, group in mechanism_groups(args.data):
         max_runs = args.max_runs or int(group["block"].nunique())
@@ -150,12 +163,15 @@ def main(argv: list[str] | None = None) -> int:
         covariate = DEFAULT_COVARIATES.get(mechanism)
         for mode in args.modes.split(","):
             rng = np.random.default_rng(args.seed)  # the same draws for every rule
-            truth, tallies = simulate(group, covariate, mode, rules, max_runs, args.draws,
-                                      target, rng)
+            truth, tallies = simulate(
+                group, covariate, mode, rules, max_runs, args.draws, target, rng
+            )
             for rule in rules:
-                print(f"| {file_name} | {mechanism} | {covariate or 'none'} | {mode} | "
-                      f"{truth:.3f} | {max_runs} | {rule.name} | {tallies[rule.name].row()} |",
-                      flush=True)
+                print(
+                    f"| {file_name} | {mechanism} | {covariate or 'none'} | {mode} | "
+                    f"{truth:.3f} | {max_runs} | {rule.name} | {tallies[rule.name].row()} |",
+                    flush=True,
+                )
     return 0
 
 

@@ -39,10 +39,12 @@ TASKS = ("counted", "ovs", "sender", "receiver")
 def medians(rows: pd.DataFrame) -> dict[str, float]:
     """Medians over phases: packet rates, CPUs per task and outside the cgroup, ns per packet."""
     forwarded = rows["forwarded_pps"].where(rows["forwarded_pps"] > 0)
-    out = {"forwarded_pps": float(rows["forwarded_pps"].median()),
-           "sent_pps": float(rows["sent_pps"].median()),
-           "outside": float((rows["cpu_host_busy"] - rows["cpu_counted"]).median()),
-           "wait_ovs": float(rows["wait_ovs"].median())}
+    out = {
+        "forwarded_pps": float(rows["forwarded_pps"].median()),
+        "sent_pps": float(rows["sent_pps"].median()),
+        "outside": float((rows["cpu_host_busy"] - rows["cpu_counted"]).median()),
+        "wait_ovs": float(rows["wait_ovs"].median()),
+    }
     for task in TASKS:
         out[f"cpu_{task}"] = float(rows[f"cpu_{task}"].median())
         out[f"ns_{task}"] = float((rows[f"cpu_{task}"] / forwarded * 1e9).median())
@@ -53,8 +55,10 @@ def breakdown(data: pd.DataFrame, mechanism: str, where: str = "data") -> tuple[
     """``(s, medians at rate 0, medians at the highest rate s)`` of one mechanism's rows."""
     missing = [f"cpu_{task}" for task in TASKS + ("host_busy",) if f"cpu_{task}" not in data]
     if missing or "wait_ovs" not in data:
-        raise ExperimentError(f"{where}: no CPU columns ({', '.join(missing) or 'wait_ovs'}); "
-                              "calibrations since 2026-11-24 record them")
+        raise ExperimentError(
+            f"{where}: no CPU columns ({', '.join(missing) or 'wait_ovs'}); "
+            "calibrations since 2026-11-24 record them"
+        )
     rows = data[data["mechanism"] == mechanism]
     s = float(rows["rate"].max())
     if rows[rows["rate"] == 0].empty or not s > 0:
@@ -64,27 +68,36 @@ def breakdown(data: pd.DataFrame, mechanism: str, where: str = "data") -> tuple[
 
 def table(paths: list[Path]) -> str:
     """The Markdown table of every calibration and mechanism in ``paths``."""
-    head = ("| data | mechanism | phases | forwarded (kpps) | sent (kpps) | CPUs counted | ovs "
-            "| sender | receiver | outside | ovs wait | ns/packet counted | ovs | sender "
-            "| receiver "
-            "| a counted | a ovs | a T |")
+    head = (
+        "| data | mechanism | phases | forwarded (kpps) | sent (kpps) | CPUs counted | ovs "
+        "| sender | receiver | outside | ovs wait | ns/packet counted | ovs | sender "
+        "| receiver "
+        "| a counted | a ovs | a T |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for path in paths:
         document, data = read_calibration(path)
         method = document.metadata.method
         for mechanism in document.mechanisms:
             s, zero, high = breakdown(data, mechanism, str(path))
-            a = {task: (high[f"ns_{task}"] / zero[f"ns_{task}"] - 1) / s
-                 for task in ("counted", "ovs")}
-            a_t = ((zero["forwarded_pps"] / high["forwarded_pps"] - 1) / s
-                   if method == "throughput" else math.nan)
+            a = {
+                task: (high[f"ns_{task}"] / zero[f"ns_{task}"] - 1) / s
+                for task in ("counted", "ovs")
+            }
+            a_t = (
+                (zero["forwarded_pps"] / high["forwarded_pps"] - 1) / s
+                if method == "throughput"
+                else math.nan
+            )
             name = f"{path.name} ({method})"
             for label, m in (("rate 0", zero), (f"rate {s:g}", high)):
                 lines.append(f"| {name} | {mechanism} | {label} | {_row(m)} | | | |")
             extra = {key: (high[key] - zero[key]) / s for key in zero}
-            lines.append(f"| {name} | {mechanism} | per copy (Δ/s) | {_row(extra, signed=True)} "
-                         f"| {a['counted']:.3f} | {a['ovs']:.3f} "
-                         f"| {'-' if math.isnan(a_t) else f'{a_t:.3f}'} |")
+            lines.append(
+                f"| {name} | {mechanism} | per copy (Δ/s) | {_row(extra, signed=True)} "
+                f"| {a['counted']:.3f} | {a['ovs']:.3f} "
+                f"| {'-' if math.isnan(a_t) else f'{a_t:.3f}'} |"
+            )
     return "\n".join(lines)
 
 
@@ -92,14 +105,20 @@ def _row(m: dict[str, float], signed: bool = False) -> str:
     sign = "+" if signed else ""
     cpus = " | ".join(f"{m[f'cpu_{task}']:{sign}.3f}" for task in TASKS)
     ns = " | ".join(f"{m[f'ns_{task}']:{sign},.0f}" for task in TASKS)
-    return (f"{m['forwarded_pps'] / 1e3:{sign}.1f} | {m['sent_pps'] / 1e3:{sign}.1f} | {cpus} "
-            f"| {m['outside']:{sign}.3f} | {m['wait_ovs']:{sign}.3f} | {ns}")
+    return (
+        f"{m['forwarded_pps'] / 1e3:{sign}.1f} | {m['sent_pps'] / 1e3:{sign}.1f} | {cpus} "
+        f"| {m['outside']:{sign}.3f} | {m['wait_ovs']:{sign}.3f} | {ns}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("calibrations", nargs="+", type=Path,
-                        help="calibration JSONs of either method (the CSV each names beside it)")
+    parser.add_argument(
+        "calibrations",
+        nargs="+",
+        type=Path,
+        help="calibration JSONs of either method (the CSV each names beside it)",
+    )
     args = parser.parse_args(argv)
     return exit_status("costmodel_tasks", lambda: print(table(args.calibrations)))
 

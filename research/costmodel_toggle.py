@@ -53,8 +53,13 @@ def cell(ms: np.ndarray) -> str:
 def sflow_class_at(commit: str) -> type:
     """``SflowSampling`` as ``costmodel/mechanisms.py`` had it at ``commit``."""
     root = Path(__file__).resolve().parents[1]
-    source = subprocess.run(["git", "-C", str(root), "show", f"{commit}:costmodel/mechanisms.py"],
-                            capture_output=True, text=True, check=True, timeout=30).stdout
+    source = subprocess.run(
+        ["git", "-C", str(root), "show", f"{commit}:costmodel/mechanisms.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "mechanisms_then.py"
         path.write_text(source)
@@ -85,8 +90,10 @@ def start_and_stop(endpoints, argv: list[str], count: int, retry_s: float) -> st
             time.sleep(retry_s)
         first.append((time.perf_counter() - start) * 1e3)
         stop.extend(timed(load.stop, 1))
-    return (f"first packet {cell(np.array(first))}, stop {cell(np.array(stop))}, "
-            f"{refused} of {count} starts refused at first (server still busy)")
+    return (
+        f"first packet {cell(np.array(first))}, stop {cell(np.array(stop))}, "
+        f"{refused} of {count} starts refused at first (server still busy)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,37 +101,66 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--switches", type=int, default=40)
     parser.add_argument("--starts", type=int, default=20, help="iperf3 starts to time")
     parser.add_argument("--prefix", default="ccT")
-    parser.add_argument("--against", metavar="COMMIT",
-                        help="also time this commit's sFlow switching, alternating with today's")
+    parser.add_argument(
+        "--against",
+        metavar="COMMIT",
+        help="also time this commit's sFlow switching, alternating with today's",
+    )
     parser.add_argument("--offered-pps", type=float, default=20_000.0)
     args = parser.parse_args(argv)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    with OneHostTestbed(args.prefix, tunnel=True) as testbed, \
-            SflowCollector(decode=False, receive_buffer=4 << 20) as collector:
+    with (
+        OneHostTestbed(args.prefix, tunnel=True) as testbed,
+        SflowCollector(decode=False, receive_buffer=4 << 20) as collector,
+    ):
         e = testbed.endpoints
         mechanisms = {
             "sflow": SflowSampling(testbed.ovs.vsctl, e.bridge, collector.target),
-            **({f"sflow at {args.against}": sflow_class_at(args.against)(
-                testbed.ovs.vsctl, e.bridge, collector.target)} if args.against else {}),
+            **(
+                {
+                    f"sflow at {args.against}": sflow_class_at(args.against)(
+                        testbed.ovs.vsctl, e.bridge, collector.target
+                    )
+                }
+                if args.against
+                else {}
+            ),
             "mirror": TcMirror(e.sender_port, e.mirror_target),
-            "mirror_vxlan": TcMirror(e.sender_port, e.tunnel_target, prio=MIRROR_PRIO + 1,
-                                     name="mirror_vxlan"),
+            "mirror_vxlan": TcMirror(
+                e.sender_port, e.tunnel_target, prio=MIRROR_PRIO + 1, name="mirror_vxlan"
+            ),
         }
-        scope = CgroupScope(f"cosample-{args.prefix}",
-                            pid_from_file(testbed.ovs.directory / "ovs-vswitchd.pid"), 2.0)
+        scope = CgroupScope(
+            f"cosample-{args.prefix}",
+            pid_from_file(testbed.ovs.directory / "ovs-vswitchd.pid"),
+            2.0,
+        )
         seconds = 10.0 + args.switches * 0.3 * (len(mechanisms) + 1)
-        argv_ = client_argv(e.receiver_ip, duration_s=seconds, protocol="udp", packet_bytes=64,
-                            bandwidth=str(round(args.offered_pps * 64 * 8)))
+        argv_ = client_argv(
+            e.receiver_ip,
+            duration_s=seconds,
+            protocol="udp",
+            packet_bytes=64,
+            bandwidth=str(round(args.offered_pps * 64 * 8)),
+        )
         with scope, IperfServer(e.receiver_exec) as server:
             scope.adopt(server.process.pid, "receiver")
             load = IperfClient(e.sender_exec, argv_, "udp", seconds)
             scope.adopt(load.process.pid, "sender")
             try:
                 time.sleep(1.0)
-                reads = timed(lambda: (device_packets(e.sender_port), scope.snapshot(),
-                                       device_packets(e.receiver_port)), args.switches)
-                print("| mechanism | switch on, ms (median / 90%) | switch off | "
-                      "counter read | per phase (one switch + two reads) |")
+                reads = timed(
+                    lambda: (
+                        device_packets(e.sender_port),
+                        scope.snapshot(),
+                        device_packets(e.receiver_port),
+                    ),
+                    args.switches,
+                )
+                print(
+                    "| mechanism | switch on, ms (median / 90%) | switch off | "
+                    "counter read | per phase (one switch + two reads) |"
+                )
                 print("|---|---|---|---|---|")
                 on = {name: [] for name in mechanisms}
                 off = {name: [] for name in mechanisms}
@@ -139,14 +175,21 @@ def main(argv: list[str] | None = None) -> int:
                     for mechanism in mechanisms.values():
                         mechanism.clear()
                 for name in mechanisms:
-                    per_phase = (np.median(on[name]) + np.median(off[name])) / 2 + 2 * np.median(reads)
-                    print(f"| {name} | {cell(np.array(on[name]))} | {cell(np.array(off[name]))} | "
-                          f"{cell(reads)} | {per_phase:.1f} |", flush=True)
+                    per_phase = (np.median(on[name]) + np.median(off[name])) / 2 + 2 * np.median(
+                        reads
+                    )
+                    print(
+                        f"| {name} | {cell(np.array(on[name]))} | {cell(np.array(off[name]))} | "
+                        f"{cell(reads)} | {per_phase:.1f} |",
+                        flush=True,
+                    )
             finally:
                 load.stop()
             for retry_s in (1.0, 0.1):
-                print(f"per run, ms (median / 90%), retry after {retry_s:g} s: "
-                      f"{start_and_stop(e, argv_, args.starts, retry_s)}")
+                print(
+                    f"per run, ms (median / 90%), retry after {retry_s:g} s: "
+                    f"{start_and_stop(e, argv_, args.starts, retry_s)}"
+                )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

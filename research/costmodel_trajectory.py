@@ -39,15 +39,28 @@ def trajectory(path: Path, first: int = 3) -> list[dict]:
         for k in range(max(first, 1), len(runs) + 1):
             fit = CostModelFit().fit(phases[phases["block"].isin(runs[:k])]).results_[mechanism]
             low, high = fit.coefficient_ci
-            steps.append({"runs": k, "a": fit.coefficient, "half_width": (high - low) / 2,
-                          "needed": needed_half_width(document.metadata, fit.coefficient)})
+            steps.append(
+                {
+                    "runs": k,
+                    "a": fit.coefficient,
+                    "half_width": (high - low) / 2,
+                    "needed": needed_half_width(document.metadata, fit.coefficient),
+                }
+            )
         if not steps:
             raise ExperimentError(f"{path}: {mechanism}: {len(runs)} runs; the fit needs {first}")
         met = next((s["runs"] for s in steps if s["half_width"] <= s["needed"]), None)
         total = seconds.get(mechanism)
-        out.append({"data": path.name, "mechanism": mechanism, "runs": len(runs), "steps": steps,
-                    "met_at": met,
-                    "met_seconds": total * met / len(runs) if met and total else math.nan})
+        out.append(
+            {
+                "data": path.name,
+                "mechanism": mechanism,
+                "runs": len(runs),
+                "steps": steps,
+                "met_at": met,
+                "met_seconds": total * met / len(runs) if met and total else math.nan,
+            }
+        )
     return out
 
 
@@ -58,16 +71,29 @@ def _step(step: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("calibrations", nargs="+", type=Path, help="cpu-method calibration JSONs")
-    parser.add_argument("--at", type=int, action="append", default=[],
-                        help="also show the estimate after this many runs (repeat)")
-    parser.add_argument("--from", dest="first", type=int, default=3,
-                        help="first run count to refit at (default 3: the fit needs 3 runs)")
+    parser.add_argument(
+        "--at",
+        type=int,
+        action="append",
+        default=[],
+        help="also show the estimate after this many runs (repeat)",
+    )
+    parser.add_argument(
+        "--from",
+        dest="first",
+        type=int,
+        default=3,
+        help="first run count to refit at (default 3: the fit needs 3 runs)",
+    )
     args = parser.parse_args(argv)
 
     def report() -> int:
         at = sorted(set(args.at))
-        print("| data | mechanism | runs | " + "".join(f"after {k} runs (needed) | " for k in at)
-              + "at the end (needed) | target first met after | seconds by then |")
+        print(
+            "| data | mechanism | runs | "
+            + "".join(f"after {k} runs (needed) | " for k in at)
+            + "at the end (needed) | target first met after | seconds by then |"
+        )
         print("|---" * (5 + len(at)) + "|---|")
         for path in args.calibrations:
             for row in trajectory(path, args.first):
@@ -75,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
                 cells = [_step(by_runs[k]) if k in by_runs else "-" for k in at]
                 met = f"{row['met_at']} runs" if row["met_at"] else "not met"
                 when = f"{row['met_seconds']:.0f}" if math.isfinite(row["met_seconds"]) else "-"
-                print(f"| {row['data']} | {row['mechanism']} | {row['runs']} | "
-                      + "".join(f"{cell} | " for cell in cells)
-                      + f"{_step(row['steps'][-1])} | {met} | {when} |")
+                print(
+                    f"| {row['data']} | {row['mechanism']} | {row['runs']} | "
+                    + "".join(f"{cell} | " for cell in cells)
+                    + f"{_step(row['steps'][-1])} | {met} | {when} |"
+                )
         return 0
 
     return exit_status("costmodel_trajectory", report)

@@ -75,14 +75,24 @@ SEPARABLE = 0.9
 def per_run(phases: pd.DataFrame) -> pd.DataFrame:
     """One row per run: ns per sample (cgroup and switch), the rate-0 cost per packet, and the
     share sampled. Needs the cpu method's columns."""
-    needed = {"mechanism", "block", "rate", "cost_ns_per_packet", "cpu_ovs", "forwarded_pps",
-              "copies_pps"}
+    needed = {
+        "mechanism",
+        "block",
+        "rate",
+        "cost_ns_per_packet",
+        "cpu_ovs",
+        "forwarded_pps",
+        "copies_pps",
+    }
     missing = needed - set(phases.columns)
     if missing:
-        raise ExperimentError(f"not a paired cpu-method calibration: no column(s) "
-                              f"{', '.join(sorted(missing))}")
-    frame = phases.assign(switch_ns=phases["cpu_ovs"] / phases["forwarded_pps"] * 1e9,
-                          share=phases["copies_pps"] / phases["forwarded_pps"])
+        raise ExperimentError(
+            f"not a paired cpu-method calibration: no column(s) {', '.join(sorted(missing))}"
+        )
+    frame = phases.assign(
+        switch_ns=phases["cpu_ovs"] / phases["forwarded_pps"] * 1e9,
+        share=phases["copies_pps"] / phases["forwarded_pps"],
+    )
     rows = []
     for (mechanism, block), run in frame.groupby(["mechanism", "block"], sort=True):
         flowing = run["forwarded_pps"] >= FLOWING * run["forwarded_pps"].median()
@@ -94,17 +104,22 @@ def per_run(phases: pd.DataFrame) -> pd.DataFrame:
         rate = float(on["rate"].mean())
         off_switch = off.loc[off["cpu_ovs"] > 0, "switch_ns"]
         on_switch = on.loc[on["cpu_ovs"] > 0, "switch_ns"]
-        rows.append({
-            "mechanism": mechanism, "block": block, "rate": rate,
-            "base_ns": off["cost_ns_per_packet"].mean(),
-            "sample_ns": (on["cost_ns_per_packet"].mean() - off["cost_ns_per_packet"].mean()) / rate,
-            "base_switch_ns": off_switch.mean(),
-            "sample_switch_ns": (on_switch.mean() - off_switch.mean()) / rate,
-            "sampled": on["share"].median() / rate,
-            **exported(run, on),
-            "dropped_not_flowing": int((~flowing).sum()),
-            "dropped_threads": int((~threads_ok).sum()),
-        })
+        rows.append(
+            {
+                "mechanism": mechanism,
+                "block": block,
+                "rate": rate,
+                "base_ns": off["cost_ns_per_packet"].mean(),
+                "sample_ns": (on["cost_ns_per_packet"].mean() - off["cost_ns_per_packet"].mean())
+                / rate,
+                "base_switch_ns": off_switch.mean(),
+                "sample_switch_ns": (on_switch.mean() - off_switch.mean()) / rate,
+                "sampled": on["share"].median() / rate,
+                **exported(run, on),
+                "dropped_not_flowing": int((~flowing).sum()),
+                "dropped_threads": int((~threads_ok).sum()),
+            }
+        )
         rows[-1].update(with_records(run, rows[-1]["exported_per_sample"]))
     if not rows:
         raise ExperimentError("no run has both rate-0 and sampling phases")
@@ -118,8 +133,9 @@ def exported(run: pd.DataFrame, on: pd.DataFrame) -> dict:
         return {"exported_per_sample": float("nan"), "exported_per_s": float("nan")}
     samples = (on["sent_pps"] * on["duration_s"] * on["rate"]).sum()
     per_sample = float((run["copies_pps"] * run["duration_s"]).sum() / samples)
-    sampled_per_s = float((on["sent_pps"] * on["duration_s"] * on["rate"]).sum()
-                          / on["duration_s"].sum())
+    sampled_per_s = float(
+        (on["sent_pps"] * on["duration_s"] * on["rate"]).sum() / on["duration_s"].sum()
+    )
     return {"exported_per_sample": per_sample, "exported_per_s": per_sample * sampled_per_s}
 
 
@@ -133,14 +149,18 @@ def with_records(run: pd.DataFrame, per_sample: float) -> dict:
     rate = run["rate"].to_numpy(float)
     records = (run["copies_pps"] / run["forwarded_pps"]).to_numpy(float)
     design = np.column_stack([np.ones(len(run)), rate, records])
-    (_, per_packet, per_record), *_ = np.linalg.lstsq(design, run["cost_ns_per_packet"].to_numpy(float),
-                                                      rcond=None)
+    (_, per_packet, per_record), *_ = np.linalg.lstsq(
+        design, run["cost_ns_per_packet"].to_numpy(float), rcond=None
+    )
     # along the data's own direction the combination is defined even where the two are one
     separable = records.std() > 0 and abs(np.corrcoef(rate, records)[0, 1]) < SEPARABLE
     mean_rate = float(rate[rate > 0].mean())
-    return {"record_ns": float(per_record) if separable else float("nan"),
-            "sample_records_ns": float(per_packet + per_record * per_sample * mean_rate) / mean_rate
-            if separable else float("nan")}
+    return {
+        "record_ns": float(per_record) if separable else float("nan"),
+        "sample_records_ns": float(per_packet + per_record * per_sample * mean_rate) / mean_rate
+        if separable
+        else float("nan"),
+    }
 
 
 def mean_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -149,11 +169,15 @@ def mean_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, 
     mean = float(values.mean())
     if len(values) < 2:
         return mean, float("nan"), float("nan")
-    half = stats.t.ppf(0.5 + confidence / 2, len(values) - 1) * values.std(ddof=1) / len(values) ** 0.5
+    half = (
+        stats.t.ppf(0.5 + confidence / 2, len(values) - 1) * values.std(ddof=1) / len(values) ** 0.5
+    )
     return mean, mean - half, mean + half
 
 
-def welch_interval(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+def welch_interval(
+    a: np.ndarray, b: np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
     """Mean of ``a`` minus mean of ``b``, with Welch's interval (runs of different mechanisms are
     independent)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
@@ -170,8 +194,9 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for mechanism, group in runs.groupby("mechanism", sort=True):
         row = {"mechanism": mechanism, "runs": len(group)}
-        with_records_ns = group["sample_records_ns"].where(group["sample_records_ns"].notna(),
-                                                           group["sample_ns"])
+        with_records_ns = group["sample_records_ns"].where(
+            group["sample_records_ns"].notna(), group["sample_ns"]
+        )
         group = group.assign(sample_records_ns=with_records_ns)
         reference = reference.assign(sample_records_ns=reference["sample_ns"])
         for column in ("sample_ns", "sample_switch_ns", "sample_records_ns", "record_ns"):
@@ -183,13 +208,17 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
                 continue
             if len(reference) >= 2 and mechanism != REFERENCE and len(group) >= 2:
                 diff = welch_interval(group[column], reference[column])
-                row[f"{column}_vs_sflow"], row[f"{column}_vs_sflow_lo"], \
-                    row[f"{column}_vs_sflow_hi"] = diff
+                (
+                    row[f"{column}_vs_sflow"],
+                    row[f"{column}_vs_sflow_lo"],
+                    row[f"{column}_vs_sflow_hi"],
+                ) = diff
         a = group["sample_ns"] / group["base_ns"]
         row["a"], row["a_lo"], row["a_hi"] = mean_interval(a)
         row["base_ns"] = float(group["base_ns"].mean())
-        row["sampled"] = float(group["sampled"].median()) if mechanism in COUNTED_PER_SAMPLE \
-            else float("nan")
+        row["sampled"] = (
+            float(group["sampled"].median()) if mechanism in COUNTED_PER_SAMPLE else float("nan")
+        )
         row["exported_per_sample"] = float(group["exported_per_sample"].median())
         row["exported_per_s"] = float(group["exported_per_s"].median())
         rows.append(row)
@@ -199,34 +228,44 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
 def interval(row: pd.Series, column: str, digits: int = 0) -> str:
     if column not in row or pd.isna(row[column]):
         return "–"
-    return (f"{row[column]:,.{digits}f} [{row[f'{column}_lo']:,.{digits}f}, "
-            f"{row[f'{column}_hi']:,.{digits}f}]")
+    return (
+        f"{row[column]:,.{digits}f} [{row[f'{column}_lo']:,.{digits}f}, "
+        f"{row[f'{column}_hi']:,.{digits}f}]"
+    )
 
 
 def markdown(table: pd.DataFrame) -> str:
-    lines = ["| mechanism | runs | a (cgroup) | ns / sample (cgroup) | − sFlow's | "
-             "ns / sample (switch thread) | − sFlow's | sampled / configured | "
-             "exported / sample | per s | with records, ns / sample | − sFlow's | ns / record |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| mechanism | runs | a (cgroup) | ns / sample (cgroup) | − sFlow's | "
+        "ns / sample (switch thread) | − sFlow's | sampled / configured | "
+        "exported / sample | per s | with records, ns / sample | − sFlow's | ns / record |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for _, row in table.iterrows():
         sampled = "–" if pd.isna(row["sampled"]) else f"{row['sampled']:.3f}"
-        per_sample = ("–" if pd.isna(row["exported_per_sample"])
-                      else f"{row['exported_per_sample']:.3f} | {row['exported_per_s']:,.0f}")
+        per_sample = (
+            "–"
+            if pd.isna(row["exported_per_sample"])
+            else f"{row['exported_per_sample']:.3f} | {row['exported_per_s']:,.0f}"
+        )
         if per_sample == "–":
             per_sample = "– | –"
-        lines.append(f"| {row['mechanism']} | {row['runs']} | {interval(row, 'a', 3)} | "
-                     f"{interval(row, 'sample_ns')} | {interval(row, 'sample_ns_vs_sflow')} | "
-                     f"{interval(row, 'sample_switch_ns')} | "
-                     f"{interval(row, 'sample_switch_ns_vs_sflow')} | {sampled} | "
-                     f"{per_sample} | {interval(row, 'sample_records_ns')} | "
-                     f"{interval(row, 'sample_records_ns_vs_sflow')} | "
-                     f"{interval(row, 'record_ns')} |")
+        lines.append(
+            f"| {row['mechanism']} | {row['runs']} | {interval(row, 'a', 3)} | "
+            f"{interval(row, 'sample_ns')} | {interval(row, 'sample_ns_vs_sflow')} | "
+            f"{interval(row, 'sample_switch_ns')} | "
+            f"{interval(row, 'sample_switch_ns_vs_sflow')} | {sampled} | "
+            f"{per_sample} | {interval(row, 'sample_records_ns')} | "
+            f"{interval(row, 'sample_records_ns_vs_sflow')} | "
+            f"{interval(row, 'record_ns')} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m research.localsample_costs",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m research.localsample_costs", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("csv", nargs="+", type=Path, help="paired cpu-method calibration phases")
     args = parser.parse_args(argv)
 
@@ -239,11 +278,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path} (95 % intervals over runs)\n")
             runs = per_run(phases)
             print(markdown(summary(runs)))
-            print(f"\ndropped: {runs['dropped_not_flowing'].sum()} phases not flowing, "
-                  f"{runs['dropped_threads'].sum()} with a thread gone (switch numbers only), "
-                  f"of {len(phases)}")
+            print(
+                f"\ndropped: {runs['dropped_not_flowing'].sum()} phases not flowing, "
+                f"{runs['dropped_threads'].sum()} with a thread gone (switch numbers only), "
+                f"of {len(phases)}"
+            )
             print()
+
     return exit_status("localsample_costs", report)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,8 +29,12 @@ def export(revision: str, folder: Path, repository: Path = ROOT) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if any(folder.iterdir()):
         raise SystemExit(f"{folder}: not empty; give a new folder")
-    archive = subprocess.run(["git", "-C", str(repository), "archive", revision],
-                             capture_output=True, timeout=120, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(repository), "archive", revision],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    ).stdout
     source = folder / "source"
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(source, filter="data")

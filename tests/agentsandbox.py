@@ -60,16 +60,19 @@ def sandbox(tmp_path, root_links, make_plan, to_bytes):
             f'host = "s1"\nplan = "{plan_path}"\novsdb = "{ovs.remote}"\nbridge = "{BRIDGE}"\n'
             f'state_dir = "{tmp_path / "state"}"\nmirror_device_prefix = "{DEVICE_PREFIX}"\n'
             f'tunnel_port_prefix = "car"\ntimeout_s = 3\njitter_s = 0\n'
-            f'insecure_unsigned = true\n')
+            f"insecure_unsigned = true\n"
+        )
 
         def write_plan(document):
             plan_path.write_bytes(to_bytes(document))
+
         yield ovs, config_path, plan_path, write_plan
 
 
 def agent(config_path, clock=None, **overrides) -> Agent:
     from cosample.agents.config import load_config
     from cosample.times import utcnow
+
     return Agent(load_config(str(config_path), overrides), clock=clock or utcnow)
 
 
@@ -77,21 +80,30 @@ def fingerprint(a: Agent):
     """Everything the agent could have touched, without UUIDs and port numbers."""
     observed = a.host.observe(BRIDGE, VM_PORTS)
     names = {p.ofport: p.name for p in observed.ports}
-    return (observed.sflow.settings if observed.sflow else None,
-            observed.sflow.owned if observed.sflow else None,
-            sorted((p.name, p.type, p.owned, tuple(sorted(p.options.items())), p.peer)
-                   for p in observed.ports),
-            sorted((names.get(f.in_port), f.priority, f.actions) for f in observed.flows),
-            observed.links, observed.devices)
+    return (
+        observed.sflow.settings if observed.sflow else None,
+        observed.sflow.owned if observed.sflow else None,
+        sorted(
+            (p.name, p.type, p.owned, tuple(sorted(p.options.items())), p.peer)
+            for p in observed.ports
+        ),
+        sorted((names.get(f.in_port), f.priority, f.actions) for f in observed.flows),
+        observed.links,
+        observed.devices,
+    )
 
 
 def receiver_plan(make_plan, version):
     """s1 becomes a receiver of s2's traffic (the other plan has s1 as the sender)."""
     doc = make_plan(version=version, sender_mirrors=())
-    doc["hosts"]["s2"].update(role="sender", local_rate=0.25, sflow_sampling=4,
-                              mirrors=[{"to": "s1", "rate": 0.5}])
-    doc["hosts"]["s1"].update(role="receiver", local_rate=1.0, sflow_sampling=1, mirrors=[],
-                              receives=[{"from": "s2", "rate": 0.5, "pps": 1.0}])
+    doc["hosts"]["s2"].update(
+        role="sender", local_rate=0.25, sflow_sampling=4, mirrors=[{"to": "s1", "rate": 0.5}]
+    )
+    doc["hosts"]["s1"].update(
+        role="receiver",
+        local_rate=1.0,
+        sflow_sampling=1,
+        mirrors=[],
+        receives=[{"from": "s2", "rate": 0.5, "pps": 1.0}],
+    )
     return doc
-
-

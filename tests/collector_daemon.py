@@ -14,7 +14,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-_READY = re.compile(r"sFlow on ([\d.]+):(\d+), HTTP on ([\d.]+):(\d+)(?:, IPFIX on ([\d.]+):(\d+))?")
+_READY = re.compile(
+    r"sFlow on ([\d.]+):(\d+), HTTP on ([\d.]+):(\d+)(?:, IPFIX on ([\d.]+):(\d+))?"
+)
 
 
 class Daemon:
@@ -23,14 +25,40 @@ class Daemon:
     ``lines``. ``preexec`` runs in the child before exec (``RLIMIT_NOFILE`` there); ``prefix``
     goes before the command (``ip netns exec NS``)."""
 
-    def __init__(self, plan: str | Path, *options: str, preexec: Callable[[], None] | None = None,
-                 timeout_s: float = 60.0, prefix: tuple[str, ...] = ()) -> None:
-        argv = [*prefix, sys.executable, "-m", "cosample", "collector", "run", "--plan", str(plan),
-                "--listen", "127.0.0.1:0", "--metrics-port", "0", "--name", "c1",
-                "--window", "600", "--export-interval", "0.2", "--plan-interval", "0.2",
-                *options]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        text=True, preexec_fn=preexec)
+    def __init__(
+        self,
+        plan: str | Path,
+        *options: str,
+        preexec: Callable[[], None] | None = None,
+        timeout_s: float = 60.0,
+        prefix: tuple[str, ...] = (),
+    ) -> None:
+        argv = [
+            *prefix,
+            sys.executable,
+            "-m",
+            "cosample",
+            "collector",
+            "run",
+            "--plan",
+            str(plan),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-port",
+            "0",
+            "--name",
+            "c1",
+            "--window",
+            "600",
+            "--export-interval",
+            "0.2",
+            "--plan-interval",
+            "0.2",
+            *options,
+        ]
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=preexec
+        )
         self.lines: list[str] = []
         ready = threading.Event()
         self._reader = threading.Thread(target=self._read, args=(ready,), daemon=True)
@@ -51,8 +79,9 @@ class Daemon:
         ready.set()  # exited: the caller sees it
 
     def get(self, path: str, timeout_s: float = 5.0) -> bytes:
-        with urllib.request.urlopen(f"http://{self.http[0]}:{self.http[1]}{path}",
-                                    timeout=timeout_s) as response:
+        with urllib.request.urlopen(
+            f"http://{self.http[0]}:{self.http[1]}{path}", timeout=timeout_s
+        ) as response:
             return response.read()
 
     def snapshot(self):
@@ -73,8 +102,7 @@ class Daemon:
         out: dict[str, dict[tuple, float]] = {}
         for family in text_string_to_metric_families(self.get("/metrics").decode()):
             for sample in family.samples:
-                out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = \
-                    sample.value
+                out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
         return out
 
     def stop(self) -> str:
@@ -109,6 +137,7 @@ def served_snapshot(get: Callable[[str], bytes]):
     """The snapshot ``get("/snapshot")`` serves, or None before the collector's first export
     (503 "no snapshot yet"): a test that polls must not read that as a failure."""
     from cosample.collector.snapshot import parse_snapshot
+
     try:
         return parse_snapshot(get("/snapshot"))
     except urllib.error.HTTPError as exc:

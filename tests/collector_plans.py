@@ -12,8 +12,6 @@ __all__ = ["FOUR", "assert_unbiased", "plan_document"]
 FOUR = {"s1": (64, {"s2": 0.3, "s3": 0.2}), "s2": (1, {}), "s3": (2, {}), "s4": (16, {})}
 
 
-
-
 def assert_unbiased(traces, server: str, truth: float) -> None:
     """``traces``: per seed, {seconds: snapshot}. The mean over seeds of ``server``'s
     standardised error stays within noise at every time (10 seeds: sd about 0.32 if unbiased),

@@ -6,10 +6,13 @@ import copy
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from plan_documents import plan_bytes, plan_document
 
 from cosample.lab.netns import netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
-from plan_documents import plan_bytes, plan_document
+
+# the agents' OVS sandbox fixtures (``sandbox``, ``root_links``), for every test that asks for them
+pytest_plugins = ["agentsandbox"]
 
 
 @pytest.fixture
@@ -39,9 +42,11 @@ def now():
 @pytest.fixture
 def make_plan(now):
     """``make_plan(**kwargs)`` -> a fresh plan dict created a minute before ``now``."""
+
     def make(**kwargs):
         kwargs.setdefault("created", now - timedelta(minutes=1))
         return copy.deepcopy(plan_document(**kwargs))
+
     return make
 
 

@@ -1,5 +1,11 @@
 """The collector's sliding window for the controller's loop tests: see
 ``cosample.experiments.loop_window`` (a step in traffic reaches the controller as a ramp)."""
 
-from cosample.experiments.loop_window import (TESTBED, chunked_noise, reader_for, run,  # noqa: F401
-                                              swapped, windowed)
+from cosample.experiments.loop_window import (  # noqa: F401
+    TESTBED,
+    chunked_noise,
+    reader_for,
+    run,
+    swapped,
+    windowed,
+)

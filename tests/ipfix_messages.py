@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import struct
 
+from collector_plans import plan_document
+
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.document import parse_plan
-from collector_plans import plan_document
 
 TEMPLATE_ID = 300
 #: observationPointId, packetDeltaCount, layer2OctetDeltaCount, octetDeltaCount,
@@ -32,13 +33,25 @@ def template_message(domain: int, sequence: int = 0) -> bytes:
     return _header(len(body), sequence, domain) + body
 
 
-def record_message(domain: int, sequence: int, sampled: int, probability: int, *,
-                   frame_bytes: int = 100, point: bool = True, dst: str = "10.0.0.2",
-                   name: bytes = b"vm1") -> bytes:
+def record_message(
+    domain: int,
+    sequence: int,
+    sampled: int,
+    probability: int,
+    *,
+    frame_bytes: int = 100,
+    point: bool = True,
+    dst: str = "10.0.0.2",
+    name: bytes = b"vm1",
+) -> bytes:
     """One record of ``sampled`` packets of ``frame_bytes`` each, as OVS counts them."""
     factor = SAMPLE_PROBABILITY_SCALE // probability
-    values = struct.pack("!QQQ", sampled * factor, sampled * frame_bytes * factor,
-                         sampled * (frame_bytes - 14) * factor)
+    values = struct.pack(
+        "!QQQ",
+        sampled * factor,
+        sampled * frame_bytes * factor,
+        sampled * (frame_bytes - 14) * factor,
+    )
     values += bytes(int(part) for part in dst.split(".")) + bytes([len(name)]) + name
     if point:
         values = struct.pack("!I", probability) + values
@@ -46,12 +59,20 @@ def record_message(domain: int, sequence: int, sampled: int, probability: int, *
     return _header(len(body), sequence, domain) + body
 
 
-def sample_plan(probability: int = 26214, domain: int = 7, *, others: dict | None = None,
-                agents: str = "127.29.0"):
+def sample_plan(
+    probability: int = 26214,
+    domain: int = 7,
+    *,
+    others: dict | None = None,
+    agents: str = "127.29.0",
+):
     """A plan whose host ``s1`` samples with OVS's action (agent 127.29.0.1), beside
     ``others`` (sFlow hosts, ``plan_document``'s form)."""
     document = plan_document({"s1": (None, {}), **(others or {})}, agents=agents)
-    document["hosts"]["s1"].update(local_mechanism="sample", sample_probability=probability,
-                                   observation_domain=domain,
-                                   local_rate=probability / SAMPLE_PROBABILITY_SCALE)
+    document["hosts"]["s1"].update(
+        local_mechanism="sample",
+        sample_probability=probability,
+        observation_domain=domain,
+        local_rate=probability / SAMPLE_PROBABILITY_SCALE,
+    )
     return parse_plan(json.dumps(document).encode())

@@ -8,8 +8,12 @@ from cosample.lab.sflowcorpus import CORPUS, Template, stream, template
 __all__ = ["CORPUS", "TEMPLATES", "Template", "estimate", "stream", "template"]
 
 #: Captures whose samples have a sampling rate above 1 (a 1-in-1 interval has zero width).
-TEMPLATES = ("data-1140.pcap", "data-qinq.pcap", "data-sflow-ipv4-data.pcap",
-             "data-sflow-expanded-sample.pcap")
+TEMPLATES = (
+    "data-1140.pcap",
+    "data-qinq.pcap",
+    "data-sflow-ipv4-data.pcap",
+    "data-sflow-expanded-sample.pcap",
+)
 
 
 def estimate(base: Template, datagrams, *, window_s: float | None = None):
@@ -18,6 +22,7 @@ def estimate(base: Template, datagrams, *, window_s: float | None = None):
     from cosample.collector.attribution import planless
     from cosample.collector.estimate import Estimator
     from cosample.collector.inventory import Inventory
+
     inventory = Inventory.model_validate({"servers": {"s": {"agent_ip": base.agent}}})
     estimator = Estimator(planless(inventory), window_s=window_s, name="t")
     last = 0.0

@@ -28,7 +28,8 @@ def datacentres(draw, max_servers: int = 7, feasible: bool = True, per_server_co
     if per_server_costs and draw(st.booleans()):
         alpha, beta = rng.uniform(0.1, 3, n), rng.uniform(0.05, 3, n)
     else:
-        alpha = draw(st.floats(0.1, 3)); beta = draw(st.floats(0.05, 3))
+        alpha = draw(st.floats(0.1, 3))
+        beta = draw(st.floats(0.05, 3))
     return DataCentre.from_matrix(capacity, alpha, beta, matrix)
 
 
@@ -46,14 +47,23 @@ def planning_inputs(draw, max_servers: int = 6, collector_cap: bool = False):
         extra["weight"] = rng.choice([0.5, 1.0, 2.0, 5.0], n)
     if draw(st.booleans()):
         extra["packet_bytes"] = np.full(n, 500.0)
-        extra["mirror_cap_bytes"] = np.where(rng.uniform(size=n) < 0.5,
-                                             dc.own_pps * rng.uniform(0, 500, n), np.inf)
+        extra["mirror_cap_bytes"] = np.where(
+            rng.uniform(size=n) < 0.5, dc.own_pps * rng.uniform(0, 500, n), np.inf
+        )
     if draw(st.booleans()):
         extra["samples_inbound"] = rng.uniform(size=n) < 0.5
     if collector_cap:
         extra["collector_cap_pps"] = float(dc.own_pps.sum() * draw(st.floats(0.05, 1.5)))
-    return DataCentre.from_arrays(dc.capacity_pps, dc.alpha, dc.beta, dc.traffic_src,
-                                  dc.traffic_dst, dc.traffic_pps, names=dc.names, **extra)
+    return DataCentre.from_arrays(
+        dc.capacity_pps,
+        dc.alpha,
+        dc.beta,
+        dc.traffic_src,
+        dc.traffic_dst,
+        dc.traffic_pps,
+        names=dc.names,
+        **extra,
+    )
 
 
 def moved(dc: DataCentre, seed: int, drop: bool) -> DataCentre:
@@ -63,5 +73,6 @@ def moved(dc: DataCentre, seed: int, drop: bool) -> DataCentre:
     pps = dc.traffic_pps * rng.uniform(0.1, 1.0, dc.traffic_pps.size)  # stays feasible
     if drop:
         pps = np.where(rng.uniform(size=pps.size) < 0.3, 0.0, pps)
-    return DataCentre.from_arrays(dc.capacity_pps, dc.alpha, dc.beta, dc.traffic_src,
-                                  dc.traffic_dst, pps, names=dc.names)
+    return DataCentre.from_arrays(
+        dc.capacity_pps, dc.alpha, dc.beta, dc.traffic_src, dc.traffic_dst, pps, names=dc.names
+    )

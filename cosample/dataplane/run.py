@@ -35,7 +35,12 @@ def run(
     argv = [str(part) for part in argv]
     try:
         result = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env=env, input=input_text,
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            input=input_text,
             check=False,
         )
     except FileNotFoundError as exc:

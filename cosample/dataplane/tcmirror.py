@@ -96,7 +96,12 @@ def match_probability(bytecode: str) -> float:
         return 1.0
     if parts == ["1", _RETURN_NO_MATCH]:
         return 0.0
-    if len(parts) == 5 and parts[0] == "4" and parts[1] == _LOAD_RANDOM and parts[2].startswith("53 1 0 "):
+    if (
+        len(parts) == 5
+        and parts[0] == "4"
+        and parts[1] == _LOAD_RANDOM
+        and parts[2].startswith("53 1 0 ")
+    ):
         return int(parts[2].split()[3]) / RANDOM_RANGE
     raise TcMirrorError(f"not a random-mirror bytecode: {bytecode!r}")
 
@@ -116,9 +121,17 @@ def clsact_delete_argv(device: str, *, netns: str | None = None) -> list[str]:
     return [*_tc(netns), "qdisc", "del", "dev", _device(device), "clsact"]
 
 
-def mirror_filter_argv(device: str, target: str, probability: float, *, prio: int,
-                       handle: int = 1, direction: str = "ingress",
-                       netns: str | None = None, cookie: str | None = None) -> list[str]:
+def mirror_filter_argv(
+    device: str,
+    target: str,
+    probability: float,
+    *,
+    prio: int,
+    handle: int = 1,
+    direction: str = "ingress",
+    netns: str | None = None,
+    cookie: str | None = None,
+) -> list[str]:
     """``tc filter replace`` mirroring each packet on ``device`` to ``target`` with ``probability``.
 
     ``replace`` with a fixed ``prio``/``handle`` is idempotent: re-running it updates the
@@ -126,36 +139,78 @@ def mirror_filter_argv(device: str, target: str, probability: float, *, prio: in
     VM sends. ``cookie`` (hex, up to 16 bytes) is stored with the mirred action and shown by
     ``tc -j filter show``: an owner's mark on the filter.
     """
-    argv = [*_tc(netns), "filter", "replace", "dev", _device(device), _direction(direction),
-            "protocol", "all", "prio", str(_positive_int(prio, "prio")),
-            "handle", str(_positive_int(handle, "handle")),
-            "bpf", "bytecode", bpf_random_bytecode(probability),
-            "action", "mirred", "egress", "mirror", "dev", _device(target)]
+    argv = [
+        *_tc(netns),
+        "filter",
+        "replace",
+        "dev",
+        _device(device),
+        _direction(direction),
+        "protocol",
+        "all",
+        "prio",
+        str(_positive_int(prio, "prio")),
+        "handle",
+        str(_positive_int(handle, "handle")),
+        "bpf",
+        "bytecode",
+        bpf_random_bytecode(probability),
+        "action",
+        "mirred",
+        "egress",
+        "mirror",
+        "dev",
+        _device(target),
+    ]
     if cookie is not None:
-        if not (isinstance(cookie, str) and 2 <= len(cookie) <= 32 and len(cookie) % 2 == 0
-                and all(ch in "0123456789abcdef" for ch in cookie)):
+        if not (
+            isinstance(cookie, str)
+            and 2 <= len(cookie) <= 32
+            and len(cookie) % 2 == 0
+            and all(ch in "0123456789abcdef" for ch in cookie)
+        ):
             raise TcMirrorError(f"cookie: expected 1-16 bytes in lower-case hex, got {cookie!r}")
         argv += ["cookie", cookie]
     return argv
 
 
-def filter_delete_argv(device: str, *, prio: int, handle: int = 1, direction: str = "ingress",
-                       netns: str | None = None) -> list[str]:
+def filter_delete_argv(
+    device: str, *, prio: int, handle: int = 1, direction: str = "ingress", netns: str | None = None
+) -> list[str]:
     """Delete exactly the filter at ``prio``/``handle`` that ``mirror_filter_argv`` created."""
-    return [*_tc(netns), "filter", "del", "dev", _device(device), _direction(direction),
-            "protocol", "all", "prio", str(_positive_int(prio, "prio")),
-            "handle", str(_positive_int(handle, "handle")), "bpf"]
+    return [
+        *_tc(netns),
+        "filter",
+        "del",
+        "dev",
+        _device(device),
+        _direction(direction),
+        "protocol",
+        "all",
+        "prio",
+        str(_positive_int(prio, "prio")),
+        "handle",
+        str(_positive_int(handle, "handle")),
+        "bpf",
+    ]
 
 
-def chain_filter_argvs(device: str, targets: Sequence[str], shares: Sequence[float], *,
-                       first_prio: int, direction: str = "ingress",
-                       netns: str | None = None) -> list[list[str]]:
+def chain_filter_argvs(
+    device: str,
+    targets: Sequence[str],
+    shares: Sequence[float],
+    *,
+    first_prio: int,
+    direction: str = "ingress",
+    netns: str | None = None,
+) -> list[list[str]]:
     """One ``mirror_filter_argv`` per target at consecutive prios, giving exclusive ``shares``."""
     if len(targets) != len(shares):
         raise TcMirrorError(f"{len(targets)} targets but {len(shares)} shares")
-    return [mirror_filter_argv(device, target, q, prio=first_prio + k, direction=direction,
-                               netns=netns)
-            for k, (target, q) in enumerate(zip(targets, chain_thresholds(shares)))]
+    return [
+        mirror_filter_argv(device, target, q, prio=first_prio + k, direction=direction, netns=netns)
+        for k, (target, q) in enumerate(zip(targets, chain_thresholds(shares)))
+    ]
 
 
 def bytecode_from_ddd(text: str) -> str:
@@ -170,22 +225,32 @@ def bytecode_from_ddd(text: str) -> str:
     except (IndexError, ValueError):
         raise TcMirrorError(f"not tcpdump -ddd output: {text[:80]!r}") from None
     if count != len(program) or not 0 < count <= 4096 or any(len(i) != 4 for i in program):
-        raise TcMirrorError(f"tcpdump -ddd output: {count} instructions announced, "
-                            f"{len(program)} read")
+        raise TcMirrorError(
+            f"tcpdump -ddd output: {count} instructions announced, {len(program)} read"
+        )
     return ",".join([str(count), *(" ".join(str(f) for f in i) for i in program)])
 
 
-def selective_filter_argv(device: str, target: str, bytecode: str, *, prio: int,
-                          direction: str, netns: str | None = None,
-                          cookie: str | None = None, handle: int = 1,
-                          then_continue: bool = False) -> list[str]:
+def selective_filter_argv(
+    device: str,
+    target: str,
+    bytecode: str,
+    *,
+    prio: int,
+    direction: str,
+    netns: str | None = None,
+    cookie: str | None = None,
+    handle: int = 1,
+    then_continue: bool = False,
+) -> list[str]:
     """``tc filter replace`` copying the packets ``bytecode`` matches on one hook of ``device``
     to ``target`` (the kernel mirror of an application service: its copies leave at the
     kernel's receive or transmit time, not after the switch's queue). ``then_continue``: the
     action's verdict is ``continue``, so classification goes on to the filters after it (a
     filter whose action ends in ``pipe``, mirred's default, ends it)."""
-    argv = mirror_filter_argv(device, target, 1.0, prio=prio, handle=handle,
-                              direction=direction, netns=netns)
+    argv = mirror_filter_argv(
+        device, target, 1.0, prio=prio, handle=handle, direction=direction, netns=netns
+    )
     argv[argv.index("bytecode") + 1] = bytecode
     if then_continue:
         argv.append("continue")

@@ -46,8 +46,9 @@ class AgentSender:
         agent = socket.inet_aton(source) if source is not None else data[8:12]
         info = self._info.get(agent)
         if info is None:
-            info = self._info[agent] = [(socket.IPPROTO_IP, IP_PKTINFO,
-                                         struct.pack("I4s4s", 0, agent, b"\0" * 4))]
+            info = self._info[agent] = [
+                (socket.IPPROTO_IP, IP_PKTINFO, struct.pack("I4s4s", 0, agent, b"\0" * 4))
+            ]
         self.socket.sendmsg([data], info, 0, target)
 
     def close(self) -> None:

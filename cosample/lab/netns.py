@@ -61,8 +61,14 @@ class Lab:
         run(["ip", "-n", full, "link", "set", "lo", "up"])
         return full
 
-    def veth(self, host_end: str, namespace: str | None = None, peer: str = "eth0",
-             address: str | None = None, host_namespace: str | None = None) -> str:
+    def veth(
+        self,
+        host_end: str,
+        namespace: str | None = None,
+        peer: str = "eth0",
+        address: str | None = None,
+        host_namespace: str | None = None,
+    ) -> str:
         """A veth pair: ``host_end`` in ``host_namespace`` (default: the root namespace, e.g. for
         a switch), ``peer`` in ``namespace`` (e.g. a VM).
 

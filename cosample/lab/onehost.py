@@ -47,11 +47,14 @@ def one_host_testbed_unavailable() -> str | None:
 class OneHostTestbed:
     """Build the sketch above on enter, remove it on exit; ``endpoints`` and ``ovs`` inside."""
 
-    def __init__(self, prefix: str = "cc", directory: str | Path | None = None,
-                 tunnel: bool = False) -> None:
+    def __init__(
+        self, prefix: str = "cc", directory: str | Path | None = None, tunnel: bool = False
+    ) -> None:
         if not prefix.isalnum() or len(prefix) > 10:
-            raise HarnessError(f"testbed prefix {prefix!r}: use 1-10 letters or digits "
-                               f"(interface names are limited to 15 characters)")
+            raise HarnessError(
+                f"testbed prefix {prefix!r}: use 1-10 letters or digits "
+                f"(interface names are limited to 15 characters)"
+            )
         self.prefix = prefix
         self.tunnel = tunnel
         self.directory = Path(directory) if directory else None
@@ -81,22 +84,48 @@ class OneHostTestbed:
             self._made_directory = True
         self.ovs = OvsInstance(self.directory, dummy=False).start()
         bridge = f"{p}br0"
-        self.ovs.vsctl("--may-exist", "add-br", bridge, "--", "set", "bridge", bridge,
-                       "datapath_type=netdev", "external_ids:cosample=costmodel")
+        self.ovs.vsctl(
+            "--may-exist",
+            "add-br",
+            bridge,
+            "--",
+            "set",
+            "bridge",
+            bridge,
+            "datapath_type=netdev",
+            "external_ids:cosample=costmodel",
+        )
         sender, receiver, sink = lab.namespace("A"), lab.namespace("B"), lab.namespace("C")
         links = {}
-        for role, letter, namespace, host in (("sender", "a", sender, 1),
-                                              ("receiver", "b", receiver, 2), ("sink", "c", sink, 3)):
+        for role, letter, namespace, host in (
+            ("sender", "a", sender, 1),
+            ("receiver", "b", receiver, 2),
+            ("sink", "c", sink, 3),
+        ):
             links[role] = lab.veth(f"{p}v{letter}", namespace, address=f"{SUBNET}.{host}/24")
         for role in ("sender", "receiver"):
-            self.ovs.vsctl("--may-exist", "add-port", bridge, links[role], "--", "set",
-                           "interface", links[role], "external_ids:cosample=costmodel")
+            self.ovs.vsctl(
+                "--may-exist",
+                "add-port",
+                bridge,
+                links[role],
+                "--",
+                "set",
+                "interface",
+                links[role],
+                "external_ids:cosample=costmodel",
+            )
         tunnel = self._tunnel(links["sink"], sink) if self.tunnel else None
         self.endpoints = Endpoints(
-            bridge=bridge, sender_port=links["sender"], receiver_port=links["receiver"],
-            receiver_ip=f"{SUBNET}.2", mirror_target=links["sink"], tunnel_target=tunnel,
+            bridge=bridge,
+            sender_port=links["sender"],
+            receiver_port=links["receiver"],
+            receiver_ip=f"{SUBNET}.2",
+            mirror_target=links["sink"],
+            tunnel_target=tunnel,
             sender_exec=("ip", "netns", "exec", sender),
-            receiver_exec=("ip", "netns", "exec", receiver))
+            receiver_exec=("ip", "netns", "exec", receiver),
+        )
 
     def _tunnel(self, underlay: str, sink: str) -> str:
         """A VXLAN device toward the sink, as the agents build toward a receiving server; the
@@ -108,12 +137,50 @@ class OneHostTestbed:
         run(["ip", "addr", "add", f"{local}/30", "dev", underlay])
         run(["ip", "-n", sink, "addr", "add", f"{remote}/30", "dev", "eth0"])
         device = f"{self.prefix}vx"
-        run(["ip", "link", "add", device, "type", "vxlan", "id", vni, "local", local,
-             "remote", remote, "dstport", port, "dev", underlay])
+        run(
+            [
+                "ip",
+                "link",
+                "add",
+                device,
+                "type",
+                "vxlan",
+                "id",
+                vni,
+                "local",
+                local,
+                "remote",
+                remote,
+                "dstport",
+                port,
+                "dev",
+                underlay,
+            ]
+        )
         self.lab.links.append(device)  # the ledger removes it first
         run(["ip", "link", "set", device, "up"])
-        run(["ip", "-n", sink, "link", "add", "vx0", "type", "vxlan", "id", vni, "local", remote,
-             "remote", local, "dstport", port, "dev", "eth0"])
+        run(
+            [
+                "ip",
+                "-n",
+                sink,
+                "link",
+                "add",
+                "vx0",
+                "type",
+                "vxlan",
+                "id",
+                vni,
+                "local",
+                remote,
+                "remote",
+                local,
+                "dstport",
+                port,
+                "dev",
+                "eth0",
+            ]
+        )
         run(["ip", "-n", sink, "link", "set", "vx0", "up"])
         return device
 

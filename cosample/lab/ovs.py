@@ -42,8 +42,14 @@ def ovs_available() -> str | None:
 class OvsInstance:
     """A private OVS; use as a context manager, or call ``start``/``stop``."""
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None, *, dummy: bool = True,
-                 timeout: float = 10.0, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        dummy: bool = True,
+        timeout: float = 10.0,
+        namespace: str | None = None,
+    ) -> None:
         self.directory = Path(directory or tempfile.mkdtemp(prefix="cosample-ovs-"))
         self.dummy = dummy
         self.timeout = timeout
@@ -78,16 +84,30 @@ class OvsInstance:
         return self
 
     def start_ovsdb(self) -> None:
-        run(["ovsdb-server", self._path("conf.db"), f"--remote=punix:{self.db_socket}",
-             f"--pidfile={self._path('ovsdb-server.pid')}",
-             f"--unixctl={self._path('ovsdb-server.ctl')}",
-             f"--log-file={self._path('ovsdb-server.log')}", "--detach"],
-            timeout=self.timeout, env=self._env())
+        run(
+            [
+                "ovsdb-server",
+                self._path("conf.db"),
+                f"--remote=punix:{self.db_socket}",
+                f"--pidfile={self._path('ovsdb-server.pid')}",
+                f"--unixctl={self._path('ovsdb-server.ctl')}",
+                f"--log-file={self._path('ovsdb-server.log')}",
+                "--detach",
+            ],
+            timeout=self.timeout,
+            env=self._env(),
+        )
 
     def start_vswitchd(self) -> None:
-        argv = ["ovs-vswitchd", self.remote, f"--pidfile={self._path('ovs-vswitchd.pid')}",
-                f"--unixctl={self._path('ovs-vswitchd.ctl')}",
-                f"--log-file={self._path('ovs-vswitchd.log')}", "--detach", "--disable-system"]
+        argv = [
+            "ovs-vswitchd",
+            self.remote,
+            f"--pidfile={self._path('ovs-vswitchd.pid')}",
+            f"--unixctl={self._path('ovs-vswitchd.ctl')}",
+            f"--log-file={self._path('ovs-vswitchd.log')}",
+            "--detach",
+            "--disable-system",
+        ]
         if self.dummy:
             argv.insert(2, "--enable-dummy=override")
         if self.namespace:  # the userspace datapath's taps (ovs-netdev, one per bridge) live there
@@ -124,28 +144,38 @@ class OvsInstance:
     # commands ----------------------------------------------------------------------------
     def vsctl(self, *args: str, timeout: float | None = None) -> str:
         """``ovs-vsctl`` against this instance; returns stdout."""
-        return run(["ovs-vsctl", f"--db={self.remote}", f"--timeout={int(self.timeout)}", *args],
-                   timeout=timeout or self.timeout + 2).stdout
+        return run(
+            ["ovs-vsctl", f"--db={self.remote}", f"--timeout={int(self.timeout)}", *args],
+            timeout=timeout or self.timeout + 2,
+        ).stdout
 
     def wait_for_ports(self, *ports: str, timeout: float = 10.0) -> None:
         """Block until ovs-vswitchd has given every port an OpenFlow port number."""
         deadline = time.monotonic() + timeout
         pending = list(ports)
         while pending:
-            numbers = [self.vsctl("--if-exists", "get", "Interface", port, "ofport").strip()
-                       for port in pending]
-            pending = [port for port, number in zip(pending, numbers)
-                       if not number.lstrip("-").isdigit() or int(number) <= 0]
+            numbers = [
+                self.vsctl("--if-exists", "get", "Interface", port, "ofport").strip()
+                for port in pending
+            ]
+            pending = [
+                port
+                for port, number in zip(pending, numbers)
+                if not number.lstrip("-").isdigit() or int(number) <= 0
+            ]
             if pending and time.monotonic() > deadline:
-                raise CommandError(f"ovs-vswitchd did not attach {', '.join(pending)} within "
-                                   f"{timeout:g} s; see {self._path('ovs-vswitchd.log')}")
+                raise CommandError(
+                    f"ovs-vswitchd did not attach {', '.join(pending)} within "
+                    f"{timeout:g} s; see {self._path('ovs-vswitchd.log')}"
+                )
             if pending:
                 time.sleep(0.1)
 
     def appctl(self, *args: str) -> str:
         """``ovs-appctl`` to this instance's ovs-vswitchd; returns stdout."""
-        return run(["ovs-appctl", "-t", self._path("ovs-vswitchd.ctl"), *args],
-                   timeout=self.timeout).stdout
+        return run(
+            ["ovs-appctl", "-t", self._path("ovs-vswitchd.ctl"), *args], timeout=self.timeout
+        ).stdout
 
     def ofctl(self, *args: str) -> str:
         """``ovs-ofctl`` to a bridge of this instance (its management socket is in our rundir)."""
@@ -154,8 +184,11 @@ class OvsInstance:
     # helpers -----------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(OVS_RUNDIR=str(self.directory), OVS_LOGDIR=str(self.directory),
-                   OVS_DBDIR=str(self.directory))
+        env.update(
+            OVS_RUNDIR=str(self.directory),
+            OVS_LOGDIR=str(self.directory),
+            OVS_DBDIR=str(self.directory),
+        )
         return env
 
     def _kill(self, pidfile: str) -> None:

@@ -28,8 +28,9 @@ def free_udp_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
-def count_capture(directory: str | Path, capture: str | Path, *, renormalize: bool = True,
-                  timeout_s: float = 60.0) -> dict[str, int]:
+def count_capture(
+    directory: str | Path, capture: str | Path, *, renormalize: bool = True, timeout_s: float = 60.0
+) -> dict[str, int]:
     """Packets per agent as ``sfacctd`` counts a pcap of sFlow datagrams (``pcap_savefile``).
 
     Deterministic where a live socket is not: nothing can be lost on the way.
@@ -38,18 +39,35 @@ def count_capture(directory: str | Path, capture: str | Path, *, renormalize: bo
     directory.mkdir(parents=True, exist_ok=True)
     peer = Sfacctd(directory, renormalize=renormalize)
     config = directory / "sfacctd-pcap.conf"
-    config.write_text("\n".join([
-        "daemonize: false", f"pcap_savefile: {Path(capture).resolve()}",
-        "pcap_savefile_wait: false",
-        f"sfacctd_renormalize: {'true' if renormalize else 'false'}", "plugins: print",
-        "aggregate: peer_src_ip", "print_output: csv", f"print_output_file: {peer.output}",
-        "print_refresh_time: 1", "print_output_file_append: true", ""]))
+    config.write_text(
+        "\n".join(
+            [
+                "daemonize: false",
+                f"pcap_savefile: {Path(capture).resolve()}",
+                "pcap_savefile_wait: false",
+                f"sfacctd_renormalize: {'true' if renormalize else 'false'}",
+                "plugins: print",
+                "aggregate: peer_src_ip",
+                "print_output: csv",
+                f"print_output_file: {peer.output}",
+                "print_refresh_time: 1",
+                "print_output_file_append: true",
+                "",
+            ]
+        )
+    )
     try:
-        result = subprocess.run(["sfacctd", "-f", str(config)], capture_output=True, text=True,
-                                timeout=timeout_s, check=False)
+        result = subprocess.run(
+            ["sfacctd", "-f", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        raise CollectorError(f"sfacctd did not finish reading {capture} in {timeout_s:g} s") \
-            from None
+        raise CollectorError(
+            f"sfacctd did not finish reading {capture} in {timeout_s:g} s"
+        ) from None
     if result.returncode != 0:
         raise CollectorError(f"sfacctd failed on {capture}: {result.stdout[-300:]}")
     return peer.packets()
@@ -58,9 +76,16 @@ def count_capture(directory: str | Path, capture: str | Path, *, renormalize: bo
 class Sfacctd:
     """``with Sfacctd(directory) as peer: ... peer.packets()``."""
 
-    def __init__(self, directory: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
-                 renormalize: bool = True, receive_buffer: int = 32 << 20,
-                 preexec_fn=None) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        renormalize: bool = True,
+        receive_buffer: int = 32 << 20,
+        preexec_fn=None,
+    ) -> None:
         self.directory = Path(directory)
         self.host, self.port = host, port or free_udp_port(host)
         self.renormalize, self.receive_buffer = renormalize, receive_buffer
@@ -72,17 +97,31 @@ class Sfacctd:
     def start(self, timeout_s: float = 15.0) -> "Sfacctd":
         self.directory.mkdir(parents=True, exist_ok=True)
         config = self.directory / "sfacctd.conf"
-        config.write_text("\n".join([
-            "daemonize: false", f"sfacctd_ip: {self.host}", f"sfacctd_port: {self.port}",
-            f"sfacctd_renormalize: {'true' if self.renormalize else 'false'}",
-            f"sfacctd_pipe_size: {self.receive_buffer}",
-            "plugins: print", "aggregate: peer_src_ip", "print_output: csv",
-            f"print_output_file: {self.output}", "print_refresh_time: 1",
-            "print_output_file_append: true", ""]))
+        config.write_text(
+            "\n".join(
+                [
+                    "daemonize: false",
+                    f"sfacctd_ip: {self.host}",
+                    f"sfacctd_port: {self.port}",
+                    f"sfacctd_renormalize: {'true' if self.renormalize else 'false'}",
+                    f"sfacctd_pipe_size: {self.receive_buffer}",
+                    "plugins: print",
+                    "aggregate: peer_src_ip",
+                    "print_output: csv",
+                    f"print_output_file: {self.output}",
+                    "print_refresh_time: 1",
+                    "print_output_file_append: true",
+                    "",
+                ]
+            )
+        )
         with self.log.open("wb") as log:
-            self._process = subprocess.Popen(["sfacctd", "-f", str(config)], stdout=log,
-                                             stderr=subprocess.STDOUT,
-                                             preexec_fn=self.preexec_fn)
+            self._process = subprocess.Popen(
+                ["sfacctd", "-f", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=self.preexec_fn,
+            )
         deadline = time.monotonic() + timeout_s
         while "waiting for sFlow data" not in self.log.read_text(errors="replace"):
             if self._process.poll() is not None or time.monotonic() > deadline:
@@ -99,7 +138,9 @@ class Sfacctd:
         with self.output.open(newline="") as handle:
             for row in csv.DictReader(handle):
                 if row.get("PEER_SRC_IP") and row.get("PACKETS", "").isdigit():
-                    totals[row["PEER_SRC_IP"]] = totals.get(row["PEER_SRC_IP"], 0) + int(row["PACKETS"])
+                    totals[row["PEER_SRC_IP"]] = totals.get(row["PEER_SRC_IP"], 0) + int(
+                        row["PACKETS"]
+                    )
         return totals
 
     def settle(self, quiet_s: float = 2.5, timeout_s: float = 30.0) -> dict[str, int]:

@@ -14,15 +14,26 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable
 
-from cosample.collector.decode import (Datagram, DecodeError, FlowSample, parse_datagram,
-                                       samples_announced)
+from cosample.collector.decode import (
+    Datagram,
+    DecodeError,
+    FlowSample,
+    parse_datagram,
+    samples_announced,
+)
 from cosample.collector.errors import CollectorError
 
 #: The lab's name for the decoder's error (every drop has a named ``reason``).
 SflowError = DecodeError
 
-__all__ = ["Datagram", "FlowSample", "SflowCollector", "SflowError", "parse_datagram",
-           "samples_announced"]
+__all__ = [
+    "Datagram",
+    "FlowSample",
+    "SflowCollector",
+    "SflowError",
+    "parse_datagram",
+    "samples_announced",
+]
 
 
 class SflowCollector:
@@ -35,17 +46,28 @@ class SflowCollector:
     otherwise loses datagrams.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, decode: bool = True,
-                 receive_buffer: int | None = None, keep_raw: bool = False) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        decode: bool = True,
+        receive_buffer: int | None = None,
+        keep_raw: bool = False,
+    ) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self._socket.bind((host, port))
             if receive_buffer:
-                option = getattr(socket, "SO_RCVBUFFORCE", 33) if os.geteuid() == 0 else socket.SO_RCVBUF
+                option = (
+                    getattr(socket, "SO_RCVBUFFORCE", 33) if os.geteuid() == 0 else socket.SO_RCVBUF
+                )
                 self._socket.setsockopt(socket.SOL_SOCKET, option, receive_buffer)
         except OSError as exc:
             self._socket.close()
-            raise CollectorError(f"sFlow collector cannot bind {host}:{port}: {exc.strerror}") from None
+            raise CollectorError(
+                f"sFlow collector cannot bind {host}:{port}: {exc.strerror}"
+            ) from None
         self._socket.settimeout(0.2)
         self.host, self.port = self._socket.getsockname()
         self.decode = decode

@@ -33,6 +33,7 @@ def template(name: str | Path) -> Template:
     """The first datagram of capture ``name`` (in ``CORPUS``, or a path) with its flow samples'
     field offsets."""
     from cosample.collector.decode import parse_datagram
+
     data = next(udp_payloads(CORPUS / name))[1]
     ipv6 = struct.unpack_from("!I", data, 4)[0] == 2
     offset = 40 if ipv6 else 28
@@ -48,15 +49,27 @@ def template(name: str | Path) -> Template:
     return Template(data, parse_datagram(data).agent, 32 if ipv6 else 16, tuple(samples))
 
 
-def stream(base: Template, count: int, *, start: float = 1_700_000_000.0, spacing: float = 0.05,
-           first_sequence: int = 1000, uptime_ms: int = 5000) -> list[tuple[float, bytearray]]:
+def stream(
+    base: Template,
+    count: int,
+    *,
+    start: float = 1_700_000_000.0,
+    spacing: float = 0.05,
+    first_sequence: int = 1000,
+    uptime_ms: int = 5000,
+) -> list[tuple[float, bytearray]]:
     """``count`` datagrams of ``base`` as its agent would number them, ``spacing`` s apart."""
     out = []
     numbers: dict[int, int] = {}
     for k in range(count):
         data = bytearray(base.data)
-        struct.pack_into("!II", data, base.header_sequence, (first_sequence + k) % (1 << 32),
-                         int(spacing * k * 1000) + uptime_ms)
+        struct.pack_into(
+            "!II",
+            data,
+            base.header_sequence,
+            (first_sequence + k) % (1 << 32),
+            int(spacing * k * 1000) + uptime_ms,
+        )
         for sequence_at, _, _, source in base.samples:
             numbers[source] = (numbers.get(source, first_sequence) + 1) % (1 << 32)
             struct.pack_into("!I", data, sequence_at, numbers[source])

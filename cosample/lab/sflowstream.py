@@ -17,10 +17,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cosample.plan.document import Plan
-from cosample.collector.encode import (DATAGRAM_BUDGET_BYTES, SampleSpec, counter_sample, datagram,
-                                       flow_sample)
+from cosample.collector.encode import (
+    DATAGRAM_BUDGET_BYTES,
+    SampleSpec,
+    counter_sample,
+    datagram,
+    flow_sample,
+)
 from cosample.dataplane.tunnels import pair_vni
+from cosample.plan.document import Plan
 
 OVERLAY_VNI = 5001  # a tenant network's VNI (no mirror pair key in tests collides with it)
 
@@ -31,8 +36,19 @@ def vm_address(server_index: int, vm: int = 1) -> str:
 
 def frame(src: str, dst: str, length: int) -> tuple[bytes, int]:
     """A 128-byte-or-shorter Ethernet + IPv4 + UDP header of a ``length``-byte frame."""
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, length - 14, 0, 0, 64, 17, 0,
-                     socket.inet_aton(src), socket.inet_aton(dst))
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        length - 14,
+        0,
+        0,
+        64,
+        17,
+        0,
+        socket.inet_aton(src),
+        socket.inet_aton(dst),
+    )
     udp = struct.pack("!HHHH", 40000, 5201, length - 34, 0)
     head = b"\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x08\x00" + ip + udp
     return (head + bytes(max(0, min(128, length) - len(head))))[:128], length + 4
@@ -49,16 +65,25 @@ class Stream:
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
-def simulate(plan: Plan, packets: Mapping[str, int], *, duration_s: float = 10.0,
-             start: float | None = None, seed: int = 0, frame_bytes: int = 1000,
-             destinations: Mapping[str, str] | None = None, overlay_samples: int = 0,
-             counters: bool = False) -> Stream:
+def simulate(
+    plan: Plan,
+    packets: Mapping[str, int],
+    *,
+    duration_s: float = 10.0,
+    start: float | None = None,
+    seed: int = 0,
+    frame_bytes: int = 1000,
+    destinations: Mapping[str, str] | None = None,
+    overlay_samples: int = 0,
+    counters: bool = False,
+) -> Stream:
     """Sample ``packets[server]`` packets per server over ``duration_s`` as the plan says.
 
     ``start`` (Unix seconds) defaults to ``duration_s`` before now, so captures are recent.
     """
     if start is None:
         import time
+
         start = float(int(time.time() - duration_s - 1))
     rng = np.random.default_rng(seed)
     names = sorted(plan.hosts)
@@ -68,23 +93,42 @@ def simulate(plan: Plan, packets: Mapping[str, int], *, duration_s: float = 10.0
     if overlay_samples and len(names) > 1:
         sender, receiver = plan.hosts[names[0]], plan.hosts[names[1]]
         header, length = frame(vm_address(0), vm_address(1, 2), frame_bytes)
-        _add(pending, agent_address(plan, names[1]),
-             rng.uniform(start, start + duration_s, overlay_samples),
-             SampleSpec(0, receiver.sflow_sampling or 1, 0, header, length,
-                        tunnel_src=sender.tunnel_ip, tunnel_dst=receiver.tunnel_ip,
-                        vni=OVERLAY_VNI))
+        _add(
+            pending,
+            agent_address(plan, names[1]),
+            rng.uniform(start, start + duration_s, overlay_samples),
+            SampleSpec(
+                0,
+                receiver.sflow_sampling or 1,
+                0,
+                header,
+                length,
+                tunnel_src=sender.tunnel_ip,
+                tunnel_dst=receiver.tunnel_ip,
+                vni=OVERLAY_VNI,
+            ),
+        )
         by_kind["overlay"] += overlay_samples
     out: list[tuple[float, bytes]] = []
     for agent, items in pending.items():
         out.extend(_datagrams(agent, sorted(items, key=lambda item: item[0]), start, counters))
     out.sort(key=lambda item: item[0])
-    return Stream(out, {n: int(packets.get(n, 0)) for n in names}, duration_s,
-                  sum(by_kind.values()), by_kind)
+    return Stream(
+        out, {n: int(packets.get(n, 0)) for n in names}, duration_s, sum(by_kind.values()), by_kind
+    )
 
 
-def _draw(pending, by_kind, plan: Plan, packets: Mapping[str, int], start: float,
-          duration_s: float, rng, frame_bytes: int,
-          destinations: Mapping[str, str] | None) -> None:
+def _draw(
+    pending,
+    by_kind,
+    plan: Plan,
+    packets: Mapping[str, int],
+    start: float,
+    duration_s: float,
+    rng,
+    frame_bytes: int,
+    destinations: Mapping[str, str] | None,
+) -> None:
     """Sample each server's ``packets`` (uniform over the interval) as ``plan`` says."""
     names = sorted(plan.hosts)
     index = {name: k for k, name in enumerate(names)}
@@ -94,20 +138,36 @@ def _draw(pending, by_kind, plan: Plan, packets: Mapping[str, int], start: float
         header, length = frame(vm_address(index[name]), vm_address(index[dst_name], 2), frame_bytes)
         shares = [(m.peer, m.rate) for m in host.mirrors]
         local_n = rng.binomial(total, 1.0 / host.sflow_sampling) if host.sflow_sampling else 0
-        _add(pending, agent_address(plan, name), rng.uniform(start, start + duration_s, local_n),
-             SampleSpec(0, host.sflow_sampling or 1, 0, header, length, input_port=index[name] + 1))
+        _add(
+            pending,
+            agent_address(plan, name),
+            rng.uniform(start, start + duration_s, local_n),
+            SampleSpec(0, host.sflow_sampling or 1, 0, header, length, input_port=index[name] + 1),
+        )
         by_kind["local"] += local_n
         if shares:
-            probabilities = [rate / (plan.hosts[peer].sflow_sampling or 1e18)
-                             for peer, rate in shares]
+            probabilities = [
+                rate / (plan.hosts[peer].sflow_sampling or 1e18) for peer, rate in shares
+            ]
             counts = rng.multinomial(total, probabilities + [max(0.0, 1 - sum(probabilities))])
             for (peer, _), count in zip(shares, counts):
                 receiver = plan.hosts[peer]
-                _add(pending, agent_address(plan, peer),
-                     rng.uniform(start, start + duration_s, count),
-                     SampleSpec(0, receiver.sflow_sampling or 1, 0, header, length,
-                                input_port=0, tunnel_src=host.tunnel_ip,
-                                tunnel_dst=receiver.tunnel_ip, vni=pair_vni(name, peer)))
+                _add(
+                    pending,
+                    agent_address(plan, peer),
+                    rng.uniform(start, start + duration_s, count),
+                    SampleSpec(
+                        0,
+                        receiver.sflow_sampling or 1,
+                        0,
+                        header,
+                        length,
+                        input_port=0,
+                        tunnel_src=host.tunnel_ip,
+                        tunnel_dst=receiver.tunnel_ip,
+                        vni=pair_vni(name, peer),
+                    ),
+                )
                 by_kind["mirrored"] += int(count)
 
 
@@ -123,8 +183,9 @@ def _add(pending, agent: str, times, spec: SampleSpec) -> None:
     bucket.extend((float(t), spec) for t in times)
 
 
-def _datagrams(agent: str, items: list[tuple[float, SampleSpec]], start: float,
-               counters: bool) -> list[tuple[float, bytes]]:
+def _datagrams(
+    agent: str, items: list[tuple[float, SampleSpec]], start: float, counters: bool
+) -> list[tuple[float, bytes]]:
     out, batch, size, opened, sequence, pool, number = [], [], 0, None, 0, 0, 0
 
     def flush(when: float) -> None:
@@ -139,10 +200,20 @@ def _datagrams(agent: str, items: list[tuple[float, SampleSpec]], start: float,
             flush(opened + 1.0)
         sequence += 1
         pool += spec.sampling_rate
-        encoded = flow_sample(SampleSpec(sequence, spec.sampling_rate, pool, spec.header,
-                                         spec.frame_length, spec.input_port, spec.output_port,
-                                         tunnel_src=spec.tunnel_src, tunnel_dst=spec.tunnel_dst,
-                                         vni=spec.vni))
+        encoded = flow_sample(
+            SampleSpec(
+                sequence,
+                spec.sampling_rate,
+                pool,
+                spec.header,
+                spec.frame_length,
+                spec.input_port,
+                spec.output_port,
+                tunnel_src=spec.tunnel_src,
+                tunnel_dst=spec.tunnel_dst,
+                vni=spec.vni,
+            )
+        )
         if size + len(encoded) > DATAGRAM_BUDGET_BYTES - 28:
             flush(when)
         if opened is None:
@@ -154,15 +225,38 @@ def _datagrams(agent: str, items: list[tuple[float, SampleSpec]], start: float,
     if counters and items:
         end = items[-1][0]
         for k, when in enumerate((start, end)):
-            out.append((when, datagram(agent, number + 1 + k, 0,
-                                       [counter_sample(k + 1, 7, 1000 * k * int(end - start + 1),
-                                                       500 * k * int(end - start + 1))])))
+            out.append(
+                (
+                    when,
+                    datagram(
+                        agent,
+                        number + 1 + k,
+                        0,
+                        [
+                            counter_sample(
+                                k + 1,
+                                7,
+                                1000 * k * int(end - start + 1),
+                                500 * k * int(end - start + 1),
+                            )
+                        ],
+                    ),
+                )
+            )
     return out
 
 
-def plan_change(before: Plan, after: Plan, packets_per_s: Mapping[str, float], *,
-                change_s: float, duration_s: float, start: float, seed: int = 0,
-                frame_bytes: int = 1000) -> Stream:
+def plan_change(
+    before: Plan,
+    after: Plan,
+    packets_per_s: Mapping[str, float],
+    *,
+    change_s: float,
+    duration_s: float,
+    start: float,
+    seed: int = 0,
+    frame_bytes: int = 1000,
+) -> Stream:
     """Steady traffic sampled under ``before`` until ``start + change_s``, then under ``after``.
 
     ``change_s`` is when the *agents* apply the new plan (a collector sees it earlier or later).
@@ -171,8 +265,10 @@ def plan_change(before: Plan, after: Plan, packets_per_s: Mapping[str, float], *
     rng = np.random.default_rng(seed)
     pending: dict[str, list[tuple[float, SampleSpec]]] = {}
     by_kind = {"local": 0, "mirrored": 0, "overlay": 0}
-    for plan, begin, length in ((before, start, change_s),
-                                (after, start + change_s, duration_s - change_s)):
+    for plan, begin, length in (
+        (before, start, change_s),
+        (after, start + change_s, duration_s - change_s),
+    ):
         if length > 0:
             counts = {name: int(round(rate * length)) for name, rate in packets_per_s.items()}
             _draw(pending, by_kind, plan, counts, begin, length, rng, frame_bytes, None)
@@ -180,6 +276,10 @@ def plan_change(before: Plan, after: Plan, packets_per_s: Mapping[str, float], *
     for agent, items in pending.items():
         out.extend(_datagrams(agent, sorted(items, key=lambda item: item[0]), start, False))
     out.sort(key=lambda item: item[0])
-    return Stream(out, {name: int(round(rate * duration_s))
-                        for name, rate in packets_per_s.items()}, duration_s,
-                  sum(by_kind.values()), by_kind)
+    return Stream(
+        out,
+        {name: int(round(rate * duration_s)) for name, rate in packets_per_s.items()},
+        duration_s,
+        sum(by_kind.values()),
+        by_kind,
+    )

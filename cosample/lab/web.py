@@ -58,7 +58,7 @@ BACKEND = textwrap.dedent('''\
     ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
     ''')
 
-NGINX_CONF = textwrap.dedent('''\
+NGINX_CONF = textwrap.dedent("""\
     daemon off;
     master_process off;
     worker_processes 1;
@@ -81,15 +81,20 @@ NGINX_CONF = textwrap.dedent('''\
             location / {{ proxy_pass http://127.0.0.1:{backend}; }}
         }}
     }}
-    ''')
+    """)
 
 
 def web_available() -> str | None:
     """None when the rig can run here, else why not."""
     if os.geteuid() != 0:
         return "needs root to create network namespaces"
-    for program, package in (("ip", "iproute2"), ("ethtool", "ethtool"), ("nginx", "nginx"),
-                             ("wrk", "wrk"), ("tcpdump", "tcpdump")):
+    for program, package in (
+        ("ip", "iproute2"),
+        ("ethtool", "ethtool"),
+        ("nginx", "nginx"),
+        ("wrk", "wrk"),
+        ("tcpdump", "tcpdump"),
+    ):
         try:
             require(program, package)
         except CommandError as exc:
@@ -111,7 +116,7 @@ class WebRig:
 
     def __init__(self, directory: Path, seed: int = 1) -> None:
         self.directory, self.seed = Path(directory), seed
-        tag = f"{random.Random().randrange(16 ** 5):05x}"
+        tag = f"{random.Random().randrange(16**5):05x}"
         self.lab = Lab(prefix=f"am{tag}")
         self.link = f"am{tag}v"
         self._processes: list[subprocess.Popen] = []
@@ -136,8 +141,13 @@ class WebRig:
 
     def build_network(self) -> None:
         """Join client and server; a rig with a switch between them replaces this."""
-        self.lab.veth(self.link, namespace=self.server, peer="eth0",
-                      address=f"{SERVER_ADDRESS}/24", host_namespace=self.client)
+        self.lab.veth(
+            self.link,
+            namespace=self.server,
+            peer="eth0",
+            address=f"{SERVER_ADDRESS}/24",
+            host_namespace=self.client,
+        )
         run(["ip", "-n", self.client, "addr", "add", f"{CLIENT_ADDRESS}/24", "dev", self.link])
 
     def start_servers(self) -> None:
@@ -148,50 +158,114 @@ class WebRig:
         for folder in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (self.directory / folder).mkdir(exist_ok=True)
         conf = self.directory / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(root=self.directory, log_format=LOG_FORMAT,
-                                          address=SERVER_ADDRESS, backend=BACKEND_PORT))
-        self._spawn(self.server, ["nginx", "-c", str(conf), "-p", str(self.directory),
-                                  "-e", str(self.directory / "error.log")])
+        conf.write_text(
+            NGINX_CONF.format(
+                root=self.directory,
+                log_format=LOG_FORMAT,
+                address=SERVER_ADDRESS,
+                backend=BACKEND_PORT,
+            )
+        )
+        self._spawn(
+            self.server,
+            [
+                "nginx",
+                "-c",
+                str(conf),
+                "-p",
+                str(self.directory),
+                "-e",
+                str(self.directory / "error.log"),
+            ],
+        )
         self._wait_ready()
 
     def _spawn(self, namespace: str, argv: list[str], **options) -> subprocess.Popen:
-        process = subprocess.Popen(self.lab.exec_argv(namespace, argv), stdin=subprocess.DEVNULL,
-                                   **({"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
-                                      | options))
+        process = subprocess.Popen(
+            self.lab.exec_argv(namespace, argv),
+            stdin=subprocess.DEVNULL,
+            **({"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE} | options),
+        )
         self._processes.append(process)
         return process
 
     def _wait_ready(self, timeout_s: float = 10.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            result = run(self.lab.exec_argv(self.client, [
-                sys.executable, "-c", "import sys, urllib.request; "
-                "urllib.request.urlopen(sys.argv[1], timeout=1)", self.url(mean_ms=1)]),
-                check=False, timeout=5)
+            result = run(
+                self.lab.exec_argv(
+                    self.client,
+                    [
+                        sys.executable,
+                        "-c",
+                        "import sys, urllib.request; "
+                        "urllib.request.urlopen(sys.argv[1], timeout=1)",
+                        self.url(mean_ms=1),
+                    ],
+                ),
+                check=False,
+                timeout=5,
+            )
             if result.returncode == 0:
                 return
             time.sleep(0.1)
-        raise CommandError(f"nginx in {self.server} did not answer within {timeout_s:g} s "
-                           f"(see {self.directory / 'error.log'})")
+        raise CommandError(
+            f"nginx in {self.server} did not answer within {timeout_s:g} s "
+            f"(see {self.directory / 'error.log'})"
+        )
 
     def url(self, path: str = "/", **query: float) -> str:
         text = "&".join(f"{key}={value}" for key, value in query.items())
         return f"http://{SERVER_ADDRESS}{path}" + (f"?{text}" if text else "")
 
-    def load(self, url: str, duration_s: float = 1.0, connections: int = 4,
-             threads: int = 1, latency: bool = False) -> str:
+    def load(
+        self,
+        url: str,
+        duration_s: float = 1.0,
+        connections: int = 4,
+        threads: int = 1,
+        latency: bool = False,
+    ) -> str:
         """Run wrk from the client namespace (bounded: ``duration_s``); its report (with the
         latency distribution when ``latency``)."""
-        result = run(self.lab.exec_argv(self.client, [
-            "wrk", f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", "--timeout", "2s",
-            *(["--latency"] if latency else []), url]), timeout=duration_s + 30)
+        result = run(
+            self.lab.exec_argv(
+                self.client,
+                [
+                    "wrk",
+                    f"-t{threads}",
+                    f"-c{connections}",
+                    f"-d{duration_s:g}s",
+                    "--timeout",
+                    "2s",
+                    *(["--latency"] if latency else []),
+                    url,
+                ],
+            ),
+            timeout=duration_s + 30,
+        )
         return result.stdout
 
     def tcpdump(self, path: Path, snaplen: int = 0) -> subprocess.Popen:
         """Start capturing the client's veth end to ``path``; stop with ``stop``."""
-        process = self._spawn(self.client, [
-            "tcpdump", "-i", self.link, "-U", "--immediate-mode", "-B", "65536", "-n",
-            "-s", str(snaplen), "-w", str(path), "tcp"])
+        process = self._spawn(
+            self.client,
+            [
+                "tcpdump",
+                "-i",
+                self.link,
+                "-U",
+                "--immediate-mode",
+                "-B",
+                "65536",
+                "-n",
+                "-s",
+                str(snaplen),
+                "-w",
+                str(path),
+                "tcp",
+            ],
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # tcpdump says "listening on" once capturing
             line = process.stderr.readline().decode(errors="replace")
@@ -214,8 +288,9 @@ class WebRig:
         path = self.directory / "access.log"
         for line in path.read_text().splitlines():
             msec, request_time, status, _ = line.split(" ", 3)
-            entries.append(LogEntry(float(msec) - float(request_time), float(request_time),
-                                    int(status)))
+            entries.append(
+                LogEntry(float(msec) - float(request_time), float(request_time), int(status))
+            )
         return entries
 
     def close(self) -> None:

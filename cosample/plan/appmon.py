@@ -66,18 +66,31 @@ class AppmonEntry(Strict):
         if self.mechanism != "sniffer" and self.to is None:
             _fail(("to",), f"a {self.mechanism} needs an analysis host", None)
         if self.mechanism != "selective_mirror" and self.interface is None:
-            _fail(("interface",), f"a {self.mechanism} needs the interface it "
-                  f"{'listens on' if self.mechanism == 'sniffer' else 'mirrors'}", None)
+            _fail(
+                ("interface",),
+                f"a {self.mechanism} needs the interface it "
+                f"{'listens on' if self.mechanism == 'sniffer' else 'mirrors'}",
+                None,
+            )
         if self.mechanism == "selective_mirror" and self.interface is not None:
-            _fail(("interface",), "a selective mirror matches the service's connections on "
-                  "every port; no interface", self.interface)
+            _fail(
+                ("interface",),
+                "a selective mirror matches the service's connections on every port; no interface",
+                self.interface,
+            )
         if self.mechanism == "kernel_mirror" and self.truncate_bytes is not None:
-            _fail(("truncate_bytes",), "a kernel mirror (tc mirred) copies whole frames; it "
-                  "cannot truncate (use a selective_mirror with truncate_bytes)",
-                  self.truncate_bytes)
+            _fail(
+                ("truncate_bytes",),
+                "a kernel mirror (tc mirred) copies whole frames; it "
+                "cannot truncate (use a selective_mirror with truncate_bytes)",
+                self.truncate_bytes,
+            )
         if self.mechanism == "port_mirror" and self.segments not in (None, "all"):
-            _fail(("segments",), "an OVS Mirror copies every packet of the port; only 'all'",
-                  self.segments)
+            _fail(
+                ("segments",),
+                "an OVS Mirror copies every packet of the port; only 'all'",
+                self.segments,
+            )
         return self
 
     @property
@@ -104,11 +117,18 @@ def check_appmon(entries: tuple[AppmonEntry, ...]) -> None:
     for k, entry in enumerate(entries):
         key = (entry.service.address, entry.service.port, entry.mechanism, entry.to)
         if key in seen:
-            _fail(("appmon", k), f"same service, mechanism and analysis host as "
-                  f"appmon[{seen[key]}]", f"{entry.service.address}:{entry.service.port}")
+            _fail(
+                ("appmon", k),
+                f"same service, mechanism and analysis host as appmon[{seen[key]}]",
+                f"{entry.service.address}:{entry.service.port}",
+            )
         seen[key] = k
         if entry.mechanism == "port_mirror":
             first = snaplens.setdefault(entry.to, (k, entry.truncate_bytes))
             if first[1] != entry.truncate_bytes:
-                _fail(("appmon", k, "truncate_bytes"), f"port mirrors to {entry.to} share one OVS "
-                      f"Mirror; appmon[{first[0]}] truncates to {first[1]}", entry.truncate_bytes)
+                _fail(
+                    ("appmon", k, "truncate_bytes"),
+                    f"port mirrors to {entry.to} share one OVS "
+                    f"Mirror; appmon[{first[0]}] truncates to {first[1]}",
+                    entry.truncate_bytes,
+                )

@@ -26,16 +26,24 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
-                      ValidationError, model_validator)
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.appmon import AppmonEntry, check_appmon
-from cosample.plan.errors import PlanError, fail_at as _fail
+from cosample.plan.errors import PlanError
+from cosample.plan.errors import fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
 from cosample.times import format_time, parse_time
-from cosample.validation import (HostName, InterfaceName, IpAddress, Strict, TunnelAddress,
-                                 describe)
+from cosample.validation import HostName, InterfaceName, IpAddress, Strict, TunnelAddress, describe
 
 Role = Literal["sender", "receiver", "idle"]
 ROLES = get_args(Role)
@@ -80,8 +88,9 @@ def _hostport(value: str) -> tuple[str, int]:
     try:
         address = ipaddress.ip_address(host[1:-1] if bracketed else host)
     except ValueError:
-        raise ValueError("expected 'ADDRESS:PORT' with an IP address ([ADDRESS] for IPv6)") \
-            from None
+        raise ValueError(
+            "expected 'ADDRESS:PORT' with an IP address ([ADDRESS] for IPv6)"
+        ) from None
     if not colon or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ValueError("expected 'ADDRESS:PORT' with a port in 1..65535")
     if address.version == 6 and not bracketed:
@@ -104,6 +113,8 @@ def _sflow_agent(value: str) -> str:
 
 
 _INTERFACE_NAME: TypeAdapter = TypeAdapter(InterfaceName)
+
+
 def _interface_name(value: str) -> str:
     try:
         return _INTERFACE_NAME.validate_python(value)
@@ -116,10 +127,16 @@ def listed(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-Rate = Annotated[float, Field(gt=0, le=1 + RATE_SLACK, allow_inf_nan=False),
-                 AfterValidator(lambda value: min(value, 1.0))]
-LocalRate = Annotated[float, Field(ge=0, le=1 + RATE_SLACK, allow_inf_nan=False),
-                      AfterValidator(lambda value: min(value, 1.0))]
+Rate = Annotated[
+    float,
+    Field(gt=0, le=1 + RATE_SLACK, allow_inf_nan=False),
+    AfterValidator(lambda value: min(value, 1.0)),
+]
+LocalRate = Annotated[
+    float,
+    Field(ge=0, le=1 + RATE_SLACK, allow_inf_nan=False),
+    AfterValidator(lambda value: min(value, 1.0)),
+]
 UtcTime = Annotated[str, AfterValidator(parse_time)]
 Collector = Annotated[str, AfterValidator(_collector)]
 SflowAgent = Annotated[str, Field(min_length=1), AfterValidator(_sflow_agent)]
@@ -202,18 +219,28 @@ class HostPlan(_Open):
         else:
             for key in ("sample_probability", "observation_domain"):
                 if getattr(self, key) is not None:
-                    _fail((key,), "only with local_mechanism 'sample' (this host uses sflow)",
-                          getattr(self, key))
+                    _fail(
+                        (key,),
+                        "only with local_mechanism 'sample' (this host uses sflow)",
+                        getattr(self, key),
+                    )
         if self.sflow_sampling is not None:
             if 1.0 / self.sflow_sampling > self.local_rate * (1 + RATE_SLACK) + RATE_SLACK:
-                _fail(("sflow_sampling",), f"1-in-{self.sflow_sampling} exceeds local_rate "
-                      f"{self.local_rate:g}", self.sflow_sampling)
+                _fail(
+                    ("sflow_sampling",),
+                    f"1-in-{self.sflow_sampling} exceeds local_rate {self.local_rate:g}",
+                    self.sflow_sampling,
+                )
         elif self.local_rate != 0.0 and self.local_mechanism == "sflow":
             _fail(("sflow_sampling",), f"null although local_rate is {self.local_rate:g}", None)
         total = math.fsum(m.rate for m in self.mirrors)
         if total > 1.0 + RATE_SLACK:
-            _fail(("mirrors",), f"applied mirror shares sum to {total:g} > 1 (one exclusive tc "
-                  f"chain mirrors a packet at most once)", [m.rate for m in self.mirrors])
+            _fail(
+                ("mirrors",),
+                f"applied mirror shares sum to {total:g} > 1 (one exclusive tc "
+                f"chain mirrors a packet at most once)",
+                [m.rate for m in self.mirrors],
+            )
         if self.role == "idle" and self.mirrors:
             _fail(("mirrors",), "an idle host mirrors nothing", len(self.mirrors))
         for key, shares in (("mirrors", self.mirrors), ("receives", self.receives)):
@@ -232,15 +259,25 @@ class HostPlan(_Open):
             if getattr(self, key) is None:
                 _fail((key,), "required with local_mechanism 'sample'", None)
         if self.sflow_sampling is not None:
-            _fail(("sflow_sampling",), "must be null with local_mechanism 'sample' (sFlow off "
-                  "on the bridge)", self.sflow_sampling)
+            _fail(
+                ("sflow_sampling",),
+                "must be null with local_mechanism 'sample' (sFlow off on the bridge)",
+                self.sflow_sampling,
+            )
         if self.receives:
-            _fail(("receives",), "a host using local_mechanism 'sample' receives nothing (a "
-                  "receiver samples its bridge 1-in-1 with sFlow)", len(self.receives))
+            _fail(
+                ("receives",),
+                "a host using local_mechanism 'sample' receives nothing (a "
+                "receiver samples its bridge 1-in-1 with sFlow)",
+                len(self.receives),
+            )
         share = self.sample_probability / SAMPLE_PROBABILITY_SCALE  # type: ignore[operator]
         if abs(self.local_rate - share) > RATE_SLACK:
-            _fail(("local_rate",), f"must be sample_probability/{SAMPLE_PROBABILITY_SCALE} = "
-                  f"{share:.12g}", self.local_rate)
+            _fail(
+                ("local_rate",),
+                f"must be sample_probability/{SAMPLE_PROBABILITY_SCALE} = {share:.12g}",
+                self.local_rate,
+            )
 
 
 class Plan(_Open):
@@ -265,8 +302,10 @@ class Plan(_Open):
     def _name_hosts(cls, data: Any) -> Any:
         hosts = data.get("hosts") if isinstance(data, dict) else None
         if isinstance(hosts, dict):
-            named = {key: {**doc, "name": key} if isinstance(doc, dict) else doc
-                     for key, doc in hosts.items()}
+            named = {
+                key: {**doc, "name": key} if isinstance(doc, dict) else doc
+                for key, doc in hosts.items()
+            }
             data = {**data, "hosts": named}
         return data
 
@@ -276,9 +315,13 @@ class Plan(_Open):
         if expires <= created:  # type: ignore[operator]
             _fail(("expires",), "must be later than created", format_time(expires))
         if self.version > created.timestamp() + VERSION_SKEW_S:  # type: ignore[attr-defined]
-            _fail(("version",), f"more than {VERSION_SKEW_S} s ahead of created (Unix time "
-                  f"{int(created.timestamp())}); a version that far ahead "  # type: ignore
-                  f"would block every later plan", self.version)
+            _fail(
+                ("version",),
+                f"more than {VERSION_SKEW_S} s ahead of created (Unix time "
+                f"{int(created.timestamp())}); a version that far ahead "  # type: ignore
+                f"would block every later plan",
+                self.version,
+            )
         _check_pairs(self.hosts)
         _check_domains(self.hosts)
         return self
@@ -324,8 +367,10 @@ def plans_from_document(document: Any, source: str = "plan") -> tuple[Plan, ...]
     """``parse_document`` on parsed JSON (a plan slice's plans come this way too)."""
     if isinstance(document, dict) and document.get("format") == PLANSET_FORMAT:
         planset = validate_plan_part(PlanSet, document, source)
-        parsed = tuple(plan_from_dict(item, source, prefix=f"plans[{k}].")
-                       for k, item in enumerate(planset.plans))
+        parsed = tuple(
+            plan_from_dict(item, source, prefix=f"plans[{k}].")
+            for k, item in enumerate(planset.plans)
+        )
         versions = [plan.version for plan in parsed]
         if len(set(versions)) != len(versions):
             raise PlanError(f"{source}: plans: duplicate versions {versions}")
@@ -369,10 +414,14 @@ def tunnel_ip(plan: "Plan", name: str, why: str, family_of: str | None = None) -
     ip = plan.hosts[name].tunnel_ip
     if ip is None:
         raise PlanError(f"hosts.{name}.tunnel_ip: required because {why}")
-    if family_of is not None and \
-            ipaddress.ip_address(ip).version != ipaddress.ip_address(family_of).version:
-        raise PlanError(f"hosts.{name}.tunnel_ip: {ip} is not of the IP family of this host's "
-                        f"tunnel address {family_of}; a tunnel needs both ends in one family")
+    if (
+        family_of is not None
+        and ipaddress.ip_address(ip).version != ipaddress.ip_address(family_of).version
+    ):
+        raise PlanError(
+            f"hosts.{name}.tunnel_ip: {ip} is not of the IP family of this host's "
+            f"tunnel address {family_of}; a tunnel needs both ends in one family"
+        )
     return ip
 
 
@@ -388,19 +437,25 @@ def _check_pairs(hosts: dict[str, HostPlan]) -> None:
                 _fail(loc, "unknown host", mirror.peer)
             match = [r for r in hosts[mirror.peer].receives if r.peer == host.name]
             if not match or abs(match[0].rate - mirror.rate) > RATE_SLACK:
-                _fail(loc, f"{mirror.peer} does not list receives from {host.name} at rate "
-                      f"{mirror.rate:g}", mirror.peer)
+                _fail(
+                    loc,
+                    f"{mirror.peer} does not list receives from {host.name} at rate "
+                    f"{mirror.rate:g}",
+                    mirror.peer,
+                )
         for k, entry in enumerate(host.appmon):
             loc = ("hosts", host.name, "appmon", k, "to")
             if entry.to == host.name:
-                _fail(loc, "the analysis host is this host: write null for on-site analysis",
-                      entry.to)
+                _fail(
+                    loc, "the analysis host is this host: write null for on-site analysis", entry.to
+                )
             if entry.to is not None and entry.to not in hosts:
                 _fail(loc, "unknown host", entry.to)
         for k, receive in enumerate(host.receives):
             loc = ("hosts", host.name, "receives", k, "from")
             if receive.peer not in hosts or not any(
-                    m.peer == host.name for m in hosts[receive.peer].mirrors):
+                m.peer == host.name for m in hosts[receive.peer].mirrors
+            ):
                 _fail(loc, f"{receive.peer!r} does not mirror to {host.name}", receive.peer)
 
 
@@ -412,8 +467,11 @@ def _check_domains(hosts: dict[str, HostPlan]) -> None:
         if domain is None:
             continue
         if domain in seen:
-            _fail(("hosts", host.name, "observation_domain"), f"also the observation domain "
-                  f"of {seen[domain]}; each host needs its own", domain)
+            _fail(
+                ("hosts", host.name, "observation_domain"),
+                f"also the observation domain of {seen[domain]}; each host needs its own",
+                domain,
+            )
         seen[domain] = host.name
 
 

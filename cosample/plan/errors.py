@@ -35,5 +35,6 @@ class SigningKeyError(CosampleError):
 def fail_at(loc: tuple, message: str, value: Any) -> None:
     """Raise a pydantic error located at ``loc`` (relative to the model being validated)."""
     error = PydanticCustomError("plan", message)
-    raise ValidationError.from_exception_data("plan", [InitErrorDetails(
-        type=error, loc=loc, input=value)])
+    raise ValidationError.from_exception_data(
+        "plan", [InitErrorDetails(type=error, loc=loc, input=value)]
+    )

@@ -49,8 +49,10 @@ class MerkleTree:
 
     def _build(self, level: bytes) -> None:
         if not level or len(level) % HASH_BYTES:
-            raise ValueError(f"a Merkle tree needs at least one leaf hash of {HASH_BYTES} bytes, "
-                             f"given {len(level)} bytes")
+            raise ValueError(
+                f"a Merkle tree needs at least one leaf hash of {HASH_BYTES} bytes, "
+                f"given {len(level)} bytes"
+            )
         self.size = len(level) // HASH_BYTES
         self.levels = [level]
         parents = _compiled_parents or _parents
@@ -69,7 +71,7 @@ class MerkleTree:
         for level in self.levels[:-1]:
             sibling = index ^ 1
             if sibling * HASH_BYTES < len(level):
-                path.append(level[sibling * HASH_BYTES:(sibling + 1) * HASH_BYTES])
+                path.append(level[sibling * HASH_BYTES : (sibling + 1) * HASH_BYTES])
             index //= 2
         return path
 
@@ -101,6 +103,7 @@ def _parents(level: bytes) -> bytes:
     count = len(level) // HASH_BYTES
     even = (count - count % 2) * HASH_BYTES
     sha, prefix, pair = hashlib.sha256, NODE_PREFIX, 2 * HASH_BYTES
-    parents = b"".join([sha(prefix + level[start:start + pair]).digest()
-                        for start in range(0, even, pair)])
+    parents = b"".join(
+        [sha(prefix + level[start : start + pair]).digest() for start in range(0, even, pair)]
+    )
     return parents + level[even:] if count % 2 else parents

@@ -38,8 +38,10 @@ class Packed(Sequence[Any]):
     def __init__(self, buffer: bytes, offsets: Any) -> None:
         at = memoryview(offsets).cast("B").cast(OFFSET)
         if len(at) < 1 or at[0] != 0 or at[-1] != len(buffer):
-            raise ValueError(f"offsets: {len(at)} values from {at[0] if len(at) else None} to "
-                             f"{at[-1] if len(at) else None}, for a buffer of {len(buffer)} bytes")
+            raise ValueError(
+                f"offsets: {len(at)} values from {at[0] if len(at) else None} to "
+                f"{at[-1] if len(at) else None}, for a buffer of {len(buffer)} bytes"
+            )
         self.buffer, self.offsets, self._at = buffer, offsets, at
 
     def __len__(self) -> int:
@@ -52,11 +54,11 @@ class Packed(Sequence[Any]):
                 raise ValueError(f"{type(self).__name__}: a slice with a step")
             return self._sliced(first, max(first, last))
         k = range(len(self))[key]  # IndexError beyond the items
-        return self._item(self.buffer[self._at[k]:self._at[k + 1] - self.SEPARATOR])
+        return self._item(self.buffer[self._at[k] : self._at[k + 1] - self.SEPARATOR])
 
     def __iter__(self) -> Iterator[Any]:
         buffer, item, separator = self.buffer, self._item, self.SEPARATOR
-        return (item(buffer[start:end - separator]) for start, end in pairwise(self._at.tolist()))
+        return (item(buffer[start : end - separator]) for start, end in pairwise(self._at.tolist()))
 
     def tolist(self) -> list[Any]:
         return list(self)
@@ -65,7 +67,7 @@ class Packed(Sequence[Any]):
         """Items ``first`` to ``last`` (excluded): the same buffer, a view of the offsets (a
         slice need not span the buffer, so it skips the constructor's check)."""
         part = object.__new__(type(self))
-        part.buffer, part.offsets = self.buffer, self._at[first:last + 1]
+        part.buffer, part.offsets = self.buffer, self._at[first : last + 1]
         part._at = part.offsets
         return part
 
@@ -107,8 +109,11 @@ class Names(Packed):
         return data.decode()
 
     def __iter__(self) -> Iterator[str]:
-        if self._at[0] == 0 and self._at[-1] == len(self.buffer) and \
-                self.buffer.count(b"\n") == len(self):  # no name holds a newline: split once
+        if (
+            self._at[0] == 0
+            and self._at[-1] == len(self.buffer)
+            and self.buffer.count(b"\n") == len(self)
+        ):  # no name holds a newline: split once
             return iter(self.buffer.decode().split("\n")[:-1])
         return super().__iter__()
 

@@ -49,8 +49,12 @@ class Selection:
         return self.plan is None
 
 
-def select_plan(candidates: Sequence[Plan], running: Plan | None, now: datetime,
-                failed: Mapping[str, str] | None = None) -> Selection:
+def select_plan(
+    candidates: Sequence[Plan],
+    running: Plan | None,
+    now: datetime,
+    failed: Mapping[str, str] | None = None,
+) -> Selection:
     """Apply the rules above; ``candidates`` are validated; ``failed`` maps digests to why."""
     failed = failed or {}
     usable, refusals = [], {}
@@ -64,38 +68,54 @@ def select_plan(candidates: Sequence[Plan], running: Plan | None, now: datetime,
     refused = (refusals[newest],) if newest in refusals else ()
     active = [plan for plan in usable if plan.active(now)]
     chosen = max(active, key=lambda plan: plan.version) if active else None
-    waiting = [plan for plan in usable if not plan.active(now)
-               and (chosen is None or plan.version > chosen.version)]
+    waiting = [
+        plan
+        for plan in usable
+        if not plan.active(now) and (chosen is None or plan.version > chosen.version)
+    ]
     pending = min(waiting, key=lambda plan: plan.version) if waiting else None
     if chosen is not None:
         return Selection(chosen, f"plan version {chosen.version}", pending, refused)
     if running is not None and not running.expired(now):
         return Selection(running, f"keeping plan version {running.version}", pending, refused)
-    reason = ("no plan yet" if running is None
-              else f"plan version {running.version} expired at {format_time(running.expires)}")
+    reason = (
+        "no plan yet"
+        if running is None
+        else f"plan version {running.version} expired at {format_time(running.expires)}"
+    )
     return Selection(None, f"safe state: {reason}", pending, refused)
 
 
-def _refusal(plan: Plan, running: Plan | None, now: datetime,
-             failed: Mapping[str, str]) -> str | None:
+def _refusal(
+    plan: Plan, running: Plan | None, now: datetime, failed: Mapping[str, str]
+) -> str | None:
     if plan.created > now + timedelta(seconds=CLOCK_SKEW_S):
-        return (f"version {plan.version} created {format_time(plan.created)}, more than "
-                f"{CLOCK_SKEW_S} s ahead of this host's clock ({format_time(now)}); refused")
+        return (
+            f"version {plan.version} created {format_time(plan.created)}, more than "
+            f"{CLOCK_SKEW_S} s ahead of this host's clock ({format_time(now)}); refused"
+        )
     if plan.digest in failed:
         return f"version {plan.version} failed on this host before: {failed[plan.digest]}"
     older = running is not None and plan.version < running.version
-    reused = running is not None and plan.version == running.version \
-        and not same_content(plan, running)
+    reused = (
+        running is not None and plan.version == running.version and not same_content(plan, running)
+    )
     if (older or reused) and plan.reset:
         if plan.created <= running.created:
-            return (f"version {plan.version} is a reset created {format_time(plan.created)}, "
-                    f"not after the running plan ({format_time(running.created)}); refused")
+            return (
+                f"version {plan.version} is a reset created {format_time(plan.created)}, "
+                f"not after the running plan ({format_time(running.created)}); refused"
+            )
     elif older:
-        return (f"version {plan.version} is older than the running version {running.version} "
-                f"(rollback refused; a signed plan with 'reset: true' resets the floor)")
+        return (
+            f"version {plan.version} is older than the running version {running.version} "
+            f"(rollback refused; a signed plan with 'reset: true' resets the floor)"
+        )
     elif reused:
-        return (f"version {plan.version} reused with different content (plan_id "
-                f"{plan.plan_id[:12]}); a new content needs a new version")
+        return (
+            f"version {plan.version} reused with different content (plan_id "
+            f"{plan.plan_id[:12]}); a new content needs a new version"
+        )
     if plan.expired(now):
         return f"version {plan.version} expired at {format_time(plan.expires)}"
     return None

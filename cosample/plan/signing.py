@@ -29,11 +29,10 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
-                                                               Ed25519PublicKey)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from cosample.plan.errors import PlanError, SignatureError, SigningKeyError
 from cosample.files import write_bytes_atomic
+from cosample.plan.errors import PlanError, SignatureError, SigningKeyError
 
 SIGNATURE_SUFFIX = ".sig"
 #: What a ``.sig`` that signs the plan's SHA-256 starts with (base64 has no colon).
@@ -51,10 +50,12 @@ def generate_keypair(private_path: str | Path, public_path: str | Path) -> None:
         if path.exists():
             raise SigningKeyError(f"{path}: already exists; refusing to overwrite a key")
     key = Ed25519PrivateKey.generate()
-    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption())
-    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     write_bytes_atomic(private_path, private_pem, mode=0o600, parents=True)
     write_bytes_atomic(public_path, public_pem, mode=0o644, parents=True)
 
@@ -90,23 +91,28 @@ def sign_file(plan_path: str | Path, private_key_path: str | Path) -> Path:
     try:
         data = plan_path.read_bytes()
     except OSError as exc:
-        raise PlanError(f"{plan_path}: cannot read the plan to sign ({exc.strerror or exc})") \
-            from None
+        raise PlanError(
+            f"{plan_path}: cannot read the plan to sign ({exc.strerror or exc})"
+        ) from None
     write_bytes_atomic(signature_path, sign_bytes(data, private_key_path))
     return signature_path
 
 
-def verify(data: bytes, signature: bytes | None, public_key_path: str | Path,
-           what: str = "plan signature") -> None:
+def verify(
+    data: bytes, signature: bytes | None, public_key_path: str | Path, what: str = "plan signature"
+) -> None:
     """Nothing if ``signature`` (``.sig`` content) is valid for ``data``; else ``SignatureError``
     (its message starts with ``what``)."""
     if signature is None:
-        missing = "expected a detached PLAN.sig file" if what == "plan signature" else \
-            "a public key is configured: unsigned slices are refused"
+        missing = (
+            "expected a detached PLAN.sig file"
+            if what == "plan signature"
+            else "a public key is configured: unsigned slices are refused"
+        )
         raise SignatureError(f"{what}: missing ({missing})")
     text, message = signature.strip(), data
     if text.startswith(DIGEST_TAG):
-        text, message = text[len(DIGEST_TAG):], _DIGEST_CONTEXT + content_digest(data)
+        text, message = text[len(DIGEST_TAG) :], _DIGEST_CONTEXT + content_digest(data)
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -119,8 +125,9 @@ def verify(data: bytes, signature: bytes | None, public_key_path: str | Path,
         except InvalidSignature:
             continue
     which = "" if len(keys) == 1 else f"any of the {len(keys)} keys in "
-    raise SignatureError(f"{what}: does not verify with {which}{public_key_path}; "
-                         f"refusing the plan")
+    raise SignatureError(
+        f"{what}: does not verify with {which}{public_key_path}; refusing the plan"
+    )
 
 
 def public_keys(path: Path) -> list[Ed25519PublicKey]:
@@ -132,7 +139,9 @@ def public_keys(path: Path) -> list[Ed25519PublicKey]:
         if not blocks:
             blocks = [data]  # no whole block: the parser says what is wrong
         elif _PEM_BLOCK.sub(b"", data).strip():
-            raise SigningKeyError(f"{path}: not an ed25519 public key (text outside its PEM blocks)")
+            raise SigningKeyError(
+                f"{path}: not an ed25519 public key (text outside its PEM blocks)"
+            )
     else:
         blocks = [line for line in data.splitlines() if line.strip()]
     if not blocks:
@@ -148,8 +157,10 @@ def key_permission_warning(path: str | Path) -> str | None:
         return None  # loading it reports the problem
     if not mode & 0o077:
         return None
-    return (f"warning: private key {path} has mode {mode:04o}: group or others can read or "
-            f"change it; fix with: chmod 600 {path}")
+    return (
+        f"warning: private key {path} has mode {mode:04o}: group or others can read or "
+        f"change it; fix with: chmod 600 {path}"
+    )
 
 
 def _load(path: Path, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:
@@ -172,11 +183,10 @@ def _parse(path: Path, data: bytes, private: bool) -> Ed25519PrivateKey | Ed2551
         else:
             key = Ed25519PublicKey.from_public_bytes(base64.b64decode(data.strip(), validate=True))
     except (ValueError, TypeError, binascii.Error) as exc:
-        raise SigningKeyError(f"{path}: not an ed25519 {'private' if private else 'public'} key "
-                         f"({exc})") from None
+        raise SigningKeyError(
+            f"{path}: not an ed25519 {'private' if private else 'public'} key ({exc})"
+        ) from None
     expected = Ed25519PrivateKey if private else Ed25519PublicKey
     if not isinstance(key, expected):
         raise SigningKeyError(f"{path}: not an ed25519 key")
     return key
-
-

@@ -36,8 +36,15 @@ except ImportError:  # pragma: no cover - a host without a compiler
 
 #: A peer's fields every view of it keeps (its lists are cut to the pairs with the viewer).
 #: (The local mechanism's fields too: a ``sample`` peer's entry is valid only with them.)
-PEER_FIELDS = ("role", "local_rate", "sflow_sampling", "tunnel_ip", "local_mechanism",
-               "sample_probability", "observation_domain")
+PEER_FIELDS = (
+    "role",
+    "local_rate",
+    "sflow_sampling",
+    "tunnel_ip",
+    "local_mechanism",
+    "sample_probability",
+    "observation_domain",
+)
 _SORTED = orjson.OPT_SORT_KEYS
 if _slices is not None:
     _slices.configure(PEER_FIELDS)
@@ -73,8 +80,12 @@ def relations(hosts: Mapping[str, Any]) -> dict[str, list[tuple[str, str | None,
     return related
 
 
-def view(name: str, entry: Any, hosts: Mapping[str, Any],
-         related: Mapping[str, list[tuple[str, str | None, Any]]]) -> dict[str, Any]:
+def view(
+    name: str,
+    entry: Any,
+    hosts: Mapping[str, Any],
+    related: Mapping[str, list[tuple[str, str | None, Any]]],
+) -> dict[str, Any]:
     """``name``'s host table of one plan: its own entry as it is, and each peer's
     ``PEER_FIELDS`` with only the mirrors to it, the receives from it and the appmon entries
     toward it."""
@@ -102,10 +113,21 @@ class SliceSet:
     buffer (``Names.find``), the few others through a dict of their hashed file names (a dict
     of 10^6 names costs half a second)."""
 
-    def __init__(self, head: bytes, signature: bytes | None, names: Names, views: Views,
-                 tree: MerkleTree | None) -> None:
+    def __init__(
+        self,
+        head: bytes,
+        signature: bytes | None,
+        names: Names,
+        views: Views,
+        tree: MerkleTree | None,
+    ) -> None:
         self.head, self.signature, self.names, self.views, self.tree = (
-            head, signature, names, views, tree)
+            head,
+            signature,
+            names,
+            views,
+            tree,
+        )
         self._hashed = {slice_file_name(names[k]): k for k in _not_plain(names)}
         self._head_text = head.decode()
         self._signature_text = signature.decode().strip() if signature is not None else None
@@ -124,10 +146,17 @@ class SliceSet:
         k = self.position(file_name)
         if k is None:
             return None
-        return orjson.dumps({
-            "format": SLICE_FORMAT, "format_version": FORMAT_VERSION, "head": self._head_text,
-            "signature": self._signature_text, "view": self.views[k].decode(), "index": k,
-            "path": [step.hex() for step in self.tree.proof(k)]})  # type: ignore[union-attr]
+        return orjson.dumps(
+            {
+                "format": SLICE_FORMAT,
+                "format_version": FORMAT_VERSION,
+                "head": self._head_text,
+                "signature": self._signature_text,
+                "view": self.views[k].decode(),
+                "index": k,
+                "path": [step.hex() for step in self.tree.proof(k)],
+            }
+        )  # type: ignore[union-attr]
 
     def etag(self, file_name: str) -> str | None:
         """Changes whenever the document does (root, view or signature)."""
@@ -135,7 +164,7 @@ class SliceSet:
         if k is None:
             return None
         assert self.tree is not None  # a host was found: the tree has its leaf
-        leaf = self.tree.levels[0][k * HASH_BYTES:(k + 1) * HASH_BYTES]
+        leaf = self.tree.levels[0][k * HASH_BYTES : (k + 1) * HASH_BYTES]
         digest = hashlib.sha256(self.tree.root + leaf + (self.signature or b""))
         return '"' + digest.hexdigest()[:32] + '"'
 
@@ -149,18 +178,24 @@ class SliceSet:
         hashed = {k: file_name for file_name, k in self._hashed.items()}
         width = 2 * HASH_BYTES
         levels = [(level.hex(), len(level) // HASH_BYTES) for level in tree.levels[:-1]]
-        fixed = {"format": SLICE_FORMAT, "format_version": FORMAT_VERSION,
-                 "head": self._head_text, "signature": self._signature_text}
+        fixed = {
+            "format": SLICE_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "head": self._head_text,
+            "signature": self._signature_text,
+        }
         dumps = orjson.dumps
         for k, (name, view) in enumerate(zip(self.names, self.views)):
             path, index = [], k
             for text, count in levels:
                 sibling = index ^ 1
                 if sibling < count:
-                    path.append(text[sibling * width:(sibling + 1) * width])
+                    path.append(text[sibling * width : (sibling + 1) * width])
                 index >>= 1
-            yield hashed.get(k, name), dumps({**fixed, "view": view.decode(), "index": k,
-                                              "path": path})
+            yield (
+                hashed.get(k, name),
+                dumps({**fixed, "view": view.decode(), "index": k, "path": path}),
+            )
 
 
 def _not_plain(names: Names) -> list[int]:
@@ -188,12 +223,17 @@ def build_slices(plans: Sequence[Mapping[str, Any]], key: str | None) -> SliceSe
     if not names:  # an empty host table: nothing to serve (agents refuse the plan anyway)
         return _no_slices()
     tree = MerkleTree.over(level)
-    head = orjson.dumps({"format": SLICE_HEAD_FORMAT, "format_version": FORMAT_VERSION,
-                         "plans": [{field: plan[field] for field in HEAD_FIELDS if field in plan}
-                                   for plan in plans],
-                         "tree": {"hash": HASH_NAME, "leaves": len(names),
-                                  "root": tree.root.hex()}},
-                        option=_SORTED)
+    head = orjson.dumps(
+        {
+            "format": SLICE_HEAD_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "plans": [
+                {field: plan[field] for field in HEAD_FIELDS if field in plan} for plan in plans
+            ],
+            "tree": {"hash": HASH_NAME, "leaves": len(names), "root": tree.root.hex()},
+        },
+        option=_SORTED,
+    )
     signature = sign_bytes(head, key) if key else None
     return SliceSet(head, signature, names, leaves, tree)
 
@@ -207,7 +247,7 @@ def _compiled_views(tables: list[Any]) -> tuple[Names, Views, bytes] | None:
     serialised = []
     for hosts in tables:
         joined = getattr(hosts, "json", None)  # the planner's HostTable: joined once (204 MB
-        if isinstance(joined, bytes):          # at 10^6 hosts: asked twice, joined twice)
+        if isinstance(joined, bytes):  # at 10^6 hosts: asked twice, joined twice)
             serialised.append(joined)
         elif isinstance(hosts, Mapping):  # parsed (a plan set's phase, a restored plan)
             try:
@@ -229,12 +269,25 @@ def _python_views(tables: list[Mapping[str, Any]]) -> tuple[Names, Views, bytes]
     names = sorted(set().union(*tables)) if len(tables) > 1 else sorted(tables[0])
     related = [relations(table) for table in tables]
     dumps = orjson.dumps
-    leaves = [dumps({"name": name, "hosts": [
-        view(name, table[name], table, links) if name in table else {}
-        for table, links in zip(tables, related)]}, option=_SORTED) for name in names]
+    leaves = [
+        dumps(
+            {
+                "name": name,
+                "hosts": [
+                    view(name, table[name], table, links) if name in table else {}
+                    for table, links in zip(tables, related)
+                ],
+            },
+            option=_SORTED,
+        )
+        for name in names
+    ]
     sha = hashlib.sha256
-    return (Names.of(names), Views.of(leaves),
-            b"".join([sha(LEAF_PREFIX + leaf).digest() for leaf in leaves]))
+    return (
+        Names.of(names),
+        Views.of(leaves),
+        b"".join([sha(LEAF_PREFIX + leaf).digest() for leaf in leaves]),
+    )
 
 
 def _no_slices() -> SliceSet:
@@ -247,4 +300,3 @@ def _table(hosts: Any) -> Mapping[str, Any]:
     parsed 10^6-host table would stay with it (gigabytes)."""
     serialised = getattr(hosts, "json", None)  # HostTable.json: its bytes
     return orjson.loads(serialised) if isinstance(serialised, bytes) else hosts
-

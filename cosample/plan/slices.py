@@ -29,11 +29,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from cosample.plan.document import (Plan, load_json, plans_from_document,
-                                    validate_plan_part)
+from cosample.plan.document import Plan, load_json, plans_from_document, validate_plan_part
 from cosample.plan.errors import PlanError, SignatureError
-from cosample.plan.formats import (FORMAT_VERSION, PLANSET_FORMAT, SLICE_FORMAT,
-                                   SLICE_HEAD_FORMAT)
+from cosample.plan.formats import FORMAT_VERSION, PLANSET_FORMAT, SLICE_FORMAT, SLICE_HEAD_FORMAT
 from cosample.plan.merkle import leaf_hash, root_from_proof
 from cosample.plan.signing import verify
 from cosample.validation import HostName, Strict
@@ -42,8 +40,20 @@ from cosample.validation import HostName, Strict
 SLICES_DIR = "hosts"
 #: The plan's top-level fields a slice's head carries (what ``document.Plan`` reads, and the
 #: transition's phase); the rest (summary, solver, cost) is for people and stays in the plan.
-HEAD_FIELDS = ("format", "format_version", "version", "created", "expires", "not_before",
-               "plan_id", "datacentre", "reset", "sflow", "ipfix", "transition")
+HEAD_FIELDS = (
+    "format",
+    "format_version",
+    "version",
+    "created",
+    "expires",
+    "not_before",
+    "plan_id",
+    "datacentre",
+    "reset",
+    "sflow",
+    "ipfix",
+    "transition",
+)
 HASH_NAME = "sha256"
 #: A host name that is its own slice file name (``slice_file_name``).
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
@@ -97,8 +107,9 @@ class HostView(Strict):
     hosts: Annotated[list[dict[str, Any]], Field(min_length=1)]
 
 
-def read_slice(data: bytes, host: str, public_key: str | None,
-               source: str = "slice") -> tuple[Plan, ...]:
+def read_slice(
+    data: bytes, host: str, public_key: str | None, source: str = "slice"
+) -> tuple[Plan, ...]:
     """The plans of ``host``'s slice, sorted by version; ``SignatureError`` when the head's
     signature (checked when ``public_key`` is given) or the Merkle path fails, ``PlanError``
     for anything else. Each error names ``source`` and the field."""
@@ -107,28 +118,42 @@ def read_slice(data: bytes, host: str, public_key: str | None,
     if public_key is not None:
         signature = document.signature.encode() if document.signature is not None else None
         verify(head_bytes, signature, public_key, what=f"{source}: head signature")
-    head = validate_plan_part(SliceHead, load_json(head_bytes, f"{source}: head"),
-                              f"{source}: head")
+    head = validate_plan_part(
+        SliceHead, load_json(head_bytes, f"{source}: head"), f"{source}: head"
+    )
     try:
-        root = root_from_proof(leaf_hash(view_bytes), document.index, head.tree.leaves,
-                               [bytes.fromhex(step) for step in document.path])
+        root = root_from_proof(
+            leaf_hash(view_bytes),
+            document.index,
+            head.tree.leaves,
+            [bytes.fromhex(step) for step in document.path],
+        )
     except ValueError as exc:
         raise SignatureError(f"{source}: path: {exc}; refusing the slice") from None
     if root.hex() != head.tree.root:
-        raise SignatureError(f"{source}: view: does not hash up to the head's Merkle root "
-                             f"{head.tree.root[:16]}... (altered, or a head from another "
-                             f"publication); refusing the slice")
-    view = validate_plan_part(HostView, load_json(view_bytes, f"{source}: view"),
-                              f"{source}: view")
+        raise SignatureError(
+            f"{source}: view: does not hash up to the head's Merkle root "
+            f"{head.tree.root[:16]}... (altered, or a head from another "
+            f"publication); refusing the slice"
+        )
+    view = validate_plan_part(HostView, load_json(view_bytes, f"{source}: view"), f"{source}: view")
     if view.name != host:
-        raise PlanError(f"{source}: view.name: the slice is for host {view.name!r}, this host "
-                        f"is {host!r}; refusing it")
+        raise PlanError(
+            f"{source}: view.name: the slice is for host {view.name!r}, this host "
+            f"is {host!r}; refusing it"
+        )
     if len(view.hosts) != len(head.plans):
-        raise PlanError(f"{source}: view.hosts: {len(view.hosts)} host tables for "
-                        f"{len(head.plans)} plans in the head")
+        raise PlanError(
+            f"{source}: view.hosts: {len(view.hosts)} host tables for "
+            f"{len(head.plans)} plans in the head"
+        )
     marker = {"host": host, "root": head.tree.root}
-    plans = [{**fields, "hosts": hosts, "slice": marker}
-             for fields, hosts in zip(head.plans, view.hosts)]
-    whole = plans[0] if len(plans) == 1 else {
-        "format": PLANSET_FORMAT, "format_version": FORMAT_VERSION, "plans": plans}
+    plans = [
+        {**fields, "hosts": hosts, "slice": marker} for fields, hosts in zip(head.plans, view.hosts)
+    ]
+    whole = (
+        plans[0]
+        if len(plans) == 1
+        else {"format": PLANSET_FORMAT, "format_version": FORMAT_VERSION, "plans": plans}
+    )
     return plans_from_document(whole, source)

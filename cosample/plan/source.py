@@ -16,9 +16,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from cosample.fetch import MISSING, UNCHANGED, FetchError, fetch_bytes
+from cosample.fetch import fetch as fetch_document
 from cosample.plan.errors import PlanFetchError, PlanMissingError
 from cosample.plan.signing import SIGNATURE_SUFFIX
-from cosample.fetch import MISSING, UNCHANGED, FetchError, fetch as fetch_document, fetch_bytes
 
 #: The agents' default limit on a fetched plan document (``max_plan_mib``): above a 10^5-server
 #: two-phase plan set (about 100 MB) with room; the controller warns when it publishes more.
@@ -36,28 +37,47 @@ class Fetched:
     unchanged: bool = False
 
 
-def fetch(location: str, *, timeout_s: float = 10.0, with_signature: bool = False,
-          max_bytes: int = MAX_BYTES, previous: Fetched | None = None,
-          user_agent: str = "cosample-agent") -> Fetched:
+def fetch(
+    location: str,
+    *,
+    timeout_s: float = 10.0,
+    with_signature: bool = False,
+    max_bytes: int = MAX_BYTES,
+    previous: Fetched | None = None,
+    user_agent: str = "cosample-agent",
+) -> Fetched:
     """The document at ``location``; with ``with_signature`` also ``location + '.sig'`` (or None).
 
     ``timeout_s`` bounds the whole fetch, signature included. ``previous``: the last answer
     for this location, whose tag makes the fetch conditional.
     """
     deadline = time.monotonic() + timeout_s
-    known = previous if previous is not None and previous.location == location \
-        and previous.etag is not None else None
+    known = (
+        previous
+        if previous is not None and previous.location == location and previous.etag is not None
+        else None
+    )
     try:
-        response = fetch_document(location, label="plan", timeout_s=timeout_s,
-                                  max_bytes=max_bytes, deadline=deadline,
-                                  etag=known.etag if known else None,
-                                  user_agent=user_agent)
+        response = fetch_document(
+            location,
+            label="plan",
+            timeout_s=timeout_s,
+            max_bytes=max_bytes,
+            deadline=deadline,
+            etag=known.etag if known else None,
+            user_agent=user_agent,
+        )
         signature = None
         if with_signature:
-            signature = fetch_bytes(location + SIGNATURE_SUFFIX, label="plan",
-                                    timeout_s=timeout_s, max_bytes=max_bytes,
-                                    deadline=deadline, missing_ok=True,
-                                    user_agent=user_agent)
+            signature = fetch_bytes(
+                location + SIGNATURE_SUFFIX,
+                label="plan",
+                timeout_s=timeout_s,
+                max_bytes=max_bytes,
+                deadline=deadline,
+                missing_ok=True,
+                user_agent=user_agent,
+            )
     except FetchError as exc:
         raise PlanFetchError(str(exc)) from None
     if response.status == MISSING:

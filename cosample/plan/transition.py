@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
+from cosample.plan.document import FORMAT_VERSION, PLANSET_FORMAT, Plan
 from cosample.plan.errors import PlanError
-from cosample.plan.document import PLANSET_FORMAT, FORMAT_VERSION, Plan
 from cosample.times import format_time
 
 try:  # built by pip install (setup.py); without it the first phase is lowered in Python
@@ -47,10 +47,17 @@ def transition(old: Plan, new: Plan, now: datetime, settle_s: float) -> dict[str
     return plan_set(old.raw, new.raw, old.version, new.version, new.expires, now, settle_s)
 
 
-def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_version: int,
-             new_expires: datetime, now: datetime, settle_s: float,
-             start: datetime | None = None,
-             table: Callable[[bytes], Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def plan_set(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    old_version: int,
+    new_version: int,
+    new_expires: datetime,
+    now: datetime,
+    settle_s: float,
+    start: datetime | None = None,
+    table: Callable[[bytes], Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """``transition`` on the plans' documents (versions and expiry given, already checked);
     ``start``: phase 1's ``not_before`` (None: at once).
 
@@ -65,20 +72,24 @@ def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_ver
     and no host entry becomes a dict. Otherwise, or where ``lower`` declines (None: not its
     fast case), both tables are parsed and lowered here."""
     if new_version <= old_version:
-        raise PlanError(f"version: the new plan ({new_version}) must be newer than the old "
-                        f"({old_version})")
+        raise PlanError(
+            f"version: the new plan ({new_version}) must be newer than the old ({old_version})"
+        )
     not_before = (start or now) + timedelta(seconds=settle_s)
     if not_before >= new_expires:
-        raise PlanError(f"expires: the new plan expires at {format_time(new_expires)}, before "
-                        f"the end of the {settle_s:g} s settle time")
+        raise PlanError(
+            f"expires: the new plan expires at {format_time(new_expires)}, before "
+            f"the end of the {settle_s:g} s settle time"
+        )
     phase1 = dict(new)
     lowered = compiled_lower(old["hosts"], new["hosts"]) if table is not None else None
     if lowered is not None:
         phase1["hosts"] = table(lowered)
     else:
         old_hosts = _parsed(old["hosts"])
-        phase1["hosts"] = {name: _lower(old_hosts.get(name), doc)
-                           for name, doc in _parsed(new["hosts"]).items()}
+        phase1["hosts"] = {
+            name: _lower(old_hosts.get(name), doc) for name, doc in _parsed(new["hosts"]).items()
+        }
         _prune_unmatched(phase1["hosts"])
     phase1["transition"] = {"phase": 1, "from_version": old_version, "to_version": new_version}
     phase1["created"] = format_time(now)
@@ -86,11 +97,12 @@ def plan_set(old: dict[str, Any], new: dict[str, Any], old_version: int, new_ver
         phase1["not_before"] = format_time(start)
     phase1["plan_id"] = plan_id(phase1)
     phase2 = dict(new)
-    phase2.update(version=new_version + 1, not_before=format_time(not_before),
-                  transition={"phase": 2, "from_version": old_version,
-                              "to_version": new_version})
-    return {"format": PLANSET_FORMAT, "format_version": FORMAT_VERSION,
-            "plans": [phase1, phase2]}
+    phase2.update(
+        version=new_version + 1,
+        not_before=format_time(not_before),
+        transition={"phase": 2, "from_version": old_version, "to_version": new_version},
+    )
+    return {"format": PLANSET_FORMAT, "format_version": FORMAT_VERSION, "plans": [phase1, phase2]}
 
 
 def plan_id(document: dict[str, Any]) -> str:
@@ -105,8 +117,9 @@ def plan_id(document: dict[str, Any]) -> str:
         return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
     # a NUL byte where the table goes: orjson escapes control characters in strings, so a raw
     # NUL can be nothing else
-    head, tail = orjson.dumps({**content, "hosts": _MARK}, option=orjson.OPT_SORT_KEYS
-                              ).split(b"\x00")
+    head, tail = orjson.dumps({**content, "hosts": _MARK}, option=orjson.OPT_SORT_KEYS).split(
+        b"\x00"
+    )
     digest = hashlib.sha256(head)
     for chunk in chunks:
         digest.update(chunk)
@@ -198,8 +211,10 @@ def _lower_local(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     mechanisms = {old.get("local_mechanism", "sflow"), new.get("local_mechanism", "sflow")}
     if mechanisms == {"sample"}:
         probability = min(int(old["sample_probability"]), int(new["sample_probability"]))
-        return {"local_rate": probability / SAMPLE_PROBABILITY_SCALE,
-                "sample_probability": probability}
+        return {
+            "local_rate": probability / SAMPLE_PROBABILITY_SCALE,
+            "sample_probability": probability,
+        }
     off = {"local_rate": 0.0, "sflow_sampling": None}
     if mechanisms != {"sflow"}:
         return {**off, "local_mechanism": "sflow"}
@@ -211,8 +226,12 @@ def _lower_local(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 _SAMPLE_KEYS = ("local_mechanism", "sample_probability", "observation_domain")
-_NOTHING: dict[str, Any] = {"local_rate": 0.0, "sflow_sampling": None, "mirrors": (),
-                            "receives": ()}
+_NOTHING: dict[str, Any] = {
+    "local_rate": 0.0,
+    "sflow_sampling": None,
+    "mirrors": (),
+    "receives": (),
+}
 
 
 def _min_shares(old, new, key: str) -> list[dict]:
@@ -234,7 +253,8 @@ def _min_shares(old, new, key: str) -> list[dict]:
 def _prune_unmatched(hosts: dict[str, dict[str, Any]]) -> None:
     """Keep a mirror only if its receiver lists it too (a host missing from NEW drops out)."""
     pairs = {(name, m["to"]) for name, host in hosts.items() for m in host["mirrors"]} & {
-        (r["from"], name) for name, host in hosts.items() for r in host["receives"]}
+        (r["from"], name) for name, host in hosts.items() for r in host["receives"]
+    }
     for name, host in hosts.items():
         if host["mirrors"]:
             host["mirrors"] = [m for m in host["mirrors"] if (name, m["to"]) in pairs]

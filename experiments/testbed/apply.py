@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cosample.experiments.testbed.errors import TestbedError
 from cosample.dataplane.run import CommandError, run
+from cosample.experiments.testbed.errors import TestbedError
 
 AGENT_TIMEOUT_S = 60.0
 
@@ -26,12 +26,29 @@ AGENT_TIMEOUT_S = 60.0
 def agent_argv(testbed, server, action: str, *extra: str) -> list[str]:
     """``cosample agent ACTION`` for ``server``, run in its namespace (argv, no shell)."""
     ovs = testbed.ovs(server)
-    return ["ip", "netns", "exec", server.namespace, sys.executable, "-m", "cosample", "agent",
-            action, "--host", server.name, "--ovsdb", ovs.remote,
-            "--state-dir", str(agent_state_dir(testbed, server)), "--bridge", server.bridge,
-            *[arg for vm in server.vms for arg in ("--vm-port", vm.port)],
-            # unless a key is given, plans are files the testbed itself wrote a moment ago
-            *([] if "--public-key" in extra else ["--insecure-unsigned"]), *extra]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        server.namespace,
+        sys.executable,
+        "-m",
+        "cosample",
+        "agent",
+        action,
+        "--host",
+        server.name,
+        "--ovsdb",
+        ovs.remote,
+        "--state-dir",
+        str(agent_state_dir(testbed, server)),
+        "--bridge",
+        server.bridge,
+        *[arg for vm in server.vms for arg in ("--vm-port", vm.port)],
+        # unless a key is given, plans are files the testbed itself wrote a moment ago
+        *([] if "--public-key" in extra else ["--insecure-unsigned"]),
+        *extra,
+    ]
 
 
 def agent_state_dir(testbed, server) -> Path:
@@ -49,8 +66,9 @@ def apply_plan(testbed, plan_path: Path, plan: Mapping[str, Any]) -> dict[str, s
         agent_state_dir(testbed, server).mkdir(parents=True, exist_ok=True)
         argv = agent_argv(testbed, server, "apply", "--once", "--plan", str(plan_path))
         outputs[server.name] = _run_agent(server.name, argv)
-        check_applied(server.name, agent_state_dir(testbed, server) / "status.json",
-                      int(plan["version"]))
+        check_applied(
+            server.name, agent_state_dir(testbed, server) / "status.json", int(plan["version"])
+        )
     return outputs
 
 
@@ -63,9 +81,11 @@ def check_applied(name: str, status_path: Path, version: int) -> None:
     errors = status.get("errors") or []
     if status.get("mode") != "plan" or status.get("plan_version") != version or errors:
         detail = "; ".join(map(str, errors)) or status.get("reason", "no reason given")
-        raise TestbedError(f"agent of {name} did not apply plan version {version} "
-                           f"(mode {status.get('mode')!r}, version {status.get('plan_version')!r}): "
-                           f"{detail}")
+        raise TestbedError(
+            f"agent of {name} did not apply plan version {version} "
+            f"(mode {status.get('mode')!r}, version {status.get('plan_version')!r}): "
+            f"{detail}"
+        )
 
 
 def remove_all(testbed) -> dict[str, str]:
@@ -80,13 +100,15 @@ def remove_all(testbed) -> dict[str, str]:
 def agents_available() -> str | None:
     """None when ``cosample agent apply`` exists, else why the testbed cannot drive agents."""
     try:
-        result = run([sys.executable, "-m", "cosample", "agent", "apply", "--help"], check=False,
-                     timeout=30)
+        result = run(
+            [sys.executable, "-m", "cosample", "agent", "apply", "--help"], check=False, timeout=30
+        )
     except CommandError as exc:
         return str(exc)
     if result.returncode != 0:
-        return "`cosample agent apply` is not available: " + (result.stderr.strip()[-200:] or
-                                                              f"exit {result.returncode}")
+        return "`cosample agent apply` is not available: " + (
+            result.stderr.strip()[-200:] or f"exit {result.returncode}"
+        )
     return None
 
 
@@ -103,6 +125,7 @@ def _run_agent(name: str, argv: list[str]) -> str:
         raise TestbedError(f"agent of {name}: {exc}") from exc
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
-        raise TestbedError(f"agent of {name}: exit {result.returncode}: "
-                           f"{detail[-1] if detail else 'no output'}")
+        raise TestbedError(
+            f"agent of {name}: exit {result.returncode}: {detail[-1] if detail else 'no output'}"
+        )
     return result.stdout

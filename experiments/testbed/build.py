@@ -19,15 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosample.dataplane.run import CommandError, run
 from cosample.experiments.testbed.errors import TestbedError
-from cosample.files import write_text_atomic
 from cosample.experiments.testbed.topology import (
-    UNDERLAY_PREFIXLEN, VM_MTU, VM_PREFIXLEN, VXLAN_PORT,
-    VXLAN_VNI, Server, Topology, from_config,
+    UNDERLAY_PREFIXLEN,
+    VM_MTU,
+    VM_PREFIXLEN,
+    VXLAN_PORT,
+    VXLAN_VNI,
+    Server,
+    Topology,
+    from_config,
 )
+from cosample.files import write_text_atomic
 from cosample.lab.netns import Lab, disable_tx_offload, netns_available, silence_uplink
 from cosample.lab.ovs import OvsInstance, ovs_available
-from cosample.dataplane.run import CommandError, run
 
 STATE_FILE = "testbed.json"
 TAG = "cosample-testbed"
@@ -60,8 +66,14 @@ class Ledger:
         return self.state_dir / STATE_FILE
 
     def save(self) -> None:
-        document = {"prefix": self.prefix, "config": self.config, "namespaces": self.namespaces,
-                    "links": self.links, "ovs": self.ovs, "complete": self.complete}
+        document = {
+            "prefix": self.prefix,
+            "config": self.config,
+            "namespaces": self.namespaces,
+            "links": self.links,
+            "ovs": self.ovs,
+            "complete": self.complete,
+        }
         write_text_atomic(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
     @classmethod
@@ -74,9 +86,15 @@ class Ledger:
         except (OSError, json.JSONDecodeError) as exc:
             raise TestbedError(f"{path}: unreadable testbed state: {exc}") from exc
         try:
-            return cls(Path(state_dir), document["prefix"], document["config"],
-                       list(document["namespaces"]), list(document["links"]),
-                       dict(document["ovs"]), bool(document["complete"]))
+            return cls(
+                Path(state_dir),
+                document["prefix"],
+                document["config"],
+                list(document["namespaces"]),
+                list(document["links"]),
+                dict(document["ovs"]),
+                bool(document["complete"]),
+            )
         except (KeyError, TypeError) as exc:
             raise TestbedError(f"{path}: malformed testbed state ({exc})") from exc
 
@@ -99,7 +117,9 @@ class Testbed:
     def load(cls, state_dir: str | Path) -> "Testbed":
         ledger = Ledger.load(state_dir)
         if not ledger.complete:
-            raise TestbedError(f"testbed in {state_dir} is only partly built; run `cosample testbed down`")
+            raise TestbedError(
+                f"testbed in {state_dir} is only partly built; run `cosample testbed down`"
+            )
         return cls(from_config(ledger.config, ledger.prefix), ledger)
 
 
@@ -119,12 +139,16 @@ def up(config: dict[str, Any], state_dir: str | Path, prefix: str = "ct") -> Tes
     topology = from_config(config, prefix)
     state_dir = Path(state_dir)
     if (state_dir / STATE_FILE).exists():
-        raise TestbedError(f"a testbed is already up ({state_dir / STATE_FILE}); "
-                           f"run `cosample testbed down --state-dir {state_dir}` first")
+        raise TestbedError(
+            f"a testbed is already up ({state_dir / STATE_FILE}); "
+            f"run `cosample testbed down --state-dir {state_dir}` first"
+        )
     clashes = _existing_names(topology)
     if clashes:
-        raise TestbedError(f"names already in use on this machine: {', '.join(clashes)}; "
-                           f"choose another --prefix or remove them")
+        raise TestbedError(
+            f"names already in use on this machine: {', '.join(clashes)}; "
+            f"choose another --prefix or remove them"
+        )
     state_dir.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(state_dir, prefix, config)
     ledger.save()
@@ -155,8 +179,21 @@ def _build_server(testbed: Testbed, server: Server) -> None:
     ns = server.namespace
     _namespace(ledger, ns)
     _record_link(ledger, server.underlay_root)
-    run(["ip", "link", "add", server.underlay_root, "type", "veth", "peer", "name",
-         server.underlay_port, "netns", ns])
+    run(
+        [
+            "ip",
+            "link",
+            "add",
+            server.underlay_root,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            server.underlay_port,
+            "netns",
+            ns,
+        ]
+    )
     run(["ip", "link", "set", server.underlay_root, "master", topology.underlay_bridge, "up"])
     run(["ip", "-n", ns, "link", "set", server.underlay_port, "up"])
     silence_uplink(server.underlay_port, ns)  # only the phy bridge answers ARP for tunnel_ip
@@ -166,39 +203,137 @@ def _build_server(testbed: Testbed, server: Server) -> None:
     ovs = testbed.ovs(server)
     ovs.start()
     tag = f"external_ids:{TAG}={topology.prefix}"
-    ovs.vsctl(*_bridge_args(server.phy_bridge, tag),
-              "--", "add-port", server.phy_bridge, server.underlay_port,
-              *_bridge_args(server.bridge, tag), *_bridge_args(server.tunnel_bridge, tag),
-              "--", "add-port", server.bridge, server.patch_int, "--", "set", "interface",
-              server.patch_int, "type=patch", f"options:peer={server.patch_tun}",
-              "--", "add-port", server.tunnel_bridge, server.patch_tun, "--", "set", "interface",
-              server.patch_tun, "type=patch", f"options:peer={server.patch_int}")
+    ovs.vsctl(
+        *_bridge_args(server.phy_bridge, tag),
+        "--",
+        "add-port",
+        server.phy_bridge,
+        server.underlay_port,
+        *_bridge_args(server.bridge, tag),
+        *_bridge_args(server.tunnel_bridge, tag),
+        "--",
+        "add-port",
+        server.bridge,
+        server.patch_int,
+        "--",
+        "set",
+        "interface",
+        server.patch_int,
+        "type=patch",
+        f"options:peer={server.patch_tun}",
+        "--",
+        "add-port",
+        server.tunnel_bridge,
+        server.patch_tun,
+        "--",
+        "set",
+        "interface",
+        server.patch_tun,
+        "type=patch",
+        f"options:peer={server.patch_int}",
+    )
     # The uplink's internal port is a tap made by ovs-vswitchd; kernel-made checksums must be
     # complete before OVS forwards them (docs/ovs-facts.md), hence tx offload off.
     _wait_for_link(ns, server.phy_bridge)
     disable_tx_offload(server.phy_bridge, ns)
-    run(["ip", "-n", ns, "addr", "add", f"{server.tunnel_ip}/{UNDERLAY_PREFIXLEN}",
-         "dev", server.phy_bridge])
+    run(
+        [
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            f"{server.tunnel_ip}/{UNDERLAY_PREFIXLEN}",
+            "dev",
+            server.phy_bridge,
+        ]
+    )
     run(["ip", "-n", ns, "link", "set", server.phy_bridge, "up"])
 
-    run(["ip", "-n", ns, "link", "add", server.vxlan, "type", "vxlan", "id", str(VXLAN_VNI),
-         "dstport", str(VXLAN_PORT), "local", server.tunnel_ip])
+    run(
+        [
+            "ip",
+            "-n",
+            ns,
+            "link",
+            "add",
+            server.vxlan,
+            "type",
+            "vxlan",
+            "id",
+            str(VXLAN_VNI),
+            "dstport",
+            str(VXLAN_PORT),
+            "local",
+            server.tunnel_ip,
+        ]
+    )
     for peer in topology.servers:
         if peer.index != server.index:  # head-end replication: a flooded frame goes to each peer
-            run(["bridge", "-n", ns, "fdb", "append", "00:00:00:00:00:00", "dev", server.vxlan,
-                 "dst", peer.tunnel_ip])
+            run(
+                [
+                    "bridge",
+                    "-n",
+                    ns,
+                    "fdb",
+                    "append",
+                    "00:00:00:00:00:00",
+                    "dev",
+                    server.vxlan,
+                    "dst",
+                    peer.tunnel_ip,
+                ]
+            )
     run(["ip", "-n", ns, "link", "set", server.vxlan, "up"])
     disable_tx_offload(server.vxlan, ns)
     ovs.vsctl("add-port", server.tunnel_bridge, server.vxlan)
 
     for vm in server.vms:
         _namespace(ledger, vm.namespace)
-        run(["ip", "netns", "exec", vm.namespace, "sysctl", "-q", "-w",
-             "net.ipv6.conf.all.disable_ipv6=1"])  # no IPv6 chatter in the samples
-        run(["ip", "-n", ns, "link", "add", vm.port, "type", "veth", "peer", "name", "eth0",
-             "netns", vm.namespace])
-        run(["ip", "-n", vm.namespace, "link", "set", "eth0", "address", vm.mac, "mtu",
-             str(VM_MTU), "up"])
+        run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                vm.namespace,
+                "sysctl",
+                "-q",
+                "-w",
+                "net.ipv6.conf.all.disable_ipv6=1",
+            ]
+        )  # no IPv6 chatter in the samples
+        run(
+            [
+                "ip",
+                "-n",
+                ns,
+                "link",
+                "add",
+                vm.port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                vm.namespace,
+            ]
+        )
+        run(
+            [
+                "ip",
+                "-n",
+                vm.namespace,
+                "link",
+                "set",
+                "eth0",
+                "address",
+                vm.mac,
+                "mtu",
+                str(VM_MTU),
+                "up",
+            ]
+        )
         run(["ip", "-n", vm.namespace, "addr", "add", f"{vm.ip}/{VM_PREFIXLEN}", "dev", "eth0"])
         run(["ip", "-n", ns, "link", "set", vm.port, "up"])
         disable_tx_offload(vm.port, ns)

@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from cosample.collector.inventory import INVENTORY_FORMAT as ADDRESSES_FORMAT
 from cosample.collector.polling import plan_lead_s
+from cosample.controller.inventory import FORMAT as INVENTORY_FORMAT
 from cosample.experiments.testbed import apply, measure, traffic
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.topology import Flow, Topology, Vm
-from cosample.controller.inventory import FORMAT as INVENTORY_FORMAT
-from cosample.collector.inventory import INVENTORY_FORMAT as ADDRESSES_FORMAT
 
 SCENARIOS = ("shift", "steady")
 SFLOW_PORT, SNAPSHOT_PORT = 6343, 8432
@@ -58,22 +58,21 @@ class LoopSettings:
     scenario: str
     alpha: float
     beta: float
-    startup_s: float = 40.0       # traffic before the first phase: safe-state sampling, first plan
-    phase_s: float = 60.0         # each of the two phases
-    measure_s: float = 15.0       # distinct packets counted over the end of each phase
-    chunk_s: float = 15.0         # steady: rates redrawn this often
+    startup_s: float = 40.0  # traffic before the first phase: safe-state sampling, first plan
+    phase_s: float = 60.0  # each of the two phases
+    measure_s: float = 15.0  # distinct packets counted over the end of each phase
+    chunk_s: float = 15.0  # steady: rates redrawn this often
     noise: float = 0.10
     seed: int = 0
-    interval_s: float = 5.0       # controller
+    interval_s: float = 5.0  # controller
     agent_interval_s: float = 2.0
-    window_s: float = 15.0        # collector estimation window (iperf3 restarts leave 1-2 s gaps)
-    hold_s: float = 60.0          # falls smaller than a step believed after this: twice the
-                                  # noise's time scale seen through the window (chunk + window)
-    settle_s: float = 6.0         # two-phase transitions: > agent interval + jitter + apply
-    measure_sampling: int = 128   # agents' safe state, measurement plan and floor: 1.2 % of a
-                                  # server's traffic
-    polling_s: int = 2            # sFlow counter polling: exact VM-port counters
-
+    window_s: float = 15.0  # collector estimation window (iperf3 restarts leave 1-2 s gaps)
+    hold_s: float = 60.0  # falls smaller than a step believed after this: twice the
+    # noise's time scale seen through the window (chunk + window)
+    settle_s: float = 6.0  # two-phase transitions: > agent interval + jitter + apply
+    measure_sampling: int = 128  # agents' safe state, measurement plan and floor: 1.2 % of a
+    # server's traffic
+    polling_s: int = 2  # sFlow counter polling: exact VM-port counters
 
     @property
     def measure_after_s(self) -> float:
@@ -112,35 +111,57 @@ def noisy(flows: tuple[Flow, ...], rng: np.random.Generator, noise: float) -> tu
 
 def inventory(topology: Topology, settings: LoopSettings, capacity_pps: float | None) -> dict:
     """The controller's inventory of the testbed: no traffic numbers."""
-    return {"format": INVENTORY_FORMAT, "format_version": 1,
-            "name": f"testbed-{topology.prefix}",
-            "cost": {"alpha": settings.alpha, "beta": settings.beta},
-            "servers": [{"name": s.name, "capacity_pps": capacity_pps or s.capacity_pps,
-                         "bridge": s.bridge, "tunnel_ip": s.tunnel_ip,
-                         "vm_ports": [vm.port for vm in s.vms]} for s in topology.servers],
-            "sflow": {"collector": f"{topology.collector_ip}:{SFLOW_PORT}", "header_bytes": 128,
-                      "polling_s": settings.polling_s}}
+    return {
+        "format": INVENTORY_FORMAT,
+        "format_version": 1,
+        "name": f"testbed-{topology.prefix}",
+        "cost": {"alpha": settings.alpha, "beta": settings.beta},
+        "servers": [
+            {
+                "name": s.name,
+                "capacity_pps": capacity_pps or s.capacity_pps,
+                "bridge": s.bridge,
+                "tunnel_ip": s.tunnel_ip,
+                "vm_ports": [vm.port for vm in s.vms],
+            }
+            for s in topology.servers
+        ],
+        "sflow": {
+            "collector": f"{topology.collector_ip}:{SFLOW_PORT}",
+            "header_bytes": 128,
+            "polling_s": settings.polling_s,
+        },
+    }
 
 
 def addresses(topology: Topology) -> dict:
     """The collector's address inventory: which VM addresses live on which server, and each
     server's sFlow agent address (OVS reports the uplink's, the tunnel address), which is what
     attributes samples before any plan exists."""
-    return {"format": ADDRESSES_FORMAT, "format_version": 1,
-            "servers": {s.name: {"agent_ip": s.tunnel_ip, "vm_addresses": [vm.ip for vm in s.vms],
-                                 "vm_macs": [vm.mac for vm in s.vms]}
-                        for s in topology.servers}}
+    return {
+        "format": ADDRESSES_FORMAT,
+        "format_version": 1,
+        "servers": {
+            s.name: {
+                "agent_ip": s.tunnel_ip,
+                "vm_addresses": [vm.ip for vm in s.vms],
+                "vm_macs": [vm.mac for vm in s.vms],
+            }
+            for s in topology.servers
+        },
+    }
 
 
-def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps: float | None,
-                    log=print) -> dict[str, Any]:
+def run_closed_loop(
+    testbed, settings: LoopSettings, out_dir: Path, capacity_pps: float | None, log=print
+) -> dict[str, Any]:
     """Run one scenario on an up testbed; returns the raw timeline and what the plans said."""
-    from cosample.plan.signing import generate_keypair
     from cosample.controller.decide import Policy
     from cosample.controller.inventory import load_inventory
     from cosample.controller.loop import Controller, Settings
     from cosample.controller.publish import DirectoryTarget
     from cosample.lab.sflow import SflowCollector
+    from cosample.plan.signing import generate_keypair
 
     if settings.scenario not in SCENARIOS:
         raise TestbedError(f"--scenario: expected one of {SCENARIOS}, got {settings.scenario!r}")
@@ -155,8 +176,9 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
         (work / "published" / stale).unlink(missing_ok=True)
     for stale in ("state.json", "current-plan.json"):
         (work / "controller" / stale).unlink(missing_ok=True)
-    (work / "inventory.json").write_text(json.dumps(inventory(topology, settings, capacity_pps),
-                                                    indent=2))
+    (work / "inventory.json").write_text(
+        json.dumps(inventory(topology, settings, capacity_pps), indent=2)
+    )
     (work / "addresses.json").write_text(json.dumps(addresses(topology), indent=2))
     key, public = work / "plan.pem", work / "plan.pub"
     for path in (key, public):
@@ -172,30 +194,43 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
     plan_url = str(target.path)
     try:
         with SflowCollector("127.0.0.1", 0, receive_buffer=32 << 20) as lab:
-            processes.append(_collector(work, topology, plan_url, lab.target, settings,
-                                        public))
+            processes.append(_collector(work, topology, plan_url, lab.target, settings, public))
             controller = Controller(
                 load_inventory(work / "inventory.json"),
-                Settings((f"http://127.0.0.1:{SNAPSHOT_PORT}/snapshot",),
-                         interval_s=settings.interval_s, tau_s=3 * settings.interval_s,
-                         hold_s=settings.hold_s,
-                         valid_for_s=600.0, settle_s=settings.settle_s, lead_s=LEAD_S,
-                         key=str(key),
-                         timeout_s=3.0, measure_sampling=settings.measure_sampling,
-                         measure_after_s=settings.measure_after_s,
-                         policy=Policy()),
-                target, work / "controller")
-            threads = [threading.Thread(target=_control, args=(controller, settings, stop,
-                                                               timeline, clock), daemon=True),
-                       threading.Thread(target=_watch_agents, args=(testbed, stop, timeline,
-                                                                     clock), daemon=True)]
+                Settings(
+                    (f"http://127.0.0.1:{SNAPSHOT_PORT}/snapshot",),
+                    interval_s=settings.interval_s,
+                    tau_s=3 * settings.interval_s,
+                    hold_s=settings.hold_s,
+                    valid_for_s=600.0,
+                    settle_s=settings.settle_s,
+                    lead_s=LEAD_S,
+                    key=str(key),
+                    timeout_s=3.0,
+                    measure_sampling=settings.measure_sampling,
+                    measure_after_s=settings.measure_after_s,
+                    policy=Policy(),
+                ),
+                target,
+                work / "controller",
+            )
+            threads = [
+                threading.Thread(
+                    target=_control, args=(controller, settings, stop, timeline, clock), daemon=True
+                ),
+                threading.Thread(
+                    target=_watch_agents, args=(testbed, stop, timeline, clock), daemon=True
+                ),
+            ]
             for thread in threads:
                 thread.start()
             collector = f"{topology.collector_ip}:{SFLOW_PORT}"
             for server in topology.servers:
                 processes.append(_agent(testbed, server, plan_url, public, settings, collector))
-            log(f"closed loop ({settings.scenario}): controller {plan_url}, collector "
-                f"127.0.0.1:{SNAPSHOT_PORT}, {len(topology.servers)} agents")
+            log(
+                f"closed loop ({settings.scenario}): controller {plan_url}, collector "
+                f"127.0.0.1:{SNAPSHOT_PORT}, {len(topology.servers)} agents"
+            )
             _drive(topology, settings, lab, timeline, clock, log)
             stop.set()
             for thread in threads:
@@ -205,40 +240,66 @@ def run_closed_loop(testbed, settings: LoopSettings, out_dir: Path, capacity_pps
         for process in reversed(processes):
             _stop(process)
         apply.remove_all(testbed)
-    return {"settings": settings.__dict__, "timeline": timeline.__dict__,
-            "servers": [s.name for s in topology.servers]}
+    return {
+        "settings": settings.__dict__,
+        "timeline": timeline.__dict__,
+        "servers": [s.name for s in topology.servers],
+    }
 
 
-def _drive(topology: Topology, settings: LoopSettings, lab, timeline: Timeline, clock,
-           log) -> None:
+def _drive(topology: Topology, settings: LoopSettings, lab, timeline: Timeline, clock, log) -> None:
     """Traffic: start-up, then two phases, each ending with a distinct-packet count."""
     rng = np.random.default_rng(settings.seed)
     base = topology.flows
     second = shifted(topology) if settings.scenario == "shift" else base
-    log(f"start-up: {settings.startup_s:g} s of traffic (agents in their safe state, then the "
-        "first plan)")
+    log(
+        f"start-up: {settings.startup_s:g} s of traffic (agents in their safe state, then the "
+        "first plan)"
+    )
     _traffic(topology, base, settings.startup_s, settings, rng, timeline, clock, "startup")
     for phase, flows in (("phase1", base), ("phase2", second)):
         timeline.phases.append({"phase": phase, "start": clock()})
-        log(f"{phase}: {settings.phase_s:g} s" + (" (traffic shifted)" if phase == "phase2"
-                                                  and settings.scenario == "shift" else ""))
-        _traffic(topology, flows, settings.phase_s - settings.measure_s, settings, rng, timeline,
-                 clock, phase)
+        log(
+            f"{phase}: {settings.phase_s:g} s"
+            + (" (traffic shifted)" if phase == "phase2" and settings.scenario == "shift" else "")
+        )
+        _traffic(
+            topology,
+            flows,
+            settings.phase_s - settings.measure_s,
+            settings,
+            rng,
+            timeline,
+            clock,
+            phase,
+        )
         lab.clear()
         began = time.monotonic()
         timeline.phases[-1]["measure_start"] = clock()
         _traffic(topology, flows, settings.measure_s, settings, rng, timeline, clock, phase)
         time.sleep(2.0)  # the last re-exported datagrams
         seconds = time.monotonic() - began
-        counts = measure.count_samples(lab.snapshot(), topology.server_of_ip(),
-                                       {s.tunnel_ip: s.name for s in topology.servers})
-        timeline.phases[-1].update(end=clock(), measure_s=round(seconds, 2),
-                                   samples=_per_source(counts.by_pair),
-                                   duplicates=dict(counts.duplicates))
+        counts = measure.count_samples(
+            lab.snapshot(), topology.server_of_ip(), {s.tunnel_ip: s.name for s in topology.servers}
+        )
+        timeline.phases[-1].update(
+            end=clock(),
+            measure_s=round(seconds, 2),
+            samples=_per_source(counts.by_pair),
+            duplicates=dict(counts.duplicates),
+        )
 
 
-def _traffic(topology: Topology, flows: tuple[Flow, ...], seconds: float,
-             settings: LoopSettings, rng, timeline: Timeline, clock, phase: str) -> None:
+def _traffic(
+    topology: Topology,
+    flows: tuple[Flow, ...],
+    seconds: float,
+    settings: LoopSettings,
+    rng,
+    timeline: Timeline,
+    clock,
+    phase: str,
+) -> None:
     """``flows`` for ``seconds``, in chunks with fresh noise for the steady scenario."""
     chunk = settings.chunk_s if settings.scenario == "steady" else seconds
     left = seconds
@@ -248,16 +309,23 @@ def _traffic(topology: Topology, flows: tuple[Flow, ...], seconds: float,
         start = clock()
         results = traffic.run_flows(topology, part, drawn)
         for result in results:
-            timeline.flows.append({"phase": phase, "start": start,
-                                   "src": f"s{result.flow.src.server}",
-                                   "dst": f"s{result.flow.dst.server}",
-                                   "seconds": result.seconds, "sent": result.sent_packets,
-                                   "lost": result.lost_packets})
+            timeline.flows.append(
+                {
+                    "phase": phase,
+                    "start": start,
+                    "src": f"s{result.flow.src.server}",
+                    "dst": f"s{result.flow.dst.server}",
+                    "seconds": result.seconds,
+                    "sent": result.sent_packets,
+                    "lost": result.lost_packets,
+                }
+            )
         left -= part
 
 
-def _control(controller, settings: LoopSettings, stop: threading.Event, timeline: Timeline,
-             clock) -> None:
+def _control(
+    controller, settings: LoopSettings, stop: threading.Event, timeline: Timeline, clock
+) -> None:
     while not stop.is_set():
         began = time.monotonic()
         try:
@@ -267,8 +335,7 @@ def _control(controller, settings: LoopSettings, stop: threading.Event, timeline
             entry = {"result": "internal", "problems": [repr(exc)]}
         entry["t"] = clock()
         current = controller.current or {}
-        entry["distinct_planned_pps"] = (current.get("summary") or {}).get(
-            "collected_pps")
+        entry["distinct_planned_pps"] = (current.get("summary") or {}).get("collected_pps")
         entry.update(_estimates(controller))
         timeline.cycles.append(entry)
         stop.wait(max(0.0, settings.interval_s - (time.monotonic() - began)))
@@ -280,13 +347,11 @@ def _estimates(controller) -> dict[str, Any]:
     names = list(controller.inventory.names)
     out: dict[str, Any] = {}
     if controller.measurement is not None and controller.smoothed is not None:
-        out["measured_pps"] = dict(zip(names, np.round(controller.measurement.own_pps, 1)
-                                       .tolist()))
+        out["measured_pps"] = dict(zip(names, np.round(controller.measurement.own_pps, 1).tolist()))
         out["held_pps"] = dict(zip(names, np.round(controller.smoothed.held(), 1).tolist()))
     shares = controller.current_shares
     if shares is not None:
-        mirrored = np.bincount(shares.mirror_src, weights=shares.mirror_rate,
-                               minlength=len(names))
+        mirrored = np.bincount(shares.mirror_src, weights=shares.mirror_rate, minlength=len(names))
         coverage = shares.local_rate + mirrored - shares.local_rate * mirrored
         out["coverage"] = dict(zip(names, np.round(coverage, 6).tolist()))
     return out
@@ -297,8 +362,9 @@ def _watch_agents(testbed, stop: threading.Event, timeline: Timeline, clock) -> 
         versions = {}
         for server in testbed.topology.servers:
             try:
-                status = json.loads((apply.agent_state_dir(testbed, server) / "status.json")
-                                    .read_text())
+                status = json.loads(
+                    (apply.agent_state_dir(testbed, server) / "status.json").read_text()
+                )
                 versions[server.name] = (status.get("plan_version"), status.get("mode"))
             except (OSError, ValueError):
                 versions[server.name] = (None, None)
@@ -306,16 +372,47 @@ def _watch_agents(testbed, stop: threading.Event, timeline: Timeline, clock) -> 
         stop.wait(0.5)
 
 
-def _collector(work: Path, topology: Topology, plan_url: str, reexport: str,
-               settings: LoopSettings, public: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "cosample", "collector", "run", "--plan", plan_url,
-            "--listen", f"{topology.collector_ip}:{SFLOW_PORT}",
-            "--metrics-port", str(SNAPSHOT_PORT), "--http-host", "127.0.0.1",
-            "--window", f"{settings.window_s:g}", "--export-interval", "1",
-            "--plan-interval", f"{PLAN_POLL_S:g}", "--plan-timeout", f"{PLAN_READ_S:g}",
-            "--inventory", str(work / "addresses.json"),
-            "--reexport", reexport, "--name", "testbed", "--public-key", str(public),
-            "--state-dir", str(work / "collector")]
+def _collector(
+    work: Path,
+    topology: Topology,
+    plan_url: str,
+    reexport: str,
+    settings: LoopSettings,
+    public: Path,
+) -> subprocess.Popen:
+    argv = [
+        sys.executable,
+        "-m",
+        "cosample",
+        "collector",
+        "run",
+        "--plan",
+        plan_url,
+        "--listen",
+        f"{topology.collector_ip}:{SFLOW_PORT}",
+        "--metrics-port",
+        str(SNAPSHOT_PORT),
+        "--http-host",
+        "127.0.0.1",
+        "--window",
+        f"{settings.window_s:g}",
+        "--export-interval",
+        "1",
+        "--plan-interval",
+        f"{PLAN_POLL_S:g}",
+        "--plan-timeout",
+        f"{PLAN_READ_S:g}",
+        "--inventory",
+        str(work / "addresses.json"),
+        "--reexport",
+        reexport,
+        "--name",
+        "testbed",
+        "--public-key",
+        str(public),
+        "--state-dir",
+        str(work / "collector"),
+    ]
     log = (work / "collector.log").open("w")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
@@ -324,21 +421,38 @@ def agent_config(settings: LoopSettings, collector: str) -> dict:
     """What an agent needs before any plan exists: where to send its safe-state samples, at
     the testbed's rate (its small rates would give the default 1-in-4096 a few samples a
     window), with the counter polling the plans ask for."""
-    return {"collector": collector, "safe_sampling": settings.measure_sampling,
-            "polling_s": settings.polling_s, "header_bytes": 128}
+    return {
+        "collector": collector,
+        "safe_sampling": settings.measure_sampling,
+        "polling_s": settings.polling_s,
+        "header_bytes": 128,
+    }
 
 
-def _agent(testbed, server, plan_url: str, public: Path, settings: LoopSettings,
-           collector: str) -> subprocess.Popen:
+def _agent(
+    testbed, server, plan_url: str, public: Path, settings: LoopSettings, collector: str
+) -> subprocess.Popen:
     state = apply.agent_state_dir(testbed, server)
     state.mkdir(parents=True, exist_ok=True)
     for stale in ("status.json", "last-good-plan.json"):
         (state / stale).unlink(missing_ok=True)
     config = state / "agent.yaml"  # JSON is YAML
     config.write_text(json.dumps(agent_config(settings, collector), indent=2))
-    argv = apply.agent_argv(testbed, server, "run", "--config", str(config), "--plan",
-                            plan_url, "--interval", f"{settings.agent_interval_s:g}s",
-                            "--jitter", "0.5s", "--public-key", str(public))
+    argv = apply.agent_argv(
+        testbed,
+        server,
+        "run",
+        "--config",
+        str(config),
+        "--plan",
+        plan_url,
+        "--interval",
+        f"{settings.agent_interval_s:g}s",
+        "--jitter",
+        "0.5s",
+        "--public-key",
+        str(public),
+    )
     log = (state / "agent.log").open("w")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 

@@ -76,8 +76,9 @@ def measured_traffic(flows: list[traffic.FlowResult]) -> dict[str, dict[str, flo
     return matrix
 
 
-def run_experiment(testbed, settings: RunSettings, out_dir: Path,
-                   log: Callable[[str], None] = print) -> ExperimentResult:
+def run_experiment(
+    testbed, settings: RunSettings, out_dir: Path, log: Callable[[str], None] = print
+) -> ExperimentResult:
     """Run the three phases on an up testbed; writes the description and plans to ``out_dir``."""
     reason = apply.agents_available()
     if reason:
@@ -87,22 +88,28 @@ def run_experiment(testbed, settings: RunSettings, out_dir: Path,
     with _collector(topology.collector_ip) as collector:
         apply.remove_all(testbed)  # start from switches without any agent state
         log(f"baseline: {len(topology.flows)} flows for {settings.duration_s:g} s, no sampling")
-        phases = {"baseline": _measure(testbed, collector, "baseline", None, settings,
-                                       server_of_agent)}
-        document = plans.description(topology, measured_traffic(phases["baseline"].flows),
-                                     settings.coefficients, collector.target)
+        phases = {
+            "baseline": _measure(testbed, collector, "baseline", None, settings, server_of_agent)
+        }
+        document = plans.description(
+            topology,
+            measured_traffic(phases["baseline"].flows),
+            settings.coefficients,
+            collector.target,
+        )
         from cosample.experiments.files import write_json
+
         write_json(document, out_dir / "datacentre.json")
-        plan_paths = plans.make_plans(document, out_dir, version=int(time.time()),
-                                      solver=settings.solver)
+        plan_paths = plans.make_plans(
+            document, out_dir, version=int(time.time()), solver=settings.solver
+        )
         for phase in ("noncollab", "collab"):
             plan = plans.load_plan(plan_paths[phase])
             log(f"{phase}: applying {plan_paths[phase].name} with the agents, then traffic")
             output = apply.apply_plan(testbed, plan_paths[phase], plan)
             time.sleep(settings.settle_s)
             try:
-                phases[phase] = _measure(testbed, collector, phase, plan, settings,
-                                         server_of_agent)
+                phases[phase] = _measure(testbed, collector, phase, plan, settings, server_of_agent)
             finally:
                 apply.remove_all(testbed)
             phases[phase].agent_output = output
@@ -124,9 +131,9 @@ def estimate(plan: dict[str, Any] | None, datagrams: list[tuple[float, bytes]]):
     with their arrival times (what ``cosample collector replay`` does with a capture)."""
     if plan is None:
         return None
-    from cosample.plan.document import plan_from_dict
     from cosample.collector.attribution import build
     from cosample.collector.estimate import Estimator
+    from cosample.plan.document import plan_from_dict
 
     estimator = Estimator(build(plan_from_dict(plan)), window_s=None, name="testbed")
     for when, data in datagrams:
@@ -134,8 +141,14 @@ def estimate(plan: dict[str, Any] | None, datagrams: list[tuple[float, bytes]]):
     return estimator.snapshot()
 
 
-def _measure(testbed, collector: SflowCollector, phase: str, plan: dict[str, Any] | None,
-             settings: RunSettings, server_of_agent: dict[str, str]) -> PhaseMeasurement:
+def _measure(
+    testbed,
+    collector: SflowCollector,
+    phase: str,
+    plan: dict[str, Any] | None,
+    settings: RunSettings,
+    server_of_agent: dict[str, str],
+) -> PhaseMeasurement:
     collector.clear()
     before = measure.read_counters(testbed)
     cpu_before = measure.vswitchd_cpu_seconds(testbed)
@@ -145,9 +158,17 @@ def _measure(testbed, collector: SflowCollector, phase: str, plan: dict[str, Any
     window = time.monotonic() - start
     after = measure.read_counters(testbed)
     cpu_after = measure.vswitchd_cpu_seconds(testbed)
-    samples = measure.count_samples(collector.snapshot(), testbed.topology.server_of_ip(),
-                                    server_of_agent)
+    samples = measure.count_samples(
+        collector.snapshot(), testbed.topology.server_of_ip(), server_of_agent
+    )
     return PhaseMeasurement(
-        phase, plan, flows, measure.delta(after[0], before[0]), measure.delta(after[1], before[1]),
-        samples, {name: cpu_after[name] - cpu_before[name] for name in cpu_after}, window,
-        estimates=estimate(plan, collector.raw_datagrams()))
+        phase,
+        plan,
+        flows,
+        measure.delta(after[0], before[0]),
+        measure.delta(after[1], before[1]),
+        samples,
+        {name: cpu_after[name] - cpu_before[name] for name in cpu_after},
+        window,
+        estimates=estimate(plan, collector.raw_datagrams()),
+    )

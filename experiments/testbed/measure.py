@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cosample.experiments.testbed.errors import TestbedError
 from cosample.dataplane.run import CommandError, run
+from cosample.experiments.testbed.errors import TestbedError
 from cosample.lab.sflow import FlowSample
 
 _PORT_LINE = re.compile(r"^\s*port \d+: (\S+)")
@@ -36,8 +36,12 @@ class PortCounters:
     tx_dropped: int = 0
 
     def __sub__(self, other: "PortCounters") -> "PortCounters":
-        return PortCounters(self.rx_packets - other.rx_packets, self.tx_packets - other.tx_packets,
-                            self.rx_dropped - other.rx_dropped, self.tx_dropped - other.tx_dropped)
+        return PortCounters(
+            self.rx_packets - other.rx_packets,
+            self.tx_packets - other.tx_packets,
+            self.rx_dropped - other.rx_dropped,
+            self.tx_dropped - other.tx_dropped,
+        )
 
 
 Counters = dict[str, dict[str, PortCounters]]  # server -> interface -> counters
@@ -68,8 +72,12 @@ def parse_ip_link_stats(text: str) -> dict[str, PortCounters]:
     for link in links:
         stats = link.get("stats64") or link.get("stats") or {}
         rx, tx = stats.get("rx", {}), stats.get("tx", {})
-        out[link["ifname"]] = PortCounters(int(rx.get("packets", 0)), int(tx.get("packets", 0)),
-                                           int(rx.get("dropped", 0)), int(tx.get("dropped", 0)))
+        out[link["ifname"]] = PortCounters(
+            int(rx.get("packets", 0)),
+            int(tx.get("packets", 0)),
+            int(rx.get("dropped", 0)),
+            int(tx.get("dropped", 0)),
+        )
     return out
 
 
@@ -82,15 +90,20 @@ def read_counters(testbed) -> tuple[Counters, Counters]:
         except CommandError as exc:
             raise TestbedError(f"{server.name}: cannot read datapath counters: {exc}") from exc
         kernel[server.name] = parse_ip_link_stats(
-            run(["ip", "-n", server.namespace, "-s", "-j", "link", "show"]).stdout)
+            run(["ip", "-n", server.namespace, "-s", "-j", "link", "show"]).stdout
+        )
     return datapath, kernel
 
 
 def delta(after: Counters, before: Counters) -> Counters:
     """Counter increase per server and interface (interfaces absent before count from zero)."""
-    return {server: {name: value - before.get(server, {}).get(name, PortCounters())
-                     for name, value in ports.items()}
-            for server, ports in after.items()}
+    return {
+        server: {
+            name: value - before.get(server, {}).get(name, PortCounters())
+            for name, value in ports.items()
+        }
+        for server, ports in after.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -130,8 +143,11 @@ class SampleCounts:
         return sum(n for (src, by), n in self.by_pair.items() if by == sampler and src != sampler)
 
 
-def count_samples(samples: Iterable[FlowSample], server_of_ip: Mapping[str, str],
-                  server_of_agent: Mapping[str, str]) -> SampleCounts:
+def count_samples(
+    samples: Iterable[FlowSample],
+    server_of_ip: Mapping[str, str],
+    server_of_agent: Mapping[str, str],
+) -> SampleCounts:
     """Attribute each sample to its source server (by source IP) and sampler (by agent IP)."""
     pairs: Counter[tuple[str, str]] = Counter()
     unattributed = 0
@@ -160,8 +176,9 @@ def count_samples(samples: Iterable[FlowSample], server_of_ip: Mapping[str, str]
         receivers = [by for by in samplers if by != source]
         both[source] += bool(receivers) and source in samplers
         twice[source] += len(set(receivers)) > 1
-    return SampleCounts(dict(pairs), unattributed, dict(lost), dict(duplicates), dict(both),
-                        dict(twice))
+    return SampleCounts(
+        dict(pairs), unattributed, dict(lost), dict(duplicates), dict(both), dict(twice)
+    )
 
 
 def packet_key(sample: FlowSample) -> tuple | None:
@@ -193,8 +210,9 @@ def sequence_gaps(numbers: Iterable[int]) -> int:
     return unique[-1] - unique[0] + 1 - len(unique) if unique else 0
 
 
-def binomial_tolerance(trials: float, probability: float, sigmas: float = 4.0,
-                       slack: float = 0.03) -> float:
+def binomial_tolerance(
+    trials: float, probability: float, sigmas: float = 4.0, slack: float = 0.03
+) -> float:
     """Allowed |measured - expected| for a count of ``Binomial(trials, probability)``.
 
     ``sigmas`` standard deviations plus ``slack`` of the expectation, for what the model does

@@ -42,29 +42,45 @@ class Coefficients:
         return cls(values["alpha"], values["beta"], values.get("capacity_pps"), source=str(path))
 
 
-def description(topology: Topology, traffic_pps: Mapping[str, Mapping[str, float]],
-                coefficients: Coefficients, collector: str) -> dict[str, Any]:
+def description(
+    topology: Topology,
+    traffic_pps: Mapping[str, Mapping[str, float]],
+    coefficients: Coefficients,
+    collector: str,
+) -> dict[str, Any]:
     """The planner's data-centre description of the testbed."""
     servers = []
     for server in topology.servers:
         capacity = coefficients.capacity_pps or server.capacity_pps
-        servers.append({"name": server.name, "capacity_pps": capacity,
-                        "tunnel_ip": server.tunnel_ip, "bridge": server.bridge,
-                        "vm_ports": [vm.port for vm in server.vms]})
-    traffic = {src: {dst: round(float(pps), 3) for dst, pps in row.items() if pps > 0}
-               for src, row in traffic_pps.items()}
-    return {"name": f"testbed-{topology.prefix}",
-            "cost": {"alpha": coefficients.alpha, "beta": coefficients.beta},
-            "servers": servers, "traffic_pps": {k: v for k, v in traffic.items() if v},
-            "sflow": {"collector": collector, "header_bytes": 128, "polling_s": 0}}
+        servers.append(
+            {
+                "name": server.name,
+                "capacity_pps": capacity,
+                "tunnel_ip": server.tunnel_ip,
+                "bridge": server.bridge,
+                "vm_ports": [vm.port for vm in server.vms],
+            }
+        )
+    traffic = {
+        src: {dst: round(float(pps), 3) for dst, pps in row.items() if pps > 0}
+        for src, row in traffic_pps.items()
+    }
+    return {
+        "name": f"testbed-{topology.prefix}",
+        "cost": {"alpha": coefficients.alpha, "beta": coefficients.beta},
+        "servers": servers,
+        "traffic_pps": {k: v for k, v in traffic.items() if v},
+        "sflow": {"collector": collector, "header_bytes": 128, "polling_s": 0},
+    }
 
 
-def make_plans(document: Mapping[str, Any], out_dir: Path, version: int,
-               solver: str = DEFAULT_SOLVER) -> dict[str, Path]:
+def make_plans(
+    document: Mapping[str, Any], out_dir: Path, version: int, solver: str = DEFAULT_SOLVER
+) -> dict[str, Path]:
     """Write ``plan-noncollab.json`` (version) and ``plan-collab.json`` (version + 1)."""
     from cosample.planner.datacentre import DataCentre
-    from cosample.planner.planfile import build_plan
     from cosample.planner.planbytes import write_plan
+    from cosample.planner.planfile import build_plan
     from cosample.planner.solvers import solve
 
     dc = DataCentre.from_dict(document, source="testbed description")

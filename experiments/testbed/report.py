@@ -34,8 +34,16 @@ def tidy_rows(result: ExperimentResult, topology) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, known: set[str],
-         alpha: float, beta: float, duration: float) -> dict[str, Any]:
+def _row(
+    phase: str,
+    m: PhaseMeasurement,
+    baseline: PhaseMeasurement,
+    server,
+    known: set[str],
+    alpha: float,
+    beta: float,
+    duration: float,
+) -> dict[str, Any]:
     name = server.name
     host = (m.plan or {}).get("hosts", {}).get(name, {})
     local_rate, mirror_rate = plans.applied_rate(host) if host else (0.0, 0.0)
@@ -59,44 +67,61 @@ def _row(phase: str, m: PhaseMeasurement, baseline: PhaseMeasurement, server, kn
     loss = _loss(own)
     ratio = throughput / base_throughput if base_throughput else float("nan")
     local_samples, others = m.samples.local(name), m.samples.received_by(name)
-    model_load = (vm_packets + inbound + alpha * local_samples + beta * mirror_tx
-                  + (alpha + beta) * others) / duration
+    model_load = (
+        vm_packets + inbound + alpha * local_samples + beta * mirror_tx + (alpha + beta) * others
+    ) / duration
     capacity = float(host.get("capacity_pps", server.capacity_pps))
     estimated, low, high = _estimate(m, name)
     return {
-        "phase": phase, "server": name, "role": host.get("role", "none"),
+        "phase": phase,
+        "server": name,
+        "role": host.get("role", "none"),
         "capacity_pps": capacity,
         "planned_own_pps": host.get("own_pps", float("nan")),
-        "own_pps": vm_packets / duration, "forwarding_pps": (vm_packets + inbound) / duration,
-        "sflow_sampling": host.get("sflow_sampling"), "local_rate": local_rate,
+        "own_pps": vm_packets / duration,
+        "forwarding_pps": (vm_packets + inbound) / duration,
+        "sflow_sampling": host.get("sflow_sampling"),
+        "local_rate": local_rate,
         "mirror_rate": mirror_rate,
         "planned_collected_pps": float(host.get("own_pps", 0.0)) * probability,
         "planned_distinct_pps": float(host.get("distinct_pps", 0.0)),
         "expected_collected_pps": expected / duration,
         "collected_pps": collected / duration,
-        "vm_packets": vm_packets, "expected_samples": round(expected, 1),
-        "collected_samples": collected, "local_samples": local_samples,
-        "mirrored_samples": m.samples.mirrored(name), "tolerance_samples": round(tolerance, 1),
+        "vm_packets": vm_packets,
+        "expected_samples": round(expected, 1),
+        "collected_samples": collected,
+        "local_samples": local_samples,
+        "mirrored_samples": m.samples.mirrored(name),
+        "tolerance_samples": round(tolerance, 1),
         "within_tolerance": abs(collected - expected) <= tolerance,
-        "expected_distinct_samples": round(expected_distinct, 1), "distinct_samples": distinct,
+        "expected_distinct_samples": round(expected_distinct, 1),
+        "distinct_samples": distinct,
         "distinct_collected_pps": distinct / duration,
         "distinct_within_tolerance": abs(distinct - expected_distinct)
         <= measure.binomial_tolerance(vm_packets, distinct_probability),
         "local_and_mirrored_packets": m.samples.local_and_mirrored.get(name, 0),
         "mirrored_twice_packets": m.samples.mirrored_twice.get(name, 0),
-        "mirror_tx_packets": mirror_tx, "mirror_rx_packets": mirror_rx,
+        "mirror_tx_packets": mirror_tx,
+        "mirror_rx_packets": mirror_rx,
         "samples_of_other_servers": others,
         "samples_lost_in_transit": m.samples.lost_in_transit.get(name, 0),
         "vswitchd_cpu_s": round(m.cpu_seconds.get(name, float("nan")), 3),
-        "model_load_pps": model_load, "model_capacity_use": model_load / capacity if capacity else float("nan"),
-        "throughput_pps": throughput, "baseline_throughput_pps": base_throughput,
-        "throughput_ratio": ratio, "loss_fraction": loss,
-        "degraded": bool(phase != "baseline" and (ratio < DEGRADED_THROUGHPUT
-                                                  or loss > _loss(base_own) + DEGRADED_LOSS)),
-        "estimated_packets": estimated, "estimated_packets_low": low,
+        "model_load_pps": model_load,
+        "model_capacity_use": model_load / capacity if capacity else float("nan"),
+        "throughput_pps": throughput,
+        "baseline_throughput_pps": base_throughput,
+        "throughput_ratio": ratio,
+        "loss_fraction": loss,
+        "degraded": bool(
+            phase != "baseline"
+            and (ratio < DEGRADED_THROUGHPUT or loss > _loss(base_own) + DEGRADED_LOSS)
+        ),
+        "estimated_packets": estimated,
+        "estimated_packets_low": low,
         "estimated_packets_high": high,
         "estimate_error": estimated / vm_packets - 1 if vm_packets else float("nan"),
-        "estimate_within_interval": (low <= vm_packets <= high) if estimated == estimated
+        "estimate_within_interval": (low <= vm_packets <= high)
+        if estimated == estimated
         else float("nan"),
     }
 
@@ -108,8 +133,11 @@ def _estimate(m: PhaseMeasurement, server: str) -> tuple[float, float, float]:
     if snapshot is None or server not in snapshot.servers:
         return float("nan"), float("nan"), float("nan")
     e, window = snapshot.servers[server], snapshot.window_s
-    return (e.packets_per_s * window, e.packets_per_s_ci95[0] * window,
-            e.packets_per_s_ci95[1] * window)
+    return (
+        e.packets_per_s * window,
+        e.packets_per_s_ci95[0] * window,
+        e.packets_per_s_ci95[1] * window,
+    )
 
 
 def _loss(results) -> float:
@@ -138,35 +166,49 @@ def summary(frame: pd.DataFrame, result: ExperimentResult) -> dict[str, Any]:
             "samples_lost_in_transit": int(group["samples_lost_in_transit"].sum()),
             "estimated_packets": float(group["estimated_packets"].sum()),
             "vm_packets": int(group["vm_packets"].sum()),
-            "servers_estimated_within_interval": int((group["estimate_within_interval"] == True).sum()),  # noqa: E712
+            "servers_estimated_within_interval": int(
+                group["estimate_within_interval"].eq(True).sum()
+            ),
         }
     phases = out["phases"]
     if "collab" in phases and "noncollab" in phases:
         planned = phases["noncollab"]["planned_collected_pps"]
         measured = phases["noncollab"]["collected_pps"]
-        out["planned_gain"] = phases["collab"]["planned_collected_pps"] / planned - 1 if planned else None
-        out["measured_gain"] = phases["collab"]["collected_pps"] / measured - 1 if measured else None
+        out["planned_gain"] = (
+            phases["collab"]["planned_collected_pps"] / planned - 1 if planned else None
+        )
+        out["measured_gain"] = (
+            phases["collab"]["collected_pps"] / measured - 1 if measured else None
+        )
         distinct = phases["noncollab"]["distinct_collected_pps"]
-        out["distinct_gain"] = (phases["collab"]["distinct_collected_pps"] / distinct - 1
-                                if distinct else None)
+        out["distinct_gain"] = (
+            phases["collab"]["distinct_collected_pps"] / distinct - 1 if distinct else None
+        )
         planned = phases["noncollab"]["planned_distinct_pps"]
-        out["planned_distinct_gain"] = (phases["collab"]["planned_distinct_pps"] / planned - 1
-                                        if planned else None)
+        out["planned_distinct_gain"] = (
+            phases["collab"]["planned_distinct_pps"] / planned - 1 if planned else None
+        )
     return out
 
 
-def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResult,
-             command: str = "cosample testbed run") -> str:
+def markdown(
+    frame: pd.DataFrame,
+    totals: dict[str, Any],
+    result: ExperimentResult,
+    command: str = "cosample testbed run",
+) -> str:
     """A short human report."""
     settings = result.settings
     coefficients = settings.coefficients
     duration = settings.duration_s
     lines = [
-        "# Emulated data centre: collaborative vs non-collaborative sampling", "",
+        "# Emulated data centre: collaborative vs non-collaborative sampling",
+        "",
         f"Measured by `{command}`: {frame['server'].nunique()} servers, "
         f"{len(result.phases['baseline'].flows)} iperf3 UDP flows, {settings.duration_s:g} s per "
         f"phase; alpha={coefficients.alpha:g}, beta={coefficients.beta:g} ({coefficients.source}); "
-        f"solver {settings.solver}.", "",
+        f"solver {settings.solver}.",
+        "",
         "| phase | planned samples pps | expected (measured traffic x applied rates) | "
         "measured samples pps | servers within tolerance | planned distinct pps | "
         "measured distinct pps | servers within tolerance (distinct) | "
@@ -175,29 +217,38 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for phase, row in totals["phases"].items():
-        lines.append(f"| {phase} | {row['planned_collected_pps']:.0f} | "
-                     f"{row['expected_collected_pps']:.0f} | {row['collected_pps']:.0f} | "
-                     f"{row['servers_within_tolerance']}/{row['servers']} | "
-                     f"{row['planned_distinct_pps']:.0f} | "
-                     f"{row['distinct_collected_pps']:.0f} | "
-                     f"{row['servers_distinct_within_tolerance']}/{row['servers']} | "
-                     f"{row['mirrored_twice_packets']} | "
-                     f"{row['samples_lost_in_transit']} | "
-                     f"{row['throughput_ratio_min']:.3f} | "
-                     f"{', '.join(row['degraded_servers']) or 'none'} | "
-                     f"{_ratio(row['estimated_packets'], row['vm_packets'])} | "
-                     f"{row['servers_estimated_within_interval']}/{row['servers']} |")
+        lines.append(
+            f"| {phase} | {row['planned_collected_pps']:.0f} | "
+            f"{row['expected_collected_pps']:.0f} | {row['collected_pps']:.0f} | "
+            f"{row['servers_within_tolerance']}/{row['servers']} | "
+            f"{row['planned_distinct_pps']:.0f} | "
+            f"{row['distinct_collected_pps']:.0f} | "
+            f"{row['servers_distinct_within_tolerance']}/{row['servers']} | "
+            f"{row['mirrored_twice_packets']} | "
+            f"{row['samples_lost_in_transit']} | "
+            f"{row['throughput_ratio_min']:.3f} | "
+            f"{', '.join(row['degraded_servers']) or 'none'} | "
+            f"{_ratio(row['estimated_packets'], row['vm_packets'])} | "
+            f"{row['servers_estimated_within_interval']}/{row['servers']} |"
+        )
     if totals.get("measured_gain") is not None:
-        lines += ["", f"Collaborative gain in distinct packets: planned "
-                      f"{totals['planned_distinct_gain']:+.1%}, measured {totals['distinct_gain']:+.1%} "
-                      f"(a packet both sampled locally and mirrored counts once); in samples: "
-                      f"planned {totals['planned_gain']:+.1%}, measured {totals['measured_gain']:+.1%}."]
-    lines += ["", "Per server (rates in pps of traffic time):", "",
-              "| phase | server | role | own | 1-in-N | mirror share | planned | expected | "
-              "measured | planned distinct | expected distinct | distinct | within tolerance | "
-              "local samples | mirrored samples | mirror tx | vswitchd CPU s | throughput ratio | "
-              "loss | VM packets | collector estimate [95 % interval] |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"Collaborative gain in distinct packets: planned "
+            f"{totals['planned_distinct_gain']:+.1%}, measured {totals['distinct_gain']:+.1%} "
+            f"(a packet both sampled locally and mirrored counts once); in samples: "
+            f"planned {totals['planned_gain']:+.1%}, measured {totals['measured_gain']:+.1%}.",
+        ]
+    lines += [
+        "",
+        "Per server (rates in pps of traffic time):",
+        "",
+        "| phase | server | role | own | 1-in-N | mirror share | planned | expected | "
+        "measured | planned distinct | expected distinct | distinct | within tolerance | "
+        "local samples | mirrored samples | mirror tx | vswitchd CPU s | throughput ratio | "
+        "loss | VM packets | collector estimate [95 % interval] |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in frame.itertuples():
         lines.append(
             f"| {row.phase} | {row.server} | {row.role} | {row.own_pps:.0f} | "
@@ -209,7 +260,8 @@ def markdown(frame: pd.DataFrame, totals: dict[str, Any], result: ExperimentResu
             f"{'yes' if row.distinct_within_tolerance else 'NO'} | {row.local_samples} | "
             f"{row.mirrored_samples} | {row.mirror_tx_packets} | {row.vswitchd_cpu_s:.2f} | "
             f"{row.throughput_ratio:.3f} | {row.loss_fraction:.4f} | {row.vm_packets} | "
-            f"{_interval(row)} |")
+            f"{_interval(row)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -220,8 +272,10 @@ def _ratio(estimated: float, actual: float) -> str:
 def _interval(row) -> str:
     if pd.isna(row.estimated_packets):
         return "-"
-    return (f"{row.estimated_packets:.0f} [{row.estimated_packets_low:.0f}, "
-            f"{row.estimated_packets_high:.0f}]")
+    return (
+        f"{row.estimated_packets:.0f} [{row.estimated_packets_low:.0f}, "
+        f"{row.estimated_packets_high:.0f}]"
+    )
 
 
 def figure(frame: pd.DataFrame):
@@ -233,14 +287,17 @@ def figure(frame: pd.DataFrame):
     import numpy as np
 
     phases = [p for p in ("noncollab", "collab") if p in set(frame["phase"])]
-    fig, axes = plt.subplots(1, len(phases), figsize=(4.5 * len(phases), 3.4), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(phases), figsize=(4.5 * len(phases), 3.4), sharey=True, squeeze=False
+    )
     for axis, phase in zip(axes[0], phases):
         rows = frame[frame["phase"] == phase]
         x = np.arange(len(rows))
-        for offset, column, label in ((-0.27, "planned_collected_pps", "planned"),
-                                      (0.0, "expected_collected_pps", "expected (measured traffic)"),
-                                      (0.27, "collected_pps", "measured (sFlow samples)")):
+        for offset, column, label in (
+            (-0.27, "planned_collected_pps", "planned"),
+            (0.0, "expected_collected_pps", "expected (measured traffic)"),
+            (0.27, "collected_pps", "measured (sFlow samples)"),
+        ):
             axis.bar(x + offset, rows[column], width=0.27, label=label)
         axis.set_xticks(x, [f"{s}\n{r}" for s, r in zip(rows["server"], rows["role"])])
         axis.set_title(f"{phase}: {rows['collected_pps'].sum():.0f} pps collected")
@@ -254,7 +311,9 @@ def write(out_dir: Path, frame: pd.DataFrame, totals: dict[str, Any], text: str)
     """``results.csv``, ``summary.json``, ``report.md`` and ``collected.png``, each atomically."""
     from cosample.experiments.files import save_figure, write_atomic, write_csv, write_json
 
-    return {"csv": write_csv(frame, out_dir / "results.csv"),
-            "summary": write_json(totals, out_dir / "summary.json"),
-            "report": write_atomic(out_dir / "report.md", lambda stream: stream.write(text)),
-            "figure": save_figure(figure(frame), out_dir / "collected.png")}
+    return {
+        "csv": write_csv(frame, out_dir / "results.csv"),
+        "summary": write_json(totals, out_dir / "summary.json"),
+        "report": write_atomic(out_dir / "report.md", lambda stream: stream.write(text)),
+        "figure": save_figure(figure(frame), out_dir / "collected.png"),
+    }

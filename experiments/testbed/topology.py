@@ -49,6 +49,7 @@ MAX_IFNAME = 15  # what ``cosample.validation.InterfaceName`` allows
 MIN_PACKET_BYTES = 64
 MAX_PACKET_BYTES = VM_MTU - 28  # UDP payload that fits the VM MTU with IPv4 and UDP headers
 
+
 def _prefix(text: str) -> str:
     if not (text.isascii() and text.isalnum() and text[:1].isalpha()):
         raise ValueError("expected letters and digits starting with a letter")
@@ -233,8 +234,17 @@ class Topology:
         """Every interface name the testbed creates (all must fit in 15 characters)."""
         names = [self.underlay_bridge]
         for server in self.servers:
-            names += [server.bridge, server.phy_bridge, server.tunnel_bridge, server.patch_int, server.patch_tun,
-                      server.vxlan, server.underlay_root, server.underlay_port, server.namespace]
+            names += [
+                server.bridge,
+                server.phy_bridge,
+                server.tunnel_bridge,
+                server.patch_int,
+                server.patch_tun,
+                server.vxlan,
+                server.underlay_root,
+                server.underlay_port,
+                server.namespace,
+            ]
             names += [vm.port for vm in server.vms]
         return names
 
@@ -243,19 +253,35 @@ def from_config(config: Any, prefix: str = "ct", where: str = "testbed config") 
     """Validate a parsed configuration (see docs/testbed.md) and build the topology."""
     validate(Naming, {"prefix": prefix}, error=TestbedError)
     checked = validate(Config, config, where=where, error=TestbedError)
-    servers = tuple(Server(index, entry.capacity_pps,
-                           tuple(Vm(index, v + 1, prefix) for v in range(entry.vms)), prefix)
-                    for index, entry in enumerate(checked.servers, start=1))
+    servers = tuple(
+        Server(
+            index,
+            entry.capacity_pps,
+            tuple(Vm(index, v + 1, prefix) for v in range(entry.vms)),
+            prefix,
+        )
+        for index, entry in enumerate(checked.servers, start=1)
+    )
     vms = {vm.name: vm for server in servers for vm in server.vms}
     flows = []
     for position, entry in enumerate(checked.flows):
         for end in ("src", "dst"):
             if getattr(entry, end) not in vms:
-                raise problem(("flows", position, end), f"unknown VM (known: {', '.join(vms)})",
-                              getattr(entry, end), where=where, error=TestbedError)
+                raise problem(
+                    ("flows", position, end),
+                    f"unknown VM (known: {', '.join(vms)})",
+                    getattr(entry, end),
+                    where=where,
+                    error=TestbedError,
+                )
         if entry.src == entry.dst:
-            raise problem(("flows", position, "dst"), "the same VM as src", entry.dst,
-                          where=where, error=TestbedError)
+            raise problem(
+                ("flows", position, "dst"),
+                "the same VM as src",
+                entry.dst,
+                where=where,
+                error=TestbedError,
+            )
         flows.append(Flow(vms[entry.src], vms[entry.dst], entry.pps))
     topology = Topology(prefix, servers, tuple(flows), checked.packet_bytes)
     names = topology.interface_names()
@@ -264,8 +290,12 @@ def from_config(config: Any, prefix: str = "ct", where: str = "testbed config") 
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         name, what = names[first["loc"][0]], first["msg"]
-        raise problem(("prefix",), f"makes the interface name {name!r} invalid: {what[:1].lower()}{what[1:]}",
-                      prefix, error=TestbedError) from None
+        raise problem(
+            ("prefix",),
+            f"makes the interface name {name!r} invalid: {what[:1].lower()}{what[1:]}",
+            prefix,
+            error=TestbedError,
+        ) from None
     return topology
 
 
@@ -279,9 +309,15 @@ def load_config(path: str | Path, prefix: str = "ct") -> Topology:
     return from_config(read_config(path), prefix, where=str(path))
 
 
-def skewed_config(servers: int = 3, vms: int = 2, top_pps: float = 2400.0, skew: float = 0.25,
-                  capacity_pps: float = 3000.0, remote_share: float = 0.25,
-                  packet_bytes: int = 100) -> dict[str, Any]:
+def skewed_config(
+    servers: int = 3,
+    vms: int = 2,
+    top_pps: float = 2400.0,
+    skew: float = 0.25,
+    capacity_pps: float = 3000.0,
+    remote_share: float = 0.25,
+    packet_bytes: int = 100,
+) -> dict[str, Any]:
     """A configuration with skewed load: server k offers ``top_pps * skew**(k-1)``.
 
     Each server sends ``1 - remote_share`` of its traffic between its own VMs and the rest to a
@@ -297,7 +333,9 @@ def skewed_config(servers: int = 3, vms: int = 2, top_pps: float = 2400.0, skew:
         flows.append({"src": f"s{k}v1", "dst": f"s{k}v2", "pps": round(local, 1)})
         if servers > 1 and remote_share > 0:
             nxt = k % servers + 1
-            flows.append({"src": f"s{k}v2", "dst": f"s{nxt}v1",
-                          "pps": round(offered - local, 1)})
-    return {"servers": [{"capacity_pps": capacity_pps, "vms": vms} for _ in range(servers)],
-            "flows": [flow for flow in flows if flow["pps"] >= 1], "packet_bytes": packet_bytes}
+            flows.append({"src": f"s{k}v2", "dst": f"s{nxt}v1", "pps": round(offered - local, 1)})
+    return {
+        "servers": [{"capacity_pps": capacity_pps, "vms": vms} for _ in range(servers)],
+        "flows": [flow for flow in flows if flow["pps"] >= 1],
+        "packet_bytes": packet_bytes,
+    }

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from cosample.costmodel import iperf
 from cosample.costmodel.errors import HarnessError
+from cosample.dataplane.run import run
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.topology import Flow, Topology
-from cosample.dataplane.run import run
 
 BASE_PORT = 5201
 START_TIMEOUT_S = 10.0
@@ -55,8 +55,13 @@ def client_argv(flow: Flow, port: int, duration_s: float, packet_bytes: int) -> 
     """The iperf3 client for ``flow`` in its source VM: UDP datagrams of ``packet_bytes`` at ``flow.pps``."""
     bits_per_second = max(1, round(flow.pps * packet_bytes * 8))
     return netns_exec(flow.src.namespace) + iperf.client_argv(
-        flow.dst.ip, port=port, duration_s=duration_s, protocol="udp", packet_bytes=packet_bytes,
-        bandwidth=str(bits_per_second))
+        flow.dst.ip,
+        port=port,
+        duration_s=duration_s,
+        protocol="udp",
+        packet_bytes=packet_bytes,
+        bandwidth=str(bits_per_second),
+    )
 
 
 def server_argv(flow: Flow, port: int) -> list[str]:
@@ -73,8 +78,9 @@ def parse_client_json(flow: Flow, text: str) -> FlowResult:
     return FlowResult(flow, result.seconds, result.packets, max(0, result.lost_packets))
 
 
-def run_flows(topology: Topology, duration_s: float, flows: Sequence[Flow] | None = None
-              ) -> list[FlowResult]:
+def run_flows(
+    topology: Topology, duration_s: float, flows: Sequence[Flow] | None = None
+) -> list[FlowResult]:
     """Run every flow for ``duration_s`` seconds at once; returns their results in order."""
     flows = list(topology.flows if flows is None else flows)
     if not flows:
@@ -83,26 +89,40 @@ def run_flows(topology: Topology, duration_s: float, flows: Sequence[Flow] | Non
     clients: list[subprocess.Popen[str]] = []
     try:
         for k, flow in enumerate(flows):
-            servers.append(subprocess.Popen(server_argv(flow, BASE_PORT + k),
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                            text=True))
+            servers.append(
+                subprocess.Popen(
+                    server_argv(flow, BASE_PORT + k),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         for k, flow in enumerate(flows):
             _wait_listening(flow, BASE_PORT + k, servers[k])
         for k, flow in enumerate(flows):
-            clients.append(subprocess.Popen(
-                client_argv(flow, BASE_PORT + k, duration_s, topology.packet_bytes),
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            clients.append(
+                subprocess.Popen(
+                    client_argv(flow, BASE_PORT + k, duration_s, topology.packet_bytes),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         results = []
         deadline = time.monotonic() + duration_s + GRACE_S
         for flow, client in zip(flows, clients):
             try:
                 out, err = client.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise TestbedError(f"iperf3 {flow.src.name}->{flow.dst.name}: no result within "
-                                   f"{duration_s + GRACE_S:g} s") from None
+                raise TestbedError(
+                    f"iperf3 {flow.src.name}->{flow.dst.name}: no result within "
+                    f"{duration_s + GRACE_S:g} s"
+                ) from None
             if client.returncode != 0 and not out.strip():
-                raise TestbedError(f"iperf3 {flow.src.name}->{flow.dst.name}: exit "
-                                   f"{client.returncode}: {err.strip()[-200:]}")
+                raise TestbedError(
+                    f"iperf3 {flow.src.name}->{flow.dst.name}: exit "
+                    f"{client.returncode}: {err.strip()[-200:]}"
+                )
             results.append(parse_client_json(flow, out))
         return results
     finally:
@@ -114,15 +134,21 @@ def _wait_listening(flow: Flow, port: int, server: subprocess.Popen[str]) -> Non
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise TestbedError(f"iperf3 server in {flow.dst.namespace} exited: "
-                               f"{(server.stderr.read() if server.stderr else '').strip()[-200:]}")
-        listening = run(["ip", "netns", "exec", flow.dst.namespace, "ss", "-Hltn",
-                         f"sport = :{port}"], check=False).stdout
+            raise TestbedError(
+                f"iperf3 server in {flow.dst.namespace} exited: "
+                f"{(server.stderr.read() if server.stderr else '').strip()[-200:]}"
+            )
+        listening = run(
+            ["ip", "netns", "exec", flow.dst.namespace, "ss", "-Hltn", f"sport = :{port}"],
+            check=False,
+        ).stdout
         if listening.strip():
             return
         time.sleep(0.05)
-    raise TestbedError(f"iperf3 server in {flow.dst.namespace} not listening on {port} "
-                       f"within {START_TIMEOUT_S:g} s")
+    raise TestbedError(
+        f"iperf3 server in {flow.dst.namespace} not listening on {port} "
+        f"within {START_TIMEOUT_S:g} s"
+    )
 
 
 def _stop(process: subprocess.Popen[str]) -> None:

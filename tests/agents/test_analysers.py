@@ -12,8 +12,16 @@ import stat
 import pytest
 
 from cosample.agents.analyser_procs import PID_FILE, Supervisor
-from cosample.agents.analysers import (STABLE_S, Child, StartAnalyser, StopAnalyser, backoff_s,
-                                       exited, supervise, wanted_analysers)
+from cosample.agents.analysers import (
+    STABLE_S,
+    Child,
+    StartAnalyser,
+    StopAnalyser,
+    backoff_s,
+    exited,
+    supervise,
+    wanted_analysers,
+)
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.report import read_status
 from cosample.agents.runner import Agent
@@ -72,27 +80,44 @@ class Clock:
 
 
 def spec_item(**extra):
-    return {"service": {**SERVICE, "protocol": "http"}, "mechanism": "sniffer", "from": "s1",
-            "interface": "vm2", "share": 1.0, **extra}
+    return {
+        "service": {**SERVICE, "protocol": "http"},
+        "mechanism": "sniffer",
+        "from": "s1",
+        "interface": "vm2",
+        "share": 1.0,
+        **extra,
+    }
 
 
 def wanted(tmp_path, *items, key=None):
-    return wanted_analysers(tuple(items), host="s1", state_dir=tmp_path, window_s=10.0,
-                            snapshot_key=key, python="py")
+    return wanted_analysers(
+        tuple(items), host="s1", state_dir=tmp_path, window_s=10.0, snapshot_key=key, python="py"
+    )
 
 
 def supervisor(tmp_path, processes, clock):
-    return Supervisor(processes, tmp_path, stop_s=5.0, backoff_s=1.0, backoff_max_s=8.0,
-                      clock=clock, sleep=clock.sleep)
+    return Supervisor(
+        processes,
+        tmp_path,
+        stop_s=5.0,
+        backoff_s=1.0,
+        backoff_max_s=8.0,
+        clock=clock,
+        sleep=clock.sleep,
+    )
 
 
 # pure --------------------------------------------------------------------------------------------
 def test_one_process_per_item_with_the_items_arguments(tmp_path):
-    items = (spec_item(),
-             spec_item(send_records="10.9.0.4:9555", send_to="s4", share=0.25),
-             spec_item(**{"from": "s2", "interface": None,
-                          "receive_records": f"10.9.0.1:{RECORD_PORT}"}),
-             spec_item(mechanism="selective_mirror", **{"from": "s3"}, interface="cosar-1a2b3c4d"))
+    items = (
+        spec_item(),
+        spec_item(send_records="10.9.0.4:9555", send_to="s4", share=0.25),
+        spec_item(
+            **{"from": "s2", "interface": None, "receive_records": f"10.9.0.1:{RECORD_PORT}"}
+        ),
+        spec_item(mechanism="selective_mirror", **{"from": "s3"}, interface="cosar-1a2b3c4d"),
+    )
     out = wanted(tmp_path, *items, key="/k.pem")
     roles = sorted(a.role for a in out.values())
     assert roles == ["mirror", "receiver", "sender", "sniffer"]
@@ -103,8 +128,9 @@ def test_one_process_per_item_with_the_items_arguments(tmp_path):
     assert sender[sender.index("--share-residues") + 1] == "64"
     assert "--share-residues" not in by_role["sniffer"].argv
     assert "--interface" not in by_role["receiver"].argv
-    assert by_role["mirror"].argv[by_role["mirror"].argv.index("--interface") + 1] \
-        == "cosar-1a2b3c4d"
+    assert (
+        by_role["mirror"].argv[by_role["mirror"].argv.index("--interface") + 1] == "cosar-1a2b3c4d"
+    )
     for a in out.values():
         assert a.argv[a.argv.index("--snapshot-key") + 1] == "/k.pem"
         assert a.argv[a.argv.index("--state-dir") + 1] == a.state_dir
@@ -115,14 +141,16 @@ def test_one_process_per_item_with_the_items_arguments(tmp_path):
 
 def test_decisions_start_stop_change_and_restart(tmp_path):
     want = wanted(tmp_path, spec_item())
-    (name, analyser), = want.items()
+    ((name, analyser),) = want.items()
     assert supervise(want, {}, 0.0) == [StartAnalyser(analyser)]
     running = {name: Child(name, analyser.argv, analyser.state_dir, 7, 0.0)}
     assert supervise(want, running, 1.0) == []
     assert supervise({}, running, 1.0) == [StopAnalyser(name, 7, "the plan no longer asks for it")]
     changed = {name: Child(name, analyser.argv + ("--x",), analyser.state_dir, 7, 0.0)}
-    assert supervise(want, changed, 1.0) == [StopAnalyser(name, 7, "its arguments changed"),
-                                             StartAnalyser(analyser)]
+    assert supervise(want, changed, 1.0) == [
+        StopAnalyser(name, 7, "its arguments changed"),
+        StartAnalyser(analyser),
+    ]
     gone = {name: exited(running[name], 1, 2.0, 1.0, 8.0)}
     assert supervise(want, gone, 2.5) == []  # backing off
     assert supervise(want, gone, 3.0) == [StartAnalyser(analyser, restart=True)]
@@ -146,7 +174,7 @@ def test_supervisor_starts_restarts_and_stops_by_pid(tmp_path):
     processes, clock = FakeProcesses(), Clock()
     sup = supervisor(tmp_path, processes, clock)
     want = wanted(tmp_path, spec_item())
-    (name, analyser), = want.items()
+    ((name, analyser),) = want.items()
     done, failed = sup.step(want)
     assert done == [f"start analyser {name} (sniffer 10.0.0.12:8080)"] and not failed
     pid = sup.children[name].pid
@@ -154,8 +182,10 @@ def test_supervisor_starts_restarts_and_stops_by_pid(tmp_path):
     directory = tmp_path / "analysers" / name
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "analysers").stat().st_mode) == 0o700
-    assert json.loads((directory / PID_FILE).read_text()) == {"pid": pid,
-                                                             "argv": list(analyser.argv)}
+    assert json.loads((directory / PID_FILE).read_text()) == {
+        "pid": pid,
+        "argv": list(analyser.argv),
+    }
     assert sup.step(want) == ([], [])  # converged: nothing to do
     processes.exit(pid, 3)
     assert sup.step(want) == ([], [])  # exited: waits its back-off
@@ -204,8 +234,9 @@ def test_a_restarted_agent_adopts_its_running_analysers_and_stops_unwanted_ones(
     keep = dict(list(both.items())[:1])
     done, _ = second.step(keep)
     (kept,), (dropped,) = keep, set(both) - set(keep)
-    assert done == [f"stop analyser {dropped} (pid {pids[dropped]}: the plan no longer asks "
-                    "for it)"]
+    assert done == [
+        f"stop analyser {dropped} (pid {pids[dropped]}: the plan no longer asks for it)"
+    ]
     assert second.children[kept].pid == pids[kept] and len(processes.spawned) == 2
     # a reused PID running something else is not taken for an analyser
     processes.foreign[pids[kept]] = ("sleep", "100")
@@ -227,17 +258,23 @@ def test_a_start_that_cannot_exec_is_a_problem_and_retried(tmp_path):
 
 
 # the agent runs it -------------------------------------------------------------------------------
-def test_the_agent_runs_the_analysers_its_plan_asks_for(tmp_path, config_for, make_plan,
-                                                        to_bytes, now):
+def test_the_agent_runs_the_analysers_its_plan_asks_for(
+    tmp_path, config_for, make_plan, to_bytes, now
+):
     plan_path = tmp_path / "plan.json"
     doc = make_plan()
-    doc["hosts"]["s1"]["appmon"] = [{"service": SERVICE, "mechanism": "sniffer",
-                                     "interface": "vm2"}]
+    doc["hosts"]["s1"]["appmon"] = [
+        {"service": SERVICE, "mechanism": "sniffer", "interface": "vm2"}
+    ]
     plan_path.write_bytes(to_bytes(doc))
     config = config_for("s1", plan=str(plan_path), analyser_key="/etc/k.pem")
     processes, clock = FakeProcesses(), Clock()
-    agent = Agent(config, FakeHost(), clock=lambda: now,
-                  supervisor=supervisor(config.state_dir, processes, clock))
+    agent = Agent(
+        config,
+        FakeHost(),
+        clock=lambda: now,
+        supervisor=supervisor(config.state_dir, processes, clock),
+    )
     report = agent.cycle()
     assert report.result == "ok"
     (analyser,) = report.analysers
@@ -251,25 +288,32 @@ def test_the_agent_runs_the_analysers_its_plan_asks_for(tmp_path, config_for, ma
     # the next plan moves the analysis off-host: the sniffer stops
     moved = copy.deepcopy(doc)
     moved["version"] += 1
-    moved["hosts"]["s1"]["appmon"] = [{"service": SERVICE, "mechanism": "selective_mirror",
-                                       "to": "s4"}]
+    moved["hosts"]["s1"]["appmon"] = [
+        {"service": SERVICE, "mechanism": "selective_mirror", "to": "s4"}
+    ]
     plan_path.write_bytes(to_bytes(moved))
     report = agent.cycle()
     assert report.analysers == () and not processes.alive
     assert any(c.startswith("stop analyser") for c in report.commands)
 
 
-def test_the_analysis_host_runs_the_mirrors_analyser(tmp_path, config_for, make_plan, to_bytes,
-                                                     now):
+def test_the_analysis_host_runs_the_mirrors_analyser(
+    tmp_path, config_for, make_plan, to_bytes, now
+):
     plan_path = tmp_path / "plan.json"
     doc = make_plan()
-    doc["hosts"]["s1"]["appmon"] = [{"service": SERVICE, "mechanism": "selective_mirror",
-                                     "to": "s4"}]
+    doc["hosts"]["s1"]["appmon"] = [
+        {"service": SERVICE, "mechanism": "selective_mirror", "to": "s4"}
+    ]
     plan_path.write_bytes(to_bytes(doc))
     config = config_for("s4", plan=str(plan_path))
     processes, clock = FakeProcesses(), Clock()
-    agent = Agent(config, FakeHost(), clock=lambda: now,
-                  supervisor=supervisor(config.state_dir, processes, clock))
+    agent = Agent(
+        config,
+        FakeHost(),
+        clock=lambda: now,
+        supervisor=supervisor(config.state_dir, processes, clock),
+    )
     report = agent.cycle()
     (analyser,) = report.analysers
     assert analyser["role"] == "mirror" and analyser["state"] == "running"
@@ -279,20 +323,22 @@ def test_the_analysis_host_runs_the_mirrors_analyser(tmp_path, config_for, make_
     assert not processes.alive
 
 
-def test_without_a_supervisor_no_process_is_started(tmp_path, config_for, make_plan, to_bytes,
-                                                    now):
+def test_without_a_supervisor_no_process_is_started(tmp_path, config_for, make_plan, to_bytes, now):
     plan_path = tmp_path / "plan.json"
     doc = make_plan()
-    doc["hosts"]["s1"]["appmon"] = [{"service": SERVICE, "mechanism": "sniffer",
-                                     "interface": "vm2"}]
+    doc["hosts"]["s1"]["appmon"] = [
+        {"service": SERVICE, "mechanism": "sniffer", "interface": "vm2"}
+    ]
     plan_path.write_bytes(to_bytes(doc))
     agent = Agent(config_for("s1", plan=str(plan_path)), FakeHost(), clock=lambda: now)
     assert agent.cycle().analysers == ()
 
 
-@pytest.mark.parametrize("field, value", [("analyser_window_s", 0), ("analyser_stop_s", -1),
-                                          ("run_analysers", "maybe")])
+@pytest.mark.parametrize(
+    "field, value", [("analyser_window_s", 0), ("analyser_stop_s", -1), ("run_analysers", "maybe")]
+)
 def test_bad_analyser_settings_are_refused(config_for, field, value):
     from cosample.agents.errors import ConfigError
+
     with pytest.raises(ConfigError, match=field):
         config_for("s1", **{field: value})

@@ -27,7 +27,7 @@ REQUESTS = 12
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
@@ -68,15 +68,20 @@ def test_real_analysers_are_started_restarted_replaced_and_stopped(tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
-    item = {"service": {"address": "127.0.0.1", "port": port, "protocol": "http"},
-            "mechanism": "sniffer", "from": "h1", "interface": "lo", "share": 1.0}
+    item = {
+        "service": {"address": "127.0.0.1", "port": port, "protocol": "http"},
+        "mechanism": "sniffer",
+        "from": "h1",
+        "interface": "lo",
+        "share": 1.0,
+    }
     state = tmp_path / "state"
     table = RealProcesses()
     sup = Supervisor(table, state, stop_s=5.0, backoff_s=0.2, backoff_max_s=1.0)
     started = []
     try:
         want = wanted_analysers((item,), host="h1", state_dir=state, window_s=1.0)
-        (name, analyser), = want.items()
+        ((name, analyser),) = want.items()
         done, failed = sup.step(want)
         assert len(done) == 1 and not failed
         pid = sup.children[name].pid
@@ -86,24 +91,37 @@ def test_real_analysers_are_started_restarted_replaced_and_stopped(tmp_path):
         assert stat.S_IMODE(Path(analyser.state_dir).stat().st_mode) == 0o700
         assert stat.S_IMODE(log.stat().st_mode) == 0o600
         assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1] == [
-            a.encode() for a in analyser.argv]
+            a.encode() for a in analyser.argv
+        ]
         # one keep-alive connection: its requests are one sampling unit
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         for _ in range(REQUESTS):
             connection.request("GET", "/x")
             connection.getresponse().read()
         connection.close()
-        seen = until(lambda: [s for w in windows(analyser.state_dir) for s in w["services"]
-                              if s["service"] == f"127.0.0.1:{port}" and s["requests"]]
-                     if sum(s["requests"] for w in windows(analyser.state_dir)
-                            for s in w["services"]) >= REQUESTS else None,
-                     what="the requests in the analyser's windows")
+        seen = until(
+            lambda: (
+                [
+                    s
+                    for w in windows(analyser.state_dir)
+                    for s in w["services"]
+                    if s["service"] == f"127.0.0.1:{port}" and s["requests"]
+                ]
+                if sum(s["requests"] for w in windows(analyser.state_dir) for s in w["services"])
+                >= REQUESTS
+                else None
+            ),
+            what="the requests in the analyser's windows",
+        )
         assert sum(s["requests"] for s in seen) == REQUESTS
         assert all(s["request_connections"] == 1 for s in seen)
-        assert sum(s["request_squares"] for s in seen) <= REQUESTS ** 2
+        assert sum(s["request_squares"] for s in seen) <= REQUESTS**2
         assert all(s["requests_per_s_ci95"] == [s["requests_per_s"]] * 2 for s in seen)
-        assert all(s["success_rate_ci95"] == (None if s["success_rate"] is None
-                                              else [s["success_rate"]] * 2) for s in seen)
+        assert all(
+            s["success_rate_ci95"]
+            == (None if s["success_rate"] is None else [s["success_rate"]] * 2)
+            for s in seen
+        )
         # killed: restarted after its back-off, with a new PID
         os.kill(pid, signal.SIGKILL)
         until(lambda: not alive(pid), what="the kill")
@@ -118,8 +136,9 @@ def test_real_analysers_are_started_restarted_replaced_and_stopped(tmp_path):
         assert restarted != pid and alive(restarted)
         assert sup.status()[0]["restarts"] == 1
         # a changed spec (a share of connections): the old process stops, a new one starts
-        changed = wanted_analysers(({**item, "share": 0.5},), host="h1", state_dir=state,
-                                   window_s=1.0)
+        changed = wanted_analysers(
+            ({**item, "share": 0.5},), host="h1", state_dir=state, window_s=1.0
+        )
         done, _ = sup.step(changed)
         assert [d.split()[0] for d in done] == ["stop", "start"]
         assert not alive(restarted)
@@ -150,6 +169,7 @@ def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root (packet socket)")
     import socket
+
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
@@ -157,22 +177,39 @@ def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
         probe.bind(("127.0.0.1", 0))
         endpoint = f"127.0.0.1:{probe.getsockname()[1]}"
     service = {"address": "127.0.0.1", "port": port, "protocol": "http"}
-    sender = {"service": service, "mechanism": "sniffer", "from": "h1", "interface": "lo",
-              "send_to": "h2", "send_records": endpoint, "share": 1.0}
-    receiver = {"service": service, "mechanism": "sniffer", "from": "h1", "interface": None,
-                "receive_records": endpoint, "share": 1.0}
+    sender = {
+        "service": service,
+        "mechanism": "sniffer",
+        "from": "h1",
+        "interface": "lo",
+        "send_to": "h2",
+        "send_records": endpoint,
+        "share": 1.0,
+    }
+    receiver = {
+        "service": service,
+        "mechanism": "sniffer",
+        "from": "h1",
+        "interface": None,
+        "receive_records": endpoint,
+        "share": 1.0,
+    }
     table = RealProcesses()
     hosts = {"h1": (sender, tmp_path / "h1"), "h2": (receiver, tmp_path / "h2")}
     sups = {host: Supervisor(table, state, stop_s=5.0) for host, (_, state) in hosts.items()}
     pids: list[int] = []
-    wants = {host: wanted_analysers((item,), host=host, state_dir=state, window_s=1.0)
-             for host, (item, state) in hosts.items()}
+    wants = {
+        host: wanted_analysers((item,), host=host, state_dir=state, window_s=1.0)
+        for host, (item, state) in hosts.items()
+    }
     try:
         for host in ("h2", "h1"):  # the receiver first, as the agents' plan order has it
             sups[host].step(wants[host])
             (analyser,) = wants[host].values()
-            until(lambda: "appmon" in (Path(analyser.state_dir) / LOG_FILE).read_text(),
-                  what=f"{host}'s analyser start")
+            until(
+                lambda: "appmon" in (Path(analyser.state_dir) / LOG_FILE).read_text(),
+                what=f"{host}'s analyser start",
+            )
         pids = [child.pid for sup in sups.values() for child in sup.children.values()]
         assert len(pids) == 2 and all(alive(pid) for pid in pids)
         roles = {host: next(iter(w.values())).role for host, w in wants.items()}
@@ -185,8 +222,13 @@ def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
         (received,) = wants["h2"].values()
 
         def counted():
-            return sum(s["requests"] for w in windows(received.state_dir)
-                       for s in w["services"] if s["service"] == f"127.0.0.1:{port}")
+            return sum(
+                s["requests"]
+                for w in windows(received.state_dir)
+                for s in w["services"]
+                if s["service"] == f"127.0.0.1:{port}"
+            )
+
         until(lambda: counted() >= REQUESTS, what="the records counted by the receiver")
         assert counted() == REQUESTS
         seen = [s for w in windows(received.state_dir) for s in w["services"] if s["requests"]]

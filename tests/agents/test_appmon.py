@@ -13,16 +13,19 @@ import sys
 import pytest
 
 from cosample.agents import appmon_reconcile as a
-from cosample.agents.appmon_state import (APPMON_COOKIE_TAG, ISOLATION_VLAN, bpf_filter,
-                                          desired_appmon)
+from cosample.agents.appmon_state import (
+    APPMON_COOKIE_TAG,
+    ISOLATION_VLAN,
+    bpf_filter,
+    desired_appmon,
+)
 from cosample.agents.desired import desired_state
 from cosample.agents.errors import HostError
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import summarise
 from cosample.agents.state import DesiredState
-from cosample.dataplane.tunnels import RECORD_PORT
-from cosample.dataplane.tunnels import appmon_vni, pair_vni
+from cosample.dataplane.tunnels import RECORD_PORT, appmon_vni, pair_vni
 from cosample.plan.document import content_digest, plan_from_dict
 from cosample.plan.errors import PlanError
 
@@ -40,8 +43,7 @@ def selective(**extra):
 
 
 def port_mirror(**extra):
-    return {"service": SERVICE, "mechanism": "port_mirror", "to": "s4", "interface": "vm2",
-            **extra}
+    return {"service": SERVICE, "mechanism": "port_mirror", "to": "s4", "interface": "vm2", **extra}
 
 
 def converge(host: FakeHost, desired: DesiredState) -> list:
@@ -66,31 +68,37 @@ def test_a_plan_without_appmon_reads_as_before(make_plan):
     assert plan.digest == content_digest(json.loads(before))
 
 
-@pytest.mark.parametrize("change, where", [
-    ({"to": "s1"}, "hosts.s1.appmon[0].to"),
-    ({"to": "s9"}, "hosts.s1.appmon[0].to"),
-    ({"to": None}, "hosts.s1.appmon[0].to"),
-    ({"truncate_bytes": 13}, "hosts.s1.appmon[0].truncate_bytes"),
-    ({"truncate_bytes": "64"}, "hosts.s1.appmon[0].truncate_bytes"),
-    ({"interface": "vm1"}, "hosts.s1.appmon[0].interface"),
-    ({"segments": "some"}, "hosts.s1.appmon[0].segments"),
-    ({"mechanism": "tap"}, "hosts.s1.appmon[0].mechanism"),
-    ({"service": {"address": "web", "port": 80}}, "hosts.s1.appmon[0].service.address"),
-    ({"service": {"address": "10.0.0.1", "port": 0}}, "hosts.s1.appmon[0].service.port"),
-    ({"service": {**SERVICE, "protocol": "smtp"}}, "hosts.s1.appmon[0].service.protocol"),
-    ({"trunc": 64}, "hosts.s1.appmon[0].trunc"),
-])
+@pytest.mark.parametrize(
+    "change, where",
+    [
+        ({"to": "s1"}, "hosts.s1.appmon[0].to"),
+        ({"to": "s9"}, "hosts.s1.appmon[0].to"),
+        ({"to": None}, "hosts.s1.appmon[0].to"),
+        ({"truncate_bytes": 13}, "hosts.s1.appmon[0].truncate_bytes"),
+        ({"truncate_bytes": "64"}, "hosts.s1.appmon[0].truncate_bytes"),
+        ({"interface": "vm1"}, "hosts.s1.appmon[0].interface"),
+        ({"segments": "some"}, "hosts.s1.appmon[0].segments"),
+        ({"mechanism": "tap"}, "hosts.s1.appmon[0].mechanism"),
+        ({"service": {"address": "web", "port": 80}}, "hosts.s1.appmon[0].service.address"),
+        ({"service": {"address": "10.0.0.1", "port": 0}}, "hosts.s1.appmon[0].service.port"),
+        ({"service": {**SERVICE, "protocol": "smtp"}}, "hosts.s1.appmon[0].service.protocol"),
+        ({"trunc": 64}, "hosts.s1.appmon[0].trunc"),
+    ],
+)
 def test_bad_entries_are_refused_naming_the_field(make_plan, change, where):
     doc = with_appmon(make_plan, {**selective(), **change})
     with pytest.raises(PlanError, match="^" + re.escape(f"plan.json: {where}: ")):
         plan_from_dict(doc, "plan.json")
 
 
-@pytest.mark.parametrize("entry, where", [
-    (port_mirror(segments="psh"), "segments"),
-    ({**port_mirror(), "interface": None}, "interface"),
-    ({"service": SERVICE, "mechanism": "sniffer"}, "interface"),
-])
+@pytest.mark.parametrize(
+    "entry, where",
+    [
+        (port_mirror(segments="psh"), "segments"),
+        ({**port_mirror(), "interface": None}, "interface"),
+        ({"service": SERVICE, "mechanism": "sniffer"}, "interface"),
+    ],
+)
 def test_mechanism_specific_fields(make_plan, entry, where):
     with pytest.raises(PlanError, match=re.escape(f"hosts.s1.appmon[0].{where}: ")):
         plan_from_dict(with_appmon(make_plan, entry), "plan.json")
@@ -110,13 +118,18 @@ def test_selective_flows_match_both_directions_with_psh(make_plan, config_for):
     desired = desired_state(plan, config_for("s1")).appmon
     (device,) = desired.devices
     assert (device.peer, device.remote_ip, device.local_ip, device.attach) == (
-        "s4", "10.0.0.4", "10.0.0.1", True)
+        "s4",
+        "10.0.0.4",
+        "10.0.0.1",
+        True,
+    )
     assert device.vni == appmon_vni("s1", "s4") != pair_vni("s1", "s4")
     (rule,) = desired.rules
     assert rule.cookie & APPMON_COOKIE_TAG == APPMON_COOKIE_TAG and rule.max_len == 96
     assert sorted(match for _, match in rule.matches) == [
         "tcp,nw_dst=10.0.0.12,tp_dst=8080,tcp_flags=+psh",
-        "tcp,nw_src=10.0.0.12,tp_src=8080,tcp_flags=+psh"]
+        "tcp,nw_src=10.0.0.12,tp_src=8080,tcp_flags=+psh",
+    ]
     assert desired.mirrors == ()
 
 
@@ -133,8 +146,10 @@ def test_ipv6_service(make_plan, config_for):
     entry = selective(service={"address": "fd00::c", "port": 80})
     plan = plan_from_dict(with_appmon(make_plan, entry))
     (rule,) = desired_state(plan, config_for("s1")).appmon.rules
-    assert {m for _, m in rule.matches} == {"tcp6,ipv6_dst=fd00::c,tp_dst=80,tcp_flags=+psh",
-                                            "tcp6,ipv6_src=fd00::c,tp_src=80,tcp_flags=+psh"}
+    assert {m for _, m in rule.matches} == {
+        "tcp6,ipv6_dst=fd00::c,tp_dst=80,tcp_flags=+psh",
+        "tcp6,ipv6_src=fd00::c,tp_src=80,tcp_flags=+psh",
+    }
 
 
 def test_the_analysis_host_gets_a_receive_device_and_the_spec(make_plan, config_for):
@@ -150,15 +165,16 @@ def test_the_analysis_host_gets_a_receive_device_and_the_spec(make_plan, config_
 
 
 def test_the_sniffer_changes_nothing_on_the_switch(make_plan, config_for):
-    entry = {"service": SERVICE, "mechanism": "sniffer", "interface": "vm2",
-             "truncate_bytes": 200}
+    entry = {"service": SERVICE, "mechanism": "sniffer", "interface": "vm2", "truncate_bytes": 200}
     plan = plan_from_dict(with_appmon(make_plan, entry))
     desired = desired_state(plan, config_for("s1")).appmon
     assert (desired.devices, desired.rules, desired.mirrors) == ((), (), ())
     (item,) = desired.spec
     assert (item["interface"], item["snaplen"], item["send_to"]) == ("vm2", 200, None)
-    assert item["bpf"] == ("tcp and ((src host 10.0.0.12 and src port 8080) or (dst host "
-                           "10.0.0.12 and dst port 8080)) and (tcp[tcpflags] & (tcp-push) != 0)")
+    assert item["bpf"] == (
+        "tcp and ((src host 10.0.0.12 and src port 8080) or (dst host "
+        "10.0.0.12 and dst port 8080)) and (tcp[tcpflags] & (tcp-push) != 0)"
+    )
 
 
 def test_refusals_in_the_plan(make_plan, config_for):
@@ -175,25 +191,36 @@ def test_refusals_in_the_plan(make_plan, config_for):
 @pytest.mark.parametrize("address", ["10.0.0.12", "fd00::c"])
 @pytest.mark.parametrize("segments", ["psh", "psh+ends", "all"])
 def test_bpf_filters_compile(address, segments):
-    result = subprocess.run(["tcpdump", "-d", bpf_filter(address, 8080, segments)],
-                            capture_output=True, text=True, timeout=10)
+    result = subprocess.run(
+        ["tcpdump", "-d", bpf_filter(address, 8080, segments)],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert result.returncode == 0, result.stderr
 
 
 # reconcile with the fake host ------------------------------------------------------------------
 def test_selective_mirror_converges_and_is_removed(make_plan, config_for):
     host = FakeHost(vm_ports=("vm1", "vm2"))
-    desired = desired_state(plan_from_dict(with_appmon(make_plan, selective(truncate_bytes=64))),
-                            config_for("s1"))
+    desired = desired_state(
+        plan_from_dict(with_appmon(make_plan, selective(truncate_bytes=64))), config_for("s1")
+    )
     applied = converge(host, desired)
     assert [type(x) for x in applied if isinstance(x, a.APPMON_COMMANDS)] == [
-        a.AddAppmonDevice, a.AddAppmonPort, a.SetAppmonFlows, a.SetAppmonFlows]
+        a.AddAppmonDevice,
+        a.AddAppmonPort,
+        a.SetAppmonFlows,
+        a.SetAppmonFlows,
+    ]
     (port,) = host.appmon.ports.values()
     assert port.tag == ISOLATION_VLAN  # NORMAL never floods to it
     flows = set().union(*host.appmon.flows.values())
     assert f"priority=40000,in_port={port.ofport} actions=drop" in flows
-    assert f"priority=40102,tcp,nw_dst=10.0.0.12,tp_dst=8080,tcp_flags=+psh actions=" \
-           f"output(port={port.ofport},max_len=64),NORMAL" in flows
+    assert (
+        f"priority=40102,tcp,nw_dst=10.0.0.12,tp_dst=8080,tcp_flags=+psh actions="
+        f"output(port={port.ofport},max_len=64),NORMAL" in flows
+    )
     assert reconcile(desired, host.observe("br-int")) == []
     host.restart_vswitchd()
     assert {type(x) for x in converge(host, desired)} >= {a.SetAppmonFlows}
@@ -203,16 +230,19 @@ def test_selective_mirror_converges_and_is_removed(make_plan, config_for):
 
 def test_port_mirror_unisolates_after_the_mirror_and_back(make_plan, config_for):
     host = FakeHost(vm_ports=("vm1", "vm2"))
-    both = desired_state(plan_from_dict(with_appmon(
-        make_plan, selective(), port_mirror(truncate_bytes=100))), config_for("s1"))
+    both = desired_state(
+        plan_from_dict(with_appmon(make_plan, selective(), port_mirror(truncate_bytes=100))),
+        config_for("s1"),
+    )
     applied = [x for x in converge(host, both) if isinstance(x, a.APPMON_COMMANDS)]
     kinds = [type(x) for x in applied]
     assert kinds.index(a.SetAppmonMirror) < kinds.index(a.SetAppmonPortTag)
     (mirror,) = host.appmon.mirrors.values()
     assert (mirror.src, mirror.snaplen) == (frozenset({"vm2"}), 100)
     assert next(iter(host.appmon.ports.values())).tag is None
-    only_flows = desired_state(plan_from_dict(with_appmon(make_plan, selective())),
-                               config_for("s1"))
+    only_flows = desired_state(
+        plan_from_dict(with_appmon(make_plan, selective())), config_for("s1")
+    )
     applied = [x for x in converge(host, only_flows) if isinstance(x, a.APPMON_COMMANDS)]
     assert [type(x) for x in applied] == [a.SetAppmonPortTag, a.RemoveAppmonMirror]
     assert next(iter(host.appmon.ports.values())).tag == ISOLATION_VLAN
@@ -222,8 +252,10 @@ def test_port_mirror_unisolates_after_the_mirror_and_back(make_plan, config_for)
 def test_plan_changes_a_to_b_to_a(make_plan, config_for):
     host = FakeHost(vm_ports=("vm1", "vm2"))
     plan_a = desired_state(plan_from_dict(with_appmon(make_plan, selective())), config_for("s1"))
-    plan_b = desired_state(plan_from_dict(with_appmon(
-        make_plan, {**selective(truncate_bytes=80), "to": "s2"})), config_for("s1"))
+    plan_b = desired_state(
+        plan_from_dict(with_appmon(make_plan, {**selective(truncate_bytes=80), "to": "s2"})),
+        config_for("s1"),
+    )
     converge(host, plan_a)
     fresh = copy.deepcopy((host.appmon.devices, host.appmon.flows))
     converge(host, plan_b)
@@ -235,16 +267,16 @@ def test_plan_changes_a_to_b_to_a(make_plan, config_for):
 def test_no_truncation_on_this_datapath_is_refused(make_plan, config_for):
     host = FakeHost(vm_ports=("vm1", "vm2"))
     host.appmon.truncate = False
-    desired = desired_state(plan_from_dict(with_appmon(make_plan, selective(truncate_bytes=64))),
-                            config_for("s1"))
+    desired = desired_state(
+        plan_from_dict(with_appmon(make_plan, selective(truncate_bytes=64))), config_for("s1")
+    )
     with pytest.raises(HostError, match="no truncate action"):
         converge(host, desired)
 
 
 def test_port_mirror_of_a_port_not_on_the_bridge_is_refused(make_plan, config_for):
     host = FakeHost(vm_ports=("vm1",))
-    desired = desired_state(plan_from_dict(with_appmon(make_plan, port_mirror())),
-                            config_for("s1"))
+    desired = desired_state(plan_from_dict(with_appmon(make_plan, port_mirror())), config_for("s1"))
     with pytest.raises(HostError, match="vm2"):
         converge(host, desired)
 
@@ -262,20 +294,33 @@ def test_a_foreign_interface_with_the_devices_name_is_reported_and_left(make_pla
 
 def test_appmon_spec_cli(make_plan, tmp_path):
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(with_appmon(make_plan, port_mirror(truncate_bytes=100), {
-        "service": {"address": "10.0.0.13", "port": 80}, "mechanism": "sniffer",
-        "interface": "vm1", "to": "s4"})))
+    path.write_text(
+        json.dumps(
+            with_appmon(
+                make_plan,
+                port_mirror(truncate_bytes=100),
+                {
+                    "service": {"address": "10.0.0.13", "port": 80},
+                    "mechanism": "sniffer",
+                    "interface": "vm1",
+                    "to": "s4",
+                },
+            )
+        )
+    )
     argv = [sys.executable, "-m", "cosample", "agent", "appmon-spec", "--plan", str(path)]
     spec = {}
     for host in ("s1", "s4"):
-        result = subprocess.run([*argv, "--host", host], capture_output=True, text=True,
-                                timeout=60)
+        result = subprocess.run([*argv, "--host", host], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         spec[host] = json.loads(result.stdout)["analyser"]
     assert [(i["mechanism"], i["interface"], i["send_to"]) for i in spec["s1"]] == [
-        ("sniffer", "vm1", "s4")]
+        ("sniffer", "vm1", "s4")
+    ]
     assert [(i["mechanism"], i["snaplen"], i["from"]) for i in spec["s4"]] == [
-        ("port_mirror", 100, "s1"), ("sniffer", None, "s1")]
+        ("port_mirror", 100, "s1"),
+        ("sniffer", None, "s1"),
+    ]
     # the sniffer sends its compact records to s4's tunnel address, where s4's analyser listens
     plan = json.loads(path.read_text())
     endpoint = f"{plan['hosts']['s4']['tunnel_ip']}:{RECORD_PORT}"
@@ -294,13 +339,18 @@ def test_vni_collision_with_sflow_tunnels_is_refused(make_plan):
 
 def test_a_transition_adds_application_mirrors_only_in_its_second_phase(make_plan, now):
     from cosample.plan.transition import plan_set
-    kept, dropped, added = selective(), port_mirror(), {
-        **selective(), "service": {"address": "10.0.0.13", "port": 80}}
+
+    kept, dropped, added = (
+        selective(),
+        port_mirror(),
+        {**selective(), "service": {"address": "10.0.0.13", "port": 80}},
+    )
     old = with_appmon(make_plan, kept, dropped)
     new = with_appmon(make_plan, kept, added)
     new["version"] = old["version"] + 1
-    phases = plan_set(old, new, old["version"], new["version"], plan_from_dict(new).expires,
-                      now, 120.0)["plans"]
+    phases = plan_set(
+        old, new, old["version"], new["version"], plan_from_dict(new).expires, now, 120.0
+    )["plans"]
     assert phases[0]["hosts"]["s1"]["appmon"] == [kept]
     assert phases[1]["hosts"]["s1"]["appmon"] == [kept, added]
     assert "appmon" not in phases[0]["hosts"]["s2"]  # plans without the section stay so
@@ -311,7 +361,6 @@ def test_a_transition_adds_application_mirrors_only_in_its_second_phase(make_pla
 def test_a_port_mirror_of_the_underlay_port_is_refused(make_plan, config_for):
     host = FakeHost(vm_ports=("vm1", "vm2"))
     host.appmon.underlay = {"vm2"}
-    desired = desired_state(plan_from_dict(with_appmon(make_plan, port_mirror())),
-                            config_for("s1"))
+    desired = desired_state(plan_from_dict(with_appmon(make_plan, port_mirror())), config_for("s1"))
     with pytest.raises(HostError, match="route to the analysis host"):
         converge(host, desired)

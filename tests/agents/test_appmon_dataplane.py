@@ -40,9 +40,9 @@ from collections import Counter
 import pytest
 
 from cosample.agents.appmon_host import AppmonSide
+from cosample.agents.appmon_state import APPMON_ALIAS, APPMON_COOKIE_MASK, APPMON_COOKIE_TAG
 from cosample.agents.ledger import Ledger
 from cosample.agents.ovsdb import OvsdbSide
-from cosample.agents.appmon_state import APPMON_ALIAS, APPMON_COOKIE_MASK, APPMON_COOKIE_TAG
 from cosample.dataplane.run import run
 from cosample.lab.netns import Lab, disable_tx_offload
 from cosample.lab.ovs import OvsInstance
@@ -117,9 +117,14 @@ class Sniffer:
 
     def __init__(self, lab: Lab, namespace: str, device: str, incoming_only: bool) -> None:
         self.process = subprocess.Popen(
-            lab.exec_argv(namespace, [sys.executable, "-c", SNIFFER, device,
-                                      "in" if incoming_only else "both"]),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            lab.exec_argv(
+                namespace,
+                [sys.executable, "-c", SNIFFER, device, "in" if incoming_only else "both"],
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.process.stdout.readline().strip() == "ready"
 
     def frames(self) -> list[bytes]:
@@ -132,14 +137,17 @@ def tcp(frame: bytes) -> tuple[int, int, int] | None:
     if len(frame) < 54 or frame[12:14] != b"\x08\x00" or frame[23] != 6:
         return None
     at = 14 + (frame[14] & 15) * 4
-    return (int.from_bytes(frame[at:at + 2], "big"), int.from_bytes(frame[at + 2:at + 4], "big"),
-            frame[at + 13])
+    return (
+        int.from_bytes(frame[at : at + 2], "big"),
+        int.from_bytes(frame[at + 2 : at + 4], "big"),
+        frame[at + 13],
+    )
 
 
 def payload(frame: bytes) -> bytes:
     """The TCP payload of an Ethernet/IPv4/TCP frame (as far as the frame goes)."""
     at = 14 + (frame[14] & 15) * 4
-    return frame[at + (frame[at + 12] >> 4) * 4:]
+    return frame[at + (frame[at + 12] >> 4) * 4 :]
 
 
 def unique(frames) -> list[bytes]:
@@ -147,7 +155,7 @@ def unique(frames) -> list[bytes]:
     seen = {}
     for frame in frames:
         at = 14 + (frame[14] & 15) * 4
-        seen.setdefault((frame[at:at + 4], frame[at + 4:at + 8]), frame)
+        seen.setdefault((frame[at : at + 4], frame[at + 4 : at + 8]), frame)
     return list(seen.values())
 
 
@@ -165,11 +173,18 @@ def appmon_plan(version: int, entries: list[dict]) -> dict:
     now = time.time()
     stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
     idle = {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}
-    return {"format": "cosample.plan", "format_version": 1, "version": version,
-            "created": stamp(now - 60), "expires": stamp(now + 3600), "plan_id": f"appmon{version}",
-            "hosts": {"s1": {**idle, "bridge": "amb1", "tunnel_ip": "10.214.3.1",
-                             "appmon": entries},
-                      "s4": {**idle, "bridge": "amb4", "tunnel_ip": "10.214.3.2"}}}
+    return {
+        "format": "cosample.plan",
+        "format_version": 1,
+        "version": version,
+        "created": stamp(now - 60),
+        "expires": stamp(now + 3600),
+        "plan_id": f"appmon{version}",
+        "hosts": {
+            "s1": {**idle, "bridge": "amb1", "tunnel_ip": "10.214.3.1", "appmon": entries},
+            "s4": {**idle, "bridge": "amb4", "tunnel_ip": "10.214.3.2"},
+        },
+    }
 
 
 @pytest.fixture
@@ -177,26 +192,60 @@ def rig(dataplane, tmp_path):
     with Lab(prefix=f"am{os.getpid() % 256:02x}") as lab:
         h, c, s, a = (lab.namespace(x) for x in ("H", "C", "S", "A"))
         for ns in (h, c, s, a):  # no IPv6 chatter: every frame in a capture is the test's
-            run(lab.exec_argv(ns, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                                   "net.ipv6.conf.default.disable_ipv6=1"]))
-        for name, ns, address in (("amc", c, "10.214.0.1/24"), ("ams", s, "10.214.0.2/24"),
-                                  ("amu", a, "10.214.3.2/24")):
-            run(["ip", "-n", h, "link", "add", name, "type", "veth", "peer", "name", "eth0",
-                 "netns", ns])
+            run(
+                lab.exec_argv(
+                    ns,
+                    [
+                        "sysctl",
+                        "-qw",
+                        "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1",
+                    ],
+                )
+            )
+        for name, ns, address in (
+            ("amc", c, "10.214.0.1/24"),
+            ("ams", s, "10.214.0.2/24"),
+            ("amu", a, "10.214.3.2/24"),
+        ):
+            run(
+                [
+                    "ip",
+                    "-n",
+                    h,
+                    "link",
+                    "add",
+                    name,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "netns",
+                    ns,
+                ]
+            )
             run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
             for where, device in ((h, name), (ns, "eth0")):
                 run(["ip", "-n", where, "link", "set", device, "up"])
                 disable_tx_offload(device, where)
         run(["ip", "-n", h, "addr", "add", "10.214.3.1/24", "dev", "amu"])
-        with OvsInstance(tmp_path / "ovs1", dummy=False, namespace=h) as ovs1, \
-                OvsInstance(tmp_path / "ovs4", dummy=True) as ovs4:
+        with (
+            OvsInstance(tmp_path / "ovs1", dummy=False, namespace=h) as ovs1,
+            OvsInstance(tmp_path / "ovs4", dummy=True) as ovs4,
+        ):
             ovs1.vsctl("add-br", "amb1", "--", "set", "Bridge", "amb1", "datapath_type=netdev")
             ovs1.vsctl("add-port", "amb1", "amc", "--", "add-port", "amb1", "ams")
             ovs1.wait_for_ports("amc", "ams")
             ovs4.vsctl("add-br", "amb4")
-            server = subprocess.Popen(lab.exec_argv(s, [sys.executable, "-c", SERVER, "10.214.0.2",
-                                                        ",".join(map(str, BODY_SIZES))]),
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            server = subprocess.Popen(
+                lab.exec_argv(
+                    s, [sys.executable, "-c", SERVER, "10.214.0.2", ",".join(map(str, BODY_SIZES))]
+                ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
                 assert server.stdout.readline().strip() == "ready"
                 yield Rig(lab, tmp_path, {"s1": (h, ovs1), "s4": (a, ovs4)}, c, s)
@@ -213,16 +262,23 @@ class Rig:
     def config(self, host: str) -> str:
         ns, ovs = self.hosts[host]
         path = self.tmp_path / f"{host}.toml"
-        path.write_text(f'host = "{host}"\nplan = "{self.plan_path}"\novsdb = "{ovs.remote}"\n'
-                        f'state_dir = "{self.tmp_path / ("state-" + host)}"\n'
-                        f'insecure_unsigned = true\nrun_analysers = false\n')
+        path.write_text(
+            f'host = "{host}"\nplan = "{self.plan_path}"\novsdb = "{ovs.remote}"\n'
+            f'state_dir = "{self.tmp_path / ("state-" + host)}"\n'
+            f"insecure_unsigned = true\nrun_analysers = false\n"
+        )
         return str(path)
 
     def agent(self, host: str, *args: str) -> str:
         ns, _ = self.hosts[host]
-        result = run(self.lab.exec_argv(ns, [sys.executable, "-m", "cosample", "agent", *args,
-                                             "--config", self.config(host)]),
-                     timeout=60, check=False)
+        result = run(
+            self.lab.exec_argv(
+                ns,
+                [sys.executable, "-m", "cosample", "agent", *args, "--config", self.config(host)],
+            ),
+            timeout=60,
+            check=False,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 
@@ -230,9 +286,23 @@ class Rig:
         self.plan_path.write_text(json.dumps(appmon_plan(version, entries)))
         for host in ("s4", "s1"):  # the analysis host first
             assert f"ok: plan version {version}" in self.agent(host, "apply", "--once")
-        spec = json.loads(run(self.lab.exec_argv(self.hosts["s4"][0], [
-            sys.executable, "-m", "cosample", "agent", "appmon-spec", "--state-dir",
-            str(self.tmp_path / "state-s4")]), timeout=60).stdout)
+        spec = json.loads(
+            run(
+                self.lab.exec_argv(
+                    self.hosts["s4"][0],
+                    [
+                        sys.executable,
+                        "-m",
+                        "cosample",
+                        "agent",
+                        "appmon-spec",
+                        "--state-dir",
+                        str(self.tmp_path / "state-s4"),
+                    ],
+                ),
+                timeout=60,
+            ).stdout
+        )
         return spec
 
     def exchange(self, device: str) -> tuple[list[bytes], list[bytes], list[bytes]]:
@@ -240,8 +310,10 @@ class Rig:
         at_client = Sniffer(self.lab, self.client_ns, "eth0", incoming_only=False)
         at_server = Sniffer(self.lab, self.server_ns, "eth0", incoming_only=False)
         received = Sniffer(self.lab, self.hosts["s4"][0], device, incoming_only=True)
-        out = run(self.lab.exec_argv(self.client_ns, [sys.executable, "-c", CLIENT,
-                                                      "10.214.0.2"]), timeout=60).stdout
+        out = run(
+            self.lab.exec_argv(self.client_ns, [sys.executable, "-c", CLIENT, "10.214.0.2"]),
+            timeout=60,
+        ).stdout
         assert "done" in out
         time.sleep(1.0)  # the last copies cross the tunnel
         return at_client.frames(), at_server.frames(), received.frames()
@@ -251,13 +323,18 @@ def cost(name: str, copied: list[bytes], service: list[bytes]) -> None:
     """One line of the cost table: copies against the frames they were taken from (the tunnel
     adds 50 bytes of outer headers per copy)."""
     sent, own = sum(map(len, copied)), sum(map(len, service))
-    print(f"\nCOST {name}: {len(copied)} copies / {len(service)} frames, {sent} B / "
-          f"{own} B = {sent / own:.1%}; on the underlay {sent + 50 * len(copied)} B")
+    print(
+        f"\nCOST {name}: {len(copied)} copies / {len(service)} frames, {sent} B / "
+        f"{own} B = {sent / own:.1%}; on the underlay {sent + 50 * len(copied)} B"
+    )
 
 
 def test_mechanisms_copy_exactly_what_they_must(rig):
-    selective = {"service": {"address": "10.214.0.2", "port": SERVICE},
-                 "mechanism": "selective_mirror", "to": "s4"}
+    selective = {
+        "service": {"address": "10.214.0.2", "port": SERVICE},
+        "mechanism": "selective_mirror",
+        "to": "s4",
+    }
     spec = rig.apply(1, [selective])
     (item,) = spec["analyser"]
     device = item["interface"]
@@ -274,9 +351,11 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     starts = unique(f for f in service if payload(f).startswith((b"GET ", b"HTTP/1.1 ")))
     copied = [f for f in starts if has_psh(f)]
     big = [f for f in starts if payload(f).startswith(b"HTTP/1.1 200 OK\r\nContent-Length: 6000")]
-    print(f"\nSTARTS request and status lines in PSH segments: {len(copied)} of {len(starts)}; "
-          f"of the single-write 6000-byte responses: {len([f for f in big if has_psh(f)])} of "
-          f"{len(big)}")
+    print(
+        f"\nSTARTS request and status lines in PSH segments: {len(copied)} of {len(starts)}; "
+        f"of the single-write 6000-byte responses: {len([f for f in big if has_psh(f)])} of "
+        f"{len(big)}"
+    )
     assert len(starts) == 2 * 3 * 5 and len(big) == 3
     assert all(has_psh(f) for f in starts if f not in big)  # one write, one segment: PSH
 
@@ -286,8 +365,9 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     service = [f for f in client if of_service(f, SERVICE)]
     assert Counter(received) == Counter(f[:96] for f in service if has_psh(f))
     assert max(map(len, received)) == 96 and any(len(f) > 96 for f in service if has_psh(f))
-    statuses = unique(f for f in received
-                      if tcp(f)[0] == SERVICE and payload(f)[:9] == b"HTTP/1.1 ")
+    statuses = unique(
+        f for f in received if tcp(f)[0] == SERVICE and payload(f)[:9] == b"HTTP/1.1 "
+    )
     assert len(statuses) == 3 * 4  # 96 bytes keep the status line "HTTP/1.1 200"
     assert all(payload(f)[9:12] in (b"200", b"404") for f in statuses)
     cost("selective mirror (PSH, truncated to 96 B)", received, service)
@@ -302,8 +382,12 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     cost("selective mirror (PSH+FIN+RST, truncated to 96 B)", received, service)
 
     # port mirror, whole frames (full-size segments cross the tunnel too), then with snaplen
-    port_mirror = {"service": {"address": "10.214.0.2", "port": SERVICE},
-                   "mechanism": "port_mirror", "to": "s4", "interface": "ams"}
+    port_mirror = {
+        "service": {"address": "10.214.0.2", "port": SERVICE},
+        "mechanism": "port_mirror",
+        "to": "s4",
+        "interface": "ams",
+    }
     rig.apply(4, [port_mirror])
     _, server, received = rig.exchange(device)
     assert Counter(received) == Counter(server)
@@ -315,24 +399,53 @@ def test_mechanisms_copy_exactly_what_they_must(rig):
     cost("port mirror (snaplen 128, both services on the port)", received, server)
 
     # both on one tunnel: the Mirror's copies plus the flows' copies of the other service
-    rig.apply(6, [{**port_mirror, "truncate_bytes": 128},
-                  {**selective, "truncate_bytes": 96,
-                   "service": {"address": "10.214.0.2", "port": OTHER}}])
+    rig.apply(
+        6,
+        [
+            {**port_mirror, "truncate_bytes": 128},
+            {
+                **selective,
+                "truncate_bytes": 96,
+                "service": {"address": "10.214.0.2", "port": OTHER},
+            },
+        ],
+    )
     _, server, received = rig.exchange(device)
     assert Counter(received) == Counter(f[:128] for f in server) + Counter(
-        f[:96] for f in server if of_service(f, OTHER) and has_psh(f))
+        f[:96] for f in server if of_service(f, OTHER) and has_psh(f)
+    )
 
     # a port mirror of a port that is not on the bridge: refused, the host keeps plan 6
-    before = rig.hosts["s1"][1].ofctl("--no-stats", "dump-flows",
-                                      f"unix:{rig.hosts['s1'][1].directory}/amb1.mgmt")
+    before = rig.hosts["s1"][1].ofctl(
+        "--no-stats", "dump-flows", f"unix:{rig.hosts['s1'][1].directory}/amb1.mgmt"
+    )
     rig.plan_path.write_text(json.dumps(appmon_plan(7, [{**port_mirror, "interface": "amu"}])))
-    result = run(rig.lab.exec_argv(rig.hosts["s1"][0], [
-        sys.executable, "-m", "cosample", "agent", "apply", "--once", "--config",
-        rig.config("s1")]), timeout=60, check=False)
-    assert result.returncode != 0 and "amu not a port of bridge amb1" in result.stdout + \
-        result.stderr
-    assert rig.hosts["s1"][1].ofctl("--no-stats", "dump-flows",
-                                    f"unix:{rig.hosts['s1'][1].directory}/amb1.mgmt") == before
+    result = run(
+        rig.lab.exec_argv(
+            rig.hosts["s1"][0],
+            [
+                sys.executable,
+                "-m",
+                "cosample",
+                "agent",
+                "apply",
+                "--once",
+                "--config",
+                rig.config("s1"),
+            ],
+        ),
+        timeout=60,
+        check=False,
+    )
+    assert (
+        result.returncode != 0 and "amu not a port of bridge amb1" in result.stdout + result.stderr
+    )
+    assert (
+        rig.hosts["s1"][1].ofctl(
+            "--no-stats", "dump-flows", f"unix:{rig.hosts['s1'][1].directory}/amb1.mgmt"
+        )
+        == before
+    )
 
     # the check made before every truncating command finds the truncate action here
     h_ovs = rig.hosts["s1"][1]
@@ -352,7 +465,7 @@ def udp_port(frame: bytes) -> int | None:
     if len(frame) < 42 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
         return None
     at = 14 + (frame[14] & 15) * 4
-    return int.from_bytes(frame[at + 2:at + 4], "big")
+    return int.from_bytes(frame[at + 2 : at + 4], "big")
 
 
 def assert_nothing_owned(rig: Rig) -> None:
@@ -362,14 +475,18 @@ def assert_nothing_owned(rig: Rig) -> None:
         assert "cosample-appmon" not in ovs.vsctl("--columns=external_ids", "list", "Port")
         assert ovs.vsctl("--columns=_uuid", "list", "Mirror").strip() == ""
         for bridge in ovs.vsctl("list-br").split():
-            flows = ovs.ofctl("dump-flows", f"unix:{ovs.directory}/{bridge}.mgmt",
-                              f"cookie={APPMON_COOKIE_TAG:#x}/{APPMON_COOKIE_MASK:#x}")
+            flows = ovs.ofctl(
+                "dump-flows",
+                f"unix:{ovs.directory}/{bridge}.mgmt",
+                f"cookie={APPMON_COOKIE_TAG:#x}/{APPMON_COOKIE_MASK:#x}",
+            )
             assert "cookie=" not in flows, flows
 
 
 # facts about OVS's own tunnel ports on this userspace datapath (docs/appmon-mechanisms.md) ------
-def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(dataplane,
-                                                                              tmp_path):
+def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(
+    dataplane, tmp_path
+):
     """Why the agent's tunnels are Linux VXLAN devices attached as ports, not OVS tunnel ports.
 
     With the br-phy pattern (the underlay address on an OVS bridge), OVS encapsulates itself,
@@ -380,12 +497,39 @@ def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(
     with Lab(prefix=f"an{os.getpid() % 256:02x}") as lab:
         h, c, s, r = (lab.namespace(x) for x in ("H", "C", "S", "R"))
         for ns in (h, c, s, r):
-            run(lab.exec_argv(ns, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                                   "net.ipv6.conf.default.disable_ipv6=1"]))
-        for name, ns, address in (("anc", c, "10.215.0.1/24"), ("ans", s, "10.215.0.2/24"),
-                                  ("anu", r, "10.215.3.2/24")):
-            run(["ip", "-n", h, "link", "add", name, "type", "veth", "peer", "name", "eth0",
-                 "netns", ns])
+            run(
+                lab.exec_argv(
+                    ns,
+                    [
+                        "sysctl",
+                        "-qw",
+                        "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1",
+                    ],
+                )
+            )
+        for name, ns, address in (
+            ("anc", c, "10.215.0.1/24"),
+            ("ans", s, "10.215.0.2/24"),
+            ("anu", r, "10.215.3.2/24"),
+        ):
+            run(
+                [
+                    "ip",
+                    "-n",
+                    h,
+                    "link",
+                    "add",
+                    name,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "netns",
+                    ns,
+                ]
+            )
             run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
             for where, device in ((h, name), (ns, "eth0")):
                 run(["ip", "-n", where, "link", "set", device, "up"])
@@ -393,21 +537,66 @@ def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(
         with OvsInstance(tmp_path / "ovs", dummy=False, namespace=h) as ovs:
             ovs.vsctl("add-br", "anb", "--", "set", "Bridge", "anb", "datapath_type=netdev")
             ovs.vsctl("add-port", "anb", "anc", "--", "add-port", "anb", "ans")
-            ovs.vsctl("add-br", "anp", "--", "set", "Bridge", "anp", "datapath_type=netdev",
-                      "--", "add-port", "anp", "anu")
+            ovs.vsctl(
+                "add-br",
+                "anp",
+                "--",
+                "set",
+                "Bridge",
+                "anp",
+                "datapath_type=netdev",
+                "--",
+                "add-port",
+                "anp",
+                "anu",
+            )
             run(["ip", "-n", h, "addr", "add", "10.215.3.1/24", "dev", "anp"])
             run(["ip", "-n", h, "link", "set", "anp", "up"])
             run(["ip", "-n", h, "link", "set", "anu", "arp", "off"])
-            ovs.vsctl("add-port", "anb", "anx", "--", "set", "Interface", "anx", "type=vxlan",
-                      "options:remote_ip=10.215.3.2", "options:key=7", "ofport_request=10",
-                      "--", "set", "Port", "anx", f"tag={4095}")
-            ovs.vsctl("add-port", "anb", "ang", "--", "set", "Interface", "ang", "type=gre",
-                      "options:remote_ip=10.215.3.2", "ofport_request=11",
-                      "--", "set", "Port", "ang", f"tag={4095}")
+            ovs.vsctl(
+                "add-port",
+                "anb",
+                "anx",
+                "--",
+                "set",
+                "Interface",
+                "anx",
+                "type=vxlan",
+                "options:remote_ip=10.215.3.2",
+                "options:key=7",
+                "ofport_request=10",
+                "--",
+                "set",
+                "Port",
+                "anx",
+                f"tag={4095}",
+            )
+            ovs.vsctl(
+                "add-port",
+                "anb",
+                "ang",
+                "--",
+                "set",
+                "Interface",
+                "ang",
+                "type=gre",
+                "options:remote_ip=10.215.3.2",
+                "ofport_request=11",
+                "--",
+                "set",
+                "Port",
+                "ang",
+                f"tag={4095}",
+            )
             ovs.wait_for_ports("anc", "ans", "anx", "ang")
-            server = subprocess.Popen(lab.exec_argv(s, [sys.executable, "-c", SERVER, "10.215.0.2",
-                                                        ",".join(map(str, BODY_SIZES))]),
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            server = subprocess.Popen(
+                lab.exec_argv(
+                    s, [sys.executable, "-c", SERVER, "10.215.0.2", ",".join(map(str, BODY_SIZES))]
+                ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
                 assert server.stdout.readline().strip() == "ready"
                 mgmt = f"unix:{ovs.directory}/anb.mgmt"
@@ -416,12 +605,19 @@ def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(
                     sniffer = Sniffer(lab, r, "eth0", incoming_only=True)
                     run(lab.exec_argv(c, [sys.executable, "-c", CLIENT, "10.215.0.2"]), timeout=60)
                     time.sleep(1.0)
-                    return [f for f in sniffer.frames() if f[12:14] == b"\x08\x00"
-                            and (f[23] == 47 or udp_port(f) == 4789)]
+                    return [
+                        f
+                        for f in sniffer.frames()
+                        if f[12:14] == b"\x08\x00" and (f[23] == 47 or udp_port(f) == 4789)
+                    ]
 
-                ovs.ofctl("add-flow", mgmt, "cookie=0x1,priority=100,tcp,nw_src=10.215.0.2,"
-                          "tcp_flags=+psh,actions=output(port=10,max_len=80),"
-                          "output(port=11,max_len=80),NORMAL")
+                ovs.ofctl(
+                    "add-flow",
+                    mgmt,
+                    "cookie=0x1,priority=100,tcp,nw_src=10.215.0.2,"
+                    "tcp_flags=+psh,actions=output(port=10,max_len=80),"
+                    "output(port=11,max_len=80),NORMAL",
+                )
                 exchange()  # OVS resolves the tunnel's next hop; the first copies may be lost
                 frames = exchange()
                 vxlan = [f for f in frames if f[23] == 17]
@@ -433,10 +629,33 @@ def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(
                 assert {len(f) - 14 - 20 - 4 for f in gre} == {80}
 
                 ovs.ofctl("del-flows", mgmt, "cookie=0x1/-1")
-                ovs.vsctl("--", "--id=@p", "get", "Port", "ans", "--", "--id=@o", "get", "Port",
-                          "anx", "--", "--id=@m", "create", "Mirror", "name=m",
-                          "select_src_port=@p", "select_dst_port=@p", "output_port=@o",
-                          "snaplen=100", "--", "add", "Bridge", "anb", "mirrors", "@m")
+                ovs.vsctl(
+                    "--",
+                    "--id=@p",
+                    "get",
+                    "Port",
+                    "ans",
+                    "--",
+                    "--id=@o",
+                    "get",
+                    "Port",
+                    "anx",
+                    "--",
+                    "--id=@m",
+                    "create",
+                    "Mirror",
+                    "name=m",
+                    "select_src_port=@p",
+                    "select_dst_port=@p",
+                    "output_port=@o",
+                    "snaplen=100",
+                    "--",
+                    "add",
+                    "Bridge",
+                    "anb",
+                    "mirrors",
+                    "@m",
+                )
                 ovs.appctl("revalidator/purge")
                 frames = [f for f in exchange() if f[23] == 17]
                 assert frames and max(map(len, frames)) <= 100  # the outer packet was cut...
@@ -450,10 +669,15 @@ def sflow_sender_plan(version: int, entries: list[dict]) -> dict:
     """s1 also mirrors every packet its VM ports send to s4 (the sFlow tc chain, rate 1)."""
     doc = appmon_plan(version, entries)
     doc["sflow"] = {"collector": "127.0.0.1:6343", "agent": "127.0.0.1"}
-    doc["hosts"]["s1"].update(role="sender", local_rate=0.0, sflow_sampling=None,
-                              mirrors=[{"to": "s4", "rate": 1.0}])
-    doc["hosts"]["s4"].update(role="receiver", local_rate=1.0, sflow_sampling=1,
-                              receives=[{"from": "s1", "rate": 1.0, "pps": 100.0}])
+    doc["hosts"]["s1"].update(
+        role="sender", local_rate=0.0, sflow_sampling=None, mirrors=[{"to": "s4", "rate": 1.0}]
+    )
+    doc["hosts"]["s4"].update(
+        role="receiver",
+        local_rate=1.0,
+        sflow_sampling=1,
+        receives=[{"from": "s1", "rate": 1.0, "pps": 100.0}],
+    )
     return doc
 
 
@@ -476,8 +700,9 @@ def tc_filters(rig: Rig, device: str) -> list[tuple[str, int, str | None]]:
     """(hook, prio, mirred cookie) of every filter on ``device`` in s1's namespace."""
     out = []
     for hook in ("ingress", "egress"):
-        text = run(["tc", "-n", rig.hosts["s1"][0], "-j", "filter", "show", "dev", device,
-                    hook]).stdout.strip()
+        text = run(
+            ["tc", "-n", rig.hosts["s1"][0], "-j", "filter", "show", "dev", device, hook]
+        ).stdout.strip()
         for entry in json.loads(text or "[]"):
             if "options" in entry:
                 cookies = [x.get("cookie") for x in entry["options"].get("actions", [])]
@@ -490,15 +715,20 @@ def vxlan_inner(frame: bytes, vni: int) -> bytes | None:
     if udp_port(frame) != 4789:
         return None
     at = 14 + (frame[14] & 15) * 4 + 8
-    return frame[at + 8:] if int.from_bytes(frame[at + 4:at + 7], "big") == vni else None
+    return frame[at + 8 :] if int.from_bytes(frame[at + 4 : at + 7], "big") == vni else None
 
 
 def test_kernel_mirror_copies_the_psh_segments_and_leaves_the_sflow_chain(rig):
     from cosample.agents.state import FILTER_COOKIE, PRIO_BASE
     from cosample.dataplane.tcmirror import KERNEL_MIRROR_COOKIE_TAG, KERNEL_MIRROR_PRIO_BASE
     from cosample.dataplane.tunnels import pair_vni
-    entry = {"service": {"address": "10.214.0.2", "port": SERVICE}, "mechanism": "kernel_mirror",
-             "to": "s4", "interface": "ams"}
+
+    entry = {
+        "service": {"address": "10.214.0.2", "port": SERVICE},
+        "mechanism": "kernel_mirror",
+        "to": "s4",
+        "interface": "ams",
+    }
     rig.plan_path.write_text(json.dumps(sflow_sender_plan(1, [entry])))
     for host in ("s4", "s1"):
         assert "ok: plan version 1" in rig.agent(host, "apply", "--once")
@@ -506,31 +736,54 @@ def test_kernel_mirror_copies_the_psh_segments_and_leaves_the_sflow_chain(rig):
     assert "ok: plan version 1" in second and "0 command(s) applied" in second, second
     filters = tc_filters(rig, "ams")
     ours = [f for f in filters if f[2] and f[2].startswith(KERNEL_MIRROR_COOKIE_TAG)]
-    assert [f[:2] for f in ours] == [("egress", KERNEL_MIRROR_PRIO_BASE),
-                                     ("ingress", KERNEL_MIRROR_PRIO_BASE)]
+    assert [f[:2] for f in ours] == [
+        ("egress", KERNEL_MIRROR_PRIO_BASE),
+        ("ingress", KERNEL_MIRROR_PRIO_BASE),
+    ]
     chain = [f for f in filters if f[2] == FILTER_COOKIE]
     assert chain == [("ingress", PRIO_BASE, FILTER_COOKIE)]
-    spec = json.loads(run(rig.lab.exec_argv(rig.hosts["s4"][0], [
-        sys.executable, "-m", "cosample", "agent", "appmon-spec", "--state-dir",
-        str(rig.tmp_path / "state-s4")]), timeout=60).stdout)
+    spec = json.loads(
+        run(
+            rig.lab.exec_argv(
+                rig.hosts["s4"][0],
+                [
+                    sys.executable,
+                    "-m",
+                    "cosample",
+                    "agent",
+                    "appmon-spec",
+                    "--state-dir",
+                    str(rig.tmp_path / "state-s4"),
+                ],
+            ),
+            timeout=60,
+        ).stdout
+    )
     (item,) = spec["analyser"]
     assert item["mechanism"] == "kernel_mirror"
 
     underlay = Sniffer(rig.lab, rig.hosts["s4"][0], "eth0", incoming_only=True)
     _, server, received = rig.exchange(item["interface"])
-    sflow_copies = [x for x in (vxlan_inner(f, pair_vni("s1", "s4")) for f in underlay.frames())
-                    if x is not None]
+    sflow_copies = [
+        x
+        for x in (vxlan_inner(f, pair_vni("s1", "s4")) for f in underlay.frames())
+        if x is not None
+    ]
     expected = [f for f in server if of_service(f, SERVICE) and has_psh(f)]
-    requests = [f for f in server if tcp(f) and tcp(f)[1] == SERVICE
-                and payload(f).startswith(b"GET ")]
+    requests = [
+        f for f in server if tcp(f) and tcp(f)[1] == SERVICE and payload(f).startswith(b"GET ")
+    ]
     assert len(requests) == 3 * 5
     assert Counter(received) == Counter(expected)  # every PSH segment, both ways, nothing else
     assert len([f for f in received if payload(f).startswith(b"GET ")]) == len(requests)
     # the chain still sees every frame the server sends (the kernel mirror's verdict continues),
     # the copied PSH segments too; copies of frames over 1464 bytes exceed the 1500-byte underlay
     # and are sent as IP fragments, which this capture does not reassemble (docs/ovs-facts.md)
-    from_server = Counter(f for f in server if f[12:14] == b"\x08\x00"
-                          and f[26:30] == bytes([10, 214, 0, 2]) and len(f) <= 14 + 1450)
+    from_server = Counter(
+        f
+        for f in server
+        if f[12:14] == b"\x08\x00" and f[26:30] == bytes([10, 214, 0, 2]) and len(f) <= 14 + 1450
+    )
     assert any(f in from_server for f in expected)
     copied = Counter(sflow_copies)
     assert from_server and all(copied[f] >= n for f, n in from_server.items())
@@ -542,8 +795,12 @@ def test_kernel_mirror_copies_the_psh_segments_and_leaves_the_sflow_chain(rig):
         assert "ok: plan version 2" in rig.agent(host, "apply", "--once")
     at_server = Sniffer(rig.lab, rig.server_ns, "eth0", incoming_only=False)
     receiving = Sniffer(rig.lab, rig.hosts["s4"][0], item["interface"], incoming_only=True)
-    out = run(rig.lab.exec_argv(rig.client_ns, [sys.executable, "-c", PORTS_CLIENT,
-                                                "10.214.0.2", "40000,40100"]), timeout=60).stdout
+    out = run(
+        rig.lab.exec_argv(
+            rig.client_ns, [sys.executable, "-c", PORTS_CLIENT, "10.214.0.2", "40000,40100"]
+        ),
+        timeout=60,
+    ).stdout
     assert "done" in out
     time.sleep(1.0)
     server, received = at_server.frames(), receiving.frames()

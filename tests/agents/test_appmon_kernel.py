@@ -12,16 +12,25 @@ from cosample.agents.desired import desired_state
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.state import PRIO_BASE, DesiredState, ObservedKernelFilter
-from cosample.dataplane.tcmirror import (KERNEL_MIRROR_COOKIE_TAG, KERNEL_MIRROR_PRIO_BASE,
-                                         KERNEL_MIRROR_PRIO_COUNT, selective_filter_argv)
+from cosample.dataplane.tcmirror import (
+    KERNEL_MIRROR_COOKIE_TAG,
+    KERNEL_MIRROR_PRIO_BASE,
+    KERNEL_MIRROR_PRIO_COUNT,
+    selective_filter_argv,
+)
 from cosample.plan.document import plan_from_dict
 
 SERVICE = {"address": "10.0.0.12", "port": 8080}
 
 
 def kernel(**extra):
-    return {"service": SERVICE, "mechanism": "kernel_mirror", "to": "s4", "interface": "vm2",
-            **extra}
+    return {
+        "service": SERVICE,
+        "mechanism": "kernel_mirror",
+        "to": "s4",
+        "interface": "vm2",
+        **extra,
+    }
 
 
 def desired(make_plan, config_for, *entries) -> DesiredState:
@@ -33,8 +42,9 @@ def desired(make_plan, config_for, *entries) -> DesiredState:
 def converge(host: FakeHost, want: DesiredState) -> list:
     applied = []
     for _ in range(3):
-        commands = reconcile(want, host.observe(want.bridge, (*(want.vm_ports or ()),
-                                                              "vm1", "vm2")))
+        commands = reconcile(
+            want, host.observe(want.bridge, (*(want.vm_ports or ()), "vm1", "vm2"))
+        )
         if not commands:
             return applied
         for command in commands:
@@ -51,7 +61,9 @@ def test_both_hooks_get_the_sniffers_filter_toward_the_tunnel(make_plan, config_
     want = desired(make_plan, config_for, kernel(share=0.25)).appmon
     (device,) = [d for d in want.devices if d.attach]
     assert [(f.interface, f.direction, f.prio) for f in want.kernel_filters] == [
-        ("vm2", "ingress", KERNEL_MIRROR_PRIO_BASE), ("vm2", "egress", KERNEL_MIRROR_PRIO_BASE)]
+        ("vm2", "ingress", KERNEL_MIRROR_PRIO_BASE),
+        ("vm2", "egress", KERNEL_MIRROR_PRIO_BASE),
+    ]
     for f in want.kernel_filters:
         assert (f.target, f.peer) == (device.name, "s4")
         assert f.expression == bpf_filter("10.0.0.12", 8080, "psh", 64)
@@ -90,15 +102,18 @@ def test_converges_beside_the_sflow_chain_and_is_removed_leaving_it(make_plan, c
     assert kinds.count(a.SetKernelMirrorFilter) == 2
     assert kinds.index(a.AddAppmonDevice) < kinds.index(a.SetKernelMirrorFilter)
     assert c.AddClsact not in kinds  # the sFlow chain's qdisc is shared
-    assert sorted(host.links["vm2"].kernel) == [("egress", KERNEL_MIRROR_PRIO_BASE),
-                                                ("ingress", KERNEL_MIRROR_PRIO_BASE)]
+    assert sorted(host.links["vm2"].kernel) == [
+        ("egress", KERNEL_MIRROR_PRIO_BASE),
+        ("ingress", KERNEL_MIRROR_PRIO_BASE),
+    ]
     assert {name: dict(link.filters) for name, link in host.links.items()} == chain
     assert reconcile(want, host.observe(want.bridge, ("vm1", "vm2"))) == []  # idempotent
     assert not find_problems(want, host.observe(want.bridge, ("vm1", "vm2")))
 
     applied = converge(host, base)  # the entry dropped
     assert {type(x) for x in applied if isinstance(x, a.KERNEL_MIRROR_COMMANDS)} == {
-        a.RemoveKernelMirrorFilter}
+        a.RemoveKernelMirrorFilter
+    }
     assert host.links["vm2"].kernel == {} and host.links["vm2"].clsact
     assert {name: dict(link.filters) for name, link in host.links.items()} == chain
 
@@ -111,10 +126,12 @@ def test_on_a_port_without_sflow_it_adds_and_removes_the_qdisc(make_plan, config
     assert not want.mirrors
     applied = converge(host, want)
     assert [type(x) for x in applied if type(x) in (c.AddClsact, a.SetKernelMirrorFilter)] == [
-        c.AddClsact, a.SetKernelMirrorFilter, a.SetKernelMirrorFilter]
+        c.AddClsact,
+        a.SetKernelMirrorFilter,
+        a.SetKernelMirrorFilter,
+    ]
     assert host.links["vm2"].clsact and not host.links["vm1"].clsact
-    applied = converge(host, DesiredState(bridge="br-int", sflow=None, vm_ports=(),
-                                          mode="removed"))
+    applied = converge(host, DesiredState(bridge="br-int", sflow=None, vm_ports=(), mode="removed"))
     kinds = [type(x) for x in applied]
     assert kinds.index(a.RemoveKernelMirrorFilter) < kinds.index(c.RemoveClsact)
     assert not host.links["vm2"].clsact and not host.appmon.devices
@@ -135,8 +152,10 @@ def test_a_recreated_tunnel_device_gets_its_filters_again(make_plan, config_for)
     want = desired(make_plan, config_for, kernel())
     converge(host, want)
     name = want.appmon.kernel_filters[0].target
-    stale = {key: ObservedKernelFilter(f.direction, f.prio, f.cookie, None)
-             for key, f in host.links["vm2"].kernel.items()}
+    stale = {
+        key: ObservedKernelFilter(f.direction, f.prio, f.cookie, None)
+        for key, f in host.links["vm2"].kernel.items()
+    }
     host.links["vm2"].kernel = stale  # the device went: mirred points at nothing
     kinds = [type(x) for x in converge(host, want)]
     assert kinds.count(a.SetKernelMirrorFilter) == 2
@@ -147,8 +166,10 @@ def test_a_missing_interface_is_reported(make_plan, config_for):
     host = FakeHost(vm_ports=("vm1",))
     want = desired(make_plan, config_for, kernel())
     converge(host, want)
-    assert any("vm2 (a kernel mirror's) not found" in p
-               for p in find_problems(want, host.observe(want.bridge, ("vm1", "vm2"))))
+    assert any(
+        "vm2 (a kernel mirror's) not found" in p
+        for p in find_problems(want, host.observe(want.bridge, ("vm1", "vm2")))
+    )
 
 
 def test_the_underlay_interface_is_refused(make_plan, config_for):
@@ -166,8 +187,14 @@ def test_the_underlay_interface_is_refused(make_plan, config_for):
 
 
 def test_the_filter_argv_continues_and_carries_the_cookie():
-    argv = selective_filter_argv("vm2", "cosas-1", "1,6 0 0 0", prio=KERNEL_MIRROR_PRIO_BASE,
-                                 direction="egress", cookie=KERNEL_MIRROR_COOKIE_TAG + "00",
-                                 then_continue=True)
+    argv = selective_filter_argv(
+        "vm2",
+        "cosas-1",
+        "1,6 0 0 0",
+        prio=KERNEL_MIRROR_PRIO_BASE,
+        direction="egress",
+        cookie=KERNEL_MIRROR_COOKIE_TAG + "00",
+        then_continue=True,
+    )
     assert argv[-5:] == ["dev", "cosas-1", "continue", "cookie", KERNEL_MIRROR_COOKIE_TAG + "00"]
     assert argv[argv.index("prio") + 1] == str(KERNEL_MIRROR_PRIO_BASE)

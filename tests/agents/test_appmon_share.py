@@ -11,8 +11,12 @@ import subprocess
 
 import pytest
 
-from cosample.agents.appmon_state import (analyser_spec, bpf_filter, client_port_masks,
-                                          desired_appmon)
+from cosample.agents.appmon_state import (
+    analyser_spec,
+    bpf_filter,
+    client_port_masks,
+    desired_appmon,
+)
 from cosample.plan.appmon import SHARE_BITS, selected_share
 from cosample.plan.document import plan_from_dict
 
@@ -44,8 +48,11 @@ def test_shares_round_down_and_keep_one():
 
 def _plan(make_plan, share):
     doc = make_plan()
-    entry = {"service": {"address": "10.0.0.12", "port": 8080}, "mechanism": "selective_mirror",
-             "to": "s4"}
+    entry = {
+        "service": {"address": "10.0.0.12", "port": 8080},
+        "mechanism": "selective_mirror",
+        "to": "s4",
+    }
     if share is not None:
         entry["share"] = share
     doc["hosts"]["s1"]["appmon"] = [copy.deepcopy(entry)]
@@ -59,7 +66,8 @@ def test_desired_flows_carry_the_masks(make_plan):
         "tcp,nw_dst=10.0.0.12,tp_src=0x0/0xc0,tp_dst=8080,tcp_flags=+psh",
         "tcp,nw_dst=10.0.0.12,tp_src=0x40/0xe0,tp_dst=8080,tcp_flags=+psh",
         "tcp,nw_src=10.0.0.12,tp_src=8080,tp_dst=0x0/0xc0,tcp_flags=+psh",
-        "tcp,nw_src=10.0.0.12,tp_src=8080,tp_dst=0x40/0xe0,tcp_flags=+psh"]
+        "tcp,nw_src=10.0.0.12,tp_src=8080,tp_dst=0x40/0xe0,tcp_flags=+psh",
+    ]
     everything = _plan(make_plan, None)
     (whole,) = desired_appmon(everything, everything.hosts["s1"]).rules
     assert len(whole.matches) == 2
@@ -71,11 +79,15 @@ def test_ovs_prints_the_flows_as_the_agent_writes_them(make_plan, ovs_sandbox):
     bridge = "brshare"
     ovs_sandbox.vsctl("add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=dummy")
     for priority, match in rule.matches:
-        ovs_sandbox.ofctl("add-flow", bridge, f"cookie=0x7,priority={priority},{match},"
-                                              "actions=NORMAL")
+        ovs_sandbox.ofctl(
+            "add-flow", bridge, f"cookie=0x7,priority={priority},{match},actions=NORMAL"
+        )
     dumped = ovs_sandbox.ofctl("--no-stats", "--no-names", "dump-flows", bridge)
-    printed = {re.sub(r"^\s*cookie=0x7, ", "", line).strip() for line in dumped.splitlines()
-               if "cookie=0x7" in line}
+    printed = {
+        re.sub(r"^\s*cookie=0x7, ", "", line).strip()
+        for line in dumped.splitlines()
+        if "cookie=0x7" in line
+    }
     assert printed == {f"priority={p},{m} actions=NORMAL" for p, m in rule.matches}
     assert len(printed) == 2 * bin(selected_share(0.7)).count("1")
 
@@ -93,10 +105,20 @@ def test_the_sniffers_filter_selects_the_same_connections(address):
 def test_the_analyser_spec_says_what_share_to_renormalise_by(make_plan):
     doc = make_plan()
     doc["hosts"]["s1"]["appmon"] = [
-        {"service": {"address": "10.0.0.12", "port": 8080}, "mechanism": "sniffer",
-         "interface": "vm1", "to": None, "share": 0.375},
-        {"service": {"address": "10.0.0.13", "port": 80}, "mechanism": "selective_mirror",
-         "to": "s4", "share": 0.5}]
+        {
+            "service": {"address": "10.0.0.12", "port": 8080},
+            "mechanism": "sniffer",
+            "interface": "vm1",
+            "to": None,
+            "share": 0.375,
+        },
+        {
+            "service": {"address": "10.0.0.13", "port": 80},
+            "mechanism": "selective_mirror",
+            "to": "s4",
+            "share": 0.5,
+        },
+    ]
     plan = plan_from_dict(doc)
     (sniffer,) = analyser_spec(plan, plan.hosts["s1"])
     assert sniffer["share"] == 0.375 and "< 96" in sniffer["bpf"]
@@ -119,12 +141,18 @@ def test_the_sniffers_filter_keeps_whole_connections_on_real_frames(tmp_path, ad
         records.append((1.5 + i, tcp_frame(address, client, 8080, port, 1, psh_ack, b"HTTP")))
     capture = write_pcap(tmp_path / "c.pcap", records)
     selected = selected_share(0.3)
-    result = subprocess.run(["tcpdump", "-nn", "-r", str(capture), "-q",
-                             bpf_filter(address, 8080, "psh", selected)],
-                            capture_output=True, text=True, timeout=10)
+    result = subprocess.run(
+        ["tcpdump", "-nn", "-r", str(capture), "-q", bpf_filter(address, 8080, "psh", selected)],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert result.returncode == 0, result.stderr
-    kept = sorted(int(re.search(r"\.(\d+) [<>]", line).group(1)) if f".{8080} >" not in line
-                  else int(re.search(r"\.(\d+):", line).group(1))
-                  for line in result.stdout.splitlines())
+    kept = sorted(
+        int(re.search(r"\.(\d+) [<>]", line).group(1))
+        if f".{8080} >" not in line
+        else int(re.search(r"\.(\d+):", line).group(1))
+        for line in result.stdout.splitlines()
+    )
     expected = sorted([p for p in ports if p & 0xFF < selected] * 2)
     assert kept == expected and 0 < len(expected) < 2 * len(ports)

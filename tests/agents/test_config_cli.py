@@ -15,8 +15,9 @@ from cosample.cli import build_parser, main
 
 def test_config_file_and_flags_merge(tmp_path):
     path = tmp_path / "agent.toml"
-    path.write_text('host = "s1"\ninterval_s = 10\nvm_ports = ["tap1"]\n'
-                    'ovsdb = "unix:/run/x/db.sock"\n')
+    path.write_text(
+        'host = "s1"\ninterval_s = 10\nvm_ports = ["tap1"]\novsdb = "unix:/run/x/db.sock"\n'
+    )
     config = load_config(str(path), {"interval_s": 5.0, "bridge": None})
     assert (config.host, config.interval_s, config.vm_ports) == ("s1", 5.0, ("tap1",))
     assert config.rundir == "/run/x"
@@ -25,29 +26,47 @@ def test_config_file_and_flags_merge(tmp_path):
     assert load_config(str(yaml_path), {}).collector == "10.0.0.9:6343"
 
 
-@pytest.mark.parametrize("values,message", [
-    ({"host": "s1", "intervall_s": 3}, r"^config: intervall_s: extra inputs are not permitted \(got 3\)"),
-    ({"host": "s1", "interval_s": "soon"}, r"^config: interval_s: input should be a valid number \(got 'soon'\)"),
-    ({"host": "s1", "interval_s": 0}, r"^config: interval_s: input should be greater than 0 \(got 0\)"),
-    ({"host": "s1", "safe_sampling": 1.5}, "safe_sampling: input should be a valid integer"),
-    ({"host": "s1", "safe_sampling": 2**40}, "safe_sampling: input should be less than"),
-    ({"host": "s1", "vm_ports": "tap1"}, "vm_ports"),
-    ({"host": "s1", "vm_ports": ["a/b"]}, r"vm_ports\[0\]"),
-    ({"host": "s1", "collector": "nowhere"}, "collector"),
-    ({"host": "s1", "collector": '127.0.0.1:1","192.0.2.66:6343'}, "collector"),
-    ({"host": "s1", "ipfix_collector": "127.0.0.1"}, "ipfix_collector"),
-    ({"host": "s1", "ipfix_cache_active_timeout_s": 0}, "ipfix_cache_active_timeout_s"),
-    ({"host": "s1", "ipfix_cache_max_flows": 2**32}, "ipfix_cache_max_flows"),
-    ({"host": "s1", "sflow_agent": 'eth0" header=1'}, "sflow_agent"),
-    ({"host": "s1", "header_bytes": 10**6}, "header_bytes"),
-    ({"host": "s1", "mirror_device_prefix": "a-very-long"}, "mirror_device_prefix"),
-    ({"host": "s1", "bridge": "x" * 16}, "bridge"),
-    ({"host": "s1", "metrics_port": 70000}, "metrics_port"),
-    ({"host": "s1", "max_plan_mib": 0}, r"max_plan_mib: input should be greater than or equal to 1"),
-    ({"host": "s1", "max_plan_mib": 10**6}, "max_plan_mib: input should be less than or equal"),
-    ({"host": "s1", "insecure_unsigned": "yes"}, "insecure_unsigned: input should be a valid boolean"),
-    ({}, "host: field required"),
-])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        (
+            {"host": "s1", "intervall_s": 3},
+            r"^config: intervall_s: extra inputs are not permitted \(got 3\)",
+        ),
+        (
+            {"host": "s1", "interval_s": "soon"},
+            r"^config: interval_s: input should be a valid number \(got 'soon'\)",
+        ),
+        (
+            {"host": "s1", "interval_s": 0},
+            r"^config: interval_s: input should be greater than 0 \(got 0\)",
+        ),
+        ({"host": "s1", "safe_sampling": 1.5}, "safe_sampling: input should be a valid integer"),
+        ({"host": "s1", "safe_sampling": 2**40}, "safe_sampling: input should be less than"),
+        ({"host": "s1", "vm_ports": "tap1"}, "vm_ports"),
+        ({"host": "s1", "vm_ports": ["a/b"]}, r"vm_ports\[0\]"),
+        ({"host": "s1", "collector": "nowhere"}, "collector"),
+        ({"host": "s1", "collector": '127.0.0.1:1","192.0.2.66:6343'}, "collector"),
+        ({"host": "s1", "ipfix_collector": "127.0.0.1"}, "ipfix_collector"),
+        ({"host": "s1", "ipfix_cache_active_timeout_s": 0}, "ipfix_cache_active_timeout_s"),
+        ({"host": "s1", "ipfix_cache_max_flows": 2**32}, "ipfix_cache_max_flows"),
+        ({"host": "s1", "sflow_agent": 'eth0" header=1'}, "sflow_agent"),
+        ({"host": "s1", "header_bytes": 10**6}, "header_bytes"),
+        ({"host": "s1", "mirror_device_prefix": "a-very-long"}, "mirror_device_prefix"),
+        ({"host": "s1", "bridge": "x" * 16}, "bridge"),
+        ({"host": "s1", "metrics_port": 70000}, "metrics_port"),
+        (
+            {"host": "s1", "max_plan_mib": 0},
+            r"max_plan_mib: input should be greater than or equal to 1",
+        ),
+        ({"host": "s1", "max_plan_mib": 10**6}, "max_plan_mib: input should be less than or equal"),
+        (
+            {"host": "s1", "insecure_unsigned": "yes"},
+            "insecure_unsigned: input should be a valid boolean",
+        ),
+        ({}, "host: field required"),
+    ],
+)
 def test_bad_config_names_the_key(values, message):
     with pytest.raises(ConfigError, match=message):
         make_config(values)
@@ -60,10 +79,13 @@ def test_bad_config_file_is_named(tmp_path):
         load_config(str(path), {})
 
 
-@pytest.mark.parametrize("name, text, kind", [
-    ("agent.conf", "host = \n", "TOML"),      # no known extension: TOML, the documented default
-    ("agent.yml", "host: [s1\n", "YAML"),
-])
+@pytest.mark.parametrize(
+    "name, text, kind",
+    [
+        ("agent.conf", "host = \n", "TOML"),  # no known extension: TOML, the documented default
+        ("agent.yml", "host: [s1\n", "YAML"),
+    ],
+)
 def test_bad_config_names_the_format_it_was_read_as(tmp_path, name, text, kind):
     path = tmp_path / name
     path.write_text(text)
@@ -79,8 +101,20 @@ def test_unreadable_config_is_named(tmp_path):
 def test_durations():
     assert [duration(x) for x in ("30s", "2m", "1h", "500ms", "7")] == [30, 120, 3600, 0.5, 7]
     parser = build_parser()
-    args = parser.parse_args(["agent", "run", "--host", "s1", "--plan", "p.json",
-                              "--interval", "1m", "--ovsdb", "unix:/tmp/db.sock"])
+    args = parser.parse_args(
+        [
+            "agent",
+            "run",
+            "--host",
+            "s1",
+            "--plan",
+            "p.json",
+            "--interval",
+            "1m",
+            "--ovsdb",
+            "unix:/tmp/db.sock",
+        ]
+    )
     assert args.interval_s == 60 and args.ovsdb == "unix:/tmp/db.sock"
     with pytest.raises(SystemExit):
         parser.parse_args(["agent", "run", "--interval", "soon"])
@@ -93,11 +127,15 @@ def test_cli_check_config(capsys):
     assert printed["slices"] == "auto"
     assert main(["agent", "check-config", "--host", "s1", "--slices", "never"]) == 0
     assert json.loads(capsys.readouterr().out)["slices"] == "never"
-    assert main(["agent", "check-config", "--host", "s1", "--ipfix-collector",
-                 "127.0.0.1:4739"]) == 0
+    assert (
+        main(["agent", "check-config", "--host", "s1", "--ipfix-collector", "127.0.0.1:4739"]) == 0
+    )
     printed = json.loads(capsys.readouterr().out)
-    assert (printed["ipfix_collector"], printed["ipfix_cache_active_timeout_s"],
-            printed["ipfix_cache_max_flows"]) == ("127.0.0.1:4739", 1, 1024)
+    assert (
+        printed["ipfix_collector"],
+        printed["ipfix_cache_active_timeout_s"],
+        printed["ipfix_cache_max_flows"],
+    ) == ("127.0.0.1:4739", 1, 1024)
     assert main(["agent", "check-config"]) == 2
     assert "host: field required" in capsys.readouterr().err
 
@@ -130,8 +168,9 @@ def test_cli_validate_honours_the_plan_size_limit(tmp_path, capsys, make_plan, t
     config.write_text('host = "s1"\nmax_plan_mib = 1\n')
     assert main(["agent", "validate", str(plan), "--config", str(config)]) == 2
     assert "larger than 1048576 bytes" in capsys.readouterr().err
-    assert main(["agent", "validate", str(plan), "--config", str(config),
-                 "--max-plan-mib", "2"]) == 0  # the option wins
+    assert (
+        main(["agent", "validate", str(plan), "--config", str(config), "--max-plan-mib", "2"]) == 0
+    )  # the option wins
     assert "plan version 100" in capsys.readouterr().out
     assert main(["agent", "validate", str(plan), "--max-plan-mib", "0"]) == 2
     assert "max_plan_mib" in capsys.readouterr().err
@@ -159,6 +198,7 @@ def test_cli_status(tmp_path, capsys):
 def test_the_documented_config_example_loads(tmp_path):
     """docs/agents.md's TOML example is a valid configuration."""
     from pathlib import Path
+
     text = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
     example = text.split("```toml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "agent.toml"

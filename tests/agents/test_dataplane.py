@@ -30,9 +30,9 @@ import time
 import pytest
 
 from cosample.agents.state import pair_vni
+from cosample.dataplane.run import run
 from cosample.lab.netns import Lab, disable_tx_offload, netns_available, silence_uplink
 from cosample.lab.ovs import OvsInstance, ovs_available
-from cosample.dataplane.run import run
 from cosample.lab.sflow import SflowCollector
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -78,24 +78,49 @@ print(json.dumps(ids), flush=True)
 
 def dataplane_plan() -> dict:
     def host(role, ip, **extra):
-        doc = {"role": role, "local_rate": 1.0, "sflow_sampling": 1, "mirrors": [],
-               "receives": [], "tunnel_ip": ip}
+        doc = {
+            "role": role,
+            "local_rate": 1.0,
+            "sflow_sampling": 1,
+            "mirrors": [],
+            "receives": [],
+            "tunnel_ip": ip,
+        }
         doc.update(extra)
         return doc
+
     hosts = {
-        "s1": host("sender", "10.213.2.1", local_rate=1 / SAMPLING, sflow_sampling=SAMPLING,
-                   mirrors=[{"to": to, "rate": rate} for to, rate in sorted(SHARES.items())],
-                   bridge="cabr2", vm_ports=["caDh1", "caDh2"]),
-        "s2": host("receiver", "10.213.2.2", bridge="cabr3",
-                   receives=[{"from": "s1", "rate": SHARES["s2"], "pps": 1.0}]),
-        "s3": host("receiver", "10.213.3.2",
-                   receives=[{"from": "s1", "rate": SHARES["s3"], "pps": 1.0}]),
+        "s1": host(
+            "sender",
+            "10.213.2.1",
+            local_rate=1 / SAMPLING,
+            sflow_sampling=SAMPLING,
+            mirrors=[{"to": to, "rate": rate} for to, rate in sorted(SHARES.items())],
+            bridge="cabr2",
+            vm_ports=["caDh1", "caDh2"],
+        ),
+        "s2": host(
+            "receiver",
+            "10.213.2.2",
+            bridge="cabr3",
+            receives=[{"from": "s1", "rate": SHARES["s2"], "pps": 1.0}],
+        ),
+        "s3": host(
+            "receiver", "10.213.3.2", receives=[{"from": "s1", "rate": SHARES["s3"], "pps": 1.0}]
+        ),
     }
     now = time.time()
     stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
-    return {"format": "cosample.plan", "format_version": 1, "version": 1,
-            "created": stamp(now - 60), "expires": stamp(now + 3600), "plan_id": "dataplane",
-            "sflow": {"polling_s": 0}, "hosts": hosts}
+    return {
+        "format": "cosample.plan",
+        "format_version": 1,
+        "version": 1,
+        "created": stamp(now - 60),
+        "expires": stamp(now + 3600),
+        "plan_id": "dataplane",
+        "sflow": {"polling_s": 0},
+        "hosts": hosts,
+    }
 
 
 def udp_payload_id(frame: bytes) -> int | None:
@@ -103,9 +128,9 @@ def udp_payload_id(frame: bytes) -> int | None:
     if len(frame) < 42 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
         return None
     udp = 14 + (frame[14] & 15) * 4
-    if len(frame) < udp + 16 or int.from_bytes(frame[udp + 2:udp + 4], "big") != PORT:
+    if len(frame) < udp + 16 or int.from_bytes(frame[udp + 2 : udp + 4], "big") != PORT:
         return None
-    return int.from_bytes(frame[udp + 8:udp + 16], "big")
+    return int.from_bytes(frame[udp + 8 : udp + 16], "big")
 
 
 def within(observed: int, trials: int, p: float) -> bool:
@@ -121,11 +146,31 @@ def lab():
         yield lab
 
 
-def veth_between(host_ns: str, host_end: str, other_ns: str, address: str | None = None,
-                 host_address: str | None = None) -> None:
+def veth_between(
+    host_ns: str,
+    host_end: str,
+    other_ns: str,
+    address: str | None = None,
+    host_address: str | None = None,
+) -> None:
     """A veth with ``host_end`` in ``host_ns`` and ``eth0`` in ``other_ns`` (both go with them)."""
-    run(["ip", "-n", host_ns, "link", "add", host_end, "type", "veth", "peer", "name", "eth0",
-         "netns", other_ns])
+    run(
+        [
+            "ip",
+            "-n",
+            host_ns,
+            "link",
+            "add",
+            host_end,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            other_ns,
+        ]
+    )
     for ns, name, addr in ((host_ns, host_end, host_address), (other_ns, "eth0", address)):
         if addr:
             run(["ip", "-n", ns, "addr", "add", addr, "dev", name])
@@ -139,9 +184,11 @@ def collector_link(lab: Lab, root_end: str, ns: str, net: str) -> None:
 
 
 def write_config(path, host: str, plan, ovs, state, collector, agent_ip) -> str:
-    path.write_text(f'host = "{host}"\nplan = "{plan}"\novsdb = "{ovs.remote}"\n'
-                    f'state_dir = "{state}"\ncollector = "{collector.target}"\n'
-                    f'sflow_agent = "{agent_ip}"\ninsecure_unsigned = true\n')
+    path.write_text(
+        f'host = "{host}"\nplan = "{plan}"\novsdb = "{ovs.remote}"\n'
+        f'state_dir = "{state}"\ncollector = "{collector.target}"\n'
+        f'sflow_agent = "{agent_ip}"\ninsecure_unsigned = true\n'
+    )
     return str(path)
 
 
@@ -155,14 +202,18 @@ def link_mac(ns: str, name: str) -> str:
 
 
 def agent_cli(lab: Lab, host_ns: str, *args: str) -> str:
-    result = run(lab.exec_argv(host_ns, [sys.executable, "-m", "cosample", "agent", *args]),
-                 timeout=60, check=False)
+    result = run(
+        lab.exec_argv(host_ns, [sys.executable, "-m", "cosample", "agent", *args]),
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout + result.stderr
 
 
-def run_rig(lab: Lab, tmp_path, packets: int, pps: int, size: int,
-            underlay_mtu: int = 1500) -> dict:
+def run_rig(
+    lab: Lab, tmp_path, packets: int, pps: int, size: int, underlay_mtu: int = 1500
+) -> dict:
     """Apply the plan with real agents, send ``packets`` UDP packets of ``size`` payload bytes
     from VM1 to VM2; the ids sampled locally at s1, sampled at s2 and received at s3, s2's drop
     flow count, the s1 mirror devices' link statistics and s1's first ``apply`` output.
@@ -175,16 +226,35 @@ def run_rig(lab: Lab, tmp_path, packets: int, pps: int, size: int,
     run(["ip", "-n", s2, "link", "set", "eth0", "mtu", str(underlay_mtu)])
     veth_between(s1, "caDu3", s3, address="10.213.3.2/24", host_address="10.213.3.1/24")
     run(["ip", "-n", s3, "route", "add", "default", "via", "10.213.3.1"])
-    run(["ip", "-n", s3, "link", "add", "vx", "type", "vxlan", "id", pair_vni("s1", "s3"),
-         "dstport", "4789", "local", "10.213.3.2"])
+    run(
+        [
+            "ip",
+            "-n",
+            s3,
+            "link",
+            "add",
+            "vx",
+            "type",
+            "vxlan",
+            "id",
+            pair_vni("s1", "s3"),
+            "dstport",
+            "4789",
+            "local",
+            "10.213.3.2",
+        ]
+    )
     run(["ip", "-n", s3, "link", "set", "vx", "up"])
     collector_link(lab, "caDc", s1, "10.213.9")
     collector_link(lab, "caDc2", s2, "10.213.8")
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(json.dumps(dataplane_plan()))
-    with OvsInstance(tmp_path / "ovs1", dummy=False, namespace=s1) as ovs1, \
-            OvsInstance(tmp_path / "ovs2", dummy=False, namespace=s2) as ovs2, \
-            SflowCollector(host="10.213.9.1") as sflow1, SflowCollector(host="10.213.8.1") as sflow2:
+    with (
+        OvsInstance(tmp_path / "ovs1", dummy=False, namespace=s1) as ovs1,
+        OvsInstance(tmp_path / "ovs2", dummy=False, namespace=s2) as ovs2,
+        SflowCollector(host="10.213.9.1") as sflow1,
+        SflowCollector(host="10.213.8.1") as sflow2,
+    ):
         ovs1.vsctl("add-br", "cabr2", "--", "set", "Bridge", "cabr2", "datapath_type=netdev")
         for vm in (1, 2):
             ovs1.vsctl("add-port", "cabr2", f"caDh{vm}")
@@ -199,10 +269,24 @@ def run_rig(lab: Lab, tmp_path, packets: int, pps: int, size: int,
         ovs1.wait_for_ports("caDh1", "caDh2")
         ovs2.wait_for_ports("eth0")
         configs = {
-            s2: write_config(tmp_path / "s2.toml", "s2", plan_path, ovs2, tmp_path / "state2",
-                             sflow2, "10.213.8.2"),
-            s1: write_config(tmp_path / "s1.toml", "s1", plan_path, ovs1, tmp_path / "state1",
-                             sflow1, "10.213.9.2"),
+            s2: write_config(
+                tmp_path / "s2.toml",
+                "s2",
+                plan_path,
+                ovs2,
+                tmp_path / "state2",
+                sflow2,
+                "10.213.8.2",
+            ),
+            s1: write_config(
+                tmp_path / "s1.toml",
+                "s1",
+                plan_path,
+                ovs1,
+                tmp_path / "state1",
+                sflow1,
+                "10.213.9.2",
+            ),
         }
         applied = {}
         try:
@@ -210,42 +294,73 @@ def run_rig(lab: Lab, tmp_path, packets: int, pps: int, size: int,
                 applied[ns] = agent_cli(lab, ns, "apply", "--once", "--config", config)
                 assert "ok: plan version 1" in applied[ns]
                 assert "0 command(s)" in agent_cli(lab, ns, "apply", "--config", config)
-            run(lab.exec_argv("caD1", [sys.executable, "-c", SENDER, "10.213.0.2",
-                                       str(PORT + 1), "20", "100"]), timeout=30)  # ARP warm-up
+            run(
+                lab.exec_argv(
+                    "caD1", [sys.executable, "-c", SENDER, "10.213.0.2", str(PORT + 1), "20", "100"]
+                ),
+                timeout=30,
+            )  # ARP warm-up
             time.sleep(1.0)
-            assert neighbour_mac(s1, "10.213.2.2") == link_mac(s2, "cabp2"), \
+            assert neighbour_mac(s1, "10.213.2.2") == link_mac(s2, "cabp2"), (
                 "s1 must reach s2's tunnel address at the bridge's internal port"
+            )
             sniffer = subprocess.Popen(
                 lab.exec_argv(s3, [sys.executable, "-c", SNIFFER, "vx", str(PORT)]),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             assert sniffer.stdout.readline().strip() == "ready"
             sflow1.clear()
             sflow2.clear()
-            run(lab.exec_argv("caD1", [sys.executable, "-c", SENDER, "10.213.0.2", str(PORT),
-                                       str(packets), str(pps), str(size)]), timeout=60)
+            run(
+                lab.exec_argv(
+                    "caD1",
+                    [
+                        sys.executable,
+                        "-c",
+                        SENDER,
+                        "10.213.0.2",
+                        str(PORT),
+                        str(packets),
+                        str(pps),
+                        str(size),
+                    ],
+                ),
+                timeout=60,
+            )
             time.sleep(1.5)  # sFlow datagrams are batched; let the last ones arrive
             at_s3 = json.loads(sniffer.communicate("stop\n", timeout=20)[0])
-            dropped = ovs2.ofctl("dump-flows", "unix:" + str(ovs2.directory / "cabr3.mgmt"),
-                                 "cookie=0xc05a000000000000/0xffff000000000000")
-            links = json.loads(run(["ip", "-n", s1, "-j", "-s", "-d", "link", "show", "type",
-                                    "vxlan"]).stdout)
+            dropped = ovs2.ofctl(
+                "dump-flows",
+                "unix:" + str(ovs2.directory / "cabr3.mgmt"),
+                "cookie=0xc05a000000000000/0xffff000000000000",
+            )
+            links = json.loads(
+                run(["ip", "-n", s1, "-j", "-s", "-d", "link", "show", "type", "vxlan"]).stdout
+            )
         finally:
             for ns, config in configs.items():
                 agent_cli(lab, ns, "remove", "--config", config)
     return {
         "local": [i for s in sflow1.snapshot() if (i := udp_payload_id(s.header)) is not None],
         "s2": [i for s in sflow2.snapshot() if (i := udp_payload_id(s.header)) is not None],
-        "s3": at_s3, "dropped": int(dropped.split("n_packets=")[1].split(",")[0]),
-        "links": links, "s1_apply": applied[s1]}
+        "s3": at_s3,
+        "dropped": int(dropped.split("n_packets=")[1].split(",")[0]),
+        "links": links,
+        "s1_apply": applied[s1],
+    }
 
 
 def test_planned_rates_on_real_traffic(lab, tmp_path):
     got = run_rig(lab, tmp_path, PACKETS, PPS, 40)
     local, at_s2, at_s3 = got["local"], got["s2"], got["s3"]
-    print(f"\n{PACKETS} packets sent; s1 sFlow samples {len(local)} (planned "
-          f"{PACKETS / SAMPLING:.0f}); s2 sampled {len(at_s2)} mirrored (planned "
-          f"{PACKETS * SHARES['s2']:.0f}); s3 received {len(at_s3)} (planned "
-          f"{PACKETS * SHARES['s3']:.0f}); in both: {len(set(at_s2) & set(at_s3))}")
+    print(
+        f"\n{PACKETS} packets sent; s1 sFlow samples {len(local)} (planned "
+        f"{PACKETS / SAMPLING:.0f}); s2 sampled {len(at_s2)} mirrored (planned "
+        f"{PACKETS * SHARES['s2']:.0f}); s3 received {len(at_s3)} (planned "
+        f"{PACKETS * SHARES['s3']:.0f}); in both: {len(set(at_s2) & set(at_s3))}"
+    )
     assert within(len(local), PACKETS, 1 / SAMPLING)
     assert within(len(at_s2), PACKETS, SHARES["s2"])
     assert within(len(at_s3), PACKETS, SHARES["s3"])
@@ -266,20 +381,29 @@ def test_full_size_copies_need_underlay_room(lab, tmp_path, underlay_mtu):
     does not pop fragmented tunnel packets: over a 1500-byte underlay none arrive there, and
     s1's agent says so; with 1600 bytes every planned copy arrives, and the agent is quiet
     about s2."""
-    got = run_rig(lab, tmp_path, FULL_SIZE_PACKETS, FULL_SIZE_PPS, FULL_SIZE_PAYLOAD,
-                  underlay_mtu=underlay_mtu)
+    got = run_rig(
+        lab,
+        tmp_path,
+        FULL_SIZE_PACKETS,
+        FULL_SIZE_PPS,
+        FULL_SIZE_PAYLOAD,
+        underlay_mtu=underlay_mtu,
+    )
     local, at_s2, at_s3 = got["local"], got["s2"], got["s3"]
     devices = {x["ifname"]: (x["mtu"], x["stats64"]["tx"]["packets"]) for x in got["links"]}
-    print(f"\nunderlay s1-s2 MTU {underlay_mtu}: {FULL_SIZE_PACKETS} full-size packets sent; "
-          f"s1 sFlow samples {len(local)}; s2 sampled {len(at_s2)} mirrored (planned "
-          f"{FULL_SIZE_PACKETS * SHARES['s2']:.0f}; its drop flow took {got['dropped']}); s3 "
-          f"received {len(at_s3)} (planned "
-          f"{FULL_SIZE_PACKETS * SHARES['s3']:.0f}); mirror devices (MTU, tx packets): {devices}")
+    print(
+        f"\nunderlay s1-s2 MTU {underlay_mtu}: {FULL_SIZE_PACKETS} full-size packets sent; "
+        f"s1 sFlow samples {len(local)}; s2 sampled {len(at_s2)} mirrored (planned "
+        f"{FULL_SIZE_PACKETS * SHARES['s2']:.0f}; its drop flow took {got['dropped']}); s3 "
+        f"received {len(at_s3)} (planned "
+        f"{FULL_SIZE_PACKETS * SHARES['s3']:.0f}); mirror devices (MTU, tx packets): {devices}"
+    )
     assert within(len(local), FULL_SIZE_PACKETS, 1 / SAMPLING)
     assert within(len(at_s3), FULL_SIZE_PACKETS, SHARES["s3"])  # kernel receiver: reassembled
     assert len(set(at_s3)) == len(at_s3) and not set(at_s2) & set(at_s3)
-    warned = {peer: f"warning: mirror to {peer}: the underlay" in got["s1_apply"]
-              for peer in ("s2", "s3")}
+    warned = {
+        peer: f"warning: mirror to {peer}: the underlay" in got["s1_apply"] for peer in ("s2", "s3")
+    }
     assert warned["s3"]  # 1500 toward s3: its copies are fragmented (a kernel receiver copes)
     if underlay_mtu < 1550:
         assert warned["s2"] and "copies of frames over 1464 bytes" in got["s1_apply"]

@@ -17,14 +17,18 @@ import time
 from datetime import timedelta
 
 import pytest
+from agentsandbox import (
+    BRIDGE,
+    agent,
+    fingerprint,
+    receiver_plan,
+)
 
 from cosample.agents import commands as c
 from cosample.agents.runner import LAST_GOOD_FILE
 from cosample.agents.state import SflowSettings, pair_vni, short_hash
 from cosample.cli import main
 from cosample.dataplane.run import run
-from agentsandbox import (BRIDGE, VM_PORTS, Agent, agent, fingerprint,  # noqa: F401
-                          receiver_plan, root_links, sandbox)
 
 pytestmark = pytest.mark.ovs
 
@@ -48,6 +52,7 @@ def _set(path, value):
         for key in path[:-1]:
             target = target[key]
         target[path[-1]] = value
+
     mutate.__name__ = ".".join(map(str, path))
     return mutate
 
@@ -102,8 +107,9 @@ CORPUS = [
 
 
 @pytest.mark.parametrize("mutate,message", CORPUS, ids=[m.__name__ for m, _ in CORPUS])
-def test_bad_plan_corpus_rejected_without_any_change(sandbox, make_plan, mutate, message,
-                                                     tmp_path, capsys):
+def test_bad_plan_corpus_rejected_without_any_change(
+    sandbox, make_plan, mutate, message, tmp_path, capsys
+):
     ovs, config, _, write_plan = sandbox
     write_plan(receiver_plan(make_plan, 1))
     assert main(["agent", "apply", "--once", "--config", str(config)]) == 0
@@ -137,8 +143,7 @@ def test_deeply_nested_json_is_a_reported_rejection(sandbox, make_plan, tmp_path
     assert _host_state(ovs) == before
 
 
-def test_plan_failing_on_the_host_is_not_adopted_and_the_host_returns(sandbox, make_plan,
-                                                                       tmp_path):
+def test_plan_failing_on_the_host_is_not_adopted_and_the_host_returns(sandbox, make_plan, tmp_path):
     """Item 1: a plan whose commands fail is never "last good"; the host goes back to it."""
     ovs, config, _, write_plan = sandbox
     write_plan(receiver_plan(make_plan, 1))
@@ -147,8 +152,22 @@ def test_plan_failing_on_the_host_is_not_adopted_and_the_host_returns(sandbox, m
     good = fingerprint(a)
     last_good = (tmp_path / "state" / LAST_GOOD_FILE).read_bytes()
     # A foreign VXLAN device holding the s1->s2 key: the kernel refuses the agent's device.
-    run(["ip", "link", "add", "cafx0", "type", "vxlan", "id", str(pair_vni("s1", "s2")),
-         "dstport", "4789", "remote", "10.0.0.2"])
+    run(
+        [
+            "ip",
+            "link",
+            "add",
+            "cafx0",
+            "type",
+            "vxlan",
+            "id",
+            str(pair_vni("s1", "s2")),
+            "dstport",
+            "4789",
+            "remote",
+            "10.0.0.2",
+        ]
+    )
     try:
         write_plan(make_plan(version=2))  # s1 becomes a sender mirroring to s2 and s3
         report = a.cycle()
@@ -169,10 +188,12 @@ def test_plan_failing_on_the_host_is_not_adopted_and_the_host_returns(sandbox, m
     assert restarted.cycle().result == "ok"
 
 
-def test_version_far_ahead_is_refused_and_a_signed_reset_recovers(sandbox, make_plan, now,
-                                                                  tmp_path):
+def test_version_far_ahead_is_refused_and_a_signed_reset_recovers(
+    sandbox, make_plan, now, tmp_path
+):
     """Item 2: versions are bounded by created; 'reset: true' lowers the floor, signed."""
     from cosample.plan.signing import generate_keypair, sign_file
+
     _, config, plan_path, write_plan = sandbox
     generate_keypair(tmp_path / "k", tmp_path / "k.pub")
     signed = lambda doc: (write_plan(doc), sign_file(plan_path, tmp_path / "k"))  # noqa: E731
@@ -216,7 +237,7 @@ class _Trickle(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 def _trickle_handler(body: bytes, pause_s: float):
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's naming
+        def do_GET(self):
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -227,6 +248,7 @@ def _trickle_handler(body: bytes, pause_s: float):
 
         def log_message(self, *args):
             pass
+
     return Handler
 
 
@@ -241,8 +263,9 @@ def test_trickling_plan_server_cannot_hold_the_agent(sandbox, make_plan, to_byte
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/plan.json"
-        code = main(["agent", "apply", "--once", "--config", str(config), "--plan", url,
-                     "--timeout", "1s"])
+        code = main(
+            ["agent", "apply", "--once", "--config", str(config), "--plan", url, "--timeout", "1s"]
+        )
         assert code == 1
         assert "not fetched within the 1 s deadline" in capsys.readouterr().err
     finally:
@@ -257,14 +280,17 @@ def test_values_reach_ovsdb_typed_never_spliced(sandbox):
     a = agent(config)
     hostile = '127.0.0.1:1","192.0.2.66:6343'
     a.host.apply(c.SetSflow(BRIDGE, SflowSettings(hostile, 64, agent='x" header=1')))
-    row = json.loads(ovs.vsctl("--format=json", "--columns=targets,agent,header", "list",
-                               "sFlow"))["data"][0]
+    row = json.loads(ovs.vsctl("--format=json", "--columns=targets,agent,header", "list", "sFlow"))[
+        "data"
+    ][0]
     assert row == [hostile, 'x" header=1', 128]
     peer = 's9",external_ids:evil="1'
-    a.host.apply(c.AddTunnelPort(BRIDGE, "car-test", peer, (("remote_ip", "10.0.0.9"),
-                                                            ("key", "7")), 64999))
-    ids = json.loads(ovs.vsctl("--format=json", "--columns=external_ids", "list", "Interface",
-                               "car-test"))["data"][0][0]
+    a.host.apply(
+        c.AddTunnelPort(BRIDGE, "car-test", peer, (("remote_ip", "10.0.0.9"), ("key", "7")), 64999)
+    )
+    ids = json.loads(
+        ovs.vsctl("--format=json", "--columns=external_ids", "list", "Interface", "car-test")
+    )["data"][0][0]
     assert sorted(ids[1]) == [["cosample-owner", "agent"], ["cosample-peer", peer]]
 
 
@@ -275,16 +301,35 @@ def test_foreign_objects_are_left_alone_and_the_rest_is_configured(sandbox, make
     write_plan(make_plan())
     a = agent(config)
     device = f"{a.config.mirror_device_prefix}-{short_hash('s2')}"
-    run(["ip", "link", "add", device, "type", "vxlan", "id", "77", "dstport", "4790",
-         "remote", "192.0.2.77"])
+    run(
+        [
+            "ip",
+            "link",
+            "add",
+            device,
+            "type",
+            "vxlan",
+            "id",
+            "77",
+            "dstport",
+            "4790",
+            "remote",
+            "192.0.2.77",
+        ]
+    )
     try:
         report = a.cycle()
         assert report.result == "degraded", report
-        assert any(f"interface {device} exists and is not the agent's" in p
-                   for p in report.problems)
+        assert any(
+            f"interface {device} exists and is not the agent's" in p for p in report.problems
+        )
         assert device in run(["ip", "link", "show", "dev", device]).stdout  # still there
-        assert ovs.vsctl("get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(),
-                         "sampling").strip() == "10"  # sFlow configured all the same
+        assert (
+            ovs.vsctl(
+                "get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(), "sampling"
+            ).strip()
+            == "10"
+        )  # sFlow configured all the same
         assert "mirred" not in _tc("caV1")  # all or nothing: no partial chain
         assert main(["agent", "remove", "--config", str(config)]) == 0
         assert device in run(["ip", "link", "show", "dev", device]).stdout
@@ -293,14 +338,37 @@ def test_foreign_objects_are_left_alone_and_the_rest_is_configured(sandbox, make
 
     run(["tc", "qdisc", "add", "dev", "caV1", "ingress"])  # excludes clsact
     run(["tc", "qdisc", "add", "dev", "caV2", "clsact"])
-    run(["tc", "filter", "add", "dev", "caV2", "ingress", "protocol", "all", "prio", "49153",
-         "handle", "1", "bpf", "bytecode", "1,6 0 0 4294967295", "action", "mirred", "egress",
-         "mirror", "dev", "caV1"])  # like the agent's, but without its cookie
+    run(
+        [
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            "caV2",
+            "ingress",
+            "protocol",
+            "all",
+            "prio",
+            "49153",
+            "handle",
+            "1",
+            "bpf",
+            "bytecode",
+            "1,6 0 0 4294967295",
+            "action",
+            "mirred",
+            "egress",
+            "mirror",
+            "dev",
+            "caV1",
+        ]
+    )  # like the agent's, but without its cookie
     report = agent(config).cycle()
     assert report.result == "degraded"
     assert any("caV1: a foreign ingress qdisc" in p for p in report.problems)
-    assert any("caV2: 1 foreign tc filter(s) in the agent's prio range" in p
-               for p in report.problems)
+    assert any(
+        "caV2: 1 foreign tc filter(s) in the agent's prio range" in p for p in report.problems
+    )
     assert ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip() != "[]"
     assert main(["agent", "remove", "--config", str(config)]) == 0
     assert "pref 49153" in _tc("caV2")  # the foreign filter survived remove
@@ -319,8 +387,11 @@ def test_moving_to_another_bridge_leaves_nothing_behind(sandbox, make_plan, tmp_
     def owned(bridge):
         a = agent(config)
         exists, sflow, ports, _ = a.host.ovs.observe(bridge)
-        return (sflow is not None and sflow.owned, [p.name for p in ports if p.owned],
-                [f.cookie for f in a.host.ovs.flows(bridge)])
+        return (
+            sflow is not None and sflow.owned,
+            [p.name for p in ports if p.owned],
+            [f.cookie for f in a.host.ovs.flows(bridge)],
+        )
 
     first = receiver_plan(make_plan, 1)
     first["hosts"]["s1"]["bridge"] = BRIDGE
@@ -346,8 +417,7 @@ def test_secure_by_default(sandbox, make_plan, tmp_path, capsys):
     assert main(["agent", "apply", "--once", "--config", str(config)]) == 2
     assert "public_key: required" in capsys.readouterr().err
     assert ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip() == "[]"
-    assert main(["agent", "apply", "--once", "--config", str(config),
-                 "--insecure-unsigned"]) == 0
+    assert main(["agent", "apply", "--once", "--config", str(config), "--insecure-unsigned"]) == 0
     assert "WARNING: INSECURE" in capsys.readouterr().err
     state = tmp_path / "state"
     assert stat.S_IMODE(state.stat().st_mode) == 0o700

@@ -8,8 +8,15 @@ from cosample.agents.state import MirrorTarget
 
 
 def target(peer: str, remote_ip: str) -> MirrorTarget:
-    return MirrorTarget(peer=peer, rate=0.1, probability=0.1, prio=0xC000, device=f"cosm-{peer}",
-                        remote_ip=remote_ip, vni=7)
+    return MirrorTarget(
+        peer=peer,
+        rate=0.1,
+        probability=0.1,
+        prio=0xC000,
+        device=f"cosm-{peer}",
+        remote_ip=remote_ip,
+        vni=7,
+    )
 
 
 def test_warns_only_where_the_underlay_lacks_room():

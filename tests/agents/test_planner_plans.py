@@ -9,10 +9,10 @@ import pytest
 from cosample.agents.config import make_config
 from cosample.agents.desired import desired_state
 from cosample.agents.fakehost import FakeHost
-from cosample.plan.document import parse_document, parse_plan
 from cosample.agents.reconcile import reconcile
-from cosample.plan.transition import transition
 from cosample.cli import main
+from cosample.plan.document import parse_document, parse_plan
+from cosample.plan.transition import transition
 
 pytest.importorskip("cosample.planner.planfile", reason="the planner's plan writer is missing")
 

@@ -12,14 +12,19 @@ from cosample.agents import commands as c
 from cosample.agents.config import make_config
 from cosample.agents.desired import desired_state, safe_state
 from cosample.agents.fakehost import FakeHost
-from cosample.plan.document import plan_from_dict
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.state import OFPORT_BASE, ObservedPort
 from cosample.dataplane.tcmirror import match_probability
+from cosample.plan.document import plan_from_dict
 
 HOSTS = ("h0", "h1", "h2", "h3", "h4")
-DECREASES = (c.RemoveMirrorFilter, c.RemoveMirrorDevice, c.RemoveTunnelPort, c.RemoveDropFlow,
-             c.RemoveSflow)
+DECREASES = (
+    c.RemoveMirrorFilter,
+    c.RemoveMirrorDevice,
+    c.RemoveTunnelPort,
+    c.RemoveDropFlow,
+    c.RemoveSflow,
+)
 
 
 @st.composite
@@ -35,9 +40,15 @@ def plans(draw, version=1):
         else:
             n = draw(st.integers(2, 64))
             local = 1.0 / n
-        hosts[name] = {"role": role, "local_rate": local, "sflow_sampling": n, "mirrors": [],
-                       "receives": [], "tunnel_ip": f"10.0.0.{HOSTS.index(name) + 1}",
-                       "bridge": "br-int"}
+        hosts[name] = {
+            "role": role,
+            "local_rate": local,
+            "sflow_sampling": n,
+            "mirrors": [],
+            "receives": [],
+            "tunnel_ip": f"10.0.0.{HOSTS.index(name) + 1}",
+            "bridge": "br-int",
+        }
     receivers = [h for h, r in roles.items() if r == "receiver"]
     for name, role in roles.items():
         if role != "sender" or not receivers:
@@ -51,10 +62,18 @@ def plans(draw, version=1):
             budget -= rate
             hosts[name]["mirrors"].append({"to": to, "rate": rate})
             hosts[to]["receives"].append({"from": name, "rate": rate, "pps": 1.0})
-    return plan_from_dict({
-        "format": "cosample.plan", "format_version": 1, "version": version,
-        "created": "2026-11-22T10:00:00Z", "expires": "2026-11-22T16:00:00Z",
-        "plan_id": f"id{version}", "sflow": {"collector": "127.0.0.1:6343"}, "hosts": hosts})
+    return plan_from_dict(
+        {
+            "format": "cosample.plan",
+            "format_version": 1,
+            "version": version,
+            "created": "2026-11-22T10:00:00Z",
+            "expires": "2026-11-22T16:00:00Z",
+            "plan_id": f"id{version}",
+            "sflow": {"collector": "127.0.0.1:6343"},
+            "hosts": hosts,
+        }
+    )
 
 
 def converge(host: FakeHost, desired) -> list[c.Command]:
@@ -70,15 +89,15 @@ def fingerprint(host: FakeHost):
     sflow = observed.sflow.settings if observed.sflow else None
     # port numbers depend on the order ports were made (like UUIDs): compare flows by port name
     names = {p.ofport: p.name for p in observed.ports}
-    ports = sorted((p.name, p.type, p.owned, tuple(sorted(p.options.items())), p.peer)
-                   for p in observed.ports)
+    ports = sorted(
+        (p.name, p.type, p.owned, tuple(sorted(p.options.items())), p.peer) for p in observed.ports
+    )
     flows = sorted((names.get(f.in_port), f.priority, f.actions) for f in observed.flows)
     return (sflow, ports, flows, observed.links, observed.devices)
 
 
 CONFIG = {name: make_config({"host": name}) for name in HOSTS}
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -109,7 +128,8 @@ def test_converged_state_realises_the_plan(plan, host):
             left *= 1 - q
         assert shares == pytest.approx([m.rate for m in part.mirrors], abs=1e-8)
         assert [fake.devices[f.target].remote_ip for f in filters] == [
-            plan.hosts[m.peer].tunnel_ip for m in part.mirrors]
+            plan.hosts[m.peer].tunnel_ip for m in part.mirrors
+        ]
     tunnels = [p for p in fake.ports.values() if p.owned]
     assert sorted(p.peer for p in tunnels) == sorted(r.peer for r in part.receives)
     assert sorted(f.in_port for f in fake.flows.values()) == sorted(p.ofport for p in tunnels)
@@ -154,8 +174,9 @@ def load(host: FakeHost) -> tuple[float, float]:
 def valley(values: list[float]) -> bool:
     """Non-increasing up to the minimum, non-decreasing after it."""
     low = values.index(min(values))
-    return (all(a >= b - 1e-12 for a, b in zip(values[:low], values[1:low + 1]))
-            and all(a <= b + 1e-12 for a, b in zip(values[low:], values[low + 1:])))
+    return all(a >= b - 1e-12 for a, b in zip(values[:low], values[1 : low + 1])) and all(
+        a <= b + 1e-12 for a, b in zip(values[low:], values[low + 1 :])
+    )
 
 
 @SETTINGS
@@ -178,19 +199,21 @@ def test_decreases_come_before_increases(a, b, host):
     assert not any(removals[i] and any(additions[:i]) for i in range(len(commands)))
     # a drop flow is added before its port and removed after it
     adds = [x for x in commands if isinstance(x, (c.AddDropFlow, c.AddTunnelPort))]
-    assert [type(x) for x in adds] == sorted((type(x) for x in adds),
-                                             key=lambda t: t is c.AddTunnelPort)
+    assert [type(x) for x in adds] == sorted(
+        (type(x) for x in adds), key=lambda t: t is c.AddTunnelPort
+    )
 
 
 @SETTINGS
-@given(a=plans(version=1), b=plans(version=2), host=st.sampled_from(HOSTS),
-       seed=st.integers(0, 2**16))
+@given(
+    a=plans(version=1), b=plans(version=2), host=st.sampled_from(HOSTS), seed=st.integers(0, 2**16)
+)
 def test_crash_at_any_step_then_next_run_converges(a, b, host, seed):
     fake = FakeHost()
     converge(fake, desired_state(a, CONFIG[host]))
     desired = desired_state(b, CONFIG[host])
     commands = reconcile(desired, fake.observe("br-int"))
-    for command in commands[:random.Random(seed).randint(0, len(commands))]:
+    for command in commands[: random.Random(seed).randint(0, len(commands))]:
         fake.apply(command)  # killed after this prefix
     converge(fake, desired)
     assert reconcile(desired, fake.observe("br-int")) == []
@@ -221,8 +244,7 @@ def test_recreated_mirror_device_gets_its_filters_back(make_plan):
     fake.apply(c.AddMirrorDevice(device, "s2", "10.9.9.9", 5, None, 4789))  # changed under us
     commands = converge(fake, desired)
     assert any(isinstance(x, c.AddMirrorDevice) and x.replace for x in commands)
-    assert all(f.target is not None for link in fake.links.values()
-               for f in link.filters.values())
+    assert all(f.target is not None for link in fake.links.values() for f in link.filters.values())
     assert reconcile(desired, fake.observe("br-int")) == []
 
 
@@ -280,7 +302,8 @@ def test_sflow_rate_decrease_is_an_update_in_place(make_plan):
     fake = FakeHost()
     converge(fake, desired_state(plan_from_dict(make_plan()), CONFIG_S1))
     uuid = fake.sflow.uuid
-    commands = converge(fake, desired_state(plan_from_dict(make_plan(version=101, sampling=20)),
-                                            CONFIG_S1))
+    commands = converge(
+        fake, desired_state(plan_from_dict(make_plan(version=101, sampling=20)), CONFIG_S1)
+    )
     assert commands == [c.SetSflow("br-int", fake.sflow.settings, uuid)]
     assert fake.sflow.uuid == uuid and fake.sflow.settings.sampling == 20

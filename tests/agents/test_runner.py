@@ -50,8 +50,11 @@ def test_cycle_applies_reports_and_remembers(setup, make_plan, to_bytes):
     assert "cosample_agent_sflow_sampling_n 10.0" in metrics
     expires = datetime.fromisoformat(make_plan()["expires"]).timestamp()
     assert expires == next(
-        sample.value for family in text_string_to_metric_families(metrics)
-        for sample in family.samples if sample.name == "cosample_agent_plan_expires_timestamp_seconds")
+        sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "cosample_agent_plan_expires_timestamp_seconds"
+    )
     assert json.loads((agent.state_dir / LAST_GOOD_FILE).read_text())["version"] == 100
     writes = agent.host.writes
     remembered = (agent.state_dir / LAST_GOOD_FILE).stat().st_mtime_ns
@@ -137,8 +140,15 @@ def test_two_phase_plan_set_applies_phase_two_after_not_before(setup, make_plan,
     plan_path, make, clock = setup
     phase2 = make_plan(version=201, sampling=5, local_rate=0.2)
     phase2["not_before"] = (now + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    plan_path.write_text(json.dumps({"format": "cosample.planset", "format_version": 1,
-                                     "plans": [make_plan(version=200), phase2]}))
+    plan_path.write_text(
+        json.dumps(
+            {
+                "format": "cosample.planset",
+                "format_version": 1,
+                "plans": [make_plan(version=200), phase2],
+            }
+        )
+    )
     agent, _ = make()
     report = agent.cycle()
     assert report.plan_version == 200 and report.pending_version == 201
@@ -203,6 +213,7 @@ def test_run_loop_survives_a_failing_host_and_stops(setup, make_plan, to_bytes):
 def test_plan_failing_on_the_host_is_rolled_back_and_not_retried(setup, make_plan, to_bytes):
     """The fake twin of test_hardening's kernel refusal: last good means applied and verified."""
     from cosample.agents import commands as c
+
     plan_path, make, _ = setup
     plan_path.write_bytes(to_bytes(make_plan(version=100, sender_mirrors=())))
     agent, _ = make()
@@ -257,8 +268,13 @@ def test_slices_setting_decides_what_is_read(setup, config_for, tmp_path, make_p
     folder = tmp_path / "pub"
     DirectoryTarget(folder).publish(render(make_plan(), 100, key))
     _, _, clock = setup
-    config = config_for("s1", plan=str(folder / "plan.json"), public_key=public,
-                        insecure_unsigned=False, slices=form)
+    config = config_for(
+        "s1",
+        plan=str(folder / "plan.json"),
+        public_key=public,
+        insecure_unsigned=False,
+        slices=form,
+    )
     agent = Agent(config, FakeHost(), clock=clock)
     report = agent.cycle()
     assert report.result == "ok" and report.plan_version == 100

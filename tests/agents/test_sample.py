@@ -21,9 +21,13 @@ PROBABILITY, DOMAIN = 26214, 167772161  # 0.4; 10.0.0.1 as a 32-bit integer
 def sample_document(make_plan, probability=PROBABILITY, domain=DOMAIN, ipfix=None, **kwargs):
     """The usual plan with s1 (a sender mirroring to s2 and s3) sampling by the sample action."""
     doc = make_plan(**kwargs)
-    doc["hosts"]["s1"].update(local_mechanism="sample", sflow_sampling=None,
-                              sample_probability=probability, observation_domain=domain,
-                              local_rate=probability / SAMPLE_PROBABILITY_SCALE)
+    doc["hosts"]["s1"].update(
+        local_mechanism="sample",
+        sflow_sampling=None,
+        sample_probability=probability,
+        observation_domain=domain,
+        local_rate=probability / SAMPLE_PROBABILITY_SCALE,
+    )
     doc["ipfix"] = ipfix if ipfix is not None else {"collector": "127.0.0.1:4739"}
     return doc
 
@@ -41,16 +45,19 @@ def kinds(commands) -> list[str]:
 
 # plan fields ---------------------------------------------------------------------------------
 #: The contract fixes the rules, not which of two related fields an error names: either will do.
-@pytest.mark.parametrize("change, field", [
-    ({"sample_probability": None}, "(sample_probability|local_mechanism)"),
-    ({"observation_domain": None}, "(observation_domain|local_mechanism)"),
-    ({"sample_probability": 0}, "sample_probability"),
-    ({"sample_probability": 65536}, "sample_probability"),
-    ({"observation_domain": 2**32}, "observation_domain"),
-    ({"sflow_sampling": 2}, "(sflow_sampling|local_mechanism)"),
-    ({"local_rate": 0.5}, "(local_rate|sample_probability)"),
-    ({"local_mechanism": "tc"}, "local_mechanism"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"sample_probability": None}, "(sample_probability|local_mechanism)"),
+        ({"observation_domain": None}, "(observation_domain|local_mechanism)"),
+        ({"sample_probability": 0}, "sample_probability"),
+        ({"sample_probability": 65536}, "sample_probability"),
+        ({"observation_domain": 2**32}, "observation_domain"),
+        ({"sflow_sampling": 2}, "(sflow_sampling|local_mechanism)"),
+        ({"local_rate": 0.5}, "(local_rate|sample_probability)"),
+        ({"local_mechanism": "tc"}, "local_mechanism"),
+    ],
+)
 def test_a_sample_host_is_refused_naming_the_field(make_plan, change, field):
     doc = sample_document(make_plan)
     doc["hosts"]["s1"].update(change)
@@ -60,13 +67,22 @@ def test_a_sample_host_is_refused_naming_the_field(make_plan, change, field):
 
 def test_a_sample_host_receives_nothing_and_domains_are_unique(make_plan):
     doc = sample_document(make_plan)
-    doc["hosts"]["s2"].update(local_mechanism="sample", sflow_sampling=None,
-                              sample_probability=65535, observation_domain=7)
+    doc["hosts"]["s2"].update(
+        local_mechanism="sample",
+        sflow_sampling=None,
+        sample_probability=65535,
+        observation_domain=7,
+    )
     with pytest.raises(PlanError, match=r"hosts\.s2\.(receives|local_mechanism)"):
         plan_from_dict(doc)
     doc = sample_document(make_plan)
-    doc["hosts"]["s4"].update(local_mechanism="sample", sflow_sampling=None, local_rate=1.0,
-                              sample_probability=65535, observation_domain=DOMAIN)
+    doc["hosts"]["s4"].update(
+        local_mechanism="sample",
+        sflow_sampling=None,
+        local_rate=1.0,
+        sample_probability=65535,
+        observation_domain=DOMAIN,
+    )
     with pytest.raises(PlanError, match=r"observation_domain"):
         plan_from_dict(doc)
 
@@ -81,25 +97,41 @@ def test_sflow_hosts_carry_no_sample_fields_and_old_plans_read_as_before(make_pl
 
 
 def test_the_ipfix_object_is_checked(make_plan):
-    for bad in ({"collector": "nowhere"}, {"cache_active_timeout_s": 0},
-                {"cache_max_flows": 2**32}):
+    for bad in (
+        {"collector": "nowhere"},
+        {"cache_active_timeout_s": 0},
+        {"cache_max_flows": 2**32},
+    ):
         with pytest.raises(PlanError, match=r"ipfix\."):
             plan_from_dict(sample_document(make_plan, ipfix=bad))
 
 
 # desired state -------------------------------------------------------------------------------
 def test_a_sample_host_has_no_sflow_and_plan_values_win(make_plan, config_for):
-    plan = plan_from_dict(sample_document(make_plan, ipfix={
-        "collector": "192.0.2.7:4739", "cache_active_timeout_s": 5, "cache_max_flows": 99}))
-    desired = desired_state(plan, config_for(collector="127.0.0.1:6343",
-                                             ipfix_collector="127.0.0.1:9999"))
+    plan = plan_from_dict(
+        sample_document(
+            make_plan,
+            ipfix={
+                "collector": "192.0.2.7:4739",
+                "cache_active_timeout_s": 5,
+                "cache_max_flows": 99,
+            },
+        )
+    )
+    desired = desired_state(
+        plan, config_for(collector="127.0.0.1:6343", ipfix_collector="127.0.0.1:9999")
+    )
     assert desired.sflow is None
-    assert desired.sample == s.SampleSettings(s.IpfixSettings("192.0.2.7:4739", 5, 99),
-                                              PROBABILITY, DOMAIN)
+    assert desired.sample == s.SampleSettings(
+        s.IpfixSettings("192.0.2.7:4739", 5, 99), PROBABILITY, DOMAIN
+    )
     assert [m.peer for m in desired.mirrors] == ["s2", "s3"]  # mirrors are independent of it
     summary = summarise(desired)
-    assert (summary["local_mechanism"], summary["sample_probability"],
-            summary["observation_domain"]) == ("sample", PROBABILITY, DOMAIN)
+    assert (
+        summary["local_mechanism"],
+        summary["sample_probability"],
+        summary["observation_domain"],
+    ) == ("sample", PROBABILITY, DOMAIN)
 
 
 def test_the_config_fills_what_the_plan_leaves_out(make_plan, config_for):
@@ -122,25 +154,33 @@ def test_a_sample_plan_converges_in_one_pass_and_a_second_changes_nothing(make_p
     assert host.sflow is None
     [exporter] = host.exporters.values()
     assert (exporter.set_id, exporter.owned, exporter.ipfix) == (
-        SAMPLE_COLLECTOR_SET_ID, True, s.IpfixSettings("127.0.0.1:4739", 1, 1024))
+        SAMPLE_COLLECTOR_SET_ID,
+        True,
+        s.IpfixSettings("127.0.0.1:4739", 1, 1024),
+    )
     flow = host.flows[s.SAMPLE_COOKIE]
     assert flow.priority == s.SAMPLE_PRIORITY
-    assert (f"sample(probability={PROBABILITY},collector_set_id={SAMPLE_COLLECTOR_SET_ID},"
-            f"obs_domain_id={DOMAIN},obs_point_id={PROBABILITY})") in flow.actions
+    assert (
+        f"sample(probability={PROBABILITY},collector_set_id={SAMPLE_COLLECTOR_SET_ID},"
+        f"obs_domain_id={DOMAIN},obs_point_id={PROBABILITY})"
+    ) in flow.actions
     assert reconcile(desired, host.observe(desired.bridge)) == []
     host.restart_vswitchd()  # flows are not in OVSDB
     assert kinds(converge(host, desired)) == ["SetSampleFlow"] + [
-        k for k in kinds(first) if k.startswith("SetAppmonFlows")]
+        k for k in kinds(first) if k.startswith("SetAppmonFlows")
+    ]
 
 
 def test_a_changed_probability_rewrites_the_flow_only(make_plan, config_for):
     host = FakeHost()
     converge(host, desired_state(plan_from_dict(sample_document(make_plan)), config_for()))
     for probability in (1000, 60000):
-        desired = desired_state(plan_from_dict(sample_document(
-            make_plan, probability=probability)), config_for())
+        desired = desired_state(
+            plan_from_dict(sample_document(make_plan, probability=probability)), config_for()
+        )
         assert reconcile(desired, host.observe(desired.bridge)) == [
-            s.SetSampleFlow(desired.bridge, probability, DOMAIN)]
+            s.SetSampleFlow(desired.bridge, probability, DOMAIN)
+        ]
         converge(host, desired)
         assert f"probability={probability}," in host.flows[s.SAMPLE_COOKIE].actions
 
@@ -149,11 +189,16 @@ def test_changed_exporter_settings_update_the_row_in_place(make_plan, config_for
     host = FakeHost()
     converge(host, desired_state(plan_from_dict(sample_document(make_plan)), config_for()))
     [before] = host.exporters.values()
-    desired = desired_state(plan_from_dict(sample_document(
-        make_plan, ipfix={"collector": "127.0.0.1:4740", "cache_max_flows": 10})), config_for())
+    desired = desired_state(
+        plan_from_dict(
+            sample_document(make_plan, ipfix={"collector": "127.0.0.1:4740", "cache_max_flows": 10})
+        ),
+        config_for(),
+    )
     commands = converge(host, desired)
-    assert commands == [s.SetSampleExporter(desired.bridge, desired.sample.ipfix,
-                                            before.ipfix_uuid)]
+    assert commands == [
+        s.SetSampleExporter(desired.bridge, desired.sample.ipfix, before.ipfix_uuid)
+    ]
     [after] = host.exporters.values()
     assert after.uuid == before.uuid and after.ipfix == desired.sample.ipfix
 
@@ -163,8 +208,11 @@ def test_back_to_sflow_removes_the_flow_then_the_exporter_then_sets_sflow(make_p
     converge(host, desired_state(plan_from_dict(sample_document(make_plan)), config_for()))
     desired = desired_state(plan_from_dict(make_plan(version=101)), config_for())
     order = kinds(converge(host, desired))
-    assert order.index("RemoveSampleFlow") < order.index("RemoveSampleExporter") \
+    assert (
+        order.index("RemoveSampleFlow")
+        < order.index("RemoveSampleExporter")
         < order.index("SetSflow")
+    )
     assert host.exporters == {} and s.SAMPLE_COOKIE not in host.flows
     assert host.sflow is not None and host.sflow.settings.sampling == 10
     assert reconcile(desired, host.observe(desired.bridge)) == []
@@ -179,8 +227,9 @@ def test_safe_state_and_a_missing_bridge(make_plan, config_for):
     assert host.exporters == {} and s.SAMPLE_COOKIE not in host.flows
     assert host.sflow.settings.sampling == 4096
     gone = FakeHost(bridge_exists=False)
-    gone.exporters["x"] = s.ObservedExporter("br-int", "x", SAMPLE_COLLECTOR_SET_ID, True,
-                                             "y", None)
+    gone.exporters["x"] = s.ObservedExporter(
+        "br-int", "x", SAMPLE_COLLECTOR_SET_ID, True, "y", None
+    )
     assert kinds(converge(gone, desired_state(plan, config_for()))) == ["RemoveSampleExporter"]
 
 
@@ -191,16 +240,23 @@ def test_a_receiver_turned_sample_host_loses_its_tunnels_and_drop_flows(make_pla
     converge(host, receiver)
     fresh = (host.sflow.settings, sorted((f.priority, f.actions) for f in host.flows.values()))
     doc = make_plan(version=101, sender_mirrors=())
-    doc["hosts"]["s2"].update(local_mechanism="sample", sflow_sampling=None,
-                              sample_probability=65535, observation_domain=2, local_rate=1.0)
+    doc["hosts"]["s2"].update(
+        local_mechanism="sample",
+        sflow_sampling=None,
+        sample_probability=65535,
+        observation_domain=2,
+        local_rate=1.0,
+    )
     doc["ipfix"] = {"collector": "127.0.0.1:4739"}
     converge(host, desired_state(plan_from_dict(doc), config_for("s2")))
     assert [f.cookie for f in host.flows.values()] == [s.SAMPLE_COOKIE]
     assert not any(p.owned for p in host.ports.values()) and host.sflow is None
     receiver = desired_state(plan_from_dict(make_plan(version=102)), config_for("s2"))
     converge(host, receiver)
-    assert (host.sflow.settings, sorted((f.priority, f.actions)
-                                        for f in host.flows.values())) == fresh
+    assert (
+        host.sflow.settings,
+        sorted((f.priority, f.actions) for f in host.flows.values()),
+    ) == fresh
     assert host.exporters == {}
 
 
@@ -211,8 +267,10 @@ def test_a_foreign_collector_set_with_our_id_is_reported_and_left_alone(make_pla
     commands = converge(host, desired)
     assert not any(isinstance(c, s.SAMPLE_COMMANDS) for c in commands)
     assert list(host.exporters) == ["foreign-set"] and s.SAMPLE_COOKIE not in host.flows
-    assert any("foreign Flow_Sample_Collector_Set" in p
-               for p in find_problems(desired, host.observe(desired.bridge)))
+    assert any(
+        "foreign Flow_Sample_Collector_Set" in p
+        for p in find_problems(desired, host.observe(desired.bridge))
+    )
     other = FakeHost()
     other.add_foreign_collector_set(set_id=7)  # another id: none of the agent's business
     converge(other, desired)
@@ -234,6 +292,7 @@ def test_a_crash_after_any_prefix_of_commands_converges(make_plan, config_for):
 
 def test_the_metric_shows_the_probability(make_plan, config_for):
     from cosample.agents.report import CycleReport
+
     desired = desired_state(plan_from_dict(sample_document(make_plan)), config_for())
     metrics = Metrics()
     metrics.record(CycleReport("s1", "t", "ok", "plan", ""), desired, 0.0, [])
@@ -244,8 +303,11 @@ def test_the_metric_shows_the_probability(make_plan, config_for):
 
 def test_appmon_flows_are_the_same_with_the_sample_mechanism(make_plan, config_for):
     """The sample flow composes by its mark and resubmit: the appmon flows do not change."""
-    entry = {"service": {"address": "10.0.0.12", "port": 8080},
-             "mechanism": "selective_mirror", "to": "s4"}
+    entry = {
+        "service": {"address": "10.0.0.12", "port": 8080},
+        "mechanism": "selective_mirror",
+        "to": "s4",
+    }
     flows = {}
     for mechanism, doc in (("sflow", make_plan()), ("sample", sample_document(make_plan))):
         doc["hosts"]["s1"]["appmon"] = [dict(entry)]

@@ -34,14 +34,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from collector_daemon import Daemon
+from waiting import wait_for
+
 from cosample.agents.sample import SAMPLE_COOKIE
 from cosample.dataplane.ipfix import IPFIX_PORT, SAMPLE_PROBABILITY_SCALE
 from cosample.dataplane.run import run
 from cosample.lab.netns import Lab
 from cosample.lab.ovs import OvsInstance
-from waiting import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -82,15 +82,30 @@ for i in range(count):
 def description(bridge: str, ports: list[str]) -> dict:
     """s1 sends 2,000 pps to s2; capacity 2,400 at alpha_sample 0.5 leaves it a local share of
     0.4 and no mirror room; s2 has no room either. IPFIX to s1's own tunnel address."""
-    return {"name": "e2esample", "cost": {"alpha": 1.54, "beta": 0.46},
-            "ipfix": {"collector": f"{TUNNEL}:{IPFIX_PORT}", "cache_active_timeout_s": 1,
-                      "cache_max_flows": 64},
-            "servers": [
-                {"name": "s1", "capacity_pps": 2400, "alpha_sample": 0.5,
-                 "observation_domain": DOMAIN, "tunnel_ip": TUNNEL, "bridge": bridge,
-                 "vm_ports": ports, "packet_bytes": 100, "mirror_cap_bytes_per_s": 0},
-                {"name": "s2", "capacity_pps": 2000, "tunnel_ip": "10.222.0.2"}],
-            "traffic_pps": {"s1": {"s2": 2000}}}
+    return {
+        "name": "e2esample",
+        "cost": {"alpha": 1.54, "beta": 0.46},
+        "ipfix": {
+            "collector": f"{TUNNEL}:{IPFIX_PORT}",
+            "cache_active_timeout_s": 1,
+            "cache_max_flows": 64,
+        },
+        "servers": [
+            {
+                "name": "s1",
+                "capacity_pps": 2400,
+                "alpha_sample": 0.5,
+                "observation_domain": DOMAIN,
+                "tunnel_ip": TUNNEL,
+                "bridge": bridge,
+                "vm_ports": ports,
+                "packet_bytes": 100,
+                "mirror_cap_bytes_per_s": 0,
+            },
+            {"name": "s2", "capacity_pps": 2000, "tunnel_ip": "10.222.0.2"},
+        ],
+        "traffic_pps": {"s1": {"s2": 2000}},
+    }
 
 
 def cosample(*args: str, prefix: tuple[str, ...] = ()) -> str:
@@ -101,12 +116,35 @@ def cosample(*args: str, prefix: tuple[str, ...] = ()) -> str:
 
 def tshark_records(capture: Path) -> list[tuple[int, int, int]]:
     """(domain, observation point, packetDeltaCount) of every data record tshark decodes."""
-    out = run(["tshark", "-r", str(capture), "-d", f"udp.port=={IPFIX_PORT},cflow", "-T",
-               "fields", "-E", "separator=|", "-E", "occurrence=a", "-e", "cflow.od_id", "-e",
-               "cflow.observation_point_id", "-e", "cflow.packets"], timeout=60).stdout
+    out = run(
+        [
+            "tshark",
+            "-r",
+            str(capture),
+            "-d",
+            f"udp.port=={IPFIX_PORT},cflow",
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-E",
+            "occurrence=a",
+            "-e",
+            "cflow.od_id",
+            "-e",
+            "cflow.observation_point_id",
+            "-e",
+            "cflow.packets",
+        ],
+        timeout=60,
+    ).stdout
     rows = [line.split("|") for line in out.splitlines()]
-    return [(int(domain), int(point), int(packets)) for row in rows if row[2]
-            for domain, point, packets in zip(*(cell.split(",") for cell in row))]
+    return [
+        (int(domain), int(point), int(packets))
+        for row in rows
+        if row[2]
+        for domain, point, packets in zip(*(cell.split(",") for cell in row))
+    ]
 
 
 @pytest.fixture
@@ -121,15 +159,37 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
     vms = {name: lab.namespace(name) for name in VM}
     for namespace in vms.values():  # no IPv6 chatter: the bridge takes in only what we send
         for scope in ("all", "default"):
-            run(lab.exec_argv(namespace, ["sysctl", "-q", "-w",
-                                          f"net.ipv6.conf.{scope}.disable_ipv6=1"]))
-    ports = [lab.veth(f"{p}{name}", vms[name], address=f"{VM[name]}/24", host_namespace=host)
-             for name in VM]
-    mac = {name: run(lab.exec_argv(vms[name], ["cat", "/sys/class/net/eth0/address"])
-                     ).stdout.strip() for name in VM}
+            run(
+                lab.exec_argv(
+                    namespace, ["sysctl", "-q", "-w", f"net.ipv6.conf.{scope}.disable_ipv6=1"]
+                )
+            )
+    ports = [
+        lab.veth(f"{p}{name}", vms[name], address=f"{VM[name]}/24", host_namespace=host)
+        for name in VM
+    ]
+    mac = {
+        name: run(lab.exec_argv(vms[name], ["cat", "/sys/class/net/eth0/address"])).stdout.strip()
+        for name in VM
+    }
     for name, peer in (("a", "b"), ("b", "a")):  # no ARP either (UDP alone re-probes)
-        run(lab.exec_argv(vms[name], ["ip", "neigh", "replace", VM[peer], "lladdr", mac[peer],
-                                      "dev", "eth0", "nud", "permanent"]))
+        run(
+            lab.exec_argv(
+                vms[name],
+                [
+                    "ip",
+                    "neigh",
+                    "replace",
+                    VM[peer],
+                    "lladdr",
+                    mac[peer],
+                    "dev",
+                    "eth0",
+                    "nud",
+                    "permanent",
+                ],
+            )
+        )
     run(["ip", "-n", host, "addr", "add", f"{TUNNEL}/32", "dev", "lo"])
     bridge = f"{p}br"
     (tmp_path / "dc.json").write_text(json.dumps(description(bridge, ports)))
@@ -143,34 +203,94 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
     cosample("agent", "sign", str(plan_path), "--key", str(tmp_path / "plan.pem"))
     config = tmp_path / "agent.toml"
     with OvsInstance(tmp_path / "ovs", dummy=False, namespace=host) as ovs:
-        config.write_text(f'host = "s1"\nplan = "{plan_path}"\novsdb = "{ovs.remote}"\n'
-                          f'state_dir = "{tmp_path / "agent"}"\n'
-                          f'public_key = "{tmp_path / "plan.pub"}"\n')
-        ovs.vsctl("add-br", bridge, "--", "set", "Bridge", bridge, "datapath_type=netdev",
-                  *[arg for port in ports for arg in ("--", "add-port", bridge, port)])
+        config.write_text(
+            f'host = "s1"\nplan = "{plan_path}"\novsdb = "{ovs.remote}"\n'
+            f'state_dir = "{tmp_path / "agent"}"\n'
+            f'public_key = "{tmp_path / "plan.pub"}"\n'
+        )
+        ovs.vsctl(
+            "add-br",
+            bridge,
+            "--",
+            "set",
+            "Bridge",
+            bridge,
+            "datapath_type=netdev",
+            *[arg for port in ports for arg in ("--", "add-port", bridge, port)],
+        )
         ovs.wait_for_ports(*ports)
         state = tmp_path / "collector"
 
         def collector() -> Daemon:
-            return Daemon(plan_path, "--public-key", str(tmp_path / "plan.pub"), "--ipfix",
-                          f"{TUNNEL}:{IPFIX_PORT}", "--state-dir", str(state),
-                          prefix=("ip", "netns", "exec", host))
+            return Daemon(
+                plan_path,
+                "--public-key",
+                str(tmp_path / "plan.pub"),
+                "--ipfix",
+                f"{TUNNEL}:{IPFIX_PORT}",
+                "--state-dir",
+                str(state),
+                prefix=("ip", "netns", "exec", host),
+            )
+
         daemon = collector()
         capture_path, capture, captured = tmp_path / "ipfix.pcap", None, ""
         try:
-            capture = subprocess.Popen(lab.exec_argv(host, [  # before the exporter: templates
-                "tcpdump", "--immediate-mode", "-B", "16384", "-i", "lo", "-U", "-w",
-                str(capture_path), "udp", "port", str(IPFIX_PORT)]),
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            capture = subprocess.Popen(
+                lab.exec_argv(
+                    host,
+                    [  # before the exporter: templates
+                        "tcpdump",
+                        "--immediate-mode",
+                        "-B",
+                        "16384",
+                        "-i",
+                        "lo",
+                        "-U",
+                        "-w",
+                        str(capture_path),
+                        "udp",
+                        "port",
+                        str(IPFIX_PORT),
+                    ],
+                ),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
             capture.stderr.readline()  # listening: the capture is open
-            applied = cosample("agent", "apply", "--once", "--config", str(config),
-                               prefix=("ip", "netns", "exec", host))
+            applied = cosample(
+                "agent",
+                "apply",
+                "--once",
+                "--config",
+                str(config),
+                prefix=("ip", "netns", "exec", host),
+            )
             assert "ok: plan version" in applied, applied
             for name, peer in (("a", "b"), ("b", "a")):  # MAC learning
-                run(lab.exec_argv(vms[name], [sys.executable, "-c", SENDER, VM[peer],
-                                              str(PORT + 1), "20", "100", "1"]), timeout=30)
-            run(lab.exec_argv(vms["a"], [sys.executable, "-c", SENDER, VM["b"], str(PORT),
-                                         str(PACKETS), str(PPS), str(FLOWS)]), timeout=60)
+                run(
+                    lab.exec_argv(
+                        vms[name],
+                        [sys.executable, "-c", SENDER, VM[peer], str(PORT + 1), "20", "100", "1"],
+                    ),
+                    timeout=30,
+                )
+            run(
+                lab.exec_argv(
+                    vms["a"],
+                    [
+                        sys.executable,
+                        "-c",
+                        SENDER,
+                        VM["b"],
+                        str(PORT),
+                        str(PACKETS),
+                        str(PPS),
+                        str(FLOWS),
+                    ],
+                ),
+                timeout=60,
+            )
 
             def settled(before: int = 0):
                 """The snapshot once the collector counts what OVS sampled since ``before``."""
@@ -180,8 +300,8 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
                     k = snapshot["servers"]["name"].index("s1")
                 except (OSError, ValueError):
                     return None
-                return (snapshot, sampled) if snapshot["servers"]["samples"][k] == sampled \
-                    else None
+                return (snapshot, sampled) if snapshot["servers"]["samples"][k] == sampled else None
+
             snapshot, sampled = wait_for(settled, timeout_s=20)  # the cache's last records
             through = _through_sample_flow(ovs, bridge)
             assert _sampled_by_ovs(ovs, bridge) == sampled  # nothing sampled since
@@ -190,12 +310,28 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
             first_log = daemon.stop()
             daemon = collector()
             # the truth now: what B received (bound, B sends no ICMP errors: A's are all)
-            sink = subprocess.Popen(lab.exec_argv(vms["b"], [sys.executable, "-c", SINK,
-                                                             VM["b"], str(PORT)]),
-                                    stdout=subprocess.PIPE, text=True)
+            sink = subprocess.Popen(
+                lab.exec_argv(vms["b"], [sys.executable, "-c", SINK, VM["b"], str(PORT)]),
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             assert sink.stdout.readline().strip() == "bound"
-            run(lab.exec_argv(vms["a"], [sys.executable, "-c", SENDER, VM["b"], str(PORT),
-                                         str(PACKETS), str(PPS), str(FLOWS)]), timeout=60)
+            run(
+                lab.exec_argv(
+                    vms["a"],
+                    [
+                        sys.executable,
+                        "-c",
+                        SENDER,
+                        VM["b"],
+                        str(PORT),
+                        str(PACKETS),
+                        str(PPS),
+                        str(FLOWS),
+                    ],
+                ),
+                timeout=60,
+            )
             again, resampled = wait_for(lambda: settled(sampled), timeout_s=20)
             rethrough = int(sink.communicate(timeout=30)[0])
         finally:
@@ -204,8 +340,9 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
                 capture.wait(timeout=10)
                 captured = capture.stderr.read().decode(errors="replace")
             log = daemon.stop()
-            cosample("agent", "remove", "--config", str(config),
-                     prefix=("ip", "netns", "exec", host))
+            cosample(
+                "agent", "remove", "--config", str(config), prefix=("ip", "netns", "exec", host)
+            )
     table = snapshot["servers"]
     k = table["name"].index("s1")
     window = snapshot["window_s"]
@@ -214,14 +351,16 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
     spread = math.sqrt(through * (1 - share) / share)
     records = tshark_records(capture_path)
     factor = SAMPLE_PROBABILITY_SCALE // probability
-    print(f"\nplanned P = {probability}/65535 ({share:.4f}), domain {DOMAIN}; {PACKETS} packets "
-          f"sent, {through} through the sample flow; OVS sampled {sampled}; tshark: "
-          f"{len(records)} records, packetDeltaCount sum {sum(r[2] for r in records)} "
-          f"(x{factor}); collector: "
-          f"{table['samples'][k]} samples, estimate {estimate:.0f} "
-          f"[{table['packets_per_s_ci95_low'][k] * window:.0f}, "
-          f"{table['packets_per_s_ci95_high'][k] * window:.0f}], "
-          f"{(estimate - through) / spread:+.2f} sd")
+    print(
+        f"\nplanned P = {probability}/65535 ({share:.4f}), domain {DOMAIN}; {PACKETS} packets "
+        f"sent, {through} through the sample flow; OVS sampled {sampled}; tshark: "
+        f"{len(records)} records, packetDeltaCount sum {sum(r[2] for r in records)} "
+        f"(x{factor}); collector: "
+        f"{table['samples'][k]} samples, estimate {estimate:.0f} "
+        f"[{table['packets_per_s_ci95_low'][k] * window:.0f}, "
+        f"{table['packets_per_s_ci95_high'][k] * window:.0f}], "
+        f"{(estimate - through) / spread:+.2f} sd"
+    )
     assert "\n0 packets dropped by kernel" in captured, captured  # else tshark misses records
     assert records and {(d, pt) for d, pt, _ in records} == {(DOMAIN, probability)}, records
     assert sum(count for _, _, count in records) == (sampled + resampled) * factor
@@ -229,20 +368,23 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
     assert PACKETS <= through <= PACKETS + 200, through  # the run, learning, link start-up
     assert abs(estimate - through) <= 4.5 * spread, (estimate, through, spread)
     assert estimate == pytest.approx(sampled * SAMPLE_PROBABILITY_SCALE / probability, rel=1e-9)
-    assert not {key for key in snapshot["dropped"] if key.startswith("ipfix")}, \
-        (snapshot["dropped"], first_log)
+    assert not {key for key in snapshot["dropped"] if key.startswith("ipfix")}, (
+        snapshot["dropped"],
+        first_log,
+    )
     # the restarted collector read the second run with the templates it restored
     k = again["servers"]["name"].index("s1")
     reestimate = again["servers"]["packets_per_s"][k] * again["window_s"]
-    print(f"restarted collector: {rethrough} received by B, OVS sampled {resampled}, "
-          f"collector {again['servers']['samples'][k]} samples, estimate {reestimate:.0f}, "
-          f"{(reestimate - rethrough) / math.sqrt(rethrough * (1 - share) / share):+.2f} sd")
+    print(
+        f"restarted collector: {rethrough} received by B, OVS sampled {resampled}, "
+        f"collector {again['servers']['samples'][k]} samples, estimate {reestimate:.0f}, "
+        f"{(reestimate - rethrough) / math.sqrt(rethrough * (1 - share) / share):+.2f} sd"
+    )
     assert "IPFIX template(s) restored from" in log
     assert rethrough == PACKETS, rethrough  # UDP on one bridge: none lost
     assert resampled > 0 and again["servers"]["samples"][k] == resampled
     assert abs(reestimate - rethrough) <= 4.5 * math.sqrt(rethrough * (1 - share) / share)
-    assert not {key for key in again["dropped"] if key.startswith("ipfix")}, \
-        (again["dropped"], log)
+    assert not {key for key in again["dropped"] if key.startswith("ipfix")}, (again["dropped"], log)
 
 
 def _sampled_by_ovs(ovs: OvsInstance, bridge: str) -> int:
@@ -254,10 +396,12 @@ def _through_sample_flow(ovs: OvsInstance, bridge: str) -> int:
     """Packets that met the agents' sample flow: every packet the bridge took in (the truth),
     once the count stands still for a second (the revalidators push the datapath's counts
     every 0.5 s, later on a loaded machine)."""
+
     def count() -> int:
         out = ovs.ofctl("dump-flows", bridge, f"cookie={SAMPLE_COOKIE:#x}/-1")
         [line] = [line for line in out.splitlines() if "cookie=" in line]
         return int(line.split("n_packets=", 1)[1].split(",", 1)[0])
+
     last = [count()]
 
     def still() -> int | None:
@@ -265,4 +409,5 @@ def _through_sample_flow(ovs: OvsInstance, bridge: str) -> int:
         now = count()
         steady, last[0] = now == last[0], now
         return now if steady else None
+
     return wait_for(still, timeout_s=30)

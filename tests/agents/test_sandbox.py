@@ -17,19 +17,26 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from agentsandbox import (
+    BRIDGE,
+    VM_PORTS,
+    _our_vxlan_devices,
+    agent,
+    fingerprint,
+    receiver_plan,
+)
 
 from cosample.agents.desired import desired_state
 from cosample.agents.host import LinuxOvsHost
-from cosample.plan.document import plan_from_dict
 from cosample.agents.reconcile import reconcile
 from cosample.cli import main
 from cosample.dataplane.run import run
-from agentsandbox import (BRIDGE, VM_PORTS, Agent, _our_vxlan_devices, agent,  # noqa: F401
-                          fingerprint, receiver_plan, root_links, sandbox)
+from cosample.plan.document import plan_from_dict
 
 pytestmark = pytest.mark.ovs
-across_epochs = pytest.mark.parametrize("epoch", [timedelta(0), timedelta(days=365)],
-                                        ids=["today", "a-year-ahead"], indirect=True)
+across_epochs = pytest.mark.parametrize(
+    "epoch", [timedelta(0), timedelta(days=365)], ids=["today", "a-year-ahead"], indirect=True
+)
 
 
 @pytest.fixture
@@ -55,8 +62,9 @@ def test_converges_to_the_plan_as_seen_by_the_tools_themselves(sandbox, clock, m
     write_plan(make_plan())
     report = agent(config, clock).cycle()
     assert report.result == "ok", report
-    sflow = json.loads(ovs.vsctl("--format=json", "--columns=sampling,targets,external_ids",
-                                 "list", "sFlow"))["data"]
+    sflow = json.loads(
+        ovs.vsctl("--format=json", "--columns=sampling,targets,external_ids", "list", "sFlow")
+    )["data"]
     assert sflow == [[10, "127.0.0.1:6343", ["map", [["cosample-owner", "agent"]]]]]
     filters = json.loads(run(["tc", "-j", "filter", "show", "dev", "caV1", "ingress"]).stdout)
     mirred = [f["options"]["actions"][0]["to_dev"] for f in filters if "options" in f]
@@ -101,24 +109,33 @@ def test_killed_at_a_random_step_then_converges_without_orphans(sandbox, make_pl
     reference = agent(config)
     reference.cycle()
     expected_b = fingerprint(reference)
-    full = len(reconcile(desired_state(plan_from_dict(make_plan()), reference.config),
-                         reference.host.observe(BRIDGE, VM_PORTS)))
+    full = len(
+        reconcile(
+            desired_state(plan_from_dict(make_plan()), reference.config),
+            reference.host.observe(BRIDGE, VM_PORTS),
+        )
+    )
     assert full >= 8
     for trial in range(3):
         version = 10 + 2 * trial
         write_plan(make_plan(version=version))  # s1 turns sender: many commands to die among
         steps = rng.randint(1, full - 2)
-        process = subprocess.Popen([sys.executable, "-m", "cosample", "agent", "apply", "--once",
-                                    "--config", str(config)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cosample", "agent", "apply", "--once", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         for _ in range(steps):
             assert process.stdout.readline()  # one line per applied command
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
         process.stdout.close()
         half_done = agent(config)
-        assert reconcile(desired_state(plan_from_dict(make_plan()), half_done.config),
-                         half_done.host.observe(BRIDGE, VM_PORTS))  # really killed half-way
+        assert reconcile(
+            desired_state(plan_from_dict(make_plan()), half_done.config),
+            half_done.host.observe(BRIDGE, VM_PORTS),
+        )  # really killed half-way
         write_plan(receiver_plan(make_plan, version + 1))
         assert half_done.cycle().result == "ok"
         assert fingerprint(half_done) == expected_b
@@ -193,16 +210,40 @@ def test_missing_bridge_is_reported_never_created(sandbox, clock, make_plan):
 @across_epochs
 def test_foreign_objects_are_left_alone_and_remove_takes_only_ours(sandbox, clock, make_plan):
     ovs, config, _, write_plan = sandbox
-    ovs.vsctl("--", "--id=@s", "create", "sFlow", 'targets="192.0.2.1:6343"', "sampling=7",
-              "--", "set", "Bridge", BRIDGE, "sflow=@s")
-    ovs.vsctl("add-port", BRIDGE, "cafore", "--", "set", "Interface", "cafore", "type=vxlan",
-              "options:remote_ip=192.0.2.7")
+    ovs.vsctl(
+        "--",
+        "--id=@s",
+        "create",
+        "sFlow",
+        'targets="192.0.2.1:6343"',
+        "sampling=7",
+        "--",
+        "set",
+        "Bridge",
+        BRIDGE,
+        "sflow=@s",
+    )
+    ovs.vsctl(
+        "add-port",
+        BRIDGE,
+        "cafore",
+        "--",
+        "set",
+        "Interface",
+        "cafore",
+        "type=vxlan",
+        "options:remote_ip=192.0.2.7",
+    )
     ovs.ofctl("add-flow", f"unix:{ovs.directory}/{BRIDGE}.mgmt", "priority=5,actions=NORMAL")
     write_plan(receiver_plan(make_plan, 1))
     report = agent(config, clock).cycle()
     assert report.result == "degraded" and "foreign sFlow" in report.problems[0]
-    assert ovs.vsctl("get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(),
-                     "sampling").strip() == "7"
+    assert (
+        ovs.vsctl(
+            "get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(), "sampling"
+        ).strip()
+        == "7"
+    )
     assert main(["agent", "remove", "--config", str(config)]) == 1  # degraded: foreign sFlow
     assert "cafore" in ovs.vsctl("list-ports", BRIDGE).split()
     assert not any(p.startswith("car-") for p in ovs.vsctl("list-ports", BRIDGE).split())
@@ -232,14 +273,19 @@ def test_cli_paths_against_real_ovs(sandbox, make_plan, capsys):
 def test_real_host_matches_the_fake_on_the_same_plan(sandbox, clock, make_plan):
     """The fake used by the unit tests says what the real host says, command for command."""
     from cosample.agents.fakehost import FakeHost
+
     _, config, _, write_plan = sandbox
     write_plan(make_plan())
     real = agent(config, clock)
     desired = desired_state(plan_from_dict(make_plan()), real.config)
     fake = FakeHost(bridge=BRIDGE, vm_ports=VM_PORTS)
     fake.ports[BRIDGE] = fake.ports.pop(VM_PORTS[0]).__class__(BRIDGE, "internal", 65534, False)
-    fake.ports.update({n: fake.ports.get(n) or type(fake.ports[BRIDGE])(n, "", i + 1, False)
-                       for i, n in enumerate(VM_PORTS)})
+    fake.ports.update(
+        {
+            n: fake.ports.get(n) or type(fake.ports[BRIDGE])(n, "", i + 1, False)
+            for i, n in enumerate(VM_PORTS)
+        }
+    )
     real_commands = reconcile(desired, real.host.observe(BRIDGE, VM_PORTS))
     fake_commands = reconcile(desired, fake.observe(BRIDGE, VM_PORTS))
     assert real_commands == fake_commands
@@ -259,9 +305,24 @@ def test_daemon_cycles_on_schedule_and_stops_on_sigterm(sandbox, make_plan, tmp_
     ovs, config, _, write_plan = sandbox
     write_plan(make_plan())
     status = tmp_path / "state" / "status.json"
-    process = subprocess.Popen([sys.executable, "-m", "cosample", "agent", "run", "--config",
-                                str(config), "--interval", "200ms", "--jitter", "100ms"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cosample",
+            "agent",
+            "run",
+            "--config",
+            str(config),
+            "--interval",
+            "200ms",
+            "--jitter",
+            "100ms",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not status.exists() and time.monotonic() < deadline:
@@ -272,11 +333,17 @@ def test_daemon_cycles_on_schedule_and_stops_on_sigterm(sandbox, make_plan, tmp_
             time.sleep(0.05)
         assert status.stat().st_mtime_ns != first  # a later cycle rewrote the status
         write_plan(make_plan(version=101, sampling=20))
-        while time.monotonic() < deadline and \
-                json.loads(status.read_text()).get("plan_version") != 101:
+        while (
+            time.monotonic() < deadline
+            and json.loads(status.read_text()).get("plan_version") != 101
+        ):
             time.sleep(0.1)
-        assert ovs.vsctl("get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(),
-                         "sampling").strip() == "20"
+        assert (
+            ovs.vsctl(
+                "get", "sFlow", ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip(), "sampling"
+            ).strip()
+            == "20"
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0, process.stderr.read()[-2000:]

@@ -9,15 +9,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cosample.dataplane.tcmirror import (
-    RANDOM_RANGE, TcMirrorError, bpf_random_bytecode, bytecode_from_ddd, chain_filter_argvs,
-    chain_thresholds, selective_filter_argv,
-    clsact_add_argv, filter_delete_argv, match_probability, mirror_filter_argv, random_threshold,
+    RANDOM_RANGE,
+    TcMirrorError,
+    bpf_random_bytecode,
+    bytecode_from_ddd,
+    chain_filter_argvs,
+    chain_thresholds,
+    clsact_add_argv,
+    filter_delete_argv,
+    match_probability,
+    mirror_filter_argv,
+    random_threshold,
+    selective_filter_argv,
 )
 
 
 def test_bytecode_matches_the_documented_program():
     # docs/ovs-facts.md, "Sampled mirrors with tc": load random, jge T, match, no match.
-    assert bpf_random_bytecode(0.5) == "4,32 0 0 4294963256,53 1 0 2147483648,6 0 0 4294967295,6 0 0 0"
+    assert (
+        bpf_random_bytecode(0.5) == "4,32 0 0 4294963256,53 1 0 2147483648,6 0 0 4294967295,6 0 0 0"
+    )
 
 
 def test_edges_use_constant_programs():
@@ -75,8 +86,10 @@ def test_argv_builders():
     assert [a[a.index("prio") + 1] for a in chain] == ["10", "11"]
     with pytest.raises(TcMirrorError) as raised:
         mirror_filter_argv("x" * 16, "t", 0.5, prio=1)
-    assert str(raised.value) == ("device: not an interface name (1 to 15 bytes, no '/', ':' or white space, "
-                                 "not '.' or '..') (got 'xxxxxxxxxxxxxxxx')")
+    assert str(raised.value) == (
+        "device: not an interface name (1 to 15 bytes, no '/', ':' or white space, "
+        "not '.' or '..') (got 'xxxxxxxxxxxxxxxx')"
+    )
     for refused in ("..", "eth0:1", "a b", ""):
         with pytest.raises(TcMirrorError, match="^device: "):
             clsact_add_argv(refused)
@@ -96,18 +109,42 @@ def test_ddd_output_becomes_tc_bytecode():
     assert bytecode_from_ddd(DDD) == "4,40 0 0 12,21 0 1 2048,6 0 0 262144,6 0 0 0"
 
 
-@pytest.mark.parametrize("bad", ["", "x\n", "3\n40 0 0 12\n", "1\n40 0 12\n",
-                                 "2\n6 0 0 1\n6 a 0 0\n"])
+@pytest.mark.parametrize(
+    "bad", ["", "x\n", "3\n40 0 0 12\n", "1\n40 0 12\n", "2\n6 0 0 1\n6 a 0 0\n"]
+)
 def test_bad_ddd_output_is_rejected(bad):
     with pytest.raises(TcMirrorError, match="tcpdump -ddd"):
         bytecode_from_ddd(bad)
 
 
 def test_selective_filter_carries_the_given_program_on_the_given_hook():
-    argv = selective_filter_argv("sw0", "vt0", "1,6 0 0 65535", prio=40, direction="egress",
-                                 netns="ns1")
-    assert argv == ["tc", "-n", "ns1", "filter", "replace", "dev", "sw0", "egress", "protocol",
-                    "all", "prio", "40", "handle", "1", "bpf", "bytecode", "1,6 0 0 65535",
-                    "action", "mirred", "egress", "mirror", "dev", "vt0"]
+    argv = selective_filter_argv(
+        "sw0", "vt0", "1,6 0 0 65535", prio=40, direction="egress", netns="ns1"
+    )
+    assert argv == [
+        "tc",
+        "-n",
+        "ns1",
+        "filter",
+        "replace",
+        "dev",
+        "sw0",
+        "egress",
+        "protocol",
+        "all",
+        "prio",
+        "40",
+        "handle",
+        "1",
+        "bpf",
+        "bytecode",
+        "1,6 0 0 65535",
+        "action",
+        "mirred",
+        "egress",
+        "mirror",
+        "dev",
+        "vt0",
+    ]
     with pytest.raises(TcMirrorError, match="direction"):
         selective_filter_argv("sw0", "vt0", "1,6 0 0 1", prio=40, direction="both")

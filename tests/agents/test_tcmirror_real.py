@@ -6,13 +6,15 @@ import sys
 
 import pytest
 
-from cosample.lab.netns import Lab, netns_available
 from cosample.dataplane.run import run
 from cosample.dataplane.tcmirror import chain_filter_argvs, clsact_add_argv
+from cosample.lab.netns import Lab, netns_available
 
 REASON = netns_available()
-pytestmark = [pytest.mark.root,
-              pytest.mark.skipif(REASON is not None, reason=f"real tc mirror: {REASON}")]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(REASON is not None, reason=f"real tc mirror: {REASON}"),
+]
 
 FRAMES = 4000
 #: Send raw frames with an experimental EtherType so nothing answers or routes them.

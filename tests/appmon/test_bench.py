@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from appmon_traffic import Conversation, request, response
+
 from cosample.appmon.pcap import write_pcap
 from cosample.experiments.bench_appmon import main
 
@@ -19,8 +19,10 @@ def test_benchmark_compares_with_tshark(tmp_path, capsys):
         frames += c.handshake(100.0 + k)
         for i in range(4):
             start = 100.0 + k + i * 0.1
-            frames += [c.send(start, request(f"/{i}")),
-                       c.send(start + 0.002 * (i + 1), response(500 if i == 3 else 200), False)]
+            frames += [
+                c.send(start, request(f"/{i}")),
+                c.send(start + 0.002 * (i + 1), response(500 if i == 3 else 200), False),
+            ]
     path = write_pcap(tmp_path / "small.pcap", sorted(frames, key=lambda item: item[0]))
     assert main(["--capture", str(path), "--rounds", "1"]) == 0
     out = capsys.readouterr().out

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from appmon_traffic import Conversation, request, response, run
+
+from cosample.appmon.errors import AppmonError
 from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.pcap import write_pcap
 from cosample.appmon.snapshot import event_values, parse_snapshot, snapshot
-from cosample.appmon.errors import AppmonError
-from cosample.cli import build_parser, main
+from cosample.cli import main
 from cosample.collector.events import EventDetector
 
 
@@ -51,11 +51,14 @@ def test_replay_table(capture, capsys):
     assert "10.0.0.2:80" in out and "success 0.5000" in out and "4 req" in out
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "not a pcap capture (magic empty)"),
-    (b"\x0a\x0d\x0d\x0a" + b"\0" * 40, "pcapng is not supported"),
-    (None, "cannot read capture"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "not a pcap capture (magic empty)"),
+        (b"\x0a\x0d\x0d\x0a" + b"\0" * 40, "pcapng is not supported"),
+        (None, "cannot read capture"),
+    ],
+)
 def test_bad_captures_are_one_line_naming_the_file(tmp_path, capsys, content, message):
     path = tmp_path / "bad.pcap"
     if content is not None:
@@ -77,41 +80,68 @@ def test_option_errors(capture, capsys):
     assert main(["appmon", "replay", str(capture), "--port", "70000"]) == 2
     assert "--port: expected 1-65535, got 70000" in capsys.readouterr().err
     for argv, message in (
-            ([], "give --interface (packets), --receive-records"),
-            (["--receive-records", "10.0.0.4:9555", "--send-records", "10.0.0.5:9555"],
-             "--send-records: needs --interface"),
-            (["--interface", "lo", "--record-rate", "10"], "--record-rate: only with"),
-            (["--interface", "lo", "--send-records", "10.0.0.5:9555", "--record-rate", "0"],
-             "--record-rate: must be > 0"),
-            (["--interface", "lo", "--send-records", "server:9555"],
-             "--send-records 'server:9555': expected ADDRESS:PORT")):
+        ([], "give --interface (packets), --receive-records"),
+        (
+            ["--receive-records", "10.0.0.4:9555", "--send-records", "10.0.0.5:9555"],
+            "--send-records: needs --interface",
+        ),
+        (["--interface", "lo", "--record-rate", "10"], "--record-rate: only with"),
+        (
+            ["--interface", "lo", "--send-records", "10.0.0.5:9555", "--record-rate", "0"],
+            "--record-rate: must be > 0",
+        ),
+        (
+            ["--interface", "lo", "--send-records", "server:9555"],
+            "--send-records 'server:9555': expected ADDRESS:PORT",
+        ),
+    ):
         assert main(["appmon", "run", *argv]) == 2
         assert message in capsys.readouterr().err
 
 
 def test_snapshot_read_back_rejects_bad_fields():
     analyser, windows = run(conversation_frames(), window_s=60)
-    snap = snapshot(windows[0], analyser="x", frames=analyser.frames, connections=0,
-                    dropped=analyser.dropped(), ignored=analyser.ignored())
+    snap = snapshot(
+        windows[0],
+        analyser="x",
+        frames=analyser.frames,
+        connections=0,
+        dropped=analyser.dropped(),
+        ignored=analyser.ignored(),
+    )
     data = json.loads(snap.to_json())
     assert parse_snapshot(snap.to_json()) == snap
     data["services"][0]["success_rate"] = 1.5
-    with pytest.raises(AppmonError, match=r"services\[0\]\.success_rate: .*less than or equal to 1"):
+    with pytest.raises(
+        AppmonError, match=r"services\[0\]\.success_rate: .*less than or equal to 1"
+    ):
         parse_snapshot(json.dumps(data), "s.json")
 
 
 def test_metrics_have_a_service_time_histogram():
     analyser, windows = run(conversation_frames(), window_s=60)
     from cosample.appmon.windows import ServiceStats
+
     totals = {}
     for window in windows:
         for key, stats in window.services.items():
             totals.setdefault(key, ServiceStats()).merge(stats)
     snap = snapshot(windows[0], analyser="x", frames=1, connections=0, dropped={}, ignored={})
-    text = AppMetrics(lambda: State(frames=analyser.frames, totals=totals, snapshot=snap,
-                                    counters={"stream_gaps": 2})).text().decode()
-    assert 'cosample_appmon_service_time_seconds_bucket{le="0.025",service="10.0.0.2:80"} 4.0' in text
-    assert 'cosample_appmon_service_time_seconds_bucket{le="0.01",service="10.0.0.2:80"} 0.0' in text
+    text = (
+        AppMetrics(
+            lambda: State(
+                frames=analyser.frames, totals=totals, snapshot=snap, counters={"stream_gaps": 2}
+            )
+        )
+        .text()
+        .decode()
+    )
+    assert (
+        'cosample_appmon_service_time_seconds_bucket{le="0.025",service="10.0.0.2:80"} 4.0' in text
+    )
+    assert (
+        'cosample_appmon_service_time_seconds_bucket{le="0.01",service="10.0.0.2:80"} 0.0' in text
+    )
     assert 'cosample_appmon_service_time_seconds_count{service="10.0.0.2:80"} 4.0' in text
     assert 'cosample_appmon_responses_total{class="5xx",service="10.0.0.2:80"} 2.0' in text
     assert 'cosample_appmon_unused_total{reason="stream_gaps"} 2.0' in text
@@ -123,11 +153,17 @@ def test_events_when_a_value_leaves_its_band():
     fast = run(conversation_frames(status=(200, 200)), window_s=60)[1][0]
     snap = snapshot(fast, analyser="x", frames=1, connections=0, dropped={}, ignored={})
     first = detector.update_all(event_values(snap), 0.0)
-    assert {e.key for e in first} == {"10.0.0.2:80." + k for k in
-                                      ("requests_per_s", "success_rate", "mean_s", "p95_s")}
+    assert {e.key for e in first} == {
+        "10.0.0.2:80." + k for k in ("requests_per_s", "success_rate", "mean_s", "p95_s")
+    }
     assert detector.update_all(event_values(snap), 10.0) == []  # same values: silence
     worse = run(conversation_frames(status=(200, 503)), window_s=60)[1][0]
-    changed = detector.update_all(event_values(
-        snapshot(worse, analyser="x", frames=1, connections=0, dropped={}, ignored={})), 20.0)
+    changed = detector.update_all(
+        event_values(
+            snapshot(worse, analyser="x", frames=1, connections=0, dropped={}, ignored={})
+        ),
+        20.0,
+    )
     assert [(e.key, e.value, e.previous) for e in changed] == [
-        ("10.0.0.2:80.success_rate", 0.5, 1.0)]
+        ("10.0.0.2:80.success_rate", 0.5, 1.0)
+    ]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import struct
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.appmon.analyser import Analyser
-from cosample.appmon.decode import (ACK, LINK_RAW, LINK_SLL, PSH, REASONS, SYN, Segment,
-                                    decode)
+from cosample.appmon.decode import ACK, LINK_RAW, LINK_SLL, PSH, REASONS, SYN, Segment, decode
 from cosample.appmon.pcap import tcp_frame
 
 
@@ -75,24 +75,46 @@ def test_random_bytes_give_a_segment_or_a_named_reason(frame, link):
     assert isinstance(result, Segment) or result in REASONS
 
 
-HTTP_BITS = st.sampled_from([b"GET / HTTP/1.1\r\n", b"HTTP/1.1 200 OK\r\n", b"\r\n\r\n",
-                             b"Content-Length: 5\r\n", b"Transfer-Encoding: chunked\r\n",
-                             b"ffffffff\r\n", b"0\r\n\r\n", b"HTTP/1.1 101 X\r\n", b"x" * 40])
+HTTP_BITS = st.sampled_from(
+    [
+        b"GET / HTTP/1.1\r\n",
+        b"HTTP/1.1 200 OK\r\n",
+        b"\r\n\r\n",
+        b"Content-Length: 5\r\n",
+        b"Transfer-Encoding: chunked\r\n",
+        b"ffffffff\r\n",
+        b"0\r\n\r\n",
+        b"HTTP/1.1 101 X\r\n",
+        b"x" * 40,
+    ]
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 2 ** 32 - 1), st.integers(0, 63),
-                          st.lists(HTTP_BITS, max_size=6).map(b"".join), st.integers(0, 3)),
-                max_size=40),
-       st.binary(max_size=64))
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.integers(0, 2**32 - 1),
+            st.integers(0, 63),
+            st.lists(HTTP_BITS, max_size=6).map(b"".join),
+            st.integers(0, 3),
+        ),
+        max_size=40,
+    ),
+    st.binary(max_size=64),
+)
 def test_hostile_conversations_never_raise(segments, noise):
     """Random flags, sequence numbers and HTTP fragments on few 4-tuples: counted, never raised."""
     analyser = Analyser(1.0, max_connections=2)
     for index, (from_client, seq, flags, payload, port) in enumerate(segments):
-        ends = (("10.0.0.1", "10.0.0.2", 40000 + port, 80) if from_client
-                else ("10.0.0.2", "10.0.0.1", 80, 40000 + port))
+        ends = (
+            ("10.0.0.1", "10.0.0.2", 40000 + port, 80)
+            if from_client
+            else ("10.0.0.2", "10.0.0.1", 80, 40000 + port)
+        )
         frame = tcp_frame(*ends, seq, flags, payload)
-        analyser.ingest(frame[:len(frame) - (index % 3) * 7], index * 0.25)
+        analyser.ingest(frame[: len(frame) - (index % 3) * 7], index * 0.25)
         analyser.ingest(noise, index * 0.25)
     windows = analyser.finish()
     for window in windows:

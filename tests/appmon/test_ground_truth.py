@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import time
 
@@ -67,10 +66,28 @@ def wait_for_line(process, text, timeout_s=10.0):
 
 def test_service_time_load_and_success_rate_match_the_access_log(rig, tmp_path):
     state = tmp_path / "state"
-    analyser = rig._spawn(rig.client, [
-        sys.executable, "-m", "cosample", "appmon", "run", "--interface", rig.link,
-        "--port", "80", "--window", f"{WINDOW_S:g}s", "--state-dir", str(state),
-        "--name", "live", "--duration", "60s"])
+    analyser = rig._spawn(
+        rig.client,
+        [
+            sys.executable,
+            "-m",
+            "cosample",
+            "appmon",
+            "run",
+            "--interface",
+            rig.link,
+            "--port",
+            "80",
+            "--window",
+            f"{WINDOW_S:g}s",
+            "--state-dir",
+            str(state),
+            "--name",
+            "live",
+            "--duration",
+            "60s",
+        ],
+    )
     wait_for_line(analyser, "capturing on")
     capture = rig.tcpdump(tmp_path / "web.pcap")
     truncated = rig.tcpdump(tmp_path / "truncated.pcap", snaplen=TRUNCATE)
@@ -86,26 +103,38 @@ def test_service_time_load_and_success_rate_match_the_access_log(rig, tmp_path):
     rig.stop(truncated)
     assert rig.stop(analyser) == 0
     log = by_window(rig.access_log())
-    live = {json.loads(line)["window_start"]: json.loads(line)
-            for line in (state / "windows.jsonl").read_text().splitlines()}
-    replayed = {snap.window_start.timestamp(): snap
-                for snap in replay(tmp_path / "web.pcap", window_s=WINDOW_S, ports=frozenset({80}))}
+    live = {
+        json.loads(line)["window_start"]: json.loads(line)
+        for line in (state / "windows.jsonl").read_text().splitlines()
+    }
+    replayed = {
+        snap.window_start.timestamp(): snap
+        for snap in replay(tmp_path / "web.pcap", window_s=WINDOW_S, ports=frozenset({80}))
+    }
     for start, (mean_ms, error) in zip(burst_windows, BURSTS):
         entries = log[start]
         statuses = [entry.status for entry in entries]
         answered = [entry for entry in entries if entry.status != 499]  # 499: wrk hung up
         times = np.array([entry.request_time for entry in answered])
         assert len(answered) > 20
-        expected = {"requests": len(entries),
-                    "2xx": sum(200 <= s < 300 for s in statuses),
-                    "5xx": sum(500 <= s < 600 for s in statuses),
-                    "success": sum(200 <= s < 400 for s in statuses) / len(answered)}
+        expected = {
+            "requests": len(entries),
+            "2xx": sum(200 <= s < 300 for s in statuses),
+            "5xx": sum(500 <= s < 600 for s in statuses),
+            "success": sum(200 <= s < 400 for s in statuses) / len(answered),
+        }
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(start)) + "Z"
-        for source, service in (("live", live[stamp]["services"][0]),
-                                ("replay", replayed[start].services[0].model_dump())):
+        for source, service in (
+            ("live", live[stamp]["services"][0]),
+            ("replay", replayed[start].services[0].model_dump()),
+        ):
             assert service["service"] == f"{SERVER_ADDRESS}:80", source
-            got = {"requests": service["requests"], "2xx": service["status_classes"]["2xx"],
-                   "5xx": service["status_classes"]["5xx"], "success": service["success_rate"]}
+            got = {
+                "requests": service["requests"],
+                "2xx": service["status_classes"]["2xx"],
+                "5xx": service["status_classes"]["5xx"],
+                "success": service["success_rate"],
+            }
             assert got == expected, (source, mean_ms, error)
             timing = service["service_time_s"]
             assert service["matched"] == len(answered)
@@ -122,9 +151,14 @@ def test_service_time_load_and_success_rate_match_the_access_log(rig, tmp_path):
     # what a truncating mirror and a PSH-only selective mirror would copy: the same counts, the
     # same service times (the second tcpdump's time stamps may differ by microseconds)
     full = figures(tmp_path / "web.pcap")
-    psh_only = write_pcap(tmp_path / "psh.pcap", [
-        (when, frame) for when, frame in frames(tmp_path / "web.pcap")
-        if isinstance(segment := decode(frame), Segment) and segment.flags & (PSH | SYN | FIN)])
+    psh_only = write_pcap(
+        tmp_path / "psh.pcap",
+        [
+            (when, frame)
+            for when, frame in frames(tmp_path / "web.pcap")
+            if isinstance(segment := decode(frame), Segment) and segment.flags & (PSH | SYN | FIN)
+        ],
+    )
     for mechanism in (tmp_path / "truncated.pcap", psh_only):
         copied = figures(mechanism)
         assert [counts for counts, _ in copied] == [counts for counts, _ in full], mechanism.name
@@ -140,8 +174,14 @@ def figures(capture):
     result = []
     for snap in replay(capture, window_s=WINDOW_S):
         for service in snap.services:
-            counts = (snap.window_start, service.requests, service.responses, service.matched,
-                      tuple(service.status_classes.values()), service.success_rate)
+            counts = (
+                snap.window_start,
+                service.requests,
+                service.responses,
+                service.matched,
+                tuple(service.status_classes.values()),
+                service.success_rate,
+            )
             timing = service.service_time_s
             result.append((counts, (timing.mean, timing.p95) if timing else ()))
     return result

@@ -9,8 +9,10 @@ import json
 import random
 
 import pytest
-
 from appmon_traffic import Conversation, request, response, run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cosample.appmon import connections, http, streams
 from cosample.appmon.decode import ACK, RST
 from cosample.appmon.pcap import tcp_frame
@@ -21,6 +23,7 @@ KEY = (bytes([10, 0, 0, 2]), 80)
 def only(windows):
     """The single service's statistics merged over the windows."""
     from cosample.appmon.windows import ServiceStats
+
     total = ServiceStats()
     for window in windows:
         for key, stats in window.services.items():
@@ -35,9 +38,12 @@ def test_keep_alive_requests_match_their_responses():
     expected = []
     for i in range(5):
         start = 100.0 + i
-        frames += [c.send(start, request(f"/{i}")), c.ack(start + 0.001, False),
-                   c.send(start + 0.01 * (i + 1), response(200 + 100 * (i % 2), b"x" * 2000), False),
-                   c.ack(start + 0.2)]
+        frames += [
+            c.send(start, request(f"/{i}")),
+            c.ack(start + 0.001, False),
+            c.send(start + 0.01 * (i + 1), response(200 + 100 * (i % 2), b"x" * 2000), False),
+            c.ack(start + 0.2),
+        ]
         expected.append(0.01 * (i + 1))
     analyser, windows = run(frames + c.fin(106.0))
     stats = only(windows)
@@ -124,8 +130,12 @@ def test_head_and_interim_responses():
 
 def test_connection_picked_up_mid_stream():
     c = Conversation()
-    frames = [c.send(1.0, b"tail of an earlier body"), c.send(1.0, b"more body", False),
-              c.send(2.0, request()), c.send(2.5, response(), False)]
+    frames = [
+        c.send(1.0, b"tail of an earlier body"),
+        c.send(1.0, b"more body", False),
+        c.send(2.0, request()),
+        c.send(2.5, response(), False),
+    ]
     analyser, windows = run(frames)
     stats = only(windows)
     assert (stats.requests, stats.matched) == (1, 1)
@@ -201,8 +211,11 @@ def test_memory_bounds_have_named_drops(monkeypatch):
     assert dropped["header_too_long"] == 1
     assert dropped["connection_table_full"] == 2  # its SYN and SYN-ACK
     assert analyser.table.budget.used == sum(
-        stream.early_bytes for connection, side in analyser.table.table.values() if side == 0
-        for stream in connection.streams)
+        stream.early_bytes
+        for connection, side in analyser.table.table.values()
+        if side == 0
+        for stream in connection.streams
+    )
 
 
 def test_early_segments_of_all_connections_share_one_budget():
@@ -213,6 +226,7 @@ def test_early_segments_of_all_connections_share_one_budget():
         c.cseq += 100  # a hole, then 3 early segments of 1000 bytes
         frames += [c.send(1.0, b"x" * 1000) for _ in range(3)]
     from cosample.appmon.analyser import Analyser
+
     analyser = Analyser(10.0)
     analyser.table.budget.limit = 7000
     for time, frame in frames:
@@ -237,8 +251,12 @@ def test_reset_closes_and_late_segments_are_not_counted():
 
 def test_windows_are_aligned_and_keep_known_services():
     c = Conversation()
-    frames = c.handshake(100.0) + [c.send(100.5, request()), c.send(101.5, response(), False),
-                                   c.send(113.0, request()), c.send(113.2, response(), False)]
+    frames = c.handshake(100.0) + [
+        c.send(100.5, request()),
+        c.send(101.5, response(), False),
+        c.send(113.0, request()),
+        c.send(113.2, response(), False),
+    ]
     _, windows = run(frames, window_s=5.0)
     assert [w.start for w in windows] == [100.0, 110.0]
     first, second = (w.services[KEY] for w in windows)
@@ -248,11 +266,15 @@ def test_windows_are_aligned_and_keep_known_services():
 
 def test_service_per_address_and_port():
     a, b = Conversation(), Conversation(server="2001:db8::9", client="2001:db8::1", port=8080)
-    frames = a.handshake(1.0) + b.handshake(1.0) + [a.send(1.0, request()), b.send(1.0, request()),
-                                                    b.send(1.3, response(503), False)]
+    frames = (
+        a.handshake(1.0)
+        + b.handshake(1.0)
+        + [a.send(1.0, request()), b.send(1.0, request()), b.send(1.3, response(503), False)]
+    )
     analyser, windows = run(frames, ports=frozenset({8080}))
     (window,) = windows
     from cosample.appmon.windows import service_name
+
     assert [service_name(key) for key in window.services] == ["[2001:db8::9]:8080"]
     assert analyser.ignored()["other_port"] == 3
 
@@ -276,13 +298,13 @@ def test_a_lost_response_does_not_shift_the_matching():
     assert analyser.dropped()["responses_without_request"] == 1
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(6, 60)), min_size=1,
-                max_size=6),  # segments of 6 bytes or more: within the 32 held segments
-       st.randoms(use_true_random=False))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.booleans(), st.integers(6, 60)), min_size=1, max_size=6
+    ),  # segments of 6 bytes or more: within the 32 held segments
+    st.randoms(use_true_random=False),
+)
 def test_any_segmentation_reordering_and_duplication_counts_each_message_once(exchanges, draw):
     """Each message cut into random segments, shuffled and partly sent twice: the same counts
     and service times as the plain conversation."""
@@ -291,11 +313,15 @@ def test_any_segmentation_reordering_and_duplication_counts_each_message_once(ex
     for index, (kind, chunked, size) in enumerate(exchanges):
         start = 2.0 + index
         method, body = (("GET", b""), ("POST", b"p" * 50), ("HEAD", b""))[kind]
-        answer = {0: response(200, b"r" * 90, chunked=chunked),
-                  1: b"HTTP/1.1 204 No Content\r\n\r\n",  # no body, whatever it announces
-                  2: b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n"}[kind]  # HEAD
-        for data, from_client, when in ((request(f"/{index}", method, body), True, start),
-                                         (answer, False, start + 0.001 * (index + 1))):
+        answer = {
+            0: response(200, b"r" * 90, chunked=chunked),
+            1: b"HTTP/1.1 204 No Content\r\n\r\n",  # no body, whatever it announces
+            2: b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n",
+        }[kind]  # HEAD
+        for data, from_client, when in (
+            (request(f"/{index}", method, body), True, start),
+            (answer, False, start + 0.001 * (index + 1)),
+        ):
             segments = c.segments(when, data, size, from_client)
             shuffled = segments[:1] + draw.sample(segments[1:], len(segments) - 1)
             frames += shuffled + draw.sample(segments, min(2, len(segments)))
@@ -313,8 +339,10 @@ def test_first_lines_cut_by_a_short_snap_length_still_count():
     c = Conversation()
     frames = c.handshake(1.0)
     for i, status in enumerate((200, 503, 404)):
-        frames += [c.send(1.0 + i, request(f"/a/long/path/{i}")),
-                   c.send(1.2 + i, response(status, b"z" * 500), False)]
+        frames += [
+            c.send(1.0 + i, request(f"/a/long/path/{i}")),
+            c.send(1.2 + i, response(status, b"z" * 500), False),
+        ]
     analyser, windows = run([(t, f[:66]) for t, f in frames])  # 12 bytes of payload (no options)
     stats = only(windows)
     assert (stats.requests, stats.matched) == (3, 3)
@@ -333,8 +361,7 @@ def test_a_share_of_connections_by_client_port_and_requests_per_connection():
         frames += c.handshake(100.0 + k)
         for i in range(k + 1):
             start = 100.2 + k + 0.1 * i
-            frames += [c.send(start, request(f"/{i}")),
-                       c.send(start + 0.01, response(200), False)]
+            frames += [c.send(start, request(f"/{i}")), c.send(start + 0.01, response(200), False)]
     frames.sort(key=lambda frame: frame[0])
     analyser, windows = run(frames, selected=165)  # residues 0-164: the first three
     stats = only(windows)
@@ -354,31 +381,46 @@ def test_each_window_counts_final_and_successful_responses_per_connection():
     from cosample.appmon.snapshot import parse_snapshot, snapshot
 
     frames = []
-    for k, (cport, statuses) in enumerate(((40000, (200, 503)), (40001, (500, 500)),
-                                           (40002, (302, 200, 404)))):
+    for k, (cport, statuses) in enumerate(
+        ((40000, (200, 503)), (40001, (500, 500)), (40002, (302, 200, 404)))
+    ):
         c = Conversation(cport=cport)
         frames += c.handshake(100.0 + k)
         for i, status in enumerate(statuses):
             start = 100.2 + k + 0.1 * i
-            frames += [c.send(start, request(f"/{i}")),
-                       c.send(start + 0.01, response(status), False)]
+            frames += [
+                c.send(start, request(f"/{i}")),
+                c.send(start + 0.01, response(status), False),
+            ]
     frames.sort(key=lambda frame: frame[0])
     _, windows = run(frames)
     (window,) = windows
     assert window.services[KEY].success_sums() == (3, 4 + 4 + 9, 2 + 0 + 6, 1 + 0 + 4)
-    snap = snapshot(window, analyser="a", frames=len(frames), connections=3, dropped={},
-                    ignored={}, share=0.5)
+    snap = snapshot(
+        window, analyser="a", frames=len(frames), connections=3, dropped={}, ignored={}, share=0.5
+    )
     (entry,) = parse_snapshot(snap.to_json()).services
-    assert (entry.final_connections, entry.final_squares, entry.final_ok_products,
-            entry.ok_squares) == (3, 17, 8, 5)
+    assert (
+        entry.final_connections,
+        entry.final_squares,
+        entry.final_ok_products,
+        entry.ok_squares,
+    ) == (3, 17, 8, 5)
     assert entry.final_df >= 1  # residuals 1 - 6/7, -6/7 and 2 - 9/7
     low, high = entry.success_rate_ci95
     assert entry.success_rate == pytest.approx(3 / 7) and low < 3 / 7 < high
-    every = snapshot(window, analyser="a", frames=len(frames), connections=3, dropped={},
-                     ignored={})
+    every = snapshot(
+        window, analyser="a", frames=len(frames), connections=3, dropped={}, ignored={}
+    )
     assert every.services[0].success_rate_ci95 == [3 / 7, 3 / 7]  # share 1: counted
     old = json.loads(snap.to_json())  # a snapshot written before these fields reads back
-    for name in ("final_connections", "final_squares", "final_ok_products", "ok_squares",
-                 "final_df", "success_rate_ci95"):
+    for name in (
+        "final_connections",
+        "final_squares",
+        "final_ok_products",
+        "ok_squares",
+        "final_df",
+        "success_rate_ci95",
+    ):
         del old["services"][0][name]
     assert parse_snapshot(json.dumps(old)).services[0].success_rate_ci95 is None

@@ -48,8 +48,9 @@ def analyse(rig, directory, segments, truncate, error, seconds=SECONDS):
     monitor = monitors.start(rig, "analysis", directory, f"offsite-{segments}")
     time.sleep(0.3)
     before = len(rig.access_log())
-    rig.load(rig.url(mean_ms=1, size=4000, error=error), duration_s=seconds,
-             connections=CONNECTIONS)
+    rig.load(
+        rig.url(mean_ms=1, size=4000, error=error), duration_s=seconds, connections=CONNECTIONS
+    )
     time.sleep(0.5)  # the last copies reach the analyser
     log = rig.access_log()[before:]
     monitors.stop(rig, monitor, "")
@@ -118,8 +119,7 @@ def test_the_off_site_sniffers_records_count_exactly_at_the_analysis_node(rig, t
     time.sleep(0.3)
     before = len(rig.access_log())
     underlay = rig.analysis_counters()
-    rig.load(rig.url(mean_ms=1, size=4000, error=0.2), duration_s=SECONDS,
-             connections=CONNECTIONS)
+    rig.load(rig.url(mean_ms=1, size=4000, error=0.2), duration_s=SECONDS, connections=CONNECTIONS)
     time.sleep(0.5)
     sent = rig.analysis_counters().bytes - underlay.bytes
     log = rig.access_log()[before:]

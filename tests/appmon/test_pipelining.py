@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.appmon.connections import ConnectionTable
 from cosample.appmon.decode import Segment, decode
@@ -43,10 +44,14 @@ for _time, _segment in FRAMES:
     if _segment.dport == SERVER_PORT and _segment.payload.startswith(b"GET "):
         _port = _segment.sport
         REQUESTS[round(_time * 1e6)] = (_port, sum(p == _port for p, _ in REQUESTS.values()))
-RESPONSE_FRAMES = [i for i, (_, s) in enumerate(FRAMES)
-                   if s.sport == SERVER_PORT and s.payload.startswith(b"HTTP/1.")]
-REQUEST_FRAMES = [i for i, (_, s) in enumerate(FRAMES)
-                  if s.dport == SERVER_PORT and s.payload.startswith(b"GET ")]
+RESPONSE_FRAMES = [
+    i
+    for i, (_, s) in enumerate(FRAMES)
+    if s.sport == SERVER_PORT and s.payload.startswith(b"HTTP/1.")
+]
+REQUEST_FRAMES = [
+    i for i, (_, s) in enumerate(FRAMES) if s.dport == SERVER_PORT and s.payload.startswith(b"GET ")
+]
 SERVER_DATA = [i for i, (_, s) in enumerate(FRAMES) if s.sport == SERVER_PORT and s.wire_length]
 
 
@@ -155,16 +160,18 @@ def test_a_copy_cut_inside_the_header_block_on_pipelined_connections():
         if service_time is not None:
             pairs[round(time * 1e6)] = REQUESTS[round((time - service_time) * 1e6)]
 
-    table = ConnectionTable(counters,
-                            lambda service, time, connection: counted.update(["requests"]),
-                            on_response)
+    table = ConnectionTable(
+        counters, lambda service, time, connection: counted.update(["requests"]), on_response
+    )
     for time, segment in FRAMES:
-        table.segment(segment._replace(payload=segment.payload[:128 - 66]), time)
+        table.segment(segment._replace(payload=segment.payload[: 128 - 66]), time)
     table.close_all()
     assert counted == Counter({"requests": 60, 200: 60})
     serial = {key: value for key, value in pairs.items() if value[0] not in PIPELINED}
     assert len(serial) == 24 and all(TRUTH[key] == value for key, value in serial.items())
     pipelined = [TRUTH[key] == value for key, value in pairs.items() if value[0] in PIPELINED]
     assert all(index >= TRUTH[key][1] for key, (_, index) in pairs.items())
-    print(f"cut to 128 bytes: pipelined connections {sum(pipelined)} of {len(pipelined)} pairs "
-          f"right, {counters['responses_without_request']} of 36 responses unpaired")
+    print(
+        f"cut to 128 bytes: pipelined connections {sum(pipelined)} of {len(pipelined)} pairs "
+        f"right, {counters['responses_without_request']} of 36 responses unpaired"
+    )

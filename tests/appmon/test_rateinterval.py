@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.appmon.rateinterval import rate_interval, request_interval
 from cosample.collector.intervals import packets_interval
@@ -28,7 +29,7 @@ def coverage(requests: np.ndarray, share: float, rng, poisson: bool = False) -> 
     covered = 0
     for _ in range(TRIALS):
         kept = requests[rng.random(requests.size) < share]
-        seen, squares = int(kept.sum()), int((kept ** 2).sum())
+        seen, squares = int(kept.sum()), int((kept**2).sum())
         if poisson:  # the naive choice: the requests seen as a Poisson count, scaled
             low, high = packets_interval(seen / share, seen / share**2, share)
         else:
@@ -38,8 +39,12 @@ def coverage(requests: np.ndarray, share: float, rng, poisson: bool = False) -> 
 
 
 @settings(max_examples=12, deadline=None, derandomize=True)
-@given(seed=st.integers(0, 2**32 - 1), connections=st.integers(500, 2000),
-       mean_requests=st.floats(1.0, 40.0), share=st.sampled_from([0.1, 0.25, 0.5, 0.9]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    connections=st.integers(500, 2000),
+    mean_requests=st.floats(1.0, 40.0),
+    share=st.sampled_from([0.1, 0.25, 0.5, 0.9]),
+)
 def test_the_interval_covers_the_windows_requests(seed, connections, mean_requests, share):
     """From 50 connections seen on; with 30 (300 at share 0.1) it read 0.92-0.93."""
     rng = np.random.default_rng(seed)

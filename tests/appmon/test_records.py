@@ -10,7 +10,8 @@ import time
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.appmon import records
 from cosample.appmon.errors import AppmonError
@@ -32,17 +33,18 @@ def events(seed=3, n=500):
             out.append((records.REQUEST, service, round(now, 6), 0, None))
         else:
             time = round(draw.expovariate(200), 6) if draw.random() < 0.9 else None
-            out.append((records.RESPONSE, service, round(now, 6), draw.choice((200, 404, 503)),
-                        time))
+            out.append(
+                (records.RESPONSE, service, round(now, 6), draw.choice((200, 404, 503)), time)
+            )
     return out
 
 
 def fill(buffer, items):
-    for kind, service, time, status, service_time in items:
+    for kind, service, at, status, service_time in items:
         if kind == records.REQUEST:
-            buffer.request(service, time)
+            buffer.request(service, at)
         else:
-            buffer.response(service, time, status, service_time)
+            buffer.response(service, at, status, service_time)
 
 
 def test_records_round_trip_in_bounded_datagrams():
@@ -58,9 +60,9 @@ def test_records_round_trip_in_bounded_datagrams():
         assert sequence == number
         got += decoded
     assert len(got) == len(items) and not counters
-    for (kind, service, time, status, service_time), back in zip(items, got):
+    for (kind, service, at, status, service_time), back in zip(items, got):
         assert back[:2] == (kind, service) and back[3] == status
-        assert back[2] == pytest.approx(time, abs=1e-6)
+        assert back[2] == pytest.approx(at, abs=1e-6)
         assert (back[4] is None) == (service_time is None)
         if service_time is not None:
             assert back[4] == pytest.approx(service_time, abs=1e-6)
@@ -105,9 +107,13 @@ def test_lost_and_late_datagrams_are_counted():
     for sequence in (0, 1, 4, 3, 5, 5, 5000, 0, 1):
         tracker.seen("a", sequence)
     tracker.seen("b", 7)  # another sender: its own sequence
-    assert counters == Counter({"record_datagrams_lost": 2 + 4994,  # 2, 3; 6..4999
-                                "record_datagrams_reordered": 2,  # 3 late, 5 twice
-                                "record_senders_restarted": 1})  # 0 after 5000
+    assert counters == Counter(
+        {
+            "record_datagrams_lost": 2 + 4994,  # 2, 3; 6..4999
+            "record_datagrams_reordered": 2,  # 3 late, 5 twice
+            "record_senders_restarted": 1,
+        }
+    )  # 0 after 5000
 
 
 def test_endpoints_are_checked():
@@ -128,8 +134,9 @@ def test_sender_to_receiver_over_loopback_fills_the_windows():
         start = math.floor(time.time() / 10) * 10 - 10  # whole in one window of the last 10 s
         for number in range(300):
             sender.buffer.request(V4, start + number / 100)
-            sender.buffer.response(V4, start + 0.001 + number / 100,
-                                   500 if number % 10 == 0 else 200, 0.001)
+            sender.buffer.response(
+                V4, start + 0.001 + number / 100, 500 if number % 10 == 0 else 200, 0.001
+            )
         sender.send(partial=True)
         taken = 0
         for _ in range(100):

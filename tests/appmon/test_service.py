@@ -20,7 +20,7 @@ pytestmark = pytest.mark.root
 
 
 class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         status = 404 if self.path == "/missing" else 200
         self.send_response(status)
         self.send_header("Content-Length", "2")
@@ -39,10 +39,32 @@ def test_run_serves_metrics_snapshot_and_events(tmp_path):
     port = server.server_address[1]
     events = tmp_path / "events.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "cosample", "appmon", "run", "--interface", "lo", "--port",
-         str(port), "--window", "1s", "--metrics-port", "0", "--state-dir", str(tmp_path / "s"),
-         "--events", str(events), "--name", "t1", "--duration", "30s"],
-        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "cosample",
+            "appmon",
+            "run",
+            "--interface",
+            "lo",
+            "--port",
+            str(port),
+            "--window",
+            "1s",
+            "--metrics-port",
+            "0",
+            "--state-dir",
+            str(tmp_path / "s"),
+            "--events",
+            str(events),
+            "--name",
+            "t1",
+            "--duration",
+            "30s",
+        ],
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         line = process.stderr.readline().decode()
         http = re.search(r"HTTP on ([\d.]+):(\d+)", line)
@@ -59,10 +81,14 @@ def test_run_serves_metrics_snapshot_and_events(tmp_path):
             if f'cosample_appmon_requests_total{{service="127.0.0.1:{port}"}} 3.0' in metrics:
                 break
             time.sleep(0.3)
-        assert f'cosample_appmon_responses_total{{class="4xx",service="127.0.0.1:{port}"}} 1.0' \
+        assert (
+            f'cosample_appmon_responses_total{{class="4xx",service="127.0.0.1:{port}"}} 1.0'
             in metrics
-        assert f'cosample_appmon_service_time_seconds_count{{service="127.0.0.1:{port}"}} 3.0' \
+        )
+        assert (
+            f'cosample_appmon_service_time_seconds_count{{service="127.0.0.1:{port}"}} 3.0'
             in metrics
+        )
         snap = json.loads(urllib.request.urlopen(base + "/snapshot", timeout=5).read())
         assert snap["analyser"] == "t1" and snap["format"] == "cosample.appmon-snapshot"
         process.send_signal(signal.SIGTERM)
@@ -72,7 +98,9 @@ def test_run_serves_metrics_snapshot_and_events(tmp_path):
             process.kill()
             process.wait()
         server.shutdown()
-    windows = [json.loads(line) for line in (tmp_path / "s" / "windows.jsonl").read_text().splitlines()]
+    windows = [
+        json.loads(line) for line in (tmp_path / "s" / "windows.jsonl").read_text().splitlines()
+    ]
     served = [s for w in windows for s in w["services"] if s["requests"]]
     assert sum(s["requests"] for s in served) == 3
     assert sum(s["status_classes"]["4xx"] for s in served) == 1

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.appmon.successinterval import Z95, degrees_of_freedom, student95, success_interval
 
 TRIALS = 400
 
 
-def population(rng, connections: int, mean_requests: float, fail: float,
-               broken: float) -> tuple[np.ndarray, np.ndarray]:
+def population(
+    rng, connections: int, mean_requests: float, fail: float, broken: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Final responses per connection in one window (geometric, keep-alive, 5 % heavy) and the
     successful ones: each fails independently with ``fail``, and a share ``broken`` of the
     connections fails every request (a bad backend, a client that always errs)."""
@@ -35,8 +37,7 @@ def binomial_interval(ok: int, final: int, share: float) -> list[float]:
     return [centre - half, centre + half]
 
 
-def coverage(final: np.ndarray, ok: np.ndarray, share: float, rng,
-             binomial: bool = False) -> float:
+def coverage(final: np.ndarray, ok: np.ndarray, share: float, rng, binomial: bool = False) -> float:
     truth = ok.sum() / final.sum()
     covered = 0
     for _ in range(TRIALS):
@@ -48,18 +49,30 @@ def coverage(final: np.ndarray, ok: np.ndarray, share: float, rng,
             low, high = binomial_interval(int(k.sum()), int(n.sum()), share)
         else:
             sums = (int((n * n).sum()), int((k * n).sum()), int((k * k).sum()))
-            low, high = success_interval(int(k.sum()), int(n.sum()), sums, int(kept.sum()),
-                                         share, degrees_of_freedom(zip(n.tolist(), k.tolist())))
+            low, high = success_interval(
+                int(k.sum()),
+                int(n.sum()),
+                sums,
+                int(kept.sum()),
+                share,
+                degrees_of_freedom(zip(n.tolist(), k.tolist())),
+            )
         covered += low <= truth <= high
     return covered / TRIALS
 
 
 @settings(max_examples=12, deadline=None, derandomize=True)
-@given(seed=st.integers(0, 2**32 - 1), connections=st.integers(1000, 3000),
-       mean_requests=st.floats(1.0, 40.0), fail=st.sampled_from([0.0, 0.01, 0.05, 0.2]),
-       broken=st.sampled_from([0.05, 0.1, 0.3]), share=st.sampled_from([0.25, 0.5, 0.9]))
-def test_the_interval_covers_the_windows_success_rate(seed, connections, mean_requests, fail,
-                                                      broken, share):
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    connections=st.integers(1000, 3000),
+    mean_requests=st.floats(1.0, 40.0),
+    fail=st.sampled_from([0.0, 0.01, 0.05, 0.2]),
+    broken=st.sampled_from([0.05, 0.1, 0.3]),
+    share=st.sampled_from([0.25, 0.5, 0.9]),
+)
+def test_the_interval_covers_the_windows_success_rate(
+    seed, connections, mean_requests, fail, broken, share
+):
     """Failing connections 5-30 % of 1,000-3,000: it read 0.92-0.99 on these examples. Not
     everywhere: with 1,829 connections of 15 requests, 20 % failing at random and 5 % broken,
     at share 0.25, it read 0.83 (heavy broken connections make the estimator skewed);
@@ -72,10 +85,14 @@ def test_the_interval_covers_the_windows_success_rate(seed, connections, mean_re
 
 
 @settings(max_examples=6, deadline=None, derandomize=True)
-@given(seed=st.integers(0, 2**32 - 1), mean_requests=st.floats(15.0, 40.0),
-       broken=st.sampled_from([0.05, 0.1]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    mean_requests=st.floats(15.0, 40.0),
+    broken=st.sampled_from([0.05, 0.1]),
+)
 def test_a_binomial_interval_on_requests_is_too_narrow_for_clustered_failures(
-        seed, mean_requests, broken):
+    seed, mean_requests, broken
+):
     """Why the interval is connection-level (docs/appmon-mechanisms.md): whole connections
     failing make the rate seen vary far more than independent requests would."""
     rng = np.random.default_rng(seed)
@@ -112,7 +129,6 @@ def test_nothing_failed_seen_and_unknown_connections():
         success_interval(1, 1, (1, 1, 1), 1, 0.0)
     with pytest.raises(ValueError, match="ok"):
         success_interval(2, 1, (1, 1, 1), 1, 0.5)
-
 
 
 @settings(deadline=None)  # scipy's first import

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from collector_plans import FOUR, plan_document
 
 from cosample.plan.document import parse_plan
-from collector_plans import FOUR, plan_document
 
 
 @pytest.fixture
@@ -21,4 +21,5 @@ def write_plan(tmp_path):
         path = tmp_path / name
         path.write_text(json.dumps(plan_document(hosts, **kwargs)))
         return path
+
     return write

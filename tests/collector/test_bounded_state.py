@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from collector_daemon import Daemon, counter
+from collector_plans import FOUR, plan_document
+from waiting import wait_for
 
-from cosample.plan.document import parse_plan
 from cosample.collector import attribution
 from cosample.collector.encode import counter_sample, datagram
 from cosample.collector.estimate import Estimator
@@ -25,9 +27,7 @@ from cosample.collector.snapshot import parse_snapshot
 from cosample.errors import CosampleError
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import simulate
-from collector_daemon import Daemon, counter
-from collector_plans import FOUR, plan_document
-from waiting import wait_for
+from cosample.plan.document import parse_plan
 
 PORTS = 100_000
 
@@ -37,16 +37,27 @@ def test_port_rows_are_capped_and_expire(four_plan):
     baseline = len(estimator.snapshot(0.0).to_json())
     for when in (1.0, 2.0):  # two rounds: a row needs two counter samples for its rates
         for first in range(0, PORTS, 50):
-            estimator.ingest(datagram("172.29.0.1", first // 50 + int(when) * PORTS, 0, [
-                counter_sample(1, port, 1000 * int(when), 500 * int(when))
-                for port in range(first, first + 50)]), when)
+            estimator.ingest(
+                datagram(
+                    "172.29.0.1",
+                    first // 50 + int(when) * PORTS,
+                    0,
+                    [
+                        counter_sample(1, port, 1000 * int(when), 500 * int(when))
+                        for port in range(first, first + 50)
+                    ],
+                ),
+                when,
+            )
     full = estimator.snapshot(2.0)
     rows = full.estimates()["s1"].interfaces
     assert len(rows) == MAX_PORTS_PER_AGENT
     assert full.dropped["port_limit"] == 2 * (PORTS - MAX_PORTS_PER_AGENT)
     size = len(full.to_json())
-    print(f"snapshot: {baseline} B empty, {size} B after {2 * PORTS} counter samples of "
-          f"{PORTS} ports ({MAX_PORTS_PER_AGENT} rows kept)")
+    print(
+        f"snapshot: {baseline} B empty, {size} B after {2 * PORTS} counter samples of "
+        f"{PORTS} ports ({MAX_PORTS_PER_AGENT} rows kept)"
+    )
     assert size < baseline + 100 * MAX_PORTS_PER_AGENT  # bounded by the cap, not by PORTS
     estimator.ingest(datagram("172.29.0.2", 1, 0, [counter_sample(1, 7, 10, 5)]), 40.0)
     later = estimator.snapshot(40.0)  # a window later: s1's rows expired, s2's new one kept
@@ -92,12 +103,17 @@ def test_idle_connections_neither_kill_nor_spin_the_daemon(tmp_path, limit):
     hosts = plan_document(FOUR, agents=LOOPBACK)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(hosts))
-    options = ["--insecure-unsigned", "--state-dir", str(tmp_path / "state"),
-               "--http-idle-timeout", "30" if limit else "5"] + \
-        (["--http-max-connections", limit] if limit else [])
+    options = [
+        "--insecure-unsigned",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--http-idle-timeout",
+        "30" if limit else "5",
+    ] + (["--http-max-connections", limit] if limit else [])
     daemon = Daemon(path, *options, preexec=_limit_files)
-    stream = simulate(parse_plan(path.read_bytes()), {"s1": 20_000, "s4": 8_000},
-                      duration_s=3.0, seed=33)
+    stream = simulate(
+        parse_plan(path.read_bytes()), {"s1": 20_000, "s4": 8_000}, duration_s=3.0, seed=33
+    )
     held: list[socket.socket] = []
     try:
         wait_for(lambda: counter(daemon.metrics(), "cosample_collector_plan_version") == 7)
@@ -112,9 +128,14 @@ def test_idle_connections_neither_kill_nor_spin_the_daemon(tmp_path, limit):
         if limit:  # the attacker leaves
             for sock in held:
                 sock.close()
-        metrics = wait_for(lambda: (m := _scrape(daemon)) and
-                           m["cosample_collector_samples_total"][()] == stream.samples and m,
-                           timeout_s=30.0)
+        metrics = wait_for(
+            lambda: (
+                (m := _scrape(daemon))
+                and m["cosample_collector_samples_total"][()] == stream.samples
+                and m
+            ),
+            timeout_s=30.0,
+        )
         written = wait_for(lambda: _state(tmp_path) == stream.samples, timeout_s=30.0)
     finally:
         for sock in held:
@@ -122,8 +143,10 @@ def test_idle_connections_neither_kill_nor_spin_the_daemon(tmp_path, limit):
         log = daemon.stop()
     assert alive and daemon.process.returncode in (0, -15), log  # stopped by us only
     assert busy < 0.5, log  # a spinning accept loop would be ~1.0 (a core)
-    refused = {reason: counter(metrics, "cosample_collector_http_refused_total", reason=reason)
-               for reason in ("busy", "descriptors")}
+    refused = {
+        reason: counter(metrics, "cosample_collector_http_refused_total", reason=reason)
+        for reason in ("busy", "descriptors")
+    }
     if limit is None:
         assert refused["busy"] >= IDLE_CONNECTIONS - 64 - 128  # minus served and still queued
     else:

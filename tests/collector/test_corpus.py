@@ -9,12 +9,12 @@ import shutil
 import subprocess
 
 import pytest
+from sflow_corpus import CORPUS
 
 from cosample.cli import main
 from cosample.collector.decode import parse_datagram
 from cosample.collector.pcap import udp_payloads
 from cosample.lab.pmacct import count_capture, sfacctd_available
-from sflow_corpus import CORPUS
 
 CAPTURES = sorted(path.name for path in CORPUS.glob("*.pcap"))
 EXPECTED = json.loads((CORPUS / "expected.json").read_text())
@@ -25,8 +25,7 @@ needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="needs 
 
 def tshark(capture, *fields: str) -> list[list[str]]:
     """Rows of ``fields`` (each a comma-separated list of occurrences) as tshark decodes them."""
-    argv = ["tshark", "-r", str(capture), "-T", "fields", "-E", "separator=|",
-            "-E", "occurrence=a"]
+    argv = ["tshark", "-r", str(capture), "-T", "fields", "-E", "separator=|", "-E", "occurrence=a"]
     for name in fields:
         argv += ["-e", name]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
@@ -36,8 +35,9 @@ def tshark(capture, *fields: str) -> list[list[str]]:
 def tshark_counts(capture) -> dict[str, dict[str, int]]:
     """Per agent: datagrams, flow samples and packets they stand for (sum of 1-in-N)."""
     counts: dict[str, dict[str, int]] = {}
-    for v4, v6, rates in tshark(capture, "sflow_245.agent", "sflow_245.agent.v6",
-                                "sflow.flow_sample.sampling_rate"):
+    for v4, v6, rates in tshark(
+        capture, "sflow_245.agent", "sflow_245.agent.v6", "sflow.flow_sample.sampling_rate"
+    ):
         entry = counts.setdefault(v4 or v6, {"datagrams": 0, "flow_samples": 0, "packets": 0})
         entry["datagrams"] += 1
         rates = [int(rate) for rate in rates.split(",") if rate]
@@ -52,9 +52,10 @@ def ours(capture, capsys) -> dict[str, dict[str, float]]:
     assert main(["collector", "replay", str(capture), "--json"]) == 0
     snapshot = json.loads(capsys.readouterr().out)
     table, window = snapshot["servers"], snapshot["window_s"]
-    return {name: {"flow_samples": table["samples"][k],
-                   "packets": table["packets_per_s"][k] * window}
-            for k, name in enumerate(table["name"])}
+    return {
+        name: {"flow_samples": table["samples"][k], "packets": table["packets_per_s"][k] * window}
+        for k, name in enumerate(table["name"])
+    }
 
 
 def test_every_capture_has_expected_counts():

@@ -6,7 +6,8 @@ import random
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.collector.decode import DecodeError, FlowSample, parse_datagram, samples_announced
 from cosample.collector.encode import SampleSpec, counter_sample, datagram, flow_sample
@@ -16,8 +17,16 @@ HEADER, LENGTH = frame("10.1.0.1", "10.2.0.2", 200)
 
 
 def sample(**fields) -> bytes:
-    spec = dict(sequence=9, sampling_rate=64, sample_pool=640, header=HEADER,
-                frame_length=LENGTH, input_port=3, output_port=4, drops=2)
+    spec = dict(
+        sequence=9,
+        sampling_rate=64,
+        sample_pool=640,
+        header=HEADER,
+        frame_length=LENGTH,
+        input_port=3,
+        output_port=4,
+        drops=2,
+    )
     spec.update(fields)
     return flow_sample(SampleSpec(**spec))
 
@@ -44,22 +53,35 @@ def test_tunnel_ingress_records_as_ovs_lays_them_out():
 def test_expanded_flow_sample_and_unknown_records_are_read():
     inner = struct.pack("!II", 1001, 16) + bytes(16)  # extended switch, skipped by length
     header = HEADER + bytes(-len(HEADER) % 4)
-    raw = struct.pack("!II", 1, 16 + len(header)) + struct.pack("!IIII", 1, LENGTH, 4,
-                                                                len(HEADER)) + header
+    raw = (
+        struct.pack("!II", 1, 16 + len(header))
+        + struct.pack("!IIII", 1, LENGTH, 4, len(HEADER))
+        + header
+    )
     body = struct.pack("!IIIIIIIIIII", 5, 0, 1000, 8, 80, 0, 0, 7, 0, 9, 2) + inner + raw
-    data = datagram("10.0.0.1", 1, 0, [struct.pack("!II", 3, len(body)) + body,
-                                       struct.pack("!II", 99, 4) + b"\0\0\0\0"])
+    data = datagram(
+        "10.0.0.1",
+        1,
+        0,
+        [struct.pack("!II", 3, len(body)) + body, struct.pack("!II", 99, 4) + b"\0\0\0\0"],
+    )
     (s,) = parse_datagram(data).flow_samples
     assert (s.sequence, s.sampling_rate, s.input_port, s.output_port) == (5, 8, 7, 9)
     assert s.source_index == 1000 and s.src_ip == "10.1.0.1"
 
 
 def test_generic_interface_counters():
-    decoded = parse_datagram(datagram("10.0.0.1", 1, 0, [counter_sample(3, 12, 1000, 2000,
-                                                                        64000, 128000)]))
+    decoded = parse_datagram(
+        datagram("10.0.0.1", 1, 0, [counter_sample(3, 12, 1000, 2000, 64000, 128000)])
+    )
     (c,) = decoded.counters
-    assert (c.if_index, c.in_packets, c.out_packets, c.in_octets, c.out_octets) == \
-        (12, 1000, 2000, 64000, 128000)
+    assert (c.if_index, c.in_packets, c.out_packets, c.in_octets, c.out_octets) == (
+        12,
+        1000,
+        2000,
+        64000,
+        128000,
+    )
     assert decoded.counter_samples == 1 and decoded.flow_samples == ()
 
 
@@ -72,16 +94,19 @@ def test_ipv6_agent_address():
 GOOD = datagram("10.0.0.1", 1, 0, [sample(), sample(tunnel_src="10.0.0.2", vni=5)])
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"", "truncated"),
-    (GOOD[:20], "truncated"),
-    (GOOD[:-3], "truncated"),
-    (GOOD[:-40], "truncated"),
-    (struct.pack("!I", 4) + GOOD[4:], "bad_version"),
-    (GOOD[:4] + struct.pack("!I", 7) + GOOD[8:], "bad_address_type"),
-    (GOOD[:24] + struct.pack("!I", 10**6) + GOOD[28:], "bad_count"),
-    (GOOD + bytes(70000), "oversized"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "truncated"),
+        (GOOD[:20], "truncated"),
+        (GOOD[:-3], "truncated"),
+        (GOOD[:-40], "truncated"),
+        (struct.pack("!I", 4) + GOOD[4:], "bad_version"),
+        (GOOD[:4] + struct.pack("!I", 7) + GOOD[8:], "bad_address_type"),
+        (GOOD[:24] + struct.pack("!I", 10**6) + GOOD[28:], "bad_count"),
+        (GOOD + bytes(70000), "oversized"),
+    ],
+)
 def test_bad_datagrams_name_their_reason(data, reason):
     with pytest.raises(DecodeError) as caught:
         parse_datagram(data)
@@ -96,6 +121,7 @@ def test_samples_announced_reads_only_the_header():
 
 def test_lab_collector_uses_the_same_decoder():
     from cosample.lab import sflow
+
     assert sflow.parse_datagram is parse_datagram and sflow.SflowError is DecodeError
 
 
@@ -132,8 +158,12 @@ def test_fuzz_a_hundred_thousand_datagrams_through_the_estimator(four_plan):
 
     rng = random.Random(11)
     estimator = Estimator(build(four_plan), window_s=30.0)
-    valid = datagram("172.29.0.2", 1, 0, [sample(), sample(tunnel_src="172.29.0.1", vni=77),
-                                          counter_sample(1, 2, 3, 4)])
+    valid = datagram(
+        "172.29.0.2",
+        1,
+        0,
+        [sample(), sample(tunnel_src="172.29.0.1", vni=77), counter_sample(1, 2, 3, 4)],
+    )
     total = 100_000
     for k in range(total):
         kind = k % 3
@@ -143,24 +173,32 @@ def test_fuzz_a_hundred_thousand_datagrams_through_the_estimator(four_plan):
             raw = bytearray(valid)
             for _ in range(rng.randrange(1, 6)):
                 raw[rng.randrange(len(raw))] = rng.randrange(256)
-            data = bytes(raw[:rng.randrange(len(raw) + 1)] if kind == 1 else raw)
+            data = bytes(raw[: rng.randrange(len(raw) + 1)] if kind == 1 else raw)
         estimator.ingest(data, 1.7e9 + k * 1e-4)
     snapshot = estimator.snapshot()
     assert estimator.datagrams + sum(snapshot.dropped.values()) >= total - 1
-    assert sum(v for k, v in snapshot.dropped.items() if k in (
-        "truncated", "bad_version", "bad_address_type", "bad_count", "oversized")) \
-        + estimator.datagrams == total
+    assert (
+        sum(
+            v
+            for k, v in snapshot.dropped.items()
+            if k in ("truncated", "bad_version", "bad_address_type", "bad_count", "oversized")
+        )
+        + estimator.datagrams
+        == total
+    )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_the_fast_path_decoder_agrees_with_the_record_decoder(data):
     """``parse_compact`` (the estimator's) gives the same fields and the same drop reasons."""
-    from cosample.collector.decode import flow_record, parse_compact
+    from cosample.collector.decode import parse_compact
+    from cosample.collector.records import flow_record
+
     raw = bytearray(GOOD)
     for _ in range(data.draw(st.integers(0, 4))):
         raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
-    raw = bytes(raw[:data.draw(st.integers(0, len(raw)))])
+    raw = bytes(raw[: data.draw(st.integers(0, len(raw)))])
     try:
         full = parse_datagram(raw)
     except DecodeError as exc:
@@ -172,7 +210,21 @@ def test_the_fast_path_decoder_agrees_with_the_record_decoder(data):
     assert agent == full.agent and counters == full.counters and discards == full.discards
     assert (number, uptime) == (full.sequence, full.uptime_ms)
     assert [flow_record(agent, f, raw) for f in flows] == [
-        FlowSample(s.agent, s.sequence, s.sampling_rate, 0, s.drops, s.input_port, s.output_port,
-                   s.frame_length, s.header, s.outer_src, None, s.vni, s.source_index,
-                   s.header_protocol)
-        for s in full.flow_samples]
+        FlowSample(
+            s.agent,
+            s.sequence,
+            s.sampling_rate,
+            0,
+            s.drops,
+            s.input_port,
+            s.output_port,
+            s.frame_length,
+            s.header,
+            s.outer_src,
+            None,
+            s.vni,
+            s.source_index,
+            s.header_protocol,
+        )
+        for s in full.flow_samples
+    ]

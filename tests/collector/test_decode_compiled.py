@@ -10,13 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.collector import decode
 from cosample.collector.decode import DecodeError, parse_compact, parse_compact_python
+from cosample.collector.encode import (
+    SampleSpec,
+    counter_sample,
+    datagram,
+    discard_sample,
+    flow_sample,
+)
 from cosample.collector.loss import sampler_runs
-from cosample.collector.encode import (SampleSpec, counter_sample, datagram, discard_sample,
-                                       flow_sample)
 from cosample.collector.pcap import udp_payloads
 from cosample.lab.sflowstream import frame
 
@@ -24,11 +30,21 @@ CORPUS = Path(__file__).resolve().parents[1] / "data" / "sflow"
 REAL = [payload for path in sorted(CORPUS.glob("*.pcap")) for _, payload in udp_payloads(path)]
 HEADER, LENGTH = frame("10.1.0.1", "10.2.0.2", 200)
 #: OVS's layout with every record the scan reads: tunnel ingress, VNI, counters, a discard.
-OVS = datagram("172.29.0.2", 7, 1000, [
-    flow_sample(SampleSpec(9, 64, 640, HEADER, LENGTH)),
-    flow_sample(SampleSpec(10, 1, 10, HEADER, LENGTH, tunnel_src="172.29.0.1",
-                           tunnel_dst="172.29.0.2", vni=77)),
-    counter_sample(3, 2, 100, 200), discard_sample(4, 260, HEADER, LENGTH)])
+OVS = datagram(
+    "172.29.0.2",
+    7,
+    1000,
+    [
+        flow_sample(SampleSpec(9, 64, 640, HEADER, LENGTH)),
+        flow_sample(
+            SampleSpec(
+                10, 1, 10, HEADER, LENGTH, tunnel_src="172.29.0.1", tunnel_dst="172.29.0.2", vni=77
+            )
+        ),
+        counter_sample(3, 2, 100, 200),
+        discard_sample(4, 260, HEADER, LENGTH),
+    ],
+)
 SEEDS = REAL + [OVS]
 
 
@@ -58,7 +74,7 @@ def test_mutated_real_datagrams_decode_as_in_python(data):
     for _ in range(data.draw(st.integers(0, 8))):
         at = data.draw(st.integers(0, len(raw) - 1))
         raw[at] = data.draw(st.integers(0, 255))
-    raw = bytes(raw[:data.draw(st.integers(0, len(raw)))])
+    raw = bytes(raw[: data.draw(st.integers(0, len(raw)))])
     assert outcome(parse_compact, raw) == outcome(parse_compact_python, raw)
 
 
@@ -81,7 +97,7 @@ def test_the_compiled_agent_check_is_the_header_decoders(data):
     raw = bytearray(data.draw(st.sampled_from(SEEDS)))
     for _ in range(data.draw(st.integers(0, 4))):
         raw[data.draw(st.integers(0, min(len(raw), 48) - 1))] = data.draw(st.integers(0, 255))
-    raw = bytes(raw[:data.draw(st.integers(0, len(raw)))])
+    raw = bytes(raw[: data.draw(st.integers(0, len(raw)))])
     try:
         expected = decode.datagram_agent(raw)
     except DecodeError:
@@ -93,6 +109,7 @@ def read(path: Path, compiled: bool, monkeypatch) -> tuple:
     """Every (time, payload) of a capture, its skip counters and cut, with or without the
     compiled record reader."""
     from cosample.collector import pcap
+
     with monkeypatch.context() as patch:
         if not compiled:
             patch.setattr(pcap, "_pcap_run", None)
@@ -115,6 +132,7 @@ def test_mutated_captures_read_as_in_python(tmp_path_factory, data):
     import struct
 
     from cosample.collector.pcap import write_pcap
+
     payloads = [(1.7e9 + k * 0.001, data.draw(st.sampled_from(SEEDS))) for k in range(6)]
     path = tmp_path_factory.mktemp("pcap") / "c.pcap"
     raw = bytearray(write_pcap(path, payloads).read_bytes())
@@ -124,9 +142,12 @@ def test_mutated_captures_read_as_in_python(tmp_path_factory, data):
         at += 16 + struct.unpack_from("<I", raw, at + 8)[0]
     for _ in range(data.draw(st.integers(0, 6))):
         frame = data.draw(st.sampled_from(offsets)) + 16
-        raw[frame + data.draw(st.integers(0, 45))] = data.draw(st.sampled_from(
-            [0, 1, 0x08, 0x81, 0x86, 0x88, 0xA8, 0xDD, 0x20, 0x45, 0x46, 6, 17, 255]))
-    raw = raw[:data.draw(st.integers(24, len(raw)))]
+        raw[frame + data.draw(st.integers(0, 45))] = data.draw(
+            st.sampled_from(
+                [0, 1, 0x08, 0x81, 0x86, 0x88, 0xA8, 0xDD, 0x20, 0x45, 0x46, 6, 17, 255]
+            )
+        )
+    raw = raw[: data.draw(st.integers(24, len(raw)))]
     path.write_bytes(bytes(raw))
     with pytest.MonkeyPatch.context() as monkeypatch:
         assert read(path, True, monkeypatch) == read(path, False, monkeypatch)
@@ -172,17 +193,26 @@ def test_many_kinds_of_samples_and_huge_frames_are_grouped_right():
     assert fields[4][0][4] == 0xFFFFFFFF and alike is None
 
 
-@pytest.mark.parametrize("layout", [
-    [(7, k) for k in range(1, 6)],  # one sampler, consecutive
-    [(7, 1), (8, 2), (7, 3)],  # one sampler broken by another's numbers: no runs
-    [(k % 3, 10 + k // 3) for k in range(12)],  # three samplers interleaved, each consecutive
-    [(k, 1) for k in range(17)],  # more samplers than the scan keeps
-    [(5, 0xFFFFFFFF), (5, 0)],  # a run through the wrap of the 32-bit numbers
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        [(7, k) for k in range(1, 6)],  # one sampler, consecutive
+        [(7, 1), (8, 2), (7, 3)],  # one sampler broken by another's numbers: no runs
+        [(k % 3, 10 + k // 3) for k in range(12)],  # three samplers interleaved, each consecutive
+        [(k, 1) for k in range(17)],  # more samplers than the scan keeps
+        [(5, 0xFFFFFFFF), (5, 0)],  # a run through the wrap of the 32-bit numbers
+    ],
+)
 def test_the_compiled_runs_are_the_loss_trackers(layout):
-    raw = datagram("172.29.0.2", 1, 0, [flow_sample(SampleSpec(number, 64, 64, HEADER, LENGTH,
-                                                               source_index=source))
-                                        for source, number in layout])
+    raw = datagram(
+        "172.29.0.2",
+        1,
+        0,
+        [
+            flow_sample(SampleSpec(number, 64, 64, HEADER, LENGTH, source_index=source))
+            for source, number in layout
+        ],
+    )
     fast = decode._scan(raw)
     assert fast is not None and fast[7] == sampler_runs(fast[4])
     assert (fast[7] is None) == (layout[1:2] == [(8, 2)] or len(layout) == 17)

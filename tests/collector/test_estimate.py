@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from collector_plans import FOUR, plan_document
 
-from cosample.plan.document import parse_plan
 from cosample.collector.attribution import LOCAL, MIRRORED, Source, build
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
 from cosample.dataplane.tunnels import pair_vni
 from cosample.lab.sflowstream import OVERLAY_VNI, frame, simulate, vm_address
-from collector_plans import FOUR, plan_document
+from cosample.plan.document import parse_plan
 
 TRUTH = {"s1": 60_000, "s2": 2_000, "s3": 3_000, "s4": 30_000}
 
@@ -32,8 +32,9 @@ def run(plan, stream, **kwargs) -> object:
 def test_attribution_verdicts(four_plan):
     table = build(four_plan)
     assert table.source("172.29.0.1", None, None) == Source("s1", LOCAL)
-    assert table.source("172.29.0.2", pair_vni("s1", "s2"), "172.29.0.1") == \
-        Source("s1", MIRRORED, 0.3)
+    assert table.source("172.29.0.2", pair_vni("s1", "s2"), "172.29.0.1") == Source(
+        "s1", MIRRORED, 0.3
+    )
     assert table.source("172.29.0.2", pair_vni("s1", "s2"), "172.29.0.9") == "unknown_tunnel"
     assert table.source("172.29.0.3", pair_vni("s1", "s2"), "172.29.0.1") == "stale_mirror"
     assert table.source("172.29.0.2", OVERLAY_VNI, "172.29.0.4") == "overlay_ingress"
@@ -76,6 +77,7 @@ def test_a_standard_collector_would_overcount_and_misattribute(four_plan):
     stream = simulate(four_plan, TRUTH, duration_s=10.0, seed=5)
     estimator, snapshot = run(four_plan, stream)
     from cosample.collector.decode import parse_datagram
+
     naive: dict[str, float] = {}
     for _, data in stream.datagrams:
         for s in parse_datagram(data).flow_samples:
@@ -106,8 +108,9 @@ def test_lost_datagrams_are_made_up_for_by_sequence_gaps(four_plan):
 def test_missing_mirrors_do_not_bias_the_estimate(four_plan):
     """Agents in their safe state send no mirrored copies: the local stream carries the estimate."""
     stream = simulate(four_plan, {"s1": 60_000}, duration_s=10.0, seed=2)
-    local_only = [(when, data) for when, data in stream.datagrams
-                  if data[8:12] == bytes([172, 29, 0, 1])]
+    local_only = [
+        (when, data) for when, data in stream.datagrams if data[8:12] == bytes([172, 29, 0, 1])
+    ]
     estimator = Estimator(build(four_plan), window_s=None)
     for when, data in local_only:
         estimator.ingest(data, when)
@@ -118,10 +121,19 @@ def test_missing_mirrors_do_not_bias_the_estimate(four_plan):
 
 def test_traffic_matrix_from_an_inventory(four_plan):
     names = sorted(FOUR)
-    inventory = Inventory(servers={name: {"vm_addresses": [vm_address(k, 1), vm_address(k, 2)]}
-                                   for k, name in enumerate(names)})
-    stream = simulate(four_plan, TRUTH, duration_s=10.0, seed=4,
-                      destinations={"s1": "s4", "s4": "s1", "s2": "s2", "s3": "s1"})
+    inventory = Inventory(
+        servers={
+            name: {"vm_addresses": [vm_address(k, 1), vm_address(k, 2)]}
+            for k, name in enumerate(names)
+        }
+    )
+    stream = simulate(
+        four_plan,
+        TRUTH,
+        duration_s=10.0,
+        seed=4,
+        destinations={"s1": "s4", "s4": "s1", "s2": "s2", "s3": "s1"},
+    )
     _, snapshot = run(four_plan, stream, inventory=inventory)
     matrix = snapshot.traffic_pps.as_dict()
     assert set(matrix["s1"]) == {"s4"} and set(matrix["s2"]) == {"s2"}
@@ -139,19 +151,33 @@ def test_interface_counters_become_packet_rates(four_plan):
 def test_unknown_agents_and_bad_rates_are_counted(four_plan):
     header, length = frame("10.0.0.1", "10.0.0.2", 100)
     estimator = Estimator(build(four_plan))
-    estimator.ingest(datagram("192.0.2.1", 1, 0, [flow_sample(SampleSpec(1, 8, 8, header, length))]), 1.0)
-    estimator.ingest(datagram("172.29.0.4", 1, 0, [flow_sample(SampleSpec(1, 0, 0, header, length))]), 1.0)
+    estimator.ingest(
+        datagram("192.0.2.1", 1, 0, [flow_sample(SampleSpec(1, 8, 8, header, length))]), 1.0
+    )
+    estimator.ingest(
+        datagram("172.29.0.4", 1, 0, [flow_sample(SampleSpec(1, 0, 0, header, length))]), 1.0
+    )
     estimator.ingest(b"\0\0\0\4\0\0\0\1", 1.0)
-    assert estimator.snapshot(2.0).dropped == {"bad_sampling_rate": 1, "bad_version": 1,
-                                               "unknown_agent": 1}
+    assert estimator.snapshot(2.0).dropped == {
+        "bad_sampling_rate": 1,
+        "bad_version": 1,
+        "unknown_agent": 1,
+    }
 
 
 def test_window_forgets_old_samples(four_plan):
     header, length = frame("10.0.0.1", "10.0.0.2", 100)
     estimator = Estimator(build(four_plan), window_s=5.0)
     for k in range(20):
-        estimator.ingest(datagram("172.29.0.4", k + 1, 0, [flow_sample(
-            SampleSpec(k + 1, 16, 16 * (k + 1), header, length))]), 100.5 + k)
+        estimator.ingest(
+            datagram(
+                "172.29.0.4",
+                k + 1,
+                0,
+                [flow_sample(SampleSpec(k + 1, 16, 16 * (k + 1), header, length))],
+            ),
+            100.5 + k,
+        )
     snapshot = estimator.snapshot(120.0)  # buckets of 1 s: 116..119 remain, 4 s covered
     e = snapshot.servers["s4"]
     assert e.samples == 4 and snapshot.window_s == 4.0
@@ -160,17 +186,22 @@ def test_window_forgets_old_samples(four_plan):
 
 def test_plan_change_keeps_taken_sums_and_uses_new_shares():
     first = parse_plan(json.dumps(plan_document(FOUR, version=1)).encode())
-    second = parse_plan(json.dumps(plan_document(
-        {"s1": (64, {"s2": 0.5}), "s2": (1, {}), "s3": (2, {}), "s4": (16, {})},
-        version=2)).encode())
+    second = parse_plan(
+        json.dumps(
+            plan_document(
+                {"s1": (64, {"s2": 0.5}), "s2": (1, {}), "s3": (2, {}), "s4": (16, {})}, version=2
+            )
+        ).encode()
+    )
     estimator = Estimator(build(first), window_s=None)
     early = simulate(first, {"s1": 100_000}, duration_s=5, seed=1)
     first_start = early.datagrams[0][0] // 1 - 1
     for when, data in early.datagrams:
         estimator.ingest(data, when)
     estimator.set_attribution(build(second))
-    for when, data in simulate(second, {"s1": 100_000}, duration_s=5, start=first_start + 5,
-                               seed=2).datagrams:
+    for when, data in simulate(
+        second, {"s1": 100_000}, duration_s=5, start=first_start + 5, seed=2
+    ).datagrams:
         estimator.ingest(data, when)
     snapshot = estimator.snapshot()
     assert snapshot.plan.version == 2

@@ -8,13 +8,14 @@ import math
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from scipy.special import gammainc, gammaincc, gammaincinv as scipy_gammaincinv
+from scipy.special import gammainc, gammaincc
+from scipy.special import gammaincinv as scipy_gammaincinv
 
 from cosample.collector.gammaquantile import TEMME_MIN_A, _classic, _temme, gammaincinv
 from cosample.collector.intervals import ZERO_COUNT_UPPER, packets_interval
 
 RELATIVE = 1e-9
-shapes = st.floats(min_value=-3.0, max_value=12.0).map(lambda e: 10.0 ** e)
+shapes = st.floats(min_value=-3.0, max_value=12.0).map(lambda e: 10.0**e)
 
 
 def close(mine: float, theirs: float) -> bool:
@@ -30,8 +31,10 @@ def test_the_interval_tails_match_scipy_at_any_shape(a, q):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.floats(min_value=-3.0, max_value=5.0).map(lambda e: 10.0 ** e),
-       st.floats(min_value=1e-6, max_value=1 - 1e-6))
+@given(
+    st.floats(min_value=-3.0, max_value=5.0).map(lambda e: 10.0**e),
+    st.floats(min_value=1e-6, max_value=1 - 1e-6),
+)
 def test_any_level_matches_scipy(a, q):
     assert close(gammaincinv(a, q), float(scipy_gammaincinv(a, q)))
 
@@ -61,8 +64,9 @@ def test_bad_arguments_are_refused():
             gammaincinv(a, q)
 
 
-@pytest.mark.parametrize("estimate, variance", [(5.0, 5.0), (300.0, 30_000.0), (2.5e6, 1.6e8),
-                                                (0.3, 0.9), (1e11, 1e12)])
+@pytest.mark.parametrize(
+    "estimate, variance", [(5.0, 5.0), (300.0, 30_000.0), (2.5e6, 1.6e8), (0.3, 0.9), (1e11, 1e12)]
+)
 def test_packets_interval_is_garwoods_from_scipy(estimate, variance):
     scale = estimate / variance
     count = estimate * scale

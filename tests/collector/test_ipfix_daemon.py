@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import socket
 
-from cosample.collector.snapshot import parse_snapshot
 from collector_daemon import Daemon, counter
 from ipfix_messages import record_message, sample_plan, template_message
 from waiting import wait_for
+
+from cosample.collector.snapshot import parse_snapshot
 
 P, DOMAIN = 13107, 11  # 0.2: weight 5, OVS's factor 5
 
@@ -41,9 +42,9 @@ def test_ipfix_through_the_daemon(tmp_path):
         def counted():
             status = json.loads(daemon.get("/status"))
             return status if status["ipfix_records"] == 20 else None
+
         wait_for(counted, timeout_s=20)
-        wait_for(lambda: daemon.samples_of("s1") == 60,
-                 timeout_s=20)
+        wait_for(lambda: daemon.samples_of("s1") == 60, timeout_s=20)
         snapshot = parse_snapshot(daemon.get("/snapshot"))
         s1 = snapshot.servers["s1"]
         assert s1.packets_per_s * snapshot.window_s == 60 * 65535 / P
@@ -63,4 +64,3 @@ def test_a_sample_host_without_ipfix_is_logged(tmp_path):
     log = daemon.stop()
     assert daemon.ipfix is None
     assert "s1 take their local share with OVS's sample action" in log
-

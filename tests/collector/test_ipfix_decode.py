@@ -13,7 +13,8 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.collector.ipfix import IpfixError, Templates
 from cosample.collector.pcap import udp_payloads
@@ -24,8 +25,10 @@ GROUPS = {
     "ipfixprobe": ("ipfixprobe-templates.pcap", "ipfixprobe-data.pcap"),
     "juniper-cpid": ("juniper-cpid-template.pcap", "juniper-cpid-data.pcap"),
     "datalink": ("datalink-template.pcap", "datalink-data.pcap"),
-    "ethernet-over-mpls": ("ethernet-over-mpls-with-control-word-template.pcap",
-                           "ethernet-over-mpls-with-control-word-data.pcap"),
+    "ethernet-over-mpls": (
+        "ethernet-over-mpls-with-control-word-template.pcap",
+        "ethernet-over-mpls-with-control-word-data.pcap",
+    ),
     "srv6": ("ipfix-srv6-template.pcap", "ipfix-srv6-data.pcap"),
     "mpls": ("mpls.pcap",),
     "physicalinterfaces": ("physicalinterfaces.pcap",),
@@ -33,17 +36,26 @@ GROUPS = {
 }
 #: Our element names -> tshark's fields (Wireshark's cflow dissector).
 TSHARK_FIELDS = {
-    "packetDeltaCount": "cflow.packets", "octetDeltaCount": "cflow.octets",
-    "sourceIPv4Address": "cflow.srcaddr", "destinationIPv4Address": "cflow.dstaddr",
-    "sourceIPv6Address": "cflow.srcaddrv6", "destinationIPv6Address": "cflow.dstaddrv6",
-    "ingressInterface": "cflow.inputint", "egressInterface": "cflow.outputint",
-    "interfaceName": "cflow.if_name", "sourceTransportPort": "cflow.srcport",
-    "destinationTransportPort": "cflow.dstport", "protocolIdentifier": "cflow.protocol",
-    "sourceMacAddress": "cflow.srcmac", "destinationMacAddress": "cflow.dstmac",
+    "packetDeltaCount": "cflow.packets",
+    "octetDeltaCount": "cflow.octets",
+    "sourceIPv4Address": "cflow.srcaddr",
+    "destinationIPv4Address": "cflow.dstaddr",
+    "sourceIPv6Address": "cflow.srcaddrv6",
+    "destinationIPv6Address": "cflow.dstaddrv6",
+    "ingressInterface": "cflow.inputint",
+    "egressInterface": "cflow.outputint",
+    "interfaceName": "cflow.if_name",
+    "sourceTransportPort": "cflow.srcport",
+    "destinationTransportPort": "cflow.dstport",
+    "protocolIdentifier": "cflow.protocol",
+    "sourceMacAddress": "cflow.srcmac",
+    "destinationMacAddress": "cflow.dstmac",
     "observationPointId": "cflow.observation_point_id",
 }
-needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None or shutil.which("mergecap")
-                                  is None, reason="needs tshark and mergecap (bin/bootstrap.sh)")
+needs_tshark = pytest.mark.skipif(
+    shutil.which("tshark") is None or shutil.which("mergecap") is None,
+    reason="needs tshark and mergecap (bin/bootstrap.sh)",
+)
 
 
 def decode_files(paths, exporter: str = "192.0.2.1"):
@@ -69,9 +81,13 @@ def tshark_values(capture: Path, port: int) -> dict[str, list[str]]:
 
 
 def udp_port(path: Path) -> int:
-    out = subprocess.run(["tshark", "-r", str(path), "-c", "1", "-T", "fields", "-e",
-                          "udp.dstport"], capture_output=True, text=True, timeout=60,
-                         check=True).stdout
+    out = subprocess.run(
+        ["tshark", "-r", str(path), "-c", "1", "-T", "fields", "-e", "udp.dstport"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     return int(out.split()[0])
 
 
@@ -80,8 +96,9 @@ def test_every_capture_decodes_with_records():
         messages = decode_files([CORPUS / f for f in files])
         assert all(m.unknown_sets == 0 for m in messages), name
         assert sum(len(m.records) for m in messages) > 0, name
-    assert sorted(p.name for p in CORPUS.glob("*.pcap")) == \
-        sorted(f for files in GROUPS.values() for f in files)
+    assert sorted(p.name for p in CORPUS.glob("*.pcap")) == sorted(
+        f for files in GROUPS.values() for f in files
+    )
 
 
 @needs_tshark
@@ -91,8 +108,11 @@ def test_fields_agree_with_tshark(name, tmp_path):
     capture = paths[0]
     if len(paths) > 1:  # one capture, as one session: tshark needs the templates first too
         capture = tmp_path / "session.pcap"
-        subprocess.run(["mergecap", "-a", "-F", "pcap", "-w", str(capture), *map(str, paths)],
-                       check=True, timeout=60)
+        subprocess.run(
+            ["mergecap", "-a", "-F", "pcap", "-w", str(capture), *map(str, paths)],
+            check=True,
+            timeout=60,
+        )
     port = udp_port(capture)
     messages = decode_files(paths)
     records = [r for m in messages for r in (*m.records, *m.options)]
@@ -105,14 +125,16 @@ def test_fields_agree_with_tshark(name, tmp_path):
         compared += len(ours)
     assert compared > 0
     domains = [str(m.domain) for m in messages] + [  # tshark's od_id: header and element 149
-        str(r["observationDomainId"]) for r in records if "observationDomainId" in r]
+        str(r["observationDomainId"]) for r in records if "observationDomainId" in r
+    ]
     assert Counter(domains) == Counter(decoded["cflow.od_id"])
     assert [str(m.sequence) for m in messages] == decoded["cflow.sequence"]
 
 
 def real_messages() -> list[bytes]:
-    return [data for files in GROUPS.values() for f in files
-            for _, data in udp_payloads(CORPUS / f)]
+    return [
+        data for files in GROUPS.values() for f in files for _, data in udp_payloads(CORPUS / f)
+    ]
 
 
 MESSAGES = real_messages()
@@ -177,20 +199,34 @@ def data_message(domain: int, sequence: int, template_id: int, body: bytes) -> b
 
 
 #: template 300: packetDeltaCount (8), interfaceName (variable), an enterprise element (2 bytes)
-TEMPLATE_300 = struct.pack("!HH", 300, 3) + struct.pack("!HH", 2, 8) + \
-    struct.pack("!HH", 82, 65535) + struct.pack("!HHI", 0x8000 | 7, 2, 29305)
+TEMPLATE_300 = (
+    struct.pack("!HH", 300, 3)
+    + struct.pack("!HH", 2, 8)
+    + struct.pack("!HH", 82, 65535)
+    + struct.pack("!HHI", 0x8000 | 7, 2, 29305)
+)
 
 
 def test_variable_length_fields_enterprise_elements_and_padding():
     templates = Templates()
     templates.decode(template_message(5, 0, TEMPLATE_300), "192.0.2.1", 0.0)
     long_name = b"x" * 300
-    body = (struct.pack("!Q", 7) + b"\x04eth0" + b"\xab\xcd" +
-            struct.pack("!Q", 9) + b"\xff" + struct.pack("!H", 300) + long_name + b"\0\0" +
-            b"\0\0")  # padding shorter than a record
+    body = (
+        struct.pack("!Q", 7)
+        + b"\x04eth0"
+        + b"\xab\xcd"
+        + struct.pack("!Q", 9)
+        + b"\xff"
+        + struct.pack("!H", 300)
+        + long_name
+        + b"\0\0"
+        + b"\0\0"
+    )  # padding shorter than a record
     message = templates.decode(data_message(5, 0, 300, body), "192.0.2.1", 1.0)
-    assert [(r["packetDeltaCount"], r["interfaceName"]) for r in message.records] == \
-        [(7, "eth0"), (9, "x" * 300)]
+    assert [(r["packetDeltaCount"], r["interfaceName"]) for r in message.records] == [
+        (7, "eth0"),
+        (9, "x" * 300),
+    ]
     assert all(set(r) == {"packetDeltaCount", "interfaceName"} for r in message.records)
 
 
@@ -229,24 +265,38 @@ def test_a_malformed_message_changes_no_template():
         templates.decode(bad, "192.0.2.1", 1.0)
     assert caught.value.reason == "ipfix_bad_set_length"
     record = struct.pack("!Q", 3) + b"\x01a" + b"\0\0"
-    assert templates.decode(data_message(5, 1, 300, record), "192.0.2.1", 2.0).records == \
-        ({"packetDeltaCount": 3, "interfaceName": "a"},)
+    assert templates.decode(data_message(5, 1, 300, record), "192.0.2.1", 2.0).records == (
+        {"packetDeltaCount": 3, "interfaceName": "a"},
+    )
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"\0\x0a\0", "ipfix_truncated"),
-    (struct.pack("!HHIII", 9, 16, 0, 0, 1), "ipfix_bad_version"),
-    (struct.pack("!HHIII", 10, 12, 0, 0, 1), "ipfix_bad_length"),
-    (struct.pack("!HHIII", 10, 40, 0, 0, 1), "ipfix_truncated"),
-    (template_message(1, 0, struct.pack("!HH", 12, 1) + struct.pack("!HH", 2, 8)),
-     "ipfix_bad_template"),
-    (template_message(1, 0, struct.pack("!HH", 300, 1) + struct.pack("!HH", 2, 0)),
-     "ipfix_bad_template"),
-    (template_message(1, 0, struct.pack("!HHH", 300, 1, 0) + struct.pack("!HH", 2, 8),
-                      set_id=3), "ipfix_bad_template"),
-    (template_message(1, 0, struct.pack("!HH", 300, 2) + struct.pack("!HH", 2, 8)),
-     "ipfix_truncated"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"\0\x0a\0", "ipfix_truncated"),
+        (struct.pack("!HHIII", 9, 16, 0, 0, 1), "ipfix_bad_version"),
+        (struct.pack("!HHIII", 10, 12, 0, 0, 1), "ipfix_bad_length"),
+        (struct.pack("!HHIII", 10, 40, 0, 0, 1), "ipfix_truncated"),
+        (
+            template_message(1, 0, struct.pack("!HH", 12, 1) + struct.pack("!HH", 2, 8)),
+            "ipfix_bad_template",
+        ),
+        (
+            template_message(1, 0, struct.pack("!HH", 300, 1) + struct.pack("!HH", 2, 0)),
+            "ipfix_bad_template",
+        ),
+        (
+            template_message(
+                1, 0, struct.pack("!HHH", 300, 1, 0) + struct.pack("!HH", 2, 8), set_id=3
+            ),
+            "ipfix_bad_template",
+        ),
+        (
+            template_message(1, 0, struct.pack("!HH", 300, 2) + struct.pack("!HH", 2, 8)),
+            "ipfix_truncated",
+        ),
+    ],
+)
 def test_each_malformation_has_its_reason(data, reason):
     with pytest.raises(IpfixError) as caught:
         Templates().decode(data, "192.0.2.1", 0.0)
@@ -257,8 +307,9 @@ def test_a_record_cut_inside_a_variable_length_field_is_truncated():
     templates = Templates()
     templates.decode(template_message(5, 0, TEMPLATE_300), "192.0.2.1", 0.0)
     with pytest.raises(IpfixError) as caught:
-        templates.decode(data_message(5, 0, 300, struct.pack("!Q", 3) + b"\x09ab"),
-                         "192.0.2.1", 1.0)
+        templates.decode(
+            data_message(5, 0, 300, struct.pack("!Q", 3) + b"\x09ab"), "192.0.2.1", 1.0
+        )
     assert caught.value.reason == "ipfix_truncated"
 
 

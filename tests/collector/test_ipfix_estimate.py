@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
-from pathlib import Path
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ipfix_messages import record_message, sample_plan, template_message
 
 from cosample.collector import attribution
 from cosample.collector.estimate import Estimator
 from cosample.collector.pcap import udp_payloads
-from ipfix_messages import record_message, sample_plan, template_message
 
 EXPORTER, DOMAIN, P = "127.29.0.1", 7, 26214
 
 
 def estimator(probability: int = P, **kwargs) -> Estimator:
-    return Estimator(attribution.build(sample_plan(probability, DOMAIN, **kwargs)),
-                     window_s=None, name="c1")
+    return Estimator(
+        attribution.build(sample_plan(probability, DOMAIN, **kwargs)), window_s=None, name="c1"
+    )
 
 
 def row(snapshot, server: str = "s1") -> dict:
@@ -32,8 +33,9 @@ def row(snapshot, server: str = "s1") -> dict:
     return {key: values[k] for key, values in table.items() if values is not None}
 
 
-def run_trace(seed: int, seconds: int = 20, flows: int = 4, pps_per_flow: int = 50,
-              lose: float = 0.0):
+def run_trace(
+    seed: int, seconds: int = 20, flows: int = 4, pps_per_flow: int = 50, lose: float = 0.0
+):
     """One host's flows sampled at P, one record per flow and second (OVS's cache with a 1-s
     active timeout); ``lose``: share of messages that never arrive. (estimator, truth)."""
     rng = random.Random(seed)
@@ -47,8 +49,11 @@ def run_trace(seed: int, seconds: int = 20, flows: int = 4, pps_per_flow: int = 
             edge = sequence <= 2 or (second, flow) == (seconds - 1, flows - 1)
             if sampled:  # a loss before the first or after the last arrival is invisible
                 if edge or rng.random() >= lose:
-                    est.ingest_ipfix(record_message(DOMAIN, sequence, sampled, P),
-                                     EXPORTER, second + flow / flows)
+                    est.ingest_ipfix(
+                        record_message(DOMAIN, sequence, sampled, P),
+                        EXPORTER,
+                        second + flow / flows,
+                    )
                 sequence += 1
     est.ingest_ipfix(template_message(DOMAIN, sequence), EXPORTER, float(seconds))
     return est, truth
@@ -58,8 +63,12 @@ def estimate(est: Estimator) -> tuple[float, float, float, float]:
     data = est.snapshot_data()
     r = row(data)
     window = data["window_s"]
-    return (r["packets_per_s"] * window, r["packets_per_s_ci95_low"] * window,
-            r["packets_per_s_ci95_high"] * window, math.sqrt(r["packets_per_s_variance"]) * window)
+    return (
+        r["packets_per_s"] * window,
+        r["packets_per_s_ci95_low"] * window,
+        r["packets_per_s_ci95_high"] * window,
+        math.sqrt(r["packets_per_s_variance"]) * window,
+    )
 
 
 @pytest.mark.parametrize("lose", [0.0, 0.2])
@@ -85,8 +94,7 @@ def test_the_probability_from_the_record_else_the_plan():
     data = est.snapshot_data()
     r = row(data)
     assert r["samples"] == 14
-    assert r["packets_per_s"] * data["window_s"] == \
-        10 * 65535 / 13107 + 4 * 65535 / 26214
+    assert r["packets_per_s"] * data["window_s"] == 10 * 65535 / 13107 + 4 * 65535 / 26214
     assert r["bytes_per_s"] * data["window_s"] == (10 * 5.0 + 4 * 65535 / 26214) * 100
     assert est.ipfix_records == 2 and not est.dropped
     assert data["agents"] == [EXPORTER]
@@ -135,9 +143,15 @@ def test_every_message_or_record_not_counted_has_a_reason():
     est.ingest_ipfix(record_message(DOMAIN, 3, 1, P), EXPORTER, 0.6)  # UDP duplicated it
     est.ingest_ipfix(b"\0\x0a\0\x10", EXPORTER, 0.7)
     est.ingest_ipfix(b"\0\x05" + bytes(30), EXPORTER, 0.8)
-    assert est.dropped == {"ipfix_unplanned_exporter": 1, "ipfix_unknown_template": 1,
-                           "ipfix_domain_mismatch": 1, "ipfix_bad_packet_count": 1,
-                           "ipfix_duplicate": 1, "ipfix_truncated": 1, "ipfix_bad_version": 1}
+    assert est.dropped == {
+        "ipfix_unplanned_exporter": 1,
+        "ipfix_unknown_template": 1,
+        "ipfix_domain_mismatch": 1,
+        "ipfix_bad_packet_count": 1,
+        "ipfix_duplicate": 1,
+        "ipfix_truncated": 1,
+        "ipfix_bad_version": 1,
+    }
     assert est.ipfix_records == 1
     assert est.snapshot_data()["dropped"] == dict(sorted(est.dropped.items()))
 
@@ -163,7 +177,7 @@ def test_random_input_never_raises(data, position):
     est = estimator()
     est.ingest_ipfix(template_message(DOMAIN), EXPORTER, 0.0)
     valid = record_message(DOMAIN, 0, 3, P)
-    for message in (data, valid[:position * 20] + data, valid + data):
+    for message in (data, valid[: position * 20] + data, valid + data):
         est.ingest_ipfix(message, EXPORTER, 1.0)
     est.snapshot_data()
 
@@ -172,8 +186,9 @@ def test_the_real_ovs_capture():
     """tests/data/ipfix/ovs-sample-cache.pcap (README there): 4000 packets through OVS's sample
     action at 26214/65535, 1602 sampled by OVS's own count."""
     capture = Path(__file__).resolve().parents[1] / "data" / "ipfix" / "ovs-sample-cache.pcap"
-    est = Estimator(attribution.build(sample_plan(26214, 2130706433, agents="127.0.0")),
-                    window_s=None)
+    est = Estimator(
+        attribution.build(sample_plan(26214, 2130706433, agents="127.0.0")), window_s=None
+    )
     for when, data in udp_payloads(capture):
         est.ingest_ipfix(data, "127.0.0.1", when)
     packets, low, high, sd = estimate(est)

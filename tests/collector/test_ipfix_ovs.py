@@ -27,14 +27,14 @@ import time
 from pathlib import Path
 
 import pytest
+from collector_daemon import Daemon
+from ipfix_messages import sample_plan
+from waiting import wait_for
 
 from cosample.dataplane.ipfix import IPFIX_PORT, SAMPLE_COLLECTOR_SET_ID
 from cosample.dataplane.run import run
 from cosample.lab.netns import Lab
 from cosample.lab.ovs import OvsInstance
-from collector_daemon import Daemon
-from ipfix_messages import sample_plan
-from waiting import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 PACKETS, PPS, FLOWS, PORT = 4000, 1000, 4, 9978
@@ -55,8 +55,19 @@ for i in range(count):
 
 
 def tshark(capture: Path, *fields: str) -> list[list[str]]:
-    argv = ["tshark", "-r", str(capture), "-d", f"udp.port=={IPFIX_PORT},cflow", "-T", "fields",
-            "-E", "separator=|", "-E", "occurrence=a"]
+    argv = [
+        "tshark",
+        "-r",
+        str(capture),
+        "-d",
+        f"udp.port=={IPFIX_PORT},cflow",
+        "-T",
+        "fields",
+        "-E",
+        "separator=|",
+        "-E",
+        "occurrence=a",
+    ]
     for field in fields:
         argv += ["-e", field]
     out = run(argv, timeout=60).stdout
@@ -83,34 +94,119 @@ def test_the_collector_estimates_a_sample_host_from_real_ovs(lab, tmp_path):
     plan = tmp_path / "plan.json"  # s1's agent (and IPFIX exporter) address: the loopback's
     plan.write_text(json.dumps(sample_plan(PROBABILITY, DOMAIN, agents="127.0.0").raw))
     state = tmp_path / "state"
-    daemon = Daemon(plan, "--insecure-unsigned", "--ipfix", f"127.0.0.1:{IPFIX_PORT}",
-                    "--state-dir", str(state), prefix=("ip", "netns", "exec", host))
+    daemon = Daemon(
+        plan,
+        "--insecure-unsigned",
+        "--ipfix",
+        f"127.0.0.1:{IPFIX_PORT}",
+        "--state-dir",
+        str(state),
+        prefix=("ip", "netns", "exec", host),
+    )
     capture_path = tmp_path / "ipfix.pcap"
     capture, captured = None, ""
     try:
-        capture = subprocess.Popen(lab.exec_argv(host, [  # before the exporter: its templates
-            "tcpdump", "--immediate-mode", "-B", "16384", "-i", "lo", "-U", "-w", str(capture_path), "udp", "port",
-            str(IPFIX_PORT)]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        capture = subprocess.Popen(
+            lab.exec_argv(
+                host,
+                [  # before the exporter: its templates
+                    "tcpdump",
+                    "--immediate-mode",
+                    "-B",
+                    "16384",
+                    "-i",
+                    "lo",
+                    "-U",
+                    "-w",
+                    str(capture_path),
+                    "udp",
+                    "port",
+                    str(IPFIX_PORT),
+                ],
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         capture.stderr.readline()  # listening: the capture is open
         with OvsInstance(tmp_path / "ovs", dummy=False, namespace=host) as ovs:
-            ovs.vsctl("add-br", "cibr", "--", "set", "bridge", "cibr", "datapath_type=netdev",
-                      "--", "add-port", "cibr", "cia", "--", "add-port", "cibr", "cib")
-            ovs.vsctl("--", "--id=@br", "get", "Bridge", "cibr",
-                      "--", "--id=@i", "create", "IPFIX", f'targets="127.0.0.1:{IPFIX_PORT}"',
-                      "cache_active_timeout=1", "cache_max_flows=64",
-                      "--", "create", "Flow_Sample_Collector_Set",
-                      f"id={SAMPLE_COLLECTOR_SET_ID}", "bridge=@br", "ipfix=@i")
-            ovs.ofctl("add-flow", "cibr",
-                      f"priority=10,udp,in_port=cia,tp_dst={PORT},actions=sample(probability="
-                      f"{PROBABILITY},collector_set_id={SAMPLE_COLLECTOR_SET_ID},obs_domain_id="
-                      f"{DOMAIN},obs_point_id={PROBABILITY}),NORMAL")
+            ovs.vsctl(
+                "add-br",
+                "cibr",
+                "--",
+                "set",
+                "bridge",
+                "cibr",
+                "datapath_type=netdev",
+                "--",
+                "add-port",
+                "cibr",
+                "cia",
+                "--",
+                "add-port",
+                "cibr",
+                "cib",
+            )
+            ovs.vsctl(
+                "--",
+                "--id=@br",
+                "get",
+                "Bridge",
+                "cibr",
+                "--",
+                "--id=@i",
+                "create",
+                "IPFIX",
+                f'targets="127.0.0.1:{IPFIX_PORT}"',
+                "cache_active_timeout=1",
+                "cache_max_flows=64",
+                "--",
+                "create",
+                "Flow_Sample_Collector_Set",
+                f"id={SAMPLE_COLLECTOR_SET_ID}",
+                "bridge=@br",
+                "ipfix=@i",
+            )
+            ovs.ofctl(
+                "add-flow",
+                "cibr",
+                f"priority=10,udp,in_port=cia,tp_dst={PORT},actions=sample(probability="
+                f"{PROBABILITY},collector_set_id={SAMPLE_COLLECTOR_SET_ID},obs_domain_id="
+                f"{DOMAIN},obs_point_id={PROBABILITY}),NORMAL",
+            )
             ovs.wait_for_ports("cia", "cib")
             for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, not sampled
-                run(lab.exec_argv(spaces[name], [sys.executable, "-c", SENDER, ADDRESS[peer],
-                                                 str(PORT + 1), "20", "100", "1"]), timeout=30)
-            run(lab.exec_argv(spaces["a"], [sys.executable, "-c", SENDER, ADDRESS["b"],
-                                            str(PORT), str(PACKETS), str(PPS), str(FLOWS)]),
-                timeout=60)
+                run(
+                    lab.exec_argv(
+                        spaces[name],
+                        [
+                            sys.executable,
+                            "-c",
+                            SENDER,
+                            ADDRESS[peer],
+                            str(PORT + 1),
+                            "20",
+                            "100",
+                            "1",
+                        ],
+                    ),
+                    timeout=30,
+                )
+            run(
+                lab.exec_argv(
+                    spaces["a"],
+                    [
+                        sys.executable,
+                        "-c",
+                        SENDER,
+                        ADDRESS["b"],
+                        str(PORT),
+                        str(PACKETS),
+                        str(PPS),
+                        str(FLOWS),
+                    ],
+                ),
+                timeout=60,
+            )
             sampled = sampled_by_ovs(ovs, "cibr")
             factor = 65535 // PROBABILITY
 
@@ -122,6 +218,7 @@ def test_the_collector_estimates_a_sample_host_from_real_ovs(lab, tmp_path):
                 table = snapshot["servers"]
                 k = table["name"].index("s1")
                 return snapshot if table["samples"][k] == sampled else None
+
             snapshot = wait_for(snapshot_counts, timeout_s=20)  # the cache's last records
             time.sleep(0.5)
     finally:
@@ -137,22 +234,30 @@ def test_the_collector_estimates_a_sample_host_from_real_ovs(lab, tmp_path):
     spread = math.sqrt(PACKETS * (1 - p) / p)
     frames = tshark(capture_path, "cflow.od_id", "cflow.packets", "cflow.observation_point_id")
     rows = [row for row in frames if row[1]]
-    records = [(int(domain), int(packets), int(point)) for row in rows
-               for domain, packets, point in zip(*(cell.split(",") for cell in row))]
-    print(f"sample action + IPFIX cache: {PACKETS} packets, OVS sampled {sampled} "
-          f"(expected {PACKETS * p:.0f}); {len(records)} records, packetDeltaCount sum "
-          f"{sum(r[1] for r in records)} (= {factor} x sampled); collector: "
-          f"{table['samples'][k]} samples, estimate {estimate:.0f} "
-          f"[{table['packets_per_s_ci95_low'][k] * snapshot['window_s']:.0f}, "
-          f"{table['packets_per_s_ci95_high'][k] * snapshot['window_s']:.0f}]; "
-          f"{len(frames)} IPFIX messages captured")
+    records = [
+        (int(domain), int(packets), int(point))
+        for row in rows
+        for domain, packets, point in zip(*(cell.split(",") for cell in row))
+    ]
+    print(
+        f"sample action + IPFIX cache: {PACKETS} packets, OVS sampled {sampled} "
+        f"(expected {PACKETS * p:.0f}); {len(records)} records, packetDeltaCount sum "
+        f"{sum(r[1] for r in records)} (= {factor} x sampled); collector: "
+        f"{table['samples'][k]} samples, estimate {estimate:.0f} "
+        f"[{table['packets_per_s_ci95_low'][k] * snapshot['window_s']:.0f}, "
+        f"{table['packets_per_s_ci95_high'][k] * snapshot['window_s']:.0f}]; "
+        f"{len(frames)} IPFIX messages captured"
+    )
     assert "\n0 packets dropped by kernel" in captured, captured  # else tshark misses records
-    assert records and all(domain == DOMAIN and point == PROBABILITY
-                           for domain, _, point in records), records
+    assert records and all(
+        domain == DOMAIN and point == PROBABILITY for domain, _, point in records
+    ), records
     assert sum(packets for _, packets, _ in records) == sampled * factor
     assert table["samples"][k] == sampled
     assert abs(sampled - PACKETS * p) <= 4.5 * math.sqrt(PACKETS * p * (1 - p))
     assert abs(estimate - PACKETS) <= 4.5 * spread, (estimate, PACKETS, spread)
     assert estimate == pytest.approx(sampled * 65535 / PROBABILITY, rel=1e-9)
-    assert not {key for key in snapshot["dropped"] if key.startswith("ipfix")}, \
-        (snapshot["dropped"], log)
+    assert not {key for key in snapshot["dropped"] if key.startswith("ipfix")}, (
+        snapshot["dropped"],
+        log,
+    )

@@ -15,14 +15,14 @@ import socket
 import stat
 
 import pytest
+from collector_daemon import Daemon
+from ipfix_messages import record_message, sample_plan, template_message
+from waiting import wait_for
 
 from cosample.collector import ipfixtemplates
 from cosample.collector.errors import CollectorError
 from cosample.collector.ipfix import TEMPLATE_LIFETIME_S, Templates
 from cosample.collector.snapshot import parse_snapshot
-from collector_daemon import Daemon
-from ipfix_messages import record_message, sample_plan, template_message
-from waiting import wait_for
 
 P, DOMAIN, EXPORTER = 13107, 11, "127.29.0.1"
 NOW = 1.9e9  # a fixed wall-clock time (seconds); nothing compares it with today's
@@ -42,8 +42,10 @@ def test_saved_templates_decode_records_after_a_restart(tmp_path):
     assert ipfixtemplates.load(tmp_path, restarted, NOW + 60) == 2
     message = restarted.decode(record_message(DOMAIN, 1, 3, P), EXPORTER, NOW + 61)
     assert message.unknown_sets == 0 and message.records[0]["packetDeltaCount"] == 3 * 5
-    assert message.records == learned().decode(record_message(DOMAIN, 1, 3, P), EXPORTER,
-                                               NOW + 61).records
+    assert (
+        message.records
+        == learned().decode(record_message(DOMAIN, 1, 3, P), EXPORTER, NOW + 61).records
+    )
     # expiry counts from when OVS last sent them, not from the restart
     late = Templates()
     assert ipfixtemplates.load(tmp_path, late, NOW + TEMPLATE_LIFETIME_S + 1) == 0
@@ -60,16 +62,23 @@ def _document(tmp_path) -> dict:
     return json.loads(ipfixtemplates.path_in(tmp_path).read_bytes())
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["sessions"][0]["templates"][0]["fields"][1].update(kind=2),
-     "sessions[0].templates[0].fields[1] ('packetDeltaCount'): 'packetDeltaCount' with kind 2"),
-    (lambda d: d["sessions"][0]["templates"][0].update(id=3), "sessions[0].templates[0].id"),
-    (lambda d: d["sessions"][0].update(exporter="not an address"), "sessions[0].exporter"),
-    (lambda d: d["sessions"][0]["templates"][0].update(fields=[]),
-     "sessions[0].templates[0].fields"),
-    (lambda d: d.update(format_version=2), "format_version"),
-    (lambda d: d["sessions"][0].update(extra=1), "sessions[0].extra"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda d: d["sessions"][0]["templates"][0]["fields"][1].update(kind=2),
+            "sessions[0].templates[0].fields[1] ('packetDeltaCount'): 'packetDeltaCount' with kind 2",
+        ),
+        (lambda d: d["sessions"][0]["templates"][0].update(id=3), "sessions[0].templates[0].id"),
+        (lambda d: d["sessions"][0].update(exporter="not an address"), "sessions[0].exporter"),
+        (
+            lambda d: d["sessions"][0]["templates"][0].update(fields=[]),
+            "sessions[0].templates[0].fields",
+        ),
+        (lambda d: d.update(format_version=2), "format_version"),
+        (lambda d: d["sessions"][0].update(extra=1), "sessions[0].extra"),
+    ],
+)
 def test_a_bad_file_is_refused_naming_the_field_and_changes_nothing(tmp_path, change, message):
     document = _document(tmp_path)
     change(document)
@@ -123,10 +132,8 @@ def test_a_restarted_daemon_reads_records_without_new_templates(tmp_path):
     try:
         _records_only(second, 10)
         _records_only(control, 10)
-        wait_for(lambda: second.samples_of("s1") == 30,
-                 timeout_s=20)
-        wait_for(lambda: control.dropped().get(
-            "ipfix_unknown_template", 0) == 10, timeout_s=20)
+        wait_for(lambda: second.samples_of("s1") == 30, timeout_s=20)
+        wait_for(lambda: control.dropped().get("ipfix_unknown_template", 0) == 10, timeout_s=20)
         assert parse_snapshot(control.get("/snapshot")).servers["s1"].samples == 0
         assert not parse_snapshot(second.get("/snapshot")).dropped.get("ipfix_unknown_template")
     finally:
@@ -141,21 +148,21 @@ def test_a_corrupt_file_does_not_stop_the_daemon(tmp_path):
     state = tmp_path / "state"
     ipfixtemplates.path_in(state).parent.mkdir(parents=True)
     ipfixtemplates.path_in(state).write_bytes(b'{"format": "cosample.ipfix-templates", "ses')
-    daemon = Daemon(plan, "--insecure-unsigned", "--ipfix", "127.0.0.1:0", "--state-dir",
-                    str(state))
+    daemon = Daemon(
+        plan, "--insecure-unsigned", "--ipfix", "127.0.0.1:0", "--state-dir", str(state)
+    )
     try:
         host = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         host.bind((EXPORTER, 0))
         host.sendto(template_message(DOMAIN), daemon.ipfix)
         host.sendto(record_message(DOMAIN, 0, 3, P), daemon.ipfix)
         host.close()
-        wait_for(lambda: daemon.samples_of("s1") == 3,
-                 timeout_s=20)
+        wait_for(lambda: daemon.samples_of("s1") == 3, timeout_s=20)
         # the good templates learned since replace the refused file
-        wait_for(lambda: b"packetDeltaCount" in ipfixtemplates.path_in(state).read_bytes(),
-                 timeout_s=20)
+        wait_for(
+            lambda: b"packetDeltaCount" in ipfixtemplates.path_in(state).read_bytes(), timeout_s=20
+        )
         assert daemon.process.poll() is None
     finally:
         log = daemon.stop()
     assert "not valid JSON" in log and "starting without the saved IPFIX templates" in log
-

@@ -8,9 +8,9 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sflow_corpus import TEMPLATES, estimate, stream, template
 
 from cosample.collector.loss import LossTracker
-from sflow_corpus import TEMPLATES, estimate, stream, template
 
 DATAGRAMS = 200
 BASES = {name: template(name) for name in TEMPLATES}
@@ -19,6 +19,7 @@ BASES = {name: template(name) for name in TEMPLATES}
 def truth(base, datagrams=DATAGRAMS) -> float:
     """Packets a loss-free stream stands for: every sample weighs its 1-in-N."""
     from cosample.collector.decode import parse_datagram
+
     one = parse_datagram(base.data)
     return datagrams * sum(flow.sampling_rate for flow in one.flow_samples)
 
@@ -26,8 +27,13 @@ def truth(base, datagrams=DATAGRAMS) -> float:
 def assert_within(base, datagrams, sent=DATAGRAMS, **kwargs):
     packets, low, high, snapshot = estimate(base, datagrams, **kwargs)
     expected = truth(base, sent)
-    assert low <= expected <= high, (packets / expected, low, high, snapshot.dropped,
-                                     snapshot.sequence)
+    assert low <= expected <= high, (
+        packets / expected,
+        low,
+        high,
+        snapshot.dropped,
+        snapshot.sequence,
+    )
     return packets / expected, snapshot
 
 
@@ -47,8 +53,7 @@ def test_any_bounded_reordering_is_not_loss(name, distance, data):
     """Datagrams each arriving up to ``distance`` places from their slot: the same estimate."""
     base = BASES[name]
     datagrams = stream(base, DATAGRAMS)
-    delays = data.draw(st.lists(st.integers(0, distance), min_size=DATAGRAMS,
-                                max_size=DATAGRAMS))
+    delays = data.draw(st.lists(st.integers(0, distance), min_size=DATAGRAMS, max_size=DATAGRAMS))
     order = sorted(range(DATAGRAMS), key=lambda k: (k + delays[k], k))
     reordered = [(datagrams[slot][0], datagrams[k][1]) for slot, k in enumerate(order)]
     ratio, snapshot = assert_within(base, reordered)
@@ -56,8 +61,12 @@ def test_any_bounded_reordering_is_not_loss(name, distance, data):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=templates, at=st.integers(1, DATAGRAMS - 2), restart=st.booleans(),
-       again=st.one_of(st.integers(0, 999), st.integers(1 << 24, (1 << 32) - 1)))
+@given(
+    name=templates,
+    at=st.integers(1, DATAGRAMS - 2),
+    restart=st.booleans(),
+    again=st.one_of(st.integers(0, 999), st.integers(1 << 24, (1 << 32) - 1)),
+)
 def test_any_reset_is_not_loss(name, at, restart, again):
     """After datagram ``at`` the agent restarts (uptime and every number start again) or its
     samplers number their samples from ``again`` (the agent's datagrams carry on). sFlow
@@ -66,8 +75,9 @@ def test_any_reset_is_not_loss(name, at, restart, again):
     stream or implausibly far from it."""
     base = BASES[name]
     datagrams = stream(base, at, uptime_ms=3_600_000) + [
-        (when + 0.05 * at, data) for when, data in
-        stream(base, DATAGRAMS - at, first_sequence=again)]
+        (when + 0.05 * at, data)
+        for when, data in stream(base, DATAGRAMS - at, first_sequence=again)
+    ]
     if not restart:  # the agent carries on: only the samplers' numbers jumped
         for k, (_, data) in enumerate(datagrams):
             struct.pack_into("!II", data, base.header_sequence, 1000 + k, 3_600_000 + 50 * k)
@@ -79,8 +89,13 @@ FIELDS = ("sample sequence", "source id", "drops", "datagram sequence", "uptime"
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=templates, field=st.sampled_from(FIELDS), at=st.integers(0, DATAGRAMS - 1),
-       value=st.one_of(st.integers(0, (1 << 32) - 1), st.integers(0, 4096)), data=st.data())
+@given(
+    name=templates,
+    field=st.sampled_from(FIELDS),
+    at=st.integers(0, DATAGRAMS - 1),
+    value=st.one_of(st.integers(0, (1 << 32) - 1), st.integers(0, 4096)),
+    data=st.data(),
+)
 def test_any_single_corrupted_field_stays_within_the_interval(name, field, at, value, data):
     base = BASES[name]
     datagrams = stream(base, DATAGRAMS)
@@ -89,9 +104,13 @@ def test_any_single_corrupted_field_stays_within_the_interval(name, field, at, v
     if field == "sample sequence":  # a bit flip, or any value
         old = struct.unpack_from("!I", target, base.samples[sample][0])[0]
         value = old ^ (1 << (value % 32)) if data.draw(st.booleans()) else value
-    offset = {"sample sequence": base.samples[sample][0], "source id": base.samples[sample][1],
-              "drops": base.samples[sample][2], "datagram sequence": base.header_sequence,
-              "uptime": base.uptime}[field]
+    offset = {
+        "sample sequence": base.samples[sample][0],
+        "source id": base.samples[sample][1],
+        "drops": base.samples[sample][2],
+        "datagram sequence": base.header_sequence,
+        "uptime": base.uptime,
+    }[field]
     struct.pack_into("!I", target, offset, value)
     assert_within(base, datagrams)
 
@@ -112,8 +131,10 @@ def test_ten_swapped_pairs_are_not_lost():
     base = BASES["data-1140.pcap"]
     datagrams = stream(base, 100)
     for k in range(5, 100, 10):
-        datagrams[k], datagrams[k + 1] = (datagrams[k][0], datagrams[k + 1][1]), \
-            (datagrams[k + 1][0], datagrams[k][1])
+        datagrams[k], datagrams[k + 1] = (
+            (datagrams[k][0], datagrams[k + 1][1]),
+            (datagrams[k + 1][0], datagrams[k][1]),
+        )
     ratio, snapshot = assert_within(base, datagrams, 100)
     assert ratio == pytest.approx(1.0, abs=1e-9)
     assert not snapshot.dropped  # nothing taken for a duplicate
@@ -126,8 +147,9 @@ def test_a_jump_of_millions_is_no_loss_and_a_confirmed_one_is_a_reset():
     base = BASES["data-sflow-ipv4-data.pcap"]
     datagrams = stream(base, DATAGRAMS)
     at = base.samples[0][0]
-    struct.pack_into("!I", datagrams[50][1], at, struct.unpack_from("!I", datagrams[50][1], at)[0]
-                     + 16_700_000)
+    struct.pack_into(
+        "!I", datagrams[50][1], at, struct.unpack_from("!I", datagrams[50][1], at)[0] + 16_700_000
+    )
     ratio, snapshot = assert_within(base, datagrams)  # the odd sample's own number is booked
     assert ratio == pytest.approx(1.0, abs=0.006) and "reset" not in snapshot.sequence
     for _, data in datagrams[120:]:  # from here on the agent really numbers from far ahead
@@ -180,6 +202,7 @@ def test_agent_drops_count_once_confirmed():
 
 def test_a_late_sample_unbooks_its_share_and_old_holes_are_forgotten(monkeypatch):
     from cosample.collector import loss
+
     monkeypatch.setattr(loss, "REORDER_SAMPLES", 8)
     booked = []
     tracker = LossTracker(lambda agent, n, t0, t1: booked.append(n))
@@ -208,8 +231,9 @@ def test_a_sampler_that_numbers_again_is_reset_not_duplicated():
     tracker = LossTracker(lambda *args: None)
     for k in range(10):
         tracker.datagram("a", 0, k, 1000 + k, ((100 + k, 1, 1, 0),), float(k))
-    kept = [tracker.datagram("a", 0, 10 + k, 1010 + k, ((95 + k, 1, 1, 0),), 10.0 + k)
-            for k in range(3)]
+    kept = [
+        tracker.datagram("a", 0, 10 + k, 1010 + k, ((95 + k, 1, 1, 0),), 10.0 + k) for k in range(3)
+    ]
     assert all(kept) and tracker.resets == 1 and tracker.duplicates == 0
 
 
@@ -224,6 +248,7 @@ def test_the_loss_experiment_scenarios_are_within_their_intervals_now():
     """experiments/collector_loss's scenarios through the working tree's estimator (the git
     baseline is the experiment's business)."""
     from cosample.experiments.collector_loss import SPACING_S, measure, scenarios
+
     base = BASES["data-1140.pcap"]
     per_datagram = 1024 * len(base.samples)
     for name, (datagrams, sent, window) in scenarios(base).items():
@@ -236,11 +261,18 @@ def test_state_stays_bounded_under_random_source_ids_and_sub_agents(monkeypatch)
     import random
 
     from cosample.collector import loss
+
     monkeypatch.setattr(loss, "MAX_SAMPLERS", 50)
     monkeypatch.setattr(loss, "MAX_AGENTS", 20)
     tracker = LossTracker(lambda *args: None)
     rng = random.Random(4)
     for k in range(5000):
-        tracker.datagram("a", rng.getrandbits(32) if k % 2 else 0, k, 1000 + k,
-                         ((rng.getrandbits(32), rng.getrandbits(24), 1, 0),), k * 0.01)
+        tracker.datagram(
+            "a",
+            rng.getrandbits(32) if k % 2 else 0,
+            k,
+            1000 + k,
+            ((rng.getrandbits(32), rng.getrandbits(24), 1, 0),),
+            k * 0.01,
+        )
     assert len(tracker._agents) <= 20 and len(tracker) <= 20 * 50

@@ -15,16 +15,17 @@ import math
 import time
 from datetime import datetime, timedelta, timezone
 
-from hypothesis import given, settings, strategies as st
+from collector_plans import assert_unbiased, plan_document
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cosample.plan.document import parse_document, parse_plan
-from cosample.plan.selection import select_plan
 from cosample.collector.estimate import Estimator
 from cosample.collector.planwatch import PlanWatcher
 from cosample.collector.polling import LOOP_SLACK_S, plan_lead_s
 from cosample.experiments.collector_planchange import MEASURE, MIRROR, RATES
 from cosample.lab.sflowstream import plan_change
-from collector_plans import assert_unbiased, plan_document
+from cosample.plan.document import parse_document, parse_plan
+from cosample.plan.selection import select_plan
 
 WINDOW = 15.0
 TIMES = (-1, 1, 3, 5, 8, 12, 16)  # seconds after not_before
@@ -35,9 +36,13 @@ def _utc(unix: float) -> datetime:
 
 
 @settings(max_examples=300, deadline=None)
-@given(interval=st.floats(0.5, 30), timeout=st.floats(0.1, 30), phase=st.floats(0, 1),
-       durations=st.lists(st.floats(0, 1), min_size=8, max_size=8),
-       slack=st.lists(st.floats(0, 1), min_size=8, max_size=8))
+@given(
+    interval=st.floats(0.5, 30),
+    timeout=st.floats(0.1, 30),
+    phase=st.floats(0, 1),
+    durations=st.lists(st.floats(0, 1), min_size=8, max_size=8),
+    slack=st.lists(st.floats(0, 1), min_size=8, max_size=8),
+)
 def test_the_lead_covers_any_poll_schedule(interval, timeout, phase, durations, slack):
     """The service starts a poll ``interval`` after the last one started, or when it returned
     if it took longer, plus its loop's slack; a read lasts at most ``timeout`` and sees the
@@ -54,10 +59,14 @@ def test_the_lead_covers_any_poll_schedule(interval, timeout, phase, durations, 
 
 
 @settings(max_examples=60, deadline=None)
-@given(read=st.floats(0.0, 0.99), checks=st.lists(st.floats(0, 40), max_size=12),
-       agents=st.lists(st.floats(0, 40), min_size=1, max_size=6))
-def test_no_agent_runs_a_plan_before_the_collector_switches_to_it(tmp_path_factory, read, checks,
-                                                                  agents):
+@given(
+    read=st.floats(0.0, 0.99),
+    checks=st.lists(st.floats(0, 40), max_size=12),
+    agents=st.lists(st.floats(0, 40), min_size=1, max_size=6),
+)
+def test_no_agent_runs_a_plan_before_the_collector_switches_to_it(
+    tmp_path_factory, read, checks, agents
+):
     """Published at 0 with ``not_before`` at the lead, read by the collector at ``read`` of the
     lead; the watcher's switch is ``not_before`` itself, and no agent, polling whenever, runs the
     plan before that."""
@@ -80,8 +89,9 @@ def test_no_agent_runs_a_plan_before_the_collector_switches_to_it(tmp_path_facto
     assert switches == [not_before]
     running = parse_plan(json.dumps(old).encode())
     for t in agents:
-        chosen = select_plan(parse_document(json.dumps(new).encode()), running,
-                             _utc(published + t)).plan
+        chosen = select_plan(
+            parse_document(json.dumps(new).encode()), running, _utc(published + t)
+        ).plan
         assert (chosen.version == 2) == (_utc(published + t) >= switches[0])
 
 
@@ -119,8 +129,15 @@ def _trace(tmp_path, before, after, seed: int, lag: float) -> dict[int, object]:
     origin = float(int(time.time())) - 120  # plans are valid around the real time
     not_before = origin + 40
     lead = WINDOW + 2  # traffic from a window before the first snapshot
-    stream = plan_change(_plan(before, 1), _plan(after, 2), RATES, change_s=lead + lag,
-                         duration_s=lead + 17, start=not_before - lead, seed=seed)
+    stream = plan_change(
+        _plan(before, 1),
+        _plan(after, 2),
+        RATES,
+        change_s=lead + lag,
+        duration_s=lead + 17,
+        start=not_before - lead,
+        seed=seed,
+    )
     path.write_text(json.dumps(plan_document(before, version=1)))
     watcher = PlanWatcher(str(path), insecure_unsigned=True)
     estimator = Estimator(watcher.poll(_utc(origin)).attribution, window_s=WINDOW)
@@ -131,8 +148,9 @@ def _trace(tmp_path, before, after, seed: int, lag: float) -> dict[int, object]:
     def advance(now: float) -> None:
         nonlocal published
         if not published and now >= not_before - 3:
-            path.write_text(json.dumps(plan_document(
-                after, version=2, not_before=_utc(not_before))))
+            path.write_text(
+                json.dumps(plan_document(after, version=2, not_before=_utc(not_before)))
+            )
             published = True
         while polls and polls[0] <= now:
             _switch(estimator, watcher.poll(_utc(polls.pop(0))), now)
@@ -153,8 +171,7 @@ def _trace(tmp_path, before, after, seed: int, lag: float) -> dict[int, object]:
 
 def _switch(estimator: Estimator, update, now: float) -> None:
     if update is not None:
-        estimator.set_attribution(update.attribution,
-                                  update.at.timestamp() if update.at else now)
+        estimator.set_attribution(update.attribution, update.at.timestamp() if update.at else now)
 
 
 def _plan(hosts, version):
@@ -166,5 +183,6 @@ def test_a_dropped_mirror_stays_unbiased_when_agents_apply_at_not_before(tmp_pat
     poll period before the watcher's next poll. The old watcher (switch at that poll) left s1
     -26 % low for a window after the change at lag -1 s; here the mean standardised error of
     10 seeds stays within noise."""
-    assert_unbiased((_trace(tmp_path, MIRROR, MEASURE, seed, 0.0) for seed in range(10)), "s1",
-                    RATES["s1"])
+    assert_unbiased(
+        (_trace(tmp_path, MIRROR, MEASURE, seed, 0.0) for seed in range(10)), "s1", RATES["s1"]
+    )

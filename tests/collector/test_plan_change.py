@@ -12,13 +12,13 @@ import json
 import math
 
 import pytest
+from collector_plans import assert_unbiased, plan_document
 
-from cosample.plan.document import parse_plan
 from cosample.collector.attribution import build
 from cosample.collector.estimate import Estimator
 from cosample.collector.exposure import Streams, extrapolate, precision
 from cosample.lab.sflowstream import plan_change
-from collector_plans import assert_unbiased, plan_document
+from cosample.plan.document import parse_plan
 
 RATES = {"s1": 2400.0, "s2": 1200.0, "s3": 600.0}
 MEASURE = {"s1": (128, {}), "s2": (128, {}), "s3": (128, {})}
@@ -33,8 +33,15 @@ def _plan(hosts, version):
 
 def _trace(before, after, seed: int, lag: float) -> dict[int, dict]:
     lead = WINDOW + 2  # traffic from a window before the first snapshot
-    stream = plan_change(before, after, RATES, change_s=lead + lag, duration_s=lead + 17,
-                         start=START + SEEN - lead, seed=seed)
+    stream = plan_change(
+        before,
+        after,
+        RATES,
+        change_s=lead + lag,
+        duration_s=lead + 17,
+        start=START + SEEN - lead,
+        seed=seed,
+    )
     estimator = Estimator(build(before), window_s=WINDOW)
     new, seen, k, out = build(after), False, 0, {}
     for t in TIMES:
@@ -87,8 +94,10 @@ def test_a_dropped_local_stream_counts_no_late_samples():
     streams = Streams()
     streams.plan(build(_plan({"s1": (8, {}), "s2": (1, {})}, 1)), None)
     streams.plan(off, 5.0)
-    assert streams.gate == {("s1", off.servers["s1"].agent, 0): "stopped",
-                            ("s1", off.servers["s2"].agent, 1): "pending"}
+    assert streams.gate == {
+        ("s1", off.servers["s1"].agent, 0): "stopped",
+        ("s1", off.servers["s2"].agent, 1): "pending",
+    }
     assert not Streams(gated=False).gate
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from cosample.plan.signing import generate_keypair, sign_file
-from cosample.cli import main
-from cosample.collector import planread
-from cosample.collector.planread import PlanReader
 from collector_daemon import Daemon, counter
 from collector_plans import FOUR, plan_document
 from waiting import wait_for
+
+from cosample.cli import main
+from cosample.collector import planread
+from cosample.collector.planread import PlanReader
+from cosample.plan.signing import generate_keypair, sign_file
 
 LOOPBACK = "127.29.0"
 #: What the replaced file says: s1 mirrors everything to s2 (its traffic would become s2's).
@@ -44,14 +44,25 @@ def test_a_plan_whose_signature_no_longer_verifies_is_refused(tmp_path, keys):
     try:
         wait_for(lambda: counter(daemon.metrics(), "cosample_collector_plan_version") == 7)
         write(path, MOVED, version=8)  # the old signature stays beside it
-        metrics = wait_for(lambda: (m := daemon.metrics()) and counter(
-            m, "cosample_collector_plan_refused_total", reason="signature") >= 2 and m)
+        metrics = wait_for(
+            lambda: (
+                (m := daemon.metrics())
+                and counter(m, "cosample_collector_plan_refused_total", reason="signature") >= 2
+                and m
+            )
+        )
         assert counter(metrics, "cosample_collector_plan_version") == 7
         assert counter(metrics, "cosample_collector_insecure_unsigned") == 0
         (tmp_path / "plan.json.sig").unlink()  # no signature at all: refused the same way
         refused = counter(metrics, "cosample_collector_plan_refused_total", reason="signature")
-        wait_for(lambda: counter(daemon.metrics(), "cosample_collector_plan_refused_total",
-                                 reason="signature") > refused)
+        wait_for(
+            lambda: (
+                counter(
+                    daemon.metrics(), "cosample_collector_plan_refused_total", reason="signature"
+                )
+                > refused
+            )
+        )
         sign_file(path, private)  # signed by the operators: followed
         wait_for(lambda: counter(daemon.metrics(), "cosample_collector_plan_version") == 8)
     finally:
@@ -66,16 +77,32 @@ def test_without_a_key_the_daemon_refuses_to_start(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--public-key: required" in err and "--insecure-unsigned" in err
     missing = tmp_path / "nowhere.pub"
-    assert main(["collector", "run", "--plan", str(path), "--listen", "127.0.0.1:0",
-                 "--public-key", str(missing)]) == 2
+    assert (
+        main(
+            [
+                "collector",
+                "run",
+                "--plan",
+                str(path),
+                "--listen",
+                "127.0.0.1:0",
+                "--public-key",
+                str(missing),
+            ]
+        )
+        == 2
+    )
     assert f"--public-key {missing}: cannot read the key" in capsys.readouterr().err
 
 
 def test_insecure_unsigned_says_so(tmp_path):
     daemon = Daemon(write(tmp_path / "plan.json"), "--insecure-unsigned")
     try:
-        metrics = wait_for(lambda: (m := daemon.metrics()) and
-                           counter(m, "cosample_collector_plan_version") == 7 and m)
+        metrics = wait_for(
+            lambda: (
+                (m := daemon.metrics()) and counter(m, "cosample_collector_plan_version") == 7 and m
+            )
+        )
     finally:
         log = daemon.stop()
     assert counter(metrics, "cosample_collector_insecure_unsigned") == 1
@@ -93,6 +120,7 @@ def test_unchanged_bytes_are_not_verified_or_parsed_again(tmp_path, keys, monkey
         def counted(*args, _real=real, _name=name, **kwargs):
             calls["parse" if _name == "parse_document" else "verify"] += 1
             return _real(*args, **kwargs)
+
         monkeypatch.setattr(planread, name, counted)
     reader = PlanReader(str(path), public_key=str(public))
     first, second = reader.read(), reader.read()
@@ -124,6 +152,7 @@ def test_an_unchanged_plan_is_not_downloaded_again(tmp_path, keys, monkeypatch):
     def recorded(*args, _real=planread.fetch, **kwargs):
         answers.append(_real(*args, **kwargs))
         return answers[-1]
+
     monkeypatch.setattr(planread, "fetch", recorded)
     target = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
     try:

@@ -9,22 +9,27 @@ import time
 from datetime import datetime, timezone
 
 import pytest
+from collector_plans import plan_document
 
 from cosample.cli import main
 from cosample.collector.planwatch import PlanWatcher
+from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB
 from cosample.collector.service import Service, Settings
 from cosample.experiments.collector_planchange import MEASURE, MIRROR
-from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB
 from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
-from collector_plans import plan_document
 
 NOW = datetime.fromtimestamp(float(int(time.time())), timezone.utc)
 
 
 def test_a_plan_above_the_limit_is_refused_and_the_last_stays(tmp_path):
     path = tmp_path / "plan.json"
-    first, second = sorted((json.dumps(plan_document(MIRROR, version=1)).encode(),
-                            json.dumps(plan_document(MEASURE, version=2)).encode()), key=len)
+    first, second = sorted(
+        (
+            json.dumps(plan_document(MIRROR, version=1)).encode(),
+            json.dumps(plan_document(MEASURE, version=2)).encode(),
+        ),
+        key=len,
+    )
     first_version = json.loads(first)["version"]
     path.write_bytes(first)
     watcher = PlanWatcher(str(path), insecure_unsigned=True, max_bytes=len(second) - 1)
@@ -40,19 +45,36 @@ def test_a_plan_above_the_limit_is_refused_and_the_last_stays(tmp_path):
 
 def test_the_service_reads_plans_up_to_its_own_default(tmp_path):
     assert COLLECTOR_MAX_PLAN_MIB * 2**20 > 340e6 > DEFAULT_MAX_PLAN_MIB * 2**20
-    settings = Settings(listen=("127.0.0.1", 0), plan=str(tmp_path / "plan.json"), name="c",
-                        insecure_unsigned=True)
+    settings = Settings(
+        listen=("127.0.0.1", 0), plan=str(tmp_path / "plan.json"), name="c", insecure_unsigned=True
+    )
     assert Service(settings).watcher.reader.max_bytes == COLLECTOR_MAX_PLAN_MIB * 2**20
-    smaller = Settings(listen=("127.0.0.1", 0), plan=str(tmp_path / "plan.json"), name="c",
-                       insecure_unsigned=True, max_plan_bytes=1000)
+    smaller = Settings(
+        listen=("127.0.0.1", 0),
+        plan=str(tmp_path / "plan.json"),
+        name="c",
+        insecure_unsigned=True,
+        max_plan_bytes=1000,
+    )
     assert Service(smaller).watcher.reader.max_bytes == 1000
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "many"])
 def test_a_bad_limit_is_one_error(tmp_path, capsys, value):
     try:
-        code = main(["collector", "run", "--plan", str(tmp_path / "plan.json"), "--listen",
-                     "127.0.0.1:0", "--insecure-unsigned", "--max-plan-mib", value])
+        code = main(
+            [
+                "collector",
+                "run",
+                "--plan",
+                str(tmp_path / "plan.json"),
+                "--listen",
+                "127.0.0.1:0",
+                "--insecure-unsigned",
+                "--max-plan-mib",
+                value,
+            ]
+        )
     except SystemExit as exited:  # argparse: not a number
         code = exited.code
     assert code not in (0, None)

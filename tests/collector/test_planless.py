@@ -7,25 +7,32 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from collector_plans import plan_document
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from cosample.plan.document import parse_plan
 from cosample.collector.attribution import LOCAL, Source, planless
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory, read_inventory
 from cosample.collector.planwatch import PlanWatcher
 from cosample.lab.sflowstream import OVERLAY_VNI, simulate
-from collector_plans import plan_document
+from cosample.plan.document import parse_plan
 
 TRUTH = {"s1": 60_000, "s2": 2_000, "s3": 3_000, "s4": 30_000}
 
 
 def agents(names, **extra) -> Inventory:
     """The address inventory: agent k is 172.29.0.k (``plan_document``'s tunnel addresses)."""
-    return Inventory.model_validate({"servers": {
-        name: {"agent_ip": f"172.29.0.{k + 1}", **extra.get(name, {})}
-        for k, name in enumerate(sorted(names))}})
+    return Inventory.model_validate(
+        {
+            "servers": {
+                name: {"agent_ip": f"172.29.0.{k + 1}", **extra.get(name, {})}
+                for k, name in enumerate(sorted(names))
+            }
+        }
+    )
 
 
 def safe_plan(rates: dict[str, int]):
@@ -52,18 +59,29 @@ def test_no_agent_addresses_no_planless_attribution():
 
 def test_an_agent_address_given_to_two_servers_is_one_clear_error(tmp_path):
     path = tmp_path / "addresses.json"
-    path.write_text(json.dumps({"format": "cosample.addresses", "servers": {
-        "s1": {"agent_ip": "10.0.0.1"}, "s2": {"agent_ip": "10.0.0.1"}}}))
-    with pytest.raises(CollectorError, match="servers.s2: agent_ip 10.0.0.1 is also the agent "
-                                             "of s1"):
+    path.write_text(
+        json.dumps(
+            {
+                "format": "cosample.addresses",
+                "servers": {"s1": {"agent_ip": "10.0.0.1"}, "s2": {"agent_ip": "10.0.0.1"}},
+            }
+        )
+    )
+    with pytest.raises(
+        CollectorError, match="servers.s2: agent_ip 10.0.0.1 is also the agent of s1"
+    ):
         read_inventory(path)
 
 
 @hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rates=st.fixed_dictionaries({n: st.sampled_from([1, 2, 16, 128, 4096])
-                                    for n in ("s1", "s2", "s3")}),
-       packets=st.fixed_dictionaries({n: st.integers(0, 20_000) for n in ("s1", "s2", "s3")}),
-       silent=st.sampled_from([None, "s1", "s3"]), seed=st.integers(0, 2**16))
+@given(
+    rates=st.fixed_dictionaries(
+        {n: st.sampled_from([1, 2, 16, 128, 4096]) for n in ("s1", "s2", "s3")}
+    ),
+    packets=st.fixed_dictionaries({n: st.integers(0, 20_000) for n in ("s1", "s2", "s3")}),
+    silent=st.sampled_from([None, "s1", "s3"]),
+    seed=st.integers(0, 2**16),
+)
 def test_each_local_sample_weighs_the_one_in_n_its_agent_reports(rates, packets, silent, seed):
     sent = {n: (0 if n == silent else p) for n, p in packets.items()}
     stream = simulate(safe_plan(rates), sent, duration_s=5.0, seed=seed)
@@ -115,12 +133,15 @@ def test_watcher_is_planless_until_a_plan_is_in_force(tmp_path):
 def test_replay_without_a_plan_names_agents_by_the_inventory_or_their_address(tmp_path):
     """The agents a capture holds are servers: the inventory's name where its ``agent_ip`` is
     the agent's address (validated through the model), else the address itself."""
+    from sflow_corpus import CORPUS, template
+
     from cosample.collector.pcap import udp_payloads, write_pcap
     from cosample.collector.replay import replay
-    from sflow_corpus import CORPUS, template
+
     names = ("data-1140.pcap", "data-qinq.pcap")
-    capture = write_pcap(tmp_path / "two.pcap", [item for name in names
-                                                  for item in udp_payloads(CORPUS / name)])
+    capture = write_pcap(
+        tmp_path / "two.pcap", [item for name in names for item in udp_payloads(CORPUS / name)]
+    )
     first, second = (template(name).agent for name in names)
     named = Inventory.model_validate({"servers": {"edge1": {"agent_ip": first}}})
     assert sorted(replay(None, capture, inventory=named).servers) == sorted(["edge1", second])

@@ -17,13 +17,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
-from cosample.plan.document import parse_plan
-from cosample.lab.agentsource import AgentSender
-from cosample.lab.sflowstream import simulate
 from collector_daemon import Daemon, counter, steady
 from collector_plans import FOUR, plan_document
 from waiting import wait_for
+
+from cosample.lab.agentsource import AgentSender
+from cosample.lab.sflowstream import simulate
+from cosample.plan.document import parse_plan
 
 LOOPBACK = "127.29.0"
 TRUTH = {"s1": 20_000, "s2": 1_000, "s3": 2_000, "s4": 8_000}
@@ -40,12 +40,16 @@ class TrickleServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 began = time.monotonic()
-                parts = [b"HTTP/1.0 200 OK\r\n", b"Content-Type: application/json\r\n",
-                         f"Content-Length: {len(owner.body)}\r\n".encode(), b"\r\n"]
+                parts = [
+                    b"HTTP/1.0 200 OK\r\n",
+                    b"Content-Type: application/json\r\n",
+                    f"Content-Length: {len(owner.body)}\r\n".encode(),
+                    b"\r\n",
+                ]
                 chunk = max(1, len(owner.body) // 8)
-                parts += [owner.body[k:k + chunk] for k in range(0, len(owner.body), chunk)]
+                parts += [owner.body[k : k + chunk] for k in range(0, len(owner.body), chunk)]
                 pause = owner.trickle_s / len(parts) if owner.reads else 0.0
                 try:
                     for part in parts:
@@ -76,20 +80,38 @@ def plan():
 
 def test_a_trickling_plan_server_loses_no_datagram(plan):
     server = TrickleServer(json.dumps(plan).encode(), trickle_s=2.0)
-    daemon = Daemon(server.url, "--insecure-unsigned", "--plan-timeout", "4",
-                    "--receive-buffer", str(SMALL_BUFFER))
+    daemon = Daemon(
+        server.url,
+        "--insecure-unsigned",
+        "--plan-timeout",
+        "4",
+        "--receive-buffer",
+        str(SMALL_BUFFER),
+    )
     stream = simulate(parse_plan(json.dumps(plan).encode()), TRUTH, duration_s=3.0, seed=31)
     datagrams = [data for _, data in stream.datagrams]
     try:
-        wait_for(lambda: len(server.reads) >= 1 and
-                 counter(daemon.metrics(), "cosample_collector_plan_version") == plan["version"])
+        wait_for(
+            lambda: (
+                len(server.reads) >= 1
+                and counter(daemon.metrics(), "cosample_collector_plan_version") == plan["version"]
+            )
+        )
         with AgentSender() as sender:
             began = time.monotonic()
-            sent = steady(lambda k: sender.send(datagrams[k % len(datagrams)], daemon.listen),
-                          rate_per_s=1000, seconds=6.0)
+            sent = steady(
+                lambda k: sender.send(datagrams[k % len(datagrams)], daemon.listen),
+                rate_per_s=1000,
+                seconds=6.0,
+            )
             ended = time.monotonic()
-        metrics = wait_for(lambda: (m := daemon.metrics()) and
-                           m["cosample_collector_datagrams_total"][()] >= sent and m)
+        metrics = wait_for(
+            lambda: (
+                (m := daemon.metrics())
+                and m["cosample_collector_datagrams_total"][()] >= sent
+                and m
+            )
+        )
     finally:
         log = daemon.stop()
         server.close()
@@ -138,6 +160,7 @@ def test_kernel_drops_are_counted(tmp_path, plan):
             counted = m["cosample_collector_datagrams_total"][()]
             dropped = counter(m, "cosample_collector_kernel_receive_drops_total")
             return counted + dropped == 2000 and (counted, dropped)
+
         counted, dropped = wait_for(settled)
     finally:
         daemon.stop()
@@ -160,20 +183,27 @@ def test_the_receive_process_reads_while_the_daemon_cannot(tmp_path, plan):
         os.kill(daemon.process.pid, signal.SIGSTOP)
         try:
             with AgentSender() as sender:
-                sent = steady(lambda k: sender.send(datagrams[k % len(datagrams)],
-                                                    daemon.listen), rate_per_s=2000, seconds=3.0)
+                sent = steady(
+                    lambda k: sender.send(datagrams[k % len(datagrams)], daemon.listen),
+                    rate_per_s=2000,
+                    seconds=3.0,
+                )
         finally:
             os.kill(daemon.process.pid, signal.SIGCONT)
-        metrics = wait_for(lambda: (m := daemon.metrics()) and
-                           m["cosample_collector_datagrams_total"][()] == sent and m)
+        metrics = wait_for(
+            lambda: (
+                (m := daemon.metrics())
+                and m["cosample_collector_datagrams_total"][()] == sent
+                and m
+            )
+        )
         assert counter(metrics, "cosample_collector_kernel_receive_drops_total") == 0
         os.kill(relay, signal.SIGKILL)
         wait_for(lambda: any("receive process ended" in line for line in daemon.lines))
         with AgentSender() as sender:
             for data in datagrams[:100]:
                 sender.send(data, daemon.listen)
-        wait_for(lambda: daemon.metrics()["cosample_collector_datagrams_total"][()] ==
-                 sent + 100)
+        wait_for(lambda: daemon.metrics()["cosample_collector_datagrams_total"][()] == sent + 100)
     finally:
         log = daemon.stop()
     assert "receiving in this process" in log

@@ -12,19 +12,19 @@ import time
 import urllib.request
 
 import pytest
+from collector_daemon import served_snapshot
+from collector_plans import FOUR, plan_document
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_for
 
-from cosample.plan.document import parse_plan
 from cosample.cli import build_parser
-from cosample.collector.service import Service, Settings
-from cosample.collector.merge import merge_snapshots
 from cosample.collector import snapshotbin
+from cosample.collector.merge import merge_snapshots
+from cosample.collector.service import Service, Settings
 from cosample.collector.snapshot import parse_snapshot
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import simulate
-from collector_daemon import served_snapshot
-from collector_plans import FOUR, plan_document
-from waiting import wait_for
+from cosample.plan.document import parse_plan
 
 TRUTH = {"s1": 20_000, "s2": 1_000, "s3": 2_000, "s4": 8_000}
 LOOPBACK = "127.29.0"  # the agents' addresses: local on loopback, so senders can use them
@@ -41,6 +41,7 @@ def write_plan(tmp_path):
         path = tmp_path / name
         path.write_text(json.dumps(plan_document(hosts, agents=LOOPBACK, **kwargs)))
         return path
+
     return write
 
 
@@ -72,8 +73,9 @@ class Running:
         self.sockets.close()
 
 
-def send(datagrams, target, sender: AgentSender, pace_every: int = 200,
-         source: str | None = None) -> None:
+def send(
+    datagrams, target, sender: AgentSender, pace_every: int = 200, source: str | None = None
+) -> None:
     """Each datagram from its agent's address (or from ``source``: a forgery)."""
     for k, (_, data) in enumerate(datagrams):
         sender.send(data, target, source)
@@ -82,8 +84,16 @@ def send(datagrams, target, sender: AgentSender, pace_every: int = 200,
 
 
 def settings(plan_path, **kwargs) -> Settings:
-    values = dict(listen=("127.0.0.1", 0), plan=str(plan_path), name="c1", metrics_port=0,
-                  window_s=600.0, export_s=0.2, plan_interval_s=0.2, insecure_unsigned=True)
+    values = dict(
+        listen=("127.0.0.1", 0),
+        plan=str(plan_path),
+        name="c1",
+        metrics_port=0,
+        window_s=600.0,
+        export_s=0.2,
+        plan_interval_s=0.2,
+        insecure_unsigned=True,
+    )
     values.update(kwargs)
     return Settings(**values)
 
@@ -95,9 +105,14 @@ def test_daemon_estimates_and_serves_snapshot_and_metrics(write_plan, four_plan,
     try:
         send(stream.datagrams, running.service.listen_address, running.sockets)
         send([(0, b"\0\0\0\5\0\0\0\1ga")] * 3, running.service.listen_address, running.sockets)
-        snapshot = wait_for(lambda: (s := running.snapshot()) and
-                            s.dropped.get("truncated") == 3 and
-                            sum(e.samples for e in s.servers.values()) == stream.samples and s)
+        snapshot = wait_for(
+            lambda: (
+                (s := running.snapshot())
+                and s.dropped.get("truncated") == 3
+                and sum(e.samples for e in s.servers.values()) == stream.samples
+                and s
+            )
+        )
         metrics = running.get("/metrics").decode()
         binary = snapshotbin.decode(running.get("/snapshot.bin"), "/snapshot.bin")
         assert binary.collector == "c1" and set(binary.servers) == set(snapshot.servers)
@@ -110,15 +125,20 @@ def test_daemon_estimates_and_serves_snapshot_and_metrics(write_plan, four_plan,
         e = snapshot.servers[server]
         assert e.samples > 0 and e.packets_per_s > 0
     families = {f.name: f for f in text_string_to_metric_families(metrics)}
-    gauge = {s.labels["server"]: s.value for s in families["cosample_collector_packets_per_second"].samples}
+    gauge = {
+        s.labels["server"]: s.value
+        for s in families["cosample_collector_packets_per_second"].samples
+    }
     assert set(gauge) == set(FOUR) and all(v > 0 for v in gauge.values())
     dropped = {s.labels["reason"]: s.value for s in families["cosample_collector_dropped"].samples}
     assert dropped["truncated"] == 3
     written = parse_snapshot((tmp_path / "state" / "snapshot.json").read_bytes())
     assert written.collector == "c1"
     # the binary form written beside it, by the same export: the same snapshot
-    assert snapshotbin.decode((tmp_path / "state" / "snapshot.bin").read_bytes()).estimates() \
+    assert (
+        snapshotbin.decode((tmp_path / "state" / "snapshot.bin").read_bytes()).estimates()
         == written.estimates()
+    )
     lines = [json.loads(line) for line in events.read_text().splitlines()]
     assert {line["key"] for line in lines} >= {"s1.packets_per_s", "s4.bytes_per_s"}
 
@@ -147,12 +167,21 @@ def test_two_instances_owning_agent_sets_merge_to_the_truth(write_plan, four_pla
     owner = {bytes([127, 29, 0, k]): (a if k <= 2 else b) for k in range(1, 5)}
     try:
         for instance in (a, b):
-            send([item for item in stream.datagrams if owner[item[1][8:12]] is instance],
-                 instance.service.listen_address, instance.sockets)
-        parts = [wait_for(lambda i=i: (s := i.snapshot()) and
-                          sum(e.samples for e in s.servers.values()) == sum(
-                              1 for _ in ()) + expected and s)
-                 for i, expected in ((a, _samples(stream, owner, a)), (b, _samples(stream, owner, b)))]
+            send(
+                [item for item in stream.datagrams if owner[item[1][8:12]] is instance],
+                instance.service.listen_address,
+                instance.sockets,
+            )
+        parts = [
+            wait_for(
+                lambda i=i: (
+                    (s := i.snapshot())
+                    and sum(e.samples for e in s.servers.values()) == sum(1 for _ in ()) + expected
+                    and s
+                )
+            )
+            for i, expected in ((a, _samples(stream, owner, a)), (b, _samples(stream, owner, b)))
+        ]
     finally:
         a.stop()
         b.stop()
@@ -166,18 +195,34 @@ def test_two_instances_owning_agent_sets_merge_to_the_truth(write_plan, four_pla
 
 def _samples(stream, owner, instance) -> int:
     from cosample.collector.decode import parse_datagram
-    return sum(len(parse_datagram(d).flow_samples) for _, d in stream.datagrams
-               if owner[d[8:12]] is instance)
+
+    return sum(
+        len(parse_datagram(d).flow_samples)
+        for _, d in stream.datagrams
+        if owner[d[8:12]] is instance
+    )
 
 
 def test_run_command_line_parses():
-    args = build_parser().parse_args(["collector", "run", "--plan", "p.json", "--listen",
-                                      "0.0.0.0:6343", "--metrics-port", "9108", "--reuse-port"])
+    args = build_parser().parse_args(
+        [
+            "collector",
+            "run",
+            "--plan",
+            "p.json",
+            "--listen",
+            "0.0.0.0:6343",
+            "--metrics-port",
+            "9108",
+            "--reuse-port",
+        ]
+    )
     assert args.reuse_port and args.metrics_port == 9108 and args.window == 30.0
 
 
 def test_run_rejects_a_bad_listen_address(capsys):
     from cosample.cli import main
+
     assert main(["collector", "run", "--plan", "p.json", "--listen", "nowhere"]) == 2
     assert "--listen: expected HOST:PORT" in capsys.readouterr().err
 
@@ -198,6 +243,7 @@ def test_reuse_port_instances_share_one_address_and_merge_exactly(write_plan, fo
                 return False
             total = sum(e.samples for p in parts for e in p.servers.values())
             return total == stream.samples and merge_snapshots(parts)
+
         result = wait_for(merged)
         sockets.close()
     finally:
@@ -210,15 +256,17 @@ def test_reuse_port_instances_share_one_address_and_merge_exactly(write_plan, fo
 
 
 @pytest.mark.parametrize("path", ["/snapshot", "/snapshot.bin"])
-def test_an_export_not_yet_rendered_is_503_not_an_empty_unsigned_body(write_plan, path,
-                                                                      monkeypatch):
+def test_an_export_not_yet_rendered_is_503_not_an_empty_unsigned_body(
+    write_plan, path, monkeypatch
+):
     """``export`` sets the snapshot, then the writer thread renders and signs it: a request
     between the two (a controller polling a collector that just started) is told to come back,
     not served an empty body without its signature (seen as a controller's "unsigned snapshot;
     refused" in tests/controller/test_authenticity.py). The writer is held to stay between."""
     rendering, write = threading.Event(), Service._write
-    monkeypatch.setattr(Service, "_write", lambda self, item: (rendering.wait(10),
-                                                                write(self, item)))
+    monkeypatch.setattr(
+        Service, "_write", lambda self, item: (rendering.wait(10), write(self, item))
+    )
     service = Service(settings(write_plan()), log=lambda line: None).start()
     try:
         host, port = service.http_address

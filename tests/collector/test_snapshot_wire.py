@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from collector_plans import FOUR
 from pydantic import ValidationError
+from sflow_corpus import CORPUS
 
 from cosample.collector.attribution import build
 from cosample.collector.estimate import Estimator
@@ -18,8 +20,6 @@ from cosample.collector.replay import run
 from cosample.collector.snapshot import Snapshot, parse_snapshot
 from cosample.collector.snapshotwire import snapshot_json
 from cosample.lab.sflowstream import simulate, vm_address
-from collector_plans import FOUR
-from sflow_corpus import CORPUS
 
 CAPTURES = sorted(path.name for path in CORPUS.glob("*.pcap"))
 
@@ -38,13 +38,22 @@ def test_every_real_capture_is_written_as_the_model_writes_it(name):
 
 
 @pytest.mark.parametrize("window_s", [None, 5.0])
-def test_plans_mirrors_traffic_and_ports_are_written_as_the_model_writes_them(four_plan,
-                                                                               window_s):
+def test_plans_mirrors_traffic_and_ports_are_written_as_the_model_writes_them(four_plan, window_s):
     names = sorted(FOUR)
-    inventory = Inventory(servers={name: {"vm_addresses": [vm_address(k, 1), vm_address(k, 2)]}
-                                   for k, name in enumerate(names)})
-    stream = simulate(four_plan, {"s1": 60_000, "s2": 2_000, "s4": 30_000}, duration_s=10.0,
-                      seed=4, counters=True, destinations={"s1": "s4", "s4": "s1", "s2": "s2"})
+    inventory = Inventory(
+        servers={
+            name: {"vm_addresses": [vm_address(k, 1), vm_address(k, 2)]}
+            for k, name in enumerate(names)
+        }
+    )
+    stream = simulate(
+        four_plan,
+        {"s1": 60_000, "s2": 2_000, "s4": 30_000},
+        duration_s=10.0,
+        seed=4,
+        counters=True,
+        destinations={"s1": "s4", "s4": "s1", "s2": "s2"},
+    )
     estimator = Estimator(build(four_plan, inventory), window_s=window_s)
     for when, data in stream.datagrams:
         estimator.ingest(data, when)
@@ -61,12 +70,28 @@ def test_the_command_prints_the_models_snapshot(tmp_path):
     """The command itself (its own process, where pydantic is never imported)."""
     capture = tmp_path / "corpus.pcap"
     from cosample.collector.pcap import udp_payloads
+
     write_pcap(capture, [item for name in CAPTURES[:4] for item in udp_payloads(CORPUS / name)])
-    done = subprocess.run([sys.executable, "-c", "import sys; from cosample.cli import main; "
-                           "status = main(sys.argv[1:]); "
-                           "assert not any(m.startswith('pydantic') for m in sys.modules); "
-                           "sys.exit(status)", "collector", "replay", str(capture), "--json", "--name", "replay"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from cosample.cli import main; "
+            "status = main(sys.argv[1:]); "
+            "assert not any(m.startswith('pydantic') for m in sys.modules); "
+            "sys.exit(status)",
+            "collector",
+            "replay",
+            str(capture),
+            "--json",
+            "--name",
+            "replay",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     estimator, last = run(None, capture)
     assert done.stdout == Snapshot.model_validate(estimator.snapshot_data(last)).to_json()

@@ -13,15 +13,15 @@ import json
 from collections import Counter
 
 import pytest
+from collector_daemon import Daemon, counter
+from collector_plans import FOUR, plan_document
+from waiting import wait_for
 
-from cosample.plan.document import parse_plan
 from cosample.collector.admission import Admission, packed
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import frame, simulate, vm_address
-from collector_daemon import Daemon, counter
-from collector_plans import FOUR, plan_document
-from waiting import wait_for
+from cosample.plan.document import parse_plan
 
 LOOPBACK = "127.29.0"
 TRUTH = {"s1": 5_000, "s2": 1_000, "s3": 2_000, "s4": 8_000}
@@ -30,8 +30,9 @@ TRUTH = {"s1": 5_000, "s2": 1_000, "s3": 2_000, "s4": 8_000}
 def forged(agent: str, sequence: int) -> bytes:
     """One flow sample claiming a 1-in-2^30 sampling rate: ~10^9 packets per sample."""
     header, length = frame(vm_address(0), vm_address(1, 2), 1000)
-    return datagram(agent, sequence, 0, [flow_sample(SampleSpec(1, 1 << 30, 1 << 30, header,
-                                                                length))])
+    return datagram(
+        agent, sequence, 0, [flow_sample(SampleSpec(1, 1 << 30, 1 << 30, header, length))]
+    )
 
 
 def test_packed_normalises_addresses():
@@ -70,14 +71,24 @@ def test_forged_datagrams_change_no_estimate(daemon):
     with AgentSender() as sender:
         for _, data in stream.datagrams:
             sender.send(data, running.listen)
-        before = wait_for(lambda: (s := running.snapshot()) and
-                          sum(e.samples for e in s.servers.values()) == stream.samples and s)
+        before = wait_for(
+            lambda: (
+                (s := running.snapshot())
+                and sum(e.samples for e in s.servers.values()) == stream.samples
+                and s
+            )
+        )
         for sequence in (10_001, 10_002):  # the attack: s4's agent address, from 127.0.0.1
             sender.send(forged(f"{LOOPBACK}.4", sequence), running.listen, source="127.0.0.1")
         sender.send(forged(f"{LOOPBACK}.99", 1), running.listen)  # an agent no plan names
-        after = wait_for(lambda: (s := running.snapshot()) and
-                         s.dropped.get("source_mismatch") == 2 and
-                         s.dropped.get("unplanned_agent") == 1 and s)
+        after = wait_for(
+            lambda: (
+                (s := running.snapshot())
+                and s.dropped.get("source_mismatch") == 2
+                and s.dropped.get("unplanned_agent") == 1
+                and s
+            )
+        )
         metrics = running.metrics()
         assert counter(metrics, "cosample_collector_dropped_total", reason="source_mismatch") == 2
         for server in TRUTH:
@@ -86,6 +97,11 @@ def test_forged_datagrams_change_no_estimate(daemon):
         # the control: the same datagrams from s4's own address are evidence, and huge
         for sequence in (10_001, 10_002):
             sender.send(forged(f"{LOOPBACK}.4", sequence), running.listen)
-        control = wait_for(lambda: (s := running.snapshot()) and
-                           s.servers["s4"].samples == before.servers["s4"].samples + 2 and s)
+        control = wait_for(
+            lambda: (
+                (s := running.snapshot())
+                and s.servers["s4"].samples == before.servers["s4"].samples + 2
+                and s
+            )
+        )
     assert control.servers["s4"].packets_per_s > 1000 * before.servers["s4"].packets_per_s

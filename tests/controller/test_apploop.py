@@ -11,36 +11,57 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from controller_helpers import inventory_doc, snapshot_doc
 
 from cosample.appmon.snapshot import AppSnapshot, ServiceTime, ServiceWindow
 from cosample.collector.authenticity import SIGNATURE_SUFFIX, Signer
-from cosample.controller.appmeasure import measure, plan_entries, service_name, success_rates
 from cosample.controller.apploop import AppJudgement, app_decision
+from cosample.controller.appmeasure import measure, plan_entries, service_name, success_rates
 from cosample.controller.decide import Policy
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
 from cosample.plan.document import parse_document
 from cosample.plan.signing import generate_keypair
-from controller_helpers import inventory_doc, snapshot_doc
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 PACKETS = 5.0
-SERVICE = {"server": "s1", "address": "10.1.0.5", "port": 80, "interface": "vm1a",
-           "packets_per_request": PACKETS}
+SERVICE = {
+    "server": "s1",
+    "address": "10.1.0.5",
+    "port": 80,
+    "interface": "vm1a",
+    "packets_per_request": PACKETS,
+}
 NAME = "10.1.0.5:80"
 
 
 def app_snapshot(end: datetime, rates: dict[str, float], window_s: float = 10.0) -> str:
-    services = [ServiceWindow(service=name, requests=int(rate * window_s), requests_per_s=rate,
-                              responses=int(rate * window_s), matched=int(rate * window_s),
-                              status_classes={"2xx": int(rate * window_s)}, success_rate=1.0,
-                              service_time_s=ServiceTime(mean=0.002, min=0.001, max=0.01,
-                                                         p50=0.002, p95=0.004, p99=0.006))
-                for name, rate in rates.items()]
-    return AppSnapshot(analyser="a1", window_start=end - timedelta(seconds=window_s),
-                       window_s=window_s, frames=1, connections=1, services=services,
-                       dropped={}, ignored={}).to_json()
+    services = [
+        ServiceWindow(
+            service=name,
+            requests=int(rate * window_s),
+            requests_per_s=rate,
+            responses=int(rate * window_s),
+            matched=int(rate * window_s),
+            status_classes={"2xx": int(rate * window_s)},
+            success_rate=1.0,
+            service_time_s=ServiceTime(
+                mean=0.002, min=0.001, max=0.01, p50=0.002, p95=0.004, p99=0.006
+            ),
+        )
+        for name, rate in rates.items()
+    ]
+    return AppSnapshot(
+        analyser="a1",
+        window_start=end - timedelta(seconds=window_s),
+        window_s=window_s,
+        frames=1,
+        connections=1,
+        services=services,
+        dropped={},
+        ignored={},
+    ).to_json()
 
 
 class Rig:
@@ -53,18 +74,33 @@ class Rig:
         document = inventory_doc(list(capacities))
         document["services"] = [SERVICE]
         self.inventory = inventory_from_dict(document)
-        self.settings = Settings((str(self.snapshot),), interval_s=30, tau_s=30, settle_s=30,
-                                 analysers=(str(self.analyser),), analyser_keys=analyser_keys)
-        self.controller = Controller(self.inventory, self.settings,
-                                     DirectoryTarget(tmp_path / "pub"), tmp_path / "state",
-                                     clock=lambda: self.clock)
+        self.settings = Settings(
+            (str(self.snapshot),),
+            interval_s=30,
+            tau_s=30,
+            settle_s=30,
+            analysers=(str(self.analyser),),
+            analyser_keys=analyser_keys,
+        )
+        self.controller = Controller(
+            self.inventory,
+            self.settings,
+            DirectoryTarget(tmp_path / "pub"),
+            tmp_path / "state",
+            clock=lambda: self.clock,
+        )
 
     def cycle(self, rate: float, reported: float | None = None, sign=None):
         """One cycle with the web service at ``rate`` requests/s (its server's VMs sending
         rate x PACKETS packets/s); the analyser reports ``reported`` (default: the rate)."""
         own = rate * PACKETS
-        self.snapshot.write_text(json.dumps(snapshot_doc(
-            self.clock, {"s1": {"s1": own + 200}, "s2": {"s2": 300}}, servers=["s1", "s2"])))
+        self.snapshot.write_text(
+            json.dumps(
+                snapshot_doc(
+                    self.clock, {"s1": {"s1": own + 200}, "s2": {"s2": 300}}, servers=["s1", "s2"]
+                )
+            )
+        )
         text = app_snapshot(self.clock, {NAME: rate if reported is None else reported})
         self.analyser.write_text(text)
         if sign is not None:
@@ -127,13 +163,23 @@ def test_noise_does_not_move_the_analysis(tmp_path):
 
 def test_rates_are_renormalised_by_the_running_plans_share():
     services = [type("S", (), {"address": "10.1.0.5", "port": 80})()]
-    plan = {"hosts": {"s1": {"appmon": [{"service": {"address": "10.1.0.5", "port": 80},
-                                         "share": 0.25, "mechanism": "sniffer"}]}}}
+    plan = {
+        "hosts": {
+            "s1": {
+                "appmon": [
+                    {
+                        "service": {"address": "10.1.0.5", "port": 80},
+                        "share": 0.25,
+                        "mechanism": "sniffer",
+                    }
+                ]
+            }
+        }
+    }
     listed, to, share = plan_entries(plan, services)
     assert listed[0] and to[0] == "" and share[0] == 0.25
     snap = AppSnapshot.model_validate_json(app_snapshot(NOW, {NAME: 30.0, "10.9.9.9:80": 5}))
-    measurement, unknown, intervals = measure([("a", snap)], (service_name("10.1.0.5", 80),),
-                                              share)
+    measurement, unknown, intervals = measure([("a", snap)], (service_name("10.1.0.5", 80),), share)
     assert measurement.own_pps[0] == pytest.approx(120.0)
     assert unknown == ("10.9.9.9:80",)
     assert intervals == {NAME: None}  # no per-connection counts: no honest interval at 1/4
@@ -141,9 +187,12 @@ def test_rates_are_renormalised_by_the_running_plans_share():
     # same requests come on fewer connections
     widths = []
     for connections in (300, 10):
-        entry = snap.services[0].model_copy(update={
-            "request_connections": connections,
-            "request_squares": connections * (300 // connections) ** 2})
+        entry = snap.services[0].model_copy(
+            update={
+                "request_connections": connections,
+                "request_squares": connections * (300 // connections) ** 2,
+            }
+        )
         counted = snap.model_copy(update={"services": [entry]})
         _, _, intervals = measure([("a", counted)], (NAME,), share)
         low, high = intervals[NAME]
@@ -158,10 +207,17 @@ def test_rates_are_renormalised_by_the_running_plans_share():
     # 300 final responses on 30 connections of 10, 290 of them 2xx: one failure on each of 10
     # connections, or all 10 on one connection (the sums n_i^2, ok_i n_i, ok_i^2)
     for sums in ((3000, 20 * 100 + 10 * 90, 20 * 100 + 10 * 81), (3000, 29 * 100, 29 * 100)):
-        entry = snap.services[0].model_copy(update={
-            "responses": 300, "status_classes": {"2xx": 290, "5xx": 10},
-            "success_rate": 290 / 300, "final_connections": 30, "final_squares": sums[0],
-            "final_ok_products": sums[1], "ok_squares": sums[2]})
+        entry = snap.services[0].model_copy(
+            update={
+                "responses": 300,
+                "status_classes": {"2xx": 290, "5xx": 10},
+                "success_rate": 290 / 300,
+                "final_connections": 30,
+                "final_squares": sums[0],
+                "final_ok_products": sums[1],
+                "ok_squares": sums[2],
+            }
+        )
         counted = snap.model_copy(update={"services": [entry]})
         ((rate, (low, high)),) = success_rates([("a", counted)], (NAME,), share).values()
         assert rate == pytest.approx(290 / 300) and low < rate < high
@@ -203,8 +259,9 @@ def test_app_decision_confirms_and_waits():
     lighter = AppJudgement((50.0, 50.0), (70_000.0, 0.0), same=False)
     streak, reasons = 0, []
     for _ in range(3):
-        reason, streak = app_decision(lighter, streak, policy, warm=True, settling=False,
-                                      quiet=False)
+        reason, streak = app_decision(
+            lighter, streak, policy, warm=True, settling=False, quiet=False
+        )
         reasons.append(reason)
     assert reasons[:2] == [None, None] and "fabric" in reasons[2]
     # while quiet or settling the streak counts but nothing is published
@@ -220,12 +277,16 @@ def test_app_decision_confirms_and_waits():
     assert app_decision(same, 2, policy, warm=True, settling=False, quiet=False) == (None, 0)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"server": "s9"}, r"services\[0\]\.server.*unknown server"),
-    ({"port": 0}, r"services\.0\.port|services\[0\]\.port"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"server": "s9"}, r"services\[0\]\.server.*unknown server"),
+        ({"port": 0}, r"services\.0\.port|services\[0\]\.port"),
+    ],
+)
 def test_inventory_services_are_checked(change, message):
     from cosample.controller.errors import InventoryError
+
     document = inventory_doc([10000, 20000])
     document["services"] = [{**SERVICE, **change}]
     with pytest.raises(InventoryError, match=message):
@@ -234,6 +295,7 @@ def test_inventory_services_are_checked(change, message):
 
 def test_inventory_services_once_per_address_and_port():
     from cosample.controller.errors import InventoryError
+
     document = inventory_doc([10000, 20000])
     document["services"] = [SERVICE, {**SERVICE, "server": "s2"}]
     with pytest.raises(InventoryError, match=r"services\[1\]\.port.*services\[0\]"):
@@ -242,22 +304,40 @@ def test_inventory_services_once_per_address_and_port():
 
 def test_cli_reads_a_signed_analyser_and_requires_its_key(tmp_path, capsys):
     from cosample.cli import main
+
     generate_keypair(tmp_path / "a.pem", tmp_path / "a.pub")
     document = inventory_doc([10000, 20000])
     document["services"] = [SERVICE]
     (tmp_path / "dc.json").write_text(json.dumps(document))
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    (tmp_path / "snap.json").write_text(json.dumps(snapshot_doc(
-        now, {"s1": {"s1": 450}, "s2": {"s2": 300}}, servers=["s1", "s2"])))
+    (tmp_path / "snap.json").write_text(
+        json.dumps(snapshot_doc(now, {"s1": {"s1": 450}, "s2": {"s2": 300}}, servers=["s1", "s2"]))
+    )
     text = app_snapshot(now, {NAME: 50.0})
     (tmp_path / "app.json").write_text(text)
     (tmp_path / ("app.json" + SIGNATURE_SUFFIX)).write_text(
-        Signer(tmp_path / "a.pem").sign(text.encode()))
-    base = ["controller", "run", "--inventory", str(tmp_path / "dc.json"), "--collector",
-            str(tmp_path / "snap.json"), "--publish", str(tmp_path / "pub"),
-            "--insecure-unsigned", "--insecure-unsigned-snapshots", "--state-dir",
-            str(tmp_path / "state"), "--cycles", "1", "--tau", "1s",
-            "--analyser", str(tmp_path / "app.json")]
+        Signer(tmp_path / "a.pem").sign(text.encode())
+    )
+    base = [
+        "controller",
+        "run",
+        "--inventory",
+        str(tmp_path / "dc.json"),
+        "--collector",
+        str(tmp_path / "snap.json"),
+        "--publish",
+        str(tmp_path / "pub"),
+        "--insecure-unsigned",
+        "--insecure-unsigned-snapshots",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--cycles",
+        "1",
+        "--tau",
+        "1s",
+        "--analyser",
+        str(tmp_path / "app.json"),
+    ]
     assert main(base) == 2  # neither --analyser-key nor --insecure-unsigned-analysers
     assert "--analyser" in capsys.readouterr().err
     assert main(base + ["--analyser-key", str(tmp_path / "a.pub")]) == 0

@@ -29,7 +29,7 @@ REQUESTS = 40
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
@@ -49,10 +49,32 @@ def test_signed_analyser_snapshots_are_read_and_verified(tmp_path):
     port = server.server_address[1]
     state = tmp_path / "state"
     process = subprocess.Popen(
-        [sys.executable, "-m", "cosample", "appmon", "run", "--interface", "lo", "--port",
-         str(port), "--window", "2s", "--metrics-port", "0", "--state-dir", str(state),
-         "--snapshot-key", str(tmp_path / "a.pem"), "--name", "live", "--duration", "40s"],
-        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "cosample",
+            "appmon",
+            "run",
+            "--interface",
+            "lo",
+            "--port",
+            str(port),
+            "--window",
+            "2s",
+            "--metrics-port",
+            "0",
+            "--state-dir",
+            str(state),
+            "--snapshot-key",
+            str(tmp_path / "a.pem"),
+            "--name",
+            "live",
+            "--duration",
+            "40s",
+        ],
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         line = process.stderr.readline().decode()
         http = re.search(r"HTTP on ([\d.]+):(\d+)", line)

@@ -18,20 +18,21 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from controller_helpers import inventory_doc
+from waiting import wait_for
 
-from cosample.plan.document import parse_plan
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
 from cosample.collector.inventory import Inventory
 from cosample.collector.polling import plan_lead_s
-from cosample.collector.service import Service, Settings as CollectorSettings
+from cosample.collector.service import Service
+from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
 from cosample.lab.agentsource import AgentSender, transparent
 from cosample.lab.sflowstream import frame, simulate, vm_address
-from controller_helpers import inventory_doc
-from waiting import wait_for
+from cosample.plan.document import parse_plan
 
 CAPACITY_PPS = 1e6  # every server: s1's 24k pps need no mirrors
 TRUTH = {"s1": 24_000, "s2": 3_000, "s3": 1_500}
@@ -56,53 +57,117 @@ def forged(agent: str, sampling_rate: int, count: int = 3) -> list[tuple[float, 
     """``count`` datagrams of one local sample each, as s1's agent would send them."""
     header, length = frame(vm_address(0), vm_address(0, 2), 1000)
     now = time.time()
-    return [(now + 0.05 * k, datagram(agent, 10_000 + k, 3_600_000 + 50 * k, [flow_sample(
-        SampleSpec(50_000 + k, sampling_rate, sampling_rate * (k + 1), header, length,
-                   input_port=1))])) for k in range(count)]
+    return [
+        (
+            now + 0.05 * k,
+            datagram(
+                agent,
+                10_000 + k,
+                3_600_000 + 50 * k,
+                [
+                    flow_sample(
+                        SampleSpec(
+                            50_000 + k,
+                            sampling_rate,
+                            sampling_rate * (k + 1),
+                            header,
+                            length,
+                            input_port=1,
+                        )
+                    )
+                ],
+            ),
+        )
+        for k in range(count)
+    ]
 
 
 def test_forged_datagrams_change_no_plan(tmp_path):
     publish, state = tmp_path / "pub", tmp_path / "state"
     inventory = inventory_from_dict(inventory_doc([CAPACITY_PPS] * 3))
-    addresses = Inventory.model_validate({"servers": {
-        name: {"agent_ip": f"192.0.2.{k}"} for k, name in enumerate(inventory.names, start=1)}})
-    service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
-                                        name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2, plan_timeout_s=0.5,
-                                        insecure_unsigned=True), addresses,  # plans unsigned here
-                      log=lambda line: None).start()
+    addresses = Inventory.model_validate(
+        {
+            "servers": {
+                name: {"agent_ip": f"192.0.2.{k}"}
+                for k, name in enumerate(inventory.names, start=1)
+            }
+        }
+    )
+    service = Service(
+        CollectorSettings(
+            listen=("127.0.0.1", 0),
+            plan=str(publish / "plan.json"),
+            name="c1",
+            metrics_port=0,
+            window_s=600.0,
+            export_s=0.2,
+            plan_interval_s=0.2,
+            plan_timeout_s=0.5,
+            insecure_unsigned=True,
+        ),
+        addresses,  # plans unsigned here
+        log=lambda line: None,
+    ).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     host, port = service.http_address
-    settings = Settings((f"http://{host}:{port}/snapshot",), interval_s=1.0, tau_s=1.0,
-                        max_age_s=600.0, measure_sampling=8, lead_s=plan_lead_s(0.2, 0.5))
-    safe = parse_plan(json.dumps(measurement_plan(
-        inventory, 8, datetime.now(timezone.utc), timedelta(hours=1)) | {"version": 1}).encode())
+    settings = Settings(
+        (f"http://{host}:{port}/snapshot",),
+        interval_s=1.0,
+        tau_s=1.0,
+        max_age_s=600.0,
+        measure_sampling=8,
+        lead_s=plan_lead_s(0.2, 0.5),
+    )
+    safe = parse_plan(
+        json.dumps(
+            measurement_plan(inventory, 8, datetime.now(timezone.utc), timedelta(hours=1))
+            | {"version": 1}
+        ).encode()
+    )
     try:
         stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=5)
         send(stream.datagrams, service.listen_address)
-        wait_for(lambda: sum(e.samples for e in service.snapshot.servers.values())
-                 == stream.samples, timeout_s=20.0)
+        wait_for(
+            lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+            timeout_s=20.0,
+        )
         controller = Controller(inventory, settings, DirectoryTarget(publish), state)
         first = controller.cycle()
         assert first.result == "published", first
         plan = parse_plan((publish / "plan.json").read_bytes())
         assert plan.hosts["s1"].sflow_sampling is not None  # s1 samples locally: forge that
-        wait_for(lambda: service.snapshot.plan is not None
-                 and service.snapshot.plan.version == plan.version, timeout_s=20.0)
+        wait_for(
+            lambda: (
+                service.snapshot.plan is not None and service.snapshot.plan.version == plan.version
+            ),
+            timeout_s=20.0,
+        )
         wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=20.0)
         shutil.copytree(state, tmp_path / "control-state")
         published = (publish / "plan.json").read_bytes()
 
         send(forged("192.0.2.1", 2**31), service.listen_address)
-        wait_for(lambda: service.snapshot.servers["s1"].packets_per_s > 10 * CAPACITY_PPS,
-                 timeout_s=20.0)
+        wait_for(
+            lambda: service.snapshot.servers["s1"].packets_per_s > 10 * CAPACITY_PPS, timeout_s=20.0
+        )
         claimed = service.snapshot.servers["s1"].packets_per_s
         attacked = [controller.cycle() for _ in range(3)]
-        control = Controller(inventory, Settings(
-            settings.collectors, interval_s=1.0, tau_s=1.0, max_age_s=600.0, measure_sampling=8,
-            lead_s=plan_lead_s(0.2, 0.5), implausible_slack=math.inf, jump_factor=None),
-            DirectoryTarget(tmp_path / "control-pub"), tmp_path / "control-state").cycle()
+        control = Controller(
+            inventory,
+            Settings(
+                settings.collectors,
+                interval_s=1.0,
+                tau_s=1.0,
+                max_age_s=600.0,
+                measure_sampling=8,
+                lead_s=plan_lead_s(0.2, 0.5),
+                implausible_slack=math.inf,
+                jump_factor=None,
+            ),
+            DirectoryTarget(tmp_path / "control-pub"),
+            tmp_path / "control-state",
+        ).cycle()
     finally:
         service.stop()
         thread.join(timeout=10)

@@ -11,22 +11,21 @@ import http.server
 import json
 import os
 import threading
-
 import urllib.request
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from controller_helpers import inventory_doc, snapshot_doc
 
-from cosample.plan.signing import generate_keypair
 from cosample.cli import main
-from cosample.plan.signing import key_permission_warning
 from cosample.collector.authenticity import HEADER, Signer
-from cosample.collector.service import Service, Settings as CollectorSettings
+from cosample.collector.service import Service
+from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
 from cosample.controller.source import SnapshotReader
-from controller_helpers import inventory_doc, snapshot_doc
+from cosample.plan.signing import generate_keypair, key_permission_warning
 
 BUSY_S1 = {"s1": {"s1": 1500, "s2": 900}, "s2": {"s2": 200}, "s3": {"s3": 100}}
 FORGED = {"s1": {"s1": 3.1e9}, "s2": {"s2": 200}, "s3": {"s3": 100}}
@@ -44,11 +43,18 @@ def keys(tmp_path):
 @pytest.fixture
 def collector(tmp_path, keys):
     """The real collector daemon, signing its snapshots, exporting every 20 ms."""
-    service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(tmp_path / "none.json"),
-                                        name="c1", metrics_port=0, export_s=0.02,
-                                        snapshot_key=keys["collector"][0],
-                                        insecure_unsigned=True),  # no plan at all here
-                      log=lambda line: None).start()
+    service = Service(
+        CollectorSettings(
+            listen=("127.0.0.1", 0),
+            plan=str(tmp_path / "none.json"),
+            name="c1",
+            metrics_port=0,
+            export_s=0.02,
+            snapshot_key=keys["collector"][0],
+            insecure_unsigned=True,
+        ),  # no plan at all here
+        log=lambda line: None,
+    ).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     host, port = service.http_address
@@ -62,7 +68,7 @@ class Impostor:
 
     def __init__(self, body: bytes, signature: str | None) -> None:
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's naming
+            def do_GET(self):
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 if signature is not None:
@@ -101,12 +107,15 @@ def test_wrong_key_missing_signature_and_impostors_are_problems(collector, keys,
     now = datetime.now(timezone.utc)
     wrong = SnapshotReader((keys["attacker"][1],))((url,), now, 60.0, 5.0)
     assert wrong.snapshot is None
-    assert wrong.problems[0].endswith(f"snapshot signature does not verify with "
-                                      f"{keys['attacker'][1]}; refused")
+    assert wrong.problems[0].endswith(
+        f"snapshot signature does not verify with {keys['attacker'][1]}; refused"
+    )
     body = json.dumps(snapshot_doc(now, FORGED)).encode()
-    for signature, problem in ((None, "unsigned snapshot"),
-                               (Signer(keys["attacker"][0]).sign(body), "does not verify"),
-                               ("not base64!", "not base64")):
+    for signature, problem in (
+        (None, "unsigned snapshot"),
+        (Signer(keys["attacker"][0]).sign(body), "does not verify"),
+        ("not base64!", "not base64"),
+    ):
         impostor = Impostor(body, signature)
         try:
             reading = SnapshotReader((keys["collector"][1],))((impostor.url,), now, 60.0, 5.0)
@@ -129,11 +138,21 @@ def test_an_impostor_snapshot_changes_no_plan(tmp_path, keys):
         snapshot.write_bytes(data)
         (tmp_path / "snap.json.sig").write_text(Signer(key).sign(data) + "\n")
 
-    settings = Settings((str(snapshot),), interval_s=30, tau_s=30, settle_s=60,
-                        collector_keys=(keys["collector"][1],), key=keys["plans"][0])
-    controller = Controller(inventory_from_dict(inventory_doc([3000, 3000, 3000])), settings,
-                            DirectoryTarget(tmp_path / "pub"), tmp_path / "state",
-                            clock=lambda: clock[0])
+    settings = Settings(
+        (str(snapshot),),
+        interval_s=30,
+        tau_s=30,
+        settle_s=60,
+        collector_keys=(keys["collector"][1],),
+        key=keys["plans"][0],
+    )
+    controller = Controller(
+        inventory_from_dict(inventory_doc([3000, 3000, 3000])),
+        settings,
+        DirectoryTarget(tmp_path / "pub"),
+        tmp_path / "state",
+        clock=lambda: clock[0],
+    )
     write(BUSY_S1, keys["collector"][0])  # a file snapshot, signed beside it
     first = controller.cycle()
     assert first.result == "published"
@@ -162,10 +181,26 @@ def test_key_permissions_warn_with_the_fix(tmp_path, keys, capsys):
     data = json.dumps(snapshot_doc(datetime.now(timezone.utc), BUSY_S1)).encode()
     snapshot.write_bytes(data)
     (tmp_path / "snap.json.sig").write_text(Signer(keys["collector"][0]).sign(data))
-    argv = ["controller", "run", "--inventory", str(inventory), "--collector", str(snapshot),
-            "--publish", str(tmp_path / "pub"), "--key", key, "--collector-key",
-            keys["collector"][1], "--state-dir", str(tmp_path / "state"), "--cycles", "1",
-            "--tau", "1s"]
+    argv = [
+        "controller",
+        "run",
+        "--inventory",
+        str(inventory),
+        "--collector",
+        str(snapshot),
+        "--publish",
+        str(tmp_path / "pub"),
+        "--key",
+        key,
+        "--collector-key",
+        keys["collector"][1],
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--cycles",
+        "1",
+        "--tau",
+        "1s",
+    ]
     assert main(argv) == 0  # accepted, with the warning naming the fix
     assert f"fix with: chmod 600 {key}" in capsys.readouterr().err
     os.chmod(key, 0o600)
@@ -189,6 +224,5 @@ def test_the_binary_form_is_signed_and_verified_the_same_way(collector, keys):
         times.add(snapshot.time)
         reads += 1
     assert len(times) == 10 and snapshot.collector == "c1"
-    wrong = SnapshotReader((keys["attacker"][1],))((binary,), datetime.now(timezone.utc),
-                                                    60.0, 5.0)
+    wrong = SnapshotReader((keys["attacker"][1],))((binary,), datetime.now(timezone.utc), 60.0, 5.0)
     assert wrong.snapshot is None and "does not verify" in wrong.problems[0]

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cosample.controller.hostnames import HostNames
 
 FLEET = tuple(f"s{k}" for k in range(20))
 
 
-@given(st.lists(st.booleans(), min_size=len(FLEET), max_size=len(FLEET)),
-       st.lists(st.sampled_from(["x", "y"]), max_size=3), st.integers(-25, 25),
-       st.integers(-25, 25), st.sampled_from([None, 1, 2, -1]))
+@given(
+    st.lists(st.booleans(), min_size=len(FLEET), max_size=len(FLEET)),
+    st.lists(st.sampled_from(["x", "y"]), max_size=3),
+    st.integers(-25, 25),
+    st.integers(-25, 25),
+    st.sampled_from([None, 1, 2, -1]),
+)
 def test_it_is_the_tuple_of_the_names(mask, extra, k, stop, step):
     picked = HostNames.where(FLEET, np.array(mask)) + tuple(extra)
     expected = tuple(name for name, keep in zip(FLEET, mask) if keep) + tuple(extra)

@@ -7,11 +7,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from waiting import wait_for
 
+from cosample.controller.publish import HttpTarget, render
 from cosample.plan.signing import generate_keypair, verify
 from cosample.plan.source import fetch
-from cosample.controller.publish import HttpTarget, render
-from waiting import wait_for
 
 
 @pytest.fixture
@@ -22,9 +22,14 @@ def server():
 
 
 def plan(version_hint=1):
-    return {"format": "cosample.plan", "format_version": 1, "plan_id": f"p{version_hint}",
-            "created": "2030-01-01T00:00:00Z", "expires": "2030-01-01T01:00:00Z",
-            "hosts": {"a": {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}}}
+    return {
+        "format": "cosample.plan",
+        "format_version": 1,
+        "plan_id": f"p{version_hint}",
+        "created": "2030-01-01T00:00:00Z",
+        "expires": "2030-01-01T01:00:00Z",
+        "hosts": {"a": {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}},
+    }
 
 
 def get(url, etag=None):

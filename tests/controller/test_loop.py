@@ -11,23 +11,24 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from controller_helpers import inventory_doc, snapshot_doc
+from hypothesis import given
+from hypothesis import strategies as st
 
-from cosample.plan.document import parse_document
-from cosample.planner.planfile import AGENT_FIELDS, SAMPLE_FIELDS
-from cosample.plan.signing import generate_keypair, verify
 from cosample.cli import main
 from cosample.collector.polling import plan_lead_s
+from cosample.collector.snapshot import parse_snapshot
+from cosample.controller.decide import quiet_s
+from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.decide import quiet_s
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget, release
 from cosample.controller.replan import replan
 from cosample.controller.smoothing import update
-from cosample.controller.estimate import measure
-from cosample.collector.snapshot import parse_snapshot
-from controller_helpers import inventory_doc, snapshot_doc
+from cosample.plan.document import parse_document
+from cosample.plan.signing import generate_keypair, verify
+from cosample.planner.planfile import AGENT_FIELDS, SAMPLE_FIELDS
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 BUSY_S1 = {"s1": {"s1": 1500, "s2": 900}, "s2": {"s2": 200}, "s3": {"s3": 100}}
@@ -49,18 +50,33 @@ class Rig:
         self.snapshot = tmp_path / "snapshot.json"
         self.publish_dir = tmp_path / "pub"
         self.inventory = inventory_from_dict(inventory_doc(list(capacities)))
-        self.settings = Settings((str(self.snapshot),), interval_s=30, tau_s=tau_s,
-                                 key=str(key) if key else None, settle_s=60)
+        self.settings = Settings(
+            (str(self.snapshot),),
+            interval_s=30,
+            tau_s=tau_s,
+            key=str(key) if key else None,
+            settle_s=60,
+        )
         self.controller = self.start()
 
     def start(self):
-        return Controller(self.inventory, self.settings, DirectoryTarget(self.publish_dir),
-                          self.tmp_path / "state", clock=lambda: self.clock)
+        return Controller(
+            self.inventory,
+            self.settings,
+            DirectoryTarget(self.publish_dir),
+            self.tmp_path / "state",
+            clock=lambda: self.clock,
+        )
 
     def cycle(self, traffic=None, age_s=0.0):
         if traffic is not None:
-            self.snapshot.write_text(json.dumps(snapshot_doc(
-                self.clock - timedelta(seconds=age_s), traffic, servers=["s1", "s2", "s3"])))
+            self.snapshot.write_text(
+                json.dumps(
+                    snapshot_doc(
+                        self.clock - timedelta(seconds=age_s), traffic, servers=["s1", "s2", "s3"]
+                    )
+                )
+            )
         status = self.controller.cycle()
         self.clock += timedelta(seconds=30)
         return status
@@ -81,21 +97,28 @@ def test_first_plan_is_signed_and_accepted_by_the_agents(tmp_path, keys):
     assert plan.hosts["s1"].tunnel_ip == "192.0.2.1" and plan.hosts["s1"].mirrors
     state = tmp_path / "state"
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
-    assert {stat.S_IMODE(os.stat(p).st_mode) for p in state.iterdir()
-            if p.name != "current-plan.json"} == {0o600}
+    assert {
+        stat.S_IMODE(os.stat(p).st_mode) for p in state.iterdir() if p.name != "current-plan.json"
+    } == {0o600}
     # the plan in force is the published file itself (a hard link, written once), not a copy
     assert os.path.samefile(state / "current-plan.json", rig.publish_dir / "plan.json")
     # the agents get their fields only; the rest of each entry is the report, in columns
     published = json.loads(data)
     # (``appmon`` only when the description lists services: the inventory has none; the sample
     # mechanism's fields only when a server may use it: the inventory gives no alpha_sample)
-    assert {key for host in published["hosts"].values() for key in host} == \
-        set(AGENT_FIELDS) - {"appmon", *SAMPLE_FIELDS} | {"bridge", "tunnel_ip", "vm_ports"}
+    assert {key for host in published["hosts"].values() for key in host} == set(AGENT_FIELDS) - {
+        "appmon",
+        *SAMPLE_FIELDS,
+    } | {"bridge", "tunnel_ip", "vm_ports"}
     report = json.loads((state / "current-report.json").read_bytes())
     assert (report["plan_id"], report["version"]) == (plan.plan_id, plan.version)
     assert report["names"] == ["s1", "s2", "s3"] and len(report["load_pps"]) == 3
-    assert main(["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key",
-                 str(keys[1])]) == 0
+    assert (
+        main(
+            ["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key", str(keys[1])]
+        )
+        == 0
+    )
 
 
 def test_a_report_that_cannot_be_written_leaves_the_publication_standing(tmp_path, caplog):
@@ -159,8 +182,9 @@ def test_inconsistent_snapshot_is_an_error_and_nothing_is_published(tmp_path):
     rig = Rig(tmp_path)
     rig.cycle(BUSY_S1)
     before = (rig.publish_dir / "plan.json").read_bytes()
-    rig.snapshot.write_text(json.dumps(snapshot_doc(rig.clock, {"s1": {"s9": 5000}},
-                                                    servers=["s1"])))
+    rig.snapshot.write_text(
+        json.dumps(snapshot_doc(rig.clock, {"s1": {"s9": 5000}}, servers=["s1"]))
+    )
     status = rig.controller.cycle()
     assert status.result == "error" and "s9" in status.problems[0]
     assert (rig.publish_dir / "plan.json").read_bytes() == before
@@ -170,19 +194,29 @@ def test_inconsistent_snapshot_is_an_error_and_nothing_is_published(tmp_path):
 
 def test_evaluation_agrees_with_the_planners_prediction(tmp_path):
     inventory = inventory_from_dict(inventory_doc([3000, 3000, 3000, 5000]))
-    traffic = {"s1": {"s1": 1500, "s2": 700}, "s2": {"s4": 300}, "s3": {"s3": 80},
-               "s4": {"s1": 600}}
-    smoothed = update(None, measure(parse_snapshot(json.dumps(snapshot_doc(NOW, traffic))),
-                                    inventory), 90)
+    traffic = {
+        "s1": {"s1": 1500, "s2": 700},
+        "s2": {"s4": 300},
+        "s3": {"s3": 80},
+        "s4": {"s1": 600},
+    }
+    smoothed = update(
+        None, measure(parse_snapshot(json.dumps(snapshot_doc(NOW, traffic))), inventory), 90
+    )
     candidate = replan(inventory, smoothed, plan_margin=0.0)
     document = candidate.document(NOW, timedelta(hours=1))
     report = json.loads(candidate.report(document))  # the per-host loads, in columns
     assert report["names"] == list(inventory.names)
     for plan in (candidate.shares, shares(document, inventory.index)):  # arrays, and the file
-        judged = evaluate(plan, candidate.own_pps, candidate.forwarding_pps,
-                          inventory.capacity_pps, inventory.alpha, inventory.beta)
-        assert judged.distinct_pps == pytest.approx(document["summary"]["collected_pps"],
-                                                    rel=1e-9)
+        judged = evaluate(
+            plan,
+            candidate.own_pps,
+            candidate.forwarding_pps,
+            inventory.capacity_pps,
+            inventory.alpha,
+            inventory.beta,
+        )
+        assert judged.distinct_pps == pytest.approx(document["summary"]["collected_pps"], rel=1e-9)
         assert judged.load_pps == pytest.approx(report["load_pps"], rel=1e-9)
     assert candidate.shares.same_as(shares(document, inventory.index))
     assert candidate.shares.mirror_src.size  # the example does mirror
@@ -192,9 +226,14 @@ def test_two_phases_only_when_a_server_sees_rises_and_falls():
     index = {"a": 0, "b": 1, "c": 2}
 
     def plan(local, mirrors):
-        hosts = {name: {"role": "sender", "sflow_sampling": n, "mirrors": [
-            {"to": to, "rate": rate} for to, rate in mirrors.get(name, [])]}
-            for name, n in zip("abc", local)}
+        hosts = {
+            name: {
+                "role": "sender",
+                "sflow_sampling": n,
+                "mirrors": [{"to": to, "rate": rate} for to, rate in mirrors.get(name, [])],
+            }
+            for name, n in zip("abc", local)
+        }
         return shares({"version": 1, "plan_id": "x", "hosts": hosts}, index)
 
     old = plan([2, 2, 1], {"a": [("c", 0.3)]})
@@ -208,10 +247,12 @@ def test_two_phases_only_when_a_server_sees_rises_and_falls():
 def _needs_two_phases_by_pairs(old, new):
     """``needs_two_phases`` as it was before its arrays (a dict of pairs, one pair at a time)."""
     rises, falls = new.local_rate > old.local_rate, new.local_rate < old.local_rate
-    before = dict(zip(zip(old.mirror_src.tolist(), old.mirror_dst.tolist()),
-                      old.mirror_rate.tolist()))
-    after = dict(zip(zip(new.mirror_src.tolist(), new.mirror_dst.tolist()),
-                     new.mirror_rate.tolist()))
+    before = dict(
+        zip(zip(old.mirror_src.tolist(), old.mirror_dst.tolist()), old.mirror_rate.tolist())
+    )
+    after = dict(
+        zip(zip(new.mirror_src.tolist(), new.mirror_dst.tolist()), new.mirror_rate.tolist())
+    )
     for pair in before.keys() | after.keys():
         was, now = before.get(pair, 0.0), after.get(pair, 0.0)
         if now != was:
@@ -220,11 +261,19 @@ def _needs_two_phases_by_pairs(old, new):
 
 
 def _random_shares(draw, n):
-    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1),
-                                    st.sampled_from([0.0, 0.1, 0.25, 0.5])), max_size=12))
+    pairs = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, n - 1), st.integers(0, n - 1), st.sampled_from([0.0, 0.1, 0.25, 0.5])
+            ),
+            max_size=12,
+        )
+    )
     local = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=n, max_size=n))
-    src, dst, rate = (np.asarray([p[k] for p in pairs], dtype=dtype)
-                      for k, dtype in ((0, np.int64), (1, np.int64), (2, float)))
+    src, dst, rate = (
+        np.asarray([p[k] for p in pairs], dtype=dtype)
+        for k, dtype in ((0, np.int64), (1, np.int64), (2, float))
+    )
     return PlanShares(1, "x", np.asarray(local), src, dst, rate)
 
 
@@ -237,18 +286,26 @@ def test_two_phases_from_arrays_match_the_pairwise_rule(data):
     assert needs_two_phases(old, new) == _needs_two_phases_by_pairs(old, new)
     # pairs listed in order, each once (as plans list them: taken without a sort)
     listed_old, listed_new = _in_pair_order(old), _in_pair_order(new)
-    assert needs_two_phases(listed_old, listed_new) == \
-        _needs_two_phases_by_pairs(listed_old, listed_new) == _needs_two_phases_by_pairs(old, new)
+    assert (
+        needs_two_phases(listed_old, listed_new)
+        == _needs_two_phases_by_pairs(listed_old, listed_new)
+        == _needs_two_phases_by_pairs(old, new)
+    )
 
 
 def _in_pair_order(shares):
     """The same shares with each pair once (its last rate) and the pairs in order."""
-    pairs = dict(zip(zip(shares.mirror_src.tolist(), shares.mirror_dst.tolist()),
-                     shares.mirror_rate.tolist()))
+    pairs = dict(
+        zip(
+            zip(shares.mirror_src.tolist(), shares.mirror_dst.tolist()), shares.mirror_rate.tolist()
+        )
+    )
     ordered = sorted(pairs.items())
-    src, dst, rate = (np.asarray([item[0][0] for item in ordered], dtype=np.int64),
-                      np.asarray([item[0][1] for item in ordered], dtype=np.int64),
-                      np.asarray([item[1] for item in ordered], dtype=float))
+    src, dst, rate = (
+        np.asarray([item[0][0] for item in ordered], dtype=np.int64),
+        np.asarray([item[0][1] for item in ordered], dtype=np.int64),
+        np.asarray([item[1] for item in ordered], dtype=float),
+    )
     return PlanShares(1, "x", shares.local_rate, src, dst, rate)
 
 
@@ -257,10 +314,25 @@ def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
     inventory.write_text(json.dumps(inventory_doc([3000, 3000, 3000])))
     snapshot = tmp_path / "snap.json"
     snapshot.write_text(json.dumps(snapshot_doc(datetime.now(timezone.utc), BUSY_S1)))
-    argv = ["controller", "run", "--inventory", str(inventory), "--collector", str(snapshot),
-            "--publish", str(tmp_path / "pub"), "--key", str(keys[0]), "--state-dir",
-            str(tmp_path / "state"), "--insecure-unsigned-snapshots", "--cycles", "1", "--tau",
-            "1s"]
+    argv = [
+        "controller",
+        "run",
+        "--inventory",
+        str(inventory),
+        "--collector",
+        str(snapshot),
+        "--publish",
+        str(tmp_path / "pub"),
+        "--key",
+        str(keys[0]),
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--insecure-unsigned-snapshots",
+        "--cycles",
+        "1",
+        "--tau",
+        "1s",
+    ]
     assert main(argv) == 0
     assert (tmp_path / "pub" / "plan.json.sig").exists()
     capsys.readouterr()
@@ -286,8 +358,12 @@ def test_measurement_plan_only_after_no_snapshot_knew_a_server_for_the_bound(tmp
     first = rig.cycle()  # 60 s (measure_after_s) without a snapshot: the fallback
     assert first.result == "published" and first.reasons[0].startswith("bootstrap")
     assert "for 60 s" in first.reasons[0]
-    assert main(["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key",
-                 str(keys[1])]) == 0
+    assert (
+        main(
+            ["agent", "validate", str(rig.publish_dir / "plan.json"), "--public-key", str(keys[1])]
+        )
+        == 0
+    )
     _, (plan,) = rig.plans()
     assert {h.sflow_sampling for h in plan.hosts.values()} == {4096}
     assert not any(h.mirrors for h in plan.hosts.values())
@@ -324,10 +400,29 @@ def test_cli_serve_unsigned_warns_and_publishes(tmp_path, capsys):
     with socket.socket() as probe:  # a free port for the plan server
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    assert main(["controller", "run", "--inventory", str(inventory), "--collector",
-                 str(snapshot), "--serve", f"127.0.0.1:{port}", "--insecure-unsigned", "--state-dir",
-                 str(tmp_path / "state"), "--insecure-unsigned-snapshots", "--cycles", "1",
-                 "--tau", "1s"]) == 0
+    assert (
+        main(
+            [
+                "controller",
+                "run",
+                "--inventory",
+                str(inventory),
+                "--collector",
+                str(snapshot),
+                "--serve",
+                f"127.0.0.1:{port}",
+                "--insecure-unsigned",
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--insecure-unsigned-snapshots",
+                "--cycles",
+                "1",
+                "--tau",
+                "1s",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "UNSIGNED" in err and "publishing to http://127.0.0.1:" in err
     status = json.loads((tmp_path / "state" / "status.json").read_text())
@@ -373,7 +468,8 @@ def test_a_publication_rounds_its_plan_once(tmp_path, monkeypatch):
     shares, its plan file and its report alike; the baseline once (the plan's summary)."""
     from collections import Counter
 
-    from cosample.planner import baseline, realise as realise_module
+    from cosample.planner import baseline
+    from cosample.planner import realise as realise_module
 
     rounded: Counter = Counter()
     original = realise_module.realise
@@ -381,11 +477,15 @@ def test_a_publication_rounds_its_plan_once(tmp_path, monkeypatch):
     def counting(solution):
         rounded[(id(solution), solution.solver)] += 1
         return original(solution)
+
     monkeypatch.setattr(realise_module, "realise", counting)
     solved: list = []
     noncollab = baseline.noncollab_applied_pps  # the baseline the summary states
-    monkeypatch.setattr(baseline, "noncollab_applied_pps",
-                        lambda problem: solved.append(problem) or noncollab(problem))
+    monkeypatch.setattr(
+        baseline,
+        "noncollab_applied_pps",
+        lambda problem: solved.append(problem) or noncollab(problem),
+    )
     rig = Rig(tmp_path, tau_s=0.0)
     assert rig.cycle(BUSY_S1).result == "published"
     assert rounded and max(rounded.values()) == 1, rounded
@@ -393,20 +493,22 @@ def test_a_publication_rounds_its_plan_once(tmp_path, monkeypatch):
     assert len(solved) == 1
 
 
-def test_a_restarted_controller_keeps_the_plan_in_force_as_bytes_and_lowers_them(tmp_path,
-                                                                                 monkeypatch):
+def test_a_restarted_controller_keeps_the_plan_in_force_as_bytes_and_lowers_them(
+    tmp_path, monkeypatch
+):
     """After a restart the plan in force is read back from the state: kept as its host table's
     bytes (as a plan the controller published itself), the same bytes as published, so its
     next two-phase publication is lowered from the bytes (the compiled path)."""
     import orjson
 
-    from cosample.planner.planbytes import HostTable
     from cosample.plan import transition
+    from cosample.planner.planbytes import HostTable
 
     lowered = []
     lower = transition._transition.lower
-    monkeypatch.setattr(transition._transition, "lower",
-                        lambda *args: lowered.append(lower(*args)) or lowered[-1])
+    monkeypatch.setattr(
+        transition._transition, "lower", lambda *args: lowered.append(lower(*args)) or lowered[-1]
+    )
     rig = Rig(tmp_path)
     rig.cycle(BUSY_S1)
     published = orjson.loads((rig.publish_dir / "plan.json").read_bytes())["hosts"]
@@ -431,8 +533,9 @@ def test_a_restarted_serving_controller_serves_the_same_slices_of_a_plan_set(tmp
 
     def serving():
         targets.append(HttpTarget("127.0.0.1", 0, dict, bytes))
-        return Controller(rig.inventory, rig.settings, targets[-1], tmp_path / "state",
-                          clock=lambda: rig.clock)
+        return Controller(
+            rig.inventory, rig.settings, targets[-1], tmp_path / "state", clock=lambda: rig.clock
+        )
 
     rig.controller = serving()
     try:

@@ -26,11 +26,14 @@ print(json.dumps({"done": done, "before": before, "after": multiarray._get_madvi
 """
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                    reason="glibc's mallopt: Linux with glibc only")
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="glibc's mallopt: Linux with glibc only",
+)
 def test_keep_memory_turns_off_huge_page_advice_and_keeps_freed_memory():
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                          timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, check=True
+    )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["done"] == ["numpy huge-page advice off", "glibc keeps freed memory"]
     assert result["after"] is False

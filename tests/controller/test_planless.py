@@ -10,15 +10,17 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from controller_helpers import inventory_doc, snapshot_doc
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from cosample.collector.snapshot import parse_snapshot
+from cosample.controller.decide import knows_servers, measurement_due
 from cosample.controller.estimate import measure
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.decide import knows_servers, measurement_due
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.source import Reading
-from controller_helpers import inventory_doc, snapshot_doc
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 TRAFFIC = {"s1": {"s1": 1500, "s2": 900}, "s2": {"s2": 200}, "s3": {"s3": 100}}
@@ -31,12 +33,25 @@ KINDS = ("down", "unheard", "planless")
 def snapshot(kind: str, when: datetime):
     if kind == "down":
         return None
-    rows = {n: {"coverage": 0.0, "packets_per_s": 0.0, "packets_per_s_ci95": [0.0, 0.0],
-                "samples": 0, "local_samples": 0, "samples_per_s": 0.0}
-            for n in ("s1", "s2", "s3")} if kind == "unheard" else None
+    rows = (
+        {
+            n: {
+                "coverage": 0.0,
+                "packets_per_s": 0.0,
+                "packets_per_s_ci95": [0.0, 0.0],
+                "samples": 0,
+                "local_samples": 0,
+                "samples_per_s": 0.0,
+            }
+            for n in ("s1", "s2", "s3")
+        }
+        if kind == "unheard"
+        else None
+    )
     traffic = {} if kind == "unheard" else TRAFFIC
-    return parse_snapshot(json.dumps(snapshot_doc(when, traffic, servers=["s1", "s2", "s3"],
-                                                  rows=rows, plan=None)))
+    return parse_snapshot(
+        json.dumps(snapshot_doc(when, traffic, servers=["s1", "s2", "s3"], rows=rows, plan=None))
+    )
 
 
 class Fleet:
@@ -44,9 +59,18 @@ class Fleet:
         self.kinds, self.clock, self.published = list(kinds), NOW, []
         self.controller = Controller(
             inventory_from_dict(inventory_doc([3000, 3000, 3000])),
-            Settings(("c1",), interval_s=INTERVAL_S, tau_s=INTERVAL_S, measure_sampling=128,
-                     measure_after_s=BOUND_S),
-            self, folder, clock=lambda: self.clock, reader=self.read)
+            Settings(
+                ("c1",),
+                interval_s=INTERVAL_S,
+                tau_s=INTERVAL_S,
+                measure_sampling=128,
+                measure_after_s=BOUND_S,
+            ),
+            self,
+            folder,
+            clock=lambda: self.clock,
+            reader=self.read,
+        )
 
     def publish(self, rendered) -> None:
         self.published.append(rendered.final)
@@ -111,15 +135,23 @@ def test_a_plan_in_force_is_kept_when_the_collector_goes_down(tmp_path):
     assert published == [(0, "no current plan")]  # stale: no measurement plan over it
 
 
-@given(waited=st.floats(0, 1e4), bound=st.floats(0, 1e4),
-       sampling=st.sampled_from([None, 0, 1, 128, 4096]))
+@given(
+    waited=st.floats(0, 1e4),
+    bound=st.floats(0, 1e4),
+    sampling=st.sampled_from([None, 0, 1, 128, 4096]),
+)
 def test_measurement_due(waited, bound, sampling):
     assert measurement_due(waited, bound, sampling) == (bool(sampling) and waited >= bound)
 
 
 def test_counters_alone_know_a_server():
-    document = snapshot_doc(NOW, {}, servers=["s1"], counters={"s1": 400.0}, plan=None,
-                            rows={"s1": {"coverage": 0.0}})
+    document = snapshot_doc(
+        NOW, {}, servers=["s1"], counters={"s1": 400.0}, plan=None, rows={"s1": {"coverage": 0.0}}
+    )
     assert knows_servers(parse_snapshot(json.dumps(document)))
-    assert np.isclose(measure(parse_snapshot(json.dumps(document)),
-                              inventory_from_dict(inventory_doc([3000] * 3))).own_pps[0], 400.0)
+    assert np.isclose(
+        measure(
+            parse_snapshot(json.dumps(document)), inventory_from_dict(inventory_doc([3000] * 3))
+        ).own_pps[0],
+        400.0,
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.controller.estimate import Measurement
 from cosample.controller.plausibility import vet
@@ -18,8 +19,16 @@ T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 def measured(own, at_s=0.0, window_s=30.0):
     own = np.asarray(own, dtype=float)
     n = own.size
-    return Measurement(T0 + timedelta(seconds=at_s), window_s, own > 0, own, np.zeros(n, bool),
-                       np.arange(n), np.arange(n), own.copy())
+    return Measurement(
+        T0 + timedelta(seconds=at_s),
+        window_s,
+        own > 0,
+        own,
+        np.zeros(n, bool),
+        np.arange(n),
+        np.arange(n),
+        own.copy(),
+    )
 
 
 def test_an_estimate_above_what_the_server_can_forward_is_refused():
@@ -34,8 +43,7 @@ def test_an_estimate_above_what_the_server_can_forward_is_refused():
     assert m.measured[1] and m.own_pps[1] == 2_000
     assert forged.screen.accepted_pps[0] == 5_000  # the refused value is never a baseline
     # within the slack (sampling noise at the limit): evidence
-    assert vet(measured([12_000, 2_000, 0], at_s=60), forged.screen, NAMES,
-               CAPACITY).refusals == ()
+    assert vet(measured([12_000, 2_000, 0], at_s=60), forged.screen, NAMES, CAPACITY).refusals == ()
 
 
 def test_a_jump_is_believed_only_when_a_disjoint_window_shows_it_too():
@@ -64,11 +72,18 @@ def test_small_rises_first_sightings_and_disabled_jumps_pass():
     # s1 x3.5 (below the factor), s2 first seen (no baseline)
     assert vet(measured([3_500, 8_000, 1], at_s=30), screen, NAMES, CAPACITY).refusals == ()
     # x8, but by less than a quarter of the capacity: noise of a quiet server, not a jump
-    assert vet(measured([2_000, 0, 1], at_s=30), vet(measured([250, 0, 1]), None, NAMES,
-                                                     CAPACITY).screen, NAMES,
-               CAPACITY).refusals == ()
-    assert vet(measured([9_000, 0, 1], at_s=30), screen, NAMES, CAPACITY,
-               factor=None).refusals == ()
+    assert (
+        vet(
+            measured([2_000, 0, 1], at_s=30),
+            vet(measured([250, 0, 1]), None, NAMES, CAPACITY).screen,
+            NAMES,
+            CAPACITY,
+        ).refusals
+        == ()
+    )
+    assert (
+        vet(measured([9_000, 0, 1], at_s=30), screen, NAMES, CAPACITY, factor=None).refusals == ()
+    )
 
 
 @settings(max_examples=200, deadline=None)

@@ -19,23 +19,30 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from controller_helpers import inventory_doc, snapshot_doc
+from waiting import wait_for
 
-from cosample.plan.signing import generate_keypair, verify
 from cosample.controller import publish as publish_module
 from cosample.controller.publish import DirectoryTarget, render
 from cosample.controller.store import Store
 from cosample.fetch import fetch
-from controller_helpers import inventory_doc, snapshot_doc
-from waiting import wait_for
+from cosample.plan.signing import generate_keypair, verify
 
 BUSY_S1 = {"s1": {"s1": 1500, "s2": 900}, "s2": {"s2": 200}, "s3": {"s3": 100}}
 
 
 def plan(version: int, padding: int = 0) -> dict:
-    return {"format": "cosample.plan", "format_version": 1, "plan_id": f"p{version:062d}",
-            "created": "2030-01-01T00:00:00Z", "expires": "2030-01-01T01:00:00Z",
-            "hosts": {f"h{k}": {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}
-                      for k in range(1 + padding)}}
+    return {
+        "format": "cosample.plan",
+        "format_version": 1,
+        "plan_id": f"p{version:062d}",
+        "created": "2030-01-01T00:00:00Z",
+        "expires": "2030-01-01T01:00:00Z",
+        "hosts": {
+            f"h{k}": {"role": "idle", "local_rate": 0.0, "sflow_sampling": None}
+            for k in range(1 + padding)
+        },
+    }
 
 
 @pytest.fixture
@@ -118,8 +125,9 @@ def test_sigkill_during_publications_never_mixes_a_pair(tmp_path, keys):
     rng = np.random.default_rng(30)
     for _ in range(12):
         start = served_pair(folder, keys[1]) + 1
-        process = subprocess.Popen([sys.executable, "-c", PUBLISHER, str(folder), keys[0],
-                                    str(start)])
+        process = subprocess.Popen(
+            [sys.executable, "-c", PUBLISHER, str(folder), keys[0], str(start)]
+        )
         try:
             wait_for(lambda: _published_since(folder, keys[1], start), timeout_s=30.0)
             time.sleep(rng.uniform(0.0, 0.3))
@@ -151,12 +159,32 @@ def _free_port() -> int:
 def _controller(tmp_path, port, snapshot, key, extra=(), preexec=None):
     inventory = tmp_path / "dc.json"
     inventory.write_text(json.dumps(inventory_doc([3000, 3000, 3000])))
-    argv = [sys.executable, "-m", "cosample", "controller", "run", "--inventory", str(inventory),
-            "--collector", str(snapshot), "--serve", f"127.0.0.1:{port}", "--key", key,
-            "--insecure-unsigned-snapshots", "--state-dir", str(tmp_path / "state"),
-            "--interval", "1s", "--tau", "1s", *extra]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=preexec)
+    argv = [
+        sys.executable,
+        "-m",
+        "cosample",
+        "controller",
+        "run",
+        "--inventory",
+        str(inventory),
+        "--collector",
+        str(snapshot),
+        "--serve",
+        f"127.0.0.1:{port}",
+        "--key",
+        key,
+        "--insecure-unsigned-snapshots",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--interval",
+        "1s",
+        "--tau",
+        "1s",
+        *extra,
+    ]
+    return subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=preexec
+    )
 
 
 def _get(url: str):
@@ -244,13 +272,17 @@ def test_serve_survives_more_idle_connections_than_descriptors(tmp_path, keys):
         process.wait(10)
     assert plan.status == "ok" and json.loads(plan.data)["format"] == "cosample.plan"
     assert spent < 1.5, f"{spent:.2f} s of CPU in 3 s: spinning"
-    evicted = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                  if line.startswith("cosample_controller_http_evicted_total"))
+    evicted = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("cosample_controller_http_evicted_total")
+    )
     assert evicted >= 1100 - 256
 
 
 def test_a_large_fleet_publishing_slices_to_a_directory_is_warned():
     from cosample.controller.publish import DIRECTORY_SLICES_HOSTS, directory_slices_warning
+
     assert directory_slices_warning(DIRECTORY_SLICES_HOSTS, slices=True) is None
     assert directory_slices_warning(10 * DIRECTORY_SLICES_HOSTS, slices=False) is None
     warning = directory_slices_warning(DIRECTORY_SLICES_HOSTS + 1, slices=True)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from controller_helpers import inventory_doc, snapshot_doc
 
 from cosample.cli import main
 from cosample.controller.errors import InventoryError
@@ -20,7 +21,6 @@ from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.document import parse_document
-from controller_helpers import inventory_doc, snapshot_doc
 
 #: A fixed clock: the plan's bytes carry its dates (nothing here compares them with today's).
 CLOCK = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -32,10 +32,13 @@ def publish(tmp_path, document: dict) -> bytes:
     tmp_path.mkdir(parents=True, exist_ok=True)
     snapshot = tmp_path / "snapshot.json"
     snapshot.write_text(json.dumps(snapshot_doc(CLOCK, BUSY_S1, servers=["s1", "s2", "s3"])))
-    controller = Controller(inventory_from_dict(document),
-                            Settings((str(snapshot),), interval_s=30, tau_s=30, settle_s=60),
-                            DirectoryTarget(tmp_path / "pub"), tmp_path / "state",
-                            clock=lambda: CLOCK)
+    controller = Controller(
+        inventory_from_dict(document),
+        Settings((str(snapshot),), interval_s=30, tau_s=30, settle_s=60),
+        DirectoryTarget(tmp_path / "pub"),
+        tmp_path / "state",
+        clock=lambda: CLOCK,
+    )
     assert controller.cycle().result == "published"
     return (tmp_path / "pub" / "plan.json").read_bytes()
 
@@ -93,14 +96,19 @@ def digest(plan: dict) -> str:
 PLAIN_PLAN = "c7ba3a002f9b1873bd806a3cf7d9e935c3a242850e4d9e02698c32986a553f84"
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["servers"][1].update(alpha_sample=0.5, observation_domain=3221225985),
-     "servers[1].observation_domain ('s2'): its observation domain 3221225985 is also 's1'"),
-    (lambda d: d["servers"][0].update(observation_domain=0), "servers[0].observation_domain"),
-    (lambda d: d["servers"][0].update(alpha_sample=-1), "servers[0].alpha_sample"),
-    (lambda d: d["ipfix"].update(cache_max_flows=0), "ipfix.cache_max_flows"),
-    (lambda d: d["ipfix"].update(colector="x"), "ipfix.colector"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda d: d["servers"][1].update(alpha_sample=0.5, observation_domain=3221225985),
+            "servers[1].observation_domain ('s2'): its observation domain 3221225985 is also 's1'",
+        ),
+        (lambda d: d["servers"][0].update(observation_domain=0), "servers[0].observation_domain"),
+        (lambda d: d["servers"][0].update(alpha_sample=-1), "servers[0].alpha_sample"),
+        (lambda d: d["ipfix"].update(cache_max_flows=0), "ipfix.cache_max_flows"),
+        (lambda d: d["ipfix"].update(colector="x"), "ipfix.colector"),
+    ],
+)
 def test_bad_sample_fields_name_the_field(change, message):
     document = copy.deepcopy(sample_inventory())
     change(document)
@@ -143,10 +151,13 @@ def published_and_restarted(tmp_path, document: dict) -> tuple[Controller, Contr
     inventory = inventory_from_dict(document)
 
     def controller() -> Controller:
-        return Controller(inventory, Settings((str(snapshot),), interval_s=30, tau_s=30,
-                                              settle_s=60),
-                          DirectoryTarget(tmp_path / "pub"), tmp_path / "state",
-                          clock=lambda: CLOCK)
+        return Controller(
+            inventory,
+            Settings((str(snapshot),), interval_s=30, tau_s=30, settle_s=60),
+            DirectoryTarget(tmp_path / "pub"),
+            tmp_path / "state",
+            clock=lambda: CLOCK,
+        )
 
     running = controller()
     assert running.cycle().result == "published"

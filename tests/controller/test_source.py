@@ -26,7 +26,7 @@ def trickling():
     sent = [0]
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's naming
+        def do_GET(self):
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -54,8 +54,11 @@ def test_trickling_collector_cannot_hold_the_controller(trickling):
     """Every read gets a byte within its timeout, so a per-read timeout (urllib's) would wait
     for the whole 20 s body; the fetch gives up at its one total deadline instead."""
     url, sent, size = trickling
-    with pytest.raises(SnapshotError, match=r"^snapshot http://127\.0\.0\.1:\d+/snapshot: not "
-                                            r"fetched within the 1 s deadline$"):
+    with pytest.raises(
+        SnapshotError,
+        match=r"^snapshot http://127\.0\.0\.1:\d+/snapshot: not "
+        r"fetched within the 1 s deadline$",
+    ):
         fetch(url, timeout_s=1.0)
     assert 0 < sent[0] < size  # it was sending, and the controller left before the end
 
@@ -79,15 +82,17 @@ def test_fetch_errors_name_the_collector(tmp_path):
 def test_trickled_headers_and_signature_header_cannot_hold_the_controller(tmp_path):
     """Issue 30 item 2: the headers (here the signature header itself) one byte at a time;
     the controller's cycle was held 20 s against a 3 s deadline."""
-    from cosample.plan.signing import generate_keypair
-    from cosample.controller.source import SnapshotReader
     from trickle import Trickler
+
+    from cosample.controller.source import SnapshotReader
+    from cosample.plan.signing import generate_keypair
 
     generate_keypair(tmp_path / "c.pem", tmp_path / "c.pub")
     slow = b"X-Cosample-Signature: " + b"A" * 88 + b"\r\nContent-Length: 2\r\n\r\n{}"
     with Trickler(b"HTTP/1.1 200 OK\r\n", slow, 0.1) as server:
         url = server.url + "/snapshot"
         reading = SnapshotReader((str(tmp_path / "c.pub"),))(
-            (url,), datetime.now(timezone.utc), max_age_s=60, timeout_s=1.0)
+            (url,), datetime.now(timezone.utc), max_age_s=60, timeout_s=1.0
+        )
     assert reading.snapshot is None
     assert reading.problems == (f"snapshot {url}: not fetched within the 1 s deadline",)

@@ -7,6 +7,9 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
+from controller_helpers import inventory_doc, snapshot_doc
+from controller_window import TESTBED, chunked_noise, swapped
+from controller_window import run as run_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,9 +19,6 @@ from cosample.controller.estimate import measure
 from cosample.controller.evaluate import Evaluation
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.smoothing import steps, update
-from controller_helpers import inventory_doc, snapshot_doc
-from controller_window import TESTBED, chunked_noise, swapped
-from controller_window import run as run_loop
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 CAPACITY = np.full(3, 3000.0)
@@ -27,8 +27,9 @@ totals = st.lists(st.floats(100, 2500), min_size=3, max_size=3)
 
 
 def measured(traffic, seconds, window=15.0):
-    document = snapshot_doc(NOW + timedelta(seconds=seconds), traffic, servers=["s1", "s2", "s3"],
-                            window_s=window)
+    document = snapshot_doc(
+        NOW + timedelta(seconds=seconds), traffic, servers=["s1", "s2", "s3"], window_s=window
+    )
     return measure(parse_snapshot(json.dumps(document)), INVENTORY)
 
 
@@ -36,8 +37,7 @@ def measured(traffic, seconds, window=15.0):
 @given(totals, st.lists(st.floats(-0.2, 0.2), min_size=3, max_size=3))
 def test_moves_within_the_change_are_no_steps(old, moves):
     old = np.asarray(old)
-    rose, fell = steps(old, old * (1 + np.asarray(moves)), np.ones(3, dtype=bool), 0.25,
-                       CAPACITY)
+    rose, fell = steps(old, old * (1 + np.asarray(moves)), np.ones(3, dtype=bool), 0.25, CAPACITY)
     assert not rose.any() and not fell.any()
 
 
@@ -57,8 +57,9 @@ def run(traffic, seconds, **kwargs):
     """``update`` over snapshots every 5 s; ``traffic(t)`` the matrix at ``t``."""
     state = None
     for t in seconds:
-        state = update(state, measured(traffic(t), t), 15.0, 0.0, change=0.25,
-                       capacity=CAPACITY, **kwargs)
+        state = update(
+            state, measured(traffic(t), t), 15.0, 0.0, change=0.25, capacity=CAPACITY, **kwargs
+        )
     return state
 
 
@@ -66,9 +67,9 @@ def test_a_trough_shorter_than_the_hold_never_reaches_the_plan():
     low = {src: {dst: v * 0.8 for dst, v in row.items()} for src, row in TESTBED.items()}
     state = run(lambda t: low if 40 <= t < 60 else TESTBED, range(5, 60, 5), hold_s=30.0)
     planned = state.planning().totals()
-    assert np.allclose(planned, [2400, 1200, 600])      # the hold keeps the level before
-    assert np.all(state.totals() < planned)             # while the average follows the trough
-    assert not state.settling().any()                   # 20 % is noise, not a step
+    assert np.allclose(planned, [2400, 1200, 600])  # the hold keeps the level before
+    assert np.all(state.totals() < planned)  # while the average follows the trough
+    assert not state.settling().any()  # 20 % is noise, not a step
     later = run(lambda t: low if t >= 40 else TESTBED, range(5, 100, 5), hold_s=30.0)
     assert np.all(later.planning().totals() < planned * 0.9)  # a lasting fall counts after it
 
@@ -86,11 +87,17 @@ def test_a_step_is_rising_for_one_window_and_a_fall_step_is_taken_at_once():
 
 def situation(streak, settling=()):
     use = np.array([0.8, 0.8])
-    return Situation(now=NOW, interval_s=5.0, names=("s1", "s2"), capacity_pps=np.full(2, 1e3),
-                     candidate=Evaluation(use * 1e3, use, 150.0),
-                     current=Evaluation(use * 1e3, use, 100.0),
-                     current_expires=NOW + timedelta(hours=1), gain_streak=streak,
-                     settling=settling)
+    return Situation(
+        now=NOW,
+        interval_s=5.0,
+        names=("s1", "s2"),
+        capacity_pps=np.full(2, 1e3),
+        candidate=Evaluation(use * 1e3, use, 150.0),
+        current=Evaluation(use * 1e3, use, 100.0),
+        current_expires=NOW + timedelta(hours=1),
+        gain_streak=streak,
+        settling=settling,
+    )
 
 
 @given(st.integers(0, 10))

@@ -16,19 +16,20 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from controller_helpers import inventory_doc
+from waiting import wait_for
 
-from cosample.plan.document import parse_plan
 from cosample.collector.inventory import Inventory
 from cosample.collector.polling import plan_lead_s
-from cosample.collector.service import Service, Settings as CollectorSettings
+from cosample.collector.service import Service
+from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller, Settings
 from cosample.controller.publish import DirectoryTarget
 from cosample.lab.agentsource import AgentSender, transparent
 from cosample.lab.sflowstream import simulate
-from controller_helpers import inventory_doc
-from waiting import wait_for
+from cosample.plan.document import parse_plan
 
 #: Packets each server's VMs send during the stream: s1 far beyond what it can sample alone.
 TRUTH = {"s1": 24_000, "s2": 3_000, "s3": 1_500}
@@ -53,32 +54,66 @@ def test_planless_start_publishes_the_first_plan_only(tmp_path):
     addresses from its inventory, and the first publication is the real plan."""
     publish = tmp_path / "pub"
     inventory = inventory_from_dict(inventory_doc([1e6] * 3))
-    addresses = Inventory.model_validate({"servers": {
-        name: {"agent_ip": f"192.0.2.{k}"} for k, name in enumerate(inventory.names, start=1)}})
-    service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
-                                        name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2, plan_timeout_s=0.5,
-                                        insecure_unsigned=True), addresses,
-                      log=lambda line: None).start()
+    addresses = Inventory.model_validate(
+        {
+            "servers": {
+                name: {"agent_ip": f"192.0.2.{k}"}
+                for k, name in enumerate(inventory.names, start=1)
+            }
+        }
+    )
+    service = Service(
+        CollectorSettings(
+            listen=("127.0.0.1", 0),
+            plan=str(publish / "plan.json"),
+            name="c1",
+            metrics_port=0,
+            window_s=600.0,
+            export_s=0.2,
+            plan_interval_s=0.2,
+            plan_timeout_s=0.5,
+            insecure_unsigned=True,
+        ),
+        addresses,
+        log=lambda line: None,
+    ).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     host, port = service.http_address
-    settings = Settings((f"http://{host}:{port}/snapshot",), interval_s=1.0, tau_s=1.0,
-                        max_age_s=600.0, measure_sampling=8, lead_s=plan_lead_s(0.2, 0.5))
-    safe = parse_plan(json.dumps(measurement_plan(  # what safe-state agents do, as a plan
-        inventory, 8, datetime.now(timezone.utc), timedelta(hours=1)) | {"version": 1}).encode())
+    settings = Settings(
+        (f"http://{host}:{port}/snapshot",),
+        interval_s=1.0,
+        tau_s=1.0,
+        max_age_s=600.0,
+        measure_sampling=8,
+        lead_s=plan_lead_s(0.2, 0.5),
+    )
+    safe = parse_plan(
+        json.dumps(
+            measurement_plan(  # what safe-state agents do, as a plan
+                inventory, 8, datetime.now(timezone.utc), timedelta(hours=1)
+            )
+            | {"version": 1}
+        ).encode()
+    )
 
     def controller(capacity_pps: float) -> Controller:
-        return Controller(inventory_from_dict(inventory_doc([capacity_pps] * 3)), settings,
-                          DirectoryTarget(publish), tmp_path / "state")
+        return Controller(
+            inventory_from_dict(inventory_doc([capacity_pps] * 3)),
+            settings,
+            DirectoryTarget(publish),
+            tmp_path / "state",
+        )
 
     try:
         waiting = controller(1e6).cycle()  # plan-less, but no agent heard yet: nothing to plan from
         assert waiting.result == "stale" and "know no server" in waiting.problems[0]
         stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=4)
         send(stream.datagrams, service.listen_address)
-        wait_for(lambda: sum(e.samples for e in service.snapshot.servers.values())
-                 == stream.samples, timeout_s=20.0)
+        wait_for(
+            lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+            timeout_s=20.0,
+        )
         assert service.snapshot.plan is None  # says it is plan-less
         # capacities 1.5 times what the collector says s1 sends: s1 must mirror (a restart)
         restarted = controller(1.5 * service.snapshot.servers["s1"].packets_per_s)
@@ -98,37 +133,66 @@ def test_measurement_plan_fallback_through_the_real_collector(tmp_path):
     plan after ``measure_after_s`` (0 here), then the real plan."""
     publish = tmp_path / "pub"
     lines: list[str] = []
-    service = Service(CollectorSettings(listen=("127.0.0.1", 0), plan=str(publish / "plan.json"),
-                                        name="c1", metrics_port=0, window_s=600.0, export_s=0.2,
-                                        plan_interval_s=0.2, plan_timeout_s=0.5,
-                                        insecure_unsigned=True),
-                      log=lines.append).start()
+    service = Service(
+        CollectorSettings(
+            listen=("127.0.0.1", 0),
+            plan=str(publish / "plan.json"),
+            name="c1",
+            metrics_port=0,
+            window_s=600.0,
+            export_s=0.2,
+            plan_interval_s=0.2,
+            plan_timeout_s=0.5,
+            insecure_unsigned=True,
+        ),
+        log=lines.append,
+    ).start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     host, port = service.http_address
-    settings = Settings((f"http://{host}:{port}/snapshot",), interval_s=1.0, tau_s=1.0,
-                        max_age_s=600.0, measure_sampling=8, measure_after_s=0.0,
-                        lead_s=plan_lead_s(0.2, 0.5))
+    settings = Settings(
+        (f"http://{host}:{port}/snapshot",),
+        interval_s=1.0,
+        tau_s=1.0,
+        max_age_s=600.0,
+        measure_sampling=8,
+        measure_after_s=0.0,
+        lead_s=plan_lead_s(0.2, 0.5),
+    )
 
     def controller(capacity_pps: float) -> Controller:
-        return Controller(inventory_from_dict(inventory_doc([capacity_pps] * 3)), settings,
-                          DirectoryTarget(publish), tmp_path / "state")
+        return Controller(
+            inventory_from_dict(inventory_doc([capacity_pps] * 3)),
+            settings,
+            DirectoryTarget(publish),
+            tmp_path / "state",
+        )
 
     try:
         first = controller(1e6).cycle()  # the collector has no plan yet: nothing to measure
         assert first.result == "published" and first.reasons[0].startswith("bootstrap")
         measurement = parse_plan((publish / "plan.json").read_bytes())
-        wait_for(lambda: service.snapshot is not None and service.snapshot.plan is not None
-                 and service.snapshot.plan.version == measurement.version, timeout_s=20.0)
+        wait_for(
+            lambda: (
+                service.snapshot is not None
+                and service.snapshot.plan is not None
+                and service.snapshot.plan.version == measurement.version
+            ),
+            timeout_s=20.0,
+        )
         # read ahead of its not_before (the lead covers the polling), switched at that moment
         assert datetime.now(timezone.utc) >= measurement.not_before
-        assert any(f"version {measurement.version} " in line and
-                   f"from its not_before {measurement.not_before:%H:%M:%S}.000000" in line
-                   for line in lines), lines
+        assert any(
+            f"version {measurement.version} " in line
+            and f"from its not_before {measurement.not_before:%H:%M:%S}.000000" in line
+            for line in lines
+        ), lines
         stream = simulate(measurement, TRUTH, duration_s=DURATION_S, seed=3)
         send(stream.datagrams, service.listen_address)
-        wait_for(lambda: sum(e.samples for e in service.snapshot.servers.values())
-                 == stream.samples, timeout_s=20.0)
+        wait_for(
+            lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+            timeout_s=20.0,
+        )
         # the collector's rates are per second of its own window; capacities 1.5 times what it
         # says s1 sends make s1 a sender that must mirror, and leave s2 and s3 room to receive
         rate = service.snapshot.servers["s1"].packets_per_s

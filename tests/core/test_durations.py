@@ -9,8 +9,19 @@ import pytest
 from cosample.durations import duration_argument, parse_duration
 
 
-@pytest.mark.parametrize("text, seconds", [("30s", 30), ("2m", 120), ("1h", 3600), ("2d", 172800),
-                                           ("500ms", 0.5), ("7", 7), (" 1.5 h ", 5400), ("0", 0)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("30s", 30),
+        ("2m", 120),
+        ("1h", 3600),
+        ("2d", 172800),
+        ("500ms", 0.5),
+        ("7", 7),
+        (" 1.5 h ", 5400),
+        ("0", 0),
+    ],
+)
 def test_units(text, seconds):
     assert parse_duration(text) == seconds
 

@@ -18,8 +18,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HOMES = {
     "costmodel/paper.py": {("NUMBER", "1.54"), ("NUMBER", "0.46")},
-    "cosample/plan/formats.py": {("STRING", '"cosample.plan"'), ("STRING", '"cosample.planset"'),
-                                 ("STRING", '"cosample.plan-report"')},
+    "cosample/plan/formats.py": {
+        ("STRING", '"cosample.plan"'),
+        ("STRING", '"cosample.planset"'),
+        ("STRING", '"cosample.plan-report"'),
+    },
     "cosample/times.py": {("STRING", '"%Y-%m-%dT%H:%M:%SZ"')},
     "collector/snapshotwire.py": {("STRING", '"cosample.snapshot"')},
     "collector/inventory.py": {("STRING", '"cosample.addresses"')},
@@ -27,8 +30,11 @@ HOMES = {
     "appmon/snapshot.py": {("STRING", '"cosample.appmon-snapshot"')},
 }
 WATCHED = set().union(*HOMES.values())
-SOURCES = sorted(path for path in ROOT.rglob("*.py")
-                 if not {".venv", ".git", "tests", "build"} & set(path.relative_to(ROOT).parts))
+SOURCES = sorted(
+    path
+    for path in ROOT.rglob("*.py")
+    if not {".venv", ".git", "tests", "build"} & set(path.relative_to(ROOT).parts)
+)
 
 
 def literals(source: str) -> set[tuple[str, str]]:
@@ -48,6 +54,8 @@ def test_no_copy_of_a_fact_outside_its_home(path):
 
 def test_the_scan_finds_copies():
     assert literals('ALPHA = 1.54\nFORMAT = "cosample.plan"\n"""docstring: alpha 1.54"""\n') == {
-        ("NUMBER", "1.54"), ("STRING", '"cosample.plan"')}
+        ("NUMBER", "1.54"),
+        ("STRING", '"cosample.plan"'),
+    }
     assert literals("beta = 0.460\n") == set()  # another spelling is another token; kept simple
     assert all(literals((ROOT / home).read_text()) == expected for home, expected in HOMES.items())

@@ -11,13 +11,16 @@ import os
 import threading
 
 import pytest
-
-from cosample.fetch import MISSING, OK, UNCHANGED, FetchError, fetch, fetch_bytes
 from trickle import Trickler
 
+from cosample.fetch import MISSING, OK, UNCHANGED, FetchError, fetch, fetch_bytes
+
 BODY = b'{"format": "cosample.plan"}'
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-        + str(len(BODY)).encode() + b"\r\n")
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+    + str(len(BODY)).encode()
+    + b"\r\n"
+)
 DEADLINE = r"not fetched within the 1 s deadline$"
 
 
@@ -30,8 +33,9 @@ def test_trickled_status_line_and_headers_hit_the_deadline():
     per-read timeout; 300 header bytes at 0.1 s each would finish after 30 s)."""
     slow = b"X-Padding: " + b"a" * 280 + b"\r\n\r\n" + BODY
     with Trickler(b"HTTP/1.1 200 OK\r\n", slow, 0.1) as server:
-        with pytest.raises(FetchError, match=r"^plan http://127\.0\.0\.1:\d+/plan\.json: "
-                                             + DEADLINE):
+        with pytest.raises(
+            FetchError, match=r"^plan http://127\.0\.0\.1:\d+/plan\.json: " + DEADLINE
+        ):
             _fetch(server.url)
         server.stop.wait(0.5)  # the server notices the hang-up at its next byte
     assert server.slow_sent and 0 < server.slow_sent[0] < len(slow)
@@ -45,8 +49,7 @@ def test_trickled_status_line_from_its_first_byte():
 
 def test_trickled_body_hits_the_deadline():
     slow_body = b" " * 300 + BODY
-    head = (b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(slow_body)).encode()
-            + b"\r\n\r\n")
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(slow_body)).encode() + b"\r\n\r\n"
     with Trickler(head, slow_body, 0.1) as server:
         with pytest.raises(FetchError, match=DEADLINE):
             _fetch(server.url)
@@ -86,8 +89,10 @@ def test_conditional_fetch_sends_the_tag_and_a_304_is_unchanged():
 def test_not_found_and_errors_name_the_location(tmp_path):
     with Trickler(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n") as server:
         assert _fetch(server.url).status == MISSING
-        assert fetch_bytes(server.url + "/x", label="plan", timeout_s=2, max_bytes=10,
-                           missing_ok=True) is None
+        assert (
+            fetch_bytes(server.url + "/x", label="plan", timeout_s=2, max_bytes=10, missing_ok=True)
+            is None
+        )
         with pytest.raises(FetchError, match=r"plan http://127\.0\.0\.1:\d+/x: not found"):
             fetch_bytes(server.url + "/x", label="plan", timeout_s=2, max_bytes=10)
     with Trickler(b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n") as server:
@@ -135,6 +140,9 @@ def test_the_benchmark_runs_and_tells_the_clients_apart(capsys):
     lines = {line.split()[0]: line for line in out.splitlines() if "returned after" in line}
     assert "(FetchError)" in lines["cosample.fetch"]
     assert "(answer read)" in lines["http.client"]
-    first, unchanged = (int(line.split()[2].replace(",", "")) for line in out.splitlines()
-                        if line.strip().startswith(("first poll", "unchanged poll")))
+    first, unchanged = (
+        int(line.split()[2].replace(",", ""))
+        for line in out.splitlines()
+        if line.strip().startswith(("first poll", "unchanged poll"))
+    )
     assert unchanged < 1000 < first

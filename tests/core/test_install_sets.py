@@ -13,10 +13,10 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from plan_documents import plan_bytes, plan_document
 
 from cosample.errors import EXTRA_OF_MODULE, missing_extra
 from cosample.plan.signing import generate_keypair, sign_file
-from plan_documents import plan_bytes, plan_document
 
 LEAN = f"""
 import sys
@@ -34,8 +34,13 @@ sys.exit(status)
 
 
 def lean(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", LEAN, *argv], capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", LEAN, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_agent_verifies_and_checks_a_signed_plan_without_the_heavy_libraries(tmp_path):
@@ -44,8 +49,9 @@ def test_the_agent_verifies_and_checks_a_signed_plan_without_the_heavy_libraries
     plan.write_bytes(plan_bytes(plan_document(created=created)))
     generate_keypair(tmp_path / "key", tmp_path / "key.pub")
     sign_file(plan, tmp_path / "key")
-    done = lean("agent", "validate", "--host", "s1", "--public-key", str(tmp_path / "key.pub"),
-                str(plan))
+    done = lean(
+        "agent", "validate", "--host", "s1", "--public-key", str(tmp_path / "key.pub"), str(plan)
+    )
     assert done.returncode == 0, done.stderr
     assert "plan version 100 (4 hosts" in done.stdout and "valid" in done.stdout
     helped = lean("agent", "--help")
@@ -59,8 +65,15 @@ def test_a_command_that_needs_an_extra_says_which(tmp_path):
     assert "Traceback" not in done.stderr and not (tmp_path / "plan.json").exists()
 
 
-@pytest.mark.parametrize("module, extra", [("numpy", "planner"), ("numpy.linalg", "planner"),
-                                           ("pandas", "all"), ("scipy.stats", "planner")])
+@pytest.mark.parametrize(
+    "module, extra",
+    [
+        ("numpy", "planner"),
+        ("numpy.linalg", "planner"),
+        ("pandas", "all"),
+        ("scipy.stats", "planner"),
+    ],
+)
 def test_missing_extra_names_the_install_set(module, extra):
     hint = missing_extra(ModuleNotFoundError(f"No module named {module!r}", name=module))
     assert f"cosample[{extra}]" in hint and module in hint

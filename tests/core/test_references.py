@@ -23,18 +23,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {".git", ".venv", "out", "__pycache__", ".pytest_cache", ".hypothesis", "build", "dist"}
 SUFFIXES = {".md", ".py", ".ipynb", ".toml", ".sh", ".cfg", ".txt"}
-TOP_FOLDERS = sorted({p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
-                     - SKIP_DIRS - {"cosample.egg-info"})
+TOP_FOLDERS = sorted(
+    {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    - SKIP_DIRS
+    - {"cosample.egg-info"}
+)
 
 MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 MARKDOWN_NAME = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.md)\b")
-REPOSITORY_PATH = re.compile(r"(?<![\w/.:-])((?:%s)/[\w./*-]*[\w*/])" % "|".join(map(re.escape, TOP_FOLDERS)))
+REPOSITORY_PATH = re.compile(
+    r"(?<![\w/.:-])((?:%s)/[\w./*-]*[\w*/])" % "|".join(map(re.escape, TOP_FOLDERS))
+)
 
 
 def repository_files() -> list[Path]:
     files = []
     for path in ROOT.rglob("*"):
-        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in path.relative_to(ROOT).parts):
+        if any(
+            part in SKIP_DIRS or part.endswith(".egg-info") for part in path.relative_to(ROOT).parts
+        ):
             continue
         if path.is_file() and (path.suffix in SUFFIXES or path.parent.name in ("bin", ".ci")):
             files.append(path)
@@ -46,12 +53,15 @@ FILES = [path for path in repository_files() if path != Path(__file__).resolve()
 #: Markdown files the tools write (not citations): ``cosample testbed run`` writes ``report.md``.
 WRITTEN = {"report.md"}
 MARKDOWN_ANYWHERE = {path.name for path in FILES if path.suffix == ".md"} | {
-    path.name for path in ROOT.glob("docs/data/**/*.md")}
+    path.name for path in ROOT.glob("docs/data/**/*.md")
+}
 
 
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading.strip().lower())
+    text = re.sub(
+        r"[`*_]|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading.strip().lower()
+    )
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
@@ -73,9 +83,10 @@ def anchors(markdown: Path) -> set[str]:
 def is_template(name: str) -> bool:
     """``OUT/closedloop-SCENARIO.md``: a name with placeholders (a folder in capitals, or capitals
     inside a lower-case name) describes files a command writes; ``DESIGN.md`` is a citation."""
-    *folders, stem = name[:-len(".md")].split("/")
+    *folders, stem = name[: -len(".md")].split("/")
     return any(folder.isupper() for folder in folders) or (
-        stem != stem.upper() and bool(re.search(r"(?:^|[-_.])[A-Z]{2,}(?:$|[-_.])", stem)))
+        stem != stem.upper() and bool(re.search(r"(?:^|[-_.])[A-Z]{2,}(?:$|[-_.])", stem))
+    )
 
 
 def without_urls(text: str) -> str:
@@ -129,12 +140,16 @@ def test_every_cited_file_is_in_the_repository(path):
 def test_the_checks_catch_what_they_should(tmp_path):
     doc = ROOT / "docs" / "model.md"
     assert "why-the-plan-is-exact" in anchors(ROOT / "docs" / "planner.md")
-    assert slug("`cosample.dataplane`: what runs on production hosts") == \
-        "cosampledataplane-what-runs-on-production-hosts"
+    assert (
+        slug("`cosample.dataplane`: what runs on production hosts")
+        == "cosampledataplane-what-runs-on-production-hosts"
+    )
     fake = tmp_path / "note.md"
-    fake.write_text(f"See DESIGN.md section 4, [x]({ROOT}/docs/planner.md#nowhere), [y](gone.md), "
-                    "docs/absent.md and planner/absent.py; https://example.org/x.md is fine; "
-                    "prose like collector/agent/header is not a path.\n")
+    fake.write_text(
+        f"See DESIGN.md section 4, [x]({ROOT}/docs/planner.md#nowhere), [y](gone.md), "
+        "docs/absent.md and planner/absent.py; https://example.org/x.md is fine; "
+        "prose like collector/agent/header is not a path.\n"
+    )
     problems = broken_references(fake)
     assert any("'DESIGN.md'" in p for p in problems)
     assert not any("collector/agent" in p for p in problems)
@@ -142,6 +157,8 @@ def test_the_checks_catch_what_they_should(tmp_path):
     assert not is_template("DESIGN.md") and not is_template("docs/model.md")
     assert any("#nowhere" in p and "no heading" in p for p in problems)
     assert any("'gone.md'" in p and "no such file" in p for p in problems)
-    assert any("'docs/absent.md'" in p for p in problems) and any("planner/absent.py" in p for p in problems)
+    assert any("'docs/absent.md'" in p for p in problems) and any(
+        "planner/absent.py" in p for p in problems
+    )
     assert not any("example.org" in p for p in problems)
     assert broken_references(doc) == []

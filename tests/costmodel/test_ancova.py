@@ -9,7 +9,11 @@ import pandas as pd
 import pytest
 
 from cosample.costmodel.ancova import (
-    cluster_variance, covariate_shift, covariate_values, fit_contrast, fit_with_covariate,
+    cluster_variance,
+    covariate_shift,
+    covariate_values,
+    fit_contrast,
+    fit_with_covariate,
 )
 from cosample.costmodel.errors import FitError
 from cosample.costmodel.fit import CostModelFit
@@ -17,8 +21,18 @@ from cosample.costmodel.fit import CostModelFit
 BUDGET = 2.0
 
 
-def synthetic(a=0.05, runs=8, phases=40, common=0.10, own=0.03, run_spread=0.05,
-              covariate_shift_per_rate=0.0, effect_spread=0.0, ar=0.5, seed=0) -> pd.DataFrame:
+def synthetic(
+    a=0.05,
+    runs=8,
+    phases=40,
+    common=0.10,
+    own=0.03,
+    run_spread=0.05,
+    covariate_shift_per_rate=0.0,
+    effect_spread=0.0,
+    ar=0.5,
+    seed=0,
+) -> pd.DataFrame:
     """Paired runs (alternating rate 0 and 1, coin-tossed start) of a pipeline whose cost per
     packet is ``c0_run (1 + a s)`` times a contention factor common to all its parts (AR(1)
     within a run, like the host's) and a little noise of its own; the covariate (the receiver's
@@ -34,13 +48,26 @@ def synthetic(a=0.05, runs=8, phases=40, common=0.10, own=0.03, run_spread=0.05,
             contention = ar * contention + np.sqrt(1 - ar**2) * common * rng.standard_normal()
             s = 1.0 if (phase % 2 == 0) == first else 0.0
             cost = c0 * (1 + a_run * s) * np.exp(contention + own * rng.standard_normal())
-            receiver = 4e-6 * (1 + covariate_shift_per_rate * s) * np.exp(
-                contention + own * rng.standard_normal())
+            receiver = (
+                4e-6
+                * (1 + covariate_shift_per_rate * s)
+                * np.exp(contention + own * rng.standard_normal())
+            )
             pps = 20_000 * (1 + 0.01 * rng.standard_normal())
-            rows.append({"mechanism": "sflow", "rate": s, "throughput_pps": BUDGET / cost,
-                         "method": "cpu", "block": run, "phase": phase, "forwarded_pps": pps,
-                         "cpu_counted": cost * pps, "cpu_receiver": receiver * pps,
-                         "cpu_ovs": cost * pps / 2})
+            rows.append(
+                {
+                    "mechanism": "sflow",
+                    "rate": s,
+                    "throughput_pps": BUDGET / cost,
+                    "method": "cpu",
+                    "block": run,
+                    "phase": phase,
+                    "forwarded_pps": pps,
+                    "cpu_counted": cost * pps,
+                    "cpu_receiver": receiver * pps,
+                    "cpu_ovs": cost * pps / 2,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -76,9 +103,12 @@ def test_a_covariate_the_mechanism_moves_is_detected_and_refused():
     assert check.shift_ci[0] > 0  # the shift's interval excludes 0, which is why it was refused
     assert fit.coefficient == pytest.approx(plain.coefficient) and fit.ci == plain.ci
     # had it been used, a would have been biased down by about gamma * shift
-    biased = fit_contrast(frame["rate"], frame["throughput_pps"],
-                          pd.factorize(frame["block"])[0],
-                          covariate_values(frame, "receiver"))
+    biased = fit_contrast(
+        frame["rate"],
+        frame["throughput_pps"],
+        pd.factorize(frame["block"])[0],
+        covariate_values(frame, "receiver"),
+    )
     assert biased.coefficient < 0.05 - 0.04
 
 
@@ -110,8 +140,9 @@ def test_the_cluster_interval_covers_as_often_as_it_says():
 
 def test_the_shift_of_an_untouched_covariate_is_centred_on_zero():
     frame = synthetic(seed=4)
-    delta, (low, high) = covariate_shift(frame["rate"], covariate_values(frame, "receiver"),
-                                         pd.factorize(frame["block"])[0])
+    delta, (low, high) = covariate_shift(
+        frame["rate"], covariate_values(frame, "receiver"), pd.factorize(frame["block"])[0]
+    )
     assert low <= 0 <= high and abs(delta) < 0.03
 
 
@@ -173,8 +204,13 @@ def test_cr2_is_exactly_unbiased_under_iid_errors_and_cr1_is_not():
     design, block = _unbalanced_design()
     truth = np.linalg.inv(design.T @ design)[0, 0]
     residual_maker = _residual_maker(design)
-    expected = {kind: sum(cluster_variance(design, residual_maker[:, i], block, 4, kind)[0]
-                          for i in range(len(design))) for kind in ("cr1", "cr2")}
+    expected = {
+        kind: sum(
+            cluster_variance(design, residual_maker[:, i], block, 4, kind)[0]
+            for i in range(len(design))
+        )
+        for kind in ("cr1", "cr2")
+    }
     assert expected["cr2"] == pytest.approx(truth, rel=1e-9)
     assert abs(expected["cr1"] / truth - 1) > 0.05  # the check can fail: CR1 misses it here
 
@@ -202,8 +238,14 @@ def test_the_satterthwaite_dof_matches_the_simulated_distribution_of_the_varianc
     residual_maker = _residual_maker(design)
     _, dof = cluster_variance(design, residual_maker[:, 0], block, 4, "cr2")
     rng = np.random.default_rng(2)
-    draws = np.array([cluster_variance(design, residual_maker @ rng.standard_normal(len(design)),
-                                       block, 4, "cr2")[0] for _ in range(6000)])
+    draws = np.array(
+        [
+            cluster_variance(
+                design, residual_maker @ rng.standard_normal(len(design)), block, 4, "cr2"
+            )[0]
+            for _ in range(6000)
+        ]
+    )
     simulated = 2 * draws.mean() ** 2 / draws.var()
     assert simulated == pytest.approx(dof, rel=0.12)
     assert dof < 2.5
@@ -240,8 +282,9 @@ def test_cr2_covers_where_cr1_does_not_when_the_runs_trial_rates_differ():
                 block.append(run)
                 cost.append(25e-6 * (1 + 0.3 * r) * np.exp(contention))
         for kind in hits:
-            fit = fit_contrast(np.array(rate), BUDGET / np.array(cost), np.array(block),
-                               small_sample=kind)
+            fit = fit_contrast(
+                np.array(rate), BUDGET / np.array(cost), np.array(block), small_sample=kind
+            )
             hits[kind] += fit.ci[0] <= 0.3 <= fit.ci[1]
     assert hits["cr2"] / 400 >= 0.93, hits
     assert hits["cr1"] / 400 <= 0.92, hits

@@ -13,26 +13,45 @@ from cosample.costmodel import appmon_fit
 from cosample.costmodel.calibration_file import CalibrationFileError, read_calibration_file
 
 
-def phases(a: float, c0: float = 100e-6, rounds: int = 6, noise: float = 0.0,
-           copies: float = 4.0, seed: int = 7) -> tuple[pd.DataFrame, pd.DataFrame]:
+def phases(
+    a: float,
+    c0: float = 100e-6,
+    rounds: int = 6,
+    noise: float = 0.0,
+    copies: float = 4.0,
+    seed: int = 7,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A host spending c0 per request unmonitored (half server, half switch), and a mirror
     adding a*c0 per request at share 1 to the switch, with ``copies`` copies per request."""
     rng = np.random.default_rng(seed)
     base, mirror = [], []
     for number in range(rounds):
         requests = 10_000
-        base.append({"round": number, "share": 0.0, "requests": requests,
-                     "server_cpu_s": c0 / 2 * requests,
-                     "vswitchd_cpu_s": c0 / 2 * requests * (1 + rng.normal(0, noise))})
+        base.append(
+            {
+                "round": number,
+                "share": 0.0,
+                "requests": requests,
+                "server_cpu_s": c0 / 2 * requests,
+                "vswitchd_cpu_s": c0 / 2 * requests * (1 + rng.normal(0, noise)),
+            }
+        )
         for share in (0.25, 0.5, 1.0):
             per_request = c0 / 2 + a * c0 * share
-            mirror.append({"round": number, "share": share, "share_nominal": share,
-                           "requests": requests, "server_cpu_s": c0 / 2 * requests,
-                           "vswitchd_cpu_s": per_request * requests * (1 + rng.normal(0, noise)),
-                           "analysis_inner_packets": copies * share * requests,
-                           "analysis_bytes": 300.0 * share * requests,
-                           "monitor_cpu_s": 20e-6 * share * requests,
-                           "mirrored_requests": share * requests})
+            mirror.append(
+                {
+                    "round": number,
+                    "share": share,
+                    "share_nominal": share,
+                    "requests": requests,
+                    "server_cpu_s": c0 / 2 * requests,
+                    "vswitchd_cpu_s": per_request * requests * (1 + rng.normal(0, noise)),
+                    "analysis_inner_packets": copies * share * requests,
+                    "analysis_bytes": 300.0 * share * requests,
+                    "monitor_cpu_s": 20e-6 * share * requests,
+                    "mirrored_requests": share * requests,
+                }
+            )
     return pd.DataFrame(base), pd.DataFrame(mirror)
 
 
@@ -59,8 +78,9 @@ def test_noisy_phases_cover_the_truth_and_narrow_with_rounds():
 
 def test_linear_cost_and_fabric_bytes():
     base, mirror = phases(a=0.3)
-    cost = appmon_fit.linear_cost(mirror, "monitor_cpu_s", "mirrored_requests",
-                                  "analysis_inner_packets")
+    cost = appmon_fit.linear_cost(
+        mirror, "monitor_cpu_s", "mirrored_requests", "analysis_inner_packets"
+    )
     assert cost["law"] == "linear"
     assert cost["cpu_s_per_request"] == pytest.approx(20e-6)
     assert cost["cpu_s_per_packet"] == pytest.approx(5e-6)
@@ -69,9 +89,14 @@ def test_linear_cost_and_fabric_bytes():
 
 
 def test_realised_share_is_copies_relative_to_the_full_phase():
-    frame = pd.DataFrame({"round": [0, 0, 0, 1, 1, 1], "share_nominal": [0.25, 0.5, 1.0] * 2,
-                          "requests": [100] * 6,
-                          "analysis_inner_packets": [100, 200, 400, 0, 220, 440]})
+    frame = pd.DataFrame(
+        {
+            "round": [0, 0, 0, 1, 1, 1],
+            "share_nominal": [0.25, 0.5, 1.0] * 2,
+            "requests": [100] * 6,
+            "analysis_inner_packets": [100, 200, 400, 0, 220, 440],
+        }
+    )
     assert list(appmon_fit.realised_share(frame)) == [0.25, 0.5, 1.0, 0.0, 0.5, 1.0]
     with pytest.raises(appmon_fit.AppmonFitError, match="share-1 phase"):
         appmon_fit.realised_share(frame[frame["share_nominal"] < 1])
@@ -92,9 +117,19 @@ def test_one_round_has_no_interval():
         appmon_fit.over_rounds([float("nan")])
 
 
-SECTION = {"mechanisms": {"selective_mirror": {
-    "host": "monitored", "law": "share", "coefficient": 0.1, "coefficient_ci": [0.05, 0.15],
-    "cpu_s_per_request": 1e-5, "fabric_bytes_per_request": 1500.0, "n_rounds": 5}}}
+SECTION = {
+    "mechanisms": {
+        "selective_mirror": {
+            "host": "monitored",
+            "law": "share",
+            "coefficient": 0.1,
+            "coefficient_ci": [0.05, 0.15],
+            "cpu_s_per_request": 1e-5,
+            "fabric_bytes_per_request": 1500.0,
+            "n_rounds": 5,
+        }
+    }
+}
 
 
 def test_calibration_file_with_and_without_appmon(tmp_path):
@@ -112,8 +147,9 @@ def test_bad_appmon_entry_names_the_field_path(tmp_path):
     bad["mechanisms"]["selective_mirror"]["cpu_s_per_request"] = "fast"
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"appmon": bad}))
-    with pytest.raises(CalibrationFileError,
-                       match=r"appmon\.mechanisms\.selective_mirror\.cpu_s_per_request"):
+    with pytest.raises(
+        CalibrationFileError, match=r"appmon\.mechanisms\.selective_mirror\.cpu_s_per_request"
+    ):
         read_calibration_file(path)
 
 

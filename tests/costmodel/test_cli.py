@@ -22,8 +22,18 @@ def measurements(tmp_path):
 def test_parsing_is_separate_from_main():
     args = build_parser().parse_args(["fit", "m.csv", "-o", "c.json", "--bootstrap", "200"])
     assert (args.data, args.output, args.bootstrap) == ("m.csv", "c.json", 200)
-    args = build_parser().parse_args(["calibrate", "--testbed", "--rates", "0,0.5,1",
-                                      "--mechanisms", "mirror", "--protocol", "tcp"])
+    args = build_parser().parse_args(
+        [
+            "calibrate",
+            "--testbed",
+            "--rates",
+            "0,0.5,1",
+            "--mechanisms",
+            "mirror",
+            "--protocol",
+            "tcp",
+        ]
+    )
     assert args.rates == (0.0, 0.5, 1.0) and args.mechanisms == ("mirror",) and args.testbed
     with pytest.raises(SystemExit):
         build_parser().parse_args(["calibrate", "--rates", "0,x"])
@@ -31,8 +41,23 @@ def test_parsing_is_separate_from_main():
 
 def test_fit_prints_and_writes_calibration_and_figure(measurements, tmp_path, capsys):
     out, figure = tmp_path / "c.json", tmp_path / "fit.png"
-    assert main(["fit", str(measurements), "-o", str(out), "--figure", str(figure),
-                 "--bootstrap", "200", "--protocol", "udp"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(measurements),
+                "-o",
+                str(out),
+                "--figure",
+                str(figure),
+                "--bootstrap",
+                "200",
+                "--protocol",
+                "udp",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "sflow" in printed and "mirror" in printed and "capacity_pps" in printed
     document = json.loads(out.read_text())
@@ -48,13 +73,19 @@ def test_fit_prints_and_writes_calibration_and_figure(measurements, tmp_path, ca
 
 
 def test_planner_loads_our_calibration(measurements, tmp_path):
-    assert main(["fit", str(measurements), "-o", str(tmp_path / "server1.json"),
-                 "--bootstrap", "100"]) == 0
+    assert (
+        main(["fit", str(measurements), "-o", str(tmp_path / "server1.json"), "--bootstrap", "100"])
+        == 0
+    )
     calibration = json.loads((tmp_path / "server1.json").read_text())
-    description = {"cost": {"alpha": 1.54, "beta": 0.46},
-                   "servers": [{"name": "s1", "calibration": "server1.json"},
-                               {"name": "s2", "capacity_pps": 1000}],
-                   "traffic_pps": {"s1": {"s2": 100}}}
+    description = {
+        "cost": {"alpha": 1.54, "beta": 0.46},
+        "servers": [
+            {"name": "s1", "calibration": "server1.json"},
+            {"name": "s2", "capacity_pps": 1000},
+        ],
+        "traffic_pps": {"s1": {"s2": 100}},
+    }
     (tmp_path / "dc.json").write_text(json.dumps(description))
     dc = DataCentre.load(tmp_path / "dc.json")
     assert dc.alpha[0] == calibration["alpha"] and dc.beta[0] == calibration["beta"]
@@ -62,12 +93,15 @@ def test_planner_loads_our_calibration(measurements, tmp_path):
     assert (dc.alpha[1], dc.beta[1]) == (1.54, 0.46)  # no calibration: the defaults
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "empty file"),
-    ("mechanism,rate\nsflow,0.5\n", "missing column 'throughput_pps'"),
-    ("mechanism,rate,throughput_pps\nsflow,-0.2,100\n", "line 2: rate must be >= 0"),
-    ("mechanism,rate,throughput_pps\nsflow,0.5,100\n", "at least 3 measurements"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "empty file"),
+        ("mechanism,rate\nsflow,0.5\n", "missing column 'throughput_pps'"),
+        ("mechanism,rate,throughput_pps\nsflow,-0.2,100\n", "line 2: rate must be >= 0"),
+        ("mechanism,rate,throughput_pps\nsflow,0.5,100\n", "at least 3 measurements"),
+    ],
+)
 def test_fit_bad_data_exits_2_and_writes_nothing(tmp_path, capsys, content, message):
     (tmp_path / "bad.csv").write_text(content)
     out = tmp_path / "c.json"
@@ -81,19 +115,30 @@ def test_fit_protocol_filter_errors(measurements, capsys):
     assert "no rows with protocol 'tcp'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["calibrate"], "choose where to calibrate"),
-    (["calibrate", "--testbed", "--bridge", "br0"], "choose where to calibrate"),
-    (["calibrate", "--testbed", "--rates", "0"], "needs a rate > 0"),
-    (["calibrate", "--testbed", "--rates", "0.5", "--design", "independent"], "at least 2 distinct"),
-    (["calibrate", "--testbed", "--mechanisms", "sflow,gre"], "choose from sflow, mirror, mirror_vxlan"),
-    (["calibrate", "--testbed", "--prefix", "much-too-long-prefix"], "testbed prefix"),
-    (["calibrate", "--method", "throughput", "--bridge", "br0", "--sender-port", "p1"],
-     "receiver port is required"),
-    (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "--account-cgroup"),
-    (["calibrate", "--testbed", "--duration", "2"], "too short for 120 phases"),
-    (["calibrate", "--testbed", "--target-ci", "0.1", "--max-time", "2"], "max time"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["calibrate"], "choose where to calibrate"),
+        (["calibrate", "--testbed", "--bridge", "br0"], "choose where to calibrate"),
+        (["calibrate", "--testbed", "--rates", "0"], "needs a rate > 0"),
+        (
+            ["calibrate", "--testbed", "--rates", "0.5", "--design", "independent"],
+            "at least 2 distinct",
+        ),
+        (
+            ["calibrate", "--testbed", "--mechanisms", "sflow,gre"],
+            "choose from sflow, mirror, mirror_vxlan",
+        ),
+        (["calibrate", "--testbed", "--prefix", "much-too-long-prefix"], "testbed prefix"),
+        (
+            ["calibrate", "--method", "throughput", "--bridge", "br0", "--sender-port", "p1"],
+            "receiver port is required",
+        ),
+        (["calibrate", "--bridge", "br0", "--sender-port", "p1"], "--account-cgroup"),
+        (["calibrate", "--testbed", "--duration", "2"], "too short for 120 phases"),
+        (["calibrate", "--testbed", "--target-ci", "0.1", "--max-time", "2"], "max time"),
+    ],
+)
 def test_calibrate_refuses_bad_requests_before_touching_anything(tmp_path, capsys, argv, message):
     out = tmp_path / "c.json"
     assert main([*argv, "-d", str(tmp_path / "m.csv"), "-o", str(out)]) == 2
@@ -118,8 +163,12 @@ def test_beta_can_come_from_another_mechanism(tmp_path, capsys):
     data = simulate({"sflow": 0.3, "mirror": 0.1, "mirror_vxlan": 0.5}, 1e5, noise=0.01, seed=9)
     path = write_measurements(data, tmp_path / "m.csv")
     out = tmp_path / "c.json"
-    assert main(["fit", str(path), "-o", str(out), "--bootstrap", "100",
-                 "--beta-from", "mirror_vxlan"]) == 0
+    assert (
+        main(
+            ["fit", str(path), "-o", str(out), "--bootstrap", "100", "--beta-from", "mirror_vxlan"]
+        )
+        == 0
+    )
     document = json.loads(out.read_text())
     assert document["beta"] == pytest.approx(0.5, abs=0.03)
     assert document["roles"] == {"alpha": "sflow", "beta": "mirror_vxlan"}
@@ -133,7 +182,10 @@ def test_fit_takes_a_covariate_per_mechanism_and_refuses_unknown_ones(tmp_path, 
 
     data = tmp_path / "m.csv"
     synthetic(seed=7).to_csv(data, index=False)
-    assert main(["fit", str(data), "--covariate", "sflow=receiver", "-o", str(tmp_path / "c.json")]) == 0
+    assert (
+        main(["fit", str(data), "--covariate", "sflow=receiver", "-o", str(tmp_path / "c.json")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "cluster-robust" in out and "covariate receiver" in out
     assert main(["fit", str(data), "--covariate", "sflow=none"]) == 0
@@ -166,8 +218,16 @@ def test_the_cpu_methods_vxlan_mirror_runs_shorter_runs_unless_told(tmp_path, mo
         raise KeyboardInterrupt  # stop before anything is built or written
 
     monkeypatch.setattr(cli, "_measure", measure)
-    base = ["calibrate", "--testbed", "--mechanisms", "sflow,mirror_vxlan", "-d",
-            str(tmp_path / "m.csv"), "-o", str(tmp_path / "c.json")]
+    base = [
+        "calibrate",
+        "--testbed",
+        "--mechanisms",
+        "sflow,mirror_vxlan",
+        "-d",
+        str(tmp_path / "m.csv"),
+        "-o",
+        str(tmp_path / "c.json"),
+    ]
     for extra in ([], ["--duration", "12"], ["--guard", "0.04"], ["--method", "throughput"]):
         assert main(base + extra) != 0  # interrupted: reported, nothing written
     default, told, guarded, throughput = seen
@@ -184,23 +244,28 @@ def test_a_campaign_with_the_cached_sample_action_gives_alpha_sample(tmp_path, c
     from cosample.costmodel.calibration_file import read_calibration_file
     from cosample.costmodel.coefficients import coefficients, intervals
 
-    data = simulate({"sflow": 0.8, "mirror": 0.3, "sample_action_cached": 0.5}, 1e5,
-                    noise=0.01, seed=4)
+    data = simulate(
+        {"sflow": 0.8, "mirror": 0.3, "sample_action_cached": 0.5}, 1e5, noise=0.01, seed=4
+    )
     path = write_measurements(data, tmp_path / "m.csv")
     out = tmp_path / "c.json"
     assert main(["fit", str(path), "-o", str(out), "--bootstrap", "100"]) == 0
     document = json.loads(out.read_text())
     assert document["alpha_sample"] == pytest.approx(0.5, abs=0.03)
-    assert document["roles"] == {"alpha": "sflow", "beta": "mirror",
-                                 "alpha_sample": "sample_action_cached"}
+    assert document["roles"] == {
+        "alpha": "sflow",
+        "beta": "mirror",
+        "alpha_sample": "sample_action_cached",
+    }
     assert "alpha_sample = 0.5" in capsys.readouterr().out
     read = read_calibration_file(out)
     assert coefficients(read, out)["alpha_sample"] == pytest.approx(document["alpha_sample"])
     low, high = intervals(read)["alpha_sample"]
     assert low < document["alpha_sample"] < high
     # a campaign without it names no such role (files as before)
-    plain = write_measurements(simulate({"sflow": 0.8, "mirror": 0.3}, 1e5, seed=4),
-                               tmp_path / "p.csv")
+    plain = write_measurements(
+        simulate({"sflow": 0.8, "mirror": 0.3}, 1e5, seed=4), tmp_path / "p.csv"
+    )
     assert main(["fit", str(plain), "-o", str(tmp_path / "p.json"), "--bootstrap", "100"]) == 0
     document = json.loads((tmp_path / "p.json").read_text())
     assert "alpha_sample" not in document and "alpha_sample" not in document["roles"]

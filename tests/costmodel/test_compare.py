@@ -14,15 +14,33 @@ def write_calibration(tmp_path, name, method, a, cost_ns, seconds):
     rows = []
     for block in range(3):
         for rate in (0.0, 1.0):
-            rows.append({"mechanism": "mirror", "rate": rate, "block": block,
-                         "throughput_pps": 1e9 / (cost_ns * (1 + a * rate)),
-                         "forwarded_pps": 20_000.0,
-                         "cpu_counted": 20_000.0 * cost_ns * (1 + a * rate) / 1e9})
+            rows.append(
+                {
+                    "mechanism": "mirror",
+                    "rate": rate,
+                    "block": block,
+                    "throughput_pps": 1e9 / (cost_ns * (1 + a * rate)),
+                    "forwarded_pps": 20_000.0,
+                    "cpu_counted": 20_000.0 * cost_ns * (1 + a * rate) / 1e9,
+                }
+            )
     pd.DataFrame(rows).to_csv(tmp_path / f"{name}.csv", index=False)
-    document = {"mechanisms": {"mirror": {"coefficient": a, "coefficient_ci": [a - 0.01, a + 0.01],
-                                          "n_points": 6, "capacity_pps": 1e9 / cost_ns}},
-                "metadata": {"data": f"{name}.csv", "method": method,
-                             "target_met": {"mirror": True}, "seconds": {"mirror": seconds}}}
+    document = {
+        "mechanisms": {
+            "mirror": {
+                "coefficient": a,
+                "coefficient_ci": [a - 0.01, a + 0.01],
+                "n_points": 6,
+                "capacity_pps": 1e9 / cost_ns,
+            }
+        },
+        "metadata": {
+            "data": f"{name}.csv",
+            "method": method,
+            "target_met": {"mirror": True},
+            "seconds": {"mirror": seconds},
+        },
+    }
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(document))
     return str(path)

@@ -14,26 +14,60 @@ import math
 
 import pandas as pd
 import pytest
+from costmodel_leftovers import leftovers
+from waiting import interrupt
 
 from cosample.cli import main
 from cosample.costmodel.accounting import accounting_hierarchy
 from cosample.lab.onehost import one_host_testbed_unavailable
-from costmodel_leftovers import leftovers
-from waiting import interrupt
 
 REASON = one_host_testbed_unavailable()
-pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
-              pytest.mark.skipif(REASON is not None, reason=f"real cpu calibration: {REASON}")]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.ovs,
+    pytest.mark.slow,
+    pytest.mark.skipif(REASON is not None, reason=f"real cpu calibration: {REASON}"),
+]
 PREFIX = "ccJ"
 
 
 def test_short_adaptive_cpu_calibration(tmp_path):
     data, output = tmp_path / "m.csv", tmp_path / "c.json"
-    code = main(["calibrate", "--testbed", "--prefix", PREFIX, "--method", "cpu",
-                 "--mechanisms", "sflow,mirror", "--rates", "0,1", "--duration", "3",
-                 "--phases", "6", "--offered-pps", "5000", "--burst", "10", "--warmup", "1",
-                 "--target-ci", "0.05", "--max-time", "25", "--bootstrap", "200",
-                 "--no-progress", "-d", str(data), "-o", str(output)])
+    code = main(
+        [
+            "calibrate",
+            "--testbed",
+            "--prefix",
+            PREFIX,
+            "--method",
+            "cpu",
+            "--mechanisms",
+            "sflow,mirror",
+            "--rates",
+            "0,1",
+            "--duration",
+            "3",
+            "--phases",
+            "6",
+            "--offered-pps",
+            "5000",
+            "--burst",
+            "10",
+            "--warmup",
+            "1",
+            "--target-ci",
+            "0.05",
+            "--max-time",
+            "25",
+            "--bootstrap",
+            "200",
+            "--no-progress",
+            "-d",
+            str(data),
+            "-o",
+            str(output),
+        ]
+    )
     assert code == 0
     assert leftovers(PREFIX) == []
     frame = pd.read_csv(data)
@@ -60,9 +94,29 @@ def test_short_adaptive_cpu_calibration(tmp_path):
 
 def test_a_cpu_hog_lowers_the_passive_capacity_within_one_interval(tmp_path):
     data, figure = tmp_path / "hog.csv", tmp_path / "hog.png"
-    code = main(["calibrate", "--passive", "--testbed", "--prefix", PREFIX, "--count", "4",
-                 "--hog-at", "2", "--interval", "1.5", "--cpu-budget", "1",
-                 "--offered-pps", "5000", "-d", str(data), "--figure", str(figure)])
+    code = main(
+        [
+            "calibrate",
+            "--passive",
+            "--testbed",
+            "--prefix",
+            PREFIX,
+            "--count",
+            "4",
+            "--hog-at",
+            "2",
+            "--interval",
+            "1.5",
+            "--cpu-budget",
+            "1",
+            "--offered-pps",
+            "5000",
+            "-d",
+            str(data),
+            "--figure",
+            str(figure),
+        ]
+    )
     assert code == 0
     assert leftovers(PREFIX) == []
     frame = pd.read_csv(data)
@@ -83,11 +137,36 @@ def test_interrupted_cpu_calibration_removes_its_cgroup_and_writes_nothing(tmp_p
 
     data, output = tmp_path / "m.csv", tmp_path / "c.json"
     process = subprocess.Popen(
-        [sys.executable, "-m", "cosample", "calibrate", "--testbed", "--prefix", PREFIX,
-         "--method", "cpu", "--mechanisms", "mirror", "--offered-pps", "5000",
-         "--target-ci", "0.001", "--max-time", "60", "--warmup", "0", "--no-progress",
-         "-d", str(data), "-o", str(output)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "cosample",
+            "calibrate",
+            "--testbed",
+            "--prefix",
+            PREFIX,
+            "--method",
+            "cpu",
+            "--mechanisms",
+            "mirror",
+            "--offered-pps",
+            "5000",
+            "--target-ci",
+            "0.001",
+            "--max-time",
+            "60",
+            "--warmup",
+            "0",
+            "--no-progress",
+            "-d",
+            str(data),
+            "-o",
+            str(output),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         cgroup = accounting_hierarchy() / f"cosample-{PREFIX}"

@@ -50,8 +50,13 @@ class CpuHost:
         return (int(self.rx), 0) if port == "in" else (0, int(self.tx))
 
     def snapshot(self):
-        return CpuSnapshot(counted=int(self.cpu_ns), ovs=int(self.cpu_ns / 2), ksoftirqd=0,
-                           host_busy=int(self.cpu_ns * 3), host_softirq=0)
+        return CpuSnapshot(
+            counted=int(self.cpu_ns),
+            ovs=int(self.cpu_ns / 2),
+            ksoftirqd=0,
+            host_busy=int(self.cpu_ns * 3),
+            host_softirq=0,
+        )
 
 
 class Run:
@@ -80,13 +85,32 @@ def calibrator(host, monkeypatch, mechanisms=("sflow", "mirror"), **overrides):
         def clear(self):
             host.rates[self.name], self.cleared = 0.0, True
 
-    options = dict(mechanisms=mechanisms, rates=(0, 0.5, 1), repetitions=2, duration_s=4.0,
-                   warmup_s=0, phases=8, guard_s=0.05, method="cpu", offered_pps=20_000)
+    options = dict(
+        mechanisms=mechanisms,
+        rates=(0, 0.5, 1),
+        repetitions=2,
+        duration_s=4.0,
+        warmup_s=0,
+        phases=8,
+        guard_s=0.05,
+        method="cpu",
+        offered_pps=20_000,
+    )
     options.update(overrides)
     settings = CalibrationSettings(**options)
-    return Calibrator(settings, {m: Mechanism(m) for m in mechanisms}, host.port_stats, {},
-                      lambda argv, duration: Run(), "10.0.0.2", "in", "out", clock=host.clock,
-                      accounting=host.snapshot, budget_cpus=2.0)
+    return Calibrator(
+        settings,
+        {m: Mechanism(m) for m in mechanisms},
+        host.port_stats,
+        {},
+        lambda argv, duration: Run(),
+        "10.0.0.2",
+        "in",
+        "out",
+        clock=host.clock,
+        accounting=host.snapshot,
+        budget_cpus=2.0,
+    )
 
 
 def test_cpu_rows_turn_cpu_time_per_packet_into_the_laws_capacity(monkeypatch):
@@ -108,7 +132,9 @@ def test_cpu_rows_turn_cpu_time_per_packet_into_the_laws_capacity(monkeypatch):
 def test_cpu_method_offers_a_fixed_packet_rate():
     udp = CalibrationSettings(method="cpu", offered_pps=20_000, packet_bytes=64)
     assert udp.load_bandwidth == str(20_000 * 64 * 8)
-    assert "-b" in udp.client_argv("10.0.0.2") and str(20_000 * 64 * 8) in udp.client_argv("10.0.0.2")
+    assert "-b" in udp.client_argv("10.0.0.2") and str(20_000 * 64 * 8) in udp.client_argv(
+        "10.0.0.2"
+    )
     assert CalibrationSettings(method="throughput").load_bandwidth == "0"
     with pytest.raises(HarnessError, match="offered load"):
         CalibrationSettings(method="cpu", offered_pps=5)
@@ -137,7 +163,8 @@ def test_a_phase_without_packets_is_an_error_not_a_free_packet():
     with pytest.raises(HarnessError, match="no cost to measure"):
         cost_row({"cpu_counted": 0.5}, 0.0, 2.0)
     assert cost_row({"cpu_counted": 0.5}, 25_000.0, 2.0) == pytest.approx(
-        {"cost_ns_per_packet": 20_000.0, "throughput_pps": 100_000.0})
+        {"cost_ns_per_packet": 20_000.0, "throughput_pps": 100_000.0}
+    )
 
 
 def test_quick_interval_covers_the_truth_and_narrows_with_data():
@@ -170,8 +197,9 @@ def test_target_is_relative_with_an_absolute_floor():
 
 def test_adaptive_run_stops_once_every_interval_is_narrow(monkeypatch):
     host = CpuHost(20_000, {"sflow": 0.3, "mirror": 0.1}, noise=0.01, seed=1)
-    run = AdaptiveRun(calibrator(host, monkeypatch), Target(max_time_s=600, min_rounds=2),
-                      clock=host.clock)
+    run = AdaptiveRun(
+        calibrator(host, monkeypatch), Target(max_time_s=600, min_rounds=2), clock=host.clock
+    )
     data = run.run(show_progress=False)
     # the cpu method decides from 12 runs per mechanism on (MIN_STOPPING_BLOCKS): 6 rounds of 2 rates
     assert {name: status.rounds for name, status in run.status.items()} == {"sflow": 6, "mirror": 6}
@@ -188,8 +216,11 @@ def test_adaptive_run_stops_once_every_interval_is_narrow(monkeypatch):
 
 def test_adaptive_run_stops_when_time_runs_out(monkeypatch):
     host = CpuHost(20_000, {"sflow": 0.3}, noise=0.5, seed=2)
-    run = AdaptiveRun(calibrator(host, monkeypatch, mechanisms=("sflow",)),
-                      Target(relative=0.001, absolute=0.0001, max_time_s=60), clock=host.clock)
+    run = AdaptiveRun(
+        calibrator(host, monkeypatch, mechanisms=("sflow",)),
+        Target(relative=0.001, absolute=0.0001, max_time_s=60),
+        clock=host.clock,
+    )
     data = run.run(show_progress=False)
     assert run.elapsed_s <= 60 and not run.status["sflow"].done
     assert data["block"].nunique() >= 4  # it kept measuring until the budget, not past it
@@ -199,8 +230,11 @@ def test_adaptive_run_stops_when_time_runs_out(monkeypatch):
 
 def test_adaptive_needs_the_paired_design(monkeypatch):
     host = CpuHost(20_000, {"sflow": 0.3})
-    run = AdaptiveRun(calibrator(host, monkeypatch, mechanisms=("sflow",), design="independent"),
-                      Target(), clock=host.clock)
+    run = AdaptiveRun(
+        calibrator(host, monkeypatch, mechanisms=("sflow",), design="independent"),
+        Target(),
+        clock=host.clock,
+    )
     with pytest.raises(HarnessError, match="paired"):
         run.run(show_progress=False)
 

@@ -32,8 +32,10 @@ def test_csv_example_fits(tmp_path):
 
 def test_json_example_drives_the_planner(tmp_path):
     (tmp_path / "server.json").write_text(block("json"))
-    description = {"cost": {"alpha": 1.0, "beta": 0.5},
-                   "servers": [{"name": "s1", "calibration": "server.json"}]}
+    description = {
+        "cost": {"alpha": 1.0, "beta": 0.5},
+        "servers": [{"name": "s1", "calibration": "server.json"}],
+    }
     (tmp_path / "dc.json").write_text(json.dumps(description))
     dc = DataCentre.load(tmp_path / "dc.json")
     assert (dc.alpha[0], dc.beta[0], dc.capacity_pps[0]) == (1.52, 0.46, 99840.0)
@@ -41,29 +43,63 @@ def test_json_example_drives_the_planner(tmp_path):
 
 #: Calibrations of 2026-11-25 (run design side by side): data and JSON, no figures.
 WITHOUT_FIGURE = [
-    *(f"cpu-mirror_vxlan-{length}-seed{seed}" for length, seed in (
-        ("4s", 21), ("2s", 22), ("4s", 23), ("2s", 24), ("4s", 25), ("2s", 26), ("2s", 28),
-        ("4s", 27))),
-    *(f"cpu-sflow-{design}-seed{seed}" for design, seed in (
-        ("old12s", 31), ("6s", 32), ("old12s", 35), ("6s", 36), ("old12s", 39), ("6s", 40))),
-    "cpu-mirror-12s-seed33", "cpu-mirror-4s-seed34",
+    *(
+        f"cpu-mirror_vxlan-{length}-seed{seed}"
+        for length, seed in (
+            ("4s", 21),
+            ("2s", 22),
+            ("4s", 23),
+            ("2s", 24),
+            ("4s", 25),
+            ("2s", 26),
+            ("2s", 28),
+            ("4s", 27),
+        )
+    ),
+    *(
+        f"cpu-sflow-{design}-seed{seed}"
+        for design, seed in (
+            ("old12s", 31),
+            ("6s", 32),
+            ("old12s", 35),
+            ("6s", 36),
+            ("old12s", 39),
+            ("6s", 40),
+        )
+    ),
+    "cpu-mirror-12s-seed33",
+    "cpu-mirror-4s-seed34",
     # issue 24: local samplers at any probability beside sFlow (docs/results.md)
-    "localsample/calibration-udp64", "localsample/calibration-udp64-64flows",
+    "localsample/calibration-udp64",
+    "localsample/calibration-udp64-64flows",
 ]
 
 
-@pytest.mark.parametrize("name", [
-    *WITHOUT_FIGURE,
-    "calibration-udp64", "calibration-tcp", "calibration-udp64-mirrors",
-    *(f"{method}-{mechanism}" for method in ("cpu", "throughput")
-      for mechanism in ("sflow", "mirror", "mirror_vxlan")),
-    "cpu-sflow-3rates", "cpu-sflow-first", "cpu-pilot", "cpu-mirror_vxlan-240s",
-    "cpu-mirror_vxlan-4s-seed8", "cpu-mirror_vxlan-12s-control", "cpu-sflow-1550",
-    "cpu-mirror-1550",
-    *(f"cpu-mirror_vxlan-default-seed{seed}" for seed in (9, 10, 12)),
-    *(f"cpu-{mechanism}-morning" for mechanism in ("sflow", "mirror", "mirror_vxlan")),
-    "throughput-mirror-morning",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *WITHOUT_FIGURE,
+        "calibration-udp64",
+        "calibration-tcp",
+        "calibration-udp64-mirrors",
+        *(
+            f"{method}-{mechanism}"
+            for method in ("cpu", "throughput")
+            for mechanism in ("sflow", "mirror", "mirror_vxlan")
+        ),
+        "cpu-sflow-3rates",
+        "cpu-sflow-first",
+        "cpu-pilot",
+        "cpu-mirror_vxlan-240s",
+        "cpu-mirror_vxlan-4s-seed8",
+        "cpu-mirror_vxlan-12s-control",
+        "cpu-sflow-1550",
+        "cpu-mirror-1550",
+        *(f"cpu-mirror_vxlan-default-seed{seed}" for seed in (9, 10, 12)),
+        *(f"cpu-{mechanism}-morning" for mechanism in ("sflow", "mirror", "mirror_vxlan")),
+        "throughput-mirror-morning",
+    ],
+)
 def test_committed_calibration_is_reproducible(name):
     csv, saved = DOCS / "data" / f"{name}.csv", DOCS / "data" / f"{name}.json"
     if not csv.exists():
@@ -73,11 +109,21 @@ def test_committed_calibration_is_reproducible(name):
     # refit with the estimator that made the file: the cluster-robust fit (and its covariates)
     # for files that say so, the residual bootstrap for the older ones
     methods = [str(e.get("ci_method", "")) for e in entries]
-    interval = ("cluster-cr1" if any(m.startswith("cluster-robust (CR1)") for m in methods)
-                else "cluster" if any(m.startswith("cluster") for m in methods) else "bootstrap")
-    covariates = {m: (e.get("covariate") or {}).get("name") for m, e in document["mechanisms"].items()}
-    refit = CostModelFit(interval=interval, covariates=covariates).fit(
-        read_measurements(csv)).calibration_.to_dict()
+    interval = (
+        "cluster-cr1"
+        if any(m.startswith("cluster-robust (CR1)") for m in methods)
+        else "cluster"
+        if any(m.startswith("cluster") for m in methods)
+        else "bootstrap"
+    )
+    covariates = {
+        m: (e.get("covariate") or {}).get("name") for m, e in document["mechanisms"].items()
+    }
+    refit = (
+        CostModelFit(interval=interval, covariates=covariates)
+        .fit(read_measurements(csv))
+        .calibration_.to_dict()
+    )
     for mechanism, entry in document["mechanisms"].items():
         # the CSV holds 6 significant digits; the JSON was fitted on the unrounded values
         again = refit["mechanisms"][mechanism]

@@ -9,7 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cosample.costmodel.data import read_measurements, validate_measurements, write_json, write_measurements
+from cosample.costmodel.data import (
+    read_measurements,
+    validate_measurements,
+    write_json,
+    write_measurements,
+)
 from cosample.costmodel.errors import DataError, FitError
 from cosample.costmodel.fit import CostModelFit
 from cosample.costmodel.model import PAPER_COEFFICIENTS, coefficient_from_drop, simulate, throughput
@@ -57,9 +62,20 @@ def test_recovers_the_papers_four_coefficients():
 def test_confidence_interval_covers_truth_most_of_the_time():
     truth, hits, runs = 0.5, 0, 40
     for seed in range(runs):
-        data = simulate({"sflow": truth}, 1e5, rates=(0, 0.25, 0.5, 0.75, 1), repetitions=2,
-                        noise=0.02, seed=100 + seed)
-        low, high = CostModelFit(n_bootstrap=200, random_state=seed).fit(data).results_["sflow"].coefficient_ci
+        data = simulate(
+            {"sflow": truth},
+            1e5,
+            rates=(0, 0.25, 0.5, 0.75, 1),
+            repetitions=2,
+            noise=0.02,
+            seed=100 + seed,
+        )
+        low, high = (
+            CostModelFit(n_bootstrap=200, random_state=seed)
+            .fit(data)
+            .results_["sflow"]
+            .coefficient_ci
+        )
         hits += low <= truth <= high
     assert hits >= 32  # nominal 95%: 38 of 40; bootstrap intervals on 10 points run a bit narrow
 
@@ -74,8 +90,13 @@ def test_warns_when_data_show_no_cost():
 def test_warns_on_non_monotone_data():
     rates = [0, 0.2, 0.4, 0.6, 0.8, 1.0]
     pps = [100, 60, 95, 55, 90, 50]
-    data = pd.DataFrame({"mechanism": "mirror", "rate": np.repeat(rates, 2),
-                         "throughput_pps": np.repeat(pps, 2) * np.tile([0.99, 1.01], 6)})
+    data = pd.DataFrame(
+        {
+            "mechanism": "mirror",
+            "rate": np.repeat(rates, 2),
+            "throughput_pps": np.repeat(pps, 2) * np.tile([0.99, 1.01], 6),
+        }
+    )
     fit = CostModelFit(n_bootstrap=100).fit(data).results_["mirror"]
     assert any("non-monotone" in w and "from rate 0.2 to 0.4" in w for w in fit.warnings)
 
@@ -101,15 +122,33 @@ def test_predict_before_fit_is_a_clear_error():
         CostModelFit().predict("sflow", 0.5)
 
 
-@pytest.mark.parametrize("frame, message", [
-    (pd.DataFrame(columns=["mechanism", "rate", "throughput_pps"]), "no measurements"),
-    (pd.DataFrame({"mechanism": ["sflow"], "rate": [-0.1], "throughput_pps": [1.0]}), "rate must be >= 0"),
-    (pd.DataFrame({"mechanism": ["sflow"], "rate": [1.5], "throughput_pps": [1.0]}), "rate must be <= 1"),
-    (pd.DataFrame({"mechanism": ["sflow"], "throughput_pps": [1.0]}), "missing column 'rate'"),
-    (pd.DataFrame({"mechanism": ["sflow"], "rate": ["x"], "throughput_pps": [1.0]}), "finite number"),
-    (pd.DataFrame({"mechanism": ["sflow"], "rate": [0.1], "throughput_pps": [-1.0]}), "throughput_pps must be >= 0"),
-    (pd.DataFrame({"mechanism": [""], "rate": [0.1], "throughput_pps": [1.0]}), "mechanism is empty"),
-])
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        (pd.DataFrame(columns=["mechanism", "rate", "throughput_pps"]), "no measurements"),
+        (
+            pd.DataFrame({"mechanism": ["sflow"], "rate": [-0.1], "throughput_pps": [1.0]}),
+            "rate must be >= 0",
+        ),
+        (
+            pd.DataFrame({"mechanism": ["sflow"], "rate": [1.5], "throughput_pps": [1.0]}),
+            "rate must be <= 1",
+        ),
+        (pd.DataFrame({"mechanism": ["sflow"], "throughput_pps": [1.0]}), "missing column 'rate'"),
+        (
+            pd.DataFrame({"mechanism": ["sflow"], "rate": ["x"], "throughput_pps": [1.0]}),
+            "finite number",
+        ),
+        (
+            pd.DataFrame({"mechanism": ["sflow"], "rate": [0.1], "throughput_pps": [-1.0]}),
+            "throughput_pps must be >= 0",
+        ),
+        (
+            pd.DataFrame({"mechanism": [""], "rate": [0.1], "throughput_pps": [1.0]}),
+            "mechanism is empty",
+        ),
+    ],
+)
 def test_bad_data_is_rejected(frame, message):
     with pytest.raises(DataError, match=message):
         CostModelFit().fit(frame)
@@ -142,7 +181,8 @@ def test_csv_round_trip_and_line_numbers(tmp_path):
     data = simulate({"sflow": 0.4}, 5e4, seed=4)
     path = write_measurements(data, tmp_path / "m.csv")
     assert read_measurements(path)["throughput_pps"].to_numpy() == pytest.approx(
-        data["throughput_pps"].to_numpy(), rel=1e-5)
+        data["throughput_pps"].to_numpy(), rel=1e-5
+    )
     bad = tmp_path / "bad.csv"
     bad.write_text("mechanism,rate,throughput_pps\nsflow,0.5,100\nsflow,1.2,90\n")
     with pytest.raises(DataError, match=r"bad.csv: line 3: rate must be <= 1"):
@@ -172,8 +212,16 @@ def _drifting(truth, blocks=12, seed=0):
         capacity = 1e5 * rng.uniform(0.4, 1.6)
         rate = [0.25, 0.5, 1.0][block % 3]
         for phase, s in enumerate([0.0, rate, 0.0, rate]):
-            rows.append({"mechanism": "sflow", "rate": s, "block": block, "phase": phase,
-                         "throughput_pps": throughput(s, capacity, truth) * (1 + 0.01 * rng.standard_normal())})
+            rows.append(
+                {
+                    "mechanism": "sflow",
+                    "rate": s,
+                    "block": block,
+                    "phase": phase,
+                    "throughput_pps": throughput(s, capacity, truth)
+                    * (1 + 0.01 * rng.standard_normal()),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -186,6 +234,7 @@ def test_blocks_cancel_drift_that_swamps_a_plain_fit():
     plain = CostModelFit(n_bootstrap=200, blocks=False).fit(data).results_["sflow"]
     assert plain.n_blocks == 1 and plain.r_squared < 0.5
     assert plain.coefficient_ci[1] - plain.coefficient_ci[0] > 5 * (
-        blocked.coefficient_ci[1] - blocked.coefficient_ci[0])
+        blocked.coefficient_ci[1] - blocked.coefficient_ci[0]
+    )
     with pytest.raises(FitError, match="no 'block' column"):
         CostModelFit(blocks=True).fit(data.drop(columns="block"))

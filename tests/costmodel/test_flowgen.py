@@ -6,14 +6,20 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import time
 from collections import Counter
 
 import pytest
 
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.flowgen import (
-    FIRST_PORT, MAX_BATCH, PORTS, FlowProfile, due, parse_sender_output, sender_argv, sink_argv,
+    FIRST_PORT,
+    MAX_BATCH,
+    PORTS,
+    FlowProfile,
+    due,
+    parse_sender_output,
+    sender_argv,
+    sink_argv,
     udp_datagram,
 )
 from cosample.costmodel.harness import CalibrationSettings
@@ -40,20 +46,27 @@ def test_short_flows_have_their_packets_then_give_way_to_new_5_tuples():
     assert profile.source_port(PORTS * 4) == FIRST_PORT + (PORTS * 4 // 64 // 4 * 64) % PORTS
 
 
-@pytest.mark.parametrize("profile", [FlowProfile(3), FlowProfile(5, 2), FlowProfile(64, 4),
-                                     FlowProfile(PORTS, 1)])
+@pytest.mark.parametrize(
+    "profile", [FlowProfile(3), FlowProfile(5, 2), FlowProfile(64, 4), FlowProfile(PORTS, 1)]
+)
 def test_the_bulk_schedule_is_the_per_packet_one(profile):
     first = 123_457
     indices = profile.tuple_indices(first, 700)
-    assert [FIRST_PORT + i for i in indices] == [profile.source_port(p)
-                                                 for p in range(first, first + 700)]
+    assert [FIRST_PORT + i for i in indices] == [
+        profile.source_port(p) for p in range(first, first + 700)
+    ]
     assert max(indices) < profile.tuples
 
 
-@pytest.mark.parametrize("flows, flow_packets, message", [
-    (0, 0, "flows must be 1.."), (PORTS + 1, 0, "flows must be 1.."), (2.5, 0, "flows must be"),
-    (4, -1, "flow packets must be"),
-])
+@pytest.mark.parametrize(
+    "flows, flow_packets, message",
+    [
+        (0, 0, "flows must be 1.."),
+        (PORTS + 1, 0, "flows must be 1.."),
+        (2.5, 0, "flows must be"),
+        (4, -1, "flow packets must be"),
+    ],
+)
 def test_impossible_profiles_are_refused(flows, flow_packets, message):
     with pytest.raises(HarnessError, match=message):
         FlowProfile(flows, flow_packets)
@@ -62,8 +75,9 @@ def test_impossible_profiles_are_refused(flows, flow_packets, message):
 def test_the_datagram_is_ipv4_udp_to_the_port_with_the_kernel_filling_the_rest():
     payload = bytes(range(64))
     datagram = udp_datagram("10.99.0.1", "10.99.0.2", 4242, 5272, payload)
-    (version_ihl, _, total, ident, fragment, ttl, protocol, checksum, source,
-     destination) = struct.unpack_from("!BBHHHBBH4s4s", datagram)
+    (version_ihl, _, total, ident, fragment, ttl, protocol, checksum, source, destination) = (
+        struct.unpack_from("!BBHHHBBH4s4s", datagram)
+    )
     assert (version_ihl, total, ttl, protocol) == (0x45, 20 + 8 + 64, 64, 17)
     assert (ident, checksum) == (0, 0) and fragment == 0x4000  # don't fragment
     assert socket.inet_ntoa(source) == "10.99.0.1" and socket.inet_ntoa(destination) == "10.99.0.2"
@@ -91,8 +105,9 @@ def test_argv_and_the_result_line():
     assert sink_argv(5272, 60)[-3:] == ["5272", "--seconds", "60"]
     with pytest.raises(HarnessError, match="payload"):
         sender_argv("10.99.0.2", 5272, 20_000, 1, FlowProfile(1), payload_bytes=8)
-    result = parse_sender_output('noise\n{"packets": 40000, "seconds": 2.0, '
-                                 '"bits_per_second": 1e6}\n')
+    result = parse_sender_output(
+        'noise\n{"packets": 40000, "seconds": 2.0, "bits_per_second": 1e6}\n'
+    )
     assert (result.packets, result.seconds, result.lost_packets) == (40000, 2.0, None)
     with pytest.raises(HarnessError, match="no result"):
         parse_sender_output("Traceback (most recent call last): ...")
@@ -104,8 +119,11 @@ def test_settings_choose_the_generator_only_for_a_fixed_udp_rate():
     assert "cosample.costmodel.flowgen" in argv and "5272" in argv  # beside iperf3's port
     assert settings.flow_profile == FlowProfile(16384, 0)
     assert "iperf3" in CalibrationSettings(method="cpu").client_argv("10.99.0.2")
-    for bad, message in (({"streams": 4}, "no --streams"), ({"protocol": "tcp"}, "UDP"),
-                         ({"method": "throughput"}, "--method cpu")):
+    for bad, message in (
+        ({"streams": 4}, "no --streams"),
+        ({"protocol": "tcp"}, "UDP"),
+        ({"method": "throughput"}, "--method cpu"),
+    ):
         with pytest.raises(HarnessError, match=message):
             CalibrationSettings(**{"method": "cpu", "flows": 8, **bad})
     with pytest.raises(HarnessError, match="number of concurrent flows"):
@@ -127,15 +145,41 @@ def test_the_command_line_passes_the_flow_profile_and_cache_to_the_settings(tmp_
         raise KeyboardInterrupt  # stop before anything is built or written
 
     monkeypatch.setattr(cli, "_measure", measure)
-    base = ["calibrate", "--testbed", "--mechanisms", "sflow,sample_action_cached", "-d",
-            str(tmp_path / "m.csv"), "-o", str(tmp_path / "c.json")]
-    assert main(base + ["--flows", "64", "--flow-packets", "4", "--ipfix-cache-flows",
-                        "32768", "--ipfix-active-timeout", "5"]) != 0
+    base = [
+        "calibrate",
+        "--testbed",
+        "--mechanisms",
+        "sflow,sample_action_cached",
+        "-d",
+        str(tmp_path / "m.csv"),
+        "-o",
+        str(tmp_path / "c.json"),
+    ]
+    assert (
+        main(
+            base
+            + [
+                "--flows",
+                "64",
+                "--flow-packets",
+                "4",
+                "--ipfix-cache-flows",
+                "32768",
+                "--ipfix-active-timeout",
+                "5",
+            ]
+        )
+        != 0
+    )
     assert main(base) != 0
     told, default = seen
     assert (told.flows, told.flow_packets) == (64, 4)
     assert (told.ipfix_cache_flows, told.ipfix_active_timeout_s) == (32768, 5)
-    assert (default.flows, default.ipfix_cache_flows, default.ipfix_active_timeout_s) == (0, 1024, 1)
+    assert (default.flows, default.ipfix_cache_flows, default.ipfix_active_timeout_s) == (
+        0,
+        1024,
+        1,
+    )
     assert not (tmp_path / "c.json").exists()
 
 
@@ -144,15 +188,18 @@ def test_the_sender_sends_the_schedule_at_the_rate_and_stops_by_itself():
     """The real sender on loopback (a raw socket needs root): what arrives at a bound UDP
     socket carries the schedule's source ports, at the rate asked, for the time asked."""
     import subprocess
-    import sys
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
         receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
         receiver.bind(("127.0.0.1", 0))
         port = receiver.getsockname()[1]
         profile = FlowProfile(8, 3)
-        process = subprocess.run(sender_argv("127.0.0.1", port, 2000, 0.5, profile),
-                                 capture_output=True, text=True, timeout=20)
+        process = subprocess.run(
+            sender_argv("127.0.0.1", port, 2000, 0.5, profile),
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         assert process.returncode == 0, process.stderr
         result = json.loads(process.stdout)
         receiver.settimeout(0.5)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.counters import parse_port_stats
+from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.harness import CalibrationSettings, Calibrator, plan_trials
 from cosample.costmodel.iperf import IperfResult
 
@@ -28,18 +28,21 @@ def test_plan_covers_every_cell_once_in_seeded_random_order():
     assert [(t.mechanism, t.rate) for t in trials] != sorted((t.mechanism, t.rate) for t in trials)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"mechanisms": ("sflow", "gre")}, "choose from"),
-    ({"rates": (0.5,), "design": "independent"}, "at least 2 distinct"),
-    ({"rates": (0, 1.5)}, "in \\[0, 1\\]"),
-    ({"repetitions": 0}, "repetitions"),
-    ({"duration_s": 0.2}, "duration"),
-    ({"protocol": "icmp"}, "protocol"),
-    ({"design": "latin"}, "design"),
-    ({"phases": 3}, "even integer"),
-    ({"rates": (0.0, 0.0)}, "needs a rate > 0"),
-    ({"duration_s": 2, "phases": 8}, "too short"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mechanisms": ("sflow", "gre")}, "choose from"),
+        ({"rates": (0.5,), "design": "independent"}, "at least 2 distinct"),
+        ({"rates": (0, 1.5)}, "in \\[0, 1\\]"),
+        ({"repetitions": 0}, "repetitions"),
+        ({"duration_s": 0.2}, "duration"),
+        ({"protocol": "icmp"}, "protocol"),
+        ({"design": "latin"}, "design"),
+        ({"phases": 3}, "even integer"),
+        ({"rates": (0.0, 0.0)}, "needs a rate > 0"),
+        ({"duration_s": 2, "phases": 8}, "too short"),
+    ],
+)
 def test_settings_are_strict(kwargs, message):
     with pytest.raises(HarnessError, match=message):
         CalibrationSettings(**kwargs)
@@ -92,11 +95,26 @@ class FakeSwitch:
 
 
 def _calibrator(log, switch, **settings):
-    settings = CalibrationSettings(rates=(0, 0.3), repetitions=1, duration_s=2, warmup_s=1,
-                                   settle_s=0, design="independent", **settings)
+    settings = CalibrationSettings(
+        rates=(0, 0.3),
+        repetitions=1,
+        duration_s=2,
+        warmup_s=1,
+        settle_s=0,
+        design="independent",
+        **settings,
+    )
     mechanisms = {m: FakeMechanism(m, log) for m in settings.mechanisms}
-    return Calibrator(settings, mechanisms, switch.port_stats,
-                      {"sflow": lambda: switch.copies}, switch.client, "10.0.0.2", "in", "out")
+    return Calibrator(
+        settings,
+        mechanisms,
+        switch.port_stats,
+        {"sflow": lambda: switch.copies},
+        switch.client,
+        "10.0.0.2",
+        "in",
+        "out",
+    )
 
 
 def test_trials_produce_tidy_rows_with_one_mechanism_active():
@@ -113,7 +131,7 @@ def test_trials_produce_tidy_rows_with_one_mechanism_active():
     # before each trial, every mechanism but the trial's is set to 0
     for trial in data.itertuples():
         start = 2 + 2 * trial.order
-        settings = dict(log[start:start + 2])
+        settings = dict(log[start : start + 2])
         other = "mirror" if trial.mechanism == "sflow" else "sflow"
         assert settings[trial.mechanism] == trial.rate_requested and settings[other] == 0.0
     assert log[-2:] == [("sflow", "clear"), ("mirror", "clear")]
@@ -128,7 +146,6 @@ def test_mechanisms_are_cleared_when_a_run_fails():
         if len(calls) == 3:
             raise KeyboardInterrupt
         return switch.client(argv, duration)
-
 
     calibrator = _calibrator(log, switch)
     calibrator.client = failing_client
@@ -192,16 +209,26 @@ def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
     switch = ClockedSwitch(50_000, {"sflow": 0.8, "mirror": 0.25})
     monkeypatch.setattr(harness.time, "sleep", switch.advance)
 
-    settings = CalibrationSettings(rates=(0, 0.5, 1), repetitions=2, duration_s=4.5, warmup_s=0,
-                                   phases=4, guard_s=0.3)
+    settings = CalibrationSettings(
+        rates=(0, 0.5, 1), repetitions=2, duration_s=4.5, warmup_s=0, phases=4, guard_s=0.3
+    )
     runs = []
 
     def client(argv, duration):
         runs.append(FakeRun(IperfResult("udp", duration, 1e6, packets=10, lost_packets=0)))
         return runs[-1]
 
-    calibrator = Calibrator(settings, switch.mechanisms(), switch.port_stats,
-                            {}, client, "10.0.0.2", "in", "out", clock=switch.clock)
+    calibrator = Calibrator(
+        settings,
+        switch.mechanisms(),
+        switch.port_stats,
+        {},
+        client,
+        "10.0.0.2",
+        "in",
+        "out",
+        clock=switch.clock,
+    )
     data = calibrator.run(show_progress=False)
     assert len(data) == 2 * 2 * 2 * 4 and data["block"].nunique() == 8
     assert (data.groupby("block")["rate"].apply(lambda r: sorted(set(r))[0]) == 0).all()
@@ -214,8 +241,8 @@ def test_paired_design_recovers_the_law_from_a_clocked_fake(monkeypatch):
 
 
 def test_mirror_vxlan_needs_a_tunnel_device():
-    from cosample.costmodel.realrun import run_calibration
     from cosample.costmodel.endpoints import existing_endpoints
+    from cosample.costmodel.realrun import run_calibration
 
     endpoints = existing_endpoints("br0", "p1", "p2", "10.0.0.2", "m0")
     settings = CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(1.0,), repetitions=1)
@@ -247,16 +274,34 @@ def test_a_client_refused_by_a_busy_server_is_started_again(monkeypatch):
         runs.append(run)
         return run
 
-    settings = CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), repetitions=1,
-                                   duration_s=2, warmup_s=0, phases=4, guard_s=0.1)
+    settings = CalibrationSettings(
+        mechanisms=("sflow",),
+        rates=(0, 1),
+        repetitions=1,
+        duration_s=2,
+        warmup_s=0,
+        phases=4,
+        guard_s=0.1,
+    )
     refusing = {0, 1}
-    calibrator = Calibrator(settings, switch.mechanisms(), switch.port_stats, {}, client,
-                            "10.0.0.2", "in", "out", clock=switch.clock)
+    calibrator = Calibrator(
+        settings,
+        switch.mechanisms(),
+        switch.port_stats,
+        {},
+        client,
+        "10.0.0.2",
+        "in",
+        "out",
+        clock=switch.clock,
+    )
     data = calibrator.run(show_progress=False)
     assert len(runs) == 3 and len(data) == 4 and all(run.stopped for run in runs)
     assert switch.now < 5 + 2 * 1.0 + 1  # the refusals cost a second each, not 10 s
     refusing = {3, 4, 5}  # every start refused: one clear error after LOAD_STARTS tries
-    with pytest.raises(HarnessError, match="ended before any packet reached the receiver .3 tries."):
+    with pytest.raises(
+        HarnessError, match="ended before any packet reached the receiver .3 tries."
+    ):
         calibrator.run(show_progress=False)
 
 
@@ -268,9 +313,16 @@ def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
     switch = ClockedSwitch(50_000, {"sflow": 0.8, "mirror_vxlan": 0.4})
     monkeypatch.setattr(harness.time, "sleep", switch.advance)
 
-    settings = CalibrationSettings(mechanisms=("sflow", "mirror_vxlan"), rates=(0, 1),
-                                   repetitions=2, duration_s=6, warmup_s=0, phases=8,
-                                   guard_s=0.1, run_lengths=(("mirror_vxlan", 2.0, 4, 0.2),))
+    settings = CalibrationSettings(
+        mechanisms=("sflow", "mirror_vxlan"),
+        rates=(0, 1),
+        repetitions=2,
+        duration_s=6,
+        warmup_s=0,
+        phases=8,
+        guard_s=0.1,
+        run_lengths=(("mirror_vxlan", 2.0, 4, 0.2),),
+    )
     assert settings.run_design("mirror_vxlan") == (2.0, 4, 0.2)
     assert settings.run_design("sflow") == (6, 8, 0.1)
     durations = []
@@ -279,28 +331,58 @@ def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
         durations.append(duration)
         return FakeRun(IperfResult("udp", duration, 1e6, packets=10, lost_packets=0))
 
-    data = Calibrator(settings, switch.mechanisms(), switch.port_stats, {},
-                      client, "10.0.0.2", "in", "out", clock=switch.clock).run(show_progress=False)
+    data = Calibrator(
+        settings,
+        switch.mechanisms(),
+        switch.port_stats,
+        {},
+        client,
+        "10.0.0.2",
+        "in",
+        "out",
+        clock=switch.clock,
+    ).run(show_progress=False)
     phases = data.groupby(["mechanism", "block"])["phase"].count()
     assert set(phases["sflow"]) == {8} and set(phases["mirror_vxlan"]) == {4}
     # counted: a phase less its own guard (0.5 - 0.2 s; sflow's 0.75 - 0.1 s)
     assert data[data["mechanism"] == "mirror_vxlan"]["duration_s"].between(0.25, 0.35).all()
     assert data[data["mechanism"] == "sflow"]["duration_s"].between(0.6, 0.7).all()
-    assert sorted(set(durations)) == sorted({2.0 * harness.LOAD_SLACK + harness.TAIL_S,
-                                            6.0 * harness.LOAD_SLACK + harness.TAIL_S})
+    assert sorted(set(durations)) == sorted(
+        {2.0 * harness.LOAD_SLACK + harness.TAIL_S, 6.0 * harness.LOAD_SLACK + harness.TAIL_S}
+    )
     with pytest.raises(HarnessError, match="phases must be an even integer"):
-        CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(0, 1), run_lengths=(("mirror_vxlan", 4.0, 3, 0.05),))
+        CalibrationSettings(
+            mechanisms=("mirror_vxlan",),
+            rates=(0, 1),
+            run_lengths=(("mirror_vxlan", 4.0, 3, 0.05),),
+        )
     with pytest.raises(HarnessError, match="too short"):
-        CalibrationSettings(mechanisms=("mirror_vxlan",), rates=(0, 1), guard_s=0.3,
-                            run_lengths=(("mirror_vxlan", 1.0, 14, 0.3),))
+        CalibrationSettings(
+            mechanisms=("mirror_vxlan",),
+            rates=(0, 1),
+            guard_s=0.3,
+            run_lengths=(("mirror_vxlan", 1.0, 14, 0.3),),
+        )
     with pytest.raises(HarnessError, match="unknown mechanism"):
         CalibrationSettings(run_lengths=(("netflow", 4.0, 14, 0.05),))
     # a run's own guard decides whether its phases are long enough, not the default's
-    CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), duration_s=12, phases=40,
-                        guard_s=0.2, run_lengths=(("sflow", 12.0, 120, 0.02),))
+    CalibrationSettings(
+        mechanisms=("sflow",),
+        rates=(0, 1),
+        duration_s=12,
+        phases=40,
+        guard_s=0.2,
+        run_lengths=(("sflow", 12.0, 120, 0.02),),
+    )
     with pytest.raises(HarnessError, match="too short for 120 phases"):
-        CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), duration_s=12, phases=40,
-                            guard_s=0.05, run_lengths=(("sflow", 12.0, 120, 0.06),))
+        CalibrationSettings(
+            mechanisms=("sflow",),
+            rates=(0, 1),
+            duration_s=12,
+            phases=40,
+            guard_s=0.05,
+            run_lengths=(("sflow", 12.0, 120, 0.06),),
+        )
 
 
 def test_a_run_delayed_past_its_load_keeps_the_phases_measured_under_load(monkeypatch):
@@ -332,10 +414,26 @@ def test_a_run_delayed_past_its_load_keeps_the_phases_measured_under_load(monkey
         run.process = Process(switch.now + duration)
         return run
 
-    settings = CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), repetitions=1,
-                                   duration_s=4, warmup_s=0, phases=8, guard_s=0.1)
-    data = Calibrator(settings, {"sflow": slow}, switch.port_stats, {}, client,
-                      "10.0.0.2", "in", "out", clock=switch.clock).run(show_progress=False)
+    settings = CalibrationSettings(
+        mechanisms=("sflow",),
+        rates=(0, 1),
+        repetitions=1,
+        duration_s=4,
+        warmup_s=0,
+        phases=8,
+        guard_s=0.1,
+    )
+    data = Calibrator(
+        settings,
+        {"sflow": slow},
+        switch.port_stats,
+        {},
+        client,
+        "10.0.0.2",
+        "in",
+        "out",
+        clock=switch.clock,
+    ).run(show_progress=False)
     load_s = 4 * harness.LOAD_SLACK + harness.TAIL_S
     assert 2 <= len(data) < 8  # the phases that fit in the load, not all eight, and no error
     assert (data["forwarded_pps"] > 0).all()
@@ -355,11 +453,26 @@ def test_a_phase_that_forwarded_nothing_is_left_out_and_counted(monkeypatch):
 
     switch = StarvingSwitch(50_000, {"sflow": 0.5})
     monkeypatch.setattr(harness.time, "sleep", switch.advance)
-    settings = CalibrationSettings(mechanisms=("sflow",), rates=(0, 1), repetitions=1,
-                                   duration_s=4, warmup_s=0, phases=4, guard_s=0.1)
-    calibrator = Calibrator(settings, switch.mechanisms(), switch.port_stats, {},
-                            lambda argv, duration: FakeRun(IperfResult("udp", duration, 1e6)),
-                            "10.0.0.2", "in", "out", clock=switch.clock)
+    settings = CalibrationSettings(
+        mechanisms=("sflow",),
+        rates=(0, 1),
+        repetitions=1,
+        duration_s=4,
+        warmup_s=0,
+        phases=4,
+        guard_s=0.1,
+    )
+    calibrator = Calibrator(
+        settings,
+        switch.mechanisms(),
+        switch.port_stats,
+        {},
+        lambda argv, duration: FakeRun(IperfResult("udp", duration, 1e6)),
+        "10.0.0.2",
+        "in",
+        "out",
+        clock=switch.clock,
+    )
     data = calibrator.run(show_progress=False)
     assert calibrator.empty_phases == 1 and len(data) == 3
     assert (data["forwarded_pps"] > 0).all()

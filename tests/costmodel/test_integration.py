@@ -17,26 +17,59 @@ import time
 
 import pandas as pd
 import pytest
-
-from cosample.cli import main
-from cosample.costmodel.errors import HarnessError
-from cosample.lab.onehost import OneHostTestbed, one_host_testbed_unavailable
-from cosample.dataplane.run import run
 from costmodel_leftovers import leftovers
 from waiting import interrupt
 
+from cosample.cli import main
+from cosample.costmodel.errors import HarnessError
+from cosample.dataplane.run import run
+from cosample.lab.onehost import OneHostTestbed, one_host_testbed_unavailable
+
 REASON = one_host_testbed_unavailable()
-pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow,
-              pytest.mark.skipif(REASON is not None, reason=f"real calibration: {REASON}")]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.ovs,
+    pytest.mark.slow,
+    pytest.mark.skipif(REASON is not None, reason=f"real calibration: {REASON}"),
+]
 PREFIX = "ccI"
 
 
 def test_short_real_calibration(tmp_path):
     data, output, figure = tmp_path / "m.csv", tmp_path / "c.json", tmp_path / "c.png"
-    code = main(["calibrate", "--testbed", "--prefix", PREFIX, "--method", "throughput", "--protocol", "udp",
-                 "--mechanisms", "sflow,mirror,mirror_vxlan", "--rates", "0,0.5,1", "--repetitions", "1", "--duration", "4", "--phases", "4",
-                 "--warmup", "1", "--bootstrap", "200", "--no-progress",
-                 "-d", str(data), "-o", str(output), "--figure", str(figure)])
+    code = main(
+        [
+            "calibrate",
+            "--testbed",
+            "--prefix",
+            PREFIX,
+            "--method",
+            "throughput",
+            "--protocol",
+            "udp",
+            "--mechanisms",
+            "sflow,mirror,mirror_vxlan",
+            "--rates",
+            "0,0.5,1",
+            "--repetitions",
+            "1",
+            "--duration",
+            "4",
+            "--phases",
+            "4",
+            "--warmup",
+            "1",
+            "--bootstrap",
+            "200",
+            "--no-progress",
+            "-d",
+            str(data),
+            "-o",
+            str(output),
+            "--figure",
+            str(figure),
+        ]
+    )
     assert code == 0
     assert leftovers(PREFIX) == []
     frame = pd.read_csv(data)
@@ -79,11 +112,34 @@ def test_interrupted_calibration_cleans_up_and_writes_nothing(tmp_path, signal_n
     prefix = "ccJ"
     data, output = tmp_path / "m.csv", tmp_path / "c.json"
     process = subprocess.Popen(
-        [sys.executable, "-m", "cosample", "calibrate", "--testbed", "--prefix", prefix,
-         "--method", "throughput",
-         "--rates", "0,1", "--repetitions", "5", "--duration", "4", "--warmup", "0",
-         "--no-progress", "-d", str(data), "-o", str(output)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "cosample",
+            "calibrate",
+            "--testbed",
+            "--prefix",
+            prefix,
+            "--method",
+            "throughput",
+            "--rates",
+            "0,1",
+            "--repetitions",
+            "5",
+            "--duration",
+            "4",
+            "--warmup",
+            "0",
+            "--no-progress",
+            "-d",
+            str(data),
+            "-o",
+            str(output),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and f"{prefix}vb" not in run(["ip", "-o", "link"]).stdout:
@@ -102,20 +158,53 @@ def test_existing_endpoints_mode_touches_only_its_mechanisms(tmp_path):
     data, output = tmp_path / "m.csv", tmp_path / "c.json"
     with OneHostTestbed("ccK") as testbed:
         e = testbed.endpoints
-        code = main(["calibrate", "--method", "throughput", "--ovsdb", testbed.ovs.remote,
-                     "--bridge", e.bridge,
-                     "--sender-port", e.sender_port, "--receiver-port", e.receiver_port,
-                     "--receiver-ip", e.receiver_ip, "--mirror-target", e.mirror_target,
-                     "--sender-exec", " ".join(e.sender_exec),
-                     "--receiver-exec", " ".join(e.receiver_exec),
-                     "--rates", "0,0.5,1", "--repetitions", "1", "--duration", "2",
-                     "--phases", "2", "--warmup", "0", "--bootstrap", "100", "--no-progress",
-                     "-d", str(data), "-o", str(output)])
+        code = main(
+            [
+                "calibrate",
+                "--method",
+                "throughput",
+                "--ovsdb",
+                testbed.ovs.remote,
+                "--bridge",
+                e.bridge,
+                "--sender-port",
+                e.sender_port,
+                "--receiver-port",
+                e.receiver_port,
+                "--receiver-ip",
+                e.receiver_ip,
+                "--mirror-target",
+                e.mirror_target,
+                "--sender-exec",
+                " ".join(e.sender_exec),
+                "--receiver-exec",
+                " ".join(e.receiver_exec),
+                "--rates",
+                "0,0.5,1",
+                "--repetitions",
+                "1",
+                "--duration",
+                "2",
+                "--phases",
+                "2",
+                "--warmup",
+                "0",
+                "--bootstrap",
+                "100",
+                "--no-progress",
+                "-d",
+                str(data),
+                "-o",
+                str(output),
+            ]
+        )
         assert code == 0
         assert testbed.ovs.vsctl("get", "bridge", e.bridge, "sflow").strip() == "[]"
         assert "clsact" not in run(["tc", "qdisc", "show", "dev", e.sender_port]).stdout
-        assert set(testbed.ovs.vsctl("list-ports", e.bridge).split()) == {e.sender_port,
-                                                                           e.receiver_port}
+        assert set(testbed.ovs.vsctl("list-ports", e.bridge).split()) == {
+            e.sender_port,
+            e.receiver_port,
+        }
     frame = pd.read_csv(data)
     assert len(frame) == 8 and (frame["throughput_pps"] > 0).all()
     metadata = json.loads(output.read_text())["metadata"]

@@ -12,14 +12,35 @@ import pytest
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.iperf import IperfServer, client_argv, parse_client_json, run_client
 
-UDP_JSON = json.dumps({"start": {}, "intervals": [], "end": {
-    "sum": {"seconds": 2.0, "bytes": 128000, "bits_per_second": 512000.0, "lost_packets": 500,
-            "packets": 2000, "lost_percent": 25.0, "sender": True},
-    "cpu_utilization_percent": {"host_total": 40.0, "remote_total": 12.5}}})
-TCP_JSON = json.dumps({"start": {}, "intervals": [], "end": {
-    "sum_sent": {"seconds": 3.0, "bytes": 3_000_000, "bits_per_second": 8e6},
-    "sum_received": {"seconds": 3.0, "bytes": 2_999_000, "bits_per_second": 7.99e6},
-    "cpu_utilization_percent": {"host_total": 3.0, "remote_total": 9.0}}})
+UDP_JSON = json.dumps(
+    {
+        "start": {},
+        "intervals": [],
+        "end": {
+            "sum": {
+                "seconds": 2.0,
+                "bytes": 128000,
+                "bits_per_second": 512000.0,
+                "lost_packets": 500,
+                "packets": 2000,
+                "lost_percent": 25.0,
+                "sender": True,
+            },
+            "cpu_utilization_percent": {"host_total": 40.0, "remote_total": 12.5},
+        },
+    }
+)
+TCP_JSON = json.dumps(
+    {
+        "start": {},
+        "intervals": [],
+        "end": {
+            "sum_sent": {"seconds": 3.0, "bytes": 3_000_000, "bits_per_second": 8e6},
+            "sum_received": {"seconds": 3.0, "bytes": 2_999_000, "bits_per_second": 7.99e6},
+            "cpu_utilization_percent": {"host_total": 3.0, "remote_total": 9.0},
+        },
+    }
+)
 
 
 def test_parses_udp_and_tcp_summaries():
@@ -30,12 +51,17 @@ def test_parses_udp_and_tcp_summaries():
     assert tcp.bits_per_second == pytest.approx(7.99e6) and math.isnan(tcp.received_pps)
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"start": {}, "end": {}, "error": "unable to connect to server: Connection refused"}',
-     "iperf3: unable to connect"),
-    ("iperf3: error - the server is busy running a test", "no JSON result: iperf3: error"),
-    ('{"end": {"sum_sent": {}}}', "lacks the tcp summary"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '{"start": {}, "end": {}, "error": "unable to connect to server: Connection refused"}',
+            "iperf3: unable to connect",
+        ),
+        ("iperf3: error - the server is busy running a test", "no JSON result: iperf3: error"),
+        ('{"end": {"sum_sent": {}}}', "lacks the tcp summary"),
+    ],
+)
 def test_iperf_failures_become_clear_errors(text, message):
     with pytest.raises(HarnessError, match=message):
         parse_client_json(text, "tcp")
@@ -46,8 +72,11 @@ def test_client_argv():
     assert argv[:3] == ["iperf3", "-c", "10.0.0.2"] and "-J" in argv
     assert argv[argv.index("-l") + 1] == "64" and argv[argv.index("-b") + 1] == "0"
     assert "-u" not in client_argv("10.0.0.2", protocol="tcp")
-    for kwargs, message in (({"protocol": "sctp"}, "protocol"), ({"duration_s": 0.5}, "duration"),
-                            ({"packet_bytes": 8}, "UDP payload")):
+    for kwargs, message in (
+        ({"protocol": "sctp"}, "protocol"),
+        ({"duration_s": 0.5}, "duration"),
+        ({"packet_bytes": 8}, "UDP payload"),
+    ):
         with pytest.raises(HarnessError, match=message):
             client_argv("10.0.0.2", **kwargs)
 

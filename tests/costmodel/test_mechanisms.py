@@ -6,10 +6,15 @@ import pytest
 
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.mechanisms import (
-    TAG, SflowSampling, TcMirror, sampling_n, sflow_create_args, sflow_detach_args,
+    TAG,
+    SflowSampling,
+    TcMirror,
+    sampling_n,
+    sflow_create_args,
+    sflow_detach_args,
 )
-from cosample.lab.netns import Lab, netns_available
 from cosample.dataplane.run import run
+from cosample.lab.netns import Lab, netns_available
 
 
 def test_sampling_n_is_one_in_round_inverse():
@@ -72,8 +77,19 @@ def test_sflow_adopts_its_own_leftover_row_and_leaves_a_replacement(ovs_sandbox)
     assert sflow.set_rate(0.25) == 0.25 and sflow.row == leftover
     assert ovs.vsctl("get", "sflow", leftover, "sampling").strip() == "4"
     # someone else's sFlow replaces ours mid-run: clearing ours must leave theirs
-    ovs.vsctl("--", "--id=@s", "create", "sflow", 'targets="10.0.0.9:6343"', "sampling=64",
-              "--", "set", "bridge", "ccm3", "sflow=@s")
+    ovs.vsctl(
+        "--",
+        "--id=@s",
+        "create",
+        "sflow",
+        'targets="10.0.0.9:6343"',
+        "sampling=64",
+        "--",
+        "set",
+        "bridge",
+        "ccm3",
+        "sflow=@s",
+    )
     foreign = ovs.vsctl("get", "bridge", "ccm3", "sflow").strip()
     sflow.clear()
     assert ovs.vsctl("get", "bridge", "ccm3", "sflow").strip() == foreign
@@ -82,9 +98,26 @@ def test_sflow_adopts_its_own_leftover_row_and_leaves_a_replacement(ovs_sandbox)
 @pytest.mark.ovs
 def test_foreign_sflow_row_is_refused_and_kept(ovs_sandbox):
     ovs = ovs_sandbox
-    ovs.vsctl("add-br", "ccm1", "--", "set", "bridge", "ccm1", "datapath_type=dummy",
-              "--", "--id=@s", "create", "sflow", 'targets="10.0.0.9:6343"', "sampling=64",
-              "--", "set", "bridge", "ccm1", "sflow=@s")
+    ovs.vsctl(
+        "add-br",
+        "ccm1",
+        "--",
+        "set",
+        "bridge",
+        "ccm1",
+        "datapath_type=dummy",
+        "--",
+        "--id=@s",
+        "create",
+        "sflow",
+        'targets="10.0.0.9:6343"',
+        "sampling=64",
+        "--",
+        "set",
+        "bridge",
+        "ccm1",
+        "sflow=@s",
+    )
     sflow = SflowSampling(ovs.vsctl, "ccm1", "127.0.0.1:6343")
     with pytest.raises(HarnessError, match="did not create"):
         sflow.set_rate(0.5)

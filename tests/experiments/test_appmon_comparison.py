@@ -13,8 +13,13 @@ import pytest
 from cosample.experiments import appmon_comparison as comparison
 from cosample.experiments.appmon_monitors import parse_wrk
 from cosample.experiments.errors import ExperimentError
-from cosample.lab.appmirror import (SELECTIVE_COOKIE, port_mirror_args, rig_unavailable,
-                                    selective_flows, wire_flows)
+from cosample.lab.appmirror import (
+    SELECTIVE_COOKIE,
+    port_mirror_args,
+    rig_unavailable,
+    selective_flows,
+    wire_flows,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "appmon"
 
@@ -57,8 +62,10 @@ def test_mechanism_arguments():
     assert "in_port=2,nw_src=10.77.0.2,tp_src=80" in to_client
     assert to_client.endswith("actions=output:1,output(port=3,max_len=78)")
     assert selective_flows(1, 2, 3, "10.77.0.2", 80)[0].endswith("actions=output:2,output:3")
-    assert wire_flows(1, 2) == ["priority=10,in_port=1,actions=output:2",
-                                "priority=10,in_port=2,actions=output:1"]
+    assert wire_flows(1, 2) == [
+        "priority=10,in_port=1,actions=output:2",
+        "priority=10,in_port=2,actions=output:1",
+    ]
 
 
 def test_bad_arms_are_a_usage_error(capsys):
@@ -76,8 +83,12 @@ def test_short_comparison_on_real_traffic(tmp_path, capsys):
     reason = rig_unavailable() or (None if shutil.which("tshark") else "tshark not installed")
     if reason:
         pytest.skip(reason)
-    assert comparison.main(["--seconds", "2", "--rounds", "1", "--connections", "4",
-                            "--out", str(tmp_path)]) == 0
+    assert (
+        comparison.main(
+            ["--seconds", "2", "--rounds", "1", "--connections", "4", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     frame = pd.read_csv(tmp_path / "appmon_comparison.csv")
     assert list(frame.columns) == list(comparison.COLUMNS)
     assert sorted(frame["arm"]) == sorted(arm.name for arm in comparison.ARMS)
@@ -85,18 +96,30 @@ def test_short_comparison_on_real_traffic(tmp_path, capsys):
     assert (frame["requests_per_s"] > 0).all() and (frame["log_requests"] > 0).all()
     per_request = rows["analysis_bytes"] / rows["log_requests"]
     assert per_request["none"] < 1  # nothing is copied without a mechanism
-    assert per_request["truncated_mirror"] < per_request["selective_mirror"] \
-        < per_request["port_mirror"], per_request.to_dict()
+    assert (
+        per_request["truncated_mirror"]
+        < per_request["selective_mirror"]
+        < per_request["port_mirror"]
+    ), per_request.to_dict()
     # every packet copied (or every segment cut to 78 bytes, or every record sent): exact; the
     # PSH copies too for requests and for the one-segment 500s (not for the 4000-byte 200s)
-    for arm in ("port_mirror", "sniffer_onsite", "sniffer_offsite", "selective_all_truncated",
-                "selective_mirror", "truncated_mirror"):
+    for arm in (
+        "port_mirror",
+        "sniffer_onsite",
+        "sniffer_offsite",
+        "selective_all_truncated",
+        "selective_mirror",
+        "truncated_mirror",
+    ):
         assert rows.loc[arm, "kernel_drops"] == 0
         assert rows.loc[arm, "monitor_requests"] == rows.loc[arm, "log_requests"], arm
         assert rows.loc[arm, "monitor_5xx"] == rows.loc[arm, "log_5xx"], arm
-    assert per_request["sniffer_offsite"] < per_request["truncated_mirror"] \
-        < per_request["selective_all_truncated"] < per_request["port_mirror"], \
-        per_request.to_dict()
+    assert (
+        per_request["sniffer_offsite"]
+        < per_request["truncated_mirror"]
+        < per_request["selective_all_truncated"]
+        < per_request["port_mirror"]
+    ), per_request.to_dict()
     # OVS 3.1, userspace datapath: a Mirror's snaplen cuts the VXLAN-encapsulated copy without
     # fixing its outer lengths, and the analysis node's kernel drops every cut one: only frames
     # short enough to pass whole (bare acknowledgements) arrive (docs/ovs-facts.md)
@@ -104,7 +127,9 @@ def test_short_comparison_on_real_traffic(tmp_path, capsys):
     assert snaplen["analysis_packets"] > snaplen["log_requests"]
     assert snaplen["analysis_inner_packets"] < snaplen["analysis_packets"] / 2
     assert snaplen["monitor_requests"] == 0 and snaplen["monitor_responses"] == 0
-    assert rows.loc["truncated_mirror", "analysis_inner_packets"] > 0  # max_len cuts the inner frame
+    assert (
+        rows.loc["truncated_mirror", "analysis_inner_packets"] > 0
+    )  # max_len cuts the inner frame
     summary = pd.read_csv(tmp_path / "appmon_comparison_summary.csv").set_index("arm")
     assert summary.loc["none", "throughput_vs_none"] == 1.0
     assert summary.loc["port_mirror", "bytes_vs_port_mirror"] == 1.0

@@ -33,25 +33,69 @@ def table(rounds: int = 3, kernel: bool = False) -> pd.DataFrame:
     with ``kernel``, the kernel mirror 3 us in ovs-vswitchd and 3 us in nginx (a = 0.06)."""
     rows = []
     for number in range(rounds):
-        def row(arm, nominal, truncate=None, vswitchd=50e-6, monitor=0.0, copies=0.0,
-                fabric=0.0, requests=10_000, packets=8.0, server=50e-6):
-            rows.append({column: None for column in appmon_costs.COLUMNS} | {
-                "round": number, "arm": arm, "truncate": truncate, "share_nominal": nominal,
-                "seconds": 4, "connections": 32, "requests": requests, "requests_per_s": 2000,
-                "server_cpu_s": server * requests, "vswitchd_cpu_s": vswitchd * requests,
-                "monitor_cpu_s": monitor * requests, "server_port_packets": packets * requests,
-                "analysis_inner_packets": copies * requests, "analysis_bytes": fabric * requests})
+
+        def row(
+            arm,
+            nominal,
+            truncate=None,
+            vswitchd=50e-6,
+            monitor=0.0,
+            copies=0.0,
+            fabric=0.0,
+            requests=10_000,
+            packets=8.0,
+            server=50e-6,
+        ):
+            rows.append(
+                {column: None for column in appmon_costs.COLUMNS}
+                | {
+                    "round": number,
+                    "arm": arm,
+                    "truncate": truncate,
+                    "share_nominal": nominal,
+                    "seconds": 4,
+                    "connections": 32,
+                    "requests": requests,
+                    "requests_per_s": 2000,
+                    "server_cpu_s": server * requests,
+                    "vswitchd_cpu_s": vswitchd * requests,
+                    "monitor_cpu_s": monitor * requests,
+                    "server_port_packets": packets * requests,
+                    "analysis_inner_packets": copies * requests,
+                    "analysis_bytes": fabric * requests,
+                }
+            )
+
         row("none", 0.0)
         row("sniffer_onsite", 1.0, monitor=50e-6)
         for share in (0.25, 0.5, 1.0):
-            row("selective_mirror", share, vswitchd=(50 + 10 * share) * 1e-6,
-                monitor=30e-6 * share, copies=2 * share, fabric=1500 * share)
-            row("truncated_mirror", share, truncate=78, vswitchd=(50 + 4 * share) * 1e-6,
-                monitor=20e-6 * share, copies=2 * share, fabric=256 * share)
+            row(
+                "selective_mirror",
+                share,
+                vswitchd=(50 + 10 * share) * 1e-6,
+                monitor=30e-6 * share,
+                copies=2 * share,
+                fabric=1500 * share,
+            )
+            row(
+                "truncated_mirror",
+                share,
+                truncate=78,
+                vswitchd=(50 + 4 * share) * 1e-6,
+                monitor=20e-6 * share,
+                copies=2 * share,
+                fabric=256 * share,
+            )
             if kernel:
-                row("kernel_mirror", share, vswitchd=(50 + 3 * share) * 1e-6,
-                    server=(50 + 3 * share) * 1e-6, monitor=30e-6 * share, copies=2 * share,
-                    fabric=1520 * share)
+                row(
+                    "kernel_mirror",
+                    share,
+                    vswitchd=(50 + 3 * share) * 1e-6,
+                    server=(50 + 3 * share) * 1e-6,
+                    monitor=30e-6 * share,
+                    copies=2 * share,
+                    fabric=1520 * share,
+                )
     return pd.DataFrame(rows, columns=list(appmon_costs.COLUMNS))
 
 
@@ -98,8 +142,9 @@ def test_from_csv_writes_a_valid_calibration_beside_alpha_and_beta(tmp_path):
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"alpha": 1.5, "beta": 0.4, "capacity_pps": 90000.0}))
     out = tmp_path / "out.json"
-    assert appmon_costs.main(["--from-csv", str(phases), "--base", str(base),
-                              "--out", str(out)]) == 0
+    assert (
+        appmon_costs.main(["--from-csv", str(phases), "--base", str(base), "--out", str(out)]) == 0
+    )
     document = read_calibration_file(out)
     assert (document.alpha, document.beta) == (1.5, 0.4)
     assert document.appmon.mechanisms["selective_mirror"].coefficient == pytest.approx(0.1)
@@ -118,8 +163,7 @@ def test_bad_inputs_exit_non_zero_and_write_nothing(tmp_path, capsys):
 
 def test_committed_measurement_refits_to_the_committed_json(tmp_path):
     out = tmp_path / "again.json"
-    assert appmon_costs.main(["--from-csv", str(DATA / "appmon_costs.csv"),
-                              "--out", str(out)]) == 0
+    assert appmon_costs.main(["--from-csv", str(DATA / "appmon_costs.csv"), "--out", str(out)]) == 0
     committed = json.loads((DATA / "calibration-appmon.json").read_text())
     assert json.loads(out.read_text())["appmon"] == committed["appmon"]
 
@@ -131,8 +175,12 @@ def test_tiny_real_run(tmp_path):
     if reason:
         pytest.skip(reason)
     out = tmp_path / "calibration-appmon.json"
-    assert appmon_costs.main(["--seconds", "1", "--rounds", "2", "--connections", "16",
-                              "--out", str(out)]) == 0
+    assert (
+        appmon_costs.main(
+            ["--seconds", "1", "--rounds", "2", "--connections", "16", "--out", str(out)]
+        )
+        == 0
+    )
     frame = pd.read_csv(tmp_path / "calibration-appmon.csv")
     assert len(frame) == 2 * len(appmon_costs.ARMS)
     section = read_calibration_file(out).appmon

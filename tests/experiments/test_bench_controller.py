@@ -18,8 +18,9 @@ from research.revision import export
 def _in_git() -> bool:
     if shutil.which("git") is None:
         return False
-    done = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"],
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True, check=False
+    )
     return done.returncode == 0
 
 
@@ -30,14 +31,20 @@ needs_git = pytest.mark.skipif(not _in_git(), reason="not a git checkout")
 def test_side_by_side_run(tmp_path, capsys):
     csv = tmp_path / "rows.csv"
     tree = export("HEAD", tmp_path / "HEAD")
-    assert bench_controller.main(["--sizes", "300", "--baseline-tree", str(tree), "--repeats", "2",
-                                  "--csv", str(csv)]) == 0
+    assert (
+        bench_controller.main(
+            ["--sizes", "300", "--baseline-tree", str(tree), "--repeats", "2", "--csv", str(csv)]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     rows = pd.read_csv(csv)
     assert set(rows["code"]) == {"old", "new"}
     new = rows[rows["code"] == "new"]
-    assert list(new.sort_values(["repeat", "cycle"])["result"]) == \
-        ["published", "kept", "published"] * 2
+    assert (
+        list(new.sort_values(["repeat", "cycle"])["result"])
+        == ["published", "kept", "published"] * 2
+    )
     assert list(new.sort_values(["repeat", "cycle"])["two_phase"]) == [False, False, True] * 2
     assert new["code_path"].str.startswith(str(REPOSITORY)).all()
     old = rows[rows["code"] == "old"]
@@ -72,11 +79,16 @@ def test_memory_compared_without_slices(tmp_path, capsys):
     """``--compare-memory``: this tree with the memory defaults ("old") and as ``controller
     run`` keeps it ("new"), alternating; ``--no-slices`` reaches the controller's target."""
     csv = tmp_path / "rows.csv"
-    assert bench_controller.main(["--sizes", "300", "--no-slices", "--compare-memory",
-                                  "--csv", str(csv)]) == 0
+    assert (
+        bench_controller.main(
+            ["--sizes", "300", "--no-slices", "--compare-memory", "--csv", str(csv)]
+        )
+        == 0
+    )
     rows = pd.read_csv(csv)
-    assert sorted(zip(rows["code"], rows["keep_memory"])) == \
-        [("new", True)] * 3 + [("old", False)] * 3
+    assert (
+        sorted(zip(rows["code"], rows["keep_memory"])) == [("new", True)] * 3 + [("old", False)] * 3
+    )
     assert not rows["slices"].any()
     assert (rows["code_path"].str.startswith(str(REPOSITORY))).all()  # both: this tree
     assert "old = this tree with the memory defaults" in capsys.readouterr().out

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _revision() -> str | None:
     try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30
+        )
     except OSError:
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -34,8 +35,7 @@ def test_a_revisions_writer_is_timed_beside(capsys):
     revision = _revision()
     if revision is None:
         pytest.skip("not a git checkout: --baseline reads the revision with git show")
-    assert bench_hostjson.main(["--sizes", "200", "--repeats", "1", "--baseline",
-                                revision]) == 0
+    assert bench_hostjson.main(["--sizes", "200", "--repeats", "1", "--baseline", revision]) == 0
     header, line = capsys.readouterr().out.splitlines()
     assert "baseline/compiled" in header
     assert line.split()[0] == "200" and line.split()[-2] == "True"  # the same bytes

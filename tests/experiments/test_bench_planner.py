@@ -11,7 +11,14 @@ import pytest
 
 from cosample.experiments import bench_planner
 from cosample.experiments.bench_planner import (
-    COLUMNS, QUICK_SIZES, SOLVERS, label, predicted_seconds, random_datacentre, speedup)
+    COLUMNS,
+    QUICK_SIZES,
+    SOLVERS,
+    label,
+    predicted_seconds,
+    random_datacentre,
+    speedup,
+)
 from cosample.planner.lp import backend_available
 
 
@@ -47,8 +54,9 @@ def test_quick_run_table_and_report(tmp_path, capsys):
         exact = rows[rows["solver_label"] == "exact"].iloc[0]
         assert exact["variables"] == 0
         lps = rows[rows["solver"] != "exact"]
-        assert (lps["lp_objective_pps"] - exact["lp_objective_pps"]).abs().max() \
-            <= 1e-6 * exact["lp_objective_pps"]
+        assert (lps["lp_objective_pps"] - exact["lp_objective_pps"]).abs().max() <= 1e-6 * exact[
+            "lp_objective_pps"
+        ]
         # as applied (1-in-N): the exact plan chose among plans the LPs' rounded ones are part of
         assert (lps["distinct_pps"] <= exact["distinct_pps"] * (1 + 1e-9)).all()
         assert (lps["planned_pps"] >= lps["distinct_pps"] * (1 - 1e-9)).all()  # rounding loses
@@ -62,23 +70,32 @@ def test_quick_run_table_and_report(tmp_path, capsys):
 
 
 def test_disagreement_is_reported_and_fails(monkeypatch, capsys):
-    table = bench_planner.run((10,), (("exact", None), ("full", "highs")), 60.0, 10 ** 6)
+    table = bench_planner.run((10,), (("exact", None), ("full", "highs")), 60.0, 10**6)
     table.loc[1, "lp_objective_pps"] *= 1 + 1e-5
     assert bench_planner.report(table, out=print) is False
     assert "objectives agree with the exact solver (relative 1e-06): NO" in capsys.readouterr().out
 
 
 def test_runs_as_a_module():
-    result = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_planner", "--quick"],
-                            capture_output=True, text=True, timeout=240, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "cosample.experiments.bench_planner", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "planning time (s) by n and solver" in result.stdout
     assert ": yes" in result.stdout
 
 
 def test_bad_option_is_one_error():
-    result = subprocess.run([sys.executable, "-m", "cosample.experiments.bench_planner",
-                             "--max-seconds", "-1"], capture_output=True, text=True, timeout=60,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "cosample.experiments.bench_planner", "--max-seconds", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == "bench_planner: error: --max-seconds must be > 0, got -1.0"

@@ -13,12 +13,18 @@ from cosample.experiments.bench_controller import REPOSITORY
 
 def test_side_by_side_run(capsys):
     # the repository itself as the "baseline": its compiled builder is built in place
-    assert bench_views.main(["--servers", "300", "--repeats", "2",
-                             "--baseline-tree", str(REPOSITORY)]) == 0
+    assert (
+        bench_views.main(["--servers", "300", "--repeats", "2", "--baseline-tree", str(REPOSITORY)])
+        == 0
+    )
     printed = capsys.readouterr().out
-    rows = [json.loads(line.split(" ", 2)[2]) if line.startswith("this tree")
-            else json.loads(line.split(" ", 1)[1])
-            for line in printed.splitlines() if line.startswith(("this tree {", "baseline {"))]
+    rows = [
+        json.loads(line.split(" ", 2)[2])
+        if line.startswith("this tree")
+        else json.loads(line.split(" ", 1)[1])
+        for line in printed.splitlines()
+        if line.startswith(("this tree {", "baseline {"))
+    ]
     assert len(rows) == 4 and all(row["hosts"] == 300 for row in rows)
     for row in rows:
         assert row["set_views_mb"] > row["plan_views_mb"] > 0  # two phases' views, then one's

@@ -21,8 +21,20 @@ def test_parsing_defaults():
 
 
 def test_heatmap_writes_tidy_csv_and_figure(tmp_path, capsys, real_png):
-    code = main(["experiment", "heatmap", "--servers", "4", "--grid", "12x10", "--out",
-                 str(tmp_path / "data"), "--figures", str(tmp_path / "figures")])
+    code = main(
+        [
+            "experiment",
+            "heatmap",
+            "--servers",
+            "4",
+            "--grid",
+            "12x10",
+            "--out",
+            str(tmp_path / "data"),
+            "--figures",
+            str(tmp_path / "figures"),
+        ]
+    )
     assert code == 0
     frame = pd.read_csv(tmp_path / "data" / "heatmap.csv")
     assert {"p", "load", "gain", "feasible"} <= set(frame.columns) and len(frame) == 120
@@ -36,8 +48,22 @@ def test_heatmap_writes_tidy_csv_and_figure(tmp_path, capsys, real_png):
 def test_heatmap_takes_coefficients_from_a_calibration(tmp_path, capsys):
     calibration = tmp_path / "calibration.json"
     calibration.write_text(json.dumps({"alpha": 0.8, "beta": 0.2, "capacity_pps": 1e5}))
-    code = main(["experiment", "heatmap", "--grid", "5", "--calibration", str(calibration),
-                 "--beta", "0.3", "--out", str(tmp_path), "--name", "cal"])
+    code = main(
+        [
+            "experiment",
+            "heatmap",
+            "--grid",
+            "5",
+            "--calibration",
+            str(calibration),
+            "--beta",
+            "0.3",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "cal",
+        ]
+    )
     assert code == 0
     frame = pd.read_csv(tmp_path / "cal.csv")
     assert (frame["alpha"] == 0.8).all() and (frame["beta"] == 0.3).all()  # the flag wins
@@ -48,9 +74,26 @@ def test_sensitivity_panels(tmp_path, capsys, real_png):
     first, second = tmp_path / "server-a.json", tmp_path / "server-b.json"
     first.write_text(json.dumps({"alpha": 0.17, "beta": 0.05}))
     second.write_text(json.dumps({"alpha": 0.3, "beta": 0.1, "capacity_pps": 5e4}))
-    code = main(["experiment", "sensitivity", "--grid", "6", "--servers", "4", "--other-servers",
-                 "2", "--cross-fractions", "0.5", "--calibration", str(first), "--calibration",
-                 str(second), "--out", str(tmp_path)])
+    code = main(
+        [
+            "experiment",
+            "sensitivity",
+            "--grid",
+            "6",
+            "--servers",
+            "4",
+            "--other-servers",
+            "2",
+            "--cross-fractions",
+            "0.5",
+            "--calibration",
+            str(first),
+            "--calibration",
+            str(second),
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     frame = pd.read_csv(tmp_path / "sensitivity.csv")
     table = pd.read_csv(tmp_path / "sensitivity_summary.csv")
@@ -63,9 +106,24 @@ def test_sensitivity_panels(tmp_path, capsys, real_png):
 
 def test_costcurves_from_measurements(tmp_path, capsys, real_png):
     data = tmp_path / "measurements.csv"
-    simulate({"sflow": 1.54, "mirror": 0.46}, 50_000, repetitions=2, seed=3).to_csv(data, index=False)
-    assert main(["experiment", "costcurves", "--data", str(data), "--bootstrap", "100",
-                 "--out", str(tmp_path)]) == 0
+    simulate({"sflow": 1.54, "mirror": 0.46}, 50_000, repetitions=2, seed=3).to_csv(
+        data, index=False
+    )
+    assert (
+        main(
+            [
+                "experiment",
+                "costcurves",
+                "--data",
+                str(data),
+                "--bootstrap",
+                "100",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     coefficients = pd.read_csv(tmp_path / "costcurves_coefficients.csv").set_index("mechanism")
     for mechanism in ("sflow", "mirror"):
         row = coefficients.loc[mechanism]
@@ -78,8 +136,20 @@ def test_costcurves_from_measurements(tmp_path, capsys, real_png):
 
 
 def test_costcurves_synthetic(tmp_path, real_png):
-    assert main(["experiment", "costcurves", "--synthetic", "--bootstrap", "100",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "costcurves",
+                "--synthetic",
+                "--bootstrap",
+                "100",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     coefficients = pd.read_csv(tmp_path / "costcurves_coefficients.csv")
     assert set(coefficients["mechanism"]) == set(PAPER_COEFFICIENTS)
     real_png(tmp_path / "costcurves.png")
@@ -92,8 +162,20 @@ def test_scaling_quick_then_from_csv(tmp_path, capsys, real_png):
     real_png(tmp_path / "planner_scaling.png")
     (tmp_path / "planner_scaling.png").unlink()
     capsys.readouterr()
-    assert main(["experiment", "scaling", "--from-csv", str(tmp_path / "planner_scaling.csv"),
-                 "--markdown", "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "scaling",
+                "--from-csv",
+                str(tmp_path / "planner_scaling.csv"),
+                "--markdown",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "objectives agree" in printed
     assert "| n | exact | exact (budgets) | exact (sample) | reduced LP (highs) |" in printed
@@ -101,15 +183,18 @@ def test_scaling_quick_then_from_csv(tmp_path, capsys, real_png):
     real_png(tmp_path / "planner_scaling.png")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["experiment", "heatmap", "--grid", "ten"], "--grid 'ten'"),
-    (["experiment", "heatmap", "--servers", "0"], "servers: expected an integer >= 1"),
-    (["experiment", "heatmap", "--alpha", "-1"], "alpha: must be finite and > 0"),
-    (["experiment", "heatmap", "--calibration", "missing.json"], "cannot read calibration"),
-    (["experiment", "costcurves", "--data", "missing.csv"], "missing.csv: no such file"),
-    (["experiment", "scaling", "--from-csv", "missing.csv"], "missing.csv: no such file"),
-    (["experiment", "scaling", "--quick", "--max-seconds", "0"], "--max-seconds must be > 0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["experiment", "heatmap", "--grid", "ten"], "--grid 'ten'"),
+        (["experiment", "heatmap", "--servers", "0"], "servers: expected an integer >= 1"),
+        (["experiment", "heatmap", "--alpha", "-1"], "alpha: must be finite and > 0"),
+        (["experiment", "heatmap", "--calibration", "missing.json"], "cannot read calibration"),
+        (["experiment", "costcurves", "--data", "missing.csv"], "missing.csv: no such file"),
+        (["experiment", "scaling", "--from-csv", "missing.csv"], "missing.csv: no such file"),
+        (["experiment", "scaling", "--quick", "--max-seconds", "0"], "--max-seconds must be > 0"),
+    ],
+)
 def test_bad_input_one_error_exit_2_nothing_written(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "results"
@@ -122,13 +207,26 @@ def test_bad_input_one_error_exit_2_nothing_written(tmp_path, monkeypatch, capsy
 def test_bad_calibration_content_names_the_key(tmp_path, capsys):
     calibration = tmp_path / "calibration.json"
     calibration.write_text(json.dumps({"alpha": 1.0, "beta": "high"}))
-    assert main(["experiment", "heatmap", "--calibration", str(calibration), "--out",
-                 str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "experiment",
+                "heatmap",
+                "--calibration",
+                str(calibration),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "beta: input should be a valid number (got 'high')" in capsys.readouterr().err
 
 
 def test_measurements_with_bad_column_are_refused(tmp_path, capsys):
     data = tmp_path / "bad.csv"
     data.write_text("mechanism,rate\nsflow,0.5\n")
-    assert main(["experiment", "costcurves", "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["experiment", "costcurves", "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    )
     assert "throughput_pps" in capsys.readouterr().err

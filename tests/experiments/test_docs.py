@@ -51,6 +51,11 @@ def test_planner_scaling_table_agrees_and_is_quoted():
     assert {"exact", "full LP (glpk)", "full LP (highs)"} <= set(table["solver_label"])
     ratio = bench_planner.speedup(table, bench_planner.REFERENCE_N)
     assert f"at n = 200: {ratio:,.0f} times faster" in RESULTS
-    for name in ("gain_heatmap", "sensitivity", "planner_scaling", "costcurves_paper",
-                 "costcurves_tcp"):
+    for name in (
+        "gain_heatmap",
+        "sensitivity",
+        "planner_scaling",
+        "costcurves_paper",
+        "costcurves_tcp",
+    ):
         assert f"figures/{name}.png" in RESULTS and (DOCS / "figures" / f"{name}.png").exists()

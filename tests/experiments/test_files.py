@@ -8,7 +8,13 @@ import pandas as pd
 import pytest
 
 from cosample.experiments.errors import ExperimentError
-from cosample.experiments.files import output_dir, read_calibration, read_csv, write_atomic, write_csv
+from cosample.experiments.files import (
+    output_dir,
+    read_calibration,
+    read_csv,
+    write_atomic,
+    write_csv,
+)
 
 
 def test_csv_round_trip_with_empty_missing_values(tmp_path):
@@ -47,15 +53,24 @@ def test_output_dir_that_is_a_file(tmp_path):
         output_dir(blocker / "sub")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[1, 2]", "input should be a valid dictionary"), ("{", "not valid JSON"),
-    ('{"alpha": 1.0}', "beta: missing: the planner needs it"),
-    ('{"alpha": -0.04, "beta": 1}', "alpha = -0.04: the planner needs a value > 0"),
-    ('{"alpha": NaN, "beta": 1}', "alpha: input should be a finite number"),
-    ('{"alpha": 1, "beta": 1, "capacity_pps": true}', "capacity_pps: input should be a valid number"),
-    ('{"alpha": 1, "beta": 1, "mechanisms": {"sflow": {"coefficient": "x"}}}',
-     "mechanisms.sflow.coefficient: input should be a valid number"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1, 2]", "input should be a valid dictionary"),
+        ("{", "not valid JSON"),
+        ('{"alpha": 1.0}', "beta: missing: the planner needs it"),
+        ('{"alpha": -0.04, "beta": 1}', "alpha = -0.04: the planner needs a value > 0"),
+        ('{"alpha": NaN, "beta": 1}', "alpha: input should be a finite number"),
+        (
+            '{"alpha": 1, "beta": 1, "capacity_pps": true}',
+            "capacity_pps: input should be a valid number",
+        ),
+        (
+            '{"alpha": 1, "beta": 1, "mechanisms": {"sflow": {"coefficient": "x"}}}',
+            "mechanisms.sflow.coefficient: input should be a valid number",
+        ),
+    ],
+)
 def test_calibration_errors(tmp_path, text, message):
     path = tmp_path / "calibration.json"
     path.write_text(text)

@@ -10,8 +10,16 @@ from hypothesis import strategies as st
 from cosample.experiments import heatmap
 from cosample.experiments.errors import ExperimentError
 from cosample.experiments.heatmap import (
-    COLUMNS, HeatmapSetup, datacentre, gain_cell, gain_grid, geometric_shares, parse_grid,
-    summarise, traffic_matrix)
+    COLUMNS,
+    HeatmapSetup,
+    datacentre,
+    gain_cell,
+    gain_grid,
+    geometric_shares,
+    parse_grid,
+    summarise,
+    traffic_matrix,
+)
 from cosample.experiments.sensitivity import run, scenarios, summary
 from cosample.planner import solve
 from cosample.planner.baseline import noncollab_pps
@@ -44,8 +52,10 @@ def test_columns_and_one_row_per_cell():
     assert not frame.duplicated(["p", "load"]).any()
 
 
-@pytest.mark.parametrize("p, load, cross", [(0.2, 0.15, 0.0), (0.5, 0.25, 0.0), (0.8, 0.4, 0.0),
-                                            (0.3, 0.12, 0.3), (0.9, 0.5, 0.5)])
+@pytest.mark.parametrize(
+    "p, load, cross",
+    [(0.2, 0.15, 0.0), (0.5, 0.25, 0.0), (0.8, 0.4, 0.0), (0.3, 0.12, 0.3), (0.9, 0.5, 0.5)],
+)
 def test_gain_equals_the_full_lp_over_the_baseline(p, load, cross):
     setup = HeatmapSetup(servers=6, cross_fraction=cross)
     dc = datacentre(setup, p, load)
@@ -102,10 +112,16 @@ def test_bad_grid_is_one_clear_error(text):
         parse_grid(text)
 
 
-@pytest.mark.parametrize("kwargs, field", [({"servers": 0}, "servers"), ({"alpha": 0}, "alpha"),
-                                           ({"beta": float("nan")}, "beta"),
-                                           ({"cross_fraction": 1.5}, "cross_fraction"),
-                                           ({"servers": 1, "cross_fraction": 0.1}, "2 servers")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"servers": 0}, "servers"),
+        ({"alpha": 0}, "alpha"),
+        ({"beta": float("nan")}, "beta"),
+        ({"cross_fraction": 1.5}, "cross_fraction"),
+        ({"servers": 1, "cross_fraction": 0.1}, "2 servers"),
+    ],
+)
 def test_bad_setup_names_the_field(kwargs, field):
     with pytest.raises(ExperimentError, match=field):
         HeatmapSetup(**kwargs)
@@ -120,26 +136,36 @@ def test_bad_p_or_load_names_it():
 
 def test_sensitivity_scenarios_and_summary():
     base = HeatmapSetup(servers=4)
-    chosen = scenarios(base, servers=(2, 4, 8), cross_fractions=(0.5,), calibrated=[("cal", 0.3, 0.2)])
+    chosen = scenarios(
+        base, servers=(2, 4, 8), cross_fractions=(0.5,), calibrated=[("cal", 0.3, 0.2)]
+    )
     assert [s.setup.servers for s in chosen] == [4, 2, 8, 4, 4]
     assert chosen[-1].setup.alpha == 0.3 and chosen[3].setup.cross_fraction == 0.5
     frame = run(chosen, *parse_grid("5"))
     table = summary(frame)
     assert list(table["scenario"]) == [s.title for s in chosen]
     assert (table["cells"] == 25).all()
-    assert table.loc[0, "max_gain"] == pytest.approx(summarise(frame[frame.scenario == chosen[0].title]).max_gain)
+    assert table.loc[0, "max_gain"] == pytest.approx(
+        summarise(frame[frame.scenario == chosen[0].title]).max_gain
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(servers=st.integers(1, 12), alpha=st.floats(0.05, 3.0), beta=st.floats(0.01, 3.0),
-       cross=st.sampled_from([0.0, 0.1, 0.5, 1.0]), p=st.floats(0.01, 1.0),
-       load=st.floats(0.01, 1.0))
+@given(
+    servers=st.integers(1, 12),
+    alpha=st.floats(0.05, 3.0),
+    beta=st.floats(0.01, 3.0),
+    cross=st.sampled_from([0.0, 0.1, 0.5, 1.0]),
+    p=st.floats(0.01, 1.0),
+    load=st.floats(0.01, 1.0),
+)
 def test_gain_is_between_zero_and_alpha_over_beta(servers, alpha, beta, cross, p, load):
     """Collaboration never loses, and no sender gains more than sampling at beta instead of alpha."""
     if servers == 1:
         cross = 0.0
-    row = gain_cell(HeatmapSetup(servers=servers, alpha=alpha, beta=beta, cross_fraction=cross),
-                    p, load)
+    row = gain_cell(
+        HeatmapSetup(servers=servers, alpha=alpha, beta=beta, cross_fraction=cross), p, load
+    )
     if not row["feasible"] or np.isnan(row["gain"]):
         return
     assert row["gain"] >= -1e-9

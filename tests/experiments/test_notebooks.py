@@ -44,8 +44,9 @@ def test_runs_on_a_small_grid(name, synthetic, tmp_path):
     from cosample.costmodel.model import simulate
 
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    position = next(i for i, cell in enumerate(notebook.cells)
-                    if "parameters" in cell.metadata.get("tags", []))
+    position = next(
+        i for i, cell in enumerate(notebook.cells) if "parameters" in cell.metadata.get("tags", [])
+    )
     override = SMALL[name] + f"OUT = {str(tmp_path / 'figures')!r}\n"
     if synthetic:
         data = tmp_path / "measurements.csv"
@@ -53,11 +54,20 @@ def test_runs_on_a_small_grid(name, synthetic, tmp_path):
         override += f"DATA = {str(data)!r}\n"
     notebook.cells.insert(position + 1, nbformat.v4.new_code_cell(override))
     # the kernel runs in the repository root, as a reader's would, with this test's interpreter
-    client = NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOKS.parent)}})
+    client = NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS.parent)}},
+    )
     client.execute()
-    errors = [output for cell in notebook.cells if cell.cell_type == "code"
-              for output in cell.outputs if output.output_type == "error"]
+    errors = [
+        output
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if output.output_type == "error"
+    ]
     assert not errors
     if synthetic:  # the calibrated coefficients reached the last table
         last = notebook.cells[-1].outputs[0]["data"]["text/plain"]

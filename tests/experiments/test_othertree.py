@@ -16,21 +16,26 @@ from research import ROOT
 from research.revision import export
 
 needs_git = pytest.mark.skipif(
-    shutil.which("git") is None or subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode != 0,
-    reason="not a git checkout")
+    shutil.which("git") is None
+    or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode
+    != 0,
+    reason="not a git checkout",
+)
 
 
 def test_rewrites_imports_of_itself_only():
-    text = ('from cosample.collector import decode\nimport cosample.times\n'
-            '    from cosample.plan.document import parse_plan\n'
-            'FORMAT = "cosample.snapshot"\nimport cosampler\n'
-            'm = importlib.import_module("cosample.lab")\n')
-    assert _IMPORT.sub(r"\g<1>old", text) == (
-        'from old.collector import decode\nimport old.times\n'
-        '    from old.plan.document import parse_plan\n'
+    text = (
+        "from cosample.collector import decode\nimport cosample.times\n"
+        "    from cosample.plan.document import parse_plan\n"
         'FORMAT = "cosample.snapshot"\nimport cosampler\n'
-        'm = importlib.import_module("old.lab")\n')
+        'm = importlib.import_module("cosample.lab")\n'
+    )
+    assert _IMPORT.sub(r"\g<1>old", text) == (
+        "from old.collector import decode\nimport old.times\n"
+        "    from old.plan.document import parse_plan\n"
+        'FORMAT = "cosample.snapshot"\nimport cosampler\n'
+        'm = importlib.import_module("old.lab")\n'
+    )
 
 
 def test_a_folder_without_a_tree_is_refused(tmp_path):

@@ -8,8 +8,13 @@ import os
 import pytest
 
 from cosample import files
-from cosample.files import (DIRECT_CHUNK, FileWriteError, write_atomic, write_bytes_atomic,
-                            write_text_atomic)
+from cosample.files import (
+    DIRECT_CHUNK,
+    FileWriteError,
+    write_atomic,
+    write_bytes_atomic,
+    write_text_atomic,
+)
 
 
 def test_replaces_whole_file_and_leaves_no_temporary(tmp_path):
@@ -40,14 +45,20 @@ def test_missing_folder_is_one_clear_error(tmp_path):
 
 
 def test_mode_and_parents(tmp_path):
-    path = write_atomic(tmp_path / "keys" / "private.pem", lambda stream: stream.write(b"k"),
-                        binary=True, mode=0o600, parents=True)
+    path = write_atomic(
+        tmp_path / "keys" / "private.pem",
+        lambda stream: stream.write(b"k"),
+        binary=True,
+        mode=0o600,
+        parents=True,
+    )
     assert path.read_bytes() == b"k"
     assert path.stat().st_mode & 0o777 == 0o600
 
 
-@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, DIRECT_CHUNK - 1, DIRECT_CHUNK,
-                                  2 * DIRECT_CHUNK + 4097])
+@pytest.mark.parametrize(
+    "size", [0, 1, 4095, 4096, 4097, DIRECT_CHUNK - 1, DIRECT_CHUNK, 2 * DIRECT_CHUNK + 4097]
+)
 def test_uncached_bytes_are_the_bytes(tmp_path, size):
     data = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
     path = write_bytes_atomic(tmp_path / "state.json", data, mode=0o600, cached=False)
@@ -73,6 +84,7 @@ def test_uncached_on_a_file_system_without_direct_writes(tmp_path, monkeypatch):
 def test_uncached_falls_back_when_aligned_writes_are_refused(tmp_path, monkeypatch):
     """A device whose blocks are larger than ``DIRECT_BLOCK`` refuses the aligned writes with
     EINVAL, possibly after some went through: the file starts again, buffered."""
+
     def refuse(fd, data):
         os.write(fd, b"\0" * 4096)
         raise OSError(errno.EINVAL, "Invalid argument")

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from cosample.dataplane.run import run
 from cosample.lab.netns import Lab
 from cosample.lab.ovs import OvsInstance
-from cosample.dataplane.run import run
 from cosample.lab.sflow import SflowCollector, SflowError, parse_datagram
 
 
@@ -33,7 +33,7 @@ def _datagram(samples: list[bytes]) -> bytes:
 
 
 def _ipv4_frame(src: bytes, dst: bytes) -> bytes:
-    ethernet = bytes.fromhex("020000000002" "020000000001") + struct.pack("!H", 0x0800)
+    ethernet = bytes.fromhex("020000000002020000000001") + struct.pack("!H", 0x0800)
     ip = bytes([0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0]) + src + dst
     return ethernet + ip + b"\0" * 8
 
@@ -50,8 +50,10 @@ def test_parses_flow_sample_addresses_and_rate():
 
 def test_counting_collector_reads_only_headers():
     frame = _ipv4_frame(bytes([10, 1, 0, 1]), bytes([10, 1, 0, 2]))
-    with SflowCollector(decode=False, receive_buffer=1 << 20) as collector, \
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+    with (
+        SflowCollector(decode=False, receive_buffer=1 << 20) as collector,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender,
+    ):
         for datagram in (_datagram([_flow_sample(4, frame)] * 3), _datagram([]), b"junk"):
             sender.sendto(datagram, (collector.host, collector.port))
         deadline = time.monotonic() + 5
@@ -61,8 +63,14 @@ def test_counting_collector_reads_only_headers():
     assert collector.samples == []
 
 
-@pytest.mark.parametrize("data", [b"", b"\0\0\0\4" + b"\0" * 24,
-                                  _datagram([_flow_sample(1, _ipv4_frame(b"\1" * 4, b"\2" * 4))])[:-5]])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\0\0\0\4" + b"\0" * 24,
+        _datagram([_flow_sample(1, _ipv4_frame(b"\1" * 4, b"\2" * 4))])[:-5],
+    ],
+)
 def test_malformed_datagrams_raise(data):
     with pytest.raises(SflowError):
         parse_datagram(data)
@@ -90,15 +98,43 @@ def _sample_real_traffic(lab, ovs, a, b):
     with SflowCollector(host="10.251.1.1") as collector:
         ovs.vsctl("add-br", "cslbr", "--", "set", "bridge", "cslbr", "datapath_type=netdev")
         ovs.vsctl("add-port", "cslbr", "cslva", "--", "add-port", "cslbr", "cslvb")
-        ovs.vsctl("--", "--id=@s", "create", "sflow", "agent=10.251.1.2",
-                  f'targets="{collector.target}"', "sampling=1", "header=128", "polling=0",
-                  "--", "set", "bridge", "cslbr", "sflow=@s")
+        ovs.vsctl(
+            "--",
+            "--id=@s",
+            "create",
+            "sflow",
+            "agent=10.251.1.2",
+            f'targets="{collector.target}"',
+            "sampling=1",
+            "header=128",
+            "polling=0",
+            "--",
+            "set",
+            "bridge",
+            "cslbr",
+            "sflow=@s",
+        )
         ovs.wait_for_ports("cslva", "cslvb")
-        server = subprocess.Popen(lab.exec_argv(b, ["iperf3", "-s", "-1", "-p", "5351"]),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            lab.exec_argv(b, ["iperf3", "-s", "-1", "-p", "5351"]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
-            client = ["iperf3", "-c", "10.251.0.2", "-p", "5351", "-u", "-l", "64", "-b", "2M",
-                      "-t", "1"]
+            client = [
+                "iperf3",
+                "-c",
+                "10.251.0.2",
+                "-p",
+                "5351",
+                "-u",
+                "-l",
+                "64",
+                "-b",
+                "2M",
+                "-t",
+                "1",
+            ]
             for attempt in range(5):  # the server and ARP through the new bridge take a moment
                 time.sleep(0.5)
                 if run(lab.exec_argv(a, client), timeout=20, check=False).returncode == 0:
@@ -107,6 +143,8 @@ def _sample_real_traffic(lab, ovs, a, b):
             server.kill()
             server.wait(timeout=5)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not collector.count_by(lambda s: s.src_ip)["10.251.0.1"]:
+        while (
+            time.monotonic() < deadline and not collector.count_by(lambda s: s.src_ip)["10.251.0.1"]
+        ):
             time.sleep(0.2)
     return collector.count_by(lambda s: s.src_ip), collector

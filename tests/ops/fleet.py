@@ -100,24 +100,30 @@ class Sender:
     def _run(self) -> None:
         from datetime import datetime, timezone
 
-        from cosample.plan.document import parse_document
         from cosample.errors import CosampleError
         from cosample.lab.agentsource import AgentSender
         from cosample.lab.sflowstream import simulate
+        from cosample.plan.document import parse_document
 
         sender = AgentSender()  # each datagram from its agent's address, as the collector requires
         try:
             while not self.stop_event.is_set():
                 try:  # the newest plan whose not_before has come, as agents pick it
                     now = datetime.now(timezone.utc)
-                    plan = max((p for p in parse_document(get(self.plan_url))
-                                if p.not_before is None or p.not_before <= now),
-                               key=lambda p: p.version)
+                    plan = max(
+                        (
+                            p
+                            for p in parse_document(get(self.plan_url))
+                            if p.not_before is None or p.not_before <= now
+                        ),
+                        key=lambda p: p.version,
+                    )
                 except (urllib.error.URLError, OSError, ValueError, CosampleError):
                     self.stop_event.wait(0.2)
                     continue
-                stream = simulate(plan, TRUTH, duration_s=ROUND_S, start=time.time(),
-                                  seed=self.rounds)
+                stream = simulate(
+                    plan, TRUTH, duration_s=ROUND_S, start=time.time(), seed=self.rounds
+                )
                 self._send(stream.datagrams, sender)
                 if stream.datagrams:
                     self._strays(stream.datagrams[0][1], sender)

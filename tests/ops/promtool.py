@@ -27,8 +27,10 @@ def need(program: str) -> str:
 
 def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
     """``promtool ARGS``, output as text, 60 s at most."""
-    result = subprocess.run([need("promtool"), *args], input=stdin, capture_output=True,
-                            timeout=60)
-    return subprocess.CompletedProcess(result.args, result.returncode,
-                                       result.stdout.decode(errors="replace"),
-                                       result.stderr.decode(errors="replace"))
+    result = subprocess.run([need("promtool"), *args], input=stdin, capture_output=True, timeout=60)
+    return subprocess.CompletedProcess(
+        result.args,
+        result.returncode,
+        result.stdout.decode(errors="replace"),
+        result.stderr.decode(errors="replace"),
+    )

@@ -10,15 +10,19 @@ import re
 
 import pytest
 import yaml
-
 from ops.fleet import TRUTH, get
 from ops.promtool import DASHBOARD, DEPLOY, OPERATIONS, RULES, promtool
 from waiting import wait_for
 
 SERVERS = set(TRUTH)
 #: Grafana's variables, as the test substitutes them (all servers; a window of 30 s of 1-s scrapes).
-VARIABLES = {"$server": ".*", "${server}": ".*", "$__rate_interval": "30s", "$__interval": "1s",
-             "$__range": "1m"}
+VARIABLES = {
+    "$server": ".*",
+    "${server}": ".*",
+    "$__rate_interval": "30s",
+    "$__interval": "1s",
+    "$__range": "1m",
+}
 
 
 def promised_series() -> list[str]:
@@ -35,8 +39,11 @@ def promised_series() -> list[str]:
 def test_the_docs_promise_series_of_every_daemon():
     names = promised_series()
     text = OPERATIONS.read_text().split("## What Prometheus collects", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1] for line in text.splitlines()
-            if line.startswith("| `cosample_") and "*when" not in line]
+    rows = [
+        line.split("|")[1]
+        for line in text.splitlines()
+        if line.startswith("| `cosample_") and "*when" not in line
+    ]
     assert len(names) == sum(row.count("`cosample_") for row in rows)  # none missed by the parser
     for daemon in ("agent", "collector", "controller"):
         assert any(name.startswith(f"cosample_{daemon}_") for name in names), daemon
@@ -66,35 +73,46 @@ def test_build_info_names_the_formats_each_daemon_reads_and_writes(prometheus):
     from cosample.collector.snapshot import SNAPSHOT_VERSION
     from cosample.plan.formats import FORMAT_VERSION
 
-    labels = {r["metric"]["__name__"]: r["metric"] for r in prometheus.query('{__name__=~"cosample_.*_build_info"}')}
+    labels = {
+        r["metric"]["__name__"]: r["metric"]
+        for r in prometheus.query('{__name__=~"cosample_.*_build_info"}')
+    }
     assert labels["cosample_agent_build_info"]["plan_formats_read"] == str(FORMAT_VERSION)
     assert labels["cosample_collector_build_info"]["plan_formats_read"] == str(FORMAT_VERSION)
-    assert labels["cosample_collector_build_info"]["snapshot_format_written"] == str(SNAPSHOT_VERSION)
+    assert labels["cosample_collector_build_info"]["snapshot_format_written"] == str(
+        SNAPSHOT_VERSION
+    )
     assert labels["cosample_controller_build_info"]["plan_format_written"] == str(FORMAT_VERSION)
-    assert labels["cosample_controller_build_info"]["snapshot_formats_read"] == str(SNAPSHOT_VERSION)
+    assert labels["cosample_controller_build_info"]["snapshot_formats_read"] == str(
+        SNAPSHOT_VERSION
+    )
     assert {metric["version"] for metric in labels.values()} == {__version__}
 
 
 def test_per_server_estimates_lie_inside_their_intervals(prometheus):
     """The collector's estimates and intervals as Prometheus stored them: one triple per server,
     low <= estimate <= high, every server sending (the simulated sFlow)."""
+
     def triples():
         values = {}
         for suffix in ("", "_ci95_low", "_ci95_high"):
             for r in prometheus.query(f"cosample_collector_packets_per_second{suffix}"):
                 values.setdefault(r["metric"]["server"], {})[suffix] = float(r["value"][1])
         return values
+
     values = wait_for(lambda: (v := triples()) and all(len(t) == 3 for t in v.values()) and v)
     assert set(values) == SERVERS
     for server, t in values.items():
         assert 0 < t["_ci95_low"] <= t[""] <= t["_ci95_high"], (server, t)
-    widths = wait_for(lambda: prometheus.query(
-        "server:cosample_collector_packets_ci95_half_width:ratio"))  # the next rule evaluation
+    widths = wait_for(
+        lambda: prometheus.query("server:cosample_collector_packets_ci95_half_width:ratio")
+    )  # the next rule evaluation
     assert {r["metric"]["server"] for r in widths} == SERVERS
     for r in widths:
         t = values[r["metric"]["server"]]
         assert float(r["value"][1]) == pytest.approx(
-            (t["_ci95_high"] - t["_ci95_low"]) / (2 * t[""]), rel=0.5)
+            (t["_ci95_high"] - t["_ci95_low"]) / (2 * t[""]), rel=0.5
+        )
 
 
 def test_controller_predicted_capacity_use_matches_its_status(prometheus, fleet):
@@ -114,27 +132,45 @@ def test_rules_evaluate_without_error(prometheus):
         groups = prometheus.api("rules")["data"]["groups"]
         rules = [rule for group in groups for rule in group["rules"]]
         return all(rule["lastEvaluation"] > "2000" for rule in rules) and rules
+
     rules = wait_for(evaluated, timeout_s=20)
     shipped = yaml.safe_load(RULES.read_text())["groups"]
     assert len(rules) == sum(len(group["rules"]) for group in shipped)
-    assert [(r.get("name"), r["health"], r.get("lastError", "")) for r in rules
-            if r["health"] != "ok"] == []
+    assert [
+        (r.get("name"), r["health"], r.get("lastError", "")) for r in rules if r["health"] != "ok"
+    ] == []
 
 
 def test_alerts_on_the_live_fleet(prometheus):
     """The stray datagrams (truncated, from an unknown agent) make the collector's two loss alerts
     pending; nothing else is wrong in this fleet, so no other cosample alert is active."""
+
     def active():
         alerts = prometheus.api("alerts")["data"]["alerts"]
         return {(a["labels"]["alertname"], a["labels"].get("reason")) for a in alerts}
-    found = wait_for(lambda: (a := active()) >= {("CosampleCollectorUnknownAgents", "unplanned_agent"),
-                                                  ("CosampleCollectorLosingSamples", "truncated")}
-                     and a, timeout_s=30)
+
+    found = wait_for(
+        lambda: (
+            (a := active())
+            >= {
+                ("CosampleCollectorUnknownAgents", "unplanned_agent"),
+                ("CosampleCollectorLosingSamples", "truncated"),
+            }
+            and a
+        ),
+        timeout_s=30,
+    )
     names = {name for name, _ in found}
-    assert not names & {"CosampleAgentNotConverged", "CosampleAgentSafeState",
-                        "CosampleServerPredictedOverCapacity", "CosampleControllerStale",
-                        "CosampleControllerCollectorsUnreadable", "CosampleTargetDown",
-                        "CosampleAgentUnsigned", "CosampleCollectorPlanBehind"}, found
+    assert not names & {
+        "CosampleAgentNotConverged",
+        "CosampleAgentSafeState",
+        "CosampleServerPredictedOverCapacity",
+        "CosampleControllerStale",
+        "CosampleControllerCollectorsUnreadable",
+        "CosampleTargetDown",
+        "CosampleAgentUnsigned",
+        "CosampleCollectorPlanBehind",
+    }, found
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -143,8 +179,9 @@ def dashboard_queries() -> list[tuple[str, str]]:
     panels = list(document["panels"])
     for panel in document["panels"]:
         panels += panel.get("panels", [])
-    queries = [(panel["title"], target["expr"]) for panel in panels
-               for target in panel.get("targets", ())]
+    queries = [
+        (panel["title"], target["expr"]) for panel in panels for target in panel.get("targets", ())
+    ]
     queries += [(a["name"], a["expr"]) for a in document["annotations"]["list"] if "expr" in a]
     for variable in document["templating"]["list"]:
         if variable["type"] == "query":
@@ -180,13 +217,16 @@ def test_dashboard_query_runs_and_has_data(prometheus, title, expr):
     """Each query parses (Prometheus's own parser, /api/v1/query_range) and runs without error;
     all but MAY_BE_EMPTY return series from the fleet."""
     import time
+
     end = time.time()
 
     def data():
-        answer = prometheus.api("query_range", query=expr, start=str(end - 60), end=str(time.time()),
-                                step="1")
+        answer = prometheus.api(
+            "query_range", query=expr, start=str(end - 60), end=str(time.time()), step="1"
+        )
         assert answer["status"] == "success" and "warnings" not in answer, answer
         return answer["data"]["result"] or any(part in expr for part in MAY_BE_EMPTY)
+
     assert wait_for(data, timeout_s=30), (title, expr)
 
 

@@ -17,10 +17,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from plan_documents import plan_bytes, plan_document
 
 from cosample.lab.netns import Lab, netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
-from plan_documents import plan_bytes, plan_document
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
@@ -50,8 +50,11 @@ def installed_copy(directory: Path, names: list[str] | None = None) -> list[Path
 
 def test_every_daemon_has_a_unit():
     names = {unit.name for unit in UNITS.iterdir()}
-    assert {"cosample-agent.service", "cosample-collector.service",
-            "cosample-controller.service"} <= names
+    assert {
+        "cosample-agent.service",
+        "cosample-collector.service",
+        "cosample-controller.service",
+    } <= names
 
 
 def test_units_verify_clean(tmp_path):
@@ -68,9 +71,15 @@ def test_verify_reports_a_misspelt_hardening_option(tmp_path):
     assert "Unknown key 'ProtectSystm'" in result.stderr
 
 
-@pytest.mark.parametrize("name", ["cosample-agent.service", "cosample-collector.service",
-                                  "cosample-controller.service",
-                                  "cosample-agent-metrics.service"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cosample-agent.service",
+        "cosample-collector.service",
+        "cosample-controller.service",
+        "cosample-agent-metrics.service",
+    ],
+)
 def test_exposure_is_bounded(tmp_path, name):
     unit = installed_copy(tmp_path, [name])[0]
     result = analyze("security", "--offline=true", str(unit))
@@ -85,10 +94,13 @@ def test_only_the_agent_keeps_root():
     for name in ("cosample-collector.service", "cosample-controller.service"):
         text = (UNITS / name).read_text()
         assert "DynamicUser=yes" in text and "\nCapabilityBoundingSet=\n" in text
-    assert "\nCapabilityBoundingSet=CAP_NET_ADMIN\n" in (UNITS / "cosample-agent.service").read_text()
+    assert (
+        "\nCapabilityBoundingSet=CAP_NET_ADMIN\n" in (UNITS / "cosample-agent.service").read_text()
+    )
 
 
 # the agent under the unit's capability bounding set -------------------------------------------
+
 
 @pytest.fixture
 def sender_host(tmp_path):
@@ -105,8 +117,13 @@ def sender_host(tmp_path):
     with Lab(prefix=f"op{tag}") as lab:
         namespace = lab.namespace("h")
         for k, name in enumerate(ports):
-            lab.veth(name, namespace=namespace, peer=f"{name}p", host_namespace=namespace,
-                     address=f"10.0.0.{1 + 10 * k}/24")
+            lab.veth(
+                name,
+                namespace=namespace,
+                peer=f"{name}p",
+                host_namespace=namespace,
+                address=f"10.0.0.{1 + 10 * k}/24",
+            )
         with OvsInstance(tmp_path / "ovs", dummy=True) as ovs:
             ovs.vsctl("add-br", bridge, "--", "set", "Bridge", bridge, "datapath_type=dummy")
             for name in ports:
@@ -118,23 +135,52 @@ def _run_agent_bounded(tmp_path, sender_host, capabilities: str) -> dict:
     ovs, bridge, ports, prefix, in_namespace = sender_host
     created = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=1)
     plan = tmp_path / "plan.json"
-    plan.write_bytes(plan_bytes(plan_document(created=created, bridge=bridge,
-                                              vm_ports=list(ports))))
+    plan.write_bytes(
+        plan_bytes(plan_document(created=created, bridge=bridge, vm_ports=list(ports)))
+    )
     state = tmp_path / f"state-{capabilities.replace(',', '_').replace('+', '')}"
     config = tmp_path / "agent.toml"
     config.write_text(
         f'host = "s1"\nplan = "{plan}"\novsdb = "{ovs.remote}"\nbridge = "{bridge}"\n'
         f'ovs_rundir = "{ovs.directory}"\nstate_dir = "{state}"\n'
         f'mirror_device_prefix = "{prefix}"\ntunnel_port_prefix = "q{prefix[1:]}"\n'
-        f'timeout_s = 5\njitter_s = 0\ninsecure_unsigned = true\n')
-    argv = [*in_namespace, "setpriv", f"--bounding-set={capabilities}", "--inh-caps=-all", "--no-new-privs",
-            "--", sys.executable, "-m", "cosample", "agent", "run", "--cycles", "1",
-            "--config", str(config)]
+        f"timeout_s = 5\njitter_s = 0\ninsecure_unsigned = true\n"
+    )
+    argv = [
+        *in_namespace,
+        "setpriv",
+        f"--bounding-set={capabilities}",
+        "--inh-caps=-all",
+        "--no-new-privs",
+        "--",
+        sys.executable,
+        "-m",
+        "cosample",
+        "agent",
+        "run",
+        "--cycles",
+        "1",
+        "--config",
+        str(config),
+    ]
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert (state / "status.json").exists(), ran.stderr[-3000:]
     status = json.loads((state / "status.json").read_text())
-    subprocess.run([*in_namespace, sys.executable, "-m", "cosample", "agent", "remove",
-                    "--config", str(config)], capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [
+            *in_namespace,
+            sys.executable,
+            "-m",
+            "cosample",
+            "agent",
+            "remove",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return status
 
 
@@ -149,5 +195,7 @@ def test_agent_without_cap_net_admin_cannot_mirror(tmp_path, sender_host):
     """And the capability is needed: without it the kernel refuses the mirror devices."""
     status = _run_agent_bounded(tmp_path, sender_host, "-all")
     assert status["result"] != "ok", status
-    assert any("Operation not permitted" in line for line in status["errors"] + status["problems"]
-               + status["remaining"]), status
+    assert any(
+        "Operation not permitted" in line
+        for line in status["errors"] + status["problems"] + status["remaining"]
+    ), status

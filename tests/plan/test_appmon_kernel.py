@@ -11,8 +11,13 @@ SERVICE = {"address": "10.0.0.12", "port": 8080}
 
 
 def kernel(**extra):
-    return {"service": SERVICE, "mechanism": "kernel_mirror", "to": "s4", "interface": "vm2",
-            **extra}
+    return {
+        "service": SERVICE,
+        "mechanism": "kernel_mirror",
+        "to": "s4",
+        "interface": "vm2",
+        **extra,
+    }
 
 
 def with_entries(make_plan, *entries):
@@ -29,8 +34,7 @@ def test_a_kernel_mirror_reads_with_its_defaults(make_plan):
 
 @pytest.mark.parametrize("segments", ["psh", "psh+ends", "all"])
 def test_every_segment_choice_is_allowed(make_plan, segments):
-    (entry,) = plan_from_dict(with_entries(make_plan, kernel(segments=segments))).hosts[
-        "s1"].appmon
+    (entry,) = plan_from_dict(with_entries(make_plan, kernel(segments=segments))).hosts["s1"].appmon
     assert entry.copied_segments == segments
 
 
@@ -39,12 +43,15 @@ def test_a_share_of_connections_is_allowed(make_plan):
     assert entry.share == 0.25
 
 
-@pytest.mark.parametrize("change, where, words", [
-    ({"truncate_bytes": 96}, "hosts.s1.appmon[0].truncate_bytes", "cannot truncate"),
-    ({"interface": None}, "hosts.s1.appmon[0].interface", "needs the interface"),
-    ({"to": None}, "hosts.s1.appmon[0].to", "needs an analysis host"),
-    ({"segments": "fin"}, "hosts.s1.appmon[0].segments", ""),
-])
+@pytest.mark.parametrize(
+    "change, where, words",
+    [
+        ({"truncate_bytes": 96}, "hosts.s1.appmon[0].truncate_bytes", "cannot truncate"),
+        ({"interface": None}, "hosts.s1.appmon[0].interface", "needs the interface"),
+        ({"to": None}, "hosts.s1.appmon[0].to", "needs an analysis host"),
+        ({"segments": "fin"}, "hosts.s1.appmon[0].segments", ""),
+    ],
+)
 def test_bad_kernel_mirrors_are_refused_naming_the_field(make_plan, change, where, words):
     with pytest.raises(PlanError) as info:
         plan_from_dict(with_entries(make_plan, kernel(**change)))

@@ -6,7 +6,8 @@ from __future__ import annotations
 from array import array
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cosample.plan import packed
 from cosample.plan.packed import Names, Views
@@ -48,6 +49,7 @@ def test_names_read_back_and_are_found_both_ways(names):
 
 def _finders():
     """``Names.find`` compiled, and in Python (as on a host without a compiler)."""
+
     def python(names: Names, name: str) -> int | None:
         compiled, packed._compiled_find = packed._compiled_find, None
         try:
@@ -60,8 +62,12 @@ def _finders():
 
 
 def test_no_host_and_one_host():
-    for empty in (Views.of([]), Names.of([]), Views(b"", array("q", [0])),
-                  Names(b"", (0).to_bytes(8, "little"))):
+    for empty in (
+        Views.of([]),
+        Names.of([]),
+        Views(b"", array("q", [0])),
+        Names(b"", (0).to_bytes(8, "little")),
+    ):
         assert len(empty) == 0 and list(empty) == []
         with pytest.raises(IndexError):
             empty[0]
@@ -82,11 +88,14 @@ def test_a_name_holding_a_newline_is_one_name():
     assert [find(names, "a\nb") for find in _finders()] == [1, 1]
 
 
-@pytest.mark.parametrize("buffer, offsets", [
-    (b"abc", [0, 2]),      # short of the buffer's end
-    (b"abc", [1, 3]),      # not from its start
-    (b"", []),             # no offset at all
-])
+@pytest.mark.parametrize(
+    "buffer, offsets",
+    [
+        (b"abc", [0, 2]),  # short of the buffer's end
+        (b"abc", [1, 3]),  # not from its start
+        (b"", []),  # no offset at all
+    ],
+)
 def test_offsets_that_do_not_span_the_buffer_are_refused(buffer, offsets):
     for kind in (Views, Names):
         with pytest.raises(ValueError, match="offsets"):
@@ -114,7 +123,7 @@ def test_a_slice_shares_the_buffer_and_reads_as_the_lists_slice(names, first, la
     part = Names.of(names)[first:last]
     for find in _finders():
         assert [find(part, name) for name in names] == [
-            names[first:last].index(name) if name in names[first:last] else None
-            for name in names]
+            names[first:last].index(name) if name in names[first:last] else None for name in names
+        ]
     with pytest.raises(ValueError, match="step"):
         Views.of(items)[::2]

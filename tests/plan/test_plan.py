@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from cosample.plan.errors import PlanError
 from cosample.plan.document import parse_document, parse_plan, plan_from_dict
+from cosample.plan.errors import PlanError
 
 
 def test_good_plan_parses_with_sorted_shares(make_plan, to_bytes):
@@ -36,6 +36,7 @@ def _set(path, value):
             del target[path[-1]]
         else:
             target[path[-1]] = value
+
     return mutate
 
 
@@ -66,10 +67,14 @@ BAD_PLANS = [
     (_set(["hosts", "s1", "mirrors"], [{"to": "s2", "rate": 0}]), "hosts.s1.mirrors[0].rate"),
     (_set(["hosts", "s1", "mirrors"], [{"to": "s1", "rate": 0.1}]), "hosts.s1.mirrors[0].to"),
     (_set(["hosts", "s1", "mirrors"], [{"to": "s9", "rate": 0.2}]), "hosts.s1.mirrors[0].to"),
-    (_set(["hosts", "s1", "mirrors"], [{"to": "s2", "rate": 0.25}, {"to": "s3", "rate": 0.3}]),
-     "hosts.s1.mirrors[0].to"),  # s2 receives 0.2, not 0.25
-    (_set(["hosts", "s1", "mirrors"], [{"to": "s2", "rate": 0.2}, {"to": "s2", "rate": 0.2}]),
-     "hosts.s1.mirrors"),
+    (
+        _set(["hosts", "s1", "mirrors"], [{"to": "s2", "rate": 0.25}, {"to": "s3", "rate": 0.3}]),
+        "hosts.s1.mirrors[0].to",
+    ),  # s2 receives 0.2, not 0.25
+    (
+        _set(["hosts", "s1", "mirrors"], [{"to": "s2", "rate": 0.2}, {"to": "s2", "rate": 0.2}]),
+        "hosts.s1.mirrors",
+    ),
     (_set(["hosts", "s2", "receives"], []), "hosts.s1.mirrors[0].to"),
     (_set(["hosts", "s4", "receives"], [{"from": "s1", "rate": 0.1}]), "hosts.s4.receives[0]"),
     (_set(["hosts", "s1", "tunnel_ip"], "10.0.0.300"), "hosts.s1.tunnel_ip"),
@@ -103,8 +108,11 @@ def test_non_plan_bytes_rejected(data):
 
 
 def test_plan_set_sorted_by_version_and_duplicates_rejected(make_plan):
-    document = {"format": "cosample.planset", "format_version": 1,
-                "plans": [make_plan(version=7), make_plan(version=5)]}
+    document = {
+        "format": "cosample.planset",
+        "format_version": 1,
+        "plans": [make_plan(version=7), make_plan(version=5)],
+    }
     plans = parse_document(json.dumps(document).encode())
     assert [p.version for p in plans] == [5, 7]
     document["plans"][1]["version"] = 7

@@ -50,6 +50,7 @@ def test_missing_or_garbled_signature_fails(keys):
 
 def test_raw_base64_public_key_accepted(tmp_path, keys):
     from cryptography.hazmat.primitives import serialization
+
     public = serialization.load_pem_public_key(keys[1].read_bytes())
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     (tmp_path / "raw.pub").write_bytes(base64.b64encode(raw))
@@ -79,13 +80,17 @@ def test_a_key_file_with_several_keys_accepts_a_signature_by_any(tmp_path, keys)
 
 def test_raw_keys_one_a_line_and_bad_key_files_are_named(tmp_path, keys):
     from cryptography.hazmat.primitives import serialization
+
     lines = []
     for name in ("plan", "new"):
         if name == "new":
             generate_keypair(tmp_path / "new.key", tmp_path / "new.pub")
         public = serialization.load_pem_public_key((tmp_path / f"{name}.pub").read_bytes())
-        lines.append(base64.b64encode(public.public_bytes(serialization.Encoding.Raw,
-                                                          serialization.PublicFormat.Raw)))
+        lines.append(
+            base64.b64encode(
+                public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+            )
+        )
     (tmp_path / "raw.pub").write_bytes(b"\n".join(lines) + b"\n")
     verify(b"plan", sign_bytes(b"plan", tmp_path / "new.key"), tmp_path / "raw.pub")
     (tmp_path / "empty.pub").write_bytes(b"\n")
@@ -105,7 +110,7 @@ def test_the_signature_signs_the_digest_and_says_so(keys):
 
     signature = sign_bytes(b"plan", keys[0])
     assert signature.startswith(DIGEST_TAG) and signature.endswith(b"\n")
-    raw = base64.b64decode(signature[len(DIGEST_TAG):].strip(), validate=True)
+    raw = base64.b64decode(signature[len(DIGEST_TAG) :].strip(), validate=True)
     public = serialization.load_pem_public_key(keys[1].read_bytes())
     public.verify(raw, b"cosample plan sha256\x00" + content_digest(b"plan"))  # raises if not
 
@@ -126,7 +131,7 @@ def test_the_two_forms_are_not_interchangeable(keys):
 
     digest_form = sign_bytes(b"plan", keys[0])
     with pytest.raises(SignatureError, match="does not verify"):
-        verify(b"plan", digest_form[len(DIGEST_TAG):], keys[1])
+        verify(b"plan", digest_form[len(DIGEST_TAG) :], keys[1])
     legacy = base64.b64encode(load_private_key(keys[0]).sign(b"plan")) + b"\n"
     with pytest.raises(SignatureError, match="does not verify"):
         verify(b"plan", DIGEST_TAG + legacy, keys[1])

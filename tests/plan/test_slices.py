@@ -11,7 +11,8 @@ from datetime import timedelta
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cosample.agents.config import make_config
 from cosample.agents.desired import desired_state
@@ -79,10 +80,22 @@ def rich_plan(make_plan):
     doc = make_plan(version=100)
     hosts = doc["hosts"]
     hosts["s1"]["appmon"] = [{"service": SERVICE, "mechanism": "selective_mirror", "to": "s4"}]
-    hosts["s2"]["appmon"] = [{"service": {"address": "10.0.0.22", "port": 80},
-                              "mechanism": "port_mirror", "to": "s4", "interface": "vm2"}]
-    hosts["s3"]["appmon"] = [{"service": {"address": "10.0.0.32", "port": 80},
-                              "mechanism": "sniffer", "to": "s2", "interface": "vm3"}]
+    hosts["s2"]["appmon"] = [
+        {
+            "service": {"address": "10.0.0.22", "port": 80},
+            "mechanism": "port_mirror",
+            "to": "s4",
+            "interface": "vm2",
+        }
+    ]
+    hosts["s3"]["appmon"] = [
+        {
+            "service": {"address": "10.0.0.32", "port": 80},
+            "mechanism": "sniffer",
+            "to": "s2",
+            "interface": "vm3",
+        }
+    ]
     return doc
 
 
@@ -118,8 +131,12 @@ def test_each_host_reads_from_its_slice_what_it_reads_from_the_whole_plan(rich_p
     for host in rich_plan["hosts"]:
         (plan,) = read_slice(slices.document(host), host, public, source=f"hosts/{host}")
         assert desired_state(plan, _config(host)) == desired_state(whole, _config(host))
-        assert (plan.version, plan.plan_id, plan.expires, plan.sflow) == \
-            (whole.version, whole.plan_id, whole.expires, whole.sflow)
+        assert (plan.version, plan.plan_id, plan.expires, plan.sflow) == (
+            whole.version,
+            whole.plan_id,
+            whole.expires,
+            whole.sflow,
+        )
         assert plan.raw["slice"]["host"] == host
     assert slices.document("s9") is None and slices.etag("s9") is None
 
@@ -148,11 +165,12 @@ def _fields(document: bytes) -> dict:
 
 def _flip(text: str, position: int) -> str:
     character = text[position]
-    return text[:position] + ("x" if character != "x" else "y") + text[position + 1:]
+    return text[:position] + ("x" if character != "x" else "y") + text[position + 1 :]
 
 
-@settings(max_examples=80, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # read-only fixtures
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # read-only fixtures
 @given(st.data())
 def test_any_change_to_any_field_is_refused(make_plan, tmp_path_factory, data):
     folder = tmp_path_factory.mktemp("keys")
@@ -160,8 +178,9 @@ def test_any_change_to_any_field_is_refused(make_plan, tmp_path_factory, data):
     plan = make_plan(version=100)
     good = build_slices([plan], key).document("s1")
     fields = _fields(good)
-    name = data.draw(st.sampled_from(["head", "view", "signature", "index", "path", "format",
-                                      "format_version"]))
+    name = data.draw(
+        st.sampled_from(["head", "view", "signature", "index", "path", "format", "format_version"])
+    )
     if name in ("head", "view"):
         position = data.draw(st.integers(0, len(fields[name]) - 1))
         fields[name] = _flip(fields[name], position)
@@ -187,12 +206,18 @@ def test_refusals_say_what_is_wrong(make_plan, tmp_path):
     _, other_public = _key(tmp_path, "other")
     plan = make_plan(version=100)
     slices = build_slices([plan], key)
-    with pytest.raises(PlanError, match=r"view.name: the slice is for host 's2', this host is "
-                                         r"'s1'"):
+    with pytest.raises(
+        PlanError,
+        match=r"view.name: the slice is for host 's2', this host is "
+        r"'s1'",
+    ):
         read_slice(slices.document("s2"), "s1", public, source="hosts/s1")
     later = build_slices([make_plan(version=101, sender_mirrors=(("s2", 0.4),))], key)
-    mixed = dict(_fields(slices.document("s1")), head=_fields(later.document("s1"))["head"],
-                 signature=_fields(later.document("s1"))["signature"])
+    mixed = dict(
+        _fields(slices.document("s1")),
+        head=_fields(later.document("s1"))["head"],
+        signature=_fields(later.document("s1"))["signature"],
+    )
     with pytest.raises(SignatureError, match="does not hash up to the head's Merkle root"):
         read_slice(orjson.dumps(mixed), "s1", public, source="hosts/s1")
     unsigned = build_slices([plan], None).document("s1")
@@ -229,8 +254,7 @@ def test_the_rollback_floor_holds_between_slices_and_whole_plans(make_plan, now,
     changed["plan_id"] = "cd" * 32
     (other,) = read_slice(build_slices([changed], key).document("s1"), "s1", public)
     assert "reused with different content" in select_plan([other], whole, now).refused[0]
-    (older,) = read_slice(build_slices([make_plan(version=99)], key).document("s1"), "s1",
-                          public)
+    (older,) = read_slice(build_slices([make_plan(version=99)], key).document("s1"), "s1", public)
     assert "rollback refused" in select_plan([older], sliced, now).refused[0]
     expired = make_plan(version=101, created=now - timedelta(hours=7))
     (late,) = read_slice(build_slices([expired], key).document("s1"), "s1", public)
@@ -252,8 +276,10 @@ def test_other_names_are_hashed_into_one_safe_file_name(host):
 
 def test_slices_sit_beside_the_plan():
     assert slice_location("http://c:8080/plan.json", "s1") == "http://c:8080/hosts/s1"
-    assert slice_location("https://c/p/plan.json", "a/b") == \
-        f"https://c/p/hosts/{slice_file_name('a/b')}"
+    assert (
+        slice_location("https://c/p/plan.json", "a/b")
+        == f"https://c/p/hosts/{slice_file_name('a/b')}"
+    )
     assert slice_location("/srv/plans/plan.json", "s1") == "/srv/plans/hosts/s1"
     assert slice_location("file:///srv/plan.json", "s1") == "file:///srv/hosts/s1"
 
@@ -270,7 +296,8 @@ def test_every_slice_written_at_once_is_the_one_served(make_plan, tmp_path, host
     key = _key(tmp_path)[0] if signed else None
     slices = build_slices([plan], key)
     written = list(slices.items())
-    assert [file_name for file_name, _ in written] == \
-        [slice_file_name(name) for name in sorted(names[:hosts])]
+    assert [file_name for file_name, _ in written] == [
+        slice_file_name(name) for name in sorted(names[:hosts])
+    ]
     for file_name, document in written:
         assert document == slices.document(file_name)

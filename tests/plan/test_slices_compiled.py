@@ -9,7 +9,8 @@ import hashlib
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan import merkle, slicebuild, transition
@@ -29,12 +30,21 @@ def test_the_builder_is_compiled():
 # names: plain, with dots and non-ASCII letters (compared as UTF-8 bytes), some needing escapes
 PLAIN = st.text(alphabet="abcs01._-é€", min_size=1, max_size=6)
 ESCAPED = st.text(alphabet='ab"\\\n', min_size=1, max_size=4)
-SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6),
-                   st.floats(allow_nan=False, allow_infinity=False, width=64),
-                   st.text(alphabet="ab ,:{}[]", max_size=5))
-EXTRA = st.recursive(SCALAR, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["a", "to", "hosts", "z"]),
-                                                 inner, max_size=3)), max_leaves=6)
+SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**6),
+    st.floats(allow_nan=False, allow_infinity=False, width=64),
+    st.text(alphabet="ab ,:{}[]", max_size=5),
+)
+EXTRA = st.recursive(
+    SCALAR,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["a", "to", "hosts", "z"]), inner, max_size=3),
+    ),
+    max_leaves=6,
+)
 
 
 @st.composite
@@ -44,11 +54,17 @@ def tables(draw, names=PLAIN, same_hosts=False):
     pool = draw(st.lists(names, min_size=1, max_size=12, unique=True))
     count = draw(st.integers(1, 3))
     out = []
-    shared = draw(st.lists(st.sampled_from(pool), max_size=len(pool), unique=True)) \
-        if same_hosts else None
+    shared = (
+        draw(st.lists(st.sampled_from(pool), max_size=len(pool), unique=True))
+        if same_hosts
+        else None
+    )
     for _ in range(count):
-        hosts = shared if same_hosts else draw(
-            st.lists(st.sampled_from(pool), min_size=0, max_size=len(pool), unique=True))
+        hosts = (
+            shared
+            if same_hosts
+            else draw(st.lists(st.sampled_from(pool), min_size=0, max_size=len(pool), unique=True))
+        )
         target = st.one_of(st.sampled_from(pool), names, st.none(), st.integers(0, 3))
         table = {}
         for name in hosts:
@@ -126,8 +142,12 @@ def test_long_names_are_the_python_views(tables_):
     _same_as_python(tables_)
 
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**18, 10**18),
-                    st.floats(allow_nan=False, allow_infinity=False))
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**18), 10**18),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -135,14 +155,14 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**18, 10**18),
 def test_a_value_holding_white_space_or_structure_is_left_to_python(values, data):
     """The readers scan a number, true, false or null 16 bytes at a time: a character that
     cannot be in one, anywhere in it or just after it, is not their case (as byte by byte)."""
-    table = {f"h{k:03d}": {"local_rate": value, "role": "sender"}
-             for k, value in enumerate(values)}
+    table = {f"h{k:03d}": {"local_rate": value, "role": "sender"} for k, value in enumerate(values)}
     text = orjson.dumps(table, option=SORTED)
     k = data.draw(st.integers(0, len(values) - 1))
     start = text.index(b'"local_rate":', text.index(b'"h%03d"' % k)) + len(b'"local_rate":')
     at = data.draw(st.integers(start + 1, text.index(b",", start)))
-    mutated = text[:at] + data.draw(st.sampled_from([b" ", b"\n", b":", b"{", b"[", b'"'])) \
-        + text[at:]
+    mutated = (
+        text[:at] + data.draw(st.sampled_from([b" ", b"\n", b":", b"{", b"[", b'"'])) + text[at:]
+    )
     assert _slices.views([text]) is not None
     assert _slices.views([mutated]) is None
     assert _transition.lower(mutated, text, SAMPLE_PROBABILITY_SCALE) is None
@@ -152,43 +172,57 @@ def test_a_value_holding_white_space_or_structure_is_left_to_python(values, data
 def test_a_plain_plan_takes_the_compiled_path(make_plan):
     plan = make_plan(version=1)
     assert _same_as_python([plan["hosts"]])
-    assert _same_as_python([plan["hosts"], {k: v for k, v in plan["hosts"].items()
-                                            if k != "s2"}])
+    assert _same_as_python([plan["hosts"], {k: v for k, v in plan["hosts"].items() if k != "s2"}])
 
 
 def test_the_peer_fields_come_from_python_once():
     # the compiled builder keeps the fields slicebuild.PEER_FIELDS names (configure), so a new
     # peer field (the sample mechanism's) is cut into views by both builders alike
-    table = {"a": {"role": "sender", "local_rate": 0.2, "sflow_sampling": None,
-                   "local_mechanism": "sample", "sample_probability": 13107,
-                   "observation_domain": 7, "mirrors": [{"to": "b", "rate": 0.5}]},
-             "b": {"role": "receiver", "local_rate": 1.0, "sflow_sampling": 1,
-                   "local_mechanism": "sflow", "receives": [{"from": "a", "rate": 0.5}]}}
+    table = {
+        "a": {
+            "role": "sender",
+            "local_rate": 0.2,
+            "sflow_sampling": None,
+            "local_mechanism": "sample",
+            "sample_probability": 13107,
+            "observation_domain": 7,
+            "mirrors": [{"to": "b", "rate": 0.5}],
+        },
+        "b": {
+            "role": "receiver",
+            "local_rate": 1.0,
+            "sflow_sampling": 1,
+            "local_mechanism": "sflow",
+            "receives": [{"from": "a", "rate": 0.5}],
+        },
+    }
     assert _same_as_python([table])
     view_b = orjson.loads(_compiled([orjson.dumps(table, option=SORTED)])[1][1])
     assert view_b["hosts"][0]["a"]["sample_probability"] == 13107
 
 
-@pytest.mark.parametrize("table", [
-    b'{"b":{},"a":{}}',                      # not sorted
-    b'{"a":{},"a":{}}',                      # a name twice
-    b'{"a":{"mirrors":"s1"}}',               # not a list
-    b'{"a":{"mirrors":[1]}}',                # an item that is not an object
-    b'{"a":{"mirrors":[{"to":["b"]}]}}',     # a peer Python cannot look up
-    b'{"a":{"role":"x","role":"y"}}',        # a key twice (Python keeps the last)
-    b'{"a":{"mirrors":[],"mirrors":[]}}',
-    b'{"\xff":{}}',                          # not UTF-8
-    b'{"a": {}}',                            # white space
-    b'{"a":{}',                              # cut short
-    b'[]',
-])
+@pytest.mark.parametrize(
+    "table",
+    [
+        b'{"b":{},"a":{}}',  # not sorted
+        b'{"a":{},"a":{}}',  # a name twice
+        b'{"a":{"mirrors":"s1"}}',  # not a list
+        b'{"a":{"mirrors":[1]}}',  # an item that is not an object
+        b'{"a":{"mirrors":[{"to":["b"]}]}}',  # a peer Python cannot look up
+        b'{"a":{"role":"x","role":"y"}}',  # a key twice (Python keeps the last)
+        b'{"a":{"mirrors":[],"mirrors":[]}}',
+        b'{"\xff":{}}',  # not UTF-8
+        b'{"a": {}}',  # white space
+        b'{"a":{}',  # cut short
+        b"[]",
+    ],
+)
 def test_anything_unusual_is_left_to_python(table):
     assert _slices.views([table]) is None
 
 
 def test_a_leaf_hash_is_the_domain_separated_hash_of_the_view(make_plan):
-    names, views, level = _compiled([orjson.dumps(make_plan(version=1)["hosts"],
-                                                  option=SORTED)])
+    names, views, level = _compiled([orjson.dumps(make_plan(version=1)["hosts"], option=SORTED)])
     assert len(views) == len(names) == len(make_plan(version=1)["hosts"]) > 1
     assert level == b"".join(hashlib.sha256(b"\x00" + view).digest() for view in views)
 
@@ -202,13 +236,20 @@ def test_compiled_tree_levels_are_the_python_ones(leaves, seed):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(PLAIN, st.text(alphabet="ab.-_\n/ ", min_size=1, max_size=4),
-                          st.text(alphabet="a", min_size=127, max_size=130)),
-                unique=True, max_size=8))
+@given(
+    st.lists(
+        st.one_of(
+            PLAIN,
+            st.text(alphabet="ab.-_\n/ ", min_size=1, max_size=4),
+            st.text(alphabet="a", min_size=127, max_size=130),
+        ),
+        unique=True,
+        max_size=8,
+    )
+)
 def test_each_host_is_found_by_its_file_name_and_nothing_else(names):
     names = sorted(names)
-    slices = slicebuild.SliceSet(b"", None, Names.of(names), Views.of([b"{}"] * len(names)),
-                                 None)
+    slices = slicebuild.SliceSet(b"", None, Names.of(names), Views.of([b"{}"] * len(names)), None)
     for k, name in enumerate(names):
         assert slices.position(slicebuild.slice_file_name(name)) == k
     for other in ("zz", "~" + "0" * 64, "a\n", "../a", ""):

@@ -14,7 +14,6 @@ from cosample.plan.errors import PlanMissingError
 from cosample.plan.signing import generate_keypair
 from cosample.plan.slices import read_slice, slice_location
 from cosample.plan.source import fetch
-from agentsandbox import root_links, sandbox  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -70,8 +69,12 @@ def test_the_directory_target_writes_slices_behind_its_pointer(tmp_path, keys, m
     assert read_slice(fetch(location).data, "s1", public)[0].version == 100
     target.publish(render(make_plan(), 101, key))
     assert read_slice(fetch(location).data, "s1", public)[0].version == 101
-    assert sorted(p.name for p in (tmp_path / "pub" / "versions" / "101" / "hosts").iterdir()) \
-        == ["s1", "s2", "s3", "s4"]
+    assert sorted(p.name for p in (tmp_path / "pub" / "versions" / "101" / "hosts").iterdir()) == [
+        "s1",
+        "s2",
+        "s3",
+        "s4",
+    ]
     whole_only = DirectoryTarget(tmp_path / "pub", slices=False)
     whole_only.publish(render(make_plan(), 102, key))
     with pytest.raises(PlanMissingError, match="not found"):
@@ -82,13 +85,14 @@ def test_the_directory_target_writes_slices_behind_its_pointer(tmp_path, keys, m
 # a real agent on a real OVS ------------------------------------------------------------------
 def _polls(a):
     fetches = a.metrics.plan_fetches
-    return (fetches.labels(result="downloaded")._value.get(),
-            fetches.labels(result="unchanged")._value.get())
+    return (
+        fetches.labels(result="downloaded")._value.get(),
+        fetches.labels(result="unchanged")._value.get(),
+    )
 
 
 @pytest.mark.ovs
-def test_an_agent_converges_from_its_slice_and_keeps_every_check(sandbox, make_plan, server,
-                                                                keys):
+def test_an_agent_converges_from_its_slice_and_keeps_every_check(sandbox, make_plan, server, keys):
     """Over the controller's HTTP target: the agent applies its slice (one small download,
     then 304s), reaches the state the whole plan gives, and refuses a rollback."""
     from agentsandbox import agent, fingerprint
@@ -102,8 +106,9 @@ def test_an_agent_converges_from_its_slice_and_keeps_every_check(sandbox, make_p
     assert a.running.raw["slice"]["host"] == "s1"  # read from the slice, not the whole plan
     state = fingerprint(a)
     assert a.cycle().result == "ok" and _polls(a) == (1, 1)  # an unchanged slice: a 304
-    whole = agent(config, plan=server.describe(), public_key=public, insecure_unsigned=False,
-                  slices="never")
+    whole = agent(
+        config, plan=server.describe(), public_key=public, insecure_unsigned=False, slices="never"
+    )
     report = whole.cycle()  # the whole plan asks for exactly what the slice did
     assert report.result == "ok" and report.commands == () and fingerprint(whole) == state
 
@@ -118,8 +123,9 @@ def test_an_agent_converges_from_its_slice_and_keeps_every_check(sandbox, make_p
 
 
 @pytest.mark.ovs
-def test_an_agent_refuses_a_tampered_or_foreign_slice_and_keeps_its_plan(sandbox, make_plan,
-                                                                        keys, tmp_path):
+def test_an_agent_refuses_a_tampered_or_foreign_slice_and_keeps_its_plan(
+    sandbox, make_plan, keys, tmp_path
+):
     """From a published folder: a slice changed on disk, another host's slice, an unsigned
     one: each refused with its reason, the host stays on its last good plan."""
     from agentsandbox import agent, fingerprint
@@ -128,16 +134,17 @@ def test_an_agent_refuses_a_tampered_or_foreign_slice_and_keeps_its_plan(sandbox
     key, public = keys
     folder = tmp_path / "pub"
     DirectoryTarget(folder).publish(render(make_plan(), 100, key))
-    a = agent(config, plan=str(folder / "plan.json"), public_key=public,
-              insecure_unsigned=False)
+    a = agent(config, plan=str(folder / "plan.json"), public_key=public, insecure_unsigned=False)
     assert a.cycle().result == "ok"
     state = fingerprint(a)
     DirectoryTarget(folder).publish(render(make_plan(sampling=64, local_rate=1 / 64), 101, key))
     mine = folder / "versions" / "101" / "hosts" / "s1"
     good = mine.read_bytes()
     cases = [
-        (good.replace(b'\\"sflow_sampling\\":64', b'\\"sflow_sampling\\":32'),
-         "does not hash up to the head's Merkle root"),
+        (
+            good.replace(b'\\"sflow_sampling\\":64', b'\\"sflow_sampling\\":32'),
+            "does not hash up to the head's Merkle root",
+        ),
         ((folder / "hosts" / "s2").read_bytes(), "the slice is for host 's2'"),
     ]
     unsigned = folder.parent / "unsigned"
@@ -154,20 +161,32 @@ def test_an_agent_refuses_a_tampered_or_foreign_slice_and_keeps_its_plan(sandbox
     shutil.rmtree(unsigned)
 
 
-def test_a_publication_restored_after_a_restart_is_sliced_and_signed_again(server, keys,
-                                                                          make_plan):
+def test_a_publication_restored_after_a_restart_is_sliced_and_signed_again(server, keys, make_plan):
     """The controller's ``_restore``: only the published bytes and the key; the target slices
     the bytes again (one plan or a plan set), signed, before it serves them."""
     from cosample.plan.signing import sign_bytes
 
     key, public = keys
     for previous in (None, make_plan(version=100)):
-        rendered = render(make_plan(sender_mirrors=(("s2", 0.4),)), 101, key, previous,
-                          now=None if previous is None else _now(), settle_s=60.0)
+        rendered = render(
+            make_plan(sender_mirrors=(("s2", 0.4),)),
+            101,
+            key,
+            previous,
+            now=None if previous is None else _now(),
+            settle_s=60.0,
+        )
         fresh = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
         try:
-            fresh.restore(Rendered(rendered.data, sign_bytes(rendered.data, key),
-                                   rendered.versions, rendered.final, key=key))
+            fresh.restore(
+                Rendered(
+                    rendered.data,
+                    sign_bytes(rendered.data, key),
+                    rendered.versions,
+                    rendered.final,
+                    key=key,
+                )
+            )
             _, _, body = get(slice_location(fresh.describe(), "s1"))
             plans = read_slice(body, "s1", public)
             assert [p.version for p in plans] == list(rendered.versions)

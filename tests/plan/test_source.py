@@ -9,17 +9,17 @@ import urllib.request
 
 import pytest
 
-from cosample.plan.errors import PlanFetchError
 from cosample.agents.report import Metrics, serve_metrics
+from cosample.plan.errors import PlanFetchError
 from cosample.plan.source import Fetched, fetch
-from agentsandbox import root_links, sandbox  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
 def http_dir(tmp_path):
     """A static HTTP server on 127.0.0.1 serving tmp_path; yields (folder, base URL)."""
     handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(  # noqa: E731
-        *a, directory=str(tmp_path), **k)
+        *a, directory=str(tmp_path), **k
+    )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -64,8 +64,9 @@ def test_metrics_served_on_loopback():
 
 def test_size_limit_enforced_while_reading(tmp_path):
     """A body without Content-Length is cut at the limit, not read whole first."""
+
     class Endless(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's naming
+        def do_GET(self):
             self.send_response(200)
             self.end_headers()
             try:
@@ -93,10 +94,11 @@ def test_size_limit_enforced_while_reading(tmp_path):
 
 # --- total deadline on the signature, conditional polls (issues 30 and 25) -------------------
 
+
 class _SlowSignature(http.server.BaseHTTPRequestHandler):
     """``/plan.json`` at once, ``/plan.json.sig`` one byte every 0.1 s (10 s in all)."""
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
+    def do_GET(self):
         slow = self.path.endswith(".sig")
         body = b"c2ln" * 25 if slow else b"{}"
         self.send_response(200)
@@ -122,8 +124,11 @@ def test_trickled_signature_is_under_the_plans_deadline():
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/plan.json"
         assert fetch(url, timeout_s=5).data == b"{}"
-        with pytest.raises(PlanFetchError, match=r"plan\.json\.sig: not fetched within the 1 s "
-                                             r"deadline"):
+        with pytest.raises(
+            PlanFetchError,
+            match=r"plan\.json\.sig: not fetched within the 1 s "
+            r"deadline",
+        ):
             fetch(url, timeout_s=1, with_signature=True)
     finally:
         server.shutdown()
@@ -133,18 +138,25 @@ def test_trickled_signature_is_under_the_plans_deadline():
 @pytest.fixture
 def plan_server():
     from cosample.controller.publish import HttpTarget
+
     target = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
     yield target
     target.close()
 
 
 def test_unchanged_plan_costs_a_304_with_the_previous_bytes(plan_server, tmp_path):
-    from cosample.plan.signing import generate_keypair
     from cosample.controller.publish import render
+    from cosample.plan.signing import generate_keypair
 
     generate_keypair(tmp_path / "k", tmp_path / "k.pub")
-    plan = {"format": "cosample.plan", "format_version": 1, "plan_id": "p",
-            "created": "2030-01-01T00:00:00Z", "expires": "2030-01-01T01:00:00Z", "hosts": {}}
+    plan = {
+        "format": "cosample.plan",
+        "format_version": 1,
+        "plan_id": "p",
+        "created": "2030-01-01T00:00:00Z",
+        "expires": "2030-01-01T01:00:00Z",
+        "hosts": {},
+    }
     plan_server.publish(render(plan, 7, str(tmp_path / "k")))
     url = plan_server.describe()
     first = fetch(url, with_signature=True)
@@ -159,17 +171,19 @@ def test_unchanged_plan_costs_a_304_with_the_previous_bytes(plan_server, tmp_pat
 
 
 @pytest.mark.ovs
-def test_agent_polls_cost_a_304_and_every_check_still_holds(sandbox, make_plan, to_bytes,
-                                                            plan_server, tmp_path):
+def test_agent_polls_cost_a_304_and_every_check_still_holds(
+    sandbox, make_plan, to_bytes, plan_server, tmp_path
+):
     """A real agent on a real OVS polling the controller's HTTP target: an unchanged plan is a
     304 (no body, no parse), and still the signature is verified on every poll, the rollback
     floor holds and the plan expires."""
     from datetime import timedelta
 
     from agentsandbox import agent
+
+    from cosample.controller.publish import Rendered
     from cosample.plan.signing import generate_keypair, sign_bytes
     from cosample.times import utcnow
-    from cosample.controller.publish import Rendered
 
     ovs, config, _, _ = sandbox
     key, public = tmp_path / "k", tmp_path / "k.pub"
@@ -177,19 +191,27 @@ def test_agent_polls_cost_a_304_and_every_check_still_holds(sandbox, make_plan, 
 
     def publish(document, signature=None):
         data = to_bytes(document)
-        plan_server.publish(Rendered(data, signature or sign_bytes(data, key),
-                                     (document["version"],), document))
+        plan_server.publish(
+            Rendered(data, signature or sign_bytes(data, key), (document["version"],), document)
+        )
 
     def polls():
         fetches = a.metrics.plan_fetches
-        return (fetches.labels(result="downloaded")._value.get(),
-                fetches.labels(result="unchanged")._value.get())
+        return (
+            fetches.labels(result="downloaded")._value.get(),
+            fetches.labels(result="unchanged")._value.get(),
+        )
 
     good = make_plan(version=100)
     publish(good)
     clock = [utcnow()]
-    a = agent(config, clock=lambda: clock[0], plan=plan_server.describe(),
-              public_key=str(public), insecure_unsigned=False)
+    a = agent(
+        config,
+        clock=lambda: clock[0],
+        plan=plan_server.describe(),
+        public_key=str(public),
+        insecure_unsigned=False,
+    )
     assert a.cycle().result == "ok"
     state = ovs.vsctl("list", "sFlow")
     for _ in range(2):
@@ -226,8 +248,11 @@ def test_temporary_files_killed_writes_left_are_removed(sandbox, make_plan):
     write_plan(make_plan(version=100))
     state = config.parent / "state"
     state.mkdir(mode=0o700, exist_ok=True)
-    old = [state / ".owned.json.k1ll3d.tmp", state / ".last-good-plan.json.x.tmp",
-           state / ".status.json.y.tmp"]
+    old = [
+        state / ".owned.json.k1ll3d.tmp",
+        state / ".last-good-plan.json.x.tmp",
+        state / ".status.json.y.tmp",
+    ]
     for path in old:
         path.write_text("{")
         os.utime(path, (time.time() - 3600, time.time() - 3600))
@@ -244,8 +269,9 @@ def test_temporary_files_killed_writes_left_are_removed(sandbox, make_plan):
 def test_trickled_headers_cannot_hold_the_agent(sandbox, make_plan, capsys):
     """Issue 30 item 2 on a real OVS: headers one byte every 0.1 s (30 s of them) against a
     1-s timeout; the cycle ends at the deadline and the host keeps its plan."""
-    from cosample.cli import main
     from trickle import Trickler
+
+    from cosample.cli import main
 
     ovs, config, _, write_plan = sandbox
     write_plan(make_plan(version=100))
@@ -253,8 +279,19 @@ def test_trickled_headers_cannot_hold_the_agent(sandbox, make_plan, capsys):
     before = ovs.vsctl("list", "sFlow")
     slow = b"X-Padding: " + b"a" * 300 + b"\r\nContent-Length: 2\r\n\r\n{}"
     with Trickler(b"HTTP/1.1 200 OK\r\n", slow, 0.1) as server:
-        code = main(["agent", "apply", "--once", "--config", str(config), "--plan",
-                     server.url + "/plan.json", "--timeout", "1s"])
+        code = main(
+            [
+                "agent",
+                "apply",
+                "--once",
+                "--config",
+                str(config),
+                "--plan",
+                server.url + "/plan.json",
+                "--timeout",
+                "1s",
+            ]
+        )
     assert code == 1
     # the first request is the host's slice (slices = "auto"), held by the same deadline
     assert "/hosts/s1: not fetched within the 1 s deadline" in capsys.readouterr().err
@@ -264,8 +301,8 @@ def test_trickled_headers_cannot_hold_the_agent(sandbox, make_plan, capsys):
 def test_signing_with_a_key_others_can_read_warns_with_the_fix(tmp_path, capsys):
     import os
 
-    from cosample.plan.signing import generate_keypair
     from cosample.cli import main
+    from cosample.plan.signing import generate_keypair
 
     generate_keypair(tmp_path / "k", tmp_path / "k.pub")
     (tmp_path / "plan.json").write_bytes(b"{}")

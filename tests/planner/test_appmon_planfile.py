@@ -12,21 +12,29 @@ import pytest
 from cosample.plan.document import parse_plan
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
-from cosample.planner.planfile import AGENT_FIELDS, build_plan
 from cosample.planner.planbytes import compact_json
+from cosample.planner.planfile import AGENT_FIELDS, build_plan
 from cosample.planner.solvers import solve
 
 WHEN = datetime(2026, 1, 1, tzinfo=timezone.utc)
 BASE = {
     "cost": {"alpha": 1.0, "beta": 0.5},
-    "servers": [{"name": "web1", "capacity_pps": 20000, "tunnel_ip": "10.0.0.1"},
-                {"name": "idle1", "capacity_pps": 50000, "tunnel_ip": "10.0.0.2"}],
+    "servers": [
+        {"name": "web1", "capacity_pps": 20000, "tunnel_ip": "10.0.0.1"},
+        {"name": "idle1", "capacity_pps": 50000, "tunnel_ip": "10.0.0.2"},
+    ],
     "traffic_pps": {"web1": {"web1": 12000}, "idle1": {"idle1": 100}},
 }
-SERVICES = [{"server": "web1", "address": "10.1.0.5", "port": 80, "interface": "vm-web1",
-             "request_rate": 200},
-            {"server": "web1", "address": "10.1.0.6", "port": 8080, "truncate_bytes": 78,
-             "weight": 2}]
+SERVICES = [
+    {
+        "server": "web1",
+        "address": "10.1.0.5",
+        "port": 80,
+        "interface": "vm-web1",
+        "request_rate": 200,
+    },
+    {"server": "web1", "address": "10.1.0.6", "port": 8080, "truncate_bytes": 78, "weight": 2},
+]
 
 
 def plan_for(document, report=True):
@@ -38,6 +46,7 @@ def test_old_descriptions_plan_as_before():
     _, plain = plan_for(BASE)
     assert "appmon" not in plain["summary"]
     from cosample.planner.report import summary_lines
+
     assert not any(text.startswith("appmon") for text in summary_lines(plain))
     assert all("appmon" not in host for host in plain["hosts"].values())
     _, again = plan_for({**BASE, "services": []})
@@ -63,6 +72,7 @@ def test_services_become_entries_the_agents_accept(order):
     else:  # the sFlow optimum fills web1 to its margin: nothing is left for the services
         assert summary["monitored_requests_per_s"] == 0 and listed == []
     from cosample.planner.report import summary_lines
+
     line = next(text for text in summary_lines(plan) if text.startswith("appmon"))
     assert f"{summary['services']} services" in line and order in line
     _, lean = plan_for(document, report=False)
@@ -76,13 +86,16 @@ def test_appmon_first_takes_its_load_out_of_the_sflow_plan():
     assert with_services["summary"]["collected_pps"] < plain["summary"]["collected_pps"]
 
 
-@pytest.mark.parametrize("change, path", [
-    (lambda d: d["services"][0].update(server="nope"), "services[0].server"),
-    (lambda d: d["services"][1].update(port=80, address="10.1.0.5"), "services[1].port"),
-    (lambda d: d["services"][0].update(min_share=1.5), "services[0].min_share"),
-    (lambda d: d["services"][0].update(protocol="smtp"), "services[0].protocol"),
-    (lambda d: d["services"][0].update(truncate_bytes=3), "services[0].truncate_bytes"),
-])
+@pytest.mark.parametrize(
+    "change, path",
+    [
+        (lambda d: d["services"][0].update(server="nope"), "services[0].server"),
+        (lambda d: d["services"][1].update(port=80, address="10.1.0.5"), "services[1].port"),
+        (lambda d: d["services"][0].update(min_share=1.5), "services[0].min_share"),
+        (lambda d: d["services"][0].update(protocol="smtp"), "services[0].protocol"),
+        (lambda d: d["services"][0].update(truncate_bytes=3), "services[0].truncate_bytes"),
+    ],
+)
 def test_bad_services_name_the_field(change, path):
     document = copy.deepcopy({**BASE, "services": SERVICES})
     change(document)
@@ -91,9 +104,8 @@ def test_bad_services_name_the_field(change, path):
 
 
 def test_unknown_rate_splits_the_servers_own_traffic():
-    from cosample.planner.appmon import MEASURED_PACKETS_PER_REQUEST
+    from cosample.planner.appmon import DEFAULT_COSTS, MEASURED_PACKETS_PER_REQUEST
     from cosample.planner.appmon_plan import services_arrays
-    from cosample.planner.appmon import DEFAULT_COSTS
 
     dc = DataCentre.from_dict({**BASE, "services": SERVICES})
     svc = services_arrays(dc, dc.own_pps, DEFAULT_COSTS)

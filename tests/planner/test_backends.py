@@ -7,8 +7,8 @@ import tempfile
 import pytest
 
 from cosample.planner import SolverError, solve
-from cosample.planner.commands import example_datacentre
 from cosample.planner.choices import LP_BACKENDS
+from cosample.planner.commands import example_datacentre
 from cosample.planner.lp import backend_available
 
 

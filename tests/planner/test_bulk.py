@@ -29,8 +29,9 @@ def fleet(seed: int) -> dict:
     for k in range(N):
         server = {"name": f"h{k}", "capacity_pps": rng.choice([1e6, 2_000_000, 1.5e6])}
         if rng.random() < 0.3:
-            server["tunnel_ip"] = rng.choice([f"10.0.{k}.1", "2001:DB8::1", f"172.16.0.{k + 1}",
-                                              "2001:db8::2"])
+            server["tunnel_ip"] = rng.choice(
+                [f"10.0.{k}.1", "2001:DB8::1", f"172.16.0.{k + 1}", "2001:db8::2"]
+            )
         if rng.random() < 0.3:
             server["bridge"] = rng.choice(["br-int", "br0", "brü"])
         if rng.random() < 0.2:
@@ -47,10 +48,16 @@ def fleet(seed: int) -> dict:
         if rng.random() < 0.2:
             server["bridge_layout"] = rng.choice(["patch", "single"])
         servers.append(server)
-    traffic = {f"h{k}": {f"h{k}": rng.choice([1000, 2500.5, 0]), f"h{(k + 1) % N}": 300}
-               for k in range(N)}
-    return {"name": "fleet", "cost": {"alpha": 1.54, "beta": 0.46}, "servers": servers,
-            "traffic_pps": traffic, "sflow": {"collector": "c:6343"}}
+    traffic = {
+        f"h{k}": {f"h{k}": rng.choice([1000, 2500.5, 0]), f"h{(k + 1) % N}": 300} for k in range(N)
+    }
+    return {
+        "name": "fleet",
+        "cost": {"alpha": 1.54, "beta": 0.46},
+        "servers": servers,
+        "traffic_pps": traffic,
+        "sflow": {"collector": "c:6343"},
+    }
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -59,15 +66,31 @@ def test_columns_are_the_models(seed):
     fast = bulk.read(document, "f.json")
     slow = bulk.from_model(validate(Description, document))
     assert fast.servers == slow.servers
-    assert fast.header == validate(Envelope, {key: value for key, value in document.items()
-                                              if key not in ("servers", "traffic_pps")})
-    assert (fast.traffic_rows, fast.traffic_lengths, fast.traffic_dst) == \
-        (slow.traffic_rows, slow.traffic_lengths, slow.traffic_dst)
+    assert fast.header == validate(
+        Envelope,
+        {key: value for key, value in document.items() if key not in ("servers", "traffic_pps")},
+    )
+    assert (fast.traffic_rows, fast.traffic_lengths, fast.traffic_dst) == (
+        slow.traffic_rows,
+        slow.traffic_lengths,
+        slow.traffic_dst,
+    )
     assert np.array_equal(fast.traffic_pps, slow.traffic_pps)
     a = DataCentre.from_dict(document, source="f.json")
     b = DataCentre.from_description(validate(Description, document), source="f.json")
-    for key in ("capacity_pps", "alpha", "beta", "traffic_src", "traffic_dst", "traffic_pps",
-                "margin", "weight", "packet_bytes", "mirror_cap_bytes", "samples_inbound"):
+    for key in (
+        "capacity_pps",
+        "alpha",
+        "beta",
+        "traffic_src",
+        "traffic_dst",
+        "traffic_pps",
+        "margin",
+        "weight",
+        "packet_bytes",
+        "mirror_cap_bytes",
+        "samples_inbound",
+    ):
         x, y = getattr(a, key), getattr(b, key)
         assert (x is None and y is None) or np.array_equal(x, y, equal_nan=True), key
     assert a.server_extras == b.server_extras and a.names == b.names
@@ -81,22 +104,40 @@ def test_the_model_normalises_what_it_decides():
 
 
 BAD = [
-    ("servers", 17, "capacity_pps", -1), ("servers", 17, "capacity_pps", math.nan),
-    ("servers", 17, "capacity_pps", math.inf), ("servers", 17, "capacity_pps", True),
-    ("servers", 17, "capacity_pps", "1e6"), ("servers", 17, "capacity_pps", 10 ** 400),
-    ("servers", 17, "alpha", 0), ("servers", 17, "beta", -0.5), ("servers", 17, "margin", 1),
-    ("servers", 17, "weight", 0), ("servers", 17, "cpu", 4), ("servers", 17, "name", ""),
-    ("servers", 17, "name", 5), ("servers", 17, "tunnel_ip", "10.0.0.256"),
-    ("servers", 17, "tunnel_ip", "127.0.0.1"), ("servers", 17, "tunnel_ip", "239.1.1.1"),
-    ("servers", 17, "tunnel_ip", 10), ("servers", 17, "bridge", "br/int"),
-    ("servers", 17, "bridge", "."), ("servers", 17, "bridge", "a" * 16),
-    ("servers", 17, "bridge", ["br0"]), ("servers", 17, "vm_ports", ["vnet0", ""]),
-    ("servers", 17, "vm_ports", "vnet0"), ("servers", 17, "vm_ports", [3]),
-    ("servers", 17, "bridge_layout", "flat"), ("servers", 17, "calibration", ""),
-    ("servers", 17, "mirror_cap_bytes_per_s", 1e6), ("servers", 17, None, 5),
-    ("servers", 17, None, None), ("traffic_pps", "h3", "h4", -5),
-    ("traffic_pps", "h3", "h4", "5"), ("traffic_pps", "h3", "h4", math.nan),
-    ("traffic_pps", "h3", None, []), ("traffic_pps", "h3", "h4", False),
+    ("servers", 17, "capacity_pps", -1),
+    ("servers", 17, "capacity_pps", math.nan),
+    ("servers", 17, "capacity_pps", math.inf),
+    ("servers", 17, "capacity_pps", True),
+    ("servers", 17, "capacity_pps", "1e6"),
+    ("servers", 17, "capacity_pps", 10**400),
+    ("servers", 17, "alpha", 0),
+    ("servers", 17, "beta", -0.5),
+    ("servers", 17, "margin", 1),
+    ("servers", 17, "weight", 0),
+    ("servers", 17, "cpu", 4),
+    ("servers", 17, "name", ""),
+    ("servers", 17, "name", 5),
+    ("servers", 17, "tunnel_ip", "10.0.0.256"),
+    ("servers", 17, "tunnel_ip", "127.0.0.1"),
+    ("servers", 17, "tunnel_ip", "239.1.1.1"),
+    ("servers", 17, "tunnel_ip", 10),
+    ("servers", 17, "bridge", "br/int"),
+    ("servers", 17, "bridge", "."),
+    ("servers", 17, "bridge", "a" * 16),
+    ("servers", 17, "bridge", ["br0"]),
+    ("servers", 17, "vm_ports", ["vnet0", ""]),
+    ("servers", 17, "vm_ports", "vnet0"),
+    ("servers", 17, "vm_ports", [3]),
+    ("servers", 17, "bridge_layout", "flat"),
+    ("servers", 17, "calibration", ""),
+    ("servers", 17, "mirror_cap_bytes_per_s", 1e6),
+    ("servers", 17, None, 5),
+    ("servers", 17, None, None),
+    ("traffic_pps", "h3", "h4", -5),
+    ("traffic_pps", "h3", "h4", "5"),
+    ("traffic_pps", "h3", "h4", math.nan),
+    ("traffic_pps", "h3", None, []),
+    ("traffic_pps", "h3", "h4", False),
 ]
 
 
@@ -122,8 +163,11 @@ def test_agent_fields_read_as_the_mapping_of_dicts():
     dc = DataCentre.from_dict(document, source="f.json")
     expected = {}
     for server in validate(Description, document).servers:
-        extra = {key: getattr(server, key) for key in ("tunnel_ip", "bridge", "vm_ports")
-                 if getattr(server, key) is not None}
+        extra = {
+            key: getattr(server, key)
+            for key in ("tunnel_ip", "bridge", "vm_ports")
+            if getattr(server, key) is not None
+        }
         if extra:
             expected[server.name] = extra
     assert dict(dc.server_extras) == expected and bool(dc.server_extras) == bool(expected)

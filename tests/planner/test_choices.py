@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from cosample.cli import build_parser
 from cosample.planner import SOLVERS as PLANNER_SOLVERS
-from cosample.planner.choices import ALL_SOLVERS, DEFAULT_LP_BACKEND, DEFAULT_SOLVER, LP_BACKENDS, SOLVERS
+from cosample.planner.choices import (
+    ALL_SOLVERS,
+    DEFAULT_LP_BACKEND,
+    DEFAULT_SOLVER,
+    LP_BACKENDS,
+    SOLVERS,
+)
 from cosample.planner.lp import BACKENDS
 
 

@@ -10,9 +10,11 @@ import pytest
 from cosample.cli import build_parser, main
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "examples"
-GOOD = {"cost": {"alpha": 1.54, "beta": 0.46},
-        "servers": [{"name": "s1", "capacity_pps": 1000000}, {"name": "s2", "capacity_pps": 1000000}],
-        "traffic_pps": {"s1": {"s1": 300000, "s2": 100000}, "s2": {"s2": 50000}}}
+GOOD = {
+    "cost": {"alpha": 1.54, "beta": 0.46},
+    "servers": [{"name": "s1", "capacity_pps": 1000000}, {"name": "s2", "capacity_pps": 1000000}],
+    "traffic_pps": {"s1": {"s1": 300000, "s2": 100000}, "s2": {"s2": 50000}},
+}
 
 
 def write(tmp_path: Path, document, name: str = "dc.json") -> Path:
@@ -58,7 +60,9 @@ def test_yaml_example_keeps_agent_fields_and_per_server_costs(tmp_path):
     assert db1[8080]["share"] >= 0.1
 
 
-@pytest.mark.parametrize("solver,backend", [("full", "glpk"), ("reduced", "highs"), ("full", "cbc")])
+@pytest.mark.parametrize(
+    "solver,backend", [("full", "glpk"), ("reduced", "highs"), ("full", "cbc")]
+)
 def test_lp_solvers_from_the_cli(tmp_path, solver, backend):
     output = tmp_path / "plan.json"
     assert main(["plan", "--solver", solver, "--lp-backend", backend, "-o", str(output), "-q"]) == 0
@@ -97,62 +101,124 @@ def bad(**changes):
 
 
 BAD_INPUTS = [
-    (bad(traffic_pps={"s1": {"s9": 5}}), "traffic_pps.s1.s9: unknown server, not in servers (got 's9')"),
-    (bad(traffic_pps={"s7": {"s1": 5}}), "traffic_pps.s7: unknown server, not in servers (got 's7')"),
-    (bad(traffic_pps={"s1": {"s2": -5}}),
-     "traffic_pps.s1.s2: input should be greater than or equal to 0 (got -5)"),
+    (
+        bad(traffic_pps={"s1": {"s9": 5}}),
+        "traffic_pps.s1.s9: unknown server, not in servers (got 's9')",
+    ),
+    (
+        bad(traffic_pps={"s7": {"s1": 5}}),
+        "traffic_pps.s7: unknown server, not in servers (got 's7')",
+    ),
+    (
+        bad(traffic_pps={"s1": {"s2": -5}}),
+        "traffic_pps.s1.s2: input should be greater than or equal to 0 (got -5)",
+    ),
     (bad(traffic_pps={"s1": []}), "traffic_pps.s1: input should be a valid dictionary (got [])"),
-    ('{"cost": {"alpha": 1.54, "beta": 0.46}, "servers": [{"name": "s1", "capacity_pps": NaN}]}',
-     "servers[0].capacity_pps ('s1'): input should be a finite number (got nan)"),
-    ('{"cost": {"alpha": Infinity, "beta": 0.46}, "servers": [{"name": "s1", "capacity_pps": 1}]}',
-     "cost.alpha: input should be a finite number (got inf)"),
-    (bad(servers__1__name="s1"),
-     "servers[1].name ('s1'): duplicate server name, also servers[0] (got 's1')"),
+    (
+        '{"cost": {"alpha": 1.54, "beta": 0.46}, "servers": [{"name": "s1", "capacity_pps": NaN}]}',
+        "servers[0].capacity_pps ('s1'): input should be a finite number (got nan)",
+    ),
+    (
+        '{"cost": {"alpha": Infinity, "beta": 0.46}, "servers": [{"name": "s1", "capacity_pps": 1}]}',
+        "cost.alpha: input should be a finite number (got inf)",
+    ),
+    (
+        bad(servers__1__name="s1"),
+        "servers[1].name ('s1'): duplicate server name, also servers[0] (got 's1')",
+    ),
     (bad(cost={"alpha": 0, "beta": 0.46}), "cost.alpha: input should be greater than 0 (got 0)"),
     (bad(cost={"alpha": 1.5, "beta": -1}), "cost.beta: input should be greater than 0 (got -1)"),
     (bad(cost={"alpha": 1.5}), "cost.beta: field required"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "beta": 0}),
-     "servers[0].beta ('s1'): input should be greater than 0 (got 0)"),
-    (bad(servers__0={"name": "s1", "capacity_pps": -3}),
-     "servers[0].capacity_pps ('s1'): input should be greater than or equal to 0 (got -3)"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "cpu": 4}),
-     "servers[0].cpu ('s1'): extra inputs are not permitted (got 4)"),
-    (bad(servers__0={"name": "s1"}),
-     "servers[0].capacity_pps ('s1'): field required (neither the server nor its calibration file gives it)"),
-    (bad(servers__1={"name": "s2", "capacity_pps": 1, "bridge": "br/int"}),
-     "servers[1].bridge ('s2'): not an interface name (1 to 15 bytes, no '/', ':' or white space, "
-     "not '.' or '..') (got 'br/int')"),
-    (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "10.0.0.256"}),
-     "servers[1].tunnel_ip ('s2'): expected an IP address (got '10.0.0.256')"),
+    (
+        bad(servers__0={"name": "s1", "capacity_pps": 1000000, "beta": 0}),
+        "servers[0].beta ('s1'): input should be greater than 0 (got 0)",
+    ),
+    (
+        bad(servers__0={"name": "s1", "capacity_pps": -3}),
+        "servers[0].capacity_pps ('s1'): input should be greater than or equal to 0 (got -3)",
+    ),
+    (
+        bad(servers__0={"name": "s1", "capacity_pps": 1000000, "cpu": 4}),
+        "servers[0].cpu ('s1'): extra inputs are not permitted (got 4)",
+    ),
+    (
+        bad(servers__0={"name": "s1"}),
+        "servers[0].capacity_pps ('s1'): field required (neither the server nor its calibration file gives it)",
+    ),
+    (
+        bad(servers__1={"name": "s2", "capacity_pps": 1, "bridge": "br/int"}),
+        "servers[1].bridge ('s2'): not an interface name (1 to 15 bytes, no '/', ':' or white space, "
+        "not '.' or '..') (got 'br/int')",
+    ),
+    (
+        bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "10.0.0.256"}),
+        "servers[1].tunnel_ip ('s2'): expected an IP address (got '10.0.0.256')",
+    ),
     # the agents' rule, so the planner never plans for an endpoint an agent would refuse
-    (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "239.1.1.1"}),
-     "servers[1].tunnel_ip ('s2'): expected a unicast address that routes between hosts (not "
-     "multicast, loopback, link-local, reserved or unspecified) (got '239.1.1.1')"),
-    (bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "2001:db8::1", "vm_ports": ["vnet0", ""]}),
-     "servers[1].vm_ports[1] ('s2'): not an interface name (1 to 15 bytes, no '/', ':' or white space, "
-     "not '.' or '..') (got '')"),
-    (bad(servers__1={"name": "s2", "capacity_pps": 1, "calibration": "nope.json"}),
-     "servers[1].calibration ('s2'): {dir}/nope.json: cannot read calibration: No such file or directory"),
+    (
+        bad(servers__1={"name": "s2", "capacity_pps": 1, "tunnel_ip": "239.1.1.1"}),
+        "servers[1].tunnel_ip ('s2'): expected a unicast address that routes between hosts (not "
+        "multicast, loopback, link-local, reserved or unspecified) (got '239.1.1.1')",
+    ),
+    (
+        bad(
+            servers__1={
+                "name": "s2",
+                "capacity_pps": 1,
+                "tunnel_ip": "2001:db8::1",
+                "vm_ports": ["vnet0", ""],
+            }
+        ),
+        "servers[1].vm_ports[1] ('s2'): not an interface name (1 to 15 bytes, no '/', ':' or white space, "
+        "not '.' or '..') (got '')",
+    ),
+    (
+        bad(servers__1={"name": "s2", "capacity_pps": 1, "calibration": "nope.json"}),
+        "servers[1].calibration ('s2'): {dir}/nope.json: cannot read calibration: No such file or directory",
+    ),
     (bad(servers=[]), "servers: list should have at least 1 item after validation, not 0 (got [])"),
-    (bad(cost={"alpha": "1.5", "beta": 0.46}), "cost.alpha: input should be a valid number (got '1.5')"),
-    (bad(sflow={"collector": "c:6343", "polling_s": -1}),
-     "sflow.polling_s: input should be greater than or equal to 0 (got -1)"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "margin": 1}),
-     "servers[0].margin ('s1'): input should be less than 1 (got 1)"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "mirror_cap_bytes_per_s": 1e6}),
-     "servers[0].mirror_cap_bytes_per_s ('s1'): needs packet_bytes (the mean packet size) to count "
-     "mirrored packets (got 1000000.0)"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "bridge_layout": "flat"}),
-     "servers[0].bridge_layout ('s1'): input should be 'patch' or 'single' (got 'flat')"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 1000000, "weight": 0}),
-     "servers[0].weight ('s1'): input should be greater than 0 (got 0)"),
-    (bad(budgets={"collector_samples_pps": -1}),
-     "budgets.collector_samples_pps: input should be greater than or equal to 0 (got -1)"),
+    (
+        bad(cost={"alpha": "1.5", "beta": 0.46}),
+        "cost.alpha: input should be a valid number (got '1.5')",
+    ),
+    (
+        bad(sflow={"collector": "c:6343", "polling_s": -1}),
+        "sflow.polling_s: input should be greater than or equal to 0 (got -1)",
+    ),
+    (
+        bad(servers__0={"name": "s1", "capacity_pps": 1000000, "margin": 1}),
+        "servers[0].margin ('s1'): input should be less than 1 (got 1)",
+    ),
+    (
+        bad(servers__0={"name": "s1", "capacity_pps": 1000000, "mirror_cap_bytes_per_s": 1e6}),
+        "servers[0].mirror_cap_bytes_per_s ('s1'): needs packet_bytes (the mean packet size) to count "
+        "mirrored packets (got 1000000.0)",
+    ),
+    (
+        bad(servers__0={"name": "s1", "capacity_pps": 1000000, "bridge_layout": "flat"}),
+        "servers[0].bridge_layout ('s1'): input should be 'patch' or 'single' (got 'flat')",
+    ),
+    (
+        bad(servers__0={"name": "s1", "capacity_pps": 1000000, "weight": 0}),
+        "servers[0].weight ('s1'): input should be greater than 0 (got 0)",
+    ),
+    (
+        bad(budgets={"collector_samples_pps": -1}),
+        "budgets.collector_samples_pps: input should be greater than or equal to 0 (got -1)",
+    ),
     ([1, 2], "input should be a valid dictionary (got [1, 2])"),
-    ("{not json", "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
-    (bad(servers__0={"name": "s1", "capacity_pps": 350000}, servers__1={"name": "s2", "capacity_pps": 100000}),
-     "infeasible data centre: forwarding load exceeds capacity on 2 server(s): s1 by 50,000 pps, "
-     "s2 by 50,000 pps; raise their capacity_pps or move traffic away"),
+    (
+        "{not json",
+        "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+    ),
+    (
+        bad(
+            servers__0={"name": "s1", "capacity_pps": 350000},
+            servers__1={"name": "s2", "capacity_pps": 100000},
+        ),
+        "infeasible data centre: forwarding load exceeds capacity on 2 server(s): s1 by 50,000 pps, "
+        "s2 by 50,000 pps; raise their capacity_pps or move traffic away",
+    ),
 ]
 
 
@@ -199,21 +265,35 @@ def test_margin_flag_and_its_errors(tmp_path, capsys):
 
 def calibration(alpha=(1.4, 1.6), beta=(0.3, 0.6), capacity=(9e5, 1.1e6)):
     """A calibration JSON as ``cosample fit`` writes it, with 95 % intervals."""
+
     def fit(value, interval):
-        return {"coefficient": value, "coefficient_ci": list(interval),
-                "capacity_pps": 1e6, "capacity_ci": list(capacity)}
-    return {"alpha": sum(alpha) / 2, "beta": sum(beta) / 2, "capacity_pps": 1e6,
-            "mechanisms": {"sflow": fit(sum(alpha) / 2, alpha), "mirror": fit(sum(beta) / 2, beta)},
-            "roles": {"alpha": "sflow", "beta": "mirror"}}
+        return {
+            "coefficient": value,
+            "coefficient_ci": list(interval),
+            "capacity_pps": 1e6,
+            "capacity_ci": list(capacity),
+        }
+
+    return {
+        "alpha": sum(alpha) / 2,
+        "beta": sum(beta) / 2,
+        "capacity_pps": 1e6,
+        "mechanisms": {"sflow": fit(sum(alpha) / 2, alpha), "mirror": fit(sum(beta) / 2, beta)},
+        "roles": {"alpha": "sflow", "beta": "mirror"},
+    }
 
 
 def test_robust_plans_with_interval_ends_and_states_the_point_estimate(tmp_path, capsys):
     (tmp_path / "cal.json").write_text(json.dumps(calibration()))
-    document = {"cost": {"alpha": 1.54, "beta": 0.46},
-                "servers": [{"name": "s1", "calibration": "cal.json"},
-                            {"name": "s2", "calibration": "cal.json"},
-                            {"name": "s3", "capacity_pps": 1e6}],
-                "traffic_pps": {"s1": {"s1": 7e5}, "s2": {"s2": 1e5}}}
+    document = {
+        "cost": {"alpha": 1.54, "beta": 0.46},
+        "servers": [
+            {"name": "s1", "calibration": "cal.json"},
+            {"name": "s2", "calibration": "cal.json"},
+            {"name": "s3", "capacity_pps": 1e6},
+        ],
+        "traffic_pps": {"s1": {"s1": 7e5}, "s2": {"s2": 1e5}},
+    }
     path = write(tmp_path, document)
     output = tmp_path / "plan.json"
     assert main(["plan", str(path), "--robust", "-o", str(output), "-q"]) == 0
@@ -227,31 +307,50 @@ def test_robust_plans_with_interval_ends_and_states_the_point_estimate(tmp_path,
     point = assumptions["point_estimate_collected_pps"]
     assert point > plan["summary"]["collected_pps"]
     assert f"point estimates would collect {point:,.0f} pps" in printed
-    assert any("no calibration interval for 1 server(s)" in note and "s3" in note
-               for note in plan["summary"]["notes"])
+    assert any(
+        "no calibration interval for 1 server(s)" in note and "s3" in note
+        for note in plan["summary"]["notes"]
+    )
 
 
 def test_a_plan_says_when_it_assumes_beta_below_alpha_that_intervals_cannot_tell(tmp_path):
     (tmp_path / "cal.json").write_text(json.dumps(calibration(alpha=(0.1, 0.5), beta=(0.05, 0.4))))
-    document = {"cost": {"alpha": 1.54, "beta": 0.46},
-                "servers": [{"name": "s1", "calibration": "cal.json"}, {"name": "s2", "capacity_pps": 1e6}],
-                "traffic_pps": {"s1": {"s1": 9e5}}}
+    document = {
+        "cost": {"alpha": 1.54, "beta": 0.46},
+        "servers": [{"name": "s1", "calibration": "cal.json"}, {"name": "s2", "capacity_pps": 1e6}],
+        "traffic_pps": {"s1": {"s1": 9e5}},
+    }
     output = tmp_path / "plan.json"
     assert main(["plan", str(write(tmp_path, document)), "-o", str(output), "-q"]) == 0
     notes = json.loads(output.read_text())["summary"]["notes"]
-    assert any("beta < alpha although their calibration's 95 % intervals overlap" in note
-               and "s1" in note for note in notes)
+    assert any(
+        "beta < alpha although their calibration's 95 % intervals overlap" in note and "s1" in note
+        for note in notes
+    )
 
 
 def test_budgets_weights_and_bridge_layout_from_the_description(tmp_path):
-    document = {"cost": {"alpha": 1.54, "beta": 0.46},
-                "budgets": {"collector_samples_pps": 300000},
-                "servers": [{"name": "s1", "capacity_pps": 1e6, "weight": 5, "packet_bytes": 500,
-                             "mirror_cap_bytes_per_s": 1e8, "bridge_layout": "single"},
-                            {"name": "s2", "capacity_pps": 1e6, "margin": 0.3},
-                            {"name": "s3", "capacity_pps": 1e6}],
-                "traffic_pps": {"s1": {"s1": 6e5, "s2": 1e5}, "s2": {"s2": 2e5, "s1": 5e4},
-                                "s3": {"s3": 1e5}}}
+    document = {
+        "cost": {"alpha": 1.54, "beta": 0.46},
+        "budgets": {"collector_samples_pps": 300000},
+        "servers": [
+            {
+                "name": "s1",
+                "capacity_pps": 1e6,
+                "weight": 5,
+                "packet_bytes": 500,
+                "mirror_cap_bytes_per_s": 1e8,
+                "bridge_layout": "single",
+            },
+            {"name": "s2", "capacity_pps": 1e6, "margin": 0.3},
+            {"name": "s3", "capacity_pps": 1e6},
+        ],
+        "traffic_pps": {
+            "s1": {"s1": 6e5, "s2": 1e5},
+            "s2": {"s2": 2e5, "s1": 5e4},
+            "s3": {"s3": 1e5},
+        },
+    }
     output = tmp_path / "plan.json"
     assert main(["plan", str(write(tmp_path, document)), "-o", str(output), "-q"]) == 0
     plan = json.loads(output.read_text())

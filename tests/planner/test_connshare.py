@@ -11,10 +11,10 @@ from cosample.planner.errors import PlannerError
 
 
 def population(rng, connections=400, clustered=False):
-    requests = rng.geometric(0.2, connections)          # keep-alive: several per connection
-    if not clustered:                                    # each request fails with 5 %
+    requests = rng.geometric(0.2, connections)  # keep-alive: several per connection
+    if not clustered:  # each request fails with 5 %
         return requests, rng.binomial(requests, 0.95)
-    good = rng.random(connections) < 0.9                 # 10 % of connections see errors
+    good = rng.random(connections) < 0.9  # 10 % of connections see errors
     return requests, np.where(good, requests, rng.binomial(requests, 0.3))
 
 

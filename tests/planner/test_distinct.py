@@ -14,12 +14,11 @@ import itertools
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from cosample.planner.exact import solve_continuous
-from cosample.planner.distinct import ENUMERATE_UP_TO, choose, senders_of
-from cosample.planner.problem import build_problem
-
 from strategies import planning_inputs  # tests/ is on sys.path (pytest pythonpath)
+
+from cosample.planner.distinct import ENUMERATE_UP_TO, choose, senders_of
+from cosample.planner.exact import solve_continuous
+from cosample.planner.problem import build_problem
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GRID = 24
@@ -38,8 +37,12 @@ def brute_vertices(problem) -> float:
     senders = [int(i) for i in np.flatnonzero(~problem.receiver & (problem.own_pps > 0))]
     room = float(problem.room_pps.sum())
     fixed = float((problem.weight * problem.own_pps)[problem.receiver].sum())
-    top = {i: min(problem.own_pps[i], problem.spare_pps[i] / problem.beta[i],
-                  problem.mirror_cap_pps[i]) for i in senders}
+    top = {
+        i: min(
+            problem.own_pps[i], problem.spare_pps[i] / problem.beta[i], problem.mirror_cap_pps[i]
+        )
+        for i in senders
+    }
     best = -1.0
     for states in itertools.product(("none", "all", "rest"), repeat=len(senders)):
         if states.count("rest") > 1:
@@ -60,12 +63,24 @@ def brute_grid(problem) -> float:
     senders = [int(i) for i in np.flatnonzero(~problem.receiver & (problem.own_pps > 0))]
     room = float(problem.room_pps.sum())
     fixed = float((problem.weight * problem.own_pps)[problem.receiver].sum())
-    axes = [np.linspace(0, min(problem.own_pps[i], problem.spare_pps[i] / problem.beta[i],
-                               problem.mirror_cap_pps[i]), GRID) for i in senders]
+    axes = [
+        np.linspace(
+            0,
+            min(
+                problem.own_pps[i],
+                problem.spare_pps[i] / problem.beta[i],
+                problem.mirror_cap_pps[i],
+            ),
+            GRID,
+        )
+        for i in senders
+    ]
     best = -1.0
     for point in itertools.product(*axes):
         if sum(point) <= room:
-            best = max(best, fixed + sum(sender_value(problem, i, y) for i, y in zip(senders, point)))
+            best = max(
+                best, fixed + sum(sender_value(problem, i, y) for i, y in zip(senders, point))
+            )
     return best
 
 
@@ -111,5 +126,9 @@ def test_greedy_stays_within_its_reported_gap(servers, seed):
     solution = solve_continuous(problem)
     assert choice.method == "greedy"
     assert solution.objective <= solution.bounds.envelope * (1 + 1e-12)
-    assert solution.gap == 0.0 or solution.gap == (solution.bounds.envelope - solution.objective) / solution.bounds.envelope
+    assert (
+        solution.gap == 0.0
+        or solution.gap
+        == (solution.bounds.envelope - solution.objective) / solution.bounds.envelope
+    )
     assert solution.gap < 0.02  # one partial sender among many: a small loss

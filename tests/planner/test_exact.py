@@ -8,8 +8,8 @@ import pytest
 from cosample.planner import DataCentre, solve
 from cosample.planner.baseline import noncollab_pps
 from cosample.planner.commands import example_datacentre
-from cosample.planner.pairing import pair_offloads
 from cosample.planner.exact import solve_continuous
+from cosample.planner.pairing import pair_offloads
 from cosample.planner.planfile import build_plan
 from cosample.planner.problem import build_problem
 from cosample.planner.realise import realise

@@ -13,23 +13,60 @@ from cosample.cli import main
 from cosample.planner.datacentre import DataCentre
 
 SERVERS = [
-    {"name": "s1", "capacity_pps": 1_000_000, "tunnel_ip": "10.0.0.1", "bridge": "br-int",
-     "vm_ports": ["vnet0", "vnet1"]},
+    {
+        "name": "s1",
+        "capacity_pps": 1_000_000,
+        "tunnel_ip": "10.0.0.1",
+        "bridge": "br-int",
+        "vm_ports": ["vnet0", "vnet1"],
+    },
     {"name": "s2", "capacity_pps": 1_500_000, "tunnel_ip": "2001:DB8::2", "margin": 0.2},
-    {"name": "s3", "capacity_pps": 400_000, "tunnel_ip": "10.0.0.3", "weight": 2,
-     "bridge_layout": "single"},
-    {"name": "s4", "capacity_pps": 900_000, "alpha": 1.2, "beta": 0.5, "packet_bytes": 800,
-     "mirror_cap_bytes_per_s": 1e7},
+    {
+        "name": "s3",
+        "capacity_pps": 400_000,
+        "tunnel_ip": "10.0.0.3",
+        "weight": 2,
+        "bridge_layout": "single",
+    },
+    {
+        "name": "s4",
+        "capacity_pps": 900_000,
+        "alpha": 1.2,
+        "beta": 0.5,
+        "packet_bytes": 800,
+        "mirror_cap_bytes_per_s": 1e7,
+    },
 ]
-TRAFFIC = {"s1": {"s1": 120_000, "s2": 30_000}, "s2": {"s2": 200_000, "s3": 5_000},
-           "s3": {"s3": 150_000, "s1": 40_000}, "s4": {"s4": 90_000, "s1": 0}}
-COLUMNS = ["name", "capacity_pps", "alpha", "beta", "tunnel_ip", "bridge", "vm_ports", "margin",
-           "weight", "packet_bytes", "mirror_cap_bytes_per_s", "bridge_layout"]
+TRAFFIC = {
+    "s1": {"s1": 120_000, "s2": 30_000},
+    "s2": {"s2": 200_000, "s3": 5_000},
+    "s3": {"s3": 150_000, "s1": 40_000},
+    "s4": {"s4": 90_000, "s1": 0},
+}
+COLUMNS = [
+    "name",
+    "capacity_pps",
+    "alpha",
+    "beta",
+    "tunnel_ip",
+    "bridge",
+    "vm_ports",
+    "margin",
+    "weight",
+    "packet_bytes",
+    "mirror_cap_bytes_per_s",
+    "bridge_layout",
+]
 
 
 def envelope(**changes) -> dict:
-    return {"name": "fleet", "cost": {"alpha": 1.54, "beta": 0.46},
-            "servers": "servers.csv", "traffic_pps": "traffic.csv", **changes}
+    return {
+        "name": "fleet",
+        "cost": {"alpha": 1.54, "beta": 0.46},
+        "servers": "servers.csv",
+        "traffic_pps": "traffic.csv",
+        **changes,
+    }
 
 
 def write_csv_form(tmp_path: Path, servers=SERVERS, traffic=TRAFFIC, header=COLUMNS) -> Path:
@@ -37,8 +74,14 @@ def write_csv_form(tmp_path: Path, servers=SERVERS, traffic=TRAFFIC, header=COLU
         writer = csv.writer(stream)
         writer.writerow(header)
         for server in servers:
-            writer.writerow([" ".join(server[key]) if key == "vm_ports" and key in server
-                             else server.get(key, "") for key in header])
+            writer.writerow(
+                [
+                    " ".join(server[key])
+                    if key == "vm_ports" and key in server
+                    else server.get(key, "")
+                    for key in header
+                ]
+            )
     with open(tmp_path / "traffic.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
         writer.writerow(["source", "destination", "pps"])
@@ -79,40 +122,68 @@ def servers_with(**cells):
 
 
 BAD = [
-    (dict(servers=servers_with(capacity_pps=-1)),
-     "servers.csv: row 4: capacity_pps: input should be greater than or equal to 0 (got -1.0)"),
-    (dict(servers=servers_with(capacity_pps="lots")),
-     "servers.csv: row 4: capacity_pps: input should be a valid number (got 'lots')"),
-    (dict(servers=servers_with(capacity_pps="nan")),
-     "servers.csv: row 4: capacity_pps: input should be a finite number (got nan)"),
-    (dict(servers=servers_with(margin=1)),
-     "servers.csv: row 4: margin: input should be less than 1 (got 1.0)"),
-    (dict(servers=servers_with(tunnel_ip="239.1.1.1")),
-     "servers.csv: row 4: tunnel_ip: expected a unicast address that routes between hosts (not "
-     "multicast, loopback, link-local, reserved or unspecified) (got '239.1.1.1')"),
-    (dict(servers=servers_with(bridge="br/int")),
-     "servers.csv: row 4: bridge: not an interface name (1 to 15 bytes, no '/', ':' or white "
-     "space, not '.' or '..') (got 'br/int')"),
-    (dict(servers=servers_with(bridge_layout="flat")),
-     "servers.csv: row 4: bridge_layout: input should be 'patch' or 'single' (got 'flat')"),
+    (
+        dict(servers=servers_with(capacity_pps=-1)),
+        "servers.csv: row 4: capacity_pps: input should be greater than or equal to 0 (got -1.0)",
+    ),
+    (
+        dict(servers=servers_with(capacity_pps="lots")),
+        "servers.csv: row 4: capacity_pps: input should be a valid number (got 'lots')",
+    ),
+    (
+        dict(servers=servers_with(capacity_pps="nan")),
+        "servers.csv: row 4: capacity_pps: input should be a finite number (got nan)",
+    ),
+    (
+        dict(servers=servers_with(margin=1)),
+        "servers.csv: row 4: margin: input should be less than 1 (got 1.0)",
+    ),
+    (
+        dict(servers=servers_with(tunnel_ip="239.1.1.1")),
+        "servers.csv: row 4: tunnel_ip: expected a unicast address that routes between hosts (not "
+        "multicast, loopback, link-local, reserved or unspecified) (got '239.1.1.1')",
+    ),
+    (
+        dict(servers=servers_with(bridge="br/int")),
+        "servers.csv: row 4: bridge: not an interface name (1 to 15 bytes, no '/', ':' or white "
+        "space, not '.' or '..') (got 'br/int')",
+    ),
+    (
+        dict(servers=servers_with(bridge_layout="flat")),
+        "servers.csv: row 4: bridge_layout: input should be 'patch' or 'single' (got 'flat')",
+    ),
     (dict(servers=servers_with(name="")), "servers.csv: row 4: name: field required"),
-    (dict(servers=servers_with(capacity_pps="")),
-     "servers.csv: row 4: capacity_pps ('s3'): field required (neither the server nor its "
-     "calibration file gives it)"),
-    (dict(servers=servers_with(name="s1")),
-     "servers.csv: row 4: name ('s1'): duplicate server name, also row 2 (got 's1')"),
-    (dict(header=COLUMNS + ["cpu"]),
-     "servers.csv: row 1: column 13 'cpu': not a server field (one of name, capacity_pps, alpha, "
-     "beta, calibration, tunnel_ip, bridge, vm_ports, margin, weight, packet_bytes, "
-     "mirror_cap_bytes_per_s, bridge_layout, alpha_sample, observation_domain)"),
-    (dict(traffic={**TRAFFIC, "s2": {"s9": 5}}),
-     "traffic.csv: row 4: destination: unknown server, not in servers (got 's9')"),
-    (dict(traffic={**TRAFFIC, "s7": {"s1": 5}}),
-     "traffic.csv: row 10: source: unknown server, not in servers (got 's7')"),
-    (dict(traffic={**TRAFFIC, "s2": {"s2": -5}}),
-     "traffic.csv: row 4: pps: input should be greater than or equal to 0 (got -5.0)"),
-    (dict(traffic={**TRAFFIC, "s2": {"s2": "x"}}),
-     "traffic.csv: row 4: pps: input should be a valid number (got 'x')"),
+    (
+        dict(servers=servers_with(capacity_pps="")),
+        "servers.csv: row 4: capacity_pps ('s3'): field required (neither the server nor its "
+        "calibration file gives it)",
+    ),
+    (
+        dict(servers=servers_with(name="s1")),
+        "servers.csv: row 4: name ('s1'): duplicate server name, also row 2 (got 's1')",
+    ),
+    (
+        dict(header=COLUMNS + ["cpu"]),
+        "servers.csv: row 1: column 13 'cpu': not a server field (one of name, capacity_pps, alpha, "
+        "beta, calibration, tunnel_ip, bridge, vm_ports, margin, weight, packet_bytes, "
+        "mirror_cap_bytes_per_s, bridge_layout, alpha_sample, observation_domain)",
+    ),
+    (
+        dict(traffic={**TRAFFIC, "s2": {"s9": 5}}),
+        "traffic.csv: row 4: destination: unknown server, not in servers (got 's9')",
+    ),
+    (
+        dict(traffic={**TRAFFIC, "s7": {"s1": 5}}),
+        "traffic.csv: row 10: source: unknown server, not in servers (got 's7')",
+    ),
+    (
+        dict(traffic={**TRAFFIC, "s2": {"s2": -5}}),
+        "traffic.csv: row 4: pps: input should be greater than or equal to 0 (got -5.0)",
+    ),
+    (
+        dict(traffic={**TRAFFIC, "s2": {"s2": "x"}}),
+        "traffic.csv: row 4: pps: input should be a valid number (got 'x')",
+    ),
 ]
 
 
@@ -130,13 +201,16 @@ def test_ragged_row_and_repeated_pair(tmp_path, capsys):
     with open(tmp_path / "traffic.csv", "a") as stream:
         stream.write("s1,s2,7\n")
     assert main(["plan", str(path)]) == 2
-    assert capsys.readouterr().err == (f"cosample: error: {tmp_path}/traffic.csv: row 10: "
-                                       "destination: the pair 's1' -> 's2' again, also row 3\n")
+    assert capsys.readouterr().err == (
+        f"cosample: error: {tmp_path}/traffic.csv: row 10: "
+        "destination: the pair 's1' -> 's2' again, also row 3\n"
+    )
     with open(tmp_path / "servers.csv", "a") as stream:
         stream.write("s9,5\n")
     assert main(["plan", str(path)]) == 2
-    assert capsys.readouterr().err == (f"cosample: error: {tmp_path}/servers.csv: row 6: 2 cells, "
-                                       "the header has 12\n")
+    assert capsys.readouterr().err == (
+        f"cosample: error: {tmp_path}/servers.csv: row 6: 2 cells, the header has 12\n"
+    )
 
 
 def test_documented_csv_example_plans(tmp_path):

@@ -18,9 +18,11 @@ def test_the_last_receiver_absorbing_rounding_is_one_pair():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(1e-6, 1e9), min_size=1, max_size=30),
-       st.lists(st.floats(1e-6, 1e9), min_size=1, max_size=30),
-       st.floats(-1e-12, 1e-9))
+@given(
+    st.lists(st.floats(1e-6, 1e9), min_size=1, max_size=30),
+    st.lists(st.floats(1e-6, 1e9), min_size=1, max_size=30),
+    st.floats(-1e-12, 1e-9),
+)
 def test_pairs_are_unique_and_carry_the_offload(offloads, rooms, short):
     offload = np.asarray(offloads)
     room = np.asarray(rooms)

@@ -12,8 +12,14 @@ import orjson
 from rich.console import Console
 
 from cosample.planner.datacentre import DataCentre
+from cosample.planner.planbytes import (
+    INDENT_MAX_HOSTS,
+    HostTable,
+    canonical_json,
+    plan_id,
+    write_plan,
+)
 from cosample.planner.planfile import build_plan
-from cosample.planner.planbytes import INDENT_MAX_HOSTS, HostTable, canonical_json, plan_id, write_plan
 from cosample.planner.report import plan_table
 from cosample.planner.solvers import solve
 
@@ -30,8 +36,9 @@ def fleet(n: int, seed: int = 3) -> DataCentre:
     dst = np.concatenate((np.arange(n), peer))
     pps = np.concatenate((own, np.full(n, 10.0)))
     extras = {f"h{i:05d}": {"tunnel_ip": f"10.1.{i // 250}.{i % 250 + 1}"} for i in range(0, n, 2)}
-    dc = DataCentre.from_arrays(capacity + 40, 1.54, 0.46, src, dst, pps,
-                                names=[f"h{i:05d}" for i in range(n)])
+    dc = DataCentre.from_arrays(
+        capacity + 40, 1.54, 0.46, src, dst, pps, names=[f"h{i:05d}" for i in range(n)]
+    )
     return DataCentre(**{**dc.__dict__, "server_extras": extras})
 
 

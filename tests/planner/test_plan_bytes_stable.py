@@ -23,8 +23,8 @@ import pytest
 from cosample.experiments.bench_planner import random_datacentre
 from cosample.planner import hostlists, jsonpieces
 from cosample.planner.extras import ExtraColumns
-from cosample.planner.planfile import build_plan, host_report
 from cosample.planner.planbytes import compact_json
+from cosample.planner.planfile import build_plan, host_report
 from cosample.planner.solvers import solve
 
 CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -35,11 +35,14 @@ def _datacentre(partial: bool):
     """Shuffled names (not in numeric order, some non-ASCII or needing escapes) and extras."""
     rng = np.random.default_rng(25)
     dc = random_datacentre(SERVERS, seed=11)
-    spellings = ["h{}", "hôte-{}", "rack\"{}", "x{}\\y", "✓{}"]
-    names = tuple(spellings[int(rng.integers(len(spellings)))].format(k)
-                  for k in rng.permutation(SERVERS))
-    extras = {name: {"bridge": "br-int", "tunnel_ip": f"10.{i >> 8 & 255}.{i & 255}.1"}
-              for i, name in enumerate(names)}
+    spellings = ["h{}", "hôte-{}", 'rack"{}', "x{}\\y", "✓{}"]
+    names = tuple(
+        spellings[int(rng.integers(len(spellings)))].format(k) for k in rng.permutation(SERVERS)
+    )
+    extras = {
+        name: {"bridge": "br-int", "tunnel_ip": f"10.{i >> 8 & 255}.{i & 255}.1"}
+        for i, name in enumerate(names)
+    }
     if partial:
         for i in rng.choice(SERVERS, size=SERVERS // 7, replace=False).tolist():
             extras[names[i]] = {**extras[names[i]], "rack": int(i % 13), "labels": ["a", i]}
@@ -65,8 +68,16 @@ def controller_plan(request, monkeypatch):
         monkeypatch.setattr(jsonpieces, "WIDE", 0)
     dc = _datacentre(partial=False)
     solution = solve(dc, "exact")
-    plan = build_plan(dc, solution, created=CREATED, valid_for=timedelta(hours=1), version=0,
-                      floor=64, lazy_hosts=True, report=False)
+    plan = build_plan(
+        dc,
+        solution,
+        created=CREATED,
+        valid_for=timedelta(hours=1),
+        version=0,
+        floor=64,
+        lazy_hosts=True,
+        report=False,
+    )
     return solution, plan
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from cosample.planner import solve
 from cosample.planner.commands import example_datacentre
-from cosample.planner.planfile import build_plan
 from cosample.planner.planbytes import canonical_json, plan_id, write_plan
+from cosample.planner.planfile import build_plan
 from cosample.planner.realise import sampling_interval
 
 # Any whole second will do; relative to now so nothing here ages (build_plan takes it explicitly).
@@ -46,9 +46,20 @@ def test_different_solution_different_id():
     assert build_plan(dc, solve(dc))["plan_id"] != build_plan(dc, solve(dc, "noncollab"))["plan_id"]
 
 
-@pytest.mark.parametrize("rate,interval", [(1.0, 1), (0.5, 2), (0.25, 4), (0.2499, 5),
-                                           (0.25 * (1 - 1e-12), 4), (0.0, 0), (1e-6, 1000000),
-                                           (1e-10, 0), (4.6e-17, 0)])
+@pytest.mark.parametrize(
+    "rate,interval",
+    [
+        (1.0, 1),
+        (0.5, 2),
+        (0.25, 4),
+        (0.2499, 5),
+        (0.25 * (1 - 1e-12), 4),
+        (0.0, 0),
+        (1e-6, 1000000),
+        (1e-10, 0),
+        (4.6e-17, 0),
+    ],
+)
 def test_sampling_interval(rate, interval):
     assert sampling_interval(np.array([rate]))[0] == interval
 
@@ -58,16 +69,22 @@ def test_rounding_frees_capacity_that_mirrors_take_back():
     # down frees capacity the existing pairs take back as mirrored traffic, within capacity.
     dc = example_datacentre()
     plan = build_plan(dc, solve(dc, "reduced", lp_backend="highs"))
-    rounded = [host for host in plan["hosts"].values()
-               if host["planned"]["local_rate"] > host["local_rate"] * (1 + 1e-9)]
+    rounded = [
+        host
+        for host in plan["hosts"].values()
+        if host["planned"]["local_rate"] > host["local_rate"] * (1 + 1e-9)
+    ]
     assert rounded and any(host["mirrors"] for host in rounded)
     for host in rounded:
         planned = sum(m["rate"] for m in host["planned"]["mirrors"])
         applied = sum(m["rate"] for m in host["mirrors"])
         assert applied >= planned
         assert host["load_pps"] <= host["capacity_pps"] * (1 - host["margin"]) * (1 + 1e-9)
-    assert any(sum(m["rate"] for m in host["mirrors"])
-               > sum(m["rate"] for m in host["planned"]["mirrors"]) * (1 + 1e-9) for host in rounded)
+    assert any(
+        sum(m["rate"] for m in host["mirrors"])
+        > sum(m["rate"] for m in host["planned"]["mirrors"]) * (1 + 1e-9)
+        for host in rounded
+    )
 
 
 def test_plan_carries_applied_values_on_top_and_the_optimum_under_planned():
@@ -103,7 +120,9 @@ def test_distinct_packets_account_for_independent_sflow_and_mirrors():
     summary = plan["summary"]
     assert summary["collected_pps"] == pytest.approx(expected, rel=1e-9)
     assert summary["collected_inbound_pps"] == 0.0
-    assert summary["samples_pps"] == pytest.approx(summary["collected_pps"] + summary["overlap_pps"])
+    assert summary["samples_pps"] == pytest.approx(
+        summary["collected_pps"] + summary["overlap_pps"]
+    )
 
 
 def test_an_overlapping_plan_says_so_and_reports_its_gap():

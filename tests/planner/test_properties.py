@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import datacentres, planning_inputs  # tests/ is on sys.path (pytest pythonpath)
 
 from cosample.planner import InfeasibleError, solve
 from cosample.planner.baseline import local_only_pps, solve_noncollab
@@ -23,8 +24,6 @@ from cosample.planner.lp import lp_optimum
 from cosample.planner.planfile import build_plan
 from cosample.planner.problem import build_problem
 from cosample.planner.realise import predicted_load, realise
-
-from strategies import datacentres, planning_inputs  # tests/ is on sys.path (pytest pythonpath)
 
 RELATIVE = 1e-6
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -64,8 +63,10 @@ def test_lp_bound_equals_the_lps_with_every_planning_input(dc):
 def test_collector_budget_is_met_and_the_lp_bounds_the_exact_plan(dc):
     problem = build_problem(dc)
     exact = solve(problem)
-    assert below(samples_pps(problem, exact.local_pps, exact.offload_pps, exact.received_pps),
-                 problem.collector_cap_pps)
+    assert below(
+        samples_pps(problem, exact.local_pps, exact.offload_pps, exact.received_pps),
+        problem.collector_cap_pps,
+    )
     assert below(realise(exact).samples_pps, problem.collector_cap_pps)
     assert below(exact.objective, lp_optimum(problem, reduced=False))
     assert below(exact.objective, exact.bounds.envelope)
@@ -76,10 +77,13 @@ def test_collector_budget_is_met_and_the_lp_bounds_the_exact_plan(dc):
 def test_plans_meet_capacity_caps_and_rates_are_fractions(dc, solver):
     problem = build_problem(dc)
     solution = solve(problem, solver, lp_backend="highs")
-    rates = np.where(problem.own_pps > 0, solution.local_pps / np.maximum(problem.own_pps, 1e-300), 0)
+    rates = np.where(
+        problem.own_pps > 0, solution.local_pps / np.maximum(problem.own_pps, 1e-300), 0
+    )
     rates = np.where(solution.received_pps > 0, 1.0, rates)
-    load = predicted_load(problem, rates, solution.mirror_src, solution.mirror_dst,
-                          solution.mirror_pps)
+    load = predicted_load(
+        problem, rates, solution.mirror_src, solution.mirror_dst, solution.mirror_pps
+    )
     # a server whose forwarding alone passes its margin samples nothing: its load is forwarding
     limit = np.maximum(problem.usable_pps, problem.forwarding_pps)
     assert np.all(load <= limit * (1 + 1e-7) + 1e-6)
@@ -100,7 +104,9 @@ def test_plans_meet_capacity_caps_and_rates_are_fractions(dc, solver):
         assert (host["sflow_sampling"] is None) == (host["local_rate"] == 0)
     summary = plan["summary"]
     assert summary["collected_pps"] <= summary["samples_pps"] * (1 + 1e-9) + 1e-6
-    assert all(host["distinct_pps"] <= host["own_pps"] * (1 + 1e-9) for host in plan["hosts"].values())
+    assert all(
+        host["distinct_pps"] <= host["own_pps"] * (1 + 1e-9) for host in plan["hosts"].values()
+    )
     if solution.optimal and np.all(problem.weight == 1):  # the applied plan is a feasible plan too
         own_distinct = sum(host["distinct_pps"] for host in plan["hosts"].values())
         assert below(own_distinct, solution.bounds.envelope)

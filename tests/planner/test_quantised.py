@@ -16,17 +16,15 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import planning_inputs  # tests/ is on sys.path (pytest pythonpath)
 
-from cosample.planner import DataCentre, solve
-from cosample.planner import quantised, quantised_milp
+from cosample.planner import DataCentre, quantised, quantised_milp, solve
 from cosample.planner.exact import solve_continuous
 from cosample.planner.lp import backend_available
 from cosample.planner.planfile import build_plan
 from cosample.planner.problem import build_problem
 from cosample.planner.realise import predicted_load, realise
 from cosample.planner.report import summary_lines
-
-from strategies import planning_inputs  # tests/ is on sys.path (pytest pythonpath)
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 N_MAX = 10
@@ -141,9 +139,15 @@ def test_never_worse_than_the_lps_rounded(dc, margin):
     assert exact.optimal
     for solver in ("reduced", "full"):
         rounded = solve(problem, solver, lp_backend="highs")
-        assert weighted_applied(problem, exact) >= weighted_applied(problem, rounded) * (1 - 1e-9) - 1e-6
+        assert (
+            weighted_applied(problem, exact)
+            >= weighted_applied(problem, rounded) * (1 - 1e-9) - 1e-6
+        )
     continuous = solve_continuous(problem)
-    assert weighted_applied(problem, exact) >= weighted_applied(problem, continuous) * (1 - 1e-9) - 1e-6
+    assert (
+        weighted_applied(problem, exact)
+        >= weighted_applied(problem, continuous) * (1 - 1e-9) - 1e-6
+    )
 
 
 @SETTINGS
@@ -159,9 +163,12 @@ def test_monotone_in_margin(dc, first, second):
 @given(planning_inputs(max_servers=6), st.integers(0, 2**32 - 1))
 def test_monotone_in_capacity(dc, seed):
     rng = np.random.default_rng(seed)
-    more = dc.capacity_pps * np.where(rng.uniform(size=dc.size) < 0.5, rng.uniform(1, 2, dc.size), 1)
-    bigger = DataCentre(**{**{f: getattr(dc, f) for f in dc.__dataclass_fields__},
-                           "capacity_pps": more})
+    more = dc.capacity_pps * np.where(
+        rng.uniform(size=dc.size) < 0.5, rng.uniform(1, 2, dc.size), 1
+    )
+    bigger = DataCentre(
+        **{**{f: getattr(dc, f) for f in dc.__dataclass_fields__}, "capacity_pps": more}
+    )
     before, after = solve(dc), solve(bigger)
     assert before.optimal and after.optimal
     assert after.objective >= before.objective * (1 - 1e-9) - 1e-6
@@ -172,9 +179,12 @@ def test_monotone_in_capacity(dc, seed):
 def test_applied_plan_stays_within_capacity(dc):
     problem = build_problem(dc)
     applied = realise(solve(problem))
-    load = predicted_load(problem, applied.local_rate, applied.mirror_src, applied.mirror_dst,
-                          applied.mirror_pps)
-    assert np.all(load <= np.maximum(problem.usable_pps, problem.forwarding_pps) * (1 + 1e-9) + 1e-6)
+    load = predicted_load(
+        problem, applied.local_rate, applied.mirror_src, applied.mirror_dst, applied.mirror_pps
+    )
+    assert np.all(
+        load <= np.maximum(problem.usable_pps, problem.forwarding_pps) * (1 + 1e-9) + 1e-6
+    )
     rate = applied.local_rate
     interval = applied.sflow_sampling
     assert np.all((interval == 0) == (rate == 0))
@@ -190,8 +200,9 @@ def test_many_competing_senders_take_the_greedy_with_a_small_gap():
     solution = solve(dc)
     assert solution.bounds.method == "greedy"
     assert solution.objective <= solution.bounds.applied * (1 + 1e-12)
-    assert solution.gap == pytest.approx((solution.bounds.applied - solution.objective)
-                                         / solution.bounds.applied, abs=1e-15)
+    assert solution.gap == pytest.approx(
+        (solution.bounds.applied - solution.objective) / solution.bounds.applied, abs=1e-15
+    )
     assert solution.gap < 0.01
     assert solution.bounds.applied <= solution.bounds.envelope * (1 + 1e-12)
 
@@ -207,7 +218,9 @@ def test_lp_plan_reports_what_its_own_rounding_costs():
     assert rounding["applied_pps"] == pytest.approx(realise(solution).distinct_pps.sum(), rel=1e-9)
     # the LP stops at l + m = 1 (485k mirrored beside 0.19 local); rounding to 1-in-6 frees
     # capacity the top-up spends on the receiver's room left: here rounding gains
-    assert rounding["cost_pps"] == pytest.approx(rounding["continuous_pps"] - rounding["applied_pps"])
+    assert rounding["cost_pps"] == pytest.approx(
+        rounding["continuous_pps"] - rounding["applied_pps"]
+    )
     assert rounding["applied_pps"] <= solve(dc, margin=0.0).collected_pps * (1 + 1e-9)
     assert summary["objective"]["bound_applied"] is None
 

@@ -87,24 +87,69 @@ def sampled_packets(ovs: OvsInstance, bridge: str) -> int:
 def test_the_sample_action_draws_a_probability_no_interval_gives(lab, tmp_path):
     host = lab.namespace("h")
     for name in ("a", "b"):
-        lab.veth(f"cq{name}", lab.namespace(name), address=f"{ADDRESS[name]}/24", host_namespace=host)
+        lab.veth(
+            f"cq{name}", lab.namespace(name), address=f"{ADDRESS[name]}/24", host_namespace=host
+        )
     with OvsInstance(tmp_path / "ovs", dummy=False, namespace=host) as ovs:
-        ovs.vsctl("add-br", "cqi", "--", "set", "bridge", "cqi", "datapath_type=netdev",
-                  "--", "add-port", "cqi", "cqa", "--", "add-port", "cqi", "cqb")
-        ovs.vsctl("--", "--id=@br", "get", "Bridge", "cqi",
-                  "--", "--id=@i", "create", "IPFIX", 'targets="127.0.0.1:4739"',
-                  "--", "create", "Flow_Sample_Collector_Set", "id=7", "bridge=@br", "ipfix=@i")
-        ovs.ofctl("add-flow", "cqi",
-                  f"priority=10,udp,in_port=cqa,tp_dst={PORT},actions=sample(probability="
-                  f"{PROBABILITY},collector_set_id=7,obs_domain_id=1,obs_point_id=1),NORMAL")
+        ovs.vsctl(
+            "add-br",
+            "cqi",
+            "--",
+            "set",
+            "bridge",
+            "cqi",
+            "datapath_type=netdev",
+            "--",
+            "add-port",
+            "cqi",
+            "cqa",
+            "--",
+            "add-port",
+            "cqi",
+            "cqb",
+        )
+        ovs.vsctl(
+            "--",
+            "--id=@br",
+            "get",
+            "Bridge",
+            "cqi",
+            "--",
+            "--id=@i",
+            "create",
+            "IPFIX",
+            'targets="127.0.0.1:4739"',
+            "--",
+            "create",
+            "Flow_Sample_Collector_Set",
+            "id=7",
+            "bridge=@br",
+            "ipfix=@i",
+        )
+        ovs.ofctl(
+            "add-flow",
+            "cqi",
+            f"priority=10,udp,in_port=cqa,tp_dst={PORT},actions=sample(probability="
+            f"{PROBABILITY},collector_set_id=7,obs_domain_id=1,obs_point_id=1),NORMAL",
+        )
         ovs.wait_for_ports("cqa", "cqb")
         for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, on another port
-            run(lab.exec_argv(f"cq{name}", [sys.executable, "-c", SENDER, ADDRESS[peer],
-                                            str(PORT + 1), "20", "100"]), timeout=30)
+            run(
+                lab.exec_argv(
+                    f"cq{name}",
+                    [sys.executable, "-c", SENDER, ADDRESS[peer], str(PORT + 1), "20", "100"],
+                ),
+                timeout=30,
+            )
         time.sleep(0.5)
         before = sampled_packets(ovs, "cqi")
-        run(lab.exec_argv("cqa", [sys.executable, "-c", SENDER, ADDRESS["b"], str(PORT),
-                                  str(PACKETS), str(PPS)]), timeout=30)
+        run(
+            lab.exec_argv(
+                "cqa",
+                [sys.executable, "-c", SENDER, ADDRESS["b"], str(PORT), str(PACKETS), str(PPS)],
+            ),
+            timeout=30,
+        )
         time.sleep(1.0)
         sampled = sampled_packets(ovs, "cqi") - before
     share = PROBABILITY / 65535
@@ -116,15 +161,18 @@ def test_the_sample_action_draws_a_probability_no_interval_gives(lab, tmp_path):
 
 def source_ports(capture: Path, *extra: str, field: str = "udp.srcport") -> list[int]:
     """Every ``field`` value tshark decodes from ``capture`` (one per record)."""
-    out = run(["tshark", "-r", str(capture), *extra, "-T", "fields", "-e", field],
-              timeout=60).stdout
+    out = run(
+        ["tshark", "-r", str(capture), *extra, "-T", "fields", "-e", field], timeout=60
+    ).stdout
     return [int(value) for line in out.split() for value in line.split(",") if value]
 
 
 def start_capture(lab: Lab, namespace: str, device: str, path: Path, *expression: str):
-    process = subprocess.Popen(lab.exec_argv(namespace, ["tcpdump", "-i", device, "-U", "-w",
-                                                         str(path), *expression]),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        lab.exec_argv(namespace, ["tcpdump", "-i", device, "-U", "-w", str(path), *expression]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     process.stderr.readline()  # "listening on ...": the capture is open
     return process
 
@@ -142,49 +190,111 @@ def test_the_sample_action_draws_independently_of_the_tc_mirror(lab, tmp_path):
     count, base = 2000, 20000
     host = lab.namespace("h")
     for name in ("a", "b"):
-        lab.veth(f"cq{name}", lab.namespace(name), address=f"{ADDRESS[name]}/24", host_namespace=host)
+        lab.veth(
+            f"cq{name}", lab.namespace(name), address=f"{ADDRESS[name]}/24", host_namespace=host
+        )
     lab.veth("cqs", lab.namespace("s"), host_namespace=host)  # the mirror's sink
     with OvsInstance(tmp_path / "ovs", dummy=False, namespace=host) as ovs:
-        ovs.vsctl("add-br", "cqi", "--", "set", "bridge", "cqi", "datapath_type=netdev",
-                  "--", "add-port", "cqi", "cqa", "--", "add-port", "cqi", "cqb")
-        ovs.vsctl("--", "--id=@br", "get", "Bridge", "cqi",
-                  "--", "--id=@i", "create", "IPFIX", f'targets="127.0.0.1:{IPFIX_PORT}"',
-                  "--", "create", "Flow_Sample_Collector_Set", "id=7", "bridge=@br", "ipfix=@i")
-        ovs.ofctl("add-flow", "cqi",
-                  f"priority=10,udp,in_port=cqa,tp_dst={PORT},actions=sample(probability="
-                  f"{PROBABILITY},collector_set_id=7,obs_domain_id=1,obs_point_id=1),NORMAL")
+        ovs.vsctl(
+            "add-br",
+            "cqi",
+            "--",
+            "set",
+            "bridge",
+            "cqi",
+            "datapath_type=netdev",
+            "--",
+            "add-port",
+            "cqi",
+            "cqa",
+            "--",
+            "add-port",
+            "cqi",
+            "cqb",
+        )
+        ovs.vsctl(
+            "--",
+            "--id=@br",
+            "get",
+            "Bridge",
+            "cqi",
+            "--",
+            "--id=@i",
+            "create",
+            "IPFIX",
+            f'targets="127.0.0.1:{IPFIX_PORT}"',
+            "--",
+            "create",
+            "Flow_Sample_Collector_Set",
+            "id=7",
+            "bridge=@br",
+            "ipfix=@i",
+        )
+        ovs.ofctl(
+            "add-flow",
+            "cqi",
+            f"priority=10,udp,in_port=cqa,tp_dst={PORT},actions=sample(probability="
+            f"{PROBABILITY},collector_set_id=7,obs_domain_id=1,obs_point_id=1),NORMAL",
+        )
         ovs.wait_for_ports("cqa", "cqb")
         run(clsact_add_argv("cqa", netns=host))
         run(mirror_filter_argv("cqa", "cqs", MIRROR_SHARE, prio=7, netns=host))
         for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, on another port
-            run(lab.exec_argv(f"cq{name}", [sys.executable, "-c", SENDER, ADDRESS[peer],
-                                            str(PORT + 1), "20", "100"]), timeout=30)
+            run(
+                lab.exec_argv(
+                    f"cq{name}",
+                    [sys.executable, "-c", SENDER, ADDRESS[peer], str(PORT + 1), "20", "100"],
+                ),
+                timeout=30,
+            )
         # a socket that only exists: with no listener, each ICMP "port unreachable" makes OVS's
         # next send on its connected socket fail (ECONNREFUSED), losing every other message
-        sink = subprocess.Popen(lab.exec_argv(host, [sys.executable, "-c", IPFIX_SINK,
-                                                     str(IPFIX_PORT)]),
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        sink = subprocess.Popen(
+            lab.exec_argv(host, [sys.executable, "-c", IPFIX_SINK, str(IPFIX_PORT)]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         sink.stdout.readline()  # bound
-        captures = [sink, start_capture(lab, host, "lo", tmp_path / "ipfix.pcap", "udp", "port",
-                                  str(IPFIX_PORT)),
-                    start_capture(lab, host, "cqs", tmp_path / "mirror.pcap", "udp", "dst",
-                                  "port", str(PORT))]
+        captures = [
+            sink,
+            start_capture(lab, host, "lo", tmp_path / "ipfix.pcap", "udp", "port", str(IPFIX_PORT)),
+            start_capture(
+                lab, host, "cqs", tmp_path / "mirror.pcap", "udp", "dst", "port", str(PORT)
+            ),
+        ]
         try:
-            run(lab.exec_argv("cqa", [sys.executable, "-c", PER_PORT_SENDER, ADDRESS["b"],
-                                      str(PORT), str(base), str(count), "1000"]), timeout=60)
+            run(
+                lab.exec_argv(
+                    "cqa",
+                    [
+                        sys.executable,
+                        "-c",
+                        PER_PORT_SENDER,
+                        ADDRESS["b"],
+                        str(PORT),
+                        str(base),
+                        str(count),
+                        "1000",
+                    ],
+                ),
+                timeout=60,
+            )
             time.sleep(1.0)
         finally:
             for process in captures:
                 stop_capture(process)
         counted = sampled_packets(ovs, "cqi")
-    sampled = source_ports(tmp_path / "ipfix.pcap", "-d", f"udp.port=={IPFIX_PORT},cflow",
-                           field="cflow.srcport")
+    sampled = source_ports(
+        tmp_path / "ipfix.pcap", "-d", f"udp.port=={IPFIX_PORT},cflow", field="cflow.srcport"
+    )
     mirrored = source_ports(tmp_path / "mirror.pcap")
     sampled_set, mirrored_set = set(sampled) & set(range(base, base + count)), set(mirrored)
     both = len(sampled_set & mirrored_set)
     p, m = PROBABILITY / 65535, MIRROR_SHARE
-    print(f"of {count} packets: sampled {len(sampled_set)} (OVS counted {counted}), mirrored "
-          f"{len(mirrored_set)}, both {both}; independent draws give {count * p * m:.0f}")
+    print(
+        f"of {count} packets: sampled {len(sampled_set)} (OVS counted {counted}), mirrored "
+        f"{len(mirrored_set)}, both {both}; independent draws give {count * p * m:.0f}"
+    )
     assert len(sampled_set) == len(sampled) == counted  # tshark decodes one record per sample
     for observed, share in ((len(sampled_set), p), (len(mirrored_set), m), (both, p * m)):
         assert abs(observed - count * share) <= 5 * (count * share * (1 - share)) ** 0.5

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import planning_inputs  # tests/ is on sys.path (pytest pythonpath)
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE as SCALE
 from cosample.plan.document import plan_from_dict
@@ -27,8 +28,6 @@ from cosample.planner.planfile import build_plan
 from cosample.planner.problem import build_problem
 from cosample.planner.realise import predicted_load, realise
 from cosample.planner.report import summary_lines
-
-from strategies import planning_inputs  # tests/ is on sys.path (pytest pythonpath)
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 N_MAX = 10
@@ -44,8 +43,9 @@ def with_sample(draw, max_servers: int = 5, collector_cap: bool = False):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     able = rng.uniform(size=dc.size) < draw(st.sampled_from([0.3, 0.6, 1.0]))
     alpha_sample = np.where(able, dc.alpha * rng.uniform(0.3, 1.6, dc.size), np.nan)
-    return dataclasses.replace(dc, alpha_sample=alpha_sample,
-                               observation_domain=np.arange(1, dc.size + 1, dtype=np.int64))
+    return dataclasses.replace(
+        dc, alpha_sample=alpha_sample, observation_domain=np.arange(1, dc.size + 1, dtype=np.int64)
+    )
 
 
 def senders(problem) -> list[int]:
@@ -53,8 +53,9 @@ def senders(problem) -> list[int]:
 
 
 def able(problem) -> list[int]:
-    return [] if problem.can_sample is None else \
-        [int(i) for i in np.flatnonzero(problem.can_sample)]
+    return (
+        [] if problem.can_sample is None else [int(i) for i in np.flatnonzero(problem.can_sample)]
+    )
 
 
 def options(problem, i: int, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -64,15 +65,20 @@ def options(problem, i: int, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cost = np.full(rate.size, full)
     if problem.can_sample is not None and problem.can_sample[i]:
         rate = np.concatenate((rate, ks / SCALE))
-        cost = np.concatenate((cost, np.full(ks.size, problem.alpha_sample[i]
-                                             * problem.bridge_pps[i])))
+        cost = np.concatenate(
+            (cost, np.full(ks.size, problem.alpha_sample[i] * problem.bridge_pps[i]))
+        )
     return rate, cost
 
 
 def items(problem, i: int, rate: np.ndarray, cost: np.ndarray):
     """(base value, mirror limit, value per mirrored pps, affordable) of each option."""
-    own, spare, beta, w = (problem.own_pps[i], problem.spare_pps[i], problem.beta[i],
-                           problem.weight[i])
+    own, spare, beta, w = (
+        problem.own_pps[i],
+        problem.spare_pps[i],
+        problem.beta[i],
+        problem.weight[i],
+    )
     left = spare - cost * rate
     top = np.minimum(min(own, problem.mirror_cap_pps[i]), np.maximum(left, 0.0) / beta)
     return w * own * rate, top, w * (1 - rate), left >= -1e-9 * cost
@@ -82,7 +88,9 @@ def brute_force(problem) -> float:
     """Best weighted distinct own packets over every listed plan (module docstring)."""
     listed = senders(problem)
     ks = ALL_K if len(able(problem)) <= 1 else COARSE_K
-    fixed = float((problem.weight * problem.own_pps)[problem.receiver & (problem.own_pps > 0)].sum())
+    fixed = float(
+        (problem.weight * problem.own_pps)[problem.receiver & (problem.own_pps > 0)].sum()
+    )
     room = float(problem.room_pps.sum())
     if not listed:
         return fixed
@@ -95,8 +103,9 @@ def brute_force(problem) -> float:
         if not all(plans[i][3][c] for i, c in zip(others, choice)):
             continue
         base = fixed + sum(plans[i][0][c] for i, c in zip(others, choice))
-        fixed_items = sorted(((plans[i][2][c], plans[i][1][c]) for i, c in zip(others, choice)),
-                             reverse=True)
+        fixed_items = sorted(
+            ((plans[i][2][c], plans[i][1][c]) for i, c in zip(others, choice)), reverse=True
+        )
         totals = []
         for place in range(len(fixed_items) + 1):  # the vector sender after ``place`` others
             value, used = np.zeros(v_base.size), np.zeros(v_base.size)
@@ -190,7 +199,9 @@ def test_monotone_in_margin(dc, first, second):
 @given(with_sample(), st.integers(0, 2**32 - 1))
 def test_monotone_in_capacity(dc, seed):
     rng = np.random.default_rng(seed)
-    more = dc.capacity_pps * np.where(rng.uniform(size=dc.size) < 0.5, rng.uniform(1, 2, dc.size), 1)
+    more = dc.capacity_pps * np.where(
+        rng.uniform(size=dc.size) < 0.5, rng.uniform(1, 2, dc.size), 1
+    )
     before, after = solve(dc), solve(dataclasses.replace(dc, capacity_pps=more))
     if not (before.bounds.optimal and after.bounds.optimal):
         return
@@ -204,9 +215,17 @@ def test_the_plan_file_is_valid_and_within_capacity(dc, solver):
     solution = solve(problem, solver)
     applied = solution.applied
     sample = solution.sample_hosts
-    load = predicted_load(problem, applied.local_rate, applied.mirror_src, applied.mirror_dst,
-                          applied.mirror_pps, sample)
-    assert np.all(load <= np.maximum(problem.usable_pps, problem.forwarding_pps) * (1 + 1e-9) + 1e-6)
+    load = predicted_load(
+        problem,
+        applied.local_rate,
+        applied.mirror_src,
+        applied.mirror_dst,
+        applied.mirror_pps,
+        sample,
+    )
+    assert np.all(
+        load <= np.maximum(problem.usable_pps, problem.forwarding_pps) * (1 + 1e-9) + 1e-6
+    )
     plan = build_plan(dc, solution)
     parsed = plan_from_dict(json.loads(json.dumps(plan)))  # the agents' reader accepts it
     probability = applied.sample_probability
@@ -233,27 +252,42 @@ def test_a_cheap_sample_action_replaces_a_lossy_1_in_n():
     # s1: 600k own on 1 Mpps, s2 takes 500k mirrored. With sFlow alone s1 samples 1-in-6
     # beside the 500k (516,667 distinct pps). With the sample action at 0.61 alpha it samples
     # K/65535 of what its capacity allows: (400k - 0.46 x 500k)/(0.61 x 1.54 x 600k) = 0.3016
-    dc = DataCentre.from_matrix([1e6, 1e6], 1.54, 0.46, [[600e3, 0], [0, 0]],
-                                alpha_sample=[0.61 * 1.54, np.nan], observation_domain=[7, 0])
+    dc = DataCentre.from_matrix(
+        [1e6, 1e6],
+        1.54,
+        0.46,
+        [[600e3, 0], [0, 0]],
+        alpha_sample=[0.61 * 1.54, np.nan],
+        observation_domain=[7, 0],
+    )
     solution = solve(dc, margin=0.0)
     plan = build_plan(dc, solution)
     s1 = plan["hosts"][dc.names[0]]
     share = (400e3 - 0.46 * 500e3) / (0.61 * 1.54 * 600e3)
     k = int(np.floor(share * SCALE))
-    assert (s1["local_mechanism"], s1["sample_probability"], s1["observation_domain"]) == \
-        ("sample", k, 7)
+    assert (s1["local_mechanism"], s1["sample_probability"], s1["observation_domain"]) == (
+        "sample",
+        k,
+        7,
+    )
     assert s1["sflow_sampling"] is None and s1["local_rate"] == pytest.approx(k / SCALE)
     t = k / SCALE
     assert plan["summary"]["collected_pps"] == pytest.approx(600e3 * t + 500e3 * (1 - t), rel=1e-9)
     assert plan["summary"]["collected_pps"] > 600e3 / 6 + 500e3 * 5 / 6
-    assert plan["summary"]["local_mechanisms"] == {"sample": 1, "sflow": 1, "off": 0,
-                                                   "may_sample": 1}
+    assert plan["summary"]["local_mechanisms"] == {
+        "sample": 1,
+        "sflow": 1,
+        "off": 0,
+        "may_sample": 1,
+    }
     assert plan["summary"]["objective"]["optimal"]
     lines = summary_lines(plan)
     assert any(line.startswith("local mechanisms") and "1 sample" in line for line in lines)
     assert any(line.startswith("rounding   1-in-N and K/65535 cost 0 pps") for line in lines)
-    assert any(line.startswith("collected") and "(sFlow 1-in-N and sample K/65535)" in line
-               for line in lines)
+    assert any(
+        line.startswith("collected") and "(sFlow 1-in-N and sample K/65535)" in line
+        for line in lines
+    )
     # dearer than sFlow (1.6 alpha) it is not chosen here: 1-in-6 stays
     dear = dataclasses.replace(dc, alpha_sample=np.array([1.6 * 1.54, np.nan]))
     host = build_plan(dear, solve(dear, margin=0.0))["hosts"][dc.names[0]]
@@ -262,24 +296,36 @@ def test_a_cheap_sample_action_replaces_a_lossy_1_in_n():
 
 # the description: alpha_sample from a calibration, domains from tunnel addresses -------------
 def _description(tmp_path, servers, **top):
-    calibration = {"alpha": 1.5, "beta": 0.5, "alpha_sample": 0.9, "capacity_pps": 1e6,
-                   "mechanisms": {name: {"coefficient": value, "coefficient_ci": [value - 0.1,
-                                                                                 value + 0.1]}
-                                  for name, value in (("sflow", 1.5), ("mirror", 0.5),
-                                                      ("sample_action_cached", 0.9))},
-                   "roles": {"alpha": "sflow", "beta": "mirror",
-                             "alpha_sample": "sample_action_cached"}}
+    calibration = {
+        "alpha": 1.5,
+        "beta": 0.5,
+        "alpha_sample": 0.9,
+        "capacity_pps": 1e6,
+        "mechanisms": {
+            name: {"coefficient": value, "coefficient_ci": [value - 0.1, value + 0.1]}
+            for name, value in (("sflow", 1.5), ("mirror", 0.5), ("sample_action_cached", 0.9))
+        },
+        "roles": {"alpha": "sflow", "beta": "mirror", "alpha_sample": "sample_action_cached"},
+    }
     (tmp_path / "cal.json").write_text(json.dumps(calibration))
-    return {"cost": {"alpha": 1.54, "beta": 0.46}, "servers": servers,
-            "traffic_pps": {"a": {"a": 6e5}, "b": {"b": 1e5}}, **top}
+    return {
+        "cost": {"alpha": 1.54, "beta": 0.46},
+        "servers": servers,
+        "traffic_pps": {"a": {"a": 6e5}, "b": {"b": 1e5}},
+        **top,
+    }
 
 
 def test_a_description_gives_the_cost_and_the_domain(tmp_path):
-    document = _description(tmp_path, [
-        {"name": "a", "calibration": "cal.json", "tunnel_ip": "10.0.0.1"},
-        {"name": "b", "calibration": "cal.json", "observation_domain": 42},
-        {"name": "c", "capacity_pps": 1e6, "alpha_sample": 0.8, "tunnel_ip": "fd00::3"}],
-        ipfix={"collector": "10.9.0.1:4739", "cache_max_flows": 8192})
+    document = _description(
+        tmp_path,
+        [
+            {"name": "a", "calibration": "cal.json", "tunnel_ip": "10.0.0.1"},
+            {"name": "b", "calibration": "cal.json", "observation_domain": 42},
+            {"name": "c", "capacity_pps": 1e6, "alpha_sample": 0.8, "tunnel_ip": "fd00::3"},
+        ],
+        ipfix={"collector": "10.9.0.1:4739", "cache_max_flows": 8192},
+    )
     dc = DataCentre.from_dict(document, tmp_path)
     assert dc.alpha_sample[:2].tolist() == [0.9, 0.9] and dc.alpha_sample[2] == 0.8
     assert dc.observation_domain.tolist() == [0x0A000001, 42, 0]  # IPv6 tunnel: no domain
@@ -290,20 +336,56 @@ def test_a_description_gives_the_cost_and_the_domain(tmp_path):
     plan_from_dict(json.loads(json.dumps(plan)))
 
 
-@pytest.mark.parametrize("servers, where, says", [
-    ([{"name": "a", "capacity_pps": 1e6, "alpha_sample": 0.9, "observation_domain": 5},
-      {"name": "b", "capacity_pps": 1e6, "alpha_sample": 0.9, "observation_domain": 5}],
-     "servers[1].observation_domain ('b')", "also 'a''s"),
-    ([{"name": "a", "capacity_pps": 1e6, "alpha_sample": 0.9, "observation_domain": 167772161},
-      {"name": "b", "capacity_pps": 1e6, "alpha_sample": 0.9, "tunnel_ip": "10.0.0.1"}],
-     "servers[1].tunnel_ip ('b')", "167772161 is also 'a''s"),
-    ([{"name": "a", "capacity_pps": 1e6, "observation_domain": 0}, {"name": "b", "capacity_pps": 1e6}],
-     "servers[0].observation_domain ('a')", "greater than or equal to 1"),
-    ([{"name": "a", "capacity_pps": 1e6, "alpha_sample": -1}, {"name": "b", "capacity_pps": 1e6}],
-     "servers[0].alpha_sample ('a')", "greater than 0"),
-    ([{"name": "a", "capacity_pps": 1e6, "observation_domain": True},
-      {"name": "b", "capacity_pps": 1e6}], "servers[0].observation_domain ('a')", "integer"),
-])
+@pytest.mark.parametrize(
+    "servers, where, says",
+    [
+        (
+            [
+                {"name": "a", "capacity_pps": 1e6, "alpha_sample": 0.9, "observation_domain": 5},
+                {"name": "b", "capacity_pps": 1e6, "alpha_sample": 0.9, "observation_domain": 5},
+            ],
+            "servers[1].observation_domain ('b')",
+            "also 'a''s",
+        ),
+        (
+            [
+                {
+                    "name": "a",
+                    "capacity_pps": 1e6,
+                    "alpha_sample": 0.9,
+                    "observation_domain": 167772161,
+                },
+                {"name": "b", "capacity_pps": 1e6, "alpha_sample": 0.9, "tunnel_ip": "10.0.0.1"},
+            ],
+            "servers[1].tunnel_ip ('b')",
+            "167772161 is also 'a''s",
+        ),
+        (
+            [
+                {"name": "a", "capacity_pps": 1e6, "observation_domain": 0},
+                {"name": "b", "capacity_pps": 1e6},
+            ],
+            "servers[0].observation_domain ('a')",
+            "greater than or equal to 1",
+        ),
+        (
+            [
+                {"name": "a", "capacity_pps": 1e6, "alpha_sample": -1},
+                {"name": "b", "capacity_pps": 1e6},
+            ],
+            "servers[0].alpha_sample ('a')",
+            "greater than 0",
+        ),
+        (
+            [
+                {"name": "a", "capacity_pps": 1e6, "observation_domain": True},
+                {"name": "b", "capacity_pps": 1e6},
+            ],
+            "servers[0].observation_domain ('a')",
+            "integer",
+        ),
+    ],
+)
 def test_a_bad_sample_field_is_refused_naming_it(tmp_path, servers, where, says):
     from cosample.planner.errors import PlannerError
 
@@ -316,22 +398,30 @@ def test_a_bad_sample_field_is_refused_naming_it(tmp_path, servers, where, says)
 def test_an_ipfix_section_with_an_unknown_key_is_refused(tmp_path):
     from cosample.planner.errors import PlannerError
 
-    document = _description(tmp_path, [{"name": "a", "capacity_pps": 1e6},
-                                       {"name": "b", "capacity_pps": 1e6}],
-                            ipfix={"collectors": "10.9.0.1:4739"})
-    with pytest.raises(PlannerError, match=r"dc.json: ipfix.collectors: extra inputs are not permitted \(got .10.9.0.1:4739.\)"):
+    document = _description(
+        tmp_path,
+        [{"name": "a", "capacity_pps": 1e6}, {"name": "b", "capacity_pps": 1e6}],
+        ipfix={"collectors": "10.9.0.1:4739"},
+    )
+    with pytest.raises(
+        PlannerError,
+        match=r"dc.json: ipfix.collectors: extra inputs are not permitted \(got .10.9.0.1:4739.\)",
+    ):
         DataCentre.from_dict(document, tmp_path, "dc.json")
 
 
 def test_csv_servers_give_integer_domains(tmp_path):
     (tmp_path / "servers.csv").write_text(
-        "name,capacity_pps,alpha_sample,observation_domain\na,1e6,0.9,7\nb,1e6,,\n")
+        "name,capacity_pps,alpha_sample,observation_domain\na,1e6,0.9,7\nb,1e6,,\n"
+    )
     document = _description(tmp_path, "servers.csv")
     dc = DataCentre.from_dict(document, tmp_path, "dc.json")
     assert dc.observation_domain.tolist() == [7, 0] and np.isnan(dc.alpha_sample[1])
     (tmp_path / "servers.csv").write_text(
-        "name,capacity_pps,alpha_sample,observation_domain\na,1e6,0.9,x7\nb,1e6,,\n")
+        "name,capacity_pps,alpha_sample,observation_domain\na,1e6,0.9,x7\nb,1e6,,\n"
+    )
     from cosample.planner.errors import PlannerError
+
     with pytest.raises(PlannerError, match=r"servers.csv: row 2.*observation_domain.*integer"):
         DataCentre.from_dict(document, tmp_path, "dc.json")
 
@@ -339,10 +429,14 @@ def test_csv_servers_give_integer_domains(tmp_path):
 def test_the_sampling_floor_leaves_sample_hosts_as_planned():
     # s3 forwards at its planned capacity and would sample nothing: the floor gives it
     # 1-in-100; s1 keeps its sample probability
-    dc = DataCentre.from_matrix([1e6, 1e6, 1e5], 1.54, 0.46,
-                                [[600e3, 0, 0], [0, 0, 0], [0, 0, 9e4]],
-                                alpha_sample=[0.61 * 1.54, np.nan, 0.61 * 1.54],
-                                observation_domain=[7, 0, 9])
+    dc = DataCentre.from_matrix(
+        [1e6, 1e6, 1e5],
+        1.54,
+        0.46,
+        [[600e3, 0, 0], [0, 0, 0], [0, 0, 9e4]],
+        alpha_sample=[0.61 * 1.54, np.nan, 0.61 * 1.54],
+        observation_domain=[7, 0, 9],
+    )
     plan = build_plan(dc, solve(dc, margin=0.1), floor=100)
     s1, s3 = (plan["hosts"][name] for name in ("s1", "s3"))
     assert s1["local_mechanism"] == "sample" and s1["sflow_sampling"] is None
@@ -353,11 +447,21 @@ def test_the_sampling_floor_leaves_sample_hosts_as_planned():
 def test_cosample_plan_writes_and_prints_the_mechanisms(tmp_path, capsys):
     from cosample.cli import main
 
-    document = _description(tmp_path, [
-        {"name": "a", "capacity_pps": 1e6, "alpha": 1.54, "beta": 0.46, "alpha_sample": 0.94,
-         "tunnel_ip": "10.0.0.1"},
-        {"name": "b", "capacity_pps": 1e6, "alpha": 1.54, "beta": 0.46}],
-        ipfix={"collector": "10.9.0.1:4739"})
+    document = _description(
+        tmp_path,
+        [
+            {
+                "name": "a",
+                "capacity_pps": 1e6,
+                "alpha": 1.54,
+                "beta": 0.46,
+                "alpha_sample": 0.94,
+                "tunnel_ip": "10.0.0.1",
+            },
+            {"name": "b", "capacity_pps": 1e6, "alpha": 1.54, "beta": 0.46},
+        ],
+        ipfix={"collector": "10.9.0.1:4739"},
+    )
     document["traffic_pps"] = {"a": {"a": 6e5}}
     path = tmp_path / "dc.json"
     path.write_text(json.dumps(document))
@@ -378,11 +482,20 @@ def test_a_collector_budget_trims_sample_hosts_on_their_grid(dc):
     problem = build_problem(dc)
     solution = solve(problem)
     applied = solution.applied
-    load = predicted_load(problem, applied.local_rate, applied.mirror_src, applied.mirror_dst,
-                          applied.mirror_pps, solution.sample_hosts)
-    assert np.all(load <= np.maximum(problem.usable_pps, problem.forwarding_pps) * (1 + 1e-9) + 1e-6)
+    load = predicted_load(
+        problem,
+        applied.local_rate,
+        applied.mirror_src,
+        applied.mirror_dst,
+        applied.mirror_pps,
+        solution.sample_hosts,
+    )
+    assert np.all(
+        load <= np.maximum(problem.usable_pps, problem.forwarding_pps) * (1 + 1e-9) + 1e-6
+    )
     if applied.sample_probability is not None:
         sampled = applied.sample_probability > 0
-        assert np.allclose(applied.local_rate[sampled],
-                           applied.sample_probability[sampled] / SCALE, rtol=1e-12)
+        assert np.allclose(
+            applied.local_rate[sampled], applied.sample_probability[sampled] / SCALE, rtol=1e-12
+        )
     plan_from_dict(json.loads(json.dumps(build_plan(dc, solution))))

@@ -56,55 +56,133 @@ def ids_by_source(samples) -> dict[str, set[int]]:
         if sample.src_ip not in source or sample.ip_protocol != 17 or len(frame) < 50:
             continue
         udp = 14 + (frame[14] & 15) * 4
-        if int.from_bytes(frame[udp + 2:udp + 4], "big") == PORT:
-            out[source[sample.src_ip]].add(int.from_bytes(frame[udp + 8:udp + 16], "big"))
+        if int.from_bytes(frame[udp + 2 : udp + 4], "big") == PORT:
+            out[source[sample.src_ip]].add(int.from_bytes(frame[udp + 8 : udp + 16], "big"))
     return out
 
 
 def sflow_row(ovs: OvsInstance, bridge: str, collector: SflowCollector) -> None:
-    ovs.vsctl("--", "--id=@s", "create", "sflow", "agent=col", f'targets="{collector.target}"',
-              "header=128", "sampling=1", "polling=0", "--", "set", "bridge", bridge, "sflow=@s")
+    ovs.vsctl(
+        "--",
+        "--id=@s",
+        "create",
+        "sflow",
+        "agent=col",
+        f'targets="{collector.target}"',
+        "header=128",
+        "sampling=1",
+        "polling=0",
+        "--",
+        "set",
+        "bridge",
+        bridge,
+        "sflow=@s",
+    )
 
 
 @pytest.mark.parametrize("layout", ["single", "patch"])
 def test_a_bridge_samples_what_enters_it_first(lab, tmp_path, layout):
     host = lab.namespace("h")
     for name in ("a", "b"):
-        lab.veth(f"cb{name}", lab.namespace(name), address=f"{ADDRESS[name]}/24", host_namespace=host)
+        lab.veth(
+            f"cb{name}", lab.namespace(name), address=f"{ADDRESS[name]}/24", host_namespace=host
+        )
     lab.veth("cbc", host, peer="col", address="10.214.9.2/24")
     run(["ip", "addr", "add", "10.214.9.1/24", "dev", "cbc"])
-    with OvsInstance(tmp_path / "ovs", dummy=False, namespace=host) as ovs, \
-            SflowCollector(host="10.214.9.1") as at_int, SflowCollector(host="10.214.9.1") as at_tun:
-        ovs.vsctl("add-br", "cbi", "--", "set", "bridge", "cbi", "datapath_type=netdev",
-                  "--", "add-port", "cbi", "cba")
+    with (
+        OvsInstance(tmp_path / "ovs", dummy=False, namespace=host) as ovs,
+        SflowCollector(host="10.214.9.1") as at_int,
+        SflowCollector(host="10.214.9.1") as at_tun,
+    ):
+        ovs.vsctl(
+            "add-br",
+            "cbi",
+            "--",
+            "set",
+            "bridge",
+            "cbi",
+            "datapath_type=netdev",
+            "--",
+            "add-port",
+            "cbi",
+            "cba",
+        )
         if layout == "single":
             ovs.vsctl("add-port", "cbi", "cbb")
         else:
-            ovs.vsctl("add-br", "cbt", "--", "set", "bridge", "cbt", "datapath_type=netdev",
-                      "--", "add-port", "cbt", "cbb",
-                      "--", "add-port", "cbi", "cbpi", "--", "set", "interface", "cbpi",
-                      "type=patch", "options:peer=cbpt",
-                      "--", "add-port", "cbt", "cbpt", "--", "set", "interface", "cbpt",
-                      "type=patch", "options:peer=cbpi")
+            ovs.vsctl(
+                "add-br",
+                "cbt",
+                "--",
+                "set",
+                "bridge",
+                "cbt",
+                "datapath_type=netdev",
+                "--",
+                "add-port",
+                "cbt",
+                "cbb",
+                "--",
+                "add-port",
+                "cbi",
+                "cbpi",
+                "--",
+                "set",
+                "interface",
+                "cbpi",
+                "type=patch",
+                "options:peer=cbpt",
+                "--",
+                "add-port",
+                "cbt",
+                "cbpt",
+                "--",
+                "set",
+                "interface",
+                "cbpt",
+                "type=patch",
+                "options:peer=cbpi",
+            )
             sflow_row(ovs, "cbt", at_tun)
         sflow_row(ovs, "cbi", at_int)
         ovs.wait_for_ports("cba", "cbb")
         for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, on another port
-            run(lab.exec_argv(f"cb{name}", [sys.executable, "-c", SENDER, ADDRESS[peer],
-                                            str(PORT + 1), "20", "100"]), timeout=30)
+            run(
+                lab.exec_argv(
+                    f"cb{name}",
+                    [sys.executable, "-c", SENDER, ADDRESS[peer], str(PORT + 1), "20", "100"],
+                ),
+                timeout=30,
+            )
         time.sleep(0.5)
         at_int.clear()
         at_tun.clear()
         for name, peer in (("a", "b"), ("b", "a")):
-            run(lab.exec_argv(f"cb{name}", [sys.executable, "-c", SENDER, ADDRESS[peer], str(PORT),
-                                            str(PACKETS), str(PPS)]), timeout=30)
+            run(
+                lab.exec_argv(
+                    f"cb{name}",
+                    [
+                        sys.executable,
+                        "-c",
+                        SENDER,
+                        ADDRESS[peer],
+                        str(PORT),
+                        str(PACKETS),
+                        str(PPS),
+                    ],
+                ),
+                timeout=30,
+            )
         time.sleep(1.5)
-        sampled_int, sampled_tun = ids_by_source(at_int.snapshot()), ids_by_source(at_tun.snapshot())
+        sampled_int, sampled_tun = (
+            ids_by_source(at_int.snapshot()),
+            ids_by_source(at_tun.snapshot()),
+        )
     most = 0.97 * PACKETS  # 1-in-1: every packet, less what a busy collector might miss
     assert len(sampled_int["a"]) >= most  # what the VM sent enters the integration bridge
     if layout == "single":
         assert len(sampled_int["b"]) >= most  # inbound traffic is sampled too
     else:
-        assert sampled_int["b"] == set()      # crossed the patch port: not sampled again
+        assert sampled_int["b"] == set()  # crossed the patch port: not sampled again
         assert len(sampled_tun["b"]) >= most  # the tunnel bridge took it in
         assert sampled_tun["a"] == set()

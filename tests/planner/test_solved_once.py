@@ -9,7 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cosample.experiments.bench_planner import random_datacentre
-from cosample.planner import baseline, exact, realise as realise_module, solve
+from cosample.planner import baseline, exact, solve
+from cosample.planner import realise as realise_module
 from cosample.planner.planfile import build_plan, host_report
 
 MOMENT = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=400)
@@ -26,6 +27,7 @@ def counted(monkeypatch):
         def wrapper(arg, *rest, **kwargs):
             calls[name] += 1
             return original(arg, *rest, **kwargs)
+
         monkeypatch.setattr(module, name, wrapper)
 
     counting(realise_module, "realise")
@@ -48,8 +50,10 @@ def test_documents_reuse_what_the_solution_carries(counted, solver):
     lean = build_plan(dc, solution, created=MOMENT, version=1, report=False, lazy_hosts=True)
     host_report(solution, lean)
     assert dict(counted) == after_first  # the second document and the report computed nothing
-    assert first["summary"]["noncollab_pps"] == build_plan(
-        dc, solve(dc, "noncollab"), created=MOMENT)["summary"]["collected_pps"]
+    assert (
+        first["summary"]["noncollab_pps"]
+        == build_plan(dc, solve(dc, "noncollab"), created=MOMENT)["summary"]["collected_pps"]
+    )
 
 
 def test_the_exact_solvers_continuous_optimum_is_handed_over(counted, monkeypatch):
@@ -64,4 +68,5 @@ def test_the_exact_solvers_continuous_optimum_is_handed_over(counted, monkeypatc
     plan = build_plan(dc, solution, created=MOMENT)
     assert counted["solve_continuous"] == solved
     assert plan["summary"]["rounding"]["continuous_pps"] == pytest.approx(
-        solution.known_continuous.collected_pps, rel=1e-11)
+        solution.known_continuous.collected_pps, rel=1e-11
+    )

@@ -6,8 +6,8 @@ import importlib.util
 
 import pytest
 
-from research import bench_validation
 from cosample.planner.datacentre import DataCentre
+from research import bench_validation
 
 
 def test_the_generated_description_is_valid_and_complete():
@@ -18,8 +18,13 @@ def test_the_generated_description_is_valid_and_complete():
     assert (dc.traffic_src != dc.traffic_dst).any()
 
 
-@pytest.mark.parametrize("library, make", [("msgspec", bench_validation.msgspec_loader),
-                                           ("jsonschema", bench_validation.jsonschema_loader)])
+@pytest.mark.parametrize(
+    "library, make",
+    [
+        ("msgspec", bench_validation.msgspec_loader),
+        ("jsonschema", bench_validation.jsonschema_loader),
+    ],
+)
 def test_each_library_accepts_the_description_and_refuses_a_bad_one(library, make):
     if importlib.util.find_spec(library) is None:
         assert "not installed" in make()
@@ -44,16 +49,25 @@ def test_measure_reports_every_loader_or_why_not(capsys):
     assert bench_validation.main(["--servers", "50", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("50 servers, best of 1 rounds")
-    for loader in ("pydantic", "json.loads", "(any library)", "msgspec", "jsonschema", "hand-written"):
+    for loader in (
+        "pydantic",
+        "json.loads",
+        "(any library)",
+        "msgspec",
+        "jsonschema",
+        "hand-written",
+    ):
         assert f"| {loader} |" in out
 
 
 def test_ratios_compare_like_with_like():
-    rows = [("pydantic", "total: file -> DataCentre (fresh process)", 2.0),
-            ("pydantic", bench_validation.IN_PROCESS_TOTAL, 1.0),
-            ("hand-written", "total: file -> DataCentre (commit abc, fresh process)", 3.0),
-            ("msgspec", "total: parse and schema + cross-field rules and arrays", 0.5),
-            ("jsonschema", "not installed", None)]
+    rows = [
+        ("pydantic", "total: file -> DataCentre (fresh process)", 2.0),
+        ("pydantic", bench_validation.IN_PROCESS_TOTAL, 1.0),
+        ("hand-written", "total: file -> DataCentre (commit abc, fresh process)", 3.0),
+        ("msgspec", "total: parse and schema + cross-field rules and arrays", 0.5),
+        ("jsonschema", "not installed", None),
+    ]
     lines = bench_validation.table(rows).splitlines()
     assert lines[4].endswith("| 3.00 | 1.50 |")  # against pydantic's fresh-process load
     assert lines[5].endswith("| 0.50 | 0.50 |")  # against pydantic's sum of steps

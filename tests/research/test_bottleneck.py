@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from cosample.costmodel.data import read_measurements
-from research.costmodel_bottleneck import (inside, main, references, rows,
-                                                        switch_cost)
 from cosample.experiments.errors import ExperimentError
+from research.costmodel_bottleneck import inside, main, references, rows, switch_cost
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "sidebyside" / "none"
 SFLOW = DATA / "sflow-default-s201.json"
@@ -20,10 +19,12 @@ def test_the_switch_cost_is_its_threads_time_per_packet_on_one_cpu():
     data = read_measurements(DATA / "sflow-default-s201.csv")
     switch = switch_cost(data)
     assert switch["cost_ns_per_packet"].to_numpy() == pytest.approx(
-        (data["cpu_ovs"] * 1e9 / data["forwarded_pps"]).to_numpy())
+        (data["cpu_ovs"] * 1e9 / data["forwarded_pps"]).to_numpy()
+    )
     assert (switch["budget_cpus"] == 1.0).all()
     assert switch["throughput_pps"].to_numpy() == pytest.approx(
-        (1e9 / switch["cost_ns_per_packet"]).to_numpy())
+        (1e9 / switch["cost_ns_per_packet"]).to_numpy()
+    )
     assert (switch["cost_ns_per_packet"] < data["cost_ns_per_packet"]).all()  # a part of the cgroup
 
 
@@ -58,7 +59,8 @@ def _as_mechanism(tmp_path: Path, mechanism: str, coefficient: float) -> Path:
     entry = document["mechanisms"].pop("sflow")
     document["mechanisms"][mechanism] = {**entry, "coefficient": coefficient}
     (tmp_path / document["metadata"]["data"]).write_text(
-        (THROUGHPUT.parent / document["metadata"]["data"]).read_text())
+        (THROUGHPUT.parent / document["metadata"]["data"]).read_text()
+    )
     path = tmp_path / f"throughput-{mechanism}.json"
     path.write_text(json.dumps(document))
     return path

@@ -9,12 +9,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
-import pandas as pd
-
-from research.costmodel_drift import (calibration_rows, cross_day_rows, main,
-                                                 random_effects)
+from research.costmodel_drift import calibration_rows, cross_day_rows, main, random_effects
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
 
@@ -25,7 +23,7 @@ def studies(k, mean=0.4, tau=0.08, slope=0.0, seed=0):
     se = rng.uniform(0.01, 0.03, k)
     x = rng.uniform(0.5, 2.0, k)
     true = mean + slope * (x - 1) + rng.normal(0, tau, k)
-    return true + rng.normal(0, se), se ** 2, x, true
+    return true + rng.normal(0, se), se**2, x, true
 
 
 def test_known_tau_and_mean_are_recovered():
@@ -47,7 +45,7 @@ def test_intercept_only_is_the_classic_dersimonian_laird():
     w = 1 / v
     mean_fe = w @ y / w.sum()
     q = w @ (y - mean_fe) ** 2
-    classic = max(0.0, (q - 11) / (w.sum() - (w ** 2).sum() / w.sum()))
+    classic = max(0.0, (q - 11) / (w.sum() - (w**2).sum() / w.sum()))
     assert random_effects(y, v).tau2 == pytest.approx(classic, rel=1e-9)
 
 
@@ -86,8 +84,11 @@ def test_too_few_calibrations_are_refused():
         random_effects([0.3, 0.4], [0.01, 0.01], [1.0, 2.0])
 
 
-COMMITTED = ["cpu-sflow-6s-seed36.json", "cpu-sflow-old12s-seed39.json",
-             "cpu-mirror_vxlan-4s-seed21.json"]
+COMMITTED = [
+    "cpu-sflow-6s-seed36.json",
+    "cpu-sflow-old12s-seed39.json",
+    "cpu-mirror_vxlan-4s-seed21.json",
+]
 
 
 def test_committed_calibrations_give_their_own_numbers(capsys):
@@ -96,7 +97,7 @@ def test_committed_calibrations_give_their_own_numbers(capsys):
     assert len(frame) == 3 and not skipped
     for path in paths:
         document = json.loads(path.read_text())
-        (mechanism, fit), = document["mechanisms"].items()
+        ((mechanism, fit),) = document["mechanisms"].items()
         row = frame[frame["data"] == path.name].iloc[0]
         low, high = fit["coefficient_ci"]
         assert row["mechanism"] == mechanism
@@ -108,17 +109,23 @@ def test_committed_calibrations_give_their_own_numbers(capsys):
         assert 0 <= row["host_busy"] <= document["metadata"]["cpus"]
     assert main([str(p) for p in paths]) == 0
     out = capsys.readouterr().out
-    assert "| cpu-sflow-6s-seed36.json | sflow | 2026-11-25 | 10:35 | none | 12 | 0.156 | 0.015 |" in out
+    assert (
+        "| cpu-sflow-6s-seed36.json | sflow | 2026-11-25 | 10:35 | none | 12 | 0.156 | 0.015 |"
+        in out
+    )
     # two sFlow calibrations on one day: the spread table has them, too few for a regression
     assert "| sflow | 2026-11-25 | a | 2 |" in out
 
 
 def test_bootstrap_intervals_are_skipped_by_name():
-    frame, skipped = calibration_rows([DATA / "cpu-sflow-morning.json",
-                                       DATA / "cpu-sflow-6s-seed36.json"])
+    frame, skipped = calibration_rows(
+        [DATA / "cpu-sflow-morning.json", DATA / "cpu-sflow-6s-seed36.json"]
+    )
     assert list(frame["data"]) == ["cpu-sflow-6s-seed36.json"]
-    assert skipped == ["cpu-sflow-morning.json sflow: interval by residual bootstrap, "
-                       "1000 resamples, percentile, not cluster-robust"]
+    assert skipped == [
+        "cpu-sflow-morning.json sflow: interval by residual bootstrap, "
+        "1000 resamples, percentile, not cluster-robust"
+    ]
 
 
 def test_bad_input_is_one_error_naming_the_file(tmp_path, capsys):
@@ -150,8 +157,9 @@ def test_a_state_model_fitted_on_one_day_predicts_another():
     for day, (low, high) in (("d1", (0.5, 1.2)), ("d2", (1.3, 2.0))):
         busy = rng.uniform(low, high, 15)
         a = 0.6 - 0.18 * busy + rng.normal(0, 0.03, 15) + rng.normal(0, 0.005, 15)
-        frames.append(pd.DataFrame({"mechanism": "m", "day": day, "a": a, "se": 0.005,
-                                    "host_busy": busy}))
+        frames.append(
+            pd.DataFrame({"mechanism": "m", "day": day, "a": a, "se": 0.005, "host_busy": busy})
+        )
     first, second = cross_day_rows(pd.concat(frames, ignore_index=True), "a", "host_busy", 5)
     assert (first["train"], first["test"], first["n_test"]) == ("d1", "d2", 15)
     for row in (first, second):
@@ -160,8 +168,10 @@ def test_a_state_model_fitted_on_one_day_predicts_another():
 
 
 def test_min_runs_leaves_out_short_calibrations(capsys):
-    assert main([str(DATA / "cpu-sflow-first.json"), str(DATA / "cpu-sflow.json"),
-                 "--min-runs", "6"]) == 0
+    assert (
+        main([str(DATA / "cpu-sflow-first.json"), str(DATA / "cpu-sflow.json"), "--min-runs", "6"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "skipped: cpu-sflow-first.json sflow: 3 runs < --min-runs" in out
     assert "| cpu-sflow.json | sflow |" in out and "| cpu-sflow-first.json |" not in out

@@ -25,11 +25,19 @@ def phases(seed: int = 3, runs: int = 6, per_phase: int = 20) -> pd.DataFrame:
                 rate = float(phase % 2)
                 cost = base + rate * extra + rng.normal(0, 300)
                 switch = 6000 + rate * switch_extra + rng.normal(0, 200)
-                rows.append({"mechanism": mechanism, "block": block, "rate": rate,
-                             "cost_ns_per_packet": cost, "forwarded_pps": 20000.0,
-                             "sent_pps": 20000.0, "duration_s": 0.08,
-                             "cpu_ovs": switch * 20000.0 / 1e9,
-                             "copies_pps": 20000.0 * rate * (1 + rng.normal(0, 0.01))})
+                rows.append(
+                    {
+                        "mechanism": mechanism,
+                        "block": block,
+                        "rate": rate,
+                        "cost_ns_per_packet": cost,
+                        "forwarded_pps": 20000.0,
+                        "sent_pps": 20000.0,
+                        "duration_s": 0.08,
+                        "cpu_ovs": switch * 20000.0 / 1e9,
+                        "copies_pps": 20000.0 * rate * (1 + rng.normal(0, 0.01)),
+                    }
+                )
             block += 1
     return pd.DataFrame(rows)
 
@@ -66,8 +74,14 @@ def test_exported_records_are_counted_over_the_whole_run_per_sample():
     assert table["exported_per_sample"].isna().all()  # not known without the sender's count
 
 
-def cached_phases(seed: int = 5, runs: int = 6, per_phase: int = 120, update_ns: float = 400.0,
-                  record_ns: float = 4000.0, records_pps: float = 2000.0) -> pd.DataFrame:
+def cached_phases(
+    seed: int = 5,
+    runs: int = 6,
+    per_phase: int = 120,
+    update_ns: float = 400.0,
+    record_ns: float = 4000.0,
+    records_pps: float = 2000.0,
+) -> pd.DataFrame:
     """A cache whose records leave a second after their samples: their number in a phase does
     not follow the phase's rate, and each costs ``record_ns`` of CPU in the phase it leaves in."""
     rng = np.random.default_rng(seed)
@@ -77,12 +91,20 @@ def cached_phases(seed: int = 5, runs: int = 6, per_phase: int = 120, update_ns:
         for phase in range(per_phase):
             rate = float(phase % 2)
             records = max(0.0, rng.normal(records_pps, records_pps / 2))  # bursts
-            cost = (base + rate * update_ns + records / 20000.0 * record_ns
-                    + rng.normal(0, 150))
-            rows.append({"mechanism": "sample_action_cached", "block": block, "rate": rate,
-                         "cost_ns_per_packet": cost, "forwarded_pps": 20000.0,
-                         "sent_pps": 20000.0, "duration_s": 0.08, "cpu_ovs": 0.1,
-                         "copies_pps": records})
+            cost = base + rate * update_ns + records / 20000.0 * record_ns + rng.normal(0, 150)
+            rows.append(
+                {
+                    "mechanism": "sample_action_cached",
+                    "block": block,
+                    "rate": rate,
+                    "cost_ns_per_packet": cost,
+                    "forwarded_pps": 20000.0,
+                    "sent_pps": 20000.0,
+                    "duration_s": 0.08,
+                    "cpu_ovs": 0.1,
+                    "copies_pps": records,
+                }
+            )
     return pd.DataFrame(rows)
 
 

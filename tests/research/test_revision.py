@@ -15,8 +15,12 @@ from research.revision import export, main
 def _in_git() -> bool:
     if shutil.which("git") is None:
         return False
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                          check=False).returncode == 0
+    return (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
 
 
 pytestmark = pytest.mark.skipif(not _in_git(), reason="not a git checkout")
@@ -27,8 +31,11 @@ def test_lays_out_the_packages_as_pyproject_maps_them(tmp_path):
     assert (tree / "cosample" / "__init__.py").is_file()
     assert (tree / "cosample" / "planner" / "planfile.py").is_file()
     assert (tree / "cosample" / "collector" / "estimate.py").is_file()
-    committed = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:collector/estimate.py"],
-                               capture_output=True, check=True).stdout
+    committed = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "HEAD:collector/estimate.py"],
+        capture_output=True,
+        check=True,
+    ).stdout
     assert (tree / "cosample" / "collector" / "estimate.py").read_bytes() == committed
 
 

@@ -20,8 +20,14 @@ def synthetic(runs=400, phases=20, a=0.4, between=0.05, phase_sd=0.10, seed=1):
         for k in range(phases):
             on = k % 2 == b % 2
             log_cost = base + (math.log1p(a_b) if on else 0.0) + rng.normal(0, phase_sd)
-            rows.append({"block": b, "phase": k, "rate": 1.0 if on else 0.0,
-                         "cost_ns_per_packet": math.exp(log_cost)})
+            rows.append(
+                {
+                    "block": b,
+                    "phase": k,
+                    "rate": 1.0 if on else 0.0,
+                    "cost_ns_per_packet": math.exp(log_cost),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -41,11 +47,11 @@ def test_without_between_spread_the_between_part_is_small():
 
 def test_prediction_trades_runs_for_noise():
     # only within-run noise: the time counted, not the split, decides
-    _, long_runs = predicted_half_width(0.0, 0.05 ** 2 * 12, *run_cost(12, 40, 0.0, 0.0, 0.0), 120)
-    _, short_runs = predicted_half_width(0.0, 0.05 ** 2 * 12, *run_cost(4, 14, 0.0, 0.0, 0.0), 120)
+    _, long_runs = predicted_half_width(0.0, 0.05**2 * 12, *run_cost(12, 40, 0.0, 0.0, 0.0), 120)
+    _, short_runs = predicted_half_width(0.0, 0.05**2 * 12, *run_cost(4, 14, 0.0, 0.0, 0.0), 120)
     assert short_runs < long_runs  # more runs, a smaller t quantile
     # a big overhead per run makes short runs worse
-    _, short_costly = predicted_half_width(0.0, 0.05 ** 2 * 12, *run_cost(2, 8, 0.0, 6.0, 0.0), 120)
+    _, short_costly = predicted_half_width(0.0, 0.05**2 * 12, *run_cost(2, 8, 0.0, 6.0, 0.0), 120)
     assert short_costly > long_runs
     assert predicted_half_width(0.0, 0.01, *run_cost(50, 40, 0.0, 0.0, 0.0), 120)[1] == math.inf
 
@@ -54,7 +60,7 @@ def test_per_phase_costs_favour_fewer_phases():
     """Switching and reading cost time in every phase; the guard is not counted."""
     counted, wall = run_cost(12, 40, 0.05, 0.4, 0.05)
     assert counted == pytest.approx(10.0) and wall == pytest.approx(14.4)
-    between, within = 0.02 ** 2, 0.03 ** 2 * 10
+    between, within = 0.02**2, 0.03**2 * 10
     many = predicted_half_width(between, within, *run_cost(12, 40, 0.05, 0.4, 0.05), 116)
     few = predicted_half_width(between, within, *run_cost(12, 20, 0.05, 0.4, 0.05), 116)
     assert few[0] >= many[0] and few[1] < many[1]  # more counted, as many runs or more

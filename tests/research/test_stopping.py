@@ -19,7 +19,9 @@ def runs(count=10, phases=8, a=0.3, phase_sd=0.05, seed=3):
         for k in range(phases):
             rate = 1.0 if k % 2 == b % 2 else 0.0
             log_cost = base + math.log1p(a * rate) + rng.normal(0, phase_sd)
-            rows.append({"block": b, "phase": k, "rate": rate, "throughput_pps": math.exp(-log_cost)})
+            rows.append(
+                {"block": b, "phase": k, "rate": rate, "throughput_pps": math.exp(-log_cost)}
+            )
     return pd.DataFrame(rows)
 
 
@@ -32,8 +34,9 @@ def test_rules_parse():
 @pytest.mark.parametrize("mode", ["placebo", "runs"])
 def test_rules_share_draws_and_stop_in_order(mode):
     rules = [Rule.parse(text, 10) for text in ("fixed", "6", "6:0.3")]
-    truth, tallies = simulate(runs(phase_sd=0.01), None, mode, rules, 10, 12, Target(),
-                              np.random.default_rng(0))
+    truth, tallies = simulate(
+        runs(phase_sd=0.01), None, mode, rules, 10, 12, Target(), np.random.default_rng(0)
+    )
     assert truth == pytest.approx(0.3, abs=0.03)
     fixed, early, strict = (tallies[r.name] for r in rules)
     assert fixed.draws == early.draws == strict.draws == 12
@@ -46,6 +49,14 @@ def test_rules_share_draws_and_stop_in_order(mode):
 
 def test_noise_too_large_never_stops_early():
     rules = [Rule.parse(text, 8) for text in ("fixed", "6")]
-    _, tallies = simulate(runs(count=8, phase_sd=0.5), None, "placebo", rules, 8, 10, Target(),
-                          np.random.default_rng(1))
+    _, tallies = simulate(
+        runs(count=8, phase_sd=0.5),
+        None,
+        "placebo",
+        rules,
+        8,
+        10,
+        Target(),
+        np.random.default_rng(1),
+    )
     assert tallies["6"].early == 0 and tallies["6"].runs == tallies["fixed"].runs == 80

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from cosample.costmodel.data import read_measurements
-from research.costmodel_tasks import breakdown, main, medians
 from cosample.experiments.errors import ExperimentError
+from research.costmodel_tasks import breakdown, main, medians
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "sidebyside"
 CPU = DATA / "none" / "sflow-default-s201.json"
@@ -40,9 +40,11 @@ def test_the_table_says_where_a_sample_lands_and_what_the_flood_loses(capsys):
     cpu_copy, flood_copy = (line.split(" | ") for line in lines if "per copy" in line)
     columns = lines[0].split(" | ")
     ns_ovs, ns_sender = columns.index("ovs", 9), columns.index("sender", 9)
+
     # sFlow's work lands in the switch's threads, not in the sender's context
     def ns(cell: str) -> float:
         return float(cell.replace(",", ""))
+
     assert ns(cpu_copy[ns_ovs]) > 5 * abs(ns(cpu_copy[ns_sender]))
     assert cpu_copy[-1] == "- |"  # the cpu method has no forwarded-rate coefficient
     data = read_measurements(DATA / "throughput-sflow-s260.csv")

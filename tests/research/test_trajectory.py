@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from cosample.costmodel.calibration_file import read_calibration_file
 from cosample.costmodel.ancova import MIN_STOPPING_BLOCKS
-from research.costmodel_trajectory import main, trajectory
+from cosample.costmodel.calibration_file import read_calibration_file
 from cosample.experiments.errors import ExperimentError
+from research.costmodel_trajectory import main, trajectory
 
 BUDGET = Path(__file__).resolve().parents[2] / "docs" / "data" / "budget"
 

@@ -28,13 +28,16 @@ def test_down_without_a_testbed_says_so(tmp_path, capsys):
     assert "no testbed is up" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--duration", "0.5"], "--duration: must be >= 1 (iperf3 runs whole seconds), got 0.5"),
-    (["--alpha", "-1"], "--alpha: must be > 0"),
-    (["--calibration", "x.json", "--alpha", "1"], "exclude each other"),
-    (["--calibration", "missing.json"], "cannot read"),
-    (["--capacity-pps", "0"], "--capacity-pps: must be > 0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--duration", "0.5"], "--duration: must be >= 1 (iperf3 runs whole seconds), got 0.5"),
+        (["--alpha", "-1"], "--alpha: must be > 0"),
+        (["--calibration", "x.json", "--alpha", "1"], "exclude each other"),
+        (["--calibration", "missing.json"], "cannot read"),
+        (["--capacity-pps", "0"], "--capacity-pps: must be > 0"),
+    ],
+)
 def test_run_rejects_bad_options_before_touching_anything(tmp_path, capsys, argv, message):
     assert main(["testbed", "run", "--state-dir", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
@@ -44,7 +47,10 @@ def test_run_rejects_bad_options_before_touching_anything(tmp_path, capsys, argv
 def test_up_rejects_a_bad_config_file(tmp_path, capsys):
     config = tmp_path / "tb.json"
     config.write_text(json.dumps({"servers": [{"capacity_pps": 1, "disks": 2}]}))
-    assert main(["testbed", "up", "--config", str(config), "--state-dir", str(tmp_path / "st")]) == 2
-    assert capsys.readouterr().err == (f"cosample: error: {config}: servers[0].disks: "
-                                       "extra inputs are not permitted (got 2)\n")
+    assert (
+        main(["testbed", "up", "--config", str(config), "--state-dir", str(tmp_path / "st")]) == 2
+    )
+    assert capsys.readouterr().err == (
+        f"cosample: error: {config}: servers[0].disks: extra inputs are not permitted (got 2)\n"
+    )
     assert not (tmp_path / "st").exists()

@@ -45,6 +45,7 @@ def test_inventories_are_valid_and_carry_no_traffic():
     assert inventory.sflow["polling_s"] == 2 and "traffic_pps" not in document
     from cosample.collector.inventory import Inventory
     from cosample.validation import validate
+
     addresses = validate(Inventory, closedloop.addresses(top))
     assert set(addresses.servers) == {"s1", "s2", "s3"}
     # before any plan: the collector attributes by these agent addresses ...
@@ -52,6 +53,7 @@ def test_inventories_are_valid_and_carry_no_traffic():
     # ... and the agents send their safe-state samples there, at the testbed's rate
     from cosample.agents.config import make_config
     from cosample.agents.desired import safe_state
+
     collector = document["sflow"]["collector"]
     config = make_config({"host": "s1", **closedloop.agent_config(settings, collector)})
     sflow = safe_state(config).sflow
@@ -61,31 +63,72 @@ def test_inventories_are_valid_and_carry_no_traffic():
 
 def test_report_rows_from_a_timeline():
     cycle = lambda t, result="kept", **kw: {"t": t, "result": result, **kw}  # noqa: E731
-    flow = lambda phase, start, src, sent: {"phase": phase, "start": start, "src": src,  # noqa: E731
-                                            "dst": "s2", "seconds": 15.0, "sent": sent}
+    flow = lambda phase, start, src, sent: {  # noqa: E731
+        "phase": phase,
+        "start": start,
+        "src": src,
+        "dst": "s2",
+        "seconds": 15.0,
+        "sent": sent,
+    }
     result = {
         "settings": {"scenario": "shift", "interval_s": 5.0},
         "timeline": {
-            "phases": [{"phase": "phase1", "start": 40.0, "end": 100.0, "measure_s": 17.0,
-                        "measure_start": 83.0,
-                        "samples": {"s1": 3000, "s2": 1500}, "duplicates": {"s1": 300}},
-                       {"phase": "phase2", "start": 100.0, "end": 160.0, "measure_s": 17.0,
-                        "measure_start": 143.0, "samples": {"s3": 3000}, "duplicates": {}}],
-            "cycles": [cycle(1, "published", reasons=["bootstrap: ..."], published_versions=[9]),
-                       cycle(30, "published", reasons=["no current plan"],
-                             published_versions=[10], distinct_planned_pps=280.0,
-                             coverage={"s1": 0.1, "s2": 0.5, "s3": 0.0}),
-                       cycle(60), cycle(105, predicted_max_use=1.2, over_limit=["s3"]),
-                       cycle(110, "published", reasons=["overload: ..."],
-                             published_versions=[11, 12], distinct_planned_pps=250.0,
-                             predicted_max_use=1.1, over_limit=["s3"],
-                             coverage={"s1": 0.0, "s2": 0.0, "s3": 0.1}),
-                       cycle(115)],
-            "flows": [flow("phase1", 40.0, "s1", 60000), flow("phase1", 83.1, "s1", 15000),
-                      flow("phase1", 83.1, "s2", 3000), flow("phase2", 143.1, "s3", 30000)],
-            "agents": [{"t": 111.0, "versions": {"s1": (12, "plan"), "s2": (11, "plan")}},
-                       {"t": 119.5, "versions": {"s1": (12, "plan"), "s2": (12, "plan")}},
-                       {"t": 150.0, "versions": {"s1": (12, "plan"), "s2": (12, "plan")}}],
+            "phases": [
+                {
+                    "phase": "phase1",
+                    "start": 40.0,
+                    "end": 100.0,
+                    "measure_s": 17.0,
+                    "measure_start": 83.0,
+                    "samples": {"s1": 3000, "s2": 1500},
+                    "duplicates": {"s1": 300},
+                },
+                {
+                    "phase": "phase2",
+                    "start": 100.0,
+                    "end": 160.0,
+                    "measure_s": 17.0,
+                    "measure_start": 143.0,
+                    "samples": {"s3": 3000},
+                    "duplicates": {},
+                },
+            ],
+            "cycles": [
+                cycle(1, "published", reasons=["bootstrap: ..."], published_versions=[9]),
+                cycle(
+                    30,
+                    "published",
+                    reasons=["no current plan"],
+                    published_versions=[10],
+                    distinct_planned_pps=280.0,
+                    coverage={"s1": 0.1, "s2": 0.5, "s3": 0.0},
+                ),
+                cycle(60),
+                cycle(105, predicted_max_use=1.2, over_limit=["s3"]),
+                cycle(
+                    110,
+                    "published",
+                    reasons=["overload: ..."],
+                    published_versions=[11, 12],
+                    distinct_planned_pps=250.0,
+                    predicted_max_use=1.1,
+                    over_limit=["s3"],
+                    coverage={"s1": 0.0, "s2": 0.0, "s3": 0.1},
+                ),
+                cycle(115),
+            ],
+            "flows": [
+                flow("phase1", 40.0, "s1", 60000),
+                flow("phase1", 83.1, "s1", 15000),
+                flow("phase1", 83.1, "s2", 3000),
+                flow("phase2", 143.1, "s3", 30000),
+            ],
+            "agents": [
+                {"t": 111.0, "versions": {"s1": (12, "plan"), "s2": (11, "plan")}},
+                {"t": 119.5, "versions": {"s1": (12, "plan"), "s2": (12, "plan")}},
+                {"t": 150.0, "versions": {"s1": (12, "plan"), "s2": (12, "plan")}},
+            ],
         },
     }
     first, second = closedloop_report.phase_rows(result)
@@ -102,5 +145,7 @@ def test_report_rows_from_a_timeline():
     assert totals["plans_published"] == 2 and totals["measurement_plans"] == 1
     assert totals["startup_plans"] == 1
     assert second["to_converge_last_s"] == 19.5
-    assert "| phase2 | 60 | 1 | 19.5, 19.5 | 10 | 10 | 250 | 200 | 200 | no |" in \
-        closedloop_report.markdown(result, "cmd")
+    assert (
+        "| phase2 | 60 | 1 | 19.5, 19.5 | 10 | 10 | 250 | 200 | 200 | no |"
+        in closedloop_report.markdown(result, "cmd")
+    )

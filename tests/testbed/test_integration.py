@@ -30,10 +30,12 @@ def testbed_machine():
 
 
 def _leftovers() -> list[str]:
-    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                                timeout=10).stdout.split()
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
-                           timeout=10).stdout.splitlines()
+    namespaces = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, timeout=10
+    ).stdout.split()
+    links = subprocess.run(
+        ["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=10
+    ).stdout.splitlines()
     names = [line.split(":")[1].strip().split("@")[0] for line in links]
     return [n for n in namespaces + names if n.startswith(PREFIX)]
 
@@ -43,13 +45,18 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
     assert not _leftovers(), "a previous run left testbed objects behind"
     assert main(["testbed", "up", "--prefix", PREFIX, "--state-dir", str(state)]) == 0
     try:
-        assert main(["testbed", "run", "--state-dir", str(state), "--duration", "3",
-                     "-o", str(out)]) == 0
+        assert (
+            main(["testbed", "run", "--state-dir", str(state), "--duration", "3", "-o", str(out)])
+            == 0
+        )
     finally:
         # `down` from another process, as an operator would run it
-        down = subprocess.run([sys.executable, "-m", "cosample", "testbed", "down",
-                               "--state-dir", str(state)], capture_output=True, text=True,
-                              timeout=120)
+        down = subprocess.run(
+            [sys.executable, "-m", "cosample", "testbed", "down", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert down.returncode == 0, down.stderr
     assert not _leftovers() and not state.exists()
 
@@ -60,17 +67,18 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
     assert (frame["throughput_ratio"] > 0.5).all()  # traffic flowed in every phase
     for phase in ("noncollab", "collab"):  # planned shares realised, server by server
         rows = by_phase[phase]
-        assert rows["within_tolerance"].all(), rows[["expected_samples", "collected_samples",
-                                                     "tolerance_samples"]]
+        assert rows["within_tolerance"].all(), rows[
+            ["expected_samples", "collected_samples", "tolerance_samples"]
+        ]
         assert rows["distinct_within_tolerance"].all()  # local sFlow and mirrors independent
         assert (rows["mirrored_twice_packets"] == 0).all()  # mirror shares exclusive
         # the plan-aware collector's estimates agree with what the VMs sent: within twice the
         # 95 % half-width (about 4 sigma; the 95 % interval itself misses 1 server in 20 by
         # design), exactly where a server samples 1-in-1 (a zero-width interval)
         half = (rows["estimated_packets_high"] - rows["estimated_packets_low"]) / 2
-        assert ((rows["estimated_packets"] - rows["vm_packets"]).abs() <= 2 * half + 2).all(), \
-            rows[["vm_packets", "estimated_packets", "estimated_packets_low",
-                  "estimated_packets_high"]]
+        assert ((rows["estimated_packets"] - rows["vm_packets"]).abs() <= 2 * half + 2).all(), rows[
+            ["vm_packets", "estimated_packets", "estimated_packets_low", "estimated_packets_high"]
+        ]
     collab, noncollab = by_phase["collab"], by_phase["noncollab"]
     assert (noncollab["distinct_samples"] == noncollab["collected_samples"]).all()
     assert collab["collected_pps"].sum() > noncollab["collected_pps"].sum()
@@ -80,7 +88,10 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
     for server, row in senders.iterrows():
         # receivers sample 1-in-1 what arrives through the mirror tunnels
         assert row["mirrored_samples"] > 0
-        assert abs(row["mirrored_samples"] - row["mirror_tx_packets"]) <= 0.05 * row["mirror_tx_packets"] + 5
+        assert (
+            abs(row["mirrored_samples"] - row["mirror_tx_packets"])
+            <= 0.05 * row["mirror_tx_packets"] + 5
+        )
     report = (out / "report.md").read_text()
     assert "Collaborative gain" in report and (out / "plan-collab.json").exists()
     assert (out / "collected.png").stat().st_size > 10_000
@@ -113,7 +124,9 @@ def test_up_refuses_names_already_in_use(testbed_machine, tmp_path):
         subprocess.run(["ip", "netns", "del", topology.servers[1].namespace], timeout=10)
 
 
-def test_a_failure_during_run_tears_the_testbed_down(testbed_machine, tmp_path, monkeypatch, capsys):
+def test_a_failure_during_run_tears_the_testbed_down(
+    testbed_machine, tmp_path, monkeypatch, capsys
+):
     from cosample.experiments.testbed import apply
     from cosample.experiments.testbed.errors import TestbedError
 
@@ -121,10 +134,26 @@ def test_a_failure_during_run_tears_the_testbed_down(testbed_machine, tmp_path, 
         raise TestbedError("injected agent failure")
 
     state = tmp_path / "state"
-    assert main(["testbed", "up", "--prefix", PREFIX, "--servers", "2", "--state-dir", str(state)]) == 0
+    assert (
+        main(["testbed", "up", "--prefix", PREFIX, "--servers", "2", "--state-dir", str(state)])
+        == 0
+    )
     monkeypatch.setattr(apply, "apply_plan", refuse)
-    assert main(["testbed", "run", "--state-dir", str(state), "--duration", "1",
-                 "-o", str(tmp_path / "out")]) == 2
+    assert (
+        main(
+            [
+                "testbed",
+                "run",
+                "--state-dir",
+                str(state),
+                "--duration",
+                "1",
+                "-o",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     assert "injected agent failure" in capsys.readouterr().err
     assert not _leftovers() and not state.exists()
 
@@ -134,12 +163,29 @@ def test_sigterm_during_run_removes_everything(testbed_machine, tmp_path):
     import signal
 
     state = tmp_path / "state"
-    assert main(["testbed", "up", "--prefix", PREFIX, "--servers", "2", "--state-dir", str(state)]) == 0
+    assert (
+        main(["testbed", "up", "--prefix", PREFIX, "--servers", "2", "--state-dir", str(state)])
+        == 0
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "cosample", "testbed", "run", "--state-dir", str(state),
-         "--duration", "30", "-o", str(tmp_path / "out")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            "-m",
+            "cosample",
+            "testbed",
+            "run",
+            "--state-dir",
+            str(state),
+            "--duration",
+            "30",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         first = process.stdout.readline()  # "baseline: ..." once traffic is about to start
         assert first.startswith("baseline"), first + process.stderr.read()

@@ -7,8 +7,14 @@ import json
 import pytest
 
 from cosample.experiments.testbed.errors import TestbedError
-from cosample.experiments.testbed.measure import (PortCounters, binomial_tolerance, count_samples,
-                                                  delta, parse_dpctl_show, parse_ip_link_stats)
+from cosample.experiments.testbed.measure import (
+    PortCounters,
+    binomial_tolerance,
+    count_samples,
+    delta,
+    parse_dpctl_show,
+    parse_ip_link_stats,
+)
 from cosample.lab.sflow import FlowSample
 
 # Captured from `ovs-appctl dpctl/show -s` of a testbed server (OVS 3.1, netdev datapath).
@@ -39,9 +45,18 @@ def test_parse_dpctl_show():
 
 
 def test_parse_ip_link_stats_and_delta():
-    text = json.dumps([{"ifname": "cosm-1", "stats64": {"rx": {"packets": 1, "dropped": 0},
-                                                          "tx": {"packets": 50, "dropped": 2}}},
-                       {"ifname": "lo", "stats64": {"rx": {"packets": 7}, "tx": {"packets": 7}}}])
+    text = json.dumps(
+        [
+            {
+                "ifname": "cosm-1",
+                "stats64": {
+                    "rx": {"packets": 1, "dropped": 0},
+                    "tx": {"packets": 50, "dropped": 2},
+                },
+            },
+            {"ifname": "lo", "stats64": {"rx": {"packets": 7}, "tx": {"packets": 7}}},
+        ]
+    )
     now = {"s1": parse_ip_link_stats(text)}
     before = {"s1": {"cosm-1": PortCounters(1, 20, 0, 0)}}
     assert delta(now, before)["s1"]["cosm-1"] == PortCounters(0, 30, 0, 2)
@@ -53,18 +68,29 @@ def test_parse_ip_link_stats_and_delta():
 def _sample(agent: str, src: str | None, sequence: int = 1) -> FlowSample:
     """A sample of a UDP packet from ``src`` (None: a frame that is not IPv4)."""
     from cosample.lab.sflowstream import frame
+
     header = frame(src, "10.77.2.9", 100)[0][:42] if src else bytes(60)  # up to UDP, no payload
-    return FlowSample(agent=agent, sequence=sequence, sampling_rate=1, sample_pool=1, drops=0,
-                      input_port=1, output_port=2, header=header)
+    return FlowSample(
+        agent=agent,
+        sequence=sequence,
+        sampling_rate=1,
+        sample_pool=1,
+        drops=0,
+        input_port=1,
+        output_port=2,
+        header=header,
+    )
 
 
 def test_samples_go_to_their_source_server_wherever_they_were_taken():
     server_of_ip = {"10.77.1.1": "s1", "10.77.2.1": "s2"}
     server_of_agent = {"172.29.77.1": "s1", "172.29.77.2": "s2"}
-    samples = ([_sample("172.29.77.1", "10.77.1.1")] * 5      # s1 sampled its own
-               + [_sample("172.29.77.2", "10.77.1.1")] * 3    # s2 sampled s1's mirrored packets
-               + [_sample("172.29.77.2", "10.77.2.1")] * 4    # s2 sampled its own
-               + [_sample("172.29.77.2", None), _sample("10.0.0.9", "10.77.2.1")])
+    samples = (
+        [_sample("172.29.77.1", "10.77.1.1")] * 5  # s1 sampled its own
+        + [_sample("172.29.77.2", "10.77.1.1")] * 3  # s2 sampled s1's mirrored packets
+        + [_sample("172.29.77.2", "10.77.2.1")] * 4  # s2 sampled its own
+        + [_sample("172.29.77.2", None), _sample("10.0.0.9", "10.77.2.1")]
+    )
     counts = count_samples(samples, server_of_ip, server_of_agent)
     assert (counts.collected("s1"), counts.local("s1"), counts.mirrored("s1")) == (8, 5, 3)
     assert (counts.collected("s2"), counts.received_by("s2"), counts.sampled_by("s2")) == (4, 3, 7)
@@ -79,6 +105,7 @@ def test_binomial_tolerance_grows_like_the_standard_deviation():
 
 def test_sequence_gaps_count_samples_lost_on_the_way():
     from cosample.experiments.testbed.measure import sequence_gaps
+
     assert sequence_gaps([5, 6, 7]) == 0
     assert sequence_gaps([7, 5, 9, 9]) == 2
     assert sequence_gaps([]) == 0
@@ -90,6 +117,7 @@ def test_sequence_gaps_count_samples_lost_on_the_way():
 def _iperf3_sample(agent: str, number: int) -> FlowSample:
     """A sample whose header is Ethernet + IPv4 + UDP + iperf3's (sec, usec, packet number)."""
     import struct
+
     ethernet = bytes(12) + b"\x08\x00"
     ip = bytes([0x45]) + bytes(8) + bytes([17]) + bytes(2) + bytes([10, 77, 1, 1, 10, 77, 2, 1])
     udp = struct.pack("!HHHH", 40000, 5201, 20, 0)
@@ -99,12 +127,13 @@ def _iperf3_sample(agent: str, number: int) -> FlowSample:
 
 def test_packets_sampled_twice_are_recognised_by_their_iperf3_number():
     from cosample.experiments.testbed.measure import packet_key
+
     assert packet_key(_iperf3_sample("a", 7)) == ("10.77.1.1", "10.77.2.1", 40000, 5201, 7)
     assert packet_key(_sample("a", "10.77.1.1")) is None  # no header: not an iperf3 datagram
     agents = {"172.29.77.1": "s1", "172.29.77.2": "s2", "172.29.77.3": "s3"}
-    samples = [_iperf3_sample("172.29.77.1", n) for n in (1, 2, 3)]       # s1 samples its own
-    samples += [_iperf3_sample("172.29.77.2", n) for n in (3, 4, 5)]      # 3 also mirrored to s2
-    samples += [_iperf3_sample("172.29.77.3", n) for n in (5, 6)]         # 5 mirrored to s3 too
+    samples = [_iperf3_sample("172.29.77.1", n) for n in (1, 2, 3)]  # s1 samples its own
+    samples += [_iperf3_sample("172.29.77.2", n) for n in (3, 4, 5)]  # 3 also mirrored to s2
+    samples += [_iperf3_sample("172.29.77.3", n) for n in (5, 6)]  # 5 mirrored to s3 too
     counts = count_samples(samples, {"10.77.1.1": "s1", "10.77.2.1": "s2"}, agents)
     assert counts.collected("s1") == 8 and counts.distinct("s1") == 6
     assert counts.local_and_mirrored == {"s1": 1} and counts.mirrored_twice == {"s1": 1}

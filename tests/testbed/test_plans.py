@@ -7,18 +7,28 @@ import json
 import pytest
 
 from cosample.experiments.testbed.errors import TestbedError
-from cosample.experiments.testbed.plans import (Coefficients, applied_rate, description, load_plan,
-                                                make_plans)
+from cosample.experiments.testbed.plans import (
+    Coefficients,
+    applied_rate,
+    description,
+    load_plan,
+    make_plans,
+)
 from cosample.experiments.testbed.topology import from_config, skewed_config
 
 
 def test_description_plans_collaboratively_and_not(tmp_path):
     topology = from_config(skewed_config(servers=3, skew=0.5, capacity_pps=3000))
-    document = description(topology, topology.traffic_matrix(), Coefficients(1.54, 0.46),
-                           "172.29.77.254:6343")
-    assert document["servers"][0] == {"name": "s1", "capacity_pps": 3000.0,
-                                      "tunnel_ip": "172.29.77.1", "bridge": "ctbr1",
-                                      "vm_ports": ["ct1v1", "ct1v2"]}
+    document = description(
+        topology, topology.traffic_matrix(), Coefficients(1.54, 0.46), "172.29.77.254:6343"
+    )
+    assert document["servers"][0] == {
+        "name": "s1",
+        "capacity_pps": 3000.0,
+        "tunnel_ip": "172.29.77.1",
+        "bridge": "ctbr1",
+        "vm_ports": ["ct1v1", "ct1v2"],
+    }
     paths = make_plans(document, tmp_path, version=100)
     collab, noncollab = load_plan(paths["collab"]), load_plan(paths["noncollab"])
     assert (noncollab["version"], collab["version"]) == (100, 101)
@@ -59,8 +69,10 @@ def test_reads_what_cosample_fit_writes(tmp_path):
     rows = ["mechanism,rate,throughput_pps"]
     for mechanism, cost in (("sflow", 0.3), ("mirror", 0.1)):
         for rate in (0.0, 0.25, 0.5, 1.0):
-            rows += [f"{mechanism},{rate},{50000 / (1 + cost * rate) * factor:.3f}"
-                     for factor in (0.999, 1.001)]
+            rows += [
+                f"{mechanism},{rate},{50000 / (1 + cost * rate) * factor:.3f}"
+                for factor in (0.999, 1.001)
+            ]
     (tmp_path / "cal.csv").write_text("\n".join(rows) + "\n")
     assert main(["fit", str(tmp_path / "cal.csv"), "-o", str(tmp_path / "cal.json")]) == 0
     coefficients = Coefficients.from_calibration(tmp_path / "cal.json")

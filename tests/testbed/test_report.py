@@ -20,37 +20,78 @@ def topology():
 
 
 def _phase(topology, name, plan, samples, lost_fraction=0.0):
-    flows = [FlowResult(f, DURATION, int(f.pps * DURATION),
-                        int(f.pps * DURATION * lost_fraction) if f.src.server == 1 else 0)
-             for f in topology.flows]
-    datapath = {s.name: {vm.port: PortCounters(rx_packets=int(sum(f.pps for f in topology.flows
-                                                                 if f.src == vm) * DURATION))
-                         for vm in s.vms} for s in topology.servers}
+    flows = [
+        FlowResult(
+            f,
+            DURATION,
+            int(f.pps * DURATION),
+            int(f.pps * DURATION * lost_fraction) if f.src.server == 1 else 0,
+        )
+        for f in topology.flows
+    ]
+    datapath = {
+        s.name: {
+            vm.port: PortCounters(
+                rx_packets=int(sum(f.pps for f in topology.flows if f.src == vm) * DURATION)
+            )
+            for vm in s.vms
+        }
+        for s in topology.servers
+    }
     datapath["s2"]["vxlan_sys_4789"] = PortCounters(rx_packets=4800)
     kernel = {"s1": {"cosm-1": PortCounters(tx_packets=4800)}, "s2": {}}
-    return PhaseMeasurement(name, plan, flows, datapath, kernel, samples,
-                            {"s1": 1.0, "s2": 1.0}, DURATION + 2)
+    return PhaseMeasurement(
+        name, plan, flows, datapath, kernel, samples, {"s1": 1.0, "s2": 1.0}, DURATION + 2
+    )
 
 
 def _plan(collected, mirrors, distinct=None):
-    return {"summary": {"samples_pps": collected, "collected_pps": distinct or collected},
-            "hosts": {"s1": {"role": "sender", "sflow_sampling": 10, "own_pps": 2400.0,
-                             "capacity_pps": 3000.0, "mirrors": mirrors},
-                      "s2": {"role": "receiver", "sflow_sampling": 1, "own_pps": 1200.0,
-                             "capacity_pps": 3000.0, "mirrors": []}}}
+    return {
+        "summary": {"samples_pps": collected, "collected_pps": distinct or collected},
+        "hosts": {
+            "s1": {
+                "role": "sender",
+                "sflow_sampling": 10,
+                "own_pps": 2400.0,
+                "capacity_pps": 3000.0,
+                "mirrors": mirrors,
+            },
+            "s2": {
+                "role": "receiver",
+                "sflow_sampling": 1,
+                "own_pps": 1200.0,
+                "capacity_pps": 3000.0,
+                "mirrors": [],
+            },
+        },
+    }
 
 
 def test_rows_compare_collected_samples_with_the_applied_plan(topology, tmp_path):
     collab = _plan(1920.0, [{"to": "s2", "rate": 0.2}], distinct=1872.0)
     result = ExperimentResult(
-        phases={"baseline": _phase(topology, "baseline", None, SampleCounts({}, 0)),
-                "noncollab": _phase(topology, "noncollab", _plan(1440.0, []),
-                                    SampleCounts({("s1", "s1"): 2400, ("s2", "s2"): 12000}, 3)),
-                "collab": _phase(topology, "collab", collab,
-                                 SampleCounts({("s1", "s1"): 2400, ("s1", "s2"): 4800,
-                                               ("s2", "s2"): 11000}, 0, {"s2": 1000}),
-                                 lost_fraction=0.02)},
-        description={}, plan_paths={}, settings=RunSettings(Coefficients(1.5, 0.5), DURATION))
+        phases={
+            "baseline": _phase(topology, "baseline", None, SampleCounts({}, 0)),
+            "noncollab": _phase(
+                topology,
+                "noncollab",
+                _plan(1440.0, []),
+                SampleCounts({("s1", "s1"): 2400, ("s2", "s2"): 12000}, 3),
+            ),
+            "collab": _phase(
+                topology,
+                "collab",
+                collab,
+                SampleCounts(
+                    {("s1", "s1"): 2400, ("s1", "s2"): 4800, ("s2", "s2"): 11000}, 0, {"s2": 1000}
+                ),
+                lost_fraction=0.02,
+            ),
+        },
+        description={},
+        plan_paths={},
+        settings=RunSettings(Coefficients(1.5, 0.5), DURATION),
+    )
     frame = tidy_rows(result, topology).set_index(["phase", "server"])
     s1 = frame.loc[("collab", "s1")]
     assert s1["vm_packets"] == 24000 and s1["expected_samples"] == pytest.approx(7200)

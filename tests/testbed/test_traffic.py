@@ -20,14 +20,32 @@ def test_client_sends_udp_at_the_flow_rate_inside_the_source_vm(flow):
     argv = client_argv(flow, 5300, 4, 100)
     assert argv[:6] == ["ip", "netns", "exec", flow.src.namespace, "iperf3", "-c"]
     assert argv[argv.index("-b") + 1] == str(round(flow.pps * 100 * 8))
-    assert "-u" in argv and argv[argv.index("-t") + 1] == "4" and argv[argv.index("-l") + 1] == "100"
-    assert server_argv(flow, 5300) == ["ip", "netns", "exec", flow.dst.namespace, "iperf3", "-s", "-p",
-                                       "5300", "-B", flow.dst.ip, "-1"]
+    assert (
+        "-u" in argv and argv[argv.index("-t") + 1] == "4" and argv[argv.index("-l") + 1] == "100"
+    )
+    assert server_argv(flow, 5300) == [
+        "ip",
+        "netns",
+        "exec",
+        flow.dst.namespace,
+        "iperf3",
+        "-s",
+        "-p",
+        "5300",
+        "-B",
+        flow.dst.ip,
+        "-1",
+    ]
 
 
 def test_parse_client_json(flow):
-    text = json.dumps({"end": {"sum": {"seconds": 2.0, "bits_per_second": 4e5, "packets": 1000,
-                                       "lost_packets": 10}}})
+    text = json.dumps(
+        {
+            "end": {
+                "sum": {"seconds": 2.0, "bits_per_second": 4e5, "packets": 1000, "lost_packets": 10}
+            }
+        }
+    )
     result = parse_client_json(flow, text)
     assert result.received_packets == 990 and result.received_pps == 495
     assert result.loss_fraction == pytest.approx(0.01)
@@ -35,5 +53,7 @@ def test_parse_client_json(flow):
         parse_client_json(flow, json.dumps({"error": "unable to connect"}))
     with pytest.raises(TestbedError, match="^s1v1->s1v2: iperf3 JSON lacks the udp summary"):
         parse_client_json(flow, json.dumps({"end": {}}))
-    with pytest.raises(TestbedError, match="^s1v1->s1v2: iperf3 gave no JSON result: iperf3: error$"):
+    with pytest.raises(
+        TestbedError, match="^s1v1->s1v2: iperf3 gave no JSON result: iperf3: error$"
+    ):
         parse_client_json(flow, "iperf3: error")

@@ -32,8 +32,10 @@ def autocorrelation(frame: pd.DataFrame, lag: int) -> float:
 
 
 def main(paths: list[str]) -> None:
-    print("data | phases/run | counted s/run | on: samples/forwarded median, 1%, least | "
-          "off: most | residual sd | lag 1, 2, 3 | a first half, second half | c0 | ovs part of c0")
+    print(
+        "data | phases/run | counted s/run | on: samples/forwarded median, 1%, least | "
+        "off: most | residual sd | lag 1, 2, 3 | a first half, second half | c0 | ovs part of c0"
+    )
     for path in paths:
         f = pd.read_csv(path).sort_values(["block", "phase"])
         on, off = f[f["rate"] > 0], f[f["rate"] == 0]
@@ -44,12 +46,14 @@ def main(paths: list[str]) -> None:
         halves = [ratio_a(f[f["half"] == h]) for h in (False, True)]
         lags = ", ".join(f"{autocorrelation(f, k):+.2f}" for k in (1, 2, 3))
         ovs = off["cpu_ovs"] * 1e9 / off["forwarded_pps"]
-        print(f"{path.rsplit('/', 1)[-1]} | {len(f) / f['block'].nunique():.0f} | "
-              f"{f.groupby('block')['duration_s'].sum().mean():.2f} | "
-              f"{sampled.median():.3f}, {sampled.quantile(0.01):.3f}, {sampled.min():.3f} | "
-              f"{(off['copies_pps'] / off['forwarded_pps']).max():.3f} | "
-              f"{f['residual'].std():.3f} | {lags} | {halves[0]:.3f}, {halves[1]:.3f} | "
-              f"{off['cost_ns_per_packet'].median():,.0f} | {ovs.median():,.0f}")
+        print(
+            f"{path.rsplit('/', 1)[-1]} | {len(f) / f['block'].nunique():.0f} | "
+            f"{f.groupby('block')['duration_s'].sum().mean():.2f} | "
+            f"{sampled.median():.3f}, {sampled.quantile(0.01):.3f}, {sampled.min():.3f} | "
+            f"{(off['copies_pps'] / off['forwarded_pps']).max():.3f} | "
+            f"{f['residual'].std():.3f} | {lags} | {halves[0]:.3f}, {halves[1]:.3f} | "
+            f"{off['cost_ns_per_packet'].median():,.0f} | {ovs.median():,.0f}"
+        )
 
 
 if __name__ == "__main__":

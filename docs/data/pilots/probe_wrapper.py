@@ -9,6 +9,7 @@ can be rerun:
         --testbed --prefix pp --method cpu --mechanisms sflow --repetitions 6 --warmup 3 \\
         --seed 1 --no-progress -d sflow-probe.csv -o sflow-probe.json
 """
+
 import subprocess
 import sys
 import time
@@ -46,4 +47,5 @@ elif __name__ == "__main__":
 
     accounting.CgroupScope.__enter__, accounting.CgroupScope.__exit__ = entered, left
     from cosample.cli import main
+
     sys.exit(main(sys.argv[1:]))

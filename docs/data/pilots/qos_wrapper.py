@@ -7,9 +7,14 @@ unchanged otherwise. Not part of the package; kept so the pilot can be rerun:
         --testbed --prefix pq --method cpu --mechanisms sflow --target-ci 0.1 --max-time 120 \
         --warmup 3 --seed 301 --no-progress -d qos1-s301.csv -o qos1-s301.json
 """
-import os, struct, sys
+
+import os
+import struct
+import sys
+
 if os.environ.get("QOS") == "1":
     fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
     os.write(fd, struct.pack("i", 0))
 from cosample.cli import main
+
 sys.exit(main(sys.argv[1:]))
