@@ -8,6 +8,7 @@ import copy
 import json
 import signal
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ from cosample.agents.analysers import (
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.report import read_status
 from cosample.agents.runner import Agent
+from cosample.appmon.records import pair_key
 from cosample.dataplane.tunnels import RECORD_PORT
 
 SERVICE = {"address": "10.0.0.12", "port": 8080}
@@ -90,10 +92,44 @@ def spec_item(**extra):
     }
 
 
-def wanted(tmp_path, *items, key=None):
+def wanted(tmp_path, *items, key=None, secret=None):
     return wanted_analysers(
-        tuple(items), host="s1", state_dir=tmp_path, window_s=10.0, snapshot_key=key, python="py"
+        tuple(items),
+        host="s1",
+        state_dir=tmp_path,
+        window_s=10.0,
+        snapshot_key=key,
+        record_secret=secret,
+        python="py",
     )
+
+
+def test_a_record_pair_gets_one_key_from_the_site_secret(tmp_path):
+    """The sender (s1 -> s4) and the receiver (s4, from s1) derive the same key; another pair,
+    or no secret, another argument list."""
+    send = spec_item(send_records="10.9.0.4:9555", send_to="s4", send_records_from="10.9.0.1")
+    receive = spec_item(
+        **{"from": "s1", "interface": None, "receive_records": "10.9.0.4:9555"},
+        records_from="10.9.0.1",
+    )
+    secret = bytes(32)
+    (sender,) = wanted(tmp_path / "s1", send, secret=secret).values()
+    (receiver,) = wanted_analysers(
+        (receive,), host="s4", state_dir=tmp_path / "s4", window_s=10.0, record_secret=secret
+    ).values()
+    assert sender.record_key == receiver.record_key == pair_key(secret, "s1", "s4")
+    assert sender.argv[sender.argv.index("--send-records-from") + 1] == "10.9.0.1"
+    assert receiver.argv[receiver.argv.index("--records-from") + 1] == "10.9.0.1"
+    name = Path(sender.argv[sender.argv.index("--record-key") + 1]).name
+    assert name == Path(receiver.argv[receiver.argv.index("--record-key") + 1]).name
+    (other,) = wanted(tmp_path / "s1", send, secret=b"\1" * 32).values()
+    assert other.argv != sender.argv  # a new secret restarts the pair
+    (bare,) = wanted(tmp_path / "s1", send).values()
+    assert bare.record_key is None and "--record-key" not in bare.argv
+    (lab,) = wanted_analysers(
+        (send,), host="s1", state_dir=tmp_path, window_s=10.0, insecure_records=True
+    ).values()
+    assert "--insecure-records" in lab.argv
 
 
 def supervisor(tmp_path, processes, clock):
