@@ -30,11 +30,14 @@ TP_STATUS_KERNEL, TP_STATUS_USER = 0, 1
 #: Bytes of a frame the filter lets through (the kernel's default maximum: whole frames; the
 #: ring keeps at most a block's worth, far more than GRO's 64 KiB).
 SNAPLEN = 262144
-#: One block of the ring (a power of two of pages): about 4,000 frames of a web service.
-BLOCK_BYTES = 1 << 20
-#: A block is handed over this long after its first frame even when not full (milliseconds):
-#: a quiet link's frames still reach the windows within a tick.
-RETIRE_MS = 20
+#: One block of the ring (a power of two of pages): about 700 frames of a web service.
+BLOCK_BYTES = 1 << 18
+#: A block is handed over this long after it opened even when not full (milliseconds): a quiet
+#: link's frames still reach the windows within a tick. A block handed over early is mostly
+#: empty, so the ring holds at least ``blocks x RETIRE_MS`` of traffic at any rate (with 20 ms
+#: and 32 blocks, 0.64 s: a loaded machine's scheduling pauses dropped frames at 25,000 frames/s,
+#: docs/results.md "Where the live analyser saturates").
+RETIRE_MS = 100
 #: ``struct tpacket_req3``: block size, blocks, frame size, frames, retire timeout, private
 #: bytes, features.
 _REQ3 = struct.Struct("7I")
@@ -112,7 +115,7 @@ class PacketRing:
     ``BLOCK_BYTES`` blocks; ``batch`` never blocks (``select`` on ``fileno`` waits)."""
 
     def __init__(
-        self, interface: str, ports: frozenset[int] = frozenset(), ring_bytes: int = 32 << 20
+        self, interface: str, ports: frozenset[int] = frozenset(), ring_bytes: int = 64 << 20
     ) -> None:
         self.interface = interface
         self.kernel_frames = self.kernel_drops = 0

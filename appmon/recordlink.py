@@ -23,6 +23,7 @@ from collections import Counter
 
 from cosample.appmon.errors import AppmonError
 from cosample.appmon.records import (
+    DEFAULT_RATE,
     INSECURE_KEY,
     KEY_BYTES,
     REQUEST,
@@ -38,9 +39,11 @@ BATCH = 256
 #: A record dated more than this after the receiver's clock is refused (with its datagram):
 #: hosts' clocks agree to milliseconds (NTP); a sender's records are at most a tick old.
 MAX_AHEAD_S = 2.0
-#: Records dated after the current window, waiting for the receiver's clock to close it: two
-#: seconds at the default record rate (``records_pending_full`` beyond).
-MAX_PENDING = 100_000
+#: Records dated after the current window, waiting for the receiver's clock to close it (the
+#: current window ends ``RECORD_GRACE_S`` behind the clock, so with 1-s windows every fresh
+#: record waits about a second): four seconds of one sender at its bound, ``DEFAULT_RATE``
+#: (``records_pending_full`` beyond; about 120 bytes each, 24 MB at most).
+MAX_PENDING = 4 * DEFAULT_RATE
 
 
 def parse_endpoint(text: str, option: str) -> tuple[str, int]:
