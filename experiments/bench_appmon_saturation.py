@@ -7,9 +7,9 @@ userspace OVS: ``cosample.lab.appmirror.MirrorRig``; tcpdump on the client's por
 step, the recording is offered at a fixed rate on one end of a veth pair (an ``AF_PACKET``
 socket, paced every millisecond; each pass over the recording under a client address of its own,
 so every pass is new connections) while ``cosample appmon run --interface`` (what the agents
-start: the packet ring, the kernel filter) reads the other end in a namespace, pinned to one
-core (the sender to the other). Per step: frames sent, frames the kernel's filter passed to the
-ring and those it dropped (the snapshots' ``kernel_frames``/``kernel_drops``), the analyser's CPU
+start: the packet ring, the kernel filter) reads the other end in a namespace (pinned to a core
+with ``--analyser-core``, the sender with ``--sender-core``). Per step: frames sent, frames the
+kernel's filter passed to the ring and those it dropped (the snapshots' ``kernel_frames``/``kernel_drops``), the analyser's CPU
 per frame (``/proc/PID/stat``), and ``appmon replay`` of the same step's frames from a pcap in
 this process (CPU per frame), side by side. Steps go up until one has drops (``--keep-going``:
 all of them).
@@ -17,7 +17,7 @@ all of them).
 Records: a receiver (``appmon run --receive-records``, key and sender address as the agents
 give them) offered authenticated datagrams of 75 answered requests each at rising rates;
 per step: records offered, taken, datagrams lost (the sequence gaps: the UDP receive buffer
-overflowed), CPU per record.
+overflowed), records refused (``records_late``, ``records_pending_full``), CPU per record.
 
     python -m cosample.experiments.bench_appmon_saturation [--rates 25000,50000,...]
         [--step-seconds 4] [--record-rates 50000,100000,...] [--keep-going]
@@ -422,8 +422,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--record-seconds", type=float, default=4.0, help="traffic recorded")
     parser.add_argument("--connections", type=int, default=8, help="wrk connections")
-    parser.add_argument("--analyser-core", type=int, default=1, help="core of the analyser")
-    parser.add_argument("--sender-core", type=int, default=0, help="core of the sender")
+    parser.add_argument(
+        "--analyser-core", type=int, default=-1, help="pin the analyser to this core (-1: no)"
+    )
+    parser.add_argument(
+        "--sender-core", type=int, default=-1, help="pin the sender to this core (-1: no)"
+    )
     parser.add_argument("--keep-going", action="store_true", help="every step, even after drops")
     args = parser.parse_args(argv)
     args.rates = [float(x) for x in args.rates.split(",") if x]
@@ -433,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(
         f"machine: {os.cpu_count()} cores, load average {load:.1f} at the start; "
-        f"analyser on core {args.analyser_core}, sender on core {args.sender_core}; "
+        f"analyser pinned to core {args.analyser_core}, sender to {args.sender_core} (-1: not); "
         f"{args.step_seconds:g} s per step",
         flush=True,
     )

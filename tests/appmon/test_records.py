@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import socket
+import subprocess
 import time
 from collections import Counter
 
@@ -188,3 +189,19 @@ def test_sender_to_receiver_over_loopback_fills_the_windows():
     assert stats.statuses[4] == 30 and stats.success_rate() == pytest.approx(0.9)
     assert far == Counter({"record_datagrams_unauthenticated": 1, "record_datagrams_ahead": 1})
     assert windows.start == start  # the hour-ahead record moved nothing
+
+
+def test_the_documented_secret_command_makes_a_key_the_agents_read(tmp_path):
+    """docs/appmon.md's command for the site's record secret, run as written (in a scratch
+    folder instead of /etc/cosample): the file is private and holds a key ``read_key`` takes."""
+    from pathlib import Path
+
+    from cosample.appmon.recordlink import read_key
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "appmon.md"
+    (line,) = [x.strip() for x in docs.read_text().splitlines() if "openssl rand -hex 32 >" in x]
+    command = line.replace("/etc/cosample/", f"{tmp_path}/")
+    subprocess.run(["bash", "-c", command], check=True, timeout=30)
+    secret = tmp_path / "record-secret"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert len(read_key(str(secret), "record_secret")) == records.KEY_BYTES
