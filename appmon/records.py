@@ -262,7 +262,8 @@ class SequenceTracker:
             return None
         ahead = (sequence - self.last) & 0xFFFFFFFF
         if 0 < ahead < 0x80000000:
-            self.counters["record_datagrams_lost"] += ahead - 1
+            if ahead > 1:
+                self.counters["record_datagrams_lost"] += ahead - 1
             kept = self.window << ahead if ahead < REORDER_WINDOW else 0
             self.window = (kept | 1) & ((1 << REORDER_WINDOW) - 1)
             self.last = sequence
