@@ -62,12 +62,9 @@ def record_traffic(directory: Path, seconds: float, connections: int) -> list[by
     path = directory / "web.pcap"
     with MirrorRig(directory / "rig", seed=5) as rig:
         capture = rig.tcpdump(path)
-        rig.load(rig.url("/fast"), duration_s=seconds / 2, connections=connections)
-        rig.load(
-            rig.url(mean_ms=1, error=0.1, size=2000),
-            duration_s=seconds / 2,
-            connections=connections,
-        )
+        half = max(1, round(seconds / 2))  # wrk takes whole seconds
+        rig.load(rig.url("/fast"), duration_s=half, connections=connections)
+        rig.load(rig.url(mean_ms=1, error=0.1, size=2000), duration_s=half, connections=connections)
         time.sleep(0.5)
         rig.stop(capture)
     return [frame for _, frame in read_frames(path)]
