@@ -9,10 +9,11 @@ import json
 import signal
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from cosample.agents.analyser_procs import PID_FILE, Supervisor
+from cosample.agents.analyser_procs import PID_FILE, Supervisor, wanted_for
 from cosample.agents.analysers import (
     STABLE_S,
     Child,
@@ -378,3 +379,40 @@ def test_bad_analyser_settings_are_refused(config_for, field, value):
 
     with pytest.raises(ConfigError, match=field):
         config_for("s1", **{field: value})
+
+
+def test_the_agent_gives_its_record_pair_the_key_from_its_secret(
+    tmp_path, config_for, make_plan, to_bytes, now
+):
+    """A sniffer sending records to s4: the agent reads ``record_secret``, the started
+    analyser's ``--record-key`` file holds the pair's key (0600); an unreadable or open secret
+    leaves the analyser keyless (it then refuses to start: test_analysers_real)."""
+    plan_path = tmp_path / "plan.json"
+    doc = make_plan()
+    doc["hosts"]["s1"]["appmon"] = [
+        {"service": SERVICE, "mechanism": "sniffer", "interface": "vm2", "to": "s4"}
+    ]
+    plan_path.write_bytes(to_bytes(doc))
+    secret = tmp_path / "record-secret"
+    secret.write_text("ab" * 32 + "\n")
+    secret.chmod(0o600)
+    config = config_for("s1", plan=str(plan_path), record_secret=str(secret))
+    processes, clock = FakeProcesses(), Clock()
+    agent = Agent(
+        config,
+        FakeHost(),
+        clock=lambda: now,
+        supervisor=supervisor(config.state_dir, processes, clock),
+    )
+    assert agent.cycle().result == "ok"
+    (argv,) = processes.alive.values()
+    key_file = Path(argv[argv.index("--record-key") + 1])
+    assert key_file.read_text() == pair_key(bytes.fromhex("ab" * 32), "s1", "s4").hex()
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert argv[argv.index("--send-records-from") + 1] == doc["hosts"]["s1"]["tunnel_ip"]
+    desired = SimpleNamespace(spec=(spec_item(send_records="10.9.0.4:9555", send_to="s4"),))
+    (again,) = wanted_for(desired, config).values()
+    assert again.record_key == pair_key(bytes.fromhex("ab" * 32), "s1", "s4")
+    secret.chmod(0o644)  # readable by others: refused, logged, no key given
+    (keyless,) = wanted_for(desired, config).values()
+    assert keyless.record_key is None and "--record-key" not in keyless.argv
