@@ -36,8 +36,7 @@ from cosample.agents.analysers import (
 )
 from cosample.agents.ledger import private_dir
 from cosample.agents.state import short_hash
-from cosample.appmon.errors import AppmonError
-from cosample.appmon.recordlink import read_key
+from cosample.dataplane.recordkeys import read_key
 from cosample.files import write_bytes_atomic
 
 PID_FILE, LOG_FILE = "pid.json", "analyser.log"
@@ -58,7 +57,7 @@ def wanted_for(appmon, config) -> dict[str, WantedAnalyser]:
     ):
         try:
             secret = read_key(config.record_secret, "record_secret")
-        except AppmonError as exc:  # the analysers then refuse to start; the log says why
+        except ValueError as exc:  # the analysers then refuse to start; the log says why
             log.error("analysers: %s", exc)
     return wanted_analysers(
         spec,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cosample.agents.commands import Command
 from cosample.agents.state import short_hash
-from cosample.appmon.records import pair_key
+from cosample.dataplane.recordkeys import pair_key
 from cosample.plan.appmon import SHARE_BITS
 
 #: Folder of the analysers' state directories, inside the agent's state directory (0700).

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import os
 import socket
 import time
 from collections import Counter
@@ -25,7 +24,6 @@ from cosample.appmon.errors import AppmonError
 from cosample.appmon.records import (
     DEFAULT_RATE,
     INSECURE_KEY,
-    KEY_BYTES,
     REQUEST,
     RecordBuffer,
     SequenceTracker,
@@ -33,6 +31,7 @@ from cosample.appmon.records import (
     parse,
 )
 from cosample.appmon.windows import Windows
+from cosample.dataplane import recordkeys
 
 #: Datagrams read per call of ``RecordReceiver.receive`` before the loop looks at its clock.
 BATCH = 256
@@ -68,26 +67,11 @@ def _udp(address: str) -> socket.socket:
 
 
 def read_key(path: str, option: str = "--record-key") -> bytes:
-    """A key file: at least ``KEY_BYTES`` bytes as hexadecimal text, readable by its owner
-    only; one ``AppmonError`` naming ``option`` otherwise."""
+    """A key file (``recordkeys.read_key``); one ``AppmonError`` naming ``option`` otherwise."""
     try:
-        with open(path, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            text = handle.read(4096)
-    except OSError as exc:
-        raise AppmonError(f"{option} {path}: cannot read ({exc.strerror})") from None
-    if mode & 0o077:
-        raise AppmonError(f"{option} {path}: readable by others (mode {mode & 0o777:o}; chmod 600)")
-    try:
-        key = bytes.fromhex(text.decode("ascii").strip())
-    except ValueError:
-        key = b""
-    if len(key) < KEY_BYTES:
-        raise AppmonError(
-            f"{option} {path}: expected at least {KEY_BYTES} bytes as hexadecimal text "
-            "(openssl rand -hex 32)"
-        )
-    return key
+        return recordkeys.read_key(path, option)
+    except ValueError as exc:
+        raise AppmonError(str(exc)) from None
 
 
 class RecordSender:

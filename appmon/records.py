@@ -22,17 +22,18 @@ Datagram (network byte order)::
 response (12 bytes; service time in microseconds, ``0xFFFFFFFF`` when it was not matched to a
 request). ``session`` is the sender's start (µs since the epoch) and ``sequence`` counts its
 datagrams: the receiver counts lost ones and refuses a datagram it has seen (a replay). The
-key is the pair's (``pair_key``: derived from the site's record secret and the two host names,
-docs/appmon.md "Compact records").
+key is the pair's (``cosample.dataplane.recordkeys.pair_key``: derived from the site's record
+secret and the two host names, docs/appmon.md "Compact records").
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import struct
 import time as clock
 from collections import Counter
+
+from cosample.dataplane.recordkeys import KEY_BYTES
 
 MAGIC, VERSION = b"CSAR", 2
 REQUEST, RESPONSE = 1, 2
@@ -40,8 +41,6 @@ UNMATCHED = 0xFFFFFFFF
 HEADER = struct.Struct("!4sBBHQIQ")
 #: Bytes of the HMAC-SHA256 tag kept at the end of a datagram.
 TAG_BYTES = 16
-#: Bytes of a pair's key (and at least of the site's secret it is derived from).
-KEY_BYTES = 32
 #: The key of ``--insecure-records``: well known, so it authenticates nothing.
 INSECURE_KEY = bytes(KEY_BYTES)
 _REQUEST = struct.Struct("!BBi")
@@ -176,13 +175,6 @@ class RecordBuffer:
 
 def tag(key: bytes, data: bytes) -> bytes:
     return hmac.digest(key, data, "sha256")[:TAG_BYTES]
-
-
-def pair_key(secret: bytes, sender: str, receiver: str) -> bytes:
-    """The key of the records ``sender``'s sniffer sends ``receiver``: HMAC-SHA256 of the two
-    host names under the site's record secret (both agents derive it; no other pair's)."""
-    label = b"cosample appmon records\0" + sender.encode() + b"\0" + receiver.encode()
-    return hmac.digest(secret, label, hashlib.sha256)
 
 
 def authentic(data: bytes, key: bytes) -> bool:

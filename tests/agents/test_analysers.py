@@ -27,7 +27,7 @@ from cosample.agents.analysers import (
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.report import read_status
 from cosample.agents.runner import Agent
-from cosample.appmon.records import pair_key
+from cosample.dataplane.recordkeys import pair_key
 from cosample.dataplane.tunnels import RECORD_PORT
 
 SERVICE = {"address": "10.0.0.12", "port": 8080}

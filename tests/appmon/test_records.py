@@ -19,6 +19,7 @@ from cosample.appmon.errors import AppmonError
 from cosample.appmon.recordlink import RecordReceiver, RecordSender, parse_endpoint
 from cosample.appmon.records import RecordBuffer, SequenceTracker, authentic, parse
 from cosample.appmon.windows import Windows
+from cosample.dataplane import recordkeys
 
 V4 = (socket.inet_aton("10.0.0.2"), 80)
 V6 = (socket.inet_pton(socket.AF_INET6, "2001:db8::2"), 8080)
@@ -127,12 +128,12 @@ def test_lost_late_and_replayed_datagrams_are_counted():
 def test_pair_keys_differ_by_pair_and_secret():
     secret = bytes(range(32))
     keys = {
-        records.pair_key(secret, "s1", "s4"),
-        records.pair_key(secret, "s4", "s1"),
-        records.pair_key(secret, "s1", "s2"),
-        records.pair_key(bytes(32), "s1", "s4"),
+        recordkeys.pair_key(secret, "s1", "s4"),
+        recordkeys.pair_key(secret, "s4", "s1"),
+        recordkeys.pair_key(secret, "s1", "s2"),
+        recordkeys.pair_key(bytes(32), "s1", "s4"),
     }
-    assert len(keys) == 4 and all(len(k) == records.KEY_BYTES for k in keys)
+    assert len(keys) == 4 and all(len(k) == recordkeys.KEY_BYTES for k in keys)
 
 
 def test_a_tag_covers_every_byte():
@@ -204,4 +205,4 @@ def test_the_documented_secret_command_makes_a_key_the_agents_read(tmp_path):
     subprocess.run(["bash", "-c", command], check=True, timeout=30)
     secret = tmp_path / "record-secret"
     assert secret.stat().st_mode & 0o777 == 0o600
-    assert len(read_key(str(secret), "record_secret")) == records.KEY_BYTES
+    assert len(read_key(str(secret), "record_secret")) == recordkeys.KEY_BYTES
