@@ -74,6 +74,13 @@ class AgentConfig(Strict):
     #: Ed25519 private key the analysers sign their snapshots with (``--snapshot-key``; the
     #: controller verifies with ``--analyser-key``); None: unsigned snapshots.
     analyser_key: Text | None = None
+    #: The site's secret for compact records (a file: at least 32 bytes as hexadecimal text,
+    #: mode 600, the same on every agent host; ``openssl rand -hex 32``): each sender/receiver
+    #: pair's key is derived from it (docs/appmon.md, "Compact records"). Without it an
+    #: analyser of records refuses to start unless ``insecure_records`` (labs only: anyone who
+    #: reaches the records port can then forge the windows).
+    record_secret: Text | None = None
+    insecure_records: bool = False
     #: SIGTERM, then SIGKILL after this long; restarts back off from ``analyser_backoff_s``,
     #: doubling per early exit, to at most ``analyser_backoff_max_s``.
     analyser_stop_s: Positive = 5.0

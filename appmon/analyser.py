@@ -54,7 +54,7 @@ class Analyser:
     ) -> None:
         self.link = link
         self.counters: Counter = Counter() if counters is None else counters
-        self.windows = Windows(window_s)
+        self.windows = Windows(window_s, self.counters)
         on_request, on_response = self.windows.request, self.windows.response
         if records is not None:  # an off-site sniffer: every request and response also as a record
 
@@ -117,6 +117,9 @@ class Analyser:
         for window in closed:
             for service, stats in window.services.items():
                 self.totals.setdefault(service, ServiceStats()).merge(stats)
+        if len(self.totals) > self.windows.max_services:  # the forgotten services' totals too
+            live = set(self.windows.current).union(*(w.services for w in closed))
+            self.totals = {s: t for s, t in self.totals.items() if s in live}
         return closed
 
     def dropped(self) -> dict[str, int]:

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from cosample.appmon.errors import AppmonError
+from cosample.appmon.losses import WindowLosses
 from cosample.appmon.rateinterval import rate_interval
 from cosample.appmon.successinterval import success_interval
 from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, Window, service_name
@@ -87,6 +88,18 @@ class AppSnapshot(Strict):
     services: list[ServiceWindow]
     dropped: dict[str, Count]
     ignored: dict[str, Count]
+    #: this window's inputs (``appmon.losses``; None: not read, or a capture's replay): frames
+    #: the kernel's filter passed and those it dropped (ring full), their share; record
+    #: datagrams taken and missing from the senders' sequences, the missing share
+    kernel_frames: Count | None = None
+    kernel_drops: Count | None = None
+    kernel_drop_share: Fraction | None = None
+    record_datagrams: Count | None = None
+    record_datagrams_lost: Count | None = None
+    record_loss_share: Fraction | None = None
+    #: the window lost frames or records: its counts (and the renormalised rate, which does
+    #: not account for such losses) are lower bounds
+    lower_bound: bool = False
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -102,6 +115,7 @@ def snapshot(
     ignored: dict[str, int],
     share: float = 1.0,
     covered_s: float | None = None,
+    losses: WindowLosses | None = None,
 ) -> AppSnapshot:
     """The snapshot of one closed window (counters as they stand when it closed); ``share``:
     of the connections, what the analyser selected."""
@@ -161,7 +175,20 @@ def snapshot(
         services=services,
         dropped=dropped,
         ignored=ignored,
+        **(_losses(losses) if losses is not None else {}),
     )
+
+
+def _losses(losses: WindowLosses) -> dict:
+    return {
+        "kernel_frames": losses.kernel_frames,
+        "kernel_drops": losses.kernel_drops,
+        "kernel_drop_share": losses.kernel_drop_share,
+        "record_datagrams": losses.record_datagrams,
+        "record_datagrams_lost": losses.record_datagrams_lost,
+        "record_loss_share": losses.record_loss_share,
+        "lower_bound": losses.lower_bound,
+    }
 
 
 def parse_snapshot(text: str | bytes, where: str = "snapshot") -> AppSnapshot:

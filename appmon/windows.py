@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
@@ -23,6 +24,11 @@ from cosample.appmon.successinterval import degrees_of_freedom
 SKETCH_ACCURACY = 0.01
 QUANTILES = (0.5, 0.95, 0.99)
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+#: Services a window holds; a request or response of one more is counted
+#: (``services_over_limit``), not kept: each costs a sketch and a snapshot entry.
+MAX_SERVICES = 4096
+#: A service with nothing in this many windows in a row is forgotten (until it is seen again).
+IDLE_WINDOWS = 30
 #: Upper bounds (seconds) of the Prometheus service-time histogram's buckets.
 HISTOGRAM_BOUNDS = (
     0.0005,
@@ -157,24 +163,36 @@ class Window:
 
 
 class Windows:
-    """The current window of every service; ``advance`` closes windows as time passes."""
+    """The current window of every service; ``advance`` closes windows as time passes. At most
+    ``max_services`` services; one idle for ``IDLE_WINDOWS`` windows is dropped."""
 
-    def __init__(self, width_s: float) -> None:
+    def __init__(
+        self, width_s: float, counters: Counter | None = None, max_services: int = MAX_SERVICES
+    ) -> None:
         if not width_s > 0:
             raise ValueError(f"window width must be > 0, got {width_s}")
         self.width_s = width_s
+        self.counters = Counter() if counters is None else counters
+        self.max_services = max_services
         self.start: float | None = None
         self.end = -math.inf
         self.current: dict[tuple[bytes, int], ServiceStats] = {}
+        self.idle: dict[tuple[bytes, int], int] = {}  # windows in a row with nothing
         self.closed: list[Window] = []
+
+    def _new(self, service: tuple) -> ServiceStats | None:
+        if len(self.current) >= self.max_services:
+            self.counters["services_over_limit"] += 1
+            return None
+        stats = self.current[service] = ServiceStats()
+        return stats
 
     def request(self, service: tuple, time: float, connection: object = None) -> None:
         if time >= self.end:
             self.advance(time)
-        stats = self.current.get(service)
-        if stats is None:
-            stats = self.current[service] = ServiceStats()
-        stats.request(connection)
+        stats = self.current.get(service) or self._new(service)
+        if stats is not None:
+            stats.request(connection)
 
     def response(
         self,
@@ -186,10 +204,9 @@ class Windows:
     ) -> None:
         if time >= self.end:
             self.advance(time)
-        stats = self.current.get(service)
-        if stats is None:
-            stats = self.current[service] = ServiceStats()
-        stats.response(status, service_time, connection)
+        stats = self.current.get(service) or self._new(service)
+        if stats is not None:
+            stats.response(status, service_time, connection)
 
     def advance(self, now: float) -> list[Window]:
         """Close the current window if ``now`` is past its end; the windows closed."""
@@ -201,8 +218,13 @@ class Windows:
             self.closed.append(done[-1])
         self.start = math.floor(now / self.width_s) * self.width_s
         self.end = self.start + self.width_s
-        # services seen before stay, with zeros: a rate that fell to nothing is a value too
-        self.current = {service: ServiceStats() for service in self.current}
+        # services seen before stay, with zeros: a rate that fell to nothing is a value too (for
+        # IDLE_WINDOWS windows: then the service is forgotten)
+        idle = self.idle
+        for service, stats in self.current.items():
+            idle[service] = 0 if stats.requests or stats.responses else idle.get(service, 0) + 1
+        self.current = {s: ServiceStats() for s in self.current if idle[s] < IDLE_WINDOWS}
+        self.idle = {s: idle[s] for s in self.current}
         return done
 
     def flush(self) -> list[Window]:
@@ -211,7 +233,7 @@ class Windows:
             return []
         window = Window(self.start, self.width_s, self.current)
         self.closed.append(window)
-        self.start, self.end, self.current = None, -math.inf, {}
+        self.start, self.end, self.current, self.idle = None, -math.inf, {}, {}
         return [window]
 
     def take_closed(self) -> list[Window]:

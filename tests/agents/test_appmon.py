@@ -327,6 +327,9 @@ def test_appmon_spec_cli(make_plan, tmp_path):
     assert spec["s1"][0]["send_records"] == endpoint
     assert (spec["s4"][1]["interface"], spec["s4"][1]["receive_records"]) == (None, endpoint)
     assert "send_records" not in spec["s4"][0] and "receive_records" not in spec["s1"][0]
+    # records are taken only from the sender's tunnel address, which it sends from
+    sender_ip = plan["hosts"]["s1"]["tunnel_ip"]
+    assert spec["s1"][0]["send_records_from"] == spec["s4"][1]["records_from"] == sender_ip
     result = subprocess.run([*argv, "--host", "s9"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "s9" in result.stderr
 

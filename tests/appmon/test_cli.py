@@ -74,7 +74,16 @@ def test_truncated_record_names_the_record(capture, capsys):
     assert "record 12: truncated" in capsys.readouterr().err
 
 
-def test_option_errors(capture, capsys):
+def test_option_errors(capture, capsys, tmp_path):
+    key, open_key, short_key = (tmp_path / name for name in ("k", "open", "short"))
+    receive = ("--receive-records", "10.0.0.4:9555", "--records-from", "10.0.0.1")
+    for path, text, mode in (
+        (key, "ab" * 32, 0o600),
+        (open_key, "ab" * 32, 0o644),
+        (short_key, "ab" * 31, 0o600),
+    ):
+        path.write_text(text + "\n")
+        path.chmod(mode)
     assert main(["appmon", "replay", str(capture), "--window", "0s"]) == 2
     assert "--window: must be > 0" in capsys.readouterr().err
     assert main(["appmon", "replay", str(capture), "--port", "70000"]) == 2
@@ -93,6 +102,33 @@ def test_option_errors(capture, capsys):
         (
             ["--interface", "lo", "--send-records", "server:9555"],
             "--send-records 'server:9555': expected ADDRESS:PORT",
+        ),
+        # records are authenticated unless the operator opts out loudly
+        (
+            ["--interface", "lo", "--send-records", "10.0.0.5:9555"],
+            "compact records need --record-key FILE",
+        ),
+        (["--receive-records", "10.0.0.4:9555"], "compact records need --record-key FILE"),
+        (
+            ["--receive-records", "10.0.0.4:9555", "--record-key", str(key)],
+            "--receive-records: give --records-from ADDRESS",
+        ),
+        (
+            [*receive, "--record-key", str(open_key)],
+            "readable by others (mode 644; chmod 600)",
+        ),
+        (
+            [*receive, "--record-key", str(short_key)],
+            "expected at least 32 bytes as hexadecimal text",
+        ),
+        (
+            ["--receive-records", "10.0.0.4:9555", "--records-from", "s1", "--insecure-records"],
+            "--records-from 's1': expected an IP address",
+        ),
+        (["--interface", "lo", "--record-key", str(key)], "--record-key: only with"),
+        (
+            ["--interface", "lo", "--send-records", "10.0.0.5:9555", "--records-from", "10.0.0.1"],
+            "--records-from: only with --receive-records",
         ),
     ):
         assert main(["appmon", "run", *argv]) == 2
