@@ -85,7 +85,7 @@ class Connection:
         self.last_seen, self.fins, self.closed = 0.0, 0, False
         self.answered: int | None = None  # acknowledgement number of the last final response
 
-    def _request(self, time: float, method: bytes) -> bool:
+    def _request(self, time: float, method: bytes | None) -> bool:
         start = self.streams[0].parser.start_seq
         if self.answered is not None and _before(start, self.answered):
             # a response already processed was written after the server had this request: its
@@ -103,8 +103,10 @@ class Connection:
         self.on_request(self.service, time, self)
         return False
 
-    def _response(self, time: float, status: int) -> bool:
-        if 100 <= status < 200 and status != 101:
+    def _response(self, time: float, status: int | None) -> bool:
+        """A response began (``status`` None: its status line was cut away, so it is taken as
+        final, it answers a request, but is not counted)."""
+        if status is not None and 100 <= status < 200 and status != 101:
             return True  # interim: the final response follows
         parser, pending = self.streams[1].parser, self.pending
         # the server had received this many request bytes: a request that starts at or after
@@ -126,10 +128,16 @@ class Connection:
         parser.lost = False
         self.answered = ack
         if not pending or not _before(pending[0][2], ack):
+            if status is None:
+                self.counters["status_lines_unseen"] += 1
+                return False
             self.counters["responses_without_request"] += 1
             self.on_response(self.service, time, status, None, self)
             return False
         requested, head, _ = pending.popleft()
+        if status is None:  # its request is answered; what the answer was is unknown
+            self.counters["status_lines_unseen"] += 1
+            return head
         self.on_response(self.service, time, status, max(0.0, time - requested), self)
         return head
 

@@ -29,7 +29,8 @@ BACKEND_PORT = 8081
 LOG_FORMAT = "$msec $request_time $status $remote_port $connection_requests $upstream_response_time"
 
 BACKEND = textwrap.dedent('''\
-    """Sleeps an exponential time (plus 1 ms) of the mean the query asks, then 200 or 500."""
+    """Sleeps an exponential time (plus 1 ms) of the mean the query asks, then 200 or 500 (GET or
+    POST; with ``chunked`` in the query, no Content-Length: HTTP/1.0 ends the body by closing)."""
     import random, sys, threading, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, urlsplit
@@ -37,6 +38,10 @@ BACKEND = textwrap.dedent('''\
     draw, lock = random.Random(int(sys.argv[2])), threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.do_GET()
+
         def do_GET(self):
             query = parse_qs(urlsplit(self.path).query)
             mean = float(query.get("mean_ms", ["10"])[0]) / 1000
@@ -46,7 +51,8 @@ BACKEND = textwrap.dedent('''\
             time.sleep(sleep)
             body = b"failed" if failed else b"x" * int(query.get("size", ["100"])[0])
             self.send_response(500 if failed else 200)
-            self.send_header("Content-Length", str(len(body)))
+            if "chunked" not in query:  # without a length nginx answers HTTP/1.1 clients chunked
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
