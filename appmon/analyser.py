@@ -32,6 +32,8 @@ IGNORED = frozenset(
         "truncated_segments",
         "body_holes_skipped",
         "first_lines_cut",
+        "first_lines_unseen",
+        "framing_cut",
         "record_datagrams_reordered",
         "record_senders_restarted",
     )

@@ -42,17 +42,23 @@ def cut(data: list[tuple[float, bytes]], length: int) -> list[tuple[float, bytes
 
 def analyse(data: list[tuple[float, bytes]], link: int = LINK_ETHERNET) -> dict:
     """Requests counted, final statuses counted, the pairs (request µs, response µs) -> status,
-    and the counters, from the connection table alone (no windows)."""
+    the counters, and per connection (by client port) its request times and its responses
+    (time, status, request time or None), from the connection table alone (no windows)."""
     counters, statuses, pairs = Counter(), Counter(), {}
     requests = [0]
+    seen: dict[object, dict] = {}
 
     def on_request(service, time, connection):
         requests[0] += 1
+        seen.setdefault(connection, {"requests": [], "responses": []})["requests"].append(time)
 
     def on_response(service, time, status, service_time, connection):
         statuses[status] += 1
-        if service_time is not None:
-            pairs[(round((time - service_time) * 1e6), round(time * 1e6))] = status
+        requested = None if service_time is None else time - service_time
+        if requested is not None:
+            pairs[(round(requested * 1e6), round(time * 1e6))] = status
+        entry = seen.setdefault(connection, {"requests": [], "responses": []})
+        entry["responses"].append((time, status, requested))
 
     table = ConnectionTable(counters, on_request, on_response)
     for when, frame in data:
@@ -62,7 +68,14 @@ def analyse(data: list[tuple[float, bytes]], link: int = LINK_ETHERNET) -> dict:
         else:
             counters[segment] += 1
     table.close_all()
-    return {"requests": requests[0], "statuses": statuses, "pairs": pairs, "counters": counters}
+    ports = {connection: key[2] for key, (connection, side) in table.table.items() if side == 0}
+    return {
+        "requests": requests[0],
+        "statuses": statuses,
+        "pairs": pairs,
+        "counters": counters,
+        "connections": {ports[connection]: entry for connection, entry in seen.items()},
+    }
 
 
 def compare(full: dict, copy: dict) -> dict:

@@ -252,14 +252,21 @@ class WebRig:
         )
         return result.stdout
 
-    def tcpdump(self, path: Path, snaplen: int = 0) -> subprocess.Popen:
-        """Start capturing the client's veth end to ``path``; stop with ``stop``."""
+    def tcpdump(
+        self,
+        path: Path,
+        snaplen: int = 0,
+        namespace: str | None = None,
+        interface: str = "eth0",
+    ) -> subprocess.Popen:
+        """Start capturing the client's veth end (or ``interface`` of ``namespace``) to
+        ``path``; stop with ``stop``."""
         process = self._spawn(
-            self.client,
+            namespace or self.client,
             [
                 "tcpdump",
                 "-i",
-                self.link,
+                interface if namespace else self.link,
                 "-U",
                 "--immediate-mode",
                 "-B",
