@@ -201,6 +201,10 @@ class HttpParser:
     def hunting(self) -> bool:
         return self.state == HUNT
 
+    def starts(self, data: bytes) -> bool:
+        """Whether a segment's payload begins a message (where a hunting parser resumes)."""
+        return starts_message(data, self.request)
+
     def feed(
         self, data: bytes, time: float, segment_start: bool = True, seq: int = 0, ack: int = 0
     ) -> None:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO
@@ -71,6 +71,8 @@ class Settings:
     #: only connections whose client port's low ``SHARE_BITS`` bits are below this (the plan's
     #: share, ``plan.appmon.selected_share``); 256: every connection
     selected: int = 1 << SHARE_BITS
+    #: server port -> the protocol its service speaks (``appmon.protocols``); others detected
+    protocols: dict[int, str] = field(default_factory=dict)
 
 
 class Service:
@@ -88,6 +90,7 @@ class Service:
             counters=counters,
             selected=settings.selected,
             records=self._sender.buffer if self._sender else None,
+            protocols=settings.protocols,
         )
         self._receiver: RecordReceiver | None = None
         self.detector = EventDetector(settings.band, settings.max_silence_s)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from cosample.appmon.http import HttpParser, starts_message
+from cosample.appmon.http import HttpParser
 
 MASK, HALF = 0xFFFFFFFF, 0x80000000
 #: Early (out-of-order) segments kept per direction, and their payload bytes.
@@ -116,7 +116,7 @@ class HalfStream:
             if self.early:
                 self._drain()
             return
-        if parser.hunting and starts_message(payload, parser.request):
+        if parser.hunting and parser.starts(payload):
             self.counters["holes_skipped"] += 1  # framing was lost already: resync here
             self.next_seq = seq
             self._deliver(seq, payload, wire_length, time, ack)

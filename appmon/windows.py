@@ -71,6 +71,18 @@ class ServiceStats:
     #: final responses whose connection is unknown in ``unattributed_final``
     finals: dict[object, list[int]] = field(default_factory=dict)
     unattributed_final: int = 0
+    #: answers whose status could not be read (TLS: every one; in ``matched`` and the service
+    #: times, never in ``responses``, the status classes or the success rate)
+    unread: int = 0
+    #: the protocol its connections speak (``protocols.PROTOCOLS``; None: not known here)
+    protocol: str | None = None
+    #: connections opened (a client's SYN) and TLS handshakes completed, with their times
+    opened: int = 0
+    handshakes: int = 0
+    handshake_total_s: float = 0.0
+    handshake_min_s: float = math.inf
+    handshake_max_s: float = 0.0
+    handshake_sketch: DDSketch | None = None
 
     def request(self, connection: object = None) -> None:
         self.requests += 1
@@ -78,6 +90,23 @@ class ServiceStats:
             self.unattributed += 1
         else:
             self.per_connection[connection] = self.per_connection.get(connection, 0) + 1
+            if self.protocol is None:
+                self.protocol = connection.protocol
+
+    def connection(self, protocol: str | None, handshake_s: float | None) -> None:
+        """A connection opened (``handshake_s`` None) or a TLS handshake done in so long."""
+        if protocol is not None:
+            self.protocol = protocol
+        if handshake_s is None:
+            self.opened += 1
+            return
+        self.handshakes += 1
+        self.handshake_total_s += handshake_s
+        self.handshake_min_s = min(self.handshake_min_s, handshake_s)
+        self.handshake_max_s = max(self.handshake_max_s, handshake_s)
+        if self.handshake_sketch is None:
+            self.handshake_sketch = DDSketch(SKETCH_ACCURACY)
+        self.handshake_sketch.add(handshake_s)
 
     def connection_counts(self) -> tuple[int, int] | None:
         """(connections with requests, sum of their request counts squared), what a connection-
@@ -105,7 +134,24 @@ class ServiceStats:
         (``successinterval.degrees_of_freedom``); None if unknown or nothing to widen."""
         return None if self.unattributed_final else degrees_of_freedom(self.finals.values())
 
-    def response(self, status: int, service_time: float | None, connection: object = None) -> None:
+    def response(
+        self, status: int | None, service_time: float | None, connection: object = None
+    ) -> None:
+        if status is None:
+            self.unread += 1
+        else:
+            self._status(status, connection)
+        if service_time is not None:
+            self.matched += 1
+            self.total_s += service_time
+            if service_time < self.min_s:
+                self.min_s = service_time
+            if service_time > self.max_s:
+                self.max_s = service_time
+            self.sketch.add(service_time)
+            self.buckets[bisect.bisect_left(HISTOGRAM_BOUNDS, service_time)] += 1
+
+    def _status(self, status: int, connection: object) -> None:
         self.responses += 1
         self.statuses[status // 100 - 1] += 1
         if status >= 200:  # final (a 101's switch is not counted in the success rate)
@@ -117,15 +163,6 @@ class ServiceStats:
                     counts = self.finals[connection] = [0, 0]
                 counts[0] += 1
                 counts[1] += status < 400
-        if service_time is not None:
-            self.matched += 1
-            self.total_s += service_time
-            if service_time < self.min_s:
-                self.min_s = service_time
-            if service_time > self.max_s:
-                self.max_s = service_time
-            self.sketch.add(service_time)
-            self.buckets[bisect.bisect_left(HISTOGRAM_BOUNDS, service_time)] += 1
 
     def merge(self, other: "ServiceStats") -> None:
         self.requests += other.requests
@@ -137,6 +174,17 @@ class ServiceStats:
         self.buckets = [a + b for a, b in zip(self.buckets, other.buckets)]
         if other.sketch.count:
             self.sketch.merge(other.sketch)
+        self.unread += other.unread
+        self.protocol = self.protocol or other.protocol
+        self.opened += other.opened
+        self.handshakes += other.handshakes
+        self.handshake_total_s += other.handshake_total_s
+        self.handshake_min_s = min(self.handshake_min_s, other.handshake_min_s)
+        self.handshake_max_s = max(self.handshake_max_s, other.handshake_max_s)
+        if other.handshake_sketch is not None:
+            if self.handshake_sketch is None:
+                self.handshake_sketch = DDSketch(SKETCH_ACCURACY)
+            self.handshake_sketch.merge(other.handshake_sketch)
 
     def success_rate(self) -> float | None:
         """Final responses with a 2xx or 3xx status over all final responses."""
@@ -180,7 +228,7 @@ class Windows:
         self,
         service: tuple,
         time: float,
-        status: int,
+        status: int | None,
         service_time: float | None,
         connection: object = None,
     ) -> None:
@@ -190,6 +238,17 @@ class Windows:
         if stats is None:
             stats = self.current[service] = ServiceStats()
         stats.response(status, service_time, connection)
+
+    def connection(
+        self, service: tuple, time: float, protocol: str | None, handshake_s: float | None = None
+    ) -> None:
+        """A connection opened at ``time``, or (``handshake_s``) its TLS handshake began then."""
+        if time >= self.end:
+            self.advance(time)
+        stats = self.current.get(service)
+        if stats is None:
+            stats = self.current[service] = ServiceStats()
+        stats.connection(protocol, handshake_s)
 
     def advance(self, now: float) -> list[Window]:
         """Close the current window if ``now`` is past its end; the windows closed."""
@@ -202,7 +261,10 @@ class Windows:
         self.start = math.floor(now / self.width_s) * self.width_s
         self.end = self.start + self.width_s
         # services seen before stay, with zeros: a rate that fell to nothing is a value too
-        self.current = {service: ServiceStats() for service in self.current}
+        self.current = {
+            service: ServiceStats(protocol=stats.protocol)
+            for service, stats in self.current.items()
+        }
         return done
 
     def flush(self) -> list[Window]:

@@ -86,6 +86,7 @@ NGINX_CONF = textwrap.dedent("""\
             location /fast {{ return 200 "ok"; }}
             location / {{ proxy_pass http://127.0.0.1:{backend}; }}
         }}
+    {extra}
     }}
     """)
 
@@ -170,6 +171,7 @@ class WebRig:
                 log_format=LOG_FORMAT,
                 address=SERVER_ADDRESS,
                 backend=BACKEND_PORT,
+                extra=self.extra_servers(),
             )
         )
         self._spawn(
@@ -185,6 +187,10 @@ class WebRig:
             ],
         )
         self._wait_ready()
+
+    def extra_servers(self) -> str:
+        """More nginx ``server`` blocks (a subclass's: TLS, HTTP/2)."""
+        return ""
 
     def _spawn(self, namespace: str, argv: list[str], **options) -> subprocess.Popen:
         process = subprocess.Popen(
