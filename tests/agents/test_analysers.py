@@ -342,3 +342,12 @@ def test_bad_analyser_settings_are_refused(config_for, field, value):
 
     with pytest.raises(ConfigError, match=field):
         config_for("s1", **{field: value})
+
+
+def test_a_service_of_another_protocol_is_declared_to_its_analyser(tmp_path):
+    plain = wanted(tmp_path, spec_item())
+    assert not any(arg == "--protocol" for one in plain.values() for arg in one.argv)
+    item = spec_item(service={**SERVICE, "protocol": "tls"})
+    (analyser,) = wanted(tmp_path, item).values()
+    at = analyser.argv.index("--protocol")
+    assert analyser.argv[at + 1] == "8080=tls"
