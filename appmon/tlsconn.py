@@ -71,8 +71,11 @@ class TlsConnection:
         "closed",
         "hello_time",
         "client_ccs",
+        "server_ccs",
+        "client_last",
         "finished",
         "tls13",
+        "version_known",
         "turn",
         "answered",
         "spoke",
@@ -100,7 +103,9 @@ class TlsConnection:
         self.last_seen, self.fins, self.closed = 0.0, 0, False
         self.undecided = self.fixed = False
         self.hello_time: float | None = None
-        self.client_ccs = self.finished = self.tls13 = False
+        self.client_ccs = self.server_ccs = self.finished = self.tls13 = False
+        self.client_last = 0.0  # the client's last handshake segment (its CCS's, once sent)
+        self.version_known = False  # a ServerHello was read
         self.turn: float | None = None  # the waiting request's time
         self.answered = True
         self.spoke = False  # the server sent records since the request (answers or not)
@@ -110,7 +115,7 @@ class TlsConnection:
 
     def _hello(self, hello, time: float) -> None:
         if hello.kind == SERVER_HELLO:
-            self.tls13 = self.tls13 or hello.version == TLS13
+            self.tls13, self.version_known = self.tls13 or hello.version == TLS13, True
             chosen = hello.alpn[0] if hello.alpn else None
         else:
             chosen = hello.alpn[0] if hello.alpn in ((b"h2",), (b"http/1.1",)) else None
@@ -122,20 +127,29 @@ class TlsConnection:
         return OVERHEAD_13 if self.tls13 else OVERHEAD_12
 
     def _client(self, kind, length: int, time: float) -> None:
-        if kind == HANDSHAKE or (kind is None and not self.finished):
+        if kind == HANDSHAKE or (kind is None and not self.finished and not self.client_ccs):
             if self.hello_time is None:
                 self.hello_time = time
             elif self.client_ccs and not self.finished:
                 self._finished(time)  # TLS 1.2: the Finished, encrypted, after the CCS
+            self.client_last = time
         elif kind == CHANGE_CIPHER_SPEC:
-            self.client_ccs = True
+            self.client_ccs, self.client_last = True, time
+            if self.server_ccs and not self.version_known:
+                self.tls13 = True  # the server's CCS first, its hello unread: TLS 1.3's order
         elif kind == APPLICATION_DATA or kind is None:
             if not self.finished:
-                if self.tls13 or self.client_ccs:
-                    self._finished(time)  # TLS 1.3: the client's Finished
+                if self.streams[0].parser.lost and (self.client_ccs or self.server_ccs):
+                    # a cut (or a loss) took the client's Finished: it was in the segment of
+                    # its CCS (or, TLS 1.2, before the server's CCS); this record is data
+                    self._finished(self.client_last)
+                elif self.client_ccs or self.tls13:
+                    self.tls13 = self.tls13 or kind == APPLICATION_DATA
+                    self._finished(time)  # TLS 1.3: the Finished is an application record
+                    return
                 else:
                     self.counters["tls_early_data"] += 1
-                return
+                    return
             if kind is not None:
                 if self.protocol == "h2":
                     if self.preface:
@@ -154,12 +168,16 @@ class TlsConnection:
 
     def _finished(self, time: float) -> None:
         self.finished = True
-        if self.tls13:
+        if self.tls13 or not self.version_known:  # unknown: the server's next record tells
             self.ticket_time = time
         if self.hello_time is not None and self.on_connection is not None:
             self.on_connection(self.service, self.hello_time, self.protocol, time - self.hello_time)
 
     def _server(self, kind, length: int, time: float) -> None:
+        if kind == CHANGE_CIPHER_SPEC:
+            self.server_ccs = True
+            if self.finished:  # TLS 1.2's server CCS after the client's Finished: no tickets
+                self.ticket_time = None
         if kind == ALERT or kind == HANDSHAKE or kind == CHANGE_CIPHER_SPEC:
             return
         if not self.finished:

@@ -113,6 +113,11 @@ def tshark_tls(capture: Path, server_port: int, keylog: Path) -> dict:
 
 
 def pairs(capture: Path, protocols: dict[int, str]) -> dict[int, dict]:
+    """``frame_pairs`` of a capture file."""
+    return frame_pairs(list(read_frames(capture)), read_link(capture), protocols)
+
+
+def frame_pairs(data: list[tuple[float, bytes]], link: int, protocols: dict[int, str]) -> dict:
     """client port -> {"requests": [times], "answers": [(time, status or None, request time
     or None)], "handshakes": [(start, seconds)]}, as the analyser's connection table sees them."""
     seen: dict[object, dict] = {}
@@ -136,8 +141,7 @@ def pairs(capture: Path, protocols: dict[int, str]) -> dict[int, dict]:
     table = ConnectionTable(
         Counter(), on_request, on_response, protocols=protocols, on_connection=on_connection
     )
-    link = read_link(capture)
-    for when, frame in read_frames(capture):
+    for when, frame in data:
         segment = decode(frame, link)
         if segment.__class__ is Segment:
             count = len(handshakes)

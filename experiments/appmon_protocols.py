@@ -17,6 +17,7 @@ Phases: ``h2c`` (h2load, 8 streams at once per connection), ``tls_wrk`` (wrk ove
 (curl over h2, keys logged). Prints one row per phase and metric and writes them as CSV.
 
     python -m cosample.experiments.appmon_protocols [--requests 400] [--out DIR]
+    python -m cosample.experiments.appmon_protocols --sample tests/data/appmon/protocols-nginx.pcap
 """
 
 from __future__ import annotations
@@ -237,6 +238,25 @@ def run(requests: int, phases: tuple[Phase, ...], directory: Path) -> list[dict]
     return rows
 
 
+def record_sample(out: Path, requests: int = 40) -> None:
+    """One small capture of every protocol (h2c and h2 from h2load, TLS 1.3 and 1.2 and h2
+    from curl) with curl's key log beside it (``OUT.keys``): the test data of
+    tests/appmon/test_protocol_captures.py."""
+    from cosample.lab.webtls import SecureWebRig
+
+    keylog = out.with_suffix(".keys")
+    keylog.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="appmon-protocols-") as scratch:
+        with SecureWebRig(Path(scratch) / "web", seed=9) as rig:
+            dump = rig.tcpdump(out)
+            time.sleep(0.3)
+            for phase in PHASES:
+                if phase.name in ("h2c", "tls_curl", "h2_one", "h2_curl"):
+                    drive(rig, phase, requests, keylog)
+            time.sleep(0.5)
+            rig.stop(dump)
+
+
 def _text(value) -> str:
     if value is None:
         return "-"
@@ -248,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=400, help="per h2load phase (default 400)")
     parser.add_argument("--out", type=Path, help="directory for appmon_protocols.csv")
     parser.add_argument("--phases", nargs="+", choices=[p.name for p in PHASES])
+    parser.add_argument(
+        "--sample", type=Path, metavar="PCAP", help="only record a small capture (and PCAP.keys)"
+    )
     args = parser.parse_args(argv)
     from cosample.lab.webtls import secure_available
 
@@ -255,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"appmon_protocols: cannot run here: {reason}", file=sys.stderr)
         return 2
+    if args.sample:
+        record_sample(args.sample)
+        print(f"wrote {args.sample} and {args.sample.with_suffix('.keys')}")
+        return 0
     phases = tuple(p for p in PHASES if not args.phases or p.name in args.phases)
     with tempfile.TemporaryDirectory(prefix="appmon-protocols-") as scratch:
         rows = run(args.requests, phases, Path(scratch))

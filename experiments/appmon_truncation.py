@@ -40,7 +40,9 @@ def cut(data: list[tuple[float, bytes]], length: int) -> list[tuple[float, bytes
     return [(when, frame[:length]) for when, frame in data]
 
 
-def analyse(data: list[tuple[float, bytes]], link: int = LINK_ETHERNET) -> dict:
+def analyse(
+    data: list[tuple[float, bytes]], link: int = LINK_ETHERNET, protocols: dict | None = None
+) -> dict:
     """Requests counted, final statuses counted, the pairs (request µs, response µs) -> status,
     the counters, and per connection (by client port) its request times and its responses
     (time, status, request time or None), from the connection table alone (no windows)."""
@@ -60,7 +62,7 @@ def analyse(data: list[tuple[float, bytes]], link: int = LINK_ETHERNET) -> dict:
         entry = seen.setdefault(connection, {"requests": [], "responses": []})
         entry["responses"].append((time, status, requested))
 
-    table = ConnectionTable(counters, on_request, on_response)
+    table = ConnectionTable(counters, on_request, on_response, protocols=protocols)
     for when, frame in data:
         segment = decode(frame, link)
         if segment.__class__ is Segment:
@@ -81,8 +83,13 @@ def analyse(data: list[tuple[float, bytes]], link: int = LINK_ETHERNET) -> dict:
 def compare(full: dict, copy: dict) -> dict:
     """The copy's figures beside the full copy's: pairs right (the full copy's own, with the
     same status class: a cut may keep only the class) and wrong."""
+
+    def kind(status):  # a status class; None: an answer without status (TLS)
+        return None if status is None else status // 100
+
     right = sum(
-        full["pairs"].get(pair, 0) // 100 == status // 100 for pair, status in copy["pairs"].items()
+        pair in full["pairs"] and kind(full["pairs"][pair]) == kind(status)
+        for pair, status in copy["pairs"].items()
     )
 
     def mean(pairs):
@@ -90,7 +97,7 @@ def compare(full: dict, copy: dict) -> dict:
 
     return {
         "requests": copy["requests"],
-        "responses": sum(copy["statuses"].values()),
+        "responses": sum(n for status, n in copy["statuses"].items() if status is not None),
         "pairs": len(copy["pairs"]),
         "right": right,
         "wrong": len(copy["pairs"]) - right,
@@ -99,10 +106,12 @@ def compare(full: dict, copy: dict) -> dict:
     }
 
 
-def cuts(path: Path, lengths: range) -> list[tuple[int, dict]]:
+def cuts(path: Path, lengths: range, protocols: dict | None = None) -> list[tuple[int, dict]]:
     data, link = load(path)
-    full = analyse(data, link)
-    return [(length, compare(full, analyse(cut(data, length), link))) for length in lengths]
+    full = analyse(data, link, protocols)
+    return [
+        (length, compare(full, analyse(cut(data, length), link, protocols))) for length in lengths
+    ]
 
 
 def record(out: Path, rounds: int = 12, seed: int = 1) -> tuple[int, int]:
@@ -155,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--lengths", type=_lengths, default=(64, 200), help="LOW-HIGH bytes")
     show.add_argument("--step", type=int, default=1)
     show.add_argument("--json", action="store_true", help="one JSON object per length")
+    show.add_argument("--protocol", action="append", default=[], metavar="PORT=PROTOCOL")
     args = parser.parse_args(argv)
     if args.command == "record":
         from cosample.lab.web import web_available
@@ -167,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{made} requests made, {served} served; wrote {args.out}")
         return 0
     low, high = args.lengths
-    rows = cuts(args.capture, range(low, high + 1, args.step))
+    from cosample.appmon.protocols import parse_declarations
+
+    rows = cuts(args.capture, range(low, high + 1, args.step), parse_declarations(args.protocol))
     if not args.json:
         print(
             f"{'bytes':>6}{'requests':>9}{'statuses':>9}{'pairs':>7}{'right':>7}{'wrong':>7}"
