@@ -4,11 +4,11 @@ Every request opens a stream with the client's HEADERS frame; the server's first
 stream carries the response's ``:status`` (1xx are interim: the final one follows). The stream
 id pairs them whatever the multiplexing, so service time (the request's HEADERS to the final
 response's HEADERS, the HTTP/1 definition's analogue), status and success rate are exact per
-stream. ``:status`` is read from the header block with HPACK (``hpack``, the
-python-hyper decoder: docs/dependencies.md), whose dynamic table follows every block the server
-sends; when a block was lost or cut the table can no longer be trusted, and the status is read
-from the block's first field if it is a static-table entry or a literal (servers put ``:status``
-first), else the response counts without a status. A stream reset before its answer is a request
+stream. ``:status`` is read from the header block (``appmon.hpackwalk``) with HPACK's dynamic
+table kept in step by ``hpack`` (the python-hyper decoder: docs/dependencies.md), which decodes
+the blocks that change it; when a block was lost or cut the table can no longer be trusted, and
+the status is read only where it is a static-table entry or a literal, else the response counts
+without a status. A stream reset before its answer is a request
 unanswered. Server pushes (PUSH_PROMISE, even streams) are decoded for the table and not
 counted. Bounds: ``MAX_OPEN_STREAMS`` waiting per connection (beyond: the oldest leaves).
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import Counter
 
 from hpack import Decoder, HPACKError
-from hpack.huffman_table import decode_huffman
 
 from cosample.appmon.h2 import (
     CONTINUATION,
@@ -30,53 +29,13 @@ from cosample.appmon.h2 import (
     RST_STREAM,
     H2Parser,
 )
+from cosample.appmon.hpackwalk import first_status, walk
 from cosample.appmon.streams import Budget, HalfStream
 
 #: Streams waiting for their answer on one connection (RFC 9113 suggests at least 100).
 MAX_OPEN_STREAMS = 1024
 #: The HPACK dynamic table a server may use (its peer's SETTINGS_HEADER_TABLE_SIZE; memory bound).
 MAX_TABLE = 65536
-#: The static table's ``:status`` entries (RFC 7541 appendix A).
-STATIC_STATUS = {8: 200, 9: 204, 10: 206, 11: 304, 12: 400, 13: 404, 14: 500}
-
-
-def _integer(block: bytes, at: int, bits: int) -> tuple[int, int]:
-    """An HPACK integer with a ``bits``-bit prefix at ``at``: (value, next position)."""
-    mask = (1 << bits) - 1
-    value, at = block[at] & mask, at + 1
-    if value < mask:
-        return value, at
-    shift = 0
-    while at < len(block) and shift < 28:
-        byte, at = block[at], at + 1
-        value += (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, at
-    raise ValueError("integer runs past the block")
-
-
-def first_status(block: bytes) -> int | None:
-    """``:status`` from a header block's first field without the dynamic table: a static entry
-    or a literal with the static name ``:status``; None if the block does not show it so."""
-    try:
-        at = 0
-        while at < len(block) and block[at] & 0xE0 == 0x20:  # dynamic table size updates
-            _, at = _integer(block, at, 5)
-        if at >= len(block):
-            return None
-        byte = block[at]
-        if byte & 0x80:
-            return STATIC_STATUS.get(_integer(block, at, 7)[0])
-        index, at = _integer(block, at, 6 if byte & 0x40 else 4)
-        if index != 8 or at >= len(block):
-            return None
-        huffman, (length, at) = block[at] & 0x80, _integer(block, at, 7)
-        raw = block[at : at + length]
-        value = decode_huffman(raw) if huffman else raw
-    except (ValueError, IndexError, HPACKError):
-        return None
-    return int(value) if len(value) == 3 and value.isdigit() and 100 <= int(value) <= 599 else None
 
 
 def _block_of(kind: int, flags: int, payload: bytes) -> bytes:
@@ -165,11 +124,14 @@ class H2Connection:
         status = None
         if self.trusted and self.block_whole and not self.streams[1].parser.lost:
             try:
-                for name, value in self.decoder.decode(block, raw=True):
-                    if name == b":status":
-                        status = int(value) if value.isdigit() else None
-                        break
-            except (HPACKError, ValueError):
+                status, changes = walk(block, self.decoder.header_table)
+                if changes:  # the library keeps the table in step; it decodes the whole block
+                    status = None
+                    for name, value in self.decoder.decode(block, raw=True):
+                        if name == b":status":
+                            status = int(value) if value.isdigit() else None
+                            break
+            except (HPACKError, ValueError, IndexError):
                 self.counters["h2_hpack_errors"] += 1
                 self.trusted = False
         else:

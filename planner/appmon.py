@@ -53,6 +53,42 @@ DEFAULT_COSTS = {
     "analyser": MEASURED_US["analyser"] / _US_PER_PACKET,
     **MEASURED_BYTES,
 }
+#: Per protocol, what its monitoring costs beside HTTP/1.x's (``python -m
+#: cosample.experiments.appmon_protocol_costs``, docs/data/appmon/protocols: one rig, one backend
+#: URL; segments copied by the plan's rule, ``plan.appmon.DEFAULT_SEGMENTS``): the fabric bytes
+#: per request whole and cut (measured), the analyser's CPU behind a mirror and on-site
+#: (measured), the sender's CPU (estimated: proportional to the segments copied, OVS's copy
+#: cost being per packet). The calibrated (or default) HTTP/1.x costs are multiplied by them.
+PROTOCOL_FACTORS = {
+    "http": {
+        "sender": 1.0,
+        "mirror_bytes": 1.0,
+        "truncated_bytes": 1.0,
+        "analyser": 1.0,
+        "onsite": 1.0,
+    },
+    "tls": {
+        "sender": 2.02,
+        "mirror_bytes": 2.80,
+        "truncated_bytes": 1.91,
+        "analyser": 1.08,
+        "onsite": 0.64,
+    },
+    "h2c": {
+        "sender": 3.45,
+        "mirror_bytes": 3.02,
+        "truncated_bytes": 3.02,
+        "analyser": 4.22,
+        "onsite": 2.79,
+    },
+    "h2": {
+        "sender": 2.53,
+        "mirror_bytes": 2.87,
+        "truncated_bytes": 2.42,
+        "analyser": 1.31,
+        "onsite": 0.80,
+    },
+}
 #: Above this many (service, option) pairs the MILP gives way to the greedy method, and above
 #: ``LP_LIMIT`` the bound is "everything monitored".
 MILP_LIMIT = 20_000
@@ -80,12 +116,28 @@ class Services:
     #: per service, the sender's CPU per mirrored request (its mirror mechanism's cost, e.g.
     #: ``kernel_mirror_sender``); None: ``costs["mirror_sender"]`` for every service
     sender_cost: np.ndarray | None = None
+    #: per service, the on-site sniffer's and the analysis host's CPU per request (a protocol's
+    #: ``PROTOCOL_FACTORS`` applied); None: ``costs["onsite"]``, ``costs["analyser"]`` for all
+    onsite_cost: np.ndarray | None = None
+    analyser_cost: np.ndarray | None = None
 
     def sender(self, costs: dict) -> np.ndarray:
         """The sender's CPU per mirrored request of each service."""
         if self.sender_cost is not None:
             return self.sender_cost
         return np.full(self.size, costs["mirror_sender"])
+
+    def onsite(self, costs: dict) -> np.ndarray:
+        """The on-site sniffer's CPU per request of each service."""
+        if self.onsite_cost is not None:
+            return self.onsite_cost
+        return np.full(self.size, costs["onsite"])
+
+    def analyser(self, costs: dict) -> np.ndarray:
+        """The analysis host's CPU per mirrored request of each service."""
+        if self.analyser_cost is not None:
+            return self.analyser_cost
+        return np.full(self.size, costs["analyser"])
 
     @property
     def size(self) -> int:
@@ -127,8 +179,8 @@ def _load_rows(svc: Services, j: np.ndarray, k: np.ndarray, costs: dict, n: int)
     onsite = k == ONSITE
     rows = [svc.host[j], np.where(onsite, 0, k)]
     values = [
-        volume * np.where(onsite, costs["onsite"], svc.sender(costs)[j]),
-        np.where(onsite, 0.0, volume * costs["analyser"]),
+        volume * np.where(onsite, svc.onsite(costs)[j], svc.sender(costs)[j]),
+        np.where(onsite, 0.0, volume * svc.analyser(costs)[j]),
     ]
     sent = np.where(onsite, 0.0, svc.rate[j] * svc.bytes_per_request[j])
     return rows, values, sent
@@ -161,7 +213,7 @@ def solve_onsite(svc: Services, residual: np.ndarray, costs: dict) -> AppmonPlan
     n = residual.shape[0]
     share = np.zeros(svc.size)
     left = residual.astype(float).copy()
-    unit = svc.rate * costs["onsite"]
+    unit = svc.rate * svc.onsite(costs)
     need = np.where(svc.onsite_ok, svc.min_share * unit, np.where(svc.min_share > 0, np.inf, 0))
     used = np.bincount(svc.host, weights=need, minlength=n)
     if np.any(used > left * (1 + 1e-12) + 1e-9):
@@ -316,7 +368,7 @@ def solve_greedy(
     analysers: set[int] = set()
     to = np.full(svc.size, NONE)
     share = np.zeros(svc.size)
-    sender = svc.sender(costs)
+    sender, onsite, analyser = svc.sender(costs), svc.onsite(costs), svc.analyser(costs)
     order = np.lexsort((np.arange(svc.size), -svc.weight, -svc.min_share))
     for j in order.tolist():
         h = int(svc.host[j])
@@ -326,14 +378,14 @@ def solve_greedy(
             continue
         best, best_share = NONE, 0.0
         if svc.onsite_ok[j]:
-            best, best_share = ONSITE, min(1.0, left[h] / (volume * costs["onsite"]))
+            best, best_share = ONSITE, min(1.0, left[h] / (volume * onsite[j]))
         allowed = np.ones(n, dtype=bool)
         allowed[h] = False
         if analysis_hosts is not None and len(analysers) >= analysis_hosts:
             allowed &= np.isin(np.arange(n), list(analysers))
         if allowed.any():
             k = int(np.argmax(np.where(allowed, left, -1.0)))
-            cap = min(1.0, left[h] / (volume * sender[j]), left[k] / (volume * costs["analyser"]))
+            cap = min(1.0, left[h] / (volume * sender[j]), left[k] / (volume * analyser[j]))
             sent = svc.rate[j] * svc.bytes_per_request[j]
             if sent > 0 and np.isfinite(bytes_left[h]):
                 cap = min(cap, bytes_left[h] / sent)
@@ -348,10 +400,10 @@ def solve_greedy(
             continue
         to[j], share[j] = best, best_share
         if best == ONSITE:
-            left[h] -= best_share * volume * costs["onsite"]
+            left[h] -= best_share * volume * onsite[j]
         else:
             left[h] -= best_share * volume * sender[j]
-            left[best] -= best_share * volume * costs["analyser"]
+            left[best] -= best_share * volume * analyser[j]
             bytes_left[h] -= best_share * svc.rate[j] * svc.bytes_per_request[j]
             analysers.add(best)
     load, sent_total, value = _evaluate(svc, to, share, costs, n)

@@ -29,7 +29,7 @@ from cosample.appmon.h2 import (
     WINDOW_UPDATE,
     plausible_frame,
 )
-from cosample.appmon.h2conn import first_status
+from cosample.appmon.hpackwalk import first_status
 
 KEY = (bytes([10, 0, 0, 2]), 8080)
 
@@ -178,3 +178,40 @@ def test_plausible_frames_for_hunting():
     assert not plausible_frame(frame(DATA, 0, 0, b"x"))
     assert not plausible_frame(b"\xff\xff\xff\x00\x00\x00\x00\x00\x01")
     assert not plausible_frame(b"HTTP/1.1 200 OK\r\n")
+
+
+HEADER = st.tuples(
+    st.sampled_from(["server", "content-type", "date", "x-trace", "set-cookie"]),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 /:;=-", max_size=40),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([200, 201, 204, 302, 304, 404, 418, 500, 503]),
+            st.lists(HEADER, max_size=6),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from([4096, 256, 64]),
+)
+def test_the_walk_reads_what_the_library_decodes(responses, table_size):
+    """Blocks from the library's encoder (Huffman, incremental indexing, evictions in a small
+    table): the walk reads each block's :status as a full decode does, handing only the blocks
+    that change the table to the library (the analyser's use)."""
+    from hpack import Decoder
+
+    from cosample.appmon.hpackwalk import walk
+
+    encoder, reference, ours = Encoder(), Decoder(), Decoder()
+    encoder.header_table_size = table_size
+    for status, headers in responses:
+        block = encoder.encode([(":status", str(status)), *headers])
+        truth = dict(reference.decode(block))[":status"]
+        found, changes = walk(block, ours.header_table)
+        if changes:
+            ours.decode(block)
+        assert found == int(truth)

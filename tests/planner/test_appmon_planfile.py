@@ -124,3 +124,31 @@ def test_a_services_protocol_reaches_its_plan_entry():
     protocols = {e.service.port: e.service.protocol for e in entries}
     assert entries and protocols.items() <= {80: "tls", 8080: "h2"}.items()
     assert all(e.copied_segments == "all" for e in entries)
+
+
+def test_a_protocols_costs_scale_the_http_ones():
+    """HTTP/2 and TLS copy every segment and cost the analyser differently: the HTTP/1.x costs
+    times ``PROTOCOL_FACTORS`` (docs/appmon.md, "What each protocol costs")."""
+    from cosample.planner.appmon import DEFAULT_COSTS, PROTOCOL_FACTORS
+    from cosample.planner.appmon_plan import services_arrays
+
+    services = [
+        SERVICES[0],
+        {**SERVICES[0], "port": 81, "protocol": "h2c"},
+        {**SERVICES[1], "protocol": "tls"},
+    ]
+    dc = DataCentre.from_dict({**BASE, "services": services})
+    svc = services_arrays(dc, dc.own_pps, DEFAULT_COSTS)
+    h2c, tls = PROTOCOL_FACTORS["h2c"], PROTOCOL_FACTORS["tls"]
+    assert svc.bytes_per_request.tolist() == pytest.approx(
+        [
+            DEFAULT_COSTS["mirror_bytes"],
+            DEFAULT_COSTS["mirror_bytes"] * h2c["mirror_bytes"],
+            DEFAULT_COSTS["truncated_bytes"] * tls["truncated_bytes"],
+        ]
+    )
+    assert svc.sender(DEFAULT_COSTS)[1] == pytest.approx(
+        DEFAULT_COSTS["mirror_sender"] * h2c["sender"]
+    )
+    assert svc.analyser(DEFAULT_COSTS)[1] > svc.analyser(DEFAULT_COSTS)[0]
+    assert svc.onsite(DEFAULT_COSTS)[2] == pytest.approx(DEFAULT_COSTS["onsite"] * tls["onsite"])
