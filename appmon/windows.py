@@ -140,7 +140,17 @@ class ServiceStats:
         if status is None:
             self.unread += 1
         else:
-            self._status(status, connection)
+            self.responses += 1
+            self.statuses[status // 100 - 1] += 1
+            if status >= 200:  # final (a 101's switch is not counted in the success rate)
+                if connection is None:
+                    self.unattributed_final += 1
+                else:
+                    counts = self.finals.get(connection)
+                    if counts is None:
+                        counts = self.finals[connection] = [0, 0]
+                    counts[0] += 1
+                    counts[1] += status < 400
         if service_time is not None:
             self.matched += 1
             self.total_s += service_time
@@ -150,19 +160,6 @@ class ServiceStats:
                 self.max_s = service_time
             self.sketch.add(service_time)
             self.buckets[bisect.bisect_left(HISTOGRAM_BOUNDS, service_time)] += 1
-
-    def _status(self, status: int, connection: object) -> None:
-        self.responses += 1
-        self.statuses[status // 100 - 1] += 1
-        if status >= 200:  # final (a 101's switch is not counted in the success rate)
-            if connection is None:
-                self.unattributed_final += 1
-            else:
-                counts = self.finals.get(connection)
-                if counts is None:
-                    counts = self.finals[connection] = [0, 0]
-                counts[0] += 1
-                counts[1] += status < 400
 
     def merge(self, other: "ServiceStats") -> None:
         self.requests += other.requests

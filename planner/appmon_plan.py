@@ -26,12 +26,11 @@ from cosample.planner.appmon import (
     MEASURED_PACKETS_PER_REQUEST,
     NONE,
     ONSITE,
-    PROTOCOL_FACTORS,
     AppmonPlan,
     Services,
     plan_services,
 )
-from cosample.planner.appmon_costs import sender_cost
+from cosample.planner.appmon_costs import PROTOCOL_FACTORS, sender_cost
 from cosample.planner.realise import Realised
 
 

@@ -129,7 +129,8 @@ def test_a_services_protocol_reaches_its_plan_entry():
 def test_a_protocols_costs_scale_the_http_ones():
     """HTTP/2 and TLS copy every segment and cost the analyser differently: the HTTP/1.x costs
     times ``PROTOCOL_FACTORS`` (docs/appmon.md, "What each protocol costs")."""
-    from cosample.planner.appmon import DEFAULT_COSTS, PROTOCOL_FACTORS
+    from cosample.planner.appmon import DEFAULT_COSTS
+    from cosample.planner.appmon_costs import PROTOCOL_FACTORS
     from cosample.planner.appmon_plan import services_arrays
 
     services = [
