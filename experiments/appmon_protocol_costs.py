@@ -88,11 +88,13 @@ def copies(path: Path, protocol: str, requests: int) -> dict:
     }
 
 
-def analyser_cpu(path: Path, requests: int, copied_only: bool = False, rounds: int = 3) -> float:
+def analyser_cpu(
+    path: Path, protocol: str, requests: int, copied_only: bool = False, rounds: int = 3
+) -> float:
     """The analyser's CPU seconds per request on the capture (best of ``rounds``), or on what
     the protocol's mirror copies of it (``copied_only``: HTTP/1.x's PSH segments)."""
     data, link = list(frames(path)), read_link(path)
-    if copied_only and DEFAULT_SEGMENTS[name_of(path)] == "psh":
+    if copied_only and DEFAULT_SEGMENTS[protocol] == "psh":
         data = [
             (when, frame)
             for when, frame in data
@@ -115,10 +117,6 @@ def analyser_cpu(path: Path, requests: int, copied_only: bool = False, rounds: i
     return best / requests
 
 
-def name_of(path: Path) -> str:
-    return path.stem
-
-
 def measure(seconds: float, directory: Path) -> dict:
     from cosample.lab.webtls import SecureWebRig
 
@@ -129,8 +127,10 @@ def measure(seconds: float, directory: Path) -> dict:
             out[protocol] = {
                 "requests": requests,
                 **copies(path, protocol, requests),
-                "onsite_cpu_s_per_request": analyser_cpu(path, requests),
-                "analyser_cpu_s_per_request": analyser_cpu(path, requests, copied_only=True),
+                "onsite_cpu_s_per_request": analyser_cpu(path, protocol, requests),
+                "analyser_cpu_s_per_request": analyser_cpu(
+                    path, protocol, requests, copied_only=True
+                ),
             }
     http = out["http"]
     for entry in out.values():

@@ -122,3 +122,17 @@ def test_h2c_cut_never_pairs_at_a_wrong_time():
         for pair, status in copy["pairs"].items():
             assert pair in full["pairs"], length
             assert status is None or status == full["pairs"][pair], length
+
+
+def test_the_cost_measurement_counts_what_each_rule_copies():
+    """``experiments/appmon_protocol_costs.py``'s pure part on the recorded capture: h2c's and
+    TLS's mirrors copy every segment; h2c is never cut; a cut copy is smaller."""
+    from cosample.experiments.appmon_protocol_costs import analyser_cpu, copies
+
+    data, _ = only(8080)
+    h2c = copies(CAPTURE, "h2c", 40)
+    assert h2c["segments"] == "all" and h2c["truncated_bytes_per_request"] is None
+    assert h2c["copied_per_request"] == h2c["packets_per_request"] == len(data) / 40
+    tls = copies(CAPTURE, "tls", 8)
+    assert tls["truncated_bytes_per_request"] < tls["fabric_bytes_per_request"]
+    assert analyser_cpu(CAPTURE, "tls", 8, rounds=1) > 0
