@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO
@@ -80,6 +80,8 @@ class Settings:
     record_key: bytes = INSECURE_KEY
     records_from: str | None = None
     send_records_from: str | None = None
+    #: server port -> the protocol its service speaks (``appmon.protocols``); others detected
+    protocols: dict[int, str] = field(default_factory=dict)
 
 
 class Service:
@@ -103,6 +105,7 @@ class Service:
             counters=counters,
             selected=settings.selected,
             records=self._sender.buffer if self._sender else None,
+            protocols=settings.protocols,
         )
         self._receiver: RecordReceiver | None = None
         self.detector = EventDetector(settings.band, settings.max_silence_s)

@@ -6,7 +6,8 @@ VENV=${COSAMPLE_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
 
 # Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector), nginx, wrk,
-# tcpdump and tshark (the application monitor's ground truth and peer, an independent sFlow decoder), Prometheus (promtool
+# tcpdump and tshark (the application monitor's ground truth and peer, an independent sFlow decoder),
+# h2load (HTTP/2 load for the analyser's h2/h2c ground truth), Prometheus (promtool
 # and the server, for the operations tests) and the network tools the tests use.
 need_system() {
     local missing=()
@@ -29,6 +30,7 @@ need_system() {
     command -v wrk >/dev/null || missing+=(wrk)
     command -v tcpdump >/dev/null || missing+=(tcpdump)
     command -v tshark >/dev/null || missing+=(tshark)
+    command -v h2load >/dev/null || missing+=(nghttp2-client)
     command -v promtool >/dev/null || missing+=(prometheus)
     printf '%s\n' "${missing[@]}"
 }

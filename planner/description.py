@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from cosample.plan.appmon import TRUNCATE_BYTES
+from cosample.plan.appmon import TRUNCATE_BYTES, UNCUT, AppmonProtocol
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN, IpfixSpec
 from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress
 
@@ -128,7 +128,9 @@ class Service(Strict):
     server: Annotated[str, Field(min_length=1)]
     address: IpAddress
     port: Annotated[int, Field(ge=1, le=65535)]
-    protocol: Literal["http"] = "http"
+    #: what it speaks: HTTP/1.x, HTTP/2 in clear text, HTTP/1.1 or HTTP/2 over TLS (read at the
+    #: record layer: no success rate); ``h2c`` cannot be truncated (docs/appmon-mechanisms.md)
+    protocol: AppmonProtocol = "http"
     #: value of one monitored request (default 1)
     weight: Positive = 1.0
     #: the smallest share of connections that must be monitored (the accuracy target)
@@ -156,6 +158,15 @@ class Service(Strict):
                 "kernel_mirror cannot truncate; drop truncate_bytes or use selective_mirror"
             )
         return mirror
+
+    @model_validator(mode="after")
+    def _whole_segments(self) -> "Service":
+        if self.protocol in UNCUT and self.truncate_bytes is not None:
+            raise ValueError(
+                f"a {self.protocol} service cannot be truncated (HTTP/2 frame headers sit "
+                f"anywhere in a segment); drop truncate_bytes"
+            )
+        return self
 
 
 class Envelope(Strict):

@@ -29,7 +29,8 @@ BACKEND_PORT = 8081
 LOG_FORMAT = "$msec $request_time $status $remote_port $connection_requests $upstream_response_time"
 
 BACKEND = textwrap.dedent('''\
-    """Sleeps an exponential time (plus 1 ms) of the mean the query asks, then 200 or 500."""
+    """Sleeps an exponential time (plus 1 ms) of the mean the query asks, then 200 or 500 (GET or
+    POST; with ``chunked`` in the query, no Content-Length: HTTP/1.0 ends the body by closing)."""
     import random, sys, threading, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, urlsplit
@@ -37,6 +38,10 @@ BACKEND = textwrap.dedent('''\
     draw, lock = random.Random(int(sys.argv[2])), threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.do_GET()
+
         def do_GET(self):
             query = parse_qs(urlsplit(self.path).query)
             mean = float(query.get("mean_ms", ["10"])[0]) / 1000
@@ -46,7 +51,8 @@ BACKEND = textwrap.dedent('''\
             time.sleep(sleep)
             body = b"failed" if failed else b"x" * int(query.get("size", ["100"])[0])
             self.send_response(500 if failed else 200)
-            self.send_header("Content-Length", str(len(body)))
+            if "chunked" not in query:  # without a length nginx answers HTTP/1.1 clients chunked
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
@@ -80,6 +86,7 @@ NGINX_CONF = textwrap.dedent("""\
             location /fast {{ return 200 "ok"; }}
             location / {{ proxy_pass http://127.0.0.1:{backend}; }}
         }}
+    {extra}
     }}
     """)
 
@@ -164,6 +171,7 @@ class WebRig:
                 log_format=LOG_FORMAT,
                 address=SERVER_ADDRESS,
                 backend=BACKEND_PORT,
+                extra=self.extra_servers(),
             )
         )
         self._spawn(
@@ -179,6 +187,10 @@ class WebRig:
             ],
         )
         self._wait_ready()
+
+    def extra_servers(self) -> str:
+        """More nginx ``server`` blocks (a subclass's: TLS, HTTP/2)."""
+        return ""
 
     def _spawn(self, namespace: str, argv: list[str], **options) -> subprocess.Popen:
         process = subprocess.Popen(
@@ -246,14 +258,21 @@ class WebRig:
         )
         return result.stdout
 
-    def tcpdump(self, path: Path, snaplen: int = 0) -> subprocess.Popen:
-        """Start capturing the client's veth end to ``path``; stop with ``stop``."""
+    def tcpdump(
+        self,
+        path: Path,
+        snaplen: int = 0,
+        namespace: str | None = None,
+        interface: str = "eth0",
+    ) -> subprocess.Popen:
+        """Start capturing the client's veth end (or ``interface`` of ``namespace``) to
+        ``path``; stop with ``stop``."""
         process = self._spawn(
-            self.client,
+            namespace or self.client,
             [
                 "tcpdump",
                 "-i",
-                self.link,
+                interface if namespace else self.link,
                 "-U",
                 "--immediate-mode",
                 "-B",
