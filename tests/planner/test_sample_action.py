@@ -72,7 +72,7 @@ for i in range(count):
 
 @pytest.fixture
 def lab(dataplane):
-    with Lab(prefix="cq") as lab:
+    with Lab.unique("cq") as lab:
         yield lab
 
 
