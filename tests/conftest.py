@@ -3,24 +3,23 @@ the suite runs in parallel (docs/testing.md).
 
 ``bin/test`` runs pytest-xdist workers (``-n``, ``--dist loadgroup``). Tests that need root
 share the machine's root namespace (links, addresses, routes, the one userspace OVS it holds),
-so they go to one worker, one at a time, as in a serial run: ``pytest_collection_modifyitems``
-puts every test marked ``root``, every test using a root fixture (``ROOT_FIXTURES``) and every
-test of a module that builds rigs (``ROOT_MODULE``) into the xdist group ``root``. Everything
-else runs on whichever worker is free. Hypothesis runs without deadlines and without the
-"too slow" health check: the workers load the machine, and timing is not what it tests.
+so ``pytest_collection_modifyitems`` puts them into three xdist groups by the rig their module
+builds (tests/xdist_groups.py; a test marked ``root`` or using a root fixture elsewhere goes to
+``root``): each group runs on one worker, one test at a time, as in a serial run, beside the
+other groups and the rest. Everything else runs on whichever worker is free. Hypothesis runs
+without deadlines and without the "too slow" health check: the workers load the machine, and
+timing is not what it tests.
 """
 
 from __future__ import annotations
 
 import copy
-import re
 from datetime import datetime, timedelta, timezone
-from functools import cache
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 from plan_documents import plan_bytes, plan_document
+from xdist_groups import root_group
 
 from cosample.lab.netns import netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
@@ -31,40 +30,12 @@ pytest_plugins = ["agentsandbox"]
 settings.register_profile("cosample", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("cosample")
 
-#: The xdist group of the tests that need root (one worker, one test at a time).
-ROOT_GROUP = "root"
-#: Fixtures that make a test need root.
-ROOT_FIXTURES = frozenset({"dataplane", "root_links", "sandbox"})
-#: What in a test module's source shows it builds namespaces, links or a real-datapath OVS: the
-#: rigs, their availability checks, and commands that run them.
-ROOT_MODULE = re.compile(
-    r"\bLab\b|WebRig|MirrorRig|OneHostTestbed|netns_available|rig_unavailable|web_available"
-    r"|one_host_testbed_unavailable|testbed_unavailable|geteuid|\"--testbed\"|\"testbed\", \"up\""
-    r"|build\.up\b|dummy=False"
-)
-
-
-@cache
-def _builds_rigs(path: Path) -> bool:
-    try:
-        return bool(ROOT_MODULE.search(path.read_text()))
-    except OSError:
-        return False
-
-
-def needs_root(item: pytest.Item) -> bool:
-    """True for a test that needs the root namespace (docs/testing.md, "Markers")."""
-    return (
-        item.get_closest_marker("root") is not None
-        or not ROOT_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
-        or _builds_rigs(Path(item.path))
-    )
-
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if needs_root(item):
-            item.add_marker(pytest.mark.xdist_group(ROOT_GROUP))
+        group = root_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
