@@ -1,7 +1,12 @@
-"""Which xdist group a test that needs root runs in (tests/conftest.py, docs/testing.md).
+"""Which worker group a test that needs root runs in, and the pytest-xdist scheduler that keeps
+each group on one worker (tests/conftest.py, docs/testing.md).
 
-Tests that need root share the machine's root namespace, so each such test runs in one of three
-groups, one test at a time per group, beside the other groups and the tests that need no root.
+Tests that need root share the machine's root namespace, so each test module that builds rigs
+runs in one of three groups, decided by its source: a group is one unit of work for xdist (one
+worker, one test at a time, as in a serial run), beside the other groups and the tests that need
+no root, each of which is a unit of its own. The scheduler is ours, not xdist's ``loadgroup``:
+that one tags node ids with the group (``item._nodeid``), which pytest 9.2 no longer reads, so
+its groups silently spread over all workers.
 """
 
 from __future__ import annotations
@@ -10,14 +15,14 @@ import re
 from functools import cache
 from pathlib import Path
 
-import pytest
+from xdist.scheduler import LoadScopeScheduling
 
-#: What in a test module's source shows it builds namespaces, links or a real-datapath OVS (the
-#: rigs, their availability checks, the commands that run them), by the group it runs in: the
-#: first that matches. ``onehost``: the one-host testbed, whose OVS holds the root namespace's
-#: only userspace datapath (the rig also takes a machine-wide lock); ``web``: the web and
-#: mirroring rigs, wholly inside namespaces of their own; ``root``: everything else that needs
-#: root (links, addresses and routes in the root namespace, the agents' sandbox, the testbed).
+#: What in a test module's source shows it builds namespaces, links or a real-datapath OVS, by
+#: the group it runs in: the first that matches. ``onehost``: the one-host testbed, whose OVS
+#: holds the root namespace's only userspace datapath (the rig also takes a machine-wide lock);
+#: ``web``: the web and mirroring rigs, wholly inside namespaces of their own; ``root``:
+#: everything else that needs root (links, addresses and routes in the root namespace, the
+#: agents' sandbox and its fixtures, the testbed, a test marked ``root``).
 ROOT_MODULES = (
     ("onehost", re.compile(r"OneHostTestbed|one_host_testbed_unavailable|\"--testbed\"")),
     ("web", re.compile(r"WebRig|MirrorRig|rig_unavailable|web_available")),
@@ -25,16 +30,15 @@ ROOT_MODULES = (
         "root",
         re.compile(
             r"\bLab\b|netns_available|geteuid|testbed_unavailable|\"testbed\", \"up\""
-            r"|build\.up\b|dummy=False"
+            r"|build\.up\b|dummy=False|mark\.root\b|[(,]\s*(dataplane|root_links|sandbox)\s*[,)]"
         ),
     ),
 )
-#: Fixtures that make a test need root (the agents' sandbox: VXLAN devices, routes).
-ROOT_FIXTURES = frozenset({"dataplane", "root_links", "sandbox"})
 
 
 @cache
-def _module_group(path: Path) -> str | None:
+def module_group(path: Path) -> str | None:
+    """The group of the tests in the module at ``path``; None when they need no root."""
     try:
         source = path.read_text()
     except OSError:
@@ -42,12 +46,13 @@ def _module_group(path: Path) -> str | None:
     return next((group for group, pattern in ROOT_MODULES if pattern.search(source)), None)
 
 
-def root_group(item: pytest.Item) -> str | None:
-    """The xdist group of a test that needs root, None for one that does not (docs/testing.md)."""
-    group = _module_group(Path(item.path))
-    if group is None and (
-        item.get_closest_marker("root") is not None
-        or not ROOT_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
-    ):
-        group = "root"
-    return group
+class RootGroupScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling where a scope is a root group, or else one test alone; the
+    largest scopes (the groups) are handed out first."""
+
+    def __init__(self, config, log=None) -> None:
+        super().__init__(config, log)
+        self.rootpath = Path(config.rootpath)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return module_group(self.rootpath / nodeid.split("::", 1)[0]) or nodeid

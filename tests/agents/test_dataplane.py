@@ -296,7 +296,8 @@ def run_rig(
                 assert "0 command(s)" in agent_cli(lab, ns, "apply", "--config", config)
             run(
                 lab.exec_argv(
-                    "caD1", [sys.executable, "-c", SENDER, "10.213.0.2", str(PORT + 1), "20", "100"]
+                    f"{lab.prefix}D1",
+                    [sys.executable, "-c", SENDER, "10.213.0.2", str(PORT + 1), "20", "100"],
                 ),
                 timeout=30,
             )  # ARP warm-up
@@ -315,7 +316,7 @@ def run_rig(
             sflow2.clear()
             run(
                 lab.exec_argv(
-                    "caD1",
+                    f"{lab.prefix}D1",
                     [
                         sys.executable,
                         "-c",

@@ -1,21 +1,12 @@
-"""tests/xdist_groups.py: the tests that need root run in their rig's group, the others in none."""
+"""tests/xdist_groups.py: the modules that need root run in their rig's group, the others in
+none, and the scheduler keeps a group together."""
 
 from pathlib import Path
 
 import pytest
-from xdist_groups import root_group
+from xdist_groups import RootGroupScheduling, module_group
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Item:
-    """What root_group reads of a collected test."""
-
-    def __init__(self, path, marks=(), fixturenames=()):
-        self.path, self.fixturenames, self._marks = ROOT / path, list(fixturenames), set(marks)
-
-    def get_closest_marker(self, name):
-        return pytest.mark.root if name in self._marks else None
 
 
 @pytest.mark.parametrize(
@@ -26,19 +17,39 @@ class Item:
         ("tests/experiments/test_appmon_costs.py", "web"),  # the mirroring rig
         ("tests/appmon/test_ground_truth.py", "web"),  # the web rig
         ("tests/agents/test_dataplane.py", "root"),  # Lab, real-datapath OVS in namespaces
+        ("tests/agents/test_sandbox.py", "root"),  # the sandbox fixture: root links, VXLAN
+        ("tests/agents/test_hardening.py", "root"),
         ("tests/testbed/test_integration.py", "root"),  # the emulated data centre
         ("tests/core/test_numeric.py", None),
         ("tests/planner/test_sample_choice.py", None),
     ],
 )
 def test_a_module_runs_in_the_group_of_the_rig_it_builds(path, group):
-    assert root_group(Item(path)) == group
+    assert module_group(ROOT / path) == group
 
 
-def test_a_root_mark_or_fixture_elsewhere_means_the_root_group():
-    assert root_group(Item("tests/core/test_numeric.py", marks={"root"})) == "root"
-    assert (
-        root_group(Item("tests/core/test_numeric.py", fixturenames=["sandbox", "tmp_path"]))
-        == "root"
-    )
-    assert root_group(Item("tests/core/test_numeric.py", fixturenames=["tmp_path"])) is None
+def test_a_root_mark_or_fixture_puts_a_module_in_the_root_group(tmp_path):
+    cases = {
+        "marked.py": "@pytest.mark.root\ndef test_x(): ...\n",
+        "fixture.py": "def test_x(tmp_path, root_links): ...\n",
+        "plain.py": "from cosample.dataplane.run import run\ndef test_x(tmp_path): ...\n",
+    }
+    for name, source in cases.items():
+        (tmp_path / name).write_text(source)
+    assert module_group(tmp_path / "marked.py") == module_group(tmp_path / "fixture.py") == "root"
+    assert module_group(tmp_path / "plain.py") is None
+
+
+def test_the_scheduler_gives_a_group_one_scope():
+    scheduler = RootGroupScheduling.__new__(RootGroupScheduling)  # its scopes only: no workers
+    scheduler.rootpath = ROOT
+    scopes = {
+        scheduler._split_scope(nodeid)
+        for nodeid in (
+            "tests/agents/test_sandbox.py::test_second_run_writes_nothing[today]",
+            "tests/agents/test_hardening.py::test_secure_by_default",
+        )
+    }
+    assert scopes == {"root"}
+    alone = "tests/core/test_numeric.py::test_last_digit_differences_pass"
+    assert scheduler._split_scope(alone) == alone

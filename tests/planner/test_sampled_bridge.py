@@ -149,7 +149,7 @@ def test_a_bridge_samples_what_enters_it_first(lab, tmp_path, layout):
         for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, on another port
             run(
                 lab.exec_argv(
-                    f"cb{name}",
+                    f"{lab.prefix}{name}",
                     [sys.executable, "-c", SENDER, ADDRESS[peer], str(PORT + 1), "20", "100"],
                 ),
                 timeout=30,
@@ -160,7 +160,7 @@ def test_a_bridge_samples_what_enters_it_first(lab, tmp_path, layout):
         for name, peer in (("a", "b"), ("b", "a")):
             run(
                 lab.exec_argv(
-                    f"cb{name}",
+                    f"{lab.prefix}{name}",
                     [
                         sys.executable,
                         "-c",
