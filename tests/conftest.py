@@ -4,7 +4,7 @@ the suite runs in parallel (docs/testing.md).
 ``bin/test`` runs pytest-xdist workers (``-n``). Tests that need root share the machine's root
 namespace (links, addresses, routes, the one userspace OVS it holds), so the scheduler
 (``pytest_xdist_make_scheduler``) puts the tests of each module that builds rigs into one of
-three groups by what it builds (tests/xdist_groups.py): each group runs on one worker, one test
+two groups by what it builds (tests/xdist_groups.py): each group runs on one worker, one test
 at a time, as in a serial run, beside the other groups and the rest. Everything else runs on
 whichever worker is free, at a lower priority than the groups' tests (``pytest_runtest_setup``).
 Hypothesis runs without deadlines and without the "too slow" health check: the workers load the
@@ -30,7 +30,7 @@ from cosample.lab.ovs import OvsInstance, ovs_available
 pytest_plugins = ["agentsandbox"]
 
 #: The niceness of the tests outside the root groups in a parallel run (pytest_runtest_setup).
-OTHERS_NICENESS = 5
+OTHERS_NICENESS = 10
 
 settings.register_profile("cosample", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("cosample")

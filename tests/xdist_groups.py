@@ -2,7 +2,7 @@
 each group on one worker (tests/conftest.py, docs/testing.md).
 
 Tests that need root share the machine's root namespace, so each test module that builds rigs
-runs in one of three groups, decided by its source: a group is one unit of work for xdist (one
+runs in one of two groups, decided by its source: a group is one unit of work for xdist (one
 worker, one test at a time, as in a serial run), beside the other groups and the tests that need
 no root, each of which is a unit of its own. The scheduler is ours, not xdist's ``loadgroup``:
 that one tags node ids with the group (``item._nodeid``), which pytest 9.2 no longer reads, so
@@ -18,14 +18,20 @@ from pathlib import Path
 from xdist.scheduler import LoadScopeScheduling
 
 #: What in a test module's source shows it builds namespaces, links or a real-datapath OVS, by
-#: the group it runs in: the first that matches. ``onehost``: the one-host testbed, whose OVS
-#: holds the root namespace's only userspace datapath (the rig also takes a machine-wide lock);
-#: ``web``: the web and mirroring rigs, wholly inside namespaces of their own; ``root``:
-#: everything else that needs root (links, addresses and routes in the root namespace, the
-#: agents' sandbox and its fixtures, the testbed, a test marked ``root``).
+#: the group it runs in: the first that matches. ``measure``: the rigs whose tests measure time
+#: or CPU against a reference and fail when another rig computes beside them (the one-host
+#: testbed's calibrations, whose OVS also holds the root namespace's only userspace datapath;
+#: the web and mirroring rigs, timed against nginx's log); ``root``: everything else that needs
+#: root (links, addresses and routes in the root namespace, the agents' sandbox and its
+#: fixtures, the testbed, a test marked ``root``).
 ROOT_MODULES = (
-    ("onehost", re.compile(r"OneHostTestbed|one_host_testbed_unavailable|\"--testbed\"")),
-    ("web", re.compile(r"WebRig|MirrorRig|rig_unavailable|web_available")),
+    (
+        "measure",
+        re.compile(
+            r"OneHostTestbed|one_host_testbed_unavailable|\"--testbed\""
+            r"|WebRig|MirrorRig|rig_unavailable|web_available"
+        ),
+    ),
     (
         "root",
         re.compile(

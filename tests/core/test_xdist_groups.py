@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     ("path", "group"),
     [
-        ("tests/costmodel/test_integration.py", "onehost"),  # OneHostTestbed
-        ("tests/costmodel/test_cpu_integration.py", "onehost"),  # cosample calibrate --testbed
-        ("tests/experiments/test_appmon_costs.py", "web"),  # the mirroring rig
-        ("tests/appmon/test_ground_truth.py", "web"),  # the web rig
+        ("tests/costmodel/test_integration.py", "measure"),  # OneHostTestbed
+        ("tests/costmodel/test_cpu_integration.py", "measure"),  # cosample calibrate --testbed
+        ("tests/experiments/test_appmon_costs.py", "measure"),  # the mirroring rig
+        ("tests/appmon/test_ground_truth.py", "measure"),  # the web rig
         ("tests/agents/test_dataplane.py", "root"),  # Lab, real-datapath OVS in namespaces
         ("tests/agents/test_sandbox.py", "root"),  # the sandbox fixture: root links, VXLAN
         ("tests/agents/test_hardening.py", "root"),
