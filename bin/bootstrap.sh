@@ -50,18 +50,26 @@ install_system() {
     apt-get install -y -q --no-install-recommends $missing >/dev/null
 }
 
+# What the virtualenv was installed from: a change to any of these (a new lock from bin/lock
+# included) means installing again.
+install_stamp() {
+    cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" |
+        sha256sum | cut -c1-16
+}
+
 install_python() {
     local extras=$1 stamp
     if ! "$PYTHON" -m venv --help >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
         apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null
     fi
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    stamp="$VENV/.cosample-$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" |
-        sha256sum | cut -c1-16)-$extras"
+    stamp="$VENV/.cosample-$(install_stamp)-$extras"
     [ -f "$stamp" ] && return 0
     echo "bootstrap: installing cosample and its Python dependencies into $VENV" >&2
-    if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
-           "$VENV/bin/python" -m pip install -e "$ROOT[$extras]"; } >"$VENV/install.log" 2>&1; then
+    # PIP_CONSTRAINT also reaches pip's isolated build of setup.py (setuptools, wheel)
+    if ! { PIP_CONSTRAINT="$ROOT/constraints.txt" "$VENV/bin/python" -m pip install pip &&
+           PIP_CONSTRAINT="$ROOT/constraints.txt" "$VENV/bin/python" -m pip install \
+               -e "$ROOT[$extras]"; } >"$VENV/install.log" 2>&1; then
         tail -n 30 "$VENV/install.log" >&2
         echo "bootstrap: pip install failed; full log in $VENV/install.log" >&2
         exit 1

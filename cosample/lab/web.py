@@ -5,14 +5,14 @@ small Python backend that sleeps a drawn time and answers 200, or 500 at a given
 chosen per request by the URL's query: ``/?mean_ms=20&error=0.1``); the *client* namespace runs
 ``wrk`` and is where captures are taken (on its end of the veth, which sees every packet of the
 connections). nginx's access log, with ``$request_time``, is the reference (the seeds' Tomcat
-valve). Everything is created under a random name prefix and removed, by PID and by name, on
-exit. Test rig only; needs root.
+valve). Everything is created under a name prefix unique to the process (``Lab.unique``) and
+removed, by PID and by name, on exit; a crashed run's leftovers are swept before the first
+namespace is made. Test rig only; needs root.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -123,9 +123,8 @@ class WebRig:
 
     def __init__(self, directory: Path, seed: int = 1) -> None:
         self.directory, self.seed = Path(directory), seed
-        tag = f"{random.Random().randrange(16**5):05x}"
-        self.lab = Lab(prefix=f"am{tag}")
-        self.link = f"am{tag}v"
+        self.lab = Lab.unique("am")
+        self.link = f"{self.lab.prefix}v"
         self._processes: list[subprocess.Popen] = []
 
     def __enter__(self) -> "WebRig":
