@@ -33,7 +33,6 @@ from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.events import EventDetector, snapshot_values, write_events
 from cosample.collector.httpapi import http_server
-from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
@@ -46,6 +45,8 @@ from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.errors import CosampleError
 from cosample.files import write_atomic, write_bytes_atomic
+from cosample.httplimits import Limits
+from cosample.httpserver import BoundedHTTPServer, ServerMetrics
 
 SNAPSHOT_FILE = "snapshot.json"
 #: After a snapshot that took d seconds, at least this many times d of ingest before the next.
@@ -59,8 +60,8 @@ class Settings:
     name: str
     metrics_port: int | None = None
     http_host: str = "127.0.0.1"
-    http_max_connections: int = MAX_CONNECTIONS
-    http_idle_timeout_s: float = IDLE_TIMEOUT_S
+    http_max_connections: int = Limits.max_connections
+    http_idle_timeout_s: float = Limits.idle_s
     state_dir: Path | None = None
     window_s: float = 30.0
     export_s: float = 1.0
@@ -136,6 +137,7 @@ class Service:
         self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         self.metrics = SnapshotMetrics(lambda: (self.snapshot, self.status))
+        self.metrics.registry.register(ServerMetrics("cosample_collector", lambda: self._http))
 
     # set-up --------------------------------------------------------------------------------
     def start(self) -> "Service":
@@ -151,7 +153,6 @@ class Service:
             self._restore_templates()
         if self.settings.metrics_port is not None:
             self._http = http_server(self, self.settings.http_host, self.settings.metrics_port)
-            self.status.http_refused = self._http.refused
             threading.Thread(
                 target=self._http.serve_forever, name="collector-http", daemon=True
             ).start()
