@@ -121,6 +121,8 @@ class Service:
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.reexporter: Reexporter | None = None
         self.snapshot: Snapshot | None = None
+        #: this process's start and its exports: each snapshot's ``started`` and ``serial``
+        self.started, self.exports = datetime.fromtimestamp(clock(), timezone.utc), 0
         self._snapshot_json = b""
         self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
         # one reference each: body and signature; None until the writer thread has rendered
@@ -349,7 +351,10 @@ class Service:
 
     def export(self, now: float) -> Snapshot:
         """The normal path: a snapshot of the estimator, handed to the writer thread."""
-        snapshot = self.estimator.snapshot(now)
+        self.exports += 1
+        snapshot = self.estimator.snapshot(now).model_copy(
+            update={"started": self.started, "serial": self.exports}
+        )
         self.snapshot = snapshot
         self.status.datagrams, self.status.samples = (
             self.estimator.datagrams,
