@@ -20,7 +20,8 @@ import threading
 import time
 
 import pytest
-from slowpeers import peak_mb
+
+from cosample.lab.slowpeers import peak_mb
 
 pytestmark = pytest.mark.root
 

@@ -18,8 +18,9 @@ import urllib.error
 import pytest
 from collector_daemon import Daemon, counter, served_snapshot
 from collector_plans import FOUR, plan_document
-from slowpeers import Drippers, Endless, peak_mb
 from waiting import wait_for
+
+from cosample.lab.slowpeers import Drippers, Endless, peak_mb
 
 HOLD_S = 12.0  # two rounds of drips and past the head's 10 s deadline
 

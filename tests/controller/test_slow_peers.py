@@ -20,11 +20,11 @@ from datetime import datetime, timezone
 
 import pytest
 from controller_helpers import inventory_doc, snapshot_doc
-from slowpeers import Drippers, Endless, peak_mb
 from waiting import wait_for
 
 from cosample.controller.source import MAX_BYTES
 from cosample.fetch import FetchError, fetch
+from cosample.lab.slowpeers import Drippers, Endless, peak_mb
 from cosample.plan.signing import generate_keypair
 
 BUSY = {"s1": {"s1": 1500, "s2": 900}, "s2": {"s2": 200}, "s3": {"s3": 100}}

@@ -1,4 +1,6 @@
-"""Peers that never finish, for the tests of the daemons' limits (issue 41, item 6).
+"""Peers that never finish, for the daemons' limits (issue 41, item 6): the tests of
+``tests/collector/test_slow_peers.py``, ``tests/controller/test_slow_peers.py`` and
+``research/slow_peers.py``.
 
 ``Endless``: an HTTP server on loopback whose every answer is 200 with a body that never ends
 (close-delimited or chunked), sent as fast as the reader takes it. ``Drippers``: ``count``
