@@ -53,6 +53,8 @@ IDLE, HEAD, ANSWER = "idle", "head", "answer"
 POLL_S = 0.25
 #: Connections accepted per turn of the loop (a flood of them does not starve the reads).
 ACCEPTS_PER_TURN = 16
+#: An answer is written in blocks this large, each within the idle timeout.
+SEND_BYTES = 1 << 20
 _STARVED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
@@ -303,7 +305,8 @@ class BoundedHTTPServer:
 
 
 class _Writer(io.BufferedIOBase):
-    """The answer's stream: each write sent whole (``sendall``), nothing buffered or copied."""
+    """The answer's stream: each write sent whole, nothing buffered or copied, in blocks of
+    ``SEND_BYTES`` (``sendall``'s timeout covers one call: a block, not a 200 MB answer)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -312,8 +315,10 @@ class _Writer(io.BufferedIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        self._sock.sendall(data)
-        return memoryview(data).nbytes
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), SEND_BYTES):
+            self._sock.sendall(view[start : start + SEND_BYTES])
+        return len(view)
 
 
 def _bounded(handler: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:
