@@ -33,13 +33,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+from cosample.controller import inventory
+from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.lab.slowpeers import Drippers, Endless, peak_mb
 
 INVENTORY = {
-    "format": "cosample.inventory",
+    "format": inventory.FORMAT,
     "format_version": 1,
     "name": "slow-peers",
-    "cost": {"alpha": 1.54, "beta": 0.46},
+    "cost": {"alpha": PAPER_ALPHA, "beta": PAPER_BETA},
     "servers": [{"name": f"s{k}", "capacity_pps": 3000} for k in (1, 2, 3)],
     "sflow": {"collector": "192.0.2.100:6343"},
 }
