@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from cosample import __version__
 from cosample.agents.appmon_state import summary as appmon_summary
@@ -218,6 +218,28 @@ def read_status(state_dir: str | Path) -> dict[str, Any] | None:
 
 
 def serve_metrics(metrics: Metrics, port: int):
-    """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread); returns the server."""
-    server, _thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
+    """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread) with the daemons'
+    one HTTP server (``cosample.httpserver``; its own counts as ``cosample_agent_http_*``);
+    returns the server."""
+    import threading
+    from http.server import BaseHTTPRequestHandler
+
+    from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
+
+    own = CollectorRegistry(auto_describe=False)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] not in ("/", "/metrics"):
+                self.send_error(404, "try /metrics")
+                return
+            body = metrics.text() + generate_latest(own)
+            send_body(self, body, "text/plain; version=0.0.4; charset=utf-8")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = BoundedHTTPServer(("127.0.0.1", port), Handler)
+    own.register(ServerMetrics("cosample_agent", lambda: server))
+    threading.Thread(target=server.serve_forever, name="agent-metrics", daemon=True).start()
     return server

@@ -7,7 +7,7 @@ last, so a scrape never waits for the fast path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -34,7 +34,6 @@ class Status:
     kernel_drops: int = 0  # datagrams the kernel could not queue on the socket
     queue_overflow: int = 0  # datagrams the receive thread's queue had no room for
     insecure_unsigned: bool = False
-    http_refused: Mapping[str, int] = field(default_factory=dict)  # the HTTP server's, live
     ipfix_messages: int = 0  # IPFIX messages decoded (``--ipfix``)
     ipfix_records: int = 0  # IPFIX data records counted into estimates
     ipfix_receive_errors: int = 0
@@ -115,15 +114,6 @@ class SnapshotMetrics:
         for reason in ("fetch", "signature", "invalid"):
             refused.add_metric([reason], status.plan_refused.get(reason, 0))
         yield refused
-        http = CounterMetricFamily(
-            "cosample_collector_http_refused",
-            "HTTP connections closed unserved, by reason (busy: at "
-            "--http-max-connections; descriptors: none left; error)",
-            labels=["reason"],
-        )
-        for reason in ("busy", "descriptors", "error"):
-            http.add_metric([reason], status.http_refused.get(reason, 0))
-        yield http
         yield GaugeMetricFamily(
             "cosample_collector_insecure_unsigned",
             "1 when plans are accepted without a signature",

@@ -289,9 +289,18 @@ class Snapshot(Strict):
     #: Discarded-packet samples (sFlow format 5) since start: server -> drop reason code ->
     #: samples (packets the server's switch dropped; ``ignored.discarded_packet`` in all).
     discards: dict[str, dict[str, Count]] = Field(default_factory=dict)
+    #: When the collector process that made the snapshot started, and its exports since (from
+    #: 1): signed with the rest, they let a reader use each snapshot once (docs/collector.md,
+    #: "Snapshot"). None in a replay's or a merge's snapshot, and from collectors before them.
+    started: UtcTime | None = None
+    serial: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "Snapshot":
+        if (self.started is None) != (self.serial is None):
+            _fail(("serial",), "started and serial come together", self.serial)
+        if self.started is not None and self.started > self.time:
+            _fail(("started",), "after the snapshot's time", format_time_ms(self.started))
         table = self.servers
         n = len(table.name)
         for key in ServerTable.model_fields:

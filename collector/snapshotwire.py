@@ -66,6 +66,9 @@ def snapshot_json(data: Mapping[str, Any]) -> str:
         "discards",
     ):
         wire[key] = data[key]
+    started = data.get("started")  # a daemon's export; a replay has none
+    wire["started"] = format_time_ms(started) if started is not None else None
+    wire["serial"] = data.get("serial")
     return orjson.dumps(wire).decode() + "\n"
 
 
