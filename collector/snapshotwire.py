@@ -66,6 +66,10 @@ def snapshot_json(data: Mapping[str, Any]) -> str:
         "discards",
     ):
         wire[key] = data[key]
+    wire["guard"] = {
+        server: {**entry, "since": format_time_ms(entry["since"])}
+        for server, entry in data["guard"].items()
+    }
     return orjson.dumps(wire).decode() + "\n"
 
 
