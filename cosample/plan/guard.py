@@ -7,9 +7,10 @@ and its *limit*, the busy share of its forwarding above which it backs off:
 
 - ``floor_sampling``: the sparsest sFlow 1-in-N it may go to (at least the plan's N: a floor
   below the plan, as a transition's first phase may leave, means no room);
-- ``floor_mirror_share``: the share of each planned mirror rate it must keep (0: it may shed
-  its mirrors entirely; 1: it keeps them);
-- ``limit``: in (0, 1], the planner's ``1 - margin``.
+- ``floor_mirror_share``: the share of each planned mirror rate it must keep (0, the default:
+  it may shed its mirrors entirely; 1: it keeps them);
+- ``limit``: in (0, 1], the busy share of its forwarding above which it backs off (default
+  0.9: the planner's default margin kept free).
 
 The ladder from the plan down to the floor sheds mirrors first (they cost the sender beta per
 copy and only move monitoring elsewhere), each rung halving their rates, then samples more
@@ -28,16 +29,20 @@ from cosample.validation import Strict
 #: The sFlow 1-in-N is 32 bits (``document.MAX_SAMPLING``, repeated: this module is imported by
 #: it).
 _MAX_SAMPLING = 2**32 - 1
+#: The busy share a host backs off above when its entry names none (the planner's default
+#: margin, 0.1, kept free).
+DEFAULT_LIMIT = 0.9
 #: The mirror rungs above the floor share: each halves the rates of the one before.
 MIRROR_SCALES = (1.0, 0.5, 0.25, 0.125)
 
 
 class GuardSpec(Strict):
-    """A host's room for local back-off (``hosts.<h>.guard``)."""
+    """A host's room for local back-off (``hosts.<h>.guard``; a description's
+    ``servers[].guard``, which the planner writes into the plan with every field)."""
 
     floor_sampling: Annotated[int, Field(ge=1, le=_MAX_SAMPLING)]
-    floor_mirror_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-    limit: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+    floor_mirror_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.0
+    limit: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = DEFAULT_LIMIT
 
 
 class Rung(NamedTuple):
