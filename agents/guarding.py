@@ -165,14 +165,15 @@ class HostGuard:
         what = "backs off" if direction == "down" else "steps back up"
         if self.mode == "report":
             what = f"would {'back off' if direction == 'down' else 'step back up'} (report only)"
+        rates = [f"sFlow 1-in-{target.sampling}" if target.sampling is not None else "no sFlow"]
+        if self.plan is not None and self.plan.hosts[self.config.host].mirrors:
+            rates.append(f"mirrors at {target.mirror_scale:g} of the plan")
         log.warning(
-            "guard: %s to rung %d of %d (sFlow 1-in-%s, mirrors at %g of the plan): "
-            "forwarding busy %.2f, limit %.2f%s",
+            "guard: %s to rung %d of %d (%s): forwarding busy %.2f, limit %.2f%s",
             what,
             rung,
             len(self.rungs) - 1,
-            target.sampling if target.sampling is not None else "-",
-            target.mirror_scale,
+            ", ".join(rates),
             reading.busy,
             self.limit,
             f", {reading.drops} packets dropped" if reading.drops else "",

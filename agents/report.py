@@ -169,12 +169,13 @@ class Metrics:
             "The guard's last reading of forwarding busy (1: no time to spare)",
             registry=r,
         )
-        self.guard_steps = Gauge(
+        self.guard_steps = Counter(
             "cosample_agent_guard_steps",
-            "Steps the guard took along the ladder since start, by direction (down, up)",
+            "Steps the guard took along the ladder, by direction (down, up)",
             ["direction"],
             registry=r,
         )
+        self._guard_steps = {"down": 0, "up": 0}  # the counts the counter has been told
         self.insecure = Gauge(
             "cosample_agent_insecure_unsigned",
             "1 when plans are accepted without a signature",
@@ -223,7 +224,11 @@ class Metrics:
         self.guard_rung.set(guard["rung"] if guard["mode"] == "on" else 0)
         self.guard_busy.set(guard["busy"] if guard["busy"] is not None else 0)
         for direction in ("down", "up"):
-            self.guard_steps.labels(direction=direction).set(guard[f"steps_{direction}"])
+            steps = guard[f"steps_{direction}"]
+            self.guard_steps.labels(direction=direction).inc(
+                max(0, steps - self._guard_steps[direction])
+            )
+            self._guard_steps[direction] = steps
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

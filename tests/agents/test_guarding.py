@@ -84,7 +84,7 @@ def test_steps_down_at_once_reports_and_climbs_back(agent_with, caplog):
     assert status["reason"].startswith("guard: rung 3 of")
     metrics = (agent.state_dir / "metrics.prom").read_text()
     assert "cosample_agent_guard_rung 3.0" in metrics
-    assert 'cosample_agent_guard_steps{direction="down"} 2.0' in metrics
+    assert 'cosample_agent_guard_steps_total{direction="down"} 2.0' in metrics
     # calm readings: back up one rung per two of them, to the plan
     rungs = [agent.guard.status().rung]
     for _ in range(10):
