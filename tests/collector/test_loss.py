@@ -260,6 +260,13 @@ def test_agent_restarts_a_second_apart_are_restarts_not_duplicates():
             )
         number += 10
     assert kept == number and tracker.duplicates == 0 and tracker.restarts == 3
+    # an agent restarted within the second it started: its uptime does not go back at all,
+    # its numbers do (from 100 datagrams to 1)
+    tracker = LossTracker(lambda *args: None)
+    for k in range(1, 101):
+        tracker.datagram("c", 0, k, 0, ((k, 1, 16, 0),), k * 0.005)
+    kept = [tracker.datagram("c", 0, k, 0, ((k, 1, 256, 0),), 0.6 + k * 0.1) for k in range(1, 6)]
+    assert all(kept) and tracker.restarts == 1 and tracker.duplicates == 0
     # a datagram reordered across a second boundary (a number or two behind) is no restart,
     # and a copy of one (same number, same uptime) is a duplicate
     tracker = LossTracker(lambda *args: None)
