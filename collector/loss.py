@@ -22,8 +22,9 @@ restart, so a gap is only a loss when it is plausible and nothing fills it later
   corrupted number therefore costs nothing, and an agent that restarted is followed after one
   sample. An agent whose datagram uptime goes back by more than ``RESTART_SLACK_MS``, or by a
   second with its datagram number more than a few behind, or not forward with its number more
-  than ``RESTART_DATAGRAMS`` behind (OVS restarts its agent on every change of the sFlow row and
-  counts uptime in whole seconds), restarted: all its samplers start again (``restarts``).
+  than ``RESTART_DATAGRAMS`` behind or numbering its first datagrams again (OVS restarts its agent
+  on every change of the sFlow row and counts uptime in whole seconds), restarted: all its
+  samplers start again (``restarts``).
 
 The gap bound is ``max(GAP_FLOOR, GAP_FACTOR x r x (elapsed + 1 s))``, ``r`` the rate at which
 the sampler generated numbers since it (re)started: an outage of any length is a plausible
@@ -58,8 +59,11 @@ RESTART_UPTIME_MS = 1000
 REORDER_DATAGRAMS = 2
 #: An agent restarted within the second it started shows no uptime going back at all; a
 #: datagram more than this many numbers behind the newest, with an uptime no later, is a
-#: restarted agent's (no reordering of one socket's datagrams goes that far).
+#: restarted agent's (no reordering of one socket's datagrams goes that far), and so is one of
+#: the first ``FIRST_DATAGRAMS`` an agent numbers more than ``REORDER_DATAGRAMS`` behind it
+#: (the agent before it sent only a few datagrams: at a sparse rate, for less than a second).
 RESTART_DATAGRAMS = 64
+FIRST_DATAGRAMS = 4
 #: Samplers kept per agent, and (agent, sub-agent) entries in all: a named agent that sends
 #: random source ids or sub-agents (corrupt or hostile) replaces its oldest, never grows.
 MAX_SAMPLERS = 4096
@@ -333,6 +337,7 @@ def _restarted(newest_uptime: int, newest_number: int, uptime: int, number: int)
         back > RESTART_SLACK_MS
         or (back >= RESTART_UPTIME_MS and behind > REORDER_DATAGRAMS)
         or behind > RESTART_DATAGRAMS
+        or (number <= FIRST_DATAGRAMS and behind > REORDER_DATAGRAMS)
     )
 
 

@@ -267,6 +267,13 @@ def test_agent_restarts_a_second_apart_are_restarts_not_duplicates():
         tracker.datagram("c", 0, k, 0, ((k, 1, 16, 0),), k * 0.005)
     kept = [tracker.datagram("c", 0, k, 0, ((k, 1, 256, 0),), 0.6 + k * 0.1) for k in range(1, 6)]
     assert all(kept) and tracker.restarts == 1 and tracker.duplicates == 0
+    # ... and one that had sent only 40 (1-in-16 for under a second; found on the testbed:
+    # the next agent's samples were all duplicates for 19 s)
+    tracker = LossTracker(lambda *args: None)
+    for k in range(1, 41):
+        tracker.datagram("d", 0, k, 0, ((6 * k, 1, 16, 0),), k * 0.02)
+    kept = [tracker.datagram("d", 0, k, 0, ((k, 1, 256, 0),), 1.0 + k * 0.3) for k in range(1, 6)]
+    assert all(kept) and tracker.restarts == 1 and tracker.duplicates == 0
     # a datagram reordered across a second boundary (a number or two behind) is no restart,
     # and a copy of one (same number, same uptime) is a duplicate
     tracker = LossTracker(lambda *args: None)
