@@ -123,16 +123,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--guard-pps",
         type=float,
-        default=10_000.0,
+        default=4_000.0,
         metavar="PPS",
-        help="guard: each server's VM-to-VM flow (default 10000)",
+        help="guard: each server's VM-to-VM flow (default 4000)",
     )
     run.add_argument(
         "--budget-cpus",
         type=float,
-        default=0.6,
+        default=0.3,
         metavar="CPUS",
-        help="guard: each server's ovs-vswitchd CPU budget (default 0.6)",
+        help="guard: each server's ovs-vswitchd CPU budget (default 0.3)",
     )
     run.add_argument(
         "--hog-seconds",
@@ -302,7 +302,7 @@ def _closed_loop(args: argparse.Namespace, coefficients) -> int:
 
 
 def _guard(args: argparse.Namespace) -> int:
-    """``--scenario guard``: report in OUT/guard.md, rows in OUT/guard.json."""
+    """``--scenario guard``: the report and its rows in OUT (``guard`` .md and .json)."""
     import json
     from pathlib import Path
 
@@ -330,9 +330,12 @@ def _guard(args: argparse.Namespace) -> int:
         f"--budget-cpus {args.budget_cpus:g} --hog-seconds {args.hog_seconds:g}"
     )
     result["command"] = command
-    write_text_atomic(out / "guard.json", json.dumps(result, indent=2, sort_keys=True) + "\n")
+    stem = out / "guard"
+    write_text_atomic(
+        stem.with_suffix(".json"), json.dumps(result, indent=2, sort_keys=True) + "\n"
+    )
     text = guard_report.markdown(result, command)  # from the rows written above
-    write_text_atomic(out / "guard.md", text)
+    write_text_atomic(stem.with_suffix(".md"), text)
     print(text)
     return 0
 

@@ -6,7 +6,7 @@ description with the operator's floors: ``servers[].guard``) to sample it 1-in-1
 by its own agent daemon and counted by the real collector. Each server's ovs-vswitchd gets a CPU
 budget (a cgroup with a CPU quota: the emulated host's capacity, which on this shared machine
 is otherwise whatever the other work leaves). Part-way through, a CPU hog starts in each
-server's cgroup (two busy loops: ovs-vswitchd keeps a third of its budget) while it runs; one
+server's cgroup (a busy loop: ovs-vswitchd keeps half of its budget) while it runs; one
 agent runs its guard (``on``), the other does not (``off``). Then the two swap roles, and again
 (``rounds``), so each server is measured both ways several times (the machine is shared: its
 load changes from one minute to the next).
@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.dataplane.run import CommandError, run
 from cosample.experiments.testbed import apply
 from cosample.experiments.testbed.errors import TestbedError
@@ -48,15 +49,16 @@ HOG = [sys.executable, "-c", "while True: pass"]
 class GuardSettings:
     """The scenario's knobs (``testbed run --scenario guard``)."""
 
-    pps: float = 8_000.0  # each server's VM-to-VM flow
-    budget_cpus: float = 0.8  # each server's ovs-vswitchd CPU quota
+    pps: float = 4_000.0  # each server's VM-to-VM flow
+    sampling: int = 1  # the plan's 1-in-N (the declared capacity makes the planner choose it)
+    budget_cpus: float = 0.3  # each server's ovs-vswitchd CPU quota
     before_s: float = 15.0
     hog_s: float = 40.0
-    after_s: float = 25.0
+    after_s: float = 50.0  # long enough to climb back to the plan (5 calm s a rung)
     floor_sampling: int = 256
     limit: float = 0.9
     window_s: float = 10.0  # the collector's window
-    hogs: int = 2  # busy loops beside ovs-vswitchd in its budget: it keeps a third
+    hogs: int = 1  # busy loops beside ovs-vswitchd in its budget: it keeps half
     rounds: int = 4  # the guard on s1, then on s2, and again
 
     @property
@@ -112,15 +114,18 @@ def requirements() -> str | None:
 
 
 def description(topology, settings: GuardSettings) -> dict[str, Any]:
-    """Both servers sample their flow 1-in-1 (capacity to spare), with the operator's floor."""
+    """Both servers sample their flow 1-in-``sampling`` (the capacity their planned load needs,
+    with the planner's 10 % margin), with the operator's floor."""
     servers = topology.servers[:2]
+    alpha = PAPER_ALPHA
+    capacity = (settings.pps + alpha * settings.pps / settings.sampling) / 0.9 * 1.0001
     return {
         "name": "guard",
-        "cost": {"alpha": 1.54, "beta": 0.46},
+        "cost": {"alpha": alpha, "beta": PAPER_BETA},
         "servers": [
             {
                 "name": server.name,
-                "capacity_pps": 100 * settings.pps,
+                "capacity_pps": capacity,
                 "tunnel_ip": server.tunnel_ip,
                 "bridge": server.bridge,
                 "vm_ports": [vm.port for vm in server.vms],
