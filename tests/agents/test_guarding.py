@@ -170,3 +170,22 @@ def test_report_wire_round_trip_and_refusals():
     ):
         with pytest.raises(ValueError):
             guardwire.decode(bad)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("guard", "maybe"),
+        ("guard_interval_s", 5),  # every second or faster
+        ("guard_signals", ["vswitchd", "magic"]),
+        ("guard_signals", []),
+        ("guard_band", 1.5),
+        ("guard_up_after", 0),
+    ],
+)
+def test_bad_guard_settings_are_one_line_naming_the_key(config_for, key, value):
+    from cosample.agents.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=key) as caught:
+        config_for("s1", **{key: value})
+    assert "\n" not in str(caught.value)
