@@ -20,9 +20,9 @@ Pure but for the clock the caller passes.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
+from cosample.collector.ipfixingest import exporter_address
 from cosample.dataplane.guardwire import GuardReport, decode
 
 #: A report's time may differ from the collector's by this much (hosts run NTP; the plans'
@@ -70,7 +70,7 @@ class GuardBook:
             return "guard_malformed"
         if attribution is None or attribution.plan_version is None:
             return "guard_stale_plan"
-        server = attribution.server_of_agent.get(_address(source))
+        server = attribution.server_of_agent.get(exporter_address(source))
         if server is None or server != report.host:
             return "guard_source_mismatch"
         if report.plan_version != attribution.plan_version:
@@ -114,14 +114,3 @@ def _on_ladder(report: GuardReport, plan) -> bool:
         return False
     rung = rungs[report.rung]
     return rung.sampling == report.sflow_sampling and rung.mirror_scale == report.mirror_scale
-
-
-def _address(source: str) -> str:
-    """A UDP source as the attribution spells agent addresses (IPv4-mapped IPv6 as IPv4)."""
-    try:
-        ip = ipaddress.ip_address(source.split("%", 1)[0])
-    except ValueError:
-        return source
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return str(ip)

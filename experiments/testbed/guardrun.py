@@ -34,6 +34,7 @@ from typing import Any
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.dataplane.run import CommandError, run
 from cosample.experiments.testbed import apply
+from cosample.experiments.testbed.closedloop import _stop  # one process we started, by PID
 from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.measure import parse_dpctl_show, parse_ip_link_stats
 from cosample.experiments.testbed.topology import Flow
@@ -445,14 +446,3 @@ def _hours(hours: float):
 def _stop_all(processes: list[subprocess.Popen]) -> None:
     while processes:
         _stop(processes.pop())
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Stop one process we started, by its PID."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
