@@ -39,6 +39,7 @@ class Status:
     ipfix_receive_errors: int = 0
     ipfix_queue_overflow: int = 0
     ipfix_kernel_drops: int = 0
+    guard_reports: int = 0  # hosts' guard reports accepted (``guardstate``)
 
 
 class SnapshotMetrics:
@@ -91,6 +92,7 @@ class SnapshotMetrics:
                 "datagrams the kernel dropped on the receive socket (buffer full: "
                 "/proc/net/udp drops)",
             ),
+            ("guard_reports", status.guard_reports, "hosts' guard reports accepted"),
             ("ipfix_messages", status.ipfix_messages, "IPFIX messages decoded (--ipfix)"),
             ("ipfix_records", status.ipfix_records, "IPFIX data records counted into estimates"),
             ("ipfix_receive_errors", status.ipfix_receive_errors, "IPFIX socket receive errors"),
@@ -140,6 +142,14 @@ class SnapshotMetrics:
         yield GaugeMetricFamily(
             "cosample_collector_window_seconds", "estimation window", value=snapshot.window_s
         )
+        guarded = GaugeMetricFamily(
+            "cosample_collector_guard_rung",
+            "rung of its plan's ladder a host's guard runs it on (hosts off their plan only)",
+            labels=["server"],
+        )
+        for server, entry in snapshot.guard.items():
+            guarded.add_metric([server], entry.rung)
+        yield guarded
         gauges = {
             key: GaugeMetricFamily(f"cosample_collector_{key}", text, labels=["server"])
             for key, text in (

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from cosample.collector import ipfixtemplates, snapshotbin
-from cosample.collector.admission import Admission
+from cosample.collector.admission import Admission, is_guard_report
 from cosample.collector.authenticity import Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
@@ -268,6 +268,8 @@ class Service:
                 wake = self.watcher.wake_ts
             if admit(data, source):
                 ingest(data, when)
+            elif is_guard_report(data):  # a host's guard stepped (collector/guardstate.py)
+                self.estimator.guard_report(data, source, when)
         if batch and self.reexporter is not None:
             self.reexporter.flush()
 
@@ -365,6 +367,7 @@ class Service:
             self.status.queue_overflow = self._receiver.overflow
         self.status.ipfix_messages = self.estimator.ipfix_messages
         self.status.ipfix_records = self.estimator.ipfix_records
+        self.status.guard_reports = self.estimator.guards.accepted
         if self._ipfix_receiver is not None:
             self.status.ipfix_receive_errors = self._ipfix_receiver.errors
             self.status.ipfix_queue_overflow = self._ipfix_receiver.overflow

@@ -257,6 +257,17 @@ class TrafficTable(Strict):
         return cls.model_validate(traffic_columns(matrix))
 
 
+class GuardEntry(Strict):
+    """A host whose guard runs it below its plan (``guardstate``): which rung of its ladder,
+    the 1-in-N and mirror scale of that rung, since when, and the busy reading behind it."""
+
+    rung: Annotated[int, Field(ge=1)]
+    sflow_sampling: Annotated[int, Field(ge=1)] | None
+    mirror_scale: Fraction
+    since: UtcTime
+    busy: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class Snapshot(Strict):
     """What one collector (or a merge of several) knows about every server it owns, as columns:
     10^5 servers validate in a fraction of a second (pydantic checks every number in Rust, the
@@ -294,6 +305,9 @@ class Snapshot(Strict):
     #: "Snapshot"). None in a replay's or a merge's snapshot, and from collectors before them.
     started: UtcTime | None = None
     serial: Annotated[int, Field(ge=1)] | None = None
+    #: Hosts whose guard runs them below their plan, by name (absent from snapshots of
+    #: collectors before it: read as none).
+    guard: dict[ServerName, GuardEntry] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Snapshot":
