@@ -15,8 +15,8 @@ from cosample.cli import main
 from cosample.collector.planwatch import PlanWatcher
 from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB
 from cosample.collector.service import Service, Settings
-from cosample.experiments.collector_planchange import MEASURE, MIRROR
 from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
+from research.collector_planchange import MEASURE, MIRROR
 
 NOW = datetime.fromtimestamp(float(int(time.time())), timezone.utc)
 

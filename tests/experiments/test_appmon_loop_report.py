@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosample.experiments.appmon_loop_report import accuracy, phases_summary
 from cosample.lab.web import LogEntry
+from research.appmon_loop_report import accuracy, phases_summary
 
 START = 1_800_000_000.0  # a multiple of the 2-s window
 

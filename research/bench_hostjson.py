@@ -12,7 +12,7 @@ tables are the same bytes (they must be). ``--baseline REV`` times a third write
 rounds: ``planner/planfile.py`` and ``planner/hostjson.py`` as they are at the git revision REV
 (read with ``git show`` from this checkout; the rest of the package as it is here).
 
-    python -m cosample.experiments.bench_hostjson --sizes 100000 1000000 --repeats 5 \
+    python -m research.bench_hostjson --sizes 100000 1000000 --repeats 5 \
         --baseline 0a1f3a2
 """
 

@@ -1,4 +1,4 @@
-"""The application loop's agents (``experiments/appmon_loop.py``): one ``cosample agent run``
+"""The application loop's agents (``research/appmon_loop.py``): one ``cosample agent run``
 per host, in the host's namespace, applying the controller's signed publication.
 
 - ``web``, in the rig's switch namespace: its OVSDB is the rig's switch, its bridge the one

@@ -35,7 +35,7 @@ came late or never). The quiet rate (under half the busy one) stays well under 6
 sFlow's alpha and beta are 0.02 and 0.01 (every packet sampled costs little), so that sampling
 cannot be what overloads the host. The analysis host's capacity is ten times the web host's.
 
-    python -m cosample.experiments.appmon_loop [--quiet-s 30] [--busy-s 60] [--after-s 60]
+    python -m research.appmon_loop [--quiet-s 30] [--busy-s 60] [--after-s 60]
         [--quiet-connections 1] [--busy-connections 8] [--capture] [--json timeline.json]
 """
 
@@ -54,9 +54,9 @@ from typing import Any
 
 from cosample.agents.appmon_state import RECEIVE_PREFIX
 from cosample.agents.state import short_hash
-from cosample.experiments.appmon_loop_agents import ANALYSIS, WEB, LoopAgents
-from cosample.experiments.appmon_loop_report import SERVICE_PORT, WINDOW_S, accuracy, phases_summary
 from cosample.experiments.errors import ExperimentError
+from research.appmon_loop_agents import ANALYSIS, WEB, LoopAgents
+from research.appmon_loop_report import SERVICE_PORT, WINDOW_S, accuracy, phases_summary
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "docs/data/appmon-costs/calibration-appmon.json"
 ALPHA, BETA = 0.02, 0.01

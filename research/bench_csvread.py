@@ -8,7 +8,7 @@ planner's CSV reading. pandas is in the ``all`` extra only, not
 in the planner's install set (docs/dependencies.md, "Install sets"); numpy's ``loadtxt`` reads
 mixed columns as strings.
 
-    python -m cosample.experiments.bench_csvread ENVELOPE.json [--repeats 3]
+    python -m research.bench_csvread ENVELOPE.json [--repeats 3]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def read(reader: str, envelope: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cosample.experiments.bench_plancmd import measure
+    from research.bench_plancmd import measure
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("envelope", type=Path)
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     sys.executable,
                     "-m",
-                    "cosample.experiments.bench_csvread",
+                    "research.bench_csvread",
                     str(args.envelope),
                     "--reader",
                     reader,

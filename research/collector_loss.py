@@ -4,14 +4,14 @@ Streams built from a real datagram (tests/data/sflow/data-1140.pcap: a switch's 
 samples of three samplers, 1-in-1024; ``cosample.lab.sflowcorpus``), nothing lost unless the
 scenario says so, each replayed through this tree's collector and, with ``--baseline-tree DIR``,
 through the ``collector/`` package of another revision laid out in DIR (imported under another
-name, so old decoder and old estimator go together; ``experiments/othertree.py``), in one run.
+name, so old decoder and old estimator go together; ``research/othertree.py``), in one run.
 Printed: estimate / truth and whether the truth lies in the 95 % interval.
 
 With ``--ingest``: flow samples per CPU second of the two estimators' ``ingest`` on the
 collector benchmark's capture of real datagrams (``bench_collector.real_capture``), alternating.
 
     python -m research.revision 127e2e2 /tmp/cosample-127e2e2      # from a clone: main before issue 23
-    python -m cosample.experiments.collector_loss [--baseline-tree /tmp/cosample-127e2e2] [--ingest]
+    python -m research.collector_loss [--baseline-tree /tmp/cosample-127e2e2] [--ingest]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from cosample.experiments.errors import ExperimentError
-from cosample.experiments.othertree import load_package
+from research.othertree import load_package
 
 DATAGRAMS = 2000
 SPACING_S = 0.05

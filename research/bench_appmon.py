@@ -20,7 +20,7 @@ packets per CPU second is what one core sustains whatever else the shared machin
 ``--rounds``. The results of both are printed side by side (responses, mean and p95 service
 time) so that the ratio compares the same work.
 
-    python -m cosample.experiments.bench_appmon [--capture FILE] [--seconds 5] [--rounds 3]
+    python -m research.bench_appmon [--capture FILE] [--seconds 5] [--rounds 3]
 """
 
 from __future__ import annotations

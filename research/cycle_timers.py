@@ -11,7 +11,7 @@ each, nothing per host. Then each cycle beside its floor, as ``bench_controller`
 a process of its own on the same files (the snapshot read into its arrays, the exact solver
 alone, the publication signed and written once: a two-phase cycle's, the plan set of cycle 3).
 
-    python -m cosample.experiments.cycle_timers [--servers 1000000] [--directory] [--again N]
+    python -m research.cycle_timers [--servers 1000000] [--directory] [--again N]
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def run(servers: int, serve: bool = True, again: int = 0) -> tuple[list[dict], d
     (``bench_controller.again_snapshots``): their rows, each with its floors, and the timed
     functions' totals."""
     from cosample.controller.memory import keep_memory
-    from cosample.experiments import bench_controller
+    from research import bench_controller
 
     keep_memory()
     totals = install()
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--servers: at least 10")
     if args.again < 0:
         parser.error("--again: not negative")
-    from cosample.experiments import bench_controller
+    from research import bench_controller
 
     rows, totals = run(args.servers, serve=not args.directory, again=args.again)
     for row in rows:

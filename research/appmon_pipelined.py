@@ -6,7 +6,7 @@ answer) and two that send 12 requests one at a time; bodies of 100 or 3000 bytes
 segments). tcpdump on the client's veth end keeps each frame's first 256 bytes (every header
 block whole), which ``editcap`` would give too.
 
-    python -m cosample.experiments.appmon_pipelined tests/data/appmon/pipelined-nginx.pcap
+    python -m research.appmon_pipelined tests/data/appmon/pipelined-nginx.pcap
 """
 
 from __future__ import annotations

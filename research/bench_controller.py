@@ -45,13 +45,13 @@ research.revision REV DIR`` from a clone) on the same snapshot, alternating with
 tree's ``--repeats`` times, and prints their CPU-time ratios: old and new side by side in one
 run, under the same load.
 
-    python -m cosample.experiments.bench_controller [--sizes 10000 100000 1000000] [--csv FILE]
-    python -m cosample.experiments.bench_controller --sizes 1000000 --form json
-    python -m cosample.experiments.bench_controller --sizes 100000 --baseline-tree DIR --repeats 5
-    python -m cosample.experiments.bench_controller --two-phase 100000
-    python -m cosample.experiments.bench_controller --compare-compiled 100000 --repeats 3
-    python -m cosample.experiments.bench_controller --sizes 1000000 --no-slices --compare-memory
-    python -m cosample.experiments.bench_controller --sizes 1000000 --serve --repeats 3
+    python -m research.bench_controller [--sizes 10000 100000 1000000] [--csv FILE]
+    python -m research.bench_controller --sizes 1000000 --form json
+    python -m research.bench_controller --sizes 100000 --baseline-tree DIR --repeats 5
+    python -m research.bench_controller --two-phase 100000
+    python -m research.bench_controller --compare-compiled 100000 --repeats 3
+    python -m research.bench_controller --sizes 1000000 --no-slices --compare-memory
+    python -m research.bench_controller --sizes 1000000 --serve --repeats 3
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ import numpy as np
 from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.experiments.errors import ExperimentError
-from cosample.experiments.othertree import checked
 from cosample.times import format_time
+from research import ROOT
+from research.othertree import checked
 
 SIZES = (10_000, 100_000, 1_000_000)
 #: What each cycle must do: publish (no plan yet), keep (the same traffic), publish again (the
@@ -825,11 +826,13 @@ def _child(
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
+    # the child runs in its folder: this clone's research package comes from ROOT
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(ROOT)]))
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "cosample.experiments.bench_controller",
+            "research.bench_controller",
             job,
             str(servers),
             str(run),

@@ -10,8 +10,8 @@ delivers; the IP header still gives each segment's length), and prints per lengt
 final responses with a status, pairs (a response matched to a request) and how many of them are
 the full copy's own pairs, the mean service time beside the full copy's.
 
-    python -m cosample.experiments.appmon_truncation record tests/data/appmon/mixed-nginx.pcap
-    python -m cosample.experiments.appmon_truncation cuts CAPTURE [--lengths 64-200] [--step 1]
+    python -m research.appmon_truncation record tests/data/appmon/mixed-nginx.pcap
+    python -m research.appmon_truncation cuts CAPTURE [--lengths 64-200] [--step 1]
 """
 
 from __future__ import annotations

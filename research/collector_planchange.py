@@ -1,6 +1,6 @@
 """The collector's estimate through a plan change under steady traffic: old and new estimator.
 
-``python -m cosample.experiments.collector_planchange --baseline-tree DIR [--seeds 20] [--lag 2]``
+``python -m research.collector_planchange --baseline-tree DIR [--seeds 20] [--lag 2]``
 feeds synthetic sFlow datagrams (``cosample.lab.sflowstream``: OVS's sampling, mirroring and
 datagram packing, drawn from the plans) through the real ``Estimator`` with the testbed's 15-s
 window and takes a snapshot every second. Three servers send 2400, 1200 and 600 pps throughout.
@@ -42,9 +42,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cosample.experiments.errors import ExperimentError
-from cosample.experiments.othertree import checked, load_package
 from cosample.lab.plans import plan_document
 from cosample.plan.document import parse_plan
+from research.othertree import checked, load_package
 
 RATES = {"s1": 2400.0, "s2": 1200.0, "s3": 600.0}
 MEASURE = {"s1": (128, {}), "s2": (128, {}), "s3": (128, {})}

@@ -10,7 +10,7 @@ processing of both packets (veth delivers within the sender's softirq), so the d
 packet is an upper bound on the sender's cost per copy. Arms, rotated per round: no filter, a
 filter that matches nothing (the classifier alone), the mirror (every packet copied).
 
-    python -m cosample.experiments.tc_copy_cost [--packets 200000] [--rounds 5] [--json F]
+    python -m research.tc_copy_cost [--packets 200000] [--rounds 5] [--json F]
 """
 
 from __future__ import annotations

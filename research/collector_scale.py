@@ -1,6 +1,6 @@
 """The collector daemon with a 10^5-host plan: does it ingest at its usual rate through a plan change?
 
-``python -m cosample.experiments.collector_scale [--servers 100000] [--baseline 1000]
+``python -m research.collector_scale [--servers 100000] [--baseline 1000]
 [--rate 20000] [--before 20] [--after 30]`` runs ``cosample collector run`` twice, side by side
 in one invocation: with a plan of ``--baseline`` hosts (the usual rate) and with one of
 ``--servers`` hosts, both made by the planner's benchmark generator

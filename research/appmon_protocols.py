@@ -9,15 +9,15 @@ analyser reads with the ports declared, and is compared with:
   reading the request to the last byte sent, so not the wire's service time);
 - tshark, per stream (h2c in clear; h2 decrypted) or per request (HTTP/1.1 over TLS, decrypted)
   and per handshake, with the session keys curl wrote (``SSLKEYLOGFILE``): the peer on the
-  decrypted side (``cosample.experiments.appmon_peers``).
+  decrypted side (``research.appmon_peers``).
 
 Phases: ``h2c`` (h2load, 8 streams at once per connection), ``tls_wrk`` (wrk over https),
 ``tls_curl`` (curl, TLS 1.3 and 1.2, keys logged), ``h2_one`` (h2load, one stream at a time),
 ``h2_many`` (h2load, 8 streams at once: what the record layer cannot separate), ``h2_curl``
 (curl over h2, keys logged). Prints one row per phase and metric and writes them as CSV.
 
-    python -m cosample.experiments.appmon_protocols [--requests 400] [--out DIR]
-    python -m cosample.experiments.appmon_protocols --sample tests/data/appmon/protocols-nginx.pcap
+    python -m research.appmon_protocols [--requests 400] [--out DIR]
+    python -m research.appmon_protocols --sample tests/data/appmon/protocols-nginx.pcap
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cosample.appmon.replay import replay
-from cosample.experiments.appmon_peers import pairs, tshark_h2, tshark_tls
 from cosample.lab.webtls import H2_PORT, H2C_PORT, PORTS, TLS_PORT
+from research.appmon_peers import pairs, tshark_h2, tshark_tls
 
 PROTOCOLS = {port: name for name, port in PORTS.items()}
 COLUMNS = ("phase", "protocol", "metric", "analyser", "reference", "difference", "against")

@@ -9,7 +9,7 @@ the daemon has processed what was sent (datagrams counted or dropped stop moving
 issue 23, 300,000 such datagrams took the daemon from 84 MB to 477 MB, never freed. The daemon
 is stopped on any exit (and dies with this process: ``PR_SET_PDEATHSIG``).
 
-    python -m cosample.experiments.collector_flood [--datagrams 1000000] [--rate 20000]
+    python -m research.collector_flood [--datagrams 1000000] [--rate 20000]
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ request and response legs with the server's capture. Printed per level and point
 matched, mean service time minus the log's (mean, p95 of the per-request difference), and the
 mean delay of the request and the response leg behind the server's capture.
 
-    python -m cosample.experiments.appmon_timing [--seconds 10] [--connections 1 8 24]
+    python -m research.appmon_timing [--seconds 10] [--connections 1 8 24]
         [--flood-pps 0 20000] [--json F]
-    python -m cosample.experiments.appmon_timing --cost [--rounds 3] [--connections 8]
+    python -m research.appmon_timing --cost [--rounds 3] [--connections 8]
 
 ``--flood-pps``: a bounded UDP flood from the client namespace to the server's discard port
 through the switch (not mirrored), to load ovs-vswitchd at a fixed web load.

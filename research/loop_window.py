@@ -1,6 +1,6 @@
 """The controller's loop seen through a collector's sliding window: publications per run.
 
-``python -m cosample.experiments.loop_window [--seeds 30]`` runs the real controller (real
+``python -m research.loop_window [--seeds 30]`` runs the real controller (real
 planner, real snapshot model, no OVS) every 5 s on the testbed's traffic (2400, 1200 and 600 pps
 offered, 3000 pps servers) as a collector with a 15-s window reports it, with 3 % sampling noise
 per snapshot, and counts the publications after the first plan. The start is plan-less, as on

@@ -17,7 +17,7 @@ Two measurements, side by side in one run on loopback:
    parse) of a first poll and of an unchanged poll (``If-None-Match``: 304, signature fetched
    and verified, the parsed plans reused), side by side.
 
-    python -m cosample.experiments.bench_fetch --rounds 500 --trickle-bytes 40 --plan-hosts 10000
+    python -m research.bench_fetch --rounds 500 --trickle-bytes 40 --plan-hosts 10000
 """
 
 from __future__ import annotations

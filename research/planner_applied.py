@@ -9,7 +9,7 @@ data centres the exact plan as applied collects less / the same / more, and the 
 ratio; and the continuous optimum rounded against the LPs rounded (the regression the exact
 plan removes). Also what rounding costs: the continuous bound minus the applied optimum.
 
-    python -m cosample.experiments.planner_applied [--seeds 50] [--sizes 4 8 12] [--margin 0]
+    python -m research.planner_applied [--seeds 50] [--sizes 4 8 12] [--margin 0]
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def report(table: pd.DataFrame, out=print) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cosample.experiments.planner_applied", description=__doc__.splitlines()[0]
+        prog="python -m research.planner_applied", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--seeds", type=int, default=50, help="data centres per size (default 50)")
     parser.add_argument(

@@ -9,7 +9,7 @@ Each row is one population of connections (final responses per connection geomet
 the truth is the population's own success rate (docs/appmon-mechanisms.md, "The success rate's
 interval").
 
-    python -m cosample.experiments.success_coverage [--trials 400] [--seed 1]
+    python -m research.success_coverage [--trials 400] [--seed 1]
 """
 
 from __future__ import annotations

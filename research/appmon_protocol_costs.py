@@ -18,7 +18,7 @@ sender's CPU (ovs-vswitchd copying and encapsulating) is *estimated* as proporti
 segments copied, as OVS's copy cost is per packet (the calibration measures it for HTTP/1.x
 only: ``python -m cosample.experiments.appmon_costs``).
 
-    python -m cosample.experiments.appmon_protocol_costs [--seconds 2] [--out DIR]
+    python -m research.appmon_protocol_costs [--seconds 2] [--out DIR]
 """
 
 from __future__ import annotations

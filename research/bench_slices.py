@@ -26,7 +26,7 @@ plan document with its host table kept as bytes) and then, in one run, side by s
   each beside the whole plan's bytes; and the agent's CPU to verify and read its slice;
 * **slice sizes** over every host: median, 99th percentile and largest.
 
-    python -m cosample.experiments.bench_slices --sizes 10000 100000 1000000 [--two-phase]
+    python -m research.bench_slices --sizes 10000 100000 1000000 [--two-phase]
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from research import ROOT
+
 SIZES = (10_000, 100_000, 1_000_000)
 
 
@@ -56,7 +58,7 @@ def _plans(servers: int, folder: Path, two_phase: bool) -> tuple[dict, dict | No
     from cosample.controller.replan import replan
     from cosample.controller.smoothing import update
     from cosample.controller.source import parse
-    from cosample.experiments.bench_controller import _inventory, write_snapshot
+    from research.bench_controller import _inventory, write_snapshot
 
     snapshot = folder / "snap.json"
     moment = datetime.now(timezone.utc).replace(microsecond=0)
@@ -133,9 +135,9 @@ def _traced_mb(work) -> tuple[float, float]:
 def _agent_bytes(rendered, next_rendered, hosts: list[str], public: Path) -> list[dict]:
     """Bytes through a relay for each host's polls of its slice, and its CPU to read it."""
     from cosample.controller.publish import HttpTarget
-    from cosample.experiments.bench_fetch import _Relay
     from cosample.plan.slices import read_slice, slice_location
     from cosample.plan.source import fetch
+    from research.bench_fetch import _Relay
 
     target = HttpTarget("127.0.0.1", 0, dict, lambda: b"")
     rows = []
@@ -334,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         command = [
             sys.executable,
             "-m",
-            "cosample.experiments.bench_slices",
+            "research.bench_slices",
             "--child",
             str(servers),
             "--directory-up-to",
@@ -342,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             "--python-up-to",
             str(args.python_up_to),
         ] + (["--two-phase"] if args.two_phase and servers <= args.two_phase_up_to else [])
-        done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT)
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)
             return 1

@@ -14,7 +14,7 @@ once per size as JSON and, with ``--csv-form``, also as the columnar CSV form
 (docs/formats.md), planned by the same command. Medians of ``--repeats`` runs (1 at 10^6 unless
 asked: one 10^6 run takes a minute of a shared machine); every child has a time limit.
 
-    python -m cosample.experiments.bench_plancmd [--sizes 10000 100000 1000000] [--repeats 3]
+    python -m research.bench_plancmd [--sizes 10000 100000 1000000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import numpy as np
 import orjson
 
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
+from research import ROOT
 
 SIZES = (10_000, 100_000, 1_000_000)
 CHILD_TIMEOUT_S = 900.0
@@ -168,7 +169,9 @@ def measure(argv: list[str]) -> tuple[float, float]:
 def measure_wall(argv: list[str]) -> tuple[float, float, float]:
     """CPU seconds, peak memory (MiB) and wall-clock seconds of one child process."""
     started = time.monotonic()
-    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as child:
+    with subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT
+    ) as child:
         deadline = time.monotonic() + CHILD_TIMEOUT_S
         while True:
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)
@@ -224,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(repeats):
                 for form, path, flag in forms:
                     floors[form].append(
-                        measure(
-                            [python, "-m", "cosample.experiments.bench_plancmd", flag, str(path)]
-                        )
+                        measure([python, "-m", "research.bench_plancmd", flag, str(path)])
                     )
                     plans[form].append(
                         measure_wall(

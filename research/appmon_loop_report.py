@@ -1,4 +1,4 @@
-"""The application loop's results (``experiments/appmon_loop.py``): each analyser window against
+"""The application loop's results (``research/appmon_loop.py``): each analyser window against
 nginx's access log, and the timeline per phase. Pure: the run's records in, rows out."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ falls alike on each: the CPU time (user + system) of this process and its childr
 and the wall time. ``drops`` runs ``ovs-appctl`` (a process per reading); ``vswitchd`` reads
 each of ovs-vswitchd's forwarding threads' ``schedstat``; ``host`` reads ``/proc/stat``.
 
-    python -m cosample.experiments.bench_guard_signals --reads 200
+    python -m research.bench_guard_signals --reads 200
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ Each is timed three times per process: on the plan set, ``set_first`` on a fresh
 faults), ``set_again`` on the memory the first let go, as a running controller builds each
 publication's slices; then ``plan``: its second plan alone (a one-plan publication).
 
-    python -m cosample.experiments.bench_views [--servers 1000000] [--repeats 3]
-    python -m cosample.experiments.bench_views --baseline-tree DIR   # DIR: research.revision
+    python -m research.bench_views [--servers 1000000] [--repeats 3]
+    python -m research.bench_views --baseline-tree DIR   # DIR: research.revision
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def make_plan_set(servers: int, folder: Path) -> int:
     """The plan set's two host tables (``t0``, ``t1``) and the rest of its plans (``heads``)
     in ``folder``; returns its hosts."""
     from cosample.controller.publish import render
-    from cosample.experiments.bench_controller import _two_plans
+    from research.bench_controller import _two_plans
 
     old, new, moment = _two_plans(servers, seed=1)
     rendered = render(new, 101, None, previous=old, now=moment, settle_s=120.0)

@@ -12,7 +12,7 @@ the underlay (each copy plus 50 bytes of VXLAN, whole or cut to ``--cut`` bytes)
 | server_all | every segment from the server, PSH/FIN/RST from the client |
 | all | every segment (a port mirror of the service) |
 
-    python -m cosample.experiments.appmon_selection CAPTURE.pcap [--port 80] [--cut 78]
+    python -m research.appmon_selection CAPTURE.pcap [--port 80] [--cut 78]
 """
 
 from __future__ import annotations
