@@ -205,7 +205,7 @@ def oversized(rendered: Rendered) -> str | None:
 
 
 #: Above this many hosts a directory target's one slice file per host dominates a publication
-#: (measured: 2 s of CPU at 10^4, 11 s at 10^5, 70 s at 10^6; docs/results.md, "Publishing
+#: (measured: 2 s of CPU at 10^4, 11 s at 10^5, 70 s at 10^6; docs/results/controller.md, "Publishing
 #: cycle with slices on, by target"); the HTTP target serves the same slices from memory.
 DIRECTORY_SLICES_HOSTS = 10_000
 

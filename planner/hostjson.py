@@ -1,7 +1,7 @@
 """The plan's host table as compact JSON with sorted keys, written column by column.
 
 A plan names 10^5 hosts with about twenty fields each. Building one Python dict per host and
-then serialising the table took about 1.1 s of a 10^5-server controller cycle (docs/results.md,
+then serialising the table took about 1.1 s of a 10^5-server controller cycle (docs/results/controller.md,
 "Controller cycle"); here every field is serialised once for all hosts (orjson writes a whole
 column of numbers at once, split at its commas) and the hosts' objects are assembled from those
 pieces by one ``bytes.join`` per block of hosts, text that is the same for every host of the

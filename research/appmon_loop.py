@@ -21,7 +21,7 @@ command the agents applied is in ``agent_actions``.
 cycle from the OVS ports' exact packet counters (what the web host's VMs sent), not by a
 collector; sFlow is not configured.
 
-**Capacities are scaled** (docs/results.md says how): the machine's two shared cores cannot make
+**Capacities are scaled** (docs/results/appmon.md says how): the machine's two shared cores cannot make
 one web server "busy" for a planner whose capacities are OVS's forwarding limits. A calibration
 phase measures requests/s at ``--quiet-connections`` and ``--busy-connections`` and packets per
 request; the web host's capacity is then set so that, with the on-site sniffer's planned cost
@@ -83,7 +83,7 @@ class Settings:
     capture: bool = False
     #: how the plan copies the service off-host (the description's ``services[].mirror``):
     #: ``kernel_mirror`` (tc on the server's port: its timing) or ``selective_mirror`` (OpenFlow
-    #: flows, whose response copies wait in ovs-vswitchd's queue first; docs/results.md)
+    #: flows, whose response copies wait in ovs-vswitchd's queue first; docs/results/appmon.md)
     mirror: str = "kernel_mirror"
 
 

@@ -2,7 +2,7 @@
 
 The application rig's kernel mirror (``cosample.lab.appmirror``, ``tc``) copies in the kernel,
 on the time of whoever sends the packet; on the shared machine that cost is below the noise of
-the web server's CPU (docs/results.md). Here one process sends datagrams as fast as it can
+the web server's CPU (docs/results/appmon.md). Here one process sends datagrams as fast as it can
 through a veth whose egress hook carries the mirror, and counts its own CPU time (user +
 system, ``getrusage``): the clone, the classic-BPF match, the kernel VXLAN encapsulation and
 the copy's transmission happen in its send calls, and so does the receiving namespace's

@@ -8,7 +8,7 @@ are never held as 10^6 documents.
 
 The views are built by the compiled builder (``_slices.c``) from the host tables' JSON bytes,
 without a Python object per host: the views and the names each laid end to end in one buffer
-(``packed``), 10^6 hosts in about 2 s of CPU instead of 20 (docs/results.md, "Plan slices").
+(``packed``), 10^6 hosts in about 2 s of CPU instead of 20 (docs/results/controller.md, "Plan slices").
 What it does not take (or where it is not built), the Python builder here does, with the same
 bytes (tests/plan/test_slices_compiled.py).
 """

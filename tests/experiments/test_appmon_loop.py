@@ -64,7 +64,7 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
         for host, text in actions
     ), actions
     # back on-site on fewer mirrored bytes: after the load dropped, or earlier if the shared
-    # machine's busy rate itself fell to where the sniffer fits (seen once, docs/results.md)
+    # machine's busy rate itself fell to where the sniffer fits (seen once, docs/results/appmon.md)
     assert any(
         "application fabric" in " ".join(reasons)
         for phase in (busy, after)
@@ -99,7 +99,7 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
         if abs(r["matched"] - r["log_requests"]) > 0.1 * r["log_requests"] + 2
     ]
     assert not short, short
-    # the kernel mirror's copies keep the server's timing (docs/results.md, runs C-H): the
+    # the kernel mirror's copies keep the server's timing (docs/results/appmon.md, runs C-H): the
     # off-site windows within the same tolerances as the sniffer's, a quarter left for windows
     # in which the shared machine stalls nginx (seen: 3 of 30 in one run, 1 of 30 in another);
     # under the whole suite's load the move off-host may come late in the busy phase (a CI run

@@ -1,6 +1,6 @@
 """``bench_appmon_saturation`` end to end at small rates (root, OVS, nginx, wrk): each step's
 frames all reach the live analyser without a drop, and the records receiver takes every record
-(the rates where drops start are docs/results.md's, measured with the default steps)."""
+(the rates where drops start are docs/results/appmon.md's, measured with the default steps)."""
 
 from __future__ import annotations
 
