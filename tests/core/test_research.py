@@ -111,6 +111,42 @@ def test_every_installed_experiment_is_run_by_a_command():
     assert sorted(unreached) == [], "benchmarks and campaigns belong in research/"
 
 
+#: ``python -m NAME`` of this repository's modules, in docs and code.
+RUN = re.compile(r"python -m ((?:cosample|research)(?:\.\w+)*)")
+
+
+def runnable(module: str) -> bool:
+    """Whether ``python -m module`` finds it in this tree (research/ from a clone's root); a
+    placeholder in capitals (``research.NAME``) stands for any."""
+    if module.rsplit(".", 1)[-1].isupper():
+        return True
+    if module.split(".")[0] == "research":
+        path = ROOT.joinpath(*module.split("."))
+        return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+    path = module_path(module)
+    return path is not None and (
+        path.name != "__init__.py" or path.with_name("__main__.py").is_file()
+    )
+
+
+def test_every_python_m_command_names_a_module():
+    """A command a doc or a module cites runs: after a move, no stale ``python -m`` is left.
+    docs/data holds what runs printed then, and stays as it was."""
+    texts = [
+        p
+        for suffix in ("*.md", "*.py", "*.ipynb")
+        for p in ROOT.rglob(suffix)
+        if not {".git", ".venv", "data"} & set(p.relative_to(ROOT).parts)
+    ]
+    stale = sorted(
+        f"{p.relative_to(ROOT)}: python -m {m}"
+        for p in texts
+        for m in set(RUN.findall(p.read_text(encoding="utf-8")))
+        if not runnable(m)
+    )
+    assert stale == []
+
+
 def test_the_checks_see_a_stray_benchmark(tmp_path):
     stray = tmp_path / "bench_x.py"
     stray.write_text("from research import ROOT\nimport cosample.experiments.files\n")
@@ -119,3 +155,5 @@ def test_the_checks_see_a_stray_benchmark(tmp_path):
     assert "cosample.experiments.files" in reached({"cosample.experiments.cli"})
     assert "cosample.experiments.testbed.build" in reached(set(COMMAND_ROOTS))
     assert module_path("cosample.experiments.absent") is None
+    assert runnable("research.revision") and runnable("cosample.experiments.appmon_costs")
+    assert runnable("cosample") and not runnable("cosample.experiments.bench_controller")
