@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.daemonconfig import apply_config, configurable, setup_logging
 from cosample.dataplane.ipfix import IPFIX_PORT
 
 
@@ -159,6 +160,7 @@ def register(subparsers) -> None:
         help="report a value at least this often (default 300)",
     )
     run.set_defaults(func=_run)
+    configurable(run, "metrics_port = 9478")
 
     replay = commands.add_parser("replay", help="estimate from a pcap of sFlow datagrams")
     replay.add_argument(
@@ -229,6 +231,8 @@ def _run(args) -> int:
 
     from cosample.collector.service import Service, Settings
 
+    args = apply_config(args)
+    setup_logging(args.log_level)
     settings = Settings(
         listen=_address(args.listen, "--listen", any_port=True),
         plan=args.plan,

@@ -11,6 +11,7 @@ DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from cosample.collector.polling import plan_lead_s
+    from cosample.daemonconfig import configurable
     from cosample.durations import duration_argument as duration
 
     controller = subparsers.add_parser(
@@ -245,6 +246,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="stop after N cycles (default: run until SIGTERM/SIGINT)",
     )
     run.set_defaults(func=_run)
+    configurable(run, 'collector_key = ["/etc/cosample/snapshot.pub"]')
 
     check = actions.add_parser("check", help="validate an inventory, print it normalised")
     check.add_argument("--inventory", required=True, metavar="FILE")
@@ -336,7 +338,6 @@ def settings_from(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    import logging
     import signal
     import threading
 
@@ -344,10 +345,12 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.controller.loop import Controller
     from cosample.controller.memory import keep_memory
     from cosample.controller.publish import DirectoryTarget, HttpTarget, directory_slices_warning
+    from cosample.daemonconfig import apply_config, setup_logging
     from cosample.plan.document import parse_hostport
     from cosample.plan.signing import key_permission_warning, sign_bytes
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = apply_config(args)
+    setup_logging(args.log_level)
     keep_memory()  # a daemon: each cycle's memory serves the next (controller/memory.py)
     settings = settings_from(args)
     inventory = load_inventory(args.inventory)

@@ -41,6 +41,11 @@ _value = reprlib.Repr()
 _value.maxstring, _value.maxother, _value.maxlist, _value.maxdict = 60, 60, 4, 4
 
 
+def short_repr(value: Any) -> str:
+    """A value as error messages show it: ``repr``, long strings and containers cut short."""
+    return _value.repr(value)
+
+
 INTERFACE_NAME_RULE = "1 to 15 bytes, no '/', ':' or white space, not '.' or '..'"
 
 
