@@ -36,6 +36,7 @@ from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
 from cosample.files import FileWriteError
 from cosample.gcpause import gc_paused
+from cosample.statelog import StateLog
 from cosample.times import format_time, utcnow
 
 log = logging.getLogger("cosample.controller")
@@ -128,6 +129,8 @@ class Controller:
         self.waiting_since: datetime | None = None
         self.size_problem: str | None = None  # the last published plan is above agents' limit
         self.last_status: CycleStatus | None = None
+        #: the problems last logged (``cosample.statelog``): each once, when it appears
+        self.problem_log = StateLog(log)
         #: the application part (services' request rates from the analysers), if any
         self.apps = (
             Applications(inventory, settings.analysers, settings.analyser_keys)
@@ -173,10 +176,10 @@ class Controller:
             with gc_paused():
                 status = self._cycle(now)
         except CosampleError as exc:  # inconsistent input, a failed write: nothing published
-            log.warning("%s", exc)
             self.metrics.errors.labels(kind=type(exc).__name__).inc()
             status = self._base(now, "error", problems=(str(exc),))
         status = replace(status, cycle_seconds=round(time.perf_counter() - started, 6))
+        self.problem_log.update(operator_problems(status))  # once each, as they come and go
         self.last_status = status
         self.metrics.record(status, now.timestamp())
         write_reports(self.store.directory, status, self.metrics)
@@ -272,9 +275,7 @@ class Controller:
             settings.jump_factor,
             settings.jump_of_capacity,
         )
-        measurement = vetted.measurement
-        for refusal in vetted.refusals[:LIST_LIMIT]:
-            log.warning("estimate refused: %s", refusal.describe())
+        measurement = vetted.measurement  # its refusals are logged as the cycle's problems
         measuring = is_measurement_plan(self.current)  # decided as if no plan were in force
         sparse = snapshot.plan is None or measuring
         quiet = self.quiet_until is not None and now < self.quiet_until
@@ -563,6 +564,7 @@ class Controller:
             plan_version=int(plan["version"]) if plan else None,
             plan_id=plan.get("plan_id") if plan else None,
             plan_expires=plan.get("expires") if plan else None,
+            plan_kind=("measurement" if is_measurement_plan(plan) else "planned") if plan else None,
             snapshot_time=format_time(snapshot.time) if snapshot is not None else None,
             snapshot_age_s=round((now - snapshot.time).total_seconds(), 3)
             if snapshot is not None
@@ -575,6 +577,23 @@ class Controller:
             **{key: value for key, value in fields.items() if key != "published"},
             published_versions=fields.get("published", ()),
         )
+
+
+def operator_problems(status: CycleStatus) -> tuple[str, ...]:
+    """What an operator must act on after a cycle: its problems (collectors unreadable, stale
+    or refused, estimates refused, analysers silent, the error a failed cycle met; the first
+    ``LIST_LIMIT``), and no fresh snapshot at all while a plan is in force (it will expire
+    unrefreshed)."""
+    problems = tuple(status.problems[:LIST_LIMIT])  # a fleet's worth: the status has them
+    if len(status.problems) > LIST_LIMIT:
+        problems += (f"{len(status.problems) - LIST_LIMIT} more problem(s): see the status",)
+    if status.result == "stale" and status.plan_version is not None:
+        problems += (
+            f"no fresh snapshot from any collector: nothing is re-planned, and the plan in force "
+            f"(version {status.plan_version}) is not refreshed: it expires at "
+            f"{status.plan_expires}, then the agents go to their safe state",
+        )
+    return problems
 
 
 def _expires(plan: dict[str, Any] | None) -> datetime | None:

@@ -30,6 +30,9 @@ class CycleStatus:
     plan_version: int | None = None
     plan_id: str | None = None
     plan_expires: str | None = None
+    #: the plan in force: "measurement" (1-in-N everywhere, no mirrors: nothing measured yet)
+    #: or "planned" (from measured traffic); None: no plan
+    plan_kind: str | None = None
     published_versions: tuple[int, ...] = ()
     two_phase: bool = False
     snapshot_time: str | None = None
