@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
@@ -264,6 +265,7 @@ def settings_from(args: argparse.Namespace):
     from cosample.controller.errors import ControllerError
     from cosample.controller.loop import Settings
     from cosample.controller.source import snapshot_url
+    from cosample.plan.document import MAX_SAMPLING
 
     if not 0 <= args.margin < 1:
         raise ControllerError(f"--margin: expected a fraction in [0, 1), got {args.margin:g}")
@@ -272,21 +274,22 @@ def settings_from(args: argparse.Namespace):
             f"--plan-margin: expected a fraction above --margin "
             f"({args.margin:g}) and below 1, got {args.plan_margin:g}"
         )
-    if args.min_gain < 0:
+    if not 0 <= args.min_gain < math.inf:
         raise ControllerError(f"--min-gain: expected >= 0, got {args.min_gain:g}")
-    if args.measure_sampling < 0:
+    if not 0 <= args.measure_sampling <= MAX_SAMPLING:  # the plan carries it: agents' bound
         raise ControllerError(
-            f"--measure-sampling: expected N >= 1 (or 0: off), got {args.measure_sampling}"
+            f"--measure-sampling: expected N from 1 to {MAX_SAMPLING} (or 0: off), "
+            f"got {args.measure_sampling}"
         )
-    if args.change < 0:
+    if not 0 <= args.change < math.inf:
         raise ControllerError(f"--change: expected a fraction >= 0, got {args.change:g}")
     if args.hold is not None and args.hold < 0:
         raise ControllerError(f"--hold: expected a duration >= 0, got {args.hold:g} s")
-    if not args.implausible_slack >= 0:
+    if not 0 <= args.implausible_slack < math.inf:
         raise ControllerError(
             f"--implausible-slack: expected a fraction >= 0, got {args.implausible_slack:g}"
         )
-    if args.jump != 0 and not args.jump > 1:
+    if args.jump != 0 and not 1 < args.jump < math.inf:
         raise ControllerError(f"--jump: expected a factor above 1 (or 0: off), got {args.jump:g}")
     if args.confirm < 1:
         raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
@@ -407,13 +410,17 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if args.serve:
             target.close()
-    return (
-        0
-        if controller
-        and controller.last_status
-        and controller.last_status.result in ("published", "kept")
-        else 1
+    last = controller.last_status if controller else None
+    if last is not None and last.result in ("published", "kept"):
+        return 0
+    # unsuccessful (--cycles, or stopped while stale or failing): why, where it is read
+    why = "; ".join((*last.reasons, *last.problems[:5])) if last is not None else "no cycle ran"
+    print(
+        f"cosample: controller: the last cycle ended {last.result if last else 'never'}: "
+        f"{why or 'no reason recorded'}",
+        file=sys.stderr,
     )
+    return 1
 
 
 def _check(args: argparse.Namespace) -> int:

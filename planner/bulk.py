@@ -27,7 +27,7 @@ from pydantic_core import PydanticUndefined
 
 from cosample.planner.description import LARGE_PARTS, Description, Envelope, Server
 from cosample.planner.errors import PlannerError
-from cosample.validation import plain_tunnel_address, validate, validate_at
+from cosample.validation import SERVER_NAME, plain_tunnel_address, validate, validate_at
 
 
 def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
@@ -241,7 +241,7 @@ def _accepted(key: str, column: list[Any]) -> np.ndarray:
             [value is None or type(value) is int and lowest <= value <= highest for value in column]
         )
     if key == "name":
-        return _distinct(column, lambda v: type(v) is str and len(v) > 0)
+        return _distinct(column, lambda v: type(v) is str and SERVER_NAME.fullmatch(v) is not None)
     if key == "calibration":  # read beside the description: the model path resolves it
         return np.array([value is None for value in column])
     if key == "tunnel_ip":

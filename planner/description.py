@@ -15,7 +15,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from cosample.plan.appmon import TRUNCATE_BYTES
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN, IpfixSpec
-from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress
+from cosample.validation import InterfaceName, IpAddress, ServerName, Strict, TunnelAddress
 
 #: A finite number >= 0 (packets per second, capacities).
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -35,7 +35,7 @@ class Cost(Strict):
 class Server(Strict):
     """One OVS server; ``capacity_pps``, ``alpha`` and ``beta`` may come from ``calibration``."""
 
-    name: Annotated[str, Field(min_length=1)]
+    name: ServerName
     capacity_pps: NonNegative | None = None
     alpha: Positive | None = None
     beta: Positive | None = None
