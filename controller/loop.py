@@ -28,7 +28,7 @@ from cosample.controller.inventory import Inventory
 from cosample.controller.plausibility import JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen, vet
 from cosample.controller.publish import oversized, render, serialised_hosts, signed
 from cosample.controller.replan import replan
-from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
+from cosample.controller.report import CycleStatus, Metrics, operator_problems, write_reports
 from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, SnapshotReader
 from cosample.controller.steps import Judged, lap, mark
@@ -577,23 +577,6 @@ class Controller:
             **{key: value for key, value in fields.items() if key != "published"},
             published_versions=fields.get("published", ()),
         )
-
-
-def operator_problems(status: CycleStatus) -> tuple[str, ...]:
-    """What an operator must act on after a cycle: its problems (collectors unreadable, stale
-    or refused, estimates refused, analysers silent, the error a failed cycle met; the first
-    ``LIST_LIMIT``), and no fresh snapshot at all while a plan is in force (it will expire
-    unrefreshed)."""
-    problems = tuple(status.problems[:LIST_LIMIT])  # a fleet's worth: the status has them
-    if len(status.problems) > LIST_LIMIT:
-        problems += (f"{len(status.problems) - LIST_LIMIT} more problem(s): see the status",)
-    if status.result == "stale" and status.plan_version is not None:
-        problems += (
-            f"no fresh snapshot from any collector: nothing is re-planned, and the plan in force "
-            f"(version {status.plan_version}) is not refreshed: it expires at "
-            f"{status.plan_expires}, then the agents go to their safe state",
-        )
-    return problems
 
 
 def _expires(plan: dict[str, Any] | None) -> datetime | None:

@@ -81,6 +81,23 @@ class CycleStatus:
         return out
 
 
+def operator_problems(status: CycleStatus) -> tuple[str, ...]:
+    """What an operator must act on after a cycle: its problems (collectors unreadable, stale
+    or refused, estimates refused, analysers silent, the error a failed cycle met; the first
+    ``LIST_LIMIT``), and no fresh snapshot at all while a plan is in force (it will expire
+    unrefreshed)."""
+    problems = tuple(status.problems[:LIST_LIMIT])  # a fleet's worth: the status has them
+    if len(status.problems) > LIST_LIMIT:
+        problems += (f"{len(status.problems) - LIST_LIMIT} more problem(s): see the status",)
+    if status.result == "stale" and status.plan_version is not None:
+        problems += (
+            f"no fresh snapshot from any collector: nothing is re-planned, and the plan in force "
+            f"(version {status.plan_version}) is not refreshed: it expires at "
+            f"{status.plan_expires}, then the agents go to their safe state",
+        )
+    return problems
+
+
 class Metrics:
     """The controller's metrics in a registry of their own."""
 

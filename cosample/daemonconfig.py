@@ -24,7 +24,7 @@ from typing import Any
 from cosample.errors import CosampleError
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-#: What the daemons log by default: a line per change of state (docs/operations.md, "Logs").
+#: What the daemons log by default (docs/operations.md, "Logs").
 DEFAULT_LOG_LEVEL = "info"
 _UNSET = object()
 _NOT_SETTINGS = {"help", "version", "config", "func", "options_parser"}
