@@ -68,6 +68,9 @@ FILES = {
     "rtl-name.json": description("ab\u202ecd"),
     "dash-name.json": description("-rf"),
     "space-name.json": description("web 1"),
+    "newline-name.json": description("a\nb"),
+    "csv-name.json": '{"cost": {"alpha": 1.5, "beta": 0.5}, "servers": "csv-name-servers.csv"}',
+    "csv-name-servers.csv": "name,capacity_pps\ns1,1000000\n../etc,1000000\n",
     "long-name-inventory.json": inventory("h" * 254),
     "slash-name-inventory.json": inventory("a/b"),
     "expired-plan.json": plan_at(NOW - timedelta(hours=7), hours=6),
@@ -180,9 +183,11 @@ CORPUS = [
             "rtl-name.json",
             "dash-name.json",
             "space-name.json",
+            "newline-name.json",
         )
     ),
     (["check", "{rtl-name.json}"], "not a server name"),
+    (["plan", "{csv-name.json}"], "csv-name-servers.csv: row 3"),
     (["controller", "check", "--inventory", "{long-name-inventory.json}"], "servers[0].name"),
     (["controller", "check", "--inventory", "{slash-name-inventory.json}"], "servers[0].name"),
     # a plan no agent runs any more (issue 43: "valid")
@@ -192,14 +197,13 @@ CORPUS = [
 
 def _argv(argv: list[str], tmp_path: Path) -> list[str]:
     out = []
+    for name, content in FILES.items():  # all of them: a description may name a CSV file
+        path = tmp_path / name
+        if not path.exists():
+            (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
     for word in argv:
-        for name, content in FILES.items():
-            if f"{{{name}}}" in word:
-                path = tmp_path / name
-                if not path.exists():
-                    write = path.write_bytes if isinstance(content, bytes) else path.write_text
-                    write(content)
-                word = word.replace(f"{{{name}}}", str(path))
+        for name in FILES:
+            word = word.replace(f"{{{name}}}", str(tmp_path / name))
         (tmp_path / "dir").mkdir(exist_ok=True)
         word = word.replace("{dir}", str(tmp_path / "dir"))
         word = word.replace("{missing}", str(tmp_path / "missing"))
@@ -210,15 +214,16 @@ def _argv(argv: list[str], tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize("argv,message", CORPUS, ids=[" ".join(argv)[:60] for argv, _ in CORPUS])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    argv = _argv(argv, tmp_path)
     before = set(tmp_path.rglob("*"))
-    status = main(_argv(argv, tmp_path))  # a traceback would raise here and fail the test
+    status = main(argv)  # a traceback would raise here and fail the test
     err = capsys.readouterr().err
     assert status == 2, err
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and message in errors[0], err
     assert len(errors[0]) < 600, errors[0]  # a 10^6-character name is shown cut short
     assert "\x00" not in err and "\u202e" not in err  # shown escaped, never raw
-    written = set(tmp_path.rglob("*")) - before - {tmp_path / n for n in FILES} - {tmp_path / "dir"}
+    written = set(tmp_path.rglob("*")) - before
     assert not written, written  # nothing half-written
 
 
