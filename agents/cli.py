@@ -274,7 +274,16 @@ def _run(args) -> int:
     if config.metrics_port:
         serve_metrics(agent.metrics, config.metrics_port)
     agent.run(stop, max_cycles=args.cycles)
-    return 0
+    if args.cycles is None or stop.is_set():
+        return 0  # a daemon stopped: its status says how the last cycle went
+    from cosample.agents.report import read_status  # --cycles N: the last cycle is the answer
+
+    status = read_status(config.state_dir) or {}
+    if status.get("result") == "ok":
+        return 0
+    why = "; ".join([status.get("reason", ""), *status.get("errors", [])][:4]) or "no status"
+    print(f"cosample: agent: the last cycle ended {status.get('result')}: {why}", file=sys.stderr)
+    return 2 if status.get("result") == "rejected" else 1
 
 
 def _check_config(args) -> int:

@@ -315,8 +315,8 @@ def test_plan_json_summary(tmp_path, capsys):
 # the agent's reading of a host it cannot read, and of plans near their end ---------------------
 
 
-def test_dry_run_fails_when_it_cannot_read_the_host(tmp_path, capsys):
-    """Issue 43: with OVSDB unreachable, ``--dry-run`` said "0 command(s) would run", exit 0."""
+def no_ovsdb(tmp_path) -> Path:
+    """An agent configuration whose OVSDB is not there, its plan a good one."""
     plan = tmp_path / "plan.json"
     plan.write_bytes(plan_at(NOW - timedelta(minutes=1), hours=6))
     config = tmp_path / "agent.toml"
@@ -325,6 +325,19 @@ def test_dry_run_fails_when_it_cannot_read_the_host(tmp_path, capsys):
         f'insecure_unsigned = true\ntimeout_s = 2\nstate_dir = "{tmp_path / "state"}"\n'
         "run_analysers = false\n"
     )
+    return config
+
+
+def test_a_bounded_agent_run_that_fails_says_why(tmp_path, capsys):
+    """``agent run --cycles N`` (a test, a cron job) ends with its last cycle's status."""
+    assert main(["agent", "run", "--cycles", "1", "--config", str(no_ovsdb(tmp_path))]) == 1
+    err = capsys.readouterr().err
+    assert "cosample: agent: the last cycle ended error: " in err and "db.sock" in err
+
+
+def test_dry_run_fails_when_it_cannot_read_the_host(tmp_path, capsys):
+    """Issue 43: with OVSDB unreachable, ``--dry-run`` said "0 command(s) would run", exit 0."""
+    config = no_ovsdb(tmp_path)
     assert main(["agent", "apply", "--dry-run", "--config", str(config)]) == 1
     out, err = capsys.readouterr()
     assert "would run" not in out and out.startswith("error:")
