@@ -190,6 +190,9 @@ CORPUS = [
     (["plan", "{csv-name.json}"], "csv-name-servers.csv: row 3"),
     (["controller", "check", "--inventory", "{long-name-inventory.json}"], "servers[0].name"),
     (["controller", "check", "--inventory", "{slash-name-inventory.json}"], "servers[0].name"),
+    # a state directory that is a file (found by walking every option with bad values)
+    (["agent", "status", "--state-dir", "{big.json}"], "big.json/status.json: cannot read"),
+    (["agent", "appmon-spec", "--state-dir", "{big.json}"], "cannot read the agent's status"),
     # a plan no agent runs any more (issue 43: "valid")
     (["agent", "validate", "{expired-plan.json}"], "expired-plan.json: plan version 100: expired"),
 ]
