@@ -70,7 +70,7 @@ def command_blocks(path: Path) -> list[Block]:
     return blocks
 
 
-def run_block(block: Block, machines: dict, repeat_timeout_s: float = 900.0) -> list[str]:
+def run_block(block: Block, machines: dict, repeat_timeout_s: float = 600.0) -> list[str]:
     """Run ``block`` on each machine it names (``repeat until``: again every 5 s until it
     succeeds, for at most ``repeat_timeout_s``); returns its output, raises AssertionError
     naming the block, the command's output and the daemons' logs when it fails."""
