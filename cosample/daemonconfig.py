@@ -54,8 +54,11 @@ def configurable(parser: argparse.ArgumentParser, example: str) -> None:
     groups = [group for group in parser._mutually_exclusive_groups if group.required]
     for action in required:
         action.required = False
+        action.help = f"{action.help or ''} (required: here or in the --config file)".lstrip()
     for group in groups:
         group.required = False
+        for action in group._group_actions:
+            action.help = f"{action.help or ''} (one of these is required)".lstrip()
     parser.set_defaults(
         options_parser=parser, required_options=tuple(required), required_groups=tuple(groups)
     )
