@@ -45,6 +45,7 @@ pytestmark = [pytest.mark.root, pytest.mark.ovs, pytest.mark.slow]
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 OPERATIONS = ROOT / "docs" / "operations.md"
 MACHINES = {"controller.example": "192.0.2.10", "host1.example": "192.0.2.21"}
+HOST = "host1.example"  # the OVS host, as the inventory names it
 #: The blocks not run, and why: everything else in the document is.
 NOT_RUN = {
     "# on controller.example: install": "fetches from the network",
@@ -210,26 +211,40 @@ def test_the_loop_closed(fleet):
         wait_for(lambda: _converged(fleet, checks), timeout_s=CONVERGE_S)
     except AssertionError:
         raise AssertionError(f"not converged: {checks}\n{fleet.logs()}") from None
-    # what the VMs send, counted by OVS on their ports, against the collector's estimate (from
-    # every packet under this plan, over its last window) and what the plan was made for (from
-    # 1-in-4096 estimates, for the top of their noise: up to about twice)
-    truth = _vm_pps(fleet)
-    assert 0.7 * truth < checks["collector estimate"] < 1.3 * truth, (truth, checks)
+    # what the VMs send, counted by OVS on their ports over one collector window, against the
+    # samples the collector counted meanwhile (the plan's 1-in-N of them), its estimate, and
+    # what the plan was made for (from 1-in-4096 estimates, the top of their noise: up to twice)
+    sampling = int(checks["ovs sflow"][0])
+    window = fleet.json("controller.example", "curl -fsS http://127.0.0.1:9478/snapshot")
+    sent, counted = _count_for(fleet, window["window_s"])
+    assert 0.9 * sent / sampling <= counted <= 1.1 * sent / sampling, (sent, counted, sampling)
+    truth = sent / window["window_s"]
+    snapshot = fleet.json("controller.example", "curl -fsS http://127.0.0.1:9478/snapshot")
+    estimate = snapshot["servers"]["packets_per_s"][snapshot["servers"]["name"].index(HOST)]
+    assert 0.6 * truth < estimate < 1.4 * truth, (truth, estimate, checks)
     assert 0.5 * truth < checks["planned for"] < 4 * truth, (truth, checks)
 
 
-def _vm_pps(fleet: Fleet, seconds: float = 10.0) -> float:
-    """Packets per second the VMs send into br-int, from OVS's own port counters."""
+def _count_for(fleet: Fleet, seconds: float) -> tuple[int, float]:
+    """Over ``seconds``: the packets the VMs sent into br-int (OVS's own port counters) and the
+    sFlow samples the collector counted (all of them host1's: the only agent)."""
 
-    def count() -> int:
-        done = fleet["host1.example"].shell(
+    def counts() -> tuple[int, float]:
+        ports = fleet["host1.example"].shell(
             "for port in tap1 tap2; do ovs-vsctl get Interface $port statistics:rx_packets; done"
         )
-        return sum(map(int, done.stdout.split()))
+        metrics = fleet["controller.example"].shell("curl -fsS http://127.0.0.1:9478/metrics")
+        samples = next(
+            float(line.split()[-1])
+            for line in metrics.stdout.splitlines()
+            if line.startswith("cosample_collector_samples_total ")
+        )
+        return sum(map(int, ports.stdout.split())), samples
 
-    first = count()
+    first = counts()
     time.sleep(seconds)
-    return (count() - first) / seconds
+    last = counts()
+    return last[0] - first[0], last[1] - first[1]
 
 
 def _converged(fleet: Fleet, checks: dict) -> bool:
