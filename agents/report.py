@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from cosample import __version__
 from cosample.agents.appmon_state import summary as appmon_summary
-from cosample.agents.state import DesiredState
+from cosample.agents.hoststate import DesiredState
 from cosample.files import write_bytes_atomic
 from cosample.plan.formats import FORMAT_VERSION
 
