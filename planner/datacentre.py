@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN
-from cosample.planner import bulk
+from cosample.planner import bulk, fleetcsv
 from cosample.planner.description import Description
 from cosample.planner.errors import InfeasibleError, PlannerError
 from cosample.planner.extras import ExtraColumns, any_given
@@ -208,8 +208,6 @@ class DataCentre:
                 if name in first:
                     also = f"servers[{first[name]}]"
                     if columns.locate and columns.locate("servers", 0, "name"):
-                        from cosample.planner import fleetcsv
-
                         also = f"row {fleetcsv.row(first[name])}"
                     raise fail(
                         ("servers", position, "name"), f"duplicate server name, also {also}", name
@@ -284,8 +282,6 @@ class DataCentre:
         src = np.repeat(origins, columns.traffic_lengths)
         dst = targets
         if not columns.pairs_unique and len(dst):  # a CSV file can give a pair twice
-            from cosample.planner import fleetcsv
-
             pair = src * n + dst
             order = np.argsort(pair, kind="stable")
             again = np.flatnonzero(pair[order][1:] == pair[order][:-1])
