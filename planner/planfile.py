@@ -13,11 +13,11 @@ import orjson
 
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
 from cosample.planner import hostjson, hostlists, jsonpieces
+from cosample.planner.applied import Realised
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner.extras import ExtraColumns
 from cosample.planner.planbytes import HostTable, plan_id
-from cosample.planner.realise import Realised
 from cosample.planner.report import MAX_ROWS
 from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
@@ -73,6 +73,7 @@ def build_plan(
     applied = solution.applied  # the solution's own: computed once, never here
     appmon = None
     if dc.services:  # the application part, after the applied sFlow plan (planner.appmon_plan)
+        # it solves with scipy's MILP (a second to import): only with services
         from cosample.planner import appmon_plan
 
         appmon_solution, services = appmon_plan.plan_appmon(problem, applied)

@@ -177,6 +177,7 @@ def build_problem(dc: DataCentre, margin: float | None = None, robust: bool = Fa
         mirror_cap = np.where(np.isfinite(cap_bytes), cap_bytes / packet_bytes, np.inf)
     appmon = None
     if dc.services and dc.appmon_order == "appmon_first":
+        # the application part solves with scipy's MILP (a second to import): only with services
         from cosample.planner.appmon_plan import plan_first
 
         appmon = plan_first(dc, usable, cap_bytes)

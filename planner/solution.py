@@ -11,7 +11,7 @@ import numpy as np
 from cosample.planner.problem import Problem
 
 if TYPE_CHECKING:
-    from cosample.planner.realise import Realised
+    from cosample.planner.applied import Realised
 
 #: Relative tolerance under which a plan's objective equals its bound (round-off of sums).
 EXACT_TOLERANCE = 1e-9
