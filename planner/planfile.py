@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
-from cosample.planner import hostjson, hostlists, jsonpieces
+from cosample.planner import hostjson, hostlists, jsonpieces, stated
 from cosample.planner.applied import Realised
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
@@ -117,7 +117,7 @@ def _summary(
     """What the solution carries (its applied plan, baseline and continuous optimum), stated
     (``roles``: each host's, ``_roles``)."""
     problem = solution.problem
-    applied, baseline = solution.applied, solution.baseline_pps
+    applied, baseline = solution.applied, stated.baseline_pps(solution)
     total = float(problem.own_pps.sum())
     collected = applied.collected_pps
     gain = collected / baseline - 1 if baseline > 0 else 0.0

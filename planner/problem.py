@@ -262,3 +262,10 @@ def _indistinct_costs(
         f"{len(names)} server(s) planned with beta < alpha although their calibration's 95 % "
         f"intervals overlap (mirroring may cost as much as sampling): {shown}"
     ]
+
+
+def distinct_pps(own: np.ndarray, local: np.ndarray, mirrored: np.ndarray) -> np.ndarray:
+    """Per server, distinct packets when local sFlow and mirrors draw independently."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        overlap = np.where(own > 0, local * mirrored / own, 0.0)
+    return np.minimum(local + mirrored - overlap, own)

@@ -21,8 +21,7 @@ import numpy as np
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.planner.applied import Realised
-from cosample.planner.problem import Problem
-from cosample.planner.solution import Solution, distinct_pps
+from cosample.planner.problem import Problem, distinct_pps
 
 #: LP solvers return rates a few ulps below a round 1/N; this much relative slack maps them to N.
 RATE_TOLERANCE = 1e-9
@@ -65,8 +64,9 @@ def predicted_load(
     )
 
 
-def realise(solution: Solution) -> Realised:
-    """Round local rates to 1-in-N, spend the freed capacity on existing pairs, count packets.
+def realise(solution) -> Realised:
+    """Round ``solution``'s local rates to 1-in-N, spend the freed capacity on existing pairs,
+    count packets (``solution.Solution.applied`` calls it; this module is below that one).
 
     Servers that receive sample 1-in-1, so that every mirrored packet they take is sampled.
     Servers the solution has sample by the sample action (``Solution.sample_hosts``) take
