@@ -23,9 +23,9 @@ import pandas as pd
 from cosample.costmodel.accounting import AccountingCgroup, pid_from_file
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.harness import CalibrationSettings
+from cosample.costmodel.onehost import OneHostTestbed
 from cosample.costmodel.passive import CapacityEstimate, PassiveMonitor, parse_dpctl_lookups
 from cosample.costmodel.realrun import iperf_client
-from cosample.lab.onehost import OneHostTestbed
 
 HOG = [sys.executable, "-c", "while True: pass"]
 
