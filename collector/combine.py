@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from cosample.collector.exposure import extrapolate, precision
-from cosample.collector.intervals import normal_interval, packets_interval
 from cosample.collector.snapshotwire import traffic_columns
+from cosample.intervals import normal_interval, packets_interval
 
 if TYPE_CHECKING:  # pydantic's models: only where a snapshot model is asked for
     from cosample.collector.snapshot import Snapshot
