@@ -32,8 +32,8 @@ from cosample.appmon.records import DEFAULT_RATE, INSECURE_KEY
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
 from cosample.collector.authenticity import SIGNATURE_SUFFIX, Signer
 from cosample.collector.errors import CollectorError
-from cosample.collector.events import EventDetector, write_events
 from cosample.collector.httpapi import send_body
+from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic
 from cosample.plan.appmon import SHARE_BITS
 

@@ -31,7 +31,7 @@ from cosample.collector.admission import Admission
 from cosample.collector.authenticity import Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
-from cosample.collector.events import EventDetector, snapshot_values, write_events
+from cosample.collector.events import snapshot_values
 from cosample.collector.httpapi import http_server
 from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
 from cosample.collector.inventory import Inventory
@@ -45,6 +45,7 @@ from cosample.collector.snapshot import Snapshot
 from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.errors import CosampleError
+from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic, write_bytes_atomic
 
 SNAPSHOT_FILE = "snapshot.json"
