@@ -30,8 +30,7 @@ from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.recordlink import RecordReceiver, RecordSender
 from cosample.appmon.records import DEFAULT_RATE, INSECURE_KEY
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
-from cosample.collector.authenticity import SIGNATURE_SUFFIX, Signer
-from cosample.collector.errors import CollectorError
+from cosample.authenticity import SIGNATURE_SUFFIX, AuthenticityError, Signer
 from cosample.collector.httpapi import send_body
 from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic
@@ -68,7 +67,7 @@ class Settings:
     send_records: tuple[str, int] | None = None  # the analysis host's UDP endpoint
     record_rate: float = DEFAULT_RATE
     receive_records: tuple[str, int] | None = None  # where this analyser listens for records
-    #: signs what /snapshot serves and writes snapshot.json.sig (``collector.authenticity``:
+    #: signs what /snapshot serves and writes snapshot.json.sig (``cosample.authenticity``:
     #: the controller verifies analysers' snapshots as it does the collectors'); None: unsigned
     snapshot_key: str | Path | None = None
     #: only connections whose client port's low ``SHARE_BITS`` bits are below this (the plan's
@@ -116,7 +115,7 @@ class Service:
         self._events: IO[str] | None = None
         try:
             self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise AppmonError(f"--snapshot-key: {exc}") from None
         #: the last snapshot's bytes and signature, one pair (a reader never mixes two windows)
         self.signed: tuple[bytes, str | None] | None = None

@@ -26,9 +26,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
+from cosample.authenticity import Signer
 from cosample.collector import ipfixtemplates, snapshotbin
 from cosample.collector.admission import Admission
-from cosample.collector.authenticity import Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.events import snapshot_values

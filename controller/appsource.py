@@ -19,8 +19,7 @@ from datetime import datetime, timedelta
 
 from cosample.appmon.errors import AppmonError
 from cosample.appmon.snapshot import AppSnapshot, parse_snapshot
-from cosample.collector.authenticity import Verifier
-from cosample.collector.errors import CollectorError
+from cosample.authenticity import AuthenticityError, Verifier
 from cosample.controller.errors import SnapshotError
 from cosample.controller.source import verify_signed
 from cosample.fetch import MISSING, FetchError
@@ -47,7 +46,7 @@ class AnalyserReader:
     def __init__(self, keys: tuple[str, ...] = ()) -> None:
         try:
             self.verifier = Verifier(keys) if keys else None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise SnapshotError(str(exc)) from None
 
     def __call__(
@@ -99,7 +98,7 @@ class AnalyserReader:
                 )
             if self.verifier is not None:
                 verify_signed(self.verifier, location, response, "analyser snapshot", timeout_s)
-        except (FetchError, CollectorError) as exc:
+        except (FetchError, AuthenticityError) as exc:
             raise SnapshotError(str(exc)) from None
         try:
             return parse_snapshot(response.data, where=f"analyser snapshot {location}")

@@ -7,7 +7,7 @@ are then missing from the merge and the controller holds their last smoothed tra
 fetch has one total deadline and a size limit (``cosample.fetch``).
 
 With the collectors' public keys (``--collector-key``), a snapshot counts only if its signature
-verifies (``cosample.collector.authenticity``: the ``X-Cosample-Signature`` header of the same
+verifies (``cosample.authenticity``: the ``X-Cosample-Signature`` header of the same
 response, or ``FILE.sig``); an unsigned or badly signed one is a problem like a collector that
 is down. Fetches are conditional: a collector that answers 304 to the tag of the last snapshot
 it sent has that snapshot (already verified and parsed) reused.
@@ -19,8 +19,8 @@ import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime
 
+from cosample.authenticity import HEADER, SIGNATURE_SUFFIX, AuthenticityError, Verifier
 from cosample.collector import snapshotbin
-from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Verifier
 from cosample.collector.errors import CollectorError
 from cosample.collector.merge import merge_snapshots
 from cosample.collector.snapshot import Snapshot, parse_snapshot_json
@@ -47,7 +47,7 @@ class SnapshotReader:
     def __init__(self, keys: tuple[str, ...] = ()) -> None:
         try:
             self.verifier = Verifier(keys) if keys else None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise SnapshotError(str(exc)) from None
         self.known: dict[str, tuple[str, Snapshot]] = {}  # location -> (tag, snapshot)
 
@@ -80,7 +80,7 @@ class SnapshotReader:
                 verify_signed(self.verifier, location, response, "snapshot", timeout_s)
         except FetchError as exc:
             raise SnapshotError(str(exc)) from None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise SnapshotError(str(exc)) from None
         snapshot = parse(response.data, location)
         if response.etag:
@@ -165,7 +165,7 @@ def verify_signed(
     verifier: Verifier, location: str, response: Response, label: str, timeout_s: float
 ) -> None:
     """Check ``response``'s bytes against their signature: the HTTP header over http(s), the
-    file ``location + .sig`` otherwise; ``CollectorError``/``FetchError`` when it fails."""
+    file ``location + .sig`` otherwise; ``AuthenticityError``/``FetchError`` when it fails."""
     over_http = urllib.parse.urlsplit(location).scheme in ("http", "https")
     signature = (
         response.headers.get(HEADER.lower())
