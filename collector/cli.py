@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
-from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.dataplane.ipfix import IPFIX_PORT
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB
 
 
 def register(subparsers) -> None:

@@ -38,7 +38,7 @@ from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
 from cosample.collector.planwatch import PlanWatcher, Update
-from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.receiver import Receiver
 from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
@@ -47,6 +47,7 @@ from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.errors import CosampleError
 from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic, write_bytes_atomic
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB
 
 SNAPSHOT_FILE = "snapshot.json"
 #: After a snapshot that took d seconds, at least this many times d of ingest before the next.

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from cosample.controller.httpserver import BoundedHTTPServer
 from cosample.files import FileWriteError, write_bytes_atomic
+from cosample.plan import formats, source
 from cosample.plan.signing import SIGNATURE_SUFFIX, content_digest, sign_digest
 from cosample.plan.slicebuild import SliceSet, build_slices
 from cosample.plan.slices import SLICES_DIR
@@ -177,25 +178,22 @@ def oversized(rendered: Rendered) -> str | None:
     """A problem if a default reader of the whole plan refuses the published bytes: agents that
     fetch it whole (``--no-slices``, or their fallback) above ``max_plan_mib``'s default; the
     collector, which always reads it whole, above its own (``--max-plan-mib``)."""
-    from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB
-    from cosample.plan import source
-
     size = len(rendered.data)
     if size <= source.MAX_BYTES:
         return None
     head = f"published plan version(s) {list(rendered.versions)}: {size:,} bytes"
-    if size > COLLECTOR_MAX_PLAN_MIB * 1024 * 1024:
+    if size > formats.COLLECTOR_MAX_PLAN_MIB * 1024 * 1024:
         return (
             f"{head}, above the collector's default limit of "
-            f"{COLLECTOR_MAX_PLAN_MIB} MiB: it keeps attributing by the plan before "
+            f"{formats.COLLECTOR_MAX_PLAN_MIB} MiB: it keeps attributing by the plan before "
             f"unless run with a larger --max-plan-mib (docs/collector.md); agents fetching "
-            f"the whole plan refuse it too (max_plan_mib {source.DEFAULT_MAX_PLAN_MIB})"
+            f"the whole plan refuse it too (max_plan_mib {formats.DEFAULT_MAX_PLAN_MIB})"
         )
     return (
         f"{head}, above the agents' default limit of {source.MAX_BYTES:,} bytes "
-        f"(max_plan_mib {source.DEFAULT_MAX_PLAN_MIB}): agents that fetch the whole plan "
+        f"(max_plan_mib {formats.DEFAULT_MAX_PLAN_MIB}): agents that fetch the whole plan "
         f"refuse it unless max_plan_mib is raised (docs/agents.md); their slices and the "
-        f"collector (up to {COLLECTOR_MAX_PLAN_MIB} MiB) are not affected"
+        f"collector (up to {formats.COLLECTOR_MAX_PLAN_MIB} MiB) are not affected"
     )
 
 
