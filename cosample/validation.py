@@ -282,11 +282,11 @@ def read_document(
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read {what}: {reason}") from None
     if kind == "YAML":
-        import yaml
+        import yaml  # a format's parser loads with a document in it: JSON is the common input
 
         parse, failure = yaml.safe_load, yaml.YAMLError
     elif kind == "TOML":
-        import tomllib
+        import tomllib  # as PyYAML above
 
         parse, failure = tomllib.loads, tomllib.TOMLDecodeError
     else:
