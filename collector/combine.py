@@ -69,7 +69,7 @@ class Estimates:
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         """Estimates over the window ending at ``now`` (default: the newest datagram's time)."""
-        from cosample.collector.snapshot import Snapshot
+        from cosample.collector.snapshot import Snapshot  # pydantic's model: only when asked for
 
         return Snapshot.model_validate(self.snapshot_data(now))
 

@@ -133,7 +133,7 @@ class ServerTable(Strict):
     def column(self, key: str):
         """One column as a float numpy array (the controller's arithmetic; numpy is imported
         here, not with the module: ``collector replay`` never needs it)."""
-        import numpy as np
+        import numpy as np  # see above
 
         return np.asarray(getattr(self, key), dtype=float)
 
@@ -428,7 +428,7 @@ def _first_where(test: Callable[..., Any], *columns: Sequence) -> int | None:
     """The first row where ``test`` holds, or None: element-wise on the binary form's numpy
     arrays (10^6 rows), row by row on JSON lists (so replaying needs no numpy)."""
     if columns and type(columns[0]).__module__ == "numpy":
-        import numpy as np
+        import numpy as np  # only for numpy's arrays: replaying needs no numpy
 
         bad = np.flatnonzero(test(*columns))
         return int(bad[0]) if bad.size else None
