@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import urllib.parse
 from dataclasses import dataclass, replace
@@ -24,12 +25,16 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
+import orjson
+
 from cosample.controller.httpserver import BoundedHTTPServer
 from cosample.files import FileWriteError, write_bytes_atomic
 from cosample.plan import formats, source
+from cosample.plan.document import plan_head
 from cosample.plan.signing import SIGNATURE_SUFFIX, content_digest, sign_digest
 from cosample.plan.slicebuild import SliceSet, build_slices
 from cosample.plan.slices import SLICES_DIR
+from cosample.plan.transition import plan_set
 from cosample.planner.planbytes import HostTable, compact_json
 from cosample.times import format_time
 
@@ -73,8 +78,6 @@ class Rendered:
         long as it serves this publication)."""
         plans = self.plans
         if not plans:
-            import orjson
-
             document = orjson.loads(self.data)
             plans = tuple(document["plans"]) if "plans" in document else (document,)
         built = build_slices(plans, self.key)
@@ -105,9 +108,6 @@ def render(
         data = compact_json(plan)
         versions, final, plans = (version,), plan, (plan,)
     else:
-        from cosample.plan.document import plan_head
-        from cosample.plan.transition import plan_set
-
         # Both plans come from the planner (the previous one from the controller's own store):
         # only the fields the transition needs are validated, not 2 x 10^5 host entries.
         # Phase 2's hosts are NEW's (a HostTable's bytes spliced, not re-written); with both
@@ -153,8 +153,6 @@ def serialised_hosts(plan: dict[str, Any] | None) -> dict[str, Any] | None:
     hosts = plan.get("hosts") if plan else None
     if not isinstance(hosts, dict):
         return plan
-    import orjson
-
     return {**plan, "hosts": HostTable([orjson.dumps(hosts, option=orjson.OPT_SORT_KEYS)])}
 
 
@@ -484,8 +482,6 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _remove_tree(path: Path) -> None:
-    import shutil
-
     shutil.rmtree(path, ignore_errors=True)
 
 
