@@ -32,7 +32,7 @@ from pathlib import Path
 from cosample.agents.analyser_procs import Supervisor, wanted_for
 from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
-from cosample.agents.host import Host
+from cosample.agents.host import Host, LinuxOvsHost
 from cosample.agents.hoststate import DesiredState
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.agents.mtu import mirror_mtu_warnings
@@ -91,8 +91,6 @@ class Agent:
         supervisor: Supervisor | None = None,
     ) -> None:
         if host is None:
-            from cosample.agents.host import LinuxOvsHost
-
             host = LinuxOvsHost(config)
             if supervisor is None and config.run_analysers:  # effects come with the real host
                 supervisor = Supervisor.from_config(config)
