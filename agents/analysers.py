@@ -141,6 +141,8 @@ def wanted_analysers(
             argv += ["--records-from", item["records_from"]]
         if residues < 1 << SHARE_BITS:
             argv += ["--share-residues", str(max(1, residues))]
+        if svc.get("protocol", "http") != "http":  # HTTP/1.x is what it reads undeclared
+            argv += ["--protocol", f"{svc['port']}={svc['protocol']}"]
         argv += [
             "--port",
             str(svc["port"]),

@@ -32,6 +32,9 @@ IGNORED = frozenset(
         "truncated_segments",
         "body_holes_skipped",
         "first_lines_cut",
+        "first_lines_unseen",
+        "framing_cut",
+        "tls_tickets",
         "record_datagrams_reordered",
         "record_senders_restarted",
     )
@@ -51,6 +54,7 @@ class Analyser:
         records=None,
         counters: Counter | None = None,
         selected: int = 1 << SHARE_BITS,
+        protocols: dict[int, str] | None = None,
     ) -> None:
         self.link = link
         self.counters: Counter = Counter() if counters is None else counters
@@ -74,7 +78,8 @@ class Analyser:
                 remote=records.response,
             ):
                 local(service, time, status, service_time, connection)
-                remote(service, time, status, service_time)
+                if status is not None:  # records carry HTTP statuses; a TLS answer has none
+                    remote(service, time, status, service_time)
 
         self.table = ConnectionTable(
             self.counters,
@@ -83,6 +88,8 @@ class Analyser:
             max_connections=max_connections,
             ports=frozenset(ports),
             selected=selected,
+            protocols=protocols,
+            on_connection=self.windows.connection,
         )
         self.frames = 0
         self.totals: dict[tuple, ServiceStats] = {}

@@ -159,6 +159,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "TCP connection that speaks HTTP/1.x)",
     )
     parser.add_argument(
+        "--protocol",
+        action="append",
+        default=[],
+        metavar="PORT=PROTOCOL",
+        help="what the service on PORT speaks: http (HTTP/1.x), h2c, tls (HTTP/1.1 over TLS) or "
+        "h2 (HTTP/2 over TLS); repeat for several (default: told by each connection's first "
+        "bytes, TLS as tls unless ALPN shows h2)",
+    )
+    parser.add_argument(
         "--name",
         default=socket.gethostname(),
         help="analyser name in the snapshot (default: host name)",
@@ -176,6 +185,16 @@ def _settings(args) -> tuple[float, frozenset[int]]:
     return args.window, frozenset(args.port)
 
 
+def _protocols(args) -> dict[int, str]:
+    from cosample.appmon.errors import AppmonError
+    from cosample.appmon.protocols import parse_declarations
+
+    try:
+        return parse_declarations(args.protocol)
+    except ValueError as exc:
+        raise AppmonError(f"--protocol: {exc}") from None
+
+
 def _run(args) -> int:
     import signal
 
@@ -185,6 +204,7 @@ def _run(args) -> int:
     from cosample.appmon.service import Service, Settings
 
     window, ports = _settings(args)
+    protocols = _protocols(args)
     if args.duration is not None and not args.duration > 0:
         raise AppmonError(f"--duration: must be > 0, got {args.duration}")
     if args.interface is None and args.receive_records is None:
@@ -231,6 +251,7 @@ def _run(args) -> int:
         record_key=key,
         records_from=records_from,
         send_records_from=args.send_records_from,
+        protocols=protocols,
     )
     service = Service(settings).start()
     for number in (signal.SIGTERM, signal.SIGINT):
@@ -311,6 +332,9 @@ def _replay(args) -> int:
     from cosample.appmon.replay import replay, table
 
     window, ports = _settings(args)
-    for snap in replay(args.capture, window_s=window, ports=ports, name=args.name):
+    protocols = _protocols(args)
+    for snap in replay(
+        args.capture, window_s=window, ports=ports, name=args.name, protocols=protocols
+    ):
         print(snap.to_json() if args.json else table(snap), end="\n" if args.json else "")
     return 0

@@ -29,7 +29,8 @@ Interval = Annotated[list[Seconds], Field(min_length=2, max_length=2)]  # [low, 
 
 
 class ServiceTime(Strict):
-    """Request first byte to response status line, over the window's matched responses."""
+    """Request first byte to response status line, over the window's matched responses (and
+    the same figures for TLS handshake times)."""
 
     mean: Seconds
     min: Seconds
@@ -71,6 +72,18 @@ class ServiceWindow(Strict):
     #: 95 % interval of the window's success rate over *all* the service's connections
     #: (``appmon.successinterval``); the rate itself at share 1; None when unknown
     success_rate_ci95: Annotated[list[Fraction], Field(min_length=2, max_length=2)] | None = None
+    #: what the service's connections speak: ``http`` (HTTP/1.x), ``h2c``, ``tls`` (HTTP/1.1
+    #: over TLS), ``h2`` (HTTP/2 over TLS); over TLS no status is visible, so ``responses``,
+    #: ``status_classes`` and ``success_rate`` stay empty: absent, never a rate of 1
+    protocol: Literal["http", "h2c", "tls", "h2"] | None = None
+    #: answers whose status could not be read (over TLS: every one), in ``matched`` and
+    #: ``service_time_s`` but not in ``responses``
+    responses_without_status: Count = 0
+    #: connections opened in the window (a client's SYN seen)
+    connections_opened: Count = 0
+    #: TLS handshakes completed (ClientHello to the client's Finished) and their times
+    handshakes: Count = 0
+    handshake_s: ServiceTime | None = None
 
 
 class AppSnapshot(Strict):
@@ -131,6 +144,18 @@ def snapshot(
                 p95=p95,
                 p99=p99,
             )
+        handshake = None
+        if stats.handshakes:
+            sketch = stats.handshake_sketch
+            p50, p95, p99 = (max(0.0, sketch.get_quantile_value(q)) for q in QUANTILES)
+            handshake = ServiceTime(
+                mean=stats.handshake_total_s / stats.handshakes,
+                min=stats.handshake_min_s,
+                max=stats.handshake_max_s,
+                p50=p50,
+                p95=p95,
+                p99=p99,
+            )
         counts = stats.connection_counts()
         interval = rate_interval(
             stats.requests, counts[1] if counts else None, share, window.width_s
@@ -162,6 +187,11 @@ def snapshot(
                 ok_squares=sums[3] if sums else None,
                 final_df=df,
                 success_rate_ci95=success,
+                protocol=stats.protocol,
+                responses_without_status=stats.unread,
+                connections_opened=stats.opened,
+                handshakes=stats.handshakes,
+                handshake_s=handshake,
             )
         )
     return AppSnapshot(

@@ -23,6 +23,8 @@ from cosample.plan.formats import DEFAULT_MAX_PLAN_MIB
 from cosample.plan.signing import SIGNATURE_SUFFIX
 
 MAX_BYTES = DEFAULT_MAX_PLAN_MIB * 1024 * 1024
+#: A detached signature is a line of base64 (a few during a key rotation): far below this.
+SIGNATURE_MAX_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def fetch(
                 location + SIGNATURE_SUFFIX,
                 label="plan",
                 timeout_s=timeout_s,
-                max_bytes=max_bytes,
+                max_bytes=SIGNATURE_MAX_BYTES,
                 deadline=deadline,
                 missing_ok=True,
                 user_agent=user_agent,

@@ -416,3 +416,12 @@ def test_the_agent_gives_its_record_pair_the_key_from_its_secret(
     secret.chmod(0o644)  # readable by others: refused, logged, no key given
     (keyless,) = wanted_for(desired, config).values()
     assert keyless.record_key is None and "--record-key" not in keyless.argv
+
+
+def test_a_service_of_another_protocol_is_declared_to_its_analyser(tmp_path):
+    plain = wanted(tmp_path, spec_item())
+    assert not any(arg == "--protocol" for one in plain.values() for arg in one.argv)
+    item = spec_item(service={**SERVICE, "protocol": "tls"})
+    (analyser,) = wanted(tmp_path, item).values()
+    at = analyser.argv.index("--protocol")
+    assert analyser.argv[at + 1] == "8080=tls"
