@@ -12,6 +12,8 @@ import numpy as np
 import orjson
 
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
+from cosample.plan.hostfields import AGENT_FIELDS as AGENT_FIELDS
+from cosample.plan.hostfields import SAMPLE_FIELDS as SAMPLE_FIELDS
 from cosample.planner import hostjson, hostlists, jsonpieces, stated
 from cosample.planner.applied import Realised
 from cosample.planner.datacentre import DataCentre
@@ -23,19 +25,11 @@ from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
 from cosample.times import format_time
 
-#: The host fields agents and collectors read (beside the description's extras); the others are
-#: the per-host report: the inputs as planned, the predicted cost and the continuous optimum.
-#: The ``sample`` local mechanism's host fields (written only when some server may use it).
-SAMPLE_FIELDS = ("local_mechanism", "sample_probability", "observation_domain")
-AGENT_FIELDS = (
-    "role",
-    "local_rate",
-    "sflow_sampling",
-    "mirrors",
-    "receives",
-    "appmon",
-    *SAMPLE_FIELDS,
-)
+# AGENT_FIELDS: the host fields agents and collectors read (beside the description's extras),
+# the fields build_plan writes below; the others are the per-host report: the inputs as planned,
+# the predicted cost and the continuous optimum. SAMPLE_FIELDS: the ``sample`` local mechanism's
+# (written only when some server may use it). Both declared in cosample.plan.hostfields and
+# re-exported here under the planner's name (tests hold build_plan to them).
 DEFAULT_VALIDITY = timedelta(hours=6)
 
 

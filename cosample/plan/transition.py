@@ -32,6 +32,7 @@ import orjson
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.document import FORMAT_VERSION, PLANSET_FORMAT, Plan
 from cosample.plan.errors import PlanError
+from cosample.plan.hostfields import SAMPLE_FIELDS
 from cosample.times import format_time
 
 try:  # built by pip install (setup.py); without it the first phase is lowered in Python
@@ -225,7 +226,7 @@ def _lower_local(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return {"local_rate": local_rate, "sflow_sampling": max(old_n, new_n)}
 
 
-_SAMPLE_KEYS = ("local_mechanism", "sample_probability", "observation_domain")
+_SAMPLE_KEYS = SAMPLE_FIELDS
 _NOTHING: dict[str, Any] = {
     "local_rate": 0.0,
     "sflow_sampling": None,
