@@ -38,7 +38,9 @@ class Signer:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._key = _keys(self.path, private=True)[0]
+        key = _keys(self.path, private=True)[0]
+        assert isinstance(key, Ed25519PrivateKey)  # private=True loads the private key
+        self._key = key
 
     def sign(self, data: bytes) -> str:
         """The header value for ``data``: base64 of the ed25519 signature."""

@@ -139,6 +139,7 @@ class SliceSet:
         k = self.position(file_name)
         if k is None:
             return None
+        assert self.tree is not None  # a host was found: the tree has its leaf
         return orjson.dumps(
             {
                 "format": SLICE_FORMAT,
@@ -149,7 +150,7 @@ class SliceSet:
                 "index": k,
                 "path": [step.hex() for step in self.tree.proof(k)],
             }
-        )  # type: ignore[union-attr]
+        )
 
     def etag(self, file_name: str) -> str | None:
         """Changes whenever the document does (root, view or signature)."""

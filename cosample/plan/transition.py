@@ -36,7 +36,7 @@ from cosample.plan.hostfields import SAMPLE_FIELDS
 from cosample.times import format_time
 
 try:  # built by pip install (setup.py); without it the first phase is lowered in Python
-    from cosample.plan import _transition
+    from cosample.plan import _transition  # type: ignore[attr-defined]  # compiled: no stub
 except ImportError:  # pragma: no cover - a host without a compiler
     _transition = None
 
@@ -84,7 +84,7 @@ def plan_set(
         )
     phase1 = dict(new)
     lowered = compiled_lower(old["hosts"], new["hosts"]) if table is not None else None
-    if lowered is not None:
+    if table is not None and lowered is not None:
         phase1["hosts"] = table(lowered)
     else:
         old_hosts = _parsed(old["hosts"])
