@@ -14,6 +14,11 @@ transition's table all come from ``HOST_FIELDS``.
   together (``cosample/plan/transition.py``); the compiled phase 1 reads them through the
   generated header ``_hostfields.h`` (its ``FIELD[]``; ``python -m cosample.plan.hostfields``
   writes it, ``tests/plan/test_hostfields.py`` compares it with ``c_header()``).
+- ``LIST_FIELDS``: the lists of a host's pairs and entries, which a view cuts to the pairs
+  with the viewer and phase 1 lowers entry by entry. The compiled paths name them in key order
+  in hand-written tables (``_hosttable.h`` ``LIST_NAME``, ``_slices.c`` ``OPEN``,
+  ``_transition.c`` ``INSERTED``), which ``tests/plan/test_hostfields.py`` reads and compares
+  with this declaration.
 
 ``HostPlan`` (``cosample/plan/document.py``), the reader's model, has a field for each and for no
 other (``name`` aside: the host's key); the test checks that too. The order is the fields' order
@@ -32,14 +37,14 @@ HOST_FIELDS: dict[str, frozenset[str]] = {
     "role": frozenset({"agent", "peer"}),
     "local_rate": frozenset({"agent", "peer", "local"}),
     "sflow_sampling": frozenset({"agent", "peer", "local"}),
-    "mirrors": frozenset({"agent"}),
-    "receives": frozenset({"agent"}),
+    "mirrors": frozenset({"agent", "list"}),
+    "receives": frozenset({"agent", "list"}),
     "tunnel_ip": frozenset({"handed", "peer"}),
     "bridge": frozenset({"handed"}),
     # the host's sFlow agent address when it is not tunnel_ip: a description's extra, if any
     "agent_ip": frozenset(),
     "vm_ports": frozenset({"handed"}),
-    "appmon": frozenset({"agent"}),
+    "appmon": frozenset({"agent", "list"}),
     "local_mechanism": frozenset({"agent", "peer", "local", "sample"}),
     "sample_probability": frozenset({"agent", "peer", "local", "sample"}),
     "observation_domain": frozenset({"agent", "peer", "local", "sample"}),
@@ -57,6 +62,7 @@ HANDED_FIELDS = fields_of("handed")
 PEER_FIELDS = fields_of("peer")
 SAMPLE_FIELDS = fields_of("sample")
 LOCAL_FIELDS = fields_of("local")
+LIST_FIELDS = fields_of("list")
 
 HEADER = Path(__file__).with_name("_hostfields.h")
 

@@ -21,7 +21,7 @@ def test_the_model_has_the_declared_fields():
     the name of a host is its key under ``hosts``, not a declared field."""
     assert set(HostPlan.model_fields) - {"name"} == set(hostfields.HOST_FIELDS)
     parts = set().union(*hostfields.HOST_FIELDS.values())
-    assert parts == {"agent", "handed", "peer", "sample", "local"}
+    assert parts == {"agent", "handed", "peer", "sample", "local", "list"}
 
 
 def test_the_lists_are_the_declarations():
@@ -73,3 +73,20 @@ def test_the_compiled_transition_includes_the_header_and_copies_no_field_table()
     source = (ROOT / "cosample" / "plan" / "_transition.c").read_text()
     assert '#include "_hostfields.h"' in source
     assert "FIELD[F_COUNT] =" not in source and "FIELD_LEN[F_COUNT] =" not in source
+
+
+def c_strings(path: str, array: str) -> list[str]:
+    """The strings of the C array ``array`` in ``path``; ``\"name\":[`` read as ``name``."""
+    source = (ROOT / path).read_text()
+    (body,) = re.findall(r"\b%s\[[^\]]*\] = \{(.*?)\};" % re.escape(array), source, re.S)
+    return [re.sub(r'^\\"|\\":\[$', "", text) for text in re.findall(r'"((?:[^"\\]|\\.)*)"', body)]
+
+
+def test_the_compiled_paths_name_the_declared_lists_in_key_order():
+    """The tables the compiled builders keep by hand (their key-order logic is C) name exactly
+    the declared lists, and phase 1 inserts exactly the lists and the sampling rate and 1-in-N."""
+    lists = sorted(hostfields.LIST_FIELDS)
+    assert c_strings("cosample/plan/_hosttable.h", "LIST_NAME") == ["", *lists]
+    assert c_strings("cosample/plan/_slices.c", "OPEN") == ["", *lists]
+    inserted = sorted([*hostfields.LIST_FIELDS, *hostfields.LOCAL_FIELDS[:2]])
+    assert c_strings("cosample/plan/_transition.c", "INSERTED") == inserted
