@@ -29,7 +29,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from cosample.collector.errors import CollectorError
 from cosample.collector.snapshotwire import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, traffic_columns
 from cosample.times import format_time_ms
-from cosample.validation import Strict, UtcTime, as_utc, describe, field_path
+from cosample.validation import Strict, UtcTime, as_utc, describe, field_path, parse_refusal
 
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
@@ -473,6 +473,8 @@ def parse_snapshot(data: bytes | str | Mapping[str, Any], where: str = "snapshot
             data = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CollectorError(f"{where}: not valid UTF-8 JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, 10^5 brackets
+            raise CollectorError(f"{where}: not valid JSON: {parse_refusal(exc)}") from None
     try:
         return Snapshot.model_validate(data)
     except ValidationError as exc:

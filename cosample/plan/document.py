@@ -45,7 +45,15 @@ from cosample.plan.errors import fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
 from cosample.plan.guard import GuardSpec
 from cosample.times import format_time, parse_time
-from cosample.validation import HostName, InterfaceName, IpAddress, Strict, TunnelAddress, describe
+from cosample.validation import (
+    HostName,
+    InterfaceName,
+    IpAddress,
+    Strict,
+    TunnelAddress,
+    describe,
+    parse_refusal,
+)
 
 Role = Literal["sender", "receiver", "idle"]
 ROLES = get_args(Role)
@@ -500,3 +508,5 @@ def load_json(data: bytes, source: str) -> Any:
         raise PlanError(f"{source}: not valid UTF-8 JSON ({exc})") from None
     except RecursionError:
         raise PlanError(f"{source}: not a plan (JSON nested too deeply)") from None
+    except ValueError as exc:  # Python's own limit: an integer over 4,300 digits
+        raise PlanError(f"{source}: not a plan ({parse_refusal(exc)})") from None
