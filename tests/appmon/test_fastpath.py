@@ -310,3 +310,35 @@ def test_the_engine_refuses_classes_without_the_slots():
 
     with pytest.raises(TypeError, match="is not a slot"):
         fastpath.Engine(object(), 1, Plain, Plain, Plain, (1, 2, 3, 6, 7), methods)
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", sorted(CAPTURES))
+def test_replay_command_with_and_without_the_fast_path(name, capsys, monkeypatch):
+    """``appmon replay`` (its chunks through ``ingest_from``, windows closed between) prints the
+    same snapshots as ``appmon replay --pure-python``; the fast path took the HTTP/1.x frames."""
+    from cosample.appmon import replay as replay_module
+    from cosample.cli import main
+
+    argv = ["appmon", "replay", str(DATA / f"{name}.pcap"), "--window", "20ms", "--json"]
+    if name.startswith("protocols"):
+        argv += [f"--protocol={port}={kind}" for port, kind in PROTOCOLS.items()]
+    monkeypatch.setattr(replay_module, "CHUNK", 97)  # windows end inside chunks too
+    engines = []
+    monkeypatch.setattr(fastpath, "Engine", _recording(fastpath.Engine, engines))
+    assert main([*argv, "--pure-python"]) == 0
+    reference = capsys.readouterr().out
+    assert not engines  # the Python path alone
+    assert main(argv) == 0
+    assert capsys.readouterr().out == reference and reference.count("\n") >= 5
+    assert len(engines) == 1
+    # h2c, TLS and h2 connections are the Python path's alone
+    assert (engines[0].taken > 0) == (not name.startswith("protocols"))
+
+
+def _recording(engine_type, made: list):
+    def make(*args):
+        made.append(engine_type(*args))
+        return made[-1]
+
+    return make
