@@ -1,8 +1,8 @@
 """The analyser's compiled fast path (appmon/_fastpath.c): the common frame of an HTTP/1.x
 connection taken in C, on the same objects the Python path keeps its state in, with the same
 effect; every other frame goes through ``Analyser.ingest``. Optional: built by ``pip install -e
-.`` (setup.py); without a compiler the analyser runs in Python alone, about a fifth as fast
-(docs/appmon.md, "Speed"), and tests/appmon/test_fastpath.py fails where the tests run.
+.`` (setup.py); without a compiler the analyser runs in Python alone, a third to a quarter as
+fast (docs/appmon.md, "Speed"), and tests/appmon/test_fastpath.py fails where the tests run.
 """
 
 from __future__ import annotations

@@ -342,3 +342,11 @@ def _recording(engine_type, made: list):
         return made[-1]
 
     return make
+
+
+def test_without_the_extension_the_python_path_alone(monkeypatch):
+    """Not built (``fastpath.Engine`` None): ``ingest_all`` is ``ingest`` frame by frame."""
+    monkeypatch.setattr(fastpath, "Engine", None)
+    frames, link = CAPTURES["mixed-nginx"]
+    assert Analyser(1.0).fast is None
+    assert same(frames, (1, 64), link=link) == 0
