@@ -290,8 +290,10 @@ static int feed(Engine *e, PyObject *parser, const unsigned char *data, Py_ssize
                 return -1;
             }
             PyObject *on_start = SLOT(parser, e->p_on_start);
+            Py_XINCREF(on_start); /* held through the call, whatever the callback does */
             PyObject *answer = on_start ? PyObject_CallFunctionObjArgs(on_start, time, value, NULL)
                                         : NULL;
+            Py_XDECREF(on_start);
             Py_DECREF(value);
             if (answer == NULL) {
                 if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "on_start");
