@@ -39,7 +39,11 @@ setup(
         Extension(
             "cosample.plan._transition",
             ["cosample/plan/_transition.c"],
-            depends=["cosample/plan/_hosttable.h", "cosample/plan/_jsonnumber.h"],
+            depends=[
+                "cosample/plan/_hosttable.h",
+                "cosample/plan/_jsonnumber.h",
+                "cosample/plan/_hostfields.h",
+            ],
             extra_compile_args=["-O2"],
             optional=True,
         ),

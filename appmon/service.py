@@ -30,9 +30,8 @@ from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.recordlink import RecordReceiver, RecordSender
 from cosample.appmon.records import DEFAULT_RATE, INSECURE_KEY
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
-from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Signer
-from cosample.collector.errors import CollectorError
-from cosample.collector.events import EventDetector, write_events
+from cosample.authenticity import HEADER, SIGNATURE_SUFFIX, AuthenticityError, Signer
+from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic
 from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
 from cosample.plan.appmon import SHARE_BITS
@@ -68,7 +67,7 @@ class Settings:
     send_records: tuple[str, int] | None = None  # the analysis host's UDP endpoint
     record_rate: float = DEFAULT_RATE
     receive_records: tuple[str, int] | None = None  # where this analyser listens for records
-    #: signs what /snapshot serves and writes snapshot.json.sig (``collector.authenticity``:
+    #: signs what /snapshot serves and writes snapshot.json.sig (``cosample.authenticity``:
     #: the controller verifies analysers' snapshots as it does the collectors'); None: unsigned
     snapshot_key: str | Path | None = None
     #: only connections whose client port's low ``SHARE_BITS`` bits are below this (the plan's
@@ -122,7 +121,7 @@ class Service:
         self._events: IO[str] | None = None
         try:
             self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise AppmonError(f"--snapshot-key: {exc}") from None
         #: the last snapshot's bytes and signature, one pair (a reader never mixes two windows)
         self.signed: tuple[bytes, str | None] | None = None
