@@ -18,7 +18,7 @@ from pydantic import BeforeValidator, Field
 from cosample.agents.errors import ConfigError
 from cosample.durations import MAX_DURATION_S
 from cosample.plan.document import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
-from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
+from cosample.plan.formats import DEFAULT_MAX_PLAN_MIB
 from cosample.validation import InterfaceName, Strict, read_document, validate
 
 SYSTEM_OVSDB = "unix:/var/run/openvswitch/db.sock"

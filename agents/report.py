@@ -8,8 +8,10 @@ the same registry over HTTP on 127.0.0.1.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from cosample import __version__
 from cosample.agents.appmon_state import summary as appmon_summary
 from cosample.agents.errors import AgentError
-from cosample.agents.state import DesiredState
+from cosample.agents.hoststate import DesiredState
 from cosample.files import write_bytes_atomic
+from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
 from cosample.plan.formats import FORMAT_VERSION
 from cosample.validation import parse_refusal
 
@@ -264,11 +267,6 @@ def serve_metrics(metrics: Metrics, port: int):
     """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread) with the daemons'
     one HTTP server (``cosample.httpserver``; its own counts as ``cosample_agent_http_*``);
     returns the server."""
-    import threading
-    from http.server import BaseHTTPRequestHandler
-
-    from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
-
     own = CollectorRegistry(auto_describe=False)
 
     class Handler(BaseHTTPRequestHandler):

@@ -34,12 +34,12 @@ from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
 from cosample.agents.guarding import HostGuard
 from cosample.agents.guardsteps import GuardSteps
-from cosample.agents.host import Host
+from cosample.agents.host import Host, LinuxOvsHost
+from cosample.agents.hoststate import DesiredState
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.agents.mtu import mirror_mtu_warnings
 from cosample.agents.reconcile import find_problems, kernel_mirror_links, reconcile
 from cosample.agents.report import INSECURE_TAG, CycleReport, Metrics, summarise, write_reports
-from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
 from cosample.files import write_bytes_atomic
 from cosample.plan.document import Plan, parse_document, parse_plan
@@ -95,8 +95,6 @@ class Agent(GuardSteps):
         guard: HostGuard | None = None,
     ) -> None:
         if host is None:
-            from cosample.agents.host import LinuxOvsHost
-
             host = LinuxOvsHost(config)
             if supervisor is None and config.run_analysers:  # effects come with the real host
                 supervisor = Supervisor.from_config(config)

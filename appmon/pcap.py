@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cosample.appmon.decode import LINK_ETHERNET, LINKS
 from cosample.appmon.errors import AppmonError
+from cosample.files import write_atomic
 from cosample.pcapfile import MAGIC, PCAPNG_MAGIC, header_problem
 
 
@@ -124,7 +125,6 @@ def write_pcap(
     path: str | Path, records: Iterable[tuple[float, bytes]], snaplen: int = 262144
 ) -> Path:
     """A pcap (Ethernet) of ``(unix time, frame)``; frames longer than ``snaplen`` are cut."""
-    from cosample.files import write_atomic
 
     def write(stream):
         stream.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, LINK_ETHERNET))

@@ -19,8 +19,7 @@ from cosample.appmon.losses import WindowLosses
 from cosample.appmon.rateinterval import rate_interval
 from cosample.appmon.successinterval import success_interval
 from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, Window, service_name
-from cosample.collector.snapshot import UtcTime
-from cosample.validation import Strict, parse_refusal, validate
+from cosample.validation import Strict, UtcTime, parse_refusal, validate
 
 APP_SNAPSHOT_FORMAT, APP_SNAPSHOT_VERSION = "cosample.appmon-snapshot", 1
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]

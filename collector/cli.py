@@ -8,10 +8,11 @@ import socket
 import sys
 from pathlib import Path
 
-from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.daemonconfig import apply_config, configurable, setup_logging
 from cosample.dataplane.ipfix import IPFIX_PORT
 from cosample.httplimits import Limits
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB
 
 #: The largest socket receive buffer asked for: SO_RCVBUF is a C int, doubled by the kernel.
 MAX_RECEIVE_BUFFER = 2**30

@@ -11,6 +11,7 @@ peers do, and says how many bytes at its end it could not use (``Capture.unused_
 from __future__ import annotations
 
 import mmap
+import socket
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from itertools import chain
 from pathlib import Path
 
 from cosample.collector.errors import CollectorError
+from cosample.files import write_atomic
 from cosample.pcapfile import MAGIC, PCAPNG_MAGIC, header_problem
 
 try:  # built by ``pip install -e .`` (setup.py); without it every record is read in Python
@@ -176,9 +178,6 @@ def write_pcap(
     port: int = 6343,
 ) -> Path:
     """A pcap (Ethernet, IPv4, UDP) of ``(unix time, payload)``: for tests and the benchmark."""
-    import socket
-
-    from cosample.files import write_atomic
 
     def frames():
         for when, payload in datagrams:

@@ -27,27 +27,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
+from cosample.authenticity import Signer
 from cosample.collector import ipfixtemplates, snapshotbin
 from cosample.collector.admission import Admission, is_guard_report
-from cosample.collector.authenticity import Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
-from cosample.collector.events import EventDetector, snapshot_values, write_events
+from cosample.collector.events import snapshot_values
 from cosample.collector.httpapi import http_server
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
 from cosample.collector.planwatch import PlanWatcher, Update
-from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.receiver import Receiver
 from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
 from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.errors import CosampleError
+from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic, write_bytes_atomic
 from cosample.httplimits import Limits
 from cosample.httpserver import BoundedHTTPServer, ServerMetrics
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB
 
 logger = logging.getLogger("cosample.collector")
 

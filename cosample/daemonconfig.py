@@ -109,6 +109,7 @@ def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[s
 def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, Any]:
     """The file's settings as the parser's destinations and values; ``ConfigFileError`` naming
     the file and the key for anything that is not one of the parser's options, or a bad value."""
+    # cosample.validation loads pydantic, which `cosample --help` (it imports this) never needs
     from cosample.validation import read_document
 
     data = read_document(path, "configuration", default="TOML", error=ConfigFileError)
@@ -148,7 +149,7 @@ def _value(action: argparse.Action, value: Any, where: str) -> Any:
 
 def _one(action: argparse.Action, value: Any, where: str) -> Any:
     """One value through the option's own type, as if it had been typed on the command line."""
-    kind = action.type
+    kind: Any = action.type  # a type, a parsing function or (argparse allows it) a name
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is None or kind is str or kind is Path:
         if not isinstance(value, str):
@@ -199,6 +200,6 @@ def _check_required(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def _shown(value: Any) -> str:
-    from cosample.validation import short_repr
+    from cosample.validation import short_repr  # pydantic deferred, as in read_config
 
     return short_repr(value)

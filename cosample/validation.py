@@ -17,6 +17,7 @@ import re
 import reprlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -25,7 +26,9 @@ import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    PlainSerializer,
     StringConstraints,
     TypeAdapter,
     ValidationError,
@@ -34,6 +37,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from cosample.errors import CosampleError
+from cosample.times import format_time_ms, parse_time
 
 T = TypeVar("T")
 
@@ -153,6 +157,29 @@ def _ip_address(text: str) -> str:
 #: Any IP address, normalised (``"0030::1:1:1"`` -> ``"30::1:1:1"``): sFlow agent addresses
 #: (plan, collector inventory) and VM addresses are compared as text after this.
 IpAddress = Annotated[str, AfterValidator(_ip_address)]
+
+
+def _utc(value: Any) -> Any:
+    """``2026-11-23T10:00:00Z`` -> an aware datetime; anything else is left to the type check."""
+    return parse_time(value) if isinstance(value, str) else value
+
+
+def as_utc(moment: datetime) -> datetime:
+    """An aware ``moment`` in UTC; ``ValueError`` for a time without a time zone."""
+    if moment.tzinfo is None:
+        raise ValueError("expected a time with a time zone")
+    return moment.astimezone(timezone.utc)
+
+
+#: A moment in a snapshot (the collector's, the application monitor's): read from the ``Z`` form
+#: (``cosample.times``) as an aware datetime, written back to the millisecond. The plan keeps
+#: its times as the text it was signed with (``cosample.plan.document.UtcTime``).
+UtcTime = Annotated[
+    datetime,
+    BeforeValidator(_utc),
+    AfterValidator(as_utc),
+    PlainSerializer(format_time_ms, return_type=str),
+]
 
 
 class Strict(BaseModel):
@@ -279,11 +306,11 @@ def read_document(
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read {what}: {reason}") from None
     if kind == "YAML":
-        import yaml
+        import yaml  # a format's parser loads with a document in it: JSON is the common input
 
         parse, failure = yaml.safe_load, yaml.YAMLError
     elif kind == "TOML":
-        import tomllib
+        import tomllib  # as PyYAML above
 
         parse, failure = tomllib.loads, tomllib.TOMLDecodeError
     else:

@@ -498,8 +498,8 @@ def _measure(args: argparse.Namespace, settings, target):
         pid_from_file,
     )
     from cosample.costmodel.endpoints import SystemOvs, existing_endpoints
+    from cosample.costmodel.onehost import OneHostTestbed
     from cosample.costmodel.realrun import run_calibration
-    from cosample.lab.onehost import OneHostTestbed
 
     budget = cpu_budget(args.cpu_budget)
     if args.testbed:

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from cosample.plan.appmon import TRUNCATE_BYTES, UNCUT, AppmonProtocol
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN, IpfixSpec
 from cosample.plan.guard import GuardSpec
+from cosample.plan.hostfields import HANDED_FIELDS
 from cosample.validation import InterfaceName, IpAddress, ServerName, Strict, TunnelAddress
 
 #: A finite number >= 0 (packets per second, capacities).
@@ -75,8 +76,8 @@ class Server(Strict):
         return cap
 
 
-#: Server fields handed through to the plan for the agents, when given.
-AGENT_FIELDS = ("tunnel_ip", "bridge", "vm_ports", "guard")
+#: Server fields handed through to the plan for the agents, when given (``cosample.plan.hostfields``).
+AGENT_FIELDS = HANDED_FIELDS
 
 
 class Sflow(Strict):

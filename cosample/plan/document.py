@@ -24,10 +24,11 @@ import ipaddress
 import json
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
+    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -146,7 +147,10 @@ LocalRate = Annotated[
     Field(ge=0, le=1 + RATE_SLACK, allow_inf_nan=False),
     AfterValidator(lambda value: min(value, 1.0)),
 ]
-UtcTime = Annotated[str, AfterValidator(parse_time)]
+if TYPE_CHECKING:  # what a validated field holds: the validator turns the text into a datetime
+    UtcTime = datetime
+else:
+    UtcTime = Annotated[str, AfterValidator(parse_time)]
 Collector = Annotated[str, AfterValidator(_collector)]
 SflowAgent = Annotated[str, Field(min_length=1), AfterValidator(_sflow_agent)]
 
@@ -294,8 +298,8 @@ class HostPlan(_Open):
 class Plan(_Open):
     """A validated plan. ``raw`` is the parsed JSON, kept for re-writing (last good, transitions)."""
 
-    format: Literal[PLAN_FORMAT]
-    format_version: Literal[FORMAT_VERSION]
+    format: Literal[PLAN_FORMAT]  # type: ignore[valid-type]  # pydantic reads the name
+    format_version: Literal[FORMAT_VERSION]  # type: ignore[valid-type]  # pydantic reads the name
     version: Annotated[int, Field(ge=0)]
     created: UtcTime
     expires: UtcTime
@@ -323,13 +327,13 @@ class Plan(_Open):
     @model_validator(mode="after")
     def _consistent(self) -> "Plan":
         created, expires = self.created, self.expires
-        if expires <= created:  # type: ignore[operator]
+        if expires <= created:
             _fail(("expires",), "must be later than created", format_time(expires))
-        if self.version > created.timestamp() + VERSION_SKEW_S:  # type: ignore[attr-defined]
+        if self.version > created.timestamp() + VERSION_SKEW_S:
             _fail(
                 ("version",),
                 f"more than {VERSION_SKEW_S} s ahead of created (Unix time "
-                f"{int(created.timestamp())}); a version that far ahead "  # type: ignore
+                f"{int(created.timestamp())}); a version that far ahead "
                 f"would block every later plan",
                 self.version,
             )
@@ -347,11 +351,11 @@ class Plan(_Open):
         return content_digest(self._raw)
 
     def expired(self, now: datetime) -> bool:
-        return now >= self.expires  # type: ignore[operator]
+        return now >= self.expires
 
     def active(self, now: datetime) -> bool:
         """May be applied at ``now``: not before ``not_before`` and not expired."""
-        return (self.not_before is None or now >= self.not_before) and not self.expired(now)  # type: ignore[operator]
+        return (self.not_before is None or now >= self.not_before) and not self.expired(now)
 
 
 class PlanHead(_Open):
@@ -363,8 +367,8 @@ class PlanHead(_Open):
 
 
 class PlanSet(_Open):
-    format: Literal[PLANSET_FORMAT]
-    format_version: Literal[FORMAT_VERSION]
+    format: Literal[PLANSET_FORMAT]  # type: ignore[valid-type]  # pydantic reads the name
+    format_version: Literal[FORMAT_VERSION]  # type: ignore[valid-type]  # pydantic reads the name
     plans: Annotated[list[dict[str, Any]], Field(min_length=1)]
 
 
@@ -486,7 +490,7 @@ def _check_domains(hosts: dict[str, HostPlan]) -> None:
         seen[domain] = host.name
 
 
-def validate_plan_part(kind: type, document: Any, source: str, prefix: str = "") -> Any:
+def validate_plan_part(kind: type[BaseModel], document: Any, source: str, prefix: str = "") -> Any:
     """``document`` as a ``kind``, or one ``PlanError`` naming ``source`` and the field."""
     try:
         return kind.model_validate(document)

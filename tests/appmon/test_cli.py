@@ -12,7 +12,7 @@ from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.pcap import write_pcap
 from cosample.appmon.snapshot import event_values, parse_snapshot, snapshot
 from cosample.cli import main
-from cosample.collector.events import EventDetector
+from cosample.events import EventDetector
 
 
 def conversation_frames(rounds=4, status=(200, 500)):

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from controller_helpers import inventory_doc, snapshot_doc
 
+from cosample.authenticity import HEADER, Signer
 from cosample.cli import main
-from cosample.collector.authenticity import HEADER, Signer
 from cosample.collector.service import Service
 from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.inventory import inventory_from_dict

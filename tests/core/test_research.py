@@ -118,7 +118,7 @@ RUN = re.compile(r"python -m ((?:cosample|research)(?:\.\w+)*)")
 def runnable(module: str) -> bool:
     """Whether ``python -m module`` finds it in this tree (research/ from a clone's root); a
     placeholder in capitals (``research.NAME``) stands for any."""
-    if module.rsplit(".", 1)[-1].isupper():
+    if re.search(r"[A-Z]{2,}", module.rsplit(".", 1)[-1]):
         return True
     if module.split(".")[0] == "research":
         path = ROOT.joinpath(*module.split("."))
