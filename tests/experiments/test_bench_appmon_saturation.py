@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from cosample.experiments import bench_appmon_saturation as bench
 from cosample.lab.appmirror import rig_unavailable
+from research import bench_appmon_saturation as bench
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -21,7 +21,7 @@ give them) offered authenticated datagrams of 75 answered requests each at risin
 per step: records offered, taken, datagrams lost (the sequence gaps: the UDP receive buffer
 overflowed), records refused (``records_late``, ``records_pending_full``), CPU per record.
 
-    python -m cosample.experiments.bench_appmon_saturation [--rates 25000,50000,...]
+    python -m research.bench_appmon_saturation [--rates 25000,50000,...]
         [--step-seconds 4] [--record-rates 50000,100000,...] [--keep-going]
 
 Needs root, OVS, nginx, wrk, tcpdump. The machine is shared: compare within a run.
@@ -41,14 +41,14 @@ from pathlib import Path
 from cosample.appmon.pcap import frames as read_frames
 from cosample.appmon.pcap import write_pcap
 from cosample.appmon.replay import replay
-from cosample.experiments.bench_appmon_records import (
+from cosample.lab.netns import Lab
+from research.bench_appmon_records import (
     SETTLE_S,
     cpu_seconds,
     pin,
     records_part,
     windows,
 )
-from cosample.lab.netns import Lab
 
 PACKET_QDISC_BYPASS = 20
 #: The live analyser's two paths, measured side by side: (name, ``appmon run`` options)
