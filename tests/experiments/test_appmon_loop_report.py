@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosample.experiments.appmon_loop_report import accuracy, phases_summary
+from cosample.experiments.appmon_loop_report import (
+    accuracy,
+    excess_bounds,
+    phases_summary,
+    with_log_means,
+)
 from cosample.lab.web import LogEntry
 
 START = 1_800_000_000.0  # a multiple of the 2-s window
@@ -47,6 +52,42 @@ def test_complete_windows_are_compared_and_split_ones_are_not():
     assert off[0]["compared"] and not off[0]["mean_ok"] and not off[0]["p95_ok"]
     assert not off[1]["compared"]  # no log entries in that window: nothing to compare with
     assert len(by) == 3
+
+
+def test_windows_above_the_log_are_bounded_by_the_clients_and_below_it_are_not_allowed():
+    """The wire lies between nginx's own times and the clients': a window above the log's
+    tolerance passes the floor, one below fails it, and each phase's excess over the log is
+    set beside the clients' excess over the log in the same phase."""
+    rng = np.random.default_rng(3)
+    times = 0.001 + rng.exponential(0.003, 400)
+    log = [LogEntry(START + 0.5 + k * 0.009, float(t), 200) for k, t in enumerate(times)]
+    log.append(LogEntry(START + 1.0, 5.0, 499))  # abandoned by wrk at its end: not counted
+    first, second = times[:167], times[167:389]  # the requests started in each 2-s window
+    p95 = float(np.quantile(first, 0.95))
+    rows = accuracy(
+        {
+            "offsite": [
+                window(START, 167, first.mean() + 0.004, p95 + 0.006),  # nginx kept waiting
+                window(START + 2, 222, second.mean() - 0.003, 0.0),  # faster than the server
+            ],
+        },
+        log,
+    )
+    assert [r["compared"] for r in rows] == [True, True]
+    assert not rows[0]["mean_ok"] and rows[0]["floor_ok"] and not rows[0]["lower_bound"]
+    assert not rows[1]["floor_ok"]
+    clients = with_log_means(
+        [
+            {"phase": "quiet", "start": START - 10, "latency_mean_ms": 1.0},
+            {"phase": "busy", "start": START, "latency_mean_ms": 1e3 * times.mean() + 5.0},
+        ],
+        log,
+    )
+    assert clients[0]["log_mean_ms"] is None
+    assert abs(clients[1]["log_mean_ms"] - 1e3 * times.mean()) < 1e-9
+    (busy,) = excess_bounds(rows[:1], clients, "offsite")
+    assert busy["phase"] == "busy" and busy["windows"] == 1
+    assert abs(busy["excess_s"] - 0.004) < 1e-9 and abs(busy["client_excess_s"] - 0.005) < 1e-9
 
 
 def test_phases_summary_lists_mechanisms_and_publications():
