@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from cosample.experiments.appmon_loop import Settings, phases_summary, run_scenario
-from cosample.experiments.appmon_loop_report import MEAN_ABS, WINDOW_S, excess_bounds
+from cosample.experiments.appmon_loop_report import WINDOW_S, excess_bounds
 from cosample.lab.appmirror import rig_unavailable
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -86,7 +86,7 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
         whole = [r for r in windows if r["covered_s"] is not None and r["covered_s"] >= WINDOW_S]
         assert len(whole) >= least - 2, (source, windows)
         assert_counts(source, whole)
-        assert_timing(source, whole, excess_bounds(rows, result["clients"], source), windows)
+        assert_timing(source, excess_bounds(rows, result["clients"], source), windows)
 
 
 def assert_counts(source, windows):
@@ -106,17 +106,16 @@ def assert_counts(source, windows):
     assert not exact or logged - matched <= 0.02 * logged + 2, (source, matched, logged)
 
 
-def assert_timing(source, whole, bounds, windows):
+def assert_timing(source, bounds, windows):
     """Both analysers read the wire at the server (the kernel mirror's copies keep its timing:
-    docs/results.md, runs C-H), which lies between nginx's own times and the clients'
-    (``excess_bounds``): no window below the log's tolerances, and each phase's excess over
-    the log at most the clients' excess over it. On a quiet machine both bounds close in on
-    the log (runs C-H: 27-30 of 30 off-site windows within the tolerances); on the loaded CI
-    machine nginx's wait for the CPU, which ``$request_time`` does not count, put 10 of 22
+    docs/results.md, runs C-H), which lies above nginx's own times by nginx's wait for the CPU
+    and below the clients' (``excess_bounds``): each phase's mean excess over the log between
+    the mean tolerance below it and the clients' excess over it (per window the log may also
+    exceed the wire when nginx stalls: seen, -62 ms). On a quiet machine both bounds
+    close in on the log (runs C-H: 27-30 of 30 off-site windows within the tolerances); on the
+    loaded CI machine nginx's wait, which ``$request_time`` does not count, put 10 of 22
     off-site windows above them (at load averages of 11-20 here: all 21 and all 12 off-site
     windows, 7 of 8 on-site; +2 to +21 ms, the counts exact, no frame lost; docs/results.md,
     "The loop's windows on a loaded machine")."""
-    below = [r for r in whole if not r["floor_ok"]]
-    assert not below, (source, below)
     assert sum(b["windows"] for b in bounds) == len(windows), (source, bounds)
-    assert all(b["excess_s"] <= b["client_excess_s"] + MEAN_ABS for b in bounds), (source, bounds)
+    assert all(b["floor_s"] <= b["excess_s"] <= b["ceiling_s"] for b in bounds), (source, bounds)
