@@ -53,7 +53,8 @@ install_system() {
 # What the virtualenv was installed from: a change to any of these (a new lock from bin/lock
 # included) means installing again.
 install_stamp() {
-    cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" |
+    cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" \
+        "$ROOT/appmon/_fastpath.c" |
         sha256sum | cut -c1-16
 }
 

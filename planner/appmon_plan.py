@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.planner.applied import Realised
 from cosample.planner.appmon import (
     DEFAULT_COSTS,
     MEASURED_PACKETS_PER_REQUEST,
@@ -31,7 +32,6 @@ from cosample.planner.appmon import (
     plan_services,
 )
 from cosample.planner.appmon_costs import PROTOCOL_FACTORS, sender_cost
-from cosample.planner.realise import Realised
 
 
 def services_arrays(dc, own_pps: np.ndarray, costs: dict) -> Services:
