@@ -59,6 +59,7 @@ from cosample.experiments.appmon_costs import ARMS, Service
 from cosample.experiments.errors import ExperimentError
 from cosample.experiments.files import read_csv, write_csv, write_json
 from cosample.plan.appmon import UNCUT
+from cosample.times import format_time
 from cosample.validation import validate
 
 PORTS = {"http": 80, "tls": 443, "h2c": 8080, "h2": 8443}
@@ -129,7 +130,7 @@ def measure(settings, scratch: Path, target: Target) -> tuple[pd.DataFrame, dict
         raise ExperimentError(f"appmon_protocol_calibration cannot run here: {reason}")
     protocols = settings.protocols
     rows, started = [], time.monotonic()
-    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    started_at = format_time(time.time())
     deadline = started + 60 * settings.max_minutes
     stopped = "rounds"
     load_start = list(os.getloadavg())
