@@ -16,14 +16,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from cosample.agents.errors import ConfigError
+from cosample.durations import MAX_DURATION_S
 from cosample.plan.document import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
 from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
 from cosample.validation import InterfaceName, Strict, read_document, validate
 
 SYSTEM_OVSDB = "unix:/var/run/openvswitch/db.sock"
 
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: Durations in seconds: at most ``MAX_DURATION_S`` (ten years), past which a wait overflows.
+Positive = Annotated[float, Field(gt=0, le=MAX_DURATION_S, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 #: Prefix of the names of the agent's devices and ports: 2-6 letters or digits.
 Prefix = Annotated[str, Field(pattern=r"^[A-Za-z0-9]{2,6}$")]
@@ -86,6 +88,25 @@ class AgentConfig(Strict):
     analyser_stop_s: Positive = 5.0
     analyser_backoff_s: Positive = 1.0
     analyser_backoff_max_s: Positive = 60.0
+    #: The guard (``agents/guarding.py``, docs/agents.md "The guard"): ``on`` steps sampling
+    #: and mirrors down the plan's ladder while forwarding is past the plan's limit and back
+    #: up after; ``report`` only logs and counts what it would do; ``off`` reads nothing.
+    guard: Literal["on", "report", "off"] = "on"
+    #: one reading and decision per tick (every second or faster)
+    guard_interval_s: Annotated[float, Field(ge=0.1, le=1.0)] = 1.0
+    #: what a reading is made of (``agents/headroom.py``): ``vswitchd`` (its forwarding
+    #: threads' run + run-queue wait), ``host`` (/proc/stat), ``drops`` (ovs-appctl dpctl/show)
+    guard_signals: Annotated[
+        tuple[Literal["vswitchd", "host", "drops"], ...],
+        BeforeValidator(listed),
+        Field(min_length=1),
+    ] = ("vswitchd",)
+    #: step up only below limit - band, after this many readings in a row
+    guard_band: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    guard_up_after: Annotated[int, Field(ge=1, le=3600)] = 5
+    #: ``agent run``'s least severe log lines (``warning``: only the changes of state an
+    #: operator must act on)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @property
     def rundir(self) -> str:
@@ -100,6 +121,7 @@ class AgentConfig(Strict):
         out = self.model_dump()
         if out["vm_ports"] is not None:
             out["vm_ports"] = list(out["vm_ports"])
+        out["guard_signals"] = list(out["guard_signals"])
         return out
 
     def replace(self, **changes: Any) -> "AgentConfig":

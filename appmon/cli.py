@@ -333,8 +333,17 @@ def _replay(args) -> int:
 
     window, ports = _settings(args)
     protocols = _protocols(args)
+    windows = 0
     for snap in replay(
         args.capture, window_s=window, ports=ports, name=args.name, protocols=protocols
     ):
         print(snap.to_json() if args.json else table(snap), end="\n" if args.json else "")
+        windows += 1
+    if not windows:  # say so: an empty answer reads like a tool that did nothing
+        on = f" on port(s) {', '.join(map(str, sorted(ports)))}" if ports else ""
+        print(
+            f"cosample: {args.capture}: no HTTP request or response{on} in this capture; "
+            "nothing to report",
+            file=sys.stderr,
+        )
     return 0

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import IO
 
@@ -30,11 +30,11 @@ from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.recordlink import RecordReceiver, RecordSender
 from cosample.appmon.records import DEFAULT_RATE, INSECURE_KEY
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
-from cosample.collector.authenticity import SIGNATURE_SUFFIX, Signer
+from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.events import EventDetector, write_events
-from cosample.collector.httpapi import send_body
 from cosample.files import write_atomic
+from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
 from cosample.plan.appmon import SHARE_BITS
 
 #: Ring blocks read per batch before the loop looks at its clock again (about 700 frames each).
@@ -111,11 +111,11 @@ class Service:
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.state = State()
         self.metrics = AppMetrics(lambda: self.state)
-        self.snapshots: list[AppSnapshot] = []
+        self.metrics.registry.register(ServerMetrics("cosample_appmon", lambda: self._http))
         self._stop = threading.Event()
         self._socket: PacketRing | None = None
         self.losses = Losses()
-        self._http: ThreadingHTTPServer | None = None
+        self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         try:
             self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
@@ -234,7 +234,6 @@ class Service:
                     frames=self._socket is not None, records=self._receiver is not None
                 ),
             )
-            self.snapshots.append(snap)
             self.state.snapshot = snap
             body = snap.to_json().encode()
             self.signed = (body, self._signer.sign(body) if self._signer else None)
@@ -281,7 +280,7 @@ class Service:
             self._events = None
 
 
-def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
+def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -299,16 +298,14 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             else:
                 self.send_error(404, "try /snapshot, /metrics or /healthz")
                 return
-            send_body(self, body, kind, signature)
+            send_body(self, body, kind, {HEADER: signature} if signature else None)
 
         def log_message(self, *args) -> None:
             pass
 
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        return BoundedHTTPServer((host, port), Handler)
     except OSError as exc:
         raise AppmonError(
             f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})"
         ) from None
-    server.daemon_threads = True
-    return server

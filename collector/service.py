@@ -14,6 +14,7 @@ good one.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import socket
@@ -27,13 +28,12 @@ from pathlib import Path
 from typing import IO
 
 from cosample.collector import ipfixtemplates, snapshotbin
-from cosample.collector.admission import Admission
+from cosample.collector.admission import Admission, is_guard_report
 from cosample.collector.authenticity import Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.events import EventDetector, snapshot_values, write_events
 from cosample.collector.httpapi import http_server
-from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
@@ -46,6 +46,10 @@ from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.errors import CosampleError
 from cosample.files import write_atomic, write_bytes_atomic
+from cosample.httplimits import Limits
+from cosample.httpserver import BoundedHTTPServer, ServerMetrics
+
+logger = logging.getLogger("cosample.collector")
 
 SNAPSHOT_FILE = "snapshot.json"
 #: After a snapshot that took d seconds, at least this many times d of ingest before the next.
@@ -59,8 +63,8 @@ class Settings:
     name: str
     metrics_port: int | None = None
     http_host: str = "127.0.0.1"
-    http_max_connections: int = MAX_CONNECTIONS
-    http_idle_timeout_s: float = IDLE_TIMEOUT_S
+    http_max_connections: int = Limits.max_connections
+    http_idle_timeout_s: float = Limits.idle_s
     state_dir: Path | None = None
     window_s: float = 30.0
     export_s: float = 1.0
@@ -90,7 +94,11 @@ class Service:
         log: Callable[[str], None] | None = None,
     ):
         self.settings, self.clock = settings, clock
-        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        #: ``log``: a line for the record; ``warn``: a change of state an operator must act on
+        #: (no plan, a plan refused, a plan expired, a stream it cannot receive), logged once
+        #: when it happens (default: the ``cosample.collector`` logger, INFO and WARNING)
+        self.log = log or (lambda line: logger.info("%s", line))
+        self.warn = log or (lambda line: logger.warning("%s", line))
         if settings.public_key is None and not settings.insecure_unsigned:
             raise CollectorError(
                 "--public-key: required to verify plans as the agents do "
@@ -120,6 +128,8 @@ class Service:
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.reexporter: Reexporter | None = None
         self.snapshot: Snapshot | None = None
+        #: this process's start and its exports: each snapshot's ``started`` and ``serial``
+        self.started, self.exports = datetime.fromtimestamp(clock(), timezone.utc), 0
         self._snapshot_json = b""
         self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
         # one reference each: body and signature; None until the writer thread has rendered
@@ -136,6 +146,7 @@ class Service:
         self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         self.metrics = SnapshotMetrics(lambda: (self.snapshot, self.status))
+        self.metrics.registry.register(ServerMetrics("cosample_collector", lambda: self._http))
 
     # set-up --------------------------------------------------------------------------------
     def start(self) -> "Service":
@@ -151,7 +162,6 @@ class Service:
             self._restore_templates()
         if self.settings.metrics_port is not None:
             self._http = http_server(self, self.settings.http_host, self.settings.metrics_port)
-            self.status.http_refused = self._http.refused
             threading.Thread(
                 target=self._http.serve_forever, name="collector-http", daemon=True
             ).start()
@@ -170,15 +180,15 @@ class Service:
         warning = unsigned_warning(self.settings)
         if warning:
             self.status.insecure_unsigned = True
-            self.log(f"collector: WARNING: {warning}")
+            self.warn(f"collector: WARNING: {warning}")
         self.writer.start()
         self.poller.start()
         try:  # start with the plan when it comes in time (datagrams wait in the socket buffer)
             self._accept(self.poller.readings.get(timeout=self.settings.plan_timeout_s + 1.0))
         except queue.Empty:
-            self.log(
+            self.warn(
                 f"collector: plan {self.settings.plan}: not read within "
-                f"{self.settings.plan_timeout_s:g} s; receiving meanwhile"
+                f"{self.settings.plan_timeout_s:g} s; no plan yet, receiving meanwhile"
             )
         self.export(self.clock())
         return self
@@ -265,6 +275,8 @@ class Service:
                 wake = self.watcher.wake_ts
             if admit(data, source):
                 ingest(data, when)
+            elif is_guard_report(data):  # a host's guard stepped (collector/guardstate.py)
+                self.estimator.guard_report(data, source, when)
         if batch and self.reexporter is not None:
             self.reexporter.flush()
 
@@ -293,7 +305,7 @@ class Service:
             self._switch(update)
         error, self.watcher.last_error = self.watcher.last_error, None
         if error and error != self._logged_error:  # the same refusal again: counted, not logged
-            self.log(f"collector: {error}; keeping the last good plan")
+            self.warn(f"collector: {error}; keeping the last good plan")
         if reading.plans is not None or error:
             self._logged_error = error
 
@@ -311,14 +323,15 @@ class Service:
         sampling = sorted(s.name for s in new.servers.values() if s.sample_probability)
         if sampling and self._ipfix_socket is None and self._ipfix_warned != new.plan_id:
             self._ipfix_warned = new.plan_id
-            self.log(
+            self.warn(
                 f"collector: WARNING: {', '.join(sampling[:5])}"
                 f"{' ...' if len(sampling) > 5 else ''} take their local share with OVS's "
                 "sample action, whose IPFIX this collector does not receive (no --ipfix): "
                 "their local streams will be missing"
             )
         at = f" from its not_before {update.at:%H:%M:%S.%f}" if update.at else ""
-        self.log(
+        # an expired plan is a state to act on (the controller stopped refreshing it)
+        (self.warn if self.watcher.safe and new.plan_id is not None else self.log)(
             "collector: no plan yet: attributing by the inventory's agent addresses "
             f"({len(new.servers)} servers, local sampling at their own rates)"
             if new.plan_id is None
@@ -348,7 +361,10 @@ class Service:
 
     def export(self, now: float) -> Snapshot:
         """The normal path: a snapshot of the estimator, handed to the writer thread."""
-        snapshot = self.estimator.snapshot(now)
+        self.exports += 1
+        snapshot = self.estimator.snapshot(now).model_copy(
+            update={"started": self.started, "serial": self.exports}
+        )
         self.snapshot = snapshot
         self.status.datagrams, self.status.samples = (
             self.estimator.datagrams,
@@ -359,6 +375,7 @@ class Service:
             self.status.queue_overflow = self._receiver.overflow
         self.status.ipfix_messages = self.estimator.ipfix_messages
         self.status.ipfix_records = self.estimator.ipfix_records
+        self.status.guard_reports = self.estimator.guards.accepted
         if self._ipfix_receiver is not None:
             self.status.ipfix_receive_errors = self._ipfix_receiver.errors
             self.status.ipfix_queue_overflow = self._ipfix_receiver.overflow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
@@ -11,6 +12,7 @@ DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from cosample.collector.polling import plan_lead_s
+    from cosample.daemonconfig import configurable
     from cosample.durations import duration_argument as duration
 
     controller = subparsers.add_parser(
@@ -33,9 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--collector",
         required=True,
         action="append",
-        metavar="URL",
-        help="a collector's base URL or /snapshot URL, or a snapshot file; repeat "
-        "for several collectors (each owning a set of agents)",
+        metavar="NAME=URL",
+        help="a collector's name (its --name) and base URL or /snapshot URL, or "
+        "snapshot file: only that collector's snapshots are taken from there (the name "
+        "may be left out with --insecure-unsigned-snapshots); repeat for several "
+        "collectors (each owning a set of agents)",
     )
     run.add_argument(
         "--interval",
@@ -81,9 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--analyser",
         action="append",
-        metavar="URL",
-        help="an application analyser's base URL or /snapshot URL (appmon run "
-        "--metrics-port), or its snapshot.json; repeat for several. The "
+        metavar="NAME=URL",
+        help="an application analyser's name (its --name) and base URL or /snapshot URL "
+        "(appmon run --metrics-port), or its snapshot.json; repeat for several. The "
         "inventory's services are planned with the request rates they report",
     )
     run.add_argument(
@@ -245,6 +249,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="stop after N cycles (default: run until SIGTERM/SIGINT)",
     )
     run.set_defaults(func=_run)
+    configurable(run, 'collector_key = ["/etc/cosample/snapshot.pub"]')
 
     check = actions.add_parser("check", help="validate an inventory, print it normalised")
     check.add_argument("--inventory", required=True, metavar="FILE")
@@ -261,7 +266,8 @@ def settings_from(args: argparse.Namespace):
     from cosample.controller.decide import Policy
     from cosample.controller.errors import ControllerError
     from cosample.controller.loop import Settings
-    from cosample.controller.source import snapshot_url
+    from cosample.controller.source import named, snapshot_url
+    from cosample.plan.document import MAX_SAMPLING
 
     if not 0 <= args.margin < 1:
         raise ControllerError(f"--margin: expected a fraction in [0, 1), got {args.margin:g}")
@@ -270,21 +276,22 @@ def settings_from(args: argparse.Namespace):
             f"--plan-margin: expected a fraction above --margin "
             f"({args.margin:g}) and below 1, got {args.plan_margin:g}"
         )
-    if args.min_gain < 0:
+    if not 0 <= args.min_gain < math.inf:
         raise ControllerError(f"--min-gain: expected >= 0, got {args.min_gain:g}")
-    if args.measure_sampling < 0:
+    if not 0 <= args.measure_sampling <= MAX_SAMPLING:  # the plan carries it: agents' bound
         raise ControllerError(
-            f"--measure-sampling: expected N >= 1 (or 0: off), got {args.measure_sampling}"
+            f"--measure-sampling: expected N from 1 to {MAX_SAMPLING} (or 0: off), "
+            f"got {args.measure_sampling}"
         )
-    if args.change < 0:
+    if not 0 <= args.change < math.inf:
         raise ControllerError(f"--change: expected a fraction >= 0, got {args.change:g}")
     if args.hold is not None and args.hold < 0:
         raise ControllerError(f"--hold: expected a duration >= 0, got {args.hold:g} s")
-    if not args.implausible_slack >= 0:
+    if not 0 <= args.implausible_slack < math.inf:
         raise ControllerError(
             f"--implausible-slack: expected a fraction >= 0, got {args.implausible_slack:g}"
         )
-    if args.jump != 0 and not args.jump > 1:
+    if args.jump != 0 and not 1 < args.jump < math.inf:
         raise ControllerError(f"--jump: expected a factor above 1 (or 0: off), got {args.jump:g}")
     if args.confirm < 1:
         raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
@@ -310,6 +317,16 @@ def settings_from(args: argparse.Namespace):
         )
     if (args.analyser_key or args.insecure_unsigned_analysers) and not args.analyser:
         raise ControllerError("--analyser-key / --insecure-unsigned-analysers: no --analyser given")
+    for flag, locations, keys in (
+        ("--collector", args.collector, args.collector_key),
+        ("--analyser", args.analyser or (), args.analyser_key),
+    ):
+        unnamed = next((url for url in locations if named(url)[0] is None), None)
+        if keys and unnamed is not None:
+            raise ControllerError(
+                f"{flag} {unnamed}: give it as NAME=URL, NAME being its --name: a signed "
+                "snapshot is taken only from the location of the one it names (docs/controller.md)"
+            )
     return Settings(
         analysers=tuple(analyser_url(url) for url in args.analyser or ()),
         analyser_keys=tuple(args.analyser_key or ()),
@@ -336,7 +353,6 @@ def settings_from(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    import logging
     import signal
     import threading
 
@@ -344,10 +360,12 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.controller.loop import Controller
     from cosample.controller.memory import keep_memory
     from cosample.controller.publish import DirectoryTarget, HttpTarget, directory_slices_warning
+    from cosample.daemonconfig import apply_config, setup_logging
     from cosample.plan.document import parse_hostport
     from cosample.plan.signing import key_permission_warning, sign_bytes
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = apply_config(args)
+    setup_logging(args.log_level)
     keep_memory()  # a daemon: each cycle's memory serves the next (controller/memory.py)
     settings = settings_from(args)
     inventory = load_inventory(args.inventory)
@@ -404,13 +422,17 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if args.serve:
             target.close()
-    return (
-        0
-        if controller
-        and controller.last_status
-        and controller.last_status.result in ("published", "kept")
-        else 1
+    last = controller.last_status if controller else None
+    if last is not None and last.result in ("published", "kept"):
+        return 0
+    # unsuccessful (--cycles, or stopped while stale or failing): why, where it is read
+    why = "; ".join((*last.reasons, *last.problems[:5])) if last is not None else "no cycle ran"
+    print(
+        f"cosample: controller: the last cycle ended {last.result if last else 'never'}: "
+        f"{why or 'no reason recorded'}",
+        file=sys.stderr,
     )
+    return 1
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import reprlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +40,11 @@ T = TypeVar("T")
 _MODEL_NAME = re.compile(r" or instance of \w+")
 _value = reprlib.Repr()
 _value.maxstring, _value.maxother, _value.maxlist, _value.maxdict = 60, 60, 4, 4
+
+
+def short_repr(value: Any) -> str:
+    """A value as error messages show it: ``repr``, long strings and containers cut short."""
+    return _value.repr(value)
 
 
 INTERFACE_NAME_RULE = "1 to 15 bytes, no '/', ':' or white space, not '.' or '..'"
@@ -120,6 +126,24 @@ def _tunnel_address(text: str) -> str:
 TunnelAddress = Annotated[str, AfterValidator(_tunnel_address)]
 #: A host's name in a plan (its key under ``hosts``; a DNS name's length at most).
 HostName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+SERVER_NAME_RULE = (
+    "1 to 253 ASCII letters, digits, '.', '_' or '-', beginning with a letter, a digit or '_'"
+)
+#: A server's name where it enters (a description, an inventory): what every consumer of it
+#: accepts as it is: a plan's host (``HostName``, 253 at most), an agent's ``host``, a slice's
+#: file and URL path (``hosts/NAME``: no '/', never '.' or '..'), a Prometheus label, a
+#: terminal (no control or bidirectional characters), a command line (no leading '-').
+SERVER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
+
+
+def _server_name(name: str) -> str:
+    if SERVER_NAME.fullmatch(name) is None:
+        raise PydanticCustomError("server_name", f"not a server name ({SERVER_NAME_RULE})")
+    return name
+
+
+ServerName = Annotated[str, AfterValidator(_server_name)]
 
 
 def _ip_address(text: str) -> str:
@@ -268,6 +292,21 @@ def read_document(
         return parse(text)
     except failure as exc:
         raise error(f"{path}: not valid {kind}: {_one_line(exc)}") from None
+    except RecursionError:
+        raise error(f"{path}: not valid {kind}: nested too deeply") from None
+    except ValueError as exc:  # a number the parser will not convert (over 4,300 digits)
+        raise error(f"{path}: not valid {kind}: {parse_refusal(exc)}") from None
+
+
+def parse_refusal(exc: Exception) -> str:
+    """Why a JSON, YAML or TOML parser refused a text, in a few words: Python's own refusals
+    (an integer over ``sys.get_int_max_str_digits()`` digits, nesting deeper than the stack)
+    come as ``ValueError`` and ``RecursionError``, not as the parser's error type."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if "integer string conversion" in str(exc):
+        return f"a number with more than {sys.get_int_max_str_digits()} digits"
+    return _one_line(exc)
 
 
 def _one_line(exc: Exception) -> str:

@@ -27,7 +27,7 @@ from pydantic_core import PydanticUndefined
 
 from cosample.planner.description import LARGE_PARTS, Description, Envelope, Server
 from cosample.planner.errors import PlannerError
-from cosample.validation import plain_tunnel_address, validate, validate_at
+from cosample.validation import SERVER_NAME, plain_tunnel_address, validate, validate_at
 
 
 def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
@@ -241,8 +241,10 @@ def _accepted(key: str, column: list[Any]) -> np.ndarray:
             [value is None or type(value) is int and lowest <= value <= highest for value in column]
         )
     if key == "name":
-        return _distinct(column, lambda v: type(v) is str and len(v) > 0)
-    if key == "calibration":  # read beside the description: the model path resolves it
+        if _plain_names(column):
+            return np.ones(len(column), dtype=bool)
+        return _distinct(column, lambda v: type(v) is str and SERVER_NAME.fullmatch(v) is not None)
+    if key in ("calibration", "guard"):  # read beside the description: the model resolves it
         return np.array([value is None for value in column])
     if key == "tunnel_ip":
         return _distinct(column, lambda v: v is None or type(v) is str and plain_tunnel_address(v))
@@ -262,6 +264,21 @@ def _accepted(key: str, column: list[Any]) -> np.ndarray:
         )
         return np.array([v is None or all(p in good for p in v) for v in column])
     return np.zeros(len(column), dtype=bool)
+
+
+#: Names one per line, each by the server-name rule: a whole column checked by one match.
+_NAMES = re.compile(f"(?:{SERVER_NAME.pattern}\n)*{SERVER_NAME.pattern}")
+
+
+def _plain_names(column: list[Any]) -> bool:
+    """True when every name is a string by the rule, checked on the names joined by newlines
+    (a newline inside a name would split it: counted first); False leaves it to a check per
+    name. At 10^6 names it took 0.40x the time of the set and test per distinct name that
+    checked names before the rule (median of 5, side by side in one run, issue 43)."""
+    if not column or set(map(type, column)) != {str}:
+        return False
+    joined = "\n".join(column)
+    return joined.count("\n") == len(column) - 1 and _NAMES.fullmatch(joined) is not None
 
 
 def _interface(name: Any) -> bool:

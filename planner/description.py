@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from cosample.plan.appmon import TRUNCATE_BYTES, UNCUT, AppmonProtocol
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN, IpfixSpec
-from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress
+from cosample.plan.guard import GuardSpec
+from cosample.validation import InterfaceName, IpAddress, ServerName, Strict, TunnelAddress
 
 #: A finite number >= 0 (packets per second, capacities).
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -35,7 +36,7 @@ class Cost(Strict):
 class Server(Strict):
     """One OVS server; ``capacity_pps``, ``alpha`` and ``beta`` may come from ``calibration``."""
 
-    name: Annotated[str, Field(min_length=1)]
+    name: ServerName
     capacity_pps: NonNegative | None = None
     alpha: Positive | None = None
     beta: Positive | None = None
@@ -62,6 +63,9 @@ class Server(Strict):
     #: the IPFIX Observation Domain ID of its records when it uses ``sample`` (absent: its
     #: IPv4 ``tunnel_ip`` as a 32-bit integer)
     observation_domain: Annotated[int, Field(ge=1, le=MAX_OBSERVATION_DOMAIN)] | None = None
+    #: the operator's minimum for this server: how far its agent's guard may back off between
+    #: plans (``cosample.plan.guard``); handed to the plan with every field written
+    guard: Annotated[GuardSpec, AfterValidator(lambda spec: spec.model_dump())] | None = None
 
     @field_validator("mirror_cap_bytes_per_s")
     @classmethod
@@ -72,7 +76,7 @@ class Server(Strict):
 
 
 #: Server fields handed through to the plan for the agents, when given.
-AGENT_FIELDS = ("tunnel_ip", "bridge", "vm_ports")
+AGENT_FIELDS = ("tunnel_ip", "bridge", "vm_ports", "guard")
 
 
 class Sflow(Strict):

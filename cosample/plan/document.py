@@ -42,8 +42,17 @@ from cosample.plan.appmon import AppmonEntry, check_appmon
 from cosample.plan.errors import PlanError
 from cosample.plan.errors import fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
+from cosample.plan.guard import GuardSpec
 from cosample.times import format_time, parse_time
-from cosample.validation import HostName, InterfaceName, IpAddress, Strict, TunnelAddress, describe
+from cosample.validation import (
+    HostName,
+    InterfaceName,
+    IpAddress,
+    Strict,
+    TunnelAddress,
+    describe,
+    parse_refusal,
+)
 
 Role = Literal["sender", "receiver", "idle"]
 ROLES = get_args(Role)
@@ -211,6 +220,8 @@ class HostPlan(_Open):
     local_mechanism: LocalMechanism = "sflow"
     sample_probability: Annotated[int, Field(ge=1, le=SAMPLE_PROBABILITY_SCALE)] | None = None
     observation_domain: Annotated[int, Field(ge=1, le=MAX_OBSERVATION_DOMAIN)] | None = None
+    #: how far the host's guard may back off between plans (``cosample.plan.guard``)
+    guard: GuardSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "HostPlan":
@@ -493,3 +504,5 @@ def load_json(data: bytes, source: str) -> Any:
         raise PlanError(f"{source}: not valid UTF-8 JSON ({exc})") from None
     except RecursionError:
         raise PlanError(f"{source}: not a plan (JSON nested too deeply)") from None
+    except ValueError as exc:  # Python's own limit: an integer over 4,300 digits
+        raise PlanError(f"{source}: not a plan ({parse_refusal(exc)})") from None

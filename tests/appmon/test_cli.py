@@ -54,7 +54,7 @@ def test_replay_table(capture, capsys):
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"", "not a pcap capture (magic empty)"),
+        (b"", "empty file (0 bytes), not a pcap capture"),
         (b"\x0a\x0d\x0d\x0a" + b"\0" * 40, "pcapng is not supported"),
         (None, "cannot read capture"),
     ],
