@@ -39,6 +39,7 @@ IGNORED = frozenset(
         "first_lines_unseen",
         "framing_cut",
         "tls_tickets",
+        "h2c_upgrades",
         "record_datagrams_reordered",
         "record_senders_restarted",
     )
