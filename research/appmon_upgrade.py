@@ -10,8 +10,8 @@ client's veth end) is read by the analyser with the port declared ``h2c`` and un
 by the first bytes: HTTP/1.x, then the 101), and by tshark (``appmon_peers.tshark_h2``), which
 follows the Upgrade too.
 
-    python -m cosample.experiments.appmon_upgrade [--connections 6] [--requests 8]
-    python -m cosample.experiments.appmon_upgrade --sample tests/data/appmon/upgrade-nghttpx.pcap
+    python -m research.appmon_upgrade [--connections 6] [--requests 8]
+    python -m research.appmon_upgrade --sample tests/data/appmon/upgrade-nghttpx.pcap
 """
 
 from __future__ import annotations
