@@ -17,6 +17,7 @@ from pydantic import BeforeValidator, Field
 
 from cosample.agents.errors import ConfigError
 from cosample.plan.document import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
+from cosample.plan.formats import SAFE_SAMPLING
 from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
 from cosample.validation import InterfaceName, Strict, read_document, validate
 
@@ -54,7 +55,7 @@ class AgentConfig(Strict):
     public_key: Text | None = None
     #: Accept plans without a signature (and warn on every cycle): for labs, never production.
     insecure_unsigned: bool = False
-    safe_sampling: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] = 4096
+    safe_sampling: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] = SAFE_SAMPLING
     mirror_device_prefix: Prefix = "cosm"
     tunnel_port_prefix: Prefix = "cosr"
     vxlan_port: Port = 4789

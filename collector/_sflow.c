@@ -17,6 +17,9 @@
 #include <string.h>
 
 #define MAX_DATAGRAM_BYTES 65507
+/* declared.MAX_FRAME_BYTES: a sample declaring a longer frame is left to estimate.ingest, which
+ * drops it (the groups are not built; tests/collector/test_declared.py checks the two agree). */
+#define MAX_FRAME_BYTES (65535 + 22)
 
 static inline uint32_t u32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
@@ -225,7 +228,11 @@ static int flow_sample(const unsigned char *d, Py_ssize_t start, Py_ssize_t end,
             has_vni = 1;
         }
     }
-    add_to_group(groups, rate, has_vni, vni, outer_at >= 0 ? d + outer_at : NULL, frame_length);
+    if (frame_length > MAX_FRAME_BYTES)
+        groups->overflow = 1;  /* not grouped: ingest drops it by name */
+    else
+        add_to_group(groups, rate, has_vni, vni, outer_at >= 0 ? d + outer_at : NULL,
+                     frame_length);
     if (!groups->runs_broken) add_to_run(groups, source, sequence, drops);
     PyObject *outer = NULL;
     if (outer_at >= 0) {
@@ -427,4 +434,11 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sflow",
                                     "Compiled fast path of the sFlow v5 decoder.", -1, methods};
 
-PyMODINIT_FUNC PyInit__sflow(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__sflow(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "MAX_FRAME_BYTES", MAX_FRAME_BYTES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -10,6 +10,7 @@ from pathlib import Path
 from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.dataplane.ipfix import IPFIX_PORT
+from cosample.plan.formats import SAFE_SAMPLING
 
 
 def register(subparsers) -> None:
@@ -96,6 +97,14 @@ def register(subparsers) -> None:
         metavar="BYTES",
         help="socket receive buffer (default 8 MiB; forced past the sysctl limit "
         "as root): rides out bursts while the CPU is busy",
+    )
+    run.add_argument(
+        "--safe-sampling",
+        type=int,
+        default=SAFE_SAMPLING,
+        metavar="N",
+        help=f"the agents' safe_sampling (default {SAFE_SAMPLING}): the only 1-in-N weighed "
+        "while no plan is in force or it expired; others are dropped as unplanned_sampling_rate",
     )
     run.add_argument(
         "--partial",
@@ -248,6 +257,7 @@ def _run(args) -> int:
         max_silence_s=_positive(args.max_silence, "--max-silence"),
         reuse_port=args.reuse_port,
         partial=args.partial,
+        safe_sampling=_sampling(args.safe_sampling),
         public_key=args.public_key,
         insecure_unsigned=args.insecure_unsigned,
         receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")),
@@ -282,6 +292,16 @@ def _positive(value: float, option: str) -> float:
 
     if not value > 0:
         raise CollectorError(f"{option}: must be > 0, got {value}")
+    return value
+
+
+def _sampling(value: int) -> int:
+    from cosample.collector.errors import CollectorError
+
+    if not 1 <= value <= 2**32 - 1:
+        raise CollectorError(
+            f"--safe-sampling: expected a 1-in-N from 1 to 4294967295, got {value}"
+        )
     return value
 
 

@@ -36,6 +36,7 @@ from socket import inet_ntoa as _ntoa
 
 from cosample.collector.attribution import LOCAL, Attribution, Source
 from cosample.collector.combine import Estimates
+from cosample.collector.declared import MAX_FRAME_BYTES, Declared
 from cosample.collector.decode import DecodeError, FlowSample, parse_grouped
 from cosample.collector.exposure import PENDING, Streams
 from cosample.collector.ipfix import Templates
@@ -47,6 +48,8 @@ from cosample.collector.unknown import UnknownAgents
 
 #: Verdicts cached per (agent, VNI, outer source); cleared when full (tenant tunnels are many).
 VERDICT_CACHE = 4096
+#: Drop reasons of samples that declare what no interface or plan gives (``declared``).
+UNPLANNED_RATE, OVERSIZED_FRAME = "unplanned_sampling_rate", "oversized_frame"
 
 Hook = Callable[[FlowSample, Source, float], None]
 
@@ -63,7 +66,10 @@ class Estimator(Estimates, IpfixIngest):
         window_s: float | None = 30.0,
         name: str = "collector",
         partial: bool = False,
+        safe_sampling: int | None = None,
     ) -> None:
+        """``safe_sampling``: the 1-in-N of the agents' safe state (no plan in force, or it
+        expired), the only one they may declare then; None: any (replay without a plan)."""
         self.attribution = attribution
         #: Another instance may hold the other stream of a server (SO_REUSEPORT workers): never
         #: conclude that a stream the plan expects is missing.
@@ -91,6 +97,10 @@ class Estimator(Estimates, IpfixIngest):
         self._last: dict[str, float] = {}
         self._mirror_q: dict[str, float] = {}
         self._verdicts: dict[tuple, Source | str] = {}
+        self._local: dict[str, Source | str] = {}  # agent -> verdict on its untunnelled samples
+        #: the 1-in-N (and IPFIX probabilities) each agent may declare (``declared``)
+        self.declared = Declared(safe_sampling)
+        self._next_bucket = -math.inf  # where the newest bucket ends (``_tick``)
         self._first: float | None = None
         self._now: float | None = None
         self.streams = Streams(gated=not partial)
@@ -99,6 +109,7 @@ class Estimator(Estimates, IpfixIngest):
         self.ipfix_records = 0
         if attribution is not None:
             self.streams.plan(attribution, None)
+            self.declared.plan(attribution, {})
 
     # fast path -----------------------------------------------------------------------------
     def set_attribution(self, attribution: Attribution, now: float | None = None) -> None:
@@ -118,11 +129,13 @@ class Estimator(Estimates, IpfixIngest):
         self.streams.plan(attribution, now if now is not None else self._now, last)
         self._mirror_q.clear()
         self._verdicts.clear()
+        self._local.clear()
         known = set(attribution.server_of_agent)
         known.update(plan.ipfix_key for plan in attribution.servers.values() if plan.ipfix_key)
         self.loss.forget(known.__contains__)
         for agent in [agent for agent in self.rate_of if agent not in known]:
             del self.rate_of[agent]
+        self.declared.plan(attribution, self.rate_of)  # what agents still declare is carried
         self.ports.forget(known.__contains__)
         self.templates.forget(lambda exporter, _: exporter in attribution.server_of_exporter)
 
@@ -138,8 +151,10 @@ class Estimator(Estimates, IpfixIngest):
         self.datagrams += 1
         if self.on_datagram is not None:
             self.on_datagram(agent, flows, counters, discards)
-        self._tick(now)
-        _, sums, agents = self._buckets[-1]
+        if now >= self._next_bucket:  # time moves on (``_tick``), cheaply within a bucket
+            self._tick(now)
+        elif now > self._now:
+            self._now = now
         attribution = self.attribution
         if attribution is None:
             self.dropped["no_plan"] += len(flows) + len(discards)
@@ -158,52 +173,36 @@ class Estimator(Estimates, IpfixIngest):
         if kept is not flows:
             self.dropped["duplicate"] += len(flows) - len(kept)
             flows, alike = kept, None
+        hook = self.on_sample
+        need_record = hook is not None or bool(attribution.server_of_address)
+        if need_record or alike is None:  # the compiled scan did not group them (or a record
+            alike = self._groups(flows, need_record)  # is needed per sample)
+        _, sums, agents = self._buckets[-1]
         received = 0
-        server_of_address = attribution.server_of_address
-        verdicts, rate_of = self._verdicts, self.rate_of
-        last_seen, hook = self._last, self.on_sample
-        need_record = hook is not None or bool(server_of_address)
-        agent_rate = rate_of.get(agent)
+        agent_rate = self.rate_of.get(agent)
         gate, starting = self.streams.gate, None
-        if need_record:  # each sample on its own: its destination, the re-export's record
-            groups = [
-                (flow[2], flow[5], flow[6], 1, flow[4], flow[4] * flow[4], flow) for flow in flows
-            ]
-        elif alike is not None:  # grouped by the compiled scan, as below
-            groups = alike
-        else:  # samples alike but for their size are added once per datagram (the common case)
-            alike = {}
-            for flow in flows:
-                like = (flow[2], flow[5], flow[6])
-                size = flow[4]
-                group = alike.get(like)
-                if group is None:
-                    alike[like] = [1, size, size * size]
-                else:
-                    group[0] += 1
-                    group[1] += size
-                    group[2] += size * size
-            groups = [
-                (rate, vni, outer, n, sizes, squares, None)
-                for (rate, vni, outer), (n, sizes, squares) in alike.items()
-            ]
-        for rate, vni, outer, n, sizes, squares, flow in groups:
-            verdict_key = (agent, vni, outer)
-            source = verdicts.get(verdict_key)
-            if source is None:
-                if len(verdicts) >= VERDICT_CACHE:
-                    verdicts.clear()
-                source = verdicts[verdict_key] = attribution.source(
-                    agent, vni, _ntoa(outer) if outer is not None else None
-                )
-            if source.__class__ is str:
-                (self.ignored if source == "overlay_ingress" else self.dropped)[source] += n
-                continue
-            if rate <= 0:
-                self.dropped["bad_sampling_rate"] += n
-                continue
-            if rate != agent_rate:
-                rate_of[agent] = agent_rate = rate
+        for rate, vni, outer, n, sizes, squares, flow in alike:
+            if vni is None and outer is None:  # taken on a VM port: the agent's own server
+                source = self._local.get(agent)
+                if source is None:
+                    source = self._local[agent] = attribution.source(agent, None, None)
+            else:
+                verdict_key = (agent, vni, outer)
+                source = self._verdicts.get(verdict_key)
+                if source is None:
+                    if len(self._verdicts) >= VERDICT_CACHE:
+                        self._verdicts.clear()
+                    source = self._verdicts[verdict_key] = attribution.source(
+                        agent, vni, _ntoa(outer) if outer is not None else None
+                    )
+                if source.__class__ is str:
+                    (self.ignored if source == "overlay_ingress" else self.dropped)[source] += n
+                    continue
+            if rate != agent_rate:  # only a 1-in-N the plan gave this agent weighs (declared)
+                if rate <= 0 or not self.declared.allows(agent, rate):
+                    self.dropped["bad_sampling_rate" if rate <= 0 else UNPLANNED_RATE] += n
+                    continue
+                self.rate_of[agent] = agent_rate = rate
                 self._mirror_q.clear()
             received += n
             server = source.server
@@ -226,10 +225,10 @@ class Estimator(Estimates, IpfixIngest):
             dst = record = None
             if flow is not None:
                 record = flow_record(agent, flow, data)
-                if server_of_address:
-                    dst = server_of_address.get(record.dst_ip) or server_of_address.get(
-                        record.dst_mac
-                    )
+                if attribution.server_of_address:
+                    dst = attribution.server_of_address.get(
+                        record.dst_ip
+                    ) or attribution.server_of_address.get(record.dst_mac)
             key = (server, agent, kind, dst)
             acc = sums.get(key)
             if acc is None:
@@ -241,14 +240,44 @@ class Estimator(Estimates, IpfixIngest):
             acc[4] += n * variance
             acc[5] += squares * variance
             acc[6] = now  # arrival of the stream's newest datagram (where a dropped one ends)
-            if last_seen.get(server, 0.0) < now:
-                last_seen[server] = now
+            if self._last.get(server, 0.0) < now:
+                self._last[server] = now
             if hook is not None:
                 hook(record, source, self.weight(server, kind, weight))
         if received:
             agents[agent] = agents.get(agent, 0) + received
         for counter in counters:
             self._interface(counter, now)
+
+    def _groups(self, flows: tuple, each: bool) -> list[tuple]:
+        """The flow samples as ``ingest`` adds them: ``(rate, vni, outer, n, sum of frame
+        lengths, sum of their squares, flow)``, samples alike but for their size added once
+        (``each``: every sample on its own, with its flow for its record). A frame longer than
+        any interface carries is dropped (``oversized_frame``), never weighed."""
+        groups: dict[tuple, list] = {}
+        out = []
+        for flow in flows:
+            size = flow[4]
+            if size > MAX_FRAME_BYTES:
+                self.dropped[OVERSIZED_FRAME] += 1
+                continue
+            if each:
+                out.append((flow[2], flow[5], flow[6], 1, size, size * size, flow))
+                continue
+            like = (flow[2], flow[5], flow[6])
+            group = groups.get(like)
+            if group is None:
+                groups[like] = [1, size, size * size]
+            else:
+                group[0] += 1
+                group[1] += size
+                group[2] += size * size
+        if each:
+            return out
+        return [
+            (rate, vni, outer, n, sizes, squares, None)
+            for (rate, vni, outer), (n, sizes, squares) in groups.items()
+        ]
 
     def _tick(self, now: float) -> None:
         """Time moves to ``now`` (a datagram's arrival): the newest bucket is ``now``'s."""
@@ -260,6 +289,7 @@ class Estimator(Estimates, IpfixIngest):
         if not self._buckets or self._buckets[-1][0] < bucket:
             self._buckets.append((bucket, {}, {}))
             self._expire(bucket)
+        self._next_bucket = (self._buckets[-1][0] + 1) * self.bucket_s
 
     def _q(self, sender: str) -> float:
         """``Q`` of ``sender`` over the mirrored streams running now (pending ones do not count)."""
@@ -324,6 +354,8 @@ class Estimator(Estimates, IpfixIngest):
         oldest = bucket - round(self.window_s / self.bucket_s)
         while self._buckets and self._buckets[0][0] <= oldest:
             self._buckets.popleft()
+        if not self._buckets:
+            self._next_bucket = -math.inf
         for old in [old for old in self._lost if old <= oldest]:
             del self._lost[old]
         self.ports.expire(bucket * self.bucket_s - self.window_s)

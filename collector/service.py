@@ -46,6 +46,7 @@ from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.errors import CosampleError
 from cosample.files import write_atomic, write_bytes_atomic
+from cosample.plan.formats import SAFE_SAMPLING
 
 SNAPSHOT_FILE = "snapshot.json"
 #: After a snapshot that took d seconds, at least this many times d of ingest before the next.
@@ -73,6 +74,8 @@ class Settings:
     receive_buffer: int = 8 << 20
     reuse_port: bool = False
     partial: bool = False  # this instance hears only some agents (implied by reuse_port)
+    #: the agents' safe-state 1-in-N: the only one weighed without a plan in force (``declared``)
+    safe_sampling: int = SAFE_SAMPLING
     snapshot_key: str | None = None  # signs /snapshot (``authenticity``); None: unsigned
     public_key: str | None = None  # verify PLAN.sig with it, as the agents
     insecure_unsigned: bool = False  # accept unsigned plans (labs): one of the two is required
@@ -114,6 +117,7 @@ class Service:
             window_s=settings.window_s,
             name=settings.name,
             partial=settings.reuse_port or settings.partial,
+            safe_sampling=settings.safe_sampling,
         )
         self.admission = Admission(self.estimator.dropped)
         self.status = Status()
