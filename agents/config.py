@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from cosample.agents.errors import ConfigError
+from cosample.dataplane.ipfix import CACHE_ACTIVE_TIMEOUT_S
 from cosample.plan.document import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
 from cosample.plan.formats import SAFE_SAMPLING
 from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
@@ -49,7 +50,7 @@ class AgentConfig(Strict):
     #: Where a ``sample`` host's IPFIX goes when the plan's ``ipfix.collector`` is absent, and
     #: its exporter's flow cache (the calibrated setting: 1 s, 1024 flows; docs/planner.md).
     ipfix_collector: Collector | None = None
-    ipfix_cache_active_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 1
+    ipfix_cache_active_timeout_s: Annotated[int, Field(ge=1, le=3600)] = CACHE_ACTIVE_TIMEOUT_S
     ipfix_cache_max_flows: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] = 1024
     state_dir: Text = "/var/lib/cosample-agent"
     public_key: Text | None = None

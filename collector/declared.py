@@ -18,8 +18,10 @@ to 621 million pps, and rates raised step by step walked a plan from 1-in-1 to 1
   declaring stays allowed (*carried*) until it declares one of the new plan's;
 - **physical bounds**: a frame longer than ``MAX_FRAME_BYTES`` (the largest IP packet and an
   Ethernet header with two VLAN tags) is no frame an interface carries; an IPFIX record cannot
-  hold more sampled packets than ``record_packets_bound`` (the fastest interface's packets over
-  the record's span).
+  hold more sampled packets than ``record_packets_bound``: the fastest interface's packets over
+  the record's span, which is at most the flow cache's active timeout (the plan's
+  ``ipfix.cache_active_timeout_s``, else the agents' default, 1 s: an operator who raises the
+  agents' setting puts it in the plan).
 
 The allowed values are *spans*, inclusive ranges: the plan's N is the span ``(N, N)``.
 **Extension hook**: an agent allowed to step its sFlow 1-in-N down (larger N, a *ladder*) between
@@ -47,9 +49,6 @@ MAX_FRAME_BYTES = 65_535 + 22
 #: The most packets per second one interface forwards: 400 Gb/s of minimum-size Ethernet frames
 #: (64 bytes, 20 more of preamble and gap on the wire).
 MAX_LINK_PPS = 400e9 / (84 * 8)
-#: The longest span one IPFIX record of OVS's flow cache covers: its largest active timeout
-#: (``cache_active_timeout_s`` is at most 3600 in plans and in the agents' settings).
-MAX_RECORD_SPAN_S = 3600.0
 
 
 def sflow_spans(server: ServerPlan, safe_sampling: int | None) -> Spans:
@@ -88,10 +87,8 @@ def within(spans: Spans, value: int) -> bool:
 
 def record_packets_bound(probability: int, span_s: float) -> float:
     """The most sampled packets one IPFIX record can hold: the fastest interface's packets over
-    the record's span (at most ``MAX_RECORD_SPAN_S``, plus a second for rounding), each
-    sampled with ``probability``/65535."""
-    span = min(max(span_s, 0.0), MAX_RECORD_SPAN_S) + 1.0
-    return MAX_LINK_PPS * span * probability / SAMPLE_PROBABILITY_SCALE
+    the record's span (plus a second for rounding), each sampled with ``probability``/65535."""
+    return MAX_LINK_PPS * (max(span_s, 0.0) + 1.0) * probability / SAMPLE_PROBABILITY_SCALE
 
 
 class Declared:

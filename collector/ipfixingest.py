@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import ipaddress
 
-from cosample.collector.declared import MAX_FRAME_BYTES, MAX_RECORD_SPAN_S, record_packets_bound
+from cosample.collector.declared import MAX_FRAME_BYTES, record_packets_bound
 from cosample.collector.exposure import PENDING
 from cosample.collector.ipfix import IpfixError, Message, Templates
 from cosample.collector.loss import WRAP
-from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
+from cosample.dataplane.ipfix import CACHE_ACTIVE_TIMEOUT_S, SAMPLE_PROBABILITY_SCALE
 
 #: Drop reasons of records that declare what the plan or an interface does not give (``declared``).
 UNPLANNED_PROBABILITY, IMPLAUSIBLE_COUNT = "ipfix_unplanned_probability", "ipfix_implausible_count"
@@ -58,16 +58,14 @@ _SPANS = (
 )
 
 
-def _span_s(record: dict, timeout_s: float | None) -> float:
-    """The seconds a record covers: from its own start and end, at most the plan's cache
-    timeout (OVS exports a flow's record when it times out); without either, the longest a
-    record can cover."""
+def _span_s(record: dict, timeout_s: float) -> float:
+    """The seconds a record covers: from its own start and end, at most the flow cache's
+    active timeout (OVS exports a flow's record when it times out)."""
     for first, last, unit in _SPANS:
         start, end = record.get(first), record.get(last)
         if isinstance(start, int) and isinstance(end, int):
-            span = (end - start) * unit
-            return min(span, timeout_s) if timeout_s else span
-    return timeout_s if timeout_s else MAX_RECORD_SPAN_S
+            return min((end - start) * unit, timeout_s)
+    return timeout_s
 
 
 def exporter_address(source: str) -> str:
@@ -135,7 +133,7 @@ class IpfixIngest:
     def _ipfix_records(
         self, server: str, key: str, planned: int, message: Message, now: float
     ) -> None:
-        timeout = self.attribution.ipfix_timeout_s
+        timeout = self.attribution.ipfix_timeout_s or CACHE_ACTIVE_TIMEOUT_S
         gate = self.streams.gate
         if gate:
             state = gate.get((server, key, 0))
