@@ -118,14 +118,18 @@ class LossTracker:
         sub_agent: int,
         number: int,
         uptime: int,
-        flows: tuple,
+        flows: tuple | int,
         now: float,
         runs: tuple | None = None,
-    ) -> tuple:
+        data: bytes | None = None,
+    ) -> tuple | int:
         """The flows to count (duplicates removed); books what the numbers say was lost.
 
         ``flows`` are ``parse_compact`` tuples: (sequence, source index, rate, drops, ...);
         ``runs`` their ``sampler_runs`` when the decoder found them (the compiled scan does).
+        ``flows`` may be only their number (the compiled scan's counted form, with ``runs``) and
+        ``data`` the datagram: it is decoded for its flows when a sample must be looked at on its
+        own (``flows`` returned unchanged means: all of them, as given).
         """
         key = (agent, sub_agent)
         entry = self._agents.get(key)
@@ -164,6 +168,12 @@ class LossTracker:
                     return flows
             elif self._continued(samplers, runs, now):
                 return flows
+        if flows.__class__ is int:  # each sample on its own: decode them
+            from cosample.collector.decode import parse_compact
+
+            flows = parse_compact(data)[4]
+            kept = [flow for flow in flows if self._sample(agent, samplers, flow, now, repeated)]
+            return tuple(kept)
         kept = [flow for flow in flows if self._sample(agent, samplers, flow, now, repeated)]
         return flows if len(kept) == len(flows) else tuple(kept)
 
