@@ -192,7 +192,10 @@ class Estimates:
             for (server, agent, kind, dst), acc in sums.items():
                 n, w, bw, b2w, v, b2v = acc[:6]
                 f = loss.get(agent, 1.0)  # each received sample stands for f: weight f w
-                stream = streams.setdefault(server, [[0] + [0.0] * 5, [0] + [0.0] * 5])[kind]
+                pair = streams.get(server)
+                if pair is None:
+                    pair = streams[server] = [[0] + [0.0] * 5, [0] + [0.0] * 5]
+                stream = pair[kind]
                 stream[0] += n
                 stream[1] += w * f
                 stream[2] += bw * f

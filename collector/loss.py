@@ -171,9 +171,9 @@ class LossTracker:
         if flows.__class__ is int:  # each sample on its own: decode them
             from cosample.collector.decode import parse_compact
 
-            flows = parse_compact(data)[4]
-            kept = [flow for flow in flows if self._sample(agent, samplers, flow, now, repeated)]
-            return tuple(kept)
+            every = parse_compact(data)[4]
+            kept = [flow for flow in every if self._sample(agent, samplers, flow, now, repeated)]
+            return flows if len(kept) == len(every) else tuple(kept)
         kept = [flow for flow in flows if self._sample(agent, samplers, flow, now, repeated)]
         return flows if len(kept) == len(flows) else tuple(kept)
 
