@@ -99,6 +99,8 @@ class Estimator(Estimates, IpfixIngest):
         #: (agent, rate, VNI, outer source) -> the verdict on such samples and their sums in
         #: the newest bucket (``_slot``): what the common case looks up once per datagram
         self._slots: dict[tuple, list] = {}
+        #: agents that sample mirrored copies: their 1-in-N is in other servers' weights
+        self._receivers = {agent for agent, _ in attribution.mirrors} if attribution else set()
         #: the 1-in-N (and IPFIX probabilities) each agent may declare (``declared``)
         self.declared = Declared(safe_sampling)
         self._next_bucket = -math.inf  # where the newest bucket ends (``_tick``)
@@ -116,25 +118,14 @@ class Estimator(Estimates, IpfixIngest):
             self.streams.plan(attribution, None)
             self.declared.plan(attribution, {})
 
-    @property
-    def on_sample(self) -> Hook | None:
-        """Sees every sample counted, as its record (re-export)."""
-        return self._hooks[0]
+    #: Sees every sample counted, as its record (re-export).
+    on_sample = property(lambda self: self._hooks[0], lambda self, hook: self._hook(0, hook))
+    #: Sees every decoded datagram as ``(agent, flows, counters, discards)`` (replay's list of
+    #: the agents heard).
+    on_datagram = property(lambda self: self._hooks[1], lambda self, hook: self._hook(1, hook))
 
-    @on_sample.setter
-    def on_sample(self, hook: Hook | None) -> None:
-        self._hooks[0] = hook
-        self._modes()
-
-    @property
-    def on_datagram(self) -> Callable[[str, tuple, tuple, tuple], None] | None:
-        """Sees every decoded datagram as ``(agent, flows, counters, discards)`` (replay's list
-        of the agents heard)."""
-        return self._hooks[1]
-
-    @on_datagram.setter
-    def on_datagram(self, hook: Callable[[str, tuple, tuple, tuple], None] | None) -> None:
-        self._hooks[1] = hook
+    def _hook(self, which: int, hook: Callable | None) -> None:
+        self._hooks[which] = hook
         self._modes()
 
     def _modes(self) -> None:
@@ -167,6 +158,7 @@ class Estimator(Estimates, IpfixIngest):
         self._verdicts.clear()
         self._slots.clear()
         self._modes()
+        self._receivers = {agent for agent, _ in attribution.mirrors}
         known = set(attribution.server_of_agent)
         known.update(plan.ipfix_key for plan in attribution.servers.values() if plan.ipfix_key)
         self.loss.forget(known.__contains__)
@@ -287,9 +279,11 @@ class Estimator(Estimates, IpfixIngest):
                 self.dropped["bad_sampling_rate" if rate <= 0 else UNPLANNED_RATE] += n
                 return None, starting
             self.rate_of[agent] = rate
-            planned = attribution.servers[attribution.server_of_agent[agent]].sampling
-            if previous is not None or rate != planned:  # else the weights assumed it already
-                self._weights_changed()  # mirrored copies' weights follow receivers' rates
+            if previous is not None or (
+                agent in self._receivers  # mirrored copies' weights follow receivers' rates
+                and rate != attribution.servers[attribution.server_of_agent[agent]].sampling
+            ):  # else no weight changes: the agent's first rate, as planned or no receiver's
+                self._weights_changed()
         server, kind = source.server, 0 if source.kind is LOCAL else 1
         stream = (server, agent, kind)
         gate = self.streams.gate

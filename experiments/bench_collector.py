@@ -22,7 +22,8 @@ daemon or command started here is stopped on any exit, and dies with this proces
 (``PR_SET_PDEATHSIG``).
 
     python -m cosample.experiments.bench_collector [--quick] [--csv FILE] [--replay-only]
-        [--baseline] [--repeats N] [--replay-datagrams N] [--many-datagrams N] [--agents N]
+        [--baseline] [--baseline-tree DIR] [--repeats N] [--replay-datagrams N]
+        [--many-datagrams N] [--agents N]
 """
 
 from __future__ import annotations
@@ -409,6 +410,13 @@ def main(argv=None) -> int:
         help="datagrams in the corpus capture (default 120000)",
     )
     parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        metavar="DIR",
+        help="replay side by side also with another revision's commands "
+        "(`python -m research.revision REV DIR`, built in DIR/source)",
+    )
+    parser.add_argument(
         "--many-datagrams",
         type=int,
         default=210_000,
@@ -483,6 +491,7 @@ def _print_replay(args) -> int:
         50 if args.quick else args.agents,
         1 if args.quick else args.repeats,
         baseline=args.baseline,
+        baseline_tree=args.baseline_tree,
     )
     print(table.to_string(index=False))
     print("\n".join(summary(table)))

@@ -23,7 +23,10 @@ every sample checked against the plan (``collector/declared.py``). Rows, per cap
   datagram after its receive process (``Admission.admit`` then ``Estimator.ingest``).
 
 ``baseline``: ours also with the compiled parts (collector/_sflow.c) switched off, in the same
-run. Our commands keep Python's bytecode cache (``INSTALLED``), as an installed package has it.
+run. ``baseline_tree``: the two commands also as another revision runs them (a tree laid out by
+``python -m research.revision REV DIR``, its compiled part built with ``python setup.py
+build_ext --inplace`` in ``DIR/source``; the rows say whether it was), in the same run. Our
+commands keep Python's bytecode cache (``INSTALLED``), as an installed package has it.
 """
 
 from __future__ import annotations
@@ -199,6 +202,28 @@ def _ours(command: list[str], python_decoder: bool) -> list[str]:
     ]
 
 
+def _tree_env(tree: Path) -> tuple[dict[str, str], str]:
+    """The environment that runs ``tree``'s cosample, and a label saying whether its compiled
+    scan is built."""
+    from cosample.experiments.othertree import checked
+
+    tree = checked(tree)
+    env = dict(
+        INSTALLED,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(tree), INSTALLED.get("PYTHONPATH")])),
+    )
+    probe = subprocess.run(
+        [sys.executable, "-c", "import cosample.collector.decode as d; print(d.COMPILED)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    scan = "compiled scan" if probe == "True" else "Python decoder"
+    return env, f" [baseline tree {tree.name}, {scan}]"
+
+
 def _in_process(plan: Path, payloads: list, admission: bool) -> tuple[int, float]:
     """(flow samples counted, CPU seconds) of the daemon's estimator (and, with
     ``admission``, its admission check first) over the datagrams in memory."""
@@ -241,6 +266,7 @@ def side_by_side(
     repeats: int = 3,
     log=print,
     baseline: bool = False,
+    baseline_tree: Path | None = None,
 ):
     """The rows (module docstring) as a table with ``samples_per_cpu_s``."""
     import pandas as pd
@@ -262,6 +288,7 @@ def side_by_side(
         }
         payloads = {name: list(udp_payloads(capture)) for name, (capture, _) in captures.items()}
         arms = (False, True) if baseline else (False,)
+        tree = _tree_env(baseline_tree) if baseline_tree is not None else None
         for repeat in range(repeats):
             for name, (capture, samples) in captures.items():
                 plan = plans[name]
@@ -295,6 +322,20 @@ def side_by_side(
                     ):
                         cpu, out = child_cpu(_ours(command, python), env=INSTALLED)
                         row(what + arm, sum(json.loads(out)["servers"]["samples"]), cpu)
+                    if tree is not None and not python:  # the same commands, another revision
+                        env, label = tree
+                        for command, what in (
+                            (["collector", "replay", str(capture), "--json"], "no plan"),
+                            (
+                                ["collector", "replay", "--plan", str(plan), str(capture)]
+                                + ["--json"],
+                                "plan",
+                            ),
+                        ):
+                            argv = [sys.executable, "-m", "cosample", *command]
+                            cpu, out = child_cpu(argv, env=env)
+                            counted = sum(json.loads(out)["servers"]["samples"])
+                            row(f"collector replay ({what}){label}", counted, cpu)
                     with python_only(python):
                         counted, cpu = _in_process(plan, payloads[name], admission=False)
                         row("Estimator.ingest in process (plan)" + arm, counted, cpu)
