@@ -8,7 +8,7 @@ alternating, best of ``repeats``:
   3 samplers, ``data-qinq`` and ``data-sflow-ipv4-data``: one expanded sample each),
   renumbered as their agents would send them (``cosample.lab.sflowcorpus``), interleaved;
 - **many agents**: ``data-sflow-raw-ipv4`` (two flow samples) sent by ``agents`` agents (its
-  agent address rewritten; each agent numbering its own), interleaved.
+  agent address rewritten; each agent numbering its own), all sending all along, in turn.
 
 Each capture has its plan (``capture_plan``: every agent a server sampling locally at the
 1-in-N its samples declare, what the agents were given), so the collector runs as deployed:
@@ -96,7 +96,8 @@ def real_capture(path: Path, datagrams: int) -> tuple[Path, int]:
 
 def many_agents_capture(path: Path, datagrams: int, agents: int) -> tuple[Path, int]:
     """``datagrams`` real two-sample datagrams (``MANY_AGENTS_TEMPLATE``) from ``agents`` agents
-    (10.x.y.z), each numbering its own, interleaved; with the flow samples it holds."""
+    (10.x.y.z), each numbering its own, all of them sending all along, in turn (a fleet: every
+    agent's state is in use at once); with the flow samples it holds."""
     import socket
 
     from cosample.collector.pcap import write_pcap
@@ -111,7 +112,8 @@ def many_agents_capture(path: Path, datagrams: int, agents: int) -> tuple[Path, 
         data[8:12] = socket.inet_aton(address)
         own = replace(base, data=bytes(data), agent=address)
         spacing = 0.001 * agents
-        merged += [(w, bytes(d)) for w, d in stream(own, per, spacing=spacing, start=1.7e9 + k)]
+        start = 1.7e9 + 0.001 * k  # every agent sending all along, in turn
+        merged += [(w, bytes(d)) for w, d in stream(own, per, spacing=spacing, start=start)]
     merged.sort()
     return write_pcap(path, merged), per * agents * len(base.samples)
 
