@@ -154,7 +154,11 @@ def test_forged_datagrams_change_no_plan(tmp_path):
             lambda: service.snapshot.dropped.get("unplanned_sampling_rate") == 3, timeout_s=20.0
         )
         after = service.snapshot.servers["s1"]
-        attacked = [controller.cycle() for _ in range(3)]
+        attacked = []
+        for _ in range(3):  # each on a new snapshot: the controller uses each one once
+            exports = service.exports
+            wait_for(lambda: service.exports >= exports + 2, timeout_s=20.0)
+            attacked.append(controller.cycle())
     finally:
         service.stop()
         thread.join(timeout=10)
