@@ -8,10 +8,13 @@ agent's address chose its weight: one sample declaring 1-in-(2^32-1) took a serv
 to 621 million pps, and rates raised step by step walked a plan from 1-in-1 to 1-in-4096
 (issue 41). The collector knows from the plan what each agent was given, so it compares:
 
-- **sFlow**: an agent may declare the 1-in-N its server's plan entry gives (``sflow_spans``); a
-  server without a 1-in-N and without mirrors is in the agents' safe state (an expired plan, or
-  none yet), which samples at ``safe_sampling`` (the agents' ``safe_sampling`` setting; None:
-  any, for a replay without a plan, whose agents are only known by what they declare);
+- **sFlow**: an agent may declare the 1-in-N its server's plan entry gives (``sflow_spans``),
+  and, when the entry has a ``guard``, each 1-in-N of its guard's ladder (N, 2N, 4N, ... up to
+  ``max(N, floor)``: ``cosample.plan.guard.declared_sampling``, the agents' own definition) and
+  no other; a server without a 1-in-N and without mirrors is in the agents' safe state (an
+  expired plan, or none yet), which samples at ``safe_sampling`` (the agents' ``safe_sampling``
+  setting; None: any, for a replay without a plan, whose agents are only known by what they
+  declare);
 - **IPFIX**: a ``sample`` host's records may declare the plan's ``P`` (``probability_spans``);
 - **a plan change** (``Declared.plan``): agents apply a plan some seconds after the collector
   switches to it (a two-phase transition changes N twice), so the value an agent was last seen
@@ -23,11 +26,9 @@ to 621 million pps, and rates raised step by step walked a plan from 1-in-1 to 1
   ``ipfix.cache_active_timeout_s``, else the agents' default, 1 s: an operator who raises the
   agents' setting puts it in the plan).
 
-The allowed values are *spans*, inclusive ranges: the plan's N is the span ``(N, N)``.
-**Extension hook**: an agent allowed to step its sFlow 1-in-N down (larger N, a *ladder*) between
-the plan's N and a floor the plan gives is one line in ``sflow_spans``: return ``((N, floor),)``
-(with the floor carried into ``ServerPlan`` by ``attribution.build``). Everything else (the
-carried value, the estimator's checks, the counters) follows from the spans.
+The allowed values are *spans*, inclusive ranges: the plan's N is the span ``(N, N)``, a
+guard's ladder one span per rung (the values between two rungs are no rung: refused). Everything
+else (the carried value, the estimator's checks, the counters) follows from the spans.
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ MAX_LINK_PPS = 400e9 / (84 * 8)
 def sflow_spans(server: ServerPlan, safe_sampling: int | None) -> Spans:
     """The 1-in-N values the agent of ``server`` may declare under its plan entry."""
     if server.sampling is not None:
-        return ((server.sampling, server.sampling),)  # a ladder: ((N, floor),)
+        if server.guard is None:
+            return ((server.sampling, server.sampling),)
+        from cosample.plan.guard import declared_sampling  # pydantic's: a guard is one of them
+
+        return tuple((n, n) for n in sorted(declared_sampling(server.sampling, server.guard)))
     if server.mirrors or server.sample_probability:
         return ()  # local sFlow off; not sampling copies either
     return ((safe_sampling, safe_sampling),) if safe_sampling else ANY_SAMPLING

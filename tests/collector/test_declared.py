@@ -31,13 +31,17 @@ from cosample.collector.inventory import Inventory
 from cosample.collector.merge import merge_snapshots
 from cosample.lab.sflowstream import frame, vm_address
 from cosample.plan.document import parse_plan
+from cosample.plan.guard import GuardSpec, declared_sampling
 
 AGENT = "172.29.0.1"  # plan_document's tunnel address of s1, its agent
 
 
-def plan(sampling: int | None, version: int = 7, **others):
+def plan(sampling: int | None, version: int = 7, guard: dict | None = None, **others):
     hosts = {"s1": (sampling, {}), **others}
-    return parse_plan(json.dumps(plan_document(hosts, version=version)).encode())
+    document = plan_document(hosts, version=version)
+    if guard is not None:
+        document["hosts"]["s1"]["guard"] = guard
+    return parse_plan(json.dumps(document).encode())
 
 
 def sample_datagram(number: int, rate: int, length: int = 500) -> bytes:
@@ -107,6 +111,68 @@ def test_a_sample_weighs_only_at_the_planned_rate(planned, declared):
     if not counted:
         reason = "bad_sampling_rate" if declared == 0 else "unplanned_sampling_rate"
         assert est.dropped == {reason: 1}
+
+
+def test_a_guarded_entry_allows_its_ladder_and_nothing_between():
+    guarded = ServerPlan("s1", AGENT, 64, {}, guard=GuardSpec(floor_sampling=1000))
+    assert sflow_spans(guarded, 4096) == (
+        (64, 64),
+        (128, 128),
+        (256, 256),
+        (512, 512),
+        (1000, 1000),
+    )
+    low = ServerPlan("s1", AGENT, 64, {}, guard=GuardSpec(floor_sampling=8))  # no room
+    assert sflow_spans(low, 4096) == ((64, 64),)
+    mirroring = ServerPlan("s1", AGENT, None, {"s2": 0.5}, guard=GuardSpec(floor_sampling=64))
+    assert sflow_spans(mirroring, 4096) == ()  # local sFlow off: a guard adds none
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    planned=st.integers(1, 2**20),
+    floor=st.integers(1, 2**24),
+    pick=st.integers(0, 40),
+    nudge=st.sampled_from([0, 0, -1, 1]),
+    declared=st.integers(0, 2**32 - 1),
+)
+def test_a_guarded_host_weighs_exactly_its_guards_rates(planned, floor, pick, nudge, declared):
+    """What the agents' guard may declare (``declared_sampling``) is counted, weighed by what it
+    declares; any other 1-in-N, next to a rung or anywhere, is dropped by name."""
+    guard = {"floor_sampling": floor}
+    rungs = sorted(declared_sampling(planned, GuardSpec(**guard)))
+    if pick < 2 * len(rungs):  # a rung, or a value next to one; else any value
+        declared = max(0, rungs[pick % len(rungs)] + nudge)
+    est = Estimator(build(plan(planned, guard=guard)), window_s=None)
+    est.ingest(sample_datagram(1, declared), 1.0)
+    counted = est.snapshot_data()["servers"]["samples"] == [1]
+    assert counted == (declared in rungs)
+    if counted:
+        assert est.rate_of[AGENT] == declared
+    else:
+        reason = "bad_sampling_rate" if declared == 0 else "unplanned_sampling_rate"
+        assert est.dropped == {reason: 1}
+
+
+def test_a_guard_steps_down_and_back_each_sample_weighed_by_its_rung():
+    """1-in-64 with a floor of 1024: the guard's steps 128, 512, 1024 and back to 64 are each
+    counted at their own weight; 96, 2048 and 2^32-1 between them are not; a new plan without
+    a guard takes the ladder away (the rung in force carried until the plan's N arrives)."""
+    est = Estimator(build(plan(64, guard={"floor_sampling": 1024})), window_s=None)
+    for number, rate in enumerate([64, 128, 96, 512, 2048, 1024, 2**32 - 1, 64], start=1):
+        est.ingest(sample_datagram(number, rate), float(number))
+    assert est.dropped == {"unplanned_sampling_rate": 3}
+    data = est.snapshot_data()
+    assert data["servers"]["samples"] == [5]
+    weighed = data["servers"]["packets_per_s"][0] * data["window_s"]
+    assert weighed == pytest.approx(64 + 128 + 512 + 1024 + 64)
+    est.ingest(sample_datagram(9, 1024), 9.0)  # the rung in force when the new plan comes
+    est.set_attribution(build(plan(64, version=8)), 9.5)
+    est.ingest(sample_datagram(10, 1024), 10.0)  # carried: the agent has not applied it yet
+    est.ingest(sample_datagram(11, 64), 11.0)
+    est.ingest(sample_datagram(12, 128), 12.0)  # the old plan's rung: no longer
+    assert est.dropped == {"unplanned_sampling_rate": 4}
+    assert est.snapshot_data()["servers"]["samples"] == [8]
 
 
 @pytest.mark.parametrize("compiled", [True, False])

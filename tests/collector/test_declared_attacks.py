@@ -12,6 +12,9 @@ addresses (what anyone who can send on the management network can set).
   (``ipfix_implausible_count``, ``ipfix_unplanned_probability``, ``ipfix_oversized_frame``);
   s1 counts only the real records, and the exports go on (``/snapshot.bin`` decodes, the
   state files are rewritten).
+- A guarded host (issue 47: s4, 1-in-16, may step to 1-in-256 between plans): the rates its
+  guard may run (16, 32, 64, 128, 256) are counted, each weighed by what it declares; from its
+  address, a value between two rungs, past the floor or 2^32-1 is still dropped.
 """
 
 from __future__ import annotations
@@ -101,6 +104,38 @@ def test_forged_sflow_declarations_weigh_nothing(tmp_path):
     # the control's two samples weigh 16 each: about 32 packets more in the window
     assert control.servers["s4"].packets_per_s > s4.packets_per_s
     assert control.servers["s4"].bytes_per_s < 100 * s4_before.bytes_per_s
+
+
+def test_a_guarded_host_may_declare_its_guards_rates_and_no_other(tmp_path):
+    document = plan_document(FOUR, agents=LOOPBACK)
+    document["hosts"]["s4"]["guard"] = {"floor_sampling": 256}  # 16, 32, 64, 128, 256
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(document))
+    daemon = Daemon(path, "--insecure-unsigned")
+    agent = f"{LOOPBACK}.4"
+    try:
+        with AgentSender() as sender:
+            rates = [16, 32, 48, 128, 512, 256, 2**32 - 1, 16]  # the guard's steps and forgeries
+            for number, rate in enumerate(rates, start=1):
+                sender.send(
+                    datagram(agent, number, 1000 * number, [sample(number, rate)], sub_agent=3),
+                    daemon.listen,
+                )
+            seen = wait_for(
+                lambda: (
+                    (s := daemon.snapshot())
+                    and s.dropped.get("unplanned_sampling_rate") == 3
+                    and s.servers["s4"].samples == 5
+                    and s
+                )
+            )
+        metrics = daemon.metrics()
+    finally:
+        daemon.stop()
+    reason = "unplanned_sampling_rate"
+    assert counter(metrics, "cosample_collector_dropped_total", reason=reason) == 3
+    weighed = seen.servers["s4"].packets_per_s * seen.window_s  # 16 + 32 + 128 + 256 + 16
+    assert 448 * 0.99 <= weighed <= 448 * 1.01
 
 
 def test_forged_ipfix_records_weigh_nothing_and_exports_go_on(tmp_path):
