@@ -6,6 +6,7 @@ import argparse
 import socket
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.dataplane.ipfix import IPFIX_PORT
@@ -283,8 +284,21 @@ def _run(args) -> int:
     if settings.ipfix is not None:
         http += f", IPFIX on {service.ipfix_address[0]}:{service.ipfix_address[1]}"
     print(f"collector {settings.name}: sFlow on {host}:{port}{http}", file=sys.stderr, flush=True)
-    service.run()
-    return 0
+    service.run()  # returns stopped: sockets and receive processes closed, last export written
+    _end_process()
+
+
+def _end_process() -> NoReturn:
+    """End the stopped daemon without the interpreter's finalization. A worker may still be in
+    a call whose result is discarded (the poller parsing a new plan: seconds at 10^5 hosts);
+    finalization would stop it with ``pthread_exit`` when it next takes the GIL (CPython
+    gh-87135), and inside pydantic-core, whose Rust frames catch that unwinding, glibc aborts
+    the process ("FATAL: exception not rethrown", SIGABRT) instead of exiting 0."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _positive(value: float, option: str) -> float:
