@@ -56,6 +56,9 @@ PYTHON_ONLY = (
 REPLAY_TEMPLATES = ("data-1140.pcap", "data-qinq.pcap", "data-sflow-ipv4-data.pcap")
 MANY_AGENTS_TEMPLATE = "data-sflow-raw-ipv4.pcap"
 SFACCTD = "sfacctd pcap_savefile (command)"
+#: Another revision's commands: without the working directory first on ``sys.path`` (``-P``),
+#: which in a checkout is this revision's ``cosample`` package, ahead of ``PYTHONPATH``.
+SAFE_PATH = ("-P",)
 
 
 @contextlib.contextmanager
@@ -215,7 +218,12 @@ def _tree_env(tree: Path) -> tuple[dict[str, str], str]:
         PYTHONPATH=os.pathsep.join(filter(None, [str(tree), INSTALLED.get("PYTHONPATH")])),
     )
     probe = subprocess.run(
-        [sys.executable, "-c", "import cosample.collector.decode as d; print(d.COMPILED)"],
+        [
+            sys.executable,
+            *SAFE_PATH,
+            "-c",
+            "import cosample.collector.decode as d; print(d.COMPILED)",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -334,7 +342,7 @@ def side_by_side(
                                 "plan",
                             ),
                         ):
-                            argv = [sys.executable, "-m", "cosample", *command]
+                            argv = [sys.executable, *SAFE_PATH, "-m", "cosample", *command]
                             cpu, out = child_cpu(argv, env=env)
                             counted = sum(json.loads(out)["servers"]["samples"])
                             row(f"collector replay ({what}){label}", counted, cpu)
