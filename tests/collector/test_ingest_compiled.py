@@ -103,3 +103,42 @@ def test_the_compiled_common_case_is_the_python_code(seed, window):
             est.ingest(data, when)
         runs.append(state(est))
     assert runs[0] == runs[1]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_a_guards_report_changes_the_same_in_both(seed):
+    """s1's guard halves its mirrors (rung 1) mid-stream and sheds them (rung 4) later: the
+    compiled and the Python ingest end alike, and alike an estimator that keeps no decision
+    (every group decided afresh): the report clears the decisions kept for s1's copies."""
+    from cosample.dataplane.guardwire import GuardReport, encode
+
+    document = plan_document(FOUR, version=7)
+    document["hosts"]["s1"]["guard"] = {"floor_sampling": 1024}
+    plan = parse_plan(json.dumps(document).encode())
+    stream = simulate(plan, TRUTH, duration_s=5.0, seed=seed)
+    datagrams = [(when, bytes(data)) for when, data in stream.datagrams]
+    steps = {len(datagrams) // 3: (1, 0.5), 2 * len(datagrams) // 3: (4, 0.0)}
+    runs = []
+    for compiled, keeps in ((True, True), (False, True), (False, False)):
+        est = Estimator(build(plan), window_s=30.0)
+        if not compiled:
+            est._compiled = None
+        if not keeps:
+            est._slots = est._context[2] = Forgetful()
+        for k, (when, data) in enumerate(datagrams):
+            if k in steps:
+                rung, scale = steps[k]
+                report = GuardReport("s1", 7, rung, 64, scale, when, 0.95)
+                est.guard_report(encode(report), "172.29.0.1", when)
+            est.ingest(data, when)
+        assert est.guards.accepted == 2 and est.dropped.get("guard_shed", 0) > 0
+        runs.append(state(est)[:4])  # the snapshot, counts and rates (no slot in them)
+    assert runs[0] == runs[1] == runs[2]
+
+
+class Forgetful(dict):
+    """Slots never kept: every group of samples decided again (``Estimator._slot``)."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
