@@ -59,7 +59,8 @@ class Screen:
 
     @classmethod
     def empty(cls, n: int) -> "Screen":
-        return cls(*(np.full(n, np.nan) for _ in range(2)), np.zeros(n), *_nans(n, 3))
+        accepted, jumped_at, low, prior_low, since = _nans(n, 5)
+        return cls(accepted, jumped_at, np.zeros(n), low, prior_low, since)
 
     def baseline(self) -> np.ndarray:
         """What a rise is judged against: the lowest accepted over the two periods, else the

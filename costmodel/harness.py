@@ -316,6 +316,7 @@ class Calibrator:
 
     def run(self, show_progress: bool = True) -> pd.DataFrame:
         """All trials; mechanisms are switched off at the end, also on error or Ctrl-C."""
+        # rich (not in the lean install) loads only to draw the progress bar
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,

@@ -48,6 +48,7 @@ from cosample.collector.attribution import build
 from cosample.collector.decode import parse_datagram
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
+from cosample.experiments.bench_replay import die_with_parent
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.pmacct import Sfacctd, free_udp_port, sfacctd_available
 from cosample.lab.sflowstream import simulate, vm_address
@@ -132,13 +133,6 @@ def send(
     finally:
         sender.close()
     return sent
-
-
-def die_with_parent() -> None:
-    """``preexec_fn``: the child gets SIGTERM when this process dies, however it dies."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _pinned(argv: list[str]) -> list[str]:

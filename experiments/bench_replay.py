@@ -155,12 +155,18 @@ def capture_plan(capture: Path, path: Path) -> Path:
     return path
 
 
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGTERM when this process dies, however it dies."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def child_cpu(
     argv: list[str], timeout_s: float = 600.0, env: dict[str, str] | None = None
 ) -> tuple[float, str]:
     """CPU seconds (user + system) of a command run to completion, and its output."""
-    from cosample.experiments.bench_collector import die_with_parent
-
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(
         argv,

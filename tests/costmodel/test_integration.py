@@ -22,8 +22,8 @@ from waiting import interrupt
 
 from cosample.cli import main
 from cosample.costmodel.errors import HarnessError
+from cosample.costmodel.onehost import OneHostTestbed, one_host_testbed_unavailable
 from cosample.dataplane.run import run
-from cosample.lab.onehost import OneHostTestbed, one_host_testbed_unavailable
 
 REASON = one_host_testbed_unavailable()
 pytestmark = [
