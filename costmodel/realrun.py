@@ -128,10 +128,19 @@ def run_calibration(
         extra = {} if scope is None else scope.describe()
         if target is None:
             data = calibrator.run(show_progress)
-            return data, {**extra, "empty_phases": calibrator.empty_phases}
+            return data, {**extra, **_remeasured(calibrator)}
         adaptive = AdaptiveRun(calibrator, target, covariates=covariates)
         data = adaptive.run(show_progress)
-        return data, {**extra, **adaptive.summary()}
+        return data, {**extra, **adaptive.summary(), **_remeasured(calibrator)}
+
+
+def _remeasured(calibrator: Calibrator) -> dict[str, int]:
+    """What the paired runs measured again, and what they never measured (``measure_paired``)."""
+    return {
+        "empty_phases": calibrator.empty_phases,
+        "restarted_loads": calibrator.restarted_loads,
+        "unmeasured_phases": calibrator.unmeasured_phases,
+    }
 
 
 def _local_samplers(
