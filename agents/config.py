@@ -16,9 +16,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from cosample.agents.errors import ConfigError
+from cosample.dataplane.ipfix import CACHE_ACTIVE_TIMEOUT_S
 from cosample.durations import MAX_DURATION_S
 from cosample.plan.document import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
-from cosample.plan.formats import DEFAULT_MAX_PLAN_MIB
+from cosample.plan.formats import DEFAULT_MAX_PLAN_MIB, SAFE_SAMPLING
 from cosample.validation import InterfaceName, Strict, read_document, validate
 
 SYSTEM_OVSDB = "unix:/var/run/openvswitch/db.sock"
@@ -50,13 +51,13 @@ class AgentConfig(Strict):
     #: Where a ``sample`` host's IPFIX goes when the plan's ``ipfix.collector`` is absent, and
     #: its exporter's flow cache (the calibrated setting: 1 s, 1024 flows; docs/planner.md).
     ipfix_collector: Collector | None = None
-    ipfix_cache_active_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 1
+    ipfix_cache_active_timeout_s: Annotated[int, Field(ge=1, le=3600)] = CACHE_ACTIVE_TIMEOUT_S
     ipfix_cache_max_flows: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] = 1024
     state_dir: Text = "/var/lib/cosample-agent"
     public_key: Text | None = None
     #: Accept plans without a signature (and warn on every cycle): for labs, never production.
     insecure_unsigned: bool = False
-    safe_sampling: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] = 4096
+    safe_sampling: Annotated[int, Field(ge=1, le=MAX_SAMPLING)] = SAFE_SAMPLING
     mirror_device_prefix: Prefix = "cosm"
     tunnel_port_prefix: Prefix = "cosr"
     vxlan_port: Port = 4789

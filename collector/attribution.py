@@ -87,6 +87,8 @@ class Attribution:
     server_of_address: dict[str, str] = field(default_factory=dict)
     #: ``sample`` hosts: IPFIX exporter address (the host's agent address) -> server
     server_of_exporter: dict[str, str] = field(default_factory=dict)
+    #: the plan's IPFIX flow-cache timeout: the longest span one record covers (None: not given)
+    ipfix_timeout_s: float | None = None
 
     def source(self, agent: str, vni: int | None, tunnel_src: str | None) -> Source | str:
         """Where a sample from ``agent`` belongs, or the name of the reason it is not counted."""
@@ -200,6 +202,7 @@ def build(plan: Plan, inventory: Inventory | None = None, *, safe: bool = False)
         frozenset(known),
         inventory.server_of_address() if inventory is not None else {},
         exporters,
+        plan.ipfix.cache_active_timeout_s,
     )
 
 

@@ -7,12 +7,13 @@ import math
 import socket
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.daemonconfig import apply_config, configurable, setup_logging
 from cosample.dataplane.ipfix import IPFIX_PORT
 from cosample.httplimits import Limits
-from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB, SAFE_SAMPLING
 
 #: The largest socket receive buffer asked for: SO_RCVBUF is a C int, doubled by the kernel.
 MAX_RECEIVE_BUFFER = 2**30
@@ -102,6 +103,14 @@ def register(subparsers) -> None:
         metavar="BYTES",
         help="socket receive buffer (default 8 MiB; forced past the sysctl limit "
         "as root): rides out bursts while the CPU is busy",
+    )
+    run.add_argument(
+        "--safe-sampling",
+        type=int,
+        default=SAFE_SAMPLING,
+        metavar="N",
+        help=f"the agents' safe_sampling (default {SAFE_SAMPLING}): the only 1-in-N weighed "
+        "while no plan is in force or it expired; others are dropped as unplanned_sampling_rate",
     )
     run.add_argument(
         "--partial",
@@ -258,6 +267,7 @@ def _run(args) -> int:
         max_silence_s=_positive(args.max_silence, "--max-silence"),
         reuse_port=args.reuse_port,
         partial=args.partial,
+        safe_sampling=_sampling(args.safe_sampling),
         public_key=args.public_key,
         insecure_unsigned=args.insecure_unsigned,
         receive_buffer=int(_positive(args.receive_buffer, "--receive-buffer")),
@@ -283,8 +293,23 @@ def _run(args) -> int:
     if settings.ipfix is not None:
         http += f", IPFIX on {service.ipfix_address[0]}:{service.ipfix_address[1]}"
     print(f"collector {settings.name}: sFlow on {host}:{port}{http}", file=sys.stderr, flush=True)
-    service.run()
-    return 0
+    service.run()  # returns stopped: sockets and receive processes closed, last export written
+    _end_process()
+
+
+def _end_process() -> NoReturn:
+    """End the stopped daemon without the interpreter's finalization. A worker may still be in
+    a call whose result is discarded (the poller parsing a new plan: seconds at 10^5 hosts);
+    finalization would stop it with ``pthread_exit`` when it next takes the GIL (CPython
+    gh-87135), and inside pydantic-core, whose Rust frames catch that unwinding, glibc aborts
+    the process ("FATAL: exception not rethrown", SIGABRT) instead of exiting 0."""
+    import logging
+    import os
+
+    logging.shutdown()  # the log's handlers flushed, as at a normal exit
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _positive(value: float, option: str) -> float:
@@ -293,6 +318,16 @@ def _positive(value: float, option: str) -> float:
 
     if not 0 < value < math.inf:
         raise CollectorError(f"{option}: must be a number > 0, got {value}")
+    return value
+
+
+def _sampling(value: int) -> int:
+    from cosample.collector.errors import CollectorError
+
+    if not 1 <= value <= 2**32 - 1:
+        raise CollectorError(
+            f"--safe-sampling: expected a 1-in-N from 1 to 4294967295, got {value}"
+        )
     return value
 
 
@@ -314,6 +349,7 @@ def _replay(args) -> int:
     from cosample.collector.pcap import Capture
     from cosample.collector.replay import Survey, heard_table, run, table
     from cosample.collector.snapshotwire import snapshot_json
+    from cosample.gcpause import gc_paused
 
     source = Capture(args.capture)
     heard = Survey() if args.plan is None and not args.json else None
@@ -333,12 +369,13 @@ def _replay(args) -> int:
             f"last {source.unused_bytes} bytes hold no complete record and were not used",
             file=sys.stderr,
         )
-    print(
-        snapshot_json(estimator.snapshot_data(last))
-        if args.json
-        else table(estimator.snapshot(last)),
-        end="",
-    )
+    with gc_paused():  # 10^4 servers' rows: many containers, no cycles
+        text = (
+            snapshot_json(estimator.snapshot_data(last))
+            if args.json
+            else table(estimator.snapshot(last))
+        )
+    print(text, end="")
     if args.plan is None and not args.json:
         print("\nagents heard (no --plan: each samples locally at the rate it reports):")
         print(heard_table(heard), end="")

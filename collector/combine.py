@@ -28,6 +28,10 @@ if TYPE_CHECKING:  # pydantic's models: only where a snapshot model is asked for
 #: Expected mirrored (or local) samples in a window above which none arriving means the data
 #: plane does not do what the plan says (agent in its safe state, mirror not yet set up).
 MISSING_STREAM_SAMPLES = 20.0
+#: A server's local and mirrored sample counts saturate here, so that they and their sum fit the
+#: binary form's 64-bit integers: exports never fail on input (issue 41: IPFIX counts summing
+#: past 2^63 made every binary export fail for a whole window).
+MAX_COUNT = 2**62 - 1
 #: The snapshot's columns per server, in the format's order (``snapshot.ServerTable``).
 SERVER_COLUMNS = (
     "name",
@@ -97,7 +101,8 @@ class Estimates:
                 server, local, mirrored, start, now, span, server in plan_servers
             )
             packets, variance, octets, octet_variance, low, high, blow, bhigh, coverage = row
-            samples = local[0] + mirrored[0]
+            local_samples, mirrored_samples = min(local[0], MAX_COUNT), min(mirrored[0], MAX_COUNT)
+            samples = local_samples + mirrored_samples
             last = self._last.get(server)
             for key, value in zip(
                 SERVER_COLUMNS,
@@ -111,8 +116,8 @@ class Estimates:
                     bhigh / window,
                     samples,
                     samples / window,
-                    local[0],
-                    mirrored[0],
+                    local_samples,
+                    mirrored_samples,
                     float(coverage),
                     max(0.0, (moment - _utc(last)).total_seconds()) if last is not None else None,
                     variance / window**2,
@@ -191,7 +196,10 @@ class Estimates:
             for (server, agent, kind, dst), acc in sums.items():
                 n, w, bw, b2w, v, b2v = acc[:6]
                 f = loss.get(agent, 1.0)  # each received sample stands for f: weight f w
-                stream = streams.setdefault(server, [[0] + [0.0] * 5, [0] + [0.0] * 5])[kind]
+                pair = streams.get(server)
+                if pair is None:
+                    pair = streams[server] = [[0] + [0.0] * 5, [0] + [0.0] * 5]
+                stream = pair[kind]
                 stream[0] += n
                 stream[1] += w * f
                 stream[2] += bw * f

@@ -57,9 +57,11 @@ _ntoa = socket.inet_ntoa
 
 try:  # built by ``pip install -e .`` (setup.py); without it the Python decoder does all
     from cosample.collector._sflow import agent as _agent
+    from cosample.collector._sflow import ingest as compiled_ingest
     from cosample.collector._sflow import scan as _scan
+    from cosample.collector._sflow import scan_counted as _scan_counted
 except ImportError:  # pragma: no cover - a source tree used without installing
-    _agent = _scan = None
+    _agent = _scan = _scan_counted = compiled_ingest = None
 #: Whether the compiled fast path is in use (tests assert it is built).
 COMPILED = _scan is not None
 
@@ -393,12 +395,26 @@ def parse_grouped(data: bytes) -> tuple:
     fast = _scan(data) if _scan is not None else None
     if fast is None:
         return (*parse_compact_python(data), None, None)
-    agent, sub_agent, number, uptime, flows, others, alike, runs = fast
+    return _others(data, *fast)
+
+
+def parse_counted(data: bytes) -> tuple | None:
+    """``parse_grouped``'s fields with the *number* of flow samples in place of their tuples,
+    for ``Estimator.ingest``'s common case: the compiled scan grouped every sample and found
+    each sampler's run of numbers, so no sample needs a tuple of its own. None when that is
+    not the case (``parse_grouped`` then); errors as ``parse_grouped``'s."""
+    fast = _scan_counted(data) if _scan_counted is not None else None
+    return None if fast is None else _others(data, *fast)
+
+
+def _others(data, agent, sub_agent, number, uptime, flows, others, alike, runs) -> tuple:
+    """The compiled scan's result with its counter and discard samples decoded (in order: the
+    first malformed one raises, as in Python)."""
     if not others:
         return agent, sub_agent, number, uptime, flows, (), (), alike, runs
     counters: list[InterfaceCounters] = []
     discards: list[DiscardSample] = []
-    for fmt, start, end in others:  # in order: the first malformed one raises, as in Python
+    for fmt, start, end in others:
         if fmt == DISCARDED_PACKET:
             discards.append(_discard_sample(data, start, end, agent))
         else:

@@ -34,9 +34,11 @@ from collections import Counter, deque
 from collections.abc import Callable
 from socket import inet_ntoa as _ntoa
 
+from cosample.collector import decode
 from cosample.collector.attribution import LOCAL, Attribution, Source
 from cosample.collector.combine import Estimates
-from cosample.collector.decode import DecodeError, FlowSample, parse_grouped
+from cosample.collector.declared import MAX_FRAME_BYTES, Declared
+from cosample.collector.decode import DecodeError, FlowSample, parse_counted, parse_grouped
 from cosample.collector.exposure import MIRRORED_KIND, PENDING, Streams
 from cosample.collector.guardstate import GuardBook
 from cosample.collector.ipfix import Templates
@@ -48,6 +50,8 @@ from cosample.collector.unknown import UnknownAgents
 
 #: Verdicts cached per (agent, VNI, outer source); cleared when full (tenant tunnels are many).
 VERDICT_CACHE = 4096
+#: Drop reasons of samples that declare what no interface or plan gives (``declared``).
+UNPLANNED_RATE, OVERSIZED_FRAME = "unplanned_sampling_rate", "oversized_frame"
 
 Hook = Callable[[FlowSample, Source, float], None]
 
@@ -64,7 +68,10 @@ class Estimator(Estimates, IpfixIngest):
         window_s: float | None = 30.0,
         name: str = "collector",
         partial: bool = False,
+        safe_sampling: int | None = None,
     ) -> None:
+        """``safe_sampling``: the 1-in-N of the agents' safe state (no plan in force, or it
+        expired), the only one they may declare then; None: any (replay without a plan)."""
         self.attribution = attribution
         #: Another instance may hold the other stream of a server (SO_REUSEPORT workers): never
         #: conclude that a stream the plan expects is missing.
@@ -76,10 +83,8 @@ class Estimator(Estimates, IpfixIngest):
         self.datagrams = 0
         self.samples = 0
         self.rate_of: dict[str, int] = {}  # agent -> the 1-in-N it reported last
-        self.on_sample: Hook | None = None  # re-export
-        #: Sees every decoded datagram as ``(agent, flows, counters, discards)`` (replay's list
-        #: of the agents heard).
-        self.on_datagram: Callable[[str, tuple, tuple, tuple], None] | None = None
+        self._hooks: list = [None, None]  # on_sample, on_datagram (properties below)
+        self._modes()  # a record per sample (``_each``); flows counted only (``_lean``)
         #: sums are kept per bucket of ``bucket_s`` seconds: a tenth of the window (memory grows
         #: with the number of buckets, the window slides by one bucket)
         self.bucket_s = max(1.0, window_s / 10) if window_s else 60.0
@@ -92,6 +97,18 @@ class Estimator(Estimates, IpfixIngest):
         self._last: dict[str, float] = {}
         self._mirror_q: dict[str, float] = {}
         self._verdicts: dict[tuple, Source | str] = {}
+        #: (agent, rate, VNI, outer source) -> the verdict on such samples and their sums in
+        #: the newest bucket (``_slot``): what the common case looks up once per datagram
+        self._slots: dict[tuple, list] = {}
+        #: agents that sample mirrored copies: their 1-in-N is in other servers' weights
+        self._receivers = {agent for agent, _ in attribution.mirrors} if attribution else set()
+        #: the 1-in-N (and IPFIX probabilities) each agent may declare (``declared``)
+        self.declared = Declared(safe_sampling)
+        self._next_bucket = -math.inf  # where the newest bucket ends (``_tick``)
+        #: what the compiled common case works on: [newest bucket, the loss tracker's agents,
+        #: the slots, the newest sample per server, the newest bucket's tallies and sums]
+        self._context: list = [None, self.loss._agents, self._slots, self._last, {}, {}]
+        self._compiled = decode.compiled_ingest  # None: the Python path does all
         self._first: float | None = None
         self._now: float | None = None
         self.streams = Streams(gated=not partial)
@@ -102,6 +119,27 @@ class Estimator(Estimates, IpfixIngest):
         self.guards = GuardBook()
         if attribution is not None:
             self.streams.plan(attribution, None)
+            self.declared.plan(attribution, {})
+
+    #: Sees every sample counted, as its record (re-export).
+    on_sample = property(lambda self: self._hooks[0], lambda self, hook: self._hook(0, hook))
+    #: Sees every decoded datagram as ``(agent, flows, counters, discards)`` (replay's list of
+    #: the agents heard).
+    on_datagram = property(lambda self: self._hooks[1], lambda self, hook: self._hook(1, hook))
+
+    def _hook(self, which: int, hook: Callable | None) -> None:
+        self._hooks[which] = hook
+        self._modes()
+
+    def _modes(self) -> None:
+        """How ``ingest`` takes datagrams: each sample on its own when a record of it is needed
+        (re-export, the traffic matrix); otherwise samples alike together, and, when no hook
+        looks at them, only counted (``parse_counted``: no tuple per sample)."""
+        attribution = self.attribution
+        self._each = self.on_sample is not None or bool(
+            attribution is not None and attribution.server_of_address
+        )
+        self._lean = not self._each and self.on_datagram is None
 
     # fast path -----------------------------------------------------------------------------
     def set_attribution(self, attribution: Attribution, now: float | None = None) -> None:
@@ -116,11 +154,15 @@ class Estimator(Estimates, IpfixIngest):
         self.streams.plan(attribution, moment, last)
         self._mirror_q.clear()
         self._verdicts.clear()
+        self._slots.clear()
+        self._modes()
+        self._receivers = {agent for agent, _ in attribution.mirrors}
         known = set(attribution.server_of_agent)
         known.update(plan.ipfix_key for plan in attribution.servers.values() if plan.ipfix_key)
         self.loss.forget(known.__contains__)
         for agent in [agent for agent in self.rate_of if agent not in known]:
             del self.rate_of[agent]
+        self.declared.plan(attribution, self.rate_of)  # what agents still declare is carried
         self.ports.forget(known.__contains__)
         self.templates.forget(lambda exporter, _: exporter in attribution.server_of_exporter)
 
@@ -139,128 +181,212 @@ class Estimator(Estimates, IpfixIngest):
         return last
 
     def ingest(self, data: bytes, now: float) -> None:
-        """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
+        """Account for one datagram received at ``now`` (Unix seconds); never raises on input.
+
+        The common case (flow samples only, from a known agent whose samplers continue, of
+        groups already decided in this bucket: ``_slot``) is the compiled ``decode.
+        compiled_ingest``, on this estimator's own state; anything else is decided here."""
+        if self._lean and now < self._next_bucket and self._compiled is not None:
+            counted = self._compiled(data, now, self._context)
+            if counted is not None:
+                self.datagrams += 1
+                self.samples += counted
+                if now > self._now:
+                    self._now = now
+                return
         try:
-            agent, sub_agent, number, uptime, flows, counters, discards, alike, runs = (
-                parse_grouped(data)
-            )
+            parsed = parse_counted(data) if self._lean else None  # flows: their number only
+            if parsed is None:
+                parsed = parse_grouped(data)
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
             return
+        agent, sub_agent, number, uptime, flows, counters, discards, alike, runs = parsed
+        count = flows if flows.__class__ is int else len(flows)
         self.datagrams += 1
         if self.on_datagram is not None:
             self.on_datagram(agent, flows, counters, discards)
-        self._tick(now)
-        _, sums, agents = self._buckets[-1]
+        if now >= self._next_bucket:  # time moves on (``_tick``), cheaply within a bucket
+            self._tick(now)
+        elif now > self._now:
+            self._now = now
         attribution = self.attribution
         if attribution is None:
-            self.dropped["no_plan"] += len(flows) + len(discards)
+            self.dropped["no_plan"] += count + len(discards)
             return
-        self.samples += len(flows)
+        self.samples += count
         home = attribution.server_of_agent.get(agent)
         if home is None:  # no state for agents nobody named
             self.unknown.heard(agent, now)
-            self.dropped["unknown_agent"] += len(flows) + len(discards)
+            self.dropped["unknown_agent"] += count + len(discards)
             if counters:
                 self.dropped["unknown_agent_counters"] += len(counters)
             return
         if discards:
             self._discarded(home, discards)
-        kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now, runs)
-        if kept is not flows:
-            self.dropped["duplicate"] += len(flows) - len(kept)
+        kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now, runs, data)
+        if kept is not flows:  # looked at one by one (decoded if they were only counted)
+            if len(kept) < count:
+                self.dropped["duplicate"] += count - len(kept)
             flows, alike = kept, None
-        received = 0
-        server_of_address = attribution.server_of_address
-        verdicts, rate_of = self._verdicts, self.rate_of
-        last_seen, hook = self._last, self.on_sample
-        need_record = hook is not None or bool(server_of_address)
-        agent_rate = rate_of.get(agent)
-        gate, starting = self.streams.gate, None
-        if need_record:  # each sample on its own: its destination, the re-export's record
-            groups = [
-                (flow[2], flow[5], flow[6], 1, flow[4], flow[4] * flow[4], flow) for flow in flows
-            ]
-        elif alike is not None:  # grouped by the compiled scan, as below
-            groups = alike
-        else:  # samples alike but for their size are added once per datagram (the common case)
-            alike = {}
-            for flow in flows:
-                like = (flow[2], flow[5], flow[6])
-                size = flow[4]
-                group = alike.get(like)
-                if group is None:
-                    alike[like] = [1, size, size * size]
-                else:
-                    group[0] += 1
-                    group[1] += size
-                    group[2] += size * size
-            groups = [
-                (rate, vni, outer, n, sizes, squares, None)
-                for (rate, vni, outer), (n, sizes, squares) in alike.items()
-            ]
-        for rate, vni, outer, n, sizes, squares, flow in groups:
-            verdict_key = (agent, vni, outer)
-            source = verdicts.get(verdict_key)
-            if source is None:
-                if len(verdicts) >= VERDICT_CACHE:
-                    verdicts.clear()
-                source = verdicts[verdict_key] = attribution.source(
-                    agent, vni, _ntoa(outer) if outer is not None else None
-                )
-            if source.__class__ is str:
-                (self.ignored if source == "overlay_ingress" else self.dropped)[source] += n
-                continue
-            if rate <= 0:
-                self.dropped["bad_sampling_rate"] += n
-                continue
-            if rate != agent_rate:
-                rate_of[agent] = agent_rate = rate
-                self._mirror_q.clear()
+        if alike is None or self._each:  # the compiled scan did not group them (or a record
+            alike = self._groups(flows, self._each)  # is needed per sample)
+        bucket, sums, agents = self._buckets[-1]
+        received, starting, slots = 0, None, self._slots
+        for group in alike:
+            slot = slots.get((agent, group[0], group[1], group[2]))
+            if slot is None or slot[0] != bucket or starting is not None:
+                slot, starting = self._slot(agent, group, bucket, sums, now, starting)
+                if not slot:  # None: refused; empty: received, not counted (streams)
+                    if slot is not None:
+                        received += group[3]
+                    continue
+            n = group[3]
             received += n
-            server = source.server
-            kind = 0 if source.kind is LOCAL else 1
-            if gate or starting is not None:
-                stream = (server, agent, kind)
-                state = gate.get(stream) if gate else None
-                if state == PENDING:  # the agent started this stream: it runs from now on, and
-                    self.streams.start(server, agent, kind, now)  # the samples of this first
-                    self._mirror_q.pop(server, None)  # datagram were taken before
-                    starting = (starting or set()) | {stream}
-                if starting is not None and stream in starting:
-                    self.ignored["stream_start"] += n
-                    continue
-                if state is not None:  # stopped: by a plan (local), by a guard (mirrored)
-                    self.dropped["stale_local" if kind == 0 else "guard_shed"] += n
-                    continue
-            weight = float(rate) if kind == 0 else 1.0 / self._q(server)
-            variance = weight * (weight - 1.0)  # (1-p)/p^2: the sample's share of the variance
-            dst = record = None
-            if flow is not None:
-                record = flow_record(agent, flow, data)
-                if server_of_address:
-                    dst = server_of_address.get(record.dst_ip) or server_of_address.get(
-                        record.dst_mac
-                    )
-            key = (server, agent, kind, dst)
-            acc = sums.get(key)
-            if acc is None:
-                acc = sums[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now]
+            if group[6] is not None:  # each sample on its own: its record
+                self._add_one(agent, group, data, slot, sums, now)
+                continue
+            acc, weight, variance = slot[1], slot[2], slot[3]
             acc[0] += n
             acc[1] += n * weight
-            acc[2] += sizes * weight
-            acc[3] += squares * weight
+            acc[2] += group[4] * weight
+            acc[3] += group[5] * weight
             acc[4] += n * variance
-            acc[5] += squares * variance
+            acc[5] += group[5] * variance
             acc[6] = now  # arrival of the stream's newest datagram (where a dropped one ends)
-            if last_seen.get(server, 0.0) < now:
-                last_seen[server] = now
-            if hook is not None:
-                hook(record, source, self.weight(server, kind, weight))
+            if self._last.get(slot[4], 0.0) < now:
+                self._last[slot[4]] = now
         if received:
             agents[agent] = agents.get(agent, 0) + received
         for counter in counters:
             self._interface(counter, now)
+
+    def _slot(
+        self, agent: str, group: tuple, bucket: int, sums: dict, now: float, starting: set | None
+    ) -> tuple[list | None, set | None]:
+        """The verdict on a group of samples alike (whose they are, how they were taken, what
+        each weighs) and the sums they go to, kept for the next datagrams (``_slots``, cleared
+        whenever a weight may change); None for samples refused, ``[]`` for samples received
+        but not counted (a stream's first datagram, a stopped stream), each under its reason.
+        ``starting``: the streams this datagram started."""
+        rate, vni, outer, n = group[0], group[1], group[2], group[3]
+        attribution = self.attribution
+        if vni is None and outer is None:  # taken on a VM port: the agent's own server
+            source = attribution.source(agent, None, None)
+        else:
+            verdict_key = (agent, vni, outer)
+            source = self._verdicts.get(verdict_key)
+            if source is None:
+                if len(self._verdicts) >= VERDICT_CACHE:
+                    self._verdicts.clear()
+                source = self._verdicts[verdict_key] = attribution.source(
+                    agent, vni, _ntoa(outer) if outer is not None else None
+                )
+        if source.__class__ is str:
+            (self.ignored if source == "overlay_ingress" else self.dropped)[source] += n
+            return None, starting
+        previous = self.rate_of.get(agent)
+        if rate != previous:  # only a 1-in-N the plan gave the agent (declared)
+            if rate <= 0 or not self.declared.allows(agent, rate):
+                self.dropped["bad_sampling_rate" if rate <= 0 else UNPLANNED_RATE] += n
+                return None, starting
+            self.rate_of[agent] = rate
+            if previous is not None or (
+                agent in self._receivers  # mirrored copies' weights follow receivers' rates
+                and rate != attribution.servers[attribution.server_of_agent[agent]].sampling
+            ):  # else no weight changes: the agent's first rate, as planned or no receiver's
+                self._weights_changed()
+        server, kind = source.server, 0 if source.kind is LOCAL else 1
+        stream = (server, agent, kind)
+        gate = self.streams.gate
+        state = gate.get(stream) if gate else None
+        if state == PENDING:  # the agent started this stream: it runs from now on, and the
+            self.streams.start(server, agent, kind, now)  # samples of this first datagram
+            self._weights_changed(server)  # were taken before
+            starting = (starting or set()) | {stream}
+        if starting is not None and stream in starting:
+            self.ignored["stream_start"] += n
+            return [], starting
+        if state is not None:  # stopped: by a plan (local), by a guard (mirrored)
+            self.dropped["stale_local" if kind == 0 else "guard_shed"] += n
+            return [], starting
+        weight = float(rate) if kind == 0 else 1.0 / self._q(server)
+        acc = key = None
+        if group[6] is None:  # grouped: their sums (per sample, ``_add_one`` finds them)
+            key = (server, agent, kind, None)
+            acc = sums.get(key)
+            if acc is None:
+                acc = sums[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now]
+        # (1-p)/p^2: a sample's share of the variance
+        slot = [bucket, acc, weight, weight * (weight - 1.0), server, source, kind, key]
+        if acc is not None:
+            self._slots[(agent, rate, vni, outer)] = slot
+        return slot, starting
+
+    def _weights_changed(self, server: str | None = None) -> None:
+        """A rate or a running stream changed: mirrored copies' ``Q`` (of ``server``, or of
+        every server) and the slots holding weights are computed again."""
+        if server is None:
+            self._mirror_q.clear()
+        else:
+            self._mirror_q.pop(server, None)
+        self._slots.clear()
+
+    def _add_one(self, agent: str, group: tuple, data: bytes, slot: list, sums: dict, now: float):
+        """One sample on its own: its destination server (the traffic matrix) and the
+        re-export's record."""
+        _, _, weight, variance, server, source, kind, _ = slot
+        flow, size, squares = group[6], group[4], group[5]
+        record = flow_record(agent, flow, data)
+        server_of_address = self.attribution.server_of_address
+        dst = None
+        if server_of_address:
+            dst = server_of_address.get(record.dst_ip) or server_of_address.get(record.dst_mac)
+        key = (server, agent, kind, dst)
+        acc = sums.get(key)
+        if acc is None:
+            acc = sums[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0, now]
+        acc[0] += 1
+        acc[1] += weight
+        acc[2] += size * weight
+        acc[3] += squares * weight
+        acc[4] += variance
+        acc[5] += squares * variance
+        acc[6] = now
+        if self._last.get(server, 0.0) < now:
+            self._last[server] = now
+        if self.on_sample is not None:
+            self.on_sample(record, source, self.weight(server, kind, weight))
+
+    def _groups(self, flows: tuple, each: bool) -> list[tuple]:
+        """The flow samples as ``ingest`` adds them: ``(rate, vni, outer, n, sum of frame
+        lengths, sum of their squares, flow)``, samples alike but for their size added once
+        (``each``: every sample on its own, with its flow for its record). A frame longer than
+        any interface carries is dropped (``oversized_frame``), never weighed."""
+        groups: dict[tuple, list] = {}
+        out = []
+        for flow in flows:
+            size = flow[4]
+            if size > MAX_FRAME_BYTES:
+                self.dropped[OVERSIZED_FRAME] += 1
+                continue
+            if each:
+                out.append((flow[2], flow[5], flow[6], 1, size, size * size, flow))
+                continue
+            like = (flow[2], flow[5], flow[6])
+            group = groups.get(like)
+            if group is None:
+                groups[like] = [1, size, size * size]
+            else:
+                group[0] += 1
+                group[1] += size
+                group[2] += size * size
+        if each:
+            return out
+        return [
+            (rate, vni, outer, n, sizes, squares, None)
+            for (rate, vni, outer), (n, sizes, squares) in groups.items()
+        ]
 
     def guard_report(self, data: bytes, source: str, now: float) -> None:
         """A host's guard report (``guardstate``) arrived at ``now`` from ``source``: when its
@@ -273,7 +399,7 @@ class Estimator(Estimates, IpfixIngest):
             return
         server, rung, before = verdict
         if rung.mirror_scale != before:
-            self._mirror_q.pop(server, None)
+            self._weights_changed(server)
             self.streams.restart(
                 server, MIRRORED_KIND, now, rung.mirror_scale > 0, self._arrivals()
             )
@@ -288,6 +414,9 @@ class Estimator(Estimates, IpfixIngest):
         if not self._buckets or self._buckets[-1][0] < bucket:
             self._buckets.append((bucket, {}, {}))
             self._expire(bucket)
+        newest, sums, tallies = self._buckets[-1]
+        self._next_bucket = (newest + 1) * self.bucket_s
+        self._context[0], self._context[4], self._context[5] = newest, tallies, sums
 
     def _q(self, sender: str) -> float:
         """``Q`` of ``sender`` over the mirrored streams running now (pending ones do not count)."""
@@ -354,6 +483,8 @@ class Estimator(Estimates, IpfixIngest):
         oldest = bucket - round(self.window_s / self.bucket_s)
         while self._buckets and self._buckets[0][0] <= oldest:
             self._buckets.popleft()
+        if not self._buckets:
+            self._next_bucket = -math.inf
         for old in [old for old in self._lost if old <= oldest]:
             del self._lost[old]
         self.ports.expire(bucket * self.bucket_s - self.window_s)

@@ -77,6 +77,8 @@ ELEMENTS: dict[int, tuple[str, int]] = {
     151: ("flowEndSeconds", _UINT),
     152: ("flowStartMilliseconds", _UINT),
     153: ("flowEndMilliseconds", _UINT),
+    158: ("flowStartDeltaMicroseconds", _UINT),  # before the message's export time (OVS)
+    159: ("flowEndDeltaMicroseconds", _UINT),
     256: ("ethernetType", _UINT),
     305: ("samplingPacketInterval", _UINT),
     352: ("layer2OctetDeltaCount", _UINT),

@@ -40,10 +40,32 @@ from __future__ import annotations
 
 import ipaddress
 
+from cosample.collector.declared import MAX_FRAME_BYTES, record_packets_bound
 from cosample.collector.exposure import PENDING
 from cosample.collector.ipfix import IpfixError, Message, Templates
 from cosample.collector.loss import WRAP
-from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
+from cosample.dataplane.ipfix import CACHE_ACTIVE_TIMEOUT_S, SAMPLE_PROBABILITY_SCALE
+
+#: Drop reasons of records that declare what the plan or an interface does not give (``declared``).
+UNPLANNED_PROBABILITY, IMPLAUSIBLE_COUNT = "ipfix_unplanned_probability", "ipfix_implausible_count"
+OVERSIZED_FRAME = "ipfix_oversized_frame"
+#: A record's span: its (start, end) elements and their unit in seconds; OVS exports deltas
+#: before the message's export time (so the start is the larger).
+_SPANS = (
+    ("flowEndDeltaMicroseconds", "flowStartDeltaMicroseconds", 1e-6),
+    ("flowStartMilliseconds", "flowEndMilliseconds", 1e-3),
+    ("flowStartSeconds", "flowEndSeconds", 1.0),
+)
+
+
+def _span_s(record: dict, timeout_s: float) -> float:
+    """The seconds a record covers: from its own start and end, at most the flow cache's
+    active timeout (OVS exports a flow's record when it times out)."""
+    for first, last, unit in _SPANS:
+        start, end = record.get(first), record.get(last)
+        if isinstance(start, int) and isinstance(end, int):
+            return min((end - start) * unit, timeout_s)
+    return timeout_s
 
 
 def exporter_address(source: str) -> str:
@@ -111,6 +133,7 @@ class IpfixIngest:
     def _ipfix_records(
         self, server: str, key: str, planned: int, message: Message, now: float
     ) -> None:
+        timeout = self.attribution.ipfix_timeout_s or CACHE_ACTIVE_TIMEOUT_S
         gate = self.streams.gate
         if gate:
             state = gate.get((server, key, 0))
@@ -124,24 +147,37 @@ class IpfixIngest:
         _, sums, agents = self._buckets[-1]
         server_of_address = self.attribution.server_of_address
         received = 0
+        declared, rate_of, dropped = self.declared, self.rate_of, self.dropped
         for record in message.records:
             probability = record.get("observationPointId")
-            if not isinstance(probability, int) or not 1 <= probability <= SAMPLE_PROBABILITY_SCALE:
-                probability = planned
+            if probability is None:  # not exported: the plan's (or what was carried)
+                probability = rate_of.get(key) or planned
+            elif probability != rate_of.get(key) and not (
+                isinstance(probability, int) and declared.allows(key, probability)
+            ):
+                dropped[UNPLANNED_PROBABILITY] += 1  # not the P the plan gave this host
+                continue
             factor = SAMPLE_PROBABILITY_SCALE // probability
             counted = record.get("packetDeltaCount")
             if not isinstance(counted, int) or counted <= 0 or counted % factor:
-                self.dropped["ipfix_bad_packet_count"] += 1
+                dropped["ipfix_bad_packet_count"] += 1
+                continue
+            n = counted // factor
+            if n > record_packets_bound(probability, _span_s(record, timeout)):
+                dropped[IMPLAUSIBLE_COUNT] += 1  # more than an interface carries in its span
                 continue
             octets = record.get("layer2OctetDeltaCount", record.get("octetDeltaCount", 0))
             if not isinstance(octets, int):
                 octets = 0
-            n, size = counted // factor, octets / factor
+            if octets > counted * MAX_FRAME_BYTES:
+                dropped[OVERSIZED_FRAME] += 1  # frames longer than an interface carries
+                continue
+            size = octets / factor
             weight = SAMPLE_PROBABILITY_SCALE / probability
             squares = size * size / n
             variance = weight * (weight - 1.0)
-            if self.rate_of.get(key) != probability:
-                self.rate_of[key] = probability
+            if rate_of.get(key) != probability:
+                rate_of[key] = probability
             dst = None
             if server_of_address:
                 dst = server_of_address.get(

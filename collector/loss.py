@@ -37,6 +37,7 @@ most ``MAX_HOLES`` holes per sampler, at most ``MAX_SAMPLERS`` samplers per agen
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 WRAP, HALF = 1 << 32, 1 << 31
 #: How far (in sample numbers) behind the newest a sample may arrive and still be told apart
@@ -136,14 +137,18 @@ class LossTracker:
         sub_agent: int,
         number: int,
         uptime: int,
-        flows: tuple,
+        flows: tuple | int,
         now: float,
         runs: tuple | None = None,
-    ) -> tuple:
+        data: bytes | None = None,
+    ) -> tuple | int:
         """The flows to count (duplicates removed); books what the numbers say was lost.
 
         ``flows`` are ``parse_compact`` tuples: (sequence, source index, rate, drops, ...);
         ``runs`` their ``sampler_runs`` when the decoder found them (the compiled scan does).
+        ``flows`` may be only their number (the compiled scan's counted form, with ``runs``) and
+        ``data`` the datagram: it is decoded for its flows when a sample must be looked at on its
+        own (``flows`` returned unchanged means: all of them, as given).
         """
         key = (agent, sub_agent)
         entry = self._agents.get(key)
@@ -165,7 +170,7 @@ class LossTracker:
         if not flows:
             return flows
         samplers = entry[1]
-        if runs is None:
+        if runs is None and isinstance(flows, tuple):  # a count comes with its runs
             runs = sampler_runs(flows)
         if runs is not None:
             if len(runs) == 1:  # the common case: one sampler continues, nothing lost
@@ -182,6 +187,12 @@ class LossTracker:
                     return flows
             elif self._continued(samplers, runs, now):
                 return flows
+        if isinstance(flows, int):  # each sample on its own: decode them (a count comes with
+            from cosample.collector.decode import parse_compact  # its datagram)
+
+            every = parse_compact(cast(bytes, data))[4]
+            kept = [flow for flow in every if self._sample(agent, samplers, flow, now, repeated)]
+            return flows if len(kept) == len(every) else tuple(kept)
         kept = [flow for flow in flows if self._sample(agent, samplers, flow, now, repeated)]
         return flows if len(kept) == len(flows) else tuple(kept)
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from cosample.collector.combine import MAX_COUNT
 from cosample.collector.errors import CollectorError
 from cosample.collector.snapshot import ServerEstimate, Snapshot, TrafficTable
 from cosample.intervals import normal_interval, packets_interval
@@ -135,15 +136,17 @@ def _add(server: str, found: list[tuple[str, ServerEstimate]]) -> ServerEstimate
         high = math.fsum(p.packets_per_s_ci95[1] for p in parts)
     interfaces = {k: v for p in parts for k, v in (p.interfaces or {}).items()} or None
     lasts = [p.last_sample for p in parts if p.last_sample is not None]
+    local = min(sum(p.local_samples for p in parts), MAX_COUNT)  # saturated as one instance's
+    mirrored = min(sum(p.mirrored_samples for p in parts), MAX_COUNT)
     return ServerEstimate(
         packets_per_s=packets,
         packets_per_s_ci95=[low, high],
         bytes_per_s=octets,
         bytes_per_s_ci95=normal_interval(octets, octet_variance),
-        samples=sum(p.samples for p in parts),
+        samples=local + mirrored,
         samples_per_s=math.fsum(p.samples_per_s for p in parts),
-        local_samples=sum(p.local_samples for p in parts),
-        mirrored_samples=sum(p.mirrored_samples for p in parts),
+        local_samples=local,
+        mirrored_samples=mirrored,
         coverage=max(p.coverage for p in parts),
         last_sample=max(lasts) if lasts else None,
         interfaces=interfaces,

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from cosample.collector.relay import FRAME
+from cosample.collector.relay import FRAME, OVERFLOW
 
 #: Datagrams read per wake-up before looking at the stop flag again.
 BATCH = 4096
@@ -153,12 +153,14 @@ class Receiver:
             while end - offset >= head:
                 length, when, source_length = unpack(buffer, offset)
                 start = offset + head
+                if length == OVERFLOW:  # the relay's count of datagrams it had no room for
+                    self.overflow += int(when)
+                    offset = start
+                    continue
                 stop = start + source_length + length
                 if stop > end:
                     break
-                if length == 0:
-                    self.overflow += int(when)
-                elif self.queued_bytes + size + length > self.max_bytes:
+                if self.queued_bytes + size + length > self.max_bytes:
                     self.overflow += 1
                 else:
                     append(

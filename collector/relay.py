@@ -11,8 +11,11 @@ address, into the pipe; what the pipe cannot take waits in this process's memory
 own). It exits when the daemon closes the pipe or is gone.
 
 Frame: ``!IdB`` (datagram length, arrival time in Unix seconds, source length), the source
-address (ASCII), the datagram. A frame of length 0 carries, in its time field, a number of
-datagrams dropped for want of room.
+address (ASCII), the datagram. A frame whose length is ``OVERFLOW`` (no datagram is that long)
+carries, in its time field, a number of datagrams dropped for want of room, and nothing after
+its head. An empty datagram is a frame of length 0 like any other (before, length 0 was the
+overflow report: each empty datagram added its arrival time, in Unix seconds, to the overflow
+counter; issue 41).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import sys
 import time
 
 FRAME = struct.Struct("!IdB")
+#: The length field of an overflow report (a UDP datagram is at most 65,535 bytes).
+OVERFLOW = 0xFFFFFFFF
 MAX_PENDING_BYTES = 256 << 20
 BATCH = 4096
 _WRITE = 1 << 20
@@ -58,7 +63,7 @@ def relay(udp_fd: int, out_fd: int, max_pending: int = MAX_PENDING_BYTES) -> int
                 pending += address
                 pending += data
         if dropped and len(pending) < max_pending:
-            pending += pack(0, float(dropped), 0)
+            pending += pack(OVERFLOW, float(dropped), 0)
             dropped = 0
         if pending and (writable or readable):
             try:

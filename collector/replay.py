@@ -22,6 +22,7 @@ from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.pcap import Capture, udp_payloads
 from cosample.collector.reexport import Reexporter
+from cosample.gcpause import gc_paused
 
 if TYPE_CHECKING:  # pydantic's models: replay without a plan or inventory writes its snapshot
     from cosample.collector.inventory import Inventory  # without them (snapshotwire)
@@ -109,7 +110,8 @@ def replay(
         source=source,
         heard=heard,
     )
-    return estimator.snapshot(last)
+    with gc_paused():
+        return estimator.snapshot(last)
 
 
 def run(
@@ -149,13 +151,14 @@ def run(
         estimator.on_sample = exporter
     last, ingest = first[0], estimator.ingest
     try:
-        ingest(first[1], first[0])
-        for when, payload in datagrams:
-            ingest(payload, when)
-            if when > last:
-                last = when
-            if exporter is not None:
-                exporter.flush()
+        with gc_paused():  # a bulk step that makes no reference cycles (cosample.gcpause)
+            ingest(first[1], first[0])
+            for when, payload in datagrams:
+                ingest(payload, when)
+                if when > last:
+                    last = when
+                if exporter is not None:
+                    exporter.flush()
     finally:
         if exporter is not None:
             exporter.close()

@@ -49,7 +49,7 @@ from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic, write_bytes_atomic
 from cosample.httplimits import Limits
 from cosample.httpserver import BoundedHTTPServer, ServerMetrics
-from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB, SAFE_SAMPLING
 
 logger = logging.getLogger("cosample.collector")
 
@@ -79,6 +79,8 @@ class Settings:
     receive_buffer: int = 8 << 20
     reuse_port: bool = False
     partial: bool = False  # this instance hears only some agents (implied by reuse_port)
+    #: the agents' safe-state 1-in-N: the only one weighed without a plan in force (``declared``)
+    safe_sampling: int = SAFE_SAMPLING
     snapshot_key: str | None = None  # signs /snapshot (``authenticity``); None: unsigned
     public_key: str | None = None  # verify PLAN.sig with it, as the agents
     insecure_unsigned: bool = False  # accept unsigned plans (labs): one of the two is required
@@ -124,6 +126,7 @@ class Service:
             window_s=settings.window_s,
             name=settings.name,
             partial=settings.reuse_port or settings.partial,
+            safe_sampling=settings.safe_sampling,
         )
         self.admission = Admission(self.estimator.dropped)
         self.status = Status()

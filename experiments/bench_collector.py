@@ -12,30 +12,25 @@ the load, so each step also records the CPU seconds the collector's processes us
 CPU second is what one core sustains when it is not shared, compared side by side. Memory per tracked server and per tracked
 server pair is measured with tracemalloc on the estimator's state.
 
-Replay side by side (``replay_side_by_side``, also alone with ``--replay-only``): a capture built
-from real datagrams (three of tests/data/sflow's captures, renumbered as their agents would
-send them: ``cosample.lab.sflowcorpus``) read by ``cosample collector replay CAPTURE`` (no plan)
-and by ``sfacctd`` (``pcap_savefile``), CPU seconds of each whole command (``RUSAGE_CHILDREN``),
-and by the same code in this process (``replay()``, and ``Estimator.ingest`` on the datagrams
-already in memory: the daemon's work per datagram without the socket), alternating, best of
-``--repeats``; our command runs with Python's bytecode cache (``INSTALLED``), so its first
-repeat may compile and the best is a warm one, as every ``sfacctd`` repeat is. Every daemon or
-command started here is stopped on any exit, and dies with this process (``PR_SET_PDEATHSIG``).
-
-``--baseline`` adds our rows with the compiled scan (collector/_sflow.c) switched off, the
-Python decoder alone, in the same run: the before and after of that speed-up.
+Replay side by side (experiments/bench_replay.py, also alone with ``--replay-only``): a capture
+of the project's corpus (tests/data/sflow, renumbered as its agents would send it) and one of
+many agents, each with its plan, read by ``sfacctd`` and by ``cosample collector replay`` with
+and without ``--plan``, and by the daemon's estimator in this process (alone, and after its
+admission check); CPU seconds of each, alternating, best of ``--repeats``. ``--baseline`` adds
+our rows with the compiled parts (collector/_sflow.c) switched off, in the same run. Every
+daemon or command started here is stopped on any exit, and dies with this process
+(``PR_SET_PDEATHSIG``).
 
     python -m cosample.experiments.bench_collector [--quick] [--csv FILE] [--replay-only]
-        [--baseline]
+        [--baseline] [--baseline-tree DIR] [--repeats N] [--replay-datagrams N]
+        [--many-datagrams N] [--agents N]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import resource
 import shutil
 import signal
 import socket
@@ -53,6 +48,7 @@ from cosample.collector.attribution import build
 from cosample.collector.decode import parse_datagram
 from cosample.collector.estimate import Estimator
 from cosample.collector.inventory import Inventory
+from cosample.experiments.bench_replay import die_with_parent
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.pmacct import Sfacctd, free_udp_port, sfacctd_available
 from cosample.lab.sflowstream import simulate, vm_address
@@ -137,177 +133,6 @@ def send(
     finally:
         sender.close()
     return sent
-
-
-REPLAY_TEMPLATES = ("data-1140.pcap", "data-qinq.pcap", "data-sflow-ipv4-data.pcap")
-
-
-def real_capture(path: Path, datagrams: int) -> tuple[Path, int]:
-    """A capture of ``datagrams`` real datagrams, the templates' agents interleaved 1 ms apart;
-    with the flow samples it holds."""
-    from cosample.collector.pcap import write_pcap
-    from cosample.lab.sflowcorpus import stream, template
-
-    bases = [template(name) for name in REPLAY_TEMPLATES]
-    per = datagrams // len(bases)
-    streams = [
-        stream(base, per, spacing=0.001 * len(bases), start=1.7e9 + 0.001 * k)
-        for k, base in enumerate(bases)
-    ]
-    merged = sorted((when, bytes(data)) for part in streams for when, data in part)
-    samples = per * sum(len(base.samples) for base in bases)
-    return write_pcap(path, merged), samples
-
-
-def _child_cpu(
-    argv: list[str], timeout_s: float = 600.0, env: dict[str, str] | None = None
-) -> tuple[float, str]:
-    """CPU seconds (user + system) of a command run to completion, and its output."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=True,
-        preexec_fn=die_with_parent,
-        env=env,
-    )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime), result.stdout
-
-
-#: Our command's environment: Python's bytecode cache on, as an installed package has it (pip
-#: compiles its modules); a shell with PYTHONDONTWRITEBYTECODE set (as this project's sandbox
-#: has) would make every run compile cosample's modules again, 0.05 CPU seconds here.
-INSTALLED = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-
-#: The switches that turn the compiled fast path off (``--baseline``: the Python decoder alone).
-PYTHON_ONLY = (
-    "from cosample.collector import decode, pcap; "
-    "decode._scan = decode._agent = pcap._pcap_run = None; "
-)
-
-
-@contextlib.contextmanager
-def python_only(active: bool = True):
-    """The collector without its compiled scan (collector/_sflow.c) while inside."""
-    from cosample.collector import decode, pcap
-
-    saved = decode._scan, decode._agent, pcap._pcap_run
-    if active:
-        decode._scan = decode._agent = pcap._pcap_run = None
-    try:
-        yield
-    finally:
-        decode._scan, decode._agent, pcap._pcap_run = saved
-
-
-def replay_side_by_side(
-    datagrams: int = 120_000, repeats: int = 3, log=print, baseline: bool = False
-) -> pd.DataFrame:
-    """Flow samples per CPU second of our replay (command and in-process), our ingest alone
-    and ``sfacctd`` replaying the same capture; rows per repeat (see the module docstring).
-    ``baseline``: ours also with the compiled scan off (the Python decoder alone), same run."""
-    from cosample.collector.pcap import udp_payloads
-    from cosample.collector.replay import agents_in, heard_attribution, replay
-
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="cosample-bench-replay-") as tmp:
-        capture, samples = real_capture(Path(tmp) / "real.pcap", datagrams)
-        payloads = list(udp_payloads(capture))
-        table = heard_attribution(agents_in(capture), None)
-        arms = ("", " [Python decoder]") if baseline else ("",)
-        for repeat in range(repeats):
-            directory = Path(tmp) / f"pmacct{repeat}"
-            directory.mkdir()
-            cpu, _ = _child_cpu(sfacctd_replay_argv(directory, capture))
-            rows.append(
-                {
-                    "what": "sfacctd pcap_savefile (command)",
-                    "repeat": repeat,
-                    "samples": samples,
-                    "cpu_s": cpu,
-                }
-            )
-            for arm in arms:
-                command = ["collector", "replay", str(capture), "--json"]
-                argv = (
-                    [sys.executable, "-m", "cosample", *command]
-                    if not arm
-                    else [
-                        sys.executable,
-                        "-c",
-                        PYTHON_ONLY + "from cosample.cli import main; "
-                        f"raise SystemExit(main({command!r}))",
-                    ]
-                )
-                cpu, out = _child_cpu(argv, env=INSTALLED)
-                counted = sum(json.loads(out)["servers"]["samples"])
-                rows.append(
-                    {
-                        "what": "cosample collector replay (command)" + arm,
-                        "repeat": repeat,
-                        "samples": counted,
-                        "cpu_s": cpu,
-                    }
-                )
-                with python_only(bool(arm)):
-                    start = time.process_time()
-                    snapshot = replay(None, capture)
-                    rows.append(
-                        {
-                            "what": "replay() in process" + arm,
-                            "repeat": repeat,
-                            "samples": sum(snapshot.servers.samples),
-                            "cpu_s": time.process_time() - start,
-                        }
-                    )
-                    estimator = Estimator(table, window_s=30.0)
-                    start = time.process_time()
-                    for when, payload in payloads:
-                        estimator.ingest(payload, when)
-                    rows.append(
-                        {
-                            "what": "Estimator.ingest in process" + arm,
-                            "repeat": repeat,
-                            "samples": estimator.samples,
-                            "cpu_s": time.process_time() - start,
-                        }
-                    )
-            log(f"replay repeat {repeat + 1}/{repeats} done")
-    table = pd.DataFrame(rows)
-    table["samples_per_cpu_s"] = table["samples"] / table["cpu_s"]
-    return table
-
-
-def sfacctd_replay_argv(directory: Path, capture: Path) -> list[str]:
-    """``sfacctd`` reading ``capture`` once and exiting (renormalising, one line per agent)."""
-    config = directory / "sfacctd-pcap.conf"
-    config.write_text(
-        "\n".join(
-            [
-                "daemonize: false",
-                f"pcap_savefile: {capture.resolve()}",
-                "pcap_savefile_wait: false",
-                "sfacctd_renormalize: true",
-                "plugins: print",
-                "aggregate: peer_src_ip",
-                "print_output: csv",
-                f"print_output_file: {directory / 'out.csv'}",
-                "print_refresh_time: 1",
-                "",
-            ]
-        )
-    )
-    return ["sfacctd", "-f", str(config)]
-
-
-def die_with_parent() -> None:
-    """``preexec_fn``: the child gets SIGTERM when this process dies, however it dies."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _pinned(argv: list[str]) -> list[str]:
@@ -570,13 +395,32 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--baseline",
         action="store_true",
-        help="replay side by side also with the compiled scan off (before/after)",
+        help="replay side by side also with the compiled parts off (before/after)",
     )
     parser.add_argument(
         "--replay-datagrams",
         type=int,
         default=120_000,
-        help="datagrams in the replay capture (default 120000)",
+        help="datagrams in the corpus capture (default 120000)",
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        metavar="DIR",
+        help="replay side by side also with another revision's commands "
+        "(`python -m research.revision REV DIR`, built in DIR/source)",
+    )
+    parser.add_argument(
+        "--many-datagrams",
+        type=int,
+        default=210_000,
+        help="datagrams in the many-agents capture (default 210000)",
+    )
+    parser.add_argument(
+        "--agents",
+        type=int,
+        default=1_000,
+        help="agents in the many-agents capture (default 1000)",
     )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally-blocks stop the daemons
@@ -628,22 +472,23 @@ def main(argv=None) -> int:
 
 
 def _print_replay(args) -> int:
-    """Run and print the replay side by side; ratios against sfacctd's best."""
+    """Run and print the replay side by side (experiments/bench_replay.py): per capture, each
+    row's best against sfacctd's."""
     if shutil.which("sfacctd") is None:
         print("bench_collector: replay side by side needs sfacctd", file=sys.stderr)
         return 2
-    datagrams = 6_000 if args.quick else args.replay_datagrams
-    table = replay_side_by_side(
-        datagrams, 1 if args.quick else args.repeats, baseline=args.baseline
+    from cosample.experiments.bench_replay import side_by_side, summary
+
+    table = side_by_side(
+        6_000 if args.quick else args.replay_datagrams,
+        6_000 if args.quick else args.many_datagrams,
+        50 if args.quick else args.agents,
+        1 if args.quick else args.repeats,
+        baseline=args.baseline,
+        baseline_tree=args.baseline_tree,
     )
-    best = table.groupby("what")["samples_per_cpu_s"].max()
     print(table.to_string(index=False))
-    theirs = best["sfacctd pcap_savefile (command)"]
-    for what, rate in best.items():
-        print(
-            f"{what}: {rate:.0f} flow samples per CPU second (best of "
-            f"{int((table['what'] == what).sum())}), ratio to sfacctd {rate / theirs:.2f}"
-        )
+    print("\n".join(summary(table)))
     return 0
 
 

@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 
 from cosample.collector.pcap import udp_payloads
-from cosample.experiments.bench_collector import die_with_parent
+from cosample.experiments.bench_replay import die_with_parent
 from cosample.lab.agentsource import AgentSender
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "sflow" / "data-1140.pcap"

@@ -8,7 +8,7 @@ name, so old decoder and old estimator go together; ``research/othertree.py``), 
 Printed: estimate / truth and whether the truth lies in the 95 % interval.
 
 With ``--ingest``: flow samples per CPU second of the two estimators' ``ingest`` on the
-collector benchmark's capture of real datagrams (``bench_collector.real_capture``), alternating.
+collector benchmark's capture of real datagrams (``bench_replay.real_capture``), alternating.
 
     python -m research.revision 127e2e2 /tmp/cosample-127e2e2      # from a clone: main before issue 23
     python -m research.collector_loss [--baseline-tree /tmp/cosample-127e2e2] [--ingest]
@@ -94,7 +94,7 @@ def ingest_side_by_side(package: str, rounds: int = 3, datagrams: int = 120_000)
 
     from cosample.collector.pcap import udp_payloads
     from cosample.collector.replay import agents_in
-    from cosample.experiments.bench_collector import real_capture
+    from cosample.experiments.bench_replay import real_capture
 
     lines = []
     with tempfile.TemporaryDirectory(prefix="cosample-ingest-") as tmp:

@@ -14,9 +14,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-_READY = re.compile(
-    r"sFlow on ([\d.]+):(\d+), HTTP on ([\d.]+):(\d+)(?:, IPFIX on ([\d.]+):(\d+))?"
-)
+_READY = re.compile(r"sFlow on (\S+):(\d+), HTTP on (\S+):(\d+)(?:, IPFIX on (\S+):(\d+))?")
 
 
 class Daemon:

@@ -43,13 +43,16 @@ def record_message(
     point: bool = True,
     dst: str = "10.0.0.2",
     name: bytes = b"vm1",
+    counted: int | None = None,
+    octets: int | None = None,
 ) -> bytes:
-    """One record of ``sampled`` packets of ``frame_bytes`` each, as OVS counts them."""
+    """One record of ``sampled`` packets of ``frame_bytes`` each, as OVS counts them (or, for
+    a forgery, ``counted`` as its packetDeltaCount and ``octets`` as its layer-2 octets)."""
     factor = SAMPLE_PROBABILITY_SCALE // probability
     values = struct.pack(
         "!QQQ",
-        sampled * factor,
-        sampled * frame_bytes * factor,
+        sampled * factor if counted is None else counted,
+        sampled * frame_bytes * factor if octets is None else octets,
         sampled * (frame_bytes - 14) * factor,
     )
     values += bytes(int(part) for part in dst.split(".")) + bytes([len(name)]) + name

@@ -12,3 +12,7 @@ SAMPLE_PROBABILITY_SCALE = 65535
 SAMPLE_COLLECTOR_SET_ID = 0xC05A
 #: RFC 7011's default IPFIX port: the collector's default IPFIX listening port.
 IPFIX_PORT = 4739
+#: The flow cache's active timeout the agents give OVS's exporter unless the plan says otherwise
+#: (``ipfix.cache_active_timeout_s``; the agents' ``ipfix_cache_active_timeout_s``): the longest
+#: span one record covers, so the collector's bound on a record's packets.
+CACHE_ACTIVE_TIMEOUT_S = 1

@@ -17,6 +17,10 @@ FORMAT_VERSION = 1
 #: ``format`` of a per-host plan slice (``hosts/<name>`` beside the plan, cosample.plan.slices)
 #: and of the signed head every slice of one publication carries.
 SLICE_FORMAT, SLICE_HEAD_FORMAT = "cosample.slice", "cosample.slicehead"
+#: The agents' safe state without a plan in force: local sFlow at 1-in-``SAFE_SAMPLING``, no
+#: mirrors (the agents' ``safe_sampling`` default; the collector's ``--safe-sampling`` default:
+#: the only 1-in-N it weighs then, docs/collector.md "What a sender may declare").
+SAFE_SAMPLING = 4096
 
 #: The agents' default limit on a fetched plan document (``max_plan_mib``): above a 10^5-server
 #: two-phase plan set (about 100 MB) with room; the controller warns when it publishes more.

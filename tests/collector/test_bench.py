@@ -20,8 +20,9 @@ def test_quick_benchmark_runs_both_collectors(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "cosample collector: highest offered rate" in out and "pmacct sfacctd" in out
     assert "bytes per tracked server" in out and (tmp_path / "b.csv").stat().st_size > 100
-    assert "sfacctd pcap_savefile (command)" in out and "replay() in process" in out
-    assert "ratio to sfacctd" in out
+    assert "sfacctd pcap_savefile (command)" in out and "Estimator.ingest in process" in out
+    assert "collector replay --plan PLAN CAPTURE --json (command)" in out
+    assert "many agents (50)" in out and "corpus" in out and "ratio to sfacctd" in out
 
 
 @pytest.mark.slow
@@ -39,11 +40,15 @@ def test_flood_from_unknown_agents_reads_the_daemons_memory():
 
 @pytest.mark.slow
 @pytest.mark.skipif(sfacctd_available() is not None, reason="needs sfacctd")
-def test_replay_side_by_side_with_the_python_decoder_counts_alike():
-    """``--baseline``: every arm of ours, compiled scan on and off, counts the same samples."""
-    from cosample.experiments.bench_collector import replay_side_by_side
+def test_replay_side_by_side_counts_alike_with_and_without_plan_and_compiled_parts():
+    """Every arm of ours (commands with and without a plan, in process, the compiled parts on
+    and off) counts the same samples as the capture holds: the plan's checks drop nothing a
+    real agent sent."""
+    from cosample.experiments.bench_replay import SFACCTD, side_by_side
 
-    table = replay_side_by_side(3_000, 1, log=lambda line: None, baseline=True)
-    ours = table[table["what"] != "sfacctd pcap_savefile (command)"]
-    assert len(ours) == 6 and ours["what"].str.contains("Python decoder").sum() == 3
-    assert ours["samples"].nunique() == 1 and ours["samples"].iloc[0] > 0
+    table = side_by_side(3_000, 3_000, 30, 1, log=lambda line: None, baseline=True)
+    for name, part in table.groupby("capture"):
+        theirs = part[part["what"] == SFACCTD]
+        ours = part[part["what"] != SFACCTD]
+        assert len(ours) == 8 and ours["what"].str.contains("Python code").sum() == 4, name
+        assert set(ours["samples"]) == set(theirs["samples"]), name

@@ -87,16 +87,22 @@ def test_unbiased_and_covered_over_seeds(lose):
 
 
 def test_the_probability_from_the_record_else_the_plan():
+    """A record states the plan's P, or states none (the plan's is used); a record stating
+    another P is not the record the plan describes: dropped by name, never weighed (issue 41:
+    observationPointId 1 weighed 65,535)."""
     est = estimator(probability=26214)
     est.ingest_ipfix(template_message(DOMAIN), EXPORTER, 0.0)
-    est.ingest_ipfix(record_message(DOMAIN, 0, 10, 13107), EXPORTER, 0.5)  # factor 5, weight 5
+    est.ingest_ipfix(record_message(DOMAIN, 0, 10, 26214), EXPORTER, 0.5)  # factor 2
     est.ingest_ipfix(record_message(DOMAIN, 1, 4, 26214, point=False), EXPORTER, 1.0)  # plan's
+    est.ingest_ipfix(record_message(DOMAIN, 2, 10, 13107), EXPORTER, 1.2)  # factor 5: not P
+    est.ingest_ipfix(record_message(DOMAIN, 3, 3, 1), EXPORTER, 1.4)  # weight 65535
     data = est.snapshot_data()
     r = row(data)
     assert r["samples"] == 14
-    assert r["packets_per_s"] * data["window_s"] == 10 * 65535 / 13107 + 4 * 65535 / 26214
-    assert r["bytes_per_s"] * data["window_s"] == (10 * 5.0 + 4 * 65535 / 26214) * 100
-    assert est.ipfix_records == 2 and not est.dropped
+    assert r["packets_per_s"] * data["window_s"] == pytest.approx(14 * 65535 / 26214)
+    assert r["bytes_per_s"] * data["window_s"] == pytest.approx(14 * 65535 / 26214 * 100)
+    assert est.ipfix_records == 2
+    assert est.dropped == {"ipfix_unplanned_probability": 2}
     assert data["agents"] == [EXPORTER]
 
 

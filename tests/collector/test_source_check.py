@@ -4,7 +4,9 @@ The attack: two sFlow datagrams sent from 127.0.0.1 carrying s1's agent address 
 estimate from 5.2k to 3.1e9 pps. Against a real daemon on loopback they now change nothing.
 The victim here is s4 (it only samples locally, as s1 did in the report: one stream, so the
 forged weight is the estimate); the same two datagrams sent from s4's own address (the
-control) are counted and multiply its estimate, so the test fails when the check is gone.
+control) are counted, so the test fails when the check is gone. They declare s4's planned
+1-in-16: the report's 1-in-2^30 is refused from any address since issue 41 (``declared``), as
+the control's last step shows.
 """
 
 from __future__ import annotations
@@ -27,12 +29,10 @@ LOOPBACK = "127.29.0"
 TRUTH = {"s1": 5_000, "s2": 1_000, "s3": 2_000, "s4": 8_000}
 
 
-def forged(agent: str, sequence: int) -> bytes:
-    """One flow sample claiming a 1-in-2^30 sampling rate: ~10^9 packets per sample."""
+def forged(agent: str, sequence: int, rate: int = 16) -> bytes:
+    """One flow sample at ``rate`` (s4's planned 1-in-16; 1-in-2^30 is ~10^9 packets)."""
     header, length = frame(vm_address(0), vm_address(1, 2), 1000)
-    return datagram(
-        agent, sequence, 0, [flow_sample(SampleSpec(1, 1 << 30, 1 << 30, header, length))]
-    )
+    return datagram(agent, sequence, 0, [flow_sample(SampleSpec(1, rate, rate, header, length))])
 
 
 def test_packed_normalises_addresses():
@@ -94,7 +94,7 @@ def test_forged_datagrams_change_no_estimate(daemon):
         for server in TRUTH:
             assert after.servers[server].samples == before.servers[server].samples, server
             assert after.servers[server].packets_per_s <= before.servers[server].packets_per_s
-        # the control: the same datagrams from s4's own address are evidence, and huge
+        # the control: the same datagrams from s4's own address are evidence
         for sequence in (10_001, 10_002):
             sender.send(forged(f"{LOOPBACK}.4", sequence), running.listen)
         control = wait_for(
@@ -104,4 +104,13 @@ def test_forged_datagrams_change_no_estimate(daemon):
                 and s
             )
         )
-    assert control.servers["s4"].packets_per_s > 1000 * before.servers["s4"].packets_per_s
+        # ... at the rate the plan gave s4; the report's 1-in-2^30 weighs nothing (issue 41)
+        for sequence in (10_003, 10_004):
+            sender.send(forged(f"{LOOPBACK}.4", sequence, 1 << 30), running.listen)
+        refused = wait_for(
+            lambda: (
+                (s := running.snapshot()) and s.dropped.get("unplanned_sampling_rate") == 2 and s
+            )
+        )
+    assert control.servers["s4"].packets_per_s > before.servers["s4"].packets_per_s
+    assert refused.servers["s4"].packets_per_s <= control.servers["s4"].packets_per_s

@@ -1,18 +1,19 @@
 """Issue 30's forged-datagram attack, replayed against the real collector daemon on loopback.
 
-Three datagrams carrying s1's agent address and an absurd sampling rate take the collector's
-estimate for s1 far above what s1 can forward. The controller refuses the estimate as evidence
-and keeps its plan; a controller with the checks turned off (the control, restarted from the
-same state) publishes a plan cutting s1's sampling, which is what the issue saw. The forged
-datagrams come from s1's own agent address, as the real stream does: what a spoofed source on a
-shared L2 achieves, past the collector's check of the UDP source.
+Three datagrams carrying s1's agent address and an absurd sampling rate (1-in-2^31) took the
+collector's estimate for s1 far above what s1 can forward, and a controller without checks
+published a plan cutting s1's sampling. The forged datagrams come from s1's own agent address,
+as the real stream does: what a spoofed source on a shared L2 achieves, past the collector's
+check of the UDP source. Since issue 41 the collector weighs only the 1-in-N the plan gave s1
+(``collector/declared.py``): the three samples are dropped by name, s1's estimate does not
+move and the controller keeps its plan without even a refusal. The controller's own checks
+(capacity, cumulative jumps) against samples the collector must count are
+``test_attack_steps.py``.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import shutil
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -104,6 +105,7 @@ def test_forged_datagrams_change_no_plan(tmp_path):
             plan_interval_s=0.2,
             plan_timeout_s=0.5,
             insecure_unsigned=True,
+            safe_sampling=8,  # the agents' safe state here (measure_sampling)
         ),
         addresses,  # plans unsigned here
         log=lambda line: None,
@@ -144,50 +146,25 @@ def test_forged_datagrams_change_no_plan(tmp_path):
             timeout_s=20.0,
         )
         wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=20.0)
-        shutil.copytree(state, tmp_path / "control-state")
         published = (publish / "plan.json").read_bytes()
+        before = service.snapshot.servers["s1"]
 
         send(forged("192.0.2.1", 2**31), service.listen_address)
         wait_for(
-            lambda: service.snapshot.servers["s1"].packets_per_s > 10 * CAPACITY_PPS, timeout_s=20.0
+            lambda: service.snapshot.dropped.get("unplanned_sampling_rate") == 3, timeout_s=20.0
         )
-        claimed = service.snapshot.servers["s1"].packets_per_s
+        after = service.snapshot.servers["s1"]
         attacked = []
         for _ in range(3):  # each on a new snapshot: the controller uses each one once
             exports = service.exports
             wait_for(lambda: service.exports >= exports + 2, timeout_s=20.0)
             attacked.append(controller.cycle())
-        control = Controller(
-            inventory,
-            Settings(
-                settings.collectors,
-                interval_s=1.0,
-                tau_s=1.0,
-                max_age_s=600.0,
-                measure_sampling=8,
-                lead_s=plan_lead_s(0.2, 0.5),
-                implausible_slack=math.inf,
-                jump_factor=None,
-            ),
-            DirectoryTarget(tmp_path / "control-pub"),
-            tmp_path / "control-state",
-        ).cycle()
     finally:
         service.stop()
         thread.join(timeout=10)
+    assert after.samples == before.samples
+    assert after.packets_per_s <= before.packets_per_s  # the same samples, a longer window
     for status in attacked:
-        assert status.result == "kept", status
-        assert [(r["server"], r["reason"]) for r in status.refused] == [("s1", "above_capacity")]
-        assert any(p.startswith("estimate refused: s1: measured") for p in status.problems)
+        assert status.result == "kept" and not status.refused, status
     assert (publish / "plan.json").read_bytes() == published
     assert controller.store.last_version() == first.plan_version
-    metrics = controller.metrics.exposition().decode()
-    assert 'cosample_controller_estimates_refused{reason="above_capacity"} 1.0' in metrics
-    assert 'cosample_controller_estimate_refusals_total{reason="above_capacity"} 3.0' in metrics
-    # the control: the same snapshot without the checks is the issue's plan change
-    # (3 samples of 1-in-2^31 over the collector's window so far: about 1e9 pps, less when
-    # the window is longer, as on a loaded machine: 9.8e8 in one CI run)
-    assert claimed > 100 * CAPACITY_PPS
-    assert control.result == "published" and control.reasons[0].startswith("overload"), control
-    cut = parse_plan((tmp_path / "control-pub" / "plan.json").read_bytes())
-    assert cut.hosts["s1"].sflow_sampling > plan.hosts["s1"].sflow_sampling

@@ -98,3 +98,70 @@ def test_nothing_refused_is_ever_planned_from(before, after):
         assert np.all(m.own_pps[bounded] <= CAPACITY[bounded] * 1.25)
     refused = {r.server for r in second.refusals}
     assert second.measurement.measured[0] == (after > 0 and "s1" not in refused)
+
+
+def test_steps_under_the_factor_cannot_walk_the_baseline():
+    """Issue 41: rises of 3.5x, none a jump against the step before, walked s1 into the plan's
+    overload regime. The baseline is the lowest accepted over the last windows: the third step
+    is a jump against it, held, and so are the steps after it until a disjoint window."""
+    steps = [1_000, 3_500, 12_000, 16_000, 12_400]
+    assert all(b / a < 4 for a, b in zip(steps, steps[1:]))  # a per-step rule passes each
+    capacity = np.array([20_000.0, 20_000.0, 0.0])
+    screen, reasons = None, []
+    for k, pps in enumerate(steps):
+        vetted = vet(measured([pps, 1_000, 1], at_s=k), screen, NAMES, capacity)
+        screen = vetted.screen
+        reasons.append([r.reason for r in vetted.refusals if r.server == "s1"])
+    assert reasons == [[], [], ["unconfirmed_jump"], ["unconfirmed_jump"], ["unconfirmed_jump"]]
+    assert screen.accepted_pps[0] == 3_500  # what s1 is planned from meanwhile
+    assert vetted.refusals[0].bound_pps == 1_000  # judged against the baseline, not 3,500
+
+
+def test_a_confirmed_rise_becomes_the_baseline_and_a_climb_while_held_is_a_new_jump():
+    capacity = np.array([2e6, 2e6, 0.0])
+    screen = vet(measured([1_000, 1_000, 1]), None, NAMES, capacity).screen
+    first = vet(measured([600_000, 1_000, 1], at_s=1), screen, NAMES, capacity)
+    assert [r.reason for r in first.refusals] == ["unconfirmed_jump"]
+    steady = vet(measured([610_000, 1_000, 1], at_s=31), first.screen, NAMES, capacity)
+    assert steady.refusals == () and steady.measurement.own_pps[0] == 610_000  # confirmed
+    assert steady.screen.baseline()[0] == 600_000  # the level first seen, which stayed
+    assert (
+        vet(measured([2_000_000, 1_000, 1], at_s=32), steady.screen, NAMES, capacity).refusals == ()
+    )
+    # the same first jump, but climbing on while held: confirmed at its first level only
+    climbed = vet(measured([2_450_000, 1_000, 1], at_s=31), first.screen, NAMES, capacity)
+    ((server, reason, bound),) = [(r.server, r.reason, r.bound_pps) for r in climbed.refusals]
+    assert (server, reason, bound) == ("s1", "unconfirmed_jump", 600_000)
+    assert (
+        climbed.screen.baseline()[0] == 600_000
+        and climbed.screen.jumped_at[0] == (T0 + timedelta(seconds=31)).timestamp()
+    )
+
+
+def test_the_baseline_follows_traffic_over_two_windows():
+    """A server whose traffic grew slowly is judged against what it carried one to two windows
+    ago, not against what it carried at the start."""
+    capacity = np.array([1e6, 1e6, 0.0])
+    screen = None
+    for k, pps in enumerate([1_000, 2_000, 3_000, 5_000, 8_000, 13_000]):
+        vetted = vet(measured([pps, 1_000, 1], at_s=30 * k), screen, NAMES, capacity)
+        assert vetted.refusals == (), (k, pps)
+        screen = vetted.screen
+    assert screen.baseline()[0] == 8_000
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(1.0, 2e6)), min_size=2, max_size=12))
+def test_within_a_window_nothing_rises_past_the_cumulative_bound(steps):
+    """Whatever the sequence, within one window (no confirmation possible) every accepted
+    estimate is at most ``max(4 m, m + capacity / 4)``, ``m`` the lowest accepted before it."""
+    capacity = np.array([1e6, 1e6, 0.0])
+    screen, at, lowest = None, 0.0, None
+    for gap, pps in steps:
+        at += gap * 2.0  # at most 24 s in all: inside a 30-s window
+        vetted = vet(measured([pps, 1_000, 1], at_s=at), screen, NAMES, capacity)
+        screen = vetted.screen
+        if vetted.measurement.measured[0]:
+            if lowest is not None:
+                assert pps <= max(4 * lowest, lowest + 250_000)
+            lowest = pps if lowest is None else min(lowest, pps)

@@ -73,6 +73,7 @@ def test_planless_start_publishes_the_first_plan_only(tmp_path):
             plan_interval_s=0.2,
             plan_timeout_s=0.5,
             insecure_unsigned=True,
+            safe_sampling=8,  # the agents' safe state here
         ),
         addresses,
         log=lambda line: None,

@@ -1,0 +1,238 @@
+"""Issue 41's forged steps, replayed against the real collector and controller on loopback.
+
+The report: samples from s1's own agent address whose declared sampling rate rose step by
+step, each step under the controller's 4x jump rule, got a signed plan that cut s1 from 1-in-1
+to 1-in-4096 in 8.1 s. Two attacks, each a sequence of steps of less than 4x:
+
+- **declared rates** (the report's): the collector weighs only the 1-in-N the plan gave s1
+  (``collector/declared.py``): every forged sample is dropped as ``unplanned_sampling_rate``,
+  s1's estimate does not move, the plan is kept;
+- **sample counts at the planned rate** (what a sender holding s1's address can still do): the
+  collector counts them, s1's estimate climbs 3.3x per step, and the controller holds it once
+  it is 4x its *cumulative* baseline (``controller/plausibility.py``): the plan is kept. The
+  control, a controller restarted from the same state without the jump and capacity checks,
+  publishes a plan cutting s1's sampling: what the steps would have done. A last push beyond
+  what s1 can forward is refused as ``above_capacity`` whatever the baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+from controller_helpers import inventory_doc
+from waiting import wait_for
+
+from cosample.collector.encode import SampleSpec, datagram, flow_sample
+from cosample.collector.inventory import Inventory
+from cosample.collector.polling import plan_lead_s
+from cosample.collector.service import Service
+from cosample.collector.service import Settings as CollectorSettings
+from cosample.controller.bootstrap import measurement_plan
+from cosample.controller.inventory import inventory_from_dict
+from cosample.controller.loop import Controller, Settings
+from cosample.controller.publish import DirectoryTarget
+from cosample.lab.agentsource import AgentSender
+from cosample.lab.sflowstream import frame, simulate, vm_address
+from cosample.plan.document import parse_plan
+
+CAPACITY_PPS = 10_000.0
+TRUTH = {"s1": 3_000, "s2": 2_000, "s3": 1_000}
+MEASURE_SAMPLING = 8  # the agents' safe state before the first plan
+STEP = 3.0  # each step: less than the 4x a per-step rule would catch
+SAMPLES_PER_DATAGRAM = 200
+
+
+def agent(k: int) -> str:
+    return f"127.41.0.{k}"  # loopback: any 127/8 source is local (no root needed)
+
+
+def send(datagrams, target) -> None:
+    """At the pace of the datagrams' own times, each from the agent address it names."""
+    began, first = time.monotonic(), datagrams[0][0]
+    with AgentSender() as sender:
+        for moment, data in datagrams:
+            delay = (moment - first) - (time.monotonic() - began)
+            if delay > 0:
+                time.sleep(delay)
+            sender.send(data, target)
+
+
+class Forger:
+    """Flow samples from s1's own agent address, numbered by a sampler of their own (so the
+    collector's loss tracker books nothing for them)."""
+
+    def __init__(self, target) -> None:
+        self.target, self.sequence, self.number = target, 0, 0
+        self.header, self.length = frame(vm_address(0), vm_address(0, 2), 1000)
+
+    def send(self, samples: int, rate: int) -> None:
+        with AgentSender() as sender:
+            while samples > 0:
+                batch = min(samples, SAMPLES_PER_DATAGRAM)
+                specs = []
+                for _ in range(batch):
+                    self.sequence += 1
+                    specs.append(
+                        flow_sample(
+                            SampleSpec(
+                                self.sequence,
+                                rate,
+                                rate * self.sequence,
+                                self.header,
+                                self.length,
+                                input_port=1,
+                                source_index=77,
+                            )
+                        )
+                    )
+                self.number += 1
+                sender.send(
+                    datagram(agent(1), self.number, 4_000_000 + self.number, specs, sub_agent=9),
+                    self.target,
+                )
+                samples -= batch
+
+
+def test_forged_steps_leave_the_plan_unchanged(tmp_path):
+    publish, state = tmp_path / "pub", tmp_path / "state"
+    inventory = inventory_from_dict(inventory_doc([CAPACITY_PPS] * 3))
+    addresses = Inventory.model_validate(
+        {"servers": {name: {"agent_ip": agent(k)} for k, name in enumerate(inventory.names, 1)}}
+    )
+    service = Service(
+        CollectorSettings(
+            listen=("127.0.0.1", 0),
+            plan=str(publish / "plan.json"),
+            name="c1",
+            metrics_port=0,
+            window_s=600.0,
+            export_s=0.2,
+            plan_interval_s=0.2,
+            plan_timeout_s=0.5,
+            insecure_unsigned=True,  # plans unsigned here
+            safe_sampling=MEASURE_SAMPLING,
+        ),
+        addresses,
+        log=lambda line: None,
+    ).start()
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    host, port = service.http_address
+    settings = Settings(
+        (f"http://{host}:{port}/snapshot",),
+        interval_s=1.0,
+        tau_s=0.1,
+        max_age_s=600.0,
+        measure_sampling=MEASURE_SAMPLING,
+        lead_s=plan_lead_s(0.2, 0.5),
+    )
+    safe = measurement_plan(
+        inventory, MEASURE_SAMPLING, datetime.now(timezone.utc), timedelta(hours=1)
+    )
+    for k, name in enumerate(inventory.names, start=1):  # the agents send from loopback
+        safe["hosts"][name]["agent_ip"] = agent(k)  # (the collector's inventory says so)
+    safe = parse_plan(json.dumps(safe | {"version": 1}).encode())
+
+    def s1(wanted=lambda e: True):
+        return wait_for(
+            lambda: (e := service.snapshot.servers["s1"]) and wanted(e) and e, timeout_s=30.0
+        )
+
+    try:
+        stream = simulate(safe, TRUTH, duration_s=4.0, seed=41)
+        send(stream.datagrams, service.listen_address)
+        wait_for(
+            lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+            timeout_s=30.0,
+        )
+        controller = Controller(inventory, settings, DirectoryTarget(publish), state)
+        first = controller.cycle()
+        assert first.result == "published", first
+        plan = parse_plan((publish / "plan.json").read_bytes())
+        planned = plan.hosts["s1"].sflow_sampling
+        assert planned is not None  # s1 samples locally: forge that
+        wait_for(
+            lambda: (
+                service.snapshot.plan is not None and service.snapshot.plan.version == plan.version
+            ),
+            timeout_s=30.0,
+        )
+        wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=30.0)
+        shutil.copytree(state, tmp_path / "control-state")
+        published = (publish / "plan.json").read_bytes()
+        forger = Forger(service.listen_address)
+
+        # 1. the report's attack: the declared rate rises 3.3x per step
+        before = s1()
+        rates = [round(planned * 2 * STEP**k) for k in range(1, 9)]
+        declared = []
+        for k, rate in enumerate(rates, start=1):
+            forger.send(20, rate)
+            wait_for(
+                lambda k=k: service.snapshot.dropped.get("unplanned_sampling_rate") == 20 * k,
+                timeout_s=30.0,
+            )
+            declared.append(controller.cycle())
+        after_rates = s1()
+        assert after_rates.samples == before.samples  # nothing forged was counted
+
+        # 2. what holding s1's address still allows: samples at the planned 1-in-N, about 3x
+        # more traffic per step (judged from the estimates the collector published), up to just
+        # above s1's capacity (within the slack for sampling noise)
+        def push(target: float) -> None:
+            """Forged samples at s1's 1-in-N that take its estimate to ``target`` pps."""
+            now = service.snapshot
+            packets = now.servers["s1"].packets_per_s * now.window_s
+            forger.send(math.ceil((target * (now.window_s + 1.0) - packets) / planned), planned)
+
+        measured, counted = [after_rates.packets_per_s], []
+        while measured[-1] < CAPACITY_PPS:
+            target = min(measured[-1] * STEP, 1.1 * CAPACITY_PPS)
+            push(target)
+            reached = s1(lambda e, low=0.9 * target: e.packets_per_s >= low)
+            measured.append(reached.packets_per_s)
+            counted.append(controller.cycle())
+        control = Controller(
+            inventory,
+            Settings(
+                settings.collectors,
+                interval_s=1.0,
+                tau_s=0.1,
+                max_age_s=600.0,
+                measure_sampling=MEASURE_SAMPLING,
+                lead_s=plan_lead_s(0.2, 0.5),
+                implausible_slack=math.inf,
+                jump_factor=None,
+            ),
+            DirectoryTarget(tmp_path / "control-pub"),
+            tmp_path / "control-state",
+        ).cycle()
+        # beyond what s1 can forward: refused whatever the baseline
+        push(2 * CAPACITY_PPS)
+        s1(lambda e: e.packets_per_s >= 1.5 * CAPACITY_PPS)
+        beyond = controller.cycle()
+    finally:
+        service.stop()
+        thread.join(timeout=10)
+    for status in declared:
+        assert status.result == "kept" and not status.refused, status
+    assert all(b / a < 4.0 for a, b in zip(measured, measured[1:])), measured  # per-step: passes
+    assert measured[-1] < CAPACITY_PPS * 1.25  # and under the capacity bound
+    assert len(counted) >= 3
+    refused = [[(r["server"], r["reason"]) for r in status.refused] for status in counted]
+    assert all(status.result == "kept" for status in counted), counted
+    assert refused[-1] == [("s1", "unconfirmed_jump")]  # held against the baseline
+    assert refused[0] == []  # the first step is no jump: believed
+    assert beyond.result == "kept", beyond
+    assert [(r["server"], r["reason"]) for r in beyond.refused] == [("s1", "above_capacity")]
+    assert (publish / "plan.json").read_bytes() == published
+    assert controller.store.last_version() == first.plan_version
+    # the control: the same measurements without the checks cut s1's sampling
+    assert control.result == "published" and control.reasons[0].startswith("overload"), control
+    cut = parse_plan((tmp_path / "control-pub" / "plan.json").read_bytes())
+    assert cut.hosts["s1"].sflow_sampling > planned
