@@ -216,7 +216,7 @@ def _ours(command: list[str], python_decoder: bool) -> list[str]:
 def _tree_env(tree: Path) -> tuple[dict[str, str], str]:
     """The environment that runs ``tree``'s cosample, and a label saying whether its compiled
     scan is built."""
-    from research.othertree import checked
+    from cosample.experiments.othertree import checked
 
     tree = checked(tree)
     env = dict(

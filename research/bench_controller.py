@@ -74,9 +74,9 @@ import numpy as np
 from cosample.collector.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 from cosample.experiments.errors import ExperimentError
+from cosample.experiments.othertree import checked
 from cosample.times import format_time
 from research import ROOT
-from research.othertree import checked
 
 SIZES = (10_000, 100_000, 1_000_000)
 #: What each cycle must do: publish (no plan yet), keep (the same traffic), publish again (the

@@ -4,7 +4,7 @@ Streams built from a real datagram (tests/data/sflow/data-1140.pcap: a switch's 
 samples of three samplers, 1-in-1024; ``cosample.lab.sflowcorpus``), nothing lost unless the
 scenario says so, each replayed through this tree's collector and, with ``--baseline-tree DIR``,
 through the ``collector/`` package of another revision laid out in DIR (imported under another
-name, so old decoder and old estimator go together; ``research/othertree.py``), in one run.
+name, so old decoder and old estimator go together; ``experiments/othertree.py``), in one run.
 Printed: estimate / truth and whether the truth lies in the 95 % interval.
 
 With ``--ingest``: flow samples per CPU second of the two estimators' ``ingest`` on the
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from cosample.experiments.errors import ExperimentError
-from research.othertree import load_package
+from cosample.experiments.othertree import load_package
 
 DATAGRAMS = 2000
 SPACING_S = 0.05

@@ -42,9 +42,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cosample.experiments.errors import ExperimentError
+from cosample.experiments.othertree import checked, load_package
 from cosample.lab.plans import plan_document
 from cosample.plan.document import parse_plan
-from research.othertree import checked, load_package
 
 RATES = {"s1": 2400.0, "s2": 1200.0, "s3": 600.0}
 MEASURE = {"s1": (128, {}), "s2": (128, {}), "s3": (128, {})}

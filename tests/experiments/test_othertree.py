@@ -1,5 +1,5 @@
 """Another revision's code beside this one: laid out by ``research.revision``, loaded under
-another name by ``research/othertree.py`` (never from git in the installed package)."""
+another name by ``experiments/othertree.py`` (never from git in the installed package)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from cosample.experiments.errors import ExperimentError
+from cosample.experiments.othertree import _IMPORT, checked, load_package
 from research import ROOT, collector_loss
-from research.othertree import _IMPORT, checked, load_package
 from research.revision import export
 
 needs_git = pytest.mark.skipif(
