@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 # optional: a host without a compiler (an agent host needs none of the collector) still
 # installs; the collector then decodes in Python alone, a third as fast, and
 # tests/collector/test_decode_compiled.py fails where the tests run.
-# The same for the slices: without it the controller builds them in Python (docs/results.md,
+# The same for the slices: without it the controller builds them in Python (docs/results/controller.md,
 # "Plan slices"), and tests/plan/test_slices_compiled.py fails where the tests run. And for a
 # two-phase plan set's first phase (cosample/plan/_transition.c): without it the controller
 # lowers the plans in Python, and tests/plan/test_transition_compiled.py fails. And for the

@@ -15,7 +15,7 @@ Signals (``guard_signals`` in the agent's configuration; docs/agents.md, "The gu
   lost upcalls (``lookups: ... lost:N``, the kernel datapath drops sFlow's upcalls when the
   handlers fall behind) and, per VM port, packets the kernel received on it that OVS did not
   (the userspace datapath reads ports through sockets that drop when it falls behind). One
-  process per tick (about 3-20 ms of the host's CPU, results.md), so it is off by default.
+  process per tick (its CPU: docs/results/agents.md, "The guard"), so it is off by default.
 
 ``Probe`` keeps the last counters; its first call only takes them (no reading). Parsers are pure.
 """

@@ -35,8 +35,8 @@ BLOCK_BYTES = 1 << 18
 #: A block is handed over this long after it opened even when not full (milliseconds): a quiet
 #: link's frames still reach the windows within a tick. A block handed over early is mostly
 #: empty, so the ring holds at least ``blocks x RETIRE_MS`` of traffic at any rate (with 20 ms
-#: and 32 blocks, 0.64 s: a loaded machine's scheduling pauses dropped frames at 25,000 frames/s,
-#: docs/results.md "Where the live analyser saturates").
+#: and 32 blocks, 0.64 s: a loaded machine's scheduling pauses dropped frames at rates the
+#: analyser keeps up with otherwise, docs/results/appmon.md "Where the live analyser saturates").
 RETIRE_MS = 100
 #: ``struct tpacket_req3``: block size, blocks, frame size, frames, retire timeout, private
 #: bytes, features.

@@ -24,7 +24,7 @@ approximation does not. The variance is estimated from the connections that carr
 which may be few; Student's quantile with Satterthwaite's effective degrees of freedom
 ``sum(e_i**2)**2 / sum(e_i**4)`` (``e_i = ok_i - R n_i``, computed by the analyser, which has the
 connections) replaces the normal one, widening the interval when a handful of connections carry
-the failures (``experiments/success_coverage.py`` measures both). With nothing of the rarer
+the failures (``research/success_coverage.py`` measures both). With nothing of the rarer
 side seen (``V = 0``, or every connection seen with the same rate), the interval is Wilson's
 for a sample of ``k / (1 - s)`` units, ``k`` the connections seen: each unseen connection might fail
 as a whole.

@@ -3,7 +3,7 @@
 Threads of one Python process share one interpreter lock, and a C call holds it for as long as
 it runs: validating a 10^5-server plan (pydantic, in Rust) holds it for seconds, during which no
 thread of the daemon reads the socket, and the kernel drops what its buffer cannot hold (3 % of
-the datagrams at 20k samples/s in a measured run, ``experiments/collector_scale.py``). This
+the datagrams at 20k samples/s in a measured run, ``research/collector_scale.py``). This
 process (started by ``receiver.Receiver`` with the daemon's socket and a pipe, standard library
 only) reads the socket and writes each datagram, framed with its arrival time and source
 address, into the pipe; what the pipe cannot take waits in this process's memory (up to

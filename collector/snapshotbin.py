@@ -2,7 +2,7 @@
 of numbers as little-endian arrays, read at close to the speed of reading the bytes.
 
 At 10^6 servers the JSON form is 240 MB of decimal numbers: validating it builds 2.6 * 10^7
-Python numbers (5 s of the controller's cycle). This form keeps everything but the numeric
+Python numbers (the kept cycle's largest step at 10^6: docs/results/controller.md). This form keeps everything but the numeric
 columns as the JSON the model reads (a header, validated by the same ``Snapshot`` model), and
 each column of numbers (the servers' rates and counts, the interface rates, the matrix's index
 and rate lists) as raw ``<f8`` or ``<i8`` values, checked by array operations with the model's

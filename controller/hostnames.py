@@ -2,8 +2,8 @@
 
 A cycle at 10^6 servers names hundreds of thousands of servers that are over the limit,
 settling, saturated or unmeasured; the status shows the first ``LIST_LIMIT`` of each and counts
-the rest. Built as tuples, those lists cost 0.15 s a cycle, and the garbage collector's scan of
-them once the cycle ends another 0.05 s (docs/results.md, "Controller cycle"). ``HostNames``
+the rest. Built as tuples, those lists and the garbage collector's scan of them once the cycle
+ends were a measurable part of it (docs/results/controller.md, "Controller cycle"). ``HostNames``
 keeps the fleet's names (shared, not copied) and the picked indices; a name is looked up when
 it is read.
 """

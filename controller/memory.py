@@ -6,9 +6,9 @@ returns every block above its mmap threshold to the kernel when freed, and the n
 fresh memory the kernel must fault in and zero, page by page; and numpy asks for transparent
 huge pages on every large array (``MADV_HUGEPAGE``), which on these machines
 (``transparent_hugepage/defrag = madvise``) makes such a fault compact memory first. Both showed
-as kernel time: 2.6-3.2 s of a 7-8 s CPU publishing cycle at 10^6 (docs/results.md,
-"Controller cycle"). Keeping freed memory in the process for the next allocation (one cycle's
-arrays are the next one's sizes) and plain 4 kB pages cut that kernel time to about 1 s. The
+as kernel time, over a third of a publishing cycle at 10^6 (docs/results/controller.md, "Controller
+cycle", with the numbers). Keeping freed memory in the process for the next allocation (one
+cycle's arrays are the next one's sizes) and plain 4 kB pages cut most of that kernel time. The
 process then holds its peak from one cycle to the next (the peak itself was not higher in the
 benchmark's first cycle, 1,922 MB against 1,944 MB; over four publications in one process it
 was 2.07 GB against 1.93 GB).

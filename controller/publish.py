@@ -63,8 +63,8 @@ class Rendered:
 
     @cached_property
     def etag(self) -> str:
-        """Hashed once per publication, not per request (0.17 s for a 10^6-host plan set), and
-        not at all when the signature's digest is at hand."""
+        """Hashed once per publication, not per request (a large plan set takes a while to hash:
+        docs/formats.md), and not at all when the signature's digest is at hand."""
         digest = self.digest if self.digest is not None else content_digest(self.data)
         return '"' + digest.hex()[:32] + '"'
 
@@ -200,8 +200,8 @@ def oversized(rendered: Rendered) -> str | None:
 
 
 #: Above this many hosts a directory target's one slice file per host dominates a publication
-#: (measured: 2 s of CPU at 10^4, 11 s at 10^5, 70 s at 10^6; docs/results.md, "Publishing
-#: cycle with slices on, by target"); the HTTP target serves the same slices from memory.
+#: (docs/results/controller.md, "Publishing cycle with slices on, by target", has the CPU it
+#: takes per size); the HTTP target serves the same slices from memory.
 DIRECTORY_SLICES_HOSTS = 10_000
 
 

@@ -11,8 +11,8 @@ planned, the continuous optimum; for operators, read by nothing here). When the 
 just written to a file on the same file system (``--publish DIR``), ``current-plan.json`` is a
 hard link to that file instead of a second copy: at 10^5 servers that saves writing and
 fsyncing the plan (20 MB) per publication (docs/controller.md); a copy is written around the
-page cache (``O_DIRECT``: it is read back only after a restart), which saves up to 1 s of CPU
-per 343 MB plan set at 10^6 hosts. The publisher only ever replaces its file
+page cache (``O_DIRECT``: it is read back only after a restart), which saves CPU on large plan
+sets (docs/results/controller.md, "Controller cycle"). The publisher only ever replaces its file
 by renaming a new one over it, so the linked bytes never change; the link keeps the published
 file's mode (0644: what every agent may fetch anyway) inside the 0700 state directory. Versions
 are ``max(previous + 1, now in Unix seconds)``: strictly increasing across restarts, and never

@@ -6,8 +6,8 @@ results, measurement tables, figures, agent status and testbed state alike.
 
 A large file read back rarely (the controller's state: a 343 MB plan set per publication at
 10^6 hosts) can be written around the page cache (``cached=False``, ``O_DIRECT``): the kernel's
-copy into fresh page-cache pages, and the reclaim that makes room for them, cost the writer up to
-1 s of CPU per such file; a direct write costs 0.05 s (docs/controller.md, "Cycle time at scale").
+copy into fresh page-cache pages, and the reclaim that makes room for them, cost the writer far
+more CPU than a direct write (docs/results/controller.md, "Controller cycle", has both).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ``gammaincinv(a, q)`` is the ``x`` with ``P(a, x) = q``, ``P`` the regularized lower incomplete
 gamma function: what ``scipy.special.gammaincinv`` gives (at most 1.5e-12 apart, relative, in
 18,000 random draws of shape 1e-3 to 1e12; tests/core/test_gammaquantile.py holds it to
-1e-9). Written here because importing scipy.special took 0.2 CPU seconds of every ``collector
-replay`` (docs/collector.md, "Speed"); a bound costs about 13 µs.
+1e-9). Written here because importing scipy.special was a large part of every ``collector
+replay`` (what it cost, and what a bound costs: docs/collector.md, "Speed").
 
 ``P`` and ``Q = 1 - P`` come from the power series (``x < a + 1``) or the continued fraction
 (Lentz) for small ``a``, and for ``a >= TEMME_MIN_A`` from Temme's uniform asymptotic expansion

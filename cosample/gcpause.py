@@ -2,7 +2,7 @@
 
 Reading a 10^5-server CSV fleet, or a controller cycle at 10^5 servers, allocates about 10^6
 containers and makes no reference cycles; with the collector on, its repeated scans of the
-growing heap took a third to a half of those steps (docs/results.md, "Controller cycle" and
+growing heap took a third to a half of those steps (docs/results/controller.md, "Controller cycle" and
 "Planning at scale"). Memory is still freed by reference counting meanwhile.
 """
 

@@ -1,5 +1,5 @@
 """The numbers of the daemons' one HTTP policy (``cosample.httpserver``): a light module, so that
-command lines read the defaults without importing ``http.server`` (50 ms)."""
+command lines read the defaults without importing ``http.server``."""
 
 from __future__ import annotations
 

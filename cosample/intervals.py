@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-# chi2.ppf(q, 2k) / 2 == gammaincinv(k, q); scipy's, to 1e-12, without scipy's 0.2 s import
+# chi2.ppf(q, 2k) / 2 == gammaincinv(k, q); scipy's, to 1e-12, without importing scipy
 from cosample.gammaquantile import gammaincinv
 
 Z95 = 1.959963984540054

@@ -296,7 +296,7 @@ def read_document(
     kind = FORMATS.get(path.suffix.lower(), default)
     try:
         data = path.read_bytes()
-        if kind == "JSON":  # orjson (strict JSON, several times faster); else the library's
+        if kind == "JSON":  # orjson (strict JSON, and faster); else the library's
             try:  # reading decides (NaN, huge integers) and words the complaint
                 return orjson.loads(data)
             except orjson.JSONDecodeError:

@@ -68,7 +68,7 @@ TAIL_S = 1.5
 #: reconfiguration still have load), and is stopped after the last phase.
 LOAD_SLACK = 2.0
 #: Paired runs: the shortest counted part of a phase, seconds (1,000 packets at the cpu
-#: method's 20 kpps; a counter read takes under 1 ms).
+#: method's 20 kpps; a counter read is much shorter).
 MIN_COUNTED_S = 0.05
 #: Paired runs: how long to wait for the first packet to reach the receiver.
 FIRST_PACKET_TIMEOUT_S = 10.0

@@ -13,7 +13,7 @@ of everything in the server's scope (the whole host, ``accounting.host_busy_ns``
 A CPU hog in the scope raises ``busy`` and so lowers the capacity in the very next interval.
 The calibrated cost is preferred because the measured one depends on the load: a switch starved
 of CPU forwards the same packets in larger batches, so its cost per packet *falls* when a hog
-arrives (measured here: 48 -> 27 us), which would hide the hog. The estimate is pure
+arrives (measured: docs/costmodel.md), which would hide the hog. The estimate is pure
 (``estimate_capacity``); ``PassiveMonitor`` reads the counters.
 """
 

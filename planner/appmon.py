@@ -32,7 +32,7 @@ from scipy.sparse import coo_matrix
 
 from cosample.planner.errors import ShareInfeasibleError, SolverError
 
-#: The seeds' comparison (docs/results.md, docs/data/appmon/body4000, medians of 3 rounds, µs of
+#: The seeds' comparison (docs/results/appmon.md, docs/data/appmon/body4000, medians of 3 rounds, µs of
 #: CPU per request): ovs-vswitchd forwarding unmonitored, forwarding with a selective mirror,
 #: the analyser on-site, the analyser behind a selective mirror; and frames and bytes per request
 #: reaching the analysis node (port mirror: every packet of the port; selective; truncated).

@@ -48,7 +48,7 @@ FALLBACK = {"kernel_mirror_sender": "mirror_sender"}
 
 
 #: Per protocol, what its monitoring costs beside HTTP/1.x's (``python -m
-#: cosample.experiments.appmon_protocol_costs``, docs/data/appmon-protocols: one rig, one backend
+#: research.appmon_protocol_costs``, docs/data/appmon-protocols: one rig, one backend
 #: URL; segments copied by the plan's rule, ``plan.appmon.DEFAULT_SEGMENTS``): the fabric bytes
 #: per request whole and cut (measured), the analyser's CPU behind a mirror and on-site
 #: (measured), the sender's CPU (estimated: proportional to the segments copied, OVS's copy

@@ -65,7 +65,7 @@ def solve_noncollab(problem: Problem) -> Solution:
 def noncollab_applied_pps(problem: Problem) -> float:
     """Distinct packets the baseline collects as applied (``stated.baseline_pps``): its
     plan alone, without the bounds ``solve_noncollab`` states beside it (a knapsack and the
-    LP bound, 0.12 s at 10^6 servers, which a plan's summary never reads for the baseline)."""
+    LP bound, costly at 10^6 servers, which a plan's summary never reads for the baseline)."""
     unbounded = Bounds(
         lp=float("nan"), envelope=float("nan"), method="no collaboration", optimal=False
     )

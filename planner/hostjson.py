@@ -1,7 +1,7 @@
 """The plan's host table as compact JSON with sorted keys, written column by column.
 
 A plan names 10^5 hosts with about twenty fields each. Building one Python dict per host and
-then serialising the table took about 1.1 s of a 10^5-server controller cycle (docs/results.md,
+then serialising the table was most of a 10^5-server controller cycle (docs/results/controller.md,
 "Controller cycle"); here every field is serialised once for all hosts (orjson writes a whole
 column of numbers at once, split at its commas) and the hosts' objects are assembled from those
 pieces by one ``bytes.join`` per block of hosts, text that is the same for every host of the
@@ -14,7 +14,7 @@ Only numbers go through the split (a number's JSON has no comma); strings are es
 once by the standard library's C string encoder (``json.encoder.encode_basestring``: the same
 bytes as orjson for every code point, checked by the tests) and the inventory's extras one
 value at a time: a separate ``orjson.dumps`` per small value costs a page fault each (orjson's
-output buffer), 3-15 us instead of 0.2 us. Lists of objects (a host's mirrors: 6·10^5 pairs at
+output buffer; docs/results/controller.md). Lists of objects (a host's mirrors: 6·10^5 pairs at
 10^6 hosts) are laid out without a Python object per object or field: every column as a
 fixed-width byte array in the lists' order, side by side in a matrix of bytes whose NUL padding
 is then dropped (JSON text never holds a raw NUL or other control byte), all lists at once, cut

@@ -5,8 +5,8 @@ split is ours to choose. Senders sorted by offload and receivers by room, both l
 are laid end to end on one axis (a "north-west corner" fill): each boundary of either list starts
 a new pair, so there are at most ``senders + receivers - 1`` pairs, a sender spills onto a second
 receiver only when the first is full, and big senders meet big receivers. The sort matters on
-skewed data centres (the embedded example needs 5 pairs sorted, 8 in server order) and costs
-about 0.15 s at 10^6 servers, where it changed the count by one pair in 953,382. Stable sorts
+skewed data centres (the embedded example needs 5 pairs sorted, 8 in server order); at 10^6
+servers it changed the count by one pair in 953,382. Stable sorts
 keep the plan canonical. Vectorised: O((s + r) log(s + r)).
 """
 

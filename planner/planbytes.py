@@ -41,8 +41,8 @@ class HostTable(Mapping):
     @property
     def json(self) -> bytes:
         """The table's bytes, joined once: the chunks become that one piece (the same bytes).
-        At 10^6 hosts a join of the 200 MB costs 0.08 s, and a two-phase publication asks for
-        them three times (the transition, the slices, the next publication's transition)."""
+        A join of 200 MB (10^6 hosts) is not free (docs/results/controller.md), and a two-phase
+        publication asks for them three times (the transition, the slices, the next publication's transition)."""
         if len(self.chunks) != 1:
             self.chunks = [b"".join(self.chunks)]
         return self.chunks[0]
@@ -136,7 +136,7 @@ def write_plan(plan: dict[str, Any], path: str | Path) -> str:
 
     Up to ``INDENT_MAX_HOSTS`` hosts, ``canonical_json`` (indented, for people); above, the
     compact bytes ``plan_id`` hashes (orjson, a ``HostTable`` spliced in as it is, never
-    parsed): the standard library's indenting encoder is pure Python, 77 s for 10^6 hosts.
+    parsed): the standard library's indenting encoder is pure Python, far too slow for 10^6 hosts.
     Both parse to the same document, so readers and ``plan_id`` see no difference."""
     if plan["summary"]["servers"] <= INDENT_MAX_HOSTS:
         text = canonical_json(plan)

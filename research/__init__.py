@@ -1,8 +1,10 @@
-"""Measurement campaigns behind the cost model's documented choices: not installed with cosample.
+"""Benchmarks and measurement campaigns behind the documented results: not installed with cosample.
 
 Each module is run from a clone, at the repository's root, as ``python -m research.NAME`` (the
-commands are in docs/costmodel.md and docs/notes/); they read and write tidy CSVs through the
-installed ``cosample`` package, and their tests are in tests/research/.
+commands are beside their results in docs/ and docs/notes/); they import the installed
+``cosample`` package, never the other way round. What ``cosample experiment`` runs for users
+(the paper's figures, the testbed) is in ``cosample.experiments`` (experiments/) instead.
+A module that starts ``python -m research.NAME`` children runs them in ``ROOT``.
 """
 
 from pathlib import Path

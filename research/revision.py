@@ -1,11 +1,11 @@
 """A git revision's source, laid out as an importable tree, for before/after comparisons.
 
-The installed benchmarks never run git: those that compare with older code
+The benchmarks never run git themselves: those that compare with older code
 (``bench_controller``, ``collector_loss``, ``collector_planchange``) take ``--baseline-tree DIR``,
 a folder this module fills from a clone:
 
     python -m research.revision 127e2e2 /tmp/cosample-127e2e2
-    python -m cosample.experiments.collector_loss --baseline-tree /tmp/cosample-127e2e2
+    python -m research.collector_loss --baseline-tree /tmp/cosample-127e2e2
 
 ``DIR/source`` holds the revision's files; ``DIR/cosample`` maps its packages as pyproject.toml's
 ``package-dir`` does, so ``DIR`` on ``PYTHONPATH`` imports that revision's ``cosample``.

@@ -1,7 +1,7 @@
 """The collector's sliding window for the controller's loop tests: see
-``cosample.experiments.loop_window`` (a step in traffic reaches the controller as a ramp)."""
+``research.loop_window`` (a step in traffic reaches the controller as a ramp)."""
 
-from cosample.experiments.loop_window import (  # noqa: F401
+from research.loop_window import (  # noqa: F401
     TESTBED,
     chunked_noise,
     reader_for,

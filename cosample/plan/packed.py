@@ -3,8 +3,8 @@ host names (``slicebuild``), and the hosts' mirror and receive lists the planner
 writer returns (``cosample.planner.hostlists.Lists``).
 
 At 10^6 hosts a publication's views were 10^6 ``bytes`` (550 MB for a plan set) and its names
-10^6 ``str``, each allocated, and freed a publication later (0.3-0.4 s of CPU per publication,
-measured apart from the cycle: docs/results.md, "Plan slices"). One buffer and its offsets are
+10^6 ``str``, each allocated, and freed a publication later (the CPU that took, measured apart
+from the cycle: docs/results/controller.md, "Plan slices"). One buffer and its offsets are
 two objects; an item is cut out when it is asked for (a slice document, one file of the folder
 target).
 """

@@ -6,9 +6,9 @@ refuses the plan unless the signature verifies with one of the keys in that file
 verification, so a new key needs no restart).
 
 What is signed is the bytes' SHA-256 behind a context string (``sha256:`` in front of the
-base64 says so), not the bytes themselves: ed25519 hashes its message twice with SHA-512, 0.6 s
-of CPU for a 343 MB plan set, where one SHA-256 takes 0.17 s and is the publication's ETag as
-well (minisign prehashes large files the same way; docs/formats.md, "Signatures"). A ``.sig``
+base64 says so), not the bytes themselves: ed25519 hashes its message twice with SHA-512, where
+one SHA-256 is cheaper and is the publication's ETag as well (what each costs on a 343 MB plan
+set: docs/formats.md, "Signatures"; minisign prehashes large files the same way). A ``.sig``
 without the tag, an ed25519 signature over the bytes themselves (the form before), is still
 verified: agents accept both, so they may be upgraded before the controller. Verifying costs
 one SHA-256 of the plan too, where the form before took one SHA-512.

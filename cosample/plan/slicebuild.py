@@ -8,7 +8,8 @@ are never held as 10^6 documents.
 
 The views are built by the compiled builder (``_slices.c``) from the host tables' JSON bytes,
 without a Python object per host: the views and the names each laid end to end in one buffer
-(``packed``), 10^6 hosts in about 2 s of CPU instead of 20 (docs/results.md, "Plan slices").
+(``packed``), a tenth of the Python builder's CPU at 10^6 hosts (docs/results/controller.md,
+"Plan slices").
 What it does not take (or where it is not built), the Python builder here does, with the same
 bytes (tests/plan/test_slices_compiled.py).
 """
@@ -200,7 +201,7 @@ def _not_plain(names: Names) -> list[int]:
     return [k for k, name in enumerate(names) if not PLAIN_NAME.fullmatch(name)]
 
 
-# possessive (each name ends at its newline: nothing to give back), 4x as fast at 10^6 names
+# possessive (each name ends at its newline: nothing to give back, so the engine never backtracks)
 _PLAIN_NAMES = re.compile(rf"(?:{PLAIN_NAME.pattern}\n)*+".encode())
 
 

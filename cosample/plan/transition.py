@@ -62,7 +62,7 @@ def plan_set(
     """``transition`` on the plans' documents (versions and expiry given, already checked);
     ``start``: phase 1's ``not_before`` (None: at once).
 
-    Nothing is deep-copied (10^5 hosts: 28 s before, docs/controller.md): phase 2 shares NEW's
+    Nothing is deep-copied (what copying cost: docs/results/controller.md): phase 2 shares NEW's
     host entries; phase 1's are shallow copies of NEW's with fresh ``mirrors``/``receives``
     lists. The result is read-only (it is serialised, never changed).
 

@@ -1,5 +1,5 @@
 """``testbed run --scenario guard``: a CPU hog on hosts with and without the agents' guard, side
-by side in one run (docs/testbed.md, "The guard"; results in docs/results.md).
+by side in one run (docs/testbed.md, "The guard"; results in docs/results/agents.md).
 
 Two emulated servers forward the same VM-to-VM UDP flow, planned (by the planner, from a
 description with the operator's floors: ``servers[].guard``) to sample it 1-in-1, each applied

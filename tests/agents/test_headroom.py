@@ -1,6 +1,6 @@
 """The guard's headroom signals: parsers on real text, and the probe on real processes (a thread
 that spins, one that sleeps) and a real ovs-vswitchd. How the signal moves under a hog and a
-burst is measured on the testbed (docs/results.md, "The guard"), not asserted here: on a shared
+burst is measured on the testbed (docs/results/agents.md, "The guard"), not asserted here: on a shared
 machine a thread's run-queue wait is everyone's doing."""
 
 from __future__ import annotations

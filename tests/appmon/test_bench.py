@@ -8,7 +8,7 @@ import pytest
 from appmon_traffic import Conversation, request, response
 
 from cosample.appmon.pcap import write_pcap
-from cosample.experiments.bench_appmon import main
+from research.bench_appmon import main
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark (Debian package tshark)")

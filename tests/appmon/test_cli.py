@@ -237,7 +237,7 @@ def test_replay_with_declared_protocols(capsys):
 def test_the_truncation_command_prints_each_length(capsys):
     from pathlib import Path
 
-    from cosample.experiments.appmon_truncation import main as truncation
+    from research.appmon_truncation import main as truncation
 
     capture = Path(__file__).resolve().parents[1] / "data" / "appmon" / "pipelined-nginx.pcap"
     assert truncation(["cuts", str(capture), "--lengths", "70-96", "--step", "26", "--json"]) == 0

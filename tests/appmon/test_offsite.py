@@ -95,7 +95,7 @@ def test_psh_copies_time_the_one_segment_answers_right(rig, tmp_path):
     assert seen["5xx"] == seen["matched"] == len(errors)
     logged = sum(errors) / len(errors)
     # nginx starts its clock when it has read the request and rounds to the millisecond; the
-    # copies cross the switch and the tunnel (docs/results.md: about 1 ms)
+    # copies cross the switch and the tunnel (docs/results/appmon.md: about 1 ms)
     assert abs(seen["total_s"] / seen["matched"] - logged) < 0.002 + 0.1 * logged
 
 

@@ -1,6 +1,6 @@
 """Pipelined requests across a capture loss, on streams built from a real capture.
 
-``tests/data/appmon/pipelined-nginx.pcap`` (``python -m cosample.experiments.appmon_pipelined``):
+``tests/data/appmon/pipelined-nginx.pcap`` (``python -m research.appmon_pipelined``):
 real nginx answering three connections that pipeline 12 requests each and two that send one at
 a time. On the whole capture every response is matched to its own request (oldest first).
 Hypothesis then removes frames, as a lossy capture or mirror would, and checks what

@@ -1,7 +1,7 @@
 """HTTP/2 and TLS on a real capture: tshark as the peer, and copies cut at every length.
 
 ``tests/data/appmon/protocols-nginx.pcap`` and its key log ``protocols-nginx.keys``
-(``python -m cosample.experiments.appmon_protocols --sample ...``): nginx answering h2load over
+(``python -m research.appmon_protocols --sample ...``): nginx answering h2load over
 h2c (8080, 40 requests, 8 streams at once per connection) and over h2 (8443, one stream at a
 time), and curl over TLS 1.3 and 1.2 (443) and h2 (8443), writing its session keys.
 
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from cosample.appmon.decode import Segment, decode
-from cosample.experiments.appmon_peers import frame_pairs, pairs, tshark_h2, tshark_tls
-from cosample.experiments.appmon_truncation import analyse, compare, cut, load
+from research.appmon_peers import frame_pairs, pairs, tshark_h2, tshark_tls
+from research.appmon_truncation import analyse, compare, cut, load
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "appmon"
 CAPTURE, KEYS = DATA / "protocols-nginx.pcap", DATA / "protocols-nginx.keys"
@@ -125,9 +125,9 @@ def test_h2c_cut_never_pairs_at_a_wrong_time():
 
 
 def test_the_cost_measurement_counts_what_each_rule_copies():
-    """``experiments/appmon_protocol_costs.py``'s pure part on the recorded capture: h2c's and
+    """``research/appmon_protocol_costs.py``'s pure part on the recorded capture: h2c's and
     TLS's mirrors copy every segment; h2c is never cut; a cut copy is smaller."""
-    from cosample.experiments.appmon_protocol_costs import analyser_cpu, copies
+    from research.appmon_protocol_costs import analyser_cpu, copies
 
     data, _ = only(8080)
     h2c = copies(CAPTURE, "h2c", 40)

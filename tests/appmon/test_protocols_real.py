@@ -1,5 +1,5 @@
 """Ground truth for HTTP/2 and HTTP over TLS (root, nginx with TLS and HTTP/2, h2load, wrk,
-curl with ``SSLKEYLOGFILE``, tshark): ``cosample.experiments.appmon_protocols`` on a short run.
+curl with ``SSLKEYLOGFILE``, tshark): ``research.appmon_protocols`` on a short run.
 
 - h2c (h2load, 8 streams at once per connection): requests, status classes and success rate
   exactly the access log's; every stream paired as tshark pairs it, with the same service time
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from cosample.experiments.appmon_protocols import PHASES, run
 from cosample.lab.webtls import secure_available
+from research.appmon_protocols import PHASES, run
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

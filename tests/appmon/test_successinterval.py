@@ -76,7 +76,7 @@ def test_the_interval_covers_the_windows_success_rate(
     """Failing connections 5-30 % of 1,000-3,000: it read 0.92-0.99 on these examples. Not
     everywhere: with 1,829 connections of 15 requests, 20 % failing at random and 5 % broken,
     at share 0.25, it read 0.83 (heavy broken connections make the estimator skewed);
-    experiments/success_coverage.py measures a wider grid (docs/appmon-mechanisms.md).
+    research/success_coverage.py measures a wider grid (docs/appmon-mechanisms.md).
 
     Only the lower bound is asserted over the whole domain: where connections carry one request
     each and none fails at random, the interval is conservative (1,000 connections of one

@@ -28,9 +28,9 @@ import time
 import pytest
 
 from cosample.dataplane.run import run
-from cosample.experiments.appmon_truncation import analyse, load
 from cosample.lab.appmirror import MirrorRig, rig_unavailable
 from cosample.lab.web import SERVER_ADDRESS
+from research.appmon_truncation import analyse, load
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SNAPLEN = 96

@@ -1,6 +1,6 @@
 """Truncated copies of real captures, cut at every length, against the full copy.
 
-``tests/data/appmon/mixed-nginx.pcap`` (``python -m cosample.experiments.appmon_truncation
+``tests/data/appmon/mixed-nginx.pcap`` (``python -m research.appmon_truncation
 record``): nginx and its backend answering ``cosample.lab.httpclient``, which pipelines groups of
 4 requests, splits requests in two segments at random bytes (down to ``GE`` + ``T /...``), sends
 POST bodies in a segment of their own, HEAD requests (answers without a body), chunked answers
@@ -34,7 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cosample.appmon.decode import FIN, RST, Segment, decode
-from cosample.experiments.appmon_truncation import analyse, compare, cut, load
+from research.appmon_truncation import analyse, compare, cut, load
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "appmon"
 MIXED, PIPELINED = DATA / "mixed-nginx.pcap", DATA / "pipelined-nginx.pcap"

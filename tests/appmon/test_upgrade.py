@@ -2,7 +2,7 @@
 3.2): the analyser follows the 101 into HTTP/2 and answers the Upgrade request on stream 1.
 
 - A real exchange: ``tests/data/appmon/upgrade-nghttpx.pcap`` (``python -m
-  cosample.experiments.appmon_upgrade --connections 4 --requests 6 --sample ...``): nghttpx
+  research.appmon_upgrade --connections 4 --requests 6 --sample ...``): nghttpx
   (nginx takes no Upgrade) before the rig's backend, curl ``--http2`` and ``nghttp -u`` as
   clients; tshark, which follows the Upgrade too, is the peer per stream.
 - Synthetic conversations for what a capture may do to it: every segmentation, the 101 and the
@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from cosample.appmon.h2 import DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS
 from cosample.appmon.pcap import frames as read_frames
 from cosample.appmon.pcap import read_link
-from cosample.experiments import appmon_upgrade
-from cosample.experiments.appmon_peers import frame_pairs, tshark_h2
+from research import appmon_upgrade
+from research.appmon_peers import frame_pairs, tshark_h2
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "appmon" / "upgrade-nghttpx.pcap"
 needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")

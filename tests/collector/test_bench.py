@@ -29,7 +29,7 @@ def test_quick_benchmark_runs_both_collectors(tmp_path, capsys):
 def test_flood_from_unknown_agents_reads_the_daemons_memory():
     """The flood experiment end to end at a small size: the daemon processed what was sent,
     refused every datagram as an unplanned agent's, and its memory was read at each step."""
-    from cosample.experiments.collector_flood import flood
+    from research.collector_flood import flood
 
     rows = flood(2_000, 4_000, steps=2, log=lambda line: None)
     assert [row["sent"] for row in rows] == [0, 1_000, 2_000]

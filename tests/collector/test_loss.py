@@ -284,9 +284,9 @@ def test_agent_restarts_a_second_apart_are_restarts_not_duplicates():
 
 
 def test_the_loss_experiment_scenarios_are_within_their_intervals_now():
-    """experiments/collector_loss's scenarios through the working tree's estimator (the git
+    """research/collector_loss's scenarios through the working tree's estimator (the git
     baseline is the experiment's business)."""
-    from cosample.experiments.collector_loss import SPACING_S, measure, scenarios
+    from research.collector_loss import SPACING_S, measure, scenarios
 
     base = BASES["data-1140.pcap"]
     per_datagram = 1024 * len(base.samples)

@@ -5,7 +5,7 @@ The controller publishes each plan with ``not_before = publication + lead`` wher
 ``not_before`` itself; agents (``select_plan``) never apply a plan before it. Before this, the
 collector switched at its first poll after ``not_before``: agents that polled sooner ran the plan
 first, and a dropped mirror's last second counted as a stream that ran and saw nothing (-26 % for
-s1 in ``experiments/collector_planchange --lag -1``).
+s1 in ``research/collector_planchange --lag -1``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from cosample.collector.estimate import Estimator
 from cosample.collector.planwatch import PlanWatcher
 from cosample.collector.polling import LOOP_SLACK_S, plan_lead_s
-from cosample.experiments.collector_planchange import MEASURE, MIRROR, RATES
 from cosample.lab.sflowstream import plan_change
 from cosample.plan.document import parse_document, parse_plan
 from cosample.plan.selection import select_plan
+from research.collector_planchange import MEASURE, MIRROR, RATES
 
 WINDOW = 15.0
 TIMES = (-1, 1, 3, 5, 8, 12, 16)  # seconds after not_before

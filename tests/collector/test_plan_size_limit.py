@@ -14,8 +14,8 @@ from collector_plans import plan_document
 from cosample.cli import main
 from cosample.collector.planwatch import PlanWatcher
 from cosample.collector.service import Service, Settings
-from cosample.experiments.collector_planchange import MEASURE, MIRROR
 from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB, DEFAULT_MAX_PLAN_MIB
+from research.collector_planchange import MEASURE, MIRROR
 
 NOW = datetime.fromtimestamp(float(int(time.time())), timezone.utc)
 

@@ -7,14 +7,14 @@ CPU for an unchanged 10^5-host plan): 0 of 600,000 samples sent at 20k/s were co
 benchmark generator, receives 20,000 samples/s for 55 s while the next plan is published at
 10 s; every sample sent is counted (no kernel drop: the socket is read by a process of its own,
 ``relay.py``), and the new plan is in force before the end. Rates per phase:
-``experiments/collector_scale.py``.
+``research/collector_scale.py``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from cosample.experiments.collector_scale import run
+from research.collector_scale import run
 
 SERVERS = 100_000
 

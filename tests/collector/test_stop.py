@@ -15,7 +15,7 @@ import os
 from collector_daemon import Daemon
 from waiting import wait_for
 
-from cosample.experiments.collector_scale import plan_document, status, write
+from research.collector_scale import plan_document, status, write
 
 SERVERS = 20_000  # a parse of seconds of CPU (the poller's, the daemon otherwise idle)
 

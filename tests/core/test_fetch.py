@@ -131,9 +131,9 @@ def test_workers_end_after_a_deadline():
 
 
 def test_the_benchmark_runs_and_tells_the_clients_apart(capsys):
-    """``experiments/bench_fetch`` at a small size: the deadline held only by ours, and an
+    """``research/bench_fetch`` at a small size: the deadline held only by ours, and an
     unchanged poll far smaller than the plan."""
-    from cosample.experiments import bench_fetch
+    from research import bench_fetch
 
     assert bench_fetch.main(["--rounds", "3", "--trickle-bytes", "15", "--plan-hosts", "200"]) == 0
     out = capsys.readouterr().out

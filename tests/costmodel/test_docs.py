@@ -69,7 +69,7 @@ WITHOUT_FIGURE = [
     ),
     "cpu-mirror-12s-seed33",
     "cpu-mirror-4s-seed34",
-    # issue 24: local samplers at any probability beside sFlow (docs/results.md)
+    # issue 24: local samplers at any probability beside sFlow (docs/results/costmodel.md)
     "localsample/calibration-udp64",
     "localsample/calibration-udp64-64flows",
 ]

@@ -139,7 +139,7 @@ def test_short_comparison_on_real_traffic(tmp_path, capsys):
 
 @pytest.mark.parametrize("run", sorted(path.name for path in DATA.iterdir() if path.is_dir()))
 def test_committed_summaries_are_what_the_tables_give(run, tmp_path):
-    """docs/results.md quotes the committed runs: their summaries follow from their tables."""
+    """docs/results/appmon.md quotes the committed runs: their summaries follow from their tables."""
     table = DATA / run / "appmon_comparison.csv"
     assert comparison.main(["--from-csv", str(table), "--out", str(tmp_path)]) == 0
     again = pd.read_csv(tmp_path / "appmon_comparison_summary.csv")

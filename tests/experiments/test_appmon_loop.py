@@ -1,4 +1,4 @@
-"""The application loop on the testbed (``experiments/appmon_loop.py``, short phases): real
+"""The application loop on the testbed (``research/appmon_loop.py``, short phases): real
 OVS, nginx, wrk, two agents applying the signed plans and running two signed analysers; the
 agents apply the moves (the mirror's device and flows, the analysers started and stopped by
 their supervisors); the controller moves the web service's analysis to
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from cosample.experiments.appmon_loop import Settings, phases_summary, run_scenario
-from cosample.experiments.appmon_loop_report import WINDOW_S, excess_bounds
 from cosample.lab.appmirror import rig_unavailable
+from research.appmon_loop import Settings, phases_summary, run_scenario
+from research.appmon_loop_report import WINDOW_S, excess_bounds
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
         for host, text in actions
     ), actions
     # back on-site on fewer mirrored bytes: after the load dropped, or earlier if the shared
-    # machine's busy rate itself fell to where the sniffer fits (seen once, docs/results.md)
+    # machine's busy rate itself fell to where the sniffer fits (seen once, docs/results/appmon.md)
     assert any(
         "application fabric" in " ".join(reasons)
         for phase in (busy, after)

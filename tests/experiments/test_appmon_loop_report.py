@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosample.experiments.appmon_loop_report import (
+from cosample.lab.web import LogEntry
+from research.appmon_loop_report import (
     accuracy,
     excess_bounds,
     phases_summary,
     with_log_means,
 )
-from cosample.lab.web import LogEntry
 
 START = 1_800_000_000.0  # a multiple of the 2-s window
 

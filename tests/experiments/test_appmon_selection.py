@@ -1,11 +1,11 @@
-"""``cosample.experiments.appmon_selection`` on the committed real capture."""
+"""``research.appmon_selection`` on the committed real capture."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from cosample.appmon.pcap import frames
-from cosample.experiments import appmon_selection as selection
+from research import appmon_selection as selection
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "appmon" / "pipelined-nginx.pcap"
 

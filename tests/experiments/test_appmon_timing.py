@@ -1,4 +1,4 @@
-"""The timing rig (``experiments/appmon_timing.py``): its pcap reading on a made capture, and on
+"""The timing rig (``research/appmon_timing.py``): its pcap reading on a made capture, and on
 real traffic the kernel (tc) mirror copying every request and response the server sent and
 received, as the OpenFlow copies do, each request matched to its access-log line."""
 
@@ -9,8 +9,8 @@ import argparse
 import pytest
 
 from cosample.appmon.pcap import tcp_frame, write_pcap
-from cosample.experiments.appmon_timing import compare, messages, run
 from cosample.lab.appmirror import rig_unavailable
+from research.appmon_timing import compare, messages, run
 
 
 def test_messages_key_requests_by_client_port_and_number_and_skip_retransmissions(tmp_path):

@@ -1,6 +1,6 @@
 """``bench_appmon_saturation`` end to end at small rates (root, OVS, nginx, wrk): each step's
 frames all reach both live analysers (the Python path's and the compiled one's) without a drop,
-and the records receiver takes every record (the rates where drops start are docs/results.md's,
+and the records receiver takes every record (the rates where drops start are docs/results/appmon.md's,
 measured with the default steps)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from cosample.experiments import bench_appmon_saturation as bench
 from cosample.lab.appmirror import rig_unavailable
+from research import bench_appmon_saturation as bench
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -10,8 +10,8 @@ import subprocess
 import pandas as pd
 import pytest
 
-from cosample.experiments import bench_controller
-from cosample.experiments.bench_controller import REPOSITORY
+from research import bench_controller
+from research.bench_controller import REPOSITORY
 from research.revision import export
 
 

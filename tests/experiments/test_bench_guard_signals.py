@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cosample.agents.headroom import SIGNALS
-from cosample.experiments import bench_guard_signals
 from cosample.lab.ovs import ovs_available
+from research import bench_guard_signals
 
 
 def test_every_signal_is_read_and_timed(capsys):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cosample.experiments import bench_hostjson
 from cosample.planner import hostjson, jsonpieces
+from research import bench_hostjson
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@ asserted: the sizes and bytes are what the design promises)."""
 
 from __future__ import annotations
 
-from cosample.experiments import bench_slices
+from research import bench_slices
 
 
 def test_bench_slices_measures_bytes_and_costs(capsys):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from cosample.experiments import bench_views
-from cosample.experiments.bench_controller import REPOSITORY
+from research import bench_views
+from research.bench_controller import REPOSITORY
 
 
 def test_side_by_side_run(capsys):

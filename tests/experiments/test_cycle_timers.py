@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from cosample.collector.snapshot import parse_snapshot
-from cosample.experiments.cycle_timers import TIMED
+from research.cycle_timers import TIMED
 
 
 def test_three_cycles_and_the_functions_they_called():
     done = subprocess.run(
-        [sys.executable, "-m", "cosample.experiments.cycle_timers", "--servers", "300"],
+        [sys.executable, "-m", "research.cycle_timers", "--servers", "300"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -48,7 +48,7 @@ def test_three_cycles_and_the_functions_they_called():
 
 def test_too_few_servers_is_one_error():
     done = subprocess.run(
-        [sys.executable, "-m", "cosample.experiments.cycle_timers", "--servers", "3"],
+        [sys.executable, "-m", "research.cycle_timers", "--servers", "3"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -64,7 +64,7 @@ def test_again_adds_two_phase_publications_on_the_traffic_moving_back_and_forth(
         [
             sys.executable,
             "-m",
-            "cosample.experiments.cycle_timers",
+            "research.cycle_timers",
             "--servers",
             "300",
             "--again",
@@ -94,7 +94,7 @@ def test_again_snapshots_alternate_the_traffic_and_move_on_in_time(tmp_path, suf
     from datetime import datetime, timedelta, timezone
 
     from cosample.collector import snapshotbin
-    from cosample.experiments.bench_controller import MOVED_AFTER_S, again_snapshots, write_snapshot
+    from research.bench_controller import MOVED_AFTER_S, again_snapshots, write_snapshot
 
     started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     write_snapshot(50, tmp_path / "snap.json", started)

@@ -9,10 +9,9 @@ import subprocess
 
 import pytest
 
-from cosample.experiments import collector_loss
 from cosample.experiments.errors import ExperimentError
 from cosample.experiments.othertree import _IMPORT, checked, load_package
-from research import ROOT
+from research import ROOT, collector_loss
 from research.revision import export
 
 needs_git = pytest.mark.skipif(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from cosample.experiments.success_coverage import main
+from research.success_coverage import main
 
 
 def test_it_prints_each_row_and_the_summary(capsys):

@@ -1,4 +1,4 @@
-"""``experiments/tc_copy_cost.py`` on real namespaces: the mirror arm copies every datagram sent
+"""``research/tc_copy_cost.py`` on real namespaces: the mirror arm copies every datagram sent
 (an ARP of the sender's may add one), the classifier arm and the bare arm none."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from cosample.experiments.tc_copy_cost import ARMS, run_rounds
 from cosample.lab.netns import netns_available
+from research.tc_copy_cost import ARMS, run_rounds
 
 pytestmark = [pytest.mark.root]
 

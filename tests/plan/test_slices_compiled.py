@@ -23,7 +23,7 @@ SORTED = orjson.OPT_SORT_KEYS
 
 def test_the_builder_is_compiled():
     # setup.py builds it with pip install; a missing compiler or libcrypto leaves the controller
-    # 7-10x slower at 10^6 hosts (docs/results.md, "Plan slices")
+    # 7-10x slower at 10^6 hosts (docs/results/controller.md, "Plan slices")
     assert _slices is not None and merkle._compiled_parents is not None
 
 
