@@ -23,18 +23,24 @@ import time
 
 import numpy as np
 
+from cosample.planner.applied_bound import price_bound
+from cosample.planner.applied_milp import solve_space
 from cosample.planner.budgets import samples_bound, trim_to_collector_cap
 from cosample.planner.choices import EXACT
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.distinct import choose, continuous_envelope, senders_of
+from cosample.planner.fleet import fleet_of
 from cosample.planner.pairing import pair_offloads
 from cosample.planner.problem import Problem, build_problem
 from cosample.planner.quantised import choose_applied
-from cosample.planner.solution import Bounds, Solution
+from cosample.planner.solution import EXACT_TOLERANCE, Bounds, Solution
 
 #: Above this gap to the bound, the greedy is compared with the continuous optimum rounded to
 #: 1-in-N (``realise``) and the better plan kept; below it the rounding cannot win by much.
 FALLBACK_GAP = 1e-6
+#: Up to this many servers with capacity to spare, a plan short of the bound on every applied
+#: plan is searched for by the MILP over them (``applied_milp``); above, its gap is reported.
+SPACE_MILP_UP_TO = 12
 #: The solver name of the continuous optimum (not offered on the command line: not applicable).
 CONTINUOUS = "continuous"
 
@@ -85,10 +91,15 @@ def optimum_pps(dc: DataCentre) -> float:
 
 
 def solve_exact(problem: Problem) -> Solution:
-    """The plan as the switches apply it: each sender's sFlow 1-in-N (or off) and mirror share
-    chosen together (``quantised.choose_applied``), receivers 1-in-1, then the collector budget
-    and the pairing. ``bounds.applied`` bounds every 1-in-N plan; ``bounds.envelope`` is the
-    continuous optimum's bound (rates any real number), above it."""
+    """The plan as the switches apply it, and a bound on every plan they can apply.
+
+    First the plan that keeps senders and receivers apart (receivers sample 1-in-1, senders
+    choose their 1-in-N with their mirror share: ``quantised.choose_applied``), then the bound
+    on every applied plan (``applied_bound``: any server may take copies at its own 1-in-N and
+    may send and take at once; and the paper's LP). When the plan does not meet it and few
+    servers have capacity to spare, the MILP over every applied plan (``applied_milp``)
+    replaces it. Then the collector budget and the pairing. ``bounds.applied`` bounds every
+    applied plan; ``bounds.envelope`` the continuous optimum (receivers 1-in-1), at least it."""
     started = time.perf_counter()
     chosen = choose_applied(problem)
     senders = chosen.senders
@@ -101,17 +112,39 @@ def solve_exact(problem: Problem) -> Solution:
         sample_hosts = np.zeros(problem.size, dtype=bool)
         sample_hosts[senders.index] = chosen.sample
     src, dst, pps = pair_offloads(offload, problem.room_pps)
-    method, proved = chosen.method, chosen.optimal
+    method = f"{chosen.method} (receivers 1-in-1)"
+    objective = chosen.objective
+    capped = np.isfinite(problem.collector_cap_pps)
     cap = samples_bound(problem, problem.collector_cap_pps)
-    continuous = None
+    continuous, rates = None, None
+    fleet = fleet_of(problem)
+    bound = lp_bound(problem)
+    if objective < bound * (1 - EXACT_TOLERANCE):  # not met by the paper's LP: search prices
+        bound = min(bound, price_bound(fleet, chosen.room_price)[0])
+    if not capped and objective < bound * (1 - EXACT_TOLERANCE):
+        if np.count_nonzero(fleet.spare > 0) <= SPACE_MILP_UP_TO:
+            found = solve_space(fleet, _limits(chosen))
+            if found is not None:
+                bound = min(bound, found.bound)
+                if found.objective > objective:
+                    local, src, dst, pps = (
+                        problem.own_pps * found.rate,
+                        found.src,
+                        found.dst,
+                        found.pps,
+                    )
+                    sample_hosts = found.sample if sample_hosts is not None else None
+                    rates, objective, method = found.rate, found.objective, "MILP"
+    bound = max(bound, objective)
     if (
-        not proved
-        and not np.isfinite(problem.collector_cap_pps)
+        rates is None
+        and not capped
+        and objective < bound * (1 - EXACT_TOLERANCE)
         and chosen.objective < chosen.bound * (1 - FALLBACK_GAP)
     ):
         continuous = solve_continuous(problem)  # the greedy may miss what rounding finds
         rounded = continuous.applied
-        if float((problem.weight * rounded.distinct_pps).sum()) > chosen.objective:
+        if float((problem.weight * rounded.distinct_pps).sum()) > objective:
             keep = rounded.mirror_pps > 0
             local, src, dst, pps = (
                 rounded.local_pps,
@@ -121,7 +154,8 @@ def solve_exact(problem: Problem) -> Solution:
             )
             sample_hosts = continuous.sample_hosts
             method = "continuous optimum rounded (beat the greedy)"
-    if np.isfinite(problem.collector_cap_pps):
+    proved = objective >= bound * (1 - EXACT_TOLERANCE)
+    if capped:
         received = np.bincount(dst, weights=pps, minlength=problem.size)
         trimmed_local, trimmed = trim_to_collector_cap(problem, local, offload, received)
         if not (np.array_equal(trimmed_local, local) and np.array_equal(trimmed, offload)):
@@ -130,10 +164,10 @@ def solve_exact(problem: Problem) -> Solution:
             method, proved = method + ", trimmed to the collector budget", False
     bounds = Bounds(
         lp=min(lp_bound(problem), cap),
-        envelope=min(max(continuous_envelope(problem), chosen.bound), cap),
+        envelope=min(max(continuous_envelope(problem), bound), cap),
         method=method,
         optimal=proved,
-        applied=min(chosen.bound, cap),
+        applied=min(bound, cap),
     )
     return Solution(
         EXACT,
@@ -146,7 +180,20 @@ def solve_exact(problem: Problem) -> Solution:
         seconds=time.perf_counter() - started,
         known_continuous=continuous,
         sample_hosts=sample_hosts,
+        rates=rates,
     )
+
+
+def _limits(chosen) -> dict[int, tuple[float, ...]]:
+    """Each sender's N where its mirroring reaches its limit, and the N before it (the split
+    plan's candidates: explicit in the MILP from the start)."""
+    senders = chosen.senders
+    cap = senders.n_cap
+    return {
+        int(i): tuple(float(n) for n in (cap[k] - 1, cap[k]) if np.isfinite(n))
+        for k, i in enumerate(senders.index)
+        if not senders.grid[k]
+    }
 
 
 def solve_continuous(problem: Problem) -> Solution:
