@@ -111,7 +111,7 @@ def _flow_best(fleet: Fleet, lam: float, mu: float) -> np.ndarray:
     """phi on sFlow's ladder (1/N for N >= N_min, or off), exactly."""
     n_min = fleet.n_min
     low = np.where(np.isfinite(n_min), n_min, MAX_INTERVAL)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         n = 1.0 / np.column_stack(_turning_points(fleet, lam, mu, fleet.full, True))
     n = np.where(np.isfinite(n) & (n > 0), np.minimum(n, MAX_INTERVAL), np.nan)
     candidates = np.column_stack(
@@ -166,7 +166,8 @@ def _on_ladder(fleet: Fleet, points: list[np.ndarray], function, off: bool) -> n
             inside = np.flatnonzero(able & (t > 0) & (t * low < 1.0))
         if inside.size == 0:
             continue
-        n = np.minimum(1.0 / t[inside], MAX_INTERVAL)[:, None]
+        with np.errstate(over="ignore"):
+            n = np.minimum(1.0 / t[inside], MAX_INTERVAL)[:, None]
         m = np.maximum(np.concatenate((np.floor(n), np.ceil(n)), axis=1), low[inside, None])
         best[inside] = np.maximum(best[inside], function(1.0 / m, inside).max(axis=1))
     return best

@@ -416,4 +416,48 @@ def mirror_lp(fleet: Fleet, rate: np.ndarray, sample: np.ndarray):
         return src[:0], dst[:0], np.zeros(0), fixed
     pps = np.maximum(result.x, 0.0)
     used = pps > 0
-    return src[used], dst[used], pps[used], fixed + float(value @ pps)
+    src, dst, pps, value = src[used], dst[used], pps[used], value[used]
+    total = fixed + float(value @ pps)
+    return (*_few_pairs(src, dst, pps, rate), total)
+
+
+def _few_pairs(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, rate: np.ndarray):
+    """The same copies in fewer pairs: only what each sender sends to receivers of one rate and
+    what each of them takes matter (value and costs), so per rate the pairs are a vertex of
+    the transportation problem without a server mirroring to itself: at most senders +
+    receivers - 1 of them (dual simplex on a feasibility LP); as they were if that fails."""
+    out = ([], [], [])
+    for t in np.unique(rate[dst]):
+        at = rate[dst] == t
+        senders, send = np.unique(src[at], return_inverse=True)
+        takers, take = np.unique(dst[at], return_inverse=True)
+        supply = np.bincount(send, weights=pps[at])
+        demand = np.bincount(take, weights=pps[at])
+        demand *= supply.sum() / demand.sum()
+        i, k = np.meshgrid(np.arange(senders.size), np.arange(takers.size), indexing="ij")
+        i, k = i.ravel(), k.ravel()
+        keep = senders[i] != takers[k]
+        i, k = i[keep], k[keep]
+        rows = np.concatenate((i, senders.size + k))
+        cols = np.concatenate((np.arange(i.size), np.arange(i.size)))
+        matrix = sparse.csr_matrix(
+            (np.ones(2 * i.size), (rows, cols)), shape=(senders.size + takers.size, i.size)
+        )
+        result = linprog(
+            np.zeros(i.size),
+            A_eq=matrix,
+            b_eq=np.concatenate((supply, demand)),
+            bounds=(0, None),
+            method="highs-ds",
+        )
+        if result.status == 0:
+            x = result.x
+            nonzero = x > 1e-9 * supply.sum()
+            parts = (senders[i[nonzero]], takers[k[nonzero]], x[nonzero])
+        else:
+            parts = (src[at], dst[at], pps[at])
+        for whole, part in zip(out, parts):
+            whole.append(part)
+    if not out[0]:
+        return src, dst, pps
+    return tuple(np.concatenate(part) for part in out)

@@ -366,7 +366,8 @@ def plan_services(
     analysis_hosts: int | None = None,
 ) -> AppmonPlan:
     """The MILP for small fleets, else the greedy method; bound from the LP relaxation (or
-    everything monitored above ``LP_LIMIT`` pairs) and reported through ``AppmonPlan.gap``."""
+    everything monitored above ``LP_LIMIT`` pairs) and reported through ``AppmonPlan.gap``;
+    the shares as the agents apply them, whole client-port residues (``appmon_residues``)."""
     n = residual.shape[0]
     pairs = svc.size * n
     if pairs <= MILP_LIMIT:
@@ -378,7 +379,7 @@ def plan_services(
     else:
         bound = float(np.sum(svc.weight * svc.rate))
     bound = min(bound, plan.bound) if plan.method == "milp" else bound
-    return AppmonPlan(
+    planned = AppmonPlan(
         plan.to,
         plan.share,
         plan.load,
@@ -387,3 +388,6 @@ def plan_services(
         max(bound, plan.objective) + 0.0,
         plan.method,
     )  # no -0.0
+    from cosample.planner.appmon_residues import in_residues  # imports this module
+
+    return in_residues(planned, svc, residual, byte_cap, costs)
