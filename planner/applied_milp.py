@@ -3,25 +3,29 @@
 The space (``fleet``): every server picks its sFlow 1-in-N (or off, or where it may a K/65535
 by the sample action), mirrors shares of its own traffic to any other server and takes copies
 from any other server at its own N. For fixed rates the mirror shares are an LP
-(``mirror_lp``). Here the rates are binaries over *items*, per server:
+(``applied_mirrors.mirror_lp``). Here the rates are binaries over *items*, per server:
 
-- an explicit rate t (1/N, K/65535 or off): exactly its value and cost;
-- an interval between two explicit rates, standing for every rate of the ladder inside it with
-  the optimistic end of each term (local value and copies' value at the higher rate, costs and
-  the sender's ``1 - t`` at the lower): a relaxation, so the MILP bounds every applied plan.
+- an explicit rate (1/N, K/65535 or off): exactly its value and cost;
+- an interval between two explicit rates, standing for every rate of the ladder inside it: its
+  rate ``tau`` is a variable between the interval's ends (local value and cost exact), the
+  credit of the server's copies sampled elsewhere, ``(1 - t) G``, and the sampling of copies it
+  takes in, ``t I``, are bounded by McCormick's inequalities, and copies taken in are valued at
+  the interval's highest rate: a relaxation, so the MILP bounds every applied plan.
 
-The products of a rate with copies are linear by disaggregation: ``G_p`` (sampled copies of the
-server's traffic, credited at ``1 - t`` of its item p) and ``I_p`` (copies it takes in under
-item p) are bounded by their item's binary. Copies are pooled by the rate of the receiving item
-(its *class*): ``Y_ic`` copies of server i go to class c and are sampled at that rate; a pool's
-copies sent equal its copies taken in, and a server never takes its own (``Y_ic + I_ic`` at most
-the pool), which is exactly when the pooled flows split into pairs without a server mirroring
-to itself. So with explicit items only this is the applied problem itself.
+Products of a rate with copies are linear by disaggregation: ``G``, ``I`` and their products
+belong to an item and vanish with its binary. Copies are pooled by the rate they are sampled at
+(a pool per sFlow N: an item taking copies joins the pool of the largest listed N at most its
+own, valued at that pool's rate, and the pools are refined when that is not its own):
+``Y_ic`` copies of server i go to pool c; a pool's copies sent equal those taken in, and a
+server takes at most what the others send to its pool (``Y_ic + I_ic`` at most the pool), which
+is exactly when the pooled flows split into pairs without a server mirroring to itself. With
+explicit items only, this is the applied problem itself.
 
-Lazily: when the MILP picks an interval, its ends and middle become explicit and it is solved
-again. Every round's dual bound bounds every applied plan; the plan kept is the best one found
-by fixing each server's rate (an interval's higher end) and solving ``mirror_lp``. Proved
-optimal when it meets the bound (MILP relative gap 1e-9).
+Lazily: an interval the MILP picks is split (its ends, its middle, the levels next to its rate,
+levels a factor 4 apart) and the MILP solved again. Every round's dual bound bounds every
+applied plan; each round's plan takes the picks' rates (an interval's level next to its rate)
+and ``mirror_lp``'s shares. Proved optimal when the best plan meets the least bound (relative
+1e-9, ``EXACT_TOLERANCE``).
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE as SCALE
+from cosample.planner.applied_mirrors import mirror_lp
 from cosample.planner.fleet import Fleet
 from cosample.planner.realise import MAX_INTERVAL
 from cosample.planner.solution import EXACT_TOLERANCE
@@ -379,85 +384,3 @@ def _highs(cost, constraint: LinearConstraint, integrality, high, seconds: float
     if bound is None or not np.isfinite(bound):
         bound = result.fun
     return -float(bound), result.x
-
-
-def mirror_lp(fleet: Fleet, rate: np.ndarray, sample: np.ndarray):
-    """For fixed rates, the mirror shares that collect most (an LP, HiGHS): (src, dst, pps,
-    weighted distinct own packets collected)."""
-    full = np.where(sample, fleet.full_sample, fleet.full)
-    local = np.where(rate > 0, full * rate, 0.0)
-    left = np.maximum(fleet.spare - local, 0.0)
-    fixed = float((fleet.weight * fleet.own * rate).sum())
-    senders = np.flatnonzero((fleet.limit > 0) & (left > 0) & (rate < 1))
-    receivers = np.flatnonzero((rate > 0) & ~sample & (left > 0))
-    src = np.repeat(senders, receivers.size)
-    dst = np.tile(receivers, senders.size)
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    value = fleet.weight[src] * (1 - rate[src]) * rate[dst]
-    keep = value > 0
-    src, dst, value = src[keep], dst[keep], value[keep]
-    if src.size == 0:
-        return src, dst, np.zeros(0), fixed
-    k = src.size
-    n = fleet.size
-    cols = np.arange(k)
-    rows = np.concatenate((src, dst, n + src))
-    vals = np.concatenate((fleet.beta[src], (fleet.beta + fleet.alpha * rate)[dst], np.ones(k)))
-    matrix = sparse.csr_matrix((vals, (rows, np.concatenate((cols, cols, cols)))), shape=(2 * n, k))
-    result = linprog(
-        -value,
-        A_ub=matrix,
-        b_ub=np.concatenate((left, fleet.limit)),
-        bounds=(0, None),
-        method="highs",
-    )
-    if result.status != 0:
-        return src[:0], dst[:0], np.zeros(0), fixed
-    pps = np.maximum(result.x, 0.0)
-    used = pps > 0
-    src, dst, pps, value = src[used], dst[used], pps[used], value[used]
-    total = fixed + float(value @ pps)
-    return (*_few_pairs(src, dst, pps, rate), total)
-
-
-def _few_pairs(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, rate: np.ndarray):
-    """The same copies in fewer pairs: only what each sender sends to receivers of one rate and
-    what each of them takes matter (value and costs), so per rate the pairs are a vertex of
-    the transportation problem without a server mirroring to itself: at most senders +
-    receivers - 1 of them (dual simplex on a feasibility LP); as they were if that fails."""
-    out = ([], [], [])
-    for t in np.unique(rate[dst]):
-        at = rate[dst] == t
-        senders, send = np.unique(src[at], return_inverse=True)
-        takers, take = np.unique(dst[at], return_inverse=True)
-        supply = np.bincount(send, weights=pps[at])
-        demand = np.bincount(take, weights=pps[at])
-        demand *= supply.sum() / demand.sum()
-        i, k = np.meshgrid(np.arange(senders.size), np.arange(takers.size), indexing="ij")
-        i, k = i.ravel(), k.ravel()
-        keep = senders[i] != takers[k]
-        i, k = i[keep], k[keep]
-        rows = np.concatenate((i, senders.size + k))
-        cols = np.concatenate((np.arange(i.size), np.arange(i.size)))
-        matrix = sparse.csr_matrix(
-            (np.ones(2 * i.size), (rows, cols)), shape=(senders.size + takers.size, i.size)
-        )
-        result = linprog(
-            np.zeros(i.size),
-            A_eq=matrix,
-            b_eq=np.concatenate((supply, demand)),
-            bounds=(0, None),
-            method="highs-ds",
-        )
-        if result.status == 0:
-            x = result.x
-            nonzero = x > 1e-9 * supply.sum()
-            parts = (senders[i[nonzero]], takers[k[nonzero]], x[nonzero])
-        else:
-            parts = (src[at], dst[at], pps[at])
-        for whole, part in zip(out, parts):
-            whole.append(part)
-    if not out[0]:
-        return src, dst, pps
-    return tuple(np.concatenate(part) for part in out)

@@ -1,14 +1,17 @@
 """The exact solver: distinct packets as the switches apply them, and the bounds around them.
 
-Structure (docs/planner.md, "Why the plan is exact"): a bridge has one sFlow rate, so a server
-can take mirrored packets only if it samples everything entering its bridge 1-in-1. The servers
-that can afford that (P, ``Problem.receiver``) sample all their own traffic and offer their
-leftover capacity as room, ``(spare - alpha x bridge input) / (alpha + beta)`` pps; with a full
-mesh only the total room R matters. The others (senders) share R. ``solve_exact`` chooses each
-sender's sFlow 1-in-N (or off) together with what it mirrors (``quantised.choose_applied``):
-proved optimal among the plans sFlow can apply when all fit or few compete, otherwise greedily
-with the gap to a bound over every such plan. Then the collector budget trims the plan and
-``pairing.pair_offloads`` draws few sender-receiver pairs.
+Structure (docs/planner.md, "Why the plan is exact" and "Every plan OVS can apply"): first the
+*split plan*, which keeps receivers at 1-in-1 and senders apart: the servers that can afford
+sampling their bridge 1-in-1 (P, ``Problem.receiver``) sample all their own traffic and offer
+their leftover capacity as room, ``(spare - alpha x bridge input) / (alpha + beta)`` pps; with a
+full mesh only the total room R matters, and the others (senders) share it, each choosing its
+sFlow 1-in-N (or off) with what it mirrors (``quantised.choose_applied``, O(n log n)). Then a
+bound on every plan OVS can apply, where any server takes copies at its own 1-in-N and may send
+too (the paper's LP, and ``applied_bound``'s prices); when the split plan does not meet it and
+few servers have capacity to spare, the MILP over every applied plan (``applied_milp``) plans
+instead. "Proved optimal" only where the plan meets the bound. Then the collector budget trims
+the plan and ``pairing.pair_offloads`` draws few sender-receiver pairs (the MILP's plan brings
+its own pairs).
 
 ``solve_continuous`` is the optimum when a local share may be any real number
 (``distinct.choose``): the bound ``bounds.envelope`` and the reference of what 1-in-N costs.

@@ -78,7 +78,8 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
     assumptions = summary["assumptions"]
     unit = "weighted pps" if objective["weighted"] else "pps"
     proof = (
-        "proved optimal" + (" as applied" if objective.get("bound_applied") is not None else "")
+        "proved optimal"
+        + (" over every applied plan" if objective.get("bound_applied") is not None else "")
         if objective["optimal"]
         else f"within {_pct(objective['gap'])} of the bound"
     )
@@ -99,7 +100,7 @@ def summary_lines(plan: dict[str, Any]) -> list[str]:
         f"({objective['method']})"
         + "; bounds "
         + (
-            f"1-in-N {objective['bound_applied']:,.0f}, "
+            f"applied {objective['bound_applied']:,.0f}, "
             if objective.get("bound_applied") is not None
             else ""
         )
