@@ -30,9 +30,11 @@ from cosample.planner.fleet import Fleet
 from cosample.planner.realise import MAX_INTERVAL
 
 #: Above this many servers the prices are searched on a sample of them (then evaluated on all).
-SEARCH_SAMPLE = 4_000
+SEARCH_SAMPLE = 2_000
+#: Up to this many servers the price of a copy sent is searched too (the general case).
+BOTH_PRICES_UP_TO = 64
 #: Golden-section steps of each price's search (each a pass over the searched servers).
-SEARCH_STEPS = 14
+SEARCH_STEPS = 12
 
 
 def value_at(fleet: Fleet, t: np.ndarray, lam: float, mu: float, full: np.ndarray, receive):
@@ -152,15 +154,16 @@ def server_best(fleet: Fleet, lam: float, mu: float) -> np.ndarray:
 
 def _on_ladder(fleet: Fleet, points: list[np.ndarray], function, off: bool) -> np.ndarray:
     """max of ``function(t, at)`` (``at``: the servers t is for, None for all) over sFlow's
-    rates next to each turning point in ``points`` (where it lies between 0 and 1/N_min), and
-    1/N_min, 1/(2^32-1), and 0 when ``off``; -inf where no rate is affordable."""
+    rates next to each turning point in ``points`` (where it lies between 0 and 1/N_min),
+    1/N_min, and 0 when ``off``; -inf where no rate is affordable. The lowest rates need no
+    column: where the function falls as t rises from 0, the rates there are worth at most its
+    value at 0 (off; 0 for ``f1``, at most off's ``h``), where it rises they are below the next
+    turning point's."""
     n_min = fleet.n_min
     able = np.isfinite(n_min)
     low = np.where(able, n_min, MAX_INTERVAL)
     best = function(np.zeros(fleet.size), None) if off else np.full(fleet.size, -np.inf)
     best = np.maximum(best, np.where(able, function(1.0 / low, None), -np.inf))
-    tiny = np.flatnonzero(able)
-    best[tiny] = np.maximum(best[tiny], function(np.full(tiny.size, 1.0 / MAX_INTERVAL), tiny))
     for t in points:
         with np.errstate(invalid="ignore"):
             inside = np.flatnonzero(able & (t > 0) & (t * low < 1.0))
@@ -228,15 +231,17 @@ def price_bound(fleet: Fleet, mu_hint: float = 0.0, seed: int = 0) -> tuple[floa
     bound; the least is the tightest).
 
     ``mu_hint``: a good price of a sampled copy, e.g. the value of one pps of room at the
-    receivers that sample 1-in-1 (``quantised.Hulls.price``). Up to ``SEARCH_SAMPLE`` servers
-    both prices are searched on the fleet itself; above, the price of a sampled copy alone
-    (``lam = 0``, the fast case) on a random sample of that many servers, and the bound is
-    evaluated on the whole fleet once, at the price found.
+    receivers that sample 1-in-1 (``quantised.Hulls.price``). Up to ``BOTH_PRICES_UP_TO``
+    servers both prices are searched; above, the price of a sampled copy alone (``lam = 0``,
+    the fast case), on a random ``SEARCH_SAMPLE`` of the servers when there are more, and the
+    bound is evaluated on the whole fleet once, at the price found.
     """
     top = float(np.max(fleet.weight, initial=1.0))
-    if fleet.size > SEARCH_SAMPLE:
-        pick = np.random.default_rng(seed).choice(fleet.size, SEARCH_SAMPLE, replace=False)
-        searched = fleet.take(np.sort(pick))
+    if fleet.size > BOTH_PRICES_UP_TO:
+        searched = fleet
+        if fleet.size > SEARCH_SAMPLE:
+            pick = np.random.default_rng(seed).choice(fleet.size, SEARCH_SAMPLE, replace=False)
+            searched = fleet.take(np.sort(pick))
         mu = _golden(lambda m: dual(searched, 0.0, m), 0.0, max(2 * mu_hint, top), mu_hint)
         return dual(fleet, 0.0, mu), 0.0, mu
     tried: dict[tuple[float, float], float] = {}

@@ -157,6 +157,12 @@ def rounding_lines(rounding: dict[str, Any] | None, sample: bool = False) -> lis
         f"({_pct(rounding['cost_share'])}) against the continuous optimum "
         f"{rounding['continuous_pps']:,.0f}"
     )
+    if rounding["cost_pps"] < 0:  # servers taking copies at their own 1-in-N beat it
+        line = (
+            f"rounding   as applied {-rounding['cost_pps']:,.0f} pps "
+            f"({_pct(-rounding['cost_share'])}) more than the continuous optimum "
+            f"{rounding['continuous_pps']:,.0f} (receivers at 1-in-1 there)"
+        )
     if rounding["servers"]:
         line += "; most: " + ", ".join(
             f"{s['name']} -{_pps(s['loss_pps'])}" for s in rounding["servers"]
