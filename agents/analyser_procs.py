@@ -24,6 +24,7 @@ from typing import Protocol
 
 from cosample.agents.analysers import (
     ANALYSERS_DIR,
+    RECORD_KEY_FILE,
     Child,
     StartAnalyser,
     StopAnalyser,
@@ -34,6 +35,8 @@ from cosample.agents.analysers import (
     wanted_analysers,
 )
 from cosample.agents.ledger import private_dir
+from cosample.agents.state import short_hash
+from cosample.dataplane.recordkeys import read_key
 from cosample.files import write_bytes_atomic
 
 PID_FILE, LOG_FILE = "pid.json", "analyser.log"
@@ -46,13 +49,24 @@ log = logging.getLogger("cosample.agents")
 
 def wanted_for(appmon, config) -> dict[str, WantedAnalyser]:
     """The analysers a host's desired appmon state (None: none) asks, with the agent's
-    settings."""
+    settings (its record secret read here, when records are asked)."""
+    spec = appmon.spec if appmon is not None else ()
+    secret = None
+    if config.record_secret and any(
+        item.get("send_records") or item.get("receive_records") for item in spec
+    ):
+        try:
+            secret = read_key(config.record_secret, "record_secret")
+        except ValueError as exc:  # the analysers then refuse to start; the log says why
+            log.error("analysers: %s", exc)
     return wanted_analysers(
-        appmon.spec if appmon is not None else (),
+        spec,
         host=config.host,
         state_dir=config.state_dir,
         window_s=config.analyser_window_s,
         snapshot_key=config.analyser_key,
+        record_secret=secret,
+        insecure_records=config.insecure_records,
     )
 
 
@@ -209,6 +223,11 @@ class Supervisor:
         analyser = command.analyser
         directory = private_dir(analyser.state_dir)
         private_dir(self.root)
+        if analyser.record_key is not None:  # the pair's key, for the child's --record-key
+            for old in directory.glob(RECORD_KEY_FILE.format("*")):
+                old.unlink()
+            name = RECORD_KEY_FILE.format(short_hash(analyser.record_key.hex()))
+            write_bytes_atomic(directory / name, analyser.record_key.hex().encode(), mode=0o600)
         pid = self.processes.spawn(analyser.argv, directory / LOG_FILE)
         before = self.children.get(analyser.name)
         self.children[analyser.name] = Child(

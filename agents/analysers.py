@@ -17,17 +17,21 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cosample.agents.commands import Command
 from cosample.agents.state import short_hash
+from cosample.dataplane.recordkeys import pair_key
 from cosample.plan.appmon import SHARE_BITS
 
 #: Folder of the analysers' state directories, inside the agent's state directory (0700).
 ANALYSERS_DIR = "analysers"
 #: A child that ran this long before exiting was not failing: its back-off starts again.
 STABLE_S = 60.0
+#: The pair key's file in an analyser's state directory (its name carries a hash of the key,
+#: so a new secret changes the argument list and restarts the pair).
+RECORD_KEY_FILE = "record-{}.key"
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class WantedAnalyser:
     service: str
     argv: tuple[str, ...]
     state_dir: str
+    #: the compact records' pair key (sender and receiver): written to ``RECORD_KEY_FILE`` in
+    #: ``state_dir`` (0600) before the process starts; None: no records, or insecure ones
+    record_key: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -95,9 +102,13 @@ def wanted_analysers(
     state_dir: str | Path,
     window_s: float,
     snapshot_key: str | None = None,
+    record_secret: bytes | None = None,
+    insecure_records: bool = False,
     python: str = sys.executable,
 ) -> dict[str, WantedAnalyser]:
-    """One ``appmon run`` per spec item, by name."""
+    """One ``appmon run`` per spec item, by name. A sender or receiver of compact records
+    gets its pair's key (``records.pair_key`` of ``record_secret``; with neither a secret nor
+    ``insecure_records`` the process refuses to start and its log says why)."""
     wanted = {}
     root = Path(state_dir) / ANALYSERS_DIR
     for item in spec:
@@ -115,8 +126,23 @@ def wanted_analysers(
             argv += ["--send-records", item["send_records"]]
         if item.get("receive_records"):
             argv += ["--receive-records", item["receive_records"]]
+        key = None
+        if item.get("send_records") or item.get("receive_records"):
+            pair = (host, item["send_to"]) if item.get("send_records") else (item["from"], host)
+            if record_secret is not None:
+                key = pair_key(record_secret, *pair)
+                file = RECORD_KEY_FILE.format(short_hash(key.hex()))
+                argv += ["--record-key", str(Path(directory) / file)]
+            elif insecure_records:
+                argv += ["--insecure-records"]
+        if item.get("send_records_from"):
+            argv += ["--send-records-from", item["send_records_from"]]
+        if item.get("records_from"):
+            argv += ["--records-from", item["records_from"]]
         if residues < 1 << SHARE_BITS:
             argv += ["--share-residues", str(max(1, residues))]
+        if svc.get("protocol", "http") != "http":  # HTTP/1.x is what it reads undeclared
+            argv += ["--protocol", f"{svc['port']}={svc['protocol']}"]
         argv += [
             "--port",
             str(svc["port"]),
@@ -129,7 +155,7 @@ def wanted_analysers(
         ]
         if snapshot_key:
             argv += ["--snapshot-key", snapshot_key]
-        wanted[name] = WantedAnalyser(name, kind, service, tuple(argv), directory)
+        wanted[name] = WantedAnalyser(name, kind, service, tuple(argv), directory, key)
     return wanted
 
 

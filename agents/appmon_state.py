@@ -298,10 +298,11 @@ def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
     """What an analyser on ``host`` reads, one item per service: interface, BPF filter, snaplen.
 
     Sniffer entries of this host (on-site, or ``send_to`` an analysis host with compact
-    records: ``send_records`` is the endpoint for ``appmon run --send-records``), the services
-    other hosts mirror to this host (read from the tunnel device), and the other hosts' sniffers
-    that send records here (``interface`` None; ``receive_records`` for ``appmon run
-    --receive-records``).
+    records: ``send_records`` is the endpoint for ``appmon run --send-records``, sent from
+    ``send_records_from``, this host's tunnel address), the services other hosts mirror to this
+    host (read from the tunnel device), and the other hosts' sniffers that send records here
+    (``interface`` None; ``receive_records`` for ``appmon run --receive-records``, taken only
+    from ``records_from``, the sender's tunnel address).
     """
     items = []
     for entry in host.appmon:
@@ -314,12 +315,18 @@ def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
             )
             if entry.to is not None:  # ``appmon run --send-records`` to the analysis host
                 item["send_records"] = _record_endpoint(plan, entry.to, host.name)
+                item["send_records_from"] = tunnel_ip(
+                    plan, host.name, f"its sniffer sends compact records to {entry.to}"
+                )
             items.append(item)
     for sender, other in sorted(plan.hosts.items()):
         for entry in other.appmon:
             if entry.to == host.name and entry.mechanism == "sniffer":
                 item = _spec_item(entry, None, sender=sender, send_to=None)  # type: ignore
                 item["receive_records"] = _record_endpoint(plan, host.name, sender)
+                item["records_from"] = tunnel_ip(  # the only address records are taken from
+                    plan, sender, f"its sniffer sends compact records to {host.name}"
+                )
                 items.append(item)
             elif entry.to == host.name:
                 items.append(

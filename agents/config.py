@@ -74,11 +74,34 @@ class AgentConfig(Strict):
     #: Ed25519 private key the analysers sign their snapshots with (``--snapshot-key``; the
     #: controller verifies with ``--analyser-key``); None: unsigned snapshots.
     analyser_key: Text | None = None
+    #: The site's secret for compact records (a file: at least 32 bytes as hexadecimal text,
+    #: mode 600, the same on every agent host; ``openssl rand -hex 32``): each sender/receiver
+    #: pair's key is derived from it (docs/appmon.md, "Compact records"). Without it an
+    #: analyser of records refuses to start unless ``insecure_records`` (labs only: anyone who
+    #: reaches the records port can then forge the windows).
+    record_secret: Text | None = None
+    insecure_records: bool = False
     #: SIGTERM, then SIGKILL after this long; restarts back off from ``analyser_backoff_s``,
     #: doubling per early exit, to at most ``analyser_backoff_max_s``.
     analyser_stop_s: Positive = 5.0
     analyser_backoff_s: Positive = 1.0
     analyser_backoff_max_s: Positive = 60.0
+    #: The guard (``agents/guarding.py``, docs/agents.md "The guard"): ``on`` steps sampling
+    #: and mirrors down the plan's ladder while forwarding is past the plan's limit and back
+    #: up after; ``report`` only logs and counts what it would do; ``off`` reads nothing.
+    guard: Literal["on", "report", "off"] = "on"
+    #: one reading and decision per tick (every second or faster)
+    guard_interval_s: Annotated[float, Field(ge=0.1, le=1.0)] = 1.0
+    #: what a reading is made of (``agents/headroom.py``): ``vswitchd`` (its forwarding
+    #: threads' run + run-queue wait), ``host`` (/proc/stat), ``drops`` (ovs-appctl dpctl/show)
+    guard_signals: Annotated[
+        tuple[Literal["vswitchd", "host", "drops"], ...],
+        BeforeValidator(listed),
+        Field(min_length=1),
+    ] = ("vswitchd",)
+    #: step up only below limit - band, after this many readings in a row
+    guard_band: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    guard_up_after: Annotated[int, Field(ge=1, le=3600)] = 5
 
     @property
     def rundir(self) -> str:
@@ -93,6 +116,7 @@ class AgentConfig(Strict):
         out = self.model_dump()
         if out["vm_ports"] is not None:
             out["vm_ports"] = list(out["vm_ports"])
+        out["guard_signals"] = list(out["guard_signals"])
         return out
 
     def replace(self, **changes: Any) -> "AgentConfig":

@@ -1,4 +1,5 @@
-"""What a host must look like, from its part of a plan (pure): ``desired_state`` and ``safe_state``.
+"""What a host must look like, from its part of a plan (pure): ``desired_state``, ``safe_state``,
+and ``at_rung``, the plan's state on a rung of its guard's ladder (``cosample.plan.guard``).
 
 The safe state is what an agent falls back to when it has no valid, unexpired plan: local sFlow
 at the conservative ``safe_sampling`` rate (1-in-4096 by default), no mirrors, no receiver
@@ -6,6 +7,8 @@ tunnels. It never loads a server beyond sampling a small fraction of its own tra
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from cosample.agents.appmon_state import desired_appmon
 from cosample.agents.config import AgentConfig
@@ -23,6 +26,7 @@ from cosample.agents.state import (
 from cosample.dataplane.tcmirror import chain_thresholds
 from cosample.plan.document import HostPlan, Plan, SflowSpec, tunnel_ip
 from cosample.plan.errors import PlanError
+from cosample.plan.guard import Rung
 
 DEFAULT_BRIDGE = "br-int"
 
@@ -74,6 +78,26 @@ def safe_state(config: AgentConfig, plan: Plan | None = None) -> DesiredState:
         plan_version=plan.version if plan is not None else None,
         vm_ports=_vm_ports(config, host),
     )
+
+
+def at_rung(desired: DesiredState, rung: Rung) -> DesiredState:
+    """``desired`` (a plan's state) with the guard's ``rung`` in force: its sFlow 1-in-N, and
+    every mirror rate times its scale (the chain's thresholds recomputed, so the shares stay
+    exclusive; scale 0: no mirrors at all). Rung 0, the plan itself, gives ``desired`` back."""
+    changes: dict = {}
+    if desired.sflow is not None and rung.sampling is not None:
+        if rung.sampling != desired.sflow.sampling:
+            changes["sflow"] = replace(desired.sflow, sampling=rung.sampling)
+    if desired.mirrors and rung.mirror_scale != 1.0:
+        if rung.mirror_scale <= 0.0:
+            changes["mirrors"] = ()
+        else:
+            rates = [t.rate * rung.mirror_scale for t in desired.mirrors]
+            changes["mirrors"] = tuple(
+                replace(t, rate=rate, probability=q)
+                for t, rate, q in zip(desired.mirrors, rates, chain_thresholds(rates))
+            )
+    return replace(desired, **changes) if changes else desired
 
 
 def mirror_device_name(config: AgentConfig, peer: str) -> str:

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from cosample import __version__
 from cosample.agents.appmon_state import summary as appmon_summary
@@ -49,6 +49,8 @@ class CycleReport:
     warnings: tuple[str, ...] = ()
     #: the analyser processes this agent runs (``analysers.describe``)
     analysers: tuple[dict[str, Any], ...] = ()
+    #: the guard's state (``guarding.GuardStatus``); None without a guard
+    guard: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -157,6 +159,23 @@ class Metrics:
             "Restarts of the analysers wanted now, summed",
             registry=r,
         )
+        self.guard_rung = Gauge(
+            "cosample_agent_guard_rung",
+            "Rung of the plan's ladder the guard runs (0: the plan itself)",
+            registry=r,
+        )
+        self.guard_busy = Gauge(
+            "cosample_agent_guard_busy_ratio",
+            "The guard's last reading of forwarding busy (1: no time to spare)",
+            registry=r,
+        )
+        self.guard_steps = Counter(
+            "cosample_agent_guard_steps",
+            "Steps the guard took along the ladder, by direction (down, up)",
+            ["direction"],
+            registry=r,
+        )
+        self._guard_steps = {"down": 0, "up": 0}  # the counts the counter has been told
         self.insecure = Gauge(
             "cosample_agent_insecure_unsigned",
             "1 when plans are accepted without a signature",
@@ -196,6 +215,20 @@ class Metrics:
                 sum(a["state"] == state for a in report.analysers)
             )
         self.analyser_restarts.set(sum(a["restarts"] for a in report.analysers))
+        self.record_guard(report.guard)
+
+    def record_guard(self, guard: dict[str, Any] | None) -> None:
+        """The guard's gauges (also after a tick without a step: the HTTP metrics read them)."""
+        if guard is None:
+            return
+        self.guard_rung.set(guard["rung"] if guard["mode"] == "on" else 0)
+        self.guard_busy.set(guard["busy"] if guard["busy"] is not None else 0)
+        for direction in ("down", "up"):
+            steps = guard[f"steps_{direction}"]
+            self.guard_steps.labels(direction=direction).inc(
+                max(0, steps - self._guard_steps[direction])
+            )
+            self._guard_steps[direction] = steps
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
@@ -218,6 +251,28 @@ def read_status(state_dir: str | Path) -> dict[str, Any] | None:
 
 
 def serve_metrics(metrics: Metrics, port: int):
-    """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread); returns the server."""
-    server, _thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
+    """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread) with the daemons'
+    one HTTP server (``cosample.httpserver``; its own counts as ``cosample_agent_http_*``);
+    returns the server."""
+    import threading
+    from http.server import BaseHTTPRequestHandler
+
+    from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
+
+    own = CollectorRegistry(auto_describe=False)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] not in ("/", "/metrics"):
+                self.send_error(404, "try /metrics")
+                return
+            body = metrics.text() + generate_latest(own)
+            send_body(self, body, "text/plain; version=0.0.4; charset=utf-8")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = BoundedHTTPServer(("127.0.0.1", port), Handler)
+    own.register(ServerMetrics("cosample_agent", lambda: server))
+    threading.Thread(target=server.serve_forever, name="agent-metrics", daemon=True).start()
     return server

@@ -32,6 +32,8 @@ from pathlib import Path
 from cosample.agents.analyser_procs import Supervisor, wanted_for
 from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
+from cosample.agents.guarding import HostGuard
+from cosample.agents.guardsteps import GuardSteps
 from cosample.agents.host import Host
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.agents.mtu import mirror_mtu_warnings
@@ -76,7 +78,7 @@ def unsigned_warning(config: AgentConfig) -> str | None:
     )
 
 
-class Agent:
+class Agent(GuardSteps):
     """One host's agent. ``host`` is a ``LinuxOvsHost`` (default) or a ``FakeHost``."""
 
     def __init__(
@@ -89,6 +91,7 @@ class Agent:
         metrics: Metrics | None = None,
         on_command: Callable[[str], None] | None = None,
         supervisor: Supervisor | None = None,
+        guard: HostGuard | None = None,
     ) -> None:
         if host is None:
             from cosample.agents.host import LinuxOvsHost
@@ -96,6 +99,12 @@ class Agent:
             host = LinuxOvsHost(config)
             if supervisor is None and config.run_analysers:  # effects come with the real host
                 supervisor = Supervisor.from_config(config)
+            if guard is None and config.guard != "off":
+                guard = HostGuard(config, vm_ports=lambda: self._vm_ports)
+        #: steps the host along its plan's ladder between cycles (None: no guard)
+        self.guard = guard
+        self._vm_ports: tuple[str, ...] = ()
+        self.last_report: CycleReport | None = None
         #: runs the analysers the plan asks of this host (None: an operator does)
         self.supervisor = supervisor
         self.config = config
@@ -129,6 +138,7 @@ class Agent:
         desired = self._desired(plan, errors, kinds)
         if plan is not None and desired is None:
             plan, reason = None, f"safe state: {errors[-1]}"
+        desired = self._guarded(plan, desired)
         fallback = self._fallback()
         if plan is None:
             desired = fallback
@@ -158,6 +168,8 @@ class Agent:
                     else "safe state: the new plan failed"
                 )
         self._supervise(desired, outcome)
+        if self.guard is not None:
+            self.guard.follow(plan, desired.mode)
         return self._report(desired, outcome, errors, kinds, reason, plan, selection.pending, now)
 
     def remove(self) -> CycleReport:
@@ -186,7 +198,9 @@ class Agent:
             done += 1
             if max_cycles is not None and done >= max_cycles:
                 break
-            stop.wait(self.config.interval_s + random.uniform(0, self.config.jitter_s))
+            self._between_cycles(
+                stop, self.config.interval_s + random.uniform(0, self.config.jitter_s)
+            )
         if stop.is_set():
             self.close()
 
@@ -330,7 +344,7 @@ class Agent:
         """Where a failed new plan returns to: the last good plan, else the safe state."""
         if self.running is not None and not self.running.expired(self.clock()):
             try:
-                return desired_state(self.running, self.config)
+                return self._guarded(self.running, desired_state(self.running, self.config))
             except PlanError:
                 pass
         return safe_state(self.config, self.running)
@@ -403,6 +417,7 @@ class Agent:
         pending: Plan | None,
         now: datetime,
         dry_run: bool = False,
+        pending_version: int | None = None,
     ) -> CycleReport:
         if dry_run:
             result = "dry-run"
@@ -426,7 +441,7 @@ class Agent:
             plan_version=plan.version if plan else None,
             plan_id=plan.plan_id if plan else None,
             plan_expires=format_time(plan.expires) if plan else None,
-            pending_version=pending.version if pending else None,
+            pending_version=pending.version if pending else pending_version,
             commands=tuple(outcome.commands),
             remaining=tuple(outcome.remaining),
             problems=tuple(outcome.problems),
@@ -434,6 +449,7 @@ class Agent:
             desired=summarise(desired),
             warnings=((warning,) if warning else ()) + tuple(outcome.warnings),
             analysers=tuple(self.supervisor.status()) if self.supervisor is not None else (),
+            guard=self.guard.status().as_dict() if self.guard is not None else None,
         )
         for error in errors:
             log.warning("%s", error)
@@ -442,6 +458,7 @@ class Agent:
             private_dir(self.state_dir)
             write_reports(self.state_dir, report, self.metrics)
             self._clean_state_dir()
+            self.last_report = report
         return report
 
     def _clean_state_dir(self) -> None:

@@ -32,6 +32,9 @@ IGNORED = frozenset(
         "truncated_segments",
         "body_holes_skipped",
         "first_lines_cut",
+        "first_lines_unseen",
+        "framing_cut",
+        "tls_tickets",
         "record_datagrams_reordered",
         "record_senders_restarted",
     )
@@ -51,10 +54,11 @@ class Analyser:
         records=None,
         counters: Counter | None = None,
         selected: int = 1 << SHARE_BITS,
+        protocols: dict[int, str] | None = None,
     ) -> None:
         self.link = link
         self.counters: Counter = Counter() if counters is None else counters
-        self.windows = Windows(window_s)
+        self.windows = Windows(window_s, self.counters)
         on_request, on_response = self.windows.request, self.windows.response
         if records is not None:  # an off-site sniffer: every request and response also as a record
 
@@ -74,7 +78,8 @@ class Analyser:
                 remote=records.response,
             ):
                 local(service, time, status, service_time, connection)
-                remote(service, time, status, service_time)
+                if status is not None:  # records carry HTTP statuses; a TLS answer has none
+                    remote(service, time, status, service_time)
 
         self.table = ConnectionTable(
             self.counters,
@@ -83,6 +88,8 @@ class Analyser:
             max_connections=max_connections,
             ports=frozenset(ports),
             selected=selected,
+            protocols=protocols,
+            on_connection=self.windows.connection,
         )
         self.frames = 0
         self.totals: dict[tuple, ServiceStats] = {}
@@ -117,6 +124,9 @@ class Analyser:
         for window in closed:
             for service, stats in window.services.items():
                 self.totals.setdefault(service, ServiceStats()).merge(stats)
+        if len(self.totals) > self.windows.max_services:  # the forgotten services' totals too
+            live = set(self.windows.current).union(*(w.services for w in closed))
+            self.totals = {s: t for s, t in self.totals.items() if s in live}
         return closed
 
     def dropped(self) -> dict[str, int]:

@@ -28,6 +28,15 @@ def register(subparsers) -> None:
         "a VM's port, lo); needed unless --receive-records",
     )
     run.add_argument(
+        "--ring-mib",
+        type=int,
+        default=64,
+        metavar="N",
+        help="packet ring size in MiB of kernel memory (default 64: at least 25 s of "
+        "traffic at low rates, about 0.6 s at 300,000 frames/s); frames that find it full "
+        "are kernel drops",
+    )
+    run.add_argument(
         "--send-records",
         metavar="ADDRESS:PORT",
         help="off-site sniffer: also send every request and response as a compact "
@@ -46,6 +55,30 @@ def register(subparsers) -> None:
         metavar="ADDRESS:PORT",
         help="analysis host: listen for compact records here and count them in "
         "the same windows as packets",
+    )
+    run.add_argument(
+        "--record-key",
+        metavar="FILE",
+        help="the pair's key for compact records (hexadecimal, mode 600): the sender "
+        "authenticates each datagram with it, the receiver takes none without it "
+        "(the agents derive it from their record_secret)",
+    )
+    run.add_argument(
+        "--records-from",
+        metavar="ADDRESS",
+        help="with --receive-records: the only address records are taken from "
+        "(the sender's, as the plan names it)",
+    )
+    run.add_argument(
+        "--send-records-from",
+        metavar="ADDRESS",
+        help="with --send-records: send from this local address (the one the receiver expects)",
+    )
+    run.add_argument(
+        "--insecure-records",
+        action="store_true",
+        help="compact records without a key (a well-known one) and, on a receiver, from "
+        "any address: anyone who reaches the port can forge the windows (labs only)",
     )
     run.add_argument(
         "--share-residues",
@@ -126,6 +159,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "TCP connection that speaks HTTP/1.x)",
     )
     parser.add_argument(
+        "--protocol",
+        action="append",
+        default=[],
+        metavar="PORT=PROTOCOL",
+        help="what the service on PORT speaks: http (HTTP/1.x), h2c, tls (HTTP/1.1 over TLS) or "
+        "h2 (HTTP/2 over TLS); repeat for several (default: told by each connection's first "
+        "bytes, TLS as tls unless ALPN shows h2)",
+    )
+    parser.add_argument(
         "--name",
         default=socket.gethostname(),
         help="analyser name in the snapshot (default: host name)",
@@ -143,6 +185,16 @@ def _settings(args) -> tuple[float, frozenset[int]]:
     return args.window, frozenset(args.port)
 
 
+def _protocols(args) -> dict[int, str]:
+    from cosample.appmon.errors import AppmonError
+    from cosample.appmon.protocols import parse_declarations
+
+    try:
+        return parse_declarations(args.protocol)
+    except ValueError as exc:
+        raise AppmonError(f"--protocol: {exc}") from None
+
+
 def _run(args) -> int:
     import signal
 
@@ -152,6 +204,7 @@ def _run(args) -> int:
     from cosample.appmon.service import Service, Settings
 
     window, ports = _settings(args)
+    protocols = _protocols(args)
     if args.duration is not None and not args.duration > 0:
         raise AppmonError(f"--duration: must be > 0, got {args.duration}")
     if args.interface is None and args.receive_records is None:
@@ -170,6 +223,13 @@ def _run(args) -> int:
     rate = DEFAULT_RATE if args.record_rate is None else args.record_rate
     if not rate > 0:
         raise AppmonError(f"--record-rate: must be > 0, got {rate:g}")
+    send_to = parse_endpoint(args.send_records, "--send-records") if args.send_records else None
+    receive_at = (
+        parse_endpoint(args.receive_records, "--receive-records") if args.receive_records else None
+    )
+    key, records_from = _record_trust(args)
+    if not 1 <= args.ring_mib <= 4096:
+        raise AppmonError(f"--ring-mib: expected 1-4096, got {args.ring_mib}")
     settings = Settings(
         interface=args.interface,
         name=args.name,
@@ -182,15 +242,16 @@ def _run(args) -> int:
         band=args.band,
         max_silence_s=args.max_silence,
         duration_s=args.duration,
-        send_records=parse_endpoint(args.send_records, "--send-records")
-        if args.send_records
-        else None,
+        send_records=send_to,
         record_rate=rate,
-        receive_records=parse_endpoint(args.receive_records, "--receive-records")
-        if args.receive_records
-        else None,
+        receive_records=receive_at,
         snapshot_key=args.snapshot_key,
         selected=selected,
+        receive_buffer=args.ring_mib << 20,
+        record_key=key,
+        records_from=records_from,
+        send_records_from=args.send_records_from,
+        protocols=protocols,
     )
     service = Service(settings).start()
     for number in (signal.SIGTERM, signal.SIGINT):
@@ -213,10 +274,67 @@ def _run(args) -> int:
     return 0
 
 
+def _record_trust(args) -> tuple[bytes, str | None]:
+    """The records' key and the receiver's one sender, checked; secure unless
+    ``--insecure-records`` says otherwise, loudly."""
+    import ipaddress
+
+    from cosample.appmon.errors import AppmonError
+    from cosample.appmon.recordlink import read_key
+    from cosample.appmon.records import INSECURE_KEY
+
+    records = args.send_records or args.receive_records
+    for option, value in (
+        ("--record-key", args.record_key),
+        ("--records-from", args.records_from),
+        ("--send-records-from", args.send_records_from),
+        ("--insecure-records", args.insecure_records),
+    ):
+        if value and not records:
+            raise AppmonError(f"{option}: only with --send-records or --receive-records")
+    if args.records_from and not args.receive_records:
+        raise AppmonError("--records-from: only with --receive-records")
+    if args.send_records_from and not args.send_records:
+        raise AppmonError("--send-records-from: only with --send-records")
+    for option, value in (
+        ("--records-from", args.records_from),
+        ("--send-records-from", args.send_records_from),
+    ):
+        if value:
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise AppmonError(f"{option} {value!r}: expected an IP address") from None
+    if args.insecure_records:
+        if args.record_key:
+            raise AppmonError("--insecure-records: not with --record-key")
+        print(
+            "appmon: warning: --insecure-records: compact records are not authenticated; "
+            "anyone who reaches the port can forge the windows",
+            file=sys.stderr,
+            flush=True,
+        )
+        return INSECURE_KEY, args.records_from
+    if records and not args.record_key:
+        raise AppmonError(
+            "compact records need --record-key FILE (the pair's key; or --insecure-records, "
+            "for labs)"
+        )
+    if args.receive_records and not args.records_from:
+        raise AppmonError(
+            "--receive-records: give --records-from ADDRESS, the sender's address "
+            "(or --insecure-records, for labs)"
+        )
+    return (read_key(args.record_key) if args.record_key else INSECURE_KEY), args.records_from
+
+
 def _replay(args) -> int:
     from cosample.appmon.replay import replay, table
 
     window, ports = _settings(args)
-    for snap in replay(args.capture, window_s=window, ports=ports, name=args.name):
+    protocols = _protocols(args)
+    for snap in replay(
+        args.capture, window_s=window, ports=ports, name=args.name, protocols=protocols
+    ):
         print(snap.to_json() if args.json else table(snap), end="\n" if args.json else "")
     return 0

@@ -20,9 +20,12 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 
+from cosample.appmon import protocols
 from cosample.appmon.decode import ACK, FIN, RST, SYN, Segment
+from cosample.appmon.h2conn import H2Connection
 from cosample.appmon.http import HttpParser, starts_message
 from cosample.appmon.streams import Budget, HalfStream
+from cosample.appmon.tlsconn import H2TlsConnection, TlsConnection
 from cosample.plan.appmon import SHARE_BITS
 
 #: Requests waiting for their response on one connection.
@@ -38,7 +41,10 @@ CLOSED_LINGER_S = 5.0
 #: service time or None); the connection lets a window count requests per connection (the unit
 #: a hash-sampled share samples: ``windows.ServiceStats.per_connection``)
 OnRequest = Callable[[tuple, float, object], None]
-OnResponse = Callable[[tuple, float, int, "float | None", object], None]
+OnResponse = Callable[[tuple, float, "int | None", "float | None", object], None]
+#: (service key, time, protocol or None, TLS handshake seconds or None): a connection opened
+#: (a client's SYN), or a TLS handshake that began at ``time`` completed
+OnConnection = Callable[[tuple, float, "str | None", "float | None"], None]
 
 
 def _before(seq: int, ack: int) -> bool:
@@ -54,7 +60,9 @@ def _unseen_requests(requests: HalfStream, ack: int) -> bool:
 
 
 class Connection:
+    protocol = "http"
     __slots__ = (
+        "undecided",
         "service",
         "pending",
         "streams",
@@ -74,6 +82,7 @@ class Connection:
         on_request: OnRequest,
         on_response: OnResponse,
         budget: Budget | None = None,
+        on_connection: OnConnection | None = None,
     ) -> None:
         self.service, self.counters = service, counters
         self.on_request, self.on_response = on_request, on_response
@@ -84,8 +93,10 @@ class Connection:
         )
         self.last_seen, self.fins, self.closed = 0.0, 0, False
         self.answered: int | None = None  # acknowledgement number of the last final response
+        #: opened by a SYN on a port of no declared protocol: its first request bytes decide
+        self.undecided = False
 
-    def _request(self, time: float, method: bytes) -> bool:
+    def _request(self, time: float, method: bytes | None) -> bool:
         start = self.streams[0].parser.start_seq
         if self.answered is not None and _before(start, self.answered):
             # a response already processed was written after the server had this request: its
@@ -103,8 +114,10 @@ class Connection:
         self.on_request(self.service, time, self)
         return False
 
-    def _response(self, time: float, status: int) -> bool:
-        if 100 <= status < 200 and status != 101:
+    def _response(self, time: float, status: int | None) -> bool:
+        """A response began (``status`` None: its status line was cut away, so it is taken as
+        final, it answers a request, but is not counted)."""
+        if status is not None and 100 <= status < 200 and status != 101:
             return True  # interim: the final response follows
         parser, pending = self.streams[1].parser, self.pending
         # the server had received this many request bytes: a request that starts at or after
@@ -126,10 +139,16 @@ class Connection:
         parser.lost = False
         self.answered = ack
         if not pending or not _before(pending[0][2], ack):
+            if status is None:
+                self.counters["status_lines_unseen"] += 1
+                return False
             self.counters["responses_without_request"] += 1
             self.on_response(self.service, time, status, None, self)
             return False
         requested, head, _ = pending.popleft()
+        if status is None:  # its request is answered; what the answer was is unknown
+            self.counters["status_lines_unseen"] += 1
+            return head
         self.on_response(self.service, time, status, max(0.0, time - requested), self)
         return head
 
@@ -143,6 +162,15 @@ class Connection:
                 self.pending.clear()
 
 
+#: The connection of each protocol (``protocols.PROTOCOLS``); all are driven alike by the table.
+CONNECTIONS = {
+    "http": Connection,
+    "h2c": H2Connection,
+    "tls": TlsConnection,
+    "h2": H2TlsConnection,
+}
+
+
 class ConnectionTable:
     """All tracked connections; ``segment`` is the per-packet entry point."""
 
@@ -154,9 +182,15 @@ class ConnectionTable:
         max_connections: int = MAX_CONNECTIONS,
         ports: frozenset[int] = frozenset(),
         selected: int = 1 << SHARE_BITS,
+        protocols: dict[int, str] | None = None,
+        on_connection: OnConnection | None = None,
     ):
         self.counters, self.on_request, self.on_response = counters, on_request, on_response
+        self.on_connection = on_connection
         self.max_connections, self.ports = max_connections, ports
+        #: server port -> declared protocol (``protocols.PROTOCOLS``); other ports: detected
+        #: from each connection's first request bytes (HTTP/1.x, h2c's preface, a ClientHello)
+        self.protocols = dict(protocols or {})
         #: only connections whose client port's low SHARE_BITS bits are below this (a plan's
         #: share of connections, ``plan.appmon.selected_share``; the selective mirror's rule)
         self.selected = selected
@@ -169,13 +203,13 @@ class ConnectionTable:
         src, dst, sport, dport, seq, flags, payload, wire_length, ack = segment
         entry = self.table.get((src, dst, sport, dport))
         if entry is None:
-            entry = self._open(segment)
+            entry = self._open(segment, time)
             if entry is None:
                 return
         connection, side = entry
         if connection.closed and flags & SYN and not flags & ACK:  # the 4-tuple used anew
             self._forget((src, dst, sport, dport) if side == 0 else (dst, src, dport, sport))
-            entry = self._open(segment)
+            entry = self._open(segment, time)
             if entry is None:
                 return
             connection, side = entry
@@ -192,6 +226,12 @@ class ConnectionTable:
             stream.syn(seq)
             return
         if wire_length:
+            if connection.undecided and side == 0 and seq == stream.next_seq:
+                connection.undecided = False
+                kind = protocols.detect(payload)
+                if kind != "http":
+                    connection = self._replace(connection, (src, dst, sport, dport), kind)
+                    stream = connection.streams[0]
             stream.segment(seq, payload, wire_length, time, ack)
         if flags & RST:
             connection.close()
@@ -200,10 +240,16 @@ class ConnectionTable:
             if connection.fins == 3:
                 connection.close()
 
-    def _open(self, segment: Segment) -> tuple[Connection, int] | None:
+    def _open(self, segment: Segment, time: float) -> tuple[Connection, int] | None:
         src, dst, sport, dport, _, flags, payload, _, _ = segment
+        declared = self.protocols.get(dport) or self.protocols.get(sport)
         if flags & SYN:
             client_sends = not flags & ACK
+        elif payload and declared and declared != "http":
+            client_sends = dport in self.protocols  # picked up where its bytes allow it
+            if not protocols.resumes(declared, payload):
+                self.counters["not_tracked"] += 1
+                return None
         elif payload and starts_message(payload, True):
             client_sends = True
         elif payload and starts_message(payload, False):
@@ -212,6 +258,7 @@ class ConnectionTable:
             self.counters["not_tracked"] += 1
             return None
         server, port = (dst, dport) if client_sends else (src, sport)
+        declared = self.protocols.get(port)
         if self.ports and port not in self.ports:
             self.counters["other_port"] += 1
             return None
@@ -224,15 +271,47 @@ class ConnectionTable:
         if self.connections >= self.max_connections:
             self.counters["connection_table_full"] += 1
             return None
-        connection = Connection(
-            (server, port), self.counters, self.on_request, self.on_response, self.budget
+        kind = declared or "http"
+        connection = CONNECTIONS[kind](
+            (server, port),
+            self.counters,
+            self.on_request,
+            self.on_response,
+            self.budget,
+            self.on_connection,
         )
+        connection.undecided = declared is None and bool(flags & SYN)
+        if declared in protocols.OVER_TLS:
+            connection.fixed = True  # the plan says h2 or not; ALPN need not tell
+        if flags & SYN and client_sends and self.on_connection is not None:
+            self.on_connection((server, port), time, declared, None)
         forward, backward = (src, dst, sport, dport), (dst, src, dport, sport)
         side = 0 if client_sends else 1
         self.table[forward] = (connection, side)
         self.table[backward] = (connection, 1 - side)
         self.connections += 1
         return connection, side
+
+    def _replace(self, old, key: tuple, kind: str):
+        """``old`` (its client's key ``key``) as a connection of protocol ``kind``, from its
+        first request byte on: the SYNs' sequence numbers carried over."""
+        new = CONNECTIONS[kind](
+            old.service,
+            self.counters,
+            self.on_request,
+            self.on_response,
+            self.budget,
+            self.on_connection,
+        )
+        for mine, theirs in zip(new.streams, old.streams):
+            if theirs.next_seq is not None:
+                mine.next_seq = theirs.next_seq
+                mine.parser.begin()
+        new.last_seen, new.fins = old.last_seen, old.fins
+        src, dst, sport, dport = key
+        self.table[key] = (new, 0)
+        self.table[(dst, src, dport, sport)] = (new, 1)
+        return new
 
     def expire(
         self, now: float, idle_s: float = IDLE_TIMEOUT_S, linger_s: float = CLOSED_LINGER_S

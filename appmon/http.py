@@ -3,10 +3,18 @@
 The analyser needs only the first line of each request and response, but to find the next one on
 a keep-alive or pipelined connection it must skip bodies: ``Content-Length``, ``chunked`` and
 read-until-close are followed; bodies are counted, never stored. Header blocks are buffered up to
-``MAX_HEADER`` bytes, so memory per direction is bounded. After a gap (lost or truncated bytes)
-or a line that is not HTTP, the parser *hunts*: it waits for a segment whose payload begins
-with a request or status line. Pure: a callback receives each first line, with the capture time
-of its first byte.
+``MAX_HEADER`` bytes, so memory per direction is bounded. After a gap (lost bytes) or a line
+that is not HTTP, the parser *hunts*: it waits for a segment whose payload begins with a request
+or status line, and says framing was ``lost`` (messages may have gone by unseen).
+
+A truncating mirror's cut is no loss: every segment still arrives, and its sequence number and
+length (the IP header's) say where it lies in the stream. Bytes cut inside a body of known length
+are stepped over; a cut that hides where a message ends (its header block's end, a chunk line)
+leaves the parser ``CUT``: the next message starts at the next segment whose payload begins with
+a request or status line (one that starts inside a segment's cut bytes is not seen), and nothing
+went by unseen before it. A message known to start inside cut bytes (a cut at a message boundary,
+or a first line cut before its method or status) is still announced, with value None. Pure: a
+callback receives each first line, with the capture time of its first byte.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ METHODS = frozenset(
     (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
 )
 
-HUNT, HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, TRAILER, UNTIL_CLOSE, DEAD = range(8)
+HUNT, HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, TRAILER, UNTIL_CLOSE, DEAD, CUT = range(9)
 
 
 def request_method(line: bytes) -> bytes | None:
@@ -52,6 +60,28 @@ def starts_message(data: bytes, request: bool) -> bool:
     return data.startswith(b"HTTP/1.")
 
 
+def cut_line_value(prefix: bytes, request: bool) -> bytes | int | None | bool:
+    """What the captured start of a first line cut short says: the method (requests) or status
+    (responses) when it shows them, None when too little is left to tell, False when it cannot
+    begin a first line. A status cut after its first digit (``HTTP/1.1 2``) gives its class as
+    ``class * 100``: the analyser reports status classes only."""
+    if request:
+        space = prefix.find(b" ", 0, 8)
+        if space > 0:
+            return prefix[:space] if prefix[:space] in METHODS else False
+        if len(prefix) >= 8:
+            return False
+        return None if any(method.startswith(prefix) for method in METHODS) else False
+    if len(prefix) >= 12:
+        return status_code(prefix[:12]) or False
+    if len(prefix) >= 10:
+        digit = prefix[9:10]
+        if prefix.startswith(b"HTTP/1.") and prefix[8:9] == b" " and b"1" <= digit <= b"5":
+            return int(digit) * 100
+        return False
+    return None if prefix[:7] == b"HTTP/1."[: len(prefix)] else False
+
+
 def _header_value(head: bytes, name: bytes) -> bytes | None:
     """The value of header ``name`` (lower case, with colon) in a lower-cased header block."""
     at = head.find(b"\r\n" + name)
@@ -66,8 +96,9 @@ class HttpParser:
     """One direction (requests, or responses) of one connection.
 
     ``on_start(time, first_line_value)`` is called once per message with the method (requests)
-    or the status code (responses); for a response it returns whether the message has no body
-    (the answer to a HEAD request), which only the connection knows. ``start_seq``,
+    or the status code (responses), None when the message is known to start but its first line
+    was cut away; for a response it returns whether the message has no body (the answer to a
+    HEAD request), which only the connection knows. ``start_seq``,
     ``start_ack`` and ``lost`` tell the connection where the message began in the stream.
     """
 
@@ -87,6 +118,7 @@ class HttpParser:
         "position",
         "ack",
         "lost",
+        "tentative",
     )
 
     def __init__(
@@ -99,6 +131,9 @@ class HttpParser:
         # segment carried, and whether framing was lost since the last message started
         self.start_seq = self.start_ack = self.position = self.ack = 0
         self.lost = False
+        # while CUT, a whole segment too short to tell (``GE``) may begin a request whose line
+        # the next segment completes: kept as a tentative start
+        self.tentative = False
 
     def begin(self) -> None:
         """The next byte starts a message (the stream's first byte, after its SYN)."""
@@ -108,34 +143,67 @@ class HttpParser:
     def gap(self) -> None:
         """Bytes are missing here: what follows cannot be framed until a message start."""
         if self.state not in (UNTIL_CLOSE, DEAD):
-            self.state, self.buffer, self.lost = HUNT, b"", True
+            self.state, self.buffer, self.lost, self.tentative = HUNT, b"", True, False
 
     def skippable(self, missing: int) -> bool:
-        """Whether ``missing`` bytes here would all be body bytes (or unframed): losing them
-        loses nothing this parser needs (a truncating or selective mirror's usual hole)."""
+        """Whether a hole of ``missing`` bytes here would be all body bytes (or unframed):
+        losing them loses nothing this parser needs (a selective mirror's usual hole). Not while
+        ``CUT``: a hole there may hide a segment that starts a message."""
         state = self.state
         return state in (UNTIL_CLOSE, DEAD) or (
             (state == BODY or (state == CHUNK_DATA and missing <= self.remaining - 2))
             and missing <= self.remaining
         )
 
-    def skip(self, missing: int) -> bool:
-        """``missing`` bytes are not seen here: True if framing survives (they were body bytes),
-        else the parser hunts for the next message start."""
-        if not self.skippable(missing):
-            self._announce_cut()
-            self.gap()
-            return False
+    def skip(self, missing: int) -> None:
+        """A hole of ``missing`` bytes that ``skippable`` accepted: step over it."""
         if self.state == BODY or self.state == CHUNK_DATA:
             self.remaining -= missing
             if not self.remaining:
                 self.state = HEAD if self.state == BODY else CHUNK_SIZE
                 self.buffer, self.announced = b"", False
-        return True
+
+    def cut(self, missing: int, time: float, seq: int, ack: int) -> None:
+        """The capture kept only the start of this segment: its last ``missing`` bytes, from
+        sequence number ``seq``, exist but were not seen (a truncating mirror). Framing follows
+        them when they are body bytes of known length; else the message's end is unknown
+        (``CUT``), and a message known to start in them is announced with value None."""
+        state = self.state
+        if state == BODY or state == CHUNK_DATA:
+            if self.skippable(missing):
+                self.skip(missing)
+                return
+            if state == BODY:  # the body ends in the cut bytes: the next message starts there
+                seq, self.remaining = seq + self.remaining, 0
+                self.state, self.buffer, self.announced = HEAD, b"", False
+                state = HEAD
+        if state == HEAD and not self.announced:
+            if not self.buffer:  # a message starts in the cut bytes: nothing of it seen
+                self.start_time, self.start_seq, self.start_ack = time, seq & 0xFFFFFFFF, ack
+            value = cut_line_value(self.buffer, self.request)
+            if self.tentative and value is not None and value is not False:
+                self.tentative = False
+            if self.tentative:  # nothing shows it began a message
+                self.state, self.buffer, self.tentative = CUT, b"", False
+                return
+            if value is False:
+                self.counters["bad_start_line"] += 1
+                self.state, self.buffer, self.lost = HUNT, b"", True
+                return
+            self.counters["first_lines_cut" if value is not None else "first_lines_unseen"] += 1
+            self.announced, self.status = True, value if not self.request and value else 0
+            self.on_start(self.start_time, value)
+        if state not in (HUNT, UNTIL_CLOSE, DEAD, CUT):
+            self.counters["framing_cut"] += 1
+            self.state, self.buffer = CUT, b""
 
     @property
     def hunting(self) -> bool:
         return self.state == HUNT
+
+    def starts(self, data: bytes) -> bool:
+        """Whether a segment's payload begins a message (where a hunting parser resumes)."""
+        return starts_message(data, self.request)
 
     def feed(
         self, data: bytes, time: float, segment_start: bool = True, seq: int = 0, ack: int = 0
@@ -148,10 +216,16 @@ class HttpParser:
             self.position = end - len(data)
             state = self.state
             if state == HEAD:
+                if self.tentative and segment_start and starts_message(data, self.request):
+                    self.buffer, self.tentative = b"", False  # the kept bytes were not a start
                 data = self._head(data, time)
-            elif state == HUNT:
-                if not (segment_start and starts_message(data, self.request)):
+            elif state == HUNT or state == CUT:
+                if not segment_start:
                     return
+                if not starts_message(data, self.request):
+                    if state == HUNT or cut_line_value(data, self.request) is not None:
+                        return
+                    self.tentative = True  # too short to tell: perhaps a start
                 self.state, self.buffer, self.announced = HEAD, b"", False
             elif state == BODY or state == CHUNK_DATA:
                 take = min(self.remaining, len(data))
@@ -196,30 +270,17 @@ class HttpParser:
     def _announce(self, line: bytes) -> bool:
         value = request_method(line) if self.request else status_code(line)
         if value is None:
+            if self.tentative:  # not a start after all: still inside the cut message
+                self.state, self.buffer, self.tentative = CUT, b"", False
+                return False
             self.counters["bad_start_line"] += 1
             self.state, self.buffer, self.lost = HUNT, b"", True
             return False
-        self.announced, self.status = True, 0 if self.request else value
+        self.announced, self.status, self.tentative = True, 0 if self.request else value, False
         self.no_body = bool(self.on_start(self.start_time, value))
         if self.request and value == b"CONNECT":
             self.no_body = True
         return True
-
-    def _announce_cut(self) -> None:
-        """The capture cut this message inside its first line (a truncating mirror): a method
-        followed by a space, or ``HTTP/1.x DDD``, is enough to count it and read its status."""
-        if self.state != HEAD or self.announced or not self.buffer:
-            return
-        line = self.buffer
-        if self.request:
-            space = line.find(b" ", 0, 8)
-            value = line[:space] if space > 0 and line[:space] in METHODS else None
-        else:
-            value = status_code(line[:12]) if len(line) >= 12 else None
-        if value is not None:
-            self.counters["first_lines_cut"] += 1
-            self.announced, self.status = True, 0 if self.request else value
-            self.on_start(self.start_time, value)
 
     def _frame_body(self, head: bytes) -> None:
         self.announced = False

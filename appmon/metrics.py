@@ -33,6 +33,9 @@ class State:
     totals: dict[tuple, ServiceStats] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     snapshot: AppSnapshot | None = None
+    #: frames the kernel's filter passed and dropped since the start (None: no packet input)
+    kernel_frames: int | None = None
+    kernel_drops: int | None = None
 
 
 class AppMetrics:
@@ -61,6 +64,17 @@ class AppMetrics:
         for reason, count in sorted(state.counters.items()):
             unused.add_metric([reason], count)
         yield unused
+        if state.kernel_frames is not None:
+            yield CounterMetricFamily(
+                "cosample_appmon_kernel_frames",
+                "frames the kernel's filter passed to the ring, dropped ones included",
+                value=state.kernel_frames,
+            )
+            yield CounterMetricFamily(
+                "cosample_appmon_kernel_drops",
+                "frames the kernel dropped: the ring was full",
+                value=state.kernel_drops or 0,
+            )
         requests = CounterMetricFamily(
             "cosample_appmon_requests", "requests seen", labels=["service"]
         )
@@ -89,6 +103,26 @@ class AppMetrics:
         yield histogram
         if state.snapshot is None:
             return
+        snap = state.snapshot
+        yield GaugeMetricFamily(
+            "cosample_appmon_window_lower_bound",
+            "1: the last window lost frames or records, its counts are lower bounds",
+            value=int(snap.lower_bound),
+        )
+        for name, text, value in (
+            (
+                "kernel_drop_ratio",
+                "share of the last window's frames the kernel dropped",
+                snap.kernel_drop_share,
+            ),
+            (
+                "record_loss_ratio",
+                "share of the last window's record datagrams lost",
+                snap.record_loss_share,
+            ),
+        ):
+            if value is not None:
+                yield GaugeMetricFamily(f"cosample_appmon_{name}", text, value=value)
         gauges = {
             key: GaugeMetricFamily(f"cosample_appmon_{key}", text, labels=["service"])
             for key, text in (

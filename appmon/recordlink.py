@@ -2,9 +2,14 @@
 analysis host (format and bounds: ``records``).
 
 The sender never blocks the capture loop: a non-blocking socket, and a datagram the kernel will
-not take is dropped and counted (``records_send_errors``). The receiver feeds every record into
-the analyser's windows as if its packets had been seen here; bad datagrams are counted, never
-raised.
+not take is dropped and counted (``records_send_errors``). The receiver takes a datagram only
+from the one sender the plan names (its address, ``records_from``) and only under the pair's key
+(``records.authentic``), once (``records.SequenceTracker``); it feeds the records into the
+analyser's windows as if their packets had been seen here. Its own clock closes the windows: a
+record dated after the current window waits (``pending``, bounded) until that window closed, a
+record dated more than ``MAX_AHEAD_S`` after the receiver's clock is refused with its datagram,
+one whose window has closed is refused alone (``records_late``). Every refusal is counted by
+name, never raised.
 """
 
 from __future__ import annotations
@@ -16,14 +21,28 @@ import time
 from collections import Counter
 
 from cosample.appmon.errors import AppmonError
-from cosample.appmon.records import REQUEST, RecordBuffer, SequenceTracker, parse
+from cosample.appmon.records import (
+    DEFAULT_RATE,
+    INSECURE_KEY,
+    REQUEST,
+    RecordBuffer,
+    SequenceTracker,
+    authentic,
+    parse,
+)
 from cosample.appmon.windows import Windows
+from cosample.dataplane import recordkeys
 
 #: Datagrams read per call of ``RecordReceiver.receive`` before the loop looks at its clock.
 BATCH = 256
-#: Records whose time is further than this from the receiver's clock are refused: one bad or
-#: hostile datagram must not move the windows years ahead.
-MAX_CLOCK_SKEW_S = 300.0
+#: A record dated more than this after the receiver's clock is refused (with its datagram):
+#: hosts' clocks agree to milliseconds (NTP); a sender's records are at most a tick old.
+MAX_AHEAD_S = 2.0
+#: Records dated after the current window, waiting for the receiver's clock to close it (the
+#: current window ends ``RECORD_GRACE_S`` behind the clock, so with 1-s windows every fresh
+#: record waits about a second): four seconds of one sender at its bound, ``DEFAULT_RATE``
+#: (``records_pending_full`` beyond; about 120 bytes each, 24 MB at most).
+MAX_PENDING = 4 * DEFAULT_RATE
 
 
 def parse_endpoint(text: str, option: str) -> tuple[str, int]:
@@ -47,13 +66,37 @@ def _udp(address: str) -> socket.socket:
     return socket.socket(family, socket.SOCK_DGRAM)
 
 
-class RecordSender:
-    """Sends a ``RecordBuffer``'s datagrams to the analysis host."""
+def read_key(path: str, option: str = "--record-key") -> bytes:
+    """A key file (``recordkeys.read_key``); one ``AppmonError`` naming ``option`` otherwise."""
+    try:
+        return recordkeys.read_key(path, option)
+    except ValueError as exc:
+        raise AppmonError(str(exc)) from None
 
-    def __init__(self, endpoint: tuple[str, int], counters: Counter, rate: float) -> None:
+
+class RecordSender:
+    """Sends a ``RecordBuffer``'s datagrams to the analysis host, from ``source`` (the address
+    the receiver expects; None: the route's)."""
+
+    def __init__(
+        self,
+        endpoint: tuple[str, int],
+        counters: Counter,
+        rate: float,
+        key: bytes = INSECURE_KEY,
+        source: str | None = None,
+    ) -> None:
         self.endpoint, self.counters = endpoint, counters
-        self.buffer = RecordBuffer(counters, rate=rate)
+        self.buffer = RecordBuffer(counters, rate=rate, key=key)
         self.socket = _udp(endpoint[0])
+        if source is not None:
+            try:
+                self.socket.bind((source, 0))
+            except OSError as exc:
+                self.socket.close()
+                raise AppmonError(
+                    f"--send-records-from {source}: cannot send from it ({exc.strerror})"
+                ) from None
         self.socket.setblocking(False)
 
     def send(self, partial: bool = False) -> None:
@@ -78,7 +121,10 @@ class RecordSender:
 
 
 class RecordReceiver:
-    """A UDP socket on the analysis host; ``receive`` puts its records into ``windows``."""
+    """A UDP socket on the analysis host; ``receive`` puts the records of ``sender`` (an
+    address; None: any, ``--insecure-records``) signed with ``key`` into ``windows``, only those
+    of services on ``ports`` when that is not empty; ``release`` (after each tick) the records
+    that waited for their window."""
 
     def __init__(
         self,
@@ -86,9 +132,16 @@ class RecordReceiver:
         counters: Counter,
         windows: Windows,
         receive_buffer: int = 8 << 20,
+        *,
+        key: bytes = INSECURE_KEY,
+        sender: str | None = None,
+        ports: frozenset[int] = frozenset(),
     ) -> None:
-        self.counters, self.windows = counters, windows
-        self.sequences = SequenceTracker(counters)
+        self.counters, self.windows, self.key, self.ports = counters, windows, key, ports
+        self.sender = _normal(sender) if sender is not None else None
+        self.sequences: dict[str, SequenceTracker] = {}
+        self.datagrams = 0  # taken
+        self.pending: list[tuple] = []
         self.socket = _udp(endpoint[0])
         try:
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
@@ -114,26 +167,81 @@ class RecordReceiver:
             taken += self.ingest(data, sender[0], now)
         return taken
 
-    def ingest(self, data: bytes, sender: object, now: float) -> int:
-        """One datagram from ``sender`` at the receiver's time ``now``; the records taken."""
+    def ingest(self, data: bytes, sender: str, now: float) -> int:
+        """One datagram from ``sender`` at the receiver's time ``now``; the records taken
+        (counted in a window, or waiting for it)."""
+        counters = self.counters
+        source = _normal(sender)
+        if self.sender is not None and source != self.sender:
+            counters["record_datagrams_wrong_sender"] += 1
+            return 0
+        if not authentic(data, self.key):
+            counters["record_datagrams_unauthenticated"] += 1
+            return 0
         parsed = parse(data)
         if isinstance(parsed, str):
-            self.counters[parsed] += 1
+            counters[parsed] += 1
             return 0
-        sequence, records = parsed
-        if any(abs(record[2] - now) > MAX_CLOCK_SKEW_S for record in records):
-            self.counters["record_datagrams_out_of_time"] += 1
+        session, sequence, records = parsed
+        if any(record[2] > now + MAX_AHEAD_S for record in records):
+            counters["record_datagrams_ahead"] += 1
             return 0
-        self.sequences.seen(sender, sequence)
+        tracker = self.sequences.get(source)
+        if tracker is None:
+            if len(self.sequences) >= MAX_SENDERS:  # any sender (insecure): forget the oldest
+                del self.sequences[next(iter(self.sequences))]
+            tracker = self.sequences[source] = SequenceTracker(counters)
+        refused = tracker.seen(session, sequence)
+        if refused:
+            counters[refused] += 1
+            return 0
+        self.datagrams += 1
+        taken = 0
+        for record in records:
+            if self.ports and record[1][1] not in self.ports:
+                counters["records_other_service"] += 1
+            elif self._place(record):
+                taken += 1
+        return taken
+
+    def _place(self, record: tuple) -> bool:
         windows = self.windows
-        for kind, service, at, status, service_time in records:
-            if windows.start is not None and at < windows.start:
-                self.counters["records_late"] += 1  # its window closed: counted in this one
-            if kind == REQUEST:
-                windows.request(service, at)
-            else:
-                windows.response(service, at, status, service_time)
-        return len(records)
+        at = record[2]
+        if windows.start is not None and at < windows.start:
+            self.counters["records_late"] += 1  # its window closed: it counts in none
+            return False
+        if at >= windows.end:  # a later window's: only the receiver's clock opens it
+            if len(self.pending) >= MAX_PENDING:
+                self.counters["records_pending_full"] += 1
+                return False
+            self.pending.append(record)
+            return True
+        kind, service, _, status, service_time = record
+        if kind == REQUEST:
+            windows.request(service, at)
+        else:
+            windows.response(service, at, status, service_time)
+        return True
+
+    def release(self) -> None:
+        """After the windows advanced: the waiting records whose window is now open."""
+        waiting, self.pending = self.pending, []
+        for record in waiting:
+            self._place(record)
 
     def close(self) -> None:
         self.socket.close()
+
+
+#: Senders whose sequences an insecure receiver (any sender) remembers.
+MAX_SENDERS = 64
+
+
+def _normal(address: str) -> str:
+    """An address in one spelling (``::ffff:10.0.0.1`` is ``10.0.0.1``)."""
+    try:
+        parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    mapped = getattr(parsed, "ipv4_mapped", None)
+    return str(mapped or parsed)

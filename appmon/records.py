@@ -4,31 +4,45 @@ sends the analysis node what it saw, not the packets).
 The on-host analyser matches requests to responses as usual and, per request and per response,
 writes one fixed-size record into UDP datagrams for the analysis host, whose analyser feeds them
 into the same per-service windows it fills from packets. A request costs 6 bytes, a response 12,
-so about 18 bytes per answered request, plus a 20-byte header and the services' addresses once per
-datagram. Pure: bytes in, tuples out; nothing here raises on any datagram (``parse`` names the
-reason), and the buffer's bounds (datagram size, records per second) count what they drop.
+so about 18 bytes per answered request, plus a 28-byte header, the services' addresses and a
+16-byte tag once per datagram. Pure: bytes in, tuples out; nothing here raises on any datagram
+(``parse`` names the reason), and the buffer's bounds (datagram size, records per second) count
+what they drop.
 
 Datagram (network byte order)::
 
-    header   magic "CSAR" | version u8 (1) | services u8 | records u16 | sequence u32 | base u64
+    header   magic "CSAR" | version u8 (2) | services u8 | records u16 | session u64
+             | sequence u32 | base u64
     service  family u8 (4 or 6) | address (4 or 16 bytes) | port u16       (``services`` times)
     record   kind u8 | service index u8 | offset i32 | [status u16 | service time u32]
+    tag      the first 16 bytes of HMAC-SHA256(key, everything before the tag)
 
 ``base`` is a capture time in microseconds since the Unix epoch; a record's time is base +
 ``offset`` microseconds. ``kind`` 1 is a request (6 bytes: no status, no time), 2 a final
 response (12 bytes; service time in microseconds, ``0xFFFFFFFF`` when it was not matched to a
-request). ``sequence`` counts the sender's datagrams, so the receiver counts lost ones.
+request). ``session`` is the sender's start (µs since the epoch) and ``sequence`` counts its
+datagrams: the receiver counts lost ones and refuses a datagram it has seen (a replay). The
+key is the pair's (``cosample.dataplane.recordkeys.pair_key``: derived from the site's record
+secret and the two host names, docs/appmon.md "Compact records").
 """
 
 from __future__ import annotations
 
+import hmac
 import struct
+import time as clock
 from collections import Counter
 
-MAGIC, VERSION = b"CSAR", 1
+from cosample.dataplane.recordkeys import KEY_BYTES
+
+MAGIC, VERSION = b"CSAR", 2
 REQUEST, RESPONSE = 1, 2
 UNMATCHED = 0xFFFFFFFF
-HEADER = struct.Struct("!4sBBHIQ")
+HEADER = struct.Struct("!4sBBHQIQ")
+#: Bytes of the HMAC-SHA256 tag kept at the end of a datagram.
+TAG_BYTES = 16
+#: The key of ``--insecure-records``: well known, so it authenticates nothing.
+INSECURE_KEY = bytes(KEY_BYTES)
 _REQUEST = struct.Struct("!BBi")
 _RESPONSE = struct.Struct("!BBiHI")
 _PORT = struct.Struct("!H")
@@ -52,11 +66,18 @@ class RecordBuffer:
     (the ``Windows`` signature); ``take`` hands out the datagrams to send."""
 
     def __init__(
-        self, counters: Counter, rate: float = DEFAULT_RATE, max_datagram: int = MAX_DATAGRAM
+        self,
+        counters: Counter,
+        rate: float = DEFAULT_RATE,
+        max_datagram: int = MAX_DATAGRAM,
+        key: bytes = INSECURE_KEY,
+        session: int | None = None,
     ) -> None:
         if not rate > 0:
             raise ValueError(f"record rate must be > 0, got {rate}")
-        self.counters, self.rate, self.max_datagram = counters, rate, max_datagram
+        self.counters, self.rate, self.max_datagram = counters, rate, max_datagram - TAG_BYTES
+        self.key = key
+        self.session = clock.time_ns() // 1000 if session is None else session
         self.tokens, self.last_time = rate, None
         self.sequence = 0
         self.ready: list[bytes] = []
@@ -127,18 +148,20 @@ class RecordBuffer:
         if len(self.ready) >= MAX_QUEUED:
             self.counters["records_queue_full"] += self.count
         else:
-            self.ready.append(
+            data = (
                 HEADER.pack(
                     MAGIC,
                     VERSION,
                     len(self.service_bytes),
                     self.count,
+                    self.session,
                     self.sequence & 0xFFFFFFFF,
                     self.base_us,
                 )
                 + b"".join(self.service_bytes)
                 + b"".join(self.body)
             )
+            self.ready.append(data + tag(self.key, data))
         self.sequence += 1
         self._reset()
 
@@ -150,15 +173,28 @@ class RecordBuffer:
         return ready
 
 
-def parse(data: bytes) -> tuple[int, list[Record]] | str:
-    """A datagram's sequence number and records, or the reason it is unusable."""
-    if len(data) < HEADER.size:
+def tag(key: bytes, data: bytes) -> bytes:
+    return hmac.digest(key, data, "sha256")[:TAG_BYTES]
+
+
+def authentic(data: bytes, key: bytes) -> bool:
+    """The datagram ends with the tag of what precedes it under ``key``."""
+    if len(data) < HEADER.size + TAG_BYTES:
+        return False
+    return hmac.compare_digest(tag(key, data[:-TAG_BYTES]), data[-TAG_BYTES:])
+
+
+def parse(data: bytes) -> tuple[int, int, list[Record]] | str:
+    """A datagram's session, sequence number and records, or the reason it is unusable (its
+    tag is not checked here: ``authentic``)."""
+    if len(data) < HEADER.size + TAG_BYTES:
         return "record_datagrams_bad"
-    magic, version, services, count, sequence, base_us = HEADER.unpack_from(data)
+    magic, version, services, count, session, sequence, base_us = HEADER.unpack_from(data)
     if magic != MAGIC:
         return "record_datagrams_bad"
     if version != VERSION:
         return "record_datagrams_bad_version"
+    data = memoryview(data)[:-TAG_BYTES]
     at, keys = HEADER.size, []
     try:
         for _ in range(services):
@@ -167,7 +203,7 @@ def parse(data: bytes) -> tuple[int, list[Record]] | str:
             if not length or at + 1 + length + 2 > len(data):
                 return "record_datagrams_bad"
             keys.append(
-                (data[at + 1 : at + 1 + length], _PORT.unpack_from(data, at + 1 + length)[0])
+                (bytes(data[at + 1 : at + 1 + length]), _PORT.unpack_from(data, at + 1 + length)[0])
             )
             at += 1 + length + 2
         records = []
@@ -191,26 +227,42 @@ def parse(data: bytes) -> tuple[int, list[Record]] | str:
         return "record_datagrams_bad"
     if at != len(data):
         return "record_datagrams_bad"
-    return sequence, records
+    return session, sequence, records
 
 
 class SequenceTracker:
-    """Datagrams lost between a sender's sequence numbers (per sender address)."""
+    """One sender's datagrams: lost ones (gaps in the sequence), and the refusal of any it has
+    seen before (a replay) or of an earlier session (a replay from before a restart).
+
+    ``seen`` returns the reason a datagram is refused, or None. Within a session the last
+    ``REORDER_WINDOW`` sequence numbers are remembered (a bit each); a late one is taken once
+    (``record_datagrams_reordered``), a repeated one, or one older than that, is refused."""
 
     def __init__(self, counters: Counter) -> None:
         self.counters = counters
-        self.last: dict[object, int] = {}
+        self.session: int | None = None
+        self.last = 0
+        self.window = 0  # bit k: sequence ``last - k`` was taken
 
-    def seen(self, sender: object, sequence: int) -> None:
-        last = self.last.get(sender)
-        if last is not None:
-            gap = (sequence - last - 1) & 0xFFFFFFFF
-            behind = (last - sequence) & 0xFFFFFFFF
-            if 0 <= behind <= REORDER_WINDOW:  # a duplicate or a late datagram: counted once
-                self.counters["record_datagrams_reordered"] += 1
-                return
-            if 0 < gap < 0x80000000:
-                self.counters["record_datagrams_lost"] += gap
-            elif gap >= 0x80000000:  # far behind: the sender restarted, counting from 0 again
+    def seen(self, session: int, sequence: int) -> str | None:
+        if self.session is not None and session < self.session:
+            return "record_datagrams_replayed"
+        if session != self.session:
+            if self.session is not None:
                 self.counters["record_senders_restarted"] += 1
-        self.last[sender] = sequence
+            self.session, self.last, self.window = session, sequence, 1
+            return None
+        ahead = (sequence - self.last) & 0xFFFFFFFF
+        if 0 < ahead < 0x80000000:
+            if ahead > 1:
+                self.counters["record_datagrams_lost"] += ahead - 1
+            kept = self.window << ahead if ahead < REORDER_WINDOW else 0
+            self.window = (kept | 1) & ((1 << REORDER_WINDOW) - 1)
+            self.last = sequence
+            return None
+        behind = (self.last - sequence) & 0xFFFFFFFF
+        if behind >= REORDER_WINDOW or self.window >> behind & 1:
+            return "record_datagrams_replayed"
+        self.window |= 1 << behind
+        self.counters["record_datagrams_reordered"] += 1
+        return None

@@ -16,9 +16,11 @@ def replay(
     window_s: float = 10.0,
     ports: frozenset[int] = frozenset(),
     name: str = "replay",
+    protocols: dict[int, str] | None = None,
 ) -> Iterator[AppSnapshot]:
-    """One snapshot per window of the capture, in time order (the last one as far as it got)."""
-    analyser = Analyser(window_s, link=read_link(capture), ports=ports)
+    """One snapshot per window of the capture, in time order (the last one as far as it got);
+    ``protocols``: server port -> declared protocol (``appmon.protocols``)."""
+    analyser = Analyser(window_s, link=read_link(capture), ports=ports, protocols=protocols)
     ingest = analyser.ingest
     for time, frame in frames(capture):
         if time >= analyser.windows.end and analyser.windows.start is not None:

@@ -1,7 +1,7 @@
 """``appmon run``: the live analyser's effects around the pure one.
 
-One loop reads the packet socket in batches (the fast path: ``Analyser.ingest`` only updates
-state) and, every ``tick_s``, runs the normal path: close windows that ended, expire idle
+One loop reads the packet ring in batches of blocks (the fast path: ``Analyser.ingest``, the
+replay's, only updates state) and, every ``tick_s``, runs the normal path: close windows that ended, expire idle
 connections, write each closed window's snapshot (``--state-dir``), its events (a value left its
 band, seed 003) and refresh what ``/metrics`` and ``/snapshot`` serve. Nothing a frame holds can
 stop the loop. ``--duration`` makes a bounded run (tests, experiments) that ends with the last
@@ -17,27 +17,28 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import IO
 
 from cosample.appmon.analyser import Analyser
-from cosample.appmon.capture import PacketSocket
+from cosample.appmon.capture import PacketRing
 from cosample.appmon.errors import AppmonError
+from cosample.appmon.losses import Losses
 from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.recordlink import RecordReceiver, RecordSender
-from cosample.appmon.records import DEFAULT_RATE
+from cosample.appmon.records import DEFAULT_RATE, INSECURE_KEY
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
-from cosample.collector.authenticity import SIGNATURE_SUFFIX, Signer
+from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.events import EventDetector, write_events
-from cosample.collector.httpapi import send_body
 from cosample.files import write_atomic
+from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
 from cosample.plan.appmon import SHARE_BITS
 
-#: Frames read per batch before the loop looks at its clock again.
-BATCH = 2048
+#: Ring blocks read per batch before the loop looks at its clock again (about 700 frames each).
+BATCH_BLOCKS = 16
 SNAPSHOT_FILE = "snapshot.json"
 WINDOWS_FILE = "windows.jsonl"
 
@@ -61,7 +62,9 @@ class Settings:
     band: float = 0.1
     max_silence_s: float = 300.0
     duration_s: float | None = None
-    receive_buffer: int = 32 << 20
+    #: bytes of the packet ring (kernel memory, mapped): 64 MiB hold about 0.6 s of 300-byte
+    #: frames at 300,000 frames/s, and at least 25 s at any rate (``capture.RETIRE_MS``)
+    receive_buffer: int = 64 << 20
     send_records: tuple[str, int] | None = None  # the analysis host's UDP endpoint
     record_rate: float = DEFAULT_RATE
     receive_records: tuple[str, int] | None = None  # where this analyser listens for records
@@ -71,6 +74,14 @@ class Settings:
     #: only connections whose client port's low ``SHARE_BITS`` bits are below this (the plan's
     #: share, ``plan.appmon.selected_share``); 256: every connection
     selected: int = 1 << SHARE_BITS
+    #: the compact records' pair key (``records.pair_key``; the well-known INSECURE_KEY only
+    #: with ``--insecure-records``), the receiver's one sender (None: any) and the sender's
+    #: own address to send from (None: the route's)
+    record_key: bytes = INSECURE_KEY
+    records_from: str | None = None
+    send_records_from: str | None = None
+    #: server port -> the protocol its service speaks (``appmon.protocols``); others detected
+    protocols: dict[int, str] = field(default_factory=dict)
 
 
 class Service:
@@ -78,7 +89,13 @@ class Service:
         self.settings = settings
         counters: Counter = Counter()
         self._sender = (
-            RecordSender(settings.send_records, counters, settings.record_rate)
+            RecordSender(
+                settings.send_records,
+                counters,
+                settings.record_rate,
+                key=settings.record_key,
+                source=settings.send_records_from,
+            )
             if settings.send_records
             else None
         )
@@ -88,15 +105,17 @@ class Service:
             counters=counters,
             selected=settings.selected,
             records=self._sender.buffer if self._sender else None,
+            protocols=settings.protocols,
         )
         self._receiver: RecordReceiver | None = None
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.state = State()
         self.metrics = AppMetrics(lambda: self.state)
-        self.snapshots: list[AppSnapshot] = []
+        self.metrics.registry.register(ServerMetrics("cosample_appmon", lambda: self._http))
         self._stop = threading.Event()
-        self._socket: PacketSocket | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self._socket: PacketRing | None = None
+        self.losses = Losses()
+        self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         try:
             self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
@@ -109,10 +128,15 @@ class Service:
     def start(self) -> "Service":
         if self.settings.receive_records:
             self._receiver = RecordReceiver(
-                self.settings.receive_records, self.analyser.counters, self.analyser.windows
+                self.settings.receive_records,
+                self.analyser.counters,
+                self.analyser.windows,
+                key=self.settings.record_key,
+                sender=self.settings.records_from,
+                ports=self.settings.ports,
             )
         if self.settings.interface is not None:
-            self._socket = PacketSocket(
+            self._socket = PacketRing(
                 self.settings.interface, self.settings.ports, self.settings.receive_buffer
             )
         if self.settings.metrics_port is not None:
@@ -139,7 +163,7 @@ class Service:
         end = started + self.settings.duration_s if self.settings.duration_s else None
         next_tick = started + self.settings.tick_s
         ingest, sender = self.analyser.ingest, self._sender
-        receive = self._socket.receive if self._socket is not None else lambda: None
+        batch = self._socket.batch if self._socket is not None else lambda *_: ()
         inputs = [source for source in (self._socket, self._receiver) if source is not None]
         # records arrive up to a sender's tick after their time: close windows that much later
         lag = RECORD_GRACE_S if self._receiver is not None else 0.0
@@ -151,11 +175,8 @@ class Service:
                 timeout = max(0.0, min(next_tick - now, 0.2))
                 readable, _, _ = select.select(inputs, [], [], timeout)
                 if self._socket in readable:
-                    for _ in range(BATCH):
-                        got = receive()
-                        if got is None:
-                            break
-                        ingest(got[0], got[1])
+                    for frame, when in batch(BATCH_BLOCKS):
+                        ingest(frame, when)
                     if sender is not None:
                         sender.send()
                 if self._receiver is not None and self._receiver in readable:
@@ -164,12 +185,13 @@ class Service:
                 if now >= next_tick:
                     if sender is not None:
                         sender.send(partial=True)
-                    self._publish(self.analyser.tick(now - lag), now)
+                    self._publish(self._tick(now - lag), now)
                     next_tick = now + self.settings.tick_s
-            while (got := receive()) is not None:  # what the kernel queued before the end
-                ingest(got[0], got[1])
+            for frame, when in batch():  # what the kernel handed over before the end
+                ingest(frame, when)
             if self._receiver is not None:
                 self._receiver.receive()
+                self._receiver.release()
             if sender is not None:
                 self.analyser.table.close_all()
                 sender.send(partial=True)
@@ -177,13 +199,26 @@ class Service:
         finally:
             self.close()
 
+    def _tick(self, now: float) -> list:
+        """Close what ended by this clock; then the records that waited for the next window."""
+        closed = self.analyser.tick(now)
+        if self._receiver is not None:
+            self._receiver.release()
+        return closed
+
     def _publish(self, windows, now: float) -> None:
         analyser = self.analyser
-        analyser.counters["kernel_drops"] = (
-            self._socket.statistics() if self._socket is not None else 0
-        )
-        if not analyser.counters["kernel_drops"]:
-            del analyser.counters["kernel_drops"]
+        counters = analyser.counters
+        if self._socket is not None:
+            frames, drops = self._socket.statistics()
+            self.losses.update(kernel_frames=frames, kernel_drops=drops)
+            if drops:
+                counters["kernel_drops"] = drops
+        if self._receiver is not None:
+            self.losses.update(
+                record_datagrams=self._receiver.datagrams,
+                record_datagrams_lost=counters["record_datagrams_lost"],
+            )
         for window in windows:
             covered = min(window.start + window.width_s, now) - max(window.start, self.since)
             snap = snapshot(
@@ -195,8 +230,10 @@ class Service:
                 dropped=analyser.dropped(),
                 ignored=analyser.ignored(),
                 share=self.settings.selected / (1 << SHARE_BITS),
+                losses=self.losses.close(
+                    frames=self._socket is not None, records=self._receiver is not None
+                ),
             )
-            self.snapshots.append(snap)
             self.state.snapshot = snap
             body = snap.to_json().encode()
             self.signed = (body, self._signer.sign(body) if self._signer else None)
@@ -212,6 +249,8 @@ class Service:
             totals=dict(analyser.totals),
             counters=dict(analyser.counters),
             snapshot=self.state.snapshot,
+            kernel_frames=self.losses.totals["kernel_frames"] if self._socket else None,
+            kernel_drops=self.losses.totals["kernel_drops"] if self._socket else None,
         )
 
     def _write(self, snap: AppSnapshot) -> None:
@@ -241,7 +280,7 @@ class Service:
             self._events = None
 
 
-def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
+def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -259,16 +298,14 @@ def _http_server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
             else:
                 self.send_error(404, "try /snapshot, /metrics or /healthz")
                 return
-            send_body(self, body, kind, signature)
+            send_body(self, body, kind, {HEADER: signature} if signature else None)
 
         def log_message(self, *args) -> None:
             pass
 
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        return BoundedHTTPServer((host, port), Handler)
     except OSError as exc:
         raise AppmonError(
             f"--metrics-port {port}: cannot listen on {host} ({exc.strerror})"
         ) from None
-    server.daemon_threads = True
-    return server

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from cosample.appmon.errors import AppmonError
+from cosample.appmon.losses import WindowLosses
 from cosample.appmon.rateinterval import rate_interval
 from cosample.appmon.successinterval import success_interval
 from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, Window, service_name
@@ -29,7 +30,8 @@ Interval = Annotated[list[Seconds], Field(min_length=2, max_length=2)]  # [low, 
 
 
 class ServiceTime(Strict):
-    """Request first byte to response status line, over the window's matched responses."""
+    """Request first byte to response status line, over the window's matched responses (and
+    the same figures for TLS handshake times)."""
 
     mean: Seconds
     min: Seconds
@@ -71,6 +73,18 @@ class ServiceWindow(Strict):
     #: 95 % interval of the window's success rate over *all* the service's connections
     #: (``appmon.successinterval``); the rate itself at share 1; None when unknown
     success_rate_ci95: Annotated[list[Fraction], Field(min_length=2, max_length=2)] | None = None
+    #: what the service's connections speak: ``http`` (HTTP/1.x), ``h2c``, ``tls`` (HTTP/1.1
+    #: over TLS), ``h2`` (HTTP/2 over TLS); over TLS no status is visible, so ``responses``,
+    #: ``status_classes`` and ``success_rate`` stay empty: absent, never a rate of 1
+    protocol: Literal["http", "h2c", "tls", "h2"] | None = None
+    #: answers whose status could not be read (over TLS: every one), in ``matched`` and
+    #: ``service_time_s`` but not in ``responses``
+    responses_without_status: Count = 0
+    #: connections opened in the window (a client's SYN seen)
+    connections_opened: Count = 0
+    #: TLS handshakes completed (ClientHello to the client's Finished) and their times
+    handshakes: Count = 0
+    handshake_s: ServiceTime | None = None
 
 
 class AppSnapshot(Strict):
@@ -87,6 +101,18 @@ class AppSnapshot(Strict):
     services: list[ServiceWindow]
     dropped: dict[str, Count]
     ignored: dict[str, Count]
+    #: this window's inputs (``appmon.losses``; None: not read, or a capture's replay): frames
+    #: the kernel's filter passed and those it dropped (ring full), their share; record
+    #: datagrams taken and missing from the senders' sequences, the missing share
+    kernel_frames: Count | None = None
+    kernel_drops: Count | None = None
+    kernel_drop_share: Fraction | None = None
+    record_datagrams: Count | None = None
+    record_datagrams_lost: Count | None = None
+    record_loss_share: Fraction | None = None
+    #: the window lost frames or records: its counts (and the renormalised rate, which does
+    #: not account for such losses) are lower bounds
+    lower_bound: bool = False
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -102,6 +128,7 @@ def snapshot(
     ignored: dict[str, int],
     share: float = 1.0,
     covered_s: float | None = None,
+    losses: WindowLosses | None = None,
 ) -> AppSnapshot:
     """The snapshot of one closed window (counters as they stand when it closed); ``share``:
     of the connections, what the analyser selected."""
@@ -114,6 +141,18 @@ def snapshot(
                 mean=stats.total_s / stats.matched,
                 min=stats.min_s,
                 max=stats.max_s,
+                p50=p50,
+                p95=p95,
+                p99=p99,
+            )
+        handshake = None
+        if stats.handshakes:
+            sketch = stats.handshake_sketch
+            p50, p95, p99 = (max(0.0, sketch.get_quantile_value(q)) for q in QUANTILES)
+            handshake = ServiceTime(
+                mean=stats.handshake_total_s / stats.handshakes,
+                min=stats.handshake_min_s,
+                max=stats.handshake_max_s,
                 p50=p50,
                 p95=p95,
                 p99=p99,
@@ -149,6 +188,11 @@ def snapshot(
                 ok_squares=sums[3] if sums else None,
                 final_df=df,
                 success_rate_ci95=success,
+                protocol=stats.protocol,
+                responses_without_status=stats.unread,
+                connections_opened=stats.opened,
+                handshakes=stats.handshakes,
+                handshake_s=handshake,
             )
         )
     return AppSnapshot(
@@ -161,7 +205,20 @@ def snapshot(
         services=services,
         dropped=dropped,
         ignored=ignored,
+        **(_losses(losses) if losses is not None else {}),
     )
+
+
+def _losses(losses: WindowLosses) -> dict:
+    return {
+        "kernel_frames": losses.kernel_frames,
+        "kernel_drops": losses.kernel_drops,
+        "kernel_drop_share": losses.kernel_drop_share,
+        "record_datagrams": losses.record_datagrams,
+        "record_datagrams_lost": losses.record_datagrams_lost,
+        "record_loss_share": losses.record_loss_share,
+        "lower_bound": losses.lower_bound,
+    }
 
 
 def parse_snapshot(text: str | bytes, where: str = "snapshot") -> AppSnapshot:

@@ -6,15 +6,17 @@ arrive early wait in a small buffer (``MAX_EARLY_SEGMENTS``, ``MAX_EARLY_BYTES``
 fills. When the buffer is full, or the hole is older than ``REORDER_WAIT_S``, or the
 connection ends, the hole is given up: the parser is told of a gap and hunts for
 the next message start. A hole that lies inside a body the parser is skipping anyway (a
-truncating mirror's cut bytes, a selective mirror's segments without PSH) is no loss: it is
-stepped over at once, and the parser stays in step. Sequence numbers are compared modulo 2^32.
+selective mirror's segments without PSH) is no loss: it is stepped over at once, and the parser
+stays in step. A segment the capture cut short (a truncating mirror) is no hole: its length on
+the wire moves the stream on, and the parser is told how many of its bytes went unseen
+(``HttpParser.cut``). Sequence numbers are compared modulo 2^32.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from cosample.appmon.http import HttpParser, starts_message
+from cosample.appmon.http import HttpParser
 
 MASK, HALF = 0xFFFFFFFF, 0x80000000
 #: Early (out-of-order) segments kept per direction, and their payload bytes.
@@ -99,10 +101,9 @@ class HalfStream:
     ) -> None:
         if payload:
             self.parser.feed(payload, time, segment_start, seq, ack)
-        if wire_length > len(payload):
+        if wire_length > len(payload):  # the capture cut the segment: its bytes exist, unseen
             self.counters["truncated_segments"] += 1
-            if not self.parser.skip(wire_length - len(payload)):
-                self.counters["stream_gaps"] += 1
+            self.parser.cut(wire_length - len(payload), time, seq + len(payload), ack)
         self.next_seq = (seq + wire_length) & MASK
 
     def _hold(self, seq: int, payload: bytes, wire_length: int, time: float, ack: int) -> None:
@@ -115,7 +116,7 @@ class HalfStream:
             if self.early:
                 self._drain()
             return
-        if parser.hunting and starts_message(payload, parser.request):
+        if parser.hunting and parser.starts(payload):
             self.counters["holes_skipped"] += 1  # framing was lost already: resync here
             self.next_seq = seq
             self._deliver(seq, payload, wire_length, time, ack)

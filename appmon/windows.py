@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
@@ -23,6 +24,11 @@ from cosample.appmon.successinterval import degrees_of_freedom
 SKETCH_ACCURACY = 0.01
 QUANTILES = (0.5, 0.95, 0.99)
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+#: Services a window holds; a request or response of one more is counted
+#: (``services_over_limit``), not kept: each costs a sketch and a snapshot entry.
+MAX_SERVICES = 4096
+#: A service with nothing in this many windows in a row is forgotten (until it is seen again).
+IDLE_WINDOWS = 30
 #: Upper bounds (seconds) of the Prometheus service-time histogram's buckets.
 HISTOGRAM_BOUNDS = (
     0.0005,
@@ -71,6 +77,18 @@ class ServiceStats:
     #: final responses whose connection is unknown in ``unattributed_final``
     finals: dict[object, list[int]] = field(default_factory=dict)
     unattributed_final: int = 0
+    #: answers whose status could not be read (TLS: every one; in ``matched`` and the service
+    #: times, never in ``responses``, the status classes or the success rate)
+    unread: int = 0
+    #: the protocol its connections speak (``protocols.PROTOCOLS``; None: not known here)
+    protocol: str | None = None
+    #: connections opened (a client's SYN) and TLS handshakes completed, with their times
+    opened: int = 0
+    handshakes: int = 0
+    handshake_total_s: float = 0.0
+    handshake_min_s: float = math.inf
+    handshake_max_s: float = 0.0
+    handshake_sketch: DDSketch | None = None
 
     def request(self, connection: object = None) -> None:
         self.requests += 1
@@ -78,6 +96,23 @@ class ServiceStats:
             self.unattributed += 1
         else:
             self.per_connection[connection] = self.per_connection.get(connection, 0) + 1
+            if self.protocol is None:
+                self.protocol = connection.protocol
+
+    def connection(self, protocol: str | None, handshake_s: float | None) -> None:
+        """A connection opened (``handshake_s`` None) or a TLS handshake done in so long."""
+        if protocol is not None:
+            self.protocol = protocol
+        if handshake_s is None:
+            self.opened += 1
+            return
+        self.handshakes += 1
+        self.handshake_total_s += handshake_s
+        self.handshake_min_s = min(self.handshake_min_s, handshake_s)
+        self.handshake_max_s = max(self.handshake_max_s, handshake_s)
+        if self.handshake_sketch is None:
+            self.handshake_sketch = DDSketch(SKETCH_ACCURACY)
+        self.handshake_sketch.add(handshake_s)
 
     def connection_counts(self) -> tuple[int, int] | None:
         """(connections with requests, sum of their request counts squared), what a connection-
@@ -105,18 +140,23 @@ class ServiceStats:
         (``successinterval.degrees_of_freedom``); None if unknown or nothing to widen."""
         return None if self.unattributed_final else degrees_of_freedom(self.finals.values())
 
-    def response(self, status: int, service_time: float | None, connection: object = None) -> None:
-        self.responses += 1
-        self.statuses[status // 100 - 1] += 1
-        if status >= 200:  # final (a 101's switch is not counted in the success rate)
-            if connection is None:
-                self.unattributed_final += 1
-            else:
-                counts = self.finals.get(connection)
-                if counts is None:
-                    counts = self.finals[connection] = [0, 0]
-                counts[0] += 1
-                counts[1] += status < 400
+    def response(
+        self, status: int | None, service_time: float | None, connection: object = None
+    ) -> None:
+        if status is None:
+            self.unread += 1
+        else:
+            self.responses += 1
+            self.statuses[status // 100 - 1] += 1
+            if status >= 200:  # final (a 101's switch is not counted in the success rate)
+                if connection is None:
+                    self.unattributed_final += 1
+                else:
+                    counts = self.finals.get(connection)
+                    if counts is None:
+                        counts = self.finals[connection] = [0, 0]
+                    counts[0] += 1
+                    counts[1] += status < 400
         if service_time is not None:
             self.matched += 1
             self.total_s += service_time
@@ -137,6 +177,17 @@ class ServiceStats:
         self.buckets = [a + b for a, b in zip(self.buckets, other.buckets)]
         if other.sketch.count:
             self.sketch.merge(other.sketch)
+        self.unread += other.unread
+        self.protocol = self.protocol or other.protocol
+        self.opened += other.opened
+        self.handshakes += other.handshakes
+        self.handshake_total_s += other.handshake_total_s
+        self.handshake_min_s = min(self.handshake_min_s, other.handshake_min_s)
+        self.handshake_max_s = max(self.handshake_max_s, other.handshake_max_s)
+        if other.handshake_sketch is not None:
+            if self.handshake_sketch is None:
+                self.handshake_sketch = DDSketch(SKETCH_ACCURACY)
+            self.handshake_sketch.merge(other.handshake_sketch)
 
     def success_rate(self) -> float | None:
         """Final responses with a 2xx or 3xx status over all final responses."""
@@ -157,39 +208,60 @@ class Window:
 
 
 class Windows:
-    """The current window of every service; ``advance`` closes windows as time passes."""
+    """The current window of every service; ``advance`` closes windows as time passes. At most
+    ``max_services`` services; one idle for ``IDLE_WINDOWS`` windows is dropped."""
 
-    def __init__(self, width_s: float) -> None:
+    def __init__(
+        self, width_s: float, counters: Counter | None = None, max_services: int = MAX_SERVICES
+    ) -> None:
         if not width_s > 0:
             raise ValueError(f"window width must be > 0, got {width_s}")
         self.width_s = width_s
+        self.counters = Counter() if counters is None else counters
+        self.max_services = max_services
         self.start: float | None = None
         self.end = -math.inf
         self.current: dict[tuple[bytes, int], ServiceStats] = {}
+        self.idle: dict[tuple[bytes, int], int] = {}  # windows in a row with nothing
         self.closed: list[Window] = []
+
+    def _new(self, service: tuple) -> ServiceStats | None:
+        if len(self.current) >= self.max_services:
+            self.counters["services_over_limit"] += 1
+            return None
+        stats = self.current[service] = ServiceStats()
+        return stats
 
     def request(self, service: tuple, time: float, connection: object = None) -> None:
         if time >= self.end:
             self.advance(time)
-        stats = self.current.get(service)
-        if stats is None:
-            stats = self.current[service] = ServiceStats()
-        stats.request(connection)
+        stats = self.current.get(service) or self._new(service)
+        if stats is not None:
+            stats.request(connection)
 
     def response(
         self,
         service: tuple,
         time: float,
-        status: int,
+        status: int | None,
         service_time: float | None,
         connection: object = None,
     ) -> None:
         if time >= self.end:
             self.advance(time)
-        stats = self.current.get(service)
-        if stats is None:
-            stats = self.current[service] = ServiceStats()
-        stats.response(status, service_time, connection)
+        stats = self.current.get(service) or self._new(service)
+        if stats is not None:
+            stats.response(status, service_time, connection)
+
+    def connection(
+        self, service: tuple, time: float, protocol: str | None, handshake_s: float | None = None
+    ) -> None:
+        """A connection opened at ``time``, or (``handshake_s``) its TLS handshake began then."""
+        if time >= self.end:
+            self.advance(time)
+        stats = self.current.get(service) or self._new(service)
+        if stats is not None:
+            stats.connection(protocol, handshake_s)
 
     def advance(self, now: float) -> list[Window]:
         """Close the current window if ``now`` is past its end; the windows closed."""
@@ -201,8 +273,17 @@ class Windows:
             self.closed.append(done[-1])
         self.start = math.floor(now / self.width_s) * self.width_s
         self.end = self.start + self.width_s
-        # services seen before stay, with zeros: a rate that fell to nothing is a value too
-        self.current = {service: ServiceStats() for service in self.current}
+        # services seen before stay, with zeros: a rate that fell to nothing is a value too (for
+        # IDLE_WINDOWS windows: then the service is forgotten)
+        idle = self.idle
+        for service, stats in self.current.items():
+            idle[service] = 0 if stats.requests or stats.responses else idle.get(service, 0) + 1
+        self.current = {
+            service: ServiceStats(protocol=stats.protocol)
+            for service, stats in self.current.items()
+            if idle[service] < IDLE_WINDOWS
+        }
+        self.idle = {s: idle[s] for s in self.current}
         return done
 
     def flush(self) -> list[Window]:
@@ -211,7 +292,7 @@ class Windows:
             return []
         window = Window(self.start, self.width_s, self.current)
         self.closed.append(window)
-        self.start, self.end, self.current = None, -math.inf, {}
+        self.start, self.end, self.current, self.idle = None, -math.inf, {}, {}
         return [window]
 
     def take_closed(self) -> list[Window]:

@@ -6,7 +6,8 @@ VENV=${COSAMPLE_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
 
 # Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector), nginx, wrk,
-# tcpdump and tshark (the application monitor's ground truth and peer, an independent sFlow decoder), Prometheus (promtool
+# tcpdump and tshark (the application monitor's ground truth and peer, an independent sFlow decoder),
+# h2load (HTTP/2 load for the analyser's h2/h2c ground truth), Prometheus (promtool
 # and the server, for the operations tests) and the network tools the tests use.
 need_system() {
     local missing=()
@@ -29,6 +30,7 @@ need_system() {
     command -v wrk >/dev/null || missing+=(wrk)
     command -v tcpdump >/dev/null || missing+=(tcpdump)
     command -v tshark >/dev/null || missing+=(tshark)
+    command -v h2load >/dev/null || missing+=(nghttp2-client)
     command -v promtool >/dev/null || missing+=(prometheus)
     printf '%s\n' "${missing[@]}"
 }
@@ -48,18 +50,26 @@ install_system() {
     apt-get install -y -q --no-install-recommends $missing >/dev/null
 }
 
+# What the virtualenv was installed from: a change to any of these (a new lock from bin/lock
+# included) means installing again.
+install_stamp() {
+    cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" |
+        sha256sum | cut -c1-16
+}
+
 install_python() {
     local extras=$1 stamp
     if ! "$PYTHON" -m venv --help >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
         apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null
     fi
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    stamp="$VENV/.cosample-$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" |
-        sha256sum | cut -c1-16)-$extras"
+    stamp="$VENV/.cosample-$(install_stamp)-$extras"
     [ -f "$stamp" ] && return 0
     echo "bootstrap: installing cosample and its Python dependencies into $VENV" >&2
-    if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
-           "$VENV/bin/python" -m pip install -e "$ROOT[$extras]"; } >"$VENV/install.log" 2>&1; then
+    # PIP_CONSTRAINT also reaches pip's isolated build of setup.py (setuptools, wheel)
+    if ! { PIP_CONSTRAINT="$ROOT/constraints.txt" "$VENV/bin/python" -m pip install pip &&
+           PIP_CONSTRAINT="$ROOT/constraints.txt" "$VENV/bin/python" -m pip install \
+               -e "$ROOT[$extras]"; } >"$VENV/install.log" 2>&1; then
         tail -n 30 "$VENV/install.log" >&2
         echo "bootstrap: pip install failed; full log in $VENV/install.log" >&2
         exit 1

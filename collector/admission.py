@@ -23,9 +23,15 @@ import ipaddress
 from collections import Counter
 from collections.abc import Iterable
 
+from cosample.dataplane.guardwire import MAGIC as GUARD_MAGIC
+
 _V5 = b"\0\0\0\5"
 _IPV4, _IPV6 = b"\0\0\0\1", b"\0\0\0\2"
 SOURCE_MISMATCH, UNPLANNED_AGENT = "source_mismatch", "unplanned_agent"
+
+
+def is_guard_report(data: bytes) -> bool:
+    return data.startswith(GUARD_MAGIC)
 
 
 def packed(address: str) -> bytes | None:
@@ -57,9 +63,11 @@ class Admission:
         self.known = frozenset(p for p in map(packed, agents) if p is not None)
 
     def admit(self, data: bytes, source: str) -> bool:
+        """False also for a guard's report (``guardwire``), which is not sFlow: the caller
+        hands it to the estimator's ``guard_report`` (``is_guard_report``)."""
         head = data[4:8]
         if data[:4] != _V5 or (head != _IPV4 and head != _IPV6):
-            return True  # the decoder names what is wrong with it
+            return not data.startswith(GUARD_MAGIC)  # else the decoder names what is wrong
         agent = data[8:12] if head == _IPV4 else data[8:24]
         if len(agent) != (4 if head == _IPV4 else 16):
             return True  # truncated: the decoder's reason

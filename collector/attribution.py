@@ -31,6 +31,7 @@ from cosample.dataplane.tunnels import pair_vni
 if TYPE_CHECKING:  # plan reader and inventory model are heavy to import (pydantic's models);
     from cosample.collector.inventory import Inventory  # replay without either never needs them
     from cosample.plan.document import Plan
+    from cosample.plan.guard import GuardSpec
 
 LOCAL, MIRRORED = "local", "mirrored"
 
@@ -46,6 +47,8 @@ class ServerPlan:
     #: OVS's ``sample`` action instead of sFlow: probability out of 65535, IPFIX domain
     sample_probability: int | None = None
     observation_domain: int | None = None
+    #: how far the host's guard may step from the plan (``cosample.plan.guard``; None: not at all)
+    guard: GuardSpec | None = None
 
     @property
     def local_rate(self) -> float:
@@ -104,15 +107,20 @@ class Attribution:
             return "overlay_ingress"
         return "unknown_tunnel"
 
-    def coverage(self, server: str, rate_of: Mapping[str, int] | None = None) -> float:
+    def coverage(
+        self, server: str, rate_of: Mapping[str, int] | None = None, scale: float = 1.0
+    ) -> float:
         """Fraction of ``server``'s packets sampled somewhere: ``l + Q - l Q`` (independent draws).
 
-        ``rate_of`` gives the 1-in-N each agent reports (what OVS does now), else the plan's.
+        ``rate_of`` gives the 1-in-N each agent reports (what OVS does now), else the plan's;
+        ``scale``, the factor its guard runs its mirror rates at (``guardstate``).
         """
-        local, mirrored = self.rates(server, rate_of)
+        local, mirrored = self.rates(server, rate_of, scale)
         return min(1.0, local + mirrored - local * mirrored)
 
-    def rates(self, server: str, rate_of: Mapping[str, int] | None = None) -> tuple[float, float]:
+    def rates(
+        self, server: str, rate_of: Mapping[str, int] | None = None, scale: float = 1.0
+    ) -> tuple[float, float]:
         """(local sampling probability l, mirrored-and-sampled probability Q) of a packet."""
         plan = self.servers[server]
         if plan.sample_probability:  # the probability the records report, else the plan's
@@ -120,14 +128,15 @@ class Attribution:
             local = (reported or plan.sample_probability) / SAMPLE_PROBABILITY_SCALE
         else:
             local = _probability(self._rate(plan, rate_of))
-        return local, min(math.fsum(self.mirror_rates(server, rate_of).values()), 1.0)
+        return local, min(math.fsum(self.mirror_rates(server, rate_of, scale).values()), 1.0)
 
     def mirror_rates(
-        self, server: str, rate_of: Mapping[str, int] | None = None
+        self, server: str, rate_of: Mapping[str, int] | None = None, scale: float = 1.0
     ) -> dict[str, float]:
-        """receiver -> ``m_j / N_j``: probability that a packet is mirrored to it and sampled."""
+        """receiver -> ``scale m_j / N_j``: probability that a packet is mirrored to it and
+        sampled (``scale``: the sender's guard's factor on its planned mirror rates)."""
         return {
-            receiver: share * _probability(self._rate(self.servers[receiver], rate_of))
+            receiver: scale * share * _probability(self._rate(self.servers[receiver], rate_of))
             for receiver, share in self.servers[server].mirrors.items()
         }
 
@@ -167,6 +176,7 @@ def build(plan: Plan, inventory: Inventory | None = None, *, safe: bool = False)
             {} if safe else {m.peer: m.rate for m in host.mirrors},
             host.sample_probability if sample else None,
             host.observation_domain if sample else None,
+            None if safe else host.guard,
         )
     server_of_agent = {s.agent: s.name for s in servers.values() if s.agent is not None}
     mirrors: dict[tuple[str, int], tuple[str, float, str | None]] = {}

@@ -7,9 +7,9 @@ import socket
 import sys
 from pathlib import Path
 
-from cosample.collector.httplimits import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.dataplane.ipfix import IPFIX_PORT
+from cosample.httplimits import Limits
 
 
 def register(subparsers) -> None:
@@ -65,17 +65,17 @@ def register(subparsers) -> None:
     run.add_argument(
         "--http-max-connections",
         type=int,
-        default=MAX_CONNECTIONS,
+        default=Limits.max_connections,
         metavar="N",
-        help=f"HTTP connections served at once (default {MAX_CONNECTIONS}); more "
-        "are closed at once and counted",
+        help=f"HTTP connections open at once (default {Limits.max_connections}); one more "
+        "shuts the oldest idle one, or the oldest still sending its request (docs/collector.md)",
     )
     run.add_argument(
         "--http-idle-timeout",
         type=float,
-        default=IDLE_TIMEOUT_S,
+        default=Limits.idle_s,
         metavar="S",
-        help=f"close an HTTP connection idle this long (default {IDLE_TIMEOUT_S:g})",
+        help=f"close an HTTP connection idle this long (default {Limits.idle_s:g})",
     )
     run.add_argument("--state-dir", type=Path, help="write snapshot.json here every export")
     run.add_argument(

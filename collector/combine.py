@@ -55,7 +55,7 @@ class Estimates:
         self, server: str, local_seen: bool = True, mirrored_seen: bool = True
     ) -> tuple[float, float, float, float]:
         """(l, Q, w_L, w_M) for ``server`` at the agents' current rates."""
-        local, mirrored = self.attribution.rates(server, self.rate_of)
+        local, mirrored = self.attribution.rates(server, self.rate_of, self.guards.scale(server))
         if not local_seen:
             local = 0.0
         if not mirrored_seen:
@@ -157,6 +157,10 @@ class Estimates:
             "discards": {
                 server: dict(sorted(reasons.items()))
                 for server, reasons in sorted(self.discards.items())
+            },
+            "guard": {
+                server: {**rung, "since": _utc(rung["since"])}
+                for server, rung in self.guards.snapshot().items()
             },
         }
 

@@ -37,7 +37,8 @@ from socket import inet_ntoa as _ntoa
 from cosample.collector.attribution import LOCAL, Attribution, Source
 from cosample.collector.combine import Estimates
 from cosample.collector.decode import DecodeError, FlowSample, parse_grouped
-from cosample.collector.exposure import PENDING, Streams
+from cosample.collector.exposure import MIRRORED_KIND, PENDING, Streams
+from cosample.collector.guardstate import GuardBook
 from cosample.collector.ipfix import Templates
 from cosample.collector.ipfixingest import IpfixIngest
 from cosample.collector.loss import LossTracker
@@ -97,6 +98,8 @@ class Estimator(Estimates, IpfixIngest):
         self.templates = Templates()  # IPFIX templates per (exporter, domain)
         self.ipfix_messages = 0
         self.ipfix_records = 0
+        #: the rung each host's guard runs (its reports: ``guard_report``)
+        self.guards = GuardBook()
         if attribution is not None:
             self.streams.plan(attribution, None)
 
@@ -105,17 +108,12 @@ class Estimator(Estimates, IpfixIngest):
         """A new plan seen at ``now`` (default: the newest datagram's time): sums already taken
         keep their weights, new samples use the new plan, streams start and stop (``exposure``)."""
         self.attribution = attribution
-        latest: dict[tuple[str, str, int], float] = {}
-
-        def last(server: str, agent: str, kind: int) -> float | None:
-            """Arrival of the newest datagram of a stream in the window (one pass, on demand)."""
-            if not latest:
-                for _, sums, _ in self._buckets:
-                    for (s, a, k, _), acc in sums.items():
-                        latest[(s, a, k)] = max(latest.get((s, a, k), acc[6]), acc[6])
-            return latest.get((server, agent, kind))
-
-        self.streams.plan(attribution, now if now is not None else self._now, last)
+        moment = now if now is not None else self._now
+        last = self._arrivals()
+        for server in self.guards.forget():  # the new plan starts every host on its rung 0:
+            if moment is not None:  # mirrors a guard shed start again at their first copy
+                self.streams.restart(server, MIRRORED_KIND, moment, True, last)
+        self.streams.plan(attribution, moment, last)
         self._mirror_q.clear()
         self._verdicts.clear()
         known = set(attribution.server_of_agent)
@@ -125,6 +123,20 @@ class Estimator(Estimates, IpfixIngest):
             del self.rate_of[agent]
         self.ports.forget(known.__contains__)
         self.templates.forget(lambda exporter, _: exporter in attribution.server_of_exporter)
+
+    def _arrivals(self) -> Callable[[str, str, int], float | None]:
+        """``last(server, agent, kind)``: arrival of the newest datagram of a stream in the
+        window (one pass over the buckets, on the first call)."""
+        latest: dict[tuple[str, str, int], float] = {}
+
+        def last(server: str, agent: str, kind: int) -> float | None:
+            if not latest:
+                for _, sums, _ in self._buckets:
+                    for (s, a, k, _), acc in sums.items():
+                        latest[(s, a, k)] = max(latest.get((s, a, k), acc[6]), acc[6])
+            return latest.get((server, agent, kind))
+
+        return last
 
     def ingest(self, data: bytes, now: float) -> None:
         """Account for one datagram received at ``now`` (Unix seconds); never raises on input."""
@@ -218,8 +230,8 @@ class Estimator(Estimates, IpfixIngest):
                 if starting is not None and stream in starting:
                     self.ignored["stream_start"] += n
                     continue
-                if state is not None:
-                    self.dropped["stale_local"] += n
+                if state is not None:  # stopped: by a plan (local), by a guard (mirrored)
+                    self.dropped["stale_local" if kind == 0 else "guard_shed"] += n
                     continue
             weight = float(rate) if kind == 0 else 1.0 / self._q(server)
             variance = weight * (weight - 1.0)  # (1-p)/p^2: the sample's share of the variance
@@ -250,6 +262,22 @@ class Estimator(Estimates, IpfixIngest):
         for counter in counters:
             self._interface(counter, now)
 
+    def guard_report(self, data: bytes, source: str, now: float) -> None:
+        """A host's guard report (``guardstate``) arrived at ``now`` from ``source``: when its
+        mirror rates changed, its mirrored streams restart (their first datagram after the
+        report only marks the moment, as after a plan change) or stop (scale 0)."""
+        self._tick(now)
+        verdict = self.guards.read(data, source, now, self.attribution)
+        if isinstance(verdict, str):
+            self.dropped[verdict] += 1
+            return
+        server, rung, before = verdict
+        if rung.mirror_scale != before:
+            self._mirror_q.pop(server, None)
+            self.streams.restart(
+                server, MIRRORED_KIND, now, rung.mirror_scale > 0, self._arrivals()
+            )
+
     def _tick(self, now: float) -> None:
         """Time moves to ``now`` (a datagram's arrival): the newest bucket is ``now``'s."""
         if self._now is None or now > self._now:
@@ -274,7 +302,9 @@ class Estimator(Estimates, IpfixIngest):
             1.0,
             math.fsum(
                 q
-                for receiver, q in self.attribution.mirror_rates(sender, self.rate_of).items()
+                for receiver, q in self.attribution.mirror_rates(
+                    sender, self.rate_of, self.guards.scale(sender)
+                ).items()
                 if runs(sender, servers[receiver].agent, 1)
             ),
         )

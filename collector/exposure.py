@@ -90,6 +90,32 @@ class Streams:
         self.active.setdefault(server, set()).add((agent, kind))
         self._update_spans(server, at)
 
+    def restart(
+        self,
+        server: str,
+        kind: int,
+        at: float,
+        run: bool,
+        last: Callable[[str, str, int], float | None] = lambda *_: None,
+    ) -> None:
+        """A host's guard changed the rates of its streams of ``kind``; the collector learnt it
+        at ``at``. The running ones end with their last datagram before ``at`` (later ones hold
+        copies of both rates and are not counted), and each starts again at its first datagram
+        after it, as a stream a new plan adds (``run``), or stays stopped (``run`` False: the
+        guard shed its mirrors; later copies are ``guard_shed``)."""
+        active = self.active.setdefault(server, set())
+        ends: dict[int, float] = {}
+        for agent, planned_kind in self._planned.get(server, ()):
+            if planned_kind != kind:
+                continue
+            if (agent, kind) in active:
+                active.discard((agent, kind))
+                arrival = last(server, agent, kind)
+                end = arrival if arrival is not None and arrival < at else at
+                ends[kind] = max(ends.get(kind, -math.inf), end)
+            self.gate[(server, agent, kind)] = PENDING if run else STOPPED
+        self._update_spans(server, at, ends)
+
     def runs(self, server: str, agent: str, kind: int) -> bool:
         return (agent, kind) in self.active.get(server, ())
 

@@ -13,24 +13,11 @@ from typing import TYPE_CHECKING
 from cosample.collector import snapshotbin
 from cosample.collector.authenticity import HEADER
 from cosample.collector.errors import CollectorError
-from cosample.collector.httpserver import BoundedHTTPServer
+from cosample.httplimits import Limits
+from cosample.httpserver import BoundedHTTPServer, send_body
 
 if TYPE_CHECKING:  # the service imports this module
     from cosample.collector.service import Service
-
-
-def send_body(
-    request: BaseHTTPRequestHandler, body: bytes, kind: str, signature: str | None = None
-) -> None:
-    """A 200 answer of ``body`` (type ``kind``), with its signature header when signed
-    (``authenticity.HEADER``: the collector's and the application monitor's snapshots)."""
-    request.send_response(200)
-    request.send_header("Content-Type", kind)
-    request.send_header("Content-Length", str(len(body)))
-    if signature is not None:
-        request.send_header(HEADER, signature)
-    request.end_headers()
-    request.wfile.write(body)
 
 
 def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
@@ -59,7 +46,7 @@ def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
             else:
                 self.send_error(404, "try /snapshot, /snapshot.bin, /metrics, /status or /healthz")
                 return
-            send_body(self, body, kind, signature)
+            send_body(self, body, kind, {HEADER: signature} if signature else None)
 
         def log_message(self, *args) -> None:
             pass
@@ -68,8 +55,10 @@ def http_server(service: "Service", host: str, port: int) -> BoundedHTTPServer:
         return BoundedHTTPServer(
             (host, port),
             Handler,
-            max_connections=service.settings.http_max_connections,
-            idle_timeout_s=service.settings.http_idle_timeout_s,
+            Limits(
+                max_connections=service.settings.http_max_connections,
+                idle_s=service.settings.http_idle_timeout_s,
+            ),
         )
     except OSError as exc:
         raise CollectorError(

@@ -20,8 +20,11 @@ restart, so a gap is only a loss when it is plausible and nothing fills it later
   the sample is counted but moves nothing, and is put on probation (RFC 3550, A.1): only when
   the next sample continues it is the sampler *reset* (``resets``), its holes forgotten. One
   corrupted number therefore costs nothing, and an agent that restarted is followed after one
-  sample. An agent whose datagram uptime goes back by more than ``RESTART_SLACK_MS`` restarted:
-  all its samplers start again (``restarts``).
+  sample. An agent whose datagram uptime goes back by more than ``RESTART_SLACK_MS``, or by a
+  second with its datagram number more than a few behind, or not forward with its number more
+  than ``RESTART_DATAGRAMS`` behind or numbering its first datagrams again (OVS restarts its agent
+  on every change of the sFlow row and counts uptime in whole seconds), restarted: all its
+  samplers start again (``restarts``).
 
 The gap bound is ``max(GAP_FLOOR, GAP_FACTOR x r x (elapsed + 1 s))``, ``r`` the rate at which
 the sampler generated numbers since it (re)started: an outage of any length is a plausible
@@ -46,6 +49,21 @@ GAP_FLOOR = 1024
 GAP_FACTOR = 4.0
 #: An agent's uptime (ms) that goes back by more than this restarted (reordering is sub-second).
 RESTART_SLACK_MS = 2000
+#: OVS counts its sFlow agent's uptime in whole seconds and restarts the agent on every change
+#: of its sFlow row (a guard's step, a new plan's 1-in-N): an agent restarted a second or two
+#: after it started goes back by only a second. So a datagram whose uptime is at least this much
+#: older than the newest *and* whose number is more than ``REORDER_DATAGRAMS`` behind it is a
+#: restarted agent's too (a reordered datagram is a few numbers behind; one corrupted field
+#: changes only one of the two).
+RESTART_UPTIME_MS = 1000
+REORDER_DATAGRAMS = 2
+#: An agent restarted within the second it started shows no uptime going back at all; a
+#: datagram more than this many numbers behind the newest, with an uptime no later, is a
+#: restarted agent's (no reordering of one socket's datagrams goes that far), and so is one of
+#: the first ``FIRST_DATAGRAMS`` an agent numbers more than ``REORDER_DATAGRAMS`` behind it
+#: (the agent before it sent only a few datagrams: at a sparse rate, for less than a second).
+RESTART_DATAGRAMS = 64
+FIRST_DATAGRAMS = 4
 #: Samplers kept per agent, and (agent, sub-agent) entries in all: a named agent that sends
 #: random source ids or sub-agents (corrupt or hostile) replaces its oldest, never grows.
 MAX_SAMPLERS = 4096
@@ -134,7 +152,7 @@ class LossTracker:
             if len(self._agents) >= MAX_AGENTS:
                 del self._agents[next(iter(self._agents))]
             entry = self._agents[key] = [uptime, {}, number]
-        elif RESTART_SLACK_MS < (entry[0] - uptime) % WRAP < HALF:
+        elif _restarted(entry[0], entry[2], uptime, number):
             self.restarts += 1
             entry[0], entry[1], entry[2] = uptime, {}, number
         else:
@@ -305,6 +323,22 @@ class LossTracker:
                     hole[1] = (sequence - 1) % WRAP
                 return True
         return False
+
+
+def _restarted(newest_uptime: int, newest_number: int, uptime: int, number: int) -> bool:
+    """Whether a datagram with ``uptime`` and ``number`` comes from a restarted agent."""
+    back = (newest_uptime - uptime) % WRAP
+    if back >= HALF:
+        return False
+    behind = (newest_number - number) % WRAP
+    if not 0 < behind < HALF:
+        return back > RESTART_SLACK_MS
+    return (
+        back > RESTART_SLACK_MS
+        or (back >= RESTART_UPTIME_MS and behind > REORDER_DATAGRAMS)
+        or behind > RESTART_DATAGRAMS
+        or (number <= FIRST_DATAGRAMS and behind > REORDER_DATAGRAMS)
+    )
 
 
 def sampler_runs(flows: tuple) -> tuple[tuple[int, int, int, int], ...] | None:

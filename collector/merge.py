@@ -22,7 +22,7 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
     instances (its local samples reach one, its mirrored copies another) gets the sum of their
     rates and variances, its interval recomputed (this needs the ``*_variance`` fields); an agent
     heard by two instances is an error (its samples would count twice). ``traffic_pps``,
-    ``dropped``, ``ignored``, ``sequence`` and ``unknown_agents`` add up. The merge is as fresh as its stalest part (``time`` is
+    ``dropped``, ``ignored``, ``sequence`` and ``unknown_agents`` add up; ``guard`` is the union. The merge is as fresh as its stalest part (``time`` is
     the earliest) and ``window_s`` the shortest; ``plan`` is the newest when parts disagree (a
     plan change reaches the collectors at different times). Servers come out sorted by name.
     """
@@ -61,7 +61,19 @@ def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> S
             server: _add_counts(part.discards.get(server, {}) for part in parts)
             for server in sorted({s for part in parts for s in part.discards})
         },
+        guard=_guarded(parts),
     )
+
+
+def _guarded(parts: list[Snapshot]) -> dict:
+    """Every part's guarded hosts (a host's reports reach one instance; should two know it,
+    the later report wins)."""
+    out: dict = {}
+    for part in parts:
+        for server, entry in part.guard.items():
+            if server not in out or entry.since > out[server].since:
+                out[server] = entry
+    return dict(sorted(out.items()))
 
 
 def _add_traffic(tables: list[TrafficTable]) -> TrafficTable:

@@ -7,7 +7,7 @@ last, so a scrape never waits for the fast path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -34,12 +34,12 @@ class Status:
     kernel_drops: int = 0  # datagrams the kernel could not queue on the socket
     queue_overflow: int = 0  # datagrams the receive thread's queue had no room for
     insecure_unsigned: bool = False
-    http_refused: Mapping[str, int] = field(default_factory=dict)  # the HTTP server's, live
     ipfix_messages: int = 0  # IPFIX messages decoded (``--ipfix``)
     ipfix_records: int = 0  # IPFIX data records counted into estimates
     ipfix_receive_errors: int = 0
     ipfix_queue_overflow: int = 0
     ipfix_kernel_drops: int = 0
+    guard_reports: int = 0  # hosts' guard reports accepted (``guardstate``)
 
 
 class SnapshotMetrics:
@@ -92,6 +92,7 @@ class SnapshotMetrics:
                 "datagrams the kernel dropped on the receive socket (buffer full: "
                 "/proc/net/udp drops)",
             ),
+            ("guard_reports", status.guard_reports, "hosts' guard reports accepted"),
             ("ipfix_messages", status.ipfix_messages, "IPFIX messages decoded (--ipfix)"),
             ("ipfix_records", status.ipfix_records, "IPFIX data records counted into estimates"),
             ("ipfix_receive_errors", status.ipfix_receive_errors, "IPFIX socket receive errors"),
@@ -115,15 +116,6 @@ class SnapshotMetrics:
         for reason in ("fetch", "signature", "invalid"):
             refused.add_metric([reason], status.plan_refused.get(reason, 0))
         yield refused
-        http = CounterMetricFamily(
-            "cosample_collector_http_refused",
-            "HTTP connections closed unserved, by reason (busy: at "
-            "--http-max-connections; descriptors: none left; error)",
-            labels=["reason"],
-        )
-        for reason in ("busy", "descriptors", "error"):
-            http.add_metric([reason], status.http_refused.get(reason, 0))
-        yield http
         yield GaugeMetricFamily(
             "cosample_collector_insecure_unsigned",
             "1 when plans are accepted without a signature",
@@ -150,6 +142,14 @@ class SnapshotMetrics:
         yield GaugeMetricFamily(
             "cosample_collector_window_seconds", "estimation window", value=snapshot.window_s
         )
+        guarded = GaugeMetricFamily(
+            "cosample_collector_guard_rung",
+            "rung of its plan's ladder a host's guard runs it on (hosts off their plan only)",
+            labels=["server"],
+        )
+        for server, entry in snapshot.guard.items():
+            guarded.add_metric([server], entry.rung)
+        yield guarded
         gauges = {
             key: GaugeMetricFamily(f"cosample_collector_{key}", text, labels=["server"])
             for key, text in (

@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import IO
 
 from cosample.collector import ipfixtemplates, snapshotbin
-from cosample.collector.admission import Admission
+from cosample.collector.admission import Admission, is_guard_report
 from cosample.collector.authenticity import Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.events import EventDetector, snapshot_values, write_events
 from cosample.collector.httpapi import http_server
-from cosample.collector.httpserver import IDLE_TIMEOUT_S, MAX_CONNECTIONS, BoundedHTTPServer
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
@@ -46,6 +45,8 @@ from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.errors import CosampleError
 from cosample.files import write_atomic, write_bytes_atomic
+from cosample.httplimits import Limits
+from cosample.httpserver import BoundedHTTPServer, ServerMetrics
 
 SNAPSHOT_FILE = "snapshot.json"
 #: After a snapshot that took d seconds, at least this many times d of ingest before the next.
@@ -59,8 +60,8 @@ class Settings:
     name: str
     metrics_port: int | None = None
     http_host: str = "127.0.0.1"
-    http_max_connections: int = MAX_CONNECTIONS
-    http_idle_timeout_s: float = IDLE_TIMEOUT_S
+    http_max_connections: int = Limits.max_connections
+    http_idle_timeout_s: float = Limits.idle_s
     state_dir: Path | None = None
     window_s: float = 30.0
     export_s: float = 1.0
@@ -120,6 +121,8 @@ class Service:
         self.detector = EventDetector(settings.band, settings.max_silence_s)
         self.reexporter: Reexporter | None = None
         self.snapshot: Snapshot | None = None
+        #: this process's start and its exports: each snapshot's ``started`` and ``serial``
+        self.started, self.exports = datetime.fromtimestamp(clock(), timezone.utc), 0
         self._snapshot_json = b""
         self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
         # one reference each: body and signature; None until the writer thread has rendered
@@ -136,6 +139,7 @@ class Service:
         self._http: BoundedHTTPServer | None = None
         self._events: IO[str] | None = None
         self.metrics = SnapshotMetrics(lambda: (self.snapshot, self.status))
+        self.metrics.registry.register(ServerMetrics("cosample_collector", lambda: self._http))
 
     # set-up --------------------------------------------------------------------------------
     def start(self) -> "Service":
@@ -151,7 +155,6 @@ class Service:
             self._restore_templates()
         if self.settings.metrics_port is not None:
             self._http = http_server(self, self.settings.http_host, self.settings.metrics_port)
-            self.status.http_refused = self._http.refused
             threading.Thread(
                 target=self._http.serve_forever, name="collector-http", daemon=True
             ).start()
@@ -265,6 +268,8 @@ class Service:
                 wake = self.watcher.wake_ts
             if admit(data, source):
                 ingest(data, when)
+            elif is_guard_report(data):  # a host's guard stepped (collector/guardstate.py)
+                self.estimator.guard_report(data, source, when)
         if batch and self.reexporter is not None:
             self.reexporter.flush()
 
@@ -348,7 +353,10 @@ class Service:
 
     def export(self, now: float) -> Snapshot:
         """The normal path: a snapshot of the estimator, handed to the writer thread."""
-        snapshot = self.estimator.snapshot(now)
+        self.exports += 1
+        snapshot = self.estimator.snapshot(now).model_copy(
+            update={"started": self.started, "serial": self.exports}
+        )
         self.snapshot = snapshot
         self.status.datagrams, self.status.samples = (
             self.estimator.datagrams,
@@ -359,6 +367,7 @@ class Service:
             self.status.queue_overflow = self._receiver.overflow
         self.status.ipfix_messages = self.estimator.ipfix_messages
         self.status.ipfix_records = self.estimator.ipfix_records
+        self.status.guard_reports = self.estimator.guards.accepted
         if self._ipfix_receiver is not None:
             self.status.ipfix_receive_errors = self._ipfix_receiver.errors
             self.status.ipfix_queue_overflow = self._ipfix_receiver.overflow

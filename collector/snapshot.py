@@ -257,6 +257,17 @@ class TrafficTable(Strict):
         return cls.model_validate(traffic_columns(matrix))
 
 
+class GuardEntry(Strict):
+    """A host whose guard runs it below its plan (``guardstate``): which rung of its ladder,
+    the 1-in-N and mirror scale of that rung, since when, and the busy reading behind it."""
+
+    rung: Annotated[int, Field(ge=1)]
+    sflow_sampling: Annotated[int, Field(ge=1)] | None
+    mirror_scale: Fraction
+    since: UtcTime
+    busy: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class Snapshot(Strict):
     """What one collector (or a merge of several) knows about every server it owns, as columns:
     10^5 servers validate in a fraction of a second (pydantic checks every number in Rust, the
@@ -289,9 +300,21 @@ class Snapshot(Strict):
     #: Discarded-packet samples (sFlow format 5) since start: server -> drop reason code ->
     #: samples (packets the server's switch dropped; ``ignored.discarded_packet`` in all).
     discards: dict[str, dict[str, Count]] = Field(default_factory=dict)
+    #: When the collector process that made the snapshot started, and its exports since (from
+    #: 1): signed with the rest, they let a reader use each snapshot once (docs/collector.md,
+    #: "Snapshot"). None in a replay's or a merge's snapshot, and from collectors before them.
+    started: UtcTime | None = None
+    serial: Annotated[int, Field(ge=1)] | None = None
+    #: Hosts whose guard runs them below their plan, by name (absent from snapshots of
+    #: collectors before it: read as none).
+    guard: dict[ServerName, GuardEntry] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Snapshot":
+        if (self.started is None) != (self.serial is None):
+            _fail(("serial",), "started and serial come together", self.serial)
+        if self.started is not None and self.started > self.time:
+            _fail(("started",), "after the snapshot's time", format_time_ms(self.started))
         table = self.servers
         n = len(table.name)
         for key in ServerTable.model_fields:

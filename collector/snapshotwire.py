@@ -66,6 +66,13 @@ def snapshot_json(data: Mapping[str, Any]) -> str:
         "discards",
     ):
         wire[key] = data[key]
+    started = data.get("started")  # a daemon's export; a replay has none
+    wire["started"] = format_time_ms(started) if started is not None else None
+    wire["serial"] = data.get("serial")
+    wire["guard"] = {
+        server: {**entry, "since": format_time_ms(entry["since"])}
+        for server, entry in data["guard"].items()
+    }
     return orjson.dumps(wire).decode() + "\n"
 
 

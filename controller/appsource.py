@@ -8,7 +8,12 @@ size limit per fetch, an unreadable, invalid or stale analyser is a problem list
 never an error, and with the analysers' public keys (``--analyser-key``) a snapshot counts only
 if its signature verifies (the ``X-Cosample-Signature`` header of the same response, or
 ``FILE.sig``; ``appmon run --snapshot-key`` signs). A window is stale when it *ended* more than
-``max_age_s`` ago. What the snapshots say is turned into rates by ``appmeasure.py`` (pure).
+``max_age_s`` ago. As for the collectors (``source.py``), what the signature covers is checked:
+a location given as ``NAME=URL`` takes only the analyser named NAME's windows, a window ending
+more than ``MAX_SKEW_S`` after the controller's clock is refused, and each window is used once:
+windows close once each, in order, so a window whose start is not after the last used from its
+location is a replay (or no window closed since). What the snapshots say is turned into rates
+by ``appmeasure.py`` (pure).
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from cosample.appmon.snapshot import AppSnapshot, parse_snapshot
 from cosample.collector.authenticity import Verifier
 from cosample.collector.errors import CollectorError
 from cosample.controller.errors import SnapshotError
-from cosample.controller.source import verify_signed
+from cosample.controller.source import MAX_SKEW_S, bound, named, verify_signed
 from cosample.fetch import MISSING, FetchError
 from cosample.fetch import fetch as fetch_document
+from cosample.times import format_time_ms
 
 #: An analyser's snapshot lists one entry per service it saw: far below this.
 MAX_BYTES = 16 * 1024 * 1024
@@ -49,6 +55,7 @@ class AnalyserReader:
             self.verifier = Verifier(keys) if keys else None
         except CollectorError as exc:
             raise SnapshotError(str(exc)) from None
+        self.used: dict[str, datetime] = {}  # location -> start of the last window used
 
     def __call__(
         self, locations: tuple[str, ...], now: datetime, max_age_s: float, timeout_s: float = 10.0
@@ -61,28 +68,38 @@ class AnalyserReader:
             except SnapshotError as exc:
                 problems.append(str(exc))
                 continue
+            url = named(location)[1]
             end = snap.window_start + timedelta(seconds=snap.window_s)
             age = (now - end).total_seconds()
+            last = self.used.get(location)
             if age > max_age_s:
                 problems.append(
-                    f"analyser {location}: its last window ended {age:.0f} s ago "
+                    f"analyser {url}: its last window ended {age:.0f} s ago "
                     f"(limit {max_age_s:.0f} s); analyser stale"
                 )
-                continue
-            if age < -max_age_s:
+            elif -age > MAX_SKEW_S:
                 problems.append(
-                    f"analyser {location}: its last window ends {-age:.0f} s in the "
-                    "future (clocks apart?); left out"
+                    f"analyser {url}: its last window ends {-age:.0f} s after this "
+                    f"controller's clock (limit {MAX_SKEW_S:g} s); refused"
                 )
-                continue
-            fresh.append((location, snap))
+            elif last is not None and snap.window_start <= last:
+                problems.append(
+                    f"analyser {url}: window starting {format_time_ms(snap.window_start)} is not "
+                    f"after the last used ({format_time_ms(last)}): a replay, or no window "
+                    "closed since; left out"
+                )
+            else:
+                self.used[location] = snap.window_start
+                fresh.append((location, snap))
         return AppReading(tuple(fresh), tuple(problems), len(fresh), len(locations))
 
     def read(self, location: str, timeout_s: float) -> AppSnapshot:
-        """One analyser's snapshot, verified and validated; a ``SnapshotError`` otherwise."""
+        """One analyser's snapshot, verified, validated and of the analyser its location
+        names; a ``SnapshotError`` otherwise."""
+        name, url = named(location)
         try:
             response = fetch_document(
-                location,
+                url,
                 label="analyser snapshot",
                 timeout_s=timeout_s,
                 max_bytes=MAX_BYTES,
@@ -90,7 +107,7 @@ class AnalyserReader:
             )
             if response.status != "ok" or response.data is None:
                 raise SnapshotError(
-                    f"analyser snapshot {location}: "
+                    f"analyser snapshot {url}: "
                     + (
                         "not found (no window closed yet?)"
                         if response.status == MISSING
@@ -98,19 +115,21 @@ class AnalyserReader:
                     )
                 )
             if self.verifier is not None:
-                verify_signed(self.verifier, location, response, "analyser snapshot", timeout_s)
+                verify_signed(self.verifier, url, response, "analyser snapshot", timeout_s)
         except (FetchError, CollectorError) as exc:
             raise SnapshotError(str(exc)) from None
         try:
-            return parse_snapshot(response.data, where=f"analyser snapshot {location}")
+            snap = parse_snapshot(response.data, where=f"analyser snapshot {url}")
         except AppmonError as exc:
             raise SnapshotError(str(exc)) from None
+        return bound(snap, name, url, kind="analyser")
 
 
 def analyser_url(location: str) -> str:
     """``http://host:port`` -> ``http://host:port/snapshot``; anything else unchanged (a file
-    is the analyser's ``--state-dir``/snapshot.json itself)."""
-    parts = urllib.parse.urlsplit(location)
+    is the analyser's ``--state-dir``/snapshot.json itself). A ``NAME=`` before it stays."""
+    name, url = named(location)
+    parts = urllib.parse.urlsplit(url)
     if parts.scheme in ("http", "https") and parts.path in ("", "/"):
-        return urllib.parse.urlunsplit(parts._replace(path="/snapshot"))
-    return location
+        url = urllib.parse.urlunsplit(parts._replace(path="/snapshot"))
+    return url if name is None else f"{name}={url}"

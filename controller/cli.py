@@ -33,9 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--collector",
         required=True,
         action="append",
-        metavar="URL",
-        help="a collector's base URL or /snapshot URL, or a snapshot file; repeat "
-        "for several collectors (each owning a set of agents)",
+        metavar="NAME=URL",
+        help="a collector's name (its --name) and base URL or /snapshot URL, or "
+        "snapshot file: only that collector's snapshots are taken from there (the name "
+        "may be left out with --insecure-unsigned-snapshots); repeat for several "
+        "collectors (each owning a set of agents)",
     )
     run.add_argument(
         "--interval",
@@ -81,9 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--analyser",
         action="append",
-        metavar="URL",
-        help="an application analyser's base URL or /snapshot URL (appmon run "
-        "--metrics-port), or its snapshot.json; repeat for several. The "
+        metavar="NAME=URL",
+        help="an application analyser's name (its --name) and base URL or /snapshot URL "
+        "(appmon run --metrics-port), or its snapshot.json; repeat for several. The "
         "inventory's services are planned with the request rates they report",
     )
     run.add_argument(
@@ -261,7 +263,7 @@ def settings_from(args: argparse.Namespace):
     from cosample.controller.decide import Policy
     from cosample.controller.errors import ControllerError
     from cosample.controller.loop import Settings
-    from cosample.controller.source import snapshot_url
+    from cosample.controller.source import named, snapshot_url
 
     if not 0 <= args.margin < 1:
         raise ControllerError(f"--margin: expected a fraction in [0, 1), got {args.margin:g}")
@@ -310,6 +312,16 @@ def settings_from(args: argparse.Namespace):
         )
     if (args.analyser_key or args.insecure_unsigned_analysers) and not args.analyser:
         raise ControllerError("--analyser-key / --insecure-unsigned-analysers: no --analyser given")
+    for flag, locations, keys in (
+        ("--collector", args.collector, args.collector_key),
+        ("--analyser", args.analyser or (), args.analyser_key),
+    ):
+        unnamed = next((url for url in locations if named(url)[0] is None), None)
+        if keys and unnamed is not None:
+            raise ControllerError(
+                f"{flag} {unnamed}: give it as NAME=URL, NAME being its --name: a signed "
+                "snapshot is taken only from the location of the one it names (docs/controller.md)"
+            )
     return Settings(
         analysers=tuple(analyser_url(url) for url in args.analyser or ()),
         analyser_keys=tuple(args.analyser_key or ()),

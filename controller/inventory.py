@@ -220,6 +220,7 @@ def inventory_from_dict(
                 ("bridge", server.bridge),
                 ("tunnel_ip", server.tunnel_ip),
                 ("vm_ports", server.vm_ports),
+                ("guard", server.guard),  # the operator's floors (``cosample.plan.guard``)
             )
             if value is not None
         }

@@ -23,6 +23,7 @@ from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
 from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, shares
+from cosample.controller.guarded import Derater
 from cosample.controller.hostnames import HostNames
 from cosample.controller.inventory import Inventory
 from cosample.controller.plausibility import JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen, vet
@@ -81,6 +82,9 @@ class Settings:
     #: the analysers' snapshots (``appmon run``) and their public keys (``apploop``)
     analysers: tuple[str, ...] = ()
     analyser_keys: tuple[str, ...] = ()
+    #: a host seen backing off (its guard, the snapshot's ``guard``) is planned with the
+    #: capacity its load on the guard's rung shows, until this long after it was last seen
+    guard_hold_s: float = 600.0
 
     @property
     def hold_seconds(self) -> float:
@@ -127,6 +131,9 @@ class Controller:
         #: first of the cycles in a row with no plan in force and no snapshot knowing a server
         self.waiting_since: datetime | None = None
         self.size_problem: str | None = None  # the last published plan is above agents' limit
+        #: planning capacities of hosts whose guard backs off (``guarded``)
+        self.derater = Derater(inventory, settings.guard_hold_s)
+        self.planning: Inventory = inventory  # the inventory with them, this cycle
         self.last_status: CycleStatus | None = None
         #: the application part (services' request rates from the analysers), if any
         self.apps = (
@@ -310,6 +317,9 @@ class Controller:
         )
         lap(timings, "estimate", step)
         step = mark()
+        inv = self.planning = self.derater.plan(
+            now, snapshot, smoothed, self.current, self.current_shares
+        )
         candidate = replan(
             inv,
             smoothed.planning(),
@@ -335,7 +345,7 @@ class Controller:
 
     def _situation(self, now: datetime, judged: Judged) -> Judged:
         """``judged`` with the candidate and the plan in force evaluated: ``decide``'s input."""
-        settings, inv = self.settings, self.inventory
+        settings, inv = self.settings, self.planning
         smoothed, candidate, measuring = judged.smoothed, judged.candidate, judged.measuring
         # overload is judged under the present traffic, the gain under the held peaks the
         # candidate was planned for (a trough of noise shorter than the hold is no gain)
@@ -457,6 +467,7 @@ class Controller:
                 for d in measurement.disagreements
             ),
             timings=timings,
+            derated=self.derater.status(),
         )
 
     def _without_plan(self, now: datetime, reading: Reading) -> CycleStatus:

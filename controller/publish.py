@@ -24,8 +24,11 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
-from cosample.controller.httpserver import BoundedHTTPServer
+from prometheus_client import CollectorRegistry, generate_latest
+
 from cosample.files import FileWriteError, write_bytes_atomic
+from cosample.httplimits import Limits
+from cosample.httpserver import BoundedHTTPServer, ServerMetrics
 from cosample.plan.signing import SIGNATURE_SUFFIX, content_digest, sign_digest
 from cosample.plan.slicebuild import SliceSet, build_slices
 from cosample.plan.slices import SLICES_DIR
@@ -33,6 +36,8 @@ from cosample.planner.planbytes import HostTable, compact_json
 from cosample.times import format_time
 
 PLAN_NAME = "plan.json"
+#: Every agent polls the plan: more connections than the other daemons' servers.
+SERVE_LIMITS = Limits(max_connections=256)
 #: ``DirectoryTarget``'s layout: one folder per publication, and the pointer to the current one.
 VERSIONS_DIR, CURRENT_LINK = "versions", "current"
 
@@ -310,10 +315,10 @@ class HttpTarget:
         metrics: Callable[[], bytes],
         name: str = PLAN_NAME,
         slices: bool = True,
-        **limits: Any,
+        limits: Limits = SERVE_LIMITS,
     ) -> None:
-        """``limits``: ``BoundedHTTPServer``'s (connections, idle timeout, request deadline);
-        ``slices``: serve each host's slice at ``/hosts/<name>`` too."""
+        """``limits``: the HTTP server's (``cosample.httplimits``); ``slices``: serve each
+        host's slice at ``/hosts/<name>`` too."""
         self.name = name
         self.slices = slices
         self._current: Rendered | None = None
@@ -332,7 +337,9 @@ class HttpTarget:
             def log_message(self, *args: Any) -> None:
                 return
 
-        self.server = BoundedHTTPServer((host, port), Handler, **limits)
+        self.server = BoundedHTTPServer((host, port), Handler, limits)
+        self._http_metrics = CollectorRegistry(auto_describe=False)
+        self._http_metrics.register(ServerMetrics("cosample_controller", lambda: self.server))
         self.thread = threading.Thread(
             target=self.server.serve_forever, name="controller-http", daemon=True
         )
@@ -393,7 +400,8 @@ class HttpTarget:
                 "application/json",
             )
         elif path == "/metrics":
-            payload, kind = self._metrics() + self._http_metrics(), "text/plain; version=0.0.4"
+            payload = self._metrics() + generate_latest(self._http_metrics)
+            kind = "text/plain; version=0.0.4; charset=utf-8"
         else:
             request.send_error(404, "no such document (plan not published yet?)")
             return
@@ -411,31 +419,6 @@ class HttpTarget:
         request.end_headers()
         if body:
             request.wfile.write(payload)
-
-    def _http_metrics(self) -> bytes:
-        """The server's own counts, in the exposition format (``httpserver.Counts``)."""
-        counts = self.server.counts
-        lines = [
-            "# HELP cosample_controller_http_connections Connections open to the plan server",
-            "# TYPE cosample_controller_http_connections gauge",
-            f"cosample_controller_http_connections {counts.open}",
-            "# HELP cosample_controller_http_evicted_total Connections shut down to make room "
-            "(idle: waiting for a request; slow: a request past its deadline)",
-            "# TYPE cosample_controller_http_evicted_total counter",
-            *(
-                f'cosample_controller_http_evicted_total{{reason="{reason}"}} {value}'
-                for reason, value in sorted(counts.evicted.items())
-            ),
-            "# HELP cosample_controller_http_refused_total Connections closed unserved "
-            "(at the connection limit, or out of descriptors)",
-            "# TYPE cosample_controller_http_refused_total counter",
-            f"cosample_controller_http_refused_total {counts.refused}",
-            "# HELP cosample_controller_http_descriptor_exhaustion_total Accepts that failed "
-            "for want of file descriptors",
-            "# TYPE cosample_controller_http_descriptor_exhaustion_total counter",
-            f"cosample_controller_http_descriptor_exhaustion_total {counts.descriptor_exhaustion}",
-        ]
-        return ("\n".join(lines) + "\n").encode()
 
 
 def _tags(header: str | None) -> set[str]:

@@ -55,6 +55,9 @@ class CycleStatus:
     applications: dict[str, Any] | None = None
     cycle_seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    #: hosts planned below their inventory capacity because their guard backed off
+    #: (``guarded``): server, capacity_pps, inventory_pps, until
+    derated: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values, long lists cut first (``asdict`` deep-copied every

@@ -21,6 +21,7 @@ EXTRA_OF_MODULE = {
     "rich": "planner",
     "scipy": "planner",
     "ddsketch": "appmon",
+    "hpack": "appmon",
     "pandas": "all",
     "matplotlib": "all",
 }

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from cosample.errors import CosampleError
 
-_CHUNK = 256 * 1024
+_CHUNK = 1 << 20
 OK, MISSING, UNCHANGED = "ok", "missing", "unchanged"
 
 
@@ -186,8 +186,8 @@ class _Request:
     def _work(self) -> None:
         try:
             self.result = self._get()
-        except FetchError as exc:
-            self.error = exc
+        except FetchError as exc:  # without its traceback: the frames hold what was read
+            self.error = exc.with_traceback(None)
         except (TimeoutError, ssl.SSLError, OSError, http.client.HTTPException, ValueError) as exc:
             if (
                 isinstance(exc, TimeoutError)
@@ -224,21 +224,40 @@ class _Request:
             length = headers.get("content-length")
             if length is not None and length.isdigit() and int(length) > self.max_bytes:
                 raise FetchError(f"{self.where}: larger than {self.max_bytes} bytes ({length})")
-            chunks, size = [], 0
-            while size <= self.max_bytes:
-                sock.settimeout(self._remaining())
-                chunk = response.read1(_CHUNK)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            return Response(
-                OK, _limited(self.where, b"".join(chunks), self.max_bytes), etag, headers
-            )
+            return Response(OK, self._body(response, sock), etag, headers)
         finally:
             with self.lock:
                 self.fd = None
             connection.close()
+
+    def _body(self, response: http.client.HTTPResponse, sock: socket.socket) -> bytes:
+        """The body, read into blocks of ``_CHUNK`` bytes each filled to the brim: the memory it
+        takes is what arrived (a block per read, shrunk to what the read returned, would leave
+        the allocator's heap holey: an endless body took 4.3 GB against a 512 MiB limit), and
+        at most ``max_bytes`` plus one block however long the body is."""
+        blocks, size = [], 0
+        while size <= self.max_bytes:
+            block = bytearray(_CHUNK)
+            view, filled = memoryview(block), 0
+            while filled < _CHUNK and not response.isclosed():  # closed: the body is whole
+                sock.settimeout(self._remaining())
+                got = response.readinto(view[filled:])
+                if not got:
+                    break
+                filled += got
+            view.release()
+            if filled < _CHUNK:
+                del block[filled:]
+            blocks.append(block)
+            size += filled
+            if filled < _CHUNK:
+                break
+        if size > self.max_bytes:
+            blocks.clear()
+            raise FetchError(f"{self.where}: larger than {self.max_bytes} bytes")
+        data = b"".join(blocks)
+        blocks.clear()
+        return data
 
     def _attach(self, sock: socket.socket) -> None:
         with self.lock:

@@ -103,16 +103,25 @@ def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -
     analysis node, which writes the windows (the seeds' off-site sniffer)."""
     directory.mkdir(parents=True, exist_ok=True)
     if kind == "offsite":
+        import secrets
+
         from cosample.dataplane.tunnels import RECORD_PORT
-        from cosample.lab.appmirror import UNDERLAY_ANALYSIS
+        from cosample.lab.appmirror import UNDERLAY_ANALYSIS, UNDERLAY_SWITCH
 
         endpoint = f"{UNDERLAY_ANALYSIS}:{RECORD_PORT}"
+        key = directory / "record.key"  # the pair's key, as an agent writes it (0600)
+        key.touch(mode=0o600)
+        key.write_text(secrets.token_hex(32))
+        trust = ("--record-key", str(key))
         receiver = _spawn_waiting(
             rig,
             rig.analysis,
             _analyser_argv(
                 "--receive-records",
                 endpoint,
+                "--records-from",
+                UNDERLAY_SWITCH,
+                *trust,
                 "--name",
                 name,
                 "--state-dir",
@@ -130,6 +139,9 @@ def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -
                 rig.server_port,
                 "--send-records",
                 endpoint,
+                "--send-records-from",
+                UNDERLAY_SWITCH,
+                *trust,
                 "--name",
                 f"{name}-sender",
                 "--state-dir",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -119,7 +118,7 @@ def run_rounds(settings: argparse.Namespace) -> list[dict[str, Any]]:
     if reason:
         raise ExperimentError(f"tc_copy_cost cannot run here: {reason}")
     rows = []
-    with Lab(prefix=f"tq{os.getpid() % 100000:05d}") as lab:  # unique among concurrent runs
+    with Lab.unique("tq") as lab:  # unique among concurrent runs
         sender, data, tunnel = build(lab)
         for round_number in range(settings.rounds):
             shift = round_number % len(ARMS)

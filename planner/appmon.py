@@ -80,12 +80,28 @@ class Services:
     #: per service, the sender's CPU per mirrored request (its mirror mechanism's cost, e.g.
     #: ``kernel_mirror_sender``); None: ``costs["mirror_sender"]`` for every service
     sender_cost: np.ndarray | None = None
+    #: per service, the on-site sniffer's and the analysis host's CPU per request (a protocol's
+    #: ``PROTOCOL_FACTORS`` applied); None: ``costs["onsite"]``, ``costs["analyser"]`` for all
+    onsite_cost: np.ndarray | None = None
+    analyser_cost: np.ndarray | None = None
 
     def sender(self, costs: dict) -> np.ndarray:
         """The sender's CPU per mirrored request of each service."""
         if self.sender_cost is not None:
             return self.sender_cost
         return np.full(self.size, costs["mirror_sender"])
+
+    def onsite(self, costs: dict) -> np.ndarray:
+        """The on-site sniffer's CPU per request of each service."""
+        if self.onsite_cost is not None:
+            return self.onsite_cost
+        return np.full(self.size, costs["onsite"])
+
+    def analyser(self, costs: dict) -> np.ndarray:
+        """The analysis host's CPU per mirrored request of each service."""
+        if self.analyser_cost is not None:
+            return self.analyser_cost
+        return np.full(self.size, costs["analyser"])
 
     @property
     def size(self) -> int:
@@ -127,8 +143,8 @@ def _load_rows(svc: Services, j: np.ndarray, k: np.ndarray, costs: dict, n: int)
     onsite = k == ONSITE
     rows = [svc.host[j], np.where(onsite, 0, k)]
     values = [
-        volume * np.where(onsite, costs["onsite"], svc.sender(costs)[j]),
-        np.where(onsite, 0.0, volume * costs["analyser"]),
+        volume * np.where(onsite, svc.onsite(costs)[j], svc.sender(costs)[j]),
+        np.where(onsite, 0.0, volume * svc.analyser(costs)[j]),
     ]
     sent = np.where(onsite, 0.0, svc.rate[j] * svc.bytes_per_request[j])
     return rows, values, sent
@@ -161,7 +177,7 @@ def solve_onsite(svc: Services, residual: np.ndarray, costs: dict) -> AppmonPlan
     n = residual.shape[0]
     share = np.zeros(svc.size)
     left = residual.astype(float).copy()
-    unit = svc.rate * costs["onsite"]
+    unit = svc.rate * svc.onsite(costs)
     need = np.where(svc.onsite_ok, svc.min_share * unit, np.where(svc.min_share > 0, np.inf, 0))
     used = np.bincount(svc.host, weights=need, minlength=n)
     if np.any(used > left * (1 + 1e-12) + 1e-9):
@@ -316,7 +332,7 @@ def solve_greedy(
     analysers: set[int] = set()
     to = np.full(svc.size, NONE)
     share = np.zeros(svc.size)
-    sender = svc.sender(costs)
+    sender, onsite, analyser = svc.sender(costs), svc.onsite(costs), svc.analyser(costs)
     order = np.lexsort((np.arange(svc.size), -svc.weight, -svc.min_share))
     for j in order.tolist():
         h = int(svc.host[j])
@@ -326,14 +342,14 @@ def solve_greedy(
             continue
         best, best_share = NONE, 0.0
         if svc.onsite_ok[j]:
-            best, best_share = ONSITE, min(1.0, left[h] / (volume * costs["onsite"]))
+            best, best_share = ONSITE, min(1.0, left[h] / (volume * onsite[j]))
         allowed = np.ones(n, dtype=bool)
         allowed[h] = False
         if analysis_hosts is not None and len(analysers) >= analysis_hosts:
             allowed &= np.isin(np.arange(n), list(analysers))
         if allowed.any():
             k = int(np.argmax(np.where(allowed, left, -1.0)))
-            cap = min(1.0, left[h] / (volume * sender[j]), left[k] / (volume * costs["analyser"]))
+            cap = min(1.0, left[h] / (volume * sender[j]), left[k] / (volume * analyser[j]))
             sent = svc.rate[j] * svc.bytes_per_request[j]
             if sent > 0 and np.isfinite(bytes_left[h]):
                 cap = min(cap, bytes_left[h] / sent)
@@ -348,10 +364,10 @@ def solve_greedy(
             continue
         to[j], share[j] = best, best_share
         if best == ONSITE:
-            left[h] -= best_share * volume * costs["onsite"]
+            left[h] -= best_share * volume * onsite[j]
         else:
             left[h] -= best_share * volume * sender[j]
-            left[best] -= best_share * volume * costs["analyser"]
+            left[best] -= best_share * volume * analyser[j]
             bytes_left[h] -= best_share * svc.rate[j] * svc.bytes_per_request[j]
             analysers.add(best)
     load, sent_total, value = _evaluate(svc, to, share, costs, n)

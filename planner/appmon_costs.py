@@ -42,6 +42,44 @@ CPU = ("onsite", "mirror_sender", "analyser", "kernel_mirror_sender")
 FALLBACK = {"kernel_mirror_sender": "mirror_sender"}
 
 
+#: Per protocol, what its monitoring costs beside HTTP/1.x's (``python -m
+#: cosample.experiments.appmon_protocol_costs``, docs/data/appmon-protocols: one rig, one backend
+#: URL; segments copied by the plan's rule, ``plan.appmon.DEFAULT_SEGMENTS``): the fabric bytes
+#: per request whole and cut (measured), the analyser's CPU behind a mirror and on-site
+#: (measured), the sender's CPU (estimated: proportional to the segments copied, OVS's copy
+#: cost being per packet). The calibrated (or default) HTTP/1.x costs are multiplied by them.
+PROTOCOL_FACTORS = {
+    "http": {
+        "sender": 1.0,
+        "mirror_bytes": 1.0,
+        "truncated_bytes": 1.0,
+        "analyser": 1.0,
+        "onsite": 1.0,
+    },
+    "tls": {
+        "sender": 2.02,
+        "mirror_bytes": 2.80,
+        "truncated_bytes": 1.91,
+        "analyser": 1.08,
+        "onsite": 0.64,
+    },
+    "h2c": {
+        "sender": 3.45,
+        "mirror_bytes": 3.02,
+        "truncated_bytes": 3.02,
+        "analyser": 4.22,
+        "onsite": 2.79,
+    },
+    "h2": {
+        "sender": 2.53,
+        "mirror_bytes": 2.87,
+        "truncated_bytes": 2.42,
+        "analyser": 1.31,
+        "onsite": 0.80,
+    },
+}
+
+
 def sender_cost(costs: dict[str, float], mechanism: str) -> float:
     """The sender's CPU per mirrored request of ``mechanism`` (a plan's mirror mechanism): the
     kernel mirror's own cost where calibrated or given, else the selective mirror's."""

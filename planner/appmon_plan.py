@@ -30,7 +30,7 @@ from cosample.planner.appmon import (
     Services,
     plan_services,
 )
-from cosample.planner.appmon_costs import sender_cost
+from cosample.planner.appmon_costs import PROTOCOL_FACTORS, sender_cost
 from cosample.planner.realise import Realised
 
 
@@ -57,9 +57,24 @@ def services_arrays(dc, own_pps: np.ndarray, costs: dict) -> Services:
         min_share=np.array([s.min_share for s in dc.services]),
         onsite_ok=np.array([s.interface is not None for s in dc.services]),
         bytes_per_request=np.array(
-            [costs["truncated_bytes" if s.truncate_bytes else "mirror_bytes"] for s in dc.services]
+            [
+                costs[kind] * PROTOCOL_FACTORS[s.protocol][kind]
+                for s in dc.services
+                for kind in ("truncated_bytes" if s.truncate_bytes else "mirror_bytes",)
+            ]
         ),
-        sender_cost=np.array([sender_cost(costs, s.mirror) for s in dc.services]),
+        sender_cost=np.array(
+            [
+                sender_cost(costs, s.mirror) * PROTOCOL_FACTORS[s.protocol]["sender"]
+                for s in dc.services
+            ]
+        ),
+        onsite_cost=np.array(
+            [costs["onsite"] * PROTOCOL_FACTORS[s.protocol]["onsite"] for s in dc.services]
+        ),
+        analyser_cost=np.array(
+            [costs["analyser"] * PROTOCOL_FACTORS[s.protocol]["analyser"] for s in dc.services]
+        ),
     )
 
 

@@ -242,7 +242,7 @@ def _accepted(key: str, column: list[Any]) -> np.ndarray:
         )
     if key == "name":
         return _distinct(column, lambda v: type(v) is str and len(v) > 0)
-    if key == "calibration":  # read beside the description: the model path resolves it
+    if key in ("calibration", "guard"):  # the model reads what is given (a file, a mapping)
         return np.array([value is None for value in column])
     if key == "tunnel_ip":
         return _distinct(column, lambda v: v is None or type(v) is str and plain_tunnel_address(v))

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from cosample.plan.appmon import TRUNCATE_BYTES
+from cosample.plan.appmon import TRUNCATE_BYTES, UNCUT, AppmonProtocol
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN, IpfixSpec
+from cosample.plan.guard import GuardSpec
 from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress
 
 #: A finite number >= 0 (packets per second, capacities).
@@ -62,6 +63,9 @@ class Server(Strict):
     #: the IPFIX Observation Domain ID of its records when it uses ``sample`` (absent: its
     #: IPv4 ``tunnel_ip`` as a 32-bit integer)
     observation_domain: Annotated[int, Field(ge=1, le=MAX_OBSERVATION_DOMAIN)] | None = None
+    #: the operator's minimum for this server: how far its agent's guard may back off between
+    #: plans (``cosample.plan.guard``); handed to the plan with every field written
+    guard: Annotated[GuardSpec, AfterValidator(lambda spec: spec.model_dump())] | None = None
 
     @field_validator("mirror_cap_bytes_per_s")
     @classmethod
@@ -72,7 +76,7 @@ class Server(Strict):
 
 
 #: Server fields handed through to the plan for the agents, when given.
-AGENT_FIELDS = ("tunnel_ip", "bridge", "vm_ports")
+AGENT_FIELDS = ("tunnel_ip", "bridge", "vm_ports", "guard")
 
 
 class Sflow(Strict):
@@ -128,7 +132,9 @@ class Service(Strict):
     server: Annotated[str, Field(min_length=1)]
     address: IpAddress
     port: Annotated[int, Field(ge=1, le=65535)]
-    protocol: Literal["http"] = "http"
+    #: what it speaks: HTTP/1.x, HTTP/2 in clear text, HTTP/1.1 or HTTP/2 over TLS (read at the
+    #: record layer: no success rate); ``h2c`` cannot be truncated (docs/appmon-mechanisms.md)
+    protocol: AppmonProtocol = "http"
     #: value of one monitored request (default 1)
     weight: Positive = 1.0
     #: the smallest share of connections that must be monitored (the accuracy target)
@@ -156,6 +162,15 @@ class Service(Strict):
                 "kernel_mirror cannot truncate; drop truncate_bytes or use selective_mirror"
             )
         return mirror
+
+    @model_validator(mode="after")
+    def _whole_segments(self) -> "Service":
+        if self.protocol in UNCUT and self.truncate_bytes is not None:
+            raise ValueError(
+                f"a {self.protocol} service cannot be truncated (HTTP/2 frame headers sit "
+                f"anywhere in a segment); drop truncate_bytes"
+            )
+        return self
 
 
 class Envelope(Strict):

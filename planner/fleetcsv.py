@@ -103,11 +103,20 @@ def _numbers(cells: tuple[str, ...]) -> tuple[list[Any], np.ndarray]:
     return out, np.array([type(v) is float or v is ABSENT for v in out])
 
 
+#: Server fields that are mappings (``guard``): no CSV cell holds one.
+MAPPINGS = ("guard",)
+
+
 def servers(path: Path) -> dict[str, list[Any]]:
     """The servers file's columns, checked (``planner.bulk.checked``)."""
     header, rows = _rows(path)
-    fields = Server.model_fields
+    fields = [key for key in Server.model_fields if key not in MAPPINGS]
     for k, name in enumerate(header):
+        if name in MAPPINGS:
+            raise PlannerError(
+                f"{path}: row 1: column {k + 1} {name!r}: a mapping, which a cell cannot hold "
+                "(give it in the JSON or YAML form of the servers)"
+            )
         if name not in fields:
             raise PlannerError(
                 f"{path}: row 1: column {k + 1} {name!r}: not a server field "

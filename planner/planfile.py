@@ -164,11 +164,45 @@ def _summary(
             "off": problem.size - sampled - int(np.count_nonzero(applied.sflow_sampling > 0)),
             "may_sample": int(np.count_nonzero(problem.can_sample)),
         }
+    guard = _guard_summary(problem.dc, applied)
+    if guard is not None:  # only when the description gives floors: other plans byte-identical
+        summary["guard"] = guard
     if point_estimate is not None:
         summary["assumptions"]["point_estimate_collected_pps"] = _num(
             point_estimate.applied.collected_pps
         )
     return summary
+
+
+def _guard_summary(dc: DataCentre, applied: Realised) -> dict[str, Any] | None:
+    """The floors the description set (``servers[].guard``, handed to the hosts' entries):
+    how many servers have one, the range of each field, and how many of them have no room
+    (their floor is no sparser than their plan's 1-in-N and they mirror nothing)."""
+    extras = dc.server_extras
+    if isinstance(extras, ExtraColumns):
+        column = extras.columns.get("guard") or [None] * len(dc.names)
+    else:
+        column = [(extras.get(name) or {}).get("guard") for name in dc.names]
+    given = [k for k, entry in enumerate(column) if entry is not None]
+    if not given:
+        return None
+    sampling = applied.sflow_sampling
+    mirroring = np.bincount(applied.mirror_src[applied.mirror_pps > 0], minlength=len(dc.names))
+    no_room = sum(
+        1 for k in given if column[k]["floor_sampling"] <= int(sampling[k]) and not mirroring[k]
+    )
+
+    def span(key: str) -> list[float]:
+        values = [column[k][key] for k in given]
+        return [_num(min(values)), _num(max(values))]
+
+    return {
+        "servers": len(given),
+        "floor_sampling": [int(v) for v in span("floor_sampling")],
+        "floor_mirror_share": span("floor_mirror_share"),
+        "limit": span("limit"),
+        "no_room": no_room,
+    }
 
 
 def _roles(problem, applied: Realised) -> np.ndarray:

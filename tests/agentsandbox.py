@@ -1,9 +1,11 @@
 """The agents' real-OVS sandbox, shared by test_sandbox and test_hardening (tests/ is on sys.path).
 
 A private ovsdb-server + ``ovs-vswitchd --enable-dummy`` with bridge ``cabr1`` holding two VM
-ports ``caV1``/``caV2`` (veth pairs in the root namespace, so tc filters and VXLAN devices are
+ports ``VM_PORTS`` (veth pairs in the root namespace, so tc filters and VXLAN devices are
 real; that part needs root and is skipped otherwise), an agent configuration for host s1 and a
-plan file to write.
+plan file to write. The root-namespace names (the VM ports, the agent's mirror devices
+``DEVICE_PREFIX-*``) carry this process's run tag (``cosample.lab.names``), so two runs or
+two pytest-xdist workers never share them.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ import pytest
 
 from cosample.agents.runner import Agent
 from cosample.dataplane.run import run
+from cosample.lab.names import run_prefix, run_tag
 from cosample.lab.netns import netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
 
-BRIDGE, VM_PORTS, DEVICE_PREFIX = "cabr1", ("caV1", "caV2"), "cam"
+#: the start of every root-namespace link of the sandbox (and of the tests' extra ones)
+PORT_PREFIX = run_prefix("ca")
+BRIDGE, VM_PORTS = "cabr1", (f"{PORT_PREFIX}V1", f"{PORT_PREFIX}V2")
+DEVICE_PREFIX = f"m{run_tag()}"
 
 
 def _delete_links(names):

@@ -160,3 +160,18 @@ def run(frames, window_s=10.0, **options):
         analyser.ingest(frame, time)
     windows = analyser.finish()
     return analyser, windows
+
+
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """One HTTP/2 frame (RFC 9113 section 4.1)."""
+    head = len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big")
+    return head + payload
+
+
+def h2_request_block(path: str) -> bytes:
+    """A request's header block, HPACK-encoded by a fresh encoder."""
+    from hpack import Encoder
+
+    return Encoder().encode(
+        [(":method", "GET"), (":scheme", "http"), (":path", path), (":authority", "rig")]
+    )

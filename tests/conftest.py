@@ -1,18 +1,59 @@
-"""Shared fixtures: a private OVS sandbox, and skips that say why a test cannot run here."""
+"""Shared fixtures: a private OVS sandbox, and skips that say why a test cannot run here; and how
+the suite runs in parallel (docs/testing.md).
+
+``bin/test`` runs pytest-xdist workers (``-n``). Tests that need root share the machine's root
+namespace (links, addresses, routes, the one userspace OVS it holds), so the scheduler
+(``pytest_xdist_make_scheduler``) puts the tests of each module that builds rigs into one of
+two groups by what it builds (tests/xdist_groups.py): each group runs on one worker, one test
+at a time, as in a serial run, beside the other groups and the rest. Everything else runs on
+whichever worker is free; the groups' tests run at a higher priority (``pytest_runtest_setup``).
+Hypothesis runs without deadlines and without the "too slow" health check: the workers load the
+machine, and timing is not what it tests.
+"""
 
 from __future__ import annotations
 
 import copy
+import os
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from plan_documents import plan_bytes, plan_document
+from xdist_groups import RootGroupScheduling, module_group
 
 from cosample.lab.netns import netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
 
 # the agents' OVS sandbox fixtures (``sandbox``, ``root_links``), for every test that asks for them
 pytest_plugins = ["agentsandbox"]
+
+#: The niceness of the root groups' tests in a parallel run (pytest_runtest_setup).
+GROUP_NICENESS = -5
+
+settings.register_profile("cosample", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("cosample")
+
+
+@pytest.hookimpl(optionalhook=True)  # known only while pytest-xdist is loaded (not -p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """Each root group on one worker (tests/xdist_groups.py), the other tests anywhere."""
+    return RootGroupScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """In an xdist worker, a test of a root group runs (with the daemons it starts) at niceness
+    ``GROUP_NICENESS``, any other at 0: the rigs' tests measure time and CPU against a reference
+    (nginx's log, a calibration's curve, a sampled share) and must not be starved by the other
+    workers' computing. Only the rigs' tests are raised: lowering the others instead starved
+    them behind the other users of a shared machine (41 min, timeouts, in one run). A serial
+    run, or one without root (whose rigs' tests skip), is left alone."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or os.geteuid() != 0:
+        return
+    niceness = GROUP_NICENESS if module_group(Path(item.path)) else 0
+    os.setpriority(os.PRIO_PROCESS, 0, niceness)
 
 
 @pytest.fixture

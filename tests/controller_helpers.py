@@ -28,12 +28,15 @@ def snapshot_doc(
     rows: dict[str, dict[str, Any]] | None = None,
     matrix: dict[str, dict[str, float]] | None = None,
     plan: dict[str, Any] | None = SIMULATED_PLAN,
+    serial: int | None = None,
+    started: datetime | None = None,
 ) -> dict[str, Any]:
     """A ``cosample.snapshot`` document whose per-server totals are the matrix's rows, written
     by the collector's own model (columnar, version 2). ``rows`` overrides fields of a server's
     estimate; ``matrix`` replaces the traffic matrix written (default: ``traffic``'s rows of
     the listed servers); ``plan`` is the plan the collector renormalised with (None: a
-    plan-less snapshot, made before any plan was in force)."""
+    plan-less snapshot, made before any plan was in force); ``serial``: the collector's
+    export number (with ``started``, default ``time``: what a signed snapshot must carry)."""
     from cosample.collector.snapshot import ServerEstimate, Snapshot
 
     names = (
@@ -68,8 +71,15 @@ def snapshot_doc(
             for src, row in traffic.items()
             if src in names
         }
+    sequence = {} if serial is None else {"serial": serial, "started": started or time}
     snapshot = Snapshot.from_servers(
-        out, collector=collector, time=time, window_s=window_s, plan=plan, traffic_pps=matrix
+        out,
+        collector=collector,
+        time=time,
+        window_s=window_s,
+        plan=plan,
+        traffic_pps=matrix,
+        **sequence,
     )
     return json.loads(snapshot.to_json())
 

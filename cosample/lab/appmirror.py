@@ -1,6 +1,6 @@
 """The web rig with an OVS switch between client and server, and the seeds' mirroring mechanisms.
 
-Four namespaces, under one random prefix ``P``::
+Four namespaces, under one prefix ``P`` unique to the process (``Lab.unique``)::
 
     Pc (wrk, 10.77.0.1) --Pvc--+                         +--Pvs-- Ps (nginx + backend, 10.77.0.2)
                                +-- Pbr (userspace OVS) --+
@@ -37,11 +37,10 @@ by name. Needs root, OVS and the web rig's programs.
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass
 
 from cosample.dataplane.run import run
-from cosample.lab.netns import disable_tx_offload, silence_uplink
+from cosample.lab.netns import Lab, disable_tx_offload, silence_uplink
 from cosample.lab.ovs import OvsInstance, ovs_available
 from cosample.lab.web import CLIENT_ADDRESS, SERVER_ADDRESS, WebRig, web_available
 
@@ -166,9 +165,8 @@ class MirrorRig(WebRig):
 
     def __init__(self, directory, seed: int = 1) -> None:
         super().__init__(directory, seed)
-        tag = f"{random.Random().randrange(16**5):05x}"
-        self.prefix = f"ac{tag}"
-        self.lab.prefix = self.prefix
+        self.lab = Lab.unique("ac")
+        self.prefix = self.lab.prefix
         self.ovs: OvsInstance | None = None
         self.mechanism: tuple = ("none",)
 

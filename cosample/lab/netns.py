@@ -3,6 +3,11 @@
 A ``Lab`` is a ledger: every namespace and host-side link it creates is recorded, and
 ``teardown`` deletes exactly those, in reverse order, tolerating ones already gone. Use it as a
 context manager so errors and Ctrl-C clean up too. Needs root (``ip netns``).
+
+What a run that crashed left behind is removed before the first name is created: each namespace
+and root-namespace link carries its creator's owner mark, and ``cosample.lab.names.sweep``
+removes those of the lab's prefix whose creator no longer runs. Prefixes unique to the process
+come from ``cosample.lab.names.run_prefix``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cosample.dataplane.run import CommandError, require, run
+from cosample.lab import names
 
 
 def netns_available() -> str | None:
@@ -52,12 +58,32 @@ class Lab:
     prefix: str = "cs"
     namespaces: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
+    #: what the names of every lab of this kind start with (``run_prefix``'s kind): leftovers of
+    #: crashed runs, whose prefixes carry other run tags, are swept under it; default the prefix
+    kind: str = ""
+    swept: bool = False
+
+    @classmethod
+    def unique(cls, kind: str) -> "Lab":
+        """A lab whose prefix is unique to this process (``names.run_prefix(kind)``)."""
+        return cls(prefix=names.run_prefix(kind), kind=kind)
+
+    def sweep(self) -> list[str]:
+        """Remove what a crashed run left under this lab's kind (owner marks prove it); once."""
+        if self.swept:
+            return []
+        self.swept = True
+        return names.sweep(self.kind or self.prefix)
 
     def namespace(self, name: str) -> str:
-        """Create namespace ``prefix+name`` with loopback up; returns its full name."""
+        """Create namespace ``prefix+name`` with loopback up and our owner mark; returns its
+        full name."""
+        self.sweep()
         full = f"{self.prefix}{name}"
         run(["ip", "netns", "add", full])
         self.namespaces.append(full)
+        names.hold(full)
+        names.mark_namespace(full)
         run(["ip", "-n", full, "link", "set", "lo", "up"])
         return full
 
@@ -77,6 +103,7 @@ class Lab:
         """
         if len(host_end) > 15:
             raise CommandError(f"interface name {host_end!r} is longer than 15 characters")
+        self.sweep()
         host_ns = ["-n", host_namespace] if host_namespace else []
         argv = ["ip", *host_ns, "link", "add", host_end, "type", "veth", "peer", "name", peer]
         if namespace:
@@ -84,6 +111,8 @@ class Lab:
         run(argv)
         if not host_namespace:
             self.links.append(host_end)
+            names.hold(host_end)
+            names.mark_link(host_end)
         ns = ["-n", namespace] if namespace else []
         run(["ip", *ns, "link", "set", peer, "up"])
         run(["ip", *host_ns, "link", "set", host_end, "up"])
@@ -109,6 +138,8 @@ class Lab:
             result = run(["ip", "netns", "del", namespace], check=False)
             if result.returncode != 0 and "No such file" not in result.stderr:
                 problems.append(f"namespace {namespace}: {result.stderr.strip()}")
+        for name in self.links + self.namespaces:
+            names.release(name)
         self.links.clear()
         self.namespaces.clear()
         return problems

@@ -12,23 +12,38 @@ pushes its traffic through (a test and experiment rig, apart from the production
 
 veth tx offloads are off (docs/ovs-facts.md: TCP through the userspace datapath needs it). It removes exactly what it created, in reverse,
 when the ``with`` block ends — normally, on error or on Ctrl-C.
+
+Its OVS runs in the root namespace, where only one userspace ovs-vswitchd fits (each makes a tap
+named ``ovs-netdev``), so the rig holds a machine-wide lock (``LOCK``) from before it builds until
+it is removed: a second one (another pytest-xdist worker, another run) waits for it. Under the
+lock it first removes what a crashed one-host testbed left (``cosample.lab.names.sweep``: owner
+marks on its namespaces, links and OVS taps; the crashed run's OVS daemons in their
+``cosample-PREFIX-ovs-*`` directory).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import tempfile
+import time
 import zlib
 from pathlib import Path
 
 from cosample.costmodel.endpoints import Endpoints
 from cosample.costmodel.errors import HarnessError
 from cosample.dataplane.run import CommandError, run
+from cosample.lab import names
 from cosample.lab.netns import Lab, netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
 
 SUBNET = "10.99.0"
 TUNNEL_VNI, TUNNEL_PORT = 4242, 48000
+#: Held while a one-host testbed exists on this machine (its OVS needs the root namespace's tap).
+LOCK = Path(tempfile.gettempdir()) / "cosample-onehost.lock"
+#: How long a second testbed waits for the first (a long calibration takes minutes).
+LOCK_WAIT_S = 1800.0
 
 
 def one_host_testbed_unavailable() -> str | None:
@@ -62,6 +77,7 @@ class OneHostTestbed:
         self.ovs: OvsInstance | None = None
         self.lab = Lab(prefix)
         self.endpoints: Endpoints | None = None
+        self._lock: int | None = None
 
     def __enter__(self) -> "OneHostTestbed":
         reason = one_host_testbed_unavailable()
@@ -77,8 +93,46 @@ class OneHostTestbed:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def _take_lock(self) -> None:
+        """Wait (at most ``LOCK_WAIT_S``) until no other one-host testbed exists here."""
+        descriptor = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._lock = descriptor
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(descriptor)
+                    raise HarnessError(
+                        f"another one-host testbed held {LOCK} for {LOCK_WAIT_S:g} s"
+                    ) from None
+                time.sleep(0.2)
+
+    def _sweep(self) -> None:
+        """Under the lock: stop the OVS daemons of a crashed testbed of this prefix (their
+        directory's pidfiles, when the process names that directory), then its marked links and
+        namespaces (``Lab.sweep``)."""
+        for directory in Path(tempfile.gettempdir()).glob(f"cosample-{self.prefix}-ovs-*"):
+            pids = []
+            for pidfile in ("ovs-vswitchd.pid", "ovsdb-server.pid"):
+                try:
+                    pid = int((directory / pidfile).read_text().strip())
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                except (OSError, ValueError):
+                    continue
+                if str(directory) in argv:
+                    pids.append(pid)
+            names.stop_processes(pids)
+            shutil.rmtree(directory, ignore_errors=True)
+        names.sweep("ovs-netdev")
+        self.lab.sweep()
+
     def _build(self) -> None:
         p, lab = self.prefix, self.lab
+        self._take_lock()
+        self._sweep()
         if self.directory is None:
             self.directory = Path(tempfile.mkdtemp(prefix=f"cosample-{p}-ovs-"))
             self._made_directory = True
@@ -95,6 +149,10 @@ class OneHostTestbed:
             "datapath_type=netdev",
             "external_ids:cosample=costmodel",
         )
+        for tap in (bridge, "ovs-netdev"):  # the datapath's taps in the root namespace
+            if run(["ip", "link", "show", tap], check=False).returncode == 0:
+                names.mark_link(tap)
+                names.hold(tap)
         sender, receiver, sink = lab.namespace("A"), lab.namespace("B"), lab.namespace("C")
         links = {}
         for role, letter, namespace, host in (
@@ -158,6 +216,8 @@ class OneHostTestbed:
             ]
         )
         self.lab.links.append(device)  # the ledger removes it first
+        names.hold(device)
+        names.mark_link(device)
         run(["ip", "link", "set", device, "up"])
         run(
             [
@@ -194,7 +254,12 @@ class OneHostTestbed:
                 problems.append(f"OVS: {exc}")
             self.ovs = None
         problems += self.lab.teardown()
+        for tap in (f"{self.prefix}br0", "ovs-netdev"):
+            names.release(tap)
         if self._made_directory and self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)  # OVS database, sockets, logs
             self.directory, self._made_directory = None, False
+        if self._lock is not None:
+            os.close(self._lock)  # releases the flock
+            self._lock = None
         return problems

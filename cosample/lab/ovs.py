@@ -78,9 +78,13 @@ class OvsInstance:
         if not database.exists():
             schema = next(path for path in SCHEMA_CANDIDATES if path.exists())
             run(["ovsdb-tool", "create", database, schema], timeout=self.timeout)
-        self.start_ovsdb()
-        self.vsctl("--no-wait", "init")
-        self.start_vswitchd()
+        try:
+            self.start_ovsdb()
+            self.vsctl("--no-wait", "init")
+            self.start_vswitchd()
+        except BaseException:  # a failed start leaves no daemon behind (``with`` never began)
+            self.stop()
+            raise
         return self
 
     def start_ovsdb(self) -> None:

@@ -5,14 +5,14 @@ small Python backend that sleeps a drawn time and answers 200, or 500 at a given
 chosen per request by the URL's query: ``/?mean_ms=20&error=0.1``); the *client* namespace runs
 ``wrk`` and is where captures are taken (on its end of the veth, which sees every packet of the
 connections). nginx's access log, with ``$request_time``, is the reference (the seeds' Tomcat
-valve). Everything is created under a random name prefix and removed, by PID and by name, on
-exit. Test rig only; needs root.
+valve). Everything is created under a name prefix unique to the process (``Lab.unique``) and
+removed, by PID and by name, on exit; a crashed run's leftovers are swept before the first
+namespace is made. Test rig only; needs root.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -29,7 +29,8 @@ BACKEND_PORT = 8081
 LOG_FORMAT = "$msec $request_time $status $remote_port $connection_requests $upstream_response_time"
 
 BACKEND = textwrap.dedent('''\
-    """Sleeps an exponential time (plus 1 ms) of the mean the query asks, then 200 or 500."""
+    """Sleeps an exponential time (plus 1 ms) of the mean the query asks, then 200 or 500 (GET or
+    POST; with ``chunked`` in the query, no Content-Length: HTTP/1.0 ends the body by closing)."""
     import random, sys, threading, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, urlsplit
@@ -37,6 +38,10 @@ BACKEND = textwrap.dedent('''\
     draw, lock = random.Random(int(sys.argv[2])), threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.do_GET()
+
         def do_GET(self):
             query = parse_qs(urlsplit(self.path).query)
             mean = float(query.get("mean_ms", ["10"])[0]) / 1000
@@ -46,7 +51,8 @@ BACKEND = textwrap.dedent('''\
             time.sleep(sleep)
             body = b"failed" if failed else b"x" * int(query.get("size", ["100"])[0])
             self.send_response(500 if failed else 200)
-            self.send_header("Content-Length", str(len(body)))
+            if "chunked" not in query:  # without a length nginx answers HTTP/1.1 clients chunked
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
@@ -80,6 +86,7 @@ NGINX_CONF = textwrap.dedent("""\
             location /fast {{ return 200 "ok"; }}
             location / {{ proxy_pass http://127.0.0.1:{backend}; }}
         }}
+    {extra}
     }}
     """)
 
@@ -116,9 +123,8 @@ class WebRig:
 
     def __init__(self, directory: Path, seed: int = 1) -> None:
         self.directory, self.seed = Path(directory), seed
-        tag = f"{random.Random().randrange(16**5):05x}"
-        self.lab = Lab(prefix=f"am{tag}")
-        self.link = f"am{tag}v"
+        self.lab = Lab.unique("am")
+        self.link = f"{self.lab.prefix}v"
         self._processes: list[subprocess.Popen] = []
 
     def __enter__(self) -> "WebRig":
@@ -164,6 +170,7 @@ class WebRig:
                 log_format=LOG_FORMAT,
                 address=SERVER_ADDRESS,
                 backend=BACKEND_PORT,
+                extra=self.extra_servers(),
             )
         )
         self._spawn(
@@ -179,6 +186,10 @@ class WebRig:
             ],
         )
         self._wait_ready()
+
+    def extra_servers(self) -> str:
+        """More nginx ``server`` blocks (a subclass's: TLS, HTTP/2)."""
+        return ""
 
     def _spawn(self, namespace: str, argv: list[str], **options) -> subprocess.Popen:
         process = subprocess.Popen(
@@ -246,14 +257,21 @@ class WebRig:
         )
         return result.stdout
 
-    def tcpdump(self, path: Path, snaplen: int = 0) -> subprocess.Popen:
-        """Start capturing the client's veth end to ``path``; stop with ``stop``."""
+    def tcpdump(
+        self,
+        path: Path,
+        snaplen: int = 0,
+        namespace: str | None = None,
+        interface: str = "eth0",
+    ) -> subprocess.Popen:
+        """Start capturing the client's veth end (or ``interface`` of ``namespace``) to
+        ``path``; stop with ``stop``."""
         process = self._spawn(
-            self.client,
+            namespace or self.client,
             [
                 "tcpdump",
                 "-i",
-                self.link,
+                interface if namespace else self.link,
                 "-U",
                 "--immediate-mode",
                 "-B",

@@ -24,6 +24,16 @@ AppmonMechanism = Literal["port_mirror", "selective_mirror", "kernel_mirror", "s
 #: Which TCP segments of a service's connections are copied: those with PSH (service time),
 #: those plus FIN/RST (connection ends too), or all of them.
 AppmonSegments = Literal["psh", "psh+ends", "all"]
+#: What a service speaks (``appmon.protocols``): HTTP/1.x, HTTP/2 in clear text, HTTP/1.1 over
+#: TLS, HTTP/2 over TLS (both read at the TLS record layer).
+AppmonProtocol = Literal["http", "h2c", "tls", "h2"]
+#: The segments a mirror copies when the entry does not say (docs/appmon-mechanisms.md): an
+#: HTTP/1.x message starts a segment and ends with PSH; an HTTP/2 frame or a TLS record starts
+#: anywhere in a segment, and an answer's first segment carries no PSH when it spans several.
+DEFAULT_SEGMENTS = {"http": "psh", "h2c": "all", "tls": "all", "h2": "all"}
+#: Protocols only whole segments serve: h2c's framing needs every frame header, and its HPACK
+#: table every header block (TLS needs only each segment's first record header: cut copies do).
+UNCUT = frozenset({"h2c"})
 
 
 def _ip(value: str) -> str:
@@ -38,7 +48,7 @@ class AppmonService(Strict):
 
     address: Annotated[str, AfterValidator(_ip)]
     port: Annotated[int, Field(ge=1, le=65535)]
-    protocol: Literal["http"] = "http"
+    protocol: AppmonProtocol = "http"
 
 
 class AppmonEntry(Strict):
@@ -46,9 +56,11 @@ class AppmonEntry(Strict):
 
     ``to`` is the analysis host (``null``: on this host). Mirrors need ``to``; a port mirror and
     the sniffer need ``interface`` (the VM's port, or where the sniffer listens); ``segments``
-    defaults to ``psh`` for the selective mirror, the kernel mirror and the sniffer and must be
-    ``all`` (the default) for a port mirror, which copies every packet of the port. A kernel
-    mirror needs ``interface`` (the VM's port, where its tc filters sit) and cannot truncate.
+    defaults to ``psh`` for HTTP/1.x and ``all`` for the other protocols (``DEFAULT_SEGMENTS``)
+    for the selective mirror, the kernel mirror and the sniffer, and must be ``all`` (the
+    default) for a port mirror, which copies every packet of the port. A kernel mirror needs
+    ``interface`` (the VM's port, where its tc filters sit) and cannot truncate. An h2c service
+    needs every segment, whole.
     """
 
     service: AppmonService
@@ -85,6 +97,21 @@ class AppmonEntry(Strict):
                 "cannot truncate (use a selective_mirror with truncate_bytes)",
                 self.truncate_bytes,
             )
+        protocol = self.service.protocol
+        if protocol in UNCUT and self.truncate_bytes is not None:
+            _fail(
+                ("truncate_bytes",),
+                f"a {protocol} service needs whole segments (an HTTP/2 frame header or header "
+                f"block may sit past any cut); no truncate_bytes",
+                self.truncate_bytes,
+            )
+        if protocol in UNCUT and self.segments not in (None, "all"):
+            _fail(
+                ("segments",),
+                f"a {protocol} service needs every segment (frames start anywhere, a response's "
+                f"HEADERS in a segment without PSH); only 'all'",
+                self.segments,
+            )
         if self.mechanism == "port_mirror" and self.segments not in (None, "all"):
             _fail(
                 ("segments",),
@@ -97,7 +124,9 @@ class AppmonEntry(Strict):
     def copied_segments(self) -> str:
         if self.segments is not None:
             return self.segments
-        return "all" if self.mechanism == "port_mirror" else "psh"
+        if self.mechanism == "port_mirror":
+            return "all"
+        return DEFAULT_SEGMENTS[self.service.protocol]
 
 
 def selected_share(share: float | None) -> int:

@@ -42,6 +42,7 @@ from cosample.plan.appmon import AppmonEntry, check_appmon
 from cosample.plan.errors import PlanError
 from cosample.plan.errors import fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
+from cosample.plan.guard import GuardSpec
 from cosample.times import format_time, parse_time
 from cosample.validation import HostName, InterfaceName, IpAddress, Strict, TunnelAddress, describe
 
@@ -211,6 +212,8 @@ class HostPlan(_Open):
     local_mechanism: LocalMechanism = "sflow"
     sample_probability: Annotated[int, Field(ge=1, le=SAMPLE_PROBABILITY_SCALE)] | None = None
     observation_domain: Annotated[int, Field(ge=1, le=MAX_OBSERVATION_DOMAIN)] | None = None
+    #: how far the host's guard may back off between plans (``cosample.plan.guard``)
+    guard: GuardSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "HostPlan":

@@ -25,6 +25,8 @@ from cosample.plan.signing import SIGNATURE_SUFFIX
 #: two-phase plan set (about 100 MB) with room; the controller warns when it publishes more.
 DEFAULT_MAX_PLAN_MIB = 256
 MAX_BYTES = DEFAULT_MAX_PLAN_MIB * 1024 * 1024
+#: A detached signature is a line of base64 (a few during a key rotation): far below this.
+SIGNATURE_MAX_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def fetch(
                 location + SIGNATURE_SUFFIX,
                 label="plan",
                 timeout_s=timeout_s,
-                max_bytes=max_bytes,
+                max_bytes=SIGNATURE_MAX_BYTES,
                 deadline=deadline,
                 missing_ok=True,
                 user_agent=user_agent,

@@ -32,6 +32,7 @@ from cosample.experiments.testbed.topology import (
     from_config,
 )
 from cosample.files import write_text_atomic
+from cosample.lab import names
 from cosample.lab.netns import Lab, disable_tx_offload, netns_available, silence_uplink
 from cosample.lab.ovs import OvsInstance, ovs_available
 
@@ -60,6 +61,9 @@ class Ledger:
     links: list[str] = field(default_factory=list)
     ovs: dict[str, str] = field(default_factory=dict)  # server name -> namespace
     complete: bool = False
+    #: the building process's owner mark (``cosample.lab.names.mark``): an incomplete ledger
+    #: whose builder no longer runs is a crashed build, which the next ``up`` removes first
+    builder: str = ""
 
     @property
     def path(self) -> Path:
@@ -73,6 +77,7 @@ class Ledger:
             "links": self.links,
             "ovs": self.ovs,
             "complete": self.complete,
+            "builder": self.builder,
         }
         write_text_atomic(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
@@ -94,6 +99,7 @@ class Ledger:
                 list(document["links"]),
                 dict(document["ovs"]),
                 bool(document["complete"]),
+                str(document.get("builder", "")),
             )
         except (KeyError, TypeError) as exc:
             raise TestbedError(f"{path}: malformed testbed state ({exc})") from exc
@@ -139,6 +145,8 @@ def up(config: dict[str, Any], state_dir: str | Path, prefix: str = "ct") -> Tes
     topology = from_config(config, prefix)
     state_dir = Path(state_dir)
     if (state_dir / STATE_FILE).exists():
+        _remove_crashed_build(state_dir)
+    if (state_dir / STATE_FILE).exists():
         raise TestbedError(
             f"a testbed is already up ({state_dir / STATE_FILE}); "
             f"run `cosample testbed down --state-dir {state_dir}` first"
@@ -150,7 +158,7 @@ def up(config: dict[str, Any], state_dir: str | Path, prefix: str = "ct") -> Tes
             f"choose another --prefix or remove them"
         )
     state_dir.mkdir(parents=True, exist_ok=True)
-    ledger = Ledger(state_dir, prefix, config)
+    ledger = Ledger(state_dir, prefix, config, builder=names.mark())
     ledger.save()
     testbed = Testbed(topology, ledger)
     try:
@@ -377,6 +385,20 @@ def down(state_dir: str | Path) -> list[str]:
         except OSError:
             pass  # the user's own files stay
     return problems
+
+
+def _remove_crashed_build(state_dir: Path) -> None:
+    """``down`` a build whose ledger is incomplete and whose builder no longer runs (killed
+    while building: it recorded every object before making it); a complete testbed, or one
+    still being built, stays."""
+    ledger = Ledger.load(state_dir)
+    if ledger.complete or not names.abandoned(ledger.builder, f"testbed {state_dir}"):
+        return
+    problems = down(state_dir)
+    if problems:
+        raise TestbedError(
+            f"removing the crashed build in {state_dir} failed: {'; '.join(problems)}"
+        )
 
 
 def _namespace(ledger: Ledger, name: str) -> None:

@@ -113,11 +113,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--scenario",
-        choices=("plans", "shift", "steady"),
+        choices=("plans", "shift", "steady", "guard"),
         default="plans",
         help="plans: baseline, non-collaborative and collaborative plans (default); "
         "shift / steady: the closed loop (agents, collector, controller) with "
-        "traffic that shifts half-way / stays steady with +/-10 %% noise",
+        "traffic that shifts half-way / stays steady with +/-10 %% noise; guard: a CPU "
+        "hog on two servers, one with the agents' guard, one without, then swapped",
+    )
+    run.add_argument(
+        "--guard-pps",
+        type=float,
+        default=4_000.0,
+        metavar="PPS",
+        help="guard: each server's VM-to-VM flow (default 4000)",
+    )
+    run.add_argument(
+        "--budget-cpus",
+        type=float,
+        default=0.3,
+        metavar="CPUS",
+        help="guard: each server's ovs-vswitchd CPU budget (default 0.3)",
+    )
+    run.add_argument(
+        "--hog-seconds",
+        type=float,
+        default=40.0,
+        metavar="SECONDS",
+        help="guard: how long the hog runs (default 40)",
     )
     run.add_argument(
         "--phase-seconds",
@@ -214,6 +236,8 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.experiments.testbed.errors import TestbedError
 
     coefficients = _coefficients(args, plans, TestbedError)
+    if args.scenario == "guard":
+        return _guard(args)
     if args.scenario != "plans":
         return _closed_loop(args, coefficients)
     if not args.duration >= 1:
@@ -273,6 +297,45 @@ def _closed_loop(args: argparse.Namespace, coefficients) -> int:
         json.dumps(result, indent=2, sort_keys=True, default=str) + "\n",
     )
     write_text_atomic(out / f"closedloop-{args.scenario}.md", text)
+    print(text)
+    return 0
+
+
+def _guard(args: argparse.Namespace) -> int:
+    """``--scenario guard``: the report and its rows in OUT (``guard`` .md and .json)."""
+    import json
+    from pathlib import Path
+
+    from cosample.experiments.files import output_dir
+    from cosample.experiments.testbed import build, guard_report, guardrun
+    from cosample.experiments.testbed.errors import TestbedError
+    from cosample.files import write_text_atomic
+
+    for flag, value, least in (
+        ("--guard-pps", args.guard_pps, 100.0),
+        ("--budget-cpus", args.budget_cpus, 0.1),
+        ("--hog-seconds", args.hog_seconds, 10.0),
+    ):
+        if not value >= least:
+            raise TestbedError(f"{flag}: must be >= {least:g}, got {value:g}")
+    testbed = build.Testbed.load(args.state_dir)
+    out = output_dir(Path(args.out))
+    settings = guardrun.GuardSettings(
+        pps=args.guard_pps, budget_cpus=args.budget_cpus, hog_s=args.hog_seconds
+    )
+    with _down_on_failure(args):
+        result = guardrun.run_guard(testbed, settings, out)
+    command = (
+        f"cosample testbed run --scenario guard --guard-pps {args.guard_pps:g} "
+        f"--budget-cpus {args.budget_cpus:g} --hog-seconds {args.hog_seconds:g}"
+    )
+    result["command"] = command
+    stem = out / "guard"
+    write_text_atomic(
+        stem.with_suffix(".json"), json.dumps(result, indent=2, sort_keys=True) + "\n"
+    )
+    text = guard_report.markdown(result, command)  # from the rows written above
+    write_text_atomic(stem.with_suffix(".md"), text)
     print(text)
     return 0
 

@@ -8,10 +8,12 @@ import copy
 import json
 import signal
 import stat
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from cosample.agents.analyser_procs import PID_FILE, Supervisor
+from cosample.agents.analyser_procs import PID_FILE, Supervisor, wanted_for
 from cosample.agents.analysers import (
     STABLE_S,
     Child,
@@ -25,6 +27,7 @@ from cosample.agents.analysers import (
 from cosample.agents.fakehost import FakeHost
 from cosample.agents.report import read_status
 from cosample.agents.runner import Agent
+from cosample.dataplane.recordkeys import pair_key
 from cosample.dataplane.tunnels import RECORD_PORT
 
 SERVICE = {"address": "10.0.0.12", "port": 8080}
@@ -90,10 +93,44 @@ def spec_item(**extra):
     }
 
 
-def wanted(tmp_path, *items, key=None):
+def wanted(tmp_path, *items, key=None, secret=None):
     return wanted_analysers(
-        tuple(items), host="s1", state_dir=tmp_path, window_s=10.0, snapshot_key=key, python="py"
+        tuple(items),
+        host="s1",
+        state_dir=tmp_path,
+        window_s=10.0,
+        snapshot_key=key,
+        record_secret=secret,
+        python="py",
     )
+
+
+def test_a_record_pair_gets_one_key_from_the_site_secret(tmp_path):
+    """The sender (s1 -> s4) and the receiver (s4, from s1) derive the same key; another pair,
+    or no secret, another argument list."""
+    send = spec_item(send_records="10.9.0.4:9555", send_to="s4", send_records_from="10.9.0.1")
+    receive = spec_item(
+        **{"from": "s1", "interface": None, "receive_records": "10.9.0.4:9555"},
+        records_from="10.9.0.1",
+    )
+    secret = bytes(32)
+    (sender,) = wanted(tmp_path / "s1", send, secret=secret).values()
+    (receiver,) = wanted_analysers(
+        (receive,), host="s4", state_dir=tmp_path / "s4", window_s=10.0, record_secret=secret
+    ).values()
+    assert sender.record_key == receiver.record_key == pair_key(secret, "s1", "s4")
+    assert sender.argv[sender.argv.index("--send-records-from") + 1] == "10.9.0.1"
+    assert receiver.argv[receiver.argv.index("--records-from") + 1] == "10.9.0.1"
+    name = Path(sender.argv[sender.argv.index("--record-key") + 1]).name
+    assert name == Path(receiver.argv[receiver.argv.index("--record-key") + 1]).name
+    (other,) = wanted(tmp_path / "s1", send, secret=b"\1" * 32).values()
+    assert other.argv != sender.argv  # a new secret restarts the pair
+    (bare,) = wanted(tmp_path / "s1", send).values()
+    assert bare.record_key is None and "--record-key" not in bare.argv
+    (lab,) = wanted_analysers(
+        (send,), host="s1", state_dir=tmp_path, window_s=10.0, insecure_records=True
+    ).values()
+    assert "--insecure-records" in lab.argv
 
 
 def supervisor(tmp_path, processes, clock):
@@ -342,3 +379,49 @@ def test_bad_analyser_settings_are_refused(config_for, field, value):
 
     with pytest.raises(ConfigError, match=field):
         config_for("s1", **{field: value})
+
+
+def test_the_agent_gives_its_record_pair_the_key_from_its_secret(
+    tmp_path, config_for, make_plan, to_bytes, now
+):
+    """A sniffer sending records to s4: the agent reads ``record_secret``, the started
+    analyser's ``--record-key`` file holds the pair's key (0600); an unreadable or open secret
+    leaves the analyser keyless (it then refuses to start: test_analysers_real)."""
+    plan_path = tmp_path / "plan.json"
+    doc = make_plan()
+    doc["hosts"]["s1"]["appmon"] = [
+        {"service": SERVICE, "mechanism": "sniffer", "interface": "vm2", "to": "s4"}
+    ]
+    plan_path.write_bytes(to_bytes(doc))
+    secret = tmp_path / "record-secret"
+    secret.write_text("ab" * 32 + "\n")
+    secret.chmod(0o600)
+    config = config_for("s1", plan=str(plan_path), record_secret=str(secret))
+    processes, clock = FakeProcesses(), Clock()
+    agent = Agent(
+        config,
+        FakeHost(),
+        clock=lambda: now,
+        supervisor=supervisor(config.state_dir, processes, clock),
+    )
+    assert agent.cycle().result == "ok"
+    (argv,) = processes.alive.values()
+    key_file = Path(argv[argv.index("--record-key") + 1])
+    assert key_file.read_text() == pair_key(bytes.fromhex("ab" * 32), "s1", "s4").hex()
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert argv[argv.index("--send-records-from") + 1] == doc["hosts"]["s1"]["tunnel_ip"]
+    desired = SimpleNamespace(spec=(spec_item(send_records="10.9.0.4:9555", send_to="s4"),))
+    (again,) = wanted_for(desired, config).values()
+    assert again.record_key == pair_key(bytes.fromhex("ab" * 32), "s1", "s4")
+    secret.chmod(0o644)  # readable by others: refused, logged, no key given
+    (keyless,) = wanted_for(desired, config).values()
+    assert keyless.record_key is None and "--record-key" not in keyless.argv
+
+
+def test_a_service_of_another_protocol_is_declared_to_its_analyser(tmp_path):
+    plain = wanted(tmp_path, spec_item())
+    assert not any(arg == "--protocol" for one in plain.values() for arg in one.argv)
+    item = spec_item(service={**SERVICE, "protocol": "tls"})
+    (analyser,) = wanted(tmp_path, item).values()
+    at = analyser.argv.index("--protocol")
+    assert analyser.argv[at + 1] == "8080=tls"

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -184,6 +185,7 @@ def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
         "interface": "lo",
         "send_to": "h2",
         "send_records": endpoint,
+        "send_records_from": "127.0.0.1",
         "share": 1.0,
     }
     receiver = {
@@ -192,14 +194,18 @@ def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
         "from": "h1",
         "interface": None,
         "receive_records": endpoint,
+        "records_from": "127.0.0.1",
         "share": 1.0,
     }
     table = RealProcesses()
     hosts = {"h1": (sender, tmp_path / "h1"), "h2": (receiver, tmp_path / "h2")}
     sups = {host: Supervisor(table, state, stop_s=5.0) for host, (_, state) in hosts.items()}
     pids: list[int] = []
+    secret = bytes(range(32))  # the site's record secret: each agent derives the pair's key
     wants = {
-        host: wanted_analysers((item,), host=host, state_dir=state, window_s=1.0)
+        host: wanted_analysers(
+            (item,), host=host, state_dir=state, window_s=1.0, record_secret=secret
+        )
         for host, (item, state) in hosts.items()
     }
     try:
@@ -214,6 +220,11 @@ def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
         assert len(pids) == 2 and all(alive(pid) for pid in pids)
         roles = {host: next(iter(w.values())).role for host, w in wants.items()}
         assert roles == {"h1": "sender", "h2": "receiver"}
+        keys = [
+            next(Path(w.state_dir).glob("record-*.key")) for a in wants.values() for w in a.values()
+        ]
+        assert keys[0].read_bytes() == keys[1].read_bytes()  # one pair, one key, 0600
+        assert all(k.stat().st_mode & 0o777 == 0o600 for k in keys)
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         for _ in range(REQUESTS):
             connection.request("GET", "/y")
@@ -239,3 +250,21 @@ def test_the_off_site_sniffer_and_its_receiver_run_as_a_pair(tmp_path):
             sup.stop_all()
         server.shutdown()
     assert pids and not any(alive(pid) for pid in pids)
+
+
+def test_a_receiver_without_a_record_secret_refuses_to_start(tmp_path):
+    """Secure by default: no secret and no ``insecure_records``, no listening receiver."""
+    item = {
+        "service": {"address": "127.0.0.1", "port": 8080, "protocol": "http"},
+        "mechanism": "sniffer",
+        "from": "h1",
+        "interface": None,
+        "receive_records": "127.0.0.1:9",
+        "records_from": "127.0.0.1",
+        "share": 1.0,
+    }
+    (analyser,) = wanted_analysers((item,), host="h2", state_dir=tmp_path, window_s=1.0).values()
+    assert "--record-key" not in analyser.argv and "--insecure-records" not in analyser.argv
+    result = subprocess.run(list(analyser.argv), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "compact records need --record-key FILE" in result.stderr

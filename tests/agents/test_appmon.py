@@ -327,6 +327,9 @@ def test_appmon_spec_cli(make_plan, tmp_path):
     assert spec["s1"][0]["send_records"] == endpoint
     assert (spec["s4"][1]["interface"], spec["s4"][1]["receive_records"]) == (None, endpoint)
     assert "send_records" not in spec["s4"][0] and "receive_records" not in spec["s1"][0]
+    # records are taken only from the sender's tunnel address, which it sends from
+    sender_ip = plan["hosts"]["s1"]["tunnel_ip"]
+    assert spec["s1"][0]["send_records_from"] == spec["s4"][1]["records_from"] == sender_ip
     result = subprocess.run([*argv, "--host", "s9"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "s9" in result.stderr
 
@@ -364,3 +367,29 @@ def test_a_port_mirror_of_the_underlay_port_is_refused(make_plan, config_for):
     desired = desired_state(plan_from_dict(with_appmon(make_plan, port_mirror())), config_for("s1"))
     with pytest.raises(HostError, match="route to the analysis host"):
         converge(host, desired)
+
+
+def test_each_protocol_copies_what_it_needs(make_plan):
+    """HTTP/1.x messages start segments and end with PSH; HTTP/2 frames and TLS records start
+    anywhere in a segment: their mirrors copy every segment unless the entry says otherwise."""
+    entries = [
+        selective(service={**SERVICE, "port": port, "protocol": protocol})
+        for port, protocol in ((8080, "http"), (8081, "h2c"), (8443, "tls"), (8444, "h2"))
+    ]
+    entries.append(selective(service={**SERVICE, "port": 9443, "protocol": "tls"}, segments="psh"))
+    plan = plan_from_dict(with_appmon(make_plan, *entries))
+    segments = {e.service.port: e.copied_segments for e in plan.hosts["s1"].appmon}
+    assert segments == {8080: "psh", 8081: "all", 8443: "all", 8444: "all", 9443: "psh"}
+    assert plan_from_dict(
+        with_appmon(make_plan, selective(service={**SERVICE, "protocol": "tls"}, truncate_bytes=96))
+    )  # a TLS record header at each segment's start is enough: truncation is allowed
+
+
+@pytest.mark.parametrize(
+    "change, where",
+    [({"truncate_bytes": 96}, "truncate_bytes"), ({"segments": "psh"}, "segments")],
+)
+def test_h2c_needs_every_segment_whole(make_plan, change, where):
+    entry = selective(service={**SERVICE, "protocol": "h2c"}, **change)
+    with pytest.raises(PlanError, match=re.escape(f"hosts.s1.appmon[0].{where}: a h2c service")):
+        plan_from_dict(with_appmon(make_plan, entry), "plan.json")

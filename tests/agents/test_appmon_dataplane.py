@@ -31,7 +31,6 @@ Needs root (namespaces, userspace OVS); about 30 s.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -189,7 +188,7 @@ def appmon_plan(version: int, entries: list[dict]) -> dict:
 
 @pytest.fixture
 def rig(dataplane, tmp_path):
-    with Lab(prefix=f"am{os.getpid() % 256:02x}") as lab:
+    with Lab.unique("am") as lab:
         h, c, s, a = (lab.namespace(x) for x in ("H", "C", "S", "A"))
         for ns in (h, c, s, a):  # no IPv6 chatter: every frame in a capture is the test's
             run(
@@ -494,7 +493,7 @@ def test_native_tunnel_ports_truncate_right_with_max_len_and_wrong_with_snaplen(
     and sends a well-formed packet; a ``Mirror`` with ``snaplen`` cuts the *encapsulated* packet,
     so the outer IP header claims more bytes than the frame holds and the receiver drops it.
     """
-    with Lab(prefix=f"an{os.getpid() % 256:02x}") as lab:
+    with Lab.unique("an") as lab:
         h, c, s, r = (lab.namespace(x) for x in ("H", "C", "S", "R"))
         for ns in (h, c, s, r):
             run(

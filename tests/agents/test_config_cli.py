@@ -206,3 +206,4 @@ def test_the_documented_config_example_loads(tmp_path):
     config = load_config(str(path), {})
     assert config.host == "s1" and config.public_key == "/etc/cosample/plan.pub"
     assert config.safe_sampling == 4096 and config.metrics_port is None
+    assert config.guard == "on" and config.guard_signals == ("vswitchd",)

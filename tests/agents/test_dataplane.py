@@ -9,7 +9,7 @@ per namespace) and its own agent, run as ``cosample agent apply`` inside it as o
                                    cabr3 with the agent's VXLAN port + drop flow, sFlow 1-in-1
         caDs1 caDu3 10.213.3.1 --- eth0 in caDr3 (10.213.3.2): a kernel VXLAN device ``vx``
                                    and a sniffer that records each mirrored packet's id
-    root: collectors 10.213.9.1 (for s1, via caDc) and 10.213.8.1 (for s2, via caDc2)
+    root: collectors 10.213.9.1 (for s1, via PREFIXc) and 10.213.8.1 (for s2, via PREFIXc2)
 
 VM1 sends K UDP packets to VM2, each carrying a unique id. Checked: s1's sFlow samples ~ K/8;
 s2's sFlow samples of mirrored packets ~ K * 0.2 (s2 samples all it receives, and its drop flow
@@ -119,7 +119,7 @@ def lab():
     reason = ovs_available() or netns_available()
     if reason:
         pytest.skip(f"data-plane test needs root, namespaces and OVS: {reason}")
-    with Lab(prefix="ca") as lab:
+    with Lab.unique("ca") as lab:
         yield lab
 
 
@@ -198,8 +198,8 @@ def run_rig(
         ]
     )
     run(["ip", "-n", s3, "link", "set", "vx", "up"])
-    collector_link(lab, "caDc", s1, "10.213.9")
-    collector_link(lab, "caDc2", s2, "10.213.8")
+    collector_link(lab, f"{lab.prefix}c", s1, "10.213.9")
+    collector_link(lab, f"{lab.prefix}c2", s2, "10.213.8")
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(json.dumps(dataplane_plan()))
     with (
@@ -249,7 +249,8 @@ def run_rig(
                 assert "0 command(s)" in agent_cli(lab, ns, "apply", "--config", config)
             run(
                 lab.exec_argv(
-                    "caD1", [sys.executable, "-c", SENDER, "10.213.0.2", str(PORT + 1), "20", "100"]
+                    f"{lab.prefix}D1",
+                    [sys.executable, "-c", SENDER, "10.213.0.2", str(PORT + 1), "20", "100"],
                 ),
                 timeout=30,
             )  # ARP warm-up
@@ -268,7 +269,7 @@ def run_rig(
             sflow2.clear()
             run(
                 lab.exec_argv(
-                    "caD1",
+                    f"{lab.prefix}D1",
                     [
                         sys.executable,
                         "-c",

@@ -19,6 +19,8 @@ from datetime import timedelta
 import pytest
 from agentsandbox import (
     BRIDGE,
+    PORT_PREFIX,
+    VM_PORTS,
     agent,
     fingerprint,
     receiver_plan,
@@ -43,7 +45,7 @@ def _tc(device: str) -> str:
 
 def _host_state(ovs):
     """What OVS and tc look like, for before/after comparisons."""
-    return ovs.vsctl("show"), ovs.vsctl("list", "sFlow"), _tc("caV1"), _tc("caV2")
+    return ovs.vsctl("show"), ovs.vsctl("list", "sFlow"), _tc(VM_PORTS[0]), _tc(VM_PORTS[1])
 
 
 def _set(path, value):
@@ -330,21 +332,21 @@ def test_foreign_objects_are_left_alone_and_the_rest_is_configured(sandbox, make
             ).strip()
             == "10"
         )  # sFlow configured all the same
-        assert "mirred" not in _tc("caV1")  # all or nothing: no partial chain
+        assert "mirred" not in _tc(VM_PORTS[0])  # all or nothing: no partial chain
         assert main(["agent", "remove", "--config", str(config)]) == 0
         assert device in run(["ip", "link", "show", "dev", device]).stdout
     finally:
         run(["ip", "link", "del", device], check=False)
 
-    run(["tc", "qdisc", "add", "dev", "caV1", "ingress"])  # excludes clsact
-    run(["tc", "qdisc", "add", "dev", "caV2", "clsact"])
+    run(["tc", "qdisc", "add", "dev", VM_PORTS[0], "ingress"])  # excludes clsact
+    run(["tc", "qdisc", "add", "dev", VM_PORTS[1], "clsact"])
     run(
         [
             "tc",
             "filter",
             "add",
             "dev",
-            "caV2",
+            VM_PORTS[1],
             "ingress",
             "protocol",
             "all",
@@ -360,21 +362,22 @@ def test_foreign_objects_are_left_alone_and_the_rest_is_configured(sandbox, make
             "egress",
             "mirror",
             "dev",
-            "caV1",
+            VM_PORTS[0],
         ]
     )  # like the agent's, but without its cookie
     report = agent(config).cycle()
     assert report.result == "degraded"
-    assert any("caV1: a foreign ingress qdisc" in p for p in report.problems)
+    assert any(f"{VM_PORTS[0]}: a foreign ingress qdisc" in p for p in report.problems)
     assert any(
-        "caV2: 1 foreign tc filter(s) in the agent's prio range" in p for p in report.problems
+        f"{VM_PORTS[1]}: 1 foreign tc filter(s) in the agent's prio range" in p
+        for p in report.problems
     )
     assert ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip() != "[]"
     assert main(["agent", "remove", "--config", str(config)]) == 0
-    assert "pref 49153" in _tc("caV2")  # the foreign filter survived remove
-    assert "ingress" in run(["tc", "qdisc", "show", "dev", "caV1"]).stdout
-    run(["tc", "qdisc", "del", "dev", "caV1", "ingress"])
-    run(["tc", "qdisc", "del", "dev", "caV2", "clsact"])
+    assert "pref 49153" in _tc(VM_PORTS[1])  # the foreign filter survived remove
+    assert "ingress" in run(["tc", "qdisc", "show", "dev", VM_PORTS[0]]).stdout
+    run(["tc", "qdisc", "del", "dev", VM_PORTS[0], "ingress"])
+    run(["tc", "qdisc", "del", "dev", VM_PORTS[1], "clsact"])
 
 
 def test_moving_to_another_bridge_leaves_nothing_behind(sandbox, make_plan, tmp_path):
@@ -430,24 +433,25 @@ def test_secure_by_default(sandbox, make_plan, tmp_path, capsys):
 def test_underlay_and_detached_ports_are_never_mirrored(sandbox, make_plan):
     """Item 11: a VM port carrying the tunnels' underlay route, or not on the bridge, is refused."""
     ovs, config, _, write_plan = sandbox
-    run(["ip", "link", "add", "caU1", "type", "veth", "peer", "name", "caU1p"])
-    run(["ip", "link", "add", "caV3", "type", "veth", "peer", "name", "caV3p"])
+    underlay, detached = f"{PORT_PREFIX}U1", f"{PORT_PREFIX}V3"
+    run(["ip", "link", "add", underlay, "type", "veth", "peer", "name", f"{underlay}p"])
+    run(["ip", "link", "add", detached, "type", "veth", "peer", "name", f"{detached}p"])
     try:
-        run(["ip", "link", "set", "caU1", "up"])
-        run(["ip", "link", "set", "caU1p", "up"])
-        ovs.vsctl("add-port", BRIDGE, "caU1")
-        run(["ip", "route", "add", "198.51.100.2/32", "dev", "caU1"])
-        doc = make_plan(vm_ports=["caV1", "caU1", "caV3"])
+        run(["ip", "link", "set", underlay, "up"])
+        run(["ip", "link", "set", f"{underlay}p", "up"])
+        ovs.vsctl("add-port", BRIDGE, underlay)
+        run(["ip", "route", "add", "198.51.100.2/32", "dev", underlay])
+        doc = make_plan(vm_ports=[VM_PORTS[0], underlay, detached])
         doc["hosts"]["s2"]["tunnel_ip"] = "198.51.100.2"
         write_plan(doc)
         report = agent(config).cycle()
         assert report.result == "degraded", report
-        assert any("caU1 carries the underlay route" in p for p in report.problems)
-        assert any("caV3 is not a port of bridge" in p for p in report.problems)
-        assert "mirred" in _tc("caV1")
-        assert "clsact" not in run(["tc", "qdisc", "show", "dev", "caU1"]).stdout
-        assert "clsact" not in run(["tc", "qdisc", "show", "dev", "caV3"]).stdout
+        assert any(f"{underlay} carries the underlay route" in p for p in report.problems)
+        assert any(f"{detached} is not a port of bridge" in p for p in report.problems)
+        assert "mirred" in _tc(VM_PORTS[0])
+        assert "clsact" not in run(["tc", "qdisc", "show", "dev", underlay]).stdout
+        assert "clsact" not in run(["tc", "qdisc", "show", "dev", detached]).stdout
         assert main(["agent", "remove", "--config", str(config)]) == 0
     finally:
-        run(["ip", "link", "del", "caU1"], check=False)
-        run(["ip", "link", "del", "caV3"], check=False)
+        run(["ip", "link", "del", underlay], check=False)
+        run(["ip", "link", "del", detached], check=False)

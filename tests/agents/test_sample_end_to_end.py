@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -149,7 +148,7 @@ def tshark_records(capture: Path) -> list[tuple[int, int, int]]:
 
 @pytest.fixture
 def lab(dataplane):
-    with Lab(prefix=f"ce{os.getpid() % 100000}") as lab:
+    with Lab.unique("ce") as lab:
         yield lab
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -177,7 +176,7 @@ def lab():
     reason = ovs_available() or netns_available()
     if reason:
         pytest.skip(f"needs root, namespaces and OVS: {reason}")
-    with Lab(prefix=f"cs{os.getpid() % 4096:03x}") as lab:
+    with Lab.unique("cs") as lab:
         yield lab
 
 

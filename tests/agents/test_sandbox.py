@@ -1,6 +1,6 @@
 """The agent against a real ovsdb-server + ``ovs-vswitchd --enable-dummy`` and real ip/tc.
 
-VM ports are veth pairs in the root namespace (named ``caV*``), so tc filters and VXLAN
+VM ports are veth pairs in the root namespace (``agentsandbox.VM_PORTS``), so tc filters and VXLAN
 devices are real; that part needs root and is skipped otherwise. Nothing here sends packets:
 test_dataplane does.
 """
@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from agentsandbox import (
     BRIDGE,
+    DEVICE_PREFIX,
     VM_PORTS,
     _our_vxlan_devices,
     agent,
@@ -66,9 +67,9 @@ def test_converges_to_the_plan_as_seen_by_the_tools_themselves(sandbox, clock, m
         ovs.vsctl("--format=json", "--columns=sampling,targets,external_ids", "list", "sFlow")
     )["data"]
     assert sflow == [[10, "127.0.0.1:6343", ["map", [["cosample-owner", "agent"]]]]]
-    filters = json.loads(run(["tc", "-j", "filter", "show", "dev", "caV1", "ingress"]).stdout)
+    filters = json.loads(run(["tc", "-j", "filter", "show", "dev", VM_PORTS[0], "ingress"]).stdout)
     mirred = [f["options"]["actions"][0]["to_dev"] for f in filters if "options" in f]
-    assert len(mirred) == 2 and all(name.startswith("cam-") for name in mirred)
+    assert len(mirred) == 2 and all(name.startswith(f"{DEVICE_PREFIX}-") for name in mirred)
     devices = json.loads(run(["ip", "-j", "-d", "link", "show", mirred[0]]).stdout)[0]
     assert devices["linkinfo"]["info_data"]["remote"] == "10.0.0.2"
     assert devices["ifalias"].startswith("cosample-owner=agent")
@@ -165,7 +166,7 @@ def test_bad_plans_are_rejected_before_any_write(sandbox, clock, make_plan, to_b
     ovs, config, plan_path, write_plan = sandbox
     write_plan(make_plan(version=1))
     agent(config, clock).cycle()
-    before = ovs.vsctl("show"), run(["tc", "filter", "show", "dev", "caV1", "ingress"]).stdout
+    before = ovs.vsctl("show"), run(["tc", "filter", "show", "dev", VM_PORTS[0], "ingress"]).stdout
 
     def rate_too_high(doc):
         doc["hosts"]["s1"]["mirrors"][0]["rate"] = 1.5
@@ -193,7 +194,7 @@ def test_bad_plans_are_rejected_before_any_write(sandbox, clock, make_plan, to_b
     plan_path.write_bytes(b"{ not json")
     a = agent(config, clock)
     assert "not valid UTF-8 JSON" in a.cycle().errors[0] and a.host.writes == 0
-    after = ovs.vsctl("show"), run(["tc", "filter", "show", "dev", "caV1", "ingress"]).stdout
+    after = ovs.vsctl("show"), run(["tc", "filter", "show", "dev", VM_PORTS[0], "ingress"]).stdout
     assert after == before
 
 
@@ -266,7 +267,7 @@ def test_cli_paths_against_real_ovs(sandbox, make_plan, capsys):
     assert main(["agent", "remove", "--config", str(config)]) == 0
     assert ovs.vsctl("get", "Bridge", BRIDGE, "sflow").strip() == "[]"
     assert _our_vxlan_devices() == []
-    assert run(["tc", "qdisc", "show", "dev", "caV1"]).stdout.count("clsact") == 0
+    assert run(["tc", "qdisc", "show", "dev", VM_PORTS[0]]).stdout.count("clsact") == 0
 
 
 @across_epochs
@@ -355,8 +356,8 @@ def test_filters_on_a_former_vm_port_are_found_and_removed(sandbox, clock, make_
     ovs, config, _, write_plan = sandbox
     write_plan(make_plan())
     assert agent(config, clock).cycle().result == "ok"
-    ovs.vsctl("del-port", BRIDGE, "caV2")  # no longer a VM port of the bridge
+    ovs.vsctl("del-port", BRIDGE, VM_PORTS[1])  # no longer a VM port of the bridge
     report = agent(config, clock).cycle()
-    assert "remove filter caV2 ingress prio 49152" in report.commands
-    assert "remove clsact qdisc from caV2" in report.commands
-    assert "clsact" not in run(["tc", "qdisc", "show", "dev", "caV2"]).stdout
+    assert f"remove filter {VM_PORTS[1]} ingress prio 49152" in report.commands
+    assert f"remove clsact qdisc from {VM_PORTS[1]}" in report.commands
+    assert "clsact" not in run(["tc", "qdisc", "show", "dev", VM_PORTS[1]]).stdout

@@ -35,11 +35,11 @@ def rx_packets(lab: Lab, namespace: str) -> int:
 
 def test_chain_mirrors_exclusive_shares_of_real_packets():
     shares = [0.30, 0.35]
-    with Lab("ccT") as lab:
+    with Lab.unique("ccT") as lab:
         source = lab.namespace("src")
         sinks = [lab.namespace("k1"), lab.namespace("k2")]
-        port = lab.veth("ccTsrc", source)
-        targets = [lab.veth("ccTk1", sinks[0]), lab.veth("ccTk2", sinks[1])]
+        port = lab.veth(f"{lab.prefix}src", source)
+        targets = [lab.veth(f"{lab.prefix}k1", sinks[0]), lab.veth(f"{lab.prefix}k2", sinks[1])]
         run(clsact_add_argv(port))
         for argv in chain_filter_argvs(port, targets, shares, first_prio=10):
             run(argv)

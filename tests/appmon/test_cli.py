@@ -74,7 +74,16 @@ def test_truncated_record_names_the_record(capture, capsys):
     assert "record 12: truncated" in capsys.readouterr().err
 
 
-def test_option_errors(capture, capsys):
+def test_option_errors(capture, capsys, tmp_path):
+    key, open_key, short_key = (tmp_path / name for name in ("k", "open", "short"))
+    receive = ("--receive-records", "10.0.0.4:9555", "--records-from", "10.0.0.1")
+    for path, text, mode in (
+        (key, "ab" * 32, 0o600),
+        (open_key, "ab" * 32, 0o644),
+        (short_key, "ab" * 31, 0o600),
+    ):
+        path.write_text(text + "\n")
+        path.chmod(mode)
     assert main(["appmon", "replay", str(capture), "--window", "0s"]) == 2
     assert "--window: must be > 0" in capsys.readouterr().err
     assert main(["appmon", "replay", str(capture), "--port", "70000"]) == 2
@@ -93,6 +102,33 @@ def test_option_errors(capture, capsys):
         (
             ["--interface", "lo", "--send-records", "server:9555"],
             "--send-records 'server:9555': expected ADDRESS:PORT",
+        ),
+        # records are authenticated unless the operator opts out loudly
+        (
+            ["--interface", "lo", "--send-records", "10.0.0.5:9555"],
+            "compact records need --record-key FILE",
+        ),
+        (["--receive-records", "10.0.0.4:9555"], "compact records need --record-key FILE"),
+        (
+            ["--receive-records", "10.0.0.4:9555", "--record-key", str(key)],
+            "--receive-records: give --records-from ADDRESS",
+        ),
+        (
+            [*receive, "--record-key", str(open_key)],
+            "readable by others (mode 644; chmod 600)",
+        ),
+        (
+            [*receive, "--record-key", str(short_key)],
+            "expected at least 32 bytes as hexadecimal text",
+        ),
+        (
+            ["--receive-records", "10.0.0.4:9555", "--records-from", "s1", "--insecure-records"],
+            "--records-from 's1': expected an IP address",
+        ),
+        (["--interface", "lo", "--record-key", str(key)], "--record-key: only with"),
+        (
+            ["--interface", "lo", "--send-records", "10.0.0.5:9555", "--records-from", "10.0.0.1"],
+            "--records-from: only with --receive-records",
         ),
     ):
         assert main(["appmon", "run", *argv]) == 2
@@ -167,3 +203,43 @@ def test_events_when_a_value_leaves_its_band():
     assert [(e.key, e.value, e.previous) for e in changed] == [
         ("10.0.0.2:80.success_rate", 0.5, 1.0)
     ]
+
+
+def test_replay_with_declared_protocols(capsys):
+    """The recorded HTTP/2 and TLS capture (tests/data/appmon/protocols-nginx.pcap): each
+    service says what it speaks; over TLS no status, so no success rate (null, never 1)."""
+    from pathlib import Path
+
+    capture = Path(__file__).resolve().parents[1] / "data" / "appmon" / "protocols-nginx.pcap"
+    argv = ["appmon", "replay", str(capture), "--window", "1h", "--json"]
+    assert main([*argv, "--protocol", "8443=h2", "--protocol", "8080=h2c"]) == 0
+    services = {
+        s["service"].rsplit(":", 1)[1]: s
+        for line in capsys.readouterr().out.splitlines()
+        for s in json.loads(line)["services"]
+    }
+    assert {port: s["protocol"] for port, s in services.items()} == {
+        "443": "tls",
+        "8080": "h2c",
+        "8443": "h2",
+    }
+    assert services["8080"]["success_rate"] is not None and services["8080"]["responses"] == 40
+    for port in ("443", "8443"):
+        tls = services[port]
+        assert tls["success_rate"] is None and tls["responses"] == 0
+        assert tls["responses_without_status"] == tls["matched"] == tls["requests"] > 0
+        assert tls["handshakes"] >= 1 and tls["handshake_s"]["mean"] > 0
+    for bad, message in (("443=smtp", "protocol 'smtp' is not one of"), ("x=h2", "PORT=PROTOCOL")):
+        assert main([*argv, "--protocol", bad]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_the_truncation_command_prints_each_length(capsys):
+    from pathlib import Path
+
+    from cosample.experiments.appmon_truncation import main as truncation
+
+    capture = Path(__file__).resolve().parents[1] / "data" / "appmon" / "pipelined-nginx.pcap"
+    assert truncation(["cuts", str(capture), "--lengths", "70-96", "--step", "26", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["length"], r["pairs"], r["right"]) for r in rows] == [(70, 0, 0), (96, 60, 60)]

@@ -76,12 +76,31 @@ def test_the_interval_covers_the_windows_success_rate(
     """Failing connections 5-30 % of 1,000-3,000: it read 0.92-0.99 on these examples. Not
     everywhere: with 1,829 connections of 15 requests, 20 % failing at random and 5 % broken,
     at share 0.25, it read 0.83 (heavy broken connections make the estimator skewed);
-    experiments/success_coverage.py measures a wider grid (docs/appmon-mechanisms.md)."""
+    experiments/success_coverage.py measures a wider grid (docs/appmon-mechanisms.md).
+
+    Only the lower bound is asserted over the whole domain: where connections carry one request
+    each and none fails at random, the interval is conservative (1,000 connections of one
+    request, 5 % broken, share 0.25: every one of 400 trials covered), so an upper bound here
+    would hold or not by which examples hypothesis draws (they follow this function's source).
+    That the interval is not needlessly wide is the next test's, on fixed populations."""
     # 400 trials: a true 95 % coverage reads below 0.915 with probability under 1e-3; 0.9
     # because a few examples sit near the weak spot above
     rng = np.random.default_rng(seed)
     final, ok = population(rng, connections, mean_requests, fail, broken)
-    assert 0.9 <= coverage(final, ok, share, rng) <= 0.995
+    assert coverage(final, ok, share, rng) >= 0.9
+
+
+@pytest.mark.parametrize(
+    "seed,mean_requests,fail,broken,share",
+    [(1, 5.0, 0.05, 0.1, 0.5), (2, 15.0, 0.01, 0.05, 0.25), (3, 2.0, 0.2, 0.3, 0.9)],
+)
+def test_the_interval_is_not_needlessly_wide(seed, mean_requests, fail, broken, share):
+    """On populations where requests fail both at random and by connection, a 95 % interval
+    misses now and then: 400 trials of a true 95 % coverage read above 0.99 with probability
+    under 1e-4. These three read 0.94-0.97; an interval twice as wide reads 1.0 on each."""
+    rng = np.random.default_rng(seed)
+    final, ok = population(rng, 2000, mean_requests, fail, broken)
+    assert 0.9 <= coverage(final, ok, share, rng) <= 0.99
 
 
 @settings(max_examples=6, deadline=None, derandomize=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -81,7 +80,7 @@ def sampled_by_ovs(ovs: OvsInstance, bridge: str) -> int:
 
 @pytest.fixture
 def lab(dataplane):
-    with Lab(prefix=f"ci{os.getpid() % 100000}") as lab:
+    with Lab.unique("ci") as lab:
         yield lab
 
 

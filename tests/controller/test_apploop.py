@@ -336,7 +336,7 @@ def test_cli_reads_a_signed_analyser_and_requires_its_key(tmp_path, capsys):
         "--tau",
         "1s",
         "--analyser",
-        str(tmp_path / "app.json"),
+        f"a1={tmp_path / 'app.json'}",
     ]
     assert main(base) == 2  # neither --analyser-key nor --insecure-unsigned-analysers
     assert "--analyser" in capsys.readouterr().err

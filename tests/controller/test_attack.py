@@ -152,7 +152,11 @@ def test_forged_datagrams_change_no_plan(tmp_path):
             lambda: service.snapshot.servers["s1"].packets_per_s > 10 * CAPACITY_PPS, timeout_s=20.0
         )
         claimed = service.snapshot.servers["s1"].packets_per_s
-        attacked = [controller.cycle() for _ in range(3)]
+        attacked = []
+        for _ in range(3):  # each on a new snapshot: the controller uses each one once
+            exports = service.exports
+            wait_for(lambda: service.exports >= exports + 2, timeout_s=20.0)
+            attacked.append(controller.cycle())
         control = Controller(
             inventory,
             Settings(

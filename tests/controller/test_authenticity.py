@@ -132,14 +132,19 @@ def test_an_impostor_snapshot_changes_no_plan(tmp_path, keys):
     claiming 3.1e9 pps for s1: the plan stays, the status says why."""
     snapshot = tmp_path / "snap.json"
     clock = [datetime.now(timezone.utc).replace(microsecond=0)]
+    started = clock[0]
 
     def write(traffic, key):
-        data = json.dumps(snapshot_doc(clock[0], traffic, servers=["s1", "s2", "s3"])).encode()
+        serial = int((clock[0] - started).total_seconds()) + 1
+        document = snapshot_doc(
+            clock[0], traffic, servers=["s1", "s2", "s3"], serial=serial, started=started
+        )
+        data = json.dumps(document).encode()
         snapshot.write_bytes(data)
         (tmp_path / "snap.json.sig").write_text(Signer(key).sign(data) + "\n")
 
     settings = Settings(
-        (str(snapshot),),
+        (f"c1={snapshot}",),
         interval_s=30,
         tau_s=30,
         settle_s=60,
@@ -178,7 +183,7 @@ def test_key_permissions_warn_with_the_fix(tmp_path, keys, capsys):
     inventory = tmp_path / "dc.json"
     inventory.write_text(json.dumps(inventory_doc([3000, 3000, 3000])))
     snapshot = tmp_path / "snap.json"
-    data = json.dumps(snapshot_doc(datetime.now(timezone.utc), BUSY_S1)).encode()
+    data = json.dumps(snapshot_doc(datetime.now(timezone.utc), BUSY_S1, serial=1)).encode()
     snapshot.write_bytes(data)
     (tmp_path / "snap.json.sig").write_text(Signer(keys["collector"][0]).sign(data))
     argv = [
@@ -187,7 +192,7 @@ def test_key_permissions_warn_with_the_fix(tmp_path, keys, capsys):
         "--inventory",
         str(inventory),
         "--collector",
-        str(snapshot),
+        f"c1={snapshot}",
         "--publish",
         str(tmp_path / "pub"),
         "--key",

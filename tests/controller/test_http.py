@@ -69,4 +69,4 @@ def _metrics_alone(base):
     """``/metrics`` once the one open connection it counts is its own: the /status request's
     is closed by its handler thread, which may finish just after the next request arrives."""
     body = get(base + "/metrics")[2]
-    return body if b"cosample_controller_http_connections 1\n" in body else None
+    return body if b"cosample_controller_http_connections 1.0\n" in body else None

@@ -180,6 +180,8 @@ def _controller(tmp_path, port, snapshot, key, extra=(), preexec=None):
         "1s",
         "--tau",
         "1s",
+        "--max-age",
+        "1h",  # the snapshot file is written once: fresh however long the start takes
         *extra,
     ]
     return subprocess.Popen(

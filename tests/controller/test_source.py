@@ -96,3 +96,28 @@ def test_trickled_headers_and_signature_header_cannot_hold_the_controller(tmp_pa
         )
     assert reading.snapshot is None
     assert reading.problems == (f"snapshot {url}: not fetched within the 1 s deadline",)
+
+
+@pytest.mark.parametrize(
+    "location, expected",
+    [
+        ("c1=http://h:9478/snapshot", ("c1", "http://h:9478/snapshot")),
+        ("rack-7.dc_2=/var/lib/c/snapshot.json", ("rack-7.dc_2", "/var/lib/c/snapshot.json")),
+        ("http://h:9478/snapshot?a=b", (None, "http://h:9478/snapshot?a=b")),
+        ("/tmp/a=b/snapshot.json", (None, "/tmp/a=b/snapshot.json")),
+        ("=http://h", (None, "=http://h")),
+    ],
+)
+def test_a_location_names_its_collector_before_an_equals_sign(location, expected):
+    from cosample.controller.source import named
+
+    assert named(location) == expected
+
+
+def test_the_base_url_means_the_binary_form_and_keeps_its_name():
+    from cosample.controller.appsource import analyser_url
+    from cosample.controller.source import snapshot_url
+
+    assert snapshot_url("c1=http://h:9478") == "c1=http://h:9478/snapshot.bin"
+    assert snapshot_url("http://h:9478/") == "http://h:9478/snapshot.bin"
+    assert analyser_url("a1=http://h:9480") == "a1=http://h:9480/snapshot"

@@ -81,3 +81,18 @@ def test_missing_extra_names_the_install_set(module, extra):
 
 def test_a_module_of_no_install_set_is_not_explained_away():
     assert missing_extra(ModuleNotFoundError("No module named 'nothere'", name="nothere")) is None
+
+
+def test_the_agent_runs_its_analysers_without_the_appmon_extra():
+    """The agent's cycle (runner, the analysers' supervisor, the records' pair keys) imports
+    nothing of an install set: a lean agent host derives the record keys too."""
+    script = LEAN.split("from cosample.cli import main")[0] + (
+        "import cosample.agents.runner, cosample.agents.analyser_procs\n"
+        "from cosample.dataplane.recordkeys import pair_key\n"
+        "print(len(pair_key(bytes(32), 's1', 's4')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "32"

@@ -134,9 +134,9 @@ def test_mirror_rejects_bad_rate():
 @pytest.mark.root
 @pytest.mark.skipif(netns_available() is not None, reason=f"real tc: {netns_available()}")
 def test_tc_mirror_installs_updates_and_removes_only_its_own():
-    with Lab("ccM") as lab:
-        port = lab.veth("ccMport", peer="ccMportp")
-        target = lab.veth("ccMtgt", peer="ccMtgtp")
+    with Lab.unique("ccM") as lab:
+        port = lab.veth(f"{lab.prefix}p", peer=f"{lab.prefix}pp")
+        target = lab.veth(f"{lab.prefix}t", peer=f"{lab.prefix}tp")
         mirror = TcMirror(port, target)
         assert mirror.set_rate(0.5) == 0.5
         shown = run(["tc", "filter", "show", "dev", port, "ingress"]).stdout

@@ -79,13 +79,13 @@ def test_malformed_datagrams_raise(data):
 @pytest.mark.root
 def test_real_ovs_sflow_reaches_collector(tmp_path, dataplane):
     """Real OVS (netdev datapath) samples 1-in-1 UDP between two namespaces; we decode them."""
-    with Lab(prefix="csl") as lab:
+    with Lab.unique("csl") as lab:
         switch, a, b = lab.namespace("sw"), lab.namespace("a"), lab.namespace("b")
         lab.veth("cslva", a, address="10.251.0.1/24", host_namespace=switch)
         lab.veth("cslvb", b, address="10.251.0.2/24", host_namespace=switch)
         # the switch reaches our collector over a link of its own: 10.251.1.2 -> 10.251.1.1
-        lab.veth("cslvc", switch, peer="cslc", address="10.251.1.2/24")
-        run(["ip", "addr", "add", "10.251.1.1/24", "dev", "cslvc"])
+        collector = lab.veth(f"{lab.prefix}c", switch, peer="cslc", address="10.251.1.2/24")
+        run(["ip", "addr", "add", "10.251.1.1/24", "dev", collector])
         with OvsInstance(tmp_path / "ovs", dummy=False, namespace=switch) as ovs:
             counts, collector = _sample_real_traffic(lab, ovs, a, b)
     assert counts["10.251.0.1"] > 100

@@ -114,7 +114,7 @@ def sender_host(tmp_path):
         pytest.skip("setpriv not installed (Debian package util-linux)")
     tag = secrets.token_hex(2)
     bridge, ports, prefix = f"opbr{tag}", (f"opV{tag}a", f"opV{tag}b"), f"o{tag}"
-    with Lab(prefix=f"op{tag}") as lab:
+    with Lab.unique("op") as lab:
         namespace = lab.namespace("h")
         for k, name in enumerate(ports):
             lab.veth(

@@ -56,10 +56,13 @@ def test_metrics_served_on_loopback():
     try:
         port = server.server_address[1]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            assert b"cosample_agent_plan_version 42.0" in response.read()
+            body = response.read()
+        assert b"cosample_agent_plan_version 42.0" in body
+        assert b"cosample_agent_http_connections 1.0" in body  # the daemons' one server
         assert server.server_address[0] == "127.0.0.1"
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def test_size_limit_enforced_while_reading(tmp_path):

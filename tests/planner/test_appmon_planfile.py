@@ -94,6 +94,7 @@ def test_appmon_first_takes_its_load_out_of_the_sflow_plan():
         (lambda d: d["services"][0].update(min_share=1.5), "services[0].min_share"),
         (lambda d: d["services"][0].update(protocol="smtp"), "services[0].protocol"),
         (lambda d: d["services"][0].update(truncate_bytes=3), "services[0].truncate_bytes"),
+        (lambda d: d["services"][1].update(protocol="h2c"), "services[1]"),  # truncated
     ],
 )
 def test_bad_services_name_the_field(change, path):
@@ -113,3 +114,42 @@ def test_unknown_rate_splits_the_servers_own_traffic():
     assert svc.rate[1] == pytest.approx(12000 / MEASURED_PACKETS_PER_REQUEST)
     assert svc.bytes_per_request[1] == DEFAULT_COSTS["truncated_bytes"]
     assert not svc.onsite_ok[1] and svc.onsite_ok[0]
+
+
+def test_a_services_protocol_reaches_its_plan_entry():
+    services = [{**SERVICES[0], "protocol": "tls"}, {**SERVICES[1], "protocol": "h2"}]
+    _, plan = plan_for({**BASE, "services": services})
+    parsed = parse_plan(compact_json(plan))
+    entries = [e for host in parsed.hosts.values() for e in host.appmon]
+    protocols = {e.service.port: e.service.protocol for e in entries}
+    assert entries and protocols.items() <= {80: "tls", 8080: "h2"}.items()
+    assert all(e.copied_segments == "all" for e in entries)
+
+
+def test_a_protocols_costs_scale_the_http_ones():
+    """HTTP/2 and TLS copy every segment and cost the analyser differently: the HTTP/1.x costs
+    times ``PROTOCOL_FACTORS`` (docs/appmon.md, "What each protocol costs")."""
+    from cosample.planner.appmon import DEFAULT_COSTS
+    from cosample.planner.appmon_costs import PROTOCOL_FACTORS
+    from cosample.planner.appmon_plan import services_arrays
+
+    services = [
+        SERVICES[0],
+        {**SERVICES[0], "port": 81, "protocol": "h2c"},
+        {**SERVICES[1], "protocol": "tls"},
+    ]
+    dc = DataCentre.from_dict({**BASE, "services": services})
+    svc = services_arrays(dc, dc.own_pps, DEFAULT_COSTS)
+    h2c, tls = PROTOCOL_FACTORS["h2c"], PROTOCOL_FACTORS["tls"]
+    assert svc.bytes_per_request.tolist() == pytest.approx(
+        [
+            DEFAULT_COSTS["mirror_bytes"],
+            DEFAULT_COSTS["mirror_bytes"] * h2c["mirror_bytes"],
+            DEFAULT_COSTS["truncated_bytes"] * tls["truncated_bytes"],
+        ]
+    )
+    assert svc.sender(DEFAULT_COSTS)[1] == pytest.approx(
+        DEFAULT_COSTS["mirror_sender"] * h2c["sender"]
+    )
+    assert svc.analyser(DEFAULT_COSTS)[1] > svc.analyser(DEFAULT_COSTS)[0]
+    assert svc.onsite(DEFAULT_COSTS)[2] == pytest.approx(DEFAULT_COSTS["onsite"] * tls["onsite"])

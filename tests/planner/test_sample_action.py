@@ -72,7 +72,7 @@ for i in range(count):
 
 @pytest.fixture
 def lab(dataplane):
-    with Lab(prefix="cq") as lab:
+    with Lab.unique("cq") as lab:
         yield lab
 
 
@@ -136,7 +136,7 @@ def test_the_sample_action_draws_a_probability_no_interval_gives(lab, tmp_path):
         for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, on another port
             run(
                 lab.exec_argv(
-                    f"cq{name}",
+                    f"{lab.prefix}{name}",
                     [sys.executable, "-c", SENDER, ADDRESS[peer], str(PORT + 1), "20", "100"],
                 ),
                 timeout=30,
@@ -145,7 +145,7 @@ def test_the_sample_action_draws_a_probability_no_interval_gives(lab, tmp_path):
         before = sampled_packets(ovs, "cqi")
         run(
             lab.exec_argv(
-                "cqa",
+                f"{lab.prefix}a",
                 [sys.executable, "-c", SENDER, ADDRESS["b"], str(PORT), str(PACKETS), str(PPS)],
             ),
             timeout=30,
@@ -242,7 +242,7 @@ def test_the_sample_action_draws_independently_of_the_tc_mirror(lab, tmp_path):
         for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, on another port
             run(
                 lab.exec_argv(
-                    f"cq{name}",
+                    f"{lab.prefix}{name}",
                     [sys.executable, "-c", SENDER, ADDRESS[peer], str(PORT + 1), "20", "100"],
                 ),
                 timeout=30,
@@ -265,7 +265,7 @@ def test_the_sample_action_draws_independently_of_the_tc_mirror(lab, tmp_path):
         try:
             run(
                 lab.exec_argv(
-                    "cqa",
+                    f"{lab.prefix}a",
                     [
                         sys.executable,
                         "-c",

@@ -43,7 +43,7 @@ for i in range(count):
 
 @pytest.fixture
 def lab(dataplane):
-    with Lab(prefix="cb") as lab:
+    with Lab.unique("cb") as lab:
         yield lab
 
 
@@ -87,8 +87,8 @@ def test_a_bridge_samples_what_enters_it_first(lab, tmp_path, layout):
         lab.veth(
             f"cb{name}", lab.namespace(name), address=f"{ADDRESS[name]}/24", host_namespace=host
         )
-    lab.veth("cbc", host, peer="col", address="10.214.9.2/24")
-    run(["ip", "addr", "add", "10.214.9.1/24", "dev", "cbc"])
+    collector = lab.veth(f"{lab.prefix}c", host, peer="col", address="10.214.9.2/24")
+    run(["ip", "addr", "add", "10.214.9.1/24", "dev", collector])
     with (
         OvsInstance(tmp_path / "ovs", dummy=False, namespace=host) as ovs,
         SflowCollector(host="10.214.9.1") as at_int,
@@ -149,7 +149,7 @@ def test_a_bridge_samples_what_enters_it_first(lab, tmp_path, layout):
         for name, peer in (("a", "b"), ("b", "a")):  # ARP and MAC learning, on another port
             run(
                 lab.exec_argv(
-                    f"cb{name}",
+                    f"{lab.prefix}{name}",
                     [sys.executable, "-c", SENDER, ADDRESS[peer], str(PORT + 1), "20", "100"],
                 ),
                 timeout=30,
@@ -160,7 +160,7 @@ def test_a_bridge_samples_what_enters_it_first(lab, tmp_path, layout):
         for name, peer in (("a", "b"), ("b", "a")):
             run(
                 lab.exec_argv(
-                    f"cb{name}",
+                    f"{lab.prefix}{name}",
                     [
                         sys.executable,
                         "-c",

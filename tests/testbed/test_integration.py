@@ -16,8 +16,9 @@ import pytest
 from cosample.cli import main
 from cosample.experiments.testbed import build
 from cosample.experiments.testbed.topology import from_config, skewed_config
+from cosample.lab.names import run_prefix
 
-PREFIX = "ctt"
+PREFIX = run_prefix("ct")  # unique to this process: two runs never share a name
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -1,0 +1,55 @@
+"""tests/xdist_groups.py: the modules that need root run in their rig's group, the others in
+none, and the scheduler keeps a group together."""
+
+from pathlib import Path
+
+import pytest
+from xdist_groups import RootGroupScheduling, module_group
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("path", "group"),
+    [
+        ("tests/costmodel/test_integration.py", "measure"),  # OneHostTestbed
+        ("tests/costmodel/test_cpu_integration.py", "measure"),  # cosample calibrate --testbed
+        ("tests/experiments/test_appmon_costs.py", "measure"),  # the mirroring rig
+        ("tests/appmon/test_ground_truth.py", "measure"),  # the web rig
+        ("tests/agents/test_dataplane.py", "root"),  # Lab, real-datapath OVS in namespaces
+        ("tests/agents/test_sandbox.py", "root"),  # the sandbox fixture: root links, VXLAN
+        ("tests/agents/test_hardening.py", "root"),
+        ("tests/testbed/test_integration.py", "root"),  # the emulated data centre
+        ("tests/core/test_numeric.py", None),
+        ("tests/planner/test_sample_choice.py", None),
+    ],
+)
+def test_a_module_runs_in_the_group_of_the_rig_it_builds(path, group):
+    assert module_group(ROOT / path) == group
+
+
+def test_a_root_mark_or_fixture_puts_a_module_in_the_root_group(tmp_path):
+    cases = {
+        "marked.py": "@pytest.mark.root\ndef test_x(): ...\n",
+        "fixture.py": "def test_x(tmp_path, root_links): ...\n",
+        "plain.py": "from cosample.dataplane.run import run\ndef test_x(tmp_path): ...\n",
+    }
+    for name, source in cases.items():
+        (tmp_path / name).write_text(source)
+    assert module_group(tmp_path / "marked.py") == module_group(tmp_path / "fixture.py") == "root"
+    assert module_group(tmp_path / "plain.py") is None
+
+
+def test_the_scheduler_gives_a_group_one_scope():
+    scheduler = RootGroupScheduling.__new__(RootGroupScheduling)  # its scopes only: no workers
+    scheduler.rootpath = ROOT
+    scopes = {
+        scheduler._split_scope(nodeid)
+        for nodeid in (
+            "tests/agents/test_sandbox.py::test_second_run_writes_nothing[today]",
+            "tests/agents/test_hardening.py::test_secure_by_default",
+        )
+    }
+    assert scopes == {"root"}
+    alone = "tests/core/test_numeric.py::test_last_digit_differences_pass"
+    assert scheduler._split_scope(alone) == alone

@@ -1,0 +1,64 @@
+"""Which worker group a test that needs root runs in, and the pytest-xdist scheduler that keeps
+each group on one worker (tests/conftest.py, docs/testing.md).
+
+Tests that need root share the machine's root namespace, so each test module that builds rigs
+runs in one of two groups, decided by its source: a group is one unit of work for xdist (one
+worker, one test at a time, as in a serial run), beside the other groups and the tests that need
+no root, each of which is a unit of its own. The scheduler is ours, not xdist's ``loadgroup``:
+that one tags node ids with the group (``item._nodeid``), which pytest 9.2 no longer reads, so
+its groups silently spread over all workers.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+from xdist.scheduler import LoadScopeScheduling
+
+#: What in a test module's source shows it builds namespaces, links or a real-datapath OVS, by
+#: the group it runs in: the first that matches. ``measure``: the rigs whose tests measure time
+#: or CPU against a reference and fail when another rig computes beside them (the one-host
+#: testbed's calibrations, whose OVS also holds the root namespace's only userspace datapath;
+#: the web and mirroring rigs, timed against nginx's log); ``root``: everything else that needs
+#: root (links, addresses and routes in the root namespace, the agents' sandbox and its
+#: fixtures, the testbed, a test marked ``root``).
+ROOT_MODULES = (
+    (
+        "measure",
+        re.compile(
+            r"OneHostTestbed|one_host_testbed_unavailable|\"--testbed\""
+            r"|WebRig|MirrorRig|rig_unavailable|web_available"
+        ),
+    ),
+    (
+        "root",
+        re.compile(
+            r"\bLab\b|netns_available|geteuid|testbed_unavailable|\"testbed\", \"up\""
+            r"|build\.up\b|dummy=False|mark\.root\b|[(,]\s*(dataplane|root_links|sandbox)\s*[,)]"
+        ),
+    ),
+)
+
+
+@cache
+def module_group(path: Path) -> str | None:
+    """The group of the tests in the module at ``path``; None when they need no root."""
+    try:
+        source = path.read_text()
+    except OSError:
+        return None
+    return next((group for group, pattern in ROOT_MODULES if pattern.search(source)), None)
+
+
+class RootGroupScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling where a scope is a root group, or else one test alone; the
+    largest scopes (the groups) are handed out first."""
+
+    def __init__(self, config, log=None) -> None:
+        super().__init__(config, log)
+        self.rootpath = Path(config.rootpath)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return module_group(self.rootpath / nodeid.split("::", 1)[0]) or nodeid
