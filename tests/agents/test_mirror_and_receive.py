@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 
@@ -97,7 +96,7 @@ def lab():
     reason = ovs_available() or netns_available()
     if reason:
         pytest.skip(f"data-plane test needs root, namespaces and OVS: {reason}")
-    with Lab(prefix=f"mr{os.getpid() % 4096:03x}") as lab:
+    with Lab.unique("mr") as lab:
         yield lab
 
 
