@@ -90,6 +90,23 @@ def lp_bound(problem: Problem) -> float:
     return total
 
 
+def lp_bounds_applied(problem: Problem) -> bool:
+    """Whether the paper's LP bounds every plan OVS can apply, not only those whose receivers
+    sample 1-in-1 (docs/model.md). A server k that takes copies at 1-in-N spends at least
+    ``alpha_k + beta_k`` of its capacity per copy it samples, each worth at most the heaviest
+    sender's weight; the LP spends that capacity on k's own packets instead (k's local share,
+    or its 1-in-1 as a receiver), at ``alpha_k B_k / U_k`` each. So the LP is a bound when no
+    server's own packets are worth less per unit of capacity than a copy:
+    ``w_k U_k (alpha_k + beta_k) >= max w_j alpha_k B_k`` for every server with capacity to
+    spare. Equal weights and bridges that sample only their own traffic satisfy it; a heavier
+    sender, or a bridge sampling much inbound traffic, may not (the price bound then alone)."""
+    heaviest = float(problem.weight[problem.own_pps > 0].max(initial=0.0))
+    spare = problem.spare_pps > 0
+    own_worth = problem.weight * problem.own_pps * (problem.alpha + problem.beta)
+    copy_worth = heaviest * problem.alpha * problem.bridge_pps
+    return bool(np.all(own_worth[spare] >= copy_worth[spare]))
+
+
 def optimum_pps(dc: DataCentre) -> float:
     """The paper's LP optimum as the paper states it: no headroom, point costs (for its figures)."""
     return lp_bound(build_problem(dc, margin=0.0))
@@ -123,7 +140,8 @@ def solve_exact(problem: Problem) -> Solution:
     cap = samples_bound(problem, problem.collector_cap_pps)
     continuous, rates = None, None
     fleet = fleet_of(problem)
-    bound = paper = lp_bound(problem)
+    paper = lp_bound(problem)
+    bound = paper if lp_bounds_applied(problem) else np.inf
     if objective < bound * (1 - EXACT_TOLERANCE):  # not met by the paper's LP: search prices
         bound = min(bound, price_bound(fleet, chosen.room_price)[0])
     if not capped and objective < bound * (1 - EXACT_TOLERANCE):

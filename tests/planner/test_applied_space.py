@@ -86,6 +86,8 @@ def check_against_brute_force(problem) -> None:
     assert relative(plan, solution.objective) < 1e-9  # what it says is what the switches do
     assert plan >= best * (1 - 1e-7) - 1e-6
     assert solution.bounds.applied >= best * (1 - 1e-9) - 1e-6
+    if exact.lp_bounds_applied(problem):  # the condition under which the solver trusts it
+        assert exact.lp_bound(problem) >= best * (1 - 1e-9) - 1e-6
     intervals = realise(solution).sflow_sampling
     if solution.bounds.optimal:
         assert plan >= solution.bounds.applied * (1 - 1e-9) - 1e-6
@@ -167,6 +169,29 @@ def test_two_servers_stuck_at_one_in_two_mirror_to_each_other():
     assert applied.load_pps == pytest.approx([1e6, 1e6], rel=1e-9)
     best, _ = brute_force(problem)
     assert relative(solution.objective, best) < 1e-9
+
+
+def test_the_papers_lp_is_no_bound_where_a_light_server_takes_heavy_copies():
+    # A (weight 1) can afford 1-in-4 and nothing else; B (weight 0.05) exactly its own 1-in-1:
+    # the paper's LP (30,000: B samples its own, no room) is what the split plan collects. But
+    # B's own packets are worth less per unit of capacity than copies of A's: B at 1-in-2
+    # taking A's copies collects 38,095. With the LP taken as the bound, the split plan said
+    # "optimal" at 30,000 (and the MILP was never tried)
+    dc = DataCentre.from_matrix(
+        [138.5e3, 254e3], 1.54, 0.46, [[100e3, 0], [0, 100e3]], weight=[1.0, 0.05]
+    )
+    problem = build_problem(dc, margin=0.0)
+    assert not exact.lp_bounds_applied(problem)
+    best, rates = brute_force(problem)
+    assert exact.lp_bound(problem) == pytest.approx(30e3, rel=1e-9)
+    assert best > 38e3 and list(rates) == [1 / 16, 1 / 2]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exact, "SPACE_MILP_UP_TO", 0)
+        split = solve(problem)
+    assert split.objective == pytest.approx(30e3, rel=1e-9)
+    assert not split.optimal and split.bounds.applied >= best * (1 - 1e-9)
+    check_against_brute_force(problem)
+    assert solve(problem).objective >= best * (1 - 1e-9)
 
 
 # the bound's building block: each server's best alone at prices, over its whole ladder ------
