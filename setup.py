@@ -17,7 +17,9 @@ from setuptools import Extension, setup
 # two-phase plan set's first phase (cosample/plan/_transition.c): without it the controller
 # lowers the plans in Python, and tests/plan/test_transition_compiled.py fails. And for the
 # plan's host table (planner/_hostjson.c): without it hostjson writes it in Python,
-# and tests/planner/test_hostjson_compiled.py fails.
+# and tests/planner/test_hostjson_compiled.py fails. And for the analyser's per-frame fast path
+# (appmon/_fastpath.c): without it the analyser runs in Python alone, and
+# tests/appmon/test_fastpath.py fails.
 setup(
     ext_modules=[
         Extension(
@@ -37,7 +39,17 @@ setup(
         Extension(
             "cosample.plan._transition",
             ["cosample/plan/_transition.c"],
-            depends=["cosample/plan/_hosttable.h", "cosample/plan/_jsonnumber.h"],
+            depends=[
+                "cosample/plan/_hosttable.h",
+                "cosample/plan/_jsonnumber.h",
+                "cosample/plan/_hostfields.h",
+            ],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "cosample.appmon._fastpath",
+            ["appmon/_fastpath.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

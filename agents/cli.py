@@ -22,6 +22,11 @@ def register(subparsers) -> None:
     run = commands.add_parser("run", help="fetch and apply the plan on schedule (daemon)")
     _host_options(run)
     run.add_argument("--cycles", type=int, help="stop after this many cycles (testing)")
+    run.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help="least severe log lines written (default: the config's log_level, else info)",
+    )
     run.set_defaults(func=_run)
 
     apply = commands.add_parser("apply", help="fetch and apply the plan once")
@@ -96,7 +101,9 @@ def register(subparsers) -> None:
         default=120.0,
         help="wait between the phases (default 120s; > interval + jitter)",
     )
-    trans.add_argument("-o", "--output", required=True, help="plan set file to write")
+    trans.add_argument(
+        "-o", "--output", required=True, help="plan set file to write ('-': standard output)"
+    )
     trans.set_defaults(func=_transition)
 
 
@@ -172,6 +179,7 @@ _OPTION_KEYS = (
     "metrics_port",
     "max_plan_mib",
     "slices",
+    "log_level",
 )
 
 
@@ -195,16 +203,19 @@ def _config(args, needs_plans: bool = False):
     return config
 
 
-def _print_report(report) -> None:
+def _print_report(report, dry_run: bool = False) -> None:
     from cosample.agents.report import INSECURE_TAG
 
     if report.result == "dry-run":
         for line in report.commands:
             print(line)
-    summary = (
-        f"{report.result}: {report.reason}; {len(report.commands)} command(s)"
-        f"{' would run' if report.result == 'dry-run' else ' applied'}"
-    )
+    if dry_run and report.result != "dry-run":
+        summary = f"{report.result}: {report.reason}; nothing could be worked out (below)"
+    else:
+        summary = (
+            f"{report.result}: {report.reason}; {len(report.commands)} command(s)"
+            f"{' would run' if dry_run else ' applied'}"
+        )
     print(summary)
     for problem in report.problems:
         print(f"problem: {problem}", file=sys.stderr)
@@ -234,7 +245,7 @@ def _apply(args) -> int:
     report = Agent(_config(args, needs_plans=True), on_command=_print_now).cycle(
         dry_run=args.dry_run
     )
-    _print_report(report)
+    _print_report(report, dry_run=args.dry_run)
     return _exit_code(report)
 
 
@@ -247,15 +258,15 @@ def _remove(args) -> int:
 
 
 def _run(args) -> int:
-    import logging
     import signal
     import threading
 
     from cosample.agents.report import serve_metrics
     from cosample.agents.runner import Agent
+    from cosample.daemonconfig import setup_logging
 
     config = _config(args, needs_plans=True)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    setup_logging(config.log_level, "%(asctime)s %(levelname)s %(message)s")
     agent = Agent(config)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -263,7 +274,16 @@ def _run(args) -> int:
     if config.metrics_port:
         serve_metrics(agent.metrics, config.metrics_port)
     agent.run(stop, max_cycles=args.cycles)
-    return 0
+    if args.cycles is None or stop.is_set():
+        return 0  # a daemon stopped: its status says how the last cycle went
+    from cosample.agents.report import read_status  # --cycles N: the last cycle is the answer
+
+    status = read_status(config.state_dir) or {}
+    if status.get("result") == "ok":
+        return 0
+    why = "; ".join([status.get("reason", ""), *status.get("errors", [])][:4]) or "no status"
+    print(f"cosample: agent: the last cycle ended {status.get('result')}: {why}", file=sys.stderr)
+    return 2 if status.get("result") == "rejected" else 1
 
 
 def _check_config(args) -> int:
@@ -333,10 +353,11 @@ def _validate(args) -> int:
     """Fetch and check a plan as an agent with the same settings would (size limit, key)."""
     from cosample.agents.config import load_config
     from cosample.agents.desired import desired_state
+    from cosample.agents.errors import AgentError
     from cosample.plan.document import parse_document
     from cosample.plan.signing import verify
     from cosample.plan.source import fetch
-    from cosample.times import format_time
+    from cosample.times import format_time, utcnow
 
     config = load_config(
         args.config,
@@ -351,14 +372,28 @@ def _validate(args) -> int:
     )
     if config.public_key:
         verify(fetched.data, fetched.signature, config.public_key)
+    now = utcnow()
     for plan in parse_document(fetched.data, source=args.plan):
         if config.host != _NO_HOST:
             desired_state(plan, config)
+        left = (plan.expires - now).total_seconds()
+        if left <= 0:  # agents fall back to their safe state: not a plan to run
+            raise AgentError(
+                f"{args.plan}: plan version {plan.version}: expired at "
+                f"{format_time(plan.expires)}, {-left:.0f} s ago"
+            )
         when = f", not before {format_time(plan.not_before)}" if plan.not_before else ""
         print(
             f"plan version {plan.version} ({len(plan.hosts)} hosts, expires "
             f"{format_time(plan.expires)}{when}): valid"
         )
+        validity = (plan.expires - plan.created).total_seconds()
+        if left < validity / 10:
+            print(
+                f"cosample: warning: plan version {plan.version} expires in {left:.0f} s, the "
+                f"last tenth of its validity ({validity:.0f} s): is its publisher refreshing it?",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -384,8 +419,10 @@ def _sign(args) -> int:
 
 
 def _transition(args) -> int:
+    from pathlib import Path
+
     from cosample.agents.errors import AgentError
-    from cosample.files import write_bytes_atomic
+    from cosample.files import is_stdout, write_output
     from cosample.plan.document import parse_plan
     from cosample.plan.transition import transition
     from cosample.times import utcnow
@@ -399,10 +436,16 @@ def _transition(args) -> int:
             raise AgentError(f"{path}: cannot read ({exc.strerror})") from None
     document = transition(plans[0], plans[1], utcnow(), args.settle)
     text = json.dumps(document, indent=2, sort_keys=True) + "\n"
-    write_bytes_atomic(args.output, text.encode(), parents=True)
+    out = sys.stderr if is_stdout(args.output) else sys.stdout  # -o -: the plan set there
+    if not is_stdout(args.output):
+        try:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AgentError(f"{args.output}: cannot write ({exc.strerror})") from None
     print(
-        f"wrote {args.output}: phase 1 version {document['plans'][0]['version']} now, "
-        f"phase 2 version {document['plans'][1]['version']} not before "
-        f"{document['plans'][1]['not_before']}"
+        f"wrote {write_output(args.output, lambda stream: stream.write(text))}: phase 1 "
+        f"version {document['plans'][0]['version']} now, phase 2 version "
+        f"{document['plans'][1]['version']} not before {document['plans'][1]['not_before']}",
+        file=out,
     )
     return 0

@@ -16,14 +16,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from cosample.agents.errors import ConfigError
+from cosample.durations import MAX_DURATION_S
 from cosample.plan.document import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
-from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
+from cosample.plan.formats import DEFAULT_MAX_PLAN_MIB
 from cosample.validation import InterfaceName, Strict, read_document, validate
 
 SYSTEM_OVSDB = "unix:/var/run/openvswitch/db.sock"
 
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: Durations in seconds: at most ``MAX_DURATION_S`` (ten years), past which a wait overflows.
+Positive = Annotated[float, Field(gt=0, le=MAX_DURATION_S, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 #: Prefix of the names of the agent's devices and ports: 2-6 letters or digits.
 Prefix = Annotated[str, Field(pattern=r"^[A-Za-z0-9]{2,6}$")]
@@ -102,6 +104,9 @@ class AgentConfig(Strict):
     #: step up only below limit - band, after this many readings in a row
     guard_band: Annotated[float, Field(gt=0, lt=1)] = 0.1
     guard_up_after: Annotated[int, Field(ge=1, le=3600)] = 5
+    #: ``agent run``'s least severe log lines (``warning``: only the changes of state an
+    #: operator must act on)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @property
     def rundir(self) -> str:

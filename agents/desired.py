@@ -12,11 +12,11 @@ from dataclasses import replace
 
 from cosample.agents.appmon_state import desired_appmon
 from cosample.agents.config import AgentConfig
+from cosample.agents.hoststate import DesiredState
 from cosample.agents.sample import desired_sample
 from cosample.agents.state import (
     PRIO_BASE,
     PRIO_COUNT,
-    DesiredState,
     MirrorTarget,
     SflowSettings,
     TunnelPort,

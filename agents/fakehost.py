@@ -24,6 +24,7 @@ from cosample.agents.appmon_reconcile import (
 )
 from cosample.agents.errors import HostError
 from cosample.agents.host import Host
+from cosample.agents.hoststate import ObservedState
 from cosample.agents.state import (
     PRIO_BASE,
     PRIO_COUNT,
@@ -34,7 +35,6 @@ from cosample.agents.state import (
     ObservedLink,
     ObservedPort,
     ObservedSflow,
-    ObservedState,
 )
 from cosample.dataplane.ipfix import SAMPLE_COLLECTOR_SET_ID
 from cosample.dataplane.tcmirror import bpf_random_bytecode

@@ -9,8 +9,8 @@ import threading
 import time
 
 from cosample.agents.desired import at_rung
+from cosample.agents.hoststate import DesiredState
 from cosample.agents.report import CycleReport
-from cosample.agents.state import DesiredState
 from cosample.plan.document import Plan
 
 log = logging.getLogger("cosample.agents")

@@ -18,13 +18,13 @@ from cosample.agents import commands as c
 from cosample.agents.appmon_host import AppmonSide
 from cosample.agents.appmon_reconcile import APPMON_COMMANDS, KERNEL_MIRROR_COMMANDS
 from cosample.agents.config import AgentConfig
+from cosample.agents.hoststate import ObservedState
 from cosample.agents.ledger import LEDGER_FILE, Ledger
 from cosample.agents.linuxnet import LinuxSide
 from cosample.agents.ovsdb import OvsdbSide
 from cosample.agents.reconcile import VM_PORT_TYPES
 from cosample.agents.sample import SAMPLE_COMMANDS, SetSampleExporter, SetSampleFlow
 from cosample.agents.sample_host import SampleSide
-from cosample.agents.state import ObservedState
 
 
 class Host(ABC):

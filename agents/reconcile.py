@@ -33,6 +33,7 @@ from cosample.agents.commands import (
     SetMirrorFilter,
     SetSflow,
 )
+from cosample.agents.hoststate import DesiredState, ObservedState
 from cosample.agents.sample import (
     SAMPLE_COOKIE,
     RemoveSampleExporter,
@@ -46,11 +47,9 @@ from cosample.agents.state import (
     DROP_FLOW_PRIORITY,
     OFPORT_BASE,
     OFPORT_COUNT,
-    DesiredState,
     MirrorTarget,
     ObservedDevice,
     ObservedFilter,
-    ObservedState,
     drop_cookie,
 )
 from cosample.dataplane.tcmirror import bpf_random_bytecode

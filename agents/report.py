@@ -8,8 +8,10 @@ the same registry over HTTP on 127.0.0.1.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from cosample import __version__
 from cosample.agents.appmon_state import summary as appmon_summary
-from cosample.agents.state import DesiredState
+from cosample.agents.errors import AgentError
+from cosample.agents.hoststate import DesiredState
 from cosample.files import write_bytes_atomic
+from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
 from cosample.plan.formats import FORMAT_VERSION
+from cosample.validation import parse_refusal
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
 #: How the warning about unsigned plans begins (``runner.unsigned_warning``): the metric
@@ -243,22 +248,25 @@ def write_reports(state_dir: str | Path, report: CycleReport, metrics: Metrics) 
 
 
 def read_status(state_dir: str | Path) -> dict[str, Any] | None:
+    """The last cycle's status; None before the first; ``AgentError`` when it cannot be read
+    (not a folder, not JSON: someone else's file)."""
     path = Path(state_dir) / STATUS_FILE
     try:
-        return json.loads(path.read_text())
+        status = json.loads(path.read_text())
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else parse_refusal(exc)
+        raise AgentError(f"{path}: cannot read the agent's status ({reason})") from None
+    if not isinstance(status, dict):
+        raise AgentError(f"{path}: not an agent's status (a {type(status).__name__})")
+    return status
 
 
 def serve_metrics(metrics: Metrics, port: int):
     """Expose the registry on http://127.0.0.1:PORT/metrics (a daemon thread) with the daemons'
     one HTTP server (``cosample.httpserver``; its own counts as ``cosample_agent_http_*``);
     returns the server."""
-    import threading
-    from http.server import BaseHTTPRequestHandler
-
-    from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
-
     own = CollectorRegistry(auto_describe=False)
 
     class Handler(BaseHTTPRequestHandler):

@@ -34,12 +34,12 @@ from cosample.agents.config import AgentConfig
 from cosample.agents.desired import DEFAULT_BRIDGE, desired_state, safe_state
 from cosample.agents.guarding import HostGuard
 from cosample.agents.guardsteps import GuardSteps
-from cosample.agents.host import Host
+from cosample.agents.host import Host, LinuxOvsHost
+from cosample.agents.hoststate import DesiredState
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.agents.mtu import mirror_mtu_warnings
 from cosample.agents.reconcile import find_problems, kernel_mirror_links, reconcile
 from cosample.agents.report import INSECURE_TAG, CycleReport, Metrics, summarise, write_reports
-from cosample.agents.state import DesiredState
 from cosample.errors import CosampleError
 from cosample.files import write_bytes_atomic
 from cosample.plan.document import Plan, parse_document, parse_plan
@@ -54,6 +54,7 @@ from cosample.plan.selection import select_plan
 from cosample.plan.signing import verify
 from cosample.plan.slices import read_slice, slice_location
 from cosample.plan.source import Fetched, fetch
+from cosample.statelog import StateLog
 from cosample.times import format_time, utcnow
 
 LAST_GOOD_FILE = "last-good-plan.json"
@@ -94,8 +95,6 @@ class Agent(GuardSteps):
         guard: HostGuard | None = None,
     ) -> None:
         if host is None:
-            from cosample.agents.host import LinuxOvsHost
-
             host = LinuxOvsHost(config)
             if supervisor is None and config.run_analysers:  # effects come with the real host
                 supervisor = Supervisor.from_config(config)
@@ -123,6 +122,7 @@ class Agent(GuardSteps):
         #: parsed again.
         self.fetched: dict[str, Fetched] = {}
         self.parsed: tuple[bytes, tuple[Plan, ...]] | None = None
+        self.problem_log = StateLog(log)  # errors, problems and the safe state: logged once
 
     # one pass -----------------------------------------------------------------------------------
     def cycle(self, dry_run: bool = False) -> CycleReport:
@@ -419,10 +419,10 @@ class Agent(GuardSteps):
         dry_run: bool = False,
         pending_version: int | None = None,
     ) -> CycleReport:
-        if dry_run:
+        if outcome.failure or any(kind in ("host", "fetch") for kind in kinds):
+            result = "error"  # a dry run too: nothing was read, so nothing can be said
+        elif dry_run:
             result = "dry-run"
-        elif outcome.failure or any(kind in ("host", "fetch") for kind in kinds):
-            result = "error"
         elif outcome.diverged:
             result = "diverged"
         elif any(kind in REJECTIONS for kind in kinds):
@@ -451,8 +451,11 @@ class Agent(GuardSteps):
             analysers=tuple(self.supervisor.status()) if self.supervisor is not None else (),
             guard=self.guard.status().as_dict() if self.guard is not None else None,
         )
-        for error in errors:
-            log.warning("%s", error)
+        # each problem once, when it appears (and when it goes); the status has them every cycle
+        self.problem_log.update(
+            [*errors, *outcome.problems]
+            + ([reason] if desired.mode == "safe" and not dry_run else [])  # "safe state: ..."
+        )
         if not dry_run:
             self.metrics.record(report, desired, now.timestamp(), kinds)
             private_dir(self.state_dir)

@@ -1,4 +1,6 @@
-"""Plain immutable records of what a host should look like (desired) and what it looks like (observed).
+"""Plain immutable records of what a host should look like (desired) and what it looks like
+(observed): the sFlow and mirror parts, which ``hoststate`` joins with the application part and
+the ``sample`` mechanism's into a host's whole state.
 
 Both sides use the same vocabulary so ``reconcile`` can compare them field by field. Names and
 numbers that mark objects as the agent's own (ownership tags, tc prio range, OpenFlow cookie,
@@ -10,13 +12,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from cosample.dataplane.tunnels import pair_vni  # noqa: F401  (re-exported: agents use it here)
-
-if TYPE_CHECKING:
-    from cosample.agents.appmon_state import DesiredAppmon, ObservedAppmon
-    from cosample.agents.sample import ObservedSample, SampleSettings
 
 #: ``external_ids`` key/value on every OVSDB row the agent creates.
 OWNER_KEY, OWNER_VALUE = "cosample-owner", "agent"
@@ -90,21 +87,6 @@ class TunnelPort:
         if self.dstport != 4789:
             out["dst_port"] = str(self.dstport)
         return out
-
-
-@dataclass(frozen=True)
-class DesiredState:
-    """What one host must look like. ``vm_ports`` None: every non-owned system port of the bridge."""
-
-    bridge: str
-    sflow: SflowSettings | None
-    mirrors: tuple[MirrorTarget, ...] = ()
-    receivers: tuple[TunnelPort, ...] = ()
-    vm_ports: tuple[str, ...] | None = None
-    mode: str = "plan"  # "plan" or "safe"
-    plan_version: int | None = None
-    appmon: "DesiredAppmon | None" = None  # None: no application monitoring (all removed)
-    sample: "SampleSettings | None" = None  # the ``sample`` local mechanism (agents/sample.py)
 
 
 # observed ----------------------------------------------------------------------------------
@@ -186,27 +168,3 @@ class ObservedElsewhere:
     sflow_uuid: str | None = None  # the bridge's sFlow row, when it is the agent's
     ports: tuple[str, ...] = ()
     flows: tuple[int, ...] = ()  # cookies
-
-
-@dataclass(frozen=True)
-class ObservedState:
-    """What the host looks like; only the agent's own objects plus what it needs to decide."""
-
-    bridge: str
-    bridge_exists: bool
-    sflow: ObservedSflow | None = None
-    ports: tuple[ObservedPort, ...] = ()
-    flows: tuple[ObservedFlow, ...] = ()
-    links: Mapping[str, ObservedLink] = field(default_factory=dict)
-    devices: tuple[ObservedDevice, ...] = ()
-    #: Interfaces that exist and are not the agent's (a mirror device name must not be one).
-    foreign_links: frozenset[str] = frozenset()
-    #: Interfaces carrying the underlay route to a tunnel peer: never VM ports.
-    underlay: frozenset[str] = frozenset()
-    #: MTUs of the observed links (VM ports), and per tunnel peer address the interface and
-    #: MTU of its underlay route (``agents.mtu``); empty where the backend does not observe them.
-    link_mtus: Mapping[str, int] = field(default_factory=dict)
-    paths: Mapping[str, tuple[str, int]] = field(default_factory=dict)
-    elsewhere: tuple[ObservedElsewhere, ...] = ()
-    appmon: "ObservedAppmon | None" = None  # None: the host backend does not observe it
-    sample: "ObservedSample | None" = None  # None: the host backend does not observe it

@@ -3,9 +3,12 @@ With ``records`` (a ``records.RecordBuffer``), every request and response is als
 compact record for an analysis host (the off-site sniffer).
 
 ``ingest(frame, time)`` decodes, reassembles and matches; it only updates state (INTCollector's
-fast path). Closed windows wait in ``windows.closed`` for the normal path (snapshot, metrics,
-events). Every frame or message not counted increments a named reason in ``counters``; nothing a
-frame contains can raise out of ``ingest``.
+fast path). ``ingest_all`` does the same for a list of ``(time, frame)`` pairs (a ring's batch,
+a replay's chunk), the common frames of HTTP/1.x connections through the compiled fast path
+(``appmon.fastpath``) with the same effect, the others through ``ingest``. Closed windows wait in
+``windows.closed`` for the normal path (snapshot, metrics, events). Every frame or message not
+counted increments a named reason in ``counters``; nothing a frame contains can raise out of
+``ingest``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections import Counter
 
 from cosample.appmon.connections import MAX_CONNECTIONS, ConnectionTable
 from cosample.appmon.decode import LINK_ETHERNET, Segment, decode
+from cosample.appmon.fastpath import engine
 from cosample.appmon.windows import ServiceStats, Window, Windows
 from cosample.plan.appmon import SHARE_BITS
 
@@ -35,6 +39,7 @@ IGNORED = frozenset(
         "first_lines_unseen",
         "framing_cut",
         "tls_tickets",
+        "h2c_upgrades",
         "record_datagrams_reordered",
         "record_senders_restarted",
     )
@@ -55,6 +60,7 @@ class Analyser:
         counters: Counter | None = None,
         selected: int = 1 << SHARE_BITS,
         protocols: dict[int, str] | None = None,
+        compiled: bool = True,
     ) -> None:
         self.link = link
         self.counters: Counter = Counter() if counters is None else counters
@@ -94,6 +100,8 @@ class Analyser:
         self.frames = 0
         self.totals: dict[tuple, ServiceStats] = {}
         self.last_time: float | None = None
+        #: the compiled fast path (None: not built, or ``compiled=False``: Python alone)
+        self.fast = engine(self.table, link) if compiled else None
 
     def ingest(self, frame: bytes, time: float) -> None:
         self.frames += 1
@@ -105,6 +113,28 @@ class Analyser:
             self.windows.advance(time)
         self.last_time = time
         self.table.segment(segment, time)
+
+    def ingest_from(self, frames: list[tuple[float, bytes]], index: int = 0) -> int:
+        """``frames[index:]`` through the compiled fast path while it takes them; the index of
+        the first it did not take (give that one to ``ingest``, then call again): one that is
+        not the common case, or at or after the current window's end."""
+        if self.fast is None:
+            return index
+        taken = self.fast.run(frames, index, self.windows.end)
+        if taken > index:
+            self.frames += taken - index
+            self.last_time = frames[taken - 1][0]
+        return taken
+
+    def ingest_all(self, frames: list[tuple[float, bytes]]) -> None:
+        """Every ``(time, frame)`` of ``frames``, in order, as ``ingest`` would take them."""
+        index, count, ingest_from, ingest = 0, len(frames), self.ingest_from, self.ingest
+        while index < count:
+            index = ingest_from(frames, index)
+            if index < count:
+                time, frame = frames[index]
+                ingest(frame, time)
+                index += 1
 
     def tick(self, now: float) -> list[Window]:
         """The normal path's clock: close windows that ended, expire connections; the windows

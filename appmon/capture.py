@@ -162,9 +162,10 @@ class PacketRing:
     def fileno(self) -> int:
         return self.socket.fileno()
 
-    def batch(self, max_blocks: int | None = None) -> list[tuple[bytes, float]]:
-        """``(frame, kernel receive time)`` of every block handed over (at most ``max_blocks``),
-        in arrival order; the blocks go back to the kernel before this returns."""
+    def batch(self, max_blocks: int | None = None) -> list[tuple[float, bytes]]:
+        """``(kernel receive time, frame)`` of every block handed over (at most ``max_blocks``),
+        in arrival order (``Analyser.ingest_all``'s input); the blocks go back to the kernel
+        before this returns."""
         ring, blocks, out = self.ring, self.blocks, []
         append, frame_at, block_at = out.append, _FRAME.unpack_from, _BLOCK.unpack_from
         for _ in range(blocks if max_blocks is None else min(max_blocks, blocks)):
@@ -176,7 +177,7 @@ class PacketRing:
             for _ in range(count):
                 following, seconds, nanoseconds, kept, _, _, mac = frame_at(ring, at)
                 start = at + mac
-                append((ring[start : start + kept], seconds + nanoseconds * 1e-9))
+                append((seconds + nanoseconds * 1e-9, ring[start : start + kept]))
                 at += following
             ring[base + 8 : base + 12] = _RELEASE
             self._next = (self._next + 1) % blocks

@@ -172,6 +172,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default=socket.gethostname(),
         help="analyser name in the snapshot (default: host name)",
     )
+    parser.add_argument(
+        "--pure-python",
+        action="store_true",
+        help="decode every frame in Python, not through the compiled fast path (its "
+        "reference: the same windows, slower; for comparisons)",
+    )
 
 
 def _settings(args) -> tuple[float, frozenset[int]]:
@@ -252,6 +258,7 @@ def _run(args) -> int:
         records_from=records_from,
         send_records_from=args.send_records_from,
         protocols=protocols,
+        compiled=not args.pure_python,
     )
     service = Service(settings).start()
     for number in (signal.SIGTERM, signal.SIGINT):
@@ -333,8 +340,22 @@ def _replay(args) -> int:
 
     window, ports = _settings(args)
     protocols = _protocols(args)
+    windows = 0
     for snap in replay(
-        args.capture, window_s=window, ports=ports, name=args.name, protocols=protocols
+        args.capture,
+        window_s=window,
+        ports=ports,
+        name=args.name,
+        protocols=protocols,
+        compiled=not args.pure_python,
     ):
         print(snap.to_json() if args.json else table(snap), end="\n" if args.json else "")
+        windows += 1
+    if not windows:  # say so: an empty answer reads like a tool that did nothing
+        on = f" on port(s) {', '.join(map(str, sorted(ports)))}" if ports else ""
+        print(
+            f"cosample: {args.capture}: no HTTP request or response{on} in this capture; "
+            "nothing to report",
+            file=sys.stderr,
+        )
     return 0

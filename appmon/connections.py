@@ -13,6 +13,9 @@ connection (beyond it the oldest leaves the queue; every request still counts as
 segments per direction and for all connections together (``streams.Budget``); what does not fit
 is counted by name.
 Closed (FIN both ways, or RST) and idle connections leave the table on ``expire``.
+A connection upgraded to h2c (a request with ``Upgrade: h2c`` answered 101, RFC 7540 section
+3.2) goes on as HTTP/2 (``h2conn.H2Connection``) on the same byte streams: the Upgrade request is
+stream 1's, answered by the server's first HEADERS on stream 1, and the 101 answers nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from cosample.appmon import protocols
 from cosample.appmon.decode import ACK, FIN, RST, SYN, Segment
 from cosample.appmon.h2conn import H2Connection
-from cosample.appmon.http import HttpParser, starts_message
+from cosample.appmon.http import HEAD, HttpParser, starts_message
 from cosample.appmon.streams import Budget, HalfStream
 from cosample.appmon.tlsconn import H2TlsConnection, TlsConnection
 from cosample.plan.appmon import SHARE_BITS
@@ -60,8 +63,9 @@ def _unseen_requests(requests: HalfStream, ack: int) -> bool:
 
 
 class Connection:
-    protocol = "http"
     __slots__ = (
+        "protocol",
+        "upgraded",
         "undecided",
         "service",
         "pending",
@@ -89,8 +93,12 @@ class Connection:
         self.pending: deque[tuple[float, bool]] = deque()
         self.streams = (
             HalfStream(HttpParser(True, self._request, counters), counters, budget),
-            HalfStream(HttpParser(False, self._response, counters), counters, budget),
+            HalfStream(
+                HttpParser(False, self._response, counters, self._upgrade), counters, budget
+            ),
         )
+        #: ``http``, or ``h2c`` from a 101 to h2c on: ``upgraded`` then reads the streams
+        self.protocol, self.upgraded = "http", None
         self.last_seen, self.fins, self.closed = 0.0, 0, False
         self.answered: int | None = None  # acknowledgement number of the last final response
         #: opened by a SYN on a port of no declared protocol: its first request bytes decide
@@ -152,10 +160,42 @@ class Connection:
         self.on_response(self.service, time, status, max(0.0, time - requested), self)
         return head
 
+    def _upgrade(self, time: float, rest: bytes) -> None:
+        """The server's 101 to h2c ended at ``time``; ``rest``: its first HTTP/2 bytes. From
+        here an ``H2Connection`` reads both streams, reporting as this connection; the oldest
+        waiting request (the Upgrade) is stream 1's. The client's next bytes are its preface
+        when its stream is at a message boundary, else (the preface already went by, in a
+        capture that shows it before the 101) framing resumes at a segment that starts with a
+        frame."""
+        h2 = H2Connection(
+            self.service,
+            self.counters,
+            lambda service, at, _: self.on_request(service, at, self),
+            lambda service, at, status, took, _: self.on_response(service, at, status, took, self),
+        )
+        client = self.streams[0].parser
+        at_boundary = client.state == HEAD and not client.buffer and not client.announced
+        for mine, theirs in zip(self.streams, h2.streams):
+            mine.parser = theirs.parser
+        h2.streams = self.streams
+        if at_boundary:
+            self.streams[0].parser.begin()
+        self.streams[1].parser.begin()
+        if self.pending:
+            h2.waiting[1] = self.pending.popleft()[0]
+        self.protocol, self.upgraded = "h2c", h2
+        self.counters["h2c_upgrades"] += 1
+        if rest:
+            self.streams[1].parser.feed(rest, time, False)
+
     def close(self) -> None:
         if not self.closed:
             for stream in self.streams:
                 stream.flush()
+            if self.upgraded is not None:
+                self.upgraded.close()
+            else:
+                self.streams[1].parser.settle()
             self.closed = True
             if self.pending:
                 self.counters["requests_unanswered"] += len(self.pending)
@@ -229,7 +269,9 @@ class ConnectionTable:
             if connection.undecided and side == 0 and seq == stream.next_seq:
                 connection.undecided = False
                 kind = protocols.detect(payload)
-                if kind != "http":
+                if connection.protocol == "h2c":  # declared: HTTP/1.x bytes ask for an Upgrade
+                    kind = "h2c" if protocols.PREFACE.startswith(payload[:24]) else "http"
+                if kind != connection.protocol:
                     connection = self._replace(connection, (src, dst, sport, dport), kind)
                     stream = connection.streams[0]
             stream.segment(seq, payload, wire_length, time, ack)
@@ -280,7 +322,7 @@ class ConnectionTable:
             self.budget,
             self.on_connection,
         )
-        connection.undecided = declared is None and bool(flags & SYN)
+        connection.undecided = declared in (None, "h2c") and bool(flags & SYN)
         if declared in protocols.OVER_TLS:
             connection.fixed = True  # the plan says h2 or not; ALPN need not tell
         if flags & SYN and client_sends and self.on_connection is not None:

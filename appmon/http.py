@@ -7,6 +7,11 @@ read-until-close are followed; bodies are counted, never stored. Header blocks a
 that is not HTTP, the parser *hunts*: it waits for a segment whose payload begins with a request
 or status line, and says framing was ``lost`` (messages may have gone by unseen).
 
+Nothing after a 101 is HTTP/1.x: a 101 whose header block says ``Upgrade: h2c`` hands the rest
+of the stream to ``on_upgrade`` (the connection goes on in HTTP/2, RFC 7540 section 3.2) and is
+no answer; any other 101 (a WebSocket's, one whose header block a cut or a hole hid) is
+announced as the answer once its header block shows which it is.
+
 A truncating mirror's cut is no loss: every segment still arrives, and its sequence number and
 length (the IP header's) say where it lies in the stream. Bytes cut inside a body of known length
 are stepped over; a cut that hides where a message ends (its header block's end, a chunk line)
@@ -30,7 +35,7 @@ METHODS = frozenset(
     (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
 )
 
-HUNT, HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, TRAILER, UNTIL_CLOSE, DEAD, CUT = range(9)
+HUNT, HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, TRAILER, UNTIL_CLOSE, DEAD, CUT, SWITCHED = range(10)
 
 
 def request_method(line: bytes) -> bytes | None:
@@ -119,12 +124,22 @@ class HttpParser:
         "ack",
         "lost",
         "tentative",
+        "on_upgrade",
+        "switching",
     )
 
     def __init__(
-        self, request: bool, on_start: Callable[[float, object], bool], counters: Counter
+        self,
+        request: bool,
+        on_start: Callable[[float, object], bool],
+        counters: Counter,
+        on_upgrade: Callable[[float, bytes], None] | None = None,
     ) -> None:
         self.request, self.on_start, self.counters = request, on_start, counters
+        #: ``(time, rest)``: a 101 to h2c ended at ``time``; ``rest``: the bytes after it
+        self.on_upgrade = on_upgrade
+        #: a 101's first line was read, its header block not yet: announced when it is
+        self.switching = False
         self.state, self.buffer, self.start_time = HUNT, b"", 0.0
         self.remaining, self.status, self.no_body, self.announced = 0, 0, False, False
         # sequence number of the current message's first byte, the acknowledgement number its
@@ -140,8 +155,16 @@ class HttpParser:
         if self.state == HUNT:
             self.state, self.buffer, self.announced = HEAD, b"", False
 
+    def settle(self) -> None:
+        """A 101 whose header block will not be read whole (a hole, a cut, the stream's end)
+        answers its request; nothing after it is HTTP/1.x."""
+        if self.switching:
+            self.switching, self.state, self.buffer = False, DEAD, b""
+            self.on_start(self.start_time, 101)
+
     def gap(self) -> None:
         """Bytes are missing here: what follows cannot be framed until a message start."""
+        self.settle()
         if self.state not in (UNTIL_CLOSE, DEAD):
             self.state, self.buffer, self.lost, self.tentative = HUNT, b"", True, False
 
@@ -168,6 +191,7 @@ class HttpParser:
         sequence number ``seq``, exist but were not seen (a truncating mirror). Framing follows
         them when they are body bytes of known length; else the message's end is unknown
         (``CUT``), and a message known to start in them is announced with value None."""
+        self.settle()
         state = self.state
         if state == BODY or state == CHUNK_DATA:
             if self.skippable(missing):
@@ -257,12 +281,17 @@ class HttpParser:
             return self._keep(buffer, MAX_HEADER, "header_too_long")
         self.buffer = b""
         self._frame_body(buffer[: end + 2].lower())
+        if self.state == SWITCHED:  # the rest of the stream is HTTP/2's
+            self.state = DEAD
+            self.on_upgrade(time, buffer[end + 4 :])
+            return b""
         return buffer[end + 4 :]
 
     def _keep(self, buffer: bytes, limit: int, reason: str) -> bytes:
         if len(buffer) > limit:
             self.counters[reason] += 1
             self.state, self.buffer = HUNT, b""
+            self.settle()
         else:
             self.buffer = buffer
         return b""
@@ -277,6 +306,9 @@ class HttpParser:
             self.state, self.buffer, self.lost = HUNT, b"", True
             return False
         self.announced, self.status, self.tentative = True, 0 if self.request else value, False
+        if value == 101 and not self.request:  # its header block says whether it answers
+            self.switching = True
+            return True
         self.no_body = bool(self.on_start(self.start_time, value))
         if self.request and value == b"CONNECT":
             self.no_body = True
@@ -285,10 +317,17 @@ class HttpParser:
     def _frame_body(self, head: bytes) -> None:
         self.announced = False
         status = self.status
-        if status == 101 or (self.request and self.no_body):  # upgrade, CONNECT: not HTTP after
-            self.state = DEAD if status == 101 else HEAD
-            if status != 101:
-                self.remaining = 0
+        if status == 101:  # an upgrade: not HTTP/1.x after
+            self.switching = False
+            upgrade = _header_value(head, b"upgrade:")
+            if upgrade == b"h2c" and self.on_upgrade is not None:
+                self.state = SWITCHED
+                return
+            self.state = DEAD
+            self.on_start(self.start_time, 101)
+            return
+        if self.request and self.no_body:  # CONNECT: not HTTP after
+            self.state, self.remaining = HEAD, 0
             return
         if self.no_body or 100 <= status < 200 or status in (204, 304):
             self.state = HEAD

@@ -14,14 +14,8 @@ from pathlib import Path
 
 from cosample.appmon.decode import LINK_ETHERNET, LINKS
 from cosample.appmon.errors import AppmonError
-
-_MAGIC = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
-    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
-    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
-}
-PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+from cosample.files import write_atomic
+from cosample.pcapfile import MAGIC, PCAPNG_MAGIC, header_problem
 
 
 def read_link(path: str | Path) -> int:
@@ -66,10 +60,11 @@ def _open(path: Path):
             f"{path}: pcapng is not supported; capture with 'tcpdump -w FILE' "
             "(pcap) or convert with 'editcap -F pcap IN OUT'"
         )
-    if len(head) < 24 or head[:4] not in _MAGIC:
+    problem = header_problem(head)
+    if problem:
         handle.close()
-        raise AppmonError(f"{path}: not a pcap capture (magic {head[:4].hex() or 'empty'})")
-    order, unit = _MAGIC[head[:4]]
+        raise AppmonError(f"{path}: {problem}")
+    order, unit = MAGIC[head[:4]]
     link = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF
     if link not in LINKS:
         handle.close()
@@ -130,7 +125,6 @@ def write_pcap(
     path: str | Path, records: Iterable[tuple[float, bytes]], snaplen: int = 262144
 ) -> Path:
     """A pcap (Ethernet) of ``(unix time, frame)``; frames longer than ``snaplen`` are cut."""
-    from cosample.files import write_atomic
 
     def write(stream):
         stream.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, LINK_ETHERNET))

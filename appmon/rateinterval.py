@@ -10,7 +10,7 @@ measures how often it misses). The sampling unit is the connection: the window's
 estimated by Horvitz-Thompson, ``X = sum(n_i) / s``, with the unbiased variance estimate
 ``V = (1 - s) / s**2 * sum(n_i**2)`` over the sampled connections' request counts ``n_i``
 (``planner.connshare`` uses the same estimate). The interval's shape is the collector's
-(``collector.intervals.packets_interval``): ``X`` behaves like a Poisson count ``X**2 / V``
+(``cosample.intervals.packets_interval``): ``X`` behaves like a Poisson count ``X**2 / V``
 scaled by ``X / V``, and Garwood's gamma interval of that count is scaled back; it stays
 sensible with a handful of connections, where the normal approximation does not. At ``s = 1``
 the window is counted, not estimated: the interval is the count itself. With no request seen,
@@ -23,7 +23,7 @@ only the connection sampling is random here.
 
 from __future__ import annotations
 
-from cosample.collector.intervals import packets_interval
+from cosample.intervals import packets_interval
 
 
 def request_interval(requests: int, squares: int | None, share: float) -> list[float] | None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 from cosample.appmon.analyser import Analyser
 from cosample.appmon.pcap import frames, read_link
 from cosample.appmon.snapshot import AppSnapshot, snapshot
+
+#: Frames read from the capture at a time (the fast path takes a list).
+CHUNK = 4096
 
 
 def replay(
@@ -17,15 +21,26 @@ def replay(
     ports: frozenset[int] = frozenset(),
     name: str = "replay",
     protocols: dict[int, str] | None = None,
+    compiled: bool = True,
 ) -> Iterator[AppSnapshot]:
     """One snapshot per window of the capture, in time order (the last one as far as it got);
-    ``protocols``: server port -> declared protocol (``appmon.protocols``)."""
-    analyser = Analyser(window_s, link=read_link(capture), ports=ports, protocols=protocols)
-    ingest = analyser.ingest
-    for time, frame in frames(capture):
-        if time >= analyser.windows.end and analyser.windows.start is not None:
-            yield from _snapshots(analyser, analyser.tick(time), name)
-        ingest(frame, time)
+    ``protocols``: server port -> declared protocol (``appmon.protocols``); ``compiled=False``:
+    the Python path alone (the fast path's reference, ``appmon.fastpath``)."""
+    analyser = Analyser(
+        window_s, link=read_link(capture), ports=ports, protocols=protocols, compiled=compiled
+    )
+    ingest, ingest_from, windows = analyser.ingest, analyser.ingest_from, analyser.windows
+    read = frames(capture)
+    while chunk := list(islice(read, CHUNK)):
+        index = 0
+        while index < len(chunk):
+            index = ingest_from(chunk, index)  # the compiled fast path stops at a window's end
+            if index < len(chunk):
+                time, frame = chunk[index]
+                if time >= windows.end and windows.start is not None:
+                    yield from _snapshots(analyser, analyser.tick(time), name)
+                ingest(frame, time)
+                index += 1
     yield from _snapshots(analyser, analyser.finish(), name)
 
 

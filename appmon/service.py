@@ -1,8 +1,8 @@
 """``appmon run``: the live analyser's effects around the pure one.
 
-One loop reads the packet ring in batches of blocks (the fast path: ``Analyser.ingest``, the
-replay's, only updates state) and, every ``tick_s``, runs the normal path: close windows that ended, expire idle
-connections, write each closed window's snapshot (``--state-dir``), its events (a value left its
+One loop reads the packet ring in batches of blocks (the fast path: ``Analyser.ingest_all``,
+the replay's, only updates state; compiled where built) and, every ``tick_s``, runs the normal
+path: close windows that ended, expire idle connections, write each closed window's snapshot (``--state-dir``), its events (a value left its
 band, seed 003) and refresh what ``/metrics`` and ``/snapshot`` serve. Nothing a frame holds can
 stop the loop. ``--duration`` makes a bounded run (tests, experiments) that ends with the last
 window flushed. ``send_records`` makes it the seeds' off-site sniffer (every request and response
@@ -30,9 +30,8 @@ from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.recordlink import RecordReceiver, RecordSender
 from cosample.appmon.records import DEFAULT_RATE, INSECURE_KEY
 from cosample.appmon.snapshot import AppSnapshot, event_values, snapshot
-from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Signer
-from cosample.collector.errors import CollectorError
-from cosample.collector.events import EventDetector, write_events
+from cosample.authenticity import HEADER, SIGNATURE_SUFFIX, AuthenticityError, Signer
+from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic
 from cosample.httpserver import BoundedHTTPServer, ServerMetrics, send_body
 from cosample.plan.appmon import SHARE_BITS
@@ -68,7 +67,7 @@ class Settings:
     send_records: tuple[str, int] | None = None  # the analysis host's UDP endpoint
     record_rate: float = DEFAULT_RATE
     receive_records: tuple[str, int] | None = None  # where this analyser listens for records
-    #: signs what /snapshot serves and writes snapshot.json.sig (``collector.authenticity``:
+    #: signs what /snapshot serves and writes snapshot.json.sig (``cosample.authenticity``:
     #: the controller verifies analysers' snapshots as it does the collectors'); None: unsigned
     snapshot_key: str | Path | None = None
     #: only connections whose client port's low ``SHARE_BITS`` bits are below this (the plan's
@@ -82,6 +81,8 @@ class Settings:
     send_records_from: str | None = None
     #: server port -> the protocol its service speaks (``appmon.protocols``); others detected
     protocols: dict[int, str] = field(default_factory=dict)
+    #: the compiled fast path where built (``appmon.fastpath``); False: the Python path alone
+    compiled: bool = True
 
 
 class Service:
@@ -106,6 +107,7 @@ class Service:
             selected=settings.selected,
             records=self._sender.buffer if self._sender else None,
             protocols=settings.protocols,
+            compiled=settings.compiled,
         )
         self._receiver: RecordReceiver | None = None
         self.detector = EventDetector(settings.band, settings.max_silence_s)
@@ -119,7 +121,7 @@ class Service:
         self._events: IO[str] | None = None
         try:
             self._signer = Signer(settings.snapshot_key) if settings.snapshot_key else None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise AppmonError(f"--snapshot-key: {exc}") from None
         #: the last snapshot's bytes and signature, one pair (a reader never mixes two windows)
         self.signed: tuple[bytes, str | None] | None = None
@@ -162,8 +164,8 @@ class Service:
         started = time.time()
         end = started + self.settings.duration_s if self.settings.duration_s else None
         next_tick = started + self.settings.tick_s
-        ingest, sender = self.analyser.ingest, self._sender
-        batch = self._socket.batch if self._socket is not None else lambda *_: ()
+        ingest_all, sender = self.analyser.ingest_all, self._sender
+        batch = self._socket.batch if self._socket is not None else lambda *_: []
         inputs = [source for source in (self._socket, self._receiver) if source is not None]
         # records arrive up to a sender's tick after their time: close windows that much later
         lag = RECORD_GRACE_S if self._receiver is not None else 0.0
@@ -175,8 +177,7 @@ class Service:
                 timeout = max(0.0, min(next_tick - now, 0.2))
                 readable, _, _ = select.select(inputs, [], [], timeout)
                 if self._socket in readable:
-                    for frame, when in batch(BATCH_BLOCKS):
-                        ingest(frame, when)
+                    ingest_all(batch(BATCH_BLOCKS))
                     if sender is not None:
                         sender.send()
                 if self._receiver is not None and self._receiver in readable:
@@ -187,8 +188,7 @@ class Service:
                         sender.send(partial=True)
                     self._publish(self._tick(now - lag), now)
                     next_tick = now + self.settings.tick_s
-            for frame, when in batch():  # what the kernel handed over before the end
-                ingest(frame, when)
+            ingest_all(batch())  # what the kernel handed over before the end
             if self._receiver is not None:
                 self._receiver.receive()
                 self._receiver.release()

@@ -19,8 +19,7 @@ from cosample.appmon.losses import WindowLosses
 from cosample.appmon.rateinterval import rate_interval
 from cosample.appmon.successinterval import success_interval
 from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, Window, service_name
-from cosample.collector.snapshot import UtcTime
-from cosample.validation import Strict, validate
+from cosample.validation import Strict, UtcTime, parse_refusal, validate
 
 APP_SNAPSHOT_FORMAT, APP_SNAPSHOT_VERSION = "cosample.appmon-snapshot", 1
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -225,8 +224,8 @@ def parse_snapshot(text: str | bytes, where: str = "snapshot") -> AppSnapshot:
     """A snapshot read back (JSON text), or one ``AppmonError`` naming field and value."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        raise AppmonError(f"{where}: not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise AppmonError(f"{where}: not JSON ({parse_refusal(exc)})") from None
     return validate(AppSnapshot, data, where=where, error=AppmonError)
 
 

@@ -18,7 +18,7 @@ several times too narrow then: tests/appmon/test_successinterval.py). The residu
 from three per-window sums, ``sum(n_i**2)``, ``sum(ok_i * n_i)`` and ``sum(ok_i**2)``.
 
 Shape: the rarer side (failures when ``R >= 1/2``) is treated as the collector treats a count
-(``collector.intervals.packets_interval``: Garwood's gamma interval of ``q**2 / V`` scaled by
+(``cosample.intervals.packets_interval``: Garwood's gamma interval of ``q**2 / V`` scaled by
 ``V / q``), which stays sensible with a handful of failing connections where the normal
 approximation does not. The variance is estimated from the connections that carry the failures,
 which may be few; Student's quantile with Satterthwaite's effective degrees of freedom
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from cosample.collector.intervals import Z95, packets_interval
+from cosample.intervals import Z95, packets_interval
 
 
 def degrees_of_freedom(finals) -> float | None:

@@ -96,7 +96,7 @@ class ServiceStats:
             self.unattributed += 1
         else:
             self.per_connection[connection] = self.per_connection.get(connection, 0) + 1
-            if self.protocol is None:
+            if self.protocol is None or self.protocol == "http":  # or upgraded to h2c since
                 self.protocol = connection.protocol
 
     def connection(self, protocol: str | None, handshake_s: float | None) -> None:

@@ -7,7 +7,8 @@ PYTHON=${PYTHON:-python3}
 
 # Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector), nginx, wrk,
 # tcpdump and tshark (the application monitor's ground truth and peer, an independent sFlow decoder),
-# h2load (HTTP/2 load for the analyser's h2/h2c ground truth), Prometheus (promtool
+# h2load (HTTP/2 load for the analyser's h2/h2c ground truth), nghttpx (a proxy that takes
+# HTTP/1.1's Upgrade to h2c, which nginx does not), Prometheus (promtool
 # and the server, for the operations tests) and the network tools the tests use.
 need_system() {
     local missing=()
@@ -31,6 +32,7 @@ need_system() {
     command -v tcpdump >/dev/null || missing+=(tcpdump)
     command -v tshark >/dev/null || missing+=(tshark)
     command -v h2load >/dev/null || missing+=(nghttp2-client)
+    command -v nghttpx >/dev/null || missing+=(nghttp2-proxy)
     command -v promtool >/dev/null || missing+=(prometheus)
     printf '%s\n' "${missing[@]}"
 }
@@ -53,7 +55,8 @@ install_system() {
 # What the virtualenv was installed from: a change to any of these (a new lock from bin/lock
 # included) means installing again.
 install_stamp() {
-    cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" |
+    cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" "$ROOT/setup.py" "$ROOT/collector/_sflow.c" \
+        "$ROOT/appmon/_fastpath.c" |
         sha256sum | cut -c1-16
 }
 

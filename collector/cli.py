@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import math
 import socket
 import sys
 from pathlib import Path
 
-from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.daemonconfig import apply_config, configurable, setup_logging
 from cosample.dataplane.ipfix import IPFIX_PORT
 from cosample.httplimits import Limits
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB
+
+#: The largest socket receive buffer asked for: SO_RCVBUF is a C int, doubled by the kernel.
+MAX_RECEIVE_BUFFER = 2**30
 
 
 def register(subparsers) -> None:
@@ -159,6 +165,7 @@ def register(subparsers) -> None:
         help="report a value at least this often (default 300)",
     )
     run.set_defaults(func=_run)
+    configurable(run, "metrics_port = 9478")
 
     replay = commands.add_parser("replay", help="estimate from a pcap of sFlow datagrams")
     replay.add_argument(
@@ -229,6 +236,9 @@ def _run(args) -> int:
 
     from cosample.collector.service import Service, Settings
 
+    args = apply_config(args)
+    setup_logging(args.log_level)
+    _check_run(args)
     settings = Settings(
         listen=_address(args.listen, "--listen", any_port=True),
         plan=args.plan,
@@ -278,11 +288,26 @@ def _run(args) -> int:
 
 
 def _positive(value: float, option: str) -> float:
+    """``value`` if it is a finite number above 0, else one error naming ``option``."""
     from cosample.collector.errors import CollectorError
 
-    if not value > 0:
-        raise CollectorError(f"{option}: must be > 0, got {value}")
+    if not 0 < value < math.inf:
+        raise CollectorError(f"{option}: must be a number > 0, got {value}")
     return value
+
+
+def _check_run(args) -> None:
+    """What the daemon's parts would only refuse later, with a traceback: ports, sizes, bands."""
+    from cosample.collector.errors import CollectorError
+
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise CollectorError(f"--metrics-port: expected 0 to 65535, got {args.metrics_port}")
+    if not 0 <= args.band < math.inf:
+        raise CollectorError(f"--band: expected a fraction >= 0, got {args.band}")
+    if not 0 < args.receive_buffer <= MAX_RECEIVE_BUFFER:
+        raise CollectorError(
+            f"--receive-buffer: expected 1 to {MAX_RECEIVE_BUFFER} bytes, got {args.receive_buffer}"
+        )
 
 
 def _replay(args) -> int:
@@ -297,7 +322,7 @@ def _replay(args) -> int:
         args.capture,
         inventory=_inventory(args),
         name=args.name,
-        window_s=_positive(args.window, "--window") if args.window else None,
+        window_s=_positive(args.window, "--window") if args.window is not None else None,
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
         source=source,
         heard=heard,

@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from cosample.collector.exposure import extrapolate, precision
-from cosample.collector.intervals import normal_interval, packets_interval
 from cosample.collector.snapshotwire import traffic_columns
+from cosample.intervals import normal_interval, packets_interval
 
 if TYPE_CHECKING:  # pydantic's models: only where a snapshot model is asked for
     from cosample.collector.snapshot import Snapshot
@@ -69,7 +69,7 @@ class Estimates:
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         """Estimates over the window ending at ``now`` (default: the newest datagram's time)."""
-        from cosample.collector.snapshot import Snapshot
+        from cosample.collector.snapshot import Snapshot  # pydantic's model: only when asked for
 
         return Snapshot.model_validate(self.snapshot_data(now))
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING
 
+from cosample.authenticity import HEADER
 from cosample.collector import snapshotbin
-from cosample.collector.authenticity import HEADER
 from cosample.collector.errors import CollectorError
 from cosample.httplimits import Limits
 from cosample.httpserver import BoundedHTTPServer, send_body

@@ -13,6 +13,7 @@ import numpy as np
 
 from cosample.collector.errors import CollectorError
 from cosample.collector.snapshot import ServerEstimate, Snapshot, TrafficTable
+from cosample.intervals import normal_interval, packets_interval
 
 
 def merge_snapshots(snapshots: Iterable[Snapshot], name: str | None = None) -> Snapshot:
@@ -118,8 +119,6 @@ def _add(server: str, found: list[tuple[str, ServerEstimate]]) -> ServerEstimate
     """The sum of partial estimates of one server (one part: itself)."""
     if len(found) == 1:
         return found[0][1]
-    from cosample.collector.intervals import normal_interval, packets_interval
-
     parts = [estimate for _, estimate in found]
     if any(p.packets_per_s_variance is None or p.bytes_per_s_variance is None for p in parts):
         raise CollectorError(

@@ -11,6 +11,7 @@ peers do, and says how many bytes at its end it could not use (``Capture.unused_
 from __future__ import annotations
 
 import mmap
+import socket
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -19,19 +20,14 @@ from itertools import chain
 from pathlib import Path
 
 from cosample.collector.errors import CollectorError
+from cosample.files import write_atomic
+from cosample.pcapfile import MAGIC, PCAPNG_MAGIC, header_problem
 
 try:  # built by ``pip install -e .`` (setup.py); without it every record is read in Python
     from cosample.collector._sflow import pcap_run as _pcap_run
 except ImportError:  # pragma: no cover - a source tree used without installing
     _pcap_run = None
 
-_MAGIC = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
-    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
-    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
-}
-PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2 = 0, 1, 101, 12, 113, 276
 LINKS = (LINK_NULL, LINK_ETHERNET, LINK_RAW, LINK_RAW_ALT, LINK_SLL, LINK_SLL2)
 ETHERTYPE_IPV4, ETHERTYPE_IPV6, VLAN_TAGS = 0x0800, 0x86DD, (0x8100, 0x88A8)
@@ -78,9 +74,10 @@ def udp_payload_runs(
                 f"{path}: pcapng is not supported; capture with "
                 "'tcpdump -w FILE' (pcap) or convert with 'editcap -F pcap'"
             )
-        if len(head) < 24 or head[:4] not in _MAGIC:
-            raise CollectorError(f"{path}: not a pcap capture (magic {head[:4].hex() or 'empty'})")
-        order, unit = _MAGIC[head[:4]]
+        problem = header_problem(head)
+        if problem:
+            raise CollectorError(f"{path}: {problem}")
+        order, unit = MAGIC[head[:4]]
         link = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF
         if link not in LINKS:
             raise CollectorError(
@@ -181,9 +178,6 @@ def write_pcap(
     port: int = 6343,
 ) -> Path:
     """A pcap (Ethernet, IPv4, UDP) of ``(unix time, payload)``: for tests and the benchmark."""
-    import socket
-
-    from cosample.files import write_atomic
 
     def frames():
         for when, payload in datagrams:

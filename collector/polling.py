@@ -14,11 +14,6 @@ from __future__ import annotations
 #: second on a LAN, a slow link wants a longer timeout and lead.
 PLAN_INTERVAL_S = 5.0
 PLAN_TIMEOUT_S = 5.0
-#: The largest plan document ``collector run`` reads by default (``--max-plan-mib``), above the
-#: agents' 256 MiB: the collector keeps the whole plan, which agents fetching slices do not; a
-#: 10^6-server two-phase plan set is about 340 MB, and a collector that refused it would go on
-#: attributing samples by the plan before after the agents moved.
-COLLECTOR_MAX_PLAN_MIB = 1024
 #: The daemon's own time between two looks at its timers (a receive batch, a snapshot).
 LOOP_SLACK_S = 1.0
 

@@ -13,6 +13,7 @@ bounded in bytes (``max_bytes``); datagrams beyond it, here or in the relay, are
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import socket
@@ -77,8 +78,6 @@ class Receiver:
     def _spawn(self) -> None:
         read, write = os.pipe()
         try:
-            import fcntl
-
             fcntl.fcntl(read, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
         except OSError:
             pass  # the default pipe size: the relay holds the rest

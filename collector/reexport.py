@@ -16,7 +16,7 @@ from cosample.collector.attribution import LOCAL, Attribution, Source
 from cosample.collector.decode import FlowSample
 from cosample.collector.encode import DATAGRAM_BUDGET_BYTES, SampleSpec, datagram, flow_sample
 from cosample.collector.errors import CollectorError
-from cosample.collector.intervals import stochastic_round
+from cosample.intervals import stochastic_round
 
 
 class Reexporter:

@@ -21,6 +21,7 @@ from cosample.collector.decode import agents_of
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
 from cosample.collector.pcap import Capture, udp_payloads
+from cosample.collector.reexport import Reexporter
 
 if TYPE_CHECKING:  # pydantic's models: replay without a plan or inventory writes its snapshot
     from cosample.collector.inventory import Inventory  # without them (snapshotwire)
@@ -69,7 +70,7 @@ def heard_attribution(heard, inventory: Inventory | None):
     rate: named by the inventory when its ``agent_ip`` is there, else by its address."""
     if inventory is None:  # no model to validate: the addresses are the decoder's own
         return attribution.heard(heard)
-    from cosample.collector.inventory import Inventory
+    from cosample.collector.inventory import Inventory  # pydantic's models: only with one
 
     servers = {
         name: entry.model_dump(exclude_defaults=True) for name, entry in inventory.servers.items()
@@ -144,8 +145,6 @@ def run(
     estimator.on_datagram = heard
     exporter = None
     if reexport is not None:
-        from cosample.collector.reexport import Reexporter
-
         exporter = Reexporter(reexport, table, clock_ms=lambda: 0)
         estimator.on_sample = exporter
     last, ingest = first[0], estimator.ingest

@@ -14,6 +14,7 @@ good one.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import socket
@@ -26,27 +27,31 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
+from cosample.authenticity import Signer
 from cosample.collector import ipfixtemplates, snapshotbin
 from cosample.collector.admission import Admission, is_guard_report
-from cosample.collector.authenticity import Signer
 from cosample.collector.errors import CollectorError
 from cosample.collector.estimate import Estimator
-from cosample.collector.events import EventDetector, snapshot_values, write_events
+from cosample.collector.events import snapshot_values
 from cosample.collector.httpapi import http_server
 from cosample.collector.inventory import Inventory
 from cosample.collector.metrics import SnapshotMetrics, Status
 from cosample.collector.planread import Reading
 from cosample.collector.planwatch import PlanWatcher, Update
-from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB, PLAN_INTERVAL_S, PLAN_TIMEOUT_S
+from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.collector.receiver import Receiver
 from cosample.collector.reexport import Reexporter
 from cosample.collector.snapshot import Snapshot
 from cosample.collector.udpstats import kernel_drops
 from cosample.collector.workers import PlanPoller, SnapshotWriter
 from cosample.errors import CosampleError
+from cosample.events import EventDetector, write_events
 from cosample.files import write_atomic, write_bytes_atomic
 from cosample.httplimits import Limits
 from cosample.httpserver import BoundedHTTPServer, ServerMetrics
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB
+
+logger = logging.getLogger("cosample.collector")
 
 SNAPSHOT_FILE = "snapshot.json"
 #: After a snapshot that took d seconds, at least this many times d of ingest before the next.
@@ -91,7 +96,11 @@ class Service:
         log: Callable[[str], None] | None = None,
     ):
         self.settings, self.clock = settings, clock
-        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        #: ``log``: a line for the record; ``warn``: a change of state an operator must act on
+        #: (no plan, a plan refused, a plan expired, a stream it cannot receive), logged once
+        #: when it happens (default: the ``cosample.collector`` logger, INFO and WARNING)
+        self.log = log or (lambda line: logger.info("%s", line))
+        self.warn = log or (lambda line: logger.warning("%s", line))
         if settings.public_key is None and not settings.insecure_unsigned:
             raise CollectorError(
                 "--public-key: required to verify plans as the agents do "
@@ -173,15 +182,15 @@ class Service:
         warning = unsigned_warning(self.settings)
         if warning:
             self.status.insecure_unsigned = True
-            self.log(f"collector: WARNING: {warning}")
+            self.warn(f"collector: WARNING: {warning}")
         self.writer.start()
         self.poller.start()
         try:  # start with the plan when it comes in time (datagrams wait in the socket buffer)
             self._accept(self.poller.readings.get(timeout=self.settings.plan_timeout_s + 1.0))
         except queue.Empty:
-            self.log(
+            self.warn(
                 f"collector: plan {self.settings.plan}: not read within "
-                f"{self.settings.plan_timeout_s:g} s; receiving meanwhile"
+                f"{self.settings.plan_timeout_s:g} s; no plan yet, receiving meanwhile"
             )
         self.export(self.clock())
         return self
@@ -298,7 +307,7 @@ class Service:
             self._switch(update)
         error, self.watcher.last_error = self.watcher.last_error, None
         if error and error != self._logged_error:  # the same refusal again: counted, not logged
-            self.log(f"collector: {error}; keeping the last good plan")
+            self.warn(f"collector: {error}; keeping the last good plan")
         if reading.plans is not None or error:
             self._logged_error = error
 
@@ -316,14 +325,15 @@ class Service:
         sampling = sorted(s.name for s in new.servers.values() if s.sample_probability)
         if sampling and self._ipfix_socket is None and self._ipfix_warned != new.plan_id:
             self._ipfix_warned = new.plan_id
-            self.log(
+            self.warn(
                 f"collector: WARNING: {', '.join(sampling[:5])}"
                 f"{' ...' if len(sampling) > 5 else ''} take their local share with OVS's "
                 "sample action, whose IPFIX this collector does not receive (no --ipfix): "
                 "their local streams will be missing"
             )
         at = f" from its not_before {update.at:%H:%M:%S.%f}" if update.at else ""
-        self.log(
+        # an expired plan is a state to act on (the controller stopped refreshing it)
+        (self.warn if self.watcher.safe and new.plan_id is not None else self.log)(
             "collector: no plan yet: attributing by the inventory's agent addresses "
             f"({len(new.servers)} servers, local sampling at their own rates)"
             if new.plan_id is None

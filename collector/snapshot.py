@@ -13,15 +13,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     Field,
-    PlainSerializer,
     PrivateAttr,
     ValidationError,
     model_validator,
@@ -30,27 +28,9 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cosample.collector.errors import CollectorError
 from cosample.collector.snapshotwire import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, traffic_columns
-from cosample.times import format_time_ms, parse_time
-from cosample.validation import Strict, describe, field_path
+from cosample.times import format_time_ms
+from cosample.validation import Strict, UtcTime, as_utc, describe, field_path, parse_refusal
 
-
-def _utc(value: Any) -> Any:
-    """``2026-11-23T10:00:00Z`` -> an aware datetime; anything else is left to the type check."""
-    return parse_time(value) if isinstance(value, str) else value
-
-
-def _aware(moment: datetime) -> datetime:
-    if moment.tzinfo is None:
-        raise ValueError("expected a time with a time zone")
-    return moment.astimezone(timezone.utc)
-
-
-UtcTime = Annotated[
-    datetime,
-    BeforeValidator(_utc),
-    AfterValidator(_aware),
-    PlainSerializer(format_time_ms, return_type=str),
-]
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -154,7 +134,7 @@ class ServerTable(Strict):
     def column(self, key: str):
         """One column as a float numpy array (the controller's arithmetic; numpy is imported
         here, not with the module: ``collector replay`` never needs it)."""
-        import numpy as np
+        import numpy as np  # see above
 
         return np.asarray(getattr(self, key), dtype=float)
 
@@ -385,7 +365,7 @@ class Snapshot(Strict):
     ) -> "Snapshot":
         """The snapshot of per-server estimates (rows in the mapping's order)."""
         rows = list(servers.values())
-        time = _aware(time)
+        time = as_utc(time)
         columns: dict[str, Any] = {"name": list(servers)}
         for key in (
             "packets_per_s",
@@ -472,7 +452,7 @@ def _first_where(test: Callable[..., Any], *columns: Sequence) -> int | None:
     """The first row where ``test`` holds, or None: element-wise on the binary form's numpy
     arrays (10^6 rows), row by row on JSON lists (so replaying needs no numpy)."""
     if columns and type(columns[0]).__module__ == "numpy":
-        import numpy as np
+        import numpy as np  # only for numpy's arrays: replaying needs no numpy
 
         bad = np.flatnonzero(test(*columns))
         return int(bad[0]) if bad.size else None
@@ -493,6 +473,8 @@ def parse_snapshot(data: bytes | str | Mapping[str, Any], where: str = "snapshot
             data = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CollectorError(f"{where}: not valid UTF-8 JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, 10^5 brackets
+            raise CollectorError(f"{where}: not valid JSON: {parse_refusal(exc)}") from None
     try:
         return Snapshot.model_validate(data)
     except ValidationError as exc:

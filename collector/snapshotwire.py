@@ -43,6 +43,7 @@ def snapshot_json(data: Mapping[str, Any]) -> str:
     orjson would write a non-finite number as ``null``; where one is, the model is asked after
     all, and its error names the field."""
     if not _finite(data):
+        # the model (pydantic's, and above this module) only to word a rare error
         from cosample.collector.snapshot import Snapshot
 
         return Snapshot.model_validate(data).to_json()

@@ -24,8 +24,7 @@ from datetime import datetime, timedelta
 
 from cosample.appmon.errors import AppmonError
 from cosample.appmon.snapshot import AppSnapshot, parse_snapshot
-from cosample.collector.authenticity import Verifier
-from cosample.collector.errors import CollectorError
+from cosample.authenticity import AuthenticityError, Verifier
 from cosample.controller.errors import SnapshotError
 from cosample.controller.source import MAX_SKEW_S, bound, named, verify_signed
 from cosample.fetch import MISSING, FetchError
@@ -53,7 +52,7 @@ class AnalyserReader:
     def __init__(self, keys: tuple[str, ...] = ()) -> None:
         try:
             self.verifier = Verifier(keys) if keys else None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise SnapshotError(str(exc)) from None
         self.used: dict[str, datetime] = {}  # location -> start of the last window used
 
@@ -116,7 +115,7 @@ class AnalyserReader:
                 )
             if self.verifier is not None:
                 verify_signed(self.verifier, url, response, "analyser snapshot", timeout_s)
-        except (FetchError, CollectorError) as exc:
+        except (FetchError, AuthenticityError) as exc:
             raise SnapshotError(str(exc)) from None
         try:
             snap = parse_snapshot(response.data, where=f"analyser snapshot {url}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
@@ -11,6 +12,7 @@ DEFAULT_STATE_DIR = "/var/lib/cosample-controller"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from cosample.collector.polling import plan_lead_s
+    from cosample.daemonconfig import configurable
     from cosample.durations import duration_argument as duration
 
     controller = subparsers.add_parser(
@@ -247,6 +249,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="stop after N cycles (default: run until SIGTERM/SIGINT)",
     )
     run.set_defaults(func=_run)
+    configurable(run, 'collector_key = ["/etc/cosample/snapshot.pub"]')
 
     check = actions.add_parser("check", help="validate an inventory, print it normalised")
     check.add_argument("--inventory", required=True, metavar="FILE")
@@ -264,6 +267,7 @@ def settings_from(args: argparse.Namespace):
     from cosample.controller.errors import ControllerError
     from cosample.controller.loop import Settings
     from cosample.controller.source import named, snapshot_url
+    from cosample.plan.document import MAX_SAMPLING
 
     if not 0 <= args.margin < 1:
         raise ControllerError(f"--margin: expected a fraction in [0, 1), got {args.margin:g}")
@@ -272,21 +276,22 @@ def settings_from(args: argparse.Namespace):
             f"--plan-margin: expected a fraction above --margin "
             f"({args.margin:g}) and below 1, got {args.plan_margin:g}"
         )
-    if args.min_gain < 0:
+    if not 0 <= args.min_gain < math.inf:
         raise ControllerError(f"--min-gain: expected >= 0, got {args.min_gain:g}")
-    if args.measure_sampling < 0:
+    if not 0 <= args.measure_sampling <= MAX_SAMPLING:  # the plan carries it: agents' bound
         raise ControllerError(
-            f"--measure-sampling: expected N >= 1 (or 0: off), got {args.measure_sampling}"
+            f"--measure-sampling: expected N from 1 to {MAX_SAMPLING} (or 0: off), "
+            f"got {args.measure_sampling}"
         )
-    if args.change < 0:
+    if not 0 <= args.change < math.inf:
         raise ControllerError(f"--change: expected a fraction >= 0, got {args.change:g}")
     if args.hold is not None and args.hold < 0:
         raise ControllerError(f"--hold: expected a duration >= 0, got {args.hold:g} s")
-    if not args.implausible_slack >= 0:
+    if not 0 <= args.implausible_slack < math.inf:
         raise ControllerError(
             f"--implausible-slack: expected a fraction >= 0, got {args.implausible_slack:g}"
         )
-    if args.jump != 0 and not args.jump > 1:
+    if args.jump != 0 and not 1 < args.jump < math.inf:
         raise ControllerError(f"--jump: expected a factor above 1 (or 0: off), got {args.jump:g}")
     if args.confirm < 1:
         raise ControllerError(f"--confirm: expected >= 1 cycle, got {args.confirm}")
@@ -348,7 +353,6 @@ def settings_from(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    import logging
     import signal
     import threading
 
@@ -356,10 +360,12 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.controller.loop import Controller
     from cosample.controller.memory import keep_memory
     from cosample.controller.publish import DirectoryTarget, HttpTarget, directory_slices_warning
+    from cosample.daemonconfig import apply_config, setup_logging
     from cosample.plan.document import parse_hostport
     from cosample.plan.signing import key_permission_warning, sign_bytes
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = apply_config(args)
+    setup_logging(args.log_level)
     keep_memory()  # a daemon: each cycle's memory serves the next (controller/memory.py)
     settings = settings_from(args)
     inventory = load_inventory(args.inventory)
@@ -416,13 +422,17 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if args.serve:
             target.close()
-    return (
-        0
-        if controller
-        and controller.last_status
-        and controller.last_status.result in ("published", "kept")
-        else 1
+    last = controller.last_status if controller else None
+    if last is not None and last.result in ("published", "kept"):
+        return 0
+    # unsuccessful (--cycles, or stopped while stale or failing): why, where it is read
+    why = "; ".join((*last.reasons, *last.problems[:5])) if last is not None else "no cycle ran"
+    print(
+        f"cosample: controller: the last cycle ended {last.result if last else 'never'}: "
+        f"{why or 'no reason recorded'}",
+        file=sys.stderr,
     )
+    return 1
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -17,9 +17,12 @@ import numpy as np
 from pydantic import Field
 
 from cosample.controller.errors import InventoryError
+from cosample.costmodel.coefficients import CalibrationFileError, read_coefficients
+from cosample.planner.appmon_costs import resolve as appmon_costs
 from cosample.planner.datacentre import ExtraColumns, observation_domains
 from cosample.planner.description import AppmonCost, Ipfix, NonNegative, Positive, Service, Sflow
 from cosample.planner.description import Server as DescribedServer
+from cosample.planner.errors import PlannerError
 from cosample.validation import Strict, problem, read_document, validate
 
 FORMAT = "cosample.inventory"
@@ -246,9 +249,6 @@ def inventory_from_dict(
         fail,
     )
     _check_services(model, set(names), source)
-    from cosample.planner.appmon_costs import resolve as appmon_costs
-    from cosample.planner.errors import PlannerError
-
     try:
         appmon_cost = appmon_costs(model.appmon_cost, {}, base_dir, source)
     except PlannerError as exc:
@@ -301,8 +301,6 @@ def _resolve(coefficients: Coefficients | None, base_dir: Path, at: str) -> dict
         return {}
     values: dict[str, float] = {}
     if coefficients.calibration is not None:
-        from cosample.costmodel.coefficients import CalibrationFileError, read_coefficients
-
         try:
             values.update(read_coefficients(base_dir / coefficients.calibration, required=()))
         except CalibrationFileError as exc:

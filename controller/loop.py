@@ -29,7 +29,7 @@ from cosample.controller.inventory import Inventory
 from cosample.controller.plausibility import JUMP_FACTOR, JUMP_OF_CAPACITY, SLACK, Screen, vet
 from cosample.controller.publish import oversized, render, serialised_hosts, signed
 from cosample.controller.replan import replan
-from cosample.controller.report import LIST_LIMIT, CycleStatus, Metrics, write_reports
+from cosample.controller.report import CycleStatus, Metrics, operator_problems, write_reports
 from cosample.controller.smoothing import Smoothed, update
 from cosample.controller.source import Reading, SnapshotReader
 from cosample.controller.steps import Judged, lap, mark
@@ -37,6 +37,7 @@ from cosample.controller.store import Store, next_version
 from cosample.errors import CosampleError
 from cosample.files import FileWriteError
 from cosample.gcpause import gc_paused
+from cosample.statelog import StateLog
 from cosample.times import format_time, utcnow
 
 log = logging.getLogger("cosample.controller")
@@ -135,6 +136,8 @@ class Controller:
         self.derater = Derater(inventory, settings.guard_hold_s)
         self.planning: Inventory = inventory  # the inventory with them, this cycle
         self.last_status: CycleStatus | None = None
+        #: the problems last logged (``cosample.statelog``): each once, when it appears
+        self.problem_log = StateLog(log)
         #: the application part (services' request rates from the analysers), if any
         self.apps = (
             Applications(inventory, settings.analysers, settings.analyser_keys)
@@ -180,10 +183,10 @@ class Controller:
             with gc_paused():
                 status = self._cycle(now)
         except CosampleError as exc:  # inconsistent input, a failed write: nothing published
-            log.warning("%s", exc)
             self.metrics.errors.labels(kind=type(exc).__name__).inc()
             status = self._base(now, "error", problems=(str(exc),))
         status = replace(status, cycle_seconds=round(time.perf_counter() - started, 6))
+        self.problem_log.update(operator_problems(status))  # once each, as they come and go
         self.last_status = status
         self.metrics.record(status, now.timestamp())
         write_reports(self.store.directory, status, self.metrics)
@@ -279,9 +282,7 @@ class Controller:
             settings.jump_factor,
             settings.jump_of_capacity,
         )
-        measurement = vetted.measurement
-        for refusal in vetted.refusals[:LIST_LIMIT]:
-            log.warning("estimate refused: %s", refusal.describe())
+        measurement = vetted.measurement  # its refusals are logged as the cycle's problems
         measuring = is_measurement_plan(self.current)  # decided as if no plan were in force
         sparse = snapshot.plan is None or measuring
         quiet = self.quiet_until is not None and now < self.quiet_until
@@ -574,6 +575,7 @@ class Controller:
             plan_version=int(plan["version"]) if plan else None,
             plan_id=plan.get("plan_id") if plan else None,
             plan_expires=plan.get("expires") if plan else None,
+            plan_kind=("measurement" if is_measurement_plan(plan) else "planned") if plan else None,
             snapshot_time=format_time(snapshot.time) if snapshot is not None else None,
             snapshot_age_s=round((now - snapshot.time).total_seconds(), 3)
             if snapshot is not None

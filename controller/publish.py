@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import urllib.parse
 from dataclasses import dataclass, replace
@@ -24,14 +25,18 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
+import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 
 from cosample.files import FileWriteError, write_bytes_atomic
 from cosample.httplimits import Limits
 from cosample.httpserver import BoundedHTTPServer, ServerMetrics
+from cosample.plan import formats, source
+from cosample.plan.document import plan_head
 from cosample.plan.signing import SIGNATURE_SUFFIX, content_digest, sign_digest
 from cosample.plan.slicebuild import SliceSet, build_slices
 from cosample.plan.slices import SLICES_DIR
+from cosample.plan.transition import plan_set
 from cosample.planner.planbytes import HostTable, compact_json
 from cosample.times import format_time
 
@@ -77,8 +82,6 @@ class Rendered:
         long as it serves this publication)."""
         plans = self.plans
         if not plans:
-            import orjson
-
             document = orjson.loads(self.data)
             plans = tuple(document["plans"]) if "plans" in document else (document,)
         built = build_slices(plans, self.key)
@@ -109,9 +112,6 @@ def render(
         data = compact_json(plan)
         versions, final, plans = (version,), plan, (plan,)
     else:
-        from cosample.plan.document import plan_head
-        from cosample.plan.transition import plan_set
-
         # Both plans come from the planner (the previous one from the controller's own store):
         # only the fields the transition needs are validated, not 2 x 10^5 host entries.
         # Phase 2's hosts are NEW's (a HostTable's bytes spliced, not re-written); with both
@@ -157,8 +157,6 @@ def serialised_hosts(plan: dict[str, Any] | None) -> dict[str, Any] | None:
     hosts = plan.get("hosts") if plan else None
     if not isinstance(hosts, dict):
         return plan
-    import orjson
-
     return {**plan, "hosts": HostTable([orjson.dumps(hosts, option=orjson.OPT_SORT_KEYS)])}
 
 
@@ -182,25 +180,22 @@ def oversized(rendered: Rendered) -> str | None:
     """A problem if a default reader of the whole plan refuses the published bytes: agents that
     fetch it whole (``--no-slices``, or their fallback) above ``max_plan_mib``'s default; the
     collector, which always reads it whole, above its own (``--max-plan-mib``)."""
-    from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB
-    from cosample.plan import source
-
     size = len(rendered.data)
     if size <= source.MAX_BYTES:
         return None
     head = f"published plan version(s) {list(rendered.versions)}: {size:,} bytes"
-    if size > COLLECTOR_MAX_PLAN_MIB * 1024 * 1024:
+    if size > formats.COLLECTOR_MAX_PLAN_MIB * 1024 * 1024:
         return (
             f"{head}, above the collector's default limit of "
-            f"{COLLECTOR_MAX_PLAN_MIB} MiB: it keeps attributing by the plan before "
+            f"{formats.COLLECTOR_MAX_PLAN_MIB} MiB: it keeps attributing by the plan before "
             f"unless run with a larger --max-plan-mib (docs/collector.md); agents fetching "
-            f"the whole plan refuse it too (max_plan_mib {source.DEFAULT_MAX_PLAN_MIB})"
+            f"the whole plan refuse it too (max_plan_mib {formats.DEFAULT_MAX_PLAN_MIB})"
         )
     return (
         f"{head}, above the agents' default limit of {source.MAX_BYTES:,} bytes "
-        f"(max_plan_mib {source.DEFAULT_MAX_PLAN_MIB}): agents that fetch the whole plan "
+        f"(max_plan_mib {formats.DEFAULT_MAX_PLAN_MIB}): agents that fetch the whole plan "
         f"refuse it unless max_plan_mib is raised (docs/agents.md); their slices and the "
-        f"collector (up to {COLLECTOR_MAX_PLAN_MIB} MiB) are not affected"
+        f"collector (up to {formats.COLLECTOR_MAX_PLAN_MIB} MiB) are not affected"
     )
 
 
@@ -469,8 +464,6 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _remove_tree(path: Path) -> None:
-    import shutil
-
     shutil.rmtree(path, ignore_errors=True)
 
 

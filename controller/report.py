@@ -30,6 +30,9 @@ class CycleStatus:
     plan_version: int | None = None
     plan_id: str | None = None
     plan_expires: str | None = None
+    #: the plan in force: "measurement" (1-in-N everywhere, no mirrors: nothing measured yet)
+    #: or "planned" (from measured traffic); None: no plan
+    plan_kind: str | None = None
     published_versions: tuple[int, ...] = ()
     two_phase: bool = False
     snapshot_time: str | None = None
@@ -79,6 +82,23 @@ class CycleStatus:
         out["published_versions"] = list(out["published_versions"])
         out["timings"] = dict(out["timings"])
         return out
+
+
+def operator_problems(status: CycleStatus) -> tuple[str, ...]:
+    """What an operator must act on after a cycle: its problems (collectors unreadable, stale
+    or refused, estimates refused, analysers silent, the error a failed cycle met; the first
+    ``LIST_LIMIT``), and no fresh snapshot at all while a plan is in force (it will expire
+    unrefreshed)."""
+    problems = tuple(status.problems[:LIST_LIMIT])  # a fleet's worth: the status has them
+    if len(status.problems) > LIST_LIMIT:
+        problems += (f"{len(status.problems) - LIST_LIMIT} more problem(s): see the status",)
+    if status.result == "stale" and status.plan_version is not None:
+        problems += (
+            f"no fresh snapshot from any collector: nothing is re-planned, and the plan in force "
+            f"(version {status.plan_version}) is not refreshed: it expires at "
+            f"{status.plan_expires}, then the agents go to their safe state",
+        )
+    return problems
 
 
 class Metrics:

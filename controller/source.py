@@ -7,7 +7,7 @@ are then missing from the merge and the controller holds their last smoothed tra
 fetch has one total deadline and a size limit (``cosample.fetch``).
 
 With the collectors' public keys (``--collector-key``), a snapshot counts only if its signature
-verifies (``cosample.collector.authenticity``: the ``X-Cosample-Signature`` header of the same
+verifies (``cosample.authenticity``: the ``X-Cosample-Signature`` header of the same
 response, or ``FILE.sig``); an unsigned or badly signed one is a problem like a collector that
 is down. The signature covers the snapshot's collector name, time, ``started`` and ``serial``,
 and each is checked (docs/controller.md, "Trust"): a location given as ``NAME=URL`` takes only
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cosample.authenticity import HEADER, SIGNATURE_SUFFIX, AuthenticityError, Verifier
 from cosample.collector import snapshotbin
-from cosample.collector.authenticity import HEADER, SIGNATURE_SUFFIX, Verifier
 from cosample.collector.errors import CollectorError
 from cosample.collector.merge import merge_snapshots
 from cosample.collector.snapshot import Snapshot, parse_snapshot_json
@@ -64,7 +64,7 @@ class SnapshotReader:
     def __init__(self, keys: tuple[str, ...] = ()) -> None:
         try:
             self.verifier = Verifier(keys) if keys else None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise SnapshotError(str(exc)) from None
         self.known: dict[str, tuple[str, Snapshot]] = {}  # location -> (tag, snapshot)
         self.used: dict[str, tuple[datetime, int]] = {}  # location -> (started, serial)
@@ -102,7 +102,7 @@ class SnapshotReader:
                 verify_signed(self.verifier, url, response, "snapshot", timeout_s)
         except FetchError as exc:
             raise SnapshotError(str(exc)) from None
-        except CollectorError as exc:
+        except AuthenticityError as exc:
             raise SnapshotError(str(exc)) from None
         snapshot = bound(parse(response.data, url), name, url)
         if response.etag:
@@ -245,7 +245,7 @@ def verify_signed(
     verifier: Verifier, location: str, response: Response, label: str, timeout_s: float
 ) -> None:
     """Check ``response``'s bytes against their signature: the HTTP header over http(s), the
-    file ``location + .sig`` otherwise; ``CollectorError``/``FetchError`` when it fails."""
+    file ``location + .sig`` otherwise; ``AuthenticityError``/``FetchError`` when it fails."""
     over_http = urllib.parse.urlsplit(location).scheme in ("http", "https")
     signature = (
         response.headers.get(HEADER.lower())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 
 from cosample import __version__
@@ -47,7 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit status when standard output was closed before the command finished writing
+#: (``cosample plan | head``): as a program killed by SIGPIPE, in a shell's numbering.
+CLOSED_PIPE_STATUS = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one sub-command; expected failures print one line on stderr and exit 2."""
+    """Run one sub-command; expected failures print one line on stderr and exit 2; standard
+    output closed early (a pipe to ``head``) ends it quietly."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    return exit_status("cosample", lambda: args.func(args))
+    args.argv = argv  # which options the command line gave (a --config file's yield to them)
+    try:
+        status = exit_status("cosample", lambda: args.func(args))
+        sys.stdout.flush()  # inside the try: a pipe closed before the last write shows here
+    except BrokenPipeError:
+        # nothing more can be written; point standard output at /dev/null so the interpreter's
+        # own flush at exit finds nowhere to fail (the recipe in Python's signal docs)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_PIPE_STATUS
+    return status

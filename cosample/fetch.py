@@ -282,7 +282,10 @@ def _connection(
         def connect(self) -> None:
             http.client.HTTPConnection.connect(self)
             attach(self.sock)
-            self.sock = self._context.wrap_socket(self.sock, server_hostname=self.host)
+            # _context: HTTPSConnection's own (the stubs leave it out), as its connect uses it
+            self.sock = self._context.wrap_socket(  # type: ignore[attr-defined]
+                self.sock, server_hostname=self.host
+            )
 
     if parts.scheme == "https":
         return Secure(host, port, timeout=timeout, context=ssl.create_default_context())

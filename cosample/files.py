@@ -16,6 +16,8 @@ import errno
 import fcntl
 import mmap
 import os
+import stat
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +66,54 @@ def write_atomic(
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+#: ``-o -``: the command writes its output to standard output.
+STDOUT = "-"
+
+
+def is_stdout(path: str | os.PathLike[str]) -> bool:
+    """``-``, or a path to the file standard output already is (``/dev/stdout``,
+    ``/proc/self/fd/1``): written through standard output, never opened a second time (which
+    would truncate a redirected file and write over what standard output wrote)."""
+    if os.fspath(path) == STDOUT:
+        return True
+    try:
+        target, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no such file; no real standard output
+        return False
+    return (target.st_dev, target.st_ino) == (out.st_dev, out.st_ino)
+
+
+def write_output(
+    path: str | os.PathLike[str], write: Callable[[IO[Any]], object], binary: bool = False
+) -> str:
+    """A command's output file (``-o PATH``): ``-`` (or a path to standard output's file) is
+    standard output; a path that exists and is not a regular file itself (a terminal, a pipe,
+    a device, a link) is opened and written in place, never renamed over; anything else is
+    written atomically (``write_atomic``). Returns where the output went, for messages."""
+    if is_stdout(path):
+        stream = sys.stdout.buffer if binary else sys.stdout
+        write(stream)
+        stream.flush()
+        return "standard output"
+    try:
+        kind = os.lstat(path).st_mode
+    except FileNotFoundError:
+        kind = None
+    except OSError as exc:
+        raise FileWriteError(f"{path}: cannot write: {exc.strerror}") from None
+    if kind is None or stat.S_ISREG(kind):
+        write_atomic(path, write, binary=binary)
+        return os.fspath(path)
+    if stat.S_ISDIR(kind):
+        raise FileWriteError(f"{path}: cannot write: a directory")
+    try:
+        with open(path, "wb" if binary else "w") as stream:
+            write(stream)
+    except OSError as exc:
+        raise FileWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    return os.fspath(path)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:

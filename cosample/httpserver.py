@@ -321,7 +321,9 @@ class _Writer(io.BufferedIOBase):
         return len(view)
 
 
-def _bounded(handler: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:
+def _bounded(
+    handler: type[BaseHTTPRequestHandler],
+) -> Callable[[socket.socket, Any, Any, bytes], BaseHTTPRequestHandler]:
     """``handler`` answering one request whose head the loop has read, refusing bodies."""
 
     class Bounded(handler):  # type: ignore[valid-type, misc]

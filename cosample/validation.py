@@ -15,7 +15,9 @@ import json
 import os
 import re
 import reprlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -24,7 +26,9 @@ import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    PlainSerializer,
     StringConstraints,
     TypeAdapter,
     ValidationError,
@@ -33,12 +37,18 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from cosample.errors import CosampleError
+from cosample.times import format_time_ms, parse_time
 
 T = TypeVar("T")
 
 _MODEL_NAME = re.compile(r" or instance of \w+")
 _value = reprlib.Repr()
 _value.maxstring, _value.maxother, _value.maxlist, _value.maxdict = 60, 60, 4, 4
+
+
+def short_repr(value: Any) -> str:
+    """A value as error messages show it: ``repr``, long strings and containers cut short."""
+    return _value.repr(value)
 
 
 INTERFACE_NAME_RULE = "1 to 15 bytes, no '/', ':' or white space, not '.' or '..'"
@@ -121,6 +131,24 @@ TunnelAddress = Annotated[str, AfterValidator(_tunnel_address)]
 #: A host's name in a plan (its key under ``hosts``; a DNS name's length at most).
 HostName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 
+SERVER_NAME_RULE = (
+    "1 to 253 ASCII letters, digits, '.', '_' or '-', beginning with a letter, a digit or '_'"
+)
+#: A server's name where it enters (a description, an inventory): what every consumer of it
+#: accepts as it is: a plan's host (``HostName``, 253 at most), an agent's ``host``, a slice's
+#: file and URL path (``hosts/NAME``: no '/', never '.' or '..'), a Prometheus label, a
+#: terminal (no control or bidirectional characters), a command line (no leading '-').
+SERVER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
+
+
+def _server_name(name: str) -> str:
+    if SERVER_NAME.fullmatch(name) is None:
+        raise PydanticCustomError("server_name", f"not a server name ({SERVER_NAME_RULE})")
+    return name
+
+
+ServerName = Annotated[str, AfterValidator(_server_name)]
+
 
 def _ip_address(text: str) -> str:
     return str(ipaddress.ip_address(text))
@@ -129,6 +157,29 @@ def _ip_address(text: str) -> str:
 #: Any IP address, normalised (``"0030::1:1:1"`` -> ``"30::1:1:1"``): sFlow agent addresses
 #: (plan, collector inventory) and VM addresses are compared as text after this.
 IpAddress = Annotated[str, AfterValidator(_ip_address)]
+
+
+def _utc(value: Any) -> Any:
+    """``2026-11-23T10:00:00Z`` -> an aware datetime; anything else is left to the type check."""
+    return parse_time(value) if isinstance(value, str) else value
+
+
+def as_utc(moment: datetime) -> datetime:
+    """An aware ``moment`` in UTC; ``ValueError`` for a time without a time zone."""
+    if moment.tzinfo is None:
+        raise ValueError("expected a time with a time zone")
+    return moment.astimezone(timezone.utc)
+
+
+#: A moment in a snapshot (the collector's, the application monitor's): read from the ``Z`` form
+#: (``cosample.times``) as an aware datetime, written back to the millisecond. The plan keeps
+#: its times as the text it was signed with (``cosample.plan.document.UtcTime``).
+UtcTime = Annotated[
+    datetime,
+    BeforeValidator(_utc),
+    AfterValidator(as_utc),
+    PlainSerializer(format_time_ms, return_type=str),
+]
 
 
 class Strict(BaseModel):
@@ -255,11 +306,11 @@ def read_document(
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read {what}: {reason}") from None
     if kind == "YAML":
-        import yaml
+        import yaml  # a format's parser loads with a document in it: JSON is the common input
 
         parse, failure = yaml.safe_load, yaml.YAMLError
     elif kind == "TOML":
-        import tomllib
+        import tomllib  # as PyYAML above
 
         parse, failure = tomllib.loads, tomllib.TOMLDecodeError
     else:
@@ -268,6 +319,21 @@ def read_document(
         return parse(text)
     except failure as exc:
         raise error(f"{path}: not valid {kind}: {_one_line(exc)}") from None
+    except RecursionError:
+        raise error(f"{path}: not valid {kind}: nested too deeply") from None
+    except ValueError as exc:  # a number the parser will not convert (over 4,300 digits)
+        raise error(f"{path}: not valid {kind}: {parse_refusal(exc)}") from None
+
+
+def parse_refusal(exc: Exception) -> str:
+    """Why a JSON, YAML or TOML parser refused a text, in a few words: Python's own refusals
+    (an integer over ``sys.get_int_max_str_digits()`` digits, nesting deeper than the stack)
+    come as ``ValueError`` and ``RecursionError``, not as the parser's error type."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if "integer string conversion" in str(exc):
+        return f"a number with more than {sys.get_int_max_str_digits()} digits"
+    return _one_line(exc)
 
 
 def _one_line(exc: Exception) -> str:

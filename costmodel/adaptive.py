@@ -123,6 +123,7 @@ class AdaptiveRun:
     covariates: Mapping[str, str | None] | None = None
 
     def run(self, show_progress: bool = True) -> pd.DataFrame:
+        # rich (not in the lean install) loads only to draw the progress bar
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         c, settings = self.calibrator, self.calibrator.settings

@@ -157,6 +157,7 @@ def fit_contrast(
 ) -> ContrastFit:
     """Fit ``log T = -mu_b - log(1 + a s) - gamma (x - mean_b x)`` (``T`` = budget / cost);
     ``block`` numbers the runs 0..B-1. Raises FitError when the data cannot identify it."""
+    # scipy.stats takes seconds to import: only when a fit is made
     from scipy.stats import t as student
 
     _check_small_sample(small_sample)
@@ -223,6 +224,7 @@ def covariate_shift(
 ) -> tuple[float, tuple[float, float]]:
     """The mechanism's effect on the covariate, ``delta`` in ``x = nu_b + delta s + u``, with
     the same cluster-robust interval as ``a``."""
+    # scipy.stats takes seconds to import: only when a fit is made
     from scipy.stats import t as student
 
     _check_small_sample(small_sample)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cosample.costmodel.errors import CostModelError
 from cosample.errors import CosampleError
+from cosample.plan.appmon import AppmonProtocol
 from cosample.validation import read_document, validate
 
 #: Which mechanism gives the planner's alpha and beta (files written before ``roles`` existed),
@@ -92,11 +93,8 @@ class AppmonCost(_Read):
     n_rounds: int = Field(ge=1)
 
 
-class AppmonCalibration(_Read):
-    """The application mechanisms' costs, measured by ``python -m
-    cosample.experiments.appmon_costs``; keys of ``mechanisms``: ``sniffer_onsite``,
-    ``selective_mirror``, ``truncated_mirror``, ``kernel_mirror`` (host ``monitored``),
-    ``analysis_selective``, ``analysis_truncated``, ``analysis_kernel`` (host ``analysis``)."""
+class AppmonCosts(_Read):
+    """One calibration run's application costs: ``mechanisms`` and the run's own unit."""
 
     mechanisms: dict[str, AppmonCost]
     base_cpu_s_per_request: Finite | None = None
@@ -109,6 +107,17 @@ class AppmonCalibration(_Read):
     packets_per_request_ci: Interval = [None, None]
     confidence: Finite = 0.95
     metadata: dict[str, Any] = {}
+
+
+class AppmonCalibration(AppmonCosts):
+    """The application mechanisms' costs, measured by ``python -m
+    cosample.experiments.appmon_costs`` on HTTP/1.x; keys of ``mechanisms``: ``sniffer_onsite``,
+    ``selective_mirror``, ``truncated_mirror``, ``kernel_mirror`` (host ``monitored``),
+    ``analysis_selective``, ``analysis_truncated``, ``analysis_kernel`` (host ``analysis``).
+    ``protocols``: the same, per protocol, measured on that protocol's service (``python -m
+    cosample.experiments.appmon_protocol_calibration``; files from before issue 45 have none)."""
+
+    protocols: dict[AppmonProtocol, AppmonCosts] = {}
 
 
 class CalibrationDocument(_Read):

@@ -36,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "calibration JSON (alpha = sflow, beta = mirror, capacity_pps).",
     )
     fit.add_argument("data", help="measurements CSV")
-    fit.add_argument("-o", "--output", help="write the calibration JSON here")
+    fit.add_argument(
+        "-o", "--output", help="write the calibration JSON here ('-': standard output)"
+    )
     fit.add_argument("--figure", help="write a throughput-vs-rate figure (PNG/SVG/PDF)")
     fit.add_argument("--protocol", help="use only rows of this protocol (when the CSV mixes them)")
     _fit_options(fit)
@@ -322,10 +324,12 @@ def _estimator(args: argparse.Namespace):
 
 
 def _fit(args: argparse.Namespace) -> int:
+    import sys
     from pathlib import Path
 
     from cosample.costmodel.data import read_measurements, write_json
     from cosample.costmodel.errors import DataError
+    from cosample.files import is_stdout
 
     data = read_measurements(args.data)
     if args.protocol:
@@ -338,10 +342,11 @@ def _fit(args: argparse.Namespace) -> int:
     if "protocol" in data.columns:
         metadata["protocol"] = str(data["protocol"].iloc[0])
     calibration = _estimator(args).fit(data, metadata=metadata).calibration_
-    print(calibration.report())
+    # -o -: the calibration JSON on standard output, the report on standard error
+    out = sys.stderr if args.output and is_stdout(args.output) else sys.stdout
+    print(calibration.report(), file=out)
     if args.output:
-        write_json(calibration.to_dict(), args.output)
-        print(f"wrote {args.output}")
+        print(f"wrote {write_json(calibration.to_dict(), args.output)}", file=out)
     if args.figure:
         from cosample.costmodel.figure import plot_calibration
 
@@ -493,8 +498,8 @@ def _measure(args: argparse.Namespace, settings, target):
         pid_from_file,
     )
     from cosample.costmodel.endpoints import SystemOvs, existing_endpoints
+    from cosample.costmodel.onehost import OneHostTestbed
     from cosample.costmodel.realrun import run_calibration
-    from cosample.lab.onehost import OneHostTestbed
 
     budget = cpu_budget(args.cpu_budget)
     if args.testbed:

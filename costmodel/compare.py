@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cosample.costmodel.adaptive import Target
 from cosample.costmodel.calibration_file import CalibrationDocument, Metadata, read_calibration_file
 from cosample.costmodel.data import read_measurements
 from cosample.costmodel.errors import DataError
@@ -41,8 +42,6 @@ def mean_host_busy(rows: pd.DataFrame) -> float:
 
 def needed_half_width(metadata: Metadata, a: float) -> float:
     """The half-width an adaptive calibration's target allowed for ``a`` (NaN: no target)."""
-    from cosample.costmodel.adaptive import Target
-
     target = metadata.target_ci
     if not target:
         return math.nan

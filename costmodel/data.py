@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from cosample.costmodel.errors import DataError
-from cosample.files import write_text_atomic
+from cosample.files import write_output, write_text_atomic
 
 REQUIRED_COLUMNS = ("mechanism", "rate", "throughput_pps")
 #: Columns the harness writes, in this order (a CSV may hold a subset beyond the required ones).
@@ -149,9 +149,10 @@ def write_measurements(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Pat
 
 
 def write_json(document: Any, path: str | os.PathLike[str]) -> Path:
-    """Write a JSON document (finite numbers only) atomically, with a trailing newline."""
-    text = json.dumps(document, indent=2, sort_keys=False, allow_nan=False)
-    return write_text_atomic(path, text + "\n")
+    """Write a JSON document (finite numbers only) atomically, with a trailing newline
+    (``-``: standard output; ``cosample.files.write_output``)."""
+    text = json.dumps(document, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    return Path(write_output(path, lambda stream: stream.write(text)))
 
 
 def finite_or_none(value: float) -> float | None:

@@ -3,7 +3,7 @@
 ``Endpoints`` is pure data; ``existing_endpoints`` describes a real server's OVS and VMs from the
 command line, and ``SystemOvs`` drives that OVS; nothing here builds anything. The one-host rig
 that builds endpoints of its own for ``cosample calibrate --testbed`` is
-``cosample.lab.onehost.OneHostTestbed``.
+``cosample.costmodel.onehost.OneHostTestbed``.
 """
 
 from __future__ import annotations

@@ -35,10 +35,10 @@ def plot_calibration(
     title: str | None = None,
 ) -> Path:
     """One panel per mechanism; returns the written file (PNG, SVG or PDF by suffix)."""
-    import matplotlib
+    import matplotlib  # over a second to import: loaded only to draw
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # once the backend is chosen
 
     path = Path(path)
     names = list(calibration.fits)

@@ -446,6 +446,7 @@ def quick_interval(
     """``(a, half-width)`` of the normal-theory interval from the least-squares covariance:
     cheap enough to decide, between runs, whether to keep measuring (the reported interval is
     the bootstrap's). ``block`` numbers the runs 0..B-1. Raises FitError when not identifiable."""
+    # scipy.stats takes seconds to import: only when a fit is made
     from scipy.stats import t as student
 
     rate, y, block = np.asarray(rate, float), np.asarray(pps, float), np.asarray(block)

@@ -74,6 +74,9 @@ MIN_COUNTED_S = 0.05
 FIRST_PACKET_TIMEOUT_S = 10.0
 #: Paired runs: how many times a load whose client exits before its first packet is started.
 LOAD_STARTS = 3
+#: Paired runs: how many phases of one run may be measured again (a phase the load did not
+#: cover: it ended, or forwarded nothing) before the run keeps what it has.
+PHASE_RETRIES = 4
 #: The largest burst iperf3 accepts (its ``MAX_BURST``).
 MAX_BURST = 1000
 
@@ -308,14 +311,19 @@ class Calibrator:
     receiver_port: str
     clock: Callable[[], float] = time.monotonic
     rows: list[dict] = field(default_factory=list)
-    #: Paired phases left out because not one packet was forwarded in them.
+    #: Paired phases in which not one packet was forwarded (measured again).
     empty_phases: int = 0
+    #: Paired loads that ended before their run's phases did (started again, phase measured
+    #: again), and phases never measured because a run ran out of ``PHASE_RETRIES``.
+    restarted_loads: int = 0
+    unmeasured_phases: int = 0
     #: CPU method: ``accounting() -> CpuSnapshot`` and the CPUs the capacity is stated for.
     accounting: Callable[[], Any] | None = None
     budget_cpus: float = 1.0
 
     def run(self, show_progress: bool = True) -> pd.DataFrame:
         """All trials; mechanisms are switched off at the end, also on error or Ctrl-C."""
+        # rich (not in the lean install) loads only to draw the progress bar
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -470,32 +478,55 @@ class Calibrator:
         (timed from the count's start, so a slow reconfiguration on a loaded host delays the
         phase instead of shortening it). One row per phase, all in one block, so the fit
         compares them under the same background load. The load runs long enough for delayed
-        phases and is stopped after the last one (iperf3's own totals are not recorded); if a very
-        loaded host delays the phases past its end anyway, the run ends with the phases measured
-        under load (fewer rows in that block) instead of failing on a phase without traffic."""
+        phases and is stopped after the last one (iperf3's own totals are not recorded).
+
+        A phase the load did not cover is not a measurement and is measured again: if a very
+        loaded host delayed the phases past the load's end, a new load is started
+        (``restarted_loads``); if the load forwarded nothing for the whole phase (starved on a
+        host loaded many times over), the phase is repeated (``empty_phases``). After
+        ``PHASE_RETRIES`` such phases the run keeps the phases it measured and counts the rest
+        (``unmeasured_phases``), so a load that never flows cannot hold the calibration."""
         s = self.settings
         first = random.Random(s.seed * 100_003 + trial.order).random() < 0.5
         seconds, phases, guard_s = s.run_design(trial.mechanism)
         schedule = [trial.rate if (k % 2 == 0) == first else 0.0 for k in range(phases)]
         counted_s = seconds / phases - guard_s
-        rows = []
+        load_s = seconds * LOAD_SLACK + TAIL_S
+        rows: list[dict] = []
+        retries = 0
         self._set_active(None, 0.0)
-        load = self._flowing_load(seconds * LOAD_SLACK + TAIL_S)
+        load = self._flowing_load(load_s)
         try:
-            for k, rate in enumerate(schedule):
-                effective = self._set_active(trial.mechanism, rate)
+            while len(rows) < phases:
+                k = len(rows)
+                effective = self._set_active(trial.mechanism, schedule[k])
                 _sleep_until(self.clock, self.clock() + guard_s)
                 before = self._counters(trial.mechanism)
                 _sleep_until(self.clock, before[0] + counted_s)
                 after = self._counters(trial.mechanism)
-                if _exited(load):  # delayed past the load's end: this phase and the rest are
-                    break  # not under load; the run keeps the phases that were
-                if after[2] == before[2]:  # nothing forwarded: the load was starved for the
-                    self.empty_phases += 1  # whole phase (a host loaded many times over);
-                    continue  # no cost per packet to state, left out, counted
+                ended, empty = _exited(load), after[2] == before[2]
+                if ended or empty:
+                    self.restarted_loads += ended
+                    self.empty_phases += empty and not ended
+                    retries += 1
+                    if retries > PHASE_RETRIES:
+                        self.unmeasured_phases += phases - k
+                        break
+                    if ended:
+                        load.stop()
+                        self._set_active(None, 0.0)
+                        load = self._flowing_load(load_s)
+                    continue
                 rows.append(
                     self._row(
-                        trial, rate, effective, before, after, None, block=trial.order, phase=k
+                        trial,
+                        schedule[k],
+                        effective,
+                        before,
+                        after,
+                        None,
+                        block=trial.order,
+                        phase=k,
                     )
                 )
         finally:

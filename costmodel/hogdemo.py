@@ -23,9 +23,11 @@ import pandas as pd
 from cosample.costmodel.accounting import AccountingCgroup, pid_from_file
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.harness import CalibrationSettings
+from cosample.costmodel.iperf import IperfServer
+from cosample.costmodel.onehost import OneHostTestbed
 from cosample.costmodel.passive import CapacityEstimate, PassiveMonitor, parse_dpctl_lookups
 from cosample.costmodel.realrun import iperf_client
-from cosample.lab.onehost import OneHostTestbed
+from cosample.files import write_atomic
 
 HOG = [sys.executable, "-c", "while True: pass"]
 
@@ -61,8 +63,6 @@ def run_hog_demo(
         server = stack.enter_context(AccountingCgroup(f"cosample-{prefix}-server"))
         forwarding = stack.enter_context(AccountingCgroup("forwarding", hierarchy=server.path))
         forwarding.add(pid_from_file(testbed.ovs.directory / "ovs-vswitchd.pid"))
-        from cosample.costmodel.iperf import IperfServer
-
         endpoints = testbed.endpoints
         iperf = stack.enter_context(IperfServer(endpoints.receiver_exec, port))
         forwarding.add(iperf.process.pid)
@@ -112,12 +112,10 @@ def run_hog_demo(
 
 def plot_hog_demo(frame: pd.DataFrame, path: str) -> None:
     """Capacity and CPU use per interval, the hog's start marked."""
-    import matplotlib
+    import matplotlib  # over a second to import: loaded only to draw
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from cosample.files import write_atomic
+    import matplotlib.pyplot as plt  # once the backend is chosen
 
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 4.8), sharex=True)
     seconds = frame["interval_s"].cumsum()

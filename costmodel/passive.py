@@ -34,6 +34,7 @@ from cosample.costmodel.accounting import (
     thread_run_ns,
 )
 from cosample.costmodel.errors import HarnessError
+from cosample.validation import parse_refusal
 
 _LOOKUPS = re.compile(r"lookups:\s*hit:(\d+)\s+missed:(\d+)\s+lost:(\d+)")
 #: Below this many packets per second the measured cost is dominated by idle polling.
@@ -189,8 +190,8 @@ def capacity_document(estimate: CapacityEstimate, host: str, date: str) -> dict[
 def read_calibrated_cost(path: str) -> float:
     try:
         document = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"{path}: cannot read calibration: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, 5,000 digits
+        raise HarnessError(f"{path}: cannot read calibration: {parse_refusal(exc)}") from None
     if not isinstance(document, dict):
         raise HarnessError(f"{path}: calibration must be a JSON object")
     return calibrated_cost_s(document, where=path)

@@ -7,7 +7,7 @@ import argparse
 import platform
 import sys
 
-from cosample.costmodel.accounting import cgroup_path, pid_from_file
+from cosample.costmodel.accounting import cgroup_path, cpu_budget, pid_from_file
 from cosample.costmodel.data import write_json
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.passive import (
@@ -18,6 +18,7 @@ from cosample.costmodel.passive import (
     read_calibrated_cost,
 )
 from cosample.dataplane.run import run
+from cosample.files import write_text_atomic
 from cosample.times import format_time, utcnow
 
 
@@ -32,8 +33,6 @@ def datapath_packets(control: str | None):
 
 
 def monitor_from_args(args: argparse.Namespace) -> PassiveMonitor:
-    from cosample.costmodel.accounting import cpu_budget
-
     if not 0.2 <= args.interval <= 3600:
         raise HarnessError(f"--interval must be 0.2 s to 1 h, got {args.interval!r}")
     if args.count < 0:
@@ -85,9 +84,8 @@ def watch(args: argparse.Namespace) -> int:
 
 def _testbed(args: argparse.Namespace) -> int:
     """The one-host testbed under a constant load, a CPU hog from interval ``--hog-at``."""
-    from cosample.costmodel.accounting import cpu_budget
+    # the demo's rig and pandas: only for --passive --testbed, not the monitor of a real server
     from cosample.costmodel.hogdemo import plot_hog_demo, run_hog_demo
-    from cosample.files import write_text_atomic
 
     if args.count < 2:
         raise HarnessError("--passive --testbed needs --count >= 2")

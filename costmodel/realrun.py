@@ -6,21 +6,26 @@ error and Ctrl-C."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import pandas as pd
 
+from cosample.costmodel.adaptive import AdaptiveRun
 from cosample.costmodel.counters import device_packets, device_tx_packets, parse_port_stats
 from cosample.costmodel.errors import HarnessError
+from cosample.costmodel.flowgen import FlowgenClient, FlowSink
 from cosample.costmodel.harness import CalibrationSettings, Calibrator
-from cosample.costmodel.mechanisms import Mechanism
+from cosample.costmodel.iperf import IperfClient, IperfServer
+from cosample.costmodel.localsample import CaptureReader, IpfixCounter, OvsSampleAction
+from cosample.costmodel.mechanisms import MIRROR_PRIO, Mechanism, SflowSampling, TcMirror
+from cosample.lab.sflow import SflowCollector
 
 
 def iperf_client(
     exec_prefix: Sequence[str], protocol: str
 ) -> Callable[[Sequence[str], float], Any]:
     """The ``client`` callable for ``Calibrator``: iperf3 started through an endpoint's prefix."""
-    from cosample.costmodel.iperf import IperfClient
 
     def client(argv: Sequence[str], duration_s: float) -> IperfClient:
         return IperfClient(exec_prefix, argv, protocol, duration_s)
@@ -30,7 +35,6 @@ def iperf_client(
 
 def flowgen_client(exec_prefix: Sequence[str]) -> Callable[[Sequence[str], float], Any]:
     """The ``client`` callable for a load of many or short flows (``costmodel.flowgen``)."""
-    from cosample.costmodel.flowgen import FlowgenClient
 
     def client(argv: Sequence[str], duration_s: float) -> FlowgenClient:
         return FlowgenClient(exec_prefix, argv, duration_s)
@@ -56,13 +60,6 @@ def run_calibration(
     instead of a fixed grid, deciding with ``covariates`` (mechanism -> name, see ``ancova``).
     Returns the rows and what the run adds to the metadata.
     """
-    from contextlib import ExitStack
-
-    from cosample.costmodel.iperf import IperfServer
-    from cosample.costmodel.localsample import CaptureReader
-    from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
-    from cosample.lab.sflow import SflowCollector
-
     if settings.method == "cpu" and scope is None:
         raise HarnessError(
             "the cpu method needs to know whose CPU time to count: use --testbed, "
@@ -98,8 +95,6 @@ def run_calibration(
             if scope is not None:
                 scope.adopt(reader.process.pid)
         if settings.flows:
-            from cosample.costmodel.flowgen import FlowSink
-
             # the sink holds the port for at most 3 times the campaign's estimate (then exits)
             server = stack.enter_context(
                 FlowSink(endpoints.receiver_exec, settings.port + 1, 3 * settings.estimated_s + 600)
@@ -133,12 +128,19 @@ def run_calibration(
         extra = {} if scope is None else scope.describe()
         if target is None:
             data = calibrator.run(show_progress)
-            return data, {**extra, "empty_phases": calibrator.empty_phases}
-        from cosample.costmodel.adaptive import AdaptiveRun
-
+            return data, {**extra, **_remeasured(calibrator)}
         adaptive = AdaptiveRun(calibrator, target, covariates=covariates)
         data = adaptive.run(show_progress)
-        return data, {**extra, **adaptive.summary()}
+        return data, {**extra, **adaptive.summary(), **_remeasured(calibrator)}
+
+
+def _remeasured(calibrator: Calibrator) -> dict[str, int]:
+    """What the paired runs measured again, and what they never measured (``measure_paired``)."""
+    return {
+        "empty_phases": calibrator.empty_phases,
+        "restarted_loads": calibrator.restarted_loads,
+        "unmeasured_phases": calibrator.unmeasured_phases,
+    }
 
 
 def _local_samplers(
@@ -153,9 +155,6 @@ def _local_samplers(
     ``sample`` action with IPFIX to a counter (without and with the exporter's cache), and the
     tc mirror into the local mirror target that a capture process reads (``tc_sample``; the
     reader joins the accounting scope, as an exporter would run on the host)."""
-    from cosample.costmodel.localsample import IpfixCounter, OvsSampleAction
-    from cosample.costmodel.mechanisms import MIRROR_PRIO, TcMirror
-
     for name, cached in (("sample_action", False), ("sample_action_cached", True)):
         if name in settings.mechanisms:
             counter = stack.enter_context(IpfixCounter())

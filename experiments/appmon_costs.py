@@ -53,6 +53,7 @@ from cosample.experiments import appmon_monitors as monitors
 from cosample.experiments.appmon_comparison import TRUNCATE_BYTES
 from cosample.experiments.errors import ExperimentError
 from cosample.experiments.files import read_csv, write_csv, write_json
+from cosample.plan.appmon import DEFAULT_SEGMENTS
 from cosample.validation import validate
 
 
@@ -96,6 +97,8 @@ COLUMNS = (
     "analysis_inner_packets",
     "analysis_inner_bytes",
 )
+#: columns a phases CSV may lack (written before they were counted)
+LATER_COLUMNS = ("nginx_cpu_s",)
 
 
 def port_packets(rig) -> int:
@@ -111,20 +114,73 @@ def server_cpu(rig) -> float:
     return sum(monitors.cpu_seconds(process.pid) for process in rig._processes[:2])
 
 
-def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings) -> dict:
+def nginx_cpu(rig) -> float:
+    """CPU seconds of nginx alone (the rig's second process): where the kernel mirror copies
+    a response (its backend talks to it over loopback, past no mirror)."""
+    return monitors.cpu_seconds(rig._processes[1].pid)
+
+
+@dataclass(frozen=True)
+class Service:
+    """What the arms load and monitor: nginx's HTTP/1.x port loaded by wrk (this calibration's
+    own), or a port of the secure rig (``cosample.lab.webtls``, ``appmon_protocol_calibration``):
+    HTTP/1.1 over TLS loaded by wrk over https, h2c and h2 by h2load with one stream at a time
+    per connection, as wrk's. Mirrors copy the segments the plan copies for its protocol."""
+
+    protocol: str = "http"
+    port: int = monitors.SERVICE_PORT
+
+    @property
+    def segments(self) -> str:
+        return DEFAULT_SEGMENTS[self.protocol]
+
+    def logged(self, rig) -> int:
+        """Requests nginx has logged for this service so far."""
+        return len(rig.access_log() if self.protocol == "http" else rig.port_log(self.port))
+
+    def load(self, rig, settings) -> float:
+        """Load the service for ``settings.seconds``; the requests/s its client reports."""
+        query = {"mean_ms": settings.mean_ms, "size": settings.size}
+        if self.protocol in ("h2c", "h2"):
+            url = rig.secure_url(self.port, **query)
+            return monitors.parse_h2load(
+                rig.h2load_for(url, settings.seconds, settings.connections)
+            )
+        url = rig.url(**query) if self.protocol == "http" else rig.secure_url(self.port, **query)
+        report = rig.load(
+            url, duration_s=settings.seconds, connections=settings.connections, latency=True
+        )
+        return monitors.parse_wrk(report).requests_per_s
+
+
+HTTP = Service()
+
+
+def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings, service=HTTP) -> dict:
     """One phase: apply the mechanism, start the monitor, load, read every counter."""
     from cosample.lab.web import SERVER_ADDRESS
 
-    rig.set_mechanism(arm.mechanism, arm.truncate, share_bits=arm.share_bits)
+    rig.set_mechanism(
+        arm.mechanism,
+        arm.truncate,
+        service_port=service.port,
+        share_bits=arm.share_bits,
+        segments=service.segments,
+    )
     monitor = (
         monitors.start(
-            rig, arm.monitor, scratch / f"r{round_number}-{arm.name}-{arm.share_bits}", arm.name
+            rig,
+            arm.monitor,
+            scratch / f"r{round_number}-{service.protocol}-{arm.name}-{arm.share_bits}",
+            arm.name,
+            port=service.port,
+            protocol=None if service.protocol == "http" else service.protocol,
         )
         if arm.monitor
         else None
     )
     time.sleep(0.5)
-    log_before = len(rig.access_log())
+    log_before = service.logged(rig)
     # the kernel mirror's copies travel on the rig's kernel underlay (eth1, vx1), the others on eth0
     underlay, device = ("eth1", "vx1") if arm.mechanism == "tc" else ("eth0", "vx0")
     outer, inner = rig.analysis_counters(underlay), rig.analysis_counters(device)
@@ -133,27 +189,20 @@ def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings) -> dict:
         server_cpu(rig),
         monitors.cpu_seconds(rig.vswitchd_pid()),
         monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0,
+        nginx_cpu(rig),
     )
-    report = monitors.parse_wrk(
-        rig.load(
-            rig.url(mean_ms=settings.mean_ms, size=settings.size),
-            duration_s=settings.seconds,
-            connections=settings.connections,
-            latency=True,
-        )
-    )
+    requests_per_s = service.load(rig, settings)
     time.sleep(0.5)  # the last responses reach the monitor
     cpu_after = (
         server_cpu(rig),
         monitors.cpu_seconds(rig.vswitchd_pid()),
         monitors.cpu_seconds(monitor.process.pid) if monitor else 0.0,
+        nginx_cpu(rig),
     )
     outer_after, inner_after = rig.analysis_counters(underlay), rig.analysis_counters(device)
     packets_after = port_packets(rig)
-    requests = len(rig.access_log()) - log_before
-    result = (
-        monitors.stop(rig, monitor, f"{SERVER_ADDRESS}:{monitors.SERVICE_PORT}") if monitor else {}
-    )
+    requests = service.logged(rig) - log_before
+    result = monitors.stop(rig, monitor, f"{SERVER_ADDRESS}:{service.port}") if monitor else {}
     counted = result.get("monitor_requests") or 0
     nominal = 0.0 if arm.mechanism == "none" and not arm.monitor else 2.0**-arm.share_bits
     return {
@@ -166,7 +215,7 @@ def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings) -> dict:
         "seconds": settings.seconds,
         "connections": settings.connections,
         "requests": requests,
-        "requests_per_s": report.requests_per_s,
+        "requests_per_s": requests_per_s,
         "server_cpu_s": cpu_after[0] - cpu[0],
         "vswitchd_cpu_s": cpu_after[1] - cpu[1],
         "monitor_cpu_s": cpu_after[2] - cpu[2],
@@ -177,6 +226,7 @@ def run_arm(rig, arm: Arm, round_number: int, scratch: Path, settings) -> dict:
         "analysis_bytes": outer_after.bytes - outer.bytes,
         "analysis_inner_packets": inner_after.packets - inner.packets,
         "analysis_inner_bytes": inner_after.bytes - inner.bytes,
+        "nginx_cpu_s": cpu_after[3] - cpu[3],
     }
 
 
@@ -209,17 +259,18 @@ def measure(settings, scratch: Path) -> pd.DataFrame:
                     "B/req",
                     flush=True,
                 )
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    return pd.DataFrame(rows, columns=list(COLUMNS + LATER_COLUMNS))
 
 
-def fit(frame: pd.DataFrame, confidence: float = 0.95) -> dict:
-    """The ``appmon`` section of the calibration JSON from the phases."""
+def fit(frame: pd.DataFrame, confidence: float = 0.95, optional=OPTIONAL_ARMS) -> dict:
+    """The ``appmon`` section of the calibration JSON from the phases (``optional``: arms the
+    phases may lack, whose entries are then left out)."""
     frame = frame.assign(
         truncate=frame["truncate"].fillna(0),
         sniffed_packets=frame["server_port_packets"].where(frame["arm"] == "sniffer_onsite", 0),
     )
     base = frame[frame["arm"] == "none"].assign(share=0.0, mirrored_requests=0)
-    missing = sorted({arm.name for arm in ARMS} - set(OPTIONAL_ARMS) - set(frame["arm"]))
+    missing = sorted({arm.name for arm in ARMS} - set(optional) - set(frame["arm"]))
     if missing:
         raise appmon_fit.AppmonFitError(
             f"no phases of arm(s) {', '.join(missing)}"
@@ -235,6 +286,8 @@ def fit(frame: pd.DataFrame, confidence: float = 0.95) -> dict:
     }
     for name, truncate in (("selective", 0), ("truncated", TRUNCATE_BYTES)):
         arm = frame[(frame["arm"] == f"{name}_mirror") & (frame["truncate"] == truncate)]
+        if arm.empty and f"{name}_mirror" in optional:
+            continue
         arm = arm.assign(share=appmon_fit.realised_share(arm))
         arm = arm.assign(mirrored_requests=arm["share"] * arm["requests"])
         fabric = appmon_fit.fabric_bytes(pd.concat([base, arm]), confidence=confidence)
@@ -278,10 +331,16 @@ def fit(frame: pd.DataFrame, confidence: float = 0.95) -> dict:
 def kernel_mirror(base: pd.DataFrame, frame: pd.DataFrame, confidence: float) -> dict:
     """The kernel mirror's entries: its copies are made by whichever task sends or receives
     the segment on the server's port (ovs-vswitchd for requests, nginx's softirq for
-    responses), so its sender cost is the slope of the server's and the switch's CPU together."""
+    responses), so its sender cost is the slope of nginx's and the switch's CPU together (of
+    the server's, backend included, in phases from before nginx's was counted apart)."""
     arm = frame[frame["arm"] == "kernel_mirror"]
+    server = (
+        arm["nginx_cpu_s"]
+        if "nginx_cpu_s" in arm and arm["nginx_cpu_s"].notna().all()
+        else arm["server_cpu_s"]
+    )
     arm = arm.assign(
-        share=appmon_fit.realised_share(arm), host_cpu_s=arm["server_cpu_s"] + arm["vswitchd_cpu_s"]
+        share=appmon_fit.realised_share(arm), host_cpu_s=server + arm["vswitchd_cpu_s"]
     )
     arm = arm.assign(mirrored_requests=arm["share"] * arm["requests"])
     fabric = appmon_fit.fabric_bytes(pd.concat([base, arm]), confidence=confidence)

@@ -55,7 +55,13 @@ from typing import Any
 from cosample.agents.appmon_state import RECEIVE_PREFIX
 from cosample.agents.state import short_hash
 from cosample.experiments.appmon_loop_agents import ANALYSIS, WEB, LoopAgents
-from cosample.experiments.appmon_loop_report import SERVICE_PORT, WINDOW_S, accuracy, phases_summary
+from cosample.experiments.appmon_loop_report import (
+    SERVICE_PORT,
+    WINDOW_S,
+    accuracy,
+    phases_summary,
+    with_log_means,
+)
 from cosample.experiments.errors import ExperimentError
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "docs/data/appmon-costs/calibration-appmon.json"
@@ -304,6 +310,7 @@ def _phases(
     last_packets, last_time = counters(rig, ports), time.time()
     for phase, seconds, connections in phases:
         reports: list[str] = []
+        begun = time.time()
         load = threading.Thread(
             target=lambda: reports.append(
                 rig.load(
@@ -375,6 +382,7 @@ def _phases(
                     "requests_per_s": wrk.requests_per_s,
                     "latency_mean_ms": wrk.latency_mean_ms,
                     "latency_p99_ms": wrk.latency_p99_ms,
+                    "start": begun,
                 }
             )
     time.sleep(WINDOW_S + 0.6)  # the last windows close
@@ -395,7 +403,7 @@ def _phases(
         "settings": settings.__dict__,
         **result,
         "timeline": timeline,
-        "clients": clients,
+        "clients": with_log_means(clients, log),
         "accuracy": accuracy(windows, log),
         "agent_actions": agents.actions(),
     }

@@ -31,7 +31,7 @@ def accuracy(windows: dict[str, list[dict[str, Any]]], log) -> list[dict[str, An
     rows = []
     for source, snaps in windows.items():
         for snap in snaps:
-            start = datetime.fromisoformat(snap["window_start"].replace("Z", "+00:00")).timestamp()
+            start = _epoch(snap["window_start"])
             service = next(
                 (s for s in snap["services"] if s["service"].endswith(f":{SERVICE_PORT}")), None
             )
@@ -54,6 +54,9 @@ def accuracy(windows: dict[str, list[dict[str, Any]]], log) -> list[dict[str, An
                 and service["matched"] >= COMPLETE * times.size
             )
             row["compared"] = bool(complete)
+            # the analyser lost input in this window (ring drops, missing records): its counts
+            # are lower bounds (appmon/losses.py)
+            row["lower_bound"] = bool(snap.get("lower_bound"))
             if complete:
                 rank = 1.5 / times.size
                 low = float(np.quantile(times, max(0.0, 0.95 - rank), method="lower"))
@@ -70,6 +73,69 @@ def accuracy(windows: dict[str, list[dict[str, Any]]], log) -> list[dict[str, An
                 )
             rows.append(row)
     return sorted(rows, key=lambda r: (r["window_start"], r["source"]))
+
+
+def with_log_means(clients: list[dict[str, Any]], log) -> list[dict[str, Any]]:
+    """Each phase's client figures (``start``: seconds since the epoch; a phase lasts until the
+    next one starts) with the access log's mean service time of the requests that started in
+    it (``log_mean_ms``)."""
+    times: list[list[float]] = [[] for _ in clients]
+    for entry in log:
+        k = _phase_of(entry.start, clients)
+        if entry.status != 499 and k is not None:
+            times[k].append(entry.request_time)
+    return [
+        {**client, "log_mean_ms": 1e3 * float(np.mean(mine)) if mine else None}
+        for client, mine in zip(clients, times)
+    ]
+
+
+def excess_bounds(rows: list[dict[str, Any]], clients: list[dict[str, Any]], source: str):
+    """Per phase: how far ``source``'s compared windows' mean service time lies above the
+    access log's (``excess_s``, weighted by the log's requests), and the bounds on it.
+
+    The analysers read the wire at the server: each request's copy passes before nginx reads
+    it, each answer's as nginx writes it, so the wire's times exceed the log's by nginx's own
+    wait for the CPU, which ``$request_time`` does not count and which grows with the load of
+    the machine. The client sends before the wire sees the request and reads after it sees the
+    answer: per request, client latency >= the wire's time, so the excess is at most the
+    clients' excess over the log in the same phase (wrk's mean latency less the log's mean,
+    ``with_log_means``: ``ceiling_s``, plus the mean tolerance). Below, only nginx's clock
+    lets the log exceed the wire (cached per turn of its event loop, it can stamp a request
+    read in a long turn before the request arrived), by turns: a phase's mean stays within
+    the ground truth's mean tolerance below the log's (``floor_s``)."""
+    mine: list[list[dict[str, Any]]] = [[] for _ in clients]
+    for row in rows:
+        k = _phase_of(_epoch(row["window_start"]), clients)
+        if row["source"] == source and row["compared"] and k is not None:
+            mine[k].append(row)
+    out = []
+    for client, windows in zip(clients, mine):
+        if not windows or client.get("log_mean_ms") is None:
+            continue
+        weights = np.array([r["log_requests"] for r in windows], dtype=float)
+        excess = np.array([r["mean_s"] - r["log_mean_s"] for r in windows])
+        log_mean = float(np.average([r["log_mean_s"] for r in windows], weights=weights))
+        out.append(
+            {
+                "phase": client["phase"],
+                "windows": len(windows),
+                "excess_s": float(np.average(excess, weights=weights)),
+                "floor_s": -(MEAN_ABS + MEAN_REL * log_mean),
+                "ceiling_s": (client["latency_mean_ms"] - client["log_mean_ms"]) / 1e3 + MEAN_ABS,
+            }
+        )
+    return out
+
+
+def _phase_of(t: float, clients: list[dict[str, Any]]) -> int | None:
+    """The index of the phase under way at ``t`` (the last one started by then)."""
+    started = [k for k, client in enumerate(clients) if client["start"] <= t]
+    return started[-1] if started else None
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def phases_summary(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -55,6 +55,14 @@ def parse_wrk(text: str) -> WrkReport:
     )
 
 
+def parse_h2load(text: str) -> float:
+    """Requests/s of an ``h2load`` report; an error naming what is missing."""
+    match = re.search(r"^finished in [\d.]+m?s, ([\d.]+) req/s", text, re.MULTILINE)
+    if not match:
+        raise ExperimentError(f"h2load report: no req/s in {text[:400]!r}")
+    return float(match.group(1))
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of ``pid`` and its live descendants (0 for a gone process)."""
     total, pending, ticks = 0.0, [pid], os.sysconf("SC_CLK_TCK")
@@ -82,7 +90,9 @@ class Monitor:
     receiver: subprocess.Popen | None = None
 
 
-def _analyser_argv(*options: str) -> list[str]:
+def _analyser_argv(
+    *options: str, port: int = SERVICE_PORT, protocol: str | None = None
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -90,17 +100,27 @@ def _analyser_argv(*options: str) -> list[str]:
         "appmon",
         "run",
         "--port",
-        str(SERVICE_PORT),
+        str(port),
+        *(["--protocol", f"{port}={protocol}"] if protocol else []),
         "--window",
         "1h",
         *options,
     ]
 
 
-def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -> Monitor:
+def start(
+    rig,
+    kind: str,
+    directory: Path,
+    name: str,
+    timeout_s: float = 30.0,
+    port: int = SERVICE_PORT,
+    protocol: str | None = None,
+) -> Monitor:
     """Start ``kind`` (tcpdump, tshark, onsite, analysis, offsite) and wait until it captures.
     ``offsite``: the analyser on the server's port sends compact records to another on the
-    analysis node, which writes the windows (the seeds' off-site sniffer)."""
+    analysis node, which writes the windows (the seeds' off-site sniffer). The analysers
+    watch the service on ``port``, told it speaks ``protocol`` (None: HTTP/1.x, undeclared)."""
     directory.mkdir(parents=True, exist_ok=True)
     if kind == "offsite":
         import secrets
@@ -191,7 +211,14 @@ def start(rig, kind: str, directory: Path, name: str, timeout_s: float = 30.0) -
             rig.server_port if kind == "onsite" else ("vx1" if rig.mechanism[0] == "tc" else "vx0")
         )
         argv = _analyser_argv(
-            "--interface", interface, "--name", name, "--state-dir", str(directory / "state")
+            "--interface",
+            interface,
+            "--name",
+            name,
+            "--state-dir",
+            str(directory / "state"),
+            port=port,
+            protocol=protocol,
         )
     else:
         raise ExperimentError(

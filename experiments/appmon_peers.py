@@ -39,8 +39,10 @@ def _keys(keylog: Path | None) -> list[str]:
 
 
 def tshark_h2(capture: Path, server_port: int, keylog: Path | None = None) -> dict:
-    """(client port, stream id) -> {"request": time, "response": time, "status": int}."""
-    options = _keys(keylog) + ["-d", f"tcp.port=={server_port},http2"] * (keylog is None)
+    """(client port, stream id) -> {"request": time, "response": time, "status": int}. In
+    clear text the port is read as HTTP/1.x, which tshark follows into HTTP/2 on a 101 to h2c
+    (the Upgrade request is then stream 1's request) as well as from a preface."""
+    options = _keys(keylog) + ["-d", f"tcp.port=={server_port},http"] * (keylog is None)
     layers = _tshark(
         capture,
         options,
@@ -48,16 +50,19 @@ def tshark_h2(capture: Path, server_port: int, keylog: Path | None = None) -> di
             "frame.time_epoch",
             "tcp.srcport",
             "tcp.dstport",
+            "http.upgrade",
             "http2.type",
             "http2.streamid",
             "http2.headers.status",
         ],
-        f"tcp.port=={server_port} && http2.type==1",
+        f"tcp.port=={server_port} && (http2.type==1 || http.upgrade)",
     )
     streams: dict[tuple[int, int], dict] = {}
     for packet in layers:
         time = float(packet["frame.time_epoch"][0])
         source, destination = int(packet["tcp.srcport"][0]), int(packet["tcp.dstport"][0])
+        if destination == server_port and "h2c" in packet.get("http.upgrade", []):
+            streams.setdefault((source, 1), {"request": time})  # the Upgrade request
         kinds, ids = packet.get("http2.type", []), packet.get("http2.streamid", [])
         statuses = iter(packet.get("http2.headers.status", []))
         for kind, stream in zip(kinds, ids):

@@ -13,10 +13,11 @@ Each phase's capture (tcpdump on the client's veth end) gives, per request of th
   on-site sniffer), and their ratios to HTTP/1.x's in the same run.
 
 The ratios to HTTP/1.x are what the planner multiplies the calibrated HTTP/1.x costs by
-(``planner.appmon.PROTOCOL_FACTORS``): fabric bytes and analyser CPU are measured here; the
-sender's CPU (ovs-vswitchd copying and encapsulating) is *estimated* as proportional to the
-segments copied, as OVS's copy cost is per packet (the calibration measures it for HTTP/1.x
-only: ``python -m cosample.experiments.appmon_costs``).
+where a calibration has no costs of the protocol's own (``planner.appmon_costs.PROTOCOL_FACTORS``,
+the fallback): fabric bytes and analyser CPU are measured here; the sender's CPU
+(ovs-vswitchd copying and encapsulating) is *estimated* as proportional to the segments
+copied, as OVS's copy cost is per packet. Each protocol's costs measured as HTTP/1.x's are
+(the sender's CPU included): ``python -m cosample.experiments.appmon_protocol_calibration``.
 
     python -m cosample.experiments.appmon_protocol_costs [--seconds 2] [--out DIR]
 """

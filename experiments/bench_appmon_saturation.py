@@ -8,11 +8,13 @@ step, the recording is offered at a fixed rate on one end of a veth pair (an ``A
 socket, paced every millisecond; each pass over the recording under a client address of its own,
 so every pass is new connections) while ``cosample appmon run --interface`` (what the agents
 start: the packet ring, the kernel filter) reads the other end in a namespace (pinned to a core
-with ``--analyser-core``, the sender with ``--sender-core``). Per step: frames sent, frames the
-kernel's filter passed to the ring and those it dropped (the snapshots' ``kernel_frames``/``kernel_drops``), the analyser's CPU
-per frame (``/proc/PID/stat``), and ``appmon replay`` of the same step's frames from a pcap in
-this process (CPU per frame), side by side. Steps go up until one has drops (``--keep-going``:
-all of them).
+with ``--analyser-core``, the sender with ``--sender-core``). Two analysers, each on a veth and in
+a namespace of its own, take each step in turn: ``--pure-python`` (the Python path alone) and the
+default (the compiled fast path, ``appmon.fastpath``). Per step and path: frames sent, frames the
+kernel's filter passed to the ring and those it dropped (the snapshots' ``kernel_frames`` and
+``kernel_drops``), the analyser's CPU per frame (``/proc/PID/stat``), and ``appmon replay`` of
+the same step's frames from a pcap in this process on the same path (CPU per frame), side by
+side. A path's steps go up until one has drops (``--keep-going``: all of them).
 
 Records: a receiver (``appmon run --receive-records``, key and sender address as the agents
 give them) offered authenticated datagrams of 75 answered requests each at rising rates;
@@ -49,6 +51,8 @@ from cosample.experiments.bench_appmon_records import (
 from cosample.lab.netns import Lab
 
 PACKET_QDISC_BYPASS = 20
+#: The live analyser's two paths, measured side by side: (name, ``appmon run`` options)
+PATHS = (("python", ["--pure-python"]), ("compiled", []))
 CLIENT = socket.inet_aton("10.77.0.1")
 
 
@@ -127,20 +131,73 @@ def caught_up(state: Path, known: int, timeout_s: float = 60.0) -> list[dict]:
     sys.exit("bench_appmon_saturation: the analyser did not catch up within 60 s")
 
 
-def replay_cpu(directory: Path, frames: list[bytes]) -> float:
+def replay_cpu(directory: Path, frames: list[bytes], compiled: bool) -> float:
     """CPU seconds of ``appmon replay`` (this process) over ``frames`` written as a pcap."""
     path = write_pcap(
         directory / "step.pcap", ((1.7e9 + i * 1e-5, f) for i, f in enumerate(frames))
     )
     started = time.process_time()
-    for _ in replay(path, window_s=1.0):
+    for _ in replay(path, window_s=1.0, compiled=compiled):
         pass
     seconds = time.process_time() - started
     path.unlink()
     return seconds
 
 
+def start_analyser(lab: Lab, path: str, options: list[str], state: Path) -> tuple:
+    """``appmon run --interface`` of ``path`` in a namespace of its own, fed through a veth:
+    (the process, the sending packet socket)."""
+    receive = lab.namespace(path[0])
+    send_end = lab.veth(f"{lab.prefix}{path[0]}", namespace=receive, peer="eth0")
+    for argv in (
+        ["ip", "link", "set", send_end, "mtu", "65535"],
+        ["ip", "-n", receive, "link", "set", "eth0", "mtu", "65535"],
+    ):
+        subprocess.run(argv, check=True, timeout=30)
+    argv = [sys.executable, "-m", "cosample", "appmon", "run", "--interface", "eth0"]
+    argv += ["--window", "1s", "--state-dir", str(state), "--name", f"saturation-{path}"]
+    analyser = subprocess.Popen(
+        lab.exec_argv(receive, [*argv, *options]),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    while b"capturing on" not in analyser.stderr.readline():
+        if analyser.poll() is not None:
+            sys.exit(f"bench_appmon_saturation: the live analyser ({path}) did not start")
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    sock.setsockopt(263, PACKET_QDISC_BYPASS, 1)
+    sock.bind((send_end, 0))
+    return analyser, sock
+
+
+def step(scratch: Path, path: str, analyser, sock, state: Path, frames, rate: float) -> dict:
+    """One rate step on one path's analyser, and ``appmon replay`` of the same frames."""
+    before_cpu, before = cpu_seconds(analyser.pid), windows(state)
+    sent, seconds, errors = offer(sock, frames, rate)
+    after = caught_up(state, len(before))
+    live_cpu = cpu_seconds(analyser.pid) - before_cpu
+    mine = after[len(before) :]
+    analysed = after[-1]["frames"] - (before[-1]["frames"] if before else 0)
+    replay_s = replay_cpu(scratch, frames, compiled=path == "compiled")
+    return {
+        "path": path,
+        "offered": rate,
+        "sent_per_s": sent / seconds,
+        "send_errors": errors,
+        "kernel_frames": sum(w.get("kernel_frames") or 0 for w in mine),
+        "kernel_drops": sum(w.get("kernel_drops") or 0 for w in mine),
+        "analysed": analysed,
+        "live_us": live_cpu / max(1, analysed) * 1e6,
+        # the share of one core this rate takes at this cost per frame
+        "core_share": live_cpu / max(1, analysed) * sent / seconds,
+        "replay_us": replay_s / len(frames) * 1e6,
+    }
+
+
 def frames_part(args, scratch: Path) -> list[dict]:
+    """Per rate, the Python path's analyser then the compiled one's (``PATHS``), each on its
+    own veth, the same frames; a path is done after its first step with drops."""
     recording = record_traffic(scratch, args.record_seconds, args.connections)
     print(
         f"recording (nginx + backend, wrk, through userspace OVS): {len(recording)} frames, "
@@ -148,86 +205,38 @@ def frames_part(args, scratch: Path) -> list[dict]:
         flush=True,
     )
     lab = Lab(prefix=f"sat{os.getpid() % 100000}")
-    rows = []
-    analyser = None
+    rows, running = [], {}
     try:
-        receive = lab.namespace("r")
-        send_end = lab.veth(f"{lab.prefix}s", namespace=receive, peer="eth0")
-        for argv in (
-            ["ip", "link", "set", send_end, "mtu", "65535"],
-            ["ip", "-n", receive, "link", "set", "eth0", "mtu", "65535"],
-        ):
-            subprocess.run(argv, check=True, timeout=30)
-        state = scratch / "live"
-        analyser = subprocess.Popen(
-            lab.exec_argv(
-                receive,
-                [
-                    sys.executable,
-                    "-m",
-                    "cosample",
-                    "appmon",
-                    "run",
-                    "--interface",
-                    "eth0",
-                    "--window",
-                    "1s",
-                    "--state-dir",
-                    str(state),
-                    "--name",
-                    "saturation",
-                ],
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        while b"capturing on" not in analyser.stderr.readline():
-            if analyser.poll() is not None:
-                sys.exit("bench_appmon_saturation: the live analyser did not start")
-        pin(analyser.pid, args.analyser_core)
+        for path, options in PATHS:
+            state = scratch / path
+            running[path] = (*start_analyser(lab, path, options, state), state)
+            pin(running[path][0].pid, args.analyser_core)
         pin(0, args.sender_core)
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-        sock.setsockopt(263, PACKET_QDISC_BYPASS, 1)
-        sock.bind((send_end, 0))
-        number = 0
+        number, done = 0, set()
         for rate in args.rates:
             frames, number = step_frames(recording, int(rate * args.step_seconds), number)
-            before_cpu, before = cpu_seconds(analyser.pid), windows(state)
-            sent, seconds, errors = offer(sock, frames, rate)
-            after = caught_up(state, len(before))
-            live_cpu = cpu_seconds(analyser.pid) - before_cpu
-            mine = after[len(before) :]
-            analysed = after[-1]["frames"] - (before[-1]["frames"] if before else 0)
-            passed = sum(w.get("kernel_frames") or 0 for w in mine)
-            drops = sum(w.get("kernel_drops") or 0 for w in mine)
-            replay_s = replay_cpu(scratch, frames)
-            row = {
-                "offered": rate,
-                "sent_per_s": sent / seconds,
-                "send_errors": errors,
-                "kernel_frames": passed,
-                "kernel_drops": drops,
-                "analysed": analysed,
-                "live_us": live_cpu / max(1, analysed) * 1e6,
-                # the share of one core this rate takes at this cost per frame
-                "core_share": live_cpu / max(1, analysed) * sent / seconds,
-                "replay_us": replay_s / len(frames) * 1e6,
-            }
-            rows.append(row)
-            print(
-                f"{rate:>9,.0f} {row['sent_per_s']:>10,.0f} {passed:>10,} {drops:>8,} "
-                f"{analysed:>10,} {row['live_us']:>9.2f} {row['core_share']:>7.0%} "
-                f"{row['replay_us']:>10.2f} {row['live_us'] / row['replay_us']:>8.2f}",
-                flush=True,
-            )
-            if drops and not args.keep_going:
+            for path, (analyser, sock, state) in running.items():
+                if path in done:
+                    continue
+                row = step(scratch, path, analyser, sock, state, frames, rate)
+                rows.append(row)
+                print(
+                    f"{path:>9} {rate:>9,.0f} {row['sent_per_s']:>10,.0f} "
+                    f"{row['kernel_frames']:>10,} {row['kernel_drops']:>8,} "
+                    f"{row['analysed']:>10,} {row['live_us']:>9.2f} {row['core_share']:>7.0%} "
+                    f"{row['replay_us']:>10.2f} {row['live_us'] / row['replay_us']:>8.2f}",
+                    flush=True,
+                )
+                if row["kernel_drops"] and not args.keep_going:
+                    done.add(path)
+            if len(done) == len(running):
                 break
-        sock.close()
     finally:
-        if analyser is not None and analyser.poll() is None:
-            analyser.terminate()
-            analyser.wait(timeout=30)
+        for analyser, sock, _ in running.values():
+            sock.close()
+            if analyser.poll() is None:
+                analyser.terminate()
+                analyser.wait(timeout=30)
         problems = lab.teardown()
         if problems:
             print("bench_appmon_saturation: " + "; ".join(problems), file=sys.stderr)
@@ -251,6 +260,23 @@ def summary(rows: list[dict], what: str, drops: str, unit: str, cost: str) -> st
             f"({top['core_share']:.0%} of a core)"
         )
     return text
+
+
+def side_by_side(rows: list[dict]) -> str:
+    """The compiled path's CPU per frame against the Python path's at the same offered rates
+    (steps where neither dropped: the same frames analysed)."""
+    python = {r["offered"]: r for r in rows if r["path"] == "python" and not r["kernel_drops"]}
+    ratios = [
+        python[r["offered"]]["live_us"] / r["live_us"]
+        for r in rows
+        if r["path"] == "compiled" and not r["kernel_drops"] and r["offered"] in python
+    ]
+    if not ratios:
+        return "python / compiled CPU per frame: no step where both took every frame"
+    return (
+        f"python / compiled CPU per frame, live, at the same rates: "
+        f"{min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} steps"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-saturation-") as directory:
         scratch = Path(directory)
         print(
-            f"{'offered/s':>9} {'sent/s':>10} {'kernel':>10} {'drops':>8} {'analysed':>10} "
+            f"{'path':>9} {'offered/s':>9} {'sent/s':>10} {'kernel':>10} {'drops':>8} "
+            f"{'analysed':>10} "
             f"{'live µs':>9} {'core':>7} {'replay µs':>10} {'live/rep':>8}   (frames)",
             flush=True,
         )
@@ -303,7 +330,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             record_rows = records_part(args, scratch)
-    print(summary(frame_rows, "live analyser (packet ring)", "kernel_drops", "frames", "live_us"))
+    for path, _ in PATHS:
+        mine = [row for row in frame_rows if row["path"] == path]
+        what = f"live analyser, {path} path (packet ring)"
+        print(summary(mine, what, "kernel_drops", "frames", "live_us"))
+    print(side_by_side(frame_rows))
     if record_rows:
         print(
             summary(

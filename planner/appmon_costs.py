@@ -21,8 +21,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from cosample.costmodel.calibration_file import AppmonCalibration, read_calibration_file
+from cosample.costmodel.calibration_file import (
+    AppmonCalibration,
+    AppmonCosts,
+    read_calibration_file,
+)
 from cosample.costmodel.coefficients import CalibrationFileError
+from cosample.plan.appmon import UNCUT
 from cosample.planner.errors import PlannerError
 from cosample.validation import problem
 
@@ -47,7 +52,10 @@ FALLBACK = {"kernel_mirror_sender": "mirror_sender"}
 #: URL; segments copied by the plan's rule, ``plan.appmon.DEFAULT_SEGMENTS``): the fabric bytes
 #: per request whole and cut (measured), the analyser's CPU behind a mirror and on-site
 #: (measured), the sender's CPU (estimated: proportional to the segments copied, OVS's copy
-#: cost being per packet). The calibrated (or default) HTTP/1.x costs are multiplied by them.
+#: cost being per packet). The fallback: a protocol's own costs measured as HTTP/1.x's are
+#: (``appmon.protocols``, ``python -m cosample.experiments.appmon_protocol_calibration``)
+#: replace these estimates wherever a calibration has them (``service_cost``); else the
+#: calibrated (or default) HTTP/1.x costs are multiplied by them.
 PROTOCOL_FACTORS = {
     "http": {
         "sender": 1.0,
@@ -80,12 +88,88 @@ PROTOCOL_FACTORS = {
 }
 
 
-def sender_cost(costs: dict[str, float], mechanism: str) -> float:
+#: which factor of ``PROTOCOL_FACTORS`` estimates each planner cost for another protocol
+FACTOR_OF = {
+    "onsite": "onsite",
+    "mirror_sender": "sender",
+    "kernel_mirror_sender": "sender",
+    "analyser": "analyser",
+    "mirror_bytes": "mirror_bytes",
+    "truncated_bytes": "truncated_bytes",
+}
+
+
+def protocol_key(protocol: str, name: str) -> str:
+    """The key of a protocol's own measured cost in the planner's costs (``tls:onsite``)."""
+    return f"{protocol}:{name}"
+
+
+def service_cost(costs: dict[str, float], protocol: str, name: str) -> tuple[float, bool]:
+    """Cost ``name`` per request of a service speaking ``protocol``, and whether it was
+    measured on that protocol: its own calibrated cost (``appmon.protocols``) where the
+    calibration has one, else the HTTP/1.x cost (calibrated or default; for the kernel mirror,
+    the selective mirror's when it has none of its own) times ``PROTOCOL_FACTORS``."""
+    measured = costs.get(protocol_key(protocol, name))
+    if measured is not None:
+        return measured, True
+    if name in FALLBACK:
+        value = costs.get(name, costs[FALLBACK[name]])
+    else:
+        value = costs[name]
+    return value * PROTOCOL_FACTORS[protocol][FACTOR_OF[name]], False
+
+
+def sender_cost(costs: dict[str, float], mechanism: str, protocol: str = "http") -> float:
     """The sender's CPU per mirrored request of ``mechanism`` (a plan's mirror mechanism): the
     kernel mirror's own cost where calibrated or given, else the selective mirror's."""
-    if mechanism == "kernel_mirror":
-        return costs.get("kernel_mirror_sender", costs[FALLBACK["kernel_mirror_sender"]])
-    return costs["mirror_sender"]
+    name = "kernel_mirror_sender" if mechanism == "kernel_mirror" else "mirror_sender"
+    return service_cost(costs, protocol, name)[0]
+
+
+def _converted(
+    section: AppmonCosts, where: str, protocol: str | None = None
+) -> tuple[dict[str, float], list[str]]:
+    """The planner's costs from one run's section (``protocol`` None: the HTTP/1.x section,
+    whose costs replace the defaults when above 0; else a protocol's, whose costs replace the
+    estimate only where resolved: above 0 and, for CPU, the interval's lower end too)."""
+    unit = section.forwarding_cpu_s_per_packet
+    at = "appmon" if protocol is None else f"appmon.protocols.{protocol}"
+    if unit is None or not unit > 0:
+        raise PlannerError(
+            f"{where}: {at}.forwarding_cpu_s_per_packet: needed to convert the "
+            f"application costs to packets forwarded, got {unit!r} (refit with "
+            f"python -m cosample.experiments.appmon_costs --from-csv)"
+        )
+    costs, notes = {}, []
+    for name, (mechanism, field) in SOURCES.items():
+        entry = section.mechanisms.get(mechanism)
+        if protocol is None:
+            instead = (
+                f"the planner uses {FALLBACK[name]}" if name in FALLBACK else "keeps its default"
+            )
+        else:
+            instead = f"{protocol}'s {name} stays estimated (PROTOCOL_FACTORS)"
+        if entry is None:
+            if protocol is None or name != "truncated_bytes" or protocol not in UNCUT:
+                notes.append(f"{where}: {at}.mechanisms.{mechanism} absent: {name} {instead}")
+            continue
+        value, low = getattr(entry, field), getattr(entry, f"{field}_ci")[0]
+        if name in CPU:
+            value = value / unit
+        resolved = value > 0 and (
+            protocol is None or name not in CPU or (low is not None and low > 0)
+        )
+        if not resolved:
+            measured = getattr(entry, field)
+            what = (
+                f"= {measured!r} is not above 0"
+                if not measured > 0
+                else f"= {measured:.3g}, its interval {getattr(entry, f'{field}_ci')} not above 0"
+            )
+            notes.append(f"{where}: {at}.mechanisms.{mechanism}.{field} {what}: {name} {instead}")
+            continue
+        costs[name if protocol is None else protocol_key(protocol, name)] = float(value)
+    return costs, notes
 
 
 def costs_from_calibration(
@@ -93,33 +177,14 @@ def costs_from_calibration(
 ) -> tuple[dict[str, float], list[str]]:
     """The planner's ``appmon_cost`` from one ``appmon`` section, and notes on what it could
     not give (a cost measured at or below zero, e.g. a mirror's slope not separable from 0:
-    the default stays); an error naming the file and field if the unit is missing."""
-    unit = section.forwarding_cpu_s_per_packet
-    if unit is None or not unit > 0:
-        raise PlannerError(
-            f"{where}: appmon.forwarding_cpu_s_per_packet: needed to convert the "
-            f"application costs to packets forwarded, got {unit!r} (refit with "
-            f"python -m cosample.experiments.appmon_costs --from-csv)"
-        )
-    costs, notes = {}, []
-    for name, (mechanism, field) in SOURCES.items():
-        entry = section.mechanisms.get(mechanism)
-        if entry is None:
-            instead = (
-                f"the planner uses {FALLBACK[name]}" if name in FALLBACK else "keeps its default"
-            )
-            notes.append(f"{where}: appmon.mechanisms.{mechanism} absent: {name} {instead}")
-            continue
-        value = getattr(entry, field)
-        if name in CPU:
-            value = value / unit
-        if not value > 0:
-            notes.append(
-                f"{where}: appmon.mechanisms.{mechanism}.{field} = {getattr(entry, field)!r}"
-                f" is not above 0: {name} keeps its default"
-            )
-            continue
-        costs[name] = float(value)
+    the default stays; a protocol's cost not resolved from 0: its estimate stays); an error
+    naming the file and field if a unit is missing. A protocol's own costs (``protocols``)
+    come keyed ``protocol_key(protocol, name)``, each in its own run's unit."""
+    costs, notes = _converted(section, where)
+    for protocol, costed in sorted(section.protocols.items()):
+        more, more_notes = _converted(costed, where, protocol)
+        costs |= more
+        notes += more_notes
     return costs, notes
 
 
@@ -161,4 +226,8 @@ def resolve(given: Any, sections: dict[Path, Any], base_dir: Path, source: str) 
         for note in notes:
             log.info("%s", note)
         calibrated.append(costs)
-    return {**highest(calibrated), **explicit}
+    measured = highest(calibrated)
+    # an explicit number is the HTTP/1.x cost every protocol's estimate scales: it wins over
+    # the protocols' measured costs of its name too
+    kept = {key: value for key, value in measured.items() if key.rpartition(":")[2] not in explicit}
+    return {**kept, **explicit}

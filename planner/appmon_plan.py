@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from cosample.plan.appmon import UNCUT
+from cosample.planner.applied import Realised
 from cosample.planner.appmon import (
     DEFAULT_COSTS,
     MEASURED_PACKETS_PER_REQUEST,
@@ -30,8 +32,7 @@ from cosample.planner.appmon import (
     Services,
     plan_services,
 )
-from cosample.planner.appmon_costs import PROTOCOL_FACTORS, sender_cost
-from cosample.planner.realise import Realised
+from cosample.planner.appmon_costs import sender_cost, service_cost
 
 
 def services_arrays(dc, own_pps: np.ndarray, costs: dict) -> Services:
@@ -58,24 +59,37 @@ def services_arrays(dc, own_pps: np.ndarray, costs: dict) -> Services:
         onsite_ok=np.array([s.interface is not None for s in dc.services]),
         bytes_per_request=np.array(
             [
-                costs[kind] * PROTOCOL_FACTORS[s.protocol][kind]
-                for s in dc.services
-                for kind in ("truncated_bytes" if s.truncate_bytes else "mirror_bytes",)
-            ]
-        ),
-        sender_cost=np.array(
-            [
-                sender_cost(costs, s.mirror) * PROTOCOL_FACTORS[s.protocol]["sender"]
+                service_cost(
+                    costs, s.protocol, "truncated_bytes" if s.truncate_bytes else "mirror_bytes"
+                )[0]
                 for s in dc.services
             ]
         ),
-        onsite_cost=np.array(
-            [costs["onsite"] * PROTOCOL_FACTORS[s.protocol]["onsite"] for s in dc.services]
-        ),
+        sender_cost=np.array([sender_cost(costs, s.mirror, s.protocol) for s in dc.services]),
+        onsite_cost=np.array([service_cost(costs, s.protocol, "onsite")[0] for s in dc.services]),
         analyser_cost=np.array(
-            [costs["analyser"] * PROTOCOL_FACTORS[s.protocol]["analyser"] for s in dc.services]
+            [service_cost(costs, s.protocol, "analyser")[0] for s in dc.services]
         ),
     )
+
+
+def protocol_costs(dc, costs: dict) -> dict[str, dict[str, list[str]]]:
+    """Per protocol of the services other than HTTP/1.x, which of its costs the plan took as
+    measured on it (a calibration's ``appmon.protocols``) and which it estimated (the HTTP/1.x
+    cost times ``PROTOCOL_FACTORS``): the plan summary says which."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for service in dc.services:
+        if service.protocol == "http" or service.protocol in out:
+            continue
+        names = ["onsite", "analyser", "mirror_sender", "kernel_mirror_sender", "mirror_bytes"]
+        if service.protocol not in UNCUT:
+            names.append("truncated_bytes")
+        measured = {name: service_cost(costs, service.protocol, name)[1] for name in names}
+        out[service.protocol] = {
+            "measured": [name for name in names if measured[name]],
+            "estimated": [name for name in names if not measured[name]],
+        }
+    return dict(sorted(out.items()))
 
 
 def plan_first(dc, usable: np.ndarray, cap_bytes: np.ndarray) -> tuple[AppmonPlan, Services]:
@@ -156,6 +170,11 @@ def summary(problem, applied: Realised, plan: AppmonPlan, svc: Services, num) ->
         "unmonitored": int(np.count_nonzero(plan.to == NONE)),
         "max_capacity_use": num(float(use.max()) if use.size else 0.0),
         "analysis_hosts": sorted({dc.names[k] for k in plan.to[plan.to >= 0].tolist()}),
+        **(
+            {"protocol_costs": protocol_costs(dc, {**DEFAULT_COSTS, **dc.appmon_cost})}
+            if any(s.protocol != "http" for s in dc.services)
+            else {}
+        ),
         "objective": {
             "planned": num(plan.objective),
             "bound_lp": num(plan.bound),

@@ -12,6 +12,7 @@ from cosample.planner.datacentre import DataCentre
 from cosample.planner.distinct import choose
 from cosample.planner.exact import lp_bound
 from cosample.planner.problem import Problem, build_problem
+from cosample.planner.realise import sample_probability, sampling_interval
 from cosample.planner.solution import Bounds, Solution, empty_mirrors
 
 
@@ -28,8 +29,6 @@ def sample_alone(problem: Problem) -> tuple[np.ndarray, np.ndarray | None]:
     local = local_only_pps(problem)
     if problem.can_sample is None:
         return local, None
-    from cosample.planner.realise import sample_probability, sampling_interval
-
     own = problem.own_pps
     with np.errstate(divide="ignore", invalid="ignore"):
         flow = np.where(own > 0, local / own, 0.0)
@@ -64,7 +63,7 @@ def solve_noncollab(problem: Problem) -> Solution:
 
 
 def noncollab_applied_pps(problem: Problem) -> float:
-    """Distinct packets the baseline collects as applied (``Solution.baseline_pps``): its
+    """Distinct packets the baseline collects as applied (``stated.baseline_pps``): its
     plan alone, without the bounds ``solve_noncollab`` states beside it (a knapsack and the
     LP bound, 0.12 s at 10^6 servers, which a plan's summary never reads for the baseline)."""
     unbounded = Bounds(

@@ -13,86 +13,19 @@ rejected with the models' message, at about the cost of reading the columns.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
-import annotated_types
 import numpy as np
-from pydantic_core import PydanticUndefined
 
+from cosample.planner import fleetcsv
+from cosample.planner.columnchecks import ABSENT, NUMBER_TYPES, ROW, TRAFFIC_BOUNDS, checked, within
 from cosample.planner.description import LARGE_PARTS, Description, Envelope, Server
 from cosample.planner.errors import PlannerError
-from cosample.validation import plain_tunnel_address, validate, validate_at
-
-
-def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
-    """(lowest, whether strict, highest exclusive) of an optional finite float field, read
-    from its declaration (``Ge``, ``Gt``, ``Lt``); None for anything else (the model checks)."""
-    for option in (annotation, *get_args(annotation)):
-        declared = get_args(option)
-        if not declared or declared[0] is not float:
-            continue
-        lowest, strict, highest = -math.inf, False, math.inf
-        for constraint in chain.from_iterable(
-            getattr(info, "metadata", (info,)) for info in declared[1:]
-        ):
-            if isinstance(constraint, annotated_types.Ge):
-                lowest = constraint.ge
-            elif isinstance(constraint, annotated_types.Gt):
-                lowest, strict = constraint.gt, True
-            elif isinstance(constraint, annotated_types.Lt):
-                highest = constraint.lt
-            elif type(constraint).__name__ != "AllowInfNan" or constraint.allow_inf_nan:
-                return None
-        return lowest, strict, highest
-    return None
-
-
-#: Number fields of a server and their bounds, as ``planner.description`` declares them.
-NUMBERS = {
-    key: bounds
-    for key, info in Server.model_fields.items()
-    if (bounds := _bounds(info.annotation)) is not None
-}
-
-
-def _int_bounds(annotation: Any) -> tuple[int, int] | None:
-    """(lowest, highest) inclusive of an optional bounded int field (``Ge``, ``Le``)."""
-    for option in (annotation, *get_args(annotation)):
-        declared = get_args(option)
-        if not declared or declared[0] is not int:
-            continue
-        lowest, highest = None, None
-        for constraint in chain.from_iterable(
-            getattr(info, "metadata", (info,)) for info in declared[1:]
-        ):
-            if isinstance(constraint, annotated_types.Ge):
-                lowest = constraint.ge
-            elif isinstance(constraint, annotated_types.Le):
-                highest = constraint.le
-            else:
-                return None
-        return None if lowest is None or highest is None else (lowest, highest)
-    return None
-
-
-#: Integer fields of a server and their bounds (``observation_domain``).
-INTEGERS = {
-    key: bounds
-    for key, info in Server.model_fields.items()
-    if (bounds := _int_bounds(info.annotation)) is not None
-}
-#: A row of the traffic matrix (``{destination: pps}``) and its numbers' bounds.
-ROW = get_args(Description.model_fields["traffic_pps"].annotation)[1]
-TRAFFIC_BOUNDS = _bounds(get_args(ROW)[1])
-_NUMBER_TYPES = {int, float}
-ABSENT = object()
-_SIMPLE_INTERFACE = re.compile(r"[A-Za-z0-9_.\-]{1,15}")
+from cosample.validation import validate, validate_at
 
 
 @dataclass(frozen=True)
@@ -136,8 +69,6 @@ def read(document: Any, where: str, base_dir: Path = Path(".")) -> Columns:
     )
     locate = None
     if _is_csv(servers) or _is_csv(traffic):
-        from cosample.planner import fleetcsv
-
         locate = fleetcsv.Locations(base_dir, servers, traffic)
     columns = fleetcsv.servers(base_dir / servers) if _is_csv(servers) else _servers(servers, where)
     if _is_csv(traffic):
@@ -194,129 +125,6 @@ def _servers(servers: list[Any], where: str) -> dict[str, list[Any]]:
     )
 
 
-def checked(
-    raw: dict[str, list[Any]], n: int, slow: np.ndarray, model: Callable[[int], Server]
-) -> dict[str, list[Any]]:
-    """Columns of ``n`` servers (``ABSENT`` where not given) checked at once; ``model(k)``
-    validates server ``k`` with the model (raising its error) for every server not plainly
-    accepted (or marked ``slow``), and its values are taken."""
-    fields = Server.model_fields
-    columns: dict[str, list[Any]] = {}
-    for key, column in raw.items():
-        if ABSENT in column:  # absent: the declared default, or the model says it is required
-            default = fields[key].default
-            if default is PydanticUndefined:
-                slow |= np.array([v is ABSENT for v in column])
-                default = None
-            column = [default if v is ABSENT else v for v in column]
-        slow |= ~_accepted(key, column)
-        columns[key] = column
-    if "mirror_cap_bytes_per_s" in columns:  # the model's cross-field rule: a cap needs a size
-        slow |= np.array(
-            [
-                cap is not None and size is None
-                for cap, size in zip(
-                    columns["mirror_cap_bytes_per_s"], columns.get("packet_bytes", [None] * n)
-                )
-            ]
-        )
-    for key in fields.keys() - columns.keys():
-        columns[key] = [
-            None if fields[key].default is PydanticUndefined else fields[key].default
-        ] * n
-    for k in np.flatnonzero(slow).tolist():  # the model decides, and its values are taken
-        entry = model(k)
-        for key in entry.model_fields_set:
-            columns[key][k] = getattr(entry, key)
-    return columns
-
-
-def _accepted(key: str, column: list[Any]) -> np.ndarray:
-    """Per server, whether the model surely accepts this value as it is (absent counts)."""
-    if key in NUMBERS:
-        return _numbers(column, *NUMBERS[key])
-    if key in INTEGERS:
-        lowest, highest = INTEGERS[key]
-        return np.array(
-            [value is None or type(value) is int and lowest <= value <= highest for value in column]
-        )
-    if key == "name":
-        return _distinct(column, lambda v: type(v) is str and len(v) > 0)
-    if key in ("calibration", "guard"):  # the model reads what is given (a file, a mapping)
-        return np.array([value is None for value in column])
-    if key == "tunnel_ip":
-        return _distinct(column, lambda v: v is None or type(v) is str and plain_tunnel_address(v))
-    if key == "bridge":
-        return _distinct(column, lambda v: v is None or _interface(v))
-    if key == "bridge_layout":
-        return _distinct(column, lambda v: type(v) is str and v in ("patch", "single"))
-    if key == "vm_ports":
-        ports = [v is None or type(v) is list for v in column]
-        if not all(ports):
-            return np.array(ports)
-        names = set(chain.from_iterable(v for v in column if v is not None))
-        good = (
-            {v for v in names if type(v) is str and _interface(v)}
-            if set(map(type, names)) <= {str}
-            else set()
-        )
-        return np.array([v is None or all(p in good for p in v) for v in column])
-    return np.zeros(len(column), dtype=bool)
-
-
-def _interface(name: Any) -> bool:
-    return type(name) is str and bool(_SIMPLE_INTERFACE.fullmatch(name)) and name not in (".", "..")
-
-
-def _distinct(column: list[Any], accept: Callable[[Any], bool]) -> np.ndarray:
-    """``accept`` applied once per distinct value (unhashable values are refused here)."""
-    try:
-        values = set(column)
-    except TypeError:
-        return np.array([_hashable(v) and accept(v) for v in column])
-    refused = {v for v in values if not accept(v)}
-    if not refused:
-        return np.ones(len(column), dtype=bool)
-    return np.array([v not in refused for v in column])
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
-def _numbers(column: list[Any], lowest: float, strict: bool, highest: float) -> np.ndarray:
-    """Finite numbers (not booleans) within the bounds, or None."""
-    types = set(map(type, column))
-    if not types <= {int, float, type(None)}:
-        kinds = [type(v) in _NUMBER_TYPES or v is None for v in column]
-        column = [v if ok else None for v, ok in zip(column, kinds)]
-        typed = np.array(kinds)
-    else:
-        typed = np.ones(len(column), dtype=bool)
-    try:
-        values = np.array(
-            [math.nan if v is None else v for v in column] if type(None) in types else column,
-            dtype=float,
-        )
-    except OverflowError:  # an integer beyond a double: the model says so
-        return np.array([not (type(v) is int and abs(v) > 1e308) for v in column]) & typed
-    absent = np.array([v is None for v in column]) if type(None) in types else False
-    return (within(values, lowest, strict, highest) | absent) & typed
-
-
-def within(values: np.ndarray, lowest: float, strict: bool, highest: float) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        return (
-            np.isfinite(values)
-            & ((values > lowest) if strict else (values >= lowest))
-            & (values < highest)
-        )
-
-
 def _traffic(
     traffic: Mapping[str, Any], where: str
 ) -> tuple[list[str], list[int], list[str], np.ndarray]:
@@ -324,7 +132,7 @@ def _traffic(
     rows = list(traffic.values())
     if set(map(type, rows)) <= {dict}:
         numbers = list(chain.from_iterable(map(dict.values, rows)))
-        if set(map(type, numbers)) <= _NUMBER_TYPES:
+        if set(map(type, numbers)) <= NUMBER_TYPES:
             try:
                 pps = np.array(numbers, dtype=float)
             except OverflowError:

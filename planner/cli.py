@@ -51,7 +51,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(alpha and beta high, capacity low); the summary says what the point "
         "estimates would have given",
     )
-    plan.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan file here")
+    plan.add_argument(
+        "-o",
+        "--output",
+        metavar="PLAN.json",
+        help="write the plan file here ('-': standard output, the table then on standard error)",
+    )
+    plan.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as JSON (plan id, version, solver, the summary's numbers, "
+        "where the plan went) instead of the table",
+    )
     plan.add_argument(
         "--plan-version",
         type=int,

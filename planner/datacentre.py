@@ -24,8 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from cosample.costmodel.calibration_file import read_calibration_file
+from cosample.costmodel.coefficients import CalibrationFileError, coefficients
+from cosample.costmodel.coefficients import intervals as calibration_intervals
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN
-from cosample.planner import bulk
+from cosample.planner import bulk, fleetcsv
+from cosample.planner.appmon_costs import resolve as appmon_costs
 from cosample.planner.description import Description
 from cosample.planner.errors import InfeasibleError, PlannerError
 from cosample.planner.extras import ExtraColumns, any_given
@@ -176,9 +180,6 @@ class DataCentre:
         cls, columns: bulk.Columns, base_dir: Path = Path("."), source: str = "description"
     ) -> "DataCentre":
         """Apply the cross-field rules to a validated description's columns; build the arrays."""
-        from cosample.costmodel.calibration_file import read_calibration_file
-        from cosample.costmodel.coefficients import CalibrationFileError, coefficients
-        from cosample.costmodel.coefficients import intervals as calibration_intervals
 
         def fail(
             location: Sequence[int | str], what: str, value: Any = None, entry: int | None = None
@@ -208,8 +209,6 @@ class DataCentre:
                 if name in first:
                     also = f"servers[{first[name]}]"
                     if columns.locate and columns.locate("servers", 0, "name"):
-                        from cosample.planner import fleetcsv
-
                         also = f"row {fleetcsv.row(first[name])}"
                     raise fail(
                         ("servers", position, "name"), f"duplicate server name, also {also}", name
@@ -284,8 +283,6 @@ class DataCentre:
         src = np.repeat(origins, columns.traffic_lengths)
         dst = targets
         if not columns.pairs_unique and len(dst):  # a CSV file can give a pair twice
-            from cosample.planner import fleetcsv
-
             pair = src * n + dst
             order = np.argsort(pair, kind="stable")
             again = np.flatnonzero(pair[order][1:] == pair[order][:-1])
@@ -323,8 +320,6 @@ class DataCentre:
                     error=PlannerError,
                 )
             seen[key] = position
-        from cosample.planner.appmon_costs import resolve as appmon_costs
-
         appmon_cost = appmon_costs(header.appmon_cost, appmon_sections, base_dir, source)
         name = header.name or (Path(source).stem if source != "description" else "datacentre")
         collector_cap = header.budgets.collector_samples_pps

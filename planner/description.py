@@ -16,7 +16,8 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from cosample.plan.appmon import TRUNCATE_BYTES, UNCUT, AppmonProtocol
 from cosample.plan.document import MAX_OBSERVATION_DOMAIN, IpfixSpec
 from cosample.plan.guard import GuardSpec
-from cosample.validation import InterfaceName, IpAddress, Strict, TunnelAddress
+from cosample.plan.hostfields import HANDED_FIELDS
+from cosample.validation import InterfaceName, IpAddress, ServerName, Strict, TunnelAddress
 
 #: A finite number >= 0 (packets per second, capacities).
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -36,7 +37,7 @@ class Cost(Strict):
 class Server(Strict):
     """One OVS server; ``capacity_pps``, ``alpha`` and ``beta`` may come from ``calibration``."""
 
-    name: Annotated[str, Field(min_length=1)]
+    name: ServerName
     capacity_pps: NonNegative | None = None
     alpha: Positive | None = None
     beta: Positive | None = None
@@ -75,8 +76,8 @@ class Server(Strict):
         return cap
 
 
-#: Server fields handed through to the plan for the agents, when given.
-AGENT_FIELDS = ("tunnel_ip", "bridge", "vm_ports", "guard")
+#: Server fields handed through to the plan for the agents, when given (``cosample.plan.hostfields``).
+AGENT_FIELDS = HANDED_FIELDS
 
 
 class Sflow(Strict):

@@ -4,9 +4,9 @@ A description (JSON or YAML, docs/formats.md) may name a CSV file for either lar
 ``servers: servers.csv`` (a header row of server fields, then one row per server; an empty
 cell is a field not given, ``vm_ports`` space-separated) and ``traffic_pps: traffic.csv``
 (header ``source,destination,pps``, one row per pair). Read with the standard library's
-``csv`` reader (C), then checked by ``planner.bulk`` as columns: numbers parsed by numpy at
-once, a row whose cells are not plainly accepted validated by the ``Server`` model itself, so
-an error is the model's line placed by file, row and column:
+``csv`` reader (C), then checked as columns (``planner.columnchecks``): numbers parsed by
+numpy at once, a row whose cells are not plainly accepted validated by the ``Server`` model
+itself, so an error is the model's line placed by file, row and column:
 ``servers.csv: row 19: capacity_pps: input should be greater than or equal to 0 (got -1.0)``.
 """
 
@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from cosample.gcpause import gc_paused
-from cosample.planner.bulk import ABSENT, INTEGERS, NUMBERS, ROW, TRAFFIC_BOUNDS, checked, within
+from cosample.planner.columnchecks import (
+    ABSENT,
+    INTEGERS,
+    NUMBERS,
+    ROW,
+    TRAFFIC_BOUNDS,
+    checked,
+    within,
+)
 from cosample.planner.description import Server
 from cosample.planner.errors import PlannerError
 from cosample.validation import validate_at
@@ -108,7 +116,7 @@ MAPPINGS = ("guard",)
 
 
 def servers(path: Path) -> dict[str, list[Any]]:
-    """The servers file's columns, checked (``planner.bulk.checked``)."""
+    """The servers file's columns, checked (``planner.columnchecks.checked``)."""
     header, rows = _rows(path)
     fields = [key for key in Server.model_fields if key not in MAPPINGS]
     for k, name in enumerate(header):

@@ -5,7 +5,8 @@ is rate 1/N; the sample action's level L is K = 65536 - L, rate K/65535 (OVS's `
 probability, ``cosample/dataplane/ipfix.py``). ``Senders`` holds the senders' terms on one
 ladder each, vectorised; the smallest affordable level and the one reaching the mirror limit
 (N_min, N_c) are rounded so a rate never costs more than the capacity left. ``quantised`` and
-``quantised_milp`` work on levels and so on either ladder.
+``quantised_milp`` work on levels and so on either ladder, choosing among each sender's
+candidate ``Points``.
 """
 
 from __future__ import annotations
@@ -183,3 +184,26 @@ def on_ladders(ladders: tuple[Senders, ...], sample: np.ndarray) -> Senders:
             for name in flow.__dataclass_fields__
         )
     )
+
+
+@dataclass(frozen=True)
+class Points:
+    """Per sender candidate points, each a list of columns: on one ladder four, sorted by
+    mirrored pps, (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off;
+    on two both ladders' eight (``quantised.merged``: the better point 0 first, not sorted).
+    ``grid``: whether a point is on the sample action's ladder."""
+
+    rate: list[np.ndarray]
+    mirrored: list[np.ndarray]
+    value: list[np.ndarray]
+    grid: list[np.ndarray]
+
+    def at(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rate, mirrored, value) of point ``which`` (0..3, or 0..7 merged) per sender."""
+        return tuple(
+            np.choose(which, columns) for columns in (self.rate, self.mirrored, self.value)
+        )
+
+    def sample_at(self, which: np.ndarray) -> np.ndarray:
+        """Whether point ``which`` of each sender samples by the sample action."""
+        return np.choose(which, self.grid)

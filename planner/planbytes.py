@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from cosample.files import write_atomic, write_text_atomic
+from cosample.files import write_output
 from cosample.planner.errors import PlannerError
 
 VOLATILE = ("version", "created", "expires", "plan_id")
@@ -129,18 +129,20 @@ def canonical_json(document: Any) -> str:
 INDENT_MAX_HOSTS = 1000
 
 
-def write_plan(plan: dict[str, Any], path: str | Path) -> None:
-    """Write atomically: a reader sees the old plan or the new one, never half of it.
+def write_plan(plan: dict[str, Any], path: str | Path) -> str:
+    """Write atomically: a reader sees the old plan or the new one, never half of it
+    (``-``: standard output; a device or a link: in place, ``cosample.files.write_output``).
+    Returns where it went.
 
     Up to ``INDENT_MAX_HOSTS`` hosts, ``canonical_json`` (indented, for people); above, the
     compact bytes ``plan_id`` hashes (orjson, a ``HostTable`` spliced in as it is, never
     parsed): the standard library's indenting encoder is pure Python, 77 s for 10^6 hosts.
     Both parse to the same document, so readers and ``plan_id`` see no difference."""
     if plan["summary"]["servers"] <= INDENT_MAX_HOSTS:
-        write_text_atomic(path, canonical_json(plan))
-    else:
-        pieces = _pieces(plan) + [b"\n"]  # written one by one: never joined in memory
-        write_atomic(path, lambda stream: stream.writelines(pieces), binary=True)
+        text = canonical_json(plan)
+        return write_output(path, lambda stream: stream.write(text))
+    pieces = _pieces(plan) + [b"\n"]  # written one by one: never joined in memory
+    return write_output(path, lambda stream: stream.writelines(pieces), binary=True)
 
 
 def _plain(value: Any) -> Any:

@@ -12,30 +12,24 @@ import numpy as np
 import orjson
 
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, REPORT_FORMAT
-from cosample.planner import hostjson, hostlists, jsonpieces
+from cosample.plan.hostfields import AGENT_FIELDS as AGENT_FIELDS
+from cosample.plan.hostfields import SAMPLE_FIELDS as SAMPLE_FIELDS
+from cosample.planner import hostjson, hostlists, jsonpieces, stated
+from cosample.planner.applied import Realised
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.errors import PlannerError
 from cosample.planner.extras import ExtraColumns
 from cosample.planner.planbytes import HostTable, plan_id
-from cosample.planner.realise import Realised
 from cosample.planner.report import MAX_ROWS
 from cosample.planner.rounding import rounding_summary
 from cosample.planner.solution import Solution
 from cosample.times import format_time
 
-#: The host fields agents and collectors read (beside the description's extras); the others are
-#: the per-host report: the inputs as planned, the predicted cost and the continuous optimum.
-#: The ``sample`` local mechanism's host fields (written only when some server may use it).
-SAMPLE_FIELDS = ("local_mechanism", "sample_probability", "observation_domain")
-AGENT_FIELDS = (
-    "role",
-    "local_rate",
-    "sflow_sampling",
-    "mirrors",
-    "receives",
-    "appmon",
-    *SAMPLE_FIELDS,
-)
+# AGENT_FIELDS: the host fields agents and collectors read (beside the description's extras),
+# the fields build_plan writes below; the others are the per-host report: the inputs as planned,
+# the predicted cost and the continuous optimum. SAMPLE_FIELDS: the ``sample`` local mechanism's
+# (written only when some server may use it). Both declared in cosample.plan.hostfields and
+# re-exported here under the planner's name (tests hold build_plan to them).
 DEFAULT_VALIDITY = timedelta(hours=6)
 
 
@@ -73,6 +67,7 @@ def build_plan(
     applied = solution.applied  # the solution's own: computed once, never here
     appmon = None
     if dc.services:  # the application part, after the applied sFlow plan (planner.appmon_plan)
+        # it solves with scipy's MILP (a second to import): only with services
         from cosample.planner import appmon_plan
 
         appmon_solution, services = appmon_plan.plan_appmon(problem, applied)
@@ -116,7 +111,7 @@ def _summary(
     """What the solution carries (its applied plan, baseline and continuous optimum), stated
     (``roles``: each host's, ``_roles``)."""
     problem = solution.problem
-    applied, baseline = solution.applied, solution.baseline_pps
+    applied, baseline = solution.applied, stated.baseline_pps(solution)
     total = float(problem.own_pps.sum())
     collected = applied.collected_pps
     gain = collected / baseline - 1 if baseline > 0 else 0.0

@@ -177,6 +177,7 @@ def build_problem(dc: DataCentre, margin: float | None = None, robust: bool = Fa
         mirror_cap = np.where(np.isfinite(cap_bytes), cap_bytes / packet_bytes, np.inf)
     appmon = None
     if dc.services and dc.appmon_order == "appmon_first":
+        # the application part solves with scipy's MILP (a second to import): only with services
         from cosample.planner.appmon_plan import plan_first
 
         appmon = plan_first(dc, usable, cap_bytes)
@@ -261,3 +262,11 @@ def _indistinct_costs(
         f"{len(names)} server(s) planned with beta < alpha although their calibration's 95 % "
         f"intervals overlap (mirroring may cost as much as sampling): {shown}"
     ]
+
+
+def distinct_pps(own: np.ndarray, local: np.ndarray, mirrored: np.ndarray) -> np.ndarray:
+    """Per server, distinct packets when local sFlow and mirrors draw independently
+    (``mirrored``: the copies sampled at the receivers)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        overlap = np.where(own > 0, local * mirrored / own, 0.0)
+    return np.minimum(local + mirrored - overlap, own)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cosample.planner.ladders import Senders, ladders_of
+from cosample.planner.ladders import Points, Senders, ladders_of
 from cosample.planner.problem import Problem
 from cosample.planner.solution import EXACT_TOLERANCE
 
@@ -47,29 +47,6 @@ from cosample.planner.solution import EXACT_TOLERANCE
 MILP_UP_TO = 16
 #: First-fit passes over the remaining hull steps after the slope-ordered prefix.
 FIRST_FIT_ROUNDS = 32
-
-
-@dataclass(frozen=True)
-class Points:
-    """Per sender candidate points, each a list of columns: on one ladder four, sorted by
-    mirrored pps, (0, N_min), N_min saturated, N_c - 1 saturated, and N_c at the limit or off;
-    on two both ladders' eight (``merged``: the better point 0 first, not sorted). ``grid``:
-    whether a point is on the sample action's ladder."""
-
-    rate: list[np.ndarray]
-    mirrored: list[np.ndarray]
-    value: list[np.ndarray]
-    grid: list[np.ndarray]
-
-    def at(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rate, mirrored, value) of point ``which`` (0..3, or 0..7 merged) per sender."""
-        return tuple(
-            np.choose(which, columns) for columns in (self.rate, self.mirrored, self.value)
-        )
-
-    def sample_at(self, which: np.ndarray) -> np.ndarray:
-        """Whether point ``which`` of each sender samples by the sample action."""
-        return np.choose(which, self.grid)
 
 
 def points_of(senders: Senders) -> Points:
@@ -294,6 +271,8 @@ def choose_applied(problem: Problem) -> Applied:
         return applied(*points.at(at), points.sample_at(at), bound, "all fit", True)
     competing = hulls.competing
     if competing.size <= MILP_UP_TO:
+        # scipy's MILP (scipy.optimize, scipy.sparse: a second or more to import) only when
+        # few senders compete
         from cosample.planner.quantised_milp import solve_knapsack
 
         found = solve_knapsack(ladders, points, competing, room)

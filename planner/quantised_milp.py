@@ -28,8 +28,7 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from cosample.planner.ladders import Senders, on_ladders
-from cosample.planner.quantised import Points
+from cosample.planner.ladders import Points, Senders, on_ladders
 
 #: Refinements before giving up (the caller then falls back to the greedy and its gap).
 MAX_ROUNDS = 40

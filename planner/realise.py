@@ -17,43 +17,16 @@ Pure functions over arrays.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
-from cosample.planner.problem import Problem
-from cosample.planner.solution import Solution, distinct_pps
+from cosample.planner.applied import Realised
+from cosample.planner.problem import Problem, distinct_pps
 
 #: LP solvers return rates a few ulps below a round 1/N; this much relative slack maps them to N.
 RATE_TOLERANCE = 1e-9
 #: sFlow's sampling rate is a 32-bit field; a rate below 1/MAX_INTERVAL is no sampling at all.
 MAX_INTERVAL = 2**32 - 1
-
-
-@dataclass(frozen=True)
-class Realised:
-    """Rates as they will be configured, and the load and volumes they predict per server."""
-
-    planned_rate: np.ndarray  # continuous fraction sampled locally (the optimum)
-    local_rate: np.ndarray  # applied: 1/N, or 0
-    sflow_sampling: np.ndarray  # N per server, 0 meaning no local sampling by sFlow
-    local_pps: np.ndarray  # own packets sampled locally: U / N
-    mirror_src: np.ndarray
-    mirror_dst: np.ndarray
-    mirror_pps: np.ndarray  # after the top-up
-    planned_mirror_pps: np.ndarray  # before it (the continuous optimum)
-    load_pps: np.ndarray
-    distinct_pps: np.ndarray  # distinct own packets collected per server
-    inbound_distinct_pps: float  # extra distinct packets from bridges sampling inbound traffic
-    samples_pps: float  # samples/s sent to the collector (overlap and inbound included)
-    #: K per server sampling by the sample action (rate K/65535), 0 elsewhere; None: no server
-    sample_probability: np.ndarray | None = None
-
-    @property
-    def collected_pps(self) -> float:
-        """Distinct packets collected: own traffic of every server, plus inbound extras."""
-        return float(self.distinct_pps.sum()) + self.inbound_distinct_pps
 
 
 def sampling_interval(rate: np.ndarray) -> np.ndarray:
@@ -92,8 +65,9 @@ def predicted_load(
     )
 
 
-def realise(solution: Solution) -> Realised:
-    """Round local rates to 1-in-N, spend the freed capacity on existing pairs, count packets.
+def realise(solution) -> Realised:
+    """Round ``solution``'s local rates to 1-in-N, spend the freed capacity on existing pairs,
+    count packets (``solution.Solution.applied`` calls it; this module is below that one).
 
     In a continuous plan servers that receive sample 1-in-1, so that every mirrored packet they
     take is sampled; a solution with applied rates (``Solution.rates``) keeps them, its

@@ -180,10 +180,19 @@ def mechanism_lines(counts: dict[str, int] | None) -> list[str]:
     ]
 
 
-def default_console() -> Console:
-    """A console as wide as the terminal, or 132 columns when output is not a terminal."""
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=132)
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Output closed early (``| head``): stop as every command does (``cosample.cli``),
+        not by rich's own exit."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def default_console(stderr: bool = False) -> Console:
+    """A console as wide as the terminal, or 132 columns when output is not a terminal;
+    ``stderr``: on standard error (when standard output carries the plan)."""
+    probe = _Console(stderr=stderr)
+    return probe if probe.is_terminal else _Console(width=132, stderr=stderr)
 
 
 def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from cosample.planner import stated
 from cosample.planner.solution import Solution
 
 #: How many of the servers that lose most the summary names.
@@ -21,11 +22,11 @@ NAMED = 5
 
 def rounding_summary(solution: Solution, number) -> dict[str, Any]:
     """``summary.rounding``: continuous and applied distinct own packets, the cost, the losers
-    (``solution.continuous`` against ``solution.applied``, both computed once by the solution).
+    (``stated.continuous`` against ``solution.applied``, both computed once per solution).
 
     ``number`` rounds a float for the plan (``planfile._num``).
     """
-    continuous, applied = solution.continuous, solution.applied
+    continuous, applied = stated.continuous(solution), solution.applied
     before = continuous.distinct_by_server
     after = applied.distinct_pps
     loss = before - after

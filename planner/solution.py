@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-from cosample.planner.problem import Problem
-
-if TYPE_CHECKING:
-    from cosample.planner.realise import Realised
+from cosample.planner import realise
+from cosample.planner.applied import Realised
+from cosample.planner.problem import Problem, distinct_pps
 
 #: Relative tolerance under which a plan's objective equals its bound (round-off of sums).
 EXACT_TOLERANCE = 1e-9
@@ -45,9 +44,9 @@ class Solution:
 
     It also carries what the plan file states about it, each computed once on first use and
     then read by every writer (the plan, its report, the controller's shares): ``applied``
-    (the plan as the switches apply it), ``continuous`` (the continuous optimum it is measured
-    against) and ``baseline_pps`` (what no collaboration collects). Serialisers read them;
-    they never solve or round again.
+    (the plan as the switches apply it), and in ``stated`` what ``planner.stated`` solves for
+    it (the continuous optimum it is measured against, what no collaboration collects).
+    Serialisers read them; they never solve or round again.
     """
 
     solver: str
@@ -69,39 +68,14 @@ class Solution:
     #: chose the rates itself: a server taking copies samples them at that rate
     #: (docs/model.md). None: a continuous plan, whose receivers sample 1-in-1.
     rates: np.ndarray | None = None
+    #: What ``planner.stated`` solved for this plan, kept so it is solved once (not compared,
+    #: not copied by ``dataclasses.replace``).
+    stated: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @cached_property
     def applied(self) -> Realised:
         """The plan as applied: 1-in-N and the topped-up mirrors (``realise``), once."""
-        from cosample.planner.realise import realise
-
-        return realise(self)
-
-    @cached_property
-    def continuous(self) -> Solution:
-        """The continuous plan the applied one is compared with (``summary.rounding``): the
-        exact solver's continuous optimum (solved once, or handed over by the solver); any
-        other solver's plan is continuous itself."""
-        from cosample.planner.choices import EXACT
-
-        if self.solver != EXACT:
-            return self
-        if self.known_continuous is not None:
-            return self.known_continuous
-        from cosample.planner.exact import solve_continuous
-
-        return solve_continuous(self.problem)
-
-    @cached_property
-    def baseline_pps(self) -> float:
-        """Distinct packets the no-collaboration baseline collects, after 1-in-N as this plan
-        (``summary.noncollab_pps`` and the gain): this plan's own when it is the baseline."""
-        from cosample.planner.baseline import noncollab_applied_pps
-        from cosample.planner.choices import NONCOLLAB
-
-        if self.solver == NONCOLLAB:
-            return self.applied.collected_pps
-        return noncollab_applied_pps(self.problem)
+        return realise.realise(self)
 
     @property
     def offload_pps(self) -> np.ndarray:
@@ -156,14 +130,6 @@ class Solution:
         if self.optimal or self.bound <= 0:
             return 0.0
         return max(self.bound - self.objective, 0.0) / self.bound
-
-
-def distinct_pps(own: np.ndarray, local: np.ndarray, mirrored: np.ndarray) -> np.ndarray:
-    """Per server, distinct packets when local sFlow and mirrors draw independently
-    (``mirrored``: the copies sampled at the receivers)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        overlap = np.where(own > 0, local * mirrored / own, 0.0)
-    return np.minimum(local + mirrored - overlap, own)
 
 
 def empty_mirrors() -> tuple[np.ndarray, np.ndarray, np.ndarray]:

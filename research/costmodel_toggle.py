@@ -32,7 +32,7 @@ from cosample.costmodel.accounting import CgroupScope, pid_from_file
 from cosample.costmodel.counters import device_packets
 from cosample.costmodel.iperf import IperfClient, IperfServer, client_argv
 from cosample.costmodel.mechanisms import MIRROR_PRIO, SflowSampling, TcMirror
-from cosample.lab.onehost import OneHostTestbed
+from cosample.costmodel.onehost import OneHostTestbed
 from cosample.lab.sflow import SflowCollector
 
 

@@ -39,10 +39,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from cosample.agents.appmon_state import bpf_filter
 from cosample.dataplane.run import run
+from cosample.dataplane.tcmirror import (
+    bytecode_from_ddd,
+    clsact_add_argv,
+    clsact_delete_argv,
+    selective_filter_argv,
+)
 from cosample.lab.netns import Lab, disable_tx_offload, silence_uplink
 from cosample.lab.ovs import OvsInstance, ovs_available
 from cosample.lab.web import CLIENT_ADDRESS, SERVER_ADDRESS, WebRig, web_available
+from cosample.plan.appmon import SHARE_BITS
 
 UNDERLAY_SWITCH, UNDERLAY_ANALYSIS = "10.78.0.1", "10.78.0.2"
 TUNNEL_VNI, VXLAN_PORT = 4242, 4789
@@ -390,13 +398,6 @@ class MirrorRig(WebRig):
     def _tc_mirror(self, service_port: int, segments: str, share_bits: int = 0) -> None:
         """The kernel mirror; with ``share_bits`` = k only the connections whose client port's
         top k of its low ``SHARE_BITS`` bits are 0, a share 2**-k (the agents' rule)."""
-        from cosample.agents.appmon_state import SHARE_BITS, bpf_filter
-        from cosample.dataplane.tcmirror import (
-            bytecode_from_ddd,
-            clsact_add_argv,
-            selective_filter_argv,
-        )
-
         if not 0 <= share_bits <= SHARE_BITS:
             raise ValueError(f"share_bits {share_bits}: expected 0..{SHARE_BITS}")
         text = bpf_filter(
@@ -419,8 +420,6 @@ class MirrorRig(WebRig):
     def clear_mechanism(self) -> None:
         kind = self.mechanism[0]
         if kind == "tc":
-            from cosample.dataplane.tcmirror import clsact_delete_argv
-
             run(clsact_delete_argv(self.server_port, netns=self.switch))
         if kind == "port":
             self.ovs.vsctl(*port_mirror_removal_args(self.bridge))

@@ -9,6 +9,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from cosample.collector.decode import parse_datagram
 from cosample.collector.pcap import udp_payloads
 
 #: The real captures kept with the project (source and licence in its README).
@@ -32,8 +33,6 @@ class Template:
 def template(name: str | Path) -> Template:
     """The first datagram of capture ``name`` (in ``CORPUS``, or a path) with its flow samples'
     field offsets."""
-    from cosample.collector.decode import parse_datagram
-
     data = next(udp_payloads(CORPUS / name))[1]
     ipv6 = struct.unpack_from("!I", data, 4)[0] == 2
     offset = 40 if ipv6 else 28

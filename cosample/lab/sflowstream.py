@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -82,8 +83,6 @@ def simulate(
     ``start`` (Unix seconds) defaults to ``duration_s`` before now, so captures are recent.
     """
     if start is None:
-        import time
-
         start = float(int(time.time() - duration_s - 1))
     rng = np.random.default_rng(seed)
     names = sorted(plan.hosts)

@@ -70,6 +70,7 @@ def secure_available() -> str | None:
 
 def write_certificate(directory: Path, address: str = SERVER_ADDRESS) -> None:
     """A self-signed certificate (``cert.pem``) and its key (``key.pem``) for ``address``."""
+    # cryptography's x509 loads OpenSSL's bindings: deferred to when a certificate is made
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec

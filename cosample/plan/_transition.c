@@ -43,10 +43,7 @@
 #include "_hosttable.h"
 #include "_jsonnumber.h"
 
-enum { F_RATE, F_SAMPLING, F_MECHANISM, F_PROBABILITY, F_DOMAIN, F_COUNT };
-static const char *const FIELD[F_COUNT] = {"local_rate", "sflow_sampling", "local_mechanism",
-                                           "sample_probability", "observation_domain"};
-static const Py_ssize_t FIELD_LEN[F_COUNT] = {10, 14, 15, 18, 18};
+#include "_hostfields.h"  /* FIELD[]: LOCAL_FIELDS of hostfields.py, generated from it */
 
 /* ---- output ----------------------------------------------------------------------------- */
 
@@ -374,7 +371,7 @@ typedef struct {
 } local_t;
 
 static int mechanism(const char *b, const span *fields, int *sample) {
-    span v = value_of(fields, F_MECHANISM);
+    span v = value_of(fields, F_LOCAL_MECHANISM);
     if (v.s < 0 || text_is(b, v, "\"sflow\"")) { *sample = 0; return 1; }
     if (text_is(b, v, "\"sample\"")) { *sample = 1; return 1; }
     return 0;
@@ -393,8 +390,8 @@ static int lower_local(const work_t *w, Py_ssize_t h, local_t *out) {
     out->sampling_len = out->probability_len = -1;
     if (sample_new && sample_old) {
         long long pn, po;
-        if (!read_int(nt->b, value_of(fn, F_PROBABILITY), &pn) ||
-            !read_int(ot->b, value_of(fo, F_PROBABILITY), &po)) return 0;
+        if (!read_int(nt->b, value_of(fn, F_SAMPLE_PROBABILITY), &pn) ||
+            !read_int(ot->b, value_of(fo, F_SAMPLE_PROBABILITY), &po)) return 0;
         long long p = po < pn ? po : pn;
         out->rate_len = format_double((double)p / (double)w->scale, NULL, 0, out->rate);
         out->probability_len = snprintf(out->probability, sizeof out->probability, "%lld", p);
@@ -409,11 +406,11 @@ static int lower_local(const work_t *w, Py_ssize_t h, local_t *out) {
         return 1;
     }
     double rn, ro = 0.0;
-    span vn = value_of(fn, F_RATE), vo = value_of(fo, F_RATE);
+    span vn = value_of(fn, F_LOCAL_RATE), vo = value_of(fo, F_LOCAL_RATE);
     if (!read_float(nt->b, vn, &rn)) return 0;
     if (oh >= 0 && !read_float(ot->b, vo, &ro)) return 0;
     long long nn = 0, no = 0;  /* sflow_sampling: absent or null is falsy */
-    span sn = value_of(fn, F_SAMPLING), so = value_of(fo, F_SAMPLING);
+    span sn = value_of(fn, F_SFLOW_SAMPLING), so = value_of(fo, F_SFLOW_SAMPLING);
     if (sn.s >= 0 && !text_is(nt->b, sn, "null") && !read_int(nt->b, sn, &nn)) return 0;
     if (so.s >= 0 && !text_is(ot->b, so, "null") && !read_int(ot->b, so, &no)) return 0;
     double rate = rn < ro ? rn : ro;  /* min(old, new): OLD unless NEW is smaller */
@@ -475,13 +472,13 @@ static int put_entry(sink *s, const work_t *w, Py_ssize_t h) {
         }
         if (!replaced) {
             int field = -1;
-            for (int f = F_MECHANISM; f < F_COUNT; f++)
+            for (int f = F_LOCAL_MECHANISM; f < F_COUNT; f++)
                 if (len == FIELD_LEN[f] && key[0] == FIELD[f][0] &&
                     bytes_order(key, FIELD[f], (size_t)len) == 0) field = f;
             if (field < 0 || !local.drop_sample_keys) {
                 if (!first && put(s, ",", 1) < 0) return -1;
                 first = 0;
-                if (field == F_PROBABILITY && local.probability_len >= 0) {
+                if (field == F_SAMPLE_PROBABILITY && local.probability_len >= 0) {
                     if (put(s, b + k.s, v - k.s) < 0 ||
                         put(s, local.probability, local.probability_len) < 0) return -1;
                 } else if (put(s, b + k.s, p - k.s) < 0) {

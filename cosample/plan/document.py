@@ -24,10 +24,11 @@ import ipaddress
 import json
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
+    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -44,7 +45,15 @@ from cosample.plan.errors import fail_at as _fail
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT, PLANSET_FORMAT
 from cosample.plan.guard import GuardSpec
 from cosample.times import format_time, parse_time
-from cosample.validation import HostName, InterfaceName, IpAddress, Strict, TunnelAddress, describe
+from cosample.validation import (
+    HostName,
+    InterfaceName,
+    IpAddress,
+    Strict,
+    TunnelAddress,
+    describe,
+    parse_refusal,
+)
 
 Role = Literal["sender", "receiver", "idle"]
 ROLES = get_args(Role)
@@ -138,7 +147,10 @@ LocalRate = Annotated[
     Field(ge=0, le=1 + RATE_SLACK, allow_inf_nan=False),
     AfterValidator(lambda value: min(value, 1.0)),
 ]
-UtcTime = Annotated[str, AfterValidator(parse_time)]
+if TYPE_CHECKING:  # what a validated field holds: the validator turns the text into a datetime
+    UtcTime = datetime
+else:
+    UtcTime = Annotated[str, AfterValidator(parse_time)]
 Collector = Annotated[str, AfterValidator(_collector)]
 SflowAgent = Annotated[str, Field(min_length=1), AfterValidator(_sflow_agent)]
 
@@ -286,8 +298,8 @@ class HostPlan(_Open):
 class Plan(_Open):
     """A validated plan. ``raw`` is the parsed JSON, kept for re-writing (last good, transitions)."""
 
-    format: Literal[PLAN_FORMAT]
-    format_version: Literal[FORMAT_VERSION]
+    format: Literal[PLAN_FORMAT]  # type: ignore[valid-type]  # pydantic reads the name
+    format_version: Literal[FORMAT_VERSION]  # type: ignore[valid-type]  # pydantic reads the name
     version: Annotated[int, Field(ge=0)]
     created: UtcTime
     expires: UtcTime
@@ -315,13 +327,13 @@ class Plan(_Open):
     @model_validator(mode="after")
     def _consistent(self) -> "Plan":
         created, expires = self.created, self.expires
-        if expires <= created:  # type: ignore[operator]
+        if expires <= created:
             _fail(("expires",), "must be later than created", format_time(expires))
-        if self.version > created.timestamp() + VERSION_SKEW_S:  # type: ignore[attr-defined]
+        if self.version > created.timestamp() + VERSION_SKEW_S:
             _fail(
                 ("version",),
                 f"more than {VERSION_SKEW_S} s ahead of created (Unix time "
-                f"{int(created.timestamp())}); a version that far ahead "  # type: ignore
+                f"{int(created.timestamp())}); a version that far ahead "
                 f"would block every later plan",
                 self.version,
             )
@@ -339,11 +351,11 @@ class Plan(_Open):
         return content_digest(self._raw)
 
     def expired(self, now: datetime) -> bool:
-        return now >= self.expires  # type: ignore[operator]
+        return now >= self.expires
 
     def active(self, now: datetime) -> bool:
         """May be applied at ``now``: not before ``not_before`` and not expired."""
-        return (self.not_before is None or now >= self.not_before) and not self.expired(now)  # type: ignore[operator]
+        return (self.not_before is None or now >= self.not_before) and not self.expired(now)
 
 
 class PlanHead(_Open):
@@ -355,8 +367,8 @@ class PlanHead(_Open):
 
 
 class PlanSet(_Open):
-    format: Literal[PLANSET_FORMAT]
-    format_version: Literal[FORMAT_VERSION]
+    format: Literal[PLANSET_FORMAT]  # type: ignore[valid-type]  # pydantic reads the name
+    format_version: Literal[FORMAT_VERSION]  # type: ignore[valid-type]  # pydantic reads the name
     plans: Annotated[list[dict[str, Any]], Field(min_length=1)]
 
 
@@ -478,7 +490,7 @@ def _check_domains(hosts: dict[str, HostPlan]) -> None:
         seen[domain] = host.name
 
 
-def validate_plan_part(kind: type, document: Any, source: str, prefix: str = "") -> Any:
+def validate_plan_part(kind: type[BaseModel], document: Any, source: str, prefix: str = "") -> Any:
     """``document`` as a ``kind``, or one ``PlanError`` naming ``source`` and the field."""
     try:
         return kind.model_validate(document)
@@ -496,3 +508,5 @@ def load_json(data: bytes, source: str) -> Any:
         raise PlanError(f"{source}: not valid UTF-8 JSON ({exc})") from None
     except RecursionError:
         raise PlanError(f"{source}: not a plan (JSON nested too deeply)") from None
+    except ValueError as exc:  # Python's own limit: an integer over 4,300 digits
+        raise PlanError(f"{source}: not a plan ({parse_refusal(exc)})") from None

@@ -15,14 +15,14 @@ import bisect
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, pairwise
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 try:  # the bisection over the names' bytes (no Python call per step); else bisect over str
     from cosample.plan._slices import find as _compiled_find
 except ImportError:  # pragma: no cover - a host without a compiler
     _compiled_find = None
 
-OFFSET = "q"  # the offsets: native int64, as the compiled builders write them
+OFFSET: Final = "q"  # the offsets: native int64, as the compiled builders write them
 _P = TypeVar("_P", bound="Packed")
 
 

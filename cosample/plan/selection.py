@@ -101,12 +101,14 @@ def _refusal(
         running is not None and plan.version == running.version and not same_content(plan, running)
     )
     if (older or reused) and plan.reset:
+        assert running is not None  # older and reused compare with the running plan
         if plan.created <= running.created:
             return (
                 f"version {plan.version} is a reset created {format_time(plan.created)}, "
                 f"not after the running plan ({format_time(running.created)}); refused"
             )
     elif older:
+        assert running is not None
         return (
             f"version {plan.version} is older than the running version {running.version} "
             f"(rollback refused; a signed plan with 'reset: true' resets the floor)"

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from cosample.plan.formats import FORMAT_VERSION, SLICE_FORMAT, SLICE_HEAD_FORMAT
+from cosample.plan.hostfields import PEER_FIELDS
 from cosample.plan.merkle import HASH_BYTES, LEAF_PREFIX, MerkleTree
 from cosample.plan.packed import Names, Views
 from cosample.plan.signing import sign_bytes
@@ -34,17 +35,9 @@ try:  # compiled by pip install (setup.py); without it, the same views in Python
 except ImportError:  # pragma: no cover - a host without a compiler
     _slices = None
 
-#: A peer's fields every view of it keeps (its lists are cut to the pairs with the viewer).
-#: (The local mechanism's fields too: a ``sample`` peer's entry is valid only with them.)
-PEER_FIELDS = (
-    "role",
-    "local_rate",
-    "sflow_sampling",
-    "tunnel_ip",
-    "local_mechanism",
-    "sample_probability",
-    "observation_domain",
-)
+# PEER_FIELDS (cosample.plan.hostfields): a peer's fields every view of it keeps (its lists are
+# cut to the pairs with the viewer); the local mechanism's fields too: a ``sample`` peer's entry
+# is valid only with them.
 _SORTED = orjson.OPT_SORT_KEYS
 if _slices is not None:
     _slices.configure(PEER_FIELDS)
@@ -146,6 +139,7 @@ class SliceSet:
         k = self.position(file_name)
         if k is None:
             return None
+        assert self.tree is not None  # a host was found: the tree has its leaf
         return orjson.dumps(
             {
                 "format": SLICE_FORMAT,
@@ -156,7 +150,7 @@ class SliceSet:
                 "index": k,
                 "path": [step.hex() for step in self.tree.proof(k)],
             }
-        )  # type: ignore[union-attr]
+        )
 
     def etag(self, file_name: str) -> str | None:
         """Changes whenever the document does (root, view or signature)."""

@@ -80,8 +80,8 @@ def slice_location(plan_location: str, host: str) -> str:
 class SliceDocument(Strict):
     """What ``hosts/<name>`` serves: the head and the view as their exact (signed, hashed) text."""
 
-    format: Literal[SLICE_FORMAT]
-    format_version: Literal[FORMAT_VERSION]
+    format: Literal[SLICE_FORMAT]  # type: ignore[valid-type]  # pydantic reads the name
+    format_version: Literal[FORMAT_VERSION]  # type: ignore[valid-type]  # pydantic reads the name
     head: str
     signature: str | None
     view: str
@@ -90,14 +90,14 @@ class SliceDocument(Strict):
 
 
 class TreeHead(Strict):
-    hash: Literal[HASH_NAME]
+    hash: Literal[HASH_NAME]  # type: ignore[valid-type]  # pydantic reads the name
     leaves: Annotated[int, Field(ge=1)]
     root: Hash
 
 
 class SliceHead(Strict):
-    format: Literal[SLICE_HEAD_FORMAT]
-    format_version: Literal[FORMAT_VERSION]
+    format: Literal[SLICE_HEAD_FORMAT]  # type: ignore[valid-type]  # pydantic reads the name
+    format_version: Literal[FORMAT_VERSION]  # type: ignore[valid-type]  # pydantic reads the name
     plans: Annotated[list[dict[str, Any]], Field(min_length=1)]
     tree: TreeHead
 

@@ -19,11 +19,9 @@ from dataclasses import dataclass
 from cosample.fetch import MISSING, UNCHANGED, FetchError, fetch_bytes
 from cosample.fetch import fetch as fetch_document
 from cosample.plan.errors import PlanFetchError, PlanMissingError
+from cosample.plan.formats import DEFAULT_MAX_PLAN_MIB
 from cosample.plan.signing import SIGNATURE_SUFFIX
 
-#: The agents' default limit on a fetched plan document (``max_plan_mib``): above a 10^5-server
-#: two-phase plan set (about 100 MB) with room; the controller warns when it publishes more.
-DEFAULT_MAX_PLAN_MIB = 256
 MAX_BYTES = DEFAULT_MAX_PLAN_MIB * 1024 * 1024
 #: A detached signature is a line of base64 (a few during a key rotation): far below this.
 SIGNATURE_MAX_BYTES = 64 * 1024

@@ -32,10 +32,11 @@ import orjson
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.document import FORMAT_VERSION, PLANSET_FORMAT, Plan
 from cosample.plan.errors import PlanError
+from cosample.plan.hostfields import SAMPLE_FIELDS
 from cosample.times import format_time
 
 try:  # built by pip install (setup.py); without it the first phase is lowered in Python
-    from cosample.plan import _transition
+    from cosample.plan import _transition  # type: ignore[attr-defined]  # compiled: no stub
 except ImportError:  # pragma: no cover - a host without a compiler
     _transition = None
 
@@ -83,7 +84,7 @@ def plan_set(
         )
     phase1 = dict(new)
     lowered = compiled_lower(old["hosts"], new["hosts"]) if table is not None else None
-    if lowered is not None:
+    if table is not None and lowered is not None:
         phase1["hosts"] = table(lowered)
     else:
         old_hosts = _parsed(old["hosts"])
@@ -225,7 +226,7 @@ def _lower_local(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return {"local_rate": local_rate, "sflow_sampling": max(old_n, new_n)}
 
 
-_SAMPLE_KEYS = ("local_mechanism", "sample_probability", "observation_domain")
+_SAMPLE_KEYS = SAMPLE_FIELDS
 _NOTHING: dict[str, Any] = {
     "local_rate": 0.0,
     "sflow_sampling": None,

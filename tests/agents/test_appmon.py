@@ -22,9 +22,9 @@ from cosample.agents.appmon_state import (
 from cosample.agents.desired import desired_state
 from cosample.agents.errors import HostError
 from cosample.agents.fakehost import FakeHost
+from cosample.agents.hoststate import DesiredState
 from cosample.agents.reconcile import find_problems, reconcile
 from cosample.agents.report import summarise
-from cosample.agents.state import DesiredState
 from cosample.dataplane.tunnels import RECORD_PORT, appmon_vni, pair_vni
 from cosample.plan.document import content_digest, plan_from_dict
 from cosample.plan.errors import PlanError

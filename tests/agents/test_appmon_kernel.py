@@ -10,8 +10,9 @@ from cosample.agents import commands as c
 from cosample.agents.appmon_state import bpf_filter
 from cosample.agents.desired import desired_state
 from cosample.agents.fakehost import FakeHost
+from cosample.agents.hoststate import DesiredState
 from cosample.agents.reconcile import find_problems, reconcile
-from cosample.agents.state import PRIO_BASE, DesiredState, ObservedKernelFilter
+from cosample.agents.state import PRIO_BASE, ObservedKernelFilter
 from cosample.dataplane.tcmirror import (
     KERNEL_MIRROR_COOKIE_TAG,
     KERNEL_MIRROR_PRIO_BASE,

@@ -48,12 +48,12 @@ def test_only_tcp_of_the_given_port_reaches_the_socket():
         capture.close()
         listener.close()
         other.close()
-    segments = [decode(frame) for frame, _ in frames]
+    segments = [decode(frame) for _, frame in frames]
     assert segments and all(isinstance(s, Segment) for s in segments)
     assert all(port in (s.sport, s.dport) for s in segments)
     assert sum(s.payload.startswith(b"GET ") for s in segments) == 1
     assert sum(s.flags & 0x12 == 0x02 for s in segments) == 1  # one SYN: each frame seen once
-    assert all(abs(when - time.time()) < 60 for _, when in frames)  # kernel time stamps
+    assert all(abs(when - time.time()) < 60 for when, _ in frames)  # kernel time stamps
     assert drops == 0 and passed == len(frames)  # lo: each frame once (outgoing copies left out)
 
 

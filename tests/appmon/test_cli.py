@@ -12,7 +12,7 @@ from cosample.appmon.metrics import AppMetrics, State
 from cosample.appmon.pcap import write_pcap
 from cosample.appmon.snapshot import event_values, parse_snapshot, snapshot
 from cosample.cli import main
-from cosample.collector.events import EventDetector
+from cosample.events import EventDetector
 
 
 def conversation_frames(rounds=4, status=(200, 500)):
@@ -54,7 +54,7 @@ def test_replay_table(capture, capsys):
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"", "not a pcap capture (magic empty)"),
+        (b"", "empty file (0 bytes), not a pcap capture"),
         (b"\x0a\x0d\x0d\x0a" + b"\0" * 40, "pcapng is not supported"),
         (None, "cannot read capture"),
     ],

@@ -85,6 +85,9 @@ HTTP_BITS = st.sampled_from(
         b"ffffffff\r\n",
         b"0\r\n\r\n",
         b"HTTP/1.1 101 X\r\n",
+        b"Upgrade: h2c\r\n",  # a 101 with it switches the connection to HTTP/2
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        b"\x00\x00\x03\x01\x04\x00\x00\x00\x01\x88\x82\x84",  # HEADERS on stream 1
         b"x" * 40,
     ]
 )

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cosample.appmon.rateinterval import rate_interval, request_interval
-from cosample.collector.intervals import packets_interval
+from cosample.intervals import packets_interval
 
 TRIALS = 400
 

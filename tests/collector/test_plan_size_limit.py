@@ -13,10 +13,9 @@ from collector_plans import plan_document
 
 from cosample.cli import main
 from cosample.collector.planwatch import PlanWatcher
-from cosample.collector.polling import COLLECTOR_MAX_PLAN_MIB
 from cosample.collector.service import Service, Settings
 from cosample.experiments.collector_planchange import MEASURE, MIRROR
-from cosample.plan.source import DEFAULT_MAX_PLAN_MIB
+from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB, DEFAULT_MAX_PLAN_MIB
 
 NOW = datetime.fromtimestamp(float(int(time.time())), timezone.utc)
 

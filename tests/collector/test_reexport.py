@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from cosample.collector.intervals import stochastic_round
 from cosample.collector.pcap import write_pcap
 from cosample.collector.replay import replay
+from cosample.intervals import stochastic_round
 from cosample.lab.pmacct import count_capture, sfacctd_available
 from cosample.lab.sflowstream import simulate
 

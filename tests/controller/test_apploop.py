@@ -14,7 +14,7 @@ import pytest
 from controller_helpers import inventory_doc, snapshot_doc
 
 from cosample.appmon.snapshot import AppSnapshot, ServiceTime, ServiceWindow
-from cosample.collector.authenticity import SIGNATURE_SUFFIX, Signer
+from cosample.authenticity import SIGNATURE_SUFFIX, Signer
 from cosample.controller.apploop import AppJudgement, app_decision
 from cosample.controller.appmeasure import measure, plan_entries, service_name, success_rates
 from cosample.controller.decide import Policy

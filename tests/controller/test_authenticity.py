@@ -17,8 +17,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from controller_helpers import inventory_doc, snapshot_doc
 
+from cosample.authenticity import HEADER, Signer
 from cosample.cli import main
-from cosample.collector.authenticity import HEADER, Signer
 from cosample.collector.service import Service
 from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.inventory import inventory_from_dict
@@ -210,8 +210,11 @@ def test_key_permissions_warn_with_the_fix(tmp_path, keys, capsys):
     assert f"fix with: chmod 600 {key}" in capsys.readouterr().err
     os.chmod(key, 0o600)
     assert main(argv) == 0 and "chmod" not in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # neither --collector-key nor --insecure-unsigned-snapshots
-        main([a for a in argv if a not in ("--collector-key", keys["collector"][1])])
+    # neither --collector-key nor --insecure-unsigned-snapshots: one line, exit 2
+    assert main([a for a in argv if a not in ("--collector-key", keys["collector"][1])]) == 2
+    assert "one of --collector-key or --insecure-unsigned-snapshots is required" in (
+        capsys.readouterr().err
+    )
 
 
 def test_the_binary_form_is_signed_and_verified_the_same_way(collector, keys):

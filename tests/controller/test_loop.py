@@ -344,8 +344,8 @@ def test_cli_run_once_with_a_file_collector(tmp_path, keys, capsys):
     assert main(argv[:-4] + ["--change", "-0.5"]) == 2
     assert "--change" in capsys.readouterr().err
     unsigned = [a for a in argv if a not in ("--key", str(keys[0]))]
-    with pytest.raises(SystemExit):
-        main(unsigned)  # neither --key nor --insecure-unsigned
+    assert main(unsigned) == 2  # neither --key nor --insecure-unsigned
+    assert "one of --key or --insecure-unsigned is required" in capsys.readouterr().err
 
 
 def test_measurement_plan_only_after_no_snapshot_knew_a_server_for_the_bound(tmp_path, keys):

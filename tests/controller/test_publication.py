@@ -294,11 +294,10 @@ def test_a_large_fleet_publishing_slices_to_a_directory_is_warned():
 def test_a_plan_too_large_for_a_default_reader_is_a_problem_naming_it(monkeypatch):
     """Above the agents' default: whole-plan agents refuse it, slices and the collector read
     it; above the collector's default too: the collector would keep the plan before."""
-    from cosample.collector import polling
-    from cosample.plan import source
+    from cosample.plan import formats, source
 
     monkeypatch.setattr(source, "MAX_BYTES", 100)
-    monkeypatch.setattr(polling, "COLLECTOR_MAX_PLAN_MIB", 1)
+    monkeypatch.setattr(formats, "COLLECTOR_MAX_PLAN_MIB", 1)
 
     def rendered(size):
         return publish_module.Rendered(b"x" * size, None, (7, 8), {})

@@ -27,17 +27,17 @@ CLOCK = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 BUSY_S1 = {"s1": {"s1": 1500, "s2": 900}, "s2": {"s2": 200}, "s3": {"s3": 100}}
 
 
-def publish(tmp_path, document: dict) -> bytes:
+def publish(tmp_path, document: dict, clock: datetime = CLOCK) -> bytes:
     """One controller cycle on ``document`` and BUSY_S1: the published plan's bytes."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     snapshot = tmp_path / "snapshot.json"
-    snapshot.write_text(json.dumps(snapshot_doc(CLOCK, BUSY_S1, servers=["s1", "s2", "s3"])))
+    snapshot.write_text(json.dumps(snapshot_doc(clock, BUSY_S1, servers=["s1", "s2", "s3"])))
     controller = Controller(
         inventory_from_dict(document),
         Settings((str(snapshot),), interval_s=30, tau_s=30, settle_s=60),
         DirectoryTarget(tmp_path / "pub"),
         tmp_path / "state",
-        clock=lambda: CLOCK,
+        clock=lambda: clock,
     )
     assert controller.cycle().result == "published"
     return (tmp_path / "pub" / "plan.json").read_bytes()
@@ -51,7 +51,8 @@ def sample_inventory(**s1) -> dict:
 
 
 def test_an_inventory_server_with_alpha_sample_is_published_sampling_by_sample(tmp_path):
-    data = publish(tmp_path, sample_inventory())
+    # published now: ``agent validate`` (below) refuses an expired plan
+    data = publish(tmp_path, sample_inventory(), datetime.now(timezone.utc).replace(microsecond=0))
     (plan,) = parse_document(data)  # as the agents and the collector read it
     s1 = plan.hosts["s1"]
     assert s1.local_mechanism == "sample" and s1.sflow_sampling is None

@@ -26,8 +26,8 @@ import pytest
 from controller_helpers import inventory_doc, snapshot_doc
 from waiting import wait_for
 
+from cosample.authenticity import HEADER, Signer
 from cosample.cli import main
-from cosample.collector.authenticity import HEADER, Signer
 from cosample.collector.service import Service
 from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.appsource import AnalyserReader, analyser_url

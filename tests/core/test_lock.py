@@ -57,8 +57,9 @@ def test_a_new_lock_means_a_new_install(tmp_path):
     for name in ("bin/bootstrap.sh", "pyproject.toml", "constraints.txt", "setup.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
-    (tmp_path / "collector").mkdir()
-    shutil.copy(ROOT / "collector" / "_sflow.c", tmp_path / "collector" / "_sflow.c")
+    for name in ("collector/_sflow.c", "appmon/_fastpath.c"):  # what install_stamp hashes
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
 
     def stamp() -> str:
         script = f"source {tmp_path / 'bin' / 'bootstrap.sh'}; install_stamp"

@@ -19,7 +19,7 @@ from waiting import interrupt
 
 from cosample.cli import main
 from cosample.costmodel.accounting import accounting_hierarchy
-from cosample.lab.onehost import one_host_testbed_unavailable
+from cosample.costmodel.onehost import one_host_testbed_unavailable
 
 REASON = one_host_testbed_unavailable()
 pytestmark = [

@@ -177,7 +177,7 @@ def test_a_real_calibration_of_the_local_samplers(tmp_path):
     from costmodel_leftovers import leftovers
 
     from cosample.cli import main
-    from cosample.lab.onehost import one_host_testbed_unavailable
+    from cosample.costmodel.onehost import one_host_testbed_unavailable
 
     reason = one_host_testbed_unavailable()
     if reason:
@@ -246,7 +246,7 @@ def test_short_flows_cost_the_cached_exporter_one_record_each(tmp_path):
     from costmodel_leftovers import leftovers
 
     from cosample.cli import main
-    from cosample.lab.onehost import one_host_testbed_unavailable
+    from cosample.costmodel.onehost import one_host_testbed_unavailable
     from research.localsample_costs import per_run
 
     reason = one_host_testbed_unavailable()

@@ -11,10 +11,10 @@ import textwrap
 import pytest
 from waiting import wait_for
 
+from cosample.costmodel.onehost import OneHostTestbed, one_host_testbed_unavailable
 from cosample.dataplane.run import CommandError, run
 from cosample.lab import names
 from cosample.lab.netns import Lab, netns_available
-from cosample.lab.onehost import OneHostTestbed, one_host_testbed_unavailable
 
 
 def test_run_tags_are_fixed_width_and_prefixes_differ():
@@ -109,7 +109,7 @@ def test_names_a_live_run_or_nobody_marked_are_never_swept(root):
 
 ONEHOST_CRASH = textwrap.dedent("""\
     import os, sys
-    from cosample.lab.onehost import OneHostTestbed
+    from cosample.costmodel.onehost import OneHostTestbed
     testbed = OneHostTestbed(sys.argv[1])
     testbed.__enter__()  # bridge, namespaces, links and both OVS daemons up
     print(testbed.ovs.directory, flush=True)

@@ -122,9 +122,17 @@ def test_controller_predicted_capacity_use_matches_its_status(prometheus, fleet)
     [result] = prometheus.query("cosample_controller_predicted_max_capacity_use_ratio")
     scraped = float(result["value"][1])
     assert 0 < scraped < 1 and scraped == pytest.approx(status["predicted_max_use"], rel=0.5)
-    [version] = prometheus.query("cosample_controller_plan_version")
-    [agent] = prometheus.query("cosample_agent_plan_version")
-    assert float(agent["value"][1]) == float(version["value"][1]) == status["plan_version"]
+
+    def versions():
+        [version] = prometheus.query("cosample_controller_plan_version")
+        [agent] = prometheus.query("cosample_agent_plan_version")
+        now = json.loads(get(fleet.controller_url + "/status"))["plan_version"]
+        return float(agent["value"][1]), float(version["value"][1]), now
+
+    # a publication between two scrapes is seen by one scrape first: wait for the scrapes after
+    # it, and fail if the agent never runs the version the controller published
+    found = wait_for(lambda: (v := versions()) and v[0] == v[1] == v[2] and v, timeout_s=60)
+    assert found[0] == found[1] == found[2]
 
 
 def test_rules_evaluate_without_error(prometheus):

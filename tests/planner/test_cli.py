@@ -82,7 +82,67 @@ def test_check_prints_normalised_description(tmp_path, capsys):
     assert main(["check", str(DOCS / "datacentre.yaml")]) == 0
     normalised = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in normalised["servers"]] == ["web1", "web2", "db1"]
-    assert normalised["servers"][0]["alpha"] == 1.54
+    assert normalised["cost"] == {"alpha": 1.54, "beta": 0.46} and normalised["name"] == "rack-7"
+    assert normalised["servers"][1]["alpha"] == 1.2 and len(normalised["services"]) == 2
+
+
+#: Every part of a description, so ``check`` can drop none of them unnoticed.
+RICH = {
+    "cost": {"alpha": 1.54, "beta": 0.46},
+    "sflow": {"collector": "192.0.2.100:6343", "header_bytes": 128, "polling_s": 10},
+    "ipfix": {"collector": "192.0.2.100:4739", "cache_active_timeout_s": 2},
+    "budgets": {"collector_samples_pps": 400000, "analysis_hosts": 1},
+    "appmon_cost": {"onsite": 3.0, "mirror_bytes": 900},
+    "appmon_order": "sflow_first",
+    "services": [
+        {"server": "s1", "address": "2001:db8::0:5", "port": 80, "weight": 2, "min_share": 0.1}
+    ],
+    "servers": [
+        {
+            "name": "s1",
+            "calibration": "cal.json",
+            "weight": 5,
+            "packet_bytes": 500,
+            "mirror_cap_bytes_per_s": 1e8,
+            "bridge_layout": "single",
+            "tunnel_ip": "2001:db8::0:1",
+            "vm_ports": ["tap1", "tap2"],
+        },
+        {"name": "s2", "capacity_pps": 1e6, "margin": 0.3, "alpha_sample": 0.2},
+        {"name": "s3", "capacity_pps": 9e5, "alpha": 1.2, "beta": 0.4, "observation_domain": 7},
+    ],
+    "traffic_pps": {"s1": {"s1": 6e5, "s2": 1e5}, "s2": {"s2": 2e5}, "s3": {"s3": 1e5}},
+}
+
+
+@pytest.mark.parametrize(
+    "source", ["rich", "datacentre.json", "datacentre.yaml", "fleet.json"], ids=str
+)
+@pytest.mark.parametrize("robust", [False, True], ids=["point", "robust"])
+def test_checks_output_is_a_description_that_plans_to_the_same_plan(
+    tmp_path, capsys, source, robust
+):
+    """``check FILE > OUT``, then ``plan OUT`` somewhere else: the same plan_id (and the
+    output is a description ``check`` accepts again, unchanged)."""
+    if source == "rich":
+        (tmp_path / "cal.json").write_text(json.dumps(calibration()))  # with its intervals
+        original = write(tmp_path, RICH)
+    else:
+        original = DOCS / source
+    flags = ["--robust"] if robust else []
+
+    def plan_id(path) -> str:
+        assert main(["plan", str(path), "--json", *flags]) == 0, capsys.readouterr().err
+        return json.loads(capsys.readouterr().out)["plan_id"]
+
+    assert main(["check", str(original)]) == 0
+    normalised = capsys.readouterr().out
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "checked.json").write_text(normalised)
+    assert plan_id(elsewhere / "checked.json") == plan_id(original)
+    assert main(["check", str(elsewhere / "checked.json")]) == 0
+    assert capsys.readouterr().out == normalised
 
 
 def bad(**changes):

@@ -17,7 +17,7 @@ import pytest
 from costmodel_leftovers import leftovers
 from waiting import interrupt, wait_for
 
-from cosample.lab.onehost import one_host_testbed_unavailable
+from cosample.costmodel.onehost import one_host_testbed_unavailable
 from research import costmodel_sidebyside as sbs
 from research.background import (
     BURSTY_BUSY_S,

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from scipy.special import gammainc, gammaincc
 from scipy.special import gammaincinv as scipy_gammaincinv
 
-from cosample.collector.gammaquantile import TEMME_MIN_A, _classic, _temme, gammaincinv
-from cosample.collector.intervals import ZERO_COUNT_UPPER, packets_interval
+from cosample.gammaquantile import TEMME_MIN_A, _classic, _temme, gammaincinv
+from cosample.intervals import ZERO_COUNT_UPPER, packets_interval
 
 RELATIVE = 1e-9
 shapes = st.floats(min_value=-3.0, max_value=12.0).map(lambda e: 10.0**e)

@@ -2,7 +2,7 @@
 
 ``gammaincinv(a, q)`` is the ``x`` with ``P(a, x) = q``, ``P`` the regularized lower incomplete
 gamma function: what ``scipy.special.gammaincinv`` gives (at most 1.5e-12 apart, relative, in
-18,000 random draws of shape 1e-3 to 1e12; tests/collector/test_gammaquantile.py holds it to
+18,000 random draws of shape 1e-3 to 1e12; tests/core/test_gammaquantile.py holds it to
 1e-9). Written here because importing scipy.special took 0.2 CPU seconds of every ``collector
 replay`` (docs/collector.md, "Speed"); a bound costs about 13 µs.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 #: From this shape on the uniform expansion is used (truncated after ``c_4``: it agrees with the
-#: series and the fraction to 1e-12 there, tests/collector/test_gammaquantile.py) ...
+#: series and the fraction to 1e-12 there, tests/core/test_gammaquantile.py) ...
 TEMME_MIN_A = 100.0
 #: ... unless ``|eta| sqrt(a)`` is below this (cancellation in the closed forms, module docstring).
 TEMME_MIN_Z = 1.0

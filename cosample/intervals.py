@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 # chi2.ppf(q, 2k) / 2 == gammaincinv(k, q); scipy's, to 1e-12, without scipy's 0.2 s import
-from cosample.collector.gammaquantile import gammaincinv
+from cosample.gammaquantile import gammaincinv
 
 Z95 = 1.959963984540054
 #: Garwood's upper bound for an observed count of zero, chi2(0.975, 2) / 2.

@@ -1,4 +1,5 @@
-"""Signed snapshots: the collector signs each snapshot it serves, the controller verifies it.
+"""Signed snapshots: the collector and the application monitor sign each snapshot they serve,
+the controller verifies it.
 
 The controller plans from what a snapshot URL returns, so whoever can answer for that URL (a
 host on the path, a process that took the collector's port) could steer every plan. Snapshots
@@ -20,7 +21,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from cosample.collector.errors import CollectorError
+from cosample.errors import CosampleError
 from cosample.plan.errors import SigningKeyError
 from cosample.plan.signing import load_private_key, public_keys
 
@@ -28,12 +29,18 @@ HEADER = "X-Cosample-Signature"
 SIGNATURE_SUFFIX = ".sig"
 
 
+class AuthenticityError(CosampleError):
+    """An unusable snapshot key, or a snapshot unsigned or not signed by a known key."""
+
+
 class Signer:
     """A private key loaded once (the collector signs every export, several times a second)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._key = _keys(self.path, private=True)[0]
+        key = _keys(self.path, private=True)[0]
+        assert isinstance(key, Ed25519PrivateKey)  # private=True loads the private key
+        self._key = key
 
     def sign(self, data: bytes) -> str:
         """The header value for ``data``: base64 of the ed25519 signature."""
@@ -49,14 +56,14 @@ class Verifier:
 
     def verify(self, data: bytes, signature: str | bytes | None, where: str) -> None:
         if signature is None:
-            raise CollectorError(
+            raise AuthenticityError(
                 f"{where}: unsigned snapshot (no {HEADER} header or "
                 f"{SIGNATURE_SUFFIX} file); refused"
             )
         try:
             raw = base64.b64decode(signature.strip(), validate=True)
         except (binascii.Error, ValueError):
-            raise CollectorError(f"{where}: snapshot signature is not base64; refused") from None
+            raise AuthenticityError(f"{where}: snapshot signature is not base64; refused") from None
         for key in self._keys:
             try:
                 key.verify(raw, data)  # type: ignore[union-attr]
@@ -64,7 +71,9 @@ class Verifier:
             except InvalidSignature:
                 continue
         names = ", ".join(str(p) for p in self.paths)
-        raise CollectorError(f"{where}: snapshot signature does not verify with {names}; refused")
+        raise AuthenticityError(
+            f"{where}: snapshot signature does not verify with {names}; refused"
+        )
 
 
 def _keys(path: Path, private: bool) -> list[Ed25519PrivateKey] | list[Ed25519PublicKey]:
@@ -72,4 +81,6 @@ def _keys(path: Path, private: bool) -> list[Ed25519PrivateKey] | list[Ed25519Pu
     try:
         return [load_private_key(path)] if private else public_keys(path)
     except SigningKeyError as exc:
-        raise CollectorError(f"snapshot {'private' if private else 'public'} key: {exc}") from None
+        raise AuthenticityError(
+            f"snapshot {'private' if private else 'public'} key: {exc}"
+        ) from None

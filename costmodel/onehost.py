@@ -1,6 +1,6 @@
 """The one-host calibration rig: a private OVS and namespaces that ``cosample calibrate --testbed``
-pushes its traffic through (a test and experiment rig, apart from the production endpoints in
-``cosample.costmodel.endpoints``).
+pushes its traffic through, built from the lab's parts (``cosample.lab``); a real server's
+endpoints are ``endpoints.existing_endpoints``.
 
 ``OneHostTestbed`` builds, on this host, a private OVS (userspace datapath) with bridge
 ``<prefix>br0``, and network namespaces standing in for two VMs and a collector:
