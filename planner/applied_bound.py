@@ -274,4 +274,4 @@ def _golden(function, low: float, high: float, guess: float) -> float:
             a, c = c, d
             d = a + ratio * (b - a)
             values[d] = function(d)
-    return min(values, key=values.get)
+    return min(values, key=lambda t: values[t])

@@ -62,7 +62,7 @@ def _few_pairs(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, rate: np.ndarr
     what each of them takes matter (value and costs), so per rate the pairs are a vertex of
     the transportation problem without a server mirroring to itself: at most senders +
     receivers - 1 of them (dual simplex on a feasibility LP); as they were if that fails."""
-    out = ([], [], [])
+    out: tuple[list, list, list] = ([], [], [])
     for t in np.unique(rate[dst]):
         at = rate[dst] == t
         senders, send = np.unique(src[at], return_inverse=True)
@@ -70,8 +70,8 @@ def _few_pairs(src: np.ndarray, dst: np.ndarray, pps: np.ndarray, rate: np.ndarr
         supply = np.bincount(send, weights=pps[at])
         demand = np.bincount(take, weights=pps[at])
         demand *= supply.sum() / demand.sum()
-        i, k = np.meshgrid(np.arange(senders.size), np.arange(takers.size), indexing="ij")
-        i, k = i.ravel(), k.ravel()
+        grid_i, grid_k = np.meshgrid(np.arange(senders.size), np.arange(takers.size), indexing="ij")
+        i, k = grid_i.ravel(), grid_k.ravel()
         keep = senders[i] != takers[k]
         i, k = i[keep], k[keep]
         rows = np.concatenate((i, senders.size + k))
