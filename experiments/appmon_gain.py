@@ -5,7 +5,7 @@ share ``p**(i-1)`` of a volume ``load * n * C``, its own traffic only) where eac
 is one HTTP service of ``MEASURED_PACKETS_PER_REQUEST`` packets per request. Without
 collaboration each host analyses its own service on-site in what forwarding leaves (the exact
 knapsack, ``planner.appmon.solve_onsite``); with collaboration the planner may send a service's
-selective mirror to another host (``planner.appmon.plan_services``: the MILP, bound by its LP).
+selective mirror to another host (``planner.appmon_residues.plan_services``: the MILP, bound by its LP).
 The sFlow plan is left out (both arms get the same CPU). Pure: numbers in, DataFrame out.
 """
 
@@ -21,9 +21,9 @@ from cosample.planner.appmon import (
     DEFAULT_COSTS,
     MEASURED_PACKETS_PER_REQUEST,
     Services,
-    plan_services,
     solve_onsite,
 )
+from cosample.planner.appmon_residues import plan_services
 
 COLUMNS = (
     "servers",

@@ -387,7 +387,7 @@ def report(table: pd.DataFrame, out=print) -> bool:
                 f"({int(biggest['traffic_entries']):,} traffic entries): {biggest['seconds']:.3g} s "
                 f"wall, {biggest['cpu_seconds']:.3g} s CPU "
                 f"(load average {biggest['load_average']:.1f} on {os.cpu_count()} CPUs); "
-                f"{biggest['method']}, gap {biggest['gap']:.2e} to the 1-in-N bound"
+                f"{biggest['method']}, gap {biggest['gap']:.2e} to the bound on every applied plan"
             )
     sample = table[table["solver_label"] == label(EXACT, "sample")].set_index("servers")
     if not sample.empty:

@@ -374,7 +374,7 @@ def solve_greedy(
     return AppmonPlan(to, share, load, sent_total, value, value, "greedy")
 
 
-def plan_services(
+def plan_continuous(
     svc: Services,
     residual: np.ndarray,
     byte_cap: np.ndarray,
@@ -382,7 +382,9 @@ def plan_services(
     analysis_hosts: int | None = None,
 ) -> AppmonPlan:
     """The MILP for small fleets, else the greedy method; bound from the LP relaxation (or
-    everything monitored above ``LP_LIMIT`` pairs) and reported through ``AppmonPlan.gap``."""
+    everything monitored above ``LP_LIMIT`` pairs) and reported through ``AppmonPlan.gap``;
+    the shares continuous (``appmon_residues.plan_services`` makes them whole client-port
+    residues, as the agents apply them)."""
     n = residual.shape[0]
     pairs = svc.size * n
     if pairs <= MILP_LIMIT:
@@ -394,7 +396,7 @@ def plan_services(
     else:
         bound = float(np.sum(svc.weight * svc.rate))
     bound = min(bound, plan.bound) if plan.method == "milp" else bound
-    return AppmonPlan(
+    planned = AppmonPlan(
         plan.to,
         plan.share,
         plan.load,
@@ -403,3 +405,4 @@ def plan_services(
         max(bound, plan.objective) + 0.0,
         plan.method,
     )  # no -0.0
+    return planned

@@ -30,9 +30,9 @@ from cosample.planner.appmon import (
     ONSITE,
     AppmonPlan,
     Services,
-    plan_services,
 )
 from cosample.planner.appmon_costs import sender_cost, service_cost
+from cosample.planner.appmon_residues import plan_services
 
 
 def services_arrays(dc, own_pps: np.ndarray, costs: dict) -> Services:

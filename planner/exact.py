@@ -1,14 +1,17 @@
 """The exact solver: distinct packets as the switches apply them, and the bounds around them.
 
-Structure (docs/planner.md, "Why the plan is exact"): a bridge has one sFlow rate, so a server
-can take mirrored packets only if it samples everything entering its bridge 1-in-1. The servers
-that can afford that (P, ``Problem.receiver``) sample all their own traffic and offer their
-leftover capacity as room, ``(spare - alpha x bridge input) / (alpha + beta)`` pps; with a full
-mesh only the total room R matters. The others (senders) share R. ``solve_exact`` chooses each
-sender's sFlow 1-in-N (or off) together with what it mirrors (``quantised.choose_applied``):
-proved optimal among the plans sFlow can apply when all fit or few compete, otherwise greedily
-with the gap to a bound over every such plan. Then the collector budget trims the plan and
-``pairing.pair_offloads`` draws few sender-receiver pairs.
+Structure (docs/planner.md, "Why the plan is exact" and "Every plan OVS can apply"): first the
+*split plan*, which keeps receivers at 1-in-1 and senders apart: the servers that can afford
+sampling their bridge 1-in-1 (P, ``Problem.receiver``) sample all their own traffic and offer
+their leftover capacity as room, ``(spare - alpha x bridge input) / (alpha + beta)`` pps; with a
+full mesh only the total room R matters, and the others (senders) share it, each choosing its
+sFlow 1-in-N (or off) with what it mirrors (``quantised.choose_applied``, O(n log n)). Then a
+bound on every plan OVS can apply, where any server takes copies at its own 1-in-N and may send
+too (the paper's LP, and ``applied_bound``'s prices); when the split plan does not meet it and
+few servers have capacity to spare, the MILP over every applied plan (``applied_milp``) plans
+instead. "Proved optimal" only where the plan meets the bound. Then the collector budget trims
+the plan and ``pairing.pair_offloads`` draws few sender-receiver pairs (the MILP's plan brings
+its own pairs).
 
 ``solve_continuous`` is the optimum when a local share may be any real number
 (``distinct.choose``): the bound ``bounds.envelope`` and the reference of what 1-in-N costs.
@@ -23,18 +26,26 @@ import time
 
 import numpy as np
 
+from cosample.planner.applied_bound import price_bound
 from cosample.planner.budgets import samples_bound, trim_to_collector_cap
 from cosample.planner.choices import EXACT
 from cosample.planner.datacentre import DataCentre
 from cosample.planner.distinct import choose, continuous_envelope, senders_of
+from cosample.planner.fleet import fleet_of
 from cosample.planner.pairing import pair_offloads
 from cosample.planner.problem import Problem, build_problem
 from cosample.planner.quantised import choose_applied
-from cosample.planner.solution import Bounds, Solution
+from cosample.planner.solution import EXACT_TOLERANCE, Bounds, Solution
 
 #: Above this gap to the bound, the greedy is compared with the continuous optimum rounded to
 #: 1-in-N (``realise``) and the better plan kept; below it the rounding cannot win by much.
 FALLBACK_GAP = 1e-6
+#: Up to this many servers with capacity to spare, a plan short of the bound on every applied
+#: plan is searched for by the MILP over them (``applied_milp``); above, its gap is reported.
+SPACE_MILP_UP_TO = 12
+#: Wall-clock seconds the MILP over every applied plan may take in all (then its best plan and
+#: bound stand, with the gap).
+SPACE_MILP_SECONDS = 10.0
 #: The solver name of the continuous optimum (not offered on the command line: not applicable).
 CONTINUOUS = "continuous"
 
@@ -79,16 +90,38 @@ def lp_bound(problem: Problem) -> float:
     return total
 
 
+def lp_bounds_applied(problem: Problem) -> bool:
+    """Whether the paper's LP bounds every plan OVS can apply, not only those whose receivers
+    sample 1-in-1 (docs/model.md). A server k that takes copies at 1-in-N spends at least
+    ``alpha_k + beta_k`` of its capacity per copy it samples, each worth at most the heaviest
+    sender's weight; the LP spends that capacity on k's own packets instead (k's local share,
+    or its 1-in-1 as a receiver), at ``alpha_k B_k / U_k`` each. So the LP is a bound when no
+    server's own packets are worth less per unit of capacity than a copy:
+    ``w_k U_k (alpha_k + beta_k) >= max w_j alpha_k B_k`` for every server with capacity to
+    spare. Equal weights and bridges that sample only their own traffic satisfy it; a heavier
+    sender, or a bridge sampling much inbound traffic, may not (the price bound then alone)."""
+    heaviest = float(problem.weight[problem.own_pps > 0].max(initial=0.0))
+    spare = problem.spare_pps > 0
+    own_worth = problem.weight * problem.own_pps * (problem.alpha + problem.beta)
+    copy_worth = heaviest * problem.alpha * problem.bridge_pps
+    return bool(np.all(own_worth[spare] >= copy_worth[spare]))
+
+
 def optimum_pps(dc: DataCentre) -> float:
     """The paper's LP optimum as the paper states it: no headroom, point costs (for its figures)."""
     return lp_bound(build_problem(dc, margin=0.0))
 
 
 def solve_exact(problem: Problem) -> Solution:
-    """The plan as the switches apply it: each sender's sFlow 1-in-N (or off) and mirror share
-    chosen together (``quantised.choose_applied``), receivers 1-in-1, then the collector budget
-    and the pairing. ``bounds.applied`` bounds every 1-in-N plan; ``bounds.envelope`` is the
-    continuous optimum's bound (rates any real number), above it."""
+    """The plan as the switches apply it, and a bound on every plan they can apply.
+
+    First the plan that keeps senders and receivers apart (receivers sample 1-in-1, senders
+    choose their 1-in-N with their mirror share: ``quantised.choose_applied``), then the bound
+    on every applied plan (``applied_bound``: any server may take copies at its own 1-in-N and
+    may send and take at once; and the paper's LP). When the plan does not meet it and few
+    servers have capacity to spare, the MILP over every applied plan (``applied_milp``)
+    replaces it. Then the collector budget and the pairing. ``bounds.applied`` bounds every
+    applied plan; ``bounds.envelope`` the continuous optimum (receivers 1-in-1), at least it."""
     started = time.perf_counter()
     chosen = choose_applied(problem)
     senders = chosen.senders
@@ -101,17 +134,44 @@ def solve_exact(problem: Problem) -> Solution:
         sample_hosts = np.zeros(problem.size, dtype=bool)
         sample_hosts[senders.index] = chosen.sample
     src, dst, pps = pair_offloads(offload, problem.room_pps)
-    method, proved = chosen.method, chosen.optimal
+    method = f"{chosen.method} (receivers 1-in-1)"
+    objective = chosen.objective
+    capped = np.isfinite(problem.collector_cap_pps)
     cap = samples_bound(problem, problem.collector_cap_pps)
-    continuous = None
+    continuous, rates = None, None
+    fleet = fleet_of(problem)
+    paper = lp_bound(problem)
+    bound = paper if lp_bounds_applied(problem) else np.inf
+    if objective < bound * (1 - EXACT_TOLERANCE):  # not met by the paper's LP: search prices
+        bound = min(bound, price_bound(fleet, chosen.room_price)[0])
+    if not capped and objective < bound * (1 - EXACT_TOLERANCE):
+        if np.count_nonzero(fleet.spare > 0) <= SPACE_MILP_UP_TO:
+            # deferred: scipy.optimize takes a third of a second to import, and most plans
+            # meet the bound without the MILP (the embedded example does)
+            from cosample.planner.applied_milp import solve_space
+
+            found = solve_space(fleet, _limits(chosen), SPACE_MILP_SECONDS)
+            if found is not None:
+                bound = min(bound, found.bound)
+                if found.objective > objective:
+                    local, src, dst, pps = (
+                        problem.own_pps * found.rate,
+                        found.src,
+                        found.dst,
+                        found.pps,
+                    )
+                    sample_hosts = found.sample if sample_hosts is not None else None
+                    rates, objective, method = found.rate, found.objective, "MILP"
+    bound = max(bound, objective)
     if (
-        not proved
-        and not np.isfinite(problem.collector_cap_pps)
+        rates is None
+        and not capped
+        and objective < bound * (1 - EXACT_TOLERANCE)
         and chosen.objective < chosen.bound * (1 - FALLBACK_GAP)
     ):
         continuous = solve_continuous(problem)  # the greedy may miss what rounding finds
         rounded = continuous.applied
-        if float((problem.weight * rounded.distinct_pps).sum()) > chosen.objective:
+        if float((problem.weight * rounded.distinct_pps).sum()) > objective:
             keep = rounded.mirror_pps > 0
             local, src, dst, pps = (
                 rounded.local_pps,
@@ -121,7 +181,8 @@ def solve_exact(problem: Problem) -> Solution:
             )
             sample_hosts = continuous.sample_hosts
             method = "continuous optimum rounded (beat the greedy)"
-    if np.isfinite(problem.collector_cap_pps):
+    proved = objective >= bound * (1 - EXACT_TOLERANCE)
+    if capped:
         received = np.bincount(dst, weights=pps, minlength=problem.size)
         trimmed_local, trimmed = trim_to_collector_cap(problem, local, offload, received)
         if not (np.array_equal(trimmed_local, local) and np.array_equal(trimmed, offload)):
@@ -129,11 +190,11 @@ def solve_exact(problem: Problem) -> Solution:
             src, dst, pps = pair_offloads(offload, problem.room_pps)
             method, proved = method + ", trimmed to the collector budget", False
     bounds = Bounds(
-        lp=min(lp_bound(problem), cap),
-        envelope=min(max(continuous_envelope(problem), chosen.bound), cap),
+        lp=min(paper, cap),
+        envelope=min(max(continuous_envelope(problem), bound), cap),
         method=method,
         optimal=proved,
-        applied=min(chosen.bound, cap),
+        applied=min(bound, cap),
     )
     return Solution(
         EXACT,
@@ -146,7 +207,20 @@ def solve_exact(problem: Problem) -> Solution:
         seconds=time.perf_counter() - started,
         known_continuous=continuous,
         sample_hosts=sample_hosts,
+        rates=rates,
     )
+
+
+def _limits(chosen) -> dict[int, tuple[float, ...]]:
+    """Each sender's N where its mirroring reaches its limit, and the N before it (the split
+    plan's candidates: explicit in the MILP from the start)."""
+    senders = chosen.senders
+    cap = senders.n_cap
+    return {
+        int(i): tuple(float(n) for n in (cap[k] - 1, cap[k]) if np.isfinite(n))
+        for k, i in enumerate(senders.index)
+        if not senders.grid[k]
+    }
 
 
 def solve_continuous(problem: Problem) -> Solution:

@@ -201,15 +201,15 @@ def _guard_summary(dc: DataCentre, applied: Realised) -> dict[str, Any] | None:
 
 
 def _roles(problem, applied: Realised) -> np.ndarray:
-    """receiver (samples its bridge 1-in-1, may take mirrors), sender, or idle (samples nothing)."""
+    """sender (mirrors a share of its own traffic; it may also take copies), receiver (takes
+    copies and mirrors nothing, or samples its bridge 1-in-1 and could take them), or idle
+    (samples, mirrors and takes nothing)."""
     received = np.bincount(applied.mirror_dst, weights=applied.mirror_pps, minlength=problem.size)
+    sent = np.bincount(applied.mirror_src, weights=applied.mirror_pps, minlength=problem.size)
     full = applied.local_rate >= 1.0
-    roles = np.where(problem.receiver & (full | (received > 0)), "receiver", "sender")
-    nothing = (
-        (applied.sflow_sampling == 0)
-        & (received <= 0)
-        & (np.bincount(applied.mirror_src, weights=applied.mirror_pps, minlength=problem.size) <= 0)
-    )
+    receiving = (received > 0) | problem.receiver & full
+    roles = np.where(receiving & (sent <= 0), "receiver", "sender")
+    nothing = (applied.sflow_sampling == 0) & (received <= 0) & (sent <= 0)
     return np.where(nothing & ((problem.own_pps == 0) | problem.receiver), "idle", roles)
 
 

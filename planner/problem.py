@@ -265,7 +265,8 @@ def _indistinct_costs(
 
 
 def distinct_pps(own: np.ndarray, local: np.ndarray, mirrored: np.ndarray) -> np.ndarray:
-    """Per server, distinct packets when local sFlow and mirrors draw independently."""
+    """Per server, distinct packets when local sFlow and mirrors draw independently
+    (``mirrored``: the copies sampled at the receivers)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         overlap = np.where(own > 0, local * mirrored / own, 0.0)
     return np.minimum(local + mirrored - overlap, own)

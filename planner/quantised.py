@@ -114,6 +114,17 @@ class Hulls:
         last[self.sender[ends]] = self.target[ends]  # steps are in hull order per sender
         return last
 
+    def price(self, room: float) -> float:
+        """What one more pps of room is worth to the fleet: the slope of the hull step the
+        room runs out in (0 when every step fits)."""
+        if self.order.size == 0:
+            return 0.0
+        ends = np.cumsum(self.room[self.order])
+        at = int(np.searchsorted(ends, room, side="right"))
+        if at >= self.order.size:
+            return 0.0
+        return float(self.gain[self.order[at]] / self.room[self.order[at]])
+
     def bound(self, room: float) -> float:
         """Fractional knapsack over all steps: no 1-in-N plan gains more over the points 0."""
         if self.order.size == 0 or room <= 0:
@@ -209,6 +220,8 @@ class Applied:
     bound: float  # no 1-in-N (or K/65535) plan collects more (weighted)
     method: str  # "no room", "all fit", "MILP", "greedy"
     proved: bool
+    #: what one pps of the receivers' room is worth (the hull step it runs out in)
+    room_price: float
     #: per sender, True where it samples by the sample action (None: no sender may)
     sample: np.ndarray | None = None
 
@@ -246,6 +259,7 @@ def choose_applied(problem: Problem) -> Applied:
             total if total_bound is None else max(total_bound, total),
             method,
             proved,
+            hulls.price(room),
             chosen,
         )
 

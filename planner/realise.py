@@ -46,8 +46,9 @@ def predicted_load(
     mirror_pps: np.ndarray,
     sample_hosts: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each server's cost in pps units: forwarding + sampling its bridge + mirroring + receiving
-    (``sample_hosts`` sample at ``alpha_sample`` per sample)."""
+    """Each server's cost in pps units: forwarding + sampling its bridge + mirroring + taking in
+    copies (beta each) and sampling them at its rate (``sample_hosts`` sample at
+    ``alpha_sample`` per sample)."""
     n = problem.size
     out = np.bincount(mirror_src, weights=mirror_pps, minlength=n)
     received = np.bincount(mirror_dst, weights=mirror_pps, minlength=n)
@@ -60,7 +61,7 @@ def predicted_load(
         problem.forwarding_pps
         + alpha * rate * problem.bridge_pps
         + problem.beta * out
-        + (problem.alpha + problem.beta) * received
+        + (problem.alpha * rate + problem.beta) * received
     )
 
 
@@ -68,7 +69,9 @@ def realise(solution) -> Realised:
     """Round ``solution``'s local rates to 1-in-N, spend the freed capacity on existing pairs,
     count packets (``solution.Solution.applied`` calls it; this module is below that one).
 
-    Servers that receive sample 1-in-1, so that every mirrored packet they take is sampled.
+    In a continuous plan servers that receive sample 1-in-1, so that every mirrored packet they
+    take is sampled; a solution with applied rates (``Solution.rates``) keeps them, its
+    receivers sampling copies at their own rate (nothing to round, nothing freed).
     Servers the solution has sample by the sample action (``Solution.sample_hosts``) take
     K = floor(65535 r) instead: K/65535 <= r, never over capacity either.
     """
@@ -78,7 +81,8 @@ def realise(solution) -> Realised:
         planned = np.where(own > 0, solution.local_pps / own, 0.0)
     planned = np.clip(planned, 0.0, 1.0)
     received = solution.received_pps
-    rate = np.where(received > 0, 1.0, planned)
+    chosen = solution.rates is not None
+    rate = solution.rates if chosen else np.where(received > 0, 1.0, planned)
     rate = np.where(rate * MAX_INTERVAL < 1.0, 0.0, rate)  # below sFlow's range: exactly off
     planned = np.where(planned * MAX_INTERVAL < 1.0, 0.0, planned)
     interval = sampling_interval(rate)
@@ -86,7 +90,7 @@ def realise(solution) -> Realised:
     sample = solution.sample_hosts
     probability = None
     if sample is not None:
-        sample = sample & (received <= 0)  # a receiver samples 1-in-1 with sFlow
+        sample = sample & (received <= 0)  # a receiver samples with sFlow
         probability = np.where(sample, sample_probability(planned), 0)
         interval = np.where(sample, 0, interval)
         applied = np.where(sample, probability / SAMPLE_PROBABILITY_SCALE, applied)
@@ -94,7 +98,7 @@ def realise(solution) -> Realised:
     local_pps = own * applied
     mirror_pps = solution.mirror_pps.astype(float).copy()
     src, dst = solution.mirror_src, solution.mirror_dst
-    if mirror_pps.size:
+    if mirror_pps.size and not chosen:
         lost = np.maximum(solution.local_pps - local_pps, 0.0)
         offload = np.bincount(src, weights=mirror_pps, minlength=problem.size)
         headroom = np.minimum(own - offload, problem.mirror_cap_pps - offload)  # shares, mirror cap
@@ -107,9 +111,9 @@ def realise(solution) -> Realised:
             scale = np.where(demand > 0, np.minimum(1.0, room / demand), 0.0)
         mirror_pps = mirror_pps + wanted * scale[dst]
     load = predicted_load(problem, applied, src, dst, mirror_pps, sample)
-    mirrored = np.bincount(src, weights=mirror_pps, minlength=problem.size)
-    distinct = distinct_pps(own, local_pps, mirrored)
-    samples = float((applied * problem.bridge_pps).sum() + mirror_pps.sum())
+    sampled = mirror_pps * applied[dst]  # copies sampled at their receivers
+    distinct = distinct_pps(own, local_pps, np.bincount(src, weights=sampled, minlength=own.size))
+    samples = float((applied * problem.bridge_pps).sum() + sampled.sum())
     return Realised(
         planned,
         applied,

@@ -64,6 +64,10 @@ class Solution:
     #: Per server, True where the local share is taken by the sample action (K/65535, cost
     #: ``Problem.alpha_sample``) instead of sFlow; None: sFlow everywhere.
     sample_hosts: np.ndarray | None = None
+    #: Per server, the local rate as the switches apply it (1/N, K/65535 or 0) when the solver
+    #: chose the rates itself: a server taking copies samples them at that rate
+    #: (docs/model.md). None: a continuous plan, whose receivers sample 1-in-1.
+    rates: np.ndarray | None = None
     #: What ``planner.stated`` solved for this plan, kept so it is solved once (not compared,
     #: not copied by ``dataclasses.replace``).
     stated: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -79,6 +83,14 @@ class Solution:
         return np.bincount(self.mirror_src, weights=self.mirror_pps, minlength=self.local_pps.size)
 
     @property
+    def sampled_offload_pps(self) -> np.ndarray:
+        """Per server, the copies of its own traffic its receivers sample (at their rates)."""
+        pps = self.mirror_pps
+        if self.rates is not None:
+            pps = pps * self.rates[self.mirror_dst]
+        return np.bincount(self.mirror_src, weights=pps, minlength=self.local_pps.size)
+
+    @property
     def received_pps(self) -> np.ndarray:
         """Per server, the mirrored traffic it receives and samples."""
         return np.bincount(self.mirror_dst, weights=self.mirror_pps, minlength=self.local_pps.size)
@@ -89,8 +101,9 @@ class Solution:
 
     @cached_property
     def distinct_by_server(self) -> np.ndarray:
-        """Distinct own packets each server's traffic gets collected: ``U (l + m - l m)``."""
-        return distinct_pps(self.problem.own_pps, self.local_pps, self.offload_pps)
+        """Distinct own packets each server's traffic gets collected: ``U (l + m - l m)``, m the
+        share its receivers sample."""
+        return distinct_pps(self.problem.own_pps, self.local_pps, self.sampled_offload_pps)
 
     @property
     def collected_pps(self) -> float:

@@ -28,6 +28,7 @@ import sys
 import time
 
 import pytest
+from dataplane_rig import PORT, SENDER, agent_cli, collector_link, udp_payload_id, write_config
 
 from cosample.agents.state import pair_vni
 from cosample.dataplane.run import run
@@ -36,23 +37,9 @@ from cosample.lab.ovs import OvsInstance, ovs_available
 from cosample.lab.sflow import SflowCollector
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-PACKETS, PPS, PORT, SAMPLING = 12000, 8000, 9999, 8
+PACKETS, PPS, SAMPLING = 12000, 8000, 8
 SHARES = {"s2": 0.2, "s3": 0.3}
 TOLERANCE_SD = 5.0
-
-SENDER = r"""
-import socket, struct, sys, time
-dst, port, count, pps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-size = int(sys.argv[5]) if len(sys.argv) > 5 else 40
-sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-start = time.monotonic()
-for i in range(count):
-    sock.sendto(struct.pack("!Q", i) + bytes(size - 8), (dst, port))
-    if i % 100 == 99:
-        delay = start + (i + 1) / pps - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-"""
 
 SNIFFER = r"""
 import json, select, socket, struct, sys
@@ -123,16 +110,6 @@ def dataplane_plan() -> dict:
     }
 
 
-def udp_payload_id(frame: bytes) -> int | None:
-    """The test id of an Ethernet/IPv4/UDP frame to PORT (from an sFlow header), else None."""
-    if len(frame) < 42 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
-        return None
-    udp = 14 + (frame[14] & 15) * 4
-    if len(frame) < udp + 16 or int.from_bytes(frame[udp + 2 : udp + 4], "big") != PORT:
-        return None
-    return int.from_bytes(frame[udp + 8 : udp + 16], "big")
-
-
 def within(observed: int, trials: int, p: float) -> bool:
     return abs(observed - trials * p) <= TOLERANCE_SD * math.sqrt(trials * p * (1 - p))
 
@@ -178,20 +155,6 @@ def veth_between(
         disable_tx_offload(name, ns)
 
 
-def collector_link(lab: Lab, root_end: str, ns: str, net: str) -> None:
-    lab.veth(root_end, ns, peer="col", address=f"{net}.2/24")
-    run(["ip", "addr", "add", f"{net}.1/24", "dev", root_end])
-
-
-def write_config(path, host: str, plan, ovs, state, collector, agent_ip) -> str:
-    path.write_text(
-        f'host = "{host}"\nplan = "{plan}"\novsdb = "{ovs.remote}"\n'
-        f'state_dir = "{state}"\ncollector = "{collector.target}"\n'
-        f'sflow_agent = "{agent_ip}"\ninsecure_unsigned = true\n'
-    )
-    return str(path)
-
-
 def neighbour_mac(ns: str, address: str) -> str | None:
     entries = json.loads(run(["ip", "-n", ns, "-j", "neigh", "show", address]).stdout or "[]")
     return entries[0].get("lladdr") if entries else None
@@ -199,16 +162,6 @@ def neighbour_mac(ns: str, address: str) -> str | None:
 
 def link_mac(ns: str, name: str) -> str:
     return json.loads(run(["ip", "-n", ns, "-j", "link", "show", name]).stdout)[0]["address"]
-
-
-def agent_cli(lab: Lab, host_ns: str, *args: str) -> str:
-    result = run(
-        lab.exec_argv(host_ns, [sys.executable, "-m", "cosample", "agent", *args]),
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout + result.stderr
 
 
 def run_rig(

@@ -189,3 +189,30 @@ def test_bad_guard_settings_are_one_line_naming_the_key(config_for, key, value):
     with pytest.raises(ConfigError, match=key) as caught:
         config_for("s1", **{key: value})
     assert "\n" not in str(caught.value)
+
+
+def test_a_host_that_mirrors_and_receives_keeps_taking_copies_on_every_rung(
+    tmp_path, config_for, make_plan, to_bytes
+):
+    # issue 44: s1 mirrors to s2 and s3 and takes a share of s2's traffic (s2 mirrors to it),
+    # which its bridge's sFlow samples at s1's own 1-in-N. Its guard sheds s1's mirrors and
+    # samples more sparsely; the tunnel port s2's copies arrive on stays on every rung (the
+    # copies are then sampled at the rung's 1-in-N, which s1's samples declare)
+    plan = make_plan()
+    plan["hosts"]["s2"].update(role="sender", sflow_sampling=3, local_rate=1 / 3)
+    plan["hosts"]["s2"]["mirrors"] = [{"to": "s1", "rate": 0.25}]
+    plan["hosts"]["s1"]["receives"] = [{"from": "s2", "rate": 0.25, "pps": 1e5}]
+    plan["hosts"]["s1"]["guard"] = GUARD
+    path = tmp_path / "plan.json"
+    path.write_bytes(to_bytes(plan))
+    config = config_for("s1", plan=str(path), guard="on", guard_up_after=2)
+    guard = HostGuard(config, ScriptedProbe([1.0] * 12), lambda data, agent, to: None)
+    agent = Agent(config, FakeHost(), guard=guard)
+    agent.cycle()
+    tunnels = {name for name, port in agent.host.ports.items() if port.owned}
+    assert len(tunnels) == 1 and len(agent.host.devices) == 2  # s2's copies in; two mirrors out
+    for _ in range(12):
+        agent.guard_tick()
+        assert {name for name, port in agent.host.ports.items() if port.owned} == tunnels
+    assert agent.host.sflow.settings.sampling == 80 and agent.host.devices == {}
+    assert agent.last_report.desired["mirrors"] == {}

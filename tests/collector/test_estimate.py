@@ -208,3 +208,36 @@ def test_plan_change_keeps_taken_sums_and_uses_new_shares():
     low, high = (b * snapshot.window_s for b in snapshot.servers["s1"].packets_per_s_ci95)
     assert low <= 200_000 <= high
     assert snapshot.dropped.get("stale_mirror", 0) == 0
+
+
+def test_hosts_that_mirror_to_each_other_are_both_estimated():
+    # issue 44: s1 (1-in-2) mirrors 30 % of its traffic to s2 and takes 25 % of s2's, which it
+    # samples at its own 1-in-2; s2 (1-in-3) the other way round; s3 (1-in-1) takes from both
+    plan = parse_plan(
+        json.dumps(
+            plan_document(
+                {"s1": (2, {"s2": 0.3, "s3": 0.1}), "s2": (3, {"s1": 0.25}), "s3": (1, {})}
+            )
+        ).encode()
+    )
+    table = build(plan)
+    assert table.source("172.29.0.1", pair_vni("s2", "s1"), "172.29.0.2") == Source(
+        "s2", MIRRORED, 0.25
+    )
+    assert table.source("172.29.0.2", pair_vni("s1", "s2"), "172.29.0.1") == Source(
+        "s1", MIRRORED, 0.3
+    )
+    assert table.source("172.29.0.1", None, None) == Source("s1", LOCAL)
+    assert table.rates("s1") == pytest.approx((1 / 2, 0.3 / 3 + 0.1 / 1))
+    assert table.rates("s2") == pytest.approx((1 / 3, 0.25 / 2))
+    truth = {"s1": 20_000, "s2": 30_000, "s3": 5_000}
+    stream = simulate(plan, truth, duration_s=10.0, seed=11)
+    _, snapshot = run(plan, stream)
+    assert snapshot.dropped == {}
+    for server, packets in truth.items():
+        e = snapshot.servers[server]
+        low, high = (bound * snapshot.window_s for bound in e.packets_per_s_ci95)
+        assert within(packets, low, high), (server, packets, low, high)
+    # each copy is credited to its sender: s1's mirrored samples are the copies s2 and s3 took
+    assert snapshot.servers["s1"].mirrored_samples > 0 < snapshot.servers["s2"].mirrored_samples
+    assert snapshot.servers["s3"].mirrored_samples == 0

@@ -42,12 +42,13 @@ def _on_rung(sampling, scale):
     return _plan({**PLAN, "s1": (sampling, mirrors)}, version=1, guard=False)
 
 
-def mean_z(traces, truth=RATES["s1"]) -> dict:
-    """s1's standardised error at each moment, averaged over the traces."""
+def mean_z(traces, truth=None, server="s1") -> dict:
+    """``server``'s standardised error at each moment, averaged over the traces."""
+    truth = RATES[server] if truth is None else truth
     z: dict = {}
     for trace in traces:
         for t, snapshot in trace.items():
-            e = snapshot.servers["s1"]
+            e = snapshot.servers[server]
             error = (e.packets_per_s - truth) / math.sqrt(e.packets_per_s_variance)
             z[t] = z.get(t, 0.0) + error / len(traces)
     return z
@@ -113,9 +114,10 @@ def test_admission_hands_reports_over_without_counting_a_drop():
     assert admission.admit(b"\0\0\0\4" + bytes(40), "172.29.0.1") is True  # the decoder's
 
 
-def _trace(before, after, seed, *, report_at=None, initial=None):
+def _trace(before, after, seed, *, report_at=None, initial=None, plan=None, rung=None):
     """Snapshots at a few moments after s1's guard changes its rates at 40 s (``after``: the
-    plan as run from then on); its report arrives ``report_at`` s later (None: never)."""
+    plan as run from then on); its report (``rung``, else the one ``after`` implies) arrives
+    ``report_at`` s later (None: never). ``plan``: the plan in force (default ``_plan()``)."""
     lead, change = WINDOW + 2, START + 40.0
     stream = plan_change(
         before,
@@ -126,12 +128,12 @@ def _trace(before, after, seed, *, report_at=None, initial=None):
         start=change - lead,
         seed=seed,
     )
-    plan = _plan()
+    plan = plan or _plan()
     estimator = Estimator(build(plan), window_s=WINDOW)
     source = agent_address(plan, "s1")
     if initial is not None:  # the guard was on that rung before the trace starts
         estimator.guard_report(_report(*initial, change - lead - 1), source, change - lead - 1)
-    told = report_at is None
+    told, given = report_at is None, rung
     k, out = 0, {}
     for t in (-1, 1, 3, 5, 8, 12, 16):
         now = change + t
@@ -142,6 +144,7 @@ def _trace(before, after, seed, *, report_at=None, initial=None):
                 rung = (4, 8, 0.0) if not after.hosts["s1"].mirrors else (2, 8, 0.25)
                 if initial is not None:
                     rung = (0, 8, 1.0)
+                rung = given or rung
                 estimator.guard_report(_report(*rung, change), source, change + report_at)
                 told = True
             estimator.ingest(data, when)
@@ -194,6 +197,28 @@ def _plan_change_trace(before, after, seed, delay):
             k += 1
         out[t] = estimator.snapshot(now)
     return out
+
+
+#: issue 44: s1 (1-in-8) mirrors half its traffic to s3 and takes half of s2's copies, which
+#: it samples at its own 1-in-N; s2 (1-in-16) mirrors only to s1
+BOTH_WAYS = {"s1": (8, {"s3": 0.5}), "s2": (16, {"s1": 0.5}), "s3": (1, {})}
+
+
+def test_a_guarded_host_that_mirrors_and_receives_keeps_its_senders_estimates_unbiased():
+    """s1's guard sheds its mirrors and samples 1-in-16 (rung 5): the copies of s2's traffic
+    it takes in are sampled 1-in-16 from then on, so s2's estimate rests on s1's new rate, which
+    the collector reads from s1's samples; s1's own, on its report. Both stay unbiased."""
+    plan = _plan(BOTH_WAYS)
+    after = _plan({**BOTH_WAYS, "s1": (16, {})}, guard=False)
+    assert plan.hosts["s1"].mirrors and plan.hosts["s1"].receives
+    traces = [
+        _trace(plan, after, seed, report_at=0.05, plan=plan, rung=(5, 16, 0.0))
+        for seed in range(12)
+    ]
+    assert_unbiased(traces)
+    z2 = mean_z(traces, server="s2")
+    assert max(abs(value) for value in z2.values()) < 1.0, z2
+    assert traces[0][16].guard["s1"].sflow_sampling == 16
 
 
 def test_without_the_report_the_estimate_is_wrong():

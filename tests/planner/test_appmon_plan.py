@@ -13,11 +13,11 @@ from cosample.planner.appmon import (
     NONE,
     ONSITE,
     Services,
-    plan_services,
     solve_greedy,
     solve_milp,
     solve_onsite,
 )
+from cosample.planner.appmon_residues import plan_services
 from cosample.planner.errors import ShareInfeasibleError
 
 SETTINGS = settings(

@@ -21,7 +21,7 @@ from strategies import planning_inputs  # tests/ is on sys.path (pytest pythonpa
 
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE as SCALE
 from cosample.plan.document import plan_from_dict
-from cosample.planner import DataCentre, quantised, solve
+from cosample.planner import DataCentre, exact, quantised, solve
 from cosample.planner.exact import solve_continuous
 from cosample.planner.lp import backend_available
 from cosample.planner.planfile import build_plan
@@ -134,24 +134,38 @@ def weighted_applied(problem, solution) -> float:
 @SETTINGS
 @given(with_sample(), st.sampled_from([0.0, 0.1, None]))
 def test_solver_equals_brute_force_over_n_and_k(dc, margin):
+    # the brute force is over the split plan's space (receivers sample 1-in-1, senders only
+    # send): the split plan equals it; the exact plan, optimised over every plan OVS can apply
+    # (issue 44, test_applied_space.py), reaches at least as much and may collect more
     problem = build_problem(dc, margin=margin)
     if len(senders(problem)) > MAX_SENDERS:
         return
-    solution = solve(problem)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exact, "SPACE_MILP_UP_TO", 0)
+        split = solve(problem)
+    with pytest.MonkeyPatch.context() as patch:  # a loaded machine would prove less
+        patch.setattr(exact, "SPACE_MILP_SECONDS", 600.0)
+        solution = solve(problem)
     best = brute_force(problem)
-    applied = realise(solution)
-    assert solution.optimal and solution.gap == 0.0
-    assert solution.objective >= best * (1 - 1e-7) - 1e-6
-    sflow_n = applied.sflow_sampling[senders(problem)]
+    assert quantised.choose_applied(problem).proved  # optimal in its space
+    assert split.objective >= best * (1 - 1e-7) - 1e-6
+    sflow_n = realise(split).sflow_sampling[senders(problem)]
     if len(able(problem)) <= 1 and np.all(sflow_n <= N_MAX):
-        assert relative(solution.objective, best) < 1e-7
+        assert relative(split.objective, best) < 1e-7
+    assert solution.objective >= split.objective * (1 - 1e-9) - 1e-6
     # within the MILP's own tolerance (HiGHS's primal feasibility, 1e-7: an amount over the
     # room by that much is trimmed after it; 9e-8 below brute force in one example)
     assert solution.bounds.applied >= best * (1 - 1e-7) - 1e-6
+    assert solution.bounds.applied >= solution.objective * (1 - 1e-9)
+    if solution.optimal:
+        assert solution.objective >= solution.bounds.applied * (1 - 1e-9) - 1e-6
+    else:
+        assert solution.gap > 0
     # the plan as applied is what the solver chose: realise changes nothing
     assert relative(weighted_applied(problem, solution), solution.objective) < 1e-9
     assert solution.bounds.applied <= solution.bounds.envelope * (1 + 1e-9) + 1e-6
-    assert solution.bounds.envelope <= solution.bounds.lp * (1 + 1e-9) + 1e-6
+    if exact.lp_bounds_applied(problem):  # else the paper's LP may be beaten (issue 44)
+        assert solution.bounds.envelope <= solution.bounds.lp * (1 + 1e-9) + 1e-6
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
