@@ -350,10 +350,11 @@ def test_dry_run_fails_when_it_cannot_read_the_host(tmp_path, capsys):
 
 def test_validate_warns_in_the_last_tenth_of_a_plans_validity(tmp_path, capsys):
     plan = tmp_path / "plan.json"
-    plan.write_bytes(plan_at(NOW - timedelta(minutes=95), hours=100 / 60))  # 5 of 100 min left
+    now = datetime.now(timezone.utc)  # not the module's NOW: collection may be minutes earlier
+    plan.write_bytes(plan_at(now - timedelta(minutes=95), hours=100 / 60))  # 5 of 100 min left
     assert main(["agent", "validate", str(plan)]) == 0
     out, err = capsys.readouterr()
     assert out.endswith(": valid\n") and "the last tenth of its validity" in err
-    plan.write_bytes(plan_at(NOW - timedelta(minutes=50), hours=100 / 60))  # half left
+    plan.write_bytes(plan_at(now - timedelta(minutes=50), hours=100 / 60))  # half left
     assert main(["agent", "validate", str(plan)]) == 0
     assert capsys.readouterr().err == ""
