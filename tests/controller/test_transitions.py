@@ -145,14 +145,22 @@ def test_steady_chunked_noise_publishes_the_first_plan_only(tmp_path):
 def test_steady_noise_after_a_planless_start(tmp_path):
     """The same, starting plan-less: the first plan rests on sparse 1-in-128 samples (their
     sampling error simulated, the hold not remembering them); the first publication is the
-    real plan, never a measurement plan, and at most one correction follows (measured: 17 of
-    30 seeds publish once, docs/controller.md "Known limits"; here at least half of the same
-    30: ten seeds were too few for a threshold, 5 of 10 passing or failing by one seed)."""
-    counts = []
+    real plan, never a measurement plan, and at most one correction follows, except an
+    overload on the knife edge after a gain (measured: 17 of 30 seeds publish once, 12 twice,
+    one three times, docs/controller.md "Known limits"; here at least half of the same 30: ten
+    seeds were too few for a threshold, 5 of 10 passing or failing by one seed)."""
+    counts, thirds = [], []
     for seed in range(30):
         traffic = chunked_noise(TESTBED, np.random.default_rng(1000 + seed), 0.10, 15.0, 200.0)
         published = loop(traffic, tmp_path, seed)
         assert published[0][1] == "no current plan"
         assert not [r for _, r in published if r.startswith("bootstrap")]
         counts.append(len(published))
-    assert max(counts) <= 2 and counts.count(1) >= 15, counts
+        thirds += [reason for _, reason in published[2:]]
+    # Since the planner plans over every plan OVS can apply (i44), a gain may make a sender
+    # also receive, up to the overload rule's capacity x (1 - margin): seed 17's gain (+28.3 %,
+    # s2 at 1-in-3 mirroring to s3 and taking s1's copies) is then predicted at 95.1 % on the
+    # next +/-10 % draw and relieved (the documented overload rule, not noise chasing): a third
+    # publication, and only ever an overload, on at most one seed in ten.
+    assert max(counts) <= 3 and counts.count(1) >= 15, counts
+    assert thirds.count("overload") == len(thirds) <= 3, (counts, thirds)
