@@ -20,7 +20,11 @@ are taken as tickets, not answers. HTTP/2 adds records that are neither requests
 client record of at most 17 bytes of plaintext is not a request (a request whose header block
 is all indexed, 13-17 bytes, is missed), a server record of at most 9 bytes (a frame with no
 payload) does not start an answer; the first client turn, the connection preface, is a request
-only if it is longer than the preface and its SETTINGS (it carries the first HEADERS). Over
+only if it is longer than the preface and its SETTINGS (it carries the first HEADERS). The
+server's preface (its SETTINGS, a WINDOW_UPDATE, the ack of the client's SETTINGS) may come
+after the first request, later than the tickets' gap: the server's first record of at most
+``H2_SERVER_PREFACE_MAX`` bytes of plaintext is that preface, no ticket and no answer (an answer
+riding with it in a record that short is missed). Over
 TLS 1.3 alerts are encrypted too: a client record of less than 18 bytes of plaintext (the
 shortest HTTP/1.x request) is not a request. The plaintext is the record's length less 17 bytes
 in TLS 1.3 and 24 in TLS 1.2 (AES-GCM; other ciphers differ by a few bytes).
@@ -53,6 +57,9 @@ HTTP1_REQUEST_MIN, H2_CONTROL_MAX = 18, 17
 #: An HTTP/2 client's preface record: the 24-byte preface and a SETTINGS frame of at most 6
 #: settings (and a WINDOW_UPDATE): longer, and the first HEADERS rides along.
 H2_PREFACE_MAX = 24 + 9 + 6 * 6 + 13
+#: An HTTP/2 server's preface record: a SETTINGS frame of at most 6 settings, a WINDOW_UPDATE
+#: and the acknowledgement of the client's SETTINGS.
+H2_SERVER_PREFACE_MAX = 9 + 6 * 6 + 13 + 9
 
 
 class TlsConnection:
@@ -82,6 +89,7 @@ class TlsConnection:
         "ticket_time",
         "tickets",
         "preface",
+        "server_preface",
         "protocol",
     )
 
@@ -111,7 +119,7 @@ class TlsConnection:
         self.spoke = False  # the server sent records since the request (answers or not)
         self.ticket_time: float | None = None  # when tickets may come: the client's Finished
         self.tickets = 0
-        self.preface = self.protocol == "h2"
+        self.preface = self.server_preface = self.protocol == "h2"
 
     def _hello(self, hello, time: float) -> None:
         if hello.kind == SERVER_HELLO:
@@ -121,7 +129,7 @@ class TlsConnection:
             chosen = hello.alpn[0] if hello.alpn in ((b"h2",), (b"http/1.1",)) else None
         if chosen is not None and not self.fixed:
             self.protocol = "h2" if chosen == b"h2" else "tls"
-            self.preface = self.protocol == "h2"
+            self.preface = self.server_preface = self.protocol == "h2"
 
     def _overhead(self) -> int:
         return OVERHEAD_13 if self.tls13 else OVERHEAD_12
@@ -184,6 +192,10 @@ class TlsConnection:
             if kind == APPLICATION_DATA:
                 self.tls13 = True  # encrypted handshake messages: TLS 1.3
             return
+        if self.server_preface and kind is not None:
+            if length <= H2_SERVER_PREFACE_MAX + self._overhead():
+                self.server_preface = False
+                return  # the server's SETTINGS, whenever it comes: no ticket, no answer
         self.spoke = True
         if self.ticket_time is not None:
             if self.tickets < MAX_TICKETS and time - self.ticket_time <= (
@@ -194,6 +206,7 @@ class TlsConnection:
                 self.counters["tls_tickets"] += 1
                 return
             self.ticket_time = None
+        self.server_preface = False  # a longer first record: the preface rode along
         if self.answered:
             return  # more of the same answer, or a server's own (HTTP/2 SETTINGS)
         if self.protocol == "h2" and kind is not None and length <= 9 + self._overhead():

@@ -63,7 +63,9 @@ class Logged:
 
 def start_proxy(rig, directory: Path, timeout_s: float = 10.0) -> Path:
     """nghttpx in the server namespace on ``UPGRADE_PORT`` before the rig's backend, answering
-    before this returns (stopped by the rig, by PID); its access log's path."""
+    before this returns (stopped by the rig, by PID); its access log's path, holding the line
+    of the probe that answered (nghttpx writes it after the answer: counted before it is
+    there, it would be taken for the first recorded request's)."""
     from cosample.lab.web import BACKEND_PORT, SERVER_ADDRESS
 
     log = directory / "nghttpx-access.log"
@@ -82,11 +84,25 @@ def start_proxy(rig, directory: Path, timeout_s: float = 10.0) -> Path:
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        probe = ["curl", "-s", "-o", "/dev/null", "--max-time", "2", url(0, 0)]
-        if run(rig.lab.exec_argv(rig.client, probe), check=False, timeout=5).returncode == 0:
-            return log
+        probe = ["curl", "-s", "-o", "/dev/null", "-w", "%{local_port}", "--max-time", "2"]
+        answered = run(rig.lab.exec_argv(rig.client, [*probe, url(0, 0)]), check=False, timeout=5)
+        if answered.returncode == 0:
+            port = int(answered.stdout)
+            while time.monotonic() < deadline:
+                if any(entry.client_port == port for entry in read_log(log)):
+                    return log
+                time.sleep(0.05)
+            break
         time.sleep(0.1)
-    raise CommandError(f"nghttpx did not answer within {timeout_s:g} s (see {directory})")
+    raise CommandError(f"nghttpx did not answer and log within {timeout_s:g} s (see {directory})")
+
+
+def wait_logged(log: Path, lines: int, timeout_s: float) -> None:
+    """Until nghttpx's access log holds ``lines`` lines, at most ``timeout_s`` (short: the
+    caller counts what is there)."""
+    deadline = time.monotonic() + timeout_s
+    while len(read_log(log)) < lines and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def url(connection: int, request: int) -> str:
@@ -134,6 +150,7 @@ def record(out: Path, connections: int = 4, requests: int = 6) -> list[Logged]:
             dump = rig.tcpdump(out)
             time.sleep(0.3)
             drive(rig, connections, requests)
+            wait_logged(log, before + connections * requests, 10.0)
             time.sleep(0.5)
             rig.stop(dump)
             return read_log(log)[before:]

@@ -216,3 +216,48 @@ def test_http2_over_tls_keeps_control_records_out_of_the_turns(certificate):
     assert stats.protocol == "h2"
     assert (stats.requests, stats.matched, stats.handshakes) == (3, 3, 1)
     assert stats.total_s == pytest.approx(sum(expected), abs=1e-9)
+
+
+@pytest.mark.parametrize("settings_after_s", [0.0002, 0.0006, 0.003])
+def test_http2_over_tls_server_preface_after_the_first_request_is_no_answer(
+    certificate, settings_after_s
+):
+    """nginx's SETTINGS (with its WINDOW_UPDATE and the ack of the client's SETTINGS, one
+    record) may follow the client's first HEADERS, later than the tickets' gap (a capture of
+    research.appmon_protocols' h2_curl phase: 0.56 ms after the last ticket): it is the
+    server's preface, not the first answer, whatever its delay."""
+    from appmon_traffic import h2_frame as frame
+    from appmon_traffic import h2_request_block as request_block
+
+    from cosample.appmon.h2 import (
+        DATA,
+        END_HEADERS,
+        END_STREAM,
+        HEADERS,
+        PREFACE,
+        SETTINGS,
+        WINDOW_UPDATE,
+    )
+
+    pair = Pair(certificate, ssl.TLSVersion.TLSv1_3, alpn=["h2"])
+    c = Conversation(cport=40002, port=8443, server="10.0.0.2")
+    frames = c.handshake(0.9)
+    for time, (from_client, data) in zip((1.0, 1.0005, 1.001, 1.0011), pair.handshake()):
+        frames.append(c.send(time, data, from_client))
+    preface = PREFACE + frame(SETTINGS, 0, 0, b"\x00\x02\x00\x00\x00\x00")
+    frames.append(c.send(1.0012, pair.send(True, preface)))
+    request = frame(HEADERS, END_HEADERS | END_STREAM, 1, request_block("/0"))
+    frames.append(c.send(1.0013, pair.send(True, request)))
+    settings = b"\x00\x03\x00\x00\x00\x80\x00\x04\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00"
+    server_preface = (
+        frame(SETTINGS, 0, 0, settings)
+        + frame(WINDOW_UPDATE, 0, 0, b"\x7f\xff\x00\x00")
+        + frame(SETTINGS, 1, 0)
+    )
+    frames.append(c.send(1.0011 + settings_after_s, pair.send(False, server_preface), False))
+    body = frame(HEADERS, END_HEADERS, 1, b"\x88") + frame(DATA, END_STREAM, 1, b"b" * 100)
+    frames.append(c.send(1.008, pair.send(False, body), False))
+    analyser, windows = run(frames, protocols={8443: "h2"})
+    stats = windows[0].services[(KEY[0], 8443)]
+    assert (stats.requests, stats.matched) == (1, 1)
+    assert stats.total_s == pytest.approx(1.008 - 1.0013, abs=1e-9)
