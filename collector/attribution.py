@@ -20,6 +20,7 @@ plan version (``plan_version is None``) and the snapshot says so (``plan: null``
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -150,6 +151,17 @@ class Attribution:
 
 def ipfix_key(domain: int | None) -> str:
     return f"ipfix/{domain}"
+
+
+def exporter_address(source: str) -> str:
+    """The UDP source as the plan writes addresses (IPv4-mapped IPv6 as IPv4, no scope)."""
+    try:
+        ip = ipaddress.ip_address(source.split("%", 1)[0])
+    except ValueError:
+        return source
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip)
 
 
 def _probability(sampling: int | None) -> float:

@@ -18,6 +18,7 @@ import math
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from cosample.collector.estimatorstate import EstimatorState
 from cosample.collector.exposure import extrapolate, precision
 from cosample.collector.snapshotwire import traffic_columns
 from cosample.intervals import normal_interval, packets_interval
@@ -52,13 +53,14 @@ SERVER_COLUMNS = (
 )
 
 
-class Estimates:
+class Estimates(EstimatorState):
     """The normal path of ``Estimator`` (its state is the estimator's: see estimate.py)."""
 
     def _precisions(
         self, server: str, local_seen: bool = True, mirrored_seen: bool = True
     ) -> tuple[float, float, float, float]:
         """(l, Q, w_L, w_M) for ``server`` at the agents' current rates."""
+        assert self.attribution is not None  # weights are asked of planned servers only
         local, mirrored = self.attribution.rates(server, self.rate_of, self.guards.scale(server))
         if not local_seen:
             local = 0.0
@@ -127,12 +129,12 @@ class Estimates:
                 columns[key].append(value)
             for port, rates in sorted((self.ports.rates.get(server) or {}).items()):
                 ports.append((k, port, rates))
-        traffic = None
+        traffic: dict[str, dict[str, float]] | None = None
         if self.attribution is not None and self.attribution.server_of_address:
             traffic = {}
             for (src, dst, kind), w in sorted(matrix.items()):
-                row = traffic.setdefault(src, {})
-                row[dst] = row.get(dst, 0.0) + scales.get(src, (1.0, 0.0))[kind] * w / window
+                to = traffic.setdefault(src, {})
+                to[dst] = to.get(dst, 0.0) + scales.get(src, (1.0, 0.0))[kind] * w / window
         attribution = self.attribution
         plan = (
             None
@@ -275,7 +277,7 @@ class Estimates:
         return {key: value for key, value in counts.items() if value}
 
 
-def _spread(total: float, squares: float, count: int) -> float:
+def _spread(total: float, squares: float, count: float) -> float:
     """The lost records' share of the variance, over ``f (f-1)``: the lost records are
     estimated by the mean of the ``count`` received (a ratio estimate), so what counts is how
     the records' values ``y`` vary, ``r/(r-1) sum (y - mean)^2``; one record alone says nothing

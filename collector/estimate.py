@@ -78,23 +78,23 @@ class Estimator(Estimates, IpfixIngest):
         self.partial = partial
         self.window_s = window_s  # None: everything since the start (replay)
         self.name = name
-        self.dropped: Counter[str] = Counter()
-        self.ignored: Counter[str] = Counter()
+        self.dropped = Counter()
+        self.ignored = Counter()
         self.datagrams = 0
         self.samples = 0
-        self.rate_of: dict[str, int] = {}  # agent -> the 1-in-N it reported last
+        self.rate_of = {}  # agent -> the 1-in-N it reported last
         self._hooks: list = [None, None]  # on_sample, on_datagram (properties below)
         self._modes()  # a record per sample (``_each``); flows counted only (``_lean``)
         #: sums are kept per bucket of ``bucket_s`` seconds: a tenth of the window (memory grows
         #: with the number of buckets, the window slides by one bucket)
         self.bucket_s = max(1.0, window_s / 10) if window_s else 60.0
-        self._buckets: deque[tuple[int, dict, dict]] = deque()
+        self._buckets = deque()
         self.loss = LossTracker(self._book)
-        self._lost: dict[int, dict[str, float]] = {}  # bucket -> agent -> samples lost in it
+        self._lost = {}  # bucket -> agent -> samples lost in it
         self.unknown = UnknownAgents()
-        self.discards: dict[str, dict[str, int]] = {}  # server -> drop reason -> discards
+        self.discards = {}  # server -> drop reason -> discards
         self.ports = PortRates()  # interface counters -> port rates
-        self._last: dict[str, float] = {}
+        self._last = {}
         self._mirror_q: dict[str, float] = {}
         self._verdicts: dict[tuple, Source | str] = {}
         #: (agent, rate, VNI, outer source) -> the verdict on such samples and their sums in
@@ -109,8 +109,8 @@ class Estimator(Estimates, IpfixIngest):
         #: the slots, the newest sample per server, the newest bucket's tallies and sums]
         self._context: list = [None, self.loss._agents, self._slots, self._last, {}, {}]
         self._compiled = decode.compiled_ingest  # None: the Python path does all
-        self._first: float | None = None
-        self._now: float | None = None
+        self._first = None
+        self._now = None
         self.streams = Streams(gated=not partial)
         self.templates = Templates()  # IPFIX templates per (exporter, domain)
         self.ipfix_messages = 0
@@ -191,7 +191,7 @@ class Estimator(Estimates, IpfixIngest):
             if counted is not None:
                 self.datagrams += 1
                 self.samples += counted
-                if now > self._now:
+                if self._now is None or now > self._now:  # (never None here: a bucket began)
                     self._now = now
                 return
         try:
@@ -208,7 +208,7 @@ class Estimator(Estimates, IpfixIngest):
             self.on_datagram(agent, flows, counters, discards)
         if now >= self._next_bucket:  # time moves on (``_tick``), cheaply within a bucket
             self._tick(now)
-        elif now > self._now:
+        elif self._now is None or now > self._now:
             self._now = now
         attribution = self.attribution
         if attribution is None:
@@ -226,11 +226,13 @@ class Estimator(Estimates, IpfixIngest):
             self._discarded(home, discards)
         kept = self.loss.datagram(agent, sub_agent, number, uptime, flows, now, runs, data)
         if kept is not flows:  # looked at one by one (decoded if they were only counted)
+            assert isinstance(kept, tuple)  # the flows kept, always a tuple of their own
             if len(kept) < count:
                 self.dropped["duplicate"] += count - len(kept)
             flows, alike = kept, None
         if alike is None or self._each:  # the compiled scan did not group them (or a record
-            alike = self._groups(flows, self._each)  # is needed per sample)
+            assert isinstance(flows, tuple)  # is needed per sample): only counted, they were
+            alike = self._groups(flows, self._each)
         bucket, sums, agents = self._buckets[-1]
         received, starting, slots = 0, None, self._slots
         for group in alike:
@@ -271,6 +273,8 @@ class Estimator(Estimates, IpfixIngest):
         ``starting``: the streams this datagram started."""
         rate, vni, outer, n = group[0], group[1], group[2], group[3]
         attribution = self.attribution
+        assert attribution is not None  # ``ingest`` decides nothing without a plan
+        source: Source | str | None
         if vni is None and outer is None:  # taken on a VM port: the agent's own server
             source = attribution.source(agent, None, None)
         else:
@@ -282,7 +286,7 @@ class Estimator(Estimates, IpfixIngest):
                 source = self._verdicts[verdict_key] = attribution.source(
                     agent, vni, _ntoa(outer) if outer is not None else None
                 )
-        if source.__class__ is str:
+        if isinstance(source, str):
             (self.ignored if source == "overlay_ingress" else self.dropped)[source] += n
             return None, starting
         previous = self.rate_of.get(agent)
@@ -338,10 +342,13 @@ class Estimator(Estimates, IpfixIngest):
         _, _, weight, variance, server, source, kind, _ = slot
         flow, size, squares = group[6], group[4], group[5]
         record = flow_record(agent, flow, data)
+        assert self.attribution is not None  # ``ingest`` decides nothing without a plan
         server_of_address = self.attribution.server_of_address
         dst = None
-        if server_of_address:
-            dst = server_of_address.get(record.dst_ip) or server_of_address.get(record.dst_mac)
+        if server_of_address:  # ("": no address, no server)
+            dst = server_of_address.get(record.dst_ip or "") or server_of_address.get(
+                record.dst_mac or ""
+            )
         key = (server, agent, kind, dst)
         acc = sums.get(key)
         if acc is None:
@@ -426,12 +433,14 @@ class Estimator(Estimates, IpfixIngest):
         return q
 
     def _running_q(self, sender: str) -> float:
-        servers, runs = self.attribution.servers, self.streams.runs
+        attribution = self.attribution
+        assert attribution is not None  # only planned servers have mirrored streams
+        servers, runs = attribution.servers, self.streams.runs
         return min(
             1.0,
             math.fsum(
                 q
-                for receiver, q in self.attribution.mirror_rates(
+                for receiver, q in attribution.mirror_rates(
                     sender, self.rate_of, self.guards.scale(sender)
                 ).items()
                 if runs(sender, servers[receiver].agent, 1)

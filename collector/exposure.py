@@ -64,7 +64,7 @@ class Streams:
         for server in set(planned) | set(self._planned):
             new, old = planned.get(server, set()), self._planned.get(server, set())
             active = self.active.setdefault(server, set())
-            ends = {}
+            ends: dict[int, float] = {}  # kind -> when its stopped streams ended
             for agent, kind in old - new:
                 arrival = last(server, agent, kind) if (agent, kind) in active else None
                 if arrival is not None and arrival < when:
@@ -116,7 +116,7 @@ class Streams:
             self.gate[(server, agent, kind)] = PENDING if run else STOPPED
         self._update_spans(server, at, ends)
 
-    def runs(self, server: str, agent: str, kind: int) -> bool:
+    def runs(self, server: str, agent: str | None, kind: int) -> bool:
         return (agent, kind) in self.active.get(server, ())
 
     def exposure(self, server: str, kind: int, start: float, now: float) -> float:
@@ -158,8 +158,9 @@ def _planned(attribution: Attribution, server: str) -> set[tuple[str, int]]:
     """
     plan = attribution.servers[server]
     streams: set[tuple[str, int]] = set()
-    if plan.sample_probability:  # OVS's sample action: its IPFIX records are the local stream
-        streams.add((plan.ipfix_key, LOCAL_KIND))
+    key = plan.ipfix_key  # OVS's sample action: its IPFIX records are the local stream
+    if key is not None:
+        streams.add((key, LOCAL_KIND))
     elif plan.agent is not None and (plan.sampling is not None or not plan.mirrors):
         streams.add((plan.agent, LOCAL_KIND))
     for receiver, share in plan.mirrors.items():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cosample.collector.ipfixingest import exporter_address
+from cosample.collector.attribution import exporter_address
 from cosample.dataplane.guardwire import GuardReport, decode
 
 #: A report's time may differ from the collector's by this much (hosts run NTP; the plans'

@@ -38,9 +38,9 @@ the smallest it can be, so the bytes' variance is a lower bound for flows of mix
 
 from __future__ import annotations
 
-import ipaddress
-
+from cosample.collector.attribution import exporter_address
 from cosample.collector.declared import MAX_FRAME_BYTES, record_packets_bound
+from cosample.collector.estimatorstate import EstimatorState
 from cosample.collector.exposure import PENDING
 from cosample.collector.ipfix import IpfixError, Message, Templates
 from cosample.collector.loss import WRAP
@@ -68,18 +68,7 @@ def _span_s(record: dict, timeout_s: float) -> float:
     return timeout_s
 
 
-def exporter_address(source: str) -> str:
-    """The UDP source as the plan writes addresses (IPv4-mapped IPv6 as IPv4, no scope)."""
-    try:
-        ip = ipaddress.ip_address(source.split("%", 1)[0])
-    except ValueError:
-        return source
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return str(ip)
-
-
-class IpfixIngest:
+class IpfixIngest(EstimatorState):
     """``Estimator``'s IPFIX half: ``ingest_ipfix`` (state is the estimator's)."""
 
     templates: Templates
@@ -92,7 +81,7 @@ class IpfixIngest:
         attribution = self.attribution
         exporter = exporter_address(source)
         server = attribution.server_of_exporter.get(exporter) if attribution is not None else None
-        if server is None:  # no template state for exporters nobody planned
+        if attribution is None or server is None:  # no template state for exporters nobody planned
             self.dropped[
                 "ipfix_no_plan" if attribution is None else "ipfix_unplanned_exporter"
             ] += 1
@@ -105,7 +94,8 @@ class IpfixIngest:
         self.ipfix_messages += 1
         self._tick(now)
         plan = attribution.servers[server]
-        key = plan.ipfix_key
+        key, planned = plan.ipfix_key, plan.sample_probability
+        assert key is not None and planned is not None  # the plan names IPFIX exporters only
         if message.unknown_sets:
             self.dropped["ipfix_unknown_template"] += message.unknown_sets
         if message.refused_templates:
@@ -128,12 +118,14 @@ class IpfixIngest:
         if message.domain != plan.observation_domain:
             self.dropped["ipfix_domain_mismatch"] += len(records)
             return
-        self._ipfix_records(server, key, plan.sample_probability, message, now)
+        self._ipfix_records(server, key, planned, message, now)
 
     def _ipfix_records(
         self, server: str, key: str, planned: int, message: Message, now: float
     ) -> None:
-        timeout = self.attribution.ipfix_timeout_s or CACHE_ACTIVE_TIMEOUT_S
+        attribution = self.attribution
+        assert attribution is not None  # (``ingest_ipfix`` takes nothing without a plan)
+        timeout = attribution.ipfix_timeout_s or CACHE_ACTIVE_TIMEOUT_S
         gate = self.streams.gate
         if gate:
             state = gate.get((server, key, 0))
@@ -145,7 +137,7 @@ class IpfixIngest:
                 self.dropped["stale_local"] += len(message.records)
                 return
         _, sums, agents = self._buckets[-1]
-        server_of_address = self.attribution.server_of_address
+        server_of_address = attribution.server_of_address
         received = 0
         declared, rate_of, dropped = self.declared, self.rate_of, self.dropped
         for record in message.records:

@@ -37,7 +37,7 @@ most ``MAX_HOLES`` holes per sampler, at most ``MAX_SAMPLERS`` samplers per agen
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
+from typing import cast, overload
 
 WRAP, HALF = 1 << 32, 1 << 31
 #: How far (in sample numbers) behind the newest a sample may arrive and still be told apart
@@ -131,6 +131,30 @@ class LossTracker:
     def __len__(self) -> int:
         return sum(len(entry[1]) for entry in self._agents.values())
 
+    @overload
+    def datagram(
+        self,
+        agent: str,
+        sub_agent: int,
+        number: int,
+        uptime: int,
+        flows: tuple,
+        now: float,
+        runs: tuple | None = None,
+        data: bytes | None = None,
+    ) -> tuple: ...
+    @overload
+    def datagram(
+        self,
+        agent: str,
+        sub_agent: int,
+        number: int,
+        uptime: int,
+        flows: tuple | int,
+        now: float,
+        runs: tuple | None = None,
+        data: bytes | None = None,
+    ) -> tuple | int: ...
     def datagram(
         self,
         agent: str,
