@@ -35,7 +35,7 @@ from cosample.controller import appmeasure
 from cosample.controller.appsource import AnalyserReader, AppReading
 from cosample.controller.decide import Decision, Policy
 from cosample.controller.evaluate import Evaluation
-from cosample.controller.plausibility import Screen, vet
+from cosample.controller.plausibility import Refusal, Screen, vet
 from cosample.controller.smoothing import Smoothed, update
 from cosample.plan.appmon import SHARE_BITS, selected_share
 from cosample.planner.appmon import DEFAULT_COSTS, NONE, ONSITE, Services, loads
@@ -119,7 +119,7 @@ class Applications:
         _, _, share = appmeasure.plan_entries(current_plan, self.services)
         measurement, unknown, intervals = appmeasure.measure(reading.snapshots, self.names, share)
         successes = appmeasure.success_rates(reading.snapshots, self.names, share)
-        refused = ()
+        refused: tuple[Refusal, ...] = ()
         if measurement is not None:
             vetted = vet(
                 measurement,
@@ -154,15 +154,11 @@ class Applications:
                     "service": name,
                     "share": round(float(share[j]), 6),
                     "requests_per_s": round(float(measurement.own_pps[j]), 3),
-                    "requests_per_s_ci95": [round(v, 3) for v in intervals[name]]
-                    if intervals.get(name)
-                    else None,
+                    "requests_per_s_ci95": _rounded_all(intervals.get(name), 3),
                     # the window's success rate over all connections, with its 95 %
                     # connection-level interval (None: no final response, or unknown)
                     "success_rate": _rounded(successes.get(name, (None, None))[0]),
-                    "success_rate_ci95": [round(v, 6) for v in successes[name][1]]
-                    if successes.get(name, (None, None))[1]
-                    else None,
+                    "success_rate_ci95": _rounded_all(successes.get(name, (None, None))[1], 6),
                 }
                 for j, name in enumerate(self.names)
                 if measurement is not None and measurement.measured[j]
@@ -312,3 +308,8 @@ class Applications:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
+
+
+def _rounded_all(values: list[float] | None, digits: int) -> list[float] | None:
+    """An interval's ends rounded (None: no interval, or an empty one)."""
+    return [round(v, digits) for v in values] if values else None

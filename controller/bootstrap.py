@@ -77,4 +77,4 @@ def floor_shares(shares: PlanShares, sampling: int) -> PlanShares:
 
 
 def is_measurement_plan(plan: dict[str, Any] | None) -> bool:
-    return bool(plan) and plan.get("bootstrap") is True
+    return plan is not None and plan.get("bootstrap") is True

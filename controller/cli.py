@@ -391,7 +391,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.serve:
         host, port = parse_hostport(args.serve, "--serve")
         holder: dict = {}
-        target = HttpTarget(
+        target: HttpTarget | DirectoryTarget = HttpTarget(
             host,
             port,
             lambda: holder["c"].last_status.as_dict() if holder["c"].last_status else {},
@@ -420,7 +420,7 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        if args.serve:
+        if isinstance(target, HttpTarget):  # (``--serve``)
             target.close()
     last = controller.last_status if controller else None
     if last is not None and last.result in ("published", "kept"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import numpy as np
 from pydantic import Field
@@ -25,7 +25,7 @@ from cosample.planner.description import Server as DescribedServer
 from cosample.planner.errors import PlannerError
 from cosample.validation import Strict, problem, read_document, validate
 
-FORMAT = "cosample.inventory"
+FORMAT: Final = "cosample.inventory"
 Name = Annotated[str, Field(min_length=1)]
 
 
@@ -150,6 +150,7 @@ class Inventory:
         def sample(i: int) -> dict[str, Any]:
             if self.alpha_sample is None or not np.isfinite(self.alpha_sample[i]):
                 return {}
+            assert self.observation_domain is not None  # (given with ``alpha_sample``)
             domain = int(self.observation_domain[i])
             return {
                 "alpha_sample": float(self.alpha_sample[i]),
@@ -217,7 +218,7 @@ def inventory_from_dict(
             target[i] = merged[key]
         if merged.get("alpha_sample") is not None:
             alpha_sample[i] = merged["alpha_sample"]
-        extra = {
+        extra: dict[str, Any] = {
             key: value
             for key, value in (
                 ("bridge", server.bridge),
@@ -295,7 +296,9 @@ def _check_services(model: InventoryModel, names: set[str], source: str) -> None
         seen[key] = position
 
 
-def _resolve(coefficients: Coefficients | None, base_dir: Path, at: str) -> dict[str, float]:
+def _resolve(
+    coefficients: Coefficients | DescribedServer | None, base_dir: Path, at: str
+) -> dict[str, float]:
     """The calibration file's values, overridden by the explicit ones."""
     if coefficients is None:
         return {}

@@ -21,8 +21,8 @@ from cosample.controller import decide as decisions
 from cosample.controller.apploop import Applications
 from cosample.controller.bootstrap import is_measurement_plan, measurement_plan
 from cosample.controller.errors import ControllerError, SnapshotError
-from cosample.controller.estimate import measure
-from cosample.controller.evaluate import PlanShares, evaluate, shares
+from cosample.controller.estimate import Measurement, measure
+from cosample.controller.evaluate import Evaluation, PlanShares, evaluate, shares
 from cosample.controller.guarded import Derater
 from cosample.controller.hostnames import HostNames
 from cosample.controller.inventory import Inventory
@@ -125,7 +125,9 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.smoothed: Smoothed | None = None
         self.screen: Screen | None = None  # the plausibility checks' memory
-        self.measurement = None  # the last cycle's (read by the testbed's timeline)
+        self.measurement: Measurement | None = (
+            None  # the last cycle's (read by the testbed's timeline)
+        )
         self.quiet_until: datetime | None = None  # after a publication (``quiet_s``)
         self.full_window_s = 0.0  # the longest collector window seen (shorter ones: start-up)
         self.gain_streak = 0
@@ -163,17 +165,18 @@ class Controller:
         restore = getattr(self.target, "restore", None)
         if restore is None:
             return
-        key = self.settings.key
+        key, current = self.settings.key, self.current
+        assert current is not None  # (the plan in force, read back)
         restore(
             signed(
                 data,
                 key,
-                (self.store.last_version() or int(self.current["version"]),),
-                self.current,
+                (self.store.last_version() or int(current["version"]),),
+                current,
                 plans,
             )
         )
-        log.info("serving the last publication again (version %s)", self.current["version"])
+        log.info("serving the last publication again (version %s)", current["version"])
 
     # one pass -----------------------------------------------------------------------------------
     def cycle(self) -> CycleStatus:
@@ -225,9 +228,11 @@ class Controller:
         judged = self._judge(now, reading.snapshot, timings)
         step = mark()
         judged = self._situation(now, judged)
-        decision = decisions.decide(judged.situation, self.settings.policy)
+        situation = judged.situation
+        assert situation is not None  # (``_situation`` judged it)
+        decision = decisions.decide(situation, self.settings.policy)
         if judged.app is not None:
-            situation = judged.situation
+            assert self.apps is not None  # (only the application part judges applications)
             decision = self.apps.decide(
                 decision,
                 judged.app,
@@ -354,12 +359,13 @@ class Controller:
         candidate_eval = evaluate(
             candidate.shares, own, forwarding, inv.capacity_pps, inv.alpha, inv.beta
         )
-        current_eval = gain_basis = None
+        current_eval: Evaluation | None = None
+        gain_basis: tuple[float, float] | None = None
         if self.current_shares is not None and not measuring:
             current_eval = evaluate(
                 self.current_shares, own, forwarding, inv.capacity_pps, inv.alpha, inv.beta
             )
-            gain_basis = tuple(
+            current_pps, candidate_pps = (
                 evaluate(
                     plan_shares,
                     candidate.own_pps,
@@ -370,6 +376,7 @@ class Controller:
                 ).distinct_pps
                 for plan_shares in (self.current_shares, candidate.shares)
             )
+            gain_basis = (current_pps, candidate_pps)
         app = None  # the application part's CPU joins both plans' loads (``apploop``)
         if self.apps is not None:
             candidate_eval, current_eval, app = self.apps.judge(
@@ -432,8 +439,9 @@ class Controller:
         two_phase: bool,
         timings: dict[str, float],
     ) -> CycleStatus:
-        candidate, measurement = judged.candidate, judged.measurement
+        candidate, measurement, situation = judged.candidate, judged.measurement, judged.situation
         worst = judged.current if judged.current is not None else judged.candidate_eval
+        assert worst is not None and situation is not None  # (``_situation`` judged them)
         return self._base(
             now,
             "published" if published else "kept",
@@ -449,8 +457,8 @@ class Controller:
             unrelievable=decision.unrelievable + candidate.saturated,
             unmeasured=len(candidate.unmeasured),
             rising=candidate.rising,
-            settling=judged.situation.settling,
-            quiet=judged.situation.quiet,
+            settling=situation.settling,
+            quiet=situation.quiet,
             counter_servers=int(measurement.from_counters.sum()),
             refused=tuple(
                 {"server": r.server, "reason": r.reason, "pps": r.pps, "bound_pps": r.bound_pps}
@@ -475,12 +483,19 @@ class Controller:
         """No plan in force and no snapshot that knows a server: wait ``measure_after_s`` for
         the agents' safe-state sampling to show in a plan-less snapshot, then fall back to the
         measurement plan (``measurement_due``)."""
-        settings = self.settings
-        waited = (now - self.waiting_since).total_seconds()
-        if decisions.measurement_due(waited, settings.measure_after_s, settings.measure_sampling):
+        settings, sampling, since = (
+            self.settings,
+            self.settings.measure_sampling,
+            self.waiting_since,
+        )
+        assert since is not None  # (``_cycle`` set it)
+        waited = (now - since).total_seconds()
+        if sampling is not None and decisions.measurement_due(
+            waited, settings.measure_after_s, sampling
+        ):
             plan = measurement_plan(
                 self.inventory,
-                settings.measure_sampling,
+                sampling,
                 now,
                 timedelta(seconds=settings.valid_for_s),
             )

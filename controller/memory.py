@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from types import ModuleType
 
 log = logging.getLogger("cosample.controller")
 
@@ -36,6 +37,7 @@ def keep_memory() -> list[str]:
     """Turn off numpy's huge-page advice and make glibc keep freed memory for reuse; returns
     what was done (empty where neither applies: another C library, another numpy)."""
     done = []
+    multiarray: ModuleType  # its switch is private: not in numpy's type information
     try:  # numpy's own switch (what NUMPY_MADVISE_HUGEPAGE=0 sets at import)
         try:
             from numpy._core import multiarray  # numpy 2

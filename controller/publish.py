@@ -105,7 +105,11 @@ def render(
     spliced into the bytes as they are; a two-phase plan set's first phase is written from
     both plans' bytes (parsed only where the compiled transition declines)."""
     plan = dict(plan, version=version)
-    start = release(now, lead_s) if lead_s > 0 else None
+    start = None
+    if lead_s > 0:
+        assert now is not None  # (a release is a time after ``now``)
+        start = release(now, lead_s)
+    versions: tuple[int, ...]
     if previous is None:
         if start is not None:
             plan["not_before"] = format_time(start)
@@ -117,6 +121,7 @@ def render(
         # Phase 2's hosts are NEW's (a HostTable's bytes spliced, not re-written); with both
         # tables as HostTables, phase 1's is written from their bytes (transition.plan_set).
         old, new = plan_head(previous, "previous plan"), plan_head(plan, "new plan")
+        assert now is not None  # (a plan set's phases start at ``now``)
         document = plan_set(
             previous,
             plan,
@@ -149,7 +154,7 @@ def signed(
     return Rendered(data, signature, versions, final, plans, key, digest)
 
 
-def serialised_hosts(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+def serialised_hosts(plan: dict[str, Any]) -> dict[str, Any]:
     """``plan`` with its host table kept as its compact sorted bytes (a ``HostTable``), as a
     plan the controller published itself has it: the plan in force read back after a restart
     would otherwise stay parsed (gigabytes at 10^6 hosts), and its next two-phase publication
@@ -281,14 +286,14 @@ class DirectoryTarget:
         folders = (
             sorted(
                 (f for f in self.versions.glob("*") if _version_of(f.name) is not None),
-                key=lambda f: _version_of(f.name),
+                key=lambda f: int(f.name),  # (numbered: ``_version_of``)
             )
             if self.versions.is_dir()
             else []
         )
         kept = 0
         for folder in reversed(folders):
-            version = _version_of(folder.name)
+            version = int(folder.name)
             if current_version is not None and version > current_version:
                 _remove_tree(folder)
             elif kept < keep and current_version is not None:
@@ -369,6 +374,7 @@ class HttpTarget:
         path = request.path.split("?", 1)[0]
         current = self._current
         etag = None
+        payload: bytes | None
         if path == "/" + self.name and current is not None:
             payload, kind, etag = current.data, "application/json", current.etag
         elif (

@@ -43,7 +43,7 @@ class Candidate:
     shares: PlanShares  # applied shares, as the plan file will state them
     own_pps: np.ndarray
     forwarding_pps: np.ndarray
-    saturated: Sequence[str]  # forwarding alone above the planning capacity
+    saturated: HostNames  # forwarding alone above the planning capacity
     unmeasured: Sequence[str]  # never seen in a snapshot
     floor: int | None = None  # hosts sampling nothing sample 1-in-floor
     rising: Sequence[str] = ()  # traffic rising by a step: no budget until it has settled
@@ -81,7 +81,7 @@ def datacentre(
     the inventory's services with their measured request rates (``apploop``); None: as the
     inventory states them."""
     n = inventory.size
-    appmon = {
+    appmon: dict[str, Any] = {  # the DataCentre keywords of the application part
         "services": inventory.services if services is None else services,
         "appmon_cost": inventory.appmon_cost,
         "analysis_hosts": inventory.analysis_hosts,

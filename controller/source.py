@@ -258,4 +258,5 @@ def verify_signed(
             missing_ok=True,
         )
     )
+    assert response.data is not None  # (an ``ok`` response holds its bytes)
     verifier.verify(response.data, signature, f"{label} {location}")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, overload
 
 import orjson
 from pydantic import (
@@ -40,6 +40,7 @@ from cosample.errors import CosampleError
 from cosample.times import format_time_ms, parse_time
 
 T = TypeVar("T")
+E = TypeVar("E", bound=CosampleError)
 
 _MODEL_NAME = re.compile(r" or instance of \w+")
 _value = reprlib.Repr()
@@ -257,6 +258,25 @@ def _line(where: str, location: Sequence[int | str], name: str | None, what: str
     )
 
 
+@overload
+def problem(
+    location: Sequence[int | str],
+    what: str,
+    value: Any = None,
+    *,
+    where: str = "",
+    name: str | None = None,
+) -> CosampleError: ...
+@overload
+def problem(
+    location: Sequence[int | str],
+    what: str,
+    value: Any = None,
+    *,
+    where: str = "",
+    name: str | None = None,
+    error: type[E],
+) -> E: ...
 def problem(
     location: Sequence[int | str],
     what: str,
@@ -349,9 +369,17 @@ def _adapter(kind: Any) -> TypeAdapter:
     return TypeAdapter(kind)
 
 
+@overload
 def validate(
-    kind: type[T] | Any, data: Any, *, where: str = "", error: type[CosampleError] = CosampleError
-) -> T:
+    kind: type[T], data: Any, *, where: str = "", error: type[CosampleError] = CosampleError
+) -> T: ...
+@overload  # a type that is no class (``list[int]``, ``Annotated[...]``): its value
+def validate(
+    kind: Any, data: Any, *, where: str = "", error: type[CosampleError] = CosampleError
+) -> Any: ...
+def validate(
+    kind: Any, data: Any, *, where: str = "", error: type[CosampleError] = CosampleError
+) -> Any:
     """``data`` (parsed JSON/YAML/TOML) as an instance of ``kind``, or ``error`` with one line."""
     try:
         return _adapter(kind).validate_python(data)
@@ -359,15 +387,35 @@ def validate(
         raise error(describe(exc, where, data)) from None
 
 
+@overload
 def validate_at(
-    kind: type[T] | Any,
+    kind: type[T],
     data: Any,
     location: Sequence[int | str],
     *,
     where: str = "",
     root: Any = None,
     error: type[CosampleError] = CosampleError,
-) -> T:
+) -> T: ...
+@overload  # a type that is no class: its value
+def validate_at(
+    kind: Any,
+    data: Any,
+    location: Sequence[int | str],
+    *,
+    where: str = "",
+    root: Any = None,
+    error: type[CosampleError] = CosampleError,
+) -> Any: ...
+def validate_at(
+    kind: Any,
+    data: Any,
+    location: Sequence[int | str],
+    *,
+    where: str = "",
+    root: Any = None,
+    error: type[CosampleError] = CosampleError,
+) -> Any:
     """``validate`` for one part of a larger input, found at ``location`` in ``root`` (the
     whole input): an error names the whole path, ``servers[3].capacity_pps ('web4')``. Bulk
     readers check a column at once and hand the entries they cannot accept to the model here."""
