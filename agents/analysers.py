@@ -161,10 +161,10 @@ def wanted_analysers(
 
 def supervise(
     wanted: dict[str, WantedAnalyser], children: dict[str, Child], now: float
-) -> list[Command]:
+) -> list[StopAnalyser | StartAnalyser]:
     """Stops first (a changed argument list stops the old process before the new starts)."""
-    stops: list[Command] = []
-    starts: list[Command] = []
+    stops: list[StopAnalyser | StartAnalyser] = []
+    starts: list[StopAnalyser | StartAnalyser] = []
     for name, child in sorted(children.items()):
         if child.pid is None:
             continue
@@ -173,10 +173,10 @@ def supervise(
         elif wanted[name].argv != child.argv:
             stops.append(StopAnalyser(name, child.pid, "its arguments changed"))
     for name, analyser in sorted(wanted.items()):
-        child = children.get(name)
-        if child is None or child.argv != analyser.argv:
+        known = children.get(name)
+        if known is None or known.argv != analyser.argv:
             starts.append(StartAnalyser(analyser))
-        elif child.pid is None and now >= child.retry_at:
+        elif known.pid is None and now >= known.retry_at:
             starts.append(StartAnalyser(analyser, restart=True))
     return stops + starts
 

@@ -273,7 +273,7 @@ class AppmonSide:
             f"{APPMON_ALIAS} peer={d.peer}",
         ]
         if d.attach:
-            argv += ["mtu", TUNNEL_MTU]
+            argv += ["mtu", str(TUNNEL_MTU)]
         self.linux.output(argv + ["up"])
 
     def _set_mirror(self, command: a.SetAppmonMirror, tag: list[str]) -> None:

@@ -26,6 +26,7 @@ from cosample.agents.appmon_state import (
     KernelMirrorFilter,
     ObservedAppmon,
     ObservedAppmonDevice,
+    ObservedAppmonMirror,
     flow_text,
     rule_actions,
 )
@@ -258,15 +259,15 @@ def _kernel(
             if key not in want:
                 decrease.append(RemoveKernelMirrorFilter(*key))
     for key, f in sorted(want.items()):
-        link = links.get(f.interface)
-        if link is None or link.conflict:
+        on = links.get(f.interface)
+        if on is None or on.conflict:
             continue  # reported by appmon_problems
-        have = next(
-            (h for h in link.kernel_filters if (h.direction, h.prio) == (f.direction, f.prio)), None
+        found = next(
+            (h for h in on.kernel_filters if (h.direction, h.prio) == (f.direction, f.prio)), None
         )
         if (
-            have is None
-            or (have.cookie, have.target) != (f.cookie, f.target)
+            found is None
+            or (found.cookie, found.target) != (f.cookie, f.target)
             or f.target in recreated
         ):
             increase.append(SetKernelMirrorFilter(f))
@@ -325,20 +326,19 @@ def _ports(
         for p in observed.ports
         if p.bridge != bridge or p.name not in {d.name for d in tunnels.values()}
     ]
-    ofports = {}
+    ofports: dict[str, int] = {}
     for peer, device in sorted(tunnels.items()):
         current = here.get(device.name)
         isolated = peer not in mirrored
-        usable = (
+        if (  # usable
             current is not None
-            and current.ofport
+            and current.ofport is not None
             and current.ofport > 0
             and current.peer == peer
             and device.name not in recreated
-        )
-        if usable:
-            ofports[peer] = current.ofport  # type: ignore[union-attr]
-            tagged = current.tag == ISOLATION_VLAN  # type: ignore[union-attr]
+        ):
+            ofports[peer] = current.ofport
+            tagged = current.tag == ISOLATION_VLAN
             if tagged != isolated:
                 (decrease if isolated else increase).append(
                     SetAppmonPortTag(bridge, device.name, isolated)
@@ -392,12 +392,12 @@ def _mirrors(
     increase: list,
 ) -> None:
     want = {m.name: m for m in desired.mirrors if m.peer in mirrored}
-    have = {}
-    for mirror in observed.mirrors:
-        if mirror.bridge == bridge and mirror.name in want and mirror.name not in have:
-            have[mirror.name] = mirror
+    have: dict[str, ObservedAppmonMirror] = {}
+    for seen in observed.mirrors:
+        if seen.bridge == bridge and seen.name in want and seen.name not in have:
+            have[seen.name] = seen
         else:
-            decrease.append(RemoveAppmonMirror(mirror.bridge, mirror.uuid, mirror.name))
+            decrease.append(RemoveAppmonMirror(seen.bridge, seen.uuid, seen.name))
     for name, mirror in sorted(want.items()):
         output = tunnels[mirror.peer].name
         current = have.get(name)

@@ -185,6 +185,7 @@ def desired_appmon(
     for k, entry in enumerate(host.appmon):
         if entry.mechanism == "sniffer":
             continue
+        assert entry.to is not None  # (``AppmonEntry``: a mirror has its analysis host)
         by_peer.setdefault(entry.to, []).append(entry)
         if entry.mechanism == "selective_mirror":
             key = (entry.service.address, entry.service.port)
@@ -264,15 +265,16 @@ def _kernel_filters(
     for entry in host.appmon:
         if entry.mechanism != "kernel_mirror":
             continue
-        interface = entry.interface
-        k = count.get(interface, 0)  # type: ignore[arg-type]
+        interface, to = entry.interface, entry.to
+        assert interface is not None and to is not None  # (``AppmonEntry``: a kernel mirror's)
+        k = count.get(interface, 0)
         if k >= KERNEL_MIRROR_PRIO_COUNT:
             raise PlanError(
                 f"hosts.{host.name}.appmon: more than {KERNEL_MIRROR_PRIO_COUNT} "
                 f"kernel mirrors on {interface}"
             )
-        count[interface] = k + 1  # type: ignore[index]
-        tunnel = tunnels[entry.to]  # type: ignore[index]
+        count[interface] = k + 1
+        tunnel = tunnels[to]
         expression = bpf_filter(
             entry.service.address,
             entry.service.port,
@@ -283,7 +285,7 @@ def _kernel_filters(
             KernelMirrorFilter(
                 interface,
                 direction,
-                KERNEL_MIRROR_PRIO_BASE + k,  # type: ignore
+                KERNEL_MIRROR_PRIO_BASE + k,
                 expression,
                 tunnel.name,
                 tunnel.peer,
@@ -310,7 +312,7 @@ def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
             item = _spec_item(
                 entry,
                 entry.interface,
-                sender=host.name,  # type: ignore
+                sender=host.name,
                 send_to=entry.to,
             )
             if entry.to is not None:  # ``appmon run --send-records`` to the analysis host
@@ -322,7 +324,7 @@ def analyser_spec(plan: Plan, host: HostPlan) -> tuple[dict, ...]:
     for sender, other in sorted(plan.hosts.items()):
         for entry in other.appmon:
             if entry.to == host.name and entry.mechanism == "sniffer":
-                item = _spec_item(entry, None, sender=sender, send_to=None)  # type: ignore
+                item = _spec_item(entry, None, sender=sender, send_to=None)
                 item["receive_records"] = _record_endpoint(plan, host.name, sender)
                 item["records_from"] = tunnel_ip(  # the only address records are taken from
                     plan, sender, f"its sniffer sends compact records to {host.name}"
@@ -418,10 +420,11 @@ def _rule(entry: AppmonEntry) -> SelectiveRule:
                 )
             )
     cookie = APPMON_COOKIE_TAG | RULE_BIT | zlib.crc32(f"{address}:{port}>{entry.to}".encode())
+    assert entry.to is not None  # (``AppmonEntry``: a mirror has its analysis host)
     return SelectiveRule(
         peer=entry.to,
         cookie=cookie,
-        matches=tuple(matches),  # type: ignore
+        matches=tuple(matches),
         max_len=entry.truncate_bytes,
     )
 
@@ -442,7 +445,7 @@ def client_port_masks(selected: int) -> tuple[str, ...]:
     return tuple(masks)
 
 
-def _spec_item(entry: AppmonEntry, interface: str, sender: str, send_to: str | None) -> dict:
+def _spec_item(entry: AppmonEntry, interface: str | None, sender: str, send_to: str | None) -> dict:
     segments = entry.copied_segments
     # the sniffer selects connections itself; a selective mirror's copies arrive selected
     selected = selected_share(entry.share if entry.mechanism != "port_mirror" else None)

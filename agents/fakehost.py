@@ -175,7 +175,7 @@ class FakeHost(Host):
 
     def _apply_AddTunnelPort(self, command: c.AddTunnelPort) -> None:
         if command.name not in self.ports:
-            taken = {p.ofport for p in self.ports.values()}
+            taken = {p.ofport for p in self.ports.values() if p.ofport is not None}
             ofport = command.ofport if command.ofport not in taken else max(taken) + 1
             self.ports[command.name] = ObservedPort(
                 command.name,

@@ -7,10 +7,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, overload
 
+from cosample.agents.config import AgentConfig
 from cosample.agents.desired import at_rung
+from cosample.agents.guarding import HostGuard
 from cosample.agents.hoststate import DesiredState
-from cosample.agents.report import CycleReport
+from cosample.agents.report import CycleReport, Metrics
 from cosample.plan.document import Plan
 
 log = logging.getLogger("cosample.agents")
@@ -19,6 +24,17 @@ log = logging.getLogger("cosample.agents")
 class GuardSteps:
     """Mixed into ``runner.Agent``: uses its ``guard``, ``config``, ``metrics``, ``clock``,
     ``last_report`` and its ``_desired``, ``_converge`` and ``_report``."""
+
+    # what ``Agent.__init__`` sets, and its methods (declared for the type checker only)
+    guard: HostGuard | None
+    config: AgentConfig
+    metrics: Metrics
+    clock: Callable[[], datetime]
+    last_report: CycleReport | None
+    _vm_ports: tuple[str, ...]
+    _desired: Callable[[Plan | None, list[str], list[str]], DesiredState | None]
+    _converge: Callable[[DesiredState, list[str], list[str]], Any]  # -> runner's ``_Outcome``
+    _report: Callable[..., CycleReport]
 
     def guard_tick(self) -> CycleReport | None:
         """One reading of the guard; when it steps, the host goes to the new rung at once (only
@@ -68,6 +84,10 @@ class GuardSteps:
                 log.exception("guard tick failed")
                 self.metrics.errors.labels(kind="internal").inc()
 
+    @overload
+    def _guarded(self, plan: Plan | None, desired: DesiredState) -> DesiredState: ...
+    @overload
+    def _guarded(self, plan: Plan | None, desired: DesiredState | None) -> DesiredState | None: ...
     def _guarded(self, plan: Plan | None, desired: DesiredState | None) -> DesiredState | None:
         """``desired`` on the guard's rung when ``plan`` is the plan the guard follows (a new
         plan starts on its rung 0: the deviation ends with the plan it belonged to)."""

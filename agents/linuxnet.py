@@ -333,9 +333,10 @@ class LinuxSide:
             for entry in self.ip_json(
                 ["tc", "-j", "filter", "show", "dev", name, hook], missing_ok=True
             ):
-                prio, options = entry.get("pref"), entry.get("options")
+                options = entry.get("options")
                 if options is None:
                     continue  # the per-prio header line tc prints before the filter itself
+                prio = entry["pref"]
                 ours_by_prio = hook == "ingress" and PRIO_BASE <= prio < PRIO_BASE + PRIO_COUNT
                 kernel_by_prio = (
                     KERNEL_MIRROR_PRIO_BASE
@@ -345,12 +346,16 @@ class LinuxSide:
                 cookie = _cookie(options)
                 if ours_by_prio and cookie == FILTER_COOKIE:
                     found.append(ObservedFilter(prio, _bytecode(options), _mirred_target(options)))
-                elif kernel_by_prio and (cookie or "").startswith(KERNEL_MIRROR_COOKIE_TAG):
+                elif (
+                    kernel_by_prio
+                    and cookie is not None
+                    and cookie.startswith(KERNEL_MIRROR_COOKIE_TAG)
+                ):
                     kernel.append(
                         ObservedKernelFilter(
                             hook,
                             prio,
-                            cookie,  # type: ignore
+                            cookie,
                             _mirred_target(options),
                         )
                     )

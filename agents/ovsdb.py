@@ -231,7 +231,8 @@ class OvsdbSide:
         for table, columns in tables:
             args += ["--", f"--columns={columns}", "list", table]
         output = self.vsctl(*args)
-        decoder, position, results = json.JSONDecoder(), 0, []
+        decoder, position = json.JSONDecoder(), 0
+        results: list[list[dict[str, Any]]] = []
         while len(results) < len(tables):
             while position < len(output) and output[position].isspace():
                 position += 1

@@ -318,8 +318,8 @@ def _tunnels(
         ):
             decrease.append(RemoveDropFlow(desired.bridge, cookie))
     for cookie, ofport in sorted(wanted_flows.items()):
-        flow = have_flows.get(cookie)
-        if flow is None or (flow.in_port, flow.priority, flow.actions) != (
+        had = have_flows.get(cookie)
+        if had is None or (had.in_port, had.priority, had.actions) != (
             ofport,
             DROP_FLOW_PRIORITY,
             "drop",

@@ -142,6 +142,7 @@ class Agent(GuardSteps):
         fallback = self._fallback()
         if plan is None:
             desired = fallback
+        assert desired is not None  # (a plan without its desired state was dropped above)
         if dry_run:
             return self._report(
                 desired,
@@ -158,6 +159,7 @@ class Agent(GuardSteps):
         if not new:
             outcome = self._converge(desired, errors, kinds)
         else:
+            assert plan is not None  # (``new``)
             outcome = self._try(plan, desired, fallback, errors, kinds)
             if outcome.returned:
                 plan = self.running if fallback.mode == "plan" else None
@@ -312,7 +314,10 @@ class Agent(GuardSteps):
         back = self._converge(fallback, errors, kinds)
         back.commands = outcome.commands + back.commands
         back.returned = True
-        to = f"version {self.running.version}" if fallback.mode == "plan" else "the safe state"
+        to = "the safe state"
+        if fallback.mode == "plan":
+            assert self.running is not None  # (the fallback to a plan is to the running one)
+            to = f"version {self.running.version}"
         if back.failed:  # the host itself is in trouble: try the plan again next cycle
             errors.append(
                 f"plan version {plan.version} could not be applied ({why}); "

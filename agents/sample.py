@@ -171,11 +171,9 @@ def desired_sample(plan: Plan, host: HostPlan, config: AgentConfig) -> SampleSet
         if spec.cache_max_flows is not None
         else config.ipfix_cache_max_flows,
     )
-    return SampleSettings(
-        ipfix=ipfix,
-        probability=host.sample_probability,  # type: ignore
-        domain=host.observation_domain,
-    )  # type: ignore[arg-type]
+    probability, domain = host.sample_probability, host.observation_domain
+    assert probability is not None and domain is not None  # (the plan's: with ``sample``)
+    return SampleSettings(ipfix=ipfix, probability=probability, domain=domain)
 
 
 # reconcile -----------------------------------------------------------------------------------
