@@ -127,7 +127,8 @@ class Attribution:
         """(local sampling probability l, mirrored-and-sampled probability Q) of a packet."""
         plan = self.servers[server]
         if plan.sample_probability:  # the probability the records report, else the plan's
-            reported = rate_of.get(plan.ipfix_key) if rate_of else None
+            key = plan.ipfix_key  # (a str: the host samples with IPFIX)
+            reported = rate_of.get(key) if rate_of and key is not None else None
             local = (reported or plan.sample_probability) / SAMPLE_PROBABILITY_SCALE
         else:
             local = _probability(self._rate(plan, rate_of))
@@ -223,7 +224,7 @@ def planless(inventory: Inventory | None) -> Attribution | None:
     ``agent_ip`` samples locally at the rate its agent reports (no mirrors, so no tunnel
     samples are counted); None when the inventory names no agent address."""
     server_of_agent = inventory.server_of_agent() if inventory is not None else {}
-    if not server_of_agent:
+    if inventory is None or not server_of_agent:
         return None
     return _local_only(server_of_agent, inventory.server_of_address())
 

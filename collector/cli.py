@@ -376,7 +376,7 @@ def _replay(args) -> int:
             else table(estimator.snapshot(last))
         )
     print(text, end="")
-    if args.plan is None and not args.json:
+    if heard is not None:  # (no --plan, no --json)
         print("\nagents heard (no --plan: each samples locally at the rate it reports):")
         print(heard_table(heard), end="")
     return 0

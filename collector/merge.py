@@ -121,16 +121,18 @@ def _add(server: str, found: list[tuple[str, ServerEstimate]]) -> ServerEstimate
     if len(found) == 1:
         return found[0][1]
     parts = [estimate for _, estimate in found]
-    if any(p.packets_per_s_variance is None or p.bytes_per_s_variance is None for p in parts):
+    packet_variances = [v for p in parts if (v := p.packets_per_s_variance) is not None]
+    octet_variances = [v for p in parts if (v := p.bytes_per_s_variance) is not None]
+    if len(packet_variances) < len(parts) or len(octet_variances) < len(parts):
         raise CollectorError(
             f"merge: server {server!r} is in the snapshots of "
             f"{', '.join(repr(c) for c, _ in found)} without the variances "
             "needed to add its estimates"
         )
     packets = math.fsum(p.packets_per_s for p in parts)
-    variance = math.fsum(p.packets_per_s_variance for p in parts)
+    variance = math.fsum(packet_variances)
     octets = math.fsum(p.bytes_per_s for p in parts)
-    octet_variance = math.fsum(p.bytes_per_s_variance for p in parts)
+    octet_variance = math.fsum(octet_variances)
     low, high = packets_interval(packets, variance)
     if packets == 0.0:
         high = math.fsum(p.packets_per_s_ci95[1] for p in parts)

@@ -167,7 +167,7 @@ class SnapshotMetrics:
             labels=["server", "ifindex", "direction"],
         )
         for server, e in snapshot.estimates().items():
-            for key, value in (
+            for key, estimate in (
                 ("packets_per_second", e.packets_per_s),
                 ("packets_per_second_ci95_low", e.packets_per_s_ci95[0]),
                 ("packets_per_second_ci95_high", e.packets_per_s_ci95[1]),
@@ -175,7 +175,7 @@ class SnapshotMetrics:
                 ("samples_per_second", e.samples_per_s),
                 ("coverage_ratio", e.coverage),
             ):
-                gauges[key].add_metric([server], value)
+                gauges[key].add_metric([server], estimate)
             for index, rates in (e.interfaces or {}).items():
                 interfaces.add_metric([server, index, "in"], rates.in_pps)
                 interfaces.add_metric([server, index, "out"], rates.out_pps)
@@ -188,6 +188,6 @@ class SnapshotMetrics:
                 labels=["src", "dst"],
             )
             for src, row in snapshot.traffic_pps.as_dict().items():
-                for dst, value in row.items():
-                    matrix.add_metric([src, dst], value)
+                for dst, pps in row.items():
+                    matrix.add_metric([src, dst], pps)
             yield matrix

@@ -115,7 +115,9 @@ class PlanWatcher:
         chosen, pending = selection.plan, selection.pending
         checked, self._checked = self._checked, now
         ahead, self._ahead = self._ahead, _key(pending) if pending is not None else None
-        moments = [pending.not_before] if pending is not None else []
+        moments: list[datetime] = []
+        if pending is not None and pending.not_before is not None:  # (a pending plan has one)
+            moments.append(pending.not_before)
         if chosen is not None:
             moments.append(chosen.expires)
         elif self.running is not None and not self.safe:
@@ -137,10 +139,10 @@ class PlanWatcher:
             )  # once, when it expires
         if chosen == self.running and not self.safe:
             return None
-        known = chosen.not_before is not None and ahead == _key(chosen)
+        start = chosen.not_before if ahead == _key(chosen) else None  # known ahead: its start
         self.running, self.safe, self.planless = chosen, False, False
         built = self._built.get(_key(chosen)) or attribution.build(chosen, self.inventory)
-        return Update(built, _since(chosen.not_before, checked) if known else None)
+        return Update(built, _since(start, checked) if start is not None else None)
 
     def _planless(self) -> Update | None:
         """The plan-less attribution, once, while no plan has been in force."""

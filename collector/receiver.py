@@ -131,6 +131,7 @@ class Receiver:
     def _run_relay(self) -> None:
         """Frames from the relay's pipe into the queue, until it ends."""
         pipe, append, buffer = self._pipe, self.queue.append, b""
+        assert pipe is not None  # (the relay's, set before this thread starts)
         unpack, head = FRAME.unpack_from, FRAME.size
         while not self._stop.is_set():
             try:

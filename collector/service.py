@@ -240,6 +240,7 @@ class Service:
         snapshots get rarer, ingest keeps its pace."""
         next_export = self.clock() + self.settings.export_s
         relay = self.clock is time.time  # the relay stamps arrivals with the wall clock
+        assert self._socket is not None  # (``start`` opened it)
         receiver = self._receiver = Receiver(self._socket, self.clock, relay=relay, log=self.log)
         ipfix = None
         if self._ipfix_socket is not None:  # a second socket, its own receive process

@@ -141,7 +141,7 @@ class ServerTable(Strict):
     def __len__(self) -> int:
         return len(self.name)
 
-    def __iter__(self) -> Iterator[str]:  # type: ignore[override] - a mapping of servers
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]  # a mapping of servers
         return iter(self.name)
 
     def __contains__(self, name: object) -> bool:
@@ -253,8 +253,8 @@ class Snapshot(Strict):
     10^5 servers validate in a fraction of a second (pydantic checks every number in Rust, the
     rules across columns are one pass each)."""
 
-    format: Literal[SNAPSHOT_FORMAT] = SNAPSHOT_FORMAT
-    format_version: Literal[SNAPSHOT_VERSION] = SNAPSHOT_VERSION
+    format: Literal[SNAPSHOT_FORMAT] = SNAPSHOT_FORMAT  # type: ignore[valid-type]  # pydantic reads the name
+    format_version: Literal[SNAPSHOT_VERSION] = SNAPSHOT_VERSION  # type: ignore[valid-type]  # pydantic reads the name
     collector: Annotated[str, Field(min_length=1)]
     time: UtcTime
     window_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -441,10 +441,16 @@ def _same_lengths(table: BaseModel, name: str, skip: str | None = None) -> None:
             )
 
 
+def _add(seen: set[str], name: str) -> bool:
+    """``name`` added to ``seen``; False (it was not there)."""
+    seen.add(name)
+    return False
+
+
 def _unique(names: list[str], loc: tuple) -> None:
     if len(set(names)) != len(names):
         seen: set[str] = set()
-        k = next(k for k, name in enumerate(names) if name in seen or seen.add(name))
+        k = next(k for k, name in enumerate(names) if name in seen or _add(seen, name))
         _fail(loc + (k,), f"{names[k]!r} appears twice", names[k])
 
 

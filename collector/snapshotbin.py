@@ -61,7 +61,11 @@ _KINDS = {
     "interfaces": {"server": "count", "in_pps": "rate", "out_pps": "rate"},
     "traffic_pps": {"src": "count", "dst": "count", "pps": "rate"},
 }
-_TABLES = {"servers": ServerTable, "interfaces": InterfaceTable, "traffic_pps": TrafficTable}
+_TABLES: dict[str, type[ServerTable | InterfaceTable | TrafficTable]] = {
+    "servers": ServerTable,
+    "interfaces": InterfaceTable,
+    "traffic_pps": TrafficTable,
+}
 
 
 def is_binary(data: bytes) -> bool:
@@ -134,7 +138,7 @@ def decode(data: bytes, where: str = "snapshot") -> Snapshot:
         }
     )
     try:
-        return snapshot._consistent()
+        return snapshot._consistent()  # type: ignore[operator]  # pydantic's stubs: a proxy
     except ValidationError as exc:
         message = describe(exc, where)
         loc = exc.errors(include_url=False)[0]["loc"]

@@ -16,8 +16,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from cosample.collector.planread import PlanReader, Reading
+
+T = TypeVar("T")
 
 
 class PlanPoller:
@@ -57,22 +60,22 @@ class PlanPoller:
             self._stop.wait(max(0.0, began + self.interval_s - self.clock()))
 
 
-class SnapshotWriter:
+class SnapshotWriter(Generic[T]):
     """``submit(item)``: hand the newest export to ``write(item)`` on the writer thread."""
 
-    def __init__(self, write: Callable[[object], None], log: Callable[[str], None]) -> None:
+    def __init__(self, write: Callable[[T], None], log: Callable[[str], None]) -> None:
         self.write, self.log = write, log
         self.skipped = 0  # exports replaced by a newer one before they were written
-        self._item: object | None = None
+        self._item: T | None = None
         self._ready = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="collector-writer", daemon=True)
 
-    def start(self) -> "SnapshotWriter":
+    def start(self) -> "SnapshotWriter[T]":
         self._thread.start()
         return self
 
-    def submit(self, item: object) -> None:
+    def submit(self, item: T) -> None:
         with self._ready:
             if self._item is not None:
                 self.skipped += 1
