@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from os import PathLike
 
 from cosample.errors import CosampleError
 
@@ -24,7 +25,7 @@ def require(program: str, package: str) -> str:
 
 
 def run(
-    argv: Sequence[str],
+    argv: Sequence[str | PathLike[str]],  # (each part as ``str`` gives it)
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     check: bool = True,
@@ -32,10 +33,10 @@ def run(
     input_text: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` (never through a shell), capture text output, fail loudly on error or timeout."""
-    argv = [str(part) for part in argv]
+    parts = [str(part) for part in argv]
     try:
         result = subprocess.run(
-            argv,
+            parts,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -44,12 +45,12 @@ def run(
             check=False,
         )
     except FileNotFoundError as exc:
-        raise CommandError(f"{argv[0]}: not installed ({exc.strerror})") from exc
+        raise CommandError(f"{parts[0]}: not installed ({exc.strerror})") from exc
     except subprocess.TimeoutExpired as exc:
-        raise CommandError(f"{' '.join(argv)}: no answer within {timeout:g} s") from exc
+        raise CommandError(f"{' '.join(parts)}: no answer within {timeout:g} s") from exc
     if check and result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
         raise CommandError(
-            f"{' '.join(argv)}: exit {result.returncode}: {detail[-1] if detail else 'no output'}"
+            f"{' '.join(parts)}: exit {result.returncode}: {detail[-1] if detail else 'no output'}"
         )
     return result

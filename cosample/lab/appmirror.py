@@ -349,11 +349,17 @@ class MirrorRig(WebRig):
             ]
         )
 
+    @property
+    def _switch(self) -> OvsInstance:
+        """The rig's OVS (``start`` started it)."""
+        assert self.ovs is not None
+        return self.ovs
+
     def _management(self) -> str:
-        return f"unix:{self.ovs.directory / (self.bridge + '.mgmt')}"
+        return f"unix:{self._switch.directory / (self.bridge + '.mgmt')}"
 
     def _ofctl(self, *args: str) -> str:
-        return self.ovs.ofctl(*args)
+        return self._switch.ofctl(*args)
 
     def set_mechanism(
         self,
@@ -369,7 +375,7 @@ class MirrorRig(WebRig):
         ``segments``: which of their segments (``psh`` or ``all``)."""
         self.clear_mechanism()
         if kind == "port":
-            self.ovs.vsctl(
+            self._switch.vsctl(
                 *port_mirror_args(self.bridge, self.server_port, self.tunnel_port, truncate)
             )
         elif kind == "selective":
@@ -393,7 +399,7 @@ class MirrorRig(WebRig):
         self.mechanism = (kind, truncate)
         # A changed Mirror row does not always reach flows already cached in the datapath
         # (seen here: a mirror added after traffic copied nothing): drop them all.
-        self.ovs.appctl("revalidator/purge")
+        self._switch.appctl("revalidator/purge")
 
     def _tc_mirror(self, service_port: int, segments: str, share_bits: int = 0) -> None:
         """The kernel mirror; with ``share_bits`` = k only the connections whose client port's
@@ -422,7 +428,7 @@ class MirrorRig(WebRig):
         if kind == "tc":
             run(clsact_delete_argv(self.server_port, netns=self.switch))
         if kind == "port":
-            self.ovs.vsctl(*port_mirror_removal_args(self.bridge))
+            self._switch.vsctl(*port_mirror_removal_args(self.bridge))
         elif kind == "selective":
             self._ofctl("del-flows", self._management(), f"cookie={SELECTIVE_COOKIE:#x}/-1")
         self.mechanism = ("none",)
@@ -436,7 +442,7 @@ class MirrorRig(WebRig):
         return LinkCounters(stats["packets"], stats["bytes"])
 
     def vswitchd_pid(self) -> int:
-        return int((self.ovs.directory / "ovs-vswitchd.pid").read_text().strip())
+        return int((self._switch.directory / "ovs-vswitchd.pid").read_text().strip())
 
     def close(self) -> None:
         for process in reversed(self._processes):

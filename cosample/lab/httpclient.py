@@ -58,7 +58,9 @@ def _request(method: str, path: str, body: bytes = b"") -> bytes:
 
 
 def _read(reader: _Reader, method: str) -> int:
-    response = http.client.HTTPResponse(reader, method=method)
+    # any object with ``makefile`` will do (the standard library reads only that); the stub
+    # names a socket
+    response = http.client.HTTPResponse(reader, method=method)  # type: ignore[arg-type]
     response.begin()
     response.read()
     return response.status

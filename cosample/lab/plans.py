@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from cosample.plan.formats import FORMAT_VERSION, PLAN_FORMAT
 from cosample.times import format_time
@@ -22,7 +23,7 @@ def plan_document(
     ``127.29.0``, local addresses its senders can send from), else its tunnel IP."""
     now = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     names = sorted(hosts)
-    document = {
+    document: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
         "version": version,

@@ -285,6 +285,7 @@ class WebRig:
             ],
         )
         deadline = time.monotonic() + 10
+        assert process.stderr is not None  # (``_spawn`` pipes it)
         while time.monotonic() < deadline:  # tcpdump says "listening on" once capturing
             line = process.stderr.readline().decode(errors="replace")
             if "listening on" in line or not line:

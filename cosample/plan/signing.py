@@ -26,10 +26,12 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import Literal, overload
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 
 from cosample.files import write_bytes_atomic
 from cosample.plan.errors import PlanError, SignatureError, SigningKeyError
@@ -174,7 +176,12 @@ def _read(path: Path) -> bytes:
         raise SigningKeyError(f"{path}: cannot read key ({exc.strerror})") from None
 
 
+@overload
+def _parse(path: Path, data: bytes, private: Literal[False]) -> Ed25519PublicKey: ...
+@overload
+def _parse(path: Path, data: bytes, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey: ...
 def _parse(path: Path, data: bytes, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:
+    key: PrivateKeyTypes | PublicKeyTypes
     try:
         if private:
             key = serialization.load_pem_private_key(data, password=None)
