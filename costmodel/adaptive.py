@@ -163,8 +163,8 @@ class AdaptiveRun:
                         measuring = self._after_round(measuring)
                     progress.update(task, description=self.describe())
         finally:
-            for mechanism in c.mechanisms.values():
-                mechanism.clear()
+            for state in c.mechanisms.values():
+                state.clear()
         self.elapsed_s = self.clock() - start
         return pd.DataFrame(c.rows)
 

@@ -314,7 +314,7 @@ def fit_with_covariate(
     delta, (low, high) = covariate_shift(rate, values, block, confidence, small_sample)
     adjusted = fit_contrast(rate, throughput, block, values, confidence, small_sample)
     bound = abs(adjusted.gamma) * max(abs(low), abs(high))
-    common = dict(
+    common: dict[str, Any] = dict(  # (CovariateCheck's fields either way)
         shift=delta,
         shift_ci=(low, high),
         gamma=adjusted.gamma,

@@ -257,6 +257,7 @@ class FlowSink:
             self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         time.sleep(0.5)
+        assert self.process.stderr is not None  # (piped above)
         if self.process.poll() is not None:
             error = self.process.stderr.read().decode(errors="replace").strip()
             self.process = None
@@ -267,6 +268,7 @@ class FlowSink:
         if self.process is None:
             return
         end_process(self.process)
+        assert self.process.stderr is not None  # (piped by ``__enter__``)
         self.process.stderr.close()
         self.process = None
 

@@ -218,13 +218,14 @@ class CalibrationSettings:
             raise HarnessError("warm-up must be in [0, 600] s and settle time in [0, 60] s")
 
     def client_argv(self, server_ip: str, duration_s: float | None = None) -> list[str]:
-        if self.flows:
+        profile = self.flow_profile
+        if profile is not None:  # (``flows``: the flow generator makes the load)
             return sender_argv(
                 server_ip,
                 self.port + 1,
                 self.offered_pps,
                 duration_s or self.duration_s,
-                self.flow_profile,
+                profile,
                 self.packet_bytes,
             )
         return client_argv(

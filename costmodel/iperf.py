@@ -111,10 +111,8 @@ def parse_client_json(text: str, protocol: str) -> IperfResult:
         raise HarnessError(f"iperf3: {document['error']}")
     end = document.get("end") or {}
     cpu = end.get("cpu_utilization_percent") or {}
-    cpu_args = dict(
-        cpu_sender_pct=float(cpu.get("host_total", math.nan)),
-        cpu_receiver_pct=float(cpu.get("remote_total", math.nan)),
-    )
+    sender_pct = float(cpu.get("host_total", math.nan))
+    receiver_pct = float(cpu.get("remote_total", math.nan))
     try:
         if protocol == "udp":
             total = end["sum"]
@@ -124,11 +122,16 @@ def parse_client_json(text: str, protocol: str) -> IperfResult:
                 float(total["bits_per_second"]),
                 int(total["packets"]),
                 int(total["lost_packets"]),
-                **cpu_args,
+                cpu_sender_pct=sender_pct,
+                cpu_receiver_pct=receiver_pct,
             )
         received = end["sum_received"]
         return IperfResult(
-            "tcp", float(received["seconds"]), float(received["bits_per_second"]), **cpu_args
+            "tcp",
+            float(received["seconds"]),
+            float(received["bits_per_second"]),
+            cpu_sender_pct=sender_pct,
+            cpu_receiver_pct=receiver_pct,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise HarnessError(f"iperf3 JSON lacks the {protocol} summary ({exc})") from None
