@@ -325,6 +325,8 @@ def read_document(
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read {what}: {reason}") from None
+    parse: Callable[[str], Any]
+    failure: type[Exception]
     if kind == "YAML":
         import yaml  # a format's parser loads with a document in it: JSON is the common input
 
