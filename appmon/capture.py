@@ -166,7 +166,8 @@ class PacketRing:
         """``(kernel receive time, frame)`` of every block handed over (at most ``max_blocks``),
         in arrival order (``Analyser.ingest_all``'s input); the blocks go back to the kernel
         before this returns."""
-        ring, blocks, out = self.ring, self.blocks, []
+        ring, blocks = self.ring, self.blocks
+        out: list[tuple[float, bytes]] = []
         append, frame_at, block_at = out.append, _FRAME.unpack_from, _BLOCK.unpack_from
         for _ in range(blocks if max_blocks is None else min(max_blocks, blocks)):
             base = self._next * BLOCK_BYTES

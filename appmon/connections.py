@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable
+from typing import cast
 
 from cosample.appmon import protocols
 from cosample.appmon.decode import ACK, FIN, RST, SYN, Segment
+from cosample.appmon.h2 import H2Parser
 from cosample.appmon.h2conn import H2Connection
 from cosample.appmon.http import HEAD, HttpParser, starts_message
 from cosample.appmon.streams import Budget, HalfStream
@@ -90,7 +92,8 @@ class Connection:
     ) -> None:
         self.service, self.counters = service, counters
         self.on_request, self.on_response = on_request, on_response
-        self.pending: deque[tuple[float, bool]] = deque()
+        #: waiting requests: (time, a HEAD request, its first byte's sequence number)
+        self.pending: deque[tuple[float, bool, int]] = deque()
         self.streams = (
             HalfStream(HttpParser(True, self._request, counters), counters, budget),
             HalfStream(
@@ -98,7 +101,8 @@ class Connection:
             ),
         )
         #: ``http``, or ``h2c`` from a 101 to h2c on: ``upgraded`` then reads the streams
-        self.protocol, self.upgraded = "http", None
+        self.protocol = "http"
+        self.upgraded: H2Connection | None = None
         self.last_seen, self.fins, self.closed = 0.0, 0, False
         self.answered: int | None = None  # acknowledgement number of the last final response
         #: opened by a SYN on a port of no declared protocol: its first request bytes decide
@@ -175,9 +179,12 @@ class Connection:
         )
         client = self.streams[0].parser
         at_boundary = client.state == HEAD and not client.buffer and not client.announced
-        for mine, theirs in zip(self.streams, h2.streams):
+        # the half streams go on (sequence numbers, held segments) with h2's parsers: from here
+        # they are the h2 connection's
+        streams = cast(tuple[HalfStream[H2Parser], HalfStream[H2Parser]], self.streams)
+        for mine, theirs in zip(streams, h2.streams):
             mine.parser = theirs.parser
-        h2.streams = self.streams
+        h2.streams = streams
         if at_boundary:
             self.streams[0].parser.begin()
         self.streams[1].parser.begin()
@@ -202,8 +209,10 @@ class Connection:
                 self.pending.clear()
 
 
+#: A connection of any protocol, as the table holds it.
+AnyConnection = Connection | H2Connection | TlsConnection
 #: The connection of each protocol (``protocols.PROTOCOLS``); all are driven alike by the table.
-CONNECTIONS = {
+CONNECTIONS: dict[str, type[AnyConnection]] = {
     "http": Connection,
     "h2c": H2Connection,
     "tls": TlsConnection,
@@ -236,7 +245,7 @@ class ConnectionTable:
         self.selected = selected
         self.budget = Budget()
         # (src, dst, sport, dport) -> (connection, 0 for client->server or 1)
-        self.table: dict[tuple, tuple[Connection, int]] = {}
+        self.table: dict[tuple, tuple[AnyConnection, int]] = {}
         self.connections = 0
 
     def segment(self, segment: Segment, time: float) -> None:
@@ -282,7 +291,7 @@ class ConnectionTable:
             if connection.fins == 3:
                 connection.close()
 
-    def _open(self, segment: Segment, time: float) -> tuple[Connection, int] | None:
+    def _open(self, segment: Segment, time: float) -> tuple[AnyConnection, int] | None:
         src, dst, sport, dport, _, flags, payload, _, _ = segment
         declared = self.protocols.get(dport) or self.protocols.get(sport)
         if flags & SYN:
@@ -323,7 +332,7 @@ class ConnectionTable:
             self.on_connection,
         )
         connection.undecided = declared in (None, "h2c") and bool(flags & SYN)
-        if declared in protocols.OVER_TLS:
+        if isinstance(connection, TlsConnection):  # (``protocols.OVER_TLS``)
             connection.fixed = True  # the plan says h2 or not; ALPN need not tell
         if flags & SYN and client_sends and self.on_connection is not None:
             self.on_connection((server, port), time, declared, None)
@@ -345,7 +354,8 @@ class ConnectionTable:
             self.budget,
             self.on_connection,
         )
-        for mine, theirs in zip(new.streams, old.streams):
+        streams: tuple[HalfStream, ...] = new.streams  # (of whichever protocol)
+        for mine, theirs in zip(streams, old.streams):
             if theirs.next_seq is not None:
                 mine.next_seq = theirs.next_seq
                 mine.parser.begin()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 #: Bytes of one header block kept while waiting for its end; longer blocks are dropped.
 MAX_HEADER = 16384
@@ -131,7 +132,7 @@ class HttpParser:
     def __init__(
         self,
         request: bool,
-        on_start: Callable[[float, object], bool],
+        on_start: Callable[[float, Any], bool],  # (time, method) or (time, status)
         counters: Counter,
         on_upgrade: Callable[[float, bytes], None] | None = None,
     ) -> None:
@@ -215,7 +216,7 @@ class HttpParser:
                 self.state, self.buffer, self.lost = HUNT, b"", True
                 return
             self.counters["first_lines_cut" if value is not None else "first_lines_unseen"] += 1
-            self.announced, self.status = True, value if not self.request and value else 0
+            self.announced, self.status = True, value if isinstance(value, int) and value else 0
             self.on_start(self.start_time, value)
         if state not in (HUNT, UNTIL_CLOSE, DEAD, CUT):
             self.counters["framing_cut"] += 1
@@ -282,6 +283,7 @@ class HttpParser:
         self.buffer = b""
         self._frame_body(buffer[: end + 2].lower())
         if self.state == SWITCHED:  # the rest of the stream is HTTP/2's
+            assert self.on_upgrade is not None  # (only a parser told where to switches)
             self.state = DEAD
             self.on_upgrade(time, buffer[end + 4 :])
             return b""
@@ -305,7 +307,8 @@ class HttpParser:
             self.counters["bad_start_line"] += 1
             self.state, self.buffer, self.lost = HUNT, b"", True
             return False
-        self.announced, self.status, self.tentative = True, 0 if self.request else value, False
+        status = value if isinstance(value, int) else 0  # (a request's value is its method)
+        self.announced, self.status, self.tentative = True, status, False
         if value == 101 and not self.request:  # its header block says whether it answers
             self.switching = True
             return True

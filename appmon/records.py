@@ -78,7 +78,8 @@ class RecordBuffer:
         self.counters, self.rate, self.max_datagram = counters, rate, max_datagram - TAG_BYTES
         self.key = key
         self.session = clock.time_ns() // 1000 if session is None else session
-        self.tokens, self.last_time = rate, None
+        self.tokens = rate
+        self.last_time: float | None = None
         self.sequence = 0
         self.ready: list[bytes] = []
         self._reset()
@@ -184,7 +185,7 @@ def authentic(data: bytes, key: bytes) -> bool:
     return hmac.compare_digest(tag(key, data[:-TAG_BYTES]), data[-TAG_BYTES:])
 
 
-def parse(data: bytes) -> tuple[int, int, list[Record]] | str:
+def parse(data: bytes | memoryview) -> tuple[int, int, list[Record]] | str:
     """A datagram's session, sequence number and records, or the reason it is unusable (its
     tag is not checked here: ``authentic``)."""
     if len(data) < HEADER.size + TAG_BYTES:

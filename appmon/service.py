@@ -241,7 +241,7 @@ class Service:
                 events = self.detector.update_all(event_values(snap), now)
                 self.state.events += write_events(events, self._events)
             if self.settings.state_dir is not None:
-                self._write(snap)
+                self._write(snap, self.settings.state_dir)
         self.state = State(
             frames=analyser.frames,
             events=self.state.events,
@@ -253,8 +253,8 @@ class Service:
             kernel_drops=self.losses.totals["kernel_drops"] if self._socket else None,
         )
 
-    def _write(self, snap: AppSnapshot) -> None:
-        directory = Path(self.settings.state_dir)
+    def _write(self, snap: AppSnapshot, state_dir: Path) -> None:
+        directory = Path(state_dir)
         text = snap.to_json()
         write_atomic(directory / SNAPSHOT_FILE, lambda stream: stream.write(text), parents=True)
         if self.signed is not None and self.signed[1] is not None:
@@ -286,10 +286,10 @@ def _http_server(service: Service, host: str, port: int) -> BoundedHTTPServer:
             path = self.path.split("?", 1)[0]
             signed = service.signed
             signature = None
-            if path == "/snapshot" and signed is None:
-                self.send_error(503, "no window closed yet")
-                return
             if path == "/snapshot":
+                if signed is None:
+                    self.send_error(503, "no window closed yet")
+                    return
                 (body, signature), kind = signed, "application/json"
             elif path == "/metrics":
                 body, kind = service.metrics.text(), "text/plain; version=0.0.4; charset=utf-8"

@@ -9,8 +9,9 @@ Field meanings are in docs/appmon.md ("Snapshot").
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -18,10 +19,11 @@ from cosample.appmon.errors import AppmonError
 from cosample.appmon.losses import WindowLosses
 from cosample.appmon.rateinterval import rate_interval
 from cosample.appmon.successinterval import success_interval
-from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, Window, service_name
+from cosample.appmon.windows import QUANTILES, STATUS_CLASSES, StatusClass, Window, service_name
 from cosample.validation import Strict, UtcTime, parse_refusal, validate
 
-APP_SNAPSHOT_FORMAT, APP_SNAPSHOT_VERSION = "cosample.appmon-snapshot", 1
+APP_SNAPSHOT_FORMAT: Final = "cosample.appmon-snapshot"
+APP_SNAPSHOT_VERSION: Final = 1
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -46,7 +48,7 @@ class ServiceWindow(Strict):
     requests_per_s: Seconds
     responses: Count
     matched: Count
-    status_classes: dict[Literal["1xx", "2xx", "3xx", "4xx", "5xx"], Count]
+    status_classes: dict[StatusClass, Count]
     success_rate: Fraction | None
     service_time_s: ServiceTime | None
     #: the share of the service's connections this analyser selected (``--share-residues``; a
@@ -135,7 +137,7 @@ def snapshot(
     for key, stats in sorted(window.services.items(), key=lambda item: service_name(item[0])):
         timing = None
         if stats.matched:
-            p50, p95, p99 = (max(0.0, stats.quantile(q)) for q in QUANTILES)
+            p50, p95, p99 = _quantiles(stats.quantile)
             timing = ServiceTime(
                 mean=stats.total_s / stats.matched,
                 min=stats.min_s,
@@ -147,7 +149,8 @@ def snapshot(
         handshake = None
         if stats.handshakes:
             sketch = stats.handshake_sketch
-            p50, p95, p99 = (max(0.0, sketch.get_quantile_value(q)) for q in QUANTILES)
+            assert sketch is not None  # (made with the first handshake)
+            p50, p95, p99 = _quantiles(sketch.get_quantile_value)
             handshake = ServiceTime(
                 mean=stats.handshake_total_s / stats.handshakes,
                 min=stats.handshake_min_s,
@@ -206,6 +209,13 @@ def snapshot(
         ignored=ignored,
         **(_losses(losses) if losses is not None else {}),
     )
+
+
+def _quantiles(quantile: Callable[[float], float | None]) -> tuple[float, float, float]:
+    """``QUANTILES`` of a sketch that holds values (so each is known), none below 0."""
+    p50, p95, p99 = (quantile(q) for q in QUANTILES)
+    assert p50 is not None and p95 is not None and p99 is not None
+    return max(0.0, p50), max(0.0, p95), max(0.0, p99)
 
 
 def _losses(losses: WindowLosses) -> dict:

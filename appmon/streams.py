@@ -15,8 +15,7 @@ the wire moves the stream on, and the parser is told how many of its bytes went 
 from __future__ import annotations
 
 from collections import Counter
-
-from cosample.appmon.http import HttpParser
+from typing import Generic, Protocol, TypeVar
 
 MASK, HALF = 0xFFFFFFFF, 0x80000000
 #: Early (out-of-order) segments kept per direction, and their payload bytes.
@@ -38,12 +37,34 @@ class Budget:
         self.limit, self.used = limit, 0
 
 
-class HalfStream:
+class Parser(Protocol):
+    """What a half stream hands its bytes to: ``http.HttpParser``, ``h2.H2Parser``,
+    ``tls.TlsParser``."""
+
+    lost: bool
+
+    @property
+    def hunting(self) -> bool: ...
+    def begin(self) -> None: ...
+    def gap(self) -> None: ...
+    def skippable(self, missing: int) -> bool: ...
+    def skip(self, missing: int) -> None: ...
+    def cut(self, missing: int, time: float, seq: int, ack: int) -> None: ...
+    def starts(self, data: bytes) -> bool: ...
+    def feed(
+        self, data: bytes, time: float, segment_start: bool = True, seq: int = 0, ack: int = 0
+    ) -> None: ...
+
+
+P = TypeVar("P", bound=Parser)
+
+
+class HalfStream(Generic[P]):
     """Ordering of one direction's bytes; ``parser`` receives them."""
 
     __slots__ = ("parser", "next_seq", "early", "early_bytes", "counters", "budget")
 
-    def __init__(self, parser: HttpParser, counters: Counter, budget: Budget | None = None) -> None:
+    def __init__(self, parser: P, counters: Counter, budget: Budget | None = None) -> None:
         self.parser, self.counters = parser, counters
         self.budget = budget if budget is not None else Budget()
         self.next_seq: int | None = None
@@ -107,6 +128,7 @@ class HalfStream:
         self.next_seq = (seq + wire_length) & MASK
 
     def _hold(self, seq: int, payload: bytes, wire_length: int, time: float, ack: int) -> None:
+        assert self.next_seq is not None  # (``segment`` started the stream)
         missing = (seq - self.next_seq) & MASK
         parser = self.parser
         if parser.skippable(missing):  # the hole is body bytes: nothing to wait for
@@ -145,7 +167,10 @@ class HalfStream:
     def acknowledged(self, ack: int) -> None:
         """The other side acknowledged bytes up to ``ack``: a hole before that was delivered to
         it, so the capture lost it for good (it does not wait for a retransmission)."""
-        while self.early and 0 < ((ack - self.next_seq) & MASK) < HALF:
+        while self.early:  # (segments are held only once the stream started)
+            assert self.next_seq is not None
+            if not 0 < ((ack - self.next_seq) & MASK) < HALF:
+                break
             self.counters["holes_acknowledged"] += 1
             self._skip_hole()
 
@@ -157,6 +182,7 @@ class HalfStream:
     def _skip_hole(self) -> None:
         """Give up the missing bytes: continue at the earliest held segment, after a gap."""
         next_seq = self.next_seq
+        assert next_seq is not None  # (segments are held only once the stream started)
         first = min(self.early, key=lambda seq: (seq - next_seq) & MASK)
         self.counters["stream_gaps"] += 1
         self.parser.gap()
@@ -167,6 +193,7 @@ class HalfStream:
         """Deliver held segments that the stream has reached (or passed: overlaps are cut)."""
         while self.early:
             next_seq = self.next_seq
+            assert next_seq is not None  # (segments are held only once the stream started)
             ready = None
             for seq in self.early:
                 if (seq - next_seq) & MASK >= HALF or seq == next_seq:

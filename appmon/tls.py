@@ -65,7 +65,8 @@ def parse_hello(record: bytes) -> Hello | None:
             at += 2 + 1  # the cipher suite and compression method chosen
         end = at + 2 + int.from_bytes(record[at : at + 2], "big")
         at += 2
-        alpn, version = (), 0
+        alpn: tuple[bytes, ...] = ()
+        version = 0
         while at + 4 <= min(end, len(record)):
             ext, length = (
                 int.from_bytes(record[at : at + 2], "big"),

@@ -212,6 +212,7 @@ class TlsConnection:
         if self.protocol == "h2" and kind is not None and length <= 9 + self._overhead():
             return  # an empty frame (SETTINGS ack, the END_STREAM DATA): no answer yet
         self.answered = True
+        assert self.turn is not None  # (set with ``answered`` False: a request waits)
         self.on_response(self.service, time, None, max(0.0, time - self.turn), self)
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ import ipaddress
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
 from ddsketch import DDSketch
 
@@ -23,7 +24,9 @@ from cosample.appmon.successinterval import degrees_of_freedom
 #: Relative accuracy of the service-time quantiles.
 SKETCH_ACCURACY = 0.01
 QUANTILES = (0.5, 0.95, 0.99)
-STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+#: The status classes a window counts (HTTP's 1xx to 5xx).
+StatusClass = Literal["1xx", "2xx", "3xx", "4xx", "5xx"]
+STATUS_CLASSES: tuple[StatusClass, ...] = get_args(StatusClass)
 #: Services a window holds; a request or response of one more is counted
 #: (``services_over_limit``), not kept: each costs a sketch and a snapshot entry.
 MAX_SERVICES = 4096
@@ -90,7 +93,9 @@ class ServiceStats:
     handshake_max_s: float = 0.0
     handshake_sketch: DDSketch | None = None
 
-    def request(self, connection: object = None) -> None:
+    def request(self, connection: Any = None) -> None:
+        """One request, on ``connection`` (any protocol's, ``connections.AnyConnection``, as the
+        table's callbacks pass it, as an object; None: from records)."""
         self.requests += 1
         if connection is None:
             self.unattributed += 1
