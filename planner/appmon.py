@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
@@ -218,7 +219,11 @@ def solve_milp(
     nz = 0 if relaxed else m
     ny = n if budget else 0
     nv = m + nz + ny
-    rows, cols, vals, lo, hi = [], [], [], [], []
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    lo: list[ArrayLike] = []  # each constraint row's bounds
+    hi: list[ArrayLike] = []
     row = 0
 
     def add(r, c, v):
@@ -265,6 +270,7 @@ def solve_milp(
         hi.append(np.zeros(mirror.size))
         row += mirror.size
         add([row] * n, m + nz + np.arange(n), np.ones(n))
+        assert analysis_hosts is not None  # (``budget``)
         lo.append([-np.inf])
         hi.append([float(analysis_hosts)])
         row += 1

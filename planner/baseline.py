@@ -29,6 +29,7 @@ def sample_alone(problem: Problem) -> tuple[np.ndarray, np.ndarray | None]:
     local = local_only_pps(problem)
     if problem.can_sample is None:
         return local, None
+    assert problem.alpha_sample is not None  # (``can_sample`` is None without it)
     own = problem.own_pps
     with np.errstate(divide="ignore", invalid="ignore"):
         flow = np.where(own > 0, local / own, 0.0)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cosample.costmodel.calibration_file import read_calibration_file
 from cosample.costmodel.coefficients import CalibrationFileError, coefficients
@@ -88,12 +89,12 @@ class DataCentre:
     @classmethod
     def from_arrays(
         cls,
-        capacity_pps: Sequence[float],
-        alpha: float | Sequence[float],
-        beta: float | Sequence[float],
-        traffic_src: Sequence[int] = (),
-        traffic_dst: Sequence[int] = (),
-        traffic_pps: Sequence[float] = (),
+        capacity_pps: ArrayLike,
+        alpha: ArrayLike,
+        beta: ArrayLike,
+        traffic_src: ArrayLike = (),
+        traffic_dst: ArrayLike = (),
+        traffic_pps: ArrayLike = (),
         names: Sequence[str] | None = None,
         name: str = "datacentre",
         **planning: Any,
@@ -111,7 +112,7 @@ class DataCentre:
         unknown = set(planning) - {*PLANNING_ARRAYS, "collector_cap_pps", "intervals"}
         if unknown:
             raise PlannerError(f"unknown planning input(s): {', '.join(sorted(unknown))}")
-        arrays = {
+        arrays: dict[str, Any] = {  # (DataCentre's keywords: per-server arrays)
             key: np.broadcast_to(np.asarray(planning[key], dtype=kind), (n,)).copy()
             for key, kind in PLANNING_ARRAYS.items()
             if planning.get(key) is not None
@@ -184,7 +185,7 @@ class DataCentre:
         def fail(
             location: Sequence[int | str], what: str, value: Any = None, entry: int | None = None
         ) -> PlannerError:
-            name = names[location[1]] if location[0] == "servers" else None
+            name = names[int(location[1])] if location[0] == "servers" else None
             where = source
             part = "servers" if location[0] == "servers" else "traffic"
             field = (
@@ -192,9 +193,11 @@ class DataCentre:
                 if part == "servers"
                 else ("source" if len(location) == 2 else "destination")
             )
-            at = columns.locate and columns.locate(
-                part, location[1] if part == "servers" else entry, field
-            )
+            at = None
+            if columns.locate is not None:
+                position = location[1] if part == "servers" else entry
+                assert isinstance(position, int) and isinstance(field, str)  # (see the calls)
+                at = columns.locate(part, position, field)
             if at is not None:  # an entry of a CSV file: its file, row and column
                 where, location = at
             return problem(location, what, value, where=where, name=name, error=PlannerError)
@@ -310,16 +313,16 @@ class DataCentre:
                     where=source,
                     error=PlannerError,
                 )
-            key = (service.address, service.port)
-            if key in seen:
+            endpoint = (service.address, service.port)
+            if endpoint in seen:
                 raise problem(
                     ("services", position, "port"),
-                    f"the same address and port as services[{seen[key]}]",
+                    f"the same address and port as services[{seen[endpoint]}]",
                     service.port,
                     where=source,
                     error=PlannerError,
                 )
-            seen[key] = position
+            seen[endpoint] = position
         appmon_cost = appmon_costs(header.appmon_cost, appmon_sections, base_dir, source)
         name = header.name or (Path(source).stem if source != "description" else "datacentre")
         collector_cap = header.budgets.collector_samples_pps

@@ -106,7 +106,7 @@ def interleaved(parts: list[Part], count: int) -> bytes:
         else:
             merged.append(part)
     width = len(merged)
-    flat: list[bytes | None] = [None] * (count * width)
+    flat = [b""] * (count * width)  # (every slot written below)
     for j, part in enumerate(merged):
         flat[j::width] = [part] * count if isinstance(part, bytes) else part
     return b"".join(flat)

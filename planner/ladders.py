@@ -143,7 +143,9 @@ def _levels(
 def sample_ladder(problem: Problem, flow: Senders) -> Senders:
     """The senders on the sample action's ladder where they may use it
     (``Problem.can_sample``), the others as on sFlow's (computed only where it differs)."""
-    able = np.flatnonzero(problem.can_sample[flow.index])
+    can_sample = problem.can_sample
+    assert can_sample is not None  # (asked only where some host may sample)
+    able = np.flatnonzero(can_sample[flow.index])
     full, n_min, n_cap = flow.full.copy(), flow.n_min.copy(), flow.n_cap.copy()
     grid = np.zeros(flow.index.size, dtype=bool)
     grid[able] = True
@@ -200,9 +202,10 @@ class Points:
 
     def at(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rate, mirrored, value) of point ``which`` (0..3, or 0..7 merged) per sender."""
-        return tuple(
+        rate, mirrored, value = (
             np.choose(which, columns) for columns in (self.rate, self.mirrored, self.value)
         )
+        return rate, mirrored, value
 
     def sample_at(self, which: np.ndarray) -> np.ndarray:
         """Whether point ``which`` of each sender samples by the sample action."""

@@ -37,7 +37,7 @@ def backend(name: str, time_limit: float | None = None) -> pulp.LpSolver:
     if name not in BACKENDS:
         raise SolverError(f"unknown LP backend {name!r} (choose from {', '.join(BACKENDS)})")
     class_name, hint = BACKENDS[name]
-    options = {"msg": False}
+    options: dict[str, bool | float] = {"msg": False}
     if time_limit is not None:
         options["timeLimit"] = time_limit
     solver = getattr(pulp, class_name)(**options)

@@ -52,11 +52,11 @@ def predicted_load(
     n = problem.size
     out = np.bincount(mirror_src, weights=mirror_pps, minlength=n)
     received = np.bincount(mirror_dst, weights=mirror_pps, minlength=n)
-    alpha = (
-        problem.alpha
-        if sample_hosts is None
-        else np.where(sample_hosts, problem.alpha_sample, problem.alpha)
-    )
+    if sample_hosts is None:
+        alpha = problem.alpha
+    else:
+        assert problem.alpha_sample is not None  # (no host samples without its cost)
+        alpha = np.where(sample_hosts, problem.alpha_sample, problem.alpha)
     return (
         problem.forwarding_pps
         + alpha * rate * problem.bridge_pps

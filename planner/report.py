@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 MAX_ROWS = 60
@@ -28,7 +28,7 @@ def plan_table(plan: dict[str, Any]) -> Table:
         title=f"cosample plan for {plan['datacentre']} "
         f"(solver {plan['solver']['name']}, version {plan['version']})"
     )
-    for heading, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("server", "left"),
         ("own pps", "right"),
         ("fwd load", "right"),
@@ -38,7 +38,8 @@ def plan_table(plan: dict[str, Any]) -> Table:
         ("mirrors to", "left"),
         ("receives", "right"),
         ("capacity use", "right"),
-    ):
+    )
+    for heading, justify in columns:
         table.add_column(heading, justify=justify)
     hosts = plan["hosts"]
     count = plan["summary"]["servers"]
