@@ -504,6 +504,7 @@ def _measure(args: argparse.Namespace, settings, target):
     budget = cpu_budget(args.cpu_budget)
     if args.testbed:
         with OneHostTestbed(args.prefix, tunnel="mirror_vxlan" in settings.mechanisms) as testbed:
+            assert testbed.ovs is not None  # (entering the testbed started it)
             scope = CgroupScope(
                 f"cosample-{args.prefix}",
                 pid_from_file(testbed.ovs.directory / "ovs-vswitchd.pid"),
@@ -531,12 +532,12 @@ def _measure(args: argparse.Namespace, settings, target):
     )
     ovs = SystemOvs(args.ovsdb)
     datapath = ovs.vsctl("get", "bridge", endpoints.bridge, "datapath_type").strip() or "system"
-    scope = None
+    existing = None
     if args.account_cgroup:
         ovs_pid = pid_from_file(args.ovs_pidfile) if args.ovs_pidfile else None
-        scope = ExistingScope([cgroup_path(p) for p in args.account_cgroup], ovs_pid, budget)
+        existing = ExistingScope([cgroup_path(p) for p in args.account_cgroup], ovs_pid, budget)
     data, extra = run_calibration(
-        endpoints, ovs, settings, not args.no_progress, scope, target, _covariates(args)
+        endpoints, ovs, settings, not args.no_progress, existing, target, _covariates(args)
     )
     return data, {
         "mode": "existing endpoints",
