@@ -187,6 +187,7 @@ def hulls_of(points: Points, able: np.ndarray | None = None) -> Hulls:
                 keep = pick < columns
                 active, positions = active[keep], positions[keep]
             else:  # no point beyond the one reached
+                assert farthest is not None  # (computed when not ordered)
                 beyond = (
                     cur_y[active] + 1e-12 * np.maximum(cur_y[active], 1.0) < farthest[positions]
                 )
@@ -335,7 +336,7 @@ def _partial(
     ladder, the best plan mirroring all of ``mirrored + left``, or the vertex just below it
     (one N fewer, saturated)."""
     k = rate.size
-    options = []
+    options: list[tuple[np.ndarray, ...]] = []  # (rate, mirrored, value, grid) arrays
     ladders: list[tuple[Senders, np.ndarray | None]] = [(flow, None)]
     if subset is not None:
         ladders.append((subset[1], subset[0]))
