@@ -53,7 +53,8 @@ def read(document: Any, where: str, base_dir: Path = Path(".")) -> Columns:
     """``document`` (parsed) validated; ``PlannerError`` with the models' one line if not.
     ``servers`` and ``traffic_pps`` may name CSV files (``planner.fleetcsv``) in ``base_dir``."""
     parts = document if isinstance(document, dict) else {}
-    servers, traffic = parts.get("servers"), parts.get("traffic_pps", {})
+    servers: Any = parts.get("servers")  # parsed JSON, a list or a CSV file's name (below)
+    traffic = parts.get("traffic_pps", {})
     if not (_is_csv(servers) or isinstance(servers, list) and servers) or not (
         _is_csv(traffic) or isinstance(traffic, dict)
     ):
