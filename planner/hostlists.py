@@ -36,7 +36,7 @@ class Lookup(NamedTuple):
     """A column of ``grouped`` read from a table: object ``j`` has the JSON ``table[index[j]]``
     (a peer's quoted name), looked up once in the lists' order, never copied in pair order."""
 
-    table: Sequence[bytes]
+    table: Sequence[bytes] | np.ndarray
     index: np.ndarray
 
 

@@ -70,7 +70,7 @@ def value(item: Any) -> bytes:
 WIDE = 256
 
 
-def fixed(pieces: Sequence[bytes]) -> np.ndarray | None:
+def fixed(pieces: Sequence[bytes] | np.ndarray) -> np.ndarray | None:
     """``pieces`` as a fixed-width byte array (``S``), None if one is wider than ``WIDE``."""
     if isinstance(pieces, np.ndarray):
         return pieces if pieces.dtype.itemsize <= WIDE else None

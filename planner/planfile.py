@@ -116,7 +116,7 @@ def _summary(
     collected = applied.collected_pps
     gain = collected / baseline - 1 if baseline > 0 else 0.0
     bounds = solution.bounds
-    summary = {
+    summary: dict[str, Any] = {
         "servers": problem.size,
         "own_pps_total": _num(total),
         "collected_pps": _num(collected),
@@ -152,12 +152,14 @@ def _summary(
         "notes": list(problem.notes),
     }
     if applied.sample_probability is not None:  # some server may use the sample action
+        can_sample = problem.can_sample
+        assert can_sample is not None  # (the sample action is planned only where it may run)
         sampled = int(np.count_nonzero(applied.sample_probability > 0))
         summary["local_mechanisms"] = {
             "sample": sampled,
             "sflow": int(np.count_nonzero(applied.sflow_sampling > 0)),
             "off": problem.size - sampled - int(np.count_nonzero(applied.sflow_sampling > 0)),
-            "may_sample": int(np.count_nonzero(problem.can_sample)),
+            "may_sample": int(np.count_nonzero(can_sample)),
         }
     guard = _guard_summary(problem.dc, applied)
     if guard is not None:  # only when the description gives floors: other plans byte-identical
