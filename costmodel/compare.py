@@ -64,10 +64,11 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
         document, data = read_calibration(path)
         metadata = document.metadata
         for mechanism, entry in document.mechanisms.items():
-            low, high = entry.coefficient_ci
+            # a fit that came out non-finite is written as null (``fit.finite_or_none``): NaN
+            low, high = (_or_nan(end) for end in entry.coefficient_ci)
             rows_of_mechanism = data[data["mechanism"] == mechanism]
             c0 = rate0_cost_ns(rows_of_mechanism)
-            a = entry.coefficient
+            a = _or_nan(entry.coefficient)
             covariate = entry.covariate or {}
             without = covariate.get("ci_without") or [None, None]
             rows.append(
@@ -95,7 +96,7 @@ def summary_rows(paths: list[str]) -> pd.DataFrame:
                     "seconds": (metadata.seconds or {}).get(mechanism),
                     "rows": entry.n_points,
                     "runs": entry.n_blocks,
-                    "capacity_pps": entry.capacity_pps,
+                    "capacity_pps": _or_nan(entry.capacity_pps),
                     "host_busy": mean_host_busy(rows_of_mechanism),
                     "c0_ns": c0,
                     "extra_ns_per_copy": a * c0,
@@ -124,6 +125,10 @@ def markdown(frame: pd.DataFrame) -> str:
             f"| {row.extra_ns_per_copy:,.0f} [{extra_low:,.0f}, {extra_high:,.0f}] |"
         )
     return "\n".join(lines)
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _when(started: str | None, loadavg: list | None) -> str:

@@ -65,3 +65,19 @@ def test_rate0_cost_is_nan_without_cpu_columns_and_bad_files_are_named(tmp_path,
     (tmp_path / "x.json").write_text("{}")
     assert main([str(tmp_path / "x.json")]) == 2
     assert "x.json" in capsys.readouterr().err
+
+
+def test_a_mechanism_without_a_finite_fit_is_a_row_of_nan_not_a_crash(tmp_path, capsys):
+    """A fit that came out non-finite is written as null (``fit.finite_or_none``): the table
+    shows it as nan; it used to stop the whole comparison with a TypeError (None - None)."""
+    path = write_calibration(tmp_path, "cpu", "cpu", 0.05, 25_000, 120.0)
+    document = json.loads((tmp_path / "cpu.json").read_text())
+    document["mechanisms"]["mirror"].update(
+        coefficient=None, coefficient_ci=[None, None], capacity_pps=None
+    )
+    (tmp_path / "cpu.json").write_text(json.dumps(document))
+    row = summary_rows([path]).iloc[0]
+    assert pd.isna(row["a"]) and pd.isna(row["half_width"]) and pd.isna(row["extra_ns_per_copy"])
+    assert row["c0_ns"] == pytest.approx(25_000)  # what the measurements still give
+    assert main([path]) == 0
+    assert "| mirror | cpu | - | none | nan | [nan, nan] | nan |" in capsys.readouterr().out
