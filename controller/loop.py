@@ -125,9 +125,8 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.smoothed: Smoothed | None = None
         self.screen: Screen | None = None  # the plausibility checks' memory
-        self.measurement: Measurement | None = (
-            None  # the last cycle's (read by the testbed's timeline)
-        )
+        #: the last cycle's measurement (read by the testbed's timeline)
+        self.measurement: Measurement | None = None
         self.quiet_until: datetime | None = None  # after a publication (``quiet_s``)
         self.full_window_s = 0.0  # the longest collector window seen (shorter ones: start-up)
         self.gain_streak = 0
