@@ -50,6 +50,7 @@ from cosample.lab.netns import Lab
 from research.bench_appmon_records import (
     SETTLE_S,
     cpu_seconds,
+    favour,
     pin,
     records_part,
     windows,
@@ -146,6 +147,7 @@ def start_analyser(lab: Lab, path: str, options: list[str], state: Path) -> tupl
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # a scheduling group of its own (``favour``)
     )
     while b"capturing on" not in analyser.stderr.readline():
         if analyser.poll() is not None:
@@ -153,12 +155,16 @@ def start_analyser(lab: Lab, path: str, options: list[str], state: Path) -> tupl
     return analyser, send_end
 
 
-def step(scratch: Path, running: tuple, recording: Recording, rate: float, loops: int) -> dict:
+def step(
+    scratch: Path, running: tuple, recording: Recording, rate: float, loops: int, nice: int = 0
+) -> dict:
     """One rate step on one path's analyser (``loops`` passes over the recording), and
     ``appmon replay`` of the same frames; the counts each made, against the recording's."""
     path, analyser, send_end, state = running
     before_cpu, before = cpu_seconds(analyser.pid), windows(state)
-    sent, seconds, refused = offer(send_end, recording.path, rate, loops, len(recording.frames))
+    sent, seconds, refused = offer(
+        send_end, recording.path, rate, loops, len(recording.frames), nice
+    )
     after = caught_up(state, len(before))
     live_cpu = cpu_seconds(analyser.pid) - before_cpu
     mine = after[len(before) :]
@@ -220,6 +226,7 @@ def frames_part(args, scratch: Path) -> list[dict]:
             state = scratch / path
             running[path] = (path, *start_analyser(lab, path, options, state), state)
             pin(running[path][1].pid, args.analyser_core)
+            favour(running[path][1].pid, args.analyser_nice)
         pin(0, args.sender_core)
         done = set()
         for rate in args.rates:
@@ -227,7 +234,7 @@ def frames_part(args, scratch: Path) -> list[dict]:
             for path, one in running.items():
                 if path in done:
                     continue
-                row = step(scratch, one, recording, rate, loops)
+                row = step(scratch, one, recording, rate, loops, args.sender_nice)
                 rows.append(row)
                 print(
                     f"{path:>9} {rate:>9,.0f} {row['sent_per_s']:>10,.0f} "
@@ -332,6 +339,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sender-core", type=int, default=-1, help="pin the sender to this core (-1: no)"
     )
+    parser.add_argument(
+        "--analyser-nice",
+        type=int,
+        default=0,
+        help="the analysers' nice value and their sessions' (e.g. -10: most of their core on a "
+        "busy machine; default 0: as they come)",
+    )
+    parser.add_argument(
+        "--sender-nice",
+        type=int,
+        default=0,
+        help="the sender's nice value and its session's (as --analyser-nice)",
+    )
     parser.add_argument("--keep-going", action="store_true", help="every step, even after drops")
     args = parser.parse_args(argv)
     args.rates = [float(x) for x in args.rates.split(",") if x]
@@ -343,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(
         f"machine: {os.cpu_count()} cores, load average {load:.1f} at the start; "
-        f"analyser pinned to core {args.analyser_core}, sender to {args.sender_core} (-1: not); "
+        f"analyser pinned to core {args.analyser_core}, sender to {args.sender_core} (-1: not), "
+        f"nice: analyser {args.analyser_nice}, sender {args.sender_nice}; "
         f"{args.step_seconds:g} s per step",
         flush=True,
     )
@@ -354,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.record_rates:
             print(
                 f"{'offered/s':>9} {'sent/s':>10} {'datagrams':>9} {'taken':>10} {'lost':>8} "
-                f"{'late':>8} {'µs/rec':>9} {'core':>7}   (records: --receive-records)",
+                f"{'late':>8} {'µs/rec':>9} {'core':>7} {'load':>5}   (records: --receive-records)",
                 flush=True,
             )
             record_rows = records_part(args, scratch)

@@ -4,10 +4,13 @@ test_bench_appmon_saturation.py)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from research import bench_appmon_records as records
 from research import bench_appmon_saturation as bench
 from research import bench_appmon_sender as sender
 
@@ -112,3 +115,23 @@ def test_counts_column_says_lower_bound_under_drops_and_wrong_without():
     assert bench.verdict(row()) == "right"
     assert bench.verdict(row(drops=5, right=False)) == "lower"
     assert bench.verdict(row(right=False)) == "WRONG"
+
+
+def test_favour_moves_a_session_leader_and_its_group_only():
+    """A process in our session is refused (its group is ours: raising it would raise every
+    process of the session); one that leads its own gets the nice value, its group too."""
+    ours = subprocess.Popen(["sleep", "30"])
+    own = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        with pytest.raises(ValueError, match="does not lead a session"):
+            records.favour(ours.pid, 5)
+        records.favour(own.pid, 5)  # a lower priority: allowed to anyone
+        assert os.getpriority(os.PRIO_PROCESS, own.pid) == 5
+        group = Path(f"/proc/{own.pid}/autogroup")
+        if group.exists():
+            assert group.read_text().split()[-1] == "5"
+        assert os.getpriority(os.PRIO_PROCESS, ours.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        for process in (ours, own):
+            process.kill()
+            process.wait()
