@@ -27,7 +27,7 @@ per step: records offered, taken, datagrams lost (the sequence gaps: the UDP rec
 overflowed), records refused (``records_late``, ``records_pending_full``), CPU per record.
 
     python -m research.bench_appmon_saturation [--rates 25000,50000,...]
-        [--step-seconds 4] [--record-rates 50000,100000,...] [--keep-going]
+        [--step-seconds 10] [--record-rates 50000,100000,...] [--keep-going]
 
 Needs root, OVS, nginx, wrk, tcpdump, tcpreplay. The machine is shared: compare within a run.
 """
@@ -325,7 +325,12 @@ def main(argv: list[str] | None = None) -> int:
         default="25000,50000,75000,100000,125000,150000,200000,250000",
         help="offered frames per second, one step each (default up to 250,000)",
     )
-    parser.add_argument("--step-seconds", type=float, default=4.0, help="per step (default 4)")
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=10.0,
+        help="per step (default 10: longer than the packet ring holds at 100,000 frames/s)",
+    )
     parser.add_argument(
         "--record-rates",
         default="50000,100000,200000,400000,800000",
