@@ -333,6 +333,7 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
             )
             again, resampled = wait_for(lambda: settled(sampled), timeout_s=20)
             rethrough = int(sink.communicate(timeout=30)[0])
+            passed = _through_sample_flow(ovs, bridge) - through
         finally:
             if capture is not None:
                 capture.terminate()
@@ -375,14 +376,17 @@ def test_a_planned_sample_host_is_estimated_from_its_ipfix(lab, tmp_path):
     k = again["servers"]["name"].index("s1")
     reestimate = again["servers"]["packets_per_s"][k] * again["window_s"]
     print(
-        f"restarted collector: {rethrough} received by B, OVS sampled {resampled}, "
-        f"collector {again['servers']['samples'][k]} samples, estimate {reestimate:.0f}, "
-        f"{(reestimate - rethrough) / math.sqrt(rethrough * (1 - share) / share):+.2f} sd"
+        f"restarted collector: {passed} through the sample flow, {rethrough} received by B, "
+        f"OVS sampled {resampled}, collector {again['servers']['samples'][k]} samples, "
+        f"estimate {reestimate:.0f}, "
+        f"{(reestimate - passed) / math.sqrt(passed * (1 - share) / share):+.2f} sd"
     )
     assert "IPFIX template(s) restored from" in log
-    assert rethrough == PACKETS, rethrough  # UDP on one bridge: none lost
+    # the truth is the flow's count, as above: on a loaded machine the userspace datapath or B's
+    # socket may drop a few of the packets (seen: 3,836 of 4,000 received by B)
+    assert 0 < rethrough <= passed <= PACKETS + 200, (rethrough, passed)
     assert resampled > 0 and again["servers"]["samples"][k] == resampled
-    assert abs(reestimate - rethrough) <= 4.5 * math.sqrt(rethrough * (1 - share) / share)
+    assert abs(reestimate - passed) <= 4.5 * math.sqrt(passed * (1 - share) / share)
     assert not {key for key in again["dropped"] if key.startswith("ipfix")}, (again["dropped"], log)
 
 

@@ -78,9 +78,14 @@ def test_a_lab_killed_in_its_set_up_is_swept_and_the_next_run_succeeds(root):
     )
     assert crashed.returncode == -9, crashed.stderr
     namespace = crashed.stdout.strip()
-    sleeper = [int(p) for p in run(["ip", "netns", "pids", namespace]).stdout.split()]
+    sleeper: list[int] = []
     try:
-        assert namespace in _namespaces() and _link_exists(prefix + "v") and sleeper
+        # the daemon enters the namespace after its launcher forked: on a loaded machine the
+        # crash may come first (seen: no pid yet)
+        sleeper = wait_for(
+            lambda: [int(p) for p in run(["ip", "netns", "pids", namespace]).stdout.split()], 10
+        )
+        assert namespace in _namespaces() and _link_exists(prefix + "v")
         with pytest.raises(CommandError, match="File exists"):
             run(["ip", "netns", "add", namespace])  # what the next run met before
         with Lab(prefix=prefix, kind="lk") as lab:

@@ -178,7 +178,9 @@ def test_a_bridge_samples_what_enters_it_first(lab, tmp_path, layout):
             ids_by_source(at_int.snapshot()),
             ids_by_source(at_tun.snapshot()),
         )
-    most = 0.97 * PACKETS  # 1-in-1: every packet, less what a busy collector might miss
+    # 1-in-1: every packet, less the upcalls a busy datapath drops (seen on a loaded machine:
+    # 1,314 of 1,500); the layouts differ by all or nothing, so half tells them apart
+    most = 0.5 * PACKETS
     assert len(sampled_int["a"]) >= most  # what the VM sent enters the integration bridge
     if layout == "single":
         assert len(sampled_int["b"]) >= most  # inbound traffic is sampled too
