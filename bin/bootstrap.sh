@@ -7,6 +7,7 @@ PYTHON=${PYTHON:-python3}
 
 # Debian packages: solvers, Open vSwitch, iperf3, pmacct (a peer sFlow collector), nginx, wrk,
 # tcpdump and tshark (the application monitor's ground truth and peer, an independent sFlow decoder),
+# tcpreplay (offers recorded traffic at a set frame rate: the live analyser's saturation benchmark),
 # h2load (HTTP/2 load for the analyser's h2/h2c ground truth), nghttpx (a proxy that takes
 # HTTP/1.1's Upgrade to h2c, which nginx does not), Prometheus (promtool
 # and the server, for the operations tests) and the network tools the tests use.
@@ -30,6 +31,7 @@ need_system() {
     command -v nginx >/dev/null || missing+=(nginx)
     command -v wrk >/dev/null || missing+=(wrk)
     command -v tcpdump >/dev/null || missing+=(tcpdump)
+    command -v tcpreplay >/dev/null || missing+=(tcpreplay)
     command -v tshark >/dev/null || missing+=(tshark)
     command -v h2load >/dev/null || missing+=(nghttp2-client)
     command -v nghttpx >/dev/null || missing+=(nghttp2-proxy)

@@ -4,17 +4,22 @@ compact records (the off-site sniffer's analysis host).
 
 Frames: real traffic recorded first (wrk against nginx's fast path and its backend, through
 userspace OVS: ``cosample.lab.appmirror.MirrorRig``; tcpdump on the client's port). Then, per
-step, the recording is offered at a fixed rate on one end of a veth pair (an ``AF_PACKET``
-socket, paced every millisecond; each pass over the recording under a client address of its own,
-so every pass is new connections) while ``cosample appmon run --interface`` (what the agents
-start: the packet ring, the kernel filter) reads the other end in a namespace (pinned to a core
-with ``--analyser-core``, the sender with ``--sender-core``). Two analysers, each on a veth and in
-a namespace of its own, take each step in turn: ``--pure-python`` (the Python path alone) and the
-default (the compiled fast path, ``appmon.fastpath``). Per step and path: frames sent, frames the
-kernel's filter passed to the ring and those it dropped (the snapshots' ``kernel_frames`` and
-``kernel_drops``), the analyser's CPU per frame (``/proc/PID/stat``), and ``appmon replay`` of
-the same step's frames from a pcap in this process on the same path (CPU per frame), side by
-side. A path's steps go up until one has drops (``--keep-going``: all of them).
+step, tcpreplay offers the recording at a fixed rate on one end of a veth pair, looped as many
+whole times as come closest to ``--step-seconds`` (``research.bench_appmon_sender``), while
+``cosample appmon run --interface`` (what the agents start: the packet ring, the kernel filter)
+reads the other end in a namespace (pinned to a core with ``--analyser-core``, the sender with
+``--sender-core``). Two analysers, each on a veth and in a namespace of its own, take each step
+in turn: ``--pure-python`` (the Python path alone) and the default (the compiled fast path,
+``appmon.fastpath``). Per step and path: frames sent, frames the kernel's filter passed to the
+ring and those it dropped (the snapshots' ``kernel_frames`` and ``kernel_drops``), the
+analyser's CPU per frame (``/proc/PID/stat``), and ``appmon replay`` of the same step's frames
+from a pcap in this process on the same path (CPU per frame), side by side; the requests and
+responses the live analyser counted against replay's and the recording's times the loops (a
+step without drops that counted otherwise makes the exit status 1); the load average. A path's
+steps go up until one has drops (``--keep-going``: all of them). The packet ring holds 64 MiB
+(about 2 s of this traffic at 100,000 frames/s): a step must be longer than that for "no
+drops" to mean the analyser kept up, not that the ring absorbed its lag; ``core`` (CPU per frame
+times the rate sent) says the same from the cost side.
 
 Records: a receiver (``appmon run --receive-records``, key and sender address as the agents
 give them) offered authenticated datagrams of 75 answered requests each at rising rates;
@@ -22,21 +27,21 @@ per step: records offered, taken, datagrams lost (the sequence gaps: the UDP rec
 overflowed), records refused (``records_late``, ``records_pending_full``), CPU per record.
 
     python -m research.bench_appmon_saturation [--rates 25000,50000,...]
-        [--step-seconds 4] [--record-rates 50000,100000,...] [--keep-going]
+        [--step-seconds 10] [--record-rates 50000,100000,...] [--keep-going]
 
-Needs root, OVS, nginx, wrk, tcpdump. The machine is shared: compare within a run.
+Needs root, OVS, nginx, wrk, tcpdump, tcpreplay. The machine is shared: compare within a run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from cosample.appmon.pcap import frames as read_frames
 from cosample.appmon.pcap import write_pcap
@@ -45,19 +50,28 @@ from cosample.lab.netns import Lab
 from research.bench_appmon_records import (
     SETTLE_S,
     cpu_seconds,
+    favour,
     pin,
     records_part,
     windows,
 )
+from research.bench_appmon_sender import SENDER, loops_for, offer, sender_missing
 
-PACKET_QDISC_BYPASS = 20
 #: The live analyser's two paths, measured side by side: (name, ``appmon run`` options)
 PATHS = (("python", ["--pure-python"]), ("compiled", []))
-CLIENT = socket.inet_aton("10.77.0.1")
 
 
-def record_traffic(directory: Path, seconds: float, connections: int) -> list[bytes]:
-    """Frames of real traffic through OVS (client's port), in order."""
+class Recording(NamedTuple):
+    """The recorded traffic: its pcap, its frames, and the (requests, responses) ``appmon
+    replay`` counts in it."""
+
+    path: Path
+    frames: list[bytes]
+    counts: tuple[int, int]
+
+
+def record_traffic(directory: Path, seconds: float, connections: int) -> Path:
+    """A pcap of real traffic through OVS (client's port)."""
     from cosample.lab.appmirror import MirrorRig, rig_unavailable
 
     reason = rig_unavailable()
@@ -71,45 +85,7 @@ def record_traffic(directory: Path, seconds: float, connections: int) -> list[by
         rig.load(rig.url(mean_ms=1, error=0.1, size=2000), duration_s=half, connections=connections)
         time.sleep(0.5)
         rig.stop(capture)
-    return [frame for _, frame in read_frames(path)]
-
-
-def client_as(frame: bytes, number: int) -> bytes:
-    """``frame`` with the client's IPv4 address replaced by one of pass ``number``'s."""
-    address = bytes((10, 100 + number // 65536 % 100, number // 256 % 256, number % 256))
-    if frame[26:30] == CLIENT:
-        return frame[:26] + address + frame[30:]
-    if frame[30:34] == CLIENT:
-        return frame[:30] + address + frame[34:]
-    return frame
-
-
-def step_frames(recording: list[bytes], count: int, first_pass: int) -> tuple[list[bytes], int]:
-    """``count`` frames: passes over the recording, each under a new client address."""
-    out, number = [], first_pass
-    while len(out) < count:
-        out += [client_as(f, number) for f in recording[: count - len(out)]]
-        number += 1
-    return out, number
-
-
-def offer(sock: socket.socket, frames: list[bytes], rate: float) -> tuple[int, float, int]:
-    """Send ``frames`` at ``rate`` per second (bursts every millisecond); (sent, seconds, send
-    errors)."""
-    send, clock, errors = sock.send, time.perf_counter, 0
-    burst = max(1, int(rate / 1000))
-    started = clock()
-    for index in range(0, len(frames), burst):
-        due = started + index / rate
-        wait = due - clock()
-        if wait > 0.0005:
-            time.sleep(wait)
-        for frame in frames[index : index + burst]:
-            try:
-                send(frame)
-            except OSError:
-                errors += 1
-    return len(frames) - errors, clock() - started, errors
+    return path
 
 
 def caught_up(state: Path, known: int, timeout_s: float = 60.0) -> list[dict]:
@@ -131,22 +107,32 @@ def caught_up(state: Path, known: int, timeout_s: float = 60.0) -> list[dict]:
     sys.exit("bench_appmon_saturation: the analyser did not catch up within 60 s")
 
 
-def replay_cpu(directory: Path, frames: list[bytes], compiled: bool) -> float:
-    """CPU seconds of ``appmon replay`` (this process) over ``frames`` written as a pcap."""
+def counts(snapshots) -> tuple[int, int]:
+    """(requests, responses) over windows: snapshots, or their JSON lines as dicts."""
+    services = [
+        (s["requests"], s["responses"]) if isinstance(s, dict) else (s.requests, s.responses)
+        for w in snapshots
+        for s in (w["services"] if isinstance(w, dict) else w.services)
+    ]
+    return sum(r for r, _ in services), sum(r for _, r in services)
+
+
+def replayed(directory: Path, frames: list[bytes], compiled: bool) -> tuple[float, tuple]:
+    """CPU seconds of ``appmon replay`` (this process) over ``frames`` written as a pcap, and
+    the (requests, responses) it counted."""
     path = write_pcap(
         directory / "step.pcap", ((1.7e9 + i * 1e-5, f) for i, f in enumerate(frames))
     )
     started = time.process_time()
-    for _ in replay(path, window_s=1.0, compiled=compiled):
-        pass
+    snapshots = list(replay(path, window_s=1.0, compiled=compiled))
     seconds = time.process_time() - started
     path.unlink()
-    return seconds
+    return seconds, counts(snapshots)
 
 
 def start_analyser(lab: Lab, path: str, options: list[str], state: Path) -> tuple:
     """``appmon run --interface`` of ``path`` in a namespace of its own, fed through a veth:
-    (the process, the sending packet socket)."""
+    (the process, the sender's end of the veth)."""
     receive = lab.namespace(path[0])
     send_end = lab.veth(f"{lab.prefix}{path[0]}", namespace=receive, peer="eth0")
     for argv in (
@@ -161,47 +147,76 @@ def start_analyser(lab: Lab, path: str, options: list[str], state: Path) -> tupl
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # a scheduling group of its own (``favour``)
     )
     while b"capturing on" not in analyser.stderr.readline():
         if analyser.poll() is not None:
             sys.exit(f"bench_appmon_saturation: the live analyser ({path}) did not start")
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-    sock.setsockopt(263, PACKET_QDISC_BYPASS, 1)
-    sock.bind((send_end, 0))
-    return analyser, sock
+    return analyser, send_end
 
 
-def step(scratch: Path, path: str, analyser, sock, state: Path, frames, rate: float) -> dict:
-    """One rate step on one path's analyser, and ``appmon replay`` of the same frames."""
+def step(
+    scratch: Path, running: tuple, recording: Recording, rate: float, loops: int, nice: int = 0
+) -> dict:
+    """One rate step on one path's analyser (``loops`` passes over the recording), and
+    ``appmon replay`` of the same frames; the counts each made, against the recording's."""
+    path, analyser, send_end, state = running
     before_cpu, before = cpu_seconds(analyser.pid), windows(state)
-    sent, seconds, errors = offer(sock, frames, rate)
+    sent, seconds, refused = offer(
+        send_end, recording.path, rate, loops, len(recording.frames), nice
+    )
     after = caught_up(state, len(before))
     live_cpu = cpu_seconds(analyser.pid) - before_cpu
     mine = after[len(before) :]
     analysed = after[-1]["frames"] - (before[-1]["frames"] if before else 0)
-    replay_s = replay_cpu(scratch, frames, compiled=path == "compiled")
+    replay_s, replay_counts = replayed(scratch, recording.frames * loops, path == "compiled")
+    expected = (recording.counts[0] * loops, recording.counts[1] * loops)
+    live_counts = counts(mine)
     return {
         "path": path,
         "offered": rate,
+        "loops": loops,
+        "sent": sent,
         "sent_per_s": sent / seconds,
-        "send_errors": errors,
+        "send_errors": refused,
         "kernel_frames": sum(w.get("kernel_frames") or 0 for w in mine),
         "kernel_drops": sum(w.get("kernel_drops") or 0 for w in mine),
         "analysed": analysed,
+        "requests": live_counts[0],
+        "responses": live_counts[1],
+        "expected_responses": expected[1],
+        "counts_right": counts_right(live_counts, replay_counts, expected),
         "live_us": live_cpu / max(1, analysed) * 1e6,
         # the share of one core this rate takes at this cost per frame
         "core_share": live_cpu / max(1, analysed) * sent / seconds,
-        "replay_us": replay_s / len(frames) * 1e6,
+        "replay_us": replay_s / (len(recording.frames) * loops) * 1e6,
+        "load": os.getloadavg()[0],
     }
+
+
+def counts_right(live: tuple, replayed_counts: tuple, expected: tuple) -> bool:
+    """The live analyser counted the requests and responses ``appmon replay`` counted in the
+    same frames, and those are the recording's times the loops."""
+    return live == replayed_counts == expected
 
 
 def frames_part(args, scratch: Path) -> list[dict]:
     """Per rate, the Python path's analyser then the compiled one's (``PATHS``), each on its
     own veth, the same frames; a path is done after its first step with drops."""
-    recording = record_traffic(scratch, args.record_seconds, args.connections)
+    path = record_traffic(scratch, args.record_seconds, args.connections)
+    frames = [frame for _, frame in read_frames(path)]
+    recording = Recording(path, frames, counts(replay(path, window_s=1.0)))
     print(
-        f"recording (nginx + backend, wrk, through userspace OVS): {len(recording)} frames, "
-        f"{sum(map(len, recording)) / len(recording):.0f} bytes on average",
+        f"recording (nginx + backend, wrk, through userspace OVS): {len(frames)} frames, "
+        f"{sum(map(len, frames)) / len(frames):.0f} bytes on average, "
+        f"{recording.counts[0]:,} requests, {recording.counts[1]:,} responses; "
+        f"sender: {SENDER}, the recording looped",
+        flush=True,
+    )
+    print(
+        f"{'path':>9} {'offered/s':>9} {'sent/s':>10} {'kernel':>10} {'drops':>8} "
+        f"{'analysed':>10} {'live µs':>9} {'core':>7} {'replay µs':>10} {'live/rep':>8} "
+        f"{'responses':>10} {'counts':>6} {'load':>5}   (frames)",
         flush=True,
     )
     lab = Lab(prefix=f"sat{os.getpid() % 100000}")
@@ -209,22 +224,25 @@ def frames_part(args, scratch: Path) -> list[dict]:
     try:
         for path, options in PATHS:
             state = scratch / path
-            running[path] = (*start_analyser(lab, path, options, state), state)
-            pin(running[path][0].pid, args.analyser_core)
+            running[path] = (path, *start_analyser(lab, path, options, state), state)
+            pin(running[path][1].pid, args.analyser_core)
+            favour(running[path][1].pid, args.analyser_nice)
         pin(0, args.sender_core)
-        number, done = 0, set()
+        done = set()
         for rate in args.rates:
-            frames, number = step_frames(recording, int(rate * args.step_seconds), number)
-            for path, (analyser, sock, state) in running.items():
+            loops = loops_for(rate, args.step_seconds, len(frames))
+            for path, one in running.items():
                 if path in done:
                     continue
-                row = step(scratch, path, analyser, sock, state, frames, rate)
+                row = step(scratch, one, recording, rate, loops, args.sender_nice)
                 rows.append(row)
                 print(
                     f"{path:>9} {rate:>9,.0f} {row['sent_per_s']:>10,.0f} "
                     f"{row['kernel_frames']:>10,} {row['kernel_drops']:>8,} "
                     f"{row['analysed']:>10,} {row['live_us']:>9.2f} {row['core_share']:>7.0%} "
-                    f"{row['replay_us']:>10.2f} {row['live_us'] / row['replay_us']:>8.2f}",
+                    f"{row['replay_us']:>10.2f} {row['live_us'] / row['replay_us']:>8.2f} "
+                    f"{row['responses']:>10,} {verdict(row):>6} "
+                    f"{row['load']:>5.1f}",
                     flush=True,
                 )
                 if row["kernel_drops"] and not args.keep_going:
@@ -232,8 +250,7 @@ def frames_part(args, scratch: Path) -> list[dict]:
             if len(done) == len(running):
                 break
     finally:
-        for analyser, sock, _ in running.values():
-            sock.close()
+        for _, analyser, _, _ in running.values():
             if analyser.poll() is None:
                 analyser.terminate()
                 analyser.wait(timeout=30)
@@ -262,6 +279,28 @@ def summary(rows: list[dict], what: str, drops: str, unit: str, cost: str) -> st
     return text
 
 
+def verdict(row: dict) -> str:
+    """The counts column: ``right``; ``lower`` (the step dropped frames: its counts are lower
+    bounds); ``WRONG`` (no drops, yet not what replay counted in the same frames)."""
+    return "right" if row["counts_right"] else "lower" if row["kernel_drops"] else "WRONG"
+
+
+def counts_wrong(rows: list[dict]) -> str | None:
+    """None when every step without drops counted what it should (``counts_right``), else a
+    line naming the steps that did not."""
+    wrong = [r for r in rows if not r["kernel_drops"] and not r["counts_right"]]
+    if not wrong:
+        return None
+    return (
+        "bench_appmon_saturation: counts differ from replay's or the recording's in "
+        + ", ".join(
+            f"{r['path']} at {r['offered']:,.0f}/s ({r['responses']:,} responses, "
+            f"{r['expected_responses']:,} expected)"
+            for r in wrong
+        )
+    )
+
+
 def side_by_side(rows: list[dict]) -> str:
     """The compiled path's CPU per frame against the Python path's at the same offered rates
     (steps where neither dropped: the same frames analysed)."""
@@ -286,7 +325,12 @@ def main(argv: list[str] | None = None) -> int:
         default="25000,50000,75000,100000,125000,150000,200000,250000",
         help="offered frames per second, one step each (default up to 250,000)",
     )
-    parser.add_argument("--step-seconds", type=float, default=4.0, help="per step (default 4)")
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=10.0,
+        help="per step (default 10: longer than the packet ring holds at 100,000 frames/s)",
+    )
     parser.add_argument(
         "--record-rates",
         default="50000,100000,200000,400000,800000",
@@ -300,41 +344,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sender-core", type=int, default=-1, help="pin the sender to this core (-1: no)"
     )
+    parser.add_argument(
+        "--analyser-nice",
+        type=int,
+        default=0,
+        help="the analysers' nice value and their sessions' (e.g. -10: most of their core on a "
+        "busy machine; default 0: as they come)",
+    )
+    parser.add_argument(
+        "--sender-nice",
+        type=int,
+        default=0,
+        help="the sender's nice value and its session's (as --analyser-nice)",
+    )
     parser.add_argument("--keep-going", action="store_true", help="every step, even after drops")
     args = parser.parse_args(argv)
     args.rates = [float(x) for x in args.rates.split(",") if x]
     args.record_rates = [float(x) for x in args.record_rates.split(",") if x]
     if os.geteuid() != 0:
         sys.exit("bench_appmon_saturation: needs root (namespaces, packet sockets)")
+    if args.rates and sender_missing():
+        sys.exit(f"bench_appmon_saturation: {sender_missing()}")
     load = os.getloadavg()[0]
     print(
         f"machine: {os.cpu_count()} cores, load average {load:.1f} at the start; "
-        f"analyser pinned to core {args.analyser_core}, sender to {args.sender_core} (-1: not); "
+        f"analyser pinned to core {args.analyser_core}, sender to {args.sender_core} (-1: not), "
+        f"nice: analyser {args.analyser_nice}, sender {args.sender_nice}; "
         f"{args.step_seconds:g} s per step",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="bench-saturation-") as directory:
         scratch = Path(directory)
-        print(
-            f"{'path':>9} {'offered/s':>9} {'sent/s':>10} {'kernel':>10} {'drops':>8} "
-            f"{'analysed':>10} "
-            f"{'live µs':>9} {'core':>7} {'replay µs':>10} {'live/rep':>8}   (frames)",
-            flush=True,
-        )
-        frame_rows = frames_part(args, scratch)
+        frame_rows = frames_part(args, scratch) if args.rates else []
         record_rows = []
         if args.record_rates:
             print(
                 f"{'offered/s':>9} {'sent/s':>10} {'datagrams':>9} {'taken':>10} {'lost':>8} "
-                f"{'late':>8} {'µs/rec':>9} {'core':>7}   (records: --receive-records)",
+                f"{'late':>8} {'µs/rec':>9} {'core':>7} {'load':>5}   (records: --receive-records)",
                 flush=True,
             )
             record_rows = records_part(args, scratch)
     for path, _ in PATHS:
         mine = [row for row in frame_rows if row["path"] == path]
         what = f"live analyser, {path} path (packet ring)"
-        print(summary(mine, what, "kernel_drops", "frames", "live_us"))
-    print(side_by_side(frame_rows))
+        if mine:
+            print(summary(mine, what, "kernel_drops", "frames", "live_us"))
+    wrong = counts_wrong(frame_rows)
+    if frame_rows:
+        print(side_by_side(frame_rows))
+        print(wrong or "counts: in every step without drops, live = replay = recording x loops")
     if record_rows:
         print(
             summary(
@@ -346,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    return 0
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
