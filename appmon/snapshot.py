@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, TypeGuard, get_args
 
 from pydantic import Field
 
@@ -24,6 +24,9 @@ from cosample.validation import Strict, UtcTime, parse_refusal, validate
 
 APP_SNAPSHOT_FORMAT: Final = "cosample.appmon-snapshot"
 APP_SNAPSHOT_VERSION: Final = 1
+#: What a service's connections speak (``ServiceWindow.protocol``).
+WireProtocol = Literal["http", "h2c", "tls", "h2"]
+WIRE_PROTOCOLS: Final = get_args(WireProtocol)
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -77,7 +80,7 @@ class ServiceWindow(Strict):
     #: what the service's connections speak: ``http`` (HTTP/1.x), ``h2c``, ``tls`` (HTTP/1.1
     #: over TLS), ``h2`` (HTTP/2 over TLS); over TLS no status is visible, so ``responses``,
     #: ``status_classes`` and ``success_rate`` stay empty: absent, never a rate of 1
-    protocol: Literal["http", "h2c", "tls", "h2"] | None = None
+    protocol: WireProtocol | None = None
     #: answers whose status could not be read (over TLS: every one), in ``matched`` and
     #: ``service_time_s`` but not in ``responses``
     responses_without_status: Count = 0
@@ -190,7 +193,7 @@ def snapshot(
                 ok_squares=sums[3] if sums else None,
                 final_df=df,
                 success_rate_ci95=success,
-                protocol=stats.protocol,
+                protocol=_wire_protocol(stats.protocol, service_name(key)),
                 responses_without_status=stats.unread,
                 connections_opened=stats.opened,
                 handshakes=stats.handshakes,
@@ -209,6 +212,17 @@ def snapshot(
         ignored=ignored,
         **(_losses(losses) if losses is not None else {}),
     )
+
+
+def _known_protocol(name: str) -> TypeGuard[WireProtocol]:
+    return name in WIRE_PROTOCOLS
+
+
+def _wire_protocol(name: str | None, service: str) -> WireProtocol | None:
+    """A window's protocol as the snapshot types it (the analyser names one of these)."""
+    if name is None or _known_protocol(name):
+        return name
+    raise AppmonError(f"{service}: protocol {name!r} is none of {', '.join(WIRE_PROTOCOLS)}")
 
 
 def _quantiles(quantile: Callable[[float], float | None]) -> tuple[float, float, float]:

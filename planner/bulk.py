@@ -138,11 +138,7 @@ def _traffic(
                 pps = np.array(numbers, dtype=float)
             except OverflowError:
                 pps = None
-            if (
-                pps is not None
-                and TRAFFIC_BOUNDS is not None
-                and within(pps, *TRAFFIC_BOUNDS).all()
-            ):
+            if pps is not None and within(pps, *TRAFFIC_BOUNDS).all():
                 return (list(traffic), list(map(len, rows)), list(chain.from_iterable(rows)), pps)
     for source, row in traffic.items():  # the first row the model refuses names the entry
         validate_at(ROW, row, ("traffic_pps", source), where=where, error=PlannerError)

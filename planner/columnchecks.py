@@ -23,6 +23,13 @@ from cosample.planner.description import Description, Server
 from cosample.validation import SERVER_NAME, plain_tunnel_address
 
 
+def _real(value: object) -> float:
+    """A declared bound as a number (the declarations give ints and floats)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a bound that is not a number: {value!r}")
+    return float(value)
+
+
 def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
     """(lowest, whether strict, highest exclusive) of an optional finite float field, read
     from its declaration (``Ge``, ``Gt``, ``Lt``); None for anything else (the model checks)."""
@@ -35,11 +42,11 @@ def _bounds(annotation: Any) -> tuple[float, bool, float] | None:
             getattr(info, "metadata", (info,)) for info in declared[1:]
         ):
             if isinstance(constraint, annotated_types.Ge):
-                lowest = constraint.ge
+                lowest = _real(constraint.ge)
             elif isinstance(constraint, annotated_types.Gt):
-                lowest, strict = constraint.gt, True
+                lowest, strict = _real(constraint.gt), True
             elif isinstance(constraint, annotated_types.Lt):
-                highest = constraint.lt
+                highest = _real(constraint.lt)
             elif type(constraint).__name__ != "AllowInfNan" or constraint.allow_inf_nan:
                 return None
         return lowest, strict, highest
@@ -60,14 +67,15 @@ def _int_bounds(annotation: Any) -> tuple[int, int] | None:
         declared = get_args(option)
         if not declared or declared[0] is not int:
             continue
-        lowest, highest = None, None
+        lowest: int | None = None
+        highest: int | None = None
         for constraint in chain.from_iterable(
             getattr(info, "metadata", (info,)) for info in declared[1:]
         ):
             if isinstance(constraint, annotated_types.Ge):
-                lowest = constraint.ge
+                lowest = int(_real(constraint.ge))
             elif isinstance(constraint, annotated_types.Le):
-                highest = constraint.le
+                highest = int(_real(constraint.le))
             else:
                 return None
         return None if lowest is None or highest is None else (lowest, highest)
@@ -76,13 +84,16 @@ def _int_bounds(annotation: Any) -> tuple[int, int] | None:
 
 #: Integer fields of a server and their bounds (``observation_domain``).
 INTEGERS = {
-    key: bounds
+    key: limits
     for key, info in Server.model_fields.items()
-    if (bounds := _int_bounds(info.annotation)) is not None
+    if (limits := _int_bounds(info.annotation)) is not None
 }
 #: A row of the traffic matrix (``{destination: pps}``) and its numbers' bounds.
 ROW = get_args(Description.model_fields["traffic_pps"].annotation)[1]
-TRAFFIC_BOUNDS = _bounds(get_args(ROW)[1])
+_traffic_bounds = _bounds(get_args(ROW)[1])
+if _traffic_bounds is None:  # the fast paths check the numbers by the model's declared bounds
+    raise TypeError("planner.description: traffic_pps declares no bounds on its numbers")
+TRAFFIC_BOUNDS: tuple[float, bool, float] = _traffic_bounds
 NUMBER_TYPES = {int, float}
 ABSENT = object()
 _SIMPLE_INTERFACE = re.compile(r"[A-Za-z0-9_.\-]{1,15}")

@@ -190,4 +190,5 @@ def traffic(path: Path) -> tuple[list[str], list[str], np.ndarray]:
             error=PlannerError,
         )
         raise PlannerError(f"{path}: row {k + _FIRST_ROW}: pps: not a number >= 0")
+    assert pps is not None  # where it is None, ``bad`` has a row: raised above
     return sources, destinations, pps

@@ -174,7 +174,10 @@ def agent_address(plan: Plan, host: str) -> str:
     """The address a host's sFlow agent sends from: the plan's ``agent_ip`` when the host entry
     has one (the collector's attribution honours it too), else its ``tunnel_ip``."""
     value = (plan.raw or {}).get("hosts", {}).get(host, {}).get("agent_ip")
-    return value if isinstance(value, str) and value else plan.hosts[host].tunnel_ip
+    address = value if isinstance(value, str) and value else plan.hosts[host].tunnel_ip
+    if address is None:
+        raise ValueError(f"{host}: the plan gives it no agent_ip or tunnel_ip to send from")
+    return address
 
 
 def _add(pending, agent: str, times, spec: SampleSpec) -> None:
@@ -185,7 +188,9 @@ def _add(pending, agent: str, times, spec: SampleSpec) -> None:
 def _datagrams(
     agent: str, items: list[tuple[float, SampleSpec]], start: float, counters: bool
 ) -> list[tuple[float, bytes]]:
-    out, batch, size, opened, sequence, pool, number = [], [], 0, None, 0, 0, 0
+    out: list[tuple[float, bytes]] = []
+    batch: list[bytes] = []
+    size, opened, sequence, pool, number = 0, None, 0, 0, 0
 
     def flush(when: float) -> None:
         nonlocal batch, size, opened, number
