@@ -26,8 +26,9 @@ from xdist_groups import RootGroupScheduling, module_group
 from cosample.lab.netns import netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
 
-# the agents' OVS sandbox fixtures (``sandbox``, ``root_links``), for every test that asks for them
-pytest_plugins = ["agentsandbox"]
+# the agents' OVS sandbox fixtures (``sandbox``, ``root_links``), for every test that asks for
+# them; each test's CPU when COSAMPLE_TEST_CPU is set (tests/testcpu.py)
+pytest_plugins = ["agentsandbox", "testcpu"]
 
 #: The niceness of the root groups' tests in a parallel run (pytest_runtest_setup).
 GROUP_NICENESS = -5
