@@ -5,6 +5,7 @@ error and Ctrl-C."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
@@ -93,10 +94,10 @@ def run_calibration(
         if "tc_sample" in mechanisms:
             reader = stack.enter_context(CaptureReader(endpoints.mirror_target))
             if scope is not None:
-                scope.adopt(reader.process.pid)
+                scope.adopt(_pid(reader.process))
         if settings.flows:
             # the sink holds the port for at most 3 times the campaign's estimate (then exits)
-            server = stack.enter_context(
+            server: FlowSink | IperfServer = stack.enter_context(
                 FlowSink(endpoints.receiver_exec, settings.port + 1, 3 * settings.estimated_s + 600)
             )
             client = flowgen_client(endpoints.sender_exec)
@@ -104,7 +105,7 @@ def run_calibration(
             server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
             client = iperf_client(endpoints.sender_exec, settings.protocol)
         if scope is not None:
-            scope.adopt(server.process.pid, "receiver")
+            scope.adopt(_pid(server.process), "receiver")
             client = _adopting(client, scope)
 
         def port_stats(port: str) -> tuple[int, int]:
@@ -168,12 +169,24 @@ def _local_samplers(
                 settings.ipfix_cache_flows,
                 settings.ipfix_active_timeout_s,
             )
-            copies[name] = lambda counter=counter: counter.data_messages
+            copies[name] = _messages_of(counter)
     if "tc_sample" in settings.mechanisms:
         mechanisms["tc_sample"] = TcMirror(
             endpoints.sender_port, endpoints.mirror_target, prio=MIRROR_PRIO + 2, name="tc_sample"
         )
         copies["tc_sample"] = lambda: device_tx_packets(endpoints.mirror_target)
+
+
+def _messages_of(counter: IpfixCounter) -> Callable[[], int]:
+    """The count of IPFIX data messages ``counter`` has received, read when called."""
+    return lambda: counter.data_messages
+
+
+def _pid(process: subprocess.Popen | None) -> int:
+    """The PID of a process a context manager started on entry."""
+    if process is None:
+        raise HarnessError("a helper process was not started")
+    return process.pid
 
 
 def _adopting(
