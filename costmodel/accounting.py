@@ -17,6 +17,7 @@ we create, fill with our PIDs, and remove).
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -135,6 +136,13 @@ def pid_from_file(path: str | os.PathLike[str]) -> int:
         return int(Path(path).read_text().strip())
     except (OSError, ValueError) as exc:
         raise HarnessError(f"{path}: cannot read a PID: {exc}") from None
+
+
+def started_pid(process: subprocess.Popen | None) -> int:
+    """The PID of a helper process a context manager started on entry (to account it)."""
+    if process is None:
+        raise HarnessError("a helper process was not started")
+    return process.pid
 
 
 def cgroup_usage_ns(path: Path) -> int:

@@ -20,7 +20,7 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from cosample.costmodel.accounting import AccountingCgroup, pid_from_file
+from cosample.costmodel.accounting import AccountingCgroup, pid_from_file, started_pid
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.harness import CalibrationSettings
 from cosample.costmodel.iperf import IperfServer
@@ -57,15 +57,18 @@ def run_hog_demo(
         rates=(0.0, 1.0),
     )
     load_s = interval_s * (count + 1) + 5
-    rows, hog_processes = [], []
+    rows: list[dict] = []
+    hog_processes: list[subprocess.Popen] = []
     with ExitStack() as stack:
         testbed = stack.enter_context(OneHostTestbed(prefix))
         server = stack.enter_context(AccountingCgroup(f"cosample-{prefix}-server"))
         forwarding = stack.enter_context(AccountingCgroup("forwarding", hierarchy=server.path))
-        forwarding.add(pid_from_file(testbed.ovs.directory / "ovs-vswitchd.pid"))
-        endpoints = testbed.endpoints
+        ovs, endpoints = testbed.ovs, testbed.endpoints
+        if ovs is None or endpoints is None or server.path is None or forwarding.path is None:
+            raise HarnessError("the one-host testbed or its CPU accounting did not come up")
+        forwarding.add(pid_from_file(ovs.directory / "ovs-vswitchd.pid"))
         iperf = stack.enter_context(IperfServer(endpoints.receiver_exec, port))
-        forwarding.add(iperf.process.pid)
+        forwarding.add(started_pid(iperf.process))
         load = iperf_client(endpoints.sender_exec, "udp")(
             settings.client_argv(endpoints.receiver_ip, load_s), load_s
         )
@@ -80,7 +83,7 @@ def run_hog_demo(
 
         stack.callback(stop_hogs)
         monitor = PassiveMonitor(
-            lambda: parse_dpctl_lookups(testbed.ovs.appctl("dpctl/show")),
+            lambda: parse_dpctl_lookups(ovs.appctl("dpctl/show")),
             ovs_pids=(),
             budget_cpus=budget_cpus,
             forwarding_cgroups=(forwarding.path,),

@@ -5,13 +5,13 @@ error and Ctrl-C."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
 import pandas as pd
 
+from cosample.costmodel.accounting import started_pid
 from cosample.costmodel.adaptive import AdaptiveRun
 from cosample.costmodel.counters import device_packets, device_tx_packets, parse_port_stats
 from cosample.costmodel.errors import HarnessError
@@ -94,7 +94,7 @@ def run_calibration(
         if "tc_sample" in mechanisms:
             reader = stack.enter_context(CaptureReader(endpoints.mirror_target))
             if scope is not None:
-                scope.adopt(_pid(reader.process))
+                scope.adopt(started_pid(reader.process))
         if settings.flows:
             # the sink holds the port for at most 3 times the campaign's estimate (then exits)
             server: FlowSink | IperfServer = stack.enter_context(
@@ -105,7 +105,7 @@ def run_calibration(
             server = stack.enter_context(IperfServer(endpoints.receiver_exec, settings.port))
             client = iperf_client(endpoints.sender_exec, settings.protocol)
         if scope is not None:
-            scope.adopt(_pid(server.process), "receiver")
+            scope.adopt(started_pid(server.process), "receiver")
             client = _adopting(client, scope)
 
         def port_stats(port: str) -> tuple[int, int]:
@@ -180,13 +180,6 @@ def _local_samplers(
 def _messages_of(counter: IpfixCounter) -> Callable[[], int]:
     """The count of IPFIX data messages ``counter`` has received, read when called."""
     return lambda: counter.data_messages
-
-
-def _pid(process: subprocess.Popen | None) -> int:
-    """The PID of a process a context manager started on entry."""
-    if process is None:
-        raise HarnessError("a helper process was not started")
-    return process.pid
 
 
 def _adopting(
