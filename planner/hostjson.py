@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, Union, cast, overload
 
 import numpy as np
 import orjson
@@ -66,7 +66,9 @@ class Nullable(NamedTuple):
 #: A column: numbers (None in an object array, or ``Nullable``: null), each row's JSON (a
 #: list, or a ``S`` array padded with NULs), each row's string (a list of ``str``, escaped when
 #: written), or a nested object whose fields are columns.
-Column = Union[np.ndarray, Nullable, list[bytes], list[str], Mapping[str, "Column"]]
+Column = Union[np.ndarray, Nullable, list[bytes], list[str], Lists, Mapping[str, "Column"]]
+#: A column as it is written: one of the columns of an object, not a nested one.
+Flat = Union[np.ndarray, Nullable, list[bytes], list[str], Lists]
 
 
 def table(
@@ -85,7 +87,7 @@ def table(
     if n == 0:
         return [b"{}"]
     known = named(names)
-    order, index, quoted = known.order, known.index, known.sorted_quoted
+    order, index, quoted = known.order, known.positions, known.sorted_quoted
     columns = {key: _reordered(column, order, index) for key, column in fields.items()}
     chunks = []
     for start, end, extra in _runs(
@@ -96,7 +98,7 @@ def table(
             run[key] = (start, values(list(map(itemgetter(key), extra))))
         for first in range(start, end, block):
             last = min(first + block, end)
-            parts: list[Part | np.ndarray] = [b",", quoted[first:last], b":"]
+            parts: list[Part | Flat] = [b",", quoted[first:last], b":"]
             parts += _object(
                 {
                     key: _slice(column, first - offset, last - offset)
@@ -116,7 +118,7 @@ class Names(NamedTuple):
     None if a name is longer than ``WIDE``)."""
 
     order: list[int]
-    index: np.ndarray
+    positions: np.ndarray  # (not ``index``: a tuple's method)
     rank: np.ndarray
     quoted: list[bytes]
     sorted_quoted: list[bytes]
@@ -168,11 +170,21 @@ def _reordered(column: Column, order: list[int], index: np.ndarray) -> Column:
     if isinstance(column, Nullable):
         return Nullable(column.values[index], column.present[index])
     if isinstance(column, (Sorted, Lists)):
-        if len(index) == len(column) and np.array_equal(column.rank[index], np.arange(len(column))):
+        rank = column.rank
+        assert rank is not None  # only a slice (rows of the table) has none
+        if len(index) == len(column) and np.array_equal(rank[index], np.arange(len(column))):
             return column  # already in this order (the table's own)
-        return list(map(column.__getitem__, column.rank[index].tolist()))
+        return list(map(column.__getitem__, rank[index].tolist()))
     if isinstance(column, Mapping):
         return {key: _reordered(inner, order, index) for key, inner in column.items()}
+    return _picked(column, order)
+
+
+@overload
+def _picked(column: list[bytes], order: list[int]) -> list[bytes]: ...
+@overload
+def _picked(column: list[str], order: list[int]) -> list[str]: ...
+def _picked(column: list[Any], order: list[int]) -> list[Any]:
     return list(map(column.__getitem__, order))
 
 
@@ -213,10 +225,10 @@ def values(items: list[Any]) -> list[bytes] | list[str]:
     return [value(item) for item in items]
 
 
-def _object(fields: Mapping[str, Column]) -> list[Part | np.ndarray]:
+def _object(fields: Mapping[str, Column]) -> list[Part | Flat]:
     """The parts of one JSON object per row, its fields in sorted order (number columns still
     as arrays: ``_written`` writes them)."""
-    parts: list[Part | np.ndarray] = [b"{"]
+    parts: list[Part | Flat] = [b"{"]
     for k, key in enumerate(sorted(fields)):
         parts.append((b"," if k else b"") + value(key) + b":")
         column = fields[key]
@@ -225,7 +237,7 @@ def _object(fields: Mapping[str, Column]) -> list[Part | np.ndarray]:
     return parts
 
 
-def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
+def _written(parts: list[Part | Flat], count: int) -> bytes:
     """``count`` rows of ``parts`` (number columns as arrays): by the compiled writer, or, when
     it is absent or declines, each column serialised here (``_pieces``) and joined
     (``interleaved``): the same bytes (tests/planner/test_hostjson_compiled.py)."""
@@ -248,19 +260,24 @@ def _written(parts: list[Part | np.ndarray], count: int) -> bytes:
     )
 
 
-def _pieces(column: np.ndarray | list[bytes] | list[str] | Lists | Nullable) -> Part:
+def _pieces(column: Flat) -> Part:
     """Each row's JSON of ``column``; one ``bytes`` if it is the same in every row."""
+    rows: list[bytes]
     if isinstance(column, Lists):
-        column = column.tolist()
+        rows = column.tolist()
     elif isinstance(column, Nullable):
-        column = np.where(column.present, column.values.astype(object), None)
-    if isinstance(column, np.ndarray):
+        objects = column.values.astype(object)  # None where absent: null
+        objects[~column.present] = None
+        rows = numbers(objects.tolist())
+    elif isinstance(column, np.ndarray):
         if column.dtype == np.float64 and (column.view(np.int64) == column.view(np.int64)[0]).all():
             return numbers([column[0].item()])[0]  # bit for bit one number (not 0.0 and -0.0)
-        column = column.tolist() if column.dtype.kind == "S" else numbers(column.tolist())
+        rows = column.tolist() if column.dtype.kind == "S" else numbers(column.tolist())
     elif type(column[0]) is str:  # strings, not yet written (``values``)
-        column = strings(column)
-    first = column[0]
-    if column[-1] != first or column[len(column) // 2] != first:  # varies: no full count
-        return column
-    return first if column.count(first) == len(column) else column
+        rows = strings(column)
+    else:
+        rows = cast(list[bytes], column)  # each row's JSON: list[str] was the branch above
+    first = rows[0]
+    if rows[-1] != first or rows[len(rows) // 2] != first:  # varies: no full count
+        return rows
+    return first if rows.count(first) == len(rows) else rows

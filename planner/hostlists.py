@@ -13,7 +13,7 @@ and the Python path then writes the same bytes (tests/planner/test_hostjson_comp
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Union
+from typing import Any, Literal, NamedTuple, Union, overload
 
 import numpy as np
 
@@ -33,11 +33,11 @@ _SPLIT = b"\x01"  # between the arrays of ``grouped``: escaped inside any JSON s
 
 
 class Lookup(NamedTuple):
-    """A column of ``grouped`` read from a table: object ``j`` has the JSON ``table[index[j]]``
+    """A column of ``grouped`` read from a table: object ``j`` has the JSON ``table[rows[j]]``
     (a peer's quoted name), looked up once in the lists' order, never copied in pair order."""
 
     table: Sequence[bytes] | np.ndarray
-    index: np.ndarray
+    rows: np.ndarray  # (not ``index``: a tuple's method)
 
 
 #: A field of ``grouped``: each object's JSON (in pair order; a list, or a fixed-width ``S``
@@ -52,7 +52,7 @@ def grouped(
     n: int,
     block: int = 16 * BLOCK,
     rank: np.ndarray | None = None,
-) -> list[bytes]:
+) -> list[bytes] | Lists:
     """Per owner 0..n-1, the JSON array of its objects in ``peer_rank`` order (``[]`` if none);
     object ``j`` (of ``owner[j]``) has the field ``key`` with the JSON of ``fields[key][j]``.
     With ``rank`` (each owner's position in the table's order), a ``Sorted`` list in that order
@@ -82,7 +82,8 @@ def grouped(
     starts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
     keys = [(b"," if k else b"") + value(key) + b":" for k, key in enumerate(sorted(fields))]
     columns = [_fixed(fields[key], order) for key in sorted(fields)]
-    if any(column is None for column in columns):
+    widths = [column for column in columns if column is not None]
+    if len(widths) < len(columns):
         text = _grouped_pieces(order, starts, fields, block)
     else:
         # each object's opening, closing the one before
@@ -93,14 +94,14 @@ def grouped(
         for first in range(0, count, block):
             last = min(first + block, count)
             parts: list[bytes | np.ndarray] = [opening[first:last]]
-            for key, column in zip(keys, columns):
-                parts += [key, column[first:last]]
+            for key, width in zip(keys, widths):
+                parts += [key, width[first:last]]
             pieces.append(side_by_side(parts, last - first))
         text = b"".join(pieces)
-    lists = np.full(n, b"[]", dtype=object)
+    arrays = np.full(n, b"[]", dtype=object)
     first = owners[np.concatenate(([0], starts))]
-    lists[first if rank is None else rank[first]] = _objects((text + b"}]").split(_SPLIT))
-    return lists.tolist() if rank is None else Sorted(lists.tolist(), rank)
+    arrays[first if rank is None else rank[first]] = _objects((text + b"}]").split(_SPLIT))
+    return arrays.tolist() if rank is None else Sorted(arrays.tolist(), rank)
 
 
 def _permutation(rank: np.ndarray, n: int) -> bool:
@@ -115,6 +116,24 @@ def _permutation(rank: np.ndarray, n: int) -> bool:
     )
 
 
+@overload
+def _compiled_lists(
+    owners: np.ndarray,
+    order: np.ndarray,
+    fields: Mapping[str, Field],
+    n: int,
+    rank: np.ndarray | None,
+    packed: Literal[False] = False,
+) -> list[bytes] | None: ...
+@overload
+def _compiled_lists(
+    owners: np.ndarray,
+    order: np.ndarray,
+    fields: Mapping[str, Field],
+    n: int,
+    rank: np.ndarray | None,
+    packed: Literal[True],
+) -> tuple[bytes, bytes] | None: ...
 def _compiled_lists(
     owners: np.ndarray,
     order: np.ndarray,
@@ -131,7 +150,7 @@ def _compiled_lists(
     for key in sorted(fields):  # arrays gathered by numpy (in parallel), lists at an index
         column = fields[key]
         table, index = (
-            (column.table, column.index[order]) if isinstance(column, Lookup) else (column, order)
+            (column.table, column.rows[order]) if isinstance(column, Lookup) else (column, order)
         )
         sources.append(
             (table[index], None)
@@ -197,7 +216,7 @@ def _fixed(column: Field, order: np.ndarray) -> np.ndarray | None:
     piece is wider than ``WIDE``)."""
     if isinstance(column, Lookup):
         table = fixed(column.table)
-        return None if table is None else table[column.index[order]]
+        return None if table is None else table[column.rows[order]]
     if isinstance(column, np.ndarray):
         if column.dtype.kind == "S":  # written already
             return fixed(column[order])
@@ -231,7 +250,7 @@ def _grouped_pieces(
 def _in_order(column: Field, order: np.ndarray) -> list[bytes]:
     """``column``'s pieces, pair ``order[0]``'s first."""
     if isinstance(column, Lookup):
-        return list(map(column.table.__getitem__, column.index[order].tolist()))
+        return list(map(column.table.__getitem__, column.rows[order].tolist()))
     if isinstance(column, np.ndarray):
         if column.dtype.kind == "S":  # written already
             return column[order].tolist()
