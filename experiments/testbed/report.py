@@ -45,17 +45,21 @@ def _row(
     duration: float,
 ) -> dict[str, Any]:
     name = server.name
-    host = (m.plan or {}).get("hosts", {}).get(name, {})
+    hosts = (m.plan or {}).get("hosts", {})
+    host = hosts.get(name, {})
     local_rate, mirror_rate = plans.applied_rate(host) if host else (0.0, 0.0)
+    # the copies are sampled at their receivers' rates (1-in-N, not always 1-in-1)
+    copied_rate = plans.copies_sampled(host, hosts) if host else 0.0
     datapath, kernel = m.datapath.get(name, {}), m.kernel.get(name, {})
     vm_packets = sum(datapath.get(vm.port, measure.PortCounters()).rx_packets for vm in server.vms)
     inbound = datapath.get(server.vxlan, measure.PortCounters()).rx_packets
     mirror_tx = sum(c.tx_packets for dev, c in kernel.items() if dev not in known)
     mirror_rx = sum(c.rx_packets for port, c in datapath.items() if port not in known)
-    probability = local_rate + mirror_rate
+    probability = local_rate + copied_rate
     expected = vm_packets * probability
-    # local sFlow and the tc mirrors draw independently: a packet can be sampled by both
-    distinct_probability = local_rate + mirror_rate - local_rate * mirror_rate
+    # local sFlow and the tc mirrors (then the receivers' sFlow) draw independently: a packet
+    # can be sampled by both
+    distinct_probability = local_rate + copied_rate - local_rate * copied_rate
     expected_distinct = vm_packets * distinct_probability
     distinct = m.samples.distinct(name)
     collected = m.samples.collected(name)
@@ -101,6 +105,7 @@ def _row(
         <= measure.binomial_tolerance(vm_packets, distinct_probability),
         "local_and_mirrored_packets": m.samples.local_and_mirrored.get(name, 0),
         "mirrored_twice_packets": m.samples.mirrored_twice.get(name, 0),
+        "copies_sampled_share": copied_rate / mirror_rate if mirror_rate else float("nan"),
         "mirror_tx_packets": mirror_tx,
         "mirror_rx_packets": mirror_rx,
         "samples_of_other_servers": others,

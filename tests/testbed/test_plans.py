@@ -10,6 +10,7 @@ from cosample.experiments.testbed.errors import TestbedError
 from cosample.experiments.testbed.plans import (
     Coefficients,
     applied_rate,
+    copies_sampled,
     description,
     load_plan,
     make_plans,
@@ -41,6 +42,21 @@ def test_description_plans_collaboratively_and_not(tmp_path):
     assert local == pytest.approx(1 / sampling if sampling else 0.0)
     assert mirrored == pytest.approx(sum(m["rate"] for m in collab["hosts"]["s1"]["mirrors"]))
     assert applied_rate({"sflow_sampling": None, "mirrors": []}) == (0.0, 0.0)
+
+
+def test_copies_are_sampled_at_their_receivers_rates():
+    hosts = {
+        "s1": {
+            "sflow_sampling": None,
+            "mirrors": [{"to": "s2", "rate": 0.2}, {"to": "s3", "rate": 0.3}],
+        },
+        "s2": {"sflow_sampling": 2, "mirrors": []},
+        "s3": {"sflow_sampling": 1, "mirrors": [{"to": "s4", "rate": 0.5}]},
+        "s4": {"sflow_sampling": None, "mirrors": []},
+    }
+    assert copies_sampled(hosts["s1"], hosts) == pytest.approx(0.2 / 2 + 0.3)
+    assert copies_sampled(hosts["s3"], hosts) == 0.0  # a receiver without sFlow samples none
+    assert copies_sampled(hosts["s2"], hosts) == 0.0
 
 
 def test_capacity_override_applies_to_every_server():
