@@ -343,7 +343,8 @@ def _control(
 
 def _estimates(controller) -> dict[str, Any]:
     """Per server: the measured and the planned-for (held) traffic, and the coverage
-    ``l + m - l m`` of the plan in force (what share of its packets it collects)."""
+    ``l + c - l c`` of the plan in force (what share of its packets it collects; ``c``: the
+    mirrored shares at their receivers' sampling rates)."""
     names = list(controller.inventory.names)
     out: dict[str, Any] = {}
     if controller.measurement is not None and controller.smoothed is not None:
@@ -351,7 +352,8 @@ def _estimates(controller) -> dict[str, Any]:
         out["held_pps"] = dict(zip(names, np.round(controller.smoothed.held(), 1).tolist()))
     shares = controller.current_shares
     if shares is not None:
-        mirrored = np.bincount(shares.mirror_src, weights=shares.mirror_rate, minlength=len(names))
+        sampled = shares.mirror_rate * shares.local_rate[shares.mirror_dst]
+        mirrored = np.bincount(shares.mirror_src, weights=sampled, minlength=len(names))
         coverage = shares.local_rate + mirrored - shares.local_rate * mirrored
         out["coverage"] = dict(zip(names, np.round(coverage, 6).tolist()))
     return out

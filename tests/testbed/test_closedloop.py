@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
+from types import SimpleNamespace
 
+import numpy as np
+import pytest
+
+from cosample.controller.evaluate import PlanShares
 from cosample.controller.inventory import inventory_from_dict
 from cosample.experiments.testbed import closedloop, closedloop_report
 from cosample.experiments.testbed.topology import from_config, skewed_config
@@ -149,3 +153,26 @@ def test_report_rows_from_a_timeline():
         "| phase2 | 60 | 1 | 19.5, 19.5 | 10 | 10 | 250 | 200 | 200 | no |"
         in closedloop_report.markdown(result, "cmd")
     )
+
+
+def test_coverage_counts_copies_at_their_receivers_rates():
+    """s1 samples 1-in-4 and mirrors 0.2 to s2 (1-in-2) and 0.3 to s3 (1-in-1): it collects
+    l + c - l c of its packets, c = 0.2 / 2 + 0.3."""
+    shares = PlanShares(
+        version=1,
+        plan_id="p",
+        local_rate=np.array([0.25, 0.5, 1.0]),
+        mirror_src=np.array([0, 0]),
+        mirror_dst=np.array([1, 2]),
+        mirror_rate=np.array([0.2, 0.3]),
+    )
+    controller = SimpleNamespace(
+        inventory=SimpleNamespace(names=("s1", "s2", "s3")),
+        measurement=None,
+        smoothed=None,
+        current_shares=shares,
+    )
+    coverage = closedloop._estimates(controller)["coverage"]
+    c = 0.2 / 2 + 0.3
+    assert coverage["s1"] == pytest.approx(0.25 + c - 0.25 * c, rel=1e-6)
+    assert coverage["s2"] == pytest.approx(0.5) and coverage["s3"] == pytest.approx(1.0)
