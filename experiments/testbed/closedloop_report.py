@@ -12,7 +12,8 @@ Pure: reads the timeline ``closedloop.run_closed_loop`` returns.
   (``summary.collected_pps``, distinct packets after rounding) for the traffic the controller
   estimated; *measured distinct*: distinct packets per second of traffic the re-exported
   samples of the phase's last ``measure_s`` seconds contain (iperf3 packet numbers);
-- *expected for the traffic sent*: the same plan's coverage (``l + m - l m`` per server) times
+- *expected for the traffic sent*: the same plan's coverage (``l + c - l c`` per server, ``c`` the
+  mirrored shares at their receivers' rates) times
   the packets iperf3 sent in those seconds: planned vs expected is the estimate's error,
   expected vs measured the data plane's (copies or samples lost on the way);
 - *plan changed while measuring*: some agent ran another version at the end of the measured
