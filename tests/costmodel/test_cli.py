@@ -209,7 +209,7 @@ def test_fit_chooses_the_small_sample_correction_and_refuses_unknown_ones(tmp_pa
 
 
 def test_the_cpu_methods_vxlan_mirror_runs_shorter_runs_unless_told(tmp_path, monkeypatch):
-    import cosample.costmodel.cli as cli
+    import cosample.costmodel.calibrate_cli as cli
 
     seen = []
 

@@ -135,7 +135,7 @@ def test_settings_choose_the_generator_only_for_a_fixed_udp_rate():
 
 
 def test_the_command_line_passes_the_flow_profile_and_cache_to_the_settings(tmp_path, monkeypatch):
-    import cosample.costmodel.cli as cli
+    import cosample.costmodel.calibrate_cli as cli
     from cosample.cli import main
 
     seen = []
