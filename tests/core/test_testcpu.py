@@ -23,7 +23,11 @@ def test_starts_a_child():
 def _pytest(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """pytest with the plugin on SAMPLE, COSAMPLE_TEST_CPU as ``env`` says (absent if not)."""
     (tmp_path / "test_sample.py").write_text(SAMPLE)
-    environment = {k: v for k, v in os.environ.items() if k != "COSAMPLE_TEST_CPU"}
+    environment = {  # not the suite's own: its xdist worker would name the file
+        k: v
+        for k, v in os.environ.items()
+        if k != "COSAMPLE_TEST_CPU" and not k.startswith("PYTEST_")
+    }
     return subprocess.run(
         [
             sys.executable,
