@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from cosample.costmodel.calibrate_cli import calibrate, estimator
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     fit = subparsers.add_parser(
@@ -213,7 +211,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --testbed: start a CPU hog in the server from this interval",
     )
     _fit_options(cal)
-    cal.set_defaults(func=calibrate)
+    cal.set_defaults(func=_calibrate)
 
 
 def _fit_options(parser: argparse.ArgumentParser) -> None:
@@ -301,6 +299,8 @@ def _fit(args: argparse.Namespace) -> int:
     metadata = {"data": Path(args.data).name, "rows": int(len(data))}
     if "protocol" in data.columns:
         metadata["protocol"] = str(data["protocol"].iloc[0])
+    from cosample.costmodel.calibrate_cli import estimator  # the fit's modules, not --help's
+
     calibration = estimator(args).fit(data, metadata=metadata).calibration_
     # -o -: the calibration JSON on standard output, the report on standard error
     out = sys.stderr if args.output and is_stdout(args.output) else sys.stdout
@@ -313,3 +313,9 @@ def _fit(args: argparse.Namespace) -> int:
         plot_calibration(data, calibration, args.figure, title=f"{args.data}")
         print(f"wrote {args.figure}")
     return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from cosample.costmodel.calibrate_cli import calibrate  # the run's modules, not --help's
+
+    return calibrate(args)
