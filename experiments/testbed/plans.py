@@ -107,8 +107,7 @@ def copies_sampled(host: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any
     """The share of a host's packets sampled as copies: each mirror's share at the rate its
     receiver's sFlow samples (a receiver may sample 1-in-N, N > 1, and may also send: a plan
     over every applied plan), none where the receiver has no sFlow."""
-    sampled = 0.0
-    for mirror in host.get("mirrors", []):
-        sampling = (hosts.get(mirror["to"]) or {}).get("sflow_sampling")
-        sampled += float(mirror["rate"]) / sampling if sampling else 0.0
-    return sampled
+    return sum(
+        float(mirror["rate"]) * applied_rate(hosts.get(mirror["to"]) or {})[0]
+        for mirror in host.get("mirrors", [])
+    )
