@@ -4,14 +4,17 @@ The LPs are the reference: the exact solver's closed-form bound equals the reduc
 (and the full LP's with equal weights) with margins, weights, mirror caps and bridges that sample
 inbound traffic; every plan meets
 the LP's capacity, cap and budget constraints; with a collector budget the LP optimum bounds the
-exact plan. Distinct packets are checked against brute force (``test_distinct.py``).
+exact plan where ``exact.lp_bounds_applied`` says it bounds every plan OVS can apply (with a
+heavier sender, servers that take copies at their own 1-in-N may beat it: issue 44, the exact
+plan is then held to its own ``bounds.applied``). Distinct packets are checked against brute
+force (``test_distinct.py``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from strategies import datacentres, planning_inputs  # tests/ is on sys.path (pytest pythonpath)
 
@@ -19,7 +22,8 @@ from cosample.planner import InfeasibleError, solve
 from cosample.planner.baseline import local_only_pps, solve_noncollab
 from cosample.planner.budgets import samples_pps
 from cosample.planner.choices import ALL_SOLVERS
-from cosample.planner.exact import lp_bound, optimum_pps, solve_continuous
+from cosample.planner.datacentre import DataCentre
+from cosample.planner.exact import lp_bound, lp_bounds_applied, optimum_pps, solve_continuous
 from cosample.planner.lp import lp_optimum
 from cosample.planner.planfile import build_plan
 from cosample.planner.problem import build_problem
@@ -35,6 +39,14 @@ def close(a: float, b: float) -> bool:
 
 def below(a: float, b: float) -> bool:
     return a <= b + RELATIVE * max(1.0, abs(a), abs(b))
+
+
+def lp_bounds(problem, solution) -> bool:
+    """Whether the paper's LP bounds this plan: always for plans whose receivers sample 1-in-1;
+    for a plan over every applied plan (the exact solver's rates) only where
+    ``lp_bounds_applied`` says so (issue 44: a receiver at 1-in-2 beat it by 1.2 %, weights 1, 2,
+    5)."""
+    return solution.rates is None or lp_bounds_applied(problem)
 
 
 @SETTINGS
@@ -68,12 +80,42 @@ def test_collector_budget_is_met_and_the_lp_bounds_the_exact_plan(dc):
         problem.collector_cap_pps,
     )
     assert below(realise(exact).samples_pps, problem.collector_cap_pps)
-    assert below(exact.objective, lp_optimum(problem, reduced=False))
+    if lp_bounds(problem, exact):
+        assert below(exact.objective, lp_optimum(problem, reduced=False))
     assert below(exact.objective, exact.bounds.envelope)
+    if exact.bounds.applied is not None:
+        assert below(exact.objective, exact.bounds.applied)
+
+
+#: A data centre where the exact plan beats the paper's LP (found by CI's random draws): s3,
+#: weight 5, mirrors to s1 and s2, which take the copies at their own 1-in-2.
+HEAVY_SENDER = DataCentre(
+    names=("s1", "s2", "s3"),
+    capacity_pps=np.array([20234.86756233, 26429.86433088, 40930.89551351]),
+    alpha=np.full(3, 3.0),
+    beta=np.full(3, 0.5),
+    traffic_src=np.repeat(np.arange(3), 3),
+    traffic_dst=np.tile(np.arange(3), 3),
+    traffic_pps=np.array(
+        [
+            3163.59578,
+            1182.80637,
+            927.561126,
+            412.215404,
+            768.928165,
+            6338.37130,
+            3.57571261,
+            1812.06749,
+            14092.0962,
+        ]
+    ),
+    weight=np.array([1.0, 2.0, 5.0]),
+)
 
 
 @SETTINGS
 @given(planning_inputs(), st.sampled_from(ALL_SOLVERS))
+@example(HEAVY_SENDER, "exact")
 def test_plans_meet_capacity_caps_and_rates_are_fractions(dc, solver):
     problem = build_problem(dc)
     solution = solve(problem, solver, lp_backend="highs")
@@ -91,7 +133,11 @@ def test_plans_meet_capacity_caps_and_rates_are_fractions(dc, solver):
     limit = np.maximum(problem.usable_pps, problem.forwarding_pps)
     assert np.all(load <= limit * (1 + 1e-7) + 1e-6)
     assert np.all(solution.offload_pps <= problem.mirror_cap_pps * (1 + 1e-7) + 1e-6)
-    assert below(solution.objective, solution.bounds.lp)
+    if lp_bounds(problem, solution):
+        assert below(solution.objective, solution.bounds.lp)
+    assert below(solution.objective, solution.bounds.envelope)
+    if solution.bounds.applied is not None:
+        assert below(solution.objective, solution.bounds.applied)
     plan = build_plan(dc, solution)
     for name, host in plan["hosts"].items():
         assert 0 <= host["local_rate"] <= 1 and 0 <= host["planned"]["local_rate"] <= 1
