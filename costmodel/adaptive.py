@@ -32,7 +32,8 @@ import pandas as pd
 from cosample.costmodel.ancova import DEFAULT_COVARIATES, MIN_STOPPING_BLOCKS, fit_with_covariate
 from cosample.costmodel.errors import FitError, HarnessError
 from cosample.costmodel.fit import quick_interval
-from cosample.costmodel.harness import TAIL_S, Calibrator, Trial
+from cosample.costmodel.harness import Calibrator
+from cosample.costmodel.trials import TAIL_S, Trial
 
 
 @dataclass(frozen=True)

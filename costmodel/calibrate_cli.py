@@ -63,7 +63,7 @@ def estimator(args: argparse.Namespace):
 
 def calibrate(args: argparse.Namespace) -> int:
     # deferred to the run: `cosample --help` imports this module
-    from cosample.costmodel.harness import CalibrationSettings
+    from cosample.costmodel.trials import CalibrationSettings
 
     def terminate(signum, frame):  # SIGTERM cleans up like Ctrl-C
         raise KeyboardInterrupt

@@ -1,6 +1,6 @@
 """The calibration JSON as its readers see it: one pydantic model and one reader.
 
-``cosample fit`` and ``cosample calibrate`` write the file (``fit.Calibration.to_dict``); the
+``cosample fit`` and ``cosample calibrate`` write the file (``fitted.Calibration.to_dict``); the
 planner, the controller's inventory, the testbed, the experiments and the comparisons all read
 it through ``read_calibration_file``, so they accept and reject the same files. The model
 declares the part they read; anything else in the file is left alone.
@@ -42,7 +42,7 @@ class _Read(BaseModel):
 
 
 class MechanismEntry(_Read):
-    """One mechanism's fit: ``fit.MechanismFit.to_dict``."""
+    """One mechanism's fit: ``fitted.MechanismFit.to_dict``."""
 
     coefficient: Finite | None
     coefficient_se: Finite | None = None

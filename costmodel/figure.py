@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cosample.costmodel.fit import Calibration
+from cosample.costmodel.fitted import Calibration
 from cosample.costmodel.model import PAPER_COEFFICIENTS, throughput
 from cosample.files import write_atomic
 

@@ -22,11 +22,11 @@ import pandas as pd
 
 from cosample.costmodel.accounting import AccountingCgroup, pid_from_file, started_pid
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.harness import CalibrationSettings
 from cosample.costmodel.iperf import IperfServer
 from cosample.costmodel.onehost import OneHostTestbed
 from cosample.costmodel.passive import CapacityEstimate, PassiveMonitor, parse_dpctl_lookups
 from cosample.costmodel.realrun import iperf_client
+from cosample.costmodel.trials import CalibrationSettings
 from cosample.files import write_atomic
 
 HOG = [sys.executable, "-c", "while True: pass"]

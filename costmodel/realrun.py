@@ -16,10 +16,11 @@ from cosample.costmodel.adaptive import AdaptiveRun
 from cosample.costmodel.counters import device_packets, device_tx_packets, parse_port_stats
 from cosample.costmodel.errors import HarnessError
 from cosample.costmodel.flowgen import FlowgenClient, FlowSink
-from cosample.costmodel.harness import CalibrationSettings, Calibrator
+from cosample.costmodel.harness import Calibrator
 from cosample.costmodel.iperf import IperfClient, IperfServer
 from cosample.costmodel.localsample import CaptureReader, IpfixCounter, OvsSampleAction
 from cosample.costmodel.mechanisms import MIRROR_PRIO, Mechanism, SflowSampling, TcMirror
+from cosample.costmodel.trials import CalibrationSettings
 from cosample.lab.sflow import SflowCollector
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cosample.costmodel.harness import MECHANISMS
+from cosample.costmodel.trials import MECHANISMS
 from cosample.errors import CosampleError, exit_status
 from cosample.experiments.errors import ExperimentError
 from research.background import Background, BackgroundLoad

@@ -16,9 +16,10 @@ from cosample.costmodel.accounting import CpuSnapshot
 from cosample.costmodel.adaptive import AdaptiveRun, Target, interval_of, target_report
 from cosample.costmodel.errors import FitError, HarnessError
 from cosample.costmodel.fit import CostModelFit, quick_interval
-from cosample.costmodel.harness import CalibrationSettings, Calibrator
+from cosample.costmodel.harness import Calibrator
 from cosample.costmodel.iperf import IperfResult
 from cosample.costmodel.model import throughput
+from cosample.costmodel.trials import CalibrationSettings
 
 C0_S = 20e-6  # CPU seconds per packet without sampling
 

@@ -22,7 +22,7 @@ from cosample.costmodel.flowgen import (
     sink_argv,
     udp_datagram,
 )
-from cosample.costmodel.harness import CalibrationSettings
+from cosample.costmodel.trials import CalibrationSettings
 
 
 def test_concurrent_flows_take_turns_and_last_the_run():

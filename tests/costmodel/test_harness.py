@@ -9,8 +9,9 @@ import pytest
 
 from cosample.costmodel.counters import parse_port_stats
 from cosample.costmodel.errors import HarnessError
-from cosample.costmodel.harness import CalibrationSettings, Calibrator, plan_trials
+from cosample.costmodel.harness import Calibrator
 from cosample.costmodel.iperf import IperfResult
+from cosample.costmodel.trials import TAIL_S, CalibrationSettings, plan_trials
 
 DUMP_PORTS = """OFPST_PORT reply (xid=0x4): 1 ports
   port  2: rx pkts=24, bytes=2007, drop=0, errs=0, frame=0, over=0, crc=0
@@ -348,7 +349,7 @@ def test_a_mechanism_can_have_runs_of_its_own_length(monkeypatch):
     assert data[data["mechanism"] == "mirror_vxlan"]["duration_s"].between(0.25, 0.35).all()
     assert data[data["mechanism"] == "sflow"]["duration_s"].between(0.6, 0.7).all()
     assert sorted(set(durations)) == sorted(
-        {2.0 * harness.LOAD_SLACK + harness.TAIL_S, 6.0 * harness.LOAD_SLACK + harness.TAIL_S}
+        {2.0 * harness.LOAD_SLACK + TAIL_S, 6.0 * harness.LOAD_SLACK + TAIL_S}
     )
     with pytest.raises(HarnessError, match="phases must be an even integer"):
         CalibrationSettings(
