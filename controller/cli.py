@@ -265,7 +265,7 @@ def settings_from(args: argparse.Namespace):
     from cosample.controller.appsource import analyser_url
     from cosample.controller.decide import Policy
     from cosample.controller.errors import ControllerError
-    from cosample.controller.loop import Settings
+    from cosample.controller.settings import Settings
     from cosample.controller.source import named, snapshot_url
     from cosample.plan.document import MAX_SAMPLING
 

@@ -42,6 +42,41 @@ class Judged:
     app: Any = None  # ``apploop.AppJudgement``: the application part's own judgement
     app_problems: tuple[str, ...] = ()
 
+    def status_fields(self, decision: decisions.Decision) -> dict[str, Any]:
+        """What the cycle's status says of this judgement and ``decision`` (``CycleStatus``
+        fields; the controller adds its own: result, reading, publication, timings)."""
+        candidate, measurement, situation = self.candidate, self.measurement, self.situation
+        worst = self.current if self.current is not None else self.candidate_eval
+        assert worst is not None and situation is not None  # (``_situation`` judged them)
+        return dict(
+            reasons=decision.reasons,
+            gain=decision.gain if self.current is not None else None,
+            gain_streak=decision.gain_streak,
+            predicted_max_use=float(worst.use.max()) if worst.use.size else 0.0,
+            over_limit=decision.overloaded,
+            unrelievable=decision.unrelievable + candidate.saturated,
+            unmeasured=len(candidate.unmeasured),
+            rising=candidate.rising,
+            settling=situation.settling,
+            quiet=situation.quiet,
+            counter_servers=int(measurement.from_counters.sum()),
+            refused=tuple(
+                {"server": r.server, "reason": r.reason, "pps": r.pps, "bound_pps": r.bound_pps}
+                for r in self.refusals
+            ),
+            problems=tuple(f"estimate refused: {r.describe()}" for r in self.refusals)
+            + self.app_problems,
+            disagreements=tuple(
+                {
+                    "server": d.server,
+                    "counters_pps": d.counters_pps,
+                    "sampled_pps": d.sampled_pps,
+                    "ci95": list(d.ci95),
+                }
+                for d in measurement.disagreements
+            ),
+        )
+
 
 def mark() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()

@@ -234,8 +234,8 @@ def _calibrated(settings: Settings, scratch: Path, rig, agents) -> dict[str, Any
     from cosample.controller.decide import Policy
     from cosample.controller.inventory import inventory_from_dict
     from cosample.controller.loop import Controller
-    from cosample.controller.loop import Settings as LoopSettings
     from cosample.controller.publish import DirectoryTarget
+    from cosample.controller.settings import Settings as LoopSettings
     from cosample.lab.web import SERVER_ADDRESS
     from cosample.planner.appmon import DEFAULT_COSTS
 

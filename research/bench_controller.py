@@ -396,8 +396,8 @@ def restart(servers: int, folder: Path, slices: bool, serve: bool) -> dict:
 def _controller_parts(folder: Path, snapshot: Path, slices: bool, serve: bool):
     """The benchmark controller's settings (reading ``snapshot``, signing with the run's key)
     and its target: the HTTP target on loopback (``serve``) or the folder ``pub``."""
-    from cosample.controller.loop import Settings
     from cosample.controller.publish import DirectoryTarget, HttpTarget
+    from cosample.controller.settings import Settings
 
     settings = Settings(
         (str(snapshot),), interval_s=30.0, tau_s=0.0, max_age_s=3600.0, key=str(folder / "key.pem")

@@ -195,7 +195,8 @@ def run(
     ``planless_start``: until the first plan the snapshots are plan-less (sparse safe-state
     samples); False: dense snapshots from the start (a collector already following a plan)."""
     from cosample.controller.inventory import inventory_from_dict
-    from cosample.controller.loop import Controller, Settings
+    from cosample.controller.loop import Controller
+    from cosample.controller.settings import Settings
     from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
 
     inventory = inventory_from_dict(

@@ -158,8 +158,9 @@ def run_closed_loop(
     """Run one scenario on an up testbed; returns the raw timeline and what the plans said."""
     from cosample.controller.decide import Policy
     from cosample.controller.inventory import load_inventory
-    from cosample.controller.loop import Controller, Settings
+    from cosample.controller.loop import Controller
     from cosample.controller.publish import DirectoryTarget
+    from cosample.controller.settings import Settings
     from cosample.lab.sflow import SflowCollector
     from cosample.plan.signing import generate_keypair
 

@@ -19,8 +19,9 @@ from cosample.controller.apploop import AppJudgement, app_decision
 from cosample.controller.appmeasure import measure, plan_entries, service_name, success_rates
 from cosample.controller.decide import Policy
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
+from cosample.controller.settings import Settings
 from cosample.plan.document import parse_document
 from cosample.plan.signing import generate_keypair
 

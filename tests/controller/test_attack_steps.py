@@ -34,8 +34,9 @@ from cosample.collector.service import Service
 from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
+from cosample.controller.settings import Settings
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import frame, simulate, vm_address
 from cosample.plan.document import parse_plan

@@ -22,8 +22,9 @@ from cosample.cli import main
 from cosample.collector.service import Service
 from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
+from cosample.controller.settings import Settings
 from cosample.controller.source import SnapshotReader
 from cosample.plan.signing import generate_keypair, key_permission_warning
 

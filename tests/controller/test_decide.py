@@ -23,7 +23,8 @@ from cosample.controller.decide import (
 )
 from cosample.controller.evaluate import Evaluation, PlanShares, needs_two_phases
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
+from cosample.controller.settings import Settings
 from cosample.controller.source import Reading
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)

@@ -15,8 +15,9 @@ from controller_helpers import inventory_doc, iso, snapshot_doc
 from cosample.controller.evaluate import PlanShares, evaluate
 from cosample.controller.guarded import sustained_load, update
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
+from cosample.controller.settings import Settings
 from cosample.plan.document import parse_document
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)

@@ -11,8 +11,9 @@ from datetime import datetime, timedelta, timezone
 from controller_helpers import inventory_doc, snapshot_doc
 
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
+from cosample.controller.settings import Settings
 
 BUSY_S1 = {"s1": {"s1": 1500, "s2": 900}, "s2": {"s2": 200}, "s3": {"s3": 100}}
 

@@ -22,9 +22,10 @@ from cosample.controller.decide import quiet_s
 from cosample.controller.estimate import measure
 from cosample.controller.evaluate import PlanShares, evaluate, needs_two_phases, shares
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget, release
 from cosample.controller.replan import replan
+from cosample.controller.settings import Settings
 from cosample.controller.smoothing import update
 from cosample.plan.document import parse_document
 from cosample.plan.signing import generate_keypair, verify

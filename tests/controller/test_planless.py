@@ -19,7 +19,8 @@ from cosample.collector.snapshot import parse_snapshot
 from cosample.controller.decide import knows_servers, measurement_due
 from cosample.controller.estimate import measure
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
+from cosample.controller.settings import Settings
 from cosample.controller.source import Reading
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)

@@ -17,8 +17,9 @@ from cosample.cli import main
 from cosample.controller.errors import InventoryError
 from cosample.controller.evaluate import needs_two_phases
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
+from cosample.controller.settings import Settings
 from cosample.dataplane.ipfix import SAMPLE_PROBABILITY_SCALE
 from cosample.plan.document import parse_document
 

@@ -32,8 +32,9 @@ from cosample.collector.service import Service
 from cosample.collector.service import Settings as CollectorSettings
 from cosample.controller.appsource import AnalyserReader, analyser_url
 from cosample.controller.inventory import inventory_from_dict
-from cosample.controller.loop import Controller, Settings
+from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
+from cosample.controller.settings import Settings
 from cosample.controller.source import MAX_SKEW_S
 from cosample.plan.signing import generate_keypair
 
