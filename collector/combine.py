@@ -33,7 +33,7 @@ MISSING_STREAM_SAMPLES = 20.0
 #: binary form's 64-bit integers: exports never fail on input (issue 41: IPFIX counts summing
 #: past 2^63 made every binary export fail for a whole window).
 MAX_COUNT = 2**62 - 1
-#: The snapshot's columns per server, in the format's order (``snapshot.ServerTable``).
+#: The snapshot's columns per server, in the format's order (``snapshottables.ServerTable``).
 SERVER_COLUMNS = (
     "name",
     "packets_per_s",

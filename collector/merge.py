@@ -13,7 +13,8 @@ import numpy as np
 
 from cosample.collector.combine import MAX_COUNT
 from cosample.collector.errors import CollectorError
-from cosample.collector.snapshot import ServerEstimate, Snapshot, TrafficTable
+from cosample.collector.snapshot import Snapshot
+from cosample.collector.snapshottables import ServerEstimate, TrafficTable
 from cosample.intervals import normal_interval, packets_interval
 
 

@@ -29,11 +29,11 @@ import orjson
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from cosample.collector.errors import CollectorError
-from cosample.collector.snapshot import (
+from cosample.collector.snapshot import Snapshot
+from cosample.collector.snapshottables import (
     COUNT_COLUMNS,
     InterfaceTable,
     ServerTable,
-    Snapshot,
     TrafficTable,
 )
 from cosample.validation import describe

@@ -108,7 +108,8 @@ def counters(rig, ports: tuple[str, ...]) -> int:
 
 def collector_snapshot(path: Path, now: datetime, web_pps: float, window_s: float) -> None:
     """The controller's sFlow-side input, from exact counters (see the module's docstring)."""
-    from cosample.collector.snapshot import ServerEstimate, Snapshot
+    from cosample.collector.snapshot import Snapshot
+    from cosample.collector.snapshottables import ServerEstimate
 
     rows = {}
     for name, pps in (("web", web_pps), ("analysis", 1.0)):

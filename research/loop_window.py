@@ -72,7 +72,8 @@ def snapshot_document(
 ) -> dict:
     """A ``cosample.snapshot`` whose per-server totals are the matrix's rows (written by the
     collector's own model); ``plan`` None: a plan-less snapshot (no plan in force yet)."""
-    from cosample.collector.snapshot import ServerEstimate, Snapshot
+    from cosample.collector.snapshot import Snapshot
+    from cosample.collector.snapshottables import ServerEstimate
 
     servers = {}
     for name in names:

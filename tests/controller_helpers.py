@@ -37,7 +37,8 @@ def snapshot_doc(
     the listed servers); ``plan`` is the plan the collector renormalised with (None: a
     plan-less snapshot, made before any plan was in force); ``serial``: the collector's
     export number (with ``started``, default ``time``: what a signed snapshot must carry)."""
-    from cosample.collector.snapshot import ServerEstimate, Snapshot
+    from cosample.collector.snapshot import Snapshot
+    from cosample.collector.snapshottables import ServerEstimate
 
     names = (
         servers

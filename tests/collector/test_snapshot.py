@@ -9,14 +9,8 @@ import pytest
 
 from cosample.collector.errors import CollectorError
 from cosample.collector.merge import merge_snapshots
-from cosample.collector.snapshot import (
-    PlanRef,
-    ServerEstimate,
-    Snapshot,
-    interval,
-    parse_snapshot,
-    parse_snapshot_json,
-)
+from cosample.collector.snapshot import Snapshot, interval, parse_snapshot, parse_snapshot_json
+from cosample.collector.snapshottables import PlanRef, ServerEstimate
 from cosample.times import format_time_ms as format_time
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)

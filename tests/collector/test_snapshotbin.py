@@ -13,12 +13,8 @@ from hypothesis import strategies as st
 
 from cosample.collector import snapshotbin
 from cosample.collector.errors import CollectorError
-from cosample.collector.snapshot import (
-    PlanRef,
-    ServerEstimate,
-    Snapshot,
-    parse_snapshot_json,
-)
+from cosample.collector.snapshot import Snapshot, parse_snapshot_json
+from cosample.collector.snapshottables import PlanRef, ServerEstimate
 from cosample.controller.errors import SnapshotError
 from cosample.controller.source import parse, snapshot_url
 from cosample.times import format_time_ms
