@@ -187,7 +187,7 @@ def _config(args, needs_plans: bool = False):
     """The configuration; ``needs_plans``: refuse to start without a way to trust plans."""
     from cosample.agents.config import load_config
     from cosample.agents.errors import ConfigError
-    from cosample.agents.runner import unsigned_warning
+    from cosample.agents.planreader import unsigned_warning
 
     config = load_config(args.config, {key: getattr(args, key, None) for key in _OPTION_KEYS})
     if needs_plans:

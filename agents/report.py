@@ -27,7 +27,7 @@ from cosample.plan.formats import FORMAT_VERSION
 from cosample.validation import parse_refusal
 
 STATUS_FILE, METRICS_FILE = "status.json", "metrics.prom"
-#: How the warning about unsigned plans begins (``runner.unsigned_warning``): the metric
+#: How the warning about unsigned plans begins (``planreader.unsigned_warning``): the metric
 #: ``cosample_agent_insecure`` counts it, not the other warnings (``agents.mtu``).
 INSECURE_TAG = "INSECURE:"
 RESULTS = ("ok", "degraded", "rejected", "diverged", "error")

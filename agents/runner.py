@@ -1,8 +1,8 @@
 """The agent loop: fetch, validate, select, compute the difference, apply, verify, report.
 
 The plans come from this host's slice beside the plan when the location serves one
-(``slices``, ``cosample.plan.slices``), else from the whole plan; either way they are the same
-``Plan`` objects, and everything after the fetch is one code path.
+(``slices``, ``cosample.plan.slices``), else from the whole plan (``planreader.PlanReader``);
+either way they are the same ``Plan`` objects, and everything after the fetch is one code path.
 
 ``Agent.cycle`` is one pass; ``Agent.run`` repeats it every ``interval_s`` plus a random jitter
 of up to ``jitter_s`` (so a fleet does not hit the plan server in step). "Last good" means
@@ -24,7 +24,6 @@ import logging
 import random
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -38,22 +37,15 @@ from cosample.agents.host import Host, LinuxOvsHost
 from cosample.agents.hoststate import DesiredState
 from cosample.agents.ledger import private_dir, remove_stale_temporaries
 from cosample.agents.mtu import mirror_mtu_warnings
+from cosample.agents.planreader import PlanReader, unsigned_warning
 from cosample.agents.reconcile import find_problems, kernel_mirror_links, reconcile
-from cosample.agents.report import INSECURE_TAG, CycleReport, Metrics, summarise, write_reports
+from cosample.agents.report import CycleReport, Metrics, summarise, write_reports
 from cosample.errors import CosampleError
 from cosample.files import write_bytes_atomic
-from cosample.plan.document import Plan, parse_document, parse_plan
-from cosample.plan.errors import (
-    PlanError,
-    PlanFetchError,
-    PlanMissingError,
-    SignatureError,
-    SigningKeyError,
-)
+from cosample.plan.document import Plan, parse_plan
+from cosample.plan.errors import PlanError
 from cosample.plan.selection import select_plan
-from cosample.plan.signing import verify
-from cosample.plan.slices import read_slice, slice_location
-from cosample.plan.source import Fetched, fetch
+from cosample.plan.source import fetch
 from cosample.statelog import StateLog
 from cosample.times import format_time, utcnow
 
@@ -61,22 +53,6 @@ LAST_GOOD_FILE = "last-good-plan.json"
 #: Error kinds that mean "an input was refused" (result ``rejected`` when the host converged).
 REJECTIONS = ("plan", "signature")
 log = logging.getLogger("cosample.agents")
-
-
-def unsigned_warning(config: AgentConfig) -> str | None:
-    """The loud warning for ``insecure_unsigned`` (worse over plain http), or None."""
-    if config.public_key is not None or not config.insecure_unsigned:
-        return None
-    scheme = urllib.parse.urlsplit(config.plan or "").scheme
-    over = (
-        " over plain http: anyone on the path can"
-        if scheme == "http"
-        else ": anyone who can write the plan location can"
-    )
-    return (
-        f"{INSECURE_TAG} plans are accepted unsigned (insecure_unsigned){over} reconfigure "
-        f"sFlow and mirrors on this host; set public_key"
-    )
 
 
 class Agent(GuardSteps):
@@ -109,19 +85,15 @@ class Agent(GuardSteps):
         self.config = config
         self.host = host
         self.clock = clock
-        self.fetcher = fetcher
         self.metrics = metrics or Metrics()
+        #: where the plans come from: the slice or the whole plan, verified (``planreader``)
+        self.reader = PlanReader(config, fetcher, self.metrics)
         self.on_command = on_command  # told of each command right after it was applied
         self.state_dir = Path(config.state_dir)
         self._clean_state_dir()
         self.running: Plan | None = self._load_last_good()
         #: Plans (by content digest) that failed on this host, and why; not retried.
         self.failed: dict[str, str] = {}
-        #: The last document fetched, by location (its tag makes the next poll conditional),
-        #: and, once the whole plan parsed, its plans: an unchanged plan (HTTP 304) is not
-        #: parsed again.
-        self.fetched: dict[str, Fetched] = {}
-        self.parsed: tuple[bytes, tuple[Plan, ...]] | None = None
         self.problem_log = StateLog(log)  # errors, problems and the safe state: logged once
 
     # one pass -----------------------------------------------------------------------------------
@@ -130,7 +102,7 @@ class Agent(GuardSteps):
         now = self.clock()
         errors: list[str] = []
         kinds: list[str] = []
-        candidates = self._candidates(errors, kinds)
+        candidates = self.reader.candidates(errors, kinds)
         selection = select_plan(candidates, self.running, now, self.failed)
         errors += selection.refused
         kinds += ["plan"] * len(selection.refused)
@@ -212,89 +184,6 @@ class Agent(GuardSteps):
             self.supervisor.stop_all()
 
     # pieces -------------------------------------------------------------------------------------
-    def _candidates(self, errors: list[str], kinds: list[str]) -> tuple[Plan, ...]:
-        if not self.config.plan:
-            errors.append("no plan location configured (--plan or 'plan' in the config)")
-            kinds.append("fetch")
-            return ()
-        if self.config.public_key is None and not self.config.insecure_unsigned:
-            errors.append(
-                "no public_key configured: refusing unsigned plans (set public_key, "
-                "or insecure_unsigned for a lab)"
-            )
-            kinds.append("signature")
-            return ()
-        warning = unsigned_warning(self.config)
-        if warning:
-            log.warning("%s", warning)
-        try:
-            plans = self._read_slice() if self.config.slices != "never" else None
-            if plans is None:
-                plans = self._read_plan()
-        except SignatureError as exc:
-            errors.append(str(exc))
-            kinds.append("signature")
-            return ()
-        except PlanError as exc:
-            errors.append(str(exc))
-            kinds.append("plan")
-            return ()
-        except (PlanFetchError, SigningKeyError) as exc:
-            errors.append(str(exc))
-            kinds.append("fetch")
-            return ()
-        usable = []
-        for plan in plans:
-            try:
-                desired_state(plan, self.config)
-            except PlanError as exc:
-                errors.append(f"plan version {plan.version}: {exc}")
-                kinds.append("plan")
-            else:
-                usable.append(plan)
-        return tuple(usable)
-
-    def _fetch(self, location: str, with_signature: bool) -> Fetched:
-        """A conditional fetch (the tag of the last answer from ``location``), counted."""
-        fetched = self.fetcher(
-            location,
-            timeout_s=self.config.timeout_s,
-            with_signature=with_signature,
-            max_bytes=self.config.max_plan_mib * 1024 * 1024,
-            previous=self.fetched.get(location),
-        )
-        self.fetched = {location: fetched}
-        self.metrics.plan_fetches.labels(
-            result="unchanged" if fetched.unchanged else "downloaded"
-        ).inc()
-        return fetched
-
-    def _read_slice(self) -> tuple[Plan, ...] | None:
-        """This host's plans from its slice; None (``auto``) when the location serves none.
-        Verified on every poll, like the whole plan's signature (the key file may change)."""
-        location = slice_location(self.config.plan, self.config.host)  # type: ignore[arg-type]
-        try:
-            fetched = self._fetch(location, with_signature=False)
-        except PlanMissingError:
-            if self.config.slices == "always":
-                raise
-            return None
-        return read_slice(fetched.data, self.config.host, self.config.public_key, source=location)
-
-    def _read_plan(self) -> tuple[Plan, ...]:
-        """The whole plan document's plans; an unchanged document is not parsed again."""
-        fetched = self._fetch(
-            self.config.plan,  # type: ignore[arg-type]
-            with_signature=self.config.public_key is not None,
-        )
-        if self.config.public_key is not None:  # every poll: the signature may have changed
-            verify(fetched.data, fetched.signature, self.config.public_key)
-        if self.parsed is not None and self.parsed[0] is fetched.data:
-            return self.parsed[1]
-        plans = parse_document(fetched.data, source=self.config.plan)  # type: ignore[arg-type]
-        self.parsed = (fetched.data, plans)
-        return plans
-
     def _try(
         self,
         plan: Plan,
