@@ -18,7 +18,7 @@ from pydantic import BeforeValidator, Field
 from cosample.agents.errors import ConfigError
 from cosample.dataplane.ipfix import CACHE_ACTIVE_TIMEOUT_S
 from cosample.durations import MAX_DURATION_S
-from cosample.plan.document import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
+from cosample.plan.fieldtypes import HEADER_BYTES, MAX_SAMPLING, Collector, SflowAgent, listed
 from cosample.plan.formats import DEFAULT_MAX_PLAN_MIB, SAFE_SAMPLING
 from cosample.validation import InterfaceName, Strict, read_document, validate
 

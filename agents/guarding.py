@@ -28,7 +28,8 @@ from cosample.agents.guard import GuardPolicy, GuardState, Reading, step
 from cosample.agents.headroom import Probe
 from cosample.dataplane.guardwire import GuardReport, encode
 from cosample.dataplane.run import CommandError, run
-from cosample.plan.document import Plan, parse_hostport
+from cosample.plan.document import Plan
+from cosample.plan.fieldtypes import parse_hostport
 from cosample.plan.guard import Rung, ladder
 
 log = logging.getLogger("cosample.agents")

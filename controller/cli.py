@@ -267,7 +267,7 @@ def settings_from(args: argparse.Namespace):
     from cosample.controller.errors import ControllerError
     from cosample.controller.settings import Settings
     from cosample.controller.source import named, snapshot_url
-    from cosample.plan.document import MAX_SAMPLING
+    from cosample.plan.fieldtypes import MAX_SAMPLING
 
     if not 0 <= args.margin < 1:
         raise ControllerError(f"--margin: expected a fraction in [0, 1), got {args.margin:g}")
@@ -361,7 +361,7 @@ def _run(args: argparse.Namespace) -> int:
     from cosample.controller.memory import keep_memory
     from cosample.controller.publish import DirectoryTarget, HttpTarget, directory_slices_warning
     from cosample.daemonconfig import apply_config, setup_logging
-    from cosample.plan.document import parse_hostport
+    from cosample.plan.fieldtypes import parse_hostport
     from cosample.plan.signing import key_permission_warning, sign_bytes
 
     args = apply_config(args)

@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 from cosample.costmodel.calibration_file import read_calibration_file
 from cosample.costmodel.coefficients import CalibrationFileError, coefficients
 from cosample.costmodel.coefficients import intervals as calibration_intervals
-from cosample.plan.document import MAX_OBSERVATION_DOMAIN
+from cosample.plan.fieldtypes import MAX_OBSERVATION_DOMAIN
 from cosample.planner import bulk, fleetcsv
 from cosample.planner.appmon_costs import resolve as appmon_costs
 from cosample.planner.description import Description

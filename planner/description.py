@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from cosample.plan.appmon import TRUNCATE_BYTES, UNCUT, AppmonProtocol
-from cosample.plan.document import MAX_OBSERVATION_DOMAIN, IpfixSpec
+from cosample.plan.document import IpfixSpec
+from cosample.plan.fieldtypes import MAX_OBSERVATION_DOMAIN
 from cosample.plan.guard import GuardSpec
 from cosample.plan.hostfields import HANDED_FIELDS
 from cosample.validation import InterfaceName, IpAddress, ServerName, Strict, TunnelAddress

@@ -24,11 +24,9 @@ from typing import Annotated, NamedTuple
 
 from pydantic import Field
 
+from cosample.plan.fieldtypes import MAX_SAMPLING
 from cosample.validation import Strict
 
-#: The sFlow 1-in-N is 32 bits (``document.MAX_SAMPLING``, repeated: this module is imported by
-#: it).
-_MAX_SAMPLING = 2**32 - 1
 #: The busy share a host backs off above when its entry names none (the planner's default
 #: margin, 0.1, kept free).
 DEFAULT_LIMIT = 0.9
@@ -40,7 +38,7 @@ class GuardSpec(Strict):
     """A host's room for local back-off (``hosts.<h>.guard``; a description's
     ``servers[].guard``, which the planner writes into the plan with every field)."""
 
-    floor_sampling: Annotated[int, Field(ge=1, le=_MAX_SAMPLING)]
+    floor_sampling: Annotated[int, Field(ge=1, le=MAX_SAMPLING)]
     floor_mirror_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.0
     limit: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = DEFAULT_LIMIT
 
