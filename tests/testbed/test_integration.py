@@ -194,11 +194,11 @@ def test_sigterm_during_run_removes_everything(testbed_machine, tmp_path):
         assert first.startswith("baseline"), first + process.stderr.read()
         time.sleep(2)
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        _, errors = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
             main(["testbed", "down", "--state-dir", str(state)])
-    assert process.returncode == 130
+    assert process.returncode == 130, errors
     assert not _leftovers() and not state.exists()
