@@ -30,8 +30,9 @@ from cosample.lab.netns import netns_available
 from cosample.lab.ovs import OvsInstance, ovs_available
 
 # the agents' OVS sandbox fixtures (``sandbox``, ``root_links``), for every test that asks for
-# them; each test's CPU when COSAMPLE_TEST_CPU is set (tests/testcpu.py)
-pytest_plugins = ["agentsandbox", "testcpu"]
+# them; each test's CPU when COSAMPLE_TEST_CPU is set (tests/testcpu.py); the collector in a
+# thread beside a real controller (``collector_thread``, tests/collector_beside.py)
+pytest_plugins = ["agentsandbox", "testcpu", "collector_beside"]
 
 #: The niceness of the root groups' tests in a parallel run (pytest_runtest_setup).
 GROUP_NICENESS = -5

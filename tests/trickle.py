@@ -10,46 +10,17 @@ the server was still sending.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
+from cosample.lab.slowpeers import LoopbackServer
 
-class Trickler:
+
+class Trickler(LoopbackServer):
     def __init__(self, fast: bytes | None, slow: bytes = b"", pause_s: float = 0.1) -> None:
         self.fast, self.slow, self.pause_s = fast, slow, pause_s
         self.requests: list[bytes] = []
         self.slow_sent: list[int] = []
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-
-    def close(self) -> None:
-        self.stop.set()
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
-        except OSError:
-            pass
-        self.listener.close()
-        self.thread.join(5)
-
-    def __enter__(self) -> "Trickler":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+        super().__init__()
 
     def _answer(self, conn: socket.socket) -> None:
         sent = 0

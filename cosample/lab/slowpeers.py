@@ -2,7 +2,7 @@
 ``tests/collector/test_slow_peers.py``, ``tests/controller/test_slow_peers.py`` and
 ``research/slow_peers.py``.
 
-``Endless``: an HTTP server on loopback whose every answer is 200 with a body that never ends
+``LoopbackServer``: the accepting part of a test server on loopback. ``Endless``: an HTTP server on loopback whose every answer is 200 with a body that never ends
 (close-delimited or chunked), sent as fast as the reader takes it. ``Drippers``: ``count``
 connections to a server, each sending one byte of a request head every ``every_s`` seconds and
 reconnecting when shut. ``peak_mb``: a process's peak resident memory (``VmHWM``).
@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import socket
 import threading
+from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Self
 
 BLOCK = b"x" * (1 << 20)
 
 
-class Endless:
-    def __init__(self, chunked: bool = False) -> None:
-        self.chunked = chunked
-        self.served = 0
+class LoopbackServer(ABC):
+    """A TCP server on 127.0.0.1 answering each connection in a thread of its own
+    (``_answer``); ``close`` stops accepting and wakes the waits on ``stop``."""
+
+    def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
 
     @property
     def url(self) -> str:
@@ -32,12 +36,13 @@ class Endless:
     def close(self) -> None:
         self.stop.set()
         try:
-            self.listener.shutdown(socket.SHUT_RDWR)
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
         except OSError:
             pass
         self.listener.close()
+        self.thread.join(5)
 
-    def __enter__(self) -> "Endless":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -50,6 +55,17 @@ class Endless:
             except OSError:
                 return
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    @abstractmethod
+    def _answer(self, conn: socket.socket) -> None:
+        """Answer one connection (each server says how)."""
+
+
+class Endless(LoopbackServer):
+    def __init__(self, chunked: bool = False) -> None:
+        self.chunked = chunked
+        self.served = 0
+        super().__init__()
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:

@@ -13,26 +13,19 @@ move and the controller keeps its plan without even a refusal. The controller's 
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
+from collector_beside import agent_addresses, loop_settings, safe_plan, send
 from controller_helpers import inventory_doc
 from waiting import wait_for
 
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
-from cosample.collector.inventory import Inventory
-from cosample.collector.polling import plan_lead_s
-from cosample.collector.service import Service
-from cosample.collector.service import Settings as CollectorSettings
-from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
-from cosample.controller.settings import Settings
-from cosample.lab.agentsource import AgentSender, transparent
+from cosample.lab.agentsource import transparent
 from cosample.lab.sflowstream import frame, simulate, vm_address
 from cosample.plan.document import parse_plan
 
@@ -41,18 +34,6 @@ TRUTH = {"s1": 24_000, "s2": 3_000, "s3": 1_500}
 #: The agents' addresses (192.0.2.k) are not local: sending from them needs IP_TRANSPARENT (root).
 pytestmark = pytest.mark.skipif(transparent() is not None, reason=str(transparent()))
 DURATION_S = 3.0
-
-
-def send(datagrams, target) -> None:
-    """At the pace of the datagrams' own times, each from the agent address it names (the
-    collector admits nothing else; as test_with_collector)."""
-    began, first = time.monotonic(), datagrams[0][0]
-    with AgentSender() as sender:
-        for moment, data in datagrams:
-            delay = (moment - first) - (time.monotonic() - began)
-            if delay > 0:
-                time.sleep(delay)
-            sender.send(data, target)
 
 
 def forged(agent: str, sampling_rate: int, count: int = 3) -> list[tuple[float, bytes]]:
@@ -84,85 +65,41 @@ def forged(agent: str, sampling_rate: int, count: int = 3) -> list[tuple[float, 
     ]
 
 
-def test_forged_datagrams_change_no_plan(tmp_path):
+def test_forged_datagrams_change_no_plan(tmp_path, collector_thread):
     publish, state = tmp_path / "pub", tmp_path / "state"
     inventory = inventory_from_dict(inventory_doc([CAPACITY_PPS] * 3))
-    addresses = Inventory.model_validate(
-        {
-            "servers": {
-                name: {"agent_ip": f"192.0.2.{k}"}
-                for k, name in enumerate(inventory.names, start=1)
-            }
-        }
+    service = collector_thread(
+        publish, agent_addresses(inventory.names, lambda k: f"192.0.2.{k}"), safe_sampling=8
+    )  # 8: the agents' safe state here (measure_sampling)
+    settings = loop_settings(service)
+    safe = safe_plan(inventory, 8)
+    stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=5)
+    send(stream.datagrams, service.listen_address)
+    wait_for(
+        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+        timeout_s=20.0,
     )
-    service = Service(
-        CollectorSettings(
-            listen=("127.0.0.1", 0),
-            plan=str(publish / "plan.json"),
-            name="c1",
-            metrics_port=0,
-            window_s=600.0,
-            export_s=0.2,
-            plan_interval_s=0.2,
-            plan_timeout_s=0.5,
-            insecure_unsigned=True,
-            safe_sampling=8,  # the agents' safe state here (measure_sampling)
-        ),
-        addresses,  # plans unsigned here
-        log=lambda line: None,
-    ).start()
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    host, port = service.http_address
-    settings = Settings(
-        (f"http://{host}:{port}/snapshot",),
-        interval_s=1.0,
-        tau_s=1.0,
-        max_age_s=600.0,
-        measure_sampling=8,
-        lead_s=plan_lead_s(0.2, 0.5),
+    controller = Controller(inventory, settings, DirectoryTarget(publish), state)
+    first = controller.cycle()
+    assert first.result == "published", first
+    plan = parse_plan((publish / "plan.json").read_bytes())
+    assert plan.hosts["s1"].sflow_sampling is not None  # s1 samples locally: forge that
+    wait_for(
+        lambda: service.snapshot.plan is not None and service.snapshot.plan.version == plan.version,
+        timeout_s=20.0,
     )
-    safe = parse_plan(
-        json.dumps(
-            measurement_plan(inventory, 8, datetime.now(timezone.utc), timedelta(hours=1))
-            | {"version": 1}
-        ).encode()
-    )
-    try:
-        stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=5)
-        send(stream.datagrams, service.listen_address)
-        wait_for(
-            lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
-            timeout_s=20.0,
-        )
-        controller = Controller(inventory, settings, DirectoryTarget(publish), state)
-        first = controller.cycle()
-        assert first.result == "published", first
-        plan = parse_plan((publish / "plan.json").read_bytes())
-        assert plan.hosts["s1"].sflow_sampling is not None  # s1 samples locally: forge that
-        wait_for(
-            lambda: (
-                service.snapshot.plan is not None and service.snapshot.plan.version == plan.version
-            ),
-            timeout_s=20.0,
-        )
-        wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=20.0)
-        published = (publish / "plan.json").read_bytes()
-        before = service.snapshot.servers["s1"]
+    wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=20.0)
+    published = (publish / "plan.json").read_bytes()
+    before = service.snapshot.servers["s1"]
 
-        send(forged("192.0.2.1", 2**31), service.listen_address)
-        wait_for(
-            lambda: service.snapshot.dropped.get("unplanned_sampling_rate") == 3, timeout_s=20.0
-        )
-        after = service.snapshot.servers["s1"]
-        attacked = []
-        for _ in range(3):  # each on a new snapshot: the controller uses each one once
-            exports = service.exports
-            wait_for(lambda: service.exports >= exports + 2, timeout_s=20.0)
-            attacked.append(controller.cycle())
-    finally:
-        service.stop()
-        thread.join(timeout=10)
+    send(forged("192.0.2.1", 2**31), service.listen_address)
+    wait_for(lambda: service.snapshot.dropped.get("unplanned_sampling_rate") == 3, timeout_s=20.0)
+    after = service.snapshot.servers["s1"]
+    attacked = []
+    for _ in range(3):  # each on a new snapshot: the controller uses each one once
+        exports = service.exports
+        wait_for(lambda: service.exports >= exports + 2, timeout_s=20.0)
+        attacked.append(controller.cycle())
     assert after.samples == before.samples
     assert after.packets_per_s <= before.packets_per_s  # the same samples, a longer window
     for status in attacked:

@@ -17,22 +17,17 @@ to 1-in-4096 in 8.1 s. Two attacks, each a sequence of steps of less than 4x:
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
-import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
+from collector_beside import agent_addresses, loop_settings, safe_plan, send
 from controller_helpers import inventory_doc
 from waiting import wait_for
 
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
-from cosample.collector.inventory import Inventory
 from cosample.collector.polling import plan_lead_s
-from cosample.collector.service import Service
-from cosample.collector.service import Settings as CollectorSettings
-from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
@@ -50,17 +45,6 @@ SAMPLES_PER_DATAGRAM = 200
 
 def agent(k: int) -> str:
     return f"127.41.0.{k}"  # loopback: any 127/8 source is local (no root needed)
-
-
-def send(datagrams, target) -> None:
-    """At the pace of the datagrams' own times, each from the agent address it names."""
-    began, first = time.monotonic(), datagrams[0][0]
-    with AgentSender() as sender:
-        for moment, data in datagrams:
-            delay = (moment - first) - (time.monotonic() - began)
-            if delay > 0:
-                time.sleep(delay)
-            sender.send(data, target)
 
 
 class Forger:
@@ -122,134 +106,98 @@ def judged(controller: Controller, tries: int = 20):
     return status
 
 
-def test_forged_steps_leave_the_plan_unchanged(tmp_path):
+def test_forged_steps_leave_the_plan_unchanged(tmp_path, collector_thread):
     publish, state = tmp_path / "pub", tmp_path / "state"
     inventory = inventory_from_dict(inventory_doc([CAPACITY_PPS] * 3))
-    addresses = Inventory.model_validate(
-        {"servers": {name: {"agent_ip": agent(k)} for k, name in enumerate(inventory.names, 1)}}
+    service = collector_thread(
+        publish, agent_addresses(inventory.names, agent), safe_sampling=MEASURE_SAMPLING
     )
-    service = Service(
-        CollectorSettings(
-            listen=("127.0.0.1", 0),
-            plan=str(publish / "plan.json"),
-            name="c1",
-            metrics_port=0,
-            window_s=600.0,
-            export_s=0.2,
-            plan_interval_s=0.2,
-            plan_timeout_s=0.5,
-            insecure_unsigned=True,  # plans unsigned here
-            safe_sampling=MEASURE_SAMPLING,
-        ),
-        addresses,
-        log=lambda line: None,
-    ).start()
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    host, port = service.http_address
-    settings = Settings(
-        (f"http://{host}:{port}/snapshot",),
-        interval_s=1.0,
-        tau_s=0.1,
-        max_age_s=600.0,
-        measure_sampling=MEASURE_SAMPLING,
-        lead_s=plan_lead_s(0.2, 0.5),
-    )
-    safe = measurement_plan(
-        inventory, MEASURE_SAMPLING, datetime.now(timezone.utc), timedelta(hours=1)
-    )
-    for k, name in enumerate(inventory.names, start=1):  # the agents send from loopback
-        safe["hosts"][name]["agent_ip"] = agent(k)  # (the collector's inventory says so)
-    safe = parse_plan(json.dumps(safe | {"version": 1}).encode())
+    settings = loop_settings(service, tau_s=0.1, measure_sampling=MEASURE_SAMPLING)
+    # the agents send from loopback (the collector's inventory says so)
+    safe = safe_plan(inventory, MEASURE_SAMPLING, agent)
 
     def s1(wanted=lambda e: True):
         return wait_for(
             lambda: (e := service.snapshot.servers["s1"]) and wanted(e) and e, timeout_s=30.0
         )
 
-    try:
-        stream = simulate(safe, TRUTH, duration_s=4.0, seed=41)
-        send(stream.datagrams, service.listen_address)
+    stream = simulate(safe, TRUTH, duration_s=4.0, seed=41)
+    send(stream.datagrams, service.listen_address)
+    wait_for(
+        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+        timeout_s=30.0,
+    )
+    controller = Controller(inventory, settings, DirectoryTarget(publish), state)
+    first = controller.cycle()
+    assert first.result == "published", first
+    plan = parse_plan((publish / "plan.json").read_bytes())
+    planned = plan.hosts["s1"].sflow_sampling
+    assert planned is not None  # s1 samples locally: forge that
+    wait_for(
+        lambda: service.snapshot.plan is not None and service.snapshot.plan.version == plan.version,
+        timeout_s=30.0,
+    )
+    wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=30.0)
+    shutil.copytree(state, tmp_path / "control-state")
+    published = (publish / "plan.json").read_bytes()
+    forger = Forger(service.listen_address, lambda: service.estimator.datagrams)
+
+    # 1. the report's attack: the declared rate rises 3.3x per step
+    before = s1()
+    rates = [round(planned * 2 * STEP**k) for k in range(1, 9)]
+    declared = []
+    for k, rate in enumerate(rates, start=1):
+        forger.send(20, rate)
         wait_for(
-            lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+            lambda k=k: service.snapshot.dropped.get("unplanned_sampling_rate") == 20 * k,
             timeout_s=30.0,
         )
-        controller = Controller(inventory, settings, DirectoryTarget(publish), state)
-        first = controller.cycle()
-        assert first.result == "published", first
-        plan = parse_plan((publish / "plan.json").read_bytes())
-        planned = plan.hosts["s1"].sflow_sampling
-        assert planned is not None  # s1 samples locally: forge that
-        wait_for(
-            lambda: (
-                service.snapshot.plan is not None and service.snapshot.plan.version == plan.version
-            ),
-            timeout_s=30.0,
-        )
-        wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=30.0)
-        shutil.copytree(state, tmp_path / "control-state")
-        published = (publish / "plan.json").read_bytes()
-        forger = Forger(service.listen_address, lambda: service.estimator.datagrams)
+        declared.append(judged(controller))
+    after_rates = s1()
+    assert after_rates.samples == before.samples  # nothing forged was counted
 
-        # 1. the report's attack: the declared rate rises 3.3x per step
-        before = s1()
-        rates = [round(planned * 2 * STEP**k) for k in range(1, 9)]
-        declared = []
-        for k, rate in enumerate(rates, start=1):
-            forger.send(20, rate)
-            wait_for(
-                lambda k=k: service.snapshot.dropped.get("unplanned_sampling_rate") == 20 * k,
-                timeout_s=30.0,
-            )
-            declared.append(judged(controller))
-        after_rates = s1()
-        assert after_rates.samples == before.samples  # nothing forged was counted
+    # 2. what holding s1's address still allows: samples at the planned 1-in-N, about 3x
+    # more traffic per step (judged from the estimates the collector published), up to just
+    # above s1's capacity (within the slack for sampling noise)
+    def push(target: float, low: float):
+        """Forged samples at s1's 1-in-N that take its estimate to ``target`` pps, topped
+        up until the collector publishes at least ``low`` (its window grows meanwhile)."""
+        for _ in range(5):
+            now = service.snapshot
+            packets = now.servers["s1"].packets_per_s * now.window_s
+            forger.send(math.ceil((target * (now.window_s + 1.0) - packets) / planned), planned)
+            try:
+                return wait_for(
+                    lambda: (e := service.snapshot.servers["s1"]).packets_per_s >= low and e,
+                    timeout_s=10.0,
+                )
+            except AssertionError:
+                continue
+        raise AssertionError(f"s1's estimate never reached {low:,.0f} pps")
 
-        # 2. what holding s1's address still allows: samples at the planned 1-in-N, about 3x
-        # more traffic per step (judged from the estimates the collector published), up to just
-        # above s1's capacity (within the slack for sampling noise)
-        def push(target: float, low: float):
-            """Forged samples at s1's 1-in-N that take its estimate to ``target`` pps, topped
-            up until the collector publishes at least ``low`` (its window grows meanwhile)."""
-            for _ in range(5):
-                now = service.snapshot
-                packets = now.servers["s1"].packets_per_s * now.window_s
-                forger.send(math.ceil((target * (now.window_s + 1.0) - packets) / planned), planned)
-                try:
-                    return wait_for(
-                        lambda: (e := service.snapshot.servers["s1"]).packets_per_s >= low and e,
-                        timeout_s=10.0,
-                    )
-                except AssertionError:
-                    continue
-            raise AssertionError(f"s1's estimate never reached {low:,.0f} pps")
-
-        measured, counted = [after_rates.packets_per_s], []
-        while measured[-1] < CAPACITY_PPS:
-            target = min(measured[-1] * STEP, 1.1 * CAPACITY_PPS)
-            measured.append(push(target, 0.9 * target).packets_per_s)
-            counted.append(judged(controller))
-        control = Controller(
-            inventory,
-            Settings(
-                settings.collectors,
-                interval_s=1.0,
-                tau_s=0.1,
-                max_age_s=600.0,
-                measure_sampling=MEASURE_SAMPLING,
-                lead_s=plan_lead_s(0.2, 0.5),
-                implausible_slack=math.inf,
-                jump_factor=None,
-            ),
-            DirectoryTarget(tmp_path / "control-pub"),
-            tmp_path / "control-state",
-        ).cycle()
-        # beyond what s1 can forward: refused whatever the baseline
-        push(2 * CAPACITY_PPS, 1.5 * CAPACITY_PPS)
-        beyond = judged(controller)
-    finally:
-        service.stop()
-        thread.join(timeout=10)
+    measured, counted = [after_rates.packets_per_s], []
+    while measured[-1] < CAPACITY_PPS:
+        target = min(measured[-1] * STEP, 1.1 * CAPACITY_PPS)
+        measured.append(push(target, 0.9 * target).packets_per_s)
+        counted.append(judged(controller))
+    control = Controller(
+        inventory,
+        Settings(
+            settings.collectors,
+            interval_s=1.0,
+            tau_s=0.1,
+            max_age_s=600.0,
+            measure_sampling=MEASURE_SAMPLING,
+            lead_s=plan_lead_s(0.2, 0.5),
+            implausible_slack=math.inf,
+            jump_factor=None,
+        ),
+        DirectoryTarget(tmp_path / "control-pub"),
+        tmp_path / "control-state",
+    ).cycle()
+    # beyond what s1 can forward: refused whatever the baseline
+    push(2 * CAPACITY_PPS, 1.5 * CAPACITY_PPS)
+    beyond = judged(controller)
     for status in declared:
         assert status.result == "kept" and not status.refused, status
     assert all(b / a < 4.0 for a, b in zip(measured, measured[1:])), measured  # per-step: passes

@@ -11,24 +11,17 @@ that needs ``IP_TRANSPARENT`` (root), else the tests are skipped.
 from __future__ import annotations
 
 import json
-import threading
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
+from collector_beside import agent_addresses, loop_settings, safe_plan, send
 from controller_helpers import inventory_doc
 from waiting import wait_for
 
-from cosample.collector.inventory import Inventory
-from cosample.collector.polling import plan_lead_s
-from cosample.collector.service import Service
-from cosample.collector.service import Settings as CollectorSettings
-from cosample.controller.bootstrap import measurement_plan
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller
 from cosample.controller.publish import DirectoryTarget
-from cosample.controller.settings import Settings
-from cosample.lab.agentsource import AgentSender, transparent
+from cosample.lab.agentsource import transparent
 from cosample.lab.sflowstream import simulate
 from cosample.plan.document import parse_plan
 
@@ -38,66 +31,16 @@ DURATION_S = 3.0
 pytestmark = pytest.mark.skipif(transparent() is not None, reason=str(transparent()))
 
 
-def send(datagrams, target) -> None:
-    """At the pace of the datagrams' own times (the collector's rates are per second of its
-    clock)."""
-    began, first = time.monotonic(), datagrams[0][0]
-    with AgentSender() as sender:
-        for moment, data in datagrams:
-            delay = (moment - first) - (time.monotonic() - began)
-            if delay > 0:
-                time.sleep(delay)
-            sender.send(data, target)
-
-
-def test_planless_start_publishes_the_first_plan_only(tmp_path):
+def test_planless_start_publishes_the_first_plan_only(tmp_path, collector_thread):
     """No plan anywhere: the agents sample 1-in-8 in their safe state, the collector knows their
     addresses from its inventory, and the first publication is the real plan."""
     publish = tmp_path / "pub"
     inventory = inventory_from_dict(inventory_doc([1e6] * 3))
-    addresses = Inventory.model_validate(
-        {
-            "servers": {
-                name: {"agent_ip": f"192.0.2.{k}"}
-                for k, name in enumerate(inventory.names, start=1)
-            }
-        }
-    )
-    service = Service(
-        CollectorSettings(
-            listen=("127.0.0.1", 0),
-            plan=str(publish / "plan.json"),
-            name="c1",
-            metrics_port=0,
-            window_s=600.0,
-            export_s=0.2,
-            plan_interval_s=0.2,
-            plan_timeout_s=0.5,
-            insecure_unsigned=True,
-            safe_sampling=8,  # the agents' safe state here
-        ),
-        addresses,
-        log=lambda line: None,
-    ).start()
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    host, port = service.http_address
-    settings = Settings(
-        (f"http://{host}:{port}/snapshot",),
-        interval_s=1.0,
-        tau_s=1.0,
-        max_age_s=600.0,
-        measure_sampling=8,
-        lead_s=plan_lead_s(0.2, 0.5),
-    )
-    safe = parse_plan(
-        json.dumps(
-            measurement_plan(  # what safe-state agents do, as a plan
-                inventory, 8, datetime.now(timezone.utc), timedelta(hours=1)
-            )
-            | {"version": 1}
-        ).encode()
-    )
+    service = collector_thread(
+        publish, agent_addresses(inventory.names, lambda k: f"192.0.2.{k}"), safe_sampling=8
+    )  # 8: the agents' safe state here
+    settings = loop_settings(service)
+    safe = safe_plan(inventory, 8)  # what safe-state agents do, as a plan
 
     def controller(capacity_pps: float) -> Controller:
         return Controller(
@@ -107,22 +50,18 @@ def test_planless_start_publishes_the_first_plan_only(tmp_path):
             tmp_path / "state",
         )
 
-    try:
-        waiting = controller(1e6).cycle()  # plan-less, but no agent heard yet: nothing to plan from
-        assert waiting.result == "stale" and "know no server" in waiting.problems[0]
-        stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=4)
-        send(stream.datagrams, service.listen_address)
-        wait_for(
-            lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
-            timeout_s=20.0,
-        )
-        assert service.snapshot.plan is None  # says it is plan-less
-        # capacities 1.5 times what the collector says s1 sends: s1 must mirror (a restart)
-        restarted = controller(1.5 * service.snapshot.servers["s1"].packets_per_s)
-        first = restarted.cycle()
-    finally:
-        service.stop()
-        thread.join(timeout=10)
+    waiting = controller(1e6).cycle()  # plan-less, but no agent heard yet: nothing to plan from
+    assert waiting.result == "stale" and "know no server" in waiting.problems[0]
+    stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=4)
+    send(stream.datagrams, service.listen_address)
+    wait_for(
+        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+        timeout_s=20.0,
+    )
+    assert service.snapshot.plan is None  # says it is plan-less
+    # capacities 1.5 times what the collector says s1 sends: s1 must mirror (a restart)
+    restarted = controller(1.5 * service.snapshot.servers["s1"].packets_per_s)
+    first = restarted.cycle()
     assert first.result == "published" and first.reasons == ("no current plan",), first
     data = json.loads((publish / "plan.json").read_text())
     assert "bootstrap" not in data and data["hosts"]["s1"]["mirrors"]
@@ -130,37 +69,13 @@ def test_planless_start_publishes_the_first_plan_only(tmp_path):
     assert restarted.store.last_version() == first.plan_version  # the one publication
 
 
-def test_measurement_plan_fallback_through_the_real_collector(tmp_path):
+def test_measurement_plan_fallback_through_the_real_collector(tmp_path, collector_thread):
     """A collector that cannot attribute without a plan (no agent addresses): the measurement
     plan after ``measure_after_s`` (0 here), then the real plan."""
     publish = tmp_path / "pub"
     lines: list[str] = []
-    service = Service(
-        CollectorSettings(
-            listen=("127.0.0.1", 0),
-            plan=str(publish / "plan.json"),
-            name="c1",
-            metrics_port=0,
-            window_s=600.0,
-            export_s=0.2,
-            plan_interval_s=0.2,
-            plan_timeout_s=0.5,
-            insecure_unsigned=True,
-        ),
-        log=lines.append,
-    ).start()
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    host, port = service.http_address
-    settings = Settings(
-        (f"http://{host}:{port}/snapshot",),
-        interval_s=1.0,
-        tau_s=1.0,
-        max_age_s=600.0,
-        measure_sampling=8,
-        measure_after_s=0.0,
-        lead_s=plan_lead_s(0.2, 0.5),
-    )
+    service = collector_thread(publish, log=lines.append)
+    settings = loop_settings(service, measure_after_s=0.0)
 
     def controller(capacity_pps: float) -> Controller:
         return Controller(
@@ -170,39 +85,35 @@ def test_measurement_plan_fallback_through_the_real_collector(tmp_path):
             tmp_path / "state",
         )
 
-    try:
-        first = controller(1e6).cycle()  # the collector has no plan yet: nothing to measure
-        assert first.result == "published" and first.reasons[0].startswith("bootstrap")
-        measurement = parse_plan((publish / "plan.json").read_bytes())
-        wait_for(
-            lambda: (
-                service.snapshot is not None
-                and service.snapshot.plan is not None
-                and service.snapshot.plan.version == measurement.version
-            ),
-            timeout_s=20.0,
-        )
-        # read ahead of its not_before (the lead covers the polling), switched at that moment
-        assert datetime.now(timezone.utc) >= measurement.not_before
-        assert any(
-            f"version {measurement.version} " in line
-            and f"from its not_before {measurement.not_before:%H:%M:%S}.000000" in line
-            for line in lines
-        ), lines
-        stream = simulate(measurement, TRUTH, duration_s=DURATION_S, seed=3)
-        send(stream.datagrams, service.listen_address)
-        wait_for(
-            lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
-            timeout_s=20.0,
-        )
-        # the collector's rates are per second of its own window; capacities 1.5 times what it
-        # says s1 sends make s1 a sender that must mirror, and leave s2 and s3 room to receive
-        rate = service.snapshot.servers["s1"].packets_per_s
-        restarted = controller(1.5 * rate)  # a restart, with the measurement plan in force
-        second = restarted.cycle()
-    finally:
-        service.stop()
-        thread.join(timeout=10)
+    first = controller(1e6).cycle()  # the collector has no plan yet: nothing to measure
+    assert first.result == "published" and first.reasons[0].startswith("bootstrap")
+    measurement = parse_plan((publish / "plan.json").read_bytes())
+    wait_for(
+        lambda: (
+            service.snapshot is not None
+            and service.snapshot.plan is not None
+            and service.snapshot.plan.version == measurement.version
+        ),
+        timeout_s=20.0,
+    )
+    # read ahead of its not_before (the lead covers the polling), switched at that moment
+    assert datetime.now(timezone.utc) >= measurement.not_before
+    assert any(
+        f"version {measurement.version} " in line
+        and f"from its not_before {measurement.not_before:%H:%M:%S}.000000" in line
+        for line in lines
+    ), lines
+    stream = simulate(measurement, TRUTH, duration_s=DURATION_S, seed=3)
+    send(stream.datagrams, service.listen_address)
+    wait_for(
+        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+        timeout_s=20.0,
+    )
+    # the collector's rates are per second of its own window; capacities 1.5 times what it
+    # says s1 sends make s1 a sender that must mirror, and leave s2 and s3 room to receive
+    rate = service.snapshot.servers["s1"].packets_per_s
+    restarted = controller(1.5 * rate)  # a restart, with the measurement plan in force
+    second = restarted.cycle()
     assert second.result == "published" and second.reasons == ("no current plan",), second
     measured, names = restarted.smoothed, restarted.inventory.names
     own = {name: 0.0 for name in names}
