@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosample.collector.estimatorstate import EstimatorState
 from cosample.collector.exposure import extrapolate, precision
-from cosample.collector.snapshotwire import traffic_columns
+from cosample.collector.snapshotwire import SERVER_COLUMNS, traffic_columns
 from cosample.intervals import normal_interval, packets_interval
 
 if TYPE_CHECKING:  # pydantic's models: only where a snapshot model is asked for
@@ -33,24 +33,6 @@ MISSING_STREAM_SAMPLES = 20.0
 #: binary form's 64-bit integers: exports never fail on input (issue 41: IPFIX counts summing
 #: past 2^63 made every binary export fail for a whole window).
 MAX_COUNT = 2**62 - 1
-#: The snapshot's columns per server, in the format's order (``snapshottables.ServerTable``).
-SERVER_COLUMNS = (
-    "name",
-    "packets_per_s",
-    "packets_per_s_ci95_low",
-    "packets_per_s_ci95_high",
-    "bytes_per_s",
-    "bytes_per_s_ci95_low",
-    "bytes_per_s_ci95_high",
-    "samples",
-    "samples_per_s",
-    "local_samples",
-    "mirrored_samples",
-    "coverage",
-    "last_sample_age_s",
-    "packets_per_s_variance",
-    "bytes_per_s_variance",
-)
 
 
 class Estimates(EstimatorState):

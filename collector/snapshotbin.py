@@ -30,12 +30,8 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from cosample.collector.errors import CollectorError
 from cosample.collector.snapshot import Snapshot
-from cosample.collector.snapshottables import (
-    COUNT_COLUMNS,
-    InterfaceTable,
-    ServerTable,
-    TrafficTable,
-)
+from cosample.collector.snapshottables import InterfaceTable, ServerTable, TrafficTable
+from cosample.collector.snapshotwire import COUNT_COLUMNS
 from cosample.validation import describe
 
 #: The first bytes of the binary form (the JSON form starts with ``{``).

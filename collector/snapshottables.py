@@ -80,19 +80,6 @@ class ServerEstimate(Strict):
         return self
 
 
-#: The table's columns of rates and counts, in the order they are written.
-RATE_COLUMNS = (
-    "packets_per_s",
-    "packets_per_s_ci95_low",
-    "packets_per_s_ci95_high",
-    "bytes_per_s",
-    "bytes_per_s_ci95_low",
-    "bytes_per_s_ci95_high",
-    "samples_per_s",
-)
-COUNT_COLUMNS = ("samples", "local_samples", "mirrored_samples")
-
-
 class ServerTable(Strict):
     """Every server's estimate as columns, row ``k`` being server ``name[k]`` (pydantic checks
     each number in Rust; the snapshot checks lengths and the rules across columns).

@@ -19,6 +19,27 @@ import orjson
 from cosample.times import format_time_ms
 
 SNAPSHOT_FORMAT, SNAPSHOT_VERSION = "cosample.snapshot", 2
+#: The snapshot's columns per server, in the format's order: ``snapshottables.ServerTable``'s
+#: fields (tests/collector/test_snapshot_wire.py compares them).
+SERVER_COLUMNS = (
+    "name",
+    "packets_per_s",
+    "packets_per_s_ci95_low",
+    "packets_per_s_ci95_high",
+    "bytes_per_s",
+    "bytes_per_s_ci95_low",
+    "bytes_per_s_ci95_high",
+    "samples",
+    "samples_per_s",
+    "local_samples",
+    "mirrored_samples",
+    "coverage",
+    "last_sample_age_s",
+    "packets_per_s_variance",
+    "bytes_per_s_variance",
+)
+#: The columns of sample counts among them (integers in the binary form).
+COUNT_COLUMNS = ("samples", "local_samples", "mirrored_samples")
 
 
 def traffic_columns(matrix: Mapping[str, Mapping[str, float]]) -> dict[str, list]:

@@ -18,7 +18,8 @@ from cosample.collector.inventory import Inventory
 from cosample.collector.pcap import write_pcap
 from cosample.collector.replay import run
 from cosample.collector.snapshot import Snapshot, parse_snapshot
-from cosample.collector.snapshotwire import snapshot_json
+from cosample.collector.snapshottables import ServerTable
+from cosample.collector.snapshotwire import COUNT_COLUMNS, SERVER_COLUMNS, snapshot_json
 from cosample.lab.sflowstream import simulate, vm_address
 
 CAPTURES = sorted(path.name for path in CORPUS.glob("*.pcap"))
@@ -103,3 +104,11 @@ def test_a_number_orjson_cannot_write_is_refused_by_the_model(four_plan):
     data["servers"]["packets_per_s"][1] = float("nan")
     with pytest.raises(ValidationError, match="packets_per_s.1"):
         snapshot_json(data)
+
+
+def test_the_wire_columns_are_the_tables_fields():
+    # the estimator writes the columns by these names (combine.py), the binary form types them
+    # (snapshotbin.py): the model's fields, in its order
+    assert SERVER_COLUMNS == tuple(ServerTable.model_fields)
+    integer = {k for k, f in ServerTable.model_fields.items() if "int" in str(f.annotation)}
+    assert set(COUNT_COLUMNS) == integer
