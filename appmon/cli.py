@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from cosample.durations import duration_argument
+from cosample.events import add_event_arguments, event_options
 
 
 def register(subparsers) -> None:
@@ -108,22 +109,7 @@ def register(subparsers) -> None:
         help="ed25519 key that signs /snapshot (header X-Cosample-Signature) and "
         "snapshot.json.sig; the controller verifies with --analyser-key",
     )
-    run.add_argument(
-        "--events", metavar="FILE", help="append events as JSON lines ('-': standard output)"
-    )
-    run.add_argument(
-        "--band",
-        type=float,
-        default=0.1,
-        help="event band: relative change that is reported (default 0.1 = 10 %%)",
-    )
-    run.add_argument(
-        "--max-silence",
-        type=duration_argument,
-        default=300.0,
-        metavar="DURATION",
-        help="report a value at least this often (default 300s)",
-    )
+    add_event_arguments(run)
     run.add_argument(
         "--duration",
         type=duration_argument,
@@ -211,6 +197,7 @@ def _run(args) -> int:
 
     window, ports = _settings(args)
     protocols = _protocols(args)
+    band, max_silence_s = event_options(args)
     if args.duration is not None and not args.duration > 0:
         raise AppmonError(f"--duration: must be > 0, got {args.duration}")
     if args.interface is None and args.receive_records is None:
@@ -245,8 +232,8 @@ def _run(args) -> int:
         http_host=args.http_host,
         state_dir=args.state_dir,
         events=args.events,
-        band=args.band,
-        max_silence_s=args.max_silence,
+        band=band,
+        max_silence_s=max_silence_s,
         duration_s=args.duration,
         send_records=send_to,
         record_rate=rate,

@@ -12,6 +12,7 @@ from typing import NoReturn
 from cosample.collector.polling import PLAN_INTERVAL_S, PLAN_TIMEOUT_S
 from cosample.daemonconfig import apply_config, configurable, setup_logging
 from cosample.dataplane.ipfix import IPFIX_PORT
+from cosample.events import add_event_arguments, event_options
 from cosample.httplimits import Limits
 from cosample.plan.formats import COLLECTOR_MAX_PLAN_MIB, SAFE_SAMPLING
 
@@ -157,22 +158,7 @@ def register(subparsers) -> None:
         "controller's --lead must cover interval and timeout "
         '(docs/collector.md, "Plan changes")',
     )
-    run.add_argument(
-        "--events", metavar="FILE", help="append events as JSON lines ('-': standard output)"
-    )
-    run.add_argument(
-        "--band",
-        type=float,
-        default=0.1,
-        help="event band: relative change that is reported (default 0.1 = 10 %%)",
-    )
-    run.add_argument(
-        "--max-silence",
-        type=float,
-        default=300.0,
-        metavar="S",
-        help="report a value at least this often (default 300)",
-    )
+    add_event_arguments(run)
     run.set_defaults(func=_run)
     configurable(run, "metrics_port = 9478")
 
@@ -248,6 +234,7 @@ def _run(args) -> int:
     args = apply_config(args)
     setup_logging(args.log_level)
     _check_run(args)
+    band, max_silence_s = event_options(args)
     settings = Settings(
         listen=_address(args.listen, "--listen", any_port=True),
         plan=args.plan,
@@ -263,8 +250,8 @@ def _run(args) -> int:
         plan_timeout_s=_positive(args.plan_timeout, "--plan-timeout"),
         reexport=_address(args.reexport, "--reexport") if args.reexport else None,
         events=args.events,
-        band=args.band,
-        max_silence_s=_positive(args.max_silence, "--max-silence"),
+        band=band,
+        max_silence_s=max_silence_s,
         reuse_port=args.reuse_port,
         partial=args.partial,
         safe_sampling=_sampling(args.safe_sampling),
@@ -337,8 +324,6 @@ def _check_run(args) -> None:
 
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise CollectorError(f"--metrics-port: expected 0 to 65535, got {args.metrics_port}")
-    if not 0 <= args.band < math.inf:
-        raise CollectorError(f"--band: expected a fraction >= 0, got {args.band}")
     if not 0 < args.receive_buffer <= MAX_RECEIVE_BUFFER:
         raise CollectorError(
             f"--receive-buffer: expected 1 to {MAX_RECEIVE_BUFFER} bytes, got {args.receive_buffer}"

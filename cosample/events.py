@@ -9,10 +9,15 @@ values it watches) and the application monitor both emit events this way.
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO
+
+from cosample.durations import parse_duration
+from cosample.errors import CosampleError
 
 
 @dataclass(frozen=True)
@@ -73,3 +78,35 @@ def write_events(events: Iterable[Event], stream: IO[str]) -> int:
         count += 1
     stream.flush()
     return count
+
+
+def add_event_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--events``, ``--band`` and ``--max-silence``: the options of every daemon that emits
+    events (``collector run``, ``appmon run``); ``event_options`` checks them."""
+    parser.add_argument(
+        "--events", metavar="FILE", help="append events as JSON lines ('-': standard output)"
+    )
+    parser.add_argument(
+        "--band",
+        type=float,
+        default=0.1,
+        help="event band: relative change that is reported (default 0.1 = 10 %%)",
+    )
+    parser.add_argument(
+        "--max-silence",
+        default="300s",
+        metavar="DURATION",
+        help="report a value at least this often (default 300s)",
+    )
+
+
+def event_options(args: argparse.Namespace) -> tuple[float, float]:
+    """``(band, max_silence_s)`` from ``add_event_arguments``' options, or one error naming
+    the option (before the daemon starts anything)."""
+    if not 0 <= args.band < math.inf:
+        raise CosampleError(f"--band: expected a fraction >= 0, got {args.band}")
+    try:
+        silence = parse_duration(str(args.max_silence), positive=True)
+    except ValueError as exc:
+        raise CosampleError(f"--max-silence: {exc}") from None
+    return args.band, silence

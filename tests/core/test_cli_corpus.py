@@ -164,7 +164,16 @@ CORPUS = [
             ("--metrics-port", "99999", "--metrics-port: expected 0 to 65535"),
             ("--receive-buffer", str(2**50), "--receive-buffer: expected 1 to"),
             ("--window", "inf", "--window: must be a number > 0"),
-            ("--max-silence", "1e400", "--max-silence: must be a number > 0"),
+            ("--max-silence", "1e400", "--max-silence: expected a duration"),
+            ("--max-silence", "0", "--max-silence: expected a positive duration"),
+        )
+    ),
+    # the event options both daemons take (``cosample.events.add_event_arguments``)
+    *(
+        (["appmon", "run", flag, value], message)
+        for flag, value, message in (
+            ("--band", "nan", "--band: expected a fraction >= 0"),
+            ("--max-silence", "0", "--max-silence: expected a positive duration"),
         )
     ),
     # captures that are not what they seem (issue 43: "not a pcap capture (magic d4c3b2a1)")
