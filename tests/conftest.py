@@ -8,10 +8,11 @@ two groups by what it builds (tests/xdist_groups.py): each group runs on one wor
 at a time, as in a serial run, beside the other groups and the rest. Everything else runs on
 whichever worker is free; the groups' tests run at a higher priority (``pytest_runtest_setup``).
 Hypothesis runs without deadlines and without the "too slow" health check: the workers load the
-machine, and timing is not what it tests. It draws the same examples in every run (the
-``cosample`` profile is derandomised): the suite's verdict may not depend on the day it runs. To
-look for new counterexamples, ``COSAMPLE_HYPOTHESIS=explore`` draws fresh ones each run
-(docs/testing.md); what it finds is fixed and kept as an explicit example.
+machine, and timing is not what it tests. Its random seed is fixed (the ``cosample`` profile
+is derandomised): the draws no longer change with the day. They still change with the modules a
+worker has loaded (Hypothesis mixes constants it finds in them into its draws), so a property
+must hold on its whole domain. ``COSAMPLE_HYPOTHESIS=explore`` draws with fresh seeds to look
+for counterexamples (docs/testing.md); what it finds is fixed and kept as an explicit example.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cosample.appmon.successinterval import Z95, degrees_of_freedom, student95, success_interval
@@ -37,10 +37,17 @@ def binomial_interval(ok: int, final: int, share: float) -> list[float]:
     return [centre - half, centre + half]
 
 
-def coverage(final: np.ndarray, ok: np.ndarray, share: float, rng, binomial: bool = False) -> float:
+def coverage(
+    final: np.ndarray,
+    ok: np.ndarray,
+    share: float,
+    rng,
+    binomial: bool = False,
+    trials: int = TRIALS,
+) -> float:
     truth = ok.sum() / final.sum()
     covered = 0
-    for _ in range(TRIALS):
+    for _ in range(trials):
         kept = rng.random(final.size) < share
         n, k = final[kept], ok[kept]
         if not n.sum():
@@ -58,7 +65,22 @@ def coverage(final: np.ndarray, ok: np.ndarray, share: float, rng, binomial: boo
                 degrees_of_freedom(zip(n.tolist(), k.tolist())),
             )
         covered += low <= truth <= high
-    return covered / TRIALS
+    return covered / trials
+
+
+#: Populations per example of the coverage test, each sampled TRIALS / POPULATIONS times.
+POPULATIONS = 16
+
+
+def mixed_coverage(seed, connections, mean_requests, fail, broken, share) -> float:
+    """Coverage over ``POPULATIONS`` populations drawn with these parameters, as the windows of
+    a service whose connections the parameters describe."""
+    rng = np.random.default_rng(seed)
+    covered = 0.0
+    for _ in range(POPULATIONS):
+        final, ok = population(rng, connections, mean_requests, fail, broken)
+        covered += coverage(final, ok, share, rng, trials=TRIALS // POPULATIONS)
+    return covered / POPULATIONS
 
 
 @settings(max_examples=12, deadline=None, derandomize=True)
@@ -70,24 +92,26 @@ def coverage(final: np.ndarray, ok: np.ndarray, share: float, rng, binomial: boo
     broken=st.sampled_from([0.05, 0.1, 0.3]),
     share=st.sampled_from([0.25, 0.5, 0.9]),
 )
+@example(seed=149, connections=1122, mean_requests=2.0, fail=0.0, broken=0.05, share=0.25)
 def test_the_interval_covers_the_windows_success_rate(
     seed, connections, mean_requests, fail, broken, share
 ):
-    """Failing connections 5-30 % of 1,000-3,000: it read 0.92-0.99 on these examples. Not
-    everywhere: with 1,829 connections of 15 requests, 20 % failing at random and 5 % broken,
-    at share 0.25, it read 0.83 (heavy broken connections make the estimator skewed);
-    research/success_coverage.py measures a wider grid (docs/appmon-mechanisms.md).
+    """Over populations drawn with each example's parameters (16 populations, 25 windows each),
+    measured on 480 points of the domain (1,500 connections, six seeds): 0.91-0.99, and 0.90 at
+    least in the weak spot docs/appmon-mechanisms.md states (independent failures of 5-20 % of
+    the requests beside 5 % broken connections). One population alone is not enough: its few
+    heavy broken connections decide the estimator's skew, and single populations read
+    0.85-0.87 now and then outside the weak spot too (seed 149, 1,122 connections of 2
+    requests, 5 % broken, share 0.25: 0.865, drawn in a parallel run, whose loaded modules
+    change Hypothesis' constants); research/success_coverage.py measures single populations.
 
-    Only the lower bound is asserted over the whole domain: where connections carry one request
-    each and none fails at random, the interval is conservative (1,000 connections of one
-    request, 5 % broken, share 0.25: every one of 400 trials covered), so an upper bound here
-    would hold or not by which examples hypothesis draws (they follow this function's source).
-    That the interval is not needlessly wide is the next test's, on fixed populations."""
-    # 400 trials: a true 95 % coverage reads below 0.915 with probability under 1e-3; 0.9
-    # because a few examples sit near the weak spot above
-    rng = np.random.default_rng(seed)
-    final, ok = population(rng, connections, mean_requests, fail, broken)
-    assert coverage(final, ok, share, rng) >= 0.9
+    Only a lower bound is asserted, below the measured minimum by about two standard errors of
+    the sampling (a broken interval reads far lower: the per-request binomial's median is
+    0.39, the next test but one); that the interval is not needlessly wide is the next test's.
+    """
+    weak_spot = fail >= 0.05 and broken == 0.05
+    covered = mixed_coverage(seed, connections, mean_requests, fail, broken, share)
+    assert covered >= (0.85 if weak_spot else 0.88)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""The suite draws the same Hypothesis examples on every run; ``explore`` draws fresh ones
-(tests/conftest.py, docs/testing.md)."""
+"""The suite's Hypothesis seed is fixed; ``explore`` draws with fresh seeds (tests/conftest.py,
+docs/testing.md)."""
 
 from __future__ import annotations
 

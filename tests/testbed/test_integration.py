@@ -91,7 +91,7 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
         # receivers sample what arrives through the mirror tunnels at their own 1-in-N (a plan
         # over every applied plan may mirror to a server sampling 1-in-2, or to a sender)
         copies, share = row["mirror_tx_packets"], row["copies_sampled_share"]
-        assert row["mirrored_samples"] > 0
+        assert row["mirrored_samples"] > 0, (server, copies, share, row.to_dict())
         assert abs(row["mirrored_samples"] - copies * share) <= max(
             binomial_tolerance(copies, share), 0.05 * copies + 5
         ), (server, row["mirrored_samples"], copies, share)
