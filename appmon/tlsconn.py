@@ -16,10 +16,10 @@ TLS 1.3 servers send session tickets after the client's Finished, usually while 
 request is on its way: the server's first records after the Finished, up to ``MAX_TICKETS``, the
 first within ``TICKET_WAIT_S`` of the Finished and each next one within ``TICKET_GAP_S`` of the
 one before (or within ``TICKET_WAIT_S`` when exactly as long as the first: a server writes its
-tickets alike, and a loaded one spaces them), are taken as tickets, not answers. HTTP/2 adds records that are neither requests nor answers
-(SETTINGS acknowledgements, WINDOW_UPDATE, PING, GOAWAY, an empty DATA frame ending a stream): a
-client record of at most 17 bytes of plaintext is not a request (a request whose header block
-is all indexed, 13-17 bytes, is missed), a server record of at most 9 bytes (a frame with no
+tickets alike, and a loaded one spaces them), are taken as tickets, not answers. HTTP/2 adds
+records that are neither requests nor answers (SETTINGS acknowledgements, WINDOW_UPDATE,
+PING, GOAWAY, an empty DATA frame ending a stream): a client record of at most 17 bytes of
+plaintext is not a request (a request whose header block is all indexed, 13-17 bytes, is missed), a server record of at most 9 bytes (a frame with no
 payload) does not start an answer; the first client turn, the connection preface, is a request
 only if it is longer than the preface and its SETTINGS (it carries the first HEADERS). The
 server's preface (its SETTINGS, a WINDOW_UPDATE, the ack of the client's SETTINGS) may come
