@@ -6,7 +6,8 @@ The ``collector_thread`` fixture starts collectors that follow the plans publish
 ``publish`` (unsigned here: ``insecure_unsigned``) and stops each at the test's end, failed or
 not. ``loop_settings`` is the controller reading such a collector; ``safe_plan`` the plan that
 safe-state agents follow; ``send`` paces datagrams at their own times, each from the agent
-address it names.
+address it names; ``deliver`` sends a stream and waits until the collector counted all of it;
+``following`` waits until the collector's snapshots follow a plan.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_for
 
 from cosample.collector.inventory import Inventory
 from cosample.collector.polling import plan_lead_s
@@ -111,3 +113,24 @@ def send(datagrams, target) -> None:
             if delay > 0:
                 time.sleep(delay)
             sender.send(data, target)
+
+
+def deliver(service: Service, stream, timeout_s: float = 20.0) -> None:
+    """``send`` the simulated ``stream`` and wait until the collector counted every sample."""
+    send(stream.datagrams, service.listen_address)
+    wait_for(
+        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
+        timeout_s=timeout_s,
+    )
+
+
+def following(service: Service, plan: Plan, timeout_s: float = 20.0) -> None:
+    """Wait until the collector's snapshots are renormalised by ``plan``."""
+    wait_for(
+        lambda: (
+            service.snapshot is not None
+            and service.snapshot.plan is not None
+            and service.snapshot.plan.version == plan.version
+        ),
+        timeout_s=timeout_s,
+    )

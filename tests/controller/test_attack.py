@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from collector_beside import agent_addresses, loop_settings, safe_plan, send
+from collector_beside import agent_addresses, deliver, following, loop_settings, safe_plan, send
 from controller_helpers import inventory_doc
 from waiting import wait_for
 
@@ -74,20 +74,13 @@ def test_forged_datagrams_change_no_plan(tmp_path, collector_thread):
     settings = loop_settings(service)
     safe = safe_plan(inventory, 8)
     stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=5)
-    send(stream.datagrams, service.listen_address)
-    wait_for(
-        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
-        timeout_s=20.0,
-    )
+    deliver(service, stream)
     controller = Controller(inventory, settings, DirectoryTarget(publish), state)
     first = controller.cycle()
     assert first.result == "published", first
     plan = parse_plan((publish / "plan.json").read_bytes())
     assert plan.hosts["s1"].sflow_sampling is not None  # s1 samples locally: forge that
-    wait_for(
-        lambda: service.snapshot.plan is not None and service.snapshot.plan.version == plan.version,
-        timeout_s=20.0,
-    )
+    following(service, plan)
     wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=20.0)
     published = (publish / "plan.json").read_bytes()
     before = service.snapshot.servers["s1"]

@@ -22,7 +22,7 @@ import shutil
 import time
 from datetime import datetime, timezone
 
-from collector_beside import agent_addresses, loop_settings, safe_plan, send
+from collector_beside import agent_addresses, deliver, following, loop_settings, safe_plan
 from controller_helpers import inventory_doc
 from waiting import wait_for
 
@@ -122,21 +122,14 @@ def test_forged_steps_leave_the_plan_unchanged(tmp_path, collector_thread):
         )
 
     stream = simulate(safe, TRUTH, duration_s=4.0, seed=41)
-    send(stream.datagrams, service.listen_address)
-    wait_for(
-        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
-        timeout_s=30.0,
-    )
+    deliver(service, stream, timeout_s=30.0)
     controller = Controller(inventory, settings, DirectoryTarget(publish), state)
     first = controller.cycle()
     assert first.result == "published", first
     plan = parse_plan((publish / "plan.json").read_bytes())
     planned = plan.hosts["s1"].sflow_sampling
     assert planned is not None  # s1 samples locally: forge that
-    wait_for(
-        lambda: service.snapshot.plan is not None and service.snapshot.plan.version == plan.version,
-        timeout_s=30.0,
-    )
+    following(service, plan, timeout_s=30.0)
     wait_for(lambda: datetime.now(timezone.utc) >= plan.not_before, timeout_s=30.0)
     shutil.copytree(state, tmp_path / "control-state")
     published = (publish / "plan.json").read_bytes()

@@ -14,9 +14,8 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from collector_beside import agent_addresses, loop_settings, safe_plan, send
+from collector_beside import agent_addresses, deliver, following, loop_settings, safe_plan
 from controller_helpers import inventory_doc
-from waiting import wait_for
 
 from cosample.controller.inventory import inventory_from_dict
 from cosample.controller.loop import Controller
@@ -53,11 +52,7 @@ def test_planless_start_publishes_the_first_plan_only(tmp_path, collector_thread
     waiting = controller(1e6).cycle()  # plan-less, but no agent heard yet: nothing to plan from
     assert waiting.result == "stale" and "know no server" in waiting.problems[0]
     stream = simulate(safe, TRUTH, duration_s=DURATION_S, seed=4)
-    send(stream.datagrams, service.listen_address)
-    wait_for(
-        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
-        timeout_s=20.0,
-    )
+    deliver(service, stream)
     assert service.snapshot.plan is None  # says it is plan-less
     # capacities 1.5 times what the collector says s1 sends: s1 must mirror (a restart)
     restarted = controller(1.5 * service.snapshot.servers["s1"].packets_per_s)
@@ -88,14 +83,7 @@ def test_measurement_plan_fallback_through_the_real_collector(tmp_path, collecto
     first = controller(1e6).cycle()  # the collector has no plan yet: nothing to measure
     assert first.result == "published" and first.reasons[0].startswith("bootstrap")
     measurement = parse_plan((publish / "plan.json").read_bytes())
-    wait_for(
-        lambda: (
-            service.snapshot is not None
-            and service.snapshot.plan is not None
-            and service.snapshot.plan.version == measurement.version
-        ),
-        timeout_s=20.0,
-    )
+    following(service, measurement)
     # read ahead of its not_before (the lead covers the polling), switched at that moment
     assert datetime.now(timezone.utc) >= measurement.not_before
     assert any(
@@ -104,11 +92,7 @@ def test_measurement_plan_fallback_through_the_real_collector(tmp_path, collecto
         for line in lines
     ), lines
     stream = simulate(measurement, TRUTH, duration_s=DURATION_S, seed=3)
-    send(stream.datagrams, service.listen_address)
-    wait_for(
-        lambda: sum(e.samples for e in service.snapshot.servers.values()) == stream.samples,
-        timeout_s=20.0,
-    )
+    deliver(service, stream)
     # the collector's rates are per second of its own window; capacities 1.5 times what it
     # says s1 sends make s1 a sender that must mirror, and leave s2 and s3 room to receive
     rate = service.snapshot.servers["s1"].packets_per_s
