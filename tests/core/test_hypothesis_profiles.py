@@ -4,11 +4,10 @@ docs/testing.md)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from hypothesis import settings
+from nested_pytest import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,25 +20,10 @@ def test_the_profile_follows_the_environment():
 
 
 def test_explore_draws_fresh_examples():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["COSAMPLE_HYPOTHESIS"] = "explore"
     here = Path(__file__).relative_to(ROOT)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-            f"{here}::test_the_profile_follows_the_environment",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = run_pytest(
+        ["-p", "no:xdist", f"{here}::test_the_profile_follows_the_environment"],
+        ROOT,
+        {"COSAMPLE_HYPOTHESIS": "explore"},
     )
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr

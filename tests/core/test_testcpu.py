@@ -3,10 +3,11 @@ otherwise, and a summary by group."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from nested_pytest import run_pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 SAMPLE = """\
@@ -23,30 +24,11 @@ def test_starts_a_child():
 def _pytest(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """pytest with the plugin on SAMPLE, COSAMPLE_TEST_CPU as ``env`` says (absent if not)."""
     (tmp_path / "test_sample.py").write_text(SAMPLE)
-    environment = {  # not the suite's own: its xdist worker would name the file
-        k: v
-        for k, v in os.environ.items()
-        if k != "COSAMPLE_TEST_CPU" and not k.startswith("PYTEST_")
-    }
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "testcpu",
-            "--rootdir",
-            str(tmp_path),
-            str(tmp_path / "test_sample.py"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**environment, "PYTHONPATH": str(TESTS), **env},
+    return run_pytest(
+        ["-p", "testcpu", "--rootdir", str(tmp_path), str(tmp_path / "test_sample.py")],
+        tmp_path,
+        {"PYTHONPATH": str(TESTS), **env},
+        drop=("COSAMPLE_TEST_CPU",),
     )
 
 
