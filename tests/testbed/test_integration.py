@@ -42,6 +42,17 @@ def _leftovers() -> list[str]:
     return [n for n in namespaces + names if n.startswith(PREFIX)]
 
 
+def _starved(frame: pd.DataFrame) -> bool:
+    """Whether the collaborative phase's data plane was starved by the machine's other work: on
+    every server its vswitchd got less than half the CPU of the non-collaborative phase. Seen
+    twice in CI beside the suite's workers (0.18-0.27 CPU s against 0.52-0.87; samples and
+    traffic lost on every server, 0/3 within tolerance); in good runs it got 0.60-0.83 against
+    0.49-0.81. Such a run says nothing of the plans, so it is run once more. (Not the report's
+    "degraded": a good run had one server at 0.975 of its baseline, under its 0.98.)"""
+    cpu = frame.pivot(index="server", columns="phase", values="vswitchd_cpu_s")
+    return bool((cpu["collab"] < 0.5 * cpu["noncollab"]).all())
+
+
 def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
     state = tmp_path / "state"
     assert not _leftovers(), "a previous run left testbed objects behind"
@@ -54,12 +65,8 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
 
     try:
         out = run(tmp_path / "results")
-        if pd.read_csv(out / "results.csv")["degraded"].any():
-            # a server forwarded less than 98 % of its baseline (the report's "degraded"): in CI
-            # every server's throughput fell to 0.48-0.74 in one phase, each vswitchd getting a
-            # third of its CPU beside the suite's workers. Such a run says nothing of the plans;
-            # it is run once more, and the second is held to everything below.
-            out = run(tmp_path / "results-again")
+        if _starved(pd.read_csv(out / "results.csv")):
+            out = run(tmp_path / "results-again")  # held to everything below
     finally:
         # `down` from another process, as an operator would run it
         down = subprocess.run(
