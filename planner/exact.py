@@ -9,7 +9,8 @@ sFlow 1-in-N (or off) with what it mirrors (``quantised.choose_applied``, O(n lo
 bound on every plan OVS can apply, where any server takes copies at its own 1-in-N and may send
 too (the paper's LP, and ``applied_bound``'s prices); when the split plan does not meet it and
 few servers have capacity to spare, the MILP over every applied plan (``applied_milp``) plans
-instead. "Proved optimal" only where the plan meets the bound. Then the collector budget trims
+instead (there the price search waits for the MILP: its dual bound is the tighter one, and the
+search runs only if the MILP has not proved its plan). "Proved optimal" only where the plan meets the bound. Then the collector budget trims
 the plan and ``pairing.pair_offloads`` draws few sender-receiver pairs (the MILP's plan brings
 its own pairs).
 
@@ -26,7 +27,7 @@ import time
 
 import numpy as np
 
-from cosample.planner.applied_bound import price_bound
+from cosample.planner.applied_bound import dual, price_bound
 from cosample.planner.budgets import samples_bound, trim_to_collector_cap
 from cosample.planner.choices import EXACT
 from cosample.planner.datacentre import DataCentre
@@ -142,26 +143,32 @@ def solve_exact(problem: Problem) -> Solution:
     fleet = fleet_of(problem)
     paper = lp_bound(problem)
     bound = paper if lp_bounds_applied(problem) else np.inf
-    if objective < bound * (1 - EXACT_TOLERANCE):  # not met by the paper's LP: search prices
-        bound = min(bound, price_bound(fleet, chosen.room_price)[0])
-    if not capped and objective < bound * (1 - EXACT_TOLERANCE):
-        if np.count_nonzero(fleet.spare > 0) <= SPACE_MILP_UP_TO:
-            # deferred: scipy.optimize takes a third of a second to import, and most plans
-            # meet the bound without the MILP (the embedded example does)
-            from cosample.planner.applied_milp import solve_space
+    milp = not capped and np.count_nonzero(fleet.spare > 0) <= SPACE_MILP_UP_TO
+    priced = False
+    if objective < bound * (1 - EXACT_TOLERANCE):  # not met by the paper's LP: price copies
+        if milp:  # one price first: the MILP's own bound is tight where the search is not
+            bound = min(bound, dual(fleet, 0.0, chosen.room_price))
+        else:
+            bound, priced = min(bound, price_bound(fleet, chosen.room_price)[0]), True
+    if milp and objective < bound * (1 - EXACT_TOLERANCE):
+        # deferred: scipy.optimize takes a third of a second to import, and most plans
+        # meet the bound without the MILP (the embedded example does)
+        from cosample.planner.applied_milp import solve_space
 
-            found = solve_space(fleet, _limits(chosen), SPACE_MILP_SECONDS)
-            if found is not None:
-                bound = min(bound, found.bound)
-                if found.objective > objective:
-                    local, src, dst, pps = (
-                        problem.own_pps * found.rate,
-                        found.src,
-                        found.dst,
-                        found.pps,
-                    )
-                    sample_hosts = found.sample if sample_hosts is not None else None
-                    rates, objective, method = found.rate, found.objective, "MILP"
+        found = solve_space(fleet, _limits(chosen), SPACE_MILP_SECONDS)
+        if found is not None:
+            bound = min(bound, found.bound)
+            if found.objective > objective:
+                local, src, dst, pps = (
+                    problem.own_pps * found.rate,
+                    found.src,
+                    found.dst,
+                    found.pps,
+                )
+                sample_hosts = found.sample if sample_hosts is not None else None
+                rates, objective, method = found.rate, found.objective, "MILP"
+    if not priced and objective < bound * (1 - EXACT_TOLERANCE):  # no proof yet: search prices
+        bound = min(bound, price_bound(fleet, chosen.room_price)[0])
     bound = max(bound, objective)
     if (
         rates is None
