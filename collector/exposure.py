@@ -128,12 +128,17 @@ class Streams:
 
     def forget(self, before: float) -> None:
         """Drop spans that ended before ``before`` (the window's start)."""
-        for key, spans in list(self.spans.items()):
+        gone = []
+        for key, spans in self.spans.items():
+            if len(spans) == 1 and spans[0][1] >= before:  # the usual case: one span, kept
+                continue
             kept = [span for span in spans if span[1] >= before]
             if kept:
-                self.spans[key] = kept
+                self.spans[key] = kept  # (an existing key: the dict keeps its size and order)
             else:
-                del self.spans[key]
+                gone.append(key)
+        for key in gone:
+            del self.spans[key]
 
     def _update_spans(self, server: str, at: float, ends: dict[int, float] | None = None) -> None:
         active = self.active.get(server, ())

@@ -31,6 +31,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import orjson
+
 from cosample.collector.encode import SampleSpec, datagram, flow_sample
 from cosample.lab.agentsource import AgentSender
 from cosample.lab.sflowstream import frame, vm_address
@@ -59,7 +61,7 @@ def plan_document(servers: int, version: int, seed: int) -> dict:
 
 
 def write(path: Path, plan: dict) -> int:
-    data = json.dumps(plan, separators=(",", ":")).encode()
+    data = orjson.dumps(plan)  # compact JSON, as json.dumps(separators=...) but 10 times faster
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_bytes(data)
     os.replace(temporary, path)

@@ -94,7 +94,8 @@ def _refusal(
             f"version {plan.version} created {format_time(plan.created)}, more than "
             f"{CLOCK_SKEW_S} s ahead of this host's clock ({format_time(now)}); refused"
         )
-    if plan.digest in failed:
+    # ``failed`` first: the digest hashes the whole document (about 1 s at 10^5 hosts)
+    if failed and plan.digest in failed:
         return f"version {plan.version} failed on this host before: {failed[plan.digest]}"
     older = running is not None and plan.version < running.version
     reused = (

@@ -228,3 +228,41 @@ def test_the_fast_path_decoder_agrees_with_the_record_decoder(data):
         )
         for s in full.flow_samples
     ]
+
+
+def test_a_synthetic_streams_samples_are_flow_samples_bytes(four_plan):
+    """``sflowstream`` patches each sample's sequence number and pool into bytes it encoded once
+    per kind: every datagram is what ``flow_sample`` and ``datagram`` make of its decoded
+    fields, each agent numbers its samples 1, 2, 3, ... and its pool grows by each rate."""
+    from cosample.lab.sflowstream import simulate
+
+    stream = simulate(four_plan, {name: 3000 for name in four_plan.hosts}, start=1e6, seed=5)
+    assert stream.by_kind["mirrored"] > 0
+    numbered: dict = {}
+    for _, data in stream.datagrams:
+        decoded = parse_datagram(data)
+        again = [
+            flow_sample(
+                SampleSpec(
+                    f.sequence,
+                    f.sampling_rate,
+                    f.sample_pool,
+                    f.header,
+                    f.frame_length,
+                    f.input_port,
+                    f.output_port,
+                    f.drops,
+                    f.source_index,
+                    f.tunnel_src,
+                    f.tunnel_dst,
+                    f.vni,
+                )
+            )
+            for f in decoded.flow_samples
+        ]
+        assert datagram(decoded.agent, decoded.sequence, decoded.uptime_ms, again) == data
+        for f in decoded.flow_samples:
+            sequence, pool = numbered.get(f.agent, (0, 0))
+            assert (f.sequence, f.sample_pool) == (sequence + 1, pool + f.sampling_rate)
+            numbered[f.agent] = (f.sequence, f.sample_pool)
+    assert sum(sequence for sequence, _ in numbered.values()) == stream.samples

@@ -99,12 +99,17 @@ EDGES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "values",
-    [EDGES, _random_doubles(100_000, 1), [p / SAMPLE_PROBABILITY_SCALE for p in range(65536)]],
-    ids=["edges", "random", "probabilities"],
-)
-def test_floats_are_written_as_orjson_writes_them(values):
+#: drawn when the test runs, not at collection: every pytest-xdist worker collects this module
+FLOATS = {
+    "edges": lambda: EDGES,
+    "random": lambda: _random_doubles(100_000, 1),
+    "probabilities": lambda: [p / SAMPLE_PROBABILITY_SCALE for p in range(65536)],
+}
+
+
+@pytest.mark.parametrize("floats", list(FLOATS))
+def test_floats_are_written_as_orjson_writes_them(floats):
+    values = FLOATS[floats]()
     wrong = [x for x in values if _transition.format_float(x) != orjson.dumps(x)]
     assert wrong == []
 

@@ -99,8 +99,13 @@ def random_doubles(count: int, seed: int) -> list[float]:
     return values
 
 
-@pytest.mark.parametrize("values", [EDGES, random_doubles(100_000, 7)], ids=["edges", "random"])
-def test_numbers_are_orjsons(values):
+#: drawn when the test runs, not at collection: every pytest-xdist worker collects this module
+NUMBERS = {"edges": lambda: EDGES, "random": lambda: random_doubles(100_000, 7)}
+
+
+@pytest.mark.parametrize("numbers", list(NUMBERS))
+def test_numbers_are_orjsons(numbers):
+    values = NUMBERS[numbers]()
     wrong = [x for x in values if compiled.number(x) != orjson.dumps(x)]
     assert wrong == []
     array = np.asarray(values, dtype=float)
