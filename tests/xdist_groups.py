@@ -42,6 +42,13 @@ ROOT_MODULES = (
 )
 
 
+#: Modules whose tests run mypy over the package (``bin/check-types``, and ``bin/lint``, which
+#: runs it too): one unit of work, so the first fills ``.mypy_cache`` and the next reads it
+#: (about 17 s of CPU cold, 0.5 s warm), where side by side on two workers both paid in full.
+#: Not a root group: its tests run at the workers' usual priority.
+MYPY_MODULES = re.compile(r'"bin" / "(lint|check-types)"')
+
+
 @cache
 def module_group(path: Path) -> str | None:
     """The group of the tests in the module at ``path``; None when they need no root."""
@@ -52,13 +59,27 @@ def module_group(path: Path) -> str | None:
     return next((group for group, pattern in ROOT_MODULES if pattern.search(source)), None)
 
 
+@cache
+def scope_of_module(path: Path) -> str | None:
+    """The unit of work the tests of the module at ``path`` share: its root group, ``mypy``
+    (``MYPY_MODULES``), or None: each test alone."""
+    group = module_group(path)
+    if group is not None:
+        return group
+    try:
+        source = path.read_text()
+    except OSError:
+        return None
+    return "mypy" if MYPY_MODULES.search(source) else None
+
+
 class RootGroupScheduling(LoadScopeScheduling):
-    """xdist's scope scheduling where a scope is a root group, or else one test alone; the
-    largest scopes (the groups) are handed out first."""
+    """xdist's scope scheduling where a scope is a root group (or the ``mypy`` modules), or
+    else one test alone; the largest scopes (the groups) are handed out first."""
 
     def __init__(self, config, log=None) -> None:
         super().__init__(config, log)
         self.rootpath = Path(config.rootpath)
 
     def _split_scope(self, nodeid: str) -> str:
-        return module_group(self.rootpath / nodeid.split("::", 1)[0]) or nodeid
+        return scope_of_module(self.rootpath / nodeid.split("::", 1)[0]) or nodeid

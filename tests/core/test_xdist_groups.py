@@ -53,3 +53,20 @@ def test_the_scheduler_gives_a_group_one_scope():
     assert scopes == {"root"}
     alone = "tests/core/test_numeric.py::test_last_digit_differences_pass"
     assert scheduler._split_scope(alone) == alone
+
+
+def test_the_modules_that_run_mypy_share_one_scope_at_the_usual_priority():
+    """bin/lint and bin/check-types on one worker, one after the other (the second reads the
+    first's mypy cache), and not raised as a root group is."""
+    scheduler = RootGroupScheduling.__new__(RootGroupScheduling)
+    scheduler.rootpath = ROOT
+    scopes = {
+        scheduler._split_scope(nodeid)
+        for nodeid in (
+            "tests/core/test_layers.py::test_bin_lint_runs_as_documented",
+            "tests/core/test_types.py::test_the_product_packages_type_check",
+        )
+    }
+    assert scopes == {"mypy"}
+    assert module_group(ROOT / "tests/core/test_layers.py") is None
+    assert module_group(ROOT / "tests/core/test_types.py") is None
