@@ -680,17 +680,31 @@ def sflow_sender_plan(version: int, entries: list[dict]) -> dict:
     return doc
 
 
-#: keep-alive requests to the service from the given client ports
+#: keep-alive requests to the service: one connection per residue of the client port's low 8
+#: bits (argv[2]), from the first free port with it (an earlier connection of the test may hold
+#: one in TIME_WAIT); prints the ports.
 PORTS_CLIENT = r"""
-import http.client, sys
-for port in map(int, sys.argv[2].split(",")):
-    c = http.client.HTTPConnection(sys.argv[1], 8080, timeout=10,
-                                   source_address=("10.214.0.1", port))
+import errno, http.client, sys
+ports = []
+for residue in map(int, sys.argv[2].split(",")):
+    for port in range(256 * 150 + residue, 61000, 256):
+        c = http.client.HTTPConnection(sys.argv[1], 8080, timeout=10,
+                                       source_address=("10.214.0.1", port))
+        try:
+            c.connect()
+            break
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise
+    else:
+        raise SystemExit(f"no free client port with residue {residue}")
+    ports.append(port)
     for path in ("/0", "/1", "/big"):
         c.request("GET", path)
         r = c.getresponse()
         r.read()
     c.close()
+print("ports", *ports, flush=True)
 print("done", flush=True)
 """
 
@@ -796,17 +810,19 @@ def test_kernel_mirror_copies_the_psh_segments_and_leaves_the_sflow_chain(rig):
     receiving = Sniffer(rig.lab, rig.hosts["s4"][0], item["interface"], incoming_only=True)
     out = run(
         rig.lab.exec_argv(
-            rig.client_ns, [sys.executable, "-c", PORTS_CLIENT, "10.214.0.2", "40000,40100"]
+            rig.client_ns, [sys.executable, "-c", PORTS_CLIENT, "10.214.0.2", "64,164"]
         ),
         timeout=60,
     ).stdout
     assert "done" in out
+    inside, outside = (int(p) for p in out.split("ports")[1].split()[:2])
+    assert (inside % 256, outside % 256) == (64, 164)  # in the share, and out of it
     time.sleep(1.0)
     server, received = at_server.frames(), receiving.frames()
     client_port = lambda f: tcp(f)[1] if tcp(f)[0] == SERVICE else tcp(f)[0]  # noqa: E731
     service = [f for f in server if of_service(f, SERVICE) and has_psh(f)]
-    assert {client_port(f) for f in service} == {40000, 40100}  # residues 64 (in), 164 (out)
-    assert Counter(received) == Counter(f for f in service if client_port(f) == 40000)
+    assert {client_port(f) for f in service} == {inside, outside}
+    assert Counter(received) == Counter(f for f in service if client_port(f) == inside)
 
     # the entry dropped: its filters go, the sFlow chain stays
     rig.plan_path.write_text(json.dumps(sflow_sender_plan(3, [])))
