@@ -28,8 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
 from cosample.planner.errors import ShareInfeasibleError, SolverError
 
@@ -212,6 +210,11 @@ def solve_milp(
     time_limit: float = 30.0,
 ) -> AppmonPlan:
     """The MILP (or, ``relaxed``, its LP relaxation, where a share may be split)."""
+    # scipy.optimize takes a second to import: only where a MILP is made (every controller
+    # process imports this module, through controller.appmeasure, and most make none)
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
     n = residual.shape[0]
     j, k = _options(svc, n, mirrors=True)
     m = j.shape[0]

@@ -1,13 +1,21 @@
-"""The planner benchmark in its tiny --quick mode: structure and agreement, never timings."""
+"""The planner benchmark in its tiny --quick mode: structure and agreement, never timings.
+
+Its quick run is made once (``quick_run``) and read by the tests of its table, its report and
+its disagreement: at n = 10 the exact solver's search over every applied plan runs to its time
+limit (``cosample.planner.applied_milp.TIME_LIMIT_S``) on each of two data centres.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+from once import once
 
 from cosample.experiments import bench_planner
 from cosample.experiments.bench_planner import (
@@ -39,11 +47,43 @@ def test_prediction_follows_the_last_two_points():
     assert predicted_seconds([(10, 2.0), (20, 1.0)], 40) == pytest.approx(2.0)  # at least linear
 
 
-def test_quick_run_table_and_report(tmp_path, capsys):
-    csv = tmp_path / "scaling.csv"
-    assert bench_planner.main(["--quick", "--csv", str(csv)]) == 0
-    printed = capsys.readouterr().out
-    table = pd.read_csv(csv, keep_default_na=False)
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """``python -m cosample.experiments.bench_planner --quick --csv FILE``, run once for the
+    tests that read it: its exit status, what it printed and its table."""
+
+    def make(folder: Path) -> None:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cosample.experiments.bench_planner",
+                "--quick",
+                "--csv",
+                str(folder / "scaling.csv"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        (folder / "status").write_text(str(done.returncode))
+        (folder / "stdout").write_text(done.stdout)
+        (folder / "stderr").write_text(done.stderr)
+
+    folder = once(tmp_path_factory, "bench-planner-quick", make)
+    return SimpleNamespace(
+        returncode=int((folder / "status").read_text()),
+        stdout=(folder / "stdout").read_text(),
+        stderr=(folder / "stderr").read_text(),
+        csv=folder / "scaling.csv",
+    )
+
+
+def test_quick_run_table_and_report(quick_run):
+    assert quick_run.returncode == 0, quick_run.stderr
+    printed = quick_run.stdout
+    table = pd.read_csv(quick_run.csv, keep_default_na=False)
     assert list(table.columns) == list(COLUMNS)
     available = [label(s, b) for s, b in SOLVERS if s == "exact" or backend_available(b) is None]
     assert "exact" in available and "full LP (glpk)" in available
@@ -69,21 +109,32 @@ def test_quick_run_table_and_report(tmp_path, capsys):
     assert f"exact vs full LP (glpk) at n=50: {ratio:,.0f} times faster" in printed
 
 
-def test_disagreement_is_reported_and_fails(monkeypatch, capsys):
-    table = bench_planner.run((10,), (("exact", None), ("full", "highs")), 60.0, 10**6)
+def test_disagreement_is_reported_and_fails(quick_run, capsys):
+    """The quick run's rows of n = 10 by the exact solver and the full LP (HiGHS), the LP's
+    objective then moved by a relative 1e-5: the report says so and returns False."""
+    table = pd.read_csv(quick_run.csv, keep_default_na=False)
+    table = table[
+        (table["servers"] == 10) & table["solver_label"].isin(["exact", "full LP (highs)"])
+    ].reset_index(drop=True)
+    assert list(table["solver_label"]) == ["exact", "full LP (highs)"]
+    assert bench_planner.report(table, out=print) is True
+    capsys.readouterr()
     table.loc[1, "lp_objective_pps"] *= 1 + 1e-5
     assert bench_planner.report(table, out=print) is False
     assert "objectives agree with the exact solver (relative 1e-06): NO" in capsys.readouterr().out
 
 
-def test_runs_as_a_module():
-    result = subprocess.run(
-        [sys.executable, "-m", "cosample.experiments.bench_planner", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+def test_timed_runs_take_the_best_of_repeats():
+    """Without ``--quick`` every solve is timed over repeats (the exact solver's at least
+    three, an LP's until 2 s in all or five); a small data centre keeps it short."""
+    table = bench_planner.run((3,), (("exact", None), ("full", "highs")), 60.0, 10**6)
+    repeats = dict(zip(table["solver_label"], table["repeats"]))
+    assert repeats["exact"] >= 3 and 1 <= repeats["full LP (highs)"] <= 5, repeats
+    assert (table["seconds"] > 0).all() and (table["cpu_seconds"] > 0).all()
+
+
+def test_runs_as_a_module(quick_run):
+    result = quick_run
     assert result.returncode == 0, result.stderr
     assert "planning time (s) by n and solver" in result.stdout
     assert ": yes" in result.stdout
