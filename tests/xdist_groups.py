@@ -59,23 +59,40 @@ def module_group(path: Path) -> str | None:
     return next((group for group, pattern in ROOT_MODULES if pattern.search(source)), None)
 
 
+#: A fixture made once per module (or session) that is not ``autouse``: a set-up the module's
+#: tests share (the operations tests' fleet and Prometheus, a capture's analysis). Each worker a
+#: module's tests land on makes its own, so such a module is one unit of work: made once.
+SHARED_SETUP = re.compile(r'@pytest\.fixture\((?![^)]*autouse=True)[^)]*scope="(module|session)"')
+
+
+@cache
+def _source(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 @cache
 def scope_of_module(path: Path) -> str | None:
     """The unit of work the tests of the module at ``path`` share: its root group, ``mypy``
-    (``MYPY_MODULES``), or None: each test alone."""
+    (``MYPY_MODULES``), the module itself when it or its folder's ``conftest.py`` has a shared
+    set-up (``SHARED_SETUP``), or None: each test alone."""
     group = module_group(path)
     if group is not None:
         return group
-    try:
-        source = path.read_text()
-    except OSError:
-        return None
-    return "mypy" if MYPY_MODULES.search(source) else None
+    source = _source(path)
+    if MYPY_MODULES.search(source):
+        return "mypy"
+    if SHARED_SETUP.search(source) or SHARED_SETUP.search(_source(path.parent / "conftest.py")):
+        return str(path)
+    return None
 
 
 class RootGroupScheduling(LoadScopeScheduling):
-    """xdist's scope scheduling where a scope is a root group (or the ``mypy`` modules), or
-    else one test alone; the largest scopes (the groups) are handed out first."""
+    """xdist's scope scheduling where a scope is a root group, the ``mypy`` modules or a
+    module with a shared set-up, or else one test alone; the largest scopes (the groups) are
+    handed out first."""
 
     def __init__(self, config, log=None) -> None:
         super().__init__(config, log)

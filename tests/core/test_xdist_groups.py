@@ -4,7 +4,7 @@ none, and the scheduler keeps a group together."""
 from pathlib import Path
 
 import pytest
-from xdist_groups import RootGroupScheduling, module_group
+from xdist_groups import RootGroupScheduling, module_group, scope_of_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,3 +70,19 @@ def test_the_modules_that_run_mypy_share_one_scope_at_the_usual_priority():
     assert scopes == {"mypy"}
     assert module_group(ROOT / "tests/core/test_layers.py") is None
     assert module_group(ROOT / "tests/core/test_types.py") is None
+
+
+def test_a_module_with_a_shared_set_up_is_one_unit(tmp_path):
+    """A module-scoped fixture, in the module or its folder's conftest.py, is made once per
+    worker: the module's tests go to one worker. An ``autouse`` one (a patch) does not count."""
+    scheduler = RootGroupScheduling.__new__(RootGroupScheduling)
+    scheduler.rootpath = ROOT
+    ops = "tests/ops/test_prometheus.py"  # the fleet and Prometheus of tests/ops/conftest.py
+    scopes = {scheduler._split_scope(f"{ops}::{name}") for name in ("test_a", "test_b")}
+    assert scopes == {str(ROOT / ops)}
+    planner = "tests/planner/test_quantised.py::test_monotone_in_margin"  # autouse: alone
+    assert scheduler._split_scope(planner) == planner
+    (tmp_path / "own.py").write_text('@pytest.fixture(scope="module")\ndef rig(): ...\n')
+    (tmp_path / "patched.py").write_text('@pytest.fixture(autouse=True, scope="module")\n')
+    assert scope_of_module(tmp_path / "own.py") == str(tmp_path / "own.py")
+    assert scope_of_module(tmp_path / "patched.py") is None
