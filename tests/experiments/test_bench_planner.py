@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
-from once import once
 
 from cosample.experiments import bench_planner
 from cosample.experiments.bench_planner import (
@@ -50,33 +48,17 @@ def test_prediction_follows_the_last_two_points():
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     """``python -m cosample.experiments.bench_planner --quick --csv FILE``, run once for the
-    tests that read it: its exit status, what it printed and its table."""
-
-    def make(folder: Path) -> None:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "cosample.experiments.bench_planner",
-                "--quick",
-                "--csv",
-                str(folder / "scaling.csv"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        (folder / "status").write_text(str(done.returncode))
-        (folder / "stdout").write_text(done.stdout)
-        (folder / "stderr").write_text(done.stderr)
-
-    folder = once(tmp_path_factory, "bench-planner-quick", make)
+    tests that read it (the module is one unit of work: tests/xdist_groups.py)."""
+    csv = tmp_path_factory.mktemp("bench-planner") / "scaling.csv"
+    done = subprocess.run(
+        [sys.executable, "-m", "cosample.experiments.bench_planner", "--quick", "--csv", str(csv)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     return SimpleNamespace(
-        returncode=int((folder / "status").read_text()),
-        stdout=(folder / "stdout").read_text(),
-        stderr=(folder / "stderr").read_text(),
-        csv=folder / "scaling.csv",
+        returncode=done.returncode, stdout=done.stdout, stderr=done.stderr, csv=csv
     )
 
 
