@@ -4,7 +4,7 @@ the suite runs in parallel (docs/testing.md).
 ``bin/test`` runs pytest-xdist workers (``-n``). Tests that need root share the machine's root
 namespace (links, addresses, routes, the one userspace OVS it holds), so the scheduler
 (``pytest_xdist_make_scheduler``) puts the tests of each module that builds rigs into one of
-two groups by what it builds (tests/xdist_groups.py): each group runs on one worker, one test
+three groups by what it builds (tests/xdist_groups.py): each group runs on one worker, one test
 at a time, as in a serial run, beside the other groups and the rest. Everything else runs on
 whichever worker is free; the groups' tests run at a higher priority (``pytest_runtest_setup``).
 Hypothesis runs without deadlines and without the "too slow" health check: the workers load the

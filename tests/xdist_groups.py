@@ -21,7 +21,10 @@ from xdist.scheduler import LoadScopeScheduling
 #: the group it runs in: the first that matches. ``measure``: the rigs whose tests measure time
 #: or CPU against a reference and fail when another rig computes beside them (the one-host
 #: testbed's calibrations, whose OVS also holds the root namespace's only userspace datapath;
-#: the web and mirroring rigs, timed against nginx's log); ``root``: everything else that needs
+#: the web and mirroring rigs, timed against nginx's log); ``machines``: the operations
+#: documents run on emulated machines (tests/ops/machines.py: every link, address, mount and
+#: OVS in namespaces of their own, nothing in the root namespace; a third of the root tests'
+#: wall time, mostly waiting for the agent's polls); ``root``: everything else that needs
 #: root (links, addresses and routes in the root namespace, the agents' sandbox and its
 #: fixtures, the testbed, a test marked ``root``).
 ROOT_MODULES = (
@@ -32,6 +35,7 @@ ROOT_MODULES = (
             r"|WebRig|MirrorRig|rig_unavailable|web_available"
         ),
     ),
+    ("machines", re.compile(r"\bNetwork\(")),
     (
         "root",
         re.compile(

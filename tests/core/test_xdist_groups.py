@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("tests/agents/test_sandbox.py", "root"),  # the sandbox fixture: root links, VXLAN
         ("tests/agents/test_hardening.py", "root"),
         ("tests/testbed/test_integration.py", "root"),  # the emulated data centre
+        ("tests/ops/test_quickstart.py", "machines"),  # emulated machines, namespaces only
         ("tests/core/test_numeric.py", None),
         ("tests/planner/test_sample_choice.py", None),
     ],
