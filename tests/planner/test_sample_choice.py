@@ -99,9 +99,9 @@ def brute_force(problem) -> float:
     others = [i for i in listed if i != vector]
     v_base, v_top, v_slope, v_ok = plans[vector]
     best = -np.inf
-    for choice in itertools.product(*(range(plans[i][0].size) for i in others)):
-        if not all(plans[i][3][c] for i, c in zip(others, choice)):
-            continue
+    # every affordable option of the others, in the order of their options
+    affordable = [np.flatnonzero(plans[i][3]).tolist() for i in others]
+    for choice in itertools.product(*affordable):
         base = fixed + sum(plans[i][0][c] for i, c in zip(others, choice))
         fixed_items = sorted(
             ((plans[i][2][c], plans[i][1][c]) for i, c in zip(others, choice)), reverse=True
