@@ -45,23 +45,29 @@ def brute_force(problem, n_max: int = N_MAX) -> float:
     fixed = float((weight * own)[problem.receiver & (own > 0)].sum())
     room = float(problem.room_pps.sum())
     best = -1.0
-    for intervals in itertools.product(range(n_max + 1), repeat=len(listed)):
-        total, items = fixed, []
-        for i, n in zip(listed, intervals):
+    # per sender, each affordable N (0: off) with its local value and its item, once
+    options = []
+    for i in listed:
+        affordable = []
+        for n in range(n_max + 1):
             rate = 0.0 if n == 0 else 1.0 / n
             left = spare[i] - full[i] * rate
             if left < -1e-9 * full[i]:
-                break
+                continue
             top = min(own[i], problem.mirror_cap_pps[i], max(left, 0.0) / beta[i])
-            total += weight[i] * own[i] * rate
-            items.append((weight[i] * (1 - rate), top))
-        else:
-            left_room = room
-            for slope, top in sorted(items, reverse=True):
-                take = min(top, left_room)
-                total += slope * take
-                left_room -= take
-            best = max(best, total)
+            affordable.append((weight[i] * own[i] * rate, (weight[i] * (1 - rate), top)))
+        options.append(affordable)
+    for choice in itertools.product(*options):
+        total, items = fixed, []
+        for local, item in choice:
+            total += local
+            items.append(item)
+        left_room = room
+        for slope, top in sorted(items, reverse=True):
+            take = min(top, left_room)
+            total += slope * take
+            left_room -= take
+        best = max(best, total)
     return best
 
 
