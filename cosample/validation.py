@@ -91,9 +91,9 @@ InterfaceName = Annotated[
 
 #: dotted quads 1.x.x.x-223.x.x.x without leading zeros: checked without ``ipaddress`` (a million
 #: servers have one each); everything else goes through ``ipaddress``
-_PLAIN_IPV4 = re.compile(
-    r"(?:22[0-3]|2[01]\d|1\d\d|[1-9]\d?)"
-    r"(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}"
+_PLAIN_IPV4 = re.compile(  # [0-9], not \d: \d is any Unicode digit, which ipaddress refuses
+    r"(?:22[0-3]|2[01][0-9]|1[0-9][0-9]|[1-9][0-9]?)"
+    r"(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"
 )
 
 

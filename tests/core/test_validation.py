@@ -16,6 +16,7 @@ from cosample.validation import (
     TunnelAddress,
     entry_name,
     field_path,
+    plain_tunnel_address,
     problem,
     read_document,
     validate,
@@ -214,7 +215,19 @@ def test_tunnel_addresses_fast_path_agrees_with_ipaddress(address):
             validate(TunnelAddress, str(address), where="tunnel_ip")
 
 
-@pytest.mark.parametrize("text", ["10.0.0.256", "010.0.0.1", "10.0.0", "host", "1.2.3.4 "])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "10.0.0.256",
+        "010.0.0.1",
+        "10.0.0",
+        "host",
+        "1.2.3.4 ",
+        "1\u0661.2.3.4",  # an Arabic-Indic digit (a regular expression's \\d matches it)
+        "10.0.\u0968.1",  # a Devanagari one
+    ],
+)
 def test_tunnel_addresses_that_are_not_addresses(text):
     with pytest.raises(CosampleError, match="expected an IP address"):
         validate(TunnelAddress, text, where="tunnel_ip")
+    assert not plain_tunnel_address(text)
