@@ -37,6 +37,10 @@ pytest_plugins = ["agentsandbox", "testcpu", "collector_beside"]
 
 #: The niceness of the root groups' tests in a parallel run (pytest_runtest_setup).
 GROUP_NICENESS = -5
+#: The groups raised to it: those whose tests time or count against a reference. Not the
+#: emulated machines (``machines``), which wait for polls: raised, their daemons competed with
+#: the timed rigs at the same priority.
+RAISED_GROUPS = frozenset({"measure", "root"})
 
 settings.register_profile(
     "cosample", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
@@ -55,7 +59,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """In an xdist worker, a test of a root group runs (with the daemons it starts) at niceness
+    """In an xdist worker, a test of a ``RAISED_GROUPS`` group runs (with its daemons) at niceness
     ``GROUP_NICENESS``, any other at 0: the rigs' tests measure time and CPU against a reference
     (nginx's log, a calibration's curve, a sampled share) and must not be starved by the other
     workers' computing. Only the rigs' tests are raised: lowering the others instead starved
@@ -63,7 +67,7 @@ def pytest_runtest_setup(item):
     run, or one without root (whose rigs' tests skip), is left alone."""
     if "PYTEST_XDIST_WORKER" not in os.environ or os.geteuid() != 0:
         return
-    niceness = GROUP_NICENESS if module_group(Path(item.path)) else 0
+    niceness = GROUP_NICENESS if module_group(Path(item.path)) in RAISED_GROUPS else 0
     os.setpriority(os.PRIO_PROCESS, 0, niceness)
 
 
