@@ -104,15 +104,33 @@ def test_per_server_estimates_lie_inside_their_intervals(prometheus):
     assert set(values) == SERVERS
     for server, t in values.items():
         assert 0 < t["_ci95_low"] <= t[""] <= t["_ci95_high"], (server, t)
-    widths = wait_for(
-        lambda: prometheus.query("server:cosample_collector_packets_ci95_half_width:ratio")
-    )  # the next rule evaluation
-    assert {r["metric"]["server"] for r in widths} == SERVERS
-    for r in widths:
-        t = values[r["metric"]["server"]]
-        assert float(r["value"][1]) == pytest.approx(
-            (t["_ci95_high"] - t["_ci95_low"]) / (2 * t[""]), rel=0.5
+    # the recording rule's half-width against the series read at the same moment: the
+    # estimates move between rule evaluations (a plan change widens every interval), so the
+    # two are compared until they agree, for at most 30 s
+    seen: list = []
+
+    def agreeing() -> bool:
+        now = triples()
+        widths = prometheus.query("server:cosample_collector_packets_ci95_half_width:ratio")
+        seen[:] = [now, widths]
+        if {r["metric"]["server"] for r in widths} != SERVERS or set(now) != SERVERS:
+            return False
+        if any(len(t) != 3 for t in now.values()):
+            return False
+        return all(
+            float(r["value"][1]) == pytest.approx(_half_width(now[r["metric"]["server"]]), rel=0.5)
+            for r in widths
         )
+
+    try:
+        wait_for(agreeing, timeout_s=30.0)
+    except AssertionError:
+        raise AssertionError(f"the rule's half-widths never matched the series: {seen}") from None
+
+
+def _half_width(triple: dict[str, float]) -> float:
+    """Half the 95 % interval, relative to the estimate."""
+    return (triple["_ci95_high"] - triple["_ci95_low"]) / (2 * triple[""])
 
 
 def test_controller_predicted_capacity_use_matches_its_status(prometheus, fleet):
