@@ -46,6 +46,15 @@ ROOT_MODULES = (
 )
 
 
+@cache
+def _source(path: Path) -> str:
+    """The module's source; empty when it cannot be read (its tests then run alone)."""
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 #: Modules whose tests run mypy over the package (``bin/check-types``, and ``bin/lint``, which
 #: runs it too): one unit of work, so the first fills ``.mypy_cache`` and the next reads it
 #: (about 17 s of CPU cold, 0.5 s warm), where side by side on two workers both paid in full.
@@ -56,10 +65,7 @@ MYPY_MODULES = re.compile(r'"bin" / "(lint|check-types)"')
 @cache
 def module_group(path: Path) -> str | None:
     """The group of the tests in the module at ``path``; None when they need no root."""
-    try:
-        source = path.read_text()
-    except OSError:
-        return None
+    source = _source(path)
     return next((group for group, pattern in ROOT_MODULES if pattern.search(source)), None)
 
 
@@ -67,14 +73,6 @@ def module_group(path: Path) -> str | None:
 #: tests share (the operations tests' fleet and Prometheus, a capture's analysis). Each worker a
 #: module's tests land on makes its own, so such a module is one unit of work: made once.
 SHARED_SETUP = re.compile(r'@pytest\.fixture\((?![^)]*autouse=True)[^)]*scope="(module|session)"')
-
-
-@cache
-def _source(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
 
 
 @cache

@@ -9,6 +9,13 @@ from xdist_groups import RootGroupScheduling, module_group, scope_of_module
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def scopes_only() -> RootGroupScheduling:
+    """The scheduler with what ``_split_scope`` reads and no workers."""
+    scheduler = RootGroupScheduling.__new__(RootGroupScheduling)
+    scheduler.rootpath = ROOT
+    return scheduler
+
+
 @pytest.mark.parametrize(
     ("path", "group"),
     [
@@ -42,8 +49,7 @@ def test_a_root_mark_or_fixture_puts_a_module_in_the_root_group(tmp_path):
 
 
 def test_the_scheduler_gives_a_group_one_scope():
-    scheduler = RootGroupScheduling.__new__(RootGroupScheduling)  # its scopes only: no workers
-    scheduler.rootpath = ROOT
+    scheduler = scopes_only()
     scopes = {
         scheduler._split_scope(nodeid)
         for nodeid in (
@@ -59,8 +65,7 @@ def test_the_scheduler_gives_a_group_one_scope():
 def test_the_modules_that_run_mypy_share_one_scope_at_the_usual_priority():
     """bin/lint and bin/check-types on one worker, one after the other (the second reads the
     first's mypy cache), and not raised as a root group is."""
-    scheduler = RootGroupScheduling.__new__(RootGroupScheduling)
-    scheduler.rootpath = ROOT
+    scheduler = scopes_only()
     scopes = {
         scheduler._split_scope(nodeid)
         for nodeid in (
@@ -76,8 +81,7 @@ def test_the_modules_that_run_mypy_share_one_scope_at_the_usual_priority():
 def test_a_module_with_a_shared_set_up_is_one_unit(tmp_path):
     """A module-scoped fixture, in the module or its folder's conftest.py, is made once per
     worker: the module's tests go to one worker. An ``autouse`` one (a patch) does not count."""
-    scheduler = RootGroupScheduling.__new__(RootGroupScheduling)
-    scheduler.rootpath = ROOT
+    scheduler = scopes_only()
     ops = "tests/ops/test_prometheus.py"  # the fleet and Prometheus of tests/ops/conftest.py
     scopes = {scheduler._split_scope(f"{ops}::{name}") for name in ("test_a", "test_b")}
     assert scopes == {str(ROOT / ops)}
