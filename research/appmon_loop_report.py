@@ -31,7 +31,7 @@ def accuracy(windows: dict[str, list[dict[str, Any]]], log) -> list[dict[str, An
     rows = []
     for source, snaps in windows.items():
         for snap in snaps:
-            start = _epoch(snap["window_start"])
+            start = epoch(snap["window_start"])
             service = next(
                 (s for s in snap["services"] if s["service"].endswith(f":{SERVICE_PORT}")), None
             )
@@ -106,7 +106,7 @@ def excess_bounds(rows: list[dict[str, Any]], clients: list[dict[str, Any]], sou
     the ground truth's mean tolerance below the log's (``floor_s``)."""
     mine: list[list[dict[str, Any]]] = [[] for _ in clients]
     for row in rows:
-        k = _phase_of(_epoch(row["window_start"]), clients)
+        k = _phase_of(epoch(row["window_start"]), clients)
         if row["source"] == source and row["compared"] and k is not None:
             mine[k].append(row)
     out = []
@@ -134,7 +134,8 @@ def _phase_of(t: float, clients: list[dict[str, Any]]) -> int | None:
     return started[-1] if started else None
 
 
-def _epoch(stamp: str) -> float:
+def epoch(stamp: str) -> float:
+    """A window's ISO 8601 start in seconds since the epoch."""
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 

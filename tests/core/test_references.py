@@ -15,6 +15,7 @@ notebook, TOML and shell file of the repository:
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -37,14 +38,19 @@ REPOSITORY_PATH = re.compile(
 
 
 def repository_files() -> list[Path]:
+    """The files to check, the skipped folders pruned as the tree is walked (not walked and
+    then dropped: ``.venv`` alone holds tens of thousands of files, and every worker of the
+    suite collects this module)."""
     files = []
-    for path in ROOT.rglob("*"):
-        if any(
-            part in SKIP_DIRS or part.endswith(".egg-info") for part in path.relative_to(ROOT).parts
-        ):
-            continue
-        if path.is_file() and (path.suffix in SUFFIXES or path.parent.name in ("bin", ".ci")):
-            files.append(path)
+    for folder, subfolders, names in os.walk(ROOT):
+        subfolders[:] = [
+            name for name in subfolders if name not in SKIP_DIRS and not name.endswith(".egg-info")
+        ]
+        here = Path(folder)
+        for name in names:
+            path = here / name
+            if path.suffix in SUFFIXES or here.name in ("bin", ".ci"):
+                files.append(path)
     return sorted(files)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from cosample.lab.appmirror import rig_unavailable
 from research.appmon_loop import Settings, phases_summary, run_scenario
-from research.appmon_loop_report import WINDOW_S, excess_bounds
+from research.appmon_loop_report import WINDOW_S, epoch, excess_bounds
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -85,25 +85,38 @@ def test_analysis_moves_off_host_and_back_within_tolerance(tmp_path):
         # and stops it when a plan arrives, within a window)
         whole = [r for r in windows if r["covered_s"] is not None and r["covered_s"] >= WINDOW_S]
         assert len(whole) >= least - 2, (source, windows)
-        assert_counts(source, whole)
+        assert_counts(source, whole, logged_by_window(rows))
         assert_timing(source, excess_bounds(rows, result["clients"], source), windows)
 
 
-def assert_counts(source, windows):
+def logged_by_window(rows):
+    """The access log's requests per window start (epoch seconds), whichever analyser's row."""
+    return {round(epoch(r["window_start"]), 3): r["log_requests"] for r in rows}
+
+
+def assert_counts(source, windows, logged):
     """The wire stamps a request when it arrives, the log when nginx reads it, so when the
     shared machine stalls nginx a request near a window's edge moves to the next window (seen:
-    2,813 against 2,806; 565 against 543 at a load average of 20): each window within 10 %,
-    and summed over the windows, where the edges cancel, within 2 % (seen: 8,454 against
-    8,449, 2,963 against 2,963). A window in which the analyser reports lost input
-    (``lower_bound``: ring drops, lost records) counts a lower bound: it may only be short."""
+    2,813 against 2,806; 565 against 543 at a load average of 20): each window within 10 % of
+    the busier of it and its neighbours (``logged``), as a stall moves requests at the rate on
+    the edge's busier side (seen: 193 against 173 in a 2-s window as the load changed), and
+    summed over the windows, where the edges cancel, within 2 % (seen: 8,454 against 8,449,
+    2,963 against 2,963). A window in which the analyser reports lost input (``lower_bound``:
+    ring drops, lost records) counts a lower bound: it may only be short."""
     for r in windows:
-        slack = 0.1 * r["log_requests"] + 2
+        start = epoch(r["window_start"])
+        busiest = max(logged.get(round(start + k * WINDOW_S, 3), 0) for k in (-1, 0, 1))
+        slack = 0.1 * busiest + 2
         over, short = r["matched"] - r["log_requests"], r["log_requests"] - r["matched"]
-        assert over <= slack and (r["lower_bound"] or short <= slack), (source, r)
-    matched, logged = (sum(r[k] for r in windows) for k in ("matched", "log_requests"))
+        assert over <= slack and (r["lower_bound"] or short <= slack), (source, r, busiest)
+    matched, logged_sum = (sum(r[k] for r in windows) for k in ("matched", "log_requests"))
     exact = not any(r["lower_bound"] for r in windows)
-    assert matched - logged <= 0.02 * logged + 2, (source, matched, logged)
-    assert not exact or logged - matched <= 0.02 * logged + 2, (source, matched, logged)
+    assert matched - logged_sum <= 0.02 * logged_sum + 2, (source, matched, logged_sum)
+    assert not exact or logged_sum - matched <= 0.02 * logged_sum + 2, (
+        source,
+        matched,
+        logged_sum,
+    )
 
 
 def assert_timing(source, bounds, windows):
