@@ -18,6 +18,7 @@ for counterexamples (docs/testing.md); what it finds is fixed and kept as an exp
 from __future__ import annotations
 
 import copy
+import gc
 import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -49,6 +50,24 @@ settings.register_profile(
     "explore", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False
 )
 settings.load_profile(os.environ.get("COSAMPLE_HYPOTHESIS", "cosample"))
+
+
+#: The collector's thresholds for the tests' processes (Python's: 700, 10, 10): the young
+#: generation collected every 10,000 allocations net instead of 700 (``pytest_collection_finish``).
+GC_THRESHOLDS = (10_000, 20, 20)
+
+
+def pytest_collection_finish(session):
+    """Once the tests are collected, what collection made (every test's item, its module and
+    what it imported: hundreds of thousands of objects that live until the run ends) is moved
+    out of the cyclic garbage collector's sight (``gc.freeze``), and the collector runs less
+    often. Each later collection then walks only what the tests themselves make: measured on
+    the planner's, plan's and some collector and appmon tests (2 workers, a callback timing
+    every collection), 14.4 s of 263 CPU s in the collector before, 4.7 s of 234 after. The
+    tests' own garbage is still collected; nothing a test checks depends on when."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @pytest.hookimpl(optionalhook=True)  # known only while pytest-xdist is loaded (not -p no:xdist)
