@@ -61,10 +61,12 @@ def pytest_collection_finish(session):
     """Once the tests are collected, what collection made (every test's item, its module and
     what it imported: hundreds of thousands of objects that live until the run ends) is moved
     out of the cyclic garbage collector's sight (``gc.freeze``), and the collector runs less
-    often. Each later collection then walks only what the tests themselves make: measured on
-    the planner's, plan's and some collector and appmon tests (2 workers, a callback timing
-    every collection), 14.4 s of 263 CPU s in the collector before, 4.7 s of 234 after. The
-    tests' own garbage is still collected; nothing a test checks depends on when."""
+    often: each later collection walks only what the tests themselves make. The tests' own
+    garbage is still collected; nothing a test checks depends on when. ``COSAMPLE_TEST_GC=python``
+    keeps Python's collector as it is, to compare (``tests/testcpu.py`` times the collector per
+    test; docs/testing.md, "Measured")."""
+    if os.environ.get("COSAMPLE_TEST_GC") == "python":
+        return
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

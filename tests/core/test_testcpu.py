@@ -11,10 +11,11 @@ from nested_pytest import run_pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 SAMPLE = """\
-import subprocess, sys
+import gc, subprocess, sys
 
 def test_computes():
     sum(range(200_000))
+    gc.collect()
 
 def test_starts_a_child():
     subprocess.run([sys.executable, "-c", "sum(range(200_000))"], check=True)
@@ -39,8 +40,9 @@ def test_each_test_gets_one_line_and_the_summary_adds_them(tmp_path):
     lines = (tmp_path / "cpu.main").read_text().splitlines()
     fields = [line.split("\t") for line in lines]
     assert [f[4].rsplit("::", 1)[1] for f in fields] == ["test_computes", "test_starts_a_child"]
-    assert all(f[3] == "-" and all(float(x) >= 0 for x in f[:3]) for f in fields)
+    assert all(f[3] == "-" and all(float(x) >= 0 for x in (*f[:3], f[5])) for f in fields)
     assert float(fields[1][1]) > 0  # the child's CPU, reaped within the test
+    assert float(fields[0][5]) > 0  # the full collection the first test asked for
     shown = subprocess.run(
         [sys.executable, str(TESTS / "testcpu.py"), str(prefix)],
         capture_output=True,
