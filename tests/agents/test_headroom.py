@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,23 +54,33 @@ def test_parsers():
     assert busy_share(before, {}, 1.0) == 0.0
 
 
-def _named(tmp_path: Path, body: str) -> tuple[subprocess.Popen, Path]:
-    """A child process whose thread is called ``ovs-vswitchd``, running ``body``, and a rundir
-    whose pidfile names it."""
+@contextmanager
+def _named(tmp_path: Path, body: str, within_s: float = 30.0) -> Iterator[Path]:
+    """A child process whose thread is called ``ovs-vswitchd``, running ``body``: the rundir
+    whose pidfile names it, once the child has named itself (on a loaded machine a CI run once
+    read a spinner still starting, as no thread at all); killed on the way out."""
     code = f"open('/proc/self/comm', 'w').write('ovs-vswitchd')\n{body}"
     child = subprocess.Popen([sys.executable, "-c", code])
-    rundir = tmp_path / f"run-{child.pid}"
-    rundir.mkdir()
-    (rundir / "ovs-vswitchd.pid").write_text(f"{child.pid}\n")
-    return child, rundir
+    try:
+        rundir = tmp_path / f"run-{child.pid}"
+        rundir.mkdir()
+        (rundir / "ovs-vswitchd.pid").write_text(f"{child.pid}\n")
+        deadline = time.monotonic() + within_s
+        while Path(f"/proc/{child.pid}/comm").read_text().strip() != "ovs-vswitchd":
+            assert child.poll() is None, f"child {child.pid} exited with {child.returncode}"
+            assert time.monotonic() < deadline, f"child {child.pid} not named within {within_s} s"
+            time.sleep(0.02)
+        yield rundir
+    finally:
+        child.kill()
+        child.wait()
 
 
 @pytest.mark.skipif(not Path("/proc/self/schedstat").exists(), reason="no schedstat here")
 def test_spinning_reads_busy_sleeping_reads_idle(tmp_path):
-    spinner, spin_dir = _named(tmp_path, "while True: pass")
-    sleeper, sleep_dir = _named(tmp_path, "import time\nwhile True: time.sleep(1)")
-    try:
-        time.sleep(0.3)  # the child has named itself
+    spinning = _named(tmp_path, "while True: pass")
+    sleeping = _named(tmp_path, "import time\nwhile True: time.sleep(1)")
+    with spinning as spin_dir, sleeping as sleep_dir:
         probes = [Probe(str(spin_dir)), Probe(str(sleep_dir))]
         assert [probe.read() for probe in probes] == [None, None]
         time.sleep(1.0)
@@ -77,10 +89,6 @@ def test_spinning_reads_busy_sleeping_reads_idle(tmp_path):
         # waits); a sleeping one does neither
         assert spin.busy > 0.9 and sleep.busy < 0.05
         assert spin.drops == sleep.drops == 0
-    finally:
-        for child in (spinner, sleeper):
-            child.kill()
-            child.wait()
 
 
 def test_a_missing_daemon_is_a_host_error(tmp_path):
