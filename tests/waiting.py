@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -19,6 +20,16 @@ def wait_for(condition: Callable[[], T], timeout_s: float = 15.0) -> T:
             return value
         time.sleep(0.1)
     raise AssertionError(f"condition not met within {timeout_s:g} s")
+
+
+def serves(url: str) -> bool:
+    """Whether ``url`` answers 200; a collector that has no snapshot yet answers 503 (seen
+    in CI: its first export was late on a loaded machine)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except OSError:  # urllib's HTTPError and URLError are OSErrors
+        return False
 
 
 def interrupt(process: subprocess.Popen, signal_number: int, timeout_s: float = 60.0) -> str:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from controller_helpers import inventory_doc, snapshot_doc
-from waiting import wait_for
+from waiting import serves, wait_for
 
 from cosample.authenticity import HEADER, Signer
 from cosample.cli import main
@@ -63,19 +63,11 @@ def collector(tmp_path, keys):
     host, port = service.http_address
     url = f"http://{host}:{port}/snapshot"
     try:
-        wait_for(lambda: _serves(url), timeout_s=30.0)  # 503 until its first export
+        wait_for(lambda: serves(url), timeout_s=30.0)  # 503 until its first export
         yield service, url
     finally:
         service.stop()
         thread.join(timeout=10)
-
-
-def _serves(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status == 200
-    except urllib.error.HTTPError:
-        return False
 
 
 class Impostor:

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from controller_helpers import inventory_doc, snapshot_doc
-from waiting import wait_for
+from waiting import serves, wait_for
 
 from cosample.authenticity import HEADER, Signer
 from cosample.cli import main
@@ -107,16 +107,6 @@ class Frozen:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def serves(url: str) -> bool:
-    """Whether ``url`` answers 200; a collector that has no snapshot yet answers 503 (seen
-    in CI: its first export was late on a loaded machine)."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status == 200
-    except OSError:  # urllib's HTTPError and URLError are OSErrors
-        return False
 
 
 def controller(tmp_path, collectors, keys):
