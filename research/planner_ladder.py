@@ -25,8 +25,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 
-def fleets(sizes: Sequence[int], seeds: Sequence[int]) -> Iterator[tuple[str, object, dict]]:
-    """(name, fleet, the exact planner's extra levels) of every data centre solved."""
+def fleets(sizes: Sequence[int], seeds: Sequence[int]) -> Iterator[tuple[object, dict]]:
+    """(fleet, the exact planner's extra levels) of every data centre solved."""
     from cosample.costmodel.paper import PAPER_ALPHA, PAPER_BETA
     from cosample.experiments.bench_planner import random_datacentre
     from cosample.planner.datacentre import DataCentre
@@ -49,17 +49,11 @@ def fleets(sizes: Sequence[int], seeds: Sequence[int]) -> Iterator[tuple[str, ob
             [TESTBED[s][d] * rng.uniform(0.9, 1.1) for s, d in pairs],
             names=names,
         )
-        drawn = [(f"testbed seed {seed}", testbed)]
-        drawn += [
-            (f"{n} servers seed {seed}", random_datacentre(n, seed=seed, sample=True))
-            for n in sizes
-        ]
-        for name, dc in drawn:
+        for dc in [testbed, *(random_datacentre(n, seed=seed, sample=True) for n in sizes)]:
             problem = build_problem(dc)
-            fleet = fleet_of(problem)
             if np.isfinite(problem.collector_cap_pps):
                 continue
-            yield name, fleet, _limits(choose_applied(problem))
+            yield fleet_of(problem), _limits(choose_applied(problem))
 
 
 def compare(sizes: Sequence[int], seeds: Sequence[int], starts: Sequence[tuple[int, int]]):
@@ -68,7 +62,7 @@ def compare(sizes: Sequence[int], seeds: Sequence[int], starts: Sequence[tuple[i
 
     totals = {start: {"cpu_s": 0.0, "rounds": 0, "proved": 0, "objective": []} for start in starts}
     count = 0
-    for _, fleet, extra in fleets(sizes, seeds):
+    for fleet, extra in fleets(sizes, seeds):
         count += 1
         for start in starts:
             began = time.process_time()
